@@ -1,0 +1,40 @@
+/* gt_backend.h — the kernel interface a backend implements (DESIGN.md §5).
+ *
+ * A kernel knows nothing of the graph: it gets the op, its attributes with every symbolic
+ * expression already evaluated, and concrete tensors. Outputs are allocated by the caller with the
+ * shapes the shape rule gives; a kernel writes every element of every output (it must not assume
+ * zeroed memory: the memory planner reuses buffers). Every kernel is deterministic: a fixed
+ * reduction order, no atomics, identical bits run to run. */
+#ifndef GRAPHTRAIN_GT_BACKEND_H
+#define GRAPHTRAIN_GT_BACKEND_H
+
+#include "gt_core.h"
+#include "gt_graph.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct {
+    gt_op op;
+    const int64_t *i; /* attrs.i, as in the node */
+    const double *f;  /* attrs.f */
+    const int64_t *e; /* attrs.e evaluated */
+    int ni, nf, ne;
+    int n_in, n_out;
+    const gt_tensor *in[GT_MAX_IN];
+    gt_tensor *out[GT_MAX_OUT];
+} gt_kernel_call;
+
+/* CPU backend: f32 kernels; bf16/f16 inputs are widened to f32 and results rounded to the output
+ * dtype. Errors a user's data can cause (an embedding id out of range) come back as GT_ERR_INVALID
+ * naming the op and the offending value. */
+gt_status gt_cpu_run_kernel(const gt_kernel_call *call, gt_error *err);
+
+/* Number of threads the CPU kernels may use (OpenBLAS included); results do not depend on it. */
+void gt_cpu_set_threads(int n);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,79 @@
+/* gt_build.h — typed helpers that append one node each (model code, autodiff, optimizer).
+ *
+ * Each returns the (first) output value, or GT_NONE after recording an error in g->err; a GT_NONE
+ * input gives GT_NONE, so a builder function checks g->err once at the end. Dims are gt_expr in the
+ * graph's pool; negative dim indices count from the end (-1 = last). */
+#ifndef GRAPHTRAIN_GT_BUILD_H
+#define GRAPHTRAIN_GT_BUILD_H
+
+#include "gt_graph.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+gt_expr gt_c(gt_graph *g, int64_t c); /* constant dim */
+
+gt_value_id gt_full(gt_graph *g, gt_dtype dt, int ndim, const gt_expr *dims, double value);
+gt_value_id gt_add(gt_graph *g, gt_value_id a, gt_value_id b);
+gt_value_id gt_sub(gt_graph *g, gt_value_id a, gt_value_id b);
+gt_value_id gt_mul(gt_graph *g, gt_value_id a, gt_value_id b);
+gt_value_id gt_div(gt_graph *g, gt_value_id a, gt_value_id b);
+gt_value_id gt_unary(gt_graph *g, gt_op op, gt_value_id x); /* neg exp log sqrt rsqrt silu sigmoid */
+gt_value_id gt_scale(gt_graph *g, gt_value_id x, double alpha);
+gt_value_id gt_add_scalar(gt_graph *g, gt_value_id x, double value);
+gt_value_id gt_silu_backward(gt_graph *g, gt_value_id x, gt_value_id dy);
+gt_value_id gt_cast(gt_graph *g, gt_value_id x, gt_dtype dt);
+/* op = GT_OP_SUM, GT_OP_MEAN or GT_OP_MAX */
+gt_value_id gt_reduce(gt_graph *g, gt_op op, gt_value_id x, int ndims, const int *dims,
+                      bool keepdim);
+gt_value_id gt_max_backward(gt_graph *g, gt_value_id x, gt_value_id y, gt_value_id dy, int ndims,
+                            const int *dims, bool keepdim);
+gt_value_id gt_broadcast_to(gt_graph *g, gt_value_id x, int ndim, const gt_expr *dims);
+gt_value_id gt_sum_to(gt_graph *g, gt_value_id x, int ndim, const gt_expr *dims);
+gt_value_id gt_reshape(gt_graph *g, gt_value_id x, int ndim, const gt_expr *dims);
+gt_value_id gt_transpose(gt_graph *g, gt_value_id x, int dim0, int dim1);
+gt_value_id gt_permute(gt_graph *g, gt_value_id x, int ndim, const int *perm);
+gt_value_id gt_slice(gt_graph *g, gt_value_id x, int dim, gt_expr start, gt_expr end);
+gt_value_id gt_slice_backward(gt_graph *g, gt_value_id dy, int dim, gt_expr start, gt_expr end,
+                              gt_expr size);
+gt_value_id gt_concat(gt_graph *g, int n, const gt_value_id *xs, int dim);
+/* Writes n outputs to outs; returns outs[0]. */
+gt_value_id gt_split(gt_graph *g, gt_value_id x, int dim, int n, const gt_expr *sizes,
+                     gt_value_id *outs);
+gt_value_id gt_matmul(gt_graph *g, gt_value_id a, gt_value_id b, bool trans_a, bool trans_b);
+gt_value_id gt_rms_norm(gt_graph *g, gt_value_id x, gt_value_id w, double eps);
+/* dx returned; dw written to *dw */
+gt_value_id gt_rms_norm_backward(gt_graph *g, gt_value_id x, gt_value_id w, gt_value_id dy,
+                                 double eps, gt_value_id *dw);
+
+typedef struct {
+    double theta;
+    double factor;
+    double low_freq_factor;
+    double high_freq_factor;
+    int64_t original_max_position; /* 0 = no llama3.1 scaling */
+} gt_rope_params;
+gt_value_id gt_rope(gt_graph *g, gt_value_id x, const gt_rope_params *p, bool inverse);
+
+/* out returned; lse written to *lse (may be NULL) */
+gt_value_id gt_sdpa(gt_graph *g, gt_value_id q, gt_value_id k, gt_value_id v, bool causal,
+                    double scale, gt_value_id *lse);
+/* dq returned; dk, dv written */
+gt_value_id gt_sdpa_backward(gt_graph *g, gt_value_id q, gt_value_id k, gt_value_id v,
+                             gt_value_id out, gt_value_id lse, gt_value_id dout, bool causal,
+                             double scale, gt_value_id *dk, gt_value_id *dv);
+gt_value_id gt_softmax(gt_graph *g, gt_value_id x, int dim);
+gt_value_id gt_softmax_backward(gt_graph *g, gt_value_id y, gt_value_id dy, int dim);
+gt_value_id gt_cross_entropy(gt_graph *g, gt_value_id logits, gt_value_id targets,
+                             int64_t ignore_index);
+gt_value_id gt_cross_entropy_backward(gt_graph *g, gt_value_id logits, gt_value_id targets,
+                                      gt_value_id dloss, int64_t ignore_index);
+gt_value_id gt_embedding(gt_graph *g, gt_value_id w, gt_value_id ids);
+gt_value_id gt_embedding_backward(gt_graph *g, gt_value_id ids, gt_value_id dy,
+                                  gt_expr num_embeddings);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

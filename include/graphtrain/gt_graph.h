@@ -1,0 +1,213 @@
+/* gt_graph.h — the IR (DESIGN.md §3): an index-based SSA graph.
+ *
+ * Values and nodes live in arrays and refer to each other by 32-bit index. Nodes are stored in a
+ * valid topological order (every input is a graph input or an output of an earlier node); the
+ * verifier checks it. Strings (fqn, tags, names) are interned in the graph's string table. Shapes
+ * are symbolic (gt_sym.h); the graph owns its expression pool. */
+#ifndef GRAPHTRAIN_GT_GRAPH_H
+#define GRAPHTRAIN_GT_GRAPH_H
+
+#include <stdio.h>
+
+#include "gt_core.h"
+#include "gt_sym.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef int32_t gt_value_id;
+typedef int32_t gt_node_id;
+typedef int32_t gt_str; /* index into the graph's string table; 0 = "" */
+#define GT_NONE (-1)
+
+#define GT_MAX_IN 8
+#define GT_MAX_OUT 8
+#define GT_MAX_TAGS 4
+#define GT_MAX_IATTR 8
+#define GT_MAX_FATTR 4
+#define GT_MAX_EATTR 8
+
+/* ---------------------------------------------------------------- ops */
+
+enum {
+    GT_OPF_ELEMENTWISE = 1 << 0,
+    GT_OPF_REDUCTION = 1 << 1,
+    GT_OPF_VIEW = 1 << 2,
+    GT_OPF_COLLECTIVE = 1 << 3,
+    GT_OPF_RANDOM = 1 << 4,
+    GT_OPF_SIDE_EFFECT = 1 << 5,
+    GT_OPF_SOURCE = 1 << 6, /* no inputs (constants) */
+};
+
+typedef enum {
+#define X(E, name, nin, nout, flags, schema) GT_OP_##E,
+#include "gt_ops.def"
+#undef X
+    GT_OP_COUNT
+} gt_op;
+
+/* Attributes: a fixed set of typed slots whose meaning each op's schema names (gt_ops.def). */
+typedef struct {
+    int64_t i[GT_MAX_IATTR];
+    double f[GT_MAX_FATTR];
+    gt_expr e[GT_MAX_EATTR];
+    uint8_t ni, nf, ne;
+} gt_attrs;
+
+typedef struct gt_graph gt_graph;
+typedef struct gt_node gt_node;
+
+/* Shape/dtype rule: from the node's inputs (already set) and attributes, fill the dtype and shape of
+ * each output. On misuse returns GT_ERR_SHAPE with a message naming the op, input and dims. */
+typedef struct {
+    gt_dtype dtype;
+    int ndim;
+    gt_expr dims[GT_MAX_DIMS];
+} gt_type;
+typedef gt_status (*gt_shape_rule)(gt_graph *g, const gt_node *n, gt_type *out_types, int *n_out,
+                                   gt_error *err);
+
+typedef struct {
+    const char *name;
+    int n_in;  /* -1 variadic */
+    int n_out; /* -1 from attributes */
+    unsigned flags;
+    const char *schema;
+    gt_shape_rule shape;
+} gt_op_info;
+
+const gt_op_info *gt_op_get(gt_op op);
+bool gt_op_from_name(const char *name, gt_op *out);
+
+/* ---------------------------------------------------------------- values and nodes */
+
+typedef enum { GT_PHASE_FORWARD = 0, GT_PHASE_BACKWARD, GT_PHASE_OPTIMIZER } gt_phase;
+const char *gt_phase_name(gt_phase p); /* "fwd", "bwd", "opt" */
+
+typedef struct {
+    gt_type type;
+    gt_node_id producer; /* GT_NONE for graph inputs */
+    int32_t producer_slot;
+    gt_str name; /* optional */
+} gt_value;
+
+struct gt_node {
+    gt_op op;
+    uint8_t n_in, n_out;
+    uint8_t phase;   /* gt_phase */
+    uint8_t n_tags;
+    gt_value_id in[GT_MAX_IN];
+    gt_value_id out[GT_MAX_OUT];
+    gt_attrs attrs;
+    gt_str fqn;        /* module path that built it: "layers.3.attention.wq" */
+    gt_node_id origin; /* backward node: the forward node it differentiates; else GT_NONE */
+    gt_str tags[GT_MAX_TAGS];
+};
+
+/* ---------------------------------------------------------------- graph inputs and outputs */
+
+typedef enum { GT_IN_PARAM = 0, GT_IN_BUFFER, GT_IN_OPT_STATE, GT_IN_INPUT } gt_input_kind;
+typedef enum {
+    GT_OUT_LOSS = 0,
+    GT_OUT_GRAD,
+    GT_OUT_PARAM_UPDATE,
+    GT_OUT_BUFFER_UPDATE,
+    GT_OUT_METRIC
+} gt_output_kind;
+const char *gt_input_kind_name(gt_input_kind k);   /* "PARAM", ... */
+const char *gt_output_kind_name(gt_output_kind k); /* "LOSS", ... */
+
+typedef struct {
+    gt_value_id value;
+    int kind;   /* gt_input_kind or gt_output_kind */
+    gt_str fqn; /* parameter/buffer fqn or input/metric name */
+} gt_io;
+
+/* ---------------------------------------------------------------- the graph */
+
+struct gt_graph {
+    gt_node *nodes;
+    int32_t n_nodes, cap_nodes;
+    gt_value *values;
+    int32_t n_values, cap_values;
+    gt_io *inputs;
+    int32_t n_inputs, cap_inputs;
+    gt_io *outputs;
+    int32_t n_outputs, cap_outputs;
+    gt_sym_pool *sym;
+    /* string table: concatenated NUL-terminated strings; offsets index it; a hash index dedups. */
+    char *str_data;
+    int32_t str_len, str_cap;
+    int32_t *str_offsets;
+    int32_t n_strs, cap_strs;
+    int32_t *str_index; /* open addressing, size str_index_cap, -1 empty */
+    int32_t str_index_cap;
+    /* Builder state: metadata stamped on every node added (never read at run time). */
+    gt_str cur_fqn;
+    gt_phase cur_phase;
+    gt_node_id cur_origin;
+    /* Sticky builder error: the first failing gt_graph_add_node records it here; later adds with
+     * a GT_NONE input return GT_NONE too, so model code checks once at the end. */
+    gt_error err;
+};
+
+gt_graph *gt_graph_new(void);
+void gt_graph_free(gt_graph *g);
+/* Deep copy (arrays, strings, expression pool). */
+gt_graph *gt_graph_copy(const gt_graph *g);
+
+gt_str gt_graph_intern(gt_graph *g, const char *s);
+const char *gt_graph_str(const gt_graph *g, gt_str s);
+
+/* Adds a graph input of the given type; returns its value. */
+gt_value_id gt_graph_add_input(gt_graph *g, gt_input_kind kind, const char *fqn, gt_dtype dt,
+                               int ndim, const gt_expr *dims);
+void gt_graph_add_output(gt_graph *g, gt_output_kind kind, const char *fqn, gt_value_id v);
+
+/* Appends a node: checks arity, runs the op's shape rule, creates the outputs, stamps the
+ * builder metadata. Writes the output ids to outs (may be NULL) and returns the first output, or
+ * GT_NONE on error (recorded in g->err; an input that is GT_NONE propagates silently). */
+gt_value_id gt_graph_add_node(gt_graph *g, gt_op op, const gt_value_id *in, int n_in,
+                              const gt_attrs *attrs, gt_value_id *outs);
+
+/* Builder metadata */
+void gt_graph_set_fqn(gt_graph *g, const char *fqn); /* NULL or "" clears */
+void gt_graph_add_tag(gt_graph *g, gt_node_id n, const char *tag);
+bool gt_node_has_tag(const gt_graph *g, const gt_node *n, const char *tag);
+
+static inline gt_value *gt_graph_value(gt_graph *g, gt_value_id v) { return &g->values[v]; }
+static inline const gt_type *gt_value_type(const gt_graph *g, gt_value_id v)
+{
+    return &g->values[v].type;
+}
+
+/* Concrete shape of a value under a binding of its symbols. */
+gt_status gt_graph_eval_shape(const gt_graph *g, gt_value_id v, const gt_sym_binding *b,
+                              int64_t *shape, gt_error *err);
+
+/* Verifier: SSA (each value produced once, inputs defined before use), order, arity, attribute
+ * counts, and shapes/dtypes (re-runs every shape rule and compares). Names the first bad node. */
+gt_status gt_graph_verify(const gt_graph *g, gt_error *err);
+
+/* Printer: one stable, diffable line per node, e.g.
+ *   %41 : f32[batch*seq, 768] = matmul(%40, %12; trans_a=0, trans_b=1)  # layers.0.feed_forward.w1 fwd
+ * preceded by one line per graph input and followed by one per output. */
+void gt_graph_print(const gt_graph *g, FILE *f);
+/* One node into buf; returns the length needed. */
+int gt_graph_format_node(const gt_graph *g, gt_node_id n, char *buf, size_t len);
+int gt_graph_format_type(const gt_graph *g, const gt_type *t, char *buf, size_t len);
+
+/* Copies nodes [first, last) of src into dst (which may be src), remapping inputs through map
+ * (indexed by src value id; GT_NONE entries map to themselves when dst == src, else error).
+ * On return map holds the copies' output ids. Used by remat and chunking. */
+gt_status gt_graph_copy_region(gt_graph *dst, const gt_graph *src, gt_node_id first,
+                               gt_node_id last, gt_value_id *map, gt_error *err);
+
+/* Number of nodes that use each value (array of n_values; caller frees). Graph outputs count. */
+int32_t *gt_graph_use_counts(const gt_graph *g);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

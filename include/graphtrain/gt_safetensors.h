@@ -1,0 +1,53 @@
+/* gt_safetensors.h — read and write the safetensors format (Hugging Face).
+ *
+ * File layout: u64 little-endian header length N, then N bytes of JSON
+ * {"name": {"dtype": "F32", "shape": [..], "data_offsets": [begin, end]}, ..., "__metadata__": {str: str}},
+ * then the data section; offsets are relative to it. Everything is validated before use: header
+ * length against the file size, JSON syntax, dtype names, shape × dtype size == end − begin,
+ * offsets inside the data section, no two tensors overlapping. Every error names the file and the
+ * tensor or field at fault. */
+#ifndef GRAPHTRAIN_GT_SAFETENSORS_H
+#define GRAPHTRAIN_GT_SAFETENSORS_H
+
+#include "gt_core.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct {
+    char *name;
+    gt_dtype dtype;
+    int ndim;
+    int64_t shape[GT_MAX_DIMS];
+    uint64_t begin, end; /* byte range inside the data section */
+} gt_st_entry;
+
+typedef struct {
+    char *path;
+    gt_st_entry *entries; /* in header order */
+    int n_entries;
+    char **meta_keys, **meta_values; /* __metadata__ */
+    int n_meta;
+    uint8_t *data; /* the data section, read into memory */
+    uint64_t data_len;
+} gt_safetensors;
+
+gt_status gt_safetensors_open(const char *path, gt_safetensors *st, gt_error *err);
+void gt_safetensors_close(gt_safetensors *st);
+const gt_st_entry *gt_safetensors_find(const gt_safetensors *st, const char *name);
+/* A copy of the named tensor (allocated; caller frees). Missing name: GT_ERR_INVALID naming it. */
+gt_status gt_safetensors_get(const gt_safetensors *st, const char *name, gt_tensor *out,
+                             gt_error *err);
+const char *gt_safetensors_meta(const gt_safetensors *st, const char *key); /* NULL if absent */
+
+/* Writes n tensors atomically (temporary name, fsync, rename). meta: n_meta key/value pairs. */
+gt_status gt_safetensors_write(const char *path, int n, const char *const *names,
+                               const gt_tensor *const *tensors, int n_meta,
+                               const char *const *meta_keys, const char *const *meta_values,
+                               gt_error *err);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,77 @@
+/* flops.c — FLOPs per node, summed over a graph (conventions in gt_flops.h). */
+#include <string.h>
+
+#include "graphtrain/gt_flops.h"
+
+static gt_status eval_dims(const gt_graph *g, gt_value_id v, const gt_sym_binding *b,
+                           int64_t *shape, int *ndim, gt_error *err)
+{
+    *ndim = g->values[v].type.ndim;
+    return gt_graph_eval_shape(g, v, b, shape, err);
+}
+
+static double numel(const int64_t *shape, int ndim)
+{
+    double n = 1;
+    for (int k = 0; k < ndim; k++) n *= (double)shape[k];
+    return n;
+}
+
+gt_status gt_graph_count_flops(const gt_graph *g, const gt_sym_binding *b, gt_flops *out,
+                               gt_error *err)
+{
+    memset(out, 0, sizeof *out);
+    int64_t sa[GT_MAX_DIMS], sb[GT_MAX_DIMS], so[GT_MAX_DIMS];
+    int na, nb, no;
+    for (gt_node_id n = 0; n < g->n_nodes; n++) {
+        const gt_node *node = &g->nodes[n];
+        const gt_op_info *info = gt_op_get(node->op);
+        double f = 0;
+        double *kind = &out->other;
+        if (node->n_out > 0) GT_TRY(eval_dims(g, node->out[0], b, so, &no, err));
+        switch (node->op) {
+        case GT_OP_MATMUL: {
+            /* out = [..., M, N]; K is a's contracted dim */
+            GT_TRY(eval_dims(g, node->in[0], b, sa, &na, err));
+            int64_t k = node->attrs.i[0] ? sa[na - 2] : sa[na - 1];
+            f = 2.0 * numel(so, no) * (double)k;
+            kind = &out->matmul;
+            break;
+        }
+        case GT_OP_SDPA:
+        case GT_OP_SDPA_BACKWARD: {
+            /* q [b, hq, s, d], k [b, hkv, t, d] */
+            GT_TRY(eval_dims(g, node->in[0], b, sa, &na, err));
+            GT_TRY(eval_dims(g, node->in[1], b, sb, &nb, err));
+            double dense = (double)sa[0] * (double)sa[1] * (double)sa[2] * (double)sb[2] *
+                           (double)sa[3];
+            f = (node->op == GT_OP_SDPA ? 4.0 : 8.0) * dense;
+            kind = &out->attention;
+            break;
+        }
+        default:
+            if (info->flags & GT_OPF_VIEW) break;
+            switch (node->op) {
+            case GT_OP_TRANSPOSE:
+            case GT_OP_PERMUTE:
+            case GT_OP_SLICE:
+            case GT_OP_SLICE_BACKWARD:
+            case GT_OP_CONCAT:
+            case GT_OP_SPLIT:
+            case GT_OP_BROADCAST_TO:
+            case GT_OP_CAST:
+            case GT_OP_FULL:
+                break;
+            default:
+                for (int k = 0; k < node->n_out; k++) {
+                    GT_TRY(eval_dims(g, node->out[k], b, so, &no, err));
+                    f += numel(so, no);
+                }
+            }
+        }
+        *kind += f;
+        out->by_phase[node->phase < 3 ? node->phase : 0] += f;
+        out->total += f;
+    }
+    return GT_OK;
+}
