@@ -139,7 +139,7 @@ void gt_philox4x32(const uint32_t counter[4], const uint32_t key[2], uint32_t ou
 void gt_rng_bits(uint64_t seed, uint64_t stream, uint64_t index, uint32_t round, uint32_t out[4]);
 /* Uniform in (0, 1): never 0, never 1. */
 double gt_rng_uniform(uint64_t seed, uint64_t stream, uint64_t index, uint32_t round);
-/* Standard normal (Box–Muller on the first two words of round `round`). */
+/* Standard normal: Box–Muller on two 53-bit uniforms of round `round` (words 0-1 and 2-3). */
 double gt_rng_normal(uint64_t seed, uint64_t stream, uint64_t index, uint32_t round);
 /* Normal(mean, std) restricted to [lo, hi] by rejection (rounds 0, 1, 2, …), as
  * torch.nn.init.trunc_normal_ samples the same distribution. */
