@@ -22,7 +22,7 @@ gt_status gt_graph_count_flops(const gt_graph *g, const gt_sym_binding *b, gt_fl
 {
     memset(out, 0, sizeof *out);
     int64_t sa[GT_MAX_DIMS], sb[GT_MAX_DIMS], so[GT_MAX_DIMS];
-    int na, nb, no;
+    int na = 0, nb = 0, no = 0;
     for (gt_node_id n = 0; n < g->n_nodes; n++) {
         const gt_node *node = &g->nodes[n];
         const gt_op_info *info = gt_op_get(node->op);
