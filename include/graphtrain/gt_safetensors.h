@@ -34,6 +34,9 @@ typedef struct {
 } gt_safetensors;
 
 gt_status gt_safetensors_open(const char *path, gt_safetensors *st, gt_error *err);
+/* Parses an in-memory file (buf is copied; name is used in messages and as st->path). */
+gt_status gt_safetensors_parse(const char *name, const uint8_t *buf, size_t len, gt_safetensors *st,
+                               gt_error *err);
 void gt_safetensors_close(gt_safetensors *st);
 const gt_st_entry *gt_safetensors_find(const gt_safetensors *st, const char *name);
 /* A copy of the named tensor (allocated; caller frees). Missing name: GT_ERR_INVALID naming it. */
