@@ -1,0 +1,80 @@
+/* region.c — gt_graph_copy_region: replay nodes [first, last) of src into dst with remapped
+ * inputs. Remat copies a forward region inside the same graph (dst == src) to recompute it;
+ * chunking copies a region once per chunk, into the same or a new graph.
+ *
+ * Each copy keeps op, attributes, fqn, phase and tags; its output types are re-derived by the shape
+ * rule from the remapped inputs (a chunk's inputs may be smaller than the original's). When dst is
+ * another graph, strings are re-interned and expressions imported into dst's pool. */
+#include <string.h>
+
+#include "ir/ir_internal.h"
+
+/* Moves an expression into dst's pool (a no-op within one graph). */
+static gt_expr move_expr(gt_graph *dst, const gt_graph *src, gt_expr e)
+{
+    if (dst == src || e == GT_EXPR_INVALID) return e;
+    return gt_sym_import(dst->sym, src->sym, e);
+}
+
+static gt_str move_str(gt_graph *dst, const gt_graph *src, gt_str s)
+{
+    if (dst == src) return s;
+    return gt_graph_intern(dst, gt_graph_str(src, s));
+}
+
+gt_status gt_graph_copy_region(gt_graph *dst, const gt_graph *src, gt_node_id first,
+                               gt_node_id last, gt_value_id *map, gt_error *err)
+{
+    if (first < 0 || last < first || last > src->n_nodes)
+        return gt_error_set(err, GT_ERR_INVALID,
+                            "copy region: [%d, %d) is not a node range of a graph with %d nodes",
+                            first, last, src->n_nodes);
+    if (!map && first < last)
+        return gt_error_set(err, GT_ERR_INVALID, "copy region: no value map given");
+    bool same = dst == src;
+    gt_node_id dst_first = dst->n_nodes;
+    for (gt_node_id id = first; id < last; id++) {
+        /* A copy, not a pointer: appending to dst may move src's node array when dst == src. */
+        gt_node n = src->nodes[id];
+        char label[256];
+        gt_node_label(src, &n, label, sizeof label);
+        for (int k = 0; k < n.n_in && k < GT_MAX_IN; k++) {
+            gt_value_id v = n.in[k];
+            if (v < 0 || v >= src->n_values)
+                return gt_error_set(err, GT_ERR_INVALID,
+                                    "copy region: node %d (%s): input %d is %%%d, not a value", id,
+                                    label, k, v);
+            gt_value_id m = map[v];
+            if (m == GT_NONE) {
+                if (!same)
+                    return gt_error_set(err, GT_ERR_INVALID,
+                                        "copy region: node %d (%s): input %%%d has no value in "
+                                        "the destination graph (map entry is GT_NONE)",
+                                        id, label, v);
+                m = v;
+            }
+            if (m < 0 || m >= dst->n_values)
+                return gt_error_set(err, GT_ERR_INVALID,
+                                    "copy region: node %d (%s): input %%%d maps to %%%d, not a "
+                                    "value of the destination",
+                                    id, label, v, m);
+            n.in[k] = m;
+        }
+        n.fqn = move_str(dst, src, n.fqn);
+        for (int k = 0; k < n.n_tags && k < GT_MAX_TAGS; k++)
+            n.tags[k] = move_str(dst, src, n.tags[k]);
+        for (int k = 0; k < n.attrs.ne && k < GT_MAX_EATTR; k++)
+            n.attrs.e[k] = move_expr(dst, src, n.attrs.e[k]);
+        /* origin names a node of src: keep it within one graph; across graphs only an origin
+         * inside the region has a counterpart (its copy). */
+        if (!same && n.origin != GT_NONE)
+            n.origin =
+                n.origin >= first && n.origin < id ? dst_first + (n.origin - first) : GT_NONE;
+        gt_status st = gt_graph_append_node(dst, &n, err);
+        if (st != GT_OK) return gt_error_wrap(err, "copy region: node %d", id);
+        const gt_node *orig = &src->nodes[id];
+        for (int k = 0; k < n.n_out; k++)
+            map[orig->out[k]] = n.out[k];
+    }
+    return GT_OK;
+}

@@ -1,0 +1,96 @@
+/* init.c — parameter initialisation from counter-based random numbers (DESIGN.md §6).
+ *
+ * Element k of parameter p is a pure function of (seed, gt_hash_str(p->fqn), k): it never depends
+ * on which other elements are drawn, by whom, or in what order. A rank holding any shard — rows,
+ * columns flattened to ranges, or a single element — initialises exactly the values of the full
+ * tensor at those positions, whatever the parallel layout. */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "graphtrain/gt_model.h"
+#include "graphtrain/gt_safetensors.h"
+
+static double gt_param_draw(const gt_param_spec *p, uint64_t seed, uint64_t stream, int64_t k)
+{
+    switch (p->init) {
+    case GT_INIT_ONES:
+        return 1.0;
+    case GT_INIT_ZEROS:
+        return 0.0;
+    case GT_INIT_NORMAL:
+        return p->std * gt_rng_normal(seed, stream, (uint64_t)k, 0);
+    case GT_INIT_TRUNC_NORMAL:
+        return gt_rng_trunc_normal(seed, stream, (uint64_t)k, 0.0, p->std, p->lo, p->hi);
+    }
+    GT_CHECK(!"unknown gt_init_kind");
+    return 0.0;
+}
+
+void gt_param_init(const gt_param_spec *p, uint64_t seed, int64_t start, int64_t count,
+                   gt_tensor *dst)
+{
+    GT_CHECK(start >= 0 && count >= 0);
+    GT_CHECK(start + count <= gt_shape_numel(p->ndim, p->shape));
+    GT_CHECK(gt_tensor_numel(dst) >= count && gt_dtype_is_float(dst->dtype));
+    uint64_t stream = gt_hash_str(p->fqn);
+    if (dst->dtype == GT_F32) {
+        float *out = dst->data;
+        for (int64_t k = 0; k < count; k++)
+            out[k] = (float)gt_param_draw(p, seed, stream, start + k);
+    } else {
+        /* Rounded through f32 first, so a bf16 shard equals the bf16 cast of the f32 tensor. */
+        for (int64_t k = 0; k < count; k++) {
+            gt_tensor_set_f32(dst, k, (float)gt_param_draw(p, seed, stream, start + k));
+        }
+    }
+}
+
+void gt_model_free(gt_model *m)
+{
+    if (!m) return;
+    free(m->params);
+    m->params = NULL;
+    m->n_params = 0;
+}
+
+gt_status gt_model_init_params(const gt_model *m, uint64_t seed, gt_tensor *params, gt_error *err)
+{
+    for (int k = 0; k < m->n_params; k++) {
+        const gt_param_spec *p = &m->params[k];
+        gt_status st = gt_tensor_alloc(&params[k], p->dtype, p->ndim, p->shape, err);
+        if (st != GT_OK) {
+            for (int j = 0; j < k; j++)
+                gt_tensor_free(&params[j]);
+            return gt_error_wrap(err, "initialising parameter '%s'", p->fqn);
+        }
+        gt_param_init(p, seed, 0, gt_tensor_numel(&params[k]), &params[k]);
+    }
+    return GT_OK;
+}
+
+gt_status gt_model_save_init(const gt_model *m, const char *flavor, uint64_t seed, const char *path,
+                             gt_error *err)
+{
+    gt_tensor *params = gt_xcalloc((size_t)m->n_params + 1, sizeof *params);
+    const char **names = gt_xcalloc((size_t)m->n_params + 1, sizeof *names);
+    const gt_tensor **ptrs = gt_xcalloc((size_t)m->n_params + 1, sizeof *ptrs);
+    gt_status st = gt_model_init_params(m, seed, params, err);
+    if (st == GT_OK) {
+        for (int k = 0; k < m->n_params; k++) {
+            names[k] = m->params[k].fqn;
+            ptrs[k] = &params[k];
+        }
+        char seed_text[32];
+        snprintf(seed_text, sizeof seed_text, "%" PRIu64, seed);
+        const char *keys[3] = {"format", "seed", "flavor"};
+        const char *values[3] = {"graphtrain", seed_text, flavor ? flavor : ""};
+        st = gt_safetensors_write(path, m->n_params, names, ptrs, 3, keys, values, err);
+        for (int k = 0; k < m->n_params; k++)
+            gt_tensor_free(&params[k]);
+    }
+    free(params);
+    free(names);
+    free(ptrs);
+    return st;
+}

@@ -1,0 +1,264 @@
+/* llama3.c — the llama3 forward + loss graph (torchtitan's Transformer), on symbolic [batch, seq].
+ *
+ *   h      = tok_embeddings[tokens]                                   [b, s, D]
+ *   per layer i (a pre-norm block):
+ *     x    = rms_norm(h) · attention_norm
+ *     q    = rope(x Wqᵀ as [b, s, H, hd]),  k = rope(x Wkᵀ as [b, s, Hkv, hd]),  v = x Wvᵀ
+ *     a    = sdpa(q, k, v; causal, scale 1/sqrt(hd)) over [b, heads, s, hd]  (GQA inside the op)
+ *     h    = h + (a as [b, s, H·hd]) Woᵀ
+ *     x    = rms_norm(h) · ffn_norm
+ *     h    = h + (silu(x W1ᵀ) ⊙ x W3ᵀ) W2ᵀ                                 (SwiGLU)
+ *   logits = (rms_norm(h) · norm) Woutputᵀ                              [b·s, V]
+ *   loss   = mean cross-entropy(logits, labels) over labels != −100
+ *
+ * Linear weights are stored [out, in] as in torch, so every projection is matmul(x, W, trans_b).
+ * RoPE uses the Hugging Face half-rotation layout, so the weights load into transformers'
+ * LlamaForCausalLM without the q/k permutation Meta's checkpoints need. Every node carries the fqn
+ * of the torchtitan module that computes it, so passes and dumps can group by module. */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "graphtrain/gt_build.h"
+#include "graphtrain/gt_model.h"
+
+typedef struct {
+    gt_graph *g;
+    const gt_llama3_config *cfg;
+    gt_model *model;
+    gt_expr b, s, bs; /* batch, seq, batch*seq */
+} gt_llama3_ctx;
+
+static void gt_llama3_set_fqn(gt_graph *g, const char *fmt, int64_t layer)
+{
+    char fqn[128];
+    snprintf(fqn, sizeof fqn, fmt, (long long)layer);
+    gt_graph_set_fqn(g, fqn);
+}
+
+/* Adds one f32 PARAM input and its init spec; the spec's fqn is the parameter's
+ * ("layers.3.attention.wq.weight"). */
+static gt_value_id gt_llama3_param(gt_llama3_ctx *c, const char *fqn, int64_t rows, int64_t cols,
+                                   gt_init_kind init, double std, double lo, double hi)
+{
+    gt_model *m = c->model;
+    gt_param_spec *p = &m->params[m->n_params++];
+    memset(p, 0, sizeof *p);
+    snprintf(p->fqn, sizeof p->fqn, "%s", fqn);
+    p->dtype = GT_F32;
+    p->ndim = cols > 0 ? 2 : 1;
+    p->shape[0] = rows;
+    p->shape[1] = cols > 0 ? cols : 0;
+    p->init = init;
+    p->std = std;
+    p->lo = lo;
+    p->hi = hi;
+
+    gt_expr dims[2] = {gt_c(c->g, rows), gt_c(c->g, cols)};
+    return gt_graph_add_input(c->g, GT_IN_PARAM, fqn, GT_F32, p->ndim, dims);
+}
+
+typedef struct {
+    gt_value_id wq, wk, wv, wo, attention_norm, w1, w2, w3, ffn_norm;
+} gt_llama3_layer_params;
+
+/* torchtitan's init for one block: wq/wk/wv/w1 trunc_normal(0.02) and the output projections
+ * wo/w2/w3 depth-scaled, std = 0.02 / sqrt(2 (i + 1)), both cut at torch's default absolute
+ * [-2, 2]; norms ones. */
+static void gt_llama3_layer_inputs(gt_llama3_ctx *c, int64_t i, gt_llama3_layer_params *lp)
+{
+    const gt_llama3_config *cfg = c->cfg;
+    int64_t D = cfg->dim, F = cfg->ffn_hidden, hd = cfg->dim / cfg->n_heads;
+    int64_t q_out = cfg->n_heads * hd, kv_out = cfg->n_kv_heads * hd;
+    double std = cfg->depth_init_base_std, depth_std = std / sqrt(2.0 * (double)(i + 1));
+    char fqn[128];
+
+#define GT_LLAMA3_NAME(suffix) (snprintf(fqn, sizeof fqn, "layers.%lld." suffix, (long long)i), fqn)
+    lp->wq = gt_llama3_param(c, GT_LLAMA3_NAME("attention.wq.weight"), q_out, D,
+                             GT_INIT_TRUNC_NORMAL, std, -2.0, 2.0);
+    lp->wk = gt_llama3_param(c, GT_LLAMA3_NAME("attention.wk.weight"), kv_out, D,
+                             GT_INIT_TRUNC_NORMAL, std, -2.0, 2.0);
+    lp->wv = gt_llama3_param(c, GT_LLAMA3_NAME("attention.wv.weight"), kv_out, D,
+                             GT_INIT_TRUNC_NORMAL, std, -2.0, 2.0);
+    lp->wo = gt_llama3_param(c, GT_LLAMA3_NAME("attention.wo.weight"), D, q_out,
+                             GT_INIT_TRUNC_NORMAL, depth_std, -2.0, 2.0);
+    lp->attention_norm =
+        gt_llama3_param(c, GT_LLAMA3_NAME("attention_norm.weight"), D, 0, GT_INIT_ONES, 0, 0, 0);
+    lp->w1 = gt_llama3_param(c, GT_LLAMA3_NAME("feed_forward.w1.weight"), F, D,
+                             GT_INIT_TRUNC_NORMAL, std, -2.0, 2.0);
+    lp->w2 = gt_llama3_param(c, GT_LLAMA3_NAME("feed_forward.w2.weight"), D, F,
+                             GT_INIT_TRUNC_NORMAL, depth_std, -2.0, 2.0);
+    lp->w3 = gt_llama3_param(c, GT_LLAMA3_NAME("feed_forward.w3.weight"), F, D,
+                             GT_INIT_TRUNC_NORMAL, depth_std, -2.0, 2.0);
+    lp->ffn_norm =
+        gt_llama3_param(c, GT_LLAMA3_NAME("ffn_norm.weight"), D, 0, GT_INIT_ONES, 0, 0, 0);
+#undef GT_LLAMA3_NAME
+}
+
+/* x: [b, s, D] → [b, heads, s, hd]: project, split heads, and (for q and k) rotate. */
+static gt_value_id gt_llama3_heads(gt_llama3_ctx *c, int64_t i, const char *proj, gt_value_id x,
+                                   gt_value_id w, int64_t heads, bool rotate)
+{
+    gt_graph *g = c->g;
+    const gt_llama3_config *cfg = c->cfg;
+    int64_t hd = cfg->dim / cfg->n_heads;
+    char fqn[128];
+    snprintf(fqn, sizeof fqn, "layers.%lld.attention.%s", (long long)i, proj);
+    gt_graph_set_fqn(g, fqn);
+    gt_value_id y = gt_matmul(g, x, w, false, true);
+    gt_expr split[4] = {c->b, c->s, gt_c(g, heads), gt_c(g, hd)};
+    y = gt_reshape(g, y, 4, split);
+    if (rotate) {
+        gt_llama3_set_fqn(g, "layers.%lld.attention.rope", i);
+        gt_rope_params rp = {
+            .theta = cfg->rope_theta,
+            .factor = cfg->rope_factor,
+            .low_freq_factor = cfg->rope_low_freq_factor,
+            .high_freq_factor = cfg->rope_high_freq_factor,
+            .original_max_position = cfg->rope_original_max_position,
+        };
+        y = gt_rope(g, y, &rp, false);
+    }
+    gt_llama3_set_fqn(g, "layers.%lld.attention.sdpa", i);
+    return gt_transpose(g, y, 1, 2);
+}
+
+static gt_value_id gt_llama3_block(gt_llama3_ctx *c, int64_t i, gt_value_id h)
+{
+    gt_graph *g = c->g;
+    const gt_llama3_config *cfg = c->cfg;
+    int64_t hd = cfg->dim / cfg->n_heads;
+    gt_llama3_layer_params lp;
+    gt_llama3_layer_inputs(c, i, &lp);
+
+    gt_llama3_set_fqn(g, "layers.%lld.attention_norm", i);
+    gt_value_id x = gt_rms_norm(g, h, lp.attention_norm, cfg->norm_eps);
+    gt_value_id q = gt_llama3_heads(c, i, "wq", x, lp.wq, cfg->n_heads, true);
+    gt_value_id k = gt_llama3_heads(c, i, "wk", x, lp.wk, cfg->n_kv_heads, true);
+    gt_value_id v = gt_llama3_heads(c, i, "wv", x, lp.wv, cfg->n_kv_heads, false);
+
+    gt_llama3_set_fqn(g, "layers.%lld.attention.sdpa", i);
+    gt_value_id a = gt_sdpa(g, q, k, v, true, 1.0 / sqrt((double)hd), NULL);
+    a = gt_transpose(g, a, 1, 2); /* [b, s, H, hd] */
+    gt_llama3_set_fqn(g, "layers.%lld.attention.wo", i);
+    gt_expr merged[3] = {c->b, c->s, gt_c(g, cfg->n_heads * hd)};
+    a = gt_reshape(g, a, 3, merged);
+    a = gt_matmul(g, a, lp.wo, false, true);
+    gt_llama3_set_fqn(g, "layers.%lld", i);
+    h = gt_add(g, h, a);
+
+    gt_llama3_set_fqn(g, "layers.%lld.ffn_norm", i);
+    x = gt_rms_norm(g, h, lp.ffn_norm, cfg->norm_eps);
+    gt_llama3_set_fqn(g, "layers.%lld.feed_forward.w1", i);
+    gt_value_id gate = gt_matmul(g, x, lp.w1, false, true);
+    gt_llama3_set_fqn(g, "layers.%lld.feed_forward.w3", i);
+    gt_value_id up = gt_matmul(g, x, lp.w3, false, true);
+    gt_llama3_set_fqn(g, "layers.%lld.feed_forward", i);
+    gt_value_id act = gt_mul(g, gt_unary(g, GT_OP_SILU, gate), up);
+    gt_llama3_set_fqn(g, "layers.%lld.feed_forward.w2", i);
+    gt_value_id ffn = gt_matmul(g, act, lp.w2, false, true);
+    gt_llama3_set_fqn(g, "layers.%lld", i);
+    return gt_add(g, h, ffn);
+}
+
+static gt_status gt_llama3_check_config(const gt_llama3_config *cfg, gt_error *err)
+{
+    const char *name = cfg->flavor[0] ? cfg->flavor : "(unnamed)";
+    if (cfg->dim <= 0 || cfg->n_layers <= 0 || cfg->n_heads <= 0 || cfg->n_kv_heads <= 0 ||
+        cfg->vocab_size <= 0 || cfg->ffn_hidden <= 0) {
+        return gt_error_set(err, GT_ERR_INVALID,
+                            "llama3 flavor '%s': dim %lld, n_layers %lld, n_heads %lld, "
+                            "n_kv_heads %lld, vocab_size %lld, ffn_hidden %lld must all be > 0",
+                            name, (long long)cfg->dim, (long long)cfg->n_layers,
+                            (long long)cfg->n_heads, (long long)cfg->n_kv_heads,
+                            (long long)cfg->vocab_size, (long long)cfg->ffn_hidden);
+    }
+    if (cfg->n_layers > 100000) {
+        return gt_error_set(err, GT_ERR_INVALID, "llama3 flavor '%s': n_layers %lld is too large",
+                            name, (long long)cfg->n_layers);
+    }
+    if (cfg->dim % cfg->n_heads != 0 || (cfg->dim / cfg->n_heads) % 2 != 0) {
+        return gt_error_set(err, GT_ERR_INVALID,
+                            "llama3 flavor '%s': dim %lld must split into %lld heads of an even "
+                            "head dim (RoPE rotates pairs)",
+                            name, (long long)cfg->dim, (long long)cfg->n_heads);
+    }
+    if (cfg->n_heads % cfg->n_kv_heads != 0) {
+        return gt_error_set(
+            err, GT_ERR_INVALID,
+            "llama3 flavor '%s': n_heads %lld must be a multiple of n_kv_heads %lld", name,
+            (long long)cfg->n_heads, (long long)cfg->n_kv_heads);
+    }
+    if (!(cfg->norm_eps > 0.0) || !(cfg->rope_theta > 0.0) || !(cfg->depth_init_base_std > 0.0)) {
+        return gt_error_set(err, GT_ERR_INVALID,
+                            "llama3 flavor '%s': norm_eps, rope_theta and depth_init_base_std "
+                            "must be > 0",
+                            name);
+    }
+    if (cfg->rope_original_max_position < 0 ||
+        (cfg->rope_original_max_position > 0 &&
+         !(cfg->rope_factor > 0.0 && cfg->rope_high_freq_factor > cfg->rope_low_freq_factor &&
+           cfg->rope_low_freq_factor > 0.0))) {
+        return gt_error_set(err, GT_ERR_INVALID,
+                            "llama3 flavor '%s': RoPE scaling needs factor > 0 and "
+                            "high_freq_factor > low_freq_factor > 0",
+                            name);
+    }
+    return GT_OK;
+}
+
+gt_status gt_llama3_build(gt_graph *g, const gt_llama3_config *cfg, gt_model *model, gt_error *err)
+{
+    memset(model, 0, sizeof *model);
+    GT_TRY(gt_llama3_check_config(cfg, err));
+
+    /* tok_embeddings + 9 per layer + norm + output */
+    int n_params = (int)(1 + 9 * cfg->n_layers + 2);
+    model->params = gt_xcalloc((size_t)n_params, sizeof *model->params);
+    gt_llama3_ctx c = {.g = g, .cfg = cfg, .model = model};
+    c.b = gt_sym_var(g->sym, "batch");
+    c.s = gt_sym_var(g->sym, "seq");
+    c.bs = gt_sym_mul(g->sym, c.b, c.s);
+    int64_t D = cfg->dim, V = cfg->vocab_size;
+
+    gt_expr tokens_dims[2] = {c.b, c.s};
+    model->tokens = gt_graph_add_input(g, GT_IN_INPUT, "tokens", GT_I64, 2, tokens_dims);
+    model->labels = gt_graph_add_input(g, GT_IN_INPUT, "labels", GT_I64, 2, tokens_dims);
+
+    /* Embedding N(0, 1), as torchtitan's nn.init.normal_. */
+    gt_value_id tok = gt_llama3_param(&c, "tok_embeddings.weight", V, D, GT_INIT_NORMAL, 1.0, 0, 0);
+    gt_graph_set_fqn(g, "tok_embeddings");
+    gt_value_id h = gt_embedding(g, tok, model->tokens);
+
+    for (int64_t i = 0; i < cfg->n_layers; i++)
+        h = gt_llama3_block(&c, i, h);
+
+    /* The final projection: trunc_normal with std dim^-1/2 cut at ±3 std (torchtitan). */
+    gt_value_id norm_w = gt_llama3_param(&c, "norm.weight", D, 0, GT_INIT_ONES, 0, 0, 0);
+    double out_std = 1.0 / sqrt((double)D);
+    gt_value_id out_w = gt_llama3_param(&c, "output.weight", V, D, GT_INIT_TRUNC_NORMAL, out_std,
+                                        -3.0 * out_std, 3.0 * out_std);
+    GT_CHECK(model->n_params == n_params);
+
+    gt_graph_set_fqn(g, "norm");
+    h = gt_rms_norm(g, h, norm_w, cfg->norm_eps);
+    gt_graph_set_fqn(g, "output");
+    gt_value_id logits = gt_matmul(g, h, out_w, false, true);
+    gt_expr flat_logits[2] = {c.bs, gt_c(g, V)};
+    model->logits = gt_reshape(g, logits, 2, flat_logits);
+
+    gt_graph_set_fqn(g, "loss");
+    gt_expr flat_labels[1] = {c.bs};
+    gt_value_id labels = gt_reshape(g, model->labels, 1, flat_labels);
+    model->loss = gt_cross_entropy(g, model->logits, labels, -100);
+    gt_graph_set_fqn(g, NULL);
+
+    if (g->err.code != GT_OK) {
+        gt_status st = gt_error_set(err, g->err.code, "%s", g->err.msg);
+        gt_error_wrap(err, "building llama3 flavor '%s'", cfg->flavor);
+        gt_model_free(model);
+        return st;
+    }
+    gt_graph_add_output(g, GT_OUT_LOSS, "loss", model->loss);
+    return GT_OK;
+}
