@@ -31,7 +31,10 @@ typedef struct {
  * naming the op and the offending value. */
 gt_status gt_cpu_run_kernel(const gt_kernel_call *call, gt_error *err);
 
-/* Number of threads the CPU kernels may use (OpenBLAS included); results do not depend on it. */
+/* Number of threads the CPU kernels may use (OpenBLAS included; n <= 0 leaves it unchanged).
+ * Results are bitwise identical run to run at a fixed count; OpenBLAS sgemm rounding can differ
+ * between counts (its thread split picks edge vs full-tile micro-kernels), so keep the count
+ * fixed when comparing bits across runs. */
 void gt_cpu_set_threads(int n);
 
 #ifdef __cplusplus

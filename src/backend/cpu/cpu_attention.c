@@ -1,0 +1,206 @@
+/* cpu_attention.c — scaled dot-product attention (sdpa) and its backward.
+ *
+ *   q: [b, hq, s, d], k: [b, hkv, t, d], v: [b, hkv, t, dv]; query head h reads kv head
+ *   h / (hq / hkv) (grouped-query attention). Per (batch, head), with S = scale * q k^T:
+ *     lse_i = log sum_{j unmasked} exp(S_ij)        (causal masks j > i; needs s == t)
+ *     P = exp(S - lse),  out = P v.
+ *   Backward, recomputing P from lse (nothing of size s x t is saved):
+ *     dV = P^T dO;  dP = dO V^T;  D_i = sum_c dO_ic O_ic;  dS = P * (dP - D_i);
+ *     dQ = scale * dS K;  dK = scale * dS^T Q.
+ *   dK and dV of a kv head sum over the query heads of its group, in head order.
+ *
+ * Queries go in blocks of GT_CPU_ATTN_ROWS rows, so the score buffer is [rows, t] rather than
+ * [s, t]; with causal masking a block only reads keys up to its last row. The matrix products are
+ * sgemm calls (deterministic); softmax sums are double. Block sizes are constants, so the order of
+ * every sum is fixed: identical bits run to run (at a fixed OpenBLAS thread count, see
+ * cpu_matmul.c). */
+#include "cpu_internal.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define GT_CPU_ATTN_ROWS 128
+
+typedef struct {
+    int64_t b, hq, hkv, s, t, d, dv;
+    bool causal;
+    float scale;
+} gt_cpu_attn;
+
+static gt_status gt_cpu_attn_shapes(const gt_kernel_call *c, gt_cpu_attn *a, gt_error *err)
+{
+    GT_TRY(gt_cpu_want_attrs(c, 1, 1, 0, err));
+    const gt_tensor *q = c->in[0], *k = c->in[1], *v = c->in[2];
+    GT_TRY(gt_cpu_want_f32(c, q, "q", err));
+    GT_TRY(gt_cpu_want_f32(c, k, "k", err));
+    GT_TRY(gt_cpu_want_f32(c, v, "v", err));
+    GT_TRY(gt_cpu_want_rank(c, q, "q", 4, err));
+    GT_TRY(gt_cpu_want_rank(c, k, "k", 4, err));
+    GT_TRY(gt_cpu_want_rank(c, v, "v", 4, err));
+    *a = (gt_cpu_attn){.b = q->shape[0],
+                       .hq = q->shape[1],
+                       .hkv = k->shape[1],
+                       .s = q->shape[2],
+                       .t = k->shape[2],
+                       .d = q->shape[3],
+                       .dv = v->shape[3],
+                       .causal = c->i[0] != 0,
+                       .scale = (float)c->f[0]};
+    char bq[128], bk[128], bv[128];
+    if (k->shape[0] != a->b || v->shape[0] != a->b || v->shape[1] != a->hkv ||
+        v->shape[2] != a->t || k->shape[3] != a->d || a->hkv == 0 || a->hq % a->hkv != 0 ||
+        !gt_cpu_gemm_fits(a->s, a->t, a->d) || !gt_cpu_gemm_fits(a->dv, 1, 1))
+        return gt_error_set(err, GT_ERR_SHAPE,
+                            "%s: q %s, k %s, v %s: expected q [b, hq, s, d], k [b, hkv, t, d], v "
+                            "[b, hkv, t, dv] with hq a multiple of hkv",
+                            gt_cpu_op_name(c->op), gt_cpu_fmt(q, bq, sizeof bq),
+                            gt_cpu_fmt(k, bk, sizeof bk), gt_cpu_fmt(v, bv, sizeof bv));
+    if (a->causal && a->s != a->t)
+        return gt_error_set(err, GT_ERR_INVALID,
+                            "%s: causal attention needs as many queries as keys, got s = %lld, "
+                            "t = %lld",
+                            gt_cpu_op_name(c->op), (long long)a->s, (long long)a->t);
+    return GT_OK;
+}
+
+/* Checks t's shape is [b, h, n, last] (n and last as given; last < 0 = rank 3 [b, h, n]). */
+static gt_status gt_cpu_attn_want(const gt_kernel_call *c, const gt_tensor *t, const char *what,
+                                  const gt_cpu_attn *a, int64_t h, int64_t n, int64_t last,
+                                  gt_error *err)
+{
+    GT_TRY(gt_cpu_want_f32(c, t, what, err));
+    int rank = last < 0 ? 3 : 4;
+    bool ok = t->ndim == rank && t->shape[0] == a->b && t->shape[1] == h && t->shape[2] == n &&
+              (rank == 3 || t->shape[3] == last);
+    if (ok) return GT_OK;
+    char bt[128];
+    return gt_error_set(err, GT_ERR_SHAPE, "%s: %s is %s, expected [%lld, %lld, %lld%s%lld]",
+                        gt_cpu_op_name(c->op), what, gt_cpu_fmt(t, bt, sizeof bt), (long long)a->b,
+                        (long long)h, (long long)n, rank == 4 ? ", " : "",
+                        rank == 4 ? (long long)last : 0LL);
+}
+
+/* Number of keys query row i sees. */
+static inline int64_t gt_cpu_attn_keys(const gt_cpu_attn *a, int64_t i)
+{
+    return a->causal ? i + 1 : a->t;
+}
+
+gt_status gt_cpu_sdpa(const gt_kernel_call *c, gt_error *err)
+{
+    gt_cpu_attn a;
+    GT_TRY(gt_cpu_attn_shapes(c, &a, err));
+    GT_TRY(gt_cpu_attn_want(c, c->out[0], "out", &a, a.hq, a.s, a.dv, err));
+    GT_TRY(gt_cpu_attn_want(c, c->out[1], "lse", &a, a.hq, a.s, -1, err));
+    if (a.b * a.hq * a.s == 0) return GT_OK;
+    float *sc = malloc((size_t)(GT_CPU_ATTN_ROWS * (a.t > 0 ? a.t : 1)) * sizeof *sc);
+    if (!sc)
+        return gt_error_set(err, GT_ERR_NOMEM, "sdpa: out of memory for a %d x %lld score block",
+                            GT_CPU_ATTN_ROWS, (long long)a.t);
+    const float *q = c->in[0]->data, *k = c->in[1]->data, *v = c->in[2]->data;
+    float *out = c->out[0]->data, *lse = c->out[1]->data;
+    int64_t group = a.hq / a.hkv;
+    for (int64_t bi = 0; bi < a.b; bi++) {
+        for (int64_t h = 0; h < a.hq; h++) {
+            int64_t qh = bi * a.hq + h, kh = bi * a.hkv + h / group;
+            const float *kp = k + kh * a.t * a.d, *vp = v + kh * a.t * a.dv;
+            for (int64_t i0 = 0; i0 < a.s; i0 += GT_CPU_ATTN_ROWS) {
+                int64_t rows = a.s - i0 < GT_CPU_ATTN_ROWS ? a.s - i0 : GT_CPU_ATTN_ROWS;
+                int64_t tb = a.causal ? i0 + rows : a.t; /* keys any row of the block sees */
+                const float *qp = q + (qh * a.s + i0) * a.d;
+                gt_cpu_sgemm(false, true, rows, tb, a.d, a.scale, qp, kp, 0.0f, sc);
+                for (int64_t r = 0; r < rows; r++) {
+                    float *row = sc + r * tb;
+                    int64_t nk = gt_cpu_attn_keys(&a, i0 + r);
+                    float m = -INFINITY;
+                    for (int64_t j = 0; j < nk; j++)
+                        m = row[j] > m ? row[j] : m;
+                    double sum = 0.0;
+                    for (int64_t j = 0; j < nk; j++) {
+                        row[j] = expf(row[j] - m);
+                        sum += row[j];
+                    }
+                    float inv = (float)(1.0 / sum);
+                    for (int64_t j = 0; j < nk; j++)
+                        row[j] *= inv;
+                    for (int64_t j = nk; j < tb; j++)
+                        row[j] = 0.0f;
+                    /* No visible key (t == 0): lse = -inf and the row of out is 0. */
+                    lse[qh * a.s + i0 + r] = nk > 0 ? (float)((double)m + log(sum)) : -INFINITY;
+                }
+                gt_cpu_sgemm(false, false, rows, a.dv, tb, 1.0f, sc, vp, 0.0f,
+                             out + (qh * a.s + i0) * a.dv);
+            }
+        }
+    }
+    free(sc);
+    return GT_OK;
+}
+
+gt_status gt_cpu_sdpa_backward(const gt_kernel_call *c, gt_error *err)
+{
+    gt_cpu_attn a;
+    GT_TRY(gt_cpu_attn_shapes(c, &a, err));
+    GT_TRY(gt_cpu_attn_want(c, c->in[3], "out", &a, a.hq, a.s, a.dv, err));
+    GT_TRY(gt_cpu_attn_want(c, c->in[4], "lse", &a, a.hq, a.s, -1, err));
+    GT_TRY(gt_cpu_attn_want(c, c->in[5], "dout", &a, a.hq, a.s, a.dv, err));
+    GT_TRY(gt_cpu_attn_want(c, c->out[0], "dq", &a, a.hq, a.s, a.d, err));
+    GT_TRY(gt_cpu_attn_want(c, c->out[1], "dk", &a, a.hkv, a.t, a.d, err));
+    GT_TRY(gt_cpu_attn_want(c, c->out[2], "dv", &a, a.hkv, a.t, a.dv, err));
+    const float *q = c->in[0]->data, *k = c->in[1]->data, *v = c->in[2]->data;
+    const float *o = c->in[3]->data, *lse = c->in[4]->data, *dout = c->in[5]->data;
+    float *dq = c->out[0]->data, *dk = c->out[1]->data, *dv = c->out[2]->data;
+    /* dk and dv accumulate over query heads and row blocks (sgemm with beta = 1). */
+    if (gt_tensor_nbytes(c->out[1]) > 0) memset(dk, 0, gt_tensor_nbytes(c->out[1]));
+    if (gt_tensor_nbytes(c->out[2]) > 0) memset(dv, 0, gt_tensor_nbytes(c->out[2]));
+    if (a.b * a.hq * a.s == 0) return GT_OK;
+    size_t blk = (size_t)(GT_CPU_ATTN_ROWS * (a.t > 0 ? a.t : 1));
+    float *p = malloc(blk * sizeof *p), *dp = malloc(blk * sizeof *dp);
+    if (!p || !dp) {
+        free(p);
+        free(dp);
+        return gt_error_set(err, GT_ERR_NOMEM, "sdpa_backward: out of memory for %d x %lld blocks",
+                            GT_CPU_ATTN_ROWS, (long long)a.t);
+    }
+    int64_t group = a.hq / a.hkv;
+    for (int64_t bi = 0; bi < a.b; bi++) {
+        for (int64_t h = 0; h < a.hq; h++) {
+            int64_t qh = bi * a.hq + h, kh = bi * a.hkv + h / group;
+            const float *kp = k + kh * a.t * a.d, *vp = v + kh * a.t * a.dv;
+            float *dkp = dk + kh * a.t * a.d, *dvp = dv + kh * a.t * a.dv;
+            for (int64_t i0 = 0; i0 < a.s; i0 += GT_CPU_ATTN_ROWS) {
+                int64_t rows = a.s - i0 < GT_CPU_ATTN_ROWS ? a.s - i0 : GT_CPU_ATTN_ROWS;
+                int64_t tb = a.causal ? i0 + rows : a.t;
+                int64_t qo = qh * a.s + i0;
+                const float *qp = q + qo * a.d, *op = o + qo * a.dv, *gp = dout + qo * a.dv;
+                /* P = exp(scale q k^T - lse), 0 where masked or where no key is visible. */
+                gt_cpu_sgemm(false, true, rows, tb, a.d, a.scale, qp, kp, 0.0f, p);
+                for (int64_t r = 0; r < rows; r++) {
+                    float *row = p + r * tb, l = lse[qo + r];
+                    int64_t nk = isinf(l) && l < 0 ? 0 : gt_cpu_attn_keys(&a, i0 + r);
+                    for (int64_t j = 0; j < nk; j++)
+                        row[j] = expf(row[j] - l);
+                    for (int64_t j = nk; j < tb; j++)
+                        row[j] = 0.0f;
+                }
+                gt_cpu_sgemm(true, false, tb, a.dv, rows, 1.0f, p, gp, 1.0f,
+                             dvp); /* dV += P^T dO */
+                gt_cpu_sgemm(false, true, rows, tb, a.dv, 1.0f, gp, vp, 0.0f, dp); /* dP = dO V^T */
+                for (int64_t r = 0; r < rows; r++) {
+                    double dsum = 0.0; /* D_i = dO_i . O_i */
+                    for (int64_t j = 0; j < a.dv; j++)
+                        dsum += (double)gp[r * a.dv + j] * op[r * a.dv + j];
+                    float di = (float)dsum, *pr = p + r * tb, *dr = dp + r * tb;
+                    for (int64_t j = 0; j < tb; j++)
+                        dr[j] = pr[j] * (dr[j] - di);
+                }
+                gt_cpu_sgemm(false, false, rows, a.d, tb, a.scale, dp, kp, 0.0f, dq + qo * a.d);
+                gt_cpu_sgemm(true, false, tb, a.d, rows, a.scale, dp, qp, 1.0f, dkp);
+            }
+        }
+    }
+    free(p);
+    free(dp);
+    return GT_OK;
+}

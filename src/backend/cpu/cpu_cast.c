@@ -1,0 +1,122 @@
+/* cpu_cast.c — full and cast: the two kernels that produce a dtype of their own choosing, so they
+ * write the stored representation of every dtype directly (no f32 wrapper).
+ *
+ * Conversions round to nearest even (float -> narrower float); float -> integer truncates toward
+ * zero and saturates, NaN -> 0 (core's gt_tensor_set_f32 rules); bool is value != 0. A bf16/f16
+ * value fits f32 exactly, so bf16 <-> f16 rounds once. */
+#include "cpu_internal.h"
+
+#include <math.h>
+#include <string.h>
+
+gt_status gt_cpu_full(const gt_kernel_call *c, gt_error *err)
+{
+    GT_TRY(gt_cpu_want_attrs(c, 1, 1, 0, err));
+    gt_tensor *out = c->out[0];
+    if (c->i[0] != (int64_t)out->dtype)
+        return gt_error_set(err, GT_ERR_SHAPE, "full: attribute dtype %lld but output is %s",
+                            (long long)c->i[0], gt_dtype_name(out->dtype));
+    bool shape_ok = c->ne == out->ndim && (c->ne == 0 || c->e);
+    for (int d = 0; shape_ok && d < out->ndim; d++)
+        shape_ok = c->e[d] == out->shape[d];
+    if (!shape_ok) {
+        char b[128];
+        return gt_error_set(err, GT_ERR_SHAPE, "full: output %s does not match the shape attribute",
+                            gt_cpu_fmt(out, b, sizeof b));
+    }
+    int64_t n = gt_tensor_numel(out);
+    if (n == 0) return GT_OK;
+    /* Store the value once in the output's representation, then replicate those bytes. The value
+     * is rounded to f32 first (attributes are doubles), then to the output dtype. */
+    gt_tensor one;
+    uint8_t bits[8] = {0};
+    int64_t one_shape[1] = {1};
+    gt_tensor_wrap(&one, out->dtype, 1, one_shape, bits);
+    double v = c->f[0];
+    if (out->dtype == GT_I64) {
+        int64_t iv = isnan(v) ? 0 : v >= 0x1p63 ? INT64_MAX : v <= -0x1p63 ? INT64_MIN : (int64_t)v;
+        memcpy(bits, &iv, sizeof iv); /* through f32 would lose integers above 2^24 */
+    } else if (out->dtype == GT_I32) {
+        int32_t iv = isnan(v)             ? 0
+                     : v >= 2147483647.0  ? INT32_MAX
+                     : v <= -2147483648.0 ? INT32_MIN
+                                          : (int32_t)v;
+        memcpy(bits, &iv, sizeof iv);
+    } else if (out->dtype == GT_BOOL) {
+        bits[0] = v != 0.0;
+    } else {
+        gt_tensor_set_f32(&one, 0, (float)v);
+    }
+    size_t es = gt_dtype_size(out->dtype);
+    uint8_t *p = out->data;
+    switch (es) {
+    case 1:
+        memset(p, bits[0], (size_t)n);
+        break;
+    case 2: {
+        uint16_t w;
+        memcpy(&w, bits, 2);
+        for (int64_t k = 0; k < n; k++)
+            ((uint16_t *)p)[k] = w;
+        break;
+    }
+    case 4: {
+        uint32_t w;
+        memcpy(&w, bits, 4);
+        for (int64_t k = 0; k < n; k++)
+            ((uint32_t *)p)[k] = w;
+        break;
+    }
+    default: {
+        uint64_t w;
+        memcpy(&w, bits, 8);
+        for (int64_t k = 0; k < n; k++)
+            ((uint64_t *)p)[k] = w;
+        break;
+    }
+    }
+    return GT_OK;
+}
+
+gt_status gt_cpu_cast(const gt_kernel_call *c, gt_error *err)
+{
+    GT_TRY(gt_cpu_want_attrs(c, 1, 0, 0, err));
+    const gt_tensor *x = c->in[0];
+    gt_tensor *out = c->out[0];
+    if (c->i[0] != (int64_t)out->dtype)
+        return gt_error_set(err, GT_ERR_SHAPE, "cast: attribute dtype %lld but output is %s",
+                            (long long)c->i[0], gt_dtype_name(out->dtype));
+    GT_TRY(gt_cpu_want_same_shape(c, x, "input", out, "output", err));
+    int64_t n = gt_tensor_numel(x);
+    if (n == 0) return GT_OK;
+    if (x->dtype == out->dtype) {
+        if (x->data != out->data) memmove(out->data, x->data, gt_tensor_nbytes(x));
+        return GT_OK;
+    }
+    /* The hot conversions of mixed precision get plain loops; the rest go element by element
+     * through core's converter. */
+    if (x->dtype == GT_F32 && out->dtype == GT_BF16) {
+        const float *s = x->data;
+        uint16_t *d = out->data;
+        for (int64_t k = 0; k < n; k++)
+            d[k] = gt_f32_to_bf16(s[k]);
+    } else if (x->dtype == GT_BF16 && out->dtype == GT_F32) {
+        const uint16_t *s = x->data;
+        float *d = out->data;
+        for (int64_t k = 0; k < n; k++)
+            d[k] = gt_bf16_to_f32(s[k]);
+    } else if (x->dtype == GT_F32 && out->dtype == GT_F16) {
+        const float *s = x->data;
+        uint16_t *d = out->data;
+        for (int64_t k = 0; k < n; k++)
+            d[k] = gt_f32_to_f16(s[k]);
+    } else if (x->dtype == GT_F16 && out->dtype == GT_F32) {
+        const uint16_t *s = x->data;
+        float *d = out->data;
+        for (int64_t k = 0; k < n; k++)
+            d[k] = gt_f16_to_f32(s[k]);
+    } else {
+        gt_tensor_convert(x, out);
+    }
+    return GT_OK;
+}

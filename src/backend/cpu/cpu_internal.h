@@ -1,0 +1,109 @@
+/* cpu_internal.h — shared pieces of the CPU backend (private to src/backend/cpu).
+ *
+ * Every op in gt_ops.def has a kernel gt_cpu_<name>. The dispatcher (cpu.c) hands "f32 kernels"
+ * only f32 float tensors (it widens bf16/f16 around them); "byte kernels" (layout copies, cast,
+ * full, embedding) see the real dtypes and move elements as bytes. Integer tensors (ids, targets)
+ * always reach the kernel as they are, i32 or i64. */
+#ifndef GRAPHTRAIN_CPU_INTERNAL_H
+#define GRAPHTRAIN_CPU_INTERNAL_H
+
+#include "graphtrain/gt_backend.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+
+/* One prototype per op: gt_cpu_full, gt_cpu_add, ... */
+#define X(E, name, nin, nout, flags, schema)                                                       \
+    gt_status gt_cpu_##name(const gt_kernel_call *c, gt_error *err);
+#include "graphtrain/gt_ops.def"
+#undef X
+
+/* The op's printed name ("matmul"), for error messages; the backend does not link the IR. */
+const char *gt_cpu_op_name(gt_op op);
+
+/* ---------------------------------------------------------------- checks (cpu_check.c) */
+
+/* "f32[2, 3]" of t into a caller buffer, for messages. */
+const char *gt_cpu_fmt(const gt_tensor *t, char *buf, size_t n);
+
+/* GT_ERR_SHAPE "<op>: <what> is <type>, expected f32" unless t is f32. */
+gt_status gt_cpu_want_f32(const gt_kernel_call *c, const gt_tensor *t, const char *what,
+                          gt_error *err);
+/* GT_ERR_SHAPE unless t is i32 or i64. */
+gt_status gt_cpu_want_index(const gt_kernel_call *c, const gt_tensor *t, const char *what,
+                            gt_error *err);
+/* GT_ERR_SHAPE unless a and b have identical shapes. */
+gt_status gt_cpu_want_same_shape(const gt_kernel_call *c, const gt_tensor *a, const char *what_a,
+                                 const gt_tensor *b, const char *what_b, gt_error *err);
+/* GT_ERR_SHAPE unless t has rank `ndim`. */
+gt_status gt_cpu_want_rank(const gt_kernel_call *c, const gt_tensor *t, const char *what, int ndim,
+                           gt_error *err);
+/* GT_ERR_SHAPE unless a and b have the same dtype. */
+gt_status gt_cpu_want_same_dtype(const gt_kernel_call *c, const gt_tensor *a, const char *what_a,
+                                 const gt_tensor *b, const char *what_b, gt_error *err);
+/* GT_ERR_INVALID unless the call carries at least ni int / nf float / ne expression attributes. */
+gt_status gt_cpu_want_attrs(const gt_kernel_call *c, int ni, int nf, int ne, gt_error *err);
+/* Normalizes a dim index (negative counts from the end) into [0, ndim); GT_ERR_INVALID otherwise.
+ */
+gt_status gt_cpu_norm_dim(const gt_kernel_call *c, int64_t dim, int ndim, int *out, gt_error *err);
+
+/* Element i of an i32/i64 tensor. */
+static inline int64_t gt_cpu_index_at(const gt_tensor *t, int64_t i)
+{
+    return t->dtype == GT_I32 ? (int64_t)((const int32_t *)t->data)[i]
+                              : ((const int64_t *)t->data)[i];
+}
+
+/* Row-major element strides of a shape (in elements). */
+void gt_cpu_contig_strides(int ndim, const int64_t *shape, int64_t *strides);
+
+/* ---------------------------------------------------------------- strided iteration (cpu_iter.c)
+ *
+ * Walks a row-major index space `shape` with up to GT_CPU_ITER_MAX operands, each with its own
+ * per-dim element strides (0 = broadcast / reduced). The caller processes one innermost row at a
+ * time: `len` elements, operand k starting at off[k] and stepping inner[k]. Dims that are size 1
+ * are dropped and adjacent dims that are contiguous for every operand are merged, so the common
+ * cases (same shape, [N, D] + [D]) become one or two long rows. The visiting order is always the
+ * row-major order of the full index space, which is what makes reductions built on it ordered. */
+#define GT_CPU_ITER_MAX 3
+
+typedef struct {
+    int ndim; /* after merging; >= 1 */
+    int nops;
+    int64_t shape[GT_MAX_DIMS];
+    int64_t stride[GT_CPU_ITER_MAX][GT_MAX_DIMS];
+    int64_t idx[GT_MAX_DIMS];
+    int64_t rows; /* number of innermost rows */
+    int64_t len;  /* elements per row */
+    int64_t off[GT_CPU_ITER_MAX];
+    int64_t inner[GT_CPU_ITER_MAX];
+} gt_cpu_iter;
+
+void gt_cpu_iter_init(gt_cpu_iter *it, int ndim, const int64_t *shape, int nops,
+                      const int64_t *const *strides);
+/* Moves off[] to the next row (call rows - 1 times after the first row). */
+void gt_cpu_iter_next(gt_cpu_iter *it);
+
+/* Strides that broadcast tensor shape `xs` (rank xn) to `out` (rank on) by numpy rules (aligned at
+ * the right; a dim of 1 broadcasts with stride 0). False if they do not broadcast. */
+bool gt_cpu_broadcast_strides(int on, const int64_t *out, int xn, const int64_t *xs,
+                              int64_t *strides);
+
+/* ---------------------------------------------------------------- shared math */
+
+/* Ordered sum into `out` (numel of the reduced shape) of x walked with `ostride` (0 on the dims
+ * that are summed away): each output element receives its terms in row-major order of x, in a
+ * double accumulator, divided by `divisor` (1 for a sum, the count for a mean) before rounding.
+ * Used by sum, mean and sum_to. GT_ERR_NOMEM names the op on failure. */
+gt_status gt_cpu_sum_strided(const gt_kernel_call *c, const gt_tensor *x, const int64_t *ostride,
+                             float *out, int64_t out_numel, double divisor, gt_error *err);
+
+/* C = alpha * op(A) @ op(B) + beta * C, row-major, op = transpose when the flag is set; A is
+ * stored [M, K] ([K, M] when ta), B [K, N] ([N, K] when tb), C [M, N]. Deterministic at a fixed
+ * OpenBLAS thread count (see cpu_matmul.c for why bits may change with the count). K == 0
+ * scales C by beta (0 gives zeros). The dims must fit OpenBLAS's int (gt_cpu_gemm_fits). */
+void gt_cpu_sgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float *a,
+                  const float *b, float beta, float *c);
+bool gt_cpu_gemm_fits(int64_t m, int64_t n, int64_t k);
+
+#endif

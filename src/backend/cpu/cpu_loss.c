@@ -1,0 +1,270 @@
+/* cpu_loss.c — softmax, cross_entropy, embedding and their backwards.
+ *
+ * Softmax-like sums (softmax denominators, the log-sum-exp of cross entropy, sum y*dy, the
+ * cross-entropy mean over rows) accumulate in double: they run over a whole vocabulary or batch.
+ * exp itself is evaluated in f32 on x - max (<= 0, so never overflows). embedding_backward adds
+ * rows in f32 in token order (deterministic; the order a serial scatter-add gives). */
+#include "cpu_internal.h"
+
+#include <math.h>
+#include <string.h>
+
+/* softmax / softmax_backward view x as [outer, n, inner] around dim. */
+static gt_status gt_cpu_softmax_dims(const gt_kernel_call *c, const gt_tensor *x, int64_t *outer,
+                                     int64_t *n, int64_t *inner, gt_error *err)
+{
+    GT_TRY(gt_cpu_want_attrs(c, 1, 0, 0, err));
+    int dim;
+    GT_TRY(gt_cpu_norm_dim(c, c->i[0], x->ndim, &dim, err));
+    *outer = 1;
+    *inner = 1;
+    for (int d = 0; d < dim; d++)
+        *outer *= x->shape[d];
+    for (int d = dim + 1; d < x->ndim; d++)
+        *inner *= x->shape[d];
+    *n = x->shape[dim];
+    return GT_OK;
+}
+
+gt_status gt_cpu_softmax(const gt_kernel_call *c, gt_error *err)
+{
+    const gt_tensor *x = c->in[0];
+    gt_tensor *y = c->out[0];
+    GT_TRY(gt_cpu_want_f32(c, x, "x", err));
+    GT_TRY(gt_cpu_want_f32(c, y, "output", err));
+    GT_TRY(gt_cpu_want_same_shape(c, x, "x", y, "output", err));
+    int64_t outer, n, inner;
+    GT_TRY(gt_cpu_softmax_dims(c, x, &outer, &n, &inner, err));
+    /* y_j = exp(x_j - m) / sum_k exp(x_k - m), m = max_k x_k (NaN in x gives NaN, as torch); the
+     * division is a multiply by the f32 reciprocal (within 1 ulp). */
+    for (int64_t o = 0; o < outer; o++) {
+        for (int64_t in = 0; in < inner; in++) {
+            const float *xr = (const float *)x->data + o * n * inner + in;
+            float *yr = (float *)y->data + o * n * inner + in;
+            float m = -INFINITY;
+            for (int64_t j = 0; j < n; j++)
+                m = xr[j * inner] > m ? xr[j * inner] : m;
+            double sum = 0.0;
+            for (int64_t j = 0; j < n; j++) {
+                float e = expf(xr[j * inner] - m);
+                yr[j * inner] = e;
+                sum += e;
+            }
+            float inv = (float)(1.0 / sum);
+            for (int64_t j = 0; j < n; j++)
+                yr[j * inner] *= inv;
+        }
+    }
+    return GT_OK;
+}
+
+gt_status gt_cpu_softmax_backward(const gt_kernel_call *c, gt_error *err)
+{
+    const gt_tensor *y = c->in[0], *dy = c->in[1];
+    gt_tensor *dx = c->out[0];
+    GT_TRY(gt_cpu_want_f32(c, y, "y", err));
+    GT_TRY(gt_cpu_want_f32(c, dy, "dy", err));
+    GT_TRY(gt_cpu_want_f32(c, dx, "dx", err));
+    GT_TRY(gt_cpu_want_same_shape(c, y, "y", dy, "dy", err));
+    GT_TRY(gt_cpu_want_same_shape(c, y, "y", dx, "dx", err));
+    int64_t outer, n, inner;
+    GT_TRY(gt_cpu_softmax_dims(c, y, &outer, &n, &inner, err));
+    /* dx_j = y_j * (dy_j - sum_k y_k dy_k) */
+    for (int64_t o = 0; o < outer; o++) {
+        for (int64_t in = 0; in < inner; in++) {
+            int64_t base = o * n * inner + in;
+            const float *yr = (const float *)y->data + base, *gr = (const float *)dy->data + base;
+            float *dr = (float *)dx->data + base;
+            double dot = 0.0;
+            for (int64_t j = 0; j < n; j++)
+                dot += (double)yr[j * inner] * gr[j * inner];
+            float df = (float)dot;
+            for (int64_t j = 0; j < n; j++)
+                dr[j * inner] = yr[j * inner] * (gr[j * inner] - df);
+        }
+    }
+    return GT_OK;
+}
+
+/* Checks logits [N, V] and targets [N]; counts rows whose target is not ignore_index and rejects
+ * targets outside [0, V) that are not ignored. */
+static gt_status gt_cpu_ce_check(const gt_kernel_call *c, const gt_tensor *logits,
+                                 const gt_tensor *targets, int64_t *n_valid, gt_error *err)
+{
+    GT_TRY(gt_cpu_want_attrs(c, 1, 0, 0, err));
+    GT_TRY(gt_cpu_want_f32(c, logits, "logits", err));
+    GT_TRY(gt_cpu_want_index(c, targets, "targets", err));
+    GT_TRY(gt_cpu_want_rank(c, logits, "logits", 2, err));
+    GT_TRY(gt_cpu_want_rank(c, targets, "targets", 1, err));
+    if (targets->shape[0] != logits->shape[0]) {
+        char bl[128], bt[128];
+        return gt_error_set(err, GT_ERR_SHAPE, "%s: logits %s and targets %s: expected [N, V], [N]",
+                            gt_cpu_op_name(c->op), gt_cpu_fmt(logits, bl, sizeof bl),
+                            gt_cpu_fmt(targets, bt, sizeof bt));
+    }
+    int64_t rows = logits->shape[0], v = logits->shape[1], ignore = c->i[0];
+    *n_valid = 0;
+    for (int64_t i = 0; i < rows; i++) {
+        int64_t t = gt_cpu_index_at(targets, i);
+        if (t == ignore) continue;
+        if (t < 0 || t >= v)
+            return gt_error_set(err, GT_ERR_INVALID,
+                                "%s: target at row %lld is %lld, expected in [0, %lld) or the "
+                                "ignore_index %lld",
+                                gt_cpu_op_name(c->op), (long long)i, (long long)t, (long long)v,
+                                (long long)ignore);
+        (*n_valid)++;
+    }
+    return GT_OK;
+}
+
+/* Writes e_j = exp(x_j - max) into e (may be NULL) and returns m + log(sum e) in double. */
+static double gt_cpu_row_lse(const float *x, int64_t v, float *e, double *sum_out)
+{
+    float m = -INFINITY;
+    for (int64_t j = 0; j < v; j++)
+        m = x[j] > m ? x[j] : m;
+    double sum = 0.0;
+    for (int64_t j = 0; j < v; j++) {
+        float ej = expf(x[j] - m);
+        if (e) e[j] = ej;
+        sum += ej;
+    }
+    if (sum_out) *sum_out = sum;
+    return (double)m + log(sum);
+}
+
+gt_status gt_cpu_cross_entropy(const gt_kernel_call *c, gt_error *err)
+{
+    const gt_tensor *logits = c->in[0], *targets = c->in[1];
+    gt_tensor *out = c->out[0];
+    int64_t n_valid;
+    GT_TRY(gt_cpu_ce_check(c, logits, targets, &n_valid, err));
+    GT_TRY(gt_cpu_want_f32(c, out, "output", err));
+    GT_TRY(gt_cpu_want_rank(c, out, "output", 0, err));
+    /* loss = (1/n_valid) sum_{valid i} (lse_i - x_i[t_i]); 0/0 = NaN when every row is ignored. */
+    int64_t rows = logits->shape[0], v = logits->shape[1];
+    double total = 0.0;
+    for (int64_t i = 0; i < rows; i++) {
+        int64_t t = gt_cpu_index_at(targets, i);
+        if (t == c->i[0]) continue;
+        const float *x = (const float *)logits->data + i * v;
+        total += gt_cpu_row_lse(x, v, NULL, NULL) - (double)x[t];
+    }
+    *(float *)out->data = (float)(total / (double)n_valid);
+    return GT_OK;
+}
+
+gt_status gt_cpu_cross_entropy_backward(const gt_kernel_call *c, gt_error *err)
+{
+    const gt_tensor *logits = c->in[0], *targets = c->in[1], *dloss = c->in[2];
+    gt_tensor *dx = c->out[0];
+    int64_t n_valid;
+    GT_TRY(gt_cpu_ce_check(c, logits, targets, &n_valid, err));
+    GT_TRY(gt_cpu_want_f32(c, dloss, "dloss", err));
+    GT_TRY(gt_cpu_want_f32(c, dx, "dlogits", err));
+    GT_TRY(gt_cpu_want_same_shape(c, logits, "logits", dx, "dlogits", err));
+    if (gt_tensor_numel(dloss) != 1) {
+        char b[128];
+        return gt_error_set(err, GT_ERR_SHAPE,
+                            "cross_entropy_backward: dloss is %s, expected a "
+                            "scalar",
+                            gt_cpu_fmt(dloss, b, sizeof b));
+    }
+    /* dlogits_ij = dloss / n_valid * (softmax_ij - [j == t_i]); 0 on ignored rows. */
+    int64_t rows = logits->shape[0], v = logits->shape[1];
+    double coef = n_valid > 0 ? (double)*(const float *)dloss->data / (double)n_valid : 0.0;
+    for (int64_t i = 0; i < rows; i++) {
+        int64_t t = gt_cpu_index_at(targets, i);
+        float *g = (float *)dx->data + i * v;
+        if (t == c->i[0] || n_valid == 0) {
+            memset(g, 0, (size_t)v * sizeof *g);
+            continue;
+        }
+        double sum;
+        gt_cpu_row_lse((const float *)logits->data + i * v, v, g, &sum);
+        /* coef * softmax_j = e_j * (coef / sum); the target column subtracts coef. */
+        double scale = coef / sum;
+        float et = g[t];
+        for (int64_t j = 0; j < v; j++)
+            g[j] = (float)(g[j] * scale);
+        g[t] = (float)(et * scale - coef);
+    }
+    return GT_OK;
+}
+
+gt_status gt_cpu_embedding(const gt_kernel_call *c, gt_error *err)
+{
+    const gt_tensor *w = c->in[0], *ids = c->in[1];
+    gt_tensor *out = c->out[0];
+    GT_TRY(gt_cpu_want_index(c, ids, "ids", err));
+    GT_TRY(gt_cpu_want_rank(c, w, "w", 2, err));
+    GT_TRY(gt_cpu_want_same_dtype(c, w, "w", out, "output", err));
+    int64_t vocab = w->shape[0], d = w->shape[1];
+    bool ok = out->ndim == ids->ndim + 1 && out->shape[ids->ndim] == d;
+    for (int k = 0; ok && k < ids->ndim; k++)
+        ok = out->shape[k] == ids->shape[k];
+    if (!ok) {
+        char bw[128], bi[128], bo[128];
+        return gt_error_set(err, GT_ERR_SHAPE,
+                            "embedding: w %s, ids %s: output %s should be "
+                            "[ids..., %lld]",
+                            gt_cpu_fmt(w, bw, sizeof bw), gt_cpu_fmt(ids, bi, sizeof bi),
+                            gt_cpu_fmt(out, bo, sizeof bo), (long long)d);
+    }
+    /* Rows are copied as stored bytes: any float dtype, no widening. */
+    size_t row = (size_t)d * gt_dtype_size(w->dtype);
+    int64_t n = gt_tensor_numel(ids);
+    for (int64_t p = 0; p < n; p++) {
+        int64_t id = gt_cpu_index_at(ids, p);
+        if (id < 0 || id >= vocab)
+            return gt_error_set(err, GT_ERR_INVALID,
+                                "embedding: id %lld at position %lld is outside [0, %lld)",
+                                (long long)id, (long long)p, (long long)vocab);
+        if (row)
+            memcpy((char *)out->data + (size_t)p * row, (const char *)w->data + (size_t)id * row,
+                   row);
+    }
+    return GT_OK;
+}
+
+gt_status gt_cpu_embedding_backward(const gt_kernel_call *c, gt_error *err)
+{
+    GT_TRY(gt_cpu_want_attrs(c, 0, 0, 1, err));
+    const gt_tensor *ids = c->in[0], *dy = c->in[1];
+    gt_tensor *dw = c->out[0];
+    GT_TRY(gt_cpu_want_index(c, ids, "ids", err));
+    GT_TRY(gt_cpu_want_f32(c, dy, "dy", err));
+    GT_TRY(gt_cpu_want_f32(c, dw, "dw", err));
+    GT_TRY(gt_cpu_want_rank(c, dw, "dw", 2, err));
+    int64_t vocab = dw->shape[0], d = dw->shape[1];
+    bool ok = vocab == c->e[0] && dy->ndim == ids->ndim + 1 && dy->shape[ids->ndim] == d;
+    for (int k = 0; ok && k < ids->ndim; k++)
+        ok = dy->shape[k] == ids->shape[k];
+    if (!ok) {
+        char bi[128], bd[128], bw[128];
+        return gt_error_set(err, GT_ERR_SHAPE,
+                            "embedding_backward: ids %s, dy %s, dw %s: expected "
+                            "dy [ids..., D], dw [%lld, D]",
+                            gt_cpu_fmt(ids, bi, sizeof bi), gt_cpu_fmt(dy, bd, sizeof bd),
+                            gt_cpu_fmt(dw, bw, sizeof bw), (long long)c->e[0]);
+    }
+    int64_t n = gt_tensor_numel(ids);
+    for (int64_t p = 0; p < n; p++) {
+        int64_t id = gt_cpu_index_at(ids, p);
+        if (id < 0 || id >= vocab)
+            return gt_error_set(err, GT_ERR_INVALID,
+                                "embedding_backward: id %lld at position %lld is outside [0, %lld)",
+                                (long long)id, (long long)p, (long long)vocab);
+    }
+    float *g = dw->data;
+    if (vocab * d > 0) memset(g, 0, (size_t)(vocab * d) * sizeof *g);
+    const float *src = dy->data;
+    for (int64_t p = 0; p < n; p++) {
+        float *dst = g + gt_cpu_index_at(ids, p) * d;
+        const float *r = src + p * d;
+        for (int64_t j = 0; j < d; j++)
+            dst[j] += r[j];
+    }
+    return GT_OK;
+}

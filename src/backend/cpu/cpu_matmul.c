@@ -1,0 +1,96 @@
+/* cpu_matmul.c — matmul through OpenBLAS cblas_sgemm.
+ *
+ *   a: [..., r_a, c_a], b: [r_b, c_b] or [..., r_b, c_b] (same leading dims as a)
+ *   op(a) = a^T on the last two dims when trans_a (likewise b); out = op(a) @ op(b): [..., M, N].
+ * With b of rank 2 and no trans_a, a's leading dims fold into M: one sgemm of (batch*M) x K x N.
+ * Otherwise one sgemm per batch element, in batch order. Each sgemm is deterministic at a fixed
+ * OpenBLAS thread count (threads split M and N, never K, so no element's sum is raced). Bits can
+ * change with the thread count: the split decides whether a full-tile or an edge micro-kernel
+ * computes an element, and those round differently (measured: OpenBLAS 0.3.21, ~10% of elements
+ * of a 256^3 product differ by an ulp between 1 and 2 threads). */
+#include "cpu_internal.h"
+
+#include <cblas.h>
+#include <limits.h>
+#include <string.h>
+
+bool gt_cpu_gemm_fits(int64_t m, int64_t n, int64_t k)
+{
+    return m <= INT_MAX && n <= INT_MAX && k <= INT_MAX;
+}
+
+static int gt_cpu_ld(int64_t cols)
+{
+    return cols > 1 ? (int)cols : 1;
+}
+
+void gt_cpu_sgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float *a,
+                  const float *b, float beta, float *c)
+{
+    if (m == 0 || n == 0) return;
+    if (k == 0) {
+        /* op(A) @ op(B) is all zeros; BLAS is not asked to handle the empty product. */
+        if (beta == 0.0f) {
+            memset(c, 0, (size_t)(m * n) * sizeof *c);
+        } else {
+            for (int64_t i = 0; i < m * n; i++)
+                c[i] *= beta;
+        }
+        return;
+    }
+    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
+                (int)m, (int)n, (int)k, alpha, a, gt_cpu_ld(ta ? m : k), b, gt_cpu_ld(tb ? k : n),
+                beta, c, gt_cpu_ld(n));
+}
+
+gt_status gt_cpu_matmul(const gt_kernel_call *c, gt_error *err)
+{
+    GT_TRY(gt_cpu_want_attrs(c, 2, 0, 0, err));
+    const gt_tensor *a = c->in[0], *b = c->in[1];
+    gt_tensor *out = c->out[0];
+    GT_TRY(gt_cpu_want_f32(c, a, "a", err));
+    GT_TRY(gt_cpu_want_f32(c, b, "b", err));
+    GT_TRY(gt_cpu_want_f32(c, out, "output", err));
+    bool ta = c->i[0] != 0, tb = c->i[1] != 0;
+    char ba[128], bb[128], bo[128];
+    int ra = a->ndim, rb = b->ndim;
+    if (ra < 2 || rb < 2 || (rb != 2 && rb != ra))
+        return gt_error_set(err, GT_ERR_SHAPE,
+                            "matmul: a %s and b %s: need rank >= 2 and b of rank 2 or a's rank",
+                            gt_cpu_fmt(a, ba, sizeof ba), gt_cpu_fmt(b, bb, sizeof bb));
+    int64_t m = ta ? a->shape[ra - 1] : a->shape[ra - 2];
+    int64_t k = ta ? a->shape[ra - 2] : a->shape[ra - 1];
+    int64_t kb = tb ? b->shape[rb - 1] : b->shape[rb - 2];
+    int64_t n = tb ? b->shape[rb - 2] : b->shape[rb - 1];
+    int64_t batch = 1;
+    bool ok = k == kb && out->ndim == ra && out->shape[ra - 2] == m && out->shape[ra - 1] == n;
+    for (int d = 0; ok && d < ra - 2; d++) {
+        ok = out->shape[d] == a->shape[d] && (rb == 2 || b->shape[d] == a->shape[d]);
+        batch *= a->shape[d];
+    }
+    if (!ok)
+        return gt_error_set(err, GT_ERR_SHAPE,
+                            "matmul(trans_a=%d, trans_b=%d): a %s, b %s and output %s do not fit",
+                            (int)ta, (int)tb, gt_cpu_fmt(a, ba, sizeof ba),
+                            gt_cpu_fmt(b, bb, sizeof bb), gt_cpu_fmt(out, bo, sizeof bo));
+    const float *ap = a->data, *bp = b->data;
+    float *op = out->data;
+    if (rb == 2 && !ta) {
+        if (!gt_cpu_gemm_fits(batch * m, n, k))
+            return gt_error_set(err, GT_ERR_UNSUPPORTED,
+                                "matmul: %lld x %lld x %lld exceeds BLAS "
+                                "int dims",
+                                (long long)(batch * m), (long long)n, (long long)k);
+        gt_cpu_sgemm(false, tb, batch * m, n, k, 1.0f, ap, bp, 0.0f, op);
+        return GT_OK;
+    }
+    if (!gt_cpu_gemm_fits(m, n, k))
+        return gt_error_set(err, GT_ERR_UNSUPPORTED,
+                            "matmul: %lld x %lld x %lld exceeds BLAS int "
+                            "dims",
+                            (long long)m, (long long)n, (long long)k);
+    int64_t b_step = rb == 2 ? 0 : k * n;
+    for (int64_t i = 0; i < batch; i++)
+        gt_cpu_sgemm(ta, tb, m, n, k, 1.0f, ap + i * m * k, bp + i * b_step, 0.0f, op + i * m * n);
+    return GT_OK;
+}

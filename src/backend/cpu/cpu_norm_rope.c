@@ -1,0 +1,184 @@
+/* cpu_norm_rope.c — rms_norm, rms_norm_backward and rope.
+ *
+ * rms_norm over the last dim D, per row:  r = 1/sqrt(mean(x^2) + eps),  y = (x * r) * w
+ * (the order Hugging Face's LlamaRMSNorm rounds in). mean(x^2) accumulates in double: rows are
+ * long (D up to 16k) and it sets the scale of every output.
+ *
+ * Backward, with xhat = x * r and g = w * dy, all in double (for short rows g - xhat * mean
+ * cancels: with D = 1 it is g * eps / (x^2 + eps), which f32 would lose entirely):
+ *   dx = r * (g - xhat * mean(g * xhat))
+ *   dw = sum over rows of dy * xhat           (one accumulator per column, rows in order) */
+#include "cpu_internal.h"
+
+#include <math.h>
+#include <stdlib.h>
+
+/* Checks x [..., D], w [D] and returns D and the row count. */
+static gt_status gt_cpu_norm_shapes(const gt_kernel_call *c, const gt_tensor *x, const gt_tensor *w,
+                                    int64_t *dim, int64_t *rows, gt_error *err)
+{
+    GT_TRY(gt_cpu_want_f32(c, x, "x", err));
+    GT_TRY(gt_cpu_want_f32(c, w, "w", err));
+    GT_TRY(gt_cpu_want_attrs(c, 0, 1, 0, err));
+    if (x->ndim < 1 || w->ndim != 1 || w->shape[0] != x->shape[x->ndim - 1]) {
+        char bx[128], bw[128];
+        return gt_error_set(err, GT_ERR_SHAPE, "%s: x %s and w %s: w must be [last dim of x]",
+                            gt_cpu_op_name(c->op), gt_cpu_fmt(x, bx, sizeof bx),
+                            gt_cpu_fmt(w, bw, sizeof bw));
+    }
+    *dim = w->shape[0];
+    *rows = *dim > 0 ? gt_tensor_numel(x) / *dim : 0;
+    return GT_OK;
+}
+
+/* r = 1/sqrt(mean(x^2) + eps) for one row, in double. */
+static double gt_cpu_rms_scale(const float *x, int64_t d, double eps)
+{
+    double ss = 0.0;
+    for (int64_t j = 0; j < d; j++)
+        ss += (double)x[j] * x[j];
+    return 1.0 / sqrt(ss / (double)d + eps);
+}
+
+gt_status gt_cpu_rms_norm(const gt_kernel_call *c, gt_error *err)
+{
+    const gt_tensor *x = c->in[0], *w = c->in[1];
+    gt_tensor *y = c->out[0];
+    int64_t d, rows;
+    GT_TRY(gt_cpu_norm_shapes(c, x, w, &d, &rows, err));
+    GT_TRY(gt_cpu_want_f32(c, y, "output", err));
+    GT_TRY(gt_cpu_want_same_shape(c, x, "x", y, "output", err));
+    const float *wp = w->data;
+    for (int64_t r = 0; r < rows; r++) {
+        const float *xr = (const float *)x->data + r * d;
+        float *yr = (float *)y->data + r * d;
+        float s = (float)gt_cpu_rms_scale(xr, d, c->f[0]);
+        for (int64_t j = 0; j < d; j++)
+            yr[j] = (xr[j] * s) * wp[j];
+    }
+    return GT_OK;
+}
+
+gt_status gt_cpu_rms_norm_backward(const gt_kernel_call *c, gt_error *err)
+{
+    const gt_tensor *x = c->in[0], *w = c->in[1], *dy = c->in[2];
+    gt_tensor *dx = c->out[0], *dw = c->out[1];
+    int64_t d, rows;
+    GT_TRY(gt_cpu_norm_shapes(c, x, w, &d, &rows, err));
+    GT_TRY(gt_cpu_want_f32(c, dy, "dy", err));
+    GT_TRY(gt_cpu_want_f32(c, dx, "dx", err));
+    GT_TRY(gt_cpu_want_f32(c, dw, "dw", err));
+    GT_TRY(gt_cpu_want_same_shape(c, x, "x", dy, "dy", err));
+    GT_TRY(gt_cpu_want_same_shape(c, x, "x", dx, "dx", err));
+    GT_TRY(gt_cpu_want_same_shape(c, w, "w", dw, "dw", err));
+    double *acc = calloc(d > 0 ? (size_t)d : 1, sizeof *acc);
+    if (!acc)
+        return gt_error_set(err, GT_ERR_NOMEM, "rms_norm_backward: out of memory for %lld doubles",
+                            (long long)d);
+    const float *wp = w->data;
+    for (int64_t r = 0; r < rows; r++) {
+        const float *xr = (const float *)x->data + r * d;
+        const float *gr = (const float *)dy->data + r * d;
+        float *dxr = (float *)dx->data + r * d;
+        double s = gt_cpu_rms_scale(xr, d, c->f[0]), dot = 0.0;
+        for (int64_t j = 0; j < d; j++) {
+            double xhat = xr[j] * s;
+            dot += (double)wp[j] * gr[j] * xhat;
+            acc[j] += gr[j] * xhat;
+        }
+        double mean = dot / (double)d;
+        for (int64_t j = 0; j < d; j++)
+            dxr[j] = (float)(s * ((double)wp[j] * gr[j] - xr[j] * s * mean));
+    }
+    float *dwp = dw->data;
+    for (int64_t j = 0; j < d; j++)
+        dwp[j] = (float)acc[j];
+    free(acc);
+    return GT_OK;
+}
+
+/* inv_freq_j for j < d/2, in the f32 steps of Hugging Face's LlamaRotaryEmbedding so that angles
+ * agree to the last bit where libm agrees with torch:
+ *   inv = 1 / theta^(f32(2j) / d)                     (powf in f32)
+ * and with llama3.1 scaling (original_max_position L > 0, factor F, low/high freq factors lo/hi):
+ *   wavelen = 2*pi / inv;  lo_wl = L / lo;  hi_wl = L / hi   (compared in f32)
+ *   wavelen < hi_wl: inv;  wavelen > lo_wl: inv / F;
+ *   else s = (L / wavelen - lo) / (hi - lo),  inv = (1 - s) * inv / F + s * inv. */
+static void gt_cpu_rope_inv_freq(const gt_kernel_call *c, int64_t d, float *inv)
+{
+    int64_t half = d / 2, omp = c->i[1];
+    float theta = (float)c->f[0];
+    for (int64_t j = 0; j < half; j++)
+        inv[j] = 1.0f / powf(theta, (float)(2 * j) / (float)d);
+    if (omp <= 0) return;
+    float factor = (float)c->f[1], lo = (float)c->f[2];
+    float lo_wl = (float)((double)omp / c->f[2]), hi_wl = (float)((double)omp / c->f[3]);
+    float hi_minus_lo = (float)(c->f[3] - c->f[2]);
+    for (int64_t j = 0; j < half; j++) {
+        float wavelen = (float)(2.0 * 3.14159265358979323846) / inv[j];
+        if (wavelen < hi_wl) continue;
+        if (wavelen > lo_wl) {
+            inv[j] = inv[j] / factor;
+            continue;
+        }
+        float s = ((float)omp / wavelen - lo) / hi_minus_lo;
+        inv[j] = (1.0f - s) * inv[j] / factor + s * inv[j];
+    }
+}
+
+gt_status gt_cpu_rope(const gt_kernel_call *c, gt_error *err)
+{
+    GT_TRY(gt_cpu_want_attrs(c, 2, 4, 0, err));
+    const gt_tensor *x = c->in[0];
+    gt_tensor *out = c->out[0];
+    GT_TRY(gt_cpu_want_f32(c, x, "x", err));
+    GT_TRY(gt_cpu_want_f32(c, out, "output", err));
+    GT_TRY(gt_cpu_want_rank(c, x, "x", 4, err));
+    GT_TRY(gt_cpu_want_same_shape(c, x, "x", out, "output", err));
+    int64_t b = x->shape[0], s = x->shape[1], h = x->shape[2], d = x->shape[3], half = d / 2;
+    if (d % 2 != 0)
+        return gt_error_set(err, GT_ERR_SHAPE, "rope: head dim %lld must be even", (long long)d);
+    if (gt_tensor_numel(x) == 0) return GT_OK;
+    /* cos/sin table [s, d/2]: angle = f32(p) * inv_freq_j rounded to f32, as HF's
+     * inv_freq @ position_ids (bit-identical angles, checked against transformers). cos and sin
+     * of that f32 angle are taken in double and rounded once — correctly rounded in practice,
+     * which neither glibc's cosf nor torch's vectorized cos always is (both are within 1 ulp).
+     * The inverse rotation uses -angle: same cos, negated sin. */
+    float *inv = malloc((size_t)half * sizeof *inv + 1);
+    float *cs = malloc((size_t)(2 * s * half) * sizeof *cs + 1);
+    if (!inv || !cs) {
+        free(inv);
+        free(cs);
+        return gt_error_set(err, GT_ERR_NOMEM, "rope: out of memory for a %lld x %lld table",
+                            (long long)s, (long long)half);
+    }
+    gt_cpu_rope_inv_freq(c, d, inv);
+    float sign = c->i[0] ? -1.0f : 1.0f;
+    for (int64_t p = 0; p < s; p++) {
+        for (int64_t j = 0; j < half; j++) {
+            float angle = (float)p * inv[j];
+            cs[2 * (p * half + j)] = (float)cos((double)angle);
+            cs[2 * (p * half + j) + 1] = sign * (float)sin((double)angle);
+        }
+    }
+    /* Half rotation: out[j] = x[j] cos - x[j + d/2] sin;  out[j + d/2] = x[j + d/2] cos + x[j] sin.
+     * Reads of a row finish before its writes, so out may alias x. */
+    for (int64_t bi = 0; bi < b; bi++) {
+        for (int64_t p = 0; p < s; p++) {
+            const float *t = cs + 2 * p * half;
+            for (int64_t hi = 0; hi < h; hi++) {
+                int64_t off = ((bi * s + p) * h + hi) * d;
+                const float *xr = (const float *)x->data + off;
+                float *yr = (float *)out->data + off;
+                for (int64_t j = 0; j < half; j++) {
+                    float x1 = xr[j], x2 = xr[j + half], co = t[2 * j], si = t[2 * j + 1];
+                    yr[j] = x1 * co - x2 * si;
+                    yr[j + half] = x2 * co + x1 * si;
+                }
+            }
+        }
+    }
+    free(inv);
+    free(cs);
+    return GT_OK;
+}

@@ -1,0 +1,223 @@
+/* cpu_util.c — argument checks, op names and the strided iterator shared by the CPU kernels. */
+#include "cpu_internal.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *const gt_cpu_op_names[GT_OP_COUNT] = {
+#define X(E, name, nin, nout, flags, schema) [GT_OP_##E] = #name,
+#include "graphtrain/gt_ops.def"
+#undef X
+};
+
+const char *gt_cpu_op_name(gt_op op)
+{
+    return (unsigned)op < GT_OP_COUNT ? gt_cpu_op_names[op] : "?";
+}
+
+const char *gt_cpu_fmt(const gt_tensor *t, char *buf, size_t n)
+{
+    gt_tensor_format_type(t, buf, n);
+    return buf;
+}
+
+gt_status gt_cpu_want_f32(const gt_kernel_call *c, const gt_tensor *t, const char *what,
+                          gt_error *err)
+{
+    if (t->dtype == GT_F32) return GT_OK;
+    char b[128];
+    return gt_error_set(err, GT_ERR_SHAPE, "%s: %s is %s, expected a float tensor",
+                        gt_cpu_op_name(c->op), what, gt_cpu_fmt(t, b, sizeof b));
+}
+
+gt_status gt_cpu_want_index(const gt_kernel_call *c, const gt_tensor *t, const char *what,
+                            gt_error *err)
+{
+    if (t->dtype == GT_I32 || t->dtype == GT_I64) return GT_OK;
+    char b[128];
+    return gt_error_set(err, GT_ERR_SHAPE, "%s: %s is %s, expected i32 or i64",
+                        gt_cpu_op_name(c->op), what, gt_cpu_fmt(t, b, sizeof b));
+}
+
+gt_status gt_cpu_want_same_shape(const gt_kernel_call *c, const gt_tensor *a, const char *what_a,
+                                 const gt_tensor *b, const char *what_b, gt_error *err)
+{
+    bool same = a->ndim == b->ndim;
+    for (int d = 0; same && d < a->ndim; d++)
+        same = a->shape[d] == b->shape[d];
+    if (same) return GT_OK;
+    char ba[128], bb[128];
+    return gt_error_set(err, GT_ERR_SHAPE, "%s: %s is %s but %s is %s, expected the same shape",
+                        gt_cpu_op_name(c->op), what_a, gt_cpu_fmt(a, ba, sizeof ba), what_b,
+                        gt_cpu_fmt(b, bb, sizeof bb));
+}
+
+gt_status gt_cpu_want_rank(const gt_kernel_call *c, const gt_tensor *t, const char *what, int ndim,
+                           gt_error *err)
+{
+    if (t->ndim == ndim) return GT_OK;
+    char b[128];
+    return gt_error_set(err, GT_ERR_SHAPE, "%s: %s is %s, expected rank %d", gt_cpu_op_name(c->op),
+                        what, gt_cpu_fmt(t, b, sizeof b), ndim);
+}
+
+gt_status gt_cpu_want_same_dtype(const gt_kernel_call *c, const gt_tensor *a, const char *what_a,
+                                 const gt_tensor *b, const char *what_b, gt_error *err)
+{
+    if (a->dtype == b->dtype) return GT_OK;
+    return gt_error_set(err, GT_ERR_SHAPE, "%s: %s is %s but %s is %s, expected the same dtype",
+                        gt_cpu_op_name(c->op), what_a, gt_dtype_name(a->dtype), what_b,
+                        gt_dtype_name(b->dtype));
+}
+
+gt_status gt_cpu_want_attrs(const gt_kernel_call *c, int ni, int nf, int ne, gt_error *err)
+{
+    if (c->ni >= ni && c->nf >= nf && c->ne >= ne && (ni == 0 || c->i) && (nf == 0 || c->f) &&
+        (ne == 0 || c->e))
+        return GT_OK;
+    return gt_error_set(err, GT_ERR_INVALID,
+                        "%s: got %d int, %d float, %d expression attributes, expected at least "
+                        "%d, %d, %d",
+                        gt_cpu_op_name(c->op), c->ni, c->nf, c->ne, ni, nf, ne);
+}
+
+gt_status gt_cpu_norm_dim(const gt_kernel_call *c, int64_t dim, int ndim, int *out, gt_error *err)
+{
+    int64_t d = dim < 0 ? dim + ndim : dim;
+    if (d < 0 || d >= ndim)
+        return gt_error_set(err, GT_ERR_INVALID, "%s: dim %lld out of range for rank %d",
+                            gt_cpu_op_name(c->op), (long long)dim, ndim);
+    *out = (int)d;
+    return GT_OK;
+}
+
+void gt_cpu_contig_strides(int ndim, const int64_t *shape, int64_t *strides)
+{
+    int64_t s = 1;
+    for (int d = ndim - 1; d >= 0; d--) {
+        strides[d] = s;
+        s *= shape[d];
+    }
+}
+
+bool gt_cpu_broadcast_strides(int on, const int64_t *out, int xn, const int64_t *xs,
+                              int64_t *strides)
+{
+    if (xn > on) return false;
+    int64_t xstr[GT_MAX_DIMS];
+    gt_cpu_contig_strides(xn, xs, xstr);
+    for (int d = 0; d < on; d++) {
+        int xd = d - (on - xn);
+        if (xd < 0) {
+            strides[d] = 0;
+        } else if (xs[xd] == out[d]) {
+            strides[d] = out[d] == 1 ? 0 : xstr[xd];
+        } else if (xs[xd] == 1) {
+            strides[d] = 0;
+        } else {
+            return false;
+        }
+    }
+    return true;
+}
+
+void gt_cpu_iter_init(gt_cpu_iter *it, int ndim, const int64_t *shape, int nops,
+                      const int64_t *const *strides)
+{
+    GT_CHECK(nops >= 1 && nops <= GT_CPU_ITER_MAX && ndim >= 0 && ndim <= GT_MAX_DIMS);
+    memset(it, 0, sizeof *it);
+    it->nops = nops;
+    int64_t numel = 1;
+    for (int d = 0; d < ndim; d++)
+        numel *= shape[d];
+    if (numel == 0) {
+        it->ndim = 1;
+        it->shape[0] = 0;
+        return; /* rows = len = 0 */
+    }
+    /* Keep dims of size > 1, merging an outer dim into the kept inner one when every operand
+     * steps through them as one run: stride[outer] == stride[inner] * shape[inner]. Built from the
+     * innermost dim outwards, then reversed. */
+    int64_t rs[GT_MAX_DIMS], rstr[GT_CPU_ITER_MAX][GT_MAX_DIMS];
+    int n = 0;
+    for (int d = ndim - 1; d >= 0; d--) {
+        if (shape[d] == 1) continue;
+        bool merge = n > 0;
+        for (int k = 0; merge && k < nops; k++)
+            merge = strides[k][d] == rstr[k][n - 1] * rs[n - 1];
+        if (merge) {
+            rs[n - 1] *= shape[d];
+        } else {
+            rs[n] = shape[d];
+            for (int k = 0; k < nops; k++)
+                rstr[k][n] = strides[k][d];
+            n++;
+        }
+    }
+    if (n == 0) {
+        rs[0] = 1;
+        for (int k = 0; k < nops; k++)
+            rstr[k][0] = 0;
+        n = 1;
+    }
+    it->ndim = n;
+    for (int d = 0; d < n; d++) {
+        it->shape[d] = rs[n - 1 - d];
+        for (int k = 0; k < nops; k++)
+            it->stride[k][d] = rstr[k][n - 1 - d];
+    }
+    it->len = it->shape[n - 1];
+    it->rows = numel / it->len;
+    for (int k = 0; k < nops; k++)
+        it->inner[k] = it->stride[k][n - 1];
+}
+
+void gt_cpu_iter_next(gt_cpu_iter *it)
+{
+    for (int d = it->ndim - 2; d >= 0; d--) {
+        for (int k = 0; k < it->nops; k++)
+            it->off[k] += it->stride[k][d];
+        if (++it->idx[d] < it->shape[d]) return;
+        for (int k = 0; k < it->nops; k++)
+            it->off[k] -= it->stride[k][d] * it->shape[d];
+        it->idx[d] = 0;
+    }
+}
+
+gt_status gt_cpu_sum_strided(const gt_kernel_call *c, const gt_tensor *x, const int64_t *ostride,
+                             float *out, int64_t out_numel, double divisor, gt_error *err)
+{
+    /* Walking x in memory order and adding into acc[out offset] gives every output element its
+     * terms in row-major order of the reduced indices: a fixed order, whatever the layout, while
+     * reading x contiguously. */
+    double *acc = calloc(out_numel > 0 ? (size_t)out_numel : 1, sizeof *acc);
+    if (!acc)
+        return gt_error_set(err, GT_ERR_NOMEM, "%s: out of memory for a %lld-element accumulator",
+                            gt_cpu_op_name(c->op), (long long)out_numel);
+    int64_t xstr[GT_MAX_DIMS];
+    gt_cpu_contig_strides(x->ndim, x->shape, xstr);
+    const int64_t *strides[2] = {xstr, ostride};
+    gt_cpu_iter it;
+    gt_cpu_iter_init(&it, x->ndim, x->shape, 2, strides);
+    const float *xp = x->data;
+    for (int64_t r = 0; r < it.rows; r++) {
+        const float *xr = xp + it.off[0];
+        double *ar = acc + it.off[1];
+        int64_t xs = it.inner[0], os = it.inner[1];
+        if (os == 0) {
+            double s = *ar;
+            for (int64_t j = 0; j < it.len; j++)
+                s += xr[j * xs];
+            *ar = s;
+        } else {
+            for (int64_t j = 0; j < it.len; j++)
+                ar[j * os] += xr[j * xs];
+        }
+        gt_cpu_iter_next(&it);
+    }
+    for (int64_t i = 0; i < out_numel; i++)
+        out[i] = (float)(acc[i] / divisor);
+    free(acc);
+    return GT_OK;
+}

@@ -1,0 +1,176 @@
+/* test_cpu_attention.c — CPU sdpa (out and lse) vs a naive double softmax attention, causal and
+ * not, multi-head, GQA and MQA, odd sizes, more than one 128-row query block; sdpa_backward vs
+ * central finite differences of the naive forward on q, k and v; bf16 path; determinism; causal
+ * with s != t is an error. Forward tolerance 1e-5 relative; gradients 1e-4 relative plus 1e-6
+ * absolute (a single key makes dq, dk exactly 0, which f32 reaches only to rounding). */
+#include "test_cpu_util.h"
+
+typedef struct {
+    int64_t b, hq, hkv, s, t, d, dv;
+    bool causal;
+    double scale;
+} attn_case;
+
+/* out [b, hq, s, dv] and lse [b, hq, s] in double. */
+static void ref_sdpa(const attn_case *a, const double *q, const double *k, const double *v,
+                     double *out, double *lse)
+{
+    double *l = tt_doubles(a->t);
+    for (int64_t bi = 0; bi < a->b; bi++)
+        for (int64_t h = 0; h < a->hq; h++) {
+            int64_t kh = bi * a->hkv + h / (a->hq / a->hkv), qh = bi * a->hq + h;
+            for (int64_t i = 0; i < a->s; i++) {
+                int64_t nk = a->causal ? i + 1 : a->t;
+                double mx = -INFINITY, sum = 0.0;
+                for (int64_t j = 0; j < nk; j++) {
+                    double dot = 0.0;
+                    for (int64_t c = 0; c < a->d; c++)
+                        dot += q[(qh * a->s + i) * a->d + c] * k[(kh * a->t + j) * a->d + c];
+                    l[j] = a->scale * dot;
+                    mx = fmax(mx, l[j]);
+                }
+                for (int64_t j = 0; j < nk; j++)
+                    sum += exp(l[j] - mx);
+                double ls = mx + log(sum);
+                if (lse) lse[qh * a->s + i] = ls;
+                for (int64_t c = 0; c < a->dv; c++) {
+                    double o = 0.0;
+                    for (int64_t j = 0; j < nk; j++)
+                        o += exp(l[j] - ls) * v[(kh * a->t + j) * a->dv + c];
+                    out[(qh * a->s + i) * a->dv + c] = o;
+                }
+            }
+        }
+    free(l);
+}
+
+typedef struct {
+    const attn_case *a;
+    double *q, *k, *v, *dout, *out;
+    int64_t nout;
+} attn_ctx;
+
+static double attn_objective(void *p)
+{
+    attn_ctx *c = p;
+    ref_sdpa(c->a, c->q, c->k, c->v, c->out, NULL);
+    double l = 0.0;
+    for (int64_t i = 0; i < c->nout; i++)
+        l += c->dout[i] * c->out[i];
+    return l;
+}
+
+static void attn_attrs(tt_call *k, const attn_case *a)
+{
+    tt_i(k, a->causal);
+    tt_f(k, a->scale);
+}
+
+static void run_case(const attn_case *a, tt_rng *r, bool fd)
+{
+    int64_t qs[4] = {a->b, a->hq, a->s, a->d}, ks[4] = {a->b, a->hkv, a->t, a->d};
+    int64_t vs[4] = {a->b, a->hkv, a->t, a->dv}, os[4] = {a->b, a->hq, a->s, a->dv};
+    gt_tensor q = tt_rand(4, qs, r, -1.5, 1.5), k = tt_rand(4, ks, r, -1.5, 1.5);
+    gt_tensor v = tt_rand(4, vs, r, -1, 1), dout = tt_rand(4, os, r, -1, 1);
+    gt_tensor out = tt_new(GT_F32, 4, os), lse = tt_new(GT_F32, 3, os);
+    gt_tensor dq = tt_new(GT_F32, 4, qs), dk = tt_new(GT_F32, 4, ks), dv = tt_new(GT_F32, 4, vs);
+    attn_ctx ctx = {
+        a,    tt_to_double(&q),     tt_to_double(&k), tt_to_double(&v), tt_to_double(&dout),
+        NULL, gt_tensor_numel(&out)};
+    ctx.out = tt_doubles(ctx.nout);
+    double *ref_lse = tt_doubles(gt_tensor_numel(&lse));
+    ref_sdpa(a, ctx.q, ctx.k, ctx.v, ctx.out, ref_lse);
+
+    tt_call kf;
+    tt_init(&kf, GT_OP_SDPA);
+    tt_in(&kf, &q);
+    tt_in(&kf, &k);
+    tt_in(&kf, &v);
+    tt_out(&kf, &out);
+    tt_out(&kf, &lse);
+    attn_attrs(&kf, a);
+    if (tt_run_ok(&kf, "sdpa")) {
+        EXPECT(tt_close(&out, ctx.out, 1e-5, 1e-5, "sdpa out"), "s %lld t %lld causal %d",
+               (long long)a->s, (long long)a->t, a->causal);
+        EXPECT(tt_close(&lse, ref_lse, 1e-5, 1e-6, "sdpa lse"), "s %lld", (long long)a->s);
+    }
+    EXPECT(tt_deterministic(&kf), "sdpa determinism");
+    EXPECT(tt_half_path(&kf, GT_BF16, 1u << 1), "sdpa bf16 (lse kept f32)");
+
+    tt_call kb;
+    tt_init(&kb, GT_OP_SDPA_BACKWARD);
+    tt_in(&kb, &q);
+    tt_in(&kb, &k);
+    tt_in(&kb, &v);
+    tt_in(&kb, &out);
+    tt_in(&kb, &lse);
+    tt_in(&kb, &dout);
+    tt_out(&kb, &dq);
+    tt_out(&kb, &dk);
+    tt_out(&kb, &dv);
+    attn_attrs(&kb, a);
+    if (fd && tt_run_ok(&kb, "sdpa_backward")) {
+        double *g[3] = {tt_doubles(gt_tensor_numel(&q)), tt_doubles(gt_tensor_numel(&k)),
+                        tt_doubles(gt_tensor_numel(&v))};
+        tt_fd(ctx.q, gt_tensor_numel(&q), 1e-4, attn_objective, &ctx, g[0]);
+        tt_fd(ctx.k, gt_tensor_numel(&k), 1e-4, attn_objective, &ctx, g[1]);
+        tt_fd(ctx.v, gt_tensor_numel(&v), 1e-4, attn_objective, &ctx, g[2]);
+        EXPECT(tt_close_abs(&dq, g[0], 1e-4, 1e-5, 1e-6, "sdpa_backward dq"), "s %lld",
+               (long long)a->s);
+        EXPECT(tt_close_abs(&dk, g[1], 1e-4, 1e-5, 1e-6, "sdpa_backward dk"), "s %lld",
+               (long long)a->s);
+        EXPECT(tt_close_abs(&dv, g[2], 1e-4, 1e-5, 1e-6, "sdpa_backward dv"), "s %lld",
+               (long long)a->s);
+        for (int j = 0; j < 3; j++)
+            free(g[j]);
+    }
+    EXPECT(tt_deterministic(&kb), "sdpa_backward determinism");
+    EXPECT(tt_half_path(&kb, GT_BF16, 0), "sdpa_backward bf16");
+
+    free(ctx.q);
+    free(ctx.k);
+    free(ctx.v);
+    free(ctx.dout);
+    free(ctx.out);
+    free(ref_lse);
+    gt_tensor *ts[] = {&q, &k, &v, &dout, &out, &lse, &dq, &dk, &dv};
+    for (size_t j = 0; j < sizeof ts / sizeof ts[0]; j++)
+        gt_tensor_free(ts[j]);
+}
+
+int main(void)
+{
+    tt_rng r = {13};
+    const attn_case cases[] = {
+        {1, 1, 1, 1, 1, 3, 3, true, 0.57735},  {2, 4, 2, 7, 7, 3, 5, true, 0.57735},
+        {1, 3, 1, 5, 19, 4, 2, false, 0.5},    {2, 2, 2, 19, 19, 7, 7, true, 0.37796},
+        {1, 6, 3, 3, 3, 1, 1, false, 1.3},     {1, 2, 1, 130, 130, 3, 2, true, 0.7},
+        {1, 2, 2, 131, 140, 3, 3, false, 0.6},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
+        run_case(&cases[c], &r, true);
+
+    /* causal attention with fewer queries than keys is not supported: an error, not a guess */
+    attn_case bad = {1, 1, 1, 3, 5, 2, 2, true, 1.0};
+    gt_tensor q = tt_rand(4, TT_SHAPE(1, 1, 3, 2), &r, -1, 1),
+              k = tt_rand(4, TT_SHAPE(1, 1, 5, 2), &r, -1, 1);
+    gt_tensor v = tt_rand(4, TT_SHAPE(1, 1, 5, 2), &r, -1, 1);
+    gt_tensor out = tt_new(GT_F32, 4, TT_SHAPE(1, 1, 3, 2)),
+              lse = tt_new(GT_F32, 3, TT_SHAPE(1, 1, 3));
+    tt_call kf;
+    tt_init(&kf, GT_OP_SDPA);
+    tt_in(&kf, &q);
+    tt_in(&kf, &k);
+    tt_in(&kf, &v);
+    tt_out(&kf, &out);
+    tt_out(&kf, &lse);
+    attn_attrs(&kf, &bad);
+    gt_error err = {0};
+    EXPECT(tt_run(&kf, &err) == GT_ERR_INVALID, "causal sdpa with s = 3, t = 5 must fail");
+    EXPECT(strstr(err.msg, "s = 3") && strstr(err.msg, "t = 5"), "message names s and t: %s",
+           err.msg);
+    gt_tensor *ts[] = {&q, &k, &v, &out, &lse};
+    for (size_t j = 0; j < 5; j++)
+        gt_tensor_free(ts[j]);
+    return gt_test_finish();
+}

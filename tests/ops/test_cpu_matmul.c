@@ -1,0 +1,142 @@
+/* test_cpu_matmul.c — CPU matmul: rank-2, a's leading dims with a rank-2 b (trans_a both ways),
+ * equal-rank batches, every trans combination, odd and degenerate sizes (1, K = 0), bf16/f16,
+ * determinism (also with 2 OpenBLAS threads), and 1 vs 2 threads agreeing to rounding. Reference:
+ * double loops; tolerance 1e-5 relative (plus 1e-5 of the largest entry for cancellation). */
+#include "test_cpu_util.h"
+
+typedef struct {
+    int nbatch_a, nbatch_b; /* leading dims of a / b (b: 0 = rank 2) */
+    int64_t batch[2];
+    int64_t m, n, k;
+} mm_case;
+
+/* Stored shape of an operand: [batch..., rows, cols], rows/cols swapped when transposed. */
+static int stored(int nb, const int64_t *batch, int64_t rows, int64_t cols, bool trans,
+                  int64_t *shape)
+{
+    for (int d = 0; d < nb; d++)
+        shape[d] = batch[d];
+    shape[nb] = trans ? cols : rows;
+    shape[nb + 1] = trans ? rows : cols;
+    return nb + 2;
+}
+
+static void run_case(const mm_case *mc, bool ta, bool tb, tt_rng *r, bool half)
+{
+    int64_t as[4], bs[4], os[4];
+    int an = stored(mc->nbatch_a, mc->batch, mc->m, mc->k, ta, as);
+    int bn = stored(mc->nbatch_b, mc->batch, mc->k, mc->n, tb, bs);
+    int on = stored(mc->nbatch_a, mc->batch, mc->m, mc->n, false, os);
+    gt_tensor a = tt_rand(an, as, r, -1, 1), b = tt_rand(bn, bs, r, -1, 1);
+    gt_tensor out = tt_new(GT_F32, on, os);
+    int64_t nbatch = 1;
+    for (int d = 0; d < mc->nbatch_a; d++)
+        nbatch *= mc->batch[d];
+    double *ref = tt_doubles(nbatch * mc->m * mc->n);
+    const float *ap = a.data, *bp = b.data;
+    for (int64_t z = 0; z < nbatch; z++) {
+        const float *az = ap + z * mc->m * mc->k;
+        const float *bz = bp + (mc->nbatch_b ? z * mc->k * mc->n : 0);
+        for (int64_t i = 0; i < mc->m; i++)
+            for (int64_t j = 0; j < mc->n; j++) {
+                double s = 0.0;
+                for (int64_t p = 0; p < mc->k; p++) {
+                    double av = ta ? az[p * mc->m + i] : az[i * mc->k + p];
+                    double bv = tb ? bz[j * mc->k + p] : bz[p * mc->n + j];
+                    s += av * bv;
+                }
+                ref[(z * mc->m + i) * mc->n + j] = s;
+            }
+    }
+    tt_call k;
+    tt_init(&k, GT_OP_MATMUL);
+    tt_in(&k, &a);
+    tt_in(&k, &b);
+    tt_out(&k, &out);
+    tt_i(&k, ta);
+    tt_i(&k, tb);
+    if (tt_run_ok(&k, "matmul"))
+        EXPECT(tt_close(&out, ref, 1e-5, 1e-5, "matmul"), "m %lld n %lld k %lld ta %d tb %d",
+               (long long)mc->m, (long long)mc->n, (long long)mc->k, ta, tb);
+    EXPECT(tt_deterministic(&k), "matmul determinism");
+    if (half) {
+        EXPECT(tt_half_path(&k, GT_BF16, 0), "matmul bf16 ta %d tb %d", ta, tb);
+        EXPECT(tt_half_path(&k, GT_F16, 0), "matmul f16 ta %d tb %d", ta, tb);
+    }
+    free(ref);
+    gt_tensor_free(&a);
+    gt_tensor_free(&b);
+    gt_tensor_free(&out);
+}
+
+static void test_matmul(tt_rng *r)
+{
+    const mm_case cases[] = {
+        {0, 0, {0}, 3, 5, 7},  {0, 0, {0}, 1, 1, 1},     {0, 0, {0}, 19, 1, 3},
+        {0, 0, {0}, 1, 19, 7}, {0, 0, {0}, 4, 3, 0},     {2, 0, {2, 3}, 3, 5, 7},
+        {1, 0, {3}, 19, 7, 3}, {1, 1, {2}, 3, 5, 7},     {2, 2, {2, 3}, 7, 1, 19},
+        {1, 1, {3}, 1, 7, 19}, {0, 0, {0}, 67, 71, 129}, {1, 0, {2}, 33, 65, 17},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
+        for (int ta = 0; ta < 2; ta++)
+            for (int tb = 0; tb < 2; tb++)
+                run_case(&cases[c], ta, tb, r, c % 3 == 0);
+
+    /* Mismatched inner dims are an error. */
+    gt_tensor a = tt_rand(2, TT_SHAPE(3, 4), r, -1, 1), b = tt_rand(2, TT_SHAPE(5, 2), r, -1, 1);
+    gt_tensor out = tt_new(GT_F32, 2, TT_SHAPE(3, 2));
+    tt_call k;
+    tt_init(&k, GT_OP_MATMUL);
+    tt_in(&k, &a);
+    tt_in(&k, &b);
+    tt_out(&k, &out);
+    tt_i(&k, 0);
+    tt_i(&k, 0);
+    gt_error err = {0};
+    EXPECT(tt_run(&k, &err) == GT_ERR_SHAPE, "matmul [3,4] @ [5,2] must fail");
+    gt_tensor_free(&a);
+    gt_tensor_free(&b);
+    gt_tensor_free(&out);
+}
+
+/* With 2 OpenBLAS threads, results are identical run to run (no races in the reduction order).
+ * Between thread counts they agree to rounding only: OpenBLAS 0.3.21 (Haswell kernels) gives
+ * different bits for ~10% of elements with 1 vs 2 threads, because the thread partition moves
+ * which micro-kernel (full tile or edge) computes an element. So compare 1 vs 2 with a tolerance.
+ */
+static void test_threads(tt_rng *r)
+{
+    const int64_t n = 256;
+    gt_tensor a = tt_rand(2, TT_SHAPE(n, n + 3), r, -1, 1);
+    gt_tensor b = tt_rand(2, TT_SHAPE(n + 3, n + 5), r, -1, 1);
+    gt_tensor o1 = tt_new(GT_F32, 2, TT_SHAPE(n, n + 5)),
+              o2 = tt_new(GT_F32, 2, TT_SHAPE(n, n + 5));
+    tt_call k;
+    tt_init(&k, GT_OP_MATMUL);
+    tt_in(&k, &a);
+    tt_in(&k, &b);
+    tt_out(&k, &o1);
+    tt_i(&k, 0);
+    tt_i(&k, 0);
+    gt_cpu_set_threads(1);
+    tt_run_ok(&k, "matmul 1 thread");
+    gt_cpu_set_threads(2);
+    k.c.out[0] = &o2;
+    EXPECT(tt_deterministic(&k), "matmul with 2 threads is not deterministic");
+    gt_cpu_set_threads(1);
+    double *one = tt_to_double(&o1);
+    EXPECT(tt_close(&o2, one, 1e-5, 1e-6, "1 vs 2 threads"), "matmul 1 vs 2 threads");
+    free(one);
+    gt_tensor_free(&a);
+    gt_tensor_free(&b);
+    gt_tensor_free(&o1);
+    gt_tensor_free(&o2);
+}
+
+int main(void)
+{
+    tt_rng r = {3};
+    test_matmul(&r);
+    test_threads(&r);
+    return gt_test_finish();
+}
