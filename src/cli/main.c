@@ -253,7 +253,8 @@ static int cmd_graph(const parsed_options *p)
     printf("model flops/tok  %.4e from the graph (matmul + attention); torchtitan's formula "
            "6N+12LHDS gives %.4e\n",
            (flops.matmul + flops.attention) / tokens, titan);
-    printf("build            %.3f s (forward + autodiff), verify %.3f s\n", t_build, t_verify);
+    printf("build            %.2f ms (forward + autodiff), verify %.2f ms\n", 1e3 * t_build,
+           1e3 * t_verify);
     rc = 0;
 done:
     gt_model_free(&model);
