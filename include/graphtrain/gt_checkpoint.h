@@ -1,0 +1,147 @@
+/* gt_checkpoint.h — crash-safe training checkpoints: named tensors + a JSON manifest.
+ *
+ * A checkpoint of step N is the directory FOLDER/step-<N>/ holding
+ *   model.safetensors   every tensor the caller passes (parameters under their fqn, optimizer
+ *                       state under names the caller picks, e.g. "optim.exp_avg.<fqn>");
+ *   manifest.json       {"format": "graphtrain-checkpoint", "version": 1, "step": N,
+ *                        "model": {"name", "flavor", "fingerprint": "<16 hex>"},
+ *                        "tensors": {name: {"dtype", "shape", "xxh64": "<16 hex>"}},
+ *                        "files": {"model.safetensors": {"bytes": n, "xxh64": "<16 hex>"}},
+ *                        "loader": {caller JSON object}, "rng": {"seed": i, "counters": {name: i}},
+ *                        "extra": {string: string}}.
+ * The module knows nothing of models or graphs: the caller names the tensors, provides the model
+ * identity (name, flavor, a 64-bit fingerprint of its parameter names/dtypes/shapes) and the
+ * loader position as a JSON object.
+ *
+ * Atomicity: everything is written into FOLDER/.tmp-step-<N>-<pid>/ and fsynced, the directory is
+ * renamed to step-<N> and FOLDER is fsynced. A kill at any moment leaves either the complete new
+ * checkpoint or none of it; step-<N> directories without a valid manifest are never "complete".
+ * Stale .tmp-* directories (their writer is dead) are removed by the next save and ignored by
+ * everything else. One writer per folder at a time.
+ *
+ * Loading validates everything before touching the caller's tensors: manifest JSON (every field),
+ * file sizes, xxh64 checksums of each tensor and of each file, the safetensors header against the
+ * manifest, the model identity and every expected tensor's dtype and shape. A failed load changes
+ * nothing the caller owns; its message names the checkpoint file and the mismatch. */
+#ifndef GRAPHTRAIN_GT_CHECKPOINT_H
+#define GRAPHTRAIN_GT_CHECKPOINT_H
+
+#include "gt_core.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* find_latest's "there is no checkpoint" result (a step, not an error). */
+#define GT_CHECKPOINT_NONE ((int64_t)-1)
+
+#define GT_CHECKPOINT_FORMAT "graphtrain-checkpoint"
+#define GT_CHECKPOINT_VERSION 1
+#define GT_CHECKPOINT_MANIFEST "manifest.json"
+#define GT_CHECKPOINT_TENSOR_FILE "model.safetensors"
+
+/* Which model a checkpoint belongs to. fingerprint: see gt_checkpoint_fingerprint. */
+typedef struct {
+    const char *name;   /* "llama3" */
+    const char *flavor; /* "debugmodel" */
+    uint64_t fingerprint;
+} gt_checkpoint_model;
+
+/* Everything but the tensors that one save writes. Pointers are borrowed for the call. */
+typedef struct {
+    const char *folder; /* created (with parents) if missing */
+    int64_t step;       /* >= 0 */
+    gt_checkpoint_model model;
+    const char *loader_json; /* the loader position, a JSON object as text; NULL means {} */
+    int64_t rng_seed;
+    int n_rng_counters; /* named RNG counters (e.g. dropout offset); names unique */
+    const char *const *rng_counter_names;
+    const int64_t *rng_counters;
+    int n_extra; /* free string metadata; keys unique */
+    const char *const *extra_keys;
+    const char *const *extra_values;
+    int keep_last; /* after a successful save keep the keep_last highest steps; <= 0 keeps all */
+} gt_checkpoint_desc;
+
+/* One tensor / file recorded in a manifest. */
+typedef struct {
+    char *name;
+    gt_dtype dtype;
+    int ndim;
+    int64_t shape[GT_MAX_DIMS];
+    uint64_t xxh64; /* of the tensor's bytes, seed 0 */
+} gt_checkpoint_tensor;
+
+typedef struct {
+    char *name;     /* a plain file name inside the step directory */
+    uint64_t bytes; /* file size */
+    uint64_t xxh64; /* of the whole file, seed 0 */
+} gt_checkpoint_file;
+
+/* A parsed manifest (all strings owned; free with gt_checkpoint_info_free). */
+typedef struct {
+    int64_t step;
+    char *model_name, *model_flavor;
+    uint64_t fingerprint;
+    gt_checkpoint_tensor *tensors; /* manifest order */
+    int n_tensors;
+    gt_checkpoint_file *files;
+    int n_files;
+    char *loader_json; /* compact JSON object text */
+    int64_t rng_seed;
+    int n_rng_counters;
+    char **rng_counter_names;
+    int64_t *rng_counters;
+    int n_extra;
+    char **extra_keys, **extra_values;
+} gt_checkpoint_info;
+
+void gt_checkpoint_info_free(gt_checkpoint_info *info);
+/* Value of a named counter / extra key in info; false / NULL when absent. */
+bool gt_checkpoint_info_counter(const gt_checkpoint_info *info, const char *name, int64_t *out);
+const char *gt_checkpoint_info_extra(const gt_checkpoint_info *info, const char *key);
+
+/* xxh64 of the lines "<name> <dtype>[d0, d1, ...]\n" sorted by name (bytewise): independent of the
+ * order of the list, changed by any name, dtype or shape. */
+uint64_t gt_checkpoint_fingerprint(int n, const char *const *names,
+                                   const gt_tensor *const *tensors);
+
+/* Writes checkpoint d->step of the n named tensors atomically, replacing an existing step-<N>,
+ * then keeps the last d->keep_last. Removes stale .tmp-* directories first. */
+gt_status gt_checkpoint_save(const gt_checkpoint_desc *d, int n, const char *const *names,
+                             const gt_tensor *const *tensors, gt_error *err);
+
+/* Complete checkpoints (step-<N> with a valid manifest of step N), ascending. *steps is malloc'd
+ * (NULL when *n == 0; free it). A missing folder holds no checkpoint: GT_OK, *n = 0. */
+gt_status gt_checkpoint_list(const char *folder, int64_t **steps, int *n, gt_error *err);
+/* The highest complete step, or GT_CHECKPOINT_NONE (GT_OK) when there is none. */
+gt_status gt_checkpoint_find_latest(const char *folder, int64_t *step, gt_error *err);
+/* GT_OK when step is complete; otherwise an error listing the available steps. */
+gt_status gt_checkpoint_find_step(const char *folder, int64_t step, gt_error *err);
+
+/* Loads checkpoint `step` (GT_CHECKPOINT_NONE: the latest; none at all is an error) into the n
+ * caller tensors, which give the expected dtype and shape of each named tensor (the checkpoint may
+ * hold more tensors; they are checked, not loaded). model: the run's identity, compared with the
+ * checkpoint's (NULL skips the comparison). info (may be NULL) receives the manifest. The tensors
+ * and *info are written only when every check passed; bytes are copied bitwise. */
+gt_status gt_checkpoint_load(const char *folder, int64_t step, const gt_checkpoint_model *model,
+                             int n, const char *const *names, gt_tensor *const *tensors,
+                             gt_checkpoint_info *info, gt_error *err);
+
+/* Deletes all but the `keep` highest complete checkpoints (keep <= 0: deletes nothing). A deleted
+ * checkpoint is first renamed to a .tmp-* name, so a kill midway never leaves a half-deleted
+ * directory that looks complete. */
+gt_status gt_checkpoint_prune(const char *folder, int keep, gt_error *err);
+
+/* ---------------------------------------------------------------- manifest text */
+
+/* Parses and validates manifest text; name is used in messages. On error *info is empty. */
+gt_status gt_checkpoint_manifest_parse(const char *name, const char *text, size_t len,
+                                       gt_checkpoint_info *info, gt_error *err);
+/* Serializes info (indented JSON, malloc'd text). Fails on invalid strings or loader JSON. */
+gt_status gt_checkpoint_manifest_dump(const gt_checkpoint_info *info, char **text, gt_error *err);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,27 @@
+/* checkpoint_internal.h — file-system helpers shared by checkpoint.c and checkpoint_load.c. */
+#ifndef GRAPHTRAIN_CHECKPOINT_INTERNAL_H
+#define GRAPHTRAIN_CHECKPOINT_INTERNAL_H
+
+#include "graphtrain/gt_checkpoint.h"
+
+/* Manifests are small (about 150 bytes per tensor); anything past this is not ours. */
+#define CKPT_MAX_MANIFEST_BYTES ((size_t)256 << 20)
+
+/* User strings (tensor names, keys) are clipped in messages so the file and reason always fit. */
+#define CKPT_NAME_FMT "\"%.200s\""
+
+/* "a/b", malloc'd. */
+char *ckpt_join(const char *a, const char *b);
+/* "FOLDER/step-<N>", malloc'd. */
+char *ckpt_step_dir(const char *folder, int64_t step);
+/* True when name is exactly "step-<N>" with N a canonical decimal int64 (no sign, no leading 0). */
+bool ckpt_parse_step_name(const char *name, int64_t *step);
+/* Reads and validates DIR/manifest.json and checks that it records `step`. */
+gt_status ckpt_read_manifest(const char *dir, int64_t step, gt_checkpoint_info *info,
+                             gt_error *err);
+/* Size and xxh64 (seed 0) of a regular file, streamed in 1 MiB blocks. */
+gt_status ckpt_hash_file(const char *path, uint64_t *bytes, uint64_t *xxh64, gt_error *err);
+/* "10, 20, 30" (at most the last 20 steps) of the complete checkpoints, for error messages. */
+void ckpt_format_available(const char *folder, char *buf, size_t cap);
+
+#endif

@@ -1,0 +1,259 @@
+/* checkpoint_load.c — gt_checkpoint_load: validate a checkpoint completely, then copy it out.
+ *
+ * Order of checks (cheapest and most telling first; nothing the caller owns is written until all
+ * pass, so a refused checkpoint leaves the run's tensors as they were):
+ *   1. the step directory exists and its manifest is valid and records that step;
+ *   2. the model identity (name, flavor, fingerprint) equals the run's;
+ *   3. every tensor the caller expects is in the manifest with the expected dtype and shape;
+ *   4. every file in the manifest has the recorded size (a truncated file stops here);
+ *   5. model.safetensors parses (gt_safetensors validates its own structure) and its header holds
+ *      exactly the manifest's tensors with the same dtypes and shapes;
+ *   6. each tensor's bytes hash to the manifest's xxh64 (a flipped data byte names its tensor);
+ *   7. each whole file hashes to the manifest's xxh64 (catches damage outside tensor data);
+ * then the expected tensors are copied bitwise. */
+#include "checkpoint_internal.h"
+#include "graphtrain/gt_safetensors.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+static const gt_checkpoint_tensor *ckpt_find_tensor(const gt_checkpoint_info *info,
+                                                    const char *name)
+{
+    for (int i = 0; i < info->n_tensors; i++)
+        if (strcmp(info->tensors[i].name, name) == 0) return &info->tensors[i];
+    return NULL;
+}
+
+static bool ckpt_same_type(gt_dtype dtype, int ndim, const int64_t *shape,
+                           const gt_checkpoint_tensor *m)
+{
+    if (dtype != m->dtype || ndim != m->ndim) return false;
+    for (int d = 0; d < ndim; d++)
+        if (shape[d] != m->shape[d]) return false;
+    return true;
+}
+
+static void ckpt_format_entry(const gt_checkpoint_tensor *m, char *buf, size_t cap)
+{
+    gt_tensor view;
+    gt_tensor_wrap(&view, m->dtype, m->ndim, m->shape, NULL);
+    gt_tensor_format_type(&view, buf, cap);
+}
+
+static gt_status ckpt_check_model(const char *dir, const gt_checkpoint_info *info,
+                                  const gt_checkpoint_model *model, gt_error *err)
+{
+    if (!model) return GT_OK;
+    const char *name = model->name ? model->name : "", *flavor = model->flavor ? model->flavor : "";
+    if (strcmp(name, info->model_name) == 0 && strcmp(flavor, info->model_flavor) == 0 &&
+        model->fingerprint == info->fingerprint)
+        return GT_OK;
+    return gt_error_set(
+        err, GT_ERR_INVALID,
+        "checkpoint %s is for model %.100s/%.100s (fingerprint %016llx), this run "
+        "is %.100s/%.100s (fingerprint %016llx)%s",
+        dir, info->model_name, info->model_flavor, (unsigned long long)info->fingerprint, name,
+        flavor, (unsigned long long)model->fingerprint,
+        strcmp(name, info->model_name) == 0 && strcmp(flavor, info->model_flavor) == 0
+            ? ": the parameter names, dtypes or shapes differ"
+            : "");
+}
+
+static gt_status ckpt_check_expected(const char *file, const gt_checkpoint_info *info, int n,
+                                     const char *const *names, gt_tensor *const *tensors,
+                                     gt_error *err)
+{
+    for (int i = 0; i < n; i++) {
+        const gt_checkpoint_tensor *m = ckpt_find_tensor(info, names[i]);
+        if (!m)
+            return gt_error_set(err, GT_ERR_INVALID,
+                                "%s: tensor " CKPT_NAME_FMT " is missing (the checkpoint holds %d "
+                                "tensors)",
+                                file, names[i], info->n_tensors);
+        const gt_tensor *t = tensors[i];
+        if (!ckpt_same_type(t->dtype, t->ndim, t->shape, m)) {
+            char want[160], found[160];
+            gt_tensor_format_type(t, want, sizeof want);
+            ckpt_format_entry(m, found, sizeof found);
+            return gt_error_set(err, GT_ERR_SHAPE,
+                                "%s: tensor " CKPT_NAME_FMT ": expected %s, found %s", file,
+                                names[i], want, found);
+        }
+    }
+    return GT_OK;
+}
+
+static gt_status ckpt_check_sizes(const char *dir, const gt_checkpoint_info *info, gt_error *err)
+{
+    for (int i = 0; i < info->n_files; i++) {
+        char *path = ckpt_join(dir, info->files[i].name);
+        struct stat sb;
+        gt_status status = GT_OK;
+        if (stat(path, &sb) != 0)
+            status = gt_error_set(err, GT_ERR_IO, "%s: cannot stat: %s (listed in the manifest)",
+                                  path, strerror(errno));
+        else if (!S_ISREG(sb.st_mode))
+            status = gt_error_set(err, GT_ERR_FORMAT, "%s: not a regular file", path);
+        else if ((uint64_t)sb.st_size != info->files[i].bytes)
+            status = gt_error_set(
+                err, GT_ERR_FORMAT, "%s: file is %llu bytes, the manifest records %llu (%s)", path,
+                (unsigned long long)sb.st_size, (unsigned long long)info->files[i].bytes,
+                (uint64_t)sb.st_size < info->files[i].bytes ? "truncated" : "overwritten");
+        free(path);
+        GT_TRY(status);
+    }
+    return GT_OK;
+}
+
+/* The safetensors header and the manifest must describe the same tensors; then each tensor's bytes
+ * must hash to the recorded value. */
+static gt_status ckpt_check_tensor_data(const gt_safetensors *st, const gt_checkpoint_info *info,
+                                        gt_error *err)
+{
+    if (st->n_entries != info->n_tensors)
+        return gt_error_set(err, GT_ERR_FORMAT, "%s: holds %d tensors, the manifest records %d",
+                            st->path, st->n_entries, info->n_tensors);
+    for (int i = 0; i < info->n_tensors; i++) {
+        const gt_checkpoint_tensor *m = &info->tensors[i];
+        const gt_st_entry *e = gt_safetensors_find(st, m->name);
+        if (!e)
+            return gt_error_set(err, GT_ERR_FORMAT,
+                                "%s: tensor " CKPT_NAME_FMT " of the manifest is not in the file",
+                                st->path, m->name);
+        if (!ckpt_same_type(e->dtype, e->ndim, e->shape, m)) {
+            char want[160], found[160];
+            ckpt_format_entry(m, want, sizeof want);
+            gt_tensor view;
+            gt_tensor_wrap(&view, e->dtype, e->ndim, e->shape, NULL);
+            gt_tensor_format_type(&view, found, sizeof found);
+            return gt_error_set(err, GT_ERR_FORMAT,
+                                "%s: tensor " CKPT_NAME_FMT " is %s, the manifest records %s",
+                                st->path, m->name, found, want);
+        }
+        uint64_t h = gt_hash64(st->data + e->begin, (size_t)(e->end - e->begin), 0);
+        if (h != m->xxh64)
+            return gt_error_set(err, GT_ERR_FORMAT,
+                                "%s: tensor " CKPT_NAME_FMT ": checksum mismatch (xxh64 %016llx, "
+                                "the manifest records %016llx): the data is corrupt",
+                                st->path, m->name, (unsigned long long)h,
+                                (unsigned long long)m->xxh64);
+    }
+    return GT_OK;
+}
+
+static gt_status ckpt_check_file_hashes(const char *dir, const gt_checkpoint_info *info,
+                                        gt_error *err)
+{
+    for (int i = 0; i < info->n_files; i++) {
+        char *path = ckpt_join(dir, info->files[i].name);
+        uint64_t bytes = 0, h = 0;
+        gt_status status = ckpt_hash_file(path, &bytes, &h, err);
+        if (status == GT_OK && (bytes != info->files[i].bytes || h != info->files[i].xxh64))
+            status = gt_error_set(err, GT_ERR_FORMAT,
+                                  "%s: checksum mismatch (%llu bytes, xxh64 %016llx; the manifest "
+                                  "records %llu bytes, xxh64 %016llx): the file is corrupt",
+                                  path, (unsigned long long)bytes, (unsigned long long)h,
+                                  (unsigned long long)info->files[i].bytes,
+                                  (unsigned long long)info->files[i].xxh64);
+        free(path);
+        GT_TRY(status);
+    }
+    return GT_OK;
+}
+
+static gt_status ckpt_check_args(const char *folder, int n, const char *const *names,
+                                 gt_tensor *const *tensors, gt_error *err)
+{
+    if (!folder || !folder[0])
+        return gt_error_set(err, GT_ERR_INVALID, "checkpoint load: no folder given");
+    if (n < 0 || (n > 0 && (!names || !tensors)))
+        return gt_error_set(err, GT_ERR_INVALID,
+                            "checkpoint load from %s: bad arguments (%d tensors or NULL arrays)",
+                            folder, n);
+    for (int i = 0; i < n; i++) {
+        const gt_tensor *t = tensors[i];
+        if (!names[i] || !t || t->dtype < 0 || t->dtype >= GT_DTYPE_COUNT || t->ndim < 0 ||
+            t->ndim > GT_MAX_DIMS || gt_shape_numel(t->ndim, t->shape) < 0 ||
+            (gt_tensor_nbytes(t) > 0 && !t->data))
+            return gt_error_set(err, GT_ERR_INVALID,
+                                "checkpoint load from %s: destination %d " CKPT_NAME_FMT
+                                " is NULL or has a bad dtype, rank, shape or no data",
+                                folder, i, names[i] ? names[i] : "(null)");
+    }
+    return GT_OK;
+}
+
+/* Resolves GT_CHECKPOINT_NONE to the latest step and checks that the step directory exists. */
+static gt_status ckpt_resolve_step(const char *folder, int64_t *step, gt_error *err)
+{
+    if (*step == GT_CHECKPOINT_NONE) {
+        GT_TRY(gt_checkpoint_find_latest(folder, step, err));
+        if (*step == GT_CHECKPOINT_NONE)
+            return gt_error_set(err, GT_ERR_INVALID,
+                                "no checkpoint to load in %s (no complete step-<N> directory)",
+                                folder);
+        return GT_OK;
+    }
+    if (*step < 0)
+        return gt_error_set(err, GT_ERR_INVALID,
+                            "checkpoint load from %s: step %lld is negative (-1 means the latest)",
+                            folder, (long long)*step);
+    char *dir = ckpt_step_dir(folder, *step);
+    struct stat sb;
+    gt_status status = GT_OK;
+    if (stat(dir, &sb) != 0) {
+        char avail[512];
+        ckpt_format_available(folder, avail, sizeof avail);
+        status = gt_error_set(err, GT_ERR_INVALID,
+                              "no checkpoint of step %lld in %s (available steps: %s)",
+                              (long long)*step, folder, avail);
+    }
+    free(dir);
+    return status;
+}
+
+gt_status gt_checkpoint_load(const char *folder, int64_t step, const gt_checkpoint_model *model,
+                             int n, const char *const *names, gt_tensor *const *tensors,
+                             gt_checkpoint_info *info_out, gt_error *err)
+{
+    GT_TRY(ckpt_check_args(folder, n, names, tensors, err));
+    GT_TRY(ckpt_resolve_step(folder, &step, err));
+    char *dir = ckpt_step_dir(folder, step);
+    char *st_path = ckpt_join(dir, GT_CHECKPOINT_TENSOR_FILE);
+    gt_checkpoint_info info;
+    gt_safetensors st;
+    memset(&st, 0, sizeof st);
+    gt_status status = ckpt_read_manifest(dir, step, &info, err);
+    if (status != GT_OK) {
+        gt_error_wrap(err, "checkpoint %s is incomplete or corrupt", dir);
+        goto done_no_info;
+    }
+    status = ckpt_check_model(dir, &info, model, err);
+    if (status == GT_OK) status = ckpt_check_expected(st_path, &info, n, names, tensors, err);
+    if (status == GT_OK) status = ckpt_check_sizes(dir, &info, err);
+    if (status == GT_OK) status = gt_safetensors_open(st_path, &st, err);
+    if (status == GT_OK) status = ckpt_check_tensor_data(&st, &info, err);
+    if (status == GT_OK) status = ckpt_check_file_hashes(dir, &info, err);
+    if (status != GT_OK) goto done;
+
+    for (int i = 0; i < n; i++) {
+        const gt_st_entry *e = gt_safetensors_find(&st, names[i]);
+        GT_CHECK(e && e->end - e->begin == gt_tensor_nbytes(tensors[i]));
+        if (e->end > e->begin) memcpy(tensors[i]->data, st.data + e->begin, e->end - e->begin);
+    }
+    if (info_out) {
+        *info_out = info;
+        memset(&info, 0, sizeof info);
+    }
+done:
+    gt_checkpoint_info_free(&info);
+done_no_info:
+    gt_safetensors_close(&st);
+    free(st_path);
+    free(dir);
+    return status;
+}
