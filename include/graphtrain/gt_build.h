@@ -73,6 +73,15 @@ gt_value_id gt_embedding(gt_graph *g, gt_value_id w, gt_value_id ids);
 gt_value_id gt_embedding_backward(gt_graph *g, gt_value_id ids, gt_value_id dy,
                                   gt_expr num_embeddings);
 
+/* Optimizer ops (gt_ops.def). clamp: min(max(x, min), max); pass -INFINITY / INFINITY to leave a
+ * side open. */
+gt_value_id gt_clamp(gt_graph *g, gt_value_id x, double min, double max);
+/* One AdamW step on one parameter: p' returned; m', v' written to *m_out, *v_out (may be NULL).
+ * scalars: f32[3] {lr, 1 - beta1^t, 1 - beta2^t}; clip: f32 [] gradient multiplier. */
+gt_value_id gt_adamw(gt_graph *g, gt_value_id p, gt_value_id grad, gt_value_id m, gt_value_id v,
+                     gt_value_id scalars, gt_value_id clip, double beta1, double beta2, double eps,
+                     double weight_decay, gt_value_id *m_out, gt_value_id *v_out);
+
 #ifdef __cplusplus
 }
 #endif

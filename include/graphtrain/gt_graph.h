@@ -113,7 +113,8 @@ typedef enum {
     GT_OUT_GRAD,
     GT_OUT_PARAM_UPDATE,
     GT_OUT_BUFFER_UPDATE,
-    GT_OUT_METRIC
+    GT_OUT_METRIC,
+    GT_OUT_OPT_STATE_UPDATE /* new value of the OPT_STATE input of the same name */
 } gt_output_kind;
 const char *gt_input_kind_name(gt_input_kind k);   /* "PARAM", ... */
 const char *gt_output_kind_name(gt_output_kind k); /* "LOSS", ... */

@@ -371,3 +371,29 @@ gt_value_id gt_embedding_backward(gt_graph *g, gt_value_id ids, gt_value_id dy,
     at.e[0] = num_embeddings;
     return node2(g, GT_OP_EMBEDDING_BACKWARD, ids, dy, &at);
 }
+
+gt_value_id gt_clamp(gt_graph *g, gt_value_id x, double min, double max)
+{
+    gt_attrs at = {.nf = 2};
+    at.f[0] = min;
+    at.f[1] = max;
+    return node1(g, GT_OP_CLAMP, x, &at);
+}
+
+/* Schema "f:beta1,beta2,eps,weight_decay"; outputs (p', m', v'). */
+gt_value_id gt_adamw(gt_graph *g, gt_value_id p, gt_value_id grad, gt_value_id m, gt_value_id v,
+                     gt_value_id scalars, gt_value_id clip, double beta1, double beta2, double eps,
+                     double weight_decay, gt_value_id *m_out, gt_value_id *v_out)
+{
+    gt_attrs at = {.nf = 4};
+    at.f[0] = beta1;
+    at.f[1] = beta2;
+    at.f[2] = eps;
+    at.f[3] = weight_decay;
+    gt_value_id in[6] = {p, grad, m, v, scalars, clip};
+    gt_value_id outs[3] = {GT_NONE, GT_NONE, GT_NONE};
+    gt_value_id r = gt_graph_add_node(g, GT_OP_ADAMW, in, 6, &at, outs);
+    if (m_out) *m_out = r == GT_NONE ? GT_NONE : outs[1];
+    if (v_out) *v_out = r == GT_NONE ? GT_NONE : outs[2];
+    return r;
+}

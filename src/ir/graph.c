@@ -216,7 +216,7 @@ void gt_graph_add_output(gt_graph *g, gt_output_kind kind, const char *fqn, gt_v
         gt_graph_record_error(g, &e);
         return;
     }
-    if ((int)kind < 0 || kind > GT_OUT_METRIC)
+    if ((int)kind < 0 || kind > GT_OUT_OPT_STATE_UPDATE)
         gt_error_set(&e, GT_ERR_INVALID, "graph output '%s': unknown kind %d", name, (int)kind);
     else if (v < 0 || v >= g->n_values)
         gt_error_set(&e, GT_ERR_INVALID, "graph output '%s': value %%%d out of range [0, %d)", name,

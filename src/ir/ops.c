@@ -76,6 +76,8 @@ const char *gt_output_kind_name(gt_output_kind k)
         return "BUFFER_UPDATE";
     case GT_OUT_METRIC:
         return "METRIC";
+    case GT_OUT_OPT_STATE_UPDATE:
+        return "OPT_STATE_UPDATE";
     }
     return "?";
 }

@@ -168,7 +168,7 @@ static gt_status check_graph_outputs(gt_verifier *vf)
             return gt_error_set(vf->err, GT_ERR_INVALID,
                                 "verify: graph output %d: value %%%d out of range [0, %d)", k,
                                 io->value, g->n_values);
-        if (io->kind < 0 || io->kind > GT_OUT_METRIC || !gt_graph_str_valid(g, io->fqn))
+        if (io->kind < 0 || io->kind > GT_OUT_OPT_STATE_UPDATE || !gt_graph_str_valid(g, io->fqn))
             return gt_error_set(vf->err, GT_ERR_INVALID,
                                 "verify: graph output %d (%%%d): bad kind %d or name id %d", k,
                                 io->value, io->kind, io->fqn);

@@ -1,0 +1,81 @@
+/* gt_optim.h — the optimizer inside the whole-step graph (DESIGN.md §1): global-norm gradient
+ * clipping and AdamW, appended after the backward pass, plus the pieces the trainer needs for
+ * gradient accumulation.
+ *
+ * Semantics are torchtitan's: torch.nn.utils.clip_grad_norm_(max_norm) then torch.optim.AdamW
+ * (decoupled weight decay, single-tensor math) with weight decay on matrices only (params of rank
+ * >= 2); see gt_ops.def (adamw) for the per-element formulas. The learning rate and the bias
+ * corrections change every step, so they enter as a graph INPUT ("optim.scalars", filled by
+ * gt_optim_scalars) and the graph itself is the same for every step.
+ *
+ * Names the appended graph uses (the trainer and the checkpoint pair inputs and outputs by them):
+ *   OPT_STATE "optim.exp_avg.<fqn>", "optim.exp_avg_sq.<fqn>"   f32, the param's dims; zeros at
+ *                                                               step 1, as torch's lazy init
+ *   INPUT     "optim.scalars"                                   f32[3] = {lr, 1-beta1^t, 1-beta2^t}
+ *   METRIC    "grad_norm"                                       f32 [], the pre-clip total norm
+ *   PARAM_UPDATE "<fqn>", OPT_STATE_UPDATE "optim.exp_avg.<fqn>", "optim.exp_avg_sq.<fqn>"
+ * Gradient accumulation (gt_optim_append_grad_accum): INPUT "grad_accum.<fqn>". */
+#ifndef GRAPHTRAIN_GT_OPTIM_H
+#define GRAPHTRAIN_GT_OPTIM_H
+
+#include "gt_graph.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct {
+    double beta1, beta2; /* in [0, 1) */
+    double eps;          /* >= 0 */
+    double weight_decay; /* >= 0; decoupled (p *= 1 - lr*wd), on params of rank >= 2 only */
+    double max_norm;     /* clip the global L2 norm to this; <= 0 disables clipping (the norm is
+                          * still computed and reported as the "grad_norm" metric) */
+} gt_adamw_config;
+
+/* torchtitan's defaults: betas (0.9, 0.95), eps 1e-8, weight_decay 0.1, max_norm 1.0. */
+gt_adamw_config gt_adamw_config_default(void);
+
+#define GT_OPTIM_SCALARS_NAME "optim.scalars"
+#define GT_OPTIM_EXP_AVG_PREFIX "optim.exp_avg."
+#define GT_OPTIM_EXP_AVG_SQ_PREFIX "optim.exp_avg_sq."
+#define GT_OPTIM_GRAD_NORM_NAME "grad_norm"
+#define GT_OPTIM_GRAD_ACCUM_PREFIX "grad_accum."
+
+/* Appends clipping and one AdamW update per parameter to g. params[k] must be a PARAM input of g;
+ * grads[k] a float value with that param's dims (a GRAD output's value, or an INPUT). Adds the
+ * inputs and outputs listed above, in param order: both OPT_STATE inputs of every param, then
+ * "optim.scalars"; the "grad_norm" METRIC, then per param its PARAM_UPDATE, exp_avg and exp_avg_sq
+ * OPT_STATE_UPDATEs. Nodes get phase optimizer; per-param nodes carry the param's fqn, the global
+ * norm and clip nodes "optim.clip_grad_norm".
+ *
+ * Clipping, as torch.nn.utils.clip_grad_norm_ (norm_type 2): total = sqrt(sum_k sum_i g_k,i^2),
+ * each sum of squares accumulated in double and the per-param sums added in param order;
+ * clip = min(1, max_norm * (1 / (total + 1e-6))) in f32 (torch evaluates max_norm / x as
+ * x.reciprocal() * max_norm). Errors (not a PARAM, dims differ, the state names already exist,
+ * hyper-parameters out of range) name the param; nothing useful is left in g after an error. */
+gt_status gt_optim_append_adamw(gt_graph *g, int n, const gt_value_id *params,
+                                const gt_value_id *grads, const gt_adamw_config *cfg,
+                                gt_error *err);
+
+/* The "optim.scalars" input for optimizer step `step` (1-based: the first update is step 1) at
+ * learning rate lr: {lr, 1 - beta1^step, 1 - beta2^step}, computed in double and rounded to f32.
+ * step < 1 is a caller bug (GT_CHECK). */
+void gt_optim_scalars(const gt_adamw_config *cfg, int64_t step, double lr, float out[3]);
+
+/* Gradient accumulation, in the graph. For each k adds INPUT "grad_accum.<fqn>" (f32, the param's
+ * dims) and replaces grads[k] by grad_accum + grads[k] (phase backward; grads[k] cast to f32
+ * first when it is not). A micro-batch graph feeds the running sum in and outputs the new one;
+ * the first micro-batch feeds zeros, so the sums are ((g_1 + g_2) + g_3) + ..., the order torch's
+ * .grad accumulation uses. The loss of each micro-batch must be divided by the number of
+ * micro-batches before autodiff, as torchtitan rescales it. */
+gt_status gt_optim_append_grad_accum(gt_graph *g, int n, const gt_value_id *params,
+                                     gt_value_id *grads, gt_error *err);
+
+/* The PARAM inputs of g in input order: writes up to max value ids to params and returns how many
+ * PARAM inputs g has (call with max 0 to size the array). */
+int gt_optim_find_params(const gt_graph *g, gt_value_id *params, int max);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,133 @@
+/* cpu_optim.c — f32 kernels of the optimizer ops: clamp and the fused AdamW step.
+ *
+ * Both are elementwise with no accumulation, so results do not depend on the walk order and are
+ * identical run to run. AdamW follows torch.optim.AdamW's single-tensor path (foreach=False,
+ * fused=False) operation by operation, in f32, with torch's scalar handling: scalars derived from
+ * the hyper-parameters are computed in double (Python floats there) and rounded to f32 once, where
+ * torch hands a Python float to an f32 tensor op. See gt_ops.def for the formulas. */
+#include "cpu_internal.h"
+
+#include <math.h>
+
+gt_status gt_cpu_clamp(const gt_kernel_call *c, gt_error *err)
+{
+    const gt_tensor *x = c->in[0];
+    gt_tensor *out = c->out[0];
+    GT_TRY(gt_cpu_want_f32(c, x, "input", err));
+    GT_TRY(gt_cpu_want_f32(c, out, "output", err));
+    GT_TRY(gt_cpu_want_same_shape(c, x, "input", out, "output", err));
+    GT_TRY(gt_cpu_want_attrs(c, 0, 2, 0, err));
+    if (isnan(c->f[0]) || isnan(c->f[1]) || c->f[0] > c->f[1])
+        return gt_error_set(err, GT_ERR_INVALID,
+                            "clamp: bounds must satisfy min <= max, got [%g, %g]", c->f[0],
+                            c->f[1]);
+    /* Bounds are rounded to f32 first, as torch.clamp does with Python scalars on f32 tensors.
+     * The comparisons are false for NaN, so NaN passes through (torch propagates it too). */
+    float lo = (float)c->f[0], hi = (float)c->f[1];
+    int64_t n = gt_tensor_numel(x);
+    const float *xp = x->data;
+    float *y = out->data;
+    for (int64_t i = 0; i < n; i++) {
+        float v = xp[i];
+        y[i] = v < lo ? lo : v > hi ? hi : v;
+    }
+    return GT_OK;
+}
+
+/* The per-call constants of one AdamW step, each rounded to f32 from a double computation. */
+typedef struct {
+    float clip;     /* g' = g * clip */
+    float decay;    /* 1 - lr * weight_decay */
+    float w1;       /* lerp weight 1 - beta1 */
+    float beta2;    /* v * beta2 */
+    float w2;       /* 1 - beta2 */
+    float neg_step; /* -(lr / bc1) */
+    float bc2_sqrt; /* sqrt(bc2) */
+    float eps;
+    bool decays; /* weight_decay != 0 (torch skips the multiply otherwise) */
+} gt_adamw_consts;
+
+static gt_status gt_cpu_adamw_consts(const gt_kernel_call *c, const float *scalars, float clip,
+                                     gt_adamw_consts *k, gt_error *err)
+{
+    double beta1 = c->f[0], beta2 = c->f[1], eps = c->f[2], wd = c->f[3];
+    double lr = scalars[0], bc1 = scalars[1], bc2 = scalars[2];
+    /* The scalars come from the host each step (gt_optim_scalars): refuse what would turn the
+     * parameters into NaN or inf silently. bc = 1 - beta^t lies in (0, 1] for t >= 1. */
+    if (!(lr >= 0.0) || isinf(lr) || !(bc1 > 0.0 && bc1 <= 1.0) || !(bc2 > 0.0 && bc2 <= 1.0))
+        return gt_error_set(err, GT_ERR_INVALID,
+                            "adamw: scalars {lr, bias_correction1, bias_correction2} = {%g, %g, "
+                            "%g}: expected lr finite >= 0 and both corrections in (0, 1]",
+                            lr, bc1, bc2);
+    if (!(beta1 >= 0.0 && beta1 < 1.0) || !(beta2 >= 0.0 && beta2 < 1.0) || !(eps >= 0.0) ||
+        !(wd >= 0.0))
+        return gt_error_set(err, GT_ERR_INVALID,
+                            "adamw: hyper-parameters beta1 %g, beta2 %g, eps %g, weight_decay %g "
+                            "out of range",
+                            beta1, beta2, eps, wd);
+    k->clip = clip;
+    k->decay = (float)(1.0 - lr * wd);
+    k->w1 = (float)(1.0 - beta1);
+    k->beta2 = (float)beta2;
+    k->w2 = (float)(1.0 - beta2);
+    k->neg_step = (float)(-(lr / bc1));
+    k->bc2_sqrt = (float)sqrt(bc2);
+    k->eps = (float)eps;
+    k->decays = wd != 0.0;
+    return GT_OK;
+}
+
+/* One element. Every input is read before any output is written, so a planner may alias p' with
+ * p, m' with m and v' with v. Each line is one torch op, evaluated as torch's CPU kernels do
+ * (checked against torch 2.x bit for bit; they fuse the multiply-add of lerp and addcmul):
+ *   g.mul_(clip); p.mul_(1 - lr*wd)
+ *   m.lerp_(g, w), w = 1 - beta1:  fma(w, g - m, m) for w < 0.5, else fma(w - 1, g - m, g)
+ *   v.mul_(beta2).addcmul_(g, g, value=1 - beta2)  ->  fma((1 - beta2)*g, g, v*beta2)
+ *   denom = (v.sqrt() / sqrt(bc2)).add_(eps)
+ *   p.addcdiv_(m, denom, value=-lr/bc1)            ->  p + ((-lr/bc1)*m)/denom
+ * fmaf is correctly rounded by the C standard, so these bits do not depend on the machine (it is a
+ * libm call where the compiler may not emit an FMA instruction). */
+static inline void gt_adamw_element(const gt_adamw_consts *k, float p, float g, float m, float v,
+                                    float *po, float *mo, float *vo)
+{
+    g = g * k->clip;
+    if (k->decays) p = p * k->decay;
+    m = k->w1 < 0.5f ? fmaf(k->w1, g - m, m) : fmaf(k->w1 - 1.0f, g - m, g);
+    v = fmaf(k->w2 * g, g, v * k->beta2);
+    float denom = sqrtf(v) / k->bc2_sqrt + k->eps;
+    *po = p + k->neg_step * m / denom;
+    *mo = m;
+    *vo = v;
+}
+
+gt_status gt_cpu_adamw(const gt_kernel_call *c, gt_error *err)
+{
+    static const char *const in_names[6] = {"param",      "grad",    "exp_avg",
+                                            "exp_avg_sq", "scalars", "clip"};
+    static const char *const out_names[3] = {"param'", "exp_avg'", "exp_avg_sq'"};
+    for (int k = 0; k < 6; k++)
+        GT_TRY(gt_cpu_want_f32(c, c->in[k], in_names[k], err));
+    for (int k = 0; k < 3; k++)
+        GT_TRY(gt_cpu_want_f32(c, c->out[k], out_names[k], err));
+    const gt_tensor *p = c->in[0];
+    for (int k = 1; k < 4; k++)
+        GT_TRY(gt_cpu_want_same_shape(c, p, in_names[0], c->in[k], in_names[k], err));
+    for (int k = 0; k < 3; k++)
+        GT_TRY(gt_cpu_want_same_shape(c, p, in_names[0], c->out[k], out_names[k], err));
+    if (gt_tensor_numel(c->in[4]) != 3 || gt_tensor_numel(c->in[5]) != 1) {
+        char bs[128], bc[128];
+        return gt_error_set(
+            err, GT_ERR_SHAPE, "adamw: scalars must have 3 elements and clip 1, got %s and %s",
+            gt_cpu_fmt(c->in[4], bs, sizeof bs), gt_cpu_fmt(c->in[5], bc, sizeof bc));
+    }
+    GT_TRY(gt_cpu_want_attrs(c, 0, 4, 0, err));
+    gt_adamw_consts k = {0};
+    GT_TRY(gt_cpu_adamw_consts(c, c->in[4]->data, ((const float *)c->in[5]->data)[0], &k, err));
+
+    int64_t n = gt_tensor_numel(p);
+    const float *pp = p->data, *gp = c->in[1]->data, *mp = c->in[2]->data, *vp = c->in[3]->data;
+    float *po = c->out[0]->data, *mo = c->out[1]->data, *vo = c->out[2]->data;
+    for (int64_t i = 0; i < n; i++)
+        gt_adamw_element(&k, pp[i], gp[i], mp[i], vp[i], &po[i], &mo[i], &vo[i]);
+    return GT_OK;
+}
