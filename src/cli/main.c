@@ -1,7 +1,6 @@
 /* main.c — the graphtrain command line: subcommands and their options.
  *
- *   graphtrain graph [options]   build the whole-step graph, print it and a summary
- *   graphtrain init  [options]   write initialised parameters to a safetensors file
+ *   graphtrain train | graph | init | export | tokenize | plot  [options]
  *
  * Options are spelled as torchtitan spells them (--section.key=value or --section.key value).
  * This file only parses and dispatches; the work is in the library. */
@@ -10,172 +9,135 @@
 #include <string.h>
 #include <time.h>
 
-#include "graphtrain/gt_autodiff.h"
+#include "graphtrain/gt_backend.h"
+#include "graphtrain/gt_config.h"
+#include "graphtrain/gt_data.h"
 #include "graphtrain/gt_flops.h"
 #include "graphtrain/gt_graph.h"
+#include "graphtrain/gt_metrics.h"
 #include "graphtrain/gt_model.h"
+#include "graphtrain/gt_train.h"
 
-/* ---------------------------------------------------------------- options */
-
-typedef struct {
-    const char *key;
-    const char *def;
-    const char *help;
-} option_spec;
+/* ---------------------------------------------------------------- options
+ *
+ * Every subcommand that builds a model reads the training config (defaults ← --config FILE ←
+ * --section.key=value overrides; see docs/CONFIG.md). A few options belong to one subcommand
+ * alone (graph's --graph.print, init's --out, export's --hf); they are taken out of argv before the
+ * rest goes to the config resolver. */
 
 typedef struct {
     const char *name;
     const char *summary;
-    const option_spec *options;
-    int n_options;
+    const char *usage;
+    const char *const *local; /* command-local option names, NULL-terminated */
 } command_spec;
 
-static const option_spec graph_options[] = {
-    {"model.name", "llama3", "model family (llama3)"},
-    {"model.flavor", "debugmodel", "named model configuration"},
-    {"training.local_batch_size", "8", "sequences per step (binds the batch symbol)"},
-    {"training.seq_len", "2048", "tokens per sequence (binds the seq symbol)"},
-    {"graph.print", "true", "print the graph listing before the summary (true|false)"},
-};
-static const option_spec init_options[] = {
-    {"model.name", "llama3", "model family (llama3)"},
-    {"model.flavor", "debugmodel", "named model configuration"},
-    {"debug.seed", "42", "seed of the parameter initialisation"},
-    {"out", "", "output safetensors file (required)"},
-};
+static const char *const graph_local[] = {"graph.print", NULL};
+static const char *const init_local[] = {"out", NULL};
+static const char *const export_local[] = {"hf", "step", "dtype", NULL};
+static const char *const tokenize_local[] = {"tokenizer", "out", "format", "json_field", NULL};
+static const char *const plot_local[] = {"out", NULL};
+static const char *const none_local[] = {NULL};
 
-#define COUNT(a) ((int)(sizeof(a) / sizeof((a)[0])))
 static const command_spec commands[] = {
-    {"graph", "build the whole-step graph (forward, loss, backward); print it and a summary",
-     graph_options, COUNT(graph_options)},
-    {"init", "write initialised parameters of a model to a safetensors file", init_options,
-     COUNT(init_options)},
+    {"train", "train a model as the config says (CPU)",
+     "graphtrain train [--config FILE] [--section.key=value ...]", none_local},
+    {"graph", "build the whole-step graph (forward, loss, backward, AdamW); print it and a summary",
+     "graphtrain graph [--graph.print=true|false] [--config FILE] [--section.key=value ...]",
+     graph_local},
+    {"init", "write initialised parameters of the configured model to a safetensors file",
+     "graphtrain init --out FILE [--config FILE] [--section.key=value ...]", init_local},
+    {"export", "write a checkpoint as a Hugging Face llama directory",
+     "graphtrain export --hf DIR [--step N] [--dtype float32|bfloat16] [--config FILE] "
+     "[--section.key=value ...]",
+     export_local},
+    {"tokenize", "tokenize text or JSON-lines files into a token shard",
+     "graphtrain tokenize --tokenizer tokenizer.json --out FILE.bin [--format auto|text|jsonl] "
+     "[--json_field text] INPUT...",
+     tokenize_local},
+    {"plot", "draw loss and throughput curves of a metrics file as SVG",
+     "graphtrain plot METRICS.jsonl [--out FILE.svg]", plot_local},
 };
+#define COUNT(a) ((int)(sizeof(a) / sizeof((a)[0])))
 
 typedef struct {
-    const command_spec *cmd;
-    const char *values[16];
-} parsed_options;
-
-static int edit_distance(const char *a, const char *b)
-{
-    int la = (int)strlen(a), lb = (int)strlen(b);
-    if (la > 63 || lb > 63) return 99;
-    int d[64][64];
-    for (int i = 0; i <= la; i++) d[i][0] = i;
-    for (int j = 0; j <= lb; j++) d[0][j] = j;
-    for (int i = 1; i <= la; i++)
-        for (int j = 1; j <= lb; j++) {
-            int c = d[i - 1][j - 1] + (a[i - 1] != b[j - 1]);
-            if (d[i - 1][j] + 1 < c) c = d[i - 1][j] + 1;
-            if (d[i][j - 1] + 1 < c) c = d[i][j - 1] + 1;
-            d[i][j] = c;
-        }
-    return d[la][lb];
-}
+    const char *local[8];     /* values of the command-local options, by index; NULL = unset */
+    char *rest[512];          /* the other arguments, in order */
+    int n_rest;
+} split_args;
 
 static void print_help(const command_spec *cmd)
 {
     if (!cmd) {
-        printf("usage: graphtrain COMMAND [--section.key=value ...]\n\ncommands:\n");
+        printf("usage: graphtrain COMMAND [options]\n\ncommands:\n");
         for (int c = 0; c < COUNT(commands); c++)
-            printf("  %-8s %s\n", commands[c].name, commands[c].summary);
-        printf("\n`graphtrain COMMAND --help` lists a command's options.\n");
+            printf("  %-9s %s\n", commands[c].name, commands[c].summary);
+        printf("\n`graphtrain COMMAND --help` shows a command's usage and options.\n");
         return;
     }
-    printf("usage: graphtrain %s [options]\n%s\n\noptions (default in brackets):\n", cmd->name,
-           cmd->summary);
-    for (int k = 0; k < cmd->n_options; k++)
-        printf("  --%-28s %s [%s]\n", cmd->options[k].key, cmd->options[k].help,
-               cmd->options[k].def);
+    printf("usage: %s\n%s\n", cmd->usage, cmd->summary);
+    if (strcmp(cmd->name, "tokenize") && strcmp(cmd->name, "plot")) {
+        printf("\nconfig options (defaults; docs/CONFIG.md):\n");
+        gt_config_help(stdout);
+    }
 }
 
-/* Returns 0 on success, 1 after printing an error, 2 when help was printed. */
-static int parse_options(const command_spec *cmd, int argc, char **argv, parsed_options *p)
+/* Moves --LOCAL=value / --LOCAL value into out->local; everything else into out->rest. */
+static int split_local(const command_spec *cmd, int argc, char **argv, split_args *out)
 {
-    p->cmd = cmd;
-    for (int k = 0; k < cmd->n_options; k++) p->values[k] = cmd->options[k].def;
+    memset(out, 0, sizeof *out);
     for (int a = 0; a < argc; a++) {
         const char *arg = argv[a];
-        if (!strcmp(arg, "--help") || !strcmp(arg, "-h")) {
-            print_help(cmd);
-            return 2;
-        }
-        if (strncmp(arg, "--", 2) != 0) {
-            fprintf(stderr, "graphtrain %s: unexpected argument '%s' (options look like "
-                            "--section.key=value)\n", cmd->name, arg);
-            return 1;
-        }
-        char key[128];
-        const char *eq = strchr(arg, '=');
-        size_t klen = eq ? (size_t)(eq - arg - 2) : strlen(arg + 2);
-        if (klen >= sizeof key) klen = sizeof key - 1;
-        memcpy(key, arg + 2, klen);
-        key[klen] = 0;
-        int found = -1, best = -1, best_d = 1 << 30;
-        for (int k = 0; k < cmd->n_options; k++) {
-            if (!strcmp(cmd->options[k].key, key)) found = k;
-            int d = edit_distance(cmd->options[k].key, key);
-            if (d < best_d) best_d = d, best = k;
+        int found = -1;
+        size_t klen = 0;
+        if (!strncmp(arg, "--", 2)) {
+            const char *eq = strchr(arg, '=');
+            klen = eq ? (size_t)(eq - arg - 2) : strlen(arg + 2);
+            for (int k = 0; cmd->local[k]; k++)
+                if (strlen(cmd->local[k]) == klen && !strncmp(arg + 2, cmd->local[k], klen))
+                    found = k;
         }
         if (found < 0) {
-            fprintf(stderr, "graphtrain %s: unknown option --%s; did you mean --%s? (see "
-                            "graphtrain %s --help)\n", cmd->name, key, cmd->options[best].key,
-                    cmd->name);
-            return 1;
+            if (out->n_rest >= COUNT(out->rest)) {
+                fprintf(stderr, "graphtrain %s: too many arguments\n", cmd->name);
+                return 1;
+            }
+            out->rest[out->n_rest++] = argv[a];
+            continue;
         }
-        if (eq) {
-            p->values[found] = eq + 1;
+        if (arg[2 + klen] == '=') {
+            out->local[found] = arg + 3 + klen;
         } else if (a + 1 < argc) {
-            p->values[found] = argv[++a];
+            out->local[found] = argv[++a];
         } else {
-            fprintf(stderr, "graphtrain %s: option --%s needs a value\n", cmd->name, key);
+            fprintf(stderr, "graphtrain %s: option --%s needs a value\n", cmd->name,
+                    cmd->local[found]);
             return 1;
         }
     }
     return 0;
 }
 
-static const char *opt(const parsed_options *p, const char *key)
-{
-    for (int k = 0; k < p->cmd->n_options; k++)
-        if (!strcmp(p->cmd->options[k].key, key)) return p->values[k];
-    return NULL;
-}
-
-static int opt_int(const parsed_options *p, const char *key, int64_t lo, int64_t hi, int64_t *out)
-{
-    const char *s = opt(p, key);
-    char *end;
-    long long v = strtoll(s, &end, 10);
-    if (!*s || *end || v < lo || v > hi) {
-        fprintf(stderr, "graphtrain %s: --%s=%s: expected an integer in [%lld, %lld]\n",
-                p->cmd->name, key, s, (long long)lo, (long long)hi);
-        return 1;
-    }
-    *out = v;
-    return 0;
-}
-
-static int opt_bool(const parsed_options *p, const char *key, bool *out)
-{
-    const char *s = opt(p, key);
-    if (!strcmp(s, "true") || !strcmp(s, "1")) return *out = true, 0;
-    if (!strcmp(s, "false") || !strcmp(s, "0")) return *out = false, 0;
-    fprintf(stderr, "graphtrain %s: --%s=%s: expected true or false\n", p->cmd->name, key, s);
-    return 1;
-}
-
-static int model_config(const parsed_options *p, gt_llama3_config *cfg)
+static int resolve_config(const command_spec *cmd, split_args *sa, gt_config *cfg)
 {
     gt_error err = {0};
-    if (strcmp(opt(p, "model.name"), "llama3") != 0) {
-        fprintf(stderr, "graphtrain %s: --model.name=%s: unknown model (known: llama3)\n",
-                p->cmd->name, opt(p, "model.name"));
+    if (gt_config_resolve(sa->n_rest, sa->rest, cfg, &err) != GT_OK) {
+        fprintf(stderr, "graphtrain %s: %s\n", cmd->name, err.msg);
         return 1;
     }
-    if (gt_llama3_flavor(opt(p, "model.flavor"), cfg, &err) != GT_OK) {
-        fprintf(stderr, "graphtrain %s: --model.flavor: %s\n", p->cmd->name, err.msg);
+    return 0;
+}
+
+static int model_config(const gt_config *c, gt_llama3_config *mcfg)
+{
+    gt_error err = {0};
+    if (strcmp(c->model.name, "llama3") != 0) {
+        fprintf(stderr, "graphtrain: model.name: unknown model '%s' (known: llama3)\n",
+                c->model.name);
+        return 1;
+    }
+    if (gt_llama3_flavor(c->model.flavor, mcfg, &err) != GT_OK) {
+        fprintf(stderr, "graphtrain: model.flavor: %s\n", err.msg);
         return 1;
     }
     return 0;
@@ -190,21 +152,27 @@ static double now_seconds(void)
 
 /* ---------------------------------------------------------------- graph */
 
-static int cmd_graph(const parsed_options *p)
+static int cmd_graph(const command_spec *cmd, split_args *sa)
 {
-    gt_llama3_config cfg;
-    int64_t batch, seq;
-    bool print;
-    if (model_config(p, &cfg) || opt_int(p, "training.local_batch_size", 1, 1 << 20, &batch) ||
-        opt_int(p, "training.seq_len", 1, 1 << 24, &seq) || opt_bool(p, "graph.print", &print))
+    bool print = true;
+    const char *pv = sa->local[0];
+    if (pv && !strcmp(pv, "false")) print = false;
+    else if (pv && strcmp(pv, "true") != 0) {
+        fprintf(stderr, "graphtrain graph: --graph.print=%s: expected true or false\n", pv);
         return 1;
-
-    double t0 = now_seconds();
-    gt_error err = {0};
+    }
+    gt_config cfg;
+    gt_llama3_config mcfg;
+    if (resolve_config(cmd, sa, &cfg)) return 1;
+    int rc = 1;
     gt_graph *g = gt_graph_new();
     gt_model model = {0};
-    int rc = 1;
-    if (gt_llama3_build(g, &cfg, &model, &err) != GT_OK || gt_autodiff(g, &err) != GT_OK) {
+    gt_error err = {0};
+    if (model_config(&cfg, &mcfg)) goto done;
+    int64_t batch = cfg.training.local_batch_size, seq = cfg.training.seq_len;
+
+    double t0 = now_seconds();
+    if (gt_train_build_graph(&cfg, g, &model, true, &err) != GT_OK) {
         fprintf(stderr, "graphtrain graph: %s\n", err.msg);
         goto done;
     }
@@ -235,11 +203,11 @@ static int cmd_graph(const parsed_options *p)
     for (int n = 0; n < g->n_nodes; n++) nodes_by_phase[g->nodes[n].phase % 3]++;
     double tokens = (double)batch * (double)seq;
     /* torchtitan's MFU numerator per token: 6·N(non-embedding) + 12·L·H·Dh·S */
-    double head_dim = (double)cfg.dim / (double)cfg.n_heads;
+    double head_dim = (double)mcfg.dim / (double)mcfg.n_heads;
     double titan = 6.0 * (double)(n_params - n_embed) +
-                   12.0 * (double)cfg.n_layers * (double)cfg.n_heads * head_dim * (double)seq;
+                   12.0 * (double)mcfg.n_layers * (double)mcfg.n_heads * head_dim * (double)seq;
 
-    printf("\n# summary: llama3 %s, batch %lld x seq %lld\n", cfg.flavor, (long long)batch,
+    printf("\n# summary: llama3 %s, batch %lld x seq %lld\n", mcfg.flavor, (long long)batch,
            (long long)seq);
     printf("nodes            %d (forward %d, backward %d, optimizer %d)\n", g->n_nodes,
            nodes_by_phase[0], nodes_by_phase[1], nodes_by_phase[2]);
@@ -248,44 +216,187 @@ static int cmd_graph(const parsed_options *p)
            (double)n_params / 1e9, (long long)(n_params - n_embed));
     printf("flops/step       %.4e (matmul %.4e, attention %.4e, other %.4e)\n", flops.total,
            flops.matmul, flops.attention, flops.other);
-    printf("flops/step phase forward %.4e, backward %.4e\n", flops.by_phase[0],
-           flops.by_phase[1]);
+    printf("flops/step phase forward %.4e, backward %.4e, optimizer %.4e\n", flops.by_phase[0],
+           flops.by_phase[1], flops.by_phase[2]);
     printf("model flops/tok  %.4e from the graph (matmul + attention); torchtitan's formula "
            "6N+12LHDS gives %.4e\n",
            (flops.matmul + flops.attention) / tokens, titan);
-    printf("build            %.2f ms (forward + autodiff), verify %.2f ms\n", 1e3 * t_build,
-           1e3 * t_verify);
+    printf("build            %.2f ms (forward + autodiff + optimizer), verify %.2f ms\n",
+           1e3 * t_build, 1e3 * t_verify);
     rc = 0;
 done:
     gt_model_free(&model);
     gt_graph_free(g);
+    gt_config_free(&cfg);
     return rc;
 }
 
 /* ---------------------------------------------------------------- init */
 
-static int cmd_init(const parsed_options *p)
+static int cmd_init(const command_spec *cmd, split_args *sa)
 {
-    gt_llama3_config cfg;
-    int64_t seed;
-    if (model_config(p, &cfg) || opt_int(p, "debug.seed", 0, INT64_MAX, &seed)) return 1;
-    const char *out = opt(p, "out");
-    if (!*out) {
+    const char *out = sa->local[0];
+    if (!out || !*out) {
         fprintf(stderr, "graphtrain init: --out FILE is required\n");
         return 1;
     }
+    gt_config cfg;
+    gt_llama3_config mcfg;
+    if (resolve_config(cmd, sa, &cfg)) return 1;
     gt_error err = {0};
     gt_graph *g = gt_graph_new();
     gt_model model = {0};
-    int rc = 0;
-    if (gt_llama3_build(g, &cfg, &model, &err) != GT_OK ||
-        gt_model_save_init(&model, cfg.flavor, (uint64_t)seed, out, &err) != GT_OK) {
+    int rc = 1;
+    if (model_config(&cfg, &mcfg)) goto done;
+    if (gt_llama3_build(g, &mcfg, &model, &err) != GT_OK ||
+        gt_model_save_init(&model, mcfg.flavor, (uint64_t)cfg.debug.seed, out, &err) != GT_OK) {
         fprintf(stderr, "graphtrain init: %s\n", err.msg);
-        rc = 1;
+        goto done;
     }
+    rc = 0;
+done:
     gt_model_free(&model);
     gt_graph_free(g);
+    gt_config_free(&cfg);
     return rc;
+}
+
+/* ---------------------------------------------------------------- train */
+
+static int cmd_train(const command_spec *cmd, split_args *sa)
+{
+    gt_config cfg;
+    if (resolve_config(cmd, sa, &cfg)) return 1;
+    if (cfg.job.print_config) {
+        printf("# resolved config\n");
+        gt_config_print(&cfg, stdout);
+        printf("\n");
+        fflush(stdout);
+    }
+    gt_error err = {0};
+    gt_train_result res;
+    gt_status st = gt_train(&cfg, &res, &err);
+    gt_config_free(&cfg);
+    if (st != GT_OK) {
+        fprintf(stderr, "graphtrain train: %s\n", err.msg);
+        return 1;
+    }
+    if (res.last_step >= res.first_step) {
+        printf("trained steps %lld..%lld: final loss %.6f", (long long)res.first_step,
+               (long long)res.last_step, res.final_loss);
+        if (res.entropy_rate == res.entropy_rate)
+            printf(", corpus entropy rate %.6f (gap %.4f nats)", res.entropy_rate,
+                   res.final_loss - res.entropy_rate);
+        printf("; params xxh64 %016llx\n", (unsigned long long)res.params_hash);
+    } else {
+        printf("nothing to train: the checkpoint is already at the last step\n");
+    }
+    return 0;
+}
+
+/* ---------------------------------------------------------------- export */
+
+static int cmd_export(const command_spec *cmd, split_args *sa)
+{
+    const char *dir = sa->local[0], *step_s = sa->local[1], *dtype_s = sa->local[2];
+    if (!dir || !*dir) {
+        fprintf(stderr, "graphtrain export: --hf DIR is required\n");
+        return 1;
+    }
+    int64_t step = -1;
+    if (step_s) {
+        char *end;
+        step = strtoll(step_s, &end, 10);
+        if (!*step_s || *end || step < 0) {
+            fprintf(stderr, "graphtrain export: --step=%s: expected a step number >= 0\n",
+                    step_s);
+            return 1;
+        }
+    }
+    gt_dtype dt = GT_F32;
+    if (dtype_s && (!gt_dtype_from_name(dtype_s, &dt) || (dt != GT_F32 && dt != GT_BF16))) {
+        fprintf(stderr, "graphtrain export: --dtype=%s: expected float32 or bfloat16\n", dtype_s);
+        return 1;
+    }
+    gt_config cfg;
+    if (resolve_config(cmd, sa, &cfg)) return 1;
+    gt_error err = {0};
+    int rc = gt_train_export_hf(&cfg, step, dir, dt, &err) == GT_OK ? 0 : 1;
+    if (rc) fprintf(stderr, "graphtrain export: %s\n", err.msg);
+    else printf("exported to %s\n", dir);
+    gt_config_free(&cfg);
+    return rc;
+}
+
+/* ---------------------------------------------------------------- tokenize */
+
+static int cmd_tokenize(const command_spec *cmd, split_args *sa)
+{
+    (void)cmd;
+    const char *tok_path = sa->local[0], *out = sa->local[1], *fmt = sa->local[2];
+    if (!tok_path || !out || sa->n_rest == 0) {
+        fprintf(stderr, "graphtrain tokenize: needs --tokenizer FILE, --out FILE and at least one "
+                        "input file\n");
+        return 1;
+    }
+    for (int k = 0; k < sa->n_rest; k++)
+        if (!strncmp(sa->rest[k], "--", 2)) {
+            fprintf(stderr, "graphtrain tokenize: unknown option %s (options: --tokenizer, --out, "
+                            "--format, --json_field)\n", sa->rest[k]);
+            return 1;
+        }
+    gt_tokenize_options o;
+    gt_tokenize_options_default(&o);
+    if (fmt) {
+        if (!strcmp(fmt, "auto")) o.format = GT_TEXT_AUTO;
+        else if (!strcmp(fmt, "text")) o.format = GT_TEXT_PLAIN;
+        else if (!strcmp(fmt, "jsonl")) o.format = GT_TEXT_JSONL;
+        else {
+            fprintf(stderr, "graphtrain tokenize: --format=%s: expected auto, text or jsonl\n",
+                    fmt);
+            return 1;
+        }
+    }
+    if (sa->local[3]) o.json_field = sa->local[3];
+    gt_error err = {0};
+    gt_tokenizer *tok = NULL;
+    gt_tokenize_stats stats = {0};
+    int rc = 1;
+    if (gt_tokenizer_load(tok_path, &tok, &err) == GT_OK &&
+        gt_data_tokenize_to_shard(tok, (const char *const *)sa->rest, sa->n_rest, &o, out, &stats,
+                                  &err) == GT_OK) {
+        printf("tokenized %lld file(s), %lld document(s), %lld bytes -> %lld tokens in %s\n",
+               (long long)stats.files, (long long)stats.documents, (long long)stats.bytes,
+               (long long)stats.tokens, out);
+        rc = 0;
+    } else {
+        fprintf(stderr, "graphtrain tokenize: %s\n", err.msg);
+    }
+    gt_tokenizer_free(tok);
+    return rc;
+}
+
+/* ---------------------------------------------------------------- plot */
+
+static int cmd_plot(const command_spec *cmd, split_args *sa)
+{
+    (void)cmd;
+    if (sa->n_rest != 1 || !strncmp(sa->rest[0], "--", 2)) {
+        fprintf(stderr, "graphtrain plot: expected one metrics file (usage: graphtrain plot "
+                        "METRICS.jsonl [--out FILE.svg])\n");
+        return 1;
+    }
+    const char *in = sa->rest[0];
+    char out[4096];
+    if (sa->local[0]) snprintf(out, sizeof out, "%s", sa->local[0]);
+    else snprintf(out, sizeof out, "%s.svg", in);
+    gt_error err = {0};
+    if (gt_metrics_plot_file(in, out, NULL, &err) != GT_OK) {
+        fprintf(stderr, "graphtrain plot: %s\n", err.msg);
+        return 1;
+    }
+    printf("wrote %s\n", out);
+    return 0;
 }
 
 int main(int argc, char **argv)
@@ -295,15 +406,26 @@ int main(int argc, char **argv)
         print_help(NULL);
         return argc < 2 ? 1 : 0;
     }
+    gt_cpu_set_threads(1); /* OpenBLAS: bits must not depend on the machine's core count */
     for (int c = 0; c < COUNT(commands); c++) {
-        if (strcmp(argv[1], commands[c].name) != 0) continue;
-        parsed_options p;
-        int rc = parse_options(&commands[c], argc - 2, argv + 2, &p);
-        if (rc) return rc == 2 ? 0 : 1;
-        if (!strcmp(commands[c].name, "graph")) return cmd_graph(&p);
-        return cmd_init(&p);
+        const command_spec *cmd = &commands[c];
+        if (strcmp(argv[1], cmd->name) != 0) continue;
+        for (int a = 2; a < argc; a++)
+            if (!strcmp(argv[a], "--help") || !strcmp(argv[a], "-h")) {
+                print_help(cmd);
+                return 0;
+            }
+        split_args sa;
+        if (split_local(cmd, argc - 2, argv + 2, &sa)) return 1;
+        switch (c) {
+        case 0: return cmd_train(cmd, &sa);
+        case 1: return cmd_graph(cmd, &sa);
+        case 2: return cmd_init(cmd, &sa);
+        case 3: return cmd_export(cmd, &sa);
+        case 4: return cmd_tokenize(cmd, &sa);
+        default: return cmd_plot(cmd, &sa);
+        }
     }
-    fprintf(stderr, "graphtrain: unknown command '%s' (commands: graph, init; see graphtrain --help)\n",
-            argv[1]);
+    fprintf(stderr, "graphtrain: unknown command '%s' (see graphtrain --help)\n", argv[1]);
     return 1;
 }

@@ -1,0 +1,752 @@
+/* trainer.c — the training loop.
+ *
+ * One optimizer step runs the whole-step graph once: forward, loss, backward and AdamW, built by
+ * the model builder, gt_autodiff and gt_optim_append_adamw. With gradient accumulation (global
+ * batch > local batch) the step runs a forward + backward graph once per micro-batch, sums the
+ * gradients on the host in micro-batch order, and runs the optimizer graph on their mean.
+ *
+ * State that persists across steps — parameters, AdamW moments — lives in host tensors owned here;
+ * the graph's PARAM_UPDATE / OPT_STATE_UPDATE outputs replace them after each step. Everything a
+ * step depends on (parameters, moments, loader position, step number) is in the checkpoint, and
+ * every kernel is deterministic, so a resumed run repeats the uninterrupted one bit for bit. */
+#include <errno.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#include "graphtrain/gt_autodiff.h"
+#include "graphtrain/gt_build.h"
+#include "graphtrain/gt_checkpoint.h"
+#include "graphtrain/gt_data.h"
+#include "graphtrain/gt_exec.h"
+#include "graphtrain/gt_export.h"
+#include "graphtrain/gt_flops.h"
+#include "graphtrain/gt_lr.h"
+#include "graphtrain/gt_metrics.h"
+#include "graphtrain/gt_model.h"
+#include "graphtrain/gt_optim.h"
+#include "graphtrain/gt_train.h"
+
+/* One executable graph with the host tensors that feed each input. */
+typedef struct {
+    gt_graph *g;
+    gt_tensor **feed;  /* per graph input: the tensor it reads (not owned) */
+    gt_tensor *inputs; /* scratch: shallow copies of *feed[k] for gt_eager_run */
+    gt_tensor *outputs;
+} step_graph;
+
+typedef struct {
+    const gt_config *cfg;
+    gt_llama3_config model_cfg;
+    gt_model model;
+    int n_params;
+    gt_tensor *params, *exp_avg, *exp_avg_sq; /* n_params each */
+    gt_tensor *grads;                         /* accumulation only */
+    gt_tensor tokens, labels, scalars;        /* per-step inputs */
+    int64_t *window;                          /* loader output [batch][seq + 1] */
+    int64_t accum;                            /* micro-batches per step */
+    step_graph whole;                         /* accum == 1: fwd + bwd + optimizer */
+    step_graph micro, optim;                  /* accum > 1 */
+    gt_adamw_config adamw;
+    gt_lr_schedule lr;
+    gt_synthetic *synthetic;
+    gt_tokenizer *tokenizer;
+    gt_token_shard shard;
+    bool shard_open;
+    gt_token_ids text_ids;
+    gt_loader *loader;
+    gt_sym_binding_entry bind_entries[2];
+    gt_sym_binding binding;
+    gt_flops flops; /* of one optimizer step */
+    char *ckpt_folder;
+    char **ckpt_names; /* params, exp_avg, exp_avg_sq */
+    gt_tensor **ckpt_tensors;
+    gt_metrics_writer metrics;
+    bool metrics_open;
+} trainer;
+
+static double now_seconds(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static char *join_path(const char *dir, const char *name)
+{
+    if (name[0] == '/' || !dir[0]) return gt_xstrdup(name);
+    size_t n = strlen(dir) + strlen(name) + 2;
+    char *p = gt_xmalloc(n);
+    snprintf(p, n, "%s/%s", dir, name);
+    return p;
+}
+
+static gt_status make_dirs(const char *path, gt_error *err)
+{
+    char buf[4096];
+    if (strlen(path) >= sizeof buf)
+        return gt_error_set(err, GT_ERR_INVALID, "path too long: %s", path);
+    strcpy(buf, path);
+    for (char *p = buf + 1;; p++) {
+        if (*p == '/' || *p == 0) {
+            char c = *p;
+            *p = 0;
+            if (mkdir(buf, 0777) != 0 && errno != EEXIST)
+                return gt_error_set(err, GT_ERR_IO, "cannot create directory %s: %s", buf,
+                                    strerror(errno));
+            *p = c;
+            if (!c) break;
+        }
+    }
+    return GT_OK;
+}
+
+/* ---------------------------------------------------------------- graphs */
+
+static gt_tensor *feed_for(trainer *t, const gt_graph *g, const gt_io *in, gt_error *err)
+{
+    const char *name = gt_graph_str(g, in->fqn);
+    for (int k = 0; k < t->n_params; k++) {
+        const char *fqn = t->model.params[k].fqn;
+        if (in->kind == GT_IN_PARAM && !strcmp(name, fqn)) return &t->params[k];
+        if (in->kind == GT_IN_OPT_STATE && !strncmp(name, "optim.exp_avg.", 14) &&
+            !strcmp(name + 14, fqn))
+            return &t->exp_avg[k];
+        if (in->kind == GT_IN_OPT_STATE && !strncmp(name, "optim.exp_avg_sq.", 17) &&
+            !strcmp(name + 17, fqn))
+            return &t->exp_avg_sq[k];
+        if (in->kind == GT_IN_INPUT && !strncmp(name, "grad.", 5) && !strcmp(name + 5, fqn))
+            return &t->grads[k];
+        if (in->kind == GT_IN_INPUT && !strncmp(name, "grad_accum.", 11) && !strcmp(name + 11, fqn))
+            return &t->grads[k];
+    }
+    if (in->kind == GT_IN_INPUT && !strcmp(name, "tokens")) return &t->tokens;
+    if (in->kind == GT_IN_INPUT && !strcmp(name, "labels")) return &t->labels;
+    if (in->kind == GT_IN_INPUT && !strcmp(name, "optim.scalars")) return &t->scalars;
+    gt_error_set(err, GT_ERR_INTERNAL, "trainer: nothing feeds graph input %s %s",
+                 gt_input_kind_name((gt_input_kind)in->kind), name);
+    return NULL;
+}
+
+static gt_status step_graph_bind(trainer *t, step_graph *s, gt_error *err)
+{
+    gt_graph *g = s->g;
+    GT_TRY(gt_graph_verify(g, err));
+    s->feed = gt_xcalloc((size_t)g->n_inputs, sizeof *s->feed);
+    s->inputs = gt_xcalloc((size_t)g->n_inputs, sizeof *s->inputs);
+    s->outputs = gt_xcalloc((size_t)g->n_outputs, sizeof *s->outputs);
+    for (int k = 0; k < g->n_inputs; k++)
+        if (!(s->feed[k] = feed_for(t, g, &g->inputs[k], err))) return err->code;
+    return GT_OK;
+}
+
+static void step_graph_free(step_graph *s)
+{
+    if (s->g && s->outputs)
+        for (int k = 0; k < s->g->n_outputs; k++)
+            gt_tensor_free(&s->outputs[k]);
+    free(s->feed);
+    free(s->inputs);
+    free(s->outputs);
+    gt_graph_free(s->g);
+    memset(s, 0, sizeof *s);
+}
+
+/* Runs the graph; its outputs stay in s->outputs until the next run. */
+static gt_status step_graph_run(trainer *t, step_graph *s, gt_error *err)
+{
+    for (int k = 0; k < s->g->n_outputs; k++)
+        gt_tensor_free(&s->outputs[k]);
+    for (int k = 0; k < s->g->n_inputs; k++) {
+        s->inputs[k] = *s->feed[k];
+        s->inputs[k].owns_data = false;
+    }
+    return gt_eager_run(s->g, &t->binding, s->inputs, s->outputs, err);
+}
+
+/* Moves the outputs that carry state (updated params, moments) into place; returns loss and
+ * grad norm when the graph has them. */
+static gt_status step_graph_collect(trainer *t, step_graph *s, double *loss, double *grad_norm,
+                                    gt_error *err)
+{
+    const gt_graph *g = s->g;
+    for (int k = 0; k < g->n_outputs; k++) {
+        const gt_io *o = &g->outputs[k];
+        const char *name = gt_graph_str(g, o->fqn);
+        gt_tensor *dst = NULL;
+        if (o->kind == GT_OUT_LOSS) {
+            *loss = gt_tensor_get_f32(&s->outputs[k], 0);
+            continue;
+        }
+        if (o->kind == GT_OUT_METRIC && !strcmp(name, "grad_norm")) {
+            *grad_norm = gt_tensor_get_f32(&s->outputs[k], 0);
+            continue;
+        }
+        for (int p = 0; p < t->n_params && !dst; p++) {
+            const char *fqn = t->model.params[p].fqn;
+            if (o->kind == GT_OUT_PARAM_UPDATE && !strcmp(name, fqn)) dst = &t->params[p];
+            if (o->kind == GT_OUT_GRAD && t->grads && !strcmp(name, fqn)) dst = &t->grads[p];
+            if (o->kind == GT_OUT_OPT_STATE_UPDATE && !strncmp(name, "optim.exp_avg.", 14) &&
+                !strcmp(name + 14, fqn))
+                dst = &t->exp_avg[p];
+            if (o->kind == GT_OUT_OPT_STATE_UPDATE && !strncmp(name, "optim.exp_avg_sq.", 17) &&
+                !strcmp(name + 17, fqn))
+                dst = &t->exp_avg_sq[p];
+        }
+        if (!dst) continue;
+        if (gt_tensor_nbytes(dst) != gt_tensor_nbytes(&s->outputs[k]))
+            return gt_error_set(err, GT_ERR_INTERNAL, "trainer: output %s has %zu bytes, state %zu",
+                                name, gt_tensor_nbytes(&s->outputs[k]), gt_tensor_nbytes(dst));
+        gt_tensor_free(dst);
+        *dst = s->outputs[k];
+        memset(&s->outputs[k], 0, sizeof s->outputs[k]);
+    }
+    return GT_OK;
+}
+
+gt_status gt_train_build_graph(const gt_config *cfg, gt_graph *g, gt_model *model,
+                               int64_t micro_batches, gt_error *err)
+{
+    gt_llama3_config mcfg;
+    if (strcmp(cfg->model.name, "llama3") != 0)
+        return gt_error_set(err, GT_ERR_INVALID, "model.name: unknown model '%s' (known: llama3)",
+                            cfg->model.name);
+    GT_TRY(gt_llama3_flavor(cfg->model.flavor, &mcfg, err));
+    GT_TRY(gt_llama3_build(g, &mcfg, model, err));
+    if (micro_batches > 1) {
+        /* each micro-batch contributes loss / micro_batches: the step's loss is their sum */
+        for (int k = 0; k < g->n_outputs; k++)
+            if (g->outputs[k].kind == GT_OUT_LOSS) {
+                gt_graph_set_fqn(g, "loss");
+                g->outputs[k].value = gt_scale(g, g->outputs[k].value, 1.0 / (double)micro_batches);
+                if (g->err.code != GT_OK) {
+                    *err = g->err;
+                    return err->code;
+                }
+            }
+    }
+    GT_TRY(gt_autodiff(g, err));
+    int n = gt_optim_find_params(g, NULL, 0);
+    gt_value_id *params = gt_xcalloc((size_t)n, sizeof *params);
+    gt_value_id *grads = gt_xcalloc((size_t)n, sizeof *grads);
+    gt_optim_find_params(g, params, n);
+    int ng = 0;
+    int *grad_out = gt_xcalloc((size_t)n, sizeof *grad_out);
+    for (int k = 0; k < g->n_outputs && ng < n; k++)
+        if (g->outputs[k].kind == GT_OUT_GRAD) grad_out[ng] = k, grads[ng++] = g->outputs[k].value;
+    gt_status st =
+        ng == n ? GT_OK : gt_error_set(err, GT_ERR_INTERNAL, "%d params but %d grads", n, ng);
+    if (st == GT_OK && micro_batches > 1) {
+        st = gt_optim_append_grad_accum(g, n, params, grads, err);
+        for (int k = 0; st == GT_OK && k < n; k++)
+            g->outputs[grad_out[k]].value = grads[k];
+    } else if (st == GT_OK) {
+        gt_adamw_config a = {.beta1 = cfg->optimizer.beta1,
+                             .beta2 = cfg->optimizer.beta2,
+                             .eps = cfg->optimizer.eps,
+                             .weight_decay = cfg->optimizer.weight_decay,
+                             .max_norm = cfg->training.max_norm};
+        st = gt_optim_append_adamw(g, n, params, grads, &a, err);
+    }
+    free(params);
+    free(grads);
+    free(grad_out);
+    return st;
+}
+
+static gt_status build_graphs(trainer *t, gt_error *err)
+{
+    if (t->accum == 1) {
+        t->whole.g = gt_graph_new();
+        GT_TRY(gt_train_build_graph(t->cfg, t->whole.g, &t->model, 1, err));
+        t->n_params = t->model.n_params;
+        return gt_graph_count_flops(t->whole.g, &t->binding, &t->flops, err);
+    }
+    /* micro-batch graph (fwd + bwd + running gradient sum) and the optimizer graph, whose PARAM
+     * inputs are the params and whose INPUT "grad.<fqn>" are the summed gradients */
+    t->micro.g = gt_graph_new();
+    GT_TRY(gt_train_build_graph(t->cfg, t->micro.g, &t->model, t->accum, err));
+    t->n_params = t->model.n_params;
+    gt_graph *o = t->optim.g = gt_graph_new();
+    int np = t->n_params;
+    gt_value_id *pv = gt_xcalloc((size_t)np, sizeof *pv);
+    gt_value_id *gv = gt_xcalloc((size_t)np, sizeof *gv);
+    for (int k = 0; k < np; k++) {
+        const gt_param_spec *ps = &t->model.params[k];
+        gt_expr dims[GT_MAX_DIMS];
+        for (int d = 0; d < ps->ndim; d++)
+            dims[d] = gt_sym_const(o->sym, ps->shape[d]);
+        char name[160];
+        snprintf(name, sizeof name, "grad.%s", ps->fqn);
+        pv[k] = gt_graph_add_input(o, GT_IN_PARAM, ps->fqn, ps->dtype, ps->ndim, dims);
+        gv[k] = gt_graph_add_input(o, GT_IN_INPUT, name, ps->dtype, ps->ndim, dims);
+    }
+    gt_status st = gt_optim_append_adamw(o, np, pv, gv, &t->adamw, err);
+    free(pv);
+    free(gv);
+    if (st != GT_OK) return st;
+
+    gt_flops fm, fo;
+    GT_TRY(gt_graph_count_flops(t->micro.g, &t->binding, &fm, err));
+    GT_TRY(gt_graph_count_flops(t->optim.g, &t->binding, &fo, err));
+    double m = (double)t->accum;
+    t->flops.matmul = fm.matmul * m + fo.matmul;
+    t->flops.attention = fm.attention * m + fo.attention;
+    t->flops.other = fm.other * m + fo.other;
+    t->flops.total = fm.total * m + fo.total;
+    for (int p = 0; p < 3; p++)
+        t->flops.by_phase[p] = fm.by_phase[p] * m + fo.by_phase[p];
+    return GT_OK;
+}
+
+/* ---------------------------------------------------------------- state */
+
+static gt_status alloc_state(trainer *t, gt_error *err)
+{
+    int n = t->n_params;
+    t->params = gt_xcalloc((size_t)n, sizeof *t->params);
+    t->exp_avg = gt_xcalloc((size_t)n, sizeof *t->exp_avg);
+    t->exp_avg_sq = gt_xcalloc((size_t)n, sizeof *t->exp_avg_sq);
+    if (t->accum > 1) t->grads = gt_xcalloc((size_t)n, sizeof *t->grads);
+    GT_TRY(gt_model_init_params(&t->model, (uint64_t)t->cfg->debug.seed, t->params, err));
+    for (int k = 0; k < n; k++) {
+        const gt_param_spec *ps = &t->model.params[k];
+        GT_TRY(gt_tensor_alloc(&t->exp_avg[k], GT_F32, ps->ndim, ps->shape, err));
+        GT_TRY(gt_tensor_alloc(&t->exp_avg_sq[k], GT_F32, ps->ndim, ps->shape, err));
+        if (t->grads) GT_TRY(gt_tensor_alloc(&t->grads[k], GT_F32, ps->ndim, ps->shape, err));
+    }
+    int64_t b = t->cfg->training.local_batch_size, s = t->cfg->training.seq_len;
+    int64_t bs[2] = {b, s}, three = 3;
+    GT_TRY(gt_tensor_alloc(&t->tokens, GT_I64, 2, bs, err));
+    GT_TRY(gt_tensor_alloc(&t->labels, GT_I64, 2, bs, err));
+    GT_TRY(gt_tensor_alloc(&t->scalars, GT_F32, 1, &three, err));
+    t->window = gt_xcalloc((size_t)(b * (s + 1)), sizeof *t->window);
+
+    /* checkpoint names: params, then both moments */
+    t->ckpt_names = gt_xcalloc((size_t)(3 * n), sizeof *t->ckpt_names);
+    t->ckpt_tensors = gt_xcalloc((size_t)(3 * n), sizeof *t->ckpt_tensors);
+    for (int k = 0; k < n; k++) {
+        const char *fqn = t->model.params[k].fqn;
+        size_t len = strlen(fqn) + 32;
+        t->ckpt_names[k] = gt_xstrdup(fqn);
+        t->ckpt_names[n + k] = gt_xmalloc(len);
+        snprintf(t->ckpt_names[n + k], len, "optim.exp_avg.%s", fqn);
+        t->ckpt_names[2 * n + k] = gt_xmalloc(len);
+        snprintf(t->ckpt_names[2 * n + k], len, "optim.exp_avg_sq.%s", fqn);
+    }
+    return GT_OK;
+}
+
+static void refresh_ckpt_tensors(trainer *t)
+{
+    int n = t->n_params;
+    for (int k = 0; k < n; k++) {
+        t->ckpt_tensors[k] = &t->params[k];
+        t->ckpt_tensors[n + k] = &t->exp_avg[k];
+        t->ckpt_tensors[2 * n + k] = &t->exp_avg_sq[k];
+    }
+}
+
+/* ---------------------------------------------------------------- data */
+
+static gt_status open_data(trainer *t, gt_error *err)
+{
+    const gt_cfg_training *tr = &t->cfg->training;
+    gt_loader_config lc = {.seq_len = tr->seq_len,
+                           .local_batch = tr->local_batch_size,
+                           .dp_rank = 0,
+                           .dp_degree = 1,
+                           .shuffle = false,
+                           .seed = (uint64_t)t->cfg->debug.seed};
+    if (tr->dataset == GT_CFG_DATASET_SYNTHETIC) {
+        gt_synthetic_config sc;
+        gt_synthetic_config_default(&sc);
+        sc.vocab_size = (int32_t)t->model_cfg.vocab_size;
+        GT_TRY(gt_synthetic_create(&sc, &t->synthetic, err));
+        return gt_loader_create_synthetic(&lc, t->synthetic, &t->loader, err);
+    }
+    if (!tr->dataset_path[0])
+        return gt_error_set(err, GT_ERR_INVALID, "training.dataset_path: dataset '%s' needs a path",
+                            tr->dataset == GT_CFG_DATASET_TOKENS ? "tokens" : "text");
+    if (tr->dataset == GT_CFG_DATASET_TOKENS) {
+        GT_TRY(gt_token_shard_open(tr->dataset_path, &t->shard, err));
+        t->shard_open = true;
+        if (t->shard.vocab_size > (uint32_t)t->model_cfg.vocab_size)
+            return gt_error_set(
+                err, GT_ERR_INVALID,
+                "%s: token ids go up to vocab size %u, the model's vocabulary is %lld",
+                tr->dataset_path, t->shard.vocab_size, (long long)t->model_cfg.vocab_size);
+        return gt_loader_create_shard(&lc, &t->shard, &t->loader, err);
+    }
+    /* text / jsonl: tokenize in memory */
+    char *tok_path = tr->tokenizer_path[0]
+                         ? gt_xstrdup(tr->tokenizer_path)
+                         : join_path(t->cfg->model.hf_assets_path, "tokenizer.json");
+    gt_status st = gt_tokenizer_load(tok_path, &t->tokenizer, err);
+    free(tok_path);
+    if (st != GT_OK) return st;
+    if (gt_tokenizer_vocab_size(t->tokenizer) > t->model_cfg.vocab_size)
+        return gt_error_set(
+            err, GT_ERR_INVALID, "the tokenizer has %d tokens, the model's vocabulary is %lld",
+            gt_tokenizer_vocab_size(t->tokenizer), (long long)t->model_cfg.vocab_size);
+    gt_tokenize_options o;
+    gt_tokenize_options_default(&o);
+    o.format = tr->dataset == GT_CFG_DATASET_JSONL ? GT_TEXT_JSONL : GT_TEXT_PLAIN;
+    GT_TRY(gt_data_tokenize_file(t->tokenizer, tr->dataset_path, &o, &t->text_ids, NULL, err));
+    return gt_loader_create_tokens(&lc, t->text_ids.ids, t->text_ids.n, tr->dataset_path,
+                                   &t->loader, err);
+}
+
+static gt_status next_batch(trainer *t, gt_error *err)
+{
+    GT_TRY(gt_loader_next(t->loader, t->window, err));
+    gt_loader_split_batch(t->window, t->cfg->training.local_batch_size, t->cfg->training.seq_len,
+                          t->tokens.data, t->labels.data);
+    return GT_OK;
+}
+
+/* ---------------------------------------------------------------- checkpoints */
+
+static uint64_t model_fingerprint(trainer *t)
+{
+    refresh_ckpt_tensors(t);
+    return gt_checkpoint_fingerprint(t->n_params, (const char *const *)t->ckpt_names,
+                                     (const gt_tensor *const *)t->ckpt_tensors);
+}
+
+static gt_status save_checkpoint(trainer *t, int64_t step, gt_error *err)
+{
+    gt_loader_state ls;
+    char state[64], loader_json[128];
+    gt_loader_get_state(t->loader, &ls);
+    gt_loader_state_format(&ls, state, sizeof state);
+    snprintf(loader_json, sizeof loader_json, "{\"state\":\"%s\"}", state);
+    gt_checkpoint_desc d = {
+        .folder = t->ckpt_folder,
+        .step = step,
+        .model = {t->cfg->model.name, t->cfg->model.flavor, model_fingerprint(t)},
+        .loader_json = loader_json,
+        .rng_seed = t->cfg->debug.seed,
+        .keep_last = (int)t->cfg->checkpoint.keep_latest_k,
+    };
+    double t0 = now_seconds();
+    GT_TRY(gt_checkpoint_save(&d, 3 * t->n_params, (const char *const *)t->ckpt_names,
+                              (const gt_tensor *const *)t->ckpt_tensors, err));
+    gt_log(GT_LOG_INFO, "checkpoint: saved step %lld to %s/step-%lld (%.2f s)", (long long)step,
+           t->ckpt_folder, (long long)step, now_seconds() - t0);
+    return GT_OK;
+}
+
+/* Loads the latest (or the configured) checkpoint if there is one; *step = its step or 0. */
+static gt_status maybe_resume(trainer *t, int64_t *step, gt_error *err)
+{
+    *step = 0;
+    int64_t want = t->cfg->checkpoint.load_step;
+    if (want < 0) {
+        GT_TRY(gt_checkpoint_find_latest(t->ckpt_folder, &want, err));
+        if (want == GT_CHECKPOINT_NONE) return GT_OK;
+    } else {
+        GT_TRY(gt_checkpoint_find_step(t->ckpt_folder, want, err));
+    }
+    gt_checkpoint_model m = {t->cfg->model.name, t->cfg->model.flavor, model_fingerprint(t)};
+    gt_checkpoint_info info;
+    GT_TRY(gt_checkpoint_load(t->ckpt_folder, want, &m, 3 * t->n_params,
+                              (const char *const *)t->ckpt_names, t->ckpt_tensors, &info, err));
+    gt_status st = GT_OK;
+    /* the loader position: {"state": "gtloader1:..."} */
+    char state[64] = {0};
+    json_t *root = info.loader_json ? json_loads(info.loader_json, 0, NULL) : NULL;
+    const char *sv = json_string_value(json_object_get(root, "state"));
+    if (sv && strlen(sv) < sizeof state) strcpy(state, sv);
+    json_decref(root);
+    gt_loader_state ls;
+    if (!state[0])
+        st = gt_error_set(err, GT_ERR_FORMAT, "checkpoint %s/step-%lld: no loader position",
+                          t->ckpt_folder, (long long)want);
+    if (st == GT_OK) st = gt_loader_state_parse(state, &ls, err);
+    if (st == GT_OK) st = gt_loader_set_state(t->loader, &ls, err);
+    if (st == GT_OK) {
+        *step = info.step;
+        gt_log(GT_LOG_INFO, "checkpoint: resumed from %s/step-%lld", t->ckpt_folder,
+               (long long)info.step);
+    }
+    gt_checkpoint_info_free(&info);
+    return st;
+}
+
+/* ---------------------------------------------------------------- one step */
+
+static gt_status train_step(trainer *t, int64_t step, double *loss, double *grad_norm, double *lr,
+                            gt_error *err)
+{
+    *lr = gt_lr_at(&t->lr, step);
+    gt_optim_scalars(&t->adamw, step, *lr, (float *)t->scalars.data);
+    if (t->accum == 1) {
+        GT_TRY(next_batch(t, err));
+        GT_TRY(step_graph_run(t, &t->whole, err));
+        return step_graph_collect(t, &t->whole, loss, grad_norm, err);
+    }
+    /* accumulation: the micro-batch graph adds its (loss-scaled) gradients to the running
+     * sums in t->grads, in micro-batch order; the optimizer graph then reads the sums */
+    double loss_sum = 0;
+    for (int k = 0; k < t->n_params; k++)
+        memset(t->grads[k].data, 0, gt_tensor_nbytes(&t->grads[k]));
+    for (int64_t m = 0; m < t->accum; m++) {
+        GT_TRY(next_batch(t, err));
+        GT_TRY(step_graph_run(t, &t->micro, err));
+        double l = 0, unused = 0;
+        GT_TRY(step_graph_collect(t, &t->micro, &l, &unused, err));
+        loss_sum += l;
+    }
+    *loss = loss_sum;
+    GT_TRY(step_graph_run(t, &t->optim, err));
+    double unused = 0;
+    return step_graph_collect(t, &t->optim, &unused, grad_norm, err);
+}
+
+/* ---------------------------------------------------------------- setup and loop */
+
+static gt_status setup(trainer *t, gt_error *err)
+{
+    const gt_config *cfg = t->cfg;
+    if (strcmp(cfg->model.name, "llama3") != 0)
+        return gt_error_set(err, GT_ERR_INVALID, "model.name: unknown model '%s' (known: llama3)",
+                            cfg->model.name);
+    if (cfg->training.device != GT_CFG_DEVICE_CPU)
+        return gt_error_set(err, GT_ERR_UNSUPPORTED,
+                            "training.device: only 'cpu' is built so far (the CUDA backend is "
+                            "not yet implemented)");
+    int64_t dp = 1;
+    if (cfg->parallelism.data_parallel_replicate_degree > 1 ||
+        cfg->parallelism.data_parallel_shard_degree > 1 ||
+        cfg->parallelism.tensor_parallel_degree > 1)
+        return gt_error_set(err, GT_ERR_UNSUPPORTED,
+                            "parallelism: multi-rank layouts are not implemented yet; "
+                            "run with every degree at 1 (or -1)");
+    GT_TRY(gt_llama3_flavor(cfg->model.flavor, &t->model_cfg, err));
+    if (cfg->training.mixed_precision_param != GT_CFG_PRECISION_FLOAT32)
+        gt_log(GT_LOG_WARN, "training.mixed_precision_param = bfloat16: the CPU backend computes "
+                            "in float32 (bf16 compute comes with the CUDA backend)");
+    int64_t local = cfg->training.local_batch_size;
+    int64_t global =
+        cfg->training.global_batch_size < 0 ? local * dp : cfg->training.global_batch_size;
+    if (global % (local * dp) != 0)
+        return gt_error_set(err, GT_ERR_INVALID,
+                            "training.global_batch_size = %lld must be a multiple of "
+                            "local_batch_size × data-parallel degree = %lld",
+                            (long long)global, (long long)(local * dp));
+    t->accum = global / (local * dp);
+    t->bind_entries[0] = (gt_sym_binding_entry){"batch", local};
+    t->bind_entries[1] = (gt_sym_binding_entry){"seq", cfg->training.seq_len};
+    t->binding = (gt_sym_binding){t->bind_entries, 2};
+
+    t->adamw = (gt_adamw_config){.beta1 = cfg->optimizer.beta1,
+                                 .beta2 = cfg->optimizer.beta2,
+                                 .eps = cfg->optimizer.eps,
+                                 .weight_decay = cfg->optimizer.weight_decay,
+                                 .max_norm = cfg->training.max_norm};
+    gt_lr_config lc = {.lr = cfg->optimizer.lr,
+                       .training_steps = cfg->training.steps,
+                       .warmup_steps = cfg->lr_scheduler.warmup_steps,
+                       .has_decay_ratio = cfg->lr_scheduler.has_decay_ratio,
+                       .decay_ratio = cfg->lr_scheduler.decay_ratio,
+                       .decay_type = cfg->lr_scheduler.decay_type == GT_CFG_DECAY_COSINE
+                                         ? GT_LR_DECAY_COSINE
+                                         : GT_LR_DECAY_LINEAR,
+                       .min_lr_factor = cfg->lr_scheduler.min_lr_factor};
+    GT_TRY(gt_lr_schedule_init(&t->lr, &lc, err));
+    GT_TRY(build_graphs(t, err));
+    GT_TRY(alloc_state(t, err));
+    /* graphs read the state allocated above */
+    if (t->accum == 1) {
+        GT_TRY(step_graph_bind(t, &t->whole, err));
+    } else {
+        GT_TRY(step_graph_bind(t, &t->micro, err));
+        GT_TRY(step_graph_bind(t, &t->optim, err));
+    }
+    GT_TRY(open_data(t, err));
+
+    GT_TRY(make_dirs(cfg->job.dump_folder, err));
+    char *config_path = join_path(cfg->job.dump_folder, "config.toml");
+    gt_status st = gt_config_write(cfg, config_path, err);
+    free(config_path);
+    if (st != GT_OK) return st;
+    t->ckpt_folder = join_path(cfg->job.dump_folder, cfg->checkpoint.folder);
+    if (cfg->metrics.save_jsonl) {
+        char *path = join_path(cfg->job.dump_folder, "metrics.jsonl");
+        st = gt_metrics_writer_open(&t->metrics, path, err);
+        free(path);
+        if (st != GT_OK) return st;
+        t->metrics_open = true;
+    }
+    return GT_OK;
+}
+
+static void teardown(trainer *t)
+{
+    step_graph_free(&t->whole);
+    step_graph_free(&t->micro);
+    step_graph_free(&t->optim);
+    for (int k = 0; k < t->n_params; k++) {
+        if (t->params) gt_tensor_free(&t->params[k]);
+        if (t->exp_avg) gt_tensor_free(&t->exp_avg[k]);
+        if (t->exp_avg_sq) gt_tensor_free(&t->exp_avg_sq[k]);
+        if (t->grads) gt_tensor_free(&t->grads[k]);
+        if (t->ckpt_names) {
+            free(t->ckpt_names[k]);
+            free(t->ckpt_names[t->n_params + k]);
+            free(t->ckpt_names[2 * t->n_params + k]);
+        }
+    }
+    free(t->params);
+    free(t->exp_avg);
+    free(t->exp_avg_sq);
+    free(t->grads);
+    free(t->ckpt_names);
+    free(t->ckpt_tensors);
+    gt_tensor_free(&t->tokens);
+    gt_tensor_free(&t->labels);
+    gt_tensor_free(&t->scalars);
+    free(t->window);
+    gt_loader_free(t->loader);
+    gt_synthetic_free(t->synthetic);
+    gt_tokenizer_free(t->tokenizer);
+    gt_token_ids_free(&t->text_ids);
+    if (t->shard_open) gt_token_shard_close(&t->shard);
+    if (t->metrics_open) gt_metrics_writer_close(&t->metrics);
+    free(t->ckpt_folder);
+    gt_model_free(&t->model);
+}
+
+static int digits(int64_t v)
+{
+    int d = 1;
+    while (v >= 10)
+        v /= 10, d++;
+    return d;
+}
+
+static gt_status run(trainer *t, gt_train_result *res, gt_error *err)
+{
+    const gt_config *cfg = t->cfg;
+    GT_TRY(setup(t, err));
+    int64_t start = 0;
+    if (cfg->checkpoint.enable) GT_TRY(maybe_resume(t, &start, err));
+    refresh_ckpt_tensors(t);
+
+    int64_t n_params = 0;
+    for (int k = 0; k < t->n_params; k++)
+        n_params += gt_shape_numel(t->model.params[k].ndim, t->model.params[k].shape);
+    const gt_graph *shown = t->whole.g ? t->whole.g : t->micro.g;
+    gt_log(GT_LOG_INFO,
+           "model llama3 %s: %lld parameters; step graph %d nodes; batch %lld x %lld tokens, "
+           "%lld micro-batch(es); %.3e FLOPs/step",
+           cfg->model.flavor, (long long)n_params, shown->n_nodes,
+           (long long)cfg->training.local_batch_size, (long long)cfg->training.seq_len,
+           (long long)t->accum, t->flops.total);
+    if (t->synthetic) {
+        res->entropy_rate = gt_synthetic_entropy_rate(t->synthetic);
+        gt_log(GT_LOG_INFO,
+               "dataset synthetic: vocab %lld, entropy rate %.4f nats/token (the "
+               "best possible loss)",
+               (long long)t->model_cfg.vocab_size, res->entropy_rate);
+    }
+    res->first_step = start + 1;
+    res->last_step = start;
+    int64_t tokens_per_step = t->accum * cfg->training.local_batch_size * cfg->training.seq_len;
+    int pad = digits(cfg->training.steps);
+    for (int64_t step = start + 1; step <= cfg->training.steps; step++) {
+        double t0 = now_seconds(), loss = NAN, grad_norm = NAN, lr = 0;
+        GT_TRY(train_step(t, step, &loss, &grad_norm, &lr, err));
+        double dt = now_seconds() - t0;
+        res->last_step = step;
+        res->final_loss = loss;
+        refresh_ckpt_tensors(t);
+        if (!isfinite(loss))
+            return gt_error_set(err, GT_ERR_INVALID, "step %lld: the loss is %g; stopping",
+                                (long long)step, loss);
+        if (step % cfg->metrics.log_freq == 0 || step == 1 || step == cfg->training.steps) {
+            gt_metrics_step m = {.step = step,
+                                 .loss = loss,
+                                 .grad_norm = grad_norm,
+                                 .lr = lr,
+                                 .tokens = tokens_per_step,
+                                 .step_seconds = dt,
+                                 .peak_flops = cfg->metrics.peak_tflops * 1e12,
+                                 .peak_memory_bytes = -1};
+            gt_metrics_set_flops(&m, &t->flops, &t->flops);
+            gt_error ignored = {0};
+            if (gt_metrics_peak_rss_bytes(&m.peak_memory_bytes, &ignored) != GT_OK)
+                m.peak_memory_bytes = -1;
+            gt_metrics_derive(&m);
+            char line[512];
+            gt_metrics_format_line(&m, pad, line, sizeof line);
+            gt_log(GT_LOG_INFO, "%s", line);
+            if (t->metrics_open) GT_TRY(gt_metrics_writer_append(&t->metrics, &m, err));
+        }
+        if (cfg->checkpoint.enable &&
+            (step % cfg->checkpoint.interval == 0 || step == cfg->training.steps))
+            GT_TRY(save_checkpoint(t, step, err));
+    }
+    uint64_t h = 0;
+    for (int k = 0; k < t->n_params; k++)
+        h = gt_hash64(t->params[k].data, gt_tensor_nbytes(&t->params[k]), h);
+    res->params_hash = h;
+    return GT_OK;
+}
+
+gt_status gt_train(const gt_config *cfg, gt_train_result *result, gt_error *err)
+{
+    trainer t;
+    memset(&t, 0, sizeof t);
+    t.cfg = cfg;
+    gt_train_result local = {.first_step = 1, .last_step = 0, .entropy_rate = NAN};
+    gt_status st = run(&t, &local, err);
+    teardown(&t);
+    if (result) *result = local;
+    return st;
+}
+
+/* ---------------------------------------------------------------- export */
+
+gt_status gt_train_export_hf(const gt_config *cfg, int64_t step, const char *dir, gt_dtype dtype,
+                             gt_error *err)
+{
+    trainer t;
+    memset(&t, 0, sizeof t);
+    t.cfg = cfg;
+    t.accum = 1;
+    gt_status st = gt_llama3_flavor(cfg->model.flavor, &t.model_cfg, err);
+    gt_graph *g = gt_graph_new();
+    if (st == GT_OK) st = gt_llama3_build(g, &t.model_cfg, &t.model, err);
+    t.n_params = t.model.n_params;
+    if (st == GT_OK) st = alloc_state(&t, err);
+    t.ckpt_folder = join_path(cfg->job.dump_folder, cfg->checkpoint.folder);
+    if (st == GT_OK) {
+        int64_t want = step;
+        if (want < 0) {
+            st = gt_checkpoint_find_latest(t.ckpt_folder, &want, err);
+            if (st == GT_OK && want == GT_CHECKPOINT_NONE)
+                st = gt_error_set(err, GT_ERR_INVALID, "no checkpoint in %s to export",
+                                  t.ckpt_folder);
+        }
+        gt_checkpoint_model m = {cfg->model.name, cfg->model.flavor, 0};
+        gt_checkpoint_info info;
+        if (st == GT_OK) {
+            m.fingerprint = model_fingerprint(&t);
+            st = gt_checkpoint_load(t.ckpt_folder, want, &m, 3 * t.n_params,
+                                    (const char *const *)t.ckpt_names, t.ckpt_tensors, &info, err);
+            if (st == GT_OK) gt_checkpoint_info_free(&info);
+        }
+    }
+    if (st == GT_OK) {
+        st = gt_export_hf_llama3(&t.model_cfg, &t.model, t.params, dir, dtype, err);
+    }
+    gt_graph_free(g);
+    teardown(&t);
+    return st;
+}
