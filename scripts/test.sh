@@ -13,4 +13,4 @@ echo "== build (ASan + UBSan)"
 bash scripts/build.sh build-asan -DGT_WERROR=ON -DGT_SANITIZE=ON -DCMAKE_BUILD_TYPE=Debug
 echo "== tests under ASan + UBSan"
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-    ctest --test-dir build-asan --output-on-failure -j "$jobs" -LE cuda
+    ctest --test-dir build-asan --output-on-failure -j "$jobs" -LE "cuda|slow"
