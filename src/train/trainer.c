@@ -569,13 +569,21 @@ static gt_status setup(trainer *t, gt_error *err)
         GT_TRY(step_graph_bind(t, &t->optim, err));
     }
     GT_TRY(open_data(t, err));
+    t->ckpt_folder = join_path(cfg->job.dump_folder, cfg->checkpoint.folder);
+    return GT_OK;
+}
 
+/* The run's record: config.toml and the metrics file. Opened only after a checkpoint to resume
+ * from has been accepted, so a refused resume (other model, corrupt checkpoint) leaves the
+ * record of the run that wrote the checkpoint as it was. */
+static gt_status open_outputs(trainer *t, gt_error *err)
+{
+    const gt_config *cfg = t->cfg;
     GT_TRY(make_dirs(cfg->job.dump_folder, err));
     char *config_path = join_path(cfg->job.dump_folder, "config.toml");
     gt_status st = gt_config_write(cfg, config_path, err);
     free(config_path);
     if (st != GT_OK) return st;
-    t->ckpt_folder = join_path(cfg->job.dump_folder, cfg->checkpoint.folder);
     if (cfg->metrics.save_jsonl) {
         char *path = join_path(cfg->job.dump_folder, "metrics.jsonl");
         st = gt_metrics_writer_open(&t->metrics, path, err);
@@ -636,6 +644,7 @@ static gt_status run(trainer *t, gt_train_result *res, gt_error *err)
     GT_TRY(setup(t, err));
     int64_t start = 0;
     if (cfg->checkpoint.enable) GT_TRY(maybe_resume(t, &start, err));
+    GT_TRY(open_outputs(t, err));
     refresh_ckpt_tensors(t);
 
     int64_t n_params = 0;

@@ -1,0 +1,198 @@
+/* test_train_accum.c — gradient accumulation equals the large batch it splits.
+ *
+ * Two runs of 5 steps on the same 8 sequences per step:
+ *   accum:  local_batch_size 4, global_batch_size 8 — two micro-batches, each loss scaled by 1/2
+ *           before autodiff, gradients summed, then one AdamW update;
+ *   big:    local_batch_size 8, global_batch_size 8 — one batch.
+ * Mean cross-entropy over 8·S tokens = (mean over the first 4·S + mean over the last 4·S) / 2, and
+ * the gradient is linear in the loss, so both runs take the same steps up to float summation
+ * order: per-step loss and grad_norm, and every final parameter (max |a − b| over a tensor
+ * relative to max |a|), agree within 1e-5. The learning rate is a function of the step alone:
+ * equal bit for bit.
+ *
+ * Also: a global batch that is not a multiple of the local batch (6 vs 4) is refused with a message
+ * naming training.global_batch_size. */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE /* nftw */
+#endif
+#include <ftw.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "graphtrain/gt_backend.h"
+#include "graphtrain/gt_checkpoint.h"
+#include "graphtrain/gt_config.h"
+#include "graphtrain/gt_metrics.h"
+#include "graphtrain/gt_safetensors.h"
+#include "graphtrain/gt_train.h"
+#include "gt_test.h"
+
+#define STEPS 5
+#define TOLERANCE 1e-5
+
+static int remove_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
+{
+    (void)sb, (void)flag, (void)ftw;
+    return remove(path);
+}
+
+static void remove_tree(const char *path)
+{
+    nftw(path, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+static gt_status make_config(gt_config *cfg, const char *dump, const char *local,
+                             const char *global, gt_error *err)
+{
+    static const char *const options[][2] = {
+        {"model.flavor", "test_tiny"},
+        {"training.dataset", "synthetic"},
+        {"training.seq_len", "32"},
+        {"training.steps", "5"},
+        {"training.mixed_precision_param", "float32"},
+        {"metrics.log_freq", "1"},
+        {"metrics.save_jsonl", "true"},
+        {"checkpoint.enable", "true"},
+        {"checkpoint.interval", "5"},
+    };
+    gt_config_defaults(cfg);
+    gt_status st = GT_OK;
+    for (size_t k = 0; k < sizeof options / sizeof options[0] && st == GT_OK; k++)
+        st = gt_config_set(cfg, options[k][0], options[k][1], err);
+    if (st == GT_OK) st = gt_config_set(cfg, "training.local_batch_size", local, err);
+    if (st == GT_OK) st = gt_config_set(cfg, "training.global_batch_size", global, err);
+    if (st == GT_OK) st = gt_config_set(cfg, "job.dump_folder", dump, err);
+    if (st == GT_OK) st = gt_config_validate(cfg, err);
+    return st;
+}
+
+/* The one record of each step 1..STEPS. */
+static bool read_steps(const char *dump, gt_metrics_step out[STEPS + 1])
+{
+    char path[512];
+    snprintf(path, sizeof path, "%s/metrics.jsonl", dump);
+    gt_metrics_log log = {0};
+    gt_error err = {0};
+    if (gt_metrics_read(path, &log, &err) != GT_OK) {
+        fprintf(stderr, "%s\n", err.msg);
+        return false;
+    }
+    bool ok = log.n_steps == STEPS;
+    for (int64_t k = 0; ok && k < log.n_steps; k++) {
+        ok = log.steps[k].step == k + 1;
+        out[k + 1] = log.steps[k];
+    }
+    gt_metrics_log_free(&log);
+    return ok;
+}
+
+static double relative(double a, double b)
+{
+    return fabs(a - b) / fmax(fabs(a), fabs(b));
+}
+
+/* Compares every parameter (not the optimizer moments) of the two final checkpoints; returns the
+ * largest tensor-relative difference max|a − b| / max|a|. */
+static double compare_params(const char *dump_a, const char *dump_b, int *n_compared)
+{
+    char pa[512], pb[512];
+    snprintf(pa, sizeof pa, "%s/checkpoint/step-%d/" GT_CHECKPOINT_TENSOR_FILE, dump_a, STEPS);
+    snprintf(pb, sizeof pb, "%s/checkpoint/step-%d/" GT_CHECKPOINT_TENSOR_FILE, dump_b, STEPS);
+    gt_safetensors sa = {0}, sb = {0};
+    gt_error err = {0};
+    EXPECT_OK(gt_safetensors_open(pa, &sa, &err), &err);
+    EXPECT_OK(gt_safetensors_open(pb, &sb, &err), &err);
+    double worst = 0;
+    *n_compared = 0;
+    for (int k = 0; k < sa.n_entries; k++) {
+        const char *name = sa.entries[k].name;
+        if (!strncmp(name, "optim.", 6)) continue;
+        gt_tensor ta = {0}, tb = {0};
+        EXPECT_OK(gt_safetensors_get(&sa, name, &ta, &err), &err);
+        EXPECT_OK(gt_safetensors_get(&sb, name, &tb, &err), &err);
+        int64_t n = gt_tensor_numel(&ta);
+        EXPECT(n > 0 && n == gt_tensor_numel(&tb), "%s: %lld vs %lld elements", name, (long long)n,
+               (long long)gt_tensor_numel(&tb));
+        double max_a = 0, max_diff = 0;
+        for (int64_t i = 0; n == gt_tensor_numel(&tb) && i < n; i++) {
+            double a = gt_tensor_get_f32(&ta, i), b = gt_tensor_get_f32(&tb, i);
+            max_a = fmax(max_a, fabs(a));
+            max_diff = fmax(max_diff, fabs(a - b));
+        }
+        double rel = max_a > 0 ? max_diff / max_a : max_diff;
+        EXPECT(rel <= TOLERANCE, "%s: max |accum - big| = %.3g, max |param| = %.3g (rel %.3g)",
+               name, max_diff, max_a, rel);
+        worst = fmax(worst, rel);
+        (*n_compared)++;
+        gt_tensor_free(&ta);
+        gt_tensor_free(&tb);
+    }
+    gt_safetensors_close(&sa);
+    gt_safetensors_close(&sb);
+    return worst;
+}
+
+int main(void)
+{
+    gt_cpu_set_threads(1);
+    char root[] = "/tmp/gt_train_accum_XXXXXX";
+    if (!mkdtemp(root)) {
+        perror("mkdtemp");
+        return 1;
+    }
+    char dir_accum[128], dir_big[128], dir_bad[128];
+    snprintf(dir_accum, sizeof dir_accum, "%s/accum", root);
+    snprintf(dir_big, sizeof dir_big, "%s/big", root);
+    snprintf(dir_bad, sizeof dir_bad, "%s/bad", root);
+
+    gt_config cfg;
+    gt_error err = {0};
+    gt_train_result r_accum = {0}, r_big = {0};
+    EXPECT_OK(make_config(&cfg, dir_accum, "4", "8", &err), &err);
+    EXPECT_OK(gt_train(&cfg, &r_accum, &err), &err);
+    gt_config_free(&cfg);
+    EXPECT_OK(make_config(&cfg, dir_big, "8", "8", &err), &err);
+    EXPECT_OK(gt_train(&cfg, &r_big, &err), &err);
+    gt_config_free(&cfg);
+    EXPECT(r_accum.last_step == STEPS && r_big.last_step == STEPS, "runs ended at %lld and %lld",
+           (long long)r_accum.last_step, (long long)r_big.last_step);
+
+    gt_metrics_step ma[STEPS + 1], mb[STEPS + 1];
+    bool have_a = read_steps(dir_accum, ma), have_b = read_steps(dir_big, mb);
+    EXPECT(have_a && have_b, "metrics of steps 1..%d missing", STEPS);
+    double worst_loss = 0, worst_norm = 0;
+    for (int s = 1; have_a && have_b && s <= STEPS; s++) {
+        double rl = relative(ma[s].loss, mb[s].loss);
+        double rn = relative(ma[s].grad_norm, mb[s].grad_norm);
+        EXPECT(rl <= TOLERANCE, "step %d loss: accum %.9g, big %.9g", s, ma[s].loss, mb[s].loss);
+        EXPECT(rn <= TOLERANCE, "step %d grad_norm: accum %.9g, big %.9g", s, ma[s].grad_norm,
+               mb[s].grad_norm);
+        EXPECT(ma[s].lr == mb[s].lr, "step %d lr: accum %.17g, big %.17g", s, ma[s].lr, mb[s].lr);
+        EXPECT(ma[s].tokens == mb[s].tokens, "step %d tokens: accum %lld, big %lld", s,
+               (long long)ma[s].tokens, (long long)mb[s].tokens);
+        worst_loss = fmax(worst_loss, rl);
+        worst_norm = fmax(worst_norm, rn);
+    }
+    int n_params = 0;
+    double worst_param = compare_params(dir_accum, dir_big, &n_params);
+    EXPECT(n_params > 0, "no parameters compared");
+    printf("accum 4x2 vs batch 8 over %d steps: loss rel %.3g, grad_norm rel %.3g, params rel "
+           "%.3g (%d tensors); final loss %.6f vs %.6f\n",
+           STEPS, worst_loss, worst_norm, worst_param, n_params, r_accum.final_loss,
+           r_big.final_loss);
+
+    /* 6 is not a multiple of 4: refused, naming the option */
+    gt_status st = make_config(&cfg, dir_bad, "4", "6", &err);
+    if (st == GT_OK) st = gt_train(&cfg, NULL, &err);
+    gt_config_free(&cfg);
+    EXPECT(st != GT_OK, "global batch 6 with local batch 4 was accepted");
+    EXPECT(strstr(err.msg, "training.global_batch_size") != NULL,
+           "the message should name training.global_batch_size: %s", err.msg);
+    printf("global 6 / local 4: %s\n", err.msg);
+
+    remove_tree(root);
+    return gt_test_finish();
+}

@@ -1,0 +1,374 @@
+/* test_train_resume.c — resume from a checkpoint repeats the uninterrupted run bit for bit
+ * (issue 3, acceptance "Resume"; DESIGN.md §6 lists the pair as bitwise).
+ *
+ *   a/  gt_train in this process: 20 steps straight, a checkpoint every 10.
+ *   b/  `graphtrain train` with the same options as a child process, killed (SIGKILL) as soon as
+ *       b/checkpoint/step-10/manifest.json exists; then the same command again, which resumes from
+ *       the latest checkpoint and trains to step 20.
+ *
+ * The run is so short that the child may pass step 10 before the kill lands; checkpoints after
+ * step 10 are then deleted, so the second process always resumes from step 10 and trains 11..20,
+ * whatever the timing. Both runs use training.steps = 20 (the LR schedule depends on it).
+ *
+ * Checked, bitwise: the last record of every step 1..20 in the two metrics.jsonl files (loss,
+ * grad_norm, lr — the resumed run appends, a later record wins), the final params hash of the
+ * in-process result against the one the CLI prints, and the two step-20 model.safetensors files
+ * (parameters and AdamW moments). Also: resuming a finished run trains nothing and keeps the
+ * parameters; resuming with another model flavor is refused with a message naming the checkpoint
+ * and both flavors, and leaves the run's config.toml as it was. */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE /* nftw */
+#endif
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "graphtrain/gt_backend.h"
+#include "graphtrain/gt_checkpoint.h"
+#include "graphtrain/gt_config.h"
+#include "graphtrain/gt_metrics.h"
+#include "graphtrain/gt_train.h"
+#include "gt_test.h"
+
+#define STEPS 20
+#define HALF 10
+#define CHILD_SECONDS 300.0 /* every wait on a child is bounded by this */
+
+/* The run's options, as `section.key=value`; dump_folder is added per run. */
+static const char *const run_options[] = {
+    "model.flavor=test_tiny",      "training.dataset=synthetic",
+    "training.local_batch_size=4", "training.seq_len=32",
+    "training.steps=20",           "training.mixed_precision_param=float32",
+    "metrics.log_freq=1",          "metrics.save_jsonl=true",
+    "checkpoint.enable=true",      "checkpoint.interval=10",
+};
+#define N_OPTIONS ((int)(sizeof run_options / sizeof run_options[0]))
+
+/* ---------------------------------------------------------------- files */
+
+static int remove_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
+{
+    (void)sb, (void)flag, (void)ftw;
+    return remove(path);
+}
+
+static void remove_tree(const char *path)
+{
+    nftw(path, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+static bool exists(const char *path)
+{
+    struct stat sb;
+    return stat(path, &sb) == 0;
+}
+
+/* The whole file, NUL-terminated (NULL if unreadable). */
+static char *read_all(const char *path, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    size_t cap = 4096, n = 0;
+    char *buf = malloc(cap);
+    size_t got;
+    while ((got = fread(buf + n, 1, cap - n - 1, f)) > 0) {
+        n += got;
+        if (cap - n - 1 == 0) buf = realloc(buf, cap *= 2);
+    }
+    fclose(f);
+    buf[n] = 0;
+    if (len) *len = n;
+    return buf;
+}
+
+static bool same_bytes(const char *path_a, const char *path_b)
+{
+    size_t na = 0, nb = 0;
+    char *a = read_all(path_a, &na), *b = read_all(path_b, &nb);
+    bool same = a && b && na == nb && memcmp(a, b, na) == 0;
+    free(a);
+    free(b);
+    return same;
+}
+
+/* ---------------------------------------------------------------- child processes */
+
+static double now_seconds(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static void sleep_us(long us)
+{
+    struct timespec ts = {us / 1000000, (us % 1000000) * 1000};
+    nanosleep(&ts, NULL);
+}
+
+/* Starts `GT_BINARY train --OPTION... --job.dump_folder=DIR`, stdout and stderr to files. */
+static pid_t spawn_train(const char *binary, const char *dump, const char *out_path,
+                         const char *err_path)
+{
+    char *argv[N_OPTIONS + 4];
+    char opts[N_OPTIONS + 1][512];
+    int a = 0;
+    argv[a++] = (char *)binary;
+    argv[a++] = "train";
+    for (int k = 0; k < N_OPTIONS; k++) {
+        snprintf(opts[k], sizeof opts[k], "--%s", run_options[k]);
+        argv[a++] = opts[k];
+    }
+    snprintf(opts[N_OPTIONS], sizeof opts[N_OPTIONS], "--job.dump_folder=%s", dump);
+    argv[a++] = opts[N_OPTIONS];
+    argv[a] = NULL;
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid == 0) {
+        int out = open(out_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        int err = open(err_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        if (out < 0 || err < 0 || dup2(out, 1) < 0 || dup2(err, 2) < 0) _exit(126);
+        execv(binary, argv);
+        _exit(127);
+    }
+    return pid;
+}
+
+/* Waits for the child at most `seconds`; on timeout kills it. Returns its exit code, 128 + signal
+ * when a signal ended it, -1 on timeout. */
+static int wait_child(pid_t pid, double seconds)
+{
+    double deadline = now_seconds() + seconds;
+    for (;;) {
+        int ws;
+        pid_t r = waitpid(pid, &ws, WNOHANG);
+        if (r == pid) return WIFEXITED(ws) ? WEXITSTATUS(ws) : 128 + WTERMSIG(ws);
+        if (r < 0 && errno != EINTR) return -1;
+        if (now_seconds() > deadline) {
+            kill(pid, SIGKILL);
+            waitpid(pid, &ws, 0);
+            return -1;
+        }
+        sleep_us(1000);
+    }
+}
+
+/* Parses "trained steps A..B: ...; params xxh64 H" from the CLI's stdout. */
+static bool parse_summary(const char *text, long long *first, long long *last, uint64_t *hash)
+{
+    const char *p = text ? strstr(text, "trained steps ") : NULL;
+    const char *h = p ? strstr(p, "params xxh64 ") : NULL;
+    unsigned long long hv;
+    if (!p || !h || sscanf(p, "trained steps %lld..%lld:", first, last) != 2 ||
+        sscanf(h, "params xxh64 %llx", &hv) != 1)
+        return false;
+    *hash = hv;
+    return true;
+}
+
+/* ---------------------------------------------------------------- metrics */
+
+/* The last record of each step 1..STEPS (a resumed run appends: the later record wins). */
+static bool last_records(const char *path, gt_metrics_step out[STEPS + 1], int64_t *n_records)
+{
+    gt_metrics_log log = {0};
+    gt_error err = {0};
+    if (gt_metrics_read(path, &log, &err) != GT_OK) {
+        fprintf(stderr, "%s\n", err.msg);
+        return false;
+    }
+    bool seen[STEPS + 1] = {false};
+    for (int64_t k = 0; k < log.n_steps; k++) {
+        int64_t s = log.steps[k].step;
+        if (s >= 1 && s <= STEPS) out[s] = log.steps[k], seen[s] = true;
+    }
+    *n_records = log.n_steps;
+    gt_metrics_log_free(&log);
+    for (int s = 1; s <= STEPS; s++)
+        if (!seen[s]) return false;
+    return true;
+}
+
+static bool same_double(double a, double b)
+{
+    return memcmp(&a, &b, sizeof a) == 0;
+}
+
+/* ---------------------------------------------------------------- the test */
+
+static gt_status make_config(gt_config *cfg, const char *dump, const char *flavor, gt_error *err)
+{
+    gt_config_defaults(cfg);
+    gt_status st = GT_OK;
+    for (int k = 0; k < N_OPTIONS && st == GT_OK; k++) {
+        char name[128];
+        const char *eq = strchr(run_options[k], '=');
+        snprintf(name, sizeof name, "%.*s", (int)(eq - run_options[k]), run_options[k]);
+        st = gt_config_set(cfg, name, eq + 1, err);
+    }
+    if (st == GT_OK) st = gt_config_set(cfg, "job.dump_folder", dump, err);
+    if (st == GT_OK && flavor) st = gt_config_set(cfg, "model.flavor", flavor, err);
+    if (st == GT_OK) st = gt_config_validate(cfg, err);
+    return st;
+}
+
+int main(void)
+{
+    gt_cpu_set_threads(1); /* as the CLI: bits must not depend on the core count */
+    const char *binary = getenv("GT_BINARY");
+    EXPECT(binary && binary[0], "GT_BINARY must name the graphtrain program (CTest sets it)");
+    if (!binary || !binary[0]) return gt_test_finish();
+
+    char root[] = "/tmp/gt_train_resume_XXXXXX";
+    if (!mkdtemp(root)) {
+        perror("mkdtemp");
+        return 1;
+    }
+    char dir_a[128], dir_b[128], path[1024], path2[1024], out_path[1024], err_path[1024];
+    snprintf(dir_a, sizeof dir_a, "%s/a", root);
+    snprintf(dir_b, sizeof dir_b, "%s/b", root);
+    snprintf(out_path, sizeof out_path, "%s/stdout.txt", root);
+    snprintf(err_path, sizeof err_path, "%s/stderr.txt", root);
+
+    /* a: 20 steps straight, in this process */
+    gt_config cfg;
+    gt_error err = {0};
+    gt_train_result ra = {0};
+    EXPECT_OK(make_config(&cfg, dir_a, NULL, &err), &err);
+    EXPECT_OK(gt_train(&cfg, &ra, &err), &err);
+    EXPECT(ra.first_step == 1 && ra.last_step == STEPS, "straight run trained %lld..%lld",
+           (long long)ra.first_step, (long long)ra.last_step);
+
+    /* b, part 1: the CLI, killed once checkpoint 10 is complete (its manifest is written inside
+     * the temporary directory, so step-10/manifest.json appears only with the rename) */
+    char manifest10[512];
+    snprintf(manifest10, sizeof manifest10, "%s/checkpoint/step-%d/" GT_CHECKPOINT_MANIFEST, dir_b,
+             HALF);
+    pid_t pid = spawn_train(binary, dir_b, out_path, err_path);
+    EXPECT(pid > 0, "fork failed");
+    double deadline = now_seconds() + CHILD_SECONDS;
+    int ws, early_exit = -1;
+    while (pid > 0 && !exists(manifest10) && now_seconds() < deadline) {
+        if (waitpid(pid, &ws, WNOHANG) == pid) {
+            early_exit = WIFEXITED(ws) ? WEXITSTATUS(ws) : 128 + WTERMSIG(ws);
+            pid = 0;
+            break;
+        }
+        sleep_us(50);
+    }
+    if (pid > 0) {
+        kill(pid, SIGKILL);
+        int rc = wait_child(pid, CHILD_SECONDS);
+        EXPECT(rc == 128 + SIGKILL || rc == 0, "first child ended with %d", rc);
+    } else {
+        EXPECT(early_exit == 0, "first child exited with %d before step %d (stderr in %s)",
+               early_exit, HALF, err_path);
+    }
+    EXPECT(exists(manifest10), "no checkpoint step %d in %s", HALF, dir_b);
+
+    /* Whatever the child did after step 10 is removed, so the resume starts at step 10. */
+    char ckpt_b[256];
+    snprintf(ckpt_b, sizeof ckpt_b, "%s/checkpoint", dir_b);
+    int64_t *steps = NULL;
+    int n_steps = 0;
+    EXPECT_OK(gt_checkpoint_list(ckpt_b, &steps, &n_steps, &err), &err);
+    for (int k = 0; k < n_steps; k++)
+        if (steps[k] > HALF) {
+            snprintf(path, sizeof path, "%s/step-%lld", ckpt_b, (long long)steps[k]);
+            remove_tree(path);
+        }
+    free(steps);
+    gt_metrics_log part1 = {0};
+    snprintf(path, sizeof path, "%s/metrics.jsonl", dir_b);
+    if (gt_metrics_read(path, &part1, &err) == GT_OK) {
+        printf("first process: killed after %lld logged steps\n", (long long)part1.n_steps);
+        gt_metrics_log_free(&part1);
+    }
+
+    /* b, part 2: the same command resumes from step 10 and trains to the end */
+    pid = spawn_train(binary, dir_b, out_path, err_path);
+    int rc = wait_child(pid, CHILD_SECONDS);
+    EXPECT(rc == 0, "resumed child exited with %d (stderr in %s)", rc, err_path);
+    char *out = read_all(out_path, NULL);
+    long long first = 0, last = 0;
+    uint64_t hash_b = 0;
+    EXPECT(parse_summary(out, &first, &last, &hash_b), "no summary line in the output:\n%s",
+           out ? out : "(none)");
+    free(out);
+    EXPECT(first == HALF + 1 && last == STEPS, "resumed run trained %lld..%lld, expected %d..%d",
+           first, last, HALF + 1, STEPS);
+    EXPECT(hash_b == ra.params_hash, "final params xxh64: straight %016llx, resumed %016llx",
+           (unsigned long long)ra.params_hash, (unsigned long long)hash_b);
+    printf("params xxh64: straight %016llx, resumed %016llx\n", (unsigned long long)ra.params_hash,
+           (unsigned long long)hash_b);
+
+    /* per-step metrics, bitwise */
+    gt_metrics_step ma[STEPS + 1], mb[STEPS + 1];
+    int64_t n_a = 0, n_b = 0;
+    snprintf(path, sizeof path, "%s/metrics.jsonl", dir_a);
+    snprintf(path2, sizeof path2, "%s/metrics.jsonl", dir_b);
+    bool have_a = last_records(path, ma, &n_a), have_b = last_records(path2, mb, &n_b);
+    EXPECT(have_a && have_b, "metrics files miss steps: %s / %s", path, path2);
+    for (int s = 1; have_a && have_b && s <= STEPS; s++) {
+        EXPECT(same_double(ma[s].loss, mb[s].loss), "step %d loss: straight %.17g, resumed %.17g",
+               s, ma[s].loss, mb[s].loss);
+        EXPECT(same_double(ma[s].grad_norm, mb[s].grad_norm),
+               "step %d grad_norm: straight %.17g, resumed %.17g", s, ma[s].grad_norm,
+               mb[s].grad_norm);
+        EXPECT(same_double(ma[s].lr, mb[s].lr), "step %d lr: straight %.17g, resumed %.17g", s,
+               ma[s].lr, mb[s].lr);
+    }
+
+    /* final checkpoints: parameters and both AdamW moments, bitwise */
+    snprintf(path, sizeof path, "%s/checkpoint/step-%d/" GT_CHECKPOINT_TENSOR_FILE, dir_a, STEPS);
+    snprintf(path2, sizeof path2, "%s/checkpoint/step-%d/" GT_CHECKPOINT_TENSOR_FILE, dir_b, STEPS);
+    EXPECT(same_bytes(path, path2), "%s and %s differ", path, path2);
+
+    /* resuming a finished run trains nothing, logs nothing and keeps the parameters */
+    gt_train_result rf = {0};
+    EXPECT_OK(gt_train(&cfg, &rf, &err), &err);
+    EXPECT(rf.first_step > rf.last_step && rf.last_step == STEPS,
+           "resuming the finished run trained %lld..%lld", (long long)rf.first_step,
+           (long long)rf.last_step);
+    EXPECT(rf.params_hash == ra.params_hash, "params after a no-op resume: %016llx vs %016llx",
+           (unsigned long long)rf.params_hash, (unsigned long long)ra.params_hash);
+    int64_t n_after = 0;
+    snprintf(path, sizeof path, "%s/metrics.jsonl", dir_a);
+    EXPECT(last_records(path, ma, &n_after) && n_after == n_a,
+           "the no-op resume changed the metrics file (%lld -> %lld records)", (long long)n_a,
+           (long long)n_after);
+    gt_config_free(&cfg);
+
+    /* resuming with another model is refused, naming the checkpoint and both models */
+    gt_config other;
+    gt_error err2 = {0};
+    EXPECT_OK(make_config(&other, dir_a, "test_gqa", &err2), &err2);
+    gt_status st = gt_train(&other, NULL, &err2);
+    char ckpt_a[512];
+    snprintf(ckpt_a, sizeof ckpt_a, "%s/checkpoint/step-%d", dir_a, STEPS);
+    EXPECT(st != GT_OK, "resuming a test_tiny checkpoint as test_gqa succeeded");
+    EXPECT(strstr(err2.msg, ckpt_a) && strstr(err2.msg, "test_tiny") &&
+               strstr(err2.msg, "test_gqa"),
+           "the message should name %s, test_tiny and test_gqa: %s", ckpt_a, err2.msg);
+    printf("flavor mismatch: %s\n", err2.msg);
+    gt_config_free(&other);
+    /* the refused run leaves the run's record alone: config.toml still describes test_tiny */
+    gt_config written;
+    gt_config_defaults(&written);
+    snprintf(path, sizeof path, "%s/config.toml", dir_a);
+    EXPECT_OK(gt_config_load_file(&written, path, &err2), &err2);
+    EXPECT(!strcmp(written.model.flavor, "test_tiny"),
+           "after the refused resume %s says model.flavor = %s", path, written.model.flavor);
+    gt_config_free(&written);
+
+    remove_tree(root);
+    return gt_test_finish();
+}
