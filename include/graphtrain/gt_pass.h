@@ -1,0 +1,102 @@
+/* gt_pass.h — graph passes and the pass pipeline (DESIGN.md §4).
+ *
+ * A pass rewrites a graph in place: gt_status gt_pass_NAME(gt_graph *g, const gt_pass_ctx *ctx,
+ * gt_error *err). Each pass file states its contract (what it requires, what it guarantees,
+ * whether it may change numerics). The pipeline is an ordered table of passes, filtered by the
+ * options (compile.disable_passes), that verifies the graph after every pass when asked, times
+ * each pass (one log line per pass) and, with a dump directory, writes for pass NN:
+ *   NN-<pass>.before.txt, NN-<pass>.after.txt   gt_graph_print listings
+ *   NN-<pass>.diff.txt                          node count and per-op counts that changed
+ *                                               ("matmul 120 -> 118").
+ *
+ * Usage (the trainer and CLI):
+ *   gt_pass_options o = {.disable = cfg->compile.disable_passes.items,
+ *                        .n_disable = cfg->compile.disable_passes.n,
+ *                        .dump_dir = debug ? dir : NULL, .verify_each = debug_build};
+ *   GT_TRY(gt_pass_run_pipeline(g, &o, NULL, err)); */
+#ifndef GRAPHTRAIN_GT_PASS_H
+#define GRAPHTRAIN_GT_PASS_H
+
+#include "gt_graph.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Numerics class of a pass: exact = results bitwise identical with and without it. */
+typedef enum { GT_PASS_EXACT = 0, GT_PASS_CHANGES_NUMERICS } gt_pass_numerics;
+
+typedef struct {
+    char *const *disable; /* pass names to leave out (compile.disable_passes); may be NULL */
+    int n_disable;
+    const char *dump_dir; /* write listings and op-count diffs here (created); NULL = none */
+    bool verify_each;     /* run gt_graph_verify before the first pass and after every pass */
+    bool quiet;           /* no per-pass log line (tests) */
+} gt_pass_options;
+
+/* What a pass is given besides the graph. */
+typedef struct {
+    const gt_pass_options *options;
+    int index; /* position in the pipeline, 0-based (the NN of the dump files is index + 1) */
+} gt_pass_ctx;
+
+typedef gt_status (*gt_pass_fn)(gt_graph *g, const gt_pass_ctx *ctx, gt_error *err);
+
+typedef struct {
+    const char *name;
+    gt_pass_fn run;
+    gt_pass_numerics numerics;
+    const char *summary; /* one line, for --help and error messages */
+} gt_pass_info;
+
+/* The registry, in pipeline order. *n receives the count. */
+const gt_pass_info *gt_pass_registry(int *n);
+/* Looks a pass up by name; NULL when unknown. */
+const gt_pass_info *gt_pass_find(const char *name);
+
+/* ---------------------------------------------------------------- the passes (all exact) */
+
+/* Folds identity views and casts, composes reshape/transpose/permute chains (canonicalize.c). */
+gt_status gt_pass_canonicalize(gt_graph *g, const gt_pass_ctx *ctx, gt_error *err);
+/* Merges identical pure nodes (cse.c). */
+gt_status gt_pass_cse(gt_graph *g, const gt_pass_ctx *ctx, gt_error *err);
+/* Removes nodes that reach no graph output; compacts node and value ids (dce.c). */
+gt_status gt_pass_dce(gt_graph *g, const gt_pass_ctx *ctx, gt_error *err);
+
+/* ---------------------------------------------------------------- the pipeline */
+
+#define GT_PASS_MAX 32
+
+typedef struct {
+    const char *name;
+    double ms;
+    int32_t nodes_before, nodes_after;
+} gt_pass_stat;
+
+typedef struct {
+    int n_run;
+    gt_pass_stat pass[GT_PASS_MAX];
+} gt_pass_report;
+
+typedef struct {
+    int n;
+    const gt_pass_info *pass[GT_PASS_MAX];
+    gt_pass_options options;
+} gt_pass_pipeline;
+
+/* Builds the ordered pass list: the registry minus options->disable. An unknown name in the
+ * disable list is GT_ERR_INVALID naming it and listing the known passes. options (and the strings
+ * it points to) must outlive the pipeline. */
+gt_status gt_pass_pipeline_init(gt_pass_pipeline *p, const gt_pass_options *options, gt_error *err);
+/* Runs every pass of p on g in order. report may be NULL. A failing pass or verification names
+ * the pass in the error. */
+gt_status gt_pass_pipeline_run(const gt_pass_pipeline *p, gt_graph *g, gt_pass_report *report,
+                               gt_error *err);
+/* gt_pass_pipeline_init then gt_pass_pipeline_run. */
+gt_status gt_pass_run_pipeline(gt_graph *g, const gt_pass_options *options, gt_pass_report *report,
+                               gt_error *err);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

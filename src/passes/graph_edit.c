@@ -1,0 +1,112 @@
+/* graph_edit.c — value replacement and node removal with index compaction, shared by the passes.
+ *
+ * Compaction keeps the relative order of nodes and of values, so a compacted graph is still in
+ * topological order and its listing diffs cleanly against the original. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "passes/pass_internal.h"
+
+gt_value_id *gt_pass_repl_new(const gt_graph *g)
+{
+    gt_value_id *repl = gt_xmalloc((size_t)(g->n_values ? g->n_values : 1) * sizeof *repl);
+    for (gt_value_id v = 0; v < g->n_values; v++)
+        repl[v] = v;
+    return repl;
+}
+
+gt_value_id gt_pass_repl_find(const gt_value_id *repl, gt_value_id v)
+{
+    while (repl[v] != v)
+        v = repl[v];
+    return v;
+}
+
+bool gt_pass_repl_node_inputs(gt_graph *g, gt_node_id n, const gt_value_id *repl)
+{
+    gt_node *node = &g->nodes[n];
+    bool changed = false;
+    for (int k = 0; k < node->n_in; k++) {
+        gt_value_id w = gt_pass_repl_find(repl, node->in[k]);
+        changed |= w != node->in[k];
+        node->in[k] = w;
+    }
+    return changed;
+}
+
+void gt_pass_repl_outputs(gt_graph *g, const gt_value_id *repl)
+{
+    for (int32_t k = 0; k < g->n_outputs; k++)
+        g->outputs[k].value = gt_pass_repl_find(repl, g->outputs[k].value);
+}
+
+bool gt_pass_type_equal(const gt_type *a, const gt_type *b)
+{
+    if (a->dtype != b->dtype || a->ndim != b->ndim) return false;
+    for (int d = 0; d < a->ndim; d++)
+        if (a->dims[d] != b->dims[d]) return false;
+    return true;
+}
+
+bool gt_pass_shape_matches(gt_graph *g, const gt_node *proposed, const gt_node *stored)
+{
+    const gt_op_info *info = gt_op_get(proposed->op);
+    if (!info) return false;
+    gt_type types[GT_MAX_OUT];
+    memset(types, 0, sizeof types);
+    int n_out = 0;
+    /* A proposal the shape rule rejects is simply not taken; its message is not wanted. */
+    gt_error scratch = {0};
+    if (info->shape(g, proposed, types, &n_out, &scratch) != GT_OK) return false;
+    if (n_out != stored->n_out) return false;
+    for (int k = 0; k < n_out; k++)
+        if (!gt_pass_type_equal(&types[k], &g->values[stored->out[k]].type)) return false;
+    return true;
+}
+
+void gt_pass_compact(gt_graph *g, const uint8_t *keep)
+{
+    int32_t nn = g->n_nodes, nv = g->n_values;
+    gt_node_id *node_map = gt_xmalloc((size_t)(nn ? nn : 1) * sizeof *node_map);
+    gt_value_id *value_map = gt_xmalloc((size_t)(nv ? nv : 1) * sizeof *value_map);
+    gt_node_id next_node = 0;
+    for (gt_node_id n = 0; n < nn; n++)
+        node_map[n] = keep[n] ? next_node++ : GT_NONE;
+    /* A value survives when it is a graph input (producer none) or its producer survives. */
+    gt_value_id next_value = 0;
+    for (gt_value_id v = 0; v < nv; v++) {
+        gt_node_id p = g->values[v].producer;
+        value_map[v] = (p == GT_NONE || keep[p]) ? next_value++ : GT_NONE;
+    }
+    /* New ids never exceed old ones, so moving entries down in ascending order is safe. */
+    for (gt_value_id v = 0; v < nv; v++) {
+        if (value_map[v] == GT_NONE) continue;
+        gt_value val = g->values[v];
+        if (val.producer != GT_NONE) val.producer = node_map[val.producer];
+        g->values[value_map[v]] = val;
+    }
+    for (gt_node_id n = 0; n < nn; n++) {
+        if (!keep[n]) continue;
+        gt_node node = g->nodes[n];
+        for (int k = 0; k < node.n_in; k++) {
+            GT_CHECK(value_map[node.in[k]] != GT_NONE);
+            node.in[k] = value_map[node.in[k]];
+        }
+        for (int k = 0; k < node.n_out; k++)
+            node.out[k] = value_map[node.out[k]];
+        if (node.origin != GT_NONE) node.origin = node_map[node.origin];
+        g->nodes[node_map[n]] = node;
+    }
+    for (int32_t k = 0; k < g->n_inputs; k++)
+        g->inputs[k].value = value_map[g->inputs[k].value];
+    for (int32_t k = 0; k < g->n_outputs; k++) {
+        GT_CHECK(value_map[g->outputs[k].value] != GT_NONE);
+        g->outputs[k].value = value_map[g->outputs[k].value];
+    }
+    g->n_nodes = next_node;
+    g->n_values = next_value;
+    /* The builder stamps cur_origin on new nodes; keep it pointing at the same node or none. */
+    if (g->cur_origin != GT_NONE && g->cur_origin < nn) g->cur_origin = node_map[g->cur_origin];
+    free(node_map);
+    free(value_map);
+}

@@ -1,0 +1,216 @@
+/* pipeline.c — the pass registry and the pipeline that runs it (DESIGN.md §4).
+ *
+ * The registry is one constant table in pipeline order. The order matters:
+ *   canonicalize  first, so that reshape chains and identity views collapse to the forms CSE can
+ *                 match (two flattenings of one value through different view chains);
+ *   cse           then merges identical nodes, leaving the duplicates dead;
+ *   dce           last, removing the duplicates and whatever the others made dead, and
+ *                 compacting ids.
+ * The pipeline drops the passes the options disable, verifies the graph before the first pass and
+ * after each one (verify_each), times each pass, logs one line per pass and writes the debug
+ * dumps. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#include "passes/pass_internal.h"
+
+static const gt_pass_info gt_passes[] = {
+    {"canonicalize", gt_pass_canonicalize, GT_PASS_EXACT,
+     "fold identity reshape/slice/cast/transpose/permute, compose view chains"},
+    {"cse", gt_pass_cse, GT_PASS_EXACT, "merge identical pure nodes"},
+    {"dce", gt_pass_dce, GT_PASS_EXACT, "remove nodes that reach no output; compact ids"},
+};
+#define GT_N_PASSES ((int)(sizeof gt_passes / sizeof gt_passes[0]))
+
+const gt_pass_info *gt_pass_registry(int *n)
+{
+    *n = GT_N_PASSES;
+    return gt_passes;
+}
+
+const gt_pass_info *gt_pass_find(const char *name)
+{
+    for (int k = 0; name && k < GT_N_PASSES; k++)
+        if (strcmp(gt_passes[k].name, name) == 0) return &gt_passes[k];
+    return NULL;
+}
+
+static void known_passes(char *buf, size_t cap)
+{
+    size_t len = 0;
+    buf[0] = 0;
+    for (int k = 0; k < GT_N_PASSES && len < cap; k++) {
+        int w = snprintf(buf + len, cap - len, "%s%s", k ? ", " : "", gt_passes[k].name);
+        if (w < 0) break;
+        len += (size_t)w;
+    }
+}
+
+gt_status gt_pass_pipeline_init(gt_pass_pipeline *p, const gt_pass_options *options, gt_error *err)
+{
+    memset(p, 0, sizeof *p);
+    if (options) p->options = *options;
+    for (int k = 0; k < p->options.n_disable; k++) {
+        const char *name = p->options.disable ? p->options.disable[k] : NULL;
+        if (gt_pass_find(name)) continue;
+        char known[512];
+        known_passes(known, sizeof known);
+        return gt_error_set(err, GT_ERR_INVALID,
+                            "compile.disable_passes: unknown pass '%s' (known passes: %s)",
+                            name ? name : "(null)", known);
+    }
+    for (int k = 0; k < GT_N_PASSES; k++) {
+        bool off = false;
+        for (int j = 0; j < p->options.n_disable && !off; j++)
+            off = strcmp(p->options.disable[j], gt_passes[k].name) == 0;
+        if (!off) {
+            GT_CHECK(p->n < GT_PASS_MAX);
+            p->pass[p->n++] = &gt_passes[k];
+        }
+    }
+    return GT_OK;
+}
+
+/* ---------------------------------------------------------------- dumps */
+
+/* mkdir -p */
+static gt_status make_dirs(const char *path, gt_error *err)
+{
+    size_t n = strlen(path);
+    char *buf = gt_xmalloc(n + 1);
+    memcpy(buf, path, n + 1);
+    gt_status st = GT_OK;
+    for (size_t k = 1; k <= n && st == GT_OK; k++) {
+        if (buf[k] != '/' && buf[k] != 0) continue;
+        char c = buf[k];
+        buf[k] = 0;
+        struct stat sb;
+        if (mkdir(buf, 0777) != 0 && errno != EEXIST)
+            st = gt_error_set(err, GT_ERR_IO, "graph dump directory '%s': cannot create '%s': %s",
+                              path, buf, strerror(errno));
+        else if (stat(buf, &sb) != 0 || !S_ISDIR(sb.st_mode))
+            st = gt_error_set(err, GT_ERR_IO, "graph dump directory '%s': '%s' is not a directory",
+                              path, buf);
+        buf[k] = c;
+    }
+    free(buf);
+    return st;
+}
+
+static FILE *open_dump(const char *dir, int nn, const char *pass, const char *what, gt_error *err)
+{
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%02d-%s.%s.txt", dir, nn, pass, what);
+    FILE *f = fopen(path, "w");
+    if (!f)
+        gt_error_set(err, GT_ERR_IO, "graph dump '%s': cannot open for writing: %s", path,
+                     strerror(errno));
+    return f;
+}
+
+static gt_status close_dump(FILE *f, const char *dir, int nn, const char *pass, const char *what,
+                            gt_error *err)
+{
+    bool bad = ferror(f) != 0;
+    bad |= fclose(f) != 0;
+    if (bad)
+        return gt_error_set(err, GT_ERR_IO, "graph dump '%s/%02d-%s.%s.txt': write failed", dir, nn,
+                            pass, what);
+    return GT_OK;
+}
+
+static gt_status dump_listing(const gt_graph *g, const char *dir, int nn, const char *pass,
+                              const char *what, gt_error *err)
+{
+    FILE *f = open_dump(dir, nn, pass, what, err);
+    if (!f) return err->code;
+    gt_graph_print(g, f);
+    return close_dump(f, dir, nn, pass, what, err);
+}
+
+static void count_ops(const gt_graph *g, int32_t *counts)
+{
+    memset(counts, 0, GT_OP_COUNT * sizeof *counts);
+    for (gt_node_id n = 0; n < g->n_nodes; n++)
+        if ((int)g->nodes[n].op >= 0 && g->nodes[n].op < GT_OP_COUNT) counts[g->nodes[n].op]++;
+}
+
+/* "nodes 812 -> 790" then one line per op whose count changed: "reshape 300 -> 250". */
+static gt_status dump_diff(const int32_t *before, const gt_graph *g, int32_t nodes_before,
+                           const char *dir, int nn, const char *pass, gt_error *err)
+{
+    int32_t after[GT_OP_COUNT];
+    count_ops(g, after);
+    FILE *f = open_dump(dir, nn, pass, "diff", err);
+    if (!f) return err->code;
+    fprintf(f, "nodes %d -> %d\n", nodes_before, g->n_nodes);
+    int changed = 0;
+    for (int op = 0; op < GT_OP_COUNT; op++) {
+        if (before[op] == after[op]) continue;
+        fprintf(f, "%s %d -> %d\n", gt_op_get((gt_op)op)->name, before[op], after[op]);
+        changed++;
+    }
+    if (!changed) fprintf(f, "(no op count changed)\n");
+    return close_dump(f, dir, nn, pass, "diff", err);
+}
+
+/* ---------------------------------------------------------------- running */
+
+static double now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
+}
+
+gt_status gt_pass_pipeline_run(const gt_pass_pipeline *p, gt_graph *g, gt_pass_report *report,
+                               gt_error *err)
+{
+    const gt_pass_options *o = &p->options;
+    if (report) memset(report, 0, sizeof *report);
+    if (o->verify_each && gt_graph_verify(g, err) != GT_OK)
+        return gt_error_wrap(err, "pass pipeline: the input graph is invalid");
+    if (o->dump_dir) GT_TRY(make_dirs(o->dump_dir, err));
+    for (int k = 0; k < p->n; k++) {
+        const gt_pass_info *pass = p->pass[k];
+        gt_pass_ctx ctx = {.options = o, .index = k};
+        int nn = k + 1;
+        int32_t before_ops[GT_OP_COUNT];
+        int32_t nodes_before = g->n_nodes;
+        if (o->dump_dir) {
+            count_ops(g, before_ops);
+            GT_TRY(dump_listing(g, o->dump_dir, nn, pass->name, "before", err));
+        }
+        double t0 = now_ms();
+        gt_status st = pass->run(g, &ctx, err);
+        double ms = now_ms() - t0;
+        if (st != GT_OK) return gt_error_wrap(err, "pass '%s'", pass->name);
+        if (o->verify_each && gt_graph_verify(g, err) != GT_OK)
+            return gt_error_wrap(err, "pass '%s' left an invalid graph", pass->name);
+        if (!o->quiet)
+            gt_log(GT_LOG_INFO, "pass %-14s %9.3f ms  nodes %d -> %d", pass->name, ms, nodes_before,
+                   g->n_nodes);
+        if (report) {
+            report->pass[report->n_run++] = (gt_pass_stat){.name = pass->name,
+                                                           .ms = ms,
+                                                           .nodes_before = nodes_before,
+                                                           .nodes_after = g->n_nodes};
+        }
+        if (o->dump_dir) {
+            GT_TRY(dump_listing(g, o->dump_dir, nn, pass->name, "after", err));
+            GT_TRY(dump_diff(before_ops, g, nodes_before, o->dump_dir, nn, pass->name, err));
+        }
+    }
+    return GT_OK;
+}
+
+gt_status gt_pass_run_pipeline(gt_graph *g, const gt_pass_options *options, gt_pass_report *report,
+                               gt_error *err)
+{
+    gt_pass_pipeline p;
+    GT_TRY(gt_pass_pipeline_init(&p, options, err));
+    return gt_pass_pipeline_run(&p, g, report, err);
+}
