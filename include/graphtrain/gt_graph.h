@@ -208,6 +208,12 @@ gt_status gt_graph_copy_region(gt_graph *dst, const gt_graph *src, gt_node_id fi
 /* Number of nodes that use each value (array of n_values; caller frees). Graph outputs count. */
 int32_t *gt_graph_use_counts(const gt_graph *g);
 
+/* Graphviz DOT form of the graph (src/ir/dot.c): nodes in nested clusters by module path (at most
+ * three fqn components deep), filled by phase, recompute tag and collective flag; graph inputs and
+ * outputs as distinct shapes; edges from producer to consumer. Identical graphs give identical
+ * text. title names the digraph and labels it (NULL: "graph"). */
+void gt_graph_write_dot(const gt_graph *g, FILE *f, const char *title);
+
 #ifdef __cplusplus
 }
 #endif

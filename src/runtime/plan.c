@@ -1,0 +1,411 @@
+/* plan.c — memory plan: concrete sizes, buffer sharing, liveness and offsets (gt_program.h).
+ *
+ * Steps, each over the schedule:
+ *   1. sizes: every value's shape under the binding; nbytes = numel * dtype size.
+ *   2. own liveness: first = producer position (-1 for a graph input), last = last reading
+ *      position (n for a graph output, so its bytes survive until they are copied out; a value
+ *      nobody reads lives at its producer only — the kernel still writes it).
+ *   3. sharing, in schedule order: a reshape output joins its input's buffer (a view); an adamw
+ *      output joins its input's buffer (in place) when the input's buffer group has no reader
+ *      after this node, is read by no other slot of the node, has the output's size and arena.
+ *      A group's last use is the max over its members; since a member is only created by a node
+ *      that reads another member, "group last == this position" at the time the node is visited
+ *      means no member is read later.
+ *   4. arenas: a group is persistent when any member is a PARAM/BUFFER/OPT_STATE input or a
+ *      *_UPDATE output; persistent groups live for the whole step [-1, n].
+ *   5. offsets: greedy by size per arena (see gt_program.h), 64-byte aligned.
+ *   6. report: bytes live at each position (difference array over group intervals); the peak. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "graphtrain/gt_program.h"
+
+const char *gt_mem_category_name(gt_mem_category c)
+{
+    static const char *const names[GT_MEM_COUNT] = {"params",      "grads",       "optimizer state",
+                                                    "activations", "temporaries", "inputs"};
+    return (unsigned)c < GT_MEM_COUNT ? names[c] : "?";
+}
+
+static size_t align_up(size_t x)
+{
+    return (x + GT_PLAN_ALIGN - 1) / GT_PLAN_ALIGN * GT_PLAN_ALIGN;
+}
+
+static gt_value_id find_root(const gt_value_plan *vp, gt_value_id v)
+{
+    while (vp[v].root != v)
+        v = vp[v].root;
+    return v;
+}
+
+/* Per-value role flags from the graph's io descriptors. */
+enum {
+    ROLE_PERSISTENT = 1 << 0,
+    ROLE_PARAM = 1 << 1,
+    ROLE_OPT_STATE = 1 << 2,
+    ROLE_GRAD = 1 << 3,
+    ROLE_INPUT = 1 << 4,
+    ROLE_OUTPUT = 1 << 5,
+};
+
+static uint8_t *value_roles(const gt_graph *g)
+{
+    uint8_t *r = gt_xcalloc((size_t)g->n_values + 1, 1);
+    for (int32_t k = 0; k < g->n_inputs; k++) {
+        const gt_io *io = &g->inputs[k];
+        uint8_t f = ROLE_INPUT;
+        if (io->kind == GT_IN_PARAM || io->kind == GT_IN_BUFFER)
+            f = ROLE_PERSISTENT | ROLE_PARAM;
+        else if (io->kind == GT_IN_OPT_STATE)
+            f = ROLE_PERSISTENT | ROLE_OPT_STATE;
+        r[io->value] |= f;
+    }
+    for (int32_t k = 0; k < g->n_outputs; k++) {
+        const gt_io *io = &g->outputs[k];
+        uint8_t f = ROLE_OUTPUT;
+        if (io->kind == GT_OUT_PARAM_UPDATE || io->kind == GT_OUT_BUFFER_UPDATE)
+            f |= ROLE_PERSISTENT | ROLE_PARAM;
+        else if (io->kind == GT_OUT_OPT_STATE_UPDATE)
+            f |= ROLE_PERSISTENT | ROLE_OPT_STATE;
+        else if (io->kind == GT_OUT_GRAD)
+            f |= ROLE_GRAD;
+        r[io->value] |= f;
+    }
+    return r;
+}
+
+/* In-place pairs (output slot, input slot) of an op whose kernel reads element i of every input
+ * before it writes element i of any output. */
+static int in_place_pairs(gt_op op, int pairs[][2])
+{
+    if (op == GT_OP_ADAMW) {
+        pairs[0][0] = 0, pairs[0][1] = 0; /* p' over p */
+        pairs[1][0] = 1, pairs[1][1] = 2; /* m' over m */
+        pairs[2][0] = 2, pairs[2][1] = 3; /* v' over v */
+        return 3;
+    }
+    return 0;
+}
+
+/* Step 3: views and in place. group_last[r] = max last over the members of root r so far. */
+static void share_buffers(gt_plan *p, const uint8_t *roles, const gt_plan_options *opts,
+                          int32_t *group_last)
+{
+    const gt_graph *g = p->g;
+    gt_value_plan *vp = p->values;
+    for (int32_t pos = 0; pos < p->n_order; pos++) {
+        const gt_node *nd = &g->nodes[p->order[pos]];
+        if (nd->op == GT_OP_RESHAPE && !opts->no_views) {
+            gt_value_id in = nd->in[0], out = nd->out[0];
+            gt_value_id r = find_root(vp, in);
+            vp[out].root = r;
+            vp[out].shared = 1;
+            if (vp[out].last > group_last[r]) group_last[r] = vp[out].last;
+            p->n_views++;
+            continue;
+        }
+        if (opts->no_in_place) continue;
+        int pairs[GT_MAX_OUT][2];
+        int np = in_place_pairs(nd->op, pairs);
+        for (int k = 0; k < np; k++) {
+            gt_value_id out = nd->out[pairs[k][0]], in = nd->in[pairs[k][1]];
+            gt_value_id r = find_root(vp, in);
+            bool ok = group_last[r] == pos && vp[out].nbytes == vp[r].nbytes &&
+                      !(roles[out] & ROLE_PERSISTENT) == !(roles[r] & ROLE_PERSISTENT);
+            for (int j = 0; ok && j < nd->n_in; j++)
+                if (j != pairs[k][1] && find_root(vp, nd->in[j]) == r) ok = false;
+            if (!ok) continue;
+            vp[out].root = r;
+            vp[out].shared = 2;
+            group_last[r] = vp[out].last;
+            p->n_in_place++;
+        }
+    }
+}
+
+typedef struct {
+    gt_value_id root;
+    size_t size;
+    int32_t first, last;
+} alloc_item;
+
+static int cmp_alloc_item(const void *a, const void *b)
+{
+    const alloc_item *x = a, *y = b;
+    if (x->size != y->size) return x->size > y->size ? -1 : 1;
+    if (x->first != y->first) return x->first < y->first ? -1 : 1;
+    return x->root < y->root ? -1 : x->root > y->root;
+}
+
+typedef struct {
+    size_t begin, end;
+} span;
+
+static int cmp_span(const void *a, const void *b)
+{
+    const span *x = a, *y = b;
+    if (x->begin != y->begin) return x->begin < y->begin ? -1 : 1;
+    return x->end < y->end ? -1 : x->end > y->end;
+}
+
+/* Step 5 for one arena: items sorted largest first; each goes to the lowest aligned offset whose
+ * [offset, offset + size) overlaps no placed item with an intersecting live interval. O(n^2 log n)
+ * worst case. Returns the arena size. */
+static size_t assign_offsets(alloc_item *items, int32_t n, size_t *offsets)
+{
+    qsort(items, (size_t)n, sizeof *items, cmp_alloc_item);
+    span *busy = gt_xmalloc(((size_t)n + 1) * sizeof *busy);
+    size_t *placed_off = gt_xmalloc(((size_t)n + 1) * sizeof *placed_off);
+    size_t top = 0;
+    for (int32_t k = 0; k < n; k++) {
+        alloc_item *it = &items[k];
+        int32_t nb = 0;
+        for (int32_t j = 0; j < k; j++) {
+            const alloc_item *o = &items[j];
+            if (o->size && o->first <= it->last && it->first <= o->last)
+                busy[nb++] = (span){placed_off[j], placed_off[j] + o->size};
+        }
+        qsort(busy, (size_t)nb, sizeof *busy, cmp_span);
+        size_t off = 0;
+        if (it->size)
+            for (int32_t j = 0; j < nb; j++) {
+                if (busy[j].begin >= off + it->size) break;
+                if (busy[j].end > off) off = busy[j].end;
+            }
+        placed_off[k] = off;
+        offsets[it->root] = off;
+        if (off + it->size > top) top = off + it->size;
+    }
+    free(busy);
+    free(placed_off);
+    return top;
+}
+
+/* Category of a buffer group (root r): by the strongest role of any member, else activation when
+ * the group's last reader is outside the forward phase while its producer is in it. */
+static gt_mem_category group_category(const gt_plan *p, const uint8_t *group_roles, gt_value_id r,
+                                      int32_t last)
+{
+    uint8_t f = group_roles[r];
+    if (f & ROLE_PARAM) return GT_MEM_PARAM;
+    if (f & ROLE_OPT_STATE) return GT_MEM_OPT_STATE;
+    if (f & ROLE_GRAD) return GT_MEM_GRAD;
+    if (f & ROLE_INPUT) return GT_MEM_INPUT;
+    const gt_graph *g = p->g;
+    int32_t first = p->values[r].first;
+    if (first >= 0 && last < p->n_order && g->nodes[p->order[first]].phase == GT_PHASE_FORWARD &&
+        g->nodes[p->order[last]].phase != GT_PHASE_FORWARD)
+        return GT_MEM_ACTIVATION;
+    return GT_MEM_TEMPORARY;
+}
+
+static void compute_peak(gt_plan *p)
+{
+    int32_t n = p->n_order;
+    /* live[k + 1] = bytes live at position k, k in [-1, n] */
+    int64_t *diff = gt_xcalloc((size_t)n + 3, sizeof *diff);
+    for (gt_value_id v = 0; v < p->n_values; v++) {
+        const gt_value_plan *vp = &p->values[v];
+        if (vp->root != v || vp->arena != GT_ARENA_STEP) continue;
+        diff[vp->first + 1] += (int64_t)vp->nbytes;
+        diff[vp->last + 2] -= (int64_t)vp->nbytes;
+    }
+    int64_t cur = 0, best = -1;
+    for (int32_t k = -1; k <= n; k++) {
+        cur += diff[k + 1];
+        if (cur > best) best = cur, p->peak_pos = k;
+    }
+    p->live_peak_bytes = (size_t)best;
+    free(diff);
+    for (gt_value_id v = 0; v < p->n_values; v++) {
+        const gt_value_plan *vp = &p->values[v];
+        if (vp->root == v && vp->first <= p->peak_pos && p->peak_pos <= vp->last)
+            p->peak_by_category[vp->category] += vp->nbytes;
+    }
+}
+
+gt_status gt_plan_memory(const gt_graph *g, const gt_sym_binding *binding, const gt_node_id *order,
+                         int32_t n_order, const gt_plan_options *opts, gt_plan **out, gt_error *err)
+{
+    *out = NULL;
+    GT_TRY(gt_schedule_check(g, order, n_order, err));
+    gt_plan_options none = {0};
+    if (!opts) opts = &none;
+    gt_plan *p = gt_xcalloc(1, sizeof *p);
+    p->g = g;
+    p->n_order = n_order;
+    p->order = gt_xmalloc(((size_t)n_order + 1) * sizeof *p->order);
+    if (n_order) memcpy(p->order, order, (size_t)n_order * sizeof *order);
+    p->n_values = g->n_values;
+    p->values = gt_xcalloc((size_t)g->n_values + 1, sizeof *p->values);
+    gt_value_plan *vp = p->values;
+
+    /* 1-2. sizes and own liveness (unreached values: first = last = -2, no buffer) */
+    for (gt_value_id v = 0; v < g->n_values; v++)
+        vp[v].root = v, vp[v].first = vp[v].last = -2;
+    for (int32_t k = 0; k < g->n_inputs; k++)
+        vp[g->inputs[k].value].first = vp[g->inputs[k].value].last = -1;
+    for (int32_t pos = 0; pos < n_order; pos++) {
+        const gt_node *nd = &g->nodes[order[pos]];
+        for (int j = 0; j < nd->n_in; j++)
+            vp[nd->in[j]].last = pos;
+        for (int j = 0; j < nd->n_out; j++)
+            vp[nd->out[j]].first = vp[nd->out[j]].last = pos;
+    }
+    for (int32_t k = 0; k < g->n_outputs; k++) {
+        gt_value_id v = g->outputs[k].value;
+        if (v < 0 || v >= g->n_values || vp[v].first == -2) {
+            gt_plan_free(p);
+            return gt_error_set(err, GT_ERR_INVALID,
+                                "plan: graph output %d (%s %s) names value %%%d, which nothing "
+                                "defines",
+                                k, gt_output_kind_name((gt_output_kind)g->outputs[k].kind),
+                                gt_graph_str(g, g->outputs[k].fqn), v);
+        }
+        vp[v].last = n_order;
+    }
+    for (gt_value_id v = 0; v < g->n_values; v++) {
+        if (vp[v].first == -2) continue;
+        const gt_type *ty = gt_value_type(g, v);
+        gt_status st = gt_graph_eval_shape(g, v, binding, vp[v].shape, err);
+        if (st != GT_OK) {
+            gt_plan_free(p);
+            return gt_error_wrap(err, "plan: value %%%d", v);
+        }
+        int64_t numel = gt_shape_numel(ty->ndim, vp[v].shape);
+        if (numel < 0 || (uint64_t)numel > (SIZE_MAX >> 8) / gt_dtype_size(ty->dtype)) {
+            gt_plan_free(p);
+            return gt_error_set(err, GT_ERR_INVALID, "plan: value %%%d has %lld elements", v,
+                                (long long)numel);
+        }
+        vp[v].nbytes = (size_t)numel * gt_dtype_size(ty->dtype);
+    }
+
+    /* 3. sharing */
+    uint8_t *roles = value_roles(g);
+    int32_t *group_last = gt_xmalloc(((size_t)g->n_values + 1) * sizeof *group_last);
+    for (gt_value_id v = 0; v < g->n_values; v++)
+        group_last[v] = vp[v].last;
+    share_buffers(p, roles, opts, group_last);
+
+    /* 4. group roles, intervals and arenas, on the roots */
+    uint8_t *group_roles = gt_xcalloc((size_t)g->n_values + 1, 1);
+    for (gt_value_id v = 0; v < g->n_values; v++) {
+        gt_value_id r = find_root(vp, v);
+        vp[v].root = r; /* path compression: every member names its root directly */
+        group_roles[r] |= roles[v];
+    }
+    for (gt_value_id v = 0; v < g->n_values; v++) {
+        if (vp[v].root != v || vp[v].first == -2) continue;
+        vp[v].category = (uint8_t)group_category(p, group_roles, v, group_last[v]);
+        vp[v].arena = (group_roles[v] & ROLE_PERSISTENT) ? GT_ARENA_PERSISTENT : GT_ARENA_STEP;
+        vp[v].last = group_last[v];
+        if (vp[v].arena == GT_ARENA_PERSISTENT) vp[v].first = -1, vp[v].last = n_order;
+    }
+
+    /* 5. offsets per arena */
+    alloc_item *items = gt_xmalloc(((size_t)g->n_values + 1) * sizeof *items);
+    size_t *offsets = gt_xcalloc((size_t)g->n_values + 1, sizeof *offsets);
+    for (int a = 0; a < GT_ARENA_COUNT; a++) {
+        int32_t n = 0;
+        for (gt_value_id v = 0; v < g->n_values; v++)
+            if (vp[v].root == v && vp[v].first != -2 && vp[v].arena == a) {
+                items[n++] = (alloc_item){v, align_up(vp[v].nbytes), vp[v].first, vp[v].last};
+                p->total_value_bytes[a] += align_up(vp[v].nbytes);
+            }
+        p->arena_bytes[a] = assign_offsets(items, n, offsets);
+    }
+    for (gt_value_id v = 0; v < g->n_values; v++) {
+        gt_value_id r = vp[v].root;
+        vp[v].offset = offsets[r];
+        if (r != v) {
+            vp[v].arena = vp[r].arena;
+            vp[v].category = vp[r].category;
+        }
+    }
+    free(items);
+    free(offsets);
+    free(group_roles);
+    free(group_last);
+    free(roles);
+
+    /* 6. report figures */
+    compute_peak(p);
+    *out = p;
+    return GT_OK;
+}
+
+void gt_plan_free(gt_plan *p)
+{
+    if (!p) return;
+    free(p->order);
+    free(p->values);
+    free(p);
+}
+
+/* fqn of the value: of its producer node, else of the graph input. */
+static const char *value_fqn(const gt_graph *g, gt_value_id v)
+{
+    gt_node_id n = g->values[v].producer;
+    if (n >= 0) return gt_graph_str(g, g->nodes[n].fqn);
+    for (int32_t k = 0; k < g->n_inputs; k++)
+        if (g->inputs[k].value == v) return gt_graph_str(g, g->inputs[k].fqn);
+    return "";
+}
+
+typedef struct {
+    gt_value_id v;
+    size_t nbytes;
+} sized_value;
+
+static int cmp_sized_desc(const void *a, const void *b)
+{
+    const sized_value *x = a, *y = b;
+    if (x->nbytes != y->nbytes) return x->nbytes > y->nbytes ? -1 : 1;
+    return x->v < y->v ? -1 : x->v > y->v;
+}
+
+void gt_plan_print(const gt_plan *p, FILE *f)
+{
+    const gt_graph *g = p->g;
+    const double mib = 1024.0 * 1024.0;
+    fprintf(f, "memory plan: %d nodes, %d values (%d views, %d in place)\n", p->n_order,
+            p->n_values, p->n_views, p->n_in_place);
+    static const char *const arena_names[GT_ARENA_COUNT] = {"persistent", "step"};
+    for (int a = 0; a < GT_ARENA_COUNT; a++)
+        fprintf(f, "  %-10s arena %14zu bytes (%10.2f MiB); sum of its buffers %14zu bytes\n",
+                arena_names[a], p->arena_bytes[a], p->arena_bytes[a] / mib,
+                p->total_value_bytes[a]);
+    fprintf(f, "  step arena live peak %zu bytes (%.2f MiB) at position %d", p->live_peak_bytes,
+            p->live_peak_bytes / mib, p->peak_pos);
+    if (p->peak_pos >= 0 && p->peak_pos < p->n_order) {
+        const gt_node *nd = &g->nodes[p->order[p->peak_pos]];
+        fprintf(f, " (node %%%d %s %s %s)", p->order[p->peak_pos], gt_op_get(nd->op)->name,
+                gt_graph_str(g, nd->fqn), gt_phase_name((gt_phase)nd->phase));
+    }
+    fprintf(f, "\n  live at the peak, both arenas, by category:\n");
+    for (int c = 0; c < GT_MEM_COUNT; c++)
+        fprintf(f, "    %-16s %14zu bytes (%10.2f MiB)\n", gt_mem_category_name((gt_mem_category)c),
+                p->peak_by_category[c], p->peak_by_category[c] / mib);
+    sized_value *live = gt_xmalloc(((size_t)p->n_values + 1) * sizeof *live);
+    int32_t n = 0;
+    for (gt_value_id v = 0; v < p->n_values; v++) {
+        const gt_value_plan *vp = &p->values[v];
+        if (vp->root == v && vp->first != -2 && vp->first <= p->peak_pos && p->peak_pos <= vp->last)
+            live[n++] = (sized_value){v, vp->nbytes};
+    }
+    qsort(live, (size_t)n, sizeof *live, cmp_sized_desc);
+    fprintf(f, "  ten largest values live at the peak:\n");
+    for (int32_t k = 0; k < n && k < 10; k++) {
+        gt_value_id v = live[k].v;
+        const gt_value_plan *vp = &p->values[v];
+        char ty[160];
+        gt_graph_format_type(g, gt_value_type(g, v), ty, sizeof ty);
+        const char *fqn = value_fqn(g, v);
+        fprintf(f, "    %%%-6d %12zu bytes  %-11s %-10s %-16s %s\n", v, vp->nbytes,
+                gt_mem_category_name((gt_mem_category)vp->category), arena_names[vp->arena], ty,
+                fqn && fqn[0] ? fqn : "-");
+    }
+    free(live);
+}
