@@ -29,6 +29,8 @@
 #include "graphtrain/gt_metrics.h"
 #include "graphtrain/gt_model.h"
 #include "graphtrain/gt_optim.h"
+#include "graphtrain/gt_pass.h"
+#include "graphtrain/gt_program.h"
 #include "graphtrain/gt_train.h"
 
 /* One executable graph with the host tensors that feed each input. */
@@ -37,6 +39,7 @@ typedef struct {
     gt_tensor **feed;  /* per graph input: the tensor it reads (not owned) */
     gt_tensor *inputs; /* scratch: shallow copies of *feed[k] for gt_eager_run */
     gt_tensor *outputs;
+    gt_program *prog; /* compile.enable: the planned, lowered program; else NULL (eager) */
 } step_graph;
 
 typedef struct {
@@ -141,6 +144,10 @@ static gt_status step_graph_bind(trainer *t, step_graph *s, gt_error *err)
     s->outputs = gt_xcalloc((size_t)g->n_outputs, sizeof *s->outputs);
     for (int k = 0; k < g->n_inputs; k++)
         if (!(s->feed[k] = feed_for(t, g, &g->inputs[k], err))) return err->code;
+    if (!t->cfg->compile.enable) return GT_OK;
+    /* compile: plan memory and lower; the plan (peak bytes before step 1) goes to the log */
+    GT_TRY(gt_program_build(g, &t->binding, &s->prog, err));
+    gt_plan_print(s->prog->plan, stderr);
     return GT_OK;
 }
 
@@ -152,6 +159,7 @@ static void step_graph_free(step_graph *s)
     free(s->feed);
     free(s->inputs);
     free(s->outputs);
+    gt_program_free(s->prog);
     gt_graph_free(s->g);
     memset(s, 0, sizeof *s);
 }
@@ -165,6 +173,7 @@ static gt_status step_graph_run(trainer *t, step_graph *s, gt_error *err)
         s->inputs[k] = *s->feed[k];
         s->inputs[k].owns_data = false;
     }
+    if (s->prog) return gt_program_run(s->prog, s->inputs, s->outputs, err);
     return gt_eager_run(s->g, &t->binding, s->inputs, s->outputs, err);
 }
 
@@ -255,6 +264,21 @@ gt_status gt_train_build_graph(const gt_config *cfg, gt_graph *g, gt_model *mode
     free(params);
     free(grads);
     free(grad_out);
+    if (st != GT_OK || !cfg->compile.enable) return st;
+
+    /* the pass pipeline (exact passes only so far: results stay bitwise those of the graph as
+     * built); with compile.debug_graph_passes, listings and op-count diffs per pass go to
+     * DUMP_FOLDER/graph_passes */
+    char *dump = cfg->compile.debug_graph_passes
+                     ? join_path(cfg->job.dump_folder, micro_batches > 1 ? "graph_passes_micro"
+                                                                         : "graph_passes")
+                     : NULL;
+    gt_pass_options o = {.disable = cfg->compile.disable_passes.items,
+                         .n_disable = cfg->compile.disable_passes.n,
+                         .dump_dir = dump,
+                         .verify_each = true};
+    st = gt_pass_run_pipeline(g, &o, NULL, err);
+    free(dump);
     return st;
 }
 
