@@ -7,9 +7,10 @@
 #include "graphtrain/gt_config.h"
 
 #include <stdint.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "fuzz_config_common.h"
 
 #define MAX_ARGS 64
 
@@ -39,17 +40,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         if (strncmp(err.msg, "command line: ", 14) && strncmp(err.msg, "config: ", 8))
             __builtin_trap();
     } else {
-        char *text = NULL;
-        size_t len = 0;
-        FILE *f = open_memstream(&text, &len);
-        gt_config_print(&c, f);
-        fclose(f);
-        gt_config back;
-        gt_config_defaults(&back);
-        if (gt_config_load_string(&back, text, len, "printed", &err) != GT_OK) __builtin_trap();
-        if (!gt_config_equal(&c, &back)) __builtin_trap();
-        gt_config_free(&back);
-        free(text);
+        fuzz_check_print_round_trip(&c);
     }
     gt_config_free(&c);
     free(copy);

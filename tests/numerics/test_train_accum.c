@@ -15,12 +15,10 @@
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE /* nftw */
 #endif
-#include <ftw.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include "graphtrain/gt_backend.h"
 #include "graphtrain/gt_checkpoint.h"
@@ -29,20 +27,10 @@
 #include "graphtrain/gt_safetensors.h"
 #include "graphtrain/gt_train.h"
 #include "gt_test.h"
+#include "train_child.h"
 
 #define STEPS 5
 #define TOLERANCE 1e-5
-
-static int remove_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
-{
-    (void)sb, (void)flag, (void)ftw;
-    return remove(path);
-}
-
-static void remove_tree(const char *path)
-{
-    nftw(path, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
-}
 
 static gt_status make_config(gt_config *cfg, const char *dump, const char *local,
                              const char *global, gt_error *err)
@@ -72,14 +60,8 @@ static gt_status make_config(gt_config *cfg, const char *dump, const char *local
 /* The one record of each step 1..STEPS. */
 static bool read_steps(const char *dump, gt_metrics_step out[STEPS + 1])
 {
-    char path[512];
-    snprintf(path, sizeof path, "%s/metrics.jsonl", dump);
     gt_metrics_log log = {0};
-    gt_error err = {0};
-    if (gt_metrics_read(path, &log, &err) != GT_OK) {
-        fprintf(stderr, "%s\n", err.msg);
-        return false;
-    }
+    if (!read_metrics(dump, &log)) return false;
     bool ok = log.n_steps == STEPS;
     for (int64_t k = 0; ok && k < log.n_steps; k++) {
         ok = log.steps[k].step == k + 1;

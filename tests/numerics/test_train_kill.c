@@ -24,20 +24,18 @@
 #endif
 #include <dirent.h>
 #include <errno.h>
-#include <fcntl.h>
-#include <ftw.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "graphtrain/gt_checkpoint.h"
 #include "graphtrain/gt_metrics.h"
 #include "gt_test.h"
+#include "train_child.h"
 
 #define STEPS 30
 #define ROUNDS 8
@@ -45,13 +43,14 @@
 #define CHILD_SECONDS 300.0  /* bound on every wait for a child */
 #define SEED 0x6b696c6c39ull /* the kill points */
 
+/* The run's options, as `section.key=value`; dump_folder is added per run. */
 static const char *const run_options[] = {
-    "--model.flavor=test_tiny",      "--training.dataset=synthetic",
-    "--training.local_batch_size=4", "--training.seq_len=32",
-    "--training.steps=30",           "--training.mixed_precision_param=float32",
-    "--metrics.log_freq=1",          "--metrics.save_jsonl=true",
-    "--checkpoint.enable=true",      "--checkpoint.interval=2",
-    "--checkpoint.keep_latest_k=3",
+    "model.flavor=test_tiny",      "training.dataset=synthetic",
+    "training.local_batch_size=4", "training.seq_len=32",
+    "training.steps=30",           "training.mixed_precision_param=float32",
+    "metrics.log_freq=1",          "metrics.save_jsonl=true",
+    "checkpoint.enable=true",      "checkpoint.interval=2",
+    "checkpoint.keep_latest_k=3",
 };
 #define N_OPTIONS ((int)(sizeof run_options / sizeof run_options[0]))
 
@@ -60,49 +59,12 @@ static const char *const kind_names[] = {"after delay", "in checkpoint write", "
 
 /* ---------------------------------------------------------------- files */
 
-static int remove_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
-{
-    (void)sb, (void)flag, (void)ftw;
-    return remove(path);
-}
-
-static void remove_tree(const char *path)
-{
-    nftw(path, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
-}
-
-static char *read_all(const char *path, size_t *len)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    size_t cap = 4096, n = 0, got;
-    char *buf = malloc(cap);
-    while ((got = fread(buf + n, 1, cap - n - 1, f)) > 0) {
-        n += got;
-        if (cap - n - 1 == 0) buf = realloc(buf, cap *= 2);
-    }
-    fclose(f);
-    buf[n] = 0;
-    if (len) *len = n;
-    return buf;
-}
-
 static bool write_all(const char *path, const char *data, size_t len)
 {
     FILE *f = fopen(path, "wb");
     if (!f) return false;
     bool ok = fwrite(data, 1, len, f) == len;
     return fclose(f) == 0 && ok;
-}
-
-static bool same_bytes(const char *path_a, const char *path_b)
-{
-    size_t na = 0, nb = 0;
-    char *a = read_all(path_a, &na), *b = read_all(path_b, &nb);
-    bool same = a && b && na == nb && memcmp(a, b, na) == 0;
-    free(a);
-    free(b);
-    return same;
 }
 
 /* Whether folder holds an entry starting with prefix; with min_step >= 0, only one whose name
@@ -120,105 +82,6 @@ static bool has_entry(const char *folder, const char *prefix, long long min_step
     }
     closedir(d);
     return found;
-}
-
-/* ---------------------------------------------------------------- child processes */
-
-static double now_seconds(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static void sleep_us(long us)
-{
-    struct timespec ts = {us / 1000000, (us % 1000000) * 1000};
-    nanosleep(&ts, NULL);
-}
-
-static pid_t spawn_train(const char *binary, const char *dump, const char *out_path,
-                         const char *err_path)
-{
-    char *argv[N_OPTIONS + 4];
-    char dump_opt[512];
-    int a = 0;
-    argv[a++] = (char *)binary;
-    argv[a++] = "train";
-    for (int k = 0; k < N_OPTIONS; k++)
-        argv[a++] = (char *)run_options[k];
-    snprintf(dump_opt, sizeof dump_opt, "--job.dump_folder=%s", dump);
-    argv[a++] = dump_opt;
-    argv[a] = NULL;
-    fflush(NULL);
-    pid_t pid = fork();
-    if (pid == 0) {
-        int out = open(out_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-        int err = open(err_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-        if (out < 0 || err < 0 || dup2(out, 1) < 0 || dup2(err, 2) < 0) _exit(126);
-        execv(binary, argv);
-        _exit(127);
-    }
-    return pid;
-}
-
-static int exit_code(int ws)
-{
-    return WIFEXITED(ws) ? WEXITSTATUS(ws) : 128 + WTERMSIG(ws);
-}
-
-/* Exit code of the child (128 + signal if one ended it); -1 if it outlived `seconds` (then it is
- * killed). */
-static int wait_child(pid_t pid, double seconds)
-{
-    double deadline = now_seconds() + seconds;
-    for (;;) {
-        int ws;
-        pid_t r = waitpid(pid, &ws, WNOHANG);
-        if (r == pid) return exit_code(ws);
-        if (r < 0 && errno != EINTR) return -1;
-        if (now_seconds() > deadline) {
-            kill(pid, SIGKILL);
-            waitpid(pid, &ws, 0);
-            return -1;
-        }
-        sleep_us(1000);
-    }
-}
-
-static bool parse_summary(const char *text, long long *first, long long *last, uint64_t *hash)
-{
-    const char *p = text ? strstr(text, "trained steps ") : NULL;
-    const char *h = p ? strstr(p, "params xxh64 ") : NULL;
-    unsigned long long hv;
-    if (!p || !h || sscanf(p, "trained steps %lld..%lld:", first, last) != 2 ||
-        sscanf(h, "params xxh64 %llx", &hv) != 1)
-        return false;
-    *hash = hv;
-    return true;
-}
-
-/* ---------------------------------------------------------------- metrics */
-
-static bool last_losses(const char *dump, double loss[STEPS + 1])
-{
-    char path[512];
-    snprintf(path, sizeof path, "%s/metrics.jsonl", dump);
-    gt_metrics_log log = {0};
-    gt_error err = {0};
-    if (gt_metrics_read(path, &log, &err) != GT_OK) {
-        fprintf(stderr, "%s\n", err.msg);
-        return false;
-    }
-    bool seen[STEPS + 1] = {false};
-    for (int64_t k = 0; k < log.n_steps; k++) {
-        int64_t s = log.steps[k].step;
-        if (s >= 1 && s <= STEPS) loss[s] = log.steps[k].loss, seen[s] = true;
-    }
-    gt_metrics_log_free(&log);
-    for (int s = 1; s <= STEPS; s++)
-        if (!seen[s]) return false;
-    return true;
 }
 
 /* ---------------------------------------------------------------- kill points */
@@ -247,7 +110,7 @@ static const char *run_and_kill(const char *binary, const char *dump, const char
                                 const char *out_path, const char *err_path, kill_point kp,
                                 pid_t *dead_pid)
 {
-    pid_t pid = spawn_train(binary, dump, out_path, err_path);
+    pid_t pid = spawn_train(binary, run_options, N_OPTIONS, dump, out_path, err_path);
     if (pid <= 0) return "fork failed";
     *dead_pid = pid;
     double start = now_seconds(), deadline = start + CHILD_SECONDS;
@@ -310,7 +173,7 @@ int main(void)
 
     /* the uninterrupted reference; its length spreads the timed kills over a whole run */
     double t0 = now_seconds();
-    pid_t pid = spawn_train(binary, ref, out_path, err_path);
+    pid_t pid = spawn_train(binary, run_options, N_OPTIONS, ref, out_path, err_path);
     int rc = wait_child(pid, CHILD_SECONDS);
     double run_seconds = now_seconds() - t0;
     char *out = read_all(out_path, NULL);
@@ -320,8 +183,8 @@ int main(void)
         rc == 0 && parse_summary(out, &first, &last, &ref_hash) && first == 1 && last == STEPS;
     EXPECT(ok, "reference run: exit %d, output:\n%s", rc, out ? out : "(none)");
     free(out);
-    double ref_loss[STEPS + 1];
-    ok = ok && last_losses(ref, ref_loss);
+    gt_metrics_step ref_rec[STEPS + 1]; /* the last record of each step */
+    ok = ok && last_records(ref, STEPS, ref_rec, NULL);
     EXPECT(ok, "reference metrics incomplete");
     if (!ok) {
         remove_tree(root);
@@ -375,7 +238,7 @@ int main(void)
         }
 
         /* resume to the end */
-        pid = spawn_train(binary, dump, out_path, err_path);
+        pid = spawn_train(binary, run_options, N_OPTIONS, dump, out_path, err_path);
         rc = wait_child(pid, CHILD_SECONDS);
         EXPECT(rc == 0, "round %d: the resumed run exited with %d (stderr in %s)", r, rc, err_path);
         out = read_all(out_path, NULL);
@@ -408,12 +271,13 @@ int main(void)
         snprintf(final, sizeof final, "%s/step-%d/" GT_CHECKPOINT_TENSOR_FILE, ckpt, STEPS);
         EXPECT(same_bytes(final, ref_final), "round %d: %s differs from the uninterrupted run's", r,
                final);
-        double loss[STEPS + 1];
-        bool have = last_losses(dump, loss);
+        gt_metrics_step rec[STEPS + 1];
+        bool have = last_records(dump, STEPS, rec, NULL);
         EXPECT(have, "round %d: metrics of steps 1..%d incomplete", r, STEPS);
         for (int s = 1; have && s <= STEPS; s++)
-            EXPECT(memcmp(&loss[s], &ref_loss[s], sizeof loss[s]) == 0,
-                   "round %d step %d: loss %.17g, uninterrupted %.17g", r, s, loss[s], ref_loss[s]);
+            EXPECT(memcmp(&rec[s].loss, &ref_rec[s].loss, sizeof rec[s].loss) == 0,
+                   "round %d step %d: loss %.17g, uninterrupted %.17g", r, s, rec[s].loss,
+                   ref_rec[s].loss);
     }
 
     EXPECT(planted > 0, "no round left a checkpoint before the last step to plant a torn write");

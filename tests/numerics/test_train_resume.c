@@ -19,16 +19,12 @@
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE /* nftw */
 #endif
-#include <errno.h>
-#include <fcntl.h>
-#include <ftw.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "graphtrain/gt_backend.h"
@@ -37,6 +33,7 @@
 #include "graphtrain/gt_metrics.h"
 #include "graphtrain/gt_train.h"
 #include "gt_test.h"
+#include "train_child.h"
 
 #define STEPS 20
 #define HALF 10
@@ -52,149 +49,12 @@ static const char *const run_options[] = {
 };
 #define N_OPTIONS ((int)(sizeof run_options / sizeof run_options[0]))
 
-/* ---------------------------------------------------------------- files */
-
-static int remove_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
-{
-    (void)sb, (void)flag, (void)ftw;
-    return remove(path);
-}
-
-static void remove_tree(const char *path)
-{
-    nftw(path, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
-}
+/* ---------------------------------------------------------------- helpers */
 
 static bool exists(const char *path)
 {
     struct stat sb;
     return stat(path, &sb) == 0;
-}
-
-/* The whole file, NUL-terminated (NULL if unreadable). */
-static char *read_all(const char *path, size_t *len)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    size_t cap = 4096, n = 0;
-    char *buf = malloc(cap);
-    size_t got;
-    while ((got = fread(buf + n, 1, cap - n - 1, f)) > 0) {
-        n += got;
-        if (cap - n - 1 == 0) buf = realloc(buf, cap *= 2);
-    }
-    fclose(f);
-    buf[n] = 0;
-    if (len) *len = n;
-    return buf;
-}
-
-static bool same_bytes(const char *path_a, const char *path_b)
-{
-    size_t na = 0, nb = 0;
-    char *a = read_all(path_a, &na), *b = read_all(path_b, &nb);
-    bool same = a && b && na == nb && memcmp(a, b, na) == 0;
-    free(a);
-    free(b);
-    return same;
-}
-
-/* ---------------------------------------------------------------- child processes */
-
-static double now_seconds(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static void sleep_us(long us)
-{
-    struct timespec ts = {us / 1000000, (us % 1000000) * 1000};
-    nanosleep(&ts, NULL);
-}
-
-/* Starts `GT_BINARY train --OPTION... --job.dump_folder=DIR`, stdout and stderr to files. */
-static pid_t spawn_train(const char *binary, const char *dump, const char *out_path,
-                         const char *err_path)
-{
-    char *argv[N_OPTIONS + 4];
-    char opts[N_OPTIONS + 1][512];
-    int a = 0;
-    argv[a++] = (char *)binary;
-    argv[a++] = "train";
-    for (int k = 0; k < N_OPTIONS; k++) {
-        snprintf(opts[k], sizeof opts[k], "--%s", run_options[k]);
-        argv[a++] = opts[k];
-    }
-    snprintf(opts[N_OPTIONS], sizeof opts[N_OPTIONS], "--job.dump_folder=%s", dump);
-    argv[a++] = opts[N_OPTIONS];
-    argv[a] = NULL;
-    fflush(NULL);
-    pid_t pid = fork();
-    if (pid == 0) {
-        int out = open(out_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-        int err = open(err_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-        if (out < 0 || err < 0 || dup2(out, 1) < 0 || dup2(err, 2) < 0) _exit(126);
-        execv(binary, argv);
-        _exit(127);
-    }
-    return pid;
-}
-
-/* Waits for the child at most `seconds`; on timeout kills it. Returns its exit code, 128 + signal
- * when a signal ended it, -1 on timeout. */
-static int wait_child(pid_t pid, double seconds)
-{
-    double deadline = now_seconds() + seconds;
-    for (;;) {
-        int ws;
-        pid_t r = waitpid(pid, &ws, WNOHANG);
-        if (r == pid) return WIFEXITED(ws) ? WEXITSTATUS(ws) : 128 + WTERMSIG(ws);
-        if (r < 0 && errno != EINTR) return -1;
-        if (now_seconds() > deadline) {
-            kill(pid, SIGKILL);
-            waitpid(pid, &ws, 0);
-            return -1;
-        }
-        sleep_us(1000);
-    }
-}
-
-/* Parses "trained steps A..B: ...; params xxh64 H" from the CLI's stdout. */
-static bool parse_summary(const char *text, long long *first, long long *last, uint64_t *hash)
-{
-    const char *p = text ? strstr(text, "trained steps ") : NULL;
-    const char *h = p ? strstr(p, "params xxh64 ") : NULL;
-    unsigned long long hv;
-    if (!p || !h || sscanf(p, "trained steps %lld..%lld:", first, last) != 2 ||
-        sscanf(h, "params xxh64 %llx", &hv) != 1)
-        return false;
-    *hash = hv;
-    return true;
-}
-
-/* ---------------------------------------------------------------- metrics */
-
-/* The last record of each step 1..STEPS (a resumed run appends: the later record wins). */
-static bool last_records(const char *path, gt_metrics_step out[STEPS + 1], int64_t *n_records)
-{
-    gt_metrics_log log = {0};
-    gt_error err = {0};
-    if (gt_metrics_read(path, &log, &err) != GT_OK) {
-        fprintf(stderr, "%s\n", err.msg);
-        return false;
-    }
-    bool seen[STEPS + 1] = {false};
-    for (int64_t k = 0; k < log.n_steps; k++) {
-        int64_t s = log.steps[k].step;
-        if (s >= 1 && s <= STEPS) out[s] = log.steps[k], seen[s] = true;
-    }
-    *n_records = log.n_steps;
-    gt_metrics_log_free(&log);
-    for (int s = 1; s <= STEPS; s++)
-        if (!seen[s]) return false;
-    return true;
 }
 
 static bool same_double(double a, double b)
@@ -252,13 +112,13 @@ int main(void)
     char manifest10[512];
     snprintf(manifest10, sizeof manifest10, "%s/checkpoint/step-%d/" GT_CHECKPOINT_MANIFEST, dir_b,
              HALF);
-    pid_t pid = spawn_train(binary, dir_b, out_path, err_path);
+    pid_t pid = spawn_train(binary, run_options, N_OPTIONS, dir_b, out_path, err_path);
     EXPECT(pid > 0, "fork failed");
     double deadline = now_seconds() + CHILD_SECONDS;
     int ws, early_exit = -1;
     while (pid > 0 && !exists(manifest10) && now_seconds() < deadline) {
         if (waitpid(pid, &ws, WNOHANG) == pid) {
-            early_exit = WIFEXITED(ws) ? WEXITSTATUS(ws) : 128 + WTERMSIG(ws);
+            early_exit = exit_code(ws);
             pid = 0;
             break;
         }
@@ -294,7 +154,7 @@ int main(void)
     }
 
     /* b, part 2: the same command resumes from step 10 and trains to the end */
-    pid = spawn_train(binary, dir_b, out_path, err_path);
+    pid = spawn_train(binary, run_options, N_OPTIONS, dir_b, out_path, err_path);
     int rc = wait_child(pid, CHILD_SECONDS);
     EXPECT(rc == 0, "resumed child exited with %d (stderr in %s)", rc, err_path);
     char *out = read_all(out_path, NULL);
@@ -315,7 +175,8 @@ int main(void)
     int64_t n_a = 0, n_b = 0;
     snprintf(path, sizeof path, "%s/metrics.jsonl", dir_a);
     snprintf(path2, sizeof path2, "%s/metrics.jsonl", dir_b);
-    bool have_a = last_records(path, ma, &n_a), have_b = last_records(path2, mb, &n_b);
+    bool have_a = last_records(dir_a, STEPS, ma, &n_a);
+    bool have_b = last_records(dir_b, STEPS, mb, &n_b);
     EXPECT(have_a && have_b, "metrics files miss steps: %s / %s", path, path2);
     for (int s = 1; have_a && have_b && s <= STEPS; s++) {
         EXPECT(same_double(ma[s].loss, mb[s].loss), "step %d loss: straight %.17g, resumed %.17g",
@@ -341,8 +202,7 @@ int main(void)
     EXPECT(rf.params_hash == ra.params_hash, "params after a no-op resume: %016llx vs %016llx",
            (unsigned long long)rf.params_hash, (unsigned long long)ra.params_hash);
     int64_t n_after = 0;
-    snprintf(path, sizeof path, "%s/metrics.jsonl", dir_a);
-    EXPECT(last_records(path, ma, &n_after) && n_after == n_a,
+    EXPECT(last_records(dir_a, STEPS, ma, &n_after) && n_after == n_a,
            "the no-op resume changed the metrics file (%lld -> %lld records)", (long long)n_a,
            (long long)n_after);
     gt_config_free(&cfg);
