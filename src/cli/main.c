@@ -17,6 +17,7 @@
 #include "graphtrain/gt_metrics.h"
 #include "graphtrain/gt_model.h"
 #include "graphtrain/gt_train.h"
+#include "commands.h"
 
 /* ---------------------------------------------------------------- options
  *
@@ -25,14 +26,7 @@
  * alone (graph's --graph.print, init's --out, export's --hf); they are taken out of argv before the
  * rest goes to the config resolver. */
 
-typedef struct {
-    const char *name;
-    const char *summary;
-    const char *usage;
-    const char *const *local; /* command-local option names, NULL-terminated */
-} command_spec;
-
-static const char *const graph_local[] = {"graph.print", NULL};
+static const char *const graph_local[] = {"graph.print", "graph.dump_dir", "graph.svg", NULL};
 static const char *const init_local[] = {"out", NULL};
 static const char *const export_local[] = {"hf", "step", "dtype", NULL};
 static const char *const tokenize_local[] = {"tokenizer", "out", "format", "json_field", NULL};
@@ -43,7 +37,8 @@ static const command_spec commands[] = {
     {"train", "train a model as the config says (CPU)",
      "graphtrain train [--config FILE] [--section.key=value ...]", none_local},
     {"graph", "build the whole-step graph (forward, loss, backward, AdamW); print it and a summary",
-     "graphtrain graph [--graph.print=true|false] [--config FILE] [--section.key=value ...]",
+     "graphtrain graph [--graph.print=true|false] [--graph.dump_dir DIR [--graph.svg=true|false]]\n"
+     "                 [--config FILE] [--section.key=value ...]",
      graph_local},
     {"init", "write initialised parameters of the configured model to a safetensors file",
      "graphtrain init --out FILE [--config FILE] [--section.key=value ...]", init_local},
@@ -60,11 +55,6 @@ static const command_spec commands[] = {
 };
 #define COUNT(a) ((int)(sizeof(a) / sizeof((a)[0])))
 
-typedef struct {
-    const char *local[8];     /* values of the command-local options, by index; NULL = unset */
-    char *rest[512];          /* the other arguments, in order */
-    int n_rest;
-} split_args;
 
 static void print_help(const command_spec *cmd)
 {
@@ -118,7 +108,7 @@ static int split_local(const command_spec *cmd, int argc, char **argv, split_arg
     return 0;
 }
 
-static int resolve_config(const command_spec *cmd, split_args *sa, gt_config *cfg)
+int gt_cli_resolve_config(const command_spec *cmd, split_args *sa, gt_config *cfg)
 {
     gt_error err = {0};
     if (gt_config_resolve(sa->n_rest, sa->rest, cfg, &err) != GT_OK) {
@@ -128,7 +118,7 @@ static int resolve_config(const command_spec *cmd, split_args *sa, gt_config *cf
     return 0;
 }
 
-static int model_config(const gt_config *c, gt_llama3_config *mcfg)
+int gt_cli_model_config(const gt_config *c, gt_llama3_config *mcfg)
 {
     gt_error err = {0};
     if (strcmp(c->model.name, "llama3") != 0) {
@@ -143,92 +133,11 @@ static int model_config(const gt_config *c, gt_llama3_config *mcfg)
     return 0;
 }
 
-static double now_seconds(void)
+double gt_cli_now_seconds(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-/* ---------------------------------------------------------------- graph */
-
-static int cmd_graph(const command_spec *cmd, split_args *sa)
-{
-    bool print = true;
-    const char *pv = sa->local[0];
-    if (pv && !strcmp(pv, "false")) print = false;
-    else if (pv && strcmp(pv, "true") != 0) {
-        fprintf(stderr, "graphtrain graph: --graph.print=%s: expected true or false\n", pv);
-        return 1;
-    }
-    gt_config cfg;
-    gt_llama3_config mcfg;
-    if (resolve_config(cmd, sa, &cfg)) return 1;
-    int rc = 1;
-    gt_graph *g = gt_graph_new();
-    gt_model model = {0};
-    gt_error err = {0};
-    if (model_config(&cfg, &mcfg)) goto done;
-    int64_t batch = cfg.training.local_batch_size, seq = cfg.training.seq_len;
-
-    double t0 = now_seconds();
-    if (gt_train_build_graph(&cfg, g, &model, true, &err) != GT_OK) {
-        fprintf(stderr, "graphtrain graph: %s\n", err.msg);
-        goto done;
-    }
-    double t_build = now_seconds() - t0;
-    if (gt_graph_verify(g, &err) != GT_OK) {
-        fprintf(stderr, "graphtrain graph: the built graph is invalid: %s\n", err.msg);
-        goto done;
-    }
-    double t_verify = now_seconds() - t0 - t_build;
-
-    gt_sym_binding_entry entries[] = {{"batch", batch}, {"seq", seq}};
-    gt_sym_binding binding = {entries, 2};
-    gt_flops flops;
-    if (gt_graph_count_flops(g, &binding, &flops, &err) != GT_OK) {
-        fprintf(stderr, "graphtrain graph: %s\n", err.msg);
-        goto done;
-    }
-    if (print) gt_graph_print(g, stdout);
-
-    int64_t n_params = 0, n_embed = 0;
-    for (int k = 0; k < model.n_params; k++) {
-        const gt_param_spec *ps = &model.params[k];
-        int64_t n = gt_shape_numel(ps->ndim, ps->shape);
-        n_params += n;
-        if (!strcmp(ps->fqn, "tok_embeddings.weight")) n_embed += n;
-    }
-    int nodes_by_phase[3] = {0, 0, 0};
-    for (int n = 0; n < g->n_nodes; n++) nodes_by_phase[g->nodes[n].phase % 3]++;
-    double tokens = (double)batch * (double)seq;
-    /* torchtitan's MFU numerator per token: 6·N(non-embedding) + 12·L·H·Dh·S */
-    double head_dim = (double)mcfg.dim / (double)mcfg.n_heads;
-    double titan = 6.0 * (double)(n_params - n_embed) +
-                   12.0 * (double)mcfg.n_layers * (double)mcfg.n_heads * head_dim * (double)seq;
-
-    printf("\n# summary: llama3 %s, batch %lld x seq %lld\n", mcfg.flavor, (long long)batch,
-           (long long)seq);
-    printf("nodes            %d (forward %d, backward %d, optimizer %d)\n", g->n_nodes,
-           nodes_by_phase[0], nodes_by_phase[1], nodes_by_phase[2]);
-    printf("values           %d\n", g->n_values);
-    printf("parameters       %lld (%.3f B; %lld without the embedding)\n", (long long)n_params,
-           (double)n_params / 1e9, (long long)(n_params - n_embed));
-    printf("flops/step       %.4e (matmul %.4e, attention %.4e, other %.4e)\n", flops.total,
-           flops.matmul, flops.attention, flops.other);
-    printf("flops/step phase forward %.4e, backward %.4e, optimizer %.4e\n", flops.by_phase[0],
-           flops.by_phase[1], flops.by_phase[2]);
-    printf("model flops/tok  %.4e from the graph (matmul + attention); torchtitan's formula "
-           "6N+12LHDS gives %.4e\n",
-           (flops.matmul + flops.attention) / tokens, titan);
-    printf("build            %.2f ms (forward + autodiff + optimizer), verify %.2f ms\n",
-           1e3 * t_build, 1e3 * t_verify);
-    rc = 0;
-done:
-    gt_model_free(&model);
-    gt_graph_free(g);
-    gt_config_free(&cfg);
-    return rc;
 }
 
 /* ---------------------------------------------------------------- init */
@@ -242,12 +151,12 @@ static int cmd_init(const command_spec *cmd, split_args *sa)
     }
     gt_config cfg;
     gt_llama3_config mcfg;
-    if (resolve_config(cmd, sa, &cfg)) return 1;
+    if (gt_cli_resolve_config(cmd, sa, &cfg)) return 1;
     gt_error err = {0};
     gt_graph *g = gt_graph_new();
     gt_model model = {0};
     int rc = 1;
-    if (model_config(&cfg, &mcfg)) goto done;
+    if (gt_cli_model_config(&cfg, &mcfg)) goto done;
     if (gt_llama3_build(g, &mcfg, &model, &err) != GT_OK ||
         gt_model_save_init(&model, mcfg.flavor, (uint64_t)cfg.debug.seed, out, &err) != GT_OK) {
         fprintf(stderr, "graphtrain init: %s\n", err.msg);
@@ -266,7 +175,7 @@ done:
 static int cmd_train(const command_spec *cmd, split_args *sa)
 {
     gt_config cfg;
-    if (resolve_config(cmd, sa, &cfg)) return 1;
+    if (gt_cli_resolve_config(cmd, sa, &cfg)) return 1;
     if (cfg.job.print_config) {
         printf("# resolved config\n");
         gt_config_print(&cfg, stdout);
@@ -319,7 +228,7 @@ static int cmd_export(const command_spec *cmd, split_args *sa)
         return 1;
     }
     gt_config cfg;
-    if (resolve_config(cmd, sa, &cfg)) return 1;
+    if (gt_cli_resolve_config(cmd, sa, &cfg)) return 1;
     gt_error err = {0};
     int rc = gt_train_export_hf(&cfg, step, dir, dt, &err) == GT_OK ? 0 : 1;
     if (rc) fprintf(stderr, "graphtrain export: %s\n", err.msg);
@@ -419,7 +328,7 @@ int main(int argc, char **argv)
         if (split_local(cmd, argc - 2, argv + 2, &sa)) return 1;
         switch (c) {
         case 0: return cmd_train(cmd, &sa);
-        case 1: return cmd_graph(cmd, &sa);
+        case 1: return gt_cli_graph(cmd, &sa);
         case 2: return cmd_init(cmd, &sa);
         case 3: return cmd_export(cmd, &sa);
         case 4: return cmd_tokenize(cmd, &sa);

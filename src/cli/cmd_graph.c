@@ -1,0 +1,197 @@
+/* cmd_graph.c — `graphtrain graph`: build the whole-step graph, print it and a summary, and with
+ * --graph.dump_dir write per rank the listing and Graphviz DOT (and SVG when `dot` is installed)
+ * of the graph as built and as compiled, plus the pass pipeline's before/after listings. */
+#include <errno.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+
+#include "graphtrain/gt_flops.h"
+#include "graphtrain/gt_graph.h"
+#include "graphtrain/gt_pass.h"
+#include "graphtrain/gt_train.h"
+#include "commands.h"
+
+extern char **environ;
+
+static int parse_bool(const char *name, const char *v, bool *out)
+{
+    if (!v) return 0;
+    if (!strcmp(v, "true")) return *out = true, 0;
+    if (!strcmp(v, "false")) return *out = false, 0;
+    fprintf(stderr, "graphtrain graph: --%s=%s: expected true or false\n", name, v);
+    return 1;
+}
+
+static int make_dir(const char *path)
+{
+    char buf[4096];
+    snprintf(buf, sizeof buf, "%s", path);
+    for (char *p = buf + 1;; p++) {
+        if (*p != '/' && *p) continue;
+        char c = *p;
+        *p = 0;
+        if (mkdir(buf, 0777) != 0 && errno != EEXIST) {
+            fprintf(stderr, "graphtrain graph: cannot create directory %s: %s\n", buf,
+                    strerror(errno));
+            return 1;
+        }
+        *p = c;
+        if (!c) return 0;
+    }
+}
+
+/* Runs `dot -Tsvg in -o out`; returns its exit status, or -1 when dot cannot be started. */
+static int run_dot(const char *in, const char *out)
+{
+    char *argv[] = {"dot", "-Tsvg", (char *)in, "-o", (char *)out, NULL};
+    pid_t pid;
+    if (posix_spawnp(&pid, "dot", NULL, NULL, argv, environ) != 0) return -1;
+    int status = 0;
+    if (waitpid(pid, &status, 0) < 0) return -1;
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+/* DIR/STEM.txt, DIR/STEM.dot and, when svg and dot is installed, DIR/STEM.svg. */
+static int write_graph_files(const gt_graph *g, const char *dir, const char *stem, bool svg)
+{
+    char path[4096], dot_path[4096], svg_path[4096];
+    snprintf(path, sizeof path, "%s/%s.txt", dir, stem);
+    FILE *f = fopen(path, "w");
+    if (!f) {
+        fprintf(stderr, "graphtrain graph: cannot write %s: %s\n", path, strerror(errno));
+        return 1;
+    }
+    gt_graph_print(g, f);
+    fclose(f);
+    snprintf(dot_path, sizeof dot_path, "%s/%s.dot", dir, stem);
+    f = fopen(dot_path, "w");
+    if (!f) {
+        fprintf(stderr, "graphtrain graph: cannot write %s: %s\n", dot_path, strerror(errno));
+        return 1;
+    }
+    gt_graph_write_dot(g, f, stem);
+    fclose(f);
+    if (!svg) return 0;
+    snprintf(svg_path, sizeof svg_path, "%s/%s.svg", dir, stem);
+    int rc = run_dot(dot_path, svg_path);
+    if (rc < 0)
+        fprintf(stderr, "graphtrain graph: `dot` (Graphviz) is not installed: wrote %s without "
+                        "an SVG\n", dot_path);
+    else if (rc > 0)
+        fprintf(stderr, "graphtrain graph: dot failed on %s (exit %d)\n", dot_path, rc);
+    return 0;
+}
+
+static void print_summary(const gt_graph *g, const gt_model *model, const gt_llama3_config *mcfg,
+                          int64_t batch, int64_t seq, const gt_flops *flops, double t_build,
+                          double t_verify)
+{
+    int64_t n_params = 0, n_embed = 0;
+    for (int k = 0; k < model->n_params; k++) {
+        const gt_param_spec *ps = &model->params[k];
+        int64_t n = gt_shape_numel(ps->ndim, ps->shape);
+        n_params += n;
+        if (!strcmp(ps->fqn, "tok_embeddings.weight")) n_embed += n;
+    }
+    int nodes_by_phase[3] = {0, 0, 0};
+    for (int n = 0; n < g->n_nodes; n++) nodes_by_phase[g->nodes[n].phase % 3]++;
+    double tokens = (double)batch * (double)seq;
+    /* torchtitan's MFU numerator per token: 6·N(non-embedding) + 12·L·H·Dh·S */
+    double head_dim = (double)mcfg->dim / (double)mcfg->n_heads;
+    double titan = 6.0 * (double)(n_params - n_embed) +
+                   12.0 * (double)mcfg->n_layers * (double)mcfg->n_heads * head_dim * (double)seq;
+
+    printf("\n# summary: llama3 %s, batch %lld x seq %lld\n", mcfg->flavor, (long long)batch,
+           (long long)seq);
+    printf("nodes            %d (forward %d, backward %d, optimizer %d)\n", g->n_nodes,
+           nodes_by_phase[0], nodes_by_phase[1], nodes_by_phase[2]);
+    printf("values           %d\n", g->n_values);
+    printf("parameters       %lld (%.3f B; %lld without the embedding)\n", (long long)n_params,
+           (double)n_params / 1e9, (long long)(n_params - n_embed));
+    printf("flops/step       %.4e (matmul %.4e, attention %.4e, other %.4e)\n", flops->total,
+           flops->matmul, flops->attention, flops->other);
+    printf("flops/step phase forward %.4e, backward %.4e, optimizer %.4e\n", flops->by_phase[0],
+           flops->by_phase[1], flops->by_phase[2]);
+    printf("model flops/tok  %.4e from the graph (matmul + attention); torchtitan's formula "
+           "6N+12LHDS gives %.4e\n",
+           (flops->matmul + flops->attention) / tokens, titan);
+    printf("build            %.2f ms (forward + autodiff + optimizer + passes), verify %.2f ms\n",
+           1e3 * t_build, 1e3 * t_verify);
+}
+
+int gt_cli_graph(const command_spec *cmd, split_args *sa)
+{
+    bool print = true, svg = true;
+    const char *dump_dir = sa->local[1];
+    if (parse_bool("graph.print", sa->local[0], &print) ||
+        parse_bool("graph.svg", sa->local[2], &svg))
+        return 1;
+    gt_config cfg;
+    gt_llama3_config mcfg;
+    if (gt_cli_resolve_config(cmd, sa, &cfg)) return 1;
+    int rc = 1;
+    gt_graph *g = gt_graph_new();
+    gt_model model = {0};
+    gt_error err = {0};
+    char rank_dir[4096] = {0};
+    if (gt_cli_model_config(&cfg, &mcfg)) goto done;
+    int64_t batch = cfg.training.local_batch_size, seq = cfg.training.seq_len;
+
+    /* one rank today; the per-rank layout is what multi-rank runs will fill */
+    if (dump_dir) {
+        snprintf(rank_dir, sizeof rank_dir, "%s/rank0", dump_dir);
+        if (make_dir(rank_dir)) goto done;
+    }
+    double t0 = gt_cli_now_seconds();
+    bool compile = cfg.compile.enable;
+    cfg.compile.enable = false; /* build as written first; the passes run below */
+    if (gt_train_build_graph(&cfg, g, &model, 1, &err) != GT_OK) {
+        fprintf(stderr, "graphtrain graph: %s\n", err.msg);
+        goto done;
+    }
+    double t_dump = gt_cli_now_seconds();
+    if (dump_dir && write_graph_files(g, rank_dir, "built", svg)) goto done;
+    t_dump = gt_cli_now_seconds() - t_dump; /* dumps are not part of the build time */
+    if (compile) {
+        char passes_dir[4200];
+        snprintf(passes_dir, sizeof passes_dir, "%s/passes", rank_dir);
+        gt_pass_options o = {.disable = cfg.compile.disable_passes.items,
+                             .n_disable = cfg.compile.disable_passes.n,
+                             .dump_dir = dump_dir ? passes_dir : NULL,
+                             .verify_each = true};
+        if (gt_pass_run_pipeline(g, &o, NULL, &err) != GT_OK) {
+            fprintf(stderr, "graphtrain graph: %s\n", err.msg);
+            goto done;
+        }
+        double t1 = gt_cli_now_seconds();
+        if (dump_dir && write_graph_files(g, rank_dir, "compiled", svg)) goto done;
+        t_dump += gt_cli_now_seconds() - t1;
+    }
+    double t_build = gt_cli_now_seconds() - t0 - t_dump;
+    if (gt_graph_verify(g, &err) != GT_OK) {
+        fprintf(stderr, "graphtrain graph: the built graph is invalid: %s\n", err.msg);
+        goto done;
+    }
+    double t_verify = gt_cli_now_seconds() - t0 - t_dump - t_build;
+
+    gt_sym_binding_entry entries[] = {{"batch", batch}, {"seq", seq}};
+    gt_sym_binding binding = {entries, 2};
+    gt_flops flops;
+    if (gt_graph_count_flops(g, &binding, &flops, &err) != GT_OK) {
+        fprintf(stderr, "graphtrain graph: %s\n", err.msg);
+        goto done;
+    }
+    if (print) gt_graph_print(g, stdout);
+    print_summary(g, &model, &mcfg, batch, seq, &flops, t_build, t_verify);
+    if (dump_dir) printf("dumps            %s (built, compiled, passes/)\n", rank_dir);
+    rc = 0;
+done:
+    gt_model_free(&model);
+    gt_graph_free(g);
+    gt_config_free(&cfg);
+    return rc;
+}
