@@ -26,12 +26,37 @@ extern "C" {
 /* Numerics class of a pass: exact = results bitwise identical with and without it. */
 typedef enum { GT_PASS_EXACT = 0, GT_PASS_CHANGES_NUMERICS } gt_pass_numerics;
 
+/* Which forward values the backward reads from memory and which it recomputes (memory_policy.c).
+ * Zero (the default of a zeroed gt_pass_options) saves everything, so the pipeline changes no
+ * schedule unless asked. The trainer maps compile.memory_policy: none and eager -> NONE. */
+typedef enum {
+    GT_MEMORY_POLICY_NONE = 0, /* save every activation */
+    GT_MEMORY_POLICY_FULL,     /* recompute every block node; save block boundaries only */
+    GT_MEMORY_POLICY_DEFAULT,  /* save matmul and sdpa outputs and block boundaries */
+    GT_MEMORY_POLICY_BUDGET,   /* min-cut choice that fits memory_budget_bytes */
+} gt_memory_policy;
+const char *gt_memory_policy_name(gt_memory_policy p); /* "none", "full", "default", "budget" */
+
+/* For GT_MEMORY_POLICY_BUDGET: the planned size of g's step memory under the caller's schedule
+ * and planner (the trainer passes the runtime's gt_plan_memory step arena; passes do not depend
+ * on the runtime). */
+typedef gt_status (*gt_pass_measure_fn)(const gt_graph *g, void *user, size_t *bytes,
+                                        gt_error *err);
+
 typedef struct {
     char *const *disable; /* pass names to leave out (compile.disable_passes); may be NULL */
     int n_disable;
     const char *dump_dir; /* write listings and op-count diffs here (created); NULL = none */
     bool verify_each;     /* run gt_graph_verify before the first pass and after every pass */
     bool quiet;           /* no per-pass log line (tests) */
+    gt_memory_policy memory_policy; /* compile.memory_policy (memory_policy pass) */
+    /* GT_MEMORY_POLICY_BUDGET only: the step memory to fit, in bytes
+     * (compile.activation_memory_budget_gb * 2^30), the symbol binding that makes sizes concrete,
+     * and the measure of the planned step memory (see gt_pass_measure_fn). */
+    int64_t memory_budget_bytes;
+    const gt_sym_binding *binding;
+    gt_pass_measure_fn measure;
+    void *measure_user;
 } gt_pass_options;
 
 /* What a pass is given besides the graph. */
@@ -60,6 +85,12 @@ const gt_pass_info *gt_pass_find(const char *name);
 gt_status gt_pass_canonicalize(gt_graph *g, const gt_pass_ctx *ctx, gt_error *err);
 /* Merges identical pure nodes (cse.c). */
 gt_status gt_pass_cse(gt_graph *g, const gt_pass_ctx *ctx, gt_error *err);
+/* Tags the forward nodes the backward will recompute with "recompute", per
+ * options->memory_policy (memory_policy.c; budget: mincut.c). Changes no computation. */
+gt_status gt_pass_memory_policy(gt_graph *g, const gt_pass_ctx *ctx, gt_error *err);
+/* Duplicates each chain of "recompute" forward nodes right before its first backward use and
+ * rewires the backward uses to the copies (remat.c). */
+gt_status gt_pass_remat(gt_graph *g, const gt_pass_ctx *ctx, gt_error *err);
 /* Removes nodes that reach no graph output; compacts node and value ids (dce.c). */
 gt_status gt_pass_dce(gt_graph *g, const gt_pass_ctx *ctx, gt_error *err);
 

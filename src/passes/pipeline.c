@@ -4,6 +4,11 @@
  *   canonicalize  first, so that reshape chains and identity views collapse to the forms CSE can
  *                 match (two flattenings of one value through different view chains);
  *   cse           then merges identical nodes, leaving the duplicates dead;
+ *   memory_policy tags the forward nodes the backward recomputes (after CSE, so that merged
+ *                 nodes are judged once);
+ *   remat         duplicates the tagged chains into the backward (after CSE, which would merge
+ *                 the copies back into the originals, and before DCE, which then drops the
+ *                 originals nothing in the forward reads);
  *   dce           last, removing the duplicates and whatever the others made dead, and
  *                 compacting ids.
  * The pipeline drops the passes the options disable, verifies the graph before the first pass and
@@ -21,6 +26,10 @@ static const gt_pass_info gt_passes[] = {
     {"canonicalize", gt_pass_canonicalize, GT_PASS_EXACT,
      "fold identity reshape/slice/cast/transpose/permute, compose view chains"},
     {"cse", gt_pass_cse, GT_PASS_EXACT, "merge identical pure nodes"},
+    {"memory_policy", gt_pass_memory_policy, GT_PASS_EXACT,
+     "tag forward nodes to recompute per compile.memory_policy"},
+    {"remat", gt_pass_remat, GT_PASS_EXACT,
+     "recompute tagged forward chains right before their first backward use"},
     {"dce", gt_pass_dce, GT_PASS_EXACT, "remove nodes that reach no output; compact ids"},
 };
 #define GT_N_PASSES ((int)(sizeof gt_passes / sizeof gt_passes[0]))

@@ -217,6 +217,20 @@ static gt_status step_graph_collect(trainer *t, step_graph *s, double *loss, dou
     return GT_OK;
 }
 
+/* compile.memory_policy = budget: the budget is judged on the planned step arena. */
+static gt_status measure_step_arena(const gt_graph *g, void *user, size_t *bytes, gt_error *err)
+{
+    gt_node_id *order = NULL;
+    int32_t n = 0;
+    gt_plan *plan = NULL;
+    GT_TRY(gt_schedule_build(g, &order, &n, err));
+    gt_status st = gt_plan_memory(g, user, order, n, NULL, &plan, err);
+    free(order);
+    if (st == GT_OK) *bytes = plan->arena_bytes[GT_ARENA_STEP];
+    gt_plan_free(plan);
+    return st;
+}
+
 gt_status gt_train_build_graph(const gt_config *cfg, gt_graph *g, gt_model *model,
                                int64_t micro_batches, gt_error *err)
 {
@@ -277,6 +291,27 @@ gt_status gt_train_build_graph(const gt_config *cfg, gt_graph *g, gt_model *mode
                          .n_disable = cfg->compile.disable_passes.n,
                          .dump_dir = dump,
                          .verify_each = true};
+    switch (cfg->compile.memory_policy) {
+    case GT_CFG_MEMORY_FULL:
+        o.memory_policy = GT_MEMORY_POLICY_FULL;
+        break;
+    case GT_CFG_MEMORY_DEFAULT:
+        o.memory_policy = GT_MEMORY_POLICY_DEFAULT;
+        break;
+    case GT_CFG_MEMORY_BUDGET:
+        o.memory_policy = GT_MEMORY_POLICY_BUDGET;
+        break;
+    default: /* none, eager: save everything */
+        o.memory_policy = GT_MEMORY_POLICY_NONE;
+        break;
+    }
+    gt_sym_binding_entry bind[2] = {{"batch", cfg->training.local_batch_size},
+                                    {"seq", cfg->training.seq_len}};
+    gt_sym_binding binding = {bind, 2};
+    o.memory_budget_bytes = (int64_t)(cfg->compile.activation_memory_budget_gb * 1073741824.0);
+    o.binding = &binding;
+    o.measure = measure_step_arena;
+    o.measure_user = &binding;
     st = gt_pass_run_pipeline(g, &o, NULL, err);
     free(dump);
     return st;

@@ -405,8 +405,9 @@ static void test_pipeline(void)
     gt_error err = {0};
     int n;
     const gt_pass_info *reg = gt_pass_registry(&n);
-    EXPECT(n == 3 && strcmp(reg[0].name, "canonicalize") == 0 && strcmp(reg[1].name, "cse") == 0 &&
-               strcmp(reg[2].name, "dce") == 0,
+    EXPECT(n == 5 && strcmp(reg[0].name, "canonicalize") == 0 && strcmp(reg[1].name, "cse") == 0 &&
+               strcmp(reg[2].name, "memory_policy") == 0 && strcmp(reg[3].name, "remat") == 0 &&
+               strcmp(reg[4].name, "dce") == 0,
            "registry order");
     for (int k = 0; k < n; k++)
         EXPECT(reg[k].numerics == GT_PASS_EXACT && gt_pass_find(reg[k].name) == &reg[k],
@@ -419,17 +420,17 @@ static void test_pipeline(void)
     gt_pass_options o = quiet_options();
     gt_pass_report rep;
     EXPECT_OK(gt_pass_run_pipeline(g, &o, &rep, &err), &err);
-    EXPECT(rep.n_run == 3, "three passes ran");
-    EXPECT(rep.pass[0].nodes_before == 7 && rep.pass[2].nodes_after == 4,
-           "nodes 7 -> 4, got %d -> %d", rep.pass[0].nodes_before, rep.pass[2].nodes_after);
+    EXPECT(rep.n_run == 5, "five passes ran");
+    EXPECT(rep.pass[0].nodes_before == 7 && rep.pass[4].nodes_after == 4,
+           "nodes 7 -> 4, got %d -> %d", rep.pass[0].nodes_before, rep.pass[4].nodes_after);
     EXPECT(count_op(g, GT_OP_RESHAPE) == 1 && count_op(g, GT_OP_TRANSPOSE) == 0, "ops left");
     expect_same_results(orig, g, "pipeline");
     gt_graph_free(g);
 
     /* disable list */
-    char *off[] = {"cse", "dce"};
+    char *off[] = {"cse", "memory_policy", "remat", "dce"};
     o.disable = off;
-    o.n_disable = 2;
+    o.n_disable = 4;
     g = gt_graph_copy(orig);
     EXPECT_OK(gt_pass_run_pipeline(g, &o, &rep, &err), &err);
     EXPECT(rep.n_run == 1 && strcmp(rep.pass[0].name, "canonicalize") == 0, "only canonicalize");
@@ -442,7 +443,7 @@ static void test_pipeline(void)
     g = gt_graph_copy(orig);
     gt_status st = gt_pass_run_pipeline(g, &o, &rep, &err);
     EXPECT(st == GT_ERR_INVALID, "unknown pass is an error");
-    EXPECT(strstr(err.msg, "'fusion'") && strstr(err.msg, "canonicalize, cse, dce"),
+    EXPECT(strstr(err.msg, "'fusion'") && strstr(err.msg, "canonicalize, cse, memory_policy, remat, dce"),
            "message names it and the known passes: %s", err.msg);
     EXPECT(g->n_nodes == 7, "graph untouched on error");
     gt_graph_free(g);
@@ -464,8 +465,8 @@ static void test_pipeline(void)
     o.dump_dir = sub;
     g = gt_graph_copy(orig);
     EXPECT_OK(gt_pass_run_pipeline(g, &o, &rep, &err), &err);
-    const char *names[] = {"01-canonicalize", "02-cse", "03-dce"};
-    for (int k = 0; k < 3; k++) {
+    const char *names[] = {"01-canonicalize", "02-cse", "03-memory_policy", "04-remat", "05-dce"};
+    for (int k = 0; k < 5; k++) {
         const char *what[] = {"before", "after", "diff"};
         for (int j = 0; j < 3; j++) {
             char path[512];
@@ -494,13 +495,13 @@ static void test_pipeline(void)
     EXPECT(before && strcmp(before, want) == 0, "before listing = printed original");
     free(before);
     free(want);
-    snprintf(path, sizeof path, "%s/03-dce.after.txt", sub);
+    snprintf(path, sizeof path, "%s/05-dce.after.txt", sub);
     char *after = read_text(path);
     want = listing(g);
     EXPECT(after && strcmp(after, want) == 0, "last after listing = printed result");
     free(after);
     free(want);
-    snprintf(path, sizeof path, "%s/03-dce.diff.txt", sub);
+    snprintf(path, sizeof path, "%s/05-dce.diff.txt", sub);
     char *diff = read_text(path);
     EXPECT(diff && strstr(diff, "nodes 7 -> 4") && strstr(diff, "reshape 2 -> 1") &&
                strstr(diff, "transpose 2 -> 0") && !strstr(diff, "exp "),
