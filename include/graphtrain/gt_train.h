@@ -25,6 +25,13 @@ typedef struct {
 gt_status gt_train_build_graph(const gt_config *cfg, gt_graph *g, gt_model *model,
                                int64_t micro_batches, gt_error *err);
 
+/* Runs the pass pipeline on a step graph as cfg's compile section says (disabled passes, memory
+ * policy and budget at the configured batch and seq); dump_dir (may be NULL) receives every pass's
+ * before/after listing, DOT and op-count diff. gt_train_build_graph calls it when
+ * compile.enable. */
+gt_status gt_train_compile_graph(const gt_config *cfg, gt_graph *g, const char *dump_dir,
+                                 gt_error *err);
+
 /* Runs training as cfg says: builds the whole-step graph (forward, loss, backward, AdamW),
  * resumes from the latest checkpoint when checkpointing is on, logs metrics every log_freq
  * steps, saves checkpoints every interval steps and at the end. result may be NULL. */

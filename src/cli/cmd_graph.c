@@ -11,7 +11,6 @@
 
 #include "graphtrain/gt_flops.h"
 #include "graphtrain/gt_graph.h"
-#include "graphtrain/gt_pass.h"
 #include "graphtrain/gt_train.h"
 #include "commands.h"
 
@@ -159,11 +158,7 @@ int gt_cli_graph(const command_spec *cmd, split_args *sa)
     if (compile) {
         char passes_dir[4200];
         snprintf(passes_dir, sizeof passes_dir, "%s/passes", rank_dir);
-        gt_pass_options o = {.disable = cfg.compile.disable_passes.items,
-                             .n_disable = cfg.compile.disable_passes.n,
-                             .dump_dir = dump_dir ? passes_dir : NULL,
-                             .verify_each = true};
-        if (gt_pass_run_pipeline(g, &o, NULL, &err) != GT_OK) {
+        if (gt_train_compile_graph(&cfg, g, dump_dir ? passes_dir : NULL, &err) != GT_OK) {
             fprintf(stderr, "graphtrain graph: %s\n", err.msg);
             goto done;
         }

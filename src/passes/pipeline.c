@@ -109,10 +109,11 @@ static gt_status make_dirs(const char *path, gt_error *err)
     return st;
 }
 
-static FILE *open_dump(const char *dir, int nn, const char *pass, const char *what, gt_error *err)
+static FILE *open_dump(const char *dir, int nn, const char *pass, const char *what,
+                       const char *ext, gt_error *err)
 {
     char path[4096];
-    snprintf(path, sizeof path, "%s/%02d-%s.%s.txt", dir, nn, pass, what);
+    snprintf(path, sizeof path, "%s/%02d-%s.%s.%s", dir, nn, pass, what, ext);
     FILE *f = fopen(path, "w");
     if (!f)
         gt_error_set(err, GT_ERR_IO, "graph dump '%s': cannot open for writing: %s", path,
@@ -121,23 +122,35 @@ static FILE *open_dump(const char *dir, int nn, const char *pass, const char *wh
 }
 
 static gt_status close_dump(FILE *f, const char *dir, int nn, const char *pass, const char *what,
-                            gt_error *err)
+                            const char *ext, gt_error *err)
 {
     bool bad = ferror(f) != 0;
     bad |= fclose(f) != 0;
     if (bad)
-        return gt_error_set(err, GT_ERR_IO, "graph dump '%s/%02d-%s.%s.txt': write failed", dir, nn,
-                            pass, what);
+        return gt_error_set(err, GT_ERR_IO, "graph dump '%s/%02d-%s.%s.%s': write failed", dir, nn,
+                            pass, what, ext);
     return GT_OK;
 }
 
 static gt_status dump_listing(const gt_graph *g, const char *dir, int nn, const char *pass,
                               const char *what, gt_error *err)
 {
-    FILE *f = open_dump(dir, nn, pass, what, err);
+    FILE *f = open_dump(dir, nn, pass, what, "txt", err);
     if (!f) return err->code;
     gt_graph_print(g, f);
-    return close_dump(f, dir, nn, pass, what, err);
+    return close_dump(f, dir, nn, pass, what, "txt", err);
+}
+
+/* The graph after a pass as Graphviz DOT (grouped by module, coloured by phase). */
+static gt_status dump_dot(const gt_graph *g, const char *dir, int nn, const char *pass,
+                          gt_error *err)
+{
+    FILE *f = open_dump(dir, nn, pass, "after", "dot", err);
+    if (!f) return err->code;
+    char title[128];
+    snprintf(title, sizeof title, "after %02d-%s", nn, pass);
+    gt_graph_write_dot(g, f, title);
+    return close_dump(f, dir, nn, pass, "after", "dot", err);
 }
 
 static void count_ops(const gt_graph *g, int32_t *counts)
@@ -153,7 +166,7 @@ static gt_status dump_diff(const int32_t *before, const gt_graph *g, int32_t nod
 {
     int32_t after[GT_OP_COUNT];
     count_ops(g, after);
-    FILE *f = open_dump(dir, nn, pass, "diff", err);
+    FILE *f = open_dump(dir, nn, pass, "diff", "txt", err);
     if (!f) return err->code;
     fprintf(f, "nodes %d -> %d\n", nodes_before, g->n_nodes);
     int changed = 0;
@@ -163,7 +176,7 @@ static gt_status dump_diff(const int32_t *before, const gt_graph *g, int32_t nod
         changed++;
     }
     if (!changed) fprintf(f, "(no op count changed)\n");
-    return close_dump(f, dir, nn, pass, "diff", err);
+    return close_dump(f, dir, nn, pass, "diff", "txt", err);
 }
 
 /* ---------------------------------------------------------------- running */
@@ -210,6 +223,7 @@ gt_status gt_pass_pipeline_run(const gt_pass_pipeline *p, gt_graph *g, gt_pass_r
         }
         if (o->dump_dir) {
             GT_TRY(dump_listing(g, o->dump_dir, nn, pass->name, "after", err));
+            GT_TRY(dump_dot(g, o->dump_dir, nn, pass->name, err));
             GT_TRY(dump_diff(before_ops, g, nodes_before, o->dump_dir, nn, pass->name, err));
         }
     }

@@ -280,16 +280,23 @@ gt_status gt_train_build_graph(const gt_config *cfg, gt_graph *g, gt_model *mode
     free(grad_out);
     if (st != GT_OK || !cfg->compile.enable) return st;
 
-    /* the pass pipeline (exact passes only so far: results stay bitwise those of the graph as
-     * built); with compile.debug_graph_passes, listings and op-count diffs per pass go to
+    /* with compile.debug_graph_passes, listings, DOT and op-count diffs per pass go to
      * DUMP_FOLDER/graph_passes */
     char *dump = cfg->compile.debug_graph_passes
                      ? join_path(cfg->job.dump_folder, micro_batches > 1 ? "graph_passes_micro"
                                                                          : "graph_passes")
                      : NULL;
+    st = gt_train_compile_graph(cfg, g, dump, err);
+    free(dump);
+    return st;
+}
+
+gt_status gt_train_compile_graph(const gt_config *cfg, gt_graph *g, const char *dump_dir,
+                                 gt_error *err)
+{
     gt_pass_options o = {.disable = cfg->compile.disable_passes.items,
                          .n_disable = cfg->compile.disable_passes.n,
-                         .dump_dir = dump,
+                         .dump_dir = dump_dir,
                          .verify_each = true};
     switch (cfg->compile.memory_policy) {
     case GT_CFG_MEMORY_FULL:
@@ -312,9 +319,7 @@ gt_status gt_train_build_graph(const gt_config *cfg, gt_graph *g, gt_model *mode
     o.binding = &binding;
     o.measure = measure_step_arena;
     o.measure_user = &binding;
-    st = gt_pass_run_pipeline(g, &o, NULL, err);
-    free(dump);
-    return st;
+    return gt_pass_run_pipeline(g, &o, NULL, err);
 }
 
 static gt_status build_graphs(trainer *t, gt_error *err)
