@@ -1,0 +1,81 @@
+/* gt_cuda.h — the CUDA backend's C API (DESIGN.md §5): device, device memory, streams, and the
+ * kernel entry point. Plain C; usable from .c files. Declared in every build; in a build without
+ * CUDA (GT_HAVE_CUDA undefined) the library does not define these functions.
+ *
+ * A gt_cuda_stream owns a cudaStream_t plus what kernels need on it: the cuBLASLt handle and its
+ * workspace, a scratch buffer for kernels with temporaries (grown with cudaMalloc when a call needs
+ * more; reserve it up front to keep the step path free of allocation), a cache of the cuBLASLt
+ * algorithm chosen per matmul shape (fixed once chosen: deterministic), and a device word where
+ * kernels report data errors (an embedding id or a cross-entropy target out of range) — those are
+ * returned by the next gt_cuda_stream_sync, since a kernel cannot fail synchronously. */
+#ifndef GRAPHTRAIN_GT_CUDA_H
+#define GRAPHTRAIN_GT_CUDA_H
+
+#include "gt_backend.h"
+#include "gt_core.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct {
+    int device;
+    char name[256];
+    int cc_major, cc_minor;
+    int sm_count;
+    size_t total_mem;
+    size_t smem_per_block_optin; /* the most dynamic shared memory a block may opt into */
+    size_t l2_bytes;
+} gt_cuda_device_info;
+
+/* Number of usable CUDA devices; 0 when there is none or no driver (never an error). */
+int gt_cuda_device_count(void);
+/* Selects `device` for the calling thread and fills info (may be NULL). */
+gt_status gt_cuda_init(int device, gt_cuda_device_info *info, gt_error *err);
+
+/* Device memory (cudaMalloc / cudaFree). n == 0 gives NULL. */
+gt_status gt_cuda_malloc(void **p, size_t n, gt_error *err);
+void gt_cuda_free(void *p);
+
+typedef struct gt_cuda_stream gt_cuda_stream;
+
+gt_status gt_cuda_stream_create(gt_cuda_stream **out, gt_error *err);
+void gt_cuda_stream_destroy(gt_cuda_stream *s);
+/* The underlying cudaStream_t, as void *. */
+void *gt_cuda_stream_handle(gt_cuda_stream *s);
+/* Ensures at least `bytes` of scratch so later kernel calls do not allocate. */
+gt_status gt_cuda_stream_reserve(gt_cuda_stream *s, size_t bytes, gt_error *err);
+/* Waits for the stream, then reports (and clears) a data error a kernel flagged since the last
+ * sync, e.g. "embedding: id at position 7 is outside [0, 100)". */
+gt_status gt_cuda_stream_sync(gt_cuda_stream *s, gt_error *err);
+
+/* Copies, ordered on the stream (the host side of d2h is valid after gt_cuda_stream_sync). */
+gt_status gt_cuda_memcpy_h2d(gt_cuda_stream *s, void *dst, const void *src, size_t n,
+                             gt_error *err);
+gt_status gt_cuda_memcpy_d2h(gt_cuda_stream *s, void *dst, const void *src, size_t n,
+                             gt_error *err);
+
+/* Tensors whose data is device memory (gt_tensor with owns_data = false; free with
+ * gt_cuda_tensor_free, never gt_tensor_free). */
+gt_status gt_cuda_tensor_alloc(gt_tensor *t, gt_dtype dt, int ndim, const int64_t *shape,
+                               gt_error *err);
+void gt_cuda_tensor_free(gt_tensor *t);
+/* Device copy of a host tensor (allocates dev), and the synchronous way back into an allocated
+ * host tensor of the same dtype and numel. */
+gt_status gt_cuda_tensor_upload(gt_cuda_stream *s, const gt_tensor *host, gt_tensor *dev,
+                                gt_error *err);
+gt_status gt_cuda_tensor_download(gt_cuda_stream *s, const gt_tensor *dev, gt_tensor *host,
+                                  gt_error *err);
+
+/* Runs one kernel on `stream`, which is a gt_cuda_stream * (not a bare cudaStream_t: the stream
+ * object carries the cuBLASLt handle, workspace and scratch). The tensors of `call` hold device
+ * pointers; semantics are exactly those of gt_cpu_run_kernel (gt_ops.def). f32 kernels compute in
+ * f32; bf16/f16 tensors are stored narrow and computed in f32 (loads widen, stores round to
+ * nearest even), so mixed dtypes work as the CPU backend's widening wrapper. Asynchronous: shape
+ * and attribute errors return at once; CUDA errors come back naming the op and the CUDA error. */
+gt_status gt_cuda_run_kernel(const gt_kernel_call *call, void *stream, gt_error *err);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

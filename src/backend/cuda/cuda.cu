@@ -1,0 +1,408 @@
+/* cuda.cu — the CUDA backend's runtime: devices, memory, streams (with their cuBLASLt handle,
+ * workspace, scratch and data-error word), argument checks and the kernel dispatch. */
+#include "cuda_internal.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* cuBLASLt workspace: enough for the algorithms the heuristic offers at llama shapes. */
+#define GT_CUDA_WORKSPACE (32u << 20)
+
+static const char *const gt_cuda_op_names[GT_OP_COUNT] = {
+#define X(E, name, nin, nout, flags, schema) #name,
+#include "graphtrain/gt_ops.def"
+#undef X
+};
+
+const char *gt_cuda_op_name(gt_op op)
+{
+    return (unsigned)op < GT_OP_COUNT ? gt_cuda_op_names[op] : "?";
+}
+
+typedef gt_status (*gt_cuda_kernel)(gt_cuda_stream *s, const gt_kernel_call *c, gt_error *err);
+
+typedef struct {
+    gt_cuda_kernel fn;
+    int n_in, n_out;
+} gt_cuda_entry;
+
+static const gt_cuda_entry gt_cuda_table[GT_OP_COUNT] = {
+#define X(E, name, nin, nout, flags, schema) {gt_cuda_##name, nin, nout},
+#include "graphtrain/gt_ops.def"
+#undef X
+};
+
+/* ---------------------------------------------------------------- devices and memory */
+
+extern "C" int gt_cuda_device_count(void)
+{
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess) {
+        cudaGetLastError(); /* clear the sticky "no device" error */
+        return 0;
+    }
+    return n;
+}
+
+extern "C" gt_status gt_cuda_init(int device, gt_cuda_device_info *info, gt_error *err)
+{
+    cudaError_t e = cudaSetDevice(device);
+    if (e != cudaSuccess)
+        return gt_error_set(err, GT_ERR_UNSUPPORTED, "cuda: cannot use device %d: %s", device,
+                            cudaGetErrorString(e));
+    if (!info) return GT_OK;
+    cudaDeviceProp p;
+    e = cudaGetDeviceProperties(&p, device);
+    if (e != cudaSuccess)
+        return gt_error_set(err, GT_ERR_INTERNAL, "cuda: properties of device %d: %s", device,
+                            cudaGetErrorString(e));
+    memset(info, 0, sizeof *info);
+    info->device = device;
+    snprintf(info->name, sizeof info->name, "%s", p.name);
+    info->cc_major = p.major;
+    info->cc_minor = p.minor;
+    info->sm_count = p.multiProcessorCount;
+    info->total_mem = p.totalGlobalMem;
+    info->smem_per_block_optin = p.sharedMemPerBlockOptin;
+    info->l2_bytes = (size_t)p.l2CacheSize;
+    return GT_OK;
+}
+
+extern "C" gt_status gt_cuda_malloc(void **p, size_t n, gt_error *err)
+{
+    *p = NULL;
+    if (n == 0) return GT_OK;
+    cudaError_t e = cudaMalloc(p, n);
+    if (e != cudaSuccess) {
+        *p = NULL;
+        return gt_error_set(err, GT_ERR_NOMEM, "cuda: cudaMalloc of %zu bytes failed: %s", n,
+                            cudaGetErrorString(e));
+    }
+    return GT_OK;
+}
+
+extern "C" void gt_cuda_free(void *p)
+{
+    if (p) cudaFree(p);
+}
+
+/* ---------------------------------------------------------------- streams */
+
+extern "C" gt_status gt_cuda_stream_create(gt_cuda_stream **out, gt_error *err)
+{
+    *out = NULL;
+    gt_cuda_stream *s = (gt_cuda_stream *)calloc(1, sizeof *s);
+    if (!s) return gt_error_set(err, GT_ERR_NOMEM, "cuda: out of memory for a stream");
+    cudaError_t e = cudaStreamCreateWithFlags(&s->stream, cudaStreamNonBlocking);
+    if (e != cudaSuccess) {
+        free(s);
+        return gt_error_set(err, GT_ERR_UNSUPPORTED, "cuda: cudaStreamCreate: %s",
+                            cudaGetErrorString(e));
+    }
+    gt_status st = GT_OK;
+    if (cublasLtCreate(&s->lt) != CUBLAS_STATUS_SUCCESS) {
+        s->lt = NULL;
+        st = gt_error_set(err, GT_ERR_UNSUPPORTED, "cuda: cublasLtCreate failed");
+    }
+    if (st == GT_OK) st = gt_cuda_malloc(&s->workspace, GT_CUDA_WORKSPACE, err);
+    if (st == GT_OK) s->workspace_bytes = GT_CUDA_WORKSPACE;
+    if (st == GT_OK) st = gt_cuda_malloc((void **)&s->flag, 4 * sizeof *s->flag, err);
+    if (st == GT_OK) {
+        unsigned long long init[4] = {0, ~0ull, 0, 0};
+        e = cudaMemcpy(s->flag, init, sizeof init, cudaMemcpyHostToDevice);
+        int dev = 0;
+        if (e == cudaSuccess) e = cudaGetDevice(&dev);
+        if (e == cudaSuccess)
+            e = cudaDeviceGetAttribute(&s->smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin,
+                                       dev);
+        if (e != cudaSuccess)
+            st =
+                gt_error_set(err, GT_ERR_INTERNAL, "cuda: stream setup: %s", cudaGetErrorString(e));
+    }
+    if (st != GT_OK) {
+        gt_cuda_stream_destroy(s);
+        return st;
+    }
+    *out = s;
+    return GT_OK;
+}
+
+extern "C" void gt_cuda_stream_destroy(gt_cuda_stream *s)
+{
+    if (!s) return;
+    if (s->stream) cudaStreamSynchronize(s->stream);
+    gt_cuda_free(s->scratch);
+    gt_cuda_free(s->workspace);
+    gt_cuda_free(s->flag);
+    if (s->lt) cublasLtDestroy(s->lt);
+    if (s->stream) cudaStreamDestroy(s->stream);
+    free(s);
+}
+
+extern "C" void *gt_cuda_stream_handle(gt_cuda_stream *s)
+{
+    return (void *)s->stream;
+}
+
+extern "C" gt_status gt_cuda_stream_reserve(gt_cuda_stream *s, size_t bytes, gt_error *err)
+{
+    if (bytes <= s->scratch_bytes) return GT_OK;
+    /* The old buffer may still be read by queued kernels: wait before freeing it. */
+    cudaError_t e = cudaStreamSynchronize(s->stream);
+    if (e != cudaSuccess)
+        return gt_error_set(err, GT_ERR_INTERNAL, "cuda: growing scratch: %s",
+                            cudaGetErrorString(e));
+    gt_cuda_free(s->scratch);
+    s->scratch = NULL;
+    s->scratch_bytes = 0;
+    GT_TRY(gt_cuda_malloc(&s->scratch, bytes, err));
+    s->scratch_bytes = bytes;
+    return GT_OK;
+}
+
+extern "C" gt_status gt_cuda_stream_sync(gt_cuda_stream *s, gt_error *err)
+{
+    cudaError_t e = cudaStreamSynchronize(s->stream);
+    if (e != cudaSuccess)
+        return gt_error_set(err, GT_ERR_INTERNAL, "cuda: stream synchronize: %s",
+                            cudaGetErrorString(e));
+    unsigned long long f[3];
+    e = cudaMemcpy(f, s->flag, sizeof f, cudaMemcpyDeviceToHost);
+    if (e != cudaSuccess)
+        return gt_error_set(err, GT_ERR_INTERNAL, "cuda: reading the error word: %s",
+                            cudaGetErrorString(e));
+    if (f[0] == 0) return GT_OK;
+    unsigned long long init[3] = {0, ~0ull, 0};
+    cudaMemcpy(s->flag, init, sizeof init, cudaMemcpyHostToDevice);
+    gt_op op = (gt_op)(f[0] - 1);
+    const char *what = op == GT_OP_CROSS_ENTROPY || op == GT_OP_CROSS_ENTROPY_BACKWARD
+                           ? "target at row"
+                           : "id at position";
+    return gt_error_set(err, GT_ERR_INVALID, "%s: %s %llu is outside [0, %llu)%s",
+                        gt_cuda_op_name(op), what, f[1], f[2],
+                        op == GT_OP_CROSS_ENTROPY || op == GT_OP_CROSS_ENTROPY_BACKWARD
+                            ? " and not the ignore_index"
+                            : "");
+}
+
+extern "C" gt_status gt_cuda_memcpy_h2d(gt_cuda_stream *s, void *dst, const void *src, size_t n,
+                                        gt_error *err)
+{
+    if (n == 0) return GT_OK;
+    cudaError_t e = cudaMemcpyAsync(dst, src, n, cudaMemcpyHostToDevice, s->stream);
+    if (e != cudaSuccess)
+        return gt_error_set(err, GT_ERR_INTERNAL, "cuda: host-to-device copy of %zu bytes: %s", n,
+                            cudaGetErrorString(e));
+    return GT_OK;
+}
+
+extern "C" gt_status gt_cuda_memcpy_d2h(gt_cuda_stream *s, void *dst, const void *src, size_t n,
+                                        gt_error *err)
+{
+    if (n == 0) return GT_OK;
+    cudaError_t e = cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToHost, s->stream);
+    if (e != cudaSuccess)
+        return gt_error_set(err, GT_ERR_INTERNAL, "cuda: device-to-host copy of %zu bytes: %s", n,
+                            cudaGetErrorString(e));
+    return GT_OK;
+}
+
+extern "C" gt_status gt_cuda_tensor_alloc(gt_tensor *t, gt_dtype dt, int ndim, const int64_t *shape,
+                                          gt_error *err)
+{
+    gt_tensor_wrap(t, dt, ndim, shape, NULL);
+    void *p = NULL;
+    GT_TRY(gt_cuda_malloc(&p, gt_tensor_nbytes(t), err));
+    t->data = p;
+    t->owns_data = false;
+    return GT_OK;
+}
+
+extern "C" void gt_cuda_tensor_free(gt_tensor *t)
+{
+    gt_cuda_free(t->data);
+    t->data = NULL;
+}
+
+extern "C" gt_status gt_cuda_tensor_upload(gt_cuda_stream *s, const gt_tensor *host, gt_tensor *dev,
+                                           gt_error *err)
+{
+    GT_TRY(gt_cuda_tensor_alloc(dev, host->dtype, host->ndim, host->shape, err));
+    gt_status st = gt_cuda_memcpy_h2d(s, dev->data, host->data, gt_tensor_nbytes(host), err);
+    /* The host buffer may be freed right after: wait for the copy. */
+    if (st == GT_OK) st = gt_cuda_stream_sync(s, err);
+    if (st != GT_OK) gt_cuda_tensor_free(dev);
+    return st;
+}
+
+extern "C" gt_status gt_cuda_tensor_download(gt_cuda_stream *s, const gt_tensor *dev,
+                                             gt_tensor *host, gt_error *err)
+{
+    if (host->dtype != dev->dtype || gt_tensor_numel(host) != gt_tensor_numel(dev))
+        return gt_error_set(err, GT_ERR_SHAPE,
+                            "cuda: download of a %s tensor of %lld elements into %s of %lld",
+                            gt_dtype_name(dev->dtype), (long long)gt_tensor_numel(dev),
+                            gt_dtype_name(host->dtype), (long long)gt_tensor_numel(host));
+    GT_TRY(gt_cuda_memcpy_d2h(s, host->data, dev->data, gt_tensor_nbytes(dev), err));
+    return gt_cuda_stream_sync(s, err);
+}
+
+/* ---------------------------------------------------------------- helpers for the launchers */
+
+gt_status gt_cuda_check(const gt_kernel_call *c, cudaError_t e, const char *what, gt_error *err)
+{
+    if (e == cudaSuccess) return GT_OK;
+    return gt_error_set(err, GT_ERR_INTERNAL, "%s: %s: CUDA error %s", gt_cuda_op_name(c->op), what,
+                        cudaGetErrorString(e));
+}
+
+gt_status gt_cuda_launched(const gt_kernel_call *c, gt_error *err)
+{
+    return gt_cuda_check(c, cudaGetLastError(), "kernel launch", err);
+}
+
+gt_status gt_cuda_scratch(gt_cuda_stream *s, const gt_kernel_call *c, size_t bytes, void **out,
+                          gt_error *err)
+{
+    if (bytes > s->scratch_bytes) {
+        size_t grow = bytes > 2 * s->scratch_bytes ? bytes : 2 * s->scratch_bytes;
+        gt_status st = gt_cuda_stream_reserve(s, grow, err);
+        if (st != GT_OK) return gt_error_wrap(err, "%s: scratch", gt_cuda_op_name(c->op));
+    }
+    *out = s->scratch;
+    return GT_OK;
+}
+
+unsigned gt_cuda_blocks(int64_t n)
+{
+    int64_t b = (n + GT_CUDA_THREADS - 1) / GT_CUDA_THREADS;
+    if (b < 1) b = 1;
+    if (b > 65536) b = 65536; /* grid-stride loops cover the rest */
+    return (unsigned)b;
+}
+
+static const char *gt_cuda_fmt(const gt_tensor *t, char *buf, size_t n)
+{
+    gt_tensor_format_type(t, buf, n);
+    return buf;
+}
+
+gt_status gt_cuda_want_float(const gt_kernel_call *c, const gt_tensor *t, const char *what,
+                             gt_error *err)
+{
+    if (gt_dtype_is_float(t->dtype)) return GT_OK;
+    char b[128];
+    return gt_error_set(err, GT_ERR_SHAPE, "%s: %s is %s, expected a float tensor",
+                        gt_cuda_op_name(c->op), what, gt_cuda_fmt(t, b, sizeof b));
+}
+
+gt_status gt_cuda_want_index(const gt_kernel_call *c, const gt_tensor *t, const char *what,
+                             gt_error *err)
+{
+    if (t->dtype == GT_I32 || t->dtype == GT_I64) return GT_OK;
+    char b[128];
+    return gt_error_set(err, GT_ERR_SHAPE, "%s: %s is %s, expected i32 or i64",
+                        gt_cuda_op_name(c->op), what, gt_cuda_fmt(t, b, sizeof b));
+}
+
+gt_status gt_cuda_want_same_shape(const gt_kernel_call *c, const gt_tensor *a, const char *wa,
+                                  const gt_tensor *b, const char *wb, gt_error *err)
+{
+    bool same = a->ndim == b->ndim;
+    for (int d = 0; same && d < a->ndim; d++)
+        same = a->shape[d] == b->shape[d];
+    if (same) return GT_OK;
+    char ba[128], bb[128];
+    return gt_error_set(err, GT_ERR_SHAPE, "%s: %s is %s but %s is %s, expected the same shape",
+                        gt_cuda_op_name(c->op), wa, gt_cuda_fmt(a, ba, sizeof ba), wb,
+                        gt_cuda_fmt(b, bb, sizeof bb));
+}
+
+gt_status gt_cuda_want_attrs(const gt_kernel_call *c, int ni, int nf, int ne, gt_error *err)
+{
+    if (c->ni >= ni && c->nf >= nf && c->ne >= ne && (ni == 0 || c->i) && (nf == 0 || c->f) &&
+        (ne == 0 || c->e))
+        return GT_OK;
+    return gt_error_set(err, GT_ERR_INVALID,
+                        "%s: got %d int, %d float, %d expression attributes, expected at least "
+                        "%d, %d, %d",
+                        gt_cuda_op_name(c->op), c->ni, c->nf, c->ne, ni, nf, ne);
+}
+
+gt_status gt_cuda_norm_dim(const gt_kernel_call *c, int64_t dim, int ndim, int *out, gt_error *err)
+{
+    int64_t d = dim < 0 ? dim + ndim : dim;
+    if (d < 0 || d >= ndim)
+        return gt_error_set(err, GT_ERR_INVALID, "%s: dim %lld out of range for rank %d",
+                            gt_cuda_op_name(c->op), (long long)dim, ndim);
+    *out = (int)d;
+    return GT_OK;
+}
+
+gt_status gt_cuda_shape_error(const gt_kernel_call *c, const char *what, gt_error *err)
+{
+    char bi[128] = "none", bo[128] = "none";
+    if (c->n_in > 0) gt_cuda_fmt(c->in[0], bi, sizeof bi);
+    if (c->n_out > 0) gt_cuda_fmt(c->out[0], bo, sizeof bo);
+    return gt_error_set(err, GT_ERR_SHAPE, "%s: %s (input 0 %s, output 0 %s)",
+                        gt_cuda_op_name(c->op), what, bi, bo);
+}
+
+void gt_cuda_contig_strides(int ndim, const int64_t *shape, int64_t *strides)
+{
+    int64_t s = 1;
+    for (int d = ndim - 1; d >= 0; d--) {
+        strides[d] = s;
+        s *= shape[d];
+    }
+}
+
+bool gt_cuda_broadcast_strides(int on, const int64_t *out, int xn, const int64_t *xs,
+                               int64_t *strides)
+{
+    if (xn > on) return false;
+    int64_t xstr[GT_MAX_DIMS];
+    gt_cuda_contig_strides(xn, xs, xstr);
+    for (int d = 0; d < on; d++) {
+        int xd = d - (on - xn);
+        if (xd < 0 || (xs[xd] == 1 && out[d] != 1)) {
+            strides[d] = 0;
+        } else if (xs[xd] == out[d]) {
+            strides[d] = xstr[xd];
+        } else {
+            return false;
+        }
+    }
+    return true;
+}
+
+/* ---------------------------------------------------------------- dispatch */
+
+extern "C" gt_status gt_cuda_run_kernel(const gt_kernel_call *c, void *stream, gt_error *err)
+{
+    if (!c || (unsigned)c->op >= GT_OP_COUNT)
+        return gt_error_set(err, GT_ERR_INVALID, "cuda kernel: unknown op %d", c ? (int)c->op : -1);
+    if (!stream)
+        return gt_error_set(err, GT_ERR_INVALID, "%s: no gt_cuda_stream given",
+                            gt_cuda_op_name(c->op));
+    const gt_cuda_entry *e = &gt_cuda_table[c->op];
+    const char *name = gt_cuda_op_name(c->op);
+    bool in_ok = e->n_in >= 0 ? c->n_in == e->n_in : c->n_in >= 1 && c->n_in <= GT_MAX_IN;
+    bool out_ok = e->n_out >= 0 ? c->n_out == e->n_out : c->n_out >= 1 && c->n_out <= GT_MAX_OUT;
+    if (!in_ok || !out_ok)
+        return gt_error_set(err, GT_ERR_INVALID, "%s: called with %d inputs and %d outputs", name,
+                            c->n_in, c->n_out);
+    if (c->ni < 0 || c->ni > GT_MAX_IATTR || c->nf < 0 || c->nf > GT_MAX_FATTR || c->ne < 0 ||
+        c->ne > GT_MAX_EATTR)
+        return gt_error_set(err, GT_ERR_INVALID, "%s: attribute counts %d/%d/%d out of range", name,
+                            c->ni, c->nf, c->ne);
+    for (int k = 0; k < c->n_in + c->n_out; k++) {
+        const gt_tensor *t = k < c->n_in ? c->in[k] : c->out[k - c->n_in];
+        if (!t || t->ndim < 0 || t->ndim > GT_MAX_DIMS || gt_tensor_numel(t) < 0 ||
+            (unsigned)t->dtype >= GT_DTYPE_COUNT || (t->data == NULL && gt_tensor_numel(t) > 0))
+            return gt_error_set(err, GT_ERR_INVALID, "%s: %s %d is missing or malformed", name,
+                                k < c->n_in ? "input" : "output", k < c->n_in ? k : k - c->n_in);
+    }
+    return e->fn((gt_cuda_stream *)stream, c, err);
+}

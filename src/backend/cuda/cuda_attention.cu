@@ -1,0 +1,406 @@
+/* cuda_attention.cu — sdpa and sdpa_backward: tiled, deterministic, flash-style.
+ *
+ *   q: [b, hq, s, d], k: [b, hkv, t, d], v: [b, hkv, t, dv]; query head h reads kv head
+ *   h / (hq / hkv). S = scale * q k^T; causal masks key j > query i (needs s == t).
+ *
+ * Forward, one block per (batch, head, tile of GT_ATT_BQ queries), key tiles of GT_ATT_BK in order,
+ * online softmax per row:  m' = max(m, max_j S_j);  l' = l e^(m - m') + sum_j e^(S_j - m');
+ * O' = O e^(m - m') + sum_j e^(S_j - m') V_j;  at the end out = O / l, lse = m + log l (lse = -inf
+ * and out = 0 for a row that sees no key).
+ *
+ * Backward recomputes P = exp(S - lse) tile by tile (nothing of size s x t is stored):
+ *   D_i = sum_c dO_ic O_ic  (kernel 1);  dP = dO V^T;  dS = P * (dP - D_i);
+ *   dK_j = scale * sum_i dS_ij Q_i and dV_j = sum_i P_ij dO_i — kernel 2, one block per (batch, kv
+ *   head, key tile), looping over the group's query heads in order, then query tiles in order;
+ *   dQ_i = scale * sum_j dS_ij K_j — kernel 3, one block per (batch, head, query tile).
+ * No atomics: each output tile belongs to one block, and every sum runs in a fixed order (dot
+ * products over d in index order, tiles in index order), so results are bitwise reproducible.
+ * Tiles live in shared memory as f32 (loads widen bf16/f16). Speed comes later. */
+#include "cuda_internal.h"
+
+#include <math.h>
+
+#define GT_ATT_BQ 32
+#define GT_ATT_BK 32
+#define GT_ATT_THREADS 128
+
+typedef struct {
+    int64_t b, hq, hkv, s, t, d, dv;
+    int causal;
+    float scale;
+} gt_att;
+
+/* True when query row i (absolute) may see key j (absolute). */
+__device__ __forceinline__ bool gt_att_visible(const gt_att &a, int64_t i, int64_t j)
+{
+    return i < a.s && j < a.t && !(a.causal && j > i);
+}
+
+/* Loads rows [r0, r0 + n) of a [rows, w] matrix at p into sh ([n, w]); rows past `rows` are 0. */
+__device__ __forceinline__ void gt_att_load(float *sh, const void *p, int dt, int64_t base,
+                                            int64_t r0, int n, int64_t rows, int64_t w)
+{
+    for (int64_t idx = threadIdx.x; idx < n * w; idx += blockDim.x) {
+        int64_t r = idx / w, c = idx - r * w;
+        sh[idx] = r0 + r < rows ? gt_ld(p, dt, base + (r0 + r) * w + c) : 0.0f;
+    }
+}
+
+__global__ void __launch_bounds__(GT_ATT_THREADS)
+    gt_k_sdpa_fwd(gt_att a, const void *q, int dq, const void *k, int dk, const void *v, int dv,
+                  void *out, int dout, void *lse, int dlse)
+{
+    extern __shared__ float sm[];
+    float *qs = sm, *ks = qs + GT_ATT_BQ * a.d, *vs = ks + GT_ATT_BK * a.d;
+    float *os = vs + GT_ATT_BK * a.dv, *ss = os + GT_ATT_BQ * a.dv;
+    float *mrow = ss + GT_ATT_BQ * GT_ATT_BK, *lrow = mrow + GT_ATT_BQ, *arow = lrow + GT_ATT_BQ;
+    int64_t bh = blockIdx.y, bi = bh / a.hq, h = bh - bi * a.hq;
+    int64_t kh = bi * a.hkv + h / (a.hq / a.hkv), q0 = (int64_t)blockIdx.x * GT_ATT_BQ;
+    gt_att_load(qs, q, dq, bh * a.s * a.d, q0, GT_ATT_BQ, a.s, a.d);
+    for (int idx = threadIdx.x; idx < GT_ATT_BQ * a.dv; idx += blockDim.x)
+        os[idx] = 0.0f;
+    for (int r = threadIdx.x; r < GT_ATT_BQ; r += blockDim.x) {
+        mrow[r] = -INFINITY;
+        lrow[r] = 0.0f;
+    }
+    int64_t kend = a.causal ? min(a.t, q0 + GT_ATT_BQ) : a.t;
+    for (int64_t k0 = 0; k0 < kend; k0 += GT_ATT_BK) {
+        __syncthreads();
+        gt_att_load(ks, k, dk, kh * a.t * a.d, k0, GT_ATT_BK, a.t, a.d);
+        gt_att_load(vs, v, dv, kh * a.t * a.dv, k0, GT_ATT_BK, a.t, a.dv);
+        __syncthreads();
+        for (int idx = threadIdx.x; idx < GT_ATT_BQ * GT_ATT_BK; idx += blockDim.x) {
+            int r = idx / GT_ATT_BK, j = idx - r * GT_ATT_BK;
+            float dot = 0.0f;
+            for (int64_t c = 0; c < a.d; c++)
+                dot = fmaf(qs[r * a.d + c], ks[j * a.d + c], dot);
+            ss[idx] = gt_att_visible(a, q0 + r, k0 + j) ? a.scale * dot : -INFINITY;
+        }
+        __syncthreads();
+        for (int r = threadIdx.x; r < GT_ATT_BQ; r += blockDim.x) {
+            float m = mrow[r], mx = m;
+            for (int j = 0; j < GT_ATT_BK; j++)
+                mx = fmaxf(mx, ss[r * GT_ATT_BK + j]);
+            if (mx == -INFINITY) { /* nothing visible yet: P = 0, state unchanged */
+                for (int j = 0; j < GT_ATT_BK; j++)
+                    ss[r * GT_ATT_BK + j] = 0.0f;
+                arow[r] = 1.0f;
+                continue;
+            }
+            float alpha = m == -INFINITY ? 0.0f : expf(m - mx), sum = 0.0f;
+            for (int j = 0; j < GT_ATT_BK; j++) {
+                float p = expf(ss[r * GT_ATT_BK + j] - mx); /* exp(-inf) = 0 where masked */
+                ss[r * GT_ATT_BK + j] = p;
+                sum += p;
+            }
+            mrow[r] = mx;
+            lrow[r] = lrow[r] * alpha + sum;
+            arow[r] = alpha;
+        }
+        __syncthreads();
+        for (int idx = threadIdx.x; idx < GT_ATT_BQ * a.dv; idx += blockDim.x) {
+            int r = idx / (int)a.dv, c = idx - r * (int)a.dv;
+            float acc = os[idx] * arow[r];
+            for (int j = 0; j < GT_ATT_BK; j++)
+                acc = fmaf(ss[r * GT_ATT_BK + j], vs[j * a.dv + c], acc);
+            os[idx] = acc;
+        }
+    }
+    __syncthreads();
+    for (int idx = threadIdx.x; idx < GT_ATT_BQ * a.dv; idx += blockDim.x) {
+        int r = idx / (int)a.dv, c = idx - r * (int)a.dv;
+        if (q0 + r >= a.s) continue;
+        float l = lrow[r];
+        gt_st(out, dout, (bh * a.s + q0 + r) * a.dv + c, l > 0.0f ? os[idx] / l : 0.0f);
+    }
+    for (int r = threadIdx.x; r < GT_ATT_BQ; r += blockDim.x) {
+        if (q0 + r >= a.s) continue;
+        float l = lrow[r];
+        gt_st(lse, dlse, bh * a.s + q0 + r, l > 0.0f ? mrow[r] + logf(l) : -INFINITY);
+    }
+}
+
+/* D_i = sum_c dO_ic O_ic, one thread per row (f32, index order). */
+__global__ void gt_k_sdpa_dsum(int64_t rows, int64_t dv, const void *o, int dto, const void *g,
+                               int dtg, float *dsum)
+{
+    GT_GRID_STRIDE(i, rows)
+    {
+        float acc = 0.0f;
+        for (int64_t c = 0; c < dv; c++)
+            acc = fmaf(gt_ld(g, dtg, i * dv + c), gt_ld(o, dto, i * dv + c), acc);
+        dsum[i] = acc;
+    }
+}
+
+/* For the tile (queries q0.., keys k0..) already in shared memory, writes P into ps and
+ * dS = P * (dP - D) into dss. */
+__device__ __forceinline__ void gt_att_tile_grads(const gt_att &a, int64_t q0, int64_t k0,
+                                                  const float *qs, const float *gs, const float *ks,
+                                                  const float *vs, const float *ls, const float *ds,
+                                                  float *ps, float *dss)
+{
+    for (int idx = threadIdx.x; idx < GT_ATT_BQ * GT_ATT_BK; idx += blockDim.x) {
+        int r = idx / GT_ATT_BK, j = idx - r * GT_ATT_BK;
+        float l = ls[r], p = 0.0f, dp = 0.0f;
+        if (gt_att_visible(a, q0 + r, k0 + j) && l != -INFINITY) {
+            float dot = 0.0f;
+            for (int64_t c = 0; c < a.d; c++)
+                dot = fmaf(qs[r * a.d + c], ks[j * a.d + c], dot);
+            p = expf(a.scale * dot - l);
+            for (int64_t c = 0; c < a.dv; c++)
+                dp = fmaf(gs[r * a.dv + c], vs[j * a.dv + c], dp);
+        }
+        ps[idx] = p;
+        dss[idx] = p * (dp - ds[r]);
+    }
+}
+
+/* Loads lse and D of query rows [q0, q0 + BQ) of head bh (rows past s: lse = -inf, D = 0). */
+__device__ __forceinline__ void gt_att_load_rows(const gt_att &a, int64_t bh, int64_t q0,
+                                                 const void *lse, int dlse, const float *dsum,
+                                                 float *ls, float *ds)
+{
+    for (int r = threadIdx.x; r < GT_ATT_BQ; r += blockDim.x) {
+        bool in = q0 + r < a.s;
+        ls[r] = in ? gt_ld(lse, dlse, bh * a.s + q0 + r) : -INFINITY;
+        ds[r] = in ? dsum[bh * a.s + q0 + r] : 0.0f;
+    }
+}
+
+__global__ void __launch_bounds__(GT_ATT_THREADS)
+    gt_k_sdpa_dkdv(gt_att a, const void *q, int dq, const void *k, int dk, const void *v, int dv,
+                   const void *lse, int dlse, const void *g, int dg, const float *dsum, void *dkout,
+                   int ddk, void *dvout, int ddv)
+{
+    extern __shared__ float sm[];
+    float *ks = sm, *vs = ks + GT_ATT_BK * a.d, *dks = vs + GT_ATT_BK * a.dv;
+    float *dvs = dks + GT_ATT_BK * a.d, *qs = dvs + GT_ATT_BK * a.dv, *gs = qs + GT_ATT_BQ * a.d;
+    float *ps = gs + GT_ATT_BQ * a.dv, *dss = ps + GT_ATT_BQ * GT_ATT_BK;
+    float *ls = dss + GT_ATT_BQ * GT_ATT_BK, *ds = ls + GT_ATT_BQ;
+    int64_t bkh = blockIdx.y, bi = bkh / a.hkv, kvh = bkh - bi * a.hkv;
+    int64_t k0 = (int64_t)blockIdx.x * GT_ATT_BK, group = a.hq / a.hkv;
+    gt_att_load(ks, k, dk, bkh * a.t * a.d, k0, GT_ATT_BK, a.t, a.d);
+    gt_att_load(vs, v, dv, bkh * a.t * a.dv, k0, GT_ATT_BK, a.t, a.dv);
+    for (int idx = threadIdx.x; idx < GT_ATT_BK * a.d; idx += blockDim.x)
+        dks[idx] = 0.0f;
+    for (int idx = threadIdx.x; idx < GT_ATT_BK * a.dv; idx += blockDim.x)
+        dvs[idx] = 0.0f;
+    /* With causal masking, query tiles wholly before k0 see none of these keys. */
+    int64_t qstart = a.causal ? (k0 / GT_ATT_BQ) * GT_ATT_BQ : 0;
+    for (int64_t hh = 0; hh < group; hh++) {
+        int64_t bh = bi * a.hq + kvh * group + hh;
+        for (int64_t q0 = qstart; q0 < a.s; q0 += GT_ATT_BQ) {
+            __syncthreads();
+            gt_att_load(qs, q, dq, bh * a.s * a.d, q0, GT_ATT_BQ, a.s, a.d);
+            gt_att_load(gs, g, dg, bh * a.s * a.dv, q0, GT_ATT_BQ, a.s, a.dv);
+            gt_att_load_rows(a, bh, q0, lse, dlse, dsum, ls, ds);
+            __syncthreads();
+            gt_att_tile_grads(a, q0, k0, qs, gs, ks, vs, ls, ds, ps, dss);
+            __syncthreads();
+            for (int idx = threadIdx.x; idx < GT_ATT_BK * a.dv; idx += blockDim.x) {
+                int j = idx / (int)a.dv, c = idx - j * (int)a.dv;
+                float acc = dvs[idx];
+                for (int r = 0; r < GT_ATT_BQ; r++)
+                    acc = fmaf(ps[r * GT_ATT_BK + j], gs[r * a.dv + c], acc);
+                dvs[idx] = acc;
+            }
+            for (int idx = threadIdx.x; idx < GT_ATT_BK * a.d; idx += blockDim.x) {
+                int j = idx / (int)a.d, c = idx - j * (int)a.d;
+                float acc = dks[idx];
+                for (int r = 0; r < GT_ATT_BQ; r++)
+                    acc = fmaf(dss[r * GT_ATT_BK + j], qs[r * a.d + c], acc);
+                dks[idx] = acc;
+            }
+        }
+    }
+    __syncthreads();
+    for (int idx = threadIdx.x; idx < GT_ATT_BK * a.d; idx += blockDim.x) {
+        int j = idx / (int)a.d;
+        if (k0 + j < a.t) gt_st(dkout, ddk, (bkh * a.t + k0) * a.d + idx, a.scale * dks[idx]);
+    }
+    for (int idx = threadIdx.x; idx < GT_ATT_BK * a.dv; idx += blockDim.x) {
+        int j = idx / (int)a.dv;
+        if (k0 + j < a.t) gt_st(dvout, ddv, (bkh * a.t + k0) * a.dv + idx, dvs[idx]);
+    }
+}
+
+__global__ void __launch_bounds__(GT_ATT_THREADS)
+    gt_k_sdpa_dq(gt_att a, const void *q, int dq, const void *k, int dk, const void *v, int dv,
+                 const void *lse, int dlse, const void *g, int dg, const float *dsum, void *dqout,
+                 int ddq)
+{
+    extern __shared__ float sm[];
+    float *qs = sm, *gs = qs + GT_ATT_BQ * a.d, *dqs = gs + GT_ATT_BQ * a.dv;
+    float *ks = dqs + GT_ATT_BQ * a.d, *vs = ks + GT_ATT_BK * a.d, *ps = vs + GT_ATT_BK * a.dv;
+    float *dss = ps + GT_ATT_BQ * GT_ATT_BK, *ls = dss + GT_ATT_BQ * GT_ATT_BK,
+          *ds = ls + GT_ATT_BQ;
+    int64_t bh = blockIdx.y, bi = bh / a.hq, h = bh - bi * a.hq;
+    int64_t kh = bi * a.hkv + h / (a.hq / a.hkv), q0 = (int64_t)blockIdx.x * GT_ATT_BQ;
+    gt_att_load(qs, q, dq, bh * a.s * a.d, q0, GT_ATT_BQ, a.s, a.d);
+    gt_att_load(gs, g, dg, bh * a.s * a.dv, q0, GT_ATT_BQ, a.s, a.dv);
+    gt_att_load_rows(a, bh, q0, lse, dlse, dsum, ls, ds);
+    for (int idx = threadIdx.x; idx < GT_ATT_BQ * a.d; idx += blockDim.x)
+        dqs[idx] = 0.0f;
+    int64_t kend = a.causal ? min(a.t, q0 + GT_ATT_BQ) : a.t;
+    for (int64_t k0 = 0; k0 < kend; k0 += GT_ATT_BK) {
+        __syncthreads();
+        gt_att_load(ks, k, dk, kh * a.t * a.d, k0, GT_ATT_BK, a.t, a.d);
+        gt_att_load(vs, v, dv, kh * a.t * a.dv, k0, GT_ATT_BK, a.t, a.dv);
+        __syncthreads();
+        gt_att_tile_grads(a, q0, k0, qs, gs, ks, vs, ls, ds, ps, dss);
+        __syncthreads();
+        for (int idx = threadIdx.x; idx < GT_ATT_BQ * a.d; idx += blockDim.x) {
+            int r = idx / (int)a.d, c = idx - r * (int)a.d;
+            float acc = dqs[idx];
+            for (int j = 0; j < GT_ATT_BK; j++)
+                acc = fmaf(dss[r * GT_ATT_BK + j], ks[j * a.d + c], acc);
+            dqs[idx] = acc;
+        }
+    }
+    __syncthreads();
+    for (int idx = threadIdx.x; idx < GT_ATT_BQ * a.d; idx += blockDim.x) {
+        int r = idx / (int)a.d;
+        if (q0 + r < a.s) gt_st(dqout, ddq, (bh * a.s + q0) * a.d + idx, a.scale * dqs[idx]);
+    }
+}
+
+/* ---------------------------------------------------------------- host side */
+
+static gt_status gt_cuda_att_shapes(const gt_kernel_call *c, gt_att *a, gt_error *err)
+{
+    GT_TRY(gt_cuda_want_attrs(c, 1, 1, 0, err));
+    const gt_tensor *q = c->in[0], *k = c->in[1], *v = c->in[2];
+    GT_TRY(gt_cuda_want_float(c, q, "q", err));
+    GT_TRY(gt_cuda_want_float(c, k, "k", err));
+    GT_TRY(gt_cuda_want_float(c, v, "v", err));
+    if (q->ndim != 4 || k->ndim != 4 || v->ndim != 4)
+        return gt_cuda_shape_error(c, "q, k, v must have rank 4", err);
+    *a = (gt_att){q->shape[0], q->shape[1], k->shape[1],  q->shape[2],   k->shape[2],
+                  q->shape[3], v->shape[3], c->i[0] != 0, (float)c->f[0]};
+    if (k->shape[0] != a->b || v->shape[0] != a->b || v->shape[1] != a->hkv ||
+        v->shape[2] != a->t || k->shape[3] != a->d || a->hkv == 0 || a->hq % a->hkv != 0)
+        return gt_cuda_shape_error(c,
+                                   "expected q [b, hq, s, d], k [b, hkv, t, d], v [b, hkv, t, dv] "
+                                   "with hq a multiple of hkv",
+                                   err);
+    if (a->causal && a->s != a->t)
+        return gt_error_set(err, GT_ERR_INVALID,
+                            "%s: causal attention needs as many queries as keys, got s = %lld, "
+                            "t = %lld",
+                            gt_cuda_op_name(c->op), (long long)a->s, (long long)a->t);
+    if (a->b * a->hq > 65535 || a->b * a->hkv > 65535)
+        return gt_error_set(err, GT_ERR_UNSUPPORTED, "%s: batch * heads above 65535",
+                            gt_cuda_op_name(c->op));
+    return GT_OK;
+}
+
+static gt_status gt_cuda_att_want(const gt_kernel_call *c, const gt_tensor *t, const char *what,
+                                  const gt_att *a, int64_t h, int64_t n, int64_t last,
+                                  gt_error *err)
+{
+    GT_TRY(gt_cuda_want_float(c, t, what, err));
+    int rank = last < 0 ? 3 : 4;
+    bool ok = t->ndim == rank && t->shape[0] == a->b && t->shape[1] == h && t->shape[2] == n &&
+              (rank == 3 || t->shape[3] == last);
+    if (ok) return GT_OK;
+    return gt_error_set(err, GT_ERR_SHAPE,
+                        "%s: %s has the wrong shape, expected [%lld, %lld, %lld%s%lld]",
+                        gt_cuda_op_name(c->op), what, (long long)a->b, (long long)h, (long long)n,
+                        rank == 4 ? ", " : "", rank == 4 ? (long long)last : 0LL);
+}
+
+/* Raises the kernel's dynamic shared-memory limit to `bytes` (or fails naming the head dims). */
+static gt_status gt_cuda_att_smem(gt_cuda_stream *s, const gt_kernel_call *c, const void *fn,
+                                  size_t bytes, const gt_att *a, gt_error *err)
+{
+    if (bytes > (size_t)s->smem_optin)
+        return gt_error_set(err, GT_ERR_UNSUPPORTED,
+                            "%s: head dims d = %lld, dv = %lld need %zu bytes of shared memory, "
+                            "the device allows %d",
+                            gt_cuda_op_name(c->op), (long long)a->d, (long long)a->dv, bytes,
+                            s->smem_optin);
+    return gt_cuda_check(
+        c, cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes),
+        "shared-memory limit", err);
+}
+
+gt_status gt_cuda_sdpa(gt_cuda_stream *s, const gt_kernel_call *c, gt_error *err)
+{
+    gt_att a;
+    GT_TRY(gt_cuda_att_shapes(c, &a, err));
+    GT_TRY(gt_cuda_att_want(c, c->out[0], "out", &a, a.hq, a.s, a.dv, err));
+    GT_TRY(gt_cuda_att_want(c, c->out[1], "lse", &a, a.hq, a.s, -1, err));
+    if (a.b * a.hq * a.s == 0) return GT_OK;
+    size_t bytes =
+        sizeof(float) * (size_t)(GT_ATT_BQ * a.d + GT_ATT_BK * a.d + GT_ATT_BK * a.dv +
+                                 GT_ATT_BQ * a.dv + GT_ATT_BQ * GT_ATT_BK + 3 * GT_ATT_BQ);
+    GT_TRY(gt_cuda_att_smem(s, c, (const void *)gt_k_sdpa_fwd, bytes, &a, err));
+    dim3 grid((unsigned)((a.s + GT_ATT_BQ - 1) / GT_ATT_BQ), (unsigned)(a.b * a.hq));
+    const gt_tensor *q = c->in[0], *k = c->in[1], *v = c->in[2];
+    gt_k_sdpa_fwd<<<grid, GT_ATT_THREADS, bytes, s->stream>>>(
+        a, q->data, q->dtype, k->data, k->dtype, v->data, v->dtype, c->out[0]->data,
+        c->out[0]->dtype, c->out[1]->data, c->out[1]->dtype);
+    return gt_cuda_launched(c, err);
+}
+
+__global__ void gt_k_att_zero(int64_t n, void *y, int dy)
+{
+    GT_GRID_STRIDE(i, n)
+    {
+        gt_st(y, dy, i, 0.0f);
+    }
+}
+
+gt_status gt_cuda_sdpa_backward(gt_cuda_stream *s, const gt_kernel_call *c, gt_error *err)
+{
+    gt_att a;
+    GT_TRY(gt_cuda_att_shapes(c, &a, err));
+    GT_TRY(gt_cuda_att_want(c, c->in[3], "out", &a, a.hq, a.s, a.dv, err));
+    GT_TRY(gt_cuda_att_want(c, c->in[4], "lse", &a, a.hq, a.s, -1, err));
+    GT_TRY(gt_cuda_att_want(c, c->in[5], "dout", &a, a.hq, a.s, a.dv, err));
+    GT_TRY(gt_cuda_att_want(c, c->out[0], "dq", &a, a.hq, a.s, a.d, err));
+    GT_TRY(gt_cuda_att_want(c, c->out[1], "dk", &a, a.hkv, a.t, a.d, err));
+    GT_TRY(gt_cuda_att_want(c, c->out[2], "dv", &a, a.hkv, a.t, a.dv, err));
+    const gt_tensor *q = c->in[0], *k = c->in[1], *v = c->in[2], *o = c->in[3], *l = c->in[4];
+    const gt_tensor *g = c->in[5];
+    gt_tensor *dq = c->out[0], *dk = c->out[1], *dv = c->out[2];
+    int64_t qrows = a.b * a.hq * a.s;
+    if (qrows == 0) { /* no queries: dk = dv = 0 */
+        int64_t nk = gt_tensor_numel(dk), nv = gt_tensor_numel(dv);
+        if (nk > 0)
+            gt_k_att_zero<<<gt_cuda_blocks(nk), GT_CUDA_THREADS, 0, s->stream>>>(nk, dk->data,
+                                                                                 dk->dtype);
+        if (nv > 0)
+            gt_k_att_zero<<<gt_cuda_blocks(nv), GT_CUDA_THREADS, 0, s->stream>>>(nv, dv->data,
+                                                                                 dv->dtype);
+        return gt_cuda_launched(c, err);
+    }
+    void *scr;
+    GT_TRY(gt_cuda_scratch(s, c, (size_t)qrows * sizeof(float), &scr, err));
+    float *dsum = (float *)scr;
+    gt_k_sdpa_dsum<<<gt_cuda_blocks(qrows), GT_CUDA_THREADS, 0, s->stream>>>(
+        qrows, a.dv, o->data, o->dtype, g->data, g->dtype, dsum);
+    GT_TRY(gt_cuda_launched(c, err));
+    size_t tile = (size_t)(GT_ATT_BQ * GT_ATT_BK);
+    if (a.t > 0) {
+        size_t bytes =
+            sizeof(float) * (size_t)(2 * GT_ATT_BK * a.d + 2 * GT_ATT_BK * a.dv + GT_ATT_BQ * a.d +
+                                     GT_ATT_BQ * a.dv + 2 * tile + 2 * GT_ATT_BQ);
+        GT_TRY(gt_cuda_att_smem(s, c, (const void *)gt_k_sdpa_dkdv, bytes, &a, err));
+        dim3 grid((unsigned)((a.t + GT_ATT_BK - 1) / GT_ATT_BK), (unsigned)(a.b * a.hkv));
+        gt_k_sdpa_dkdv<<<grid, GT_ATT_THREADS, bytes, s->stream>>>(
+            a, q->data, q->dtype, k->data, k->dtype, v->data, v->dtype, l->data, l->dtype, g->data,
+            g->dtype, dsum, dk->data, dk->dtype, dv->data, dv->dtype);
+        GT_TRY(gt_cuda_launched(c, err));
+    }
+    size_t bytes =
+        sizeof(float) * (size_t)(2 * GT_ATT_BQ * a.d + GT_ATT_BQ * a.dv + GT_ATT_BK * a.d +
+                                 GT_ATT_BK * a.dv + 2 * tile + 2 * GT_ATT_BQ);
+    GT_TRY(gt_cuda_att_smem(s, c, (const void *)gt_k_sdpa_dq, bytes, &a, err));
+    dim3 grid((unsigned)((a.s + GT_ATT_BQ - 1) / GT_ATT_BQ), (unsigned)(a.b * a.hq));
+    gt_k_sdpa_dq<<<grid, GT_ATT_THREADS, bytes, s->stream>>>(
+        a, q->data, q->dtype, k->data, k->dtype, v->data, v->dtype, l->data, l->dtype, g->data,
+        g->dtype, dsum, dq->data, dq->dtype);
+    return gt_cuda_launched(c, err);
+}

@@ -1,0 +1,176 @@
+/* cuda_internal.h — shared pieces of the CUDA backend (private to src/backend/cuda; CUDA C++).
+ *
+ * Every op in gt_ops.def has a launcher gt_cuda_<name>(stream, call, err). Kernels take the dtype
+ * of each float tensor as a run-time code and load/store through gt_ld / gt_st: one instantiation
+ * per kernel serves f32, bf16 and f16 (the branch is uniform across a warp, and compile time stays
+ * small), and any mix of dtypes behaves as the CPU backend's widening wrapper: load widens exactly,
+ * compute in f32, store rounds to nearest even.
+ *
+ * Determinism: every reduction has a fixed order — a thread sums a fixed strided subset, then a
+ * fixed shared-memory tree (gt_block_sum) combines them; no floating-point atomics anywhere. */
+#ifndef GRAPHTRAIN_CUDA_INTERNAL_H
+#define GRAPHTRAIN_CUDA_INTERNAL_H
+
+#include "graphtrain/gt_cuda.h"
+
+#include <cublasLt.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#define GT_CUDA_THREADS 256
+#define GT_CUDA_ALGO_CACHE 64
+
+/* One cached cuBLASLt choice: the key is every parameter of the call that shapes the plan. */
+typedef struct {
+    int64_t key[10];
+    cublasLtMatmulAlgo_t algo;
+    bool used;
+} gt_cuda_algo_entry;
+
+struct gt_cuda_stream {
+    cudaStream_t stream;
+    cublasLtHandle_t lt;
+    void *workspace;
+    size_t workspace_bytes;
+    void *scratch;
+    size_t scratch_bytes;
+    /* Device error word: [0] = op + 1 of the first kernel that flagged bad data, [1] = the lowest
+     * flagged position, [2] = the valid bound. Written with integer atomics (CAS/min), so the
+     * report is the same whatever the thread order. */
+    unsigned long long *flag;
+    int smem_optin;
+    int next_slot;
+    gt_cuda_algo_entry cache[GT_CUDA_ALGO_CACHE];
+};
+
+/* One prototype per op: gt_cuda_full, gt_cuda_add, ... */
+#define X(E, name, nin, nout, flags, schema)                                                       \
+    gt_status gt_cuda_##name(gt_cuda_stream *s, const gt_kernel_call *c, gt_error *err);
+#include "graphtrain/gt_ops.def"
+#undef X
+
+const char *gt_cuda_op_name(gt_op op);
+
+/* ---------------------------------------------------------------- host-side helpers */
+
+/* GT_ERR_INTERNAL "<op>: <what>: <cuda error string>" unless e == cudaSuccess. */
+gt_status gt_cuda_check(const gt_kernel_call *c, cudaError_t e, const char *what, gt_error *err);
+/* Checks the launch just made (cudaGetLastError). */
+gt_status gt_cuda_launched(const gt_kernel_call *c, gt_error *err);
+/* Scratch of at least `bytes` (256-byte aligned), grown if needed. */
+gt_status gt_cuda_scratch(gt_cuda_stream *s, const gt_kernel_call *c, size_t bytes, void **out,
+                          gt_error *err);
+/* Blocks for a grid-stride loop over n items. */
+unsigned gt_cuda_blocks(int64_t n);
+
+gt_status gt_cuda_want_float(const gt_kernel_call *c, const gt_tensor *t, const char *what,
+                             gt_error *err);
+gt_status gt_cuda_want_index(const gt_kernel_call *c, const gt_tensor *t, const char *what,
+                             gt_error *err);
+gt_status gt_cuda_want_same_shape(const gt_kernel_call *c, const gt_tensor *a, const char *wa,
+                                  const gt_tensor *b, const char *wb, gt_error *err);
+gt_status gt_cuda_want_attrs(const gt_kernel_call *c, int ni, int nf, int ne, gt_error *err);
+gt_status gt_cuda_norm_dim(const gt_kernel_call *c, int64_t dim, int ndim, int *out, gt_error *err);
+gt_status gt_cuda_shape_error(const gt_kernel_call *c, const char *what, gt_error *err);
+void gt_cuda_contig_strides(int ndim, const int64_t *shape, int64_t *strides);
+bool gt_cuda_broadcast_strides(int on, const int64_t *out, int xn, const int64_t *xs,
+                               int64_t *strides);
+
+/* ---------------------------------------------------------------- device-side helpers */
+
+/* An index space of up to GT_MAX_DIMS dims and the element strides of up to 3 operands in it. */
+typedef struct {
+    int ndim;
+    int64_t shape[GT_MAX_DIMS];
+    int64_t stride[3][GT_MAX_DIMS];
+} gt_cuda_index;
+
+#ifdef __CUDACC__
+__device__ __forceinline__ float gt_ld(const void *p, int dt, int64_t i)
+{
+    if (dt == GT_BF16) return __bfloat162float(((const __nv_bfloat16 *)p)[i]);
+    if (dt == GT_F16) return __half2float(((const __half *)p)[i]);
+    return ((const float *)p)[i];
+}
+
+__device__ __forceinline__ void gt_st(void *p, int dt, int64_t i, float v)
+{
+    if (dt == GT_BF16)
+        ((__nv_bfloat16 *)p)[i] = __float2bfloat16_rn(v);
+    else if (dt == GT_F16)
+        ((__half *)p)[i] = __float2half_rn(v);
+    else
+        ((float *)p)[i] = v;
+}
+
+__device__ __forceinline__ int64_t gt_ld_index(const void *p, int dt, int64_t i)
+{
+    return dt == GT_I32 ? (int64_t)((const int32_t *)p)[i] : ((const int64_t *)p)[i];
+}
+
+/* Offsets of linear index i (row-major in ix's shape) for operands 0..n-1. */
+__device__ __forceinline__ void gt_index_offsets(const gt_cuda_index &ix, int64_t i, int n,
+                                                 int64_t *off)
+{
+    for (int k = 0; k < n; k++)
+        off[k] = 0;
+    for (int d = ix.ndim - 1; d >= 0; d--) {
+        int64_t q = i / ix.shape[d], r = i - q * ix.shape[d];
+        for (int k = 0; k < n; k++)
+            off[k] += r * ix.stride[k][d];
+        i = q;
+    }
+}
+
+/* Fixed-order block reduction of one float per thread (blockDim.x a power of two <= 1024); every
+ * thread gets the result. `sh` holds blockDim.x floats. */
+__device__ __forceinline__ float gt_block_sum(float v, float *sh)
+{
+    sh[threadIdx.x] = v;
+    __syncthreads();
+    for (unsigned w = blockDim.x / 2; w > 0; w >>= 1) {
+        if (threadIdx.x < w) sh[threadIdx.x] += sh[threadIdx.x + w];
+        __syncthreads();
+    }
+    float r = sh[0];
+    __syncthreads();
+    return r;
+}
+
+/* max with NaN propagation (fmaxf would drop NaN). */
+__device__ __forceinline__ float gt_nanmax(float a, float b)
+{
+    return (a > b || a != a) ? a : b;
+}
+
+__device__ __forceinline__ float gt_block_max(float v, float *sh)
+{
+    sh[threadIdx.x] = v;
+    __syncthreads();
+    for (unsigned w = blockDim.x / 2; w > 0; w >>= 1) {
+        if (threadIdx.x < w) sh[threadIdx.x] = gt_nanmax(sh[threadIdx.x], sh[threadIdx.x + w]);
+        __syncthreads();
+    }
+    float r = sh[0];
+    __syncthreads();
+    return r;
+}
+
+/* Reports bad data at `pos` (bound `limit`) for op; the lowest position wins. */
+__device__ __forceinline__ void gt_flag(unsigned long long *flag, int op, int64_t pos,
+                                        int64_t limit)
+{
+    unsigned long long prev = atomicCAS(&flag[0], 0ull, (unsigned long long)op + 1);
+    if (prev == 0 || prev == (unsigned long long)op + 1) {
+        atomicMin(&flag[1], (unsigned long long)pos);
+        flag[2] = (unsigned long long)limit;
+    }
+}
+
+#define GT_GRID_STRIDE(i, n)                                                                       \
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n);                      \
+         i += (int64_t)gridDim.x * blockDim.x)
+#endif
+
+#endif

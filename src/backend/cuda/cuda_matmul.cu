@@ -1,0 +1,252 @@
+/* cuda_matmul.cu — matmul through cuBLASLt.
+ *
+ *   a: [..., r_a, c_a], b: [r_b, c_b] or [..., r_b, c_b]; out = op(a) @ op(b): [..., M, N]
+ * (semantics of cpu_matmul.c). Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T, so
+ * cuBLASLt gets b as its "A" and a as its "B", with the transpose flags swapped in.
+ *
+ * Precision: compute type CUBLAS_COMPUTE_32F in every case — for f32 that keeps TF32 off (pure
+ * fp32 products and sums), for bf16/f16 inputs it accumulates in fp32 (output rounded once).
+ * Inputs of mixed dtypes are first widened to f32 in scratch.
+ *
+ * Determinism: the algorithm is chosen once per shape (the first heuristic result whose split-K
+ * count is 1, i.e. no cross-block reduction at all; the heuristic's first result otherwise) and
+ * cached in the stream, so a shape always runs the same kernel with the same workspace; cuBLASLt
+ * kernels without split-K reductions use no atomics and are bitwise reproducible run to run. */
+#include "cuda_internal.h"
+
+#include <string.h>
+
+static cudaDataType_t gt_cuda_dt(gt_dtype dt)
+{
+    return dt == GT_BF16 ? CUDA_R_16BF : dt == GT_F16 ? CUDA_R_16F : CUDA_R_32F;
+}
+
+static gt_status gt_lt_check(const gt_kernel_call *c, cublasStatus_t st, const char *what,
+                             gt_error *err)
+{
+    if (st == CUBLAS_STATUS_SUCCESS) return GT_OK;
+    return gt_error_set(err, GT_ERR_INTERNAL, "%s: cuBLASLt %s failed: status %d",
+                        gt_cuda_op_name(c->op), what, (int)st);
+}
+
+typedef struct {
+    bool ta, tb;
+    int64_t m, n, k, batch;
+    int64_t stride_a, stride_b, stride_c; /* elements between batch matrices (b: 0 = shared) */
+    gt_dtype dt;
+} gt_gemm;
+
+__global__ void gt_k_widen(int64_t n, const void *x, int dx, float *y)
+{
+    GT_GRID_STRIDE(i, n)
+    {
+        y[i] = gt_ld(x, dx, i);
+    }
+}
+
+__global__ void gt_k_narrow(int64_t n, const float *x, void *y, int dy)
+{
+    GT_GRID_STRIDE(i, n)
+    {
+        gt_st(y, dy, i, x[i]);
+    }
+}
+
+__global__ void gt_k_zero(int64_t n, void *y, int dy)
+{
+    GT_GRID_STRIDE(i, n)
+    {
+        gt_st(y, dy, i, 0.0f);
+    }
+}
+
+/* Picks (or recalls) the algorithm for this problem. */
+static gt_status gt_cuda_pick_algo(gt_cuda_stream *s, const gt_kernel_call *c, const gt_gemm *g,
+                                   cublasLtMatmulDesc_t desc, cublasLtMatrixLayout_t la,
+                                   cublasLtMatrixLayout_t lb, cublasLtMatrixLayout_t lc,
+                                   cublasLtMatmulAlgo_t *algo, gt_error *err)
+{
+    int64_t key[10] = {g->ta,    g->tb,       g->m,        g->n,        g->k,
+                       g->batch, g->stride_a, g->stride_b, g->stride_c, g->dt};
+    for (int i = 0; i < GT_CUDA_ALGO_CACHE; i++) {
+        if (s->cache[i].used && memcmp(s->cache[i].key, key, sizeof key) == 0) {
+            *algo = s->cache[i].algo;
+            return GT_OK;
+        }
+    }
+    cublasLtMatmulPreference_t pref;
+    GT_TRY(gt_lt_check(c, cublasLtMatmulPreferenceCreate(&pref), "preference", err));
+    size_t ws = s->workspace_bytes;
+    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws,
+                                         sizeof ws);
+    cublasLtMatmulHeuristicResult_t res[8];
+    int nres = 0;
+    cublasStatus_t st =
+        cublasLtMatmulAlgoGetHeuristic(s->lt, desc, la, lb, lc, lc, pref, 8, res, &nres);
+    cublasLtMatmulPreferenceDestroy(pref);
+    GT_TRY(gt_lt_check(c, st, "heuristic", err));
+    if (nres == 0)
+        return gt_error_set(err, GT_ERR_UNSUPPORTED,
+                            "matmul: cuBLASLt has no algorithm for %lld x %lld x %lld (batch %lld, "
+                            "%s)",
+                            (long long)g->m, (long long)g->n, (long long)g->k, (long long)g->batch,
+                            gt_dtype_name(g->dt));
+    int pick = 0;
+    for (int i = 0; i < nres; i++) {
+        int32_t splitk = 1;
+        size_t got = 0;
+        if (cublasLtMatmulAlgoConfigGetAttribute(&res[i].algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM,
+                                                 &splitk, sizeof splitk,
+                                                 &got) == CUBLAS_STATUS_SUCCESS &&
+            splitk <= 1) {
+            pick = i;
+            break;
+        }
+    }
+    *algo = res[pick].algo;
+    gt_cuda_algo_entry *e = &s->cache[s->next_slot];
+    s->next_slot = (s->next_slot + 1) % GT_CUDA_ALGO_CACHE;
+    memcpy(e->key, key, sizeof key);
+    e->algo = *algo;
+    e->used = true;
+    return GT_OK;
+}
+
+static gt_status gt_cuda_gemm(gt_cuda_stream *s, const gt_kernel_call *c, const gt_gemm *g,
+                              const void *a, const void *b, void *out, gt_error *err)
+{
+    cudaDataType_t t = gt_cuda_dt(g->dt);
+    cublasLtMatmulDesc_t desc = NULL;
+    cublasLtMatrixLayout_t la = NULL, lb = NULL, lc = NULL;
+    gt_status st = gt_lt_check(c, cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F),
+                               "descriptor", err);
+    /* cuBLASLt's A = our b (column-major: rows x cols with leading dim), B = our a. */
+    cublasOperation_t opa = g->tb ? CUBLAS_OP_T : CUBLAS_OP_N;
+    cublasOperation_t opb = g->ta ? CUBLAS_OP_T : CUBLAS_OP_N;
+    if (st == GT_OK) {
+        cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof opa);
+        cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof opb);
+        uint64_t ar = g->tb ? g->k : g->n, ac = g->tb ? g->n : g->k;
+        uint64_t br = g->ta ? g->m : g->k, bc = g->ta ? g->k : g->m;
+        st = gt_lt_check(c, cublasLtMatrixLayoutCreate(&la, t, ar, ac, (int64_t)ar), "layout", err);
+        if (st == GT_OK)
+            st = gt_lt_check(c, cublasLtMatrixLayoutCreate(&lb, t, br, bc, (int64_t)br), "layout",
+                             err);
+        if (st == GT_OK)
+            st =
+                gt_lt_check(c, cublasLtMatrixLayoutCreate(&lc, t, g->n, g->m, g->n), "layout", err);
+    }
+    if (st == GT_OK && g->batch > 1) {
+        int32_t bcount = (int32_t)g->batch;
+        cublasLtMatrixLayout_t ls[3] = {la, lb, lc};
+        int64_t strides[3] = {g->stride_b, g->stride_a, g->stride_c};
+        for (int k = 0; k < 3; k++) {
+            cublasLtMatrixLayoutSetAttribute(ls[k], CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &bcount,
+                                             sizeof bcount);
+            cublasLtMatrixLayoutSetAttribute(ls[k], CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET,
+                                             &strides[k], sizeof strides[k]);
+        }
+    }
+    cublasLtMatmulAlgo_t algo;
+    if (st == GT_OK) st = gt_cuda_pick_algo(s, c, g, desc, la, lb, lc, &algo, err);
+    if (st == GT_OK) {
+        float alpha = 1.0f, beta = 0.0f;
+        st = gt_lt_check(c,
+                         cublasLtMatmul(s->lt, desc, &alpha, b, la, a, lb, &beta, out, lc, out, lc,
+                                        &algo, s->workspace, s->workspace_bytes, s->stream),
+                         "matmul", err);
+    }
+    if (lc) cublasLtMatrixLayoutDestroy(lc);
+    if (lb) cublasLtMatrixLayoutDestroy(lb);
+    if (la) cublasLtMatrixLayoutDestroy(la);
+    if (desc) cublasLtMatmulDescDestroy(desc);
+    return st;
+}
+
+gt_status gt_cuda_matmul(gt_cuda_stream *s, const gt_kernel_call *c, gt_error *err)
+{
+    GT_TRY(gt_cuda_want_attrs(c, 2, 0, 0, err));
+    const gt_tensor *a = c->in[0], *b = c->in[1];
+    gt_tensor *out = c->out[0];
+    GT_TRY(gt_cuda_want_float(c, a, "a", err));
+    GT_TRY(gt_cuda_want_float(c, b, "b", err));
+    GT_TRY(gt_cuda_want_float(c, out, "output", err));
+    bool ta = c->i[0] != 0, tb = c->i[1] != 0;
+    int ra = a->ndim, rb = b->ndim;
+    if (ra < 2 || rb < 2 || (rb != 2 && rb != ra))
+        return gt_cuda_shape_error(c, "need rank >= 2 and b of rank 2 or a's rank", err);
+    int64_t m = ta ? a->shape[ra - 1] : a->shape[ra - 2];
+    int64_t k = ta ? a->shape[ra - 2] : a->shape[ra - 1];
+    int64_t kb = tb ? b->shape[rb - 1] : b->shape[rb - 2];
+    int64_t n = tb ? b->shape[rb - 2] : b->shape[rb - 1];
+    int64_t batch = 1;
+    bool ok = k == kb && out->ndim == ra && out->shape[ra - 2] == m && out->shape[ra - 1] == n;
+    for (int d = 0; ok && d < ra - 2; d++) {
+        ok = out->shape[d] == a->shape[d] && (rb == 2 || b->shape[d] == a->shape[d]);
+        batch *= a->shape[d];
+    }
+    if (!ok) return gt_cuda_shape_error(c, "a, b and the output do not fit", err);
+    int64_t numel = gt_tensor_numel(out);
+    if (numel == 0) return GT_OK;
+    if (k == 0) {
+        gt_k_zero<<<gt_cuda_blocks(numel), GT_CUDA_THREADS, 0, s->stream>>>(numel, out->data,
+                                                                            out->dtype);
+        return gt_cuda_launched(c, err);
+    }
+    gt_gemm g = {ta, tb, m, n, k, batch, m * k, rb == 2 ? 0 : k * n, m * n, a->dtype};
+    if (rb == 2 && !ta) { /* fold the batch into M: one gemm */
+        g.m = batch * m;
+        g.batch = 1;
+    }
+    if (g.m > 0x7fffffff || n > 0x7fffffff || k > 0x7fffffff || g.batch > 0x7fffffff)
+        return gt_error_set(err, GT_ERR_UNSUPPORTED, "matmul: dims exceed cuBLASLt's int range");
+    bool same = a->dtype == b->dtype && b->dtype == out->dtype;
+    if (same && rb == 2 && ta && batch > 1) {
+        /* b shared by every batch matrix: one gemm per batch element, in order (no reliance on a
+         * zero batch stride). */
+        size_t es = gt_dtype_size(a->dtype);
+        gt_gemm one = g;
+        one.batch = 1;
+        for (int64_t i = 0; i < batch; i++)
+            GT_TRY(gt_cuda_gemm(s, c, &one, (const char *)a->data + (size_t)(i * m * k) * es,
+                                b->data, (char *)out->data + (size_t)(i * m * n) * es, err));
+        return GT_OK;
+    }
+    if (same) return gt_cuda_gemm(s, c, &g, a->data, b->data, out->data, err);
+    /* Mixed dtypes: widen every operand that is not f32 into scratch, multiply in f32. */
+    int64_t na = gt_tensor_numel(a), nb = gt_tensor_numel(b);
+    size_t ba = ((size_t)na * 4 + 255) & ~(size_t)255, bb = ((size_t)nb * 4 + 255) & ~(size_t)255;
+    void *scr;
+    GT_TRY(gt_cuda_scratch(s, c, ba + bb + (size_t)numel * 4, &scr, err));
+    float *wa = (float *)scr, *wb = (float *)((char *)scr + ba);
+    float *wo = (float *)((char *)scr + ba + bb);
+    const void *pa = a->data, *pb = b->data;
+    if (a->dtype != GT_F32) {
+        gt_k_widen<<<gt_cuda_blocks(na), GT_CUDA_THREADS, 0, s->stream>>>(na, a->data, a->dtype,
+                                                                          wa);
+        pa = wa;
+    }
+    if (b->dtype != GT_F32) {
+        gt_k_widen<<<gt_cuda_blocks(nb), GT_CUDA_THREADS, 0, s->stream>>>(nb, b->data, b->dtype,
+                                                                          wb);
+        pb = wb;
+    }
+    GT_TRY(gt_cuda_launched(c, err));
+    g.dt = GT_F32;
+    void *po = out->dtype == GT_F32 ? out->data : (void *)wo;
+    if (rb == 2 && ta && batch > 1) {
+        gt_gemm one = g;
+        one.batch = 1;
+        for (int64_t i = 0; i < batch; i++)
+            GT_TRY(gt_cuda_gemm(s, c, &one, (const float *)pa + i * m * k, pb,
+                                (float *)po + i * m * n, err));
+    } else {
+        GT_TRY(gt_cuda_gemm(s, c, &g, pa, pb, po, err));
+    }
+    if (out->dtype != GT_F32) {
+        gt_k_narrow<<<gt_cuda_blocks(numel), GT_CUDA_THREADS, 0, s->stream>>>(numel, wo, out->data,
+                                                                              out->dtype);
+        return gt_cuda_launched(c, err);
+    }
+    return GT_OK;
+}

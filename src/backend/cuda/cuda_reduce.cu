@@ -1,0 +1,472 @@
+/* cuda_reduce.cu — sum, mean, max, max_backward, sum_to, softmax (+backward) and cross_entropy
+ * (+backward).
+ *
+ * Reductions split x's dims into kept dims (the output's index space) and reduced dims, whose
+ * elements are visited in row-major order. A group with many terms gets one block: thread t sums
+ * the terms t, t + T, ... in order, then a fixed shared-memory tree adds the T partials; small
+ * groups get one thread that sums in row-major order. Which path runs depends only on the shape,
+ * so results are identical run to run. As on the CPU, sums, means and the softmax / log-sum-exp
+ * denominators accumulate in double (long rows: a vocabulary, a batch of tokens); exp is f32. */
+#include "cuda_internal.h"
+
+#include <string.h>
+
+#define GT_RED_SMALL 32 /* groups of at most this many terms: one thread per group */
+
+__device__ __forceinline__ double gt_block_sum_d(double v, double *sh)
+{
+    sh[threadIdx.x] = v;
+    __syncthreads();
+    for (unsigned w = blockDim.x / 2; w > 0; w >>= 1) {
+        if (threadIdx.x < w) sh[threadIdx.x] += sh[threadIdx.x + w];
+        __syncthreads();
+    }
+    double r = sh[0];
+    __syncthreads();
+    return r;
+}
+
+/* ---------------------------------------------------------------- sum / mean / max / sum_to */
+
+typedef struct {
+    gt_cuda_index kept; /* shape: kept dims; stride[0]: x strides */
+    gt_cuda_index red;  /* shape: reduced dims; stride[0]: x strides */
+    int64_t groups, count;
+} gt_cuda_reduce;
+
+/* kind 0 = sum (divided by `divisor`), 1 = max. */
+__device__ __forceinline__ float gt_reduce_group_serial(const gt_cuda_reduce &r, int kind,
+                                                        const void *x, int dx, int64_t base,
+                                                        double divisor)
+{
+    double acc = 0.0;
+    float m = -INFINITY;
+    for (int64_t k = 0; k < r.count; k++) {
+        int64_t off[1];
+        gt_index_offsets(r.red, k, 1, off);
+        float v = gt_ld(x, dx, base + off[0]);
+        if (kind == 0)
+            acc += v;
+        else
+            m = gt_nanmax(v, m);
+    }
+    return kind == 0 ? (float)(acc / divisor) : m;
+}
+
+__global__ void gt_k_reduce_serial(gt_cuda_reduce r, int kind, const void *x, int dx, void *out,
+                                   int dout, double divisor)
+{
+    GT_GRID_STRIDE(g, r.groups)
+    {
+        int64_t off[1];
+        gt_index_offsets(r.kept, g, 1, off);
+        gt_st(out, dout, g, gt_reduce_group_serial(r, kind, x, dx, off[0], divisor));
+    }
+}
+
+__global__ void __launch_bounds__(GT_CUDA_THREADS)
+    gt_k_reduce_block(gt_cuda_reduce r, int kind, const void *x, int dx, void *out, int dout,
+                      double divisor)
+{
+    __shared__ double shd[GT_CUDA_THREADS];
+    __shared__ float shf[GT_CUDA_THREADS];
+    for (int64_t g = blockIdx.x; g < r.groups; g += gridDim.x) {
+        int64_t base[1];
+        gt_index_offsets(r.kept, g, 1, base);
+        double acc = 0.0;
+        float m = -INFINITY;
+        for (int64_t k = threadIdx.x; k < r.count; k += blockDim.x) {
+            int64_t off[1];
+            gt_index_offsets(r.red, k, 1, off);
+            float v = gt_ld(x, dx, base[0] + off[0]);
+            if (kind == 0)
+                acc += v;
+            else
+                m = gt_nanmax(v, m);
+        }
+        if (kind == 0) {
+            double t = gt_block_sum_d(acc, shd);
+            if (threadIdx.x == 0) gt_st(out, dout, g, (float)(t / divisor));
+        } else {
+            float t = gt_block_max(m, shf);
+            if (threadIdx.x == 0) gt_st(out, dout, g, t);
+        }
+    }
+}
+
+/* Splits x's dims by `reduced` into r. */
+static void gt_cuda_reduce_plan(const gt_tensor *x, const bool *reduced, gt_cuda_reduce *r)
+{
+    memset(r, 0, sizeof *r);
+    int64_t xstr[GT_MAX_DIMS];
+    gt_cuda_contig_strides(x->ndim, x->shape, xstr);
+    r->groups = 1;
+    r->count = 1;
+    for (int d = 0; d < x->ndim; d++) {
+        gt_cuda_index *ix = reduced[d] ? &r->red : &r->kept;
+        ix->shape[ix->ndim] = x->shape[d];
+        ix->stride[0][ix->ndim] = xstr[d];
+        ix->ndim++;
+        if (reduced[d])
+            r->count *= x->shape[d];
+        else
+            r->groups *= x->shape[d];
+    }
+}
+
+static gt_status gt_cuda_reduce_run(gt_cuda_stream *s, const gt_kernel_call *c,
+                                    const gt_cuda_reduce *r, int kind, const gt_tensor *x,
+                                    gt_tensor *out, double divisor, gt_error *err)
+{
+    if (r->groups == 0) return GT_OK;
+    if (r->count <= GT_RED_SMALL)
+        gt_k_reduce_serial<<<gt_cuda_blocks(r->groups), GT_CUDA_THREADS, 0, s->stream>>>(
+            *r, kind, x->data, x->dtype, out->data, out->dtype, divisor);
+    else
+        gt_k_reduce_block<<<(unsigned)(r->groups < 65536 ? r->groups : 65536), GT_CUDA_THREADS, 0,
+                            s->stream>>>(*r, kind, x->data, x->dtype, out->data, out->dtype,
+                                         divisor);
+    return gt_cuda_launched(c, err);
+}
+
+/* Reads keepdim and dims, checks `red` (the reduced tensor) has the implied shape. */
+static gt_status gt_cuda_reduce_layout(const gt_kernel_call *c, const gt_tensor *x,
+                                       const gt_tensor *red, bool *reduced, gt_error *err)
+{
+    GT_TRY(gt_cuda_want_attrs(c, 1, 0, 0, err));
+    bool keepdim = c->i[0] != 0;
+    for (int d = 0; d < GT_MAX_DIMS; d++)
+        reduced[d] = false;
+    for (int k = 1; k < c->ni; k++) {
+        int d;
+        GT_TRY(gt_cuda_norm_dim(c, c->i[k], x->ndim, &d, err));
+        if (reduced[d])
+            return gt_error_set(err, GT_ERR_INVALID, "%s: dim %d listed twice",
+                                gt_cuda_op_name(c->op), d);
+        reduced[d] = true;
+    }
+    int64_t expect[GT_MAX_DIMS];
+    int ne = 0;
+    for (int d = 0; d < x->ndim; d++)
+        if (!reduced[d] || keepdim) expect[ne++] = reduced[d] ? 1 : x->shape[d];
+    bool ok = red->ndim == ne;
+    for (int d = 0; ok && d < ne; d++)
+        ok = red->shape[d] == expect[d];
+    if (!ok) return gt_cuda_shape_error(c, "the reduced tensor's shape does not fit", err);
+    return GT_OK;
+}
+
+static gt_status gt_cuda_sum_mean_max(gt_cuda_stream *s, const gt_kernel_call *c, gt_error *err)
+{
+    const gt_tensor *x = c->in[0];
+    gt_tensor *out = c->out[0];
+    GT_TRY(gt_cuda_want_float(c, x, "input", err));
+    GT_TRY(gt_cuda_want_float(c, out, "output", err));
+    bool reduced[GT_MAX_DIMS];
+    GT_TRY(gt_cuda_reduce_layout(c, x, out, reduced, err));
+    gt_cuda_reduce r;
+    gt_cuda_reduce_plan(x, reduced, &r);
+    if (c->op == GT_OP_MAX && r.count == 0 && r.groups > 0)
+        return gt_error_set(err, GT_ERR_INVALID, "max: reduces an empty dim (no maximum exists)");
+    double divisor = c->op == GT_OP_MEAN ? (double)r.count : 1.0;
+    return gt_cuda_reduce_run(s, c, &r, c->op == GT_OP_MAX ? 1 : 0, x, out, divisor, err);
+}
+
+gt_status gt_cuda_sum(gt_cuda_stream *s, const gt_kernel_call *c, gt_error *err)
+{
+    return gt_cuda_sum_mean_max(s, c, err);
+}
+gt_status gt_cuda_mean(gt_cuda_stream *s, const gt_kernel_call *c, gt_error *err)
+{
+    return gt_cuda_sum_mean_max(s, c, err);
+}
+gt_status gt_cuda_max(gt_cuda_stream *s, const gt_kernel_call *c, gt_error *err)
+{
+    return gt_cuda_sum_mean_max(s, c, err);
+}
+
+gt_status gt_cuda_sum_to(gt_cuda_stream *s, const gt_kernel_call *c, gt_error *err)
+{
+    const gt_tensor *x = c->in[0];
+    gt_tensor *out = c->out[0];
+    GT_TRY(gt_cuda_want_float(c, x, "input", err));
+    GT_TRY(gt_cuda_want_float(c, out, "output", err));
+    bool reduced[GT_MAX_DIMS] = {false};
+    bool ok = out->ndim <= x->ndim && c->ne == out->ndim && (c->ne == 0 || c->e);
+    int lead = x->ndim - out->ndim;
+    for (int d = 0; ok && d < x->ndim; d++) {
+        int od = d - lead;
+        if (od < 0)
+            reduced[d] = true;
+        else if (c->e[od] != out->shape[od])
+            ok = false;
+        else if (out->shape[od] == x->shape[d])
+            reduced[d] = false;
+        else if (out->shape[od] == 1)
+            reduced[d] = true;
+        else
+            ok = false;
+    }
+    if (!ok) return gt_cuda_shape_error(c, "cannot sum the input down to the output", err);
+    /* Kept dims of x are exactly out's dims that are not summed, in order: out's row-major index
+     * space minus its size-1 summed dims, so group g is out element g. */
+    gt_cuda_reduce r;
+    gt_cuda_reduce_plan(x, reduced, &r);
+    return gt_cuda_reduce_run(s, c, &r, 0, x, out, 1.0, err);
+}
+
+/* dx = dy at the first (row-major) maximum of each group, 0 elsewhere: one thread per group. */
+__global__ void gt_k_max_backward(gt_cuda_reduce r, const void *x, int dx_t, const void *y, int dyt,
+                                  const void *dy, int ddy, void *dx, int ddx)
+{
+    GT_GRID_STRIDE(g, r.groups)
+    {
+        int64_t base[1];
+        gt_index_offsets(r.kept, g, 1, base);
+        float m = gt_ld(y, dyt, g), grad = gt_ld(dy, ddy, g);
+        bool routed = false;
+        for (int64_t k = 0; k < r.count; k++) {
+            int64_t off[1];
+            gt_index_offsets(r.red, k, 1, off);
+            int64_t xi = base[0] + off[0];
+            float v = gt_ld(x, dx_t, xi);
+            bool hit = !routed && (v == m || (v != v && m != m));
+            gt_st(dx, ddx, xi, hit ? grad : 0.0f);
+            routed |= hit;
+        }
+    }
+}
+
+gt_status gt_cuda_max_backward(gt_cuda_stream *s, const gt_kernel_call *c, gt_error *err)
+{
+    const gt_tensor *x = c->in[0], *y = c->in[1], *dy = c->in[2];
+    gt_tensor *dx = c->out[0];
+    GT_TRY(gt_cuda_want_float(c, x, "x", err));
+    GT_TRY(gt_cuda_want_float(c, y, "y", err));
+    GT_TRY(gt_cuda_want_float(c, dy, "dy", err));
+    GT_TRY(gt_cuda_want_float(c, dx, "dx", err));
+    GT_TRY(gt_cuda_want_same_shape(c, x, "x", dx, "dx", err));
+    GT_TRY(gt_cuda_want_same_shape(c, y, "y", dy, "dy", err));
+    bool reduced[GT_MAX_DIMS];
+    GT_TRY(gt_cuda_reduce_layout(c, x, y, reduced, err));
+    gt_cuda_reduce r;
+    gt_cuda_reduce_plan(x, reduced, &r);
+    if (r.groups == 0 || r.count == 0) return GT_OK;
+    gt_k_max_backward<<<gt_cuda_blocks(r.groups), GT_CUDA_THREADS, 0, s->stream>>>(
+        r, x->data, x->dtype, y->data, y->dtype, dy->data, dy->dtype, dx->data, dx->dtype);
+    return gt_cuda_launched(c, err);
+}
+
+/* ---------------------------------------------------------------- softmax */
+
+/* One block per line (outer o, inner i) of n elements at stride `inner`. */
+__global__ void __launch_bounds__(GT_CUDA_THREADS)
+    gt_k_softmax(int backward, int64_t lines, int64_t n, int64_t inner, const void *a, int da,
+                 const void *b, int db, void *out, int dout)
+{
+    __shared__ double shd[GT_CUDA_THREADS];
+    __shared__ float shf[GT_CUDA_THREADS];
+    for (int64_t line = blockIdx.x; line < lines; line += gridDim.x) {
+        int64_t o = line / inner, in = line - o * inner, base = o * n * inner + in;
+        if (!backward) {
+            /* y_j = exp(x_j - m) * f32(1 / sum_k exp(x_k - m)) */
+            float m = -INFINITY;
+            for (int64_t j = threadIdx.x; j < n; j += blockDim.x)
+                m = gt_nanmax(gt_ld(a, da, base + j * inner), m);
+            m = gt_block_max(m, shf);
+            double sum = 0.0;
+            for (int64_t j = threadIdx.x; j < n; j += blockDim.x)
+                sum += expf(gt_ld(a, da, base + j * inner) - m);
+            sum = gt_block_sum_d(sum, shd);
+            float inv = (float)(1.0 / sum);
+            for (int64_t j = threadIdx.x; j < n; j += blockDim.x)
+                gt_st(out, dout, base + j * inner, expf(gt_ld(a, da, base + j * inner) - m) * inv);
+        } else {
+            /* dx_j = y_j * (dy_j - f32(sum_k y_k dy_k)); a = y, b = dy */
+            double dot = 0.0;
+            for (int64_t j = threadIdx.x; j < n; j += blockDim.x)
+                dot += (double)gt_ld(a, da, base + j * inner) * gt_ld(b, db, base + j * inner);
+            float df = (float)gt_block_sum_d(dot, shd);
+            for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
+                int64_t k = base + j * inner;
+                gt_st(out, dout, k, gt_ld(a, da, k) * (gt_ld(b, db, k) - df));
+            }
+        }
+    }
+}
+
+static gt_status gt_cuda_softmax_any(gt_cuda_stream *s, const gt_kernel_call *c, gt_error *err)
+{
+    bool bwd = c->op == GT_OP_SOFTMAX_BACKWARD;
+    const gt_tensor *a = c->in[0], *b = bwd ? c->in[1] : c->in[0];
+    gt_tensor *out = c->out[0];
+    GT_TRY(gt_cuda_want_float(c, a, bwd ? "y" : "x", err));
+    GT_TRY(gt_cuda_want_float(c, b, "dy", err));
+    GT_TRY(gt_cuda_want_float(c, out, "output", err));
+    GT_TRY(gt_cuda_want_same_shape(c, a, "input", out, "output", err));
+    GT_TRY(gt_cuda_want_same_shape(c, b, "dy", out, "output", err));
+    GT_TRY(gt_cuda_want_attrs(c, 1, 0, 0, err));
+    int dim;
+    GT_TRY(gt_cuda_norm_dim(c, c->i[0], a->ndim, &dim, err));
+    int64_t outer = 1, inner = 1, n = a->shape[dim];
+    for (int d = 0; d < dim; d++)
+        outer *= a->shape[d];
+    for (int d = dim + 1; d < a->ndim; d++)
+        inner *= a->shape[d];
+    int64_t lines = outer * inner;
+    if (lines == 0 || n == 0) return GT_OK;
+    gt_k_softmax<<<(unsigned)(lines < 65536 ? lines : 65536), GT_CUDA_THREADS, 0, s->stream>>>(
+        bwd, lines, n, inner, a->data, a->dtype, b->data, b->dtype, out->data, out->dtype);
+    return gt_cuda_launched(c, err);
+}
+
+gt_status gt_cuda_softmax(gt_cuda_stream *s, const gt_kernel_call *c, gt_error *err)
+{
+    return gt_cuda_softmax_any(s, c, err);
+}
+gt_status gt_cuda_softmax_backward(gt_cuda_stream *s, const gt_kernel_call *c, gt_error *err)
+{
+    return gt_cuda_softmax_any(s, c, err);
+}
+
+/* ---------------------------------------------------------------- cross entropy */
+
+/* Per row: loss_i = lse_i - x_i[t_i] (double) and valid_i; or, in backward mode, the row of
+ * dlogits = coef * (softmax - onehot), coef = dloss / n_valid (read from device memory). */
+__global__ void __launch_bounds__(GT_CUDA_THREADS)
+    gt_k_ce_rows(int backward, int64_t rows, int64_t v, const void *x, int dx, const void *tg,
+                 int dt, int64_t ignore, double *loss, int64_t *valid, const int64_t *n_valid,
+                 const void *dloss, int ddl, void *g, int dg, unsigned long long *flag)
+{
+    __shared__ double shd[GT_CUDA_THREADS];
+    __shared__ float shf[GT_CUDA_THREADS];
+    for (int64_t i = blockIdx.x; i < rows; i += gridDim.x) {
+        int64_t t = gt_ld_index(tg, dt, i), base = i * v;
+        bool bad = t != ignore && (t < 0 || t >= v);
+        if (bad && threadIdx.x == 0)
+            gt_flag(flag, backward ? GT_OP_CROSS_ENTROPY_BACKWARD : GT_OP_CROSS_ENTROPY, i, v);
+        bool skip = t == ignore || bad;
+        double coef = 0.0;
+        if (backward) {
+            int64_t nv = *n_valid;
+            coef = nv > 0 ? (double)gt_ld(dloss, ddl, 0) / (double)nv : 0.0;
+            if (skip || nv == 0) {
+                for (int64_t j = threadIdx.x; j < v; j += blockDim.x)
+                    gt_st(g, dg, base + j, 0.0f);
+                continue;
+            }
+        } else if (skip) {
+            if (threadIdx.x == 0) {
+                loss[i] = 0.0;
+                valid[i] = 0;
+            }
+            continue;
+        }
+        float m = -INFINITY;
+        for (int64_t j = threadIdx.x; j < v; j += blockDim.x)
+            m = gt_nanmax(gt_ld(x, dx, base + j), m);
+        m = gt_block_max(m, shf);
+        double sum = 0.0;
+        for (int64_t j = threadIdx.x; j < v; j += blockDim.x)
+            sum += expf(gt_ld(x, dx, base + j) - m);
+        sum = gt_block_sum_d(sum, shd);
+        if (!backward) {
+            if (threadIdx.x == 0) {
+                loss[i] = (double)m + log(sum) - (double)gt_ld(x, dx, base + t);
+                valid[i] = 1;
+            }
+            continue;
+        }
+        double scale = coef / sum;
+        for (int64_t j = threadIdx.x; j < v; j += blockDim.x) {
+            double e = expf(gt_ld(x, dx, base + j) - m);
+            gt_st(g, dg, base + j, j == t ? (float)(e * scale - coef) : (float)(e * scale));
+        }
+    }
+}
+
+/* One block: total loss and valid count in a fixed order; out = total / n_valid (NaN if 0). */
+__global__ void __launch_bounds__(GT_CUDA_THREADS)
+    gt_k_ce_finish(int64_t rows, const double *loss, const int64_t *valid, void *out, int dout)
+{
+    __shared__ double shd[GT_CUDA_THREADS];
+    double tot = 0.0, cnt = 0.0;
+    for (int64_t i = threadIdx.x; i < rows; i += blockDim.x) {
+        tot += loss[i];
+        cnt += (double)valid[i];
+    }
+    tot = gt_block_sum_d(tot, shd);
+    cnt = gt_block_sum_d(cnt, shd); /* integers below 2^53: exact in any order */
+    if (threadIdx.x == 0) gt_st(out, dout, 0, (float)(tot / cnt));
+}
+
+/* One block: the number of rows whose target is valid (in range, not ignored). */
+__global__ void __launch_bounds__(GT_CUDA_THREADS)
+    gt_k_ce_count(int64_t rows, int64_t v, const void *tg, int dt, int64_t ignore, int64_t *n_valid)
+{
+    __shared__ double shd[GT_CUDA_THREADS];
+    double cnt = 0.0;
+    for (int64_t i = threadIdx.x; i < rows; i += blockDim.x) {
+        int64_t t = gt_ld_index(tg, dt, i);
+        cnt += (t != ignore && t >= 0 && t < v) ? 1.0 : 0.0;
+    }
+    cnt = gt_block_sum_d(cnt, shd);
+    if (threadIdx.x == 0) *n_valid = (int64_t)cnt;
+}
+
+static gt_status gt_cuda_ce_check(const gt_kernel_call *c, const gt_tensor *logits,
+                                  const gt_tensor *targets, gt_error *err)
+{
+    GT_TRY(gt_cuda_want_attrs(c, 1, 0, 0, err));
+    GT_TRY(gt_cuda_want_float(c, logits, "logits", err));
+    GT_TRY(gt_cuda_want_index(c, targets, "targets", err));
+    if (logits->ndim != 2 || targets->ndim != 1 || targets->shape[0] != logits->shape[0])
+        return gt_cuda_shape_error(c, "expected logits [N, V] and targets [N]", err);
+    return GT_OK;
+}
+
+gt_status gt_cuda_cross_entropy(gt_cuda_stream *s, const gt_kernel_call *c, gt_error *err)
+{
+    const gt_tensor *logits = c->in[0], *targets = c->in[1];
+    gt_tensor *out = c->out[0];
+    GT_TRY(gt_cuda_ce_check(c, logits, targets, err));
+    GT_TRY(gt_cuda_want_float(c, out, "output", err));
+    if (out->ndim != 0) return gt_cuda_shape_error(c, "the output must be a scalar", err);
+    int64_t rows = logits->shape[0], v = logits->shape[1];
+    void *scr;
+    size_t lb = ((size_t)rows * sizeof(double) + 255) & ~(size_t)255;
+    GT_TRY(gt_cuda_scratch(s, c, lb + (size_t)rows * sizeof(int64_t) + 8, &scr, err));
+    double *loss = (double *)scr;
+    int64_t *valid = (int64_t *)((char *)scr + lb);
+    if (rows > 0) {
+        gt_k_ce_rows<<<(unsigned)(rows < 65536 ? rows : 65536), GT_CUDA_THREADS, 0, s->stream>>>(
+            0, rows, v, logits->data, logits->dtype, targets->data, targets->dtype, c->i[0], loss,
+            valid, NULL, NULL, 0, NULL, 0, s->flag);
+        GT_TRY(gt_cuda_launched(c, err));
+    }
+    gt_k_ce_finish<<<1, GT_CUDA_THREADS, 0, s->stream>>>(rows, loss, valid, out->data, out->dtype);
+    return gt_cuda_launched(c, err);
+}
+
+gt_status gt_cuda_cross_entropy_backward(gt_cuda_stream *s, const gt_kernel_call *c, gt_error *err)
+{
+    const gt_tensor *logits = c->in[0], *targets = c->in[1], *dloss = c->in[2];
+    gt_tensor *dx = c->out[0];
+    GT_TRY(gt_cuda_ce_check(c, logits, targets, err));
+    GT_TRY(gt_cuda_want_float(c, dloss, "dloss", err));
+    GT_TRY(gt_cuda_want_float(c, dx, "dlogits", err));
+    GT_TRY(gt_cuda_want_same_shape(c, logits, "logits", dx, "dlogits", err));
+    if (gt_tensor_numel(dloss) != 1) return gt_cuda_shape_error(c, "dloss must be a scalar", err);
+    int64_t rows = logits->shape[0], v = logits->shape[1];
+    if (rows == 0 || v == 0) return GT_OK;
+    void *scr;
+    GT_TRY(gt_cuda_scratch(s, c, sizeof(int64_t), &scr, err));
+    int64_t *n_valid = (int64_t *)scr;
+    gt_k_ce_count<<<1, GT_CUDA_THREADS, 0, s->stream>>>(rows, v, targets->data, targets->dtype,
+                                                        c->i[0], n_valid);
+    GT_TRY(gt_cuda_launched(c, err));
+    gt_k_ce_rows<<<(unsigned)(rows < 65536 ? rows : 65536), GT_CUDA_THREADS, 0, s->stream>>>(
+        1, rows, v, logits->data, logits->dtype, targets->data, targets->dtype, c->i[0], NULL, NULL,
+        n_valid, dloss->data, dloss->dtype, dx->data, dx->dtype, s->flag);
+    return gt_cuda_launched(c, err);
+}
