@@ -153,6 +153,61 @@ gt_status gt_program_run(gt_program *p, const gt_tensor *inputs, gt_tensor *outp
 size_t gt_program_planned_bytes(const gt_program *p, gt_arena_kind a);
 size_t gt_program_allocated_bytes(const gt_program *p, gt_arena_kind a);
 
+/* ---------------------------------------------------------------- the program on a CUDA device
+ * (src/runtime/exec_cuda.c). Declared in every build; defined only when the library is built with
+ * CUDA (GT_HAVE_CUDA), except gt_program_state_input, which is plain host code.
+ *
+ * The same gt_program as on the CPU — schedule, plan, lowering, instruction list — with both arenas
+ * in device memory (cudaMalloc, once, at the planned sizes) and every instruction run in program
+ * order by gt_cuda_run_kernel on the program's one stream. gt_program_build / gt_program_run are
+ * untouched. Graph inputs live in their planned buffers between runs, so state can stay on the
+ * device across steps: upload params and moments once, then set only the per-step inputs. With the
+ * default plan adamw updates the persistent arena in place, so an update output shares its input's
+ * buffer and gt_cuda_program_carry costs nothing; without in place it is one device copy. */
+typedef struct gt_cuda_program gt_cuda_program;
+
+/* Schedules, plans and lowers g as gt_program_build_opts (opts may be NULL), then allocates the
+ * arenas on the current CUDA device and creates the stream. g must outlive the program. */
+gt_status gt_cuda_program_build(const gt_graph *g, const gt_sym_binding *binding,
+                                const gt_plan_options *opts, gt_cuda_program **out, gt_error *err);
+void gt_cuda_program_free(gt_cuda_program *p);
+/* The lowered program (plan, instructions, buffer refs). Its arena[] are NULL: the bytes are on
+ * the device. */
+const gt_program *gt_cuda_program_lowered(const gt_cuda_program *p);
+/* The program's stream, a gt_cuda_stream * (gt_cuda.h). */
+void *gt_cuda_program_stream(gt_cuda_program *p);
+/* Device bytes allocated for an arena (equal to the planned bytes). */
+size_t gt_cuda_program_allocated_bytes(const gt_cuda_program *p, gt_arena_kind a);
+
+/* Copies host tensor t into the buffer of graph input k (dtype and shape must match, or
+ * GT_ERR_INVALID names the input). Ordered on the stream: t must stay valid until the next sync
+ * (a read below, gt_cuda_program_sync or gt_cuda_program_run). */
+gt_status gt_cuda_program_set_input(gt_cuda_program *p, int32_t k, const gt_tensor *t,
+                                    gt_error *err);
+/* Runs every instruction on the stream; returns once they are queued (kernel data errors come
+ * back from the next sync). */
+gt_status gt_cuda_program_exec(gt_cuda_program *p, gt_error *err);
+/* Makes graph output out_k's bytes graph input in_k's for the next run: nothing when they share a
+ * buffer (in place), else a device-to-device copy on the stream. Shapes and dtypes must match. */
+gt_status gt_cuda_program_carry(gt_cuda_program *p, int32_t out_k, int32_t in_k, gt_error *err);
+/* Waits for the stream; reports a data error a kernel flagged. */
+gt_status gt_cuda_program_sync(gt_cuda_program *p, gt_error *err);
+/* Copies graph input k's buffer (its current value: after a run with in-place updates, the updated
+ * state) into the allocated host tensor dst of the same dtype and element count; synchronous. */
+gt_status gt_cuda_program_read_input(gt_cuda_program *p, int32_t k, gt_tensor *dst, gt_error *err);
+/* Copies graph output k into *out, allocated here and owned by the caller (gt_tensor_free);
+ * synchronous. */
+gt_status gt_cuda_program_read_output(gt_cuda_program *p, int32_t k, gt_tensor *out, gt_error *err);
+/* As gt_program_run: every input copied in, the program run, every output copied out into
+ * tensors the caller owns; synchronous. */
+gt_status gt_cuda_program_run(gt_cuda_program *p, const gt_tensor *inputs, gt_tensor *outputs,
+                              gt_error *err);
+
+/* The graph input that output k carries state for — PARAM_UPDATE -> the PARAM, BUFFER_UPDATE ->
+ * the BUFFER, OPT_STATE_UPDATE -> the OPT_STATE input of the same fqn — or -1 (any other output,
+ * or no such input). */
+int32_t gt_program_state_input(const gt_graph *g, int32_t k);
+
 #ifdef __cplusplus
 }
 #endif

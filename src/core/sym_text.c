@@ -189,7 +189,7 @@ static gt_status gt_sym_parse_primary(gt_sym_parser *ps, gt_expr *out)
     size_t start = ps->pos;
     char c = ps->text[ps->pos];
     if (c >= '0' && c <= '9') {
-        uint64_t v;
+        uint64_t v = 0;
         GT_TRY(gt_sym_parse_digits(ps, (uint64_t)INT64_MAX, &v));
         *out = gt_sym_const(ps->p, (int64_t)v);
         return GT_OK;
@@ -232,7 +232,7 @@ static gt_status gt_sym_parse_unary(gt_sym_parser *ps, gt_expr *out)
     if (c != '-' && c != '+') return gt_sym_parse_primary(ps, out);
     ps->pos++;
     if (c == '-' && ps->text[ps->pos] >= '0' && ps->text[ps->pos] <= '9') {
-        uint64_t v; /* negative literal: magnitude up to 2^63 */
+        uint64_t v = 0; /* negative literal: magnitude up to 2^63 */
         GT_TRY(gt_sym_parse_digits(ps, (uint64_t)INT64_MAX + 1u, &v));
         *out = gt_sym_const(ps->p, (int64_t)((uint64_t)0 - v));
         return GT_OK;

@@ -138,7 +138,7 @@ gt_status gt_cpu_cross_entropy(const gt_kernel_call *c, gt_error *err)
 {
     const gt_tensor *logits = c->in[0], *targets = c->in[1];
     gt_tensor *out = c->out[0];
-    int64_t n_valid;
+    int64_t n_valid = 0;
     GT_TRY(gt_cpu_ce_check(c, logits, targets, &n_valid, err));
     GT_TRY(gt_cpu_want_f32(c, out, "output", err));
     GT_TRY(gt_cpu_want_rank(c, out, "output", 0, err));
@@ -159,7 +159,7 @@ gt_status gt_cpu_cross_entropy_backward(const gt_kernel_call *c, gt_error *err)
 {
     const gt_tensor *logits = c->in[0], *targets = c->in[1], *dloss = c->in[2];
     gt_tensor *dx = c->out[0];
-    int64_t n_valid;
+    int64_t n_valid = 0;
     GT_TRY(gt_cpu_ce_check(c, logits, targets, &n_valid, err));
     GT_TRY(gt_cpu_want_f32(c, dloss, "dloss", err));
     GT_TRY(gt_cpu_want_f32(c, dx, "dlogits", err));

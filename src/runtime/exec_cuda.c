@@ -1,0 +1,310 @@
+/* exec_cuda.c — the program executor on the CUDA backend (gt_program.h, "the program on a CUDA
+ * device").
+ *
+ * Build: gt_program_build_opts gives the schedule, the plan and the instruction list exactly as on
+ * the CPU; its host arenas are released at once (never touched, so never paged in) and the two
+ * arenas are allocated in device memory at the planned sizes. A run then walks the same
+ * instructions, wrapping each buffer reference as a gt_tensor onto the device arena and calling
+ * gt_cuda_run_kernel on the program's one stream. Kernels write every element of their outputs,
+ * so the arenas are never cleared; one stream and a fixed instruction order keep the run
+ * deterministic (the kernels themselves use no floating-point atomics).
+ *
+ * State: a graph input's buffer keeps its bytes between runs. The default plan puts adamw's
+ * updated params and moments over the old ones in the persistent arena, so after a run the input
+ * buffers already hold the next step's state; gt_cuda_program_carry makes that explicit and copies
+ * when the plan did not alias them (plan option no_in_place). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "graphtrain/gt_program.h"
+
+int32_t gt_program_state_input(const gt_graph *g, int32_t k)
+{
+    if (k < 0 || k >= g->n_outputs) return -1;
+    int want;
+    switch ((gt_output_kind)g->outputs[k].kind) {
+    case GT_OUT_PARAM_UPDATE:
+        want = GT_IN_PARAM;
+        break;
+    case GT_OUT_BUFFER_UPDATE:
+        want = GT_IN_BUFFER;
+        break;
+    case GT_OUT_OPT_STATE_UPDATE:
+        want = GT_IN_OPT_STATE;
+        break;
+    default:
+        return -1;
+    }
+    const char *name = gt_graph_str(g, g->outputs[k].fqn);
+    for (int32_t i = 0; i < g->n_inputs; i++)
+        if (g->inputs[i].kind == want && !strcmp(gt_graph_str(g, g->inputs[i].fqn), name)) return i;
+    return -1;
+}
+
+#ifdef GT_HAVE_CUDA
+
+#include "graphtrain/gt_cuda.h"
+
+struct gt_cuda_program {
+    gt_program *prog; /* arena[] NULL: the bytes are in dev[] */
+    gt_cuda_stream *stream;
+    void *dev[GT_ARENA_COUNT];
+    size_t dev_bytes[GT_ARENA_COUNT];
+};
+
+static void *ref_data(const gt_cuda_program *p, const gt_buffer_ref *r)
+{
+    return p->dev[r->arena] ? (char *)p->dev[r->arena] + r->offset : NULL;
+}
+
+static void ref_tensor(const gt_cuda_program *p, const gt_buffer_ref *r, gt_tensor *t)
+{
+    gt_tensor_wrap(t, r->dtype, r->ndim, r->shape, ref_data(p, r));
+}
+
+static size_t ref_nbytes(const gt_buffer_ref *r)
+{
+    return gt_dtype_size(r->dtype) * (size_t)gt_shape_numel(r->ndim, r->shape);
+}
+
+gt_status gt_cuda_program_build(const gt_graph *g, const gt_sym_binding *binding,
+                                const gt_plan_options *opts, gt_cuda_program **out, gt_error *err)
+{
+    *out = NULL;
+    gt_cuda_program *p = gt_xcalloc(1, sizeof *p);
+    gt_status st = gt_program_build_opts(g, binding, opts, &p->prog, err);
+    for (int a = 0; st == GT_OK && a < GT_ARENA_COUNT; a++) {
+        /* the host arenas were never written: give them back before taking device memory */
+        free(p->prog->arena[a]);
+        p->prog->arena[a] = NULL;
+        p->prog->allocated_bytes[a] = 0;
+        size_t bytes = p->prog->plan->arena_bytes[a];
+        st = gt_cuda_malloc(&p->dev[a], bytes, err);
+        if (st != GT_OK)
+            gt_error_wrap(err, "program: the %s arena on the device (%zu bytes)",
+                          a == GT_ARENA_PERSISTENT ? "persistent" : "step", bytes);
+        else
+            p->dev_bytes[a] = bytes;
+    }
+    if (st == GT_OK) st = gt_cuda_stream_create(&p->stream, err);
+    if (st != GT_OK) {
+        gt_cuda_program_free(p);
+        return st;
+    }
+    *out = p;
+    return GT_OK;
+}
+
+void gt_cuda_program_free(gt_cuda_program *p)
+{
+    if (!p) return;
+    if (p->stream) {
+        gt_error ignored = {0};
+        gt_cuda_stream_sync(p->stream, &ignored); /* no kernel may still use the arenas */
+        gt_cuda_stream_destroy(p->stream);
+    }
+    for (int a = 0; a < GT_ARENA_COUNT; a++)
+        gt_cuda_free(p->dev[a]);
+    gt_program_free(p->prog);
+    free(p);
+}
+
+const gt_program *gt_cuda_program_lowered(const gt_cuda_program *p)
+{
+    return p->prog;
+}
+
+void *gt_cuda_program_stream(gt_cuda_program *p)
+{
+    return p->stream;
+}
+
+size_t gt_cuda_program_allocated_bytes(const gt_cuda_program *p, gt_arena_kind a)
+{
+    return (unsigned)a < GT_ARENA_COUNT ? p->dev_bytes[a] : 0;
+}
+
+static const char *input_name(const gt_cuda_program *p, int32_t k)
+{
+    return gt_graph_str(p->prog->g, p->prog->g->inputs[k].fqn);
+}
+
+static const char *input_kind(const gt_cuda_program *p, int32_t k)
+{
+    return gt_input_kind_name((gt_input_kind)p->prog->g->inputs[k].kind);
+}
+
+/* True when host tensor t has the buffer's dtype and shape (exact) or, with numel_only, its
+ * dtype and element count. */
+static bool matches(const gt_buffer_ref *r, const gt_tensor *t, bool numel_only)
+{
+    if (t->dtype != r->dtype) return false;
+    if (numel_only) return gt_tensor_numel(t) == gt_shape_numel(r->ndim, r->shape);
+    if (t->ndim != r->ndim) return false;
+    for (int d = 0; d < r->ndim; d++)
+        if (t->shape[d] != r->shape[d]) return false;
+    return true;
+}
+
+static gt_status type_error(const char *what, int32_t k, const char *name, const gt_buffer_ref *r,
+                            const gt_tensor *t, gt_error *err)
+{
+    gt_tensor want;
+    char w[160], got[160];
+    gt_tensor_wrap(&want, r->dtype, r->ndim, r->shape, NULL);
+    gt_tensor_format_type(&want, w, sizeof w);
+    gt_tensor_format_type(t, got, sizeof got);
+    return gt_error_set(err, GT_ERR_INVALID, "%s %d (%s): expected %s, got %s", what, k, name, w,
+                        got);
+}
+
+gt_status gt_cuda_program_set_input(gt_cuda_program *p, int32_t k, const gt_tensor *t,
+                                    gt_error *err)
+{
+    if (k < 0 || k >= p->prog->n_inputs)
+        return gt_error_set(err, GT_ERR_INVALID, "program: no graph input %d (it has %d)", k,
+                            p->prog->n_inputs);
+    const gt_buffer_ref *r = &p->prog->inputs[k];
+    char name[200];
+    snprintf(name, sizeof name, "%s %s", input_kind(p, k), input_name(p, k));
+    if (!matches(r, t, false)) return type_error("graph input", k, name, r, t, err);
+    size_t n = ref_nbytes(r);
+    if (n && !t->data)
+        return gt_error_set(err, GT_ERR_INVALID, "graph input %d (%s): tensor has no data", k,
+                            name);
+    return gt_cuda_memcpy_h2d(p->stream, ref_data(p, r), t->data, n, err);
+}
+
+static gt_status run_instr(gt_cuda_program *p, const gt_instr *ins, gt_error *err)
+{
+    gt_tensor in[GT_MAX_IN], out[GT_MAX_OUT];
+    gt_kernel_call call = {
+        .op = ins->op,
+        .i = ins->i,
+        .f = ins->f,
+        .e = ins->e,
+        .ni = ins->ni,
+        .nf = ins->nf,
+        .ne = ins->ne,
+        .n_in = ins->n_in,
+        .n_out = ins->n_out,
+    };
+    for (int j = 0; j < ins->n_in; j++) {
+        ref_tensor(p, &ins->in[j], &in[j]);
+        call.in[j] = &in[j];
+    }
+    for (int j = 0; j < ins->n_out; j++) {
+        ref_tensor(p, &ins->out[j], &out[j]);
+        call.out[j] = &out[j];
+    }
+    gt_status st = gt_cuda_run_kernel(&call, p->stream, err);
+    if (st != GT_OK) {
+        const gt_node *nd = &p->prog->g->nodes[ins->node];
+        const char *fqn = gt_graph_str(p->prog->g, nd->fqn);
+        gt_error_wrap(err, "node %%%d %s%s%s (cuda)", ins->node, gt_op_get(nd->op)->name,
+                      fqn && fqn[0] ? " at " : "", fqn ? fqn : "");
+    }
+    return st;
+}
+
+gt_status gt_cuda_program_exec(gt_cuda_program *p, gt_error *err)
+{
+    for (int32_t k = 0; k < p->prog->n_instrs; k++)
+        GT_TRY(run_instr(p, &p->prog->instrs[k], err));
+    return GT_OK;
+}
+
+gt_status gt_cuda_program_carry(gt_cuda_program *p, int32_t out_k, int32_t in_k, gt_error *err)
+{
+    if (out_k < 0 || out_k >= p->prog->n_outputs || in_k < 0 || in_k >= p->prog->n_inputs)
+        return gt_error_set(err, GT_ERR_INVALID,
+                            "program: carry from output %d to input %d, but the graph has %d "
+                            "outputs and %d inputs",
+                            out_k, in_k, p->prog->n_outputs, p->prog->n_inputs);
+    const gt_buffer_ref *o = &p->prog->outputs[out_k], *i = &p->prog->inputs[in_k];
+    gt_tensor src, dst;
+    ref_tensor(p, o, &src);
+    ref_tensor(p, i, &dst);
+    if (o->dtype != i->dtype || gt_tensor_numel(&src) != gt_tensor_numel(&dst))
+        return type_error("carry into graph input", in_k, input_name(p, in_k), i, &src, err);
+    if (o->arena == i->arena && o->offset == i->offset) return GT_OK; /* in place */
+    /* a same-dtype cast is the backend's device-to-device copy (src viewed in dst's shape) */
+    gt_tensor_wrap(&src, o->dtype, i->ndim, i->shape, ref_data(p, o));
+    int64_t dtype = (int64_t)i->dtype;
+    gt_kernel_call call = {.op = GT_OP_CAST, .i = &dtype, .ni = 1, .n_in = 1, .n_out = 1};
+    call.in[0] = &src;
+    call.out[0] = &dst;
+    gt_status st = gt_cuda_run_kernel(&call, p->stream, err);
+    if (st != GT_OK)
+        gt_error_wrap(err, "program: carrying graph output %d into input %d (%s)", out_k, in_k,
+                      input_name(p, in_k));
+    return st;
+}
+
+gt_status gt_cuda_program_sync(gt_cuda_program *p, gt_error *err)
+{
+    return gt_cuda_stream_sync(p->stream, err);
+}
+
+static gt_status read_ref(gt_cuda_program *p, const gt_buffer_ref *r, gt_tensor *dst, gt_error *err)
+{
+    GT_TRY(gt_cuda_memcpy_d2h(p->stream, dst->data, ref_data(p, r), ref_nbytes(r), err));
+    return gt_cuda_stream_sync(p->stream, err);
+}
+
+gt_status gt_cuda_program_read_input(gt_cuda_program *p, int32_t k, gt_tensor *dst, gt_error *err)
+{
+    if (k < 0 || k >= p->prog->n_inputs)
+        return gt_error_set(err, GT_ERR_INVALID, "program: no graph input %d (it has %d)", k,
+                            p->prog->n_inputs);
+    const gt_buffer_ref *r = &p->prog->inputs[k];
+    if (!matches(r, dst, true))
+        return type_error("reading graph input", k, input_name(p, k), r, dst, err);
+    return read_ref(p, r, dst, err);
+}
+
+gt_status gt_cuda_program_read_output(gt_cuda_program *p, int32_t k, gt_tensor *out, gt_error *err)
+{
+    memset(out, 0, sizeof *out);
+    if (k < 0 || k >= p->prog->n_outputs)
+        return gt_error_set(err, GT_ERR_INVALID, "program: no graph output %d (it has %d)", k,
+                            p->prog->n_outputs);
+    const gt_buffer_ref *r = &p->prog->outputs[k];
+    GT_TRY(gt_tensor_alloc(out, r->dtype, r->ndim, r->shape, err));
+    gt_status st = read_ref(p, r, out, err);
+    if (st != GT_OK) gt_tensor_free(out);
+    return st;
+}
+
+gt_status gt_cuda_program_run(gt_cuda_program *p, const gt_tensor *inputs, gt_tensor *outputs,
+                              gt_error *err)
+{
+    const gt_program *prog = p->prog;
+    if ((prog->n_inputs > 0 && !inputs) || (prog->n_outputs > 0 && !outputs))
+        return gt_error_set(err, GT_ERR_INVALID,
+                            "program run: the graph has %d inputs and %d outputs but got %s array",
+                            prog->n_inputs, prog->n_outputs, inputs ? "no outputs" : "no inputs");
+    for (int32_t k = 0; k < prog->n_outputs; k++)
+        memset(&outputs[k], 0, sizeof outputs[k]);
+    for (int32_t k = 0; k < prog->n_inputs; k++)
+        GT_TRY(gt_cuda_program_set_input(p, k, &inputs[k], err));
+    gt_status st = gt_cuda_program_exec(p, err);
+    gt_error ignored = {0};
+    /* on a queueing error, still wait: the host inputs must not be freed under a pending copy */
+    if (st != GT_OK) {
+        gt_cuda_stream_sync(p->stream, &ignored);
+        return st;
+    }
+    GT_TRY(gt_cuda_stream_sync(p->stream, err));
+    for (int32_t k = 0; k < prog->n_outputs; k++) {
+        st = gt_cuda_program_read_output(p, k, &outputs[k], err);
+        if (st != GT_OK) {
+            for (int32_t j = 0; j < k; j++)
+                gt_tensor_free(&outputs[j]);
+            return st;
+        }
+    }
+    return GT_OK;
+}
+
+#endif /* GT_HAVE_CUDA */

@@ -1,0 +1,373 @@
+/* test_cuda_program.c — the compiled program on the GPU against the compiled program on the CPU.
+ *
+ * For test_tiny, test_gqa and test_odd in fp32: the whole-step graph (forward, loss, backward,
+ * AdamW with clipping, built as gt_train_build_graph does with one micro-batch) runs 5 steps with
+ * gt_program_run on the CPU (the reference: bitwise equal to the eager executor, see
+ * tests/numerics/test_program_exact.c) and 5 steps with the CUDA program, whose params and moments
+ * stay on the device between steps (uploaded once; only tokens, labels and optim.scalars are
+ * copied in per step; updates carried with gt_cuda_program_carry). Checked:
+ *   - step 1 (both sides from the same state): loss, grad_norm, grads and moments within 1e-5 of
+ *     the CPU's, max |gpu - cpu| relative to the tensor's max |cpu|: the kernels' accuracy;
+ *   - the loss at every step within 1e-5 relative;
+ *   - at every step and for the final state read back from the input buffers: all params together
+ *     (one vector) and all moments together within 1e-5 in relative L2, ||gpu - cpu|| / ||cpu||;
+ *     each output tensor (grads, params, moments) within 1e-4 in relative L2. Element-wise bounds
+ *     do not hold past the first AdamW update, nor 1e-5 per tensor: the step lr·m/(sqrt(v) + eps)
+ *     has derivative about lr/(4 eps) = 7.5e4 in g where |g| ~ eps, so a gradient element of ~1e-8
+ *     that differs by 2e-10 (1e-7 of the gradient's scale) moves that param by ~1.5e-5, and later
+ *     steps' grads inherit it; a tensor with many near-zero grads (test_odd's wo) shows it most;
+ *   - a second GPU run (a fresh program, the same initial state) gives identical bits for every
+ *     output at every step and for the final state;
+ *   - test_tiny also with views and in-place sharing off, so carry is a device copy;
+ *   - a wrongly shaped input is refused with GT_ERR_INVALID naming the input.
+ * Without a CUDA device the test skips (exit 0). */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "graphtrain/gt_autodiff.h"
+#include "graphtrain/gt_backend.h"
+#include "graphtrain/gt_cuda.h"
+#include "graphtrain/gt_model.h"
+#include "graphtrain/gt_optim.h"
+#include "graphtrain/gt_program.h"
+#include "gt_test.h"
+
+#define STEPS 5
+#define BOUND 1e-5        /* loss, step-1 outputs element-wise, all params / moments in L2 */
+#define TENSOR_BOUND 1e-4 /* each tensor in L2, every step */
+
+typedef struct {
+    gt_graph *g;
+    gt_model model;
+    gt_adamw_config adamw;
+    gt_sym_binding_entry bind_entries[2];
+    gt_sym_binding binding;
+} step_graph;
+
+/* As gt_train_build_graph with one micro-batch: model, autodiff, AdamW. */
+static bool build(step_graph *s, const char *flavor, int64_t batch, int64_t seq)
+{
+    gt_error err = {0};
+    gt_llama3_config cfg;
+    memset(s, 0, sizeof *s);
+    s->g = gt_graph_new();
+    EXPECT_OK(gt_llama3_flavor(flavor, &cfg, &err), &err);
+    if (err.code) return false;
+    EXPECT_OK(gt_llama3_build(s->g, &cfg, &s->model, &err), &err);
+    if (err.code) return false;
+    EXPECT_OK(gt_autodiff(s->g, &err), &err);
+    if (err.code) return false;
+    int n = gt_optim_find_params(s->g, NULL, 0);
+    gt_value_id *params = calloc((size_t)n, sizeof *params),
+                *grads = calloc((size_t)n, sizeof *grads);
+    gt_optim_find_params(s->g, params, n);
+    int ng = 0;
+    for (int k = 0; k < s->g->n_outputs && ng < n; k++)
+        if (s->g->outputs[k].kind == GT_OUT_GRAD) grads[ng++] = s->g->outputs[k].value;
+    EXPECT(ng == n, "%s: %d grads for %d params", flavor, ng, n);
+    s->adamw = gt_adamw_config_default();
+    s->adamw.max_norm = 1.0;
+    s->adamw.weight_decay = 0.1;
+    EXPECT_OK(gt_optim_append_adamw(s->g, n, params, grads, &s->adamw, &err), &err);
+    free(params);
+    free(grads);
+    s->bind_entries[0] = (gt_sym_binding_entry){"batch", batch};
+    s->bind_entries[1] = (gt_sym_binding_entry){"seq", seq};
+    s->binding = (gt_sym_binding){s->bind_entries, 2};
+    EXPECT_OK(gt_graph_verify(s->g, &err), &err);
+    return err.code == GT_OK;
+}
+
+/* Initial state, one tensor per graph input: params from gt_model_init_params (graph input
+ * order), moments zero, tokens/labels a fixed pseudo-random sequence. */
+static bool init_state(const step_graph *s, gt_tensor *state, int64_t vocab)
+{
+    const gt_graph *g = s->g;
+    gt_error err = {0};
+    gt_tensor *params = calloc((size_t)s->model.n_params, sizeof *params);
+    EXPECT_OK(gt_model_init_params(&s->model, 1234, params, &err), &err);
+    int np = 0;
+    uint64_t x = 88172645463325252ull;
+    for (int32_t k = 0; k < g->n_inputs; k++) {
+        const gt_io *io = &g->inputs[k];
+        int64_t shape[GT_MAX_DIMS];
+        EXPECT_OK(gt_graph_eval_shape(g, io->value, &s->binding, shape, &err), &err);
+        const gt_type *ty = gt_value_type(g, io->value);
+        if (io->kind == GT_IN_PARAM) {
+            state[k] = params[np++];
+            continue;
+        }
+        EXPECT_OK(gt_tensor_alloc(&state[k], ty->dtype, ty->ndim, shape, &err), &err);
+        if (io->kind == GT_IN_INPUT && ty->dtype == GT_I64) {
+            int64_t *d = state[k].data;
+            for (int64_t i = 0; i < gt_tensor_numel(&state[k]); i++) {
+                x ^= x << 13, x ^= x >> 7, x ^= x << 17; /* xorshift64 */
+                d[i] = (int64_t)(x % (uint64_t)vocab);
+            }
+        }
+    }
+    free(params);
+    return err.code == GT_OK && np == s->model.n_params;
+}
+
+static int32_t scalars_input(const gt_graph *g)
+{
+    for (int32_t k = 0; k < g->n_inputs; k++)
+        if (!strcmp(gt_graph_str(g, g->inputs[k].fqn), GT_OPTIM_SCALARS_NAME)) return k;
+    return -1;
+}
+
+/* Sums of squares of differences and of the reference, over several tensors. */
+typedef struct {
+    double d2, r2;
+} l2_sum;
+
+static double l2_rel(const l2_sum *s)
+{
+    return s->r2 > 0 ? sqrt(s->d2 / s->r2) : sqrt(s->d2);
+}
+
+/* *max_rel = max |got - ref| / max |ref|; returns ||got - ref|| / ||ref|| (both the absolute
+ * figure when ref is all zero) and adds to *acc (may be NULL); NaN propagates. */
+static double rel_err(const gt_tensor *got, const gt_tensor *ref, double *max_rel, l2_sum *acc)
+{
+    double err = 0, ref_max = 0, d2 = 0, r2 = 0;
+    for (int64_t i = 0; i < gt_tensor_numel(ref); i++) {
+        double r = gt_tensor_get_f32(ref, i), d = fabs((double)gt_tensor_get_f32(got, i) - r);
+        if (!(d <= err)) err = d;
+        if (fabs(r) > ref_max) ref_max = fabs(r);
+        d2 += d * d;
+        r2 += r * r;
+    }
+    *max_rel = ref_max > 0 ? err / ref_max : err;
+    if (acc) acc->d2 += d2, acc->r2 += r2;
+    return r2 > 0 ? sqrt(d2 / r2) : sqrt(d2);
+}
+
+static bool same_bits(const gt_tensor *a, const gt_tensor *b)
+{
+    size_t n = gt_tensor_nbytes(a);
+    return a->dtype == b->dtype && n == gt_tensor_nbytes(b) &&
+           (n == 0 || memcmp(a->data, b->data, n) == 0);
+}
+
+static void free_tensors(gt_tensor *t, int32_t n)
+{
+    for (int32_t k = 0; t && k < n; k++)
+        gt_tensor_free(&t[k]);
+}
+
+/* One GPU run of STEPS steps from the initial state init: outputs of step s (1-based) go to
+ * out[(s - 1) * n_outputs + k], the final state (every input buffer) to fin. */
+static bool gpu_run(const step_graph *s, const gt_plan_options *opts, gt_tensor *init,
+                    gt_tensor *out, gt_tensor *fin)
+{
+    const gt_graph *g = s->g;
+    gt_error err = {0};
+    gt_cuda_program *cp = NULL;
+    EXPECT_OK(gt_cuda_program_build(g, &s->binding, opts, &cp, &err), &err);
+    if (!cp) return false;
+    const gt_program *lp = gt_cuda_program_lowered(cp);
+    for (int a = 0; a < GT_ARENA_COUNT; a++)
+        EXPECT(gt_cuda_program_allocated_bytes(cp, a) == lp->plan->arena_bytes[a],
+               "arena %d: %zu bytes on the device, %zu planned", a,
+               gt_cuda_program_allocated_bytes(cp, a), lp->plan->arena_bytes[a]);
+    int32_t sk = scalars_input(g);
+    EXPECT(sk >= 0, "no %s input", GT_OPTIM_SCALARS_NAME);
+    /* state goes up once; per step only the INPUT kind (tokens, labels, scalars) is copied */
+    for (int32_t k = 0; k < g->n_inputs && !err.code; k++)
+        EXPECT_OK(gt_cuda_program_set_input(cp, k, &init[k], &err), &err);
+    for (int64_t step = 1; step <= STEPS && !err.code && sk >= 0; step++) {
+        gt_optim_scalars(&s->adamw, step, 3e-3, init[sk].data);
+        for (int32_t k = 0; k < g->n_inputs && !err.code; k++)
+            if (g->inputs[k].kind == GT_IN_INPUT)
+                EXPECT_OK(gt_cuda_program_set_input(cp, k, &init[k], &err), &err);
+        if (!err.code) EXPECT_OK(gt_cuda_program_exec(cp, &err), &err);
+        gt_tensor *o = out + (step - 1) * g->n_outputs;
+        for (int32_t k = 0; k < g->n_outputs && !err.code; k++)
+            EXPECT_OK(gt_cuda_program_read_output(cp, k, &o[k], &err), &err);
+        for (int32_t k = 0; k < g->n_outputs && !err.code; k++) {
+            int32_t in = gt_program_state_input(g, k);
+            if (in >= 0) EXPECT_OK(gt_cuda_program_carry(cp, k, in, &err), &err);
+        }
+    }
+    for (int32_t k = 0; k < g->n_inputs && !err.code; k++) {
+        EXPECT_OK(gt_tensor_alloc(&fin[k], init[k].dtype, init[k].ndim, init[k].shape, &err), &err);
+        if (!err.code) EXPECT_OK(gt_cuda_program_read_input(cp, k, &fin[k], &err), &err);
+    }
+    gt_cuda_program_free(cp);
+    return err.code == GT_OK;
+}
+
+/* 5 steps CPU program vs 5 steps GPU program, twice on the GPU. */
+static void check_flavor(const char *flavor, const gt_plan_options *opts)
+{
+    step_graph s;
+    if (!build(&s, flavor, 2, 16)) {
+        gt_graph_free(s.g);
+        gt_model_free(&s.model);
+        return;
+    }
+    gt_llama3_config cfg;
+    gt_error err = {0};
+    gt_llama3_flavor(flavor, &cfg, &err);
+    const gt_graph *g = s.g;
+    int32_t ni = g->n_inputs, no = g->n_outputs;
+    gt_tensor *st_c = calloc((size_t)ni, sizeof(gt_tensor)),
+              *init = calloc((size_t)ni, sizeof(gt_tensor)),
+              *fin1 = calloc((size_t)ni, sizeof(gt_tensor)),
+              *fin2 = calloc((size_t)ni, sizeof(gt_tensor));
+    gt_tensor *out_c = calloc((size_t)no, sizeof(gt_tensor)),
+              *out1 = calloc((size_t)(STEPS * no), sizeof(gt_tensor)),
+              *out2 = calloc((size_t)(STEPS * no), sizeof(gt_tensor));
+    bool ok = init_state(&s, st_c, cfg.vocab_size) && init_state(&s, init, cfg.vocab_size);
+    ok = ok && gpu_run(&s, opts, init, out1, fin1) && gpu_run(&s, opts, init, out2, fin2);
+    const char *mode = opts ? " (no sharing)" : "";
+
+    gt_program *prog = NULL;
+    if (ok) EXPECT_OK(gt_program_build_opts(g, &s.binding, opts, &prog, &err), &err);
+    int32_t sk = scalars_input(g);
+    double worst = 0, worst_max = 0, worst_max_1 = 0, worst_all = 0;
+    for (int64_t step = 1; ok && prog && step <= STEPS; step++) {
+        gt_optim_scalars(&s.adamw, step, 3e-3, st_c[sk].data);
+        EXPECT_OK(gt_program_run(prog, st_c, out_c, &err), &err);
+        if (err.code) break;
+        const gt_tensor *o1 = out1 + (step - 1) * no, *o2 = out2 + (step - 1) * no;
+        int differ = 0;
+        l2_sum sum[2] = {{0, 0}, {0, 0}}; /* all params, all moments */
+        for (int32_t k = 0; k < no; k++) {
+            int kind_k = g->outputs[k].kind;
+            l2_sum *acc = kind_k == GT_OUT_PARAM_UPDATE       ? &sum[0]
+                          : kind_k == GT_OUT_OPT_STATE_UPDATE ? &sum[1]
+                                                              : NULL;
+            double mr, e = rel_err(&o1[k], &out_c[k], &mr, acc);
+            if (!(e <= worst)) worst = e;
+            if (!(mr <= worst_max)) worst_max = mr;
+            const char *kind = gt_output_kind_name((gt_output_kind)g->outputs[k].kind);
+            EXPECT(e <= (kind_k == GT_OUT_LOSS ? BOUND : TENSOR_BOUND),
+                   "%s%s step %lld: output %s %s: GPU vs CPU relative L2 error %.3e", flavor, mode,
+                   (long long)step, kind, gt_graph_str(g, g->outputs[k].fqn), e);
+            if (step == 1 && g->outputs[k].kind != GT_OUT_PARAM_UPDATE) {
+                if (!(mr <= worst_max_1)) worst_max_1 = mr;
+                EXPECT(mr <= BOUND, "%s%s step 1: output %s %s: GPU vs CPU max error %.3e of max",
+                       flavor, mode, kind, gt_graph_str(g, g->outputs[k].fqn), mr);
+            }
+            differ += !same_bits(&o1[k], &o2[k]);
+            if (g->outputs[k].kind == GT_OUT_LOSS)
+                printf("  %s%s step %lld loss cpu %.9g gpu %.9g (rel %.2e)\n", flavor, mode,
+                       (long long)step, gt_tensor_get_f32(&out_c[k], 0),
+                       gt_tensor_get_f32(&o1[k], 0), e);
+        }
+        for (int j = 0; j < 2; j++) {
+            double e = l2_rel(&sum[j]);
+            if (!(e <= worst_all)) worst_all = e;
+            EXPECT(e <= BOUND, "%s%s step %lld: all %s: GPU vs CPU relative L2 error %.3e", flavor,
+                   mode, (long long)step, j ? "moments" : "params", e);
+        }
+        EXPECT(differ == 0, "%s%s step %lld: %d of %d outputs differ between two GPU runs", flavor,
+               mode, (long long)step, differ, no);
+        /* the CPU reference feeds its updates back by hand */
+        for (int32_t k = 0; k < no; k++) {
+            int32_t in = gt_program_state_input(g, k);
+            if (in < 0) continue;
+            gt_tensor_free(&st_c[in]);
+            st_c[in] = out_c[k];
+            memset(&out_c[k], 0, sizeof out_c[k]);
+        }
+        free_tensors(out_c, no);
+    }
+    int state_differ = 0;
+    l2_sum fsum[2] = {{0, 0}, {0, 0}};
+    for (int32_t k = 0; ok && prog && k < ni; k++) {
+        if (g->inputs[k].kind == GT_IN_INPUT) continue;
+        double mr,
+            e = rel_err(&fin1[k], &st_c[k], &mr, &fsum[g->inputs[k].kind == GT_IN_OPT_STATE]);
+        if (!(e <= worst)) worst = e;
+        if (!(mr <= worst_max)) worst_max = mr;
+        EXPECT(e <= TENSOR_BOUND, "%s%s: final %s %s on the GPU vs CPU: relative L2 error %.3e",
+               flavor, mode, gt_input_kind_name((gt_input_kind)g->inputs[k].kind),
+               gt_graph_str(g, g->inputs[k].fqn), e);
+        state_differ += !same_bits(&fin1[k], &fin2[k]);
+    }
+    for (int j = 0; ok && prog && j < 2; j++) {
+        double e = l2_rel(&fsum[j]);
+        if (!(e <= worst_all)) worst_all = e;
+        EXPECT(e <= BOUND, "%s%s: final state, all %s: GPU vs CPU relative L2 error %.3e", flavor,
+               mode, j ? "moments" : "params", e);
+    }
+    EXPECT(state_differ == 0, "%s%s: %d final state tensors differ between two GPU runs", flavor,
+           mode, state_differ);
+    printf("%s%s: %d steps; GPU vs CPU: step 1 outputs but params max error %.2e of max; all "
+           "params / all moments relative L2 up to %.2e; per tensor relative L2 up to %.2e "
+           "(element-wise %.2e of max); GPU rerun bitwise %s\n",
+           flavor, mode, STEPS, worst_max_1, worst_all, worst, worst_max,
+           state_differ ? "DIFFERENT" : "identical");
+
+    gt_program_free(prog);
+    free_tensors(st_c, ni);
+    free_tensors(init, ni);
+    free_tensors(fin1, ni);
+    free_tensors(fin2, ni);
+    free_tensors(out1, STEPS * no);
+    free_tensors(out2, STEPS * no);
+    free(st_c);
+    free(init);
+    free(fin1);
+    free(fin2);
+    free(out_c);
+    free(out1);
+    free(out2);
+    gt_graph_free(s.g);
+    gt_model_free(&s.model);
+}
+
+/* A tokens tensor of the wrong shape is refused, naming the input. */
+static void check_errors(void)
+{
+    step_graph s;
+    gt_error err = {0};
+    if (!build(&s, "test_tiny", 2, 16)) goto done;
+    gt_cuda_program *cp = NULL;
+    EXPECT_OK(gt_cuda_program_build(s.g, &s.binding, NULL, &cp, &err), &err);
+    if (!cp) goto done;
+    int32_t tk = -1;
+    for (int32_t k = 0; k < s.g->n_inputs; k++)
+        if (!strcmp(gt_graph_str(s.g, s.g->inputs[k].fqn), "tokens")) tk = k;
+    EXPECT(tk >= 0, "no tokens input");
+    gt_tensor bad;
+    int64_t shape[2] = {3, 16};
+    EXPECT_OK(gt_tensor_alloc(&bad, GT_I64, 2, shape, &err), &err);
+    gt_error e = {0};
+    gt_status st = gt_cuda_program_set_input(cp, tk, &bad, &e);
+    EXPECT(st == GT_ERR_INVALID && strstr(e.msg, "tokens"), "wrong shape: %s", e.msg);
+    gt_tensor_free(&bad);
+    gt_cuda_program_free(cp);
+done:
+    gt_graph_free(s.g);
+    gt_model_free(&s.model);
+}
+
+int main(void)
+{
+    if (gt_cuda_device_count() == 0) {
+        printf("0 passed, 0 failed (no CUDA device)\n");
+        return 0;
+    }
+    gt_error err = {0};
+    gt_cuda_device_info info;
+    if (gt_cuda_init(0, &info, &err) != GT_OK) {
+        fprintf(stderr, "CUDA setup failed: %s\n", err.msg);
+        return 1;
+    }
+    printf("device: %s\n", info.name);
+    gt_cpu_set_threads(1);
+    const gt_plan_options no_sharing = {.no_views = true, .no_in_place = true};
+    check_flavor("test_tiny", NULL);
+    check_flavor("test_tiny", &no_sharing);
+    check_flavor("test_gqa", NULL);
+    check_flavor("test_odd", NULL);
+    check_errors();
+    return gt_test_finish();
+}
