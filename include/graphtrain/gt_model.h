@@ -21,6 +21,11 @@ typedef struct {
     int64_t rope_original_max_position;
     int64_t max_seq_len;
     double depth_init_base_std; /* 0.02 */
+    /* Dtype the model computes in: GT_F32 (the zero value, so a flavor's default) or GT_BF16.
+     * Parameters stay f32 PARAM inputs either way; with GT_BF16 each is cast to bf16 once, where
+     * it is used, and every activation is bf16 (torchtitan's FSDP param_dtype; llama3.c says
+     * exactly what stays f32). */
+    gt_dtype compute_dtype;
 } gt_llama3_config;
 
 /* Fills cfg for a named flavor: debugmodel, 1B, 8B, 70B, 405B and the test flavors
@@ -52,13 +57,14 @@ void gt_param_init(const gt_param_spec *p, uint64_t seed, int64_t start, int64_t
 typedef struct {
     gt_param_spec *params; /* one per PARAM input, in graph input order */
     int n_params;
-    gt_value_id tokens, labels, logits, loss; /* logits: f32 [batch*seq, vocab] */
+    gt_value_id tokens, labels, logits, loss; /* logits: [batch*seq, vocab] in compute_dtype */
 } gt_model;
 
 /* Builds the llama3 forward + loss graph on symbolic shapes [batch, seq] (symbols "batch" and
  * "seq"): INPUT tokens (i64), INPUT labels (i64, ignore_index -100), PARAMs with torchtitan's fqns
  * (tok_embeddings.weight, layers.N.attention.wq.weight, ..., norm.weight, output.weight), and the
- * LOSS output (mean cross-entropy). */
+ * LOSS output (mean cross-entropy, f32 whatever cfg->compute_dtype). cfg->compute_dtype must be
+ * GT_F32 or GT_BF16 (else GT_ERR_INVALID). */
 gt_status gt_llama3_build(gt_graph *g, const gt_llama3_config *cfg, gt_model *model,
                           gt_error *err);
 void gt_model_free(gt_model *m);

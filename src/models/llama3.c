@@ -14,7 +14,27 @@
  * Linear weights are stored [out, in] as in torch, so every projection is matmul(x, W, trans_b).
  * RoPE uses the Hugging Face half-rotation layout, so the weights load into transformers'
  * LlamaForCausalLM without the q/k permutation Meta's checkpoints need. Every node carries the fqn
- * of the torchtitan module that computes it, so passes and dumps can group by module. */
+ * of the torchtitan module that computes it, so passes and dumps can group by module.
+ *
+ * Mixed precision (cfg->compute_dtype = GT_BF16) follows torchtitan's FSDP2 policy
+ * (param_dtype bf16, reduce_dtype fp32), which casts parameters, not activations:
+ *   - PARAM inputs stay f32: they are the master weights that AdamW reads and writes, next to its
+ *     f32 moments.
+ *   - each parameter is cast to bf16 once, at its (one) use, under the fqn of the module using it
+ *     (FSDP casts when it gathers a module's parameters);
+ *   - so the whole module computes in bf16, norms included: embedding rows, RMSNorm (statistics
+ *     are accumulated in f32 inside the op, as torch's bf16 rms_norm kernels do, then rounded
+ *     once), projections, RoPE, attention, SwiGLU and the residual stream are bf16 values. There
+ *     are no autocast-style f32 islands, because FSDP does not add any. The one f32 value inside
+ *     the forward is sdpa's logsumexp (the op's rule).
+ *   - the loss: torchtitan computes cross_entropy(logits.float()). cross_entropy here reads bf16
+ *     logits widened to f32 (exact) and returns an f32 loss, so the numbers are those of the cast
+ *     without materialising f32 logits; its gradient is computed in f32 and rounded once to bf16,
+ *     as .float()'s backward rounds torch's f32 dlogits.
+ *   - backward: activation gradients are bf16 (as torch autograd on bf16 tensors); a weight's
+ *     gradient leaves bf16 through the cast's gradient rule (cast back), so every GRAD output, the
+ *     micro-batch gradient sums, the gradient norm and the AdamW update are f32.
+ * With GT_F32 the graph has no cast at all (the all-f32 parity run). */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -28,6 +48,14 @@ typedef struct {
     gt_model *model;
     gt_expr b, s, bs; /* batch, seq, batch*seq */
 } gt_llama3_ctx;
+
+/* A parameter as the module using it reads it: the f32 PARAM itself, or its bf16 cast. Called at
+ * the use, after the module's fqn is set, so the cast is stamped with that module. */
+static gt_value_id gt_llama3_weight(gt_llama3_ctx *c, gt_value_id param)
+{
+    if (c->cfg->compute_dtype == GT_F32) return param;
+    return gt_cast(c->g, param, c->cfg->compute_dtype);
+}
 
 static void gt_llama3_set_fqn(gt_graph *g, const char *fmt, int64_t layer)
 {
@@ -105,7 +133,7 @@ static gt_value_id gt_llama3_heads(gt_llama3_ctx *c, int64_t i, const char *proj
     char fqn[128];
     snprintf(fqn, sizeof fqn, "layers.%lld.attention.%s", (long long)i, proj);
     gt_graph_set_fqn(g, fqn);
-    gt_value_id y = gt_matmul(g, x, w, false, true);
+    gt_value_id y = gt_matmul(g, x, gt_llama3_weight(c, w), false, true);
     gt_expr split[4] = {c->b, c->s, gt_c(g, heads), gt_c(g, hd)};
     y = gt_reshape(g, y, 4, split);
     if (rotate) {
@@ -132,7 +160,7 @@ static gt_value_id gt_llama3_block(gt_llama3_ctx *c, int64_t i, gt_value_id h)
     gt_llama3_layer_inputs(c, i, &lp);
 
     gt_llama3_set_fqn(g, "layers.%lld.attention_norm", i);
-    gt_value_id x = gt_rms_norm(g, h, lp.attention_norm, cfg->norm_eps);
+    gt_value_id x = gt_rms_norm(g, h, gt_llama3_weight(c, lp.attention_norm), cfg->norm_eps);
     gt_value_id q = gt_llama3_heads(c, i, "wq", x, lp.wq, cfg->n_heads, true);
     gt_value_id k = gt_llama3_heads(c, i, "wk", x, lp.wk, cfg->n_kv_heads, true);
     gt_value_id v = gt_llama3_heads(c, i, "wv", x, lp.wv, cfg->n_kv_heads, false);
@@ -143,20 +171,20 @@ static gt_value_id gt_llama3_block(gt_llama3_ctx *c, int64_t i, gt_value_id h)
     gt_llama3_set_fqn(g, "layers.%lld.attention.wo", i);
     gt_expr merged[3] = {c->b, c->s, gt_c(g, cfg->n_heads * hd)};
     a = gt_reshape(g, a, 3, merged);
-    a = gt_matmul(g, a, lp.wo, false, true);
+    a = gt_matmul(g, a, gt_llama3_weight(c, lp.wo), false, true);
     gt_llama3_set_fqn(g, "layers.%lld", i);
     h = gt_add(g, h, a);
 
     gt_llama3_set_fqn(g, "layers.%lld.ffn_norm", i);
-    x = gt_rms_norm(g, h, lp.ffn_norm, cfg->norm_eps);
+    x = gt_rms_norm(g, h, gt_llama3_weight(c, lp.ffn_norm), cfg->norm_eps);
     gt_llama3_set_fqn(g, "layers.%lld.feed_forward.w1", i);
-    gt_value_id gate = gt_matmul(g, x, lp.w1, false, true);
+    gt_value_id gate = gt_matmul(g, x, gt_llama3_weight(c, lp.w1), false, true);
     gt_llama3_set_fqn(g, "layers.%lld.feed_forward.w3", i);
-    gt_value_id up = gt_matmul(g, x, lp.w3, false, true);
+    gt_value_id up = gt_matmul(g, x, gt_llama3_weight(c, lp.w3), false, true);
     gt_llama3_set_fqn(g, "layers.%lld.feed_forward", i);
     gt_value_id act = gt_mul(g, gt_unary(g, GT_OP_SILU, gate), up);
     gt_llama3_set_fqn(g, "layers.%lld.feed_forward.w2", i);
-    gt_value_id ffn = gt_matmul(g, act, lp.w2, false, true);
+    gt_value_id ffn = gt_matmul(g, act, gt_llama3_weight(c, lp.w2), false, true);
     gt_llama3_set_fqn(g, "layers.%lld", i);
     return gt_add(g, h, ffn);
 }
@@ -204,6 +232,11 @@ static gt_status gt_llama3_check_config(const gt_llama3_config *cfg, gt_error *e
                             "high_freq_factor > low_freq_factor > 0",
                             name);
     }
+    if (cfg->compute_dtype != GT_F32 && cfg->compute_dtype != GT_BF16) {
+        return gt_error_set(err, GT_ERR_INVALID,
+                            "llama3 flavor '%s': compute dtype %s is not supported (f32 or bf16)",
+                            name, gt_dtype_name(cfg->compute_dtype));
+    }
     return GT_OK;
 }
 
@@ -228,7 +261,7 @@ gt_status gt_llama3_build(gt_graph *g, const gt_llama3_config *cfg, gt_model *mo
     /* Embedding N(0, 1), as torchtitan's nn.init.normal_. */
     gt_value_id tok = gt_llama3_param(&c, "tok_embeddings.weight", V, D, GT_INIT_NORMAL, 1.0, 0, 0);
     gt_graph_set_fqn(g, "tok_embeddings");
-    gt_value_id h = gt_embedding(g, tok, model->tokens);
+    gt_value_id h = gt_embedding(g, gt_llama3_weight(&c, tok), model->tokens);
 
     for (int64_t i = 0; i < cfg->n_layers; i++)
         h = gt_llama3_block(&c, i, h);
@@ -241,9 +274,9 @@ gt_status gt_llama3_build(gt_graph *g, const gt_llama3_config *cfg, gt_model *mo
     GT_CHECK(model->n_params == n_params);
 
     gt_graph_set_fqn(g, "norm");
-    h = gt_rms_norm(g, h, norm_w, cfg->norm_eps);
+    h = gt_rms_norm(g, h, gt_llama3_weight(&c, norm_w), cfg->norm_eps);
     gt_graph_set_fqn(g, "output");
-    gt_value_id logits = gt_matmul(g, h, out_w, false, true);
+    gt_value_id logits = gt_matmul(g, h, gt_llama3_weight(&c, out_w), false, true);
     gt_expr flat_logits[2] = {c.bs, gt_c(g, V)};
     model->logits = gt_reshape(g, logits, 2, flat_logits);
 

@@ -6,7 +6,12 @@
  * gradients on the host in micro-batch order, and runs the optimizer graph on their mean.
  *
  * State that persists across steps — parameters, AdamW moments — lives in host tensors owned here;
- * the graph's PARAM_UPDATE / OPT_STATE_UPDATE outputs replace them after each step. Everything a
+ * the graph's PARAM_UPDATE / OPT_STATE_UPDATE outputs replace them after each step. With
+ * training.device = cuda the step graph runs as a compiled program on the GPU
+ * (gt_cuda_program): the state is copied into the program's persistent arena once, before the first
+ * step, and stays there (adamw updates it in place); per step only tokens, labels and
+ * optim.scalars are copied in and loss and grad_norm read back. The host tensors are refreshed from
+ * the device only when they are read: checkpoints and the final parameter hash. Everything a
  * step depends on (parameters, moments, loader position, step number) is in the checkpoint, and
  * every kernel is deterministic, so a resumed run repeats the uninterrupted one bit for bit. */
 #include <errno.h>
@@ -21,6 +26,7 @@
 #include "graphtrain/gt_autodiff.h"
 #include "graphtrain/gt_build.h"
 #include "graphtrain/gt_checkpoint.h"
+#include "graphtrain/gt_cuda.h"
 #include "graphtrain/gt_data.h"
 #include "graphtrain/gt_exec.h"
 #include "graphtrain/gt_export.h"
@@ -39,7 +45,9 @@ typedef struct {
     gt_tensor **feed;  /* per graph input: the tensor it reads (not owned) */
     gt_tensor *inputs; /* scratch: shallow copies of *feed[k] for gt_eager_run */
     gt_tensor *outputs;
-    gt_program *prog; /* compile.enable: the planned, lowered program; else NULL (eager) */
+    gt_program *prog;     /* compile.enable: the planned, lowered program; else NULL (eager) */
+    gt_cuda_program *dev; /* training.device = cuda: the program on the GPU (prog is NULL) */
+    bool dev_loaded;      /* the device holds the state (uploaded, or updated there since) */
 } step_graph;
 
 typedef struct {
@@ -70,6 +78,8 @@ typedef struct {
     gt_tensor **ckpt_tensors;
     gt_metrics_writer metrics;
     bool metrics_open;
+    bool cuda;       /* training.device = cuda */
+    bool host_stale; /* cuda: the device state is newer than params/exp_avg/exp_avg_sq */
 } trainer;
 
 static double now_seconds(void)
@@ -144,6 +154,13 @@ static gt_status step_graph_bind(trainer *t, step_graph *s, gt_error *err)
     s->outputs = gt_xcalloc((size_t)g->n_outputs, sizeof *s->outputs);
     for (int k = 0; k < g->n_inputs; k++)
         if (!(s->feed[k] = feed_for(t, g, &g->inputs[k], err))) return err->code;
+#ifdef GT_HAVE_CUDA
+    if (t->cuda) { /* the GPU runs only planned programs: arenas in device memory */
+        GT_TRY(gt_cuda_program_build(g, &t->binding, NULL, &s->dev, err));
+        gt_plan_print(gt_cuda_program_lowered(s->dev)->plan, stderr);
+        return GT_OK;
+    }
+#endif
     if (!t->cfg->compile.enable) return GT_OK;
     /* compile: plan memory and lower; the plan (peak bytes before step 1) goes to the log */
     GT_TRY(gt_program_build(g, &t->binding, &s->prog, err));
@@ -160,6 +177,9 @@ static void step_graph_free(step_graph *s)
     free(s->inputs);
     free(s->outputs);
     gt_program_free(s->prog);
+#ifdef GT_HAVE_CUDA
+    gt_cuda_program_free(s->dev);
+#endif
     gt_graph_free(s->g);
     memset(s, 0, sizeof *s);
 }
@@ -175,6 +195,56 @@ static gt_status step_graph_run(trainer *t, step_graph *s, gt_error *err)
     }
     if (s->prog) return gt_program_run(s->prog, s->inputs, s->outputs, err);
     return gt_eager_run(s->g, &t->binding, s->inputs, s->outputs, err);
+}
+
+#ifdef GT_HAVE_CUDA
+/* One step on the GPU: the state goes up before the first run (after a resume has loaded it), then
+ * only the INPUT kind (tokens, labels, optim.scalars) is copied into its planned buffer; the
+ * updated state stays on the device (carry: nothing when adamw ran in place); loss and grad_norm
+ * come back. */
+static gt_status step_graph_run_cuda(trainer *t, step_graph *s, double *loss, double *grad_norm,
+                                     gt_error *err)
+{
+    const gt_graph *g = s->g;
+    for (int k = 0; k < g->n_inputs; k++)
+        if (!s->dev_loaded || g->inputs[k].kind == GT_IN_INPUT)
+            GT_TRY(gt_cuda_program_set_input(s->dev, k, s->feed[k], err));
+    s->dev_loaded = true;
+    t->host_stale = true;
+    GT_TRY(gt_cuda_program_exec(s->dev, err));
+    for (int k = 0; k < g->n_outputs; k++) {
+        const gt_io *o = &g->outputs[k];
+        double *dst = o->kind == GT_OUT_LOSS ? loss
+                      : o->kind == GT_OUT_METRIC && !strcmp(gt_graph_str(g, o->fqn), "grad_norm")
+                          ? grad_norm
+                          : NULL;
+        int32_t in = gt_program_state_input(g, k);
+        if (in >= 0) GT_TRY(gt_cuda_program_carry(s->dev, k, in, err));
+        if (!dst) continue;
+        gt_tensor v;
+        GT_TRY(gt_cuda_program_read_output(s->dev, k, &v, err));
+        *dst = gt_tensor_get_f32(&v, 0);
+        gt_tensor_free(&v);
+    }
+    return gt_cuda_program_sync(s->dev, err);
+}
+#endif
+
+/* cuda: copies the state (params, moments) from the device into the host tensors that feed it,
+ * when the device has run since; a no-op on the CPU. */
+static gt_status state_to_host(trainer *t, gt_error *err)
+{
+    if (!t->host_stale) return GT_OK;
+#ifdef GT_HAVE_CUDA
+    step_graph *s = &t->whole;
+    for (int k = 0; s->dev && k < s->g->n_inputs; k++)
+        if (s->g->inputs[k].kind != GT_IN_INPUT)
+            GT_TRY(gt_cuda_program_read_input(s->dev, k, s->feed[k], err));
+#else
+    (void)err;
+#endif
+    t->host_stale = false;
+    return GT_OK;
 }
 
 /* Moves the outputs that carry state (updated params, moments) into place; returns loss and
@@ -239,6 +309,9 @@ gt_status gt_train_build_graph(const gt_config *cfg, gt_graph *g, gt_model *mode
         return gt_error_set(err, GT_ERR_INVALID, "model.name: unknown model '%s' (known: llama3)",
                             cfg->model.name);
     GT_TRY(gt_llama3_flavor(cfg->model.flavor, &mcfg, err));
+    /* f32 master params and optimizer state either way; bf16 compute unless float32 is asked */
+    mcfg.compute_dtype =
+        cfg->training.mixed_precision_param == GT_CFG_PRECISION_FLOAT32 ? GT_F32 : GT_BF16;
     GT_TRY(gt_llama3_build(g, &mcfg, model, err));
     if (micro_batches > 1) {
         /* each micro-batch contributes loss / micro_batches: the step's loss is their sum */
@@ -497,6 +570,7 @@ static gt_status save_checkpoint(trainer *t, int64_t step, gt_error *err)
         .rng_seed = t->cfg->debug.seed,
         .keep_last = (int)t->cfg->checkpoint.keep_latest_k,
     };
+    GT_TRY(state_to_host(t, err));
     double t0 = now_seconds();
     GT_TRY(gt_checkpoint_save(&d, 3 * t->n_params, (const char *const *)t->ckpt_names,
                               (const gt_tensor *const *)t->ckpt_tensors, err));
@@ -551,6 +625,9 @@ static gt_status train_step(trainer *t, int64_t step, double *loss, double *grad
     gt_optim_scalars(&t->adamw, step, *lr, (float *)t->scalars.data);
     if (t->accum == 1) {
         GT_TRY(next_batch(t, err));
+#ifdef GT_HAVE_CUDA
+        if (t->whole.dev) return step_graph_run_cuda(t, &t->whole, loss, grad_norm, err);
+#endif
         GT_TRY(step_graph_run(t, &t->whole, err));
         return step_graph_collect(t, &t->whole, loss, grad_norm, err);
     }
@@ -580,10 +657,18 @@ static gt_status setup(trainer *t, gt_error *err)
     if (strcmp(cfg->model.name, "llama3") != 0)
         return gt_error_set(err, GT_ERR_INVALID, "model.name: unknown model '%s' (known: llama3)",
                             cfg->model.name);
-    if (cfg->training.device != GT_CFG_DEVICE_CPU)
+    t->cuda = cfg->training.device == GT_CFG_DEVICE_CUDA;
+#ifdef GT_HAVE_CUDA
+    if (t->cuda && gt_cuda_device_count() == 0)
         return gt_error_set(err, GT_ERR_UNSUPPORTED,
-                            "training.device: only 'cpu' is built so far (the CUDA backend is "
-                            "not yet implemented)");
+                            "training.device = cuda: no CUDA device is visible (or no driver)");
+    if (t->cuda) GT_TRY(gt_cuda_init(0, NULL, err));
+#else
+    if (t->cuda)
+        return gt_error_set(err, GT_ERR_UNSUPPORTED,
+                            "training.device = cuda: this graphtrain was built without CUDA "
+                            "(nvcc was not found at configure time)");
+#endif
     int64_t dp = 1;
     if (cfg->parallelism.data_parallel_replicate_degree > 1 ||
         cfg->parallelism.data_parallel_shard_degree > 1 ||
@@ -592,9 +677,9 @@ static gt_status setup(trainer *t, gt_error *err)
                             "parallelism: multi-rank layouts are not implemented yet; "
                             "run with every degree at 1 (or -1)");
     GT_TRY(gt_llama3_flavor(cfg->model.flavor, &t->model_cfg, err));
-    if (cfg->training.mixed_precision_param != GT_CFG_PRECISION_FLOAT32)
-        gt_log(GT_LOG_WARN, "training.mixed_precision_param = bfloat16: the CPU backend computes "
-                            "in float32 (bf16 compute comes with the CUDA backend)");
+    if (!t->cuda && cfg->training.mixed_precision_param != GT_CFG_PRECISION_FLOAT32)
+        gt_log(GT_LOG_WARN, "training.mixed_precision_param = bfloat16 on the CPU: each op widens "
+                            "bf16 to float32 and rounds its output to bf16 (slower than float32)");
     int64_t local = cfg->training.local_batch_size;
     int64_t global =
         cfg->training.global_batch_size < 0 ? local * dp : cfg->training.global_batch_size;
@@ -604,6 +689,11 @@ static gt_status setup(trainer *t, gt_error *err)
                             "local_batch_size × data-parallel degree = %lld",
                             (long long)global, (long long)(local * dp));
     t->accum = global / (local * dp);
+    if (t->cuda && t->accum > 1)
+        return gt_error_set(err, GT_ERR_UNSUPPORTED,
+                            "training.device = cuda: gradient accumulation (global_batch_size "
+                            "%lld > local_batch_size %lld) is not built for the GPU yet",
+                            (long long)global, (long long)local);
     t->bind_entries[0] = (gt_sym_binding_entry){"batch", local};
     t->bind_entries[1] = (gt_sym_binding_entry){"seq", cfg->training.seq_len};
     t->binding = (gt_sym_binding){t->bind_entries, 2};
@@ -765,6 +855,7 @@ static gt_status run(trainer *t, gt_train_result *res, gt_error *err)
             (step % cfg->checkpoint.interval == 0 || step == cfg->training.steps))
             GT_TRY(save_checkpoint(t, step, err));
     }
+    GT_TRY(state_to_host(t, err));
     uint64_t h = 0;
     for (int k = 0; k < t->n_params; k++)
         h = gt_hash64(t->params[k].data, gt_tensor_nbytes(&t->params[k]), h);
