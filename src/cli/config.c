@@ -89,7 +89,7 @@ static const gt_cfg_option options[] = {
     {OPT(training, mixed_precision_param, GT_CFG_ENUM), .default_value = "bfloat16",
      .choices = precisions,
      .help = "compute dtype of parameters (master weights and optimizer state stay float32); "
-             "use float32 on CPU"},
+             "float32 is faster on CPU"},
     {OPT(training, mixed_precision_reduce, GT_CFG_ENUM), .default_value = "float32",
      .choices = precisions, .help = "dtype of the gradient reduction across data-parallel ranks"},
     /* optimizer */
