@@ -1,0 +1,122 @@
+/* step_graph.c — the step graph a training run executes: the model's forward and loss, autodiff,
+ * clipping + AdamW (or, with gradient accumulation, the micro-batch graph), then the pass pipeline
+ * as the config's compile section says. Used by the trainer and by `graphtrain graph`. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "graphtrain/gt_autodiff.h"
+#include "graphtrain/gt_build.h"
+#include "graphtrain/gt_optim.h"
+#include "graphtrain/gt_pass.h"
+#include "graphtrain/gt_program.h"
+#include "graphtrain/gt_train.h"
+#include "train_internal.h"
+
+/* compile.memory_policy = budget: the budget is judged on the planned step arena. */
+static gt_status measure_step_arena(const gt_graph *g, void *user, size_t *bytes, gt_error *err)
+{
+    gt_node_id *order = NULL;
+    int32_t n = 0;
+    gt_plan *plan = NULL;
+    GT_TRY(gt_schedule_build(g, &order, &n, err));
+    gt_status st = gt_plan_memory(g, user, order, n, NULL, &plan, err);
+    free(order);
+    if (st == GT_OK) *bytes = plan->arena_bytes[GT_ARENA_STEP];
+    gt_plan_free(plan);
+    return st;
+}
+
+gt_status gt_train_build_graph(const gt_config *cfg, gt_graph *g, gt_model *model,
+                               int64_t micro_batches, gt_error *err)
+{
+    gt_llama3_config mcfg;
+    if (strcmp(cfg->model.name, "llama3") != 0)
+        return gt_error_set(err, GT_ERR_INVALID, "model.name: unknown model '%s' (known: llama3)",
+                            cfg->model.name);
+    GT_TRY(gt_llama3_flavor(cfg->model.flavor, &mcfg, err));
+    /* f32 master params and optimizer state either way; bf16 compute unless float32 is asked */
+    mcfg.compute_dtype =
+        cfg->training.mixed_precision_param == GT_CFG_PRECISION_FLOAT32 ? GT_F32 : GT_BF16;
+    GT_TRY(gt_llama3_build(g, &mcfg, model, err));
+    if (micro_batches > 1) {
+        /* each micro-batch contributes loss / micro_batches: the step's loss is their sum */
+        for (int k = 0; k < g->n_outputs; k++)
+            if (g->outputs[k].kind == GT_OUT_LOSS) {
+                gt_graph_set_fqn(g, "loss");
+                g->outputs[k].value = gt_scale(g, g->outputs[k].value, 1.0 / (double)micro_batches);
+                if (g->err.code != GT_OK) {
+                    *err = g->err;
+                    return err->code;
+                }
+            }
+    }
+    GT_TRY(gt_autodiff(g, err));
+    int n = gt_optim_find_params(g, NULL, 0);
+    gt_value_id *params = gt_xcalloc((size_t)n, sizeof *params);
+    gt_value_id *grads = gt_xcalloc((size_t)n, sizeof *grads);
+    gt_optim_find_params(g, params, n);
+    int ng = 0;
+    int *grad_out = gt_xcalloc((size_t)n, sizeof *grad_out);
+    for (int k = 0; k < g->n_outputs && ng < n; k++)
+        if (g->outputs[k].kind == GT_OUT_GRAD) grad_out[ng] = k, grads[ng++] = g->outputs[k].value;
+    gt_status st =
+        ng == n ? GT_OK : gt_error_set(err, GT_ERR_INTERNAL, "%d params but %d grads", n, ng);
+    if (st == GT_OK && micro_batches > 1) {
+        st = gt_optim_append_grad_accum(g, n, params, grads, err);
+        for (int k = 0; st == GT_OK && k < n; k++)
+            g->outputs[grad_out[k]].value = grads[k];
+    } else if (st == GT_OK) {
+        gt_adamw_config a = {.beta1 = cfg->optimizer.beta1,
+                             .beta2 = cfg->optimizer.beta2,
+                             .eps = cfg->optimizer.eps,
+                             .weight_decay = cfg->optimizer.weight_decay,
+                             .max_norm = cfg->training.max_norm};
+        st = gt_optim_append_adamw(g, n, params, grads, &a, err);
+    }
+    free(params);
+    free(grads);
+    free(grad_out);
+    if (st != GT_OK || !cfg->compile.enable) return st;
+
+    /* with compile.debug_graph_passes, listings, DOT and op-count diffs per pass go to
+     * DUMP_FOLDER/graph_passes */
+    char *dump = cfg->compile.debug_graph_passes
+                     ? gt_train_join_path(cfg->job.dump_folder, micro_batches > 1 ? "graph_passes_micro"
+                                                                         : "graph_passes")
+                     : NULL;
+    st = gt_train_compile_graph(cfg, g, dump, err);
+    free(dump);
+    return st;
+}
+
+gt_status gt_train_compile_graph(const gt_config *cfg, gt_graph *g, const char *dump_dir,
+                                 gt_error *err)
+{
+    gt_pass_options o = {.disable = cfg->compile.disable_passes.items,
+                         .n_disable = cfg->compile.disable_passes.n,
+                         .dump_dir = dump_dir,
+                         .verify_each = true};
+    switch (cfg->compile.memory_policy) {
+    case GT_CFG_MEMORY_FULL:
+        o.memory_policy = GT_MEMORY_POLICY_FULL;
+        break;
+    case GT_CFG_MEMORY_DEFAULT:
+        o.memory_policy = GT_MEMORY_POLICY_DEFAULT;
+        break;
+    case GT_CFG_MEMORY_BUDGET:
+        o.memory_policy = GT_MEMORY_POLICY_BUDGET;
+        break;
+    default: /* none, eager: save everything */
+        o.memory_policy = GT_MEMORY_POLICY_NONE;
+        break;
+    }
+    gt_sym_binding_entry bind[2] = {{"batch", cfg->training.local_batch_size},
+                                    {"seq", cfg->training.seq_len}};
+    gt_sym_binding binding = {bind, 2};
+    o.memory_budget_bytes = (int64_t)(cfg->compile.activation_memory_budget_gb * 1073741824.0);
+    o.binding = &binding;
+    o.measure = measure_step_arena;
+    o.measure_user = &binding;
+    return gt_pass_run_pipeline(g, &o, NULL, err);
+}
+
