@@ -7,31 +7,13 @@
  * that fails or holds non-numbers. */
 #include "graphtrain/gt_metrics.h"
 
-#include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "metrics_common.h"
+
 #define FUZZ_NAME "fuzz-input.jsonl"
-
-static int same_double(double a, double b)
-{
-    if (isnan(a) || isnan(b)) return isnan(a) && isnan(b);
-    return memcmp(&a, &b, sizeof a) == 0;
-}
-
-static int same_record(const gt_metrics_step *a, const gt_metrics_step *b)
-{
-    return a->step == b->step && a->tokens == b->tokens &&
-           a->peak_memory_bytes == b->peak_memory_bytes && same_double(a->loss, b->loss) &&
-           same_double(a->grad_norm, b->grad_norm) && same_double(a->lr, b->lr) &&
-           same_double(a->step_seconds, b->step_seconds) &&
-           same_double(a->tokens_per_second, b->tokens_per_second) &&
-           same_double(a->model_flops_per_step, b->model_flops_per_step) &&
-           same_double(a->hardware_flops_per_step, b->hardware_flops_per_step) &&
-           same_double(a->peak_flops, b->peak_flops) && same_double(a->mfu, b->mfu) &&
-           same_double(a->hfu, b->hfu);
-}
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
@@ -49,7 +31,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         gt_metrics_log back;
         gt_error_clear(&err);
         if (gt_metrics_parse(FUZZ_NAME, line, (size_t)len, &back, &err) != GT_OK) __builtin_trap();
-        if (back.n_steps != 1 || !same_record(&back.steps[0], &log.steps[i])) __builtin_trap();
+        if (back.n_steps != 1 || !metrics_same_record(&back.steps[0], &log.steps[i]))
+            __builtin_trap();
         gt_metrics_log_free(&back);
         char text[512];
         if (gt_metrics_format_line(&log.steps[i], 6, text, sizeof text) <= 0) __builtin_trap();

@@ -26,64 +26,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "graphtrain/gt_autodiff.h"
-#include "graphtrain/gt_exec.h"
-#include "graphtrain/gt_model.h"
-#include "graphtrain/gt_optim.h"
 #include "graphtrain/gt_pass.h"
 #include "graphtrain/gt_program.h"
 #include "gt_test.h"
+#include "step_harness.h"
 
 #define STEPS 5
-
-typedef struct {
-    gt_graph *g;
-    gt_model model;
-    gt_adamw_config adamw;
-    int64_t vocab;
-    gt_sym_binding_entry bind_entries[2];
-    gt_sym_binding binding;
-} step_graph;
-
-/* As gt_train_build_graph with one micro-batch and no passes: model, autodiff, AdamW. */
-static bool build(step_graph *s, const char *flavor, int64_t batch, int64_t seq)
-{
-    gt_error err = {0};
-    gt_llama3_config cfg;
-    memset(s, 0, sizeof *s);
-    s->g = gt_graph_new();
-    EXPECT_OK(gt_llama3_flavor(flavor, &cfg, &err), &err);
-    if (err.code) return false;
-    s->vocab = cfg.vocab_size;
-    EXPECT_OK(gt_llama3_build(s->g, &cfg, &s->model, &err), &err);
-    if (err.code) return false;
-    EXPECT_OK(gt_autodiff(s->g, &err), &err);
-    if (err.code) return false;
-    int n = gt_optim_find_params(s->g, NULL, 0);
-    gt_value_id *params = calloc((size_t)n, sizeof *params),
-                *grads = calloc((size_t)n, sizeof *grads);
-    gt_optim_find_params(s->g, params, n);
-    int ng = 0;
-    for (int k = 0; k < s->g->n_outputs && ng < n; k++)
-        if (s->g->outputs[k].kind == GT_OUT_GRAD) grads[ng++] = s->g->outputs[k].value;
-    EXPECT(ng == n, "%s: %d grads for %d params", flavor, ng, n);
-    s->adamw = gt_adamw_config_default();
-    s->adamw.max_norm = 1.0;
-    s->adamw.weight_decay = 0.1;
-    EXPECT_OK(gt_optim_append_adamw(s->g, n, params, grads, &s->adamw, &err), &err);
-    free(params);
-    free(grads);
-    s->bind_entries[0] = (gt_sym_binding_entry){"batch", batch};
-    s->bind_entries[1] = (gt_sym_binding_entry){"seq", seq};
-    s->binding = (gt_sym_binding){s->bind_entries, 2};
-    return err.code == GT_OK;
-}
-
-static void step_graph_free(step_graph *s)
-{
-    gt_graph_free(s->g);
-    gt_model_free(&s->model);
-}
 
 /* The step arena the runtime would plan for g: the measure the budget policy is given. */
 static gt_status measure_step_arena(const gt_graph *g, void *user, size_t *bytes, gt_error *err)
@@ -134,82 +82,7 @@ static int32_t count_recompute_copies(const gt_graph *g)
     return n;
 }
 
-/* ---------------------------------------------------------------- state and steps */
-
-/* One tensor per graph input: params from gt_model_init_params (graph input order), moments zero,
- * tokens and labels a fixed xorshift sequence. */
-static bool init_state(const step_graph *s, gt_tensor *state)
-{
-    const gt_graph *g = s->g;
-    gt_error err = {0};
-    gt_tensor *params = calloc((size_t)s->model.n_params, sizeof *params);
-    EXPECT_OK(gt_model_init_params(&s->model, 1234, params, &err), &err);
-    int np = 0;
-    uint64_t x = 88172645463325252ull;
-    for (int32_t k = 0; k < g->n_inputs && err.code == GT_OK; k++) {
-        const gt_io *io = &g->inputs[k];
-        if (io->kind == GT_IN_PARAM) {
-            state[k] = params[np++];
-            continue;
-        }
-        int64_t shape[GT_MAX_DIMS];
-        EXPECT_OK(gt_graph_eval_shape(g, io->value, &s->binding, shape, &err), &err);
-        const gt_type *ty = gt_value_type(g, io->value);
-        EXPECT_OK(gt_tensor_alloc(&state[k], ty->dtype, ty->ndim, shape, &err), &err);
-        if (err.code == GT_OK && io->kind == GT_IN_INPUT && ty->dtype == GT_I64) {
-            int64_t *d = state[k].data;
-            for (int64_t i = 0; i < gt_tensor_numel(&state[k]); i++) {
-                x ^= x << 13, x ^= x >> 7, x ^= x << 17;
-                d[i] = (int64_t)(x % (uint64_t)s->vocab);
-            }
-        }
-    }
-    free(params);
-    return err.code == GT_OK && np == s->model.n_params;
-}
-
-/* Moves PARAM_UPDATE / OPT_STATE_UPDATE outputs into the inputs of the same kind and name. */
-static void feed_back(const gt_graph *g, gt_tensor *state, gt_tensor *outputs)
-{
-    for (int32_t k = 0; k < g->n_outputs; k++) {
-        int want = g->outputs[k].kind == GT_OUT_PARAM_UPDATE       ? GT_IN_PARAM
-                   : g->outputs[k].kind == GT_OUT_OPT_STATE_UPDATE ? GT_IN_OPT_STATE
-                                                                   : -1;
-        if (want < 0) continue;
-        const char *name = gt_graph_str(g, g->outputs[k].fqn);
-        int32_t found = -1;
-        for (int32_t i = 0; i < g->n_inputs && found < 0; i++)
-            if (g->inputs[i].kind == want && !strcmp(gt_graph_str(g, g->inputs[i].fqn), name))
-                found = i;
-        EXPECT(found >= 0, "no input for output %s", name);
-        if (found < 0) continue;
-        gt_tensor_free(&state[found]);
-        state[found] = outputs[k];
-        memset(&outputs[k], 0, sizeof outputs[k]);
-    }
-}
-
-static void set_scalars(const step_graph *s, const gt_graph *g, gt_tensor *state, int64_t step)
-{
-    for (int32_t k = 0; k < g->n_inputs; k++)
-        if (!strcmp(gt_graph_str(g, g->inputs[k].fqn), GT_OPTIM_SCALARS_NAME))
-            gt_optim_scalars(&s->adamw, step, 3e-3, state[k].data);
-}
-
-static bool same_bits(const gt_tensor *a, const gt_tensor *b)
-{
-    if (a->dtype != b->dtype || a->ndim != b->ndim) return false;
-    for (int d = 0; d < a->ndim; d++)
-        if (a->shape[d] != b->shape[d]) return false;
-    size_t n = gt_tensor_nbytes(a);
-    return n == 0 || memcmp(a->data, b->data, n) == 0;
-}
-
-static void free_tensors(gt_tensor *t, int32_t n)
-{
-    for (int32_t k = 0; k < n; k++)
-        gt_tensor_free(&t[k]);
-}
+/* ---------------------------------------------------------------- steps */
 
 /* The passes keep graph inputs and outputs in order and kind: the two graphs' io lists match. */
 static bool same_io(const gt_graph *a, const gt_graph *b)
@@ -243,49 +116,33 @@ static void check_exact(const step_graph *s, const char *flavor, gt_memory_polic
     EXPECT(same_io(s->g, cg), "%s %s: graph inputs/outputs changed", flavor, pname);
 
     const gt_graph *g = s->g;
-    int32_t ni = g->n_inputs, no = g->n_outputs;
-    gt_tensor *st_e = calloc((size_t)ni, sizeof(gt_tensor)),
-              *st_p = calloc((size_t)ni, sizeof(gt_tensor));
-    gt_tensor *out_e = calloc((size_t)no, sizeof(gt_tensor)),
-              *out_p = calloc((size_t)no, sizeof(gt_tensor));
-    bool ok = init_state(s, st_e) && init_state(s, st_p);
+    step_run e, p; /* eager on g, program of cg */
+    bool ok = step_run_init(&e, s);
+    ok = step_run_init(&p, s) && ok;
     gt_program *prog = NULL;
     EXPECT_OK(gt_program_build(cg, &s->binding, &prog, &err), &err);
     ok = ok && prog;
     int bad_steps = 0;
     for (int64_t step = 1; ok && step <= STEPS; step++) {
-        set_scalars(s, g, st_e, step);
-        set_scalars(s, cg, st_p, step);
-        EXPECT_OK(gt_eager_run(g, &s->binding, st_e, out_e, &err), &err);
-        EXPECT_OK(gt_program_run(prog, st_p, out_p, &err), &err);
+        step_set_scalars(s, g, e.state, step);
+        step_set_scalars(s, cg, p.state, step);
+        EXPECT_OK(gt_eager_run(g, &s->binding, e.state, e.out, &err), &err);
+        EXPECT_OK(gt_program_run(prog, p.state, p.out, &err), &err);
         if (err.code) break;
-        int bad = 0;
-        for (int32_t k = 0; k < no; k++)
-            if (!same_bits(&out_e[k], &out_p[k]) && bad++ < 3)
-                fprintf(stderr, "  %s %s step %lld: output %d (%s %s) differs\n", flavor, pname,
-                        (long long)step, k, gt_output_kind_name((gt_output_kind)g->outputs[k].kind),
-                        gt_graph_str(g, g->outputs[k].fqn));
+        int bad = step_count_diffs(flavor, pname, step, g, e.out, p.out);
         EXPECT(bad == 0, "%s %s step %lld: %d of %d outputs differ", flavor, pname, (long long)step,
-               bad, no);
+               bad, g->n_outputs);
         bad_steps += bad != 0;
         if (step == STEPS)
-            for (int32_t k = 0; k < no; k++)
-                if (g->outputs[k].kind == GT_OUT_LOSS)
-                    printf("%-10s %-7s %4d recomputed nodes; step %d loss %.9g, %s\n", flavor,
-                           pname, copies, STEPS, gt_tensor_get_f32(&out_p[k], 0),
-                           bad_steps ? "DIFFERS" : "bitwise equal to eager at every step");
-        feed_back(g, st_e, out_e);
-        feed_back(cg, st_p, out_p);
-        free_tensors(out_e, no);
-        free_tensors(out_p, no);
+            printf("%-10s %-7s %4d recomputed nodes; step %d loss %.9g, %s\n", flavor, pname,
+                   copies, STEPS, step_loss(g, p.out),
+                   bad_steps ? "DIFFERS" : "bitwise equal to eager at every step");
+        step_run_next(&e, g);
+        step_run_next(&p, cg);
     }
     gt_program_free(prog);
-    free_tensors(st_e, ni);
-    free_tensors(st_p, ni);
-    free(st_e);
-    free(st_p);
-    free(out_e);
-    free(out_p);
+    step_run_free(&e);
+    step_run_free(&p);
     gt_graph_free(cg);
 }
 
@@ -332,10 +189,7 @@ static void check_debugmodel_memory(size_t *full_out, size_t *none_out)
     step_graph s;
     gt_error err = {0};
     *full_out = *none_out = 0;
-    if (!build(&s, "debugmodel", 8, 2048)) {
-        step_graph_free(&s);
-        return;
-    }
+    if (!step_graph_build(&s, "debugmodel", 8, 2048)) return;
     planned none = plan_policy(&s, GT_MEMORY_POLICY_NONE, 0, &err);
     EXPECT(none.ok, "none: %s", err.msg);
     planned full = plan_policy(&s, GT_MEMORY_POLICY_FULL, 0, &err);
@@ -367,10 +221,7 @@ static void check_debugmodel_budget(size_t full, size_t none)
 {
     step_graph s;
     gt_error err = {0};
-    if (!build(&s, "debugmodel", 8, 2048)) {
-        step_graph_free(&s);
-        return;
-    }
+    if (!step_graph_build(&s, "debugmodel", 8, 2048)) return;
     size_t mid = full + (none - full) / 2;
     planned b = plan_policy(&s, GT_MEMORY_POLICY_BUDGET, (int64_t)mid, &err);
     EXPECT(b.ok && b.step_arena <= mid, "budget %zu: planned %zu (%s)", mid, b.step_arena, err.msg);
@@ -399,20 +250,19 @@ int main(void)
     for (int f = 0; f < 4; f++) {
         step_graph s;
         bool small = f < 3;
-        if (build(&s, flavors[f], small ? 2 : 1, small ? 16 : 32)) {
-            for (int p = 0; p < 3; p++)
-                check_exact(&s, flavors[f], policies[p], 0);
-            /* budget: halfway between full's and none's planned step arena at this size */
-            gt_error err = {0};
-            planned none = plan_policy(&s, GT_MEMORY_POLICY_NONE, 0, &err);
-            planned full = plan_policy(&s, GT_MEMORY_POLICY_FULL, 0, &err);
-            EXPECT(none.ok && full.ok, "%s: planning failed: %s", flavors[f], err.msg);
-            size_t mid = (none.step_arena + full.step_arena) / 2;
-            planned b = plan_policy(&s, GT_MEMORY_POLICY_BUDGET, (int64_t)mid, &err);
-            EXPECT(b.ok && b.step_arena <= mid, "%s budget %zu: planned %zu (%s)", flavors[f], mid,
-                   b.step_arena, err.msg);
-            check_exact(&s, flavors[f], GT_MEMORY_POLICY_BUDGET, (int64_t)mid);
-        }
+        if (!step_graph_build(&s, flavors[f], small ? 2 : 1, small ? 16 : 32)) continue;
+        for (int p = 0; p < 3; p++)
+            check_exact(&s, flavors[f], policies[p], 0);
+        /* budget: halfway between full's and none's planned step arena at this size */
+        gt_error err = {0};
+        planned none = plan_policy(&s, GT_MEMORY_POLICY_NONE, 0, &err);
+        planned full = plan_policy(&s, GT_MEMORY_POLICY_FULL, 0, &err);
+        EXPECT(none.ok && full.ok, "%s: planning failed: %s", flavors[f], err.msg);
+        size_t mid = (none.step_arena + full.step_arena) / 2;
+        planned b = plan_policy(&s, GT_MEMORY_POLICY_BUDGET, (int64_t)mid, &err);
+        EXPECT(b.ok && b.step_arena <= mid, "%s budget %zu: planned %zu (%s)", flavors[f], mid,
+               b.step_arena, err.msg);
+        check_exact(&s, flavors[f], GT_MEMORY_POLICY_BUDGET, (int64_t)mid);
         step_graph_free(&s);
     }
     size_t full = 0, none = 0;

@@ -18,25 +18,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "graphtrain/gt_autodiff.h"
 #include "graphtrain/gt_backend.h"
 #include "graphtrain/gt_build.h"
-#include "graphtrain/gt_exec.h"
-#include "graphtrain/gt_model.h"
-#include "graphtrain/gt_optim.h"
 #include "graphtrain/gt_partition.h"
 #include "graphtrain/gt_program.h"
 #include "gt_test.h"
+#include "step_harness.h"
 
 #define STEPS 3
-
-typedef struct {
-    gt_graph *g;
-    gt_model model;
-    gt_adamw_config adamw;
-    gt_sym_binding_entry bind_entries[2];
-    gt_sym_binding binding;
-} step_graph;
 
 /* ---------------------------------------------------------------- helpers */
 
@@ -65,21 +54,6 @@ static int32_t naive_saved(const gt_graph *g, uint8_t *flags)
     for (gt_value_id v = 0; v < g->n_values; v++)
         c += flags[v];
     return c;
-}
-
-static bool same_bits(const gt_tensor *a, const gt_tensor *b)
-{
-    if (a->dtype != b->dtype || a->ndim != b->ndim) return false;
-    for (int d = 0; d < a->ndim; d++)
-        if (a->shape[d] != b->shape[d]) return false;
-    size_t n = gt_tensor_nbytes(a);
-    return n == 0 || memcmp(a->data, b->data, n) == 0;
-}
-
-static void free_tensors(gt_tensor *t, int32_t n)
-{
-    for (int32_t k = 0; k < n; k++)
-        gt_tensor_free(&t[k]);
 }
 
 /* Shallow views of the whole-graph state and fwd outputs as the inputs of one part. */
@@ -238,106 +212,6 @@ static void check_refused(bool via_recompute)
 
 /* ---------------------------------------------------------------- whole-step graphs */
 
-/* As gt_train_build_graph with one micro-batch and no passes: model, autodiff, clip + AdamW. */
-static bool build(step_graph *s, const char *flavor, int64_t batch, int64_t seq)
-{
-    gt_error err = {0};
-    gt_llama3_config cfg;
-    memset(s, 0, sizeof *s);
-    s->g = gt_graph_new();
-    EXPECT_OK(gt_llama3_flavor(flavor, &cfg, &err), &err);
-    if (err.code) return false;
-    EXPECT_OK(gt_llama3_build(s->g, &cfg, &s->model, &err), &err);
-    EXPECT_OK(gt_autodiff(s->g, &err), &err);
-    if (err.code) return false;
-    int n = gt_optim_find_params(s->g, NULL, 0);
-    gt_value_id *params = calloc((size_t)n, sizeof *params),
-                *grads = calloc((size_t)n, sizeof *grads);
-    gt_optim_find_params(s->g, params, n);
-    int ng = 0;
-    for (int k = 0; k < s->g->n_outputs && ng < n; k++)
-        if (s->g->outputs[k].kind == GT_OUT_GRAD) grads[ng++] = s->g->outputs[k].value;
-    EXPECT(ng == n, "%s: %d grads for %d params", flavor, ng, n);
-    s->adamw = gt_adamw_config_default();
-    s->adamw.max_norm = 1.0;
-    s->adamw.weight_decay = 0.1;
-    EXPECT_OK(gt_optim_append_adamw(s->g, n, params, grads, &s->adamw, &err), &err);
-    free(params);
-    free(grads);
-    s->bind_entries[0] = (gt_sym_binding_entry){"batch", batch};
-    s->bind_entries[1] = (gt_sym_binding_entry){"seq", seq};
-    s->binding = (gt_sym_binding){s->bind_entries, 2};
-    EXPECT_OK(gt_graph_verify(s->g, &err), &err);
-    return err.code == GT_OK;
-}
-
-static void step_graph_free(step_graph *s)
-{
-    gt_graph_free(s->g);
-    gt_model_free(&s->model);
-}
-
-/* One tensor per whole-graph input: params from gt_model_init_params, moments zero, tokens and
- * labels a fixed xorshift sequence. */
-static bool init_state(const step_graph *s, gt_tensor *state, int64_t vocab)
-{
-    const gt_graph *g = s->g;
-    gt_error err = {0};
-    gt_tensor *params = calloc((size_t)s->model.n_params, sizeof *params);
-    EXPECT_OK(gt_model_init_params(&s->model, 1234, params, &err), &err);
-    int np = 0;
-    uint64_t x = 88172645463325252ull;
-    for (int32_t k = 0; k < g->n_inputs; k++) {
-        const gt_io *io = &g->inputs[k];
-        int64_t shape[GT_MAX_DIMS];
-        EXPECT_OK(gt_graph_eval_shape(g, io->value, &s->binding, shape, &err), &err);
-        const gt_type *ty = gt_value_type(g, io->value);
-        if (io->kind == GT_IN_PARAM) {
-            state[k] = params[np++];
-            continue;
-        }
-        EXPECT_OK(gt_tensor_alloc(&state[k], ty->dtype, ty->ndim, shape, &err), &err);
-        if (io->kind == GT_IN_INPUT && ty->dtype == GT_I64) {
-            int64_t *d = state[k].data;
-            for (int64_t i = 0; i < gt_tensor_numel(&state[k]); i++) {
-                x ^= x << 13, x ^= x >> 7, x ^= x << 17;
-                d[i] = (int64_t)(x % (uint64_t)vocab);
-            }
-        }
-    }
-    free(params);
-    return err.code == GT_OK && np == s->model.n_params;
-}
-
-/* PARAM_UPDATE / OPT_STATE_UPDATE outputs become the matching inputs (by kind and fqn). */
-static void feed_back(const gt_graph *g, gt_tensor *state, gt_tensor *outputs)
-{
-    for (int32_t k = 0; k < g->n_outputs; k++) {
-        int want = g->outputs[k].kind == GT_OUT_PARAM_UPDATE       ? GT_IN_PARAM
-                   : g->outputs[k].kind == GT_OUT_OPT_STATE_UPDATE ? GT_IN_OPT_STATE
-                                                                   : -1;
-        if (want < 0) continue;
-        const char *name = gt_graph_str(g, g->outputs[k].fqn);
-        int32_t found = -1;
-        for (int32_t i = 0; i < g->n_inputs && found < 0; i++)
-            if (g->inputs[i].kind == want && !strcmp(gt_graph_str(g, g->inputs[i].fqn), name))
-                found = i;
-        EXPECT(found >= 0, "no input for output %s", name);
-        if (found < 0) continue;
-        gt_tensor_free(&state[found]);
-        state[found] = outputs[k];
-        memset(&outputs[k], 0, sizeof outputs[k]);
-    }
-}
-
-static void set_scalars(const step_graph *s, gt_tensor *state, int64_t step)
-{
-    const gt_graph *g = s->g;
-    for (int32_t k = 0; k < g->n_inputs; k++)
-        if (!strcmp(gt_graph_str(g, g->inputs[k].fqn), GT_OPTIM_SCALARS_NAME))
-            gt_optim_scalars(&s->adamw, step, 3e-3, state[k].data);
-}
-
 /* Structure: node counts add up, each part holds only its phases, the saved set is the naive one.
  */
 static void check_structure(const char *flavor, const gt_graph *g, const gt_graph *f,
@@ -368,12 +242,7 @@ static void check_structure(const char *flavor, const gt_graph *g, const gt_grap
 static void compare(const char *flavor, const char *how, int64_t step, const gt_graph *g,
                     const gt_tensor *ref, const gt_tensor *got)
 {
-    int bad = 0;
-    for (int32_t k = 0; k < g->n_outputs; k++)
-        if (!same_bits(&ref[k], &got[k]) && bad++ < 3)
-            fprintf(stderr, "  %s %s step %lld: output %d (%s %s) differs\n", flavor, how,
-                    (long long)step, k, gt_output_kind_name((gt_output_kind)g->outputs[k].kind),
-                    gt_graph_str(g, g->outputs[k].fqn));
+    int bad = step_count_diffs(flavor, how, step, g, ref, got);
     EXPECT(bad == 0, "%s %s step %lld: %d of %d outputs differ", flavor, how, (long long)step, bad,
            g->n_outputs);
 }
@@ -381,13 +250,8 @@ static void compare(const char *flavor, const char *how, int64_t step, const gt_
 static void check_flavor(const char *flavor)
 {
     step_graph s;
-    if (!build(&s, flavor, 2, 16)) {
-        step_graph_free(&s);
-        return;
-    }
-    gt_llama3_config cfg;
+    if (!step_graph_build(&s, flavor, 2, 16)) return;
     gt_error err = {0};
-    gt_llama3_flavor(flavor, &cfg, &err);
     const gt_graph *g = s.g;
     gt_graph *f = NULL, *b = NULL;
     gt_partition_info info;
@@ -401,39 +265,29 @@ static void check_flavor(const char *flavor)
     EXPECT_OK(gt_program_build(f, &s.binding, &progs[0], &err), &err);
     EXPECT_OK(gt_program_build(b, &s.binding, &progs[1], &err), &err);
 
-    int32_t ni = g->n_inputs, no = g->n_outputs;
-    gt_tensor *st[3], *out[3]; /* whole eager, split eager, split program */
+    step_run run[3]; /* whole eager, split eager, split program */
     bool ok = progs[0] && progs[1];
-    for (int r = 0; r < 3; r++) {
-        st[r] = calloc((size_t)ni, sizeof(gt_tensor));
-        out[r] = calloc((size_t)no, sizeof(gt_tensor));
-        ok = init_state(&s, st[r], cfg.vocab_size) && ok;
-    }
+    for (int r = 0; r < 3; r++)
+        ok = step_run_init(&run[r], &s) && ok;
     for (int64_t step = 1; ok && step <= STEPS; step++) {
         for (int r = 0; r < 3; r++)
-            set_scalars(&s, st[r], step);
-        EXPECT_OK(gt_eager_run(g, &s.binding, st[0], out[0], &err), &err);
-        EXPECT_OK(run_split(f, b, NULL, &info, &s.binding, st[1], out[1], &err), &err);
-        EXPECT_OK(run_split(f, b, progs, &info, &s.binding, st[2], out[2], &err), &err);
+            step_set_scalars(&s, g, run[r].state, step);
+        EXPECT_OK(gt_eager_run(g, &s.binding, run[0].state, run[0].out, &err), &err);
+        EXPECT_OK(run_split(f, b, NULL, &info, &s.binding, run[1].state, run[1].out, &err), &err);
+        EXPECT_OK(run_split(f, b, progs, &info, &s.binding, run[2].state, run[2].out, &err), &err);
         if (err.code) break;
-        compare(flavor, "eager fwd+bwd", step, g, out[0], out[1]);
-        compare(flavor, "program fwd+bwd", step, g, out[0], out[2]);
-        for (int32_t k = 0; k < no && step == STEPS; k++)
-            if (g->outputs[k].kind == GT_OUT_LOSS)
-                printf("%s step %lld loss %.9g (whole, fwd+bwd eager and program)\n", flavor,
-                       (long long)step, gt_tensor_get_f32(&out[2][k], 0));
-        for (int r = 0; r < 3; r++) {
-            feed_back(g, st[r], out[r]);
-            free_tensors(out[r], no);
-        }
+        compare(flavor, "eager fwd+bwd", step, g, run[0].out, run[1].out);
+        compare(flavor, "program fwd+bwd", step, g, run[0].out, run[2].out);
+        if (step == STEPS)
+            printf("%s step %lld loss %.9g (whole, fwd+bwd eager and program)\n", flavor,
+                   (long long)step, step_loss(g, run[2].out));
+        for (int r = 0; r < 3; r++)
+            step_run_next(&run[r], g);
     }
     printf("%s: %d forward nodes, %d backward nodes, %d saved values\n", flavor, info.n_fwd_nodes,
            info.n_bwd_nodes, info.n_saved);
-    for (int r = 0; r < 3; r++) {
-        free_tensors(st[r], ni);
-        free(st[r]);
-        free(out[r]);
-    }
+    for (int r = 0; r < 3; r++)
+        step_run_free(&run[r]);
     gt_program_free(progs[0]);
     gt_program_free(progs[1]);
     gt_partition_info_free(&info);
@@ -447,10 +301,7 @@ static void report_debugmodel(void)
 {
     step_graph s;
     gt_error err = {0};
-    if (!build(&s, "debugmodel", 8, 2048)) {
-        step_graph_free(&s);
-        return;
-    }
+    if (!step_graph_build(&s, "debugmodel", 8, 2048)) return;
     gt_graph *f = NULL, *b = NULL;
     gt_partition_info info;
     EXPECT_OK(gt_partition_fwd_bwd(s.g, &f, &b, &info, &err), &err);

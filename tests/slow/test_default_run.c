@@ -2,61 +2,21 @@
  * (issue 3, acceptance: "its final loss is within 0.15 nats of the synthetic corpus' entropy
  * rate").
  *
- * Runs `graphtrain train --config configs/default.toml --job.dump_folder TMP` as a child process
+ * Runs `graphtrain train --config=configs/default.toml --job.dump_folder=TMP` as a child process
  * and reads the summary line it prints last,
  *   trained steps 1..N: final loss X, corpus entropy rate H (gap G nats); params xxh64 ...
  * The entropy rate H is the corpus' own (computed by the synthetic data module from its
  * generating process): no model can have an expected loss below it, so X − H measures how far
  * training is from the optimum. Asserts G <= 0.15 and G == X − H as printed, and prints the
  * numbers. Label "slow": about half a minute at -O2; not part of the ASan pass. */
-#ifndef _GNU_SOURCE
-#define _GNU_SOURCE /* nftw */
-#endif
-#include <errno.h>
-#include <fcntl.h>
-#include <ftw.h>
+#include "train_child.h" /* first: it defines _GNU_SOURCE for nftw */
+
 #include <math.h>
-#include <signal.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <sys/stat.h>
-#include <sys/wait.h>
-#include <time.h>
-#include <unistd.h>
 
 #include "gt_test.h"
 
 #define MAX_GAP 0.15        /* nats per token */
 #define CHILD_SECONDS 840.0 /* below CTest's 900 s timeout */
-
-static int remove_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
-{
-    (void)sb, (void)flag, (void)ftw;
-    return remove(path);
-}
-
-static char *read_all(const char *path)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    size_t cap = 4096, n = 0, got;
-    char *buf = malloc(cap);
-    while ((got = fread(buf + n, 1, cap - n - 1, f)) > 0) {
-        n += got;
-        if (cap - n - 1 == 0) buf = realloc(buf, cap *= 2);
-    }
-    fclose(f);
-    buf[n] = 0;
-    return buf;
-}
-
-static double now_seconds(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 int main(void)
 {
@@ -69,45 +29,19 @@ int main(void)
         perror("mkdtemp");
         return 1;
     }
-    char config[1024], dump[128], out_path[128], err_path[128];
-    snprintf(config, sizeof config, "%s/configs/default.toml", GT_SOURCE_DIR);
+    char config_opt[500], dump[128], out_path[128], err_path[128];
+    snprintf(config_opt, sizeof config_opt, "config=%s/configs/default.toml", GT_SOURCE_DIR);
     snprintf(dump, sizeof dump, "%s/run", root);
     snprintf(out_path, sizeof out_path, "%s/stdout.txt", root);
     snprintf(err_path, sizeof err_path, "%s/stderr.txt", root);
 
-    char dump_opt[256];
-    snprintf(dump_opt, sizeof dump_opt, "--job.dump_folder=%s", dump);
-    char *argv[] = {(char *)binary, "train", "--config", config, dump_opt, NULL};
-    fflush(NULL);
-    pid_t pid = fork();
-    if (pid == 0) {
-        int out = open(out_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-        int err = open(err_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-        if (out < 0 || err < 0 || dup2(out, 1) < 0 || dup2(err, 2) < 0) _exit(126);
-        execv(binary, argv);
-        _exit(127);
-    }
-    EXPECT(pid > 0, "fork failed");
-
-    /* bounded wait */
-    int rc = -1, ws;
+    const char *options[] = {config_opt};
     double t0 = now_seconds();
-    while (pid > 0) {
-        pid_t r = waitpid(pid, &ws, WNOHANG);
-        if (r == pid) {
-            rc = WIFEXITED(ws) ? WEXITSTATUS(ws) : 128 + WTERMSIG(ws);
-            break;
-        }
-        if ((r < 0 && errno != EINTR) || now_seconds() - t0 > CHILD_SECONDS) {
-            kill(pid, SIGKILL);
-            waitpid(pid, &ws, 0);
-            break;
-        }
-        struct timespec ts = {0, 50 * 1000 * 1000};
-        nanosleep(&ts, NULL);
-    }
+    pid_t pid = spawn_train(binary, options, 1, dump, out_path, err_path);
+    EXPECT(pid > 0, "fork failed");
+    int rc = pid > 0 ? wait_child(pid, CHILD_SECONDS) : -1; /* bounded wait */
     double seconds = now_seconds() - t0;
-    char *out = read_all(out_path);
+    char *out = read_all(out_path, NULL);
     EXPECT(rc == 0, "graphtrain exited with %d after %.0f s (stderr in %s)", rc, seconds, err_path);
 
     /* the last line that starts the summary */
@@ -140,6 +74,6 @@ int main(void)
                loss, gap, entropy, MAX_GAP);
     }
     free(out);
-    nftw(root, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+    remove_tree(root);
     return gt_test_finish();
 }

@@ -5,31 +5,13 @@
  * infinities included) and by a table of malformed files whose errors must name the line. */
 #include "graphtrain/gt_metrics.h"
 #include "gt_test.h"
+#include "metrics_common.h"
 
 #include <float.h>
 #include <stdint.h>
 #include <string.h>
 #include <sys/resource.h>
 #include <unistd.h>
-
-static bool same_double(double a, double b)
-{
-    if (isnan(a) || isnan(b)) return isnan(a) && isnan(b);
-    return memcmp(&a, &b, sizeof a) == 0; /* bitwise: -0.0 is not 0.0 */
-}
-
-static bool same_record(const gt_metrics_step *a, const gt_metrics_step *b)
-{
-    return a->step == b->step && a->tokens == b->tokens &&
-           a->peak_memory_bytes == b->peak_memory_bytes && same_double(a->loss, b->loss) &&
-           same_double(a->grad_norm, b->grad_norm) && same_double(a->lr, b->lr) &&
-           same_double(a->step_seconds, b->step_seconds) &&
-           same_double(a->tokens_per_second, b->tokens_per_second) &&
-           same_double(a->model_flops_per_step, b->model_flops_per_step) &&
-           same_double(a->hardware_flops_per_step, b->hardware_flops_per_step) &&
-           same_double(a->peak_flops, b->peak_flops) && same_double(a->mfu, b->mfu) &&
-           same_double(a->hfu, b->hfu);
-}
 
 static bool close_rel(double a, double b, double rel)
 {
@@ -222,7 +204,8 @@ static void test_roundtrip(void)
     EXPECT_OK(gt_metrics_read(path, &log, &err), &err);
     EXPECT(log.n_steps == N, "%lld records", (long long)log.n_steps);
     for (int i = 0; i < N && i < log.n_steps; i++)
-        EXPECT(same_record(&log.steps[i], &recs[i]), "record %d differs after the round trip", i);
+        EXPECT(metrics_same_record(&log.steps[i], &recs[i]),
+               "record %d differs after the round trip", i);
     gt_metrics_log_free(&log);
     remove(path);
 }
