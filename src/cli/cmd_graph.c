@@ -1,6 +1,7 @@
 /* cmd_graph.c — `graphtrain graph`: build the whole-step graph, print it and a summary, and with
  * --graph.dump_dir write per rank the listing and Graphviz DOT (and SVG when `dot` is installed)
  * of the graph as built and as compiled, plus the pass pipeline's before/after listings. */
+#include <dirent.h>
 #include <errno.h>
 #include <spawn.h>
 #include <stdio.h>
@@ -85,6 +86,23 @@ static int write_graph_files(const gt_graph *g, const char *dir, const char *ste
     return 0;
 }
 
+/* An SVG beside every per-pass DOT file of dir (when dot is installed). */
+static void render_pass_dots(const char *dir)
+{
+    DIR *d = opendir(dir);
+    if (!d) return;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        size_t n = strlen(e->d_name);
+        if (n < 5 || strcmp(e->d_name + n - 4, ".dot") != 0) continue;
+        char in[4600], out[4600];
+        snprintf(in, sizeof in, "%s/%s", dir, e->d_name);
+        snprintf(out, sizeof out, "%s/%.*s.svg", dir, (int)(n - 4), e->d_name);
+        if (run_dot(in, out) < 0) break; /* dot is not installed: said once already */
+    }
+    closedir(d);
+}
+
 static void print_summary(const gt_graph *g, const gt_model *model, const gt_llama3_config *mcfg,
                           int64_t batch, int64_t seq, const gt_flops *flops, double t_build,
                           double t_verify)
@@ -164,6 +182,7 @@ int gt_cli_graph(const command_spec *cmd, split_args *sa)
         }
         double t1 = gt_cli_now_seconds();
         if (dump_dir && write_graph_files(g, rank_dir, "compiled", svg)) goto done;
+        if (dump_dir && svg) render_pass_dots(passes_dir);
         t_dump += gt_cli_now_seconds() - t1;
     }
     double t_build = gt_cli_now_seconds() - t0 - t_dump;
