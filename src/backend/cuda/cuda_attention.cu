@@ -15,10 +15,13 @@
  *   dQ_i = scale * sum_j dS_ij K_j — kernel 3, one block per (batch, head, query tile).
  * No atomics: each output tile belongs to one block, and every sum runs in a fixed order (dot
  * products over d in index order, tiles in index order), so results are bitwise reproducible.
- * Tiles live in shared memory as f32 (loads widen bf16/f16). Speed comes later. */
-#include "cuda_internal.h"
+ * Tiles live in shared memory as f32 (loads widen bf16/f16). These kernels serve f32/f16 and odd
+ * head dims; bf16 with d = dv in {16, 32, 64, 128} runs the tensor-core kernels of cuda_flash_*.cu.
+ */
+#include "cuda_flash.cuh"
 
 #include <math.h>
+#include <string.h>
 
 #define GT_ATT_BQ 32
 #define GT_ATT_BK 32
@@ -325,6 +328,26 @@ static gt_status gt_cuda_att_smem(gt_cuda_stream *s, const gt_kernel_call *c, co
         "shared-memory limit", err);
 }
 
+/* The flash kernels' arguments for call c (pointers of the op's inputs and outputs). */
+static gt_flash gt_cuda_att_flash(const gt_kernel_call *c, const gt_att *a)
+{
+    gt_flash f;
+    memset(&f, 0, sizeof f);
+    f.q = (const __nv_bfloat16 *)c->in[0]->data;
+    f.k = (const __nv_bfloat16 *)c->in[1]->data;
+    f.v = (const __nv_bfloat16 *)c->in[2]->data;
+    f.b = a->b;
+    f.hq = a->hq;
+    f.hkv = a->hkv;
+    f.s = a->s;
+    f.t = a->t;
+    f.d = (int)a->d;
+    f.causal = a->causal;
+    f.scale = a->scale;
+    f.scale_log2 = a->scale * 1.4426950408889634f;
+    return f;
+}
+
 gt_status gt_cuda_sdpa(gt_cuda_stream *s, const gt_kernel_call *c, gt_error *err)
 {
     gt_att a;
@@ -332,6 +355,12 @@ gt_status gt_cuda_sdpa(gt_cuda_stream *s, const gt_kernel_call *c, gt_error *err
     GT_TRY(gt_cuda_att_want(c, c->out[0], "out", &a, a.hq, a.s, a.dv, err));
     GT_TRY(gt_cuda_att_want(c, c->out[1], "lse", &a, a.hq, a.s, -1, err));
     if (a.b * a.hq * a.s == 0) return GT_OK;
+    if (gt_cuda_flash_fits(c, a.d, a.dv, a.t)) {
+        gt_flash f = gt_cuda_att_flash(c, &a);
+        f.out = (__nv_bfloat16 *)c->out[0]->data;
+        f.lse = (float *)c->out[1]->data;
+        return gt_cuda_flash_fwd(s, c, &f, err);
+    }
     size_t bytes =
         sizeof(float) * (size_t)(GT_ATT_BQ * a.d + GT_ATT_BK * a.d + GT_ATT_BK * a.dv +
                                  GT_ATT_BQ * a.dv + GT_ATT_BQ * GT_ATT_BK + 3 * GT_ATT_BQ);
@@ -379,6 +408,17 @@ gt_status gt_cuda_sdpa_backward(gt_cuda_stream *s, const gt_kernel_call *c, gt_e
     void *scr;
     GT_TRY(gt_cuda_scratch(s, c, (size_t)qrows * sizeof(float), &scr, err));
     float *dsum = (float *)scr;
+    if (gt_cuda_flash_fits(c, a.d, a.dv, a.t)) {
+        gt_flash f = gt_cuda_att_flash(c, &a);
+        f.o = (const __nv_bfloat16 *)o->data;
+        f.g = (const __nv_bfloat16 *)g->data;
+        f.lse = (float *)l->data;
+        f.dsum = dsum;
+        f.dq = (__nv_bfloat16 *)dq->data;
+        f.dk = (__nv_bfloat16 *)dk->data;
+        f.dv = (__nv_bfloat16 *)dv->data;
+        return gt_cuda_flash_bwd(s, c, &f, err);
+    }
     gt_k_sdpa_dsum<<<gt_cuda_blocks(qrows), GT_CUDA_THREADS, 0, s->stream>>>(
         qrows, a.dv, o->data, o->dtype, g->data, g->dtype, dsum);
     GT_TRY(gt_cuda_launched(c, err));

@@ -1,0 +1,126 @@
+/* cuda_flash.cuh — bf16 tensor-core flash attention (FlashAttention-2 style) for sdpa and
+ * sdpa_backward; private to src/backend/cuda.
+ *
+ * Used when q, k, v (and out / dout / the gradients) are bf16, lse is f32, d == dv is one of 16,
+ * 32, 64, 128, t > 0 and every pointer is 16-byte aligned; otherwise the tiled f32 kernels of
+ * cuda_attention.cu run. Matrix products use mma.sync m16n8k16 (bf16 in, f32 accumulate); each
+ * warp owns 16 rows of the output tile, so every sum has one owner and a fixed order (k-steps of
+ * the mma in index order, tiles in index order, quad shuffles in a fixed butterfly): bitwise
+ * reproducible, no atomics. Softmax runs in base 2: x = S * scale * log2(e), p = 2^(x - m),
+ * lse = (m + log2 l) * ln 2. */
+#ifndef GRAPHTRAIN_CUDA_FLASH_CUH
+#define GRAPHTRAIN_CUDA_FLASH_CUH
+
+#include "cuda_internal.h"
+
+typedef struct {
+    const __nv_bfloat16 *q, *k, *v, *o, *g; /* o, g (= dout): backward only */
+    __nv_bfloat16 *out, *dq, *dk, *dv;      /* out: forward; dq, dk, dv: backward */
+    float *lse;                             /* written by the forward, read by the backward */
+    const float *dsum;                      /* D_i = sum_c dO_ic O_ic (backward) */
+    int64_t b, hq, hkv, s, t;
+    int d, causal;
+    float scale, scale_log2; /* scale and scale * log2(e) */
+} gt_flash;
+
+/* True when the bf16 flash kernels can run this call (the caller validated the shapes). */
+bool gt_cuda_flash_fits(const gt_kernel_call *c, int64_t d, int64_t dv, int64_t t);
+/* Forward: out, lse. */
+gt_status gt_cuda_flash_fwd(gt_cuda_stream *s, const gt_kernel_call *c, const gt_flash *f,
+                            gt_error *err);
+/* Backward: D into scratch, then dk/dv (one block per key tile) and dq (one block per query tile).
+ */
+gt_status gt_cuda_flash_bwd(gt_cuda_stream *s, const gt_kernel_call *c, const gt_flash *f,
+                            gt_error *err);
+
+#ifdef __CUDACC__
+/* ---------------------------------------------------------------- device helpers
+ * Fragments of mma.m16n8k16 (lane = 4 * g + q, g = lane / 4, q = lane % 4):
+ *   A (16x16, row): a0 = A[g][2q..2q+1], a1 = A[g+8][2q..], a2 = A[g][2q+8..], a3 = A[g+8][2q+8..]
+ *   B (16x8, col):  b0 = B[2q..2q+1][g],  b1 = B[2q+8..2q+9][g]
+ *   C (16x8, f32):  c0, c1 = C[g][2q], C[g][2q+1];  c2, c3 = C[g+8][2q], C[g+8][2q+1]
+ * Tiles sit in shared memory as [rows][D + 8] bf16: the 16-byte pad keeps rows 16-byte aligned and
+ * puts the 8 rows a fragment load touches in different banks. */
+#define GT_FLASH_PAD 8
+
+__device__ __forceinline__ void gt_mma_bf16(float c[4], const uint32_t a[4], uint32_t b0,
+                                            uint32_t b1)
+{
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, "
+                 "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+/* Two consecutive bf16 as one 32-bit word (the lower index in the low half). */
+__device__ __forceinline__ uint32_t gt_ld2(const __nv_bfloat16 *p)
+{
+    return *(const uint32_t *)p;
+}
+
+/* Rounds two floats to bf16 (nearest even) and packs them, x in the low half. */
+__device__ __forceinline__ uint32_t gt_packf(float x, float y)
+{
+    __nv_bfloat162 h = __floats2bfloat162_rn(x, y);
+    return *(uint32_t *)&h;
+}
+
+/* A fragment of the 16x16 block at sh[row0.., col0..] (leading dimension ld). */
+__device__ __forceinline__ void gt_frag_a(uint32_t a[4], const __nv_bfloat16 *sh, int ld, int row0,
+                                          int col0, int lane)
+{
+    const __nv_bfloat16 *p = sh + (row0 + lane / 4) * ld + col0 + (lane % 4) * 2;
+    a[0] = gt_ld2(p);
+    a[1] = gt_ld2(p + 8 * ld);
+    a[2] = gt_ld2(p + 8);
+    a[3] = gt_ld2(p + 8 * ld + 8);
+}
+
+/* B fragment where B[k][n] = M[n0 + n][k0 + k] (M row-major in shared memory: "M^T"). */
+__device__ __forceinline__ void gt_frag_bt(uint32_t &b0, uint32_t &b1, const __nv_bfloat16 *sh,
+                                           int ld, int n0, int k0, int lane)
+{
+    const __nv_bfloat16 *p = sh + (n0 + lane / 4) * ld + k0 + (lane % 4) * 2;
+    b0 = gt_ld2(p);
+    b1 = gt_ld2(p + 8);
+}
+
+/* B fragment where B[k][n] = M[k0 + k][n0 + n] (M row-major: pairs run down a column), by
+ * ldmatrix .trans: lanes 0-7 / 8-15 give the addresses of rows k0..k0+7 / k0+8..k0+15 (8 bf16 =
+ * 16 bytes from column n0 each); the transposed 8x8 matrices land as b0 and b1. */
+__device__ __forceinline__ void gt_frag_b(uint32_t &b0, uint32_t &b1, const __nv_bfloat16 *sh,
+                                          int ld, int k0, int n0, int lane)
+{
+    uint32_t addr = (uint32_t)__cvta_generic_to_shared(sh + (k0 + lane % 16) * ld + n0);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0, %1}, [%2];\n"
+                 : "=r"(b0), "=r"(b1)
+                 : "r"(addr));
+}
+
+/* A fragment (16 rows x 16 cols, k-step kc) from two f32 C tiles (cols 16kc..+7 and +8..+15):
+ * the C layout of an m16n8 product is the A layout of the next m16n8k16. */
+__device__ __forceinline__ void gt_c_to_a(uint32_t a[4], const float c0[4], const float c1[4])
+{
+    a[0] = gt_packf(c0[0], c0[1]);
+    a[1] = gt_packf(c0[2], c0[3]);
+    a[2] = gt_packf(c1[0], c1[1]);
+    a[3] = gt_packf(c1[2], c1[3]);
+}
+
+/* Copies rows [r0, r0 + ROWS) of a [rows, D] bf16 matrix into sh ([ROWS][D + PAD]) with 16-byte
+ * loads; rows at or past `rows` become 0. */
+template <int ROWS, int D>
+__device__ __forceinline__ void gt_flash_load(__nv_bfloat16 *sh, const __nv_bfloat16 *g, int64_t r0,
+                                              int64_t rows)
+{
+    constexpr int VPR = D / 8; /* 16-byte vectors per row */
+    for (int i = threadIdx.x; i < ROWS * VPR; i += blockDim.x) {
+        int r = i / VPR, v = i - r * VPR;
+        uint4 x = make_uint4(0, 0, 0, 0);
+        if (r0 + r < rows) x = *(const uint4 *)(g + (r0 + r) * D + v * 8);
+        *(uint4 *)(sh + r * (D + GT_FLASH_PAD) + v * 8) = x;
+    }
+}
+#endif
+
+#endif

@@ -1,0 +1,296 @@
+/* cuda_flash_bwd.cu — bf16 flash attention backward (see cuda_flash.cuh), deterministic.
+ *
+ * With P = exp(S - lse) recomputed tile by tile (x = S scale log2 e, p = 2^(x - lse log2 e)):
+ *   D_i = sum_c dO_ic O_ic                           kernel 1, 8 lanes per row, fixed tree
+ *   dP = dO V^T;  dS = P * (dP - D_i)
+ *   dV_j = sum_i P_ij dO_i;  dK_j = scale sum_i dS_ij Q_i
+ *        kernel 2: one block per (batch, kv head, 64 keys), warp w owns keys 16w..16w+15 and keeps
+ *        dK, dV in registers; it loops over the group's query heads in order, then query tiles in
+ *        order (causal: from the diagonal on), so every dK/dV sum has one owner and one order.
+ *   dQ_i = scale sum_j dS_ij K_j
+ *        kernel 3: one block per (batch, head, 64 queries), warp w owns 16 queries, key tiles in
+ *        order; it recomputes S and dP (two more products than FlashAttention-2's atomic dQ, the
+ *        price of determinism without a dS buffer of size s x t).
+ * Products use mma.sync m16n8k16 bf16 with f32 accumulation; P and dS are rounded to bf16 as
+ * operands of the second product, as FlashAttention-2 does. */
+#include "cuda_flash.cuh"
+
+#include <math.h>
+
+#define GT_FLASH_THREADS 128
+#define GT_BWD_BK 64 /* keys per dK/dV block: 4 warps x 16 */
+#define GT_BWD_BQ 64 /* queries per dQ block: 4 warps x 16 */
+
+/* Query tile of the dK/dV kernel and key tile of the dQ kernel: smaller for d = 128 to keep the
+ * f32 accumulators in registers. */
+template <int D> struct gt_flash_tiles {
+    static constexpr int inner = D == 128 ? 32 : 64;
+};
+
+static constexpr float GT_LOG2E = 1.4426950408889634f;
+
+/* D_i with 8 lanes per row (a warp does 4 rows): lane sums its 8 products in order, then a fixed
+ * xor butterfly over the 8 lanes (row length D = 8 * 8 at most 128: lanes loop over columns). */
+template <int D> __global__ void gt_k_flash_dsum(gt_flash f, float *dsum, int64_t rows)
+{
+    int64_t row = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) / 8;
+    int sub = threadIdx.x % 8;
+    float acc = 0.0f;
+    if (row < rows)
+        for (int c = sub * 8; c < D; c += 64) {
+            uint4 a = *(const uint4 *)(f.o + row * D + c), b = *(const uint4 *)(f.g + row * D + c);
+            const __nv_bfloat16 *pa = (const __nv_bfloat16 *)&a, *pb = (const __nv_bfloat16 *)&b;
+#pragma unroll
+            for (int e = 0; e < 8; e++)
+                acc = fmaf(__bfloat162float(pb[e]), __bfloat162float(pa[e]), acc);
+        }
+    acc += __shfl_xor_sync(0xffffffffu, acc, 1);
+    acc += __shfl_xor_sync(0xffffffffu, acc, 2);
+    acc += __shfl_xor_sync(0xffffffffu, acc, 4);
+    if (row < rows && sub == 0) dsum[row] = acc;
+}
+
+/* P and dS of a 16 x (8 NT) tile in C layout (sc holds S, dp holds dP on entry): sc becomes P and
+ * dp becomes dS. The tile's rows start at r0 and its columns at c0 (absolute). KEYS_ARE_ROWS (the
+ * dK/dV kernel): rows are keys, columns queries, and lse log2 e / D of query column ci are in
+ * shared memory (lsm, dsm); otherwise rows are queries with this thread's two rows' values in
+ * lr[2], dr[2] (indexed by constants once unrolled: they stay in registers). */
+template <int NT, bool KEYS_ARE_ROWS>
+__device__ __forceinline__ void gt_flash_p_ds(const gt_flash &f, float (*sc)[4], float (*dp)[4],
+                                              int64_t r0, int64_t c0, int lane, const float *lsm,
+                                              const float *dsm, const float *lr, const float *dr)
+{
+#pragma unroll
+    for (int n = 0; n < NT; n++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            int ri = lane / 4 + (e >> 1) * 8, ci = n * 8 + (lane % 4) * 2 + (e & 1);
+            int64_t query = KEYS_ARE_ROWS ? c0 + ci : r0 + ri;
+            int64_t key = KEYS_ARE_ROWS ? r0 + ri : c0 + ci;
+            float l2 = KEYS_ARE_ROWS ? lsm[ci] : lr[e >> 1];
+            float dd = KEYS_ARE_ROWS ? dsm[ci] : dr[e >> 1];
+            bool vis = query < f.s && key < f.t && !(f.causal && key > query) && l2 != -INFINITY;
+            float p = vis ? exp2f(sc[n][e] * f.scale_log2 - l2) : 0.0f;
+            sc[n][e] = p;
+            dp[n][e] = p * (dp[n][e] - dd);
+        }
+}
+
+template <int D> __global__ void __launch_bounds__(GT_FLASH_THREADS) gt_k_flash_dkdv(gt_flash f)
+{
+    constexpr int BK = GT_BWD_BK, BQ = gt_flash_tiles<D>::inner, LD = D + GT_FLASH_PAD;
+    extern __shared__ __align__(16) unsigned char gt_flash_sm[];
+    __nv_bfloat16 *ks = (__nv_bfloat16 *)gt_flash_sm, *vs = ks + BK * LD, *qs = vs + BK * LD;
+    __nv_bfloat16 *gs = qs + BQ * LD;
+    float *lse2 = (float *)(gs + BQ * LD), *dd = lse2 + BQ;
+    int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    int64_t bkh = blockIdx.y, bi = bkh / f.hkv, kvh = bkh - bi * f.hkv, group = f.hq / f.hkv;
+    int64_t k0 = (int64_t)(gridDim.x - 1 - blockIdx.x) * BK, kw = k0 + warp * 16;
+    gt_flash_load<BK, D>(ks, f.k + bkh * f.t * D, k0, f.t);
+    gt_flash_load<BK, D>(vs, f.v + bkh * f.t * D, k0, f.t);
+    float dk[D / 8][4], dv[D / 8][4];
+#pragma unroll
+    for (int n = 0; n < D / 8; n++)
+#pragma unroll
+        for (int e = 0; e < 4; e++)
+            dk[n][e] = dv[n][e] = 0.0f;
+    int64_t qstart = f.causal ? (k0 / BQ) * BQ : 0;
+    for (int64_t hh = 0; hh < group; hh++) {
+        int64_t bh = bi * f.hq + kvh * group + hh;
+        for (int64_t q0 = qstart; q0 < f.s; q0 += BQ) {
+            __syncthreads();
+            gt_flash_load<BQ, D>(qs, f.q + bh * f.s * D, q0, f.s);
+            gt_flash_load<BQ, D>(gs, f.g + bh * f.s * D, q0, f.s);
+            for (int r = threadIdx.x; r < BQ; r += blockDim.x) {
+                bool in = q0 + r < f.s;
+                lse2[r] = in ? f.lse[bh * f.s + q0 + r] * GT_LOG2E : -INFINITY;
+                dd[r] = in ? f.dsum[bh * f.s + q0 + r] : 0.0f;
+            }
+            __syncthreads();
+            if (f.causal && kw > q0 + BQ - 1)
+                continue; /* every key of this warp is in the future */
+            /* S^T = K Q^T and dP^T = V dO^T: 16 keys x BQ queries. */
+            float sc[BQ / 8][4], dp[BQ / 8][4];
+#pragma unroll
+            for (int n = 0; n < BQ / 8; n++) {
+#pragma unroll
+                for (int e = 0; e < 4; e++)
+                    sc[n][e] = dp[n][e] = 0.0f;
+#pragma unroll
+                for (int kc = 0; kc < D / 16; kc++) {
+                    uint32_t a[4], b0, b1;
+                    gt_frag_a(a, ks, LD, warp * 16, kc * 16, lane);
+                    gt_frag_bt(b0, b1, qs, LD, n * 8, kc * 16, lane);
+                    gt_mma_bf16(sc[n], a, b0, b1);
+                    gt_frag_a(a, vs, LD, warp * 16, kc * 16, lane);
+                    gt_frag_bt(b0, b1, gs, LD, n * 8, kc * 16, lane);
+                    gt_mma_bf16(dp[n], a, b0, b1);
+                }
+            }
+            gt_flash_p_ds<BQ / 8, true>(f, sc, dp, kw, q0, lane, lse2, dd, nullptr, nullptr);
+            /* dV += P^T dO, dK += dS^T Q (k-steps over the tile's queries in order). */
+#pragma unroll
+            for (int kc = 0; kc < BQ / 16; kc++) {
+                uint32_t pa[4], sa[4];
+                gt_c_to_a(pa, sc[2 * kc], sc[2 * kc + 1]);
+                gt_c_to_a(sa, dp[2 * kc], dp[2 * kc + 1]);
+#pragma unroll
+                for (int n = 0; n < D / 8; n++) {
+                    uint32_t b0, b1;
+                    gt_frag_b(b0, b1, gs, LD, kc * 16, n * 8, lane);
+                    gt_mma_bf16(dv[n], pa, b0, b1);
+                    gt_frag_b(b0, b1, qs, LD, kc * 16, n * 8, lane);
+                    gt_mma_bf16(dk[n], sa, b0, b1);
+                }
+            }
+        }
+    }
+    int cq = (lane % 4) * 2;
+#pragma unroll
+    for (int i = 0; i < 2; i++) {
+        int64_t key = kw + lane / 4 + i * 8;
+        if (key >= f.t) continue;
+        __nv_bfloat16 *kp = f.dk + (bkh * f.t + key) * D + cq,
+                      *vp = f.dv + (bkh * f.t + key) * D + cq;
+#pragma unroll
+        for (int n = 0; n < D / 8; n++) {
+            *(uint32_t *)(kp + n * 8) =
+                gt_packf(f.scale * dk[n][2 * i], f.scale * dk[n][2 * i + 1]);
+            *(uint32_t *)(vp + n * 8) = gt_packf(dv[n][2 * i], dv[n][2 * i + 1]);
+        }
+    }
+}
+
+template <int D> __global__ void __launch_bounds__(GT_FLASH_THREADS) gt_k_flash_dq(gt_flash f)
+{
+    constexpr int BQ = GT_BWD_BQ, BK = gt_flash_tiles<D>::inner, LD = D + GT_FLASH_PAD;
+    extern __shared__ __align__(16) unsigned char gt_flash_sm[];
+    __nv_bfloat16 *ks = (__nv_bfloat16 *)gt_flash_sm, *vs = ks + BK * LD;
+    int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    int64_t bh = blockIdx.y, bi = bh / f.hq, h = bh - bi * f.hq;
+    int64_t kh = bi * f.hkv + h / (f.hq / f.hkv);
+    int64_t q0 = (int64_t)(gridDim.x - 1 - blockIdx.x) * BQ, qw = q0 + warp * 16;
+    const __nv_bfloat16 *kp = f.k + kh * f.t * D, *vp = f.v + kh * f.t * D;
+    /* Q and dO fragments through shared memory (the K and V buffers hold 64 rows: enough for
+     * BQ = 64 when BK = 64; for d = 128 (BK = 32) the two buffers together hold Q, then dO). */
+    uint32_t qf[D / 16][4], gf[D / 16][4];
+    if (BK == BQ) {
+        gt_flash_load<BQ, D>(ks, f.q + bh * f.s * D, q0, f.s);
+        gt_flash_load<BQ, D>(vs, f.g + bh * f.s * D, q0, f.s);
+        __syncthreads();
+#pragma unroll
+        for (int kc = 0; kc < D / 16; kc++) {
+            gt_frag_a(qf[kc], ks, LD, warp * 16, kc * 16, lane);
+            gt_frag_a(gf[kc], vs, LD, warp * 16, kc * 16, lane);
+        }
+    } else {
+        gt_flash_load<BQ, D>(ks, f.q + bh * f.s * D, q0, f.s);
+        __syncthreads();
+#pragma unroll
+        for (int kc = 0; kc < D / 16; kc++)
+            gt_frag_a(qf[kc], ks, LD, warp * 16, kc * 16, lane);
+        __syncthreads();
+        gt_flash_load<BQ, D>(ks, f.g + bh * f.s * D, q0, f.s);
+        __syncthreads();
+#pragma unroll
+        for (int kc = 0; kc < D / 16; kc++)
+            gt_frag_a(gf[kc], ks, LD, warp * 16, kc * 16, lane);
+    }
+    float lse2[2], dd[2];
+#pragma unroll
+    for (int i = 0; i < 2; i++) {
+        int64_t row = qw + lane / 4 + i * 8;
+        lse2[i] = row < f.s ? f.lse[bh * f.s + row] * GT_LOG2E : -INFINITY;
+        dd[i] = row < f.s ? f.dsum[bh * f.s + row] : 0.0f;
+    }
+    float dq[D / 8][4];
+#pragma unroll
+    for (int n = 0; n < D / 8; n++)
+        dq[n][0] = dq[n][1] = dq[n][2] = dq[n][3] = 0.0f;
+    int64_t kend = f.causal ? min(f.t, q0 + BQ) : f.t;
+    for (int64_t k0 = 0; k0 < kend; k0 += BK) {
+        __syncthreads();
+        gt_flash_load<BK, D>(ks, kp, k0, f.t);
+        gt_flash_load<BK, D>(vs, vp, k0, f.t);
+        __syncthreads();
+        if (f.causal && k0 > qw + 15) continue; /* this warp's queries see none of these keys */
+        float sc[BK / 8][4], dp[BK / 8][4];
+#pragma unroll
+        for (int n = 0; n < BK / 8; n++) {
+#pragma unroll
+            for (int e = 0; e < 4; e++)
+                sc[n][e] = dp[n][e] = 0.0f;
+#pragma unroll
+            for (int kc = 0; kc < D / 16; kc++) {
+                uint32_t b0, b1;
+                gt_frag_bt(b0, b1, ks, LD, n * 8, kc * 16, lane);
+                gt_mma_bf16(sc[n], qf[kc], b0, b1);
+                gt_frag_bt(b0, b1, vs, LD, n * 8, kc * 16, lane);
+                gt_mma_bf16(dp[n], gf[kc], b0, b1);
+            }
+        }
+        gt_flash_p_ds<BK / 8, false>(f, sc, dp, qw, k0, lane, nullptr, nullptr, lse2, dd);
+#pragma unroll
+        for (int kc = 0; kc < BK / 16; kc++) {
+            uint32_t sa[4];
+            gt_c_to_a(sa, dp[2 * kc], dp[2 * kc + 1]);
+#pragma unroll
+            for (int n = 0; n < D / 8; n++) {
+                uint32_t b0, b1;
+                gt_frag_b(b0, b1, ks, LD, kc * 16, n * 8, lane);
+                gt_mma_bf16(dq[n], sa, b0, b1);
+            }
+        }
+    }
+    int cq = (lane % 4) * 2;
+#pragma unroll
+    for (int i = 0; i < 2; i++) {
+        int64_t row = qw + lane / 4 + i * 8;
+        if (row >= f.s) continue;
+        __nv_bfloat16 *p = f.dq + (bh * f.s + row) * D + cq;
+#pragma unroll
+        for (int n = 0; n < D / 8; n++)
+            *(uint32_t *)(p + n * 8) = gt_packf(f.scale * dq[n][2 * i], f.scale * dq[n][2 * i + 1]);
+    }
+}
+
+/* ---------------------------------------------------------------- host side */
+
+template <int D>
+static gt_status gt_flash_bwd_launch(gt_cuda_stream *s, const gt_kernel_call *c, const gt_flash *f,
+                                     gt_error *err)
+{
+    constexpr int LD = D + GT_FLASH_PAD, IN = gt_flash_tiles<D>::inner;
+    int64_t rows = f->b * f->hq * f->s;
+    gt_k_flash_dsum<D>
+        <<<(unsigned)((rows * 8 + 255) / 256), 256, 0, s->stream>>>(*f, (float *)f->dsum, rows);
+    GT_TRY(gt_cuda_launched(c, err));
+    size_t b1 =
+        sizeof(__nv_bfloat16) * (size_t)(2 * GT_BWD_BK * LD + 2 * IN * LD) + sizeof(float) * 2 * IN;
+    GT_TRY(gt_cuda_check(c,
+                         cudaFuncSetAttribute((const void *)gt_k_flash_dkdv<D>,
+                                              cudaFuncAttributeMaxDynamicSharedMemorySize, (int)b1),
+                         "shared-memory limit", err));
+    dim3 g1((unsigned)((f->t + GT_BWD_BK - 1) / GT_BWD_BK), (unsigned)(f->b * f->hkv));
+    gt_k_flash_dkdv<D><<<g1, GT_FLASH_THREADS, b1, s->stream>>>(*f);
+    GT_TRY(gt_cuda_launched(c, err));
+    size_t b2 = sizeof(__nv_bfloat16) * (size_t)(2 * IN * LD);
+    dim3 g2((unsigned)((f->s + GT_BWD_BQ - 1) / GT_BWD_BQ), (unsigned)(f->b * f->hq));
+    gt_k_flash_dq<D><<<g2, GT_FLASH_THREADS, b2, s->stream>>>(*f);
+    return gt_cuda_launched(c, err);
+}
+
+gt_status gt_cuda_flash_bwd(gt_cuda_stream *s, const gt_kernel_call *c, const gt_flash *f,
+                            gt_error *err)
+{
+    switch (f->d) {
+    case 16:
+        return gt_flash_bwd_launch<16>(s, c, f, err);
+    case 32:
+        return gt_flash_bwd_launch<32>(s, c, f, err);
+    case 64:
+        return gt_flash_bwd_launch<64>(s, c, f, err);
+    default:
+        return gt_flash_bwd_launch<128>(s, c, f, err);
+    }
+}

@@ -1,0 +1,274 @@
+/* test_cuda_attention.c — the bf16 tensor-core flash attention (cuda_flash_*.cu) against
+ * independent references.
+ *
+ * For each case (causal or not, GQA, head dims 16/32/64/128, odd lengths, and the debugmodel and
+ * 1B shapes at seq 2048) with random bf16 q, k, v, dout:
+ *   - the flash forward (bf16) against the tiled fp32 kernels run on the same values widened to f32
+ *     (a different algorithm: scalar f32 dot products, no bf16 rounding of P): out within
+ *     max |diff| / max |ref| <= 1e-2 (two bf16 ulps at the top of the range: out is rounded to
+ *     bf16 and P to bf16 before P V) and rms(diff) / rms(ref) <= 5e-3; lse (f32 on both sides,
+ *     exact bf16 products, only the summation order differs) within 1e-4 relative;
+ *   - the flash backward against the fp32 kernels fed the same (q, k, v, out, lse, dout): dq, dk,
+ * dv within max-rel 2e-2 and rms-rel 1e-2 (P and dS are rounded to bf16 before their second
+ *     product, and the gradients to bf16 at the end);
+ *   - small cases also against the CPU kernels on the same bf16 tensors (the CPU's bf16 path is the
+ *     reference of the GPU's), with the conformance bounds 1e-2 (out) and 2e-2 (gradients);
+ *   - determinism and coverage: every GPU output is pre-filled with a different byte pattern for
+ *     each of two runs, and the two runs must agree bitwise.
+ * Without a CUDA device the test skips (exit 0). */
+#include "graphtrain/gt_cuda.h"
+#include "gt_test.h"
+
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#define SH(...) ((const int64_t[]){__VA_ARGS__})
+
+static uint64_t rng_state = 0x5eed0f1a5ba77e57ull;
+static gt_cuda_stream *g_stream;
+
+static double urand(double lo, double hi)
+{
+    uint64_t z = (rng_state += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    z ^= z >> 31;
+    return lo + (hi - lo) * (double)(z >> 11) * 0x1p-53;
+}
+
+static gt_tensor t_new(gt_dtype dt, int ndim, const int64_t *shape)
+{
+    gt_tensor t;
+    gt_error err = {0};
+    GT_CHECK(gt_tensor_alloc(&t, dt, ndim, shape, &err) == GT_OK);
+    return t;
+}
+
+static gt_tensor t_rand(int ndim, const int64_t *shape, double lo, double hi)
+{
+    gt_tensor t = t_new(GT_BF16, ndim, shape);
+    for (int64_t k = 0; k < gt_tensor_numel(&t); k++)
+        gt_tensor_set_f32(&t, k, (float)urand(lo, hi));
+    return t;
+}
+
+/* Same values in dtype dt (bf16 -> f32 is exact). */
+static gt_tensor t_as(const gt_tensor *x, gt_dtype dt)
+{
+    gt_tensor t = t_new(dt, x->ndim, x->shape);
+    for (int64_t k = 0; k < gt_tensor_numel(x); k++)
+        gt_tensor_set_f32(&t, k, gt_tensor_get_f32(x, k));
+    return t;
+}
+
+typedef struct {
+    double max_rel, rms_rel;
+} gt_diff;
+
+/* max |a - r| / max |r| and rms(a - r) / rms(r); any non-finite value gives inf. */
+static gt_diff diff_of(const gt_tensor *a, const gt_tensor *r)
+{
+    double num = 0.0, den = 0.0, s2 = 0.0, r2 = 0.0;
+    for (int64_t k = 0; k < gt_tensor_numel(r); k++) {
+        double x = gt_tensor_get_f32(a, k), y = gt_tensor_get_f32(r, k);
+        if (!isfinite(x) || !isfinite(y)) return (gt_diff){INFINITY, INFINITY};
+        num = fmax(num, fabs(x - y));
+        den = fmax(den, fabs(y));
+        s2 += (x - y) * (x - y);
+        r2 += y * y;
+    }
+    return (gt_diff){den > 0 ? num / den : num, r2 > 0 ? sqrt(s2 / r2) : sqrt(s2)};
+}
+
+static gt_kernel_call att_call(gt_op op, const int64_t *iattr, const double *fattr, gt_tensor **in,
+                               int n_in, gt_tensor **out, int n_out)
+{
+    gt_kernel_call c;
+    memset(&c, 0, sizeof c);
+    c.op = op;
+    c.i = iattr;
+    c.f = fattr;
+    c.ni = 1;
+    c.nf = 1;
+    c.n_in = n_in;
+    c.n_out = n_out;
+    for (int k = 0; k < n_in; k++)
+        c.in[k] = in[k];
+    for (int k = 0; k < n_out; k++)
+        c.out[k] = out[k];
+    return c;
+}
+
+/* Runs op on the GPU with host inputs `in`; host outputs `out` (allocated, dtypes chosen by the
+ * caller) receive the result. reps = 2 runs twice (outputs pre-filled with 0xff, then 0x5a) and
+ * returns whether both runs gave the same bits. */
+static bool gpu_run(gt_op op, const int64_t *ia, const double *fa, gt_tensor *in, int n_in,
+                    gt_tensor *out, int n_out, int reps, const char *name)
+{
+    gt_error err = {0};
+    gt_tensor din[6], dout[3], first[3];
+    gt_tensor *pin[6], *pout[3];
+    for (int k = 0; k < n_in; k++) {
+        GT_CHECK(gt_cuda_tensor_upload(g_stream, &in[k], &din[k], &err) == GT_OK);
+        pin[k] = &din[k];
+    }
+    for (int k = 0; k < n_out; k++) {
+        GT_CHECK(gt_cuda_tensor_alloc(&dout[k], out[k].dtype, out[k].ndim, out[k].shape, &err) ==
+                 GT_OK);
+        first[k] = t_new(out[k].dtype, out[k].ndim, out[k].shape);
+        pout[k] = &dout[k];
+    }
+    gt_kernel_call c = att_call(op, ia, fa, pin, n_in, pout, n_out);
+    bool same = true;
+    for (int rep = 0; rep < reps; rep++) {
+        for (int k = 0; k < n_out; k++) {
+            size_t nb = gt_tensor_nbytes(&out[k]);
+            memset(out[k].data, rep == 0 ? 0xff : 0x5a, nb);
+            GT_CHECK(gt_cuda_memcpy_h2d(g_stream, dout[k].data, out[k].data, nb, &err) == GT_OK);
+        }
+        gt_status st = gt_cuda_run_kernel(&c, g_stream, &err);
+        if (st == GT_OK) st = gt_cuda_stream_sync(g_stream, &err);
+        EXPECT(st == GT_OK, "%s: CUDA kernel failed: %s", name, err.msg);
+        for (int k = 0; k < n_out; k++) {
+            GT_CHECK(gt_cuda_tensor_download(g_stream, &dout[k], &out[k], &err) == GT_OK);
+            if (rep == 0)
+                memcpy(first[k].data, out[k].data, gt_tensor_nbytes(&out[k]));
+            else
+                same &= memcmp(first[k].data, out[k].data, gt_tensor_nbytes(&out[k])) == 0;
+        }
+    }
+    for (int k = 0; k < n_in; k++)
+        gt_cuda_tensor_free(&din[k]);
+    for (int k = 0; k < n_out; k++) {
+        gt_cuda_tensor_free(&dout[k]);
+        gt_tensor_free(&first[k]);
+    }
+    return same;
+}
+
+typedef struct {
+    const char *name;
+    int causal;
+    int64_t b, hq, hkv, s, t, d;
+    bool cpu; /* small enough for the CPU reference */
+} acase;
+
+static void expect_close(const char *name, const char *what, const gt_tensor *x,
+                         const gt_tensor *ref, double max_bound, double rms_bound)
+{
+    gt_diff e = diff_of(x, ref);
+    printf("  %-16s %-10s max-rel %.2e rms-rel %.2e (bounds %.0e, %.0e)\n", name, what, e.max_rel,
+           e.rms_rel, max_bound, rms_bound);
+    EXPECT(e.max_rel <= max_bound && e.rms_rel <= rms_bound,
+           "%s: %s max-rel %.3e (bound %.0e), rms-rel %.3e (bound %.0e)", name, what, e.max_rel,
+           max_bound, e.rms_rel, rms_bound);
+}
+
+static void run_case(const acase *a)
+{
+    int64_t ia[1] = {a->causal};
+    double fa[1] = {1.0 / sqrt((double)a->d)};
+    const int64_t *qs = SH(a->b, a->hq, a->s, a->d), *ks = SH(a->b, a->hkv, a->t, a->d);
+    const int64_t *ls = SH(a->b, a->hq, a->s);
+    gt_tensor in[6], in32[6];
+    in[0] = t_rand(4, qs, -2, 2);
+    in[1] = t_rand(4, ks, -2, 2);
+    in[2] = t_rand(4, ks, -1, 1);
+    for (int k = 0; k < 3; k++)
+        in32[k] = t_as(&in[k], GT_F32);
+
+    /* forward: flash (bf16) twice, fp32 reference */
+    gt_tensor fo[2] = {t_new(GT_BF16, 4, qs), t_new(GT_F32, 3, ls)};
+    gt_tensor ro[2] = {t_new(GT_F32, 4, qs), t_new(GT_F32, 3, ls)};
+    bool same = gpu_run(GT_OP_SDPA, ia, fa, in, 3, fo, 2, 2, a->name);
+    EXPECT(same, "%s: two flash forward runs differ (or an element is not written)", a->name);
+    gpu_run(GT_OP_SDPA, ia, fa, in32, 3, ro, 2, 1, a->name);
+    expect_close(a->name, "out", &fo[0], &ro[0], 1e-2, 5e-3);
+    expect_close(a->name, "lse", &fo[1], &ro[1], 1e-4, 1e-4);
+
+    /* backward on (q, k, v, flash out, flash lse, dout) */
+    in[3] = fo[0];
+    in[4] = fo[1];
+    in[5] = t_rand(4, qs, -1, 1);
+    for (int k = 3; k < 6; k++)
+        in32[k] = t_as(&in[k], GT_F32);
+    gt_tensor fg[3] = {t_new(GT_BF16, 4, qs), t_new(GT_BF16, 4, ks), t_new(GT_BF16, 4, ks)};
+    gt_tensor rg[3] = {t_new(GT_F32, 4, qs), t_new(GT_F32, 4, ks), t_new(GT_F32, 4, ks)};
+    same = gpu_run(GT_OP_SDPA_BACKWARD, ia, fa, in, 6, fg, 3, 2, a->name);
+    EXPECT(same, "%s: two flash backward runs differ (or an element is not written)", a->name);
+    gpu_run(GT_OP_SDPA_BACKWARD, ia, fa, in32, 6, rg, 3, 1, a->name);
+    const char *gn[3] = {"dq", "dk", "dv"};
+    for (int k = 0; k < 3; k++)
+        expect_close(a->name, gn[k], &fg[k], &rg[k], 2e-2, 1e-2);
+    printf("  %-16s flash runs bitwise identical: %s\n", a->name, same ? "yes" : "NO");
+
+    if (a->cpu) { /* the CPU kernels on the same bf16 tensors */
+        gt_error err = {0};
+        gt_tensor co[2] = {t_new(GT_BF16, 4, qs), t_new(GT_F32, 3, ls)};
+        gt_tensor *pi[6] = {&in[0], &in[1], &in[2], &in[3], &in[4], &in[5]};
+        gt_tensor *po[2] = {&co[0], &co[1]};
+        gt_kernel_call c = att_call(GT_OP_SDPA, ia, fa, pi, 3, po, 2);
+        EXPECT_OK(gt_cpu_run_kernel(&c, &err), &err);
+        expect_close(a->name, "out vs cpu", &fo[0], &co[0], 1e-2, 5e-3);
+        expect_close(a->name, "lse vs cpu", &fo[1], &co[1], 1e-4, 1e-4);
+        gt_tensor cg[3] = {t_new(GT_BF16, 4, qs), t_new(GT_BF16, 4, ks), t_new(GT_BF16, 4, ks)};
+        gt_tensor *pg[3] = {&cg[0], &cg[1], &cg[2]};
+        c = att_call(GT_OP_SDPA_BACKWARD, ia, fa, pi, 6, pg, 3);
+        EXPECT_OK(gt_cpu_run_kernel(&c, &err), &err);
+        const char *cn[3] = {"dq vs cpu", "dk vs cpu", "dv vs cpu"};
+        for (int k = 0; k < 3; k++) {
+            expect_close(a->name, cn[k], &fg[k], &cg[k], 2e-2, 1e-2);
+            gt_tensor_free(&cg[k]);
+        }
+        gt_tensor_free(&co[0]);
+        gt_tensor_free(&co[1]);
+    }
+    for (int k = 0; k < 6; k++) {
+        gt_tensor_free(&in[k]);
+        gt_tensor_free(&in32[k]);
+    }
+    for (int k = 0; k < 3; k++) {
+        gt_tensor_free(&fg[k]);
+        gt_tensor_free(&rg[k]);
+    }
+    gt_tensor_free(&ro[0]);
+    gt_tensor_free(&ro[1]);
+}
+
+int main(void)
+{
+    if (gt_cuda_device_count() == 0) {
+        printf("0 passed, 0 failed (no CUDA device)\n");
+        return 0;
+    }
+    gt_error err = {0};
+    gt_cuda_device_info info;
+    if (gt_cuda_init(0, &info, &err) != GT_OK || gt_cuda_stream_create(&g_stream, &err) != GT_OK) {
+        fprintf(stderr, "CUDA setup failed: %s\n", err.msg);
+        return 1;
+    }
+    printf("device: %s\n", info.name);
+    const acase cases[] = {
+        /* name, causal, b, hq, hkv, s, t, d, cpu */
+        {"tiny-causal", 1, 1, 2, 1, 1, 1, 16, true},
+        {"odd-causal-d32", 1, 2, 4, 2, 45, 45, 32, true},
+        {"odd-cross-d64", 0, 1, 3, 1, 37, 70, 64, true},
+        {"odd-causal-d16", 1, 1, 2, 2, 133, 133, 16, true},
+        {"odd-cross-d128", 0, 1, 2, 1, 77, 150, 128, true},
+        {"odd-causal-d128", 1, 1, 2, 1, 1037, 1037, 128, false},
+        {"odd-causal-d64", 1, 1, 4, 1, 999, 999, 64, false},
+        {"debugmodel-2048", 1, 2, 16, 16, 2048, 2048, 16, false},
+        {"1B-2048", 1, 1, 32, 8, 2048, 2048, 64, false},
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        printf("%s: causal %d b %lld hq %lld hkv %lld s %lld t %lld d %lld\n", cases[k].name,
+               cases[k].causal, (long long)cases[k].b, (long long)cases[k].hq,
+               (long long)cases[k].hkv, (long long)cases[k].s, (long long)cases[k].t,
+               (long long)cases[k].d);
+        run_case(&cases[k]);
+    }
+    gt_cuda_stream_destroy(g_stream);
+    return gt_test_finish();
+}
