@@ -12,6 +12,7 @@
 
 #include "graphtrain/gt_flops.h"
 #include "graphtrain/gt_graph.h"
+#include "graphtrain/gt_program.h"
 #include "graphtrain/gt_train.h"
 #include "commands.h"
 
@@ -199,8 +200,24 @@ int gt_cli_graph(const command_spec *cmd, split_args *sa)
         fprintf(stderr, "graphtrain graph: %s\n", err.msg);
         goto done;
     }
+    /* the memory plan: the peak is known before step 1 (planning allocates nothing) */
+    double t2 = gt_cli_now_seconds();
+    gt_node_id *order = NULL;
+    int32_t n_order = 0;
+    gt_plan *plan = NULL;
+    if (gt_schedule_build(g, &order, &n_order, &err) != GT_OK ||
+        gt_plan_memory(g, &binding, order, n_order, NULL, &plan, &err) != GT_OK) {
+        fprintf(stderr, "graphtrain graph: memory plan: %s\n", err.msg);
+        free(order);
+        goto done;
+    }
+    double t_plan = gt_cli_now_seconds() - t2;
+    free(order);
     if (print) gt_graph_print(g, stdout);
     print_summary(g, &model, &mcfg, batch, seq, &flops, t_build, t_verify);
+    printf("plan             %.2f ms (schedule + liveness + offsets)\n", 1e3 * t_plan);
+    gt_plan_print(plan, stdout);
+    gt_plan_free(plan);
     if (dump_dir) printf("dumps            %s (built, compiled, passes/)\n", rank_dir);
     rc = 0;
 done:
