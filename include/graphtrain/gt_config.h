@@ -120,6 +120,7 @@ typedef struct {
     gt_cfg_strings disable_passes;
     bool debug_graph_passes;
     char *precompile_artifact_dir;
+    bool cudagraphs; /* training.device = cuda: replay the step as one CUDA graph */
 } gt_cfg_compile;
 
 typedef struct {

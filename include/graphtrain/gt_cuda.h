@@ -49,6 +49,15 @@ gt_status gt_cuda_stream_reserve(gt_cuda_stream *s, size_t bytes, gt_error *err)
  * sync, e.g. "embedding: id at position 7 is outside [0, 100)". */
 gt_status gt_cuda_stream_sync(gt_cuda_stream *s, gt_error *err);
 
+/* The data-error word without waiting for the whole stream: gt_cuda_stream_copy_error queues a
+ * copy of it into host memory `word` (GT_CUDA_ERROR_WORDS values; pinned memory keeps the copy
+ * asynchronous; it may be captured into a CUDA graph); once the copy is complete (an event after
+ * it), gt_cuda_error_report(word, err) returns what gt_cuda_stream_sync would (the device word is
+ * cleared only by gt_cuda_stream_sync). */
+#define GT_CUDA_ERROR_WORDS 3
+gt_status gt_cuda_stream_copy_error(gt_cuda_stream *s, unsigned long long *word, gt_error *err);
+gt_status gt_cuda_error_report(const unsigned long long *word, gt_error *err);
+
 /* Copies, ordered on the stream (the host side of d2h is valid after gt_cuda_stream_sync). */
 gt_status gt_cuda_memcpy_h2d(gt_cuda_stream *s, void *dst, const void *src, size_t n,
                              gt_error *err);

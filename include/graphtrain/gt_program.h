@@ -203,6 +203,38 @@ gt_status gt_cuda_program_read_output(gt_cuda_program *p, int32_t k, gt_tensor *
 gt_status gt_cuda_program_run(gt_cuda_program *p, const gt_tensor *inputs, gt_tensor *outputs,
                               gt_error *err);
 
+/* The step path without host stalls: one CUDA graph, asynchronous copies, results read a step
+ * later.
+ *
+ * gt_cuda_program_capture records the instruction list once as a CUDA graph; from then on
+ * gt_cuda_program_exec launches that graph (one launch, no per-kernel host work). Call it after
+ * one gt_cuda_program_exec has run (the warm-up: it fills the backend's per-shape cuBLASLt
+ * choices, sizes its scratch and sets kernel attributes, none of which may happen during a
+ * capture). Capturing runs nothing. The graph reads and writes the same device buffers on every
+ * replay, so a replay is bitwise the eager step; set the per-step inputs before each exec. On
+ * failure (a kernel that would allocate or synchronise) the program stays uncaptured and exec
+ * keeps running the instructions.
+ *
+ * Per step: gt_cuda_program_stage_input copies host tensor t into a pinned host buffer of the
+ * program (t may be reused at once) and queues its copy into graph input k's buffer;
+ * gt_cuda_program_fetch_output queues output k's copy into pinned host memory; both belong to the
+ * current step, which gt_cuda_program_step_end closes (it also queues a copy of the stream's
+ * data-error word) and numbers: *ticket = 0, 1, 2, ... gt_cuda_program_step_wait(ticket) waits
+ * for that step only (not for steps queued after it) and returns a data error a kernel flagged up
+ * to its end; gt_cuda_program_fetched then gives the bytes of an output fetched in that step (NULL
+ * for a ticket no longer held). Two steps are held: a ticket's bytes stay valid until the step
+ * two after it stages or fetches, which first waits for it. So the loop is: stage, exec, fetch,
+ * end step n; then wait for and read step n - 1. */
+gt_status gt_cuda_program_capture(gt_cuda_program *p, gt_error *err);
+/* True once captured: exec replays the graph. */
+bool gt_cuda_program_captured(const gt_cuda_program *p);
+gt_status gt_cuda_program_stage_input(gt_cuda_program *p, int32_t k, const gt_tensor *t,
+                                      gt_error *err);
+gt_status gt_cuda_program_fetch_output(gt_cuda_program *p, int32_t k, gt_error *err);
+gt_status gt_cuda_program_step_end(gt_cuda_program *p, int64_t *ticket, gt_error *err);
+gt_status gt_cuda_program_step_wait(gt_cuda_program *p, int64_t ticket, gt_error *err);
+const void *gt_cuda_program_fetched(const gt_cuda_program *p, int64_t ticket, int32_t k);
+
 /* The graph input that output k carries state for — PARAM_UPDATE -> the PARAM, BUFFER_UPDATE ->
  * the BUFFER, OPT_STATE_UPDATE -> the OPT_STATE input of the same fqn — or -1 (any other output,
  * or no such input). */

@@ -147,6 +147,9 @@ static const gt_cfg_option options[] = {
      .help = "passes to remove from the pipeline, by name (a,b)"},
     {OPT(compile, debug_graph_passes, GT_CFG_BOOL), .default_value = "false",
      .help = "dump the graph before and after every pass into dump_folder"},
+    {OPT(compile, cudagraphs, GT_CFG_BOOL), .default_value = "true",
+     .help = "training.device = cuda: capture the whole step as one CUDA graph after a warm-up "
+             "step and replay it (bitwise the same as without)"},
     {OPT(compile, precompile_artifact_dir, GT_CFG_STRING), .default_value = "",
      .help = "folder of a precompiled step: loaded when present, else compiled and saved there"},
     /* checkpoint */

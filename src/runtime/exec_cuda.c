@@ -43,13 +43,31 @@ int32_t gt_program_state_input(const gt_graph *g, int32_t k)
 
 #ifdef GT_HAVE_CUDA
 
+#include <cuda_runtime.h>
+
 #include "graphtrain/gt_cuda.h"
+
+/* Step slots: the asynchronous step path keeps two of everything the host touches (pinned
+ * staging for per-step inputs, pinned landing space for fetched outputs and the error word, the
+ * event that marks the step's end), so step n is queued while the host still reads step n - 1;
+ * slot n & 1 is reused by step n + 2 only after step n has completed. */
+#define GT_CUDA_SLOTS 2
 
 struct gt_cuda_program {
     gt_program *prog; /* arena[] NULL: the bytes are in dev[] */
     gt_cuda_stream *stream;
     void *dev[GT_ARENA_COUNT];
     size_t dev_bytes[GT_ARENA_COUNT];
+    /* the whole instruction list captured once (gt_cuda_program_capture) */
+    cudaGraph_t graph;
+    cudaGraphExec_t graph_exec;
+    /* the asynchronous step path: pinned host memory per slot, allocated on first use */
+    void **in_pin[GT_CUDA_SLOTS];  /* [n_inputs] */
+    void **out_pin[GT_CUDA_SLOTS]; /* [n_outputs] */
+    unsigned long long *error_word[GT_CUDA_SLOTS];
+    cudaEvent_t done[GT_CUDA_SLOTS];
+    int64_t n_ended;   /* steps ended (gt_cuda_program_step_end); the current one is n_ended */
+    bool slot_claimed; /* the current step has made sure its slot is free */
 };
 
 static void *ref_data(const gt_cuda_program *p, const gt_buffer_ref *r)
@@ -102,6 +120,18 @@ void gt_cuda_program_free(gt_cuda_program *p)
         gt_error ignored = {0};
         gt_cuda_stream_sync(p->stream, &ignored); /* no kernel may still use the arenas */
         gt_cuda_stream_destroy(p->stream);
+    }
+    if (p->graph_exec) cudaGraphExecDestroy(p->graph_exec);
+    if (p->graph) cudaGraphDestroy(p->graph);
+    for (int sl = 0; sl < GT_CUDA_SLOTS; sl++) {
+        for (int32_t k = 0; p->in_pin[sl] && k < p->prog->n_inputs; k++)
+            if (p->in_pin[sl][k]) cudaFreeHost(p->in_pin[sl][k]);
+        for (int32_t k = 0; p->out_pin[sl] && k < p->prog->n_outputs; k++)
+            if (p->out_pin[sl][k]) cudaFreeHost(p->out_pin[sl][k]);
+        free(p->in_pin[sl]);
+        free(p->out_pin[sl]);
+        if (p->error_word[sl]) cudaFreeHost(p->error_word[sl]);
+        if (p->done[sl]) cudaEventDestroy(p->done[sl]);
     }
     for (int a = 0; a < GT_ARENA_COUNT; a++)
         gt_cuda_free(p->dev[a]);
@@ -207,11 +237,178 @@ static gt_status run_instr(gt_cuda_program *p, const gt_instr *ins, gt_error *er
     return st;
 }
 
-gt_status gt_cuda_program_exec(gt_cuda_program *p, gt_error *err)
+static gt_status run_instrs(gt_cuda_program *p, gt_error *err)
 {
     for (int32_t k = 0; k < p->prog->n_instrs; k++)
         GT_TRY(run_instr(p, &p->prog->instrs[k], err));
     return GT_OK;
+}
+
+static gt_status cuda_error(cudaError_t e, const char *what, gt_error *err)
+{
+    if (e == cudaSuccess) return GT_OK;
+    return gt_error_set(err, GT_ERR_INTERNAL, "program: %s: CUDA error %s", what,
+                        cudaGetErrorString(e));
+}
+
+static cudaStream_t stream_of(gt_cuda_program *p)
+{
+    return (cudaStream_t)gt_cuda_stream_handle(p->stream);
+}
+
+gt_status gt_cuda_program_exec(gt_cuda_program *p, gt_error *err)
+{
+    if (p->graph_exec)
+        return cuda_error(cudaGraphLaunch(p->graph_exec, stream_of(p)), "launching the step graph",
+                          err);
+    return run_instrs(p, err);
+}
+
+/* Capture records the launches run_instrs makes without running them. Thread-local mode makes a
+ * call that would synchronise or allocate from this thread (cudaMalloc, a stream sync) fail the
+ * capture instead of happening: the backend's caches (cuBLASLt algorithm per shape, scratch size,
+ * shared-memory limits) must already be filled by a warm-up run, and its scratch refuses to grow
+ * while capturing. Every kernel then sees the same pointers and arguments as in the eager run,
+ * so a replay is bitwise the eager step. */
+gt_status gt_cuda_program_capture(gt_cuda_program *p, gt_error *err)
+{
+    if (p->graph_exec) return GT_OK;
+    cudaStream_t st = stream_of(p);
+    GT_TRY(cuda_error(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal),
+                      "beginning the step graph capture", err));
+    gt_status s = run_instrs(p, err);
+    cudaGraph_t graph = NULL;
+    cudaError_t e = cudaStreamEndCapture(st, &graph);
+    if (s == GT_OK && e != cudaSuccess) s = cuda_error(e, "capturing the step graph", err);
+    if (s == GT_OK && !graph)
+        s = gt_error_set(err, GT_ERR_INTERNAL, "program: the step graph capture gave no graph");
+    if (s == GT_OK)
+        s = cuda_error(cudaGraphInstantiate(&p->graph_exec, graph, 0),
+                       "instantiating the step graph", err);
+    /* upload now, so the first replay costs what every replay costs */
+    if (s == GT_OK) s = cuda_error(cudaGraphUpload(p->graph_exec, st), "uploading", err);
+    if (s != GT_OK) {
+        if (p->graph_exec) cudaGraphExecDestroy(p->graph_exec);
+        p->graph_exec = NULL;
+        if (graph) cudaGraphDestroy(graph);
+        cudaGetLastError(); /* a failed capture leaves no sticky error: clear the last one */
+        return gt_error_wrap(err, "program: capturing %d instructions as a CUDA graph",
+                             p->prog->n_instrs);
+    }
+    p->graph = graph;
+    return GT_OK;
+}
+
+bool gt_cuda_program_captured(const gt_cuda_program *p)
+{
+    return p->graph_exec != NULL;
+}
+
+/* Makes the current step's slot free for the host to write: step n_ended - 2 used it last. */
+static gt_status claim_slot(gt_cuda_program *p, gt_error *err)
+{
+    if (p->slot_claimed) return GT_OK;
+    int sl = (int)(p->n_ended & 1);
+    if (!p->done[sl])
+        GT_TRY(cuda_error(cudaEventCreateWithFlags(&p->done[sl], cudaEventDisableTiming),
+                          "creating a step event", err));
+    else if (p->n_ended >= GT_CUDA_SLOTS)
+        GT_TRY(cuda_error(cudaEventSynchronize(p->done[sl]), "waiting for an earlier step", err));
+    if (!p->in_pin[sl]) {
+        p->in_pin[sl] = gt_xcalloc((size_t)p->prog->n_inputs + 1, sizeof(void *));
+        p->out_pin[sl] = gt_xcalloc((size_t)p->prog->n_outputs + 1, sizeof(void *));
+    }
+    if (!p->error_word[sl])
+        GT_TRY(cuda_error(cudaHostAlloc((void **)&p->error_word[sl],
+                                        GT_CUDA_ERROR_WORDS * sizeof(unsigned long long),
+                                        cudaHostAllocDefault),
+                          "pinned host memory for the error word", err));
+    p->slot_claimed = true;
+    return GT_OK;
+}
+
+/* The pinned buffer *pin of n bytes, allocated on its first use (the warm-up step). */
+static gt_status pinned(void **pin, size_t n, gt_error *err)
+{
+    if (*pin || n == 0) return GT_OK;
+    cudaError_t e = cudaHostAlloc(pin, n, cudaHostAllocDefault);
+    if (e != cudaSuccess) {
+        *pin = NULL;
+        return gt_error_set(err, GT_ERR_NOMEM, "program: %zu bytes of pinned host memory: %s", n,
+                            cudaGetErrorString(e));
+    }
+    return GT_OK;
+}
+
+gt_status gt_cuda_program_stage_input(gt_cuda_program *p, int32_t k, const gt_tensor *t,
+                                      gt_error *err)
+{
+    if (k < 0 || k >= p->prog->n_inputs)
+        return gt_error_set(err, GT_ERR_INVALID, "program: no graph input %d (it has %d)", k,
+                            p->prog->n_inputs);
+    const gt_buffer_ref *r = &p->prog->inputs[k];
+    if (!matches(r, t, false))
+        return type_error("staged graph input", k, input_name(p, k), r, t, err);
+    size_t n = ref_nbytes(r);
+    if (n == 0) return GT_OK;
+    if (!t->data)
+        return gt_error_set(err, GT_ERR_INVALID, "graph input %d (%s): tensor has no data", k,
+                            input_name(p, k));
+    GT_TRY(claim_slot(p, err));
+    void **pin = &p->in_pin[p->n_ended & 1][k];
+    GT_TRY(pinned(pin, n, err));
+    memcpy(*pin, t->data, n);
+    return gt_cuda_memcpy_h2d(p->stream, ref_data(p, r), *pin, n, err);
+}
+
+gt_status gt_cuda_program_fetch_output(gt_cuda_program *p, int32_t k, gt_error *err)
+{
+    if (k < 0 || k >= p->prog->n_outputs)
+        return gt_error_set(err, GT_ERR_INVALID, "program: no graph output %d (it has %d)", k,
+                            p->prog->n_outputs);
+    const gt_buffer_ref *r = &p->prog->outputs[k];
+    size_t n = ref_nbytes(r);
+    if (n == 0) return GT_OK;
+    GT_TRY(claim_slot(p, err));
+    void **pin = &p->out_pin[p->n_ended & 1][k];
+    GT_TRY(pinned(pin, n, err));
+    return gt_cuda_memcpy_d2h(p->stream, *pin, ref_data(p, r), n, err);
+}
+
+gt_status gt_cuda_program_step_end(gt_cuda_program *p, int64_t *ticket, gt_error *err)
+{
+    GT_TRY(claim_slot(p, err));
+    int sl = (int)(p->n_ended & 1);
+    GT_TRY(gt_cuda_stream_copy_error(p->stream, p->error_word[sl], err));
+    GT_TRY(cuda_error(cudaEventRecord(p->done[sl], stream_of(p)), "marking the step's end", err));
+    *ticket = p->n_ended++;
+    p->slot_claimed = false;
+    return GT_OK;
+}
+
+/* A ticket's slot holds its bytes while it is one of the last two steps ended. */
+static bool ticket_live(const gt_cuda_program *p, int64_t ticket)
+{
+    return ticket >= 0 && ticket < p->n_ended && ticket >= p->n_ended - GT_CUDA_SLOTS &&
+           !(ticket == p->n_ended - GT_CUDA_SLOTS && p->slot_claimed);
+}
+
+gt_status gt_cuda_program_step_wait(gt_cuda_program *p, int64_t ticket, gt_error *err)
+{
+    if (!ticket_live(p, ticket))
+        return gt_error_set(err, GT_ERR_INVALID,
+                            "program: step ticket %lld is not one of the last two steps ended "
+                            "(%lld ended)",
+                            (long long)ticket, (long long)p->n_ended);
+    int sl = (int)(ticket & 1);
+    GT_TRY(cuda_error(cudaEventSynchronize(p->done[sl]), "waiting for a step", err));
+    return gt_cuda_error_report(p->error_word[sl], err);
+}
+
+const void *gt_cuda_program_fetched(const gt_cuda_program *p, int64_t ticket, int32_t k)
+{
+    if (!ticket_live(p, ticket) || k < 0 || k >= p->prog->n_outputs) return NULL;
+    return p->out_pin[ticket & 1][k];
 }
 
 gt_status gt_cuda_program_carry(gt_cuda_program *p, int32_t out_k, int32_t in_k, gt_error *err)

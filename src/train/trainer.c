@@ -11,7 +11,13 @@
  * (gt_cuda_program): the state is copied into the program's persistent arena once, before the first
  * step, and stays there (adamw updates it in place); per step only tokens, labels and
  * optim.scalars are copied in and loss and grad_norm read back. The host tensors are refreshed from
- * the device only when they are read: checkpoints and the final parameter hash. Everything a
+ * the device only when they are read: checkpoints and the final parameter hash. On the GPU the
+ * step path never waits for the device: per-step inputs go through pinned buffers
+ * (gt_cuda_program_stage_input), loss and grad_norm come back into pinned memory and are read
+ * one step later, once the next step is queued (its metrics line is printed then, in order; a
+ * checkpoint or the last step first waits for the step); with compile.cudagraphs the program is
+ * captured as one CUDA graph after step 1 is queued and every later step replays it, bitwise the
+ * same as launching its kernels one by one. Everything a
  * step depends on (parameters, moments, loader position, step number) is in the checkpoint, and
  * every kernel is deterministic, so a resumed run repeats the uninterrupted one bit for bit. */
 #include <errno.h>
@@ -48,6 +54,13 @@ typedef struct {
     bool dev_loaded;      /* the device holds the state (uploaded, or updated there since) */
 } step_graph;
 
+/* cuda: the step whose loss and grad_norm are still on their way back. */
+typedef struct {
+    int64_t step; /* 0: none */
+    int64_t ticket;
+    double lr, t0;
+} pending_step;
+
 typedef struct {
     const gt_config *cfg;
     gt_llama3_config model_cfg;
@@ -78,6 +91,8 @@ typedef struct {
     bool metrics_open;
     bool cuda;       /* training.device = cuda */
     bool host_stale; /* cuda: the device state is newer than params/exp_avg/exp_avg_sq */
+    pending_step pending;
+    double last_done; /* cuda: when the last step's results were read */
 } trainer;
 
 static double now_seconds(void)
@@ -196,35 +211,62 @@ static gt_status step_graph_run(trainer *t, step_graph *s, gt_error *err)
 }
 
 #ifdef GT_HAVE_CUDA
-/* One step on the GPU: the state goes up before the first run (after a resume has loaded it), then
- * only the INPUT kind (tokens, labels, optim.scalars) is copied into its planned buffer; the
- * updated state stays on the device (carry: nothing when adamw ran in place); loss and grad_norm
- * come back. */
-static gt_status step_graph_run_cuda(trainer *t, step_graph *s, double *loss, double *grad_norm,
-                                     gt_error *err)
+/* Queues one step on the GPU without waiting for it: the state goes up before the first run (after
+ * a resume has loaded it), then only the INPUT kind (tokens, labels, optim.scalars) is staged
+ * into its planned buffer; the updated state stays on the device (carry: nothing when adamw ran
+ * in place); loss and grad_norm are fetched into pinned memory under *ticket. After step 1 is
+ * queued (it filled the backend's caches) the program is captured when compile.cudagraphs. */
+static gt_status step_graph_queue_cuda(trainer *t, step_graph *s, int64_t *ticket, gt_error *err)
 {
     const gt_graph *g = s->g;
-    for (int k = 0; k < g->n_inputs; k++)
-        if (!s->dev_loaded || g->inputs[k].kind == GT_IN_INPUT)
+    for (int k = 0; k < g->n_inputs; k++) {
+        if (g->inputs[k].kind == GT_IN_INPUT)
+            GT_TRY(gt_cuda_program_stage_input(s->dev, k, s->feed[k], err));
+        else if (!s->dev_loaded)
             GT_TRY(gt_cuda_program_set_input(s->dev, k, s->feed[k], err));
+    }
+    bool first = !s->dev_loaded;
     s->dev_loaded = true;
     t->host_stale = true;
     GT_TRY(gt_cuda_program_exec(s->dev, err));
+    if (first && t->cfg->compile.cudagraphs) {
+        gt_error cerr = {0};
+        if (gt_cuda_program_capture(s->dev, &cerr) != GT_OK)
+            gt_log(GT_LOG_WARN, "compile.cudagraphs: %s; running the kernels one by one", cerr.msg);
+        else
+            gt_log(GT_LOG_INFO, "compile.cudagraphs: the step is one CUDA graph from step 2 on");
+    }
+    for (int k = 0; k < g->n_outputs; k++) {
+        const gt_io *o = &g->outputs[k];
+        int32_t in = gt_program_state_input(g, k);
+        if (in >= 0) GT_TRY(gt_cuda_program_carry(s->dev, k, in, err));
+        if (o->kind == GT_OUT_LOSS ||
+            (o->kind == GT_OUT_METRIC && !strcmp(gt_graph_str(g, o->fqn), "grad_norm")))
+            GT_TRY(gt_cuda_program_fetch_output(s->dev, k, err));
+    }
+    return gt_cuda_program_step_end(s->dev, ticket, err);
+}
+
+/* Waits for the step with `ticket` and reads its loss and grad_norm. */
+static gt_status step_graph_results_cuda(step_graph *s, int64_t ticket, double *loss,
+                                         double *grad_norm, gt_error *err)
+{
+    const gt_graph *g = s->g;
+    GT_TRY(gt_cuda_program_step_wait(s->dev, ticket, err));
     for (int k = 0; k < g->n_outputs; k++) {
         const gt_io *o = &g->outputs[k];
         double *dst = o->kind == GT_OUT_LOSS ? loss
                       : o->kind == GT_OUT_METRIC && !strcmp(gt_graph_str(g, o->fqn), "grad_norm")
                           ? grad_norm
                           : NULL;
-        int32_t in = gt_program_state_input(g, k);
-        if (in >= 0) GT_TRY(gt_cuda_program_carry(s->dev, k, in, err));
-        if (!dst) continue;
+        const void *bytes = dst ? gt_cuda_program_fetched(s->dev, ticket, k) : NULL;
+        if (!bytes) continue;
+        const gt_buffer_ref *r = &gt_cuda_program_lowered(s->dev)->outputs[k];
         gt_tensor v;
-        GT_TRY(gt_cuda_program_read_output(s->dev, k, &v, err));
+        gt_tensor_wrap(&v, r->dtype, r->ndim, r->shape, (void *)bytes);
         *dst = gt_tensor_get_f32(&v, 0);
-        gt_tensor_free(&v);
     }
-    return gt_cuda_program_sync(s->dev, err);
+    return GT_OK;
 }
 #endif
 
@@ -508,15 +550,17 @@ static gt_status maybe_resume(trainer *t, int64_t *step, gt_error *err)
 
 /* ---------------------------------------------------------------- one step */
 
+/* Runs step `step`; on the GPU only queues it (*ticket >= 0: its results come later). */
 static gt_status train_step(trainer *t, int64_t step, double *loss, double *grad_norm, double *lr,
-                            gt_error *err)
+                            int64_t *ticket, gt_error *err)
 {
+    *ticket = -1;
     *lr = gt_lr_at(&t->lr, step);
     gt_optim_scalars(&t->adamw, step, *lr, (float *)t->scalars.data);
     if (t->accum == 1) {
         GT_TRY(next_batch(t, err));
 #ifdef GT_HAVE_CUDA
-        if (t->whole.dev) return step_graph_run_cuda(t, &t->whole, loss, grad_norm, err);
+        if (t->whole.dev) return step_graph_queue_cuda(t, &t->whole, ticket, err);
 #endif
         GT_TRY(step_graph_run(t, &t->whole, err));
         return step_graph_collect(t, &t->whole, loss, grad_norm, err);
@@ -682,6 +726,59 @@ static int digits(int64_t v)
     return d;
 }
 
+/* The record of one finished step: the stop on a non-finite loss, the metrics line and record
+ * every log_freq steps (and at steps 1 and last). */
+static gt_status report_step(trainer *t, gt_train_result *res, int64_t step, double loss,
+                             double grad_norm, double lr, double dt, gt_error *err)
+{
+    const gt_config *cfg = t->cfg;
+    res->last_step = step;
+    res->final_loss = loss;
+    refresh_ckpt_tensors(t);
+    if (!isfinite(loss))
+        return gt_error_set(err, GT_ERR_INVALID, "step %lld: the loss is %g; stopping",
+                            (long long)step, loss);
+    if (step % cfg->metrics.log_freq == 0 || step == 1 || step == cfg->training.steps) {
+        gt_metrics_step m = {.step = step,
+                             .loss = loss,
+                             .grad_norm = grad_norm,
+                             .lr = lr,
+                             .tokens =
+                                 t->accum * cfg->training.local_batch_size * cfg->training.seq_len,
+                             .step_seconds = dt,
+                             .peak_flops = cfg->metrics.peak_tflops * 1e12,
+                             .peak_memory_bytes = -1};
+        gt_metrics_set_flops(&m, &t->flops, &t->flops);
+        gt_error ignored = {0};
+        if (gt_metrics_peak_rss_bytes(&m.peak_memory_bytes, &ignored) != GT_OK)
+            m.peak_memory_bytes = -1;
+        gt_metrics_derive(&m);
+        char line[512];
+        gt_metrics_format_line(&m, digits(cfg->training.steps), line, sizeof line);
+        gt_log(GT_LOG_INFO, "%s", line);
+        if (t->metrics_open) GT_TRY(gt_metrics_writer_append(&t->metrics, &m, err));
+    }
+    return GT_OK;
+}
+
+/* cuda: waits for the queued step (if any) and reports it. Its step time runs from when it was
+ * queued, or from when the step before it was read if later: the device time per step once the
+ * queue is full. */
+static gt_status report_pending(trainer *t, gt_train_result *res, gt_error *err)
+{
+    if (t->pending.step == 0) return GT_OK;
+    pending_step p = t->pending;
+    t->pending.step = 0;
+    double loss = NAN, grad_norm = NAN;
+#ifdef GT_HAVE_CUDA
+    GT_TRY(step_graph_results_cuda(&t->whole, p.ticket, &loss, &grad_norm, err));
+#endif
+    double done = now_seconds();
+    double dt = done - (t->last_done > p.t0 ? t->last_done : p.t0);
+    t->last_done = done;
+    return report_step(t, res, p.step, loss, grad_norm, p.lr, dt, err);
+}
+
 static gt_status run(trainer *t, gt_train_result *res, gt_error *err)
 {
     const gt_config *cfg = t->cfg;
@@ -710,40 +807,22 @@ static gt_status run(trainer *t, gt_train_result *res, gt_error *err)
     }
     res->first_step = start + 1;
     res->last_step = start;
-    int64_t tokens_per_step = t->accum * cfg->training.local_batch_size * cfg->training.seq_len;
-    int pad = digits(cfg->training.steps);
     for (int64_t step = start + 1; step <= cfg->training.steps; step++) {
         double t0 = now_seconds(), loss = NAN, grad_norm = NAN, lr = 0;
-        GT_TRY(train_step(t, step, &loss, &grad_norm, &lr, err));
-        double dt = now_seconds() - t0;
-        res->last_step = step;
-        res->final_loss = loss;
-        refresh_ckpt_tensors(t);
-        if (!isfinite(loss))
-            return gt_error_set(err, GT_ERR_INVALID, "step %lld: the loss is %g; stopping",
-                                (long long)step, loss);
-        if (step % cfg->metrics.log_freq == 0 || step == 1 || step == cfg->training.steps) {
-            gt_metrics_step m = {.step = step,
-                                 .loss = loss,
-                                 .grad_norm = grad_norm,
-                                 .lr = lr,
-                                 .tokens = tokens_per_step,
-                                 .step_seconds = dt,
-                                 .peak_flops = cfg->metrics.peak_tflops * 1e12,
-                                 .peak_memory_bytes = -1};
-            gt_metrics_set_flops(&m, &t->flops, &t->flops);
-            gt_error ignored = {0};
-            if (gt_metrics_peak_rss_bytes(&m.peak_memory_bytes, &ignored) != GT_OK)
-                m.peak_memory_bytes = -1;
-            gt_metrics_derive(&m);
-            char line[512];
-            gt_metrics_format_line(&m, pad, line, sizeof line);
-            gt_log(GT_LOG_INFO, "%s", line);
-            if (t->metrics_open) GT_TRY(gt_metrics_writer_append(&t->metrics, &m, err));
+        int64_t ticket = -1;
+        GT_TRY(train_step(t, step, &loss, &grad_norm, &lr, &ticket, err));
+        if (ticket < 0) {
+            GT_TRY(report_step(t, res, step, loss, grad_norm, lr, now_seconds() - t0, err));
+        } else {
+            /* the GPU: step is queued; report the one before it, then this one when it must be
+             * complete (a checkpoint, the last step) */
+            GT_TRY(report_pending(t, res, err));
+            t->pending = (pending_step){.step = step, .ticket = ticket, .lr = lr, .t0 = t0};
         }
-        if (cfg->checkpoint.enable &&
-            (step % cfg->checkpoint.interval == 0 || step == cfg->training.steps))
-            GT_TRY(save_checkpoint(t, step, err));
+        bool ckpt = cfg->checkpoint.enable &&
+                    (step % cfg->checkpoint.interval == 0 || step == cfg->training.steps);
+        if (ckpt || step == cfg->training.steps) GT_TRY(report_pending(t, res, err));
+        if (ckpt) GT_TRY(save_checkpoint(t, step, err));
     }
     GT_TRY(state_to_host(t, err));
     uint64_t h = 0;

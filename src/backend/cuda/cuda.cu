@@ -175,6 +175,23 @@ extern "C" gt_status gt_cuda_stream_sync(gt_cuda_stream *s, gt_error *err)
     if (f[0] == 0) return GT_OK;
     unsigned long long init[3] = {0, ~0ull, 0};
     cudaMemcpy(s->flag, init, sizeof init, cudaMemcpyHostToDevice);
+    return gt_cuda_error_report(f, err);
+}
+
+extern "C" gt_status gt_cuda_stream_copy_error(gt_cuda_stream *s, unsigned long long *word,
+                                               gt_error *err)
+{
+    cudaError_t e = cudaMemcpyAsync(word, s->flag, GT_CUDA_ERROR_WORDS * sizeof *word,
+                                    cudaMemcpyDeviceToHost, s->stream);
+    if (e != cudaSuccess)
+        return gt_error_set(err, GT_ERR_INTERNAL, "cuda: copying the error word: %s",
+                            cudaGetErrorString(e));
+    return GT_OK;
+}
+
+extern "C" gt_status gt_cuda_error_report(const unsigned long long *f, gt_error *err)
+{
+    if (f[0] == 0) return GT_OK;
     gt_op op = (gt_op)(f[0] - 1);
     const char *what = op == GT_OP_CROSS_ENTROPY || op == GT_OP_CROSS_ENTROPY_BACKWARD
                            ? "target at row"
@@ -262,10 +279,35 @@ gt_status gt_cuda_launched(const gt_kernel_call *c, gt_error *err)
     return gt_cuda_check(c, cudaGetLastError(), "kernel launch", err);
 }
 
+gt_status gt_cuda_smem_limit(gt_cuda_stream *s, const gt_kernel_call *c, const void *fn,
+                             size_t bytes, gt_error *err)
+{
+    if (bytes > (size_t)s->smem_optin)
+        return gt_error_set(err, GT_ERR_UNSUPPORTED,
+                            "%s: a kernel needs %zu bytes of shared memory, the device allows %d",
+                            gt_cuda_op_name(c->op), bytes, s->smem_optin);
+    for (int i = 0; i < s->n_smem_raised; i++)
+        if (s->smem_raised[i] == fn) return GT_OK;
+    GT_TRY(gt_cuda_check(
+        c, cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, s->smem_optin),
+        "shared-memory limit", err));
+    if (s->n_smem_raised < GT_CUDA_SMEM_KERNELS) s->smem_raised[s->n_smem_raised++] = fn;
+    return GT_OK;
+}
+
 gt_status gt_cuda_scratch(gt_cuda_stream *s, const gt_kernel_call *c, size_t bytes, void **out,
                           gt_error *err)
 {
     if (bytes > s->scratch_bytes) {
+        /* Growing means a sync and a cudaMalloc: impossible inside a CUDA graph capture. The
+         * warm-up step sizes the scratch, so this names a step that is not the captured one. */
+        cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+        if (cudaStreamIsCapturing(s->stream, &cs) == cudaSuccess &&
+            cs != cudaStreamCaptureStatusNone)
+            return gt_error_set(err, GT_ERR_UNSUPPORTED,
+                                "%s: needs %zu bytes of scratch during CUDA graph capture, %zu "
+                                "reserved (run the step once before capturing it)",
+                                gt_cuda_op_name(c->op), bytes, s->scratch_bytes);
         size_t grow = bytes > 2 * s->scratch_bytes ? bytes : 2 * s->scratch_bytes;
         gt_status st = gt_cuda_stream_reserve(s, grow, err);
         if (st != GT_OK) return gt_error_wrap(err, "%s: scratch", gt_cuda_op_name(c->op));

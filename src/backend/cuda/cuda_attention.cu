@@ -323,9 +323,7 @@ static gt_status gt_cuda_att_smem(gt_cuda_stream *s, const gt_kernel_call *c, co
                             "the device allows %d",
                             gt_cuda_op_name(c->op), (long long)a->d, (long long)a->dv, bytes,
                             s->smem_optin);
-    return gt_cuda_check(
-        c, cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes),
-        "shared-memory limit", err);
+    return gt_cuda_smem_limit(s, c, fn, bytes, err);
 }
 
 /* The flash kernels' arguments for call c (pointers of the op's inputs and outputs). */

@@ -267,10 +267,7 @@ static gt_status gt_flash_bwd_launch(gt_cuda_stream *s, const gt_kernel_call *c,
     GT_TRY(gt_cuda_launched(c, err));
     size_t b1 =
         sizeof(__nv_bfloat16) * (size_t)(2 * GT_BWD_BK * LD + 2 * IN * LD) + sizeof(float) * 2 * IN;
-    GT_TRY(gt_cuda_check(c,
-                         cudaFuncSetAttribute((const void *)gt_k_flash_dkdv<D>,
-                                              cudaFuncAttributeMaxDynamicSharedMemorySize, (int)b1),
-                         "shared-memory limit", err));
+    GT_TRY(gt_cuda_smem_limit(s, c, (const void *)gt_k_flash_dkdv<D>, b1, err));
     dim3 g1((unsigned)((f->t + GT_BWD_BK - 1) / GT_BWD_BK), (unsigned)(f->b * f->hkv));
     gt_k_flash_dkdv<D><<<g1, GT_FLASH_THREADS, b1, s->stream>>>(*f);
     GT_TRY(gt_cuda_launched(c, err));

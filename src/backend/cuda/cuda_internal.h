@@ -20,6 +20,7 @@
 
 #define GT_CUDA_THREADS 256
 #define GT_CUDA_ALGO_CACHE 64
+#define GT_CUDA_SMEM_KERNELS 32
 
 /* One cached cuBLASLt choice: the key is every parameter of the call that shapes the plan. */
 typedef struct {
@@ -40,6 +41,11 @@ struct gt_cuda_stream {
      * report is the same whatever the thread order. */
     unsigned long long *flag;
     int smem_optin;
+    /* Kernels whose dynamic shared-memory limit this stream has raised (to smem_optin, once: a
+     * CUDA graph replays launches captured under the limit in force then, so it never changes
+     * after the warm-up step). */
+    const void *smem_raised[GT_CUDA_SMEM_KERNELS];
+    int n_smem_raised;
     int next_slot;
     gt_cuda_algo_entry cache[GT_CUDA_ALGO_CACHE];
 };
@@ -61,6 +67,11 @@ gt_status gt_cuda_launched(const gt_kernel_call *c, gt_error *err);
 /* Scratch of at least `bytes` (256-byte aligned), grown if needed. */
 gt_status gt_cuda_scratch(gt_cuda_stream *s, const gt_kernel_call *c, size_t bytes, void **out,
                           gt_error *err);
+/* Lets kernel fn launch with `bytes` of dynamic shared memory: GT_ERR_UNSUPPORTED when the device
+ * allows less; the first call per kernel raises its limit to the device maximum, later calls do no
+ * CUDA work (capture-safe). */
+gt_status gt_cuda_smem_limit(gt_cuda_stream *s, const gt_kernel_call *c, const void *fn,
+                             size_t bytes, gt_error *err);
 /* Blocks for a grid-stride loop over n items. */
 unsigned gt_cuda_blocks(int64_t n);
 
