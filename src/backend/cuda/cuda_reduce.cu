@@ -2,11 +2,15 @@
  * (+backward).
  *
  * Reductions split x's dims into kept dims (the output's index space) and reduced dims, whose
- * elements are visited in row-major order. A group with many terms gets one block: thread t sums
- * the terms t, t + T, ... in order, then a fixed shared-memory tree adds the T partials; small
- * groups get one thread that sums in row-major order. Which path runs depends only on the shape,
- * so results are identical run to run. As on the CPU, sums, means and the softmax / log-sum-exp
- * denominators accumulate in double (long rows: a vocabulary, a batch of tokens); exp is f32. */
+ * elements are visited in row-major order. Short groups get one thread that sums in order; kept
+ * dims innermost (sum over leading dims) get a column split, thread per (chunk of rows, column);
+ * otherwise a group gets one block per split — thread t sums the terms t, t + T, ... of the
+ * split's contiguous chunk, then a fixed shared-memory tree — and a long reduction over few groups
+ * (a full sum: the gradient norm's sum of g*g) is cut into enough splits to fill the GPU, with a
+ * second pass adding the per-split double partials in a fixed order. Path and split sizes depend
+ * only on the shape, so results are identical run to run and GPU to GPU. As on the CPU, sums,
+ * means and the softmax / log-sum-exp denominators accumulate in double (long rows: a vocabulary,
+ * a batch of tokens); exp is f32. */
 #include "cuda_internal.h"
 
 #include <string.h>
@@ -28,11 +32,31 @@ __device__ __forceinline__ double gt_block_sum_d(double v, double *sh)
 
 /* ---------------------------------------------------------------- sum / mean / max / sum_to */
 
+/* Shape-only tuning of the split paths (never the SM count: the order of a sum must be the same
+ * on every GPU). A row split gives each block at least GT_RED_CHUNK_MIN terms and aims at about
+ * GT_RED_TARGET blocks in all (a few per SM on any current GPU); a column split gives each thread
+ * at least GT_RED_COL_MIN rows and at most GT_RED_COL_MAX chunks per column. */
+#define GT_RED_CHUNK_MIN 8192
+#define GT_RED_TARGET 1024
+#define GT_RED_COL_MIN 64
+#define GT_RED_COL_MAX 1024
+
 typedef struct {
     gt_cuda_index kept; /* shape: kept dims; stride[0]: x strides */
     gt_cuda_index red;  /* shape: reduced dims; stride[0]: x strides */
     int64_t groups, count;
 } gt_cuda_reduce;
+
+/* Offset of row-major index i of ix (operand 0); merged contiguous dims make 1-d the usual case,
+ * which needs no division. */
+__device__ __forceinline__ int64_t gt_red_off(const gt_cuda_index &ix, int64_t i)
+{
+    if (ix.ndim == 0) return 0;
+    if (ix.ndim == 1) return i * ix.stride[0][0];
+    int64_t off[1];
+    gt_index_offsets(ix, i, 1, off);
+    return off[0];
+}
 
 /* kind 0 = sum (divided by `divisor`), 1 = max. */
 __device__ __forceinline__ float gt_reduce_group_serial(const gt_cuda_reduce &r, int kind,
@@ -42,9 +66,7 @@ __device__ __forceinline__ float gt_reduce_group_serial(const gt_cuda_reduce &r,
     double acc = 0.0;
     float m = -INFINITY;
     for (int64_t k = 0; k < r.count; k++) {
-        int64_t off[1];
-        gt_index_offsets(r.red, k, 1, off);
-        float v = gt_ld(x, dx, base + off[0]);
+        float v = gt_ld(x, dx, base + gt_red_off(r.red, k));
         if (kind == 0)
             acc += v;
         else
@@ -58,31 +80,60 @@ __global__ void gt_k_reduce_serial(gt_cuda_reduce r, int kind, const void *x, in
 {
     GT_GRID_STRIDE(g, r.groups)
     {
-        int64_t off[1];
-        gt_index_offsets(r.kept, g, 1, off);
-        gt_st(out, dout, g, gt_reduce_group_serial(r, kind, x, dx, off[0], divisor));
+        gt_st(out, dout, g, gt_reduce_group_serial(r, kind, x, dx, gt_red_off(r.kept, g), divisor));
     }
 }
 
+/* Row split: block b = (group g, split p) reduces terms [p * chunk, min((p + 1) * chunk, count))
+ * of group g — thread t the terms start + t, start + t + T, ... in order, then the fixed tree.
+ * With splits == 1 it writes out[g] (divided by `divisor`); otherwise the double partial
+ * part[g * splits + p] (a max is a float, held exactly in the double). */
 __global__ void __launch_bounds__(GT_CUDA_THREADS)
-    gt_k_reduce_block(gt_cuda_reduce r, int kind, const void *x, int dx, void *out, int dout,
-                      double divisor)
+    gt_k_reduce_block(gt_cuda_reduce r, int kind, const void *x, int dx, int64_t splits,
+                      int64_t chunk, double *part, void *out, int dout, double divisor)
 {
     __shared__ double shd[GT_CUDA_THREADS];
     __shared__ float shf[GT_CUDA_THREADS];
-    for (int64_t g = blockIdx.x; g < r.groups; g += gridDim.x) {
-        int64_t base[1];
-        gt_index_offsets(r.kept, g, 1, base);
+    for (int64_t b = blockIdx.x; b < r.groups * splits; b += gridDim.x) {
+        int64_t g = b / splits, p = b - g * splits;
+        int64_t base = gt_red_off(r.kept, g), k0 = p * chunk;
+        int64_t k1 = k0 + chunk < r.count ? k0 + chunk : r.count;
         double acc = 0.0;
         float m = -INFINITY;
-        for (int64_t k = threadIdx.x; k < r.count; k += blockDim.x) {
-            int64_t off[1];
-            gt_index_offsets(r.red, k, 1, off);
-            float v = gt_ld(x, dx, base[0] + off[0]);
+        for (int64_t k = k0 + threadIdx.x; k < k1; k += blockDim.x) {
+            float v = gt_ld(x, dx, base + gt_red_off(r.red, k));
             if (kind == 0)
                 acc += v;
             else
                 m = gt_nanmax(v, m);
+        }
+        double t = kind == 0 ? gt_block_sum_d(acc, shd) : (double)gt_block_max(m, shf);
+        if (threadIdx.x == 0) {
+            if (splits > 1)
+                part[b] = t;
+            else
+                gt_st(out, dout, g, kind == 0 ? (float)(t / divisor) : (float)t);
+        }
+    }
+}
+
+/* Second pass of the row split: one block per group adds (or maxes) its `splits` partials —
+ * thread t the partials t, t + T, ... in order, then the fixed tree. */
+__global__ void __launch_bounds__(GT_CUDA_THREADS)
+    gt_k_reduce_finish(int64_t groups, int64_t splits, int kind, const double *part, void *out,
+                       int dout, double divisor)
+{
+    __shared__ double shd[GT_CUDA_THREADS];
+    __shared__ float shf[GT_CUDA_THREADS];
+    for (int64_t g = blockIdx.x; g < groups; g += gridDim.x) {
+        double acc = 0.0;
+        float m = -INFINITY;
+        for (int64_t p = threadIdx.x; p < splits; p += blockDim.x) {
+            double v = part[g * splits + p];
+            if (kind == 0)
+                acc += v;
+            else
+                m = gt_nanmax((float)v, m);
         }
         if (kind == 0) {
             double t = gt_block_sum_d(acc, shd);
@@ -94,7 +145,72 @@ __global__ void __launch_bounds__(GT_CUDA_THREADS)
     }
 }
 
-/* Splits x's dims by `reduced` into r. */
+/* Column split, for kept dims that are x's contiguous innermost run (sum over leading dims, e.g.
+ * [rows, D] -> [D]): thread (chunk c, group g) reduces terms [c * rows_per, (c + 1) * rows_per) of
+ * group g in order; adjacent threads read adjacent groups, so loads coalesce (one block per group
+ * would read a column at stride D). With chunks == 1 it writes out[g], else part[c * groups + g].
+ */
+__global__ void gt_k_reduce_cols(gt_cuda_reduce r, int kind, const void *x, int dx, int64_t chunks,
+                                 int64_t rows_per, double *part, void *out, int dout,
+                                 double divisor)
+{
+    GT_GRID_STRIDE(i, chunks * r.groups)
+    {
+        int64_t c = i / r.groups, g = i - c * r.groups, k0 = c * rows_per;
+        int64_t k1 = k0 + rows_per < r.count ? k0 + rows_per : r.count;
+        double acc = 0.0;
+        float m = -INFINITY;
+        for (int64_t k = k0; k < k1; k++) {
+            float v = gt_ld(x, dx, g + gt_red_off(r.red, k));
+            if (kind == 0)
+                acc += v;
+            else
+                m = gt_nanmax(v, m);
+        }
+        double t = kind == 0 ? acc : (double)m;
+        if (chunks > 1)
+            part[i] = t;
+        else
+            gt_st(out, dout, g, kind == 0 ? (float)(t / divisor) : (float)t);
+    }
+}
+
+/* Second pass of the column split: thread g adds (or maxes) part[c * groups + g], c in order. */
+__global__ void gt_k_reduce_cols_finish(int64_t groups, int64_t chunks, int kind,
+                                        const double *part, void *out, int dout, double divisor)
+{
+    GT_GRID_STRIDE(g, groups)
+    {
+        double acc = 0.0;
+        float m = -INFINITY;
+        for (int64_t c = 0; c < chunks; c++) {
+            double v = part[c * groups + g];
+            if (kind == 0)
+                acc += v;
+            else
+                m = gt_nanmax((float)v, m);
+        }
+        gt_st(out, dout, g, kind == 0 ? (float)(acc / divisor) : m);
+    }
+}
+
+/* Appends dim (size n, x stride st) to ix, merging it into the previous dim when the two are one
+ * contiguous run (prev stride == n * st): row-major order over the pair is then k * st. */
+static void gt_cuda_index_push(gt_cuda_index *ix, int64_t n, int64_t st)
+{
+    int last = ix->ndim - 1;
+    if (last >= 0 && ix->stride[0][last] == n * st) {
+        ix->shape[last] *= n;
+        ix->stride[0][last] = st;
+        return;
+    }
+    ix->shape[ix->ndim] = n;
+    ix->stride[0][ix->ndim] = st;
+    ix->ndim++;
+}
+
+/* Splits x's dims by `reduced` into r; size-1 dims are dropped and contiguous runs merged (neither
+ * changes the row-major order of groups or of terms). */
 static void gt_cuda_reduce_plan(const gt_tensor *x, const bool *reduced, gt_cuda_reduce *r)
 {
     memset(r, 0, sizeof *r);
@@ -103,29 +219,73 @@ static void gt_cuda_reduce_plan(const gt_tensor *x, const bool *reduced, gt_cuda
     r->groups = 1;
     r->count = 1;
     for (int d = 0; d < x->ndim; d++) {
-        gt_cuda_index *ix = reduced[d] ? &r->red : &r->kept;
-        ix->shape[ix->ndim] = x->shape[d];
-        ix->stride[0][ix->ndim] = xstr[d];
-        ix->ndim++;
         if (reduced[d])
             r->count *= x->shape[d];
         else
             r->groups *= x->shape[d];
+        if (x->shape[d] != 1)
+            gt_cuda_index_push(reduced[d] ? &r->red : &r->kept, x->shape[d], xstr[d]);
     }
 }
 
+static int64_t gt_ceil_div(int64_t a, int64_t b)
+{
+    return (a + b - 1) / b;
+}
+
+static unsigned gt_red_grid(int64_t blocks)
+{
+    return (unsigned)(blocks < 65536 ? blocks : 65536);
+}
+
+/* Picks a path from the shape alone:
+ *  - count <= GT_RED_SMALL: one thread per group, serial;
+ *  - kept dims contiguous innermost, >= 32 groups: column split (coalesced), chunks of rows;
+ *  - else one block per (group, split); a long reduction over few groups is split so about
+ *    GT_RED_TARGET blocks share it, and a second one-block-per-group pass adds the partials. */
 static gt_status gt_cuda_reduce_run(gt_cuda_stream *s, const gt_kernel_call *c,
                                     const gt_cuda_reduce *r, int kind, const gt_tensor *x,
                                     gt_tensor *out, double divisor, gt_error *err)
 {
     if (r->groups == 0) return GT_OK;
-    if (r->count <= GT_RED_SMALL)
+    if (r->count <= GT_RED_SMALL) {
         gt_k_reduce_serial<<<gt_cuda_blocks(r->groups), GT_CUDA_THREADS, 0, s->stream>>>(
             *r, kind, x->data, x->dtype, out->data, out->dtype, divisor);
-    else
-        gt_k_reduce_block<<<(unsigned)(r->groups < 65536 ? r->groups : 65536), GT_CUDA_THREADS, 0,
-                            s->stream>>>(*r, kind, x->data, x->dtype, out->data, out->dtype,
-                                         divisor);
+        return gt_cuda_launched(c, err);
+    }
+    void *scr = NULL;
+    bool cols = r->kept.ndim == 1 && r->kept.stride[0][0] == 1 && r->groups >= 32;
+    if (cols) {
+        int64_t rows_per = gt_ceil_div(r->count, GT_RED_COL_MAX);
+        if (rows_per < GT_RED_COL_MIN) rows_per = GT_RED_COL_MIN;
+        int64_t chunks = gt_ceil_div(r->count, rows_per);
+        if (chunks > 1)
+            GT_TRY(gt_cuda_scratch(s, c, (size_t)(chunks * r->groups) * sizeof(double), &scr, err));
+        gt_k_reduce_cols<<<gt_cuda_blocks(chunks * r->groups), GT_CUDA_THREADS, 0, s->stream>>>(
+            *r, kind, x->data, x->dtype, chunks, rows_per, (double *)scr, out->data, out->dtype,
+            divisor);
+        GT_TRY(gt_cuda_launched(c, err));
+        if (chunks == 1) return GT_OK;
+        gt_k_reduce_cols_finish<<<gt_cuda_blocks(r->groups), GT_CUDA_THREADS, 0, s->stream>>>(
+            r->groups, chunks, kind, (const double *)scr, out->data, out->dtype, divisor);
+        return gt_cuda_launched(c, err);
+    }
+    int64_t splits = 1;
+    if (r->groups < GT_RED_TARGET) {
+        splits = gt_ceil_div(r->count, GT_RED_CHUNK_MIN);
+        int64_t want = gt_ceil_div(GT_RED_TARGET, r->groups);
+        if (splits > want) splits = want;
+    }
+    int64_t chunk = gt_ceil_div(r->count, splits);
+    splits = gt_ceil_div(r->count, chunk);
+    if (splits > 1)
+        GT_TRY(gt_cuda_scratch(s, c, (size_t)(r->groups * splits) * sizeof(double), &scr, err));
+    gt_k_reduce_block<<<gt_red_grid(r->groups * splits), GT_CUDA_THREADS, 0, s->stream>>>(
+        *r, kind, x->data, x->dtype, splits, chunk, (double *)scr, out->data, out->dtype, divisor);
+    GT_TRY(gt_cuda_launched(c, err));
+    if (splits == 1) return GT_OK;
+    gt_k_reduce_finish<<<gt_red_grid(r->groups), GT_CUDA_THREADS, 0, s->stream>>>(
+        r->groups, splits, kind, (const double *)scr, out->data, out->dtype, divisor);
     return gt_cuda_launched(c, err);
 }
 
