@@ -1,0 +1,365 @@
+#!/usr/bin/env python3
+"""CPU training throughput: graphtrain `train` vs PyTorch eager and torch.compile, same model shape.
+
+graphtrain — one process per run:
+
+    graphtrain train --model.flavor F --training.local_batch_size B --training.seq_len S
+        --training.steps N --training.mixed_precision_param float32 --metrics.log_freq 1
+        --job.print_config false --job.dump_folder TMP [MODE FLAGS]
+
+"graphtrain" runs the default: the pass pipeline (memory policy "default": activation
+recomputation chosen by a min-cut) and the planned program; "graphtrain no-remat" adds
+--compile.memory_policy none (passes and planned program, nothing recomputed); "graphtrain eager"
+adds --compile.enable false (the unoptimised graph on the eager executor, a fresh buffer per
+value). All three give bitwise identical parameters (the script prints their hashes).
+
+Synthetic data, fp32, AdamW (lr 8e-4, betas 0.9/0.95, eps 1e-8, weight decay 0.1 on matrices),
+global-norm clipping at 1.0, warmup 2 steps then linear decay. Per-step seconds come from the run's
+metrics.jsonl (the trainer times data + forward + backward + clip + AdamW); peak RSS is the
+process's getrusage maxrss (os.wait4). The CLI pins OpenBLAS to 1 thread and every other kernel is
+single-threaded, so graphtrain uses 1 thread; OPENBLAS_NUM_THREADS has no effect on it.
+
+PyTorch — one fresh Python process per run: transformers LlamaForCausalLM from a LlamaConfig of
+the same shape (untied output, llama3 RoPE scaling, attn_implementation "sdpa" = transformers'
+default), fp32, torch.optim.AdamW with its default implementation choice (on CPU tensors that is
+the single-tensor for-loop: foreach and fused stay off), the same hyperparameters, parameter groups
+and schedule, torch.nn.utils.clip_grad_norm_(1.0). One step = random tokens, forward,
+cross-entropy, zero_grad, backward, clip, optimizer step, loss.item(). torch.set_num_threads(T)
+for T in --threads (1 = the fair single-thread comparison). Mode "compile" wraps the model in
+torch.compile (inductor, defaults): forward and backward are compiled, clip and AdamW stay eager;
+inductor's caches are disabled (TORCHINDUCTOR_FORCE_DISABLE_CACHES=1) so step 1 shows a cold
+compile. Peak RSS: getrusage maxrss of that process (it includes the ~0.5 GB that importing torch
+and transformers costs; "RSS after import" is reported too).
+
+For every run the first --skip steps are dropped and the median step time of the rest is taken;
+the tables give the median over --repeats runs and the range (min–max) of those run medians. Runs
+are interleaved (repeat 1 of every configuration, then repeat 2, ...) so that load from other
+users of a shared machine spreads over all of them.
+
+usage: bench/bench_cpu_train.py [GRAPHTRAIN] [--models test_tiny,debugmodel] [--steps 25]
+        [--skip 5] [--repeats 3] [--threads 1,2] [--modes eager,compile] [--json out.json]
+"""
+import argparse
+import json
+import os
+import re
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+# Shapes of src/models/flavors.c (ffn written out: torchtitan's rule gives 192 and 768), the
+# benchmark's batch shape, and the RoPE original context of each flavor.
+MODELS = {
+    "test_tiny": dict(dim=64, layers=2, heads=4, kv_heads=4, vocab=256, ffn=192, rope_original=256,
+                      batch=8, seq=128),
+    "debugmodel": dict(dim=256, layers=6, heads=16, kv_heads=16, vocab=2048, ffn=768,
+                       rope_original=8192, batch=2, seq=256),
+}
+LR, BETAS, EPS, WEIGHT_DECAY, MAX_NORM, WARMUP = 8e-4, (0.9, 0.95), 1e-8, 0.1, 1.0, 2
+WORKER_TIMEOUT_S = 900
+
+
+def lr_at(step, steps):
+    """graphtrain's default schedule (torchtitan's): linear warmup over WARMUP steps starting at
+    lr/WARMUP, then linear decay to 0 over the remaining steps."""
+    if step <= WARMUP:
+        return LR * step / WARMUP
+    return LR * (1.0 - (step - WARMUP - 1) / (steps - WARMUP))
+
+
+# ---------------------------------------------------------------------------------------------
+# PyTorch worker (own process; prints one JSON line)
+
+
+def current_rss_bytes():
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    return -1
+
+
+def torch_worker(spec):
+    import torch
+    import torch.nn.functional as F
+    import transformers
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    rss_import = current_rss_bytes()
+    m = MODELS[spec["model"]]
+    torch.set_num_threads(spec["threads"])
+    torch.manual_seed(0)
+    common = dict(
+        hidden_size=m["dim"], intermediate_size=m["ffn"], num_hidden_layers=m["layers"],
+        num_attention_heads=m["heads"], num_key_value_heads=m["kv_heads"], vocab_size=m["vocab"],
+        head_dim=m["dim"] // m["heads"], rms_norm_eps=1e-5, max_position_embeddings=131072,
+        tie_word_embeddings=False, attention_bias=False, mlp_bias=False, hidden_act="silu",
+        attention_dropout=0.0)
+    scaling = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+               "high_freq_factor": 4.0, "original_max_position_embeddings": m["rope_original"]}
+    if int(transformers.__version__.split(".")[0]) >= 5:
+        cfg = LlamaConfig(**common, rope_parameters=dict(scaling, rope_theta=500000.0))
+    else:  # transformers 4.x spelling
+        cfg = LlamaConfig(**common, rope_theta=500000.0, rope_scaling=scaling)
+    cfg._attn_implementation = "sdpa"
+    model = LlamaForCausalLM(cfg).float().train()
+    n_params = sum(p.numel() for p in model.parameters())
+
+    # Weight decay on matrices only, as graphtrain's step (src/train/optim.c).
+    decay = [p for p in model.parameters() if p.ndim >= 2]
+    no_decay = [p for p in model.parameters() if p.ndim < 2]
+    opt = torch.optim.AdamW([dict(params=decay, weight_decay=WEIGHT_DECAY),
+                             dict(params=no_decay, weight_decay=0.0)],
+                            lr=LR, betas=BETAS, eps=EPS)
+    fwd = torch.compile(model) if spec["mode"] == "compile" else model
+
+    B, S, V, steps = m["batch"], m["seq"], m["vocab"], spec["steps"]
+    gen = torch.Generator().manual_seed(spec["seed"])
+    times, losses = [], []
+    for step in range(1, steps + 1):
+        t0 = time.perf_counter()
+        ids = torch.randint(0, V, (B, S), generator=gen)
+        labels = torch.randint(0, V, (B, S), generator=gen)
+        for group in opt.param_groups:
+            group["lr"] = lr_at(step, steps)
+        logits = fwd(input_ids=ids, use_cache=False).logits
+        loss = F.cross_entropy(logits.reshape(-1, V), labels.reshape(-1))
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), MAX_NORM)
+        opt.step()
+        losses.append(loss.item())
+        times.append(time.perf_counter() - t0)
+    print(json.dumps(dict(
+        step_seconds=times, losses=losses, params=n_params, threads=torch.get_num_threads(),
+        peak_rss_bytes=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+        rss_after_import_bytes=rss_import, torch=torch.__version__,
+        transformers=transformers.__version__,
+        adamw_foreach=opt.defaults.get("foreach"), adamw_fused=opt.defaults.get("fused"))))
+
+
+# ---------------------------------------------------------------------------------------------
+# runs
+
+
+GRAPHTRAIN_MODES = {  # row name -> flags
+    "graphtrain": ["--compile.enable", "true"],
+    "graphtrain no-remat": ["--compile.enable", "true", "--compile.memory_policy", "none"],
+    "graphtrain eager": ["--compile.enable", "false"],
+}
+GRAPHTRAIN_MODE_NAMES = {"compiled": "graphtrain", "no-remat": "graphtrain no-remat",
+                         "eager": "graphtrain eager"}
+
+
+def run_graphtrain(binary, model, steps, name):
+    m = MODELS[model]
+    with tempfile.TemporaryDirectory(prefix="bench_cpu_train_") as dump:
+        cmd = [binary, "train", "--model.flavor", model,
+               "--training.local_batch_size", str(m["batch"]), "--training.seq_len", str(m["seq"]),
+               "--training.steps", str(steps), "--training.mixed_precision_param", "float32",
+               "--metrics.log_freq", "1", "--job.print_config", "false",
+               "--job.dump_folder", dump] + GRAPHTRAIN_MODES[name]
+        with tempfile.TemporaryFile(mode="w+") as log:
+            proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, text=True)
+            _, status, usage = os.wait4(proc.pid, 0)
+            proc.returncode = os.waitstatus_to_exitcode(status)
+            log.seek(0)
+            out = log.read()
+        if proc.returncode != 0:
+            sys.exit(f"{' '.join(cmd)} failed ({proc.returncode}):\n{out[-3000:]}")
+        records = []
+        with open(os.path.join(dump, "metrics.jsonl")) as f:
+            for line in f:
+                if line.strip():
+                    records.append(json.loads(line))
+    records.sort(key=lambda r: r["step"])
+    if [r["step"] for r in records] != list(range(1, steps + 1)):
+        sys.exit(f"graphtrain {model}: metrics.jsonl lacks some of steps 1..{steps}")
+    p = re.search(r"(\d+) parameters", out)
+    h = re.search(r"params xxh64 ([0-9a-f]+)", out)
+    # the memory plan, printed before step 1 when the program is compiled
+    arenas = [int(a) for a in re.findall(r"(?:persistent|step)\s+arena\s+(\d+) bytes", out)]
+    return dict(step_seconds=[r["step_seconds"] for r in records],
+                losses=[r["loss"] for r in records], params=int(p.group(1)) if p else -1,
+                params_hash=h.group(1) if h else "", threads=1,
+                peak_rss_bytes=usage.ru_maxrss * 1024,
+                peak_rss_metrics_bytes=records[-1]["peak_memory_bytes"],
+                planned_arena_bytes=sum(arenas) if arenas else None)
+
+
+def run_torch(model, mode, threads, steps, seed):
+    spec = dict(model=model, mode=mode, threads=threads, steps=steps, seed=seed)
+    env = dict(os.environ, TORCHINDUCTOR_FORCE_DISABLE_CACHES="1")
+    cmd = [sys.executable, os.path.abspath(__file__), "--torch-worker", json.dumps(spec)]
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=env,
+                              timeout=WORKER_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        return dict(error=f"timed out after {WORKER_TIMEOUT_S} s")
+    if proc.returncode != 0:
+        last = [ln for ln in proc.stderr.strip().splitlines() if ln.strip()]
+        return dict(error=last[-1] if last else f"exit {proc.returncode}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+# ---------------------------------------------------------------------------------------------
+# report
+
+
+def run_median_ms(run, skip):
+    return statistics.median(run["step_seconds"][skip:]) * 1e3
+
+
+def print_tables(results, models, configs, skip):
+    for model in models:
+        m = MODELS[model]
+        tokens = m["batch"] * m["seq"]
+        print(f"\n{model}: batch {m['batch']} x seq {m['seq']} = {tokens} tokens/step, "
+              f"median of steps {skip + 1}..{results['steps']} per run, "
+              f"median (min–max) over runs")
+        print("| system | threads | step ms | tokens/s | peak RSS MiB |"
+              " graphtrain speed ÷ this | first step ms |")
+        print("|---|---|---|---|---|---|---|")
+        gt_ms = None
+        for name in configs:
+            runs = [r for r in results["runs"].get(f"{model}/{name}", []) if "error" not in r]
+            errors = [r["error"] for r in results["runs"].get(f"{model}/{name}", [])
+                      if "error" in r]
+            if not runs:
+                print(f"| {name} | | {errors[0] if errors else 'not run'} | | | | |")
+                continue
+            med = [run_median_ms(r, skip) for r in runs]
+            ms = statistics.median(med)
+            if name == "graphtrain":
+                gt_ms = ms
+            planned = [r["planned_arena_bytes"] / 2**20 for r in runs
+                       if r.get("planned_arena_bytes")]
+            rss = [r["peak_rss_bytes"] / 2**20 for r in runs]
+            base = [r["rss_after_import_bytes"] / 2**20 for r in runs
+                    if "rss_after_import_bytes" in r]
+            rss_text = f"{statistics.median(rss):,.0f}"
+            if base:
+                rss_text += f" ({statistics.median(base):,.0f} after imports)"
+            if planned:
+                rss_text += f" ({statistics.median(planned):,.0f} planned arenas)"
+            tok = [tokens / (x / 1e3) for x in med]
+            first = [r["step_seconds"][0] * 1e3 for r in runs]
+            ratio = f"{ms / gt_ms:.2f}" if gt_ms else "–"
+            print(f"| {name} | {runs[0]['threads']} | {ms:.1f} ({min(med):.1f}–{max(med):.1f}) | "
+                  f"{statistics.median(tok):,.0f} | {rss_text} | {ratio} | "
+                  f"{statistics.median(first):,.0f} |")
+            if errors:
+                print(f"|  (failed runs: {'; '.join(errors)}) | | | | | | |")
+        hashes = {r.get("params_hash") for name in configs if name.startswith("graphtrain")
+                  for r in results["runs"].get(f"{model}/{name}", []) if "error" not in r}
+        if hashes:
+            print(f"graphtrain final parameters (xxh64) over all its runs: "
+                  f"{', '.join(sorted(h or '?' for h in hashes))}"
+                  f"{' (bitwise identical)' if len(hashes) == 1 else ''}")
+
+
+def report(paths):
+    """Pools the runs of several --json files (same --steps and --skip) into one set of tables."""
+    pooled = None
+    for path in paths:
+        with open(path) as f:
+            res = json.load(f)
+        if pooled is None:
+            pooled = dict(res, runs={})
+        if (res["steps"], res["skip"]) != (pooled["steps"], pooled["skip"]):
+            sys.exit(f"{path}: steps/skip {res['steps']}/{res['skip']} differ from "
+                     f"{pooled['steps']}/{pooled['skip']}")
+        for key, runs in res["runs"].items():
+            pooled["runs"].setdefault(key, []).extend(runs)
+    models = [m for m in MODELS if any(k.startswith(m + "/") for k in pooled["runs"])]
+    configs = []
+    for key in pooled["runs"]:
+        name = key.split("/", 1)[1]
+        if name not in configs:
+            configs.append(name)
+    # graphtrain rows first, in GRAPHTRAIN_MODES order; the ratios refer to the first
+    order = list(GRAPHTRAIN_MODES)
+    configs.sort(key=lambda n: order.index(n) if n in order else len(order))
+    print(f"{len(paths)} file(s) pooled")
+    print_tables(pooled, models, configs, pooled["skip"])
+
+
+def main():
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("graphtrain", nargs="?", default=os.path.join(root, "build", "graphtrain"))
+    ap.add_argument("--models", default=",".join(MODELS))
+    ap.add_argument("--steps", type=int, default=25)
+    ap.add_argument("--skip", type=int, default=5, help="first steps left out of the medians")
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--threads", default="1,2", help="torch thread counts")
+    ap.add_argument("--modes", default="eager,compile", help="torch modes: eager, compile")
+    ap.add_argument("--graphtrain-modes", default="compiled,no-remat,eager",
+                    help="graphtrain modes: compiled (the default config), no-remat "
+                         "(compile.memory_policy none), eager (compile.enable false)")
+    ap.add_argument("--json", help="write every run here")
+    ap.add_argument("--report", nargs="+", metavar="JSON",
+                    help="run nothing: pool the runs of these --json files and print the tables")
+    args = ap.parse_args()
+    if args.report:
+        report(args.report)
+        return
+
+    models = args.models.split(",")
+    for model in models:
+        if model not in MODELS:
+            sys.exit(f"unknown model {model!r} (known: {', '.join(MODELS)})")
+    modes = [m for m in args.modes.split(",") if m]
+    for mode in modes:
+        if mode not in ("eager", "compile"):
+            sys.exit(f"unknown mode {mode!r} (known: eager, compile)")
+    threads = [int(t) for t in args.threads.split(",")]
+    if not args.steps > args.skip >= 0:
+        sys.exit(f"--steps ({args.steps}) must exceed --skip ({args.skip})")
+    if not os.access(args.graphtrain, os.X_OK):
+        sys.exit(f"graphtrain binary {args.graphtrain!r} not found or not executable")
+
+    gt_modes = args.graphtrain_modes.split(",")
+    for mode in gt_modes:
+        if mode not in GRAPHTRAIN_MODE_NAMES:
+            sys.exit(f"unknown graphtrain mode {mode!r} (known: "
+                     f"{', '.join(GRAPHTRAIN_MODE_NAMES)})")
+    if "compiled" not in gt_modes:
+        sys.exit("--graphtrain-modes must include compiled (the ratios refer to it)")
+    configs = [GRAPHTRAIN_MODE_NAMES[m] for m in GRAPHTRAIN_MODE_NAMES if m in gt_modes]
+    configs += [f"torch {mode} {t}t" for mode in modes for t in threads]
+    results = dict(steps=args.steps, skip=args.skip, repeats=args.repeats, runs={},
+                   nproc=os.cpu_count(), loadavg_1min_before=os.getloadavg()[0])
+    for rep in range(args.repeats):
+        for model in models:
+            for name in configs:
+                key = f"{model}/{name}"
+                t0 = time.perf_counter()
+                if name.startswith("graphtrain"):
+                    r = run_graphtrain(args.graphtrain, model, args.steps, name)
+                else:
+                    _, mode, t = name.split()
+                    r = run_torch(model, mode, int(t[:-1]), args.steps, seed=rep)
+                    gt = results["runs"].get(f"{model}/graphtrain", [{}])[0]
+                    if "error" not in r and gt and r["params"] != gt["params"]:
+                        sys.exit(f"{model}: torch model has {r['params']} parameters, "
+                                 f"graphtrain {gt['params']}: the shapes differ")
+                r["loadavg_1min_after"] = os.getloadavg()[0]  # the machine is shared
+                results["runs"].setdefault(key, []).append(r)
+                msg = r["error"] if "error" in r else f"{run_median_ms(r, args.skip):.1f} ms/step"
+                print(f"[{rep + 1}/{args.repeats}] {key}: {msg} "
+                      f"({time.perf_counter() - t0:.0f} s)", flush=True)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(results, f, indent=1)
+    print_tables(results, models, configs, args.skip)
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 3 and sys.argv[1] == "--torch-worker":
+        torch_worker(json.loads(sys.argv[2]))
+    else:
+        main()

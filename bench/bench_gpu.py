@@ -1,0 +1,675 @@
+#!/usr/bin/env python3
+"""GPU training throughput: graphtrain `train` vs PyTorch eager and torch.compile, same model shape.
+
+One program, one GPU, one run: for every model of --models (llama3 debugmodel and 1B by default,
+batch 8 x seq 2048) it trains with
+
+graphtrain — one process per run:
+
+    graphtrain train --model.flavor F --training.device cuda --training.local_batch_size 8
+        --training.seq_len 2048 --training.steps N --metrics.log_freq 1 --metrics.peak_tflops 989
+        --job.print_config false --job.dump_folder TMP
+
+(bf16 mixed precision, graphtrain's default: fp32 master parameters and AdamW state, bf16
+compute, fp32 loss and gradients; synthetic data; AdamW lr 8e-4, betas 0.9/0.95, eps 1e-8, weight
+decay 0.1 on matrices; global-norm clipping at 1.0). Step times come from the run's metrics.jsonl:
+the trainer times data + forward + backward + clip + AdamW and waits for the GPU at the end of
+every step (it reads the loss back).
+
+PyTorch — one fresh Python process per run: transformers LlamaForCausalLM from a LlamaConfig of
+the same shape (untied output, llama3 RoPE scaling, attn_implementation "sdpa"), built directly on
+the GPU, fp32 parameters, forward + cross-entropy under torch.autocast(bfloat16) (the logits are
+cast to fp32 for the loss, as torchtitan does), torch.optim.AdamW(fused=True) with the same
+hyperparameters and parameter groups, torch.nn.utils.clip_grad_norm_(1.0). One step = random
+tokens on the GPU, forward + loss, backward, clip, optimizer step, zero_grad, loss.item() (the
+same host sync per step as graphtrain). Mode "compile" wraps forward + loss in one torch.compile
+(inductor defaults; its caches disabled, so step 1 shows a cold compile); backward goes through
+the compiled graph (AOTAutograd), clip and AdamW stay eager (fused kernels already).
+
+Reported per run: median step time over steps --skip+1..N, tokens/s = tokens per step / that,
+MFU = tokens/s x FLOPs per token / peak (torchtitan: 6 x non-embedding parameters +
+12 x layers x heads x head_dim x seq; peak --peak-tflops, 989 for H100 SXM / H200 dense bf16),
+the first step's time (compilation shows there), and peak GPU memory, two ways:
+  - "GPU used": the device's memory.used (nvidia-smi, polled every --poll-s seconds while the run's
+    process lives) minus its value just before the process started. The same method for every
+    system; it includes the CUDA context, cuBLAS/cuDNN handles and, for torch, the caching
+    allocator's reserve. graphtrain's "peak_memory_bytes" in metrics.jsonl is host RSS, not GPU
+    memory, so it is not used here.
+  - "own count": torch.cuda.max_memory_allocated for torch; for graphtrain the planned device
+    arenas (persistent + step, from the memory plan it prints) plus its 32 MiB cuBLASLt workspace.
+
+usage: bench/bench_gpu.py [GRAPHTRAIN] [--models debugmodel,1B] [--systems graphtrain,eager,compile]
+        [--steps 20] [--skip 5] [--batch 8] [--seq 2048] [--timeout 420] [--json out.json]
+        [--markdown out.md] [--log-dir DIR] [--kernel-times [--kernel-steps 4]]
+
+--kernel-times adds, after the timed runs, one graphtrain run per model under a small CUPTI
+activity library (CUDA_INJECTION64_PATH; built here with gcc) and lists GPU time per kernel name.
+"""
+import argparse
+import datetime
+import json
+import os
+import re
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+# Shapes of src/models/flavors.c (ffn written out: torchtitan's rule gives 768 for debugmodel and
+# 8192 for 1B) and the RoPE original context of each flavor. test_tiny is for a quick check of this
+# script on a machine without a GPU (--device cpu).
+MODELS = {
+    "debugmodel": dict(dim=256, layers=6, heads=16, kv_heads=16, vocab=2048, ffn=768,
+                       rope_original=8192),
+    "1B": dict(dim=2048, layers=16, heads=32, kv_heads=8, vocab=128256, ffn=8192,
+               rope_original=8192),
+    "test_tiny": dict(dim=64, layers=2, heads=4, kv_heads=4, vocab=256, ffn=192,
+                      rope_original=256),
+}
+LR, BETAS, EPS, WEIGHT_DECAY, MAX_NORM, WARMUP = 8e-4, (0.9, 0.95), 1e-8, 0.1, 1.0, 2
+GT_CUBLASLT_WORKSPACE = 32 << 20  # src/backend/cuda/cuda.cu GT_CUDA_WORKSPACE
+SYSTEMS = ("graphtrain", "eager", "compile")
+
+
+def lr_at(step, steps):
+    """graphtrain's default schedule: linear warmup over WARMUP steps, then linear decay."""
+    if step <= WARMUP:
+        return LR * step / WARMUP
+    return LR * max(0.0, 1.0 - (step - WARMUP - 1) / max(1, steps - WARMUP))
+
+
+def param_counts(m):
+    """(all parameters, non-embedding parameters) of the llama3 shape m. torchtitan leaves only
+    the token embedding out of the MFU count; the (untied) output projection stays in."""
+    hd = m["dim"] // m["heads"]
+    attn = m["dim"] * m["heads"] * hd * 2 + m["dim"] * m["kv_heads"] * hd * 2  # wq, wo, wk, wv
+    layer = attn + 3 * m["dim"] * m["ffn"] + 2 * m["dim"]  # w1 w2 w3, two RMSNorm weights
+    non_embedding = m["layers"] * layer + m["dim"] + m["dim"] * m["vocab"]  # final norm, output
+    return non_embedding + m["vocab"] * m["dim"], non_embedding
+
+
+def flops_per_token(m, seq):
+    """torchtitan's model FLOPs per token: 6 N(non-embedding) + 12 L H Dh S."""
+    _, n = param_counts(m)
+    return 6 * n + 12 * m["layers"] * m["heads"] * (m["dim"] // m["heads"]) * seq
+
+
+# ---------------------------------------------------------------------------------------------
+# PyTorch worker (own process; prints one JSON line per step, then a summary line)
+
+
+def torch_worker(spec):
+    import torch
+    import torch.nn.functional as F
+    import transformers
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    m = MODELS[spec["model"]]
+    dev = torch.device(spec["device"])
+    torch.manual_seed(0)
+    common = dict(
+        hidden_size=m["dim"], intermediate_size=m["ffn"], num_hidden_layers=m["layers"],
+        num_attention_heads=m["heads"], num_key_value_heads=m["kv_heads"], vocab_size=m["vocab"],
+        head_dim=m["dim"] // m["heads"], rms_norm_eps=1e-5, max_position_embeddings=131072,
+        tie_word_embeddings=False, attention_bias=False, mlp_bias=False, hidden_act="silu",
+        attention_dropout=0.0)
+    scaling = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+               "high_freq_factor": 4.0, "original_max_position_embeddings": m["rope_original"]}
+    if int(transformers.__version__.split(".")[0]) >= 5:
+        cfg = LlamaConfig(**common, rope_parameters=dict(scaling, rope_theta=500000.0))
+    else:  # transformers 4.x spelling
+        cfg = LlamaConfig(**common, rope_theta=500000.0, rope_scaling=scaling)
+    cfg._attn_implementation = "sdpa"
+    with dev:  # initialise on the device: a 1B model initialised on the CPU takes many seconds
+        model = LlamaForCausalLM(cfg)
+    model = model.float().train()
+    n_params = sum(p.numel() for p in model.parameters())
+
+    # Weight decay on matrices only, as graphtrain's step (src/train/optim.c).
+    decay = [p for p in model.parameters() if p.ndim >= 2]
+    no_decay = [p for p in model.parameters() if p.ndim < 2]
+    opt = torch.optim.AdamW([dict(params=decay, weight_decay=WEIGHT_DECAY),
+                             dict(params=no_decay, weight_decay=0.0)],
+                            lr=LR, betas=BETAS, eps=EPS, fused=True)
+    V = m["vocab"]
+
+    def forward_loss(ids, labels):
+        logits = model(input_ids=ids, use_cache=False).logits
+        return F.cross_entropy(logits.float().reshape(-1, V), labels.reshape(-1))
+
+    step_fn = torch.compile(forward_loss) if spec["mode"] == "compile" else forward_loss
+    cuda = dev.type == "cuda"
+    if cuda:
+        torch.cuda.reset_peak_memory_stats(dev)
+    B, S, steps = spec["batch"], spec["seq"], spec["steps"]
+    gen = torch.Generator(device=dev).manual_seed(spec["seed"])
+    for step in range(1, steps + 1):
+        t0 = time.perf_counter()
+        ids = torch.randint(0, V, (B, S), generator=gen, device=dev)
+        labels = torch.randint(0, V, (B, S), generator=gen, device=dev)
+        for group in opt.param_groups:
+            group["lr"] = lr_at(step, steps)
+        with torch.autocast(device_type=dev.type, dtype=torch.bfloat16):
+            loss = step_fn(ids, labels)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), MAX_NORM)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        loss_value = loss.item()  # waits for the GPU, as graphtrain's step does
+        print(json.dumps(dict(step=step, step_seconds=time.perf_counter() - t0,
+                              loss=loss_value)), flush=True)
+    print(json.dumps(dict(
+        summary=True, params=n_params, torch=torch.__version__,
+        transformers=transformers.__version__,
+        device_name=torch.cuda.get_device_name(dev) if cuda else "cpu",
+        max_memory_allocated=torch.cuda.max_memory_allocated(dev) if cuda else -1,
+        max_memory_reserved=torch.cuda.max_memory_reserved(dev) if cuda else -1,
+        adamw_fused=opt.defaults.get("fused"))), flush=True)
+
+
+# ---------------------------------------------------------------------------------------------
+# GPU memory monitor
+
+
+def gpu_used_bytes(gpu):
+    """memory.used of GPU `gpu` in bytes (nvidia-smi), or None when it cannot be read."""
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=memory.used",
+                              "--format=csv,noheader,nounits", "-i", str(gpu)],
+                             capture_output=True, text=True, timeout=10)
+        return int(out.stdout.strip().splitlines()[0]) * 2**20 if out.returncode == 0 else None
+    except (OSError, ValueError, IndexError, subprocess.TimeoutExpired):
+        return None
+
+
+class MemoryMonitor:
+    """Polls the device's used memory in a thread while a run's process lives; peak minus the
+    value read just before the process started is the run's footprint."""
+
+    def __init__(self, gpu, period_s):
+        self.gpu, self.period_s = gpu, period_s
+        self.base = gpu_used_bytes(gpu) if gpu is not None else None
+        self.peak, self.samples = self.base, 0
+        self._stop = threading.Event()
+        self._thread = None
+
+    def __enter__(self):
+        if self.base is not None:
+            self._thread = threading.Thread(target=self._poll, daemon=True)
+            self._thread.start()
+        return self
+
+    def _poll(self):
+        while not self._stop.is_set():
+            v = gpu_used_bytes(self.gpu)
+            if v is not None:
+                self.peak = max(self.peak, v)
+                self.samples += 1
+            self._stop.wait(self.period_s)
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        if self._thread:
+            self._thread.join()
+
+    def result(self):
+        if self.base is None:
+            return dict(gpu_used_peak_bytes=-1, gpu_used_samples=0)
+        return dict(gpu_used_peak_bytes=self.peak - self.base, gpu_used_idle_bytes=self.base,
+                    gpu_used_samples=self.samples)
+
+
+def run_process(cmd, timeout, log_path, env=None, cwd=None):
+    """Runs cmd in its own process group with stdout+stderr in log_path; on timeout kills that
+    group. Returns (exit status or None on timeout, output text)."""
+    with open(log_path, "w+") as log:
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, text=True, env=env,
+                                cwd=cwd, start_new_session=True)
+        try:
+            rc = proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            rc = None
+        log.seek(0)
+        return rc, log.read()
+
+
+def tail(text, n=15):
+    return "\n".join(text.strip().splitlines()[-n:])
+
+
+# ---------------------------------------------------------------------------------------------
+# runs
+
+
+def run_graphtrain(args, model, log_path):
+    dump = tempfile.mkdtemp(prefix="bench_gpu_")
+    cmd = [args.graphtrain, "train", "--model.flavor", model,
+           "--training.device", args.device,
+           "--training.local_batch_size", str(args.batch), "--training.seq_len", str(args.seq),
+           "--training.steps", str(args.steps), "--metrics.log_freq", "1",
+           "--metrics.peak_tflops", str(args.peak_tflops), "--job.print_config", "false",
+           "--job.dump_folder", dump]
+    with MemoryMonitor(args.gpu, args.poll_s) as mon:
+        t0 = time.perf_counter()
+        rc, out = run_process(cmd, args.timeout, log_path)
+        wall = time.perf_counter() - t0
+    records = []
+    path = os.path.join(dump, "metrics.jsonl")
+    if os.path.exists(path):
+        with open(path) as f:
+            records = [json.loads(line) for line in f if line.strip()]
+    shutil.rmtree(dump, ignore_errors=True)
+    records.sort(key=lambda r: r["step"])
+    r = dict(command=" ".join(cmd), wall_seconds=wall, **mon.result(),
+             step_seconds=[x["step_seconds"] for x in records],
+             losses=[x["loss"] for x in records],
+             graphtrain_mfu=[x.get("mfu") for x in records],
+             graphtrain_model_flops_per_step=records[0].get("model_flops_per_step")
+             if records else None)
+    p = re.search(r"(\d+) parameters", out)
+    r["params"] = int(p.group(1)) if p else -1
+    arenas = [int(x) for x in re.findall(r"(?:persistent|step)\s+arena\s+(\d+) bytes", out)]
+    r["planned_arena_bytes"] = sum(arenas) if arenas else -1
+    r["own_peak_bytes"] = sum(arenas) + GT_CUBLASLT_WORKSPACE if arenas else -1
+    if rc != 0:
+        why = f"timed out after {args.timeout} s" if rc is None else f"exit status {rc}"
+        r["error"] = f"{why}; {len(records)} of {args.steps} steps logged"
+        r["log_tail"] = tail(out)
+    return r
+
+
+def run_torch(args, model, mode, log_path):
+    spec = dict(model=model, mode=mode, steps=args.steps, seed=0, batch=args.batch, seq=args.seq,
+                device=args.device)
+    env = dict(os.environ, TORCHINDUCTOR_FORCE_DISABLE_CACHES="1")
+    cmd = [sys.executable, os.path.abspath(__file__), "--torch-worker", json.dumps(spec)]
+    with MemoryMonitor(args.gpu, args.poll_s) as mon:
+        t0 = time.perf_counter()
+        rc, out = run_process(cmd, args.timeout, log_path, env=env)
+        wall = time.perf_counter() - t0
+    steps, summary = [], {}
+    for line in out.splitlines():
+        if line.startswith("{"):
+            try:
+                rec = json.loads(line)
+            except ValueError:
+                continue
+            if rec.get("summary"):
+                summary = rec
+            elif "step" in rec:
+                steps.append(rec)
+    r = dict(wall_seconds=wall, **mon.result(), step_seconds=[x["step_seconds"] for x in steps],
+             losses=[x["loss"] for x in steps], params=summary.get("params", -1),
+             own_peak_bytes=summary.get("max_memory_allocated", -1),
+             torch_max_memory_reserved=summary.get("max_memory_reserved", -1),
+             torch=summary.get("torch"), transformers=summary.get("transformers"),
+             device_name=summary.get("device_name"), adamw_fused=summary.get("adamw_fused"))
+    if rc != 0:
+        why = f"timed out after {args.timeout} s" if rc is None else f"exit status {rc}"
+        r["error"] = f"{why}; {len(steps)} of {args.steps} steps done"
+        r["log_tail"] = tail(out)
+    return r
+
+
+# ---------------------------------------------------------------------------------------------
+# graphtrain kernel time breakdown (--kernel-times): a CUPTI activity library injected into the
+# graphtrain process through CUDA_INJECTION64_PATH records every kernel's and copy's start/end on
+# the GPU and, at exit, writes the total time and launch count per kernel name. No profiler tool
+# (nsys, ncu) is needed on the machine, only CUPTI (CUDA toolkit or the nvidia-*-cupti wheel).
+
+KERNEL_TIMES_C = r"""
+#include <cupti.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct { char *name; uint64_t ns, calls; } entry;
+static entry *tab;
+static size_t n_tab, cap_tab;
+static uint64_t copy_ns, copy_calls;
+
+static void add(const char *name, uint64_t ns)
+{
+    for (size_t i = 0; i < n_tab; i++)
+        if (strcmp(tab[i].name, name) == 0) { tab[i].ns += ns; tab[i].calls++; return; }
+    if (n_tab == cap_tab) {
+        cap_tab = cap_tab ? 2 * cap_tab : 256;
+        tab = realloc(tab, cap_tab * sizeof *tab);
+        if (!tab) abort();
+    }
+    tab[n_tab++] = (entry){strdup(name), ns, 1};
+}
+
+static void CUPTIAPI buf_requested(uint8_t **buf, size_t *size, size_t *max_records)
+{
+    *size = 8u << 20;
+    *buf = aligned_alloc(8, *size);
+    *max_records = 0;
+}
+
+static void CUPTIAPI buf_completed(CUcontext ctx, uint32_t stream, uint8_t *buf, size_t size,
+                                   size_t valid)
+{
+    (void)ctx, (void)stream, (void)size;
+    CUpti_Activity *r = NULL;
+    while (cuptiActivityGetNextRecord(buf, valid, &r) == CUPTI_SUCCESS) {
+        if (r->kind == CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL ||
+            r->kind == CUPTI_ACTIVITY_KIND_KERNEL) {
+            const KREC *k = (const KREC *)r;
+            add(k->name ? k->name : "?", k->end - k->start);
+        } else if (r->kind == CUPTI_ACTIVITY_KIND_MEMCPY) {
+            const MREC *m = (const MREC *)r;
+            copy_ns += m->end - m->start;
+            copy_calls++;
+        }
+    }
+    free(buf);
+}
+
+static void dump(void)
+{
+    cuptiActivityFlushAll(1);
+    const char *path = getenv("GT_BENCH_KERNEL_TIMES");
+    FILE *f = path ? fopen(path, "w") : NULL;
+    if (!f) return;
+    for (size_t i = 0; i < n_tab; i++)
+        fprintf(f, "kernel\t%llu\t%llu\t%s\n", (unsigned long long)tab[i].ns,
+                (unsigned long long)tab[i].calls, tab[i].name);
+    fprintf(f, "memcpy\t%llu\t%llu\t-\n", (unsigned long long)copy_ns,
+            (unsigned long long)copy_calls);
+    fclose(f);
+}
+
+int InitializeInjection(void)
+{
+    if (cuptiActivityRegisterCallbacks(buf_requested, buf_completed) != CUPTI_SUCCESS) return 0;
+    cuptiActivityEnable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
+    cuptiActivityEnable(CUPTI_ACTIVITY_KIND_MEMCPY);
+    atexit(dump);
+    return 1;
+}
+"""
+
+
+def find_cupti():
+    """(include dir, lib dir) of a CUPTI whose header and library sit together, or None."""
+    import glob
+    roots = ["/usr/local/cuda", "/usr/local/cuda/extras/CUPTI"]
+    for sp in sys.path:
+        roots += glob.glob(os.path.join(sp, "nvidia", "*")) + glob.glob(os.path.join(sp, "nvidia"))
+    for root in roots:
+        inc = os.path.join(root, "include")
+        if not os.path.exists(os.path.join(inc, "cupti.h")):
+            continue
+        for lib in ("lib64", "lib", "targets/x86_64-linux/lib", "extras/CUPTI/lib64"):
+            libdir = os.path.join(root, lib)
+            if glob.glob(os.path.join(libdir, "libcupti.so*")):
+                return inc, libdir
+    return None
+
+
+def build_kernel_times_lib(work):
+    """Compiles the injection library into work/; returns its path or raises RuntimeError."""
+    import glob
+    found = find_cupti()
+    if not found:
+        raise RuntimeError("no CUPTI (cupti.h + libcupti.so) found")
+    inc, libdir = found
+    text = "".join(open(h).read() for h in glob.glob(os.path.join(inc, "cupti_activity*.h")))
+
+    def latest(base):  # the record layout CUPTI fills is the newest its header declares
+        v = [int(x) for x in re.findall(base + r"(\d+)\b", text)]
+        return base + (str(max(v)) if v else "")
+
+    src = os.path.join(work, "kernel_times.c")
+    with open(src, "w") as f:
+        f.write(KERNEL_TIMES_C)
+    lib = os.path.join(work, "kernel_times.so")
+    libs = sorted(glob.glob(os.path.join(libdir, "libcupti.so*")), key=len)
+    cmd = ["gcc", "-shared", "-fPIC", "-O2", "-I" + inc, "-I/usr/local/cuda/include",
+           f"-DKREC={latest('CUpti_ActivityKernel')}", f"-DMREC={latest('CUpti_ActivityMemcpy')}",
+           src, "-o", lib, libs[0], "-Wl,-rpath," + libdir]
+    out = subprocess.run(cmd, capture_output=True, text=True)
+    if out.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} failed:\n{tail(out.stderr)}")
+    return lib
+
+
+def demangle(names):
+    if not shutil.which("c++filt"):
+        return names
+    out = subprocess.run(["c++filt"], input="\n".join(names), capture_output=True, text=True)
+    lines = out.stdout.splitlines()
+    return lines if out.returncode == 0 and len(lines) == len(names) else names
+
+
+def run_kernel_times(args, model, lib, log_path):
+    """A separate graphtrain run (--kernel-steps steps) under the CUPTI library."""
+    times = log_path[:-4] + ".tsv"
+    env = dict(os.environ, CUDA_INJECTION64_PATH=lib, GT_BENCH_KERNEL_TIMES=times)
+    dump = tempfile.mkdtemp(prefix="bench_gpu_")
+    cmd = [args.graphtrain, "train", "--model.flavor", model, "--training.device", "cuda",
+           "--training.local_batch_size", str(args.batch), "--training.seq_len", str(args.seq),
+           "--training.steps", str(args.kernel_steps), "--metrics.log_freq", "1",
+           "--job.print_config", "false", "--job.dump_folder", dump]
+    rc, out = run_process(cmd, args.timeout, log_path, env=env)
+    shutil.rmtree(dump, ignore_errors=True)
+    r = dict(command=" ".join(cmd), steps=args.kernel_steps, kernels=[])
+    if rc != 0:
+        r["error"] = (f"timed out after {args.timeout} s" if rc is None else f"exit status {rc}")
+        r["log_tail"] = tail(out)
+    if not os.path.exists(times):
+        r.setdefault("error", "the CUPTI library wrote nothing (injection not loaded?)")
+        return r
+    rows = []
+    with open(times) as f:
+        for line in f:
+            kind, ns, calls, name = line.rstrip("\n").split("\t", 3)
+            if kind == "memcpy":
+                r["memcpy_ns"], r["memcpy_calls"] = int(ns), int(calls)
+            else:
+                rows.append((int(ns), int(calls), name))
+    rows.sort(reverse=True)
+    for (ns, calls, _), name in zip(rows, demangle([x[2] for x in rows])):
+        r["kernels"].append(dict(name=name, ns=ns, calls=calls))
+    r["kernel_ns"] = sum(x[0] for x in rows)
+    return r
+
+
+def kernel_table(model, r, top):
+    lines = [f"\n**{model}: graphtrain GPU time per kernel** — {r['steps']} steps (step 1 "
+             f"included), CUPTI kernel activity; total kernel time "
+             f"{r.get('kernel_ns', 0) / 1e6 / r['steps']:.1f} ms/step, host↔device copies "
+             f"{r.get('memcpy_ns', 0) / 1e6 / r['steps']:.1f} ms/step"
+             + (f" [{r['error']}]" if "error" in r else "") + "\n",
+             "| kernel | ms/step | share | launches/step |", "|---|---|---|---|"]
+    total = r.get("kernel_ns") or 1
+    for k in r["kernels"][:top]:
+        name = k["name"] if len(k["name"]) <= 110 else k["name"][:107] + "..."
+        lines.append(f"| `{name.replace('|', '/')}` | {k['ns'] / 1e6 / r['steps']:.2f} | "
+                     f"{100 * k['ns'] / total:.1f} % | {k['calls'] / r['steps']:.0f} |")
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------------------------
+# report
+
+
+def summarize(r, args, model):
+    """Median step time over the timed steps; None when too few steps ran."""
+    timed = r["step_seconds"][args.skip:]
+    if not timed:
+        return None
+    m = MODELS[model]
+    ms = statistics.median(timed) * 1e3
+    tps = args.batch * args.seq / (ms / 1e3)
+    return dict(step_ms=ms, step_ms_min=min(timed) * 1e3, step_ms_max=max(timed) * 1e3,
+                n_timed=len(timed), tokens_per_s=tps,
+                mfu=tps * flops_per_token(m, args.seq) / (args.peak_tflops * 1e12),
+                first_step_s=r["step_seconds"][0])
+
+
+def gib(b):
+    return f"{b / 2**30:.2f}" if b is not None and b >= 0 else "–"
+
+
+def tables(results, args):
+    lines = []
+    names = {"graphtrain": "graphtrain", "eager": "torch eager", "compile": "torch.compile"}
+    for model in results["models"]:
+        m = MODELS[model]
+        fpt = flops_per_token(m, args.seq)
+        lines.append(f"\n**{model}** — batch {args.batch} × seq {args.seq} = "
+                     f"{args.batch * args.seq} tokens/step, {fpt / 1e9:.3f} GFLOP/token "
+                     f"(torchtitan), median of steps {args.skip + 1}..{args.steps}\n")
+        lines.append("| system | step ms (min–max) | tokens/s | MFU | peak GPU used GiB | "
+                     "own count GiB | graphtrain tokens/s ÷ this | graphtrain GPU used ÷ this | "
+                     "first step s |")
+        lines.append("|---|---|---|---|---|---|---|---|---|")
+        runs = results["runs"].get(model, {})
+        gt = runs.get("graphtrain")
+        gt_s = summarize(gt, args, model) if gt else None
+        for system in args.systems:
+            r = runs.get(system)
+            if r is None:
+                continue
+            s = summarize(r, args, model)
+            if s is None:
+                lines.append(f"| {names[system]} | {r.get('error', 'no timed steps')} "
+                             "| | | | | | | |")
+                continue
+            speed = f"{gt_s['tokens_per_s'] / s['tokens_per_s']:.2f}" if gt_s else "–"
+            mem = "–"
+            gt_mem = (gt or {}).get("gpu_used_peak_bytes", -1)
+            mem_r = r.get("gpu_used_peak_bytes", -1)
+            if gt_mem > 0 and mem_r > 0:
+                mem = f"{gt_mem / mem_r:.2f}"
+            name = names[system] + (" (partial: " + r["error"] + ")" if "error" in r else "")
+            lines.append(
+                f"| {name} | {s['step_ms']:.1f} "
+                f"({s['step_ms_min']:.1f}–{s['step_ms_max']:.1f}) | "
+                f"{s['tokens_per_s']:,.0f} | {s['mfu'] * 100:.1f} % | "
+                f"{gib(r.get('gpu_used_peak_bytes'))} | {gib(r.get('own_peak_bytes'))} | "
+                f"{speed} | {mem} | {s['first_step_s']:.1f} |")
+    lines.append("\nGPU used: device memory.used (nvidia-smi) peak minus idle, same method for "
+                 "every row (CUDA context included). Own count: torch.cuda.max_memory_allocated; "
+                 "graphtrain's planned device arenas + 32 MiB cuBLASLt workspace.")
+    return "\n".join(lines)
+
+
+def main():
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("graphtrain", nargs="?", default=os.path.join(root, "build", "graphtrain"))
+    ap.add_argument("--models", default="debugmodel,1B")
+    ap.add_argument("--systems", default=",".join(SYSTEMS),
+                    help="graphtrain, eager (torch eager), compile (torch.compile)")
+    ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--skip", type=int, default=5, help="warm-up steps left out of the medians")
+    ap.add_argument("--batch", type=int, default=8)
+    ap.add_argument("--seq", type=int, default=2048)
+    ap.add_argument("--peak-tflops", type=float, default=989.0)
+    ap.add_argument("--timeout", type=float, default=420, help="seconds per run")
+    ap.add_argument("--device", default="cuda", help="cuda, or cpu to check the script itself")
+    ap.add_argument("--gpu", type=int, default=0, help="GPU index for nvidia-smi")
+    ap.add_argument("--poll-s", type=float, default=0.1, help="nvidia-smi polling period")
+    ap.add_argument("--kernel-times", action="store_true",
+                    help="after the timed runs, one more graphtrain run per model under a CUPTI "
+                         "library: GPU time per kernel")
+    ap.add_argument("--kernel-times-only", action="store_true",
+                    help="only the --kernel-times runs (no timed runs)")
+    ap.add_argument("--kernel-steps", type=int, default=4, help="steps of that run")
+    ap.add_argument("--kernel-top", type=int, default=25, help="kernels listed per model")
+    ap.add_argument("--json", help="write every run (all step times) here")
+    ap.add_argument("--markdown", help="write the tables here")
+    ap.add_argument("--log-dir", help="keep each run's output here")
+    args = ap.parse_args()
+
+    args.models = args.models.split(",")
+    args.systems = args.systems.split(",")
+    for model in args.models:
+        if model not in MODELS:
+            sys.exit(f"unknown model {model!r} (known: {', '.join(MODELS)})")
+    for system in args.systems:
+        if system not in SYSTEMS:
+            sys.exit(f"unknown system {system!r} (known: {', '.join(SYSTEMS)})")
+    if not args.steps > args.skip >= 0:
+        sys.exit(f"--steps ({args.steps}) must exceed --skip ({args.skip})")
+    if "graphtrain" in args.systems and not os.access(args.graphtrain, os.X_OK):
+        sys.exit(f"graphtrain binary {args.graphtrain!r} not found or not executable")
+    if args.device != "cuda" or not shutil.which("nvidia-smi"):
+        args.gpu = None
+    log_dir = args.log_dir or tempfile.mkdtemp(prefix="bench_gpu_logs_")
+    os.makedirs(log_dir, exist_ok=True)
+
+    gpu_name = None
+    if args.gpu is not None:
+        q = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version",
+                            "--format=csv,noheader", "-i", str(args.gpu)],
+                           capture_output=True, text=True)
+        gpu_name = q.stdout.strip()
+    results = dict(date=datetime.date.today().isoformat(), gpu=gpu_name, argv=sys.argv,
+                   steps=args.steps, skip=args.skip, batch=args.batch, seq=args.seq,
+                   peak_tflops=args.peak_tflops, models=args.models, runs={})
+
+    def save():
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump(results, f, indent=1)
+
+    if args.kernel_times_only:
+        args.kernel_times, args.systems = True, ["graphtrain"]
+    for model in [] if args.kernel_times_only else args.models:
+        for system in args.systems:
+            log_path = os.path.join(log_dir, f"{model}_{system}.log")
+            t0 = time.perf_counter()
+            if system == "graphtrain":
+                r = run_graphtrain(args, model, log_path)
+            else:
+                r = run_torch(args, model, system, log_path)
+            results["runs"].setdefault(model, {})[system] = r
+            expect, _ = param_counts(MODELS[model])
+            if r["params"] not in (-1, expect):
+                r["shape_mismatch"] = f"{r['params']} parameters, expected {expect}"
+            s = summarize(r, args, model)
+            msg = f"{s['step_ms']:.1f} ms/step, {s['tokens_per_s']:,.0f} tokens/s" if s else ""
+            if "error" in r:
+                msg += f" [{r['error']}]\n{r['log_tail']}"
+            if "shape_mismatch" in r:
+                msg += f" [SHAPE MISMATCH: {r['shape_mismatch']}]"
+            print(f"{model}/{system}: {msg} ({time.perf_counter() - t0:.0f} s)", flush=True)
+            save()
+    text = "" if args.kernel_times_only else tables(results, args)
+    if args.kernel_times and "graphtrain" in args.systems and args.device == "cuda":
+        try:
+            lib = build_kernel_times_lib(log_dir)
+        except RuntimeError as e:
+            lib = None
+            text += f"\n\nkernel times: {e}"
+        for model in args.models if lib else []:
+            t0 = time.perf_counter()
+            r = run_kernel_times(args, model, lib, os.path.join(log_dir, f"{model}_kernels.log"))
+            results.setdefault("kernel_times", {})[model] = r
+            print(f"{model}/kernel times: {len(r['kernels'])} kernels "
+                  f"{r.get('error', '')} ({time.perf_counter() - t0:.0f} s)", flush=True)
+            save()
+            text += "\n" + kernel_table(model, r, args.kernel_top)
+    print(text)
+    if args.markdown:
+        with open(args.markdown, "w") as f:
+            f.write(f"{results['date']}, {gpu_name or args.device}\n\n`{' '.join(sys.argv)}`\n"
+                    + text + "\n")
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 3 and sys.argv[1] == "--torch-worker":
+        torch_worker(json.loads(sys.argv[2]))
+    else:
+        main()
