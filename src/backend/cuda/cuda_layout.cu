@@ -2,9 +2,19 @@
  * slice_backward, concat, split, embedding; and embedding_backward.
  *
  * Moves copy stored bytes (element size 1, 2, 4 or 8), so every dtype is served exactly; input and
- * output dtypes must match. embedding_backward sums in token order without atomics: one block per
- * vocabulary row scans the ids in order, compacts the positions holding its id (warp ballots and a
- * fixed prefix), and adds those rows of dy in that order — the order a serial scatter-add gives. */
+ * output dtypes must match. A gather (broadcast_to, transpose, permute) first drops size-1 dims and
+ * merges dims the input holds contiguously, then picks one of three kernels:
+ *   - the innermost output dim is contiguous in the input (e.g. [b,s,h,d] -> [b,h,s,d]): rows of
+ *     that dim are copied with the widest access (up to 16 bytes) that every row start allows;
+ *   - another output dim is the input's contiguous one (a true transpose): 32x32 tiles through
+ *     shared memory, so that both the reads and the writes are coalesced;
+ *   - otherwise (a broadcast innermost dim): one element per thread, index-mapped.
+ * embedding_backward sums in token order without atomics on floats: the token positions are
+ * sorted by id with a stable LSD radix sort (8-bit digits, one block: per-tile digit ranks from
+ * warp match masks, in position order), then one block per vocabulary row finds its run of
+ * positions (found by one binary search per row, in parallel) and adds those rows of dy in
+ * increasing position — the order a serial scatter-add gives. Work O(N * passes + V * D) instead of
+ * the O(V * N) of a scan per row. */
 #include "cuda_internal.h"
 
 #include <string.h>
@@ -34,18 +44,178 @@ __global__ void gt_k_gather(gt_cuda_index ix, int64_t n, int es, const char *x, 
     }
 }
 
+/* Rows of `row_units` units of type U: row r (row-major over ix's dims) starts at unit offset
+ * base + offset of r in ix (operand 0; strides already in units) of x; out is contiguous. */
+template <typename U>
+__global__ void gt_k_copy_rows(gt_cuda_index ix, int64_t n_units, int64_t row_units, const U *x,
+                               int64_t base, U *out)
+{
+    GT_GRID_STRIDE(i, n_units)
+    {
+        int64_t r = i / row_units, u = i - r * row_units, off[1];
+        gt_index_offsets(ix, r, 1, off);
+        out[i] = x[base + off[0] + u];
+    }
+}
+
+/* The transpose of dims B (input stride 1, output stride ob) and L (the output's innermost dim,
+ * input stride sl), for every index of the other ("batch") dims, in 32x32 tiles: a warp reads 32
+ * consecutive input elements along B and writes 32 consecutive output elements along L. */
+typedef struct {
+    gt_cuda_index batch; /* operand 0: input strides, operand 1: output strides */
+    int64_t nb, nl, sl, ob, tiles_b, tiles_l, n_tiles;
+} gt_tile_desc;
+
+#define GT_TILE 32
+#define GT_TILE_ROWS 8
+
+template <typename T>
+__global__ void __launch_bounds__(GT_TILE *GT_TILE_ROWS)
+    gt_k_transpose_tiles(gt_tile_desc t, const T *x, int64_t base, T *out)
+{
+    __shared__ T tile[GT_TILE][GT_TILE + 1];
+    for (int64_t k = blockIdx.x; k < t.n_tiles; k += gridDim.x) {
+        int64_t tl = k % t.tiles_l, rest = k / t.tiles_l, tb = rest % t.tiles_b;
+        int64_t off[2];
+        gt_index_offsets(t.batch, rest / t.tiles_b, 2, off);
+        int64_t b0 = tb * GT_TILE, l0 = tl * GT_TILE;
+        for (int r = threadIdx.y; r < GT_TILE; r += GT_TILE_ROWS) {
+            int64_t l = l0 + r, bb = b0 + threadIdx.x;
+            if (l < t.nl && bb < t.nb) tile[r][threadIdx.x] = x[base + off[0] + bb + l * t.sl];
+        }
+        __syncthreads();
+        for (int r = threadIdx.y; r < GT_TILE; r += GT_TILE_ROWS) {
+            int64_t bb = b0 + r, l = l0 + threadIdx.x;
+            if (l < t.nl && bb < t.nb) out[off[1] + bb * t.ob + l] = tile[threadIdx.x][r];
+        }
+        __syncthreads();
+    }
+}
+
+/* Drops size-1 dims and merges each dim into the one before it where the input holds them
+ * contiguously (stride[prev] == stride[d] * shape[d]); the output is row-major, so its order is
+ * unchanged. Returns the new rank (at least 1). */
+static int gt_cuda_collapse(int nd, const int64_t *shape, const int64_t *stride, int64_t *cs,
+                            int64_t *cst)
+{
+    int m = 0;
+    for (int d = 0; d < nd; d++) {
+        if (shape[d] == 1) continue;
+        if (m > 0 && cst[m - 1] == stride[d] * shape[d]) {
+            cs[m - 1] *= shape[d];
+            cst[m - 1] = stride[d];
+        } else {
+            cs[m] = shape[d];
+            cst[m] = stride[d];
+            m++;
+        }
+    }
+    if (m == 0) {
+        cs[0] = 1;
+        cst[0] = 0;
+        m = 1;
+    }
+    return m;
+}
+
+template <typename U>
+static void gt_launch_copy_rows(cudaStream_t st, const gt_cuda_index &ix, int64_t n_units,
+                                int64_t row_units, const void *x, int64_t base, void *out)
+{
+    gt_k_copy_rows<U><<<gt_cuda_blocks(n_units), GT_CUDA_THREADS, 0, st>>>(
+        ix, n_units, row_units, (const U *)x, base, (U *)out);
+}
+
+template <typename T>
+static void gt_launch_tiles(cudaStream_t st, const gt_tile_desc &t, const void *x, int64_t base,
+                            void *out)
+{
+    unsigned blocks = (unsigned)(t.n_tiles < 65536 ? t.n_tiles : 65536);
+    gt_k_transpose_tiles<T>
+        <<<blocks, dim3(GT_TILE, GT_TILE_ROWS), 0, st>>>(t, (const T *)x, base, (T *)out);
+}
+
 static gt_status gt_cuda_gather(gt_cuda_stream *s, const gt_kernel_call *c, const gt_tensor *x,
                                 const int64_t *xstride, int64_t base, gt_tensor *out, gt_error *err)
 {
     int64_t n = gt_tensor_numel(out);
     if (n == 0) return GT_OK;
+    int es = (int)gt_dtype_size(x->dtype);
+    int64_t cs[GT_MAX_DIMS], cst[GT_MAX_DIMS];
+    int m = gt_cuda_collapse(out->ndim, out->shape, xstride, cs, cst);
     gt_cuda_index ix;
     memset(&ix, 0, sizeof ix);
-    ix.ndim = out->ndim;
-    memcpy(ix.shape, out->shape, sizeof ix.shape);
-    memcpy(ix.stride[0], xstride, sizeof(int64_t) * (size_t)out->ndim);
+    if (cst[m - 1] == 1) {
+        /* Contiguous rows of L elements: the widest unit dividing the row length, every row
+         * start (base and strides) and both pointers. */
+        int64_t row = cs[m - 1] * es;
+        if (m == 1)
+            return gt_cuda_check(c,
+                                 cudaMemcpyAsync(out->data, (const char *)x->data + base * es,
+                                                 (size_t)row, cudaMemcpyDeviceToDevice, s->stream),
+                                 "copy", err);
+        uint64_t g =
+            (uint64_t)row | (uint64_t)(base * es) | (uintptr_t)x->data | (uintptr_t)out->data;
+        for (int d = 0; d < m - 1; d++)
+            g |= (uint64_t)(cst[d] * es);
+        int u = (g & 15u) == 0 ? 16 : (g & 7u) == 0 ? 8 : (g & 3u) == 0 ? 4 : (g & 1u) == 0 ? 2 : 1;
+        ix.ndim = m - 1;
+        for (int d = 0; d < m - 1; d++) {
+            ix.shape[d] = cs[d];
+            ix.stride[0][d] = cst[d] * es / u;
+        }
+        int64_t row_units = row / u, n_units = n * es / u, ub = base * es / u;
+        if (u == 16)
+            gt_launch_copy_rows<uint4>(s->stream, ix, n_units, row_units, x->data, ub, out->data);
+        else if (u == 8)
+            gt_launch_copy_rows<uint2>(s->stream, ix, n_units, row_units, x->data, ub, out->data);
+        else if (u == 4)
+            gt_launch_copy_rows<uint32_t>(s->stream, ix, n_units, row_units, x->data, ub,
+                                          out->data);
+        else if (u == 2)
+            gt_launch_copy_rows<uint16_t>(s->stream, ix, n_units, row_units, x->data, ub,
+                                          out->data);
+        else
+            gt_launch_copy_rows<uint8_t>(s->stream, ix, n_units, row_units, x->data, ub, out->data);
+        return gt_cuda_launched(c, err);
+    }
+    int bdim = -1;
+    for (int d = 0; d < m - 1; d++)
+        if (cst[d] == 1) bdim = d;
+    if (bdim >= 0) {
+        int64_t ost[GT_MAX_DIMS];
+        gt_cuda_contig_strides(m, cs, ost);
+        gt_tile_desc t;
+        memset(&t, 0, sizeof t);
+        for (int d = 0; d < m - 1; d++) {
+            if (d == bdim) continue;
+            t.batch.shape[t.batch.ndim] = cs[d];
+            t.batch.stride[0][t.batch.ndim] = cst[d];
+            t.batch.stride[1][t.batch.ndim] = ost[d];
+            t.batch.ndim++;
+        }
+        t.nb = cs[bdim];
+        t.nl = cs[m - 1];
+        t.sl = cst[m - 1];
+        t.ob = ost[bdim];
+        t.tiles_b = (t.nb + GT_TILE - 1) / GT_TILE;
+        t.tiles_l = (t.nl + GT_TILE - 1) / GT_TILE;
+        t.n_tiles = n / (t.nb * t.nl) * t.tiles_b * t.tiles_l;
+        if (es == 2)
+            gt_launch_tiles<uint16_t>(s->stream, t, x->data, base, out->data);
+        else if (es == 4)
+            gt_launch_tiles<uint32_t>(s->stream, t, x->data, base, out->data);
+        else if (es == 8)
+            gt_launch_tiles<unsigned long long>(s->stream, t, x->data, base, out->data);
+        else
+            gt_launch_tiles<uint8_t>(s->stream, t, x->data, base, out->data);
+        return gt_cuda_launched(c, err);
+    }
+    ix.ndim = m;
+    memcpy(ix.shape, cs, sizeof(int64_t) * (size_t)m);
+    memcpy(ix.stride[0], cst, sizeof(int64_t) * (size_t)m);
     gt_k_gather<<<gt_cuda_blocks(n), GT_CUDA_THREADS, 0, s->stream>>>(
-        ix, n, (int)gt_dtype_size(x->dtype), (const char *)x->data, base, (char *)out->data);
+        ix, n, es, (const char *)x->data, base, (char *)out->data);
     return gt_cuda_launched(c, err);
 }
 
@@ -269,21 +439,37 @@ gt_status gt_cuda_split(gt_cuda_stream *s, const gt_kernel_call *c, gt_error *er
 
 /* ---------------------------------------------------------------- embedding */
 
-/* out[p, :] = w[ids[p], :]; an id outside [0, V) is flagged and its row written as zero bytes. */
-__global__ void gt_k_embedding(int64_t n, int64_t d, int es, const char *w, int64_t vocab,
-                               const void *ids, int dids, char *out, unsigned long long *flag)
+/* out[p, :] = w[ids[p], :], one block per row p (grid-stride over rows), units of U (the widest
+ * access dividing the row's bytes and both pointers); an id outside [0, V) is flagged and its row
+ * written as zero bytes. */
+template <typename U>
+__global__ void gt_k_embedding(int64_t n, int64_t row_units, const U *w, int64_t vocab,
+                               const void *ids, int dids, U *out, unsigned long long *flag)
 {
-    GT_GRID_STRIDE(i, n * d)
-    {
-        int64_t p = i / d, j = i - p * d, id = gt_ld_index(ids, dids, p);
-        if (id < 0 || id >= vocab) {
-            if (j == 0) gt_flag(flag, GT_OP_EMBEDDING, p, vocab);
-            for (int b = 0; b < es; b++)
-                out[i * es + b] = 0;
-            continue;
+    for (int64_t p = blockIdx.x; p < n; p += gridDim.x) {
+        int64_t id = gt_ld_index(ids, dids, p);
+        bool bad = id < 0 || id >= vocab;
+        if (bad && threadIdx.x == 0) gt_flag(flag, GT_OP_EMBEDDING, p, vocab);
+        for (int64_t u = threadIdx.x; u < row_units; u += blockDim.x) {
+            U v;
+            if (bad)
+                memset(&v, 0, sizeof v);
+            else
+                v = w[id * row_units + u];
+            out[p * row_units + u] = v;
         }
-        gt_copy_elem(out, i, w, id * d + j, es);
     }
+}
+
+template <typename U>
+static void gt_launch_embedding(cudaStream_t st, int64_t n, int64_t row_units, const void *w,
+                                int64_t vocab, const gt_tensor *ids, void *out,
+                                unsigned long long *flag)
+{
+    unsigned threads = row_units >= 256 ? 256 : (unsigned)((row_units + 31) / 32 * 32);
+    unsigned blocks = (unsigned)(n < 65536 ? n : 65536);
+    gt_k_embedding<U><<<blocks, threads, 0, st>>>(n, row_units, (const U *)w, vocab, ids->data,
+                                                  ids->dtype, (U *)out, flag);
 }
 
 gt_status gt_cuda_embedding(gt_cuda_stream *s, const gt_kernel_call *c, gt_error *err)
@@ -300,61 +486,149 @@ gt_status gt_cuda_embedding(gt_cuda_stream *s, const gt_kernel_call *c, gt_error
     if (!ok) return gt_cuda_shape_error(c, "output should be [ids..., D]", err);
     int64_t n = gt_tensor_numel(ids);
     if (n * d == 0) return GT_OK;
-    gt_k_embedding<<<gt_cuda_blocks(n * d), GT_CUDA_THREADS, 0, s->stream>>>(
-        n, d, (int)gt_dtype_size(w->dtype), (const char *)w->data, vocab, ids->data, ids->dtype,
-        (char *)out->data, s->flag);
+    int64_t row = d * (int64_t)gt_dtype_size(w->dtype);
+    uint64_t g = (uint64_t)row | (uintptr_t)w->data | (uintptr_t)out->data;
+    int u = (g & 15u) == 0 ? 16 : (g & 7u) == 0 ? 8 : (g & 3u) == 0 ? 4 : (g & 1u) == 0 ? 2 : 1;
+    if (u == 16)
+        gt_launch_embedding<uint4>(s->stream, n, row / 16, w->data, vocab, ids, out->data, s->flag);
+    else if (u == 8)
+        gt_launch_embedding<uint2>(s->stream, n, row / 8, w->data, vocab, ids, out->data, s->flag);
+    else if (u == 4)
+        gt_launch_embedding<uint32_t>(s->stream, n, row / 4, w->data, vocab, ids, out->data,
+                                      s->flag);
+    else if (u == 2)
+        gt_launch_embedding<uint16_t>(s->stream, n, row / 2, w->data, vocab, ids, out->data,
+                                      s->flag);
+    else
+        gt_launch_embedding<uint8_t>(s->stream, n, row, w->data, vocab, ids, out->data, s->flag);
     return gt_cuda_launched(c, err);
 }
 
 #define GT_EMB_THREADS 256
+#define GT_SORT_THREADS 1024
+#define GT_SORT_WARPS (GT_SORT_THREADS / 32)
 
-/* Block v: dw[v, :] = sum over positions p with ids[p] == v, in increasing p, of dy[p, :]. Each
- * thread owns columns j = tid, tid + 256, ...; at most 8 columns per thread live in registers per
- * pass over the ids (wider rows take several passes). */
-__global__ void __launch_bounds__(GT_EMB_THREADS)
-    gt_k_embedding_backward(int64_t n, int64_t d, int64_t vocab, const void *ids, int dids,
-                            const void *dy, int ddy, void *dw, int ddw, unsigned long long *flag)
+/* keys[p] = ids[p], or vocab for an id out of range (flagged; sorted past every row's run, so no
+ * row sums it); vals[p] = p. */
+__global__ void gt_k_emb_keys(int64_t n, int64_t vocab, const void *ids, int dids, int32_t *keys,
+                              int32_t *vals, unsigned long long *flag)
 {
-    __shared__ int64_t hits[GT_EMB_THREADS];
-    __shared__ int warp_count[GT_EMB_THREADS / 32], warp_base[GT_EMB_THREADS / 32 + 1];
-    int64_t v = blockIdx.x;
+    GT_GRID_STRIDE(p, n)
+    {
+        int64_t id = gt_ld_index(ids, dids, p);
+        if (id < 0 || id >= vocab) {
+            gt_flag(flag, GT_OP_EMBEDDING_BACKWARD, p, vocab);
+            id = vocab;
+        }
+        keys[p] = (int32_t)id;
+        vals[p] = (int32_t)p;
+    }
+}
+
+/* Stable LSD radix sort of (key, val) by key, 8 bits per pass, in one block: per pass a digit
+ * histogram (integer shared atomics: exact counts), its exclusive scan, then tiles of 1024 in
+ * order; within a tile an element's destination is the digit's running base + the count of the
+ * same digit in earlier warps + its rank among equal digits of lower lanes (match mask), i.e. its
+ * rank in position order. Buffers ping-pong; the result is in buffer (passes & 1). */
+__global__ void __launch_bounds__(GT_SORT_THREADS)
+    gt_k_radix_sort(int64_t n, int passes, int32_t *k0, int32_t *v0, int32_t *k1, int32_t *v1)
+{
+    __shared__ unsigned count[256], run[256];
+    __shared__ unsigned warp_off[GT_SORT_WARPS][256];
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    for (int pass = 0; pass < passes; pass++) {
+        const int32_t *ks = pass & 1 ? k1 : k0, *vs = pass & 1 ? v1 : v0;
+        int32_t *kd = pass & 1 ? k0 : k1, *vd = pass & 1 ? v0 : v1;
+        int shift = 8 * pass;
+        for (int t = threadIdx.x; t < 256; t += blockDim.x)
+            count[t] = 0;
+        __syncthreads();
+        for (int64_t p = threadIdx.x; p < n; p += blockDim.x)
+            atomicAdd(&count[((unsigned)ks[p] >> shift) & 255u], 1u);
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            unsigned acc = 0;
+            for (int d = 0; d < 256; d++) {
+                run[d] = acc;
+                acc += count[d];
+            }
+        }
+        __syncthreads();
+        for (int64_t t0 = 0; t0 < n; t0 += GT_SORT_THREADS) {
+            for (int t = threadIdx.x; t < GT_SORT_WARPS * 256; t += blockDim.x)
+                (&warp_off[0][0])[t] = 0;
+            __syncthreads();
+            int64_t p = t0 + threadIdx.x;
+            bool valid = p < n;
+            int32_t key = valid ? ks[p] : 0, val = valid ? vs[p] : 0;
+            unsigned digit = valid ? ((unsigned)key >> shift) & 255u : 256u;
+            unsigned peers = __match_any_sync(0xffffffffu, digit);
+            unsigned rank = __popc(peers & ((1u << lane) - 1u));
+            if (valid && rank == 0) warp_off[warp][digit] = __popc(peers);
+            __syncthreads();
+            if (threadIdx.x < 256) {
+                unsigned acc = run[threadIdx.x];
+                for (int w = 0; w < GT_SORT_WARPS; w++) {
+                    unsigned c = warp_off[w][threadIdx.x];
+                    warp_off[w][threadIdx.x] = acc;
+                    acc += c;
+                }
+                run[threadIdx.x] = acc;
+            }
+            __syncthreads();
+            if (valid) {
+                unsigned dst = warp_off[warp][digit] + rank;
+                kd[dst] = key;
+                vd[dst] = val;
+            }
+            __syncthreads();
+        }
+    }
+}
+
+/* First index in sorted keys[0, n) with keys[i] >= v. */
+__device__ __forceinline__ int64_t gt_lower_bound(const int32_t *keys, int64_t n, int64_t v)
+{
+    int64_t lo = 0, hi = n;
+    while (lo < hi) {
+        int64_t mid = (lo + hi) >> 1;
+        if ((int64_t)keys[mid] < v)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+/* start[v] = first sorted index with key >= v, for v in [0, vocab]: one thread per v, so the
+ * binary searches' dependent loads overlap across the grid (not one chain per row block). */
+__global__ void gt_k_emb_starts(int64_t n, int64_t vocab, const int32_t *keys, int32_t *start)
+{
+    GT_GRID_STRIDE(v, vocab + 1)
+    start[v] = (int32_t)gt_lower_bound(keys, n, v);
+}
+
+/* Block v: dw[v, :] = sum over its run [start[v], start[v + 1]) of sorted positions (increasing
+ * p) of dy[p, :], each thread owning columns j = tid, tid + 256, ... (8 per pass held in
+ * registers); rows without a token are written as zeros. */
+__global__ void __launch_bounds__(GT_EMB_THREADS)
+    gt_k_embedding_backward(int64_t d, const int32_t *start, const int32_t *pos, const void *dy,
+                            int ddy, void *dw, int ddw)
+{
+    int64_t v = blockIdx.x;
+    int64_t h0 = start ? start[v] : 0, h1 = start ? start[v + 1] : 0;
     for (int64_t j0 = 0; j0 < d; j0 += 8 * GT_EMB_THREADS) {
         float acc[8];
 #pragma unroll
         for (int k = 0; k < 8; k++)
             acc[k] = 0.0f;
-        for (int64_t p0 = 0; p0 < n; p0 += GT_EMB_THREADS) {
-            int64_t p = p0 + threadIdx.x;
-            bool hit = false;
-            if (p < n) {
-                int64_t id = gt_ld_index(ids, dids, p);
-                hit = id == v;
-                /* Block 0 reports ids out of range once, on its first column pass. */
-                if (v == 0 && j0 == 0 && (id < 0 || id >= vocab))
-                    gt_flag(flag, GT_OP_EMBEDDING_BACKWARD, p, vocab);
-            }
-            unsigned mask = __ballot_sync(0xffffffffu, hit);
-            if (lane == 0) warp_count[warp] = __popc(mask);
-            __syncthreads();
-            if (threadIdx.x == 0) {
-                warp_base[0] = 0;
-                for (int k = 0; k < GT_EMB_THREADS / 32; k++)
-                    warp_base[k + 1] = warp_base[k] + warp_count[k];
-            }
-            __syncthreads();
-            if (hit) hits[warp_base[warp] + __popc(mask & ((1u << lane) - 1u))] = p;
-            __syncthreads();
-            int nh = warp_base[GT_EMB_THREADS / 32];
-            for (int h = 0; h < nh; h++) {
-                int64_t row = hits[h] * d;
+        for (int64_t h = h0; h < h1; h++) {
+            int64_t row = (int64_t)pos[h] * d;
 #pragma unroll
-                for (int k = 0; k < 8; k++) {
-                    int64_t j = j0 + k * GT_EMB_THREADS + threadIdx.x;
-                    if (j < d) acc[k] += gt_ld(dy, ddy, row + j);
-                }
+            for (int k = 0; k < 8; k++) {
+                int64_t j = j0 + k * GT_EMB_THREADS + threadIdx.x;
+                if (j < d) acc[k] += gt_ld(dy, ddy, row + j);
             }
-            __syncthreads();
         }
 #pragma unroll
         for (int k = 0; k < 8; k++) {
@@ -380,11 +654,35 @@ gt_status gt_cuda_embedding_backward(gt_cuda_stream *s, const gt_kernel_call *c,
     if (!ok)
         return gt_cuda_shape_error(c, "expected dy [ids..., D] and dw [num_embeddings, D]", err);
     if (vocab * d == 0) return GT_OK;
-    if (vocab > 0x7fffffff)
-        return gt_error_set(err, GT_ERR_UNSUPPORTED, "embedding_backward: %lld rows exceed a grid",
-                            (long long)vocab);
+    int64_t n = gt_tensor_numel(ids);
+    /* Keys (ids, vocab for a bad one) and positions are int32 in the sort. */
+    if (vocab >= 0x7fffffff || n > 0x7fffffff)
+        return gt_error_set(err, GT_ERR_UNSUPPORTED,
+                            "embedding_backward: %lld rows or %lld ids exceed 2^31 - 1",
+                            (long long)vocab, (long long)n);
+    int32_t *start = NULL, *pos = NULL;
+    if (n > 0) {
+        size_t nb = ((size_t)n * sizeof(int32_t) + 255) & ~(size_t)255;
+        void *scr;
+        GT_TRY(gt_cuda_scratch(s, c, 4 * nb + (size_t)(vocab + 1) * sizeof(int32_t), &scr, err));
+        start = (int32_t *)((char *)scr + 4 * nb);
+        int32_t *k0 = (int32_t *)scr, *v0 = (int32_t *)((char *)scr + nb);
+        int32_t *k1 = (int32_t *)((char *)scr + 2 * nb), *v1 = (int32_t *)((char *)scr + 3 * nb);
+        gt_k_emb_keys<<<gt_cuda_blocks(n), GT_CUDA_THREADS, 0, s->stream>>>(
+            n, vocab, ids->data, ids->dtype, k0, v0, s->flag);
+        GT_TRY(gt_cuda_launched(c, err));
+        int bits = 0;
+        while (bits < 31 && (vocab >> bits) != 0) /* keys lie in [0, vocab] */
+            bits++;
+        int passes = (bits + 7) / 8;
+        gt_k_radix_sort<<<1, GT_SORT_THREADS, 0, s->stream>>>(n, passes, k0, v0, k1, v1);
+        GT_TRY(gt_cuda_launched(c, err));
+        pos = passes & 1 ? v1 : v0;
+        gt_k_emb_starts<<<gt_cuda_blocks(vocab + 1), GT_CUDA_THREADS, 0, s->stream>>>(
+            n, vocab, passes & 1 ? k1 : k0, start);
+        GT_TRY(gt_cuda_launched(c, err));
+    }
     gt_k_embedding_backward<<<(unsigned)vocab, GT_EMB_THREADS, 0, s->stream>>>(
-        gt_tensor_numel(ids), d, vocab, ids->data, ids->dtype, dy->data, dy->dtype, dw->data,
-        dw->dtype, s->flag);
+        d, start, pos, dy->data, dy->dtype, dw->data, dw->dtype);
     return gt_cuda_launched(c, err);
 }
