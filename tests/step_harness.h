@@ -1,5 +1,6 @@
 /* step_harness.h — the whole-step harness shared by the numerics tests that run training steps
- * (tests/numerics/test_partition.c, test_program_exact.c, test_memory_policy.c): the whole-step
+ * (tests/numerics/test_partition.c, test_program_exact.c, test_memory_policy.c) and the CUDA tests
+ * that run them on the GPU (tests/cuda/test_cuda_program.c, test_cuda_graph.c): the whole-step
  * graph of a llama3 flavor, its initial state, the state fed back from one step to the next, and
  * the bitwise comparison of two runs' outputs.
  *
@@ -48,9 +49,10 @@ static inline void step_graph_free(step_graph *s)
     gt_model_free(&s->model);
 }
 
-/* The body of step_graph_build; on failure s may hold a partial graph. */
-static inline bool step_graph_build_parts(step_graph *s, const char *flavor, int64_t batch,
-                                          int64_t seq)
+/* The body of step_graph_build_in; on failure s may hold a partial graph. */
+static inline bool step_graph_build_parts_in(step_graph *s, const char *flavor,
+                                             const gt_dtype *compute_dtype, int64_t batch,
+                                             int64_t seq)
 {
     gt_error err = {0};
     gt_llama3_config cfg;
@@ -58,6 +60,7 @@ static inline bool step_graph_build_parts(step_graph *s, const char *flavor, int
     s->g = gt_graph_new();
     EXPECT_OK(gt_llama3_flavor(flavor, &cfg, &err), &err);
     if (err.code) return false;
+    if (compute_dtype) cfg.compute_dtype = *compute_dtype;
     s->vocab = cfg.vocab_size;
     EXPECT_OK(gt_llama3_build(s->g, &cfg, &s->model, &err), &err);
     if (err.code) return false;
@@ -84,14 +87,29 @@ static inline bool step_graph_build_parts(step_graph *s, const char *flavor, int
     return err.code == GT_OK;
 }
 
+/* The body of step_graph_build; on failure s may hold a partial graph. */
+static inline bool step_graph_build_parts(step_graph *s, const char *flavor, int64_t batch,
+                                          int64_t seq)
+{
+    return step_graph_build_parts_in(s, flavor, NULL, batch, seq);
+}
+
+/* As step_graph_build, with the model computing in *compute_dtype (e.g. f32 or bf16; params stay
+ * f32), or in the flavor's own compute dtype when compute_dtype is NULL. */
+static inline bool step_graph_build_in(step_graph *s, const char *flavor,
+                                       const gt_dtype *compute_dtype, int64_t batch, int64_t seq)
+{
+    if (step_graph_build_parts_in(s, flavor, compute_dtype, batch, seq)) return true;
+    step_graph_free(s);
+    return false;
+}
+
 /* As gt_train_build_graph with one micro-batch and no passes: model, autodiff, clipping + AdamW
  * (max_norm 1, weight decay 0.1); the graph must verify. False on failure (the checks say why),
  * with s freed; on success step_graph_free is due. */
 static inline bool step_graph_build(step_graph *s, const char *flavor, int64_t batch, int64_t seq)
 {
-    if (step_graph_build_parts(s, flavor, batch, seq)) return true;
-    step_graph_free(s);
-    return false;
+    return step_graph_build_in(s, flavor, NULL, batch, seq);
 }
 
 /* Initial state, one tensor per input of s->g: params from gt_model_init_params (seed 1234, graph

@@ -8,15 +8,16 @@
 #include <string.h>
 
 #include "graphtrain/gt_program.h"
+#include "runtime_internal.h"
 
-static void *ref_data(const gt_program *p, const gt_buffer_ref *r)
+static void *ref_data(void *const *arena, const gt_buffer_ref *r)
 {
-    return p->arena[r->arena] ? (char *)p->arena[r->arena] + r->offset : NULL;
+    return arena[r->arena] ? (char *)arena[r->arena] + r->offset : NULL;
 }
 
-static void ref_tensor(const gt_program *p, const gt_buffer_ref *r, gt_tensor *t)
+static void ref_tensor(void *const *arena, const gt_buffer_ref *r, gt_tensor *t)
 {
-    gt_tensor_wrap(t, r->dtype, r->ndim, r->shape, ref_data(p, r));
+    gt_tensor_wrap(t, r->dtype, r->ndim, r->shape, ref_data(arena, r));
 }
 
 static gt_status copy_input(gt_program *p, int32_t k, const gt_tensor *t, gt_error *err)
@@ -25,7 +26,7 @@ static gt_status copy_input(gt_program *p, int32_t k, const gt_tensor *t, gt_err
     const gt_io *io = &g->inputs[k];
     const gt_buffer_ref *r = &p->inputs[k];
     gt_tensor want;
-    ref_tensor(p, r, &want);
+    ref_tensor(p->arena, r, &want);
     bool ok = t->dtype == r->dtype && t->ndim == r->ndim;
     for (int d = 0; ok && d < r->ndim; d++)
         ok = t->shape[d] == r->shape[d];
@@ -46,10 +47,10 @@ static gt_status copy_input(gt_program *p, int32_t k, const gt_tensor *t, gt_err
     return GT_OK;
 }
 
-static gt_status run_instr(gt_program *p, const gt_instr *ins, gt_error *err)
+void gt_program_kernel_call(const gt_instr *ins, void *const *arena, gt_kernel_call *call,
+                            gt_tensor *in, gt_tensor *out)
 {
-    gt_tensor in[GT_MAX_IN], out[GT_MAX_OUT];
-    gt_kernel_call call = {
+    *call = (gt_kernel_call){
         .op = ins->op,
         .i = ins->i,
         .f = ins->f,
@@ -61,20 +62,31 @@ static gt_status run_instr(gt_program *p, const gt_instr *ins, gt_error *err)
         .n_out = ins->n_out,
     };
     for (int j = 0; j < ins->n_in; j++) {
-        ref_tensor(p, &ins->in[j], &in[j]);
-        call.in[j] = &in[j];
+        ref_tensor(arena, &ins->in[j], &in[j]);
+        call->in[j] = &in[j];
     }
     for (int j = 0; j < ins->n_out; j++) {
-        ref_tensor(p, &ins->out[j], &out[j]);
-        call.out[j] = &out[j];
+        ref_tensor(arena, &ins->out[j], &out[j]);
+        call->out[j] = &out[j];
     }
+}
+
+void gt_program_wrap_kernel_error(const gt_graph *g, const gt_instr *ins, const char *suffix,
+                                  gt_error *err)
+{
+    const gt_node *nd = &g->nodes[ins->node];
+    const char *fqn = gt_graph_str(g, nd->fqn);
+    gt_error_wrap(err, "node %%%d %s%s%s%s", ins->node, gt_op_get(nd->op)->name,
+                  fqn && fqn[0] ? " at " : "", fqn ? fqn : "", suffix);
+}
+
+static gt_status run_instr(gt_program *p, const gt_instr *ins, gt_error *err)
+{
+    gt_tensor in[GT_MAX_IN], out[GT_MAX_OUT];
+    gt_kernel_call call;
+    gt_program_kernel_call(ins, p->arena, &call, in, out);
     gt_status st = gt_cpu_run_kernel(&call, err);
-    if (st != GT_OK) {
-        const gt_node *nd = &p->g->nodes[ins->node];
-        const char *fqn = gt_graph_str(p->g, nd->fqn);
-        gt_error_wrap(err, "node %%%d %s%s%s", ins->node, gt_op_get(nd->op)->name,
-                      fqn && fqn[0] ? " at " : "", fqn ? fqn : "");
-    }
+    if (st != GT_OK) gt_program_wrap_kernel_error(p->g, ins, "", err);
     return st;
 }
 
@@ -99,7 +111,7 @@ gt_status gt_program_run(gt_program *p, const gt_tensor *inputs, gt_tensor *outp
             return st;
         }
         size_t nbytes = gt_tensor_nbytes(&outputs[k]);
-        if (nbytes) memcpy(outputs[k].data, ref_data(p, r), nbytes);
+        if (nbytes) memcpy(outputs[k].data, ref_data(p->arena, r), nbytes);
     }
     return GT_OK;
 }

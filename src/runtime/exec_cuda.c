@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "graphtrain/gt_program.h"
+#include "runtime_internal.h"
 
 int32_t gt_program_state_input(const gt_graph *g, int32_t k)
 {
@@ -208,32 +209,10 @@ gt_status gt_cuda_program_set_input(gt_cuda_program *p, int32_t k, const gt_tens
 static gt_status run_instr(gt_cuda_program *p, const gt_instr *ins, gt_error *err)
 {
     gt_tensor in[GT_MAX_IN], out[GT_MAX_OUT];
-    gt_kernel_call call = {
-        .op = ins->op,
-        .i = ins->i,
-        .f = ins->f,
-        .e = ins->e,
-        .ni = ins->ni,
-        .nf = ins->nf,
-        .ne = ins->ne,
-        .n_in = ins->n_in,
-        .n_out = ins->n_out,
-    };
-    for (int j = 0; j < ins->n_in; j++) {
-        ref_tensor(p, &ins->in[j], &in[j]);
-        call.in[j] = &in[j];
-    }
-    for (int j = 0; j < ins->n_out; j++) {
-        ref_tensor(p, &ins->out[j], &out[j]);
-        call.out[j] = &out[j];
-    }
+    gt_kernel_call call;
+    gt_program_kernel_call(ins, p->dev, &call, in, out);
     gt_status st = gt_cuda_run_kernel(&call, p->stream, err);
-    if (st != GT_OK) {
-        const gt_node *nd = &p->prog->g->nodes[ins->node];
-        const char *fqn = gt_graph_str(p->prog->g, nd->fqn);
-        gt_error_wrap(err, "node %%%d %s%s%s (cuda)", ins->node, gt_op_get(nd->op)->name,
-                      fqn && fqn[0] ? " at " : "", fqn ? fqn : "");
-    }
+    if (st != GT_OK) gt_program_wrap_kernel_error(p->prog->g, ins, " (cuda)", err);
     return st;
 }
 

@@ -29,41 +29,6 @@
 
 #define STEPS 6
 
-/* As step_graph_build, with the model computing in `dtype` (f32 or bf16; params stay f32). */
-static bool build(step_graph *s, const char *flavor, gt_dtype dtype, int64_t batch, int64_t seq)
-{
-    gt_error err = {0};
-    gt_llama3_config cfg;
-    memset(s, 0, sizeof *s);
-    s->g = gt_graph_new();
-    EXPECT_OK(gt_llama3_flavor(flavor, &cfg, &err), &err);
-    if (err.code) return false;
-    cfg.compute_dtype = dtype;
-    s->vocab = cfg.vocab_size;
-    EXPECT_OK(gt_llama3_build(s->g, &cfg, &s->model, &err), &err);
-    if (!err.code) EXPECT_OK(gt_autodiff(s->g, &err), &err);
-    if (err.code) return false;
-    int n = gt_optim_find_params(s->g, NULL, 0);
-    gt_value_id *params = calloc((size_t)n, sizeof *params),
-                *grads = calloc((size_t)n, sizeof *grads);
-    gt_optim_find_params(s->g, params, n);
-    int ng = 0;
-    for (int k = 0; k < s->g->n_outputs && ng < n; k++)
-        if (s->g->outputs[k].kind == GT_OUT_GRAD) grads[ng++] = s->g->outputs[k].value;
-    EXPECT(ng == n, "%s: %d grads for %d params", flavor, ng, n);
-    s->adamw = gt_adamw_config_default();
-    s->adamw.max_norm = 1.0;
-    s->adamw.weight_decay = 0.1;
-    EXPECT_OK(gt_optim_append_adamw(s->g, n, params, grads, &s->adamw, &err), &err);
-    free(params);
-    free(grads);
-    s->bind_entries[0] = (gt_sym_binding_entry){"batch", batch};
-    s->bind_entries[1] = (gt_sym_binding_entry){"seq", seq};
-    s->binding = (gt_sym_binding){s->bind_entries, 2};
-    if (!err.code) EXPECT_OK(gt_graph_verify(s->g, &err), &err);
-    return err.code == GT_OK;
-}
-
 /* Step `step`'s per-step inputs in state: optimizer scalars, and i64 INPUTs (tokens, labels)
  * from an xorshift64 sequence seeded by the step. */
 static void set_step_inputs(const step_graph *s, gt_tensor *state, int64_t step)
@@ -222,10 +187,7 @@ static void check_flavor(const char *flavor, gt_dtype dtype)
     char what[64];
     snprintf(what, sizeof what, "%s %s", flavor, gt_dtype_name(dtype));
     step_graph s;
-    if (!build(&s, flavor, dtype, 2, 32)) {
-        step_graph_free(&s);
-        return;
-    }
+    if (!step_graph_build_in(&s, flavor, &dtype, 2, 32)) return; /* s freed */
     const gt_graph *g = s.g;
     int32_t ni = g->n_inputs, no = g->n_outputs;
     gt_tensor *init = calloc((size_t)ni, sizeof *init);

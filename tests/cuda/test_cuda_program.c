@@ -21,96 +21,14 @@
  *   - test_tiny also with views and in-place sharing off, so carry is a device copy;
  *   - a wrongly shaped input is refused with GT_ERR_INVALID naming the input.
  * Without a CUDA device the test skips (exit 0). */
-#include <math.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-
-#include "graphtrain/gt_autodiff.h"
 #include "graphtrain/gt_backend.h"
 #include "graphtrain/gt_cuda.h"
-#include "graphtrain/gt_model.h"
-#include "graphtrain/gt_optim.h"
 #include "graphtrain/gt_program.h"
-#include "gt_test.h"
+#include "step_harness.h"
 
 #define STEPS 5
 #define BOUND 1e-5        /* loss, step-1 outputs element-wise, all params / moments in L2 */
 #define TENSOR_BOUND 1e-4 /* each tensor in L2, every step */
-
-typedef struct {
-    gt_graph *g;
-    gt_model model;
-    gt_adamw_config adamw;
-    gt_sym_binding_entry bind_entries[2];
-    gt_sym_binding binding;
-} step_graph;
-
-/* As gt_train_build_graph with one micro-batch: model, autodiff, AdamW. */
-static bool build(step_graph *s, const char *flavor, int64_t batch, int64_t seq)
-{
-    gt_error err = {0};
-    gt_llama3_config cfg;
-    memset(s, 0, sizeof *s);
-    s->g = gt_graph_new();
-    EXPECT_OK(gt_llama3_flavor(flavor, &cfg, &err), &err);
-    if (err.code) return false;
-    EXPECT_OK(gt_llama3_build(s->g, &cfg, &s->model, &err), &err);
-    if (err.code) return false;
-    EXPECT_OK(gt_autodiff(s->g, &err), &err);
-    if (err.code) return false;
-    int n = gt_optim_find_params(s->g, NULL, 0);
-    gt_value_id *params = calloc((size_t)n, sizeof *params),
-                *grads = calloc((size_t)n, sizeof *grads);
-    gt_optim_find_params(s->g, params, n);
-    int ng = 0;
-    for (int k = 0; k < s->g->n_outputs && ng < n; k++)
-        if (s->g->outputs[k].kind == GT_OUT_GRAD) grads[ng++] = s->g->outputs[k].value;
-    EXPECT(ng == n, "%s: %d grads for %d params", flavor, ng, n);
-    s->adamw = gt_adamw_config_default();
-    s->adamw.max_norm = 1.0;
-    s->adamw.weight_decay = 0.1;
-    EXPECT_OK(gt_optim_append_adamw(s->g, n, params, grads, &s->adamw, &err), &err);
-    free(params);
-    free(grads);
-    s->bind_entries[0] = (gt_sym_binding_entry){"batch", batch};
-    s->bind_entries[1] = (gt_sym_binding_entry){"seq", seq};
-    s->binding = (gt_sym_binding){s->bind_entries, 2};
-    EXPECT_OK(gt_graph_verify(s->g, &err), &err);
-    return err.code == GT_OK;
-}
-
-/* Initial state, one tensor per graph input: params from gt_model_init_params (graph input
- * order), moments zero, tokens/labels a fixed pseudo-random sequence. */
-static bool init_state(const step_graph *s, gt_tensor *state, int64_t vocab)
-{
-    const gt_graph *g = s->g;
-    gt_error err = {0};
-    gt_tensor *params = calloc((size_t)s->model.n_params, sizeof *params);
-    EXPECT_OK(gt_model_init_params(&s->model, 1234, params, &err), &err);
-    int np = 0;
-    uint64_t x = 88172645463325252ull;
-    for (int32_t k = 0; k < g->n_inputs; k++) {
-        const gt_io *io = &g->inputs[k];
-        int64_t shape[GT_MAX_DIMS];
-        EXPECT_OK(gt_graph_eval_shape(g, io->value, &s->binding, shape, &err), &err);
-        const gt_type *ty = gt_value_type(g, io->value);
-        if (io->kind == GT_IN_PARAM) {
-            state[k] = params[np++];
-            continue;
-        }
-        EXPECT_OK(gt_tensor_alloc(&state[k], ty->dtype, ty->ndim, shape, &err), &err);
-        if (io->kind == GT_IN_INPUT && ty->dtype == GT_I64) {
-            int64_t *d = state[k].data;
-            for (int64_t i = 0; i < gt_tensor_numel(&state[k]); i++) {
-                x ^= x << 13, x ^= x >> 7, x ^= x << 17; /* xorshift64 */
-                d[i] = (int64_t)(x % (uint64_t)vocab);
-            }
-        }
-    }
-    free(params);
-    return err.code == GT_OK && np == s->model.n_params;
-}
 
 static int32_t scalars_input(const gt_graph *g)
 {
@@ -146,19 +64,6 @@ static double rel_err(const gt_tensor *got, const gt_tensor *ref, double *max_re
     return r2 > 0 ? sqrt(d2 / r2) : sqrt(d2);
 }
 
-static bool same_bits(const gt_tensor *a, const gt_tensor *b)
-{
-    size_t n = gt_tensor_nbytes(a);
-    return a->dtype == b->dtype && n == gt_tensor_nbytes(b) &&
-           (n == 0 || memcmp(a->data, b->data, n) == 0);
-}
-
-static void free_tensors(gt_tensor *t, int32_t n)
-{
-    for (int32_t k = 0; t && k < n; k++)
-        gt_tensor_free(&t[k]);
-}
-
 /* One GPU run of STEPS steps from the initial state init: outputs of step s (1-based) go to
  * out[(s - 1) * n_outputs + k], the final state (every input buffer) to fin. */
 static bool gpu_run(const step_graph *s, const gt_plan_options *opts, gt_tensor *init,
@@ -180,7 +85,7 @@ static bool gpu_run(const step_graph *s, const gt_plan_options *opts, gt_tensor 
     for (int32_t k = 0; k < g->n_inputs && !err.code; k++)
         EXPECT_OK(gt_cuda_program_set_input(cp, k, &init[k], &err), &err);
     for (int64_t step = 1; step <= STEPS && !err.code && sk >= 0; step++) {
-        gt_optim_scalars(&s->adamw, step, 3e-3, init[sk].data);
+        step_set_scalars(s, g, init, step);
         for (int32_t k = 0; k < g->n_inputs && !err.code; k++)
             if (g->inputs[k].kind == GT_IN_INPUT)
                 EXPECT_OK(gt_cuda_program_set_input(cp, k, &init[k], &err), &err);
@@ -205,14 +110,8 @@ static bool gpu_run(const step_graph *s, const gt_plan_options *opts, gt_tensor 
 static void check_flavor(const char *flavor, const gt_plan_options *opts)
 {
     step_graph s;
-    if (!build(&s, flavor, 2, 16)) {
-        gt_graph_free(s.g);
-        gt_model_free(&s.model);
-        return;
-    }
-    gt_llama3_config cfg;
+    if (!step_graph_build(&s, flavor, 2, 16)) return; /* s freed */
     gt_error err = {0};
-    gt_llama3_flavor(flavor, &cfg, &err);
     const gt_graph *g = s.g;
     int32_t ni = g->n_inputs, no = g->n_outputs;
     gt_tensor *st_c = calloc((size_t)ni, sizeof(gt_tensor)),
@@ -222,16 +121,15 @@ static void check_flavor(const char *flavor, const gt_plan_options *opts)
     gt_tensor *out_c = calloc((size_t)no, sizeof(gt_tensor)),
               *out1 = calloc((size_t)(STEPS * no), sizeof(gt_tensor)),
               *out2 = calloc((size_t)(STEPS * no), sizeof(gt_tensor));
-    bool ok = init_state(&s, st_c, cfg.vocab_size) && init_state(&s, init, cfg.vocab_size);
+    bool ok = step_init_state(&s, st_c) && step_init_state(&s, init);
     ok = ok && gpu_run(&s, opts, init, out1, fin1) && gpu_run(&s, opts, init, out2, fin2);
     const char *mode = opts ? " (no sharing)" : "";
 
     gt_program *prog = NULL;
     if (ok) EXPECT_OK(gt_program_build_opts(g, &s.binding, opts, &prog, &err), &err);
-    int32_t sk = scalars_input(g);
     double worst = 0, worst_max = 0, worst_max_1 = 0, worst_all = 0;
     for (int64_t step = 1; ok && prog && step <= STEPS; step++) {
-        gt_optim_scalars(&s.adamw, step, 3e-3, st_c[sk].data);
+        step_set_scalars(&s, g, st_c, step);
         EXPECT_OK(gt_program_run(prog, st_c, out_c, &err), &err);
         if (err.code) break;
         const gt_tensor *o1 = out1 + (step - 1) * no, *o2 = out2 + (step - 1) * no;
@@ -319,8 +217,7 @@ static void check_flavor(const char *flavor, const gt_plan_options *opts)
     free(out_c);
     free(out1);
     free(out2);
-    gt_graph_free(s.g);
-    gt_model_free(&s.model);
+    step_graph_free(&s);
 }
 
 /* A tokens tensor of the wrong shape is refused, naming the input. */
@@ -328,7 +225,7 @@ static void check_errors(void)
 {
     step_graph s;
     gt_error err = {0};
-    if (!build(&s, "test_tiny", 2, 16)) goto done;
+    if (!step_graph_build(&s, "test_tiny", 2, 16)) goto done;
     gt_cuda_program *cp = NULL;
     EXPECT_OK(gt_cuda_program_build(s.g, &s.binding, NULL, &cp, &err), &err);
     if (!cp) goto done;
@@ -345,8 +242,7 @@ static void check_errors(void)
     gt_tensor_free(&bad);
     gt_cuda_program_free(cp);
 done:
-    gt_graph_free(s.g);
-    gt_model_free(&s.model);
+    step_graph_free(&s);
 }
 
 int main(void)

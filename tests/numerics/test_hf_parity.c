@@ -14,39 +14,12 @@
 #include "graphtrain/gt_model.h"
 #include "graphtrain/gt_safetensors.h"
 #include "gt_test.h"
+#include "hf_fixture.h"
 
 #define TOLERANCE 1e-5
 #define RELATIVE 1e-4
 
 static const char *const fixtures[] = {"test_tiny", "test_gqa", "test_odd"};
-
-/* Max |a − b| and max |ref| over all elements, after checking the element counts agree. */
-static void compare(const char *flavor, const char *what, const gt_tensor *got,
-                    const gt_tensor *ref)
-{
-    int64_t n = gt_tensor_numel(ref);
-    EXPECT(gt_tensor_numel(got) == n, "%s %s: %lld elements, reference has %lld", flavor, what,
-           (long long)gt_tensor_numel(got), (long long)n);
-    if (gt_tensor_numel(got) != n) return;
-    double err = 0, ref_max = 0;
-    for (int64_t i = 0; i < n; i++) {
-        double r = gt_tensor_get_f32(ref, i), d = fabs((double)gt_tensor_get_f32(got, i) - r);
-        if (!(d <= err)) err = d; /* NaN propagates into err */
-        if (fabs(r) > ref_max) ref_max = fabs(r);
-    }
-    printf("  %-10s %-40s max abs err %.3e  (max |ref| %.3e)\n", flavor, what, err, ref_max);
-    EXPECT(err <= TOLERANCE, "%s %s: max abs err %.3e > %.0e", flavor, what, err, TOLERANCE);
-    /* Small gradients (wq, wk: |ref| ~1e-4) would pass 1e-5 while 10 % wrong; fp32 agrees to
-     * ~1e-6 of the tensor's scale, so hold the error to 1e-4 of max |ref| as well. */
-    EXPECT(err <= RELATIVE * ref_max, "%s %s: max abs err %.3e > %.0e * max |ref| %.3e", flavor,
-           what, err, RELATIVE, ref_max);
-}
-
-static bool bitwise_equal(const gt_tensor *a, const gt_tensor *b)
-{
-    return a->dtype == b->dtype && gt_tensor_nbytes(a) == gt_tensor_nbytes(b) &&
-           memcmp(a->data, b->data, gt_tensor_nbytes(a)) == 0;
-}
 
 /* Every parameter of the model, drawn with the fixture's seed, equals the fixture's weight. */
 static void check_init(const char *flavor, const gt_model *m, const gt_tensor *weights,
@@ -61,7 +34,7 @@ static void check_init(const char *flavor, const gt_model *m, const gt_tensor *w
             return;
         }
         gt_param_init(&m->params[k], seed, 0, gt_tensor_numel(&t), &t);
-        if (!bitwise_equal(&t, &weights[k])) {
+        if (!hf_bitwise_equal(&t, &weights[k])) {
             mismatched++;
             EXPECT(0, "%s: gt_param_init(seed %llu) differs from the fixture's %s", flavor,
                    (unsigned long long)seed, m->params[k].fqn);
@@ -74,29 +47,19 @@ static void check_init(const char *flavor, const gt_model *m, const gt_tensor *w
 
 static void run_fixture(const char *flavor)
 {
-    char rel[256];
-    snprintf(rel, sizeof rel, "tests/fixtures/hf_llama3/%s.safetensors", flavor);
     gt_error err = {0};
     gt_safetensors st;
-    gt_status s = gt_safetensors_open(gt_test_path(rel), &st, &err);
-    EXPECT(s == GT_OK, "open fixture: %s (generate with tools/gen_hf_fixtures.py)", err.msg);
-    if (s != GT_OK) return;
+    if (!hf_fixture_open(flavor, &st)) return;
     const char *meta_flavor = gt_safetensors_meta(&st, "flavor");
     const char *meta_seed = gt_safetensors_meta(&st, "seed");
     EXPECT(meta_flavor && strcmp(meta_flavor, flavor) == 0, "%s: metadata flavor", flavor);
     uint64_t seed = meta_seed ? strtoull(meta_seed, NULL, 10) : 42;
 
-    gt_llama3_config cfg;
     gt_model m = {0};
     gt_graph *g = gt_graph_new();
     int n_in = 0, n_out = 0;
     gt_tensor *inputs = NULL, *outputs = NULL, *again = NULL;
-    EXPECT_OK(gt_llama3_flavor(flavor, &cfg, &err), &err);
-    EXPECT_OK(gt_llama3_build(g, &cfg, &m, &err), &err);
-    if (err.code != GT_OK) goto done;
-    gt_graph_add_output(g, GT_OUT_METRIC, "logits", m.logits);
-    EXPECT_OK(gt_autodiff(g, &err), &err);
-    if (err.code != GT_OK) goto done;
+    if (!hf_fixture_graph(flavor, g, &m)) goto done;
 
     /* Feed the graph inputs from the fixture: tokens, labels, then param.<fqn> in input order. */
     n_in = g->n_inputs;
@@ -104,13 +67,7 @@ static void run_fixture(const char *flavor)
     inputs = calloc((size_t)n_in, sizeof *inputs);
     outputs = calloc((size_t)n_out, sizeof *outputs);
     again = calloc((size_t)n_out, sizeof *again);
-    for (int k = 0; k < n_in; k++) {
-        const char *fqn = gt_graph_str(g, g->inputs[k].fqn);
-        char name[160];
-        snprintf(name, sizeof name, "%s%s", g->inputs[k].kind == GT_IN_PARAM ? "param." : "", fqn);
-        EXPECT_OK(gt_safetensors_get(&st, name, &inputs[k], &err), &err);
-        if (err.code != GT_OK) goto done;
-    }
+    if (!hf_fixture_inputs(g, &st, inputs)) goto done;
     EXPECT(n_in == 2 + m.n_params, "%s: %d inputs", flavor, n_in);
     check_init(flavor, &m, inputs + 2, seed);
 
@@ -121,48 +78,20 @@ static void run_fixture(const char *flavor)
     EXPECT_OK(gt_eager_run(g, &binding, inputs, outputs, &err), &err);
     if (err.code != GT_OK) goto done;
 
-    int n_grads = 0;
-    for (int k = 0; k < n_out; k++) {
-        const gt_io *o = &g->outputs[k];
-        const char *fqn = gt_graph_str(g, o->fqn);
-        char name[160];
-        if (o->kind == GT_OUT_LOSS) {
-            snprintf(name, sizeof name, "loss");
-        } else if (o->kind == GT_OUT_METRIC) {
-            snprintf(name, sizeof name, "%s", fqn);
-        } else {
-            EXPECT(o->kind == GT_OUT_GRAD, "%s: unexpected output kind %d", flavor, o->kind);
-            snprintf(name, sizeof name, "grad.%s", fqn);
-            n_grads++;
-        }
-        gt_tensor ref;
-        gt_error e = {0};
-        EXPECT_OK(gt_safetensors_get(&st, name, &ref, &e), &e);
-        if (e.code != GT_OK) continue;
-        compare(flavor, name, &outputs[k], &ref);
-        gt_tensor_free(&ref);
-    }
+    int n_grads = hf_fixture_check_outputs(flavor, g, &st, outputs, TOLERANCE, RELATIVE);
     EXPECT(n_grads == m.n_params, "%s: %d gradients for %d params", flavor, n_grads, m.n_params);
 
     /* Run to run: bitwise identical loss, logits and gradients. */
     EXPECT_OK(gt_eager_run(g, &binding, inputs, again, &err), &err);
     if (err.code == GT_OK) {
-        int differing = 0;
-        for (int k = 0; k < n_out; k++)
-            differing += !bitwise_equal(&outputs[k], &again[k]);
+        int differing = hf_count_differing(outputs, again, n_out);
         EXPECT(differing == 0, "%s: %d outputs differ between two runs", flavor, differing);
     }
 
 done:
-    for (int k = 0; inputs && k < n_in; k++)
-        gt_tensor_free(&inputs[k]);
-    for (int k = 0; outputs && k < n_out; k++)
-        gt_tensor_free(&outputs[k]);
-    for (int k = 0; again && k < n_out; k++)
-        gt_tensor_free(&again[k]);
-    free(inputs);
-    free(outputs);
-    free(again);
+    hf_free_tensors(inputs, n_in);
+    hf_free_tensors(outputs, n_out);
+    hf_free_tensors(again, n_out);
     gt_model_free(&m);
     gt_graph_free(g);
     gt_safetensors_close(&st);

@@ -13,6 +13,8 @@
 #include <math.h>
 #include <stdlib.h>
 
+#include "backend/rope_freqs.h" /* gt_rope_inv_freq, shared with the other backend */
+
 /* Checks x [..., D], w [D] and returns D and the row count. */
 static gt_status gt_cpu_norm_shapes(const gt_kernel_call *c, const gt_tensor *x, const gt_tensor *w,
                                     int64_t *dim, int64_t *rows, gt_error *err)
@@ -97,35 +99,6 @@ gt_status gt_cpu_rms_norm_backward(const gt_kernel_call *c, gt_error *err)
     return GT_OK;
 }
 
-/* inv_freq_j for j < d/2, in the f32 steps of Hugging Face's LlamaRotaryEmbedding so that angles
- * agree to the last bit where libm agrees with torch:
- *   inv = 1 / theta^(f32(2j) / d)                     (powf in f32)
- * and with llama3.1 scaling (original_max_position L > 0, factor F, low/high freq factors lo/hi):
- *   wavelen = 2*pi / inv;  lo_wl = L / lo;  hi_wl = L / hi   (compared in f32)
- *   wavelen < hi_wl: inv;  wavelen > lo_wl: inv / F;
- *   else s = (L / wavelen - lo) / (hi - lo),  inv = (1 - s) * inv / F + s * inv. */
-static void gt_cpu_rope_inv_freq(const gt_kernel_call *c, int64_t d, float *inv)
-{
-    int64_t half = d / 2, omp = c->i[1];
-    float theta = (float)c->f[0];
-    for (int64_t j = 0; j < half; j++)
-        inv[j] = 1.0f / powf(theta, (float)(2 * j) / (float)d);
-    if (omp <= 0) return;
-    float factor = (float)c->f[1], lo = (float)c->f[2];
-    float lo_wl = (float)((double)omp / c->f[2]), hi_wl = (float)((double)omp / c->f[3]);
-    float hi_minus_lo = (float)(c->f[3] - c->f[2]);
-    for (int64_t j = 0; j < half; j++) {
-        float wavelen = (float)(2.0 * 3.14159265358979323846) / inv[j];
-        if (wavelen < hi_wl) continue;
-        if (wavelen > lo_wl) {
-            inv[j] = inv[j] / factor;
-            continue;
-        }
-        float s = ((float)omp / wavelen - lo) / hi_minus_lo;
-        inv[j] = (1.0f - s) * inv[j] / factor + s * inv[j];
-    }
-}
-
 gt_status gt_cpu_rope(const gt_kernel_call *c, gt_error *err)
 {
     GT_TRY(gt_cpu_want_attrs(c, 2, 4, 0, err));
@@ -152,7 +125,7 @@ gt_status gt_cpu_rope(const gt_kernel_call *c, gt_error *err)
         return gt_error_set(err, GT_ERR_NOMEM, "rope: out of memory for a %lld x %lld table",
                             (long long)s, (long long)half);
     }
-    gt_cpu_rope_inv_freq(c, d, inv);
+    gt_rope_inv_freq(c, d, inv);
     float sign = c->i[0] ? -1.0f : 1.0f;
     for (int64_t p = 0; p < s; p++) {
         for (int64_t j = 0; j < half; j++) {

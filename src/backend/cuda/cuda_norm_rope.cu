@@ -25,6 +25,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "backend/rope_freqs.h" /* gt_rope_inv_freq, shared with the other backend */
+
 #define GT_NORM_CHUNK 64
 #define GT_ROPE_MAX_HALF 512
 #define GT_RMS_CHUNKS 1024
@@ -444,29 +446,6 @@ __global__ void __launch_bounds__(GT_CUDA_THREADS)
     }
 }
 
-/* inv_freq exactly as cpu_norm_rope.c computes it (host f32 arithmetic). */
-static void gt_cuda_rope_inv_freq(const gt_kernel_call *c, int64_t d, float *inv)
-{
-    int64_t half = d / 2, omp = c->i[1];
-    float theta = (float)c->f[0];
-    for (int64_t j = 0; j < half; j++)
-        inv[j] = 1.0f / powf(theta, (float)(2 * j) / (float)d);
-    if (omp <= 0) return;
-    float factor = (float)c->f[1], lo = (float)c->f[2];
-    float lo_wl = (float)((double)omp / c->f[2]), hi_wl = (float)((double)omp / c->f[3]);
-    float hi_minus_lo = (float)(c->f[3] - c->f[2]);
-    for (int64_t j = 0; j < half; j++) {
-        float wavelen = (float)(2.0 * 3.14159265358979323846) / inv[j];
-        if (wavelen < hi_wl) continue;
-        if (wavelen > lo_wl) {
-            inv[j] = inv[j] / factor;
-            continue;
-        }
-        float sm = ((float)omp / wavelen - lo) / hi_minus_lo;
-        inv[j] = (1.0f - sm) * inv[j] / factor + sm * inv[j];
-    }
-}
-
 gt_status gt_cuda_rope(gt_cuda_stream *s, const gt_kernel_call *c, gt_error *err)
 {
     GT_TRY(gt_cuda_want_attrs(c, 2, 4, 0, err));
@@ -485,7 +464,7 @@ gt_status gt_cuda_rope(gt_cuda_stream *s, const gt_kernel_call *c, gt_error *err
     if (gt_tensor_numel(x) == 0) return GT_OK;
     gt_rope_freqs f;
     memset(&f, 0, sizeof f);
-    gt_cuda_rope_inv_freq(c, d, f.inv);
+    gt_rope_inv_freq(c, d, f.inv); /* host f32, as the CPU kernel */
     bool vec =
         half % 8 == 0 && ((uintptr_t)x->data & 15u) == 0 && ((uintptr_t)out->data & 15u) == 0;
     /* Rows per block: about GT_ROPE_ITEMS items each (a table of npos * half <= 2048 pairs). */
