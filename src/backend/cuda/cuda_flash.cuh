@@ -65,15 +65,50 @@ __device__ __forceinline__ uint32_t gt_packf(float x, float y)
     return *(uint32_t *)&h;
 }
 
-/* A fragment of the 16x16 block at sh[row0.., col0..] (leading dimension ld). */
+/* Four 8x8 bf16 matrices by ldmatrix: lanes 8i..8i+7 give the row addresses of matrix i (16 bytes
+ * each); matrix i lands in r[i] in the mma fragment layout (lane 4g + q holds row g, cols 2q, 2q+1;
+ * .trans: the transposed matrix). With the [rows][D + 8] layout the 8 rows of one matrix start in
+ * 8 different 16-byte bank groups, so the loads are conflict-free. */
+__device__ __forceinline__ void gt_ldsm4(uint32_t r[4], const __nv_bfloat16 *p)
+{
+    uint32_t addr = (uint32_t)__cvta_generic_to_shared(p);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(addr));
+}
+__device__ __forceinline__ void gt_ldsm4_t(uint32_t r[4], const __nv_bfloat16 *p)
+{
+    uint32_t addr = (uint32_t)__cvta_generic_to_shared(p);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(addr));
+}
+
+/* A fragment of the 16x16 block at sh[row0.., col0..] (leading dimension ld): matrices
+ * (rows +0, cols +0), (+8, +0), (+0, +8), (+8, +8) are a0..a3. */
 __device__ __forceinline__ void gt_frag_a(uint32_t a[4], const __nv_bfloat16 *sh, int ld, int row0,
                                           int col0, int lane)
 {
-    const __nv_bfloat16 *p = sh + (row0 + lane / 4) * ld + col0 + (lane % 4) * 2;
-    a[0] = gt_ld2(p);
-    a[1] = gt_ld2(p + 8 * ld);
-    a[2] = gt_ld2(p + 8);
-    a[3] = gt_ld2(p + 8 * ld + 8);
+    int mat = lane / 8;
+    gt_ldsm4(a, sh + (row0 + (mat & 1) * 8 + lane % 8) * ld + col0 + (mat >> 1) * 8);
+}
+
+/* Two "M^T" B fragments (see gt_frag_bt) for columns n0..n0+7 (b[0], b[1]) and n0+8..n0+15 (b[2],
+ * b[3]) in one ldmatrix: b0 of column block n is the 8x8 matrix M[n0 + 8n..][k0..k0+7]. */
+__device__ __forceinline__ void gt_frag_bt2(uint32_t b[4], const __nv_bfloat16 *sh, int ld, int n0,
+                                            int k0, int lane)
+{
+    int mat = lane / 8;
+    gt_ldsm4(b, sh + (n0 + (mat >> 1) * 8 + lane % 8) * ld + k0 + (mat & 1) * 8);
+}
+
+/* Two B fragments as gt_frag_b (B[k][n] = M[k0 + k][n0 + n]) for columns n0.. (b[0], b[1]) and
+ * n0 + 8.. (b[2], b[3]), by one ldmatrix .trans. */
+__device__ __forceinline__ void gt_frag_b2(uint32_t b[4], const __nv_bfloat16 *sh, int ld, int k0,
+                                           int n0, int lane)
+{
+    int mat = lane / 8;
+    gt_ldsm4_t(b, sh + (k0 + (mat & 1) * 8 + lane % 8) * ld + n0 + (mat >> 1) * 8);
 }
 
 /* B fragment where B[k][n] = M[n0 + n][k0 + k] (M row-major in shared memory: "M^T"). */
@@ -119,6 +154,44 @@ __device__ __forceinline__ void gt_flash_load(__nv_bfloat16 *sh, const __nv_bflo
         uint4 x = make_uint4(0, 0, 0, 0);
         if (r0 + r < rows) x = *(const uint4 *)(g + (r0 + r) * D + v * 8);
         *(uint4 *)(sh + r * (D + GT_FLASH_PAD) + v * 8) = x;
+    }
+}
+
+/* cp.async (sm_80+): 16 bytes global -> shared without a register round trip; src_size 0 fills
+ * the 16 bytes with zeros (rows past the end). .cg bypasses L1 (tiles are read once per block). */
+__device__ __forceinline__ void gt_cp_async16(void *sh, const void *g, bool valid)
+{
+    uint32_t addr = (uint32_t)__cvta_generic_to_shared(sh);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(addr), "l"(g),
+                 "r"(valid ? 16 : 0));
+}
+__device__ __forceinline__ void gt_cp_async4(void *sh, const void *g, bool valid)
+{
+    uint32_t addr = (uint32_t)__cvta_generic_to_shared(sh);
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(addr), "l"(g),
+                 "r"(valid ? 4 : 0));
+}
+__device__ __forceinline__ void gt_cp_commit(void)
+{
+    asm volatile("cp.async.commit_group;\n" ::);
+}
+/* Waits until at most N of this thread's committed groups are still in flight. */
+template <int N> __device__ __forceinline__ void gt_cp_wait(void)
+{
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
+/* gt_flash_load by cp.async (not committed: the caller commits and waits); rows at or past `rows`
+ * are zero-filled (their source address is clamped to row 0, which is not read). */
+template <int ROWS, int D>
+__device__ __forceinline__ void gt_flash_load_async(__nv_bfloat16 *sh, const __nv_bfloat16 *g,
+                                                    int64_t r0, int64_t rows)
+{
+    constexpr int VPR = D / 8;
+    for (int i = threadIdx.x; i < ROWS * VPR; i += blockDim.x) {
+        int r = i / VPR, v = i - r * VPR;
+        bool in = r0 + r < rows;
+        gt_cp_async16(sh + r * (D + GT_FLASH_PAD) + v * 8, g + (in ? (r0 + r) * D + v * 8 : 0), in);
     }
 }
 #endif

@@ -11,6 +11,8 @@
  *        kernel 3: one block per (batch, head, 64 queries), warp w owns 16 queries, key tiles in
  *        order; it recomputes S and dP (two more products than FlashAttention-2's atomic dQ, the
  *        price of determinism without a dS buffer of size s x t).
+ * Both kernels double-buffer the streamed tiles (Q, dO, lse, D resp. K, V) with cp.async, so tile
+ * j + 1 loads while tile j is multiplied; fragments come from shared memory by ldmatrix.
  * Products use mma.sync m16n8k16 bf16 with f32 accumulation; P and dS are rounded to bf16 as
  * operands of the second product, as FlashAttention-2 does. */
 #include "cuda_flash.cuh"
@@ -52,8 +54,8 @@ template <int D> __global__ void gt_k_flash_dsum(gt_flash f, float *dsum, int64_
 
 /* P and dS of a 16 x (8 NT) tile in C layout (sc holds S, dp holds dP on entry): sc becomes P and
  * dp becomes dS. The tile's rows start at r0 and its columns at c0 (absolute). KEYS_ARE_ROWS (the
- * dK/dV kernel): rows are keys, columns queries, and lse log2 e / D of query column ci are in
- * shared memory (lsm, dsm); otherwise rows are queries with this thread's two rows' values in
+ * dK/dV kernel): rows are keys, columns queries, and lse / D of query column ci are in shared
+ * memory (lsm, dsm); otherwise rows are queries with this thread's two rows' values in
  * lr[2], dr[2] (indexed by constants once unrolled: they stay in registers). */
 template <int NT, bool KEYS_ARE_ROWS>
 __device__ __forceinline__ void gt_flash_p_ds(const gt_flash &f, float (*sc)[4], float (*dp)[4],
@@ -67,7 +69,7 @@ __device__ __forceinline__ void gt_flash_p_ds(const gt_flash &f, float (*sc)[4],
             int ri = lane / 4 + (e >> 1) * 8, ci = n * 8 + (lane % 4) * 2 + (e & 1);
             int64_t query = KEYS_ARE_ROWS ? c0 + ci : r0 + ri;
             int64_t key = KEYS_ARE_ROWS ? r0 + ri : c0 + ci;
-            float l2 = KEYS_ARE_ROWS ? lsm[ci] : lr[e >> 1];
+            float l2 = KEYS_ARE_ROWS ? lsm[ci] * GT_LOG2E : lr[e >> 1];
             float dd = KEYS_ARE_ROWS ? dsm[ci] : dr[e >> 1];
             bool vis = query < f.s && key < f.t && !(f.causal && key > query) && l2 != -INFINITY;
             float p = vis ? exp2f(sc[n][e] * f.scale_log2 - l2) : 0.0f;
@@ -76,58 +78,108 @@ __device__ __forceinline__ void gt_flash_p_ds(const gt_flash &f, float (*sc)[4],
         }
 }
 
+/* Shared memory of the dK/dV kernel: K and V tiles, then two stages of (Q, dO, lse, D). */
+template <int D> struct gt_flash_dkdv_cfg {
+    static constexpr int bq = gt_flash_tiles<D>::inner, ld = D + GT_FLASH_PAD;
+    static constexpr int stage = 2 * bq * ld * 2 + 2 * bq * 4; /* bytes, a multiple of 16 */
+    static constexpr size_t smem = (size_t)2 * GT_BWD_BK * ld * 2 + 2 * (size_t)stage;
+    /* K and V A fragments stay in registers across the query loop (d <= 64: room for them) */
+    static constexpr bool keep_kv = D <= 64;
+};
+
 template <int D> __global__ void __launch_bounds__(GT_FLASH_THREADS) gt_k_flash_dkdv(gt_flash f)
 {
-    constexpr int BK = GT_BWD_BK, BQ = gt_flash_tiles<D>::inner, LD = D + GT_FLASH_PAD;
+    typedef gt_flash_dkdv_cfg<D> cfg;
+    constexpr int BK = GT_BWD_BK, BQ = cfg::bq, LD = cfg::ld;
     extern __shared__ __align__(16) unsigned char gt_flash_sm[];
-    __nv_bfloat16 *ks = (__nv_bfloat16 *)gt_flash_sm, *vs = ks + BK * LD, *qs = vs + BK * LD;
-    __nv_bfloat16 *gs = qs + BQ * LD;
-    float *lse2 = (float *)(gs + BQ * LD), *dd = lse2 + BQ;
+    __nv_bfloat16 *ks = (__nv_bfloat16 *)gt_flash_sm, *vs = ks + BK * LD;
+    unsigned char *stages = (unsigned char *)(vs + BK * LD);
     int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     int64_t bkh = blockIdx.y, bi = bkh / f.hkv, kvh = bkh - bi * f.hkv, group = f.hq / f.hkv;
     int64_t k0 = (int64_t)(gridDim.x - 1 - blockIdx.x) * BK, kw = k0 + warp * 16;
-    gt_flash_load<BK, D>(ks, f.k + bkh * f.t * D, k0, f.t);
-    gt_flash_load<BK, D>(vs, f.v + bkh * f.t * D, k0, f.t);
+    int64_t qstart = f.causal ? (k0 / BQ) * BQ : 0;
+    int64_t nq = f.s > qstart ? (f.s - qstart + BQ - 1) / BQ : 0, total = group * nq;
+    /* Iteration it = (query head hh = it / nq of the group, query tile it % nq): its Q, dO, lse
+     * and D go to stage it % 2 by cp.async (rows past s are zeros; p_ds masks them). */
+    auto issue = [&](int64_t it) {
+        unsigned char *sb = stages + (it & 1) * cfg::stage;
+        __nv_bfloat16 *qs = (__nv_bfloat16 *)sb, *gs = qs + BQ * LD;
+        float *lsm = (float *)(gs + BQ * LD), *dsm = lsm + BQ;
+        int64_t bh = bi * f.hq + kvh * group + it / nq, q0 = qstart + (it % nq) * BQ;
+        gt_flash_load_async<BQ, D>(qs, f.q + bh * f.s * D, q0, f.s);
+        gt_flash_load_async<BQ, D>(gs, f.g + bh * f.s * D, q0, f.s);
+        for (int r = threadIdx.x; r < BQ; r += blockDim.x) {
+            bool in = q0 + r < f.s;
+            int64_t at = in ? bh * f.s + q0 + r : 0;
+            gt_cp_async4(lsm + r, f.lse + at, in);
+            gt_cp_async4(dsm + r, f.dsum + at, in);
+        }
+    };
+    gt_flash_load_async<BK, D>(ks, f.k + bkh * f.t * D, k0, f.t);
+    gt_flash_load_async<BK, D>(vs, f.v + bkh * f.t * D, k0, f.t);
+    if (total > 0) issue(0);
+    gt_cp_commit();
+    gt_cp_wait<0>();
+    __syncthreads();
+    uint32_t kf[cfg::keep_kv ? D / 16 : 1][4], vf[cfg::keep_kv ? D / 16 : 1][4];
+    if (cfg::keep_kv) {
+#pragma unroll
+        for (int kc = 0; kc < (cfg::keep_kv ? D / 16 : 1); kc++) {
+            gt_frag_a(kf[kc], ks, LD, warp * 16, kc * 16, lane);
+            gt_frag_a(vf[kc], vs, LD, warp * 16, kc * 16, lane);
+        }
+    }
     float dk[D / 8][4], dv[D / 8][4];
 #pragma unroll
     for (int n = 0; n < D / 8; n++)
 #pragma unroll
         for (int e = 0; e < 4; e++)
             dk[n][e] = dv[n][e] = 0.0f;
-    int64_t qstart = f.causal ? (k0 / BQ) * BQ : 0;
-    for (int64_t hh = 0; hh < group; hh++) {
-        int64_t bh = bi * f.hq + kvh * group + hh;
-        for (int64_t q0 = qstart; q0 < f.s; q0 += BQ) {
-            __syncthreads();
-            gt_flash_load<BQ, D>(qs, f.q + bh * f.s * D, q0, f.s);
-            gt_flash_load<BQ, D>(gs, f.g + bh * f.s * D, q0, f.s);
-            for (int r = threadIdx.x; r < BQ; r += blockDim.x) {
-                bool in = q0 + r < f.s;
-                lse2[r] = in ? f.lse[bh * f.s + q0 + r] * GT_LOG2E : -INFINITY;
-                dd[r] = in ? f.dsum[bh * f.s + q0 + r] : 0.0f;
-            }
-            __syncthreads();
-            if (f.causal && kw > q0 + BQ - 1)
-                continue; /* every key of this warp is in the future */
+    for (int64_t it = 0; it < total; it++) {
+        if (it + 1 < total) issue(it + 1);
+        gt_cp_commit(); /* possibly empty: one group per iteration */
+        gt_cp_wait<1>();
+        __syncthreads();
+        int64_t q0 = qstart + (it % nq) * BQ;
+        unsigned char *sb = stages + (it & 1) * cfg::stage;
+        const __nv_bfloat16 *qs = (const __nv_bfloat16 *)sb, *gs = qs + BQ * LD;
+        const float *lsm = (const float *)(gs + BQ * LD), *dsm = lsm + BQ;
+        /* causal: every key of this warp is in the future of the tile */
+        if (!(f.causal && kw > q0 + BQ - 1)) {
             /* S^T = K Q^T and dP^T = V dO^T: 16 keys x BQ queries. */
             float sc[BQ / 8][4], dp[BQ / 8][4];
 #pragma unroll
-            for (int n = 0; n < BQ / 8; n++) {
+            for (int n = 0; n < BQ / 8; n++)
 #pragma unroll
                 for (int e = 0; e < 4; e++)
                     sc[n][e] = dp[n][e] = 0.0f;
 #pragma unroll
+            for (int n = 0; n < BQ / 8; n += 2)
+#pragma unroll
                 for (int kc = 0; kc < D / 16; kc++) {
-                    uint32_t a[4], b0, b1;
-                    gt_frag_a(a, ks, LD, warp * 16, kc * 16, lane);
-                    gt_frag_bt(b0, b1, qs, LD, n * 8, kc * 16, lane);
-                    gt_mma_bf16(sc[n], a, b0, b1);
-                    gt_frag_a(a, vs, LD, warp * 16, kc * 16, lane);
-                    gt_frag_bt(b0, b1, gs, LD, n * 8, kc * 16, lane);
-                    gt_mma_bf16(dp[n], a, b0, b1);
+                    uint32_t a[4], b[4];
+                    if (cfg::keep_kv) {
+#pragma unroll
+                        for (int e = 0; e < 4; e++)
+                            a[e] = kf[cfg::keep_kv ? kc : 0][e];
+                    } else {
+                        gt_frag_a(a, ks, LD, warp * 16, kc * 16, lane);
+                    }
+                    gt_frag_bt2(b, qs, LD, n * 8, kc * 16, lane);
+                    gt_mma_bf16(sc[n], a, b[0], b[1]);
+                    gt_mma_bf16(sc[n + 1], a, b[2], b[3]);
+                    if (cfg::keep_kv) {
+#pragma unroll
+                        for (int e = 0; e < 4; e++)
+                            a[e] = vf[cfg::keep_kv ? kc : 0][e];
+                    } else {
+                        gt_frag_a(a, vs, LD, warp * 16, kc * 16, lane);
+                    }
+                    gt_frag_bt2(b, gs, LD, n * 8, kc * 16, lane);
+                    gt_mma_bf16(dp[n], a, b[0], b[1]);
+                    gt_mma_bf16(dp[n + 1], a, b[2], b[3]);
                 }
-            }
-            gt_flash_p_ds<BQ / 8, true>(f, sc, dp, kw, q0, lane, lse2, dd, nullptr, nullptr);
+            gt_flash_p_ds<BQ / 8, true>(f, sc, dp, kw, q0, lane, lsm, dsm, nullptr, nullptr);
             /* dV += P^T dO, dK += dS^T Q (k-steps over the tile's queries in order). */
 #pragma unroll
             for (int kc = 0; kc < BQ / 16; kc++) {
@@ -135,15 +187,18 @@ template <int D> __global__ void __launch_bounds__(GT_FLASH_THREADS) gt_k_flash_
                 gt_c_to_a(pa, sc[2 * kc], sc[2 * kc + 1]);
                 gt_c_to_a(sa, dp[2 * kc], dp[2 * kc + 1]);
 #pragma unroll
-                for (int n = 0; n < D / 8; n++) {
-                    uint32_t b0, b1;
-                    gt_frag_b(b0, b1, gs, LD, kc * 16, n * 8, lane);
-                    gt_mma_bf16(dv[n], pa, b0, b1);
-                    gt_frag_b(b0, b1, qs, LD, kc * 16, n * 8, lane);
-                    gt_mma_bf16(dk[n], sa, b0, b1);
+                for (int n = 0; n < D / 8; n += 2) {
+                    uint32_t b[4];
+                    gt_frag_b2(b, gs, LD, kc * 16, n * 8, lane);
+                    gt_mma_bf16(dv[n], pa, b[0], b[1]);
+                    gt_mma_bf16(dv[n + 1], pa, b[2], b[3]);
+                    gt_frag_b2(b, qs, LD, kc * 16, n * 8, lane);
+                    gt_mma_bf16(dk[n], sa, b[0], b[1]);
+                    gt_mma_bf16(dk[n + 1], sa, b[2], b[3]);
                 }
             }
         }
+        __syncthreads(); /* the next iteration's loads overwrite this stage */
     }
     int cq = (lane % 4) * 2;
 #pragma unroll
@@ -161,41 +216,33 @@ template <int D> __global__ void __launch_bounds__(GT_FLASH_THREADS) gt_k_flash_
     }
 }
 
+/* Shared memory of the dQ kernel: two stages of (K, V) tiles; Q and dO pass through first. */
+template <int D> struct gt_flash_dq_cfg {
+    static constexpr int bk = gt_flash_tiles<D>::inner, ld = D + GT_FLASH_PAD;
+    static constexpr size_t smem = sizeof(__nv_bfloat16) * 4 * (size_t)bk * ld;
+};
+
 template <int D> __global__ void __launch_bounds__(GT_FLASH_THREADS) gt_k_flash_dq(gt_flash f)
 {
     constexpr int BQ = GT_BWD_BQ, BK = gt_flash_tiles<D>::inner, LD = D + GT_FLASH_PAD;
     extern __shared__ __align__(16) unsigned char gt_flash_sm[];
-    __nv_bfloat16 *ks = (__nv_bfloat16 *)gt_flash_sm, *vs = ks + BK * LD;
+    __nv_bfloat16 *sm = (__nv_bfloat16 *)gt_flash_sm; /* stage st: K at sm + 2 st BK LD, V after */
     int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     int64_t bh = blockIdx.y, bi = bh / f.hq, h = bh - bi * f.hq;
     int64_t kh = bi * f.hkv + h / (f.hq / f.hkv);
     int64_t q0 = (int64_t)(gridDim.x - 1 - blockIdx.x) * BQ, qw = q0 + warp * 16;
     const __nv_bfloat16 *kp = f.k + kh * f.t * D, *vp = f.v + kh * f.t * D;
-    /* Q and dO fragments through shared memory (the K and V buffers hold 64 rows: enough for
-     * BQ = 64 when BK = 64; for d = 128 (BK = 32) the two buffers together hold Q, then dO). */
+    /* Q and dO fragments through shared memory (2 BQ <= 4 BK rows: both stages). */
     uint32_t qf[D / 16][4], gf[D / 16][4];
-    if (BK == BQ) {
-        gt_flash_load<BQ, D>(ks, f.q + bh * f.s * D, q0, f.s);
-        gt_flash_load<BQ, D>(vs, f.g + bh * f.s * D, q0, f.s);
-        __syncthreads();
+    gt_flash_load<BQ, D>(sm, f.q + bh * f.s * D, q0, f.s);
+    gt_flash_load<BQ, D>(sm + BQ * LD, f.g + bh * f.s * D, q0, f.s);
+    __syncthreads();
 #pragma unroll
-        for (int kc = 0; kc < D / 16; kc++) {
-            gt_frag_a(qf[kc], ks, LD, warp * 16, kc * 16, lane);
-            gt_frag_a(gf[kc], vs, LD, warp * 16, kc * 16, lane);
-        }
-    } else {
-        gt_flash_load<BQ, D>(ks, f.q + bh * f.s * D, q0, f.s);
-        __syncthreads();
-#pragma unroll
-        for (int kc = 0; kc < D / 16; kc++)
-            gt_frag_a(qf[kc], ks, LD, warp * 16, kc * 16, lane);
-        __syncthreads();
-        gt_flash_load<BQ, D>(ks, f.g + bh * f.s * D, q0, f.s);
-        __syncthreads();
-#pragma unroll
-        for (int kc = 0; kc < D / 16; kc++)
-            gt_frag_a(gf[kc], ks, LD, warp * 16, kc * 16, lane);
+    for (int kc = 0; kc < D / 16; kc++) {
+        gt_frag_a(qf[kc], sm, LD, warp * 16, kc * 16, lane);
+        gt_frag_a(gf[kc], sm + BQ * LD, LD, warp * 16, kc * 16, lane);
     }
+    __syncthreads();
     float lse2[2], dd[2];
 #pragma unroll
     for (int i = 0; i < 2; i++) {
@@ -208,39 +255,56 @@ template <int D> __global__ void __launch_bounds__(GT_FLASH_THREADS) gt_k_flash_
     for (int n = 0; n < D / 8; n++)
         dq[n][0] = dq[n][1] = dq[n][2] = dq[n][3] = 0.0f;
     int64_t kend = f.causal ? min(f.t, q0 + BQ) : f.t;
-    for (int64_t k0 = 0; k0 < kend; k0 += BK) {
+    /* Double buffer: key tile j + 1 streams in by cp.async while tile j is multiplied. */
+    gt_flash_load_async<BK, D>(sm, kp, 0, f.t);
+    gt_flash_load_async<BK, D>(sm + BK * LD, vp, 0, f.t);
+    gt_cp_commit();
+    int st = 0;
+    for (int64_t k0 = 0; k0 < kend; k0 += BK, st ^= 1) {
+        if (k0 + BK < kend) {
+            __nv_bfloat16 *nx = sm + 2 * (st ^ 1) * BK * LD;
+            gt_flash_load_async<BK, D>(nx, kp, k0 + BK, f.t);
+            gt_flash_load_async<BK, D>(nx + BK * LD, vp, k0 + BK, f.t);
+        }
+        gt_cp_commit();
+        gt_cp_wait<1>();
         __syncthreads();
-        gt_flash_load<BK, D>(ks, kp, k0, f.t);
-        gt_flash_load<BK, D>(vs, vp, k0, f.t);
-        __syncthreads();
-        if (f.causal && k0 > qw + 15) continue; /* this warp's queries see none of these keys */
-        float sc[BK / 8][4], dp[BK / 8][4];
+        const __nv_bfloat16 *ks = sm + 2 * st * BK * LD, *vs = ks + BK * LD;
+        /* causal: this warp's queries see none of these keys */
+        if (!(f.causal && k0 > qw + 15)) {
+            float sc[BK / 8][4], dp[BK / 8][4];
 #pragma unroll
-        for (int n = 0; n < BK / 8; n++) {
+            for (int n = 0; n < BK / 8; n++)
 #pragma unroll
-            for (int e = 0; e < 4; e++)
-                sc[n][e] = dp[n][e] = 0.0f;
+                for (int e = 0; e < 4; e++)
+                    sc[n][e] = dp[n][e] = 0.0f;
 #pragma unroll
-            for (int kc = 0; kc < D / 16; kc++) {
-                uint32_t b0, b1;
-                gt_frag_bt(b0, b1, ks, LD, n * 8, kc * 16, lane);
-                gt_mma_bf16(sc[n], qf[kc], b0, b1);
-                gt_frag_bt(b0, b1, vs, LD, n * 8, kc * 16, lane);
-                gt_mma_bf16(dp[n], gf[kc], b0, b1);
+            for (int n = 0; n < BK / 8; n += 2)
+#pragma unroll
+                for (int kc = 0; kc < D / 16; kc++) {
+                    uint32_t b[4];
+                    gt_frag_bt2(b, ks, LD, n * 8, kc * 16, lane);
+                    gt_mma_bf16(sc[n], qf[kc], b[0], b[1]);
+                    gt_mma_bf16(sc[n + 1], qf[kc], b[2], b[3]);
+                    gt_frag_bt2(b, vs, LD, n * 8, kc * 16, lane);
+                    gt_mma_bf16(dp[n], gf[kc], b[0], b[1]);
+                    gt_mma_bf16(dp[n + 1], gf[kc], b[2], b[3]);
+                }
+            gt_flash_p_ds<BK / 8, false>(f, sc, dp, qw, k0, lane, nullptr, nullptr, lse2, dd);
+#pragma unroll
+            for (int kc = 0; kc < BK / 16; kc++) {
+                uint32_t sa[4];
+                gt_c_to_a(sa, dp[2 * kc], dp[2 * kc + 1]);
+#pragma unroll
+                for (int n = 0; n < D / 8; n += 2) {
+                    uint32_t b[4];
+                    gt_frag_b2(b, ks, LD, kc * 16, n * 8, lane);
+                    gt_mma_bf16(dq[n], sa, b[0], b[1]);
+                    gt_mma_bf16(dq[n + 1], sa, b[2], b[3]);
+                }
             }
         }
-        gt_flash_p_ds<BK / 8, false>(f, sc, dp, qw, k0, lane, nullptr, nullptr, lse2, dd);
-#pragma unroll
-        for (int kc = 0; kc < BK / 16; kc++) {
-            uint32_t sa[4];
-            gt_c_to_a(sa, dp[2 * kc], dp[2 * kc + 1]);
-#pragma unroll
-            for (int n = 0; n < D / 8; n++) {
-                uint32_t b0, b1;
-                gt_frag_b(b0, b1, ks, LD, kc * 16, n * 8, lane);
-                gt_mma_bf16(dq[n], sa, b0, b1);
-            }
-        }
+        __syncthreads(); /* the next iteration's loads overwrite this stage */
     }
     int cq = (lane % 4) * 2;
 #pragma unroll
@@ -260,18 +324,17 @@ template <int D>
 static gt_status gt_flash_bwd_launch(gt_cuda_stream *s, const gt_kernel_call *c, const gt_flash *f,
                                      gt_error *err)
 {
-    constexpr int LD = D + GT_FLASH_PAD, IN = gt_flash_tiles<D>::inner;
     int64_t rows = f->b * f->hq * f->s;
     gt_k_flash_dsum<D>
         <<<(unsigned)((rows * 8 + 255) / 256), 256, 0, s->stream>>>(*f, (float *)f->dsum, rows);
     GT_TRY(gt_cuda_launched(c, err));
-    size_t b1 =
-        sizeof(__nv_bfloat16) * (size_t)(2 * GT_BWD_BK * LD + 2 * IN * LD) + sizeof(float) * 2 * IN;
+    size_t b1 = gt_flash_dkdv_cfg<D>::smem;
     GT_TRY(gt_cuda_smem_limit(s, c, (const void *)gt_k_flash_dkdv<D>, b1, err));
     dim3 g1((unsigned)((f->t + GT_BWD_BK - 1) / GT_BWD_BK), (unsigned)(f->b * f->hkv));
     gt_k_flash_dkdv<D><<<g1, GT_FLASH_THREADS, b1, s->stream>>>(*f);
     GT_TRY(gt_cuda_launched(c, err));
-    size_t b2 = sizeof(__nv_bfloat16) * (size_t)(2 * IN * LD);
+    size_t b2 = gt_flash_dq_cfg<D>::smem;
+    GT_TRY(gt_cuda_smem_limit(s, c, (const void *)gt_k_flash_dq<D>, b2, err));
     dim3 g2((unsigned)((f->s + GT_BWD_BQ - 1) / GT_BWD_BQ), (unsigned)(f->b * f->hq));
     gt_k_flash_dq<D><<<g2, GT_FLASH_THREADS, b2, s->stream>>>(*f);
     return gt_cuda_launched(c, err);
