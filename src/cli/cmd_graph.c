@@ -10,11 +10,11 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 
+#include "commands.h"
 #include "graphtrain/gt_flops.h"
 #include "graphtrain/gt_graph.h"
 #include "graphtrain/gt_program.h"
 #include "graphtrain/gt_train.h"
-#include "commands.h"
 
 extern char **environ;
 
@@ -80,8 +80,10 @@ static int write_graph_files(const gt_graph *g, const char *dir, const char *ste
     snprintf(svg_path, sizeof svg_path, "%s/%s.svg", dir, stem);
     int rc = run_dot(dot_path, svg_path);
     if (rc < 0)
-        fprintf(stderr, "graphtrain graph: `dot` (Graphviz) is not installed: wrote %s without "
-                        "an SVG\n", dot_path);
+        fprintf(stderr,
+                "graphtrain graph: `dot` (Graphviz) is not installed: wrote %s without "
+                "an SVG\n",
+                dot_path);
     else if (rc > 0)
         fprintf(stderr, "graphtrain graph: dot failed on %s (exit %d)\n", dot_path, rc);
     return 0;
@@ -116,7 +118,8 @@ static void print_summary(const gt_graph *g, const gt_model *model, const gt_lla
         if (!strcmp(ps->fqn, "tok_embeddings.weight")) n_embed += n;
     }
     int nodes_by_phase[3] = {0, 0, 0};
-    for (int n = 0; n < g->n_nodes; n++) nodes_by_phase[g->nodes[n].phase % 3]++;
+    for (int n = 0; n < g->n_nodes; n++)
+        nodes_by_phase[g->nodes[n].phase % 3]++;
     double tokens = (double)batch * (double)seq;
     /* torchtitan's MFU numerator per token: 6·N(non-embedding) + 12·L·H·Dh·S */
     double head_dim = (double)mcfg->dim / (double)mcfg->n_heads;

@@ -14,8 +14,8 @@ typedef struct {
 } command_spec;
 
 typedef struct {
-    const char *local[8];     /* values of the command-local options, by index; NULL = unset */
-    char *rest[512];          /* the other arguments, in order */
+    const char *local[8]; /* values of the command-local options, by index; NULL = unset */
+    char *rest[512];      /* the other arguments, in order */
     int n_rest;
 } split_args;
 

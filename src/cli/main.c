@@ -9,15 +9,13 @@
 #include <string.h>
 #include <time.h>
 
+#include "commands.h"
 #include "graphtrain/gt_backend.h"
 #include "graphtrain/gt_config.h"
 #include "graphtrain/gt_data.h"
-#include "graphtrain/gt_flops.h"
-#include "graphtrain/gt_graph.h"
 #include "graphtrain/gt_metrics.h"
 #include "graphtrain/gt_model.h"
 #include "graphtrain/gt_train.h"
-#include "commands.h"
 
 /* ---------------------------------------------------------------- options
  *
@@ -34,7 +32,7 @@ static const char *const plot_local[] = {"out", NULL};
 static const char *const none_local[] = {NULL};
 
 static const command_spec commands[] = {
-    {"train", "train a model as the config says (CPU)",
+    {"train", "train a model as the config says (CPU, or GPU with --training.device cuda)",
      "graphtrain train [--config FILE] [--section.key=value ...]", none_local},
     {"graph", "build the whole-step graph (forward, loss, backward, AdamW); print it and a summary",
      "graphtrain graph [--graph.print=true|false] [--graph.dump_dir DIR [--graph.svg=true|false]]\n"
@@ -54,7 +52,6 @@ static const command_spec commands[] = {
      "graphtrain plot METRICS.jsonl [--out FILE.svg]", plot_local},
 };
 #define COUNT(a) ((int)(sizeof(a) / sizeof((a)[0])))
-
 
 static void print_help(const command_spec *cmd)
 {
@@ -217,8 +214,7 @@ static int cmd_export(const command_spec *cmd, split_args *sa)
         char *end;
         step = strtoll(step_s, &end, 10);
         if (!*step_s || *end || step < 0) {
-            fprintf(stderr, "graphtrain export: --step=%s: expected a step number >= 0\n",
-                    step_s);
+            fprintf(stderr, "graphtrain export: --step=%s: expected a step number >= 0\n", step_s);
             return 1;
         }
     }
@@ -231,8 +227,10 @@ static int cmd_export(const command_spec *cmd, split_args *sa)
     if (gt_cli_resolve_config(cmd, sa, &cfg)) return 1;
     gt_error err = {0};
     int rc = gt_train_export_hf(&cfg, step, dir, dt, &err) == GT_OK ? 0 : 1;
-    if (rc) fprintf(stderr, "graphtrain export: %s\n", err.msg);
-    else printf("exported to %s\n", dir);
+    if (rc)
+        fprintf(stderr, "graphtrain export: %s\n", err.msg);
+    else
+        printf("exported to %s\n", dir);
     gt_config_free(&cfg);
     return rc;
 }
@@ -250,16 +248,21 @@ static int cmd_tokenize(const command_spec *cmd, split_args *sa)
     }
     for (int k = 0; k < sa->n_rest; k++)
         if (!strncmp(sa->rest[k], "--", 2)) {
-            fprintf(stderr, "graphtrain tokenize: unknown option %s (options: --tokenizer, --out, "
-                            "--format, --json_field)\n", sa->rest[k]);
+            fprintf(stderr,
+                    "graphtrain tokenize: unknown option %s (options: --tokenizer, --out, "
+                    "--format, --json_field)\n",
+                    sa->rest[k]);
             return 1;
         }
     gt_tokenize_options o;
     gt_tokenize_options_default(&o);
     if (fmt) {
-        if (!strcmp(fmt, "auto")) o.format = GT_TEXT_AUTO;
-        else if (!strcmp(fmt, "text")) o.format = GT_TEXT_PLAIN;
-        else if (!strcmp(fmt, "jsonl")) o.format = GT_TEXT_JSONL;
+        if (!strcmp(fmt, "auto"))
+            o.format = GT_TEXT_AUTO;
+        else if (!strcmp(fmt, "text"))
+            o.format = GT_TEXT_PLAIN;
+        else if (!strcmp(fmt, "jsonl"))
+            o.format = GT_TEXT_JSONL;
         else {
             fprintf(stderr, "graphtrain tokenize: --format=%s: expected auto, text or jsonl\n",
                     fmt);
@@ -297,8 +300,10 @@ static int cmd_plot(const command_spec *cmd, split_args *sa)
     }
     const char *in = sa->rest[0];
     char out[4096];
-    if (sa->local[0]) snprintf(out, sizeof out, "%s", sa->local[0]);
-    else snprintf(out, sizeof out, "%s.svg", in);
+    if (sa->local[0])
+        snprintf(out, sizeof out, "%s", sa->local[0]);
+    else
+        snprintf(out, sizeof out, "%s.svg", in);
     gt_error err = {0};
     if (gt_metrics_plot_file(in, out, NULL, &err) != GT_OK) {
         fprintf(stderr, "graphtrain plot: %s\n", err.msg);
@@ -327,12 +332,18 @@ int main(int argc, char **argv)
         split_args sa;
         if (split_local(cmd, argc - 2, argv + 2, &sa)) return 1;
         switch (c) {
-        case 0: return cmd_train(cmd, &sa);
-        case 1: return gt_cli_graph(cmd, &sa);
-        case 2: return cmd_init(cmd, &sa);
-        case 3: return cmd_export(cmd, &sa);
-        case 4: return cmd_tokenize(cmd, &sa);
-        default: return cmd_plot(cmd, &sa);
+        case 0:
+            return cmd_train(cmd, &sa);
+        case 1:
+            return gt_cli_graph(cmd, &sa);
+        case 2:
+            return cmd_init(cmd, &sa);
+        case 3:
+            return cmd_export(cmd, &sa);
+        case 4:
+            return cmd_tokenize(cmd, &sa);
+        default:
+            return cmd_plot(cmd, &sa);
         }
     }
     fprintf(stderr, "graphtrain: unknown command '%s' (see graphtrain --help)\n", argv[1]);

@@ -13,7 +13,8 @@ static gt_status eval_dims(const gt_graph *g, gt_value_id v, const gt_sym_bindin
 static double numel(const int64_t *shape, int ndim)
 {
     double n = 1;
-    for (int k = 0; k < ndim; k++) n *= (double)shape[k];
+    for (int k = 0; k < ndim; k++)
+        n *= (double)shape[k];
     return n;
 }
 
@@ -43,8 +44,8 @@ gt_status gt_graph_count_flops(const gt_graph *g, const gt_sym_binding *b, gt_fl
             /* q [b, hq, s, d], k [b, hkv, t, d] */
             GT_TRY(eval_dims(g, node->in[0], b, sa, &na, err));
             GT_TRY(eval_dims(g, node->in[1], b, sb, &nb, err));
-            double dense = (double)sa[0] * (double)sa[1] * (double)sa[2] * (double)sb[2] *
-                           (double)sa[3];
+            double dense =
+                (double)sa[0] * (double)sa[1] * (double)sa[2] * (double)sb[2] * (double)sa[3];
             f = (node->op == GT_OP_SDPA ? 4.0 : 8.0) * dense;
             kind = &out->attention;
             break;

@@ -81,8 +81,8 @@ gt_status gt_train_build_graph(const gt_config *cfg, gt_graph *g, gt_model *mode
     /* with compile.debug_graph_passes, listings, DOT and op-count diffs per pass go to
      * DUMP_FOLDER/graph_passes */
     char *dump = cfg->compile.debug_graph_passes
-                     ? gt_train_join_path(cfg->job.dump_folder, micro_batches > 1 ? "graph_passes_micro"
-                                                                         : "graph_passes")
+                     ? gt_train_join_path(cfg->job.dump_folder,
+                                          micro_batches > 1 ? "graph_passes_micro" : "graph_passes")
                      : NULL;
     st = gt_train_compile_graph(cfg, g, dump, err);
     free(dump);
@@ -119,4 +119,3 @@ gt_status gt_train_compile_graph(const gt_config *cfg, gt_graph *g, const char *
     o.measure_user = &binding;
     return gt_pass_run_pipeline(g, &o, NULL, err);
 }
-
