@@ -23,8 +23,9 @@ typedef gt_status (*gt_grad_rule)(gt_graph *g, gt_node_id n, const gt_value_id *
 gt_status gt_autodiff_wrt(gt_graph *g, gt_value_id loss, int n, const gt_value_id *wrt,
                           gt_value_id *grads, gt_error *err);
 
-/* The whole-step convenience: the graph's LOSS output w.r.t. every PARAM input; adds one GRAD output
- * (fqn of the param) per PARAM, in input order. A param the loss does not use gets a zero gradient. */
+/* The whole-step convenience: the graph's LOSS output w.r.t. every PARAM input; adds one GRAD
+ * output (fqn of the param) per PARAM, in input order. A param the loss does not use gets a zero
+ * gradient. */
 gt_status gt_autodiff(gt_graph *g, gt_error *err);
 
 #ifdef __cplusplus

@@ -19,7 +19,8 @@ gt_value_id gt_add(gt_graph *g, gt_value_id a, gt_value_id b);
 gt_value_id gt_sub(gt_graph *g, gt_value_id a, gt_value_id b);
 gt_value_id gt_mul(gt_graph *g, gt_value_id a, gt_value_id b);
 gt_value_id gt_div(gt_graph *g, gt_value_id a, gt_value_id b);
-gt_value_id gt_unary(gt_graph *g, gt_op op, gt_value_id x); /* neg exp log sqrt rsqrt silu sigmoid */
+gt_value_id gt_unary(gt_graph *g, gt_op op,
+                     gt_value_id x); /* neg exp log sqrt rsqrt silu sigmoid */
 gt_value_id gt_scale(gt_graph *g, gt_value_id x, double alpha);
 gt_value_id gt_add_scalar(gt_graph *g, gt_value_id x, double value);
 gt_value_id gt_silu_backward(gt_graph *g, gt_value_id x, gt_value_id dy);

@@ -75,15 +75,7 @@ void gt_log(gt_log_level level, const char *fmt, ...) __attribute__((format(prin
 
 /* ---------------------------------------------------------------- dtypes */
 
-typedef enum {
-    GT_F32 = 0,
-    GT_BF16,
-    GT_F16,
-    GT_I32,
-    GT_I64,
-    GT_BOOL,
-    GT_DTYPE_COUNT
-} gt_dtype;
+typedef enum { GT_F32 = 0, GT_BF16, GT_F16, GT_I32, GT_I64, GT_BOOL, GT_DTYPE_COUNT } gt_dtype;
 
 size_t gt_dtype_size(gt_dtype dt);
 const char *gt_dtype_name(gt_dtype dt); /* "f32", "bf16", "f16", "i32", "i64", "bool" */
@@ -143,8 +135,8 @@ double gt_rng_uniform(uint64_t seed, uint64_t stream, uint64_t index, uint32_t r
 double gt_rng_normal(uint64_t seed, uint64_t stream, uint64_t index, uint32_t round);
 /* Normal(mean, std) restricted to [lo, hi] by rejection (rounds 0, 1, 2, …), as
  * torch.nn.init.trunc_normal_ samples the same distribution. */
-double gt_rng_trunc_normal(uint64_t seed, uint64_t stream, uint64_t index, double mean,
-                           double std, double lo, double hi);
+double gt_rng_trunc_normal(uint64_t seed, uint64_t stream, uint64_t index, double mean, double std,
+                           double lo, double hi);
 
 /* ---------------------------------------------------------------- hashing */
 

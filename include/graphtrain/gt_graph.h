@@ -58,8 +58,8 @@ typedef struct {
 typedef struct gt_graph gt_graph;
 typedef struct gt_node gt_node;
 
-/* Shape/dtype rule: from the node's inputs (already set) and attributes, fill the dtype and shape of
- * each output. On misuse returns GT_ERR_SHAPE with a message naming the op, input and dims. */
+/* Shape/dtype rule: from the node's inputs (already set) and attributes, fill the dtype and shape
+ * of each output. On misuse returns GT_ERR_SHAPE with a message naming the op, input and dims. */
 typedef struct {
     gt_dtype dtype;
     int ndim;
@@ -95,7 +95,7 @@ typedef struct {
 struct gt_node {
     gt_op op;
     uint8_t n_in, n_out;
-    uint8_t phase;   /* gt_phase */
+    uint8_t phase; /* gt_phase */
     uint8_t n_tags;
     gt_value_id in[GT_MAX_IN];
     gt_value_id out[GT_MAX_OUT];
@@ -177,7 +177,10 @@ void gt_graph_set_fqn(gt_graph *g, const char *fqn); /* NULL or "" clears */
 void gt_graph_add_tag(gt_graph *g, gt_node_id n, const char *tag);
 bool gt_node_has_tag(const gt_graph *g, const gt_node *n, const char *tag);
 
-static inline gt_value *gt_graph_value(gt_graph *g, gt_value_id v) { return &g->values[v]; }
+static inline gt_value *gt_graph_value(gt_graph *g, gt_value_id v)
+{
+    return &g->values[v];
+}
 static inline const gt_type *gt_value_type(const gt_graph *g, gt_value_id v)
 {
     return &g->values[v].type;
@@ -192,8 +195,8 @@ gt_status gt_graph_eval_shape(const gt_graph *g, gt_value_id v, const gt_sym_bin
 gt_status gt_graph_verify(const gt_graph *g, gt_error *err);
 
 /* Printer: one stable, diffable line per node, e.g.
- *   %41 : f32[batch*seq, 768] = matmul(%40, %12; trans_a=0, trans_b=1)  # layers.0.feed_forward.w1 fwd
- * preceded by one line per graph input and followed by one per output. */
+ *   %41 : f32[batch*seq, 768] = matmul(%40, %12; trans_a=0, trans_b=1)  # layers.0.feed_forward.w1
+ * fwd preceded by one line per graph input and followed by one per output. */
 void gt_graph_print(const gt_graph *g, FILE *f);
 /* One node into buf; returns the length needed. */
 int gt_graph_format_node(const gt_graph *g, gt_node_id n, char *buf, size_t len);

@@ -1,4 +1,5 @@
-/* gt_model.h — model builders (llama3) and parameter initialisation. Models depend on the IR only. */
+/* gt_model.h — model builders (llama3) and parameter initialisation. Models depend on the IR only.
+ */
 #ifndef GRAPHTRAIN_GT_MODEL_H
 #define GRAPHTRAIN_GT_MODEL_H
 
@@ -11,11 +12,11 @@ extern "C" {
 typedef struct {
     char flavor[32];
     int64_t dim, n_layers, n_heads, n_kv_heads, vocab_size;
-    int64_t multiple_of;        /* ffn hidden rounding */
-    double ffn_dim_multiplier;  /* 0 = none */
-    int64_t ffn_hidden;         /* derived: round_up(int(m * int(8 * dim / 3)), multiple_of) */
-    double norm_eps;            /* 1e-5 */
-    double rope_theta;          /* 500000 */
+    int64_t multiple_of;       /* ffn hidden rounding */
+    double ffn_dim_multiplier; /* 0 = none */
+    int64_t ffn_hidden;        /* derived: round_up(int(m * int(8 * dim / 3)), multiple_of) */
+    double norm_eps;           /* 1e-5 */
+    double rope_theta;         /* 500000 */
     /* llama3.1 RoPE scaling; original_max_position 0 disables it */
     double rope_factor, rope_low_freq_factor, rope_high_freq_factor;
     int64_t rope_original_max_position;
@@ -65,8 +66,7 @@ typedef struct {
  * (tok_embeddings.weight, layers.N.attention.wq.weight, ..., norm.weight, output.weight), and the
  * LOSS output (mean cross-entropy, f32 whatever cfg->compute_dtype). cfg->compute_dtype must be
  * GT_F32 or GT_BF16 (else GT_ERR_INVALID). */
-gt_status gt_llama3_build(gt_graph *g, const gt_llama3_config *cfg, gt_model *model,
-                          gt_error *err);
+gt_status gt_llama3_build(gt_graph *g, const gt_llama3_config *cfg, gt_model *model, gt_error *err);
 void gt_model_free(gt_model *m);
 
 /* Allocates and initialises every parameter (params[k] for model->params[k]). */

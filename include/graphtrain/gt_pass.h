@@ -46,9 +46,10 @@ typedef gt_status (*gt_pass_measure_fn)(const gt_graph *g, void *user, size_t *b
 typedef struct {
     char *const *disable; /* pass names to leave out (compile.disable_passes); may be NULL */
     int n_disable;
-    const char *dump_dir; /* write listings, DOT after each pass, op-count diffs (created); NULL = none */
-    bool verify_each;     /* run gt_graph_verify before the first pass and after every pass */
-    bool quiet;           /* no per-pass log line (tests) */
+    const char
+        *dump_dir; /* write listings, DOT after each pass, op-count diffs (created); NULL = none */
+    bool verify_each; /* run gt_graph_verify before the first pass and after every pass */
+    bool quiet;       /* no per-pass log line (tests) */
     gt_memory_policy memory_policy; /* compile.memory_policy (memory_policy pass) */
     /* GT_MEMORY_POLICY_BUDGET only: the step memory to fit, in bytes
      * (compile.activation_memory_budget_gb * 2^30), the symbol binding that makes sizes concrete,

@@ -1,11 +1,11 @@
 /* gt_safetensors.h — read and write the safetensors format (Hugging Face).
  *
  * File layout: u64 little-endian header length N, then N bytes of JSON
- * {"name": {"dtype": "F32", "shape": [..], "data_offsets": [begin, end]}, ..., "__metadata__": {str: str}},
- * then the data section; offsets are relative to it. Everything is validated before use: header
- * length against the file size, JSON syntax, dtype names, shape × dtype size == end − begin,
- * offsets inside the data section, no two tensors overlapping. Every error names the file and the
- * tensor or field at fault. */
+ * {"name": {"dtype": "F32", "shape": [..], "data_offsets": [begin, end]}, ..., "__metadata__":
+ * {str: str}}, then the data section; offsets are relative to it. Everything is validated before
+ * use: header length against the file size, JSON syntax, dtype names, shape × dtype size == end −
+ * begin, offsets inside the data section, no two tensors overlapping. Every error names the file
+ * and the tensor or field at fault. */
 #ifndef GRAPHTRAIN_GT_SAFETENSORS_H
 #define GRAPHTRAIN_GT_SAFETENSORS_H
 

@@ -109,8 +109,8 @@ static gt_status make_dirs(const char *path, gt_error *err)
     return st;
 }
 
-static FILE *open_dump(const char *dir, int nn, const char *pass, const char *what,
-                       const char *ext, gt_error *err)
+static FILE *open_dump(const char *dir, int nn, const char *pass, const char *what, const char *ext,
+                       gt_error *err)
 {
     char path[4096];
     snprintf(path, sizeof path, "%s/%02d-%s.%s.%s", dir, nn, pass, what, ext);

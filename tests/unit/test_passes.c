@@ -443,7 +443,8 @@ static void test_pipeline(void)
     g = gt_graph_copy(orig);
     gt_status st = gt_pass_run_pipeline(g, &o, &rep, &err);
     EXPECT(st == GT_ERR_INVALID, "unknown pass is an error");
-    EXPECT(strstr(err.msg, "'fusion'") && strstr(err.msg, "canonicalize, cse, memory_policy, remat, dce"),
+    EXPECT(strstr(err.msg, "'fusion'") &&
+               strstr(err.msg, "canonicalize, cse, memory_policy, remat, dce"),
            "message names it and the known passes: %s", err.msg);
     EXPECT(g->n_nodes == 7, "graph untouched on error");
     gt_graph_free(g);
