@@ -4,7 +4,8 @@
 graphtrain side — one process per measurement:
 
     graphtrain graph --model.flavor F --graph.print false \
-        --training.local_batch_size 8 --training.seq_len 2048 [--training.mixed_precision_param float32]
+        --training.local_batch_size 8 --training.seq_len 2048 \
+        [--training.mixed_precision_param float32]
 
 builds forward + autodiff + AdamW as one graph, runs the pass pipeline on it (canonicalize, cse,
 memory policy, remat, dce) and verifies it. We record the process wall time (perf_counter around
