@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs the Debian packages graphtrain needs, if any are missing (run as root).
 set -euo pipefail
-need=(build-essential cmake pkg-config libopenblas-dev libjansson-dev libxxhash-dev libpcre2-dev)
+need=(build-essential cmake pkg-config libopenblas-dev libjansson-dev libxxhash-dev libpcre2-dev
+      libopenmpi-dev openmpi-bin)
 missing=()
 for p in "${need[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

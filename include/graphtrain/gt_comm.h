@@ -1,0 +1,154 @@
+/* gt_comm.h — communicators: collectives on host tensors over a group of ranks (DESIGN.md §5).
+ *
+ * One interface, several implementations: MPI for CPU tensors (src/comm/mpi.c), a fake one for
+ * compile-only runs and unit tests (src/comm/fake.c), NCCL later. A communicator is one group of
+ * ranks: the world, or a sub-group made by gt_comm_split (one per mesh dim).
+ *
+ * Every collective has an async form (`*_start` returns a request, gt_comm_wait completes and
+ * frees it) and a blocking form (start + wait). Tensors are host memory, contiguous, row-major.
+ *
+ * Determinism: sums are computed in a fixed order, so every rank gets identical bits and the
+ * result equals the 1-rank sum x_0 + x_1 + … + x_{n-1} accumulated left to right in rank order
+ * (in f32 for f32/bf16/f16, in 64-bit integers for i32/i64). MPI_Allreduce's order is
+ * implementation-defined, so the MPI communicator does not use it: all_reduce is a
+ * reduce_scatter (an all-to-all of chunks, each rank summing its chunk in rank order) followed by
+ * an all_gather of the reduced chunks. */
+#ifndef GRAPHTRAIN_GT_COMM_H
+#define GRAPHTRAIN_GT_COMM_H
+
+#include "graphtrain/gt_core.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum {
+    GT_COLL_ALL_REDUCE = 0, /* out = sum over ranks of in; same shape */
+    GT_COLL_ALL_GATHER,     /* in [k, …] → out [n·k, …]: rank r's block at rows r·k.. */
+    GT_COLL_REDUCE_SCATTER, /* in [n·k, …] → out [k, …]: rank r gets rows r·k.. of the sum */
+    GT_COLL_BROADCAST,      /* buf on root copied to buf on every rank */
+    GT_COLL_ALL_TO_ALL, /* in [n·k, …] → out [n·k, …]: block j of rank i → block i of rank j */
+    GT_COLL_KIND_COUNT
+} gt_coll_kind;
+
+const char *gt_coll_kind_name(gt_coll_kind kind); /* "all_reduce", … */
+
+typedef struct gt_comm gt_comm;
+typedef struct gt_comm_request gt_comm_request;
+
+/* ---------------------------------------------------------------- implementation interface */
+
+/* What an implementation provides. Shapes and dtypes are checked by the generic layer
+ * (src/comm/comm.c) before these are called, so implementations only move and sum bytes.
+ * The generic layer allocates the request (comm, kind, in, out, root filled in); start may hang
+ * its own state on req->impl_state. */
+typedef struct {
+    const char *name; /* "mpi", "fake", "nccl" */
+    gt_status (*start)(gt_comm *c, gt_coll_kind kind, const gt_tensor *in, gt_tensor *out, int root,
+                       gt_comm_request *req, gt_error *err);
+    gt_status (*wait)(gt_comm *c, gt_comm_request *req, gt_error *err);
+    void (*free_request)(gt_comm_request *req); /* releases impl_state; may be NULL */
+    gt_status (*split)(gt_comm *c, int color, int key, gt_comm **out, gt_error *err);
+    /* All ranks contribute `count` u64 words; out holds size·count words in rank order. Used by
+     * the schedule check, so it must be a real exchange even where collectives are not. */
+    gt_status (*all_gather_u64)(gt_comm *c, const uint64_t *in, int64_t count, uint64_t *out,
+                                gt_error *err);
+    void (*destroy)(gt_comm *c);
+} gt_comm_vtable;
+
+struct gt_comm {
+    const gt_comm_vtable *vt;
+    int rank, size;
+    char name[64]; /* "world", "world/split(color=1)": used in error messages */
+    void *impl;
+};
+
+struct gt_comm_request {
+    gt_comm *comm;
+    gt_coll_kind kind;
+    const gt_tensor *in;
+    gt_tensor *out;
+    int root;
+    void *impl_state;
+};
+
+/* ---------------------------------------------------------------- construction */
+
+/* A fake communicator of `size` ranks seen from `rank`. With size 1 every collective is the
+ * identity (a copy); with size > 1 collectives only check shapes and leave out untouched, for
+ * compile-only runs of a mesh with no peers. */
+gt_status gt_comm_fake_create(int size, int rank, gt_comm **out, gt_error *err);
+
+/* True when this build has MPI (GT_HAVE_MPI). */
+bool gt_comm_mpi_available(void);
+/* Initialises MPI if not yet initialised (argc/argv may be NULL) and returns a communicator over
+ * MPI_COMM_WORLD (duplicated, errors returned rather than aborting). GT_ERR_UNSUPPORTED without
+ * MPI. */
+gt_status gt_comm_mpi_world(int *argc, char ***argv, gt_comm **out, gt_error *err);
+/* Finalises MPI if this process initialised it and it is not finalised yet. Destroy every
+ * communicator first. */
+gt_status gt_comm_mpi_finalize(gt_error *err);
+
+/* Sub-groups: ranks with the same color form one communicator, ordered by (key, parent rank).
+ * Collective over c: every rank must call it. */
+gt_status gt_comm_split(gt_comm *c, int color, int key, gt_comm **out, gt_error *err);
+void gt_comm_destroy(gt_comm *c);
+
+int gt_comm_rank(const gt_comm *c);
+int gt_comm_size(const gt_comm *c);
+
+/* ---------------------------------------------------------------- collectives */
+
+/* Async: start checks shapes and dtypes (in and out must have the same dtype; bf16/f16 sums
+ * accumulate in f32), posts the transfer and returns a request; in must stay unchanged and out
+ * untouched until gt_comm_wait returns. gt_comm_wait completes the collective and frees req (also
+ * on error). Errors name the rank, the communicator and the collective. */
+gt_status gt_comm_all_reduce_start(gt_comm *c, const gt_tensor *in, gt_tensor *out,
+                                   gt_comm_request **req, gt_error *err);
+gt_status gt_comm_all_gather_start(gt_comm *c, const gt_tensor *in, gt_tensor *out,
+                                   gt_comm_request **req, gt_error *err);
+gt_status gt_comm_reduce_scatter_start(gt_comm *c, const gt_tensor *in, gt_tensor *out,
+                                       gt_comm_request **req, gt_error *err);
+/* In place: buf is read on root and written on every other rank. */
+gt_status gt_comm_broadcast_start(gt_comm *c, gt_tensor *buf, int root, gt_comm_request **req,
+                                  gt_error *err);
+gt_status gt_comm_all_to_all_start(gt_comm *c, const gt_tensor *in, gt_tensor *out,
+                                   gt_comm_request **req, gt_error *err);
+gt_status gt_comm_wait(gt_comm_request *req, gt_error *err);
+
+/* Blocking forms: start + wait. */
+gt_status gt_comm_all_reduce(gt_comm *c, const gt_tensor *in, gt_tensor *out, gt_error *err);
+gt_status gt_comm_all_gather(gt_comm *c, const gt_tensor *in, gt_tensor *out, gt_error *err);
+gt_status gt_comm_reduce_scatter(gt_comm *c, const gt_tensor *in, gt_tensor *out, gt_error *err);
+gt_status gt_comm_broadcast(gt_comm *c, gt_tensor *buf, int root, gt_error *err);
+gt_status gt_comm_all_to_all(gt_comm *c, const gt_tensor *in, gt_tensor *out, gt_error *err);
+
+/* ---------------------------------------------------------------- schedule check (safety) */
+
+/* One collective of a rank's planned schedule. group names the communicator (e.g. a hash of the
+ * mesh dim names); bytes is the payload each rank contributes. */
+typedef struct {
+    gt_coll_kind kind;
+    uint64_t group;
+    uint64_t bytes;
+} gt_comm_sched_entry;
+
+/* 64-bit hash of entry `index` (kind, group, bytes, index). */
+uint64_t gt_comm_sched_entry_hash(const gt_comm_sched_entry *e, int64_t index);
+
+/* Collective over c. Every rank hashes its schedule; ranks exchange (count, hash) and, when they
+ * differ, the per-entry hashes of the common prefix. On a mismatch every rank returns
+ * GT_ERR_INVALID naming the first differing collective index and the ranks that disagree — the
+ * number of exchanges never depends on the schedules, so a mismatch cannot hang. */
+gt_status gt_comm_check_schedule(gt_comm *c, const gt_comm_sched_entry *entries, int64_t count,
+                                 gt_error *err);
+
+/* For implementations: sums n_src equal-length buffers of `numel` elements of dtype dt into dst,
+ * src[0] + src[1] + … in that order (f32 accumulation for float types). dst may alias src[0]. */
+gt_status gt_comm_sum_ordered(gt_dtype dt, int64_t numel, const void *const *src, int n_src,
+                              void *dst, gt_error *err);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

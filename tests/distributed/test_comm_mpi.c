@@ -1,0 +1,261 @@
+/* test_comm_mpi.c — MPI communicator, run under mpirun with 2 or 4 ranks.
+ *
+ * Every rank's input is a pure function of (rank, element), so each rank computes the reference
+ * for every collective locally: sums as a naive loop over ranks in rank order (f32 accumulation,
+ * one rounding for bf16), gathers and all-to-alls as index arithmetic. Sums are compared bit for
+ * bit: the communicator promises the rank-order sum. */
+#include "graphtrain/gt_comm.h"
+#include "gt_test.h"
+
+#include <string.h>
+
+/* Values of mixed magnitude so that a different summation order would change the bits. */
+static float value(int rank, int64_t i, int salt)
+{
+    uint64_t h = gt_hash64(&i, sizeof i, (uint64_t)(rank * 131 + salt));
+    float mag = (h >> 60) & 1 ? 1e6f : 1e-3f;
+    return mag * ((float)(h & 0xffff) / 65536.0f - 0.5f);
+}
+
+static void fill(gt_tensor *t, int rank, int salt)
+{
+    for (int64_t i = 0; i < gt_tensor_numel(t); i++)
+        gt_tensor_set_f32(t, i, value(rank, i, salt));
+}
+
+static int64_t shape1(int64_t n)
+{
+    return n;
+}
+
+/* All ranks must hold identical bytes: gather them and compare against rank 0's copy. */
+static bool identical_on_all_ranks(gt_comm *c, const gt_tensor *t)
+{
+    gt_error err = {0};
+    int64_t shape[1] = {(int64_t)gt_tensor_nbytes(t)}, all_shape[1] = {shape[0] * c->size};
+    gt_tensor bytes, all;
+    gt_tensor_wrap(&bytes, GT_BOOL, 1, shape, t->data);
+    gt_tensor_alloc(&all, GT_BOOL, 1, all_shape, &err);
+    bool ok = gt_comm_all_gather(c, &bytes, &all, &err) == GT_OK;
+    for (int r = 1; ok && r < c->size; r++)
+        ok = memcmp(all.data, (char *)all.data + r * shape[0], (size_t)shape[0]) == 0;
+    gt_tensor_free(&all);
+    return ok;
+}
+
+static void test_all_reduce(gt_comm *c, gt_dtype dt, int64_t numel, bool in_place)
+{
+    gt_error err = {0};
+    int64_t shape[1] = {shape1(numel)};
+    gt_tensor in, out;
+    gt_tensor_alloc(&in, dt, 1, shape, &err);
+    gt_tensor_alloc(&out, dt, 1, shape, &err);
+    fill(&in, c->rank, 1);
+    if (dt == GT_I64)
+        for (int64_t i = 0; i < numel; i++)
+            ((int64_t *)in.data)[i] = c->rank * 1000003 + i * 7;
+    EXPECT_OK(gt_comm_all_reduce(c, &in, in_place ? &in : &out, &err), &err);
+    gt_tensor *res = in_place ? &in : &out;
+    int bad = 0;
+    for (int64_t i = 0; i < numel; i++) {
+        if (dt == GT_I64) {
+            int64_t ref = 0;
+            for (int r = 0; r < c->size; r++)
+                ref += r * 1000003 + i * 7;
+            bad += ((int64_t *)res->data)[i] != ref;
+            continue;
+        }
+        float ref = 0.0f;
+        for (int r = 0; r < c->size; r++) {
+            float x = value(r, i, 1);
+            if (dt == GT_BF16) x = gt_bf16_to_f32(gt_f32_to_bf16(x));
+            ref = r == 0 ? x : ref + x;
+        }
+        if (dt == GT_BF16)
+            bad += ((uint16_t *)res->data)[i] != gt_f32_to_bf16(ref);
+        else
+            bad += memcmp(&ref, (float *)res->data + i, sizeof ref) != 0;
+    }
+    EXPECT(bad == 0, "all_reduce %s numel %lld%s: %d elements differ from the rank-order sum",
+           gt_dtype_name(dt), (long long)numel, in_place ? " in place" : "", bad);
+    EXPECT(identical_on_all_ranks(c, res), "all_reduce bits identical on every rank");
+    gt_tensor_free(&in), gt_tensor_free(&out);
+}
+
+static void test_gather_scatter_a2a(gt_comm *c)
+{
+    gt_error err = {0};
+    int n = c->size, k = 3, cols = 5;
+    int64_t s_small[2] = {k, cols}, s_big[2] = {(int64_t)n * k, cols};
+    int64_t blk = (int64_t)k * cols;
+    gt_tensor small, big, big2;
+    gt_tensor_alloc(&small, GT_F32, 2, s_small, &err);
+    gt_tensor_alloc(&big, GT_F32, 2, s_big, &err);
+    gt_tensor_alloc(&big2, GT_F32, 2, s_big, &err);
+
+    fill(&small, c->rank, 2);
+    EXPECT_OK(gt_comm_all_gather(c, &small, &big, &err), &err);
+    int bad = 0;
+    for (int r = 0; r < n; r++)
+        for (int64_t i = 0; i < blk; i++)
+            bad += ((float *)big.data)[r * blk + i] != value(r, i, 2);
+    EXPECT(bad == 0, "all_gather: %d elements differ", bad);
+
+    fill(&big, c->rank, 3);
+    EXPECT_OK(gt_comm_reduce_scatter(c, &big, &small, &err), &err);
+    bad = 0;
+    for (int64_t i = 0; i < blk; i++) {
+        float ref = 0.0f;
+        for (int r = 0; r < n; r++)
+            ref = r == 0 ? value(r, c->rank * blk + i, 3) : ref + value(r, c->rank * blk + i, 3);
+        bad += memcmp(&ref, (float *)small.data + i, sizeof ref) != 0;
+    }
+    EXPECT(bad == 0, "reduce_scatter: %d elements differ from the rank-order sum", bad);
+
+    EXPECT_OK(gt_comm_all_to_all(c, &big, &big2, &err), &err);
+    bad = 0; /* block i of my output = block `rank` of rank i's input */
+    for (int i = 0; i < n; i++)
+        for (int64_t e = 0; e < blk; e++)
+            bad += ((float *)big2.data)[i * blk + e] != value(i, c->rank * blk + e, 3);
+    EXPECT(bad == 0, "all_to_all: %d elements differ", bad);
+
+    int root = n - 1;
+    fill(&small, c->rank, 4);
+    EXPECT_OK(gt_comm_broadcast(c, &small, root, &err), &err);
+    bad = 0;
+    for (int64_t i = 0; i < blk; i++)
+        bad += ((float *)small.data)[i] != value(root, i, 4);
+    EXPECT(bad == 0, "broadcast from %d: %d elements differ", root, bad);
+
+    gt_error e = {0};
+    EXPECT(gt_comm_all_gather(c, &big, &big, &e) == GT_ERR_SHAPE, "all_gather shape error");
+    char want[32];
+    snprintf(want, sizeof want, "rank %d", c->rank);
+    EXPECT(strstr(e.msg, want) && strstr(e.msg, "all_gather"), "message: %s", e.msg);
+    gt_tensor_free(&small), gt_tensor_free(&big), gt_tensor_free(&big2);
+}
+
+/* Three collectives in flight at once, local work in between, waits in reverse order. */
+static void test_async(gt_comm *c)
+{
+    gt_error err = {0};
+    int n = c->size;
+    int64_t s1[1] = {1000}, sn[1] = {1000 * (int64_t)n};
+    gt_tensor a_in, a_out, g_in, g_out, r_in, r_out;
+    gt_tensor_alloc(&a_in, GT_F32, 1, s1, &err), gt_tensor_alloc(&a_out, GT_F32, 1, s1, &err);
+    gt_tensor_alloc(&g_in, GT_F32, 1, s1, &err), gt_tensor_alloc(&g_out, GT_F32, 1, sn, &err);
+    gt_tensor_alloc(&r_in, GT_F32, 1, sn, &err), gt_tensor_alloc(&r_out, GT_F32, 1, s1, &err);
+    fill(&a_in, c->rank, 5), fill(&g_in, c->rank, 6), fill(&r_in, c->rank, 7);
+    gt_comm_request *ra, *rg, *rr;
+    EXPECT_OK(gt_comm_all_reduce_start(c, &a_in, &a_out, &ra, &err), &err);
+    EXPECT_OK(gt_comm_all_gather_start(c, &g_in, &g_out, &rg, &err), &err);
+    EXPECT_OK(gt_comm_reduce_scatter_start(c, &r_in, &r_out, &rr, &err), &err);
+    double busy = 0; /* overlapping compute */
+    for (int i = 0; i < 200000; i++)
+        busy += (double)i * 1e-9;
+    EXPECT(busy > 0, "busy");
+    EXPECT_OK(gt_comm_wait(rr, &err), &err);
+    EXPECT_OK(gt_comm_wait(rg, &err), &err);
+    EXPECT_OK(gt_comm_wait(ra, &err), &err);
+    int bad = 0;
+    for (int64_t i = 0; i < 1000; i++) {
+        float ra_ref = 0, rr_ref = 0;
+        for (int r = 0; r < n; r++) {
+            ra_ref = r == 0 ? value(r, i, 5) : ra_ref + value(r, i, 5);
+            rr_ref =
+                r == 0 ? value(r, c->rank * 1000 + i, 7) : rr_ref + value(r, c->rank * 1000 + i, 7);
+            bad += ((float *)g_out.data)[r * 1000 + i] != value(r, i, 6);
+        }
+        bad += memcmp(&ra_ref, (float *)a_out.data + i, 4) != 0;
+        bad += memcmp(&rr_ref, (float *)r_out.data + i, 4) != 0;
+    }
+    EXPECT(bad == 0, "async overlapped collectives: %d elements differ", bad);
+    gt_tensor_free(&a_in), gt_tensor_free(&a_out), gt_tensor_free(&g_in);
+    gt_tensor_free(&g_out), gt_tensor_free(&r_in), gt_tensor_free(&r_out);
+}
+
+/* Split by rank parity with reversed keys: sub rank order is descending world rank. */
+static void test_split(gt_comm *c)
+{
+    gt_error err = {0};
+    int n = c->size, color = c->rank % 2;
+    gt_comm *sub;
+    EXPECT_OK(gt_comm_split(c, color, -c->rank, &sub, &err), &err);
+    int members[64], m = 0;
+    for (int r = n - 1; r >= 0; r--)
+        if (r % 2 == color) members[m++] = r;
+    int my_pos = -1;
+    for (int i = 0; i < m; i++)
+        if (members[i] == c->rank) my_pos = i;
+    EXPECT(gt_comm_size(sub) == m && gt_comm_rank(sub) == my_pos, "sub rank %d/%d, expected %d/%d",
+           gt_comm_rank(sub), gt_comm_size(sub), my_pos, m);
+    int64_t shape[1] = {37};
+    gt_tensor in, out;
+    gt_tensor_alloc(&in, GT_F32, 1, shape, &err), gt_tensor_alloc(&out, GT_F32, 1, shape, &err);
+    fill(&in, c->rank, 8);
+    EXPECT_OK(gt_comm_all_reduce(sub, &in, &out, &err), &err);
+    int bad = 0;
+    for (int64_t i = 0; i < 37; i++) {
+        float ref = 0;
+        for (int j = 0; j < m; j++)
+            ref = j == 0 ? value(members[j], i, 8) : ref + value(members[j], i, 8);
+        bad += memcmp(&ref, (float *)out.data + i, 4) != 0;
+    }
+    EXPECT(bad == 0, "sub-communicator all_reduce: %d elements differ", bad);
+    gt_tensor_free(&in), gt_tensor_free(&out);
+    gt_comm_destroy(sub);
+}
+
+static void test_schedule(gt_comm *c)
+{
+    gt_error err = {0};
+    gt_comm_sched_entry s[4] = {{GT_COLL_ALL_GATHER, 11, 4096},
+                                {GT_COLL_REDUCE_SCATTER, 11, 4096},
+                                {GT_COLL_ALL_REDUCE, 12, 64},
+                                {GT_COLL_ALL_GATHER, 11, 1024}};
+    EXPECT_OK(gt_comm_check_schedule(c, s, 4, &err), &err);
+
+    /* Rank 1 skips collective #2: every rank must fail, naming #2 — and not hang. */
+    gt_comm_sched_entry skip[3] = {s[0], s[1], s[3]};
+    gt_error e = {0};
+    gt_status st =
+        c->rank == 1 ? gt_comm_check_schedule(c, skip, 3, &e) : gt_comm_check_schedule(c, s, 4, &e);
+    EXPECT(st == GT_ERR_INVALID && strstr(e.msg, "#2") && strstr(e.msg, "mismatch"),
+           "skipped collective: %s", e.msg);
+
+    /* Last rank's collective #1 has other bytes. */
+    gt_comm_sched_entry other[4] = {s[0], s[1], s[2], s[3]};
+    if (c->rank == c->size - 1) other[1].bytes = 2048;
+    gt_error e2 = {0};
+    EXPECT(gt_comm_check_schedule(c, other, 4, &e2) == GT_ERR_INVALID && strstr(e2.msg, "#1"),
+           "different bytes: %s", e2.msg);
+
+    /* Rank 0 has one collective more: first difference is #4. */
+    gt_comm_sched_entry more[5] = {s[0], s[1], s[2], s[3], s[0]};
+    gt_error e3 = {0};
+    EXPECT(gt_comm_check_schedule(c, more, c->rank == 0 ? 5 : 4, &e3) == GT_ERR_INVALID &&
+               strstr(e3.msg, "#4"),
+           "extra collective: %s", e3.msg);
+    EXPECT_OK(gt_comm_check_schedule(c, s, 4, &err), &err); /* still in step afterwards */
+}
+
+int main(int argc, char **argv)
+{
+    gt_error err = {0};
+    gt_comm *world = NULL;
+    EXPECT_OK(gt_comm_mpi_world(&argc, &argv, &world, &err), &err);
+    if (!world) return gt_test_finish();
+    EXPECT(gt_comm_size(world) >= 2, "run under mpirun -np >= 2 (size %d)", gt_comm_size(world));
+    test_all_reduce(world, GT_F32, 1001, false);
+    test_all_reduce(world, GT_F32, 3, false); /* fewer elements than ranks with -np 4 */
+    test_all_reduce(world, GT_F32, 64, true);
+    test_all_reduce(world, GT_BF16, 515, false);
+    test_all_reduce(world, GT_I64, 99, false);
+    test_gather_scatter_a2a(world);
+    test_async(world);
+    test_split(world);
+    test_schedule(world);
+    gt_comm_destroy(world);
+    EXPECT_OK(gt_comm_mpi_finalize(&err), &err);
+    return gt_test_finish();
+}
