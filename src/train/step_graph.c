@@ -92,10 +92,17 @@ gt_status gt_train_build_graph(const gt_config *cfg, gt_graph *g, gt_model *mode
 gt_status gt_train_compile_graph(const gt_config *cfg, gt_graph *g, const char *dump_dir,
                                  gt_error *err)
 {
+    /* the verifier runs after every pass in debug builds and when dumping; release builds verify
+     * the result once, below */
+#ifdef NDEBUG
+    const bool debug_build = false;
+#else
+    const bool debug_build = true;
+#endif
     gt_pass_options o = {.disable = cfg->compile.disable_passes.items,
                          .n_disable = cfg->compile.disable_passes.n,
                          .dump_dir = dump_dir,
-                         .verify_each = true};
+                         .verify_each = debug_build || cfg->compile.debug_graph_passes};
     switch (cfg->compile.memory_policy) {
     case GT_CFG_MEMORY_FULL:
         o.memory_policy = GT_MEMORY_POLICY_FULL;
@@ -117,5 +124,6 @@ gt_status gt_train_compile_graph(const gt_config *cfg, gt_graph *g, const char *
     o.binding = &binding;
     o.measure = measure_step_arena;
     o.measure_user = &binding;
-    return gt_pass_run_pipeline(g, &o, NULL, err);
+    GT_TRY(gt_pass_run_pipeline(g, &o, NULL, err));
+    return o.verify_each ? GT_OK : gt_graph_verify(g, err);
 }
