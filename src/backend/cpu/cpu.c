@@ -60,7 +60,7 @@ static gt_status gt_cpu_widen(const gt_kernel_call *c, const gt_tensor *src, gt_
     float *data = malloc(n > 0 ? (size_t)n * sizeof(float) : 1);
     if (!data)
         return gt_error_set(err, GT_ERR_NOMEM, "%s: out of memory widening %lld %s elements to f32",
-                            gt_cpu_op_name(c->op), (long long)n, gt_dtype_name(src->dtype));
+                            gt_kernel_op_name(c->op), (long long)n, gt_dtype_name(src->dtype));
     gt_tensor_wrap(dst, GT_F32, src->ndim, src->shape, data);
     dst->owns_data = true;
     if (!copy) return GT_OK;
@@ -127,7 +127,7 @@ gt_status gt_cpu_run_kernel(const gt_kernel_call *c, gt_error *err)
     if (!c || (unsigned)c->op >= GT_OP_COUNT)
         return gt_error_set(err, GT_ERR_INVALID, "cpu kernel: unknown op %d", c ? (int)c->op : -1);
     const gt_cpu_entry *e = &gt_cpu_table[c->op];
-    const char *name = gt_cpu_op_name(c->op);
+    const char *name = gt_kernel_op_name(c->op);
     bool in_ok = e->n_in >= 0 ? c->n_in == e->n_in : c->n_in >= 1 && c->n_in <= GT_MAX_IN;
     bool out_ok = e->n_out >= 0 ? c->n_out == e->n_out : c->n_out >= 1 && c->n_out <= GT_MAX_OUT;
     if (!in_ok || !out_ok)

@@ -30,14 +30,14 @@ typedef struct {
 
 static gt_status gt_cpu_attn_shapes(const gt_kernel_call *c, gt_cpu_attn *a, gt_error *err)
 {
-    GT_TRY(gt_cpu_want_attrs(c, 1, 1, 0, err));
+    GT_TRY(gt_kernel_want_attrs(c, 1, 1, 0, err));
     const gt_tensor *q = c->in[0], *k = c->in[1], *v = c->in[2];
     GT_TRY(gt_cpu_want_f32(c, q, "q", err));
     GT_TRY(gt_cpu_want_f32(c, k, "k", err));
     GT_TRY(gt_cpu_want_f32(c, v, "v", err));
-    GT_TRY(gt_cpu_want_rank(c, q, "q", 4, err));
-    GT_TRY(gt_cpu_want_rank(c, k, "k", 4, err));
-    GT_TRY(gt_cpu_want_rank(c, v, "v", 4, err));
+    GT_TRY(gt_kernel_want_rank(c, q, "q", 4, err));
+    GT_TRY(gt_kernel_want_rank(c, k, "k", 4, err));
+    GT_TRY(gt_kernel_want_rank(c, v, "v", 4, err));
     *a = (gt_cpu_attn){.b = q->shape[0],
                        .hq = q->shape[1],
                        .hkv = k->shape[1],
@@ -54,13 +54,13 @@ static gt_status gt_cpu_attn_shapes(const gt_kernel_call *c, gt_cpu_attn *a, gt_
         return gt_error_set(err, GT_ERR_SHAPE,
                             "%s: q %s, k %s, v %s: expected q [b, hq, s, d], k [b, hkv, t, d], v "
                             "[b, hkv, t, dv] with hq a multiple of hkv",
-                            gt_cpu_op_name(c->op), gt_cpu_fmt(q, bq, sizeof bq),
-                            gt_cpu_fmt(k, bk, sizeof bk), gt_cpu_fmt(v, bv, sizeof bv));
+                            gt_kernel_op_name(c->op), gt_kernel_fmt(q, bq, sizeof bq),
+                            gt_kernel_fmt(k, bk, sizeof bk), gt_kernel_fmt(v, bv, sizeof bv));
     if (a->causal && a->s != a->t)
         return gt_error_set(err, GT_ERR_INVALID,
                             "%s: causal attention needs as many queries as keys, got s = %lld, "
                             "t = %lld",
-                            gt_cpu_op_name(c->op), (long long)a->s, (long long)a->t);
+                            gt_kernel_op_name(c->op), (long long)a->s, (long long)a->t);
     return GT_OK;
 }
 
@@ -76,7 +76,7 @@ static gt_status gt_cpu_attn_want(const gt_kernel_call *c, const gt_tensor *t, c
     if (ok) return GT_OK;
     char bt[128];
     return gt_error_set(err, GT_ERR_SHAPE, "%s: %s is %s, expected [%lld, %lld, %lld%s%lld]",
-                        gt_cpu_op_name(c->op), what, gt_cpu_fmt(t, bt, sizeof bt), (long long)a->b,
+                        gt_kernel_op_name(c->op), what, gt_kernel_fmt(t, bt, sizeof bt), (long long)a->b,
                         (long long)h, (long long)n, rank == 4 ? ", " : "",
                         rank == 4 ? (long long)last : 0LL);
 }

@@ -62,10 +62,10 @@ static gt_status gt_cpu_binary(const gt_kernel_call *c, gt_error *err)
         !gt_cpu_broadcast_strides(out->ndim, out->shape, b->ndim, b->shape, sb)) {
         char ba[128], bb[128], bo[128];
         return gt_error_set(err, GT_ERR_SHAPE, "%s: %s and %s do not broadcast to output %s",
-                            gt_cpu_op_name(c->op), gt_cpu_fmt(a, ba, sizeof ba),
-                            gt_cpu_fmt(b, bb, sizeof bb), gt_cpu_fmt(out, bo, sizeof bo));
+                            gt_kernel_op_name(c->op), gt_kernel_fmt(a, ba, sizeof ba),
+                            gt_kernel_fmt(b, bb, sizeof bb), gt_kernel_fmt(out, bo, sizeof bo));
     }
-    gt_cpu_contig_strides(out->ndim, out->shape, so);
+    gt_kernel_contig_strides(out->ndim, out->shape, so);
     const int64_t *strides[3] = {sa, sb, so};
     gt_cpu_iter it;
     gt_cpu_iter_init(&it, out->ndim, out->shape, 3, strides);
@@ -107,7 +107,7 @@ static gt_status gt_cpu_unary(const gt_kernel_call *c, gt_error *err)
     gt_tensor *out = c->out[0];
     GT_TRY(gt_cpu_want_f32(c, x, "input", err));
     GT_TRY(gt_cpu_want_f32(c, out, "output", err));
-    GT_TRY(gt_cpu_want_same_shape(c, x, "input", out, "output", err));
+    GT_TRY(gt_kernel_want_same_shape(c, x, "input", out, "output", err));
     int64_t n = gt_tensor_numel(x);
     const float *xp = x->data;
     float *y = out->data;
@@ -141,14 +141,14 @@ static gt_status gt_cpu_unary(const gt_kernel_call *c, gt_error *err)
             y[i] = gt_cpu_sigmoidf(xp[i]);
         break;
     case GT_OP_SCALE: {
-        GT_TRY(gt_cpu_want_attrs(c, 0, 1, 0, err));
+        GT_TRY(gt_kernel_want_attrs(c, 0, 1, 0, err));
         float alpha = (float)c->f[0];
         for (int64_t i = 0; i < n; i++)
             y[i] = alpha * xp[i];
         break;
     }
     case GT_OP_ADD_SCALAR: {
-        GT_TRY(gt_cpu_want_attrs(c, 0, 1, 0, err));
+        GT_TRY(gt_kernel_want_attrs(c, 0, 1, 0, err));
         float v = (float)c->f[0];
         for (int64_t i = 0; i < n; i++)
             y[i] = xp[i] + v;

@@ -7,6 +7,7 @@
 #ifndef GRAPHTRAIN_CPU_INTERNAL_H
 #define GRAPHTRAIN_CPU_INTERNAL_H
 
+#include "backend/kernel_check.h"
 #include "graphtrain/gt_backend.h"
 
 #include <stdbool.h>
@@ -18,44 +19,18 @@
 #include "graphtrain/gt_ops.def"
 #undef X
 
-/* The op's printed name ("matmul"), for error messages; the backend does not link the IR. */
-const char *gt_cpu_op_name(gt_op op);
-
-/* ---------------------------------------------------------------- checks (cpu_check.c) */
-
-/* "f32[2, 3]" of t into a caller buffer, for messages. */
-const char *gt_cpu_fmt(const gt_tensor *t, char *buf, size_t n);
+/* ---------------------------------------------------------------- checks (cpu_util.c; the
+ * backend-neutral ones are in ../kernel_check.h) */
 
 /* GT_ERR_SHAPE "<op>: <what> is <type>, expected f32" unless t is f32. */
 gt_status gt_cpu_want_f32(const gt_kernel_call *c, const gt_tensor *t, const char *what,
                           gt_error *err);
-/* GT_ERR_SHAPE unless t is i32 or i64. */
-gt_status gt_cpu_want_index(const gt_kernel_call *c, const gt_tensor *t, const char *what,
-                            gt_error *err);
-/* GT_ERR_SHAPE unless a and b have identical shapes. */
-gt_status gt_cpu_want_same_shape(const gt_kernel_call *c, const gt_tensor *a, const char *what_a,
-                                 const gt_tensor *b, const char *what_b, gt_error *err);
-/* GT_ERR_SHAPE unless t has rank `ndim`. */
-gt_status gt_cpu_want_rank(const gt_kernel_call *c, const gt_tensor *t, const char *what, int ndim,
-                           gt_error *err);
-/* GT_ERR_SHAPE unless a and b have the same dtype. */
-gt_status gt_cpu_want_same_dtype(const gt_kernel_call *c, const gt_tensor *a, const char *what_a,
-                                 const gt_tensor *b, const char *what_b, gt_error *err);
-/* GT_ERR_INVALID unless the call carries at least ni int / nf float / ne expression attributes. */
-gt_status gt_cpu_want_attrs(const gt_kernel_call *c, int ni, int nf, int ne, gt_error *err);
-/* Normalizes a dim index (negative counts from the end) into [0, ndim); GT_ERR_INVALID otherwise.
- */
-gt_status gt_cpu_norm_dim(const gt_kernel_call *c, int64_t dim, int ndim, int *out, gt_error *err);
-
 /* Element i of an i32/i64 tensor. */
 static inline int64_t gt_cpu_index_at(const gt_tensor *t, int64_t i)
 {
     return t->dtype == GT_I32 ? (int64_t)((const int32_t *)t->data)[i]
                               : ((const int64_t *)t->data)[i];
 }
-
-/* Row-major element strides of a shape (in elements). */
-void gt_cpu_contig_strides(int ndim, const int64_t *shape, int64_t *strides);
 
 /* ---------------------------------------------------------------- strided iteration (cpu_iter.c)
  *

@@ -13,9 +13,9 @@
 static gt_status gt_cpu_softmax_dims(const gt_kernel_call *c, const gt_tensor *x, int64_t *outer,
                                      int64_t *n, int64_t *inner, gt_error *err)
 {
-    GT_TRY(gt_cpu_want_attrs(c, 1, 0, 0, err));
+    GT_TRY(gt_kernel_want_attrs(c, 1, 0, 0, err));
     int dim;
-    GT_TRY(gt_cpu_norm_dim(c, c->i[0], x->ndim, &dim, err));
+    GT_TRY(gt_kernel_norm_dim(c, c->i[0], x->ndim, &dim, err));
     *outer = 1;
     *inner = 1;
     for (int d = 0; d < dim; d++)
@@ -32,7 +32,7 @@ gt_status gt_cpu_softmax(const gt_kernel_call *c, gt_error *err)
     gt_tensor *y = c->out[0];
     GT_TRY(gt_cpu_want_f32(c, x, "x", err));
     GT_TRY(gt_cpu_want_f32(c, y, "output", err));
-    GT_TRY(gt_cpu_want_same_shape(c, x, "x", y, "output", err));
+    GT_TRY(gt_kernel_want_same_shape(c, x, "x", y, "output", err));
     int64_t outer, n, inner;
     GT_TRY(gt_cpu_softmax_dims(c, x, &outer, &n, &inner, err));
     /* y_j = exp(x_j - m) / sum_k exp(x_k - m), m = max_k x_k (NaN in x gives NaN, as torch); the
@@ -65,8 +65,8 @@ gt_status gt_cpu_softmax_backward(const gt_kernel_call *c, gt_error *err)
     GT_TRY(gt_cpu_want_f32(c, y, "y", err));
     GT_TRY(gt_cpu_want_f32(c, dy, "dy", err));
     GT_TRY(gt_cpu_want_f32(c, dx, "dx", err));
-    GT_TRY(gt_cpu_want_same_shape(c, y, "y", dy, "dy", err));
-    GT_TRY(gt_cpu_want_same_shape(c, y, "y", dx, "dx", err));
+    GT_TRY(gt_kernel_want_same_shape(c, y, "y", dy, "dy", err));
+    GT_TRY(gt_kernel_want_same_shape(c, y, "y", dx, "dx", err));
     int64_t outer, n, inner;
     GT_TRY(gt_cpu_softmax_dims(c, y, &outer, &n, &inner, err));
     /* dx_j = y_j * (dy_j - sum_k y_k dy_k) */
@@ -91,16 +91,16 @@ gt_status gt_cpu_softmax_backward(const gt_kernel_call *c, gt_error *err)
 static gt_status gt_cpu_ce_check(const gt_kernel_call *c, const gt_tensor *logits,
                                  const gt_tensor *targets, int64_t *n_valid, gt_error *err)
 {
-    GT_TRY(gt_cpu_want_attrs(c, 1, 0, 0, err));
+    GT_TRY(gt_kernel_want_attrs(c, 1, 0, 0, err));
     GT_TRY(gt_cpu_want_f32(c, logits, "logits", err));
-    GT_TRY(gt_cpu_want_index(c, targets, "targets", err));
-    GT_TRY(gt_cpu_want_rank(c, logits, "logits", 2, err));
-    GT_TRY(gt_cpu_want_rank(c, targets, "targets", 1, err));
+    GT_TRY(gt_kernel_want_index(c, targets, "targets", err));
+    GT_TRY(gt_kernel_want_rank(c, logits, "logits", 2, err));
+    GT_TRY(gt_kernel_want_rank(c, targets, "targets", 1, err));
     if (targets->shape[0] != logits->shape[0]) {
         char bl[128], bt[128];
         return gt_error_set(err, GT_ERR_SHAPE, "%s: logits %s and targets %s: expected [N, V], [N]",
-                            gt_cpu_op_name(c->op), gt_cpu_fmt(logits, bl, sizeof bl),
-                            gt_cpu_fmt(targets, bt, sizeof bt));
+                            gt_kernel_op_name(c->op), gt_kernel_fmt(logits, bl, sizeof bl),
+                            gt_kernel_fmt(targets, bt, sizeof bt));
     }
     int64_t rows = logits->shape[0], v = logits->shape[1], ignore = c->i[0];
     *n_valid = 0;
@@ -111,7 +111,7 @@ static gt_status gt_cpu_ce_check(const gt_kernel_call *c, const gt_tensor *logit
             return gt_error_set(err, GT_ERR_INVALID,
                                 "%s: target at row %lld is %lld, expected in [0, %lld) or the "
                                 "ignore_index %lld",
-                                gt_cpu_op_name(c->op), (long long)i, (long long)t, (long long)v,
+                                gt_kernel_op_name(c->op), (long long)i, (long long)t, (long long)v,
                                 (long long)ignore);
         (*n_valid)++;
     }
@@ -141,7 +141,7 @@ gt_status gt_cpu_cross_entropy(const gt_kernel_call *c, gt_error *err)
     int64_t n_valid = 0;
     GT_TRY(gt_cpu_ce_check(c, logits, targets, &n_valid, err));
     GT_TRY(gt_cpu_want_f32(c, out, "output", err));
-    GT_TRY(gt_cpu_want_rank(c, out, "output", 0, err));
+    GT_TRY(gt_kernel_want_rank(c, out, "output", 0, err));
     /* loss = (1/n_valid) sum_{valid i} (lse_i - x_i[t_i]); 0/0 = NaN when every row is ignored. */
     int64_t rows = logits->shape[0], v = logits->shape[1];
     double total = 0.0;
@@ -163,13 +163,13 @@ gt_status gt_cpu_cross_entropy_backward(const gt_kernel_call *c, gt_error *err)
     GT_TRY(gt_cpu_ce_check(c, logits, targets, &n_valid, err));
     GT_TRY(gt_cpu_want_f32(c, dloss, "dloss", err));
     GT_TRY(gt_cpu_want_f32(c, dx, "dlogits", err));
-    GT_TRY(gt_cpu_want_same_shape(c, logits, "logits", dx, "dlogits", err));
+    GT_TRY(gt_kernel_want_same_shape(c, logits, "logits", dx, "dlogits", err));
     if (gt_tensor_numel(dloss) != 1) {
         char b[128];
         return gt_error_set(err, GT_ERR_SHAPE,
                             "cross_entropy_backward: dloss is %s, expected a "
                             "scalar",
-                            gt_cpu_fmt(dloss, b, sizeof b));
+                            gt_kernel_fmt(dloss, b, sizeof b));
     }
     /* dlogits_ij = dloss / n_valid * (softmax_ij - [j == t_i]); 0 on ignored rows. */
     int64_t rows = logits->shape[0], v = logits->shape[1];
@@ -197,9 +197,9 @@ gt_status gt_cpu_embedding(const gt_kernel_call *c, gt_error *err)
 {
     const gt_tensor *w = c->in[0], *ids = c->in[1];
     gt_tensor *out = c->out[0];
-    GT_TRY(gt_cpu_want_index(c, ids, "ids", err));
-    GT_TRY(gt_cpu_want_rank(c, w, "w", 2, err));
-    GT_TRY(gt_cpu_want_same_dtype(c, w, "w", out, "output", err));
+    GT_TRY(gt_kernel_want_index(c, ids, "ids", err));
+    GT_TRY(gt_kernel_want_rank(c, w, "w", 2, err));
+    GT_TRY(gt_kernel_want_same_dtype(c, w, "w", out, "output", err));
     int64_t vocab = w->shape[0], d = w->shape[1];
     bool ok = out->ndim == ids->ndim + 1 && out->shape[ids->ndim] == d;
     for (int k = 0; ok && k < ids->ndim; k++)
@@ -209,8 +209,8 @@ gt_status gt_cpu_embedding(const gt_kernel_call *c, gt_error *err)
         return gt_error_set(err, GT_ERR_SHAPE,
                             "embedding: w %s, ids %s: output %s should be "
                             "[ids..., %lld]",
-                            gt_cpu_fmt(w, bw, sizeof bw), gt_cpu_fmt(ids, bi, sizeof bi),
-                            gt_cpu_fmt(out, bo, sizeof bo), (long long)d);
+                            gt_kernel_fmt(w, bw, sizeof bw), gt_kernel_fmt(ids, bi, sizeof bi),
+                            gt_kernel_fmt(out, bo, sizeof bo), (long long)d);
     }
     /* Rows are copied as stored bytes: any float dtype, no widening. */
     size_t row = (size_t)d * gt_dtype_size(w->dtype);
@@ -230,13 +230,13 @@ gt_status gt_cpu_embedding(const gt_kernel_call *c, gt_error *err)
 
 gt_status gt_cpu_embedding_backward(const gt_kernel_call *c, gt_error *err)
 {
-    GT_TRY(gt_cpu_want_attrs(c, 0, 0, 1, err));
+    GT_TRY(gt_kernel_want_attrs(c, 0, 0, 1, err));
     const gt_tensor *ids = c->in[0], *dy = c->in[1];
     gt_tensor *dw = c->out[0];
-    GT_TRY(gt_cpu_want_index(c, ids, "ids", err));
+    GT_TRY(gt_kernel_want_index(c, ids, "ids", err));
     GT_TRY(gt_cpu_want_f32(c, dy, "dy", err));
     GT_TRY(gt_cpu_want_f32(c, dw, "dw", err));
-    GT_TRY(gt_cpu_want_rank(c, dw, "dw", 2, err));
+    GT_TRY(gt_kernel_want_rank(c, dw, "dw", 2, err));
     int64_t vocab = dw->shape[0], d = dw->shape[1];
     bool ok = vocab == c->e[0] && dy->ndim == ids->ndim + 1 && dy->shape[ids->ndim] == d;
     for (int k = 0; ok && k < ids->ndim; k++)
@@ -246,8 +246,8 @@ gt_status gt_cpu_embedding_backward(const gt_kernel_call *c, gt_error *err)
         return gt_error_set(err, GT_ERR_SHAPE,
                             "embedding_backward: ids %s, dy %s, dw %s: expected "
                             "dy [ids..., D], dw [%lld, D]",
-                            gt_cpu_fmt(ids, bi, sizeof bi), gt_cpu_fmt(dy, bd, sizeof bd),
-                            gt_cpu_fmt(dw, bw, sizeof bw), (long long)c->e[0]);
+                            gt_kernel_fmt(ids, bi, sizeof bi), gt_kernel_fmt(dy, bd, sizeof bd),
+                            gt_kernel_fmt(dw, bw, sizeof bw), (long long)c->e[0]);
     }
     int64_t n = gt_tensor_numel(ids);
     for (int64_t p = 0; p < n; p++) {

@@ -45,7 +45,7 @@ void gt_cpu_sgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha
 
 gt_status gt_cpu_matmul(const gt_kernel_call *c, gt_error *err)
 {
-    GT_TRY(gt_cpu_want_attrs(c, 2, 0, 0, err));
+    GT_TRY(gt_kernel_want_attrs(c, 2, 0, 0, err));
     const gt_tensor *a = c->in[0], *b = c->in[1];
     gt_tensor *out = c->out[0];
     GT_TRY(gt_cpu_want_f32(c, a, "a", err));
@@ -57,7 +57,7 @@ gt_status gt_cpu_matmul(const gt_kernel_call *c, gt_error *err)
     if (ra < 2 || rb < 2 || (rb != 2 && rb != ra))
         return gt_error_set(err, GT_ERR_SHAPE,
                             "matmul: a %s and b %s: need rank >= 2 and b of rank 2 or a's rank",
-                            gt_cpu_fmt(a, ba, sizeof ba), gt_cpu_fmt(b, bb, sizeof bb));
+                            gt_kernel_fmt(a, ba, sizeof ba), gt_kernel_fmt(b, bb, sizeof bb));
     int64_t m = ta ? a->shape[ra - 1] : a->shape[ra - 2];
     int64_t k = ta ? a->shape[ra - 2] : a->shape[ra - 1];
     int64_t kb = tb ? b->shape[rb - 1] : b->shape[rb - 2];
@@ -71,8 +71,8 @@ gt_status gt_cpu_matmul(const gt_kernel_call *c, gt_error *err)
     if (!ok)
         return gt_error_set(err, GT_ERR_SHAPE,
                             "matmul(trans_a=%d, trans_b=%d): a %s, b %s and output %s do not fit",
-                            (int)ta, (int)tb, gt_cpu_fmt(a, ba, sizeof ba),
-                            gt_cpu_fmt(b, bb, sizeof bb), gt_cpu_fmt(out, bo, sizeof bo));
+                            (int)ta, (int)tb, gt_kernel_fmt(a, ba, sizeof ba),
+                            gt_kernel_fmt(b, bb, sizeof bb), gt_kernel_fmt(out, bo, sizeof bo));
     const float *ap = a->data, *bp = b->data;
     float *op = out->data;
     if (rb == 2 && !ta) {

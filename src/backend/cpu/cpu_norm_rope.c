@@ -21,12 +21,12 @@ static gt_status gt_cpu_norm_shapes(const gt_kernel_call *c, const gt_tensor *x,
 {
     GT_TRY(gt_cpu_want_f32(c, x, "x", err));
     GT_TRY(gt_cpu_want_f32(c, w, "w", err));
-    GT_TRY(gt_cpu_want_attrs(c, 0, 1, 0, err));
+    GT_TRY(gt_kernel_want_attrs(c, 0, 1, 0, err));
     if (x->ndim < 1 || w->ndim != 1 || w->shape[0] != x->shape[x->ndim - 1]) {
         char bx[128], bw[128];
         return gt_error_set(err, GT_ERR_SHAPE, "%s: x %s and w %s: w must be [last dim of x]",
-                            gt_cpu_op_name(c->op), gt_cpu_fmt(x, bx, sizeof bx),
-                            gt_cpu_fmt(w, bw, sizeof bw));
+                            gt_kernel_op_name(c->op), gt_kernel_fmt(x, bx, sizeof bx),
+                            gt_kernel_fmt(w, bw, sizeof bw));
     }
     *dim = w->shape[0];
     *rows = *dim > 0 ? gt_tensor_numel(x) / *dim : 0;
@@ -49,7 +49,7 @@ gt_status gt_cpu_rms_norm(const gt_kernel_call *c, gt_error *err)
     int64_t d, rows;
     GT_TRY(gt_cpu_norm_shapes(c, x, w, &d, &rows, err));
     GT_TRY(gt_cpu_want_f32(c, y, "output", err));
-    GT_TRY(gt_cpu_want_same_shape(c, x, "x", y, "output", err));
+    GT_TRY(gt_kernel_want_same_shape(c, x, "x", y, "output", err));
     const float *wp = w->data;
     for (int64_t r = 0; r < rows; r++) {
         const float *xr = (const float *)x->data + r * d;
@@ -70,9 +70,9 @@ gt_status gt_cpu_rms_norm_backward(const gt_kernel_call *c, gt_error *err)
     GT_TRY(gt_cpu_want_f32(c, dy, "dy", err));
     GT_TRY(gt_cpu_want_f32(c, dx, "dx", err));
     GT_TRY(gt_cpu_want_f32(c, dw, "dw", err));
-    GT_TRY(gt_cpu_want_same_shape(c, x, "x", dy, "dy", err));
-    GT_TRY(gt_cpu_want_same_shape(c, x, "x", dx, "dx", err));
-    GT_TRY(gt_cpu_want_same_shape(c, w, "w", dw, "dw", err));
+    GT_TRY(gt_kernel_want_same_shape(c, x, "x", dy, "dy", err));
+    GT_TRY(gt_kernel_want_same_shape(c, x, "x", dx, "dx", err));
+    GT_TRY(gt_kernel_want_same_shape(c, w, "w", dw, "dw", err));
     double *acc = calloc(d > 0 ? (size_t)d : 1, sizeof *acc);
     if (!acc)
         return gt_error_set(err, GT_ERR_NOMEM, "rms_norm_backward: out of memory for %lld doubles",
@@ -101,13 +101,13 @@ gt_status gt_cpu_rms_norm_backward(const gt_kernel_call *c, gt_error *err)
 
 gt_status gt_cpu_rope(const gt_kernel_call *c, gt_error *err)
 {
-    GT_TRY(gt_cpu_want_attrs(c, 2, 4, 0, err));
+    GT_TRY(gt_kernel_want_attrs(c, 2, 4, 0, err));
     const gt_tensor *x = c->in[0];
     gt_tensor *out = c->out[0];
     GT_TRY(gt_cpu_want_f32(c, x, "x", err));
     GT_TRY(gt_cpu_want_f32(c, out, "output", err));
-    GT_TRY(gt_cpu_want_rank(c, x, "x", 4, err));
-    GT_TRY(gt_cpu_want_same_shape(c, x, "x", out, "output", err));
+    GT_TRY(gt_kernel_want_rank(c, x, "x", 4, err));
+    GT_TRY(gt_kernel_want_same_shape(c, x, "x", out, "output", err));
     int64_t b = x->shape[0], s = x->shape[1], h = x->shape[2], d = x->shape[3], half = d / 2;
     if (d % 2 != 0)
         return gt_error_set(err, GT_ERR_SHAPE, "rope: head dim %lld must be even", (long long)d);

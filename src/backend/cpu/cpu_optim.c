@@ -15,8 +15,8 @@ gt_status gt_cpu_clamp(const gt_kernel_call *c, gt_error *err)
     gt_tensor *out = c->out[0];
     GT_TRY(gt_cpu_want_f32(c, x, "input", err));
     GT_TRY(gt_cpu_want_f32(c, out, "output", err));
-    GT_TRY(gt_cpu_want_same_shape(c, x, "input", out, "output", err));
-    GT_TRY(gt_cpu_want_attrs(c, 0, 2, 0, err));
+    GT_TRY(gt_kernel_want_same_shape(c, x, "input", out, "output", err));
+    GT_TRY(gt_kernel_want_attrs(c, 0, 2, 0, err));
     if (isnan(c->f[0]) || isnan(c->f[1]) || c->f[0] > c->f[1])
         return gt_error_set(err, GT_ERR_INVALID,
                             "clamp: bounds must satisfy min <= max, got [%g, %g]", c->f[0],
@@ -111,16 +111,16 @@ gt_status gt_cpu_adamw(const gt_kernel_call *c, gt_error *err)
         GT_TRY(gt_cpu_want_f32(c, c->out[k], out_names[k], err));
     const gt_tensor *p = c->in[0];
     for (int k = 1; k < 4; k++)
-        GT_TRY(gt_cpu_want_same_shape(c, p, in_names[0], c->in[k], in_names[k], err));
+        GT_TRY(gt_kernel_want_same_shape(c, p, in_names[0], c->in[k], in_names[k], err));
     for (int k = 0; k < 3; k++)
-        GT_TRY(gt_cpu_want_same_shape(c, p, in_names[0], c->out[k], out_names[k], err));
+        GT_TRY(gt_kernel_want_same_shape(c, p, in_names[0], c->out[k], out_names[k], err));
     if (gt_tensor_numel(c->in[4]) != 3 || gt_tensor_numel(c->in[5]) != 1) {
         char bs[128], bc[128];
         return gt_error_set(
             err, GT_ERR_SHAPE, "adamw: scalars must have 3 elements and clip 1, got %s and %s",
-            gt_cpu_fmt(c->in[4], bs, sizeof bs), gt_cpu_fmt(c->in[5], bc, sizeof bc));
+            gt_kernel_fmt(c->in[4], bs, sizeof bs), gt_kernel_fmt(c->in[5], bc, sizeof bc));
     }
-    GT_TRY(gt_cpu_want_attrs(c, 0, 4, 0, err));
+    GT_TRY(gt_kernel_want_attrs(c, 0, 4, 0, err));
     gt_adamw_consts k = {0};
     GT_TRY(gt_cpu_adamw_consts(c, c->in[4]->data, ((const float *)c->in[5]->data)[0], &k, err));
 

@@ -20,15 +20,15 @@ static gt_status gt_cpu_reduce_layout(const gt_kernel_call *c, const gt_tensor *
                                       const gt_tensor *red, const char *what, int64_t *ostride,
                                       int64_t *count, gt_error *err)
 {
-    GT_TRY(gt_cpu_want_attrs(c, 1, 0, 0, err));
+    GT_TRY(gt_kernel_want_attrs(c, 1, 0, 0, err));
     bool keepdim = c->i[0] != 0;
     bool reduced[GT_MAX_DIMS] = {false};
     for (int k = 1; k < c->ni; k++) {
         int d;
-        GT_TRY(gt_cpu_norm_dim(c, c->i[k], x->ndim, &d, err));
+        GT_TRY(gt_kernel_norm_dim(c, c->i[k], x->ndim, &d, err));
         if (reduced[d])
             return gt_error_set(err, GT_ERR_INVALID, "%s: dim %d listed twice",
-                                gt_cpu_op_name(c->op), d);
+                                gt_kernel_op_name(c->op), d);
         reduced[d] = true;
     }
     int64_t kshape[GT_MAX_DIMS], kstride[GT_MAX_DIMS];
@@ -46,10 +46,10 @@ static gt_status gt_cpu_reduce_layout(const gt_kernel_call *c, const gt_tensor *
     if (!ok) {
         char bx[128], br[128];
         return gt_error_set(err, GT_ERR_SHAPE, "%s: %s is %s, expected the reduction of %s",
-                            gt_cpu_op_name(c->op), what, gt_cpu_fmt(red, br, sizeof br),
-                            gt_cpu_fmt(x, bx, sizeof bx));
+                            gt_kernel_op_name(c->op), what, gt_kernel_fmt(red, br, sizeof br),
+                            gt_kernel_fmt(x, bx, sizeof bx));
     }
-    gt_cpu_contig_strides(x->ndim, kshape, kstride);
+    gt_kernel_contig_strides(x->ndim, kshape, kstride);
     for (int d = 0; d < x->ndim; d++)
         ostride[d] = reduced[d] ? 0 : kstride[d];
     return GT_OK;
@@ -91,7 +91,7 @@ gt_status gt_cpu_max(const gt_kernel_call *c, gt_error *err)
     float *m = out->data;
     for (int64_t i = 0; i < on; i++)
         m[i] = -INFINITY;
-    gt_cpu_contig_strides(x->ndim, x->shape, xstr);
+    gt_kernel_contig_strides(x->ndim, x->shape, xstr);
     const int64_t *strides[2] = {xstr, ostride};
     gt_cpu_iter it;
     gt_cpu_iter_init(&it, x->ndim, x->shape, 2, strides);
@@ -117,8 +117,8 @@ gt_status gt_cpu_max_backward(const gt_kernel_call *c, gt_error *err)
     GT_TRY(gt_cpu_want_f32(c, y, "y", err));
     GT_TRY(gt_cpu_want_f32(c, dy, "dy", err));
     GT_TRY(gt_cpu_want_f32(c, dx, "dx", err));
-    GT_TRY(gt_cpu_want_same_shape(c, x, "x", dx, "dx", err));
-    GT_TRY(gt_cpu_want_same_shape(c, y, "y", dy, "dy", err));
+    GT_TRY(gt_kernel_want_same_shape(c, x, "x", dx, "dx", err));
+    GT_TRY(gt_kernel_want_same_shape(c, y, "y", dy, "dy", err));
     int64_t ostride[GT_MAX_DIMS], count, xstr[GT_MAX_DIMS];
     GT_TRY(gt_cpu_reduce_layout(c, x, y, "y", ostride, &count, err));
     int64_t on = gt_tensor_numel(y);
@@ -128,7 +128,7 @@ gt_status gt_cpu_max_backward(const gt_kernel_call *c, gt_error *err)
                             (long long)on);
     /* Memory order of x is row-major order within each group, so the first match seen is the
      * first maximum. */
-    gt_cpu_contig_strides(x->ndim, x->shape, xstr);
+    gt_kernel_contig_strides(x->ndim, x->shape, xstr);
     const int64_t *strides[2] = {xstr, ostride};
     gt_cpu_iter it;
     gt_cpu_iter_init(&it, x->ndim, x->shape, 2, strides);
@@ -159,7 +159,7 @@ gt_status gt_cpu_sum_to(const gt_kernel_call *c, gt_error *err)
     int64_t ostride[GT_MAX_DIMS], ocontig[GT_MAX_DIMS];
     bool ok = out->ndim <= x->ndim && c->ne == out->ndim;
     int lead = x->ndim - out->ndim;
-    gt_cpu_contig_strides(out->ndim, out->shape, ocontig);
+    gt_kernel_contig_strides(out->ndim, out->shape, ocontig);
     for (int d = 0; ok && d < x->ndim; d++) {
         int od = d - lead;
         if (od < 0) {
@@ -177,7 +177,7 @@ gt_status gt_cpu_sum_to(const gt_kernel_call *c, gt_error *err)
     if (!ok) {
         char bx[128], bo[128];
         return gt_error_set(err, GT_ERR_SHAPE, "sum_to: cannot sum %s down to %s",
-                            gt_cpu_fmt(x, bx, sizeof bx), gt_cpu_fmt(out, bo, sizeof bo));
+                            gt_kernel_fmt(x, bx, sizeof bx), gt_kernel_fmt(out, bo, sizeof bo));
     }
     return gt_cpu_sum_strided(c, x, ostride, out->data, gt_tensor_numel(out), 1.0, err);
 }

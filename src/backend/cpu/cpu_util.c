@@ -5,100 +5,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const char *const gt_cpu_op_names[GT_OP_COUNT] = {
-#define X(E, name, nin, nout, flags, schema) [GT_OP_##E] = #name,
-#include "graphtrain/gt_ops.def"
-#undef X
-};
-
-const char *gt_cpu_op_name(gt_op op)
-{
-    return (unsigned)op < GT_OP_COUNT ? gt_cpu_op_names[op] : "?";
-}
-
-const char *gt_cpu_fmt(const gt_tensor *t, char *buf, size_t n)
-{
-    gt_tensor_format_type(t, buf, n);
-    return buf;
-}
-
 gt_status gt_cpu_want_f32(const gt_kernel_call *c, const gt_tensor *t, const char *what,
                           gt_error *err)
 {
     if (t->dtype == GT_F32) return GT_OK;
     char b[128];
     return gt_error_set(err, GT_ERR_SHAPE, "%s: %s is %s, expected a float tensor",
-                        gt_cpu_op_name(c->op), what, gt_cpu_fmt(t, b, sizeof b));
-}
-
-gt_status gt_cpu_want_index(const gt_kernel_call *c, const gt_tensor *t, const char *what,
-                            gt_error *err)
-{
-    if (t->dtype == GT_I32 || t->dtype == GT_I64) return GT_OK;
-    char b[128];
-    return gt_error_set(err, GT_ERR_SHAPE, "%s: %s is %s, expected i32 or i64",
-                        gt_cpu_op_name(c->op), what, gt_cpu_fmt(t, b, sizeof b));
-}
-
-gt_status gt_cpu_want_same_shape(const gt_kernel_call *c, const gt_tensor *a, const char *what_a,
-                                 const gt_tensor *b, const char *what_b, gt_error *err)
-{
-    bool same = a->ndim == b->ndim;
-    for (int d = 0; same && d < a->ndim; d++)
-        same = a->shape[d] == b->shape[d];
-    if (same) return GT_OK;
-    char ba[128], bb[128];
-    return gt_error_set(err, GT_ERR_SHAPE, "%s: %s is %s but %s is %s, expected the same shape",
-                        gt_cpu_op_name(c->op), what_a, gt_cpu_fmt(a, ba, sizeof ba), what_b,
-                        gt_cpu_fmt(b, bb, sizeof bb));
-}
-
-gt_status gt_cpu_want_rank(const gt_kernel_call *c, const gt_tensor *t, const char *what, int ndim,
-                           gt_error *err)
-{
-    if (t->ndim == ndim) return GT_OK;
-    char b[128];
-    return gt_error_set(err, GT_ERR_SHAPE, "%s: %s is %s, expected rank %d", gt_cpu_op_name(c->op),
-                        what, gt_cpu_fmt(t, b, sizeof b), ndim);
-}
-
-gt_status gt_cpu_want_same_dtype(const gt_kernel_call *c, const gt_tensor *a, const char *what_a,
-                                 const gt_tensor *b, const char *what_b, gt_error *err)
-{
-    if (a->dtype == b->dtype) return GT_OK;
-    return gt_error_set(err, GT_ERR_SHAPE, "%s: %s is %s but %s is %s, expected the same dtype",
-                        gt_cpu_op_name(c->op), what_a, gt_dtype_name(a->dtype), what_b,
-                        gt_dtype_name(b->dtype));
-}
-
-gt_status gt_cpu_want_attrs(const gt_kernel_call *c, int ni, int nf, int ne, gt_error *err)
-{
-    if (c->ni >= ni && c->nf >= nf && c->ne >= ne && (ni == 0 || c->i) && (nf == 0 || c->f) &&
-        (ne == 0 || c->e))
-        return GT_OK;
-    return gt_error_set(err, GT_ERR_INVALID,
-                        "%s: got %d int, %d float, %d expression attributes, expected at least "
-                        "%d, %d, %d",
-                        gt_cpu_op_name(c->op), c->ni, c->nf, c->ne, ni, nf, ne);
-}
-
-gt_status gt_cpu_norm_dim(const gt_kernel_call *c, int64_t dim, int ndim, int *out, gt_error *err)
-{
-    int64_t d = dim < 0 ? dim + ndim : dim;
-    if (d < 0 || d >= ndim)
-        return gt_error_set(err, GT_ERR_INVALID, "%s: dim %lld out of range for rank %d",
-                            gt_cpu_op_name(c->op), (long long)dim, ndim);
-    *out = (int)d;
-    return GT_OK;
-}
-
-void gt_cpu_contig_strides(int ndim, const int64_t *shape, int64_t *strides)
-{
-    int64_t s = 1;
-    for (int d = ndim - 1; d >= 0; d--) {
-        strides[d] = s;
-        s *= shape[d];
-    }
+                        gt_kernel_op_name(c->op), what, gt_kernel_fmt(t, b, sizeof b));
 }
 
 bool gt_cpu_broadcast_strides(int on, const int64_t *out, int xn, const int64_t *xs,
@@ -106,7 +19,7 @@ bool gt_cpu_broadcast_strides(int on, const int64_t *out, int xn, const int64_t 
 {
     if (xn > on) return false;
     int64_t xstr[GT_MAX_DIMS];
-    gt_cpu_contig_strides(xn, xs, xstr);
+    gt_kernel_contig_strides(xn, xs, xstr);
     for (int d = 0; d < on; d++) {
         int xd = d - (on - xn);
         if (xd < 0) {
@@ -194,9 +107,9 @@ gt_status gt_cpu_sum_strided(const gt_kernel_call *c, const gt_tensor *x, const 
     double *acc = calloc(out_numel > 0 ? (size_t)out_numel : 1, sizeof *acc);
     if (!acc)
         return gt_error_set(err, GT_ERR_NOMEM, "%s: out of memory for a %lld-element accumulator",
-                            gt_cpu_op_name(c->op), (long long)out_numel);
+                            gt_kernel_op_name(c->op), (long long)out_numel);
     int64_t xstr[GT_MAX_DIMS];
-    gt_cpu_contig_strides(x->ndim, x->shape, xstr);
+    gt_kernel_contig_strides(x->ndim, x->shape, xstr);
     const int64_t *strides[2] = {xstr, ostride};
     gt_cpu_iter it;
     gt_cpu_iter_init(&it, x->ndim, x->shape, 2, strides);

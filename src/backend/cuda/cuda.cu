@@ -9,17 +9,6 @@
 /* cuBLASLt workspace: enough for the algorithms the heuristic offers at llama shapes. */
 #define GT_CUDA_WORKSPACE (32u << 20)
 
-static const char *const gt_cuda_op_names[GT_OP_COUNT] = {
-#define X(E, name, nin, nout, flags, schema) #name,
-#include "graphtrain/gt_ops.def"
-#undef X
-};
-
-const char *gt_cuda_op_name(gt_op op)
-{
-    return (unsigned)op < GT_OP_COUNT ? gt_cuda_op_names[op] : "?";
-}
-
 typedef gt_status (*gt_cuda_kernel)(gt_cuda_stream *s, const gt_kernel_call *c, gt_error *err);
 
 typedef struct {
@@ -197,7 +186,7 @@ extern "C" gt_status gt_cuda_error_report(const unsigned long long *f, gt_error 
                            ? "target at row"
                            : "id at position";
     return gt_error_set(err, GT_ERR_INVALID, "%s: %s %llu is outside [0, %llu)%s",
-                        gt_cuda_op_name(op), what, f[1], f[2],
+                        gt_kernel_op_name(op), what, f[1], f[2],
                         op == GT_OP_CROSS_ENTROPY || op == GT_OP_CROSS_ENTROPY_BACKWARD
                             ? " and not the ignore_index"
                             : "");
@@ -270,7 +259,7 @@ extern "C" gt_status gt_cuda_tensor_download(gt_cuda_stream *s, const gt_tensor 
 gt_status gt_cuda_check(const gt_kernel_call *c, cudaError_t e, const char *what, gt_error *err)
 {
     if (e == cudaSuccess) return GT_OK;
-    return gt_error_set(err, GT_ERR_INTERNAL, "%s: %s: CUDA error %s", gt_cuda_op_name(c->op), what,
+    return gt_error_set(err, GT_ERR_INTERNAL, "%s: %s: CUDA error %s", gt_kernel_op_name(c->op), what,
                         cudaGetErrorString(e));
 }
 
@@ -285,7 +274,7 @@ gt_status gt_cuda_smem_limit(gt_cuda_stream *s, const gt_kernel_call *c, const v
     if (bytes > (size_t)s->smem_optin)
         return gt_error_set(err, GT_ERR_UNSUPPORTED,
                             "%s: a kernel needs %zu bytes of shared memory, the device allows %d",
-                            gt_cuda_op_name(c->op), bytes, s->smem_optin);
+                            gt_kernel_op_name(c->op), bytes, s->smem_optin);
     for (int i = 0; i < s->n_smem_raised; i++)
         if (s->smem_raised[i] == fn) return GT_OK;
     GT_TRY(gt_cuda_check(
@@ -307,10 +296,10 @@ gt_status gt_cuda_scratch(gt_cuda_stream *s, const gt_kernel_call *c, size_t byt
             return gt_error_set(err, GT_ERR_UNSUPPORTED,
                                 "%s: needs %zu bytes of scratch during CUDA graph capture, %zu "
                                 "reserved (run the step once before capturing it)",
-                                gt_cuda_op_name(c->op), bytes, s->scratch_bytes);
+                                gt_kernel_op_name(c->op), bytes, s->scratch_bytes);
         size_t grow = bytes > 2 * s->scratch_bytes ? bytes : 2 * s->scratch_bytes;
         gt_status st = gt_cuda_stream_reserve(s, grow, err);
-        if (st != GT_OK) return gt_error_wrap(err, "%s: scratch", gt_cuda_op_name(c->op));
+        if (st != GT_OK) return gt_error_wrap(err, "%s: scratch", gt_kernel_op_name(c->op));
     }
     *out = s->scratch;
     return GT_OK;
@@ -324,80 +313,13 @@ unsigned gt_cuda_blocks(int64_t n)
     return (unsigned)b;
 }
 
-static const char *gt_cuda_fmt(const gt_tensor *t, char *buf, size_t n)
-{
-    gt_tensor_format_type(t, buf, n);
-    return buf;
-}
-
-gt_status gt_cuda_want_float(const gt_kernel_call *c, const gt_tensor *t, const char *what,
-                             gt_error *err)
-{
-    if (gt_dtype_is_float(t->dtype)) return GT_OK;
-    char b[128];
-    return gt_error_set(err, GT_ERR_SHAPE, "%s: %s is %s, expected a float tensor",
-                        gt_cuda_op_name(c->op), what, gt_cuda_fmt(t, b, sizeof b));
-}
-
-gt_status gt_cuda_want_index(const gt_kernel_call *c, const gt_tensor *t, const char *what,
-                             gt_error *err)
-{
-    if (t->dtype == GT_I32 || t->dtype == GT_I64) return GT_OK;
-    char b[128];
-    return gt_error_set(err, GT_ERR_SHAPE, "%s: %s is %s, expected i32 or i64",
-                        gt_cuda_op_name(c->op), what, gt_cuda_fmt(t, b, sizeof b));
-}
-
-gt_status gt_cuda_want_same_shape(const gt_kernel_call *c, const gt_tensor *a, const char *wa,
-                                  const gt_tensor *b, const char *wb, gt_error *err)
-{
-    bool same = a->ndim == b->ndim;
-    for (int d = 0; same && d < a->ndim; d++)
-        same = a->shape[d] == b->shape[d];
-    if (same) return GT_OK;
-    char ba[128], bb[128];
-    return gt_error_set(err, GT_ERR_SHAPE, "%s: %s is %s but %s is %s, expected the same shape",
-                        gt_cuda_op_name(c->op), wa, gt_cuda_fmt(a, ba, sizeof ba), wb,
-                        gt_cuda_fmt(b, bb, sizeof bb));
-}
-
-gt_status gt_cuda_want_attrs(const gt_kernel_call *c, int ni, int nf, int ne, gt_error *err)
-{
-    if (c->ni >= ni && c->nf >= nf && c->ne >= ne && (ni == 0 || c->i) && (nf == 0 || c->f) &&
-        (ne == 0 || c->e))
-        return GT_OK;
-    return gt_error_set(err, GT_ERR_INVALID,
-                        "%s: got %d int, %d float, %d expression attributes, expected at least "
-                        "%d, %d, %d",
-                        gt_cuda_op_name(c->op), c->ni, c->nf, c->ne, ni, nf, ne);
-}
-
-gt_status gt_cuda_norm_dim(const gt_kernel_call *c, int64_t dim, int ndim, int *out, gt_error *err)
-{
-    int64_t d = dim < 0 ? dim + ndim : dim;
-    if (d < 0 || d >= ndim)
-        return gt_error_set(err, GT_ERR_INVALID, "%s: dim %lld out of range for rank %d",
-                            gt_cuda_op_name(c->op), (long long)dim, ndim);
-    *out = (int)d;
-    return GT_OK;
-}
-
 gt_status gt_cuda_shape_error(const gt_kernel_call *c, const char *what, gt_error *err)
 {
     char bi[128] = "none", bo[128] = "none";
-    if (c->n_in > 0) gt_cuda_fmt(c->in[0], bi, sizeof bi);
-    if (c->n_out > 0) gt_cuda_fmt(c->out[0], bo, sizeof bo);
+    if (c->n_in > 0) gt_kernel_fmt(c->in[0], bi, sizeof bi);
+    if (c->n_out > 0) gt_kernel_fmt(c->out[0], bo, sizeof bo);
     return gt_error_set(err, GT_ERR_SHAPE, "%s: %s (input 0 %s, output 0 %s)",
-                        gt_cuda_op_name(c->op), what, bi, bo);
-}
-
-void gt_cuda_contig_strides(int ndim, const int64_t *shape, int64_t *strides)
-{
-    int64_t s = 1;
-    for (int d = ndim - 1; d >= 0; d--) {
-        strides[d] = s;
-        s *= shape[d];
-    }
+                        gt_kernel_op_name(c->op), what, bi, bo);
 }
 
 bool gt_cuda_broadcast_strides(int on, const int64_t *out, int xn, const int64_t *xs,
@@ -405,7 +327,7 @@ bool gt_cuda_broadcast_strides(int on, const int64_t *out, int xn, const int64_t
 {
     if (xn > on) return false;
     int64_t xstr[GT_MAX_DIMS];
-    gt_cuda_contig_strides(xn, xs, xstr);
+    gt_kernel_contig_strides(xn, xs, xstr);
     for (int d = 0; d < on; d++) {
         int xd = d - (on - xn);
         if (xd < 0 || (xs[xd] == 1 && out[d] != 1)) {
@@ -427,9 +349,9 @@ extern "C" gt_status gt_cuda_run_kernel(const gt_kernel_call *c, void *stream, g
         return gt_error_set(err, GT_ERR_INVALID, "cuda kernel: unknown op %d", c ? (int)c->op : -1);
     if (!stream)
         return gt_error_set(err, GT_ERR_INVALID, "%s: no gt_cuda_stream given",
-                            gt_cuda_op_name(c->op));
+                            gt_kernel_op_name(c->op));
     const gt_cuda_entry *e = &gt_cuda_table[c->op];
-    const char *name = gt_cuda_op_name(c->op);
+    const char *name = gt_kernel_op_name(c->op);
     bool in_ok = e->n_in >= 0 ? c->n_in == e->n_in : c->n_in >= 1 && c->n_in <= GT_MAX_IN;
     bool out_ok = e->n_out >= 0 ? c->n_out == e->n_out : c->n_out >= 1 && c->n_out <= GT_MAX_OUT;
     if (!in_ok || !out_ok)

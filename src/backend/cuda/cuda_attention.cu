@@ -272,11 +272,11 @@ __global__ void __launch_bounds__(GT_ATT_THREADS)
 
 static gt_status gt_cuda_att_shapes(const gt_kernel_call *c, gt_att *a, gt_error *err)
 {
-    GT_TRY(gt_cuda_want_attrs(c, 1, 1, 0, err));
+    GT_TRY(gt_kernel_want_attrs(c, 1, 1, 0, err));
     const gt_tensor *q = c->in[0], *k = c->in[1], *v = c->in[2];
-    GT_TRY(gt_cuda_want_float(c, q, "q", err));
-    GT_TRY(gt_cuda_want_float(c, k, "k", err));
-    GT_TRY(gt_cuda_want_float(c, v, "v", err));
+    GT_TRY(gt_kernel_want_float(c, q, "q", err));
+    GT_TRY(gt_kernel_want_float(c, k, "k", err));
+    GT_TRY(gt_kernel_want_float(c, v, "v", err));
     if (q->ndim != 4 || k->ndim != 4 || v->ndim != 4)
         return gt_cuda_shape_error(c, "q, k, v must have rank 4", err);
     *a = (gt_att){q->shape[0], q->shape[1], k->shape[1],  q->shape[2],   k->shape[2],
@@ -291,10 +291,10 @@ static gt_status gt_cuda_att_shapes(const gt_kernel_call *c, gt_att *a, gt_error
         return gt_error_set(err, GT_ERR_INVALID,
                             "%s: causal attention needs as many queries as keys, got s = %lld, "
                             "t = %lld",
-                            gt_cuda_op_name(c->op), (long long)a->s, (long long)a->t);
+                            gt_kernel_op_name(c->op), (long long)a->s, (long long)a->t);
     if (a->b * a->hq > 65535 || a->b * a->hkv > 65535)
         return gt_error_set(err, GT_ERR_UNSUPPORTED, "%s: batch * heads above 65535",
-                            gt_cuda_op_name(c->op));
+                            gt_kernel_op_name(c->op));
     return GT_OK;
 }
 
@@ -302,14 +302,14 @@ static gt_status gt_cuda_att_want(const gt_kernel_call *c, const gt_tensor *t, c
                                   const gt_att *a, int64_t h, int64_t n, int64_t last,
                                   gt_error *err)
 {
-    GT_TRY(gt_cuda_want_float(c, t, what, err));
+    GT_TRY(gt_kernel_want_float(c, t, what, err));
     int rank = last < 0 ? 3 : 4;
     bool ok = t->ndim == rank && t->shape[0] == a->b && t->shape[1] == h && t->shape[2] == n &&
               (rank == 3 || t->shape[3] == last);
     if (ok) return GT_OK;
     return gt_error_set(err, GT_ERR_SHAPE,
                         "%s: %s has the wrong shape, expected [%lld, %lld, %lld%s%lld]",
-                        gt_cuda_op_name(c->op), what, (long long)a->b, (long long)h, (long long)n,
+                        gt_kernel_op_name(c->op), what, (long long)a->b, (long long)h, (long long)n,
                         rank == 4 ? ", " : "", rank == 4 ? (long long)last : 0LL);
 }
 
@@ -321,7 +321,7 @@ static gt_status gt_cuda_att_smem(gt_cuda_stream *s, const gt_kernel_call *c, co
         return gt_error_set(err, GT_ERR_UNSUPPORTED,
                             "%s: head dims d = %lld, dv = %lld need %zu bytes of shared memory, "
                             "the device allows %d",
-                            gt_cuda_op_name(c->op), (long long)a->d, (long long)a->dv, bytes,
+                            gt_kernel_op_name(c->op), (long long)a->d, (long long)a->dv, bytes,
                             s->smem_optin);
     return gt_cuda_smem_limit(s, c, fn, bytes, err);
 }

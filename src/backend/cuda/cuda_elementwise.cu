@@ -169,9 +169,9 @@ static gt_status gt_cuda_binary(gt_cuda_stream *s, const gt_kernel_call *c, gt_e
 {
     const gt_tensor *a = c->in[0], *b = c->in[1];
     gt_tensor *out = c->out[0];
-    GT_TRY(gt_cuda_want_float(c, a, "input 0", err));
-    GT_TRY(gt_cuda_want_float(c, b, "input 1", err));
-    GT_TRY(gt_cuda_want_float(c, out, "output", err));
+    GT_TRY(gt_kernel_want_float(c, a, "input 0", err));
+    GT_TRY(gt_kernel_want_float(c, b, "input 1", err));
+    GT_TRY(gt_kernel_want_float(c, out, "output", err));
     gt_cuda_index ix;
     memset(&ix, 0, sizeof ix);
     int rank = a->ndim > b->ndim ? a->ndim : b->ndim;
@@ -307,16 +307,16 @@ static gt_status gt_cuda_unary(gt_cuda_stream *s, const gt_kernel_call *c, gt_er
 {
     const gt_tensor *x = c->in[0];
     gt_tensor *out = c->out[0];
-    GT_TRY(gt_cuda_want_float(c, x, "input", err));
-    GT_TRY(gt_cuda_want_float(c, out, "output", err));
-    GT_TRY(gt_cuda_want_same_shape(c, x, "input", out, "output", err));
+    GT_TRY(gt_kernel_want_float(c, x, "input", err));
+    GT_TRY(gt_kernel_want_float(c, out, "output", err));
+    GT_TRY(gt_kernel_want_same_shape(c, x, "input", out, "output", err));
     float a = 0.0f, lo = 0.0f, hi = 0.0f;
     if (c->op == GT_OP_SCALE || c->op == GT_OP_ADD_SCALAR) {
-        GT_TRY(gt_cuda_want_attrs(c, 0, 1, 0, err));
+        GT_TRY(gt_kernel_want_attrs(c, 0, 1, 0, err));
         a = (float)c->f[0];
     }
     if (c->op == GT_OP_CLAMP) {
-        GT_TRY(gt_cuda_want_attrs(c, 0, 2, 0, err));
+        GT_TRY(gt_kernel_want_attrs(c, 0, 2, 0, err));
         if (isnan(c->f[0]) || isnan(c->f[1]) || c->f[0] > c->f[1])
             return gt_error_set(err, GT_ERR_INVALID,
                                 "clamp: bounds must satisfy min <= max, got [%g, %g]", c->f[0],
@@ -450,10 +450,10 @@ gt_status gt_cuda_adamw(gt_cuda_stream *s, const gt_kernel_call *c, gt_error *er
     static const char *const in_names[6] = {"param",      "grad",    "exp_avg",
                                             "exp_avg_sq", "scalars", "clip"};
     static const char *const out_names[3] = {"param'", "exp_avg'", "exp_avg_sq'"};
-    GT_TRY(gt_cuda_want_attrs(c, 0, 4, 0, err));
-    GT_TRY(gt_cuda_want_float(c, c->in[0], in_names[0], err));
-    GT_TRY(gt_cuda_want_float(c, c->in[1], in_names[1], err));
-    GT_TRY(gt_cuda_want_float(c, c->out[0], out_names[0], err));
+    GT_TRY(gt_kernel_want_attrs(c, 0, 4, 0, err));
+    GT_TRY(gt_kernel_want_float(c, c->in[0], in_names[0], err));
+    GT_TRY(gt_kernel_want_float(c, c->in[1], in_names[1], err));
+    GT_TRY(gt_kernel_want_float(c, c->out[0], out_names[0], err));
     for (int k = 2; k < 6; k++)
         if (c->in[k]->dtype != GT_F32)
             return gt_error_set(err, GT_ERR_SHAPE, "adamw: %s is %s, expected f32", in_names[k],
@@ -464,9 +464,9 @@ gt_status gt_cuda_adamw(gt_cuda_stream *s, const gt_kernel_call *c, gt_error *er
                                 gt_dtype_name(c->out[k]->dtype));
     const gt_tensor *p = c->in[0];
     for (int k = 1; k < 4; k++)
-        GT_TRY(gt_cuda_want_same_shape(c, p, in_names[0], c->in[k], in_names[k], err));
+        GT_TRY(gt_kernel_want_same_shape(c, p, in_names[0], c->in[k], in_names[k], err));
     for (int k = 0; k < 3; k++)
-        GT_TRY(gt_cuda_want_same_shape(c, p, in_names[0], c->out[k], out_names[k], err));
+        GT_TRY(gt_kernel_want_same_shape(c, p, in_names[0], c->out[k], out_names[k], err));
     if (gt_tensor_numel(c->in[4]) != 3 || gt_tensor_numel(c->in[5]) != 1)
         return gt_error_set(err, GT_ERR_SHAPE, "adamw: scalars must have 3 elements and clip 1");
     double beta1 = c->f[0], beta2 = c->f[1], eps = c->f[2], wd = c->f[3];
@@ -597,13 +597,13 @@ static bool gt_is_float_dt(int dt)
 
 gt_status gt_cuda_cast(gt_cuda_stream *s, const gt_kernel_call *c, gt_error *err)
 {
-    GT_TRY(gt_cuda_want_attrs(c, 1, 0, 0, err));
+    GT_TRY(gt_kernel_want_attrs(c, 1, 0, 0, err));
     const gt_tensor *x = c->in[0];
     gt_tensor *out = c->out[0];
     if (c->i[0] != (int64_t)out->dtype)
         return gt_error_set(err, GT_ERR_SHAPE, "cast: attribute dtype %lld but output is %s",
                             (long long)c->i[0], gt_dtype_name(out->dtype));
-    GT_TRY(gt_cuda_want_same_shape(c, x, "input", out, "output", err));
+    GT_TRY(gt_kernel_want_same_shape(c, x, "input", out, "output", err));
     int64_t n = gt_tensor_numel(x);
     if (n == 0) return GT_OK;
     if (x->dtype == out->dtype) {
@@ -655,7 +655,7 @@ __global__ void gt_k_fill_vec(int64_t n16, int n_tail, uint4 pattern, uint8_t *o
 
 gt_status gt_cuda_full(gt_cuda_stream *s, const gt_kernel_call *c, gt_error *err)
 {
-    GT_TRY(gt_cuda_want_attrs(c, 1, 1, 0, err));
+    GT_TRY(gt_kernel_want_attrs(c, 1, 1, 0, err));
     gt_tensor *out = c->out[0];
     if (c->i[0] != (int64_t)out->dtype)
         return gt_error_set(err, GT_ERR_SHAPE, "full: attribute dtype %lld but output is %s",

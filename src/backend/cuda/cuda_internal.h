@@ -12,6 +12,7 @@
 #define GRAPHTRAIN_CUDA_INTERNAL_H
 
 #include "graphtrain/gt_cuda.h"
+#include "backend/kernel_check.h"
 
 #include <cublasLt.h>
 #include <cuda_bf16.h>
@@ -56,8 +57,6 @@ struct gt_cuda_stream {
 #include "graphtrain/gt_ops.def"
 #undef X
 
-const char *gt_cuda_op_name(gt_op op);
-
 /* ---------------------------------------------------------------- host-side helpers */
 
 /* GT_ERR_INTERNAL "<op>: <what>: <cuda error string>" unless e == cudaSuccess. */
@@ -75,16 +74,7 @@ gt_status gt_cuda_smem_limit(gt_cuda_stream *s, const gt_kernel_call *c, const v
 /* Blocks for a grid-stride loop over n items. */
 unsigned gt_cuda_blocks(int64_t n);
 
-gt_status gt_cuda_want_float(const gt_kernel_call *c, const gt_tensor *t, const char *what,
-                             gt_error *err);
-gt_status gt_cuda_want_index(const gt_kernel_call *c, const gt_tensor *t, const char *what,
-                             gt_error *err);
-gt_status gt_cuda_want_same_shape(const gt_kernel_call *c, const gt_tensor *a, const char *wa,
-                                  const gt_tensor *b, const char *wb, gt_error *err);
-gt_status gt_cuda_want_attrs(const gt_kernel_call *c, int ni, int nf, int ne, gt_error *err);
-gt_status gt_cuda_norm_dim(const gt_kernel_call *c, int64_t dim, int ndim, int *out, gt_error *err);
 gt_status gt_cuda_shape_error(const gt_kernel_call *c, const char *what, gt_error *err);
-void gt_cuda_contig_strides(int ndim, const int64_t *shape, int64_t *strides);
 bool gt_cuda_broadcast_strides(int on, const int64_t *out, int xn, const int64_t *xs,
                                int64_t *strides);
 

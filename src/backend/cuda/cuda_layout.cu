@@ -184,7 +184,7 @@ static gt_status gt_cuda_gather(gt_cuda_stream *s, const gt_kernel_call *c, cons
         if (cst[d] == 1) bdim = d;
     if (bdim >= 0) {
         int64_t ost[GT_MAX_DIMS];
-        gt_cuda_contig_strides(m, cs, ost);
+        gt_kernel_contig_strides(m, cs, ost);
         gt_tile_desc t;
         memset(&t, 0, sizeof t);
         for (int d = 0; d < m - 1; d++) {
@@ -224,7 +224,7 @@ static gt_status gt_cuda_same_dtype(const gt_kernel_call *c, const gt_tensor *a,
 {
     if (a->dtype == b->dtype) return GT_OK;
     return gt_error_set(err, GT_ERR_SHAPE, "%s: input is %s but output is %s, expected the same",
-                        gt_cuda_op_name(c->op), gt_dtype_name(a->dtype), gt_dtype_name(b->dtype));
+                        gt_kernel_op_name(c->op), gt_dtype_name(a->dtype), gt_dtype_name(b->dtype));
 }
 
 static bool gt_cuda_out_matches_e(const gt_kernel_call *c, const gt_tensor *out)
@@ -269,7 +269,7 @@ static gt_status gt_cuda_permute_by(gt_cuda_stream *s, const gt_kernel_call *c, 
     GT_TRY(gt_cuda_same_dtype(c, x, out, err));
     if (out->ndim != x->ndim) return gt_cuda_shape_error(c, "rank mismatch", err);
     int64_t xstr[GT_MAX_DIMS], g[GT_MAX_DIMS];
-    gt_cuda_contig_strides(x->ndim, x->shape, xstr);
+    gt_kernel_contig_strides(x->ndim, x->shape, xstr);
     for (int k = 0; k < x->ndim; k++) {
         if (out->shape[k] != x->shape[perm[k]])
             return gt_cuda_shape_error(c, "output is not the permuted input", err);
@@ -280,10 +280,10 @@ static gt_status gt_cuda_permute_by(gt_cuda_stream *s, const gt_kernel_call *c, 
 
 gt_status gt_cuda_transpose(gt_cuda_stream *s, const gt_kernel_call *c, gt_error *err)
 {
-    GT_TRY(gt_cuda_want_attrs(c, 2, 0, 0, err));
+    GT_TRY(gt_kernel_want_attrs(c, 2, 0, 0, err));
     int rank = c->in[0]->ndim, d0, d1, perm[GT_MAX_DIMS];
-    GT_TRY(gt_cuda_norm_dim(c, c->i[0], rank, &d0, err));
-    GT_TRY(gt_cuda_norm_dim(c, c->i[1], rank, &d1, err));
+    GT_TRY(gt_kernel_norm_dim(c, c->i[0], rank, &d0, err));
+    GT_TRY(gt_kernel_norm_dim(c, c->i[1], rank, &d1, err));
     for (int k = 0; k < rank; k++)
         perm[k] = k;
     perm[d0] = d1;
@@ -299,30 +299,12 @@ gt_status gt_cuda_permute(gt_cuda_stream *s, const gt_kernel_call *c, gt_error *
         return gt_error_set(err, GT_ERR_INVALID, "permute: %d perm entries for rank %d", c->ni,
                             rank);
     for (int k = 0; k < rank; k++) {
-        GT_TRY(gt_cuda_norm_dim(c, c->i[k], rank, &perm[k], err));
+        GT_TRY(gt_kernel_norm_dim(c, c->i[k], rank, &perm[k], err));
         if (seen[perm[k]])
             return gt_error_set(err, GT_ERR_INVALID, "permute: dim %d appears twice", perm[k]);
         seen[perm[k]] = true;
     }
     return gt_cuda_permute_by(s, c, perm, err);
-}
-
-static void gt_cuda_outer_inner(const gt_tensor *t, int dim, int64_t *outer, int64_t *inner)
-{
-    *outer = 1;
-    *inner = 1;
-    for (int d = 0; d < dim; d++)
-        *outer *= t->shape[d];
-    for (int d = dim + 1; d < t->ndim; d++)
-        *inner *= t->shape[d];
-}
-
-static bool gt_cuda_same_but(const gt_tensor *a, const gt_tensor *b, int dim)
-{
-    if (a->ndim != b->ndim) return false;
-    for (int d = 0; d < a->ndim; d++)
-        if (d != dim && a->shape[d] != b->shape[d]) return false;
-    return true;
 }
 
 /* For each of `outer` blocks, copies n * inner elements from src (dim extent src_dim, starting at
@@ -343,64 +325,64 @@ static gt_status gt_cuda_copy_blocks(gt_cuda_stream *s, const gt_kernel_call *c,
 
 gt_status gt_cuda_slice(gt_cuda_stream *s, const gt_kernel_call *c, gt_error *err)
 {
-    GT_TRY(gt_cuda_want_attrs(c, 1, 0, 2, err));
+    GT_TRY(gt_kernel_want_attrs(c, 1, 0, 2, err));
     const gt_tensor *x = c->in[0];
     gt_tensor *out = c->out[0];
     GT_TRY(gt_cuda_same_dtype(c, x, out, err));
     int dim;
-    GT_TRY(gt_cuda_norm_dim(c, c->i[0], x->ndim, &dim, err));
+    GT_TRY(gt_kernel_norm_dim(c, c->i[0], x->ndim, &dim, err));
     int64_t start = c->e[0], end = c->e[1];
     if (start < 0 || end < start || end > x->shape[dim])
         return gt_error_set(err, GT_ERR_INVALID, "slice: [%lld, %lld) outside dim %d of size %lld",
                             (long long)start, (long long)end, dim, (long long)x->shape[dim]);
-    if (!gt_cuda_same_but(x, out, dim) || out->shape[dim] != end - start)
+    if (!gt_kernel_same_but(x, out, dim) || out->shape[dim] != end - start)
         return gt_cuda_shape_error(c, "output does not fit the slice", err);
     int64_t outer, inner;
-    gt_cuda_outer_inner(x, dim, &outer, &inner);
+    gt_kernel_outer_inner(x, dim, &outer, &inner);
     return gt_cuda_copy_blocks(s, c, out->data, end - start, 0, x->data, x->shape[dim], start,
                                end - start, outer, inner, gt_dtype_size(x->dtype), err);
 }
 
 gt_status gt_cuda_slice_backward(gt_cuda_stream *s, const gt_kernel_call *c, gt_error *err)
 {
-    GT_TRY(gt_cuda_want_attrs(c, 1, 0, 3, err));
+    GT_TRY(gt_kernel_want_attrs(c, 1, 0, 3, err));
     const gt_tensor *dy = c->in[0];
     gt_tensor *out = c->out[0];
     GT_TRY(gt_cuda_same_dtype(c, dy, out, err));
     int dim;
-    GT_TRY(gt_cuda_norm_dim(c, c->i[0], dy->ndim, &dim, err));
+    GT_TRY(gt_kernel_norm_dim(c, c->i[0], dy->ndim, &dim, err));
     int64_t start = c->e[0], end = c->e[1], size = c->e[2];
     if (start < 0 || end < start || end > size)
         return gt_error_set(err, GT_ERR_INVALID,
                             "slice_backward: [%lld, %lld) outside dim %d of size %lld",
                             (long long)start, (long long)end, dim, (long long)size);
-    if (!gt_cuda_same_but(dy, out, dim) || dy->shape[dim] != end - start || out->shape[dim] != size)
+    if (!gt_kernel_same_but(dy, out, dim) || dy->shape[dim] != end - start || out->shape[dim] != size)
         return gt_cuda_shape_error(c, "output does not fit the slice", err);
     if (gt_tensor_nbytes(out) > 0)
         GT_TRY(gt_cuda_check(c, cudaMemsetAsync(out->data, 0, gt_tensor_nbytes(out), s->stream),
                              "memset", err));
     int64_t outer, inner;
-    gt_cuda_outer_inner(out, dim, &outer, &inner);
+    gt_kernel_outer_inner(out, dim, &outer, &inner);
     return gt_cuda_copy_blocks(s, c, out->data, size, start, dy->data, end - start, 0, end - start,
                                outer, inner, gt_dtype_size(dy->dtype), err);
 }
 
 gt_status gt_cuda_concat(gt_cuda_stream *s, const gt_kernel_call *c, gt_error *err)
 {
-    GT_TRY(gt_cuda_want_attrs(c, 1, 0, 0, err));
+    GT_TRY(gt_kernel_want_attrs(c, 1, 0, 0, err));
     gt_tensor *out = c->out[0];
     int dim;
-    GT_TRY(gt_cuda_norm_dim(c, c->i[0], out->ndim, &dim, err));
+    GT_TRY(gt_kernel_norm_dim(c, c->i[0], out->ndim, &dim, err));
     int64_t total = 0;
     for (int k = 0; k < c->n_in; k++) {
         GT_TRY(gt_cuda_same_dtype(c, c->in[k], out, err));
-        if (!gt_cuda_same_but(c->in[k], out, dim))
+        if (!gt_kernel_same_but(c->in[k], out, dim))
             return gt_cuda_shape_error(c, "an input does not fit the output", err);
         total += c->in[k]->shape[dim];
     }
     if (total != out->shape[dim]) return gt_cuda_shape_error(c, "sizes do not add up", err);
     int64_t outer, inner, off = 0;
-    gt_cuda_outer_inner(out, dim, &outer, &inner);
+    gt_kernel_outer_inner(out, dim, &outer, &inner);
     for (int k = 0; k < c->n_in; k++) {
         int64_t n = c->in[k]->shape[dim];
         GT_TRY(gt_cuda_copy_blocks(s, c, out->data, total, off, c->in[k]->data, n, 0, n, outer,
@@ -412,22 +394,22 @@ gt_status gt_cuda_concat(gt_cuda_stream *s, const gt_kernel_call *c, gt_error *e
 
 gt_status gt_cuda_split(gt_cuda_stream *s, const gt_kernel_call *c, gt_error *err)
 {
-    GT_TRY(gt_cuda_want_attrs(c, 1, 0, 0, err));
+    GT_TRY(gt_kernel_want_attrs(c, 1, 0, 0, err));
     const gt_tensor *x = c->in[0];
     int dim;
-    GT_TRY(gt_cuda_norm_dim(c, c->i[0], x->ndim, &dim, err));
+    GT_TRY(gt_kernel_norm_dim(c, c->i[0], x->ndim, &dim, err));
     if (c->ne != c->n_out)
         return gt_error_set(err, GT_ERR_INVALID, "split: %d sizes but %d outputs", c->ne, c->n_out);
     int64_t total = 0;
     for (int k = 0; k < c->n_out; k++) {
         GT_TRY(gt_cuda_same_dtype(c, x, c->out[k], err));
-        if (!gt_cuda_same_but(c->out[k], x, dim) || c->out[k]->shape[dim] != c->e[k])
+        if (!gt_kernel_same_but(c->out[k], x, dim) || c->out[k]->shape[dim] != c->e[k])
             return gt_cuda_shape_error(c, "an output does not fit the sizes", err);
         total += c->e[k];
     }
     if (total != x->shape[dim]) return gt_cuda_shape_error(c, "sizes do not add up", err);
     int64_t outer, inner, off = 0;
-    gt_cuda_outer_inner(x, dim, &outer, &inner);
+    gt_kernel_outer_inner(x, dim, &outer, &inner);
     for (int k = 0; k < c->n_out; k++) {
         int64_t n = c->e[k];
         GT_TRY(gt_cuda_copy_blocks(s, c, c->out[k]->data, n, 0, x->data, total, off, n, outer,
@@ -476,7 +458,7 @@ gt_status gt_cuda_embedding(gt_cuda_stream *s, const gt_kernel_call *c, gt_error
 {
     const gt_tensor *w = c->in[0], *ids = c->in[1];
     gt_tensor *out = c->out[0];
-    GT_TRY(gt_cuda_want_index(c, ids, "ids", err));
+    GT_TRY(gt_kernel_want_index(c, ids, "ids", err));
     GT_TRY(gt_cuda_same_dtype(c, w, out, err));
     if (w->ndim != 2) return gt_cuda_shape_error(c, "w must be [V, D]", err);
     int64_t vocab = w->shape[0], d = w->shape[1];
@@ -640,12 +622,12 @@ __global__ void __launch_bounds__(GT_EMB_THREADS)
 
 gt_status gt_cuda_embedding_backward(gt_cuda_stream *s, const gt_kernel_call *c, gt_error *err)
 {
-    GT_TRY(gt_cuda_want_attrs(c, 0, 0, 1, err));
+    GT_TRY(gt_kernel_want_attrs(c, 0, 0, 1, err));
     const gt_tensor *ids = c->in[0], *dy = c->in[1];
     gt_tensor *dw = c->out[0];
-    GT_TRY(gt_cuda_want_index(c, ids, "ids", err));
-    GT_TRY(gt_cuda_want_float(c, dy, "dy", err));
-    GT_TRY(gt_cuda_want_float(c, dw, "dw", err));
+    GT_TRY(gt_kernel_want_index(c, ids, "ids", err));
+    GT_TRY(gt_kernel_want_float(c, dy, "dy", err));
+    GT_TRY(gt_kernel_want_float(c, dw, "dw", err));
     if (dw->ndim != 2) return gt_cuda_shape_error(c, "dw must be [V, D]", err);
     int64_t vocab = dw->shape[0], d = dw->shape[1];
     bool ok = vocab == c->e[0] && dy->ndim == ids->ndim + 1 && dy->shape[ids->ndim] == d;

@@ -26,7 +26,7 @@ static gt_status gt_lt_check(const gt_kernel_call *c, cublasStatus_t st, const c
 {
     if (st == CUBLAS_STATUS_SUCCESS) return GT_OK;
     return gt_error_set(err, GT_ERR_INTERNAL, "%s: cuBLASLt %s failed: status %d",
-                        gt_cuda_op_name(c->op), what, (int)st);
+                        gt_kernel_op_name(c->op), what, (int)st);
 }
 
 typedef struct {
@@ -165,12 +165,12 @@ static gt_status gt_cuda_gemm(gt_cuda_stream *s, const gt_kernel_call *c, const 
 
 gt_status gt_cuda_matmul(gt_cuda_stream *s, const gt_kernel_call *c, gt_error *err)
 {
-    GT_TRY(gt_cuda_want_attrs(c, 2, 0, 0, err));
+    GT_TRY(gt_kernel_want_attrs(c, 2, 0, 0, err));
     const gt_tensor *a = c->in[0], *b = c->in[1];
     gt_tensor *out = c->out[0];
-    GT_TRY(gt_cuda_want_float(c, a, "a", err));
-    GT_TRY(gt_cuda_want_float(c, b, "b", err));
-    GT_TRY(gt_cuda_want_float(c, out, "output", err));
+    GT_TRY(gt_kernel_want_float(c, a, "a", err));
+    GT_TRY(gt_kernel_want_float(c, b, "b", err));
+    GT_TRY(gt_kernel_want_float(c, out, "output", err));
     bool ta = c->i[0] != 0, tb = c->i[1] != 0;
     int ra = a->ndim, rb = b->ndim;
     if (ra < 2 || rb < 2 || (rb != 2 && rb != ra))

@@ -321,9 +321,9 @@ __global__ void gt_k_rms_dw_finish(int64_t d, int64_t chunks, const double *part
 static gt_status gt_cuda_norm_shapes(const gt_kernel_call *c, const gt_tensor *x,
                                      const gt_tensor *w, int64_t *d, int64_t *rows, gt_error *err)
 {
-    GT_TRY(gt_cuda_want_float(c, x, "x", err));
-    GT_TRY(gt_cuda_want_float(c, w, "w", err));
-    GT_TRY(gt_cuda_want_attrs(c, 0, 1, 0, err));
+    GT_TRY(gt_kernel_want_float(c, x, "x", err));
+    GT_TRY(gt_kernel_want_float(c, w, "w", err));
+    GT_TRY(gt_kernel_want_attrs(c, 0, 1, 0, err));
     if (x->ndim < 1 || w->ndim != 1 || w->shape[0] != x->shape[x->ndim - 1])
         return gt_cuda_shape_error(c, "w must be [last dim of x]", err);
     *d = w->shape[0];
@@ -337,8 +337,8 @@ gt_status gt_cuda_rms_norm(gt_cuda_stream *s, const gt_kernel_call *c, gt_error 
     gt_tensor *y = c->out[0];
     int64_t d = 0, rows = 0;
     GT_TRY(gt_cuda_norm_shapes(c, x, w, &d, &rows, err));
-    GT_TRY(gt_cuda_want_float(c, y, "output", err));
-    GT_TRY(gt_cuda_want_same_shape(c, x, "x", y, "output", err));
+    GT_TRY(gt_kernel_want_float(c, y, "output", err));
+    GT_TRY(gt_kernel_want_same_shape(c, x, "x", y, "output", err));
     if (rows == 0) return GT_OK;
     const gt_tensor *ts[3] = {x, w, y};
     unsigned nt = gt_rms_fast_threads(d, ts, 3, 1024);
@@ -359,12 +359,12 @@ gt_status gt_cuda_rms_norm_backward(gt_cuda_stream *s, const gt_kernel_call *c, 
     gt_tensor *dx = c->out[0], *dw = c->out[1];
     int64_t d = 0, rows = 0;
     GT_TRY(gt_cuda_norm_shapes(c, x, w, &d, &rows, err));
-    GT_TRY(gt_cuda_want_float(c, dy, "dy", err));
-    GT_TRY(gt_cuda_want_float(c, dx, "dx", err));
-    GT_TRY(gt_cuda_want_float(c, dw, "dw", err));
-    GT_TRY(gt_cuda_want_same_shape(c, x, "x", dy, "dy", err));
-    GT_TRY(gt_cuda_want_same_shape(c, x, "x", dx, "dx", err));
-    GT_TRY(gt_cuda_want_same_shape(c, w, "w", dw, "dw", err));
+    GT_TRY(gt_kernel_want_float(c, dy, "dy", err));
+    GT_TRY(gt_kernel_want_float(c, dx, "dx", err));
+    GT_TRY(gt_kernel_want_float(c, dw, "dw", err));
+    GT_TRY(gt_kernel_want_same_shape(c, x, "x", dy, "dy", err));
+    GT_TRY(gt_kernel_want_same_shape(c, x, "x", dx, "dx", err));
+    GT_TRY(gt_kernel_want_same_shape(c, w, "w", dw, "dw", err));
     if (d == 0) return GT_OK;
     const gt_tensor *ts[5] = {x, w, dy, dx, dw};
     unsigned nt = gt_rms_fast_threads(d, ts, 5, GT_RMS_BWD_THREADS);
@@ -448,13 +448,13 @@ __global__ void __launch_bounds__(GT_CUDA_THREADS)
 
 gt_status gt_cuda_rope(gt_cuda_stream *s, const gt_kernel_call *c, gt_error *err)
 {
-    GT_TRY(gt_cuda_want_attrs(c, 2, 4, 0, err));
+    GT_TRY(gt_kernel_want_attrs(c, 2, 4, 0, err));
     const gt_tensor *x = c->in[0];
     gt_tensor *out = c->out[0];
-    GT_TRY(gt_cuda_want_float(c, x, "x", err));
-    GT_TRY(gt_cuda_want_float(c, out, "output", err));
+    GT_TRY(gt_kernel_want_float(c, x, "x", err));
+    GT_TRY(gt_kernel_want_float(c, out, "output", err));
     if (x->ndim != 4) return gt_cuda_shape_error(c, "x must be [b, s, h, d]", err);
-    GT_TRY(gt_cuda_want_same_shape(c, x, "x", out, "output", err));
+    GT_TRY(gt_kernel_want_same_shape(c, x, "x", out, "output", err));
     int64_t d = x->shape[3], half = d / 2;
     if (d % 2 != 0)
         return gt_error_set(err, GT_ERR_SHAPE, "rope: head dim %lld must be even", (long long)d);

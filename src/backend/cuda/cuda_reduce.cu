@@ -215,7 +215,7 @@ static void gt_cuda_reduce_plan(const gt_tensor *x, const bool *reduced, gt_cuda
 {
     memset(r, 0, sizeof *r);
     int64_t xstr[GT_MAX_DIMS];
-    gt_cuda_contig_strides(x->ndim, x->shape, xstr);
+    gt_kernel_contig_strides(x->ndim, x->shape, xstr);
     r->groups = 1;
     r->count = 1;
     for (int d = 0; d < x->ndim; d++) {
@@ -293,16 +293,16 @@ static gt_status gt_cuda_reduce_run(gt_cuda_stream *s, const gt_kernel_call *c,
 static gt_status gt_cuda_reduce_layout(const gt_kernel_call *c, const gt_tensor *x,
                                        const gt_tensor *red, bool *reduced, gt_error *err)
 {
-    GT_TRY(gt_cuda_want_attrs(c, 1, 0, 0, err));
+    GT_TRY(gt_kernel_want_attrs(c, 1, 0, 0, err));
     bool keepdim = c->i[0] != 0;
     for (int d = 0; d < GT_MAX_DIMS; d++)
         reduced[d] = false;
     for (int k = 1; k < c->ni; k++) {
         int d;
-        GT_TRY(gt_cuda_norm_dim(c, c->i[k], x->ndim, &d, err));
+        GT_TRY(gt_kernel_norm_dim(c, c->i[k], x->ndim, &d, err));
         if (reduced[d])
             return gt_error_set(err, GT_ERR_INVALID, "%s: dim %d listed twice",
-                                gt_cuda_op_name(c->op), d);
+                                gt_kernel_op_name(c->op), d);
         reduced[d] = true;
     }
     int64_t expect[GT_MAX_DIMS];
@@ -320,8 +320,8 @@ static gt_status gt_cuda_sum_mean_max(gt_cuda_stream *s, const gt_kernel_call *c
 {
     const gt_tensor *x = c->in[0];
     gt_tensor *out = c->out[0];
-    GT_TRY(gt_cuda_want_float(c, x, "input", err));
-    GT_TRY(gt_cuda_want_float(c, out, "output", err));
+    GT_TRY(gt_kernel_want_float(c, x, "input", err));
+    GT_TRY(gt_kernel_want_float(c, out, "output", err));
     bool reduced[GT_MAX_DIMS];
     GT_TRY(gt_cuda_reduce_layout(c, x, out, reduced, err));
     gt_cuda_reduce r;
@@ -349,8 +349,8 @@ gt_status gt_cuda_sum_to(gt_cuda_stream *s, const gt_kernel_call *c, gt_error *e
 {
     const gt_tensor *x = c->in[0];
     gt_tensor *out = c->out[0];
-    GT_TRY(gt_cuda_want_float(c, x, "input", err));
-    GT_TRY(gt_cuda_want_float(c, out, "output", err));
+    GT_TRY(gt_kernel_want_float(c, x, "input", err));
+    GT_TRY(gt_kernel_want_float(c, out, "output", err));
     bool reduced[GT_MAX_DIMS] = {false};
     bool ok = out->ndim <= x->ndim && c->ne == out->ndim && (c->ne == 0 || c->e);
     int lead = x->ndim - out->ndim;
@@ -401,12 +401,12 @@ gt_status gt_cuda_max_backward(gt_cuda_stream *s, const gt_kernel_call *c, gt_er
 {
     const gt_tensor *x = c->in[0], *y = c->in[1], *dy = c->in[2];
     gt_tensor *dx = c->out[0];
-    GT_TRY(gt_cuda_want_float(c, x, "x", err));
-    GT_TRY(gt_cuda_want_float(c, y, "y", err));
-    GT_TRY(gt_cuda_want_float(c, dy, "dy", err));
-    GT_TRY(gt_cuda_want_float(c, dx, "dx", err));
-    GT_TRY(gt_cuda_want_same_shape(c, x, "x", dx, "dx", err));
-    GT_TRY(gt_cuda_want_same_shape(c, y, "y", dy, "dy", err));
+    GT_TRY(gt_kernel_want_float(c, x, "x", err));
+    GT_TRY(gt_kernel_want_float(c, y, "y", err));
+    GT_TRY(gt_kernel_want_float(c, dy, "dy", err));
+    GT_TRY(gt_kernel_want_float(c, dx, "dx", err));
+    GT_TRY(gt_kernel_want_same_shape(c, x, "x", dx, "dx", err));
+    GT_TRY(gt_kernel_want_same_shape(c, y, "y", dy, "dy", err));
     bool reduced[GT_MAX_DIMS];
     GT_TRY(gt_cuda_reduce_layout(c, x, y, reduced, err));
     gt_cuda_reduce r;
@@ -460,14 +460,14 @@ static gt_status gt_cuda_softmax_any(gt_cuda_stream *s, const gt_kernel_call *c,
     bool bwd = c->op == GT_OP_SOFTMAX_BACKWARD;
     const gt_tensor *a = c->in[0], *b = bwd ? c->in[1] : c->in[0];
     gt_tensor *out = c->out[0];
-    GT_TRY(gt_cuda_want_float(c, a, bwd ? "y" : "x", err));
-    GT_TRY(gt_cuda_want_float(c, b, "dy", err));
-    GT_TRY(gt_cuda_want_float(c, out, "output", err));
-    GT_TRY(gt_cuda_want_same_shape(c, a, "input", out, "output", err));
-    GT_TRY(gt_cuda_want_same_shape(c, b, "dy", out, "output", err));
-    GT_TRY(gt_cuda_want_attrs(c, 1, 0, 0, err));
+    GT_TRY(gt_kernel_want_float(c, a, bwd ? "y" : "x", err));
+    GT_TRY(gt_kernel_want_float(c, b, "dy", err));
+    GT_TRY(gt_kernel_want_float(c, out, "output", err));
+    GT_TRY(gt_kernel_want_same_shape(c, a, "input", out, "output", err));
+    GT_TRY(gt_kernel_want_same_shape(c, b, "dy", out, "output", err));
+    GT_TRY(gt_kernel_want_attrs(c, 1, 0, 0, err));
     int dim;
-    GT_TRY(gt_cuda_norm_dim(c, c->i[0], a->ndim, &dim, err));
+    GT_TRY(gt_kernel_norm_dim(c, c->i[0], a->ndim, &dim, err));
     int64_t outer = 1, inner = 1, n = a->shape[dim];
     for (int d = 0; d < dim; d++)
         outer *= a->shape[d];
@@ -577,9 +577,9 @@ __global__ void __launch_bounds__(GT_CUDA_THREADS)
 static gt_status gt_cuda_ce_check(const gt_kernel_call *c, const gt_tensor *logits,
                                   const gt_tensor *targets, gt_error *err)
 {
-    GT_TRY(gt_cuda_want_attrs(c, 1, 0, 0, err));
-    GT_TRY(gt_cuda_want_float(c, logits, "logits", err));
-    GT_TRY(gt_cuda_want_index(c, targets, "targets", err));
+    GT_TRY(gt_kernel_want_attrs(c, 1, 0, 0, err));
+    GT_TRY(gt_kernel_want_float(c, logits, "logits", err));
+    GT_TRY(gt_kernel_want_index(c, targets, "targets", err));
     if (logits->ndim != 2 || targets->ndim != 1 || targets->shape[0] != logits->shape[0])
         return gt_cuda_shape_error(c, "expected logits [N, V] and targets [N]", err);
     return GT_OK;
@@ -590,7 +590,7 @@ gt_status gt_cuda_cross_entropy(gt_cuda_stream *s, const gt_kernel_call *c, gt_e
     const gt_tensor *logits = c->in[0], *targets = c->in[1];
     gt_tensor *out = c->out[0];
     GT_TRY(gt_cuda_ce_check(c, logits, targets, err));
-    GT_TRY(gt_cuda_want_float(c, out, "output", err));
+    GT_TRY(gt_kernel_want_float(c, out, "output", err));
     if (out->ndim != 0) return gt_cuda_shape_error(c, "the output must be a scalar", err);
     int64_t rows = logits->shape[0], v = logits->shape[1];
     void *scr;
@@ -613,9 +613,9 @@ gt_status gt_cuda_cross_entropy_backward(gt_cuda_stream *s, const gt_kernel_call
     const gt_tensor *logits = c->in[0], *targets = c->in[1], *dloss = c->in[2];
     gt_tensor *dx = c->out[0];
     GT_TRY(gt_cuda_ce_check(c, logits, targets, err));
-    GT_TRY(gt_cuda_want_float(c, dloss, "dloss", err));
-    GT_TRY(gt_cuda_want_float(c, dx, "dlogits", err));
-    GT_TRY(gt_cuda_want_same_shape(c, logits, "logits", dx, "dlogits", err));
+    GT_TRY(gt_kernel_want_float(c, dloss, "dloss", err));
+    GT_TRY(gt_kernel_want_float(c, dx, "dlogits", err));
+    GT_TRY(gt_kernel_want_same_shape(c, logits, "logits", dx, "dlogits", err));
     if (gt_tensor_numel(dloss) != 1) return gt_cuda_shape_error(c, "dloss must be a scalar", err);
     int64_t rows = logits->shape[0], v = logits->shape[1];
     if (rows == 0 || v == 0) return GT_OK;

@@ -1,0 +1,119 @@
+/* kernel_check.c — argument checks and shape helpers shared by the backends (kernel_check.h). */
+#include "kernel_check.h"
+
+/* Backends depend on core only (DESIGN.md §2): the names come from the op table itself, not
+ * from the IR's gt_op_get. */
+static const char *const gt_kernel_op_names[GT_OP_COUNT] = {
+#define X(E, name, nin, nout, flags, schema) #name,
+#include "graphtrain/gt_ops.def"
+#undef X
+};
+
+const char *gt_kernel_op_name(gt_op op)
+{
+    return (unsigned)op < GT_OP_COUNT ? gt_kernel_op_names[op] : "?";
+}
+
+const char *gt_kernel_fmt(const gt_tensor *t, char *buf, size_t n)
+{
+    gt_tensor_format_type(t, buf, n);
+    return buf;
+}
+
+gt_status gt_kernel_want_float(const gt_kernel_call *c, const gt_tensor *t, const char *what,
+                               gt_error *err)
+{
+    if (gt_dtype_is_float(t->dtype)) return GT_OK;
+    char b[128];
+    return gt_error_set(err, GT_ERR_SHAPE, "%s: %s is %s, expected a float tensor",
+                        gt_kernel_op_name(c->op), what, gt_kernel_fmt(t, b, sizeof b));
+}
+
+gt_status gt_kernel_want_index(const gt_kernel_call *c, const gt_tensor *t, const char *what,
+                               gt_error *err)
+{
+    if (t->dtype == GT_I32 || t->dtype == GT_I64) return GT_OK;
+    char b[128];
+    return gt_error_set(err, GT_ERR_SHAPE, "%s: %s is %s, expected i32 or i64",
+                        gt_kernel_op_name(c->op), what, gt_kernel_fmt(t, b, sizeof b));
+}
+
+gt_status gt_kernel_want_same_shape(const gt_kernel_call *c, const gt_tensor *a, const char *what_a,
+                                    const gt_tensor *b, const char *what_b, gt_error *err)
+{
+    bool same = a->ndim == b->ndim;
+    for (int d = 0; same && d < a->ndim; d++)
+        same = a->shape[d] == b->shape[d];
+    if (same) return GT_OK;
+    char ba[128], bb[128];
+    return gt_error_set(err, GT_ERR_SHAPE, "%s: %s is %s but %s is %s, expected the same shape",
+                        gt_kernel_op_name(c->op), what_a, gt_kernel_fmt(a, ba, sizeof ba), what_b,
+                        gt_kernel_fmt(b, bb, sizeof bb));
+}
+
+gt_status gt_kernel_want_rank(const gt_kernel_call *c, const gt_tensor *t, const char *what,
+                              int ndim, gt_error *err)
+{
+    if (t->ndim == ndim) return GT_OK;
+    char b[128];
+    return gt_error_set(err, GT_ERR_SHAPE, "%s: %s is %s, expected rank %d",
+                        gt_kernel_op_name(c->op), what, gt_kernel_fmt(t, b, sizeof b), ndim);
+}
+
+gt_status gt_kernel_want_same_dtype(const gt_kernel_call *c, const gt_tensor *a, const char *what_a,
+                                    const gt_tensor *b, const char *what_b, gt_error *err)
+{
+    if (a->dtype == b->dtype) return GT_OK;
+    return gt_error_set(err, GT_ERR_SHAPE, "%s: %s is %s but %s is %s, expected the same dtype",
+                        gt_kernel_op_name(c->op), what_a, gt_dtype_name(a->dtype), what_b,
+                        gt_dtype_name(b->dtype));
+}
+
+gt_status gt_kernel_want_attrs(const gt_kernel_call *c, int ni, int nf, int ne, gt_error *err)
+{
+    if (c->ni >= ni && c->nf >= nf && c->ne >= ne && (ni == 0 || c->i) && (nf == 0 || c->f) &&
+        (ne == 0 || c->e))
+        return GT_OK;
+    return gt_error_set(err, GT_ERR_INVALID,
+                        "%s: got %d int, %d float, %d expression attributes, expected at least "
+                        "%d, %d, %d",
+                        gt_kernel_op_name(c->op), c->ni, c->nf, c->ne, ni, nf, ne);
+}
+
+gt_status gt_kernel_norm_dim(const gt_kernel_call *c, int64_t dim, int ndim, int *out,
+                             gt_error *err)
+{
+    int64_t d = dim < 0 ? dim + ndim : dim;
+    if (d < 0 || d >= ndim)
+        return gt_error_set(err, GT_ERR_INVALID, "%s: dim %lld out of range for rank %d",
+                            gt_kernel_op_name(c->op), (long long)dim, ndim);
+    *out = (int)d;
+    return GT_OK;
+}
+
+void gt_kernel_contig_strides(int ndim, const int64_t *shape, int64_t *strides)
+{
+    int64_t s = 1;
+    for (int d = ndim - 1; d >= 0; d--) {
+        strides[d] = s;
+        s *= shape[d];
+    }
+}
+
+void gt_kernel_outer_inner(const gt_tensor *t, int dim, int64_t *outer, int64_t *inner)
+{
+    *outer = 1;
+    *inner = 1;
+    for (int d = 0; d < dim; d++)
+        *outer *= t->shape[d];
+    for (int d = dim + 1; d < t->ndim; d++)
+        *inner *= t->shape[d];
+}
+
+bool gt_kernel_same_but(const gt_tensor *a, const gt_tensor *b, int dim)
+{
+    if (a->ndim != b->ndim) return false;
+    for (int d = 0; d < a->ndim; d++)
+        if (d != dim && a->shape[d] != b->shape[d]) return false;
+    return true;
+}

@@ -1,0 +1,45 @@
+/* kernel_check.h — argument checks and shape helpers every backend's kernels share. They look at
+ * a gt_kernel_call's attributes and tensor metadata only (never tensor data), so the CPU and CUDA
+ * backends validate a call the same way and report it in the same words. */
+#ifndef GRAPHTRAIN_BACKEND_KERNEL_CHECK_H
+#define GRAPHTRAIN_BACKEND_KERNEL_CHECK_H
+
+#include "graphtrain/gt_backend.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The op's printed name ("?" when out of range). */
+const char *gt_kernel_op_name(gt_op op);
+/* "f32[2, 3]" into buf; returns buf. */
+const char *gt_kernel_fmt(const gt_tensor *t, char *buf, size_t n);
+
+/* Each returns GT_OK or an error "OP: WHAT is TYPE, expected ...". */
+gt_status gt_kernel_want_float(const gt_kernel_call *c, const gt_tensor *t, const char *what,
+                               gt_error *err);
+gt_status gt_kernel_want_index(const gt_kernel_call *c, const gt_tensor *t, const char *what,
+                               gt_error *err);
+gt_status gt_kernel_want_same_shape(const gt_kernel_call *c, const gt_tensor *a, const char *what_a,
+                                    const gt_tensor *b, const char *what_b, gt_error *err);
+gt_status gt_kernel_want_rank(const gt_kernel_call *c, const gt_tensor *t, const char *what,
+                              int ndim, gt_error *err);
+gt_status gt_kernel_want_same_dtype(const gt_kernel_call *c, const gt_tensor *a, const char *what_a,
+                                    const gt_tensor *b, const char *what_b, gt_error *err);
+/* At least ni int, nf float and ne expression attributes. */
+gt_status gt_kernel_want_attrs(const gt_kernel_call *c, int ni, int nf, int ne, gt_error *err);
+/* dim (negative counts from the end) as an index in [0, ndim). */
+gt_status gt_kernel_norm_dim(const gt_kernel_call *c, int64_t dim, int ndim, int *out,
+                             gt_error *err);
+
+/* Row-major strides of a contiguous tensor. */
+void gt_kernel_contig_strides(int ndim, const int64_t *shape, int64_t *strides);
+/* Splits a shape at dim: outer = prod(shape[0..dim)), inner = prod(shape(dim..]). */
+void gt_kernel_outer_inner(const gt_tensor *t, int dim, int64_t *outer, int64_t *inner);
+/* True when a and b have the same rank and agree on every dim except dim. */
+bool gt_kernel_same_but(const gt_tensor *a, const gt_tensor *b, int dim);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
