@@ -133,26 +133,30 @@ static gt_status make_dirs(const char *path, gt_error *err)
 
 /* ---------------------------------------------------------------- graphs */
 
+/* True when name is prefix followed by fqn ("optim.exp_avg." + "layers.0.attention.wq.weight"). */
+static bool named(const char *name, const char *prefix, const char *fqn)
+{
+    size_t n = strlen(prefix);
+    return !strncmp(name, prefix, n) && !strcmp(name + n, fqn);
+}
+
 static gt_tensor *feed_for(trainer *t, const gt_graph *g, const gt_io *in, gt_error *err)
 {
     const char *name = gt_graph_str(g, in->fqn);
     for (int k = 0; k < t->n_params; k++) {
         const char *fqn = t->model.params[k].fqn;
         if (in->kind == GT_IN_PARAM && !strcmp(name, fqn)) return &t->params[k];
-        if (in->kind == GT_IN_OPT_STATE && !strncmp(name, "optim.exp_avg.", 14) &&
-            !strcmp(name + 14, fqn))
+        if (in->kind == GT_IN_OPT_STATE && named(name, GT_OPTIM_EXP_AVG_PREFIX, fqn))
             return &t->exp_avg[k];
-        if (in->kind == GT_IN_OPT_STATE && !strncmp(name, "optim.exp_avg_sq.", 17) &&
-            !strcmp(name + 17, fqn))
+        if (in->kind == GT_IN_OPT_STATE && named(name, GT_OPTIM_EXP_AVG_SQ_PREFIX, fqn))
             return &t->exp_avg_sq[k];
-        if (in->kind == GT_IN_INPUT && !strncmp(name, "grad.", 5) && !strcmp(name + 5, fqn))
-            return &t->grads[k];
-        if (in->kind == GT_IN_INPUT && !strncmp(name, "grad_accum.", 11) && !strcmp(name + 11, fqn))
+        if (in->kind == GT_IN_INPUT && named(name, "grad.", fqn)) return &t->grads[k];
+        if (in->kind == GT_IN_INPUT && named(name, GT_OPTIM_GRAD_ACCUM_PREFIX, fqn))
             return &t->grads[k];
     }
     if (in->kind == GT_IN_INPUT && !strcmp(name, "tokens")) return &t->tokens;
     if (in->kind == GT_IN_INPUT && !strcmp(name, "labels")) return &t->labels;
-    if (in->kind == GT_IN_INPUT && !strcmp(name, "optim.scalars")) return &t->scalars;
+    if (in->kind == GT_IN_INPUT && !strcmp(name, GT_OPTIM_SCALARS_NAME)) return &t->scalars;
     gt_error_set(err, GT_ERR_INTERNAL, "trainer: nothing feeds graph input %s %s",
                  gt_input_kind_name((gt_input_kind)in->kind), name);
     return NULL;
@@ -241,7 +245,7 @@ static gt_status step_graph_queue_cuda(trainer *t, step_graph *s, int64_t *ticke
         int32_t in = gt_program_state_input(g, k);
         if (in >= 0) GT_TRY(gt_cuda_program_carry(s->dev, k, in, err));
         if (o->kind == GT_OUT_LOSS ||
-            (o->kind == GT_OUT_METRIC && !strcmp(gt_graph_str(g, o->fqn), "grad_norm")))
+            (o->kind == GT_OUT_METRIC && !strcmp(gt_graph_str(g, o->fqn), GT_OPTIM_GRAD_NORM_NAME)))
             GT_TRY(gt_cuda_program_fetch_output(s->dev, k, err));
     }
     return gt_cuda_program_step_end(s->dev, ticket, err);
@@ -255,10 +259,11 @@ static gt_status step_graph_results_cuda(step_graph *s, int64_t ticket, double *
     GT_TRY(gt_cuda_program_step_wait(s->dev, ticket, err));
     for (int k = 0; k < g->n_outputs; k++) {
         const gt_io *o = &g->outputs[k];
-        double *dst = o->kind == GT_OUT_LOSS ? loss
-                      : o->kind == GT_OUT_METRIC && !strcmp(gt_graph_str(g, o->fqn), "grad_norm")
-                          ? grad_norm
-                          : NULL;
+        double *dst =
+            o->kind == GT_OUT_LOSS ? loss
+            : o->kind == GT_OUT_METRIC && !strcmp(gt_graph_str(g, o->fqn), GT_OPTIM_GRAD_NORM_NAME)
+                ? grad_norm
+                : NULL;
         const void *bytes = dst ? gt_cuda_program_fetched(s->dev, ticket, k) : NULL;
         if (!bytes) continue;
         const gt_buffer_ref *r = &gt_cuda_program_lowered(s->dev)->outputs[k];
@@ -301,7 +306,7 @@ static gt_status step_graph_collect(trainer *t, step_graph *s, double *loss, dou
             *loss = gt_tensor_get_f32(&s->outputs[k], 0);
             continue;
         }
-        if (o->kind == GT_OUT_METRIC && !strcmp(name, "grad_norm")) {
+        if (o->kind == GT_OUT_METRIC && !strcmp(name, GT_OPTIM_GRAD_NORM_NAME)) {
             *grad_norm = gt_tensor_get_f32(&s->outputs[k], 0);
             continue;
         }
@@ -309,11 +314,9 @@ static gt_status step_graph_collect(trainer *t, step_graph *s, double *loss, dou
             const char *fqn = t->model.params[p].fqn;
             if (o->kind == GT_OUT_PARAM_UPDATE && !strcmp(name, fqn)) dst = &t->params[p];
             if (o->kind == GT_OUT_GRAD && t->grads && !strcmp(name, fqn)) dst = &t->grads[p];
-            if (o->kind == GT_OUT_OPT_STATE_UPDATE && !strncmp(name, "optim.exp_avg.", 14) &&
-                !strcmp(name + 14, fqn))
+            if (o->kind == GT_OUT_OPT_STATE_UPDATE && named(name, GT_OPTIM_EXP_AVG_PREFIX, fqn))
                 dst = &t->exp_avg[p];
-            if (o->kind == GT_OUT_OPT_STATE_UPDATE && !strncmp(name, "optim.exp_avg_sq.", 17) &&
-                !strcmp(name + 17, fqn))
+            if (o->kind == GT_OUT_OPT_STATE_UPDATE && named(name, GT_OPTIM_EXP_AVG_SQ_PREFIX, fqn))
                 dst = &t->exp_avg_sq[p];
         }
         if (!dst) continue;
@@ -403,9 +406,9 @@ static gt_status alloc_state(trainer *t, gt_error *err)
         size_t len = strlen(fqn) + 32;
         t->ckpt_names[k] = gt_xstrdup(fqn);
         t->ckpt_names[n + k] = gt_xmalloc(len);
-        snprintf(t->ckpt_names[n + k], len, "optim.exp_avg.%s", fqn);
+        snprintf(t->ckpt_names[n + k], len, GT_OPTIM_EXP_AVG_PREFIX "%s", fqn);
         t->ckpt_names[2 * n + k] = gt_xmalloc(len);
-        snprintf(t->ckpt_names[2 * n + k], len, "optim.exp_avg_sq.%s", fqn);
+        snprintf(t->ckpt_names[2 * n + k], len, GT_OPTIM_EXP_AVG_SQ_PREFIX "%s", fqn);
     }
     return GT_OK;
 }
