@@ -88,6 +88,11 @@ gt_status gt_comm_mpi_world(int *argc, char ***argv, gt_comm **out, gt_error *er
 /* Finalises MPI if this process initialised it and it is not finalised yet. Destroy every
  * communicator first. */
 gt_status gt_comm_mpi_finalize(gt_error *err);
+/* How long gt_comm_wait on an MPI communicator may wait (seconds; <= 0: forever; default 30):
+ * past it the wait fails naming this rank, the collective and the group's world ranks, so a dead
+ * or stuck peer stops the job instead of hanging it. Communicators split from c inherit it. A
+ * no-op on other communicators. */
+void gt_comm_mpi_set_timeout(gt_comm *c, double seconds);
 
 /* Sub-groups: ranks with the same color form one communicator, ordered by (key, parent rank).
  * Collective over c: every rank must call it. */

@@ -113,6 +113,13 @@ typedef struct {
     gt_cfg_reshard fsdp_reshard_after_forward;
 } gt_cfg_parallelism;
 
+/* Communicators (MPI runs). */
+typedef struct {
+    /* A collective that has not completed after this many seconds fails, naming the rank, the
+     * collective and the group (a peer died or is stuck); 0 waits forever. */
+    double timeout_seconds;
+} gt_cfg_comm;
+
 typedef struct {
     bool enable;
     gt_cfg_memory_policy memory_policy;
@@ -141,6 +148,10 @@ typedef struct {
 typedef struct {
     int64_t seed;
     bool deterministic;
+    /* Test-only fault injection for multi-rank runs (docs/CONFIG.md): */
+    int64_t test_drop_collective_rank; /* this rank drops its first collective; -1: none */
+    char *test_kill_rank_at_step; /* "R:S": rank R kills itself (SIGKILL) at step S; "R:S:stop":
+                                   * stops itself (SIGSTOP); "": off */
 } gt_cfg_debug;
 
 typedef struct {
@@ -150,6 +161,7 @@ typedef struct {
     gt_cfg_optimizer_section optimizer;
     gt_cfg_lr_scheduler lr_scheduler;
     gt_cfg_parallelism parallelism;
+    gt_cfg_comm comm;
     gt_cfg_compile compile;
     gt_cfg_checkpoint checkpoint;
     gt_cfg_metrics metrics;

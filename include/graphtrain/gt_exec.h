@@ -2,6 +2,7 @@
 #ifndef GRAPHTRAIN_GT_EXEC_H
 #define GRAPHTRAIN_GT_EXEC_H
 
+#include "gt_comm.h"
 #include "gt_graph.h"
 
 #ifdef __cplusplus
@@ -13,6 +14,16 @@ extern "C" {
  * caller (gt_tensor_free). Buffers of intermediate values are freed after their last use. */
 gt_status gt_eager_run(const gt_graph *g, const gt_sym_binding *binding, const gt_tensor *inputs,
                        gt_tensor *outputs, gt_error *err);
+
+/* The same for a graph with collectives: comms[k] serves mesh dim k (as gt_program_set_comms;
+ * comms or an entry may be NULL where every collective over that dim has group_size 1). Each
+ * start runs its collective to completion (the blocking gt_comm_* call) into a fresh buffer; its
+ * wait copies that result. A collective over a group of size 1 is a copy. gt_eager_run is this
+ * with no communicators, so it refuses a collective over a group of size > 1 (GT_ERR_INVALID
+ * naming the node and mesh dim). */
+gt_status gt_eager_run_comms(const gt_graph *g, const gt_sym_binding *binding,
+                             const gt_tensor *inputs, gt_comm *const comms[GT_MESH_MAX_DIMS],
+                             gt_tensor *outputs, gt_error *err);
 
 #ifdef __cplusplus
 }

@@ -85,8 +85,34 @@ bool gt_op_from_name(const char *name, gt_op *out);
 typedef enum { GT_PHASE_FORWARD = 0, GT_PHASE_BACKWARD, GT_PHASE_OPTIMIZER } gt_phase;
 const char *gt_phase_name(gt_phase p); /* "fwd", "bwd", "opt" */
 
+/* ---------------------------------------------------------------- placements (src/parallel/)
+ *
+ * A parallelized graph carries a device mesh (gt_graph.mesh) and, per value and mesh dim, how the
+ * value is laid out over the ranks of that dim (torch DTensor's placements):
+ *   replicate  every rank holds the whole value;
+ *   shard(d)   tensor dim d is split into n equal contiguous blocks, rank coordinate r holds block
+ *              r; when several mesh dims shard the same tensor dim, `order` nests them: the lowest
+ *              order is the outermost split;
+ *   partial    every rank holds a summand: the value is the sum over the ranks of the mesh dim.
+ * A value's type is its local (per-rank) type. Zero-initialised = replicate on every mesh dim,
+ * which is what an unparallelized graph is. */
+#define GT_MESH_MAX_DIMS 4
+typedef enum { GT_PLACE_REPLICATE = 0, GT_PLACE_SHARD, GT_PLACE_PARTIAL } gt_place_kind;
+typedef struct {
+    uint8_t kind; /* gt_place_kind */
+    int8_t dim;   /* shard: the tensor dim */
+    uint8_t order;
+} gt_placement;
+
+typedef struct {
+    int32_t ndim; /* 0: not parallelized */
+    int32_t size[GT_MESH_MAX_DIMS];
+    gt_str name[GT_MESH_MAX_DIMS]; /* "dp_replicate", "dp_shard", "tp" */
+} gt_graph_mesh;
+
 typedef struct {
     gt_type type;
+    gt_placement place[GT_MESH_MAX_DIMS]; /* per mesh dim of the graph's mesh */
     gt_node_id producer; /* GT_NONE for graph inputs */
     int32_t producer_slot;
     gt_str name; /* optional */
@@ -137,6 +163,7 @@ struct gt_graph {
     gt_io *outputs;
     int32_t n_outputs, cap_outputs;
     gt_sym_pool *sym;
+    gt_graph_mesh mesh; /* set by parallelize; ndim 0 otherwise */
     /* string table: concatenated NUL-terminated strings; offsets index it; a hash index dedups. */
     char *str_data;
     int32_t str_len, str_cap;
@@ -201,6 +228,12 @@ void gt_graph_print(const gt_graph *g, FILE *f);
 /* One node into buf; returns the length needed. */
 int gt_graph_format_node(const gt_graph *g, gt_node_id n, char *buf, size_t len);
 int gt_graph_format_type(const gt_graph *g, const gt_type *t, char *buf, size_t len);
+
+/* Placement text (src/ir/placement.c): "R", "S(0)", "S(0)#1" (order 1), "P"; a value's placements
+ * over the graph's mesh as "{S(0)@dp_shard, P@tp}" ("" when replicated everywhere). Return the
+ * length needed. */
+int gt_placement_format(gt_placement p, char *buf, size_t len);
+int gt_value_format_placement(const gt_graph *g, gt_value_id v, char *buf, size_t len);
 
 /* Copies nodes [first, last) of src into dst (which may be src), remapping inputs through map
  * (indexed by src value id; GT_NONE entries map to themselves when dst == src, else error).

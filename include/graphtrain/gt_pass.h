@@ -58,6 +58,10 @@ typedef struct {
     const gt_sym_binding *binding;
     gt_pass_measure_fn measure;
     void *measure_user;
+    /* fsdp_bucketing: split a block's bucket into pieces of at most this many bytes (each
+     * member counted at its unsharded size, the larger of its collective's input and output);
+     * 0 = one bucket per block. */
+    int64_t bucket_cap_bytes;
 } gt_pass_options;
 
 /* What a pass is given besides the graph. */
@@ -73,6 +77,7 @@ typedef struct {
     gt_pass_fn run;
     gt_pass_numerics numerics;
     const char *summary; /* one line, for --help and error messages */
+    bool mesh_only; /* runs only on a parallelized graph (g->mesh.ndim > 0); skipped otherwise */
 } gt_pass_info;
 
 /* The registry, in pipeline order. *n receives the count. */
@@ -94,6 +99,37 @@ gt_status gt_pass_memory_policy(gt_graph *g, const gt_pass_ctx *ctx, gt_error *e
 gt_status gt_pass_remat(gt_graph *g, const gt_pass_ctx *ctx, gt_error *err);
 /* Removes nodes that reach no graph output; compacts node and value ids (dce.c). */
 gt_status gt_pass_dce(gt_graph *g, const gt_pass_ctx *ctx, gt_error *err);
+/* Merges the FSDP collectives of one bucket (a transformer block, tok_embeddings, the rest) into
+ * one collective over a flat buffer (bucketing.c). No-op without a mesh. */
+gt_status gt_pass_fsdp_bucketing(gt_graph *g, const gt_pass_ctx *ctx, gt_error *err);
+/* Prefetch: moves the FSDP all-gather starts one bucket ahead of their use, issues gradient
+ * reduce-scatters (and HSDP all-reduces) as soon as their inputs exist and defers every FSDP wait
+ * to its first use, a gradient's no later than right after the next gradient bucket starts
+ * (reorder.c). Only the node order changes. No-op without a mesh. */
+gt_status gt_pass_fsdp_reorder(gt_graph *g, const gt_pass_ctx *ctx, gt_error *err);
+
+/* ---------------------------------------------------------------- collective report
+ * (collective_report.c) */
+
+/* One collective (a start and its wait) of a graph, in node order. */
+typedef struct {
+    gt_node_id start, wait; /* node ids = positions in the node order; wait GT_NONE if missing */
+    gt_op op;               /* GT_OP_ALL_GATHER_START, ... */
+    int mesh_dim;
+    int64_t bytes; /* the larger of the input and output sizes under the binding; -1 unknown */
+    int32_t overlap_nodes; /* non-collective nodes strictly between start and wait */
+    double overlap_flops;  /* their matmul + sdpa (+ backward) FLOPs (gt_flops.h); -1 unknown */
+} gt_collective_info;
+
+/* Fills out[0 .. min(count, max)) with g's collectives in node order and returns their count.
+ * b may be NULL (bytes and FLOPs then known only for constant shapes). */
+int32_t gt_pass_collectives(const gt_graph *g, const gt_sym_binding *b, gt_collective_info *out,
+                            int32_t max);
+/* One line per collective in node order (start and wait positions, kind, mesh dim name, bytes,
+ * the nodes and matmul/sdpa FLOPs it overlaps, the start's fqn and phase), then totals: bytes
+ * and count by kind and the fraction of collectives that overlap no node. The pipeline writes it
+ * to dump_dir/collectives.txt for a graph with a mesh. */
+void gt_pass_collective_report(const gt_graph *g, const gt_sym_binding *b, FILE *f);
 
 /* ---------------------------------------------------------------- the pipeline */
 

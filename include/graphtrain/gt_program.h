@@ -15,6 +15,9 @@
  * Buffer sharing (all exact: the program's results are bitwise those of gt_eager_run):
  *   - views: the output of reshape shares its input's bytes (tensors are contiguous, so a reshape
  *     is the same bytes under another shape); the reshape instruction is then dropped;
+ *   - collectives: a wait's output is its start's output buffer (the collective writes it there),
+ *     with or without no_views; that buffer is live from the start, and the start's input until
+ *     the wait at least (the wait reads it), so nothing scheduled in between reuses either;
  *   - in place: an output may take its input's buffer when that input (with every view of it) has
  *     no reader after the node, is not a graph output, is not read by another input slot of the
  *     node, and has the same byte size. Ops allowed: adamw (p'->p, m'->m, v'->v: the kernel reads
@@ -30,6 +33,7 @@
 #include <stdio.h>
 
 #include "gt_backend.h"
+#include "gt_comm.h"
 #include "gt_graph.h"
 
 #ifdef __cplusplus
@@ -122,7 +126,11 @@ typedef struct {
     int64_t e[GT_MAX_EATTR]; /* evaluated under the binding */
     gt_buffer_ref in[GT_MAX_IN];
     gt_buffer_ref out[GT_MAX_OUT];
+    int32_t slot; /* collective start and its wait: their request slot; -1 for other ops */
 } gt_instr;
+
+/* One collective in flight between its start and its wait (defined in src/runtime). */
+typedef struct gt_program_slot gt_program_slot;
 
 typedef struct {
     const gt_graph *g; /* borrowed: names in error messages only */
@@ -135,6 +143,9 @@ typedef struct {
     int32_t n_outputs;
     void *arena[GT_ARENA_COUNT]; /* allocated once, by gt_program_build */
     size_t allocated_bytes[GT_ARENA_COUNT];
+    gt_comm *comms[GT_MESH_MAX_DIMS]; /* borrowed; set by gt_program_set_comms */
+    gt_program_slot *slots;           /* one per collective start lowered */
+    int32_t n_slots;
 } gt_program;
 
 /* Schedules, plans and lowers g under binding, and allocates both arenas (once, at the planned
@@ -152,6 +163,31 @@ gt_status gt_program_run(gt_program *p, const gt_tensor *inputs, gt_tensor *outp
 /* Planned bytes of an arena, and bytes actually allocated for it. */
 size_t gt_program_planned_bytes(const gt_program *p, gt_arena_kind a);
 size_t gt_program_allocated_bytes(const gt_program *p, gt_arena_kind a);
+
+/* ---------------------------------------------------------------- collectives in a program
+ *
+ * A collective start lowers to an instruction that posts the collective on the communicator of
+ * its mesh dim (gt_comm_*_start on the arena buffers) and keeps the request in a slot; its wait
+ * lowers to gt_comm_wait on that slot (its output is the start's buffer: the plan shares it). A
+ * collective over a group of size 1 is the identity (a copy at the start) and needs no
+ * communicator. Symbols such as "rank.dp_shard" are ordinary symbols of the binding. */
+
+/* comms[k] serves mesh dim k of the graph's mesh (borrowed: it must outlive every run). Its size
+ * must equal the dim's size (g->mesh.size[k]; for a graph without a mesh, the group_size of the
+ * program's collectives over dim k). NULL is allowed for a dim of size 1, and comms == NULL
+ * clears every entry. GT_ERR_INVALID names the dim otherwise. gt_program_run refuses a program
+ * whose collectives over a group of size > 1 have no communicator, before it runs anything. */
+gt_status gt_program_set_comms(gt_program *p, gt_comm *const comms[GT_MESH_MAX_DIMS],
+                               gt_error *err);
+/* The program's collectives in execution order, one entry per start: kind, group = gt_hash_str of
+ * the mesh dim's name (g->mesh.name[k]; "mesh_dim<k>" without a mesh), bytes = the bytes each rank
+ * contributes (the start's input). Writes min(count, max) entries into out (may be NULL when max
+ * is 0) and returns the count. For gt_comm_check_schedule before the first step. */
+int32_t gt_program_collectives(const gt_program *p, gt_comm_sched_entry *out, int32_t max);
+/* Test-only fault injection: removes the index-th collective of gt_program_collectives (its start
+ * and its wait instructions), so that this rank's schedule differs from its peers'; the wait's
+ * output keeps whatever bytes its buffer holds. GT_ERR_INVALID when index is out of range. */
+gt_status gt_program_drop_collective(gt_program *p, int32_t index, gt_error *err);
 
 /* ---------------------------------------------------------------- the program on a CUDA device
  * (src/runtime/exec_cuda.c). Declared in every build; defined only when the library is built with

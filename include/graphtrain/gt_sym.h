@@ -55,6 +55,8 @@ gt_status gt_sym_eval(const gt_sym_pool *p, gt_expr e, const gt_sym_binding *b, 
 /* Replaces bound symbols by their values, leaving the rest symbolic (concretize). */
 gt_expr gt_sym_substitute(gt_sym_pool *dst, const gt_sym_pool *src, gt_expr e,
                           const gt_sym_binding *b);
+/* e with every occurrence of symbol `name` replaced by expression repl (both in p). */
+gt_expr gt_sym_replace(gt_sym_pool *p, gt_expr e, const char *name, gt_expr repl);
 /* Rebuilds e (from src) inside dst; used when moving expressions between graphs. */
 gt_expr gt_sym_import(gt_sym_pool *dst, const gt_sym_pool *src, gt_expr e);
 

@@ -4,6 +4,7 @@
 
 #include "gt_config.h"
 #include "gt_model.h"
+#include "gt_parallel.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -14,16 +15,72 @@ typedef struct {
     int64_t first_step, last_step; /* steps this process ran (first_step > last_step: none) */
     double final_loss;             /* loss of the last step run */
     double entropy_rate;           /* synthetic dataset: the corpus' loss floor; else NaN */
-    uint64_t params_hash;          /* xxHash64 over every final parameter's bytes, in order */
+    uint64_t params_hash;          /* xxHash64 over every final parameter's bytes, in order (the
+                                    * whole tensors, gathered, in a multi-rank run) */
+    int rank, world_size;          /* this process in an MPI run; 0 and 1 otherwise */
+    /* On error in a multi-rank run: false when every rank returns the same error (they agreed on
+     * it: MPI may be finalised as usual); true when it may be this rank's alone, its peers
+     * possibly waiting for it in a collective: exit without finalising MPI, which makes mpirun
+     * stop the job. */
+    bool error_is_local;
 } gt_train_result;
 
-/* Builds the step graph of cfg's model on symbolic [batch, seq]: forward, loss, backward and, when
+/* ---------------------------------------------------------------- ranks and the mesh
+ *
+ * A multi-rank run is launched by mpirun (`mpirun -np 4 graphtrain train ...`); the device mesh
+ * comes from the parallelism section: data_parallel_replicate_degree x data_parallel_shard_degree
+ * x tensor_parallel_degree, with data_parallel_shard_degree -1 = world size / (replicate x tp). */
+
+/* True when an MPI launcher started this process (Open MPI sets OMPI_COMM_WORLD_SIZE; PMIx and
+ * PMI launchers set PMIX_RANK / PMI_SIZE). */
+bool gt_train_launched_by_mpi(void);
+
+/* Where this process sits: the mesh and its coordinates on it (all zero for one rank). */
+typedef struct {
+    gt_mesh mesh;
+    int coords[GT_MESH_NDIMS];
+} gt_train_layout;
+
+/* The layout of rank `rank` of world_size ranks as cfg's parallelism section says; world_size 0:
+ * no launcher (`graphtrain graph`): data_parallel_shard_degree -1 means 1 and the mesh may have
+ * any size. Errors: expert or pipeline degree > 1 (not supported yet), degrees that do not divide
+ * the world, a mesh whose size is not the world size (the message says both and how to launch). */
+gt_status gt_train_layout_init(const gt_config *cfg, int world_size, int rank, gt_train_layout *out,
+                               gt_error *err);
+
+/* Sequences of one (micro-)step over all ranks: local_batch_size x data-parallel degree
+ * (dp_replicate x dp_shard); the value of the graph's "batch" symbol. */
+int64_t gt_train_global_batch(const gt_config *cfg, const gt_train_layout *layout);
+
+/* The symbol binding the step graph a rank runs is planned and run under (gt_parallel.h: in the
+ * SPMD graph `batch` is the per-rank batch): "batch" = local_batch_size, "seq" = seq_len, with
+ * sequence parallelism "seq_shard" = seq_len / tp, and when the mesh has more than one rank
+ * "rank.dp_replicate", "rank.dp_shard", "rank.tp" = layout's coordinates. entries: room for
+ * GT_TRAIN_BINDING_MAX. */
+#define GT_TRAIN_BINDING_MAX 6
+void gt_train_binding(const gt_config *cfg, const gt_train_layout *layout,
+                      gt_sym_binding_entry *entries, gt_sym_binding *out);
+
+/* Builds the step graph of cfg's model on symbolic [batch, seq] for the global batch: forward,
+ * loss, backward and, when
  * micro_batches == 1, clipping + AdamW (the whole-step graph). With micro_batches > 1 it builds
  * the micro-batch graph instead: the loss divided by micro_batches before autodiff (as torchtitan
  * rescales it), and every gradient added to an INPUT "grad_accum.<fqn>" running sum that the GRAD
  * outputs return; the optimizer then runs as its own graph (gt_train_build_optimizer_graph). */
+/* When the layout's mesh has more than one rank the graph is then parallelized
+ * (gt_train_parallelize) before the passes run. gt_train_build_graph uses the layout of rank 0 of
+ * cfg's mesh with no launcher (gt_train_layout_init with world_size 0). */
 gt_status gt_train_build_graph(const gt_config *cfg, gt_graph *g, gt_model *model,
                                int64_t micro_batches, gt_error *err);
+gt_status gt_train_build_graph_layout(const gt_config *cfg, const gt_train_layout *layout,
+                                      gt_graph *g, gt_model *model, int64_t micro_batches,
+                                      gt_error *err);
+
+/* Replaces global graph g by its SPMD graph for layout's mesh (gt_parallel_input_layouts +
+ * gt_parallelize with sequence_parallel = parallelism.enable_sequence_parallel and
+ * fsdp_reshard_after_forward != never); nothing when the mesh is one rank. */
+gt_status gt_train_parallelize(const gt_config *cfg, const gt_train_layout *layout, gt_graph *g,
+                               gt_error *err);
 
 /* Runs the pass pipeline on a step graph as cfg's compile section says (disabled passes, memory
  * policy and budget at the configured batch and seq); dump_dir (may be NULL) receives every pass's
@@ -31,10 +88,19 @@ gt_status gt_train_build_graph(const gt_config *cfg, gt_graph *g, gt_model *mode
  * compile.enable. */
 gt_status gt_train_compile_graph(const gt_config *cfg, gt_graph *g, const char *dump_dir,
                                  gt_error *err);
+/* The same, measuring memory under layout's binding (gt_train_binding). */
+gt_status gt_train_compile_graph_layout(const gt_config *cfg, const gt_train_layout *layout,
+                                        gt_graph *g, const char *dump_dir, gt_error *err);
 
 /* Runs training as cfg says: builds the whole-step graph (forward, loss, backward, AdamW),
  * resumes from the latest checkpoint when checkpointing is on, logs metrics every log_freq
- * steps, saves checkpoints every interval steps and at the end. result may be NULL. */
+ * steps, saves checkpoints every interval steps and at the end. result may be NULL.
+ *
+ * Under mpirun (gt_train_launched_by_mpi) every rank calls it: MPI is initialised if it is not
+ * yet (the caller finalises it: gt_comm_mpi_finalize), the mesh must have as many ranks as the
+ * world, every rank runs the same SPMD step graph on its block of the state, and only rank 0
+ * logs metrics, writes metrics.jsonl, config.toml and checkpoints (whole tensors, readable by
+ * any layout). */
 gt_status gt_train(const gt_config *cfg, gt_train_result *result, gt_error *err);
 
 /* Loads the parameters of checkpoint `step` (-1: the latest) of the run cfg describes and writes

@@ -1,6 +1,12 @@
 /* cmd_graph.c — `graphtrain graph`: build the whole-step graph, print it and a summary, and with
  * --graph.dump_dir write per rank the listing and Graphviz DOT (and SVG when `dot` is installed)
- * of the graph as built and as compiled, plus the pass pipeline's before/after listings. */
+ * of the graph as built and as compiled, plus the pass pipeline's before/after listings.
+ *
+ * With parallelism degrees > 1 the printed graph is the SPMD graph every rank runs (rank
+ * coordinates stay symbols; the summary and memory plan are rank 0's, or this rank's under
+ * mpirun), and the dump also holds the global graph it came from (global.txt). Without mpirun it
+ * is built for the configured mesh (data_parallel_shard_degree -1 counts as 1); under mpirun
+ * every rank builds its own and dumps into DUMP_DIR/rank_R, and rank 0 prints. */
 #include <dirent.h>
 #include <errno.h>
 #include <spawn.h>
@@ -11,6 +17,7 @@
 #include <sys/wait.h>
 
 #include "commands.h"
+#include "graphtrain/gt_comm.h"
 #include "graphtrain/gt_flops.h"
 #include "graphtrain/gt_graph.h"
 #include "graphtrain/gt_program.h"
@@ -106,9 +113,28 @@ static void render_pass_dots(const char *dir)
     closedir(d);
 }
 
+/* This process's rank and the world size under mpirun; 0 of 1 otherwise. */
+static int world_of(int *rank, int *size)
+{
+    *rank = 0, *size = 1;
+    if (!gt_train_launched_by_mpi() || !gt_comm_mpi_available()) return 0;
+    gt_error err = {0};
+    gt_comm *world = NULL;
+    if (gt_comm_mpi_world(NULL, NULL, &world, &err) != GT_OK) {
+        fprintf(stderr, "graphtrain graph: %s\n", err.msg);
+        return 1;
+    }
+    *rank = gt_comm_rank(world);
+    *size = gt_comm_size(world);
+    gt_comm_destroy(world);
+    return 0;
+}
+
+/* batch: the global batch; flops: one rank's; ranks: the mesh size (each rank computes about
+ * 1/ranks of the step, so flops x ranks / tokens is the step's FLOPs per token). */
 static void print_summary(const gt_graph *g, const gt_model *model, const gt_llama3_config *mcfg,
-                          int64_t batch, int64_t seq, const gt_flops *flops, double t_build,
-                          double t_verify)
+                          int64_t batch, int64_t seq, int ranks, const gt_flops *flops,
+                          double t_build, double t_verify)
 {
     int64_t n_params = 0, n_embed = 0;
     for (int k = 0; k < model->n_params; k++) {
@@ -120,7 +146,7 @@ static void print_summary(const gt_graph *g, const gt_model *model, const gt_lla
     int nodes_by_phase[3] = {0, 0, 0};
     for (int n = 0; n < g->n_nodes; n++)
         nodes_by_phase[g->nodes[n].phase % 3]++;
-    double tokens = (double)batch * (double)seq;
+    double tokens = (double)batch * (double)seq / (double)ranks;
     /* torchtitan's MFU numerator per token: 6·N(non-embedding) + 12·L·H·Dh·S */
     double head_dim = (double)mcfg->dim / (double)mcfg->n_heads;
     double titan = 6.0 * (double)(n_params - n_embed) +
@@ -159,35 +185,54 @@ int gt_cli_graph(const command_spec *cmd, split_args *sa)
     gt_model model = {0};
     gt_error err = {0};
     char rank_dir[4096] = {0};
-    if (gt_cli_model_config(&cfg, &mcfg)) goto done;
-    int64_t batch = cfg.training.local_batch_size, seq = cfg.training.seq_len;
+    int rank = 0, world = 1;
+    gt_train_layout layout, one_rank;
+    if (gt_cli_model_config(&cfg, &mcfg) || world_of(&rank, &world)) goto done;
+    /* without mpirun: the configured mesh, seen from rank 0 */
+    if (gt_train_layout_init(&cfg, gt_train_launched_by_mpi() ? world : 0, rank, &layout, &err) !=
+            GT_OK ||
+        gt_train_layout_init(&cfg, 0, 0, &one_rank, &err) != GT_OK) {
+        fprintf(stderr, "graphtrain graph: %s\n", err.msg);
+        goto done;
+    }
+    gt_mesh_init(&one_rank.mesh, 1, 1, 1, &err);
+    bool parallel = gt_mesh_world_size(&layout.mesh) > 1;
+    int64_t batch = gt_train_global_batch(&cfg, &layout), seq = cfg.training.seq_len;
 
-    /* one rank today; the per-rank layout is what multi-rank runs will fill */
     if (dump_dir) {
-        snprintf(rank_dir, sizeof rank_dir, "%s/rank0", dump_dir);
+        snprintf(rank_dir, sizeof rank_dir, "%s/rank_%d", dump_dir, rank);
         if (make_dir(rank_dir)) goto done;
     }
     double t0 = gt_cli_now_seconds();
     bool compile = cfg.compile.enable;
     cfg.compile.enable = false; /* build as written first; the passes run below */
-    if (gt_train_build_graph(&cfg, g, &model, 1, &err) != GT_OK) {
+    /* the global graph (one rank's view of the global batch), then the SPMD graph */
+    if (gt_train_build_graph_layout(&cfg, &one_rank, g, &model, 1, &err) != GT_OK) {
         fprintf(stderr, "graphtrain graph: %s\n", err.msg);
         goto done;
     }
     double t_dump = gt_cli_now_seconds();
+    if (dump_dir && parallel && write_graph_files(g, rank_dir, "global", svg)) goto done;
+    t_dump = gt_cli_now_seconds() - t_dump;
+    if (gt_train_parallelize(&cfg, &layout, g, &err) != GT_OK) {
+        fprintf(stderr, "graphtrain graph: parallelize: %s\n", err.msg);
+        goto done;
+    }
+    double t1 = gt_cli_now_seconds();
     if (dump_dir && write_graph_files(g, rank_dir, "built", svg)) goto done;
-    t_dump = gt_cli_now_seconds() - t_dump; /* dumps are not part of the build time */
+    t_dump += gt_cli_now_seconds() - t1; /* dumps are not part of the build time */
     if (compile) {
         char passes_dir[4200];
         snprintf(passes_dir, sizeof passes_dir, "%s/passes", rank_dir);
-        if (gt_train_compile_graph(&cfg, g, dump_dir ? passes_dir : NULL, &err) != GT_OK) {
+        if (gt_train_compile_graph_layout(&cfg, &layout, g, dump_dir ? passes_dir : NULL, &err) !=
+            GT_OK) {
             fprintf(stderr, "graphtrain graph: %s\n", err.msg);
             goto done;
         }
-        double t1 = gt_cli_now_seconds();
+        double t2 = gt_cli_now_seconds();
         if (dump_dir && write_graph_files(g, rank_dir, "compiled", svg)) goto done;
         if (dump_dir && svg) render_pass_dots(passes_dir);
-        t_dump += gt_cli_now_seconds() - t1;
+        t_dump += gt_cli_now_seconds() - t2;
     }
     double t_build = gt_cli_now_seconds() - t0 - t_dump;
     if (gt_graph_verify(g, &err) != GT_OK) {
@@ -196,8 +241,9 @@ int gt_cli_graph(const command_spec *cmd, split_args *sa)
     }
     double t_verify = gt_cli_now_seconds() - t0 - t_dump - t_build;
 
-    gt_sym_binding_entry entries[] = {{"batch", batch}, {"seq", seq}};
-    gt_sym_binding binding = {entries, 2};
+    gt_sym_binding_entry entries[GT_TRAIN_BINDING_MAX];
+    gt_sym_binding binding;
+    gt_train_binding(&cfg, &layout, entries, &binding);
     gt_flops flops;
     if (gt_graph_count_flops(g, &binding, &flops, &err) != GT_OK) {
         fprintf(stderr, "graphtrain graph: %s\n", err.msg);
@@ -216,12 +262,23 @@ int gt_cli_graph(const command_spec *cmd, split_args *sa)
     }
     double t_plan = gt_cli_now_seconds() - t2;
     free(order);
-    if (print) gt_graph_print(g, stdout);
-    print_summary(g, &model, &mcfg, batch, seq, &flops, t_build, t_verify);
-    printf("plan             %.2f ms (schedule + liveness + offsets)\n", 1e3 * t_plan);
-    gt_plan_print(plan, stdout);
+    if (rank == 0) {
+        if (print) gt_graph_print(g, stdout);
+        print_summary(g, &model, &mcfg, batch, seq, gt_mesh_world_size(&layout.mesh), &flops,
+                      t_build, t_verify);
+        if (parallel) {
+            char mesh[96];
+            gt_mesh_format(&layout.mesh, mesh, sizeof mesh);
+            printf("mesh             %s (%d ranks); figures below are rank %d's, flops per rank\n",
+                   mesh, gt_mesh_world_size(&layout.mesh), rank);
+        }
+        printf("plan             %.2f ms (schedule + liveness + offsets)\n", 1e3 * t_plan);
+        gt_plan_print(plan, stdout);
+    }
     gt_plan_free(plan);
-    if (dump_dir) printf("dumps            %s (built, compiled, passes/)\n", rank_dir);
+    if (dump_dir && rank == 0)
+        printf("dumps            %s/rank_*/ (%sbuilt, compiled, passes/)\n", dump_dir,
+               parallel ? "global, " : "");
     rc = 0;
 done:
     gt_model_free(&model);

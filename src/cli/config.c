@@ -134,6 +134,11 @@ static const gt_cfg_option options[] = {
      .choices = reshards,
      .help = "free gathered parameters after forward: default (yes, except the last stage), "
              "always, never"},
+    /* comm */
+    {OPT(comm, timeout_seconds, GT_CFG_FLOAT), .default_value = "30.0", FLOAT_RANGE(0, 1e9),
+     .help = "multi-rank runs: a collective that has not completed after this many seconds fails "
+             "with a message naming the rank, the collective and its group (a peer died or is "
+             "stuck); 0: wait forever"},
     /* compile */
     {OPT(compile, enable, GT_CFG_BOOL), .default_value = "true",
      .help = "run the pass pipeline on the step graph; false runs the unoptimised graph"},
@@ -181,6 +186,14 @@ static const gt_cfg_option options[] = {
     {OPT(debug, deterministic, GT_CFG_BOOL), .default_value = "false",
      .help = "also fix choices that could vary between runs (e.g. GPU algorithm selection); "
              "kernels are deterministic in any case"},
+    {OPT(debug, test_drop_collective_rank, GT_CFG_INT), .default_value = "-1",
+     INT_RANGE(-1, MAX_DEGREE),
+     .help = "TEST ONLY: this rank drops the first collective of its step program, so the "
+             "cross-rank schedule check must stop every rank before step 1; -1: off"},
+    {OPT(debug, test_kill_rank_at_step, GT_CFG_STRING), .default_value = "",
+     .help = "TEST ONLY: \"R:S\" makes rank R kill itself with SIGKILL at the start of step S "
+             "(a dead peer); \"R:S:stop\" stops it with SIGSTOP instead (a hung peer, for the "
+             "comm timeout); empty: off"},
 };
 
 #define N_OPTIONS ((int)(sizeof options / sizeof options[0]))
@@ -793,6 +806,17 @@ gt_status gt_config_validate(const gt_config *c, gt_error *err)
         return gt_error_set(err, GT_ERR_INVALID,
                             "config: compile.memory_policy = \"budget\" needs "
                             "compile.activation_memory_budget_gb > 0");
+    const char *kill = c->debug.test_kill_rank_at_step;
+    if (kill[0]) {
+        long long r = -1, step = 0;
+        int used = 0;
+        if (sscanf(kill, "%lld:%lld%n", &r, &step, &used) != 2 ||
+            (kill[used] && strcmp(kill + used, ":stop") != 0) || r < 0 || step < 1)
+            return gt_error_set(err, GT_ERR_INVALID,
+                                "config: debug.test_kill_rank_at_step: expected \"RANK:STEP\" or "
+                                "\"RANK:STEP:stop\" (rank >= 0, step >= 1), got \"%s\"",
+                                kill);
+    }
     if (c->metrics.enable_tensorboard)
         return gt_error_set(err, GT_ERR_INVALID,
                             "config: metrics.enable_tensorboard: TensorBoard "

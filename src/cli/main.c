@@ -3,7 +3,14 @@
  *   graphtrain train | graph | init | export | tokenize | plot  [options]
  *
  * Options are spelled as torchtitan spells them (--section.key=value or --section.key value).
- * This file only parses and dispatches; the work is in the library. */
+ * This file only parses and dispatches; the work is in the library.
+ *
+ * Under mpirun (`mpirun -np 4 graphtrain train ...`) every process runs main: MPI is initialised
+ * first, log lines carry the rank ("[graphtrain rank 1] WARN ..."), ranks other than 0 log only
+ * warnings and errors, and only rank 0 prints the config and the summary. MPI is finalised at the
+ * end, except after an error that may be this rank's alone (its peers may be waiting for it in a
+ * collective, and finalising would wait for them): then the process exits at once and mpirun
+ * stops the job. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,6 +18,7 @@
 
 #include "commands.h"
 #include "graphtrain/gt_backend.h"
+#include "graphtrain/gt_comm.h"
 #include "graphtrain/gt_config.h"
 #include "graphtrain/gt_data.h"
 #include "graphtrain/gt_metrics.h"
@@ -169,11 +177,48 @@ done:
 
 /* ---------------------------------------------------------------- train */
 
-static int cmd_train(const command_spec *cmd, split_args *sa)
+/* This process in an MPI run (rank 0 of 1 otherwise). */
+typedef struct {
+    int rank, size;
+    bool mpi;           /* MPI was initialised here */
+    bool skip_finalize; /* an error of this rank alone: exit without finalising */
+} cli_ranks;
+
+static void rank_log_sink(gt_log_level level, const char *msg, void *user)
+{
+    static const char *const names[] = {"DEBUG", "INFO", "WARN", "ERROR"};
+    const cli_ranks *r = user;
+    fprintf(stderr, "[graphtrain rank %d] %s %s\n", r->rank, names[level], msg);
+}
+
+/* Under an MPI launcher: initialise MPI and route the log through the rank's prefix. */
+static int init_ranks(cli_ranks *r)
+{
+    memset(r, 0, sizeof *r);
+    r->size = 1;
+    if (!gt_train_launched_by_mpi() || !gt_comm_mpi_available()) return 0;
+    gt_error err = {0};
+    gt_comm *world = NULL;
+    if (gt_comm_mpi_world(NULL, NULL, &world, &err) != GT_OK) {
+        fprintf(stderr, "graphtrain: %s\n", err.msg);
+        return 1;
+    }
+    r->mpi = true;
+    r->rank = gt_comm_rank(world);
+    r->size = gt_comm_size(world);
+    gt_comm_destroy(world);
+    if (r->size > 1) {
+        gt_log_set_sink(rank_log_sink, r);
+        if (r->rank != 0) gt_log_set_level(GT_LOG_WARN);
+    }
+    return 0;
+}
+
+static int cmd_train(const command_spec *cmd, split_args *sa, cli_ranks *ranks)
 {
     gt_config cfg;
     if (gt_cli_resolve_config(cmd, sa, &cfg)) return 1;
-    if (cfg.job.print_config) {
+    if (cfg.job.print_config && ranks->rank == 0) {
         printf("# resolved config\n");
         gt_config_print(&cfg, stdout);
         printf("\n");
@@ -184,9 +229,15 @@ static int cmd_train(const command_spec *cmd, split_args *sa)
     gt_status st = gt_train(&cfg, &res, &err);
     gt_config_free(&cfg);
     if (st != GT_OK) {
-        fprintf(stderr, "graphtrain train: %s\n", err.msg);
+        if (ranks->size > 1)
+            fprintf(stderr, "graphtrain train (rank %d of %d): %s\n", ranks->rank, ranks->size,
+                    err.msg);
+        else
+            fprintf(stderr, "graphtrain train: %s\n", err.msg);
+        ranks->skip_finalize = res.error_is_local;
         return 1;
     }
+    if (ranks->rank != 0) return 0;
     if (res.last_step >= res.first_step) {
         printf("trained steps %lld..%lld: final loss %.6f", (long long)res.first_step,
                (long long)res.last_step, res.final_loss);
@@ -331,11 +382,22 @@ int main(int argc, char **argv)
             }
         split_args sa;
         if (split_local(cmd, argc - 2, argv + 2, &sa)) return 1;
+        if (c <= 1) { /* train and graph run on every rank of an MPI launch */
+            cli_ranks ranks;
+            if (init_ranks(&ranks)) return 1;
+            int rc = c == 0 ? cmd_train(cmd, &sa, &ranks) : gt_cli_graph(cmd, &sa);
+            fflush(NULL);
+            if (ranks.mpi && !ranks.skip_finalize) {
+                gt_error err = {0};
+                if (gt_comm_mpi_finalize(&err) != GT_OK && rc == 0) {
+                    fprintf(stderr, "graphtrain: %s\n", err.msg);
+                    rc = 1;
+                }
+            }
+            gt_log_set_sink(NULL, NULL);
+            return rc;
+        }
         switch (c) {
-        case 0:
-            return cmd_train(cmd, &sa);
-        case 1:
-            return gt_cli_graph(cmd, &sa);
         case 2:
             return cmd_init(cmd, &sa);
         case 3:

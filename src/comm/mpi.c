@@ -12,13 +12,22 @@
  *                   same bits, equal to the 1-rank sum in rank order. The second phase is posted
  *                   and completed inside gt_comm_wait.
  * Communicators use MPI_ERRORS_RETURN so MPI failures become gt_status naming rank and
- * collective instead of aborting the job. */
+ * collective instead of aborting the job.
+ *
+ * Waits never block inside MPI: gt_comm_wait polls MPI_Test, spinning briefly and then sleeping in
+ * growing steps (up to 1 ms), until the request completes or the communicator's timeout passes.
+ * A peer that died or is stuck in other work then becomes an error naming this rank, the
+ * collective and the group (its world ranks) instead of a hang. A timed-out request is abandoned:
+ * MPI may still write into its buffers, so its scratch is leaked on purpose and the communicator
+ * is marked broken (destroy then skips MPI_Comm_free, which could wait for the dead peer). */
 #include "graphtrain/gt_comm.h"
 
 #include <limits.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #ifndef GT_HAVE_MPI
 
@@ -42,12 +51,22 @@ gt_status gt_comm_mpi_finalize(gt_error *err)
     return GT_OK;
 }
 
+void gt_comm_mpi_set_timeout(gt_comm *c, double seconds)
+{
+    (void)c, (void)seconds;
+}
+
 #else
 
 #include <mpi.h>
 
+#define DEFAULT_TIMEOUT_SECONDS 30.0
+
 typedef struct {
     MPI_Comm comm;
+    double timeout_s; /* <= 0: wait forever */
+    bool broken;      /* a wait timed out: a request is abandoned */
+    char members[96]; /* "world ranks 0,2" (for messages) */
 } mpi_impl;
 
 typedef struct {
@@ -74,6 +93,49 @@ static gt_status mpi_fail(gt_comm *c, const char *what, int rc, gt_error *err)
 static MPI_Comm comm_of(gt_comm *c)
 {
     return ((mpi_impl *)c->impl)->comm;
+}
+
+static double now_seconds(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* Completes *r by polling MPI_Test, never blocking inside MPI. For the first 2 ms the thread
+ * yields between tests (a collective between live ranks usually completes here, and with more
+ * ranks than cores the yield lets the peers it waits for run); after that it sleeps between tests,
+ * 50 us doubling up to 1 ms, so a long wait (a straggler) costs little CPU. Past the
+ * communicator's timeout: GT_ERR_IO naming the rank, the collective, the communicator and its
+ * members. */
+static gt_status wait_request(gt_comm *c, MPI_Request *r, const char *what, gt_error *err)
+{
+    mpi_impl *impl = c->impl;
+    double start = now_seconds();
+    long sleep_ns = 50000;
+    for (long polls = 0;; polls++) {
+        int done = 0;
+        int rc = MPI_Test(r, &done, MPI_STATUS_IGNORE);
+        if (rc != MPI_SUCCESS) return mpi_fail(c, what, rc, err);
+        if (done) return GT_OK;
+        if (polls < 16) continue;
+        double waited = now_seconds() - start;
+        if (impl->timeout_s > 0 && waited > impl->timeout_s) {
+            impl->broken = true;
+            return gt_error_set(err, GT_ERR_IO,
+                                "rank %d: %s on communicator '%s' (size %d, %s) did not complete "
+                                "within %.0f s: a peer rank of this group died or is stuck "
+                                "(comm.timeout_seconds)",
+                                c->rank, what, c->name, c->size, impl->members, impl->timeout_s);
+        }
+        if (waited < 2e-3) {
+            sched_yield();
+            continue;
+        }
+        struct timespec ts = {0, sleep_ns};
+        nanosleep(&ts, NULL);
+        if (sleep_ns < 1000000) sleep_ns *= 2;
+    }
 }
 
 static gt_status to_int(gt_comm *c, gt_coll_kind kind, size_t bytes, int *out, gt_error *err)
@@ -166,8 +228,12 @@ static gt_status mpi_wait(gt_comm *c, gt_comm_request *req, gt_error *err)
 {
     mpi_state *s = req->impl_state;
     const char *what = gt_coll_kind_name(req->kind);
-    int rc = MPI_Wait(&s->request, MPI_STATUS_IGNORE);
-    if (rc != MPI_SUCCESS) return mpi_fail(c, what, rc, err);
+    gt_status wst = wait_request(c, &s->request, what, err);
+    if (wst != GT_OK) {
+        if (((mpi_impl *)c->impl)->broken) s->scratch = NULL, s->counts = NULL; /* MPI's now */
+        return wst;
+    }
+    int rc;
     if (req->kind != GT_COLL_REDUCE_SCATTER && req->kind != GT_COLL_ALL_REDUCE) return GT_OK;
 
     int n = c->size;
@@ -185,9 +251,10 @@ static gt_status mpi_wait(gt_comm *c, gt_comm_request *req, gt_error *err)
     /* all_reduce phase 2: every rank's reduced chunk to every rank. */
     rc = MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_BYTE, req->out->data, s->counts, s->displs, MPI_BYTE,
                          comm_of(c), &s->request);
-    if (rc == MPI_SUCCESS) rc = MPI_Wait(&s->request, MPI_STATUS_IGNORE);
     if (rc != MPI_SUCCESS) return mpi_fail(c, what, rc, err);
-    return GT_OK;
+    gt_status gst = wait_request(c, &s->request, what, err);
+    if (gst != GT_OK && ((mpi_impl *)c->impl)->broken) s->counts = NULL; /* MPI's now */
+    return gst;
 }
 
 static void mpi_free_request(gt_comm_request *req)
@@ -207,12 +274,15 @@ static gt_status mpi_all_gather_u64(gt_comm *c, const uint64_t *in, int64_t coun
     if (count > INT_MAX / 8)
         return gt_error_set(err, GT_ERR_UNSUPPORTED, "rank %d: all_gather of %lld words", c->rank,
                             (long long)count);
-    int rc = MPI_Allgather(in, (int)count, MPI_UINT64_T, out, (int)count, MPI_UINT64_T, comm_of(c));
+    MPI_Request r = MPI_REQUEST_NULL;
+    int rc =
+        MPI_Iallgather(in, (int)count, MPI_UINT64_T, out, (int)count, MPI_UINT64_T, comm_of(c), &r);
     if (rc != MPI_SUCCESS) return mpi_fail(c, "all_gather (schedule check)", rc, err);
-    return GT_OK;
+    return wait_request(c, &r, "all_gather (schedule check)", err);
 }
 
-static gt_status wrap_comm(MPI_Comm comm, const char *name, gt_comm **out, gt_error *err);
+static gt_status wrap_comm(MPI_Comm comm, const char *name, double timeout_s, gt_comm **out,
+                           gt_error *err);
 
 static gt_status mpi_split(gt_comm *c, int color, int key, gt_comm **out, gt_error *err)
 {
@@ -221,7 +291,7 @@ static gt_status mpi_split(gt_comm *c, int color, int key, gt_comm **out, gt_err
     if (rc != MPI_SUCCESS) return mpi_fail(c, "split", rc, err);
     char name[64];
     snprintf(name, sizeof name, "%.40s/split(%d)", c->name, color);
-    return wrap_comm(sub, name, out, err);
+    return wrap_comm(sub, name, ((mpi_impl *)c->impl)->timeout_s, out, err);
 }
 
 static void mpi_destroy(gt_comm *c)
@@ -229,7 +299,7 @@ static void mpi_destroy(gt_comm *c)
     mpi_impl *impl = c->impl;
     int finalized = 0;
     MPI_Finalized(&finalized);
-    if (!finalized) MPI_Comm_free(&impl->comm);
+    if (!finalized && !impl->broken) MPI_Comm_free(&impl->comm);
     free(impl);
     free(c);
 }
@@ -244,21 +314,53 @@ static const gt_comm_vtable mpi_vtable = {
     .destroy = mpi_destroy,
 };
 
+/* "world ranks 0,2,4" (the members of comm in its rank order), cut short with "..." when long. */
+static void format_members(MPI_Comm comm, int size, char *buf, size_t cap)
+{
+    MPI_Group group, world;
+    int *mine = gt_xmalloc(sizeof(int) * 2 * (size_t)size), *theirs = mine + size;
+    for (int r = 0; r < size; r++)
+        mine[r] = r;
+    MPI_Comm_group(comm, &group);
+    MPI_Comm_group(MPI_COMM_WORLD, &world);
+    MPI_Group_translate_ranks(group, size, mine, world, theirs);
+    MPI_Group_free(&group);
+    MPI_Group_free(&world);
+    size_t used = (size_t)snprintf(buf, cap, "world rank%s ", size > 1 ? "s" : "");
+    for (int r = 0; r < size && used < cap; r++) {
+        int n = snprintf(buf + used, cap - used, r ? ",%d" : "%d", theirs[r]);
+        if (n < 0 || (size_t)n >= cap - used) {
+            snprintf(buf + (cap > 4 ? cap - 4 : 0), cap > 4 ? 4 : cap, "...");
+            break;
+        }
+        used += (size_t)n;
+    }
+    free(mine);
+}
+
 /* Takes ownership of comm. */
-static gt_status wrap_comm(MPI_Comm comm, const char *name, gt_comm **out, gt_error *err)
+static gt_status wrap_comm(MPI_Comm comm, const char *name, double timeout_s, gt_comm **out,
+                           gt_error *err)
 {
     (void)err;
     MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN);
     gt_comm *c = gt_xcalloc(1, sizeof *c);
     mpi_impl *impl = gt_xcalloc(1, sizeof *impl);
     impl->comm = comm;
+    impl->timeout_s = timeout_s;
     c->vt = &mpi_vtable;
     c->impl = impl;
     MPI_Comm_rank(comm, &c->rank);
     MPI_Comm_size(comm, &c->size);
     snprintf(c->name, sizeof c->name, "%s", name);
+    format_members(comm, c->size, impl->members, sizeof impl->members);
     *out = c;
     return GT_OK;
+}
+
+void gt_comm_mpi_set_timeout(gt_comm *c, double seconds)
+{
+    if (c && c->vt == &mpi_vtable) ((mpi_impl *)c->impl)->timeout_s = seconds;
 }
 
 gt_status gt_comm_mpi_world(int *argc, char ***argv, gt_comm **out, gt_error *err)
@@ -276,7 +378,7 @@ gt_status gt_comm_mpi_world(int *argc, char ***argv, gt_comm **out, gt_error *er
     int rc = MPI_Comm_dup(MPI_COMM_WORLD, &world);
     if (rc != MPI_SUCCESS)
         return gt_error_set(err, GT_ERR_IO, "MPI_Comm_dup(MPI_COMM_WORLD) failed (code %d)", rc);
-    return wrap_comm(world, "world", out, err);
+    return wrap_comm(world, "world", DEFAULT_TIMEOUT_SECONDS, out, err);
 }
 
 gt_status gt_comm_mpi_finalize(gt_error *err)

@@ -142,6 +142,8 @@ typedef struct {
     gt_sym_pool *dst;
     const gt_sym_pool *src;
     const gt_sym_binding *b;
+    const char *rname; /* gt_sym_replace: this symbol becomes repl (an expr of dst) */
+    gt_expr repl;
     gt_sym_memo memo; /* src atom -> dst expr */
 } gt_sym_subst_ctx;
 
@@ -156,7 +158,9 @@ static gt_expr gt_sym_subst_atom(gt_sym_subst_ctx *c, int32_t atom)
     gt_expr r;
     if (at.kind == GT_SYM_ATOM_VAR) {
         const char *name = gt_sym_atom_name(c->src, atom);
-        if (gt_sym_binding_find(c->b, name, &v)) {
+        if (c->rname && strcmp(name, c->rname) == 0) {
+            r = c->repl;
+        } else if (gt_sym_binding_find(c->b, name, &v)) {
             r = gt_sym_const(c->dst, v);
         } else {
             char *copy = gt_xstrdup(name); /* name points into src->names */
@@ -193,7 +197,7 @@ gt_expr gt_sym_substitute(gt_sym_pool *dst, const gt_sym_pool *src, gt_expr e,
 {
     if (!gt_sym_valid(src, e)) return GT_EXPR_INVALID;
     if (dst == src && (!b || b->n == 0)) return e; /* nothing to replace, same pool */
-    gt_sym_subst_ctx c = {dst, src, b, {0}};
+    gt_sym_subst_ctx c = {dst, src, b, NULL, GT_EXPR_INVALID, {0}};
     gt_expr r = gt_sym_subst_expr(&c, e);
     gt_sym_memo_free(&c.memo);
     return r;
@@ -202,4 +206,15 @@ gt_expr gt_sym_substitute(gt_sym_pool *dst, const gt_sym_pool *src, gt_expr e,
 gt_expr gt_sym_import(gt_sym_pool *dst, const gt_sym_pool *src, gt_expr e)
 {
     return gt_sym_substitute(dst, src, e, NULL);
+}
+
+gt_expr gt_sym_replace(gt_sym_pool *p, gt_expr e, const char *name, gt_expr repl)
+{
+    if (!gt_sym_valid(p, e) || !gt_sym_valid(p, repl) || !name) return GT_EXPR_INVALID;
+    char *copy = gt_xstrdup(name); /* name may point into p's names, which may move */
+    gt_sym_subst_ctx c = {p, p, NULL, copy, repl, {0}};
+    gt_expr r = gt_sym_subst_expr(&c, e);
+    gt_sym_memo_free(&c.memo);
+    free(copy);
+    return r;
 }

@@ -1,9 +1,15 @@
 /* print.c — the text form of a graph: one line per graph input, node and graph output.
  *
+ *   mesh: dp_replicate=1 dp_shard=2 tp=2
  *   input %0 : f32[2048, 256] PARAM tok_embeddings.weight
  *   %41 : f32[batch*seq, 768] = matmul(%40, %12; trans_a=0, trans_b=1)  # layers.0.feed_forward.w1
  * fwd %7, %8 : f32[b, 8, s, 64], f32[b, 8, s] = sdpa(%4, %5, %6; causal=1, scale=0.125)  # ... fwd
  *   output LOSS loss = %99
+ *
+ * A parallelized graph (g->mesh.ndim > 0) starts with its mesh line, and a value that is not
+ * replicated on every mesh dim has its placements after its type (gt_value_format_placement):
+ *   %41 : f32[batch//2*seq, 64] {S(0)@dp_shard, P@tp} = matmul(%40, %12; ...)
+ * so an unparallelized graph prints exactly as before.
  *
  * Everything printed comes from the graph's contents (no addresses, no hash order), so identical
  * graphs print identical text and a copy prints like its original: dumps diff cleanly. */
@@ -58,6 +64,23 @@ static void strbuf_type(gt_strbuf *sb, const gt_graph *g, const gt_type *t)
         gt_strbuf_expr(sb, g, t->dims[k]);
     }
     gt_strbuf_printf(sb, "]");
+}
+
+/* " {S(0)@dp_shard, P@tp}" after a value's type; nothing when it is replicated everywhere. */
+static void strbuf_placement(gt_strbuf *sb, const gt_graph *g, gt_value_id v)
+{
+    if (g->mesh.ndim <= 0) return;
+    char small[128];
+    int n = gt_value_format_placement(g, v, small, sizeof small);
+    if (n <= 0) return;
+    if ((size_t)n < sizeof small) {
+        gt_strbuf_printf(sb, " %s", small);
+        return;
+    }
+    char *big = gt_xmalloc((size_t)n + 1);
+    gt_value_format_placement(g, v, big, (size_t)n + 1);
+    gt_strbuf_printf(sb, " %s", big);
+    free(big);
 }
 
 int gt_graph_format_type(const gt_graph *g, const gt_type *t, char *buf, size_t len)
@@ -124,6 +147,16 @@ static void strbuf_attrs(gt_strbuf *sb, const gt_graph *g, const gt_node *n, boo
     }
 }
 
+/* A value's type and placements ("f32[8, 4] {S(0)@dp_shard}"); returns the length needed. */
+static int format_value_type(const gt_graph *g, gt_value_id v, char *buf, size_t len)
+{
+    gt_strbuf sb;
+    gt_strbuf_init(&sb, buf, len);
+    strbuf_type(&sb, g, &g->values[v].type);
+    strbuf_placement(&sb, g, v);
+    return (int)sb.len;
+}
+
 int gt_graph_format_node(const gt_graph *g, gt_node_id id, char *buf, size_t len)
 {
     gt_strbuf sb;
@@ -142,9 +175,10 @@ int gt_graph_format_node(const gt_graph *g, gt_node_id id, char *buf, size_t len
     for (int k = 0; k < n_out; k++) {
         if (k) gt_strbuf_printf(&sb, ", ");
         gt_value_id v = n->out[k];
-        if (v >= 0 && v < g->n_values)
+        if (v >= 0 && v < g->n_values) {
             strbuf_type(&sb, g, &g->values[v].type);
-        else
+            strbuf_placement(&sb, g, v);
+        } else
             gt_strbuf_printf(&sb, "?");
     }
     gt_strbuf_printf(&sb, " = %s(", info ? info->name : "<unknown op>");
@@ -170,16 +204,21 @@ void gt_graph_print(const gt_graph *g, FILE *f)
     char small[512];
     char *line = small;
     size_t cap = sizeof small;
+    if (g->mesh.ndim > 0) {
+        fputs("mesh:", f);
+        for (int d = 0; d < g->mesh.ndim && d < GT_MESH_MAX_DIMS; d++)
+            fprintf(f, " %s=%d", safe_str(g, g->mesh.name[d]), g->mesh.size[d]);
+        fputs("\n", f);
+    }
     for (int32_t k = 0; k < g->n_inputs; k++) {
         const gt_io *io = &g->inputs[k];
         fprintf(f, "input %%%d : ", io->value);
         if (io->value >= 0 && io->value < g->n_values) {
-            const gt_type *t = &g->values[io->value].type;
-            size_t need = (size_t)gt_graph_format_type(g, t, line, cap);
+            size_t need = (size_t)format_value_type(g, io->value, line, cap);
             if (need >= cap) {
                 cap = need + 1;
                 line = line == small ? gt_xmalloc(cap) : gt_xrealloc(line, cap);
-                gt_graph_format_type(g, t, line, cap);
+                format_value_type(g, io->value, line, cap);
             }
             fputs(line, f);
         } else {

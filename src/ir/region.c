@@ -3,8 +3,10 @@
  * chunking copies a region once per chunk, into the same or a new graph.
  *
  * Each copy keeps op, attributes, fqn, phase and tags; its output types are re-derived by the shape
- * rule from the remapped inputs (a chunk's inputs may be smaller than the original's). When dst is
- * another graph, strings are re-interned and expressions imported into dst's pool. */
+ * rule from the remapped inputs (a chunk's inputs may be smaller than the original's), and each
+ * output takes its original's placements (gt_value.place). When dst is another graph, strings are
+ * re-interned and expressions imported into dst's pool, and a dst without a mesh takes src's (so
+ * the collectives' mesh checks and the printed placements mean the same in the copy). */
 #include <string.h>
 
 #include "ir/ir_internal.h"
@@ -33,6 +35,11 @@ gt_status gt_graph_copy_region(gt_graph *dst, const gt_graph *src, gt_node_id fi
         return gt_error_set(err, GT_ERR_INVALID, "copy region: no value map given");
     bool same = dst == src;
     gt_node_id dst_first = dst->n_nodes;
+    if (!same && dst->mesh.ndim == 0 && src->mesh.ndim > 0) {
+        dst->mesh = src->mesh;
+        for (int d = 0; d < src->mesh.ndim && d < GT_MESH_MAX_DIMS; d++)
+            dst->mesh.name[d] = move_str(dst, src, src->mesh.name[d]);
+    }
     for (gt_node_id id = first; id < last; id++) {
         /* A copy, not a pointer: appending to dst may move src's node array when dst == src. */
         gt_node n = src->nodes[id];
@@ -73,8 +80,11 @@ gt_status gt_graph_copy_region(gt_graph *dst, const gt_graph *src, gt_node_id fi
         gt_status st = gt_graph_append_node(dst, &n, err);
         if (st != GT_OK) return gt_error_wrap(err, "copy region: node %d", id);
         const gt_node *orig = &src->nodes[id];
-        for (int k = 0; k < n.n_out; k++)
+        for (int k = 0; k < n.n_out; k++) {
             map[orig->out[k]] = n.out[k];
+            memcpy(dst->values[n.out[k]].place, src->values[orig->out[k]].place,
+                   sizeof dst->values[n.out[k]].place);
+        }
     }
     return GT_OK;
 }

@@ -5,7 +5,9 @@
  *   guarantees when two nodes have the same op, the same inputs (after earlier merges), the same
  *              attributes and the same set of tags, every use of the later one's outputs (node
  *              inputs and graph outputs) reads the earlier one's instead. Nodes whose op is
- *              random, has side effects or is a collective are never merged. Tags must match so
+ *              random, has side effects or is a collective are never merged (two identical
+ *              all_gathers, one in the forward and one in the backward, are FSDP's reshard on
+ *              purpose; every rank must run each start/wait it was given). Tags must match so
  *              that deliberate duplicates (a "recompute" copy made by remat) survive. Origins that
  *              named a merged node name the kept one. The merged duplicates are left in place,
  *              dead, for DCE; no id changes.

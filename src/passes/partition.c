@@ -9,7 +9,8 @@
  * Each node is replayed into its part with gt_graph_copy_region over the one-node range [n, n+1),
  * through a value map from whole-graph ids to the part's ids, so node order (a valid topological
  * order in the whole graph) is kept in each part. Inputs are created first with their dims
- * imported into the part's symbol pool, so the shape rules re-derive the very same types. */
+ * imported into the part's symbol pool, so the shape rules re-derive the very same types. Both
+ * parts carry the whole graph's device mesh and every value keeps its placements. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -130,7 +131,8 @@ static gt_status classify(split_state *s, gt_error *err)
     return GT_OK;
 }
 
-/* Adds an input of the part with the type of whole value v (dims imported into dst's pool). */
+/* Adds an input of the part with the type and placements of whole value v (dims imported into
+ * dst's pool). */
 static gt_value_id add_input_like(gt_graph *dst, const gt_graph *whole, gt_input_kind kind,
                                   const char *name, gt_value_id v)
 {
@@ -138,7 +140,18 @@ static gt_value_id add_input_like(gt_graph *dst, const gt_graph *whole, gt_input
     gt_expr dims[GT_MAX_DIMS];
     for (int d = 0; d < t->ndim; d++)
         dims[d] = gt_sym_import(dst->sym, whole->sym, t->dims[d]);
-    return gt_graph_add_input(dst, kind, name, t->dtype, t->ndim, dims);
+    gt_value_id in = gt_graph_add_input(dst, kind, name, t->dtype, t->ndim, dims);
+    if (in != GT_NONE)
+        memcpy(dst->values[in].place, whole->values[v].place, sizeof dst->values[in].place);
+    return in;
+}
+
+/* A part runs on the same device mesh as the whole graph (names re-interned into the part). */
+static void copy_mesh(gt_graph *dst, const gt_graph *whole)
+{
+    dst->mesh = whole->mesh;
+    for (int d = 0; d < whole->mesh.ndim && d < GT_MESH_MAX_DIMS; d++)
+        dst->mesh.name[d] = gt_graph_intern(dst, gt_graph_str(whole, whole->mesh.name[d]));
 }
 
 /* Replays the nodes of part p into dst through map, then fixes origins that stay within the part
@@ -293,6 +306,8 @@ gt_status gt_partition_fwd_bwd(const gt_graph *whole, gt_graph **fwd, gt_graph *
         in->output_of = gt_xcalloc(no, sizeof *in->output_of);
         f = gt_graph_new();
         b = gt_graph_new();
+        copy_mesh(f, whole);
+        copy_mesh(b, whole);
         st = build_fwd(&s, f, in, map, node_map, err);
     }
     if (st == GT_OK) st = build_bwd(&s, b, in, map, node_map, err);

@@ -31,4 +31,71 @@ bool gt_pass_shape_matches(gt_graph *g, const gt_node *proposed, const gt_node *
  * GT_NONE. The caller guarantees no kept node or graph output reads a removed node's output. */
 void gt_pass_compact(gt_graph *g, const uint8_t *keep);
 
+/* ---------------------------------------------------------------- collectives
+ * (collective_report.c) — what the FSDP passes and the report share. */
+
+#define GT_FSDP_TAG_ALL_GATHER "fsdp.all_gather"
+#define GT_FSDP_TAG_REDUCE_SCATTER "fsdp.reduce_scatter"
+#define GT_FSDP_TAG_ALL_REDUCE "fsdp.all_reduce"
+/* Tag prefix of a bucketed collective's start and wait: "bucket:layers.3". */
+#define GT_FSDP_BUCKET_TAG_PREFIX "bucket:"
+
+/* all_gather_start, reduce_scatter_start or all_reduce_start. */
+bool gt_pass_is_collective_start(gt_op op);
+/* wait_of[n] for a collective start n: its wait node, GT_NONE when it has none or more than one
+ * (and for every other node). Array of g->n_nodes; caller frees. */
+gt_node_id *gt_pass_find_waits(const gt_graph *g);
+/* Index of the start's FSDP tag: 0 all_gather, 1 reduce_scatter, 2 all_reduce; -1 for none. */
+int gt_pass_fsdp_tag(const gt_graph *g, const gt_node *n);
+extern const char *const gt_pass_fsdp_tags[3];
+/* True when the node carries a "bucket:..." tag (made by fsdp_bucketing). */
+bool gt_pass_is_bucketed(const gt_graph *g, const gt_node *n);
+
+/* The FSDP bucket of a module path: N >= 0 for "layers.N" and "layers.N.*", GT_BUCKET_EMBED for
+ * "tok_embeddings" and "tok_embeddings.*", GT_BUCKET_REST for anything else (norm, output, loss,
+ * ""). */
+#define GT_BUCKET_EMBED (-1)
+#define GT_BUCKET_REST (-2)
+int64_t gt_pass_fsdp_bucket(const char *fqn);
+
+/* ---------------------------------------------------------------- node order by keys
+ * (reorder.c) — how the FSDP passes move nodes.
+ *
+ * Every node gets a key; the new order is the topological order that takes, at each step, the
+ * ready node (all producers placed) with the smallest key. When sorting the nodes by key is
+ * already topological, that is exactly the new order, so a pass states where it wants a node as
+ * a key: (p, GT_KEY_STAY) keeps a node at position p; (p, m) with m < GT_KEY_STAY puts it right
+ * before the node at position p, after the ones with a smaller m. A key that would break a
+ * dependency only delays its node until its inputs exist. */
+typedef struct {
+    int64_t major, minor;
+} gt_pass_key;
+#define GT_KEY_STAY INT64_MAX
+
+static inline bool gt_pass_key_less(gt_pass_key a, gt_pass_key b)
+{
+    return a.major < b.major || (a.major == b.major && a.minor < b.minor);
+}
+
+/* Users of each value, one entry per input slot that reads it: the users of v are
+ * node[first[v] .. first[v + 1]). */
+typedef struct {
+    int32_t *first;
+    gt_node_id *node;
+} gt_pass_uses;
+void gt_pass_uses_build(const gt_graph *g, gt_pass_uses *u);
+void gt_pass_uses_free(gt_pass_uses *u);
+
+/* hoist[v] = 1 when v is a graph input or computed from graph inputs only, by nodes that are
+ * neither collective, random nor side-effecting: parameter casts and views, which may move
+ * earlier freely. Array of g->n_values; caller frees. */
+uint8_t *gt_pass_hoistable(const gt_graph *g);
+
+/* Reorders g's nodes as described above (keys: one per node) and writes the permutation to
+ * order (order[k] = old id of the node now at k; may be NULL). Value producers, origins and the
+ * builder's current origin follow. GT_ERR_INTERNAL naming `who` if the graph has a cycle (then g
+ * is unchanged). */
+gt_status gt_pass_order_by_keys(gt_graph *g, const gt_pass_key *keys, gt_node_id *order,
+                                const char *who, gt_error *err);
+
 #endif

@@ -9,11 +9,17 @@
  *   remat         duplicates the tagged chains into the backward (after CSE, which would merge
  *                 the copies back into the originals, and before DCE, which then drops the
  *                 originals nothing in the forward reads);
- *   dce           last, removing the duplicates and whatever the others made dead, and
- *                 compacting ids.
- * The pipeline drops the passes the options disable, verifies the graph before the first pass and
- * after each one (verify_each), times each pass, logs one line per pass and writes the debug
- * dumps. */
+ *   dce           then removes the duplicates and whatever the others made dead, and compacts
+ *                 ids;
+ *   fsdp_bucketing after those (parallelized graphs only): it merges the FSDP collectives of each
+ *                 block, so it must see the final set of gathers (remat never copies one, DCE
+ *                 may drop some) and leaves no dead nodes behind;
+ *   fsdp_reorder  last: it only moves nodes, placing the (bucketed) starts and waits for overlap.
+ * The pipeline drops the passes the options disable (and, on a graph without a mesh, the
+ * mesh-only ones), verifies the graph before the first pass and after each one (verify_each),
+ * times each pass, logs one line per pass and writes the debug dumps; for a parallelized graph the
+ * dumps end with collectives.txt (gt_pass_collective_report of the final graph under
+ * options->binding). */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,13 +30,17 @@
 
 static const gt_pass_info gt_passes[] = {
     {"canonicalize", gt_pass_canonicalize, GT_PASS_EXACT,
-     "fold identity reshape/slice/cast/transpose/permute, compose view chains"},
-    {"cse", gt_pass_cse, GT_PASS_EXACT, "merge identical pure nodes"},
+     "fold identity reshape/slice/cast/transpose/permute, compose view chains", false},
+    {"cse", gt_pass_cse, GT_PASS_EXACT, "merge identical pure nodes", false},
     {"memory_policy", gt_pass_memory_policy, GT_PASS_EXACT,
-     "tag forward nodes to recompute per compile.memory_policy"},
+     "tag forward nodes to recompute per compile.memory_policy", false},
     {"remat", gt_pass_remat, GT_PASS_EXACT,
-     "recompute tagged forward chains right before their first backward use"},
-    {"dce", gt_pass_dce, GT_PASS_EXACT, "remove nodes that reach no output; compact ids"},
+     "recompute tagged forward chains right before their first backward use", false},
+    {"dce", gt_pass_dce, GT_PASS_EXACT, "remove nodes that reach no output; compact ids", false},
+    {"fsdp_bucketing", gt_pass_fsdp_bucketing, GT_PASS_EXACT,
+     "merge the FSDP collectives of each block into one", true},
+    {"fsdp_reorder", gt_pass_fsdp_reorder, GT_PASS_EXACT,
+     "prefetch FSDP all-gathers one block ahead, start reduce-scatters early, defer waits", true},
 };
 #define GT_N_PASSES ((int)(sizeof gt_passes / sizeof gt_passes[0]))
 
@@ -179,6 +189,22 @@ static gt_status dump_diff(const int32_t *before, const gt_graph *g, int32_t nod
     return close_dump(f, dir, nn, pass, "diff", "txt", err);
 }
 
+/* The collectives of the final graph: positions, sizes, overlap (collective_report.c). */
+static gt_status dump_collectives(const gt_graph *g, const gt_pass_options *o, gt_error *err)
+{
+    char path[4096];
+    snprintf(path, sizeof path, "%s/collectives.txt", o->dump_dir);
+    FILE *f = fopen(path, "w");
+    if (!f)
+        return gt_error_set(err, GT_ERR_IO, "graph dump '%s': cannot open for writing: %s", path,
+                            strerror(errno));
+    gt_pass_collective_report(g, o->binding, f);
+    bool bad = ferror(f) != 0;
+    bad |= fclose(f) != 0;
+    if (bad) return gt_error_set(err, GT_ERR_IO, "graph dump '%s': write failed", path);
+    return GT_OK;
+}
+
 /* ---------------------------------------------------------------- running */
 
 static double now_ms(void)
@@ -198,6 +224,7 @@ gt_status gt_pass_pipeline_run(const gt_pass_pipeline *p, gt_graph *g, gt_pass_r
     if (o->dump_dir) GT_TRY(make_dirs(o->dump_dir, err));
     for (int k = 0; k < p->n; k++) {
         const gt_pass_info *pass = p->pass[k];
+        if (pass->mesh_only && g->mesh.ndim == 0) continue; /* nothing to do, nothing to log */
         gt_pass_ctx ctx = {.options = o, .index = k};
         int nn = k + 1;
         int32_t before_ops[GT_OP_COUNT];
@@ -227,6 +254,7 @@ gt_status gt_pass_pipeline_run(const gt_pass_pipeline *p, gt_graph *g, gt_pass_r
             GT_TRY(dump_diff(before_ops, g, nodes_before, o->dump_dir, nn, pass->name, err));
         }
     }
+    if (o->dump_dir && g->mesh.ndim > 0) GT_TRY(dump_collectives(g, o, err));
     return GT_OK;
 }
 

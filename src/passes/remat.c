@@ -11,8 +11,10 @@
  *              that needs any of it. Each tagged node is copied at most once: a later backward use
  *              shares the copies made for an earlier one (one chain per first use, not per use —
  *              the copies of a block are made once, when its backward starts, like torch's
- *              checkpoint). Copies keep op, attributes, fqn and tags ("recompute"), and get phase
- *              bwd and origin = the node they copy. Forward uses and graph outputs keep the
+ *              checkpoint). Collectives are never tagged (a start/wait pair is not recomputed:
+ *              its output is saved), and a wait's input 1 always names its start's input.
+ *              Copies keep op, attributes, fqn and tags ("recompute"), and get phase bwd and
+ *              origin = the node they copy. Forward uses and graph outputs keep the
  *              originals, so an original's liveness ends in the forward; an original nothing reads
  *              any more is left for DCE. Node order stays topological; value ids of the
  *              originals do not change (copies' values are appended).
@@ -51,6 +53,22 @@ static void reorder_nodes(gt_graph *g, const gt_node_id *order)
     if (g->cur_origin >= 0 && g->cur_origin < n) g->cur_origin = pos[g->cur_origin];
     free(moved);
     free(pos);
+}
+
+/* A wait's input 1 is its start's input, listed only to keep that very buffer alive while the
+ * collective reads it: it follows whatever the start reads (a recomputed copy when the start is a
+ * backward node that remat rewired, the original when the start is in the forward), never a copy
+ * of its own. */
+static bool is_wait_keepalive(const gt_node *nd, int k)
+{
+    return nd->op == GT_OP_WAIT && k == 1;
+}
+
+static gt_value_id start_input(const gt_graph *g, const gt_node *wait)
+{
+    gt_node_id start = g->values[wait->in[0]].producer;
+    GT_CHECK(start != GT_NONE);
+    return g->nodes[start].in[0];
 }
 
 /* Refuses a tagged node remat cannot duplicate. */
@@ -152,6 +170,7 @@ gt_status gt_pass_remat(gt_graph *g, const gt_pass_ctx *ctx, gt_error *err)
         if (g->nodes[b].phase == GT_PHASE_FORWARD) continue;
         int32_t before = g->n_nodes;
         for (int k = 0; k < g->nodes[b].n_in && st == GT_OK; k++) {
+            if (is_wait_keepalive(&g->nodes[b], k)) continue;
             gt_node_id p = g->values[g->nodes[b].in[k]].producer;
             if (p != GT_NONE && p < n0 && tagged[p] && s.copy_of[p] == GT_NONE)
                 st = copy_chain(&s, p, err);
@@ -160,6 +179,10 @@ gt_status gt_pass_remat(gt_graph *g, const gt_pass_ctx *ctx, gt_error *err)
             insert_before[c - n0] = b;
         gt_node *nd = &g->nodes[b];
         for (int k = 0; k < nd->n_in; k++) {
+            if (is_wait_keepalive(nd, k)) {
+                nd->in[1] = start_input(g, nd);
+                continue;
+            }
             gt_node_id p = g->values[nd->in[k]].producer;
             if (p != GT_NONE && p < n0 && tagged[p]) nd->in[k] = s.map[nd->in[k]];
         }

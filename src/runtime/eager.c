@@ -7,18 +7,24 @@
  * after its last use (counted over node input slots); graph inputs are borrowed from the caller and
  * never freed; graph outputs are handed over (moved when the value is an intermediate named by one
  * output slot only, copied otherwise — e.g. an output that is also a graph input, or a value named
- * by two output slots). */
+ * by two output slots).
+ *
+ * Collectives run through the communicators (gt_eager_run_comms): a start runs its whole
+ * collective, blocking, into its fresh output buffer, and its wait copies that buffer into its
+ * own. A group of size 1 is a copy and needs no communicator. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "graphtrain/gt_backend.h"
 #include "graphtrain/gt_exec.h"
+#include "runtime_internal.h"
 
 enum { VAL_ABSENT = 0, VAL_BORROWED, VAL_OWNED, VAL_DONE };
 
 typedef struct {
     const gt_graph *g;
+    gt_comm *const *comms; /* per mesh dim; may be NULL */
     gt_tensor *vals;
     uint8_t *state;
     int32_t *uses_left; /* remaining uses by node input slots */
@@ -71,6 +77,25 @@ static gt_status check_input(const gt_graph *g, int32_t k, const gt_sym_binding 
     return GT_OK;
 }
 
+/* The kernel of node n, or its collective: a start runs to completion (blocking), a wait copies
+ * the start's finished result. */
+static gt_status run_call(eager_state *s, gt_node_id n, const gt_kernel_call *call, gt_error *err)
+{
+    const gt_node *nd = &s->g->nodes[n];
+    if (nd->op == GT_OP_WAIT) {
+        size_t nbytes = gt_tensor_nbytes(call->in[0]);
+        GT_CHECK(nbytes == gt_tensor_nbytes(call->out[0]));
+        if (nbytes) memcpy(call->out[0]->data, call->in[0]->data, nbytes);
+        return GT_OK;
+    }
+    if (!gt_runtime_is_start(nd->op)) return gt_cpu_run_kernel(call, err);
+    gt_comm *c;
+    GT_TRY(gt_runtime_comm_for(s->g, nd->attrs.i[0], nd->attrs.i[1], s->comms, &c, err));
+    gt_comm_request *req;
+    GT_TRY(gt_runtime_start(nd->op, c, call->in[0], call->out[0], &req, err));
+    return req ? gt_comm_wait(req, err) : GT_OK;
+}
+
 /* Runs node n: outputs allocated into s->vals, kernel called, dead inputs freed. */
 static gt_status run_node(eager_state *s, gt_node_id n, const gt_sym_binding *binding,
                           gt_error *err)
@@ -107,7 +132,7 @@ static gt_status run_node(eager_state *s, gt_node_id n, const gt_sym_binding *bi
         s->state[v] = VAL_OWNED;
         call.out[j] = &s->vals[v];
     }
-    GT_TRY(gt_cpu_run_kernel(&call, err));
+    GT_TRY(run_call(s, n, &call, err));
 
     for (int j = 0; j < nd->n_in; j++) {
         gt_value_id v = nd->in[j];
@@ -158,6 +183,13 @@ static gt_status hand_outputs(eager_state *s, gt_tensor *outputs, gt_error *err)
 gt_status gt_eager_run(const gt_graph *g, const gt_sym_binding *binding, const gt_tensor *inputs,
                        gt_tensor *outputs, gt_error *err)
 {
+    return gt_eager_run_comms(g, binding, inputs, NULL, outputs, err);
+}
+
+gt_status gt_eager_run_comms(const gt_graph *g, const gt_sym_binding *binding,
+                             const gt_tensor *inputs, gt_comm *const comms[GT_MESH_MAX_DIMS],
+                             gt_tensor *outputs, gt_error *err)
+{
     if ((g->n_inputs > 0 && !inputs) || (g->n_outputs > 0 && !outputs))
         return gt_error_set(err, GT_ERR_INVALID,
                             "eager run: the graph has %d inputs and %d outputs but got %s array",
@@ -174,6 +206,7 @@ gt_status gt_eager_run(const gt_graph *g, const gt_sym_binding *binding, const g
     int32_t nv = g->n_values;
     eager_state s = {
         .g = g,
+        .comms = comms,
         .vals = gt_xcalloc((size_t)nv + 1, sizeof(gt_tensor)),
         .state = gt_xcalloc((size_t)nv + 1, 1),
         .uses_left = gt_xcalloc((size_t)nv + 1, sizeof(int32_t)),

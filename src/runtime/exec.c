@@ -3,7 +3,15 @@
  * A run: check and copy each graph input into its planned buffer; call gt_cpu_run_kernel for each
  * instruction with gt_tensor views (gt_tensor_wrap) onto the arenas; copy each graph output out
  * into a fresh tensor the caller owns. Kernels write every element of their outputs, so the
- * arenas are never cleared between runs. */
+ * arenas are never cleared between runs.
+ *
+ * Collectives are not kernels: a start posts its collective on the communicator of its mesh dim
+ * with views of its arena buffers kept in its slot (the request reads them until the wait), and
+ * its wait completes the request; the wait's output is the start's buffer (the plan shares it), so
+ * the wait moves no bytes. A group of size 1 is a copy at the start. Before the first instruction
+ * the run checks that every collective has its communicator, so that a missing one fails on
+ * every rank before anything is posted; a run that fails with collectives in flight completes
+ * them before returning, so no request outlives the run. */
 #include <stdio.h>
 #include <string.h>
 
@@ -80,8 +88,132 @@ void gt_program_wrap_kernel_error(const gt_graph *g, const gt_instr *ins, const 
                   fqn && fqn[0] ? " at " : "", fqn ? fqn : "", suffix);
 }
 
+/* ---------------------------------------------------------------- collectives (eager.c too) */
+
+bool gt_runtime_is_start(gt_op op)
+{
+    return op == GT_OP_ALL_GATHER_START || op == GT_OP_REDUCE_SCATTER_START ||
+           op == GT_OP_ALL_REDUCE_START;
+}
+
+gt_coll_kind gt_runtime_coll_kind(gt_op op)
+{
+    switch (op) {
+    case GT_OP_ALL_GATHER_START:
+        return GT_COLL_ALL_GATHER;
+    case GT_OP_REDUCE_SCATTER_START:
+        return GT_COLL_REDUCE_SCATTER;
+    default:
+        GT_CHECK(op == GT_OP_ALL_REDUCE_START);
+        return GT_COLL_ALL_REDUCE;
+    }
+}
+
+void gt_runtime_mesh_dim_label(const gt_graph *g, int64_t dim, char *buf, size_t len)
+{
+    if (g->mesh.ndim > 0 && dim >= 0 && dim < g->mesh.ndim)
+        snprintf(buf, len, "mesh dim %lld (%s)", (long long)dim,
+                 gt_graph_str(g, g->mesh.name[dim]));
+    else
+        snprintf(buf, len, "mesh dim %lld", (long long)dim);
+}
+
+gt_status gt_runtime_comm_for(const gt_graph *g, int64_t dim, int64_t group_size,
+                              gt_comm *const *comms, gt_comm **out, gt_error *err)
+{
+    *out = NULL;
+    if (group_size == 1) return GT_OK;
+    char where[96];
+    gt_runtime_mesh_dim_label(g, dim, where, sizeof where);
+    gt_comm *c = comms && dim >= 0 && dim < GT_MESH_MAX_DIMS ? comms[dim] : NULL;
+    if (!c)
+        return gt_error_set(err, GT_ERR_INVALID,
+                            "a collective over %s (group_size %lld) needs a communicator for that "
+                            "dim, and none is set (gt_program_set_comms / gt_eager_run_comms)",
+                            where, (long long)group_size);
+    if (gt_comm_size(c) != group_size)
+        return gt_error_set(err, GT_ERR_INVALID,
+                            "a collective over %s has group_size %lld, but its communicator '%s' "
+                            "has %d ranks",
+                            where, (long long)group_size, c->name, gt_comm_size(c));
+    *out = c;
+    return GT_OK;
+}
+
+gt_status gt_runtime_start(gt_op op, gt_comm *c, const gt_tensor *in, gt_tensor *out,
+                           gt_comm_request **req, gt_error *err)
+{
+    *req = NULL;
+    if (!c) {
+        /* a group of one rank: gather, scatter and sum over it are the identity */
+        size_t nbytes = gt_tensor_nbytes(in);
+        GT_CHECK(nbytes == gt_tensor_nbytes(out));
+        if (nbytes && in->data != out->data) memmove(out->data, in->data, nbytes);
+        return GT_OK;
+    }
+    switch (gt_runtime_coll_kind(op)) {
+    case GT_COLL_ALL_GATHER:
+        return gt_comm_all_gather_start(c, in, out, req, err);
+    case GT_COLL_REDUCE_SCATTER:
+        return gt_comm_reduce_scatter_start(c, in, out, req, err);
+    default:
+        return gt_comm_all_reduce_start(c, in, out, req, err);
+    }
+}
+
+/* Every collective of a group > 1 must have its communicator: checked before a run starts. */
+static gt_status check_comms(const gt_program *p, gt_error *err)
+{
+    for (int32_t k = 0; k < p->n_instrs; k++) {
+        const gt_instr *ins = &p->instrs[k];
+        if (!gt_runtime_is_start(ins->op)) continue;
+        gt_comm *c;
+        gt_status st = gt_runtime_comm_for(p->g, ins->i[0], ins->i[1], p->comms, &c, err);
+        if (st != GT_OK) {
+            gt_program_wrap_kernel_error(p->g, ins, "", err);
+            return st;
+        }
+    }
+    return GT_OK;
+}
+
+static gt_status run_collective(gt_program *p, const gt_instr *ins, gt_error *err)
+{
+    gt_program_slot *slot = &p->slots[ins->slot];
+    gt_status st = GT_OK;
+    if (ins->op == GT_OP_WAIT) {
+        if (slot->req) st = gt_comm_wait(slot->req, err); /* frees the request, also on error */
+        slot->req = NULL;
+    } else {
+        gt_comm *c;
+        GT_CHECK(!slot->req);
+        st = gt_runtime_comm_for(p->g, ins->i[0], ins->i[1], p->comms, &c, err);
+        if (st == GT_OK) {
+            ref_tensor(p->arena, &ins->in[0], &slot->in);
+            ref_tensor(p->arena, &ins->out[0], &slot->out);
+            st = gt_runtime_start(ins->op, c, &slot->in, &slot->out, &slot->req, err);
+        }
+    }
+    if (st != GT_OK) gt_program_wrap_kernel_error(p->g, ins, "", err);
+    return st;
+}
+
+/* After a failed run: completes every collective still in flight (their buffers are the
+ * arenas', which must not be reused while a transfer may touch them). Errors are dropped: the
+ * run's own error is the one reported. */
+static void drain_slots(gt_program *p)
+{
+    for (int32_t k = 0; k < p->n_slots; k++) {
+        if (!p->slots[k].req) continue;
+        gt_error ignored = {0};
+        gt_comm_wait(p->slots[k].req, &ignored);
+        p->slots[k].req = NULL;
+    }
+}
+
 static gt_status run_instr(gt_program *p, const gt_instr *ins, gt_error *err)
 {
+    if (ins->slot >= 0) return run_collective(p, ins, err);
     gt_tensor in[GT_MAX_IN], out[GT_MAX_OUT];
     gt_kernel_call call;
     gt_program_kernel_call(ins, p->arena, &call, in, out);
@@ -98,10 +230,16 @@ gt_status gt_program_run(gt_program *p, const gt_tensor *inputs, gt_tensor *outp
                             p->n_inputs, p->n_outputs, inputs ? "no outputs" : "no inputs");
     for (int32_t k = 0; k < p->n_outputs; k++)
         memset(&outputs[k], 0, sizeof outputs[k]);
+    GT_TRY(check_comms(p, err));
     for (int32_t k = 0; k < p->n_inputs; k++)
         GT_TRY(copy_input(p, k, &inputs[k], err));
-    for (int32_t k = 0; k < p->n_instrs; k++)
-        GT_TRY(run_instr(p, &p->instrs[k], err));
+    for (int32_t k = 0; k < p->n_instrs; k++) {
+        gt_status st = run_instr(p, &p->instrs[k], err);
+        if (st != GT_OK) {
+            drain_slots(p);
+            return st;
+        }
+    }
     for (int32_t k = 0; k < p->n_outputs; k++) {
         const gt_buffer_ref *r = &p->outputs[k];
         gt_status st = gt_tensor_alloc(&outputs[k], r->dtype, r->ndim, r->shape, err);

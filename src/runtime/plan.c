@@ -5,7 +5,8 @@
  *   2. own liveness: first = producer position (-1 for a graph input), last = last reading
  *      position (n for a graph output, so its bytes survive until they are copied out; a value
  *      nobody reads lives at its producer only — the kernel still writes it).
- *   3. sharing, in schedule order: a reshape output joins its input's buffer (a view); an adamw
+ *   3. sharing, in schedule order: a reshape output joins its input's buffer (a view), and so
+ *      does a wait's output its start's output (the collective's result; see below); an adamw
  *      output joins its input's buffer (in place) when the input's buffer group has no reader
  *      after this node, is read by no other slot of the node, has the output's size and arena.
  *      A group's last use is the max over its members; since a member is only created by a node
@@ -14,7 +15,16 @@
  *   4. arenas: a group is persistent when any member is a PARAM/BUFFER/OPT_STATE input or a
  *      *_UPDATE output; persistent groups live for the whole step [-1, n].
  *   5. offsets: greedy by size per arena (see gt_program.h), 64-byte aligned.
- *   6. report: bytes live at each position (difference array over group intervals); the peak. */
+ *   6. report: bytes live at each position (difference array over group intervals); the peak.
+ *
+ * Collectives (start/wait pairs, gt_ops.def): between its start and its wait a collective reads
+ * the start's input and writes the start's output asynchronously, so neither buffer may be handed
+ * to any node scheduled in between. Both follow from the liveness above without a special case:
+ * the start's output is live from the start's position (its producer) and is read by the wait
+ * (input 0); the start's input is read by the wait too (input 1), so it lives until the wait at
+ * least; and the wait's output joins the start output's buffer, extending it to the last reader
+ * of the result. Collectives never run in place (in_place_pairs has none): MPI forbids an input
+ * that aliases the output. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -96,6 +106,17 @@ static void share_buffers(gt_plan *p, const uint8_t *roles, const gt_plan_option
     gt_value_plan *vp = p->values;
     for (int32_t pos = 0; pos < p->n_order; pos++) {
         const gt_node *nd = &g->nodes[p->order[pos]];
+        if (nd->op == GT_OP_WAIT) {
+            /* The wait hands over the bytes its start's collective wrote (gt_ops.def): always
+             * the start's buffer, whatever the options, since the executor writes it there. */
+            gt_value_id in = nd->in[0], out = nd->out[0];
+            gt_value_id r = find_root(vp, in);
+            vp[out].root = r;
+            vp[out].shared = 1;
+            if (vp[out].last > group_last[r]) group_last[r] = vp[out].last;
+            p->n_views++;
+            continue;
+        }
         if (nd->op == GT_OP_RESHAPE && !opts->no_views) {
             gt_value_id in = nd->in[0], out = nd->out[0];
             gt_value_id r = find_root(vp, in);

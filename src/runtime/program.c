@@ -4,11 +4,18 @@
  * its int and float attributes copied, its expression attributes evaluated under the binding, and
  * a buffer reference (arena, offset, dtype, concrete shape) per input and output. A reshape whose
  * output shares its input's bytes (a planned view) emits no instruction: the bytes are already
- * where its readers look. Both arenas are allocated here, once, at the planned sizes. */
+ * where its readers look. Both arenas are allocated here, once, at the planned sizes.
+ *
+ * Collectives: each start gets a request slot (instr.slot, numbered in schedule order) and its wait
+ * the same slot, found through the wait's input 0 (the start's output). The communicators are
+ * attached later (gt_program_set_comms): lowering needs only the mesh dim and group size, which
+ * are the start's attributes, so one lowered program serves any communicator of the right size. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "graphtrain/gt_program.h"
+#include "runtime_internal.h"
 
 static gt_buffer_ref buffer_ref(const gt_plan *p, gt_value_id v)
 {
@@ -43,6 +50,7 @@ static gt_status lower_node(const gt_graph *g, const gt_plan *p, gt_node_id n,
         ins->in[j] = buffer_ref(p, nd->in[j]);
     for (int j = 0; j < nd->n_out; j++)
         ins->out[j] = buffer_ref(p, nd->out[j]);
+    ins->slot = -1;
     return GT_OK;
 }
 
@@ -62,13 +70,43 @@ gt_status gt_program_build_opts(const gt_graph *g, const gt_sym_binding *binding
     p->g = g;
     p->plan = plan;
     p->instrs = gt_xcalloc((size_t)n_order + 1, sizeof *p->instrs);
+    int32_t *slot_of = gt_xmalloc(((size_t)g->n_nodes + 1) * sizeof *slot_of);
     for (int32_t k = 0; k < n_order && st == GT_OK; k++) {
         gt_node_id n = plan->order[k];
         const gt_node *nd = &g->nodes[n];
+        slot_of[n] = -1;
         if (nd->op == GT_OP_RESHAPE && plan->values[nd->out[0]].shared == 1) continue;
-        st = lower_node(g, plan, n, binding, &p->instrs[p->n_instrs], err);
-        if (st == GT_OK) p->n_instrs++;
+        gt_instr *ins = &p->instrs[p->n_instrs];
+        st = lower_node(g, plan, n, binding, ins, err);
+        if (st != GT_OK) break;
+        if (gt_runtime_is_start(nd->op)) {
+            ins->slot = slot_of[n] = p->n_slots++;
+        } else if (nd->op == GT_OP_WAIT) {
+            /* the shape rule guarantees input 0 is a start's output; the schedule is
+             * topological, so the start is lowered already */
+            gt_node_id start = g->values[nd->in[0]].producer;
+            GT_CHECK(start >= 0 && slot_of[start] >= 0);
+            ins->slot = slot_of[start];
+        }
+        p->n_instrs++;
     }
+    free(slot_of);
+    p->slots = gt_xcalloc((size_t)p->n_slots + 1, sizeof *p->slots);
+    /* Every start needs its wait: without one nothing would read the start's buffer, so the plan
+     * would hand it to the next node while the collective still writes it. */
+    uint8_t *waited = gt_xcalloc((size_t)p->n_slots + 1, 1);
+    for (int32_t k = 0; k < p->n_instrs; k++)
+        if (p->instrs[k].op == GT_OP_WAIT) waited[p->instrs[k].slot] = 1;
+    for (int32_t k = 0; k < p->n_instrs && st == GT_OK; k++) {
+        const gt_instr *ins = &p->instrs[k];
+        if (ins->slot >= 0 && ins->op != GT_OP_WAIT && !waited[ins->slot])
+            st = gt_error_set(err, GT_ERR_INVALID,
+                              "program: node %%%d (%s at '%s') starts a collective that no wait "
+                              "completes",
+                              ins->node, gt_op_get(ins->op)->name,
+                              gt_graph_str(g, g->nodes[ins->node].fqn));
+    }
+    free(waited);
     p->n_inputs = g->n_inputs;
     p->inputs = gt_xcalloc((size_t)g->n_inputs + 1, sizeof *p->inputs);
     for (int32_t k = 0; k < g->n_inputs; k++)
@@ -109,6 +147,7 @@ void gt_program_free(gt_program *p)
     for (int a = 0; a < GT_ARENA_COUNT; a++)
         free(p->arena[a]);
     gt_plan_free(p->plan);
+    free(p->slots);
     free(p->instrs);
     free(p->inputs);
     free(p->outputs);
@@ -123,4 +162,107 @@ size_t gt_program_planned_bytes(const gt_program *p, gt_arena_kind a)
 size_t gt_program_allocated_bytes(const gt_program *p, gt_arena_kind a)
 {
     return (unsigned)a < GT_ARENA_COUNT ? p->allocated_bytes[a] : 0;
+}
+
+/* ---------------------------------------------------------------- collectives */
+
+gt_status gt_program_set_comms(gt_program *p, gt_comm *const comms[GT_MESH_MAX_DIMS], gt_error *err)
+{
+    const gt_graph *g = p->g;
+    gt_comm *want[GT_MESH_MAX_DIMS] = {NULL};
+    if (comms)
+        for (int k = 0; k < GT_MESH_MAX_DIMS; k++)
+            want[k] = comms[k];
+    for (int k = 0; k < GT_MESH_MAX_DIMS; k++) {
+        char dim[96];
+        gt_runtime_mesh_dim_label(g, k, dim, sizeof dim);
+        gt_comm *c = want[k];
+        if (g->mesh.ndim > 0 && k >= g->mesh.ndim) {
+            if (c)
+                return gt_error_set(err, GT_ERR_INVALID,
+                                    "program: communicator given for mesh dim %d, but the "
+                                    "graph's mesh has %d dims",
+                                    k, g->mesh.ndim);
+            continue;
+        }
+        if (g->mesh.ndim > 0 && comms) {
+            int size = g->mesh.size[k];
+            if (!c && size != 1)
+                return gt_error_set(err, GT_ERR_INVALID,
+                                    "program: %s has %d ranks and needs a communicator (NULL is "
+                                    "allowed for a dim of size 1 only)",
+                                    dim, size);
+            if (c && gt_comm_size(c) != size)
+                return gt_error_set(err, GT_ERR_INVALID,
+                                    "program: the communicator '%s' for %s has %d ranks, the "
+                                    "mesh dim has %d",
+                                    c->name, dim, gt_comm_size(c), size);
+        }
+        /* the collectives themselves: their group size is the one that must match */
+        for (int32_t j = 0; j < p->n_instrs && comms; j++) {
+            const gt_instr *ins = &p->instrs[j];
+            if (!gt_runtime_is_start(ins->op) || ins->i[0] != k || ins->i[1] == 1) continue;
+            if (!c)
+                return gt_error_set(err, GT_ERR_INVALID,
+                                    "program: node %%%d %s runs over %s with group_size %lld "
+                                    "and needs a communicator for it",
+                                    ins->node, gt_op_get(ins->op)->name, dim, (long long)ins->i[1]);
+            if (gt_comm_size(c) != ins->i[1])
+                return gt_error_set(err, GT_ERR_INVALID,
+                                    "program: node %%%d %s runs over %s with group_size %lld, "
+                                    "but the communicator '%s' for it has %d ranks",
+                                    ins->node, gt_op_get(ins->op)->name, dim, (long long)ins->i[1],
+                                    c->name, gt_comm_size(c));
+        }
+    }
+    for (int k = 0; k < GT_MESH_MAX_DIMS; k++)
+        p->comms[k] = want[k];
+    return GT_OK;
+}
+
+static size_t ref_bytes(const gt_buffer_ref *r)
+{
+    return (size_t)gt_shape_numel(r->ndim, r->shape) * gt_dtype_size(r->dtype);
+}
+
+int32_t gt_program_collectives(const gt_program *p, gt_comm_sched_entry *out, int32_t max)
+{
+    const gt_graph *g = p->g;
+    int32_t count = 0;
+    for (int32_t j = 0; j < p->n_instrs; j++) {
+        const gt_instr *ins = &p->instrs[j];
+        if (!gt_runtime_is_start(ins->op)) continue;
+        if (out && count < max) {
+            int64_t dim = ins->i[0];
+            uint64_t group;
+            if (g->mesh.ndim > 0 && dim >= 0 && dim < g->mesh.ndim) {
+                group = gt_hash_str(gt_graph_str(g, g->mesh.name[dim]));
+            } else {
+                char name[32];
+                snprintf(name, sizeof name, "mesh_dim%lld", (long long)dim);
+                group = gt_hash_str(name);
+            }
+            out[count] = (gt_comm_sched_entry){.kind = gt_runtime_coll_kind(ins->op),
+                                               .group = group,
+                                               .bytes = ref_bytes(&ins->in[0])};
+        }
+        count++;
+    }
+    return count;
+}
+
+gt_status gt_program_drop_collective(gt_program *p, int32_t index, gt_error *err)
+{
+    int32_t count = 0, slot = -1;
+    for (int32_t j = 0; j < p->n_instrs && slot < 0; j++)
+        if (gt_runtime_is_start(p->instrs[j].op) && count++ == index) slot = p->instrs[j].slot;
+    if (index < 0 || slot < 0)
+        return gt_error_set(err, GT_ERR_INVALID,
+                            "program: cannot drop collective #%d: the program has %d", index,
+                            gt_program_collectives(p, NULL, 0));
+    int32_t w = 0;
+    for (int32_t j = 0; j < p->n_instrs; j++)
+        if (p->instrs[j].slot != slot) p->instrs[w++] = p->instrs[j];
+    p->n_instrs = w;
+    return GT_OK;
 }

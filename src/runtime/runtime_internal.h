@@ -17,4 +17,30 @@ void gt_program_kernel_call(const gt_instr *ins, void *const *arena, gt_kernel_c
 void gt_program_wrap_kernel_error(const gt_graph *g, const gt_instr *ins, const char *suffix,
                                   gt_error *err);
 
+/* ---------------------------------------------------------------- collectives (exec.c) */
+
+/* One collective in flight in a program run: the gt_tensor views of its start's buffers (the
+ * request points at them until the wait) and the request; req is NULL when nothing is posted
+ * (no run yet, already waited, or a size-1 group done at the start). */
+struct gt_program_slot {
+    gt_tensor in, out;
+    gt_comm_request *req;
+};
+
+/* True for all_gather_start, reduce_scatter_start and all_reduce_start. */
+bool gt_runtime_is_start(gt_op op);
+/* The communicator collective a start op runs. */
+gt_coll_kind gt_runtime_coll_kind(gt_op op);
+/* "mesh dim 1 (dp_shard)" for messages; "mesh dim 1" for a graph without a mesh. */
+void gt_runtime_mesh_dim_label(const gt_graph *g, int64_t dim, char *buf, size_t len);
+/* The communicator a start over mesh dim `dim` with `group_size` ranks runs on: NULL when
+ * group_size is 1 (the identity), else comms[dim] (comms may be NULL), which must exist and have
+ * group_size ranks (GT_ERR_INVALID naming the dim otherwise; the caller adds the node). */
+gt_status gt_runtime_comm_for(const gt_graph *g, int64_t dim, int64_t group_size,
+                              gt_comm *const *comms, gt_comm **out, gt_error *err);
+/* Posts the collective of start op `op` from in to out on c (async; *req to wait on), or, when c
+ * is NULL (a group of size 1), copies in to out and sets *req = NULL. */
+gt_status gt_runtime_start(gt_op op, gt_comm *c, const gt_tensor *in, gt_tensor *out,
+                           gt_comm_request **req, gt_error *err);
+
 #endif

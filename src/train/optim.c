@@ -4,7 +4,7 @@
  *   total = ||[||g_1||, ..., ||g_n||]||_2            (clip_grad_norm_, norm_type 2)
  *   clip  = min(1, max_norm / (total + 1e-6))
  *   per param: AdamW(p, g * clip, exp_avg, exp_avg_sq) with weight decay when rank(p) >= 2
- * The norm is built from existing ops: per param g -> reshape [numel] -> g*g -> sum (double
+ * The norm is built from existing ops: per param g*g -> sum over all dims (double
  * accumulator, row-major order), the per-param sums added in param order, one sqrt. Mathematically
  * that is torch's norm of norms; it skips torch's sqrt-then-square per param, which only removes a
  * rounding. */
@@ -148,18 +148,22 @@ static gt_status builder_leave(gt_graph *g, builder_state s, const char *who, gt
     return gt_error_wrap(err, "%s", who);
 }
 
-/* Sum of squares of x over all its elements: f32 []. Flattening first lets any rank reduce in one
- * node, in row-major order. */
+/* Sum of squares of x over all its elements: f32 []. One sum over every dim (row-major order, as
+ * a flattened sum), without a reshape, so a gradient sharded on any dim reduces locally to a
+ * partial sum under parallelize. */
 static gt_value_id sum_of_squares(gt_graph *g, gt_value_id x)
 {
     gt_type t = *gt_value_type(g, x);
-    gt_expr numel = gt_c(g, 1);
+    gt_value_id v = t.dtype == GT_F32 ? x : gt_cast(g, x, GT_F32);
+    if (t.ndim == 0) {
+        gt_expr one = gt_c(g, 1);
+        v = gt_reshape(g, v, 1, &one);
+        t.ndim = 1;
+    }
+    int dims[GT_MAX_DIMS];
     for (int d = 0; d < t.ndim; d++)
-        numel = gt_sym_mul(g->sym, numel, t.dims[d]);
-    gt_value_id flat = t.dtype == GT_F32 ? x : gt_cast(g, x, GT_F32);
-    flat = gt_reshape(g, flat, 1, &numel);
-    int dim0 = 0;
-    return gt_reduce(g, GT_OP_SUM, gt_mul(g, flat, flat), 1, &dim0, false);
+        dims[d] = d;
+    return gt_reduce(g, GT_OP_SUM, gt_mul(g, v, v), t.ndim, dims, false);
 }
 
 /* clip_grad_norm_: returns the pre-clip total norm; *clip gets the coefficient (1 when off). */

@@ -1,6 +1,11 @@
 /* step_graph.c — the step graph a training run executes: the model's forward and loss, autodiff,
- * clipping + AdamW (or, with gradient accumulation, the micro-batch graph), then the pass pipeline
- * as the config's compile section says. Used by the trainer and by `graphtrain graph`. */
+ * clipping + AdamW (or, with gradient accumulation, the micro-batch graph) for the global batch;
+ * with a mesh of more than one rank, parallelize (the SPMD graph every rank runs); then the pass
+ * pipeline as the config's compile section says. Used by the trainer and by `graphtrain graph`.
+ *
+ * The global graph is exactly the one-rank graph of the global batch (local_batch_size x dp
+ * sequences), so N ranks compute what one rank computes on that batch, up to the summation order
+ * of the collectives. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -26,8 +31,48 @@ static gt_status measure_step_arena(const gt_graph *g, void *user, size_t *bytes
     return st;
 }
 
+/* The layout of `graphtrain graph` and of callers without ranks: rank 0, no launcher. */
+static gt_status default_layout(const gt_config *cfg, gt_train_layout *layout, gt_error *err)
+{
+    return gt_train_layout_init(cfg, 0, 0, layout, err);
+}
+
 gt_status gt_train_build_graph(const gt_config *cfg, gt_graph *g, gt_model *model,
                                int64_t micro_batches, gt_error *err)
+{
+    gt_train_layout layout;
+    GT_TRY(default_layout(cfg, &layout, err));
+    return gt_train_build_graph_layout(cfg, &layout, g, model, micro_batches, err);
+}
+
+gt_status gt_train_parallelize(const gt_config *cfg, const gt_train_layout *layout, gt_graph *g,
+                               gt_error *err)
+{
+    if (gt_mesh_world_size(&layout->mesh) == 1) return GT_OK;
+    gt_parallel_plan plan = {
+        .mesh = layout->mesh,
+        .sequence_parallel = cfg->parallelism.enable_sequence_parallel,
+        .fsdp_reshard_after_forward =
+            cfg->parallelism.fsdp_reshard_after_forward != GT_CFG_RESHARD_NEVER,
+    };
+    gt_placement(*place)[GT_MESH_MAX_DIMS] = gt_xcalloc((size_t)g->n_inputs + 1, sizeof *place);
+    gt_graph *spmd = NULL;
+    gt_status st = gt_parallel_input_layouts(&plan, g, place, err);
+    if (st == GT_OK)
+        st = gt_parallelize(g, &plan, (const gt_placement(*)[GT_MESH_MAX_DIMS])place, &spmd, err);
+    free(place);
+    if (st != GT_OK) return st;
+    /* the SPMD graph takes g's place: swap the contents (a graph is plain owned arrays) */
+    gt_graph tmp = *g;
+    *g = *spmd;
+    *spmd = tmp;
+    gt_graph_free(spmd);
+    return GT_OK;
+}
+
+gt_status gt_train_build_graph_layout(const gt_config *cfg, const gt_train_layout *layout,
+                                      gt_graph *g, gt_model *model, int64_t micro_batches,
+                                      gt_error *err)
 {
     gt_llama3_config mcfg;
     if (strcmp(cfg->model.name, "llama3") != 0)
@@ -76,6 +121,7 @@ gt_status gt_train_build_graph(const gt_config *cfg, gt_graph *g, gt_model *mode
     free(params);
     free(grads);
     free(grad_out);
+    if (st == GT_OK) st = gt_train_parallelize(cfg, layout, g, err);
     if (st != GT_OK || !cfg->compile.enable) return st;
 
     /* with compile.debug_graph_passes, listings, DOT and op-count diffs per pass go to
@@ -84,13 +130,21 @@ gt_status gt_train_build_graph(const gt_config *cfg, gt_graph *g, gt_model *mode
                      ? gt_train_join_path(cfg->job.dump_folder,
                                           micro_batches > 1 ? "graph_passes_micro" : "graph_passes")
                      : NULL;
-    st = gt_train_compile_graph(cfg, g, dump, err);
+    st = gt_train_compile_graph_layout(cfg, layout, g, dump, err);
     free(dump);
     return st;
 }
 
 gt_status gt_train_compile_graph(const gt_config *cfg, gt_graph *g, const char *dump_dir,
                                  gt_error *err)
+{
+    gt_train_layout layout;
+    GT_TRY(default_layout(cfg, &layout, err));
+    return gt_train_compile_graph_layout(cfg, &layout, g, dump_dir, err);
+}
+
+gt_status gt_train_compile_graph_layout(const gt_config *cfg, const gt_train_layout *layout,
+                                        gt_graph *g, const char *dump_dir, gt_error *err)
 {
     /* the verifier runs after every pass in debug builds and when dumping; release builds verify
      * the result once, below */
@@ -117,9 +171,10 @@ gt_status gt_train_compile_graph(const gt_config *cfg, gt_graph *g, const char *
         o.memory_policy = GT_MEMORY_POLICY_NONE;
         break;
     }
-    gt_sym_binding_entry bind[2] = {{"batch", cfg->training.local_batch_size},
-                                    {"seq", cfg->training.seq_len}};
-    gt_sym_binding binding = {bind, 2};
+    /* the global batch and this rank's coordinates: what the program will be built under */
+    gt_sym_binding_entry bind[GT_TRAIN_BINDING_MAX];
+    gt_sym_binding binding;
+    gt_train_binding(cfg, layout, bind, &binding);
     o.memory_budget_bytes = (int64_t)(cfg->compile.activation_memory_budget_gb * 1073741824.0);
     o.binding = &binding;
     o.measure = measure_step_arena;

@@ -1,8 +1,173 @@
-/* train_internal.h — helpers shared by the trainer's files. */
+/* train_internal.h — what the trainer's files share: the trainer's state (trainer.c runs the
+ * loop), ranks and communicators (trainer_parallel.c), the block of each tensor a rank holds and
+ * the moves between blocks and whole tensors (shard_io.c). */
 #ifndef GRAPHTRAIN_TRAIN_INTERNAL_H
 #define GRAPHTRAIN_TRAIN_INTERNAL_H
 
+#include "graphtrain/gt_comm.h"
+#include "graphtrain/gt_cuda.h"
+#include "graphtrain/gt_data.h"
+#include "graphtrain/gt_flops.h"
+#include "graphtrain/gt_lr.h"
+#include "graphtrain/gt_metrics.h"
+#include "graphtrain/gt_optim.h"
+#include "graphtrain/gt_program.h"
+#include "graphtrain/gt_train.h"
+
 /* DIR/NAME (NAME alone when absolute or DIR is empty); malloc'd. */
 char *gt_train_join_path(const char *dir, const char *name);
+
+/* ---------------------------------------------------------------- blocks (shard_io.c) */
+
+/* The block of a global tensor that this rank holds: rows start[d] .. start[d] + size[d] of every
+ * dim d. One rank, or a replicated tensor: start 0, size = global. */
+typedef struct {
+    int ndim;
+    int64_t global[GT_MAX_DIMS];
+    int64_t start[GT_MAX_DIMS];
+    int64_t size[GT_MAX_DIMS];
+    gt_placement place[GT_MESH_MAX_DIMS];
+} gt_shard_box;
+
+/* The whole tensor as the block (one rank, or nothing sharded). */
+void gt_shard_box_whole(gt_shard_box *b, int ndim, const int64_t *global);
+/* The block of `global` that the rank at coords holds under place (gt_placement_local_box). */
+gt_status gt_shard_box_init(gt_shard_box *b, const gt_mesh *mesh,
+                            const gt_placement place[GT_MESH_MAX_DIMS], int ndim,
+                            const int64_t *global, const int coords[GT_MESH_NDIMS], gt_error *err);
+bool gt_shard_box_is_whole(const gt_shard_box *b);
+/* local = full[box] (local has the box's size, full the global shape; same dtype). */
+void gt_shard_slice(const gt_shard_box *b, const gt_tensor *full, gt_tensor *local);
+/* full[box] = local. */
+void gt_shard_place(const gt_shard_box *b, const gt_tensor *local, gt_tensor *full);
+/* Initialises the block of parameter p (seed) in local: gt_param_init on the global element
+ * indices of each row of the block, so every layout holds the bits of the one-rank tensor. */
+void gt_shard_init_param(const gt_shard_box *b, const gt_param_spec *p, uint64_t seed,
+                         gt_tensor *local);
+/* Gathers the whole tensor from every rank's block (a collective over world: every rank calls
+ * it with its own block, in the same order) into full (global shape, allocated by the caller);
+ * full NULL: this rank only contributes. world NULL: full = local's block. */
+gt_status gt_shard_gather(gt_comm *world, const gt_mesh *mesh, const gt_shard_box *mine,
+                          const gt_tensor *local, gt_tensor *full, gt_error *err);
+
+/* ---------------------------------------------------------------- ranks (trainer_parallel.c) */
+
+typedef struct {
+    gt_comm *world;                      /* NULL: one process, no MPI */
+    gt_comm *dim_comm[GT_MESH_MAX_DIMS]; /* comm k: the ranks that differ only on mesh dim k */
+    gt_train_layout layout;
+    int rank, size;    /* world rank and size: 0 and 1 without MPI */
+    bool error_agreed; /* the error being returned is every rank's (set by agree / share) */
+} gt_train_dist;
+
+/* Joins the MPI world when launched by mpirun, sets the comm timeout, derives the layout and
+ * splits one communicator per mesh dim. Errors are the same on every rank. */
+gt_status gt_train_dist_init(const gt_config *cfg, gt_train_dist *d, gt_error *err);
+void gt_train_dist_free(gt_train_dist *d);
+/* More than one rank: collectives and agreement are needed. */
+bool gt_train_dist_multi(const gt_train_dist *d);
+
+/* Makes st the outcome on every rank (a collective over the world): when any rank failed, every
+ * rank returns the error of the lowest failing rank, prefixed with "rank R: " on the others.
+ * st is returned unchanged with one rank. */
+gt_status gt_train_agree(gt_train_dist *d, gt_status st, gt_error *err);
+/* Rank `root`'s status and message, broadcast: every rank returns it. */
+gt_status gt_train_share_status(gt_train_dist *d, int root, gt_status st, gt_error *err);
+/* Broadcasts an int64 from rank 0. */
+gt_status gt_train_share_i64(gt_train_dist *d, int64_t *value, gt_error *err);
+
+/* Before step 1: every rank's collective schedule (from the program, or walked from the graph for
+ * the eager executor) is compared over the world (gt_comm_check_schedule); a mismatch stops every
+ * rank with the first differing collective. With debug.test_drop_collective_rank = this rank the
+ * program first drops its first collective (fault injection for the test). */
+gt_status gt_train_check_schedule(gt_train_dist *d, const gt_config *cfg, const gt_graph *g,
+                                  gt_program *prog, gt_error *err);
+
+/* Planned and allocated bytes of this rank's program (both arenas), gathered to rank 0, which
+ * logs them per rank (one line when every rank has the same figures). */
+gt_status gt_train_report_memory(gt_train_dist *d, const gt_program *prog, gt_error *err);
+
+/* debug.test_kill_rank_at_step: the signal this rank sends itself at `step` ("R:S": SIGKILL, a
+ * dead peer; "R:S:stop": SIGSTOP, a peer that hangs), or 0. */
+int gt_train_kill_signal(const gt_train_dist *d, const gt_config *cfg, int64_t step);
+
+/* ---------------------------------------------------------------- the trainer (trainer.c) */
+
+/* One executable graph with the host tensors that feed each input. */
+typedef struct {
+    gt_graph *g;
+    gt_tensor **feed;  /* per graph input: the tensor it reads (not owned) */
+    gt_tensor *inputs; /* scratch: shallow copies of *feed[k] for gt_eager_run */
+    gt_tensor *outputs;
+    gt_program *prog;     /* compile.enable: the planned, lowered program; else NULL (eager) */
+    gt_cuda_program *dev; /* training.device = cuda: the program on the GPU (prog is NULL) */
+    bool dev_loaded;      /* the device holds the state (uploaded, or updated there since) */
+} gt_step_graph;
+
+/* cuda: the step whose loss and grad_norm are still on their way back. */
+typedef struct {
+    int64_t step; /* 0: none */
+    int64_t ticket;
+    double lr, t0;
+} gt_pending_step;
+
+typedef struct {
+    const gt_config *cfg;
+    gt_train_dist dist;
+    gt_llama3_config model_cfg;
+    gt_model model;
+    int n_params;
+    /* this rank's blocks: params, exp_avg, exp_avg_sq (n_params each); box[k], box[n + k],
+     * box[2n + k] say which block of the whole tensor each holds */
+    gt_tensor *params, *exp_avg, *exp_avg_sq;
+    gt_shard_box *box;
+    gt_tensor *grads;                     /* accumulation only */
+    gt_tensor tokens, labels, scalars;    /* per-step inputs (tokens, labels: this rank's rows) */
+    gt_shard_box batch_box;               /* rows of the global batch this rank holds */
+    int64_t global_batch;                 /* sequences the loader reads per micro-step */
+    int64_t *window;                      /* loader output [global_batch][seq + 1] */
+    int64_t *batch_tokens, *batch_labels; /* multi-rank: the global batch before slicing */
+    int64_t accum;                        /* micro-batches per step */
+    gt_step_graph whole;                  /* accum == 1: fwd + bwd + optimizer */
+    gt_step_graph micro, optim;           /* accum > 1 */
+    gt_adamw_config adamw;
+    gt_lr_schedule lr;
+    gt_synthetic *synthetic;
+    gt_tokenizer *tokenizer;
+    gt_token_shard shard;
+    bool shard_open;
+    gt_token_ids text_ids;
+    gt_loader *loader;
+    gt_sym_binding_entry bind_entries[GT_TRAIN_BINDING_MAX];
+    gt_sym_binding binding;
+    gt_flops flops; /* of one optimizer step (this rank's share) */
+    char *ckpt_folder;
+    char **ckpt_names; /* params, exp_avg, exp_avg_sq */
+    gt_tensor **ckpt_tensors;
+    gt_metrics_writer metrics;
+    bool metrics_open;
+    bool cuda;       /* training.device = cuda */
+    bool host_stale; /* cuda: the device state is newer than params/exp_avg/exp_avg_sq */
+    gt_pending_step pending;
+    double last_done; /* cuda: when the last step's results were read */
+} gt_trainer;
+
+/* True when name is prefix followed by fqn ("optim.exp_avg." + "layers.0.attention.wq.weight"). */
+bool gt_train_named(const char *name, const char *prefix, const char *fqn);
+/* This rank's blocks of the state (trainer_parallel.c): the box of each parameter, moment and of
+ * the batch from the step graph's input placements (whole tensors with one rank), parameters
+ * initialised, moments zero, the per-step inputs and the checkpoint names. */
+gt_status gt_trainer_alloc_state(gt_trainer *t, gt_error *err);
+
+/* Checkpoints (shard_io.c): every rank takes part; whole tensors on disk whatever the layout. */
+uint64_t gt_trainer_fingerprint(gt_trainer *t);
+gt_status gt_trainer_save_checkpoint(gt_trainer *t, int64_t step, gt_error *err);
+/* Loads the latest (or the configured) checkpoint if there is one; *step = its step or 0. */
+gt_status gt_trainer_resume(gt_trainer *t, int64_t *step, gt_error *err);
+/* cuda: refreshes the host state from the device (trainer.c). */
+gt_status gt_trainer_state_to_host(gt_trainer *t, gt_error *err);
+void gt_trainer_refresh_ckpt_tensors(gt_trainer *t);
+
+double gt_train_now_seconds(void);
 
 #endif

@@ -23,6 +23,7 @@
 #include <errno.h>
 #include <jansson.h>
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -42,65 +43,6 @@
 #include "graphtrain/gt_program.h"
 #include "graphtrain/gt_train.h"
 #include "train_internal.h"
-
-/* One executable graph with the host tensors that feed each input. */
-typedef struct {
-    gt_graph *g;
-    gt_tensor **feed;  /* per graph input: the tensor it reads (not owned) */
-    gt_tensor *inputs; /* scratch: shallow copies of *feed[k] for gt_eager_run */
-    gt_tensor *outputs;
-    gt_program *prog;     /* compile.enable: the planned, lowered program; else NULL (eager) */
-    gt_cuda_program *dev; /* training.device = cuda: the program on the GPU (prog is NULL) */
-    bool dev_loaded;      /* the device holds the state (uploaded, or updated there since) */
-} step_graph;
-
-/* cuda: the step whose loss and grad_norm are still on their way back. */
-typedef struct {
-    int64_t step; /* 0: none */
-    int64_t ticket;
-    double lr, t0;
-} pending_step;
-
-typedef struct {
-    const gt_config *cfg;
-    gt_llama3_config model_cfg;
-    gt_model model;
-    int n_params;
-    gt_tensor *params, *exp_avg, *exp_avg_sq; /* n_params each */
-    gt_tensor *grads;                         /* accumulation only */
-    gt_tensor tokens, labels, scalars;        /* per-step inputs */
-    int64_t *window;                          /* loader output [batch][seq + 1] */
-    int64_t accum;                            /* micro-batches per step */
-    step_graph whole;                         /* accum == 1: fwd + bwd + optimizer */
-    step_graph micro, optim;                  /* accum > 1 */
-    gt_adamw_config adamw;
-    gt_lr_schedule lr;
-    gt_synthetic *synthetic;
-    gt_tokenizer *tokenizer;
-    gt_token_shard shard;
-    bool shard_open;
-    gt_token_ids text_ids;
-    gt_loader *loader;
-    gt_sym_binding_entry bind_entries[2];
-    gt_sym_binding binding;
-    gt_flops flops; /* of one optimizer step */
-    char *ckpt_folder;
-    char **ckpt_names; /* params, exp_avg, exp_avg_sq */
-    gt_tensor **ckpt_tensors;
-    gt_metrics_writer metrics;
-    bool metrics_open;
-    bool cuda;       /* training.device = cuda */
-    bool host_stale; /* cuda: the device state is newer than params/exp_avg/exp_avg_sq */
-    pending_step pending;
-    double last_done; /* cuda: when the last step's results were read */
-} trainer;
-
-static double now_seconds(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 char *gt_train_join_path(const char *dir, const char *name)
 {
@@ -133,25 +75,18 @@ static gt_status make_dirs(const char *path, gt_error *err)
 
 /* ---------------------------------------------------------------- graphs */
 
-/* True when name is prefix followed by fqn ("optim.exp_avg." + "layers.0.attention.wq.weight"). */
-static bool named(const char *name, const char *prefix, const char *fqn)
-{
-    size_t n = strlen(prefix);
-    return !strncmp(name, prefix, n) && !strcmp(name + n, fqn);
-}
-
-static gt_tensor *feed_for(trainer *t, const gt_graph *g, const gt_io *in, gt_error *err)
+static gt_tensor *feed_for(gt_trainer *t, const gt_graph *g, const gt_io *in, gt_error *err)
 {
     const char *name = gt_graph_str(g, in->fqn);
     for (int k = 0; k < t->n_params; k++) {
         const char *fqn = t->model.params[k].fqn;
         if (in->kind == GT_IN_PARAM && !strcmp(name, fqn)) return &t->params[k];
-        if (in->kind == GT_IN_OPT_STATE && named(name, GT_OPTIM_EXP_AVG_PREFIX, fqn))
+        if (in->kind == GT_IN_OPT_STATE && gt_train_named(name, GT_OPTIM_EXP_AVG_PREFIX, fqn))
             return &t->exp_avg[k];
-        if (in->kind == GT_IN_OPT_STATE && named(name, GT_OPTIM_EXP_AVG_SQ_PREFIX, fqn))
+        if (in->kind == GT_IN_OPT_STATE && gt_train_named(name, GT_OPTIM_EXP_AVG_SQ_PREFIX, fqn))
             return &t->exp_avg_sq[k];
-        if (in->kind == GT_IN_INPUT && named(name, "grad.", fqn)) return &t->grads[k];
-        if (in->kind == GT_IN_INPUT && named(name, GT_OPTIM_GRAD_ACCUM_PREFIX, fqn))
+        if (in->kind == GT_IN_INPUT && gt_train_named(name, "grad.", fqn)) return &t->grads[k];
+        if (in->kind == GT_IN_INPUT && gt_train_named(name, GT_OPTIM_GRAD_ACCUM_PREFIX, fqn))
             return &t->grads[k];
     }
     if (in->kind == GT_IN_INPUT && !strcmp(name, "tokens")) return &t->tokens;
@@ -162,7 +97,7 @@ static gt_tensor *feed_for(trainer *t, const gt_graph *g, const gt_io *in, gt_er
     return NULL;
 }
 
-static gt_status step_graph_bind(trainer *t, step_graph *s, gt_error *err)
+static gt_status step_graph_bind(gt_trainer *t, gt_step_graph *s, gt_error *err)
 {
     gt_graph *g = s->g;
     GT_TRY(gt_graph_verify(g, err));
@@ -181,11 +116,12 @@ static gt_status step_graph_bind(trainer *t, step_graph *s, gt_error *err)
     if (!t->cfg->compile.enable) return GT_OK;
     /* compile: plan memory and lower; the plan (peak bytes before step 1) goes to the log */
     GT_TRY(gt_program_build(g, &t->binding, &s->prog, err));
-    gt_plan_print(s->prog->plan, stderr);
+    if (gt_train_dist_multi(&t->dist)) GT_TRY(gt_program_set_comms(s->prog, t->dist.dim_comm, err));
+    if (t->dist.rank == 0) gt_plan_print(s->prog->plan, stderr);
     return GT_OK;
 }
 
-static void step_graph_free(step_graph *s)
+static void step_graph_free(gt_step_graph *s)
 {
     if (s->g && s->outputs)
         for (int k = 0; k < s->g->n_outputs; k++)
@@ -202,7 +138,7 @@ static void step_graph_free(step_graph *s)
 }
 
 /* Runs the graph; its outputs stay in s->outputs until the next run. */
-static gt_status step_graph_run(trainer *t, step_graph *s, gt_error *err)
+static gt_status step_graph_run(gt_trainer *t, gt_step_graph *s, gt_error *err)
 {
     for (int k = 0; k < s->g->n_outputs; k++)
         gt_tensor_free(&s->outputs[k]);
@@ -211,6 +147,8 @@ static gt_status step_graph_run(trainer *t, step_graph *s, gt_error *err)
         s->inputs[k].owns_data = false;
     }
     if (s->prog) return gt_program_run(s->prog, s->inputs, s->outputs, err);
+    if (gt_train_dist_multi(&t->dist))
+        return gt_eager_run_comms(s->g, &t->binding, s->inputs, t->dist.dim_comm, s->outputs, err);
     return gt_eager_run(s->g, &t->binding, s->inputs, s->outputs, err);
 }
 
@@ -220,7 +158,8 @@ static gt_status step_graph_run(trainer *t, step_graph *s, gt_error *err)
  * into its planned buffer; the updated state stays on the device (carry: nothing when adamw ran
  * in place); loss and grad_norm are fetched into pinned memory under *ticket. After step 1 is
  * queued (it filled the backend's caches) the program is captured when compile.cudagraphs. */
-static gt_status step_graph_queue_cuda(trainer *t, step_graph *s, int64_t *ticket, gt_error *err)
+static gt_status step_graph_queue_cuda(gt_trainer *t, gt_step_graph *s, int64_t *ticket,
+                                       gt_error *err)
 {
     const gt_graph *g = s->g;
     for (int k = 0; k < g->n_inputs; k++) {
@@ -252,7 +191,7 @@ static gt_status step_graph_queue_cuda(trainer *t, step_graph *s, int64_t *ticke
 }
 
 /* Waits for the step with `ticket` and reads its loss and grad_norm. */
-static gt_status step_graph_results_cuda(step_graph *s, int64_t ticket, double *loss,
+static gt_status step_graph_results_cuda(gt_step_graph *s, int64_t ticket, double *loss,
                                          double *grad_norm, gt_error *err)
 {
     const gt_graph *g = s->g;
@@ -277,11 +216,11 @@ static gt_status step_graph_results_cuda(step_graph *s, int64_t ticket, double *
 
 /* cuda: copies the state (params, moments) from the device into the host tensors that feed it,
  * when the device has run since; a no-op on the CPU. */
-static gt_status state_to_host(trainer *t, gt_error *err)
+gt_status gt_trainer_state_to_host(gt_trainer *t, gt_error *err)
 {
     if (!t->host_stale) return GT_OK;
 #ifdef GT_HAVE_CUDA
-    step_graph *s = &t->whole;
+    gt_step_graph *s = &t->whole;
     for (int k = 0; s->dev && k < s->g->n_inputs; k++)
         if (s->g->inputs[k].kind != GT_IN_INPUT)
             GT_TRY(gt_cuda_program_read_input(s->dev, k, s->feed[k], err));
@@ -294,8 +233,8 @@ static gt_status state_to_host(trainer *t, gt_error *err)
 
 /* Moves the outputs that carry state (updated params, moments) into place; returns loss and
  * grad norm when the graph has them. */
-static gt_status step_graph_collect(trainer *t, step_graph *s, double *loss, double *grad_norm,
-                                    gt_error *err)
+static gt_status step_graph_collect(gt_trainer *t, gt_step_graph *s, double *loss,
+                                    double *grad_norm, gt_error *err)
 {
     const gt_graph *g = s->g;
     for (int k = 0; k < g->n_outputs; k++) {
@@ -314,9 +253,11 @@ static gt_status step_graph_collect(trainer *t, step_graph *s, double *loss, dou
             const char *fqn = t->model.params[p].fqn;
             if (o->kind == GT_OUT_PARAM_UPDATE && !strcmp(name, fqn)) dst = &t->params[p];
             if (o->kind == GT_OUT_GRAD && t->grads && !strcmp(name, fqn)) dst = &t->grads[p];
-            if (o->kind == GT_OUT_OPT_STATE_UPDATE && named(name, GT_OPTIM_EXP_AVG_PREFIX, fqn))
+            if (o->kind == GT_OUT_OPT_STATE_UPDATE &&
+                gt_train_named(name, GT_OPTIM_EXP_AVG_PREFIX, fqn))
                 dst = &t->exp_avg[p];
-            if (o->kind == GT_OUT_OPT_STATE_UPDATE && named(name, GT_OPTIM_EXP_AVG_SQ_PREFIX, fqn))
+            if (o->kind == GT_OUT_OPT_STATE_UPDATE &&
+                gt_train_named(name, GT_OPTIM_EXP_AVG_SQ_PREFIX, fqn))
                 dst = &t->exp_avg_sq[p];
         }
         if (!dst) continue;
@@ -330,18 +271,19 @@ static gt_status step_graph_collect(trainer *t, step_graph *s, double *loss, dou
     return GT_OK;
 }
 
-static gt_status build_graphs(trainer *t, gt_error *err)
+static gt_status build_graphs(gt_trainer *t, gt_error *err)
 {
     if (t->accum == 1) {
         t->whole.g = gt_graph_new();
-        GT_TRY(gt_train_build_graph(t->cfg, t->whole.g, &t->model, 1, err));
+        GT_TRY(gt_train_build_graph_layout(t->cfg, &t->dist.layout, t->whole.g, &t->model, 1, err));
         t->n_params = t->model.n_params;
         return gt_graph_count_flops(t->whole.g, &t->binding, &t->flops, err);
     }
     /* micro-batch graph (fwd + bwd + running gradient sum) and the optimizer graph, whose PARAM
      * inputs are the params and whose INPUT "grad.<fqn>" are the summed gradients */
     t->micro.g = gt_graph_new();
-    GT_TRY(gt_train_build_graph(t->cfg, t->micro.g, &t->model, t->accum, err));
+    GT_TRY(
+        gt_train_build_graph_layout(t->cfg, &t->dist.layout, t->micro.g, &t->model, t->accum, err));
     t->n_params = t->model.n_params;
     gt_graph *o = t->optim.g = gt_graph_new();
     int np = t->n_params;
@@ -377,59 +319,14 @@ static gt_status build_graphs(trainer *t, gt_error *err)
 
 /* ---------------------------------------------------------------- state */
 
-static gt_status alloc_state(trainer *t, gt_error *err)
-{
-    int n = t->n_params;
-    t->params = gt_xcalloc((size_t)n, sizeof *t->params);
-    t->exp_avg = gt_xcalloc((size_t)n, sizeof *t->exp_avg);
-    t->exp_avg_sq = gt_xcalloc((size_t)n, sizeof *t->exp_avg_sq);
-    if (t->accum > 1) t->grads = gt_xcalloc((size_t)n, sizeof *t->grads);
-    GT_TRY(gt_model_init_params(&t->model, (uint64_t)t->cfg->debug.seed, t->params, err));
-    for (int k = 0; k < n; k++) {
-        const gt_param_spec *ps = &t->model.params[k];
-        GT_TRY(gt_tensor_alloc(&t->exp_avg[k], GT_F32, ps->ndim, ps->shape, err));
-        GT_TRY(gt_tensor_alloc(&t->exp_avg_sq[k], GT_F32, ps->ndim, ps->shape, err));
-        if (t->grads) GT_TRY(gt_tensor_alloc(&t->grads[k], GT_F32, ps->ndim, ps->shape, err));
-    }
-    int64_t b = t->cfg->training.local_batch_size, s = t->cfg->training.seq_len;
-    int64_t bs[2] = {b, s}, three = 3;
-    GT_TRY(gt_tensor_alloc(&t->tokens, GT_I64, 2, bs, err));
-    GT_TRY(gt_tensor_alloc(&t->labels, GT_I64, 2, bs, err));
-    GT_TRY(gt_tensor_alloc(&t->scalars, GT_F32, 1, &three, err));
-    t->window = gt_xcalloc((size_t)(b * (s + 1)), sizeof *t->window);
-
-    /* checkpoint names: params, then both moments */
-    t->ckpt_names = gt_xcalloc((size_t)(3 * n), sizeof *t->ckpt_names);
-    t->ckpt_tensors = gt_xcalloc((size_t)(3 * n), sizeof *t->ckpt_tensors);
-    for (int k = 0; k < n; k++) {
-        const char *fqn = t->model.params[k].fqn;
-        size_t len = strlen(fqn) + 32;
-        t->ckpt_names[k] = gt_xstrdup(fqn);
-        t->ckpt_names[n + k] = gt_xmalloc(len);
-        snprintf(t->ckpt_names[n + k], len, GT_OPTIM_EXP_AVG_PREFIX "%s", fqn);
-        t->ckpt_names[2 * n + k] = gt_xmalloc(len);
-        snprintf(t->ckpt_names[2 * n + k], len, GT_OPTIM_EXP_AVG_SQ_PREFIX "%s", fqn);
-    }
-    return GT_OK;
-}
-
-static void refresh_ckpt_tensors(trainer *t)
-{
-    int n = t->n_params;
-    for (int k = 0; k < n; k++) {
-        t->ckpt_tensors[k] = &t->params[k];
-        t->ckpt_tensors[n + k] = &t->exp_avg[k];
-        t->ckpt_tensors[2 * n + k] = &t->exp_avg_sq[k];
-    }
-}
-
 /* ---------------------------------------------------------------- data */
 
-static gt_status open_data(trainer *t, gt_error *err)
+static gt_status open_data(gt_trainer *t, gt_error *err)
 {
     const gt_cfg_training *tr = &t->cfg->training;
+    /* every rank reads the whole global batch (and keeps its rows): the loader sees one rank */
     gt_loader_config lc = {.seq_len = tr->seq_len,
-                           .local_batch = tr->local_batch_size,
+                           .local_batch = t->global_batch,
                            .dp_rank = 0,
                            .dp_degree = 1,
                            .shuffle = false,
@@ -473,89 +370,30 @@ static gt_status open_data(trainer *t, gt_error *err)
                                    &t->loader, err);
 }
 
-static gt_status next_batch(trainer *t, gt_error *err)
+static gt_status next_batch(gt_trainer *t, gt_error *err)
 {
     GT_TRY(gt_loader_next(t->loader, t->window, err));
-    gt_loader_split_batch(t->window, t->cfg->training.local_batch_size, t->cfg->training.seq_len,
-                          t->tokens.data, t->labels.data);
-    return GT_OK;
-}
-
-/* ---------------------------------------------------------------- checkpoints */
-
-static uint64_t model_fingerprint(trainer *t)
-{
-    refresh_ckpt_tensors(t);
-    return gt_checkpoint_fingerprint(t->n_params, (const char *const *)t->ckpt_names,
-                                     (const gt_tensor *const *)t->ckpt_tensors);
-}
-
-static gt_status save_checkpoint(trainer *t, int64_t step, gt_error *err)
-{
-    gt_loader_state ls;
-    char state[64], loader_json[128];
-    gt_loader_get_state(t->loader, &ls);
-    gt_loader_state_format(&ls, state, sizeof state);
-    snprintf(loader_json, sizeof loader_json, "{\"state\":\"%s\"}", state);
-    gt_checkpoint_desc d = {
-        .folder = t->ckpt_folder,
-        .step = step,
-        .model = {t->cfg->model.name, t->cfg->model.flavor, model_fingerprint(t)},
-        .loader_json = loader_json,
-        .rng_seed = t->cfg->debug.seed,
-        .keep_last = (int)t->cfg->checkpoint.keep_latest_k,
-    };
-    GT_TRY(state_to_host(t, err));
-    double t0 = now_seconds();
-    GT_TRY(gt_checkpoint_save(&d, 3 * t->n_params, (const char *const *)t->ckpt_names,
-                              (const gt_tensor *const *)t->ckpt_tensors, err));
-    gt_log(GT_LOG_INFO, "checkpoint: saved step %lld to %s/step-%lld (%.2f s)", (long long)step,
-           t->ckpt_folder, (long long)step, now_seconds() - t0);
-    return GT_OK;
-}
-
-/* Loads the latest (or the configured) checkpoint if there is one; *step = its step or 0. */
-static gt_status maybe_resume(trainer *t, int64_t *step, gt_error *err)
-{
-    *step = 0;
-    int64_t want = t->cfg->checkpoint.load_step;
-    if (want < 0) {
-        GT_TRY(gt_checkpoint_find_latest(t->ckpt_folder, &want, err));
-        if (want == GT_CHECKPOINT_NONE) return GT_OK;
-    } else {
-        GT_TRY(gt_checkpoint_find_step(t->ckpt_folder, want, err));
+    int64_t b = t->global_batch, s = t->cfg->training.seq_len;
+    if (!t->batch_tokens) {
+        gt_loader_split_batch(t->window, b, s, t->tokens.data, t->labels.data);
+        return GT_OK;
     }
-    gt_checkpoint_model m = {t->cfg->model.name, t->cfg->model.flavor, model_fingerprint(t)};
-    gt_checkpoint_info info;
-    GT_TRY(gt_checkpoint_load(t->ckpt_folder, want, &m, 3 * t->n_params,
-                              (const char *const *)t->ckpt_names, t->ckpt_tensors, &info, err));
-    gt_status st = GT_OK;
-    /* the loader position: {"state": "gtloader1:..."} */
-    char state[64] = {0};
-    json_t *root = info.loader_json ? json_loads(info.loader_json, 0, NULL) : NULL;
-    const char *sv = json_string_value(json_object_get(root, "state"));
-    if (sv && strlen(sv) < sizeof state) strcpy(state, sv);
-    json_decref(root);
-    gt_loader_state ls;
-    if (!state[0])
-        st = gt_error_set(err, GT_ERR_FORMAT, "checkpoint %s/step-%lld: no loader position",
-                          t->ckpt_folder, (long long)want);
-    if (st == GT_OK) st = gt_loader_state_parse(state, &ls, err);
-    if (st == GT_OK) st = gt_loader_set_state(t->loader, &ls, err);
-    if (st == GT_OK) {
-        *step = info.step;
-        gt_log(GT_LOG_INFO, "checkpoint: resumed from %s/step-%lld", t->ckpt_folder,
-               (long long)info.step);
-    }
-    gt_checkpoint_info_free(&info);
-    return st;
+    /* this rank's rows of the global batch */
+    gt_loader_split_batch(t->window, b, s, t->batch_tokens, t->batch_labels);
+    int64_t shape[2] = {b, s};
+    gt_tensor all_tokens, all_labels;
+    gt_tensor_wrap(&all_tokens, GT_I64, 2, shape, t->batch_tokens);
+    gt_tensor_wrap(&all_labels, GT_I64, 2, shape, t->batch_labels);
+    gt_shard_slice(&t->batch_box, &all_tokens, &t->tokens);
+    gt_shard_slice(&t->batch_box, &all_labels, &t->labels);
+    return GT_OK;
 }
 
 /* ---------------------------------------------------------------- one step */
 
 /* Runs step `step`; on the GPU only queues it (*ticket >= 0: its results come later). */
-static gt_status train_step(trainer *t, int64_t step, double *loss, double *grad_norm, double *lr,
-                            int64_t *ticket, gt_error *err)
+static gt_status train_step(gt_trainer *t, int64_t step, double *loss, double *grad_norm,
+                            double *lr, int64_t *ticket, gt_error *err)
 {
     *ticket = -1;
     *lr = gt_lr_at(&t->lr, step);
@@ -588,12 +426,14 @@ static gt_status train_step(trainer *t, int64_t step, double *loss, double *grad
 
 /* ---------------------------------------------------------------- setup and loop */
 
-static gt_status setup(trainer *t, gt_error *err)
+static gt_status setup(gt_trainer *t, gt_error *err)
 {
     const gt_config *cfg = t->cfg;
     if (strcmp(cfg->model.name, "llama3") != 0)
         return gt_error_set(err, GT_ERR_INVALID, "model.name: unknown model '%s' (known: llama3)",
                             cfg->model.name);
+    /* ranks first: a multi-rank GPU run is refused before any device is touched */
+    GT_TRY(gt_train_dist_init(cfg, &t->dist, err));
     t->cuda = cfg->training.device == GT_CFG_DEVICE_CUDA;
 #ifdef GT_HAVE_CUDA
     if (t->cuda && gt_cuda_device_count() == 0)
@@ -606,15 +446,12 @@ static gt_status setup(trainer *t, gt_error *err)
                             "training.device = cuda: this graphtrain was built without CUDA "
                             "(nvcc was not found at configure time)");
 #endif
-    int64_t dp = 1;
-    if (cfg->parallelism.data_parallel_replicate_degree > 1 ||
-        cfg->parallelism.data_parallel_shard_degree > 1 ||
-        cfg->parallelism.tensor_parallel_degree > 1)
-        return gt_error_set(err, GT_ERR_UNSUPPORTED,
-                            "parallelism: multi-rank layouts are not implemented yet; "
-                            "run with every degree at 1 (or -1)");
+    const gt_mesh *mesh = &t->dist.layout.mesh;
+    int64_t dp = (int64_t)mesh->size[GT_MESH_DP_REPLICATE] * mesh->size[GT_MESH_DP_SHARD];
+    bool multi = gt_mesh_world_size(mesh) > 1;
     GT_TRY(gt_llama3_flavor(cfg->model.flavor, &t->model_cfg, err));
-    if (!t->cuda && cfg->training.mixed_precision_param != GT_CFG_PRECISION_FLOAT32)
+    if (!t->cuda && cfg->training.mixed_precision_param != GT_CFG_PRECISION_FLOAT32 &&
+        t->dist.rank == 0)
         gt_log(GT_LOG_WARN, "training.mixed_precision_param = bfloat16 on the CPU: each op widens "
                             "bf16 to float32 and rounds its output to bf16 (slower than float32)");
     int64_t local = cfg->training.local_batch_size;
@@ -631,9 +468,15 @@ static gt_status setup(trainer *t, gt_error *err)
                             "training.device = cuda: gradient accumulation (global_batch_size "
                             "%lld > local_batch_size %lld) is not built for the GPU yet",
                             (long long)global, (long long)local);
-    t->bind_entries[0] = (gt_sym_binding_entry){"batch", local};
-    t->bind_entries[1] = (gt_sym_binding_entry){"seq", cfg->training.seq_len};
-    t->binding = (gt_sym_binding){t->bind_entries, 2};
+    if (multi && t->accum > 1)
+        return gt_error_set(err, GT_ERR_UNSUPPORTED,
+                            "training.global_batch_size = %lld with %d ranks: gradient "
+                            "accumulation over several ranks is not supported yet; set it to -1 "
+                            "(local_batch_size x data-parallel degree = %lld)",
+                            (long long)global, gt_mesh_world_size(mesh), (long long)(local * dp));
+    /* the graph's batch is one micro-step of every data-parallel rank: the global batch */
+    t->global_batch = gt_train_global_batch(cfg, &t->dist.layout);
+    gt_train_binding(cfg, &t->dist.layout, t->bind_entries, &t->binding);
 
     t->adamw = (gt_adamw_config){.beta1 = cfg->optimizer.beta1,
                                  .beta2 = cfg->optimizer.beta2,
@@ -651,7 +494,7 @@ static gt_status setup(trainer *t, gt_error *err)
                        .min_lr_factor = cfg->lr_scheduler.min_lr_factor};
     GT_TRY(gt_lr_schedule_init(&t->lr, &lc, err));
     GT_TRY(build_graphs(t, err));
-    GT_TRY(alloc_state(t, err));
+    GT_TRY(gt_trainer_alloc_state(t, err));
     /* graphs read the state allocated above */
     if (t->accum == 1) {
         GT_TRY(step_graph_bind(t, &t->whole, err));
@@ -667,9 +510,10 @@ static gt_status setup(trainer *t, gt_error *err)
 /* The run's record: config.toml and the metrics file. Opened only after a checkpoint to resume
  * from has been accepted, so a refused resume (other model, corrupt checkpoint) leaves the
  * record of the run that wrote the checkpoint as it was. */
-static gt_status open_outputs(trainer *t, gt_error *err)
+static gt_status open_outputs(gt_trainer *t, gt_error *err)
 {
     const gt_config *cfg = t->cfg;
+    if (t->dist.rank != 0) return GT_OK; /* rank 0 writes the run's files */
     GT_TRY(make_dirs(cfg->job.dump_folder, err));
     char *config_path = gt_train_join_path(cfg->job.dump_folder, "config.toml");
     gt_status st = gt_config_write(cfg, config_path, err);
@@ -685,7 +529,7 @@ static gt_status open_outputs(trainer *t, gt_error *err)
     return GT_OK;
 }
 
-static void teardown(trainer *t)
+static void teardown(gt_trainer *t)
 {
     step_graph_free(&t->whole);
     step_graph_free(&t->micro);
@@ -707,6 +551,9 @@ static void teardown(trainer *t)
     free(t->grads);
     free(t->ckpt_names);
     free(t->ckpt_tensors);
+    free(t->box);
+    free(t->batch_tokens);
+    free(t->batch_labels);
     gt_tensor_free(&t->tokens);
     gt_tensor_free(&t->labels);
     gt_tensor_free(&t->scalars);
@@ -719,6 +566,7 @@ static void teardown(trainer *t)
     if (t->metrics_open) gt_metrics_writer_close(&t->metrics);
     free(t->ckpt_folder);
     gt_model_free(&t->model);
+    gt_train_dist_free(&t->dist);
 }
 
 static int digits(int64_t v)
@@ -729,119 +577,192 @@ static int digits(int64_t v)
     return d;
 }
 
+static gt_status log_metrics(gt_trainer *t, int64_t step, double loss, double grad_norm, double lr,
+                             double dt, gt_error *err);
+
 /* The record of one finished step: the stop on a non-finite loss, the metrics line and record
  * every log_freq steps (and at steps 1 and last). */
-static gt_status report_step(trainer *t, gt_train_result *res, int64_t step, double loss,
+static gt_status report_step(gt_trainer *t, gt_train_result *res, int64_t step, double loss,
                              double grad_norm, double lr, double dt, gt_error *err)
 {
     const gt_config *cfg = t->cfg;
     res->last_step = step;
     res->final_loss = loss;
-    refresh_ckpt_tensors(t);
-    if (!isfinite(loss))
+    gt_trainer_refresh_ckpt_tensors(t);
+    if (!isfinite(loss)) {
+        t->dist.error_agreed = true; /* the loss is replicated: every rank stops here */
         return gt_error_set(err, GT_ERR_INVALID, "step %lld: the loss is %g; stopping",
                             (long long)step, loss);
-    if (step % cfg->metrics.log_freq == 0 || step == 1 || step == cfg->training.steps) {
-        gt_metrics_step m = {.step = step,
-                             .loss = loss,
-                             .grad_norm = grad_norm,
-                             .lr = lr,
-                             .tokens =
-                                 t->accum * cfg->training.local_batch_size * cfg->training.seq_len,
-                             .step_seconds = dt,
-                             .peak_flops = cfg->metrics.peak_tflops * 1e12,
-                             .peak_memory_bytes = -1};
-        gt_metrics_set_flops(&m, &t->flops, &t->flops);
-        gt_error ignored = {0};
-        if (gt_metrics_peak_rss_bytes(&m.peak_memory_bytes, &ignored) != GT_OK)
-            m.peak_memory_bytes = -1;
-        gt_metrics_derive(&m);
-        char line[512];
-        gt_metrics_format_line(&m, digits(cfg->training.steps), line, sizeof line);
-        gt_log(GT_LOG_INFO, "%s", line);
-        if (t->metrics_open) GT_TRY(gt_metrics_writer_append(&t->metrics, &m, err));
     }
+    if (step % cfg->metrics.log_freq == 0 || step == 1 || step == cfg->training.steps) {
+        gt_status st =
+            t->dist.rank == 0 ? log_metrics(t, step, loss, grad_norm, lr, dt, err) : GT_OK;
+        /* rank 0 may fail to write (disk full): every rank stops with its message */
+        return gt_train_share_status(&t->dist, 0, st, err);
+    }
+    return GT_OK;
+}
+
+/* Rank 0: the metrics line and record of one step. */
+static gt_status log_metrics(gt_trainer *t, int64_t step, double loss, double grad_norm, double lr,
+                             double dt, gt_error *err)
+{
+    const gt_config *cfg = t->cfg;
+    gt_metrics_step m = {.step = step,
+                         .loss = loss,
+                         .grad_norm = grad_norm,
+                         .lr = lr,
+                         .tokens =
+                             t->accum * cfg->training.local_batch_size * cfg->training.seq_len,
+                         .step_seconds = dt,
+                         .peak_flops = cfg->metrics.peak_tflops * 1e12,
+                         .peak_memory_bytes = -1};
+    gt_metrics_set_flops(&m, &t->flops, &t->flops);
+    gt_error ignored = {0};
+    if (gt_metrics_peak_rss_bytes(&m.peak_memory_bytes, &ignored) != GT_OK)
+        m.peak_memory_bytes = -1;
+    gt_metrics_derive(&m);
+    char line[512];
+    gt_metrics_format_line(&m, digits(cfg->training.steps), line, sizeof line);
+    gt_log(GT_LOG_INFO, "%s", line);
+    if (t->metrics_open) GT_TRY(gt_metrics_writer_append(&t->metrics, &m, err));
     return GT_OK;
 }
 
 /* cuda: waits for the queued step (if any) and reports it. Its step time runs from when it was
  * queued, or from when the step before it was read if later: the device time per step once the
  * queue is full. */
-static gt_status report_pending(trainer *t, gt_train_result *res, gt_error *err)
+static gt_status report_pending(gt_trainer *t, gt_train_result *res, gt_error *err)
 {
     if (t->pending.step == 0) return GT_OK;
-    pending_step p = t->pending;
+    gt_pending_step p = t->pending;
     t->pending.step = 0;
     double loss = NAN, grad_norm = NAN;
 #ifdef GT_HAVE_CUDA
     GT_TRY(step_graph_results_cuda(&t->whole, p.ticket, &loss, &grad_norm, err));
 #endif
-    double done = now_seconds();
+    double done = gt_train_now_seconds();
     double dt = done - (t->last_done > p.t0 ? t->last_done : p.t0);
     t->last_done = done;
     return report_step(t, res, p.step, loss, grad_norm, p.lr, dt, err);
 }
 
-static gt_status run(trainer *t, gt_train_result *res, gt_error *err)
+/* Before step 1 of a multi-rank run: the memory figures of every rank and the schedule check. */
+static gt_status check_ranks(gt_trainer *t, gt_error *err)
+{
+    gt_step_graph *s = t->accum == 1 ? &t->whole : &t->micro;
+    GT_TRY(gt_train_report_memory(&t->dist, s->prog, err));
+    return gt_train_check_schedule(&t->dist, t->cfg, s->g, s->prog, err);
+}
+
+/* xxh64 over the whole final parameters, in order (gathered to rank 0 in a multi-rank run and
+ * shared, so every rank returns rank 0's figure). */
+static gt_status final_params_hash(gt_trainer *t, uint64_t *hash, gt_error *err)
+{
+    uint64_t h = 0;
+    gt_train_dist *d = &t->dist;
+    for (int k = 0; k < t->n_params; k++) {
+        if (!gt_train_dist_multi(d)) {
+            h = gt_hash64(t->params[k].data, gt_tensor_nbytes(&t->params[k]), h);
+            continue;
+        }
+        const gt_shard_box *b = &t->box[k];
+        gt_tensor full = {0};
+        if (d->rank == 0)
+            GT_TRY(gt_tensor_alloc(&full, t->params[k].dtype, b->ndim, b->global, err));
+        gt_status st = gt_shard_gather(d->world, &d->layout.mesh, b, &t->params[k],
+                                       d->rank == 0 ? &full : NULL, err);
+        if (st == GT_OK && d->rank == 0) h = gt_hash64(full.data, gt_tensor_nbytes(&full), h);
+        gt_tensor_free(&full);
+        if (st != GT_OK) return st;
+    }
+    int64_t shared = (int64_t)h;
+    GT_TRY(gt_train_share_i64(d, &shared, err));
+    *hash = (uint64_t)shared;
+    return GT_OK;
+}
+
+static void log_start(gt_trainer *t, gt_train_result *res)
 {
     const gt_config *cfg = t->cfg;
-    GT_TRY(setup(t, err));
-    int64_t start = 0;
-    if (cfg->checkpoint.enable) GT_TRY(maybe_resume(t, &start, err));
-    GT_TRY(open_outputs(t, err));
-    refresh_ckpt_tensors(t);
-
     int64_t n_params = 0;
     for (int k = 0; k < t->n_params; k++)
         n_params += gt_shape_numel(t->model.params[k].ndim, t->model.params[k].shape);
     const gt_graph *shown = t->whole.g ? t->whole.g : t->micro.g;
+    if (t->synthetic) res->entropy_rate = gt_synthetic_entropy_rate(t->synthetic);
+    if (t->dist.rank != 0) return;
+    char mesh[160] = "";
+    if (gt_mesh_world_size(&t->dist.layout.mesh) > 1) {
+        char m[80];
+        gt_mesh_format(&t->dist.layout.mesh, m, sizeof m);
+        snprintf(mesh, sizeof mesh, "; mesh %s (%d ranks), FLOPs per rank", m, t->dist.size);
+    }
     gt_log(GT_LOG_INFO,
            "model llama3 %s: %lld parameters; step graph %d nodes; batch %lld x %lld tokens, "
-           "%lld micro-batch(es); %.3e FLOPs/step",
-           cfg->model.flavor, (long long)n_params, shown->n_nodes,
-           (long long)cfg->training.local_batch_size, (long long)cfg->training.seq_len,
-           (long long)t->accum, t->flops.total);
-    if (t->synthetic) {
-        res->entropy_rate = gt_synthetic_entropy_rate(t->synthetic);
+           "%lld micro-batch(es); %.3e FLOPs/step%s",
+           cfg->model.flavor, (long long)n_params, shown->n_nodes, (long long)t->global_batch,
+           (long long)cfg->training.seq_len, (long long)t->accum, t->flops.total, mesh);
+    if (t->synthetic)
         gt_log(GT_LOG_INFO,
                "dataset synthetic: vocab %lld, entropy rate %.4f nats/token (the "
                "best possible loss)",
                (long long)t->model_cfg.vocab_size, res->entropy_rate);
-    }
+}
+
+static gt_status run(gt_trainer *t, gt_train_result *res, gt_error *err)
+{
+    const gt_config *cfg = t->cfg;
+    gt_status st = setup(t, err);
+    res->rank = t->dist.rank;
+    res->world_size = t->dist.size;
+    /* a rank that failed alone (a file it cannot read) must not leave the others waiting */
+    GT_TRY(gt_train_agree(&t->dist, st, err));
+    int64_t start = 0;
+    if (cfg->checkpoint.enable) GT_TRY(gt_trainer_resume(t, &start, err));
+    GT_TRY(gt_train_share_status(&t->dist, 0, open_outputs(t, err), err));
+    gt_trainer_refresh_ckpt_tensors(t);
+    log_start(t, res);
+    GT_TRY(check_ranks(t, err));
+
     res->first_step = start + 1;
     res->last_step = start;
     for (int64_t step = start + 1; step <= cfg->training.steps; step++) {
-        double t0 = now_seconds(), loss = NAN, grad_norm = NAN, lr = 0;
+        int sig = gt_train_kill_signal(&t->dist, cfg, step);
+        if (sig) { /* test-only: a peer that dies (SIGKILL) or hangs (SIGSTOP) */
+            gt_log(GT_LOG_WARN, "debug.test_kill_rank_at_step: rank %d %s itself at step %lld",
+                   t->dist.rank, sig == SIGKILL ? "kills" : "stops", (long long)step);
+            fflush(NULL);
+            raise(sig);
+        }
+        double t0 = gt_train_now_seconds(), loss = NAN, grad_norm = NAN, lr = 0;
         int64_t ticket = -1;
         GT_TRY(train_step(t, step, &loss, &grad_norm, &lr, &ticket, err));
         if (ticket < 0) {
-            GT_TRY(report_step(t, res, step, loss, grad_norm, lr, now_seconds() - t0, err));
+            GT_TRY(
+                report_step(t, res, step, loss, grad_norm, lr, gt_train_now_seconds() - t0, err));
         } else {
             /* the GPU: step is queued; report the one before it, then this one when it must be
              * complete (a checkpoint, the last step) */
             GT_TRY(report_pending(t, res, err));
-            t->pending = (pending_step){.step = step, .ticket = ticket, .lr = lr, .t0 = t0};
+            t->pending = (gt_pending_step){.step = step, .ticket = ticket, .lr = lr, .t0 = t0};
         }
         bool ckpt = cfg->checkpoint.enable &&
                     (step % cfg->checkpoint.interval == 0 || step == cfg->training.steps);
         if (ckpt || step == cfg->training.steps) GT_TRY(report_pending(t, res, err));
-        if (ckpt) GT_TRY(save_checkpoint(t, step, err));
+        if (ckpt) GT_TRY(gt_trainer_save_checkpoint(t, step, err));
     }
-    GT_TRY(state_to_host(t, err));
-    uint64_t h = 0;
-    for (int k = 0; k < t->n_params; k++)
-        h = gt_hash64(t->params[k].data, gt_tensor_nbytes(&t->params[k]), h);
-    res->params_hash = h;
-    return GT_OK;
+    GT_TRY(gt_trainer_state_to_host(t, err));
+    return final_params_hash(t, &res->params_hash, err);
 }
 
 gt_status gt_train(const gt_config *cfg, gt_train_result *result, gt_error *err)
 {
-    trainer t;
+    gt_trainer t;
     memset(&t, 0, sizeof t);
     t.cfg = cfg;
-    gt_train_result local = {.first_step = 1, .last_step = 0, .entropy_rate = NAN};
+    gt_train_result local = {.first_step = 1, .last_step = 0, .entropy_rate = NAN, .world_size = 1};
     gt_status st = run(&t, &local, err);
+    local.error_is_local = st != GT_OK && gt_train_dist_multi(&t.dist) && !t.dist.error_agreed;
     teardown(&t);
     if (result) *result = local;
     return st;
@@ -852,15 +773,18 @@ gt_status gt_train(const gt_config *cfg, gt_train_result *result, gt_error *err)
 gt_status gt_train_export_hf(const gt_config *cfg, int64_t step, const char *dir, gt_dtype dtype,
                              gt_error *err)
 {
-    trainer t;
+    gt_trainer t;
     memset(&t, 0, sizeof t);
     t.cfg = cfg;
     t.accum = 1;
-    gt_status st = gt_llama3_flavor(cfg->model.flavor, &t.model_cfg, err);
+    t.dist.size = 1; /* one process reads the whole tensors */
+    gt_status st = gt_mesh_init(&t.dist.layout.mesh, 1, 1, 1, err);
+    t.global_batch = cfg->training.local_batch_size;
+    if (st == GT_OK) st = gt_llama3_flavor(cfg->model.flavor, &t.model_cfg, err);
     gt_graph *g = gt_graph_new();
     if (st == GT_OK) st = gt_llama3_build(g, &t.model_cfg, &t.model, err);
     t.n_params = t.model.n_params;
-    if (st == GT_OK) st = alloc_state(&t, err);
+    if (st == GT_OK) st = gt_trainer_alloc_state(&t, err);
     t.ckpt_folder = gt_train_join_path(cfg->job.dump_folder, cfg->checkpoint.folder);
     if (st == GT_OK) {
         int64_t want = step;
@@ -873,7 +797,7 @@ gt_status gt_train_export_hf(const gt_config *cfg, int64_t step, const char *dir
         gt_checkpoint_model m = {cfg->model.name, cfg->model.flavor, 0};
         gt_checkpoint_info info;
         if (st == GT_OK) {
-            m.fingerprint = model_fingerprint(&t);
+            m.fingerprint = gt_trainer_fingerprint(&t);
             st = gt_checkpoint_load(t.ckpt_folder, want, &m, 3 * t.n_params,
                                     (const char *const *)t.ckpt_names, t.ckpt_tensors, &info, err);
             if (st == GT_OK) gt_checkpoint_info_free(&info);

@@ -41,6 +41,11 @@ static bool gt_cpu_is_byte_kernel(gt_op op)
     case GT_OP_CONCAT:
     case GT_OP_SPLIT:
     case GT_OP_EMBEDDING:
+    case GT_OP_EMBEDDING_SHARD:
+    case GT_OP_ALL_GATHER_START: /* collectives never run as kernels: keep NaN bits if called */
+    case GT_OP_REDUCE_SCATTER_START:
+    case GT_OP_ALL_REDUCE_START:
+    case GT_OP_WAIT:
         return true;
     default:
         return false;

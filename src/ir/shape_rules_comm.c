@@ -1,0 +1,114 @@
+/* shape_rules_comm.c — shape rules of the collective start/wait ops (gt_ops.def).
+ *
+ * Each start runs over one mesh dim (attrs i: mesh_dim, group_size = n, the dim's size) along
+ * tensor dim 0:
+ *   all_gather_start     x [k, ...]   -> [n*k, ...]      any dtype (bytes are only moved)
+ *   reduce_scatter_start x [m, ...]   -> [m // n, ...]   float; m must divide by n when constant
+ *                                                        (a symbolic m is trusted: parallelize
+ *                                                        only scatters dims it made divisible)
+ *   all_reduce_start     x            -> x's type        float
+ *   wait(pending, x)                  -> pending's type  pending: the output of a start; x: that
+ *                                                        start's input, listed only so that it
+ *                                                        stays alive until the wait
+ * The mesh dim is checked against the graph's mesh when it has one (gt_graph.mesh, set by
+ * parallelize): 0 <= mesh_dim < mesh.ndim and n == mesh.size[mesh_dim]. Without a mesh (a graph
+ * built by hand) any mesh_dim in [0, GT_MESH_MAX_DIMS) and n >= 1 are accepted. */
+#include "ir/ir_internal.h"
+
+static bool is_start(gt_op op)
+{
+    return op == GT_OP_ALL_GATHER_START || op == GT_OP_REDUCE_SCATTER_START ||
+           op == GT_OP_ALL_REDUCE_START;
+}
+
+/* The attributes every start shares: a mesh dim of the graph's mesh and its size. */
+static gt_status check_group(gt_graph *g, const gt_node *n, int64_t *group_size, gt_error *err)
+{
+    int64_t dim = n->attrs.i[0], size = n->attrs.i[1];
+    int limit = g->mesh.ndim > 0 ? g->mesh.ndim : GT_MESH_MAX_DIMS;
+    if (dim < 0 || dim >= limit)
+        return gt_shape_fail(g, n, err, GT_ERR_INVALID, "mesh_dim %lld out of range [0, %d)%s",
+                             (long long)dim, limit,
+                             g->mesh.ndim > 0 ? " (the graph's mesh dims)" : "");
+    if (size < 1)
+        return gt_shape_fail(g, n, err, GT_ERR_INVALID, "group_size must be >= 1, got %lld",
+                             (long long)size);
+    if (g->mesh.ndim > 0 && size != g->mesh.size[dim])
+        return gt_shape_fail(
+            g, n, err, GT_ERR_INVALID,
+            "group_size %lld differs from the size %d of mesh dim %lld (%s)", (long long)size,
+            g->mesh.size[dim], (long long)dim,
+            gt_graph_str_valid(g, g->mesh.name[dim]) ? gt_graph_str(g, g->mesh.name[dim]) : "?");
+    *group_size = size;
+    return GT_OK;
+}
+
+static gt_status need_rank1(gt_graph *g, const gt_node *n, gt_error *err)
+{
+    const gt_type *x = gt_shape_in(g, n, 0);
+    if (x->ndim >= 1) return GT_OK;
+    char ts[160];
+    return gt_shape_fail(g, n, err, GT_ERR_SHAPE,
+                         "input 0 must have rank >= 1 (the collective runs along dim 0), got %s",
+                         gt_type_str(g, x, ts, sizeof ts));
+}
+
+gt_status gt_shape_all_gather_start(gt_graph *g, const gt_node *n, gt_type *out, int *n_out,
+                                    gt_error *err)
+{
+    int64_t size;
+    GT_TRY(check_group(g, n, &size, err));
+    GT_TRY(need_rank1(g, n, err));
+    out[0] = *gt_shape_in(g, n, 0);
+    out[0].dims[0] = gt_sym_mul(g->sym, gt_sym_const(g->sym, size), out[0].dims[0]);
+    *n_out = 1;
+    return GT_OK;
+}
+
+gt_status gt_shape_reduce_scatter_start(gt_graph *g, const gt_node *n, gt_type *out, int *n_out,
+                                        gt_error *err)
+{
+    int64_t size, m;
+    GT_TRY(check_group(g, n, &size, err));
+    GT_TRY(need_rank1(g, n, err));
+    GT_TRY(gt_shape_need_float(g, n, 0, err));
+    const gt_type *x = gt_shape_in(g, n, 0);
+    if (gt_sym_is_const(g->sym, x->dims[0], &m) && m % size != 0) {
+        char ts[160];
+        return gt_shape_fail(g, n, err, GT_ERR_SHAPE,
+                             "input 0 dim 0 (%lld) must divide by group_size %lld, got %s",
+                             (long long)m, (long long)size, gt_type_str(g, x, ts, sizeof ts));
+    }
+    out[0] = *x;
+    out[0].dims[0] = gt_sym_floordiv(g->sym, x->dims[0], gt_sym_const(g->sym, size));
+    *n_out = 1;
+    return GT_OK;
+}
+
+gt_status gt_shape_all_reduce_start(gt_graph *g, const gt_node *n, gt_type *out, int *n_out,
+                                    gt_error *err)
+{
+    int64_t size;
+    GT_TRY(check_group(g, n, &size, err));
+    GT_TRY(gt_shape_need_float(g, n, 0, err));
+    out[0] = *gt_shape_in(g, n, 0);
+    *n_out = 1;
+    return GT_OK;
+}
+
+gt_status gt_shape_wait(gt_graph *g, const gt_node *n, gt_type *out, int *n_out, gt_error *err)
+{
+    gt_node_id p = g->values[n->in[0]].producer;
+    if (p == GT_NONE || p < 0 || p >= g->n_nodes || !is_start(g->nodes[p].op))
+        return gt_shape_fail(g, n, err, GT_ERR_INVALID,
+                             "input 0 (%%%d) must be the output of a collective start "
+                             "(all_gather_start, reduce_scatter_start, all_reduce_start)",
+                             n->in[0]);
+    if (g->nodes[p].in[0] != n->in[1])
+        return gt_shape_fail(g, n, err, GT_ERR_INVALID,
+                             "input 1 (%%%d) must be the input of its start (node %%%d reads %%%d)",
+                             n->in[1], p, g->nodes[p].in[0]);
+    out[0] = *gt_shape_in(g, n, 0);
+    *n_out = 1;
+    return GT_OK;
+}

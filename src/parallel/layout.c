@@ -1,0 +1,118 @@
+/* layout.c — the placements graph inputs start from (torchtitan's llama3 tensor-parallel plan,
+ * SimpleFSDP's shard(0) storage, the data-parallel batch), the block of a global tensor a rank
+ * holds, and placement text. */
+#include <stdio.h>
+#include <string.h>
+
+#include "graphtrain/gt_parallel.h"
+#include "parallel/parallel_internal.h"
+
+static bool ends_with(const char *s, const char *suffix)
+{
+    size_t n = strlen(s), m = strlen(suffix);
+    return n >= m && strcmp(s + n - m, suffix) == 0;
+}
+
+/* torchtitan's llama3 plan: ColwiseParallel shards a Linear's weight [out, in] on dim 0,
+ * RowwiseParallel on dim 1; the embedding is row-wise over the vocabulary (dim 0) and the output
+ * projection column-wise with a parallel loss. -1: replicate. */
+static int tp_shard_dim(const char *fqn)
+{
+    static const char *const colwise[] = {".attention.wq.weight", ".attention.wk.weight",
+                                          ".attention.wv.weight", ".feed_forward.w1.weight",
+                                          ".feed_forward.w3.weight"};
+    static const char *const rowwise[] = {".attention.wo.weight", ".feed_forward.w2.weight"};
+    if (strcmp(fqn, "tok_embeddings.weight") == 0 || strcmp(fqn, "output.weight") == 0) return 0;
+    for (size_t k = 0; k < sizeof colwise / sizeof colwise[0]; k++)
+        if (ends_with(fqn, colwise[k])) return 0;
+    for (size_t k = 0; k < sizeof rowwise / sizeof rowwise[0]; k++)
+        if (ends_with(fqn, rowwise[k])) return 1;
+    return -1;
+}
+
+static void param_layout(const gt_parallel_plan *plan, const char *fqn, int ndim, gt_placement *out)
+{
+    int tp_dim = plan->mesh.size[GT_MESH_TP] > 1 ? tp_shard_dim(fqn) : -1;
+    if (tp_dim >= ndim) tp_dim = -1;
+    if (tp_dim >= 0) out[GT_MESH_TP] = gt_place_shard(tp_dim, 0);
+    /* FSDP storage: dim 0, inside tp's block when tp splits dim 0 too (the gather over dp_shard
+     * then gives back exactly the tensor-parallel block) */
+    if (plan->mesh.size[GT_MESH_DP_SHARD] > 1 && ndim >= 1)
+        out[GT_MESH_DP_SHARD] = gt_place_shard(0, tp_dim == 0 ? 1 : 0);
+}
+
+static bool is_batch_dim(const gt_graph *g, gt_expr e)
+{
+    char buf[64];
+    gt_sym_format(g->sym, e, buf, sizeof buf);
+    return strcmp(buf, "batch") == 0;
+}
+
+gt_status gt_parallel_input_layouts(const gt_parallel_plan *plan, const gt_graph *g,
+                                    gt_placement (*out)[GT_MESH_MAX_DIMS], gt_error *err)
+{
+    static const char *const state_prefixes[] = {"optim.exp_avg.", "optim.exp_avg_sq."};
+    for (int32_t k = 0; k < g->n_inputs; k++) {
+        const gt_io *in = &g->inputs[k];
+        const gt_type *t = gt_value_type(g, in->value);
+        const char *fqn = gt_graph_str(g, in->fqn);
+        for (int d = 0; d < GT_MESH_MAX_DIMS; d++)
+            out[k][d] = gt_place_replicate();
+        switch ((gt_input_kind)in->kind) {
+        case GT_IN_PARAM:
+            param_layout(plan, fqn, t->ndim, out[k]);
+            break;
+        case GT_IN_OPT_STATE:
+            for (size_t s = 0; s < sizeof state_prefixes / sizeof state_prefixes[0]; s++) {
+                size_t n = strlen(state_prefixes[s]);
+                if (strncmp(fqn, state_prefixes[s], n) == 0)
+                    param_layout(plan, fqn + n, t->ndim, out[k]);
+            }
+            break;
+        case GT_IN_INPUT:
+            if (t->ndim >= 1 && is_batch_dim(g, t->dims[0])) {
+                if (plan->mesh.size[GT_MESH_DP_REPLICATE] > 1)
+                    out[k][GT_MESH_DP_REPLICATE] = gt_place_shard(0, 0);
+                if (plan->mesh.size[GT_MESH_DP_SHARD] > 1)
+                    out[k][GT_MESH_DP_SHARD] =
+                        gt_place_shard(0, plan->mesh.size[GT_MESH_DP_REPLICATE] > 1 ? 1 : 0);
+            }
+            break;
+        case GT_IN_BUFFER:
+            break;
+        default:
+            return gt_error_set(err, GT_ERR_INVALID, "graph input %d ('%s'): unknown kind %d", k,
+                                fqn, in->kind);
+        }
+    }
+    return GT_OK;
+}
+
+gt_status gt_placement_local_box(const gt_mesh *m, const gt_placement place[GT_MESH_MAX_DIMS],
+                                 int ndim, const int64_t *global, const int coords[GT_MESH_NDIMS],
+                                 int64_t *start, int64_t *size, gt_error *err)
+{
+    for (int d = 0; d < ndim; d++) {
+        start[d] = 0;
+        size[d] = global[d];
+        /* the mesh dims that split tensor dim d, outermost (lowest order) first; ties by mesh dim
+         */
+        for (int order = 0; order < 256; order++) {
+            bool any_left = false;
+            for (int md = 0; md < GT_MESH_NDIMS; md++) {
+                const gt_placement *p = &place[md];
+                if (p->kind != GT_PLACE_SHARD || p->dim != d) continue;
+                if (p->order > order) any_left = true;
+                if (p->order != order || m->size[md] == 1) continue;
+                if (size[d] % m->size[md] != 0)
+                    return gt_error_set(err, GT_ERR_INVALID,
+                                        "dim %d of size %lld does not split evenly over %s %d", d,
+                                        (long long)size[d], gt_mesh_dim_name(md), m->size[md]);
+                size[d] /= m->size[md];
+                start[d] += coords[md] * size[d];
+            }
+            if (!any_left) break;
+        }
+    }
+    return GT_OK;
+}

@@ -1,0 +1,676 @@
+/* parallelize.c — the global whole-step graph -> one SPMD graph with explicit collectives
+ * (gt_parallel.h says what comes out; parallel_internal.h is the rule interface).
+ *
+ * One walk over the nodes in order. For each node: its inputs' placements per mesh dim go to the
+ * op's rule (one call per mesh dim of size > 1); every input whose placement differs from what the
+ * rule wants is converted (convert(), cached per value and target so a value gathered for three
+ * matmuls is gathered once); the node is re-emitted on local shapes (shape attributes rewritten to
+ * the local output shape) or, for vocabulary-parallel ops, expanded; its outputs get the rule's
+ * placements, and the shape rule's local types are checked against the global types divided as
+ * those placements say. Values with a preferred placement — gradients: their parameter's — are
+ * converted right after they are produced, so the gradient-norm sums and AdamW read the
+ * reduce-scattered shard (FSDP) rather than gathering twice.
+ *
+ * Conversion order for one value (per mesh dim): partial -> shard (reduce_scatter) first, since it
+ * shrinks the data; then partial -> replicate (all_reduce); then shard -> replicate (all_gather),
+ * innermost shard first; last replicate -> shard (a local slice at the rank's symbolic offset).
+ * Collectives work on tensor dim 0; another dim is permuted to the front and back around them. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "graphtrain/gt_build.h"
+#include "parallel/parallel_internal.h"
+
+typedef struct {
+    gt_value_id from;
+    gt_placement to[GT_MESH_MAX_DIMS];
+    int key; /* 1: a backward re-gather (reshard after forward) */
+    gt_value_id v;
+} cache_entry;
+
+typedef struct {
+    int kind;
+    gt_value_id a, b, v;
+} memo_entry;
+
+struct gt_par {
+    const gt_graph *src;
+    gt_graph *dst;
+    gt_parallel_plan plan;
+    gt_value_id *map;                         /* src value -> local value */
+    bool *weight;                             /* src value: a PARAM through casts and views */
+    gt_placement (*prefer)[GT_MESH_MAX_DIMS]; /* src value: kind GT_PLACE_NONE = none */
+    /* src value: what the rules are told is preferred — prefer, or, for the input of a cast whose
+     * output has one, the cast output's (so embedding_backward under bf16, whose f32 cast is the
+     * gradient, still picks its vocabulary-parallel form). Only prefer is converted to eagerly:
+     * the data-parallel reduction stays after the cast, in f32. */
+    gt_placement (*hint)[GT_MESH_MAX_DIMS];
+    gt_node_id *node_map; /* src node -> its main local node */
+    cache_entry *cache;
+    int32_t n_cache, cap_cache;
+    memo_entry *memo;
+    int32_t n_memo, cap_memo;
+    const gt_node *cur; /* the src node being converted */
+    /* symbolic dims that shard, rewritten as multiples so local dims stay exact expressions:
+     * batch -> dp * batch (batch is then the per-rank batch), seq -> tp * seq_shard (sequence
+     * parallel) */
+    const char *subst_name[2];
+    gt_expr subst_repl[2];
+    int n_subst;
+};
+
+/* A global expression in the local graph's terms. */
+static gt_expr gexpr(gt_par *p, gt_expr e)
+{
+    for (int k = 0; k < p->n_subst; k++)
+        e = gt_sym_replace(p->dst->sym, e, p->subst_name[k], p->subst_repl[k]);
+    return e;
+}
+
+/* ---------------------------------------------------------------- small helpers */
+
+gt_graph *gt_par_dst(gt_par *p)
+{
+    return p->dst;
+}
+
+const gt_mesh *gt_par_mesh(const gt_par *p)
+{
+    return &p->plan.mesh;
+}
+
+gt_expr gt_par_coord(gt_par *p, int mesh_dim)
+{
+    return gt_sym_var(p->dst->sym, gt_mesh_coord_symbol(mesh_dim));
+}
+
+void gt_par_set_place(gt_par *p, gt_value_id v, const gt_placement place[GT_MESH_MAX_DIMS])
+{
+    if (v < 0 || v >= p->dst->n_values) return;
+    memcpy(p->dst->values[v].place, place, sizeof p->dst->values[v].place);
+}
+
+gt_value_id gt_par_memo_get(gt_par *p, int kind, gt_value_id a, gt_value_id b)
+{
+    for (int32_t k = 0; k < p->n_memo; k++)
+        if (p->memo[k].kind == kind && p->memo[k].a == a && p->memo[k].b == b) return p->memo[k].v;
+    return GT_NONE;
+}
+
+void gt_par_memo_put(gt_par *p, int kind, gt_value_id a, gt_value_id b, gt_value_id v)
+{
+    if (p->n_memo == p->cap_memo) {
+        p->cap_memo = p->cap_memo ? 2 * p->cap_memo : 16;
+        p->memo = gt_xrealloc(p->memo, (size_t)p->cap_memo * sizeof *p->memo);
+    }
+    p->memo[p->n_memo++] = (memo_entry){kind, a, b, v};
+}
+
+static bool layout_equal(const gt_placement *a, const gt_placement *b)
+{
+    for (int md = 0; md < GT_MESH_NDIMS; md++)
+        if (!gt_place_equal(a[md], b[md])) return false;
+    return true;
+}
+
+static const gt_placement *place_of(gt_par *p, gt_value_id local)
+{
+    return p->dst->values[local].place;
+}
+
+/* Stamps the current src node's metadata on what is emitted next. */
+static void stamp(gt_par *p, const gt_node *n)
+{
+    p->cur = n;
+    p->dst->cur_fqn = n ? n->fqn : 0;
+    p->dst->cur_phase = n ? (gt_phase)n->phase : GT_PHASE_FORWARD;
+    p->dst->cur_origin =
+        n && n->origin != GT_NONE && p->node_map[n->origin] >= 0 ? p->node_map[n->origin] : GT_NONE;
+}
+
+static gt_status dst_error(gt_par *p, gt_error *err)
+{
+    if (p->dst->err.code != GT_OK) {
+        *err = p->dst->err;
+        return err->code;
+    }
+    return GT_OK;
+}
+
+gt_value_id gt_par_emit(gt_par *p, gt_op op, const gt_value_id *in, int n_in, const gt_attrs *attrs,
+                        gt_value_id *outs)
+{
+    return gt_graph_add_node(p->dst, op, in, n_in, attrs, outs);
+}
+
+static void tag_last(gt_par *p, const char *tag)
+{
+    if (tag && p->dst->n_nodes > 0) gt_graph_add_tag(p->dst, p->dst->n_nodes - 1, tag);
+}
+
+/* ---------------------------------------------------------------- collectives */
+
+static gt_value_id collective(gt_par *p, gt_op start_op, gt_value_id x, int mesh_dim,
+                              const char *tag)
+{
+    gt_attrs a = {.ni = 2};
+    a.i[0] = mesh_dim;
+    a.i[1] = p->plan.mesh.size[mesh_dim];
+    gt_value_id s = gt_graph_add_node(p->dst, start_op, &x, 1, &a, NULL);
+    tag_last(p, tag);
+    gt_value_id in[2] = {s, x};
+    gt_attrs none = {0};
+    gt_value_id w = gt_graph_add_node(p->dst, GT_OP_WAIT, in, 2, &none, NULL);
+    tag_last(p, tag);
+    return w;
+}
+
+gt_value_id gt_par_all_gather(gt_par *p, gt_value_id x, int mesh_dim)
+{
+    return collective(p, GT_OP_ALL_GATHER_START, x, mesh_dim, NULL);
+}
+
+gt_value_id gt_par_all_reduce(gt_par *p, gt_value_id x, int mesh_dim)
+{
+    return collective(p, GT_OP_ALL_REDUCE_START, x, mesh_dim, NULL);
+}
+
+/* A collective along tensor dim `dim`: permute it to the front, run, permute back. */
+static gt_value_id collective_on_dim(gt_par *p, gt_op start_op, gt_value_id x, int dim,
+                                     int mesh_dim, const char *tag)
+{
+    if (dim == 0) return collective(p, start_op, x, mesh_dim, tag);
+    int nd = gt_value_type(p->dst, x)->ndim;
+    int perm[GT_MAX_DIMS], inv[GT_MAX_DIMS], k = 0;
+    perm[k++] = dim;
+    for (int d = 0; d < nd; d++)
+        if (d != dim) perm[k++] = d;
+    for (int d = 0; d < nd; d++)
+        inv[perm[d]] = d;
+    gt_value_id y = gt_permute(p->dst, x, nd, perm);
+    y = collective(p, start_op, y, mesh_dim, tag);
+    return gt_permute(p->dst, y, nd, inv);
+}
+
+/* ---------------------------------------------------------------- conversions */
+
+static const char *collective_tag(int mesh_dim, bool weight, bool grad, gt_op op)
+{
+    if (mesh_dim == GT_MESH_TP) return NULL;
+    if (weight && op == GT_OP_ALL_GATHER_START) return "fsdp.all_gather";
+    if (grad && op == GT_OP_REDUCE_SCATTER_START) return "fsdp.reduce_scatter";
+    if (grad && op == GT_OP_ALL_REDUCE_START) return "fsdp.all_reduce";
+    return NULL;
+}
+
+/* Converts local value x (placements `from`) to placements `to`; every intermediate value gets
+ * its placements. weight/grad only pick tags for the bucketing passes. */
+static gt_status convert_value(gt_par *p, gt_value_id x, const gt_placement *to, bool weight,
+                               bool grad, gt_value_id *out, gt_error *err)
+{
+    gt_placement cur[GT_MESH_MAX_DIMS];
+    memcpy(cur, place_of(p, x), sizeof cur);
+    const gt_mesh *m = &p->plan.mesh;
+    /* 1. partial -> shard, 2. partial -> replicate */
+    for (int pass = 0; pass < 2; pass++)
+        for (int md = 0; md < GT_MESH_NDIMS; md++) {
+            if (cur[md].kind != GT_PLACE_PARTIAL || m->size[md] == 1) continue;
+            if (to[md].kind == GT_PLACE_PARTIAL) continue;
+            if (pass == 0 && to[md].kind == GT_PLACE_SHARD) {
+                gt_op op = GT_OP_REDUCE_SCATTER_START;
+                x = collective_on_dim(p, op, x, to[md].dim, md,
+                                      collective_tag(md, weight, grad, op));
+                cur[md] = to[md];
+            } else if (pass == 1) {
+                gt_op op = GT_OP_ALL_REDUCE_START;
+                x = collective(p, op, x, md, collective_tag(md, weight, grad, op));
+                cur[md] = gt_place_replicate();
+            } else {
+                continue;
+            }
+            gt_par_set_place(p, x, cur);
+        }
+    /* 3. shard -> replicate (or another shard), innermost first */
+    for (;;) {
+        int pick = -1;
+        for (int md = 0; md < GT_MESH_NDIMS; md++) {
+            if (cur[md].kind != GT_PLACE_SHARD || m->size[md] == 1) continue;
+            if (gt_place_equal(cur[md], to[md])) continue;
+            if (pick < 0 || cur[md].order > cur[pick].order) pick = md;
+        }
+        if (pick < 0) break;
+        /* the gather must be the innermost split of its tensor dim */
+        for (int md = 0; md < GT_MESH_NDIMS; md++)
+            if (md != pick && cur[md].kind == GT_PLACE_SHARD && cur[md].dim == cur[pick].dim &&
+                cur[md].order > cur[pick].order && m->size[md] > 1)
+                return gt_error_set(err, GT_ERR_INTERNAL,
+                                    "parallelize: cannot gather dim %d over %s before the inner "
+                                    "split over %s",
+                                    cur[pick].dim, gt_mesh_dim_name(pick), gt_mesh_dim_name(md));
+        gt_op op = GT_OP_ALL_GATHER_START;
+        x = collective_on_dim(p, op, x, cur[pick].dim, pick,
+                              collective_tag(pick, weight, grad, op));
+        cur[pick] = gt_place_replicate();
+        gt_par_set_place(p, x, cur);
+    }
+    /* 4. replicate -> shard: the rank's block, outermost first */
+    for (int order = 0; order < 8; order++)
+        for (int md = 0; md < GT_MESH_NDIMS; md++) {
+            if (to[md].kind != GT_PLACE_SHARD || m->size[md] == 1 || to[md].order != order)
+                continue;
+            if (gt_place_equal(cur[md], to[md])) continue;
+            if (cur[md].kind != GT_PLACE_REPLICATE)
+                return gt_error_set(err, GT_ERR_INTERNAL,
+                                    "parallelize: cannot convert to a shard over %s",
+                                    gt_mesh_dim_name(md));
+            int d = to[md].dim;
+            const gt_type *t = gt_value_type(p->dst, x);
+            int64_t c;
+            if (d >= t->ndim ||
+                (gt_sym_is_const(p->dst->sym, t->dims[d], &c) && c % m->size[md] != 0))
+                return gt_error_set(err, GT_ERR_INVALID,
+                                    "parallelize: dim %d of a value does not split over %s %d", d,
+                                    gt_mesh_dim_name(md), m->size[md]);
+            gt_expr k = gt_sym_floordiv(p->dst->sym, t->dims[d], gt_c(p->dst, m->size[md]));
+            gt_expr start = gt_sym_mul(p->dst->sym, gt_par_coord(p, md), k);
+            x = gt_slice(p->dst, x, d, start, gt_sym_add(p->dst->sym, start, k));
+            cur[md] = to[md];
+            gt_par_set_place(p, x, cur);
+        }
+    /* what is left: a replicate wanted as partial (never asked by a rule) */
+    for (int md = 0; md < GT_MESH_NDIMS; md++)
+        if (m->size[md] > 1 && !gt_place_equal(cur[md], to[md]))
+            return gt_error_set(err, GT_ERR_INTERNAL,
+                                "parallelize: no conversion to partial over %s",
+                                gt_mesh_dim_name(md));
+    GT_TRY(dst_error(p, err));
+    *out = x;
+    return GT_OK;
+}
+
+/* Cached conversion of the local value of src value sv. */
+static gt_status convert(gt_par *p, gt_value_id sv, const gt_placement *to, int key,
+                         gt_value_id *out, gt_error *err)
+{
+    gt_value_id x = p->map[sv];
+    if (layout_equal(place_of(p, x), to)) {
+        *out = x;
+        return GT_OK;
+    }
+    for (int32_t k = 0; k < p->n_cache; k++)
+        if (p->cache[k].from == x && p->cache[k].key == key && layout_equal(p->cache[k].to, to)) {
+            *out = p->cache[k].v;
+            return GT_OK;
+        }
+    bool grad = p->prefer[sv][0].kind != GT_PLACE_NONE;
+    GT_TRY(convert_value(p, x, to, p->weight[sv], grad, out, err));
+    if (p->n_cache == p->cap_cache) {
+        p->cap_cache = p->cap_cache ? 2 * p->cap_cache : 64;
+        p->cache = gt_xrealloc(p->cache, (size_t)p->cap_cache * sizeof *p->cache);
+    }
+    cache_entry *e = &p->cache[p->n_cache++];
+    e->from = x;
+    memcpy(e->to, to, sizeof e->to);
+    e->key = key;
+    e->v = *out;
+    return GT_OK;
+}
+
+/* ---------------------------------------------------------------- local types */
+
+/* The local type of a global type under placements: each sharded dim divided by the product of
+ * the degrees that split it. */
+static gt_status localize(gt_par *p, const gt_type *global, const gt_placement *place,
+                          const char *what, gt_type *out, gt_error *err)
+{
+    *out = *global;
+    for (int d = 0; d < global->ndim; d++)
+        out->dims[d] = gexpr(p, global->dims[d]);
+    for (int d = 0; d < global->ndim; d++) {
+        int64_t div = 1;
+        for (int md = 0; md < GT_MESH_NDIMS; md++)
+            if (place[md].kind == GT_PLACE_SHARD && place[md].dim == d)
+                div *= p->plan.mesh.size[md];
+        if (div == 1) continue;
+        int64_t c;
+        if (gt_sym_is_const(p->dst->sym, out->dims[d], &c)) {
+            if (c % div != 0)
+                return gt_error_set(
+                    err, GT_ERR_INVALID,
+                    "parallelize: %s: dim %d (size %lld) does not split evenly %lld "
+                    "ways; choose degrees that divide it",
+                    what, d, (long long)c, (long long)div);
+            out->dims[d] = gt_c(p->dst, c / div);
+        } else {
+            out->dims[d] = gt_sym_floordiv(p->dst->sym, out->dims[d], gt_c(p->dst, div));
+        }
+    }
+    return GT_OK;
+}
+
+/* Equal types, comparing symbolic dims by value under a binding where every symbol is a large
+ * highly divisible number ((b//2)//2 and b//4 are different expressions of the same size). */
+static bool same_type(gt_par *p, const gt_type *a, const gt_type *b)
+{
+    if (a->dtype != b->dtype || a->ndim != b->ndim) return false;
+    for (int d = 0; d < a->ndim; d++) {
+        if (a->dims[d] == b->dims[d]) continue;
+        static const gt_sym_binding_entry e[] = {{"batch", 55440},     {"seq", 55440},
+                                                 {"seq_shard", 55440}, {"rank.dp_replicate", 0},
+                                                 {"rank.dp_shard", 0}, {"rank.tp", 0}};
+        gt_sym_binding bind = {e, 6};
+        int64_t x, y;
+        gt_error ignore = {0};
+        if (gt_sym_eval(p->dst->sym, a->dims[d], &bind, &x, &ignore) != GT_OK ||
+            gt_sym_eval(p->dst->sym, b->dims[d], &bind, &y, &ignore) != GT_OK || x != y)
+            return false;
+    }
+    return true;
+}
+
+/* ---------------------------------------------------------------- one node */
+
+static bool op_has_shape_attrs(gt_op op)
+{
+    return op == GT_OP_FULL || op == GT_OP_RESHAPE || op == GT_OP_BROADCAST_TO ||
+           op == GT_OP_SUM_TO;
+}
+
+static bool op_is_view_or_cast(gt_op op)
+{
+    return op == GT_OP_CAST || op == GT_OP_RESHAPE || op == GT_OP_TRANSPOSE || op == GT_OP_PERMUTE;
+}
+
+static void node_label(const gt_par *p, const gt_node *n, char *buf, size_t len)
+{
+    const char *fqn = gt_graph_str(p->src, n->fqn);
+    snprintf(buf, len, "%s%s%s", gt_op_get(n->op)->name, fqn[0] ? " at " : "", fqn);
+}
+
+static gt_status convert_node(gt_par *p, gt_node_id nid, gt_error *err)
+{
+    const gt_node *n = &p->src->nodes[nid];
+    const gt_mesh *m = &p->plan.mesh;
+    stamp(p, n);
+    char label[256];
+    node_label(p, n, label, sizeof label);
+
+    gt_placement have[GT_MAX_IN][GT_MESH_MAX_DIMS], want[GT_MAX_IN][GT_MESH_MAX_DIMS];
+    gt_placement out_place[GT_MAX_OUT][GT_MESH_MAX_DIMS];
+    bool weight[GT_MAX_IN];
+    double in_scale[GT_MAX_IN], out_scale = 1.0;
+    int vocab_dim = -1;
+    memset(out_place, 0, sizeof out_place);
+    for (int k = 0; k < n->n_in; k++) {
+        memcpy(have[k], place_of(p, p->map[n->in[k]]), sizeof have[k]);
+        memcpy(want[k], have[k], sizeof want[k]);
+        weight[k] = p->weight[n->in[k]];
+        in_scale[k] = 1.0;
+    }
+    gt_shard_rule rule = gt_shard_rule_for(n->op);
+    for (int md = 0; md < GT_MESH_NDIMS; md++) {
+        if (m->size[md] == 1) continue;
+        gt_placement in1[GT_MAX_IN], prefer1[GT_MAX_OUT];
+        for (int k = 0; k < n->n_in; k++)
+            in1[k] = have[k][md];
+        for (int j = 0; j < n->n_out; j++)
+            prefer1[j] = p->hint[n->out[j]][md];
+        gt_shard_ctx c = {.g = p->src,
+                          .n = n,
+                          .mesh_dim = md,
+                          .group_size = m->size[md],
+                          .in = in1,
+                          .weight = weight,
+                          .prefer = prefer1,
+                          .sequence_parallel = md == GT_MESH_TP && p->plan.sequence_parallel,
+                          .out_scale = 1.0};
+        for (int k = 0; k < n->n_in; k++) {
+            c.want[k] = in1[k];
+            c.in_scale[k] = 1.0;
+        }
+        gt_status st = rule(&c, err);
+        if (st != GT_OK) return st;
+        for (int k = 0; k < n->n_in; k++) {
+            want[k][md] = c.want[k];
+            in_scale[k] *= c.in_scale[k];
+        }
+        for (int j = 0; j < n->n_out; j++)
+            out_place[j][md] = c.out[j];
+        out_scale *= c.out_scale;
+        if (c.vocab) {
+            if (vocab_dim >= 0)
+                return gt_error_set(err, GT_ERR_INTERNAL,
+                                    "parallelize: %s: vocabulary-parallel over two mesh dims",
+                                    label);
+            vocab_dim = md;
+        }
+    }
+
+    /* inputs in the wanted placements; a weight gathered for the backward again when resharding */
+    gt_value_id in[GT_MAX_IN];
+    int key = p->plan.fsdp_reshard_after_forward && n->phase != GT_PHASE_FORWARD ? 1 : 0;
+    for (int k = 0; k < n->n_in; k++) {
+        GT_TRY(convert(p, n->in[k], want[k], p->weight[n->in[k]] ? key : 0, &in[k], err));
+        if (in_scale[k] != 1.0) {
+            in[k] = gt_scale(p->dst, in[k], in_scale[k]);
+            GT_TRY(dst_error(p, err));
+            gt_par_set_place(p, in[k], want[k]);
+        }
+    }
+
+    gt_value_id outs[GT_MAX_OUT];
+    for (int j = 0; j < GT_MAX_OUT; j++)
+        outs[j] = GT_NONE;
+    gt_type local_out[GT_MAX_OUT];
+    for (int j = 0; j < n->n_out; j++)
+        GT_TRY(
+            localize(p, gt_value_type(p->src, n->out[j]), out_place[j], label, &local_out[j], err));
+    if (vocab_dim >= 0) {
+        GT_TRY(gt_par_expand_vocab(p, n, vocab_dim, in, outs, err));
+        stamp(p, n);
+    } else {
+        gt_attrs a = n->attrs;
+        for (int k = 0; k < a.ne; k++)
+            a.e[k] = gexpr(p, a.e[k]);
+        if (op_has_shape_attrs(n->op)) {
+            a.ne = (uint8_t)local_out[0].ndim;
+            for (int d = 0; d < local_out[0].ndim; d++)
+                a.e[d] = local_out[0].dims[d];
+        } else if (n->op == GT_OP_EMBEDDING_BACKWARD) {
+            a.e[0] = local_out[0].dims[0];
+        }
+        gt_graph_add_node(p->dst, n->op, in, n->n_in, &a, outs);
+        GT_TRY(dst_error(p, err));
+        p->node_map[nid] = p->dst->n_nodes - 1;
+        for (int t = 0; t < n->n_tags; t++)
+            gt_graph_add_tag(p->dst, p->dst->n_nodes - 1, gt_graph_str(p->src, n->tags[t]));
+    }
+    GT_TRY(dst_error(p, err));
+    for (int j = 0; j < n->n_out; j++) {
+        if (outs[j] == GT_NONE)
+            return gt_error_set(err, GT_ERR_INTERNAL, "parallelize: %s: output %d not produced",
+                                label, j);
+        const gt_type *got = gt_value_type(p->dst, outs[j]);
+        if (!same_type(p, got, &local_out[j])) {
+            char a[128], b[128];
+            gt_graph_format_type(p->dst, got, a, sizeof a);
+            gt_graph_format_type(p->dst, &local_out[j], b, sizeof b);
+            return gt_error_set(err, GT_ERR_INTERNAL,
+                                "parallelize: %s: output %d is %s locally, its placements say %s "
+                                "(a sharding rule is wrong)",
+                                label, j, a, b);
+        }
+        gt_par_set_place(p, outs[j], out_place[j]);
+    }
+    if (out_scale != 1.0) {
+        outs[0] = gt_scale(p->dst, outs[0], out_scale);
+        GT_TRY(dst_error(p, err));
+        gt_par_set_place(p, outs[0], out_place[0]);
+    }
+    for (int j = 0; j < n->n_out; j++) {
+        gt_value_id sv = n->out[j];
+        p->map[sv] = outs[j];
+        p->weight[sv] = op_is_view_or_cast(n->op) && weight[0];
+        if (p->prefer[sv][0].kind != GT_PLACE_NONE)
+            GT_TRY(convert(p, sv, p->prefer[sv], 0, &p->map[sv], err));
+    }
+    return GT_OK;
+}
+
+/* ---------------------------------------------------------------- inputs, outputs, driver */
+
+static int32_t input_by_fqn(const gt_graph *g, int kind, gt_str fqn)
+{
+    for (int32_t k = 0; k < g->n_inputs; k++)
+        if (g->inputs[k].kind == kind && g->inputs[k].fqn == fqn) return k;
+    return -1;
+}
+
+/* Gradients prefer their parameter's placements: GRAD outputs and AdamW's gradient input. */
+static void set_preferences(gt_par *p, const gt_placement (*in_place)[GT_MESH_MAX_DIMS])
+{
+    const gt_graph *g = p->src;
+    for (int32_t k = 0; k < g->n_outputs; k++) {
+        if (g->outputs[k].kind != GT_OUT_GRAD) continue;
+        int32_t in = input_by_fqn(g, GT_IN_PARAM, g->outputs[k].fqn);
+        if (in >= 0) memcpy(p->prefer[g->outputs[k].value], in_place[in], sizeof p->prefer[0]);
+    }
+    for (int32_t i = 0; i < g->n_nodes; i++) {
+        const gt_node *n = &g->nodes[i];
+        if (n->op != GT_OP_ADAMW) continue;
+        gt_value_id param = n->in[0], grad = n->in[1];
+        for (int32_t k = 0; k < g->n_inputs; k++)
+            if (g->inputs[k].value == param)
+                memcpy(p->prefer[grad], in_place[k], sizeof p->prefer[0]);
+    }
+    memcpy(p->hint, p->prefer, (size_t)g->n_values * sizeof p->hint[0]);
+    for (int32_t i = g->n_nodes - 1; i >= 0; i--) {
+        const gt_node *n = &g->nodes[i];
+        if (n->op == GT_OP_CAST && p->hint[n->out[0]][0].kind != GT_PLACE_NONE &&
+            p->hint[n->in[0]][0].kind == GT_PLACE_NONE)
+            memcpy(p->hint[n->in[0]], p->hint[n->out[0]], sizeof p->hint[0]);
+    }
+}
+
+static gt_status add_outputs(gt_par *p, gt_error *err)
+{
+    const gt_graph *g = p->src;
+    for (int32_t k = 0; k < g->n_outputs; k++) {
+        const gt_io *o = &g->outputs[k];
+        gt_placement to[GT_MESH_MAX_DIMS] = {{0}};
+        int32_t in = -1;
+        switch ((gt_output_kind)o->kind) {
+        case GT_OUT_GRAD:
+            in = input_by_fqn(g, GT_IN_PARAM, o->fqn);
+            break;
+        case GT_OUT_PARAM_UPDATE:
+            in = input_by_fqn(g, GT_IN_PARAM, o->fqn);
+            break;
+        case GT_OUT_BUFFER_UPDATE:
+            in = input_by_fqn(g, GT_IN_BUFFER, o->fqn);
+            break;
+        case GT_OUT_OPT_STATE_UPDATE:
+            in = input_by_fqn(g, GT_IN_OPT_STATE, o->fqn);
+            break;
+        default: /* loss, metrics: replicate */
+            break;
+        }
+        if (in >= 0) memcpy(to, place_of(p, p->map[g->inputs[in].value]), sizeof to);
+        stamp(p, NULL);
+        p->dst->cur_fqn = o->fqn;
+        p->dst->cur_phase = GT_PHASE_OPTIMIZER;
+        gt_value_id v;
+        GT_TRY(convert(p, o->value, to, 0, &v, err));
+        gt_graph_add_output(p->dst, (gt_output_kind)o->kind, gt_graph_str(g, o->fqn), v);
+        GT_TRY(dst_error(p, err));
+    }
+    return GT_OK;
+}
+
+static void par_free(gt_par *p)
+{
+    free(p->map);
+    free(p->weight);
+    free(p->prefer);
+    free(p->hint);
+    free(p->node_map);
+    free(p->cache);
+    free(p->memo);
+}
+
+gt_status gt_parallelize(const gt_graph *g, const gt_parallel_plan *plan,
+                         const gt_placement (*in_place)[GT_MESH_MAX_DIMS], gt_graph **out,
+                         gt_error *err)
+{
+    *out = NULL;
+    if (g->mesh.ndim != 0)
+        return gt_error_set(err, GT_ERR_INVALID, "parallelize: the graph is already parallelized");
+    gt_mesh check;
+    GT_TRY(gt_mesh_init(&check, plan->mesh.size[0], plan->mesh.size[1], plan->mesh.size[2], err));
+
+    gt_par p = {.src = g, .plan = *plan};
+    /* the local graph starts as a copy (strings and symbols keep their ids) without nodes */
+    p.dst = gt_graph_copy(g);
+    p.dst->n_nodes = p.dst->n_values = p.dst->n_inputs = p.dst->n_outputs = 0;
+    p.dst->err = (gt_error){0};
+    p.dst->mesh.ndim = GT_MESH_NDIMS;
+    for (int md = 0; md < GT_MESH_NDIMS; md++) {
+        p.dst->mesh.size[md] = plan->mesh.size[md];
+        p.dst->mesh.name[md] = gt_graph_intern(p.dst, gt_mesh_dim_name(md));
+    }
+    int dp = plan->mesh.size[GT_MESH_DP_REPLICATE] * plan->mesh.size[GT_MESH_DP_SHARD];
+    if (dp > 1) {
+        p.subst_name[p.n_subst] = "batch";
+        p.subst_repl[p.n_subst++] =
+            gt_sym_mul(p.dst->sym, gt_c(p.dst, dp), gt_sym_var(p.dst->sym, "batch"));
+    }
+    if (plan->sequence_parallel && plan->mesh.size[GT_MESH_TP] > 1) {
+        p.subst_name[p.n_subst] = "seq";
+        p.subst_repl[p.n_subst++] = gt_sym_mul(p.dst->sym, gt_c(p.dst, plan->mesh.size[GT_MESH_TP]),
+                                               gt_sym_var(p.dst->sym, "seq_shard"));
+    }
+    size_t nv = (size_t)(g->n_values ? g->n_values : 1);
+    p.map = gt_xcalloc(nv, sizeof *p.map);
+    p.weight = gt_xcalloc(nv, sizeof *p.weight);
+    p.prefer = gt_xmalloc(nv * sizeof *p.prefer);
+    p.hint = gt_xmalloc(nv * sizeof *p.hint);
+    for (size_t v = 0; v < nv; v++)
+        for (int md = 0; md < GT_MESH_MAX_DIMS; md++)
+            p.prefer[v][md] = (gt_placement){GT_PLACE_NONE, 0, 0};
+    p.node_map = gt_xmalloc((size_t)(g->n_nodes ? g->n_nodes : 1) * sizeof *p.node_map);
+    for (int32_t i = 0; i < g->n_nodes; i++)
+        p.node_map[i] = GT_NONE;
+
+    gt_status st = GT_OK;
+    for (int32_t k = 0; st == GT_OK && k < g->n_inputs; k++) {
+        const gt_io *io = &g->inputs[k];
+        const char *fqn = gt_graph_str(g, io->fqn);
+        for (int md = GT_MESH_NDIMS; md < GT_MESH_MAX_DIMS; md++)
+            if (in_place[k][md].kind != GT_PLACE_REPLICATE)
+                st = gt_error_set(err, GT_ERR_INVALID, "parallelize: input '%s': mesh dim %d", fqn,
+                                  md);
+        gt_type t;
+        if (st == GT_OK) st = localize(&p, gt_value_type(g, io->value), in_place[k], fqn, &t, err);
+        if (st != GT_OK) break;
+        gt_value_id v =
+            gt_graph_add_input(p.dst, (gt_input_kind)io->kind, fqn, t.dtype, t.ndim, t.dims);
+        st = dst_error(&p, err);
+        if (st != GT_OK) break;
+        gt_par_set_place(&p, v, in_place[k]);
+        p.map[io->value] = v;
+        p.weight[io->value] = io->kind == GT_IN_PARAM;
+    }
+    if (st == GT_OK) set_preferences(&p, in_place);
+    for (int32_t i = 0; st == GT_OK && i < g->n_nodes; i++)
+        st = convert_node(&p, i, err);
+    if (st == GT_OK) st = add_outputs(&p, err);
+    stamp(&p, NULL);
+    if (st == GT_OK) st = gt_graph_verify(p.dst, err);
+    par_free(&p);
+    if (st != GT_OK) {
+        gt_graph_free(p.dst);
+        return st;
+    }
+    *out = p.dst;
+    return GT_OK;
+}

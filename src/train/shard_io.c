@@ -1,0 +1,351 @@
+/* shard_io.c — the blocks of whole tensors that ranks hold, and checkpoints of sharded state.
+ *
+ * A rank's block of a tensor of global shape G is a box: rows start[d] .. start[d] + size[d] of
+ * every dim d (gt_placement_local_box: shards are contiguous, even blocks). The box is walked as
+ * rows of its last dim: row r (multi-index i over dims 0..n-2) starts at global flat index
+ *   sum_d (start[d] + i[d]) * stride[d] + start[n-1],   stride[d] = prod_{e>d} G[e],
+ * and holds size[n-1] contiguous elements — both in the whole tensor and in the block.
+ *
+ * Checkpoints hold whole tensors, whatever the layout that wrote them: saving gathers every block
+ * over the world (an all-gather of the blocks in world-rank order; rank 0 puts each rank's block
+ * into its box; replicated copies are identical bits, so overwriting is harmless) and rank 0 writes
+ * the ordinary single-rank checkpoint plus the layout (informational). Loading: every rank reads
+ * the whole tensors and keeps its box. So a checkpoint of any layout resumes in any other. Rank
+ * 0's save status is broadcast, so a failed write (disk full) stops every rank, not only rank 0. */
+#include <inttypes.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "graphtrain/gt_checkpoint.h"
+#include "train_internal.h"
+
+/* ---------------------------------------------------------------- boxes */
+
+void gt_shard_box_whole(gt_shard_box *b, int ndim, const int64_t *global)
+{
+    memset(b, 0, sizeof *b);
+    b->ndim = ndim;
+    for (int d = 0; d < ndim; d++)
+        b->global[d] = b->size[d] = global[d];
+}
+
+gt_status gt_shard_box_init(gt_shard_box *b, const gt_mesh *mesh,
+                            const gt_placement place[GT_MESH_MAX_DIMS], int ndim,
+                            const int64_t *global, const int coords[GT_MESH_NDIMS], gt_error *err)
+{
+    gt_shard_box_whole(b, ndim, global);
+    memcpy(b->place, place, sizeof b->place);
+    return gt_placement_local_box(mesh, place, ndim, global, coords, b->start, b->size, err);
+}
+
+bool gt_shard_box_is_whole(const gt_shard_box *b)
+{
+    for (int d = 0; d < b->ndim; d++)
+        if (b->start[d] != 0 || b->size[d] != b->global[d]) return false;
+    return true;
+}
+
+/* Calls fn(global_offset, local_offset, count) for each row of the box, in row-major order. */
+typedef void (*row_fn)(int64_t global_off, int64_t local_off, int64_t count, void *user);
+
+static void for_each_row(const gt_shard_box *b, row_fn fn, void *user)
+{
+    if (b->ndim == 0) {
+        fn(0, 0, 1, user);
+        return;
+    }
+    int last = b->ndim - 1;
+    int64_t stride[GT_MAX_DIMS], idx[GT_MAX_DIMS] = {0}, rows = 1;
+    stride[last] = 1;
+    for (int d = last - 1; d >= 0; d--)
+        stride[d] = stride[d + 1] * b->global[d + 1];
+    for (int d = 0; d < last; d++)
+        rows *= b->size[d];
+    int64_t count = b->size[last];
+    if (count == 0) return;
+    for (int64_t r = 0; r < rows; r++) {
+        int64_t off = b->start[last];
+        for (int d = 0; d < last; d++)
+            off += (b->start[d] + idx[d]) * stride[d];
+        fn(off, r * count, count, user);
+        for (int d = last - 1; d >= 0; d--) { /* next multi-index */
+            if (++idx[d] < b->size[d]) break;
+            idx[d] = 0;
+        }
+    }
+}
+
+typedef struct {
+    char *full, *local;
+    size_t es;
+    bool to_full;
+} copy_ctx;
+
+static void copy_row(int64_t g, int64_t l, int64_t count, void *user)
+{
+    copy_ctx *c = user;
+    char *full = c->full + (size_t)g * c->es, *local = c->local + (size_t)l * c->es;
+    size_t n = (size_t)count * c->es;
+    if (c->to_full)
+        memcpy(full, local, n);
+    else
+        memcpy(local, full, n);
+}
+
+void gt_shard_slice(const gt_shard_box *b, const gt_tensor *full, gt_tensor *local)
+{
+    GT_CHECK(full->dtype == local->dtype);
+    GT_CHECK(gt_tensor_numel(local) == gt_shape_numel(b->ndim, b->size));
+    copy_ctx c = {full->data, local->data, gt_dtype_size(full->dtype), false};
+    for_each_row(b, copy_row, &c);
+}
+
+void gt_shard_place(const gt_shard_box *b, const gt_tensor *local, gt_tensor *full)
+{
+    GT_CHECK(full->dtype == local->dtype);
+    GT_CHECK(gt_tensor_numel(local) == gt_shape_numel(b->ndim, b->size));
+    copy_ctx c = {full->data, local->data, gt_dtype_size(full->dtype), true};
+    for_each_row(b, copy_row, &c);
+}
+
+typedef struct {
+    const gt_param_spec *p;
+    uint64_t seed;
+    gt_tensor *local;
+} init_ctx;
+
+static void init_row(int64_t g, int64_t l, int64_t count, void *user)
+{
+    init_ctx *c = user;
+    gt_tensor row;
+    gt_tensor_wrap(&row, c->local->dtype, 1, &count,
+                   (char *)c->local->data + (size_t)l * gt_dtype_size(c->local->dtype));
+    gt_param_init(c->p, c->seed, g, count, &row);
+}
+
+void gt_shard_init_param(const gt_shard_box *b, const gt_param_spec *p, uint64_t seed,
+                         gt_tensor *local)
+{
+    init_ctx c = {p, seed, local};
+    for_each_row(b, init_row, &c);
+}
+
+gt_status gt_shard_gather(gt_comm *world, const gt_mesh *mesh, const gt_shard_box *mine,
+                          const gt_tensor *local, gt_tensor *full, gt_error *err)
+{
+    if (!world || world->size == 1) {
+        if (full) gt_shard_place(mine, local, full);
+        return GT_OK;
+    }
+    /* every block has the same element count (even shards), so one all-gather of the flat
+     * blocks in world-rank order carries them all */
+    int64_t n = gt_tensor_numel(local), all_n = n * world->size;
+    gt_tensor flat, all;
+    gt_tensor_wrap(&flat, local->dtype, 1, &n, local->data);
+    GT_TRY(gt_tensor_alloc(&all, local->dtype, 1, &all_n, err));
+    gt_status st = gt_comm_all_gather(world, &flat, &all, err);
+    for (int r = 0; st == GT_OK && full && r < world->size; r++) {
+        int coords[GT_MESH_NDIMS];
+        gt_mesh_coords(mesh, r, coords);
+        gt_shard_box theirs;
+        st = gt_shard_box_init(&theirs, mesh, mine->place, mine->ndim, mine->global, coords, err);
+        if (st != GT_OK) break;
+        gt_tensor block;
+        gt_tensor_wrap(&block, local->dtype, theirs.ndim, theirs.size,
+                       (char *)all.data + (size_t)r * (size_t)n * gt_dtype_size(local->dtype));
+        gt_shard_place(&theirs, &block, full);
+    }
+    gt_tensor_free(&all);
+    return st;
+}
+
+/* ---------------------------------------------------------------- checkpoints */
+
+/* Whole-tensor descriptors of the state (global shapes, no data): what the fingerprint and a
+ * checkpoint's tensor list describe, whatever the layout. */
+static void whole_descriptors(gt_trainer *t, gt_tensor *desc)
+{
+    for (int k = 0; k < 3 * t->n_params; k++) {
+        const gt_shard_box *b = &t->box[k];
+        gt_tensor_wrap(&desc[k], t->ckpt_tensors[k]->dtype, b->ndim, b->global, NULL);
+    }
+}
+
+uint64_t gt_trainer_fingerprint(gt_trainer *t)
+{
+    gt_trainer_refresh_ckpt_tensors(t);
+    int n = 3 * t->n_params;
+    gt_tensor *desc = gt_xcalloc((size_t)n, sizeof *desc);
+    const gt_tensor **ptrs = gt_xcalloc((size_t)n, sizeof *ptrs);
+    whole_descriptors(t, desc);
+    for (int k = 0; k < n; k++)
+        ptrs[k] = &desc[k];
+    /* the fingerprint covers the parameters (the first n_params names) */
+    uint64_t h = gt_checkpoint_fingerprint(t->n_params, (const char *const *)t->ckpt_names, ptrs);
+    free(desc);
+    free(ptrs);
+    return h;
+}
+
+static void free_tensors(gt_tensor *ts, int n)
+{
+    for (int k = 0; ts && k < n; k++)
+        gt_tensor_free(&ts[k]);
+    free(ts);
+}
+
+/* Rank 0's part of a save: the ordinary checkpoint of the whole tensors. */
+static gt_status write_checkpoint(gt_trainer *t, int64_t step, const gt_tensor *const *tensors,
+                                  gt_error *err)
+{
+    gt_loader_state ls;
+    char state[64], loader_json[128], layout[96], world[16];
+    gt_loader_get_state(t->loader, &ls);
+    gt_loader_state_format(&ls, state, sizeof state);
+    snprintf(loader_json, sizeof loader_json, "{\"state\":\"%s\"}", state);
+    gt_mesh_format(&t->dist.layout.mesh, layout, sizeof layout);
+    snprintf(world, sizeof world, "%d", t->dist.size);
+    /* informational: the layout that wrote it (any layout reads it) */
+    const char *keys[2] = {"saved_by_layout", "saved_by_ranks"};
+    const char *values[2] = {layout, world};
+    bool multi = gt_train_dist_multi(&t->dist);
+    gt_checkpoint_desc d = {
+        .folder = t->ckpt_folder,
+        .step = step,
+        .model = {t->cfg->model.name, t->cfg->model.flavor, gt_trainer_fingerprint(t)},
+        .loader_json = loader_json,
+        .rng_seed = t->cfg->debug.seed,
+        .n_extra = multi ? 2 : 0,
+        .extra_keys = multi ? keys : NULL,
+        .extra_values = multi ? values : NULL,
+        .keep_last = (int)t->cfg->checkpoint.keep_latest_k,
+    };
+    return gt_checkpoint_save(&d, 3 * t->n_params, (const char *const *)t->ckpt_names, tensors,
+                              err);
+}
+
+gt_status gt_trainer_save_checkpoint(gt_trainer *t, int64_t step, gt_error *err)
+{
+    GT_TRY(gt_trainer_state_to_host(t, err));
+    gt_trainer_refresh_ckpt_tensors(t);
+    double t0 = gt_train_now_seconds();
+    int n = 3 * t->n_params;
+    gt_train_dist *d = &t->dist;
+    if (!gt_train_dist_multi(d)) {
+        GT_TRY(write_checkpoint(t, step, (const gt_tensor *const *)t->ckpt_tensors, err));
+    } else {
+        /* every rank gathers each tensor in the same order; rank 0 keeps the whole ones */
+        bool root = d->rank == 0;
+        gt_tensor *full = gt_xcalloc((size_t)n, sizeof *full);
+        const gt_tensor **ptrs = gt_xcalloc((size_t)n, sizeof *ptrs);
+        gt_status st = GT_OK;
+        gt_error local = {0};
+        for (int k = 0; k < n; k++) {
+            const gt_shard_box *b = &t->box[k];
+            /* an allocation failure on rank 0 must not skip the gathers the others are in */
+            if (root && st == GT_OK)
+                st = gt_tensor_alloc(&full[k], t->ckpt_tensors[k]->dtype, b->ndim, b->global,
+                                     &local);
+            gt_tensor *dst = root && st == GT_OK ? &full[k] : NULL;
+            /* a communication failure is this rank's alone: stop here (peers time out) */
+            gt_status gst =
+                gt_shard_gather(d->world, &d->layout.mesh, b, t->ckpt_tensors[k], dst, err);
+            if (gst != GT_OK) {
+                free_tensors(full, n);
+                free(ptrs);
+                return gst;
+            }
+            ptrs[k] = &full[k];
+        }
+        if (root && st == GT_OK) st = write_checkpoint(t, step, ptrs, &local);
+        free_tensors(full, n);
+        free(ptrs);
+        if (st != GT_OK) *err = local;
+        GT_TRY(gt_train_share_status(d, 0, st, err));
+    }
+    if (d->rank == 0)
+        gt_log(GT_LOG_INFO, "checkpoint: saved step %lld to %s/step-%lld (%.2f s)", (long long)step,
+               t->ckpt_folder, (long long)step, gt_train_now_seconds() - t0);
+    return GT_OK;
+}
+
+/* The step to resume from: the configured one or the latest (GT_CHECKPOINT_NONE: none). */
+static gt_status find_resume_step(gt_trainer *t, int64_t *want, gt_error *err)
+{
+    *want = t->cfg->checkpoint.load_step;
+    if (*want < 0) return gt_checkpoint_find_latest(t->ckpt_folder, want, err);
+    return gt_checkpoint_find_step(t->ckpt_folder, *want, err);
+}
+
+/* Reads checkpoint `want` into this rank's blocks: whole tensors are read and sliced (a block that
+ * is the whole tensor is read in place). */
+static gt_status load_blocks(gt_trainer *t, int64_t want, gt_checkpoint_info *info, gt_error *err)
+{
+    int n = 3 * t->n_params;
+    gt_checkpoint_model m = {t->cfg->model.name, t->cfg->model.flavor, gt_trainer_fingerprint(t)};
+    gt_tensor *full = gt_xcalloc((size_t)n, sizeof *full);
+    gt_tensor **dst = gt_xcalloc((size_t)n, sizeof *dst);
+    gt_status st = GT_OK;
+    for (int k = 0; k < n && st == GT_OK; k++) {
+        const gt_shard_box *b = &t->box[k];
+        if (gt_shard_box_is_whole(b)) {
+            dst[k] = t->ckpt_tensors[k];
+            continue;
+        }
+        st = gt_tensor_alloc(&full[k], t->ckpt_tensors[k]->dtype, b->ndim, b->global, err);
+        dst[k] = &full[k];
+    }
+    if (st == GT_OK)
+        st = gt_checkpoint_load(t->ckpt_folder, want, &m, n, (const char *const *)t->ckpt_names,
+                                dst, info, err);
+    for (int k = 0; k < n && st == GT_OK; k++)
+        if (dst[k] == &full[k]) gt_shard_slice(&t->box[k], &full[k], t->ckpt_tensors[k]);
+    free_tensors(full, n);
+    free(dst);
+    return st;
+}
+
+/* The loader position from the manifest: {"state": "gtloader1:..."}. */
+static gt_status restore_loader(gt_trainer *t, const gt_checkpoint_info *info, int64_t want,
+                                gt_error *err)
+{
+    char state[64] = {0};
+    json_t *root = info->loader_json ? json_loads(info->loader_json, 0, NULL) : NULL;
+    const char *sv = json_string_value(json_object_get(root, "state"));
+    if (sv && strlen(sv) < sizeof state) strcpy(state, sv);
+    json_decref(root);
+    if (!state[0])
+        return gt_error_set(err, GT_ERR_FORMAT, "checkpoint %s/step-%lld: no loader position",
+                            t->ckpt_folder, (long long)want);
+    gt_loader_state ls;
+    GT_TRY(gt_loader_state_parse(state, &ls, err));
+    return gt_loader_set_state(t->loader, &ls, err);
+}
+
+gt_status gt_trainer_resume(gt_trainer *t, int64_t *step, gt_error *err)
+{
+    *step = 0;
+    gt_train_dist *d = &t->dist;
+    gt_trainer_refresh_ckpt_tensors(t);
+    /* rank 0 picks the checkpoint, so every rank loads the same one */
+    int64_t want = GT_CHECKPOINT_NONE;
+    gt_status st = d->rank == 0 ? find_resume_step(t, &want, err) : GT_OK;
+    GT_TRY(gt_train_share_status(d, 0, st, err));
+    GT_TRY(gt_train_share_i64(d, &want, err));
+    if (want == GT_CHECKPOINT_NONE) return GT_OK;
+    gt_checkpoint_info info;
+    memset(&info, 0, sizeof info);
+    st = load_blocks(t, want, &info, err);
+    if (st == GT_OK) {
+        st = restore_loader(t, &info, want, err);
+        gt_checkpoint_info_free(&info);
+    }
+    GT_TRY(gt_train_agree(d, st, err));
+    *step = want;
+    if (d->rank == 0)
+        gt_log(GT_LOG_INFO, "checkpoint: resumed from %s/step-%lld", t->ckpt_folder,
+               (long long)want);
+    return GT_OK;
+}

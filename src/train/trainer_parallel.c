@@ -1,0 +1,507 @@
+/* trainer_parallel.c — the trainer's ranks: joining the MPI world, the device mesh from the config,
+ * one communicator per mesh dim, agreeing on errors, the cross-rank schedule check before step 1,
+ * the per-rank memory report, and the test-only fault injection.
+ *
+ * State: each rank holds the block of every parameter and AdamW moment that its graph input is
+ * placed on (the box of gt_placement_local_box within the global shape), parameters initialised
+ * from their global element indices, so any layout starts from the one-rank bits.
+ *
+ * Rank r of the world sits at mesh coordinates gt_mesh_coords(mesh, r) (tp fastest). The
+ * communicator of mesh dim k groups the ranks whose other coordinates equal this rank's: split
+ * the world with color = the rank with coordinate k set to 0 (the same for the whole group, and
+ * different between groups) and key = the coordinate on dim k, so a group's comm rank is its
+ * coordinate there — what the collectives' rank order (block r = coordinate r) assumes.
+ *
+ * No hangs: errors that one rank may meet alone (a file it cannot read, rank 0's disk full) are
+ * agreed on before the next collective (gt_train_agree / gt_train_share_status), so every rank
+ * stops with the same message; errors inside the step's collectives are bounded by the
+ * communicator's timeout (comm.timeout_seconds), and mpirun stops the job when a process dies. */
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "train_internal.h"
+
+double gt_train_now_seconds(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* ---------------------------------------------------------------- the mesh */
+
+bool gt_train_launched_by_mpi(void)
+{
+    static const char *const vars[] = {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_SIZE"};
+    for (size_t k = 0; k < sizeof vars / sizeof vars[0]; k++) {
+        const char *v = getenv(vars[k]);
+        if (v && v[0]) return true;
+    }
+    return false;
+}
+
+gt_status gt_train_layout_init(const gt_config *cfg, int world_size, int rank, gt_train_layout *out,
+                               gt_error *err)
+{
+    memset(out, 0, sizeof *out);
+    const gt_cfg_parallelism *p = &cfg->parallelism;
+    if (p->expert_parallel_degree > 1)
+        return gt_error_set(err, GT_ERR_UNSUPPORTED,
+                            "parallelism.expert_parallel_degree = %lld: expert parallelism is not "
+                            "supported yet; set it to 1",
+                            (long long)p->expert_parallel_degree);
+    if (p->pipeline_parallel_degree > 1)
+        return gt_error_set(err, GT_ERR_UNSUPPORTED,
+                            "parallelism.pipeline_parallel_degree = %lld: pipeline parallelism is "
+                            "not supported yet; set it to 1",
+                            (long long)p->pipeline_parallel_degree);
+    int64_t rep = p->data_parallel_replicate_degree, tp = p->tensor_parallel_degree;
+    int64_t shard = p->data_parallel_shard_degree;
+    if (shard < 0) {
+        /* -1: every rank the other degrees leave (1 when there is no launcher to count them) */
+        if (world_size > 0 && world_size % (rep * tp) != 0)
+            return gt_error_set(err, GT_ERR_INVALID,
+                                "parallelism: %d ranks are not a multiple of "
+                                "data_parallel_replicate_degree x tensor_parallel_degree = %lld "
+                                "(data_parallel_shard_degree = -1 takes the ranks they leave)",
+                                world_size, (long long)(rep * tp));
+        shard = world_size > 0 ? world_size / (rep * tp) : 1;
+    }
+    if (rep * shard * tp > (1 << 20))
+        return gt_error_set(err, GT_ERR_INVALID,
+                            "parallelism: a mesh of %lld x %lld x %lld ranks is too large",
+                            (long long)rep, (long long)shard, (long long)tp);
+    GT_TRY(gt_mesh_init(&out->mesh, (int)rep, (int)shard, (int)tp, err));
+    int size = gt_mesh_world_size(&out->mesh);
+    if (world_size > 0 && size != world_size) {
+        char mesh[96];
+        gt_mesh_format(&out->mesh, mesh, sizeof mesh);
+        return gt_error_set(err, GT_ERR_INVALID,
+                            "parallelism: the mesh (%s) has %d ranks but %d process%s launched; "
+                            "launch one process per rank: `mpirun -np %d graphtrain train ...` "
+                            "(or change the parallelism degrees)",
+                            mesh, size, world_size, world_size == 1 ? " was" : "es were", size);
+    }
+    if (tp > 1 && p->enable_sequence_parallel && cfg->training.seq_len % tp != 0)
+        return gt_error_set(err, GT_ERR_INVALID,
+                            "training.seq_len = %lld is not a multiple of tensor_parallel_degree "
+                            "= %lld, which sequence parallelism splits it by (or set "
+                            "parallelism.enable_sequence_parallel = false)",
+                            (long long)cfg->training.seq_len, (long long)tp);
+    gt_mesh_coords(&out->mesh, rank, out->coords);
+    return GT_OK;
+}
+
+int64_t gt_train_global_batch(const gt_config *cfg, const gt_train_layout *layout)
+{
+    const gt_mesh *m = &layout->mesh;
+    return cfg->training.local_batch_size * m->size[GT_MESH_DP_REPLICATE] *
+           m->size[GT_MESH_DP_SHARD];
+}
+
+void gt_train_binding(const gt_config *cfg, const gt_train_layout *layout,
+                      gt_sym_binding_entry *entries, gt_sym_binding *out)
+{
+    int n = 0, tp = layout->mesh.size[GT_MESH_TP];
+    entries[n++] = (gt_sym_binding_entry){"batch", cfg->training.local_batch_size};
+    entries[n++] = (gt_sym_binding_entry){"seq", cfg->training.seq_len};
+    if (tp > 1 && cfg->parallelism.enable_sequence_parallel)
+        entries[n++] = (gt_sym_binding_entry){"seq_shard", cfg->training.seq_len / tp};
+    if (gt_mesh_world_size(&layout->mesh) > 1)
+        for (int d = 0; d < GT_MESH_NDIMS; d++)
+            entries[n++] = (gt_sym_binding_entry){gt_mesh_coord_symbol(d), layout->coords[d]};
+    *out = (gt_sym_binding){entries, n};
+}
+
+/* ---------------------------------------------------------------- ranks */
+
+bool gt_train_dist_multi(const gt_train_dist *d)
+{
+    return d->world && d->size > 1;
+}
+
+gt_status gt_train_dist_init(const gt_config *cfg, gt_train_dist *d, gt_error *err)
+{
+    memset(d, 0, sizeof *d);
+    d->size = 1;
+    if (gt_train_launched_by_mpi()) {
+        if (!gt_comm_mpi_available())
+            return gt_error_set(err, GT_ERR_UNSUPPORTED,
+                                "started by an MPI launcher (mpirun), but this graphtrain was "
+                                "built without MPI (install libopenmpi-dev and reconfigure)");
+        GT_TRY(gt_comm_mpi_world(NULL, NULL, &d->world, err));
+        gt_comm_mpi_set_timeout(d->world, cfg->comm.timeout_seconds);
+        d->rank = gt_comm_rank(d->world);
+        d->size = gt_comm_size(d->world);
+    }
+    gt_status st = gt_train_layout_init(cfg, d->size, d->rank, &d->layout, err);
+    if (st != GT_OK && !d->world && !gt_comm_mpi_available())
+        return gt_error_wrap(err, "this graphtrain was built without MPI, so it runs one rank "
+                                  "(install libopenmpi-dev and reconfigure for more)");
+    if (st != GT_OK) return st;
+    if (d->size > 1 && cfg->training.device == GT_CFG_DEVICE_CUDA)
+        return gt_error_set(err, GT_ERR_UNSUPPORTED,
+                            "training.device = cuda with %d ranks: multi-GPU (NCCL) is not "
+                            "supported yet; train on the CPU (training.device = cpu) or on one GPU",
+                            d->size);
+    if (!gt_train_dist_multi(d)) return GT_OK;
+    for (int k = 0; k < GT_MESH_NDIMS; k++) {
+        int c[GT_MESH_NDIMS];
+        memcpy(c, d->layout.coords, sizeof c);
+        c[k] = 0;
+        int color = gt_mesh_rank(&d->layout.mesh, c);
+        GT_TRY(gt_comm_split(d->world, color, d->layout.coords[k], &d->dim_comm[k], err));
+        /* messages name the mesh dim and which of its groups: "dp_shard/group 2" */
+        snprintf(d->dim_comm[k]->name, sizeof d->dim_comm[k]->name, "%s/group %d",
+                 gt_mesh_dim_name(k), color);
+    }
+    return GT_OK;
+}
+
+void gt_train_dist_free(gt_train_dist *d)
+{
+    for (int k = 0; k < GT_MESH_MAX_DIMS; k++)
+        gt_comm_destroy(d->dim_comm[k]);
+    gt_comm_destroy(d->world);
+    memset(d, 0, sizeof *d);
+}
+
+/* ---------------------------------------------------------------- agreement */
+
+/* The status word and message that travel: [code, message bytes]. */
+typedef struct {
+    int64_t code;
+    char msg[GT_ERROR_MSG_MAX];
+} shared_status;
+
+gt_status gt_train_share_status(gt_train_dist *d, int root, gt_status st, gt_error *err)
+{
+    if (!gt_train_dist_multi(d)) return st;
+    shared_status s;
+    memset(&s, 0, sizeof s);
+    if (d->rank == root) {
+        s.code = st;
+        if (st != GT_OK) snprintf(s.msg, sizeof s.msg, "%s", err->msg);
+    }
+    int64_t nbytes = (int64_t)sizeof s;
+    gt_tensor buf;
+    gt_tensor_wrap(&buf, GT_BOOL, 1, &nbytes, &s);
+    gt_error cerr = {0};
+    if (gt_comm_broadcast(d->world, &buf, root, &cerr) != GT_OK) {
+        *err = cerr;
+        return cerr.code;
+    }
+    if (s.code == GT_OK) return GT_OK;
+    d->error_agreed = true;
+    s.msg[sizeof s.msg - 1] = 0;
+    if (d->rank == root) return (gt_status)s.code; /* err already holds it */
+    gt_error_clear(err); /* every rank reports the root's error, not its own as well */
+    return gt_error_set(err, (gt_status)s.code, "rank %d: %s", root, s.msg);
+}
+
+gt_status gt_train_agree(gt_train_dist *d, gt_status st, gt_error *err)
+{
+    if (!gt_train_dist_multi(d)) return st;
+    int64_t one = 1, n = d->size, mine = st;
+    gt_tensor in, all;
+    gt_tensor_wrap(&in, GT_I64, 1, &one, &mine);
+    gt_error cerr = {0};
+    if (gt_tensor_alloc(&all, GT_I64, 1, &n, &cerr) != GT_OK ||
+        gt_comm_all_gather(d->world, &in, &all, &cerr) != GT_OK) {
+        gt_tensor_free(&all);
+        *err = cerr;
+        return cerr.code;
+    }
+    int first = -1;
+    for (int r = 0; r < d->size && first < 0; r++)
+        if (((int64_t *)all.data)[r] != GT_OK) first = r;
+    gt_tensor_free(&all);
+    if (first < 0) return GT_OK;
+    return gt_train_share_status(d, first, st, err);
+}
+
+gt_status gt_train_share_i64(gt_train_dist *d, int64_t *value, gt_error *err)
+{
+    if (!gt_train_dist_multi(d)) return GT_OK;
+    int64_t one = 1;
+    gt_tensor buf;
+    gt_tensor_wrap(&buf, GT_I64, 1, &one, value);
+    return gt_comm_broadcast(d->world, &buf, 0, err);
+}
+
+/* ---------------------------------------------------------------- schedule check */
+
+/* The eager executor runs the graph's nodes in order, so its collectives are the graph's starts
+ * in node order: kind, group (hash of the mesh dim's name), bytes of the input. */
+static gt_status graph_schedule(const gt_graph *g, const gt_sym_binding *binding,
+                                gt_comm_sched_entry **out, int64_t *count, gt_error *err)
+{
+    *out = gt_xcalloc((size_t)g->n_nodes + 1, sizeof **out);
+    *count = 0;
+    for (int i = 0; i < g->n_nodes; i++) {
+        const gt_node *n = &g->nodes[i];
+        gt_coll_kind kind;
+        if (n->op == GT_OP_ALL_GATHER_START)
+            kind = GT_COLL_ALL_GATHER;
+        else if (n->op == GT_OP_REDUCE_SCATTER_START)
+            kind = GT_COLL_REDUCE_SCATTER;
+        else if (n->op == GT_OP_ALL_REDUCE_START)
+            kind = GT_COLL_ALL_REDUCE;
+        else
+            continue;
+        const gt_type *t = &g->values[n->in[0]].type;
+        int64_t numel = 1;
+        for (int d = 0; d < t->ndim; d++) {
+            int64_t v = 0;
+            GT_TRY(gt_sym_eval(g->sym, t->dims[d], binding, &v, err));
+            numel *= v;
+        }
+        int dim = (int)n->attrs.i[0];
+        const char *name = dim >= 0 && dim < g->mesh.ndim ? gt_graph_str(g, g->mesh.name[dim]) : "";
+        (*out)[(*count)++] = (gt_comm_sched_entry){
+            .kind = kind,
+            .group = gt_hash_str(name),
+            .bytes = (uint64_t)numel * gt_dtype_size(t->dtype),
+        };
+    }
+    return GT_OK;
+}
+
+gt_status gt_train_check_schedule(gt_train_dist *d, const gt_config *cfg, const gt_graph *g,
+                                  gt_program *prog, gt_error *err)
+{
+    if (!gt_train_dist_multi(d)) return GT_OK;
+    gt_comm_sched_entry *entries = NULL;
+    int64_t count = 0;
+    gt_status st = GT_OK;
+    bool drop = cfg->debug.test_drop_collective_rank == d->rank;
+    if (prog) {
+        if (drop) {
+            gt_log(GT_LOG_WARN,
+                   "debug.test_drop_collective_rank: rank %d drops its first "
+                   "collective (a test of the schedule check)",
+                   d->rank);
+            st = gt_program_drop_collective(prog, 0, err);
+        }
+        if (st == GT_OK) {
+            int32_t n = gt_program_collectives(prog, NULL, 0);
+            entries = gt_xcalloc((size_t)n + 1, sizeof *entries);
+            count = gt_program_collectives(prog, entries, n);
+        }
+    } else {
+        gt_sym_binding_entry be[GT_TRAIN_BINDING_MAX];
+        gt_sym_binding b;
+        gt_train_binding(cfg, &d->layout, be, &b);
+        if (drop)
+            st = gt_error_set(err, GT_ERR_INVALID,
+                              "debug.test_drop_collective_rank needs compile.enable = true (it "
+                              "drops a collective of the compiled program)");
+        if (st == GT_OK) st = graph_schedule(g, &b, &entries, &count, err);
+    }
+    /* a local failure above must not leave the others waiting in the check's exchange */
+    st = gt_train_agree(d, st, err);
+    if (st == GT_OK) {
+        st = gt_comm_check_schedule(d->world, entries, count, err);
+        /* a mismatch is found by every rank alike (a failed exchange is this rank's alone) */
+        if (st == GT_ERR_INVALID) d->error_agreed = true;
+    }
+    free(entries);
+    if (st == GT_OK && d->rank == 0)
+        gt_log(GT_LOG_INFO,
+               "collective schedule: %lld collectives per step, the same on all %d "
+               "ranks",
+               (long long)count, d->size);
+    return st;
+}
+
+/* ---------------------------------------------------------------- memory report */
+
+gt_status gt_train_report_memory(gt_train_dist *d, const gt_program *prog, gt_error *err)
+{
+    if (!prog) return GT_OK;
+    int64_t mine[4] = {
+        (int64_t)gt_program_planned_bytes(prog, GT_ARENA_PERSISTENT),
+        (int64_t)gt_program_planned_bytes(prog, GT_ARENA_STEP),
+        (int64_t)gt_program_allocated_bytes(prog, GT_ARENA_PERSISTENT),
+        (int64_t)gt_program_allocated_bytes(prog, GT_ARENA_STEP),
+    };
+    int64_t four = 4, n = 4 * (int64_t)d->size;
+    int64_t *all = gt_xcalloc((size_t)n, sizeof *all);
+    gt_status st = GT_OK;
+    if (gt_train_dist_multi(d)) {
+        gt_tensor in, out;
+        gt_tensor_wrap(&in, GT_I64, 1, &four, mine);
+        gt_tensor_wrap(&out, GT_I64, 1, &n, all);
+        st = gt_comm_all_gather(d->world, &in, &out, err);
+    } else {
+        memcpy(all, mine, sizeof mine);
+    }
+    if (st == GT_OK && d->rank == 0) {
+        bool same = true;
+        for (int r = 1; r < d->size; r++)
+            same = same && !memcmp(all, all + 4 * r, sizeof mine);
+        for (int r = 0; r < (same ? 1 : d->size); r++) {
+            const int64_t *f = all + 4 * r;
+            char who[48];
+            if (d->size == 1)
+                snprintf(who, sizeof who, "of the step program");
+            else if (same)
+                snprintf(who, sizeof who, "per rank (all %d)", d->size);
+            else
+                snprintf(who, sizeof who, "rank %d", r);
+            gt_log(GT_LOG_INFO,
+                   "memory %s: planned %lld bytes (persistent %lld + step %lld), allocated %lld "
+                   "bytes (persistent %lld + step %lld)",
+                   who, (long long)(f[0] + f[1]), (long long)f[0], (long long)f[1],
+                   (long long)(f[2] + f[3]), (long long)f[2], (long long)f[3]);
+        }
+    }
+    free(all);
+    return st;
+}
+
+/* ---------------------------------------------------------------- sharded state */
+
+bool gt_train_named(const char *name, const char *prefix, const char *fqn)
+{
+    size_t n = strlen(prefix);
+    return !strncmp(name, prefix, n) && !strcmp(name + n, fqn);
+}
+
+/* Evaluates a value's type under the binding (the local shape of a graph input). */
+static gt_status value_shape(const gt_graph *g, gt_value_id v, const gt_sym_binding *b,
+                             int64_t *shape, gt_error *err)
+{
+    const gt_type *ty = &g->values[v].type;
+    for (int d = 0; d < ty->ndim; d++)
+        GT_TRY(gt_sym_eval(g->sym, ty->dims[d], b, &shape[d], err));
+    return GT_OK;
+}
+
+/* The block of each parameter, moment and of the batch that this rank holds: the box of its graph
+ * input's placement within the global shape (the whole tensor with one rank). The local type the
+ * SPMD graph gives the input must be that box's size. */
+static gt_status state_boxes(gt_trainer *t, gt_error *err)
+{
+    int n = t->n_params;
+    t->box = gt_xcalloc((size_t)(3 * n), sizeof *t->box);
+    for (int k = 0; k < 3 * n; k++) {
+        const gt_param_spec *ps = &t->model.params[k % n];
+        gt_shard_box_whole(&t->box[k], ps->ndim, ps->shape);
+    }
+    int64_t bs[2] = {t->global_batch, t->cfg->training.seq_len};
+    gt_shard_box_whole(&t->batch_box, 2, bs);
+    const gt_train_layout *lay = &t->dist.layout;
+    if (gt_mesh_world_size(&lay->mesh) == 1) return GT_OK;
+    const gt_graph *g = t->whole.g;
+    gt_shard_box labels_box = t->batch_box;
+    for (int i = 0; i < g->n_inputs; i++) {
+        const gt_io *in = &g->inputs[i];
+        const char *name = gt_graph_str(g, in->fqn);
+        gt_shard_box *b = NULL;
+        for (int k = 0; k < n && !b; k++) {
+            const char *fqn = t->model.params[k].fqn;
+            if (in->kind == GT_IN_PARAM && !strcmp(name, fqn)) b = &t->box[k];
+            if (in->kind == GT_IN_OPT_STATE && gt_train_named(name, GT_OPTIM_EXP_AVG_PREFIX, fqn))
+                b = &t->box[n + k];
+            if (in->kind == GT_IN_OPT_STATE &&
+                gt_train_named(name, GT_OPTIM_EXP_AVG_SQ_PREFIX, fqn))
+                b = &t->box[2 * n + k];
+        }
+        if (in->kind == GT_IN_INPUT && !strcmp(name, "tokens")) b = &t->batch_box;
+        if (in->kind == GT_IN_INPUT && !strcmp(name, "labels")) b = &labels_box;
+        if (!b) continue; /* optim.scalars: replicated */
+        int64_t global[GT_MAX_DIMS], local[GT_MAX_DIMS];
+        int ndim = b->ndim;
+        memcpy(global, b->global, sizeof global);
+        GT_TRY(gt_shard_box_init(b, &lay->mesh, g->values[in->value].place, ndim, global,
+                                 lay->coords, err));
+        GT_TRY(value_shape(g, in->value, &t->binding, local, err));
+        if (g->values[in->value].type.ndim != ndim ||
+            memcmp(local, b->size, sizeof(int64_t) * (size_t)ndim) != 0) {
+            char place[128];
+            gt_value_format_placement(g, in->value, place, sizeof place);
+            return gt_error_set(err, GT_ERR_INTERNAL,
+                                "trainer: graph input %s %s: local shape [%lld, ...] (%d dims) but "
+                                "the block its placement gives this rank is [%lld, ...] (%d dims)",
+                                name, place, (long long)local[0], g->values[in->value].type.ndim,
+                                (long long)b->size[0], ndim);
+        }
+    }
+    if (memcmp(&labels_box, &t->batch_box, sizeof labels_box) != 0)
+        return gt_error_set(err, GT_ERR_INTERNAL,
+                            "trainer: graph inputs tokens and labels are placed differently");
+    return GT_OK;
+}
+
+gt_status gt_trainer_alloc_state(gt_trainer *t, gt_error *err)
+{
+    int n = t->n_params;
+    t->params = gt_xcalloc((size_t)n, sizeof *t->params);
+    t->exp_avg = gt_xcalloc((size_t)n, sizeof *t->exp_avg);
+    t->exp_avg_sq = gt_xcalloc((size_t)n, sizeof *t->exp_avg_sq);
+    if (t->accum > 1) t->grads = gt_xcalloc((size_t)n, sizeof *t->grads);
+    GT_TRY(state_boxes(t, err));
+    uint64_t seed = (uint64_t)t->cfg->debug.seed;
+    if (gt_mesh_world_size(&t->dist.layout.mesh) == 1)
+        GT_TRY(gt_model_init_params(&t->model, seed, t->params, err));
+    for (int k = 0; k < n; k++) {
+        const gt_param_spec *ps = &t->model.params[k];
+        const gt_shard_box *pb = &t->box[k], *mb = &t->box[n + k], *vb = &t->box[2 * n + k];
+        if (!t->params[k].data) { /* this rank's block, from the global element indices */
+            GT_TRY(gt_tensor_alloc(&t->params[k], ps->dtype, pb->ndim, pb->size, err));
+            gt_shard_init_param(pb, ps, seed, &t->params[k]);
+        }
+        GT_TRY(gt_tensor_alloc(&t->exp_avg[k], GT_F32, mb->ndim, mb->size, err));
+        GT_TRY(gt_tensor_alloc(&t->exp_avg_sq[k], GT_F32, vb->ndim, vb->size, err));
+        if (t->grads) GT_TRY(gt_tensor_alloc(&t->grads[k], GT_F32, ps->ndim, ps->shape, err));
+    }
+    int64_t three = 3, b = t->global_batch, s = t->cfg->training.seq_len;
+    GT_TRY(gt_tensor_alloc(&t->tokens, GT_I64, 2, t->batch_box.size, err));
+    GT_TRY(gt_tensor_alloc(&t->labels, GT_I64, 2, t->batch_box.size, err));
+    GT_TRY(gt_tensor_alloc(&t->scalars, GT_F32, 1, &three, err));
+    t->window = gt_xcalloc((size_t)(b * (s + 1)), sizeof *t->window);
+    if (!gt_shard_box_is_whole(&t->batch_box)) {
+        t->batch_tokens = gt_xcalloc((size_t)(b * s), sizeof *t->batch_tokens);
+        t->batch_labels = gt_xcalloc((size_t)(b * s), sizeof *t->batch_labels);
+    }
+
+    /* checkpoint names: params, then both moments */
+    t->ckpt_names = gt_xcalloc((size_t)(3 * n), sizeof *t->ckpt_names);
+    t->ckpt_tensors = gt_xcalloc((size_t)(3 * n), sizeof *t->ckpt_tensors);
+    for (int k = 0; k < n; k++) {
+        const char *fqn = t->model.params[k].fqn;
+        size_t len = strlen(fqn) + 32;
+        t->ckpt_names[k] = gt_xstrdup(fqn);
+        t->ckpt_names[n + k] = gt_xmalloc(len);
+        snprintf(t->ckpt_names[n + k], len, GT_OPTIM_EXP_AVG_PREFIX "%s", fqn);
+        t->ckpt_names[2 * n + k] = gt_xmalloc(len);
+        snprintf(t->ckpt_names[2 * n + k], len, GT_OPTIM_EXP_AVG_SQ_PREFIX "%s", fqn);
+    }
+    return GT_OK;
+}
+
+void gt_trainer_refresh_ckpt_tensors(gt_trainer *t)
+{
+    int n = t->n_params;
+    for (int k = 0; k < n; k++) {
+        t->ckpt_tensors[k] = &t->params[k];
+        t->ckpt_tensors[n + k] = &t->exp_avg[k];
+        t->ckpt_tensors[2 * n + k] = &t->exp_avg_sq[k];
+    }
+}
+
+/* ---------------------------------------------------------------- fault injection */
+
+int gt_train_kill_signal(const gt_train_dist *d, const gt_config *cfg, int64_t step)
+{
+    const char *spec = cfg->debug.test_kill_rank_at_step;
+    long long r = -1, s = 0;
+    int used = 0;
+    if (!spec[0] || sscanf(spec, "%lld:%lld%n", &r, &s, &used) != 2) return 0;
+    if (r != d->rank || s != step) return 0;
+    return !strcmp(spec + used, ":stop") ? SIGSTOP : SIGKILL;
+}

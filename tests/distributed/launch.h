@@ -1,0 +1,262 @@
+/* launch.h — what the multi-rank training tests (tests/distributed/test_*_launch.c) share: running
+ * `mpiexec -np N graphtrain train ...` (or the binary alone for one rank) with every wait bounded,
+ * the options of the runs they compare, and comparisons of two runs' losses and checkpoints.
+ *
+ * The tests run directly under CTest (not under mpiexec) and start mpiexec themselves, with
+ * --oversubscribe (more ranks than cores) and --allow-run-as-root when root. GT_BINARY names the
+ * graphtrain program and GT_MPIEXEC the launcher (default "mpiexec"); both come from CTest.
+ * Each child runs in its own process group, so a timeout kills mpiexec and every rank it
+ * started. Header-only and private to these tests. */
+#ifndef GT_TESTS_DISTRIBUTED_LAUNCH_H
+#define GT_TESTS_DISTRIBUTED_LAUNCH_H
+
+#include "train_child.h" /* first: it defines _GNU_SOURCE */
+
+#include <stdarg.h>
+
+#include "graphtrain/gt_safetensors.h"
+#include "gt_test.h"
+
+#define LAUNCH_MAX_ARGS 64
+
+/* A command line under construction. */
+typedef struct {
+    char buf[LAUNCH_MAX_ARGS][320];
+    int n;
+} launch_cmd;
+
+static inline void launch_add(launch_cmd *c, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+static inline void launch_add(launch_cmd *c, const char *fmt, ...)
+{
+    if (c->n >= LAUNCH_MAX_ARGS - 1) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(c->buf[c->n++], sizeof c->buf[0], fmt, ap);
+    va_end(ap);
+}
+
+static inline const char *launch_binary(void)
+{
+    const char *b = getenv("GT_BINARY");
+    return b && b[0] ? b : NULL;
+}
+
+/* `mpiexec -np N --oversubscribe [--allow-run-as-root] BINARY train` (np == 0: the binary alone,
+ * no launcher: the one-rank reference). Options are added after it with launch_add. */
+static inline void launch_train(launch_cmd *c, int np)
+{
+    c->n = 0;
+    if (np > 0) {
+        const char *mpiexec = getenv("GT_MPIEXEC");
+        launch_add(c, "%s", mpiexec && mpiexec[0] ? mpiexec : "mpiexec");
+        launch_add(c, "-np");
+        launch_add(c, "%d", np);
+        launch_add(c, "--oversubscribe");
+        if (geteuid() == 0) launch_add(c, "--allow-run-as-root");
+    }
+    launch_add(c, "%s", launch_binary());
+    launch_add(c, "train");
+}
+
+/* Runs the command with stdout and stderr into out_path; returns its exit code (128 + signal),
+ * or -1 when it ran past `seconds` (then it and its process group are killed). *elapsed: the
+ * wall time it took. */
+static inline int launch_run(launch_cmd *c, const char *out_path, double seconds, double *elapsed)
+{
+    char *argv[LAUNCH_MAX_ARGS + 1];
+    for (int k = 0; k < c->n; k++)
+        argv[k] = c->buf[k];
+    argv[c->n] = NULL;
+    fflush(NULL);
+    double t0 = now_seconds();
+    pid_t pid = fork();
+    if (pid == 0) {
+        setpgid(0, 0);
+        int out = open(out_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        if (out < 0 || dup2(out, 1) < 0 || dup2(out, 2) < 0) _exit(126);
+        execvp(argv[0], argv);
+        _exit(127);
+    }
+    if (pid < 0) return -1;
+    setpgid(pid, 0);
+    int rc = -1;
+    for (;;) {
+        int ws;
+        pid_t r = waitpid(pid, &ws, WNOHANG);
+        if (r == pid) {
+            rc = exit_code(ws);
+            break;
+        }
+        if (r < 0 && errno != EINTR) break;
+        if (now_seconds() - t0 > seconds) {
+            kill(-pid, SIGKILL);
+            waitpid(pid, &ws, 0);
+            break;
+        }
+        sleep_us(2000);
+    }
+    kill(-pid, SIGKILL); /* anything the launcher left behind */
+    if (elapsed) *elapsed = now_seconds() - t0;
+    return rc;
+}
+
+/* ---------------------------------------------------------------- the runs */
+
+/* Every run of these tests: test flavors, fp32, synthetic data, 10 steps, seq 32, a metrics record
+ * per step and a checkpoint at step 10 (and every `interval` steps).
+ *
+ * AdamW's epsilon is 1e-5, not the default 1e-8: at step 1 AdamW moves each parameter by
+ * lr * g / (|g| + eps), so for a gradient element of size ~eps the update depends on g's last
+ * bits, and two layouts — which sum partial gradients in different orders — then differ by up to
+ * a percent of a step in that one element (measured: 6e-6 absolute, 1.8e-4 relative to the
+ * tensor's max, in test_tiny's layers.1.attention.wo at step 1, constant after). With eps = 1e-5
+ * the amplification lr / eps is bounded and the same element differs by 2e-8. */
+#define LAUNCH_STEPS 10
+#define LAUNCH_GLOBAL_BATCH 4
+
+static inline void launch_common(launch_cmd *c, const char *flavor, const char *dump, int interval)
+{
+    launch_add(c, "--model.flavor=%s", flavor);
+    launch_add(c, "--training.dataset=synthetic");
+    launch_add(c, "--training.seq_len=32");
+    launch_add(c, "--training.steps=%d", LAUNCH_STEPS);
+    launch_add(c, "--training.mixed_precision_param=float32");
+    launch_add(c, "--optimizer.eps=1e-5");
+    launch_add(c, "--metrics.log_freq=1");
+    launch_add(c, "--metrics.save_jsonl=true");
+    launch_add(c, "--checkpoint.enable=true");
+    launch_add(c, "--checkpoint.interval=%d", interval);
+    launch_add(c, "--checkpoint.keep_latest_k=0");
+    launch_add(c, "--job.print_config=false");
+    launch_add(c, "--job.dump_folder=%s", dump);
+}
+
+/* A mesh: dp_replicate x dp_shard x tp ranks. */
+typedef struct {
+    const char *name;
+    int rep, shard, tp;
+} launch_layout;
+
+static inline int launch_ranks(const launch_layout *l)
+{
+    return l->rep * l->shard * l->tp;
+}
+
+/* The run of `flavor` on layout l (NULL: one rank) with the same global batch, under
+ * `mpiexec -np np` (np 0: the binary alone). */
+static inline void launch_layout_run_np(launch_cmd *c, const launch_layout *l, int np,
+                                        const char *flavor, const char *dump, int interval)
+{
+    launch_train(c, np);
+    launch_common(c, flavor, dump, interval);
+    int dp = l ? l->rep * l->shard : 1;
+    launch_add(c, "--training.local_batch_size=%d", LAUNCH_GLOBAL_BATCH / dp);
+    if (!l) return;
+    launch_add(c, "--parallelism.data_parallel_replicate_degree=%d", l->rep);
+    launch_add(c, "--parallelism.data_parallel_shard_degree=%d", l->shard);
+    launch_add(c, "--parallelism.tensor_parallel_degree=%d", l->tp);
+}
+
+/* The same with as many processes as the layout has ranks. */
+static inline void launch_layout_run(launch_cmd *c, const launch_layout *l, const char *flavor,
+                                     const char *dump, int interval)
+{
+    launch_layout_run_np(c, l, l ? launch_ranks(l) : 0, flavor, dump, interval);
+}
+
+/* ---------------------------------------------------------------- comparisons */
+
+static inline double launch_relative(double a, double b)
+{
+    double m = fmax(fabs(a), fabs(b));
+    return m == 0 ? 0 : fabs(a - b) / m;
+}
+
+/* The largest relative loss difference over steps first..last of two runs' records. */
+static inline double launch_loss_diff(const gt_metrics_step *a, const gt_metrics_step *b, int first,
+                                      int last)
+{
+    double worst = 0;
+    for (int s = first; s <= last; s++)
+        worst = fmax(worst, launch_relative(a[s].loss, b[s].loss));
+    return worst;
+}
+
+/* Every parameter (tensors not named "optim.*") of two model.safetensors: the largest
+ * max|a - b| / max|a| over the tensors; *missing counts parameters absent from b or of another
+ * shape. Returns -1 when a file cannot be read. */
+static inline double launch_params_diff(const char *path_a, const char *path_b, int *missing)
+{
+    gt_safetensors a, b;
+    gt_error err = {0};
+    *missing = 0;
+    if (gt_safetensors_open(path_a, &a, &err) != GT_OK) {
+        fprintf(stderr, "%s\n", err.msg);
+        return -1;
+    }
+    if (gt_safetensors_open(path_b, &b, &err) != GT_OK) {
+        fprintf(stderr, "%s\n", err.msg);
+        gt_safetensors_close(&a);
+        return -1;
+    }
+    double worst = 0;
+    for (int k = 0; k < a.n_entries; k++) {
+        const char *name = a.entries[k].name;
+        if (!strncmp(name, "optim.", 6)) continue;
+        gt_tensor ta, tb;
+        if (gt_safetensors_get(&a, name, &ta, &err) != GT_OK) {
+            (*missing)++;
+            continue;
+        }
+        if (gt_safetensors_get(&b, name, &tb, &err) != GT_OK) {
+            (*missing)++;
+            gt_tensor_free(&ta);
+            continue;
+        }
+        int64_t n = gt_tensor_numel(&ta);
+        if (n != gt_tensor_numel(&tb)) {
+            (*missing)++;
+        } else {
+            double diff = 0, scale = 0;
+            for (int64_t i = 0; i < n; i++) {
+                double x = gt_tensor_get_f32(&ta, i), y = gt_tensor_get_f32(&tb, i);
+                diff = fmax(diff, fabs(x - y));
+                scale = fmax(scale, fabs(x));
+            }
+            worst = fmax(worst, scale > 0 ? diff / scale : diff);
+        }
+        gt_tensor_free(&ta);
+        gt_tensor_free(&tb);
+    }
+    gt_safetensors_close(&a);
+    gt_safetensors_close(&b);
+    return worst;
+}
+
+/* DUMP/checkpoint/step-N/model.safetensors */
+static inline void launch_ckpt_path(char *buf, size_t n, const char *dump, int step)
+{
+    snprintf(buf, n, "%s/checkpoint/step-%d/model.safetensors", dump, step);
+}
+
+/* Prints the tail of a run's output (for a failing check). */
+static inline void launch_show_tail(const char *out_path)
+{
+    size_t len = 0;
+    char *text = read_all(out_path, &len);
+    if (!text) return;
+    size_t from = len > 3000 ? len - 3000 : 0;
+    fprintf(stderr, "---- last output of %s:\n%s\n----\n", out_path, text + from);
+    free(text);
+}
+
+/* A fresh temporary folder (removed first if it exists). */
+static inline void launch_temp_dir(char *buf, size_t n, const char *base, const char *name)
+{
+    snprintf(buf, n, "%s/%s", base, name);
+    remove_tree(buf);
+    mkdir(buf, 0777);
+}
+
+#endif
