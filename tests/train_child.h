@@ -162,7 +162,7 @@ static inline bool parse_summary(const char *text, long long *first, long long *
 /* Reads DUMP/metrics.jsonl into *log (the caller frees it); prints the error when it cannot. */
 static inline bool read_metrics(const char *dump, gt_metrics_log *log)
 {
-    char path[512];
+    char path[1024];
     snprintf(path, sizeof path, "%s/metrics.jsonl", dump);
     gt_error err = {0};
     if (gt_metrics_read(path, log, &err) == GT_OK) return true;

@@ -150,18 +150,29 @@ static void tag_last(gt_par *p, const char *tag)
 
 /* ---------------------------------------------------------------- collectives */
 
+/* A weight gathered for FSDP with reshard-after-forward: the memory policy may recompute (re-run)
+ * the gather in the backward instead of keeping the forward's gathered copy alive. */
+#define GT_FSDP_RESHARD_TAG "fsdp.reshard"
+
 static gt_value_id collective(gt_par *p, gt_op start_op, gt_value_id x, int mesh_dim,
                               const char *tag)
 {
+    const char *reshard = tag && p->plan.fsdp_reshard_after_forward &&
+                                  start_op == GT_OP_ALL_GATHER_START &&
+                                  strcmp(tag, "fsdp.all_gather") == 0
+                              ? GT_FSDP_RESHARD_TAG
+                              : NULL;
     gt_attrs a = {.ni = 2};
     a.i[0] = mesh_dim;
     a.i[1] = p->plan.mesh.size[mesh_dim];
     gt_value_id s = gt_graph_add_node(p->dst, start_op, &x, 1, &a, NULL);
     tag_last(p, tag);
+    tag_last(p, reshard);
     gt_value_id in[2] = {s, x};
     gt_attrs none = {0};
     gt_value_id w = gt_graph_add_node(p->dst, GT_OP_WAIT, in, 2, &none, NULL);
     tag_last(p, tag);
+    tag_last(p, reshard);
     return w;
 }
 

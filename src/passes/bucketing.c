@@ -568,9 +568,56 @@ static gt_status bucket_round(gt_graph *g, const gt_pass_options *o, int *emitte
     return st;
 }
 
+/* Backward duplicates first: with reshard-after-forward the backward can gather one parameter
+ * twice — for a forward node the memory policy recomputes (remat's copy of the forward gather)
+ * and for the backward's own use (parallelize). Same input, same group, so the same bits: the
+ * later gather's readers take the earlier one's result and the later start/wait go. The earlier
+ * one comes first in node order, so it is defined before every reader of the later one. */
+static void dedupe_backward_gathers(gt_graph *g)
+{
+    gt_node_id *wait_of = gt_pass_find_waits(g);
+    gt_value_id *repl = gt_pass_repl_new(g);
+    uint8_t *keep = gt_xmalloc((size_t)g->n_nodes + 1);
+    memset(keep, 1, (size_t)g->n_nodes + 1);
+    gt_node_id *seen = gt_xmalloc(((size_t)g->n_nodes + 1) * sizeof *seen);
+    int32_t n_seen = 0;
+    bool any = false;
+    for (gt_node_id n = 0; n < g->n_nodes; n++) {
+        const gt_node *nd = &g->nodes[n];
+        if (nd->op != GT_OP_ALL_GATHER_START || nd->phase != GT_PHASE_BACKWARD ||
+            gt_pass_fsdp_tag(g, nd) != 0 || wait_of[n] == GT_NONE)
+            continue;
+        gt_node_id first = GT_NONE;
+        for (int32_t k = 0; k < n_seen && first == GT_NONE; k++) {
+            const gt_node *f = &g->nodes[seen[k]];
+            if (f->in[0] == nd->in[0] && f->attrs.i[0] == nd->attrs.i[0] &&
+                f->attrs.i[1] == nd->attrs.i[1])
+                first = seen[k];
+        }
+        if (first == GT_NONE) {
+            seen[n_seen++] = n;
+            continue;
+        }
+        repl[g->nodes[wait_of[n]].out[0]] = g->nodes[wait_of[first]].out[0];
+        keep[n] = keep[wait_of[n]] = 0;
+        any = true;
+    }
+    if (any) {
+        for (gt_node_id n = 0; n < g->n_nodes; n++)
+            gt_pass_repl_node_inputs(g, n, repl);
+        gt_pass_repl_outputs(g, repl);
+        gt_pass_compact(g, keep);
+    }
+    free(seen);
+    free(keep);
+    free(repl);
+    free(wait_of);
+}
+
 gt_status gt_pass_fsdp_bucketing(gt_graph *g, const gt_pass_ctx *ctx, gt_error *err)
 {
     if (g->mesh.ndim == 0) return GT_OK;
+    dedupe_backward_gathers(g);
     const gt_pass_options *o = ctx ? ctx->options : NULL;
     /* Each round buckets every group whose inputs do not wait on this round's other results;
      * the rest (results of results) go in the next. The round count is the depth of such chains

@@ -27,7 +27,9 @@
  *
  * Recomputable: a forward node whose op has no random, side-effect or collective flag and whose
  * inputs are all graph inputs or forward outputs (recomputation reads only saved values, params
- * and inputs, never a backward value). Others are saved whatever the policy.
+ * and inputs, never a backward value); and the FSDP parameter gathers parallelize tags
+ * "fsdp.reshard" (start and wait: re-gathered in the backward rather than kept). Others are
+ * saved whatever the policy.
  *
  * Which nodes get the tag: a node the policy would recompute is tagged only when the backward
  * needs its output, directly or through other tagged nodes. Walking the nodes backwards computes
@@ -74,7 +76,13 @@ bool gt_remat_can_recompute(const gt_graph *g, gt_node_id n)
     const gt_node *nd = &g->nodes[n];
     if (nd->phase != GT_PHASE_FORWARD) return false;
     const gt_op_info *info = gt_op_get(nd->op);
-    if (!info || (info->flags & (GT_OPF_RANDOM | GT_OPF_SIDE_EFFECT | GT_OPF_COLLECTIVE)))
+    if (!info || (info->flags & (GT_OPF_RANDOM | GT_OPF_SIDE_EFFECT))) return false;
+    /* Collectives are saved, except an FSDP parameter gather under reshard-after-forward
+     * (tagged by parallelize): running it again in the backward is what resharding means, and
+     * every rank recomputes the same gathers, so the schedules still agree. */
+    if ((info->flags & GT_OPF_COLLECTIVE) &&
+        !((nd->op == GT_OP_ALL_GATHER_START || nd->op == GT_OP_WAIT) &&
+          gt_node_has_tag(g, nd, "fsdp.reshard")))
         return false;
     for (int k = 0; k < nd->n_in; k++) {
         gt_node_id p = g->values[nd->in[k]].producer;

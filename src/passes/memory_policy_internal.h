@@ -7,8 +7,8 @@
 /* Block index of an fqn "layers.N" or "layers.N.<...>"; -1 for anything else. */
 int gt_fqn_layer(const char *fqn);
 
-/* A forward node remat may duplicate: no random, side-effect or collective flag, and every input
- * a graph input or a forward node's output. */
+/* A forward node remat may duplicate: no random, side-effect or collective flag (but an FSDP
+ * gather tagged "fsdp.reshard"), and every input a graph input or a forward node's output. */
 bool gt_remat_can_recompute(const gt_graph *g, gt_node_id n);
 
 /* boundary[v] = 1 for every block boundary value (memory_policy.c); caller frees. */

@@ -9,6 +9,7 @@
 #include "graphtrain/gt_exec.h"
 #include "graphtrain/gt_model.h"
 #include "graphtrain/gt_parallel.h"
+#include "graphtrain/gt_pass.h"
 #include "graphtrain/gt_train.h"
 #include "gt_test.h"
 
@@ -105,9 +106,10 @@ static gt_graph *step_graph(const char *flavor, gt_error *err)
     return g;
 }
 
-static gt_graph *parallelize(const gt_graph *g, int dpr, int dps, int tp, bool sp, gt_error *err)
+static gt_graph *parallelize_plan(const gt_graph *g, int dpr, int dps, int tp, bool sp,
+                                  bool reshard, gt_error *err)
 {
-    gt_parallel_plan plan = {.sequence_parallel = sp, .fsdp_reshard_after_forward = true};
+    gt_parallel_plan plan = {.sequence_parallel = sp, .fsdp_reshard_after_forward = reshard};
     if (gt_mesh_init(&plan.mesh, dpr, dps, tp, err) != GT_OK) return NULL;
     gt_placement(*pl)[GT_MESH_MAX_DIMS] = calloc((size_t)g->n_inputs, sizeof *pl);
     gt_graph *out = NULL;
@@ -115,6 +117,11 @@ static gt_graph *parallelize(const gt_graph *g, int dpr, int dps, int tp, bool s
         gt_parallelize(g, &plan, (const gt_placement(*)[GT_MESH_MAX_DIMS])pl, &out, err);
     free(pl);
     return out;
+}
+
+static gt_graph *parallelize(const gt_graph *g, int dpr, int dps, int tp, bool sp, gt_error *err)
+{
+    return parallelize_plan(g, dpr, dps, tp, sp, true, err);
 }
 
 /* Runs g eagerly on seeded inputs (batch 2, seq 8; ids below 64; Adam step 1) and returns the
@@ -261,6 +268,62 @@ static void test_engine(const gt_graph *g)
     }
 }
 
+/* Backward reads of a weight gathered in the forward (through views of the gathered value), and
+ * the number of backward gathers, after the pass pipeline with memory policy `full`. */
+static void fsdp_backward_use(const gt_graph *g, bool reshard, int *reads, int *bwd_gathers,
+                              gt_error *err)
+{
+    *reads = *bwd_gathers = -1;
+    gt_graph *pg = parallelize_plan(g, 1, 2, 1, false, reshard, err);
+    if (!pg) return;
+    static const gt_sym_binding_entry e[] = {{"batch", 2}, {"seq", 8}};
+    gt_sym_binding b = {e, 2};
+    gt_pass_options o = {.memory_policy = GT_MEMORY_POLICY_FULL, .binding = &b};
+    if (gt_pass_run_pipeline(pg, &o, NULL, err) != GT_OK) {
+        gt_graph_free(pg);
+        return;
+    }
+    uint8_t *gathered = calloc((size_t)pg->n_values + 1, 1);
+    *reads = *bwd_gathers = 0;
+    for (int32_t i = 0; i < pg->n_nodes; i++) {
+        const gt_node *n = &pg->nodes[i];
+        bool fwd = n->phase == GT_PHASE_FORWARD;
+        if (n->op == GT_OP_ALL_GATHER_START && gt_node_has_tag(pg, n, "fsdp.all_gather") && !fwd)
+            (*bwd_gathers)++;
+        if (fwd && n->op == GT_OP_WAIT && gt_node_has_tag(pg, n, "fsdp.all_gather")) {
+            gathered[n->out[0]] = 1;
+            continue;
+        }
+        bool view = n->op == GT_OP_RESHAPE || n->op == GT_OP_SLICE || n->op == GT_OP_SPLIT ||
+                    n->op == GT_OP_CAST;
+        bool reads_gathered = false;
+        for (int k = 0; k < n->n_in; k++)
+            reads_gathered |= gathered[n->in[k]] != 0;
+        if (fwd && view && reads_gathered)
+            for (int k = 0; k < n->n_out; k++)
+                gathered[n->out[k]] = 1;
+        if (!fwd && reads_gathered) (*reads)++;
+    }
+    free(gathered);
+    gt_graph_free(pg);
+}
+
+/* Reshard after forward under full recomputation: the recomputed forward nodes read a gather made
+ * again in the backward (remat copies the tagged gather; bucketing drops the backward duplicate),
+ * so no forward-gathered weight stays alive into the backward. Without resharding the backward
+ * reads the forward's gathered weights and gathers nothing. */
+static void test_reshard(const gt_graph *g)
+{
+    gt_error err = {0};
+    int reads, gathers;
+    fsdp_backward_use(g, true, &reads, &gathers, &err);
+    EXPECT(reads == 0 && gathers > 0, "reshard: %d backward reads, %d backward gathers (%s)", reads,
+           gathers, err.msg);
+    fsdp_backward_use(g, false, &reads, &gathers, &err);
+    EXPECT(reads > 0 && gathers == 0, "no reshard: %d backward reads, %d backward gathers (%s)",
+           reads, gathers, err.msg);
+}
+
 static void test_sym_replace(void)
 {
     gt_sym_pool *p = gt_sym_pool_new();
@@ -286,6 +349,7 @@ int main(void)
     if (g) {
         test_input_layouts(g);
         test_engine(g);
+        test_reshard(g);
         gt_graph_free(g);
     }
     return gt_test_finish();

@@ -540,9 +540,10 @@ static bool run_combo(const case_run *cr, const gt_placement *combo, rng *r)
     }
 
     /* inputs per rank */
-    gt_tensor *noise = calloc((size_t)(n_in ? n_in : 1), sizeof *noise);
-    gt_tensor *lin = calloc((size_t)(NRANK * (n_in ? n_in : 1)), sizeof *lin);
-    gt_tensor *lout = calloc((size_t)(NRANK * (n_out ? n_out : 1)), sizeof *lout);
+    size_t n_in_alloc = n_in > 0 ? (size_t)n_in : 1, n_out_alloc = n_out > 0 ? (size_t)n_out : 1;
+    gt_tensor *noise = calloc(n_in_alloc, sizeof *noise);
+    gt_tensor *lin = calloc(NRANK * n_in_alloc, sizeof *lin);
+    gt_tensor *lout = calloc(NRANK * n_out_alloc, sizeof *lout);
     for (int k = 0; k < n_in; k++) {
         const gt_tensor *x = &cr->in[k];
         if (combo[k].kind != GT_PLACE_PARTIAL) continue;
