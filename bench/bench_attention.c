@@ -79,8 +79,11 @@ static int bench(gt_cuda_stream *st, gt_dtype dt, int64_t b, int64_t hq, int64_t
     return 0;
 }
 
-int main(void)
+/* With an argument "1b" or "debugmodel", only that bf16 shape (e.g. to compare builds of the
+ * kernels). */
+int main(int argc, char **argv)
 {
+    const char *only = argc > 1 ? argv[1] : "";
     gt_error err = {0};
     gt_cuda_stream *st;
     if (gt_cuda_device_count() == 0 || gt_cuda_init(0, NULL, &err) != GT_OK ||
@@ -88,10 +91,13 @@ int main(void)
         fprintf(stderr, "no CUDA device: %s\n", err.msg);
         return 1;
     }
-    int rc = bench(st, GT_BF16, 8, 32, 8, 2048, 64, 20);
-    rc |= bench(st, GT_BF16, 8, 16, 16, 2048, 16, 20); /* debugmodel heads */
-    rc |= bench(st, GT_BF16, 8, 32, 8, 2048, 128, 10);
-    rc |= bench(st, GT_F32, 8, 32, 8, 2048, 64, 2);
+    int rc = 0;
+    if (strcmp(only, "debugmodel") != 0) rc |= bench(st, GT_BF16, 8, 32, 8, 2048, 64, 20);
+    if (strcmp(only, "1b") != 0) rc |= bench(st, GT_BF16, 8, 16, 16, 2048, 16, 20); /* debugmodel */
+    if (!*only) {
+        rc |= bench(st, GT_BF16, 8, 32, 8, 2048, 128, 10);
+        rc |= bench(st, GT_F32, 8, 32, 8, 2048, 64, 2);
+    }
     gt_cuda_stream_destroy(st);
     return rc;
 }

@@ -403,8 +403,8 @@ gt_status gt_cuda_sdpa_backward(gt_cuda_stream *s, const gt_kernel_call *c, gt_e
                                                                                  dv->dtype);
         return gt_cuda_launched(c, err);
     }
-    void *scr;
-    GT_TRY(gt_cuda_scratch(s, c, (size_t)qrows * sizeof(float), &scr, err));
+    void *scr; /* D; the flash kernels also keep lse log2 e after it */
+    GT_TRY(gt_cuda_scratch(s, c, 2 * (size_t)qrows * sizeof(float), &scr, err));
     float *dsum = (float *)scr;
     if (gt_cuda_flash_fits(c, a.d, a.dv, a.t)) {
         gt_flash f = gt_cuda_att_flash(c, &a);
@@ -412,6 +412,7 @@ gt_status gt_cuda_sdpa_backward(gt_cuda_stream *s, const gt_kernel_call *c, gt_e
         f.g = (const __nv_bfloat16 *)g->data;
         f.lse = (float *)l->data;
         f.dsum = dsum;
+        f.lse2 = dsum + qrows;
         f.dq = (__nv_bfloat16 *)dq->data;
         f.dk = (__nv_bfloat16 *)dk->data;
         f.dv = (__nv_bfloat16 *)dv->data;

@@ -18,6 +18,8 @@ typedef struct {
     __nv_bfloat16 *out, *dq, *dk, *dv;      /* out: forward; dq, dk, dv: backward */
     float *lse;                             /* written by the forward, read by the backward */
     const float *dsum;                      /* D_i = sum_c dO_ic O_ic (backward) */
+    const float *lse2; /* backward: lse_i log2 e, +inf where lse_i = -inf (a row that saw no key:
+                        * then p = 2^(x - lse2) = 0 with no test) */
     int64_t b, hq, hkv, s, t;
     int d, causal;
     float scale, scale_log2; /* scale and scale * log2(e) */
@@ -28,8 +30,8 @@ bool gt_cuda_flash_fits(const gt_kernel_call *c, int64_t d, int64_t dv, int64_t 
 /* Forward: out, lse. */
 gt_status gt_cuda_flash_fwd(gt_cuda_stream *s, const gt_kernel_call *c, const gt_flash *f,
                             gt_error *err);
-/* Backward: D into scratch, then dk/dv (one block per key tile) and dq (one block per query tile).
- */
+/* Backward: D and lse2 into f->dsum / f->lse2 (scratch of 2 b hq s floats, written here), then
+ * dk/dv (one block per key tile) and dq (one block per query tile). */
 gt_status gt_cuda_flash_bwd(gt_cuda_stream *s, const gt_kernel_call *c, const gt_flash *f,
                             gt_error *err);
 

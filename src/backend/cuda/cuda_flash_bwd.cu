@@ -13,6 +13,10 @@
  *        price of determinism without a dS buffer of size s x t).
  * Both kernels double-buffer the streamed tiles (Q, dO, lse, D resp. K, V) with cp.async, so tile
  * j + 1 loads while tile j is multiplied; fragments come from shared memory by ldmatrix.
+ * Kernel 1 also writes lse2_i = lse_i log2 e (+inf for a row that saw no key, so that
+ * p = 2^(x - lse2) is 0 there without a test), and only warp tiles that cross the causal diagonal
+ * or the end of the queries / keys evaluate the mask: elsewhere P and dS cost one fma, one exp2
+ * and two multiply-adds per element.
  * Products use mma.sync m16n8k16 bf16 with f32 accumulation; P and dS are rounded to bf16 as
  * operands of the second product, as FlashAttention-2 does. */
 #include "cuda_flash.cuh"
@@ -23,17 +27,22 @@
 #define GT_BWD_BK 64 /* keys per dK/dV block: 4 warps x 16 */
 #define GT_BWD_BQ 64 /* queries per dQ block: 4 warps x 16 */
 
-/* Query tile of the dK/dV kernel and key tile of the dQ kernel: smaller for d = 128 to keep the
- * f32 accumulators in registers. */
+/* Query tile of the dK/dV kernel and key tile of the dQ kernel: 64, or 32 to keep the f32
+ * accumulators in registers: for d = 128, and for d = 64, where the 32-wide tiles let both kernels
+ * run 4 blocks per SM (<= 128 registers) instead of 2 and 3 (measured on an H200 at the 1B shape:
+ * backward 2.66 -> 2.58 ms). min_blocks: the blocks per SM asked of the launch bounds (a register
+ * cap of 65536 / (128 min_blocks)); for d = 16 and 32 it keeps the occupancy the kernels had
+ * before the unmasked path added registers. */
 template <int D> struct gt_flash_tiles {
-    static constexpr int inner = D == 128 ? 32 : 64;
+    static constexpr int inner = D >= 64 ? 32 : 64;
+    static constexpr int min_blocks = D == 16 ? 4 : D == 32 ? 3 : D == 64 ? 4 : 1;
 };
 
 static constexpr float GT_LOG2E = 1.4426950408889634f;
 
 /* D_i with 8 lanes per row (a warp does 4 rows): lane sums its 8 products in order, then a fixed
  * xor butterfly over the 8 lanes (row length D = 8 * 8 at most 128: lanes loop over columns). */
-template <int D> __global__ void gt_k_flash_dsum(gt_flash f, float *dsum, int64_t rows)
+template <int D> __global__ void gt_k_flash_dsum(gt_flash f, float *dsum, float *lse2, int64_t rows)
 {
     int64_t row = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) / 8;
     int sub = threadIdx.x % 8;
@@ -49,33 +58,48 @@ template <int D> __global__ void gt_k_flash_dsum(gt_flash f, float *dsum, int64_
     acc += __shfl_xor_sync(0xffffffffu, acc, 1);
     acc += __shfl_xor_sync(0xffffffffu, acc, 2);
     acc += __shfl_xor_sync(0xffffffffu, acc, 4);
-    if (row < rows && sub == 0) dsum[row] = acc;
+    if (row < rows && sub == 0) {
+        dsum[row] = acc;
+        float l = f.lse[row];
+        lse2[row] = l == -INFINITY ? INFINITY : l * GT_LOG2E;
+    }
 }
 
 /* P and dS of a 16 x (8 NT) tile in C layout (sc holds S, dp holds dP on entry): sc becomes P and
  * dp becomes dS. The tile's rows start at r0 and its columns at c0 (absolute). KEYS_ARE_ROWS (the
- * dK/dV kernel): rows are keys, columns queries, and lse / D of query column ci are in shared
+ * dK/dV kernel): rows are keys, columns queries, and lse2 / D of query column ci are in shared
  * memory (lsm, dsm); otherwise rows are queries with this thread's two rows' values in
- * lr[2], dr[2] (indexed by constants once unrolled: they stay in registers). */
+ * lr[2], dr[2] (indexed by constants once unrolled: they stay in registers). mask: the tile may
+ * hold invisible pairs (past the causal diagonal, past s or t), whose P and dS become 0 (uniform
+ * over the warp). */
 template <int NT, bool KEYS_ARE_ROWS>
-__device__ __forceinline__ void gt_flash_p_ds(const gt_flash &f, float (*sc)[4], float (*dp)[4],
-                                              int64_t r0, int64_t c0, int lane, const float *lsm,
-                                              const float *dsm, const float *lr, const float *dr)
+__device__ __forceinline__ void
+gt_flash_p_ds(const gt_flash &f, bool mask, float (*sc)[4], float (*dp)[4], int64_t r0, int64_t c0,
+              int lane, const float *lsm, const float *dsm, const float *lr, const float *dr)
 {
 #pragma unroll
-    for (int n = 0; n < NT; n++)
+    for (int n = 0; n < NT; n++) {
+        float2 lc = make_float2(0.0f, 0.0f), dc = lc;
+        if (KEYS_ARE_ROWS) { /* columns n * 8 + 2 (lane % 4) + 0, 1: one 8-byte load each */
+            lc = *(const float2 *)(lsm + n * 8 + (lane % 4) * 2);
+            dc = *(const float2 *)(dsm + n * 8 + (lane % 4) * 2);
+        }
 #pragma unroll
         for (int e = 0; e < 4; e++) {
-            int ri = lane / 4 + (e >> 1) * 8, ci = n * 8 + (lane % 4) * 2 + (e & 1);
-            int64_t query = KEYS_ARE_ROWS ? c0 + ci : r0 + ri;
-            int64_t key = KEYS_ARE_ROWS ? r0 + ri : c0 + ci;
-            float l2 = KEYS_ARE_ROWS ? lsm[ci] * GT_LOG2E : lr[e >> 1];
-            float dd = KEYS_ARE_ROWS ? dsm[ci] : dr[e >> 1];
-            bool vis = query < f.s && key < f.t && !(f.causal && key > query) && l2 != -INFINITY;
-            float p = vis ? exp2f(sc[n][e] * f.scale_log2 - l2) : 0.0f;
+            float l2 = KEYS_ARE_ROWS ? ((e & 1) ? lc.y : lc.x) : lr[e >> 1];
+            float dd = KEYS_ARE_ROWS ? ((e & 1) ? dc.y : dc.x) : dr[e >> 1];
+            float p = exp2f(fmaf(sc[n][e], f.scale_log2, -l2));
+            if (mask) {
+                int ri = lane / 4 + (e >> 1) * 8, ci = n * 8 + (lane % 4) * 2 + (e & 1);
+                int64_t query = KEYS_ARE_ROWS ? c0 + ci : r0 + ri;
+                int64_t key = KEYS_ARE_ROWS ? r0 + ri : c0 + ci;
+                bool vis = query < f.s && key < f.t && !(f.causal && key > query);
+                p = vis ? p : 0.0f;
+            }
             sc[n][e] = p;
             dp[n][e] = p * (dp[n][e] - dd);
         }
+    }
 }
 
 /* Shared memory of the dK/dV kernel: K and V tiles, then two stages of (Q, dO, lse, D). */
@@ -83,11 +107,14 @@ template <int D> struct gt_flash_dkdv_cfg {
     static constexpr int bq = gt_flash_tiles<D>::inner, ld = D + GT_FLASH_PAD;
     static constexpr int stage = 2 * bq * ld * 2 + 2 * bq * 4; /* bytes, a multiple of 16 */
     static constexpr size_t smem = (size_t)2 * GT_BWD_BK * ld * 2 + 2 * (size_t)stage;
-    /* K and V A fragments stay in registers across the query loop (d <= 64: room for them) */
-    static constexpr bool keep_kv = D <= 64;
+    /* K and V A fragments stay in registers across the query loop for d < 64 (for d = 64 the
+     * registers buy a fourth block per SM instead) */
+    static constexpr bool keep_kv = D < 64;
 };
 
-template <int D> __global__ void __launch_bounds__(GT_FLASH_THREADS) gt_k_flash_dkdv(gt_flash f)
+template <int D>
+__global__ void __launch_bounds__(GT_FLASH_THREADS, gt_flash_tiles<D>::min_blocks)
+    gt_k_flash_dkdv(gt_flash f)
 {
     typedef gt_flash_dkdv_cfg<D> cfg;
     constexpr int BK = GT_BWD_BK, BQ = cfg::bq, LD = cfg::ld;
@@ -111,7 +138,7 @@ template <int D> __global__ void __launch_bounds__(GT_FLASH_THREADS) gt_k_flash_
         for (int r = threadIdx.x; r < BQ; r += blockDim.x) {
             bool in = q0 + r < f.s;
             int64_t at = in ? bh * f.s + q0 + r : 0;
-            gt_cp_async4(lsm + r, f.lse + at, in);
+            gt_cp_async4(lsm + r, f.lse2 + at, in);
             gt_cp_async4(dsm + r, f.dsum + at, in);
         }
     };
@@ -146,7 +173,9 @@ template <int D> __global__ void __launch_bounds__(GT_FLASH_THREADS) gt_k_flash_
         const float *lsm = (const float *)(gs + BQ * LD), *dsm = lsm + BQ;
         /* causal: every key of this warp is in the future of the tile */
         if (!(f.causal && kw > q0 + BQ - 1)) {
-            /* S^T = K Q^T and dP^T = V dO^T: 16 keys x BQ queries. */
+            /* S^T = K Q^T and dP^T = V dO^T: 16 keys x BQ queries; k-steps outer, so the K and V
+             * A fragments of step kc serve every column block (each accumulator still adds its
+             * k-steps in index order). */
             float sc[BQ / 8][4], dp[BQ / 8][4];
 #pragma unroll
             for (int n = 0; n < BQ / 8; n++)
@@ -154,32 +183,31 @@ template <int D> __global__ void __launch_bounds__(GT_FLASH_THREADS) gt_k_flash_
                 for (int e = 0; e < 4; e++)
                     sc[n][e] = dp[n][e] = 0.0f;
 #pragma unroll
-            for (int n = 0; n < BQ / 8; n += 2)
+            for (int kc = 0; kc < D / 16; kc++) {
+                uint32_t ka[4], va[4];
+                if (cfg::keep_kv) {
 #pragma unroll
-                for (int kc = 0; kc < D / 16; kc++) {
-                    uint32_t a[4], b[4];
-                    if (cfg::keep_kv) {
-#pragma unroll
-                        for (int e = 0; e < 4; e++)
-                            a[e] = kf[cfg::keep_kv ? kc : 0][e];
-                    } else {
-                        gt_frag_a(a, ks, LD, warp * 16, kc * 16, lane);
+                    for (int e = 0; e < 4; e++) {
+                        ka[e] = kf[cfg::keep_kv ? kc : 0][e];
+                        va[e] = vf[cfg::keep_kv ? kc : 0][e];
                     }
-                    gt_frag_bt2(b, qs, LD, n * 8, kc * 16, lane);
-                    gt_mma_bf16(sc[n], a, b[0], b[1]);
-                    gt_mma_bf16(sc[n + 1], a, b[2], b[3]);
-                    if (cfg::keep_kv) {
-#pragma unroll
-                        for (int e = 0; e < 4; e++)
-                            a[e] = vf[cfg::keep_kv ? kc : 0][e];
-                    } else {
-                        gt_frag_a(a, vs, LD, warp * 16, kc * 16, lane);
-                    }
-                    gt_frag_bt2(b, gs, LD, n * 8, kc * 16, lane);
-                    gt_mma_bf16(dp[n], a, b[0], b[1]);
-                    gt_mma_bf16(dp[n + 1], a, b[2], b[3]);
+                } else {
+                    gt_frag_a(ka, ks, LD, warp * 16, kc * 16, lane);
+                    gt_frag_a(va, vs, LD, warp * 16, kc * 16, lane);
                 }
-            gt_flash_p_ds<BQ / 8, true>(f, sc, dp, kw, q0, lane, lsm, dsm, nullptr, nullptr);
+#pragma unroll
+                for (int n = 0; n < BQ / 8; n += 2) {
+                    uint32_t b[4];
+                    gt_frag_bt2(b, qs, LD, n * 8, kc * 16, lane);
+                    gt_mma_bf16(sc[n], ka, b[0], b[1]);
+                    gt_mma_bf16(sc[n + 1], ka, b[2], b[3]);
+                    gt_frag_bt2(b, gs, LD, n * 8, kc * 16, lane);
+                    gt_mma_bf16(dp[n], va, b[0], b[1]);
+                    gt_mma_bf16(dp[n + 1], va, b[2], b[3]);
+                }
+            }
+            bool mask = q0 + BQ > f.s || kw + 16 > f.t || (f.causal && kw + 15 > q0);
+            gt_flash_p_ds<BQ / 8, true>(f, mask, sc, dp, kw, q0, lane, lsm, dsm, nullptr, nullptr);
             /* dV += P^T dO, dK += dS^T Q (k-steps over the tile's queries in order). */
 #pragma unroll
             for (int kc = 0; kc < BQ / 16; kc++) {
@@ -222,7 +250,9 @@ template <int D> struct gt_flash_dq_cfg {
     static constexpr size_t smem = sizeof(__nv_bfloat16) * 4 * (size_t)bk * ld;
 };
 
-template <int D> __global__ void __launch_bounds__(GT_FLASH_THREADS) gt_k_flash_dq(gt_flash f)
+template <int D>
+__global__ void __launch_bounds__(GT_FLASH_THREADS, gt_flash_tiles<D>::min_blocks)
+    gt_k_flash_dq(gt_flash f)
 {
     constexpr int BQ = GT_BWD_BQ, BK = gt_flash_tiles<D>::inner, LD = D + GT_FLASH_PAD;
     extern __shared__ __align__(16) unsigned char gt_flash_sm[];
@@ -247,7 +277,7 @@ template <int D> __global__ void __launch_bounds__(GT_FLASH_THREADS) gt_k_flash_
 #pragma unroll
     for (int i = 0; i < 2; i++) {
         int64_t row = qw + lane / 4 + i * 8;
-        lse2[i] = row < f.s ? f.lse[bh * f.s + row] * GT_LOG2E : -INFINITY;
+        lse2[i] = row < f.s ? f.lse2[bh * f.s + row] : INFINITY;
         dd[i] = row < f.s ? f.dsum[bh * f.s + row] : 0.0f;
     }
     float dq[D / 8][4];
@@ -290,7 +320,8 @@ template <int D> __global__ void __launch_bounds__(GT_FLASH_THREADS) gt_k_flash_
                     gt_mma_bf16(dp[n], gf[kc], b[0], b[1]);
                     gt_mma_bf16(dp[n + 1], gf[kc], b[2], b[3]);
                 }
-            gt_flash_p_ds<BK / 8, false>(f, sc, dp, qw, k0, lane, nullptr, nullptr, lse2, dd);
+            bool mask = qw + 16 > f.s || k0 + BK > f.t || (f.causal && k0 + BK - 1 > qw);
+            gt_flash_p_ds<BK / 8, false>(f, mask, sc, dp, qw, k0, lane, nullptr, nullptr, lse2, dd);
 #pragma unroll
             for (int kc = 0; kc < BK / 16; kc++) {
                 uint32_t sa[4];
@@ -325,8 +356,8 @@ static gt_status gt_flash_bwd_launch(gt_cuda_stream *s, const gt_kernel_call *c,
                                      gt_error *err)
 {
     int64_t rows = f->b * f->hq * f->s;
-    gt_k_flash_dsum<D>
-        <<<(unsigned)((rows * 8 + 255) / 256), 256, 0, s->stream>>>(*f, (float *)f->dsum, rows);
+    gt_k_flash_dsum<D><<<(unsigned)((rows * 8 + 255) / 256), 256, 0, s->stream>>>(
+        *f, (float *)f->dsum, (float *)f->lse2, rows);
     GT_TRY(gt_cuda_launched(c, err));
     size_t b1 = gt_flash_dkdv_cfg<D>::smem;
     GT_TRY(gt_cuda_smem_limit(s, c, (const void *)gt_k_flash_dkdv<D>, b1, err));

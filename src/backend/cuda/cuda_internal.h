@@ -11,8 +11,8 @@
 #ifndef GRAPHTRAIN_CUDA_INTERNAL_H
 #define GRAPHTRAIN_CUDA_INTERNAL_H
 
-#include "graphtrain/gt_cuda.h"
 #include "backend/kernel_check.h"
+#include "graphtrain/gt_cuda.h"
 
 #include <cublasLt.h>
 #include <cuda_bf16.h>
@@ -168,6 +168,103 @@ __device__ __forceinline__ void gt_flag(unsigned long long *flag, int op, int64_
         flag[2] = (unsigned long long)limit;
     }
 }
+
+/* 16-byte vectors of T (element i, a multiple of n, of a 16-byte aligned tensor): n values, loaded
+ * widened to f32 (exact) and stored rounded to nearest even with the streaming hint (evict-first:
+ * outputs of bandwidth-bound passes that are not read again soon). The void case is the generic
+ * path (mixed dtypes, unaligned pointers): one value through gt_ld / gt_st with the run-time
+ * dtype. */
+template <typename T> struct gt_vec16;
+
+template <> struct gt_vec16<__nv_bfloat16> {
+    static constexpr int n = 8;
+    typedef uint4 raw;
+    static __device__ __forceinline__ raw ld(const void *p, int, int64_t i)
+    {
+        return *(const uint4 *)((const __nv_bfloat16 *)p + i);
+    }
+    static __device__ __forceinline__ void to_f32(const raw &r, float *f)
+    {
+        const __nv_bfloat162 *h = (const __nv_bfloat162 *)&r;
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            float2 x = __bfloat1622float2(h[k]);
+            f[2 * k] = x.x;
+            f[2 * k + 1] = x.y;
+        }
+    }
+    static __device__ __forceinline__ void st(void *p, int, int64_t i, const float *f)
+    {
+        uint4 r;
+        __nv_bfloat162 *h = (__nv_bfloat162 *)&r;
+#pragma unroll
+        for (int k = 0; k < 4; k++)
+            h[k] = __floats2bfloat162_rn(f[2 * k], f[2 * k + 1]);
+        __stcs((uint4 *)((__nv_bfloat16 *)p + i), r);
+    }
+};
+
+template <> struct gt_vec16<__half> {
+    static constexpr int n = 8;
+    typedef uint4 raw;
+    static __device__ __forceinline__ raw ld(const void *p, int, int64_t i)
+    {
+        return *(const uint4 *)((const __half *)p + i);
+    }
+    static __device__ __forceinline__ void to_f32(const raw &r, float *f)
+    {
+        const __half2 *h = (const __half2 *)&r;
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            float2 x = __half22float2(h[k]);
+            f[2 * k] = x.x;
+            f[2 * k + 1] = x.y;
+        }
+    }
+    static __device__ __forceinline__ void st(void *p, int, int64_t i, const float *f)
+    {
+        uint4 r;
+        __half2 *h = (__half2 *)&r;
+#pragma unroll
+        for (int k = 0; k < 4; k++)
+            h[k] = __floats2half2_rn(f[2 * k], f[2 * k + 1]);
+        __stcs((uint4 *)((__half *)p + i), r);
+    }
+};
+
+template <> struct gt_vec16<float> {
+    static constexpr int n = 4;
+    typedef float4 raw;
+    static __device__ __forceinline__ raw ld(const void *p, int, int64_t i)
+    {
+        return *(const float4 *)((const float *)p + i);
+    }
+    static __device__ __forceinline__ void to_f32(const raw &r, float *f)
+    {
+        f[0] = r.x;
+        f[1] = r.y;
+        f[2] = r.z;
+        f[3] = r.w;
+    }
+    static __device__ __forceinline__ void st(void *p, int, int64_t i, const float *f)
+    {
+        __stcs((float4 *)((float *)p + i), make_float4(f[0], f[1], f[2], f[3]));
+    }
+};
+
+template <> struct gt_vec16<void> {
+    static constexpr int n = 1;
+    typedef float raw;
+    static __device__ __forceinline__ raw ld(const void *p, int dt, int64_t i)
+    {
+        return gt_ld(p, dt, i);
+    }
+    static __device__ __forceinline__ void to_f32(const raw &r, float *f) { f[0] = r; }
+    static __device__ __forceinline__ void st(void *p, int dt, int64_t i, const float *f)
+    {
+        gt_st(p, dt, i, f[0]);
+    }
+};
 
 #define GT_GRID_STRIDE(i, n)                                                                       \
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n);                      \

@@ -1,5 +1,5 @@
-/* cuda_reduce.cu — sum, mean, max, max_backward, sum_to, softmax (+backward) and cross_entropy
- * (+backward).
+/* cuda_reduce.cu — sum, mean, max, max_backward, sum_to and softmax (+backward); cross_entropy is
+ * in cuda_loss.cu.
  *
  * Reductions split x's dims into kept dims (the output's index space) and reduced dims, whose
  * elements are visited in row-major order. Short groups get one thread that sums in order; kept
@@ -109,6 +109,77 @@ __global__ void __launch_bounds__(GT_CUDA_THREADS)
         }
         double t = kind == 0 ? gt_block_sum_d(acc, shd) : (double)gt_block_max(m, shf);
         if (threadIdx.x == 0) {
+            if (splits > 1)
+                part[b] = t;
+            else
+                gt_st(out, dout, g, kind == 0 ? (float)(t / divisor) : (float)t);
+        }
+    }
+}
+
+/* The row split over a contiguous run of terms (reduced dims one run of stride 1, x 16-byte
+ * aligned): the same blocks, chunks and output, with 16-byte loads of T — 4 (f32) or 8 (bf16 / f16)
+ * terms, four vectors in flight per thread — and the few terms before the first aligned vector and
+ * after the last one singly. Thread t takes vectors t, t + T, ... of its block's chunk (the terms
+ * of a vector in index order, in double), then the same fixed tree: a fixed order given the shape.
+ */
+template <typename T>
+__global__ void __launch_bounds__(GT_CUDA_THREADS)
+    gt_k_reduce_vec(gt_cuda_reduce r, int kind, const void *x, int dx, int64_t splits,
+                    int64_t chunk, double *part, void *out, int dout, double divisor)
+{
+    typedef gt_vec16<T> io;
+    constexpr int V = io::n, U = 4, NT = GT_CUDA_THREADS;
+    __shared__ double shd[GT_CUDA_THREADS];
+    __shared__ float shf[GT_CUDA_THREADS];
+    int tid = threadIdx.x;
+    for (int64_t b = blockIdx.x; b < r.groups * splits; b += gridDim.x) {
+        int64_t g = b / splits, p = b - g * splits, k0 = p * chunk;
+        int64_t n = (k0 + chunk < r.count ? k0 + chunk : r.count) - k0;
+        int64_t s0 = gt_red_off(r.kept, g) + k0; /* first term; the run has stride 1 */
+        int64_t head = (V - s0 % V) % V;
+        if (head > n) head = n;
+        int64_t nvec = (n - head) / V, tail0 = head + nvec * V;
+        double acc = 0.0;
+        float m = -INFINITY;
+        if (tid < head) {
+            float v = gt_ld(x, dx, s0 + tid);
+            acc += v;
+            m = gt_nanmax(v, m);
+        }
+        int64_t k = tid;
+        for (; k + (U - 1) * NT < nvec; k += U * NT) {
+            typename io::raw raw[U];
+#pragma unroll
+            for (int u = 0; u < U; u++)
+                raw[u] = io::ld(x, dx, s0 + head + (k + u * NT) * V);
+#pragma unroll
+            for (int u = 0; u < U; u++) {
+                float f[V];
+                io::to_f32(raw[u], f);
+#pragma unroll
+                for (int e = 0; e < V; e++) {
+                    acc += f[e];
+                    m = gt_nanmax(f[e], m);
+                }
+            }
+        }
+        for (; k < nvec; k += NT) {
+            float f[V];
+            io::to_f32(io::ld(x, dx, s0 + head + k * V), f);
+#pragma unroll
+            for (int e = 0; e < V; e++) {
+                acc += f[e];
+                m = gt_nanmax(f[e], m);
+            }
+        }
+        if (tail0 + tid < n) {
+            float v = gt_ld(x, dx, s0 + tail0 + tid);
+            acc += v;
+            m = gt_nanmax(v, m);
+        }
+        double t = kind == 0 ? gt_block_sum_d(acc, shd) : (double)gt_block_max(m, shf);
+        if (tid == 0) {
             if (splits > 1)
                 part[b] = t;
             else
@@ -280,8 +351,22 @@ static gt_status gt_cuda_reduce_run(gt_cuda_stream *s, const gt_kernel_call *c,
     splits = gt_ceil_div(r->count, chunk);
     if (splits > 1)
         GT_TRY(gt_cuda_scratch(s, c, (size_t)(r->groups * splits) * sizeof(double), &scr, err));
-    gt_k_reduce_block<<<gt_red_grid(r->groups * splits), GT_CUDA_THREADS, 0, s->stream>>>(
-        *r, kind, x->data, x->dtype, splits, chunk, (double *)scr, out->data, out->dtype, divisor);
+    /* a contiguous run (one reduced dim of stride 1) in a 16-byte aligned tensor: vector loads */
+    bool vec = r->red.ndim == 1 && r->red.stride[0][0] == 1 && ((uintptr_t)x->data & 15) == 0;
+    unsigned grid = gt_red_grid(r->groups * splits);
+    double *part = (double *)scr;
+    if (vec && x->dtype == GT_F32)
+        gt_k_reduce_vec<float><<<grid, GT_CUDA_THREADS, 0, s->stream>>>(
+            *r, kind, x->data, x->dtype, splits, chunk, part, out->data, out->dtype, divisor);
+    else if (vec && x->dtype == GT_BF16)
+        gt_k_reduce_vec<__nv_bfloat16><<<grid, GT_CUDA_THREADS, 0, s->stream>>>(
+            *r, kind, x->data, x->dtype, splits, chunk, part, out->data, out->dtype, divisor);
+    else if (vec && x->dtype == GT_F16)
+        gt_k_reduce_vec<__half><<<grid, GT_CUDA_THREADS, 0, s->stream>>>(
+            *r, kind, x->data, x->dtype, splits, chunk, part, out->data, out->dtype, divisor);
+    else
+        gt_k_reduce_block<<<grid, GT_CUDA_THREADS, 0, s->stream>>>(
+            *r, kind, x->data, x->dtype, splits, chunk, part, out->data, out->dtype, divisor);
     GT_TRY(gt_cuda_launched(c, err));
     if (splits == 1) return GT_OK;
     gt_k_reduce_finish<<<gt_red_grid(r->groups), GT_CUDA_THREADS, 0, s->stream>>>(
@@ -487,146 +572,4 @@ gt_status gt_cuda_softmax(gt_cuda_stream *s, const gt_kernel_call *c, gt_error *
 gt_status gt_cuda_softmax_backward(gt_cuda_stream *s, const gt_kernel_call *c, gt_error *err)
 {
     return gt_cuda_softmax_any(s, c, err);
-}
-
-/* ---------------------------------------------------------------- cross entropy */
-
-/* Per row: loss_i = lse_i - x_i[t_i] (double) and valid_i; or, in backward mode, the row of
- * dlogits = coef * (softmax - onehot), coef = dloss / n_valid (read from device memory). */
-__global__ void __launch_bounds__(GT_CUDA_THREADS)
-    gt_k_ce_rows(int backward, int64_t rows, int64_t v, const void *x, int dx, const void *tg,
-                 int dt, int64_t ignore, double *loss, int64_t *valid, const int64_t *n_valid,
-                 const void *dloss, int ddl, void *g, int dg, unsigned long long *flag)
-{
-    __shared__ double shd[GT_CUDA_THREADS];
-    __shared__ float shf[GT_CUDA_THREADS];
-    for (int64_t i = blockIdx.x; i < rows; i += gridDim.x) {
-        int64_t t = gt_ld_index(tg, dt, i), base = i * v;
-        bool bad = t != ignore && (t < 0 || t >= v);
-        if (bad && threadIdx.x == 0)
-            gt_flag(flag, backward ? GT_OP_CROSS_ENTROPY_BACKWARD : GT_OP_CROSS_ENTROPY, i, v);
-        bool skip = t == ignore || bad;
-        double coef = 0.0;
-        if (backward) {
-            int64_t nv = *n_valid;
-            coef = nv > 0 ? (double)gt_ld(dloss, ddl, 0) / (double)nv : 0.0;
-            if (skip || nv == 0) {
-                for (int64_t j = threadIdx.x; j < v; j += blockDim.x)
-                    gt_st(g, dg, base + j, 0.0f);
-                continue;
-            }
-        } else if (skip) {
-            if (threadIdx.x == 0) {
-                loss[i] = 0.0;
-                valid[i] = 0;
-            }
-            continue;
-        }
-        float m = -INFINITY;
-        for (int64_t j = threadIdx.x; j < v; j += blockDim.x)
-            m = gt_nanmax(gt_ld(x, dx, base + j), m);
-        m = gt_block_max(m, shf);
-        double sum = 0.0;
-        for (int64_t j = threadIdx.x; j < v; j += blockDim.x)
-            sum += expf(gt_ld(x, dx, base + j) - m);
-        sum = gt_block_sum_d(sum, shd);
-        if (!backward) {
-            if (threadIdx.x == 0) {
-                loss[i] = (double)m + log(sum) - (double)gt_ld(x, dx, base + t);
-                valid[i] = 1;
-            }
-            continue;
-        }
-        double scale = coef / sum;
-        for (int64_t j = threadIdx.x; j < v; j += blockDim.x) {
-            double e = expf(gt_ld(x, dx, base + j) - m);
-            gt_st(g, dg, base + j, j == t ? (float)(e * scale - coef) : (float)(e * scale));
-        }
-    }
-}
-
-/* One block: total loss and valid count in a fixed order; out = total / n_valid (NaN if 0). */
-__global__ void __launch_bounds__(GT_CUDA_THREADS)
-    gt_k_ce_finish(int64_t rows, const double *loss, const int64_t *valid, void *out, int dout)
-{
-    __shared__ double shd[GT_CUDA_THREADS];
-    double tot = 0.0, cnt = 0.0;
-    for (int64_t i = threadIdx.x; i < rows; i += blockDim.x) {
-        tot += loss[i];
-        cnt += (double)valid[i];
-    }
-    tot = gt_block_sum_d(tot, shd);
-    cnt = gt_block_sum_d(cnt, shd); /* integers below 2^53: exact in any order */
-    if (threadIdx.x == 0) gt_st(out, dout, 0, (float)(tot / cnt));
-}
-
-/* One block: the number of rows whose target is valid (in range, not ignored). */
-__global__ void __launch_bounds__(GT_CUDA_THREADS)
-    gt_k_ce_count(int64_t rows, int64_t v, const void *tg, int dt, int64_t ignore, int64_t *n_valid)
-{
-    __shared__ double shd[GT_CUDA_THREADS];
-    double cnt = 0.0;
-    for (int64_t i = threadIdx.x; i < rows; i += blockDim.x) {
-        int64_t t = gt_ld_index(tg, dt, i);
-        cnt += (t != ignore && t >= 0 && t < v) ? 1.0 : 0.0;
-    }
-    cnt = gt_block_sum_d(cnt, shd);
-    if (threadIdx.x == 0) *n_valid = (int64_t)cnt;
-}
-
-static gt_status gt_cuda_ce_check(const gt_kernel_call *c, const gt_tensor *logits,
-                                  const gt_tensor *targets, gt_error *err)
-{
-    GT_TRY(gt_kernel_want_attrs(c, 1, 0, 0, err));
-    GT_TRY(gt_kernel_want_float(c, logits, "logits", err));
-    GT_TRY(gt_kernel_want_index(c, targets, "targets", err));
-    if (logits->ndim != 2 || targets->ndim != 1 || targets->shape[0] != logits->shape[0])
-        return gt_cuda_shape_error(c, "expected logits [N, V] and targets [N]", err);
-    return GT_OK;
-}
-
-gt_status gt_cuda_cross_entropy(gt_cuda_stream *s, const gt_kernel_call *c, gt_error *err)
-{
-    const gt_tensor *logits = c->in[0], *targets = c->in[1];
-    gt_tensor *out = c->out[0];
-    GT_TRY(gt_cuda_ce_check(c, logits, targets, err));
-    GT_TRY(gt_kernel_want_float(c, out, "output", err));
-    if (out->ndim != 0) return gt_cuda_shape_error(c, "the output must be a scalar", err);
-    int64_t rows = logits->shape[0], v = logits->shape[1];
-    void *scr;
-    size_t lb = ((size_t)rows * sizeof(double) + 255) & ~(size_t)255;
-    GT_TRY(gt_cuda_scratch(s, c, lb + (size_t)rows * sizeof(int64_t) + 8, &scr, err));
-    double *loss = (double *)scr;
-    int64_t *valid = (int64_t *)((char *)scr + lb);
-    if (rows > 0) {
-        gt_k_ce_rows<<<(unsigned)(rows < 65536 ? rows : 65536), GT_CUDA_THREADS, 0, s->stream>>>(
-            0, rows, v, logits->data, logits->dtype, targets->data, targets->dtype, c->i[0], loss,
-            valid, NULL, NULL, 0, NULL, 0, s->flag);
-        GT_TRY(gt_cuda_launched(c, err));
-    }
-    gt_k_ce_finish<<<1, GT_CUDA_THREADS, 0, s->stream>>>(rows, loss, valid, out->data, out->dtype);
-    return gt_cuda_launched(c, err);
-}
-
-gt_status gt_cuda_cross_entropy_backward(gt_cuda_stream *s, const gt_kernel_call *c, gt_error *err)
-{
-    const gt_tensor *logits = c->in[0], *targets = c->in[1], *dloss = c->in[2];
-    gt_tensor *dx = c->out[0];
-    GT_TRY(gt_cuda_ce_check(c, logits, targets, err));
-    GT_TRY(gt_kernel_want_float(c, dloss, "dloss", err));
-    GT_TRY(gt_kernel_want_float(c, dx, "dlogits", err));
-    GT_TRY(gt_kernel_want_same_shape(c, logits, "logits", dx, "dlogits", err));
-    if (gt_tensor_numel(dloss) != 1) return gt_cuda_shape_error(c, "dloss must be a scalar", err);
-    int64_t rows = logits->shape[0], v = logits->shape[1];
-    if (rows == 0 || v == 0) return GT_OK;
-    void *scr;
-    GT_TRY(gt_cuda_scratch(s, c, sizeof(int64_t), &scr, err));
-    int64_t *n_valid = (int64_t *)scr;
-    gt_k_ce_count<<<1, GT_CUDA_THREADS, 0, s->stream>>>(rows, v, targets->data, targets->dtype,
-                                                        c->i[0], n_valid);
-    GT_TRY(gt_cuda_launched(c, err));
-    gt_k_ce_rows<<<(unsigned)(rows < 65536 ? rows : 65536), GT_CUDA_THREADS, 0, s->stream>>>(
-        1, rows, v, logits->data, logits->dtype, targets->data, targets->dtype, c->i[0], NULL, NULL,
-        n_valid, dloss->data, dloss->dtype, dx->data, dx->dtype, s->flag);
-    return gt_cuda_launched(c, err);
 }
