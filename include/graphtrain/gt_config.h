@@ -124,6 +124,7 @@ typedef struct {
     bool enable;
     gt_cfg_memory_policy memory_policy;
     double activation_memory_budget_gb; /* memory_policy = budget */
+    double fsdp_bucket_cap_mb;          /* 0: one FSDP bucket per transformer block */
     gt_cfg_strings disable_passes;
     bool debug_graph_passes;
     char *precompile_artifact_dir;

@@ -148,6 +148,10 @@ static const gt_cfg_option options[] = {
              "eager mode saves), none (save everything), budget (fit activation_memory_budget_gb)"},
     {OPT(compile, activation_memory_budget_gb, GT_CFG_FLOAT), .default_value = "0.0",
      FLOAT_RANGE(0, 1e6), .help = "activation memory budget in GiB for memory_policy = budget"},
+    {OPT(compile, fsdp_bucket_cap_mb, GT_CFG_FLOAT), .default_value = "0.0",
+     FLOAT_RANGE(0, 1e6),
+     .help = "fsdp_bucketing: split each transformer block's bucket into pieces of at most this "
+             "many MiB (unsharded sizes); 0: one bucket per block"},
     {OPT(compile, disable_passes, GT_CFG_STRINGS), .default_value = "",
      .help = "passes to remove from the pipeline, by name (a,b)"},
     {OPT(compile, debug_graph_passes, GT_CFG_BOOL), .default_value = "false",
@@ -770,6 +774,10 @@ gt_status gt_config_apply_overrides(gt_config *c, int argc, char **argv, gt_erro
 gt_status gt_config_validate(const gt_config *c, gt_error *err)
 {
     const gt_cfg_training *t = &c->training;
+    if (t->mixed_precision_reduce != GT_CFG_PRECISION_FLOAT32)
+        return gt_error_set(err, GT_ERR_UNSUPPORTED,
+                            "config: training.mixed_precision_reduce: only \"float32\" is "
+                            "supported (gradients are reduced across ranks in float32)");
     if (t->global_batch_size == 0)
         return gt_error_set(err, GT_ERR_INVALID,
                             "config: training.global_batch_size: expected -1 "

@@ -11,8 +11,8 @@
  *     1e-5 of the reference's (max |a - b| over a tensor relative to max |a|);
  *   - every rank's program allocates exactly the bytes it planned (the "memory ..." lines rank 0
  *     logs for every rank, or once for all ranks when they agree).
- * Determinism across processes: FSDP2xTP2 run twice gives the same losses bit for bit and the
- * same checkpoint file byte for byte (parameters and AdamW moments); and the eager executor
+ * Determinism across processes: every test_tiny layout run twice gives the same losses bit for bit
+ * and the same checkpoint file byte for byte (parameters and AdamW moments); and the eager executor
  * (compile.enable = false, collectives run blocking) gives bitwise what the compiled program does.
  */
 #include "launch.h" /* first: train_child.h defines _GNU_SOURCE */
@@ -134,10 +134,16 @@ int main(void)
             compare_to_reference(&ref, &runs[k], name);
         }
         if (f != 0) continue;
-        /* test_tiny FSDP2xTP2 (runs[4]) again, and with the eager executor */
+        /* every test_tiny layout again: bitwise run to run; FSDP2xTP2 (runs[4]) also with the
+         * eager executor */
         static run_result again, eager;
-        run_layout(base, "test_tiny_FSDP2xTP2_again", flavors[f], &layouts[4], NULL, &again);
-        compare_bitwise(&runs[4], &again, "FSDP2xTP2 rerun");
+        for (int k = 0; k < N_LAYOUTS; k++) {
+            char what[96];
+            snprintf(name, sizeof name, "test_tiny_%s_again", layouts[k].name);
+            snprintf(what, sizeof what, "%s rerun", layouts[k].name);
+            run_layout(base, name, flavors[f], &layouts[k], NULL, &again);
+            compare_bitwise(&runs[k], &again, what);
+        }
         run_layout(base, "test_tiny_FSDP2xTP2_eager", flavors[f], &layouts[4],
                    "--compile.enable=false", &eager);
         compare_bitwise(&runs[4], &eager, "FSDP2xTP2 eager vs compiled");
