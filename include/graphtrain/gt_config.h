@@ -144,6 +144,7 @@ typedef struct {
     bool save_jsonl;
     bool enable_tensorboard; /* accepted for torchtitan configs; true is refused */
     double peak_tflops;      /* one device's dense peak for MFU/HFU; 0 = not reported */
+    bool comm_report;        /* print the collective timing report after step 2 */
 } gt_cfg_metrics;
 
 typedef struct {

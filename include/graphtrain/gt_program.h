@@ -189,6 +189,21 @@ int32_t gt_program_collectives(const gt_program *p, gt_comm_sched_entry *out, in
  * output keeps whatever bytes its buffer holds. GT_ERR_INVALID when index is out of range. */
 gt_status gt_program_drop_collective(gt_program *p, int32_t index, gt_error *err);
 
+/* Communication timing of the last run, one entry per collective in execution order (index as in
+ * gt_program_collectives): kind, mesh dim, bytes each rank contributes, `total_s` from posting the
+ * start to the wait's return, and `exposed_s`, the part of it the executor spent blocked in the
+ * wait — communication not hidden behind the compute between start and wait. (Through MPI on the
+ * CPU a transfer progresses mostly inside MPI calls, so most of it shows as exposed.) Returns the
+ * count, writes min(count, max) entries. For --metrics.comm_report. */
+typedef struct {
+    gt_coll_kind kind;
+    int32_t mesh_dim;
+    uint64_t bytes;
+    int32_t start_instr, wait_instr; /* positions in the instruction list */
+    double total_s, exposed_s;
+} gt_comm_timing;
+int32_t gt_program_comm_timings(const gt_program *p, gt_comm_timing *out, int32_t max);
+
 /* ---------------------------------------------------------------- the program on a CUDA device
  * (src/runtime/exec_cuda.c). Declared in every build; defined only when the library is built with
  * CUDA (GT_HAVE_CUDA), except gt_program_state_input, which is plain host code.
@@ -214,6 +229,19 @@ const gt_program *gt_cuda_program_lowered(const gt_cuda_program *p);
 void *gt_cuda_program_stream(gt_cuda_program *p);
 /* Device bytes allocated for an arena (equal to the planned bytes). */
 size_t gt_cuda_program_allocated_bytes(const gt_cuda_program *p, gt_arena_kind a);
+
+/* Collectives on the device: comms[k] serves mesh dim k, as gt_program_set_comms (same checks;
+ * borrowed: they must outlive every run and the program's last host wait). A communicator of more
+ * than one rank must be an NCCL one (gt_comm_nccl_create; GT_ERR_INVALID names the dim otherwise);
+ * a group of size 1 needs none (its collectives are device copies). Set them before the warm-up
+ * run: the communicators of a captured program cannot change (GT_ERR_INVALID). Starts and waits
+ * run as stream work (gt_comm.h, "NCCL"), so exec queues the whole step without blocking and
+ * gt_cuda_program_capture records the collectives into the step graph; the first uncaptured run
+ * sizes the communicators' scratch. With NCCL communicators set, sync, step_wait, the reads and
+ * run wait through gt_comm_nccl_wait_event: a dead or stuck peer makes them fail naming the
+ * communicator within its timeout (and aborts it) instead of hanging. */
+gt_status gt_cuda_program_set_comms(gt_cuda_program *p, gt_comm *const comms[GT_MESH_MAX_DIMS],
+                                    gt_error *err);
 
 /* Copies host tensor t into the buffer of graph input k (dtype and shape must match, or
  * GT_ERR_INVALID names the input). Ordered on the stream: t must stay valid until the next sync

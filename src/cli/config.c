@@ -183,6 +183,9 @@ static const gt_cfg_option options[] = {
     {OPT(metrics, peak_tflops, GT_CFG_FLOAT), .default_value = "0.0", FLOAT_RANGE(0, 1e9),
      .help = "dense peak TFLOP/s of one device, for MFU and HFU (989 for H100/H200 bf16); 0: MFU "
              "is not reported (CPU)"},
+    {OPT(metrics, comm_report, GT_CFG_BOOL), .default_value = "false",
+     .help = "after step 2 (step 1 warms up), rank 0 prints every collective of its step: bytes, "
+             "time from start to completion, and the part not hidden behind compute (exposed)"},
     /* debug */
     {OPT(debug, seed, GT_CFG_INT), .default_value = "0", INT_RANGE(0, INT64_MAX),
      .help = "seed of initialisation, data order and dropout-like randomness (torchtitan's None "

@@ -14,6 +14,7 @@
  * them before returning, so no request outlives the run. */
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 #include "graphtrain/gt_program.h"
 #include "runtime_internal.h"
@@ -177,14 +178,24 @@ static gt_status check_comms(const gt_program *p, gt_error *err)
     return GT_OK;
 }
 
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
 static gt_status run_collective(gt_program *p, const gt_instr *ins, gt_error *err)
 {
     gt_program_slot *slot = &p->slots[ins->slot];
     gt_status st = GT_OK;
     if (ins->op == GT_OP_WAIT) {
+        slot->t_wait = now_s();
         if (slot->req) st = gt_comm_wait(slot->req, err); /* frees the request, also on error */
         slot->req = NULL;
+        slot->t_done = now_s();
     } else {
+        slot->t_start = now_s();
         gt_comm *c;
         GT_CHECK(!slot->req);
         st = gt_runtime_comm_for(p->g, ins->i[0], ins->i[1], p->comms, &c, err);
@@ -196,6 +207,33 @@ static gt_status run_collective(gt_program *p, const gt_instr *ins, gt_error *er
     }
     if (st != GT_OK) gt_program_wrap_kernel_error(p->g, ins, "", err);
     return st;
+}
+
+int32_t gt_program_comm_timings(const gt_program *p, gt_comm_timing *out, int32_t max)
+{
+    int32_t n = 0;
+    for (int32_t k = 0; k < p->n_instrs; k++) {
+        const gt_instr *ins = &p->instrs[k];
+        if (ins->slot < 0 || ins->op == GT_OP_WAIT) continue;
+        if (n < max && out) {
+            const gt_program_slot *s = &p->slots[ins->slot];
+            gt_comm_timing *t = &out[n];
+            t->kind = gt_runtime_coll_kind(ins->op);
+            t->mesh_dim = (int32_t)ins->i[0];
+            t->bytes = (uint64_t)gt_dtype_size(ins->in[0].dtype);
+            for (int d = 0; d < ins->in[0].ndim; d++)
+                t->bytes *= (uint64_t)ins->in[0].shape[d];
+            t->start_instr = k;
+            t->wait_instr = -1;
+            for (int32_t j = k + 1; j < p->n_instrs && t->wait_instr < 0; j++)
+                if (p->instrs[j].slot == ins->slot && p->instrs[j].op == GT_OP_WAIT)
+                    t->wait_instr = j;
+            t->total_s = s->t_done > s->t_start ? s->t_done - s->t_start : 0.0;
+            t->exposed_s = s->t_done > s->t_wait ? s->t_done - s->t_wait : 0.0;
+        }
+        n++;
+    }
+    return n;
 }
 
 /* After a failed run: completes every collective still in flight (their buffers are the

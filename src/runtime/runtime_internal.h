@@ -25,6 +25,9 @@ void gt_program_wrap_kernel_error(const gt_graph *g, const gt_instr *ins, const 
 struct gt_program_slot {
     gt_tensor in, out;
     gt_comm_request *req;
+    /* the last run's clock readings (CLOCK_MONOTONIC seconds): start posted, wait entered,
+     * wait returned (gt_program_comm_timings) */
+    double t_start, t_wait, t_done;
 };
 
 /* True for all_gather_start, reduce_scatter_start and all_reduce_start. */

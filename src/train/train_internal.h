@@ -89,6 +89,12 @@ gt_status gt_train_report_memory(gt_train_dist *d, const gt_program *prog, gt_er
 
 /* debug.test_kill_rank_at_step: the signal this rank sends itself at `step` ("R:S": SIGKILL, a
  * dead peer; "R:S:stop": SIGSTOP, a peer that hangs), or 0. */
+/* --metrics.comm_report (comm_report.c): one line per collective of the step just run (kind,
+ * mesh dim, bytes, start-to-completion time, exposed time, what it overlapped) and totals against
+ * the step time. */
+void gt_train_print_comm_report(const gt_comm_timing *t, int32_t n, double step_s, int rank,
+                                FILE *f);
+
 int gt_train_kill_signal(const gt_train_dist *d, const gt_config *cfg, int64_t step);
 
 /* ---------------------------------------------------------------- the trainer (trainer.c) */

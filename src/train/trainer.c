@@ -709,6 +709,15 @@ static void log_start(gt_trainer *t, gt_train_result *res)
                (long long)t->model_cfg.vocab_size, res->entropy_rate);
 }
 
+static void comm_report(gt_trainer *t, double step_s)
+{
+    int32_t n = gt_program_comm_timings(t->whole.prog, NULL, 0);
+    gt_comm_timing *timings = gt_xcalloc((size_t)(n ? n : 1), sizeof *timings);
+    gt_program_comm_timings(t->whole.prog, timings, n);
+    gt_train_print_comm_report(timings, n, step_s, t->dist.rank, stderr);
+    free(timings);
+}
+
 static gt_status run(gt_trainer *t, gt_train_result *res, gt_error *err)
 {
     const gt_config *cfg = t->cfg;
@@ -738,8 +747,11 @@ static gt_status run(gt_trainer *t, gt_train_result *res, gt_error *err)
         int64_t ticket = -1;
         GT_TRY(train_step(t, step, &loss, &grad_norm, &lr, &ticket, err));
         if (ticket < 0) {
-            GT_TRY(
-                report_step(t, res, step, loss, grad_norm, lr, gt_train_now_seconds() - t0, err));
+            double step_s = gt_train_now_seconds() - t0;
+            GT_TRY(report_step(t, res, step, loss, grad_norm, lr, step_s, err));
+            if (cfg->metrics.comm_report && t->whole.prog && t->dist.rank == 0 &&
+                (step == start + 2 || (step == cfg->training.steps && step < start + 2)))
+                comm_report(t, step_s);
         } else {
             /* the GPU: step is queued; report the one before it, then this one when it must be
              * complete (a checkpoint, the last step) */

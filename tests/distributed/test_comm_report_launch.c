@@ -1,0 +1,84 @@
+/* test_comm_report_launch.c — --metrics.comm_report under mpiexec (issue 7 item 3 on the CPU).
+ *
+ * FSDP2xTP2 on test_tiny with the report on: rank 0 prints one line per collective of step 2,
+ * as many as the collective schedule it logged before step 1 ("collective schedule: N
+ * collectives per step"); every line has 0 <= exposed <= total; the per-kind totals add up to
+ * the number of lines; and the run's losses are bitwise those of the same run without the report
+ * (timing changes nothing it computes). */
+#include "launch.h" /* first: train_child.h defines _GNU_SOURCE */
+
+static int run(const char *base, const char *name, bool report, char *out_path, size_t n,
+               char *dump, size_t dn)
+{
+    static const launch_layout l = {"FSDP2xTP2", 1, 2, 2};
+    launch_temp_dir(dump, dn, base, name);
+    snprintf(out_path, n, "%s.log", dump);
+    launch_cmd c;
+    launch_layout_run(&c, &l, "test_tiny", dump, LAUNCH_STEPS);
+    if (report) launch_add(&c, "--metrics.comm_report=true");
+    double secs = 0;
+    int rc = launch_run(&c, out_path, 240.0, &secs);
+    if (rc != 0) launch_show_tail(out_path);
+    return rc;
+}
+
+int main(void)
+{
+    if (!launch_binary()) {
+        fprintf(stderr, "GT_BINARY is not set (CTest sets it to the graphtrain program)\n");
+        return 1;
+    }
+    char base[256];
+    snprintf(base, sizeof base, "/tmp/gt_comm_report_launch_%d", (int)getpid());
+    remove_tree(base);
+    mkdir(base, 0777);
+    char out_a[700], out_b[700], dump_a[600], dump_b[600];
+    EXPECT(run(base, "report", true, out_a, sizeof out_a, dump_a, sizeof dump_a) == 0,
+           "run with the report failed");
+    EXPECT(run(base, "plain", false, out_b, sizeof out_b, dump_b, sizeof dump_b) == 0,
+           "run without the report failed");
+
+    char *text = read_all(out_a, NULL);
+    int scheduled = -1, listed = -1, lines = 0, totals = 0, bad = 0;
+    const char *p = text ? strstr(text, "collective schedule: ") : NULL;
+    if (p) sscanf(p, "collective schedule: %d", &scheduled);
+    p = text ? strstr(text, "collective report (rank 0, one step): ") : NULL;
+    if (p) sscanf(p, "collective report (rank 0, one step): %d", &listed);
+    for (const char *q = p ? strchr(p, '\n') : NULL; q && *q; q = strchr(q + 1, '\n')) {
+        int idx;
+        char kind[32], dim[32];
+        unsigned long long bytes;
+        double total, exposed;
+        if (sscanf(q + 1, " %d %31s %31s %llu %lf %lf", &idx, kind, dim, &bytes, &total,
+                   &exposed) == 6) {
+            EXPECT(idx == lines, "line %d has index %d", lines, idx);
+            bad += !(exposed >= 0 && exposed <= total + 1e-6 && bytes > 0);
+            lines++;
+            continue;
+        }
+        int count;
+        if (sscanf(q + 1, " total %31s %d collectives", kind, &count) == 2) {
+            totals += count;
+            continue;
+        }
+        if (strstr(q + 1, "communication ") == q + 1 + strspn(q + 1, " ")) break;
+    }
+    EXPECT(scheduled > 0 && listed == scheduled && lines == scheduled,
+           "schedule %d collectives, report header %d, %d lines", scheduled, listed, lines);
+    EXPECT(totals == lines, "per-kind totals %d vs %d lines", totals, lines);
+    EXPECT(bad == 0, "%d lines with exposed outside [0, total] or no bytes", bad);
+    free(text);
+
+    gt_metrics_log a = {0}, b = {0};
+    if (read_metrics(dump_a, &a) && read_metrics(dump_b, &b)) {
+        EXPECT(a.n_steps == b.n_steps && a.n_steps == LAUNCH_STEPS, "records %d and %d",
+               (int)a.n_steps, (int)b.n_steps);
+        for (int64_t k = 0; k < a.n_steps && k < b.n_steps; k++)
+            EXPECT(a.steps[k].loss == b.steps[k].loss, "step %lld loss differs with the report",
+                   (long long)a.steps[k].step);
+    }
+    gt_metrics_log_free(&a);
+    gt_metrics_log_free(&b);
+    if (gt_test_failed_ == 0) remove_tree(base);
+    return gt_test_finish();
+}
