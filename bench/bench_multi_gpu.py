@@ -1,0 +1,775 @@
+#!/usr/bin/env python3
+"""Multi-GPU training throughput: graphtrain FSDP / FSDP x TP vs PyTorch FSDP2 + torch.compile.
+
+One program, one machine, one run: for every model of --models (llama3 1B and 8B by default),
+every GPU count of --gpus (1, 2, 4) and every layout of --layouts it trains with
+
+graphtrain — one mpirun per run (B = --batch, S = --seq, K = --steps, TMP a fresh folder):
+
+    mpirun -np N --allow-run-as-root --oversubscribe -x NCCL_NVLS_ENABLE=0 GRAPHTRAIN train
+        --model.flavor F --training.device cuda --training.local_batch_size B
+        --training.seq_len S --training.steps K --metrics.log_freq 1 --metrics.peak_tflops 989
+        --job.print_config false --job.dump_folder TMP
+        --parallelism.data_parallel_shard_degree N                      (layout fsdp)
+        --parallelism.tensor_parallel_degree 2
+        --parallelism.data_parallel_shard_degree N/2                    (layout fsdp_tp, N >= 2)
+        [--metrics.comm_report true]      (only when the binary knows that option, see below)
+
+(--launcher env starts the N ranks from this script instead, with the variables torchrun sets —
+MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE, LOCAL_RANK — for graphtrain's TCP rendezvous, on a
+machine without MPI; --launcher auto, the default, takes mpirun when it is installed.)
+local_batch_size is per data-parallel rank, so a step is B x S x dp tokens (dp = N for fsdp,
+N/2 for fsdp_tp). Step times are rank 0's metrics.jsonl step_seconds (bf16 mixed precision,
+synthetic data, AdamW + clipping + schedule, CUDA graph replay: graphtrain's defaults).
+
+PyTorch — one torchrun per run (FSDP only: torch TP is not run; the fsdp_tp rows are compared
+with torch FSDP2 on the same number of GPUs):
+
+    python3 -m torch.distributed.run --standalone --nproc_per_node N bench_multi_gpu.py
+        --torch-worker SPEC
+
+Each rank builds transformers LlamaForCausalLM of bench_gpu.py's shape (untied output, llama3 RoPE
+scaling, sdpa) on the meta device, torch.compiles every decoder layer in place (nn.Module.compile,
+inductor defaults, caches off; --torch-compile model compiles forward + loss as one function
+instead, none not at all), applies FSDP2 fully_shard to every decoder layer and then to the root
+with MixedPrecisionPolicy(param_dtype=bfloat16, reduce_dtype=float32) (reshard after forward, the
+default), materializes its shards on its GPU (random normal 0.02 matrices, ones for the norms;
+the RoPE tables recomputed), and trains with torch.optim.AdamW(fused=True) with bench_gpu.py's
+hyper-parameters, parameter groups and schedule, clip_grad_norm_(1.0), and B x S random tokens
+per rank (so B x S x N tokens per step). The loss is the cross-entropy of the logits cast to fp32
+(torch.compiled unless --torch-compile none). One step = tokens, forward + loss, backward, clip,
+AdamW, zero_grad, loss.item(). NCCL (gloo on the CPU). A step's time is the slowest rank's.
+
+Reported per (model, layout, N, system): median step time over steps --skip+1..K, tokens/s in
+total and per GPU, MFU per GPU (bench_gpu.py's formula: tokens/s per GPU x (6 N_non-embedding +
+12 L H Dh S) / --peak-tflops), peak GPU memory (nvidia-smi memory.used of each of the N GPUs
+polled while the run lives, minus its value just before the run; the maximum over the GPUs), the
+own count (torch: the largest torch.cuda.max_memory_allocated over ranks; graphtrain: its planned
+arenas per rank + the 32 MiB cuBLASLt workspace), graphtrain / torch ratios (tokens/s and GPU
+memory, against torch FSDP2 at the same N), scaling efficiency (tokens/s per GPU at N / that of
+the 1-GPU run of the same system: graphtrain fsdp on 1 GPU, torch on 1 GPU) and, when graphtrain
+prints one (--metrics.comm_report, issue 7 item 3), its communication report lines.
+
+Every run has --timeout seconds; a run that fails or times out is reported as failed with the
+tail of its log (its whole process tree is stopped) and the other runs still go. The JSON is
+rewritten after every run.
+
+--device cpu checks this script on a machine without a GPU: graphtrain --training.device cpu
+under mpirun, torch FSDP2 over gloo on the CPU, default model test_tiny, batch 2, seq 64.
+"""
+import argparse
+import datetime
+import json
+import os
+import re
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import bench_gpu as bg  # noqa: E402  (shapes, FLOPs, hyper-parameters, schedule: one definition)
+
+# bench_gpu.py's shapes plus 8B (src/models/flavors.c; ffn = 1024 * ceil(int(1.3 * 10922) / 1024)).
+MODELS = dict(bg.MODELS)
+MODELS["8B"] = dict(dim=4096, layers=32, heads=32, kv_heads=8, vocab=128256, ffn=14336,
+                    rope_original=8192)
+LAYOUTS = ("fsdp", "fsdp_tp")
+SYSTEMS = ("graphtrain", "torch")
+NAMES = {"graphtrain": "graphtrain", "torch": "torch FSDP2"}
+TP = 2  # the tensor-parallel degree of layout fsdp_tp
+
+
+def llama_config(m):
+    """transformers LlamaConfig of shape m, as bench_gpu.py's worker builds it."""
+    import transformers
+    from transformers import LlamaConfig
+    common = dict(
+        hidden_size=m["dim"], intermediate_size=m["ffn"], num_hidden_layers=m["layers"],
+        num_attention_heads=m["heads"], num_key_value_heads=m["kv_heads"], vocab_size=m["vocab"],
+        head_dim=m["dim"] // m["heads"], rms_norm_eps=1e-5, max_position_embeddings=131072,
+        tie_word_embeddings=False, attention_bias=False, mlp_bias=False, hidden_act="silu",
+        attention_dropout=0.0)
+    scaling = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+               "high_freq_factor": 4.0, "original_max_position_embeddings": m["rope_original"]}
+    if int(transformers.__version__.split(".")[0]) >= 5:
+        cfg = LlamaConfig(**common, rope_parameters=dict(scaling, rope_theta=500000.0))
+    else:  # transformers 4.x spelling
+        cfg = LlamaConfig(**common, rope_theta=500000.0, rope_scaling=scaling)
+    cfg._attn_implementation = "sdpa"
+    return cfg
+
+
+# ---------------------------------------------------------------------------------------------
+# PyTorch FSDP2 worker (one process per rank under torchrun; rank 0 prints one JSON line per step
+# and a summary line with every rank's step times and memory)
+
+
+def torch_worker(spec):
+    import torch
+    import torch.distributed as dist
+    import torch.nn.functional as F
+    import transformers
+    from torch.distributed.device_mesh import init_device_mesh
+    from transformers import LlamaForCausalLM
+    try:
+        from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+    except ImportError:  # torch < 2.6
+        from torch.distributed._composable.fsdp import MixedPrecisionPolicy, fully_shard
+
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    cuda = spec["device"] == "cuda"
+    if cuda:
+        dev = torch.device("cuda", int(os.environ["LOCAL_RANK"]))
+        torch.cuda.set_device(dev)
+        dist.init_process_group("nccl", device_id=dev)
+    else:
+        dev = torch.device("cpu")
+        dist.init_process_group("gloo")
+    mesh = init_device_mesh(dev.type, (world,))
+    m = MODELS[spec["model"]]
+    cfg = llama_config(m)
+    torch.manual_seed(spec["seed"] + rank)
+
+    # Meta first: a full fp32 8B (32 GB) per GPU before sharding would show in the peak memory.
+    with torch.device("meta"):
+        model = LlamaForCausalLM(cfg)
+    model.train()
+    layers = model.model.layers
+    if spec["ac"] == "full":  # torchtitan's full activation checkpointing: recompute each layer
+        from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import (
+            checkpoint_wrapper)
+        for i in range(len(layers)):
+            layers[i] = checkpoint_wrapper(layers[i], preserve_rng_state=False)
+    if spec["compile"] == "layer":
+        for layer in layers:  # torchtitan's per-block compile; FSDP hooks stay outside the graphs
+            layer.compile()
+    mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+    for layer in layers:
+        fully_shard(layer, mesh=mesh, mp_policy=mp)
+    fully_shard(model, mesh=mesh, mp_policy=mp)
+    model.to_empty(device=dev)
+    with torch.no_grad():
+        for p in model.parameters():  # each rank fills its own shard; values only set the loss
+            local = p.to_local() if hasattr(p, "to_local") else p
+            if p.ndim >= 2:
+                local.normal_(0.0, 0.02)
+            else:
+                local.fill_(1.0)
+    with dev:  # the RoPE tables are non-persistent buffers: to_empty left them uninitialised
+        model.model.rotary_emb = type(model.model.rotary_emb)(config=cfg)
+    n_params = sum(p.numel() for p in model.parameters())  # DTensor numel is the global size
+
+    decay = [p for p in model.parameters() if p.ndim >= 2]
+    no_decay = [p for p in model.parameters() if p.ndim < 2]
+    groups = [dict(params=decay, weight_decay=bg.WEIGHT_DECAY),
+              dict(params=no_decay, weight_decay=0.0)]
+    try:
+        opt = torch.optim.AdamW(groups, lr=bg.LR, betas=bg.BETAS, eps=bg.EPS, fused=True)
+        fused = True
+    except (RuntimeError, ValueError) as e:  # reported in the summary, never silently
+        if cuda:
+            raise
+        print(f"fused AdamW refused on {dev.type}: {e}; using foreach", file=sys.stderr)
+        opt = torch.optim.AdamW(groups, lr=bg.LR, betas=bg.BETAS, eps=bg.EPS, foreach=True)
+        fused = False
+    V = m["vocab"]
+
+    def ce(logits, labels):
+        return F.cross_entropy(logits.float().reshape(-1, V), labels.reshape(-1))
+
+    def forward_loss(ids, labels):
+        return loss_fn(model(input_ids=ids, use_cache=False).logits, labels)
+
+    loss_fn = torch.compile(ce) if spec["compile"] == "layer" else ce
+    step_fn = torch.compile(forward_loss) if spec["compile"] == "model" else forward_loss
+    if cuda:
+        torch.cuda.reset_peak_memory_stats(dev)
+    B, S, steps = spec["batch"], spec["seq"], spec["steps"]
+    gen = torch.Generator(device=dev).manual_seed(spec["seed"] + 1000 + rank)
+    times = []
+    for step in range(1, steps + 1):
+        t0 = time.perf_counter()
+        ids = torch.randint(0, V, (B, S), generator=gen, device=dev)
+        labels = torch.randint(0, V, (B, S), generator=gen, device=dev)
+        for group in opt.param_groups:
+            group["lr"] = bg.lr_at(step, steps)
+        loss = step_fn(ids, labels)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), bg.MAX_NORM)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        loss_value = loss.item()  # waits for this rank's GPU, as graphtrain's step does
+        times.append(time.perf_counter() - t0)
+        if rank == 0:
+            print(json.dumps(dict(step=step, step_seconds=times[-1], loss=loss_value)), flush=True)
+    mine = dict(step_seconds=times,
+                max_memory_allocated=torch.cuda.max_memory_allocated(dev) if cuda else -1,
+                max_memory_reserved=torch.cuda.max_memory_reserved(dev) if cuda else -1)
+    every = [None] * world
+    dist.all_gather_object(every, mine)
+    if rank == 0:
+        print(json.dumps(dict(
+            summary=True, params=n_params, world=world, torch=torch.__version__,
+            transformers=transformers.__version__, backend=dist.get_backend(),
+            compile=spec["compile"], ac=spec["ac"], adamw_fused=fused,
+            device_name=torch.cuda.get_device_name(dev) if cuda else "cpu",
+            step_seconds_per_rank=[x["step_seconds"] for x in every],
+            max_memory_allocated_per_rank=[x["max_memory_allocated"] for x in every],
+            max_memory_reserved_per_rank=[x["max_memory_reserved"] for x in every])), flush=True)
+    dist.destroy_process_group()
+
+
+# ---------------------------------------------------------------------------------------------
+# GPU memory of several GPUs, and process trees that always end
+
+
+def gpus_used_bytes(ids):
+    """{gpu index: memory.used bytes} for the indices in ids (one nvidia-smi call), or None."""
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=index,memory.used",
+                              "--format=csv,noheader,nounits", "-i", ",".join(map(str, ids))],
+                             capture_output=True, text=True, timeout=10)
+        if out.returncode != 0:
+            return None
+        used = {}
+        for line in out.stdout.strip().splitlines():
+            i, mib = line.split(",")
+            used[int(i)] = int(mib) * 2**20
+        return used if set(used) == set(ids) else None
+    except (OSError, ValueError, subprocess.TimeoutExpired):
+        return None
+
+
+class MultiMemoryMonitor:
+    """bench_gpu.MemoryMonitor for N GPUs: every GPU's memory.used polled while the run lives;
+    the run's footprint on a GPU is its peak minus its value just before the run started."""
+
+    def __init__(self, ids, period_s):
+        self.ids, self.period_s = ids, period_s
+        self.base = gpus_used_bytes(ids) if ids else None
+        self.peak, self.samples = dict(self.base or {}), 0
+        self._stop = threading.Event()
+        self._thread = None
+
+    def __enter__(self):
+        if self.base is not None:
+            self._thread = threading.Thread(target=self._poll, daemon=True)
+            self._thread.start()
+        return self
+
+    def _poll(self):
+        while not self._stop.is_set():
+            used = gpus_used_bytes(self.ids)
+            if used is not None:
+                for i, v in used.items():
+                    self.peak[i] = max(self.peak[i], v)
+                self.samples += 1
+            self._stop.wait(self.period_s)
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        if self._thread:
+            self._thread.join()
+
+    def result(self):
+        if self.base is None:
+            return dict(gpu_used_peak_bytes=-1, gpu_used_samples=0)
+        per = [self.peak[i] - self.base[i] for i in self.ids]
+        return dict(gpu_used_peak_bytes=max(per), gpu_used_peak_bytes_per_gpu=per,
+                    gpu_used_idle_bytes_per_gpu=[self.base[i] for i in self.ids],
+                    gpu_used_samples=self.samples)
+
+
+def session_pids(sid):
+    """Processes of session sid (the run's own session: mpirun or torchrun and every rank they
+    started, also after a rank lost its parent)."""
+    pids = []
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open(f"/proc/{d}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            if int(fields[3]) == sid and fields[0] != "Z":  # after ")": state ppid pgrp sid
+                pids.append(int(d))
+        except (OSError, IndexError, ValueError):
+            continue
+    return pids
+
+
+def stop_session(sid, grace_s=10.0):
+    """SIGTERM to every process of session sid (mpirun and torchrun pass it on to their ranks),
+    then SIGKILL to whatever is left after grace_s."""
+    for sig, wait in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 0.0)):
+        pids = session_pids(sid)
+        if not pids:
+            return
+        for pid in pids:
+            try:
+                os.kill(pid, sig)
+            except OSError:
+                pass
+        deadline = time.monotonic() + wait
+        while time.monotonic() < deadline and session_pids(sid):
+            time.sleep(0.2)
+
+
+def run_tree(cmd, timeout, log_path, env=None):
+    """Runs cmd in a new session with stdout+stderr in log_path. On timeout, and after any exit,
+    every process left in that session is stopped, so no rank outlives its run (a leftover would
+    hold a GPU and shift the next run's memory baseline). Returns (status or None, output); on
+    timeout the output is what the run printed before it was stopped (the launchers' own
+    tracebacks about the signal would only hide it), and the log file keeps everything."""
+    with open(log_path, "w+") as log:
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, text=True, env=env,
+                                start_new_session=True)
+        try:
+            rc = proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            rc = None
+        if rc is None:
+            log.flush()
+            with open(log_path) as f:
+                before = f.read()
+        stop_session(proc.pid)
+        if rc is None:
+            proc.wait()
+            return None, before
+        log.seek(0)
+        return rc, log.read()
+
+
+def spawn_ranks(n, cmd):
+    """--launcher env: starts n copies of cmd with the variables torchrun sets (MASTER_ADDR,
+    MASTER_PORT, RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE) and waits; the first rank that
+    fails stops the others (SIGTERM, SIGKILL 10 s later), as mpirun does. Exits with the first
+    non-zero status, else 0."""
+    import socket
+    with socket.socket() as s:  # a free port for rank 0's rendezvous
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    procs = []
+    for rank in range(n):
+        env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
+                   WORLD_SIZE=str(n), LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(n),
+                   NCCL_NVLS_ENABLE="0")
+        procs.append(subprocess.Popen(cmd, env=env))
+    status = 0
+    while any(p.poll() is None for p in procs):
+        failed = [p.returncode for p in procs if p.returncode not in (None, 0)]
+        if failed:
+            status = failed[0]
+            print(f"bench_multi_gpu: a rank exited with status {status}; stopping the others",
+                  file=sys.stderr, flush=True)
+            for sig, wait in ((signal.SIGTERM, 10.0), (signal.SIGKILL, 0.0)):
+                for p in procs:
+                    if p.poll() is None:
+                        p.send_signal(sig)
+                deadline = time.monotonic() + wait
+                while time.monotonic() < deadline and any(p.poll() is None for p in procs):
+                    time.sleep(0.2)
+            break
+        time.sleep(0.2)
+    for p in procs:
+        p.wait()
+        if status == 0 and p.returncode != 0:
+            status = p.returncode
+    sys.exit(status if status > 0 else 1 if status else 0)
+
+
+# ---------------------------------------------------------------------------------------------
+# runs
+
+
+def supports_comm_report(graphtrain):
+    """Whether the binary knows --metrics.comm_report (issue 7 item 3; may not exist yet)."""
+    try:
+        with open(graphtrain, "rb") as f:
+            return b"comm_report" in f.read()
+    except OSError:
+        return False
+
+
+COMM_LINE = re.compile(r"comm|collective|all_gather|reduce_scatter|all_reduce|exposed", re.I)
+
+
+def comm_report_lines(out):
+    """The comm report's lines from a graphtrain log: from the first line that names the comm
+    report or exposed communication to the end of that block (format not fixed yet)."""
+    lines = out.splitlines()
+    for i, line in enumerate(lines):
+        if re.search(r"comm(unication)?[ _]report|exposed", line, re.I):
+            block = [line]
+            for nxt in lines[i + 1:]:
+                if not nxt.strip() or not (nxt.startswith(" ") or COMM_LINE.search(nxt)):
+                    break
+                block.append(nxt)
+            return block
+    return []
+
+
+def exposed_ms(lines):
+    """Total exposed communication per step in ms, when a report line says "exposed ... X ms"."""
+    for line in reversed(lines):
+        hit = re.search(r"exposed\D*?([\d.]+)\s*ms", line, re.I)
+        if hit:
+            return float(hit.group(1))
+    return None
+
+
+def run_graphtrain(args, model, layout, n, log_path):
+    dump = tempfile.mkdtemp(prefix="bench_multi_gpu_")
+    dp = n if layout == "fsdp" else n // TP
+    if args.launcher == "mpirun":
+        launch = ["mpirun", "-np", str(n), "--allow-run-as-root", "--oversubscribe",
+                  "-x", "NCCL_NVLS_ENABLE=0"]
+    else:  # this script starts the ranks with torchrun's variables (graphtrain's TCP rendezvous)
+        launch = [sys.executable, os.path.abspath(__file__), "--spawn-ranks", str(n)]
+    cmd = launch + [args.graphtrain, "train", "--model.flavor", model,
+           "--training.device", args.device, "--training.local_batch_size", str(args.batch),
+           "--training.seq_len", str(args.seq), "--training.steps", str(args.steps),
+           "--metrics.log_freq", "1", "--metrics.peak_tflops", f"{args.peak_tflops:g}",
+           "--job.print_config", "false", "--job.dump_folder", dump]
+    if layout == "fsdp_tp":
+        cmd += ["--parallelism.tensor_parallel_degree", str(TP)]
+    cmd += ["--parallelism.data_parallel_shard_degree", str(dp)]
+    if args.comm_report:
+        cmd += ["--metrics.comm_report", "true"]
+    env = dict(os.environ, NCCL_NVLS_ENABLE="0")
+    with MultiMemoryMonitor(args.gpu_ids(n), args.poll_s) as mon:
+        t0 = time.perf_counter()
+        rc, out = run_tree(cmd, args.timeout, log_path, env=env)
+        wall = time.perf_counter() - t0
+    records = []
+    path = os.path.join(dump, "metrics.jsonl")
+    if os.path.exists(path):
+        with open(path) as f:
+            for line in f:
+                try:
+                    records.append(json.loads(line))
+                except ValueError:
+                    pass  # a line cut off by a kill
+    shutil.rmtree(dump, ignore_errors=True)
+    records.sort(key=lambda r: r["step"])
+    comm = comm_report_lines(out)
+    r = dict(command=" ".join(cmd), wall_seconds=wall, **mon.result(), dp=dp,
+             tokens_per_step=args.batch * args.seq * dp,
+             step_seconds=[x["step_seconds"] for x in records],
+             losses=[x["loss"] for x in records],
+             graphtrain_mfu=[x.get("mfu") for x in records],
+             comm_report=comm, exposed_comm_ms=exposed_ms(comm))
+    p = re.search(r"(\d+) parameters", out)
+    r["params"] = int(p.group(1)) if p else -1
+    planned = re.search(r"planned (\d+) bytes", out)  # per rank: "memory per rank ...: planned"
+    r["own_peak_bytes"] = int(planned.group(1)) + bg.GT_CUBLASLT_WORKSPACE if planned else -1
+    if rc != 0:
+        why = f"timed out after {args.timeout:g} s" if rc is None else f"exit status {rc}"
+        r["error"] = f"{why}; {len(records)} of {args.steps} steps logged"
+        r["log_tail"] = bg.tail(out, args.tail_lines)
+    return r
+
+
+def torch_ac(args, model):
+    """Activation checkpointing of the torch peer: auto is full for 8B (without it, 8B's
+    activations at batch 8 x 2048 plus its weights, gradients and AdamW state do not fit one
+    H200 even sharded over 4), none otherwise."""
+    if args.torch_ac != "auto":
+        return args.torch_ac
+    return "full" if model == "8B" else "none"
+
+
+def run_torch(args, model, n, log_path):
+    spec = dict(model=model, steps=args.steps, seed=0, batch=args.batch, seq=args.seq,
+                device=args.device, compile=args.torch_compile, ac=torch_ac(args, model))
+    env = dict(os.environ, TORCHINDUCTOR_FORCE_DISABLE_CACHES="1", NCCL_NVLS_ENABLE="0")
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
+           "--nproc_per_node", str(n), os.path.abspath(__file__), "--torch-worker",
+           json.dumps(spec)]
+    with MultiMemoryMonitor(args.gpu_ids(n), args.poll_s) as mon:
+        t0 = time.perf_counter()
+        rc, out = run_tree(cmd, args.timeout, log_path, env=env)
+        wall = time.perf_counter() - t0
+    rank0, summary = [], {}
+    for line in out.splitlines():
+        if line.startswith("{"):
+            try:
+                rec = json.loads(line)
+            except ValueError:
+                continue
+            if rec.get("summary"):
+                summary = rec
+            elif "step" in rec:
+                rank0.append(rec)
+    per_rank = summary.get("step_seconds_per_rank")
+    # A step ends when its slowest rank ends; without the summary (a failed run) rank 0's times.
+    steps = ([max(t) for t in zip(*per_rank)] if per_rank
+             else [x["step_seconds"] for x in rank0])
+    mem = summary.get("max_memory_allocated_per_rank") or [-1]
+    r = dict(command=" ".join(cmd[:-1] + [f"'{cmd[-1]}'"]), wall_seconds=wall, **mon.result(),
+             dp=n, tokens_per_step=args.batch * args.seq * n, step_seconds=steps,
+             step_seconds_per_rank=per_rank, losses_rank0=[x["loss"] for x in rank0],
+             params=summary.get("params", -1), own_peak_bytes=max(mem),
+             torch_max_memory_allocated_per_rank=mem,
+             torch_max_memory_reserved_per_rank=summary.get("max_memory_reserved_per_rank"),
+             torch=summary.get("torch"), transformers=summary.get("transformers"),
+             backend=summary.get("backend"), compile=args.torch_compile, ac=spec["ac"],
+             device_name=summary.get("device_name"), adamw_fused=summary.get("adamw_fused"))
+    if rc != 0 or not summary:
+        why = (f"timed out after {args.timeout:g} s" if rc is None
+               else f"exit status {rc}" if rc else "no summary line")
+        r["error"] = f"{why}; {len(rank0)} of {args.steps} steps done"
+        r["log_tail"] = bg.tail(out, args.tail_lines)
+    return r
+
+
+# ---------------------------------------------------------------------------------------------
+# report
+
+
+def summarize(r, args, model, n):
+    """Median step time over the timed steps and what follows from it; None when too few ran."""
+    timed = r["step_seconds"][args.skip:] if r else []
+    if not timed:
+        return None
+    ms = statistics.median(timed) * 1e3
+    tps = r["tokens_per_step"] / (ms / 1e3)
+    return dict(step_ms=ms, step_ms_min=min(timed) * 1e3, step_ms_max=max(timed) * 1e3,
+                n_timed=len(timed), tokens_per_s=tps, tokens_per_s_per_gpu=tps / n,
+                mfu=tps / n * bg.flops_per_token(MODELS[model], args.seq)
+                / (args.peak_tflops * 1e12),
+                first_step_s=r["step_seconds"][0])
+
+
+def key(model, layout, n, system):
+    return f"{model}/{layout}/{n}/{system}"
+
+
+def reference_key(model, system):
+    """The 1-GPU run a system's scaling efficiency is measured against."""
+    return key(model, "fsdp", 1, system)
+
+
+def torch_key(model, n):
+    return key(model, "fsdp", n, "torch")  # torch runs FSDP only, once per (model, N)
+
+
+def gib(b):
+    return f"{b / 2**30:.2f}" if b is not None and b >= 0 else "–"
+
+
+def ratio(a, b):
+    return f"{a / b:.2f}" if a is not None and b and a > 0 and b > 0 else "–"
+
+
+def tables(results, args):
+    runs = results["runs"]
+    lines = []
+    for model in args.models:
+        fpt = bg.flops_per_token(MODELS[model], args.seq)
+        lines.append(
+            f"\n**{model}** — local batch {args.batch} × seq {args.seq} per data-parallel rank, "
+            f"{fpt / 1e9:.3f} GFLOP/token (torchtitan), median of steps "
+            f"{args.skip + 1}..{args.steps}; torch = FSDP2 `fully_shard` + torch.compile "
+            f"({args.torch_compile}), activation checkpointing {torch_ac(args, model)}, no torch "
+            f"TP: fsdp_tp rows compare with torch FSDP2 on the same GPUs\n")
+        lines.append("| layout | GPUs | system | step ms (min–max) | tokens/step | tokens/s | "
+                     "tokens/s/GPU | MFU/GPU | peak GPU used GiB (max GPU) | own count GiB | "
+                     "graphtrain ÷ torch tokens/s | graphtrain ÷ torch GPU used | "
+                     "scaling eff. vs 1 GPU | exposed comm ms | first step s |")
+        lines.append("|---" * 15 + "|")
+        for n in args.gpus:  # at each GPU count: graphtrain per layout, then torch FSDP2
+            rows = [(layout, key(model, layout, n, "graphtrain")) for layout in args.layouts
+                    if "graphtrain" in args.systems]
+            rows += [("fsdp", torch_key(model, n))] if "torch" in args.systems else []
+            for layout, k in rows:
+                r = runs.get(k)
+                if r is None:
+                    continue
+                system = k.rsplit("/", 1)[1]
+                s = summarize(r, args, model, n)
+                if s is None:
+                    lines.append(f"| {layout} | {n} | {NAMES[system]} | failed: "
+                                 f"{r.get('error', 'no timed steps')} " + "| " * 11 + "|")
+                    continue
+                speed = mem = "–"
+                if system == "graphtrain":  # against torch FSDP2 on the same GPUs
+                    th = runs.get(torch_key(model, n))
+                    ts = summarize(th, args, model, n)
+                    speed = ratio(s["tokens_per_s"], ts and ts["tokens_per_s"])
+                    mem = ratio(r.get("gpu_used_peak_bytes"),
+                                (th or {}).get("gpu_used_peak_bytes"))
+                rs = summarize(runs.get(reference_key(model, system)), args, model, 1)
+                eff = ratio(s["tokens_per_s_per_gpu"], rs and rs["tokens_per_s_per_gpu"])
+                exp = r.get("exposed_comm_ms")
+                name = NAMES[system] + (f" (partial: {r['error']})" if "error" in r else "")
+                lines.append(
+                    f"| {layout} | {n} | {name} | {s['step_ms']:.1f} "
+                    f"({s['step_ms_min']:.1f}–{s['step_ms_max']:.1f}) | "
+                    f"{r['tokens_per_step']:,} | {s['tokens_per_s']:,.0f} | "
+                    f"{s['tokens_per_s_per_gpu']:,.0f} | {s['mfu'] * 100:.1f} % | "
+                    f"{gib(r.get('gpu_used_peak_bytes'))} | {gib(r.get('own_peak_bytes'))} | "
+                    f"{speed} | {mem} | {eff} | {f'{exp:.1f}' if exp is not None else '–'} | "
+                    f"{s['first_step_s']:.1f} |")
+    lines.append(
+        "\nPeak GPU used: memory.used (nvidia-smi) of each GPU of the run, peak minus its idle "
+        "value, the largest over the GPUs (CUDA context and torch's cache included). Own count: "
+        "max over ranks of torch.cuda.max_memory_allocated; graphtrain's planned arenas per rank "
+        "+ 32 MiB cuBLASLt workspace. Scaling efficiency: tokens/s per GPU ÷ that of the same "
+        "system's 1-GPU run (graphtrain: fsdp on 1 GPU). MFU per GPU at "
+        f"{args.peak_tflops:g} TFLOP/s.")
+    for note in results.get("skipped", []):
+        lines.append(f"\n{note}")
+    for k, r in runs.items():
+        if r.get("comm_report"):
+            lines.append(f"\n{k}: communication report\n\n```\n"
+                         + "\n".join(r["comm_report"]) + "\n```")
+    for k, r in runs.items():
+        if "error" in r:
+            lines.append(f"\n{k} failed ({r['error']}); end of its log:\n\n```\n"
+                         f"{r.get('log_tail', '')}\n```")
+    return "\n".join(lines)
+
+
+def main():
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("graphtrain", nargs="?", default=os.path.join(root, "build", "graphtrain"))
+    ap.add_argument("--gpus", default="1,2,4", help="GPU counts (ranks per run)")
+    ap.add_argument("--models", help="default 1B,8B (test_tiny with --device cpu)")
+    ap.add_argument("--layouts", default=",".join(LAYOUTS), help="fsdp, fsdp_tp (TP 2, N >= 2)")
+    ap.add_argument("--systems", default=",".join(SYSTEMS), help="graphtrain, torch")
+    ap.add_argument("--steps", type=int, default=12)
+    ap.add_argument("--skip", type=int, default=4, help="warm-up steps left out of the medians")
+    ap.add_argument("--batch", type=int, help="local batch per data-parallel rank (default 8; "
+                                              "2 with --device cpu)")
+    ap.add_argument("--seq", type=int, help="default 2048 (64 with --device cpu)")
+    ap.add_argument("--peak-tflops", type=float, default=989.0)
+    ap.add_argument("--timeout", type=float, default=600, help="seconds per run")
+    ap.add_argument("--device", default="cuda", choices=("cuda", "cpu"),
+                    help="cpu checks the script itself (graphtrain on the CPU, torch over gloo)")
+    ap.add_argument("--torch-compile", default="layer", choices=("layer", "model", "none"),
+                    help="torch.compile per decoder layer (+ the loss), of forward + loss as one "
+                         "function, or not at all")
+    ap.add_argument("--torch-ac", default="auto", choices=("auto", "none", "full"),
+                    help="activation checkpointing of every torch decoder layer (auto: full for "
+                         "8B, none otherwise)")
+    ap.add_argument("--comm-report", default="auto", choices=("auto", "on", "off"),
+                    help="pass --metrics.comm_report true to graphtrain (auto: when the binary "
+                         "knows the option)")
+    ap.add_argument("--launcher", default="auto", choices=("auto", "mpirun", "env"),
+                    help="how graphtrain's ranks start: mpirun, or env (this script starts them "
+                         "with torchrun's MASTER_ADDR/MASTER_PORT/RANK/WORLD_SIZE/LOCAL_RANK; "
+                         "CUDA only: graphtrain's CPU communicator is MPI); auto: mpirun when it "
+                         "is installed, else env")
+    ap.add_argument("--poll-s", type=float, default=0.1, help="nvidia-smi polling period")
+    ap.add_argument("--tail-lines", type=int, default=20, help="log lines kept of a failed run")
+    ap.add_argument("--json", help="write every run (all step times) here")
+    ap.add_argument("--markdown", help="write the tables here")
+    ap.add_argument("--log-dir", help="keep each run's output here")
+    args = ap.parse_args()
+
+    cpu = args.device == "cpu"
+    args.models = (args.models or ("test_tiny" if cpu else "1B,8B")).split(",")
+    args.batch = args.batch or (2 if cpu else 8)
+    args.seq = args.seq or (64 if cpu else 2048)
+    args.layouts = args.layouts.split(",")
+    args.systems = args.systems.split(",")
+    try:
+        args.gpus = sorted({int(x) for x in args.gpus.split(",")})
+    except ValueError:
+        sys.exit(f"--gpus {args.gpus!r}: expected counts like 1,2,4")
+    for name, got, known in (("model", args.models, MODELS), ("layout", args.layouts, LAYOUTS),
+                             ("system", args.systems, SYSTEMS)):
+        for x in got:
+            if x not in known:
+                sys.exit(f"unknown {name} {x!r} (known: {', '.join(known)})")
+    if min(args.gpus) < 1:
+        sys.exit("--gpus: every count must be at least 1")
+    if not args.steps > args.skip >= 0:
+        sys.exit(f"--steps ({args.steps}) must exceed --skip ({args.skip})")
+    if "graphtrain" in args.systems:
+        if not os.access(args.graphtrain, os.X_OK):
+            sys.exit(f"graphtrain binary {args.graphtrain!r} not found or not executable")
+        if args.launcher == "auto":
+            args.launcher = "mpirun" if shutil.which("mpirun") else "env"
+        if args.launcher == "mpirun" and not shutil.which("mpirun"):
+            sys.exit("mpirun not found (--launcher env starts graphtrain's ranks without MPI)")
+    args.comm_report = (args.comm_report == "on" or args.comm_report == "auto"
+                        and supports_comm_report(args.graphtrain))
+
+    n_gpus, gpu_name = None, None
+    if not cpu:
+        q = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version",
+                            "--format=csv,noheader"], capture_output=True, text=True)
+        names = q.stdout.strip().splitlines() if q.returncode == 0 else []
+        n_gpus, gpu_name = len(names), (f"{len(names)} × {names[0]}" if names else None)
+    args.gpu_ids = lambda n: list(range(n)) if n_gpus else None
+    log_dir = args.log_dir or tempfile.mkdtemp(prefix="bench_multi_gpu_logs_")
+    os.makedirs(log_dir, exist_ok=True)
+    results = dict(date=datetime.date.today().isoformat(), gpu=gpu_name, argv=sys.argv,
+                   steps=args.steps, skip=args.skip, batch=args.batch, seq=args.seq,
+                   peak_tflops=args.peak_tflops, models=args.models, gpus=args.gpus,
+                   layouts=args.layouts, torch_compile=args.torch_compile,
+                   comm_report=args.comm_report, launcher=args.launcher, runs={})
+
+    def save():
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump(results, f, indent=1)
+
+    def record(k, r, model, t0):
+        results["runs"][k] = r
+        expect, _ = bg.param_counts(MODELS[model])
+        if r.get("params", -1) not in (-1, expect):
+            r["shape_mismatch"] = f"{r['params']} parameters, expected {expect}"
+        n = int(k.split("/")[2])
+        s = summarize(r, args, model, n)
+        msg = (f"{s['step_ms']:.1f} ms/step, {s['tokens_per_s']:,.0f} tokens/s, "
+               f"{s['tokens_per_s_per_gpu']:,.0f}/GPU, MFU {s['mfu'] * 100:.1f} %" if s else "")
+        if "error" in r:
+            msg += f" [{r['error']}]\n{r['log_tail']}"
+        if "shape_mismatch" in r:
+            msg += f" [SHAPE MISMATCH: {r['shape_mismatch']}]"
+        print(f"{k}: {msg} ({time.perf_counter() - t0:.0f} s)", flush=True)
+        save()
+
+    for model in args.models:
+        for n in args.gpus:
+            if n_gpus is not None and n > n_gpus:
+                note = f"{model} on {n} GPUs: skipped, only {n_gpus} GPU(s) here"
+                results.setdefault("skipped", []).append(note)
+                print(note, flush=True)
+                continue
+            for layout in args.layouts if "graphtrain" in args.systems else []:
+                if layout == "fsdp_tp" and (n < TP or n % TP):
+                    continue
+                k = key(model, layout, n, "graphtrain")
+                t0 = time.perf_counter()
+                r = run_graphtrain(args, model, layout, n,
+                                   os.path.join(log_dir, k.replace("/", "_") + ".log"))
+                record(k, r, model, t0)
+            if "torch" in args.systems:
+                k = torch_key(model, n)
+                t0 = time.perf_counter()
+                r = run_torch(args, model, n, os.path.join(log_dir, k.replace("/", "_") + ".log"))
+                record(k, r, model, t0)
+    text = tables(results, args)
+    print(text)
+    if args.markdown:
+        with open(args.markdown, "w") as f:
+            f.write(f"{results['date']}, {gpu_name or args.device}\n\n`{' '.join(sys.argv)}`\n"
+                    + text + "\n")
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 3 and sys.argv[1] == "--torch-worker":
+        torch_worker(json.loads(sys.argv[2]))
+    elif len(sys.argv) > 3 and sys.argv[1] == "--spawn-ranks":
+        spawn_ranks(int(sys.argv[2]), sys.argv[3:])
+    else:
+        main()
