@@ -1,11 +1,13 @@
 /* gt_comm.h — communicators: collectives on host tensors over a group of ranks (DESIGN.md §5).
  *
  * One interface, several implementations: MPI for CPU tensors (src/comm/mpi.c), a fake one for
- * compile-only runs and unit tests (src/comm/fake.c), NCCL later. A communicator is one group of
- * ranks: the world, or a sub-group made by gt_comm_split (one per mesh dim).
+ * compile-only runs and unit tests (src/comm/fake.c), NCCL for CUDA device tensors
+ * (src/comm/nccl.c, below). A communicator is one group of ranks: the world, or a sub-group made
+ * by gt_comm_split (one per mesh dim).
  *
  * Every collective has an async form (`*_start` returns a request, gt_comm_wait completes and
- * frees it) and a blocking form (start + wait). Tensors are host memory, contiguous, row-major.
+ * frees it) and a blocking form (start + wait). Tensors are contiguous, row-major, in host memory
+ * (device memory for NCCL).
  *
  * Determinism: sums are computed in a fixed order, so every rank gets identical bits and the
  * result equals the 1-rank sum x_0 + x_1 + … + x_{n-1} accumulated left to right in rank order
@@ -93,6 +95,71 @@ gt_status gt_comm_mpi_finalize(gt_error *err);
  * or stuck peer stops the job instead of hanging it. Communicators split from c inherit it. A
  * no-op on other communicators. */
 void gt_comm_mpi_set_timeout(gt_comm *c, double seconds);
+
+/* ---------------------------------------------------------------- NCCL (device tensors)
+ *
+ * The NCCL communicator (src/comm/nccl.c) runs the same collectives on DEVICE memory: the tensors'
+ * data are device pointers of the communicator's device. Every collective is asynchronous on the
+ * device and never blocks the host: start records an event on the compute stream, makes the
+ * communicator's own stream wait for it and queues the NCCL work there; gt_comm_wait makes the
+ * compute stream wait for an event recorded after that work (stream order only). So compute
+ * queued between a start and its wait overlaps the transfer, and a start/wait pair issued while
+ * the compute stream is being captured becomes part of the CUDA graph.
+ *
+ * Determinism as above: all_gather, broadcast and all_to_all move bytes; all_reduce and
+ * reduce_scatter do not use NCCL's reductions: the chunks travel by an all-to-all (grouped
+ * ncclSend/ncclRecv into a scratch buffer), a kernel sums the n received chunks in rank order
+ * (f32 accumulation for bf16/f16), and all_reduce then all-gathers the reduced chunks. Every rank
+ * gets the bits the MPI communicator gives on the same inputs.
+ *
+ * Scratch: one device buffer per communicator, grown (outside a capture only) to the largest
+ * reduction seen; the first, uncaptured run of a step sizes it, and a reduction that would need
+ * more during a capture fails naming the sizes. Ops on one communicator run in order on its stream,
+ * so they share the scratch safely; a buffer a captured CUDA graph uses is kept (not freed when a
+ * later, larger reduction grows the scratch) until the communicator is destroyed.
+ *
+ * Errors and hangs: the communicator is non-blocking (NCCL config blocking = 0); every host call
+ * into NCCL is polled with ncclCommGetAsyncError up to the communicator's timeout. A host wait for
+ * device work that uses collectives goes through gt_comm_nccl_wait_event, which polls the event
+ * and the communicators' async errors: past the timeout, or on an NCCL error, it aborts the
+ * communicators (so the stuck kernels end) and fails naming this rank, each communicator and its
+ * world ranks. An aborted communicator fails every later call naming why. NCCL_NVLS_ENABLE=0 is
+ * set in the process environment when unset (NVLink multicast stays off). GT_NCCL_BLOCKING=1 in
+ * the environment makes new communicators blocking (diagnosis only: host calls then cannot time
+ * out). */
+
+/* True when this build has NCCL (GT_HAVE_NCCL; requires CUDA). */
+bool gt_comm_nccl_available(void);
+/* True when c is an NCCL communicator (false for NULL). */
+bool gt_comm_is_nccl(const gt_comm *c);
+
+/* An NCCL communicator over the ranks of `bootstrap` (a host communicator, normally the MPI world:
+ * same rank and size): rank 0 makes the unique id and broadcasts it through bootstrap, then every
+ * rank joins on CUDA device `device` (which becomes the calling thread's current device).
+ * compute_stream is the cudaStream_t (as void *) whose work the collectives are ordered with; NULL
+ * is the legacy default stream; gt_comm_nccl_set_stream changes it. Collective over bootstrap. It
+ * is named "world" in messages; its members are the bootstrap's ranks ("world ranks 0,1,…"). */
+gt_status gt_comm_nccl_create(gt_comm *bootstrap, int device, void *compute_stream, gt_comm **out,
+                              gt_error *err);
+/* The same without MPI, for launchers such as torchrun: reads MASTER_ADDR, MASTER_PORT, RANK and
+ * WORLD_SIZE from the environment (and LOCAL_RANK as the device when device < 0; 0 when unset);
+ * rank 0 listens on MASTER_PORT and sends the id to each other rank over TCP. Every step is bounded
+ * by timeout_seconds (<= 0: the default 30 s): a missing variable, a rank that never connects or a
+ * rank 0 that never answers is an error naming it, not a hang. */
+gt_status gt_comm_nccl_create_tcp(int device, void *compute_stream, double timeout_seconds,
+                                  gt_comm **out, gt_error *err);
+/* The timeout of c's host calls and of gt_comm_nccl_wait_event (seconds; <= 0: forever; default
+ * 30). Communicators split from c inherit it. A no-op on other communicators. */
+void gt_comm_nccl_set_timeout(gt_comm *c, double seconds);
+/* The compute stream (a cudaStream_t, as void *) that c's next collectives are ordered with (a
+ * request keeps the stream of its start). A no-op on other communicators. */
+void gt_comm_nccl_set_stream(gt_comm *c, void *compute_stream);
+/* Waits on the host until `event` (a cudaEvent_t recorded after device work that uses the NCCL
+ * communicators among comms[0 .. n); other entries and NULL are ignored) has completed, polling
+ * it and the communicators' async errors. Past the shortest of their timeouts, or on an NCCL error,
+ * it aborts those communicators and returns GT_ERR_IO naming this rank, each communicator and its
+ * world ranks ("a peer rank died or is stuck"). */
+gt_status gt_comm_nccl_wait_event(gt_comm *const *comms, int n, void *event, gt_error *err);
 
 /* Sub-groups: ranks with the same color form one communicator, ordered by (key, parent rank).
  * Collective over c: every rank must call it. */

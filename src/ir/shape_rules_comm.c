@@ -56,7 +56,7 @@ static gt_status need_rank1(gt_graph *g, const gt_node *n, gt_error *err)
 gt_status gt_shape_all_gather_start(gt_graph *g, const gt_node *n, gt_type *out, int *n_out,
                                     gt_error *err)
 {
-    int64_t size;
+    int64_t size = 1;
     GT_TRY(check_group(g, n, &size, err));
     GT_TRY(need_rank1(g, n, err));
     out[0] = *gt_shape_in(g, n, 0);
@@ -68,7 +68,7 @@ gt_status gt_shape_all_gather_start(gt_graph *g, const gt_node *n, gt_type *out,
 gt_status gt_shape_reduce_scatter_start(gt_graph *g, const gt_node *n, gt_type *out, int *n_out,
                                         gt_error *err)
 {
-    int64_t size, m;
+    int64_t size = 1, m;
     GT_TRY(check_group(g, n, &size, err));
     GT_TRY(need_rank1(g, n, err));
     GT_TRY(gt_shape_need_float(g, n, 0, err));

@@ -9,6 +9,15 @@
  * so the arenas are never cleared; one stream and a fixed instruction order keep the run
  * deterministic (the kernels themselves use no floating-point atomics).
  *
+ * Collectives (gt_cuda_program_set_comms): a start posts its collective on the NCCL communicator of
+ * its mesh dim, ordered with the program's stream (gt_comm.h, "NCCL": an event fork to the
+ * communicator's stream, no host blocking), and keeps the request in the instruction's slot; its
+ * wait makes the program's stream wait for the transfer. A group of size 1 is a device copy at
+ * the start. All of it is stream work, so gt_cuda_program_capture records the collectives into the
+ * step graph with everything else. With NCCL communicators set, every host wait of the program
+ * (sync, step_wait, reads, run) polls through gt_comm_nccl_wait_event: a dead or stuck peer
+ * becomes an error naming the communicator within its timeout instead of a hang.
+ *
  * State: a graph input's buffer keeps its bytes between runs. The default plan puts adamw's
  * updated params and moments over the old ones in the persistent arena, so after a run the input
  * buffers already hold the next step's state; gt_cuda_program_carry makes that explicit and copies
@@ -69,6 +78,9 @@ struct gt_cuda_program {
     cudaEvent_t done[GT_CUDA_SLOTS];
     int64_t n_ended;   /* steps ended (gt_cuda_program_step_end); the current one is n_ended */
     bool slot_claimed; /* the current step has made sure its slot is free */
+    /* collectives: some communicator of prog->comms is an NCCL one; the event host waits watch */
+    bool nccl;
+    cudaEvent_t sync_ev;
 };
 
 static void *ref_data(const gt_cuda_program *p, const gt_buffer_ref *r)
@@ -124,6 +136,7 @@ void gt_cuda_program_free(gt_cuda_program *p)
     }
     if (p->graph_exec) cudaGraphExecDestroy(p->graph_exec);
     if (p->graph) cudaGraphDestroy(p->graph);
+    if (p->sync_ev) cudaEventDestroy(p->sync_ev);
     for (int sl = 0; sl < GT_CUDA_SLOTS; sl++) {
         for (int32_t k = 0; p->in_pin[sl] && k < p->prog->n_inputs; k++)
             if (p->in_pin[sl][k]) cudaFreeHost(p->in_pin[sl][k]);
@@ -206,8 +219,137 @@ gt_status gt_cuda_program_set_input(gt_cuda_program *p, int32_t k, const gt_tens
     return gt_cuda_memcpy_h2d(p->stream, ref_data(p, r), t->data, n, err);
 }
 
+static cudaStream_t stream_of(gt_cuda_program *p)
+{
+    return (cudaStream_t)gt_cuda_stream_handle(p->stream);
+}
+
+static gt_status cuda_error(cudaError_t e, const char *what, gt_error *err)
+{
+    if (e == cudaSuccess) return GT_OK;
+    return gt_error_set(err, GT_ERR_INTERNAL, "program: %s: CUDA error %s", what,
+                        cudaGetErrorString(e));
+}
+
+/* ---------------------------------------------------------------- collectives */
+
+gt_status gt_cuda_program_set_comms(gt_cuda_program *p, gt_comm *const comms[GT_MESH_MAX_DIMS],
+                                    gt_error *err)
+{
+    for (int k = 0; k < GT_MESH_MAX_DIMS; k++) {
+        gt_comm *c = comms ? comms[k] : NULL;
+        if (c && gt_comm_size(c) > 1 && !gt_comm_is_nccl(c))
+            return gt_error_set(err, GT_ERR_INVALID,
+                                "program: the communicator '%s' for mesh dim %d is a %s "
+                                "communicator; a CUDA program moves device buffers and needs NCCL "
+                                "communicators (gt_comm_nccl_create)",
+                                c->name, k, c->vt->name);
+        if (p->graph_exec && c != p->prog->comms[k])
+            return gt_error_set(err, GT_ERR_INVALID,
+                                "program: the communicator for mesh dim %d changed after the step "
+                                "was captured as a CUDA graph (the graph holds the old one): set "
+                                "the communicators before the warm-up step",
+                                k);
+    }
+    GT_TRY(gt_program_set_comms(p->prog, comms, err));
+    p->nccl = false;
+    for (int k = 0; k < GT_MESH_MAX_DIMS; k++)
+        p->nccl |= gt_comm_is_nccl(p->prog->comms[k]);
+    return GT_OK;
+}
+
+/* Every collective of a group > 1 must have its communicator: checked before anything is queued,
+ * so that a missing one fails on every rank before any rank posts a collective. */
+static gt_status check_comms(const gt_cuda_program *p, gt_error *err)
+{
+    for (int32_t k = 0; k < p->prog->n_instrs; k++) {
+        const gt_instr *ins = &p->prog->instrs[k];
+        if (!gt_runtime_is_start(ins->op)) continue;
+        gt_comm *c;
+        gt_status st =
+            gt_runtime_comm_for(p->prog->g, ins->i[0], ins->i[1], p->prog->comms, &c, err);
+        if (st != GT_OK) {
+            gt_program_wrap_kernel_error(p->prog->g, ins, " (cuda)", err);
+            return st;
+        }
+    }
+    return GT_OK;
+}
+
+/* A start posts its collective (over one rank: a device copy); a wait orders the program's stream
+ * after it. Neither blocks the host. */
+static gt_status run_collective(gt_cuda_program *p, const gt_instr *ins, gt_error *err)
+{
+    gt_program_slot *slot = &p->prog->slots[ins->slot];
+    gt_status st = GT_OK;
+    if (ins->op == GT_OP_WAIT) {
+        if (slot->req) st = gt_comm_wait(slot->req, err); /* frees the request, also on error */
+        slot->req = NULL;
+    } else {
+        gt_comm *c;
+        GT_CHECK(!slot->req);
+        st = gt_runtime_comm_for(p->prog->g, ins->i[0], ins->i[1], p->prog->comms, &c, err);
+        if (st == GT_OK) {
+            ref_tensor(p, &ins->in[0], &slot->in);
+            ref_tensor(p, &ins->out[0], &slot->out);
+            size_t n = gt_tensor_nbytes(&slot->in);
+            if (!c) {
+                GT_CHECK(n == gt_tensor_nbytes(&slot->out));
+                if (n && slot->in.data != slot->out.data)
+                    st = cuda_error(cudaMemcpyAsync(slot->out.data, slot->in.data, n,
+                                                    cudaMemcpyDeviceToDevice, stream_of(p)),
+                                    "a collective over one rank (device copy)", err);
+            } else if (!gt_comm_is_nccl(c)) {
+                st = gt_error_set(err, GT_ERR_INVALID,
+                                  "the communicator '%s' is not an NCCL communicator", c->name);
+            } else {
+                gt_comm_nccl_set_stream(c, stream_of(p));
+                st = gt_runtime_start(ins->op, c, &slot->in, &slot->out, &slot->req, err);
+            }
+        }
+    }
+    if (st != GT_OK) gt_program_wrap_kernel_error(p->prog->g, ins, " (cuda)", err);
+    return st;
+}
+
+/* After a failed run: waits every collective still in flight (stream order only: this joins the
+ * communicators' streams back, which a capture needs). Errors are dropped: the run's is reported.
+ */
+static void drain_slots(gt_cuda_program *p)
+{
+    for (int32_t k = 0; k < p->prog->n_slots; k++) {
+        if (!p->prog->slots[k].req) continue;
+        gt_error ignored = {0};
+        gt_comm_wait(p->prog->slots[k].req, &ignored);
+        p->prog->slots[k].req = NULL;
+    }
+}
+
+/* Host waits: through the communicators' watchdog when the program has NCCL collectives. */
+static gt_status wait_event(gt_cuda_program *p, cudaEvent_t ev, const char *what, gt_error *err)
+{
+    if (p->nccl) return gt_comm_nccl_wait_event(p->prog->comms, GT_MESH_MAX_DIMS, ev, err);
+    return cuda_error(cudaEventSynchronize(ev), what, err);
+}
+
+/* Waits for everything queued on the stream and reports a data error a kernel flagged. */
+static gt_status wait_stream(gt_cuda_program *p, gt_error *err)
+{
+    if (p->nccl) {
+        if (!p->sync_ev)
+            GT_TRY(cuda_error(cudaEventCreateWithFlags(&p->sync_ev, cudaEventDisableTiming),
+                              "creating an event", err));
+        GT_TRY(cuda_error(cudaEventRecord(p->sync_ev, stream_of(p)), "marking the stream", err));
+        GT_TRY(wait_event(p, p->sync_ev, "waiting for the stream", err));
+    }
+    return gt_cuda_stream_sync(p->stream, err);
+}
+
+/* ---------------------------------------------------------------- running */
+
 static gt_status run_instr(gt_cuda_program *p, const gt_instr *ins, gt_error *err)
 {
+    if (ins->slot >= 0) return run_collective(p, ins, err);
     gt_tensor in[GT_MAX_IN], out[GT_MAX_OUT];
     gt_kernel_call call;
     gt_program_kernel_call(ins, p->dev, &call, in, out);
@@ -218,21 +360,15 @@ static gt_status run_instr(gt_cuda_program *p, const gt_instr *ins, gt_error *er
 
 static gt_status run_instrs(gt_cuda_program *p, gt_error *err)
 {
-    for (int32_t k = 0; k < p->prog->n_instrs; k++)
-        GT_TRY(run_instr(p, &p->prog->instrs[k], err));
+    GT_TRY(check_comms(p, err));
+    for (int32_t k = 0; k < p->prog->n_instrs; k++) {
+        gt_status st = run_instr(p, &p->prog->instrs[k], err);
+        if (st != GT_OK) {
+            drain_slots(p);
+            return st;
+        }
+    }
     return GT_OK;
-}
-
-static gt_status cuda_error(cudaError_t e, const char *what, gt_error *err)
-{
-    if (e == cudaSuccess) return GT_OK;
-    return gt_error_set(err, GT_ERR_INTERNAL, "program: %s: CUDA error %s", what,
-                        cudaGetErrorString(e));
-}
-
-static cudaStream_t stream_of(gt_cuda_program *p)
-{
-    return (cudaStream_t)gt_cuda_stream_handle(p->stream);
 }
 
 gt_status gt_cuda_program_exec(gt_cuda_program *p, gt_error *err)
@@ -292,7 +428,7 @@ static gt_status claim_slot(gt_cuda_program *p, gt_error *err)
         GT_TRY(cuda_error(cudaEventCreateWithFlags(&p->done[sl], cudaEventDisableTiming),
                           "creating a step event", err));
     else if (p->n_ended >= GT_CUDA_SLOTS)
-        GT_TRY(cuda_error(cudaEventSynchronize(p->done[sl]), "waiting for an earlier step", err));
+        GT_TRY(wait_event(p, p->done[sl], "waiting for an earlier step", err));
     if (!p->in_pin[sl]) {
         p->in_pin[sl] = gt_xcalloc((size_t)p->prog->n_inputs + 1, sizeof(void *));
         p->out_pin[sl] = gt_xcalloc((size_t)p->prog->n_outputs + 1, sizeof(void *));
@@ -380,7 +516,7 @@ gt_status gt_cuda_program_step_wait(gt_cuda_program *p, int64_t ticket, gt_error
                             "(%lld ended)",
                             (long long)ticket, (long long)p->n_ended);
     int sl = (int)(ticket & 1);
-    GT_TRY(cuda_error(cudaEventSynchronize(p->done[sl]), "waiting for a step", err));
+    GT_TRY(wait_event(p, p->done[sl], "waiting for a step", err));
     return gt_cuda_error_report(p->error_word[sl], err);
 }
 
@@ -419,13 +555,13 @@ gt_status gt_cuda_program_carry(gt_cuda_program *p, int32_t out_k, int32_t in_k,
 
 gt_status gt_cuda_program_sync(gt_cuda_program *p, gt_error *err)
 {
-    return gt_cuda_stream_sync(p->stream, err);
+    return wait_stream(p, err);
 }
 
 static gt_status read_ref(gt_cuda_program *p, const gt_buffer_ref *r, gt_tensor *dst, gt_error *err)
 {
     GT_TRY(gt_cuda_memcpy_d2h(p->stream, dst->data, ref_data(p, r), ref_nbytes(r), err));
-    return gt_cuda_stream_sync(p->stream, err);
+    return wait_stream(p, err);
 }
 
 gt_status gt_cuda_program_read_input(gt_cuda_program *p, int32_t k, gt_tensor *dst, gt_error *err)
@@ -468,10 +604,10 @@ gt_status gt_cuda_program_run(gt_cuda_program *p, const gt_tensor *inputs, gt_te
     gt_error ignored = {0};
     /* on a queueing error, still wait: the host inputs must not be freed under a pending copy */
     if (st != GT_OK) {
-        gt_cuda_stream_sync(p->stream, &ignored);
+        wait_stream(p, &ignored);
         return st;
     }
-    GT_TRY(gt_cuda_stream_sync(p->stream, err));
+    GT_TRY(wait_stream(p, err));
     for (int32_t k = 0; k < prog->n_outputs; k++) {
         st = gt_cuda_program_read_output(p, k, &outputs[k], err);
         if (st != GT_OK) {

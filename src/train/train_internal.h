@@ -56,7 +56,10 @@ typedef struct {
     gt_comm *world;                      /* NULL: one process, no MPI */
     gt_comm *dim_comm[GT_MESH_MAX_DIMS]; /* comm k: the ranks that differ only on mesh dim k */
     gt_train_layout layout;
-    int rank, size;    /* world rank and size: 0 and 1 without MPI */
+    int rank, size; /* world rank and size: 0 and 1 without MPI */
+    /* training.device = cuda with several ranks: one NCCL communicator per mesh dim of size > 1
+     * (bootstrapped over that dim's MPI communicator), NULL elsewhere */
+    gt_comm *nccl[GT_MESH_MAX_DIMS];
     bool error_agreed; /* the error being returned is every rank's (set by agree / share) */
 } gt_train_dist;
 
@@ -83,18 +86,26 @@ gt_status gt_train_share_i64(gt_train_dist *d, int64_t *value, gt_error *err);
 gt_status gt_train_check_schedule(gt_train_dist *d, const gt_config *cfg, const gt_graph *g,
                                   gt_program *prog, gt_error *err);
 
-/* Planned and allocated bytes of this rank's program (both arenas), gathered to rank 0, which
- * logs them per rank (one line when every rank has the same figures). */
-gt_status gt_train_report_memory(gt_train_dist *d, const gt_program *prog, gt_error *err);
+/* Planned and allocated bytes of this rank's program (both arenas; bytes[0..1] planned persistent
+ * and step, bytes[2..3] allocated), gathered to rank 0, which logs them per rank (one line when
+ * every rank has the same figures). */
+gt_status gt_train_report_memory(gt_train_dist *d, const int64_t bytes[4], gt_error *err);
 
-/* debug.test_kill_rank_at_step: the signal this rank sends itself at `step` ("R:S": SIGKILL, a
- * dead peer; "R:S:stop": SIGSTOP, a peer that hangs), or 0. */
+/* The GPU this rank uses: its node-local rank (OMPI_COMM_WORLD_LOCAL_RANK, LOCAL_RANK,
+ * MPI_LOCALRANKID or SLURM_LOCALID; else the world rank) modulo the visible devices. */
+int gt_train_device_for_rank(const gt_train_dist *d, int n_devices);
+/* The NCCL communicators of a multi-rank GPU run (one per mesh dim of size > 1, ordered with
+ * compute_stream, a cudaStream_t as void *), made once. */
+gt_status gt_train_dist_nccl(gt_train_dist *d, const gt_config *cfg, int device,
+                             void *compute_stream, gt_error *err);
+
 /* --metrics.comm_report (comm_report.c): one line per collective of the step just run (kind,
- * mesh dim, bytes, start-to-completion time, exposed time, what it overlapped) and totals against
- * the step time. */
+ * mesh dim, bytes, start-to-completion time, exposed time) and totals against the step time. */
 void gt_train_print_comm_report(const gt_comm_timing *t, int32_t n, double step_s, int rank,
                                 FILE *f);
 
+/* debug.test_kill_rank_at_step: the signal this rank sends itself at `step` ("R:S": SIGKILL, a
+ * dead peer; "R:S:stop": SIGSTOP, a peer that hangs), or 0. */
 int gt_train_kill_signal(const gt_train_dist *d, const gt_config *cfg, int64_t step);
 
 /* ---------------------------------------------------------------- the trainer (trainer.c) */
@@ -153,6 +164,7 @@ typedef struct {
     gt_metrics_writer metrics;
     bool metrics_open;
     bool cuda;       /* training.device = cuda */
+    int device;      /* its CUDA device (the node-local rank modulo the visible GPUs) */
     bool host_stale; /* cuda: the device state is newer than params/exp_avg/exp_avg_sq */
     gt_pending_step pending;
     double last_done; /* cuda: when the last step's results were read */

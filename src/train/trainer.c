@@ -109,7 +109,13 @@ static gt_status step_graph_bind(gt_trainer *t, gt_step_graph *s, gt_error *err)
 #ifdef GT_HAVE_CUDA
     if (t->cuda) { /* the GPU runs only planned programs: arenas in device memory */
         GT_TRY(gt_cuda_program_build(g, &t->binding, NULL, &s->dev, err));
-        gt_plan_print(gt_cuda_program_lowered(s->dev)->plan, stderr);
+        if (gt_train_dist_multi(&t->dist)) {
+            /* one NCCL communicator per mesh dim, ordered with the program's stream */
+            void *stream = gt_cuda_stream_handle(gt_cuda_program_stream(s->dev));
+            GT_TRY(gt_train_dist_nccl(&t->dist, t->cfg, t->device, stream, err));
+            GT_TRY(gt_cuda_program_set_comms(s->dev, t->dist.nccl, err));
+        }
+        if (t->dist.rank == 0) gt_plan_print(gt_cuda_program_lowered(s->dev)->plan, stderr);
         return GT_OK;
     }
 #endif
@@ -439,7 +445,10 @@ static gt_status setup(gt_trainer *t, gt_error *err)
     if (t->cuda && gt_cuda_device_count() == 0)
         return gt_error_set(err, GT_ERR_UNSUPPORTED,
                             "training.device = cuda: no CUDA device is visible (or no driver)");
-    if (t->cuda) GT_TRY(gt_cuda_init(0, NULL, err));
+    if (t->cuda) {
+        t->device = gt_train_device_for_rank(&t->dist, gt_cuda_device_count());
+        GT_TRY(gt_cuda_init(t->device, NULL, err));
+    }
 #else
     if (t->cuda)
         return gt_error_set(err, GT_ERR_UNSUPPORTED,
@@ -651,7 +660,24 @@ static gt_status report_pending(gt_trainer *t, gt_train_result *res, gt_error *e
 static gt_status check_ranks(gt_trainer *t, gt_error *err)
 {
     gt_step_graph *s = t->accum == 1 ? &t->whole : &t->micro;
-    GT_TRY(gt_train_report_memory(&t->dist, s->prog, err));
+    const gt_program *lowered = s->prog;
+    int64_t bytes[4] = {0};
+#ifdef GT_HAVE_CUDA
+    if (s->dev) {
+        lowered = gt_cuda_program_lowered(s->dev);
+        bytes[2] = (int64_t)gt_cuda_program_allocated_bytes(s->dev, GT_ARENA_PERSISTENT);
+        bytes[3] = (int64_t)gt_cuda_program_allocated_bytes(s->dev, GT_ARENA_STEP);
+    }
+#endif
+    if (lowered) {
+        bytes[0] = (int64_t)gt_program_planned_bytes(lowered, GT_ARENA_PERSISTENT);
+        bytes[1] = (int64_t)gt_program_planned_bytes(lowered, GT_ARENA_STEP);
+        if (s->prog) {
+            bytes[2] = (int64_t)gt_program_allocated_bytes(s->prog, GT_ARENA_PERSISTENT);
+            bytes[3] = (int64_t)gt_program_allocated_bytes(s->prog, GT_ARENA_STEP);
+        }
+        GT_TRY(gt_train_report_memory(&t->dist, bytes, err));
+    }
     return gt_train_check_schedule(&t->dist, t->cfg, s->g, s->prog, err);
 }
 

@@ -142,10 +142,10 @@ gt_status gt_train_dist_init(const gt_config *cfg, gt_train_dist *d, gt_error *e
         return gt_error_wrap(err, "this graphtrain was built without MPI, so it runs one rank "
                                   "(install libopenmpi-dev and reconfigure for more)");
     if (st != GT_OK) return st;
-    if (d->size > 1 && cfg->training.device == GT_CFG_DEVICE_CUDA)
+    if (d->size > 1 && cfg->training.device == GT_CFG_DEVICE_CUDA && !gt_comm_nccl_available())
         return gt_error_set(err, GT_ERR_UNSUPPORTED,
-                            "training.device = cuda with %d ranks: multi-GPU (NCCL) is not "
-                            "supported yet; train on the CPU (training.device = cpu) or on one GPU",
+                            "training.device = cuda with %d ranks needs NCCL, and this graphtrain "
+                            "was built without it (install libnccl-dev and reconfigure)",
                             d->size);
     if (!gt_train_dist_multi(d)) return GT_OK;
     for (int k = 0; k < GT_MESH_NDIMS; k++) {
@@ -163,6 +163,8 @@ gt_status gt_train_dist_init(const gt_config *cfg, gt_train_dist *d, gt_error *e
 
 void gt_train_dist_free(gt_train_dist *d)
 {
+    for (int k = 0; k < GT_MESH_MAX_DIMS; k++)
+        gt_comm_destroy(d->nccl[k]);
     for (int k = 0; k < GT_MESH_MAX_DIMS; k++)
         gt_comm_destroy(d->dim_comm[k]);
     gt_comm_destroy(d->world);
@@ -319,15 +321,39 @@ gt_status gt_train_check_schedule(gt_train_dist *d, const gt_config *cfg, const 
 
 /* ---------------------------------------------------------------- memory report */
 
-gt_status gt_train_report_memory(gt_train_dist *d, const gt_program *prog, gt_error *err)
+int gt_train_device_for_rank(const gt_train_dist *d, int n_devices)
 {
-    if (!prog) return GT_OK;
-    int64_t mine[4] = {
-        (int64_t)gt_program_planned_bytes(prog, GT_ARENA_PERSISTENT),
-        (int64_t)gt_program_planned_bytes(prog, GT_ARENA_STEP),
-        (int64_t)gt_program_allocated_bytes(prog, GT_ARENA_PERSISTENT),
-        (int64_t)gt_program_allocated_bytes(prog, GT_ARENA_STEP),
-    };
+    static const char *const vars[] = {"OMPI_COMM_WORLD_LOCAL_RANK", "LOCAL_RANK",
+                                       "MPI_LOCALRANKID", "SLURM_LOCALID"};
+    int local = d->rank;
+    for (size_t k = 0; k < sizeof vars / sizeof vars[0]; k++) {
+        const char *v = getenv(vars[k]);
+        if (v && *v) {
+            local = atoi(v);
+            break;
+        }
+    }
+    return n_devices > 0 ? local % n_devices : 0;
+}
+
+gt_status gt_train_dist_nccl(gt_train_dist *d, const gt_config *cfg, int device,
+                             void *compute_stream, gt_error *err)
+{
+    for (int k = 0; k < GT_MESH_NDIMS; k++) {
+        if (d->nccl[k] || d->layout.mesh.size[k] == 1) continue;
+        GT_TRY(gt_comm_nccl_create(d->dim_comm[k], device, compute_stream, &d->nccl[k], err));
+        gt_comm_nccl_set_timeout(d->nccl[k], cfg->comm.timeout_seconds);
+        /* messages name it like its MPI twin: "dp_shard/group 2 (nccl)" */
+        char name[sizeof d->nccl[k]->name];
+        snprintf(name, sizeof name, "%.50s (nccl)", d->dim_comm[k]->name);
+        memcpy(d->nccl[k]->name, name, sizeof name);
+    }
+    return GT_OK;
+}
+
+gt_status gt_train_report_memory(gt_train_dist *d, const int64_t bytes[4], gt_error *err)
+{
+    int64_t mine[4] = {bytes[0], bytes[1], bytes[2], bytes[3]};
     int64_t four = 4, n = 4 * (int64_t)d->size;
     int64_t *all = gt_xcalloc((size_t)n, sizeof *all);
     gt_status st = GT_OK;

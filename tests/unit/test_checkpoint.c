@@ -519,7 +519,7 @@ static void damage_flip_data(const char *dir)
  * neighbour): a valid file with intact tensors that only the whole-file checksum can catch. */
 static void damage_header_padding(const char *dir)
 {
-    size_t len;
+    size_t len = 0;
     uint8_t *buf = read_all(st_file(dir), &len);
     uint64_t hlen = le64(buf);
     GT_CHECK(buf[8 + hlen - 1] == ' ');
@@ -701,7 +701,7 @@ static void test_manifest_corpus(void)
         if (!good && !broken) continue;
         char path[4400];
         snprintf(path, sizeof path, "%s/%s", dirbuf, e->d_name);
-        size_t len;
+        size_t len = 0;
         char *text = (char *)read_all(path, &len);
         gt_checkpoint_info info;
         gt_error err = {0};

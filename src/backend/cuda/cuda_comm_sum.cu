@@ -1,0 +1,139 @@
+/* cuda_comm_sum.cu — the ordered sum behind the NCCL communicator's all_reduce and reduce_scatter
+ * (cuda_comm_sum.h).
+ *
+ * After the all-to-all of chunks, rank r holds the n contributions to its chunk back to back in a
+ * scratch buffer, block q from rank q. Each output element is one thread's left-to-right sum over
+ * the n blocks, so its rounding sequence is that of gt_comm_sum_ordered on the CPU:
+ *     acc = x_0;  acc = acc + x_1;  …  acc = acc + x_{n-1}     (f32; no FMA: only additions)
+ * and the result is the same bits on the CPU (MPI communicator) and on the device. bf16 and f16
+ * are widened exactly and rounded once (nearest even); integers wrap through unsigned arithmetic.
+ * Elements move in 16-byte vectors when every block and dst are 16-byte aligned and numel is a
+ * multiple of the vector width (the usual case for parameter buckets), else one at a time. */
+#include "cuda_comm_sum.h"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <stdint.h>
+#include <string.h>
+
+/* Accumulator type of each storage type and the exact conversions in and out. */
+template <typename T> struct gt_sum_traits;
+
+template <> struct gt_sum_traits<float> {
+    typedef float acc;
+    static __device__ __forceinline__ float in(float v) { return v; }
+    static __device__ __forceinline__ float out(float a) { return a; }
+};
+template <> struct gt_sum_traits<__nv_bfloat16> {
+    typedef float acc;
+    static __device__ __forceinline__ float in(__nv_bfloat16 v) { return __bfloat162float(v); }
+    static __device__ __forceinline__ __nv_bfloat16 out(float a) { return __float2bfloat16_rn(a); }
+};
+template <> struct gt_sum_traits<__half> {
+    typedef float acc;
+    static __device__ __forceinline__ float in(__half v) { return __half2float(v); }
+    static __device__ __forceinline__ __half out(float a) { return __float2half_rn(a); }
+};
+template <> struct gt_sum_traits<int32_t> {
+    typedef uint32_t acc;
+    static __device__ __forceinline__ uint32_t in(int32_t v) { return (uint32_t)v; }
+    static __device__ __forceinline__ int32_t out(uint32_t a) { return (int32_t)a; }
+};
+template <> struct gt_sum_traits<int64_t> {
+    typedef uint64_t acc;
+    static __device__ __forceinline__ uint64_t in(int64_t v) { return (uint64_t)v; }
+    static __device__ __forceinline__ int64_t out(uint64_t a) { return (int64_t)a; }
+};
+
+/* Group g of V consecutive elements: dst[gV .. gV+V) = sum over blocks in order. V = 1 is the
+ * scalar path; V > 1 loads and stores 16 bytes at a time. */
+template <typename T, int V>
+__global__ void gt_k_comm_sum(int64_t groups, int64_t numel, const T *src, int n, T *dst)
+{
+    typedef gt_sum_traits<T> tr;
+    typedef typename tr::acc A;
+    for (int64_t g = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; g < groups;
+         g += (int64_t)gridDim.x * blockDim.x) {
+        int64_t i = g * V;
+        T v[V];
+        A acc[V];
+        if (V > 1)
+            *(uint4 *)v = *(const uint4 *)(src + i);
+        else
+            v[0] = src[i];
+#pragma unroll
+        for (int k = 0; k < V; k++)
+            acc[k] = tr::in(v[k]);
+        for (int r = 1; r < n; r++) {
+            const T *b = src + (int64_t)r * numel + i;
+            if (V > 1)
+                *(uint4 *)v = *(const uint4 *)b;
+            else
+                v[0] = b[0];
+#pragma unroll
+            for (int k = 0; k < V; k++)
+                acc[k] = acc[k] + tr::in(v[k]);
+        }
+#pragma unroll
+        for (int k = 0; k < V; k++)
+            v[k] = tr::out(acc[k]);
+        if (V > 1)
+            *(uint4 *)(dst + i) = *(const uint4 *)v;
+        else
+            dst[i] = v[0];
+    }
+}
+
+template <typename T>
+static cudaError_t gt_launch_comm_sum(int64_t numel, const void *src, int n, void *dst,
+                                      cudaStream_t st)
+{
+    constexpr int V = (int)(16 / sizeof(T));
+    bool vec = numel % V == 0 && ((uintptr_t)src % 16) == 0 && ((uintptr_t)dst % 16) == 0;
+    int64_t groups = vec ? numel / V : numel;
+    int64_t blocks = (groups + 255) / 256;
+    if (blocks > 8192) blocks = 8192; /* grid-stride over the rest */
+    if (blocks < 1) blocks = 1;
+    if (vec)
+        gt_k_comm_sum<T, V>
+            <<<(unsigned)blocks, 256, 0, st>>>(groups, numel, (const T *)src, n, (T *)dst);
+    else
+        gt_k_comm_sum<T, 1>
+            <<<(unsigned)blocks, 256, 0, st>>>(groups, numel, (const T *)src, n, (T *)dst);
+    return cudaGetLastError();
+}
+
+extern "C" gt_status gt_cuda_comm_sum(gt_dtype dt, int64_t numel, const void *src, int n, void *dst,
+                                      void *stream, gt_error *err)
+{
+    if (numel <= 0) return GT_OK;
+    if (n < 1) return gt_error_set(err, GT_ERR_INVALID, "ordered sum over %d blocks", n);
+    cudaStream_t st = (cudaStream_t)stream;
+    cudaError_t e;
+    switch (dt) {
+    case GT_F32:
+        e = gt_launch_comm_sum<float>(numel, src, n, dst, st);
+        break;
+    case GT_BF16:
+        e = gt_launch_comm_sum<__nv_bfloat16>(numel, src, n, dst, st);
+        break;
+    case GT_F16:
+        e = gt_launch_comm_sum<__half>(numel, src, n, dst, st);
+        break;
+    case GT_I32:
+        e = gt_launch_comm_sum<int32_t>(numel, src, n, dst, st);
+        break;
+    case GT_I64:
+        e = gt_launch_comm_sum<int64_t>(numel, src, n, dst, st);
+        break;
+    default:
+        return gt_error_set(err, GT_ERR_UNSUPPORTED, "sum of dtype %s is not supported",
+                            gt_dtype_name(dt));
+    }
+    if (e != cudaSuccess)
+        return gt_error_set(err, GT_ERR_INTERNAL,
+                            "ordered sum of %lld %s elements over %d ranks: %s", (long long)numel,
+                            gt_dtype_name(dt), n, cudaGetErrorString(e));
+    return GT_OK;
+}

@@ -1,0 +1,24 @@
+/* cuda_comm_sum.h — the ordered sum of the NCCL communicator's reductions (src/comm/nccl.c), on
+ * the device. Plain C; defined in cuda_comm_sum.cu. */
+#ifndef GRAPHTRAIN_CUDA_COMM_SUM_H
+#define GRAPHTRAIN_CUDA_COMM_SUM_H
+
+#include "graphtrain/gt_core.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* dst[i] = src[0·numel + i] + src[1·numel + i] + … + src[(n-1)·numel + i] for i < numel: the n
+ * blocks of src (device memory, back to back) added left to right, which is rank order when block
+ * r came from rank r. Exactly gt_comm_sum_ordered on the device: f32 accumulation for f32, bf16
+ * and f16 (bf16/f16 widened exactly, rounded to nearest even once at the end), wrapping sums for
+ * i32/i64. Queued on `stream` (a cudaStream_t); capturable in a CUDA graph. dst may alias block 0
+ * of src. */
+gt_status gt_cuda_comm_sum(gt_dtype dt, int64_t numel, const void *src, int n, void *dst,
+                           void *stream, gt_error *err);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,564 @@
+/* nccl.c — the NCCL communicator for device tensors (gt_comm.h, "NCCL"): host waits, scratch
+ * and the collectives; creation, split and destroy are in nccl_setup.c.
+ *
+ * Streams. Each communicator owns a stream (highest priority, so its kernels start as soon as
+ * their inputs are ready) and is given the compute stream its collectives are ordered with. A
+ * start is
+ *     record(fork, compute); comm stream waits for fork; NCCL work (+ sum kernel) on the comm
+ *     stream; record(done, comm stream)
+ * and its wait is "compute waits for done": no host blocking anywhere, so the transfer overlaps
+ * whatever the compute stream runs between start and wait, and while the compute stream is being
+ * captured the comm stream joins the capture at the fork and leaves it at the wait. `fork` is
+ * reused by every start (it is consumed at once); `done` events come from a per-communicator
+ * free list, one per request in flight.
+ *
+ * Sums (all_reduce, reduce_scatter) in rank order, the MPI communicator's bits:
+ *   reduce_scatter: block j of the input goes to rank j (grouped ncclSend/ncclRecv; the own block
+ *     is a device copy) into scratch [n][k]; gt_cuda_comm_sum adds the n blocks in rank order
+ *     into the output.
+ *   all_reduce (N elements, c = ceil(N / n), rank j owns elements [j·c, min((j+1)·c, N))): the
+ *     same exchange of the owned chunks, the rank-order sum of this rank's chunk, then an in-place
+ *     ncclAllGather of the reduced chunks — into the output when n divides N, else into a padded
+ *     scratch area copied out. Each element is summed once, on one rank, so every rank gets the
+ *     same bits.
+ *   all_gather, broadcast: ncclAllGather / ncclBroadcast on bytes; all_to_all: grouped
+ *   send/recv.
+ *
+ * Non-blocking NCCL (config blocking = 0): a call may return ncclInProgress and finish in the
+ * background; gt_nccl_settle() polls ncclCommGetAsyncError until it is done, up to the
+ * communicator's timeout, so a peer that never joins (init, split, the lazy connection of a first
+ * collective) becomes an error. Device-side hangs are caught by gt_comm_nccl_wait_event, through
+ * which every host wait for device work with collectives goes. A communicator that failed or timed
+ * out is aborted (ncclCommAbort, which also ends its stuck kernels) and refuses later calls. */
+#include "graphtrain/gt_comm.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+bool gt_comm_is_nccl(const gt_comm *c)
+{
+    return c && c->vt && c->vt->name && !strcmp(c->vt->name, "nccl");
+}
+
+#if !(defined(GT_HAVE_NCCL) && defined(GT_HAVE_CUDA))
+
+bool gt_comm_nccl_available(void)
+{
+    return false;
+}
+
+static gt_status no_nccl(gt_comm **out, gt_error *err)
+{
+    *out = NULL;
+    return gt_error_set(err, GT_ERR_UNSUPPORTED,
+                        "NCCL communicator: this build has no NCCL (build with CUDA and NCCL: "
+                        "nccl.h and libnccl under the CUDA toolkit or NCCL_HOME)");
+}
+
+gt_status gt_comm_nccl_create(gt_comm *bootstrap, int device, void *compute_stream, gt_comm **out,
+                              gt_error *err)
+{
+    (void)bootstrap, (void)device, (void)compute_stream;
+    return no_nccl(out, err);
+}
+
+gt_status gt_comm_nccl_create_tcp(int device, void *compute_stream, double timeout_seconds,
+                                  gt_comm **out, gt_error *err)
+{
+    (void)device, (void)compute_stream, (void)timeout_seconds;
+    return no_nccl(out, err);
+}
+
+void gt_comm_nccl_set_timeout(gt_comm *c, double seconds)
+{
+    (void)c, (void)seconds;
+}
+
+void gt_comm_nccl_set_stream(gt_comm *c, void *compute_stream)
+{
+    (void)c, (void)compute_stream;
+}
+
+gt_status gt_comm_nccl_wait_event(gt_comm *const *comms, int n, void *event, gt_error *err)
+{
+    (void)comms, (void)n, (void)event;
+    return gt_error_set(err, GT_ERR_UNSUPPORTED, "NCCL communicator: this build has no NCCL");
+}
+
+#else
+
+#include <sched.h>
+#include <time.h>
+
+#include "backend/cuda/cuda_comm_sum.h"
+#include "nccl_internal.h"
+
+#define SCRATCH_ALIGN 256
+
+bool gt_comm_nccl_available(void)
+{
+    return true;
+}
+
+nccl_impl *gt_nccl_impl(gt_comm *c)
+{
+    return c->impl;
+}
+
+/* ---------------------------------------------------------------- polling */
+
+double gt_nccl_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* Between polls: yield for the first 2 ms, then sleep 50 us doubling up to 1 ms. */
+static void backoff(double start, long *sleep_ns)
+{
+    if (gt_nccl_now() - start < 2e-3) {
+        sched_yield();
+        return;
+    }
+    struct timespec ts = {0, *sleep_ns};
+    nanosleep(&ts, NULL);
+    if (*sleep_ns < 1000000) *sleep_ns *= 2;
+}
+
+/* Finishes a non-blocking call that returned r on comm: polls its state while ncclInProgress.
+ * *timed_out when timeout_s (> 0) passed first. */
+ncclResult_t gt_nccl_settle(ncclComm_t comm, ncclResult_t r, double timeout_s, bool *timed_out)
+{
+    *timed_out = false;
+    double t0 = gt_nccl_now();
+    long sleep_ns = 50000;
+    while (r == ncclInProgress) {
+        ncclResult_t state = ncclInProgress;
+        ncclResult_t q = ncclCommGetAsyncError(comm, &state);
+        if (q != ncclSuccess) return q;
+        r = state;
+        if (r != ncclInProgress) break;
+        if (timeout_s > 0 && gt_nccl_now() - t0 > timeout_s) {
+            *timed_out = true;
+            break;
+        }
+        backoff(t0, &sleep_ns);
+    }
+    return r;
+}
+
+void gt_nccl_describe(gt_comm *c, char *buf, size_t len)
+{
+    snprintf(buf, len, "NCCL communicator '%s' (size %d, %s)", c->name, c->size,
+             gt_nccl_impl(c)->members);
+}
+
+/* Aborts c (its in-flight kernels end; it refuses every later call, citing why). */
+void gt_nccl_abort(gt_comm *c, const char *why)
+{
+    nccl_impl *im = gt_nccl_impl(c);
+    if (im->aborted) return;
+    im->aborted = true;
+    size_t len = strlen(why);
+    if (len >= sizeof im->why) len = sizeof im->why - 1; /* the start says what went wrong */
+    memcpy(im->why, why, len);
+    im->why[len] = '\0';
+    if (im->nccl) ncclCommAbort(im->nccl);
+    im->nccl = NULL;
+}
+
+gt_status gt_nccl_aborted_error(gt_comm *c, const char *what, gt_error *err)
+{
+    char d[200];
+    gt_nccl_describe(c, d, sizeof d);
+    return gt_error_set(err, GT_ERR_IO,
+                        "rank %d: %s on %s: the communicator was aborted earlier (%s)",
+                        gt_nccl_impl(c)->world_rank, what, d, gt_nccl_impl(c)->why);
+}
+
+/* Finishes call result r of `what` on c; an NCCL error or a timeout aborts c. */
+static gt_status settle_call(gt_comm *c, ncclResult_t r, const char *what, gt_error *err)
+{
+    nccl_impl *im = gt_nccl_impl(c);
+    bool timed_out;
+    r = gt_nccl_settle(im->nccl, r, im->timeout_s, &timed_out);
+    if (r == ncclSuccess && !timed_out) return GT_OK;
+    char d[200];
+    gt_nccl_describe(c, d, sizeof d);
+    gt_status st;
+    if (timed_out) {
+        st = gt_error_set(err, GT_ERR_IO,
+                          "rank %d: %s on %s did not complete within %.0f s on the host: a peer "
+                          "rank died, never joined, or is stuck (comm.timeout_seconds)",
+                          im->world_rank, what, d, im->timeout_s);
+    } else {
+        const char *last = ncclGetLastError(im->nccl);
+        st = gt_error_set(err, GT_ERR_IO, "rank %d: %s on %s failed: %s%s%s", im->world_rank, what,
+                          d, ncclGetErrorString(r), last && last[0] ? ": " : "", last ? last : "");
+    }
+    gt_nccl_abort(c, err->msg);
+    return st;
+}
+
+gt_status gt_nccl_cuda_fail(gt_comm *c, const char *what, cudaError_t e, gt_error *err)
+{
+    char d[200];
+    gt_nccl_describe(c, d, sizeof d);
+    return gt_error_set(err, GT_ERR_INTERNAL, "rank %d: %s on %s: CUDA error %s",
+                        gt_nccl_impl(c)->world_rank, what, d, cudaGetErrorString(e));
+}
+
+/* Polls until ev completes (or, ev NULL, stream st is idle), watching the async errors of the
+ * NCCL communicators among comms. Past the shortest timeout or on an NCCL error: aborts them all,
+ * waits a little for the aborted kernels to end, and fails naming them. */
+gt_status gt_nccl_watch(gt_comm *const *comms, int n, cudaEvent_t ev, cudaStream_t st,
+                        gt_error *err)
+{
+    gt_comm *mine[16] = {NULL};
+    int m = 0;
+    double timeout = 0;
+    for (int k = 0; k < n; k++) {
+        gt_comm *c = comms[k];
+        bool dup = false;
+        for (int j = 0; j < m; j++)
+            dup |= mine[j] == c;
+        if (!gt_comm_is_nccl(c) || dup || m == 16) continue;
+        mine[m++] = c;
+        double t = gt_nccl_impl(c)->timeout_s;
+        if (t > 0 && (timeout <= 0 || t < timeout)) timeout = t;
+    }
+    double t0 = gt_nccl_now();
+    long sleep_ns = 50000;
+    char failed[400] = "";
+    for (long polls = 0;; polls++) {
+        cudaError_t q = ev ? cudaEventQuery(ev) : cudaStreamQuery(st);
+        if (q == cudaSuccess) break;
+        if (q != cudaErrorNotReady)
+            return gt_error_set(err, GT_ERR_INTERNAL, "waiting for device work: CUDA error %s",
+                                cudaGetErrorString(q));
+        for (int j = 0; j < m && polls >= 16 && !failed[0]; j++) {
+            nccl_impl *im = gt_nccl_impl(mine[j]);
+            ncclResult_t a = ncclSuccess;
+            if (im->nccl && ncclCommGetAsyncError(im->nccl, &a) == ncclSuccess &&
+                a != ncclSuccess && a != ncclInProgress) {
+                char d[200];
+                gt_nccl_describe(mine[j], d, sizeof d);
+                const char *last = ncclGetLastError(im->nccl);
+                snprintf(failed, sizeof failed, "%s reported %s%s%s", d, ncclGetErrorString(a),
+                         last && last[0] ? ": " : "", last ? last : "");
+            }
+        }
+        if (!failed[0] && timeout > 0 && gt_nccl_now() - t0 > timeout) {
+            char list[300] = "";
+            size_t used = 0;
+            for (int j = 0; j < m && used + 8 < sizeof list; j++) {
+                char d[200];
+                gt_nccl_describe(mine[j], d, sizeof d);
+                used += (size_t)snprintf(list + used, sizeof list - used, "%s%s", j ? ", " : "", d);
+            }
+            snprintf(failed, sizeof failed, "device work using %s did not complete within %.0f s",
+                     list, timeout);
+        }
+        if (failed[0]) break;
+        backoff(t0, &sleep_ns);
+    }
+    if (!failed[0]) return GT_OK;
+    int rank = m ? gt_nccl_impl(mine[0])->world_rank : -1;
+    gt_status s = gt_error_set(err, GT_ERR_IO,
+                               "rank %d: %s: a peer rank died or is stuck; the communicator%s "
+                               "%s aborted (comm.timeout_seconds)",
+                               rank, failed, m > 1 ? "s" : "", m > 1 ? "were" : "was");
+    for (int j = 0; j < m; j++)
+        gt_nccl_abort(mine[j], err->msg);
+    /* the aborted kernels end: let the device work drain (bounded) before the buffers are reused */
+    double t1 = gt_nccl_now();
+    while ((ev ? cudaEventQuery(ev) : cudaStreamQuery(st)) == cudaErrorNotReady &&
+           gt_nccl_now() - t1 < 10.0) {
+        struct timespec ts = {0, 1000000};
+        nanosleep(&ts, NULL);
+    }
+    return s;
+}
+
+gt_status gt_comm_nccl_wait_event(gt_comm *const *comms, int n, void *event, gt_error *err)
+{
+    if (!event) return gt_error_set(err, GT_ERR_INVALID, "gt_comm_nccl_wait_event: no event");
+    return gt_nccl_watch(comms, n, (cudaEvent_t)event, NULL, err);
+}
+
+/* ---------------------------------------------------------------- scratch and events */
+
+static size_t align_up(size_t x)
+{
+    return (x + SCRATCH_ALIGN - 1) / SCRATCH_ALIGN * SCRATCH_ALIGN;
+}
+
+/* Scratch of at least `need` bytes. Growing waits for the comm stream (its queued work may read the
+ * old buffer) and reallocates: never during a capture. */
+static gt_status reserve_scratch(gt_comm *c, size_t need, bool capturing, const char *what,
+                                 gt_error *err)
+{
+    nccl_impl *im = gt_nccl_impl(c);
+    if (need <= im->scratch_bytes) return GT_OK;
+    if (capturing) {
+        char d[200];
+        gt_nccl_describe(c, d, sizeof d);
+        return gt_error_set(err, GT_ERR_UNSUPPORTED,
+                            "rank %d: %s on %s needs %zu bytes of scratch during a CUDA graph "
+                            "capture, %zu allocated (run the step once before capturing it)",
+                            im->world_rank, what, d, need, im->scratch_bytes);
+    }
+    gt_comm *self[1] = {c};
+    GT_TRY(gt_nccl_watch(self, 1, NULL, im->stream, err));
+    size_t want = need > 2 * im->scratch_bytes ? need : 2 * im->scratch_bytes;
+    if (im->scratch && im->scratch_captured) { /* a graph replays with this pointer: keep it */
+        im->retired = gt_xrealloc(im->retired, (size_t)(im->n_retired + 1) * sizeof(void *));
+        im->retired[im->n_retired++] = im->scratch;
+    } else if (im->scratch) {
+        cudaFree(im->scratch);
+    }
+    im->scratch = NULL;
+    im->scratch_bytes = 0;
+    im->scratch_captured = false;
+    cudaError_t e = cudaMalloc(&im->scratch, want);
+    if (e != cudaSuccess) {
+        im->scratch = NULL;
+        char d[200];
+        gt_nccl_describe(c, d, sizeof d);
+        return gt_error_set(err, GT_ERR_NOMEM, "rank %d: %s on %s: %zu bytes of scratch: %s",
+                            im->world_rank, what, d, want, cudaGetErrorString(e));
+    }
+    im->scratch_bytes = want;
+    return GT_OK;
+}
+
+static gt_status take_event(gt_comm *c, cudaEvent_t *ev, gt_error *err)
+{
+    nccl_impl *im = gt_nccl_impl(c);
+    if (im->n_free > 0) {
+        *ev = im->free_ev[--im->n_free];
+        return GT_OK;
+    }
+    cudaError_t e = cudaEventCreateWithFlags(ev, cudaEventDisableTiming);
+    return e == cudaSuccess ? GT_OK : gt_nccl_cuda_fail(c, "creating an event", e, err);
+}
+
+static void give_event(nccl_impl *im, cudaEvent_t ev)
+{
+    if (im->n_free == im->cap_free) {
+        im->cap_free = im->cap_free ? 2 * im->cap_free : 8;
+        im->free_ev = gt_xrealloc(im->free_ev, (size_t)im->cap_free * sizeof *im->free_ev);
+    }
+    im->free_ev[im->n_free++] = ev;
+}
+
+/* ---------------------------------------------------------------- collectives */
+
+/* Scratch bytes a collective needs (0 for the pure data movements). */
+static size_t scratch_need(gt_comm *c, gt_coll_kind kind, const gt_tensor *in, const gt_tensor *out)
+{
+    size_t es = gt_dtype_size(in->dtype), n = (size_t)c->size;
+    if (kind == GT_COLL_REDUCE_SCATTER) return n * gt_tensor_nbytes(out);
+    if (kind != GT_COLL_ALL_REDUCE) return 0;
+    size_t numel = (size_t)gt_tensor_numel(in), chunk = (numel + n - 1) / n;
+    if (numel % n == 0) return n * chunk * es;
+    return align_up(n * chunk * es) + n * chunk * es; /* received chunks, then the padded gather */
+}
+
+/* Block j of `send` (send_len[j] bytes at send + send_off[j]) goes to rank j; the block of rank r
+ * lands at recv + r * recv_len (recv_len bytes from each). The own block is a device copy. */
+static gt_status exchange(gt_comm *c, const char *send, const size_t *send_off,
+                          const size_t *send_len, char *recv, size_t recv_len, const char *what,
+                          gt_error *err)
+{
+    nccl_impl *im = gt_nccl_impl(c);
+    int n = c->size, me = c->rank;
+    if (send_len[me]) {
+        cudaError_t e = cudaMemcpyAsync(recv + (size_t)me * recv_len, send + send_off[me],
+                                        send_len[me], cudaMemcpyDeviceToDevice, im->stream);
+        if (e != cudaSuccess) return gt_nccl_cuda_fail(c, what, e, err);
+    }
+    ncclResult_t r = ncclGroupStart();
+    for (int j = 0; j < n && r == ncclSuccess; j++) {
+        if (j == me) continue;
+        if (send_len[j])
+            r = ncclSend(send + send_off[j], send_len[j], ncclUint8, j, im->nccl, im->stream);
+        if (r == ncclSuccess && recv_len)
+            r = ncclRecv(recv + (size_t)j * recv_len, recv_len, ncclUint8, j, im->nccl, im->stream);
+    }
+    ncclResult_t end = ncclGroupEnd();
+    return settle_call(c, r != ncclSuccess ? r : end, what, err);
+}
+
+static gt_status enqueue_reduce_scatter(gt_comm *c, const gt_tensor *in, gt_tensor *out,
+                                        gt_error *err)
+{
+    nccl_impl *im = gt_nccl_impl(c);
+    int n = c->size;
+    size_t blk = gt_tensor_nbytes(out);
+    size_t *off = gt_xmalloc(2 * (size_t)n * sizeof *off), *len = off + n;
+    for (int j = 0; j < n; j++) {
+        off[j] = (size_t)j * blk;
+        len[j] = blk;
+    }
+    gt_status st = exchange(c, in->data, off, len, im->scratch, blk, "reduce_scatter", err);
+    free(off);
+    if (st != GT_OK) return st;
+    return gt_cuda_comm_sum(in->dtype, gt_tensor_numel(out), im->scratch, n, out->data, im->stream,
+                            err);
+}
+
+static gt_status enqueue_all_reduce(gt_comm *c, const gt_tensor *in, gt_tensor *out, gt_error *err)
+{
+    nccl_impl *im = gt_nccl_impl(c);
+    int n = c->size, me = c->rank;
+    size_t es = gt_dtype_size(in->dtype), numel = (size_t)gt_tensor_numel(in);
+    size_t chunk = (numel + (size_t)n - 1) / (size_t)n;
+    size_t *off = gt_xmalloc(2 * (size_t)n * sizeof *off), *len = off + n;
+    for (int j = 0; j < n; j++) {
+        size_t lo = (size_t)j * chunk, hi = lo + chunk < numel ? lo + chunk : numel;
+        off[j] = lo * es;
+        len[j] = hi > lo ? (hi - lo) * es : 0;
+    }
+    size_t mine = len[me];
+    gt_status st = exchange(c, in->data, off, len, im->scratch, mine, "all_reduce", err);
+    free(off);
+    if (st != GT_OK) return st;
+    bool even = numel % (size_t)n == 0;
+    char *gather = even ? out->data : (char *)im->scratch + align_up((size_t)n * chunk * es);
+    char *dst = gather + (size_t)me * chunk * es;
+    GT_TRY(gt_cuda_comm_sum(in->dtype, (int64_t)(mine / es), im->scratch, n, dst, im->stream, err));
+    GT_TRY(settle_call(c, ncclAllGather(dst, gather, chunk * es, ncclUint8, im->nccl, im->stream),
+                       "all_reduce", err));
+    if (even) return GT_OK;
+    cudaError_t e =
+        cudaMemcpyAsync(out->data, gather, numel * es, cudaMemcpyDeviceToDevice, im->stream);
+    return e == cudaSuccess ? GT_OK : gt_nccl_cuda_fail(c, "all_reduce", e, err);
+}
+
+static gt_status enqueue(gt_comm *c, gt_coll_kind kind, const gt_tensor *in, gt_tensor *out,
+                         int root, gt_error *err)
+{
+    nccl_impl *im = gt_nccl_impl(c);
+    int n = c->size;
+    size_t nin = gt_tensor_nbytes(in);
+    switch (kind) {
+    case GT_COLL_ALL_GATHER:
+        return settle_call(c,
+                           ncclAllGather(in->data, out->data, nin, ncclUint8, im->nccl, im->stream),
+                           "all_gather", err);
+    case GT_COLL_BROADCAST:
+        return settle_call(
+            c, ncclBroadcast(out->data, out->data, nin, ncclUint8, root, im->nccl, im->stream),
+            "broadcast", err);
+    case GT_COLL_ALL_TO_ALL: {
+        size_t blk = nin / (size_t)n;
+        size_t *off = gt_xmalloc(2 * (size_t)n * sizeof *off), *len = off + n;
+        for (int j = 0; j < n; j++) {
+            off[j] = (size_t)j * blk;
+            len[j] = blk;
+        }
+        gt_status st = exchange(c, in->data, off, len, out->data, blk, "all_to_all", err);
+        free(off);
+        return st;
+    }
+    case GT_COLL_REDUCE_SCATTER:
+        return enqueue_reduce_scatter(c, in, out, err);
+    case GT_COLL_ALL_REDUCE:
+        return enqueue_all_reduce(c, in, out, err);
+    default:
+        return gt_error_set(err, GT_ERR_INVALID, "NCCL: unknown collective %d", (int)kind);
+    }
+}
+
+gt_status gt_nccl_start(gt_comm *c, gt_coll_kind kind, const gt_tensor *in, gt_tensor *out,
+                        int root, gt_comm_request *req, gt_error *err)
+{
+    nccl_impl *im = gt_nccl_impl(c);
+    const char *what = gt_coll_kind_name(kind);
+    if (im->aborted) return gt_nccl_aborted_error(c, what, err);
+    if (kind != GT_COLL_BROADCAST && kind != GT_COLL_ALL_REDUCE && in->data == out->data)
+        return gt_error_set(err, GT_ERR_INVALID,
+                            "rank %d: %s on communicator '%s': input and output must not alias",
+                            im->world_rank, what, c->name);
+    enum cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+    cudaError_t e = cudaStreamIsCapturing(im->compute, &cs);
+    if (e != cudaSuccess) return gt_nccl_cuda_fail(c, what, e, err);
+    bool capturing = cs != cudaStreamCaptureStatusNone;
+    size_t need = scratch_need(c, kind, in, out);
+    GT_TRY(reserve_scratch(c, need, capturing, what, err));
+    if (capturing && need) im->scratch_captured = true;
+    nccl_req *s = gt_xcalloc(1, sizeof *s);
+    req->impl_state = s;
+    s->compute = im->compute;
+    GT_TRY(take_event(c, &s->done, err));
+    e = cudaEventRecord(im->fork, s->compute);
+    if (e == cudaSuccess) e = cudaStreamWaitEvent(im->stream, im->fork, 0);
+    if (e != cudaSuccess) return gt_nccl_cuda_fail(c, what, e, err);
+    gt_status st = gt_tensor_numel(in) > 0 || gt_tensor_numel(out) > 0
+                       ? enqueue(c, kind, in, out, root, err)
+                       : GT_OK;
+    e = cudaEventRecord(s->done, im->stream);
+    if (st == GT_OK && e != cudaSuccess) st = gt_nccl_cuda_fail(c, what, e, err);
+    if (st != GT_OK) /* no wait will come: join the comm stream back now (a capture needs it) */
+        cudaStreamWaitEvent(s->compute, s->done, 0);
+    return st;
+}
+
+gt_status gt_nccl_wait(gt_comm *c, gt_comm_request *req, gt_error *err)
+{
+    nccl_req *s = req->impl_state;
+    cudaError_t e = cudaStreamWaitEvent(s->compute, s->done, 0);
+    return e == cudaSuccess ? GT_OK : gt_nccl_cuda_fail(c, gt_coll_kind_name(req->kind), e, err);
+}
+
+void gt_nccl_free_request(gt_comm_request *req)
+{
+    nccl_req *s = req->impl_state;
+    if (!s) return;
+    if (s->done) give_event(gt_nccl_impl(req->comm), s->done);
+    free(s);
+    req->impl_state = NULL;
+}
+
+/* Over NCCL itself (a real exchange whatever launched the job); synchronous, bounded. */
+gt_status gt_nccl_all_gather_u64(gt_comm *c, const uint64_t *in, int64_t count, uint64_t *out,
+                                 gt_error *err)
+{
+    nccl_impl *im = gt_nccl_impl(c);
+    const char *what = "all_gather (host words)";
+    if (im->aborted) return gt_nccl_aborted_error(c, what, err);
+    if (count <= 0) return GT_OK;
+    size_t bytes = (size_t)count * sizeof *in;
+    char *dev = NULL;
+    cudaError_t e = cudaMalloc((void **)&dev, bytes * ((size_t)c->size + 1));
+    if (e != cudaSuccess) return gt_nccl_cuda_fail(c, what, e, err);
+    gt_status st = GT_OK;
+    e = cudaMemcpyAsync(dev, in, bytes, cudaMemcpyHostToDevice, im->stream);
+    if (e != cudaSuccess) st = gt_nccl_cuda_fail(c, what, e, err);
+    if (st == GT_OK)
+        st = settle_call(c, ncclAllGather(dev, dev + bytes, bytes, ncclUint8, im->nccl, im->stream),
+                         what, err);
+    gt_comm *self[1] = {c};
+    if (st == GT_OK) st = gt_nccl_watch(self, 1, NULL, im->stream, err);
+    if (st == GT_OK) {
+        e = cudaMemcpy(out, dev + bytes, bytes * (size_t)c->size, cudaMemcpyDeviceToHost);
+        if (e != cudaSuccess) st = gt_nccl_cuda_fail(c, what, e, err);
+    }
+    cudaFree(dev);
+    return st;
+}
+
+void gt_comm_nccl_set_timeout(gt_comm *c, double seconds)
+{
+    if (gt_comm_is_nccl(c)) gt_nccl_impl(c)->timeout_s = seconds;
+}
+
+void gt_comm_nccl_set_stream(gt_comm *c, void *compute_stream)
+{
+    if (gt_comm_is_nccl(c)) gt_nccl_impl(c)->compute = (cudaStream_t)compute_stream;
+}
+
+#endif
