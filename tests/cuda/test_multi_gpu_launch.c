@@ -1,0 +1,147 @@
+/* test_multi_gpu_launch.c — training on several GPUs through NCCL (issue 7, acceptance), label
+ * cuda. Skipped (exit 0, with the reason) on a machine with fewer than 2 GPUs.
+ *
+ * llama3 debugmodel, 20 steps of a global batch of 4 x 128 tokens on synthetic data, one process
+ * per GPU under `mpiexec -np N`, against the same run on one GPU:
+ *   - fp32 (training.mixed_precision_param = float32): per-step losses within 1e-5 relative of
+ *     the one-GPU run, for FSDP2 and TP2 (2 GPUs) and FSDP4, FSDP2xTP2, HSDP 2x2 (4 GPUs);
+ *   - each layout run twice: bitwise identical losses and step-20 checkpoint (whole parameters
+ *     and AdamW moments gathered from the ranks);
+ *   - CUDA graphs on vs off (compile.cudagraphs): bitwise identical, FSDP2;
+ *   - bf16 mixed precision (the default): FSDP2's loss curve within 1 % of the one-GPU bf16 run.
+ * Every rank's program allocates what it planned (the memory lines of the log). */
+#include "distributed/launch.h" /* first: train_child.h defines _GNU_SOURCE */
+#include "graphtrain/gt_cuda.h"
+
+#define STEPS 20
+#define GLOBAL_BATCH 4
+#define RUN_SECONDS 300.0
+
+typedef struct {
+    gt_metrics_step steps[STEPS + 1];
+    char dump[512];
+    bool ok;
+} run_result;
+
+static void run(const char *base, const char *name, const launch_layout *l, bool fp32,
+                const char *extra, run_result *r)
+{
+    launch_cmd c;
+    char out_path[600];
+    launch_temp_dir(r->dump, sizeof r->dump, base, name);
+    snprintf(out_path, sizeof out_path, "%s/output.txt", r->dump);
+    launch_train(&c, l ? launch_ranks(l) : 0);
+    launch_add(&c, "--model.flavor=debugmodel");
+    launch_add(&c, "--training.device=cuda");
+    launch_add(&c, "--training.dataset=synthetic");
+    launch_add(&c, "--training.seq_len=128");
+    launch_add(&c, "--training.steps=%d", STEPS);
+    if (fp32) launch_add(&c, "--training.mixed_precision_param=float32");
+    launch_add(&c, "--metrics.log_freq=1");
+    launch_add(&c, "--checkpoint.enable=true");
+    launch_add(&c, "--checkpoint.interval=%d", STEPS);
+    launch_add(&c, "--checkpoint.keep_latest_k=0");
+    launch_add(&c, "--job.print_config=false");
+    launch_add(&c, "--job.dump_folder=%s", r->dump);
+    int dp = l ? l->rep * l->shard : 1;
+    launch_add(&c, "--training.local_batch_size=%d", GLOBAL_BATCH / dp);
+    if (l) {
+        launch_add(&c, "--parallelism.data_parallel_replicate_degree=%d", l->rep);
+        launch_add(&c, "--parallelism.data_parallel_shard_degree=%d", l->shard);
+        launch_add(&c, "--parallelism.tensor_parallel_degree=%d", l->tp);
+    }
+    if (extra) launch_add(&c, "%s", extra);
+    double dt = 0;
+    int rc = launch_run(&c, out_path, RUN_SECONDS, &dt);
+    r->ok = rc == 0 && last_records(r->dump, STEPS, r->steps, NULL);
+    printf("%-24s %d GPU(s): exit %d, %.1f s\n", name, l ? launch_ranks(l) : 1, rc, dt);
+    EXPECT(r->ok, "%s: exit %d or missing metrics", name, rc);
+    if (!r->ok) launch_show_tail(out_path);
+    if (r->ok && l) { /* planned == allocated on every rank */
+        char *text = read_all(out_path, NULL);
+        int bad = 0, lines = 0;
+        for (const char *p = text; p && (p = strstr(p, "INFO memory ")); p++) {
+            long long planned = -1, allocated = -2;
+            const char *pl = strstr(p, "planned "), *al = strstr(p, "allocated ");
+            if (pl) sscanf(pl, "planned %lld", &planned);
+            if (al) sscanf(al, "allocated %lld", &allocated);
+            bad += planned != allocated || planned <= 0;
+            lines++;
+        }
+        EXPECT(lines > 0 && bad == 0, "%s: %d memory lines, %d with planned != allocated", name,
+               lines, bad);
+        free(text);
+    }
+}
+
+static void compare_losses(const run_result *ref, const run_result *r, double tol, const char *what)
+{
+    if (!ref->ok || !r->ok) return;
+    double d = launch_loss_diff(ref->steps, r->steps, 1, STEPS);
+    printf("  %-30s loss diff %.2e (bound %.0e)\n", what, d, tol);
+    EXPECT(d <= tol, "%s: losses differ from one GPU's by %.3g relative", what, d);
+}
+
+static void compare_bitwise(const run_result *a, const run_result *b, const char *what)
+{
+    if (!a->ok || !b->ok) return;
+    int differ = 0;
+    for (int s = 1; s <= STEPS; s++)
+        differ +=
+            a->steps[s].loss != b->steps[s].loss || a->steps[s].grad_norm != b->steps[s].grad_norm;
+    EXPECT(differ == 0, "%s: %d steps with other loss or grad_norm bits", what, differ);
+    char pa[700], pb[700];
+    launch_ckpt_path(pa, sizeof pa, a->dump, STEPS);
+    launch_ckpt_path(pb, sizeof pb, b->dump, STEPS);
+    EXPECT(same_bytes(pa, pb), "%s: step-%d checkpoints differ", what, STEPS);
+    printf("  %-30s bitwise: %s\n", what, differ == 0 && same_bytes(pa, pb) ? "yes" : "NO");
+}
+
+int main(void)
+{
+    if (!launch_binary()) {
+        fprintf(stderr, "GT_BINARY is not set (CTest sets it to the graphtrain program)\n");
+        return 1;
+    }
+    int gpus = gt_cuda_device_count();
+    if (gpus < 2) {
+        printf("skipped: %d GPU(s) visible, this test needs 2 or more\n", gpus);
+        return 0;
+    }
+    char base[256];
+    snprintf(base, sizeof base, "/tmp/gt_multi_gpu_launch_%d", (int)getpid());
+    remove_tree(base);
+    mkdir(base, 0777);
+
+    static const launch_layout layouts[] = {
+        {"FSDP2", 1, 2, 1},     {"TP2", 1, 1, 2},     {"FSDP4", 1, 4, 1},
+        {"FSDP2xTP2", 1, 2, 2}, {"HSDP2x2", 2, 2, 1},
+    };
+    static run_result ref, ref_bf16, r, again, nograph, bf16;
+    run(base, "1gpu_fp32", NULL, true, NULL, &ref);
+    for (size_t k = 0; k < sizeof layouts / sizeof layouts[0]; k++) {
+        const launch_layout *l = &layouts[k];
+        if (launch_ranks(l) > gpus) {
+            printf("  %s: needs %d GPUs, %d visible: not run\n", l->name, launch_ranks(l), gpus);
+            continue;
+        }
+        char name[64], what[96];
+        snprintf(name, sizeof name, "%s_fp32", l->name);
+        run(base, name, l, true, NULL, &r);
+        snprintf(what, sizeof what, "%s fp32 vs 1 GPU", l->name);
+        compare_losses(&ref, &r, 1e-5, what);
+        snprintf(name, sizeof name, "%s_fp32_again", l->name);
+        run(base, name, l, true, NULL, &again);
+        snprintf(what, sizeof what, "%s rerun", l->name);
+        compare_bitwise(&r, &again, what);
+        if (k == 0) {
+            run(base, "FSDP2_fp32_nograph", l, true, "--compile.cudagraphs=false", &nograph);
+            compare_bitwise(&r, &nograph, "FSDP2 CUDA graphs on vs off");
+        }
+    }
+    run(base, "1gpu_bf16", NULL, false, NULL, &ref_bf16);
+    run(base, "FSDP2_bf16", &layouts[0], false, NULL, &bf16);
+    compare_losses(&ref_bf16, &bf16, 1e-2, "FSDP2 bf16 vs 1 GPU bf16");
+    if (gt_test_failed_ == 0) remove_tree(base);
+    return gt_test_finish();
+}
