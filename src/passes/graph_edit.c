@@ -110,3 +110,23 @@ void gt_pass_compact(gt_graph *g, const uint8_t *keep)
     free(node_map);
     free(value_map);
 }
+
+/* Moves the nodes into `order` (old ids) and remaps producers and origins (pass_internal.h). */
+void gt_pass_apply_order(gt_graph *g, const gt_node_id *order)
+{
+    int32_t n = g->n_nodes;
+    gt_node_id *pos = gt_xmalloc(((size_t)n + 1) * sizeof *pos);
+    gt_node *moved = gt_xmalloc(((size_t)n + 1) * sizeof *moved);
+    for (int32_t k = 0; k < n; k++)
+        pos[order[k]] = k;
+    for (int32_t k = 0; k < n; k++) {
+        moved[k] = g->nodes[order[k]];
+        if (moved[k].origin != GT_NONE) moved[k].origin = pos[moved[k].origin];
+    }
+    memcpy(g->nodes, moved, (size_t)n * sizeof *moved);
+    for (gt_value_id v = 0; v < g->n_values; v++)
+        if (g->values[v].producer != GT_NONE) g->values[v].producer = pos[g->values[v].producer];
+    if (g->cur_origin >= 0 && g->cur_origin < n) g->cur_origin = pos[g->cur_origin];
+    free(moved);
+    free(pos);
+}

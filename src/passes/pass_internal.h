@@ -31,6 +31,11 @@ bool gt_pass_shape_matches(gt_graph *g, const gt_node *proposed, const gt_node *
  * GT_NONE. The caller guarantees no kept node or graph output reads a removed node's output. */
 void gt_pass_compact(gt_graph *g, const uint8_t *keep);
 
+/* Reorders g's nodes into `order`, a permutation of all node ids (old ids) that is topological:
+ * moves the nodes and remaps value producers, node origins and the builder's current origin.
+ * Value ids do not change. */
+void gt_pass_apply_order(gt_graph *g, const gt_node_id *order);
+
 /* ---------------------------------------------------------------- collectives
  * (collective_report.c) — what the FSDP passes and the report share. */
 

@@ -34,27 +34,6 @@ static int cmp_node_id(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-/* Reorders g's nodes into order (a permutation of all node ids that is topological): moves the
- * nodes and remaps value producers, origins and the builder's current origin. */
-static void reorder_nodes(gt_graph *g, const gt_node_id *order)
-{
-    int32_t n = g->n_nodes;
-    gt_node_id *pos = gt_xmalloc(((size_t)n + 1) * sizeof *pos);
-    gt_node *moved = gt_xmalloc(((size_t)n + 1) * sizeof *moved);
-    for (int32_t k = 0; k < n; k++)
-        pos[order[k]] = k;
-    for (int32_t k = 0; k < n; k++) {
-        moved[k] = g->nodes[order[k]];
-        if (moved[k].origin != GT_NONE) moved[k].origin = pos[moved[k].origin];
-    }
-    memcpy(g->nodes, moved, (size_t)n * sizeof *moved);
-    for (gt_value_id v = 0; v < g->n_values; v++)
-        if (g->values[v].producer != GT_NONE) g->values[v].producer = pos[g->values[v].producer];
-    if (g->cur_origin >= 0 && g->cur_origin < n) g->cur_origin = pos[g->cur_origin];
-    free(moved);
-    free(pos);
-}
-
 /* A wait's input 1 is its start's input, listed only to keep that very buffer alive while the
  * collective reads it: it follows whatever the start reads (a recomputed copy when the start is a
  * backward node that remat rewired, the original when the start is in the forward), never a copy
@@ -198,7 +177,7 @@ gt_status gt_pass_remat(gt_graph *g, const gt_pass_ctx *ctx, gt_error *err)
             order[k++] = b;
         }
         GT_CHECK(k == g->n_nodes && c == g->n_nodes);
-        reorder_nodes(g, order);
+        gt_pass_apply_order(g, order);
         free(order);
     }
     free(insert_before);

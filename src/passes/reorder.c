@@ -116,26 +116,6 @@ static gt_node_id heap_pop(key_heap *h)
     return top;
 }
 
-/* Moves the nodes into `order` (old ids) and remaps producers and origins. */
-static void apply_order(gt_graph *g, const gt_node_id *order)
-{
-    int32_t n = g->n_nodes;
-    gt_node_id *pos = gt_xmalloc(((size_t)n + 1) * sizeof *pos);
-    gt_node *moved = gt_xmalloc(((size_t)n + 1) * sizeof *moved);
-    for (int32_t k = 0; k < n; k++)
-        pos[order[k]] = k;
-    for (int32_t k = 0; k < n; k++) {
-        moved[k] = g->nodes[order[k]];
-        if (moved[k].origin != GT_NONE) moved[k].origin = pos[moved[k].origin];
-    }
-    memcpy(g->nodes, moved, (size_t)n * sizeof *moved);
-    for (gt_value_id v = 0; v < g->n_values; v++)
-        if (g->values[v].producer != GT_NONE) g->values[v].producer = pos[g->values[v].producer];
-    if (g->cur_origin >= 0 && g->cur_origin < n) g->cur_origin = pos[g->cur_origin];
-    free(moved);
-    free(pos);
-}
-
 gt_status gt_pass_order_by_keys(gt_graph *g, const gt_pass_key *keys, gt_node_id *order,
                                 const char *who, gt_error *err)
 {
@@ -166,7 +146,7 @@ gt_status gt_pass_order_by_keys(gt_graph *g, const gt_pass_key *keys, gt_node_id
                           "%s: the rewritten graph has a cycle (%d of %d nodes could be ordered)",
                           who, placed, n);
     else {
-        apply_order(g, out);
+        gt_pass_apply_order(g, out);
         if (order) memcpy(order, out, (size_t)n * sizeof *out);
     }
     free(h.a);
