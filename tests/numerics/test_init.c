@@ -237,6 +237,35 @@ static void test_streams(const gt_model *m)
     free(z);
 }
 
+/* A large parameter is initialised by several threads (gt_param_init splits big ranges): the
+ * result equals drawing it in small pieces, whatever the machine's core count. */
+static void test_threaded_init(void)
+{
+    gt_param_spec p = {.fqn = "layers.0.feed_forward.w1.weight",
+                       .dtype = GT_F32,
+                       .ndim = 2,
+                       .shape = {1024, 1030},
+                       .init = GT_INIT_TRUNC_NORMAL,
+                       .std = 0.02,
+                       .lo = -0.06,
+                       .hi = 0.06};
+    int64_t n = 1024 * 1030;
+    float *whole = malloc((size_t)n * sizeof *whole), *pieces = malloc((size_t)n * sizeof *pieces);
+    gt_tensor t;
+    gt_tensor_wrap(&t, GT_F32, 1, &n, whole);
+    gt_param_init(&p, 11, 0, n, &t);
+    for (int64_t s = 0; s < n; s += 999) {
+        int64_t c = s + 999 > n ? n - s : 999;
+        gt_tensor piece;
+        gt_tensor_wrap(&piece, GT_F32, 1, &c, pieces + s);
+        gt_param_init(&p, 11, s, c, &piece);
+    }
+    EXPECT(memcmp(whole, pieces, (size_t)n * sizeof *whole) == 0,
+           "threaded init differs from piecewise init");
+    free(whole);
+    free(pieces);
+}
+
 /* gt_model_init_params writes every parameter exactly as gt_param_init does alone. */
 static void test_init_params(const gt_model *m)
 {
@@ -258,6 +287,7 @@ static void test_init_params(const gt_model *m)
 
 int main(void)
 {
+    test_threaded_init();
     gt_error err = {0};
     gt_llama3_config cfg;
     gt_model m;
