@@ -243,6 +243,15 @@ size_t gt_cuda_program_allocated_bytes(const gt_cuda_program *p, gt_arena_kind a
 gt_status gt_cuda_program_set_comms(gt_cuda_program *p, gt_comm *const comms[GT_MESH_MAX_DIMS],
                                     gt_error *err);
 
+/* Communication timing on the device (--metrics.comm_report): while on, every uncaptured exec
+ * records CUDA events on the program's stream around each collective — before its start, before
+ * its wait and after it — so gt_cuda_program_comm_timings (after that run has completed; it waits
+ * for the events) gives, per collective, total_s = start to completion as the compute stream sees
+ * it and exposed_s = the time the compute stream stalled at the wait (gt_comm_timing, as for the
+ * CPU program). Captured replays record nothing: time a run before capturing. */
+gt_status gt_cuda_program_set_comm_timing(gt_cuda_program *p, bool on, gt_error *err);
+int32_t gt_cuda_program_comm_timings(gt_cuda_program *p, gt_comm_timing *out, int32_t max);
+
 /* Copies host tensor t into the buffer of graph input k (dtype and shape must match, or
  * GT_ERR_INVALID names the input). Ordered on the stream: t must stay valid until the next sync
  * (a read below, gt_cuda_program_sync or gt_cuda_program_run). */

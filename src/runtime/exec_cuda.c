@@ -81,6 +81,10 @@ struct gt_cuda_program {
     /* collectives: some communicator of prog->comms is an NCCL one; the event host waits watch */
     bool nccl;
     cudaEvent_t sync_ev;
+    /* --metrics.comm_report: while timing is on, each uncaptured run records per collective slot
+     * three events on the program's stream: before the start, before the wait, after the wait */
+    bool timing;
+    cudaEvent_t *tev; /* [3 * n_slots] */
 };
 
 static void *ref_data(const gt_cuda_program *p, const gt_buffer_ref *r)
@@ -137,6 +141,9 @@ void gt_cuda_program_free(gt_cuda_program *p)
     if (p->graph_exec) cudaGraphExecDestroy(p->graph_exec);
     if (p->graph) cudaGraphDestroy(p->graph);
     if (p->sync_ev) cudaEventDestroy(p->sync_ev);
+    for (int32_t k = 0; p->tev && k < 3 * p->prog->n_slots; k++)
+        if (p->tev[k]) cudaEventDestroy(p->tev[k]);
+    free(p->tev);
     for (int sl = 0; sl < GT_CUDA_SLOTS; sl++) {
         for (int32_t k = 0; p->in_pin[sl] && k < p->prog->n_inputs; k++)
             if (p->in_pin[sl][k]) cudaFreeHost(p->in_pin[sl][k]);
@@ -278,14 +285,26 @@ static gt_status check_comms(const gt_cuda_program *p, gt_error *err)
 
 /* A start posts its collective (over one rank: a device copy); a wait orders the program's stream
  * after it. Neither blocks the host. */
+/* Timing event e (0 before the start, 1 before the wait, 2 after it) of a slot, when timing. */
+static void record_timing(gt_cuda_program *p, int32_t slot, int e)
+{
+    if (!p->timing || !p->tev) return;
+    enum cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+    cudaStreamIsCapturing(stream_of(p), &cs);
+    if (cs == cudaStreamCaptureStatusNone) cudaEventRecord(p->tev[3 * slot + e], stream_of(p));
+}
+
 static gt_status run_collective(gt_cuda_program *p, const gt_instr *ins, gt_error *err)
 {
     gt_program_slot *slot = &p->prog->slots[ins->slot];
     gt_status st = GT_OK;
     if (ins->op == GT_OP_WAIT) {
+        record_timing(p, ins->slot, 1);
         if (slot->req) st = gt_comm_wait(slot->req, err); /* frees the request, also on error */
         slot->req = NULL;
+        record_timing(p, ins->slot, 2);
     } else {
+        record_timing(p, ins->slot, 0);
         gt_comm *c;
         GT_CHECK(!slot->req);
         st = gt_runtime_comm_for(p->prog->g, ins->i[0], ins->i[1], p->prog->comms, &c, err);
@@ -310,6 +329,52 @@ static gt_status run_collective(gt_cuda_program *p, const gt_instr *ins, gt_erro
     }
     if (st != GT_OK) gt_program_wrap_kernel_error(p->prog->g, ins, " (cuda)", err);
     return st;
+}
+
+gt_status gt_cuda_program_set_comm_timing(gt_cuda_program *p, bool on, gt_error *err)
+{
+    if (on && !p->tev && p->prog->n_slots > 0) {
+        p->tev = gt_xcalloc((size_t)3 * (size_t)p->prog->n_slots, sizeof *p->tev);
+        for (int32_t k = 0; k < 3 * p->prog->n_slots; k++)
+            GT_TRY(cuda_error(cudaEventCreate(&p->tev[k]), "creating a timing event", err));
+    }
+    p->timing = on;
+    return GT_OK;
+}
+
+int32_t gt_cuda_program_comm_timings(gt_cuda_program *p, gt_comm_timing *out, int32_t max)
+{
+    int32_t n = 0;
+    const gt_program *g = p->prog;
+    for (int32_t k = 0; k < g->n_instrs; k++) {
+        const gt_instr *ins = &g->instrs[k];
+        if (ins->slot < 0 || ins->op == GT_OP_WAIT) continue;
+        if (n < max && out) {
+            gt_comm_timing *t = &out[n];
+            memset(t, 0, sizeof *t);
+            t->kind = gt_runtime_coll_kind(ins->op);
+            t->mesh_dim = (int32_t)ins->i[0];
+            t->bytes = ref_nbytes(&ins->in[0]);
+            t->start_instr = k;
+            t->wait_instr = -1;
+            for (int32_t j = k + 1; j < g->n_instrs && t->wait_instr < 0; j++)
+                if (g->instrs[j].slot == ins->slot && g->instrs[j].op == GT_OP_WAIT)
+                    t->wait_instr = j;
+            float total = 0, exposed = 0;
+            if (p->tev && cudaEventSynchronize(p->tev[3 * ins->slot + 2]) == cudaSuccess &&
+                cudaEventElapsedTime(&total, p->tev[3 * ins->slot], p->tev[3 * ins->slot + 2]) ==
+                    cudaSuccess &&
+                cudaEventElapsedTime(&exposed, p->tev[3 * ins->slot + 1],
+                                     p->tev[3 * ins->slot + 2]) == cudaSuccess) {
+                t->total_s = 1e-3 * total;
+                t->exposed_s = 1e-3 * exposed;
+            } else {
+                cudaGetLastError(); /* an event never recorded: no figure, no sticky error */
+            }
+        }
+        n++;
+    }
+    return n;
 }
 
 /* After a failed run: waits every collective still in flight (stream order only: this joins the

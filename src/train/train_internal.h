@@ -119,6 +119,7 @@ typedef struct {
     gt_program *prog;     /* compile.enable: the planned, lowered program; else NULL (eager) */
     gt_cuda_program *dev; /* training.device = cuda: the program on the GPU (prog is NULL) */
     bool dev_loaded;      /* the device holds the state (uploaded, or updated there since) */
+    int64_t runs;         /* cuda: execs queued so far */
 } gt_step_graph;
 
 /* cuda: the step whose loss and grad_norm are still on their way back. */
@@ -126,6 +127,7 @@ typedef struct {
     int64_t step; /* 0: none */
     int64_t ticket;
     double lr, t0;
+    int64_t run; /* which exec of the step graph it was (1-based) */
 } gt_pending_step;
 
 typedef struct {

@@ -177,13 +177,21 @@ static gt_status step_graph_queue_cuda(gt_trainer *t, gt_step_graph *s, int64_t 
     bool first = !s->dev_loaded;
     s->dev_loaded = true;
     t->host_stale = true;
+    /* --metrics.comm_report times the second run (the first warms up), so the capture waits for
+     * it: captured replays record no timing events */
+    bool report = t->cfg->metrics.comm_report && gt_train_dist_multi(&t->dist);
+    s->runs++;
+    GT_TRY(gt_cuda_program_set_comm_timing(s->dev, report && s->runs == 2, err));
     GT_TRY(gt_cuda_program_exec(s->dev, err));
-    if (first && t->cfg->compile.cudagraphs) {
+    bool capture_now = report ? s->runs == 2 : first;
+    if (capture_now && t->cfg->compile.cudagraphs) {
         gt_error cerr = {0};
         if (gt_cuda_program_capture(s->dev, &cerr) != GT_OK)
             gt_log(GT_LOG_WARN, "compile.cudagraphs: %s; running the kernels one by one", cerr.msg);
         else
-            gt_log(GT_LOG_INFO, "compile.cudagraphs: the step is one CUDA graph from step 2 on");
+            gt_log(GT_LOG_INFO,
+                   "compile.cudagraphs: the step is one CUDA graph after %lld warm-up run(s)",
+                   (long long)s->runs);
     }
     for (int k = 0; k < g->n_outputs; k++) {
         const gt_io *o = &g->outputs[k];
@@ -653,7 +661,19 @@ static gt_status report_pending(gt_trainer *t, gt_train_result *res, gt_error *e
     double done = gt_train_now_seconds();
     double dt = done - (t->last_done > p.t0 ? t->last_done : p.t0);
     t->last_done = done;
-    return report_step(t, res, p.step, loss, grad_norm, p.lr, dt, err);
+    GT_TRY(report_step(t, res, p.step, loss, grad_norm, p.lr, dt, err));
+#ifdef GT_HAVE_CUDA
+    /* the timed run: the whole step graph's second exec (see step_graph_queue_cuda) */
+    if (t->cfg->metrics.comm_report && gt_train_dist_multi(&t->dist) && t->whole.dev &&
+        p.run == 2 && t->dist.rank == 0) {
+        int32_t n = gt_cuda_program_comm_timings(t->whole.dev, NULL, 0);
+        gt_comm_timing *timings = gt_xcalloc((size_t)(n ? n : 1), sizeof *timings);
+        gt_cuda_program_comm_timings(t->whole.dev, timings, n);
+        gt_train_print_comm_report(timings, n, dt, t->dist.rank, stderr);
+        free(timings);
+    }
+#endif
+    return GT_OK;
 }
 
 /* Before step 1 of a multi-rank run: the memory figures of every rank and the schedule check. */
@@ -782,7 +802,8 @@ static gt_status run(gt_trainer *t, gt_train_result *res, gt_error *err)
             /* the GPU: step is queued; report the one before it, then this one when it must be
              * complete (a checkpoint, the last step) */
             GT_TRY(report_pending(t, res, err));
-            t->pending = (gt_pending_step){.step = step, .ticket = ticket, .lr = lr, .t0 = t0};
+            t->pending = (gt_pending_step){
+                .step = step, .ticket = ticket, .lr = lr, .t0 = t0, .run = t->whole.runs};
         }
         bool ckpt = cfg->checkpoint.enable &&
                     (step % cfg->checkpoint.interval == 0 || step == cfg->training.steps);

@@ -8,6 +8,8 @@
  *   - each layout run twice: bitwise identical losses and step-20 checkpoint (whole parameters
  *     and AdamW moments gathered from the ranks);
  *   - CUDA graphs on vs off (compile.cudagraphs): bitwise identical, FSDP2;
+ *   - --metrics.comm_report (FSDP2): one line per collective of the logged schedule, exposed time
+ *     within [0, total], and the same bits as without the report;
  *   - bf16 mixed precision (the default): FSDP2's loss curve within 1 % of the one-GPU bf16 run.
  * Every rank's program allocates what it planned (the memory lines of the log). */
 #include "distributed/launch.h" /* first: train_child.h defines _GNU_SOURCE */
@@ -82,6 +84,38 @@ static void compare_losses(const run_result *ref, const run_result *r, double to
     EXPECT(d <= tol, "%s: losses differ from one GPU's by %.3g relative", what, d);
 }
 
+/* The comm report of a run's output: as many lines as the logged schedule, exposed <= total. */
+static void check_comm_report(const run_result *r)
+{
+    if (!r->ok) return;
+    char path[600];
+    snprintf(path, sizeof path, "%s/output.txt", r->dump);
+    char *text = read_all(path, NULL);
+    int scheduled = -1, listed = -1, lines = 0, bad = 0;
+    double exposed_sum = 0;
+    const char *p = text ? strstr(text, "collective schedule: ") : NULL;
+    if (p) sscanf(p, "collective schedule: %d", &scheduled);
+    p = text ? strstr(text, "collective report (rank 0, one step): ") : NULL;
+    if (p) sscanf(p, "collective report (rank 0, one step): %d", &listed);
+    for (const char *q = p ? strchr(p, '\n') : NULL; q && *q; q = strchr(q + 1, '\n')) {
+        int idx;
+        char kind[32], dim[32];
+        unsigned long long bytes;
+        double total, exposed;
+        if (sscanf(q + 1, " %d %31s %31s %llu %lf %lf", &idx, kind, dim, &bytes, &total,
+                   &exposed) != 6)
+            break;
+        bad += !(exposed >= 0 && exposed <= total + 1e-3 && total > 0 && bytes > 0);
+        exposed_sum += exposed;
+        lines++;
+    }
+    printf("  FSDP2 comm report: %d of %d collectives, %d bad, %.3f ms exposed\n", lines, scheduled,
+           bad, exposed_sum);
+    EXPECT(scheduled > 0 && listed == scheduled && lines == scheduled && bad == 0,
+           "comm report: schedule %d, header %d, %d lines, %d bad", scheduled, listed, lines, bad);
+    free(text);
+}
+
 static void compare_bitwise(const run_result *a, const run_result *b, const char *what)
 {
     if (!a->ok || !b->ok) return;
@@ -117,7 +151,7 @@ int main(void)
         {"FSDP2", 1, 2, 1},     {"TP2", 1, 1, 2},     {"FSDP4", 1, 4, 1},
         {"FSDP2xTP2", 1, 2, 2}, {"HSDP2x2", 2, 2, 1},
     };
-    static run_result ref, ref_bf16, r, again, nograph, bf16;
+    static run_result ref, ref_bf16, r, again, nograph, bf16, report;
     run(base, "1gpu_fp32", NULL, true, NULL, &ref);
     for (size_t k = 0; k < sizeof layouts / sizeof layouts[0]; k++) {
         const launch_layout *l = &layouts[k];
@@ -137,6 +171,9 @@ int main(void)
         if (k == 0) {
             run(base, "FSDP2_fp32_nograph", l, true, "--compile.cudagraphs=false", &nograph);
             compare_bitwise(&r, &nograph, "FSDP2 CUDA graphs on vs off");
+            run(base, "FSDP2_fp32_report", l, true, "--metrics.comm_report=true", &report);
+            compare_bitwise(&r, &report, "FSDP2 comm report on vs off");
+            check_comm_report(&report);
         }
     }
     run(base, "1gpu_bf16", NULL, false, NULL, &ref_bf16);

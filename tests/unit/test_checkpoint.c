@@ -194,7 +194,7 @@ static void test_round_trip(void)
     EXPECT(count_entries(folder, ".tmp-") == 0, "no temporary left");
 
     /* The manifest, read here with jansson: checksums are xxh64 of the bytes we passed. */
-    size_t len;
+    size_t len = 0;
     char *text = (char *)read_all(path_of("rt/ckpt/step-10/manifest.json"), &len);
     json_t *root = json_loads(text, 0, NULL);
     EXPECT(root != NULL, "manifest is JSON");
@@ -503,7 +503,7 @@ static void damage_append(const char *dir)
 /* Flips one byte inside the data of tensor "norm.weight", located from the raw header. */
 static void damage_flip_data(const char *dir)
 {
-    size_t len;
+    size_t len = 0;
     uint8_t *buf = read_all(st_file(dir), &len);
     uint64_t hlen = le64(buf);
     json_t *h = json_loadb((const char *)buf + 8, hlen, 0, NULL);
@@ -540,7 +540,7 @@ static void damage_bad_json(const char *dir)
 
 static void damage_manifest_type(const char *dir)
 {
-    size_t len;
+    size_t len = 0;
     char *text = (char *)read_all(manifest_file(dir), &len);
     json_t *root = json_loads(text, 0, NULL);
     json_object_set_new(root, "step", json_string("10"));
@@ -618,7 +618,7 @@ static void test_corruption(void)
     snprintf(probe, sizeof probe, "%s/probe", g_root);
     gt_checkpoint_desc pd = basic_desc(probe, 10, &s);
     save_ok(&pd, &s);
-    size_t len;
+    size_t len = 0;
     uint8_t *buf = read_all(path_of("probe/step-10/model.safetensors"), &len);
     bool has_padding = buf && buf[8 + le64(buf) - 1] == ' ';
     free(buf);
