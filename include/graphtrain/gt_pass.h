@@ -99,6 +99,10 @@ gt_status gt_pass_memory_policy(gt_graph *g, const gt_pass_ctx *ctx, gt_error *e
 gt_status gt_pass_remat(gt_graph *g, const gt_pass_ctx *ctx, gt_error *err);
 /* Removes nodes that reach no graph output; compacts node and value ids (dce.c). */
 gt_status gt_pass_dce(gt_graph *g, const gt_pass_ctx *ctx, gt_error *err);
+/* Replaces each chain or tree of two or more elementwise nodes whose intermediates have one reader
+ * (same phase, no collective in between) with one fused_elementwise node that computes the same
+ * bits (fusion.c). */
+gt_status gt_pass_fusion(gt_graph *g, const gt_pass_ctx *ctx, gt_error *err);
 /* Merges the FSDP collectives of one bucket (a transformer block, tok_embeddings, the rest) into
  * one collective over a flat buffer (bucketing.c). No-op without a mesh. */
 gt_status gt_pass_fsdp_bucketing(gt_graph *g, const gt_pass_ctx *ctx, gt_error *err);

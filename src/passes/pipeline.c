@@ -11,6 +11,11 @@
  *                 originals nothing in the forward reads);
  *   dce           then removes the duplicates and whatever the others made dead, and compacts
  *                 ids;
+ *   fusion        then fuses elementwise chains into fused_elementwise nodes: after remat, so
+ *                 that recomputed chains fuse with the backward ops that read them (and remat's
+ *                 copies are never hidden inside a fused node it would have to copy), after dce,
+ *                 so that use counts are those of live readers only; before the FSDP passes,
+ *                 which then place whole fused nodes (it never moves work across a collective);
  *   fsdp_bucketing after those (parallelized graphs only): it merges the FSDP collectives of each
  *                 block, so it must see the final set of gathers (remat never copies one, DCE
  *                 may drop some) and leaves no dead nodes behind;
@@ -37,6 +42,8 @@ static const gt_pass_info gt_passes[] = {
     {"remat", gt_pass_remat, GT_PASS_EXACT,
      "recompute tagged forward chains right before their first backward use", false},
     {"dce", gt_pass_dce, GT_PASS_EXACT, "remove nodes that reach no output; compact ids", false},
+    {"fusion", gt_pass_fusion, GT_PASS_EXACT,
+     "fuse chains and trees of elementwise ops into one fused_elementwise kernel each", false},
     {"fsdp_bucketing", gt_pass_fsdp_bucketing, GT_PASS_EXACT,
      "merge the FSDP collectives of each block into one", true},
     {"fsdp_reorder", gt_pass_fsdp_reorder, GT_PASS_EXACT,

@@ -1,0 +1,192 @@
+/* cpu_fused.c — fused_elementwise on the CPU: the reference the CUDA kernel and the fusion pass's
+ * exactness are checked against.
+ *
+ * The program runs over the output in chunks of GT_CPU_FUSED_CHUNK elements. For a chunk, every
+ * input is gathered (broadcast to the output's index space by numpy rules) into an f32 buffer —
+ * the dispatcher has already widened bf16/f16 inputs exactly and rounds the f32 result into the
+ * real output — then each instruction runs the very f32 kernel its op runs unfused
+ * (cpu_elementwise.c, cpu_optim.c: gt_cpu_add, gt_cpu_silu, ...) on the chunk, and its result is
+ * rounded to the instruction's dtype and widened back. That is the unfused graph element by
+ * element: the same f32 arithmetic on the same (already rounded) operands, rounded where each
+ * unfused output was stored, so fused and unfused results are bitwise equal by construction.
+ * Only the intermediates never leave the chunk buffers. */
+#include "cpu_internal.h"
+#include "ir/fused_program.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define GT_CPU_FUSED_CHUNK 1024
+
+/* The f32 kernel of an op of a program (cast has none: it is a rounding only). */
+static gt_status gt_cpu_fused_run_op(int op, const gt_kernel_call *c, gt_error *err)
+{
+    switch (op) {
+    case GT_OP_ADD:
+        return gt_cpu_add(c, err);
+    case GT_OP_SUB:
+        return gt_cpu_sub(c, err);
+    case GT_OP_MUL:
+        return gt_cpu_mul(c, err);
+    case GT_OP_DIV:
+        return gt_cpu_div(c, err);
+    case GT_OP_NEG:
+        return gt_cpu_neg(c, err);
+    case GT_OP_EXP:
+        return gt_cpu_exp(c, err);
+    case GT_OP_LOG:
+        return gt_cpu_log(c, err);
+    case GT_OP_SQRT:
+        return gt_cpu_sqrt(c, err);
+    case GT_OP_RSQRT:
+        return gt_cpu_rsqrt(c, err);
+    case GT_OP_SILU:
+        return gt_cpu_silu(c, err);
+    case GT_OP_SIGMOID:
+        return gt_cpu_sigmoid(c, err);
+    case GT_OP_SCALE:
+        return gt_cpu_scale(c, err);
+    case GT_OP_ADD_SCALAR:
+        return gt_cpu_add_scalar(c, err);
+    case GT_OP_SILU_BACKWARD:
+        return gt_cpu_silu_backward(c, err);
+    case GT_OP_CLAMP:
+        return gt_cpu_clamp(c, err);
+    default:
+        return gt_error_set(err, GT_ERR_INVALID, "fused_elementwise: op %d is not fusable", op);
+    }
+}
+
+/* Rounds n f32 values to dt and widens them back (the store and reload of an unfused output). */
+static void gt_cpu_fused_round(float *v, int64_t n, int dt)
+{
+    if (dt == GT_BF16) {
+        for (int64_t i = 0; i < n; i++)
+            v[i] = gt_bf16_to_f32(gt_f32_to_bf16(v[i]));
+    } else if (dt == GT_F16) {
+        for (int64_t i = 0; i < n; i++)
+            v[i] = gt_f16_to_f32(gt_f32_to_f16(v[i]));
+    }
+}
+
+/* Checks the program against the call (the shape rule checked the graph; a kernel may also be
+ * called directly) and decodes it. */
+static gt_status gt_cpu_fused_decode(const gt_kernel_call *c, gt_fused_ins *ins, gt_error *err)
+{
+    if (c->ni < 1 || c->ni > GT_FUSED_MAX_INS)
+        return gt_error_set(err, GT_ERR_INVALID,
+                            "fused_elementwise: %d instructions, expected 1 to %d", c->ni,
+                            GT_FUSED_MAX_INS);
+    for (int k = 0; k < c->ni; k++) {
+        ins[k] = gt_fused_decode(c->i[k]);
+        int arity = gt_fused_arity(ins[k].op), nc = gt_fused_n_const(ins[k].op);
+        bool ok = arity > 0 && !gt_fused_has_extra_bits(c->i[k]) &&
+                  gt_fused_float_dtype(ins[k].dtype) && (nc == 0 || ins[k].fslot + nc <= c->nf);
+        for (int s = 0; ok && s < arity; s++) {
+            int src = ins[k].src[s];
+            ok = src < c->n_in || (src >= GT_FUSED_TEMP && src - GT_FUSED_TEMP < k);
+        }
+        if (!ok)
+            return gt_error_set(err, GT_ERR_INVALID,
+                                "fused_elementwise: instruction %d (0x%llx) is malformed for %d "
+                                "inputs and %d constants",
+                                k, (unsigned long long)c->i[k], c->n_in, c->nf);
+    }
+    return GT_OK;
+}
+
+gt_status gt_cpu_fused_elementwise(const gt_kernel_call *c, gt_error *err)
+{
+    gt_fused_ins ins[GT_FUSED_MAX_INS];
+    GT_TRY(gt_cpu_fused_decode(c, ins, err));
+    gt_tensor *out = c->out[0];
+    GT_TRY(gt_cpu_want_f32(c, out, "output", err));
+    int nd = out->ndim, n_in = c->n_in;
+    int64_t stride[GT_MAX_IN][GT_MAX_DIMS];
+    bool same[GT_MAX_IN];
+    int64_t n = gt_tensor_numel(out);
+    for (int k = 0; k < n_in; k++) {
+        const gt_tensor *x = c->in[k];
+        char what[32];
+        snprintf(what, sizeof what, "input %d", k);
+        GT_TRY(gt_cpu_want_f32(c, x, what, err));
+        if (!gt_cpu_broadcast_strides(nd, out->shape, x->ndim, x->shape, stride[k])) {
+            char bx[128], bo[128];
+            return gt_error_set(
+                err, GT_ERR_SHAPE,
+                "fused_elementwise: input %d %s does not broadcast to the output %s", k,
+                gt_kernel_fmt(x, bx, sizeof bx), gt_kernel_fmt(out, bo, sizeof bo));
+        }
+        same[k] = gt_tensor_numel(x) == n; /* then the strides are the output's own */
+    }
+    if (n == 0) return GT_OK;
+
+    /* n_in gather buffers, then one register per instruction, each a chunk long */
+    size_t chunk = GT_CPU_FUSED_CHUNK;
+    float *buf = malloc((size_t)(n_in + c->ni) * chunk * sizeof(float));
+    if (!buf)
+        return gt_error_set(err, GT_ERR_NOMEM, "fused_elementwise: out of memory for %d buffers",
+                            n_in + c->ni);
+    float *gather[GT_MAX_IN], *reg[GT_FUSED_MAX_INS];
+    for (int k = 0; k < n_in; k++)
+        gather[k] = buf + (size_t)k * chunk;
+    for (int k = 0; k < c->ni; k++)
+        reg[k] = buf + (size_t)(n_in + k) * chunk;
+
+    /* odometer over the output's index space for the broadcast inputs */
+    int64_t idx[GT_MAX_DIMS] = {0}, off[GT_MAX_IN] = {0};
+    gt_status st = GT_OK;
+    float *result = (float *)out->data;
+    for (int64_t i0 = 0; i0 < n && st == GT_OK; i0 += (int64_t)chunk) {
+        int64_t len = n - i0 < (int64_t)chunk ? n - i0 : (int64_t)chunk;
+        const float *operand[GT_MAX_IN];
+        for (int k = 0; k < n_in; k++)
+            operand[k] = same[k] ? (const float *)c->in[k]->data + i0 : gather[k];
+        for (int64_t j = 0; j < len; j++) {
+            for (int k = 0; k < n_in; k++)
+                if (!same[k]) gather[k][j] = ((const float *)c->in[k]->data)[off[k]];
+            for (int d = nd - 1; d >= 0; d--) { /* next index, row-major */
+                for (int k = 0; k < n_in; k++)
+                    off[k] += stride[k][d];
+                if (++idx[d] < out->shape[d]) break;
+                for (int k = 0; k < n_in; k++)
+                    off[k] -= stride[k][d] * idx[d];
+                idx[d] = 0;
+            }
+        }
+        for (int k = 0; k < c->ni && st == GT_OK; k++) {
+            int op = ins[k].op, arity = gt_fused_arity(op);
+            const float *src[2] = {NULL, NULL};
+            for (int s = 0; s < arity; s++) {
+                int o = ins[k].src[s];
+                src[s] = o < GT_FUSED_TEMP ? operand[o] : reg[o - GT_FUSED_TEMP];
+            }
+            if (op == GT_OP_CAST) {
+                memcpy(reg[k], src[0], (size_t)len * sizeof(float));
+            } else {
+                int64_t shape[1] = {len};
+                gt_tensor a, b, r;
+                gt_tensor_wrap(&a, GT_F32, 1, shape, (void *)src[0]);
+                gt_tensor_wrap(&r, GT_F32, 1, shape, reg[k]);
+                gt_kernel_call call = {.op = (gt_op)op, .n_in = arity, .n_out = 1};
+                call.in[0] = &a;
+                if (arity == 2) {
+                    gt_tensor_wrap(&b, GT_F32, 1, shape, (void *)src[1]);
+                    call.in[1] = &b;
+                }
+                call.out[0] = &r;
+                int nc = gt_fused_n_const(op);
+                if (nc) {
+                    call.f = c->f + ins[k].fslot;
+                    call.nf = nc;
+                }
+                st = gt_cpu_fused_run_op(op, &call, err);
+            }
+            gt_cpu_fused_round(reg[k], len, ins[k].dtype);
+        }
+        if (st == GT_OK) memcpy(result + i0, reg[c->ni - 1], (size_t)len * sizeof(float));
+    }
+    free(buf);
+    if (st != GT_OK) return gt_error_wrap(err, "fused_elementwise");
+    return GT_OK;
+}

@@ -1,0 +1,179 @@
+/* fusion.c — exact fusion of elementwise chains and trees into fused_elementwise nodes.
+ *
+ * Contract
+ *   requires   a verified graph (nodes in topological order), without dead nodes (it runs after
+ *              dce).
+ *   guarantees every group of two or more elementwise nodes (add sub mul div neg exp log sqrt
+ *              rsqrt silu sigmoid scale add_scalar silu_backward clamp, and float-to-float cast)
+ *              in which each node but the last (the root) has exactly one reader, a node of the
+ *              group, is replaced by one fused_elementwise node computing the root's value: the
+ *              fused node takes the root's place, output value id, fqn, phase, origin and tags;
+ *              the other members and their values (the intermediates) are removed and ids
+ *              compacted in order. A value that is a graph output, or read twice (by two nodes or
+ *              two input slots), is never an intermediate. Members share the root's phase (a
+ *              forward value the backward reads stays what memory_policy saved), and no
+ *              collective lies between a member and the root in node order (no computation moves
+ *              across a start or a wait). A group has at most GT_FUSED_MAX_INS instructions,
+ *              GT_MAX_IN distinct inputs and GT_FUSED_MAX_CONST scalar constants. Nodes whose
+ *              origin was a removed member get origin GT_NONE.
+ *   numerics   exact: each instruction computes what its node's kernel computed and rounds to
+ *              the dtype that node's output had (fused_program.h), so the root's value is
+ *              bitwise the same; the kernels evaluate it element by element in that order.
+ *
+ * Groups grow from roots taken in reverse node order: the root absorbs, breadth first, the
+ * producers of its members' inputs that qualify (fusable, same phase, one reader, no collective
+ * in between, limits kept), so each group is maximal for the greedy order and a node belongs to at
+ * most one group. O(nodes · GT_FUSED_MAX_INS²). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "ir/fused_program.h"
+#include "passes/pass_internal.h"
+
+/* A node that may be a member: a fusable op on float values, one output. */
+static bool fusable(const gt_graph *g, const gt_node *nd)
+{
+    if (gt_fused_arity((int)nd->op) == 0 || nd->n_out != 1) return false;
+    if (gt_fused_arity((int)nd->op) != nd->n_in) return false;
+    if (!gt_fused_float_dtype(g->values[nd->out[0]].type.dtype)) return false;
+    for (int k = 0; k < nd->n_in; k++)
+        if (!gt_fused_float_dtype(g->values[nd->in[k]].type.dtype)) return false;
+    return true;
+}
+
+typedef struct {
+    gt_node_id node[GT_FUSED_MAX_INS]; /* members; [0] is the root */
+    int n;
+} fusion_group;
+
+static bool in_group(const fusion_group *grp, gt_node_id n)
+{
+    for (int k = 0; k < grp->n; k++)
+        if (grp->node[k] == n) return true;
+    return false;
+}
+
+static int cmp_node(const void *a, const void *b)
+{
+    gt_node_id x = *(const gt_node_id *)a, y = *(const gt_node_id *)b;
+    return (x > y) - (x < y);
+}
+
+/* Builds the fused node for grp (members sorted by node id; the root is the last) into *fused,
+ * a copy of the root with the new op, inputs and attributes. False when the group exceeds a
+ * limit (inputs or constants). */
+static bool build_program(const gt_graph *g, const fusion_group *grp, gt_node *fused)
+{
+    const gt_node *root = &g->nodes[grp->node[grp->n - 1]];
+    *fused = *root;
+    fused->op = GT_OP_FUSED_ELEMENTWISE;
+    fused->n_in = 0;
+    memset(&fused->attrs, 0, sizeof fused->attrs);
+    for (int k = 0; k < grp->n; k++) {
+        const gt_node *m = &g->nodes[grp->node[k]];
+        int src[2] = {0, 0};
+        for (int s = 0; s < m->n_in; s++) {
+            gt_value_id v = m->in[s];
+            gt_node_id p = g->values[v].producer;
+            int j = -1;
+            for (int q = 0; q < k && j < 0; q++)
+                if (grp->node[q] == p) j = q;
+            if (j >= 0) {
+                src[s] = GT_FUSED_TEMP + j;
+                continue;
+            }
+            int slot = -1;
+            for (int q = 0; q < fused->n_in && slot < 0; q++)
+                if (fused->in[q] == v) slot = q;
+            if (slot < 0) {
+                if (fused->n_in == GT_MAX_IN) return false;
+                slot = fused->n_in++;
+                fused->in[slot] = v;
+            }
+            src[s] = slot;
+        }
+        int nc = gt_fused_n_const((int)m->op), fslot = 0;
+        if (nc) {
+            if (fused->attrs.nf + nc > GT_FUSED_MAX_CONST) return false;
+            fslot = fused->attrs.nf;
+            for (int c = 0; c < nc; c++)
+                fused->attrs.f[fused->attrs.nf++] = m->attrs.f[c];
+        }
+        gt_dtype dt = g->values[m->out[0]].type.dtype;
+        fused->attrs.i[fused->attrs.ni++] = gt_fused_encode(m->op, dt, src[0], src[1], fslot);
+    }
+    for (int k = fused->n_in; k < GT_MAX_IN; k++)
+        fused->in[k] = 0;
+    return true;
+}
+
+/* Whether grp (unsorted) fits the limits: sorts a copy and builds its program. */
+static bool group_fits(const gt_graph *g, const fusion_group *grp)
+{
+    fusion_group sorted = *grp;
+    qsort(sorted.node, (size_t)sorted.n, sizeof sorted.node[0], cmp_node);
+    gt_node scratch;
+    return build_program(g, &sorted, &scratch);
+}
+
+gt_status gt_pass_fusion(gt_graph *g, const gt_pass_ctx *ctx, gt_error *err)
+{
+    (void)ctx;
+    int32_t nn = g->n_nodes;
+    int32_t *uses = gt_graph_use_counts(g);
+    /* collectives[p] = collective nodes among positions [0, p) */
+    int32_t *collectives = gt_xcalloc((size_t)nn + 1, sizeof *collectives);
+    for (gt_node_id n = 0; n < nn; n++) {
+        const gt_op_info *info = gt_op_get(g->nodes[n].op);
+        collectives[n + 1] = collectives[n] + (info && (info->flags & GT_OPF_COLLECTIVE) ? 1 : 0);
+    }
+    uint8_t *taken = gt_xcalloc((size_t)nn + 1, 1);
+    uint8_t *keep = gt_xmalloc((size_t)nn + 1);
+    memset(keep, 1, (size_t)nn + 1);
+    int32_t n_groups = 0;
+    gt_status st = GT_OK;
+
+    for (gt_node_id r = nn - 1; r >= 0 && st == GT_OK; r--) {
+        const gt_node *root = &g->nodes[r];
+        if (taken[r] || !fusable(g, root)) continue;
+        fusion_group grp = {.node = {r}, .n = 1};
+        for (int w = 0; w < grp.n && grp.n < GT_FUSED_MAX_INS; w++) {
+            const gt_node *m = &g->nodes[grp.node[w]];
+            for (int s = 0; s < m->n_in && grp.n < GT_FUSED_MAX_INS; s++) {
+                gt_value_id v = m->in[s];
+                gt_node_id p = g->values[v].producer;
+                if (p == GT_NONE || taken[p] || in_group(&grp, p)) continue;
+                const gt_node *pn = &g->nodes[p];
+                if (!fusable(g, pn) || pn->phase != root->phase || uses[v] != 1) continue;
+                if (collectives[r] != collectives[p + 1]) continue; /* a collective between */
+                grp.node[grp.n++] = p;
+                if (!group_fits(g, &grp)) grp.n--;
+            }
+        }
+        if (grp.n < 2) continue;
+        qsort(grp.node, (size_t)grp.n, sizeof grp.node[0], cmp_node);
+        gt_node fused;
+        if (!build_program(g, &grp, &fused)) continue;
+        if (!gt_pass_shape_matches(g, &fused, root)) {
+            char buf[512];
+            gt_graph_format_node(g, r, buf, sizeof buf);
+            st = gt_error_set(err, GT_ERR_INTERNAL,
+                              "fusion: the fused program of %d nodes ending at node %d does not "
+                              "reproduce its type (%s)",
+                              grp.n, r, buf);
+            break;
+        }
+        g->nodes[r] = fused;
+        for (int k = 0; k < grp.n; k++) {
+            taken[grp.node[k]] = 1;
+            if (grp.node[k] != r) keep[grp.node[k]] = 0;
+        }
+        n_groups++;
+    }
+    if (st == GT_OK && n_groups > 0) gt_pass_compact(g, keep);
+    free(keep);
+    free(taken);
+    free(collectives);
+    free(uses);
+    return st;
+}
