@@ -251,6 +251,8 @@ gt_status gt_cuda_program_set_comms(gt_cuda_program *p, gt_comm *const comms[GT_
  * CPU program). Captured replays record nothing: time a run before capturing. */
 gt_status gt_cuda_program_set_comm_timing(gt_cuda_program *p, bool on, gt_error *err);
 int32_t gt_cuda_program_comm_timings(gt_cuda_program *p, gt_comm_timing *out, int32_t max);
+/* The device time of that timed run, from its first instruction to its last (0 if none). */
+double gt_cuda_program_timed_run_seconds(gt_cuda_program *p);
 
 /* Copies host tensor t into the buffer of graph input k (dtype and shape must match, or
  * GT_ERR_INVALID names the input). Ordered on the stream: t must stay valid until the next sync

@@ -84,7 +84,8 @@ struct gt_cuda_program {
     /* --metrics.comm_report: while timing is on, each uncaptured run records per collective slot
      * three events on the program's stream: before the start, before the wait, after the wait */
     bool timing;
-    cudaEvent_t *tev; /* [3 * n_slots] */
+    cudaEvent_t *tev;      /* [3 * n_slots] */
+    cudaEvent_t run_ev[2]; /* the timed run's start and end */
 };
 
 static void *ref_data(const gt_cuda_program *p, const gt_buffer_ref *r)
@@ -143,6 +144,8 @@ void gt_cuda_program_free(gt_cuda_program *p)
     if (p->sync_ev) cudaEventDestroy(p->sync_ev);
     for (int32_t k = 0; p->tev && k < 3 * p->prog->n_slots; k++)
         if (p->tev[k]) cudaEventDestroy(p->tev[k]);
+    for (int k = 0; k < 2; k++)
+        if (p->run_ev[k]) cudaEventDestroy(p->run_ev[k]);
     free(p->tev);
     for (int sl = 0; sl < GT_CUDA_SLOTS; sl++) {
         for (int32_t k = 0; p->in_pin[sl] && k < p->prog->n_inputs; k++)
@@ -333,6 +336,9 @@ static gt_status run_collective(gt_cuda_program *p, const gt_instr *ins, gt_erro
 
 gt_status gt_cuda_program_set_comm_timing(gt_cuda_program *p, bool on, gt_error *err)
 {
+    for (int k = 0; on && k < 2; k++)
+        if (!p->run_ev[k])
+            GT_TRY(cuda_error(cudaEventCreate(&p->run_ev[k]), "creating a timing event", err));
     if (on && !p->tev && p->prog->n_slots > 0) {
         p->tev = gt_xcalloc((size_t)3 * (size_t)p->prog->n_slots, sizeof *p->tev);
         for (int32_t k = 0; k < 3 * p->prog->n_slots; k++)
@@ -340,6 +346,17 @@ gt_status gt_cuda_program_set_comm_timing(gt_cuda_program *p, bool on, gt_error 
     }
     p->timing = on;
     return GT_OK;
+}
+
+double gt_cuda_program_timed_run_seconds(gt_cuda_program *p)
+{
+    float ms = 0;
+    if (!p->run_ev[1] || cudaEventSynchronize(p->run_ev[1]) != cudaSuccess ||
+        cudaEventElapsedTime(&ms, p->run_ev[0], p->run_ev[1]) != cudaSuccess) {
+        cudaGetLastError();
+        return 0.0;
+    }
+    return 1e-3 * ms;
 }
 
 int32_t gt_cuda_program_comm_timings(gt_cuda_program *p, gt_comm_timing *out, int32_t max)
@@ -423,9 +440,19 @@ static gt_status run_instr(gt_cuda_program *p, const gt_instr *ins, gt_error *er
     return st;
 }
 
+/* The run's start or end event when timing (never inside a capture). */
+static void record_run(gt_cuda_program *p, int e)
+{
+    if (!p->timing || !p->run_ev[e]) return;
+    enum cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+    cudaStreamIsCapturing(stream_of(p), &cs);
+    if (cs == cudaStreamCaptureStatusNone) cudaEventRecord(p->run_ev[e], stream_of(p));
+}
+
 static gt_status run_instrs(gt_cuda_program *p, gt_error *err)
 {
     GT_TRY(check_comms(p, err));
+    record_run(p, 0);
     for (int32_t k = 0; k < p->prog->n_instrs; k++) {
         gt_status st = run_instr(p, &p->prog->instrs[k], err);
         if (st != GT_OK) {
@@ -433,6 +460,7 @@ static gt_status run_instrs(gt_cuda_program *p, gt_error *err)
             return st;
         }
     }
+    record_run(p, 1);
     return GT_OK;
 }
 

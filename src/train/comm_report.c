@@ -32,8 +32,9 @@ void gt_train_print_comm_report(const gt_comm_timing *t, int32_t n, double step_
         if (count[k])
             fprintf(f, "  total %-15s %4d collectives %14llu bytes\n",
                     gt_coll_kind_name((gt_coll_kind)k), count[k], (unsigned long long)bytes[k]);
-    fprintf(f,
-            "  communication %.3f ms (sum of start-to-completion times), exposed %.3f ms = %.1f%% "
-            "of the %.3f ms step\n",
-            1e3 * total, 1e3 * exposed, step_s > 0 ? 100.0 * exposed / step_s : 0.0, 1e3 * step_s);
+    fprintf(f, "  communication %.3f ms (sum of start-to-completion times), exposed %.3f ms",
+            1e3 * total, 1e3 * exposed);
+    if (step_s > 0)
+        fprintf(f, " = %.1f%% of the %.3f ms step", 100.0 * exposed / step_s, 1e3 * step_s);
+    fprintf(f, "\n");
 }

@@ -669,7 +669,9 @@ static gt_status report_pending(gt_trainer *t, gt_train_result *res, gt_error *e
         int32_t n = gt_cuda_program_comm_timings(t->whole.dev, NULL, 0);
         gt_comm_timing *timings = gt_xcalloc((size_t)(n ? n : 1), sizeof *timings);
         gt_cuda_program_comm_timings(t->whole.dev, timings, n);
-        gt_train_print_comm_report(timings, n, dt, t->dist.rank, stderr);
+        /* the device's own time for the step: the host's dt of a pipelined step is not */
+        gt_train_print_comm_report(timings, n, gt_cuda_program_timed_run_seconds(t->whole.dev),
+                                   t->dist.rank, stderr);
         free(timings);
     }
 #endif

@@ -102,6 +102,7 @@ static void check_comm_report(const run_result *r)
         char kind[32], dim[32];
         unsigned long long bytes;
         double total, exposed;
+        if (strncmp(q + 1 + strspn(q + 1, " "), "# ", 2) == 0) continue; /* column header */
         if (sscanf(q + 1, " %d %31s %31s %llu %lf %lf", &idx, kind, dim, &bytes, &total,
                    &exposed) != 6)
             break;
