@@ -102,6 +102,9 @@ typedef struct {
     uint8_t kind; /* gt_place_kind */
     int8_t dim;   /* shard: the tensor dim */
     uint8_t order;
+    /* shard of a dim that does not divide (FSDP storage only): every rank holds ceil(D / n) rows,
+     * rank r's block starts at r * ceil(D / n), and rows past D are zeros */
+    uint8_t padded;
 } gt_placement;
 
 typedef struct {
@@ -229,7 +232,7 @@ void gt_graph_print(const gt_graph *g, FILE *f);
 int gt_graph_format_node(const gt_graph *g, gt_node_id n, char *buf, size_t len);
 int gt_graph_format_type(const gt_graph *g, const gt_type *t, char *buf, size_t len);
 
-/* Placement text (src/ir/placement.c): "R", "S(0)", "S(0)#1" (order 1), "P"; a value's placements
+/* Placement text (src/ir/placement.c): "R", "S(0)", "S(0)#1" (order 1), "S(0)+pad", "P"; a value's placements
  * over the graph's mesh as "{S(0)@dp_shard, P@tp}" ("" when replicated everywhere). Return the
  * length needed. */
 int gt_placement_format(gt_placement p, char *buf, size_t len);

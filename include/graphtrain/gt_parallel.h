@@ -31,7 +31,10 @@
  *     sequence parallel the norms and residual stream are shard(1) (sequence) on tp.
  *   - Losses and metrics are made replicate; a gradient output takes its parameter's placement.
  * Requirements (else GT_ERR_INVALID naming the tensor, dim and degree): every sharded dim divides
- * evenly by the product of the degrees that shard it; tp divides the query and key/value heads. */
+ * evenly by the product of the degrees that shard it, except a parameter's FSDP dim 0, which is
+ * padded to ceil(D / dp_shard) rows per rank (zeros past D: gathers drop them, gradients are
+ * zero-padded before their reduce-scatter, AdamW keeps them zero); tp divides the query and
+ * key/value heads. */
 #ifndef GRAPHTRAIN_GT_PARALLEL_H
 #define GRAPHTRAIN_GT_PARALLEL_H
 
@@ -58,8 +61,8 @@ int gt_mesh_world_size(const gt_mesh *m);
 /* Coordinates of a world rank (row-major over the dims, tp fastest), and back. */
 void gt_mesh_coords(const gt_mesh *m, int rank, int coords[GT_MESH_NDIMS]);
 int gt_mesh_rank(const gt_mesh *m, const int coords[GT_MESH_NDIMS]);
-const char *gt_mesh_dim_name(int dim);         /* "dp_replicate", "dp_shard", "tp" */
-const char *gt_mesh_coord_symbol(int dim);     /* "rank.dp_replicate", ... */
+const char *gt_mesh_dim_name(int dim);     /* "dp_replicate", "dp_shard", "tp" */
+const char *gt_mesh_coord_symbol(int dim); /* "rank.dp_replicate", ... */
 /* "dp_shard 2 x tp 2" (dims of size 1 left out; "1 rank" when all are). Returns the length. */
 int gt_mesh_format(const gt_mesh *m, char *buf, size_t len);
 
@@ -88,11 +91,16 @@ gt_status gt_parallelize(const gt_graph *g, const gt_parallel_plan *plan,
 
 /* The block of a global tensor of concrete shape `global` that the rank at `coords` holds under
  * `place` (one per mesh dim): start and size per tensor dim. GT_ERR_INVALID when a sharded dim
- * does not divide. */
+ * does not divide. A padded shard (gt_placement.padded) gives the rows that hold data: the local
+ * tensor has ceil(D / n) rows along that dim, `size` of them valid (fewer, or none, on the last
+ * ranks), the rest zeros. */
 gt_status gt_placement_local_box(const gt_mesh *m, const gt_placement place[GT_MESH_MAX_DIMS],
                                  int ndim, const int64_t *global, const int coords[GT_MESH_NDIMS],
                                  int64_t *start, int64_t *size, gt_error *err);
-
+/* The local tensor's shape: global divided by the degrees that shard each dim (ceil for a padded
+ * shard). Assumes the divisions gt_placement_local_box checks. */
+void gt_placement_local_shape(const gt_mesh *m, const gt_placement place[GT_MESH_MAX_DIMS],
+                              int ndim, const int64_t *global, int64_t *local);
 
 #ifdef __cplusplus
 }

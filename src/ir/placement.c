@@ -8,8 +8,9 @@ int gt_placement_format(gt_placement p, char *buf, size_t len)
 {
     switch ((gt_place_kind)p.kind) {
     case GT_PLACE_SHARD:
-        return p.order ? snprintf(buf, len, "S(%d)#%d", p.dim, p.order)
-                       : snprintf(buf, len, "S(%d)", p.dim);
+        if (p.order)
+            return snprintf(buf, len, "S(%d)#%d%s", p.dim, p.order, p.padded ? "+pad" : "");
+        return snprintf(buf, len, "S(%d)%s", p.dim, p.padded ? "+pad" : "");
     case GT_PLACE_PARTIAL:
         return snprintf(buf, len, "P");
     default:

@@ -30,15 +30,24 @@ static int tp_shard_dim(const char *fqn)
     return -1;
 }
 
-static void param_layout(const gt_parallel_plan *plan, const char *fqn, int ndim, gt_placement *out)
+/* dim0: the parameter's dim 0 when constant, else -1. */
+static void param_layout(const gt_parallel_plan *plan, const char *fqn, int ndim, int64_t dim0,
+                         gt_placement *out)
 {
     int tp_dim = plan->mesh.size[GT_MESH_TP] > 1 ? tp_shard_dim(fqn) : -1;
     if (tp_dim >= ndim) tp_dim = -1;
     if (tp_dim >= 0) out[GT_MESH_TP] = gt_place_shard(tp_dim, 0);
     /* FSDP storage: dim 0, inside tp's block when tp splits dim 0 too (the gather over dp_shard
-     * then gives back exactly the tensor-parallel block) */
-    if (plan->mesh.size[GT_MESH_DP_SHARD] > 1 && ndim >= 1)
+     * then gives back exactly the tensor-parallel block); padded to ceil(D / n) rows when the
+     * (tensor-parallel block's) dim 0 does not divide, as FSDP2 does */
+    int n = plan->mesh.size[GT_MESH_DP_SHARD];
+    if (n > 1 && ndim >= 1) {
         out[GT_MESH_DP_SHARD] = gt_place_shard(0, tp_dim == 0 ? 1 : 0);
+        int64_t rows = dim0;
+        if (rows > 0 && tp_dim == 0 && rows % plan->mesh.size[GT_MESH_TP] == 0)
+            rows /= plan->mesh.size[GT_MESH_TP];
+        if (rows > 0 && rows % n != 0) out[GT_MESH_DP_SHARD].padded = 1;
+    }
 }
 
 static bool is_batch_dim(const gt_graph *g, gt_expr e)
@@ -56,17 +65,19 @@ gt_status gt_parallel_input_layouts(const gt_parallel_plan *plan, const gt_graph
         const gt_io *in = &g->inputs[k];
         const gt_type *t = gt_value_type(g, in->value);
         const char *fqn = gt_graph_str(g, in->fqn);
+        int64_t dim0 = -1;
+        if (t->ndim < 1 || !gt_sym_is_const(g->sym, t->dims[0], &dim0)) dim0 = -1;
         for (int d = 0; d < GT_MESH_MAX_DIMS; d++)
             out[k][d] = gt_place_replicate();
         switch ((gt_input_kind)in->kind) {
         case GT_IN_PARAM:
-            param_layout(plan, fqn, t->ndim, out[k]);
+            param_layout(plan, fqn, t->ndim, dim0, out[k]);
             break;
         case GT_IN_OPT_STATE:
             for (size_t s = 0; s < sizeof state_prefixes / sizeof state_prefixes[0]; s++) {
                 size_t n = strlen(state_prefixes[s]);
                 if (strncmp(fqn, state_prefixes[s], n) == 0)
-                    param_layout(plan, fqn + n, t->ndim, out[k]);
+                    param_layout(plan, fqn + n, t->ndim, dim0, out[k]);
             }
             break;
         case GT_IN_INPUT:
@@ -104,6 +115,15 @@ gt_status gt_placement_local_box(const gt_mesh *m, const gt_placement place[GT_M
                 if (p->kind != GT_PLACE_SHARD || p->dim != d) continue;
                 if (p->order > order) any_left = true;
                 if (p->order != order || m->size[md] == 1) continue;
+                if (p->padded) { /* ceil-sized blocks; the last ones short or empty */
+                    int64_t block = (size[d] + m->size[md] - 1) / m->size[md];
+                    int64_t first = coords[md] * block;
+                    int64_t valid = size[d] - first;
+                    valid = valid < 0 ? 0 : valid > block ? block : valid;
+                    start[d] += first < size[d] ? first : size[d];
+                    size[d] = valid;
+                    continue;
+                }
                 if (size[d] % m->size[md] != 0)
                     return gt_error_set(err, GT_ERR_INVALID,
                                         "dim %d of size %lld does not split evenly over %s %d", d,
@@ -115,4 +135,20 @@ gt_status gt_placement_local_box(const gt_mesh *m, const gt_placement place[GT_M
         }
     }
     return GT_OK;
+}
+
+void gt_placement_local_shape(const gt_mesh *m, const gt_placement place[GT_MESH_MAX_DIMS],
+                              int ndim, const int64_t *global, int64_t *local)
+{
+    for (int d = 0; d < ndim; d++) {
+        local[d] = global[d];
+        for (int md = 0; md < GT_MESH_NDIMS; md++)
+            if (place[md].kind == GT_PLACE_SHARD && place[md].dim == d && m->size[md] > 1 &&
+                !place[md].padded)
+                local[d] /= m->size[md];
+        for (int md = 0; md < GT_MESH_NDIMS; md++)
+            if (place[md].kind == GT_PLACE_SHARD && place[md].dim == d && m->size[md] > 1 &&
+                place[md].padded)
+                local[d] = (local[d] + m->size[md] - 1) / m->size[md];
+    }
 }

@@ -68,20 +68,21 @@ bool gt_shard_divides(const gt_shard_ctx *c, bool output, int k, int dim);
 
 static inline gt_placement gt_place_replicate(void)
 {
-    return (gt_placement){GT_PLACE_REPLICATE, 0, 0};
+    return (gt_placement){GT_PLACE_REPLICATE, 0, 0, 0};
 }
 static inline gt_placement gt_place_partial(void)
 {
-    return (gt_placement){GT_PLACE_PARTIAL, 0, 0};
+    return (gt_placement){GT_PLACE_PARTIAL, 0, 0, 0};
 }
 static inline gt_placement gt_place_shard(int dim, int order)
 {
-    return (gt_placement){GT_PLACE_SHARD, (int8_t)dim, (uint8_t)order};
+    return (gt_placement){GT_PLACE_SHARD, (int8_t)dim, (uint8_t)order, 0};
 }
 static inline bool gt_place_equal(gt_placement a, gt_placement b)
 {
     if (a.kind != b.kind) return false;
-    return a.kind != GT_PLACE_SHARD || (a.dim == b.dim && a.order == b.order);
+    return a.kind != GT_PLACE_SHARD ||
+           (a.dim == b.dim && a.order == b.order && a.padded == b.padded);
 }
 
 /* ---------------------------------------------------------------- engine calls for expanders */

@@ -216,8 +216,36 @@ static const char *collective_tag(int mesh_dim, bool weight, bool grad, gt_op op
 
 /* Converts local value x (placements `from`) to placements `to`; every intermediate value gets
  * its placements. weight/grad only pick tags for the bucketing passes. */
-static gt_status convert_value(gt_par *p, gt_value_id x, const gt_placement *to, bool weight,
-                               bool grad, gt_value_id *out, gt_error *err)
+static gt_status localize(gt_par *p, const gt_type *global, const gt_placement *place,
+                          const char *what, gt_type *out, gt_error *err);
+
+/* Padded shards: the rows dim d has with mesh dim md's split undone (its true size). */
+static gt_status unsplit_rows(gt_par *p, const gt_type *global, const gt_placement *cur, int md,
+                              int d, int64_t *rows, gt_error *err)
+{
+    gt_placement tmp[GT_MESH_MAX_DIMS];
+    memcpy(tmp, cur, sizeof tmp);
+    tmp[md] = gt_place_replicate();
+    gt_type t;
+    GT_TRY(localize(p, global, tmp, "padding", &t, err));
+    if (!gt_sym_is_const(p->dst->sym, t.dims[d], rows))
+        return gt_error_set(err, GT_ERR_INTERNAL, "parallelize: a padded dim is not constant");
+    return GT_OK;
+}
+
+/* x with zero rows appended along d up to n * ceil(rows / n) (for a reduce-scatter or a slice into
+ * padded blocks). */
+static gt_value_id pad_rows(gt_par *p, gt_value_id x, int d, int64_t rows, int n)
+{
+    int64_t block = (rows + n - 1) / n;
+    if (block * n == rows) return x;
+    return gt_slice_backward(p->dst, x, d, gt_c(p->dst, 0), gt_c(p->dst, rows),
+                             gt_c(p->dst, block * n));
+}
+
+static gt_status convert_value(gt_par *p, gt_value_id x, const gt_type *global,
+                               const gt_placement *to, bool weight, bool grad, gt_value_id *out,
+                               gt_error *err)
 {
     gt_placement cur[GT_MESH_MAX_DIMS];
     memcpy(cur, place_of(p, x), sizeof cur);
@@ -229,6 +257,12 @@ static gt_status convert_value(gt_par *p, gt_value_id x, const gt_placement *to,
             if (to[md].kind == GT_PLACE_PARTIAL) continue;
             if (pass == 0 && to[md].kind == GT_PLACE_SHARD) {
                 gt_op op = GT_OP_REDUCE_SCATTER_START;
+                if (to[md].padded) {
+                    int64_t rows;
+                    GT_TRY(unsplit_rows(p, global, cur, md, to[md].dim, &rows, err));
+                    x = pad_rows(p, x, to[md].dim, rows, m->size[md]);
+                    gt_par_set_place(p, x, cur);
+                }
                 x = collective_on_dim(p, op, x, to[md].dim, md,
                                       collective_tag(md, weight, grad, op));
                 cur[md] = to[md];
@@ -259,8 +293,12 @@ static gt_status convert_value(gt_par *p, gt_value_id x, const gt_placement *to,
                                     "split over %s",
                                     cur[pick].dim, gt_mesh_dim_name(pick), gt_mesh_dim_name(md));
         gt_op op = GT_OP_ALL_GATHER_START;
-        x = collective_on_dim(p, op, x, cur[pick].dim, pick,
-                              collective_tag(pick, weight, grad, op));
+        int pd = cur[pick].dim;
+        int64_t rows = -1;
+        if (cur[pick].padded) GT_TRY(unsplit_rows(p, global, cur, pick, pd, &rows, err));
+        x = collective_on_dim(p, op, x, pd, pick, collective_tag(pick, weight, grad, op));
+        if (rows >= 0 && rows % m->size[pick] != 0) /* drop the padding rows */
+            x = gt_slice(p->dst, x, pd, gt_c(p->dst, 0), gt_c(p->dst, rows));
         cur[pick] = gt_place_replicate();
         gt_par_set_place(p, x, cur);
     }
@@ -275,6 +313,12 @@ static gt_status convert_value(gt_par *p, gt_value_id x, const gt_placement *to,
                                     "parallelize: cannot convert to a shard over %s",
                                     gt_mesh_dim_name(md));
             int d = to[md].dim;
+            if (to[md].padded) { /* zero rows up to n * ceil, then the rank's ceil-sized block */
+                int64_t rows;
+                GT_TRY(unsplit_rows(p, global, cur, md, d, &rows, err));
+                x = pad_rows(p, x, d, rows, m->size[md]);
+                gt_par_set_place(p, x, cur);
+            }
             const gt_type *t = gt_value_type(p->dst, x);
             int64_t c;
             if (d >= t->ndim ||
@@ -314,7 +358,7 @@ static gt_status convert(gt_par *p, gt_value_id sv, const gt_placement *to, int 
             return GT_OK;
         }
     bool grad = p->prefer[sv][0].kind != GT_PLACE_NONE;
-    GT_TRY(convert_value(p, x, to, p->weight[sv], grad, out, err));
+    GT_TRY(convert_value(p, x, gt_value_type(p->src, sv), to, p->weight[sv], grad, out, err));
     if (p->n_cache == p->cap_cache) {
         p->cap_cache = p->cap_cache ? 2 * p->cap_cache : 64;
         p->cache = gt_xrealloc(p->cache, (size_t)p->cap_cache * sizeof *p->cache);
@@ -338,12 +382,24 @@ static gt_status localize(gt_par *p, const gt_type *global, const gt_placement *
     for (int d = 0; d < global->ndim; d++)
         out->dims[d] = gexpr(p, global->dims[d]);
     for (int d = 0; d < global->ndim; d++) {
-        int64_t div = 1;
+        int64_t div = 1, pad = 1; /* pad: the degree of a padded (ceil-sized) split */
         for (int md = 0; md < GT_MESH_NDIMS; md++)
-            if (place[md].kind == GT_PLACE_SHARD && place[md].dim == d)
-                div *= p->plan.mesh.size[md];
-        if (div == 1) continue;
+            if (place[md].kind == GT_PLACE_SHARD && place[md].dim == d) {
+                if (place[md].padded)
+                    pad *= p->plan.mesh.size[md];
+                else
+                    div *= p->plan.mesh.size[md];
+            }
+        if (div == 1 && pad == 1) continue;
         int64_t c;
+        if (pad > 1) {
+            if (!gt_sym_is_const(p->dst->sym, out->dims[d], &c) || c % div != 0)
+                return gt_error_set(err, GT_ERR_INVALID,
+                                    "parallelize: %s: dim %d cannot be padded for its shards", what,
+                                    d);
+            out->dims[d] = gt_c(p->dst, (c / div + pad - 1) / pad);
+            continue;
+        }
         if (gt_sym_is_const(p->dst->sym, out->dims[d], &c)) {
             if (c % div != 0)
                 return gt_error_set(
@@ -387,6 +443,26 @@ static bool op_has_shape_attrs(gt_op op)
            op == GT_OP_SUM_TO;
 }
 
+/* Ops that may run on a padded shard (zero rows past the true size): each maps zero rows to zero
+ * rows, or sums them away. The clip's sum of squares and AdamW run on FSDP's padded shards; every
+ * other op gets its padded inputs gathered (the gather drops the padding). */
+static bool keeps_padding(gt_op op)
+{
+    switch (op) {
+    case GT_OP_CAST:
+    case GT_OP_MUL:
+    case GT_OP_ADD:
+    case GT_OP_SUB:
+    case GT_OP_NEG:
+    case GT_OP_SCALE:
+    case GT_OP_SUM:
+    case GT_OP_ADAMW:
+        return true;
+    default:
+        return false;
+    }
+}
+
 static bool op_is_view_or_cast(gt_op op)
 {
     return op == GT_OP_CAST || op == GT_OP_RESHAPE || op == GT_OP_TRANSPOSE || op == GT_OP_PERMUTE;
@@ -422,8 +498,13 @@ static gt_status convert_node(gt_par *p, gt_node_id nid, gt_error *err)
     for (int md = 0; md < GT_MESH_NDIMS; md++) {
         if (m->size[md] == 1) continue;
         gt_placement in1[GT_MAX_IN], prefer1[GT_MAX_OUT];
-        for (int k = 0; k < n->n_in; k++)
+        for (int k = 0; k < n->n_in; k++) {
             in1[k] = have[k][md];
+            /* padded shards only reach ops that keep zero rows zero; others see (and so get) the
+             * gathered value */
+            if (in1[k].kind == GT_PLACE_SHARD && in1[k].padded && !keeps_padding(n->op))
+                in1[k] = gt_place_replicate();
+        }
         for (int j = 0; j < n->n_out; j++)
             prefer1[j] = p->hint[n->out[j]][md];
         gt_shard_ctx c = {.g = p->src,
@@ -647,7 +728,7 @@ gt_status gt_parallelize(const gt_graph *g, const gt_parallel_plan *plan,
     p.hint = gt_xmalloc(nv * sizeof *p.hint);
     for (size_t v = 0; v < nv; v++)
         for (int md = 0; md < GT_MESH_MAX_DIMS; md++)
-            p.prefer[v][md] = (gt_placement){GT_PLACE_NONE, 0, 0};
+            p.prefer[v][md] = (gt_placement){GT_PLACE_NONE, 0, 0, 0};
     p.node_map = gt_xmalloc((size_t)(g->n_nodes ? g->n_nodes : 1) * sizeof *p.node_map);
     for (int32_t i = 0; i < g->n_nodes; i++)
         p.node_map[i] = GT_NONE;

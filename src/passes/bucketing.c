@@ -192,10 +192,10 @@ static void set_flat_place(gt_graph *g, gt_value_id v, const member *m, int32_t 
     memset(pl, 0, sizeof g->values[v].place);
     for (int d = 0; d < g->mesh.ndim && d < GT_MESH_MAX_DIMS; d++) {
         if (d == m[0].mesh_dim) {
-            pl[d] = (gt_placement){(uint8_t)on_dim, 0, 0};
+            pl[d] = (gt_placement){(uint8_t)on_dim, 0, 0, 0};
             continue;
         }
-        gt_placement first = {0, 0, 0};
+        gt_placement first = {0, 0, 0, 0};
         bool same = true;
         for (int32_t i = 0; i < count && same; i++) {
             const gt_node *st = &g->nodes[m[i].start];

@@ -28,7 +28,7 @@ void gt_shard_box_whole(gt_shard_box *b, int ndim, const int64_t *global)
     memset(b, 0, sizeof *b);
     b->ndim = ndim;
     for (int d = 0; d < ndim; d++)
-        b->global[d] = b->size[d] = global[d];
+        b->global[d] = b->size[d] = b->local[d] = global[d];
 }
 
 gt_status gt_shard_box_init(gt_shard_box *b, const gt_mesh *mesh,
@@ -37,7 +37,9 @@ gt_status gt_shard_box_init(gt_shard_box *b, const gt_mesh *mesh,
 {
     gt_shard_box_whole(b, ndim, global);
     memcpy(b->place, place, sizeof b->place);
-    return gt_placement_local_box(mesh, place, ndim, global, coords, b->start, b->size, err);
+    GT_TRY(gt_placement_local_box(mesh, place, ndim, global, coords, b->start, b->size, err));
+    gt_placement_local_shape(mesh, place, ndim, global, b->local);
+    return GT_OK;
 }
 
 bool gt_shard_box_is_whole(const gt_shard_box *b)
@@ -57,19 +59,23 @@ static void for_each_row(const gt_shard_box *b, row_fn fn, void *user)
         return;
     }
     int last = b->ndim - 1;
-    int64_t stride[GT_MAX_DIMS], idx[GT_MAX_DIMS] = {0}, rows = 1;
-    stride[last] = 1;
-    for (int d = last - 1; d >= 0; d--)
+    int64_t stride[GT_MAX_DIMS], lstride[GT_MAX_DIMS], idx[GT_MAX_DIMS] = {0}, rows = 1;
+    stride[last] = lstride[last] = 1;
+    for (int d = last - 1; d >= 0; d--) {
         stride[d] = stride[d + 1] * b->global[d + 1];
+        lstride[d] = lstride[d + 1] * b->local[d + 1];
+    }
     for (int d = 0; d < last; d++)
         rows *= b->size[d];
     int64_t count = b->size[last];
     if (count == 0) return;
     for (int64_t r = 0; r < rows; r++) {
-        int64_t off = b->start[last];
-        for (int d = 0; d < last; d++)
+        int64_t off = b->start[last], loff = 0;
+        for (int d = 0; d < last; d++) {
             off += (b->start[d] + idx[d]) * stride[d];
-        fn(off, r * count, count, user);
+            loff += idx[d] * lstride[d];
+        }
+        fn(off, loff, count, user);
         for (int d = last - 1; d >= 0; d--) { /* next multi-index */
             if (++idx[d] < b->size[d]) break;
             idx[d] = 0;
@@ -97,7 +103,10 @@ static void copy_row(int64_t g, int64_t l, int64_t count, void *user)
 void gt_shard_slice(const gt_shard_box *b, const gt_tensor *full, gt_tensor *local)
 {
     GT_CHECK(full->dtype == local->dtype);
-    GT_CHECK(gt_tensor_numel(local) == gt_shape_numel(b->ndim, b->size));
+    GT_CHECK(gt_tensor_numel(local) == gt_shape_numel(b->ndim, b->local));
+    /* padding rows (FSDP's ceil-sized blocks) are zeros */
+    if (gt_shape_numel(b->ndim, b->size) != gt_tensor_numel(local))
+        memset(local->data, 0, gt_tensor_nbytes(local));
     copy_ctx c = {full->data, local->data, gt_dtype_size(full->dtype), false};
     for_each_row(b, copy_row, &c);
 }
@@ -105,7 +114,7 @@ void gt_shard_slice(const gt_shard_box *b, const gt_tensor *full, gt_tensor *loc
 void gt_shard_place(const gt_shard_box *b, const gt_tensor *local, gt_tensor *full)
 {
     GT_CHECK(full->dtype == local->dtype);
-    GT_CHECK(gt_tensor_numel(local) == gt_shape_numel(b->ndim, b->size));
+    GT_CHECK(gt_tensor_numel(local) == gt_shape_numel(b->ndim, b->local));
     copy_ctx c = {full->data, local->data, gt_dtype_size(full->dtype), true};
     for_each_row(b, copy_row, &c);
 }
@@ -129,6 +138,8 @@ void gt_shard_init_param(const gt_shard_box *b, const gt_param_spec *p, uint64_t
                          gt_tensor *local)
 {
     init_ctx c = {p, seed, local};
+    if (gt_shape_numel(b->ndim, b->size) != gt_tensor_numel(local)) /* padding rows: zeros */
+        memset(local->data, 0, gt_tensor_nbytes(local));
     for_each_row(b, init_row, &c);
 }
 
@@ -153,7 +164,7 @@ gt_status gt_shard_gather(gt_comm *world, const gt_mesh *mesh, const gt_shard_bo
         st = gt_shard_box_init(&theirs, mesh, mine->place, mine->ndim, mine->global, coords, err);
         if (st != GT_OK) break;
         gt_tensor block;
-        gt_tensor_wrap(&block, local->dtype, theirs.ndim, theirs.size,
+        gt_tensor_wrap(&block, local->dtype, theirs.ndim, theirs.local,
                        (char *)all.data + (size_t)r * (size_t)n * gt_dtype_size(local->dtype));
         gt_shard_place(&theirs, &block, full);
     }

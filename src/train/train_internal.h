@@ -20,12 +20,15 @@ char *gt_train_join_path(const char *dir, const char *name);
 /* ---------------------------------------------------------------- blocks (shard_io.c) */
 
 /* The block of a global tensor that this rank holds: rows start[d] .. start[d] + size[d] of every
- * dim d. One rank, or a replicated tensor: start 0, size = global. */
+ * dim d, in a local tensor of shape local[] (= size, but for an FSDP-padded dim: ceil(D / n) rows
+ * of which the first size[d] hold data, the rest zeros). One rank, or a replicated tensor:
+ * start 0, size = local = global. */
 typedef struct {
     int ndim;
     int64_t global[GT_MAX_DIMS];
     int64_t start[GT_MAX_DIMS];
     int64_t size[GT_MAX_DIMS];
+    int64_t local[GT_MAX_DIMS];
     gt_placement place[GT_MESH_MAX_DIMS];
 } gt_shard_box;
 

@@ -447,14 +447,14 @@ static gt_status state_boxes(gt_trainer *t, gt_error *err)
                                  lay->coords, err));
         GT_TRY(value_shape(g, in->value, &t->binding, local, err));
         if (g->values[in->value].type.ndim != ndim ||
-            memcmp(local, b->size, sizeof(int64_t) * (size_t)ndim) != 0) {
+            memcmp(local, b->local, sizeof(int64_t) * (size_t)ndim) != 0) {
             char place[128];
             gt_value_format_placement(g, in->value, place, sizeof place);
             return gt_error_set(err, GT_ERR_INTERNAL,
                                 "trainer: graph input %s %s: local shape [%lld, ...] (%d dims) but "
                                 "the block its placement gives this rank is [%lld, ...] (%d dims)",
                                 name, place, (long long)local[0], g->values[in->value].type.ndim,
-                                (long long)b->size[0], ndim);
+                                (long long)b->local[0], ndim);
         }
     }
     if (memcmp(&labels_box, &t->batch_box, sizeof labels_box) != 0)
@@ -478,11 +478,11 @@ gt_status gt_trainer_alloc_state(gt_trainer *t, gt_error *err)
         const gt_param_spec *ps = &t->model.params[k];
         const gt_shard_box *pb = &t->box[k], *mb = &t->box[n + k], *vb = &t->box[2 * n + k];
         if (!t->params[k].data) { /* this rank's block, from the global element indices */
-            GT_TRY(gt_tensor_alloc(&t->params[k], ps->dtype, pb->ndim, pb->size, err));
+            GT_TRY(gt_tensor_alloc(&t->params[k], ps->dtype, pb->ndim, pb->local, err));
             gt_shard_init_param(pb, ps, seed, &t->params[k]);
         }
-        GT_TRY(gt_tensor_alloc(&t->exp_avg[k], GT_F32, mb->ndim, mb->size, err));
-        GT_TRY(gt_tensor_alloc(&t->exp_avg_sq[k], GT_F32, vb->ndim, vb->size, err));
+        GT_TRY(gt_tensor_alloc(&t->exp_avg[k], GT_F32, mb->ndim, mb->local, err));
+        GT_TRY(gt_tensor_alloc(&t->exp_avg_sq[k], GT_F32, vb->ndim, vb->local, err));
         if (t->grads) GT_TRY(gt_tensor_alloc(&t->grads[k], GT_F32, ps->ndim, ps->shape, err));
     }
     int64_t three = 3, b = t->global_batch, s = t->cfg->training.seq_len;

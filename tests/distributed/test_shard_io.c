@@ -117,15 +117,15 @@ int main(int argc, char **argv)
     gt_placement place[GT_MESH_MAX_DIMS];
     memset(place, 0, sizeof place);
     check_placement(world, &mesh, "replicate", place);
-    place[GT_MESH_DP_SHARD] = (gt_placement){GT_PLACE_SHARD, 0, 0};
+    place[GT_MESH_DP_SHARD] = (gt_placement){GT_PLACE_SHARD, 0, 0, 0};
     check_placement(world, &mesh, "S(0)@dp_shard", place);
-    place[GT_MESH_TP] = (gt_placement){GT_PLACE_SHARD, 1, 0};
+    place[GT_MESH_TP] = (gt_placement){GT_PLACE_SHARD, 1, 0, 0};
     check_placement(world, &mesh, "S(0)@dp_shard, S(1)@tp", place);
-    place[GT_MESH_TP] = (gt_placement){GT_PLACE_SHARD, 0, 0};
-    place[GT_MESH_DP_SHARD] = (gt_placement){GT_PLACE_SHARD, 0, 1};
+    place[GT_MESH_TP] = (gt_placement){GT_PLACE_SHARD, 0, 0, 0};
+    place[GT_MESH_DP_SHARD] = (gt_placement){GT_PLACE_SHARD, 0, 1, 0};
     check_placement(world, &mesh, "S(0)@tp outer, S(0)@dp_shard inner", place);
-    place[GT_MESH_TP] = (gt_placement){GT_PLACE_SHARD, 0, 1};
-    place[GT_MESH_DP_SHARD] = (gt_placement){GT_PLACE_SHARD, 0, 0};
+    place[GT_MESH_TP] = (gt_placement){GT_PLACE_SHARD, 0, 1, 0};
+    place[GT_MESH_DP_SHARD] = (gt_placement){GT_PLACE_SHARD, 0, 0, 0};
     check_placement(world, &mesh, "S(0)@dp_shard outer, S(0)@tp inner", place);
 
     gt_comm_destroy(world);

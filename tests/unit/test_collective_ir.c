@@ -194,9 +194,9 @@ static gt_graph *build_print_graph(bool parallel, gt_value_id *neg_out)
     gt_value_id y = gt_unary(g, GT_OP_EXP, w);
     gt_graph_add_output(g, GT_OUT_METRIC, "y", y);
     if (parallel) {
-        g->values[x].place[1] = (gt_placement){GT_PLACE_SHARD, 0, 0};
-        g->values[a].place[1] = (gt_placement){GT_PLACE_SHARD, 0, 0};
-        g->values[a].place[2] = (gt_placement){GT_PLACE_PARTIAL, 0, 0};
+        g->values[x].place[1] = (gt_placement){GT_PLACE_SHARD, 0, 0, 0};
+        g->values[a].place[1] = (gt_placement){GT_PLACE_SHARD, 0, 0, 0};
+        g->values[a].place[2] = (gt_placement){GT_PLACE_PARTIAL, 0, 0, 0};
     }
     *neg_out = a;
     return g;
@@ -297,17 +297,17 @@ static void test_cse_keeps_gathers(void)
     set_mesh(g, 1, 1, 1);
     gt_expr d[2] = {gt_c(g, 4), gt_c(g, 4)};
     gt_value_id x = gt_graph_add_input(g, GT_IN_PARAM, "w", GT_F32, 2, d);
-    g->values[x].place[1] = (gt_placement){GT_PLACE_SHARD, 0, 0};
+    g->values[x].place[1] = (gt_placement){GT_PLACE_SHARD, 0, 0, 0};
     gt_value_id w1 = coll(g, GT_OP_ALL_GATHER_START, x, 1, 1);
     gt_value_id n1 = gt_unary(g, GT_OP_NEG, x);
     gt_value_id y1 = gt_mul(g, w1, n1);
-    g->values[y1].place[2] = (gt_placement){GT_PLACE_PARTIAL, 0, 0};
+    g->values[y1].place[2] = (gt_placement){GT_PLACE_PARTIAL, 0, 0, 0};
     gt_unary(g, GT_OP_EXP, x); /* dead: DCE removes it and compacts the ids */
     g->cur_phase = GT_PHASE_BACKWARD;
     gt_value_id w2 = coll(g, GT_OP_ALL_GATHER_START, x, 1, 1);
     gt_value_id n2 = gt_unary(g, GT_OP_NEG, x);
     gt_value_id y2 = gt_add(g, w2, n2);
-    g->values[y2].place[1] = (gt_placement){GT_PLACE_SHARD, 1, 0};
+    g->values[y2].place[1] = (gt_placement){GT_PLACE_SHARD, 1, 0, 0};
     gt_graph_add_output(g, GT_OUT_METRIC, "y1", y1);
     gt_graph_add_output(g, GT_OUT_METRIC, "y2", y2);
     EXPECT(g->err.code == GT_OK, "build: %s", g->err.msg);

@@ -51,8 +51,8 @@ static void test_local_box(void)
     gt_mesh m;
     gt_mesh_init(&m, 1, 2, 2, &err);
     gt_placement place[GT_MESH_MAX_DIMS] = {{0}};
-    place[GT_MESH_TP] = (gt_placement){GT_PLACE_SHARD, 0, 0};
-    place[GT_MESH_DP_SHARD] = (gt_placement){GT_PLACE_SHARD, 0, 1};
+    place[GT_MESH_TP] = (gt_placement){GT_PLACE_SHARD, 0, 0, 0};
+    place[GT_MESH_DP_SHARD] = (gt_placement){GT_PLACE_SHARD, 0, 1, 0};
     int64_t global[2] = {16, 6};
     int cover[16] = {0};
     for (int r = 0; r < 4; r++) {
@@ -73,7 +73,7 @@ static void test_local_box(void)
     /* replicate on dp_replicate: both replicas hold the same block */
     gt_mesh_init(&m, 2, 2, 1, &err);
     gt_placement dp[GT_MESH_MAX_DIMS] = {{0}};
-    dp[GT_MESH_DP_SHARD] = (gt_placement){GT_PLACE_SHARD, 1, 0};
+    dp[GT_MESH_DP_SHARD] = (gt_placement){GT_PLACE_SHARD, 1, 0, 0};
     int c0[3] = {0, 1, 0}, c1[3] = {1, 1, 0};
     int64_t s0[2], z0[2], s1[2], z1[2];
     gt_placement_local_box(&m, dp, 2, global, c0, s0, z0, &err);
@@ -254,9 +254,29 @@ static void test_engine(const gt_graph *g)
         EXPECT(gt_graph_verify(fsdp, &err) == GT_OK, "verify: %s", err.msg);
         gt_graph_free(fsdp);
     }
-    /* a degree that does not divide the model's dims is refused with the tensor named */
-    gt_graph *bad = parallelize(g, 1, 3, 1, false, &err);
-    EXPECT(bad == NULL && strstr(err.msg, "does not split evenly") != NULL, "FSDP3: %s", err.msg);
+    /* FSDP over a degree that does not divide dim 0: padded blocks (ceil rows, zeros past D) */
+    gt_graph *padded = parallelize(g, 1, 3, 1, false, &err);
+    EXPECT(padded != NULL, "FSDP3: %s", err.msg);
+    if (padded) {
+        int n_padded = 0;
+        for (int32_t k = 0; k < padded->n_inputs; k++) {
+            const gt_placement *pl = padded->values[padded->inputs[k].value].place;
+            if (padded->inputs[k].kind == GT_IN_PARAM && pl[GT_MESH_DP_SHARD].padded) {
+                n_padded++;
+                /* 64 rows over 3 ranks: 22 each */
+                const gt_type *t = gt_value_type(padded, padded->inputs[k].value);
+                int64_t rows = -1;
+                gt_sym_is_const(padded->sym, t->dims[0], &rows);
+                EXPECT(rows == 22 || rows == 86 || rows == 64, "%s: %lld local rows",
+                       gt_graph_str(padded, padded->inputs[k].fqn), (long long)rows);
+            }
+        }
+        EXPECT(n_padded > 0, "FSDP3: no padded parameter");
+        gt_graph_free(padded);
+    }
+    /* tensor parallel is never padded: a degree that does not divide is refused, naming it */
+    gt_graph *bad = parallelize(g, 1, 1, 3, false, &err);
+    EXPECT(bad == NULL && strstr(err.msg, "does not split evenly") != NULL, "TP3: %s", err.msg);
     gt_graph_free(bad);
     /* parallelizing twice is refused */
     gt_graph *twice = parallelize(g, 1, 2, 1, false, &err);

@@ -110,7 +110,7 @@ static bool same(gt_placement a, gt_placement b)
 #define R gt_place_replicate()
 #define P gt_place_partial()
 #define S(d) gt_place_shard(d, 0)
-static const gt_placement NONE = {GT_PLACE_NONE, 0, 0};
+static const gt_placement NONE = {GT_PLACE_NONE, 0, 0, 0};
 
 static void test_decisions(void)
 {
