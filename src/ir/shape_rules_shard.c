@@ -5,48 +5,22 @@
  * valid sizes here — the kernels see them evaluated. */
 #include "ir/ir_internal.h"
 
-/* (w: [Vl, D] float, ids: [...] i32/i64) -> [..., D] of w's dtype, as embedding. */
+/* (w: [Vl, D] float, ids: [...] i32/i64) -> [..., D] of w's dtype: embedding's rule, plus a
+ * row_start that is a size. */
 gt_status gt_shape_embedding_shard(gt_graph *g, const gt_node *n, gt_type *out, int *n_out,
                                    gt_error *err)
 {
-    GT_TRY(gt_shape_need_float(g, n, 0, err));
-    GT_TRY(gt_shape_need_rank(g, n, 0, 2, err));
-    GT_TRY(gt_shape_need_index(g, n, 1, err));
     GT_TRY(gt_shape_need_size(g, n, "row_start", n->attrs.e[0], err));
-    const gt_type *w = gt_shape_in(g, n, 0), *ids = gt_shape_in(g, n, 1);
-    if (ids->ndim + 1 > GT_MAX_DIMS)
-        return gt_shape_fail(g, n, err, GT_ERR_SHAPE, "ids rank %d leaves no room for D",
-                             ids->ndim);
-    out[0] = *ids;
-    out[0].dtype = w->dtype;
-    out[0].dims[out[0].ndim++] = w->dims[1];
-    *n_out = 1;
-    return GT_OK;
+    return gt_shape_embedding(g, n, out, n_out, err);
 }
 
-/* (ids: [...], dy: [..., D] float) -> dw: [num_embeddings, D] of dy's dtype. */
+/* (ids: [...], dy: [..., D] float) -> dw: [num_embeddings, D] of dy's dtype: embedding_backward's
+ * rule (num_embeddings is attribute e[0] in both), plus a row_start that is a size. */
 gt_status gt_shape_embedding_shard_backward(gt_graph *g, const gt_node *n, gt_type *out, int *n_out,
                                             gt_error *err)
 {
-    GT_TRY(gt_shape_need_index(g, n, 0, err));
-    GT_TRY(gt_shape_need_float(g, n, 1, err));
-    GT_TRY(gt_shape_need_size(g, n, "num_embeddings", n->attrs.e[0], err));
     GT_TRY(gt_shape_need_size(g, n, "row_start", n->attrs.e[1], err));
-    const gt_type *ids = gt_shape_in(g, n, 0), *dy = gt_shape_in(g, n, 1);
-    bool ok = dy->ndim == ids->ndim + 1;
-    for (int d = 0; ok && d < ids->ndim; d++)
-        ok = dy->dims[d] == ids->dims[d];
-    if (!ok) {
-        char is[160], ds[160];
-        return gt_shape_fail(g, n, err, GT_ERR_SHAPE, "dy %s must be ids %s plus a last dim D",
-                             gt_type_str(g, dy, ds, sizeof ds), gt_type_str(g, ids, is, sizeof is));
-    }
-    out[0].dtype = dy->dtype;
-    out[0].ndim = 2;
-    out[0].dims[0] = n->attrs.e[0];
-    out[0].dims[1] = dy->dims[dy->ndim - 1];
-    *n_out = 1;
-    return GT_OK;
+    return gt_shape_embedding_backward(g, n, out, n_out, err);
 }
 
 /* (x: [..., V] float) -> f32 [...]: the last dim is reduced away. */
