@@ -96,6 +96,17 @@ gt_status gt_comm_mpi_finalize(gt_error *err);
  * no-op on other communicators. */
 void gt_comm_mpi_set_timeout(gt_comm *c, double seconds);
 
+/* A host communicator over TCP sockets (src/comm/tcp.c), for launchers without MPI (torchrun,
+ * Slurm): reads RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT from the environment; rank 0
+ * listens on MASTER_PORT and tells every rank the others' addresses, and the ranks connect into a
+ * full mesh. Collective over every rank of the job. Setup is bounded by timeout_seconds (<= 0:
+ * 30 s): a missing or bad variable, or a rank that never connects, is an error naming it. Its
+ * collectives give the MPI communicator's bits (rank-order sums); start performs the whole
+ * collective and wait does nothing; a collective fails when no byte moves for timeout_seconds
+ * (<= 0: never) or a peer closes its connection, naming that rank. Named "world"; split
+ * communicators share its sockets. */
+gt_status gt_comm_tcp_world(double timeout_seconds, gt_comm **out, gt_error *err);
+
 /* ---------------------------------------------------------------- NCCL (device tensors)
  *
  * The NCCL communicator (src/comm/nccl.c) runs the same collectives on DEVICE memory: the tensors'

@@ -196,7 +196,18 @@ static int init_ranks(cli_ranks *r)
 {
     memset(r, 0, sizeof *r);
     r->size = 1;
-    if (!gt_train_launched_by_mpi() || !gt_comm_mpi_available()) return 0;
+    if (!gt_train_launched_by_mpi() || !gt_comm_mpi_available()) {
+        /* a torchrun-style launch (RANK / WORLD_SIZE, the TCP communicator): the same log prefix
+         * and quiet non-zero ranks; the trainer validates the variables */
+        const char *rank = getenv("RANK"), *size = getenv("WORLD_SIZE");
+        if (rank && size && atoi(size) > 1) {
+            r->rank = atoi(rank);
+            r->size = atoi(size);
+            gt_log_set_sink(rank_log_sink, r);
+            if (r->rank != 0) gt_log_set_level(GT_LOG_WARN);
+        }
+        return 0;
+    }
     gt_error err = {0};
     gt_comm *world = NULL;
     if (gt_comm_mpi_world(NULL, NULL, &world, &err) != GT_OK) {

@@ -1,6 +1,7 @@
-/* trainer_parallel.c — the trainer's ranks: joining the MPI world, the device mesh from the config,
- * one communicator per mesh dim, agreeing on errors, the cross-rank schedule check before step 1,
- * the per-rank memory report, and the test-only fault injection.
+/* trainer_parallel.c — the trainer's ranks: joining the world (MPI under mpirun; TCP sockets under
+ * a torchrun-style launcher that sets RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT), the device mesh
+ * from the config, one communicator per mesh dim, agreeing on errors, the cross-rank schedule check
+ * before step 1, the per-rank memory report, and the test-only fault injection.
  *
  * State: each rank holds the block of every parameter and AdamW moment that its graph input is
  * placed on (the box of gt_placement_local_box within the global shape), parameters initialised
@@ -15,7 +16,8 @@
  * No hangs: errors that one rank may meet alone (a file it cannot read, rank 0's disk full) are
  * agreed on before the next collective (gt_train_agree / gt_train_share_status), so every rank
  * stops with the same message; errors inside the step's collectives are bounded by the
- * communicator's timeout (comm.timeout_seconds), and mpirun stops the job when a process dies. */
+ * communicator's timeout (comm.timeout_seconds), and mpirun stops the job when a process dies (over
+ * TCP, a dead peer's closed sockets fail the collective at once). */
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -41,6 +43,18 @@ bool gt_train_launched_by_mpi(void)
         if (v && v[0]) return true;
     }
     return false;
+}
+
+/* True when a launcher without MPI (torchrun, Slurm, a shell loop) started this process as one of
+ * several ranks: WORLD_SIZE is set and is not 1 (a bad value goes on to gt_comm_tcp_world, which
+ * names it). */
+static bool launched_by_env_world(void)
+{
+    const char *v = getenv("WORLD_SIZE");
+    if (!v || !v[0]) return false;
+    char *end = NULL;
+    long n = strtol(v, &end, 10);
+    return !(end != v && *end == 0 && n == 1);
 }
 
 gt_status gt_train_layout_init(const gt_config *cfg, int world_size, int rank, gt_train_layout *out,
@@ -134,6 +148,11 @@ gt_status gt_train_dist_init(const gt_config *cfg, gt_train_dist *d, gt_error *e
                                 "built without MPI (install libopenmpi-dev and reconfigure)");
         GT_TRY(gt_comm_mpi_world(NULL, NULL, &d->world, err));
         gt_comm_mpi_set_timeout(d->world, cfg->comm.timeout_seconds);
+        d->rank = gt_comm_rank(d->world);
+        d->size = gt_comm_size(d->world);
+    } else if (launched_by_env_world()) {
+        /* torchrun-style: RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT; a mesh of TCP sockets */
+        GT_TRY(gt_comm_tcp_world(cfg->comm.timeout_seconds, &d->world, err));
         d->rank = gt_comm_rank(d->world);
         d->size = gt_comm_size(d->world);
     }

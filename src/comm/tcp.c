@@ -1,0 +1,915 @@
+/* tcp.c — a host communicator over plain TCP sockets, for launchers without MPI (torchrun, Slurm,
+ * a shell loop) that set RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT.
+ *
+ * Setup (gt_comm_tcp_world), integers big-endian:
+ *   1. every rank but 0 listens on an ephemeral port; rank 0 listens on MASTER_PORT;
+ *   2. rank r > 0 connects to MASTER_ADDR:MASTER_PORT (retrying while rank 0 is not up) and sends
+ *      "GTTC", version, r, WORLD_SIZE, its listening port; rank 0 keeps that connection as its
+ *      link to r and notes the address it came from;
+ *   3. when all have come, rank 0 sends each the table (address, port) of every rank;
+ *   4. rank i connects to every rank 0 < j < i (sending "GTTC", version, i, WORLD_SIZE) and
+ *      accepts one connection from every rank j > i. Connects complete in the listener's backlog,
+ *      so no rank waits for another to accept: the mesh cannot deadlock.
+ * Every socket is non-blocking and every wait is a poll bounded by a deadline: a rank that never
+ * comes is an error naming it (on rank 0, and on the ranks waiting to be connected by it), never a
+ * hang.
+ *
+ * Collectives: start performs the whole collective and wait does nothing. Each collective is one
+ * exchange: for every peer a message to send and one to receive, each led by a 24-byte header
+ * (magic, collective, communicator tag, payload bytes) that the receiver checks, so ranks whose
+ * collectives are out of order fail naming the peer instead of reading garbage. One poll loop
+ * progresses every send and receive at once, so large messages cannot deadlock on full socket
+ * buffers. Sums are those of the MPI communicator (src/comm/mpi.c), bit for bit:
+ *   reduce_scatter: the n row blocks go to their ranks; rank r sums the n blocks it holds in rank
+ *                   order (gt_comm_sum_ordered);
+ *   all_reduce:     the flat tensor (N elements) is cut into n chunks of N/n (+1 for the first
+ *                   N mod n); rank j receives chunk j of every rank, sums them in rank order, and
+ *                   then every rank receives every reduced chunk.
+ * Sub-communicators (split) share the world's sockets: one TCP stream per pair of world ranks
+ * carries the collectives of every communicator containing both, in program order (the same on
+ * every rank of an SPMD program).
+ *
+ * Hangs and deaths: a collective fails when no byte moves for the timeout (seconds; <= 0:
+ * forever), naming this rank, the collective, the communicator, its world ranks and the peer it
+ * waits for; a peer that closes its sockets (it died) fails at once naming it. After a failure the
+ * streams are out of step, so every communicator over these sockets refuses further work. */
+#include "graphtrain/gt_comm.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#define TC_MAGIC 0x47545443u /* "GTTC" */
+#define TC_VERSION 1u
+#define TC_MSG_MAGIC 0x4754434du /* "GTCM": a collective's message */
+#define TC_HDR 24
+#define TC_ADDR 64
+#define TC_SETUP_DEFAULT_S 30.0
+#define TC_KIND_U64 100u /* all_gather_u64's header kind */
+
+/* The sockets of the world, shared by it and every communicator split from it. */
+typedef struct {
+    int refs;
+    int rank, size; /* world */
+    int *fd;        /* fd[w]: the stream to world rank w (-1 for this rank) */
+    double timeout_s;
+    bool broken;
+    char why[GT_ERROR_MSG_MAX]; /* the first failure, repeated to later calls */
+} tcp_net;
+
+typedef struct {
+    tcp_net *net;
+    int *world; /* world[i]: the world rank of comm rank i */
+    uint32_t tag;
+    char members[96]; /* "world ranks 0,2" */
+} tcp_impl;
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int ms_left(double deadline)
+{
+    double left = deadline - now_s();
+    if (left <= 0) return 0;
+    return left > 1e6 ? 1000000000 : (int)(left * 1000.0) + 1;
+}
+
+static void set_nonblocking(int fd)
+{
+    int fl = fcntl(fd, F_GETFL, 0);
+    if (fl >= 0) fcntl(fd, F_SETFL, fl | O_NONBLOCK);
+}
+
+static void set_nodelay(int fd)
+{
+    int on = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &on, sizeof on);
+}
+
+static void put_u32(unsigned char *b, uint32_t v)
+{
+    uint32_t n = htonl(v);
+    memcpy(b, &n, 4);
+}
+
+static uint32_t get_u32(const unsigned char *b)
+{
+    uint32_t n;
+    memcpy(&n, b, 4);
+    return ntohl(n);
+}
+
+static void put_u64(unsigned char *b, uint64_t v)
+{
+    put_u32(b, (uint32_t)(v >> 32));
+    put_u32(b + 4, (uint32_t)v);
+}
+
+static uint64_t get_u64(const unsigned char *b)
+{
+    return ((uint64_t)get_u32(b) << 32) | get_u32(b + 4);
+}
+
+/* Sends or receives exactly n bytes on a non-blocking socket before the deadline. Returns 0, or -1
+ * with errno (ETIMEDOUT past the deadline, EPIPE when the peer closed). */
+static int xfer(int fd, void *buf, size_t n, bool out, double deadline)
+{
+    char *p = buf;
+    while (n > 0) {
+        ssize_t k = out ? send(fd, p, n, MSG_NOSIGNAL) : recv(fd, p, n, 0);
+        if (k > 0) {
+            p += k;
+            n -= (size_t)k;
+            continue;
+        }
+        if (k == 0) {
+            errno = EPIPE;
+            return -1;
+        }
+        if (errno == EINTR) continue;
+        if (errno != EAGAIN && errno != EWOULDBLOCK) return -1;
+        struct pollfd pf = {fd, out ? POLLOUT : POLLIN, 0};
+        int ms = ms_left(deadline);
+        if (ms == 0 || poll(&pf, 1, ms) == 0) {
+            errno = ETIMEDOUT;
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* ---------------------------------------------------------------- setup */
+
+/* A listening socket on port (0: any free port) on every interface: IPv6 dual-stack, or IPv4
+ * when the host has no IPv6. -1 with why filled on failure. */
+static int listen_on(int port, char *why, size_t why_len)
+{
+    int fd = socket(AF_INET6, SOCK_STREAM, 0);
+    if (fd >= 0) {
+        int off = 0, on = 1;
+        setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &off, sizeof off);
+        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &on, sizeof on);
+        struct sockaddr_in6 a6;
+        memset(&a6, 0, sizeof a6);
+        a6.sin6_family = AF_INET6;
+        a6.sin6_addr = in6addr_any;
+        a6.sin6_port = htons((uint16_t)port);
+        if (bind(fd, (struct sockaddr *)&a6, sizeof a6) == 0 && listen(fd, SOMAXCONN) == 0)
+            return fd;
+        close(fd);
+    }
+    fd = socket(AF_INET, SOCK_STREAM, 0);
+    if (fd < 0) {
+        snprintf(why, why_len, "socket: %s", strerror(errno));
+        return -1;
+    }
+    int on = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &on, sizeof on);
+    struct sockaddr_in a4;
+    memset(&a4, 0, sizeof a4);
+    a4.sin_family = AF_INET;
+    a4.sin_addr.s_addr = htonl(INADDR_ANY);
+    a4.sin_port = htons((uint16_t)port);
+    if (bind(fd, (struct sockaddr *)&a4, sizeof a4) != 0 || listen(fd, SOMAXCONN) != 0) {
+        snprintf(why, why_len, "cannot listen on port %d: %s", port, strerror(errno));
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+static int bound_port(int fd)
+{
+    struct sockaddr_storage ss;
+    socklen_t len = sizeof ss;
+    if (getsockname(fd, (struct sockaddr *)&ss, &len) != 0) return -1;
+    if (ss.ss_family == AF_INET6) return ntohs(((struct sockaddr_in6 *)&ss)->sin6_port);
+    return ntohs(((struct sockaddr_in *)&ss)->sin_port);
+}
+
+/* The numeric address a connection came from ("10.0.0.2"; IPv4-mapped IPv6 shown as IPv4). */
+static void peer_address(int fd, char *buf, size_t cap)
+{
+    struct sockaddr_storage ss;
+    socklen_t len = sizeof ss;
+    snprintf(buf, cap, "127.0.0.1");
+    if (getpeername(fd, (struct sockaddr *)&ss, &len) != 0) return;
+    if (ss.ss_family == AF_INET6) {
+        struct sockaddr_in6 *a6 = (struct sockaddr_in6 *)&ss;
+        if (IN6_IS_ADDR_V4MAPPED(&a6->sin6_addr))
+            inet_ntop(AF_INET, &a6->sin6_addr.s6_addr[12], buf, (socklen_t)cap);
+        else
+            inet_ntop(AF_INET6, &a6->sin6_addr, buf, (socklen_t)cap);
+    } else {
+        inet_ntop(AF_INET, &((struct sockaddr_in *)&ss)->sin_addr, buf, (socklen_t)cap);
+    }
+}
+
+/* One non-blocking connect to any address of addr:port; -1 with why filled when none answers. */
+static int connect_once(const char *addr, int port, double deadline, char *why, size_t why_len)
+{
+    char ps[16];
+    snprintf(ps, sizeof ps, "%d", port);
+    struct addrinfo hints, *res = NULL;
+    memset(&hints, 0, sizeof hints);
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    int gai = getaddrinfo(addr, ps, &hints, &res);
+    if (gai != 0) {
+        snprintf(why, why_len, "cannot resolve '%s': %s", addr, gai_strerror(gai));
+        return -1;
+    }
+    int fd = -1;
+    for (struct addrinfo *a = res; a && fd < 0; a = a->ai_next) {
+        fd = socket(a->ai_family, a->ai_socktype, a->ai_protocol);
+        if (fd < 0) continue;
+        set_nonblocking(fd);
+        if (connect(fd, a->ai_addr, a->ai_addrlen) == 0) break;
+        if (errno == EINPROGRESS) {
+            struct pollfd pf = {fd, POLLOUT, 0};
+            double d = now_s() + 2.0 < deadline ? now_s() + 2.0 : deadline;
+            int soerr = 0;
+            socklen_t sl = sizeof soerr;
+            if (poll(&pf, 1, ms_left(d)) == 1 &&
+                getsockopt(fd, SOL_SOCKET, SO_ERROR, &soerr, &sl) == 0 && soerr == 0)
+                break;
+            if (soerr) errno = soerr;
+        }
+        snprintf(why, why_len, "%s", strerror(errno ? errno : ETIMEDOUT));
+        close(fd);
+        fd = -1;
+    }
+    freeaddrinfo(res);
+    return fd;
+}
+
+/* Connects to addr:port and sends the hello (rank, size[, listening port]), retrying until the
+ * deadline while the other side is not listening yet. Returns the fd or -1 with why filled. */
+static int connect_hello(const char *addr, int port, int rank, int size, int my_port,
+                         double deadline, char *why, size_t why_len)
+{
+    for (;;) {
+        int fd = connect_once(addr, port, deadline, why, why_len);
+        if (fd >= 0) {
+            unsigned char h[20];
+            put_u32(h, TC_MAGIC);
+            put_u32(h + 4, TC_VERSION);
+            put_u32(h + 8, (uint32_t)rank);
+            put_u32(h + 12, (uint32_t)size);
+            put_u32(h + 16, (uint32_t)my_port);
+            if (xfer(fd, h, sizeof h, true, deadline) == 0) return fd;
+            snprintf(why, why_len, "%s", strerror(errno));
+            close(fd);
+        }
+        if (ms_left(deadline) == 0) return -1;
+        struct timespec ts = {0, 100 * 1000 * 1000}; /* not listening yet: retry */
+        nanosleep(&ts, NULL);
+        if (ms_left(deadline) == 0) return -1;
+    }
+}
+
+/* Lists the ranks in [lo, hi) whose fd is still -1: "1,3". */
+static void format_missing(const int *fd, int lo, int hi, char *buf, size_t cap)
+{
+    size_t used = 0;
+    buf[0] = 0;
+    for (int r = lo; r < hi && used + 12 < cap; r++)
+        if (fd[r] < 0) used += (size_t)snprintf(buf + used, cap - used, "%s%d", used ? "," : "", r);
+}
+
+/* Accepts hellos on lfd until every rank in [lo, hi) has one connection in fd[]. Connections that
+ * do not speak the protocol are dropped; a wrong world size or a rank seen twice is an error. */
+static gt_status accept_ranks(int lfd, int me, int size, int lo, int hi, int *fd, int *ports,
+                              char (*addrs)[TC_ADDR], double deadline, double timeout_s,
+                              const char *where, gt_error *err)
+{
+    int missing = 0;
+    for (int r = lo; r < hi; r++)
+        missing += fd[r] < 0;
+    while (missing > 0) {
+        struct pollfd pf = {lfd, POLLIN, 0};
+        int ms = ms_left(deadline);
+        if (ms == 0) break;
+        int pr = poll(&pf, 1, ms);
+        if (pr < 0 && errno != EINTR) break;
+        if (pr <= 0) continue;
+        int cfd = accept(lfd, NULL, NULL);
+        if (cfd < 0) continue;
+        set_nonblocking(cfd);
+        unsigned char h[20];
+        /* a stray client gets at most one second to send its hello */
+        double hd = now_s() + 1.0 < deadline ? now_s() + 1.0 : deadline;
+        if (xfer(cfd, h, sizeof h, false, hd) != 0 || get_u32(h) != TC_MAGIC ||
+            get_u32(h + 4) != TC_VERSION) {
+            close(cfd);
+            continue;
+        }
+        uint32_t r = get_u32(h + 8), n = get_u32(h + 12);
+        if ((int)n != size || (int)r < lo || (int)r >= hi || fd[r] >= 0) {
+            close(cfd);
+            return gt_error_set(err, GT_ERR_INVALID,
+                                "rank %d: TCP communicator (%s): a peer says it is rank %u of "
+                                "WORLD_SIZE %u; expected one of ranks %d..%d of WORLD_SIZE %d not "
+                                "yet connected (two processes with the same RANK?)",
+                                me, where, r, n, lo, hi - 1, size);
+        }
+        fd[r] = cfd;
+        if (ports) ports[r] = (int)get_u32(h + 16);
+        if (addrs) peer_address(cfd, addrs[r], TC_ADDR);
+        missing--;
+    }
+    if (missing == 0) return GT_OK;
+    char list[160];
+    format_missing(fd, lo, hi, list, sizeof list);
+    return gt_error_set(err, GT_ERR_IO,
+                        "rank %d: TCP communicator (%s): rank(s) %s did not connect within %.0f s "
+                        "(did they start, with RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT set for "
+                        "this job?)",
+                        me, where, list, timeout_s);
+}
+
+static gt_status env_int(const char *name, int lo, int hi, int *out, gt_error *err)
+{
+    const char *v = getenv(name);
+    if (!v || !v[0])
+        return gt_error_set(err, GT_ERR_INVALID,
+                            "TCP communicator: environment variable %s is not set (launchers such "
+                            "as torchrun set RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT)",
+                            name);
+    char *end = NULL;
+    errno = 0;
+    long x = strtol(v, &end, 10);
+    if (errno || end == v || *end || x < lo || x > hi)
+        return gt_error_set(err, GT_ERR_INVALID,
+                            "TCP communicator: environment variable %s='%s' is not an integer in "
+                            "[%d, %d]",
+                            name, v, lo, hi);
+    *out = (int)x;
+    return GT_OK;
+}
+
+/* ---------------------------------------------------------------- the exchange */
+
+static gt_status broken_error(gt_comm *c, const char *what, gt_error *err)
+{
+    tcp_impl *impl = c->impl;
+    return gt_error_set(err, GT_ERR_IO,
+                        "rank %d: %s on communicator '%s' (size %d, %s): refused, an earlier "
+                        "collective failed (%.300s)",
+                        c->rank, what, c->name, c->size, impl->members, impl->net->why);
+}
+
+/* One peer's part of an exchange: an optional message out and an optional message in. */
+typedef struct {
+    const char *send;
+    size_t send_n;
+    bool has_send;
+    char *recv;
+    size_t recv_n;
+    bool has_recv;
+    /* progress */
+    unsigned char hout[TC_HDR], hin[TC_HDR];
+    size_t sent, got;
+} tc_part;
+
+static void make_header(unsigned char *h, uint32_t kind, uint32_t tag, uint64_t bytes)
+{
+    put_u32(h, TC_MSG_MAGIC);
+    put_u32(h + 4, kind);
+    put_u32(h + 8, tag);
+    put_u32(h + 12, 0);
+    put_u64(h + 16, bytes);
+}
+
+/* Fails the exchange: the communicator's streams are out of step from here on. */
+static gt_status exchange_fail(gt_comm *c, gt_error *err)
+{
+    tcp_impl *impl = c->impl;
+    if (!impl->net->broken) {
+        impl->net->broken = true;
+        snprintf(impl->net->why, sizeof impl->net->why, "%s", err->msg);
+    }
+    return err->code;
+}
+
+/* Moves every part's messages (p[i] is comm rank i's; p[c->rank] is ignored) until all are done.
+ * Fails when no byte moves for the timeout, or a peer closes its socket or sends a message that is
+ * not the one expected. */
+static gt_status exchange(gt_comm *c, uint32_t kind, const char *what, tc_part *p, gt_error *err)
+{
+    tcp_impl *impl = c->impl;
+    tcp_net *net = impl->net;
+    if (net->broken) return broken_error(c, what, err);
+    int n = c->size;
+    struct pollfd *pf = gt_xmalloc(sizeof *pf * (size_t)n);
+    int *who = gt_xmalloc(sizeof *who * (size_t)n);
+    for (int i = 0; i < n; i++) {
+        if (i == c->rank) p[i].has_send = p[i].has_recv = false;
+        make_header(p[i].hout, kind, impl->tag, p[i].send_n);
+        p[i].sent = p[i].got = 0;
+    }
+    double last = now_s();
+    gt_status st = GT_OK;
+    for (;;) {
+        int m = 0;
+        for (int i = 0; i < n; i++) {
+            bool s = p[i].has_send && p[i].sent < TC_HDR + p[i].send_n;
+            bool r = p[i].has_recv && p[i].got < TC_HDR + p[i].recv_n;
+            if (!s && !r) continue;
+            pf[m] = (struct pollfd){net->fd[impl->world[i]],
+                                    (short)((s ? POLLOUT : 0) | (r ? POLLIN : 0)), 0};
+            who[m++] = i;
+        }
+        if (m == 0) break;
+        int ms = net->timeout_s > 0 ? ms_left(last + net->timeout_s) : -1;
+        int pr = ms == 0 ? 0 : poll(pf, (nfds_t)m, ms);
+        if (pr < 0 && errno == EINTR) continue;
+        if (pr <= 0) {
+            /* name the first peer still owing data (or still not taking ours) */
+            int i = who[0];
+            for (int k = 0; k < m; k++)
+                if (p[who[k]].has_recv && p[who[k]].got < TC_HDR + p[who[k]].recv_n) {
+                    i = who[k];
+                    break;
+                }
+            st = gt_error_set(err, GT_ERR_IO,
+                              "rank %d: %s on communicator '%s' (size %d, %s): no progress with "
+                              "rank %d (world rank %d) for %.0f s: that rank died or is stuck "
+                              "(comm.timeout_seconds)",
+                              c->rank, what, c->name, c->size, impl->members, i, impl->world[i],
+                              net->timeout_s);
+            break;
+        }
+        for (int k = 0; k < m && st == GT_OK; k++) {
+            if (!pf[k].revents) continue;
+            tc_part *q = &p[who[k]];
+            int fd = pf[k].fd, peer = who[k];
+            while (q->has_send && q->sent < TC_HDR + q->send_n) {
+                const char *src = q->sent < TC_HDR ? (const char *)q->hout + q->sent
+                                                   : q->send + (q->sent - TC_HDR);
+                size_t len = q->sent < TC_HDR ? TC_HDR - q->sent : q->send_n - (q->sent - TC_HDR);
+                ssize_t x = send(fd, src, len, MSG_NOSIGNAL);
+                if (x > 0) {
+                    q->sent += (size_t)x;
+                    last = now_s();
+                    continue;
+                }
+                if (x < 0 && (errno == EINTR)) continue;
+                if (x < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
+                st = gt_error_set(err, GT_ERR_IO,
+                                  "rank %d: %s on communicator '%s' (size %d, %s): sending to "
+                                  "rank %d (world rank %d) failed: %s (that rank died?)",
+                                  c->rank, what, c->name, c->size, impl->members, peer,
+                                  impl->world[peer], strerror(errno));
+                break;
+            }
+            while (st == GT_OK && q->has_recv && q->got < TC_HDR + q->recv_n) {
+                char *dst = q->got < TC_HDR ? (char *)q->hin + q->got : q->recv + (q->got - TC_HDR);
+                size_t len = q->got < TC_HDR ? TC_HDR - q->got : q->recv_n - (q->got - TC_HDR);
+                ssize_t x = recv(fd, dst, len, 0);
+                if (x < 0 && errno == EINTR) continue;
+                if (x < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
+                if (x <= 0) {
+                    st = gt_error_set(err, GT_ERR_IO,
+                                      "rank %d: %s on communicator '%s' (size %d, %s): rank %d "
+                                      "(world rank %d) closed its connection%s%s: that rank died "
+                                      "or stopped",
+                                      c->rank, what, c->name, c->size, impl->members, peer,
+                                      impl->world[peer], x < 0 ? ": " : "",
+                                      x < 0 ? strerror(errno) : "");
+                    break;
+                }
+                bool header_done = q->got < TC_HDR && q->got + (size_t)x >= TC_HDR;
+                q->got += (size_t)x;
+                last = now_s();
+                if (!header_done) continue;
+                uint32_t hk = get_u32(q->hin + 4), ht = get_u32(q->hin + 8);
+                uint64_t hb = get_u64(q->hin + 16);
+                if (get_u32(q->hin) != TC_MSG_MAGIC || hk != kind || ht != impl->tag ||
+                    hb != q->recv_n)
+                    st = gt_error_set(
+                        err, GT_ERR_INVALID,
+                        "rank %d: %s on communicator '%s' (size %d, %s): rank %d "
+                        "(world rank %d) sent collective kind %u of %llu bytes for "
+                        "communicator tag %08x, expected kind %u of %zu bytes for tag "
+                        "%08x: the ranks' collectives are out of order",
+                        c->rank, what, c->name, c->size, impl->members, peer, impl->world[peer], hk,
+                        (unsigned long long)hb, ht, kind, q->recv_n, impl->tag);
+            }
+        }
+        if (st != GT_OK) break;
+    }
+    free(pf);
+    free(who);
+    return st == GT_OK ? GT_OK : exchange_fail(c, err);
+}
+
+/* ---------------------------------------------------------------- collectives */
+
+static gt_status tcp_start(gt_comm *c, gt_coll_kind kind, const gt_tensor *in, gt_tensor *out,
+                           int root, gt_comm_request *req, gt_error *err)
+{
+    (void)req;
+    int n = c->size, me = c->rank;
+    const char *what = gt_coll_kind_name(kind);
+    if (kind != GT_COLL_BROADCAST && in->data == out->data && kind != GT_COLL_ALL_REDUCE)
+        return gt_error_set(err, GT_ERR_INVALID,
+                            "rank %d: %s on communicator '%s': input and output must not alias", me,
+                            what, c->name);
+    size_t es = gt_dtype_size(in->dtype);
+    const char *src = in->data;
+    char *dst = out->data;
+    tc_part *p = gt_xcalloc((size_t)n, sizeof *p);
+    gt_status st = GT_OK;
+    switch (kind) {
+    case GT_COLL_ALL_GATHER: {
+        size_t b = gt_tensor_nbytes(in);
+        for (int i = 0; i < n; i++)
+            p[i] = (tc_part){.send = src,
+                             .send_n = b,
+                             .has_send = true,
+                             .recv = dst + (size_t)i * b,
+                             .recv_n = b,
+                             .has_recv = true};
+        memcpy(dst + (size_t)me * b, src, b);
+        st = exchange(c, (uint32_t)kind, what, p, err);
+        break;
+    }
+    case GT_COLL_BROADCAST: {
+        size_t b = gt_tensor_nbytes(out);
+        for (int i = 0; i < n; i++)
+            p[i] = (tc_part){.send = dst,
+                             .send_n = b,
+                             .has_send = me == root,
+                             .recv = dst,
+                             .recv_n = b,
+                             .has_recv = i == root};
+        st = exchange(c, (uint32_t)kind, what, p, err);
+        break;
+    }
+    case GT_COLL_ALL_TO_ALL: {
+        size_t b = gt_tensor_nbytes(in) / (size_t)n;
+        for (int i = 0; i < n; i++)
+            p[i] = (tc_part){.send = src + (size_t)i * b,
+                             .send_n = b,
+                             .has_send = true,
+                             .recv = dst + (size_t)i * b,
+                             .recv_n = b,
+                             .has_recv = true};
+        memcpy(dst + (size_t)me * b, src + (size_t)me * b, b);
+        st = exchange(c, (uint32_t)kind, what, p, err);
+        break;
+    }
+    case GT_COLL_REDUCE_SCATTER: {
+        /* block i of every rank to rank i; rank me sums the n blocks it holds in rank order */
+        size_t b = gt_tensor_nbytes(out);
+        char *scratch = gt_xmalloc((size_t)n * b + 1);
+        for (int i = 0; i < n; i++)
+            p[i] = (tc_part){.send = src + (size_t)i * b,
+                             .send_n = b,
+                             .has_send = true,
+                             .recv = scratch + (size_t)i * b,
+                             .recv_n = b,
+                             .has_recv = true};
+        memcpy(scratch + (size_t)me * b, src + (size_t)me * b, b);
+        st = exchange(c, (uint32_t)kind, what, p, err);
+        if (st == GT_OK) {
+            const void **blocks = gt_xmalloc(sizeof(void *) * (size_t)n);
+            for (int i = 0; i < n; i++)
+                blocks[i] = scratch + (size_t)i * b;
+            st = gt_comm_sum_ordered(in->dtype, gt_tensor_numel(out), (const void *const *)blocks,
+                                     n, dst, err);
+            free(blocks);
+        }
+        free(scratch);
+        break;
+    }
+    case GT_COLL_ALL_REDUCE: {
+        /* chunk j (numel/n elements, +1 for j < numel mod n) is reduced on rank j */
+        int64_t numel = gt_tensor_numel(in);
+        size_t *count = gt_xmalloc(sizeof(size_t) * 2 * (size_t)n), *off = count + n;
+        size_t at = 0;
+        for (int j = 0; j < n; j++) {
+            count[j] = (size_t)(numel / n + (j < numel % n ? 1 : 0)) * es;
+            off[j] = at;
+            at += count[j];
+        }
+        size_t mine = count[me];
+        char *scratch = gt_xmalloc((size_t)n * mine + 1);
+        for (int i = 0; i < n; i++)
+            p[i] = (tc_part){.send = src + off[i],
+                             .send_n = count[i],
+                             .has_send = true,
+                             .recv = scratch + (size_t)i * mine,
+                             .recv_n = mine,
+                             .has_recv = true};
+        memcpy(scratch + (size_t)me * mine, src + off[me], mine);
+        st = exchange(c, (uint32_t)kind, what, p, err);
+        if (st == GT_OK) {
+            const void **blocks = gt_xmalloc(sizeof(void *) * (size_t)n);
+            for (int i = 0; i < n; i++)
+                blocks[i] = scratch + (size_t)i * mine;
+            st = gt_comm_sum_ordered(in->dtype, (int64_t)(mine / es), (const void *const *)blocks,
+                                     n, dst + off[me], err);
+            free(blocks);
+        }
+        if (st == GT_OK) {
+            /* phase 2: every rank's reduced chunk to every rank */
+            for (int i = 0; i < n; i++)
+                p[i] = (tc_part){.send = dst + off[me],
+                                 .send_n = mine,
+                                 .has_send = true,
+                                 .recv = dst + off[i],
+                                 .recv_n = count[i],
+                                 .has_recv = true};
+            st = exchange(c, (uint32_t)kind, what, p, err);
+        }
+        free(scratch);
+        free(count);
+        break;
+    }
+    default:
+        GT_CHECK(!"unknown collective");
+    }
+    free(p);
+    return st;
+}
+
+static gt_status tcp_wait(gt_comm *c, gt_comm_request *req, gt_error *err)
+{
+    (void)c, (void)req, (void)err; /* start did the whole collective */
+    return GT_OK;
+}
+
+static gt_status tcp_all_gather_u64(gt_comm *c, const uint64_t *in, int64_t count, uint64_t *out,
+                                    gt_error *err)
+{
+    int n = c->size;
+    size_t b = (size_t)(count > 0 ? count : 0) * 8;
+    /* big-endian on the wire, so mixed hosts agree */
+    unsigned char *mine = gt_xmalloc(b + 1), *all = gt_xmalloc((size_t)n * b + 1);
+    for (int64_t k = 0; k < count; k++)
+        put_u64(mine + 8 * k, in[k]);
+    tc_part *p = gt_xcalloc((size_t)n, sizeof *p);
+    for (int i = 0; i < n; i++)
+        p[i] = (tc_part){.send = (const char *)mine,
+                         .send_n = b,
+                         .has_send = true,
+                         .recv = (char *)all + (size_t)i * b,
+                         .recv_n = b,
+                         .has_recv = true};
+    memcpy(all + (size_t)c->rank * b, mine, b);
+    gt_status st = exchange(c, TC_KIND_U64, "all_gather (u64)", p, err);
+    if (st == GT_OK)
+        for (size_t k = 0; k < (size_t)n * (size_t)(count > 0 ? count : 0); k++)
+            out[k] = get_u64(all + 8 * k);
+    free(p);
+    free(mine);
+    free(all);
+    return st;
+}
+
+/* ---------------------------------------------------------------- communicators */
+
+static void tcp_destroy(gt_comm *c);
+static gt_status tcp_split(gt_comm *c, int color, int key, gt_comm **out, gt_error *err);
+
+static const gt_comm_vtable tcp_vtable = {
+    .name = "tcp",
+    .start = tcp_start,
+    .wait = tcp_wait,
+    .free_request = NULL,
+    .split = tcp_split,
+    .all_gather_u64 = tcp_all_gather_u64,
+    .destroy = tcp_destroy,
+};
+
+static void format_members(const int *world, int size, char *buf, size_t cap)
+{
+    size_t used = (size_t)snprintf(buf, cap, "world rank%s ", size > 1 ? "s" : "");
+    for (int r = 0; r < size && used < cap; r++) {
+        int k = snprintf(buf + used, cap - used, r ? ",%d" : "%d", world[r]);
+        if (k < 0 || (size_t)k >= cap - used) {
+            snprintf(buf + (cap > 4 ? cap - 4 : 0), cap > 4 ? 4 : cap, "...");
+            break;
+        }
+        used += (size_t)k;
+    }
+}
+
+/* Takes one reference to net and ownership of world. */
+static gt_comm *wrap(tcp_net *net, int *world, int rank, int size, uint32_t tag, const char *name)
+{
+    gt_comm *c = gt_xcalloc(1, sizeof *c);
+    tcp_impl *impl = gt_xcalloc(1, sizeof *impl);
+    impl->net = net;
+    impl->world = world;
+    impl->tag = tag;
+    format_members(world, size, impl->members, sizeof impl->members);
+    c->vt = &tcp_vtable;
+    c->impl = impl;
+    c->rank = rank;
+    c->size = size;
+    snprintf(c->name, sizeof c->name, "%s", name);
+    return c;
+}
+
+static void net_release(tcp_net *net)
+{
+    if (--net->refs > 0) return;
+    for (int r = 0; r < net->size; r++)
+        if (net->fd[r] >= 0) close(net->fd[r]);
+    free(net->fd);
+    free(net);
+}
+
+static void tcp_destroy(gt_comm *c)
+{
+    tcp_impl *impl = c->impl;
+    net_release(impl->net);
+    free(impl->world);
+    free(impl);
+    free(c);
+}
+
+/* Ranks with the same color, ordered by (key, parent rank): an all-gather of (color, key), then
+ * every rank picks its group locally — the same on every member. */
+static gt_status tcp_split(gt_comm *c, int color, int key, gt_comm **out, gt_error *err)
+{
+    tcp_impl *impl = c->impl;
+    int n = c->size;
+    uint64_t mine[2] = {(uint64_t)(uint32_t)color, (uint64_t)(uint32_t)key};
+    uint64_t *all = gt_xmalloc(sizeof *all * 2 * (size_t)n);
+    gt_status st = tcp_all_gather_u64(c, mine, 2, all, err);
+    if (st != GT_OK) {
+        free(all);
+        return st;
+    }
+    int *order = gt_xmalloc(sizeof *order * (size_t)n), m = 0;
+    for (int r = 0; r < n; r++) {
+        if ((int)(uint32_t)all[2 * r] != color) continue;
+        /* insertion by (key, parent rank): r grows, so ties keep parent order */
+        int k = m++;
+        while (k > 0 && (int)(uint32_t)all[2 * order[k - 1] + 1] > (int)(uint32_t)all[2 * r + 1]) {
+            order[k] = order[k - 1];
+            k--;
+        }
+        order[k] = r;
+    }
+    int *world = gt_xmalloc(sizeof *world * (size_t)m), rank = 0;
+    for (int i = 0; i < m; i++) {
+        world[i] = impl->world[order[i]];
+        if (order[i] == c->rank) rank = i;
+    }
+    free(order);
+    free(all);
+    uint32_t words[2] = {impl->tag, (uint32_t)color};
+    uint32_t tag = (uint32_t)gt_hash64(words, sizeof words, 0x7463707370ull);
+    char name[64];
+    snprintf(name, sizeof name, "%.40s/split(%d)", c->name, color);
+    impl->net->refs++;
+    *out = wrap(impl->net, world, rank, m, tag, name);
+    return GT_OK;
+}
+
+/* Rank 0: the peers' hellos on MASTER_PORT, then the table of every rank's address. */
+static gt_status setup_rank0(int port, tcp_net *net, double deadline, double timeout_s,
+                             gt_error *err)
+{
+    int size = net->size;
+    char why[160] = "";
+    int lfd = listen_on(port, why, sizeof why);
+    if (lfd < 0)
+        return gt_error_set(err, GT_ERR_IO, "rank 0: TCP communicator: %s (MASTER_PORT)", why);
+    set_nonblocking(lfd);
+    int *ports = gt_xcalloc((size_t)size, sizeof *ports);
+    char(*addrs)[TC_ADDR] = gt_xcalloc((size_t)size, TC_ADDR);
+    char where[64];
+    snprintf(where, sizeof where, "rendezvous on MASTER_PORT %d", port);
+    gt_status st =
+        accept_ranks(lfd, 0, size, 1, size, net->fd, ports, addrs, deadline, timeout_s, where, err);
+    close(lfd);
+    if (st == GT_OK) {
+        size_t tb = (size_t)size * (4 + TC_ADDR);
+        unsigned char *table = gt_xcalloc(tb, 1);
+        for (int r = 0; r < size; r++) {
+            put_u32(table + (size_t)r * (4 + TC_ADDR), (uint32_t)ports[r]);
+            memcpy(table + (size_t)r * (4 + TC_ADDR) + 4, addrs[r], TC_ADDR);
+        }
+        for (int r = 1; r < size && st == GT_OK; r++)
+            if (xfer(net->fd[r], table, tb, true, deadline) != 0)
+                st = gt_error_set(err, GT_ERR_IO,
+                                  "rank 0: TCP communicator: sending the address table to rank %d "
+                                  "failed: %s (that rank died?)",
+                                  r, strerror(errno));
+        free(table);
+    }
+    free(ports);
+    free(addrs);
+    return st;
+}
+
+/* Rank r > 0: hello to rank 0, the table, connect to ranks 1..r-1, accept ranks r+1..size-1. */
+static gt_status setup_peer(const char *addr, int port, tcp_net *net, double deadline,
+                            double timeout_s, gt_error *err)
+{
+    int me = net->rank, size = net->size;
+    char why[160] = "no attempt";
+    int lfd = listen_on(0, why, sizeof why);
+    if (lfd < 0) return gt_error_set(err, GT_ERR_IO, "rank %d: TCP communicator: %s", me, why);
+    set_nonblocking(lfd);
+    gt_status st = GT_OK;
+    net->fd[0] = connect_hello(addr, port, me, size, bound_port(lfd), deadline, why, sizeof why);
+    if (net->fd[0] < 0) {
+        close(lfd);
+        return gt_error_set(err, GT_ERR_IO,
+                            "rank %d: TCP communicator: no answer from rank 0 at %s:%d within %.0f "
+                            "s (last error: %s; is rank 0 running, are MASTER_ADDR/MASTER_PORT "
+                            "right?)",
+                            me, addr, port, timeout_s, why);
+    }
+    size_t tb = (size_t)size * (4 + TC_ADDR);
+    unsigned char *table = gt_xmalloc(tb);
+    if (xfer(net->fd[0], table, tb, false, deadline) != 0)
+        st = gt_error_set(err, GT_ERR_IO,
+                          "rank %d: TCP communicator: rank 0 at %s:%d did not send the address "
+                          "table within %.0f s (%s): some rank never connected to it, or rank 0 "
+                          "failed",
+                          me, addr, port, timeout_s, strerror(errno));
+    for (int j = 1; j < me && st == GT_OK; j++) {
+        const unsigned char *e = table + (size_t)j * (4 + TC_ADDR);
+        char host[TC_ADDR];
+        memcpy(host, e + 4, TC_ADDR);
+        host[TC_ADDR - 1] = 0;
+        int jp = (int)get_u32(e);
+        net->fd[j] = connect_hello(host, jp, me, size, 0, deadline, why, sizeof why);
+        if (net->fd[j] < 0)
+            st = gt_error_set(err, GT_ERR_IO,
+                              "rank %d: TCP communicator: cannot connect to rank %d at %s:%d "
+                              "within %.0f s (%s): that rank died?",
+                              me, j, host, jp, timeout_s, why);
+    }
+    free(table);
+    if (st == GT_OK)
+        st = accept_ranks(lfd, me, size, me + 1, size, net->fd, NULL, NULL, deadline, timeout_s,
+                          "mesh", err);
+    close(lfd);
+    return st;
+}
+
+gt_status gt_comm_tcp_world(double timeout_seconds, gt_comm **out, gt_error *err)
+{
+    *out = NULL;
+    int rank = 0, size = 0, port = 0;
+    GT_TRY(env_int("WORLD_SIZE", 1, 1 << 20, &size, err));
+    GT_TRY(env_int("RANK", 0, size - 1, &rank, err));
+    const char *addr = getenv("MASTER_ADDR");
+    if (size > 1 && (!addr || !addr[0]))
+        return gt_error_set(err, GT_ERR_INVALID,
+                            "TCP communicator: environment variable MASTER_ADDR is not set "
+                            "(launchers such as torchrun set RANK, WORLD_SIZE, MASTER_ADDR, "
+                            "MASTER_PORT)");
+    if (size > 1) GT_TRY(env_int("MASTER_PORT", 1, 65535, &port, err));
+    tcp_net *net = gt_xcalloc(1, sizeof *net);
+    net->refs = 1;
+    net->rank = rank;
+    net->size = size;
+    net->timeout_s = timeout_seconds;
+    net->fd = gt_xmalloc(sizeof *net->fd * (size_t)size);
+    for (int r = 0; r < size; r++)
+        net->fd[r] = -1;
+    double setup_s = timeout_seconds > 0 ? timeout_seconds : TC_SETUP_DEFAULT_S;
+    double deadline = now_s() + setup_s;
+    gt_status st = GT_OK;
+    if (size > 1)
+        st = rank == 0 ? setup_rank0(port, net, deadline, setup_s, err)
+                       : setup_peer(addr, port, net, deadline, setup_s, err);
+    if (st != GT_OK) {
+        net_release(net);
+        return st;
+    }
+    for (int r = 0; r < size; r++)
+        if (net->fd[r] >= 0) {
+            set_nonblocking(net->fd[r]);
+            set_nodelay(net->fd[r]);
+        }
+    int *world = gt_xmalloc(sizeof *world * (size_t)size);
+    for (int r = 0; r < size; r++)
+        world[r] = r;
+    *out = wrap(net, world, rank, size, 0x77726c64u /* "wrld" */, "world");
+    return GT_OK;
+}

@@ -1,0 +1,445 @@
+/* test_torchrun_launch.c — multi-rank training without MPI: the processes a torchrun-style launcher
+ * starts (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT, LOCAL_RANK in the environment) join over the
+ * TCP communicator (src/comm/tcp.c) and train exactly what `mpiexec` trains (issue 7).
+ *
+ * For FSDP2 (2 processes) and FSDP2xTP2 (4), test_tiny, fp32, 10 steps, synthetic data (the runs
+ * of launch.h): the test forks the N `graphtrain train` processes itself, each with its own RANK
+ * and MASTER_ADDR=127.0.0.1, MASTER_PORT=a free port, and checks
+ *   - every process exits 0 within the bound;
+ *   - every step's loss and grad norm are BITWISE those of the same layout under `mpiexec -np N`
+ *     (both communicators sum in rank order, so the bits cannot differ), and the step-10
+ *     checkpoints are the same bytes.
+ * And a wrong launch never hangs: one process started alone as rank 0 of WORLD_SIZE=2
+ * (--comm.timeout_seconds=3) fails within the bound naming the missing rank 1; one started alone
+ * as rank 1 fails naming rank 0.
+ *
+ * The communicator itself, over 3 and 4 forked copies of this test (gt_comm_tcp_world): every
+ * collective against a local reference (each rank's input is a pure function of (rank, element),
+ * sums are naive loops in rank order, compared bit for bit), including a 4 MB all-reduce (larger
+ * than the socket buffers: the exchange must not deadlock), chunks of zero elements, bf16, i64 in
+ * place, a split with reversed keys, and a schedule mismatch reported on every rank. */
+#include "launch.h" /* first: train_child.h defines _GNU_SOURCE */
+
+#include <netinet/in.h>
+#include <sys/socket.h>
+
+#include "graphtrain/gt_comm.h"
+
+#define RUN_SECONDS 240.0
+#define ALONE_SECONDS 30.0
+#define MAX_RANKS 8
+
+static const launch_layout fsdp2 = {"FSDP2", 1, 2, 1};
+static const launch_layout fsdp2_tp2 = {"FSDP2xTP2", 1, 2, 2};
+
+/* A TCP port nobody listens on now (the kernel's pick for port 0). */
+static int free_port(void)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    if (fd < 0) return -1;
+    struct sockaddr_in a;
+    memset(&a, 0, sizeof a);
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    a.sin_port = 0;
+    socklen_t len = sizeof a;
+    int port = -1;
+    if (bind(fd, (struct sockaddr *)&a, sizeof a) == 0 &&
+        getsockname(fd, (struct sockaddr *)&a, &len) == 0)
+        port = ntohs(a.sin_port);
+    close(fd);
+    return port;
+}
+
+/* Starts cmd as rank `rank` of `size` in its own process group, output into out_path. */
+static pid_t spawn_rank(launch_cmd *c, int rank, int size, int port, const char *out_path)
+{
+    char *argv[LAUNCH_MAX_ARGS + 1];
+    for (int k = 0; k < c->n; k++)
+        argv[k] = c->buf[k];
+    argv[c->n] = NULL;
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid == 0) {
+        setpgid(0, 0);
+        char v[32];
+        /* not an MPI launch, whatever the test's own environment says */
+        unsetenv("OMPI_COMM_WORLD_SIZE");
+        unsetenv("PMIX_RANK");
+        unsetenv("PMI_SIZE");
+        snprintf(v, sizeof v, "%d", rank);
+        setenv("RANK", v, 1);
+        setenv("LOCAL_RANK", v, 1);
+        snprintf(v, sizeof v, "%d", size);
+        setenv("WORLD_SIZE", v, 1);
+        setenv("MASTER_ADDR", "127.0.0.1", 1);
+        snprintf(v, sizeof v, "%d", port);
+        setenv("MASTER_PORT", v, 1);
+        int out = open(out_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        if (out < 0 || dup2(out, 1) < 0 || dup2(out, 2) < 0) _exit(126);
+        execvp(argv[0], argv);
+        _exit(127);
+    }
+    if (pid > 0) setpgid(pid, 0);
+    return pid;
+}
+
+/* Runs cmd as ranks first..first+count-1 of a world of `size` (each its own process), output into
+ * out_fmt (with %d = rank); rc[k]: each one's exit code, -1 when it ran past `seconds` (then every
+ * one still running is killed). Returns the wall time. */
+static double run_ranks(launch_cmd *c, int first, int count, int size, int port, const char *dump,
+                        int *rc, double seconds)
+{
+    pid_t pid[MAX_RANKS];
+    bool done[MAX_RANKS] = {0};
+    double t0 = now_seconds();
+    for (int k = 0; k < count; k++) {
+        char out_path[600];
+        snprintf(out_path, sizeof out_path, "%s/rank%d.txt", dump, first + k);
+        pid[k] = spawn_rank(c, first + k, size, port, out_path);
+        rc[k] = -1;
+        done[k] = pid[k] < 0;
+    }
+    for (;;) {
+        int left = 0;
+        for (int k = 0; k < count; k++) {
+            if (done[k]) continue;
+            int ws;
+            pid_t r = waitpid(pid[k], &ws, WNOHANG);
+            if (r == pid[k]) {
+                rc[k] = exit_code(ws);
+                done[k] = true;
+            } else if (r < 0 && errno != EINTR) {
+                done[k] = true;
+            } else {
+                left++;
+            }
+        }
+        if (left == 0) break;
+        if (now_seconds() - t0 > seconds) {
+            for (int k = 0; k < count; k++)
+                if (!done[k]) {
+                    kill(-pid[k], SIGKILL);
+                    waitpid(pid[k], NULL, 0);
+                }
+            break;
+        }
+        sleep_us(2000);
+    }
+    for (int k = 0; k < count; k++)
+        if (pid[k] > 0) kill(-pid[k], SIGKILL); /* anything left behind */
+    return now_seconds() - t0;
+}
+
+typedef struct {
+    gt_metrics_step steps[LAUNCH_STEPS + 1];
+    char dump[512];
+    bool ok;
+} run_result;
+
+/* layout l under `mpiexec -np N` into base/NAME */
+static void run_mpi(const char *base, const char *name, const launch_layout *l, run_result *r)
+{
+    launch_cmd c;
+    char out_path[600];
+    launch_temp_dir(r->dump, sizeof r->dump, base, name);
+    snprintf(out_path, sizeof out_path, "%s/output.txt", r->dump);
+    launch_layout_run(&c, l, "test_tiny", r->dump, LAUNCH_STEPS);
+    double dt = 0;
+    int rc = launch_run(&c, out_path, RUN_SECONDS, &dt);
+    r->ok = rc == 0 && last_records(r->dump, LAUNCH_STEPS, r->steps, NULL);
+    printf("%-24s mpiexec -np %d: exit %d, %.1f s\n", name, launch_ranks(l), rc, dt);
+    EXPECT(r->ok, "%s: exit %d or missing metrics", name, rc);
+    if (!r->ok) launch_show_tail(out_path);
+}
+
+/* layout l as N processes with torchrun's environment into base/NAME */
+static void run_tcp(const char *base, const char *name, const launch_layout *l, run_result *r)
+{
+    launch_cmd c;
+    int n = launch_ranks(l), rc[MAX_RANKS];
+    launch_temp_dir(r->dump, sizeof r->dump, base, name);
+    launch_layout_run_np(&c, l, 0, "test_tiny", r->dump, LAUNCH_STEPS);
+    int port = free_port();
+    EXPECT(port > 0, "no free TCP port");
+    double dt = run_ranks(&c, 0, n, n, port, r->dump, rc, RUN_SECONDS);
+    int bad = 0;
+    for (int k = 0; k < n; k++) {
+        bad += rc[k] != 0;
+        EXPECT(rc[k] == 0, "%s: rank %d exited %d (-1: still running after %.0f s)", name, k, rc[k],
+               RUN_SECONDS);
+        if (rc[k] != 0) {
+            char out_path[600];
+            snprintf(out_path, sizeof out_path, "%s/rank%d.txt", r->dump, k);
+            launch_show_tail(out_path);
+        }
+    }
+    r->ok = bad == 0 && last_records(r->dump, LAUNCH_STEPS, r->steps, NULL);
+    printf("%-24s %d processes over TCP (port %d): %d failed, %.1f s\n", name, n, port, bad, dt);
+    EXPECT(r->ok, "%s: a rank failed or metrics are missing", name);
+}
+
+static void compare_bitwise(const run_result *a, const run_result *b, const char *what)
+{
+    if (!a->ok || !b->ok) return;
+    int differ = 0;
+    for (int s = 1; s <= LAUNCH_STEPS; s++)
+        differ +=
+            a->steps[s].loss != b->steps[s].loss || a->steps[s].grad_norm != b->steps[s].grad_norm;
+    EXPECT(differ == 0, "%s: %d of %d steps with other loss or grad_norm bits", what, differ,
+           LAUNCH_STEPS);
+    char pa[700], pb[700];
+    launch_ckpt_path(pa, sizeof pa, a->dump, LAUNCH_STEPS);
+    launch_ckpt_path(pb, sizeof pb, b->dump, LAUNCH_STEPS);
+    EXPECT(same_bytes(pa, pb), "%s: step-%d checkpoints differ", what, LAUNCH_STEPS);
+    printf("  %-22s %d steps bitwise equal, checkpoints %s\n", what, LAUNCH_STEPS - differ,
+           same_bytes(pa, pb) ? "equal" : "differ");
+}
+
+/* One process alone as rank `rank` of WORLD_SIZE=2: it must fail within the bound, its output
+ * naming the other rank (`expect`). */
+static void run_alone(const char *base, const char *name, int rank, const char *expect)
+{
+    launch_cmd c;
+    char dump[512], out_path[600];
+    int rc = 0;
+    launch_temp_dir(dump, sizeof dump, base, name);
+    launch_layout_run_np(&c, &fsdp2, 0, "test_tiny", dump, LAUNCH_STEPS);
+    launch_add(&c, "--comm.timeout_seconds=3");
+    int port = free_port();
+    double dt = run_ranks(&c, rank, 1, 2, port, dump, &rc, ALONE_SECONDS);
+    snprintf(out_path, sizeof out_path, "%s/rank%d.txt", dump, rank);
+    char *out = read_all(out_path, NULL);
+    printf("%-24s rank %d alone: exit %d, %.1f s\n", name, rank, rc, dt);
+    EXPECT(rc > 0, "%s: rank %d alone of 2 exited %d (-1: still running after %.0f s)", name, rank,
+           rc, ALONE_SECONDS);
+    EXPECT(out && strstr(out, expect), "%s: the output does not say '%s'", name, expect);
+    if (!out || !strstr(out, expect)) launch_show_tail(out_path);
+    free(out);
+}
+
+/* ---------------------------------------------------------------- the communicator alone */
+
+/* Values of mixed magnitude, so another summation order would change the bits. */
+static float value(int rank, int64_t i, int salt)
+{
+    uint64_t h = gt_hash64(&i, sizeof i, (uint64_t)(rank * 131 + salt));
+    float mag = (h >> 60) & 1 ? 1e6f : 1e-3f;
+    return mag * ((float)(h & 0xffff) / 65536.0f - 0.5f);
+}
+
+static void fill(gt_tensor *t, int rank, int salt)
+{
+    for (int64_t i = 0; i < gt_tensor_numel(t); i++)
+        gt_tensor_set_f32(t, i, value(rank, i, salt));
+}
+
+static void check_all_reduce(gt_comm *c, gt_dtype dt, int64_t numel, bool in_place)
+{
+    gt_error err = {0};
+    int64_t shape[1] = {numel};
+    gt_tensor in, out;
+    gt_tensor_alloc(&in, dt, 1, shape, &err);
+    gt_tensor_alloc(&out, dt, 1, shape, &err);
+    if (dt == GT_I64)
+        for (int64_t i = 0; i < numel; i++)
+            ((int64_t *)in.data)[i] = c->rank * 1000003 + i * 7;
+    else
+        fill(&in, c->rank, 1);
+    gt_tensor *res = in_place ? &in : &out;
+    EXPECT_OK(gt_comm_all_reduce(c, &in, res, &err), &err);
+    int bad = 0;
+    for (int64_t i = 0; i < numel; i++) {
+        if (dt == GT_I64) {
+            int64_t ref = 0;
+            for (int r = 0; r < c->size; r++)
+                ref += r * 1000003 + i * 7;
+            bad += ((int64_t *)res->data)[i] != ref;
+            continue;
+        }
+        float ref = 0.0f;
+        for (int r = 0; r < c->size; r++) {
+            float x = value(r, i, 1);
+            if (dt == GT_BF16) x = gt_bf16_to_f32(gt_f32_to_bf16(x));
+            ref = r == 0 ? x : ref + x;
+        }
+        if (dt == GT_BF16)
+            bad += ((uint16_t *)res->data)[i] != gt_f32_to_bf16(ref);
+        else
+            bad += memcmp(&ref, (float *)res->data + i, sizeof ref) != 0;
+    }
+    EXPECT(bad == 0,
+           "rank %d: all_reduce %s numel %lld%s: %d elements differ from the rank-order "
+           "sum",
+           c->rank, gt_dtype_name(dt), (long long)numel, in_place ? " in place" : "", bad);
+    gt_tensor_free(&in), gt_tensor_free(&out);
+}
+
+static void check_moves(gt_comm *c)
+{
+    gt_error err = {0};
+    int n = c->size, k = 3, cols = 5;
+    int64_t s_small[2] = {k, cols}, s_big[2] = {(int64_t)n * k, cols}, blk = (int64_t)k * cols;
+    gt_tensor small, big, big2;
+    gt_tensor_alloc(&small, GT_F32, 2, s_small, &err);
+    gt_tensor_alloc(&big, GT_F32, 2, s_big, &err);
+    gt_tensor_alloc(&big2, GT_F32, 2, s_big, &err);
+    fill(&small, c->rank, 2);
+    EXPECT_OK(gt_comm_all_gather(c, &small, &big, &err), &err);
+    int bad = 0;
+    for (int r = 0; r < n; r++)
+        for (int64_t i = 0; i < blk; i++)
+            bad += ((float *)big.data)[r * blk + i] != value(r, i, 2);
+    EXPECT(bad == 0, "rank %d: all_gather: %d elements differ", c->rank, bad);
+
+    fill(&big, c->rank, 3);
+    EXPECT_OK(gt_comm_reduce_scatter(c, &big, &small, &err), &err);
+    bad = 0;
+    for (int64_t i = 0; i < blk; i++) {
+        float ref = 0.0f;
+        for (int r = 0; r < n; r++)
+            ref = r == 0 ? value(r, c->rank * blk + i, 3) : ref + value(r, c->rank * blk + i, 3);
+        bad += memcmp(&ref, (float *)small.data + i, sizeof ref) != 0;
+    }
+    EXPECT(bad == 0, "rank %d: reduce_scatter: %d elements differ", c->rank, bad);
+
+    EXPECT_OK(gt_comm_all_to_all(c, &big, &big2, &err), &err);
+    bad = 0; /* block i of my output = block `rank` of rank i's input */
+    for (int i = 0; i < n; i++)
+        for (int64_t e = 0; e < blk; e++)
+            bad += ((float *)big2.data)[i * blk + e] != value(i, c->rank * blk + e, 3);
+    EXPECT(bad == 0, "rank %d: all_to_all: %d elements differ", c->rank, bad);
+
+    fill(&small, c->rank, 4);
+    EXPECT_OK(gt_comm_broadcast(c, &small, n - 1, &err), &err);
+    bad = 0;
+    for (int64_t i = 0; i < blk; i++)
+        bad += ((float *)small.data)[i] != value(n - 1, i, 4);
+    EXPECT(bad == 0, "rank %d: broadcast: %d elements differ", c->rank, bad);
+    gt_tensor_free(&small), gt_tensor_free(&big), gt_tensor_free(&big2);
+}
+
+/* Split by parity with reversed keys: the sub-communicator's rank order is descending world rank;
+ * an all-gather of the world ranks over it shows the order. */
+static void check_split(gt_comm *c)
+{
+    gt_error err = {0};
+    int color = c->rank % 2, m = 0, members[MAX_RANKS], pos = -1;
+    for (int r = c->size - 1; r >= 0; r--)
+        if (r % 2 == color) members[m++] = r;
+    for (int i = 0; i < m; i++)
+        if (members[i] == c->rank) pos = i;
+    gt_comm *sub = NULL;
+    EXPECT_OK(gt_comm_split(c, color, -c->rank, &sub, &err), &err);
+    if (!sub) return;
+    EXPECT(gt_comm_size(sub) == m && gt_comm_rank(sub) == pos,
+           "rank %d: split: %d of %d, "
+           "expected %d of %d",
+           c->rank, gt_comm_rank(sub), gt_comm_size(sub), pos, m);
+    int64_t one[1] = {1}, all_shape[1] = {m};
+    gt_tensor mine, all;
+    gt_tensor_alloc(&mine, GT_I64, 1, one, &err), gt_tensor_alloc(&all, GT_I64, 1, all_shape, &err);
+    ((int64_t *)mine.data)[0] = c->rank;
+    EXPECT_OK(gt_comm_all_gather(sub, &mine, &all, &err), &err);
+    int bad = 0;
+    for (int i = 0; i < m; i++)
+        bad += ((int64_t *)all.data)[i] != members[i];
+    EXPECT(bad == 0, "rank %d: split members out of (key, rank) order", c->rank);
+    /* the world still works between sub-communicator collectives on the shared sockets */
+    check_all_reduce(sub, GT_F32, 11, false);
+    check_all_reduce(c, GT_F32, 13, false);
+    gt_tensor_free(&mine), gt_tensor_free(&all);
+    gt_comm_destroy(sub);
+}
+
+/* Rank n-1 has one collective more: every rank must fail naming collective #1. */
+static void check_schedule_mismatch(gt_comm *c)
+{
+    gt_comm_sched_entry e[2] = {{GT_COLL_ALL_GATHER, 7, 64}, {GT_COLL_ALL_REDUCE, 7, 128}};
+    gt_error err = {0};
+    gt_status st = gt_comm_check_schedule(c, e, c->rank == c->size - 1 ? 2 : 1, &err);
+    EXPECT(st == GT_ERR_INVALID && strstr(err.msg, "#1"), "rank %d: schedule mismatch: %s", c->rank,
+           err.msg);
+    EXPECT_OK(gt_comm_check_schedule(c, e, 2, &err), &err);
+}
+
+/* One rank of the communicator test (a forked child; RANK etc. are set). Returns failures. */
+static int comm_rank_main(void)
+{
+    gt_error err = {0};
+    gt_comm *w = NULL;
+    EXPECT_OK(gt_comm_tcp_world(20, &w, &err), &err);
+    if (!w) return 1;
+    check_all_reduce(w, GT_F32, 1000003, false); /* 4 MB: more than the socket buffers */
+    check_all_reduce(w, GT_F32, 5, false);
+    check_all_reduce(w, GT_F32, 2, true); /* fewer elements than ranks: empty chunks */
+    check_all_reduce(w, GT_BF16, 37, false);
+    check_all_reduce(w, GT_I64, 29, true);
+    check_moves(w);
+    check_split(w);
+    check_schedule_mismatch(w);
+    gt_comm_destroy(w);
+    return gt_test_failed_;
+}
+
+static void run_comm(int n)
+{
+    int port = free_port();
+    pid_t pid[MAX_RANKS];
+    fflush(NULL);
+    for (int r = 0; r < n; r++) {
+        pid[r] = fork();
+        if (pid[r] == 0) {
+            char v[16];
+            snprintf(v, sizeof v, "%d", r), setenv("RANK", v, 1);
+            snprintf(v, sizeof v, "%d", n), setenv("WORLD_SIZE", v, 1);
+            snprintf(v, sizeof v, "%d", port), setenv("MASTER_PORT", v, 1);
+            setenv("MASTER_ADDR", "localhost", 1);
+            gt_test_failed_ = 0;
+            int failed = comm_rank_main();
+            fflush(NULL);
+            _exit(failed ? 1 : 0);
+        }
+    }
+    int ok = 0;
+    double t0 = now_seconds();
+    for (int r = 0; r < n; r++) {
+        int rc = pid[r] > 0 ? wait_child(pid[r], 120.0 - (now_seconds() - t0)) : -1;
+        ok += rc == 0;
+        EXPECT(rc == 0, "communicator test, %d ranks: rank %d exited %d", n, r, rc);
+    }
+    printf("communicator over TCP, %d ranks: %d of %d ranks passed, %.1f s\n", n, ok, n,
+           now_seconds() - t0);
+}
+
+int main(void)
+{
+    run_comm(3);
+    run_comm(4);
+
+    if (!launch_binary()) {
+        fprintf(stderr, "GT_BINARY is not set (CTest sets it to the graphtrain program)\n");
+        return 1;
+    }
+    char base[256];
+    snprintf(base, sizeof base, "/tmp/gt_torchrun_launch_%d", (int)getpid());
+    remove_tree(base);
+    mkdir(base, 0777);
+
+    run_alone(base, "alone_rank0", 0, "rank(s) 1 did not connect");
+    run_alone(base, "alone_rank1", 1, "no answer from rank 0");
+
+    const launch_layout *layouts[] = {&fsdp2, &fsdp2_tp2};
+    for (int k = 0; k < 2; k++) {
+        static run_result mpi, tcp;
+        char name[64];
+        snprintf(name, sizeof name, "%s_mpiexec", layouts[k]->name);
+        run_mpi(base, name, layouts[k], &mpi);
+        snprintf(name, sizeof name, "%s_tcp", layouts[k]->name);
+        run_tcp(base, name, layouts[k], &tcp);
+        snprintf(name, sizeof name, "%s tcp vs mpiexec", layouts[k]->name);
+        compare_bitwise(&mpi, &tcp, name);
+    }
+    if (gt_test_failed_ == 0) remove_tree(base);
+    return gt_test_finish();
+}
