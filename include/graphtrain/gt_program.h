@@ -184,6 +184,11 @@ gt_status gt_program_set_comms(gt_program *p, gt_comm *const comms[GT_MESH_MAX_D
  * contributes (the start's input). Writes min(count, max) entries into out (may be NULL when max
  * is 0) and returns the count. For gt_comm_check_schedule before the first step. */
 int32_t gt_program_collectives(const gt_program *p, gt_comm_sched_entry *out, int32_t max);
+/* The same read from a graph under a binding, in node order — the order the eager executor runs
+ * them. *count gets the total; GT_ERR_* when a shape does not evaluate. */
+gt_status gt_graph_collectives(const gt_graph *g, const gt_sym_binding *binding,
+                               gt_comm_sched_entry *out, int32_t max, int32_t *count,
+                               gt_error *err);
 /* Test-only fault injection: removes the index-th collective of gt_program_collectives (its start
  * and its wait instructions), so that this rank's schedule differs from its peers'; the wait's
  * output keeps whatever bytes its buffer holds. GT_ERR_INVALID when index is out of range. */

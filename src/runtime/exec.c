@@ -209,31 +209,17 @@ static gt_status run_collective(gt_program *p, const gt_instr *ins, gt_error *er
     return st;
 }
 
+/* Clock readings of a slot's last run: start posted, wait entered, wait returned. */
+static void cpu_slot_times(void *user, int32_t slot, double *total_s, double *exposed_s)
+{
+    const gt_program_slot *s = &((const gt_program *)user)->slots[slot];
+    *total_s = s->t_done > s->t_start ? s->t_done - s->t_start : 0.0;
+    *exposed_s = s->t_done > s->t_wait ? s->t_done - s->t_wait : 0.0;
+}
+
 int32_t gt_program_comm_timings(const gt_program *p, gt_comm_timing *out, int32_t max)
 {
-    int32_t n = 0;
-    for (int32_t k = 0; k < p->n_instrs; k++) {
-        const gt_instr *ins = &p->instrs[k];
-        if (ins->slot < 0 || ins->op == GT_OP_WAIT) continue;
-        if (n < max && out) {
-            const gt_program_slot *s = &p->slots[ins->slot];
-            gt_comm_timing *t = &out[n];
-            t->kind = gt_runtime_coll_kind(ins->op);
-            t->mesh_dim = (int32_t)ins->i[0];
-            t->bytes = (uint64_t)gt_dtype_size(ins->in[0].dtype);
-            for (int d = 0; d < ins->in[0].ndim; d++)
-                t->bytes *= (uint64_t)ins->in[0].shape[d];
-            t->start_instr = k;
-            t->wait_instr = -1;
-            for (int32_t j = k + 1; j < p->n_instrs && t->wait_instr < 0; j++)
-                if (p->instrs[j].slot == ins->slot && p->instrs[j].op == GT_OP_WAIT)
-                    t->wait_instr = j;
-            t->total_s = s->t_done > s->t_start ? s->t_done - s->t_start : 0.0;
-            t->exposed_s = s->t_done > s->t_wait ? s->t_done - s->t_wait : 0.0;
-        }
-        n++;
-    }
-    return n;
+    return gt_runtime_comm_timings(p, out, max, cpu_slot_times, (void *)p);
 }
 
 /* After a failed run: completes every collective still in flight (their buffers are the

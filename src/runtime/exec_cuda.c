@@ -359,39 +359,25 @@ double gt_cuda_program_timed_run_seconds(gt_cuda_program *p)
     return 1e-3 * ms;
 }
 
+/* A slot's timing events of the timed run: start, wait entered, wait passed (no figure, and no
+ * sticky error, for an event never recorded). */
+static void cuda_slot_times(void *user, int32_t slot, double *total_s, double *exposed_s)
+{
+    const gt_cuda_program *p = user;
+    float total = 0, exposed = 0;
+    if (p->tev && cudaEventSynchronize(p->tev[3 * slot + 2]) == cudaSuccess &&
+        cudaEventElapsedTime(&total, p->tev[3 * slot], p->tev[3 * slot + 2]) == cudaSuccess &&
+        cudaEventElapsedTime(&exposed, p->tev[3 * slot + 1], p->tev[3 * slot + 2]) == cudaSuccess) {
+        *total_s = 1e-3 * total;
+        *exposed_s = 1e-3 * exposed;
+    } else {
+        cudaGetLastError();
+    }
+}
+
 int32_t gt_cuda_program_comm_timings(gt_cuda_program *p, gt_comm_timing *out, int32_t max)
 {
-    int32_t n = 0;
-    const gt_program *g = p->prog;
-    for (int32_t k = 0; k < g->n_instrs; k++) {
-        const gt_instr *ins = &g->instrs[k];
-        if (ins->slot < 0 || ins->op == GT_OP_WAIT) continue;
-        if (n < max && out) {
-            gt_comm_timing *t = &out[n];
-            memset(t, 0, sizeof *t);
-            t->kind = gt_runtime_coll_kind(ins->op);
-            t->mesh_dim = (int32_t)ins->i[0];
-            t->bytes = ref_nbytes(&ins->in[0]);
-            t->start_instr = k;
-            t->wait_instr = -1;
-            for (int32_t j = k + 1; j < g->n_instrs && t->wait_instr < 0; j++)
-                if (g->instrs[j].slot == ins->slot && g->instrs[j].op == GT_OP_WAIT)
-                    t->wait_instr = j;
-            float total = 0, exposed = 0;
-            if (p->tev && cudaEventSynchronize(p->tev[3 * ins->slot + 2]) == cudaSuccess &&
-                cudaEventElapsedTime(&total, p->tev[3 * ins->slot], p->tev[3 * ins->slot + 2]) ==
-                    cudaSuccess &&
-                cudaEventElapsedTime(&exposed, p->tev[3 * ins->slot + 1],
-                                     p->tev[3 * ins->slot + 2]) == cudaSuccess) {
-                t->total_s = 1e-3 * total;
-                t->exposed_s = 1e-3 * exposed;
-            } else {
-                cudaGetLastError(); /* an event never recorded: no figure, no sticky error */
-            }
-        }
-        n++;
-    }
-    return n;
+    return gt_runtime_comm_timings(p->prog, out, max, cuda_slot_times, p);
 }
 
 /* After a failed run: waits every collective still in flight (stream order only: this joins the

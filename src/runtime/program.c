@@ -225,30 +225,75 @@ static size_t ref_bytes(const gt_buffer_ref *r)
     return (size_t)gt_shape_numel(r->ndim, r->shape) * gt_dtype_size(r->dtype);
 }
 
+/* The schedule-check group of a collective over mesh dim `dim`: the dim's name, hashed. */
+static uint64_t group_of(const gt_graph *g, int64_t dim)
+{
+    if (g->mesh.ndim > 0 && dim >= 0 && dim < g->mesh.ndim)
+        return gt_hash_str(gt_graph_str(g, g->mesh.name[dim]));
+    char name[32];
+    snprintf(name, sizeof name, "mesh_dim%lld", (long long)dim);
+    return gt_hash_str(name);
+}
+
 int32_t gt_program_collectives(const gt_program *p, gt_comm_sched_entry *out, int32_t max)
 {
-    const gt_graph *g = p->g;
     int32_t count = 0;
     for (int32_t j = 0; j < p->n_instrs; j++) {
         const gt_instr *ins = &p->instrs[j];
         if (!gt_runtime_is_start(ins->op)) continue;
-        if (out && count < max) {
-            int64_t dim = ins->i[0];
-            uint64_t group;
-            if (g->mesh.ndim > 0 && dim >= 0 && dim < g->mesh.ndim) {
-                group = gt_hash_str(gt_graph_str(g, g->mesh.name[dim]));
-            } else {
-                char name[32];
-                snprintf(name, sizeof name, "mesh_dim%lld", (long long)dim);
-                group = gt_hash_str(name);
-            }
+        if (out && count < max)
             out[count] = (gt_comm_sched_entry){.kind = gt_runtime_coll_kind(ins->op),
-                                               .group = group,
+                                               .group = group_of(p->g, ins->i[0]),
                                                .bytes = ref_bytes(&ins->in[0])};
-        }
         count++;
     }
     return count;
+}
+
+gt_status gt_graph_collectives(const gt_graph *g, const gt_sym_binding *binding,
+                               gt_comm_sched_entry *out, int32_t max, int32_t *count, gt_error *err)
+{
+    *count = 0;
+    for (int32_t i = 0; i < g->n_nodes; i++) {
+        const gt_node *n = &g->nodes[i];
+        if (!gt_runtime_is_start(n->op)) continue;
+        if (out && *count < max) {
+            int64_t shape[GT_MAX_DIMS];
+            GT_TRY(gt_graph_eval_shape(g, n->in[0], binding, shape, err));
+            const gt_type *t = gt_value_type(g, n->in[0]);
+            out[*count] = (gt_comm_sched_entry){.kind = gt_runtime_coll_kind(n->op),
+                                                .group = group_of(g, n->attrs.i[0]),
+                                                .bytes = (uint64_t)gt_shape_numel(t->ndim, shape) *
+                                                         gt_dtype_size(t->dtype)};
+        }
+        (*count)++;
+    }
+    return GT_OK;
+}
+
+int32_t gt_runtime_comm_timings(const gt_program *p, gt_comm_timing *out, int32_t max,
+                                gt_runtime_slot_times times, void *user)
+{
+    int32_t n = 0;
+    for (int32_t k = 0; k < p->n_instrs; k++) {
+        const gt_instr *ins = &p->instrs[k];
+        if (!gt_runtime_is_start(ins->op)) continue;
+        if (n < max && out) {
+            gt_comm_timing *t = &out[n];
+            memset(t, 0, sizeof *t);
+            t->kind = gt_runtime_coll_kind(ins->op);
+            t->mesh_dim = (int32_t)ins->i[0];
+            t->bytes = ref_bytes(&ins->in[0]);
+            t->start_instr = k;
+            t->wait_instr = -1;
+            for (int32_t j = k + 1; j < p->n_instrs && t->wait_instr < 0; j++)
+                if (p->instrs[j].slot == ins->slot && p->instrs[j].op == GT_OP_WAIT)
+                    t->wait_instr = j;
+            times(user, ins->slot, &t->total_s, &t->exposed_s);
+        }
+        n++;
+    }
+    return n;
 }
 
 gt_status gt_program_drop_collective(gt_program *p, int32_t index, gt_error *err)

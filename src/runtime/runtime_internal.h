@@ -30,6 +30,12 @@ struct gt_program_slot {
     double t_start, t_wait, t_done;
 };
 
+/* gt_program_comm_timings and its CUDA twin: every start of p in order with its kind, mesh dim,
+ * bytes and wait position filled here, and the two times by times(user, slot, ...). */
+typedef void (*gt_runtime_slot_times)(void *user, int32_t slot, double *total_s, double *exposed_s);
+int32_t gt_runtime_comm_timings(const gt_program *p, gt_comm_timing *out, int32_t max,
+                                gt_runtime_slot_times times, void *user);
+
 /* True for all_gather_start, reduce_scatter_start and all_reduce_start. */
 bool gt_runtime_is_start(gt_op op);
 /* The communicator collective a start op runs. */

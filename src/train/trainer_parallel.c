@@ -255,42 +255,6 @@ gt_status gt_train_share_i64(gt_train_dist *d, int64_t *value, gt_error *err)
 
 /* ---------------------------------------------------------------- schedule check */
 
-/* The eager executor runs the graph's nodes in order, so its collectives are the graph's starts
- * in node order: kind, group (hash of the mesh dim's name), bytes of the input. */
-static gt_status graph_schedule(const gt_graph *g, const gt_sym_binding *binding,
-                                gt_comm_sched_entry **out, int64_t *count, gt_error *err)
-{
-    *out = gt_xcalloc((size_t)g->n_nodes + 1, sizeof **out);
-    *count = 0;
-    for (int i = 0; i < g->n_nodes; i++) {
-        const gt_node *n = &g->nodes[i];
-        gt_coll_kind kind;
-        if (n->op == GT_OP_ALL_GATHER_START)
-            kind = GT_COLL_ALL_GATHER;
-        else if (n->op == GT_OP_REDUCE_SCATTER_START)
-            kind = GT_COLL_REDUCE_SCATTER;
-        else if (n->op == GT_OP_ALL_REDUCE_START)
-            kind = GT_COLL_ALL_REDUCE;
-        else
-            continue;
-        const gt_type *t = &g->values[n->in[0]].type;
-        int64_t numel = 1;
-        for (int d = 0; d < t->ndim; d++) {
-            int64_t v = 0;
-            GT_TRY(gt_sym_eval(g->sym, t->dims[d], binding, &v, err));
-            numel *= v;
-        }
-        int dim = (int)n->attrs.i[0];
-        const char *name = dim >= 0 && dim < g->mesh.ndim ? gt_graph_str(g, g->mesh.name[dim]) : "";
-        (*out)[(*count)++] = (gt_comm_sched_entry){
-            .kind = kind,
-            .group = gt_hash_str(name),
-            .bytes = (uint64_t)numel * gt_dtype_size(t->dtype),
-        };
-    }
-    return GT_OK;
-}
-
 gt_status gt_train_check_schedule(gt_train_dist *d, const gt_config *cfg, const gt_graph *g,
                                   gt_program *prog, gt_error *err)
 {
@@ -320,7 +284,13 @@ gt_status gt_train_check_schedule(gt_train_dist *d, const gt_config *cfg, const 
             st = gt_error_set(err, GT_ERR_INVALID,
                               "debug.test_drop_collective_rank needs compile.enable = true (it "
                               "drops a collective of the compiled program)");
-        if (st == GT_OK) st = graph_schedule(g, &b, &entries, &count, err);
+        if (st == GT_OK) {
+            int32_t n = 0;
+            st = gt_graph_collectives(g, &b, NULL, 0, &n, err);
+            entries = gt_xcalloc((size_t)n + 1, sizeof *entries);
+            if (st == GT_OK) st = gt_graph_collectives(g, &b, entries, n, &n, err);
+            count = n;
+        }
     }
     /* a local failure above must not leave the others waiting in the check's exchange */
     st = gt_train_agree(d, st, err);
