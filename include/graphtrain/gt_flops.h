@@ -23,6 +23,10 @@ typedef struct {
 
 gt_status gt_graph_count_flops(const gt_graph *g, const gt_sym_binding *b, gt_flops *out,
                                gt_error *err);
+/* Model FLOPs of one node by the conventions above: matmul and attention (sdpa, sdpa_backward);
+ * 0 for every other op. GT_ERR_* when a shape does not evaluate under b. */
+gt_status gt_node_model_flops(const gt_graph *g, gt_node_id n, const gt_sym_binding *b,
+                              double *flops, gt_error *err);
 
 #ifdef __cplusplus
 }

@@ -18,12 +18,43 @@ static double numel(const int64_t *shape, int ndim)
     return n;
 }
 
+gt_status gt_node_model_flops(const gt_graph *g, gt_node_id n, const gt_sym_binding *b,
+                              double *flops, gt_error *err)
+{
+    const gt_node *node = &g->nodes[n];
+    int64_t sa[GT_MAX_DIMS], sb[GT_MAX_DIMS], so[GT_MAX_DIMS];
+    int na = 0, nb = 0, no = 0;
+    *flops = 0;
+    switch (node->op) {
+    case GT_OP_MATMUL: {
+        /* out = [..., M, N]; K is a's contracted dim */
+        GT_TRY(eval_dims(g, node->out[0], b, so, &no, err));
+        GT_TRY(eval_dims(g, node->in[0], b, sa, &na, err));
+        int64_t k = node->attrs.i[0] ? sa[na - 2] : sa[na - 1];
+        *flops = 2.0 * numel(so, no) * (double)k;
+        return GT_OK;
+    }
+    case GT_OP_SDPA:
+    case GT_OP_SDPA_BACKWARD: {
+        /* q [b, hq, s, d], k [b, hkv, t, d] */
+        GT_TRY(eval_dims(g, node->in[0], b, sa, &na, err));
+        GT_TRY(eval_dims(g, node->in[1], b, sb, &nb, err));
+        double dense =
+            (double)sa[0] * (double)sa[1] * (double)sa[2] * (double)sb[2] * (double)sa[3];
+        *flops = (node->op == GT_OP_SDPA ? 4.0 : 8.0) * dense;
+        return GT_OK;
+    }
+    default:
+        return GT_OK;
+    }
+}
+
 gt_status gt_graph_count_flops(const gt_graph *g, const gt_sym_binding *b, gt_flops *out,
                                gt_error *err)
 {
     memset(out, 0, sizeof *out);
-    int64_t sa[GT_MAX_DIMS], sb[GT_MAX_DIMS], so[GT_MAX_DIMS];
-    int na = 0, nb = 0, no = 0;
+    int64_t so[GT_MAX_DIMS];
+    int no = 0;
     for (gt_node_id n = 0; n < g->n_nodes; n++) {
         const gt_node *node = &g->nodes[n];
         const gt_op_info *info = gt_op_get(node->op);
@@ -31,25 +62,15 @@ gt_status gt_graph_count_flops(const gt_graph *g, const gt_sym_binding *b, gt_fl
         double *kind = &out->other;
         if (node->n_out > 0) GT_TRY(eval_dims(g, node->out[0], b, so, &no, err));
         switch (node->op) {
-        case GT_OP_MATMUL: {
-            /* out = [..., M, N]; K is a's contracted dim */
-            GT_TRY(eval_dims(g, node->in[0], b, sa, &na, err));
-            int64_t k = node->attrs.i[0] ? sa[na - 2] : sa[na - 1];
-            f = 2.0 * numel(so, no) * (double)k;
+        case GT_OP_MATMUL:
+            GT_TRY(gt_node_model_flops(g, n, b, &f, err));
             kind = &out->matmul;
             break;
-        }
         case GT_OP_SDPA:
-        case GT_OP_SDPA_BACKWARD: {
-            /* q [b, hq, s, d], k [b, hkv, t, d] */
-            GT_TRY(eval_dims(g, node->in[0], b, sa, &na, err));
-            GT_TRY(eval_dims(g, node->in[1], b, sb, &nb, err));
-            double dense =
-                (double)sa[0] * (double)sa[1] * (double)sa[2] * (double)sb[2] * (double)sa[3];
-            f = (node->op == GT_OP_SDPA ? 4.0 : 8.0) * dense;
+        case GT_OP_SDPA_BACKWARD:
+            GT_TRY(gt_node_model_flops(g, n, b, &f, err));
             kind = &out->attention;
             break;
-        }
         default:
             if (info->flags & GT_OPF_VIEW) break;
             switch (node->op) {

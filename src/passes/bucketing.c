@@ -98,7 +98,6 @@ static bool const_numel(const gt_graph *g, gt_value_id v, int64_t *numel)
 
 typedef struct {
     gt_graph *g;
-    const gt_pass_options *o;
     int32_t n;              /* nodes before this round's rewrites */
     uint8_t *hoist;         /* per value (of the original n_values) */
     gt_value_id *view_root; /* per value: what a chain of reshapes and slices reads */
@@ -519,7 +518,7 @@ static gt_status bucket_round(gt_graph *g, const gt_pass_options *o, int *emitte
     free(source);
     free(size);
 
-    round_state s = {.g = g, .o = o, .n = n, .hoist = hoist, .view_root = view_root};
+    round_state s = {.g = g, .n = n, .hoist = hoist, .view_root = view_root};
     s.cap_keys = n + 64;
     s.keys = gt_xmalloc((size_t)s.cap_keys * sizeof *s.keys);
     for (gt_node_id x = 0; x < n; x++)

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "graphtrain/gt_flops.h"
 #include "passes/pass_internal.h"
 
 const char *const gt_pass_fsdp_tags[3] = {GT_FSDP_TAG_ALL_GATHER, GT_FSDP_TAG_REDUCE_SCATTER,
@@ -57,20 +58,17 @@ bool gt_pass_is_bucketed(const gt_graph *g, const gt_node *n)
     return false;
 }
 
-/* True when fqn is `name` or starts with `name.`; *rest then points past it. */
-static bool has_component_prefix(const char *fqn, const char *name, const char **rest)
+/* True when fqn is `name` or starts with `name.`. */
+static bool has_component_prefix(const char *fqn, const char *name)
 {
     size_t len = strlen(name);
-    if (strncmp(fqn, name, len) != 0 || (fqn[len] != 0 && fqn[len] != '.')) return false;
-    *rest = fqn + len;
-    return true;
+    return strncmp(fqn, name, len) == 0 && (fqn[len] == 0 || fqn[len] == '.');
 }
 
 int64_t gt_pass_fsdp_bucket(const char *fqn)
 {
-    const char *rest;
     if (!fqn) return GT_BUCKET_REST;
-    if (has_component_prefix(fqn, "tok_embeddings", &rest)) return GT_BUCKET_EMBED;
+    if (has_component_prefix(fqn, "tok_embeddings")) return GT_BUCKET_EMBED;
     if (strncmp(fqn, "layers.", 7) != 0) return GT_BUCKET_REST;
     const char *p = fqn + 7;
     int64_t n = 0;
@@ -104,34 +102,16 @@ static int64_t value_bytes(const gt_graph *g, gt_value_id v, const gt_sym_bindin
     int64_t shape[GT_MAX_DIMS];
     if (!concrete_shape(g, v, b, shape)) return -1;
     const gt_type *t = gt_value_type(g, v);
-    int64_t n = 1;
-    for (int d = 0; d < t->ndim; d++)
-        n *= shape[d];
-    return n * (int64_t)gt_dtype_size(t->dtype);
+    return gt_shape_numel(t->ndim, shape) * (int64_t)gt_dtype_size(t->dtype);
 }
 
-/* Matmul and attention FLOPs of one node (0 for every other op); -1 when a shape is unknown. */
-static double node_model_flops(const gt_graph *g, const gt_node *nd, const gt_sym_binding *b)
+/* Matmul and attention FLOPs of one node (0 for every other op); -1 when a shape is unknown
+ * (without a binding, any symbolic dim). */
+static double node_model_flops(const gt_graph *g, gt_node_id n, const gt_sym_binding *b)
 {
-    int64_t sa[GT_MAX_DIMS], sb[GT_MAX_DIMS], so[GT_MAX_DIMS];
-    switch (nd->op) {
-    case GT_OP_MATMUL: {
-        if (!concrete_shape(g, nd->in[0], b, sa) || !concrete_shape(g, nd->out[0], b, so))
-            return -1;
-        int na = gt_value_type(g, nd->in[0])->ndim, no = gt_value_type(g, nd->out[0])->ndim;
-        double f = 2.0 * (double)(nd->attrs.i[0] ? sa[na - 2] : sa[na - 1]);
-        for (int d = 0; d < no; d++)
-            f *= (double)so[d];
-        return f;
-    }
-    case GT_OP_SDPA:
-    case GT_OP_SDPA_BACKWARD:
-        if (!concrete_shape(g, nd->in[0], b, sa) || !concrete_shape(g, nd->in[1], b, sb)) return -1;
-        return (nd->op == GT_OP_SDPA ? 4.0 : 8.0) * (double)sa[0] * (double)sa[1] * (double)sa[2] *
-               (double)sb[2] * (double)sa[3];
-    default:
-        return 0;
-    }
+    double f = 0;
+    gt_error scratch = {0};
+    return gt_node_model_flops(g, n, b, &f, &scratch) == GT_OK ? f : -1;
 }
 
 int32_t gt_pass_collectives(const gt_graph *g, const gt_sym_binding *b, gt_collective_info *out,
@@ -147,7 +127,7 @@ int32_t gt_pass_collectives(const gt_graph *g, const gt_sym_binding *b, gt_colle
     for (gt_node_id n = 0; n < g->n_nodes; n++) {
         const gt_op_info *info = gt_op_get(g->nodes[n].op);
         bool coll = info && (info->flags & GT_OPF_COLLECTIVE);
-        double f = coll ? 0 : node_model_flops(g, &g->nodes[n], b);
+        double f = coll ? 0 : node_model_flops(g, n, b);
         nodes_before[n + 1] = nodes_before[n] + !coll;
         flops_before[n + 1] = flops_before[n] + (f > 0 ? f : 0);
         unknown_before[n + 1] = unknown_before[n] + (f < 0);
@@ -219,9 +199,9 @@ static const char *format_bytes(int64_t bytes, char *buf, size_t len)
 
 void gt_pass_collective_report(const gt_graph *g, const gt_sym_binding *b, FILE *f)
 {
-    int32_t n = gt_pass_collectives(g, b, NULL, 0);
-    gt_collective_info *c = gt_xmalloc(((size_t)n + 1) * sizeof *c);
-    gt_pass_collectives(g, b, c, n);
+    /* a graph has no more collective starts than nodes: one walk fills them all */
+    gt_collective_info *c = gt_xmalloc(((size_t)g->n_nodes + 1) * sizeof *c);
+    int32_t n = gt_pass_collectives(g, b, c, g->n_nodes);
     fprintf(f,
             "collectives: %d (start -> wait node positions; overlap = nodes and matmul/sdpa "
             "FLOPs in between)\n",

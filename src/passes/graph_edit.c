@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ir/ir_internal.h"
 #include "passes/pass_internal.h"
 
 gt_value_id *gt_pass_repl_new(const gt_graph *g)
@@ -42,10 +43,7 @@ void gt_pass_repl_outputs(gt_graph *g, const gt_value_id *repl)
 
 bool gt_pass_type_equal(const gt_type *a, const gt_type *b)
 {
-    if (a->dtype != b->dtype || a->ndim != b->ndim) return false;
-    for (int d = 0; d < a->ndim; d++)
-        if (a->dims[d] != b->dims[d]) return false;
-    return true;
+    return gt_type_equal(a, b);
 }
 
 bool gt_pass_shape_matches(gt_graph *g, const gt_node *proposed, const gt_node *stored)
