@@ -9,122 +9,13 @@
  * by the one deadline, so nothing here can block past timeout_s. */
 #include "tcp_rendezvous.h"
 
-#include <arpa/inet.h>
-#include <errno.h>
-#include <fcntl.h>
-#include <netdb.h>
-#include <netinet/in.h>
-#include <poll.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <sys/socket.h>
-#include <time.h>
-#include <unistd.h>
+#include "comm/socket_util.h"
 
 #define RV_MAGIC 0x47545256u /* "GTRV" */
 #define RV_VERSION 1u
 #define RV_MAX_PENDING 64
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-/* Milliseconds left until deadline (0 when past it). */
-static int ms_left(double deadline)
-{
-    double left = deadline - now_s();
-    if (left <= 0) return 0;
-    return left > 1e6 ? 1000000000 : (int)(left * 1000.0) + 1;
-}
-
-static void set_nonblocking(int fd)
-{
-    int fl = fcntl(fd, F_GETFL, 0);
-    if (fl >= 0) fcntl(fd, F_SETFL, fl | O_NONBLOCK);
-}
-
-/* Sends or receives exactly n bytes on a non-blocking socket before the deadline. Returns 0, or -1
- * with errno (ETIMEDOUT past the deadline, EPIPE when the peer closed). */
-static int xfer(int fd, void *buf, size_t n, bool out, double deadline)
-{
-    char *p = buf;
-    while (n > 0) {
-        ssize_t k = out ? send(fd, p, n, MSG_NOSIGNAL) : recv(fd, p, n, 0);
-        if (k > 0) {
-            p += k;
-            n -= (size_t)k;
-            continue;
-        }
-        if (k == 0) {
-            errno = EPIPE;
-            return -1;
-        }
-        if (errno == EINTR) continue;
-        if (errno != EAGAIN && errno != EWOULDBLOCK) return -1;
-        struct pollfd pf = {fd, out ? POLLOUT : POLLIN, 0};
-        int ms = ms_left(deadline);
-        if (ms == 0 || poll(&pf, 1, ms) == 0) {
-            errno = ETIMEDOUT;
-            return -1;
-        }
-    }
-    return 0;
-}
-
-static void put_u32(unsigned char *b, uint32_t v)
-{
-    uint32_t n = htonl(v);
-    memcpy(b, &n, 4);
-}
-
-static uint32_t get_u32(const unsigned char *b)
-{
-    uint32_t n;
-    memcpy(&n, b, 4);
-    return ntohl(n);
-}
-
 /* ---------------------------------------------------------------- rank 0 */
-
-static int listen_on(int port, char *why, size_t why_len)
-{
-    int fd = socket(AF_INET6, SOCK_STREAM, 0);
-    if (fd >= 0) {
-        int off = 0, on = 1;
-        setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &off, sizeof off);
-        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &on, sizeof on);
-        struct sockaddr_in6 a6;
-        memset(&a6, 0, sizeof a6);
-        a6.sin6_family = AF_INET6;
-        a6.sin6_addr = in6addr_any;
-        a6.sin6_port = htons((uint16_t)port);
-        if (bind(fd, (struct sockaddr *)&a6, sizeof a6) == 0 && listen(fd, RV_MAX_PENDING) == 0)
-            return fd;
-        close(fd);
-    }
-    fd = socket(AF_INET, SOCK_STREAM, 0);
-    if (fd < 0) {
-        snprintf(why, why_len, "socket: %s", strerror(errno));
-        return -1;
-    }
-    int on = 1;
-    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &on, sizeof on);
-    struct sockaddr_in a4;
-    memset(&a4, 0, sizeof a4);
-    a4.sin_family = AF_INET;
-    a4.sin_addr.s_addr = htonl(INADDR_ANY);
-    a4.sin_port = htons((uint16_t)port);
-    if (bind(fd, (struct sockaddr *)&a4, sizeof a4) != 0 || listen(fd, RV_MAX_PENDING) != 0) {
-        snprintf(why, why_len, "cannot listen on port %d: %s", port, strerror(errno));
-        close(fd);
-        return -1;
-    }
-    return fd;
-}
 
 /* Reads a hello from a new connection and, when it is valid, answers it. Returns 1 when a new
  * rank was served, 0 for a connection to drop silently, -1 with err set for a fatal mismatch. */
@@ -167,7 +58,7 @@ static gt_status rank0(int port, int size, const void *blob, size_t len, double 
                        gt_error *err)
 {
     char why[160] = "";
-    int lfd = listen_on(port, why, sizeof why);
+    int lfd = gt_socket_listen(port, RV_MAX_PENDING, why, sizeof why);
     if (lfd < 0)
         return gt_error_set(err, GT_ERR_IO, "rank 0: TCP rendezvous: %s (MASTER_PORT)", why);
     set_nonblocking(lfd);
@@ -212,51 +103,13 @@ static gt_status rank0(int port, int size, const void *blob, size_t len, double 
 
 /* ---------------------------------------------------------------- other ranks */
 
-/* One non-blocking connect to any address of addr:port; -1 (errno) when none answers. */
-static int connect_once(const char *addr, int port, double deadline, char *why, size_t why_len)
-{
-    char ps[16];
-    snprintf(ps, sizeof ps, "%d", port);
-    struct addrinfo hints, *res = NULL;
-    memset(&hints, 0, sizeof hints);
-    hints.ai_family = AF_UNSPEC;
-    hints.ai_socktype = SOCK_STREAM;
-    int gai = getaddrinfo(addr, ps, &hints, &res);
-    if (gai != 0) {
-        snprintf(why, why_len, "cannot resolve '%s': %s", addr, gai_strerror(gai));
-        return -1;
-    }
-    int fd = -1;
-    for (struct addrinfo *a = res; a && fd < 0; a = a->ai_next) {
-        fd = socket(a->ai_family, a->ai_socktype, a->ai_protocol);
-        if (fd < 0) continue;
-        set_nonblocking(fd);
-        if (connect(fd, a->ai_addr, a->ai_addrlen) == 0) break;
-        if (errno == EINPROGRESS) {
-            struct pollfd pf = {fd, POLLOUT, 0};
-            double d = now_s() + 2.0 < deadline ? now_s() + 2.0 : deadline;
-            int soerr = 0;
-            socklen_t sl = sizeof soerr;
-            if (poll(&pf, 1, ms_left(d)) == 1 &&
-                getsockopt(fd, SOL_SOCKET, SO_ERROR, &soerr, &sl) == 0 && soerr == 0)
-                break;
-            if (soerr) errno = soerr;
-        }
-        snprintf(why, why_len, "%s", strerror(errno ? errno : ETIMEDOUT));
-        close(fd);
-        fd = -1;
-    }
-    freeaddrinfo(res);
-    return fd;
-}
-
 static gt_status peer(const char *addr, int port, int rank, int size, void *blob, size_t len,
                       double timeout_s, gt_error *err)
 {
     double deadline = now_s() + timeout_s;
     char why[160] = "no attempt";
     for (;;) {
-        int fd = connect_once(addr, port, deadline, why, sizeof why);
+        int fd = gt_socket_connect(addr, port, deadline, why, sizeof why);
         if (fd >= 0) {
             unsigned char h[16], head[8];
             put_u32(h, RV_MAGIC);

@@ -4,44 +4,6 @@
 
 /* ---------------------------------------------------------------- setup */
 
-/* A listening socket on port (0: any free port) on every interface: IPv6 dual-stack, or IPv4
- * when the host has no IPv6. -1 with why filled on failure. */
-static int listen_on(int port, char *why, size_t why_len)
-{
-    int fd = socket(AF_INET6, SOCK_STREAM, 0);
-    if (fd >= 0) {
-        int off = 0, on = 1;
-        setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &off, sizeof off);
-        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &on, sizeof on);
-        struct sockaddr_in6 a6;
-        memset(&a6, 0, sizeof a6);
-        a6.sin6_family = AF_INET6;
-        a6.sin6_addr = in6addr_any;
-        a6.sin6_port = htons((uint16_t)port);
-        if (bind(fd, (struct sockaddr *)&a6, sizeof a6) == 0 && listen(fd, SOMAXCONN) == 0)
-            return fd;
-        close(fd);
-    }
-    fd = socket(AF_INET, SOCK_STREAM, 0);
-    if (fd < 0) {
-        snprintf(why, why_len, "socket: %s", strerror(errno));
-        return -1;
-    }
-    int on = 1;
-    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &on, sizeof on);
-    struct sockaddr_in a4;
-    memset(&a4, 0, sizeof a4);
-    a4.sin_family = AF_INET;
-    a4.sin_addr.s_addr = htonl(INADDR_ANY);
-    a4.sin_port = htons((uint16_t)port);
-    if (bind(fd, (struct sockaddr *)&a4, sizeof a4) != 0 || listen(fd, SOMAXCONN) != 0) {
-        snprintf(why, why_len, "cannot listen on port %d: %s", port, strerror(errno));
-        close(fd);
-        return -1;
-    }
-    return fd;
-}
-
 static int bound_port(int fd)
 {
     struct sockaddr_storage ss;
@@ -69,51 +31,13 @@ static void peer_address(int fd, char *buf, size_t cap)
     }
 }
 
-/* One non-blocking connect to any address of addr:port; -1 with why filled when none answers. */
-static int connect_once(const char *addr, int port, double deadline, char *why, size_t why_len)
-{
-    char ps[16];
-    snprintf(ps, sizeof ps, "%d", port);
-    struct addrinfo hints, *res = NULL;
-    memset(&hints, 0, sizeof hints);
-    hints.ai_family = AF_UNSPEC;
-    hints.ai_socktype = SOCK_STREAM;
-    int gai = getaddrinfo(addr, ps, &hints, &res);
-    if (gai != 0) {
-        snprintf(why, why_len, "cannot resolve '%s': %s", addr, gai_strerror(gai));
-        return -1;
-    }
-    int fd = -1;
-    for (struct addrinfo *a = res; a && fd < 0; a = a->ai_next) {
-        fd = socket(a->ai_family, a->ai_socktype, a->ai_protocol);
-        if (fd < 0) continue;
-        set_nonblocking(fd);
-        if (connect(fd, a->ai_addr, a->ai_addrlen) == 0) break;
-        if (errno == EINPROGRESS) {
-            struct pollfd pf = {fd, POLLOUT, 0};
-            double d = now_s() + 2.0 < deadline ? now_s() + 2.0 : deadline;
-            int soerr = 0;
-            socklen_t sl = sizeof soerr;
-            if (poll(&pf, 1, ms_left(d)) == 1 &&
-                getsockopt(fd, SOL_SOCKET, SO_ERROR, &soerr, &sl) == 0 && soerr == 0)
-                break;
-            if (soerr) errno = soerr;
-        }
-        snprintf(why, why_len, "%s", strerror(errno ? errno : ETIMEDOUT));
-        close(fd);
-        fd = -1;
-    }
-    freeaddrinfo(res);
-    return fd;
-}
-
 /* Connects to addr:port and sends the hello (rank, size[, listening port]), retrying until the
  * deadline while the other side is not listening yet. Returns the fd or -1 with why filled. */
 static int connect_hello(const char *addr, int port, int rank, int size, int my_port,
                          double deadline, char *why, size_t why_len)
 {
     for (;;) {
-        int fd = connect_once(addr, port, deadline, why, why_len);
+        int fd = gt_socket_connect(addr, port, deadline, why, why_len);
         if (fd >= 0) {
             unsigned char h[20];
             put_u32(h, TC_MAGIC);
@@ -218,7 +142,7 @@ static gt_status setup_rank0(int port, tcp_net *net, double deadline, double tim
 {
     int size = net->size;
     char why[160] = "";
-    int lfd = listen_on(port, why, sizeof why);
+    int lfd = gt_socket_listen(port, SOMAXCONN, why, sizeof why);
     if (lfd < 0)
         return gt_error_set(err, GT_ERR_IO, "rank 0: TCP communicator: %s (MASTER_PORT)", why);
     set_nonblocking(lfd);
@@ -255,7 +179,7 @@ static gt_status setup_peer(const char *addr, int port, tcp_net *net, double dea
 {
     int me = net->rank, size = net->size;
     char why[160] = "no attempt";
-    int lfd = listen_on(0, why, sizeof why);
+    int lfd = gt_socket_listen(0, SOMAXCONN, why, sizeof why);
     if (lfd < 0) return gt_error_set(err, GT_ERR_IO, "rank %d: TCP communicator: %s", me, why);
     set_nonblocking(lfd);
     gt_status st = GT_OK;
@@ -328,11 +252,8 @@ gt_status gt_comm_tcp_world(double timeout_seconds, gt_comm **out, gt_error *err
         gt_tcp_net_release(net);
         return st;
     }
-    for (int r = 0; r < size; r++)
-        if (net->fd[r] >= 0) {
-            set_nonblocking(net->fd[r]);
-            set_nodelay(net->fd[r]);
-        }
+    for (int r = 0; r < size; r++) /* already non-blocking (connect or accept) */
+        if (net->fd[r] >= 0) set_nodelay(net->fd[r]);
     int *world = gt_xmalloc(sizeof *world * (size_t)size);
     for (int r = 0; r < size; r++)
         world[r] = r;
