@@ -124,21 +124,22 @@ gt_status gt_runtime_comm_for(const gt_graph *g, int64_t dim, int64_t group_size
 {
     *out = NULL;
     if (group_size == 1) return GT_OK;
+    gt_comm *c = comms && dim >= 0 && dim < GT_MESH_MAX_DIMS ? comms[dim] : NULL;
+    if (c && gt_comm_size(c) == group_size) { /* every start of a run comes here: no formatting */
+        *out = c;
+        return GT_OK;
+    }
     char where[96];
     gt_runtime_mesh_dim_label(g, dim, where, sizeof where);
-    gt_comm *c = comms && dim >= 0 && dim < GT_MESH_MAX_DIMS ? comms[dim] : NULL;
     if (!c)
         return gt_error_set(err, GT_ERR_INVALID,
                             "a collective over %s (group_size %lld) needs a communicator for that "
                             "dim, and none is set (gt_program_set_comms / gt_eager_run_comms)",
                             where, (long long)group_size);
-    if (gt_comm_size(c) != group_size)
-        return gt_error_set(err, GT_ERR_INVALID,
-                            "a collective over %s has group_size %lld, but its communicator '%s' "
-                            "has %d ranks",
-                            where, (long long)group_size, c->name, gt_comm_size(c));
-    *out = c;
-    return GT_OK;
+    return gt_error_set(err, GT_ERR_INVALID,
+                        "a collective over %s has group_size %lld, but its communicator '%s' has "
+                        "%d ranks",
+                        where, (long long)group_size, c->name, gt_comm_size(c));
 }
 
 gt_status gt_runtime_start(gt_op op, gt_comm *c, const gt_tensor *in, gt_tensor *out,
@@ -162,8 +163,7 @@ gt_status gt_runtime_start(gt_op op, gt_comm *c, const gt_tensor *in, gt_tensor 
     }
 }
 
-/* Every collective of a group > 1 must have its communicator: checked before a run starts. */
-static gt_status check_comms(const gt_program *p, gt_error *err)
+gt_status gt_runtime_check_comms(const gt_program *p, const char *suffix, gt_error *err)
 {
     for (int32_t k = 0; k < p->n_instrs; k++) {
         const gt_instr *ins = &p->instrs[k];
@@ -171,7 +171,7 @@ static gt_status check_comms(const gt_program *p, gt_error *err)
         gt_comm *c;
         gt_status st = gt_runtime_comm_for(p->g, ins->i[0], ins->i[1], p->comms, &c, err);
         if (st != GT_OK) {
-            gt_program_wrap_kernel_error(p->g, ins, "", err);
+            gt_program_wrap_kernel_error(p->g, ins, suffix, err);
             return st;
         }
     }
@@ -222,10 +222,7 @@ int32_t gt_program_comm_timings(const gt_program *p, gt_comm_timing *out, int32_
     return gt_runtime_comm_timings(p, out, max, cpu_slot_times, (void *)p);
 }
 
-/* After a failed run: completes every collective still in flight (their buffers are the
- * arenas', which must not be reused while a transfer may touch them). Errors are dropped: the
- * run's own error is the one reported. */
-static void drain_slots(gt_program *p)
+void gt_runtime_drain_slots(gt_program *p)
 {
     for (int32_t k = 0; k < p->n_slots; k++) {
         if (!p->slots[k].req) continue;
@@ -254,13 +251,13 @@ gt_status gt_program_run(gt_program *p, const gt_tensor *inputs, gt_tensor *outp
                             p->n_inputs, p->n_outputs, inputs ? "no outputs" : "no inputs");
     for (int32_t k = 0; k < p->n_outputs; k++)
         memset(&outputs[k], 0, sizeof outputs[k]);
-    GT_TRY(check_comms(p, err));
+    GT_TRY(gt_runtime_check_comms(p, "", err));
     for (int32_t k = 0; k < p->n_inputs; k++)
         GT_TRY(copy_input(p, k, &inputs[k], err));
     for (int32_t k = 0; k < p->n_instrs; k++) {
         gt_status st = run_instr(p, &p->instrs[k], err);
         if (st != GT_OK) {
-            drain_slots(p);
+            gt_runtime_drain_slots(p);
             return st;
         }
     }

@@ -268,24 +268,6 @@ gt_status gt_cuda_program_set_comms(gt_cuda_program *p, gt_comm *const comms[GT_
     return GT_OK;
 }
 
-/* Every collective of a group > 1 must have its communicator: checked before anything is queued,
- * so that a missing one fails on every rank before any rank posts a collective. */
-static gt_status check_comms(const gt_cuda_program *p, gt_error *err)
-{
-    for (int32_t k = 0; k < p->prog->n_instrs; k++) {
-        const gt_instr *ins = &p->prog->instrs[k];
-        if (!gt_runtime_is_start(ins->op)) continue;
-        gt_comm *c;
-        gt_status st =
-            gt_runtime_comm_for(p->prog->g, ins->i[0], ins->i[1], p->prog->comms, &c, err);
-        if (st != GT_OK) {
-            gt_program_wrap_kernel_error(p->prog->g, ins, " (cuda)", err);
-            return st;
-        }
-    }
-    return GT_OK;
-}
-
 /* A start posts its collective (over one rank: a device copy); a wait orders the program's stream
  * after it. Neither blocks the host. */
 /* Timing event e (0 before the start, 1 before the wait, 2 after it) of a slot, when timing. */
@@ -321,10 +303,7 @@ static gt_status run_collective(gt_cuda_program *p, const gt_instr *ins, gt_erro
                     st = cuda_error(cudaMemcpyAsync(slot->out.data, slot->in.data, n,
                                                     cudaMemcpyDeviceToDevice, stream_of(p)),
                                     "a collective over one rank (device copy)", err);
-            } else if (!gt_comm_is_nccl(c)) {
-                st = gt_error_set(err, GT_ERR_INVALID,
-                                  "the communicator '%s' is not an NCCL communicator", c->name);
-            } else {
+            } else { /* NCCL: gt_cuda_program_set_comms accepts no other communicator of > 1 rank */
                 gt_comm_nccl_set_stream(c, stream_of(p));
                 st = gt_runtime_start(ins->op, c, &slot->in, &slot->out, &slot->req, err);
             }
@@ -380,19 +359,6 @@ int32_t gt_cuda_program_comm_timings(gt_cuda_program *p, gt_comm_timing *out, in
     return gt_runtime_comm_timings(p->prog, out, max, cuda_slot_times, p);
 }
 
-/* After a failed run: waits every collective still in flight (stream order only: this joins the
- * communicators' streams back, which a capture needs). Errors are dropped: the run's is reported.
- */
-static void drain_slots(gt_cuda_program *p)
-{
-    for (int32_t k = 0; k < p->prog->n_slots; k++) {
-        if (!p->prog->slots[k].req) continue;
-        gt_error ignored = {0};
-        gt_comm_wait(p->prog->slots[k].req, &ignored);
-        p->prog->slots[k].req = NULL;
-    }
-}
-
 /* Host waits: through the communicators' watchdog when the program has NCCL collectives. */
 static gt_status wait_event(gt_cuda_program *p, cudaEvent_t ev, const char *what, gt_error *err)
 {
@@ -437,12 +403,12 @@ static void record_run(gt_cuda_program *p, int e)
 
 static gt_status run_instrs(gt_cuda_program *p, gt_error *err)
 {
-    GT_TRY(check_comms(p, err));
+    GT_TRY(gt_runtime_check_comms(p->prog, " (cuda)", err));
     record_run(p, 0);
     for (int32_t k = 0; k < p->prog->n_instrs; k++) {
         gt_status st = run_instr(p, &p->prog->instrs[k], err);
         if (st != GT_OK) {
-            drain_slots(p);
+            gt_runtime_drain_slots(p->prog);
             return st;
         }
     }

@@ -36,6 +36,15 @@ typedef void (*gt_runtime_slot_times)(void *user, int32_t slot, double *total_s,
 int32_t gt_runtime_comm_timings(const gt_program *p, gt_comm_timing *out, int32_t max,
                                 gt_runtime_slot_times times, void *user);
 
+/* Every collective of a group > 1 must have its communicator: checked before a run starts, so a
+ * missing one fails on every rank before any rank posts a collective. suffix goes after the node
+ * in the message (" (cuda)"). */
+gt_status gt_runtime_check_comms(const gt_program *p, const char *suffix, gt_error *err);
+/* After a failed run: completes every collective still in flight (their buffers are the arenas',
+ * which must not be reused while a transfer may touch them; on CUDA this joins the communicators'
+ * streams back). Errors are dropped: the run's own error is the one reported. */
+void gt_runtime_drain_slots(gt_program *p);
+
 /* True for all_gather_start, reduce_scatter_start and all_reduce_start. */
 bool gt_runtime_is_start(gt_op op);
 /* The communicator collective a start op runs. */
