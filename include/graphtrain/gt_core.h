@@ -144,6 +144,9 @@ double gt_rng_trunc_normal(uint64_t seed, uint64_t stream, uint64_t index, doubl
 uint64_t gt_hash64(const void *data, size_t n, uint64_t seed);
 uint64_t gt_hash_str(const char *s);
 
+/* Seconds on the monotonic clock (for durations and deadlines; src/core/clock.c). */
+double gt_now_seconds(void);
+
 #ifdef __cplusplus
 }
 #endif

@@ -203,7 +203,7 @@ int gt_cli_graph(const command_spec *cmd, split_args *sa)
         snprintf(rank_dir, sizeof rank_dir, "%s/rank_%d", dump_dir, rank);
         if (make_dir(rank_dir)) goto done;
     }
-    double t0 = gt_cli_now_seconds();
+    double t0 = gt_now_seconds();
     bool compile = cfg.compile.enable;
     cfg.compile.enable = false; /* build as written first; the passes run below */
     /* the global graph (one rank's view of the global batch), then the SPMD graph */
@@ -211,16 +211,16 @@ int gt_cli_graph(const command_spec *cmd, split_args *sa)
         fprintf(stderr, "graphtrain graph: %s\n", err.msg);
         goto done;
     }
-    double t_dump = gt_cli_now_seconds();
+    double t_dump = gt_now_seconds();
     if (dump_dir && parallel && write_graph_files(g, rank_dir, "global", svg)) goto done;
-    t_dump = gt_cli_now_seconds() - t_dump;
+    t_dump = gt_now_seconds() - t_dump;
     if (gt_train_parallelize(&cfg, &layout, g, &err) != GT_OK) {
         fprintf(stderr, "graphtrain graph: parallelize: %s\n", err.msg);
         goto done;
     }
-    double t1 = gt_cli_now_seconds();
+    double t1 = gt_now_seconds();
     if (dump_dir && write_graph_files(g, rank_dir, "built", svg)) goto done;
-    t_dump += gt_cli_now_seconds() - t1; /* dumps are not part of the build time */
+    t_dump += gt_now_seconds() - t1; /* dumps are not part of the build time */
     if (compile) {
         char passes_dir[4200];
         snprintf(passes_dir, sizeof passes_dir, "%s/passes", rank_dir);
@@ -229,17 +229,17 @@ int gt_cli_graph(const command_spec *cmd, split_args *sa)
             fprintf(stderr, "graphtrain graph: %s\n", err.msg);
             goto done;
         }
-        double t2 = gt_cli_now_seconds();
+        double t2 = gt_now_seconds();
         if (dump_dir && write_graph_files(g, rank_dir, "compiled", svg)) goto done;
         if (dump_dir && svg) render_pass_dots(passes_dir);
-        t_dump += gt_cli_now_seconds() - t2;
+        t_dump += gt_now_seconds() - t2;
     }
-    double t_build = gt_cli_now_seconds() - t0 - t_dump;
+    double t_build = gt_now_seconds() - t0 - t_dump;
     if (gt_graph_verify(g, &err) != GT_OK) {
         fprintf(stderr, "graphtrain graph: the built graph is invalid: %s\n", err.msg);
         goto done;
     }
-    double t_verify = gt_cli_now_seconds() - t0 - t_dump - t_build;
+    double t_verify = gt_now_seconds() - t0 - t_dump - t_build;
 
     gt_sym_binding_entry entries[GT_TRAIN_BINDING_MAX];
     gt_sym_binding binding;
@@ -250,7 +250,7 @@ int gt_cli_graph(const command_spec *cmd, split_args *sa)
         goto done;
     }
     /* the memory plan: the peak is known before step 1 (planning allocates nothing) */
-    double t2 = gt_cli_now_seconds();
+    double t2 = gt_now_seconds();
     gt_node_id *order = NULL;
     int32_t n_order = 0;
     gt_plan *plan = NULL;
@@ -260,7 +260,7 @@ int gt_cli_graph(const command_spec *cmd, split_args *sa)
         free(order);
         goto done;
     }
-    double t_plan = gt_cli_now_seconds() - t2;
+    double t_plan = gt_now_seconds() - t2;
     free(order);
     if (rank == 0) {
         if (print) gt_graph_print(g, stdout);

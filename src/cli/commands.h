@@ -23,7 +23,6 @@ typedef struct {
 int gt_cli_resolve_config(const command_spec *cmd, split_args *sa, gt_config *cfg);
 /* the llama3 flavor the config names; prints the error and returns 1 on failure */
 int gt_cli_model_config(const gt_config *c, gt_llama3_config *mcfg);
-double gt_cli_now_seconds(void);
 
 int gt_cli_graph(const command_spec *cmd, split_args *sa);
 

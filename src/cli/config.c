@@ -148,8 +148,7 @@ static const gt_cfg_option options[] = {
              "eager mode saves), none (save everything), budget (fit activation_memory_budget_gb)"},
     {OPT(compile, activation_memory_budget_gb, GT_CFG_FLOAT), .default_value = "0.0",
      FLOAT_RANGE(0, 1e6), .help = "activation memory budget in GiB for memory_policy = budget"},
-    {OPT(compile, fsdp_bucket_cap_mb, GT_CFG_FLOAT), .default_value = "0.0",
-     FLOAT_RANGE(0, 1e6),
+    {OPT(compile, fsdp_bucket_cap_mb, GT_CFG_FLOAT), .default_value = "0.0", FLOAT_RANGE(0, 1e6),
      .help = "fsdp_bucketing: split each transformer block's bucket into pieces of at most this "
              "many MiB (unsharded sizes); 0: one bucket per block"},
     {OPT(compile, disable_passes, GT_CFG_STRINGS), .default_value = "",

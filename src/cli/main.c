@@ -138,13 +138,6 @@ int gt_cli_model_config(const gt_config *c, gt_llama3_config *mcfg)
     return 0;
 }
 
-double gt_cli_now_seconds(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 /* ---------------------------------------------------------------- init */
 
 static int cmd_init(const command_spec *cmd, split_args *sa)

@@ -95,13 +95,6 @@ static MPI_Comm comm_of(gt_comm *c)
     return ((mpi_impl *)c->impl)->comm;
 }
 
-static double now_seconds(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 /* Completes *r by polling MPI_Test, never blocking inside MPI. For the first 2 ms the thread
  * yields between tests (a collective between live ranks usually completes here, and with more
  * ranks than cores the yield lets the peers it waits for run); after that it sleeps between tests,
@@ -111,7 +104,7 @@ static double now_seconds(void)
 static gt_status wait_request(gt_comm *c, MPI_Request *r, const char *what, gt_error *err)
 {
     mpi_impl *impl = c->impl;
-    double start = now_seconds();
+    double start = gt_now_seconds();
     long sleep_ns = 50000;
     for (long polls = 0;; polls++) {
         int done = 0;
@@ -119,7 +112,7 @@ static gt_status wait_request(gt_comm *c, MPI_Request *r, const char *what, gt_e
         if (rc != MPI_SUCCESS) return mpi_fail(c, what, rc, err);
         if (done) return GT_OK;
         if (polls < 16) continue;
-        double waited = now_seconds() - start;
+        double waited = gt_now_seconds() - start;
         if (impl->timeout_s > 0 && waited > impl->timeout_s) {
             impl->broken = true;
             return gt_error_set(err, GT_ERR_IO,

@@ -108,17 +108,10 @@ nccl_impl *gt_nccl_impl(gt_comm *c)
 
 /* ---------------------------------------------------------------- polling */
 
-double gt_nccl_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 /* Between polls: yield for the first 2 ms, then sleep 50 us doubling up to 1 ms. */
 static void backoff(double start, long *sleep_ns)
 {
-    if (gt_nccl_now() - start < 2e-3) {
+    if (gt_now_seconds() - start < 2e-3) {
         sched_yield();
         return;
     }
@@ -132,7 +125,7 @@ static void backoff(double start, long *sleep_ns)
 ncclResult_t gt_nccl_settle(ncclComm_t comm, ncclResult_t r, double timeout_s, bool *timed_out)
 {
     *timed_out = false;
-    double t0 = gt_nccl_now();
+    double t0 = gt_now_seconds();
     long sleep_ns = 50000;
     while (r == ncclInProgress) {
         ncclResult_t state = ncclInProgress;
@@ -140,7 +133,7 @@ ncclResult_t gt_nccl_settle(ncclComm_t comm, ncclResult_t r, double timeout_s, b
         if (q != ncclSuccess) return q;
         r = state;
         if (r != ncclInProgress) break;
-        if (timeout_s > 0 && gt_nccl_now() - t0 > timeout_s) {
+        if (timeout_s > 0 && gt_now_seconds() - t0 > timeout_s) {
             *timed_out = true;
             break;
         }
@@ -229,7 +222,7 @@ gt_status gt_nccl_watch(gt_comm *const *comms, int n, cudaEvent_t ev, cudaStream
         double t = gt_nccl_impl(c)->timeout_s;
         if (t > 0 && (timeout <= 0 || t < timeout)) timeout = t;
     }
-    double t0 = gt_nccl_now();
+    double t0 = gt_now_seconds();
     long sleep_ns = 50000;
     char failed[400] = "";
     for (long polls = 0;; polls++) {
@@ -250,7 +243,7 @@ gt_status gt_nccl_watch(gt_comm *const *comms, int n, cudaEvent_t ev, cudaStream
                          last && last[0] ? ": " : "", last ? last : "");
             }
         }
-        if (!failed[0] && timeout > 0 && gt_nccl_now() - t0 > timeout) {
+        if (!failed[0] && timeout > 0 && gt_now_seconds() - t0 > timeout) {
             char list[300] = "";
             size_t used = 0;
             for (int j = 0; j < m && used + 8 < sizeof list; j++) {
@@ -273,9 +266,9 @@ gt_status gt_nccl_watch(gt_comm *const *comms, int n, cudaEvent_t ev, cudaStream
     for (int j = 0; j < m; j++)
         gt_nccl_abort(mine[j], err->msg);
     /* the aborted kernels end: let the device work drain (bounded) before the buffers are reused */
-    double t1 = gt_nccl_now();
+    double t1 = gt_now_seconds();
     while ((ev ? cudaEventQuery(ev) : cudaStreamQuery(st)) == cudaErrorNotReady &&
-           gt_nccl_now() - t1 < 10.0) {
+           gt_now_seconds() - t1 < 10.0) {
         struct timespec ts = {0, 1000000};
         nanosleep(&ts, NULL);
     }

@@ -40,8 +40,6 @@ typedef struct {
 
 /* The communicator's state. */
 nccl_impl *gt_nccl_impl(gt_comm *c);
-/* CLOCK_MONOTONIC seconds. */
-double gt_nccl_now(void);
 /* Finishes a non-blocking call that returned r on comm: polls its state while ncclInProgress.
  * *timed_out when timeout_s (> 0) passed first. */
 ncclResult_t gt_nccl_settle(ncclComm_t comm, ncclResult_t r, double timeout_s, bool *timed_out);

@@ -57,7 +57,7 @@ int gt_socket_connect(const char *addr, int port, double deadline, char *why, si
         if (connect(fd, a->ai_addr, a->ai_addrlen) == 0) break;
         if (errno == EINPROGRESS) {
             struct pollfd pf = {fd, POLLOUT, 0};
-            double d = now_s() + 2.0 < deadline ? now_s() + 2.0 : deadline;
+            double d = gt_now_seconds() + 2.0 < deadline ? gt_now_seconds() + 2.0 : deadline;
             int soerr = 0;
             socklen_t sl = sizeof soerr;
             if (poll(&pf, 1, ms_left(d)) == 1 &&

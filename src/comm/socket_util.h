@@ -4,6 +4,8 @@
 #ifndef GRAPHTRAIN_SOCKET_UTIL_H
 #define GRAPHTRAIN_SOCKET_UTIL_H
 
+#include "graphtrain/gt_core.h"
+
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -20,16 +22,9 @@
 #include <time.h>
 #include <unistd.h>
 
-static inline double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 static inline int ms_left(double deadline)
 {
-    double left = deadline - now_s();
+    double left = deadline - gt_now_seconds();
     if (left <= 0) return 0;
     return left > 1e6 ? 1000000000 : (int)(left * 1000.0) + 1;
 }

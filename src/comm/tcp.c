@@ -95,7 +95,7 @@ static gt_status exchange(gt_comm *c, uint32_t kind, const char *what, tc_part *
         make_header(p[i].hout, kind, impl->tag, p[i].send_n);
         p[i].sent = p[i].got = 0;
     }
-    double last = now_s();
+    double last = gt_now_seconds();
     gt_status st = GT_OK;
     for (;;) {
         int m = 0;
@@ -138,7 +138,7 @@ static gt_status exchange(gt_comm *c, uint32_t kind, const char *what, tc_part *
                 ssize_t x = send(fd, src, len, MSG_NOSIGNAL);
                 if (x > 0) {
                     q->sent += (size_t)x;
-                    last = now_s();
+                    last = gt_now_seconds();
                     continue;
                 }
                 if (x < 0 && (errno == EINTR)) continue;
@@ -168,7 +168,7 @@ static gt_status exchange(gt_comm *c, uint32_t kind, const char *what, tc_part *
                 }
                 bool header_done = q->got < TC_HDR && q->got + (size_t)x >= TC_HDR;
                 q->got += (size_t)x;
-                last = now_s();
+                last = gt_now_seconds();
                 if (!header_done) continue;
                 uint32_t hk = get_u32(q->hin + 4), ht = get_u32(q->hin + 8);
                 uint64_t hb = get_u64(q->hin + 16);

@@ -23,7 +23,7 @@ static int serve_one(int fd, int size, bool *seen, const void *blob, size_t len,
                      int port, gt_error *err)
 {
     /* a hello is 16 bytes; a stray client gets at most one second to send it */
-    double hello_deadline = now_s() + 1.0 < deadline ? now_s() + 1.0 : deadline;
+    double hello_deadline = gt_now_seconds() + 1.0 < deadline ? gt_now_seconds() + 1.0 : deadline;
     unsigned char h[16];
     if (xfer(fd, h, sizeof h, false, hello_deadline) != 0) return 0;
     if (get_u32(h) != RV_MAGIC || get_u32(h + 4) != RV_VERSION) return 0;
@@ -65,7 +65,7 @@ static gt_status rank0(int port, int size, const void *blob, size_t len, double 
     bool *seen = gt_xcalloc((size_t)size, sizeof *seen);
     int served = 0;
     gt_status st = GT_OK;
-    double deadline = now_s() + timeout_s;
+    double deadline = gt_now_seconds() + timeout_s;
     while (served < size - 1) {
         struct pollfd pf = {lfd, POLLIN, 0};
         int ms = ms_left(deadline);
@@ -106,7 +106,7 @@ static gt_status rank0(int port, int size, const void *blob, size_t len, double 
 static gt_status peer(const char *addr, int port, int rank, int size, void *blob, size_t len,
                       double timeout_s, gt_error *err)
 {
-    double deadline = now_s() + timeout_s;
+    double deadline = gt_now_seconds() + timeout_s;
     char why[160] = "no attempt";
     for (;;) {
         int fd = gt_socket_connect(addr, port, deadline, why, sizeof why);

@@ -86,7 +86,7 @@ static gt_status accept_ranks(int lfd, int me, int size, int lo, int hi, int *fd
         set_nonblocking(cfd);
         unsigned char h[20];
         /* a stray client gets at most one second to send its hello */
-        double hd = now_s() + 1.0 < deadline ? now_s() + 1.0 : deadline;
+        double hd = gt_now_seconds() + 1.0 < deadline ? gt_now_seconds() + 1.0 : deadline;
         if (xfer(cfd, h, sizeof h, false, hd) != 0 || get_u32(h) != TC_MAGIC ||
             get_u32(h + 4) != TC_VERSION) {
             close(cfd);
@@ -243,7 +243,7 @@ gt_status gt_comm_tcp_world(double timeout_seconds, gt_comm **out, gt_error *err
     for (int r = 0; r < size; r++)
         net->fd[r] = -1;
     double setup_s = timeout_seconds > 0 ? timeout_seconds : TC_SETUP_DEFAULT_S;
-    double deadline = now_s() + setup_s;
+    double deadline = gt_now_seconds() + setup_s;
     gt_status st = GT_OK;
     if (size > 1)
         st = rank == 0 ? setup_rank0(port, net, deadline, setup_s, err)

@@ -214,13 +214,6 @@ static gt_status dump_collectives(const gt_graph *g, const gt_pass_options *o, g
 
 /* ---------------------------------------------------------------- running */
 
-static double now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
-}
-
 gt_status gt_pass_pipeline_run(const gt_pass_pipeline *p, gt_graph *g, gt_pass_report *report,
                                gt_error *err)
 {
@@ -240,9 +233,9 @@ gt_status gt_pass_pipeline_run(const gt_pass_pipeline *p, gt_graph *g, gt_pass_r
             count_ops(g, before_ops);
             GT_TRY(dump_listing(g, o->dump_dir, nn, pass->name, "before", err));
         }
-        double t0 = now_ms();
+        double t0 = (1e3 * gt_now_seconds());
         gt_status st = pass->run(g, &ctx, err);
-        double ms = now_ms() - t0;
+        double ms = (1e3 * gt_now_seconds()) - t0;
         if (st != GT_OK) return gt_error_wrap(err, "pass '%s'", pass->name);
         if (o->verify_each && gt_graph_verify(g, err) != GT_OK)
             return gt_error_wrap(err, "pass '%s' left an invalid graph", pass->name);

@@ -178,24 +178,17 @@ gt_status gt_runtime_check_comms(const gt_program *p, const char *suffix, gt_err
     return GT_OK;
 }
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 static gt_status run_collective(gt_program *p, const gt_instr *ins, gt_error *err)
 {
     gt_program_slot *slot = &p->slots[ins->slot];
     gt_status st = GT_OK;
     if (ins->op == GT_OP_WAIT) {
-        slot->t_wait = now_s();
+        slot->t_wait = gt_now_seconds();
         if (slot->req) st = gt_comm_wait(slot->req, err); /* frees the request, also on error */
         slot->req = NULL;
-        slot->t_done = now_s();
+        slot->t_done = gt_now_seconds();
     } else {
-        slot->t_start = now_s();
+        slot->t_start = gt_now_seconds();
         gt_comm *c;
         GT_CHECK(!slot->req);
         st = gt_runtime_comm_for(p->g, ins->i[0], ins->i[1], p->comms, &c, err);

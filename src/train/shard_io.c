@@ -241,7 +241,7 @@ gt_status gt_trainer_save_checkpoint(gt_trainer *t, int64_t step, gt_error *err)
 {
     GT_TRY(gt_trainer_state_to_host(t, err));
     gt_trainer_refresh_ckpt_tensors(t);
-    double t0 = gt_train_now_seconds();
+    double t0 = gt_now_seconds();
     int n = 3 * t->n_params;
     gt_train_dist *d = &t->dist;
     if (!gt_train_dist_multi(d)) {
@@ -278,7 +278,7 @@ gt_status gt_trainer_save_checkpoint(gt_trainer *t, int64_t step, gt_error *err)
     }
     if (d->rank == 0)
         gt_log(GT_LOG_INFO, "checkpoint: saved step %lld to %s/step-%lld (%.2f s)", (long long)step,
-               t->ckpt_folder, (long long)step, gt_train_now_seconds() - t0);
+               t->ckpt_folder, (long long)step, gt_now_seconds() - t0);
     return GT_OK;
 }
 

@@ -191,6 +191,4 @@ gt_status gt_trainer_resume(gt_trainer *t, int64_t *step, gt_error *err);
 gt_status gt_trainer_state_to_host(gt_trainer *t, gt_error *err);
 void gt_trainer_refresh_ckpt_tensors(gt_trainer *t);
 
-double gt_train_now_seconds(void);
-
 #endif

@@ -658,7 +658,7 @@ static gt_status report_pending(gt_trainer *t, gt_train_result *res, gt_error *e
 #ifdef GT_HAVE_CUDA
     GT_TRY(step_graph_results_cuda(&t->whole, p.ticket, &loss, &grad_norm, err));
 #endif
-    double done = gt_train_now_seconds();
+    double done = gt_now_seconds();
     double dt = done - (t->last_done > p.t0 ? t->last_done : p.t0);
     t->last_done = done;
     GT_TRY(report_step(t, res, p.step, loss, grad_norm, p.lr, dt, err));
@@ -791,11 +791,11 @@ static gt_status run(gt_trainer *t, gt_train_result *res, gt_error *err)
             fflush(NULL);
             raise(sig);
         }
-        double t0 = gt_train_now_seconds(), loss = NAN, grad_norm = NAN, lr = 0;
+        double t0 = gt_now_seconds(), loss = NAN, grad_norm = NAN, lr = 0;
         int64_t ticket = -1;
         GT_TRY(train_step(t, step, &loss, &grad_norm, &lr, &ticket, err));
         if (ticket < 0) {
-            double step_s = gt_train_now_seconds() - t0;
+            double step_s = gt_now_seconds() - t0;
             GT_TRY(report_step(t, res, step, loss, grad_norm, lr, step_s, err));
             if (cfg->metrics.comm_report && t->whole.prog && t->dist.rank == 0 &&
                 (step == start + 2 || (step == cfg->training.steps && step < start + 2)))

@@ -26,13 +26,6 @@
 
 #include "train_internal.h"
 
-double gt_train_now_seconds(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 /* ---------------------------------------------------------------- the mesh */
 
 bool gt_train_launched_by_mpi(void)
