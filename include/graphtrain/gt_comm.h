@@ -230,6 +230,12 @@ gt_status gt_comm_check_schedule(gt_comm *c, const gt_comm_sched_entry *entries,
  * src[0] + src[1] + … in that order (f32 accumulation for float types). dst may alias src[0]. */
 gt_status gt_comm_sum_ordered(gt_dtype dt, int64_t numel, const void *const *src, int n_src,
                               void *dst, gt_error *err);
+/* For implementations: "world ranks 0,2,4" (world[i] = the world rank of comm rank i), cut
+ * short with "..." when it does not fit, for error messages. */
+void gt_comm_format_members(const int *world, int size, char *buf, size_t cap);
+/* For implementations: all_reduce's chunk j of n over numel elements — numel / n elements, one
+ * more for j < numel % n — as *start and *count (elements). */
+void gt_comm_chunk(int64_t numel, int n, int j, int64_t *start, int64_t *count);
 
 #ifdef __cplusplus
 }

@@ -334,3 +334,23 @@ done:
     free(hashes);
     return st;
 }
+
+void gt_comm_format_members(const int *world, int size, char *buf, size_t cap)
+{
+    size_t used = (size_t)snprintf(buf, cap, "world rank%s ", size > 1 ? "s" : "");
+    for (int r = 0; r < size && used < cap; r++) {
+        int k = snprintf(buf + used, cap - used, r ? ",%d" : "%d", world[r]);
+        if (k < 0 || (size_t)k >= cap - used) {
+            snprintf(buf + (cap > 4 ? cap - 4 : 0), cap > 4 ? 4 : cap, "...");
+            break;
+        }
+        used += (size_t)k;
+    }
+}
+
+void gt_comm_chunk(int64_t numel, int n, int j, int64_t *start, int64_t *count)
+{
+    int64_t base = numel / n, extra = numel % n;
+    *count = base + (j < extra ? 1 : 0);
+    *start = (int64_t)j * base + (j < extra ? j : extra);
+}

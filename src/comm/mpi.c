@@ -188,13 +188,12 @@ static gt_status mpi_start(gt_comm *c, gt_coll_kind kind, const gt_tensor *in, g
         s->displs = s->counts + n;
         int *recv_counts = s->counts + 2 * n;
         int *recv_displs = s->counts + 3 * n;
-        size_t offset = 0;
         for (int j = 0; j < n; j++) {
-            int64_t chunk = numel / n + (j < numel % n ? 1 : 0);
+            int64_t first, chunk;
+            gt_comm_chunk(numel, n, j, &first, &chunk);
             gt_status st = to_int(c, kind, (size_t)chunk * es, &s->counts[j], err);
-            if (st == GT_OK) st = to_int(c, kind, offset, &s->displs[j], err);
+            if (st == GT_OK) st = to_int(c, kind, (size_t)first * es, &s->displs[j], err);
             if (st != GT_OK) return st;
-            offset += (size_t)chunk * es;
         }
         int mine = s->counts[c->rank];
         s->chunk_numel = (int64_t)((size_t)mine / es);
@@ -319,15 +318,7 @@ static void format_members(MPI_Comm comm, int size, char *buf, size_t cap)
     MPI_Group_translate_ranks(group, size, mine, world, theirs);
     MPI_Group_free(&group);
     MPI_Group_free(&world);
-    size_t used = (size_t)snprintf(buf, cap, "world rank%s ", size > 1 ? "s" : "");
-    for (int r = 0; r < size && used < cap; r++) {
-        int n = snprintf(buf + used, cap - used, r ? ",%d" : "%d", theirs[r]);
-        if (n < 0 || (size_t)n >= cap - used) {
-            snprintf(buf + (cap > 4 ? cap - 4 : 0), cap > 4 ? 4 : cap, "...");
-            break;
-        }
-        used += (size_t)n;
-    }
+    gt_comm_format_members(theirs, size, buf, cap);
     free(mine);
 }
 

@@ -22,19 +22,6 @@
 
 static const gt_comm_vtable nccl_vtable;
 
-static void format_members(const int *world, int size, char *buf, size_t cap)
-{
-    size_t used = (size_t)snprintf(buf, cap, "world rank%s ", size > 1 ? "s" : "");
-    for (int r = 0; r < size && used < cap; r++) {
-        int k = snprintf(buf + used, cap - used, r ? ",%d" : "%d", world[r]);
-        if (k < 0 || (size_t)k >= cap - used) {
-            snprintf(buf + (cap > 4 ? cap - 4 : 0), cap > 4 ? 4 : cap, "...");
-            break;
-        }
-        used += (size_t)k;
-    }
-}
-
 /* A gt_comm around an initialised NCCL communicator (taken over; aborted on failure). */
 static gt_status wrap(ncclComm_t nc, const char *name, int rank, int size, int world_rank,
                       const int *world, int device, cudaStream_t compute, double timeout_s,
@@ -52,7 +39,7 @@ static gt_status wrap(ncclComm_t nc, const char *name, int rank, int size, int w
     im->world_rank = world_rank;
     im->world = gt_xmalloc((size_t)size * sizeof *im->world);
     memcpy(im->world, world, (size_t)size * sizeof *im->world);
-    format_members(world, size, im->members, sizeof im->members);
+    gt_comm_format_members(world, size, im->members, sizeof im->members);
     im->compute = compute;
     im->timeout_s = timeout_s;
     im->blocking = blocking;

@@ -272,14 +272,14 @@ static gt_status tcp_start(gt_comm *c, gt_coll_kind kind, const gt_tensor *in, g
         break;
     }
     case GT_COLL_ALL_REDUCE: {
-        /* chunk j (numel/n elements, +1 for j < numel mod n) is reduced on rank j */
+        /* chunk j (gt_comm_chunk, as the MPI communicator) is reduced on rank j */
         int64_t numel = gt_tensor_numel(in);
         size_t *count = gt_xmalloc(sizeof(size_t) * 2 * (size_t)n), *off = count + n;
-        size_t at = 0;
         for (int j = 0; j < n; j++) {
-            count[j] = (size_t)(numel / n + (j < numel % n ? 1 : 0)) * es;
-            off[j] = at;
-            at += count[j];
+            int64_t first, len;
+            gt_comm_chunk(numel, n, j, &first, &len);
+            count[j] = (size_t)len * es;
+            off[j] = (size_t)first * es;
         }
         size_t mine = count[me];
         char *scratch = gt_xmalloc((size_t)n * mine + 1);
@@ -371,19 +371,6 @@ static const gt_comm_vtable tcp_vtable = {
     .destroy = tcp_destroy,
 };
 
-static void format_members(const int *world, int size, char *buf, size_t cap)
-{
-    size_t used = (size_t)snprintf(buf, cap, "world rank%s ", size > 1 ? "s" : "");
-    for (int r = 0; r < size && used < cap; r++) {
-        int k = snprintf(buf + used, cap - used, r ? ",%d" : "%d", world[r]);
-        if (k < 0 || (size_t)k >= cap - used) {
-            snprintf(buf + (cap > 4 ? cap - 4 : 0), cap > 4 ? 4 : cap, "...");
-            break;
-        }
-        used += (size_t)k;
-    }
-}
-
 /* Takes one reference to net and ownership of world. */
 gt_comm *gt_tcp_wrap(tcp_net *net, int *world, int rank, int size, uint32_t tag, const char *name)
 {
@@ -392,7 +379,7 @@ gt_comm *gt_tcp_wrap(tcp_net *net, int *world, int rank, int size, uint32_t tag,
     impl->net = net;
     impl->world = world;
     impl->tag = tag;
-    format_members(world, size, impl->members, sizeof impl->members);
+    gt_comm_format_members(world, size, impl->members, sizeof impl->members);
     c->vt = &tcp_vtable;
     c->impl = impl;
     c->rank = rank;
