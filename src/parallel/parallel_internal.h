@@ -94,12 +94,11 @@ gt_graph *gt_par_dst(gt_par *p);
 const gt_mesh *gt_par_mesh(const gt_par *p);
 /* Appends a node to the local graph with the current node's metadata (fqn, phase, tags); returns
  * output 0 (outs, when not NULL, gets every output) or GT_NONE with the error recorded. */
-gt_value_id gt_par_emit(gt_par *p, gt_op op, const gt_value_id *in, int n_in,
-                        const gt_attrs *attrs, gt_value_id *outs);
-/* Collectives over mesh dim `mesh_dim` along tensor dim 0, as start + wait: x [k, ...] ->
- * [n*k, ...]; and the sum over the dim's ranks. */
+gt_value_id gt_par_emit(gt_par *p, gt_op op, const gt_value_id *in, int n_in, const gt_attrs *attrs,
+                        gt_value_id *outs);
+/* An all-gather over mesh dim `mesh_dim` along tensor dim 0, as start + wait: x [k, ...] ->
+ * [n*k, ...]. */
 gt_value_id gt_par_all_gather(gt_par *p, gt_value_id x, int mesh_dim);
-gt_value_id gt_par_all_reduce(gt_par *p, gt_value_id x, int mesh_dim);
 /* The symbolic coordinate of this rank on mesh dim `mesh_dim` ("rank.tp"), in the local graph. */
 gt_expr gt_par_coord(gt_par *p, int mesh_dim);
 /* Sets the placement of a local value on every mesh dim (values emitted by gt_par_emit start

@@ -50,7 +50,6 @@ struct gt_par {
     int32_t n_cache, cap_cache;
     memo_entry *memo;
     int32_t n_memo, cap_memo;
-    const gt_node *cur; /* the src node being converted */
     /* symbolic dims that shard, rewritten as multiples so local dims stay exact expressions:
      * batch -> dp * batch (batch is then the per-rank batch), seq -> tp * seq_shard (sequence
      * parallel) */
@@ -121,7 +120,6 @@ static const gt_placement *place_of(gt_par *p, gt_value_id local)
 /* Stamps the current src node's metadata on what is emitted next. */
 static void stamp(gt_par *p, const gt_node *n)
 {
-    p->cur = n;
     p->dst->cur_fqn = n ? n->fqn : 0;
     p->dst->cur_phase = n ? (gt_phase)n->phase : GT_PHASE_FORWARD;
     p->dst->cur_origin =
@@ -179,11 +177,6 @@ static gt_value_id collective(gt_par *p, gt_op start_op, gt_value_id x, int mesh
 gt_value_id gt_par_all_gather(gt_par *p, gt_value_id x, int mesh_dim)
 {
     return collective(p, GT_OP_ALL_GATHER_START, x, mesh_dim, NULL);
-}
-
-gt_value_id gt_par_all_reduce(gt_par *p, gt_value_id x, int mesh_dim)
-{
-    return collective(p, GT_OP_ALL_REDUCE_START, x, mesh_dim, NULL);
 }
 
 /* A collective along tensor dim `dim`: permute it to the front, run, permute back. */
