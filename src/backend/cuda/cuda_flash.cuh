@@ -54,6 +54,16 @@ __device__ __forceinline__ void gt_mma_bf16(float c[4], const uint32_t a[4], uin
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
+/* 2^x on the special-function unit with denormal results flushed to zero (ex2.approx.ftz: one
+ * instruction; exp2f adds a range test and two multiplies to produce results below 2^-126,
+ * which no softmax weight of a row whose largest weight is 1 can usefully carry). 2^-inf = 0. */
+__device__ __forceinline__ float gt_exp2(float x)
+{
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+    return y;
+}
+
 /* Two consecutive bf16 as one 32-bit word (the lower index in the low half). */
 __device__ __forceinline__ uint32_t gt_ld2(const __nv_bfloat16 *p)
 {

@@ -69,14 +69,22 @@ template <int D> __global__ void gt_k_flash_dsum(gt_flash f, float *dsum, float 
  * dp becomes dS. The tile's rows start at r0 and its columns at c0 (absolute). KEYS_ARE_ROWS (the
  * dK/dV kernel): rows are keys, columns queries, and lse2 / D of query column ci are in shared
  * memory (lsm, dsm); otherwise rows are queries with this thread's two rows' values in
- * lr[2], dr[2] (indexed by constants once unrolled: they stay in registers). mask: the tile may
- * hold invisible pairs (past the causal diagonal, past s or t), whose P and dS become 0 (uniform
- * over the warp). */
-template <int NT, bool KEYS_ARE_ROWS>
+ * lr[2], dr[2] (indexed by constants once unrolled: they stay in registers). MASK: the tile may
+ * hold invisible pairs (past the causal diagonal, past s or t), whose P and dS become 0; the
+ * tests run in 32-bit offsets from the tile's corner. */
+template <int NT, bool KEYS_ARE_ROWS, bool MASK>
 __device__ __forceinline__ void
-gt_flash_p_ds(const gt_flash &f, bool mask, float (*sc)[4], float (*dp)[4], int64_t r0, int64_t c0,
-              int lane, const float *lsm, const float *dsm, const float *lr, const float *dr)
+gt_flash_p_ds(const gt_flash &f, float (*sc)[4], float (*dp)[4], int64_t r0, int64_t c0, int lane,
+              const float *lsm, const float *dsm, const float *lr, const float *dr)
 {
+    /* rows at or past rlim and columns at or past clim do not exist; a pair is past the causal
+     * diagonal when key - query > 0, i.e. (ri - ci) > dk for key rows, (ci - ri) > dk otherwise */
+    int rlim = 0, clim = 0, dk = 0;
+    if (MASK) {
+        rlim = (int)min((KEYS_ARE_ROWS ? f.t : f.s) - r0, (int64_t)16);
+        clim = (int)min((KEYS_ARE_ROWS ? f.s : f.t) - c0, (int64_t)NT * 8);
+        dk = (int)(KEYS_ARE_ROWS ? c0 - r0 : r0 - c0);
+    }
 #pragma unroll
     for (int n = 0; n < NT; n++) {
         float2 lc = make_float2(0.0f, 0.0f), dc = lc;
@@ -88,12 +96,11 @@ gt_flash_p_ds(const gt_flash &f, bool mask, float (*sc)[4], float (*dp)[4], int6
         for (int e = 0; e < 4; e++) {
             float l2 = KEYS_ARE_ROWS ? ((e & 1) ? lc.y : lc.x) : lr[e >> 1];
             float dd = KEYS_ARE_ROWS ? ((e & 1) ? dc.y : dc.x) : dr[e >> 1];
-            float p = exp2f(fmaf(sc[n][e], f.scale_log2, -l2));
-            if (mask) {
+            float p = gt_exp2(fmaf(sc[n][e], f.scale_log2, -l2));
+            if (MASK) {
                 int ri = lane / 4 + (e >> 1) * 8, ci = n * 8 + (lane % 4) * 2 + (e & 1);
-                int64_t query = KEYS_ARE_ROWS ? c0 + ci : r0 + ri;
-                int64_t key = KEYS_ARE_ROWS ? r0 + ri : c0 + ci;
-                bool vis = query < f.s && key < f.t && !(f.causal && key > query);
+                bool past = KEYS_ARE_ROWS ? ri - ci > dk : ci - ri > dk;
+                bool vis = ri < rlim && ci < clim && !(f.causal && past);
                 p = vis ? p : 0.0f;
             }
             sc[n][e] = p;
@@ -102,34 +109,44 @@ gt_flash_p_ds(const gt_flash &f, bool mask, float (*sc)[4], float (*dp)[4], int6
     }
 }
 
-/* Shared memory of the dK/dV kernel: K and V tiles, then two stages of (Q, dO, lse, D). */
-template <int D> struct gt_flash_dkdv_cfg {
-    static constexpr int bq = gt_flash_tiles<D>::inner, ld = D + GT_FLASH_PAD;
-    static constexpr int stage = 2 * bq * ld * 2 + 2 * bq * 4; /* bytes, a multiple of 16 */
-    static constexpr size_t smem = (size_t)2 * GT_BWD_BK * ld * 2 + 2 * (size_t)stage;
-    /* K and V A fragments stay in registers across the query loop for d < 64 (for d = 64 the
-     * registers buy a fourth block per SM instead) */
+/* Tile shapes per head dim. dK/dV kernel: WARPS warps of 16 KMT keys each, query tiles of BQ.
+ * dQ kernel: WARPS warps of 16 QMT queries each, key tiles of BK. A fragment read from shared
+ * memory feeds MT products (MT = 2: half the shared-memory traffic per product, more registers).
+ * keep_kv: the K and V A fragments of the dK/dV kernel stay in registers across the query loop.
+ * Every sum keeps its order under any of these shapes (k-steps of 16 in index order), so they
+ * change speed, not bits. */
+template <int D> struct gt_flash_bwd_cfg {
+    static constexpr int kv_warps = 4, kmt = 1, bq = gt_flash_tiles<D>::inner;
     static constexpr bool keep_kv = D < 64;
+    static constexpr int kv_min_blocks = gt_flash_tiles<D>::min_blocks;
+    static constexpr int q_warps = 4, qmt = 1, bk = gt_flash_tiles<D>::inner;
+    static constexpr int q_min_blocks = gt_flash_tiles<D>::min_blocks;
 };
 
-template <int D>
-__global__ void __launch_bounds__(GT_FLASH_THREADS, gt_flash_tiles<D>::min_blocks)
-    gt_k_flash_dkdv(gt_flash f)
+/* Shared memory of the dK/dV kernel: K and V tiles, then two stages of (Q, dO, lse, D). */
+template <int D, int WARPS, int MT, int BQ> struct gt_flash_dkdv_smem {
+    static constexpr int bk = 16 * MT * WARPS, ld = D + GT_FLASH_PAD;
+    static constexpr int stage = 2 * BQ * ld * 2 + 2 * BQ * 4; /* bytes, a multiple of 16 */
+    static constexpr size_t bytes = (size_t)2 * bk * ld * 2 + 2 * (size_t)stage;
+};
+
+template <int D, int WARPS, int MT, int BQ, bool KEEP_KV, int MINB>
+__global__ void __launch_bounds__(32 * WARPS, MINB) gt_k_flash_dkdv(gt_flash f)
 {
-    typedef gt_flash_dkdv_cfg<D> cfg;
-    constexpr int BK = GT_BWD_BK, BQ = cfg::bq, LD = cfg::ld;
+    typedef gt_flash_dkdv_smem<D, WARPS, MT, BQ> sm_;
+    constexpr int RK = 16 * MT, BK = sm_::bk, LD = sm_::ld, KV = KEEP_KV ? MT * (D / 16) : 1;
     extern __shared__ __align__(16) unsigned char gt_flash_sm[];
     __nv_bfloat16 *ks = (__nv_bfloat16 *)gt_flash_sm, *vs = ks + BK * LD;
     unsigned char *stages = (unsigned char *)(vs + BK * LD);
     int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     int64_t bkh = blockIdx.y, bi = bkh / f.hkv, kvh = bkh - bi * f.hkv, group = f.hq / f.hkv;
-    int64_t k0 = (int64_t)(gridDim.x - 1 - blockIdx.x) * BK, kw = k0 + warp * 16;
+    int64_t k0 = (int64_t)(gridDim.x - 1 - blockIdx.x) * BK, kw = k0 + warp * RK;
     int64_t qstart = f.causal ? (k0 / BQ) * BQ : 0;
     int64_t nq = f.s > qstart ? (f.s - qstart + BQ - 1) / BQ : 0, total = group * nq;
     /* Iteration it = (query head hh = it / nq of the group, query tile it % nq): its Q, dO, lse
      * and D go to stage it % 2 by cp.async (rows past s are zeros; p_ds masks them). */
     auto issue = [&](int64_t it) {
-        unsigned char *sb = stages + (it & 1) * cfg::stage;
+        unsigned char *sb = stages + (it & 1) * sm_::stage;
         __nv_bfloat16 *qs = (__nv_bfloat16 *)sb, *gs = qs + BQ * LD;
         float *lsm = (float *)(gs + BQ * LD), *dsm = lsm + BQ;
         int64_t bh = bi * f.hq + kvh * group + it / nq, q0 = qstart + (it % nq) * BQ;
@@ -148,81 +165,115 @@ __global__ void __launch_bounds__(GT_FLASH_THREADS, gt_flash_tiles<D>::min_block
     gt_cp_commit();
     gt_cp_wait<0>();
     __syncthreads();
-    uint32_t kf[cfg::keep_kv ? D / 16 : 1][4], vf[cfg::keep_kv ? D / 16 : 1][4];
-    if (cfg::keep_kv) {
+    uint32_t kf[KV][4], vf[KV][4];
+    if (KEEP_KV) {
 #pragma unroll
-        for (int kc = 0; kc < (cfg::keep_kv ? D / 16 : 1); kc++) {
-            gt_frag_a(kf[kc], ks, LD, warp * 16, kc * 16, lane);
-            gt_frag_a(vf[kc], vs, LD, warp * 16, kc * 16, lane);
+        for (int i = 0; i < KV; i++) { /* i = mt * (D / 16) + kc */
+            gt_frag_a(kf[i], ks, LD, warp * RK + (i / (D / 16)) * 16, (i % (D / 16)) * 16, lane);
+            gt_frag_a(vf[i], vs, LD, warp * RK + (i / (D / 16)) * 16, (i % (D / 16)) * 16, lane);
         }
     }
-    float dk[D / 8][4], dv[D / 8][4];
+    float dk[MT][D / 8][4], dv[MT][D / 8][4];
 #pragma unroll
-    for (int n = 0; n < D / 8; n++)
+    for (int mt = 0; mt < MT; mt++)
 #pragma unroll
-        for (int e = 0; e < 4; e++)
-            dk[n][e] = dv[n][e] = 0.0f;
+        for (int n = 0; n < D / 8; n++)
+#pragma unroll
+            for (int e = 0; e < 4; e++)
+                dk[mt][n][e] = dv[mt][n][e] = 0.0f;
     for (int64_t it = 0; it < total; it++) {
         if (it + 1 < total) issue(it + 1);
         gt_cp_commit(); /* possibly empty: one group per iteration */
         gt_cp_wait<1>();
         __syncthreads();
         int64_t q0 = qstart + (it % nq) * BQ;
-        unsigned char *sb = stages + (it & 1) * cfg::stage;
+        unsigned char *sb = stages + (it & 1) * sm_::stage;
         const __nv_bfloat16 *qs = (const __nv_bfloat16 *)sb, *gs = qs + BQ * LD;
         const float *lsm = (const float *)(gs + BQ * LD), *dsm = lsm + BQ;
-        /* causal: every key of this warp is in the future of the tile */
+        /* causal: every key of this warp is in the future of the tile (with MT = 2 the later 16
+         * keys may be while the first are not: their P and dS are masked to 0, adding nothing) */
         if (!(f.causal && kw > q0 + BQ - 1)) {
-            /* S^T = K Q^T and dP^T = V dO^T: 16 keys x BQ queries; k-steps outer, so the K and V
+            /* S^T = K Q^T and dP^T = V dO^T: RK keys x BQ queries; k-steps outer, so the K and V
              * A fragments of step kc serve every column block (each accumulator still adds its
              * k-steps in index order). */
-            float sc[BQ / 8][4], dp[BQ / 8][4];
+            float sc[MT][BQ / 8][4], dp[MT][BQ / 8][4];
 #pragma unroll
-            for (int n = 0; n < BQ / 8; n++)
+            for (int mt = 0; mt < MT; mt++)
 #pragma unroll
-                for (int e = 0; e < 4; e++)
-                    sc[n][e] = dp[n][e] = 0.0f;
+                for (int n = 0; n < BQ / 8; n++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++)
+                        sc[mt][n][e] = dp[mt][n][e] = 0.0f;
 #pragma unroll
             for (int kc = 0; kc < D / 16; kc++) {
-                uint32_t ka[4], va[4];
-                if (cfg::keep_kv) {
+                uint32_t ka[MT][4], va[MT][4];
 #pragma unroll
-                    for (int e = 0; e < 4; e++) {
-                        ka[e] = kf[cfg::keep_kv ? kc : 0][e];
-                        va[e] = vf[cfg::keep_kv ? kc : 0][e];
+                for (int mt = 0; mt < MT; mt++) {
+                    if (KEEP_KV) {
+#pragma unroll
+                        for (int e = 0; e < 4; e++) {
+                            ka[mt][e] = kf[KEEP_KV ? mt * (D / 16) + kc : 0][e];
+                            va[mt][e] = vf[KEEP_KV ? mt * (D / 16) + kc : 0][e];
+                        }
+                    } else {
+                        gt_frag_a(ka[mt], ks, LD, warp * RK + mt * 16, kc * 16, lane);
+                        gt_frag_a(va[mt], vs, LD, warp * RK + mt * 16, kc * 16, lane);
                     }
-                } else {
-                    gt_frag_a(ka, ks, LD, warp * 16, kc * 16, lane);
-                    gt_frag_a(va, vs, LD, warp * 16, kc * 16, lane);
                 }
 #pragma unroll
                 for (int n = 0; n < BQ / 8; n += 2) {
                     uint32_t b[4];
                     gt_frag_bt2(b, qs, LD, n * 8, kc * 16, lane);
-                    gt_mma_bf16(sc[n], ka, b[0], b[1]);
-                    gt_mma_bf16(sc[n + 1], ka, b[2], b[3]);
+#pragma unroll
+                    for (int mt = 0; mt < MT; mt++) {
+                        gt_mma_bf16(sc[mt][n], ka[mt], b[0], b[1]);
+                        gt_mma_bf16(sc[mt][n + 1], ka[mt], b[2], b[3]);
+                    }
                     gt_frag_bt2(b, gs, LD, n * 8, kc * 16, lane);
-                    gt_mma_bf16(dp[n], va, b[0], b[1]);
-                    gt_mma_bf16(dp[n + 1], va, b[2], b[3]);
+#pragma unroll
+                    for (int mt = 0; mt < MT; mt++) {
+                        gt_mma_bf16(dp[mt][n], va[mt], b[0], b[1]);
+                        gt_mma_bf16(dp[mt][n + 1], va[mt], b[2], b[3]);
+                    }
                 }
             }
-            bool mask = q0 + BQ > f.s || kw + 16 > f.t || (f.causal && kw + 15 > q0);
-            gt_flash_p_ds<BQ / 8, true>(f, mask, sc, dp, kw, q0, lane, lsm, dsm, nullptr, nullptr);
+            bool mask = q0 + BQ > f.s || kw + RK > f.t || (f.causal && kw + RK - 1 > q0);
+            /* one uniform branch: only tiles that need it test each pair */
+            if (mask) {
+#pragma unroll
+                for (int mt = 0; mt < MT; mt++)
+                    gt_flash_p_ds<BQ / 8, true, true>(f, sc[mt], dp[mt], kw + mt * 16, q0, lane,
+                                                      lsm, dsm, nullptr, nullptr);
+            } else {
+#pragma unroll
+                for (int mt = 0; mt < MT; mt++)
+                    gt_flash_p_ds<BQ / 8, true, false>(f, sc[mt], dp[mt], kw + mt * 16, q0, lane,
+                                                       lsm, dsm, nullptr, nullptr);
+            }
             /* dV += P^T dO, dK += dS^T Q (k-steps over the tile's queries in order). */
 #pragma unroll
             for (int kc = 0; kc < BQ / 16; kc++) {
-                uint32_t pa[4], sa[4];
-                gt_c_to_a(pa, sc[2 * kc], sc[2 * kc + 1]);
-                gt_c_to_a(sa, dp[2 * kc], dp[2 * kc + 1]);
+                uint32_t pa[MT][4], sa[MT][4];
+#pragma unroll
+                for (int mt = 0; mt < MT; mt++) {
+                    gt_c_to_a(pa[mt], sc[mt][2 * kc], sc[mt][2 * kc + 1]);
+                    gt_c_to_a(sa[mt], dp[mt][2 * kc], dp[mt][2 * kc + 1]);
+                }
 #pragma unroll
                 for (int n = 0; n < D / 8; n += 2) {
                     uint32_t b[4];
                     gt_frag_b2(b, gs, LD, kc * 16, n * 8, lane);
-                    gt_mma_bf16(dv[n], pa, b[0], b[1]);
-                    gt_mma_bf16(dv[n + 1], pa, b[2], b[3]);
+#pragma unroll
+                    for (int mt = 0; mt < MT; mt++) {
+                        gt_mma_bf16(dv[mt][n], pa[mt], b[0], b[1]);
+                        gt_mma_bf16(dv[mt][n + 1], pa[mt], b[2], b[3]);
+                    }
                     gt_frag_b2(b, qs, LD, kc * 16, n * 8, lane);
-                    gt_mma_bf16(dk[n], sa, b[0], b[1]);
-                    gt_mma_bf16(dk[n + 1], sa, b[2], b[3]);
+#pragma unroll
+                    for (int mt = 0; mt < MT; mt++) {
+                        gt_mma_bf16(dk[mt][n], sa[mt], b[0], b[1]);
+                        gt_mma_bf16(dk[mt][n + 1], sa[mt], b[2], b[3]);
+                    }
                 }
             }
         }
@@ -230,60 +281,68 @@ __global__ void __launch_bounds__(GT_FLASH_THREADS, gt_flash_tiles<D>::min_block
     }
     int cq = (lane % 4) * 2;
 #pragma unroll
-    for (int i = 0; i < 2; i++) {
-        int64_t key = kw + lane / 4 + i * 8;
-        if (key >= f.t) continue;
-        __nv_bfloat16 *kp = f.dk + (bkh * f.t + key) * D + cq,
-                      *vp = f.dv + (bkh * f.t + key) * D + cq;
+    for (int mt = 0; mt < MT; mt++)
 #pragma unroll
-        for (int n = 0; n < D / 8; n++) {
-            *(uint32_t *)(kp + n * 8) =
-                gt_packf(f.scale * dk[n][2 * i], f.scale * dk[n][2 * i + 1]);
-            *(uint32_t *)(vp + n * 8) = gt_packf(dv[n][2 * i], dv[n][2 * i + 1]);
+        for (int i = 0; i < 2; i++) {
+            int64_t key = kw + mt * 16 + lane / 4 + i * 8;
+            if (key >= f.t) continue;
+            __nv_bfloat16 *kp = f.dk + (bkh * f.t + key) * D + cq,
+                          *vp = f.dv + (bkh * f.t + key) * D + cq;
+#pragma unroll
+            for (int n = 0; n < D / 8; n++) {
+                *(uint32_t *)(kp + n * 8) =
+                    gt_packf(f.scale * dk[mt][n][2 * i], f.scale * dk[mt][n][2 * i + 1]);
+                *(uint32_t *)(vp + n * 8) = gt_packf(dv[mt][n][2 * i], dv[mt][n][2 * i + 1]);
+            }
         }
-    }
 }
 
 /* Shared memory of the dQ kernel: two stages of (K, V) tiles; Q and dO pass through first. */
-template <int D> struct gt_flash_dq_cfg {
-    static constexpr int bk = gt_flash_tiles<D>::inner, ld = D + GT_FLASH_PAD;
-    static constexpr size_t smem = sizeof(__nv_bfloat16) * 4 * (size_t)bk * ld;
-};
-
-template <int D>
-__global__ void __launch_bounds__(GT_FLASH_THREADS, gt_flash_tiles<D>::min_blocks)
-    gt_k_flash_dq(gt_flash f)
+template <int D, int WARPS, int MT, int BK> constexpr size_t gt_flash_dq_smem(void)
 {
-    constexpr int BQ = GT_BWD_BQ, BK = gt_flash_tiles<D>::inner, LD = D + GT_FLASH_PAD;
+    return sizeof(__nv_bfloat16) * (D + GT_FLASH_PAD) *
+           (4 * BK > 2 * 16 * MT * WARPS ? 4 * BK : 2 * 16 * MT * WARPS);
+}
+
+template <int D, int WARPS, int MT, int BK, int MINB>
+__global__ void __launch_bounds__(32 * WARPS, MINB) gt_k_flash_dq(gt_flash f)
+{
+    constexpr int RW = 16 * MT, BQ = RW * WARPS, LD = D + GT_FLASH_PAD;
     extern __shared__ __align__(16) unsigned char gt_flash_sm[];
     __nv_bfloat16 *sm = (__nv_bfloat16 *)gt_flash_sm; /* stage st: K at sm + 2 st BK LD, V after */
     int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     int64_t bh = blockIdx.y, bi = bh / f.hq, h = bh - bi * f.hq;
     int64_t kh = bi * f.hkv + h / (f.hq / f.hkv);
-    int64_t q0 = (int64_t)(gridDim.x - 1 - blockIdx.x) * BQ, qw = q0 + warp * 16;
+    int64_t q0 = (int64_t)(gridDim.x - 1 - blockIdx.x) * BQ, qw = q0 + warp * RW;
     const __nv_bfloat16 *kp = f.k + kh * f.t * D, *vp = f.v + kh * f.t * D;
-    /* Q and dO fragments through shared memory (2 BQ <= 4 BK rows: both stages). */
-    uint32_t qf[D / 16][4], gf[D / 16][4];
+    /* Q and dO fragments through shared memory (registers for the whole key loop). */
+    uint32_t qf[MT][D / 16][4], gf[MT][D / 16][4];
     gt_flash_load<BQ, D>(sm, f.q + bh * f.s * D, q0, f.s);
     gt_flash_load<BQ, D>(sm + BQ * LD, f.g + bh * f.s * D, q0, f.s);
     __syncthreads();
 #pragma unroll
-    for (int kc = 0; kc < D / 16; kc++) {
-        gt_frag_a(qf[kc], sm, LD, warp * 16, kc * 16, lane);
-        gt_frag_a(gf[kc], sm + BQ * LD, LD, warp * 16, kc * 16, lane);
-    }
+    for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+        for (int kc = 0; kc < D / 16; kc++) {
+            gt_frag_a(qf[mt][kc], sm, LD, warp * RW + mt * 16, kc * 16, lane);
+            gt_frag_a(gf[mt][kc], sm + BQ * LD, LD, warp * RW + mt * 16, kc * 16, lane);
+        }
     __syncthreads();
-    float lse2[2], dd[2];
+    float lse2[MT][2], dd[MT][2];
 #pragma unroll
-    for (int i = 0; i < 2; i++) {
-        int64_t row = qw + lane / 4 + i * 8;
-        lse2[i] = row < f.s ? f.lse2[bh * f.s + row] : INFINITY;
-        dd[i] = row < f.s ? f.dsum[bh * f.s + row] : 0.0f;
-    }
-    float dq[D / 8][4];
+    for (int mt = 0; mt < MT; mt++)
 #pragma unroll
-    for (int n = 0; n < D / 8; n++)
-        dq[n][0] = dq[n][1] = dq[n][2] = dq[n][3] = 0.0f;
+        for (int i = 0; i < 2; i++) {
+            int64_t row = qw + mt * 16 + lane / 4 + i * 8;
+            lse2[mt][i] = row < f.s ? f.lse2[bh * f.s + row] : INFINITY;
+            dd[mt][i] = row < f.s ? f.dsum[bh * f.s + row] : 0.0f;
+        }
+    float dq[MT][D / 8][4];
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+        for (int n = 0; n < D / 8; n++)
+            dq[mt][n][0] = dq[mt][n][1] = dq[mt][n][2] = dq[mt][n][3] = 0.0f;
     int64_t kend = f.causal ? min(f.t, q0 + BQ) : f.t;
     /* Double buffer: key tile j + 1 streams in by cp.async while tile j is multiplied. */
     gt_flash_load_async<BK, D>(sm, kp, 0, f.t);
@@ -300,38 +359,62 @@ __global__ void __launch_bounds__(GT_FLASH_THREADS, gt_flash_tiles<D>::min_block
         gt_cp_wait<1>();
         __syncthreads();
         const __nv_bfloat16 *ks = sm + 2 * st * BK * LD, *vs = ks + BK * LD;
-        /* causal: this warp's queries see none of these keys */
-        if (!(f.causal && k0 > qw + 15)) {
-            float sc[BK / 8][4], dp[BK / 8][4];
+        /* causal: this warp's queries see none of these keys (with MT = 2 the first 16 may see
+         * none while the others do: their P and dS are masked to 0, adding nothing) */
+        if (!(f.causal && k0 > qw + RW - 1)) {
+            float sc[MT][BK / 8][4], dp[MT][BK / 8][4];
 #pragma unroll
-            for (int n = 0; n < BK / 8; n++)
+            for (int mt = 0; mt < MT; mt++)
 #pragma unroll
-                for (int e = 0; e < 4; e++)
-                    sc[n][e] = dp[n][e] = 0.0f;
+                for (int n = 0; n < BK / 8; n++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++)
+                        sc[mt][n][e] = dp[mt][n][e] = 0.0f;
 #pragma unroll
             for (int n = 0; n < BK / 8; n += 2)
 #pragma unroll
                 for (int kc = 0; kc < D / 16; kc++) {
                     uint32_t b[4];
                     gt_frag_bt2(b, ks, LD, n * 8, kc * 16, lane);
-                    gt_mma_bf16(sc[n], qf[kc], b[0], b[1]);
-                    gt_mma_bf16(sc[n + 1], qf[kc], b[2], b[3]);
+#pragma unroll
+                    for (int mt = 0; mt < MT; mt++) {
+                        gt_mma_bf16(sc[mt][n], qf[mt][kc], b[0], b[1]);
+                        gt_mma_bf16(sc[mt][n + 1], qf[mt][kc], b[2], b[3]);
+                    }
                     gt_frag_bt2(b, vs, LD, n * 8, kc * 16, lane);
-                    gt_mma_bf16(dp[n], gf[kc], b[0], b[1]);
-                    gt_mma_bf16(dp[n + 1], gf[kc], b[2], b[3]);
+#pragma unroll
+                    for (int mt = 0; mt < MT; mt++) {
+                        gt_mma_bf16(dp[mt][n], gf[mt][kc], b[0], b[1]);
+                        gt_mma_bf16(dp[mt][n + 1], gf[mt][kc], b[2], b[3]);
+                    }
                 }
-            bool mask = qw + 16 > f.s || k0 + BK > f.t || (f.causal && k0 + BK - 1 > qw);
-            gt_flash_p_ds<BK / 8, false>(f, mask, sc, dp, qw, k0, lane, nullptr, nullptr, lse2, dd);
+            bool mask = qw + RW > f.s || k0 + BK > f.t || (f.causal && k0 + BK - 1 > qw);
+            if (mask) {
+#pragma unroll
+                for (int mt = 0; mt < MT; mt++)
+                    gt_flash_p_ds<BK / 8, false, true>(f, sc[mt], dp[mt], qw + mt * 16, k0, lane,
+                                                       nullptr, nullptr, lse2[mt], dd[mt]);
+            } else {
+#pragma unroll
+                for (int mt = 0; mt < MT; mt++)
+                    gt_flash_p_ds<BK / 8, false, false>(f, sc[mt], dp[mt], qw + mt * 16, k0, lane,
+                                                        nullptr, nullptr, lse2[mt], dd[mt]);
+            }
 #pragma unroll
             for (int kc = 0; kc < BK / 16; kc++) {
-                uint32_t sa[4];
-                gt_c_to_a(sa, dp[2 * kc], dp[2 * kc + 1]);
+                uint32_t sa[MT][4];
+#pragma unroll
+                for (int mt = 0; mt < MT; mt++)
+                    gt_c_to_a(sa[mt], dp[mt][2 * kc], dp[mt][2 * kc + 1]);
 #pragma unroll
                 for (int n = 0; n < D / 8; n += 2) {
                     uint32_t b[4];
                     gt_frag_b2(b, ks, LD, kc * 16, n * 8, lane);
-                    gt_mma_bf16(dq[n], sa, b[0], b[1]);
-                    gt_mma_bf16(dq[n + 1], sa, b[2], b[3]);
+#pragma unroll
+                    for (int mt = 0; mt < MT; mt++) {
+                        gt_mma_bf16(dq[mt][n], sa[mt], b[0], b[1]);
+                        gt_mma_bf16(dq[mt][n + 1], sa[mt], b[2], b[3]);
+                    }
                 }
             }
         }
@@ -339,36 +422,60 @@ __global__ void __launch_bounds__(GT_FLASH_THREADS, gt_flash_tiles<D>::min_block
     }
     int cq = (lane % 4) * 2;
 #pragma unroll
-    for (int i = 0; i < 2; i++) {
-        int64_t row = qw + lane / 4 + i * 8;
-        if (row >= f.s) continue;
-        __nv_bfloat16 *p = f.dq + (bh * f.s + row) * D + cq;
+    for (int mt = 0; mt < MT; mt++)
 #pragma unroll
-        for (int n = 0; n < D / 8; n++)
-            *(uint32_t *)(p + n * 8) = gt_packf(f.scale * dq[n][2 * i], f.scale * dq[n][2 * i + 1]);
-    }
+        for (int i = 0; i < 2; i++) {
+            int64_t row = qw + mt * 16 + lane / 4 + i * 8;
+            if (row >= f.s) continue;
+            __nv_bfloat16 *p = f.dq + (bh * f.s + row) * D + cq;
+#pragma unroll
+            for (int n = 0; n < D / 8; n++)
+                *(uint32_t *)(p + n * 8) =
+                    gt_packf(f.scale * dq[mt][n][2 * i], f.scale * dq[mt][n][2 * i + 1]);
+        }
 }
 
 /* ---------------------------------------------------------------- host side */
 
 template <int D>
-static gt_status gt_flash_bwd_launch(gt_cuda_stream *s, const gt_kernel_call *c, const gt_flash *f,
-                                     gt_error *err)
+static gt_status gt_flash_dsum_launch(gt_cuda_stream *s, const gt_kernel_call *c,
+                                      const gt_flash *f, gt_error *err)
 {
     int64_t rows = f->b * f->hq * f->s;
     gt_k_flash_dsum<D><<<(unsigned)((rows * 8 + 255) / 256), 256, 0, s->stream>>>(
         *f, (float *)f->dsum, (float *)f->lse2, rows);
-    GT_TRY(gt_cuda_launched(c, err));
-    size_t b1 = gt_flash_dkdv_cfg<D>::smem;
-    GT_TRY(gt_cuda_smem_limit(s, c, (const void *)gt_k_flash_dkdv<D>, b1, err));
-    dim3 g1((unsigned)((f->t + GT_BWD_BK - 1) / GT_BWD_BK), (unsigned)(f->b * f->hkv));
-    gt_k_flash_dkdv<D><<<g1, GT_FLASH_THREADS, b1, s->stream>>>(*f);
-    GT_TRY(gt_cuda_launched(c, err));
-    size_t b2 = gt_flash_dq_cfg<D>::smem;
-    GT_TRY(gt_cuda_smem_limit(s, c, (const void *)gt_k_flash_dq<D>, b2, err));
-    dim3 g2((unsigned)((f->s + GT_BWD_BQ - 1) / GT_BWD_BQ), (unsigned)(f->b * f->hq));
-    gt_k_flash_dq<D><<<g2, GT_FLASH_THREADS, b2, s->stream>>>(*f);
     return gt_cuda_launched(c, err);
+}
+
+/* The three kernels with explicit tile shapes (the default shapes: gt_flash_bwd_launch). */
+template <int D, int KW, int KMT, int BQ, bool KEEP_KV, int KMINB, int QW, int QMT, int BK,
+          int QMINB>
+static gt_status gt_flash_bwd_launch_cfg(gt_cuda_stream *s, const gt_kernel_call *c,
+                                         const gt_flash *f, gt_error *err)
+{
+    GT_TRY(gt_flash_dsum_launch<D>(s, c, f, err));
+    typedef gt_flash_dkdv_smem<D, KW, KMT, BQ> kv;
+    const void *k1 = (const void *)gt_k_flash_dkdv<D, KW, KMT, BQ, KEEP_KV, KMINB>;
+    GT_TRY(gt_cuda_smem_limit(s, c, k1, kv::bytes, err));
+    dim3 g1((unsigned)((f->t + kv::bk - 1) / kv::bk), (unsigned)(f->b * f->hkv));
+    gt_k_flash_dkdv<D, KW, KMT, BQ, KEEP_KV, KMINB><<<g1, 32 * KW, kv::bytes, s->stream>>>(*f);
+    GT_TRY(gt_cuda_launched(c, err));
+    constexpr size_t b2 = gt_flash_dq_smem<D, QW, QMT, BK>();
+    constexpr int bq = 16 * QMT * QW;
+    const void *k2 = (const void *)gt_k_flash_dq<D, QW, QMT, BK, QMINB>;
+    GT_TRY(gt_cuda_smem_limit(s, c, k2, b2, err));
+    dim3 g2((unsigned)((f->s + bq - 1) / bq), (unsigned)(f->b * f->hq));
+    gt_k_flash_dq<D, QW, QMT, BK, QMINB><<<g2, 32 * QW, b2, s->stream>>>(*f);
+    return gt_cuda_launched(c, err);
+}
+
+template <int D>
+static gt_status gt_flash_bwd_launch(gt_cuda_stream *s, const gt_kernel_call *c, const gt_flash *f,
+                                     gt_error *err)
+{
+    typedef gt_flash_bwd_cfg<D> g;
+    return gt_flash_bwd_launch_cfg<D, g::kv_warps, g::kmt, g::bq, g::keep_kv, g::kv_min_blocks,
+                                   g::q_warps, g::qmt, g::bk, g::q_min_blocks>(s, c, f, err);
 }
 
 gt_status gt_cuda_flash_bwd(gt_cuda_stream *s, const gt_kernel_call *c, const gt_flash *f,

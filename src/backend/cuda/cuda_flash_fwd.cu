@@ -1,59 +1,170 @@
 /* cuda_flash_fwd.cu — bf16 flash attention forward (see cuda_flash.cuh).
  *
- * One block of 8 warps (4 for d = 128) per (batch * head, tile of 16 x warps queries); warp w owns
- * query rows 16w..16w+15 and keeps its Q fragments, the running max m, partial sum l and the output
- * accumulator O in registers. Key tiles of 64 go through shared memory in index order (causal: only
+ * One block of warps per (batch * head, tile of queries); each warp owns 16 (d = 16: 32) query
+ * rows and keeps their Q fragments, the running max m, partial sum l and the output accumulator O
+ * in registers (gt_flash_fwd_cfg gives the shapes). Key tiles of 64 go through shared memory in index order (causal: only
  * tiles up to the diagonal), double-buffered: cp.async brings tile j + 1 while tile j is
  * multiplied. Per tile, with x = S * scale * log2 e: m' = max(m, max_j x_j);  p_j = 2^(x_j - m');
  * l' = l 2^(m - m') + sum_j p_j; O' = O 2^(m - m') + P V   (P rounded to bf16 for the tensor cores,
  * as FlashAttention-2). Each thread holds a quarter of two rows; l stays a per-thread partial until
  * the end, then the quad adds it by a fixed butterfly. out = O / l, lse = (m + log2 l) ln 2. The
  * query head h reads kv head h / (hq / hkv) directly (GQA without repeating k, v). Query tiles run
- * last-first so the long causal rows start early. */
+ * last-first so the long causal rows start early. Only tiles that cross the diagonal or the end
+ * of the keys test each score (one uniform branch per tile: a per-element test compiled to
+ * predicated instructions cost the unmasked tiles a third of their issue slots). */
 #include "cuda_flash.cuh"
 
 #include <math.h>
 
-#define GT_FWD_BK 64
-
-/* Warps per block (each owns 16 query rows): 8 (128-query tiles) for d <= 64, where K/V tiles are
- * shared by more rows per shared-memory byte; 4 for d = 128 (register-bound). */
+/* Tile shape per head dim: WARPS warps of 16 MT query rows each (a key or value fragment read
+ * from shared memory feeds MT products: MT = 2 halves the shared-memory traffic per product, at
+ * the price of registers), BK keys per tile. */
 template <int D> struct gt_flash_fwd_cfg {
-    static constexpr int warps = D <= 64 ? 8 : 4;
-    static constexpr int bq = 16 * warps; /* launch bounds ask for 2 blocks per SM (<= 128 regs) */
-    static constexpr int ld = D + GT_FLASH_PAD;
-    /* two stages of K and V tiles; the Q tile goes through the K stages first */
-    static constexpr size_t smem = sizeof(__nv_bfloat16) * 4 * GT_FWD_BK * ld;
+    /* d = 16: 4 warps of 32 rows at 4 blocks per SM (H200, debugmodel heads: 0.184 -> 0.173 ms
+     * against 8 warps of 16 rows); d = 64: 8 warps of 16 rows (32 rows per warp needs ~250
+     * registers and was slower: 0.95 vs 0.85 ms at the 1B shape) */
+    static constexpr int warps = D <= 64 && D != 16 ? 8 : 4;
+    static constexpr int mt = D == 16 ? 2 : 1;
+    static constexpr int bk = 64;
+    static constexpr int min_blocks = D == 16 ? 4 : 2;
 };
 
-template <int D>
-__global__ void __launch_bounds__(32 * gt_flash_fwd_cfg<D>::warps, 2) gt_k_flash_fwd(gt_flash f)
+/* Shared memory: two stages of K and V tiles; the Q tile passes through them first. */
+template <int D, int WARPS, int MT, int BK> constexpr size_t gt_flash_fwd_smem(void)
 {
-    constexpr int BQ = gt_flash_fwd_cfg<D>::bq, BK = GT_FWD_BK, LD = D + GT_FLASH_PAD;
+    return sizeof(__nv_bfloat16) * (D + GT_FLASH_PAD) *
+           (4 * BK > 16 * MT * WARPS ? 4 * BK : 16 * MT * WARPS);
+}
+
+/* One key tile for a warp's 16 MT query rows: S = Q K^T, the online softmax update of m, l and O,
+ * then O += P V. MASK: the tile crosses the causal diagonal or the end of the keys, and masked
+ * scores become -inf (tested in 32-bit offsets from the tile's first key). */
+template <int D, int MT, int BK, bool MASK>
+__device__ __forceinline__ void
+gt_flash_fwd_tile(const gt_flash &f, const uint32_t (&qf)[MT][D / 16][4], float (&o)[MT][D / 8][4],
+                  float (&m)[MT][2], float (&l)[MT][2], const __nv_bfloat16 *ks,
+                  const __nv_bfloat16 *vs, int64_t k0, int64_t qw, int lane)
+{
+    constexpr int LD = D + GT_FLASH_PAD;
+    int cq = (lane % 4) * 2;
+    float sc[MT][BK / 8][4];
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+        for (int n = 0; n < BK / 8; n++)
+            sc[mt][n][0] = sc[mt][n][1] = sc[mt][n][2] = sc[mt][n][3] = 0.0f;
+#pragma unroll
+    for (int n = 0; n < BK / 8; n += 2)
+#pragma unroll
+        for (int kc = 0; kc < D / 16; kc++) {
+            uint32_t b[4];
+            gt_frag_bt2(b, ks, LD, n * 8, kc * 16, lane);
+#pragma unroll
+            for (int mt = 0; mt < MT; mt++) {
+                gt_mma_bf16(sc[mt][n], qf[mt][kc], b[0], b[1]);
+                gt_mma_bf16(sc[mt][n + 1], qf[mt][kc], b[2], b[3]);
+            }
+        }
+    /* keys at or past lim (relative to k0) do not exist */
+    int lim = MASK ? (int)min(f.t - k0, (int64_t)BK) : BK;
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++) {
+        int rel = MASK ? (int)(qw + mt * 16 - k0) + lane / 4 : 0; /* row - k0, first row */
+        float mx[2] = {m[mt][0], m[mt][1]};
+#pragma unroll
+        for (int n = 0; n < BK / 8; n++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                float x = sc[mt][n][e] * f.scale_log2;
+                if (MASK) {
+                    int col = n * 8 + cq + (e & 1);
+                    if (col >= lim || (f.causal && col > rel + (e >> 1) * 8)) x = -INFINITY;
+                }
+                sc[mt][n][e] = x;
+                mx[e >> 1] = fmaxf(mx[e >> 1], x);
+            }
+        float alpha[2], ref[2];
+#pragma unroll
+        for (int i = 0; i < 2; i++) {
+            mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 1));
+            mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 2));
+            /* a row that has seen nothing: p = 0 */
+            ref[i] = mx[i] == -INFINITY ? 0.0f : mx[i];
+            alpha[i] = gt_exp2(m[mt][i] - ref[i]); /* 0 while m = -inf */
+            m[mt][i] = mx[i];
+        }
+        float sum[2] = {0.0f, 0.0f};
+#pragma unroll
+        for (int n = 0; n < BK / 8; n++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                float p = gt_exp2(sc[mt][n][e] - ref[e >> 1]);
+                sc[mt][n][e] = p;
+                sum[e >> 1] += p;
+            }
+#pragma unroll
+        for (int i = 0; i < 2; i++)
+            l[mt][i] = l[mt][i] * alpha[i] + sum[i];
+#pragma unroll
+        for (int n = 0; n < D / 8; n++) {
+            o[mt][n][0] *= alpha[0];
+            o[mt][n][1] *= alpha[0];
+            o[mt][n][2] *= alpha[1];
+            o[mt][n][3] *= alpha[1];
+        }
+    }
+#pragma unroll
+    for (int kc = 0; kc < BK / 16; kc++) {
+        uint32_t pa[MT][4];
+#pragma unroll
+        for (int mt = 0; mt < MT; mt++)
+            gt_c_to_a(pa[mt], sc[mt][2 * kc], sc[mt][2 * kc + 1]);
+#pragma unroll
+        for (int n = 0; n < D / 8; n += 2) {
+            uint32_t b[4];
+            gt_frag_b2(b, vs, LD, kc * 16, n * 8, lane);
+#pragma unroll
+            for (int mt = 0; mt < MT; mt++) {
+                gt_mma_bf16(o[mt][n], pa[mt], b[0], b[1]);
+                gt_mma_bf16(o[mt][n + 1], pa[mt], b[2], b[3]);
+            }
+        }
+    }
+}
+
+template <int D, int WARPS, int MT, int BK, int MINB>
+__global__ void __launch_bounds__(32 * WARPS, MINB) gt_k_flash_fwd(gt_flash f)
+{
+    constexpr int RW = 16 * MT, BQ = RW * WARPS, LD = D + GT_FLASH_PAD;
     extern __shared__ __align__(16) unsigned char gt_flash_sm[];
     /* stage st: K tile at sm + 2 st BK LD, V tile right after it */
     __nv_bfloat16 *sm = (__nv_bfloat16 *)gt_flash_sm;
     int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     int64_t bh = blockIdx.y, bi = bh / f.hq, h = bh - bi * f.hq;
     int64_t kh = bi * f.hkv + h / (f.hq / f.hkv);
-    int64_t q0 = (int64_t)(gridDim.x - 1 - blockIdx.x) * BQ;
+    int64_t q0 = (int64_t)(gridDim.x - 1 - blockIdx.x) * BQ, qw = q0 + warp * RW;
     const __nv_bfloat16 *kp = f.k + kh * f.t * D, *vp = f.v + kh * f.t * D;
 
-    /* Q tile through shared memory (BQ <= 2 BK rows: the K and V of stage 0) into A fragments. */
+    /* Q tile through shared memory into A fragments (registers for the whole key loop). */
     gt_flash_load<BQ, D>(sm, f.q + bh * f.s * D, q0, f.s);
     __syncthreads();
-    uint32_t qf[D / 16][4];
+    uint32_t qf[MT][D / 16][4];
 #pragma unroll
-    for (int kc = 0; kc < D / 16; kc++)
-        gt_frag_a(qf[kc], sm, LD, warp * 16, kc * 16, lane);
+    for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+        for (int kc = 0; kc < D / 16; kc++)
+            gt_frag_a(qf[mt][kc], sm, LD, warp * RW + mt * 16, kc * 16, lane);
     __syncthreads();
 
-    float o[D / 8][4];
+    float o[MT][D / 8][4], m[MT][2], l[MT][2];
 #pragma unroll
-    for (int n = 0; n < D / 8; n++)
-        o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
-    float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
-    int64_t rw = q0 + warp * 16 + lane / 4; /* this thread's rows: rw and rw + 8 */
+    for (int mt = 0; mt < MT; mt++) {
+#pragma unroll
+        for (int n = 0; n < D / 8; n++)
+            o[mt][n][0] = o[mt][n][1] = o[mt][n][2] = o[mt][n][3] = 0.0f;
+        m[mt][0] = m[mt][1] = -INFINITY;
+        l[mt][0] = l[mt][1] = 0.0f;
+    }
     int cq = (lane % 4) * 2;
     int64_t kend = f.causal ? min(f.t, q0 + BQ) : f.t;
     /* Double buffer: tile j + 1 streams in by cp.async while tile j is multiplied. */
@@ -72,95 +183,39 @@ __global__ void __launch_bounds__(32 * gt_flash_fwd_cfg<D>::warps, 2) gt_k_flash
         __syncthreads();
         const __nv_bfloat16 *ks = sm + 2 * st * BK * LD, *vs = ks + BK * LD;
         /* Causal: a warp whose rows all precede the tile skips it (every key masked: the update
-         * would be the identity, m, l and O keep their bits). */
-        if (!(f.causal && k0 > q0 + warp * 16 + 15)) {
-            float sc[BK / 8][4];
-#pragma unroll
-            for (int n = 0; n < BK / 8; n++)
-                sc[n][0] = sc[n][1] = sc[n][2] = sc[n][3] = 0.0f;
-#pragma unroll
-            for (int n = 0; n < BK / 8; n += 2)
-#pragma unroll
-                for (int kc = 0; kc < D / 16; kc++) {
-                    uint32_t b[4];
-                    gt_frag_bt2(b, ks, LD, n * 8, kc * 16, lane);
-                    gt_mma_bf16(sc[n], qf[kc], b[0], b[1]);
-                    gt_mma_bf16(sc[n + 1], qf[kc], b[2], b[3]);
-                }
-            /* Masks only where the tile crosses the diagonal or the end of the keys. */
-            bool mask = k0 + BK > f.t || (f.causal && k0 + BK - 1 > q0 + warp * 16);
-            float mx[2] = {m[0], m[1]};
-#pragma unroll
-            for (int n = 0; n < BK / 8; n++)
-#pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    float x = sc[n][e] * f.scale_log2;
-                    if (mask) {
-                        int64_t key = k0 + n * 8 + cq + (e & 1), row = rw + (e >> 1) * 8;
-                        if (key >= f.t || (f.causal && key > row)) x = -INFINITY;
-                    }
-                    sc[n][e] = x;
-                    mx[e >> 1] = fmaxf(mx[e >> 1], x);
-                }
-            float alpha[2], ref[2];
-#pragma unroll
-            for (int i = 0; i < 2; i++) {
-                mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 1));
-                mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 2));
-                ref[i] = mx[i] == -INFINITY ? 0.0f : mx[i]; /* a row that has seen nothing: p = 0 */
-                alpha[i] = exp2f(m[i] - ref[i]);            /* 0 while m = -inf */
-                m[i] = mx[i];
-            }
-            float sum[2] = {0.0f, 0.0f};
-#pragma unroll
-            for (int n = 0; n < BK / 8; n++)
-#pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    float p = exp2f(sc[n][e] - ref[e >> 1]);
-                    sc[n][e] = p;
-                    sum[e >> 1] += p;
-                }
-#pragma unroll
-            for (int i = 0; i < 2; i++)
-                l[i] = l[i] * alpha[i] + sum[i];
-#pragma unroll
-            for (int n = 0; n < D / 8; n++) {
-                o[n][0] *= alpha[0];
-                o[n][1] *= alpha[0];
-                o[n][2] *= alpha[1];
-                o[n][3] *= alpha[1];
-            }
-#pragma unroll
-            for (int kc = 0; kc < BK / 16; kc++) {
-                uint32_t pa[4];
-                gt_c_to_a(pa, sc[2 * kc], sc[2 * kc + 1]);
-#pragma unroll
-                for (int n = 0; n < D / 8; n += 2) {
-                    uint32_t b[4];
-                    gt_frag_b2(b, vs, LD, kc * 16, n * 8, lane);
-                    gt_mma_bf16(o[n], pa, b[0], b[1]);
-                    gt_mma_bf16(o[n + 1], pa, b[2], b[3]);
-                }
-            }
+         * would be the identity). With MT = 2 the first 16 rows may precede the tile while the
+         * others do not: for them every p is 0, alpha is 1 and the update leaves m, l and O as
+         * they were. */
+        if (!(f.causal && k0 > qw + RW - 1)) {
+            /* Masks only where the tile crosses the diagonal or the end of the keys: one uniform
+             * branch per tile, so the common unmasked tiles carry no per-element tests. */
+            if (k0 + BK > f.t || (f.causal && k0 + BK - 1 > qw))
+                gt_flash_fwd_tile<D, MT, BK, true>(f, qf, o, m, l, ks, vs, k0, qw, lane);
+            else
+                gt_flash_fwd_tile<D, MT, BK, false>(f, qf, o, m, l, ks, vs, k0, qw, lane);
         }
         __syncthreads(); /* the next iteration's loads overwrite this stage */
     }
 #pragma unroll
-    for (int i = 0; i < 2; i++) {
-        /* (l0 + l1) + (l2 + l3) in every lane of the quad: same bits everywhere */
-        l[i] += __shfl_xor_sync(0xffffffffu, l[i], 1);
-        l[i] += __shfl_xor_sync(0xffffffffu, l[i], 2);
-        int64_t row = rw + i * 8;
-        if (row >= f.s) continue;
-        float inv = l[i] > 0.0f ? 1.0f / l[i] : 0.0f;
-        __nv_bfloat16 *op = f.out + (bh * f.s + row) * D + cq;
+    for (int mt = 0; mt < MT; mt++)
 #pragma unroll
-        for (int n = 0; n < D / 8; n++)
-            *(uint32_t *)(op + n * 8) = gt_packf(o[n][2 * i] * inv, o[n][2 * i + 1] * inv);
-        if (lane % 4 == 0)
-            f.lse[bh * f.s + row] =
-                l[i] > 0.0f ? (m[i] + log2f(l[i])) * 0.69314718055994531f : -INFINITY;
-    }
+        for (int i = 0; i < 2; i++) {
+            /* (l0 + l1) + (l2 + l3) in every lane of the quad: same bits everywhere */
+            float li = l[mt][i];
+            li += __shfl_xor_sync(0xffffffffu, li, 1);
+            li += __shfl_xor_sync(0xffffffffu, li, 2);
+            int64_t row = qw + mt * 16 + lane / 4 + i * 8;
+            if (row >= f.s) continue;
+            float inv = li > 0.0f ? 1.0f / li : 0.0f;
+            __nv_bfloat16 *op = f.out + (bh * f.s + row) * D + cq;
+#pragma unroll
+            for (int n = 0; n < D / 8; n++)
+                *(uint32_t *)(op + n * 8) =
+                    gt_packf(o[mt][n][2 * i] * inv, o[mt][n][2 * i + 1] * inv);
+            if (lane % 4 == 0)
+                f.lse[bh * f.s + row] =
+                    li > 0.0f ? (m[mt][i] + log2f(li)) * 0.69314718055994531f : -INFINITY;
+        }
 }
 
 /* ---------------------------------------------------------------- host side */
@@ -179,15 +234,25 @@ bool gt_cuda_flash_fits(const gt_kernel_call *c, int64_t d, int64_t dv, int64_t 
     return true;
 }
 
+template <int D, int WARPS, int MT, int BK, int MINB>
+static gt_status gt_flash_fwd_launch_cfg(gt_cuda_stream *s, const gt_kernel_call *c,
+                                         const gt_flash *f, gt_error *err)
+{
+    constexpr size_t smem = gt_flash_fwd_smem<D, WARPS, MT, BK>();
+    constexpr int bq = 16 * MT * WARPS;
+    const void *k = (const void *)gt_k_flash_fwd<D, WARPS, MT, BK, MINB>;
+    GT_TRY(gt_cuda_smem_limit(s, c, k, smem, err));
+    dim3 grid((unsigned)((f->s + bq - 1) / bq), (unsigned)(f->b * f->hq));
+    gt_k_flash_fwd<D, WARPS, MT, BK, MINB><<<grid, 32 * WARPS, smem, s->stream>>>(*f);
+    return gt_cuda_launched(c, err);
+}
+
 template <int D>
 static gt_status gt_flash_fwd_launch(gt_cuda_stream *s, const gt_kernel_call *c, const gt_flash *f,
                                      gt_error *err)
 {
     typedef gt_flash_fwd_cfg<D> cfg;
-    GT_TRY(gt_cuda_smem_limit(s, c, (const void *)gt_k_flash_fwd<D>, cfg::smem, err));
-    dim3 grid((unsigned)((f->s + cfg::bq - 1) / cfg::bq), (unsigned)(f->b * f->hq));
-    gt_k_flash_fwd<D><<<grid, 32 * cfg::warps, cfg::smem, s->stream>>>(*f);
-    return gt_cuda_launched(c, err);
+    return gt_flash_fwd_launch_cfg<D, cfg::warps, cfg::mt, cfg::bk, cfg::min_blocks>(s, c, f, err);
 }
 
 gt_status gt_cuda_flash_fwd(gt_cuda_stream *s, const gt_kernel_call *c, const gt_flash *f,
