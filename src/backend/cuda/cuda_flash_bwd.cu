@@ -5,7 +5,7 @@
  *   dP = dO V^T;  dS = P * (dP - D_i)
  *   dV_j = sum_i P_ij dO_i;  dK_j = scale sum_i dS_ij Q_i
  *        kernel 2: one block per (batch, kv head, 64 keys), warp w owns keys 16w..16w+15 and keeps
- *        dK, dV in registers; it loops over the group's query heads in order, then query tiles in
+ *        dK, dV in registers (tile shapes: gt_flash_bwd_cfg); it loops over the group's query heads in order, then query tiles in
  *        order (causal: from the diagonal on), so every dK/dV sum has one owner and one order.
  *   dQ_i = scale sum_j dS_ij K_j
  *        kernel 3: one block per (batch, head, 64 queries), warp w owns 16 queries, key tiles in
@@ -15,28 +15,13 @@
  * j + 1 loads while tile j is multiplied; fragments come from shared memory by ldmatrix.
  * Kernel 1 also writes lse2_i = lse_i log2 e (+inf for a row that saw no key, so that
  * p = 2^(x - lse2) is 0 there without a test), and only warp tiles that cross the causal diagonal
- * or the end of the queries / keys evaluate the mask: elsewhere P and dS cost one fma, one exp2
- * and two multiply-adds per element.
+ * or the end of the queries / keys evaluate the mask (one uniform branch per tile): elsewhere P
+ * and dS cost one fma, one exp2 and two multiply-adds per element.
  * Products use mma.sync m16n8k16 bf16 with f32 accumulation; P and dS are rounded to bf16 as
  * operands of the second product, as FlashAttention-2 does. */
 #include "cuda_flash.cuh"
 
 #include <math.h>
-
-#define GT_FLASH_THREADS 128
-#define GT_BWD_BK 64 /* keys per dK/dV block: 4 warps x 16 */
-#define GT_BWD_BQ 64 /* queries per dQ block: 4 warps x 16 */
-
-/* Query tile of the dK/dV kernel and key tile of the dQ kernel: 64, or 32 to keep the f32
- * accumulators in registers: for d = 128, and for d = 64, where the 32-wide tiles let both kernels
- * run 4 blocks per SM (<= 128 registers) instead of 2 and 3 (measured on an H200 at the 1B shape:
- * backward 2.66 -> 2.58 ms). min_blocks: the blocks per SM asked of the launch bounds (a register
- * cap of 65536 / (128 min_blocks)); for d = 16 and 32 it keeps the occupancy the kernels had
- * before the unmasked path added registers. */
-template <int D> struct gt_flash_tiles {
-    static constexpr int inner = D >= 64 ? 32 : 64;
-    static constexpr int min_blocks = D == 16 ? 4 : D == 32 ? 3 : D == 64 ? 4 : 1;
-};
 
 static constexpr float GT_LOG2E = 1.4426950408889634f;
 
@@ -116,11 +101,16 @@ gt_flash_p_ds(const gt_flash &f, float (*sc)[4], float (*dp)[4], int64_t r0, int
  * Every sum keeps its order under any of these shapes (k-steps of 16 in index order), so they
  * change speed, not bits. */
 template <int D> struct gt_flash_bwd_cfg {
-    static constexpr int kv_warps = 4, kmt = 1, bq = gt_flash_tiles<D>::inner;
+    /* Measured on an H200 (scratch harness, bitwise the same results for every shape): d = 64 at
+     * the 1B shape 64-wide tiles at 3 blocks per SM 2.19 ms (32-wide at 4 blocks: 2.35, 16-wide:
+     * 2.74, 32 keys per warp: 2.60); d = 128: 32-query tiles at 2 blocks per SM for dK/dV and
+     * 64-key tiles at 1 for dQ (2.47 ms; 32/32 at 1: 2.54); d = 16 and 32: 64-wide tiles with the
+     * K and V fragments kept in registers. */
+    static constexpr int kv_warps = 4, kmt = 1, bq = D == 128 ? 32 : 64;
     static constexpr bool keep_kv = D < 64;
-    static constexpr int kv_min_blocks = gt_flash_tiles<D>::min_blocks;
-    static constexpr int q_warps = 4, qmt = 1, bk = gt_flash_tiles<D>::inner;
-    static constexpr int q_min_blocks = gt_flash_tiles<D>::min_blocks;
+    static constexpr int kv_min_blocks = D == 16 ? 4 : D == 128 ? 2 : 3;
+    static constexpr int q_warps = 4, qmt = 1, bk = 64;
+    static constexpr int q_min_blocks = D == 16 ? 4 : D == 128 ? 1 : 3;
 };
 
 /* Shared memory of the dK/dV kernel: K and V tiles, then two stages of (Q, dO, lse, D). */
