@@ -162,6 +162,10 @@ gt_status gt_comm_nccl_create_tcp(int device, void *compute_stream, double timeo
 /* The timeout of c's host calls and of gt_comm_nccl_wait_event (seconds; <= 0: forever; default
  * 30). Communicators split from c inherit it. A no-op on other communicators. */
 void gt_comm_nccl_set_timeout(gt_comm *c, double seconds);
+/* True when c is an NCCL communicator that was aborted (a timeout or an NCCL error): its
+ * device work may include kernels that were captured in a CUDA graph before the abort and that a
+ * device synchronisation would wait for, so a caller should leave the device as it is and exit. */
+bool gt_comm_nccl_aborted(const gt_comm *c);
 /* The compute stream (a cudaStream_t, as void *) that c's next collectives are ordered with (a
  * request keeps the stream of its start). A no-op on other communicators. */
 void gt_comm_nccl_set_stream(gt_comm *c, void *compute_stream);

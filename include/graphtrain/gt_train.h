@@ -23,6 +23,11 @@ typedef struct {
      * possibly waiting for it in a collective: exit without finalising MPI, which makes mpirun
      * stop the job. */
     bool error_is_local;
+    /* The error aborted an NCCL communicator (a dead or stuck peer): the device may still hold
+     * collective kernels that never end, so gt_train left the device state as it was (freeing it
+     * would wait for them) and the caller should exit the process without further device or MPI
+     * calls. */
+    bool device_abandoned;
 } gt_train_result;
 
 /* ---------------------------------------------------------------- ranks and the mesh

@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "commands.h"
 #include "graphtrain/gt_backend.h"
@@ -239,6 +240,10 @@ static int cmd_train(const command_spec *cmd, split_args *sa, cli_ranks *ranks)
         else
             fprintf(stderr, "graphtrain train: %s\n", err.msg);
         ranks->skip_finalize = res.error_is_local;
+        if (res.device_abandoned) { /* no exit-time device or MPI teardown: it could wait forever */
+            fflush(NULL);
+            _exit(1);
+        }
         return 1;
     }
     if (ranks->rank != 0) return 0;

@@ -113,6 +113,14 @@ static gt_status wait_request(gt_comm *c, MPI_Request *r, const char *what, gt_e
         if (done) return GT_OK;
         if (polls < 16) continue;
         double waited = gt_now_seconds() - start;
+        /* once one wait on this communicator has timed out, later waits (the other collectives
+         * still in flight, drained on the way out) fail at once instead of each taking a full
+         * timeout more (checked after the test: a request that did complete still counts) */
+        if (impl->broken)
+            return gt_error_set(err, GT_ERR_IO,
+                                "rank %d: %s on communicator '%s' (size %d, %s) abandoned: an "
+                                "earlier collective on it timed out",
+                                c->rank, what, c->name, c->size, impl->members);
         if (impl->timeout_s > 0 && waited > impl->timeout_s) {
             impl->broken = true;
             return gt_error_set(err, GT_ERR_IO,

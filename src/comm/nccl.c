@@ -75,6 +75,12 @@ void gt_comm_nccl_set_timeout(gt_comm *c, double seconds)
     (void)c, (void)seconds;
 }
 
+bool gt_comm_nccl_aborted(const gt_comm *c)
+{
+    (void)c;
+    return false;
+}
+
 void gt_comm_nccl_set_stream(gt_comm *c, void *compute_stream)
 {
     (void)c, (void)compute_stream;
@@ -263,6 +269,8 @@ gt_status gt_nccl_watch(gt_comm *const *comms, int n, cudaEvent_t ev, cudaStream
                                "rank %d: %s: a peer rank died or is stuck; the communicator%s "
                                "%s aborted (comm.timeout_seconds)",
                                rank, failed, m > 1 ? "s" : "", m > 1 ? "were" : "was");
+    /* said now: the abort and what follows it wait on the device, which a wedged peer may stall */
+    gt_log(GT_LOG_ERROR, "%s", err->msg);
     for (int j = 0; j < m; j++)
         gt_nccl_abort(mine[j], err->msg);
     /* the aborted kernels end: let the device work drain (bounded) before the buffers are reused */
@@ -547,6 +555,11 @@ gt_status gt_nccl_all_gather_u64(gt_comm *c, const uint64_t *in, int64_t count, 
 void gt_comm_nccl_set_timeout(gt_comm *c, double seconds)
 {
     if (gt_comm_is_nccl(c)) gt_nccl_impl(c)->timeout_s = seconds;
+}
+
+bool gt_comm_nccl_aborted(const gt_comm *c)
+{
+    return gt_comm_is_nccl(c) && gt_nccl_impl((gt_comm *)c)->aborted;
 }
 
 void gt_comm_nccl_set_stream(gt_comm *c, void *compute_stream)

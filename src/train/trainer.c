@@ -824,7 +824,12 @@ gt_status gt_train(const gt_config *cfg, gt_train_result *result, gt_error *err)
     gt_train_result local = {.first_step = 1, .last_step = 0, .entropy_rate = NAN, .world_size = 1};
     gt_status st = run(&t, &local, err);
     local.error_is_local = st != GT_OK && gt_train_dist_multi(&t.dist) && !t.dist.error_agreed;
-    teardown(&t);
+    for (int k = 0; k < GT_MESH_NDIMS && st != GT_OK; k++)
+        local.device_abandoned |= gt_comm_nccl_aborted(t.dist.nccl[k]);
+    /* after an abort, freeing device memory or destroying the program synchronises with kernels
+     * that may never end (seen on 2 H200s: a stopped peer left rank 0 blocked in teardown past
+     * the watchdog's error); the process is about to exit and the driver reclaims everything */
+    if (!local.device_abandoned) teardown(&t);
     if (result) *result = local;
     return st;
 }
