@@ -24,11 +24,10 @@
  *     INFO) in each rank's output gives the device it joined on. (NCCL also refuses two ranks of
  *     one communicator on one GPU, so a shared GPU could not pass either.) */
 #include "distributed/launch.h" /* first: train_child.h defines _GNU_SOURCE */
+#include "distributed/launch_env.h"
 
 #include <ctype.h>
 #include <dirent.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
 
 #include "graphtrain/gt_cuda.h"
 
@@ -251,114 +250,10 @@ typedef struct {
     bool ok;
 } run_result;
 
-/* A TCP port nobody listens on now (the kernel's pick for port 0). */
-static int free_port(void)
-{
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    if (fd < 0) return -1;
-    struct sockaddr_in a;
-    memset(&a, 0, sizeof a);
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    a.sin_port = 0;
-    socklen_t len = sizeof a;
-    int port = -1;
-    if (bind(fd, (struct sockaddr *)&a, sizeof a) == 0 &&
-        getsockname(fd, (struct sockaddr *)&a, &len) == 0)
-        port = ntohs(a.sin_port);
-    close(fd);
-    return port;
-}
-
 /* The local rank (GPU) of rank r: the reverse of r. */
 static int local_rank_of(int r)
 {
     return RANKS - 1 - r;
-}
-
-/* Starts c as rank r of RANKS the way torchrun would (no MPI variables), in its own process
- * group, output into out_path. NCCL_DEBUG=INFO: NCCL prints the device each rank joins on. */
-static pid_t spawn_rank(launch_cmd *c, int r, int port, const char *out_path)
-{
-    char *argv[LAUNCH_MAX_ARGS + 1];
-    for (int k = 0; k < c->n; k++)
-        argv[k] = c->buf[k];
-    argv[c->n] = NULL;
-    fflush(NULL);
-    pid_t pid = fork();
-    if (pid == 0) {
-        setpgid(0, 0);
-        static const char *const not_mpi[] = {"OMPI_COMM_WORLD_SIZE",
-                                              "OMPI_COMM_WORLD_LOCAL_RANK",
-                                              "PMIX_RANK",
-                                              "PMI_SIZE",
-                                              "MPI_LOCALRANKID",
-                                              "SLURM_LOCALID"};
-        for (size_t k = 0; k < sizeof not_mpi / sizeof not_mpi[0]; k++)
-            unsetenv(not_mpi[k]);
-        char v[32];
-        snprintf(v, sizeof v, "%d", r);
-        setenv("RANK", v, 1);
-        snprintf(v, sizeof v, "%d", local_rank_of(r));
-        setenv("LOCAL_RANK", v, 1);
-        snprintf(v, sizeof v, "%d", RANKS);
-        setenv("WORLD_SIZE", v, 1);
-        setenv("MASTER_ADDR", "127.0.0.1", 1);
-        snprintf(v, sizeof v, "%d", port);
-        setenv("MASTER_PORT", v, 1);
-        setenv("NCCL_DEBUG", "INFO", 1);
-        int out = open(out_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-        if (out < 0 || dup2(out, 1) < 0 || dup2(out, 2) < 0) _exit(126);
-        execvp(argv[0], argv);
-        _exit(127);
-    }
-    if (pid > 0) setpgid(pid, 0);
-    return pid;
-}
-
-/* Runs c as ranks 0..RANKS-1 (output into DUMP/rankR.txt); rc[r]: each one's exit code, -1 when
- * it ran past `seconds` (then every one still running is killed). Returns the wall time. */
-static double run_ranks(launch_cmd *c, int port, const char *dump, int *rc, double seconds)
-{
-    pid_t pid[RANKS];
-    bool done[RANKS];
-    double t0 = now_seconds();
-    for (int r = 0; r < RANKS; r++) {
-        char out_path[600];
-        snprintf(out_path, sizeof out_path, "%s/rank%d.txt", dump, r);
-        pid[r] = spawn_rank(c, r, port, out_path);
-        rc[r] = -1;
-        done[r] = pid[r] < 0;
-    }
-    for (;;) {
-        int left = 0;
-        for (int r = 0; r < RANKS; r++) {
-            if (done[r]) continue;
-            int ws;
-            pid_t w = waitpid(pid[r], &ws, WNOHANG);
-            if (w == pid[r]) {
-                rc[r] = exit_code(ws);
-                done[r] = true;
-            } else if (w < 0 && errno != EINTR) {
-                done[r] = true;
-            } else {
-                left++;
-            }
-        }
-        if (left == 0) break;
-        if (now_seconds() - t0 > seconds) {
-            for (int r = 0; r < RANKS; r++)
-                if (!done[r]) {
-                    kill(-pid[r], SIGKILL);
-                    waitpid(pid[r], NULL, 0);
-                }
-            break;
-        }
-        sleep_us(2000);
-    }
-    for (int r = 0; r < RANKS; r++)
-        if (pid[r] > 0) kill(-pid[r], SIGKILL); /* anything left behind */
-    return now_seconds() - t0;
 }
 
 static void run_mpi(const char *base, run_result *res)
@@ -411,9 +306,15 @@ static void run_tcp(const char *base, run_result *res)
     launch_temp_dir(res->dump, sizeof res->dump, base, "FSDP2_tcp");
     launch_train(&c, 0);
     fp32_options(&c, res->dump);
-    int port = free_port();
+    int port = launch_free_port();
     EXPECT(port > 0, "no free TCP port");
-    double dt = run_ranks(&c, port, res->dump, rc, RUN_SECONDS);
+    /* LOCAL_RANK the reverse of RANK; NCCL_DEBUG=INFO: NCCL prints the device each rank joins */
+    int locals[RANKS];
+    for (int r = 0; r < RANKS; r++)
+        locals[r] = local_rank_of(r);
+    static const char *const nccl_debug[] = {"NCCL_DEBUG=INFO", NULL};
+    double dt =
+        launch_env_ranks(&c, 0, RANKS, RANKS, locals, port, res->dump, nccl_debug, rc, RUN_SECONDS);
     int bad = 0;
     for (int r = 0; r < RANKS; r++) {
         bad += rc[r] != 0;

@@ -19,117 +19,16 @@
  * than the socket buffers: the exchange must not deadlock), chunks of zero elements, bf16, i64 in
  * place, a split with reversed keys, and a schedule mismatch reported on every rank. */
 #include "launch.h" /* first: train_child.h defines _GNU_SOURCE */
-
-#include <netinet/in.h>
-#include <sys/socket.h>
+#include "launch_env.h"
 
 #include "graphtrain/gt_comm.h"
 
 #define RUN_SECONDS 240.0
 #define ALONE_SECONDS 30.0
-#define MAX_RANKS 8
+#define MAX_RANKS LAUNCH_ENV_MAX_RANKS
 
 static const launch_layout fsdp2 = {"FSDP2", 1, 2, 1};
 static const launch_layout fsdp2_tp2 = {"FSDP2xTP2", 1, 2, 2};
-
-/* A TCP port nobody listens on now (the kernel's pick for port 0). */
-static int free_port(void)
-{
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    if (fd < 0) return -1;
-    struct sockaddr_in a;
-    memset(&a, 0, sizeof a);
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    a.sin_port = 0;
-    socklen_t len = sizeof a;
-    int port = -1;
-    if (bind(fd, (struct sockaddr *)&a, sizeof a) == 0 &&
-        getsockname(fd, (struct sockaddr *)&a, &len) == 0)
-        port = ntohs(a.sin_port);
-    close(fd);
-    return port;
-}
-
-/* Starts cmd as rank `rank` of `size` in its own process group, output into out_path. */
-static pid_t spawn_rank(launch_cmd *c, int rank, int size, int port, const char *out_path)
-{
-    char *argv[LAUNCH_MAX_ARGS + 1];
-    for (int k = 0; k < c->n; k++)
-        argv[k] = c->buf[k];
-    argv[c->n] = NULL;
-    fflush(NULL);
-    pid_t pid = fork();
-    if (pid == 0) {
-        setpgid(0, 0);
-        char v[32];
-        /* not an MPI launch, whatever the test's own environment says */
-        unsetenv("OMPI_COMM_WORLD_SIZE");
-        unsetenv("PMIX_RANK");
-        unsetenv("PMI_SIZE");
-        snprintf(v, sizeof v, "%d", rank);
-        setenv("RANK", v, 1);
-        setenv("LOCAL_RANK", v, 1);
-        snprintf(v, sizeof v, "%d", size);
-        setenv("WORLD_SIZE", v, 1);
-        setenv("MASTER_ADDR", "127.0.0.1", 1);
-        snprintf(v, sizeof v, "%d", port);
-        setenv("MASTER_PORT", v, 1);
-        int out = open(out_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-        if (out < 0 || dup2(out, 1) < 0 || dup2(out, 2) < 0) _exit(126);
-        execvp(argv[0], argv);
-        _exit(127);
-    }
-    if (pid > 0) setpgid(pid, 0);
-    return pid;
-}
-
-/* Runs cmd as ranks first..first+count-1 of a world of `size` (each its own process), output into
- * out_fmt (with %d = rank); rc[k]: each one's exit code, -1 when it ran past `seconds` (then every
- * one still running is killed). Returns the wall time. */
-static double run_ranks(launch_cmd *c, int first, int count, int size, int port, const char *dump,
-                        int *rc, double seconds)
-{
-    pid_t pid[MAX_RANKS];
-    bool done[MAX_RANKS] = {0};
-    double t0 = now_seconds();
-    for (int k = 0; k < count; k++) {
-        char out_path[600];
-        snprintf(out_path, sizeof out_path, "%s/rank%d.txt", dump, first + k);
-        pid[k] = spawn_rank(c, first + k, size, port, out_path);
-        rc[k] = -1;
-        done[k] = pid[k] < 0;
-    }
-    for (;;) {
-        int left = 0;
-        for (int k = 0; k < count; k++) {
-            if (done[k]) continue;
-            int ws;
-            pid_t r = waitpid(pid[k], &ws, WNOHANG);
-            if (r == pid[k]) {
-                rc[k] = exit_code(ws);
-                done[k] = true;
-            } else if (r < 0 && errno != EINTR) {
-                done[k] = true;
-            } else {
-                left++;
-            }
-        }
-        if (left == 0) break;
-        if (now_seconds() - t0 > seconds) {
-            for (int k = 0; k < count; k++)
-                if (!done[k]) {
-                    kill(-pid[k], SIGKILL);
-                    waitpid(pid[k], NULL, 0);
-                }
-            break;
-        }
-        sleep_us(2000);
-    }
-    for (int k = 0; k < count; k++)
-        if (pid[k] > 0) kill(-pid[k], SIGKILL); /* anything left behind */
-    return now_seconds() - t0;
-}
 
 typedef struct {
     gt_metrics_step steps[LAUNCH_STEPS + 1];
@@ -160,9 +59,9 @@ static void run_tcp(const char *base, const char *name, const launch_layout *l, 
     int n = launch_ranks(l), rc[MAX_RANKS];
     launch_temp_dir(r->dump, sizeof r->dump, base, name);
     launch_layout_run_np(&c, l, 0, "test_tiny", r->dump, LAUNCH_STEPS);
-    int port = free_port();
+    int port = launch_free_port();
     EXPECT(port > 0, "no free TCP port");
-    double dt = run_ranks(&c, 0, n, n, port, r->dump, rc, RUN_SECONDS);
+    double dt = launch_env_ranks(&c, 0, n, n, NULL, port, r->dump, NULL, rc, RUN_SECONDS);
     int bad = 0;
     for (int k = 0; k < n; k++) {
         bad += rc[k] != 0;
@@ -206,8 +105,8 @@ static void run_alone(const char *base, const char *name, int rank, const char *
     launch_temp_dir(dump, sizeof dump, base, name);
     launch_layout_run_np(&c, &fsdp2, 0, "test_tiny", dump, LAUNCH_STEPS);
     launch_add(&c, "--comm.timeout_seconds=3");
-    int port = free_port();
-    double dt = run_ranks(&c, rank, 1, 2, port, dump, &rc, ALONE_SECONDS);
+    int port = launch_free_port();
+    double dt = launch_env_ranks(&c, rank, 1, 2, NULL, port, dump, NULL, &rc, ALONE_SECONDS);
     snprintf(out_path, sizeof out_path, "%s/rank%d.txt", dump, rank);
     char *out = read_all(out_path, NULL);
     printf("%-24s rank %d alone: exit %d, %.1f s\n", name, rank, rc, dt);
@@ -384,7 +283,7 @@ static int comm_rank_main(void)
 
 static void run_comm(int n)
 {
-    int port = free_port();
+    int port = launch_free_port();
     pid_t pid[MAX_RANKS];
     fflush(NULL);
     for (int r = 0; r < n; r++) {
