@@ -826,9 +826,11 @@ gt_status gt_train(const gt_config *cfg, gt_train_result *result, gt_error *err)
     local.error_is_local = st != GT_OK && gt_train_dist_multi(&t.dist) && !t.dist.error_agreed;
     for (int k = 0; k < GT_MESH_NDIMS && st != GT_OK; k++)
         local.device_abandoned |= gt_comm_nccl_aborted(t.dist.nccl[k]);
-    /* after an abort, freeing device memory or destroying the program synchronises with kernels
-     * that may never end (seen on 2 H200s: a stopped peer left rank 0 blocked in teardown past
-     * the watchdog's error); the process is about to exit and the driver reclaims everything */
+    /* after an abort, freeing device memory or destroying the program synchronises with device
+     * work that may never end (kernels captured in the step's CUDA graph before the abort); the
+     * process is about to exit and the driver reclaims everything. (Not yet seen working on a GPU:
+     * the stopped-peer case of tests/cuda/test_gpu_safety_launch.c hangs before the watchdog
+     * fires, see issue 7.) */
     if (!local.device_abandoned) teardown(&t);
     if (result) *result = local;
     return st;
