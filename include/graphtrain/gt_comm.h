@@ -166,6 +166,10 @@ void gt_comm_nccl_set_timeout(gt_comm *c, double seconds);
  * device work may include kernels that were captured in a CUDA graph before the abort and that a
  * device synchronisation would wait for, so a caller should leave the device as it is and exit. */
 bool gt_comm_nccl_aborted(const gt_comm *c);
+/* Aborts c (an NCCL communicator; a no-op on others): its in-flight kernels end and every later
+ * call fails citing `why`. For a rank that fails outside a device wait (a host collective timed
+ * out) while device collectives may still wait for a peer. */
+void gt_comm_nccl_abort(gt_comm *c, const char *why);
 /* The compute stream (a cudaStream_t, as void *) that c's next collectives are ordered with (a
  * request keeps the stream of its start). A no-op on other communicators. */
 void gt_comm_nccl_set_stream(gt_comm *c, void *compute_stream);

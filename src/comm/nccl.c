@@ -81,6 +81,11 @@ bool gt_comm_nccl_aborted(const gt_comm *c)
     return false;
 }
 
+void gt_comm_nccl_abort(gt_comm *c, const char *why)
+{
+    (void)c, (void)why;
+}
+
 void gt_comm_nccl_set_stream(gt_comm *c, void *compute_stream)
 {
     (void)c, (void)compute_stream;
@@ -560,6 +565,11 @@ void gt_comm_nccl_set_timeout(gt_comm *c, double seconds)
 bool gt_comm_nccl_aborted(const gt_comm *c)
 {
     return gt_comm_is_nccl(c) && gt_nccl_impl((gt_comm *)c)->aborted;
+}
+
+void gt_comm_nccl_abort(gt_comm *c, const char *why)
+{
+    if (gt_comm_is_nccl(c)) gt_nccl_abort(c, why);
 }
 
 void gt_comm_nccl_set_stream(gt_comm *c, void *compute_stream)

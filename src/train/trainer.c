@@ -824,13 +824,17 @@ gt_status gt_train(const gt_config *cfg, gt_train_result *result, gt_error *err)
     gt_train_result local = {.first_step = 1, .last_step = 0, .entropy_rate = NAN, .world_size = 1};
     gt_status st = run(&t, &local, err);
     local.error_is_local = st != GT_OK && gt_train_dist_multi(&t.dist) && !t.dist.error_agreed;
+    /* A failure of this rank alone (a host collective timed out, a peer died) may leave device
+     * collectives waiting for a peer that never comes: abort them so their kernels end. */
+    for (int k = 0; k < GT_MESH_NDIMS && local.error_is_local; k++)
+        gt_comm_nccl_abort(t.dist.nccl[k], err->msg);
     for (int k = 0; k < GT_MESH_NDIMS && st != GT_OK; k++)
         local.device_abandoned |= gt_comm_nccl_aborted(t.dist.nccl[k]);
     /* after an abort, freeing device memory or destroying the program synchronises with device
      * work that may never end (kernels captured in the step's CUDA graph before the abort); the
-     * process is about to exit and the driver reclaims everything. (Not yet seen working on a GPU:
-     * the stopped-peer case of tests/cuda/test_gpu_safety_launch.c hangs before the watchdog
-     * fires, see issue 7.) */
+     * process is about to exit and the driver reclaims everything. (Open, issue 7: with a stopped,
+     * not dead, peer on 2 H200s rank 0 never gets here: cuda-gdb finds its main thread in a
+     * cudaStreamSynchronize inside the step path, not in a watched wait.) */
     if (!local.device_abandoned) teardown(&t);
     if (result) *result = local;
     return st;
