@@ -181,12 +181,7 @@ gt_status gt_grad_add_scalar(gt_graph *g, gt_node_id n, const gt_value_id *dout,
     return GT_OK;
 }
 
-gt_status gt_grad_silu_backward(gt_graph *g, gt_node_id n, const gt_value_id *dout,
-                                gt_value_id *din, gt_error *err)
-{
-    (void)dout, (void)din;
-    return gt_grad_unsupported(g, n, err);
-}
+GT_GRAD_NONE(silu_backward)
 
 gt_status gt_grad_cast(gt_graph *g, gt_node_id n, const gt_value_id *dout, gt_value_id *din,
                        gt_error *err)
@@ -271,12 +266,7 @@ gt_status gt_grad_max(gt_graph *g, gt_node_id n, const gt_value_id *dout, gt_val
     return GT_OK;
 }
 
-gt_status gt_grad_max_backward(gt_graph *g, gt_node_id n, const gt_value_id *dout, gt_value_id *din,
-                               gt_error *err)
-{
-    (void)dout, (void)din;
-    return gt_grad_unsupported(g, n, err);
-}
+GT_GRAD_NONE(max_backward)
 
 /* ---------------------------------------------------------------- layout */
 

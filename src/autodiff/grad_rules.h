@@ -19,6 +19,14 @@
 
 /* Refusal shared by the ops that have no rule (the fused backward ops). */
 gt_status gt_grad_unsupported(gt_graph *g, gt_node_id n, gt_error *err);
+/* Defines gt_grad_<name> as that refusal: for ops nothing differentiates through. */
+#define GT_GRAD_NONE(name)                                                                         \
+    gt_status gt_grad_##name(gt_graph *g, gt_node_id n, const gt_value_id *dout, gt_value_id *din, \
+                             gt_error *err)                                                        \
+    {                                                                                              \
+        (void)dout, (void)din;                                                                     \
+        return gt_grad_unsupported(g, n, err);                                                     \
+    }
 
 /* dy (the gradient of a broadcasting op's output) summed back to the type of input x; returns dy
  * itself when the dims already match. */

@@ -3,9 +3,4 @@
  * if one does (a graph built by hand), the refusal names the op. */
 #include "autodiff/grad_rules.h"
 
-gt_status gt_grad_fused_elementwise(gt_graph *g, gt_node_id n, const gt_value_id *dout,
-                                    gt_value_id *din, gt_error *err)
-{
-    (void)dout, (void)din;
-    return gt_grad_unsupported(g, n, err);
-}
+GT_GRAD_NONE(fused_elementwise)

@@ -77,12 +77,7 @@ gt_status gt_grad_rms_norm(gt_graph *g, gt_node_id n, const gt_value_id *dout, g
     return GT_OK;
 }
 
-gt_status gt_grad_rms_norm_backward(gt_graph *g, gt_node_id n, const gt_value_id *dout,
-                                    gt_value_id *din, gt_error *err)
-{
-    (void)dout, (void)din;
-    return gt_grad_unsupported(g, n, err);
-}
+GT_GRAD_NONE(rms_norm_backward)
 
 gt_status gt_grad_rope(gt_graph *g, gt_node_id n, const gt_value_id *dout, gt_value_id *din,
                        gt_error *err)
@@ -145,12 +140,7 @@ gt_status gt_grad_sdpa(gt_graph *g, gt_node_id n, const gt_value_id *dout, gt_va
     return GT_OK;
 }
 
-gt_status gt_grad_sdpa_backward(gt_graph *g, gt_node_id n, const gt_value_id *dout,
-                                gt_value_id *din, gt_error *err)
-{
-    (void)dout, (void)din;
-    return gt_grad_unsupported(g, n, err);
-}
+GT_GRAD_NONE(sdpa_backward)
 
 /* ---------------------------------------------------------------- softmax, loss, embedding */
 
@@ -163,12 +153,7 @@ gt_status gt_grad_softmax(gt_graph *g, gt_node_id n, const gt_value_id *dout, gt
     return GT_OK;
 }
 
-gt_status gt_grad_softmax_backward(gt_graph *g, gt_node_id n, const gt_value_id *dout,
-                                   gt_value_id *din, gt_error *err)
-{
-    (void)dout, (void)din;
-    return gt_grad_unsupported(g, n, err);
-}
+GT_GRAD_NONE(softmax_backward)
 
 gt_status gt_grad_cross_entropy(gt_graph *g, gt_node_id n, const gt_value_id *dout,
                                 gt_value_id *din, gt_error *err)
@@ -179,12 +164,7 @@ gt_status gt_grad_cross_entropy(gt_graph *g, gt_node_id n, const gt_value_id *do
     return GT_OK; /* targets are integers: no gradient */
 }
 
-gt_status gt_grad_cross_entropy_backward(gt_graph *g, gt_node_id n, const gt_value_id *dout,
-                                         gt_value_id *din, gt_error *err)
-{
-    (void)dout, (void)din;
-    return gt_grad_unsupported(g, n, err);
-}
+GT_GRAD_NONE(cross_entropy_backward)
 
 gt_status gt_grad_embedding(gt_graph *g, gt_node_id n, const gt_value_id *dout, gt_value_id *din,
                             gt_error *err)
