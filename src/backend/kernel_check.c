@@ -117,3 +117,11 @@ bool gt_kernel_same_but(const gt_tensor *a, const gt_tensor *b, int dim)
         if (d != dim && a->shape[d] != b->shape[d]) return false;
     return true;
 }
+
+bool gt_kernel_rows_of_ids(const gt_tensor *ids, const gt_tensor *rows, int64_t d)
+{
+    bool ok = rows->ndim == ids->ndim + 1 && rows->shape[ids->ndim] == d;
+    for (int k = 0; ok && k < ids->ndim; k++)
+        ok = rows->shape[k] == ids->shape[k];
+    return ok;
+}

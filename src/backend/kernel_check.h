@@ -38,6 +38,8 @@ void gt_kernel_contig_strides(int ndim, const int64_t *shape, int64_t *strides);
 void gt_kernel_outer_inner(const gt_tensor *t, int dim, int64_t *outer, int64_t *inner);
 /* True when a and b have the same rank and agree on every dim except dim. */
 bool gt_kernel_same_but(const gt_tensor *a, const gt_tensor *b, int dim);
+/* True when rows has ids' shape plus a last dim d (an embedding's rows, or their gradient). */
+bool gt_kernel_rows_of_ids(const gt_tensor *ids, const gt_tensor *rows, int64_t d);
 
 #ifdef __cplusplus
 }

@@ -201,10 +201,7 @@ gt_status gt_cpu_embedding(const gt_kernel_call *c, gt_error *err)
     GT_TRY(gt_kernel_want_rank(c, w, "w", 2, err));
     GT_TRY(gt_kernel_want_same_dtype(c, w, "w", out, "output", err));
     int64_t vocab = w->shape[0], d = w->shape[1];
-    bool ok = out->ndim == ids->ndim + 1 && out->shape[ids->ndim] == d;
-    for (int k = 0; ok && k < ids->ndim; k++)
-        ok = out->shape[k] == ids->shape[k];
-    if (!ok) {
+    if (!gt_kernel_rows_of_ids(ids, out, d)) {
         char bw[128], bi[128], bo[128];
         return gt_error_set(err, GT_ERR_SHAPE,
                             "embedding: w %s, ids %s: output %s should be "
@@ -238,10 +235,7 @@ gt_status gt_cpu_embedding_backward(const gt_kernel_call *c, gt_error *err)
     GT_TRY(gt_cpu_want_f32(c, dw, "dw", err));
     GT_TRY(gt_kernel_want_rank(c, dw, "dw", 2, err));
     int64_t vocab = dw->shape[0], d = dw->shape[1];
-    bool ok = vocab == c->e[0] && dy->ndim == ids->ndim + 1 && dy->shape[ids->ndim] == d;
-    for (int k = 0; ok && k < ids->ndim; k++)
-        ok = dy->shape[k] == ids->shape[k];
-    if (!ok) {
+    if (vocab != c->e[0] || !gt_kernel_rows_of_ids(ids, dy, d)) {
         char bi[128], bd[128], bw[128];
         return gt_error_set(err, GT_ERR_SHAPE,
                             "embedding_backward: ids %s, dy %s, dw %s: expected "

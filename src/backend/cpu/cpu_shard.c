@@ -15,15 +15,6 @@
 #include <math.h>
 #include <string.h>
 
-/* out must be ids' shape plus a last dim d. */
-static bool gt_cpu_rows_shape(const gt_tensor *ids, const gt_tensor *rows, int64_t d)
-{
-    bool ok = rows->ndim == ids->ndim + 1 && rows->shape[ids->ndim] == d;
-    for (int k = 0; ok && k < ids->ndim; k++)
-        ok = rows->shape[k] == ids->shape[k];
-    return ok;
-}
-
 gt_status gt_cpu_embedding_shard(const gt_kernel_call *c, gt_error *err)
 {
     GT_TRY(gt_kernel_want_attrs(c, 0, 0, 1, err));
@@ -34,7 +25,7 @@ gt_status gt_cpu_embedding_shard(const gt_kernel_call *c, gt_error *err)
     GT_TRY(gt_kernel_want_rank(c, w, "w", 2, err));
     GT_TRY(gt_kernel_want_same_dtype(c, w, "w", out, "output", err));
     int64_t vl = w->shape[0], d = w->shape[1], start = c->e[0];
-    if (!gt_cpu_rows_shape(ids, out, d)) {
+    if (!gt_kernel_rows_of_ids(ids, out, d)) {
         char bw[128], bi[128], bo[128];
         return gt_error_set(err, GT_ERR_SHAPE,
                             "embedding_shard: w %s, ids %s: output %s should be [ids..., %lld]",
@@ -66,7 +57,7 @@ gt_status gt_cpu_embedding_shard_backward(const gt_kernel_call *c, gt_error *err
     GT_TRY(gt_cpu_want_f32(c, dw, "dw", err));
     GT_TRY(gt_kernel_want_rank(c, dw, "dw", 2, err));
     int64_t vl = dw->shape[0], d = dw->shape[1], start = c->e[1];
-    if (vl != c->e[0] || !gt_cpu_rows_shape(ids, dy, d)) {
+    if (vl != c->e[0] || !gt_kernel_rows_of_ids(ids, dy, d)) {
         char bi[128], bd[128], bw[128];
         return gt_error_set(err, GT_ERR_SHAPE,
                             "embedding_shard_backward: ids %s, dy %s, dw %s: expected dy "

@@ -124,9 +124,9 @@ __device__ __forceinline__ void gt_index_offsets(const gt_cuda_index &ix, int64_
     }
 }
 
-/* Fixed-order block reduction of one float per thread (blockDim.x a power of two <= 1024); every
- * thread gets the result. `sh` holds blockDim.x floats. */
-__device__ __forceinline__ float gt_block_sum(float v, float *sh)
+/* Fixed-order block reduction of one value per thread (float or double; blockDim.x a power of two
+ * <= 1024); every thread gets the result. `sh` holds blockDim.x values. */
+template <typename T> __device__ __forceinline__ T gt_block_sum(T v, T *sh)
 {
     sh[threadIdx.x] = v;
     __syncthreads();
@@ -134,7 +134,7 @@ __device__ __forceinline__ float gt_block_sum(float v, float *sh)
         if (threadIdx.x < w) sh[threadIdx.x] += sh[threadIdx.x + w];
         __syncthreads();
     }
-    float r = sh[0];
+    T r = sh[0];
     __syncthreads();
     return r;
 }

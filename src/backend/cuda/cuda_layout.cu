@@ -462,10 +462,8 @@ gt_status gt_cuda_embedding(gt_cuda_stream *s, const gt_kernel_call *c, gt_error
     GT_TRY(gt_cuda_same_dtype(c, w, out, err));
     if (w->ndim != 2) return gt_cuda_shape_error(c, "w must be [V, D]", err);
     int64_t vocab = w->shape[0], d = w->shape[1];
-    bool ok = out->ndim == ids->ndim + 1 && out->shape[ids->ndim] == d;
-    for (int k = 0; ok && k < ids->ndim; k++)
-        ok = out->shape[k] == ids->shape[k];
-    if (!ok) return gt_cuda_shape_error(c, "output should be [ids..., D]", err);
+    if (!gt_kernel_rows_of_ids(ids, out, d))
+        return gt_cuda_shape_error(c, "output should be [ids..., D]", err);
     int64_t n = gt_tensor_numel(ids);
     if (n * d == 0) return GT_OK;
     int64_t row = d * (int64_t)gt_dtype_size(w->dtype);
@@ -630,10 +628,7 @@ gt_status gt_cuda_embedding_backward(gt_cuda_stream *s, const gt_kernel_call *c,
     GT_TRY(gt_kernel_want_float(c, dw, "dw", err));
     if (dw->ndim != 2) return gt_cuda_shape_error(c, "dw must be [V, D]", err);
     int64_t vocab = dw->shape[0], d = dw->shape[1];
-    bool ok = vocab == c->e[0] && dy->ndim == ids->ndim + 1 && dy->shape[ids->ndim] == d;
-    for (int k = 0; ok && k < ids->ndim; k++)
-        ok = dy->shape[k] == ids->shape[k];
-    if (!ok)
+    if (vocab != c->e[0] || !gt_kernel_rows_of_ids(ids, dy, d))
         return gt_cuda_shape_error(c, "expected dy [ids..., D] and dw [num_embeddings, D]", err);
     if (vocab * d == 0) return GT_OK;
     int64_t n = gt_tensor_numel(ids);

@@ -34,19 +34,6 @@
 #define GT_RMS_BWD_THREADS 512
 #define GT_ROPE_ITEMS 256
 
-__device__ __forceinline__ double gt_block_sum_dbl(double v, double *sh)
-{
-    sh[threadIdx.x] = v;
-    __syncthreads();
-    for (unsigned w = blockDim.x / 2; w > 0; w >>= 1) {
-        if (threadIdx.x < w) sh[threadIdx.x] += sh[threadIdx.x + w];
-        __syncthreads();
-    }
-    double r = sh[0];
-    __syncthreads();
-    return r;
-}
-
 /* ---------------------------------------------------------------- 8-wide loads and stores */
 
 /* Elements [i, i + 8) (i % 8 == 0, base 16-byte aligned): one 16-byte access for bf16/f16, two
@@ -268,7 +255,7 @@ __global__ void __launch_bounds__(GT_CUDA_THREADS)
             double v = gt_ld(x, dxt, base + j);
             ss += v * v;
         }
-        ss = gt_block_sum_dbl(ss, sh);
+        ss = gt_block_sum(ss, sh);
         double s = 1.0 / sqrt(ss / (double)d + eps);
         if (mode == 0) {
             float sf = (float)s;
@@ -282,7 +269,7 @@ __global__ void __launch_bounds__(GT_CUDA_THREADS)
             double xhat = (double)gt_ld(x, dxt, base + j) * s;
             dot += (double)gt_ld(w, dwt, j) * gt_ld(dy, ddy, base + j) * xhat;
         }
-        double mean = gt_block_sum_dbl(dot, sh) / (double)d;
+        double mean = gt_block_sum(dot, sh) / (double)d;
         for (int64_t j = threadIdx.x; j < d; j += blockDim.x) {
             double xv = gt_ld(x, dxt, base + j);
             double gv = (double)gt_ld(w, dwt, j) * gt_ld(dy, ddy, base + j);

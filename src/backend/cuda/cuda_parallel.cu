@@ -53,30 +53,6 @@ gt_status gt_cuda_wait(gt_cuda_stream *s, const gt_kernel_call *c, gt_error *err
 
 /* ---------------------------------------------------------------- shared helpers */
 
-/* out must be ids' shape plus a last dim d. */
-static bool gt_par_rows_shape(const gt_tensor *ids, const gt_tensor *rows, int64_t d)
-{
-    bool ok = rows->ndim == ids->ndim + 1 && rows->shape[ids->ndim] == d;
-    for (int k = 0; ok && k < ids->ndim; k++)
-        ok = rows->shape[k] == ids->shape[k];
-    return ok;
-}
-
-/* Fixed-order block sum of one double per thread (blockDim.x = GT_PAR_THREADS); every thread gets
- * the result. */
-__device__ __forceinline__ double gt_par_block_sum(double v, double *sh)
-{
-    sh[threadIdx.x] = v;
-    __syncthreads();
-    for (unsigned w = blockDim.x / 2; w > 0; w >>= 1) {
-        if (threadIdx.x < w) sh[threadIdx.x] += sh[threadIdx.x + w];
-        __syncthreads();
-    }
-    double r = sh[0];
-    __syncthreads();
-    return r;
-}
-
 static unsigned gt_par_grid(int64_t rows)
 {
     return (unsigned)(rows < 1 ? 1 : rows < 65536 ? rows : 65536);
@@ -122,7 +98,7 @@ gt_status gt_cuda_embedding_shard(gt_cuda_stream *s, const gt_kernel_call *c, gt
     GT_TRY(gt_kernel_want_rank(c, w, "w", 2, err));
     GT_TRY(gt_kernel_want_same_dtype(c, w, "w", out, "output", err));
     int64_t vl = w->shape[0], d = w->shape[1], start = c->e[0];
-    if (!gt_par_rows_shape(ids, out, d))
+    if (!gt_kernel_rows_of_ids(ids, out, d))
         return gt_cuda_shape_error(c, "output should be [ids..., D] for w [Vl, D]", err);
     int64_t n = gt_tensor_numel(ids);
     if (n * d == 0) return GT_OK;
@@ -214,7 +190,7 @@ gt_status gt_cuda_embedding_shard_backward(gt_cuda_stream *s, const gt_kernel_ca
     GT_TRY(gt_kernel_want_float(c, dw, "dw", err));
     GT_TRY(gt_kernel_want_rank(c, dw, "dw", 2, err));
     int64_t vl = dw->shape[0], d = dw->shape[1], start = c->e[1];
-    if (vl != c->e[0] || !gt_par_rows_shape(ids, dy, d))
+    if (vl != c->e[0] || !gt_kernel_rows_of_ids(ids, dy, d))
         return gt_cuda_shape_error(c, "expected dy [ids..., D] and dw [num_embeddings, D]", err);
     if (vl * d == 0) return GT_OK;
     int64_t n = gt_tensor_numel(ids);
@@ -274,7 +250,7 @@ __global__ void __launch_bounds__(GT_PAR_THREADS)
         if (!isnan(m) && !isinf(m))
             for (int64_t j = threadIdx.x; j < v; j += blockDim.x)
                 sum += (double)expf(gt_ld(x, dx, base + j) - m);
-        sum = gt_par_block_sum(sum, shd);
+        sum = gt_block_sum(sum, shd);
         if (threadIdx.x == 0)
             gt_st(out, dout, i, isnan(m) || isinf(m) ? m : (float)((double)m + log(sum)));
     }
@@ -336,8 +312,8 @@ __global__ void __launch_bounds__(GT_PAR_THREADS)
         if (local >= 0 && local < vl)
             total += (double)gt_ld(lse, dl, i) - (double)gt_ld(x, dx, i * vl + local);
     }
-    total = gt_par_block_sum(total, sh);
-    count = gt_par_block_sum(count, sh); /* integers below 2^53: exact in any order */
+    total = gt_block_sum(total, sh);
+    count = gt_block_sum(count, sh); /* integers below 2^53: exact in any order */
     if (threadIdx.x == 0) gt_st(out, dout, 0, (float)(total / count));
 }
 
@@ -366,7 +342,7 @@ __global__ void __launch_bounds__(GT_PAR_THREADS)
         if (t != ignore && t < 0) gt_flag(flag, GT_OP_CROSS_ENTROPY_SHARD_BACKWARD, i, limit);
         count += t != ignore && t >= 0 ? 1.0 : 0.0;
     }
-    count = gt_par_block_sum(count, sh);
+    count = gt_block_sum(count, sh);
     if (threadIdx.x == 0) *n_valid = (int64_t)count;
 }
 

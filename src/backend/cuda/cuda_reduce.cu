@@ -17,19 +17,6 @@
 
 #define GT_RED_SMALL 32 /* groups of at most this many terms: one thread per group */
 
-__device__ __forceinline__ double gt_block_sum_d(double v, double *sh)
-{
-    sh[threadIdx.x] = v;
-    __syncthreads();
-    for (unsigned w = blockDim.x / 2; w > 0; w >>= 1) {
-        if (threadIdx.x < w) sh[threadIdx.x] += sh[threadIdx.x + w];
-        __syncthreads();
-    }
-    double r = sh[0];
-    __syncthreads();
-    return r;
-}
-
 /* ---------------------------------------------------------------- sum / mean / max / sum_to */
 
 /* Shape-only tuning of the split paths (never the SM count: the order of a sum must be the same
@@ -107,7 +94,7 @@ __global__ void __launch_bounds__(GT_CUDA_THREADS)
             else
                 m = gt_nanmax(v, m);
         }
-        double t = kind == 0 ? gt_block_sum_d(acc, shd) : (double)gt_block_max(m, shf);
+        double t = kind == 0 ? gt_block_sum(acc, shd) : (double)gt_block_max(m, shf);
         if (threadIdx.x == 0) {
             if (splits > 1)
                 part[b] = t;
@@ -178,7 +165,7 @@ __global__ void __launch_bounds__(GT_CUDA_THREADS)
             acc += v;
             m = gt_nanmax(v, m);
         }
-        double t = kind == 0 ? gt_block_sum_d(acc, shd) : (double)gt_block_max(m, shf);
+        double t = kind == 0 ? gt_block_sum(acc, shd) : (double)gt_block_max(m, shf);
         if (tid == 0) {
             if (splits > 1)
                 part[b] = t;
@@ -207,7 +194,7 @@ __global__ void __launch_bounds__(GT_CUDA_THREADS)
                 m = gt_nanmax((float)v, m);
         }
         if (kind == 0) {
-            double t = gt_block_sum_d(acc, shd);
+            double t = gt_block_sum(acc, shd);
             if (threadIdx.x == 0) gt_st(out, dout, g, (float)(t / divisor));
         } else {
             float t = gt_block_max(m, shf);
@@ -522,7 +509,7 @@ __global__ void __launch_bounds__(GT_CUDA_THREADS)
             double sum = 0.0;
             for (int64_t j = threadIdx.x; j < n; j += blockDim.x)
                 sum += expf(gt_ld(a, da, base + j * inner) - m);
-            sum = gt_block_sum_d(sum, shd);
+            sum = gt_block_sum(sum, shd);
             float inv = (float)(1.0 / sum);
             for (int64_t j = threadIdx.x; j < n; j += blockDim.x)
                 gt_st(out, dout, base + j * inner, expf(gt_ld(a, da, base + j * inner) - m) * inv);
@@ -531,7 +518,7 @@ __global__ void __launch_bounds__(GT_CUDA_THREADS)
             double dot = 0.0;
             for (int64_t j = threadIdx.x; j < n; j += blockDim.x)
                 dot += (double)gt_ld(a, da, base + j * inner) * gt_ld(b, db, base + j * inner);
-            float df = (float)gt_block_sum_d(dot, shd);
+            float df = (float)gt_block_sum(dot, shd);
             for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
                 int64_t k = base + j * inner;
                 gt_st(out, dout, k, gt_ld(a, da, k) * (gt_ld(b, db, k) - df));
