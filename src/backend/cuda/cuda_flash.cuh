@@ -54,6 +54,15 @@ __device__ __forceinline__ void gt_mma_bf16(float c[4], const uint32_t a[4], uin
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
+/* c0 += a B0 and c1 += a B1, where b holds B0 (b[0], b[1]) and B1 (b[2], b[3]) as gt_frag_bt2 and
+ * gt_frag_b2 load them: one A fragment against two adjacent 8-column blocks. */
+__device__ __forceinline__ void gt_mma_bf16x2(float c0[4], float c1[4], const uint32_t a[4],
+                                              const uint32_t b[4])
+{
+    gt_mma_bf16(c0, a, b[0], b[1]);
+    gt_mma_bf16(c1, a, b[2], b[3]);
+}
+
 /* 2^x on the special-function unit with denormal results flushed to zero (ex2.approx.ftz: one
  * instruction; exp2f adds a range test and two multiplies to produce results below 2^-126,
  * which no softmax weight of a row whose largest weight is 1 can usefully carry). 2^-inf = 0. */

@@ -5,12 +5,11 @@
  *   dP = dO V^T;  dS = P * (dP - D_i)
  *   dV_j = sum_i P_ij dO_i;  dK_j = scale sum_i dS_ij Q_i
  *        kernel 2: one block per (batch, kv head, 64 keys), warp w owns keys 16w..16w+15 and keeps
- *        dK, dV in registers (tile shapes: gt_flash_bwd_cfg); it loops over the group's query heads in order, then query tiles in
- *        order (causal: from the diagonal on), so every dK/dV sum has one owner and one order.
- *   dQ_i = scale sum_j dS_ij K_j
- *        kernel 3: one block per (batch, head, 64 queries), warp w owns 16 queries, key tiles in
- *        order; it recomputes S and dP (two more products than FlashAttention-2's atomic dQ, the
- *        price of determinism without a dS buffer of size s x t).
+ *        dK, dV in registers (tile shapes: gt_flash_bwd_cfg); it loops over the group's query heads
+ * in order, then query tiles in order (causal: from the diagonal on), so every dK/dV sum has one
+ * owner and one order. dQ_i = scale sum_j dS_ij K_j kernel 3: one block per (batch, head, 64
+ * queries), warp w owns 16 queries, key tiles in order; it recomputes S and dP (two more products
+ * than FlashAttention-2's atomic dQ, the price of determinism without a dS buffer of size s x t).
  * Both kernels double-buffer the streamed tiles (Q, dO, lse, D resp. K, V) with cp.async, so tile
  * j + 1 loads while tile j is multiplied; fragments come from shared memory by ldmatrix.
  * Kernel 1 also writes lse2_i = lse_i log2 e (+inf for a row that saw no key, so that
@@ -58,9 +57,9 @@ template <int D> __global__ void gt_k_flash_dsum(gt_flash f, float *dsum, float 
  * hold invisible pairs (past the causal diagonal, past s or t), whose P and dS become 0; the
  * tests run in 32-bit offsets from the tile's corner. */
 template <int NT, bool KEYS_ARE_ROWS, bool MASK>
-__device__ __forceinline__ void
-gt_flash_p_ds(const gt_flash &f, float (*sc)[4], float (*dp)[4], int64_t r0, int64_t c0, int lane,
-              const float *lsm, const float *dsm, const float *lr, const float *dr)
+__device__ __forceinline__ void gt_flash_p_ds(const gt_flash &f, float (*sc)[4], float (*dp)[4],
+                                              int64_t r0, int64_t c0, int lane, const float *lsm,
+                                              const float *dsm, const float *lr, const float *dr)
 {
     /* rows at or past rlim and columns at or past clim do not exist; a pair is past the causal
      * diagonal when key - query > 0, i.e. (ri - ci) > dk for key rows, (ci - ri) > dk otherwise */
@@ -216,14 +215,12 @@ __global__ void __launch_bounds__(32 * WARPS, MINB) gt_k_flash_dkdv(gt_flash f)
                     gt_frag_bt2(b, qs, LD, n * 8, kc * 16, lane);
 #pragma unroll
                     for (int mt = 0; mt < MT; mt++) {
-                        gt_mma_bf16(sc[mt][n], ka[mt], b[0], b[1]);
-                        gt_mma_bf16(sc[mt][n + 1], ka[mt], b[2], b[3]);
+                        gt_mma_bf16x2(sc[mt][n], sc[mt][n + 1], ka[mt], b);
                     }
                     gt_frag_bt2(b, gs, LD, n * 8, kc * 16, lane);
 #pragma unroll
                     for (int mt = 0; mt < MT; mt++) {
-                        gt_mma_bf16(dp[mt][n], va[mt], b[0], b[1]);
-                        gt_mma_bf16(dp[mt][n + 1], va[mt], b[2], b[3]);
+                        gt_mma_bf16x2(dp[mt][n], dp[mt][n + 1], va[mt], b);
                     }
                 }
             }
@@ -255,14 +252,12 @@ __global__ void __launch_bounds__(32 * WARPS, MINB) gt_k_flash_dkdv(gt_flash f)
                     gt_frag_b2(b, gs, LD, kc * 16, n * 8, lane);
 #pragma unroll
                     for (int mt = 0; mt < MT; mt++) {
-                        gt_mma_bf16(dv[mt][n], pa[mt], b[0], b[1]);
-                        gt_mma_bf16(dv[mt][n + 1], pa[mt], b[2], b[3]);
+                        gt_mma_bf16x2(dv[mt][n], dv[mt][n + 1], pa[mt], b);
                     }
                     gt_frag_b2(b, qs, LD, kc * 16, n * 8, lane);
 #pragma unroll
                     for (int mt = 0; mt < MT; mt++) {
-                        gt_mma_bf16(dk[mt][n], sa[mt], b[0], b[1]);
-                        gt_mma_bf16(dk[mt][n + 1], sa[mt], b[2], b[3]);
+                        gt_mma_bf16x2(dk[mt][n], dk[mt][n + 1], sa[mt], b);
                     }
                 }
             }
@@ -368,14 +363,12 @@ __global__ void __launch_bounds__(32 * WARPS, MINB) gt_k_flash_dq(gt_flash f)
                     gt_frag_bt2(b, ks, LD, n * 8, kc * 16, lane);
 #pragma unroll
                     for (int mt = 0; mt < MT; mt++) {
-                        gt_mma_bf16(sc[mt][n], qf[mt][kc], b[0], b[1]);
-                        gt_mma_bf16(sc[mt][n + 1], qf[mt][kc], b[2], b[3]);
+                        gt_mma_bf16x2(sc[mt][n], sc[mt][n + 1], qf[mt][kc], b);
                     }
                     gt_frag_bt2(b, vs, LD, n * 8, kc * 16, lane);
 #pragma unroll
                     for (int mt = 0; mt < MT; mt++) {
-                        gt_mma_bf16(dp[mt][n], gf[mt][kc], b[0], b[1]);
-                        gt_mma_bf16(dp[mt][n + 1], gf[mt][kc], b[2], b[3]);
+                        gt_mma_bf16x2(dp[mt][n], dp[mt][n + 1], gf[mt][kc], b);
                     }
                 }
             bool mask = qw + RW > f.s || k0 + BK > f.t || (f.causal && k0 + BK - 1 > qw);
@@ -402,8 +395,7 @@ __global__ void __launch_bounds__(32 * WARPS, MINB) gt_k_flash_dq(gt_flash f)
                     gt_frag_b2(b, ks, LD, kc * 16, n * 8, lane);
 #pragma unroll
                     for (int mt = 0; mt < MT; mt++) {
-                        gt_mma_bf16(dq[mt][n], sa[mt], b[0], b[1]);
-                        gt_mma_bf16(dq[mt][n + 1], sa[mt], b[2], b[3]);
+                        gt_mma_bf16x2(dq[mt][n], dq[mt][n + 1], sa[mt], b);
                     }
                 }
             }
@@ -428,8 +420,8 @@ __global__ void __launch_bounds__(32 * WARPS, MINB) gt_k_flash_dq(gt_flash f)
 /* ---------------------------------------------------------------- host side */
 
 template <int D>
-static gt_status gt_flash_dsum_launch(gt_cuda_stream *s, const gt_kernel_call *c,
-                                      const gt_flash *f, gt_error *err)
+static gt_status gt_flash_dsum_launch(gt_cuda_stream *s, const gt_kernel_call *c, const gt_flash *f,
+                                      gt_error *err)
 {
     int64_t rows = f->b * f->hq * f->s;
     gt_k_flash_dsum<D><<<(unsigned)((rows * 8 + 255) / 256), 256, 0, s->stream>>>(

@@ -2,16 +2,16 @@
  *
  * One block of warps per (batch * head, tile of queries); each warp owns 16 (d = 16: 32) query
  * rows and keeps their Q fragments, the running max m, partial sum l and the output accumulator O
- * in registers (gt_flash_fwd_cfg gives the shapes). Key tiles of 64 go through shared memory in index order (causal: only
- * tiles up to the diagonal), double-buffered: cp.async brings tile j + 1 while tile j is
- * multiplied. Per tile, with x = S * scale * log2 e: m' = max(m, max_j x_j);  p_j = 2^(x_j - m');
- * l' = l 2^(m - m') + sum_j p_j; O' = O 2^(m - m') + P V   (P rounded to bf16 for the tensor cores,
- * as FlashAttention-2). Each thread holds a quarter of two rows; l stays a per-thread partial until
- * the end, then the quad adds it by a fixed butterfly. out = O / l, lse = (m + log2 l) ln 2. The
- * query head h reads kv head h / (hq / hkv) directly (GQA without repeating k, v). Query tiles run
- * last-first so the long causal rows start early. Only tiles that cross the diagonal or the end
- * of the keys test each score (one uniform branch per tile: a per-element test compiled to
- * predicated instructions cost the unmasked tiles a third of their issue slots). */
+ * in registers (gt_flash_fwd_cfg gives the shapes). Key tiles of 64 go through shared memory in
+ * index order (causal: only tiles up to the diagonal), double-buffered: cp.async brings tile j + 1
+ * while tile j is multiplied. Per tile, with x = S * scale * log2 e: m' = max(m, max_j x_j);  p_j =
+ * 2^(x_j - m'); l' = l 2^(m - m') + sum_j p_j; O' = O 2^(m - m') + P V   (P rounded to bf16 for the
+ * tensor cores, as FlashAttention-2). Each thread holds a quarter of two rows; l stays a per-thread
+ * partial until the end, then the quad adds it by a fixed butterfly. out = O / l, lse = (m + log2
+ * l) ln 2. The query head h reads kv head h / (hq / hkv) directly (GQA without repeating k, v).
+ * Query tiles run last-first so the long causal rows start early. Only tiles that cross the
+ * diagonal or the end of the keys test each score (one uniform branch per tile: a per-element test
+ * compiled to predicated instructions cost the unmasked tiles a third of their issue slots). */
 #include "cuda_flash.cuh"
 
 #include <math.h>
@@ -61,8 +61,7 @@ gt_flash_fwd_tile(const gt_flash &f, const uint32_t (&qf)[MT][D / 16][4], float 
             gt_frag_bt2(b, ks, LD, n * 8, kc * 16, lane);
 #pragma unroll
             for (int mt = 0; mt < MT; mt++) {
-                gt_mma_bf16(sc[mt][n], qf[mt][kc], b[0], b[1]);
-                gt_mma_bf16(sc[mt][n + 1], qf[mt][kc], b[2], b[3]);
+                gt_mma_bf16x2(sc[mt][n], sc[mt][n + 1], qf[mt][kc], b);
             }
         }
     /* keys at or past lim (relative to k0) do not exist */
@@ -125,8 +124,7 @@ gt_flash_fwd_tile(const gt_flash &f, const uint32_t (&qf)[MT][D / 16][4], float 
             gt_frag_b2(b, vs, LD, kc * 16, n * 8, lane);
 #pragma unroll
             for (int mt = 0; mt < MT; mt++) {
-                gt_mma_bf16(o[mt][n], pa[mt], b[0], b[1]);
-                gt_mma_bf16(o[mt][n + 1], pa[mt], b[2], b[3]);
+                gt_mma_bf16x2(o[mt][n], o[mt][n + 1], pa[mt], b);
             }
         }
     }
