@@ -64,31 +64,12 @@ static inline bool gt_fused_has_extra_bits(int64_t w)
     return ((uint64_t)w >> 40) != 0;
 }
 
-/* Operands an op reads: 1 or 2; 0 when the op cannot be part of a program. */
+/* Operands an op reads: 1 or 2 for the elementwise ops of gt_ops.def (GT_OPF_ELEMENTWISE); 0 when
+ * the op cannot be part of a program. */
 static inline int gt_fused_arity(int op)
 {
-    switch (op) {
-    case GT_OP_ADD:
-    case GT_OP_SUB:
-    case GT_OP_MUL:
-    case GT_OP_DIV:
-    case GT_OP_SILU_BACKWARD:
-        return 2;
-    case GT_OP_NEG:
-    case GT_OP_EXP:
-    case GT_OP_LOG:
-    case GT_OP_SQRT:
-    case GT_OP_RSQRT:
-    case GT_OP_SILU:
-    case GT_OP_SIGMOID:
-    case GT_OP_SCALE:
-    case GT_OP_ADD_SCALAR:
-    case GT_OP_CAST:
-    case GT_OP_CLAMP:
-        return 1;
-    default:
-        return 0;
-    }
+    const gt_op_info *info = gt_op_get((gt_op)op);
+    return info && (info->flags & GT_OPF_ELEMENTWISE) ? info->n_in : 0;
 }
 
 /* Float attributes an op reads (scale, add_scalar: 1; clamp: 2). */

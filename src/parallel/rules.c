@@ -378,26 +378,11 @@ static gt_status rule_concat(gt_shard_ctx *c, gt_error *err)
 
 gt_shard_rule gt_shard_rule_for(gt_op op)
 {
+    const gt_op_info *info = gt_op_get(op);
+    if (info && (info->flags & GT_OPF_ELEMENTWISE)) return rule_elementwise;
     switch (op) {
     case GT_OP_FULL:
         return rule_source;
-    case GT_OP_ADD:
-    case GT_OP_SUB:
-    case GT_OP_MUL:
-    case GT_OP_DIV:
-    case GT_OP_NEG:
-    case GT_OP_EXP:
-    case GT_OP_LOG:
-    case GT_OP_SQRT:
-    case GT_OP_RSQRT:
-    case GT_OP_SILU:
-    case GT_OP_SIGMOID:
-    case GT_OP_SCALE:
-    case GT_OP_ADD_SCALAR:
-    case GT_OP_SILU_BACKWARD:
-    case GT_OP_CAST:
-    case GT_OP_CLAMP:
-        return rule_elementwise;
     case GT_OP_SUM:
     case GT_OP_MEAN:
     case GT_OP_MAX:
