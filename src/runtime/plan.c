@@ -106,20 +106,11 @@ static void share_buffers(gt_plan *p, const uint8_t *roles, const gt_plan_option
     gt_value_plan *vp = p->values;
     for (int32_t pos = 0; pos < p->n_order; pos++) {
         const gt_node *nd = &g->nodes[p->order[pos]];
-        if (nd->op == GT_OP_WAIT) {
-            /* The wait hands over the bytes its start's collective wrote (gt_ops.def): always
-             * the start's buffer, whatever the options, since the executor writes it there. */
-            gt_value_id in = nd->in[0], out = nd->out[0];
-            gt_value_id r = find_root(vp, in);
-            vp[out].root = r;
-            vp[out].shared = 1;
-            if (vp[out].last > group_last[r]) group_last[r] = vp[out].last;
-            p->n_views++;
-            continue;
-        }
-        if (nd->op == GT_OP_RESHAPE && !opts->no_views) {
-            gt_value_id in = nd->in[0], out = nd->out[0];
-            gt_value_id r = find_root(vp, in);
+        /* A reshape is a view of its input unless views are off. A wait hands over the bytes its
+         * start's collective wrote (gt_ops.def): always the start's buffer, whatever the
+         * options, since the executor writes it there. */
+        if (nd->op == GT_OP_WAIT || (nd->op == GT_OP_RESHAPE && !opts->no_views)) {
+            gt_value_id out = nd->out[0], r = find_root(vp, nd->in[0]);
             vp[out].root = r;
             vp[out].shared = 1;
             if (vp[out].last > group_last[r]) group_last[r] = vp[out].last;
