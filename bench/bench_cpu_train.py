@@ -39,7 +39,6 @@ users of a shared machine spreads over all of them.
 usage: bench/bench_cpu_train.py [GRAPHTRAIN] [--models test_tiny,debugmodel] [--steps 25]
         [--skip 5] [--repeats 3] [--threads 1,2] [--modes eager,compile] [--json out.json]
 """
-import argparse
 import json
 import os
 import re
@@ -50,24 +49,14 @@ import sys
 import tempfile
 import time
 
-# Shapes of src/models/flavors.c (ffn written out: torchtitan's rule gives 192 and 768), the
-# benchmark's batch shape, and the RoPE original context of each flavor.
+import bench_common as bc  # shapes, hyper-parameters, schedule, HF config: bench/bench_common.py
+
+# The shapes of bench_common.SHAPES with the benchmark's batch shape.
 MODELS = {
-    "test_tiny": dict(dim=64, layers=2, heads=4, kv_heads=4, vocab=256, ffn=192, rope_original=256,
-                      batch=8, seq=128),
-    "debugmodel": dict(dim=256, layers=6, heads=16, kv_heads=16, vocab=2048, ffn=768,
-                       rope_original=8192, batch=2, seq=256),
+    "test_tiny": dict(bc.SHAPES["test_tiny"], batch=8, seq=128),
+    "debugmodel": dict(bc.SHAPES["debugmodel"], batch=2, seq=256),
 }
-LR, BETAS, EPS, WEIGHT_DECAY, MAX_NORM, WARMUP = 8e-4, (0.9, 0.95), 1e-8, 0.1, 1.0, 2
 WORKER_TIMEOUT_S = 900
-
-
-def lr_at(step, steps):
-    """graphtrain's default schedule (torchtitan's): linear warmup over WARMUP steps starting at
-    lr/WARMUP, then linear decay to 0 over the remaining steps."""
-    if step <= WARMUP:
-        return LR * step / WARMUP
-    return LR * (1.0 - (step - WARMUP - 1) / (steps - WARMUP))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -86,34 +75,15 @@ def torch_worker(spec):
     import torch
     import torch.nn.functional as F
     import transformers
-    from transformers import LlamaConfig, LlamaForCausalLM
+    from transformers import LlamaForCausalLM
 
     rss_import = current_rss_bytes()
     m = MODELS[spec["model"]]
     torch.set_num_threads(spec["threads"])
     torch.manual_seed(0)
-    common = dict(
-        hidden_size=m["dim"], intermediate_size=m["ffn"], num_hidden_layers=m["layers"],
-        num_attention_heads=m["heads"], num_key_value_heads=m["kv_heads"], vocab_size=m["vocab"],
-        head_dim=m["dim"] // m["heads"], rms_norm_eps=1e-5, max_position_embeddings=131072,
-        tie_word_embeddings=False, attention_bias=False, mlp_bias=False, hidden_act="silu",
-        attention_dropout=0.0)
-    scaling = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
-               "high_freq_factor": 4.0, "original_max_position_embeddings": m["rope_original"]}
-    if int(transformers.__version__.split(".")[0]) >= 5:
-        cfg = LlamaConfig(**common, rope_parameters=dict(scaling, rope_theta=500000.0))
-    else:  # transformers 4.x spelling
-        cfg = LlamaConfig(**common, rope_theta=500000.0, rope_scaling=scaling)
-    cfg._attn_implementation = "sdpa"
-    model = LlamaForCausalLM(cfg).float().train()
+    model = LlamaForCausalLM(bc.llama_config(m)).float().train()
     n_params = sum(p.numel() for p in model.parameters())
-
-    # Weight decay on matrices only, as graphtrain's step (src/train/optim.c).
-    decay = [p for p in model.parameters() if p.ndim >= 2]
-    no_decay = [p for p in model.parameters() if p.ndim < 2]
-    opt = torch.optim.AdamW([dict(params=decay, weight_decay=WEIGHT_DECAY),
-                             dict(params=no_decay, weight_decay=0.0)],
-                            lr=LR, betas=BETAS, eps=EPS)
+    opt = torch.optim.AdamW(bc.adamw_groups(model), lr=bc.LR, betas=bc.BETAS, eps=bc.EPS)
     fwd = torch.compile(model) if spec["mode"] == "compile" else model
 
     B, S, V, steps = m["batch"], m["seq"], m["vocab"], spec["steps"]
@@ -123,13 +93,12 @@ def torch_worker(spec):
         t0 = time.perf_counter()
         ids = torch.randint(0, V, (B, S), generator=gen)
         labels = torch.randint(0, V, (B, S), generator=gen)
-        for group in opt.param_groups:
-            group["lr"] = lr_at(step, steps)
+        bc.set_lr(opt, step, steps)
         logits = fwd(input_ids=ids, use_cache=False).logits
         loss = F.cross_entropy(logits.reshape(-1, V), labels.reshape(-1))
         opt.zero_grad(set_to_none=True)
         loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), MAX_NORM)
+        torch.nn.utils.clip_grad_norm_(model.parameters(), bc.MAX_NORM)
         opt.step()
         losses.append(loss.item())
         times.append(time.perf_counter() - t0)
@@ -170,12 +139,7 @@ def run_graphtrain(binary, model, steps, name):
             out = log.read()
         if proc.returncode != 0:
             sys.exit(f"{' '.join(cmd)} failed ({proc.returncode}):\n{out[-3000:]}")
-        records = []
-        with open(os.path.join(dump, "metrics.jsonl")) as f:
-            for line in f:
-                if line.strip():
-                    records.append(json.loads(line))
-    records.sort(key=lambda r: r["step"])
+        records = bc.read_metrics(os.path.join(dump, "metrics.jsonl"))
     if [r["step"] for r in records] != list(range(1, steps + 1)):
         sys.exit(f"graphtrain {model}: metrics.jsonl lacks some of steps 1..{steps}")
     p = re.search(r"(\d+) parameters", out)
@@ -194,15 +158,7 @@ def run_torch(model, mode, threads, steps, seed):
     spec = dict(model=model, mode=mode, threads=threads, steps=steps, seed=seed)
     env = dict(os.environ, TORCHINDUCTOR_FORCE_DISABLE_CACHES="1")
     cmd = [sys.executable, os.path.abspath(__file__), "--torch-worker", json.dumps(spec)]
-    try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, env=env,
-                              timeout=WORKER_TIMEOUT_S)
-    except subprocess.TimeoutExpired:
-        return dict(error=f"timed out after {WORKER_TIMEOUT_S} s")
-    if proc.returncode != 0:
-        last = [ln for ln in proc.stderr.strip().splitlines() if ln.strip()]
-        return dict(error=last[-1] if last else f"exit {proc.returncode}")
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    return bc.run_json_worker(cmd, WORKER_TIMEOUT_S, env)[0]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -288,9 +244,7 @@ def report(paths):
 
 
 def main():
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("graphtrain", nargs="?", default=os.path.join(root, "build", "graphtrain"))
+    ap = bc.arg_parser(__doc__)
     ap.add_argument("--models", default=",".join(MODELS))
     ap.add_argument("--steps", type=int, default=25)
     ap.add_argument("--skip", type=int, default=5, help="first steps left out of the medians")
@@ -309,24 +263,15 @@ def main():
         return
 
     models = args.models.split(",")
-    for model in models:
-        if model not in MODELS:
-            sys.exit(f"unknown model {model!r} (known: {', '.join(MODELS)})")
+    bc.require_known("model", models, MODELS)
     modes = [m for m in args.modes.split(",") if m]
-    for mode in modes:
-        if mode not in ("eager", "compile"):
-            sys.exit(f"unknown mode {mode!r} (known: eager, compile)")
+    bc.require_known("mode", modes, ("eager", "compile"))
     threads = [int(t) for t in args.threads.split(",")]
-    if not args.steps > args.skip >= 0:
-        sys.exit(f"--steps ({args.steps}) must exceed --skip ({args.skip})")
-    if not os.access(args.graphtrain, os.X_OK):
-        sys.exit(f"graphtrain binary {args.graphtrain!r} not found or not executable")
+    bc.require_steps(args.steps, args.skip)
+    bc.require_executable(args.graphtrain)
 
     gt_modes = args.graphtrain_modes.split(",")
-    for mode in gt_modes:
-        if mode not in GRAPHTRAIN_MODE_NAMES:
-            sys.exit(f"unknown graphtrain mode {mode!r} (known: "
-                     f"{', '.join(GRAPHTRAIN_MODE_NAMES)})")
+    bc.require_known("graphtrain mode", gt_modes, GRAPHTRAIN_MODE_NAMES)
     if "compiled" not in gt_modes:
         sys.exit("--graphtrain-modes must include compiled (the ratios refer to it)")
     configs = [GRAPHTRAIN_MODE_NAMES[m] for m in GRAPHTRAIN_MODE_NAMES if m in gt_modes]
@@ -352,9 +297,7 @@ def main():
                 msg = r["error"] if "error" in r else f"{run_median_ms(r, args.skip):.1f} ms/step"
                 print(f"[{rep + 1}/{args.repeats}] {key}: {msg} "
                       f"({time.perf_counter() - t0:.0f} s)", flush=True)
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(results, f, indent=1)
+    bc.write_json(args.json, results)
     print_tables(results, models, configs, args.skip)
 
 

@@ -45,57 +45,23 @@ usage: bench/bench_gpu.py [GRAPHTRAIN] [--models debugmodel,1B] [--systems graph
 --kernel-times adds, after the timed runs, one graphtrain run per model under a small CUPTI
 activity library (CUDA_INJECTION64_PATH; built here with gcc) and lists GPU time per kernel name.
 """
-import argparse
 import datetime
 import json
 import os
 import re
 import shutil
 import signal
-import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 
-# Shapes of src/models/flavors.c (ffn written out: torchtitan's rule gives 768 for debugmodel and
-# 8192 for 1B) and the RoPE original context of each flavor. test_tiny is for a quick check of this
-# script on a machine without a GPU (--device cpu).
-MODELS = {
-    "debugmodel": dict(dim=256, layers=6, heads=16, kv_heads=16, vocab=2048, ffn=768,
-                       rope_original=8192),
-    "1B": dict(dim=2048, layers=16, heads=32, kv_heads=8, vocab=128256, ffn=8192,
-               rope_original=8192),
-    "test_tiny": dict(dim=64, layers=2, heads=4, kv_heads=4, vocab=256, ffn=192,
-                      rope_original=256),
-}
-LR, BETAS, EPS, WEIGHT_DECAY, MAX_NORM, WARMUP = 8e-4, (0.9, 0.95), 1e-8, 0.1, 1.0, 2
-GT_CUBLASLT_WORKSPACE = 32 << 20  # src/backend/cuda/cuda.cu GT_CUDA_WORKSPACE
+import bench_common as bc  # shapes, hyper-parameters, schedule, FLOPs: bench/bench_common.py
+
+# The shapes of bench_common.SHAPES this script runs (test_tiny: a quick check of the script on a
+# machine without a GPU, --device cpu).
+MODELS = {name: bc.SHAPES[name] for name in ("debugmodel", "1B", "test_tiny")}
 SYSTEMS = ("graphtrain", "eager", "compile")
-
-
-def lr_at(step, steps):
-    """graphtrain's default schedule: linear warmup over WARMUP steps, then linear decay."""
-    if step <= WARMUP:
-        return LR * step / WARMUP
-    return LR * max(0.0, 1.0 - (step - WARMUP - 1) / max(1, steps - WARMUP))
-
-
-def param_counts(m):
-    """(all parameters, non-embedding parameters) of the llama3 shape m. torchtitan leaves only
-    the token embedding out of the MFU count; the (untied) output projection stays in."""
-    hd = m["dim"] // m["heads"]
-    attn = m["dim"] * m["heads"] * hd * 2 + m["dim"] * m["kv_heads"] * hd * 2  # wq, wo, wk, wv
-    layer = attn + 3 * m["dim"] * m["ffn"] + 2 * m["dim"]  # w1 w2 w3, two RMSNorm weights
-    non_embedding = m["layers"] * layer + m["dim"] + m["dim"] * m["vocab"]  # final norm, output
-    return non_embedding + m["vocab"] * m["dim"], non_embedding
-
-
-def flops_per_token(m, seq):
-    """torchtitan's model FLOPs per token: 6 N(non-embedding) + 12 L H Dh S."""
-    _, n = param_counts(m)
-    return 6 * n + 12 * m["layers"] * m["heads"] * (m["dim"] // m["heads"]) * seq
 
 
 # ---------------------------------------------------------------------------------------------
@@ -106,35 +72,18 @@ def torch_worker(spec):
     import torch
     import torch.nn.functional as F
     import transformers
-    from transformers import LlamaConfig, LlamaForCausalLM
+    from transformers import LlamaForCausalLM
 
     m = MODELS[spec["model"]]
     dev = torch.device(spec["device"])
     torch.manual_seed(0)
-    common = dict(
-        hidden_size=m["dim"], intermediate_size=m["ffn"], num_hidden_layers=m["layers"],
-        num_attention_heads=m["heads"], num_key_value_heads=m["kv_heads"], vocab_size=m["vocab"],
-        head_dim=m["dim"] // m["heads"], rms_norm_eps=1e-5, max_position_embeddings=131072,
-        tie_word_embeddings=False, attention_bias=False, mlp_bias=False, hidden_act="silu",
-        attention_dropout=0.0)
-    scaling = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
-               "high_freq_factor": 4.0, "original_max_position_embeddings": m["rope_original"]}
-    if int(transformers.__version__.split(".")[0]) >= 5:
-        cfg = LlamaConfig(**common, rope_parameters=dict(scaling, rope_theta=500000.0))
-    else:  # transformers 4.x spelling
-        cfg = LlamaConfig(**common, rope_theta=500000.0, rope_scaling=scaling)
-    cfg._attn_implementation = "sdpa"
+    cfg = bc.llama_config(m)
     with dev:  # initialise on the device: a 1B model initialised on the CPU takes many seconds
         model = LlamaForCausalLM(cfg)
     model = model.float().train()
     n_params = sum(p.numel() for p in model.parameters())
-
-    # Weight decay on matrices only, as graphtrain's step (src/train/optim.c).
-    decay = [p for p in model.parameters() if p.ndim >= 2]
-    no_decay = [p for p in model.parameters() if p.ndim < 2]
-    opt = torch.optim.AdamW([dict(params=decay, weight_decay=WEIGHT_DECAY),
-                             dict(params=no_decay, weight_decay=0.0)],
-                            lr=LR, betas=BETAS, eps=EPS, fused=True)
+    opt = torch.optim.AdamW(bc.adamw_groups(model), lr=bc.LR, betas=bc.BETAS, eps=bc.EPS,
+                            fused=True)
     V = m["vocab"]
 
     def forward_loss(ids, labels):
@@ -142,24 +91,20 @@ def torch_worker(spec):
         return F.cross_entropy(logits.float().reshape(-1, V), labels.reshape(-1))
 
     step_fn = torch.compile(forward_loss) if spec["mode"] == "compile" else forward_loss
+
+    def autocast_loss(ids, labels):
+        with torch.autocast(device_type=dev.type, dtype=torch.bfloat16):
+            return step_fn(ids, labels)
+
     cuda = dev.type == "cuda"
     if cuda:
         torch.cuda.reset_peak_memory_stats(dev)
-    B, S, steps = spec["batch"], spec["seq"], spec["steps"]
+    steps = spec["steps"]
     gen = torch.Generator(device=dev).manual_seed(spec["seed"])
     for step in range(1, steps + 1):
         t0 = time.perf_counter()
-        ids = torch.randint(0, V, (B, S), generator=gen, device=dev)
-        labels = torch.randint(0, V, (B, S), generator=gen, device=dev)
-        for group in opt.param_groups:
-            group["lr"] = lr_at(step, steps)
-        with torch.autocast(device_type=dev.type, dtype=torch.bfloat16):
-            loss = step_fn(ids, labels)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), MAX_NORM)
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        loss_value = loss.item()  # waits for the GPU, as graphtrain's step does
+        loss_value = bc.torch_step(model, opt, autocast_loss, gen, dev,
+                                   (spec["batch"], spec["seq"], V), step, steps)
         print(json.dumps(dict(step=step, step_seconds=time.perf_counter() - t0,
                               loss=loss_value)), flush=True)
     print(json.dumps(dict(
@@ -172,55 +117,7 @@ def torch_worker(spec):
 
 
 # ---------------------------------------------------------------------------------------------
-# GPU memory monitor
-
-
-def gpu_used_bytes(gpu):
-    """memory.used of GPU `gpu` in bytes (nvidia-smi), or None when it cannot be read."""
-    try:
-        out = subprocess.run(["nvidia-smi", "--query-gpu=memory.used",
-                              "--format=csv,noheader,nounits", "-i", str(gpu)],
-                             capture_output=True, text=True, timeout=10)
-        return int(out.stdout.strip().splitlines()[0]) * 2**20 if out.returncode == 0 else None
-    except (OSError, ValueError, IndexError, subprocess.TimeoutExpired):
-        return None
-
-
-class MemoryMonitor:
-    """Polls the device's used memory in a thread while a run's process lives; peak minus the
-    value read just before the process started is the run's footprint."""
-
-    def __init__(self, gpu, period_s):
-        self.gpu, self.period_s = gpu, period_s
-        self.base = gpu_used_bytes(gpu) if gpu is not None else None
-        self.peak, self.samples = self.base, 0
-        self._stop = threading.Event()
-        self._thread = None
-
-    def __enter__(self):
-        if self.base is not None:
-            self._thread = threading.Thread(target=self._poll, daemon=True)
-            self._thread.start()
-        return self
-
-    def _poll(self):
-        while not self._stop.is_set():
-            v = gpu_used_bytes(self.gpu)
-            if v is not None:
-                self.peak = max(self.peak, v)
-                self.samples += 1
-            self._stop.wait(self.period_s)
-
-    def __exit__(self, *exc):
-        self._stop.set()
-        if self._thread:
-            self._thread.join()
-
-    def result(self):
-        if self.base is None:
-            return dict(gpu_used_peak_bytes=-1, gpu_used_samples=0)
-        return dict(gpu_used_peak_bytes=self.peak - self.base, gpu_used_idle_bytes=self.base,
-                    gpu_used_samples=self.samples)
+# processes
 
 
 def run_process(cmd, timeout, log_path, env=None, cwd=None):
@@ -239,10 +136,6 @@ def run_process(cmd, timeout, log_path, env=None, cwd=None):
         return rc, log.read()
 
 
-def tail(text, n=15):
-    return "\n".join(text.strip().splitlines()[-n:])
-
-
 # ---------------------------------------------------------------------------------------------
 # runs
 
@@ -255,18 +148,13 @@ def run_graphtrain(args, model, log_path):
            "--training.steps", str(args.steps), "--metrics.log_freq", "1",
            "--metrics.peak_tflops", str(args.peak_tflops), "--job.print_config", "false",
            "--job.dump_folder", dump]
-    with MemoryMonitor(args.gpu, args.poll_s) as mon:
+    with bc.MemoryMonitor(args.gpu_ids, args.poll_s) as mon:
         t0 = time.perf_counter()
         rc, out = run_process(cmd, args.timeout, log_path)
         wall = time.perf_counter() - t0
-    records = []
-    path = os.path.join(dump, "metrics.jsonl")
-    if os.path.exists(path):
-        with open(path) as f:
-            records = [json.loads(line) for line in f if line.strip()]
+    records = bc.read_metrics(os.path.join(dump, "metrics.jsonl"))
     shutil.rmtree(dump, ignore_errors=True)
-    records.sort(key=lambda r: r["step"])
-    r = dict(command=" ".join(cmd), wall_seconds=wall, **mon.result(),
+    r = dict(command=" ".join(cmd), wall_seconds=wall, **mon.result_one(),
              step_seconds=[x["step_seconds"] for x in records],
              losses=[x["loss"] for x in records],
              graphtrain_mfu=[x.get("mfu") for x in records],
@@ -276,11 +164,11 @@ def run_graphtrain(args, model, log_path):
     r["params"] = int(p.group(1)) if p else -1
     arenas = [int(x) for x in re.findall(r"(?:persistent|step)\s+arena\s+(\d+) bytes", out)]
     r["planned_arena_bytes"] = sum(arenas) if arenas else -1
-    r["own_peak_bytes"] = sum(arenas) + GT_CUBLASLT_WORKSPACE if arenas else -1
+    r["own_peak_bytes"] = sum(arenas) + bc.GT_CUBLASLT_WORKSPACE if arenas else -1
     if rc != 0:
         why = f"timed out after {args.timeout} s" if rc is None else f"exit status {rc}"
         r["error"] = f"{why}; {len(records)} of {args.steps} steps logged"
-        r["log_tail"] = tail(out)
+        r["log_tail"] = bc.tail(out)
     return r
 
 
@@ -289,22 +177,12 @@ def run_torch(args, model, mode, log_path):
                 device=args.device)
     env = dict(os.environ, TORCHINDUCTOR_FORCE_DISABLE_CACHES="1")
     cmd = [sys.executable, os.path.abspath(__file__), "--torch-worker", json.dumps(spec)]
-    with MemoryMonitor(args.gpu, args.poll_s) as mon:
+    with bc.MemoryMonitor(args.gpu_ids, args.poll_s) as mon:
         t0 = time.perf_counter()
         rc, out = run_process(cmd, args.timeout, log_path, env=env)
         wall = time.perf_counter() - t0
-    steps, summary = [], {}
-    for line in out.splitlines():
-        if line.startswith("{"):
-            try:
-                rec = json.loads(line)
-            except ValueError:
-                continue
-            if rec.get("summary"):
-                summary = rec
-            elif "step" in rec:
-                steps.append(rec)
-    r = dict(wall_seconds=wall, **mon.result(), step_seconds=[x["step_seconds"] for x in steps],
+    steps, summary = bc.worker_lines(out)
+    r = dict(wall_seconds=wall, **mon.result_one(), step_seconds=[x["step_seconds"] for x in steps],
              losses=[x["loss"] for x in steps], params=summary.get("params", -1),
              own_peak_bytes=summary.get("max_memory_allocated", -1),
              torch_max_memory_reserved=summary.get("max_memory_reserved", -1),
@@ -313,7 +191,7 @@ def run_torch(args, model, mode, log_path):
     if rc != 0:
         why = f"timed out after {args.timeout} s" if rc is None else f"exit status {rc}"
         r["error"] = f"{why}; {len(steps)} of {args.steps} steps done"
-        r["log_tail"] = tail(out)
+        r["log_tail"] = bc.tail(out)
     return r
 
 
@@ -438,7 +316,7 @@ def build_kernel_times_lib(work):
            src, "-o", lib, libs[0], "-Wl,-rpath," + libdir]
     out = subprocess.run(cmd, capture_output=True, text=True)
     if out.returncode != 0:
-        raise RuntimeError(f"{' '.join(cmd)} failed:\n{tail(out.stderr)}")
+        raise RuntimeError(f"{' '.join(cmd)} failed:\n{bc.tail(out.stderr)}")
     return lib
 
 
@@ -464,7 +342,7 @@ def run_kernel_times(args, model, lib, log_path):
     r = dict(command=" ".join(cmd), steps=args.kernel_steps, kernels=[])
     if rc != 0:
         r["error"] = (f"timed out after {args.timeout} s" if rc is None else f"exit status {rc}")
-        r["log_tail"] = tail(out)
+        r["log_tail"] = bc.tail(out)
     if not os.path.exists(times):
         r.setdefault("error", "the CUPTI library wrote nothing (injection not loaded?)")
         return r
@@ -504,20 +382,8 @@ def kernel_table(model, r, top):
 
 def summarize(r, args, model):
     """Median step time over the timed steps; None when too few steps ran."""
-    timed = r["step_seconds"][args.skip:]
-    if not timed:
-        return None
-    m = MODELS[model]
-    ms = statistics.median(timed) * 1e3
-    tps = args.batch * args.seq / (ms / 1e3)
-    return dict(step_ms=ms, step_ms_min=min(timed) * 1e3, step_ms_max=max(timed) * 1e3,
-                n_timed=len(timed), tokens_per_s=tps,
-                mfu=tps * flops_per_token(m, args.seq) / (args.peak_tflops * 1e12),
-                first_step_s=r["step_seconds"][0])
-
-
-def gib(b):
-    return f"{b / 2**30:.2f}" if b is not None and b >= 0 else "–"
+    return bc.summarize_steps(r["step_seconds"], args.skip, args.batch * args.seq,
+                              bc.flops_per_token(MODELS[model], args.seq), args.peak_tflops)
 
 
 def tables(results, args):
@@ -525,7 +391,7 @@ def tables(results, args):
     names = {"graphtrain": "graphtrain", "eager": "torch eager", "compile": "torch.compile"}
     for model in results["models"]:
         m = MODELS[model]
-        fpt = flops_per_token(m, args.seq)
+        fpt = bc.flops_per_token(m, args.seq)
         lines.append(f"\n**{model}** — batch {args.batch} × seq {args.seq} = "
                      f"{args.batch * args.seq} tokens/step, {fpt / 1e9:.3f} GFLOP/token "
                      f"(torchtitan), median of steps {args.skip + 1}..{args.steps}\n")
@@ -556,7 +422,7 @@ def tables(results, args):
                 f"| {name} | {s['step_ms']:.1f} "
                 f"({s['step_ms_min']:.1f}–{s['step_ms_max']:.1f}) | "
                 f"{s['tokens_per_s']:,.0f} | {s['mfu'] * 100:.1f} % | "
-                f"{gib(r.get('gpu_used_peak_bytes'))} | {gib(r.get('own_peak_bytes'))} | "
+                f"{bc.gib(r.get('gpu_used_peak_bytes'))} | {bc.gib(r.get('own_peak_bytes'))} | "
                 f"{speed} | {mem} | {s['first_step_s']:.1f} |")
     lines.append("\nGPU used: device memory.used (nvidia-smi) peak minus idle, same method for "
                  "every row (CUDA context included). Own count: torch.cuda.max_memory_allocated; "
@@ -565,9 +431,7 @@ def tables(results, args):
 
 
 def main():
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("graphtrain", nargs="?", default=os.path.join(root, "build", "graphtrain"))
+    ap = bc.arg_parser(__doc__)
     ap.add_argument("--models", default="debugmodel,1B")
     ap.add_argument("--systems", default=",".join(SYSTEMS),
                     help="graphtrain, eager (torch eager), compile (torch.compile)")
@@ -594,18 +458,14 @@ def main():
 
     args.models = args.models.split(",")
     args.systems = args.systems.split(",")
-    for model in args.models:
-        if model not in MODELS:
-            sys.exit(f"unknown model {model!r} (known: {', '.join(MODELS)})")
-    for system in args.systems:
-        if system not in SYSTEMS:
-            sys.exit(f"unknown system {system!r} (known: {', '.join(SYSTEMS)})")
-    if not args.steps > args.skip >= 0:
-        sys.exit(f"--steps ({args.steps}) must exceed --skip ({args.skip})")
-    if "graphtrain" in args.systems and not os.access(args.graphtrain, os.X_OK):
-        sys.exit(f"graphtrain binary {args.graphtrain!r} not found or not executable")
+    bc.require_known("model", args.models, MODELS)
+    bc.require_known("system", args.systems, SYSTEMS)
+    bc.require_steps(args.steps, args.skip)
+    if "graphtrain" in args.systems:
+        bc.require_executable(args.graphtrain)
     if args.device != "cuda" or not shutil.which("nvidia-smi"):
         args.gpu = None
+    args.gpu_ids = [args.gpu] if args.gpu is not None else None  # the GPU memory monitor's
     log_dir = args.log_dir or tempfile.mkdtemp(prefix="bench_gpu_logs_")
     os.makedirs(log_dir, exist_ok=True)
 
@@ -619,11 +479,6 @@ def main():
                    steps=args.steps, skip=args.skip, batch=args.batch, seq=args.seq,
                    peak_tflops=args.peak_tflops, models=args.models, runs={})
 
-    def save():
-        if args.json:
-            with open(args.json, "w") as f:
-                json.dump(results, f, indent=1)
-
     if args.kernel_times_only:
         args.kernel_times, args.systems = True, ["graphtrain"]
     for model in [] if args.kernel_times_only else args.models:
@@ -635,17 +490,11 @@ def main():
             else:
                 r = run_torch(args, model, system, log_path)
             results["runs"].setdefault(model, {})[system] = r
-            expect, _ = param_counts(MODELS[model])
-            if r["params"] not in (-1, expect):
-                r["shape_mismatch"] = f"{r['params']} parameters, expected {expect}"
+            bc.check_params(r, MODELS[model])
             s = summarize(r, args, model)
             msg = f"{s['step_ms']:.1f} ms/step, {s['tokens_per_s']:,.0f} tokens/s" if s else ""
-            if "error" in r:
-                msg += f" [{r['error']}]\n{r['log_tail']}"
-            if "shape_mismatch" in r:
-                msg += f" [SHAPE MISMATCH: {r['shape_mismatch']}]"
-            print(f"{model}/{system}: {msg} ({time.perf_counter() - t0:.0f} s)", flush=True)
-            save()
+            bc.print_progress(f"{model}/{system}", msg, r, t0)
+            bc.write_json(args.json, results)
     text = "" if args.kernel_times_only else tables(results, args)
     if args.kernel_times and "graphtrain" in args.systems and args.device == "cuda":
         try:
@@ -659,13 +508,10 @@ def main():
             results.setdefault("kernel_times", {})[model] = r
             print(f"{model}/kernel times: {len(r['kernels'])} kernels "
                   f"{r.get('error', '')} ({time.perf_counter() - t0:.0f} s)", flush=True)
-            save()
+            bc.write_json(args.json, results)
             text += "\n" + kernel_table(model, r, args.kernel_top)
     print(text)
-    if args.markdown:
-        with open(args.markdown, "w") as f:
-            f.write(f"{results['date']}, {gpu_name or args.device}\n\n`{' '.join(sys.argv)}`\n"
-                    + text + "\n")
+    bc.write_markdown(args.markdown, results, gpu_name or args.device, text)
 
 
 if __name__ == "__main__":

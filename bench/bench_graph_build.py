@@ -47,7 +47,6 @@ count call_function nodes of the fx graph (placeholders and the output node excl
 usage: bench/bench_graph_build.py [GRAPHTRAIN] [--flavors debugmodel,1B,8B,70B,405B]
                                   [--repeats 3] [--json out.json]
 """
-import argparse
 import json
 import os
 import re
@@ -55,6 +54,8 @@ import statistics
 import subprocess
 import sys
 import time
+
+import bench_common as bc  # the transformers config, driver helpers: bench/bench_common.py
 
 # llama3 flavors of src/models/flavors.c. ffn is derived with torchtitan's rule (ffn_hidden);
 # the parameter count of the torch model is checked against the one graphtrain prints.
@@ -71,7 +72,7 @@ FLAVORS = {
                  multiplier=1.2),
 }
 BATCH, SEQ = 8, 2048
-ROPE = dict(theta=500000.0, factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0, original=8192)
+ROPE_ORIGINAL = 8192  # RoPE original context of all these flavors
 TORCH_LIMIT_S = 120.0  # a flavor whose torch trace takes longer stops the larger flavors
 WORKER_TIMEOUT_S = 600
 
@@ -85,27 +86,12 @@ def ffn_hidden(dim, multiple_of, multiplier):
 
 
 def hf_config(flavor):
-    import transformers
-    from transformers import LlamaConfig
-
+    """transformers LlamaConfig of a flavor: bench_common.llama_config of its shape."""
     fl = FLAVORS[flavor]
-    common = dict(
-        hidden_size=fl["dim"], num_hidden_layers=fl["layers"], num_attention_heads=fl["heads"],
-        num_key_value_heads=fl["kv_heads"], vocab_size=fl["vocab"],
-        intermediate_size=ffn_hidden(fl["dim"], fl["multiple_of"], fl["multiplier"]),
-        head_dim=fl["dim"] // fl["heads"], rms_norm_eps=1e-5, max_position_embeddings=131072,
-        tie_word_embeddings=False, attention_bias=False, mlp_bias=False, hidden_act="silu",
-        attention_dropout=0.0)
-    scaling = {"rope_type": "llama3", "factor": ROPE["factor"],
-               "low_freq_factor": ROPE["low_freq_factor"],
-               "high_freq_factor": ROPE["high_freq_factor"],
-               "original_max_position_embeddings": ROPE["original"]}
-    if int(transformers.__version__.split(".")[0]) >= 5:
-        cfg = LlamaConfig(**common, rope_parameters=dict(scaling, rope_theta=ROPE["theta"]))
-    else:  # transformers 4.x spelling
-        cfg = LlamaConfig(**common, rope_theta=ROPE["theta"], rope_scaling=scaling)
-    cfg._attn_implementation = "sdpa"  # transformers' default
-    return cfg
+    return bc.llama_config(dict(
+        dim=fl["dim"], layers=fl["layers"], heads=fl["heads"], kv_heads=fl["kv_heads"],
+        vocab=fl["vocab"], ffn=ffn_hidden(fl["dim"], fl["multiple_of"], fl["multiplier"]),
+        rope_original=ROPE_ORIGINAL))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -226,18 +212,10 @@ def run_graphtrain(binary, flavor, config):
 def run_torch(flavor, variant, tracing_mode="fake"):
     cmd = [sys.executable, os.path.abspath(__file__), "--torch-worker", flavor, variant,
            tracing_mode]
-    t0 = time.perf_counter()
-    try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=WORKER_TIMEOUT_S)
-    except subprocess.TimeoutExpired:
-        return dict(error=f"timed out after {WORKER_TIMEOUT_S} s")
-    wall = time.perf_counter() - t0
-    if proc.returncode != 0:
-        last = [ln for ln in proc.stderr.strip().splitlines() if ln.strip()]
-        return dict(error=last[-1] if last else f"exit {proc.returncode}")
-    res = json.loads(proc.stdout.strip().splitlines()[-1])
-    res["wall_s"] = wall
-    res["loadavg_1min_after"] = os.getloadavg()[0]  # the machine may be shared
+    res, wall = bc.run_json_worker(cmd, WORKER_TIMEOUT_S)
+    if "error" not in res:
+        res["wall_s"] = wall
+        res["loadavg_1min_after"] = os.getloadavg()[0]  # the machine may be shared
     return res
 
 
@@ -268,9 +246,7 @@ def report(paths):
 
 
 def main():
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("graphtrain", nargs="?", default=os.path.join(root, "build", "graphtrain"))
+    ap = bc.arg_parser(__doc__)
     ap.add_argument("--flavors", default=",".join(FLAVORS))
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--variants", default="fwd_bwd,fwd_bwd_adamw")
@@ -287,14 +263,9 @@ def main():
 
     flavors = args.flavors.split(",")
     variants = [v for v in args.variants.split(",") if v]
-    for f in flavors:
-        if f not in FLAVORS:
-            sys.exit(f"unknown flavor {f!r} (known: {', '.join(FLAVORS)})")
-    for v in variants:
-        if v not in ("fwd_bwd", "fwd_bwd_adamw"):
-            sys.exit(f"unknown variant {v!r} (known: fwd_bwd, fwd_bwd_adamw)")
-    if not os.access(args.graphtrain, os.X_OK):
-        sys.exit(f"graphtrain binary {args.graphtrain!r} not found or not executable")
+    bc.require_known("flavor", flavors, FLAVORS)
+    bc.require_known("variant", variants, ("fwd_bwd", "fwd_bwd_adamw"))
+    bc.require_executable(args.graphtrain)
 
     results = dict(batch=BATCH, seq=SEQ, repeats=args.repeats, graphtrain={}, torch={})
     if args.probe_real:
@@ -337,9 +308,7 @@ def main():
                       f"{fmt([r['wall_s'] for r in ok], digits=2)}", flush=True)
             else:
                 print(f"torch {key}: {runs[0]['error']}", flush=True)
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(results, f, indent=1)
+    bc.write_json(args.json, results)
     print()
     print_tables(results, flavors, variants)
 

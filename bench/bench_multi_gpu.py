@@ -57,51 +57,25 @@ rewritten after every run.
 --device cpu checks this script on a machine without a GPU: graphtrain --training.device cpu
 under mpirun, torch FSDP2 over gloo on the CPU, default model test_tiny, batch 2, seq 64.
 """
-import argparse
 import datetime
 import json
 import os
 import re
 import shutil
 import signal
-import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import bench_gpu as bg  # noqa: E402  (shapes, FLOPs, hyper-parameters, schedule: one definition)
+import bench_common as bc  # shapes, FLOPs, hyper-parameters, schedule: bench/bench_common.py
 
-# bench_gpu.py's shapes plus 8B (src/models/flavors.c; ffn = 1024 * ceil(int(1.3 * 10922) / 1024)).
-MODELS = dict(bg.MODELS)
-MODELS["8B"] = dict(dim=4096, layers=32, heads=32, kv_heads=8, vocab=128256, ffn=14336,
-                    rope_original=8192)
+# bench_gpu.py's shapes plus 8B.
+MODELS = {name: bc.SHAPES[name] for name in ("debugmodel", "1B", "test_tiny", "8B")}
 LAYOUTS = ("fsdp", "fsdp_tp")
 SYSTEMS = ("graphtrain", "torch")
 NAMES = {"graphtrain": "graphtrain", "torch": "torch FSDP2"}
 TP = 2  # the tensor-parallel degree of layout fsdp_tp
-
-
-def llama_config(m):
-    """transformers LlamaConfig of shape m, as bench_gpu.py's worker builds it."""
-    import transformers
-    from transformers import LlamaConfig
-    common = dict(
-        hidden_size=m["dim"], intermediate_size=m["ffn"], num_hidden_layers=m["layers"],
-        num_attention_heads=m["heads"], num_key_value_heads=m["kv_heads"], vocab_size=m["vocab"],
-        head_dim=m["dim"] // m["heads"], rms_norm_eps=1e-5, max_position_embeddings=131072,
-        tie_word_embeddings=False, attention_bias=False, mlp_bias=False, hidden_act="silu",
-        attention_dropout=0.0)
-    scaling = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
-               "high_freq_factor": 4.0, "original_max_position_embeddings": m["rope_original"]}
-    if int(transformers.__version__.split(".")[0]) >= 5:
-        cfg = LlamaConfig(**common, rope_parameters=dict(scaling, rope_theta=500000.0))
-    else:  # transformers 4.x spelling
-        cfg = LlamaConfig(**common, rope_theta=500000.0, rope_scaling=scaling)
-    cfg._attn_implementation = "sdpa"
-    return cfg
 
 
 # ---------------------------------------------------------------------------------------------
@@ -132,7 +106,7 @@ def torch_worker(spec):
         dist.init_process_group("gloo")
     mesh = init_device_mesh(dev.type, (world,))
     m = MODELS[spec["model"]]
-    cfg = llama_config(m)
+    cfg = bc.llama_config(m)
     torch.manual_seed(spec["seed"] + rank)
 
     # Meta first: a full fp32 8B (32 GB) per GPU before sharding would show in the peak memory.
@@ -164,18 +138,15 @@ def torch_worker(spec):
         model.model.rotary_emb = type(model.model.rotary_emb)(config=cfg)
     n_params = sum(p.numel() for p in model.parameters())  # DTensor numel is the global size
 
-    decay = [p for p in model.parameters() if p.ndim >= 2]
-    no_decay = [p for p in model.parameters() if p.ndim < 2]
-    groups = [dict(params=decay, weight_decay=bg.WEIGHT_DECAY),
-              dict(params=no_decay, weight_decay=0.0)]
+    groups = bc.adamw_groups(model)
     try:
-        opt = torch.optim.AdamW(groups, lr=bg.LR, betas=bg.BETAS, eps=bg.EPS, fused=True)
+        opt = torch.optim.AdamW(groups, lr=bc.LR, betas=bc.BETAS, eps=bc.EPS, fused=True)
         fused = True
     except (RuntimeError, ValueError) as e:  # reported in the summary, never silently
         if cuda:
             raise
         print(f"fused AdamW refused on {dev.type}: {e}; using foreach", file=sys.stderr)
-        opt = torch.optim.AdamW(groups, lr=bg.LR, betas=bg.BETAS, eps=bg.EPS, foreach=True)
+        opt = torch.optim.AdamW(groups, lr=bc.LR, betas=bc.BETAS, eps=bc.EPS, foreach=True)
         fused = False
     V = m["vocab"]
 
@@ -189,21 +160,13 @@ def torch_worker(spec):
     step_fn = torch.compile(forward_loss) if spec["compile"] == "model" else forward_loss
     if cuda:
         torch.cuda.reset_peak_memory_stats(dev)
-    B, S, steps = spec["batch"], spec["seq"], spec["steps"]
+    steps = spec["steps"]
     gen = torch.Generator(device=dev).manual_seed(spec["seed"] + 1000 + rank)
     times = []
     for step in range(1, steps + 1):
         t0 = time.perf_counter()
-        ids = torch.randint(0, V, (B, S), generator=gen, device=dev)
-        labels = torch.randint(0, V, (B, S), generator=gen, device=dev)
-        for group in opt.param_groups:
-            group["lr"] = bg.lr_at(step, steps)
-        loss = step_fn(ids, labels)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), bg.MAX_NORM)
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        loss_value = loss.item()  # waits for this rank's GPU, as graphtrain's step does
+        loss_value = bc.torch_step(model, opt, step_fn, gen, dev,
+                                   (spec["batch"], spec["seq"], V), step, steps)
         times.append(time.perf_counter() - t0)
         if rank == 0:
             print(json.dumps(dict(step=step, step_seconds=times[-1], loss=loss_value)), flush=True)
@@ -225,64 +188,7 @@ def torch_worker(spec):
 
 
 # ---------------------------------------------------------------------------------------------
-# GPU memory of several GPUs, and process trees that always end
-
-
-def gpus_used_bytes(ids):
-    """{gpu index: memory.used bytes} for the indices in ids (one nvidia-smi call), or None."""
-    try:
-        out = subprocess.run(["nvidia-smi", "--query-gpu=index,memory.used",
-                              "--format=csv,noheader,nounits", "-i", ",".join(map(str, ids))],
-                             capture_output=True, text=True, timeout=10)
-        if out.returncode != 0:
-            return None
-        used = {}
-        for line in out.stdout.strip().splitlines():
-            i, mib = line.split(",")
-            used[int(i)] = int(mib) * 2**20
-        return used if set(used) == set(ids) else None
-    except (OSError, ValueError, subprocess.TimeoutExpired):
-        return None
-
-
-class MultiMemoryMonitor:
-    """bench_gpu.MemoryMonitor for N GPUs: every GPU's memory.used polled while the run lives;
-    the run's footprint on a GPU is its peak minus its value just before the run started."""
-
-    def __init__(self, ids, period_s):
-        self.ids, self.period_s = ids, period_s
-        self.base = gpus_used_bytes(ids) if ids else None
-        self.peak, self.samples = dict(self.base or {}), 0
-        self._stop = threading.Event()
-        self._thread = None
-
-    def __enter__(self):
-        if self.base is not None:
-            self._thread = threading.Thread(target=self._poll, daemon=True)
-            self._thread.start()
-        return self
-
-    def _poll(self):
-        while not self._stop.is_set():
-            used = gpus_used_bytes(self.ids)
-            if used is not None:
-                for i, v in used.items():
-                    self.peak[i] = max(self.peak[i], v)
-                self.samples += 1
-            self._stop.wait(self.period_s)
-
-    def __exit__(self, *exc):
-        self._stop.set()
-        if self._thread:
-            self._thread.join()
-
-    def result(self):
-        if self.base is None:
-            return dict(gpu_used_peak_bytes=-1, gpu_used_samples=0)
-        per = [self.peak[i] - self.base[i] for i in self.ids]
-        return dict(gpu_used_peak_bytes=max(per), gpu_used_peak_bytes_per_gpu=per,
-                    gpu_used_idle_bytes_per_gpu=[self.base[i] for i in self.ids],
-                    gpu_used_samples=self.samples)
+# process trees that always end
 
 
 def session_pids(sid):
@@ -441,21 +347,12 @@ def run_graphtrain(args, model, layout, n, log_path):
     if args.comm_report:
         cmd += ["--metrics.comm_report", "true"]
     env = dict(os.environ, NCCL_NVLS_ENABLE="0")
-    with MultiMemoryMonitor(args.gpu_ids(n), args.poll_s) as mon:
+    with bc.MemoryMonitor(args.gpu_ids(n), args.poll_s) as mon:
         t0 = time.perf_counter()
         rc, out = run_tree(cmd, args.timeout, log_path, env=env)
         wall = time.perf_counter() - t0
-    records = []
-    path = os.path.join(dump, "metrics.jsonl")
-    if os.path.exists(path):
-        with open(path) as f:
-            for line in f:
-                try:
-                    records.append(json.loads(line))
-                except ValueError:
-                    pass  # a line cut off by a kill
+    records = bc.read_metrics(os.path.join(dump, "metrics.jsonl"))
     shutil.rmtree(dump, ignore_errors=True)
-    records.sort(key=lambda r: r["step"])
     comm = comm_report_lines(out)
     r = dict(command=" ".join(cmd), wall_seconds=wall, **mon.result(), dp=dp,
              tokens_per_step=args.batch * args.seq * dp,
@@ -466,11 +363,11 @@ def run_graphtrain(args, model, layout, n, log_path):
     p = re.search(r"(\d+) parameters", out)
     r["params"] = int(p.group(1)) if p else -1
     planned = re.search(r"planned (\d+) bytes", out)  # per rank: "memory per rank ...: planned"
-    r["own_peak_bytes"] = int(planned.group(1)) + bg.GT_CUBLASLT_WORKSPACE if planned else -1
+    r["own_peak_bytes"] = int(planned.group(1)) + bc.GT_CUBLASLT_WORKSPACE if planned else -1
     if rc != 0:
         why = f"timed out after {args.timeout:g} s" if rc is None else f"exit status {rc}"
         r["error"] = f"{why}; {len(records)} of {args.steps} steps logged"
-        r["log_tail"] = bg.tail(out, args.tail_lines)
+        r["log_tail"] = bc.tail(out, args.tail_lines)
     return r
 
 
@@ -490,21 +387,11 @@ def run_torch(args, model, n, log_path):
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
            "--nproc_per_node", str(n), os.path.abspath(__file__), "--torch-worker",
            json.dumps(spec)]
-    with MultiMemoryMonitor(args.gpu_ids(n), args.poll_s) as mon:
+    with bc.MemoryMonitor(args.gpu_ids(n), args.poll_s) as mon:
         t0 = time.perf_counter()
         rc, out = run_tree(cmd, args.timeout, log_path, env=env)
         wall = time.perf_counter() - t0
-    rank0, summary = [], {}
-    for line in out.splitlines():
-        if line.startswith("{"):
-            try:
-                rec = json.loads(line)
-            except ValueError:
-                continue
-            if rec.get("summary"):
-                summary = rec
-            elif "step" in rec:
-                rank0.append(rec)
+    rank0, summary = bc.worker_lines(out)
     per_rank = summary.get("step_seconds_per_rank")
     # A step ends when its slowest rank ends; without the summary (a failed run) rank 0's times.
     steps = ([max(t) for t in zip(*per_rank)] if per_rank
@@ -523,7 +410,7 @@ def run_torch(args, model, n, log_path):
         why = (f"timed out after {args.timeout:g} s" if rc is None
                else f"exit status {rc}" if rc else "no summary line")
         r["error"] = f"{why}; {len(rank0)} of {args.steps} steps done"
-        r["log_tail"] = bg.tail(out, args.tail_lines)
+        r["log_tail"] = bc.tail(out, args.tail_lines)
     return r
 
 
@@ -533,16 +420,10 @@ def run_torch(args, model, n, log_path):
 
 def summarize(r, args, model, n):
     """Median step time over the timed steps and what follows from it; None when too few ran."""
-    timed = r["step_seconds"][args.skip:] if r else []
-    if not timed:
+    if not r:
         return None
-    ms = statistics.median(timed) * 1e3
-    tps = r["tokens_per_step"] / (ms / 1e3)
-    return dict(step_ms=ms, step_ms_min=min(timed) * 1e3, step_ms_max=max(timed) * 1e3,
-                n_timed=len(timed), tokens_per_s=tps, tokens_per_s_per_gpu=tps / n,
-                mfu=tps / n * bg.flops_per_token(MODELS[model], args.seq)
-                / (args.peak_tflops * 1e12),
-                first_step_s=r["step_seconds"][0])
+    return bc.summarize_steps(r["step_seconds"], args.skip, r["tokens_per_step"],
+                              bc.flops_per_token(MODELS[model], args.seq), args.peak_tflops, n)
 
 
 def key(model, layout, n, system):
@@ -558,10 +439,6 @@ def torch_key(model, n):
     return key(model, "fsdp", n, "torch")  # torch runs FSDP only, once per (model, N)
 
 
-def gib(b):
-    return f"{b / 2**30:.2f}" if b is not None and b >= 0 else "–"
-
-
 def ratio(a, b):
     return f"{a / b:.2f}" if a is not None and b and a > 0 and b > 0 else "–"
 
@@ -570,7 +447,7 @@ def tables(results, args):
     runs = results["runs"]
     lines = []
     for model in args.models:
-        fpt = bg.flops_per_token(MODELS[model], args.seq)
+        fpt = bc.flops_per_token(MODELS[model], args.seq)
         lines.append(
             f"\n**{model}** — local batch {args.batch} × seq {args.seq} per data-parallel rank, "
             f"{fpt / 1e9:.3f} GFLOP/token (torchtitan), median of steps "
@@ -612,7 +489,7 @@ def tables(results, args):
                     f"({s['step_ms_min']:.1f}–{s['step_ms_max']:.1f}) | "
                     f"{r['tokens_per_step']:,} | {s['tokens_per_s']:,.0f} | "
                     f"{s['tokens_per_s_per_gpu']:,.0f} | {s['mfu'] * 100:.1f} % | "
-                    f"{gib(r.get('gpu_used_peak_bytes'))} | {gib(r.get('own_peak_bytes'))} | "
+                    f"{bc.gib(r.get('gpu_used_peak_bytes'))} | {bc.gib(r.get('own_peak_bytes'))} | "
                     f"{speed} | {mem} | {eff} | {f'{exp:.1f}' if exp is not None else '–'} | "
                     f"{s['first_step_s']:.1f} |")
     lines.append(
@@ -636,9 +513,7 @@ def tables(results, args):
 
 
 def main():
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("graphtrain", nargs="?", default=os.path.join(root, "build", "graphtrain"))
+    ap = bc.arg_parser(__doc__)
     ap.add_argument("--gpus", default="1,2,4", help="GPU counts (ranks per run)")
     ap.add_argument("--models", help="default 1B,8B (test_tiny with --device cpu)")
     ap.add_argument("--layouts", default=",".join(LAYOUTS), help="fsdp, fsdp_tp (TP 2, N >= 2)")
@@ -683,18 +558,14 @@ def main():
         args.gpus = sorted({int(x) for x in args.gpus.split(",")})
     except ValueError:
         sys.exit(f"--gpus {args.gpus!r}: expected counts like 1,2,4")
-    for name, got, known in (("model", args.models, MODELS), ("layout", args.layouts, LAYOUTS),
-                             ("system", args.systems, SYSTEMS)):
-        for x in got:
-            if x not in known:
-                sys.exit(f"unknown {name} {x!r} (known: {', '.join(known)})")
+    bc.require_known("model", args.models, MODELS)
+    bc.require_known("layout", args.layouts, LAYOUTS)
+    bc.require_known("system", args.systems, SYSTEMS)
     if min(args.gpus) < 1:
         sys.exit("--gpus: every count must be at least 1")
-    if not args.steps > args.skip >= 0:
-        sys.exit(f"--steps ({args.steps}) must exceed --skip ({args.skip})")
+    bc.require_steps(args.steps, args.skip)
     if "graphtrain" in args.systems:
-        if not os.access(args.graphtrain, os.X_OK):
-            sys.exit(f"graphtrain binary {args.graphtrain!r} not found or not executable")
+        bc.require_executable(args.graphtrain)
         if args.launcher == "auto":
             args.launcher = "mpirun" if shutil.which("mpirun") else "env"
         if args.launcher == "mpirun" and not shutil.which("mpirun"):
@@ -717,26 +588,15 @@ def main():
                    layouts=args.layouts, torch_compile=args.torch_compile,
                    comm_report=args.comm_report, launcher=args.launcher, runs={})
 
-    def save():
-        if args.json:
-            with open(args.json, "w") as f:
-                json.dump(results, f, indent=1)
-
     def record(k, r, model, t0):
         results["runs"][k] = r
-        expect, _ = bg.param_counts(MODELS[model])
-        if r.get("params", -1) not in (-1, expect):
-            r["shape_mismatch"] = f"{r['params']} parameters, expected {expect}"
+        bc.check_params(r, MODELS[model])
         n = int(k.split("/")[2])
         s = summarize(r, args, model, n)
         msg = (f"{s['step_ms']:.1f} ms/step, {s['tokens_per_s']:,.0f} tokens/s, "
                f"{s['tokens_per_s_per_gpu']:,.0f}/GPU, MFU {s['mfu'] * 100:.1f} %" if s else "")
-        if "error" in r:
-            msg += f" [{r['error']}]\n{r['log_tail']}"
-        if "shape_mismatch" in r:
-            msg += f" [SHAPE MISMATCH: {r['shape_mismatch']}]"
-        print(f"{k}: {msg} ({time.perf_counter() - t0:.0f} s)", flush=True)
-        save()
+        bc.print_progress(k, msg, r, t0)
+        bc.write_json(args.json, results)
 
     for model in args.models:
         for n in args.gpus:
@@ -760,10 +620,7 @@ def main():
                 record(k, r, model, t0)
     text = tables(results, args)
     print(text)
-    if args.markdown:
-        with open(args.markdown, "w") as f:
-            f.write(f"{results['date']}, {gpu_name or args.device}\n\n`{' '.join(sys.argv)}`\n"
-                    + text + "\n")
+    bc.write_markdown(args.markdown, results, gpu_name or args.device, text)
 
 
 if __name__ == "__main__":

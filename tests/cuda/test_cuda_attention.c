@@ -16,6 +16,7 @@
  *   - determinism and coverage: every GPU output is pre-filled with a different byte pattern for
  *     each of two runs, and the two runs must agree bitwise.
  * Without a CUDA device the test skips (exit 0). */
+#include "cuda_test_util.h"
 #include "graphtrain/gt_cuda.h"
 #include "gt_test.h"
 
@@ -29,35 +30,16 @@
 static uint64_t rng_state = 0x5eed0f1a5ba77e57ull;
 static gt_cuda_stream *g_stream;
 
-static double urand(double lo, double hi)
-{
-    uint64_t z = (rng_state += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    z ^= z >> 31;
-    return lo + (hi - lo) * (double)(z >> 11) * 0x1p-53;
-}
-
-static gt_tensor t_new(gt_dtype dt, int ndim, const int64_t *shape)
-{
-    gt_tensor t;
-    gt_error err = {0};
-    GT_CHECK(gt_tensor_alloc(&t, dt, ndim, shape, &err) == GT_OK);
-    return t;
-}
-
+/* bf16, uniform in [lo, hi) from this test's stream. */
 static gt_tensor t_rand(int ndim, const int64_t *shape, double lo, double hi)
 {
-    gt_tensor t = t_new(GT_BF16, ndim, shape);
-    for (int64_t k = 0; k < gt_tensor_numel(&t); k++)
-        gt_tensor_set_f32(&t, k, (float)urand(lo, hi));
-    return t;
+    return cu_tensor_rand(&rng_state, GT_BF16, ndim, shape, lo, hi);
 }
 
 /* Same values in dtype dt (bf16 -> f32 is exact). */
 static gt_tensor t_as(const gt_tensor *x, gt_dtype dt)
 {
-    gt_tensor t = t_new(dt, x->ndim, x->shape);
+    gt_tensor t = cu_tensor_new(dt, x->ndim, x->shape);
     for (int64_t k = 0; k < gt_tensor_numel(x); k++)
         gt_tensor_set_f32(&t, k, gt_tensor_get_f32(x, k));
     return t;
@@ -117,7 +99,7 @@ static bool gpu_run(gt_op op, const int64_t *ia, const double *fa, gt_tensor *in
     for (int k = 0; k < n_out; k++) {
         GT_CHECK(gt_cuda_tensor_alloc(&dout[k], out[k].dtype, out[k].ndim, out[k].shape, &err) ==
                  GT_OK);
-        first[k] = t_new(out[k].dtype, out[k].ndim, out[k].shape);
+        first[k] = cu_tensor_new(out[k].dtype, out[k].ndim, out[k].shape);
         pout[k] = &dout[k];
     }
     gt_kernel_call c = att_call(op, ia, fa, pin, n_in, pout, n_out);
@@ -180,8 +162,8 @@ static void run_case(const acase *a)
         in32[k] = t_as(&in[k], GT_F32);
 
     /* forward: flash (bf16) twice, fp32 reference */
-    gt_tensor fo[2] = {t_new(GT_BF16, 4, qs), t_new(GT_F32, 3, ls)};
-    gt_tensor ro[2] = {t_new(GT_F32, 4, qs), t_new(GT_F32, 3, ls)};
+    gt_tensor fo[2] = {cu_tensor_new(GT_BF16, 4, qs), cu_tensor_new(GT_F32, 3, ls)};
+    gt_tensor ro[2] = {cu_tensor_new(GT_F32, 4, qs), cu_tensor_new(GT_F32, 3, ls)};
     bool same = gpu_run(GT_OP_SDPA, ia, fa, in, 3, fo, 2, 2, a->name);
     EXPECT(same, "%s: two flash forward runs differ (or an element is not written)", a->name);
     gpu_run(GT_OP_SDPA, ia, fa, in32, 3, ro, 2, 1, a->name);
@@ -194,8 +176,10 @@ static void run_case(const acase *a)
     in[5] = t_rand(4, qs, -1, 1);
     for (int k = 3; k < 6; k++)
         in32[k] = t_as(&in[k], GT_F32);
-    gt_tensor fg[3] = {t_new(GT_BF16, 4, qs), t_new(GT_BF16, 4, ks), t_new(GT_BF16, 4, ks)};
-    gt_tensor rg[3] = {t_new(GT_F32, 4, qs), t_new(GT_F32, 4, ks), t_new(GT_F32, 4, ks)};
+    gt_tensor fg[3] = {cu_tensor_new(GT_BF16, 4, qs), cu_tensor_new(GT_BF16, 4, ks),
+                       cu_tensor_new(GT_BF16, 4, ks)};
+    gt_tensor rg[3] = {cu_tensor_new(GT_F32, 4, qs), cu_tensor_new(GT_F32, 4, ks),
+                       cu_tensor_new(GT_F32, 4, ks)};
     same = gpu_run(GT_OP_SDPA_BACKWARD, ia, fa, in, 6, fg, 3, 2, a->name);
     EXPECT(same, "%s: two flash backward runs differ (or an element is not written)", a->name);
     gpu_run(GT_OP_SDPA_BACKWARD, ia, fa, in32, 6, rg, 3, 1, a->name);
@@ -206,14 +190,15 @@ static void run_case(const acase *a)
 
     if (a->cpu) { /* the CPU kernels on the same bf16 tensors */
         gt_error err = {0};
-        gt_tensor co[2] = {t_new(GT_BF16, 4, qs), t_new(GT_F32, 3, ls)};
+        gt_tensor co[2] = {cu_tensor_new(GT_BF16, 4, qs), cu_tensor_new(GT_F32, 3, ls)};
         gt_tensor *pi[6] = {&in[0], &in[1], &in[2], &in[3], &in[4], &in[5]};
         gt_tensor *po[2] = {&co[0], &co[1]};
         gt_kernel_call c = att_call(GT_OP_SDPA, ia, fa, pi, 3, po, 2);
         EXPECT_OK(gt_cpu_run_kernel(&c, &err), &err);
         expect_close(a->name, "out vs cpu", &fo[0], &co[0], 1e-2, 5e-3);
         expect_close(a->name, "lse vs cpu", &fo[1], &co[1], 1e-4, 1e-4);
-        gt_tensor cg[3] = {t_new(GT_BF16, 4, qs), t_new(GT_BF16, 4, ks), t_new(GT_BF16, 4, ks)};
+        gt_tensor cg[3] = {cu_tensor_new(GT_BF16, 4, qs), cu_tensor_new(GT_BF16, 4, ks),
+                           cu_tensor_new(GT_BF16, 4, ks)};
         gt_tensor *pg[3] = {&cg[0], &cg[1], &cg[2]};
         c = att_call(GT_OP_SDPA_BACKWARD, ia, fa, pi, 6, pg, 3);
         EXPECT_OK(gt_cpu_run_kernel(&c, &err), &err);
@@ -239,16 +224,9 @@ static void run_case(const acase *a)
 
 int main(void)
 {
-    if (gt_cuda_device_count() == 0) {
-        printf("0 passed, 0 failed (no CUDA device)\n");
-        return 0;
-    }
-    gt_error err = {0};
     gt_cuda_device_info info;
-    if (gt_cuda_init(0, &info, &err) != GT_OK || gt_cuda_stream_create(&g_stream, &err) != GT_OK) {
-        fprintf(stderr, "CUDA setup failed: %s\n", err.msg);
-        return 1;
-    }
+    int rc = cu_test_start(&info, &g_stream);
+    if (rc >= 0) return rc;
     printf("device: %s\n", info.name);
     const acase cases[] = {
         /* name, causal, b, hq, hkv, s, t, d, cpu */

@@ -10,6 +10,7 @@
  *   - layout moves on shapes that take each gather kernel: row copies ([b,s,h,d] -> [b,h,s,d]),
  *     32x32 tiles (2D transpose with partial edge tiles) and a broadcast.
  * With --bench it also times the llama3-1B shapes and prints GB/s (bytes read + written / time). */
+#include "cuda_test_util.h"
 #include "graphtrain/gt_cuda.h"
 #include "gt_test.h"
 
@@ -26,15 +27,6 @@
 static gt_cuda_stream *g_stream;
 static uint64_t rng_state = 0x2545f4914f6cdd1dull;
 
-static double urand(double lo, double hi)
-{
-    uint64_t z = (rng_state += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    z ^= z >> 31;
-    return lo + (hi - lo) * (double)(z >> 11) * 0x1p-53;
-}
-
 static gt_tensor h_rand(gt_dtype dt, int nd, const int64_t *shape, double lo, double hi)
 {
     gt_tensor t;
@@ -42,9 +34,9 @@ static gt_tensor h_rand(gt_dtype dt, int nd, const int64_t *shape, double lo, do
     GT_CHECK(gt_tensor_alloc(&t, dt, nd, shape, &err) == GT_OK);
     for (int64_t k = 0; k < gt_tensor_numel(&t); k++) {
         if (dt == GT_I64)
-            ((int64_t *)t.data)[k] = (int64_t)urand(lo, hi);
+            ((int64_t *)t.data)[k] = (int64_t)cu_urand(&rng_state, lo, hi);
         else
-            gt_tensor_set_f32(&t, k, (float)urand(lo, hi));
+            gt_tensor_set_f32(&t, k, (float)cu_urand(&rng_state, lo, hi));
     }
     return t;
 }
@@ -84,22 +76,7 @@ typedef struct {
 
 static gt_kernel_call mk_call(tcase *c, gt_tensor *in, gt_tensor *out)
 {
-    gt_kernel_call k;
-    memset(&k, 0, sizeof k);
-    k.op = c->op;
-    k.i = c->i;
-    k.f = c->f;
-    k.e = c->e;
-    k.ni = c->ni;
-    k.nf = c->nf;
-    k.ne = c->ne;
-    k.n_in = c->n_in;
-    k.n_out = c->n_out;
-    for (int j = 0; j < c->n_in; j++)
-        k.in[j] = &in[j];
-    for (int j = 0; j < c->n_out; j++)
-        k.out[j] = &out[j];
-    return k;
+    return cu_kernel_call(c->op, c->i, c->ni, c->f, c->nf, c->e, c->ne, in, c->n_in, out, c->n_out);
 }
 
 /* Runs on the GPU with every tensor shifted by `shift` elements; results into res[]. */
@@ -130,21 +107,6 @@ static bool run_gpu(tcase *c, int shift, gt_tensor *res)
     return st == GT_OK;
 }
 
-static double rel_err(const gt_tensor *a, const gt_tensor *ref)
-{
-    double num = 0.0, den = 0.0;
-    for (int64_t k = 0; k < gt_tensor_numel(ref); k++) {
-        double r = gt_tensor_get_f32(ref, k), v = gt_tensor_get_f32(a, k);
-        if (isnan(r) || isnan(v)) {
-            if (!(isnan(r) && isnan(v))) return INFINITY;
-            continue;
-        }
-        num = fmax(num, fabs(v - r));
-        den = fmax(den, fabs(r));
-    }
-    return den > 0.0 ? num / den : num;
-}
-
 /* CPU reference, GPU aligned, GPU shifted; tol < 0 means bitwise against the CPU. Frees c. */
 static void check(tcase *c, double tol)
 {
@@ -158,7 +120,7 @@ static void check(tcase *c, double tol)
     EXPECT(gt_cpu_run_kernel(&cpu, &err) == GT_OK, "%s: CPU: %s", c->name, err.msg);
     for (int k = 0; k < c->n_out && ok; k++) {
         bool same = memcmp(fast[k].data, slow[k].data, gt_tensor_nbytes(&fast[k])) == 0;
-        double e = rel_err(&fast[k], &c->out[k]);
+        double e = cu_rel_err(&fast[k], &c->out[k]);
         bool cpu_ok = tol < 0
                           ? memcmp(fast[k].data, c->out[k].data, gt_tensor_nbytes(&fast[k])) == 0
                           : e <= tol;
@@ -472,7 +434,7 @@ static void bench(void)
     gt_error err = {0};
     GT_CHECK(gt_tensor_alloc(&hid, GT_I64, 2, SH(8, 2048), &err) == GT_OK);
     for (int64_t k = 0; k < 16384; k++)
-        ((int64_t *)hid.data)[k] = k % 7 == 0 ? 128000 : (int64_t)urand(0, 128256);
+        ((int64_t *)hid.data)[k] = k % 7 == 0 ? 128000 : (int64_t)cu_urand(&rng_state, 0, 128256);
     GT_CHECK(gt_cuda_tensor_upload(g_stream, &hid, &ids, &err) == GT_OK);
     dev_alloc(&a, GT_BF16, 2, SH(128256, 2048), 0.3);
     dev_alloc(&o, GT_BF16, 3, SH(8, 2048, 2048), 0);

@@ -21,6 +21,7 @@
  * Without a CUDA device the test skips (exit 0). */
 #include <math.h>
 
+#include "cuda_test_util.h"
 #include "fusion_graphs.h"
 #include "graphtrain/gt_backend.h"
 #include "graphtrain/gt_cuda.h"
@@ -128,21 +129,11 @@ static void kc_out(kcase *c, gt_dtype dt, int ndim, const int64_t *shape)
         c->out_shape[d] = shape[d];
 }
 
+/* The fused_elementwise call of c's program with one output, *out. */
 static gt_kernel_call kc_call(const kcase *c, const gt_tensor *in, gt_tensor *out)
 {
-    gt_kernel_call k;
-    memset(&k, 0, sizeof k);
-    k.op = GT_OP_FUSED_ELEMENTWISE;
-    k.i = c->prog;
-    k.ni = c->n_prog;
-    k.f = c->f;
-    k.nf = c->nf;
-    k.n_in = c->n_in;
-    k.n_out = 1;
-    for (int j = 0; j < c->n_in; j++)
-        k.in[j] = &in[j];
-    k.out[0] = out;
-    return k;
+    return cu_kernel_call(GT_OP_FUSED_ELEMENTWISE, c->prog, c->n_prog, c->f, c->nf, NULL, 0, in,
+                          c->n_in, out, 1);
 }
 
 /* Device copy of host tensor h, `skew` elements past a 256-byte aligned allocation (skew 1 makes
@@ -189,22 +180,6 @@ static bool gpu_kernel_run(const kcase *c, int skew, uint8_t fill, gt_tensor *re
     return ok;
 }
 
-/* max |a - ref| / max |ref|; NaN and inf must match. */
-static double rel_err(const gt_tensor *a, const gt_tensor *ref)
-{
-    double num = 0.0, den = 0.0;
-    for (int64_t k = 0; k < gt_tensor_numel(ref); k++) {
-        double r = gt_tensor_get_f32(ref, k), v = gt_tensor_get_f32(a, k);
-        if (isnan(r) || isnan(v) || isinf(r) || isinf(v)) {
-            if (!(isnan(r) && isnan(v)) && r != v) return INFINITY;
-            continue;
-        }
-        num = fmax(num, fabs(v - r));
-        den = fmax(den, fabs(r));
-    }
-    return den > 0.0 ? num / den : num;
-}
-
 static void kc_check(kcase *c)
 {
     gt_error err = {0};
@@ -217,7 +192,7 @@ static void kc_check(kcase *c)
               gpu_kernel_run(c, 1, 0xa5, &g3);
     if (ok) {
         double tol = c->out_dt == GT_F32 ? 1e-5 : 1e-2;
-        double e = rel_err(&g1, &cpu);
+        double e = cu_rel_err(&g1, &cpu);
         bool rerun = same_bits(&g1, &g2), skew = same_bits(&g1, &g3);
         printf("%-34s max rel err vs CPU %.2e (bound %.0e)  rerun %s  misaligned %s\n", c->name, e,
                tol, rerun ? "bitwise" : "DIFFER", skew ? "bitwise" : "DIFFER");
@@ -394,23 +369,8 @@ static bool gpu_steps(const step_graph *s, const gt_graph *g, const gt_tensor *i
                  GT_OK);
         st[sk] = scal;
     }
-    for (int32_t k = 0; k < g->n_inputs && !err.code; k++)
-        EXPECT_OK(gt_cuda_program_set_input(cp, k, &st[k], &err), &err);
-    for (int64_t step = 1; step <= STEPS && !err.code && sk >= 0; step++) {
-        /* per-step inputs (tokens, labels, scalars) live in the step arena: set them each step */
-        step_set_scalars(s, g, st, step);
-        for (int32_t k = 0; k < g->n_inputs && !err.code; k++)
-            if (g->inputs[k].kind == GT_IN_INPUT)
-                EXPECT_OK(gt_cuda_program_set_input(cp, k, &st[k], &err), &err);
-        if (!err.code) EXPECT_OK(gt_cuda_program_exec(cp, &err), &err);
-        gt_tensor *o = out + (step - 1) * g->n_outputs;
-        for (int32_t k = 0; k < g->n_outputs && !err.code; k++)
-            EXPECT_OK(gt_cuda_program_read_output(cp, k, &o[k], &err), &err);
-        for (int32_t k = 0; k < g->n_outputs && !err.code; k++) {
-            int32_t in = gt_program_state_input(g, k);
-            if (in >= 0) EXPECT_OK(gt_cuda_program_carry(cp, k, in, &err), &err);
-        }
-    }
+    cu_program_set_inputs(cp, g, st, false, &err);
+    if (sk >= 0) cu_program_steps(cp, s, g, st, STEPS, out, &err);
     gt_tensor_free(&scal);
     free(st);
     gt_cuda_program_free(cp);

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cuda_test_util.h"
 #include "graphtrain/gt_autodiff.h"
 #include "graphtrain/gt_cuda.h"
 #include "graphtrain/gt_graph.h"
@@ -76,16 +77,9 @@ done:
 
 int main(void)
 {
-    if (gt_cuda_device_count() == 0) {
-        printf("0 passed, 0 failed (no CUDA device)\n");
-        return 0;
-    }
-    gt_error err = {0};
     gt_cuda_device_info info;
-    if (gt_cuda_init(0, &info, &err) != GT_OK) {
-        fprintf(stderr, "CUDA setup failed: %s\n", err.msg);
-        return 1;
-    }
+    int rc = cu_test_start(&info, NULL);
+    if (rc >= 0) return rc;
     printf("device: %s\n", info.name);
     for (size_t k = 0; k < sizeof fixtures / sizeof fixtures[0]; k++)
         run_fixture(fixtures[k]);

@@ -11,6 +11,7 @@
  *   - rope in place (out aliasing x) gives the same bits as out of place.
  * `--bench` prints (asserts nothing) the llama3-1B sizes: [16384, 2048] rms_norm / backward and
  * rope on [8, 2048, 32 | 8, 64], bf16. Without a CUDA device the test skips (exit 0). */
+#include "cuda_test_util.h"
 #include "graphtrain/gt_backend.h"
 #include "graphtrain/gt_cuda.h"
 #include "gt_test.h"
@@ -26,15 +27,6 @@
 
 static gt_cuda_stream *g_stream;
 static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
-
-static double urand(double lo, double hi)
-{
-    uint64_t z = (rng_state += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    z ^= z >> 31;
-    return lo + (hi - lo) * (double)(z >> 11) * 0x1p-53;
-}
 
 static float get(const gt_tensor *t, int64_t i)
 {
@@ -56,7 +48,7 @@ static gt_tensor t_rand(gt_dtype dt, int ndim, const int64_t *shape, double lo, 
     gt_tensor t = t_new(dt, ndim, shape);
     int64_t n = gt_tensor_numel(&t);
     for (int64_t i = 0; i < n; i++) {
-        float v = (float)urand(lo, hi);
+        float v = (float)cu_urand(&rng_state, lo, hi);
         if (dt == GT_BF16)
             ((uint16_t *)t.data)[i] = gt_f32_to_bf16(v);
         else
@@ -92,20 +84,7 @@ typedef struct {
 
 static gt_kernel_call call_of(tcase *c, gt_tensor *in, gt_tensor *out)
 {
-    gt_kernel_call k;
-    memset(&k, 0, sizeof k);
-    k.op = c->op;
-    k.i = c->i;
-    k.ni = c->ni;
-    k.f = c->f;
-    k.nf = c->nf;
-    k.n_in = c->n_in;
-    k.n_out = c->n_out;
-    for (int j = 0; j < c->n_in; j++)
-        k.in[j] = &in[j];
-    for (int j = 0; j < c->n_out; j++)
-        k.out[j] = &out[j];
-    return k;
+    return cu_kernel_call(c->op, c->i, c->ni, c->f, c->nf, NULL, 0, in, c->n_in, out, c->n_out);
 }
 
 /* Worst |gpu - ref| / (|ref| + 1e-3 max|ref|) over the elements. */
@@ -355,16 +334,9 @@ static void bench(void)
 
 int main(int argc, char **argv)
 {
-    if (gt_cuda_device_count() == 0) {
-        printf("0 passed, 0 failed (no CUDA device)\n");
-        return 0;
-    }
-    gt_error err = {0};
     gt_cuda_device_info info;
-    if (gt_cuda_init(0, &info, &err) != GT_OK || gt_cuda_stream_create(&g_stream, &err) != GT_OK) {
-        fprintf(stderr, "CUDA setup failed: %s\n", err.msg);
-        return 1;
-    }
+    int rc = cu_test_start(&info, &g_stream);
+    if (rc >= 0) return rc;
     if (argc > 1 && strcmp(argv[1], "--bench") == 0) {
         printf("device: %s (%d SMs)\n", info.name, info.sm_count);
         bench();

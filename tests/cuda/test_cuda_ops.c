@@ -11,6 +11,7 @@
  *     so identical bits also prove that every output element was written.
  * Every case prints one line: op, dtype, max relative error per output, the bound, and whether the
  * runs were bitwise identical. Without a CUDA device the test skips (exit 0). */
+#include "cuda_test_util.h"
 #include "graphtrain/gt_cuda.h"
 #include "gt_test.h"
 
@@ -22,15 +23,6 @@
 #define SH(...) ((const int64_t[]){__VA_ARGS__})
 
 static uint64_t rng_state = 0x1234567887654321ull;
-
-static double urand(double lo, double hi)
-{
-    uint64_t z = (rng_state += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    z ^= z >> 31;
-    return lo + (hi - lo) * (double)(z >> 11) * 0x1p-53;
-}
 
 /* One kernel call with host tensors. */
 typedef struct {
@@ -46,33 +38,16 @@ typedef struct {
 
 static gt_cuda_stream *g_stream;
 
-static gt_tensor t_new(gt_dtype dt, int ndim, const int64_t *shape)
-{
-    gt_tensor t;
-    gt_error err = {0};
-    GT_CHECK(gt_tensor_alloc(&t, dt, ndim, shape, &err) == GT_OK);
-    return t;
-}
-
+/* Uniform in [lo, hi) from this test's stream. */
 static gt_tensor t_rand(gt_dtype dt, int ndim, const int64_t *shape, double lo, double hi)
 {
-    gt_tensor t = t_new(dt, ndim, shape);
-    for (int64_t k = 0; k < gt_tensor_numel(&t); k++)
-        gt_tensor_set_f32(&t, k, (float)urand(lo, hi));
-    return t;
+    return cu_tensor_rand(&rng_state, dt, ndim, shape, lo, hi);
 }
 
+/* Ids in [lo, hi) from this test's stream. */
 static gt_tensor t_ids(gt_dtype dt, int ndim, const int64_t *shape, int64_t lo, int64_t hi)
 {
-    gt_tensor t = t_new(dt, ndim, shape);
-    for (int64_t k = 0; k < gt_tensor_numel(&t); k++) {
-        int64_t v = lo + (int64_t)urand(0.0, (double)(hi - lo));
-        if (dt == GT_I32)
-            ((int32_t *)t.data)[k] = (int32_t)v;
-        else
-            ((int64_t *)t.data)[k] = v;
-    }
-    return t;
+    return cu_tensor_ids(&rng_state, dt, ndim, shape, lo, hi, 0, 0);
 }
 
 static void tc_free(tcase *c)
@@ -85,56 +60,7 @@ static void tc_free(tcase *c)
 
 static gt_kernel_call tc_call(const tcase *c, gt_tensor *in, gt_tensor *out)
 {
-    gt_kernel_call k;
-    memset(&k, 0, sizeof k);
-    k.op = c->op;
-    k.i = c->i;
-    k.f = c->f;
-    k.e = c->e;
-    k.ni = c->ni;
-    k.nf = c->nf;
-    k.ne = c->ne;
-    k.n_in = c->n_in;
-    k.n_out = c->n_out;
-    for (int j = 0; j < c->n_in; j++)
-        k.in[j] = &in[j];
-    for (int j = 0; j < c->n_out; j++)
-        k.out[j] = &out[j];
-    return k;
-}
-
-static bool fill_pattern(gt_tensor *dev, uint8_t byte)
-{
-    size_t n = gt_tensor_nbytes(dev);
-    if (n == 0) return true;
-    uint8_t *buf = malloc(n);
-    GT_CHECK(buf);
-    memset(buf, byte, n);
-    gt_error err = {0};
-    bool ok = gt_cuda_memcpy_h2d(g_stream, dev->data, buf, n, &err) == GT_OK &&
-              gt_cuda_stream_sync(g_stream, &err) == GT_OK;
-    free(buf);
-    return ok;
-}
-
-/* max |a - ref| / max |ref| (absolute when ref is all zero); NaN must match NaN. */
-static double rel_err(const gt_tensor *a, const gt_tensor *ref)
-{
-    double num = 0.0, den = 0.0;
-    for (int64_t k = 0; k < gt_tensor_numel(ref); k++) {
-        double r = gt_tensor_get_f32(ref, k), v = gt_tensor_get_f32(a, k);
-        if (isnan(r) || isnan(v)) {
-            if (!(isnan(r) && isnan(v))) return INFINITY;
-            continue;
-        }
-        if (isinf(r) || isinf(v)) {
-            if (r != v) return INFINITY;
-            continue;
-        }
-        num = fmax(num, fabs(v - r));
-        den = fmax(den, fabs(r));
-    }
-    return den > 0.0 ? num / den : num;
+    return cu_kernel_call(c->op, c->i, c->ni, c->f, c->nf, c->e, c->ne, in, c->n_in, out, c->n_out);
 }
 
 /* Runs the case on CPU and twice on GPU and checks it; frees the case. */
@@ -154,14 +80,14 @@ static void check(tcase *c, double tol)
     for (int k = 0; k < c->n_out; k++) {
         GT_CHECK(gt_cuda_tensor_alloc(&dout[k], c->out[k].dtype, c->out[k].ndim, c->out[k].shape,
                                       &err) == GT_OK);
-        run1[k] = t_new(c->out[k].dtype, c->out[k].ndim, c->out[k].shape);
-        run2[k] = t_new(c->out[k].dtype, c->out[k].ndim, c->out[k].shape);
+        run1[k] = cu_tensor_new(c->out[k].dtype, c->out[k].ndim, c->out[k].shape);
+        run2[k] = cu_tensor_new(c->out[k].dtype, c->out[k].ndim, c->out[k].shape);
     }
     gt_kernel_call gpu = tc_call(c, din, dout);
     bool ran = true;
     for (int rep = 0; rep < 2 && ran; rep++) {
         for (int k = 0; k < c->n_out; k++)
-            ran &= fill_pattern(&dout[k], rep == 0 ? 0xff : 0x5a);
+            ran &= cu_fill_pattern(g_stream, &dout[k], rep == 0 ? 0xff : 0x5a);
         st = gt_cuda_run_kernel(&gpu, g_stream, &err);
         if (st == GT_OK) st = gt_cuda_stream_sync(g_stream, &err);
         EXPECT(st == GT_OK, "%s: CUDA kernel failed: %s", c->name, err.msg);
@@ -181,7 +107,7 @@ static void check(tcase *c, double tol)
                            ? (memcmp(run1[k].data, c->out[k].data, gt_tensor_nbytes(&run1[k])) == 0
                                   ? 0.0
                                   : INFINITY)
-                           : rel_err(&run1[k], &c->out[k]);
+                           : cu_rel_err(&run1[k], &c->out[k]);
             if (len < (int)sizeof line - 40)
                 len += snprintf(line + len, sizeof line - (size_t)len, " out%d %.2e", k, e);
             EXPECT(e <= tol, "%s: output %d max rel err %.3e above %.1e", c->name, k, e, tol);
@@ -224,7 +150,7 @@ static void case_elementwise(gt_dtype ft)
         tcase c = {.name = nm(bn[k], ft), .op = bin[k], .n_in = 2, .n_out = 1};
         c.in[0] = t_rand(ft, 3, SH(4, 1, 6), -2, 2);
         c.in[1] = t_rand(ft, 2, SH(3, 6), 0.5, 2);
-        c.out[0] = t_new(ft, 3, SH(4, 3, 6));
+        c.out[0] = cu_tensor_new(ft, 3, SH(4, 3, 6));
         check(&c, tol_of(ft));
     }
     const gt_op un[10] = {GT_OP_NEG,  GT_OP_EXP,     GT_OP_LOG,   GT_OP_SQRT,       GT_OP_RSQRT,
@@ -237,7 +163,7 @@ static void case_elementwise(gt_dtype ft)
         c.f[1] = 0.5;
         bool pos = un[k] == GT_OP_LOG || un[k] == GT_OP_SQRT || un[k] == GT_OP_RSQRT;
         c.in[0] = t_rand(ft, 2, SH(33, 65), pos ? 0.1 : -3, 3);
-        c.out[0] = t_new(ft, 2, SH(33, 65));
+        c.out[0] = cu_tensor_new(ft, 2, SH(33, 65));
         check(&c, tol_of(ft));
     }
     tcase c = {.name = nm("full", ft), .op = GT_OP_FULL, .n_out = 1, .ni = 1, .nf = 1, .ne = 2};
@@ -245,7 +171,7 @@ static void case_elementwise(gt_dtype ft)
     c.f[0] = 1.7;
     c.e[0] = 3;
     c.e[1] = 5;
-    c.out[0] = t_new(ft, 2, SH(3, 5));
+    c.out[0] = cu_tensor_new(ft, 2, SH(3, 5));
     check(&c, 0.0);
 }
 
@@ -261,7 +187,7 @@ static void case_cast(void)
         c.i[0] = pairs[k][1];
         c.in[0] = gt_dtype_is_float(pairs[k][0]) ? t_rand(pairs[k][0], 2, SH(7, 9), -100, 100)
                                                  : t_ids(pairs[k][0], 2, SH(7, 9), -1000, 1000);
-        c.out[0] = t_new(pairs[k][1], 2, SH(7, 9));
+        c.out[0] = cu_tensor_new(pairs[k][1], 2, SH(7, 9));
         check(&c, 0.0); /* conversions are exact functions of the input: bitwise */
     }
 }
@@ -275,14 +201,14 @@ static void case_reduce(gt_dtype ft)
         c.i[0] = 0;
         c.i[1] = 1;
         c.in[0] = t_rand(ft, 3, SH(5, 37, 6), -1, 1);
-        c.out[0] = t_new(ft, 2, SH(5, 6));
+        c.out[0] = cu_tensor_new(ft, 2, SH(5, 6));
         check(&c, tol_of(ft));
         tcase d = {.name = nm(names[k], ft), .op = ops[k], .n_in = 1, .n_out = 1, .ni = 3};
         d.i[0] = 1;
         d.i[1] = 0;
         d.i[2] = 2;
         d.in[0] = t_rand(ft, 3, SH(50, 3, 40), -1, 1);
-        d.out[0] = t_new(ft, 3, SH(1, 3, 1));
+        d.out[0] = cu_tensor_new(ft, 3, SH(1, 3, 1));
         check(&d, tol_of(ft));
     }
     tcase m = {
@@ -291,7 +217,7 @@ static void case_reduce(gt_dtype ft)
     m.i[1] = 1;
     m.in[0] = t_rand(ft, 2, SH(9, 50), -1, 1);
     /* y = max of x from the CPU kernel, so both sides route to the same element. */
-    m.in[1] = t_new(ft, 2, SH(9, 1));
+    m.in[1] = cu_tensor_new(ft, 2, SH(9, 1));
     {
         gt_error err = {0};
         gt_kernel_call k = {.op = GT_OP_MAX, .i = m.i, .ni = 2, .n_in = 1, .n_out = 1};
@@ -300,7 +226,7 @@ static void case_reduce(gt_dtype ft)
         GT_CHECK(gt_cpu_run_kernel(&k, &err) == GT_OK);
     }
     m.in[2] = t_rand(ft, 2, SH(9, 1), -1, 1);
-    m.out[0] = t_new(ft, 2, SH(9, 50));
+    m.out[0] = cu_tensor_new(ft, 2, SH(9, 50));
     check(&m, tol_of(ft));
     tcase b = {.name = nm("broadcast_to", ft),
                .op = GT_OP_BROADCAST_TO,
@@ -309,12 +235,12 @@ static void case_reduce(gt_dtype ft)
                .ne = 3,
                .e = {2, 3, 4}};
     b.in[0] = t_rand(ft, 2, SH(3, 1), -1, 1);
-    b.out[0] = t_new(ft, 3, SH(2, 3, 4));
+    b.out[0] = cu_tensor_new(ft, 3, SH(2, 3, 4));
     check(&b, 0.0);
     tcase s = {
         .name = nm("sum_to", ft), .op = GT_OP_SUM_TO, .n_in = 1, .n_out = 1, .ne = 2, .e = {3, 1}};
     s.in[0] = t_rand(ft, 3, SH(20, 3, 40), -1, 1);
-    s.out[0] = t_new(ft, 2, SH(3, 1));
+    s.out[0] = cu_tensor_new(ft, 2, SH(3, 1));
     check(&s, tol_of(ft));
 }
 
@@ -327,7 +253,7 @@ static void case_layout(gt_dtype ft)
                .ne = 2,
                .e = {3, 4}};
     r.in[0] = t_rand(ft, 2, SH(2, 6), -1, 1);
-    r.out[0] = t_new(ft, 2, SH(3, 4));
+    r.out[0] = cu_tensor_new(ft, 2, SH(3, 4));
     check(&r, 0.0);
     tcase t = {.name = nm("transpose", ft),
                .op = GT_OP_TRANSPOSE,
@@ -336,7 +262,7 @@ static void case_layout(gt_dtype ft)
                .ni = 2,
                .i = {0, 2}};
     t.in[0] = t_rand(ft, 3, SH(2, 3, 4), -1, 1);
-    t.out[0] = t_new(ft, 3, SH(4, 3, 2));
+    t.out[0] = cu_tensor_new(ft, 3, SH(4, 3, 2));
     check(&t, 0.0);
     tcase p = {.name = nm("permute", ft),
                .op = GT_OP_PERMUTE,
@@ -345,7 +271,7 @@ static void case_layout(gt_dtype ft)
                .ni = 4,
                .i = {2, 0, 3, 1}};
     p.in[0] = t_rand(ft, 4, SH(2, 3, 4, 5), -1, 1);
-    p.out[0] = t_new(ft, 4, SH(4, 2, 5, 3));
+    p.out[0] = cu_tensor_new(ft, 4, SH(4, 2, 5, 3));
     check(&p, 0.0);
     tcase sl = {.name = nm("slice", ft),
                 .op = GT_OP_SLICE,
@@ -356,7 +282,7 @@ static void case_layout(gt_dtype ft)
                 .ne = 2,
                 .e = {1, 4}};
     sl.in[0] = t_rand(ft, 3, SH(2, 5, 3), -1, 1);
-    sl.out[0] = t_new(ft, 3, SH(2, 3, 3));
+    sl.out[0] = cu_tensor_new(ft, 3, SH(2, 3, 3));
     check(&sl, 0.0);
     tcase sb = {.name = nm("slice_backward", ft),
                 .op = GT_OP_SLICE_BACKWARD,
@@ -367,14 +293,14 @@ static void case_layout(gt_dtype ft)
                 .ne = 3,
                 .e = {1, 4, 5}};
     sb.in[0] = t_rand(ft, 3, SH(2, 3, 3), -1, 1);
-    sb.out[0] = t_new(ft, 3, SH(2, 5, 3));
+    sb.out[0] = cu_tensor_new(ft, 3, SH(2, 5, 3));
     check(&sb, 0.0);
     tcase cc = {
         .name = nm("concat", ft), .op = GT_OP_CONCAT, .n_in = 3, .n_out = 1, .ni = 1, .i = {1}};
     cc.in[0] = t_rand(ft, 3, SH(2, 1, 3), -1, 1);
     cc.in[1] = t_rand(ft, 3, SH(2, 4, 3), -1, 1);
     cc.in[2] = t_rand(ft, 3, SH(2, 2, 3), -1, 1);
-    cc.out[0] = t_new(ft, 3, SH(2, 7, 3));
+    cc.out[0] = cu_tensor_new(ft, 3, SH(2, 7, 3));
     check(&cc, 0.0);
     tcase sp = {.name = nm("split", ft),
                 .op = GT_OP_SPLIT,
@@ -385,14 +311,14 @@ static void case_layout(gt_dtype ft)
                 .ne = 3,
                 .e = {2, 3, 1}};
     sp.in[0] = t_rand(ft, 3, SH(2, 3, 6), -1, 1);
-    sp.out[0] = t_new(ft, 3, SH(2, 3, 2));
-    sp.out[1] = t_new(ft, 3, SH(2, 3, 3));
-    sp.out[2] = t_new(ft, 3, SH(2, 3, 1));
+    sp.out[0] = cu_tensor_new(ft, 3, SH(2, 3, 2));
+    sp.out[1] = cu_tensor_new(ft, 3, SH(2, 3, 3));
+    sp.out[2] = cu_tensor_new(ft, 3, SH(2, 3, 1));
     check(&sp, 0.0);
     tcase em = {.name = nm("embedding", ft), .op = GT_OP_EMBEDDING, .n_in = 2, .n_out = 1};
     em.in[0] = t_rand(ft, 2, SH(50, 24), -1, 1);
     em.in[1] = t_ids(GT_I32, 2, SH(3, 7), 0, 50);
-    em.out[0] = t_new(ft, 3, SH(3, 7, 24));
+    em.out[0] = cu_tensor_new(ft, 3, SH(3, 7, 24));
     check(&em, 0.0);
     tcase eb = {.name = nm("embedding_backward", ft),
                 .op = GT_OP_EMBEDDING_BACKWARD,
@@ -402,7 +328,7 @@ static void case_layout(gt_dtype ft)
                 .e = {40}};
     eb.in[0] = t_ids(GT_I64, 2, SH(3, 300), 0, 40); /* many repeats, > one 256-id chunk */
     eb.in[1] = t_rand(ft, 3, SH(3, 300, 24), -1, 1);
-    eb.out[0] = t_new(ft, 2, SH(40, 24));
+    eb.out[0] = cu_tensor_new(ft, 2, SH(40, 24));
     check(&eb, tol_of(ft));
 }
 
@@ -424,7 +350,7 @@ static void case_matmul(gt_dtype ft)
         c.i[1] = m[k].tb;
         c.in[0] = t_rand(ft, m[k].ra, m[k].as, -1, 1);
         c.in[1] = t_rand(ft, m[k].rb, m[k].bs, -1, 1);
-        c.out[0] = t_new(ft, m[k].ra, m[k].os);
+        c.out[0] = cu_tensor_new(ft, m[k].ra, m[k].os);
         check(&c, tol_of(ft));
     }
 }
@@ -439,7 +365,7 @@ static void case_norm_rope(gt_dtype ft)
                .f = {1e-5}};
     n.in[0] = t_rand(ft, 3, SH(3, 7, 64), -2, 2);
     n.in[1] = t_rand(ft, 1, SH(64), 0.5, 1.5);
-    n.out[0] = t_new(ft, 3, SH(3, 7, 64));
+    n.out[0] = cu_tensor_new(ft, 3, SH(3, 7, 64));
     check(&n, tol_of(ft));
     tcase b = {.name = nm("rms_norm_backward", ft),
                .op = GT_OP_RMS_NORM_BACKWARD,
@@ -450,8 +376,8 @@ static void case_norm_rope(gt_dtype ft)
     b.in[0] = t_rand(ft, 2, SH(200, 48), -2, 2); /* 200 rows: several dw chunks */
     b.in[1] = t_rand(ft, 1, SH(48), 0.5, 1.5);
     b.in[2] = t_rand(ft, 2, SH(200, 48), -1, 1);
-    b.out[0] = t_new(ft, 2, SH(200, 48));
-    b.out[1] = t_new(ft, 1, SH(48));
+    b.out[0] = cu_tensor_new(ft, 2, SH(200, 48));
+    b.out[1] = cu_tensor_new(ft, 1, SH(48));
     check(&b, tol_of(ft));
     for (int v = 0; v < 3; v++) {
         /* plain; llama3.1 scaling; inverse */
@@ -465,7 +391,7 @@ static void case_norm_rope(gt_dtype ft)
         r.i[0] = v == 2;
         r.i[1] = v == 1 ? 8 : 0;
         r.in[0] = t_rand(ft, 4, SH(2, 40, 3, 16), -1, 1);
-        r.out[0] = t_new(ft, 4, SH(2, 40, 3, 16));
+        r.out[0] = cu_tensor_new(ft, 4, SH(2, 40, 3, 16));
         check(&r, tol_of(ft));
     }
 }
@@ -482,7 +408,7 @@ static void cpu_sdpa(tcase *fwd, gt_tensor *out, gt_tensor *lse)
 
 static gt_tensor t_copy(const gt_tensor *x)
 {
-    gt_tensor t = t_new(x->dtype, x->ndim, x->shape);
+    gt_tensor t = cu_tensor_new(x->dtype, x->ndim, x->shape);
     memcpy(t.data, x->data, gt_tensor_nbytes(x));
     return t;
 }
@@ -501,8 +427,8 @@ static void case_attention(gt_dtype ft)
         f.in[0] = t_rand(ft, 4, SH(a[k].b, a[k].hq, a[k].s, a[k].d), -2, 2);
         f.in[1] = t_rand(ft, 4, SH(a[k].b, a[k].hkv, a[k].t, a[k].d), -2, 2);
         f.in[2] = t_rand(ft, 4, SH(a[k].b, a[k].hkv, a[k].t, a[k].dv), -1, 1);
-        f.out[0] = t_new(ft, 4, SH(a[k].b, a[k].hq, a[k].s, a[k].dv));
-        f.out[1] = t_new(GT_F32, 3, SH(a[k].b, a[k].hq, a[k].s));
+        f.out[0] = cu_tensor_new(ft, 4, SH(a[k].b, a[k].hq, a[k].s, a[k].dv));
+        f.out[1] = cu_tensor_new(GT_F32, 3, SH(a[k].b, a[k].hq, a[k].s));
         tcase g = {.name = nm("sdpa_backward", ft),
                    .op = GT_OP_SDPA_BACKWARD,
                    .n_in = 6,
@@ -513,13 +439,13 @@ static void case_attention(gt_dtype ft)
         g.f[0] = f.f[0];
         for (int j = 0; j < 3; j++)
             g.in[j] = t_copy(&f.in[j]);
-        g.in[3] = t_new(ft, 4, f.out[0].shape);
-        g.in[4] = t_new(GT_F32, 3, f.out[1].shape);
+        g.in[3] = cu_tensor_new(ft, 4, f.out[0].shape);
+        g.in[4] = cu_tensor_new(GT_F32, 3, f.out[1].shape);
         cpu_sdpa(&f, &g.in[3], &g.in[4]);
         g.in[5] = t_rand(ft, 4, f.out[0].shape, -1, 1);
-        g.out[0] = t_new(ft, 4, f.in[0].shape);
-        g.out[1] = t_new(ft, 4, f.in[1].shape);
-        g.out[2] = t_new(ft, 4, f.in[2].shape);
+        g.out[0] = cu_tensor_new(ft, 4, f.in[0].shape);
+        g.out[1] = cu_tensor_new(ft, 4, f.in[1].shape);
+        g.out[2] = cu_tensor_new(ft, 4, f.in[2].shape);
         check(&f, tol_of(ft));
         check(&g, tol_of(ft));
     }
@@ -533,7 +459,7 @@ static void case_loss(gt_dtype ft)
         const int64_t *shape = v ? SH(3, 7, 5) : SH(6, 300);
         int nd = v ? 3 : 2;
         s.in[0] = t_rand(ft, nd, shape, -4, 4);
-        s.out[0] = t_new(ft, nd, shape);
+        s.out[0] = cu_tensor_new(ft, nd, shape);
         check(&s, tol_of(ft));
         tcase b = {.name = nm("softmax_backward", ft),
                    .op = GT_OP_SOFTMAX_BACKWARD,
@@ -543,7 +469,7 @@ static void case_loss(gt_dtype ft)
         b.i[0] = s.i[0];
         b.in[0] = t_rand(ft, nd, shape, 0, 0.2);
         b.in[1] = t_rand(ft, nd, shape, -1, 1);
-        b.out[0] = t_new(ft, nd, shape);
+        b.out[0] = cu_tensor_new(ft, nd, shape);
         check(&b, tol_of(ft));
     }
     for (int v = 0; v < 2; v++) {
@@ -562,7 +488,7 @@ static void case_loss(gt_dtype ft)
             else
                 ((int64_t *)c.in[1].data)[r] = -100;
         }
-        c.out[0] = t_new(GT_F32, 0, NULL);
+        c.out[0] = cu_tensor_new(GT_F32, 0, NULL);
         tcase b = {.name = nm("cross_entropy_backward", ft),
                    .op = GT_OP_CROSS_ENTROPY_BACKWARD,
                    .n_in = 3,
@@ -572,7 +498,7 @@ static void case_loss(gt_dtype ft)
         b.in[0] = t_copy(&c.in[0]);
         b.in[1] = t_copy(&c.in[1]);
         b.in[2] = t_rand(GT_F32, 0, NULL, 0.5, 2);
-        b.out[0] = t_new(ft, 2, SH(37, 500));
+        b.out[0] = cu_tensor_new(ft, 2, SH(37, 500));
         check(&c, tol_of(ft));
         check(&b, tol_of(ft));
     }
@@ -590,15 +516,15 @@ static void case_adamw(gt_dtype ft)
     c.in[1] = t_rand(ft, 2, SH(37, 29), -1, 1);
     c.in[2] = t_rand(GT_F32, 2, SH(37, 29), -0.1, 0.1);
     c.in[3] = t_rand(GT_F32, 2, SH(37, 29), 0, 0.01);
-    c.in[4] = t_new(GT_F32, 1, SH(3));
+    c.in[4] = cu_tensor_new(GT_F32, 1, SH(3));
     ((float *)c.in[4].data)[0] = 1e-3f;
     ((float *)c.in[4].data)[1] = 0.271f;
     ((float *)c.in[4].data)[2] = 0.0297f;
-    c.in[5] = t_new(GT_F32, 0, NULL);
+    c.in[5] = cu_tensor_new(GT_F32, 0, NULL);
     ((float *)c.in[5].data)[0] = 0.7f;
-    c.out[0] = t_new(ft, 2, SH(37, 29));
-    c.out[1] = t_new(GT_F32, 2, SH(37, 29));
-    c.out[2] = t_new(GT_F32, 2, SH(37, 29));
+    c.out[0] = cu_tensor_new(ft, 2, SH(37, 29));
+    c.out[1] = cu_tensor_new(GT_F32, 2, SH(37, 29));
+    c.out[2] = cu_tensor_new(GT_F32, 2, SH(37, 29));
     /* written with torch's rounding op by op on both sides: bitwise in f32 */
     check(&c, ft == GT_F32 ? 0.0 : tol_of(ft));
 }
@@ -638,16 +564,9 @@ static void case_errors(void)
 
 int main(void)
 {
-    if (gt_cuda_device_count() == 0) {
-        printf("0 passed, 0 failed (no CUDA device)\n");
-        return 0;
-    }
-    gt_error err = {0};
     gt_cuda_device_info info;
-    if (gt_cuda_init(0, &info, &err) != GT_OK || gt_cuda_stream_create(&g_stream, &err) != GT_OK) {
-        fprintf(stderr, "CUDA setup failed: %s\n", err.msg);
-        return 1;
-    }
+    int rc = cu_test_start(&info, &g_stream);
+    if (rc >= 0) return rc;
     printf("device: %s (sm_%d%d, %d SMs)\n", info.name, info.cc_major, info.cc_minor,
            info.sm_count);
     case_cast();

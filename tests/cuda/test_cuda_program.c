@@ -21,6 +21,7 @@
  *   - test_tiny also with views and in-place sharing off, so carry is a device copy;
  *   - a wrongly shaped input is refused with GT_ERR_INVALID naming the input.
  * Without a CUDA device the test skips (exit 0). */
+#include "cuda_test_util.h"
 #include "graphtrain/gt_backend.h"
 #include "graphtrain/gt_cuda.h"
 #include "graphtrain/gt_program.h"
@@ -82,22 +83,8 @@ static bool gpu_run(const step_graph *s, const gt_plan_options *opts, gt_tensor 
     int32_t sk = scalars_input(g);
     EXPECT(sk >= 0, "no %s input", GT_OPTIM_SCALARS_NAME);
     /* state goes up once; per step only the INPUT kind (tokens, labels, scalars) is copied */
-    for (int32_t k = 0; k < g->n_inputs && !err.code; k++)
-        EXPECT_OK(gt_cuda_program_set_input(cp, k, &init[k], &err), &err);
-    for (int64_t step = 1; step <= STEPS && !err.code && sk >= 0; step++) {
-        step_set_scalars(s, g, init, step);
-        for (int32_t k = 0; k < g->n_inputs && !err.code; k++)
-            if (g->inputs[k].kind == GT_IN_INPUT)
-                EXPECT_OK(gt_cuda_program_set_input(cp, k, &init[k], &err), &err);
-        if (!err.code) EXPECT_OK(gt_cuda_program_exec(cp, &err), &err);
-        gt_tensor *o = out + (step - 1) * g->n_outputs;
-        for (int32_t k = 0; k < g->n_outputs && !err.code; k++)
-            EXPECT_OK(gt_cuda_program_read_output(cp, k, &o[k], &err), &err);
-        for (int32_t k = 0; k < g->n_outputs && !err.code; k++) {
-            int32_t in = gt_program_state_input(g, k);
-            if (in >= 0) EXPECT_OK(gt_cuda_program_carry(cp, k, in, &err), &err);
-        }
-    }
+    cu_program_set_inputs(cp, g, init, false, &err);
+    if (sk >= 0) cu_program_steps(cp, s, g, init, STEPS, out, &err);
     for (int32_t k = 0; k < g->n_inputs && !err.code; k++) {
         EXPECT_OK(gt_tensor_alloc(&fin[k], init[k].dtype, init[k].ndim, init[k].shape, &err), &err);
         if (!err.code) EXPECT_OK(gt_cuda_program_read_input(cp, k, &fin[k], &err), &err);
@@ -247,16 +234,9 @@ done:
 
 int main(void)
 {
-    if (gt_cuda_device_count() == 0) {
-        printf("0 passed, 0 failed (no CUDA device)\n");
-        return 0;
-    }
-    gt_error err = {0};
     gt_cuda_device_info info;
-    if (gt_cuda_init(0, &info, &err) != GT_OK) {
-        fprintf(stderr, "CUDA setup failed: %s\n", err.msg);
-        return 1;
-    }
+    int rc = cu_test_start(&info, NULL);
+    if (rc >= 0) return rc;
     printf("device: %s\n", info.name);
     gt_cpu_set_threads(1);
     const gt_plan_options no_sharing = {.no_views = true, .no_in_place = true};

@@ -10,6 +10,7 @@
  *   - determinism: two runs give identical bits (outputs pre-filled with different patterns).
  * `--bench` prints (asserts nothing) the time of a full sum at the llama3-1B gradient sizes.
  * Without a CUDA device the test skips (exit 0). */
+#include "cuda_test_util.h"
 #include "graphtrain/gt_cuda.h"
 #include "gt_test.h"
 
@@ -21,15 +22,6 @@
 
 static gt_cuda_stream *g_stream;
 static uint64_t rng_state = 0x243f6a8885a308d3ull;
-
-static double urand(double lo, double hi)
-{
-    uint64_t z = (rng_state += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    z ^= z >> 31;
-    return lo + (hi - lo) * (double)(z >> 11) * 0x1p-53;
-}
 
 /* Runs op on device copies of x into out (host shape), twice; returns false on a CUDA error.
  * res gets the first run; *same whether both runs' bits match. */
@@ -44,17 +36,7 @@ static bool run_gpu(const char *name, gt_op op, const gt_tensor *x, const int64_
         gt_cuda_tensor_free(&dx);
         return false;
     }
-    gt_kernel_call k;
-    memset(&k, 0, sizeof k);
-    k.op = op;
-    k.i = iattr;
-    k.ni = ni;
-    k.e = e;
-    k.ne = ne;
-    k.n_in = 1;
-    k.n_out = 1;
-    k.in[0] = &dx;
-    k.out[0] = &dout;
+    gt_kernel_call k = cu_kernel_call(op, iattr, ni, NULL, 0, e, ne, &dx, 1, &dout, 1);
     float *run2 = malloc(nb), *pat = malloc(nb);
     GT_CHECK(run2 && pat);
     bool ok = true;
@@ -116,7 +98,7 @@ static void check_case(const char *name, gt_op op, int ndim, const int64_t *shap
     float *xd = (float *)x.data;
     int64_t n = gt_tensor_numel(&x);
     for (int64_t i = 0; i < n; i++)
-        xd[i] = (float)urand(lo, hi);
+        xd[i] = (float)cu_urand(&rng_state, lo, hi);
     if (nan_at >= 0) xd[nan_at] = NAN;
     bool reduced[GT_MAX_DIMS] = {false};
     int64_t iattr[1 + GT_MAX_DIMS] = {0}, e[GT_MAX_DIMS], oshape[GT_MAX_DIMS];
@@ -234,17 +216,8 @@ static void bench_one(const char *name, gt_op op, int ndim, const int64_t *shape
         printf("bench %s: %s\n", name, err.msg);
         return;
     }
-    gt_kernel_call k;
-    memset(&k, 0, sizeof k);
-    k.op = op;
-    k.i = iattr;
-    k.ni = op == GT_OP_SUM_TO ? 0 : 1 + nd;
-    k.e = e;
-    k.ne = ne;
-    k.n_in = 1;
-    k.n_out = 1;
-    k.in[0] = &dx;
-    k.out[0] = &dout;
+    gt_kernel_call k = cu_kernel_call(op, iattr, op == GT_OP_SUM_TO ? 0 : 1 + nd, NULL, 0, e, ne,
+                                      &dx, 1, &dout, 1);
     int reps = 20;
     bool ok = gt_cuda_run_kernel(&k, g_stream, &err) == GT_OK &&
               gt_cuda_stream_sync(g_stream, &err) == GT_OK;
@@ -264,16 +237,9 @@ static void bench_one(const char *name, gt_op op, int ndim, const int64_t *shape
 
 int main(int argc, char **argv)
 {
-    if (gt_cuda_device_count() == 0) {
-        printf("0 passed, 0 failed (no CUDA device)\n");
-        return 0;
-    }
-    gt_error err = {0};
     gt_cuda_device_info info;
-    if (gt_cuda_init(0, &info, &err) != GT_OK || gt_cuda_stream_create(&g_stream, &err) != GT_OK) {
-        fprintf(stderr, "CUDA setup failed: %s\n", err.msg);
-        return 1;
-    }
+    int rc = cu_test_start(&info, &g_stream);
+    if (rc >= 0) return rc;
     if (argc > 1 && strcmp(argv[1], "--bench") == 0) {
         printf("device: %s (%d SMs)\n", info.name, info.sm_count);
         bench_one("sum all [2048,8192] f32", GT_OP_SUM, 2, SH(2048, 8192), DIMS(0, 1), 2, NULL, 0);

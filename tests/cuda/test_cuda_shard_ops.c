@@ -16,6 +16,7 @@
  * -inf, hold +inf or NaN, ignored targets, a batch with every target ignored (0/0 = NaN), and a
  * negative target, which the CUDA kernels flag on the stream's error word. Without a CUDA device
  * the test skips (exit 0). */
+#include "cuda_test_util.h"
 #include "graphtrain/gt_cuda.h"
 #include "gt_test.h"
 
@@ -28,15 +29,6 @@
 
 static uint64_t rng_state = 0x5eed5eed12345678ull;
 
-static double urand(double lo, double hi)
-{
-    uint64_t z = (rng_state += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    z ^= z >> 31;
-    return lo + (hi - lo) * (double)(z >> 11) * 0x1p-53;
-}
-
 typedef struct {
     const char *name;
     gt_op op;
@@ -48,36 +40,18 @@ typedef struct {
 
 static gt_cuda_stream *g_stream;
 
-static gt_tensor t_new(gt_dtype dt, int ndim, const int64_t *shape)
-{
-    gt_tensor t;
-    gt_error err = {0};
-    GT_CHECK(gt_tensor_alloc(&t, dt, ndim, shape, &err) == GT_OK);
-    return t;
-}
-
+/* Uniform in [lo, hi) from this test's stream. */
 static gt_tensor t_rand(gt_dtype dt, int ndim, const int64_t *shape, double lo, double hi)
 {
-    gt_tensor t = t_new(dt, ndim, shape);
-    for (int64_t k = 0; k < gt_tensor_numel(&t); k++)
-        gt_tensor_set_f32(&t, k, (float)urand(lo, hi));
-    return t;
+    return cu_tensor_rand(&rng_state, dt, ndim, shape, lo, hi);
 }
 
-/* Ids in [lo, hi), with every third one replaced by `special` when special >= lo - 1000. */
+/* Ids in [lo, hi) from this test's stream, with those at k % every == 1 replaced by `special`
+ * when every > 0. */
 static gt_tensor t_ids(gt_dtype dt, int ndim, const int64_t *shape, int64_t lo, int64_t hi,
                        int64_t special, int every)
 {
-    gt_tensor t = t_new(dt, ndim, shape);
-    for (int64_t k = 0; k < gt_tensor_numel(&t); k++) {
-        int64_t v = lo + (int64_t)urand(0.0, (double)(hi - lo));
-        if (every > 0 && k % every == 1) v = special;
-        if (dt == GT_I32)
-            ((int32_t *)t.data)[k] = (int32_t)v;
-        else
-            ((int64_t *)t.data)[k] = v;
-    }
-    return t;
+    return cu_tensor_ids(&rng_state, dt, ndim, shape, lo, hi, special, every);
 }
 
 static void tc_free(tcase *c)
@@ -87,55 +61,10 @@ static void tc_free(tcase *c)
     gt_tensor_free(&c->out);
 }
 
+/* The call with one output, *out. */
 static gt_kernel_call tc_call(const tcase *c, gt_tensor *in, gt_tensor *out)
 {
-    gt_kernel_call k;
-    memset(&k, 0, sizeof k);
-    k.op = c->op;
-    k.i = c->i;
-    k.e = c->e;
-    k.ni = c->ni;
-    k.ne = c->ne;
-    k.n_in = c->n_in;
-    k.n_out = 1;
-    for (int j = 0; j < c->n_in; j++)
-        k.in[j] = &in[j];
-    k.out[0] = out;
-    return k;
-}
-
-static bool fill_pattern(gt_tensor *dev, uint8_t byte)
-{
-    size_t n = gt_tensor_nbytes(dev);
-    if (n == 0) return true;
-    uint8_t *buf = malloc(n);
-    GT_CHECK(buf);
-    memset(buf, byte, n);
-    gt_error err = {0};
-    bool ok = gt_cuda_memcpy_h2d(g_stream, dev->data, buf, n, &err) == GT_OK &&
-              gt_cuda_stream_sync(g_stream, &err) == GT_OK;
-    free(buf);
-    return ok;
-}
-
-/* max |a - ref| / max |ref| (absolute when ref is all zero); NaN and inf must match. */
-static double rel_err(const gt_tensor *a, const gt_tensor *ref)
-{
-    double num = 0.0, den = 0.0;
-    for (int64_t k = 0; k < gt_tensor_numel(ref); k++) {
-        double r = gt_tensor_get_f32(ref, k), v = gt_tensor_get_f32(a, k);
-        if (isnan(r) || isnan(v)) {
-            if (!(isnan(r) && isnan(v))) return INFINITY;
-            continue;
-        }
-        if (isinf(r) || isinf(v)) {
-            if (r != v) return INFINITY;
-            continue;
-        }
-        num = fmax(num, fabs(v - r));
-        den = fmax(den, fabs(r));
-    }
-    return den > 0.0 ? num / den : num;
+    return cu_kernel_call(c->op, c->i, c->ni, NULL, 0, c->e, c->ne, in, c->n_in, out, 1);
 }
 
 /* Runs the case on the CPU and twice on the GPU and checks it (exact: bitwise the CPU's); frees
@@ -157,9 +86,9 @@ static void check(tcase *c, double tol, bool exact)
     gt_kernel_call gpu = tc_call(c, din, &dout);
     bool ran = true;
     for (int rep = 0; rep < 2; rep++) {
-        run[rep] = t_new(c->out.dtype, c->out.ndim, c->out.shape);
+        run[rep] = cu_tensor_new(c->out.dtype, c->out.ndim, c->out.shape);
         if (!ran) continue;
-        ran &= fill_pattern(&dout, rep == 0 ? 0xff : 0x5a);
+        ran &= cu_fill_pattern(g_stream, &dout, rep == 0 ? 0xff : 0x5a);
         st = gt_cuda_run_kernel(&gpu, g_stream, &err);
         if (st == GT_OK) st = gt_cuda_stream_sync(g_stream, &err);
         EXPECT(st == GT_OK, "%s: CUDA kernel failed: %s", c->name, err.msg);
@@ -169,7 +98,7 @@ static void check(tcase *c, double tol, bool exact)
         size_t nb = gt_tensor_nbytes(&c->out);
         bool same = memcmp(run[0].data, run[1].data, nb) == 0;
         bool equal_cpu = memcmp(run[0].data, c->out.data, nb) == 0;
-        double e = rel_err(&run[0], &c->out);
+        double e = cu_rel_err(&run[0], &c->out);
         printf("%-44s max rel err %.2e (bound %.0e)  %s%s\n", c->name, e, tol,
                same ? "bitwise-identical runs" : "RUNS DIFFER", equal_cpu ? ", = CPU bits" : "");
         EXPECT(e <= tol, "%s: max rel err %.3e above %.1e", c->name, e, tol);
@@ -214,7 +143,7 @@ static void case_embedding(gt_dtype ft)
         c.e[0] = 5;
         c.in[0] = t_rand(ft, 2, SH(7, dims[k]), -2, 2);
         c.in[1] = t_ids(idt[k], 2, SH(3, 5), 0, 20, -1, 0);
-        c.out = t_new(ft, 3, SH(3, 5, dims[k]));
+        c.out = cu_tensor_new(ft, 3, SH(3, 5, dims[k]));
         check(&c, 0.0, true);
     }
     /* the backward: repeated ids (every third token is row 6), ids of other ranks */
@@ -230,7 +159,7 @@ static void case_embedding(gt_dtype ft)
         c.in[0] = t_ids(k ? GT_I32 : GT_I64, 1, SH(ns[k]), starts[k] - vls[k] / 2,
                         starts[k] + vls[k] + 3, starts[k] + 1, 3);
         c.in[1] = t_rand(ft, 2, SH(ns[k], d), -1, 1);
-        c.out = t_new(ft, 2, SH(vls[k], d));
+        c.out = cu_tensor_new(ft, 2, SH(vls[k], d));
         check(&c, tol_of(ft), ft == GT_F32);
     }
 }
@@ -240,17 +169,18 @@ static void case_logsumexp(gt_dtype ft)
     tcase c = {.name = nm("logsumexp", ft, "[6, 300]"), .op = GT_OP_LOGSUMEXP, .n_in = 1};
     c.in[0] = t_rand(ft, 2, SH(6, 300), -8, 8);
     for (int64_t j = 0; j < 300; j++) {
-        gt_tensor_set_f32(&c.in[0], 1 * 300 + j, -INFINITY);            /* row 1: all -inf */
-        gt_tensor_set_f32(&c.in[0], 2 * 300 + j, (float)urand(60, 90)); /* large: needs the max */
+        gt_tensor_set_f32(&c.in[0], 1 * 300 + j, -INFINITY); /* row 1: all -inf */
+        /* row 2: large, needs the max */
+        gt_tensor_set_f32(&c.in[0], 2 * 300 + j, (float)cu_urand(&rng_state, 60, 90));
     }
     gt_tensor_set_f32(&c.in[0], 3 * 300 + 17, INFINITY); /* row 3: +inf */
     gt_tensor_set_f32(&c.in[0], 4 * 300 + 5, NAN);       /* row 4: NaN */
-    c.out = t_new(GT_F32, 1, SH(6));
+    c.out = cu_tensor_new(GT_F32, 1, SH(6));
     check(&c, tol_of(ft), false);
 
     tcase d = {.name = nm("logsumexp", ft, "[2, 3, 1029]"), .op = GT_OP_LOGSUMEXP, .n_in = 1};
     d.in[0] = t_rand(ft, 3, SH(2, 3, 1029), -3, 3);
-    d.out = t_new(GT_F32, 2, SH(2, 3));
+    d.out = cu_tensor_new(GT_F32, 2, SH(2, 3));
     check(&d, tol_of(ft), false);
 }
 
@@ -277,7 +207,7 @@ static void case_cross_entropy(gt_dtype ft)
                    .op = GT_OP_CROSS_ENTROPY_SHARD,
                    .n_in = 3};
         ce_inputs(&c, ft, 40, 33, all_ignored);
-        c.out = t_new(GT_F32, 0, NULL);
+        c.out = cu_tensor_new(GT_F32, 0, NULL);
         check(&c, tol_of(ft), false);
 
         tcase b = {.name = nm("cross_entropy_shard_backward", ft,
@@ -285,9 +215,9 @@ static void case_cross_entropy(gt_dtype ft)
                    .op = GT_OP_CROSS_ENTROPY_SHARD_BACKWARD,
                    .n_in = 4};
         ce_inputs(&b, ft, 40, 33, all_ignored);
-        b.in[3] = t_new(GT_F32, 0, NULL);
+        b.in[3] = cu_tensor_new(GT_F32, 0, NULL);
         gt_tensor_set_f32(&b.in[3], 0, 0.7f);
-        b.out = t_new(ft, 2, SH(40, 33));
+        b.out = cu_tensor_new(ft, 2, SH(40, 33));
         check(&b, tol_of(ft), false);
     }
     /* a long row: more columns than threads */
@@ -295,9 +225,9 @@ static void case_cross_entropy(gt_dtype ft)
                .op = GT_OP_CROSS_ENTROPY_SHARD_BACKWARD,
                .n_in = 4};
     ce_inputs(&b, ft, 5, 1500, false);
-    b.in[3] = t_new(GT_F32, 0, NULL);
+    b.in[3] = cu_tensor_new(GT_F32, 0, NULL);
     gt_tensor_set_f32(&b.in[3], 0, 1.3f);
-    b.out = t_new(ft, 2, SH(5, 1500));
+    b.out = cu_tensor_new(ft, 2, SH(5, 1500));
     check(&b, tol_of(ft), false);
 }
 
@@ -311,11 +241,11 @@ static void case_bad_target(void)
         ce_inputs(&c, GT_F32, 8, 4, false);
         ((int64_t *)c.in[1].data)[5] = -7;
         if (k) {
-            c.in[3] = t_new(GT_F32, 0, NULL);
+            c.in[3] = cu_tensor_new(GT_F32, 0, NULL);
             gt_tensor_set_f32(&c.in[3], 0, 1.0f);
-            c.out = t_new(GT_F32, 2, SH(8, 4));
+            c.out = cu_tensor_new(GT_F32, 2, SH(8, 4));
         } else {
-            c.out = t_new(GT_F32, 0, NULL);
+            c.out = cu_tensor_new(GT_F32, 0, NULL);
         }
         gt_error err = {0};
         gt_kernel_call cpu = tc_call(&c, c.in, &c.out);
@@ -340,15 +270,8 @@ static void case_bad_target(void)
 
 int main(void)
 {
-    if (gt_cuda_device_count() == 0) {
-        printf("0 passed, 0 failed (no CUDA device)\n");
-        return 0;
-    }
-    gt_error err = {0};
-    if (gt_cuda_init(0, NULL, &err) != GT_OK || gt_cuda_stream_create(&g_stream, &err) != GT_OK) {
-        fprintf(stderr, "CUDA setup failed: %s\n", err.msg);
-        return 1;
-    }
+    int rc = cu_test_start(NULL, &g_stream);
+    if (rc >= 0) return rc;
     const gt_dtype fts[2] = {GT_F32, GT_BF16};
     for (int k = 0; k < 2; k++) {
         case_embedding(fts[k]);

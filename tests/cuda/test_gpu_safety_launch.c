@@ -36,13 +36,6 @@
 #define RUN_SECONDS 150.0 /* one healthy 10-step run, start-up included */
 #define RANKS 2
 
-/* EXPECT, and `ok` (a local of the caller) remembers a failure. */
-#define CHECK(cond, ...)                                                                           \
-    do {                                                                                           \
-        EXPECT(cond, __VA_ARGS__);                                                                 \
-        ok = ok && (cond);                                                                         \
-    } while (0)
-
 /* ---------------------------------------------------------------- the runs */
 
 /* FSDP2 on 2 GPUs, global batch 4 x 128 tokens, `steps` steps, a metrics record per step. */
@@ -73,16 +66,12 @@ static void fp32_options(launch_cmd *c, const char *dump)
 
 /* ---------------------------------------------------------------- failures */
 
-typedef struct {
-    int rc;
-    double seconds;
-    char *out; /* everything the run printed */
-    char dump[512];
-    int records; /* metrics.jsonl records */
-} outcome;
-
-/* `mpiexec -np 2 graphtrain train` of the fault runs with extra options ("--a=b", NULL-ended). */
-static void run_fault(const char *base, const char *name, const char *const *extra, outcome *o)
+/* `mpiexec -np 2 graphtrain train` of the fault runs with extra options ("--a=b", NULL-ended), in
+ * which rank 1 meets its fault at step 3, printing `fault` then. Checks what every fault run must
+ * (`what` names the case in the messages): the launch ends non-zero within the bound, after rank
+ * 1 reached its fault. Returns whether those held. */
+static bool run_fault(const char *base, const char *name, const char *const *extra,
+                      const char *what, const char *fault, launch_outcome *o)
 {
     launch_cmd c;
     char out_path[600];
@@ -92,16 +81,15 @@ static void run_fault(const char *base, const char *name, const char *const *ext
     gpu_options(&c, FAULT_STEPS, o->dump);
     for (int k = 0; extra[k]; k++)
         launch_add(&c, "%s", extra[k]);
-    o->rc = launch_run(&c, out_path, BOUND_SECONDS + 30, &o->seconds);
-    o->out = read_all(out_path, NULL);
-    if (!o->out) o->out = calloc(1, 1);
-    gt_metrics_log log = {0};
-    char mpath[600];
-    snprintf(mpath, sizeof mpath, "%s/metrics.jsonl", o->dump);
-    gt_error err = {0};
-    o->records = gt_metrics_read(mpath, &log, &err) == GT_OK ? (int)log.n_steps : 0;
-    gt_metrics_log_free(&log);
+    launch_run_outcome(&c, out_path, BOUND_SECONDS + 30, o);
     printf("%-14s exit %d after %.1f s, %d metrics records\n", name, o->rc, o->seconds, o->records);
+    bool ok = true;
+    LAUNCH_CHECK(o->rc != 0 && o->rc != -1 && o->seconds < BOUND_SECONDS,
+                 "%s: exit %d after %.1f s (-1: still running after %.0f s)", what, o->rc,
+                 o->seconds, BOUND_SECONDS + 30);
+    LAUNCH_CHECK(strstr(o->out, fault) != NULL,
+                 "%s: rank 1 never reached step 3 (the job failed before the fault)", what);
+    return ok;
 }
 
 /* The line of `text` that starts at p, into buf (cut at cap - 1). Returns the next line or NULL. */
@@ -192,63 +180,50 @@ static bool check_no_leftovers(const char *dump, const char *what)
     return n == 0;
 }
 
+/* The end of a fault run: step 3 never completed (at most 2 records) and no process of the run is
+ * left; its output is shown when a check of the case failed (ok false). */
+static void end_fault(launch_outcome *o, bool ok, const char *what)
+{
+    LAUNCH_CHECK(o->records <= 2, "%s: %d steps recorded, step 3 cannot have completed", what,
+                 o->records);
+    ok = check_no_leftovers(o->dump, what) && ok;
+    launch_outcome_free(o, !ok);
+}
+
 static void dead_rank(const char *base)
 {
     static const char *const x[] = {"--debug.test_kill_rank_at_step=1:3", NULL};
-    outcome o;
-    run_fault(base, "killed_rank", x, &o);
-    bool ok = true;
-    CHECK(o.rc != 0 && o.rc != -1 && o.seconds < BOUND_SECONDS,
-          "killed rank: exit %d after %.1f s (-1: still running after %.0f s)", o.rc, o.seconds,
-          BOUND_SECONDS + 30);
-    CHECK(strstr(o.out, "rank 1 kills itself at step 3") != NULL,
-          "killed rank: rank 1 never reached step 3 (the job failed before the fault)");
+    launch_outcome o;
+    bool ok = run_fault(base, "killed_rank", x, "killed rank", "rank 1 kills itself at step 3", &o);
     char line[1024] = "";
     bool named = names_rank_elsewhere(o.out, 1, line, sizeof line);
-    CHECK(named, "killed rank: no line of the output (other than rank 1's own) names rank 1");
+    LAUNCH_CHECK(named,
+                 "killed rank: no line of the output (other than rank 1's own) names rank 1");
     if (named) printf("  names the dead rank: %s\n", line);
-    CHECK(o.records <= 2, "killed rank: %d steps recorded, step 3 cannot have completed",
-          o.records);
-    ok = check_no_leftovers(o.dump, "killed rank") && ok;
-    if (!ok) fprintf(stderr, "---- output:\n%s\n----\n", o.out);
-    free(o.out);
+    end_fault(&o, ok, "killed rank");
 }
 
 static void hung_rank(const char *base)
 {
     static const char *const x[] = {"--debug.test_kill_rank_at_step=1:3:stop",
                                     "--comm.timeout_seconds=10", NULL};
-    outcome o;
-    run_fault(base, "hung_rank", x, &o);
-    bool ok = true;
-    CHECK(o.rc != 0 && o.rc != -1 && o.seconds < BOUND_SECONDS,
-          "hung rank: exit %d after %.1f s (-1: still running after %.0f s)", o.rc, o.seconds,
-          BOUND_SECONDS + 30);
-    CHECK(strstr(o.out, "rank 1 stops itself at step 3") != NULL,
-          "hung rank: rank 1 never reached step 3 (the job failed before the fault)");
+    launch_outcome o;
+    bool ok = run_fault(base, "hung_rank", x, "hung rank", "rank 1 stops itself at step 3", &o);
     char line[1024] = "";
     bool failed = failure_line(o.out, 0, RANKS, line, sizeof line);
-    CHECK(failed, "hung rank: rank 0 printed no failure line");
-    CHECK(failed && strstr(line, "did not complete within 10 s") &&
-              strstr(line, "communicator '") && strstr(line, "world ranks 0,1"),
-          "hung rank: rank 0's failure does not name the timed-out communicator and its group: %s",
-          line);
+    LAUNCH_CHECK(failed, "hung rank: rank 0 printed no failure line");
+    LAUNCH_CHECK(failed && strstr(line, "did not complete within 10 s") &&
+                     strstr(line, "communicator '") && strstr(line, "world ranks 0,1"),
+                 "hung rank: rank 0's failure does not name the timed-out communicator and its "
+                 "group: %s",
+                 line);
     if (failed)
         printf("  rank 0 (%s): %s\n",
                strstr(line, "NCCL communicator") ? "NCCL watchdog" : "host communicator", line);
-    CHECK(o.records <= 2, "hung rank: %d steps recorded, step 3 cannot have completed", o.records);
-    ok = check_no_leftovers(o.dump, "hung rank") && ok;
-    if (!ok) fprintf(stderr, "---- output:\n%s\n----\n", o.out);
-    free(o.out);
+    end_fault(&o, ok, "hung rank");
 }
 
 /* ---------------------------------------------------------------- torchrun-style launch */
-
-typedef struct {
-    gt_metrics_step steps[LAUNCH_STEPS + 1];
-    char dump[512];
-    bool ok;
-} run_result;
 
 /* The local rank (GPU) of rank r: the reverse of r. */
 static int local_rank_of(int r)
@@ -256,7 +231,7 @@ static int local_rank_of(int r)
     return RANKS - 1 - r;
 }
 
-static void run_mpi(const char *base, run_result *res)
+static void run_mpi(const char *base, launch_result *res)
 {
     launch_cmd c;
     char out_path[600];
@@ -299,14 +274,14 @@ static void check_devices(const char *dump)
     }
 }
 
-static void run_tcp(const char *base, run_result *res)
+static void run_tcp(const char *base, launch_result *res)
 {
     launch_cmd c;
     int rc[RANKS];
     launch_temp_dir(res->dump, sizeof res->dump, base, "FSDP2_tcp");
     launch_train(&c, 0);
     fp32_options(&c, res->dump);
-    int port = launch_free_port();
+    int port = comm_test_free_port();
     EXPECT(port > 0, "no free TCP port");
     /* LOCAL_RANK the reverse of RANK; NCCL_DEBUG=INFO: NCCL prints the device each rank joins */
     int locals[RANKS];
@@ -333,20 +308,15 @@ static void run_tcp(const char *base, run_result *res)
     if (bad == 0) check_devices(res->dump);
 }
 
-static void compare_bitwise(const run_result *a, const run_result *b)
+static void compare_bitwise(const launch_result *a, const launch_result *b)
 {
     if (!a->ok || !b->ok) return;
-    int differ = 0;
-    for (int s = 1; s <= LAUNCH_STEPS; s++)
-        differ +=
-            a->steps[s].loss != b->steps[s].loss || a->steps[s].grad_norm != b->steps[s].grad_norm;
+    bool same = false;
+    int differ = launch_bitwise_diff(a, b, LAUNCH_STEPS, &same);
     EXPECT(differ == 0, "torchrun vs mpiexec: %d of %d steps with other loss or grad_norm bits",
            differ, LAUNCH_STEPS);
-    char pa[700], pb[700];
-    launch_ckpt_path(pa, sizeof pa, a->dump, LAUNCH_STEPS);
-    launch_ckpt_path(pb, sizeof pb, b->dump, LAUNCH_STEPS);
-    bool same = same_bytes(pa, pb);
-    EXPECT(same, "torchrun vs mpiexec: step-%d checkpoints differ (%s, %s)", LAUNCH_STEPS, pa, pb);
+    EXPECT(same, "torchrun vs mpiexec: step-%d checkpoints differ (runs in %s and %s)",
+           LAUNCH_STEPS, a->dump, b->dump);
     printf("  torchrun vs mpiexec: %d of %d steps bitwise equal, checkpoints %s\n",
            LAUNCH_STEPS - differ, LAUNCH_STEPS, same ? "equal" : "differ");
 }
@@ -358,15 +328,9 @@ int main(void)
         printf("skipped: %d GPU(s) visible, this test needs %d or more\n", gpus, RANKS);
         return 0;
     }
-    if (!launch_binary()) {
-        fprintf(stderr, "GT_BINARY is not set (CTest sets it to the graphtrain program)\n");
-        return 1;
-    }
-    setenv("NCCL_NVLS_ENABLE", "0", 0); /* NVLink multicast off in every rank (unless chosen) */
     char base[256];
-    snprintf(base, sizeof base, "/tmp/gt_gpu_safety_launch_%d", (int)getpid());
-    remove_tree(base);
-    mkdir(base, 0777);
+    if (!launch_begin(base, sizeof base, "gt_gpu_safety_launch")) return 1;
+    setenv("NCCL_NVLS_ENABLE", "0", 0); /* NVLink multicast off in every rank (unless chosen) */
 
     dead_rank(base);
     /* Known bug (issue 7's note, 2026-11-21): on 2 H200s with CUDA graphs the stopped peer leaves
@@ -378,7 +342,7 @@ int main(void)
     else
         printf("hung_rank      NOT RUN: known hang on GPU (see issue 7); GT_TEST_GPU_HUNG_RANK=1 "
                "runs it\n");
-    static run_result mpi, tcp;
+    static launch_result mpi, tcp;
     run_mpi(base, &mpi);
     run_tcp(base, &tcp);
     compare_bitwise(&mpi, &tcp);

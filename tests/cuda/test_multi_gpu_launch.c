@@ -19,14 +19,10 @@
 #define GLOBAL_BATCH 4
 #define RUN_SECONDS 300.0
 
-typedef struct {
-    gt_metrics_step steps[STEPS + 1];
-    char dump[512];
-    bool ok;
-} run_result;
+_Static_assert(STEPS <= LAUNCH_MAX_STEPS, "launch_result holds the records of every step");
 
 static void run(const char *base, const char *name, const launch_layout *l, bool fp32,
-                const char *extra, run_result *r)
+                const char *extra, launch_result *r)
 {
     launch_cmd c;
     char out_path[600];
@@ -76,7 +72,8 @@ static void run(const char *base, const char *name, const launch_layout *l, bool
     }
 }
 
-static void compare_losses(const run_result *ref, const run_result *r, double tol, const char *what)
+static void compare_losses(const launch_result *ref, const launch_result *r, double tol,
+                           const char *what)
 {
     if (!ref->ok || !r->ok) return;
     double d = launch_loss_diff(ref->steps, r->steps, 1, STEPS);
@@ -85,74 +82,57 @@ static void compare_losses(const run_result *ref, const run_result *r, double to
 }
 
 /* The comm report of a run's output: as many lines as the logged schedule, exposed <= total. */
-static void check_comm_report(const run_result *r)
+static void check_comm_report(const launch_result *r)
 {
     if (!r->ok) return;
     char path[600];
     snprintf(path, sizeof path, "%s/output.txt", r->dump);
     char *text = read_all(path, NULL);
-    int scheduled = -1, listed = -1, lines = 0, bad = 0;
+    launch_comm_report rep;
+    launch_read_comm_report(text, &rep);
+    int bad = 0;
     double exposed_sum = 0;
-    const char *p = text ? strstr(text, "collective schedule: ") : NULL;
-    if (p) sscanf(p, "collective schedule: %d", &scheduled);
-    p = text ? strstr(text, "collective report (rank 0, one step): ") : NULL;
-    if (p) sscanf(p, "collective report (rank 0, one step): %d", &listed);
-    for (const char *q = p ? strchr(p, '\n') : NULL; q && *q; q = strchr(q + 1, '\n')) {
-        int idx;
-        char kind[32], dim[32];
-        unsigned long long bytes;
-        double total, exposed;
-        if (strncmp(q + 1 + strspn(q + 1, " "), "# ", 2) == 0) continue; /* column header */
-        if (sscanf(q + 1, " %d %31s %31s %llu %lf %lf", &idx, kind, dim, &bytes, &total,
-                   &exposed) != 6)
-            break;
-        bad += !(exposed >= 0 && exposed <= total + 1e-3 && total > 0 && bytes > 0);
-        exposed_sum += exposed;
-        lines++;
+    for (int k = 0; k < rep.n_rows; k++) {
+        const launch_report_row *row = &rep.rows[k];
+        bad += !(row->exposed >= 0 && row->exposed <= row->total + 1e-3 && row->total > 0 &&
+                 row->bytes > 0);
+        exposed_sum += row->exposed;
     }
-    printf("  FSDP2 comm report: %d of %d collectives, %d bad, %.3f ms exposed\n", lines, scheduled,
-           bad, exposed_sum);
-    EXPECT(scheduled > 0 && listed == scheduled && lines == scheduled && bad == 0,
-           "comm report: schedule %d, header %d, %d lines, %d bad", scheduled, listed, lines, bad);
+    printf("  FSDP2 comm report: %d of %d collectives, %d bad, %.3f ms exposed\n", rep.n_rows,
+           rep.scheduled, bad, exposed_sum);
+    EXPECT(rep.scheduled > 0 && rep.listed == rep.scheduled && rep.n_rows == rep.scheduled &&
+               bad == 0,
+           "comm report: schedule %d, header %d, %d lines, %d bad", rep.scheduled, rep.listed,
+           rep.n_rows, bad);
+    launch_comm_report_free(&rep);
     free(text);
 }
 
-static void compare_bitwise(const run_result *a, const run_result *b, const char *what)
+static void compare_bitwise(const launch_result *a, const launch_result *b, const char *what)
 {
     if (!a->ok || !b->ok) return;
-    int differ = 0;
-    for (int s = 1; s <= STEPS; s++)
-        differ +=
-            a->steps[s].loss != b->steps[s].loss || a->steps[s].grad_norm != b->steps[s].grad_norm;
+    bool same = false;
+    int differ = launch_bitwise_diff(a, b, STEPS, &same);
     EXPECT(differ == 0, "%s: %d steps with other loss or grad_norm bits", what, differ);
-    char pa[700], pb[700];
-    launch_ckpt_path(pa, sizeof pa, a->dump, STEPS);
-    launch_ckpt_path(pb, sizeof pb, b->dump, STEPS);
-    EXPECT(same_bytes(pa, pb), "%s: step-%d checkpoints differ", what, STEPS);
-    printf("  %-30s bitwise: %s\n", what, differ == 0 && same_bytes(pa, pb) ? "yes" : "NO");
+    EXPECT(same, "%s: step-%d checkpoints differ", what, STEPS);
+    printf("  %-30s bitwise: %s\n", what, differ == 0 && same ? "yes" : "NO");
 }
 
 int main(void)
 {
-    if (!launch_binary()) {
-        fprintf(stderr, "GT_BINARY is not set (CTest sets it to the graphtrain program)\n");
-        return 1;
-    }
     int gpus = gt_cuda_device_count();
     if (gpus < 2) {
         printf("skipped: %d GPU(s) visible, this test needs 2 or more\n", gpus);
         return 0;
     }
     char base[256];
-    snprintf(base, sizeof base, "/tmp/gt_multi_gpu_launch_%d", (int)getpid());
-    remove_tree(base);
-    mkdir(base, 0777);
+    if (!launch_begin(base, sizeof base, "gt_multi_gpu_launch")) return 1;
 
     static const launch_layout layouts[] = {
         {"FSDP2", 1, 2, 1},     {"TP2", 1, 1, 2},     {"FSDP4", 1, 4, 1},
         {"FSDP2xTP2", 1, 2, 2}, {"HSDP2x2", 2, 2, 1},
     };
-    static run_result ref, ref_bf16, r, again, nograph, bf16, report;
+    static launch_result ref, ref_bf16, r, again, nograph, bf16, report;
     run(base, "1gpu_fp32", NULL, true, NULL, &ref);
     for (size_t k = 0; k < sizeof layouts / sizeof layouts[0]; k++) {
         const launch_layout *l = &layouts[k];

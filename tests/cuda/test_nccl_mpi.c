@@ -23,13 +23,11 @@
  *     host wait fails within the timeout naming the communicator (no hang), later calls on it
  *     fail saying it was aborted, and both ranks then destroy it without hanging. */
 #include <cuda_runtime.h>
-#include <netinet/in.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
 #include <time.h>
-#include <unistd.h>
 
+#include "distributed/comm_test.h"
 #include "graphtrain/gt_build.h"
 #include "graphtrain/gt_comm.h"
 #include "graphtrain/gt_cuda.h"
@@ -39,30 +37,6 @@
 
 static gt_cuda_stream *g_stream;
 static cudaEvent_t g_ev;
-
-static float value(int rank, int64_t i, int salt)
-{
-    uint64_t h = gt_hash64(&i, sizeof i, (uint64_t)(rank * 131 + salt));
-    float mag = (h >> 60) & 1 ? 1e6f : 1e-3f;
-    return mag * ((float)(h & 0xffff) / 65536.0f - 0.5f);
-}
-
-static void fill(gt_tensor *t, int rank, int salt)
-{
-    for (int64_t i = 0; i < gt_tensor_numel(t); i++) {
-        if (t->dtype == GT_I32)
-            ((int32_t *)t->data)[i] = (int32_t)(gt_hash64(&i, sizeof i, (uint64_t)(rank + salt)));
-        else
-            gt_tensor_set_f32(t, i, value(rank, i, salt));
-    }
-}
-
-static bool same_bits(const gt_tensor *a, const gt_tensor *b)
-{
-    size_t n = gt_tensor_nbytes(a);
-    return a->data && b->data && a->dtype == b->dtype && n == gt_tensor_nbytes(b) &&
-           memcmp(a->data, b->data, n) == 0;
-}
 
 static double now_s(void)
 {
@@ -152,7 +126,7 @@ static void check_coll(gt_comm *mpi, gt_comm *nccl, gt_coll_kind kind, gt_dtype 
     gt_tensor_alloc(&in, dt, ndim, in_shape, &err);
     gt_tensor_alloc(&ref, dt, ndim, out_shape, &err);
     gt_tensor_alloc(&got, dt, ndim, out_shape, &err);
-    fill(&in, me, 7);
+    comm_test_fill(&in, me, 7);
     gt_status st;
     switch (kind) {
     case GT_COLL_ALL_REDUCE:
@@ -175,7 +149,8 @@ static void check_coll(gt_comm *mpi, gt_comm *nccl, gt_coll_kind kind, gt_dtype 
     EXPECT(st == GT_OK, "rank %d %s: MPI reference: %s", me, what, err.msg);
     st = nccl_coll(nccl, kind, &in, &got, in_place, &err);
     EXPECT(st == GT_OK, "rank %d %s: NCCL: %s", me, what, err.msg);
-    EXPECT(st == GT_OK && same_bits(&got, &ref), "rank %d %s: NCCL bits == MPI bits", me, what);
+    EXPECT(st == GT_OK && comm_test_same_bits(&got, &ref), "rank %d %s: NCCL bits == MPI bits", me,
+           what);
     gt_tensor_free(&in);
     gt_tensor_free(&ref);
     gt_tensor_free(&got);
@@ -217,92 +192,33 @@ static void test_collectives(gt_comm *mpi, gt_comm *nccl)
            "rank %d: a schedule mismatch found over NCCL: %s", mpi->rank, e2.msg);
 }
 
-/* ---------------------------------------------------------------- graphs (test_program_mpi.c) */
+/* ---------------------------------------------------------------- graphs
+ *
+ * The hand-built graphs of test_program_mpi.c (comm_test.h): comm_test_build_1d(n): x2 = x +
+ * full[r*b ..]; g = all_gather(-x2); s = reduce_scatter(g * p); u = all_reduce(s + x);
+ * v = all_reduce(cast(x, bf16)); outputs g, s, u, v. comm_test_build_2d(d): dp_shard x tp:
+ * a = all_gather over tp; s = reduce_scatter over dp_shard; u = all_reduce over tp of s * 2;
+ * outputs a, u. */
 
-static void set_mesh(gt_graph *g, int dp_shard, int tp)
-{
-    static const char *const names[3] = {"dp_replicate", "dp_shard", "tp"};
-    int sizes[3] = {1, dp_shard, tp};
-    g->mesh.ndim = 3;
-    for (int d = 0; d < 3; d++) {
-        g->mesh.size[d] = sizes[d];
-        g->mesh.name[d] = gt_graph_intern(g, names[d]);
-    }
-}
-
-static gt_value_id coll(gt_graph *g, gt_op op, gt_value_id x, int64_t dim, int64_t size)
-{
-    gt_attrs a = {0};
-    a.i[0] = dim;
-    a.i[1] = size;
-    a.ni = 2;
-    gt_value_id s = gt_graph_add_node(g, op, &x, 1, &a, NULL);
-    gt_value_id in[2] = {s, x};
-    return gt_graph_add_node(g, GT_OP_WAIT, in, 2, NULL, NULL);
-}
-
-enum { ROWS = 3, COLS = 5 };
-
-/* x2 = x + full[r*b ..]; g = all_gather(-x2); s = reduce_scatter(g * p); u = all_reduce(s + x);
- * v = all_reduce(cast(x, bf16)); outputs g, s, u, v. */
-static gt_graph *build_1d(int n)
-{
-    gt_graph *g = gt_graph_new();
-    set_mesh(g, n, 1);
-    gt_expr b = gt_sym_var(g->sym, "b"), r = gt_sym_var(g->sym, "rank.dp_shard");
-    gt_expr nb = gt_sym_mul(g->sym, gt_c(g, n), b);
-    gt_expr dx[2] = {b, gt_c(g, COLS)}, dp[2] = {nb, gt_c(g, COLS)};
-    gt_value_id x = gt_graph_add_input(g, GT_IN_INPUT, "x", GT_F32, 2, dx);
-    gt_value_id p = gt_graph_add_input(g, GT_IN_INPUT, "p", GT_F32, 2, dp);
-    gt_value_id full = gt_graph_add_input(g, GT_IN_INPUT, "full", GT_F32, 2, dp);
-    gt_expr lo = gt_sym_mul(g->sym, r, b);
-    gt_value_id x2 = gt_add(g, x, gt_slice(g, full, 0, lo, gt_sym_add(g->sym, lo, b)));
-    gt_value_id gat = coll(g, GT_OP_ALL_GATHER_START, gt_unary(g, GT_OP_NEG, x2), 1, n);
-    gt_value_id s = coll(g, GT_OP_REDUCE_SCATTER_START, gt_mul(g, gat, p), 1, n);
-    gt_value_id u = coll(g, GT_OP_ALL_REDUCE_START, gt_add(g, s, x), 1, n);
-    gt_value_id v = coll(g, GT_OP_ALL_REDUCE_START, gt_cast(g, x, GT_BF16), 1, n);
-    gt_graph_add_output(g, GT_OUT_METRIC, "g", gat);
-    gt_graph_add_output(g, GT_OUT_METRIC, "s", s);
-    gt_graph_add_output(g, GT_OUT_METRIC, "u", u);
-    gt_graph_add_output(g, GT_OUT_METRIC, "v", v);
-    return g;
-}
-
-/* Naive u of build_1d on rank `me` for inputs of salt base 0 (x: 1, p: 2, full: 3). */
+/* Naive u of comm_test_build_1d on rank `me` for inputs of salt base 0 (x: 1, p: 2, full: 3). */
 static void reference_u(int n, int me, float *u_ref)
 {
-    int64_t blk = ROWS * COLS;
+    int64_t blk = COMM_TEST_ROWS * COMM_TEST_COLS;
     (void)me;
     for (int64_t i = 0; i < blk; i++) {
         float acc = 0;
         for (int q = 0; q < n; q++) {
             int64_t j = q * blk + i; /* s of rank q at element i: rows q*b.. of sum_t h_t */
-            float gq = -(value(q, i, 1) + value(0, j, 3)), s = 0;
+            float gq = -(comm_test_value(q, i, 1) + comm_test_value(0, j, 3)), s = 0;
             for (int t = 0; t < n; t++) {
-                float h = gq * value(t, j, 2);
+                float h = gq * comm_test_value(t, j, 2);
                 s = t == 0 ? h : s + h;
             }
-            float t = s + value(q, i, 1);
+            float t = s + comm_test_value(q, i, 1);
             acc = q == 0 ? t : acc + t;
         }
         u_ref[i] = acc;
     }
-}
-
-/* dp_shard x tp: a = all_gather over tp; s = reduce_scatter over dp_shard; u = all_reduce over tp
- * of s * 2; outputs a, u. */
-static gt_graph *build_2d(int d)
-{
-    gt_graph *g = gt_graph_new();
-    set_mesh(g, d, 2);
-    gt_expr dx[2] = {gt_c(g, 2), gt_c(g, 3)};
-    gt_value_id x = gt_graph_add_input(g, GT_IN_INPUT, "x", GT_F32, 2, dx);
-    gt_value_id a = coll(g, GT_OP_ALL_GATHER_START, x, 2, 2);
-    gt_value_id s = coll(g, GT_OP_REDUCE_SCATTER_START, a, 1, d);
-    gt_value_id u = coll(g, GT_OP_ALL_REDUCE_START, gt_scale(g, s, 2.0), 2, 2);
-    gt_graph_add_output(g, GT_OUT_METRIC, "a", a);
-    gt_graph_add_output(g, GT_OUT_METRIC, "u", u);
-    return g;
 }
 
 /* CPU program with MPI communicators vs CUDA program with NCCL ones on inputs a, then b: run,
@@ -340,13 +256,13 @@ static void compare_programs(const char *what, gt_graph *g, const gt_sym_binding
         ok = st == GT_OK;
     }
     for (int32_t k = 0; k < no && ok; k++) {
-        EXPECT(same_bits(&run[0][k], &cpu_a_out[k]),
+        EXPECT(comm_test_same_bits(&run[0][k], &cpu_a_out[k]),
                "rank %d %s output %d: CUDA+NCCL == CPU+MPI, bitwise", me, what, k);
-        EXPECT(same_bits(&run[1][k], &run[0][k]), "rank %d %s output %d: rerun == run", me, what,
-               k);
-        EXPECT(same_bits(&run[2][k], &run[0][k]),
+        EXPECT(comm_test_same_bits(&run[1][k], &run[0][k]), "rank %d %s output %d: rerun == run",
+               me, what, k);
+        EXPECT(comm_test_same_bits(&run[2][k], &run[0][k]),
                "rank %d %s output %d: CUDA graph replay == eager run", me, what, k);
-        EXPECT(same_bits(&run[3][k], &cpu_b[k]),
+        EXPECT(comm_test_same_bits(&run[3][k], &cpu_b[k]),
                "rank %d %s output %d: replay on new inputs == CPU+MPI", me, what, k);
     }
     for (int32_t k = 0; k < no; k++) {
@@ -362,20 +278,21 @@ static void test_1d(gt_comm *mpi, gt_comm *nccl)
 {
     int n = gt_comm_size(mpi), me = gt_comm_rank(mpi);
     gt_error err = {0};
-    gt_graph *g = build_1d(n);
+    gt_graph *g = comm_test_build_1d(n);
     EXPECT(g->err.code == GT_OK, "build: %s", g->err.msg);
-    gt_sym_binding_entry be[2] = {{"b", ROWS}, {"rank.dp_shard", me}};
+    gt_sym_binding_entry be[2] = {{"b", COMM_TEST_ROWS}, {"rank.dp_shard", me}};
     gt_sym_binding bind = {be, 2};
-    int64_t sx[2] = {ROWS, COLS}, sp[2] = {(int64_t)n * ROWS, COLS};
+    int64_t sx[2] = {COMM_TEST_ROWS, COMM_TEST_COLS},
+            sp[2] = {(int64_t)n * COMM_TEST_ROWS, COMM_TEST_COLS};
     gt_tensor a[3], b[3];
     for (int s = 0; s < 2; s++) {
         gt_tensor *t = s ? b : a;
         gt_tensor_alloc(&t[0], GT_F32, 2, sx, &err);
         gt_tensor_alloc(&t[1], GT_F32, 2, sp, &err);
         gt_tensor_alloc(&t[2], GT_F32, 2, sp, &err);
-        fill(&t[0], me, 1 + 10 * s);
-        fill(&t[1], me, 2 + 10 * s);
-        fill(&t[2], 0, 3 + 10 * s);
+        comm_test_fill(&t[0], me, 1 + 10 * s);
+        comm_test_fill(&t[1], me, 2 + 10 * s);
+        comm_test_fill(&t[2], 0, 3 + 10 * s);
     }
     gt_comm *mc[GT_MESH_MAX_DIMS] = {NULL, mpi, NULL, NULL};
     gt_comm *nc[GT_MESH_MAX_DIMS] = {NULL, nccl, NULL, NULL};
@@ -390,7 +307,7 @@ static void test_1d(gt_comm *mpi, gt_comm *nccl)
 
     gt_tensor cpu[4] = {0};
     compare_programs("1-D", g, &bind, mc, nc, a, b, cpu);
-    float u_ref[ROWS * COLS];
+    float u_ref[COMM_TEST_ROWS * COMM_TEST_COLS];
     reference_u(n, me, u_ref);
     EXPECT(cpu[2].data && memcmp(cpu[2].data, u_ref, sizeof u_ref) == 0,
            "rank %d: the CPU program's all_reduce is the naive rank-order sum", me);
@@ -423,15 +340,15 @@ static void test_2d(gt_comm *mpi, gt_comm *nccl)
         gt_comm_destroy(m_tp);
         return;
     }
-    gt_graph *g = build_2d(d);
+    gt_graph *g = comm_test_build_2d(d);
     gt_comm *mc[GT_MESH_MAX_DIMS] = {NULL, d > 1 ? m_dp : NULL, m_tp, NULL};
     gt_comm *nc[GT_MESH_MAX_DIMS] = {NULL, d > 1 ? n_dp : NULL, n_tp, NULL};
     int64_t sx[2] = {2, 3};
     gt_tensor a, b, cpu[2] = {0};
     gt_tensor_alloc(&a, GT_F32, 2, sx, &err);
     gt_tensor_alloc(&b, GT_F32, 2, sx, &err);
-    fill(&a, me, 9);
-    fill(&b, me, 19);
+    comm_test_fill(&a, me, 9);
+    comm_test_fill(&b, me, 19);
     compare_programs("2-D", g, NULL, mc, nc, &a, &b, cpu);
     gt_tensor_free(&cpu[0]);
     gt_tensor_free(&cpu[1]);
@@ -446,38 +363,16 @@ static void test_2d(gt_comm *mpi, gt_comm *nccl)
 
 /* ---------------------------------------------------------------- TCP rendezvous */
 
-static int free_port(void)
-{
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a;
-    memset(&a, 0, sizeof a);
-    a.sin_family = AF_INET;
-    socklen_t len = sizeof a;
-    int port = 0;
-    if (fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof a) == 0 &&
-        getsockname(fd, (struct sockaddr *)&a, &len) == 0)
-        port = ntohs(a.sin_port);
-    if (fd >= 0) close(fd);
-    return port;
-}
-
 static void test_tcp(gt_comm *mpi)
 {
     int me = gt_comm_rank(mpi), n = gt_comm_size(mpi);
     gt_error err = {0};
-    int32_t port = me == 0 ? free_port() : 0;
+    int32_t port = me == 0 ? comm_test_free_port() : 0;
     int64_t one[1] = {1};
     gt_tensor pt;
     gt_tensor_wrap(&pt, GT_I32, 1, one, &port);
     EXPECT_OK(gt_comm_broadcast(mpi, &pt, 0, &err), &err);
-    char buf[32];
-    setenv("MASTER_ADDR", "127.0.0.1", 1);
-    snprintf(buf, sizeof buf, "%d", port);
-    setenv("MASTER_PORT", buf, 1);
-    snprintf(buf, sizeof buf, "%d", me);
-    setenv("RANK", buf, 1);
-    snprintf(buf, sizeof buf, "%d", n);
-    setenv("WORLD_SIZE", buf, 1);
+    comm_test_set_rank_env("127.0.0.1", port, me, n);
     gt_comm *tcp = NULL;
     EXPECT_OK(gt_comm_nccl_create_tcp(me, stream(), 30.0, &tcp, &err), &err);
     if (tcp) {
@@ -515,7 +410,7 @@ static void test_stuck_peer(gt_comm *mpi, gt_comm *nccl)
         int64_t shape[1] = {4096};
         gt_tensor h, d;
         gt_tensor_alloc(&h, GT_F32, 1, shape, &err);
-        fill(&h, me, 5);
+        comm_test_fill(&h, me, 5);
         EXPECT_OK(gt_cuda_tensor_upload(g_stream, &h, &d, &err), &err);
         gt_comm_nccl_set_stream(sub, stream());
         gt_comm_request *req = NULL;
@@ -581,7 +476,5 @@ int main(int argc, char **argv)
     }
     cudaEventDestroy(g_ev);
     gt_cuda_stream_destroy(g_stream);
-    gt_comm_destroy(mpi);
-    EXPECT_OK(gt_comm_mpi_finalize(&err), &err);
-    return gt_test_finish();
+    return comm_test_mpi_end(mpi);
 }
