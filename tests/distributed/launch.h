@@ -1,6 +1,8 @@
 /* launch.h — what the multi-rank training tests (tests/distributed/test_*_launch.c) share: running
  * `mpiexec -np N graphtrain train ...` (or the binary alone for one rank) with every wait bounded,
- * the options of the runs they compare, and comparisons of two runs' losses and checkpoints.
+ * the options of the runs they compare, comparisons of two runs' losses and checkpoints, what a
+ * run that must fail left behind (exit code, time, output, metrics records), and the reading of
+ * --metrics.comm_report's lines.
  *
  * The tests run directly under CTest (not under mpiexec) and start mpiexec themselves, with
  * --oversubscribe (more ranks than cores) and --allow-run-as-root when root. GT_BINARY names the
@@ -59,24 +61,32 @@ static inline void launch_train(launch_cmd *c, int np)
     launch_add(c, "train");
 }
 
-/* Runs the command with stdout and stderr into out_path; returns its exit code (128 + signal),
- * or -1 when it ran past `seconds` (then it and its process group are killed). *elapsed: the
- * wall time it took. */
-static inline int launch_run(launch_cmd *c, const char *out_path, double seconds, double *elapsed)
+/* In a forked child: stdout and stderr into out_path, then exec the command (exit 126 when the
+ * output cannot be opened, 127 when the command cannot be started). */
+static inline void launch_exec(launch_cmd *c, const char *out_path) __attribute__((noreturn));
+static inline void launch_exec(launch_cmd *c, const char *out_path)
 {
     char *argv[LAUNCH_MAX_ARGS + 1];
     for (int k = 0; k < c->n; k++)
         argv[k] = c->buf[k];
     argv[c->n] = NULL;
+    int out = open(out_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (out < 0 || dup2(out, 1) < 0 || dup2(out, 2) < 0) _exit(126);
+    execvp(argv[0], argv);
+    _exit(127);
+}
+
+/* Runs the command with stdout and stderr into out_path; returns its exit code (128 + signal),
+ * or -1 when it ran past `seconds` (then it and its process group are killed). *elapsed: the
+ * wall time it took. */
+static inline int launch_run(launch_cmd *c, const char *out_path, double seconds, double *elapsed)
+{
     fflush(NULL);
     double t0 = now_seconds();
     pid_t pid = fork();
     if (pid == 0) {
         setpgid(0, 0);
-        int out = open(out_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-        if (out < 0 || dup2(out, 1) < 0 || dup2(out, 2) < 0) _exit(126);
-        execvp(argv[0], argv);
-        _exit(127);
+        launch_exec(c, out_path);
     }
     if (pid < 0) return -1;
     setpgid(pid, 0);
@@ -257,6 +267,167 @@ static inline void launch_temp_dir(char *buf, size_t n, const char *base, const 
     snprintf(buf, n, "%s/%s", base, name);
     remove_tree(buf);
     mkdir(buf, 0777);
+}
+
+/* The start of every launch test: false (after saying why) when GT_BINARY is not set, else base
+ * is a fresh /tmp/NAME_PID for the runs' folders. */
+static inline bool launch_begin(char *base, size_t n, const char *name)
+{
+    if (!launch_binary()) {
+        fprintf(stderr, "GT_BINARY is not set (CTest sets it to the graphtrain program)\n");
+        return false;
+    }
+    snprintf(base, n, "/tmp/%s_%d", name, (int)getpid());
+    remove_tree(base);
+    mkdir(base, 0777);
+    return true;
+}
+
+/* ---------------------------------------------------------------- runs that must succeed */
+
+#define LAUNCH_MAX_STEPS 20
+
+/* A run's records (steps[s]: the last record of step s) and its folder; ok: it exited 0 and
+ * recorded every step. */
+typedef struct {
+    gt_metrics_step steps[LAUNCH_MAX_STEPS + 1];
+    char dump[512];
+    bool ok;
+} launch_result;
+
+/* Two runs of the same steps 1..steps: the number of steps whose loss or grad_norm bits differ;
+ * *same_ckpt: whether their step-`steps` checkpoints are the same bytes. */
+static inline int launch_bitwise_diff(const launch_result *a, const launch_result *b, int steps,
+                                      bool *same_ckpt)
+{
+    int differ = 0;
+    for (int s = 1; s <= steps; s++)
+        differ +=
+            a->steps[s].loss != b->steps[s].loss || a->steps[s].grad_norm != b->steps[s].grad_norm;
+    char pa[700], pb[700];
+    launch_ckpt_path(pa, sizeof pa, a->dump, steps);
+    launch_ckpt_path(pb, sizeof pb, b->dump, steps);
+    *same_ckpt = same_bytes(pa, pb);
+    return differ;
+}
+
+/* The records of steps 6..LAUNCH_STEPS of a run resumed from the step-5 checkpoint into
+ * out[6..]; false unless each of those steps has a record and steps 1..5 have none (the resumed
+ * run started at step 6). */
+static inline bool launch_resumed_records(const char *dump, gt_metrics_step *out)
+{
+    gt_metrics_log log = {0};
+    if (!read_metrics(dump, &log)) return false;
+    for (int s = 0; s <= LAUNCH_STEPS; s++)
+        out[s].step = 0;
+    for (int64_t k = 0; k < log.n_steps; k++) {
+        int64_t s = log.steps[k].step;
+        if (s >= 1 && s <= LAUNCH_STEPS) out[s] = log.steps[k];
+    }
+    gt_metrics_log_free(&log);
+    bool ok = true;
+    for (int s = 1; s <= LAUNCH_STEPS; s++)
+        ok = ok && (s <= 5 ? out[s].step == 0 : out[s].step == s);
+    return ok;
+}
+
+/* ---------------------------------------------------------------- runs that must fail */
+
+/* EXPECT, and `ok` (a local of the caller) remembers a failure. */
+#define LAUNCH_CHECK(cond, ...)                                                                    \
+    do {                                                                                           \
+        EXPECT(cond, __VA_ARGS__);                                                                 \
+        ok = ok && (cond);                                                                         \
+    } while (0)
+
+/* How a run ended. */
+typedef struct {
+    int rc;         /* exit code; -1: still running at the bound (then killed) */
+    double seconds; /* wall time */
+    char *out;      /* everything the run printed (never NULL) */
+    char dump[512]; /* its --job.dump_folder (set by the caller) */
+    int records;    /* DUMP/metrics.jsonl records (0 without the file) */
+} launch_outcome;
+
+/* Runs c with its output into out_path, bounded by `seconds`, and fills o (but o->dump). */
+static inline void launch_run_outcome(launch_cmd *c, const char *out_path, double seconds,
+                                      launch_outcome *o)
+{
+    o->rc = launch_run(c, out_path, seconds, &o->seconds);
+    o->out = read_all(out_path, NULL);
+    if (!o->out) o->out = calloc(1, 1);
+    gt_metrics_log log = {0};
+    char mpath[600];
+    snprintf(mpath, sizeof mpath, "%s/metrics.jsonl", o->dump);
+    gt_error err = {0};
+    o->records = gt_metrics_read(mpath, &log, &err) == GT_OK ? (int)log.n_steps : 0;
+    gt_metrics_log_free(&log);
+}
+
+/* Frees o's output, printing it first when `show` (a check failed). */
+static inline void launch_outcome_free(launch_outcome *o, bool show)
+{
+    if (show) fprintf(stderr, "---- output:\n%s\n----\n", o->out);
+    free(o->out);
+    o->out = NULL;
+}
+
+/* ---------------------------------------------------------------- --metrics.comm_report */
+
+/* One line of the report: "  # kind mesh-dim bytes total-ms exposed-ms exposed%". */
+typedef struct {
+    int index;
+    char kind[32], dim[32];
+    unsigned long long bytes;
+    double total, exposed; /* ms */
+} launch_report_row;
+
+typedef struct {
+    int scheduled; /* N of "collective schedule: N" (-1: no such line) */
+    int listed;    /* N of "collective report (rank 0, one step): N" (-1: no report) */
+    int totals;    /* the sum of the per-kind "total KIND N collectives" lines */
+    int n_rows;
+    launch_report_row *rows; /* the report's lines, in order (malloc'd) */
+} launch_comm_report;
+
+/* Reads rank 0's collective report out of a run's output (text may be NULL). Lines of the report
+ * are read up to its closing "communication ..." line; other lines among them (the column header,
+ * other ranks' output) are passed over. */
+static inline void launch_read_comm_report(const char *text, launch_comm_report *r)
+{
+    memset(r, 0, sizeof *r);
+    r->scheduled = r->listed = -1;
+    const char *p = text ? strstr(text, "collective schedule: ") : NULL;
+    if (p) sscanf(p, "collective schedule: %d", &r->scheduled);
+    p = text ? strstr(text, "collective report (rank 0, one step): ") : NULL;
+    if (p) sscanf(p, "collective report (rank 0, one step): %d", &r->listed);
+    int cap = 0;
+    for (const char *q = p ? strchr(p, '\n') : NULL; q && *q; q = strchr(q + 1, '\n')) {
+        launch_report_row row;
+        if (sscanf(q + 1, " %d %31s %31s %llu %lf %lf", &row.index, row.kind, row.dim, &row.bytes,
+                   &row.total, &row.exposed) == 6) {
+            if (r->n_rows == cap) {
+                cap = cap ? 2 * cap : 64;
+                r->rows = gt_xrealloc(r->rows, (size_t)cap * sizeof *r->rows);
+            }
+            r->rows[r->n_rows++] = row;
+            continue;
+        }
+        int count;
+        char kind[32];
+        if (sscanf(q + 1, " total %31s %d collectives", kind, &count) == 2) {
+            r->totals += count;
+            continue;
+        }
+        if (strstr(q + 1, "communication ") == q + 1 + strspn(q + 1, " ")) break;
+    }
+}
+
+static inline void launch_comm_report_free(launch_comm_report *r)
+{
+    free(r->rows);
+    r->rows = NULL;
+    r->n_rows = 0;
 }
 
 #endif

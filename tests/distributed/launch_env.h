@@ -1,45 +1,22 @@
 /* launch_env.h — starting `graphtrain train` ranks the way torchrun does (RANK, WORLD_SIZE,
  * LOCAL_RANK, MASTER_ADDR, MASTER_PORT; no MPI variables), for the tests that compare such a
  * launch with mpiexec's (tests/distributed/test_torchrun_launch.c on CPUs,
- * tests/cuda/test_gpu_safety_launch.c on GPUs). Include after launch.h. */
+ * tests/cuda/test_gpu_safety_launch.c on GPUs). Include after launch.h. A free port for
+ * MASTER_PORT: comm_test_free_port (comm_test.h). */
 #ifndef GT_TESTS_DISTRIBUTED_LAUNCH_ENV_H
 #define GT_TESTS_DISTRIBUTED_LAUNCH_ENV_H
 
-#include <netinet/in.h>
-#include <sys/socket.h>
-
 #include "launch.h"
 
-#define LAUNCH_ENV_MAX_RANKS 8
+#include "comm_test.h"
 
-/* A TCP port nobody listens on now (the kernel's pick for port 0). */
-static inline int launch_free_port(void)
-{
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    if (fd < 0) return -1;
-    struct sockaddr_in a;
-    memset(&a, 0, sizeof a);
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    a.sin_port = 0;
-    socklen_t len = sizeof a;
-    int port = -1;
-    if (bind(fd, (struct sockaddr *)&a, sizeof a) == 0 &&
-        getsockname(fd, (struct sockaddr *)&a, &len) == 0)
-        port = ntohs(a.sin_port);
-    close(fd);
-    return port;
-}
+#define LAUNCH_ENV_MAX_RANKS 8
 
 /* Starts c as rank `rank` of `size` (GPU / LOCAL_RANK local_rank) in its own process group, output
  * into out_path; extra_env: "NAME=VALUE" strings, NULL-terminated (or NULL). */
 static inline pid_t launch_env_spawn(launch_cmd *c, int rank, int size, int local_rank, int port,
                                      const char *out_path, const char *const *extra_env)
 {
-    char *argv[LAUNCH_MAX_ARGS + 1];
-    for (int k = 0; k < c->n; k++)
-        argv[k] = c->buf[k];
-    argv[c->n] = NULL;
     fflush(NULL);
     pid_t pid = fork();
     if (pid == 0) {
@@ -53,22 +30,13 @@ static inline pid_t launch_env_spawn(launch_cmd *c, int rank, int size, int loca
                                               "SLURM_LOCALID"};
         for (size_t k = 0; k < sizeof not_mpi / sizeof not_mpi[0]; k++)
             unsetenv(not_mpi[k]);
+        comm_test_set_rank_env("127.0.0.1", port, rank, size);
         char v[32];
-        snprintf(v, sizeof v, "%d", rank);
-        setenv("RANK", v, 1);
         snprintf(v, sizeof v, "%d", local_rank);
         setenv("LOCAL_RANK", v, 1);
-        snprintf(v, sizeof v, "%d", size);
-        setenv("WORLD_SIZE", v, 1);
-        setenv("MASTER_ADDR", "127.0.0.1", 1);
-        snprintf(v, sizeof v, "%d", port);
-        setenv("MASTER_PORT", v, 1);
         for (int k = 0; extra_env && extra_env[k]; k++)
             putenv((char *)extra_env[k]);
-        int out = open(out_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-        if (out < 0 || dup2(out, 1) < 0 || dup2(out, 2) < 0) _exit(126);
-        execvp(argv[0], argv);
-        _exit(127);
+        launch_exec(c, out_path);
     }
     if (pid > 0) setpgid(pid, 0);
     return pid;

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "comm_test.h"
 #include "graphtrain/gt_comm.h"
 #include "graphtrain/gt_config.h"
 #include "graphtrain/gt_model.h"
@@ -35,25 +36,18 @@ static gt_status compile(compiled *c, gt_comm *world, int replicate, int tp, boo
                          gt_error *err)
 {
     memset(c, 0, sizeof *c);
-    gt_config_defaults(&c->cfg);
     char rep[16], tps[16];
     snprintf(rep, sizeof rep, "%d", replicate);
     snprintf(tps, sizeof tps, "%d", tp);
-    char *argv[] = {"--model.flavor",
-                    "test_tiny",
-                    "--training.local_batch_size",
-                    "2",
-                    "--training.seq_len",
-                    "8",
-                    "--parallelism.data_parallel_replicate_degree",
-                    rep,
-                    "--parallelism.data_parallel_shard_degree",
-                    "-1",
-                    "--parallelism.tensor_parallel_degree",
-                    tps,
-                    "--compile.disable_passes",
-                    fsdp_passes ? "" : "fsdp_bucketing,fsdp_reorder"};
-    GT_TRY(gt_config_apply_overrides(&c->cfg, 14, argv, err));
+    char *extra[] = {"--parallelism.data_parallel_replicate_degree",
+                     rep,
+                     "--parallelism.data_parallel_shard_degree",
+                     "-1",
+                     "--parallelism.tensor_parallel_degree",
+                     tps,
+                     "--compile.disable_passes",
+                     fsdp_passes ? "" : "fsdp_bucketing,fsdp_reorder"};
+    GT_TRY(comm_test_tiny_config(&c->cfg, extra, (int)(sizeof extra / sizeof extra[0]), err));
     GT_TRY(gt_train_layout_init(&c->cfg, world->size, world->rank, &c->layout, err));
     c->g = gt_graph_new();
     gt_model model = {0};
@@ -257,17 +251,12 @@ static void test_layout(gt_comm *world, int replicate, int tp)
 
 int main(int argc, char **argv)
 {
-    gt_error err = {0};
-    gt_comm *world = NULL;
-    EXPECT_OK(gt_comm_mpi_world(&argc, &argv, &world, &err), &err);
+    gt_comm *world = comm_test_mpi_world(&argc, &argv, 0);
     if (!world) return gt_test_finish();
-    EXPECT(gt_comm_size(world) >= 2, "run under mpirun -np >= 2 (size %d)", gt_comm_size(world));
     test_layout(world, 1, 1); /* FSDP over every rank */
     if (world->size % 2 == 0 && world->size >= 4) {
         test_layout(world, 2, 1); /* HSDP: dp_replicate 2 x dp_shard */
         test_layout(world, 1, 2); /* FSDP x TP 2 */
     }
-    gt_comm_destroy(world);
-    EXPECT_OK(gt_comm_mpi_finalize(&err), &err);
-    return gt_test_finish();
+    return comm_test_mpi_end(world);
 }

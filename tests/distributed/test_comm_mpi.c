@@ -4,135 +4,28 @@
  * for every collective locally: sums as a naive loop over ranks in rank order (f32 accumulation,
  * one rounding for bf16), gathers and all-to-alls as index arithmetic. Sums are compared bit for
  * bit: the communicator promises the rank-order sum. */
+#include <string.h>
+
+#include "comm_test.h"
 #include "graphtrain/gt_comm.h"
 #include "gt_test.h"
 
-#include <string.h>
-
-/* Values of mixed magnitude so that a different summation order would change the bits. */
-static float value(int rank, int64_t i, int salt)
-{
-    uint64_t h = gt_hash64(&i, sizeof i, (uint64_t)(rank * 131 + salt));
-    float mag = (h >> 60) & 1 ? 1e6f : 1e-3f;
-    return mag * ((float)(h & 0xffff) / 65536.0f - 0.5f);
-}
-
-static void fill(gt_tensor *t, int rank, int salt)
-{
-    for (int64_t i = 0; i < gt_tensor_numel(t); i++)
-        gt_tensor_set_f32(t, i, value(rank, i, salt));
-}
-
-static int64_t shape1(int64_t n)
-{
-    return n;
-}
-
-/* All ranks must hold identical bytes: gather them and compare against rank 0's copy. */
-static bool identical_on_all_ranks(gt_comm *c, const gt_tensor *t)
-{
-    gt_error err = {0};
-    int64_t shape[1] = {(int64_t)gt_tensor_nbytes(t)}, all_shape[1] = {shape[0] * c->size};
-    gt_tensor bytes, all;
-    gt_tensor_wrap(&bytes, GT_BOOL, 1, shape, t->data);
-    gt_tensor_alloc(&all, GT_BOOL, 1, all_shape, &err);
-    bool ok = gt_comm_all_gather(c, &bytes, &all, &err) == GT_OK;
-    for (int r = 1; ok && r < c->size; r++)
-        ok = memcmp(all.data, (char *)all.data + r * shape[0], (size_t)shape[0]) == 0;
-    gt_tensor_free(&all);
-    return ok;
-}
-
-static void test_all_reduce(gt_comm *c, gt_dtype dt, int64_t numel, bool in_place)
-{
-    gt_error err = {0};
-    int64_t shape[1] = {shape1(numel)};
-    gt_tensor in, out;
-    gt_tensor_alloc(&in, dt, 1, shape, &err);
-    gt_tensor_alloc(&out, dt, 1, shape, &err);
-    fill(&in, c->rank, 1);
-    if (dt == GT_I64)
-        for (int64_t i = 0; i < numel; i++)
-            ((int64_t *)in.data)[i] = c->rank * 1000003 + i * 7;
-    EXPECT_OK(gt_comm_all_reduce(c, &in, in_place ? &in : &out, &err), &err);
-    gt_tensor *res = in_place ? &in : &out;
-    int bad = 0;
-    for (int64_t i = 0; i < numel; i++) {
-        if (dt == GT_I64) {
-            int64_t ref = 0;
-            for (int r = 0; r < c->size; r++)
-                ref += r * 1000003 + i * 7;
-            bad += ((int64_t *)res->data)[i] != ref;
-            continue;
-        }
-        float ref = 0.0f;
-        for (int r = 0; r < c->size; r++) {
-            float x = value(r, i, 1);
-            if (dt == GT_BF16) x = gt_bf16_to_f32(gt_f32_to_bf16(x));
-            ref = r == 0 ? x : ref + x;
-        }
-        if (dt == GT_BF16)
-            bad += ((uint16_t *)res->data)[i] != gt_f32_to_bf16(ref);
-        else
-            bad += memcmp(&ref, (float *)res->data + i, sizeof ref) != 0;
-    }
-    EXPECT(bad == 0, "all_reduce %s numel %lld%s: %d elements differ from the rank-order sum",
-           gt_dtype_name(dt), (long long)numel, in_place ? " in place" : "", bad);
-    EXPECT(identical_on_all_ranks(c, res), "all_reduce bits identical on every rank");
-    gt_tensor_free(&in), gt_tensor_free(&out);
-}
-
+/* Moves (comm_test_moves), then an all_gather into a buffer of the wrong size: a shape error on
+ * every rank, naming the rank and the collective. */
 static void test_gather_scatter_a2a(gt_comm *c)
 {
+    comm_test_moves(c);
     gt_error err = {0};
-    int n = c->size, k = 3, cols = 5;
-    int64_t s_small[2] = {k, cols}, s_big[2] = {(int64_t)n * k, cols};
-    int64_t blk = (int64_t)k * cols;
-    gt_tensor small, big, big2;
-    gt_tensor_alloc(&small, GT_F32, 2, s_small, &err);
+    int64_t s_big[2] = {(int64_t)c->size * 3, 5};
+    gt_tensor big;
     gt_tensor_alloc(&big, GT_F32, 2, s_big, &err);
-    gt_tensor_alloc(&big2, GT_F32, 2, s_big, &err);
-
-    fill(&small, c->rank, 2);
-    EXPECT_OK(gt_comm_all_gather(c, &small, &big, &err), &err);
-    int bad = 0;
-    for (int r = 0; r < n; r++)
-        for (int64_t i = 0; i < blk; i++)
-            bad += ((float *)big.data)[r * blk + i] != value(r, i, 2);
-    EXPECT(bad == 0, "all_gather: %d elements differ", bad);
-
-    fill(&big, c->rank, 3);
-    EXPECT_OK(gt_comm_reduce_scatter(c, &big, &small, &err), &err);
-    bad = 0;
-    for (int64_t i = 0; i < blk; i++) {
-        float ref = 0.0f;
-        for (int r = 0; r < n; r++)
-            ref = r == 0 ? value(r, c->rank * blk + i, 3) : ref + value(r, c->rank * blk + i, 3);
-        bad += memcmp(&ref, (float *)small.data + i, sizeof ref) != 0;
-    }
-    EXPECT(bad == 0, "reduce_scatter: %d elements differ from the rank-order sum", bad);
-
-    EXPECT_OK(gt_comm_all_to_all(c, &big, &big2, &err), &err);
-    bad = 0; /* block i of my output = block `rank` of rank i's input */
-    for (int i = 0; i < n; i++)
-        for (int64_t e = 0; e < blk; e++)
-            bad += ((float *)big2.data)[i * blk + e] != value(i, c->rank * blk + e, 3);
-    EXPECT(bad == 0, "all_to_all: %d elements differ", bad);
-
-    int root = n - 1;
-    fill(&small, c->rank, 4);
-    EXPECT_OK(gt_comm_broadcast(c, &small, root, &err), &err);
-    bad = 0;
-    for (int64_t i = 0; i < blk; i++)
-        bad += ((float *)small.data)[i] != value(root, i, 4);
-    EXPECT(bad == 0, "broadcast from %d: %d elements differ", root, bad);
-
+    comm_test_fill(&big, c->rank, 3);
     gt_error e = {0};
     EXPECT(gt_comm_all_gather(c, &big, &big, &e) == GT_ERR_SHAPE, "all_gather shape error");
     char want[32];
     snprintf(want, sizeof want, "rank %d", c->rank);
     EXPECT(strstr(e.msg, want) && strstr(e.msg, "all_gather"), "message: %s", e.msg);
-    gt_tensor_free(&small), gt_tensor_free(&big), gt_tensor_free(&big2);
+    gt_tensor_free(&big);
 }
 
 /* Three collectives in flight at once, local work in between, waits in reverse order. */
@@ -145,7 +38,8 @@ static void test_async(gt_comm *c)
     gt_tensor_alloc(&a_in, GT_F32, 1, s1, &err), gt_tensor_alloc(&a_out, GT_F32, 1, s1, &err);
     gt_tensor_alloc(&g_in, GT_F32, 1, s1, &err), gt_tensor_alloc(&g_out, GT_F32, 1, sn, &err);
     gt_tensor_alloc(&r_in, GT_F32, 1, sn, &err), gt_tensor_alloc(&r_out, GT_F32, 1, s1, &err);
-    fill(&a_in, c->rank, 5), fill(&g_in, c->rank, 6), fill(&r_in, c->rank, 7);
+    comm_test_fill(&a_in, c->rank, 5), comm_test_fill(&g_in, c->rank, 6),
+        comm_test_fill(&r_in, c->rank, 7);
     gt_comm_request *ra, *rg, *rr;
     EXPECT_OK(gt_comm_all_reduce_start(c, &a_in, &a_out, &ra, &err), &err);
     EXPECT_OK(gt_comm_all_gather_start(c, &g_in, &g_out, &rg, &err), &err);
@@ -161,10 +55,10 @@ static void test_async(gt_comm *c)
     for (int64_t i = 0; i < 1000; i++) {
         float ra_ref = 0, rr_ref = 0;
         for (int r = 0; r < n; r++) {
-            ra_ref = r == 0 ? value(r, i, 5) : ra_ref + value(r, i, 5);
-            rr_ref =
-                r == 0 ? value(r, c->rank * 1000 + i, 7) : rr_ref + value(r, c->rank * 1000 + i, 7);
-            bad += ((float *)g_out.data)[r * 1000 + i] != value(r, i, 6);
+            ra_ref = r == 0 ? comm_test_value(r, i, 5) : ra_ref + comm_test_value(r, i, 5);
+            rr_ref = r == 0 ? comm_test_value(r, c->rank * 1000 + i, 7)
+                            : rr_ref + comm_test_value(r, c->rank * 1000 + i, 7);
+            bad += ((float *)g_out.data)[r * 1000 + i] != comm_test_value(r, i, 6);
         }
         bad += memcmp(&ra_ref, (float *)a_out.data + i, 4) != 0;
         bad += memcmp(&rr_ref, (float *)r_out.data + i, 4) != 0;
@@ -192,13 +86,14 @@ static void test_split(gt_comm *c)
     int64_t shape[1] = {37};
     gt_tensor in, out;
     gt_tensor_alloc(&in, GT_F32, 1, shape, &err), gt_tensor_alloc(&out, GT_F32, 1, shape, &err);
-    fill(&in, c->rank, 8);
+    comm_test_fill(&in, c->rank, 8);
     EXPECT_OK(gt_comm_all_reduce(sub, &in, &out, &err), &err);
     int bad = 0;
     for (int64_t i = 0; i < 37; i++) {
         float ref = 0;
         for (int j = 0; j < m; j++)
-            ref = j == 0 ? value(members[j], i, 8) : ref + value(members[j], i, 8);
+            ref = j == 0 ? comm_test_value(members[j], i, 8)
+                         : ref + comm_test_value(members[j], i, 8);
         bad += memcmp(&ref, (float *)out.data + i, 4) != 0;
     }
     EXPECT(bad == 0, "sub-communicator all_reduce: %d elements differ", bad);
@@ -241,21 +136,16 @@ static void test_schedule(gt_comm *c)
 
 int main(int argc, char **argv)
 {
-    gt_error err = {0};
-    gt_comm *world = NULL;
-    EXPECT_OK(gt_comm_mpi_world(&argc, &argv, &world, &err), &err);
+    gt_comm *world = comm_test_mpi_world(&argc, &argv, 0);
     if (!world) return gt_test_finish();
-    EXPECT(gt_comm_size(world) >= 2, "run under mpirun -np >= 2 (size %d)", gt_comm_size(world));
-    test_all_reduce(world, GT_F32, 1001, false);
-    test_all_reduce(world, GT_F32, 3, false); /* fewer elements than ranks with -np 4 */
-    test_all_reduce(world, GT_F32, 64, true);
-    test_all_reduce(world, GT_BF16, 515, false);
-    test_all_reduce(world, GT_I64, 99, false);
+    comm_test_all_reduce(world, GT_F32, 1001, false, true);
+    comm_test_all_reduce(world, GT_F32, 3, false, true); /* fewer elements than ranks with -np 4 */
+    comm_test_all_reduce(world, GT_F32, 64, true, true);
+    comm_test_all_reduce(world, GT_BF16, 515, false, true);
+    comm_test_all_reduce(world, GT_I64, 99, false, true);
     test_gather_scatter_a2a(world);
     test_async(world);
     test_split(world);
     test_schedule(world);
-    gt_comm_destroy(world);
-    EXPECT_OK(gt_comm_mpi_finalize(&err), &err);
-    return gt_test_finish();
+    return comm_test_mpi_end(world);
 }

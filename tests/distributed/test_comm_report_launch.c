@@ -24,14 +24,8 @@ static int run(const char *base, const char *name, bool report, char *out_path, 
 
 int main(void)
 {
-    if (!launch_binary()) {
-        fprintf(stderr, "GT_BINARY is not set (CTest sets it to the graphtrain program)\n");
-        return 1;
-    }
     char base[256];
-    snprintf(base, sizeof base, "/tmp/gt_comm_report_launch_%d", (int)getpid());
-    remove_tree(base);
-    mkdir(base, 0777);
+    if (!launch_begin(base, sizeof base, "gt_comm_report_launch")) return 1;
     char out_a[700], out_b[700], dump_a[600], dump_b[600];
     EXPECT(run(base, "report", true, out_a, sizeof out_a, dump_a, sizeof dump_a) == 0,
            "run with the report failed");
@@ -39,34 +33,20 @@ int main(void)
            "run without the report failed");
 
     char *text = read_all(out_a, NULL);
-    int scheduled = -1, listed = -1, lines = 0, totals = 0, bad = 0;
-    const char *p = text ? strstr(text, "collective schedule: ") : NULL;
-    if (p) sscanf(p, "collective schedule: %d", &scheduled);
-    p = text ? strstr(text, "collective report (rank 0, one step): ") : NULL;
-    if (p) sscanf(p, "collective report (rank 0, one step): %d", &listed);
-    for (const char *q = p ? strchr(p, '\n') : NULL; q && *q; q = strchr(q + 1, '\n')) {
-        int idx;
-        char kind[32], dim[32];
-        unsigned long long bytes;
-        double total, exposed;
-        if (sscanf(q + 1, " %d %31s %31s %llu %lf %lf", &idx, kind, dim, &bytes, &total,
-                   &exposed) == 6) {
-            EXPECT(idx == lines, "line %d has index %d", lines, idx);
-            bad += !(exposed >= 0 && exposed <= total + 1e-6 && bytes > 0);
-            lines++;
-            continue;
-        }
-        int count;
-        if (sscanf(q + 1, " total %31s %d collectives", kind, &count) == 2) {
-            totals += count;
-            continue;
-        }
-        if (strstr(q + 1, "communication ") == q + 1 + strspn(q + 1, " ")) break;
+    launch_comm_report rep;
+    launch_read_comm_report(text, &rep);
+    int bad = 0;
+    for (int k = 0; k < rep.n_rows; k++) {
+        const launch_report_row *row = &rep.rows[k];
+        EXPECT(row->index == k, "line %d has index %d", k, row->index);
+        bad += !(row->exposed >= 0 && row->exposed <= row->total + 1e-6 && row->bytes > 0);
     }
-    EXPECT(scheduled > 0 && listed == scheduled && lines == scheduled,
-           "schedule %d collectives, report header %d, %d lines", scheduled, listed, lines);
-    EXPECT(totals == lines, "per-kind totals %d vs %d lines", totals, lines);
+    EXPECT(rep.scheduled > 0 && rep.listed == rep.scheduled && rep.n_rows == rep.scheduled,
+           "schedule %d collectives, report header %d, %d lines", rep.scheduled, rep.listed,
+           rep.n_rows);
+    EXPECT(rep.totals == rep.n_rows, "per-kind totals %d vs %d lines", rep.totals, rep.n_rows);
     EXPECT(bad == 0, "%d lines with exposed outside [0, total] or no bytes", bad);
+    launch_comm_report_free(&rep);
     free(text);
 
     gt_metrics_log a = {0}, b = {0};

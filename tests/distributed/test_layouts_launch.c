@@ -53,16 +53,10 @@ static void check_memory_lines(const char *out_path, int ranks, const char *what
     free(text);
 }
 
-typedef struct {
-    gt_metrics_step steps[LAUNCH_STEPS + 1];
-    char dump[512];
-    bool ok;
-} run_result;
-
 /* Runs flavor on layout l (NULL: one rank) into base/NAME; ok when it finished and recorded
  * every step. extra: one more option or NULL. */
 static void run_layout(const char *base, const char *name, const char *flavor,
-                       const launch_layout *l, const char *extra, run_result *r)
+                       const launch_layout *l, const char *extra, launch_result *r)
 {
     launch_cmd c;
     char out_path[600];
@@ -80,7 +74,7 @@ static void run_layout(const char *base, const char *name, const char *flavor,
     if (l && r->ok && !extra) check_memory_lines(out_path, launch_ranks(l), name);
 }
 
-static void compare_to_reference(const run_result *ref, const run_result *r, const char *what)
+static void compare_to_reference(const launch_result *ref, const launch_result *r, const char *what)
 {
     if (!ref->ok || !r->ok) return;
     double dl = launch_loss_diff(ref->steps, r->steps, 1, LAUNCH_STEPS);
@@ -95,33 +89,22 @@ static void compare_to_reference(const run_result *ref, const run_result *r, con
     printf("  %-26s loss diff %.2e, param diff %.2e\n", what, dl, dp);
 }
 
-static void compare_bitwise(const run_result *a, const run_result *b, const char *what)
+static void compare_bitwise(const launch_result *a, const launch_result *b, const char *what)
 {
     if (!a->ok || !b->ok) return;
-    int differ = 0;
-    for (int s = 1; s <= LAUNCH_STEPS; s++)
-        differ +=
-            a->steps[s].loss != b->steps[s].loss || a->steps[s].grad_norm != b->steps[s].grad_norm;
+    bool same = false;
+    int differ = launch_bitwise_diff(a, b, LAUNCH_STEPS, &same);
     EXPECT(differ == 0, "%s: %d steps with other loss or grad_norm bits", what, differ);
-    char pa[700], pb[700];
-    launch_ckpt_path(pa, sizeof pa, a->dump, LAUNCH_STEPS);
-    launch_ckpt_path(pb, sizeof pb, b->dump, LAUNCH_STEPS);
-    EXPECT(same_bytes(pa, pb), "%s: step-%d checkpoints differ", what, LAUNCH_STEPS);
+    EXPECT(same, "%s: step-%d checkpoints differ", what, LAUNCH_STEPS);
 }
 
 int main(void)
 {
-    if (!launch_binary()) {
-        fprintf(stderr, "GT_BINARY is not set (CTest sets it to the graphtrain program)\n");
-        return 1;
-    }
     char base[256];
-    snprintf(base, sizeof base, "/tmp/gt_layouts_launch_%d", (int)getpid());
-    remove_tree(base);
-    mkdir(base, 0777);
+    if (!launch_begin(base, sizeof base, "gt_layouts_launch")) return 1;
 
     static const char *const flavors[] = {"test_tiny", "test_gqa"};
-    static run_result ref, runs[N_LAYOUTS];
+    static launch_result ref, runs[N_LAYOUTS];
     for (int f = 0; f < 2; f++) {
         char name[64];
         snprintf(name, sizeof name, "%s_1rank", flavors[f]);
@@ -136,7 +119,7 @@ int main(void)
         if (f != 0) continue;
         /* every test_tiny layout again: bitwise run to run; FSDP2xTP2 (runs[4]) also with the
          * eager executor */
-        static run_result again, eager;
+        static launch_result again, eager;
         for (int k = 0; k < N_LAYOUTS; k++) {
             char what[96];
             snprintf(name, sizeof name, "test_tiny_%s_again", layouts[k].name);

@@ -13,28 +13,8 @@
  */
 #include "launch.h" /* first: train_child.h defines _GNU_SOURCE */
 
-typedef struct {
-    gt_metrics_step steps[LAUNCH_STEPS + 1];
-    char dump[512];
-    bool ok;
-} run_result;
-
-/* The records of steps 6..10 of a resumed run (steps 1..5 are absent there). */
-static bool resumed_records(const char *dump, gt_metrics_step *out)
-{
-    gt_metrics_log log = {0};
-    if (!read_metrics(dump, &log)) return false;
-    int seen = 0;
-    for (int64_t k = 0; k < log.n_steps; k++) {
-        int64_t s = log.steps[k].step;
-        if (s >= 6 && s <= LAUNCH_STEPS) out[s] = log.steps[k], seen++;
-    }
-    gt_metrics_log_free(&log);
-    return seen == LAUNCH_STEPS - 5;
-}
-
 static void run(const char *base, const char *name, const char *flavor, int np, int batch,
-                int interval, const char *extra, run_result *r, bool fresh)
+                int interval, const char *extra, launch_result *r, bool fresh)
 {
     launch_cmd c;
     char out_path[600];
@@ -47,14 +27,14 @@ static void run(const char *base, const char *name, const char *flavor, int np, 
     if (extra) launch_add(&c, "%s", extra);
     double dt = 0;
     int rc = launch_run(&c, out_path, 240.0, &dt);
-    r->ok = rc == 0 && (extra ? resumed_records(r->dump, r->steps)
+    r->ok = rc == 0 && (extra ? launch_resumed_records(r->dump, r->steps)
                               : last_records(r->dump, LAUNCH_STEPS, r->steps, NULL));
     printf("%-24s %d rank(s): exit %d, %.1f s\n", name, np ? np : 1, rc, dt);
     EXPECT(r->ok, "%s: exit %d or missing metrics", name, rc);
     if (!r->ok) launch_show_tail(out_path);
 }
 
-static void compare(const run_result *ref, const run_result *r, const char *what)
+static void compare(const launch_result *ref, const launch_result *r, const char *what)
 {
     if (!ref->ok || !r->ok) return;
     double dl = launch_loss_diff(ref->steps, r->steps, 1, LAUNCH_STEPS);
@@ -69,7 +49,7 @@ static void compare(const run_result *ref, const run_result *r, const char *what
            what, dp, missing);
 }
 
-static void compare_bitwise(const run_result *a, const run_result *b, const char *what)
+static void compare_bitwise(const launch_result *a, const launch_result *b, const char *what)
 {
     if (!a->ok || !b->ok) return;
     int differ = 0;
@@ -84,15 +64,9 @@ static void compare_bitwise(const run_result *a, const run_result *b, const char
 
 int main(void)
 {
-    if (!launch_binary()) {
-        fprintf(stderr, "GT_BINARY is not set (CTest sets it to the graphtrain program)\n");
-        return 1;
-    }
     char base[256];
-    snprintf(base, sizeof base, "/tmp/gt_padded_launch_%d", (int)getpid());
-    remove_tree(base);
-    mkdir(base, 0777);
-    static run_result ref, r, again, resumed;
+    if (!launch_begin(base, sizeof base, "gt_padded_launch")) return 1;
+    static launch_result ref, r, again, resumed;
 
     run(base, "odd_1rank", "test_odd", 0, 4, LAUNCH_STEPS, NULL, &ref, true);
     run(base, "odd_FSDP2", "test_odd", 2, 2, LAUNCH_STEPS, NULL, &r, true);

@@ -16,47 +16,12 @@
  *     the first differing collective (#1), without hanging. */
 #include <string.h>
 
+#include "comm_test.h"
 #include "graphtrain/gt_build.h"
 #include "graphtrain/gt_comm.h"
 #include "graphtrain/gt_exec.h"
 #include "graphtrain/gt_program.h"
 #include "gt_test.h"
-
-/* Values of mixed magnitude, so that another summation order would change the bits. */
-static float value(int rank, int64_t i, int salt)
-{
-    uint64_t h = gt_hash64(&i, sizeof i, (uint64_t)(rank * 131 + salt));
-    float mag = (h >> 60) & 1 ? 1e6f : 1e-3f;
-    return mag * ((float)(h & 0xffff) / 65536.0f - 0.5f);
-}
-
-static void fill(gt_tensor *t, int rank, int salt)
-{
-    for (int64_t i = 0; i < gt_tensor_numel(t); i++)
-        gt_tensor_set_f32(t, i, value(rank, i, salt));
-}
-
-static void set_mesh(gt_graph *g, int dp_shard, int tp)
-{
-    static const char *const names[3] = {"dp_replicate", "dp_shard", "tp"};
-    int sizes[3] = {1, dp_shard, tp};
-    g->mesh.ndim = 3;
-    for (int d = 0; d < 3; d++) {
-        g->mesh.size[d] = sizes[d];
-        g->mesh.name[d] = gt_graph_intern(g, names[d]);
-    }
-}
-
-static gt_value_id coll(gt_graph *g, gt_op op, gt_value_id x, int64_t dim, int64_t size)
-{
-    gt_attrs a = {0};
-    a.i[0] = dim;
-    a.i[1] = size;
-    a.ni = 2;
-    gt_value_id s = gt_graph_add_node(g, op, &x, 1, &a, NULL);
-    gt_value_id in[2] = {s, x};
-    return gt_graph_add_node(g, GT_OP_WAIT, in, 2, NULL, NULL);
-}
 
 static int count_bad(const gt_tensor *got, const float *ref, int64_t n)
 {
@@ -67,63 +32,27 @@ static int count_bad(const gt_tensor *got, const float *ref, int64_t n)
     return bad;
 }
 
-static bool same_bits(const gt_tensor *a, const gt_tensor *b)
-{
-    size_t n = gt_tensor_nbytes(a);
-    return a->data && b->data && a->dtype == b->dtype && n == gt_tensor_nbytes(b) &&
-           memcmp(a->data, b->data, n) == 0;
-}
-
 /* ---------------------------------------------------------------- 1-D mesh: dp_shard = world
  *
- * Per rank r (n ranks, b = 3 rows, 5 columns):
- *   x_r [b, 5], p_r [n*b, 5] (rank inputs), full [n*b, 5] (the same on every rank)
- *   x2 = x + full[r*b : r*b + b]     the slice's bounds use the symbol rank.dp_shard
- *   g  = all_gather(-x2)             [n*b, 5]
- *   h  = g * p
- *   s  = reduce_scatter(h)           [b, 5]: rows r*b.. of sum_q h_q
- *   u  = all_reduce(s + x)           [b, 5]
- *   v  = all_reduce(cast(x, bf16))   [b, 5] bf16
- * outputs g, s, u, v. */
-enum { ROWS = 3, COLS = 5 };
+ * comm_test_build_1d (comm_test.h): per rank r of n, x2 = x + full[r*b ..] (the slice's bounds
+ * use the symbol rank.dp_shard), g = all_gather(-x2), s = reduce_scatter(g * p),
+ * u = all_reduce(s + x), v = all_reduce(cast(x, bf16)). */
 
-static gt_graph *build_1d(int n)
-{
-    gt_graph *g = gt_graph_new();
-    set_mesh(g, n, 1);
-    gt_expr b = gt_sym_var(g->sym, "b"), r = gt_sym_var(g->sym, "rank.dp_shard");
-    gt_expr nb = gt_sym_mul(g->sym, gt_c(g, n), b);
-    gt_expr dx[2] = {b, gt_c(g, COLS)}, dp[2] = {nb, gt_c(g, COLS)};
-    gt_value_id x = gt_graph_add_input(g, GT_IN_INPUT, "x", GT_F32, 2, dx);
-    gt_value_id p = gt_graph_add_input(g, GT_IN_INPUT, "p", GT_F32, 2, dp);
-    gt_value_id full = gt_graph_add_input(g, GT_IN_INPUT, "full", GT_F32, 2, dp);
-    gt_expr lo = gt_sym_mul(g->sym, r, b);
-    gt_value_id x2 = gt_add(g, x, gt_slice(g, full, 0, lo, gt_sym_add(g->sym, lo, b)));
-    gt_value_id gat = coll(g, GT_OP_ALL_GATHER_START, gt_unary(g, GT_OP_NEG, x2), 1, n);
-    gt_value_id s = coll(g, GT_OP_REDUCE_SCATTER_START, gt_mul(g, gat, p), 1, n);
-    gt_value_id u = coll(g, GT_OP_ALL_REDUCE_START, gt_add(g, s, x), 1, n);
-    gt_value_id v = coll(g, GT_OP_ALL_REDUCE_START, gt_cast(g, x, GT_BF16), 1, n);
-    gt_graph_add_output(g, GT_OUT_METRIC, "g", gat);
-    gt_graph_add_output(g, GT_OUT_METRIC, "s", s);
-    gt_graph_add_output(g, GT_OUT_METRIC, "u", u);
-    gt_graph_add_output(g, GT_OUT_METRIC, "v", v);
-    return g;
-}
-
-/* The naive reference of build_1d's outputs as seen by rank `me`. */
+/* The naive reference of comm_test_build_1d's outputs as seen by rank `me`. */
 static void reference_1d(int n, int me, float *g_ref, float *s_ref, float *u_ref, uint16_t *v_ref)
 {
-    int64_t blk = ROWS * COLS, big = (int64_t)n * blk;
+    int64_t blk = COMM_TEST_ROWS * COMM_TEST_COLS, big = (int64_t)n * blk;
     float *gathered = gt_xmalloc((size_t)big * sizeof(float));
     float *s_all = gt_xmalloc((size_t)n * (size_t)blk * sizeof(float)); /* s of every rank */
     for (int q = 0; q < n; q++) /* block q: -(x_q + full[q*b..]) */
         for (int64_t i = 0; i < blk; i++)
-            gathered[q * blk + i] = -(value(q, i, 1) + value(0, q * blk + i, 3));
+            gathered[q * blk + i] =
+                -(comm_test_value(q, i, 1) + comm_test_value(0, q * blk + i, 3));
     for (int q = 0; q < n; q++)
         for (int64_t i = 0; i < blk; i++) {
             float acc = 0;
             for (int t = 0; t < n; t++) { /* rank t's h at row block q */
-                float h = gathered[q * blk + i] * value(t, q * blk + i, 2);
+                float h = gathered[q * blk + i] * comm_test_value(t, q * blk + i, 2);
                 acc = t == 0 ? h : acc + h;
             }
             s_all[q * blk + i] = acc;
@@ -133,8 +62,8 @@ static void reference_1d(int n, int me, float *g_ref, float *s_ref, float *u_ref
     for (int64_t i = 0; i < blk; i++) {
         float acc = 0, accv = 0;
         for (int q = 0; q < n; q++) {
-            float t = s_all[q * blk + i] + value(q, i, 1);
-            float xb = gt_bf16_to_f32(gt_f32_to_bf16(value(q, i, 1)));
+            float t = s_all[q * blk + i] + comm_test_value(q, i, 1);
+            float xb = gt_bf16_to_f32(gt_f32_to_bf16(comm_test_value(q, i, 1)));
             acc = q == 0 ? t : acc + t;
             accv = q == 0 ? xb : accv + xb;
         }
@@ -149,20 +78,21 @@ static void test_1d(gt_comm *world)
 {
     int n = gt_comm_size(world), me = gt_comm_rank(world);
     gt_error err = {0};
-    gt_graph *g = build_1d(n);
+    gt_graph *g = comm_test_build_1d(n);
     EXPECT(g->err.code == GT_OK, "build: %s", g->err.msg);
     EXPECT_OK(gt_graph_verify(g, &err), &err);
-    gt_sym_binding_entry be[2] = {{"b", ROWS}, {"rank.dp_shard", me}};
+    gt_sym_binding_entry be[2] = {{"b", COMM_TEST_ROWS}, {"rank.dp_shard", me}};
     gt_sym_binding bind = {be, 2};
 
-    int64_t sx[2] = {ROWS, COLS}, sp[2] = {(int64_t)n * ROWS, COLS};
+    int64_t sx[2] = {COMM_TEST_ROWS, COMM_TEST_COLS},
+            sp[2] = {(int64_t)n * COMM_TEST_ROWS, COMM_TEST_COLS};
     gt_tensor in[3];
     gt_tensor_alloc(&in[0], GT_F32, 2, sx, &err);
     gt_tensor_alloc(&in[1], GT_F32, 2, sp, &err);
     gt_tensor_alloc(&in[2], GT_F32, 2, sp, &err);
-    fill(&in[0], me, 1);
-    fill(&in[1], me, 2);
-    fill(&in[2], 0, 3); /* replicated: rank 0's values everywhere */
+    comm_test_fill(&in[0], me, 1);
+    comm_test_fill(&in[1], me, 2);
+    comm_test_fill(&in[2], 0, 3); /* replicated: rank 0's values everywhere */
 
     gt_comm *comms[GT_MESH_MAX_DIMS] = {NULL, world, NULL, NULL};
     gt_program *prog = NULL;
@@ -172,10 +102,10 @@ static void test_1d(gt_comm *world)
     if (prog) EXPECT_OK(gt_program_run(prog, in, po, &err), &err);
     EXPECT_OK(gt_eager_run_comms(g, &bind, in, comms, eo, &err), &err);
 
-    int64_t blk = ROWS * COLS;
+    int64_t blk = COMM_TEST_ROWS * COMM_TEST_COLS;
     float *g_ref = gt_xmalloc((size_t)(n * blk) * sizeof(float));
-    float s_ref[ROWS * COLS], u_ref[ROWS * COLS];
-    uint16_t v_ref[ROWS * COLS];
+    float s_ref[COMM_TEST_ROWS * COMM_TEST_COLS], u_ref[COMM_TEST_ROWS * COMM_TEST_COLS];
+    uint16_t v_ref[COMM_TEST_ROWS * COMM_TEST_COLS];
     reference_1d(n, me, g_ref, s_ref, u_ref, v_ref);
     const gt_tensor *outs[2] = {po, eo};
     const char *who[2] = {"program", "eager"};
@@ -191,13 +121,13 @@ static void test_1d(gt_comm *world)
                "rank %d %s bf16 all_reduce = rank-order f32 sum rounded once", me, who[k]);
     }
     for (int k = 0; k < 4; k++)
-        EXPECT(same_bits(&po[k], &eo[k]), "rank %d output %d: program == eager", me, k);
+        EXPECT(comm_test_same_bits(&po[k], &eo[k]), "rank %d output %d: program == eager", me, k);
 
     /* a second run reuses the arenas and slots: same bits */
     gt_tensor again[4] = {0};
     if (prog) EXPECT_OK(gt_program_run(prog, in, again, &err), &err);
     for (int k = 0; k < 4; k++) {
-        EXPECT(same_bits(&po[k], &again[k]), "rank %d output %d: run == rerun", me, k);
+        EXPECT(comm_test_same_bits(&po[k], &again[k]), "rank %d output %d: run == rerun", me, k);
         gt_tensor_free(&again[k]);
         gt_tensor_free(&po[k]);
         gt_tensor_free(&eo[k]);
@@ -246,25 +176,9 @@ static void test_1d(gt_comm *world)
 
 /* ---------------------------------------------------------------- 2-D mesh: dp_shard x tp
  *
- * n ranks = d x 2 (d = n / 2), rank = dp * 2 + tp (tp fastest). Per rank, x [2, 3]:
- *   a = all_gather over tp of x            [4, 3]: x of (dp, 0) then (dp, 1)
- *   s = reduce_scatter over dp_shard of a  [4/d, 3]: rows dp*4/d.. of sum over dp' of a(dp', tp)
- *   u = all_reduce over tp of s * 2        [4/d, 3]
- * With d = 1 the dp_shard collectives run over one rank, with no communicator. */
-static gt_graph *build_2d(int d)
-{
-    gt_graph *g = gt_graph_new();
-    set_mesh(g, d, 2);
-    gt_expr dx[2] = {gt_c(g, 2), gt_c(g, 3)};
-    gt_value_id x = gt_graph_add_input(g, GT_IN_INPUT, "x", GT_F32, 2, dx);
-    gt_value_id a = coll(g, GT_OP_ALL_GATHER_START, x, 2, 2);
-    gt_value_id s = coll(g, GT_OP_REDUCE_SCATTER_START, a, 1, d);
-    gt_value_id u = coll(g, GT_OP_ALL_REDUCE_START, gt_scale(g, s, 2.0), 2, 2);
-    gt_graph_add_output(g, GT_OUT_METRIC, "a", a);
-    gt_graph_add_output(g, GT_OUT_METRIC, "u", u);
-    return g;
-}
-
+ * comm_test_build_2d (comm_test.h): n ranks = d x 2, rank = dp * 2 + tp; a = all_gather over tp
+ * of x [2, 3], s = reduce_scatter over dp_shard of a, u = all_reduce over tp of s * 2. With d = 1
+ * the dp_shard collectives run over one rank, with no communicator. */
 static void test_2d(gt_comm *world)
 {
     int n = gt_comm_size(world), me = gt_comm_rank(world);
@@ -275,14 +189,14 @@ static void test_2d(gt_comm *world)
     /* dp_shard group: the ranks with my tp coordinate, ordered by dp; tp group: my dp row */
     EXPECT_OK(gt_comm_split(world, tp, dp, &c_dp, &err), &err);
     EXPECT_OK(gt_comm_split(world, dp, tp, &c_tp, &err), &err);
-    gt_graph *g = build_2d(d);
+    gt_graph *g = comm_test_build_2d(d);
     EXPECT(g->err.code == GT_OK, "build: %s", g->err.msg);
     gt_comm *comms[GT_MESH_MAX_DIMS] = {NULL, d > 1 ? c_dp : NULL, c_tp, NULL};
 
     int64_t sx[2] = {2, 3};
     gt_tensor x;
     gt_tensor_alloc(&x, GT_F32, 2, sx, &err);
-    fill(&x, me, 9);
+    comm_test_fill(&x, me, 9);
     gt_program *prog = NULL;
     gt_tensor po[2] = {0}, eo[2] = {0};
     EXPECT_OK(gt_program_build(g, NULL, &prog, &err), &err);
@@ -293,7 +207,7 @@ static void test_2d(gt_comm *world)
     /* reference: a(dp', t)[j] = x of rank dp'*2 + j/6 at element j%6 */
     float a_ref[12], u_ref[12];
     for (int j = 0; j < 12; j++)
-        a_ref[j] = value(dp * 2 + j / 6, j % 6, 9);
+        a_ref[j] = comm_test_value(dp * 2 + j / 6, j % 6, 9);
     int64_t rows = 4 / d, blk = rows * 3;
     float s_t[2][12]; /* s of the rank (dp, t) for t = 0, 1 */
     for (int t = 0; t < 2; t++)
@@ -301,7 +215,7 @@ static void test_2d(gt_comm *world)
             int64_t j = dp * blk + i; /* my rows of the gathered [4, 3] */
             float acc = 0;
             for (int q = 0; q < d; q++) {
-                float v = value(q * 2 + (int)(j / 6), j % 6, 9);
+                float v = comm_test_value(q * 2 + (int)(j / 6), j % 6, 9);
                 acc = q == 0 ? v : acc + v;
             }
             s_t[t][i] = acc;
@@ -317,7 +231,8 @@ static void test_2d(gt_comm *world)
                me, k ? "eager" : "program", count_bad(&outs[k][1], u_ref, blk));
     }
     for (int k = 0; k < 2; k++) {
-        EXPECT(same_bits(&po[k], &eo[k]), "rank %d 2-D output %d: program == eager", me, k);
+        EXPECT(comm_test_same_bits(&po[k], &eo[k]), "rank %d 2-D output %d: program == eager", me,
+               k);
         gt_tensor_free(&po[k]);
         gt_tensor_free(&eo[k]);
     }
@@ -330,15 +245,9 @@ static void test_2d(gt_comm *world)
 
 int main(int argc, char **argv)
 {
-    gt_error err = {0};
-    gt_comm *world = NULL;
-    EXPECT_OK(gt_comm_mpi_world(&argc, &argv, &world, &err), &err);
+    gt_comm *world = comm_test_mpi_world(&argc, &argv, 64);
     if (!world) return gt_test_finish();
-    EXPECT(gt_comm_size(world) >= 2 && gt_comm_size(world) <= 64,
-           "run under mpirun -np 2..64 (size %d)", gt_comm_size(world));
     test_1d(world);
     test_2d(world);
-    gt_comm_destroy(world);
-    EXPECT_OK(gt_comm_mpi_finalize(&err), &err);
-    return gt_test_finish();
+    return comm_test_mpi_end(world);
 }

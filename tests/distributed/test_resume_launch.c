@@ -35,24 +35,6 @@ static int run(const launch_layout *l, const char *dump, char **out)
     return rc;
 }
 
-/* The records of steps 6..10 of a resumed run (steps 1..5 are absent there). */
-static bool resumed_records(const char *dump, gt_metrics_step *out)
-{
-    gt_metrics_log log = {0};
-    if (!read_metrics(dump, &log)) return false;
-    for (int s = 0; s <= LAUNCH_STEPS; s++)
-        out[s].step = 0;
-    for (int64_t k = 0; k < log.n_steps; k++) {
-        int64_t s = log.steps[k].step;
-        if (s >= 1 && s <= LAUNCH_STEPS) out[s] = log.steps[k];
-    }
-    gt_metrics_log_free(&log);
-    bool ok = true;
-    for (int s = 1; s <= LAUNCH_STEPS; s++)
-        ok = ok && (s <= 5 ? out[s].step == 0 : out[s].step == s);
-    return ok;
-}
-
 static bool copy_file(const char *from, const char *to)
 {
     size_t n = 0;
@@ -98,7 +80,7 @@ static void resume_and_compare(const char *base, const char *name, const char *s
     uint64_t hash = 0;
     EXPECT(rc == 0 && parse_summary(out, &first, &last, &hash) && first == 6 && last == 10,
            "%s: exit %d, trained %lld..%lld (expected 6..10)", name, rc, first, last);
-    bool have = resumed_records(dump, steps);
+    bool have = launch_resumed_records(dump, steps);
     EXPECT(have, "%s: metrics.jsonl lacks steps 6..10 (or has steps 1..5)", name);
     if (have) {
         double d = launch_loss_diff(ref, steps, 6, LAUNCH_STEPS);
@@ -111,14 +93,8 @@ static void resume_and_compare(const char *base, const char *name, const char *s
 
 int main(void)
 {
-    if (!launch_binary()) {
-        fprintf(stderr, "GT_BINARY is not set (CTest sets it to the graphtrain program)\n");
-        return 1;
-    }
     char base[256], ref_dump[400], tp_dump[400];
-    snprintf(base, sizeof base, "/tmp/gt_resume_launch_%d", (int)getpid());
-    remove_tree(base);
-    mkdir(base, 0777);
+    if (!launch_begin(base, sizeof base, "gt_resume_launch")) return 1;
 
     /* the uninterrupted runs: one rank, and FSDP2xTP2 (checkpoints at 5 and 10) */
     gt_metrics_step ref[LAUNCH_STEPS + 1], tp[LAUNCH_STEPS + 1];

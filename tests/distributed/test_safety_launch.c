@@ -22,19 +22,11 @@ static const launch_layout fsdp2 = {"FSDP2", 1, 2, 1};
 static const launch_layout fsdp4 = {"FSDP4", 1, 4, 1};
 static const launch_layout fsdp2_tp2 = {"FSDP2xTP2", 1, 2, 2};
 
-typedef struct {
-    int rc;
-    double seconds;
-    char *out; /* everything the run printed */
-    char dump[512];
-    int records; /* metrics.jsonl records */
-} outcome;
-
 /* Runs layout l under `mpiexec -np np` (np < 0: the layout's ranks; 0: the binary alone) with
  * extra options ("--a=b", NULL-terminated); pre_file: a path inside the dump to create as a file
  * first (or NULL). */
 static void run_case(const char *base, const char *name, const launch_layout *l, int np,
-                     const char *const *extra, const char *pre_file, outcome *o)
+                     const char *const *extra, const char *pre_file, launch_outcome *o)
 {
     launch_cmd c;
     char out_path[600];
@@ -52,15 +44,7 @@ static void run_case(const char *base, const char *name, const launch_layout *l,
     launch_layout_run_np(&c, l, np >= 0 ? np : launch_ranks(l), "test_tiny", o->dump, 5);
     for (int k = 0; extra && extra[k]; k++)
         launch_add(&c, "%s", extra[k]);
-    o->rc = launch_run(&c, out_path, BOUND_SECONDS + 30, &o->seconds);
-    o->out = read_all(out_path, NULL);
-    if (!o->out) o->out = calloc(1, 1);
-    gt_metrics_log log = {0};
-    char mpath[600];
-    snprintf(mpath, sizeof mpath, "%s/metrics.jsonl", o->dump);
-    gt_error err = {0};
-    o->records = gt_metrics_read(mpath, &log, &err) == GT_OK ? (int)log.n_steps : 0;
-    gt_metrics_log_free(&log);
+    launch_run_outcome(&c, out_path, BOUND_SECONDS + 30, o);
     printf("%-22s exit %d after %.1f s, %d metrics records\n", name, o->rc, o->seconds, o->records);
 }
 
@@ -73,7 +57,7 @@ static int count(const char *text, const char *needle)
 }
 
 /* Every one of `ranks` ranks printed a failure line containing `needle`. */
-static bool every_rank_says(const outcome *o, int ranks, const char *needle)
+static bool every_rank_says(const launch_outcome *o, int ranks, const char *needle)
 {
     for (int r = 0; r < ranks; r++) {
         char head[64];
@@ -86,106 +70,94 @@ static bool every_rank_says(const outcome *o, int ranks, const char *needle)
     return true;
 }
 
-static void finish(outcome *o, bool ok)
-{
-    if (!ok) fprintf(stderr, "---- output:\n%s\n----\n", o->out);
-    free(o->out);
-}
-
 int main(void)
 {
-    if (!launch_binary()) {
-        fprintf(stderr, "GT_BINARY is not set (CTest sets it to the graphtrain program)\n");
-        return 1;
-    }
     char base[256];
-    snprintf(base, sizeof base, "/tmp/gt_safety_launch_%d", (int)getpid());
-    remove_tree(base);
-    mkdir(base, 0777);
-    outcome o;
+    if (!launch_begin(base, sizeof base, "gt_safety_launch")) return 1;
+    launch_outcome o;
     int failed = 0;
-#define CHECK(cond, ...)                                                                           \
-    do {                                                                                           \
-        EXPECT(cond, __VA_ARGS__);                                                                 \
-        ok = ok && (cond);                                                                         \
-    } while (0)
-
     { /* schedule mismatch */
         static const char *const x[] = {"--debug.test_drop_collective_rank=2", NULL};
         run_case(base, "schedule_mismatch", &fsdp2_tp2, -1, x, NULL, &o);
         bool ok = true;
-        CHECK(o.rc != 0 && o.seconds < BOUND_SECONDS, "mismatch: exit %d after %.1f s", o.rc,
-              o.seconds);
-        CHECK(every_rank_says(&o, 4, "first differing collective is #0"),
-              "mismatch: not every rank names collective #0");
-        CHECK(o.records == 0 && !strstr(o.out, "INFO step  1"), "mismatch: a step ran");
-        finish(&o, ok);
+        LAUNCH_CHECK(o.rc != 0 && o.seconds < BOUND_SECONDS, "mismatch: exit %d after %.1f s", o.rc,
+                     o.seconds);
+        LAUNCH_CHECK(every_rank_says(&o, 4, "first differing collective is #0"),
+                     "mismatch: not every rank names collective #0");
+        LAUNCH_CHECK(o.records == 0 && !strstr(o.out, "INFO step  1"), "mismatch: a step ran");
+        launch_outcome_free(&o, !ok);
     }
     { /* a dead rank */
         static const char *const x[] = {"--debug.test_kill_rank_at_step=2:3", NULL};
         run_case(base, "killed_rank", &fsdp4, -1, x, NULL, &o);
         bool ok = true;
-        CHECK(o.rc != 0 && o.rc != -1 && o.seconds < BOUND_SECONDS,
-              "killed rank: exit %d after %.1f s", o.rc, o.seconds);
+        LAUNCH_CHECK(o.rc != 0 && o.rc != -1 && o.seconds < BOUND_SECONDS,
+                     "killed rank: exit %d after %.1f s", o.rc, o.seconds);
         /* named by someone other than rank 2 itself (its own "rank 2 kills itself" line does
          * not count): mpiexec's "process rank 2 ... exited on signal 9" */
-        CHECK(strstr(o.out, "process rank 2") != NULL,
-              "killed rank: nobody but rank 2 itself names rank 2");
-        CHECK(o.records <= 2, "killed rank: %d steps recorded", o.records);
-        finish(&o, ok);
+        LAUNCH_CHECK(strstr(o.out, "process rank 2") != NULL,
+                     "killed rank: nobody but rank 2 itself names rank 2");
+        LAUNCH_CHECK(o.records <= 2, "killed rank: %d steps recorded", o.records);
+        launch_outcome_free(&o, !ok);
     }
     { /* a hung rank: the others time out */
         static const char *const x[] = {"--debug.test_kill_rank_at_step=1:3:stop",
                                         "--comm.timeout_seconds=3", NULL};
         run_case(base, "hung_rank", &fsdp4, -1, x, NULL, &o);
         bool ok = true;
-        CHECK(o.rc != 0 && o.rc != -1 && o.seconds < BOUND_SECONDS,
-              "hung rank: exit %d after %.1f s", o.rc, o.seconds);
-        CHECK(strstr(o.out, "did not complete within 3 s") && strstr(o.out, "world ranks 0,1,2,3"),
-              "hung rank: no timeout message naming the group");
-        finish(&o, ok);
+        LAUNCH_CHECK(o.rc != 0 && o.rc != -1 && o.seconds < BOUND_SECONDS,
+                     "hung rank: exit %d after %.1f s", o.rc, o.seconds);
+        LAUNCH_CHECK(strstr(o.out, "did not complete within 3 s") &&
+                         strstr(o.out, "world ranks 0,1,2,3"),
+                     "hung rank: no timeout message naming the group");
+        launch_outcome_free(&o, !ok);
     }
     { /* rank 0 cannot save: every rank stops with its message */
         run_case(base, "save_fails", &fsdp2, -1, NULL, "checkpoint/step-5", &o);
         bool ok = true;
-        CHECK(o.rc != 0 && o.seconds < BOUND_SECONDS, "save fails: exit %d after %.1f s", o.rc,
-              o.seconds);
-        CHECK(every_rank_says(&o, 2, "checkpoint save of step 5"),
-              "save fails: not every rank reports rank 0's failed save");
-        CHECK(count(o.out, "(rank 1 of 2): rank 0: ") == 1, "save fails: rank 1 does not say the "
-                                                            "error is rank 0's");
-        CHECK(o.records == 5, "save fails: %d steps recorded, expected 5", o.records);
-        finish(&o, ok);
+        LAUNCH_CHECK(o.rc != 0 && o.seconds < BOUND_SECONDS, "save fails: exit %d after %.1f s",
+                     o.rc, o.seconds);
+        LAUNCH_CHECK(every_rank_says(&o, 2, "checkpoint save of step 5"),
+                     "save fails: not every rank reports rank 0's failed save");
+        LAUNCH_CHECK(count(o.out, "(rank 1 of 2): rank 0: ") == 1,
+                     "save fails: rank 1 does not say the "
+                     "error is rank 0's");
+        LAUNCH_CHECK(o.records == 5, "save fails: %d steps recorded, expected 5", o.records);
+        launch_outcome_free(&o, !ok);
     }
     { /* a mesh of 4 under -np 2 */
         run_case(base, "mesh_vs_world", &fsdp4, 2, NULL, NULL, &o);
         bool ok = true;
-        CHECK(o.rc != 0 && every_rank_says(&o, 2, "has 4 ranks but 2 processes were launched"),
-              "mesh 4 on 2 processes: exit %d", o.rc);
-        CHECK(strstr(o.out, "mpirun -np 4") != NULL, "mesh 4 on 2 processes: no launch hint");
-        finish(&o, ok);
+        LAUNCH_CHECK(o.rc != 0 &&
+                         every_rank_says(&o, 2, "has 4 ranks but 2 processes were launched"),
+                     "mesh 4 on 2 processes: exit %d", o.rc);
+        LAUNCH_CHECK(strstr(o.out, "mpirun -np 4") != NULL,
+                     "mesh 4 on 2 processes: no launch hint");
+        launch_outcome_free(&o, !ok);
     }
     { /* a mesh of 2 without mpiexec */
         run_case(base, "no_launcher", &fsdp2, 0, NULL, NULL, &o);
         bool ok = true;
-        CHECK(o.rc != 0 && strstr(o.out, "has 2 ranks but 1 process was launched") &&
-                  strstr(o.out, "mpirun -np 2"),
-              "mesh 2 without mpiexec: exit %d", o.rc);
-        finish(&o, ok);
+        LAUNCH_CHECK(o.rc != 0 && strstr(o.out, "has 2 ranks but 1 process was launched") &&
+                         strstr(o.out, "mpirun -np 2"),
+                     "mesh 2 without mpiexec: exit %d", o.rc);
+        launch_outcome_free(&o, !ok);
     }
     { /* not supported yet */
         static const char *const pp[] = {"--parallelism.pipeline_parallel_degree=2", NULL};
         run_case(base, "pipeline", &fsdp2, -1, pp, NULL, &o);
         bool ok = true;
-        CHECK(o.rc != 0 && every_rank_says(&o, 2, "pipeline parallelism is not supported yet"),
-              "pipeline degree 2: exit %d", o.rc);
-        finish(&o, ok);
+        LAUNCH_CHECK(o.rc != 0 &&
+                         every_rank_says(&o, 2, "pipeline parallelism is not supported yet"),
+                     "pipeline degree 2: exit %d", o.rc);
+        launch_outcome_free(&o, !ok);
         static const char *const acc[] = {"--training.global_batch_size=8", NULL};
         run_case(base, "accumulation", &fsdp2, -1, acc, NULL, &o);
         ok = true;
-        CHECK(o.rc != 0 && every_rank_says(&o, 2, "gradient accumulation over several ranks"),
-              "accumulation on 2 ranks: exit %d", o.rc);
-        finish(&o, ok);
+        LAUNCH_CHECK(o.rc != 0 &&
+                         every_rank_says(&o, 2, "gradient accumulation over several ranks"),
+                     "accumulation on 2 ranks: exit %d", o.rc);
+        launch_outcome_free(&o, !ok);
     }
     failed = gt_test_failed_;
     if (failed == 0) remove_tree(base);

@@ -21,6 +21,7 @@
 #include "launch.h" /* first: train_child.h defines _GNU_SOURCE */
 #include "launch_env.h"
 
+#include "comm_test.h"
 #include "graphtrain/gt_comm.h"
 
 #define RUN_SECONDS 240.0
@@ -30,14 +31,8 @@
 static const launch_layout fsdp2 = {"FSDP2", 1, 2, 1};
 static const launch_layout fsdp2_tp2 = {"FSDP2xTP2", 1, 2, 2};
 
-typedef struct {
-    gt_metrics_step steps[LAUNCH_STEPS + 1];
-    char dump[512];
-    bool ok;
-} run_result;
-
 /* layout l under `mpiexec -np N` into base/NAME */
-static void run_mpi(const char *base, const char *name, const launch_layout *l, run_result *r)
+static void run_mpi(const char *base, const char *name, const launch_layout *l, launch_result *r)
 {
     launch_cmd c;
     char out_path[600];
@@ -53,13 +48,13 @@ static void run_mpi(const char *base, const char *name, const launch_layout *l, 
 }
 
 /* layout l as N processes with torchrun's environment into base/NAME */
-static void run_tcp(const char *base, const char *name, const launch_layout *l, run_result *r)
+static void run_tcp(const char *base, const char *name, const launch_layout *l, launch_result *r)
 {
     launch_cmd c;
     int n = launch_ranks(l), rc[MAX_RANKS];
     launch_temp_dir(r->dump, sizeof r->dump, base, name);
     launch_layout_run_np(&c, l, 0, "test_tiny", r->dump, LAUNCH_STEPS);
-    int port = launch_free_port();
+    int port = comm_test_free_port();
     EXPECT(port > 0, "no free TCP port");
     double dt = launch_env_ranks(&c, 0, n, n, NULL, port, r->dump, NULL, rc, RUN_SECONDS);
     int bad = 0;
@@ -78,21 +73,16 @@ static void run_tcp(const char *base, const char *name, const launch_layout *l, 
     EXPECT(r->ok, "%s: a rank failed or metrics are missing", name);
 }
 
-static void compare_bitwise(const run_result *a, const run_result *b, const char *what)
+static void compare_bitwise(const launch_result *a, const launch_result *b, const char *what)
 {
     if (!a->ok || !b->ok) return;
-    int differ = 0;
-    for (int s = 1; s <= LAUNCH_STEPS; s++)
-        differ +=
-            a->steps[s].loss != b->steps[s].loss || a->steps[s].grad_norm != b->steps[s].grad_norm;
+    bool same = false;
+    int differ = launch_bitwise_diff(a, b, LAUNCH_STEPS, &same);
     EXPECT(differ == 0, "%s: %d of %d steps with other loss or grad_norm bits", what, differ,
            LAUNCH_STEPS);
-    char pa[700], pb[700];
-    launch_ckpt_path(pa, sizeof pa, a->dump, LAUNCH_STEPS);
-    launch_ckpt_path(pb, sizeof pb, b->dump, LAUNCH_STEPS);
-    EXPECT(same_bytes(pa, pb), "%s: step-%d checkpoints differ", what, LAUNCH_STEPS);
+    EXPECT(same, "%s: step-%d checkpoints differ", what, LAUNCH_STEPS);
     printf("  %-22s %d steps bitwise equal, checkpoints %s\n", what, LAUNCH_STEPS - differ,
-           same_bytes(pa, pb) ? "equal" : "differ");
+           same ? "equal" : "differ");
 }
 
 /* One process alone as rank `rank` of WORLD_SIZE=2: it must fail within the bound, its output
@@ -105,7 +95,7 @@ static void run_alone(const char *base, const char *name, int rank, const char *
     launch_temp_dir(dump, sizeof dump, base, name);
     launch_layout_run_np(&c, &fsdp2, 0, "test_tiny", dump, LAUNCH_STEPS);
     launch_add(&c, "--comm.timeout_seconds=3");
-    int port = launch_free_port();
+    int port = comm_test_free_port();
     double dt = launch_env_ranks(&c, rank, 1, 2, NULL, port, dump, NULL, &rc, ALONE_SECONDS);
     snprintf(out_path, sizeof out_path, "%s/rank%d.txt", dump, rank);
     char *out = read_all(out_path, NULL);
@@ -118,105 +108,6 @@ static void run_alone(const char *base, const char *name, int rank, const char *
 }
 
 /* ---------------------------------------------------------------- the communicator alone */
-
-/* Values of mixed magnitude, so another summation order would change the bits. */
-static float value(int rank, int64_t i, int salt)
-{
-    uint64_t h = gt_hash64(&i, sizeof i, (uint64_t)(rank * 131 + salt));
-    float mag = (h >> 60) & 1 ? 1e6f : 1e-3f;
-    return mag * ((float)(h & 0xffff) / 65536.0f - 0.5f);
-}
-
-static void fill(gt_tensor *t, int rank, int salt)
-{
-    for (int64_t i = 0; i < gt_tensor_numel(t); i++)
-        gt_tensor_set_f32(t, i, value(rank, i, salt));
-}
-
-static void check_all_reduce(gt_comm *c, gt_dtype dt, int64_t numel, bool in_place)
-{
-    gt_error err = {0};
-    int64_t shape[1] = {numel};
-    gt_tensor in, out;
-    gt_tensor_alloc(&in, dt, 1, shape, &err);
-    gt_tensor_alloc(&out, dt, 1, shape, &err);
-    if (dt == GT_I64)
-        for (int64_t i = 0; i < numel; i++)
-            ((int64_t *)in.data)[i] = c->rank * 1000003 + i * 7;
-    else
-        fill(&in, c->rank, 1);
-    gt_tensor *res = in_place ? &in : &out;
-    EXPECT_OK(gt_comm_all_reduce(c, &in, res, &err), &err);
-    int bad = 0;
-    for (int64_t i = 0; i < numel; i++) {
-        if (dt == GT_I64) {
-            int64_t ref = 0;
-            for (int r = 0; r < c->size; r++)
-                ref += r * 1000003 + i * 7;
-            bad += ((int64_t *)res->data)[i] != ref;
-            continue;
-        }
-        float ref = 0.0f;
-        for (int r = 0; r < c->size; r++) {
-            float x = value(r, i, 1);
-            if (dt == GT_BF16) x = gt_bf16_to_f32(gt_f32_to_bf16(x));
-            ref = r == 0 ? x : ref + x;
-        }
-        if (dt == GT_BF16)
-            bad += ((uint16_t *)res->data)[i] != gt_f32_to_bf16(ref);
-        else
-            bad += memcmp(&ref, (float *)res->data + i, sizeof ref) != 0;
-    }
-    EXPECT(bad == 0,
-           "rank %d: all_reduce %s numel %lld%s: %d elements differ from the rank-order "
-           "sum",
-           c->rank, gt_dtype_name(dt), (long long)numel, in_place ? " in place" : "", bad);
-    gt_tensor_free(&in), gt_tensor_free(&out);
-}
-
-static void check_moves(gt_comm *c)
-{
-    gt_error err = {0};
-    int n = c->size, k = 3, cols = 5;
-    int64_t s_small[2] = {k, cols}, s_big[2] = {(int64_t)n * k, cols}, blk = (int64_t)k * cols;
-    gt_tensor small, big, big2;
-    gt_tensor_alloc(&small, GT_F32, 2, s_small, &err);
-    gt_tensor_alloc(&big, GT_F32, 2, s_big, &err);
-    gt_tensor_alloc(&big2, GT_F32, 2, s_big, &err);
-    fill(&small, c->rank, 2);
-    EXPECT_OK(gt_comm_all_gather(c, &small, &big, &err), &err);
-    int bad = 0;
-    for (int r = 0; r < n; r++)
-        for (int64_t i = 0; i < blk; i++)
-            bad += ((float *)big.data)[r * blk + i] != value(r, i, 2);
-    EXPECT(bad == 0, "rank %d: all_gather: %d elements differ", c->rank, bad);
-
-    fill(&big, c->rank, 3);
-    EXPECT_OK(gt_comm_reduce_scatter(c, &big, &small, &err), &err);
-    bad = 0;
-    for (int64_t i = 0; i < blk; i++) {
-        float ref = 0.0f;
-        for (int r = 0; r < n; r++)
-            ref = r == 0 ? value(r, c->rank * blk + i, 3) : ref + value(r, c->rank * blk + i, 3);
-        bad += memcmp(&ref, (float *)small.data + i, sizeof ref) != 0;
-    }
-    EXPECT(bad == 0, "rank %d: reduce_scatter: %d elements differ", c->rank, bad);
-
-    EXPECT_OK(gt_comm_all_to_all(c, &big, &big2, &err), &err);
-    bad = 0; /* block i of my output = block `rank` of rank i's input */
-    for (int i = 0; i < n; i++)
-        for (int64_t e = 0; e < blk; e++)
-            bad += ((float *)big2.data)[i * blk + e] != value(i, c->rank * blk + e, 3);
-    EXPECT(bad == 0, "rank %d: all_to_all: %d elements differ", c->rank, bad);
-
-    fill(&small, c->rank, 4);
-    EXPECT_OK(gt_comm_broadcast(c, &small, n - 1, &err), &err);
-    bad = 0;
-    for (int64_t i = 0; i < blk; i++)
-        bad += ((float *)small.data)[i] != value(n - 1, i, 4);
-    EXPECT(bad == 0, "rank %d: broadcast: %d elements differ", c->rank, bad);
-    gt_tensor_free(&small), gt_tensor_free(&big), gt_tensor_free(&big2);
-}
 
 /* Split by parity with reversed keys: the sub-communicator's rank order is descending world rank;
  * an all-gather of the world ranks over it shows the order. */
@@ -245,8 +136,8 @@ static void check_split(gt_comm *c)
         bad += ((int64_t *)all.data)[i] != members[i];
     EXPECT(bad == 0, "rank %d: split members out of (key, rank) order", c->rank);
     /* the world still works between sub-communicator collectives on the shared sockets */
-    check_all_reduce(sub, GT_F32, 11, false);
-    check_all_reduce(c, GT_F32, 13, false);
+    comm_test_all_reduce(sub, GT_F32, 11, false, false);
+    comm_test_all_reduce(c, GT_F32, 13, false, false);
     gt_tensor_free(&mine), gt_tensor_free(&all);
     gt_comm_destroy(sub);
 }
@@ -269,12 +160,12 @@ static int comm_rank_main(void)
     gt_comm *w = NULL;
     EXPECT_OK(gt_comm_tcp_world(20, &w, &err), &err);
     if (!w) return 1;
-    check_all_reduce(w, GT_F32, 1000003, false); /* 4 MB: more than the socket buffers */
-    check_all_reduce(w, GT_F32, 5, false);
-    check_all_reduce(w, GT_F32, 2, true); /* fewer elements than ranks: empty chunks */
-    check_all_reduce(w, GT_BF16, 37, false);
-    check_all_reduce(w, GT_I64, 29, true);
-    check_moves(w);
+    comm_test_all_reduce(w, GT_F32, 1000003, false, false); /* 4 MB: more than the socket buffers */
+    comm_test_all_reduce(w, GT_F32, 5, false, false);
+    comm_test_all_reduce(w, GT_F32, 2, true, false); /* fewer elements than ranks: empty chunks */
+    comm_test_all_reduce(w, GT_BF16, 37, false, false);
+    comm_test_all_reduce(w, GT_I64, 29, true, false);
+    comm_test_moves(w);
     check_split(w);
     check_schedule_mismatch(w);
     gt_comm_destroy(w);
@@ -283,17 +174,13 @@ static int comm_rank_main(void)
 
 static void run_comm(int n)
 {
-    int port = launch_free_port();
+    int port = comm_test_free_port();
     pid_t pid[MAX_RANKS];
     fflush(NULL);
     for (int r = 0; r < n; r++) {
         pid[r] = fork();
         if (pid[r] == 0) {
-            char v[16];
-            snprintf(v, sizeof v, "%d", r), setenv("RANK", v, 1);
-            snprintf(v, sizeof v, "%d", n), setenv("WORLD_SIZE", v, 1);
-            snprintf(v, sizeof v, "%d", port), setenv("MASTER_PORT", v, 1);
-            setenv("MASTER_ADDR", "localhost", 1);
+            comm_test_set_rank_env("localhost", port, r, n);
             gt_test_failed_ = 0;
             int failed = comm_rank_main();
             fflush(NULL);
@@ -316,21 +203,15 @@ int main(void)
     run_comm(3);
     run_comm(4);
 
-    if (!launch_binary()) {
-        fprintf(stderr, "GT_BINARY is not set (CTest sets it to the graphtrain program)\n");
-        return 1;
-    }
     char base[256];
-    snprintf(base, sizeof base, "/tmp/gt_torchrun_launch_%d", (int)getpid());
-    remove_tree(base);
-    mkdir(base, 0777);
+    if (!launch_begin(base, sizeof base, "gt_torchrun_launch")) return 1;
 
     run_alone(base, "alone_rank0", 0, "rank(s) 1 did not connect");
     run_alone(base, "alone_rank1", 1, "no answer from rank 0");
 
     const launch_layout *layouts[] = {&fsdp2, &fsdp2_tp2};
     for (int k = 0; k < 2; k++) {
-        static run_result mpi, tcp;
+        static launch_result mpi, tcp;
         char name[64];
         snprintf(name, sizeof name, "%s_mpiexec", layouts[k]->name);
         run_mpi(base, name, layouts[k], &mpi);

@@ -23,6 +23,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "distributed/comm_test.h"
 #include "graphtrain/gt_build.h"
 #include "graphtrain/gt_config.h"
 #include "graphtrain/gt_exec.h"
@@ -49,10 +50,7 @@ typedef struct {
 
 static gt_value_id collective(gt_graph *g, gt_op op, gt_value_id x, int mesh_dim, const char *tag)
 {
-    gt_attrs a = {.ni = 2};
-    a.i[0] = mesh_dim;
-    a.i[1] = g->mesh.size[mesh_dim];
-    gt_value_id s = gt_graph_add_node(g, op, &x, 1, &a, NULL);
+    gt_value_id s = comm_test_start(g, op, x, mesh_dim, g->mesh.size[mesh_dim]);
     gt_graph_add_tag(g, g->n_nodes - 1, tag);
     gt_value_id in[2] = {s, x};
     gt_value_id w = gt_graph_add_node(g, GT_OP_WAIT, in, 2, NULL, NULL);
@@ -101,11 +99,7 @@ static void set_fqn(gt_graph *g, const char *fmt, int l)
 static gt_graph *build_step(const spec *sp)
 {
     gt_graph *g = gt_graph_new();
-    g->mesh.ndim = 3;
-    g->mesh.size[0] = sp->hsdp ? 2 : 1, g->mesh.size[1] = 2, g->mesh.size[2] = 1;
-    g->mesh.name[0] = gt_graph_intern(g, "dp_replicate");
-    g->mesh.name[1] = gt_graph_intern(g, "dp_shard");
-    g->mesh.name[2] = gt_graph_intern(g, "tp");
+    comm_test_set_mesh(g, sp->hsdp ? 2 : 1, 2, 1);
     int L = sp->layers, np = 0;
     param ps[64];
     gt_expr tdim = gt_c(g, T);
@@ -774,16 +768,6 @@ static void test_reorder(const spec *sp)
     gt_graph_free(g0);
 }
 
-static char *listing(const gt_graph *g)
-{
-    char *buf = NULL;
-    size_t len = 0;
-    FILE *f = open_memstream(&buf, &len);
-    gt_graph_print(g, f);
-    fclose(f);
-    return buf;
-}
-
 /* Without a mesh both passes leave the graph alone. */
 static void test_no_mesh(void)
 {
@@ -791,7 +775,7 @@ static void test_no_mesh(void)
     gt_graph *g0 = build_step(&sp);
     g0->mesh.ndim = 0;
     gt_graph *g = variant(g0, "fsdp_bucketing", "fsdp_reorder", 0);
-    char *a = listing(g0), *b = listing(g);
+    char *a = comm_test_listing(g0), *b = comm_test_listing(g);
     EXPECT(strcmp(a, b) == 0, "graph without a mesh changed");
     free(a);
     free(b);
@@ -903,21 +887,11 @@ static void test_pipeline(void)
 static gt_graph *tiny_step(gt_config *cfg)
 {
     gt_error err = {0};
-    gt_config_defaults(cfg);
-    char *argv[] = {"--model.flavor",
-                    "test_tiny",
-                    "--training.local_batch_size",
-                    "2",
-                    "--training.seq_len",
-                    "8",
-                    "--parallelism.data_parallel_shard_degree",
-                    "2",
-                    "--compile.enable",
-                    "false"};
+    char *extra[] = {"--parallelism.data_parallel_shard_degree", "2", "--compile.enable", "false"};
     gt_graph *g = gt_graph_new();
     gt_model model = {0};
     gt_train_layout layout;
-    gt_status st = gt_config_apply_overrides(cfg, 10, argv, &err);
+    gt_status st = comm_test_tiny_config(cfg, extra, (int)(sizeof extra / sizeof extra[0]), &err);
     if (st == GT_OK) st = gt_train_layout_init(cfg, 2, 0, &layout, &err);
     if (st == GT_OK) st = gt_train_build_graph_layout(cfg, &layout, g, &model, 1, &err);
     gt_model_free(&model);
