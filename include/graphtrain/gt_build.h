@@ -25,7 +25,7 @@ gt_value_id gt_scale(gt_graph *g, gt_value_id x, double alpha);
 gt_value_id gt_add_scalar(gt_graph *g, gt_value_id x, double value);
 gt_value_id gt_silu_backward(gt_graph *g, gt_value_id x, gt_value_id dy);
 gt_value_id gt_cast(gt_graph *g, gt_value_id x, gt_dtype dt);
-/* op = GT_OP_SUM, GT_OP_MEAN or GT_OP_MAX */
+/* op = GT_OP_SUM, GT_OP_MEAN, GT_OP_MAX or GT_OP_SUM_SQUARES (f32 output) */
 gt_value_id gt_reduce(gt_graph *g, gt_op op, gt_value_id x, int ndims, const int *dims,
                       bool keepdim);
 gt_value_id gt_max_backward(gt_graph *g, gt_value_id x, gt_value_id y, gt_value_id dy, int ndims,
@@ -57,13 +57,21 @@ typedef struct {
 } gt_rope_params;
 gt_value_id gt_rope(gt_graph *g, gt_value_id x, const gt_rope_params *p, bool inverse);
 
-/* out returned; lse written to *lse (may be NULL) */
+/* out returned; lse written to *lse (may be NULL). Layout 0: q, k, v, out [b, heads, seq, d]. */
 gt_value_id gt_sdpa(gt_graph *g, gt_value_id q, gt_value_id k, gt_value_id v, bool causal,
                     double scale, gt_value_id *lse);
-/* dq returned; dk, dv written */
+/* dq returned; dk, dv written (layout 0) */
 gt_value_id gt_sdpa_backward(gt_graph *g, gt_value_id q, gt_value_id k, gt_value_id v,
                              gt_value_id out, gt_value_id lse, gt_value_id dout, bool causal,
                              double scale, gt_value_id *dk, gt_value_id *dv);
+/* The same with the layout attribute: 0 = [b, heads, seq, d], 1 = [b, seq, heads, d] for every
+ * tensor but lse ([b, heads, seq] in both; gt_ops.def). */
+gt_value_id gt_sdpa_layout(gt_graph *g, gt_value_id q, gt_value_id k, gt_value_id v, bool causal,
+                           double scale, int layout, gt_value_id *lse);
+gt_value_id gt_sdpa_backward_layout(gt_graph *g, gt_value_id q, gt_value_id k, gt_value_id v,
+                                    gt_value_id out, gt_value_id lse, gt_value_id dout,
+                                    bool causal, double scale, int layout, gt_value_id *dk,
+                                    gt_value_id *dv);
 gt_value_id gt_softmax(gt_graph *g, gt_value_id x, int dim);
 gt_value_id gt_softmax_backward(gt_graph *g, gt_value_id y, gt_value_id dy, int dim);
 gt_value_id gt_cross_entropy(gt_graph *g, gt_value_id logits, gt_value_id targets,

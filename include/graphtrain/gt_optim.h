@@ -45,7 +45,9 @@ gt_adamw_config gt_adamw_config_default(void);
  * grads[k] a float value with that param's dims (a GRAD output's value, or an INPUT). Adds the
  * inputs and outputs listed above, in param order: both OPT_STATE inputs of every param, then
  * "optim.scalars"; the "grad_norm" METRIC, then per param its PARAM_UPDATE, exp_avg and exp_avg_sq
- * OPT_STATE_UPDATEs. Nodes get phase optimizer; per-param nodes carry the param's fqn, the global
+ * OPT_STATE_UPDATEs. GRAD outputs whose value is one of grads are removed: the step consumes its
+ * gradients, and as outputs they would stay live to its end in full (f32) form while nothing
+ * reads them. Nodes get phase optimizer; per-param nodes carry the param's fqn, the global
  * norm and clip nodes "optim.clip_grad_norm".
  *
  * Clipping, as torch.nn.utils.clip_grad_norm_ (norm_type 2): total = sqrt(sum_k sum_i g_k,i^2),

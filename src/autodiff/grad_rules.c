@@ -228,6 +228,19 @@ gt_status gt_grad_sum(gt_graph *g, gt_node_id n, const gt_value_id *dout, gt_val
     return GT_OK;
 }
 
+/* d/dx sum(x^2) = 2 x dy, in f32 (the op's arithmetic), cast back to x's dtype. */
+gt_status gt_grad_sum_squares(gt_graph *g, gt_node_id n, const gt_value_id *dout, gt_value_id *din,
+                              gt_error *err)
+{
+    (void)err;
+    gt_node nd = g->nodes[n];
+    gt_dtype dt = gt_value_type(g, nd.in[0])->dtype;
+    gt_value_id x = dt == GT_F32 ? nd.in[0] : gt_cast(g, nd.in[0], GT_F32);
+    gt_value_id dx = gt_mul(g, gt_scale(g, x, 2.0), expand_reduced(g, dout[0], &nd));
+    din[0] = dt == GT_F32 ? dx : gt_cast(g, dx, dt);
+    return GT_OK;
+}
+
 gt_status gt_grad_mean(gt_graph *g, gt_node_id n, const gt_value_id *dout, gt_value_id *din,
                        gt_error *err)
 {

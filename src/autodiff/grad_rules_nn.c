@@ -107,7 +107,9 @@ gt_status gt_grad_rope(gt_graph *g, gt_node_id n, const gt_value_id *dout, gt_va
  * v' = [v, 0], out' = [out, -dlse], dO' = [dO, 1]. Then dP' = dO V^T (the zero column adds
  * nothing), D'_i = D_i - dlse_i, and dV' = P^T dO' whose first dv columns are dV. Models never
  * differentiate lse, so this path only costs when asked for; with a bf16 out, -dlse is rounded to
- * bf16 on the way in. */
+ * bf16 on the way in. The value dim is the last in both layouts, so the widening is a concat on
+ * dim 3 either way; -dlse ([b, h, s] in both) becomes a column [b, h, s, 1], transposed to
+ * [b, s, h, 1] in layout 1 to line up with out. */
 gt_status gt_grad_sdpa(gt_graph *g, gt_node_id n, const gt_value_id *dout, gt_value_id *din,
                        gt_error *err)
 {
@@ -115,27 +117,33 @@ gt_status gt_grad_sdpa(gt_graph *g, gt_node_id n, const gt_value_id *dout, gt_va
     gt_node nd = g->nodes[n];
     gt_value_id q = nd.in[0], k = nd.in[1], v = nd.in[2], out = nd.out[0], lse = nd.out[1];
     bool causal = nd.attrs.i[0] != 0;
+    int layout = (int)nd.attrs.i[1];
     double scale = nd.attrs.f[0];
     gt_value_id d_out = dout[0], d_lse = dout[1];
 
     if (d_lse == GT_NONE) {
-        din[0] = gt_sdpa_backward(g, q, k, v, out, lse, d_out, causal, scale, &din[1], &din[2]);
+        din[0] = gt_sdpa_backward_layout(g, q, k, v, out, lse, d_out, causal, scale, layout,
+                                         &din[1], &din[2]);
         return GT_OK;
     }
-    gt_type to = *gt_value_type(g, out), tv = *gt_value_type(g, v);
+    gt_type to = *gt_value_type(g, out), tv = *gt_value_type(g, v), tl = *gt_value_type(g, lse);
     if (d_out == GT_NONE) d_out = gt_full(g, to.dtype, to.ndim, to.dims, 0.0);
+    /* one column in out's (and dout's) layout and in v's: the first three dims, then 1 */
     gt_expr col_o[4] = {to.dims[0], to.dims[1], to.dims[2], gt_c(g, 1)};
     gt_expr col_v[4] = {tv.dims[0], tv.dims[1], tv.dims[2], gt_c(g, 1)};
+    gt_expr col_l[4] = {tl.dims[0], tl.dims[1], tl.dims[2], gt_c(g, 1)}; /* [b, h, s, 1] */
 
     gt_value_id v_wide[2] = {v, gt_full(g, tv.dtype, 4, col_v, 0.0)};
-    gt_value_id neg_dlse = gt_reshape(g, gt_unary(g, GT_OP_NEG, d_lse), 4, col_o);
+    gt_value_id neg_dlse = gt_reshape(g, gt_unary(g, GT_OP_NEG, d_lse), 4, col_l);
+    if (layout == 1) neg_dlse = gt_transpose(g, neg_dlse, 1, 2); /* [b, s, h, 1] */
     if (gt_value_type(g, d_lse)->dtype != to.dtype) neg_dlse = gt_cast(g, neg_dlse, to.dtype);
     gt_value_id out_wide[2] = {out, neg_dlse};
     gt_value_id dout_wide[2] = {d_out, gt_full(g, to.dtype, 4, col_o, 1.0)};
 
     gt_value_id dv_wide = GT_NONE;
-    din[0] = gt_sdpa_backward(g, q, k, gt_concat(g, 2, v_wide, 3), gt_concat(g, 2, out_wide, 3),
-                              lse, gt_concat(g, 2, dout_wide, 3), causal, scale, &din[1], &dv_wide);
+    din[0] = gt_sdpa_backward_layout(
+        g, q, k, gt_concat(g, 2, v_wide, 3), gt_concat(g, 2, out_wide, 3), lse,
+        gt_concat(g, 2, dout_wide, 3), causal, scale, layout, &din[1], &dv_wide);
     din[2] = gt_slice(g, dv_wide, 3, gt_c(g, 0), tv.dims[3]);
     return GT_OK;
 }

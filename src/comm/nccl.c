@@ -99,6 +99,7 @@ gt_status gt_comm_nccl_wait_event(gt_comm *const *comms, int n, void *event, gt_
 
 #else
 
+#include <pthread.h>
 #include <sched.h>
 #include <time.h>
 
@@ -106,6 +107,8 @@ gt_status gt_comm_nccl_wait_event(gt_comm *const *comms, int n, void *event, gt_
 #include "nccl_internal.h"
 
 #define SCRATCH_ALIGN 256
+/* How long an abort may take before the caller stops waiting for it (see abort_bounded). */
+#define GT_NCCL_ABORT_WAIT_S 5
 
 bool gt_comm_nccl_available(void)
 {
@@ -159,6 +162,71 @@ void gt_nccl_describe(gt_comm *c, char *buf, size_t len)
              gt_nccl_impl(c)->members);
 }
 
+/* ncclCommAbort on a thread of its own, so that the caller can stop waiting for it: recent NCCL
+ * versions synchronise the ranks of a node even while aborting (NVIDIA/nccl#863), so with a peer
+ * that is stopped rather than dead the abort itself never returns (seen on 2 H200s: rank 0 in
+ * pthread_cond_wait under ncclCommAbort). The record is freed by whichever side leaves last. */
+typedef struct {
+    ncclComm_t comm;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    bool done;
+    int refs;
+} abort_job;
+
+static void abort_job_release(abort_job *j)
+{
+    pthread_mutex_lock(&j->mu);
+    bool last = --j->refs == 0;
+    pthread_mutex_unlock(&j->mu);
+    if (!last) return;
+    pthread_cond_destroy(&j->cv);
+    pthread_mutex_destroy(&j->mu);
+    free(j);
+}
+
+static void *abort_job_run(void *arg)
+{
+    abort_job *j = arg;
+    ncclCommAbort(j->comm);
+    pthread_mutex_lock(&j->mu);
+    j->done = true;
+    pthread_cond_signal(&j->cv);
+    pthread_mutex_unlock(&j->mu);
+    abort_job_release(j);
+    return NULL;
+}
+
+/* Runs ncclCommAbort(comm) and waits at most GT_NCCL_ABORT_WAIT_S for it; false when it did not
+ * return in time (it goes on in the background: the process is about to exit, which ends the
+ * device work and the thread alike). */
+static bool abort_bounded(ncclComm_t comm)
+{
+    abort_job *j = gt_xcalloc(1, sizeof *j);
+    j->comm = comm;
+    j->refs = 2;
+    pthread_mutex_init(&j->mu, NULL);
+    pthread_cond_init(&j->cv, NULL);
+    pthread_t th;
+    if (pthread_create(&th, NULL, abort_job_run, j) != 0) { /* no thread: abort here */
+        ncclCommAbort(comm);
+        j->refs = 1;
+        abort_job_release(j);
+        return true;
+    }
+    pthread_detach(th);
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += GT_NCCL_ABORT_WAIT_S;
+    pthread_mutex_lock(&j->mu);
+    while (!j->done)
+        if (pthread_cond_timedwait(&j->cv, &j->mu, &until) != 0) break;
+    bool done = j->done;
+    pthread_mutex_unlock(&j->mu);
+    abort_job_release(j);
+    return done;
+}
+
 /* Aborts c (its in-flight kernels end; it refuses every later call, citing why). */
 void gt_nccl_abort(gt_comm *c, const char *why)
 {
@@ -169,7 +237,14 @@ void gt_nccl_abort(gt_comm *c, const char *why)
     if (len >= sizeof im->why) len = sizeof im->why - 1; /* the start says what went wrong */
     memcpy(im->why, why, len);
     im->why[len] = '\0';
-    if (im->nccl) ncclCommAbort(im->nccl);
+    if (im->nccl && !abort_bounded(im->nccl)) {
+        char d[200];
+        gt_nccl_describe(c, d, sizeof d);
+        gt_log(GT_LOG_WARN,
+               "rank %d: ncclCommAbort of %s did not return within %d s (a peer rank is "
+               "stuck, not dead); leaving it to process exit",
+               im->world_rank, d, GT_NCCL_ABORT_WAIT_S);
+    }
     im->nccl = NULL;
 }
 

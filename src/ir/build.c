@@ -152,9 +152,10 @@ static bool fill_reduce(gt_graph *g, const char *op, gt_attrs *at, gt_value_id x
 gt_value_id gt_reduce(gt_graph *g, gt_op op, gt_value_id x, int ndims, const int *dims,
                       bool keepdim)
 {
-    if (op != GT_OP_SUM && op != GT_OP_MEAN && op != GT_OP_MAX) {
+    if (op != GT_OP_SUM && op != GT_OP_MEAN && op != GT_OP_MAX && op != GT_OP_SUM_SQUARES) {
         const gt_op_info *info = gt_op_get(op);
-        build_fail(g, info ? info->name : "unknown op", "gt_reduce takes sum, mean or max");
+        build_fail(g, info ? info->name : "unknown op",
+                   "gt_reduce takes sum, mean, max or sum_squares");
         return GT_NONE;
     }
     gt_attrs at = {0};
@@ -306,8 +307,15 @@ gt_value_id gt_rope(gt_graph *g, gt_value_id x, const gt_rope_params *p, bool in
 gt_value_id gt_sdpa(gt_graph *g, gt_value_id q, gt_value_id k, gt_value_id v, bool causal,
                     double scale, gt_value_id *lse)
 {
-    gt_attrs at = {.ni = 1, .nf = 1};
+    return gt_sdpa_layout(g, q, k, v, causal, scale, 0, lse);
+}
+
+gt_value_id gt_sdpa_layout(gt_graph *g, gt_value_id q, gt_value_id k, gt_value_id v, bool causal,
+                           double scale, int layout, gt_value_id *lse)
+{
+    gt_attrs at = {.ni = 2, .nf = 1};
     at.i[0] = causal ? 1 : 0;
+    at.i[1] = layout;
     at.f[0] = scale;
     gt_value_id in[3] = {q, k, v}, outs[2];
     gt_value_id out = gt_graph_add_node(g, GT_OP_SDPA, in, 3, &at, outs);
@@ -319,8 +327,17 @@ gt_value_id gt_sdpa_backward(gt_graph *g, gt_value_id q, gt_value_id k, gt_value
                              gt_value_id out, gt_value_id lse, gt_value_id dout, bool causal,
                              double scale, gt_value_id *dk, gt_value_id *dv)
 {
-    gt_attrs at = {.ni = 1, .nf = 1};
+    return gt_sdpa_backward_layout(g, q, k, v, out, lse, dout, causal, scale, 0, dk, dv);
+}
+
+gt_value_id gt_sdpa_backward_layout(gt_graph *g, gt_value_id q, gt_value_id k, gt_value_id v,
+                                    gt_value_id out, gt_value_id lse, gt_value_id dout,
+                                    bool causal, double scale, int layout, gt_value_id *dk,
+                                    gt_value_id *dv)
+{
+    gt_attrs at = {.ni = 2, .nf = 1};
     at.i[0] = causal ? 1 : 0;
+    at.i[1] = layout;
     at.f[0] = scale;
     gt_value_id in[6] = {q, k, v, out, lse, dout}, outs[3];
     gt_value_id dq = gt_graph_add_node(g, GT_OP_SDPA_BACKWARD, in, 6, &at, outs);

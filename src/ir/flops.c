@@ -36,11 +36,13 @@ gt_status gt_node_model_flops(const gt_graph *g, gt_node_id n, const gt_sym_bind
     }
     case GT_OP_SDPA:
     case GT_OP_SDPA_BACKWARD: {
-        /* q [b, hq, s, d], k [b, hkv, t, d] */
+        /* q [b, hq, s, d], k [b, hkv, t, d] (layout 1: q [b, s, hq, d], k [b, t, hkv, d]);
+         * b·hq·s·d is q's numel in both, t is k's sequence dim */
         GT_TRY(eval_dims(g, node->in[0], b, sa, &na, err));
         GT_TRY(eval_dims(g, node->in[1], b, sb, &nb, err));
+        int seq = node->attrs.i[1] == 1 ? 1 : 2;
         double dense =
-            (double)sa[0] * (double)sa[1] * (double)sa[2] * (double)sb[2] * (double)sa[3];
+            (double)sa[0] * (double)sa[1] * (double)sa[2] * (double)sb[seq] * (double)sa[3];
         *flops = (node->op == GT_OP_SDPA ? 4.0 : 8.0) * dense;
         return GT_OK;
     }

@@ -3,7 +3,8 @@
  *   mesh: dp_replicate=1 dp_shard=2 tp=2
  *   input %0 : f32[2048, 256] PARAM tok_embeddings.weight
  *   %41 : f32[batch*seq, 768] = matmul(%40, %12; trans_a=0, trans_b=1)  # layers.0.feed_forward.w1
- * fwd %7, %8 : f32[b, 8, s, 64], f32[b, 8, s] = sdpa(%4, %5, %6; causal=1, scale=0.125)  # ... fwd
+ *   %7, %8 : f32[b, s, 8, 64], f32[b, 8, s] = sdpa(%4, %5, %6; causal=1, layout=1, scale=0.125)
+ *       # layers.0.attention.sdpa fwd
  *   output LOSS loss = %99
  *
  * A parallelized graph (g->mesh.ndim > 0) starts with its mesh line, and a value that is not

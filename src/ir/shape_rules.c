@@ -298,6 +298,14 @@ gt_status gt_shape_max(gt_graph *g, const gt_node *n, gt_type *out, int *n_out, 
 {
     return reduce_rule(g, n, out, n_out, err);
 }
+/* The reduced shape, in f32 whatever the float x. */
+gt_status gt_shape_sum_squares(gt_graph *g, const gt_node *n, gt_type *out, int *n_out,
+                               gt_error *err)
+{
+    GT_TRY(reduce_rule(g, n, out, n_out, err));
+    out[0].dtype = GT_F32;
+    return GT_OK;
+}
 
 /* (x, y, dy) -> dx like x; y and dy have the reduced type of x. */
 gt_status gt_shape_max_backward(gt_graph *g, const gt_node *n, gt_type *out, int *n_out,

@@ -141,8 +141,10 @@ gt_status gt_shape_rope(gt_graph *g, const gt_node *n, gt_type *out, int *n_out,
 
 /* ---------------------------------------------------------------- sdpa */
 
-/* q: [b, hq, s, d], k: [b, hkv, t, d], v: [b, hkv, t, dv] of one float dtype, hq % hkv == 0 when
- * both are constants. Fills out: [b, hq, s, dv] (q's dtype) and lse: f32 [b, hq, s]. */
+/* Layout 0: q [b, hq, s, d], k [b, hkv, t, d], v [b, hkv, t, dv]; layout 1: q [b, s, hq, d],
+ * k [b, t, hkv, d], v [b, t, hkv, dv]. One float dtype, hq % hkv == 0 when both are constants.
+ * Fills out: q's layout with dv as the last dim (q's dtype) and lse: f32 [b, hq, s] (both
+ * layouts). */
 static gt_status sdpa_types(gt_graph *g, const gt_node *n, gt_type *o, gt_type *lse, gt_error *err)
 {
     GT_TRY(gt_shape_need_float(g, n, 0, err));
@@ -151,23 +153,33 @@ static gt_status sdpa_types(gt_graph *g, const gt_node *n, gt_type *o, gt_type *
     for (int k = 0; k < 3; k++)
         GT_TRY(gt_shape_need_rank(g, n, k, 4, err));
     GT_TRY(need_flag(g, n, "causal", n->attrs.i[0], err));
+    int64_t layout = n->attrs.i[1];
+    if (layout != 0 && layout != 1)
+        return gt_shape_fail(g, n, err, GT_ERR_INVALID,
+                             "layout must be 0 ([b, heads, seq, d]) or 1 ([b, seq, heads, d]), "
+                             "got %lld",
+                             (long long)layout);
+    int hd = layout ? 2 : 1, sd = layout ? 1 : 2; /* heads and sequence dims */
     const gt_type *q = gt_shape_in(g, n, 0), *k = gt_shape_in(g, n, 1), *v = gt_shape_in(g, n, 2);
     const char *why = NULL;
     if (q->dims[0] != k->dims[0] || q->dims[0] != v->dims[0])
         why = "batch dims differ";
-    else if (k->dims[1] != v->dims[1])
+    else if (k->dims[hd] != v->dims[hd])
         why = "k and v have different head counts";
-    else if (k->dims[2] != v->dims[2])
+    else if (k->dims[sd] != v->dims[sd])
         why = "k and v have different lengths";
     else if (q->dims[3] != k->dims[3])
         why = "q and k head dims differ";
     int64_t hq, hkv;
-    if (!why && gt_sym_is_const(g->sym, q->dims[1], &hq) &&
-        gt_sym_is_const(g->sym, k->dims[1], &hkv) && (hkv <= 0 || hq % hkv != 0))
+    if (!why && gt_sym_is_const(g->sym, q->dims[hd], &hq) &&
+        gt_sym_is_const(g->sym, k->dims[hd], &hkv) && (hkv <= 0 || hq % hkv != 0))
         why = "query heads are not a multiple of kv heads";
     if (why) {
         char qs[160], ks[160], vs[160];
-        return gt_shape_fail(g, n, err, GT_ERR_SHAPE, "%s (q: %s, k: %s, v: %s)", why,
+        return gt_shape_fail(g, n, err, GT_ERR_SHAPE, "%s (layout %lld: %s; q: %s, k: %s, v: %s)",
+                             why, (long long)layout,
+                             layout ? "q [b, s, hq, d], k [b, t, hkv, d], v [b, t, hkv, dv]"
+                                    : "q [b, hq, s, d], k [b, hkv, t, d], v [b, hkv, t, dv]",
                              gt_type_str(g, q, qs, sizeof qs), gt_type_str(g, k, ks, sizeof ks),
                              gt_type_str(g, v, vs, sizeof vs));
     }
@@ -175,8 +187,9 @@ static gt_status sdpa_types(gt_graph *g, const gt_node *n, gt_type *o, gt_type *
     o->dims[3] = v->dims[3];
     lse->dtype = GT_F32;
     lse->ndim = 3;
-    for (int d = 0; d < 3; d++)
-        lse->dims[d] = q->dims[d];
+    lse->dims[0] = q->dims[0];
+    lse->dims[1] = q->dims[hd];
+    lse->dims[2] = q->dims[sd];
     return GT_OK;
 }
 

@@ -4,7 +4,9 @@
  *   per layer i (a pre-norm block):
  *     x    = rms_norm(h) · attention_norm
  *     q    = rope(x Wqᵀ as [b, s, H, hd]),  k = rope(x Wkᵀ as [b, s, Hkv, hd]),  v = x Wvᵀ
- *     a    = sdpa(q, k, v; causal, scale 1/sqrt(hd)) over [b, heads, s, hd]  (GQA inside the op)
+ *     a    = sdpa(q, k, v; causal, scale 1/sqrt(hd)) over [b, s, heads, hd]  (GQA inside the op;
+ *            layout 1: the op reads the projections' [b, s, heads, hd] in place, so there is no
+ *            transpose before it, none after it, and none in the backward)
  *     h    = h + (a as [b, s, H·hd]) Woᵀ
  *     x    = rms_norm(h) · ffn_norm
  *     h    = h + (silu(x W1ᵀ) ⊙ x W3ᵀ) W2ᵀ                                 (SwiGLU)
@@ -123,7 +125,7 @@ static void gt_llama3_layer_inputs(gt_llama3_ctx *c, int64_t i, gt_llama3_layer_
 #undef GT_LLAMA3_NAME
 }
 
-/* x: [b, s, D] → [b, heads, s, hd]: project, split heads, and (for q and k) rotate. */
+/* x: [b, s, D] → [b, s, heads, hd]: project, split heads, and (for q and k) rotate. */
 static gt_value_id gt_llama3_heads(gt_llama3_ctx *c, int64_t i, const char *proj, gt_value_id x,
                                    gt_value_id w, int64_t heads, bool rotate)
 {
@@ -147,8 +149,7 @@ static gt_value_id gt_llama3_heads(gt_llama3_ctx *c, int64_t i, const char *proj
         };
         y = gt_rope(g, y, &rp, false);
     }
-    gt_llama3_set_fqn(g, "layers.%lld.attention.sdpa", i);
-    return gt_transpose(g, y, 1, 2);
+    return y;
 }
 
 static gt_value_id gt_llama3_block(gt_llama3_ctx *c, int64_t i, gt_value_id h)
@@ -166,9 +167,8 @@ static gt_value_id gt_llama3_block(gt_llama3_ctx *c, int64_t i, gt_value_id h)
     gt_value_id v = gt_llama3_heads(c, i, "wv", x, lp.wv, cfg->n_kv_heads, false);
 
     gt_llama3_set_fqn(g, "layers.%lld.attention.sdpa", i);
-    gt_value_id a = gt_sdpa(g, q, k, v, true, 1.0 / sqrt((double)hd), NULL);
-    a = gt_transpose(g, a, 1, 2); /* [b, s, H, hd] */
-    gt_llama3_set_fqn(g, "layers.%lld.attention.wo", i);
+    gt_value_id a = gt_sdpa_layout(g, q, k, v, true, 1.0 / sqrt((double)hd), 1, NULL);
+    gt_llama3_set_fqn(g, "layers.%lld.attention.wo", i); /* a: [b, s, H, hd], merged by a view */
     gt_expr merged[3] = {c->b, c->s, gt_c(g, cfg->n_heads * hd)};
     a = gt_reshape(g, a, 3, merged);
     a = gt_matmul(g, a, gt_llama3_weight(c, lp.wo), false, true);

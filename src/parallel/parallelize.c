@@ -449,6 +449,7 @@ static bool keeps_padding(gt_op op)
     case GT_OP_NEG:
     case GT_OP_SCALE:
     case GT_OP_SUM:
+    case GT_OP_SUM_SQUARES:
     case GT_OP_ADAMW:
         return true;
     default:

@@ -179,10 +179,11 @@ static void reduced_dims(const gt_shard_ctx *c, bool *red, int *outpos)
     }
 }
 
-/* sum / mean / sum_to / max over dims D. S(d), d in D: each rank reduces its block, so sum gives
- * P and mean gives P with out_scale 1/n (the global mean over a dim split n ways is the average
- * of the n local means, all blocks being equal); max would need a max-reduction: want R.
- * S(d), d not in D: S at d's output position. P: sum and mean are linear; max is not. */
+/* sum / mean / sum_squares / sum_to / max over dims D. S(d), d in D: each rank reduces its
+ * block, so sum and sum_squares give P and mean gives P with out_scale 1/n (the global mean over
+ * a dim split n ways is the average of the n local means, all blocks being equal); max would need
+ * a max-reduction: want R. S(d), d not in D: S at d's output position. P: sum and mean are
+ * linear; max and sum_squares are not. */
 static gt_status rule_reduce(gt_shard_ctx *c, gt_error *err)
 {
     (void)err;
@@ -190,7 +191,8 @@ static gt_status rule_reduce(gt_shard_ctx *c, gt_error *err)
     bool is_max = c->n->op == GT_OP_MAX;
     if (gt_is_r(x)) return GT_OK;
     if (gt_is_p(x)) {
-        if (is_max) return gt_rule_gather_all(c);
+        /* max and sum of squares are not linear: the summands must be added first */
+        if (is_max || c->n->op == GT_OP_SUM_SQUARES) return gt_rule_gather_all(c);
         c->out[0] = x;
         return GT_OK;
     }
@@ -386,6 +388,7 @@ gt_shard_rule gt_shard_rule_for(gt_op op)
     case GT_OP_SUM:
     case GT_OP_MEAN:
     case GT_OP_MAX:
+    case GT_OP_SUM_SQUARES:
     case GT_OP_SUM_TO:
         return rule_reduce;
     case GT_OP_MAX_BACKWARD:

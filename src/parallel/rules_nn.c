@@ -171,28 +171,47 @@ gt_status gt_rule_rope(gt_shard_ctx *c, gt_error *err)
 
 /* ---------------------------------------------------------------- sdpa */
 
-/* sdpa (q [b, hq, s, d], k [b, hkv, t, d], v [b, hkv, t, dv]) -> (out, lse) and sdpa_backward
- * (q, k, v, out, lse, dout) -> (dq, dk, dv): every input has batch at dim 0 and heads at dim 1.
- * Split all of them along the batch, or along the heads when both hq and hkv divide (rank r then
- * holds query heads r*hq/n.. and kv heads r*hkv/n..: query head h still uses kv head
- * h / (hq/hkv)). The driver is the first input split that way; the others follow (R: a local
+/* Tensor dim of axis 0 (batch) or 1 (heads) in input k (output k when `output`) of an sdpa or
+ * sdpa_backward node: batch is dim 0 everywhere; heads are dim 1 in layout 0 ([b, h, s, d]) and
+ * dim 2 in layout 1 ([b, s, h, d]), except in lse ([b, h, s] in both layouts: sdpa's output 1,
+ * sdpa_backward's input 4). */
+static int sdpa_axis_dim(const gt_shard_ctx *c, bool output, int k, int axis)
+{
+    if (axis == 0) return 0;
+    bool lse = c->n->op == GT_OP_SDPA ? output && k == 1 : !output && k == 4;
+    return c->n->attrs.i[1] == 1 && !lse ? 2 : 1;
+}
+
+/* sdpa (q, k, v) -> (out, lse) and sdpa_backward (q, k, v, out, lse, dout) -> (dq, dk, dv), in
+ * either layout (sdpa_axis_dim says where batch and heads are in each operand). Split all of them
+ * along the batch, or along the heads when both hq and hkv divide (rank r then holds query heads
+ * r*hq/n.. and kv heads r*hkv/n..: query head h still uses kv head h / (hq/hkv)). The driver is
+ * the first input split that way; the others follow at their own dim of the same axis (R: a local
  * slice, P: a reduce_scatter). Anything else — a split sequence or head dim — gathers. */
 gt_status gt_rule_sdpa(gt_shard_ctx *c, gt_error *err)
 {
     (void)err;
     if (gt_rule_all_replicate(c)) return GT_OK;
-    bool heads_divide = gt_shard_divides(c, false, 0, 1) && gt_shard_divides(c, false, 1, 1);
-    int driver = -1;
+    bool heads_divide = gt_shard_divides(c, false, 0, sdpa_axis_dim(c, false, 0, 1)) &&
+                        gt_shard_divides(c, false, 1, sdpa_axis_dim(c, false, 1, 1));
+    int driver = -1, axis = -1;
     for (int k = 0; k < c->n->n_in && driver < 0; k++) {
         gt_placement p = c->in[k];
-        if (gt_is_s(p) && (p.dim == 0 || (p.dim == 1 && heads_divide))) driver = k;
+        if (!gt_is_s(p)) continue;
+        if (p.dim == 0)
+            axis = 0;
+        else if (p.dim == sdpa_axis_dim(c, false, k, 1) && heads_divide)
+            axis = 1;
+        if (axis >= 0) driver = k;
     }
     if (driver < 0) return gt_rule_gather_all(c);
     gt_placement dp = c->in[driver];
-    for (int k = 0; k < c->n->n_in; k++)
-        if (!gt_is_s_at(c->in[k], dp.dim)) c->want[k] = dp;
+    for (int k = 0; k < c->n->n_in; k++) {
+        int dim = sdpa_axis_dim(c, false, k, axis);
+        if (!gt_is_s_at(c->in[k], dim)) c->want[k] = gt_shard_moved(dp, dim);
+    }
     for (int j = 0; j < c->n->n_out; j++)
-        c->out[j] = dp;
+        c->out[j] = gt_shard_moved(dp, sdpa_axis_dim(c, true, j, axis));
     return GT_OK;
 }
 

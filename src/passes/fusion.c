@@ -16,9 +16,13 @@
  *              across a start or a wait). A group has at most GT_FUSED_MAX_INS instructions,
  *              GT_MAX_IN distinct inputs and GT_FUSED_MAX_CONST scalar constants. Nodes whose
  *              origin was a removed member get origin GT_NONE.
+ *              First, a widening cast (bf16/f16 -> f32) read only by slots that widen their
+ *              input themselves (sum_squares' x, adamw's gradient) is removed and its readers
+ *              read its input: the optimizer reads bf16 gradients without an f32 copy.
  *   numerics   exact: each instruction computes what its node's kernel computed and rounds to
  *              the dtype that node's output had (fused_program.h), so the root's value is
- *              bitwise the same; the kernels evaluate it element by element in that order.
+ *              bitwise the same; the kernels evaluate it element by element in that order. A
+ *              widening is exact wherever it happens.
  *
  * Groups grow from roots taken in reverse node order: the root absorbs, breadth first, the
  * producers of its members' inputs that qualify (fusable, same phase, one reader, no collective
@@ -116,8 +120,59 @@ static bool group_fits(const gt_graph *g, const fusion_group *grp)
     return build_program(g, &sorted, &scratch);
 }
 
+/* Input slots whose kernels widen a bf16/f16 value to f32 themselves, exactly as cast does:
+ * sum_squares' x and adamw's gradient. */
+static bool widens_slot(const gt_node *nd, int slot)
+{
+    return (nd->op == GT_OP_SUM_SQUARES && slot == 0) || (nd->op == GT_OP_ADAMW && slot == 1);
+}
+
+/* A widening cast (bf16/f16 -> f32) all of whose readers widen the slot it feeds is dropped: they
+ * read its input instead (the gradient norm and AdamW read a bf16 gradient with no f32 copy of
+ * it). Bitwise: the widening is exact wherever it happens. Returns the number dropped. */
+static int32_t absorb_widening_casts(gt_graph *g)
+{
+    int32_t nn = g->n_nodes, dropped = 0;
+    uint8_t *is_out = gt_xcalloc((size_t)g->n_values + 1, 1);
+    for (int32_t k = 0; k < g->n_outputs; k++)
+        is_out[g->outputs[k].value] = 1;
+    gt_pass_uses u;
+    gt_pass_uses_build(g, &u);
+    uint8_t *keep = gt_xmalloc((size_t)nn + 1);
+    memset(keep, 1, (size_t)nn + 1);
+    for (gt_node_id c = 0; c < nn; c++) {
+        const gt_node *cn = &g->nodes[c];
+        if (cn->op != GT_OP_CAST || cn->n_out != 1) continue;
+        gt_value_id v = cn->out[0], x = cn->in[0];
+        gt_dtype from = g->values[x].type.dtype;
+        if (g->values[v].type.dtype != GT_F32 || (from != GT_BF16 && from != GT_F16) || is_out[v])
+            continue;
+        int32_t n_users = u.first[v + 1] - u.first[v];
+        bool all = n_users > 0;
+        for (int32_t j = u.first[v]; j < u.first[v + 1] && all; j++) {
+            const gt_node *rd = &g->nodes[u.node[j]];
+            for (int s = 0; s < rd->n_in; s++)
+                if (rd->in[s] == v && !widens_slot(rd, s)) all = false;
+        }
+        if (!all) continue;
+        for (int32_t j = u.first[v]; j < u.first[v + 1]; j++) {
+            gt_node *rd = &g->nodes[u.node[j]];
+            for (int s = 0; s < rd->n_in; s++)
+                if (rd->in[s] == v) rd->in[s] = x;
+        }
+        keep[c] = 0;
+        dropped++;
+    }
+    if (dropped > 0) gt_pass_compact(g, keep);
+    free(keep);
+    gt_pass_uses_free(&u);
+    free(is_out);
+    return dropped;
+}
+
 gt_status gt_pass_fusion(gt_graph *g, const gt_pass_ctx *ctx, gt_error *err)
 {
+    absorb_widening_casts(g);
     (void)ctx;
     int32_t nn = g->n_nodes;
     int32_t *uses = gt_graph_use_counts(g);

@@ -188,7 +188,8 @@ static gt_status node_costs(const gt_graph *g, const gt_sym_binding *b, cut_inpu
         if (nd->op == GT_OP_SDPA) { /* out [b, h, s, dv], k [b, hkv, t, d]: 4·b·h·s·t·d */
             int64_t kn;
             GT_TRY(numel_of(g, nd->in[1], b, &kn, ishape, err));
-            flops = 4 * numel * ishape[2];
+            /* t is k's dim 2 in layout 0, dim 1 in layout 1 ([b, t, hkv, d]) */
+            flops = 4 * numel * ishape[nd->attrs.i[1] == 1 ? 1 : 2];
         }
         in->cost[n] = flops + 1;
         in->bytes[n] = bytes;
@@ -236,6 +237,9 @@ static gt_status measure_cut(const gt_graph *g, const gt_pass_options *o, const 
     gt_status st = gt_policy_set_tags(c, recompute, err);
     if (st == GT_OK) st = gt_pass_remat(c, &ctx, err);
     if (st == GT_OK) st = gt_pass_dce(c, &ctx, err);
+    /* fusion changes lifetimes too (fused intermediates vanish, absorbed casts leave their bf16
+     * inputs live): measure the graph the later passes will plan */
+    if (st == GT_OK && gt_pass_enabled(o, "fusion")) st = gt_pass_fusion(c, &ctx, err);
     if (st == GT_OK) st = o->measure(c, o->measure_user, bytes, err);
     gt_graph_free(c);
     return st;

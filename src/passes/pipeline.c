@@ -75,6 +75,13 @@ static void known_passes(char *buf, size_t cap)
     }
 }
 
+bool gt_pass_enabled(const gt_pass_options *o, const char *name)
+{
+    for (int j = 0; o && o->disable && j < o->n_disable; j++)
+        if (o->disable[j] && strcmp(o->disable[j], name) == 0) return false;
+    return true;
+}
+
 gt_status gt_pass_pipeline_init(gt_pass_pipeline *p, const gt_pass_options *options, gt_error *err)
 {
     memset(p, 0, sizeof *p);
@@ -89,10 +96,7 @@ gt_status gt_pass_pipeline_init(gt_pass_pipeline *p, const gt_pass_options *opti
                             name ? name : "(null)", known);
     }
     for (int k = 0; k < GT_N_PASSES; k++) {
-        bool off = false;
-        for (int j = 0; j < p->options.n_disable && !off; j++)
-            off = strcmp(p->options.disable[j], gt_passes[k].name) == 0;
-        if (!off) {
+        if (gt_pass_enabled(&p->options, gt_passes[k].name)) {
             GT_CHECK(p->n < GT_PASS_MAX);
             p->pass[p->n++] = &gt_passes[k];
         }

@@ -4,9 +4,9 @@
  *   total = ||[||g_1||, ..., ||g_n||]||_2            (clip_grad_norm_, norm_type 2)
  *   clip  = min(1, max_norm / (total + 1e-6))
  *   per param: AdamW(p, g * clip, exp_avg, exp_avg_sq) with weight decay when rank(p) >= 2
- * The norm is built from existing ops: per param g*g -> sum over all dims (double
- * accumulator, row-major order), the per-param sums added in param order, one sqrt. Mathematically
- * that is torch's norm of norms; it skips torch's sqrt-then-square per param, which only removes a
+ * The norm: per param sum_squares over all dims (each square in f32, double accumulator,
+ * row-major order), the per-param sums added in param order, one sqrt. Mathematically that is
+ * torch's norm of norms; it skips torch's sqrt-then-square per param, which only removes a
  * rounding. */
 #include <math.h>
 #include <stdio.h>
@@ -148,13 +148,14 @@ static gt_status builder_leave(gt_graph *g, builder_state s, const char *who, gt
     return gt_error_wrap(err, "%s", who);
 }
 
-/* Sum of squares of x over all its elements: f32 []. One sum over every dim (row-major order, as
- * a flattened sum), without a reshape, so a gradient sharded on any dim reduces locally to a
- * partial sum under parallelize. */
+/* Sum of squares of x over all its elements: f32 []. One sum_squares over every dim (row-major
+ * order, as a flattened sum; each square in f32 from x widened), without a reshape, so a gradient
+ * sharded on any dim reduces locally to a partial sum under parallelize. One pass over x: no
+ * f32 copy and no tensor of squares. */
 static gt_value_id sum_of_squares(gt_graph *g, gt_value_id x)
 {
     gt_type t = *gt_value_type(g, x);
-    gt_value_id v = t.dtype == GT_F32 ? x : gt_cast(g, x, GT_F32);
+    gt_value_id v = x;
     if (t.ndim == 0) {
         gt_expr one = gt_c(g, 1);
         v = gt_reshape(g, v, 1, &one);
@@ -163,7 +164,7 @@ static gt_value_id sum_of_squares(gt_graph *g, gt_value_id x)
     int dims[GT_MAX_DIMS];
     for (int d = 0; d < t.ndim; d++)
         dims[d] = d;
-    return gt_reduce(g, GT_OP_SUM, gt_mul(g, v, v), t.ndim, dims, false);
+    return gt_reduce(g, GT_OP_SUM_SQUARES, v, t.ndim, dims, false);
 }
 
 /* clip_grad_norm_: returns the pre-clip total norm; *clip gets the coefficient (1 when off). */
@@ -261,6 +262,15 @@ gt_status gt_optim_append_adamw(gt_graph *g, int n, const gt_value_id *params,
         snprintf(name, sizeof name, "%s%s", GT_OPTIM_EXP_AVG_SQ_PREFIX, fqn[k]);
         gt_graph_add_output(g, GT_OUT_OPT_STATE_UPDATE, name, v_new);
     }
+    /* the step consumes the gradients: outputs would keep them alive (in f32) to its end */
+    int32_t kept = 0;
+    for (int32_t k = 0; k < g->n_outputs; k++) {
+        bool grad = false;
+        for (int j = 0; j < n && g->outputs[k].kind == GT_OUT_GRAD && !grad; j++)
+            grad = g->outputs[k].value == grads[j];
+        if (!grad) g->outputs[kept++] = g->outputs[k];
+    }
+    g->n_outputs = kept;
     free(v);
     free(m);
     free(fqn);

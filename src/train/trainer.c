@@ -826,15 +826,19 @@ gt_status gt_train(const gt_config *cfg, gt_train_result *result, gt_error *err)
     local.error_is_local = st != GT_OK && gt_train_dist_multi(&t.dist) && !t.dist.error_agreed;
     /* A failure of this rank alone (a host collective timed out, a peer died) may leave device
      * collectives waiting for a peer that never comes: abort them so their kernels end. */
+    bool any_nccl = false;
+    for (int k = 0; k < GT_MESH_NDIMS; k++)
+        any_nccl |= t.dist.nccl[k] != NULL && !gt_comm_nccl_aborted(t.dist.nccl[k]);
+    if (local.error_is_local && any_nccl) /* said first: the abort may wait on a stuck peer */
+        gt_log(GT_LOG_ERROR, "aborting the NCCL communicators after: %s", err->msg);
     for (int k = 0; k < GT_MESH_NDIMS && local.error_is_local; k++)
         gt_comm_nccl_abort(t.dist.nccl[k], err->msg);
     for (int k = 0; k < GT_MESH_NDIMS && st != GT_OK; k++)
         local.device_abandoned |= gt_comm_nccl_aborted(t.dist.nccl[k]);
     /* after an abort, freeing device memory or destroying the program synchronises with device
      * work that may never end (kernels captured in the step's CUDA graph before the abort); the
-     * process is about to exit and the driver reclaims everything. (Open, issue 7: with a stopped,
-     * not dead, peer on 2 H200s rank 0 never gets here: cuda-gdb finds its main thread in a
-     * cudaStreamSynchronize inside the step path, not in a watched wait.) */
+     * process is about to exit and the driver reclaims everything. With a stopped (not dead) peer
+     * ncclCommAbort itself may never return: gt_comm_nccl_abort waits for it a bounded time. */
     if (!local.device_abandoned) teardown(&t);
     if (result) *result = local;
     return st;

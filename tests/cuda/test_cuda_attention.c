@@ -15,6 +15,11 @@
  *     reference of the GPU's), with the conformance bounds 1e-2 (out) and 2e-2 (gradients);
  *   - determinism and coverage: every GPU output is pre-filled with a different byte pattern for
  *     each of two runs, and the two runs must agree bitwise.
+ * Layout 1 ([b, s, heads, d]): forward and backward on q, k, v, out, dout transposed on the host
+ * to [b, s, heads, d] must give bitwise the host-transposed layout-0 results (lse bitwise the
+ * same): the flash path (bf16, d = 16, 64, 128, causal, ragged s = 1000, GQA, s != t) and the
+ * generic kernels (f32, and bf16 with an odd head dim, d != dv), each run twice with different
+ * output pre-fills (every element written).
  * Without a CUDA device the test skips (exit 0). */
 #include "cuda_test_util.h"
 #include "graphtrain/gt_cuda.h"
@@ -72,7 +77,7 @@ static gt_kernel_call att_call(gt_op op, const int64_t *iattr, const double *fat
     c.op = op;
     c.i = iattr;
     c.f = fattr;
-    c.ni = 1;
+    c.ni = 2; /* causal, layout */
     c.nf = 1;
     c.n_in = n_in;
     c.n_out = n_out;
@@ -150,7 +155,7 @@ static void expect_close(const char *name, const char *what, const gt_tensor *x,
 
 static void run_case(const acase *a)
 {
-    int64_t ia[1] = {a->causal};
+    int64_t ia[2] = {a->causal, 0};
     double fa[1] = {1.0 / sqrt((double)a->d)};
     const int64_t *qs = SH(a->b, a->hq, a->s, a->d), *ks = SH(a->b, a->hkv, a->t, a->d);
     const int64_t *ls = SH(a->b, a->hq, a->s);
@@ -222,6 +227,112 @@ static void run_case(const acase *a)
     gt_tensor_free(&ro[1]);
 }
 
+/* ---------------------------------------------------------------- layout 1 */
+
+/* x [b, n1, n2, w] -> [b, n2, n1, w] on the host (same dtype, bits moved unchanged). */
+static gt_tensor swap12(const gt_tensor *x)
+{
+    int64_t b = x->shape[0], n1 = x->shape[1], n2 = x->shape[2], w = x->shape[3];
+    gt_tensor y = cu_tensor_new(x->dtype, 4, SH(b, n2, n1, w));
+    size_t es = gt_dtype_size(x->dtype);
+    for (int64_t bi = 0; bi < b; bi++)
+        for (int64_t i = 0; i < n1; i++)
+            for (int64_t j = 0; j < n2; j++)
+                memcpy((char *)y.data + (size_t)(((bi * n2 + j) * n1 + i) * w) * es,
+                       (const char *)x->data + (size_t)(((bi * n1 + i) * n2 + j) * w) * es,
+                       (size_t)w * es);
+    return y;
+}
+
+typedef struct {
+    const char *name;
+    gt_dtype dt;
+    int causal;
+    int64_t b, hq, hkv, s, t, d, dv;
+} lcase;
+
+/* Layout 1 on host-transposed tensors vs layout 0, forward and backward, bit for bit. */
+static void run_layout_case(const lcase *a)
+{
+    int64_t i0[2] = {a->causal, 0}, i1[2] = {a->causal, 1};
+    double fa[1] = {1.0 / sqrt((double)a->d)};
+    const int64_t *qs = SH(a->b, a->hq, a->s, a->d), *ks = SH(a->b, a->hkv, a->t, a->d);
+    const int64_t *vs = SH(a->b, a->hkv, a->t, a->dv), *os = SH(a->b, a->hq, a->s, a->dv);
+    const int64_t *ls = SH(a->b, a->hq, a->s);
+    gt_tensor x0[6], x1[6]; /* q k v out lse dout, layout 0 and layout 1 */
+    x0[0] = cu_tensor_rand(&rng_state, a->dt, 4, qs, -2, 2);
+    x0[1] = cu_tensor_rand(&rng_state, a->dt, 4, ks, -2, 2);
+    x0[2] = cu_tensor_rand(&rng_state, a->dt, 4, vs, -1, 1);
+    x0[5] = cu_tensor_rand(&rng_state, a->dt, 4, os, -1, 1);
+    for (int k = 0; k < 3; k++)
+        x1[k] = swap12(&x0[k]);
+    x1[5] = swap12(&x0[5]);
+
+    /* forward: both layouts twice (different pre-fills), outputs compared after moving back */
+    gt_tensor f0[2] = {cu_tensor_new(a->dt, 4, os), cu_tensor_new(GT_F32, 3, ls)};
+    gt_tensor f1[2] = {cu_tensor_new(a->dt, 4, SH(a->b, a->s, a->hq, a->dv)),
+                       cu_tensor_new(GT_F32, 3, ls)};
+    bool same0 = gpu_run(GT_OP_SDPA, i0, fa, x0, 3, f0, 2, 2, a->name);
+    bool same1 = gpu_run(GT_OP_SDPA, i1, fa, x1, 3, f1, 2, 2, a->name);
+    EXPECT(same0 && same1, "%s: forward runs differ (or an element is not written)", a->name);
+    gt_tensor back = swap12(&f1[0]);
+    bool fwd_out = same_bits(&back, &f0[0]), fwd_lse = same_bits(&f1[1], &f0[1]);
+    EXPECT(fwd_out, "%s: layout 1 out != layout 0 out", a->name);
+    EXPECT(fwd_lse, "%s: layout 1 lse != layout 0 lse", a->name);
+    gt_tensor_free(&back);
+
+    /* backward on the layout-0 forward's out and lse */
+    x0[3] = f0[0];
+    x0[4] = f0[1];
+    x1[3] = swap12(&f0[0]);
+    x1[4] = f0[1];
+    gt_tensor g0[3] = {cu_tensor_new(a->dt, 4, qs), cu_tensor_new(a->dt, 4, ks),
+                       cu_tensor_new(a->dt, 4, vs)};
+    gt_tensor g1[3] = {cu_tensor_new(a->dt, 4, x1[0].shape), cu_tensor_new(a->dt, 4, x1[1].shape),
+                       cu_tensor_new(a->dt, 4, x1[2].shape)};
+    same0 = gpu_run(GT_OP_SDPA_BACKWARD, i0, fa, x0, 6, g0, 3, 2, a->name);
+    same1 = gpu_run(GT_OP_SDPA_BACKWARD, i1, fa, x1, 6, g1, 3, 2, a->name);
+    EXPECT(same0 && same1, "%s: backward runs differ (or an element is not written)", a->name);
+    const char *gn[3] = {"dq", "dk", "dv"};
+    bool bwd = true;
+    for (int k = 0; k < 3; k++) {
+        back = swap12(&g1[k]);
+        bool eq = same_bits(&back, &g0[k]);
+        EXPECT(eq, "%s: layout 1 %s != layout 0 %s", a->name, gn[k], gn[k]);
+        bwd = bwd && eq;
+        gt_tensor_free(&back);
+    }
+    printf("  %-24s layout 1 == layout 0 bitwise: out %s, lse %s, dq/dk/dv %s\n", a->name,
+           fwd_out ? "yes" : "NO", fwd_lse ? "yes" : "NO", bwd ? "yes" : "NO");
+    for (int k = 0; k < 6; k++)
+        gt_tensor_free(&x0[k]);
+    for (int k = 0; k < 4; k++)
+        gt_tensor_free(&x1[k]);
+    gt_tensor_free(&x1[5]);
+    gt_tensor_free(&f1[0]);
+    gt_tensor_free(&f1[1]);
+    for (int k = 0; k < 3; k++) {
+        gt_tensor_free(&g0[k]);
+        gt_tensor_free(&g1[k]);
+    }
+}
+
+static void test_layout(void)
+{
+    const lcase cases[] = {
+        /* name, dtype, causal, b, hq, hkv, s, t, d, dv */
+        {"flash-d16-gqa-1000", GT_BF16, 1, 2, 4, 2, 1000, 1000, 16, 16},
+        {"flash-d64-mqa-1000", GT_BF16, 1, 1, 4, 1, 1000, 1000, 64, 64},
+        {"flash-d128-gqa-333", GT_BF16, 1, 1, 4, 2, 333, 333, 128, 128},
+        {"flash-d32-cross", GT_BF16, 0, 2, 4, 2, 77, 150, 32, 32},
+        {"generic-f32-d16-1000", GT_F32, 1, 1, 4, 2, 1000, 1000, 16, 16},
+        {"generic-f32-cross", GT_F32, 0, 2, 4, 2, 45, 70, 24, 40},
+        {"generic-bf16-d24", GT_BF16, 1, 1, 6, 3, 131, 131, 24, 24},
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++)
+        run_layout_case(&cases[k]);
+}
+
 int main(void)
 {
     gt_cuda_device_info info;
@@ -247,6 +358,7 @@ int main(void)
                (long long)cases[k].d);
         run_case(&cases[k]);
     }
+    test_layout();
     gt_cuda_stream_destroy(g_stream);
     return gt_test_finish();
 }

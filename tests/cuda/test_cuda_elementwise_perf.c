@@ -203,25 +203,33 @@ static void cases(void)
         check(&c, -1);
     }
     {
-        /* AdamW in f32: bitwise equal to the CPU on both paths. scalars/clip stay aligned. */
-        tcase c = {
-            .name = "adamw f32", .op = GT_OP_ADAMW, .n_in = 6, .n_out = 3, .nf = 4, .fixed_in = 4};
-        c.f[0] = 0.9;
-        c.f[1] = 0.95;
-        c.f[2] = 1e-8;
-        c.f[3] = 0.1;
-        c.in[0] = h_rand(GT_F32, 2, SH(3, n / 3), -1, 1);
-        c.in[1] = h_rand(GT_F32, 2, SH(3, n / 3), -1e-2, 1e-2);
-        c.in[2] = h_rand(GT_F32, 2, SH(3, n / 3), -1e-3, 1e-3);
-        c.in[3] = h_rand(GT_F32, 2, SH(3, n / 3), 0, 1e-5);
-        c.in[4] = h_rand(GT_F32, 1, SH(3), 0, 1);
-        gt_tensor_set_f32(&c.in[4], 0, 8e-4f);
-        gt_tensor_set_f32(&c.in[4], 1, 0.19f);
-        gt_tensor_set_f32(&c.in[4], 2, 0.0975f);
-        c.in[5] = h_rand(GT_F32, 1, SH(1), 0.5, 0.5);
-        for (int k = 0; k < 3; k++)
-            c.out[k] = h_new(&c.in[0]);
-        check(&c, -1);
+        /* AdamW in f32: bitwise equal to the CPU on both paths. scalars/clip stay aligned. The
+         * same update from a bf16 gradient too (what the optimizer reads once the fusion pass
+         * drops the gradient's widening cast): bitwise the CPU's, which widens it first. */
+        for (int bf = 0; bf < 2; bf++) {
+            tcase c = {.name = bf ? "adamw f32, bf16 grad" : "adamw f32",
+                       .op = GT_OP_ADAMW,
+                       .n_in = 6,
+                       .n_out = 3,
+                       .nf = 4,
+                       .fixed_in = 4};
+            c.f[0] = 0.9;
+            c.f[1] = 0.95;
+            c.f[2] = 1e-8;
+            c.f[3] = 0.1;
+            c.in[0] = h_rand(GT_F32, 2, SH(3, n / 3), -1, 1);
+            c.in[1] = h_rand(bf ? GT_BF16 : GT_F32, 2, SH(3, n / 3), -1e-2, 1e-2);
+            c.in[2] = h_rand(GT_F32, 2, SH(3, n / 3), -1e-3, 1e-3);
+            c.in[3] = h_rand(GT_F32, 2, SH(3, n / 3), 0, 1e-5);
+            c.in[4] = h_rand(GT_F32, 1, SH(3), 0, 1);
+            gt_tensor_set_f32(&c.in[4], 0, 8e-4f);
+            gt_tensor_set_f32(&c.in[4], 1, 0.19f);
+            gt_tensor_set_f32(&c.in[4], 2, 0.0975f);
+            c.in[5] = h_rand(GT_F32, 1, SH(1), 0.5, 0.5);
+            for (int k = 0; k < 3; k++)
+                c.out[k] = h_new(&c.in[0]);
+            check(&c, -1);
+        }
     }
     const gt_dtype lts[2] = {GT_BF16, GT_F32};
     for (int t = 0; t < 2; t++) {

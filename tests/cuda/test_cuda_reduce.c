@@ -160,6 +160,67 @@ static void check_case(const char *name, gt_op op, int ndim, const int64_t *shap
     gt_tensor_free(&out);
 }
 
+/* sum_squares over `dims` of x (dtype dt: f32 or bf16) must be bitwise the GPU sum of the f32
+ * squares of x widened (each product rounded to f32 once, on the host: IEEE, so what mul gives),
+ * on every path the shape picks; and close to the double reference of the sum of squares. */
+static void check_sum_squares(const char *name, gt_dtype dt, int ndim, const int64_t *shape,
+                              const int *dims, int nd)
+{
+    gt_error err = {0};
+    gt_tensor x, x32, sq;
+    GT_CHECK(gt_tensor_alloc(&x, dt, ndim, shape, &err) == GT_OK);
+    GT_CHECK(gt_tensor_alloc(&x32, GT_F32, ndim, shape, &err) == GT_OK);
+    GT_CHECK(gt_tensor_alloc(&sq, GT_F32, ndim, shape, &err) == GT_OK);
+    int64_t n = gt_tensor_numel(&x);
+    for (int64_t i = 0; i < n; i++)
+        gt_tensor_set_f32(&x, i, (float)cu_urand(&rng_state, -3, 3));
+    gt_tensor_convert(&x, &x32);
+    const float *xf = x32.data;
+    float *sqf = sq.data;
+    for (int64_t i = 0; i < n; i++)
+        sqf[i] = xf[i] * xf[i];
+    bool reduced[GT_MAX_DIMS] = {false};
+    int64_t iattr[1 + GT_MAX_DIMS] = {0}, oshape[GT_MAX_DIMS];
+    for (int k = 0; k < nd; k++) {
+        reduced[dims[k]] = true;
+        iattr[1 + k] = dims[k];
+    }
+    int on = 0;
+    int64_t groups = 1;
+    for (int d = 0; d < ndim; d++)
+        if (!reduced[d]) groups *= shape[d], oshape[on++] = shape[d];
+    gt_tensor out;
+    GT_CHECK(gt_tensor_alloc(&out, GT_F32, on, oshape, &err) == GT_OK);
+    float *a = malloc(sizeof(float) * (size_t)groups), *b = malloc(sizeof(float) * (size_t)groups);
+    double *ref = malloc(sizeof(double) * (size_t)groups);
+    double *abs_sum = malloc(sizeof(double) * (size_t)groups);
+    GT_CHECK(a && b && ref && abs_sum);
+    bool same_a = false, same_b = false;
+    bool ok = run_gpu(name, GT_OP_SUM_SQUARES, &x, iattr, 1 + nd, NULL, 0, &out, a, &same_a) &&
+              run_gpu(name, GT_OP_SUM, &sq, iattr, 1 + nd, NULL, 0, &out, b, &same_b);
+    if (ok) {
+        reference(sqf, ndim, shape, reduced, 0, ref, abs_sum, groups);
+        int64_t off = 0, far = 0;
+        for (int64_t g = 0; g < groups; g++) {
+            off += memcmp(&a[g], &b[g], sizeof a[g]) != 0;
+            far += fabs(a[g] - ref[g]) > 0x1p-23 * fabs(ref[g]) + 1e-12 * abs_sum[g];
+        }
+        printf("%-36s groups %-7lld %s  %lld differ from sum(x*x)\n", name, (long long)groups,
+               gt_dtype_name(dt), (long long)off);
+        EXPECT(off == 0 && same_a, "%s: %lld of %lld outputs differ from the sum of the squares",
+               name, (long long)off, (long long)groups);
+        EXPECT(far == 0, "%s: %lld outputs off the double reference", name, (long long)far);
+    }
+    free(a);
+    free(b);
+    free(ref);
+    free(abs_sum);
+    gt_tensor_free(&x);
+    gt_tensor_free(&x32);
+    gt_tensor_free(&sq);
+    gt_tensor_free(&out);
+}
+
 #define SH(...) ((const int64_t[]){__VA_ARGS__})
 #define DIMS(...) ((const int[]){__VA_ARGS__})
 
@@ -187,6 +248,15 @@ static void cases(void)
                1, -1);
     /* short groups: one thread each */
     check_case("sum dim2 [30,40,20]", GT_OP_SUM, 3, SH(30, 40, 20), DIMS(2), 1, -1, 1, -1);
+    /* sum_squares: the gradient norm's full sums (vector path, f32 and bf16, odd sizes for the
+     * unaligned head and tail), a column split and short groups */
+    for (int k = 0; k < 2; k++) {
+        gt_dtype dt = k ? GT_BF16 : GT_F32;
+        check_sum_squares("sum_squares all [2048,1000]", dt, 2, SH(2048, 1000), DIMS(0, 1), 2);
+        check_sum_squares("sum_squares all [1001,333]", dt, 2, SH(1001, 333), DIMS(0, 1), 2);
+        check_sum_squares("sum_squares dim0 [5000,96]", dt, 2, SH(5000, 96), DIMS(0), 1);
+        check_sum_squares("sum_squares dim2 [30,40,20]", dt, 3, SH(30, 40, 20), DIMS(2), 1);
+    }
 }
 
 static double now_s(void)

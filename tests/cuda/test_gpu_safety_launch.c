@@ -8,13 +8,13 @@
  *     `mpiexec -np 2` launch must exit non-zero within 60 s, its output naming rank 1 in a line
  *     that rank 1 did not print itself (mpiexec's "process rank 1 ... exited on signal 9"), with
  *     no metrics record past step 2 (step 3 needs rank 1's collectives).
- *   - a hung rank (opt-in, GT_TEST_GPU_HUNG_RANK=1: it fails today, see main): rank 1 SIGSTOPs
- *     itself at step 3 ("1:3:stop", comm.timeout_seconds = 10). Rank
- *     0 must fail within 60 s with a message naming the collective's communicator and its group
- *     ("... 'NAME' (size 2, world ranks 0,1) did not complete within 10 s"): the NCCL watchdog
- *     (src/comm/nccl.c, gt_nccl_watch) when the device work is what waits, the host
- *     communicator's timeout when a host collective is. The launch then ends non-zero and no
- *     process of the run is left (the stopped rank is killed).
+ *   - a hung rank: rank 1 SIGSTOPs itself at step 3 ("1:3:stop", comm.timeout_seconds = 10).
+ *     Rank 0 must fail within 60 s with a message naming the collective's communicator and its
+ *     group ("... 'NAME' (size 2, world ranks 0,1) did not complete within 10 s"): the NCCL
+ *     watchdog (src/comm/nccl.c, gt_nccl_watch) when the device work is what waits, the host
+ *     communicator's timeout when a host collective is. Its NCCL abort, which waits for the
+ *     stopped peer, is bounded (gt_nccl_abort). The launch then ends non-zero and no process of
+ *     the run is left (the stopped rank is killed).
  *   - torchrun-style launch: 2 processes started by this test with RANK, WORLD_SIZE, LOCAL_RANK,
  *     MASTER_ADDR=127.0.0.1, MASTER_PORT=a free port and no MPI in their environment (the TCP
  *     communicator bootstraps NCCL), fp32, 10 steps, a checkpoint at step 10: every step's loss and
@@ -333,15 +333,7 @@ int main(void)
     setenv("NCCL_NVLS_ENABLE", "0", 0); /* NVLink multicast off in every rank (unless chosen) */
 
     dead_rank(base);
-    /* Known bug (issue 7's note, 2026-11-21): on 2 H200s with CUDA graphs the stopped peer leaves
-     * rank 0 blocked somewhere the NCCL watchdog does not see (no timeout message within 90 s; not
-     * yet located). Opt-in until fixed, so the rest of the label stays a pass/fail signal. */
-    const char *hung = getenv("GT_TEST_GPU_HUNG_RANK");
-    if (hung && !strcmp(hung, "1"))
-        hung_rank(base);
-    else
-        printf("hung_rank      NOT RUN: known hang on GPU (see issue 7); GT_TEST_GPU_HUNG_RANK=1 "
-               "runs it\n");
+    hung_rank(base);
     static launch_result mpi, tcp;
     run_mpi(base, &mpi);
     run_tcp(base, &tcp);

@@ -2,7 +2,11 @@
  * not, multi-head, GQA and MQA, odd sizes, more than one 128-row query block; sdpa_backward vs
  * central finite differences of the naive forward on q, k and v; bf16 path; determinism; causal
  * with s != t is an error. Forward tolerance 1e-5 relative; gradients 1e-4 relative plus 1e-6
- * absolute (a single key makes dq, dk exactly 0, which f32 reaches only to rounding). */
+ * absolute (a single key makes dq, dk exactly 0, which f32 reaches only to rounding).
+ * Layout 1 ([b, s, heads, d]): sdpa and sdpa_backward on the tensors transposed to [b, s, heads,
+ * d] must give bitwise the transposes of the layout-0 results (lse bitwise the same), in f32 and
+ * bf16, causal and not, GQA, s != t, several 128-row blocks; a layout other than 0/1 is an
+ * error. */
 #include "test_cpu_util.h"
 
 typedef struct {
@@ -138,9 +142,139 @@ static void run_case(const attn_case *a, tt_rng *r, bool fd)
         gt_tensor_free(ts[j]);
 }
 
+/* ---------------------------------------------------------------- layout 1 */
+
+/* x [b, n1, n2, w] -> [b, n2, n1, w] (same dtype, bits moved unchanged). */
+static gt_tensor swap12(const gt_tensor *x)
+{
+    int64_t b = x->shape[0], n1 = x->shape[1], n2 = x->shape[2], w = x->shape[3];
+    gt_tensor y = tt_new(x->dtype, 4, TT_SHAPE(b, n2, n1, w));
+    size_t es = gt_dtype_size(x->dtype);
+    for (int64_t bi = 0; bi < b; bi++)
+        for (int64_t i = 0; i < n1; i++)
+            for (int64_t j = 0; j < n2; j++)
+                memcpy((char *)y.data + (size_t)(((bi * n2 + j) * n1 + i) * w) * es,
+                       (const char *)x->data + (size_t)(((bi * n1 + i) * n2 + j) * w) * es,
+                       (size_t)w * es);
+    return y;
+}
+
+/* Runs op with inputs in[] (n_in) into fresh outputs of the given dtypes and shapes. */
+static bool run_op(gt_op op, const attn_case *a, int layout, gt_tensor *const *in, int n_in,
+                   gt_tensor *out, int n_out)
+{
+    tt_call k;
+    tt_init(&k, op);
+    for (int j = 0; j < n_in; j++)
+        tt_in(&k, in[j]);
+    for (int j = 0; j < n_out; j++)
+        tt_out(&k, &out[j]);
+    tt_i(&k, a->causal);
+    tt_i(&k, layout);
+    tt_f(&k, a->scale);
+    return tt_run_ok(&k, op == GT_OP_SDPA ? "sdpa" : "sdpa_backward");
+}
+
+/* Layout 1 on the transposed tensors vs layout 0, bit for bit, with tensors of dtype dt. */
+static void run_layout_case(const attn_case *a, gt_dtype dt, tt_rng *r)
+{
+    int64_t qs[4] = {a->b, a->hq, a->s, a->d}, ks[4] = {a->b, a->hkv, a->t, a->d};
+    int64_t vs[4] = {a->b, a->hkv, a->t, a->dv}, os[4] = {a->b, a->hq, a->s, a->dv};
+    const int64_t *shapes[6] = {qs, ks, vs, os, os, os}; /* q k v (out lse) dout */
+    gt_tensor x0[6], x1[6];                              /* inputs in layout 0 and layout 1 */
+    for (int j = 0; j < 6; j++) {
+        if (j == 3 || j == 4) continue; /* out and lse come from the forward */
+        x0[j] = tt_new(dt, 4, shapes[j]);
+        tt_fill(&x0[j], r, j == 2 || j == 5 ? -1 : -1.5, j == 2 || j == 5 ? 1 : 1.5);
+        x1[j] = swap12(&x0[j]);
+    }
+    gt_tensor o0[2] = {tt_new(dt, 4, os), tt_new(GT_F32, 3, os)};
+    gt_tensor o1[2] = {tt_new(dt, 4, TT_SHAPE(a->b, a->s, a->hq, a->dv)), tt_new(GT_F32, 3, os)};
+    gt_tensor *in0[6] = {&x0[0], &x0[1], &x0[2], &o0[0], &o0[1], &x0[5]};
+    gt_tensor *in1[6] = {&x1[0], &x1[1], &x1[2], NULL, &o0[1], &x1[5]};
+    char what[96];
+    snprintf(what, sizeof what, "b %lld hq %lld hkv %lld s %lld t %lld causal %d %s",
+             (long long)a->b, (long long)a->hq, (long long)a->hkv, (long long)a->s, (long long)a->t,
+             a->causal, gt_dtype_name(dt));
+    if (run_op(GT_OP_SDPA, a, 0, in0, 3, o0, 2) && run_op(GT_OP_SDPA, a, 1, in1, 3, o1, 2)) {
+        gt_tensor back = swap12(&o1[0]);
+        EXPECT(tt_same_bits(&back, &o0[0]), "layout 1 sdpa out != layout 0 (%s)", what);
+        EXPECT(tt_same_bits(&o1[1], &o0[1]), "layout 1 sdpa lse != layout 0 (%s)", what);
+        gt_tensor_free(&back);
+    }
+    /* backward on the layout-0 forward's out and lse (moved to layout 1 for the layout-1 run) */
+    gt_tensor out1 = swap12(&o0[0]);
+    in1[3] = &out1;
+    gt_tensor g0[3] = {tt_new(dt, 4, qs), tt_new(dt, 4, ks), tt_new(dt, 4, vs)};
+    gt_tensor g1[3] = {tt_new(dt, 4, x1[0].shape), tt_new(dt, 4, x1[1].shape),
+                       tt_new(dt, 4, x1[2].shape)};
+    if (run_op(GT_OP_SDPA_BACKWARD, a, 0, in0, 6, g0, 3) &&
+        run_op(GT_OP_SDPA_BACKWARD, a, 1, in1, 6, g1, 3)) {
+        const char *names[3] = {"dq", "dk", "dv"};
+        for (int j = 0; j < 3; j++) {
+            gt_tensor back = swap12(&g1[j]);
+            EXPECT(tt_same_bits(&back, &g0[j]), "layout 1 sdpa_backward %s != layout 0 (%s)",
+                   names[j], what);
+            gt_tensor_free(&back);
+        }
+    }
+    for (int j = 0; j < 6; j++) {
+        if (j == 3 || j == 4) continue;
+        gt_tensor_free(&x0[j]);
+        gt_tensor_free(&x1[j]);
+    }
+    for (int j = 0; j < 3; j++) {
+        gt_tensor_free(&g0[j]);
+        gt_tensor_free(&g1[j]);
+    }
+    gt_tensor_free(&o0[0]);
+    gt_tensor_free(&o0[1]);
+    gt_tensor_free(&o1[0]);
+    gt_tensor_free(&o1[1]);
+    gt_tensor_free(&out1);
+}
+
+static void test_layout(tt_rng *r)
+{
+    const attn_case cases[] = {
+        {2, 4, 2, 7, 7, 3, 5, true, 0.57735},      /* GQA, causal, d != dv */
+        {2, 4, 2, 5, 9, 4, 2, false, 0.5},         /* GQA, s != t */
+        {1, 4, 2, 130, 130, 8, 8, true, 0.35355},  /* two 128-row blocks */
+        {1, 3, 1, 131, 140, 5, 3, false, 0.44721}, /* MQA, s != t, two blocks */
+        {1, 2, 2, 1, 1, 2, 2, true, 0.7},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        run_layout_case(&cases[c], GT_F32, r);
+        run_layout_case(&cases[c], GT_BF16, r);
+    }
+
+    /* layout 2 does not exist: an error naming it, not a guess */
+    attn_case a = {1, 1, 1, 2, 2, 2, 2, false, 1.0};
+    gt_tensor q = tt_rand(4, TT_SHAPE(1, 1, 2, 2), r, -1, 1);
+    gt_tensor out = tt_new(GT_F32, 4, TT_SHAPE(1, 1, 2, 2)),
+              lse = tt_new(GT_F32, 3, TT_SHAPE(1, 1, 2));
+    tt_call k;
+    tt_init(&k, GT_OP_SDPA);
+    tt_in(&k, &q);
+    tt_in(&k, &q);
+    tt_in(&k, &q);
+    tt_out(&k, &out);
+    tt_out(&k, &lse);
+    tt_i(&k, a.causal);
+    tt_i(&k, 2);
+    tt_f(&k, a.scale);
+    gt_error err = {0};
+    EXPECT(tt_run(&k, &err) == GT_ERR_INVALID && strstr(err.msg, "layout"),
+           "layout 2 must fail naming the layout: %s", err.msg);
+    gt_tensor_free(&q);
+    gt_tensor_free(&out);
+    gt_tensor_free(&lse);
+}
+
 int main(void)
 {
     tt_rng r = {13};
+    test_layout(&r);
     const attn_case cases[] = {
         {1, 1, 1, 1, 1, 3, 3, true, 0.57735},  {2, 4, 2, 7, 7, 3, 5, true, 0.57735},
         {1, 3, 1, 5, 19, 4, 2, false, 0.5},    {2, 2, 2, 19, 19, 7, 7, true, 0.37796},

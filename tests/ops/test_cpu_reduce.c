@@ -51,7 +51,7 @@ static void set_reduce_attrs(tt_call *k, const reduce_case *rc, bool keepdim)
 
 static void test_reductions(tt_rng *r)
 {
-    const gt_op ops[] = {GT_OP_SUM, GT_OP_MEAN, GT_OP_MAX};
+    const gt_op ops[] = {GT_OP_SUM, GT_OP_MEAN, GT_OP_MAX, GT_OP_SUM_SQUARES};
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         const reduce_case *rc = &cases[c];
         for (int keepdim = 0; keepdim < 2; keepdim++) {
@@ -61,7 +61,7 @@ static void test_reductions(tt_rng *r)
             gt_tensor x = tt_rand(rc->ndim, rc->shape, r, -3, 3);
             gt_tensor y = tt_new(GT_F32, on, os);
             int64_t nx = gt_tensor_numel(&x), ny = gt_tensor_numel(&y);
-            for (size_t o = 0; o < 3; o++) {
+            for (size_t o = 0; o < sizeof ops / sizeof ops[0]; o++) {
                 double *ref = tt_doubles(ny);
                 int64_t *cnt = calloc((size_t)ny, sizeof *cnt);
                 for (int64_t g = 0; g < ny; g++)
@@ -70,6 +70,7 @@ static void test_reductions(tt_rng *r)
                     int64_t g = group_of(rc, reduced, i);
                     double v = gt_tensor_get_f32(&x, i);
                     cnt[g]++;
+                    if (ops[o] == GT_OP_SUM_SQUARES) v *= v; /* naive: in double */
                     ref[g] = ops[o] == GT_OP_MAX ? fmax(ref[g], v) : ref[g] + v;
                 }
                 if (ops[o] == GT_OP_MEAN)

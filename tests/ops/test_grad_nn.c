@@ -1,6 +1,7 @@
-/* test_grad_nn.c — gradient rules of matmul, rms_norm, rope, sdpa, softmax, cross_entropy and
- * embedding vs central finite differences (harness and tolerance: grad_check.h); plus
- * accumulation through a value used three times and a parameter the loss does not use. */
+/* test_grad_nn.c — gradient rules of matmul, rms_norm, rope, sdpa (both layouts), softmax,
+ * cross_entropy and embedding vs central finite differences (harness and tolerance:
+ * grad_check.h); plus accumulation through a value used three times and a parameter the loss does
+ * not use. */
 #include "grad_check.h"
 
 #define S(...) ((const int64_t[]){__VA_ARGS__})
@@ -121,6 +122,40 @@ static void test_sdpa(void)
     gc_run1(&c, lse);
 }
 
+/* Layout 1: q [2, s, hq, 3], k [2, t, hkv, 3], v [2, t, hkv, 4]; lse stays [2, hq, s], so the
+ * lse path's -dlse column goes through the rule's transpose to [b, s, h, 1]. */
+static void test_sdpa_layout1_case(const char *label, int64_t hq, int64_t hkv, int64_t s, int64_t t,
+                                   bool causal, bool weight_lse)
+{
+    gc_case c;
+    gc_begin(&c, label, 740 + (uint64_t)(hq * 31 + hkv * 7 + s + t * 3 + causal * 2 + weight_lse));
+    gt_value_id q = gc_param(&c, 4, S(2, s, hq, 3), -1, 1);
+    gt_value_id k = gc_param(&c, 4, S(2, t, hkv, 3), -1, 1);
+    gt_value_id v = gc_param(&c, 4, S(2, t, hkv, 4), -1, 1);
+    gt_value_id outs[2];
+    outs[0] = gt_sdpa_layout(c.g, q, k, v, causal, 1.0 / sqrt(3.0), 1, &outs[1]);
+    gc_check(&c, weight_lse ? 2 : 1, outs);
+    gc_end(&c);
+}
+
+static void test_sdpa_layout1(void)
+{
+    test_sdpa_layout1_case("sdpa layout 1 gqa, out only", 4, 2, 5, 5, false, false);
+    test_sdpa_layout1_case("sdpa layout 1 gqa, out and lse", 4, 2, 5, 5, false, true);
+    test_sdpa_layout1_case("sdpa layout 1 gqa causal, out and lse", 4, 2, 5, 5, true, true);
+    test_sdpa_layout1_case("sdpa layout 1 s=3 t=5, out and lse", 2, 1, 3, 5, false, true);
+
+    /* Only lse reaches the loss (dout of out absent: zeros in layout 1's shape). */
+    gc_case c;
+    gc_begin(&c, "sdpa layout 1 lse only", 791);
+    gt_value_id q = gc_param(&c, 4, S(1, 4, 2, 3), -1, 1);
+    gt_value_id k = gc_param(&c, 4, S(1, 4, 1, 3), -1, 1);
+    gt_value_id v = gc_param(&c, 4, S(1, 4, 1, 2), -1, 1);
+    gt_value_id lse;
+    gt_sdpa_layout(c.g, q, k, v, true, 0.5, 1, &lse);
+    gc_run1(&c, lse);
+}
+
 /* ---------------------------------------------------------------- softmax, loss, embedding */
 
 static void test_softmax(void)
@@ -204,6 +239,7 @@ int main(void)
     test_rms_norm();
     test_rope();
     test_sdpa();
+    test_sdpa_layout1();
     test_softmax();
     test_cross_entropy();
     test_embedding();

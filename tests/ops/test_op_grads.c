@@ -113,13 +113,15 @@ static void test_reduce(gt_op op, const char *label, int ndims, const int *dims,
 
 static void test_reductions(void)
 {
-    gt_op ops[3] = {GT_OP_SUM, GT_OP_MEAN, GT_OP_MAX};
-    const char *names[3][4] = {
+    gt_op ops[4] = {GT_OP_SUM, GT_OP_MEAN, GT_OP_MAX, GT_OP_SUM_SQUARES};
+    const char *names[4][4] = {
         {"sum dim 1", "sum dims 0,2 keepdim", "sum all", "sum dim -1 keepdim"},
         {"mean dim 1", "mean dims 0,2 keepdim", "mean all", "mean dim -1 keepdim"},
         {"max dim 1", "max dims 0,2 keepdim", "max all", "max dim -1 keepdim"},
+        {"sum_squares dim 1", "sum_squares dims 0,2 keepdim", "sum_squares all",
+         "sum_squares dim -1 keepdim"},
     };
-    for (int i = 0; i < 3; i++) {
+    for (int i = 0; i < 4; i++) {
         test_reduce(ops[i], names[i][0], 1, (const int[]){1}, false);
         test_reduce(ops[i], names[i][1], 2, (const int[]){0, 2}, true);
         test_reduce(ops[i], names[i][2], 3, (const int[]){0, 1, 2}, false);

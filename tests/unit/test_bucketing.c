@@ -673,12 +673,13 @@ static void check_overlap(const gt_graph *g, const gt_sym_binding *b, const gt_c
         nodes++;
         gt_error err = {0};
         if (nd->op == GT_OP_SDPA || nd->op == GT_OP_SDPA_BACKWARD) {
-            /* q [b, hq, s, d], k [b, hkv, t, d]: 4*b*hq*s*t*d forward, twice that backward */
+            /* q [b, hq, s, d], k [b, hkv, t, d] (layout 1: q [b, s, hq, d], k [b, t, hkv, d]):
+             * 4*b*hq*s*t*d forward, twice that backward */
             int64_t q[GT_MAX_DIMS], k[GT_MAX_DIMS];
             EXPECT_OK(gt_graph_eval_shape(g, nd->in[0], b, q, &err), &err);
             EXPECT_OK(gt_graph_eval_shape(g, nd->in[1], b, k, &err), &err);
-            flops +=
-                (nd->op == GT_OP_SDPA ? 4.0 : 8.0) * (double)(q[0] * q[1] * q[2] * k[2] * q[3]);
+            int64_t t = nd->attrs.i[1] == 1 ? k[1] : k[2];
+            flops += (nd->op == GT_OP_SDPA ? 4.0 : 8.0) * (double)(q[0] * q[1] * q[2] * t * q[3]);
         }
         if (nd->op != GT_OP_MATMUL) continue;
         /* out [..., M, N] and K from a: 2*M*N*K per batch element */

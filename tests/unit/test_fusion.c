@@ -389,6 +389,20 @@ static void check_step(const char *flavor, gt_dtype compute)
     EXPECT(on->n_nodes < off->n_nodes && fused > 0, "%s %s: fusion removed nodes (%d -> %d)",
            flavor, gt_dtype_name(compute), off->n_nodes, on->n_nodes);
     EXPECT(on->n_inputs == off->n_inputs && on->n_outputs == off->n_outputs, "io kept");
+    /* the widening casts of the gradients are absorbed: AdamW and the norm read them as computed
+     * (bf16 in mixed precision), without fusion they read an f32 copy */
+    int adamw = 0, narrow_on = 0, narrow_off = 0;
+    for (int32_t k = 0; k < on->n_nodes; k++)
+        if (on->nodes[k].op == GT_OP_ADAMW) {
+            adamw++;
+            narrow_on += gt_value_type(on, on->nodes[k].in[1])->dtype == compute;
+        }
+    for (int32_t k = 0; k < off->n_nodes; k++)
+        if (off->nodes[k].op == GT_OP_ADAMW)
+            narrow_off += gt_value_type(off, off->nodes[k].in[1])->dtype == compute;
+    EXPECT(adamw > 0 && narrow_on == adamw && (compute == GT_F32 || narrow_off == 0),
+           "%s %s: %d adamw nodes, %d read a %s gradient with fusion (%d without)", flavor,
+           gt_dtype_name(compute), adamw, narrow_on, gt_dtype_name(compute), narrow_off);
     gt_program *p_off = NULL, *p_on = NULL;
     EXPECT_OK(gt_program_build(off, &s.binding, &p_off, &err), &err);
     EXPECT_OK(gt_program_build(on, &s.binding, &p_on, &err), &err);

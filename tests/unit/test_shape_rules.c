@@ -342,6 +342,47 @@ static void test_nn(void)
     EXPECT_FAIL(gt_sdpa_backward(g, q, k, v, o, o, o, true, 0.125, &dk, &dv), GT_ERR_SHAPE,
                 "sdpa_backward");
 
+    /* layout 1: q [b, s, hq, d], k [b, t, hkv, d], v [b, t, hkv, dv]; out [b, s, hq, dv]; lse
+     * still f32 [b, hq, s] */
+    gt_value_id q1 = IN(GT_BF16, B, S, C(8), C(64));
+    gt_value_id k1 = IN(GT_BF16, B, T, C(2), C(64)), v1 = IN(GT_BF16, B, T, C(2), C(32));
+    gt_value_id lse1 = GT_NONE;
+    gt_value_id o1 = gt_sdpa_layout(g, q1, k1, v1, true, 0.125, 1, &lse1);
+    EXPECT_TYPE(o1, GT_BF16, B, S, C(8), C(32));
+    EXPECT_TYPE(lse1, GT_F32, B, C(8), S);
+    const gt_node *n1 = o1 != GT_NONE ? &g->nodes[g->values[o1].producer] : NULL;
+    EXPECT(n1 && n1->attrs.ni == 2 && n1->attrs.i[1] == 1,
+           "layout 1 sdpa node carries ni = 2, layout = 1");
+    /* the layout-0 builder writes layout 0 explicitly */
+    const gt_node *n0 = &g->nodes[g->values[o].producer];
+    EXPECT(n0->attrs.ni == 2 && n0->attrs.i[1] == 0,
+           "layout 0 sdpa node carries ni = 2, layout = 0");
+    /* heads counts are read at dim 2: 6 over 4 does not divide in layout 1 */
+    EXPECT_FAIL(gt_sdpa_layout(g, IN(GT_BF16, B, S, C(6), C(64)), IN(GT_BF16, B, T, C(4), C(64)),
+                               IN(GT_BF16, B, T, C(4), C(64)), true, 1, 1, NULL),
+                GT_ERR_SHAPE, "layout 1");
+    /* k and v lengths are dim 1 in layout 1 */
+    EXPECT_FAIL(gt_sdpa_layout(g, q1, k1, IN(GT_BF16, B, S, C(2), C(32)), true, 1, 1, NULL),
+                GT_ERR_SHAPE, "different lengths");
+    /* [b, 2 heads, 6 keys, d] read as layout 1 has 6 kv heads, which 8 query heads do not
+     * divide (as layout 0 it is fine) */
+    gt_value_id k6 = IN(GT_BF16, B, C(2), C(6), C(64)), v6 = IN(GT_BF16, B, C(2), C(6), C(32));
+    EXPECT_TYPE(gt_sdpa(g, q, k6, v6, false, 1, NULL), GT_BF16, B, C(8), S, C(32));
+    EXPECT_FAIL(gt_sdpa_layout(g, q1, k6, v6, false, 1, 1, NULL), GT_ERR_SHAPE, "layout 1");
+    /* only 0 and 1 exist */
+    EXPECT_FAIL(gt_sdpa_layout(g, q1, k1, v1, true, 1, 2, NULL), GT_ERR_INVALID, "layout");
+    EXPECT_FAIL(gt_sdpa_layout(g, q1, k1, v1, true, 1, -1, NULL), GT_ERR_INVALID, "layout");
+    gt_value_id dq1 =
+        gt_sdpa_backward_layout(g, q1, k1, v1, o1, lse1, o1, true, 0.125, 1, &dk, &dv);
+    EXPECT_TYPE(dq1, GT_BF16, B, S, C(8), C(64));
+    EXPECT_TYPE(dk, GT_BF16, B, T, C(2), C(64));
+    EXPECT_TYPE(dv, GT_BF16, B, T, C(2), C(32));
+    /* out given in layout 0 to a layout-1 backward */
+    EXPECT_FAIL(gt_sdpa_backward_layout(g, q1, k1, v1, o, lse1, o1, true, 0.125, 1, &dk, &dv),
+                GT_ERR_SHAPE, "out is");
+    EXPECT_FAIL(gt_sdpa_backward_layout(g, q1, k1, v1, o1, lse1, o1, true, 0.125, 3, &dk, &dv),
+                GT_ERR_INVALID, "layout");
+
     gt_value_id logits = IN(GT_F32, B, S, C(1000));
     EXPECT_TYPE(gt_softmax(g, logits, -1), GT_F32, B, S, C(1000));
     EXPECT_TYPE(gt_softmax(g, logits, 0), GT_F32, B, S, C(1000));

@@ -6,7 +6,8 @@
  * parallel reduce-scatters partial [b, s, D] activations along s for norms and non-linear ops
  * while sums of partials stay partial; a widening cast keeps a partial (gradients reduce-scatter
  * in f32); vocabulary-parallel embedding, embedding gradient and loss; adamw follows its
- * parameter. And the parallelized vocabulary-parallel loss + backward: one global log-sum-exp
+ * parameter; sdpa splits by batch or heads in both layouts (heads at their own dim in each
+ * operand). And the parallelized vocabulary-parallel loss + backward: one global log-sum-exp
  * shared by both, and the only gather before the loss is of the per-rank log-sum-exps — the
  * logits are never gathered.
  *
@@ -296,9 +297,78 @@ static void test_vocab_structure(void)
     gt_graph_free(g);
 }
 
+/* sdpa splits along batch or heads, in either layout: heads are dim 1 of q, k, v, out in layout
+ * 0 and dim 2 in layout 1, while lse ([b, h, s]) has them at dim 1 in both; a split sequence
+ * gathers, and so does a head split when the kv heads do not divide. */
+static void test_sdpa_decisions(void)
+{
+    asked a;
+    gt_graph *gs[32], *g;
+    int ng = 0;
+    for (int layout = 0; layout < 2; layout++) {
+        int hd = layout ? 2 : 1, sd = layout ? 1 : 2; /* heads and sequence dims of q, k, v, out */
+        /* q [2, 4 heads, 3, 3], k, v [2, 2 heads, 3, 3] in layout 0; heads and seq swapped in 1 */
+        g = track(gs, &ng);
+        gt_value_id q = layout ? X(g, "q", 2, 3, 4, 3) : X(g, "q", 2, 4, 3, 3);
+        gt_value_id k = layout ? X(g, "k", 2, 3, 2, 3) : X(g, "k", 2, 2, 3, 3);
+        gt_value_id v = layout ? X(g, "v", 2, 3, 2, 3) : X(g, "v", 2, 2, 3, 3);
+        gt_sdpa_layout(g, q, k, v, true, 0.5, layout, NULL);
+        ask(&a, g, (gt_placement[]){S(hd), R, R}, NULL, NONE);
+        EXPECT(same(a.c.want[0], S(hd)) && same(a.c.want[1], S(hd)) && same(a.c.want[2], S(hd)) &&
+                   same(a.c.out[0], S(hd)) && same(a.c.out[1], S(1)),
+               "layout %d sdpa: q split by heads -> k, v follow at dim %d, lse at dim 1", layout,
+               hd);
+        ask(&a, g, (gt_placement[]){R, R, S(0)}, NULL, NONE);
+        EXPECT(same(a.c.want[0], S(0)) && same(a.c.want[1], S(0)) && same(a.c.out[0], S(0)) &&
+                   same(a.c.out[1], S(0)),
+               "layout %d sdpa: v split by batch -> all by batch", layout);
+        ask(&a, g, (gt_placement[]){S(sd), R, R}, NULL, NONE);
+        EXPECT(same(a.c.want[0], R) && same(a.c.out[0], R) && same(a.c.out[1], R),
+               "layout %d sdpa: a split sequence gathers", layout);
+        /* nesting order passes through to the moved dims */
+        ask(&a, g, (gt_placement[]){R, gt_place_shard(hd, 1), R}, NULL, NONE);
+        EXPECT(same(a.c.want[0], gt_place_shard(hd, 1)) && same(a.c.out[1], gt_place_shard(1, 1)),
+               "layout %d sdpa: order kept", layout);
+
+        /* backward: the lse input (index 4) split by heads drives the others to their heads dim */
+        g = track(gs, &ng);
+        q = layout ? X(g, "q", 2, 3, 4, 3) : X(g, "q", 2, 4, 3, 3);
+        k = layout ? X(g, "k", 2, 3, 2, 3) : X(g, "k", 2, 2, 3, 3);
+        v = layout ? X(g, "v", 2, 3, 2, 3) : X(g, "v", 2, 2, 3, 3);
+        gt_value_id o = layout ? X(g, "out", 2, 3, 4, 3) : X(g, "out", 2, 4, 3, 3);
+        gt_value_id dout = layout ? X(g, "dout", 2, 3, 4, 3) : X(g, "dout", 2, 4, 3, 3);
+        gt_sdpa_backward_layout(g, q, k, v, o, X(g, "lse", 2, 4, 3), dout, true, 0.5, layout, NULL,
+                                NULL);
+        ask(&a, g, (gt_placement[]){R, R, R, R, S(1), R}, NULL, NONE);
+        bool ok = same(a.c.want[4], S(1));
+        for (int j = 0; j < 6; j++)
+            ok = ok && (j == 4 || same(a.c.want[j], S(hd)));
+        for (int j = 0; j < 3; j++)
+            ok = ok && same(a.c.out[j], S(hd));
+        EXPECT(ok, "layout %d sdpa_backward: lse split by heads -> the rest at dim %d", layout, hd);
+        /* lse's dim 2 is its sequence in both layouts: gathers */
+        ask(&a, g, (gt_placement[]){R, R, R, R, S(2), R}, NULL, NONE);
+        EXPECT(same(a.c.want[4], R) && same(a.c.out[0], R),
+               "layout %d sdpa_backward: lse split by sequence gathers", layout);
+
+        /* one kv head does not split in two: a head split gathers */
+        g = track(gs, &ng);
+        q = layout ? X(g, "q", 2, 3, 4, 3) : X(g, "q", 2, 4, 3, 3);
+        k = layout ? X(g, "k", 2, 3, 1, 3) : X(g, "k", 2, 1, 3, 3);
+        v = layout ? X(g, "v", 2, 3, 1, 3) : X(g, "v", 2, 1, 3, 3);
+        gt_sdpa_layout(g, q, k, v, true, 0.5, layout, NULL);
+        ask(&a, g, (gt_placement[]){S(hd), R, R}, NULL, NONE);
+        EXPECT(same(a.c.want[0], R) && same(a.c.out[0], R),
+               "layout %d sdpa: heads split with hkv = 1 gathers", layout);
+    }
+    for (int k = 0; k < ng; k++)
+        gt_graph_free(gs[k]);
+}
+
 int main(void)
 {
     test_decisions();
+    test_sdpa_decisions();
     test_vocab_structure();
     return gt_test_finish();
 }

@@ -216,8 +216,10 @@ static void reduce_cases(case_list *l)
     struct {
         gt_op op;
         int nd, dims[2], keep;
-    } r[] = {{GT_OP_SUM, 1, {1}, 0},     {GT_OP_SUM, 2, {0, 2}, 1}, {GT_OP_MEAN, 1, {0}, 0},
-             {GT_OP_MEAN, 2, {1, 2}, 1}, {GT_OP_MAX, 1, {1}, 0},    {GT_OP_MAX, 1, {0}, 1}};
+    } r[] = {{GT_OP_SUM, 1, {1}, 0},         {GT_OP_SUM, 2, {0, 2}, 1},
+             {GT_OP_MEAN, 1, {0}, 0},        {GT_OP_MEAN, 2, {1, 2}, 1},
+             {GT_OP_MAX, 1, {1}, 0},         {GT_OP_MAX, 1, {0}, 1},
+             {GT_OP_SUM_SQUARES, 1, {1}, 0}, {GT_OP_SUM_SQUARES, 2, {0, 2}, 1}};
     for (size_t k = 0; k < sizeof r / sizeof r[0]; k++) {
         char name[64];
         snprintf(name, sizeof name, "%s dims %d%s keepdim %d", gt_op_get(r[k].op)->name,
@@ -374,6 +376,28 @@ static void nn_cases(case_list *l)
         gt_sdpa_backward(tc->g, X(tc, "q", 2, 4, 3, 3), X(tc, "k", 2, 2, 3, 3),
                          X(tc, "v", 2, 2, 3, 3), X(tc, "out", 2, 4, 3, 3), X(tc, "lse", 2, 4, 3),
                          X(tc, "dout", 2, 4, 3, 3), true, 0.5, &outs[1], &outs[2]);
+    for (int k = 0; k < 3; k++)
+        output(tc, outs[k]);
+    /* layout 1: q [b, s, hq, d], k, v [b, t, hkv, d]; heads at dim 2, lse [b, hq, s] (heads at
+     * dim 1) */
+    tc = new_case(l, "sdpa layout 1 causal hq=4 hkv=2");
+    tc->exact = false;
+    outs[0] = gt_sdpa_layout(tc->g, X(tc, "q", 2, 3, 4, 3), X(tc, "k", 2, 3, 2, 3),
+                             X(tc, "v", 2, 3, 2, 3), true, 0.5, 1, &outs[1]);
+    output(tc, outs[0]);
+    output(tc, outs[1]);
+    tc = new_case(l, "sdpa layout 1 hq=2 hkv=2 s=2 t=4");
+    tc->exact = false;
+    outs[0] = gt_sdpa_layout(tc->g, X(tc, "q", 2, 2, 2, 3), X(tc, "k", 2, 4, 2, 3),
+                             X(tc, "v", 2, 4, 2, 2), false, 0.5, 1, &outs[1]);
+    output(tc, outs[0]);
+    output(tc, outs[1]);
+    tc = new_case(l, "sdpa_backward layout 1 causal hq=4 hkv=2");
+    tc->exact = false;
+    outs[0] = gt_sdpa_backward_layout(tc->g, X(tc, "q", 2, 3, 4, 3), X(tc, "k", 2, 3, 2, 3),
+                                      X(tc, "v", 2, 3, 2, 3), X(tc, "out", 2, 3, 4, 3),
+                                      X(tc, "lse", 2, 4, 3), X(tc, "dout", 2, 3, 4, 3), true, 0.5,
+                                      1, &outs[1], &outs[2]);
     for (int k = 0; k < 3; k++)
         output(tc, outs[k]);
     for (int dim = 0; dim < 2; dim++) {

@@ -1,7 +1,12 @@
 /* cpu_attention.c — scaled dot-product attention (sdpa) and its backward.
  *
  *   q: [b, hq, s, d], k: [b, hkv, t, d], v: [b, hkv, t, dv]; query head h reads kv head
- *   h / (hq / hkv) (grouped-query attention). Per (batch, head), with S = scale * q k^T:
+ *   h / (hq / hkv) (grouped-query attention). Layout 1 (attribute 1) stores q, k, v, out and their
+ *   gradients [b, s, heads, d] instead: a head's [s, d] block is then the rows h, h + heads, ...
+ *   of the [b * s * heads, d] matrix, read in place by giving sgemm a leading dimension of
+ *   heads * d (the products and their order are those of layout 0, so the results are bitwise
+ *   those of transposing to layout 0 and back). lse is [b, hq, s] in both. Per (batch, head), with
+ *   S = scale * q k^T:
  *     lse_i = log sum_{j unmasked} exp(S_ij)        (causal masks j > i; needs s == t)
  *     P = exp(S - lse),  out = P v.
  *   Backward, recomputing P from lse (nothing of size s x t is saved):
@@ -24,13 +29,37 @@
 
 typedef struct {
     int64_t b, hq, hkv, s, t, d, dv;
+    int layout; /* 0: [b, heads, n, w]; 1: [b, n, heads, w] */
     bool causal;
     float scale;
 } gt_cpu_attn;
 
+/* Where head h of batch bi starts and how far apart its rows are, in elements, for a tensor of
+ * `heads` heads of n rows of width w in the call's layout. */
+typedef struct {
+    int64_t batch, head, row;
+} gt_cpu_attn_stride;
+
+static gt_cpu_attn_stride gt_cpu_attn_strides(const gt_cpu_attn *a, int64_t heads, int64_t n,
+                                              int64_t w)
+{
+    if (a->layout == 1) return (gt_cpu_attn_stride){heads * n * w, w, heads * w};
+    return (gt_cpu_attn_stride){heads * n * w, n * w, w};
+}
+
+static int64_t gt_cpu_attn_at(gt_cpu_attn_stride st, int64_t bi, int64_t h)
+{
+    return bi * st.batch + h * st.head;
+}
+
 static gt_status gt_cpu_attn_shapes(const gt_kernel_call *c, gt_cpu_attn *a, gt_error *err)
 {
     GT_TRY(gt_kernel_want_attrs(c, 1, 1, 0, err));
+    /* a call without the layout attribute (ni = 1) is layout 0 */
+    int64_t layout = c->ni > 1 ? c->i[1] : 0;
+    if (layout != 0 && layout != 1)
+        return gt_error_set(err, GT_ERR_INVALID, "%s: layout must be 0 or 1, got %lld",
+                            gt_kernel_op_name(c->op), (long long)layout);
     const gt_tensor *q = c->in[0], *k = c->in[1], *v = c->in[2];
     GT_TRY(gt_cpu_want_f32(c, q, "q", err));
     GT_TRY(gt_cpu_want_f32(c, k, "k", err));
@@ -38,24 +67,31 @@ static gt_status gt_cpu_attn_shapes(const gt_kernel_call *c, gt_cpu_attn *a, gt_
     GT_TRY(gt_kernel_want_rank(c, q, "q", 4, err));
     GT_TRY(gt_kernel_want_rank(c, k, "k", 4, err));
     GT_TRY(gt_kernel_want_rank(c, v, "v", 4, err));
+    int hd = layout ? 2 : 1, sd = layout ? 1 : 2; /* heads and sequence dims */
     *a = (gt_cpu_attn){.b = q->shape[0],
-                       .hq = q->shape[1],
-                       .hkv = k->shape[1],
-                       .s = q->shape[2],
-                       .t = k->shape[2],
+                       .hq = q->shape[hd],
+                       .hkv = k->shape[hd],
+                       .s = q->shape[sd],
+                       .t = k->shape[sd],
                        .d = q->shape[3],
                        .dv = v->shape[3],
+                       .layout = (int)layout,
                        .causal = c->i[0] != 0,
                        .scale = (float)c->f[0]};
     char bq[128], bk[128], bv[128];
-    if (k->shape[0] != a->b || v->shape[0] != a->b || v->shape[1] != a->hkv ||
-        v->shape[2] != a->t || k->shape[3] != a->d || a->hkv == 0 || a->hq % a->hkv != 0 ||
-        !gt_cpu_gemm_fits(a->s, a->t, a->d) || !gt_cpu_gemm_fits(a->dv, 1, 1))
+    /* layout 1 gives sgemm row strides up to hq * max(d, dv) as leading dimensions */
+    if (k->shape[0] != a->b || v->shape[0] != a->b || v->shape[hd] != a->hkv ||
+        v->shape[sd] != a->t || k->shape[3] != a->d || a->hkv == 0 || a->hq % a->hkv != 0 ||
+        !gt_cpu_gemm_fits(a->s, a->t, a->d) || !gt_cpu_gemm_fits(a->dv, 1, 1) ||
+        (layout == 1 && !gt_cpu_gemm_fits(a->hq * a->d, a->hq * a->dv, 1)))
         return gt_error_set(err, GT_ERR_SHAPE,
-                            "%s: q %s, k %s, v %s: expected q [b, hq, s, d], k [b, hkv, t, d], v "
-                            "[b, hkv, t, dv] with hq a multiple of hkv",
+                            "%s: q %s, k %s, v %s: expected %s with hq a multiple of hkv (layout "
+                            "%d)",
                             gt_kernel_op_name(c->op), gt_kernel_fmt(q, bq, sizeof bq),
-                            gt_kernel_fmt(k, bk, sizeof bk), gt_kernel_fmt(v, bv, sizeof bv));
+                            gt_kernel_fmt(k, bk, sizeof bk), gt_kernel_fmt(v, bv, sizeof bv),
+                            layout ? "q [b, s, hq, d], k [b, t, hkv, d], v [b, t, hkv, dv]"
+                                   : "q [b, hq, s, d], k [b, hkv, t, d], v [b, hkv, t, dv]",
+                            a->layout);
     if (a->causal && a->s != a->t)
         return gt_error_set(err, GT_ERR_INVALID,
                             "%s: causal attention needs as many queries as keys, got s = %lld, "
@@ -64,20 +100,22 @@ static gt_status gt_cpu_attn_shapes(const gt_kernel_call *c, gt_cpu_attn *a, gt_
     return GT_OK;
 }
 
-/* Checks t's shape is [b, h, n, last] (n and last as given; last < 0 = rank 3 [b, h, n]). */
+/* Checks t's shape is [b, h, n, last] ([b, n, h, last] in layout 1; n and last as given;
+ * last < 0 = lse, rank 3 [b, h, n] in both layouts). */
 static gt_status gt_cpu_attn_want(const gt_kernel_call *c, const gt_tensor *t, const char *what,
                                   const gt_cpu_attn *a, int64_t h, int64_t n, int64_t last,
                                   gt_error *err)
 {
     GT_TRY(gt_cpu_want_f32(c, t, what, err));
     int rank = last < 0 ? 3 : 4;
-    bool ok = t->ndim == rank && t->shape[0] == a->b && t->shape[1] == h && t->shape[2] == n &&
+    int64_t d1 = rank == 4 && a->layout == 1 ? n : h, d2 = rank == 4 && a->layout == 1 ? h : n;
+    bool ok = t->ndim == rank && t->shape[0] == a->b && t->shape[1] == d1 && t->shape[2] == d2 &&
               (rank == 3 || t->shape[3] == last);
     if (ok) return GT_OK;
     char bt[128];
     return gt_error_set(err, GT_ERR_SHAPE, "%s: %s is %s, expected [%lld, %lld, %lld%s%lld]",
-                        gt_kernel_op_name(c->op), what, gt_kernel_fmt(t, bt, sizeof bt), (long long)a->b,
-                        (long long)h, (long long)n, rank == 4 ? ", " : "",
+                        gt_kernel_op_name(c->op), what, gt_kernel_fmt(t, bt, sizeof bt),
+                        (long long)a->b, (long long)d1, (long long)d2, rank == 4 ? ", " : "",
                         rank == 4 ? (long long)last : 0LL);
 }
 
@@ -100,16 +138,24 @@ gt_status gt_cpu_sdpa(const gt_kernel_call *c, gt_error *err)
                             GT_CPU_ATTN_ROWS, (long long)a.t);
     const float *q = c->in[0]->data, *k = c->in[1]->data, *v = c->in[2]->data;
     float *out = c->out[0]->data, *lse = c->out[1]->data;
+    gt_cpu_attn_stride sq = gt_cpu_attn_strides(&a, a.hq, a.s, a.d);
+    gt_cpu_attn_stride sk = gt_cpu_attn_strides(&a, a.hkv, a.t, a.d);
+    gt_cpu_attn_stride sv = gt_cpu_attn_strides(&a, a.hkv, a.t, a.dv);
+    gt_cpu_attn_stride so = gt_cpu_attn_strides(&a, a.hq, a.s, a.dv);
     int64_t group = a.hq / a.hkv;
     for (int64_t bi = 0; bi < a.b; bi++) {
         for (int64_t h = 0; h < a.hq; h++) {
-            int64_t qh = bi * a.hq + h, kh = bi * a.hkv + h / group;
-            const float *kp = k + kh * a.t * a.d, *vp = v + kh * a.t * a.dv;
+            int64_t qh = bi * a.hq + h, kvh = h / group;
+            const float *kp = k + gt_cpu_attn_at(sk, bi, kvh),
+                        *vp = v + gt_cpu_attn_at(sv, bi, kvh);
+            const float *qb = q + gt_cpu_attn_at(sq, bi, h);
+            float *ob = out + gt_cpu_attn_at(so, bi, h);
             for (int64_t i0 = 0; i0 < a.s; i0 += GT_CPU_ATTN_ROWS) {
                 int64_t rows = a.s - i0 < GT_CPU_ATTN_ROWS ? a.s - i0 : GT_CPU_ATTN_ROWS;
                 int64_t tb = a.causal ? i0 + rows : a.t; /* keys any row of the block sees */
-                const float *qp = q + (qh * a.s + i0) * a.d;
-                gt_cpu_sgemm(false, true, rows, tb, a.d, a.scale, qp, kp, 0.0f, sc);
+                const float *qp = qb + i0 * sq.row;
+                gt_cpu_sgemm_ld(false, true, rows, tb, a.d, a.scale, qp, sq.row, kp, sk.row, 0.0f,
+                                sc, tb > 0 ? tb : 1);
                 for (int64_t r = 0; r < rows; r++) {
                     float *row = sc + r * tb;
                     int64_t nk = gt_cpu_attn_keys(&a, i0 + r);
@@ -129,8 +175,8 @@ gt_status gt_cpu_sdpa(const gt_kernel_call *c, gt_error *err)
                     /* No visible key (t == 0): lse = -inf and the row of out is 0. */
                     lse[qh * a.s + i0 + r] = nk > 0 ? (float)((double)m + log(sum)) : -INFINITY;
                 }
-                gt_cpu_sgemm(false, false, rows, a.dv, tb, 1.0f, sc, vp, 0.0f,
-                             out + (qh * a.s + i0) * a.dv);
+                gt_cpu_sgemm_ld(false, false, rows, a.dv, tb, 1.0f, sc, tb > 0 ? tb : 1, vp, sv.row,
+                                0.0f, ob + i0 * so.row, so.row);
             }
         }
     }
@@ -163,40 +209,53 @@ gt_status gt_cpu_sdpa_backward(const gt_kernel_call *c, gt_error *err)
         return gt_error_set(err, GT_ERR_NOMEM, "sdpa_backward: out of memory for %d x %lld blocks",
                             GT_CPU_ATTN_ROWS, (long long)a.t);
     }
+    gt_cpu_attn_stride sq = gt_cpu_attn_strides(&a, a.hq, a.s, a.d);
+    gt_cpu_attn_stride sk = gt_cpu_attn_strides(&a, a.hkv, a.t, a.d);
+    gt_cpu_attn_stride sv = gt_cpu_attn_strides(&a, a.hkv, a.t, a.dv);
+    gt_cpu_attn_stride so = gt_cpu_attn_strides(&a, a.hq, a.s, a.dv);
     int64_t group = a.hq / a.hkv;
     for (int64_t bi = 0; bi < a.b; bi++) {
         for (int64_t h = 0; h < a.hq; h++) {
-            int64_t qh = bi * a.hq + h, kh = bi * a.hkv + h / group;
-            const float *kp = k + kh * a.t * a.d, *vp = v + kh * a.t * a.dv;
-            float *dkp = dk + kh * a.t * a.d, *dvp = dv + kh * a.t * a.dv;
+            int64_t qh = bi * a.hq + h, kvh = h / group;
+            int64_t ko = gt_cpu_attn_at(sk, bi, kvh), vo = gt_cpu_attn_at(sv, bi, kvh);
+            const float *kp = k + ko, *vp = v + vo;
+            float *dkp = dk + ko, *dvp = dv + vo;
             for (int64_t i0 = 0; i0 < a.s; i0 += GT_CPU_ATTN_ROWS) {
                 int64_t rows = a.s - i0 < GT_CPU_ATTN_ROWS ? a.s - i0 : GT_CPU_ATTN_ROWS;
-                int64_t tb = a.causal ? i0 + rows : a.t;
-                int64_t qo = qh * a.s + i0;
-                const float *qp = q + qo * a.d, *op = o + qo * a.dv, *gp = dout + qo * a.dv;
+                int64_t tb = a.causal ? i0 + rows : a.t, ldp = tb > 0 ? tb : 1;
+                int64_t lo = qh * a.s + i0; /* lse row */
+                int64_t qo = gt_cpu_attn_at(sq, bi, h) + i0 * sq.row;
+                int64_t oo = gt_cpu_attn_at(so, bi, h) + i0 * so.row;
+                const float *qp = q + qo, *op = o + oo, *gp = dout + oo;
                 /* P = exp(scale q k^T - lse), 0 where masked or where no key is visible. */
-                gt_cpu_sgemm(false, true, rows, tb, a.d, a.scale, qp, kp, 0.0f, p);
+                gt_cpu_sgemm_ld(false, true, rows, tb, a.d, a.scale, qp, sq.row, kp, sk.row, 0.0f,
+                                p, ldp);
                 for (int64_t r = 0; r < rows; r++) {
-                    float *row = p + r * tb, l = lse[qo + r];
+                    float *row = p + r * tb, l = lse[lo + r];
                     int64_t nk = isinf(l) && l < 0 ? 0 : gt_cpu_attn_keys(&a, i0 + r);
                     for (int64_t j = 0; j < nk; j++)
                         row[j] = expf(row[j] - l);
                     for (int64_t j = nk; j < tb; j++)
                         row[j] = 0.0f;
                 }
-                gt_cpu_sgemm(true, false, tb, a.dv, rows, 1.0f, p, gp, 1.0f,
-                             dvp); /* dV += P^T dO */
-                gt_cpu_sgemm(false, true, rows, tb, a.dv, 1.0f, gp, vp, 0.0f, dp); /* dP = dO V^T */
+                /* dV += P^T dO */
+                gt_cpu_sgemm_ld(true, false, tb, a.dv, rows, 1.0f, p, ldp, gp, so.row, 1.0f, dvp,
+                                sv.row);
+                /* dP = dO V^T */
+                gt_cpu_sgemm_ld(false, true, rows, tb, a.dv, 1.0f, gp, so.row, vp, sv.row, 0.0f, dp,
+                                ldp);
                 for (int64_t r = 0; r < rows; r++) {
                     double dsum = 0.0; /* D_i = dO_i . O_i */
                     for (int64_t j = 0; j < a.dv; j++)
-                        dsum += (double)gp[r * a.dv + j] * op[r * a.dv + j];
+                        dsum += (double)gp[r * so.row + j] * op[r * so.row + j];
                     float di = (float)dsum, *pr = p + r * tb, *dr = dp + r * tb;
                     for (int64_t j = 0; j < tb; j++)
                         dr[j] = pr[j] * (dr[j] - di);
                 }
-                gt_cpu_sgemm(false, false, rows, a.d, tb, a.scale, dp, kp, 0.0f, dq + qo * a.d);
-                gt_cpu_sgemm(true, false, tb, a.d, rows, a.scale, dp, qp, 1.0f, dkp);
+                gt_cpu_sgemm_ld(false, false, rows, a.d, tb, a.scale, dp, ldp, kp, sk.row, 0.0f,
+                                dq + qo, sq.row);
+                gt_cpu_sgemm_ld(true, false, tb, a.d, rows, a.scale, dp, ldp, qp, sq.row, 1.0f, dkp,
+                                sk.row);
             }
         }
     }

@@ -79,6 +79,11 @@ gt_status gt_cpu_sum_strided(const gt_kernel_call *c, const gt_tensor *x, const 
  * scales C by beta (0 gives zeros). The dims must fit OpenBLAS's int (gt_cpu_gemm_fits). */
 void gt_cpu_sgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float *a,
                   const float *b, float beta, float *c);
+/* gt_cpu_sgemm with explicit leading dimensions (elements between consecutive stored rows of A,
+ * B and C; each at least its stored row length): the same products in the same order, on rows
+ * that sit inside a larger row-major tensor (sdpa's [b, s, heads, d] layout). */
+void gt_cpu_sgemm_ld(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float *a,
+                     int64_t lda, const float *b, int64_t ldb, float beta, float *c, int64_t ldc);
 bool gt_cpu_gemm_fits(int64_t m, int64_t n, int64_t k);
 
 #endif

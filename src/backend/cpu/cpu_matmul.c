@@ -27,20 +27,30 @@ static int gt_cpu_ld(int64_t cols)
 void gt_cpu_sgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float *a,
                   const float *b, float beta, float *c)
 {
+    gt_cpu_sgemm_ld(ta, tb, m, n, k, alpha, a, gt_cpu_ld(ta ? m : k), b, gt_cpu_ld(tb ? k : n),
+                    beta, c, gt_cpu_ld(n));
+}
+
+void gt_cpu_sgemm_ld(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float *a,
+                     int64_t lda, const float *b, int64_t ldb, float beta, float *c, int64_t ldc)
+{
     if (m == 0 || n == 0) return;
     if (k == 0) {
         /* op(A) @ op(B) is all zeros; BLAS is not asked to handle the empty product. */
-        if (beta == 0.0f) {
-            memset(c, 0, (size_t)(m * n) * sizeof *c);
-        } else {
-            for (int64_t i = 0; i < m * n; i++)
-                c[i] *= beta;
+        for (int64_t i = 0; i < m; i++) {
+            float *row = c + i * ldc;
+            if (beta == 0.0f) {
+                memset(row, 0, (size_t)n * sizeof *row);
+            } else {
+                for (int64_t j = 0; j < n; j++)
+                    row[j] *= beta;
+            }
         }
         return;
     }
+    GT_CHECK(lda <= INT_MAX && ldb <= INT_MAX && ldc <= INT_MAX);
     cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
-                (int)m, (int)n, (int)k, alpha, a, gt_cpu_ld(ta ? m : k), b, gt_cpu_ld(tb ? k : n),
-                beta, c, gt_cpu_ld(n));
+                (int)m, (int)n, (int)k, alpha, a, (int)lda, b, (int)ldb, beta, c, (int)ldc);
 }
 
 gt_status gt_cpu_matmul(const gt_kernel_call *c, gt_error *err)

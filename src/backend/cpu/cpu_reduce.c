@@ -77,6 +77,31 @@ gt_status gt_cpu_mean(const gt_kernel_call *c, gt_error *err)
     return gt_cpu_sum_or_mean(c, err);
 }
 
+/* The squares (each rounded to f32, as mul's kernel rounds) summed as sum sums them: bitwise
+ * sum(mul(x, x)). Widening a bf16 x to f32 happened in the dispatcher (exact). */
+gt_status gt_cpu_sum_squares(const gt_kernel_call *c, gt_error *err)
+{
+    const gt_tensor *x = c->in[0];
+    gt_tensor *out = c->out[0];
+    GT_TRY(gt_cpu_want_f32(c, x, "input", err));
+    GT_TRY(gt_cpu_want_f32(c, out, "output", err));
+    int64_t ostride[GT_MAX_DIMS], count;
+    GT_TRY(gt_cpu_reduce_layout(c, x, out, "output", ostride, &count, err));
+    int64_t n = gt_tensor_numel(x);
+    gt_tensor sq = *x;
+    sq.data = malloc(n > 0 ? (size_t)n * sizeof(float) : 1);
+    if (!sq.data)
+        return gt_error_set(err, GT_ERR_NOMEM, "sum_squares: out of memory for %lld squares",
+                            (long long)n);
+    const float *xp = x->data;
+    float *q = sq.data;
+    for (int64_t i = 0; i < n; i++)
+        q[i] = xp[i] * xp[i];
+    gt_status st = gt_cpu_sum_strided(c, &sq, ostride, out->data, gt_tensor_numel(out), 1.0, err);
+    free(sq.data);
+    return st;
+}
+
 gt_status gt_cpu_max(const gt_kernel_call *c, gt_error *err)
 {
     const gt_tensor *x = c->in[0];

@@ -2,6 +2,11 @@
  *
  *   q: [b, hq, s, d], k: [b, hkv, t, d], v: [b, hkv, t, dv]; query head h reads kv head
  *   h / (hq / hkv). S = scale * q k^T; causal masks key j > query i (needs s == t).
+ *   Layout 1 (attribute 1): q, k, v, out and the gradients are [b, s, heads, d] instead; the
+ *   kernels read and write them in place: a (batch, head) starts at bi * heads * n * w + h * w
+ *   and its rows are heads * w apart (layout 0: + h * n * w, rows w apart). Only the addresses
+ *   differ, so the results are bitwise those of layout 0 on the transposed tensors. lse (and D)
+ *   are [b, hq, s] in both layouts.
  *
  * Forward, one block per (batch, head, tile of GT_ATT_BQ queries), key tiles of GT_ATT_BK in order,
  * online softmax per row:  m' = max(m, max_j S_j);  l' = l e^(m - m') + sum_j e^(S_j - m');
@@ -31,7 +36,21 @@ typedef struct {
     int64_t b, hq, hkv, s, t, d, dv;
     int causal;
     float scale;
+    int layout; /* 0: [b, heads, n, w]; 1: [b, n, heads, w] */
 } gt_att;
+
+/* Element offset of head h of batch bi in a tensor of `heads` heads of n rows of width w. */
+__device__ __forceinline__ int64_t gt_att_at(const gt_att &a, int64_t bi, int64_t h, int64_t heads,
+                                             int64_t n, int64_t w)
+{
+    return bi * heads * n * w + h * (a.layout ? w : n * w);
+}
+
+/* Elements between consecutive rows of one head of such a tensor. */
+__device__ __forceinline__ int64_t gt_att_ld(const gt_att &a, int64_t heads, int64_t w)
+{
+    return a.layout ? heads * w : w;
+}
 
 /* True when query row i (absolute) may see key j (absolute). */
 __device__ __forceinline__ bool gt_att_visible(const gt_att &a, int64_t i, int64_t j)
@@ -39,13 +58,14 @@ __device__ __forceinline__ bool gt_att_visible(const gt_att &a, int64_t i, int64
     return i < a.s && j < a.t && !(a.causal && j > i);
 }
 
-/* Loads rows [r0, r0 + n) of a [rows, w] matrix at p into sh ([n, w]); rows past `rows` are 0. */
+/* Loads rows [r0, r0 + n) of a [rows, w] matrix at p + base whose rows are ld elements apart into
+ * sh ([n, w]); rows past `rows` are 0. */
 __device__ __forceinline__ void gt_att_load(float *sh, const void *p, int dt, int64_t base,
-                                            int64_t r0, int n, int64_t rows, int64_t w)
+                                            int64_t r0, int n, int64_t rows, int64_t w, int64_t ld)
 {
     for (int64_t idx = threadIdx.x; idx < n * w; idx += blockDim.x) {
         int64_t r = idx / w, c = idx - r * w;
-        sh[idx] = r0 + r < rows ? gt_ld(p, dt, base + (r0 + r) * w + c) : 0.0f;
+        sh[idx] = r0 + r < rows ? gt_ld(p, dt, base + (r0 + r) * ld + c) : 0.0f;
     }
 }
 
@@ -58,8 +78,12 @@ __global__ void __launch_bounds__(GT_ATT_THREADS)
     float *os = vs + GT_ATT_BK * a.dv, *ss = os + GT_ATT_BQ * a.dv;
     float *mrow = ss + GT_ATT_BQ * GT_ATT_BK, *lrow = mrow + GT_ATT_BQ, *arow = lrow + GT_ATT_BQ;
     int64_t bh = blockIdx.y, bi = bh / a.hq, h = bh - bi * a.hq;
-    int64_t kh = bi * a.hkv + h / (a.hq / a.hkv), q0 = (int64_t)blockIdx.x * GT_ATT_BQ;
-    gt_att_load(qs, q, dq, bh * a.s * a.d, q0, GT_ATT_BQ, a.s, a.d);
+    int64_t kvh = h / (a.hq / a.hkv), q0 = (int64_t)blockIdx.x * GT_ATT_BQ;
+    int64_t ko = gt_att_at(a, bi, kvh, a.hkv, a.t, a.d),
+            vo = gt_att_at(a, bi, kvh, a.hkv, a.t, a.dv);
+    int64_t kld = gt_att_ld(a, a.hkv, a.d), vld = gt_att_ld(a, a.hkv, a.dv);
+    gt_att_load(qs, q, dq, gt_att_at(a, bi, h, a.hq, a.s, a.d), q0, GT_ATT_BQ, a.s, a.d,
+                gt_att_ld(a, a.hq, a.d));
     for (int idx = threadIdx.x; idx < GT_ATT_BQ * a.dv; idx += blockDim.x)
         os[idx] = 0.0f;
     for (int r = threadIdx.x; r < GT_ATT_BQ; r += blockDim.x) {
@@ -69,8 +93,8 @@ __global__ void __launch_bounds__(GT_ATT_THREADS)
     int64_t kend = a.causal ? min(a.t, q0 + GT_ATT_BQ) : a.t;
     for (int64_t k0 = 0; k0 < kend; k0 += GT_ATT_BK) {
         __syncthreads();
-        gt_att_load(ks, k, dk, kh * a.t * a.d, k0, GT_ATT_BK, a.t, a.d);
-        gt_att_load(vs, v, dv, kh * a.t * a.dv, k0, GT_ATT_BK, a.t, a.dv);
+        gt_att_load(ks, k, dk, ko, k0, GT_ATT_BK, a.t, a.d, kld);
+        gt_att_load(vs, v, dv, vo, k0, GT_ATT_BK, a.t, a.dv, vld);
         __syncthreads();
         for (int idx = threadIdx.x; idx < GT_ATT_BQ * GT_ATT_BK; idx += blockDim.x) {
             int r = idx / GT_ATT_BK, j = idx - r * GT_ATT_BK;
@@ -110,11 +134,12 @@ __global__ void __launch_bounds__(GT_ATT_THREADS)
         }
     }
     __syncthreads();
+    int64_t oo = gt_att_at(a, bi, h, a.hq, a.s, a.dv), old = gt_att_ld(a, a.hq, a.dv);
     for (int idx = threadIdx.x; idx < GT_ATT_BQ * a.dv; idx += blockDim.x) {
         int r = idx / (int)a.dv, c = idx - r * (int)a.dv;
         if (q0 + r >= a.s) continue;
         float l = lrow[r];
-        gt_st(out, dout, (bh * a.s + q0 + r) * a.dv + c, l > 0.0f ? os[idx] / l : 0.0f);
+        gt_st(out, dout, oo + (q0 + r) * old + c, l > 0.0f ? os[idx] / l : 0.0f);
     }
     for (int r = threadIdx.x; r < GT_ATT_BQ; r += blockDim.x) {
         if (q0 + r >= a.s) continue;
@@ -123,15 +148,18 @@ __global__ void __launch_bounds__(GT_ATT_THREADS)
     }
 }
 
-/* D_i = sum_c dO_ic O_ic, one thread per row (f32, index order). */
-__global__ void gt_k_sdpa_dsum(int64_t rows, int64_t dv, const void *o, int dto, const void *g,
+/* D_i = sum_c dO_ic O_ic, one thread per row i of [b, hq, s] (f32, index order). */
+__global__ void gt_k_sdpa_dsum(gt_att a, int64_t rows, const void *o, int dto, const void *g,
                                int dtg, float *dsum)
 {
     GT_GRID_STRIDE(i, rows)
     {
+        int64_t bh = i / a.s, r = i - bh * a.s, bi = bh / a.hq;
+        int64_t at =
+            gt_att_at(a, bi, bh - bi * a.hq, a.hq, a.s, a.dv) + r * gt_att_ld(a, a.hq, a.dv);
         float acc = 0.0f;
-        for (int64_t c = 0; c < dv; c++)
-            acc = fmaf(gt_ld(g, dtg, i * dv + c), gt_ld(o, dto, i * dv + c), acc);
+        for (int64_t c = 0; c < a.dv; c++)
+            acc = fmaf(gt_ld(g, dtg, at + c), gt_ld(o, dto, at + c), acc);
         dsum[i] = acc;
     }
 }
@@ -183,8 +211,12 @@ __global__ void __launch_bounds__(GT_ATT_THREADS)
     float *ls = dss + GT_ATT_BQ * GT_ATT_BK, *ds = ls + GT_ATT_BQ;
     int64_t bkh = blockIdx.y, bi = bkh / a.hkv, kvh = bkh - bi * a.hkv;
     int64_t k0 = (int64_t)blockIdx.x * GT_ATT_BK, group = a.hq / a.hkv;
-    gt_att_load(ks, k, dk, bkh * a.t * a.d, k0, GT_ATT_BK, a.t, a.d);
-    gt_att_load(vs, v, dv, bkh * a.t * a.dv, k0, GT_ATT_BK, a.t, a.dv);
+    int64_t ko = gt_att_at(a, bi, kvh, a.hkv, a.t, a.d),
+            vo = gt_att_at(a, bi, kvh, a.hkv, a.t, a.dv);
+    int64_t kld = gt_att_ld(a, a.hkv, a.d), vld = gt_att_ld(a, a.hkv, a.dv);
+    int64_t qld = gt_att_ld(a, a.hq, a.d), gld = gt_att_ld(a, a.hq, a.dv);
+    gt_att_load(ks, k, dk, ko, k0, GT_ATT_BK, a.t, a.d, kld);
+    gt_att_load(vs, v, dv, vo, k0, GT_ATT_BK, a.t, a.dv, vld);
     for (int idx = threadIdx.x; idx < GT_ATT_BK * a.d; idx += blockDim.x)
         dks[idx] = 0.0f;
     for (int idx = threadIdx.x; idx < GT_ATT_BK * a.dv; idx += blockDim.x)
@@ -192,11 +224,12 @@ __global__ void __launch_bounds__(GT_ATT_THREADS)
     /* With causal masking, query tiles wholly before k0 see none of these keys. */
     int64_t qstart = a.causal ? (k0 / GT_ATT_BQ) * GT_ATT_BQ : 0;
     for (int64_t hh = 0; hh < group; hh++) {
-        int64_t bh = bi * a.hq + kvh * group + hh;
+        int64_t h = kvh * group + hh, bh = bi * a.hq + h;
+        int64_t qo = gt_att_at(a, bi, h, a.hq, a.s, a.d), go = gt_att_at(a, bi, h, a.hq, a.s, a.dv);
         for (int64_t q0 = qstart; q0 < a.s; q0 += GT_ATT_BQ) {
             __syncthreads();
-            gt_att_load(qs, q, dq, bh * a.s * a.d, q0, GT_ATT_BQ, a.s, a.d);
-            gt_att_load(gs, g, dg, bh * a.s * a.dv, q0, GT_ATT_BQ, a.s, a.dv);
+            gt_att_load(qs, q, dq, qo, q0, GT_ATT_BQ, a.s, a.d, qld);
+            gt_att_load(gs, g, dg, go, q0, GT_ATT_BQ, a.s, a.dv, gld);
             gt_att_load_rows(a, bh, q0, lse, dlse, dsum, ls, ds);
             __syncthreads();
             gt_att_tile_grads(a, q0, k0, qs, gs, ks, vs, ls, ds, ps, dss);
@@ -219,12 +252,12 @@ __global__ void __launch_bounds__(GT_ATT_THREADS)
     }
     __syncthreads();
     for (int idx = threadIdx.x; idx < GT_ATT_BK * a.d; idx += blockDim.x) {
-        int j = idx / (int)a.d;
-        if (k0 + j < a.t) gt_st(dkout, ddk, (bkh * a.t + k0) * a.d + idx, a.scale * dks[idx]);
+        int j = idx / (int)a.d, c = idx - j * (int)a.d;
+        if (k0 + j < a.t) gt_st(dkout, ddk, ko + (k0 + j) * kld + c, a.scale * dks[idx]);
     }
     for (int idx = threadIdx.x; idx < GT_ATT_BK * a.dv; idx += blockDim.x) {
-        int j = idx / (int)a.dv;
-        if (k0 + j < a.t) gt_st(dvout, ddv, (bkh * a.t + k0) * a.dv + idx, dvs[idx]);
+        int j = idx / (int)a.dv, c = idx - j * (int)a.dv;
+        if (k0 + j < a.t) gt_st(dvout, ddv, vo + (k0 + j) * vld + c, dvs[idx]);
     }
 }
 
@@ -239,17 +272,22 @@ __global__ void __launch_bounds__(GT_ATT_THREADS)
     float *dss = ps + GT_ATT_BQ * GT_ATT_BK, *ls = dss + GT_ATT_BQ * GT_ATT_BK,
           *ds = ls + GT_ATT_BQ;
     int64_t bh = blockIdx.y, bi = bh / a.hq, h = bh - bi * a.hq;
-    int64_t kh = bi * a.hkv + h / (a.hq / a.hkv), q0 = (int64_t)blockIdx.x * GT_ATT_BQ;
-    gt_att_load(qs, q, dq, bh * a.s * a.d, q0, GT_ATT_BQ, a.s, a.d);
-    gt_att_load(gs, g, dg, bh * a.s * a.dv, q0, GT_ATT_BQ, a.s, a.dv);
+    int64_t kvh = h / (a.hq / a.hkv), q0 = (int64_t)blockIdx.x * GT_ATT_BQ;
+    int64_t ko = gt_att_at(a, bi, kvh, a.hkv, a.t, a.d),
+            vo = gt_att_at(a, bi, kvh, a.hkv, a.t, a.dv);
+    int64_t kld = gt_att_ld(a, a.hkv, a.d), vld = gt_att_ld(a, a.hkv, a.dv);
+    int64_t qo = gt_att_at(a, bi, h, a.hq, a.s, a.d), qld = gt_att_ld(a, a.hq, a.d);
+    gt_att_load(qs, q, dq, qo, q0, GT_ATT_BQ, a.s, a.d, qld);
+    gt_att_load(gs, g, dg, gt_att_at(a, bi, h, a.hq, a.s, a.dv), q0, GT_ATT_BQ, a.s, a.dv,
+                gt_att_ld(a, a.hq, a.dv));
     gt_att_load_rows(a, bh, q0, lse, dlse, dsum, ls, ds);
     for (int idx = threadIdx.x; idx < GT_ATT_BQ * a.d; idx += blockDim.x)
         dqs[idx] = 0.0f;
     int64_t kend = a.causal ? min(a.t, q0 + GT_ATT_BQ) : a.t;
     for (int64_t k0 = 0; k0 < kend; k0 += GT_ATT_BK) {
         __syncthreads();
-        gt_att_load(ks, k, dk, kh * a.t * a.d, k0, GT_ATT_BK, a.t, a.d);
-        gt_att_load(vs, v, dv, kh * a.t * a.dv, k0, GT_ATT_BK, a.t, a.dv);
+        gt_att_load(ks, k, dk, ko, k0, GT_ATT_BK, a.t, a.d, kld);
+        gt_att_load(vs, v, dv, vo, k0, GT_ATT_BK, a.t, a.dv, vld);
         __syncthreads();
         gt_att_tile_grads(a, q0, k0, qs, gs, ks, vs, ls, ds, ps, dss);
         __syncthreads();
@@ -263,8 +301,8 @@ __global__ void __launch_bounds__(GT_ATT_THREADS)
     }
     __syncthreads();
     for (int idx = threadIdx.x; idx < GT_ATT_BQ * a.d; idx += blockDim.x) {
-        int r = idx / (int)a.d;
-        if (q0 + r < a.s) gt_st(dqout, ddq, (bh * a.s + q0) * a.d + idx, a.scale * dqs[idx]);
+        int r = idx / (int)a.d, c = idx - r * (int)a.d;
+        if (q0 + r < a.s) gt_st(dqout, ddq, qo + (q0 + r) * qld + c, a.scale * dqs[idx]);
     }
 }
 
@@ -273,19 +311,27 @@ __global__ void __launch_bounds__(GT_ATT_THREADS)
 static gt_status gt_cuda_att_shapes(const gt_kernel_call *c, gt_att *a, gt_error *err)
 {
     GT_TRY(gt_kernel_want_attrs(c, 1, 1, 0, err));
+    /* a call without the layout attribute (ni = 1) is layout 0 */
+    int64_t layout = c->ni > 1 ? c->i[1] : 0;
+    if (layout != 0 && layout != 1)
+        return gt_error_set(err, GT_ERR_INVALID, "%s: layout must be 0 or 1, got %lld",
+                            gt_kernel_op_name(c->op), (long long)layout);
     const gt_tensor *q = c->in[0], *k = c->in[1], *v = c->in[2];
     GT_TRY(gt_kernel_want_float(c, q, "q", err));
     GT_TRY(gt_kernel_want_float(c, k, "k", err));
     GT_TRY(gt_kernel_want_float(c, v, "v", err));
     if (q->ndim != 4 || k->ndim != 4 || v->ndim != 4)
         return gt_cuda_shape_error(c, "q, k, v must have rank 4", err);
-    *a = (gt_att){q->shape[0], q->shape[1], k->shape[1],  q->shape[2],   k->shape[2],
-                  q->shape[3], v->shape[3], c->i[0] != 0, (float)c->f[0]};
-    if (k->shape[0] != a->b || v->shape[0] != a->b || v->shape[1] != a->hkv ||
-        v->shape[2] != a->t || k->shape[3] != a->d || a->hkv == 0 || a->hq % a->hkv != 0)
+    int hd = layout ? 2 : 1, sd = layout ? 1 : 2; /* heads and sequence dims */
+    *a = (gt_att){q->shape[0], q->shape[hd], k->shape[hd], q->shape[sd],   k->shape[sd],
+                  q->shape[3], v->shape[3],  c->i[0] != 0, (float)c->f[0], (int)layout};
+    if (k->shape[0] != a->b || v->shape[0] != a->b || v->shape[hd] != a->hkv ||
+        v->shape[sd] != a->t || k->shape[3] != a->d || a->hkv == 0 || a->hq % a->hkv != 0)
         return gt_cuda_shape_error(c,
-                                   "expected q [b, hq, s, d], k [b, hkv, t, d], v [b, hkv, t, dv] "
-                                   "with hq a multiple of hkv",
+                                   layout ? "expected q [b, s, hq, d], k [b, t, hkv, d], v [b, t, "
+                                            "hkv, dv] with hq a multiple of hkv (layout 1)"
+                                          : "expected q [b, hq, s, d], k [b, hkv, t, d], v [b, "
+                                            "hkv, t, dv] with hq a multiple of hkv (layout 0)",
                                    err);
     if (a->causal && a->s != a->t)
         return gt_error_set(err, GT_ERR_INVALID,
@@ -303,14 +349,15 @@ static gt_status gt_cuda_att_want(const gt_kernel_call *c, const gt_tensor *t, c
                                   gt_error *err)
 {
     GT_TRY(gt_kernel_want_float(c, t, what, err));
-    int rank = last < 0 ? 3 : 4;
-    bool ok = t->ndim == rank && t->shape[0] == a->b && t->shape[1] == h && t->shape[2] == n &&
+    int rank = last < 0 ? 3 : 4; /* rank 3: lse, [b, h, n] in both layouts */
+    int64_t d1 = rank == 4 && a->layout ? n : h, d2 = rank == 4 && a->layout ? h : n;
+    bool ok = t->ndim == rank && t->shape[0] == a->b && t->shape[1] == d1 && t->shape[2] == d2 &&
               (rank == 3 || t->shape[3] == last);
     if (ok) return GT_OK;
     return gt_error_set(err, GT_ERR_SHAPE,
                         "%s: %s has the wrong shape, expected [%lld, %lld, %lld%s%lld]",
-                        gt_kernel_op_name(c->op), what, (long long)a->b, (long long)h, (long long)n,
-                        rank == 4 ? ", " : "", rank == 4 ? (long long)last : 0LL);
+                        gt_kernel_op_name(c->op), what, (long long)a->b, (long long)d1,
+                        (long long)d2, rank == 4 ? ", " : "", rank == 4 ? (long long)last : 0LL);
 }
 
 /* Raises the kernel's dynamic shared-memory limit to `bytes` (or fails naming the head dims). */
@@ -339,6 +386,12 @@ static gt_flash gt_cuda_att_flash(const gt_kernel_call *c, const gt_att *a)
     f.hkv = a->hkv;
     f.s = a->s;
     f.t = a->t;
+    /* d == dv on the flash path: q, o, g, out, dq share one set of strides, k, v, dk, dv another */
+    int64_t d = a->d;
+    f.sq = a->layout ? gt_flash_stride{a->hq * a->s * d, d, a->hq * d}
+                     : gt_flash_stride{a->hq * a->s * d, a->s * d, d};
+    f.skv = a->layout ? gt_flash_stride{a->hkv * a->t * d, d, a->hkv * d}
+                      : gt_flash_stride{a->hkv * a->t * d, a->t * d, d};
     f.d = (int)a->d;
     f.causal = a->causal;
     f.scale = a->scale;
@@ -419,7 +472,7 @@ gt_status gt_cuda_sdpa_backward(gt_cuda_stream *s, const gt_kernel_call *c, gt_e
         return gt_cuda_flash_bwd(s, c, &f, err);
     }
     gt_k_sdpa_dsum<<<gt_cuda_blocks(qrows), GT_CUDA_THREADS, 0, s->stream>>>(
-        qrows, a.dv, o->data, o->dtype, g->data, g->dtype, dsum);
+        a, qrows, o->data, o->dtype, g->data, g->dtype, dsum);
     GT_TRY(gt_cuda_launched(c, err));
     size_t tile = (size_t)(GT_ATT_BQ * GT_ATT_BK);
     if (a.t > 0) {

@@ -415,17 +415,33 @@ __global__ void gt_k_adamw(int64_t n, const void *p, int dp, const void *g, int 
     }
 }
 
-/* All f32 and 16-byte aligned: four elements per thread with 128-bit accesses (7 streams of 4 n
- * bytes each: p, g, m, v in; p', m', v' out). The tail (n % 4) goes to block 0. */
-__global__ void gt_k_adamw_vec(int64_t n4, int n_tail, const float *p, const float *g,
-                               const float *m, const float *v, const float *scalars,
-                               const float *clipp, float *po, float *mo, float *vo, double beta1,
-                               double beta2, double eps, double wd)
+/* Four gradient elements from 4 i on: one 16-byte (f32) or 8-byte (bf16, widened exactly) load. */
+__device__ __forceinline__ float4 gt_adamw_ld4(const float *g, int64_t i)
+{
+    return ((const float4 *)g)[i];
+}
+__device__ __forceinline__ float4 gt_adamw_ld4(const __nv_bfloat16 *g, int64_t i)
+{
+    uint2 r = ((const uint2 *)g)[i];
+    float2 a = __bfloat1622float2(*(const __nv_bfloat162 *)&r.x);
+    float2 b = __bfloat1622float2(*(const __nv_bfloat162 *)&r.y);
+    return make_float4(a.x, a.y, b.x, b.y);
+}
+
+/* p, m, v f32 and everything aligned: four elements per thread with 128-bit accesses (p, m, v in
+ * and p', m', v' out: 4 n bytes each; g: 4 n bytes in f32, 2 n in bf16 — the gradient norm and
+ * AdamW read bf16 gradients directly when the fusion pass drops their widening cast). The tail
+ * (n % 4) goes to block 0. */
+template <typename G>
+__global__ void gt_k_adamw_vec(int64_t n4, int n_tail, const float *p, const G *g, const float *m,
+                               const float *v, const float *scalars, const float *clipp, float *po,
+                               float *mo, float *vo, double beta1, double beta2, double eps,
+                               double wd)
 {
     gt_adamw_consts k = gt_adamw_make(scalars, clipp, beta1, beta2, eps, wd);
     GT_GRID_STRIDE(i, n4)
     {
-        float4 pv = ((const float4 *)p)[i], gv = ((const float4 *)g)[i];
+        float4 pv = ((const float4 *)p)[i], gv = gt_adamw_ld4(g, i);
         float4 mv = ((const float4 *)m)[i], vv = ((const float4 *)v)[i];
         gt_adamw_elem(k, pv.x, gv.x, mv.x, vv.x);
         gt_adamw_elem(k, pv.y, gv.y, mv.y, vv.y);
@@ -438,7 +454,7 @@ __global__ void gt_k_adamw_vec(int64_t n4, int n_tail, const float *p, const flo
     if (blockIdx.x == 0 && (int)threadIdx.x < n_tail) {
         int64_t i = n4 * 4 + threadIdx.x;
         float pv = p[i], mv = m[i], vv = v[i];
-        gt_adamw_elem(k, pv, g[i], mv, vv);
+        gt_adamw_elem(k, pv, (float)g[i], mv, vv);
         po[i] = pv;
         mo[i] = mv;
         vo[i] = vv;
@@ -480,16 +496,25 @@ gt_status gt_cuda_adamw(gt_cuda_stream *s, const gt_kernel_call *c, gt_error *er
     if (n == 0) return GT_OK;
     const void *ptrs[7] = {p->data,         c->in[1]->data,  c->in[2]->data, c->in[3]->data,
                            c->out[0]->data, c->out[1]->data, c->out[2]->data};
-    bool vec = p->dtype == GT_F32 && c->in[1]->dtype == GT_F32 && c->out[0]->dtype == GT_F32;
-    for (int k = 0; k < 7; k++)
+    gt_dtype gd = c->in[1]->dtype;
+    bool vec = p->dtype == GT_F32 && (gd == GT_F32 || gd == GT_BF16) && c->out[0]->dtype == GT_F32;
+    for (int k = 0; k < 7; k++) /* a bf16 gradient needs 8-byte alignment; 16 is asked of all */
         vec = vec && gt_aligned16(ptrs[k]);
     if (vec) {
         int64_t n4 = n / 4;
-        gt_k_adamw_vec<<<gt_pack_blocks(n4), GT_CUDA_THREADS, 0, s->stream>>>(
-            n4, (int)(n - n4 * 4), (const float *)p->data, (const float *)c->in[1]->data,
-            (const float *)c->in[2]->data, (const float *)c->in[3]->data,
-            (const float *)c->in[4]->data, (const float *)c->in[5]->data, (float *)c->out[0]->data,
-            (float *)c->out[1]->data, (float *)c->out[2]->data, beta1, beta2, eps, wd);
+        const float *pf = (const float *)p->data, *mf = (const float *)c->in[2]->data;
+        const float *vf = (const float *)c->in[3]->data, *sc = (const float *)c->in[4]->data;
+        const float *cl = (const float *)c->in[5]->data;
+        float *po = (float *)c->out[0]->data, *mo = (float *)c->out[1]->data;
+        float *vo = (float *)c->out[2]->data;
+        if (gd == GT_F32)
+            gt_k_adamw_vec<float><<<gt_pack_blocks(n4), GT_CUDA_THREADS, 0, s->stream>>>(
+                n4, (int)(n - n4 * 4), pf, (const float *)c->in[1]->data, mf, vf, sc, cl, po, mo,
+                vo, beta1, beta2, eps, wd);
+        else
+            gt_k_adamw_vec<__nv_bfloat16><<<gt_pack_blocks(n4), GT_CUDA_THREADS, 0, s->stream>>>(
+                n4, (int)(n - n4 * 4), pf, (const __nv_bfloat16 *)c->in[1]->data, mf, vf, sc, cl,
+                po, mo, vo, beta1, beta2, eps, wd);
         return gt_cuda_launched(c, err);
     }
     gt_k_adamw<<<gt_cuda_blocks(n), GT_CUDA_THREADS, 0, s->stream>>>(

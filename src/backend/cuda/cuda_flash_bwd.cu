@@ -25,24 +25,28 @@
 static constexpr float GT_LOG2E = 1.4426950408889634f;
 
 /* D_i with 8 lanes per row (a warp does 4 rows): lane sums its 8 products in order, then a fixed
- * xor butterfly over the 8 lanes (row length D = 8 * 8 at most 128: lanes loop over columns). */
-template <int D> __global__ void gt_k_flash_dsum(gt_flash f, float *dsum, float *lse2, int64_t rows)
+ * xor butterfly over the 8 lanes (row length D = 8 * 8 at most 128: lanes loop over columns).
+ * blockIdx.y is the (batch, head) bh, so a row's O and dO are at one base plus i * row stride. */
+template <int D> __global__ void gt_k_flash_dsum(gt_flash f, float *dsum, float *lse2)
 {
-    int64_t row = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) / 8;
+    int64_t i = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) / 8;
+    int64_t bh = blockIdx.y, bi = bh / f.hq, row = bh * f.s + i; /* row of lse, D, lse2 */
     int sub = threadIdx.x % 8;
     float acc = 0.0f;
-    if (row < rows)
+    if (i < f.s) {
+        int64_t at = gt_flash_at(f.sq, bi, bh - bi * f.hq) + i * f.sq.row;
         for (int c = sub * 8; c < D; c += 64) {
-            uint4 a = *(const uint4 *)(f.o + row * D + c), b = *(const uint4 *)(f.g + row * D + c);
+            uint4 a = *(const uint4 *)(f.o + at + c), b = *(const uint4 *)(f.g + at + c);
             const __nv_bfloat16 *pa = (const __nv_bfloat16 *)&a, *pb = (const __nv_bfloat16 *)&b;
 #pragma unroll
             for (int e = 0; e < 8; e++)
                 acc = fmaf(__bfloat162float(pb[e]), __bfloat162float(pa[e]), acc);
         }
+    }
     acc += __shfl_xor_sync(0xffffffffu, acc, 1);
     acc += __shfl_xor_sync(0xffffffffu, acc, 2);
     acc += __shfl_xor_sync(0xffffffffu, acc, 4);
-    if (row < rows && sub == 0) {
+    if (i < f.s && sub == 0) {
         dsum[row] = acc;
         float l = f.lse[row];
         lse2[row] = l == -INFINITY ? INFINITY : l * GT_LOG2E;
@@ -138,9 +142,10 @@ __global__ void __launch_bounds__(32 * WARPS, MINB) gt_k_flash_dkdv(gt_flash f)
         unsigned char *sb = stages + (it & 1) * sm_::stage;
         __nv_bfloat16 *qs = (__nv_bfloat16 *)sb, *gs = qs + BQ * LD;
         float *lsm = (float *)(gs + BQ * LD), *dsm = lsm + BQ;
-        int64_t bh = bi * f.hq + kvh * group + it / nq, q0 = qstart + (it % nq) * BQ;
-        gt_flash_load_async<BQ, D>(qs, f.q + bh * f.s * D, q0, f.s);
-        gt_flash_load_async<BQ, D>(gs, f.g + bh * f.s * D, q0, f.s);
+        int64_t h = kvh * group + it / nq, bh = bi * f.hq + h, q0 = qstart + (it % nq) * BQ;
+        int64_t qo = gt_flash_at(f.sq, bi, h);
+        gt_flash_load_async<BQ, D, 32 * WARPS>(qs, f.q + qo, q0, f.s, f.sq.row);
+        gt_flash_load_async<BQ, D, 32 * WARPS>(gs, f.g + qo, q0, f.s, f.sq.row);
         for (int r = threadIdx.x; r < BQ; r += blockDim.x) {
             bool in = q0 + r < f.s;
             int64_t at = in ? bh * f.s + q0 + r : 0;
@@ -148,8 +153,9 @@ __global__ void __launch_bounds__(32 * WARPS, MINB) gt_k_flash_dkdv(gt_flash f)
             gt_cp_async4(dsm + r, f.dsum + at, in);
         }
     };
-    gt_flash_load_async<BK, D>(ks, f.k + bkh * f.t * D, k0, f.t);
-    gt_flash_load_async<BK, D>(vs, f.v + bkh * f.t * D, k0, f.t);
+    int64_t kvo = gt_flash_at(f.skv, bi, kvh);
+    gt_flash_load_async<BK, D, 32 * WARPS>(ks, f.k + kvo, k0, f.t, f.skv.row);
+    gt_flash_load_async<BK, D, 32 * WARPS>(vs, f.v + kvo, k0, f.t, f.skv.row);
     if (total > 0) issue(0);
     gt_cp_commit();
     gt_cp_wait<0>();
@@ -271,8 +277,8 @@ __global__ void __launch_bounds__(32 * WARPS, MINB) gt_k_flash_dkdv(gt_flash f)
         for (int i = 0; i < 2; i++) {
             int64_t key = kw + mt * 16 + lane / 4 + i * 8;
             if (key >= f.t) continue;
-            __nv_bfloat16 *kp = f.dk + (bkh * f.t + key) * D + cq,
-                          *vp = f.dv + (bkh * f.t + key) * D + cq;
+            __nv_bfloat16 *kp = f.dk + kvo + key * f.skv.row + cq,
+                          *vp = f.dv + kvo + key * f.skv.row + cq;
 #pragma unroll
             for (int n = 0; n < D / 8; n++) {
                 *(uint32_t *)(kp + n * 8) =
@@ -297,13 +303,13 @@ __global__ void __launch_bounds__(32 * WARPS, MINB) gt_k_flash_dq(gt_flash f)
     __nv_bfloat16 *sm = (__nv_bfloat16 *)gt_flash_sm; /* stage st: K at sm + 2 st BK LD, V after */
     int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     int64_t bh = blockIdx.y, bi = bh / f.hq, h = bh - bi * f.hq;
-    int64_t kh = bi * f.hkv + h / (f.hq / f.hkv);
+    int64_t kvo = gt_flash_at(f.skv, bi, h / (f.hq / f.hkv)), qo = gt_flash_at(f.sq, bi, h);
     int64_t q0 = (int64_t)(gridDim.x - 1 - blockIdx.x) * BQ, qw = q0 + warp * RW;
-    const __nv_bfloat16 *kp = f.k + kh * f.t * D, *vp = f.v + kh * f.t * D;
+    const __nv_bfloat16 *kp = f.k + kvo, *vp = f.v + kvo;
     /* Q and dO fragments through shared memory (registers for the whole key loop). */
     uint32_t qf[MT][D / 16][4], gf[MT][D / 16][4];
-    gt_flash_load<BQ, D>(sm, f.q + bh * f.s * D, q0, f.s);
-    gt_flash_load<BQ, D>(sm + BQ * LD, f.g + bh * f.s * D, q0, f.s);
+    gt_flash_load<BQ, D>(sm, f.q + qo, q0, f.s, f.sq.row);
+    gt_flash_load<BQ, D>(sm + BQ * LD, f.g + qo, q0, f.s, f.sq.row);
     __syncthreads();
 #pragma unroll
     for (int mt = 0; mt < MT; mt++)
@@ -330,15 +336,15 @@ __global__ void __launch_bounds__(32 * WARPS, MINB) gt_k_flash_dq(gt_flash f)
             dq[mt][n][0] = dq[mt][n][1] = dq[mt][n][2] = dq[mt][n][3] = 0.0f;
     int64_t kend = f.causal ? min(f.t, q0 + BQ) : f.t;
     /* Double buffer: key tile j + 1 streams in by cp.async while tile j is multiplied. */
-    gt_flash_load_async<BK, D>(sm, kp, 0, f.t);
-    gt_flash_load_async<BK, D>(sm + BK * LD, vp, 0, f.t);
+    gt_flash_load_async<BK, D, 32 * WARPS>(sm, kp, 0, f.t, f.skv.row);
+    gt_flash_load_async<BK, D, 32 * WARPS>(sm + BK * LD, vp, 0, f.t, f.skv.row);
     gt_cp_commit();
     int st = 0;
     for (int64_t k0 = 0; k0 < kend; k0 += BK, st ^= 1) {
         if (k0 + BK < kend) {
             __nv_bfloat16 *nx = sm + 2 * (st ^ 1) * BK * LD;
-            gt_flash_load_async<BK, D>(nx, kp, k0 + BK, f.t);
-            gt_flash_load_async<BK, D>(nx + BK * LD, vp, k0 + BK, f.t);
+            gt_flash_load_async<BK, D, 32 * WARPS>(nx, kp, k0 + BK, f.t, f.skv.row);
+            gt_flash_load_async<BK, D, 32 * WARPS>(nx + BK * LD, vp, k0 + BK, f.t, f.skv.row);
         }
         gt_cp_commit();
         gt_cp_wait<1>();
@@ -409,7 +415,7 @@ __global__ void __launch_bounds__(32 * WARPS, MINB) gt_k_flash_dq(gt_flash f)
         for (int i = 0; i < 2; i++) {
             int64_t row = qw + mt * 16 + lane / 4 + i * 8;
             if (row >= f.s) continue;
-            __nv_bfloat16 *p = f.dq + (bh * f.s + row) * D + cq;
+            __nv_bfloat16 *p = f.dq + qo + row * f.sq.row + cq;
 #pragma unroll
             for (int n = 0; n < D / 8; n++)
                 *(uint32_t *)(p + n * 8) =
@@ -423,9 +429,8 @@ template <int D>
 static gt_status gt_flash_dsum_launch(gt_cuda_stream *s, const gt_kernel_call *c, const gt_flash *f,
                                       gt_error *err)
 {
-    int64_t rows = f->b * f->hq * f->s;
-    gt_k_flash_dsum<D><<<(unsigned)((rows * 8 + 255) / 256), 256, 0, s->stream>>>(
-        *f, (float *)f->dsum, (float *)f->lse2, rows);
+    dim3 grid((unsigned)((f->s * 8 + 255) / 256), (unsigned)(f->b * f->hq));
+    gt_k_flash_dsum<D><<<grid, 256, 0, s->stream>>>(*f, (float *)f->dsum, (float *)f->lse2);
     return gt_cuda_launched(c, err);
 }
 

@@ -139,12 +139,12 @@ __global__ void __launch_bounds__(32 * WARPS, MINB) gt_k_flash_fwd(gt_flash f)
     __nv_bfloat16 *sm = (__nv_bfloat16 *)gt_flash_sm;
     int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     int64_t bh = blockIdx.y, bi = bh / f.hq, h = bh - bi * f.hq;
-    int64_t kh = bi * f.hkv + h / (f.hq / f.hkv);
+    int64_t kvo = gt_flash_at(f.skv, bi, h / (f.hq / f.hkv)), qo = gt_flash_at(f.sq, bi, h);
     int64_t q0 = (int64_t)(gridDim.x - 1 - blockIdx.x) * BQ, qw = q0 + warp * RW;
-    const __nv_bfloat16 *kp = f.k + kh * f.t * D, *vp = f.v + kh * f.t * D;
+    const __nv_bfloat16 *kp = f.k + kvo, *vp = f.v + kvo;
 
     /* Q tile through shared memory into A fragments (registers for the whole key loop). */
-    gt_flash_load<BQ, D>(sm, f.q + bh * f.s * D, q0, f.s);
+    gt_flash_load<BQ, D>(sm, f.q + qo, q0, f.s, f.sq.row);
     __syncthreads();
     uint32_t qf[MT][D / 16][4];
 #pragma unroll
@@ -166,15 +166,15 @@ __global__ void __launch_bounds__(32 * WARPS, MINB) gt_k_flash_fwd(gt_flash f)
     int cq = (lane % 4) * 2;
     int64_t kend = f.causal ? min(f.t, q0 + BQ) : f.t;
     /* Double buffer: tile j + 1 streams in by cp.async while tile j is multiplied. */
-    gt_flash_load_async<BK, D>(sm, kp, 0, f.t);
-    gt_flash_load_async<BK, D>(sm + BK * LD, vp, 0, f.t);
+    gt_flash_load_async<BK, D, 32 * WARPS>(sm, kp, 0, f.t, f.skv.row);
+    gt_flash_load_async<BK, D, 32 * WARPS>(sm + BK * LD, vp, 0, f.t, f.skv.row);
     gt_cp_commit();
     int st = 0;
     for (int64_t k0 = 0; k0 < kend; k0 += BK, st ^= 1) {
         if (k0 + BK < kend) {
             __nv_bfloat16 *nx = sm + 2 * (st ^ 1) * BK * LD;
-            gt_flash_load_async<BK, D>(nx, kp, k0 + BK, f.t);
-            gt_flash_load_async<BK, D>(nx + BK * LD, vp, k0 + BK, f.t);
+            gt_flash_load_async<BK, D, 32 * WARPS>(nx, kp, k0 + BK, f.t, f.skv.row);
+            gt_flash_load_async<BK, D, 32 * WARPS>(nx + BK * LD, vp, k0 + BK, f.t, f.skv.row);
         }
         gt_cp_commit(); /* possibly empty: keeps one group per iteration */
         gt_cp_wait<1>();
@@ -205,7 +205,7 @@ __global__ void __launch_bounds__(32 * WARPS, MINB) gt_k_flash_fwd(gt_flash f)
             int64_t row = qw + mt * 16 + lane / 4 + i * 8;
             if (row >= f.s) continue;
             float inv = li > 0.0f ? 1.0f / li : 0.0f;
-            __nv_bfloat16 *op = f.out + (bh * f.s + row) * D + cq;
+            __nv_bfloat16 *op = f.out + qo + row * f.sq.row + cq;
 #pragma unroll
             for (int n = 0; n < D / 8; n++)
                 *(uint32_t *)(op + n * 8) =
@@ -218,6 +218,8 @@ __global__ void __launch_bounds__(32 * WARPS, MINB) gt_k_flash_fwd(gt_flash f)
 
 /* ---------------------------------------------------------------- host side */
 
+/* Either layout fits: a row starts (b, head, row) * D elements from the base in both, and with
+ * D a multiple of 16 every row of an aligned tensor is 16-byte aligned. */
 bool gt_cuda_flash_fits(const gt_kernel_call *c, int64_t d, int64_t dv, int64_t t)
 {
     if (d != dv || !(d == 16 || d == 32 || d == 64 || d == 128) || t <= 0) return false;

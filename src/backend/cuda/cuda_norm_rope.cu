@@ -120,6 +120,25 @@ __device__ __forceinline__ double gt_row_sum_dbl(double v, double *sh)
     return t;
 }
 
+/* gt_row_sum_dbl for two values at once (one pair of barriers for both); `sh` holds 32 double2. */
+__device__ __forceinline__ double2 gt_row_sum2_dbl(double a, double b, double2 *sh)
+{
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+        a += __shfl_xor_sync(0xffffffffu, a, o);
+        b += __shfl_xor_sync(0xffffffffu, b, o);
+    }
+    if ((threadIdx.x & 31) == 0) sh[threadIdx.x >> 5] = make_double2(a, b);
+    __syncthreads();
+    double2 t = make_double2(0.0, 0.0);
+    for (unsigned k = 0; k < (blockDim.x >> 5); k++) {
+        t.x += sh[k].x;
+        t.y += sh[k].y;
+    }
+    __syncthreads();
+    return t;
+}
+
 /* ---------------------------------------------------------------- rms_norm fast paths */
 
 /* Forward: block per row (grid-stride), thread t owns columns [8t, 8t + 8) of a row of d. */
@@ -153,13 +172,16 @@ __global__ void __launch_bounds__(1024)
 }
 
 /* Backward: block c handles rows [c * chunk, (c + 1) * chunk) in order, prefetching the next row
- * while it reduces the current one; partial[c * d + col] = sum over those rows of dy * xhat. */
+ * while it reduces the current one; partial[c * d + col] = sum over those rows of dy * xhat.
+ * The row's two sums, sum x^2 and sum w dy x, go through one block reduction: with
+ * s = rsqrt(mean x^2 + eps), mean(w dy xhat) = s * sum(w dy x) / d. The per-row barrier pairs are
+ * what bound this kernel (a block works through its rows one after another). */
 __global__ void __launch_bounds__(GT_RMS_BWD_THREADS)
     gt_k_rms_bwd8(int64_t rows, int64_t d, int64_t chunk, double eps, const void *x, int dxt,
                   const void *w, int dwt, const void *dy, int ddy, void *dx, int ddx,
                   double *partial)
 {
-    __shared__ double sh[32];
+    __shared__ double2 sh[32];
     int64_t j = (int64_t)threadIdx.x * 8, r0 = (int64_t)blockIdx.x * chunk;
     int64_t r1 = r0 + chunk < rows ? r0 + chunk : rows;
     bool act = j < d;
@@ -180,17 +202,16 @@ __global__ void __launch_bounds__(GT_RMS_BWD_THREADS)
         if (act) gt_ld8(w, dwt, j, wv);
         double ss = 0.0, dot = 0.0;
 #pragma unroll
-        for (int k = 0; k < 8; k++)
-            ss += (double)xv[k] * xv[k];
-        ss = gt_row_sum_dbl(ss, sh);
-        double s = 1.0 / sqrt(ss / (double)d + eps);
-#pragma unroll
         for (int k = 0; k < 8; k++) {
-            double xhat = (double)xv[k] * s;
-            dot += (double)wv[k] * gv[k] * xhat;
-            acc[k] += gv[k] * xhat;
+            ss += (double)xv[k] * xv[k];
+            dot += (double)wv[k] * gv[k] * xv[k];
         }
-        double mean = gt_row_sum_dbl(dot, sh) / (double)d;
+        double2 t = gt_row_sum2_dbl(ss, dot, sh);
+        double s = 1.0 / sqrt(t.x / (double)d + eps);
+        double mean = s * t.y / (double)d;
+#pragma unroll
+        for (int k = 0; k < 8; k++)
+            acc[k] += gv[k] * ((double)xv[k] * s);
         if (act) {
             float o[8];
 #pragma unroll

@@ -1,5 +1,5 @@
-/* cuda_reduce.cu — sum, mean, max, max_backward, sum_to and softmax (+backward); cross_entropy is
- * in cuda_loss.cu.
+/* cuda_reduce.cu — sum, mean, max, sum_squares, max_backward, sum_to and softmax (+backward);
+ * cross_entropy is in cuda_loss.cu.
  *
  * Reductions split x's dims into kept dims (the output's index space) and reduced dims, whose
  * elements are visited in row-major order. Short groups get one thread that sums in order; kept
@@ -45,7 +45,18 @@ __device__ __forceinline__ int64_t gt_red_off(const gt_cuda_index &ix, int64_t i
     return off[0];
 }
 
-/* kind 0 = sum (divided by `divisor`), 1 = max. */
+/* kind 0 = sum (divided by `divisor`), 1 = max, 2 = sum of squares: the term v becomes v * v
+ * rounded to f32 (as mul's kernel rounds it) before the double accumulation, and the rest is
+ * kind 0's arithmetic, so sum_squares(x) is bitwise sum(mul(x, x)). The kind is uniform per
+ * launch: the branch costs nothing next to the load. */
+#define GT_RED_SUM 0
+#define GT_RED_MAX 1
+#define GT_RED_SUMSQ 2
+__device__ __forceinline__ float gt_red_term(int kind, float v)
+{
+    return kind == GT_RED_SUMSQ ? __fmul_rn(v, v) : v;
+}
+
 __device__ __forceinline__ float gt_reduce_group_serial(const gt_cuda_reduce &r, int kind,
                                                         const void *x, int dx, int64_t base,
                                                         double divisor)
@@ -53,13 +64,13 @@ __device__ __forceinline__ float gt_reduce_group_serial(const gt_cuda_reduce &r,
     double acc = 0.0;
     float m = -INFINITY;
     for (int64_t k = 0; k < r.count; k++) {
-        float v = gt_ld(x, dx, base + gt_red_off(r.red, k));
-        if (kind == 0)
+        float v = gt_red_term(kind, gt_ld(x, dx, base + gt_red_off(r.red, k)));
+        if (kind != GT_RED_MAX)
             acc += v;
         else
             m = gt_nanmax(v, m);
     }
-    return kind == 0 ? (float)(acc / divisor) : m;
+    return kind != GT_RED_MAX ? (float)(acc / divisor) : m;
 }
 
 __global__ void gt_k_reduce_serial(gt_cuda_reduce r, int kind, const void *x, int dx, void *out,
@@ -88,18 +99,18 @@ __global__ void __launch_bounds__(GT_CUDA_THREADS)
         double acc = 0.0;
         float m = -INFINITY;
         for (int64_t k = k0 + threadIdx.x; k < k1; k += blockDim.x) {
-            float v = gt_ld(x, dx, base + gt_red_off(r.red, k));
-            if (kind == 0)
+            float v = gt_red_term(kind, gt_ld(x, dx, base + gt_red_off(r.red, k)));
+            if (kind != GT_RED_MAX)
                 acc += v;
             else
                 m = gt_nanmax(v, m);
         }
-        double t = kind == 0 ? gt_block_sum(acc, shd) : (double)gt_block_max(m, shf);
+        double t = kind != GT_RED_MAX ? gt_block_sum(acc, shd) : (double)gt_block_max(m, shf);
         if (threadIdx.x == 0) {
             if (splits > 1)
                 part[b] = t;
             else
-                gt_st(out, dout, g, kind == 0 ? (float)(t / divisor) : (float)t);
+                gt_st(out, dout, g, kind != GT_RED_MAX ? (float)(t / divisor) : (float)t);
         }
     }
 }
@@ -130,7 +141,7 @@ __global__ void __launch_bounds__(GT_CUDA_THREADS)
         double acc = 0.0;
         float m = -INFINITY;
         if (tid < head) {
-            float v = gt_ld(x, dx, s0 + tid);
+            float v = gt_red_term(kind, gt_ld(x, dx, s0 + tid));
             acc += v;
             m = gt_nanmax(v, m);
         }
@@ -146,6 +157,7 @@ __global__ void __launch_bounds__(GT_CUDA_THREADS)
                 io::to_f32(raw[u], f);
 #pragma unroll
                 for (int e = 0; e < V; e++) {
+                    f[e] = gt_red_term(kind, f[e]);
                     acc += f[e];
                     m = gt_nanmax(f[e], m);
                 }
@@ -156,21 +168,22 @@ __global__ void __launch_bounds__(GT_CUDA_THREADS)
             io::to_f32(io::ld(x, dx, s0 + head + k * V), f);
 #pragma unroll
             for (int e = 0; e < V; e++) {
+                f[e] = gt_red_term(kind, f[e]);
                 acc += f[e];
                 m = gt_nanmax(f[e], m);
             }
         }
         if (tail0 + tid < n) {
-            float v = gt_ld(x, dx, s0 + tail0 + tid);
+            float v = gt_red_term(kind, gt_ld(x, dx, s0 + tail0 + tid));
             acc += v;
             m = gt_nanmax(v, m);
         }
-        double t = kind == 0 ? gt_block_sum(acc, shd) : (double)gt_block_max(m, shf);
+        double t = kind != GT_RED_MAX ? gt_block_sum(acc, shd) : (double)gt_block_max(m, shf);
         if (tid == 0) {
             if (splits > 1)
                 part[b] = t;
             else
-                gt_st(out, dout, g, kind == 0 ? (float)(t / divisor) : (float)t);
+                gt_st(out, dout, g, kind != GT_RED_MAX ? (float)(t / divisor) : (float)t);
         }
     }
 }
@@ -188,12 +201,12 @@ __global__ void __launch_bounds__(GT_CUDA_THREADS)
         float m = -INFINITY;
         for (int64_t p = threadIdx.x; p < splits; p += blockDim.x) {
             double v = part[g * splits + p];
-            if (kind == 0)
+            if (kind != GT_RED_MAX)
                 acc += v;
             else
                 m = gt_nanmax((float)v, m);
         }
-        if (kind == 0) {
+        if (kind != GT_RED_MAX) {
             double t = gt_block_sum(acc, shd);
             if (threadIdx.x == 0) gt_st(out, dout, g, (float)(t / divisor));
         } else {
@@ -219,17 +232,17 @@ __global__ void gt_k_reduce_cols(gt_cuda_reduce r, int kind, const void *x, int 
         double acc = 0.0;
         float m = -INFINITY;
         for (int64_t k = k0; k < k1; k++) {
-            float v = gt_ld(x, dx, g + gt_red_off(r.red, k));
-            if (kind == 0)
+            float v = gt_red_term(kind, gt_ld(x, dx, g + gt_red_off(r.red, k)));
+            if (kind != GT_RED_MAX)
                 acc += v;
             else
                 m = gt_nanmax(v, m);
         }
-        double t = kind == 0 ? acc : (double)m;
+        double t = kind != GT_RED_MAX ? acc : (double)m;
         if (chunks > 1)
             part[i] = t;
         else
-            gt_st(out, dout, g, kind == 0 ? (float)(t / divisor) : (float)t);
+            gt_st(out, dout, g, kind != GT_RED_MAX ? (float)(t / divisor) : (float)t);
     }
 }
 
@@ -243,12 +256,12 @@ __global__ void gt_k_reduce_cols_finish(int64_t groups, int64_t chunks, int kind
         float m = -INFINITY;
         for (int64_t c = 0; c < chunks; c++) {
             double v = part[c * groups + g];
-            if (kind == 0)
+            if (kind != GT_RED_MAX)
                 acc += v;
             else
                 m = gt_nanmax((float)v, m);
         }
-        gt_st(out, dout, g, kind == 0 ? (float)(acc / divisor) : m);
+        gt_st(out, dout, g, kind != GT_RED_MAX ? (float)(acc / divisor) : m);
     }
 }
 
@@ -401,7 +414,10 @@ static gt_status gt_cuda_sum_mean_max(gt_cuda_stream *s, const gt_kernel_call *c
     if (c->op == GT_OP_MAX && r.count == 0 && r.groups > 0)
         return gt_error_set(err, GT_ERR_INVALID, "max: reduces an empty dim (no maximum exists)");
     double divisor = c->op == GT_OP_MEAN ? (double)r.count : 1.0;
-    return gt_cuda_reduce_run(s, c, &r, c->op == GT_OP_MAX ? 1 : 0, x, out, divisor, err);
+    int kind = c->op == GT_OP_MAX           ? GT_RED_MAX
+               : c->op == GT_OP_SUM_SQUARES ? GT_RED_SUMSQ
+                                            : GT_RED_SUM;
+    return gt_cuda_reduce_run(s, c, &r, kind, x, out, divisor, err);
 }
 
 gt_status gt_cuda_sum(gt_cuda_stream *s, const gt_kernel_call *c, gt_error *err)
@@ -413,6 +429,10 @@ gt_status gt_cuda_mean(gt_cuda_stream *s, const gt_kernel_call *c, gt_error *err
     return gt_cuda_sum_mean_max(s, c, err);
 }
 gt_status gt_cuda_max(gt_cuda_stream *s, const gt_kernel_call *c, gt_error *err)
+{
+    return gt_cuda_sum_mean_max(s, c, err);
+}
+gt_status gt_cuda_sum_squares(gt_cuda_stream *s, const gt_kernel_call *c, gt_error *err)
 {
     return gt_cuda_sum_mean_max(s, c, err);
 }
