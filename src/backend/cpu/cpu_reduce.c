@@ -1,4 +1,4 @@
-/* cpu_reduce.c — sum, mean, max, max_backward and sum_to.
+/* cpu_reduce.c — sum, mean, sum_squares, max, max_backward and sum_to.
  *
  * All of them walk x once in memory order and address the reduced output through strides that are
  * 0 on the reduced dims (gt_cpu_sum_strided). Each output element therefore receives its terms in
@@ -55,6 +55,9 @@ static gt_status gt_cpu_reduce_layout(const gt_kernel_call *c, const gt_tensor *
     return GT_OK;
 }
 
+/* sum, mean and sum_squares. sum_squares sums the squares, each rounded to f32 as mul's kernel
+ * rounds it, exactly as sum sums: bitwise sum(mul(x, x)) (a bf16 x was widened, exactly, by the
+ * dispatcher). */
 static gt_status gt_cpu_sum_or_mean(const gt_kernel_call *c, gt_error *err)
 {
     const gt_tensor *x = c->in[0];
@@ -65,28 +68,8 @@ static gt_status gt_cpu_sum_or_mean(const gt_kernel_call *c, gt_error *err)
     GT_TRY(gt_cpu_reduce_layout(c, x, out, "output", ostride, &count, err));
     /* mean of an empty group is 0/0 = NaN, as torch */
     double divisor = c->op == GT_OP_MEAN ? (double)count : 1.0;
-    return gt_cpu_sum_strided(c, x, ostride, out->data, gt_tensor_numel(out), divisor, err);
-}
-
-gt_status gt_cpu_sum(const gt_kernel_call *c, gt_error *err)
-{
-    return gt_cpu_sum_or_mean(c, err);
-}
-gt_status gt_cpu_mean(const gt_kernel_call *c, gt_error *err)
-{
-    return gt_cpu_sum_or_mean(c, err);
-}
-
-/* The squares (each rounded to f32, as mul's kernel rounds) summed as sum sums them: bitwise
- * sum(mul(x, x)). Widening a bf16 x to f32 happened in the dispatcher (exact). */
-gt_status gt_cpu_sum_squares(const gt_kernel_call *c, gt_error *err)
-{
-    const gt_tensor *x = c->in[0];
-    gt_tensor *out = c->out[0];
-    GT_TRY(gt_cpu_want_f32(c, x, "input", err));
-    GT_TRY(gt_cpu_want_f32(c, out, "output", err));
-    int64_t ostride[GT_MAX_DIMS], count;
-    GT_TRY(gt_cpu_reduce_layout(c, x, out, "output", ostride, &count, err));
+    if (c->op != GT_OP_SUM_SQUARES)
+        return gt_cpu_sum_strided(c, x, ostride, out->data, gt_tensor_numel(out), divisor, err);
     int64_t n = gt_tensor_numel(x);
     gt_tensor sq = *x;
     sq.data = malloc(n > 0 ? (size_t)n * sizeof(float) : 1);
@@ -100,6 +83,19 @@ gt_status gt_cpu_sum_squares(const gt_kernel_call *c, gt_error *err)
     gt_status st = gt_cpu_sum_strided(c, &sq, ostride, out->data, gt_tensor_numel(out), 1.0, err);
     free(sq.data);
     return st;
+}
+
+gt_status gt_cpu_sum(const gt_kernel_call *c, gt_error *err)
+{
+    return gt_cpu_sum_or_mean(c, err);
+}
+gt_status gt_cpu_mean(const gt_kernel_call *c, gt_error *err)
+{
+    return gt_cpu_sum_or_mean(c, err);
+}
+gt_status gt_cpu_sum_squares(const gt_kernel_call *c, gt_error *err)
+{
+    return gt_cpu_sum_or_mean(c, err);
 }
 
 gt_status gt_cpu_max(const gt_kernel_call *c, gt_error *err)
