@@ -222,4 +222,18 @@ static inline void free_array(gt_tensor *t, int32_t n)
     free(t);
 }
 
+/* The llama3 step tests' pipeline: every pass (the default memory policy, verified after each),
+ * with or without fusion. */
+static inline void compile_step(gt_graph *g, bool fusion)
+{
+    gt_error err = {0};
+    char *off[1] = {"fusion"};
+    gt_pass_options o = {.disable = fusion ? NULL : off,
+                         .n_disable = fusion ? 0 : 1,
+                         .verify_each = true,
+                         .quiet = true,
+                         .memory_policy = GT_MEMORY_POLICY_DEFAULT};
+    EXPECT_OK(gt_pass_run_pipeline(g, &o, NULL, &err), &err);
+}
+
 #endif

@@ -93,6 +93,24 @@ static inline int xfer(int fd, void *buf, size_t n, bool out, double deadline)
     return 0;
 }
 
+/* The next connection on the listening socket lfd, accepted before the deadline and made
+ * non-blocking; -1 when the deadline passes (or poll fails) first. */
+static inline int gt_socket_accept(int lfd, double deadline)
+{
+    for (;;) {
+        struct pollfd pf = {lfd, POLLIN, 0};
+        int ms = ms_left(deadline);
+        if (ms == 0) return -1;
+        int pr = poll(&pf, 1, ms);
+        if (pr < 0 && errno != EINTR) return -1;
+        if (pr <= 0) continue;
+        int fd = accept(lfd, NULL, NULL);
+        if (fd < 0) continue;
+        set_nonblocking(fd);
+        return fd;
+    }
+}
+
 /* A listening socket on port (0: any free port) on every interface, with the given backlog: IPv6
  * dual-stack, or IPv4 when the host has no IPv6. -1 with why filled on failure. */
 int gt_socket_listen(int port, int backlog, char *why, size_t why_len);

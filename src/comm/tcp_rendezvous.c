@@ -67,15 +67,8 @@ static gt_status rank0(int port, int size, const void *blob, size_t len, double 
     gt_status st = GT_OK;
     double deadline = gt_now_seconds() + timeout_s;
     while (served < size - 1) {
-        struct pollfd pf = {lfd, POLLIN, 0};
-        int ms = ms_left(deadline);
-        if (ms == 0) break;
-        int pr = poll(&pf, 1, ms);
-        if (pr < 0 && errno != EINTR) break;
-        if (pr <= 0) continue;
-        int fd = accept(lfd, NULL, NULL);
-        if (fd < 0) continue;
-        set_nonblocking(fd);
+        int fd = gt_socket_accept(lfd, deadline);
+        if (fd < 0) break;
         int r = serve_one(fd, size, seen, blob, len, deadline, port, err);
         close(fd);
         if (r < 0) {

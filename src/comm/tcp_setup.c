@@ -75,15 +75,8 @@ static gt_status accept_ranks(int lfd, int me, int size, int lo, int hi, int *fd
     for (int r = lo; r < hi; r++)
         missing += fd[r] < 0;
     while (missing > 0) {
-        struct pollfd pf = {lfd, POLLIN, 0};
-        int ms = ms_left(deadline);
-        if (ms == 0) break;
-        int pr = poll(&pf, 1, ms);
-        if (pr < 0 && errno != EINTR) break;
-        if (pr <= 0) continue;
-        int cfd = accept(lfd, NULL, NULL);
-        if (cfd < 0) continue;
-        set_nonblocking(cfd);
+        int cfd = gt_socket_accept(lfd, deadline);
+        if (cfd < 0) break;
         unsigned char h[20];
         /* a stray client gets at most one second to send its hello */
         double hd = gt_now_seconds() + 1.0 < deadline ? gt_now_seconds() + 1.0 : deadline;

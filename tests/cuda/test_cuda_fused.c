@@ -335,18 +335,6 @@ static void test_kernels(void)
 
 #define STEPS 3
 
-static void compile_step(gt_graph *g, bool fusion)
-{
-    gt_error err = {0};
-    char *off[1] = {"fusion"};
-    gt_pass_options o = {.disable = fusion ? NULL : off,
-                         .n_disable = fusion ? 0 : 1,
-                         .verify_each = true,
-                         .quiet = true,
-                         .memory_policy = GT_MEMORY_POLICY_DEFAULT};
-    EXPECT_OK(gt_pass_run_pipeline(g, &o, NULL, &err), &err);
-}
-
 /* STEPS steps of g's CUDA program from state init (not modified); step s's outputs into
  * out[(s - 1) * n_outputs + k]. */
 static bool gpu_steps(const step_graph *s, const gt_graph *g, const gt_tensor *init, gt_tensor *out)

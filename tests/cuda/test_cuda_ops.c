@@ -554,6 +554,19 @@ static void case_errors(void)
     k.out[0] = &bad;
     st = gt_cuda_run_kernel(&k, g_stream, &err);
     EXPECT(st == GT_ERR_SHAPE && strstr(err.msg, "embedding"), "shape: %s", err.msg);
+    gt_error_clear(&err);
+    /* embedding_backward flags the same id (dy [6, 4] -> dw [10, 4]): the position again */
+    int64_t rows = 10;
+    gt_kernel_call kb = {
+        .op = GT_OP_EMBEDDING_BACKWARD, .n_in = 2, .n_out = 1, .e = &rows, .ne = 1};
+    kb.in[0] = &di;
+    kb.in[1] = &dout;
+    kb.out[0] = &dw;
+    st = gt_cuda_run_kernel(&kb, g_stream, &err);
+    if (st == GT_OK) st = gt_cuda_stream_sync(g_stream, &err);
+    EXPECT(st == GT_ERR_INVALID && strstr(err.msg, "position 4"), "backward bad id: %s", err.msg);
+    gt_error_clear(&err);
+    EXPECT(gt_cuda_stream_sync(g_stream, &err) == GT_OK, "error word not cleared: %s", err.msg);
     gt_cuda_tensor_free(&bad);
     gt_cuda_tensor_free(&dw);
     gt_cuda_tensor_free(&di);

@@ -363,18 +363,6 @@ static void test_kernel_naive(void)
 
 #define STEPS 3
 
-static void compile_step(gt_graph *g, bool fusion)
-{
-    gt_error err = {0};
-    char *off[1] = {"fusion"};
-    gt_pass_options o = {.disable = fusion ? NULL : off,
-                         .n_disable = fusion ? 0 : 1,
-                         .verify_each = true,
-                         .quiet = true,
-                         .memory_policy = GT_MEMORY_POLICY_DEFAULT};
-    EXPECT_OK(gt_pass_run_pipeline(g, &o, NULL, &err), &err);
-}
-
 static void check_step(const char *flavor, gt_dtype compute)
 {
     step_graph s;

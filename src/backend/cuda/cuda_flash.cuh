@@ -174,6 +174,31 @@ __device__ __forceinline__ void gt_c_to_a(uint32_t a[4], const float c0[4], cons
     a[3] = gt_packf(c1[2], c1[3]);
 }
 
+/* acc += C B for a warp's MT row blocks: C is an f32 product the warp holds ([MT][CN / 8][4], e.g.
+ * P or dS over a key tile of CN columns), rounded to bf16 A fragments k-step by k-step, and B the
+ * [CN][D] bf16 tile at bs (row stride ld) in shared memory: O += P V, dQ += dS K. */
+template <int MT, int CN, int D>
+__device__ __forceinline__ void gt_flash_acc_cb(float (&acc)[MT][D / 8][4],
+                                                const float (&c)[MT][CN / 8][4],
+                                                const __nv_bfloat16 *bs, int ld, int lane)
+{
+#pragma unroll
+    for (int kc = 0; kc < CN / 16; kc++) {
+        uint32_t a[MT][4];
+#pragma unroll
+        for (int mt = 0; mt < MT; mt++)
+            gt_c_to_a(a[mt], c[mt][2 * kc], c[mt][2 * kc + 1]);
+#pragma unroll
+        for (int n = 0; n < D / 8; n += 2) {
+            uint32_t b[4];
+            gt_frag_b2(b, bs, ld, kc * 16, n * 8, lane);
+#pragma unroll
+            for (int mt = 0; mt < MT; mt++)
+                gt_mma_bf16x2(acc[mt][n], acc[mt][n + 1], a[mt], b);
+        }
+    }
+}
+
 /* Element offset of head h of batch bi (computed once per block; rows then add i * st.row). */
 __device__ __forceinline__ int64_t gt_flash_at(const gt_flash_stride &st, int64_t bi, int64_t h)
 {

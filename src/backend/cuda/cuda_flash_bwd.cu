@@ -389,22 +389,7 @@ __global__ void __launch_bounds__(32 * WARPS, MINB) gt_k_flash_dq(gt_flash f)
                     gt_flash_p_ds<BK / 8, false, false>(f, sc[mt], dp[mt], qw + mt * 16, k0, lane,
                                                         nullptr, nullptr, lse2[mt], dd[mt]);
             }
-#pragma unroll
-            for (int kc = 0; kc < BK / 16; kc++) {
-                uint32_t sa[MT][4];
-#pragma unroll
-                for (int mt = 0; mt < MT; mt++)
-                    gt_c_to_a(sa[mt], dp[mt][2 * kc], dp[mt][2 * kc + 1]);
-#pragma unroll
-                for (int n = 0; n < D / 8; n += 2) {
-                    uint32_t b[4];
-                    gt_frag_b2(b, ks, LD, kc * 16, n * 8, lane);
-#pragma unroll
-                    for (int mt = 0; mt < MT; mt++) {
-                        gt_mma_bf16x2(dq[mt][n], dq[mt][n + 1], sa[mt], b);
-                    }
-                }
-            }
+            gt_flash_acc_cb<MT, BK, D>(dq, dp, ks, LD, lane);
         }
         __syncthreads(); /* the next iteration's loads overwrite this stage */
     }

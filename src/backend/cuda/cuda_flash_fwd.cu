@@ -112,22 +112,7 @@ gt_flash_fwd_tile(const gt_flash &f, const uint32_t (&qf)[MT][D / 16][4], float 
             o[mt][n][3] *= alpha[1];
         }
     }
-#pragma unroll
-    for (int kc = 0; kc < BK / 16; kc++) {
-        uint32_t pa[MT][4];
-#pragma unroll
-        for (int mt = 0; mt < MT; mt++)
-            gt_c_to_a(pa[mt], sc[mt][2 * kc], sc[mt][2 * kc + 1]);
-#pragma unroll
-        for (int n = 0; n < D / 8; n += 2) {
-            uint32_t b[4];
-            gt_frag_b2(b, vs, LD, kc * 16, n * 8, lane);
-#pragma unroll
-            for (int mt = 0; mt < MT; mt++) {
-                gt_mma_bf16x2(o[mt][n], o[mt][n + 1], pa[mt], b);
-            }
-        }
-    }
+    gt_flash_acc_cb<MT, BK, D>(o, sc, vs, LD, lane);
 }
 
 template <int D, int WARPS, int MT, int BK, int MINB>

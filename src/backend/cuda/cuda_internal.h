@@ -51,6 +51,14 @@ struct gt_cuda_stream {
     gt_cuda_algo_entry cache[GT_CUDA_ALGO_CACHE];
 };
 
+/* dw[v, :] = sum of dy[p, :] over the positions p with ids[p] - row0 == v, in increasing p, for the
+ * dw->shape[0] rows v (cuda_layout.cu). Ids outside them add nowhere; with flag_foreign they are
+ * flagged on the stream's error word (embedding_backward), without it they are another rank's
+ * (embedding_shard_backward). The caller checked shapes, and ids and rows below 2^31 - 1. */
+gt_status gt_cuda_embedding_grad(gt_cuda_stream *s, const gt_kernel_call *c, const gt_tensor *ids,
+                                 const gt_tensor *dy, gt_tensor *dw, int64_t row0,
+                                 bool flag_foreign, gt_error *err);
+
 /* One prototype per op: gt_cuda_full, gt_cuda_add, ... */
 #define X(E, name, nin, nout, flags, schema)                                                       \
     gt_status gt_cuda_##name(gt_cuda_stream *s, const gt_kernel_call *c, gt_error *err);

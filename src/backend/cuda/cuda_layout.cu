@@ -9,14 +9,14 @@
  *   - another output dim is the input's contiguous one (a true transpose): 32x32 tiles through
  *     shared memory, so that both the reads and the writes are coalesced;
  *   - otherwise (a broadcast innermost dim): one element per thread, index-mapped.
- * embedding_backward sums in token order without atomics on floats: the token positions are
- * sorted by id with a stable LSD radix sort (8-bit digits, one block: per-tile digit ranks from
- * warp match masks, in position order), then one block per vocabulary row finds its run of
- * positions (found by one binary search per row, in parallel) and adds those rows of dy in
- * increasing position — the order a serial scatter-add gives. Work O(N * passes + V * D) instead of
- * the O(V * N) of a scan per row. */
+ * embedding_backward (and embedding_shard_backward, through gt_cuda_embedding_grad) sums in token
+ * order without atomics on floats: the token positions are sorted by id with CUB's stable radix
+ * sort, then one block per vocabulary row finds its run of positions (one binary search per row,
+ * in parallel) and adds those rows of dy in increasing position — the order a serial scatter-add
+ * gives. Work O(N * passes + V * D) instead of the O(V * N) of a scan per row. */
 #include "cuda_internal.h"
 
+#include <cub/device/device_radix_sort.cuh>
 #include <string.h>
 
 __device__ __forceinline__ void gt_copy_elem(char *dst, int64_t di, const char *src, int64_t si,
@@ -356,7 +356,8 @@ gt_status gt_cuda_slice_backward(gt_cuda_stream *s, const gt_kernel_call *c, gt_
         return gt_error_set(err, GT_ERR_INVALID,
                             "slice_backward: [%lld, %lld) outside dim %d of size %lld",
                             (long long)start, (long long)end, dim, (long long)size);
-    if (!gt_kernel_same_but(dy, out, dim) || dy->shape[dim] != end - start || out->shape[dim] != size)
+    if (!gt_kernel_same_but(dy, out, dim) || dy->shape[dim] != end - start ||
+        out->shape[dim] != size)
         return gt_cuda_shape_error(c, "output does not fit the slice", err);
     if (gt_tensor_nbytes(out) > 0)
         GT_TRY(gt_cuda_check(c, cudaMemsetAsync(out->data, 0, gt_tensor_nbytes(out), s->stream),
@@ -485,84 +486,22 @@ gt_status gt_cuda_embedding(gt_cuda_stream *s, const gt_kernel_call *c, gt_error
 }
 
 #define GT_EMB_THREADS 256
-#define GT_SORT_THREADS 1024
-#define GT_SORT_WARPS (GT_SORT_THREADS / 32)
 
-/* keys[p] = ids[p], or vocab for an id out of range (flagged; sorted past every row's run, so no
- * row sums it); vals[p] = p. */
-__global__ void gt_k_emb_keys(int64_t n, int64_t vocab, const void *ids, int dids, int32_t *keys,
-                              int32_t *vals, unsigned long long *flag)
+/* keys[p] = ids[p] - row0 when that is one of the vl rows, else vl (sorted past every row's run,
+ * so no row sums it; flagged when flag is given: embedding_backward's ids must all be rows, a
+ * shard's may belong to another rank); vals[p] = p. */
+__global__ void gt_k_emb_keys(int64_t n, int64_t row0, int64_t vl, const void *ids, int dids,
+                              int32_t *keys, int32_t *vals, int op, unsigned long long *flag)
 {
     GT_GRID_STRIDE(p, n)
     {
-        int64_t id = gt_ld_index(ids, dids, p);
-        if (id < 0 || id >= vocab) {
-            gt_flag(flag, GT_OP_EMBEDDING_BACKWARD, p, vocab);
-            id = vocab;
+        int64_t id = gt_ld_index(ids, dids, p) - row0;
+        if (id < 0 || id >= vl) {
+            if (flag) gt_flag(flag, op, p, vl);
+            id = vl;
         }
         keys[p] = (int32_t)id;
         vals[p] = (int32_t)p;
-    }
-}
-
-/* Stable LSD radix sort of (key, val) by key, 8 bits per pass, in one block: per pass a digit
- * histogram (integer shared atomics: exact counts), its exclusive scan, then tiles of 1024 in
- * order; within a tile an element's destination is the digit's running base + the count of the
- * same digit in earlier warps + its rank among equal digits of lower lanes (match mask), i.e. its
- * rank in position order. Buffers ping-pong; the result is in buffer (passes & 1). */
-__global__ void __launch_bounds__(GT_SORT_THREADS)
-    gt_k_radix_sort(int64_t n, int passes, int32_t *k0, int32_t *v0, int32_t *k1, int32_t *v1)
-{
-    __shared__ unsigned count[256], run[256];
-    __shared__ unsigned warp_off[GT_SORT_WARPS][256];
-    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    for (int pass = 0; pass < passes; pass++) {
-        const int32_t *ks = pass & 1 ? k1 : k0, *vs = pass & 1 ? v1 : v0;
-        int32_t *kd = pass & 1 ? k0 : k1, *vd = pass & 1 ? v0 : v1;
-        int shift = 8 * pass;
-        for (int t = threadIdx.x; t < 256; t += blockDim.x)
-            count[t] = 0;
-        __syncthreads();
-        for (int64_t p = threadIdx.x; p < n; p += blockDim.x)
-            atomicAdd(&count[((unsigned)ks[p] >> shift) & 255u], 1u);
-        __syncthreads();
-        if (threadIdx.x == 0) {
-            unsigned acc = 0;
-            for (int d = 0; d < 256; d++) {
-                run[d] = acc;
-                acc += count[d];
-            }
-        }
-        __syncthreads();
-        for (int64_t t0 = 0; t0 < n; t0 += GT_SORT_THREADS) {
-            for (int t = threadIdx.x; t < GT_SORT_WARPS * 256; t += blockDim.x)
-                (&warp_off[0][0])[t] = 0;
-            __syncthreads();
-            int64_t p = t0 + threadIdx.x;
-            bool valid = p < n;
-            int32_t key = valid ? ks[p] : 0, val = valid ? vs[p] : 0;
-            unsigned digit = valid ? ((unsigned)key >> shift) & 255u : 256u;
-            unsigned peers = __match_any_sync(0xffffffffu, digit);
-            unsigned rank = __popc(peers & ((1u << lane) - 1u));
-            if (valid && rank == 0) warp_off[warp][digit] = __popc(peers);
-            __syncthreads();
-            if (threadIdx.x < 256) {
-                unsigned acc = run[threadIdx.x];
-                for (int w = 0; w < GT_SORT_WARPS; w++) {
-                    unsigned c = warp_off[w][threadIdx.x];
-                    warp_off[w][threadIdx.x] = acc;
-                    acc += c;
-                }
-                run[threadIdx.x] = acc;
-            }
-            __syncthreads();
-            if (valid) {
-                unsigned dst = warp_off[warp][digit] + rank;
-                kd[dst] = key;
-                vd[dst] = val;
-            }
-            __syncthreads();
-        }
     }
 }
 
@@ -618,6 +557,50 @@ __global__ void __launch_bounds__(GT_EMB_THREADS)
     }
 }
 
+static size_t gt_emb_align(size_t x)
+{
+    return (x + 255) & ~(size_t)255;
+}
+
+gt_status gt_cuda_embedding_grad(gt_cuda_stream *s, const gt_kernel_call *c, const gt_tensor *ids,
+                                 const gt_tensor *dy, gt_tensor *dw, int64_t row0,
+                                 bool flag_foreign, gt_error *err)
+{
+    int64_t vl = dw->shape[0], d = dw->shape[1], n = gt_tensor_numel(ids);
+    int32_t *start = NULL, *pos = NULL;
+    if (n > 0) {
+        int bits = 1;
+        while (bits < 31 && (vl >> bits) != 0) /* keys lie in [0, vl] */
+            bits++;
+        size_t sort_bytes = 0;
+        cudaError_t e = cub::DeviceRadixSort::SortPairs(
+            (void *)NULL, sort_bytes, (const int32_t *)NULL, (int32_t *)NULL, (const int32_t *)NULL,
+            (int32_t *)NULL, (int)n, 0, bits, s->stream);
+        GT_TRY(gt_cuda_check(c, e, "sizing the sort", err));
+        size_t nb = gt_emb_align((size_t)n * sizeof(int32_t));
+        size_t sb = gt_emb_align((size_t)(vl + 1) * sizeof(int32_t));
+        void *scr;
+        GT_TRY(gt_cuda_scratch(s, c, 4 * nb + sb + sort_bytes, &scr, err));
+        char *b = (char *)scr;
+        int32_t *k0 = (int32_t *)b, *v0 = (int32_t *)(b + nb);
+        int32_t *k1 = (int32_t *)(b + 2 * nb), *v1 = (int32_t *)(b + 3 * nb);
+        start = (int32_t *)(b + 4 * nb);
+        gt_k_emb_keys<<<gt_cuda_blocks(n), GT_CUDA_THREADS, 0, s->stream>>>(
+            n, row0, vl, ids->data, ids->dtype, k0, v0, (int)c->op, flag_foreign ? s->flag : NULL);
+        GT_TRY(gt_cuda_launched(c, err));
+        e = cub::DeviceRadixSort::SortPairs(b + 4 * nb + sb, sort_bytes, k0, k1, v0, v1, (int)n, 0,
+                                            bits, s->stream);
+        GT_TRY(gt_cuda_check(c, e, "sorting the ids", err));
+        pos = v1;
+        gt_k_emb_starts<<<gt_cuda_blocks(vl + 1), GT_CUDA_THREADS, 0, s->stream>>>(n, vl, k1,
+                                                                                   start);
+        GT_TRY(gt_cuda_launched(c, err));
+    }
+    gt_k_embedding_backward<<<(unsigned)vl, GT_EMB_THREADS, 0, s->stream>>>(
+        d, start, pos, dy->data, dy->dtype, dw->data, dw->dtype);
+    return gt_cuda_launched(c, err);
+}
+
 gt_status gt_cuda_embedding_backward(gt_cuda_stream *s, const gt_kernel_call *c, gt_error *err)
 {
     GT_TRY(gt_kernel_want_attrs(c, 0, 0, 1, err));
@@ -637,29 +620,5 @@ gt_status gt_cuda_embedding_backward(gt_cuda_stream *s, const gt_kernel_call *c,
         return gt_error_set(err, GT_ERR_UNSUPPORTED,
                             "embedding_backward: %lld rows or %lld ids exceed 2^31 - 1",
                             (long long)vocab, (long long)n);
-    int32_t *start = NULL, *pos = NULL;
-    if (n > 0) {
-        size_t nb = ((size_t)n * sizeof(int32_t) + 255) & ~(size_t)255;
-        void *scr;
-        GT_TRY(gt_cuda_scratch(s, c, 4 * nb + (size_t)(vocab + 1) * sizeof(int32_t), &scr, err));
-        start = (int32_t *)((char *)scr + 4 * nb);
-        int32_t *k0 = (int32_t *)scr, *v0 = (int32_t *)((char *)scr + nb);
-        int32_t *k1 = (int32_t *)((char *)scr + 2 * nb), *v1 = (int32_t *)((char *)scr + 3 * nb);
-        gt_k_emb_keys<<<gt_cuda_blocks(n), GT_CUDA_THREADS, 0, s->stream>>>(
-            n, vocab, ids->data, ids->dtype, k0, v0, s->flag);
-        GT_TRY(gt_cuda_launched(c, err));
-        int bits = 0;
-        while (bits < 31 && (vocab >> bits) != 0) /* keys lie in [0, vocab] */
-            bits++;
-        int passes = (bits + 7) / 8;
-        gt_k_radix_sort<<<1, GT_SORT_THREADS, 0, s->stream>>>(n, passes, k0, v0, k1, v1);
-        GT_TRY(gt_cuda_launched(c, err));
-        pos = passes & 1 ? v1 : v0;
-        gt_k_emb_starts<<<gt_cuda_blocks(vocab + 1), GT_CUDA_THREADS, 0, s->stream>>>(
-            n, vocab, passes & 1 ? k1 : k0, start);
-        GT_TRY(gt_cuda_launched(c, err));
-    }
-    gt_k_embedding_backward<<<(unsigned)vocab, GT_EMB_THREADS, 0, s->stream>>>(
-        d, start, pos, dy->data, dy->dtype, dw->data, dw->dtype);
-    return gt_cuda_launched(c, err);
+    return gt_cuda_embedding_grad(s, c, ids, dy, dw, 0, true, err);
 }

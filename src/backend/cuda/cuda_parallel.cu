@@ -8,10 +8,10 @@
  * the shapes alone, and no floating-point atomics are used:
  *   embedding_shard: one block per token copies its row (in the widest unit the row's bytes and
  *     pointers allow) or writes zero bytes for an id outside the rank's rows.
- *   embedding_shard_backward: the positions are sorted by local id with CUB's stable radix sort
- *     (ids outside the rank's rows get the key Vl and sort last), one thread per row finds its run
- *     by binary search, and one block per row adds its run of dy rows in increasing position — the
- *     token order of the CPU's scatter-add, so f32 results are bitwise the CPU's.
+ *   embedding_shard_backward: embedding_backward's kernels (gt_cuda_embedding_grad, cuda_layout.cu)
+ *     on local ids; ids outside the rank's rows sort past them and add nowhere. Rows are summed in
+ *     increasing position — the token order of the CPU's scatter-add, so f32 results are bitwise
+ *     the CPU's.
  *   logsumexp: one block per row: max (NaN propagates), then sum_j exp(x_j - max) in double over a
  *     fixed tree, lse = max + log(sum) — the CPU's formula up to the order of the double sum.
  *   cross_entropy_shard: one block: per row lse_i - x_i[t_i - start] in double for the rows whose
@@ -22,8 +22,6 @@
  * A target that is negative and not the ignore_index is flagged on the stream's error word (the
  * CPU kernel rejects it before computing). */
 #include "cuda_internal.h"
-
-#include <cub/device/device_radix_sort.cuh>
 
 #define GT_PAR_THREADS 256
 
@@ -118,67 +116,6 @@ gt_status gt_cuda_embedding_shard(gt_cuda_stream *s, const gt_kernel_call *c, gt
 
 /* ---------------------------------------------------------------- embedding_shard_backward */
 
-/* keys[p] = the local row of ids[p], or vl when it is not this rank's (sorted after every row);
- * vals[p] = p. */
-__global__ void gt_k_emb_shard_keys(int64_t n, int64_t start, int64_t vl, const void *ids, int dids,
-                                    int32_t *keys, int32_t *vals)
-{
-    GT_GRID_STRIDE(p, n)
-    {
-        int64_t local = gt_ld_index(ids, dids, p) - start;
-        keys[p] = (int32_t)(local >= 0 && local < vl ? local : vl);
-        vals[p] = (int32_t)p;
-    }
-}
-
-/* first[v] = first sorted index whose key is >= v, for v in [0, vl]. */
-__global__ void gt_k_emb_shard_runs(int64_t n, int64_t vl, const int32_t *keys, int32_t *first)
-{
-    GT_GRID_STRIDE(v, vl + 1)
-    {
-        int64_t lo = 0, hi = n;
-        while (lo < hi) {
-            int64_t mid = (lo + hi) >> 1;
-            if ((int64_t)keys[mid] < v)
-                lo = mid + 1;
-            else
-                hi = mid;
-        }
-        first[v] = (int32_t)lo;
-    }
-}
-
-/* Block v: dw[v, :] = sum over its run of sorted positions (increasing) of dy[p, :], four columns
- * per thread per pass; no run (first NULL or empty) gives zeros. */
-__global__ void __launch_bounds__(GT_PAR_THREADS)
-    gt_k_emb_shard_rows(int64_t d, const int32_t *first, const int32_t *pos, const void *dy,
-                        int ddy, void *dw, int ddw)
-{
-    int64_t v = blockIdx.x;
-    int64_t h0 = first ? first[v] : 0, h1 = first ? first[v + 1] : 0;
-    for (int64_t j0 = 0; j0 < d; j0 += 4 * GT_PAR_THREADS) {
-        float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-        for (int64_t h = h0; h < h1; h++) {
-            int64_t row = (int64_t)pos[h] * d;
-#pragma unroll
-            for (int k = 0; k < 4; k++) {
-                int64_t j = j0 + k * GT_PAR_THREADS + threadIdx.x;
-                if (j < d) acc[k] += gt_ld(dy, ddy, row + j);
-            }
-        }
-#pragma unroll
-        for (int k = 0; k < 4; k++) {
-            int64_t j = j0 + k * GT_PAR_THREADS + threadIdx.x;
-            if (j < d) gt_st(dw, ddw, v * d + j, acc[k]);
-        }
-    }
-}
-
-static size_t gt_par_align(size_t x)
-{
-    return (x + 255) & ~(size_t)255;
-}
-
 gt_status gt_cuda_embedding_shard_backward(gt_cuda_stream *s, const gt_kernel_call *c,
                                            gt_error *err)
 {
@@ -198,39 +135,8 @@ gt_status gt_cuda_embedding_shard_backward(gt_cuda_stream *s, const gt_kernel_ca
         return gt_error_set(err, GT_ERR_UNSUPPORTED,
                             "embedding_shard_backward: %lld rows or %lld ids exceed 2^31 - 2",
                             (long long)vl, (long long)n);
-    int32_t *first = NULL, *pos = NULL;
-    if (n > 0) {
-        int bits = 1;
-        while (bits < 31 && (vl >> bits) != 0) /* keys lie in [0, vl] */
-            bits++;
-        size_t cub_bytes = 0;
-        cudaError_t e = cub::DeviceRadixSort::SortPairs(
-            (void *)NULL, cub_bytes, (const int32_t *)NULL, (int32_t *)NULL, (const int32_t *)NULL,
-            (int32_t *)NULL, (int)n, 0, bits, s->stream);
-        GT_TRY(gt_cuda_check(c, e, "sizing the sort", err));
-        size_t nb = gt_par_align((size_t)n * sizeof(int32_t));
-        size_t fb = gt_par_align((size_t)(vl + 1) * sizeof(int32_t));
-        void *scr;
-        GT_TRY(gt_cuda_scratch(s, c, 4 * nb + fb + cub_bytes, &scr, err));
-        char *b = (char *)scr;
-        int32_t *k0 = (int32_t *)b, *v0 = (int32_t *)(b + nb);
-        int32_t *k1 = (int32_t *)(b + 2 * nb), *v1 = (int32_t *)(b + 3 * nb);
-        first = (int32_t *)(b + 4 * nb);
-        void *tmp = b + 4 * nb + fb;
-        gt_k_emb_shard_keys<<<gt_cuda_blocks(n), GT_CUDA_THREADS, 0, s->stream>>>(
-            n, start, vl, ids->data, ids->dtype, k0, v0);
-        GT_TRY(gt_cuda_launched(c, err));
-        e = cub::DeviceRadixSort::SortPairs(tmp, cub_bytes, k0, k1, v0, v1, (int)n, 0, bits,
-                                            s->stream);
-        GT_TRY(gt_cuda_check(c, e, "sorting the ids", err));
-        pos = v1;
-        gt_k_emb_shard_runs<<<gt_cuda_blocks(vl + 1), GT_CUDA_THREADS, 0, s->stream>>>(n, vl, k1,
-                                                                                       first);
-        GT_TRY(gt_cuda_launched(c, err));
-    }
-    gt_k_emb_shard_rows<<<(unsigned)vl, GT_PAR_THREADS, 0, s->stream>>>(
-        d, first, pos, dy->data, dy->dtype, dw->data, dw->dtype);
-    return gt_cuda_launched(c, err);
+    /* ids of other ranks' rows are not errors here: they sort past this rank's rows */
+    return gt_cuda_embedding_grad(s, c, ids, dy, dw, start, false, err);
 }
 
 /* ---------------------------------------------------------------- logsumexp */
