@@ -149,9 +149,12 @@ bool gt_comm_is_nccl(const gt_comm *c);
  * rank joins on CUDA device `device` (which becomes the calling thread's current device).
  * compute_stream is the cudaStream_t (as void *) whose work the collectives are ordered with; NULL
  * is the legacy default stream; gt_comm_nccl_set_stream changes it. Collective over bootstrap. It
- * is named "world" in messages; its members are the bootstrap's ranks ("world ranks 0,1,…"). */
-gt_status gt_comm_nccl_create(gt_comm *bootstrap, int device, void *compute_stream, gt_comm **out,
-                              gt_error *err);
+ * is named "world" in messages; its members are the bootstrap's ranks ("world ranks 0,1,…").
+ * Joining is bounded by timeout_seconds (<= 0: the default 30 s; a rank that never joins is an
+ * error naming the communicator), which also becomes the communicator's timeout
+ * (gt_comm_nccl_set_timeout). */
+gt_status gt_comm_nccl_create(gt_comm *bootstrap, int device, void *compute_stream,
+                              double timeout_seconds, gt_comm **out, gt_error *err);
 /* The same without MPI, for launchers such as torchrun: reads MASTER_ADDR, MASTER_PORT, RANK and
  * WORLD_SIZE from the environment (and LOCAL_RANK as the device when device < 0; 0 when unset);
  * rank 0 listens on MASTER_PORT and sends the id to each other rank over TCP. Every step is bounded

@@ -32,7 +32,7 @@ typedef enum { GT_PASS_EXACT = 0, GT_PASS_CHANGES_NUMERICS } gt_pass_numerics;
 typedef enum {
     GT_MEMORY_POLICY_NONE = 0, /* save every activation */
     GT_MEMORY_POLICY_FULL,     /* recompute every block node; save block boundaries only */
-    GT_MEMORY_POLICY_DEFAULT,  /* save matmul and sdpa outputs and block boundaries */
+    GT_MEMORY_POLICY_DEFAULT,  /* save matmul and sdpa outputs, parameter casts, block boundaries */
     GT_MEMORY_POLICY_BUDGET,   /* min-cut choice that fits memory_budget_bytes */
 } gt_memory_policy;
 const char *gt_memory_policy_name(gt_memory_policy p); /* "none", "full", "default", "budget" */

@@ -56,10 +56,10 @@ static gt_status no_nccl(gt_comm **out, gt_error *err)
                         "nccl.h and libnccl under the CUDA toolkit or NCCL_HOME)");
 }
 
-gt_status gt_comm_nccl_create(gt_comm *bootstrap, int device, void *compute_stream, gt_comm **out,
-                              gt_error *err)
+gt_status gt_comm_nccl_create(gt_comm *bootstrap, int device, void *compute_stream,
+                              double timeout_seconds, gt_comm **out, gt_error *err)
 {
-    (void)bootstrap, (void)device, (void)compute_stream;
+    (void)bootstrap, (void)device, (void)compute_stream, (void)timeout_seconds;
     return no_nccl(out, err);
 }
 

@@ -277,8 +277,8 @@ static gt_status prepare(int device, int rank, gt_error *err)
     return GT_OK;
 }
 
-gt_status gt_comm_nccl_create(gt_comm *bootstrap, int device, void *compute_stream, gt_comm **out,
-                              gt_error *err)
+gt_status gt_comm_nccl_create(gt_comm *bootstrap, int device, void *compute_stream,
+                              double timeout_seconds, gt_comm **out, gt_error *err)
 {
     *out = NULL;
     if (!bootstrap)
@@ -300,7 +300,8 @@ gt_status gt_comm_nccl_create(gt_comm *bootstrap, int device, void *compute_stre
         *err = id_err;
         return id_st;
     }
-    return join(&b, rank, size, device, compute_stream, GT_NCCL_DEFAULT_TIMEOUT, out, err);
+    double timeout = timeout_seconds > 0 ? timeout_seconds : GT_NCCL_DEFAULT_TIMEOUT;
+    return join(&b, rank, size, device, compute_stream, timeout, out, err);
 }
 
 static gt_status env_int(const char *name, bool required, int *out, gt_error *err)

@@ -47,8 +47,9 @@ int gt_attr_class_max(int cls); /* GT_MAX_IATTR, GT_MAX_FATTR, GT_MAX_EATTR */
  * label names the node ("matmul at layers.0.wq"). */
 gt_status gt_attrs_fit(gt_op op, gt_attrs *a, bool fill, const char *label, gt_error *err);
 
-/* Number of outputs the op produces for these attributes (split: one per size), clamped to
- * [0, GT_MAX_OUT]. For GT_NONE-filling outs on error. */
+/* Number of outputs the op produces for these attributes (split: one per size;
+ * fused_elementwise: its program's outputs), clamped to [0, GT_MAX_OUT]. For GT_NONE-filling
+ * outs on error. */
 int gt_op_n_out(gt_op op, const gt_attrs *a);
 
 /* ---------------------------------------------------------------- nodes */

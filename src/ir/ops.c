@@ -2,6 +2,7 @@
  * prints (phases, graph input/output kinds). */
 #include <string.h>
 
+#include "ir/fused_program.h"
 #include "ir/ir_internal.h"
 
 /* The one X-macro expansion that turns gt_ops.def into data; read-only. */
@@ -176,5 +177,7 @@ int gt_op_n_out(gt_op op, const gt_attrs *a)
     if (!info) return 0;
     if (info->n_out >= 0) return info->n_out;
     int n = a ? a->ne : 0;
+    if (op == GT_OP_FUSED_ELEMENTWISE) /* its program's outputs (fused_program.h) */
+        n = a ? gt_fused_outputs(a->i, a->ni < GT_MAX_IATTR ? a->ni : GT_MAX_IATTR, NULL) : 0;
     return n > GT_MAX_OUT ? GT_MAX_OUT : n;
 }

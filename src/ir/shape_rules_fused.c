@@ -6,7 +6,11 @@
  * numpy-broadcastable dims; silu_backward: identical types; unary ops: any float type; cast: a
  * float target), and the dtype recorded in the instruction must be the one that op's rule gives.
  * So a program the verifier accepts computes, register by register, the types of the graph it
- * replaced, and the output type is the last register's. */
+ * replaced. The outputs are the flagged registers and the last one (gt_fused_outputs), each typed
+ * as its register; every output must have the last register's shape, the node's index space,
+ * which the kernels run over and write each output in (a flagged register of another shape, e.g.
+ * silu(x[4, 1]) in a program whose last register is [4, 8], is refused: it would need a kernel
+ * writing outputs of several sizes). */
 #include <math.h>
 
 #include "ir/fused_program.h"
@@ -124,7 +128,28 @@ gt_status gt_shape_fused_elementwise(gt_graph *g, const gt_node *n, gt_type *out
                                  gt_dtype_name(r->dtype));
         }
     }
-    out[0] = regs[n_ins - 1];
-    *n_out = 1;
+    int reg[GT_FUSED_MAX_INS];
+    int n_res = gt_fused_outputs(n->attrs.i, n_ins, reg);
+    if (n_res > GT_MAX_OUT) /* unreachable while GT_FUSED_MAX_INS <= GT_MAX_OUT */
+        return gt_shape_fail(g, n, err, GT_ERR_INVALID,
+                             "the program has %d outputs, a node has at most %d", n_res,
+                             GT_MAX_OUT);
+    const gt_type *last = &regs[n_ins - 1];
+    for (int j = 0; j < n_res; j++) {
+        const gt_type *r = &regs[reg[j]];
+        bool same = r->ndim == last->ndim;
+        for (int d = 0; same && d < r->ndim; d++)
+            same = r->dims[d] == last->dims[d];
+        if (!same) {
+            char rs[160], ls[160];
+            return gt_shape_fail(g, n, err, GT_ERR_SHAPE,
+                                 "instruction %d is output %d of type %s, but every output must "
+                                 "have the node's output shape, the last instruction's: %s",
+                                 reg[j], j, gt_type_str(g, r, rs, sizeof rs),
+                                 gt_type_str(g, last, ls, sizeof ls));
+        }
+        out[j] = *r;
+    }
+    *n_out = n_res;
     return GT_OK;
 }

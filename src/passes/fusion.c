@@ -3,31 +3,48 @@
  * Contract
  *   requires   a verified graph (nodes in topological order), without dead nodes (it runs after
  *              dce).
- *   guarantees every group of two or more elementwise nodes (add sub mul div neg exp log sqrt
- *              rsqrt silu sigmoid scale add_scalar silu_backward clamp, and float-to-float cast)
- *              in which each node but the last (the root) has exactly one reader, a node of the
- *              group, is replaced by one fused_elementwise node computing the root's value: the
- *              fused node takes the root's place, output value id, fqn, phase, origin and tags;
- *              the other members and their values (the intermediates) are removed and ids
- *              compacted in order. A value that is a graph output, or read twice (by two nodes or
- *              two input slots), is never an intermediate. Members share the root's phase (a
- *              forward value the backward reads stays what memory_policy saved), and no
- *              collective lies between a member and the root in node order (no computation moves
- *              across a start or a wait). A group has at most GT_FUSED_MAX_INS instructions,
- *              GT_MAX_IN distinct inputs and GT_FUSED_MAX_CONST scalar constants. Nodes whose
- *              origin was a removed member get origin GT_NONE.
+ *   guarantees groups of two or more elementwise nodes (add sub mul div neg exp log sqrt rsqrt
+ *              silu sigmoid scale add_scalar silu_backward clamp, and float-to-float cast) are
+ *              computed by one fused_elementwise node each, which takes the place, output value
+ *              id, fqn, phase, origin and tags of the group's last node (the root). Every other
+ *              member's value is read by a member of the group (the program computes it into a
+ *              register, read once or more) and the member is either
+ *                absorbed: its value is not a graph output, not read by a fused node built
+ *                  before, and every node and input slot reading it is the root or an absorbed
+ *                  member; the node and its value are removed; or
+ *                duplicated: it has another reader (a node outside the group or a duplicated
+ *                  member), and it is worth a copy: a unary op that does not narrow (arity 1,
+ *                  not a cast to a smaller dtype: the copy reads the one input instead of the
+ *                  output and adds no bytes) whose value is not a graph output and is read only
+ *                  by fusable nodes of its phase (so that it may die; a node that stays anyway
+ *                  gains nothing from copies). The node stays for its other readers, may be
+ *                  duplicated into other groups too, and is removed at the end (with its value)
+ *                  if no kept node and no graph output reads it any more.
+ *              A node is absorbed by at most one group (a root is absorbed by its own). Members
+ *              share the root's phase (a forward value the backward reads stays what
+ *              memory_policy saved), and no collective lies between a member and the root in node
+ *              order (no computation moves across a start or a wait). A group has at most
+ *              GT_FUSED_MAX_INS instructions, GT_MAX_IN distinct inputs and GT_FUSED_MAX_CONST
+ *              scalar constants. Ids are compacted in order; nodes whose origin was a removed
+ *              node get origin GT_NONE.
  *              First, a widening cast (bf16/f16 -> f32) read only by slots that widen their
  *              input themselves (sum_squares' x, adamw's gradient) is removed and its readers
  *              read its input: the optimizer reads bf16 gradients without an f32 copy.
+ *              Last, sibling fused nodes that share an input merge into one node with several
+ *              outputs (fusion_merge.c states when).
  *   numerics   exact: each instruction computes what its node's kernel computed and rounds to
  *              the dtype that node's output had (fused_program.h), so the root's value is
- *              bitwise the same; the kernels evaluate it element by element in that order. A
- *              widening is exact wherever it happens.
+ *              bitwise the same (a duplicated copy computes its original's bits); the kernels
+ *              evaluate it element by element in that order. A widening is exact wherever it
+ *              happens.
  *
- * Groups grow from roots taken in reverse node order: the root absorbs, breadth first, the
- * producers of its members' inputs that qualify (fusable, same phase, one reader, no collective
- * in between, limits kept), so each group is maximal for the greedy order and a node belongs to at
- * most one group. O(nodes · GT_FUSED_MAX_INS²). */
+ * Groups grow from roots taken in reverse node order: the root tries, breadth first, the
+ * producers of its members' inputs (fusable, same phase, not absorbed, no collective in
+ * between) and keeps each one with which every member is still absorbed or duplicable and the
+ * limits hold, so each group is maximal for the greedy order. Values read by a fused node are
+ * pinned: a later (earlier in node order) group never absorbs their producer. A group tries at
+ * most 2 * GT_FUSED_MAX_INS producers, each checked in O(GT_FUSED_MAX_INS^3):
+ * O(nodes * GT_FUSED_MAX_INS^4) at worst. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -111,13 +128,67 @@ static bool build_program(const gt_graph *g, const fusion_group *grp, gt_node *f
     return true;
 }
 
-/* Whether grp (unsorted) fits the limits: sorts a copy and builds its program. */
-static bool group_fits(const gt_graph *g, const fusion_group *grp)
+/* What the checks of a group read: the readers of each value (one entry per input slot, as in
+ * the graph before fusion: a fused node built since reads only pinned values or values of nodes
+ * it absorbed), the pinned values and the nodes worth duplicating. */
+typedef struct {
+    gt_pass_uses u;
+    uint8_t *pinned; /* [value]: a graph output, or read by a fused node built so far */
+    uint8_t *dup_ok; /* [node]: worth_duplicating */
+} fusion_state;
+
+/* A node worth duplicating: a unary op that does not narrow (a copy reads its one input, no
+ * wider than its output: no byte added) whose value is not a graph output and is read only by
+ * fusable nodes of its phase. Each reader may then get its own copy and the node die; a node that
+ * stays anyway gains nothing from copies, and a copy would pin its input, so that the node's own
+ * group could no longer absorb that input's producer. */
+static bool worth_duplicating(const gt_graph *g, const fusion_state *fs, gt_node_id n)
+{
+    const gt_node *nd = &g->nodes[n];
+    if (!fusable(g, nd) || gt_fused_arity((int)nd->op) != 1) return false;
+    gt_value_id v = nd->out[0];
+    if (gt_dtype_size(g->values[nd->in[0]].type.dtype) > gt_dtype_size(g->values[v].type.dtype) ||
+        fs->pinned[v])
+        return false;
+    for (int32_t j = fs->u.first[v]; j < fs->u.first[v + 1]; j++) {
+        const gt_node *rd = &g->nodes[fs->u.node[j]];
+        if (!fusable(g, rd) || rd->phase != nd->phase) return false;
+    }
+    return true;
+}
+
+/* For grp sorted by node id (the root last): absorbed[k] when member k is the root or when its
+ * value is not pinned and every slot reading it belongs to an absorbed member. Readers come after
+ * their producer, so one sweep down from the root decides. The other members are duplicated:
+ * false when one of them is not worth it. */
+static bool classify(const gt_graph *g, const fusion_state *fs, const fusion_group *grp,
+                     bool *absorbed)
+{
+    absorbed[grp->n - 1] = true;
+    for (int k = grp->n - 2; k >= 0; k--) {
+        gt_value_id v = g->nodes[grp->node[k]].out[0];
+        bool all = !fs->pinned[v];
+        for (int32_t j = fs->u.first[v]; j < fs->u.first[v + 1] && all; j++) {
+            int q = k + 1;
+            while (q < grp->n && grp->node[q] != fs->u.node[j])
+                q++;
+            all = q < grp->n && absorbed[q];
+        }
+        absorbed[k] = all;
+        if (!all && !fs->dup_ok[grp->node[k]]) return false;
+    }
+    return true;
+}
+
+/* Whether grp (unsorted) can be one fused node: every member absorbed or duplicated, and the
+ * program within the limits. */
+static bool group_ok(const gt_graph *g, const fusion_state *fs, const fusion_group *grp)
 {
     fusion_group sorted = *grp;
     qsort(sorted.node, (size_t)sorted.n, sizeof sorted.node[0], cmp_node);
+    bool absorbed[GT_FUSED_MAX_INS];
     gt_node scratch;
-    return build_program(g, &sorted, &scratch);
+    return classify(g, fs, &sorted, absorbed) && build_program(g, &sorted, &scratch);
 }
 
 /* Input slots whose kernels widen a bf16/f16 value to f32 themselves, exactly as cast does:
@@ -175,14 +246,22 @@ gt_status gt_pass_fusion(gt_graph *g, const gt_pass_ctx *ctx, gt_error *err)
     absorb_widening_casts(g);
     (void)ctx;
     int32_t nn = g->n_nodes;
-    int32_t *uses = gt_graph_use_counts(g);
+    fusion_state fs;
+    gt_pass_uses_build(g, &fs.u);
+    fs.pinned = gt_xcalloc((size_t)g->n_values + 1, 1);
+    for (int32_t k = 0; k < g->n_outputs; k++)
+        fs.pinned[g->outputs[k].value] = 1;
+    fs.dup_ok = gt_xcalloc((size_t)nn + 1, 1);
+    for (gt_node_id n = 0; n < nn; n++)
+        fs.dup_ok[n] = worth_duplicating(g, &fs, n);
     /* collectives[p] = collective nodes among positions [0, p) */
     int32_t *collectives = gt_xcalloc((size_t)nn + 1, sizeof *collectives);
     for (gt_node_id n = 0; n < nn; n++) {
         const gt_op_info *info = gt_op_get(g->nodes[n].op);
         collectives[n + 1] = collectives[n] + (info && (info->flags & GT_OPF_COLLECTIVE) ? 1 : 0);
     }
-    uint8_t *taken = gt_xcalloc((size_t)nn + 1, 1);
+    uint8_t *taken = gt_xcalloc((size_t)nn + 1, 1); /* absorbed by a group */
+    uint8_t *dup = gt_xcalloc((size_t)nn + 1, 1);   /* duplicated into a group */
     uint8_t *keep = gt_xmalloc((size_t)nn + 1);
     memset(keep, 1, (size_t)nn + 1);
     int32_t n_groups = 0;
@@ -195,20 +274,20 @@ gt_status gt_pass_fusion(gt_graph *g, const gt_pass_ctx *ctx, gt_error *err)
         for (int w = 0; w < grp.n && grp.n < GT_FUSED_MAX_INS; w++) {
             const gt_node *m = &g->nodes[grp.node[w]];
             for (int s = 0; s < m->n_in && grp.n < GT_FUSED_MAX_INS; s++) {
-                gt_value_id v = m->in[s];
-                gt_node_id p = g->values[v].producer;
+                gt_node_id p = g->values[m->in[s]].producer;
                 if (p == GT_NONE || taken[p] || in_group(&grp, p)) continue;
                 const gt_node *pn = &g->nodes[p];
-                if (!fusable(g, pn) || pn->phase != root->phase || uses[v] != 1) continue;
+                if (!fusable(g, pn) || pn->phase != root->phase) continue;
                 if (collectives[r] != collectives[p + 1]) continue; /* a collective between */
                 grp.node[grp.n++] = p;
-                if (!group_fits(g, &grp)) grp.n--;
+                if (!group_ok(g, &fs, &grp)) grp.n--;
             }
         }
         if (grp.n < 2) continue;
         qsort(grp.node, (size_t)grp.n, sizeof grp.node[0], cmp_node);
+        bool absorbed[GT_FUSED_MAX_INS];
         gt_node fused;
-        if (!build_program(g, &grp, &fused)) continue;
+        if (!classify(g, &fs, &grp, absorbed) || !build_program(g, &grp, &fused)) continue;
         if (!gt_pass_shape_matches(g, &fused, root)) {
             char buf[512];
             gt_graph_format_node(g, r, buf, sizeof buf);
@@ -220,15 +299,42 @@ gt_status gt_pass_fusion(gt_graph *g, const gt_pass_ctx *ctx, gt_error *err)
         }
         g->nodes[r] = fused;
         for (int k = 0; k < grp.n; k++) {
-            taken[grp.node[k]] = 1;
-            if (grp.node[k] != r) keep[grp.node[k]] = 0;
+            gt_node_id m = grp.node[k];
+            if (!absorbed[k]) {
+                dup[m] = 1;
+                continue;
+            }
+            taken[m] = 1;
+            if (m != r) keep[m] = 0;
         }
+        for (int k = 0; k < fused.n_in; k++)
+            fs.pinned[fused.in[k]] = 1;
         n_groups++;
     }
+    /* a duplicated node that no kept node and no graph output reads any more is dead; from the
+     * last node down, so that a duplicated chain goes as a whole */
+    int32_t *readers = gt_xcalloc((size_t)g->n_values + 1, sizeof *readers);
+    for (int32_t k = 0; k < g->n_outputs; k++)
+        readers[g->outputs[k].value]++;
+    for (gt_node_id n = 0; n < nn; n++)
+        for (int s = 0; s < g->nodes[n].n_in && keep[n]; s++)
+            readers[g->nodes[n].in[s]]++;
+    for (gt_node_id n = nn - 1; n >= 0; n--) {
+        const gt_node *nd = &g->nodes[n];
+        if (!dup[n] || !keep[n] || readers[nd->out[0]] > 0) continue;
+        keep[n] = 0;
+        for (int s = 0; s < nd->n_in; s++)
+            readers[nd->in[s]]--;
+    }
     if (st == GT_OK && n_groups > 0) gt_pass_compact(g, keep);
+    if (st == GT_OK && n_groups > 0) gt_fusion_merge_siblings(g);
+    free(readers);
     free(keep);
+    free(dup);
     free(taken);
     free(collectives);
-    free(uses);
+    free(fs.dup_ok);
+    free(fs.pinned);
+    gt_pass_uses_free(&fs.u);
     return st;
 }

@@ -15,9 +15,16 @@
  *   none      nothing is recomputed (also the config's "eager": torchtitan's name for no AC).
  *   full      every block node is recomputed except those producing block boundaries: the block's
  *             inputs are the only values the backward keeps of it (torchtitan's full AC).
- *   default   matmul and sdpa outputs (out and lse) are saved; everything else in a block —
- *             elementwise ops, norms, rope, transposes, views — is recomputed from them; block
- *             boundaries are force-saved (torchtitan's selective "op" policy, saving every matmul).
+ *   default   matmul and sdpa outputs (out and lse) are saved, and so are parameter casts: a cast
+ *             node whose input is a graph input of kind PARAM (the compute-dtype copy of a weight,
+ *             bf16 under mixed precision), so the backward reads the forward's copy instead of
+ *             casting every block parameter again. Everything else in a block — elementwise ops
+ *             (other casts included), norms, rope, transposes, views — is recomputed from them;
+ *             block boundaries are force-saved (torchtitan's selective "op" policy, saving every
+ *             matmul). Under FSDP parallelize casts the rank's f32 shard before gathering it, so
+ *             the saved copy is the bf16 shard (1/N of the weight) and the gather itself is still
+ *             redone in the backward ("fsdp.reshard"); a cast of a gathered value would read no
+ *             PARAM input and be recomputed like any other cast.
  *   budget    the save set comes from a min-cut over the forward/backward boundary (mincut.c).
  *
  * Block boundary: a value produced by a forward node of block N (or outside every block) and read
@@ -144,9 +151,19 @@ uint8_t *gt_policy_boundaries(const gt_graph *g)
     return boundary;
 }
 
+/* param[v] = 1 for every graph input of kind PARAM (the trainable parameter itself, or under
+ * FSDP / TP the rank's local shard of it). */
+static uint8_t *param_values(const gt_graph *g)
+{
+    uint8_t *param = gt_xcalloc((size_t)g->n_values + 1, 1);
+    for (int32_t k = 0; k < g->n_inputs; k++)
+        if (g->inputs[k].kind == GT_IN_PARAM) param[g->inputs[k].value] = 1;
+    return param;
+}
+
 /* Would the policy recompute node n (before asking whether the backward needs it)? */
 static bool policy_wants(const gt_graph *g, gt_node_id n, gt_memory_policy policy, const int *layer,
-                         const uint8_t *boundary)
+                         const uint8_t *boundary, const uint8_t *param)
 {
     const gt_node *nd = &g->nodes[n];
     if (layer[n] < 0 || !gt_remat_can_recompute(g, n)) return false;
@@ -154,7 +171,11 @@ static bool policy_wants(const gt_graph *g, gt_node_id n, gt_memory_policy polic
         if (boundary[nd->out[k]]) return false;
     if (policy == GT_MEMORY_POLICY_FULL) return true;
     /* default: the expensive ops' outputs stay saved */
-    return nd->op != GT_OP_MATMUL && nd->op != GT_OP_SDPA;
+    if (nd->op == GT_OP_MATMUL || nd->op == GT_OP_SDPA) return false;
+    /* and so does a parameter's cast to the compute dtype: recomputing it is a second full pass
+     * over the f32 parameter (4 bytes read + 2 written per element) for a bf16 copy that the
+     * forward already made, while keeping it costs 2 bytes per element of the block */
+    return !(nd->op == GT_OP_CAST && param[nd->in[0]]);
 }
 
 void gt_policy_close(const gt_graph *g, const uint8_t *wants, uint8_t *recompute)
@@ -191,11 +212,13 @@ gt_status gt_pass_memory_policy(gt_graph *g, const gt_pass_ctx *ctx, gt_error *e
     if (policy == GT_MEMORY_POLICY_FULL || policy == GT_MEMORY_POLICY_DEFAULT) {
         int *layer = node_layers(g);
         uint8_t *boundary = gt_policy_boundaries(g);
+        uint8_t *param = param_values(g);
         uint8_t *wants = gt_xcalloc((size_t)g->n_nodes + 1, 1);
         for (gt_node_id n = 0; n < g->n_nodes; n++)
-            wants[n] = policy_wants(g, n, policy, layer, boundary);
+            wants[n] = policy_wants(g, n, policy, layer, boundary, param);
         gt_policy_close(g, wants, recompute);
         free(wants);
+        free(param);
         free(boundary);
         free(layer);
     } else if (policy != GT_MEMORY_POLICY_NONE) {

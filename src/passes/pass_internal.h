@@ -94,6 +94,10 @@ typedef struct {
 void gt_pass_uses_build(const gt_graph *g, gt_pass_uses *u);
 void gt_pass_uses_free(gt_pass_uses *u);
 
+/* The fusion pass's last step (fusion_merge.c): sibling fused_elementwise nodes that share an
+ * input become one node with several outputs. Returns the number of merges. */
+int32_t gt_fusion_merge_siblings(gt_graph *g);
+
 /* hoist[v] = 1 when v is a graph input or computed from graph inputs only, by nodes that are
  * neither collective, random nor side-effecting: parameter casts and views, which may move
  * earlier freely. Array of g->n_values; caller frees. */

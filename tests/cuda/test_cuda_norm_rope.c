@@ -10,7 +10,7 @@
  *   - determinism: two runs (outputs pre-filled with different patterns) give identical bits;
  *   - rope in place (out aliasing x) gives the same bits as out of place.
  * `--bench` prints (asserts nothing) the llama3-1B sizes: [16384, 2048] rms_norm / backward and
- * rope on [8, 2048, 32 | 8, 64], bf16. Without a CUDA device the test skips (exit 0). */
+ * rope on [8, 2048, 32 | 8, 64], bf16, and rms_norm / backward on debugmodel rows of 256. Without a CUDA device the test skips (exit 0). */
 #include "cuda_test_util.h"
 #include "graphtrain/gt_backend.h"
 #include "graphtrain/gt_cuda.h"
@@ -309,6 +309,31 @@ static void bench(void)
     k.in[2] = &dy;
     k.out[1] = &dw;
     bench_one("rms_norm_backward [16384,2048] bf16", &k, 3 * mb);
+    /* debugmodel rows: the same tensors viewed as [131072, 256] (8x the rows of its step) and
+     * [16384, 256] */
+    int64_t nrows[2] = {rows * d / 256, 16384};
+    for (int v = 0; v < 2; v++) {
+        gt_tensor xs = x, dys = dy, ys = y, ws = w, dws = dw;
+        xs.shape[0] = dys.shape[0] = ys.shape[0] = nrows[v];
+        xs.shape[1] = dys.shape[1] = ys.shape[1] = ws.shape[0] = dws.shape[0] = 256;
+        double b = (double)nrows[v] * 256 * 2.0;
+        char nm[64];
+        k.op = GT_OP_RMS_NORM;
+        k.n_in = 2;
+        k.n_out = 1;
+        k.in[0] = &xs;
+        k.in[1] = &ws;
+        k.out[0] = &ys;
+        snprintf(nm, sizeof nm, "rms_norm [%lld,256] bf16", (long long)nrows[v]);
+        bench_one(nm, &k, 2 * b);
+        k.op = GT_OP_RMS_NORM_BACKWARD;
+        k.n_in = 3;
+        k.n_out = 2;
+        k.in[2] = &dys;
+        k.out[1] = &dws;
+        snprintf(nm, sizeof nm, "rms_norm_backward [%lld,256] bf16", (long long)nrows[v]);
+        bench_one(nm, &k, 3 * b);
+    }
     memset(&k, 0, sizeof k);
     k.op = GT_OP_ROPE;
     k.i = ri;

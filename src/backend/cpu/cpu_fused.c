@@ -9,7 +9,9 @@
  * rounded to the instruction's dtype and widened back. That is the unfused graph element by
  * element: the same f32 arithmetic on the same (already rounded) operands, rounded where each
  * unfused output was stored, so fused and unfused results are bitwise equal by construction.
- * Only the intermediates never leave the chunk buffers. */
+ * Only the intermediates never leave the chunk buffers; the registers that are outputs of the
+ * node (gt_fused_outputs: the flagged ones and the last) are copied to their outputs per chunk,
+ * all of one shape (the shape rule's requirement), so one index space serves every output. */
 #include "cpu_internal.h"
 #include "ir/fused_program.h"
 
@@ -99,8 +101,20 @@ gt_status gt_cpu_fused_elementwise(const gt_kernel_call *c, gt_error *err)
 {
     gt_fused_ins ins[GT_FUSED_MAX_INS];
     GT_TRY(gt_cpu_fused_decode(c, ins, err));
+    int out_reg[GT_FUSED_MAX_INS];
+    int n_res = gt_fused_outputs(c->i, c->ni, out_reg);
+    if (c->n_out != n_res)
+        return gt_error_set(err, GT_ERR_INVALID,
+                            "fused_elementwise: called with %d outputs, its program has %d (the "
+                            "flagged instructions and the last)",
+                            c->n_out, n_res);
     gt_tensor *out = c->out[0];
-    GT_TRY(gt_cpu_want_f32(c, out, "output", err));
+    for (int j = 0; j < n_res; j++) {
+        char what[32];
+        snprintf(what, sizeof what, "output %d", j);
+        GT_TRY(gt_cpu_want_f32(c, c->out[j], what, err));
+        if (j > 0) GT_TRY(gt_kernel_want_same_shape(c, c->out[j], what, out, "output 0", err));
+    }
     int nd = out->ndim, n_in = c->n_in;
     int64_t stride[GT_MAX_IN][GT_MAX_DIMS];
     bool same[GT_MAX_IN];
@@ -136,7 +150,6 @@ gt_status gt_cpu_fused_elementwise(const gt_kernel_call *c, gt_error *err)
     /* odometer over the output's index space for the broadcast inputs */
     int64_t idx[GT_MAX_DIMS] = {0}, off[GT_MAX_IN] = {0};
     gt_status st = GT_OK;
-    float *result = (float *)out->data;
     for (int64_t i0 = 0; i0 < n && st == GT_OK; i0 += (int64_t)chunk) {
         int64_t len = n - i0 < (int64_t)chunk ? n - i0 : (int64_t)chunk;
         const float *operand[GT_MAX_IN];
@@ -184,7 +197,8 @@ gt_status gt_cpu_fused_elementwise(const gt_kernel_call *c, gt_error *err)
             }
             gt_cpu_fused_round(reg[k], len, ins[k].dtype);
         }
-        if (st == GT_OK) memcpy(result + i0, reg[c->ni - 1], (size_t)len * sizeof(float));
+        for (int j = 0; j < n_res && st == GT_OK; j++)
+            memcpy((float *)c->out[j]->data + i0, reg[out_reg[j]], (size_t)len * sizeof(float));
     }
     free(buf);
     if (st != GT_OK) return gt_error_wrap(err, "fused_elementwise");

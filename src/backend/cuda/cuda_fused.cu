@@ -417,33 +417,72 @@ template <> __device__ __forceinline__ __nv_bfloat16 gt_fk_from_f<__nv_bfloat16>
     return __float2bfloat16_rn(v);
 }
 
+/* One pack of out = OP1(OP0(x, y), z) (T0_FIRST) or OP1(z, OP0(x, y)); y is used only when OP0
+ * is binary. */
+template <typename T, int OP0, int OP1, bool T0_FIRST>
+__device__ __forceinline__ gt_fk_pack<T> gt_fk_two(const gt_fk_pack<T> &x, const gt_fk_pack<T> &y,
+                                                   const gt_fk_pack<T> &z)
+{
+    const int V = 16 / sizeof(T);
+    const int dt = sizeof(T) == 4 ? GT_F32 : GT_BF16;
+    const bool bin0 = OP0 == GT_OP_ADD || OP0 == GT_OP_SUB || OP0 == GT_OP_MUL ||
+                      OP0 == GT_OP_DIV || OP0 == GT_OP_SILU_BACKWARD;
+    gt_fk_pack<T> r;
+#pragma unroll
+    for (int l = 0; l < V; l++) {
+        float u = gt_fk_to_f<T>(x.e[l]), w = bin0 ? gt_fk_to_f<T>(y.e[l]) : 0.0f, t, o;
+        gt_fk_apply<1>(OP0, &u, &w, 0.0f, 0.0f, &t);
+        t = gt_fk_round(dt, t);
+        float v = gt_fk_to_f<T>(z.e[l]);
+        if (T0_FIRST)
+            gt_fk_apply<1>(OP1, &t, &v, 0.0f, 0.0f, &o);
+        else
+            gt_fk_apply<1>(OP1, &v, &t, 0.0f, 0.0f, &o);
+        r.e[l] = gt_fk_from_f<T>(o);
+    }
+    return r;
+}
+
 /* out = OP1(OP0(a, b), c) (T0_FIRST) or OP1(c, OP0(a, b)), element by element over n_packs full
  * packs; b is read only when OP0 is binary. */
 template <typename T, int OP0, int OP1, bool T0_FIRST>
 __global__ void __launch_bounds__(GT_CUDA_THREADS)
     gt_k_fused2(int64_t n_packs, const T *a, const T *b, const T *c, T *out)
 {
-    const int V = 16 / sizeof(T);
-    const int dt = sizeof(T) == 4 ? GT_F32 : GT_BF16;
     const bool bin0 = OP0 == GT_OP_ADD || OP0 == GT_OP_SUB || OP0 == GT_OP_MUL ||
                       OP0 == GT_OP_DIV || OP0 == GT_OP_SILU_BACKWARD;
     GT_GRID_STRIDE(i, n_packs)
     {
-        gt_fk_pack<T> x = ((const gt_fk_pack<T> *)a)[i], z = ((const gt_fk_pack<T> *)c)[i], y, r;
+        gt_fk_pack<T> x = ((const gt_fk_pack<T> *)a)[i], z = ((const gt_fk_pack<T> *)c)[i], y = x;
         if (bin0) y = ((const gt_fk_pack<T> *)b)[i];
-#pragma unroll
-        for (int l = 0; l < V; l++) {
-            float u = gt_fk_to_f<T>(x.e[l]), w = bin0 ? gt_fk_to_f<T>(y.e[l]) : 0.0f, t, o;
-            gt_fk_apply<1>(OP0, &u, &w, 0.0f, 0.0f, &t);
-            t = gt_fk_round(dt, t);
-            float v = gt_fk_to_f<T>(z.e[l]);
-            if (T0_FIRST)
-                gt_fk_apply<1>(OP1, &t, &v, 0.0f, 0.0f, &o);
-            else
-                gt_fk_apply<1>(OP1, &v, &t, 0.0f, 0.0f, &o);
-            r.e[l] = gt_fk_from_f<T>(o);
-        }
-        ((gt_fk_pack<T> *)out)[i] = r;
+        ((gt_fk_pack<T> *)out)[i] = gt_fk_two<T, OP0, OP1, T0_FIRST>(x, y, z);
+    }
+}
+
+/* The SwiGLU backward after fusion_merge.c: one program of three two-instruction pieces over
+ * (h1, h3, dy) — y2 = silu(h1) h3, dh3 = dy silu(h1), dh1 = silu_backward(h1, dy h3) — as one
+ * kernel: each piece reads its operands through its own pointers (a repeated input is an L1 hit,
+ * read once from memory) and stores its output. The patterns are compile-time, as in gt_k_fused2
+ * (a first version chose them per pack at run time and picked operands from an array of input
+ * packs: 0.90 ms per call at the 1B shape, slower than the three kernels it replaced). */
+typedef struct {
+    const void *a[3], *b[3], *c[3];
+    void *out[3];
+} gt_fk_three;
+
+template <typename T, int A0, int A1, bool F0, int B0, int B1, bool F1, int C0, int C1, bool F2>
+__global__ void __launch_bounds__(GT_CUDA_THREADS)
+    gt_k_fused2_x3(int64_t n_packs, const __grid_constant__ gt_fk_three P)
+{
+    typedef gt_fk_pack<T> pk;
+    GT_GRID_STRIDE(i, n_packs)
+    {
+        pk a0 = ((const pk *)P.a[0])[i], b0 = ((const pk *)P.b[0])[i], c0 = ((const pk *)P.c[0])[i];
+        pk a1 = ((const pk *)P.a[1])[i], b1 = ((const pk *)P.b[1])[i], c1 = ((const pk *)P.c[1])[i];
+        pk a2 = ((const pk *)P.a[2])[i], b2 = ((const pk *)P.b[2])[i], c2 = ((const pk *)P.c[2])[i];
+        ((pk *)P.out[0])[i] = gt_fk_two<T, A0, A1, F0>(a0, b0, c0);
+        ((pk *)P.out[1])[i] = gt_fk_two<T, B0, B1, F1>(a1, b1, c1);
+        ((pk *)P.out[2])[i] = gt_fk_two<T, C0, C1, F2>(a2, b2, c2);
     }
 }
 
@@ -537,52 +576,114 @@ static void gt_fk_launch2_ops(cudaStream_t st, int pattern, bool t0_first, int64
         gt_fk_launch2<T, GT_OP_ADD, GT_OP_ADD>(st, t0_first, n_packs, a, b, c, out);
 }
 
+/* Instructions k0 and k0 + 1 as one of gt_k_fused2's patterns on dtype dt: k0 reads inputs only
+ * (a, and b when binary), k0 + 1 reads k0's result once and an input c. */
+typedef struct {
+    int pattern, ia, ib, ic;
+    bool t0_first;
+} gt_fk_match;
+
+static bool gt_fk_match2(const gt_fused_ins *ins, int k0, int dt, gt_fk_match *m)
+{
+    static const int pats[3][2] = {
+        {GT_OP_SILU, GT_OP_MUL}, {GT_OP_MUL, GT_OP_SILU_BACKWARD}, {GT_OP_ADD, GT_OP_ADD}};
+    const gt_fused_ins *i0 = &ins[k0], *i1 = &ins[k0 + 1];
+    int pattern = -1;
+    for (int k = 0; k < 3 && pattern < 0; k++)
+        if (i0->op == pats[k][0] && i1->op == pats[k][1]) pattern = k;
+    if (pattern < 0 || (dt != GT_F32 && dt != GT_BF16) || i0->dtype != dt || i1->dtype != dt)
+        return false;
+    int ia = i0->src[0], ib = gt_fused_arity(i0->op) == 2 ? i0->src[1] : ia;
+    if (ia >= GT_FUSED_TEMP || ib >= GT_FUSED_TEMP) return false;
+    int t = GT_FUSED_TEMP + k0;
+    bool t0_first = i1->src[0] == t;
+    int other = t0_first ? i1->src[1] : i1->src[0];
+    if (!t0_first && i1->src[1] != t) return false;
+    if (other >= GT_FUSED_TEMP) return false;
+    *m = (gt_fk_match){pattern, ia, ib, other, t0_first};
+    return true;
+}
+
 /* Launches gt_k_fused2 over the first n_main elements (whole packs) when the program is one of
  * its patterns on one dtype (bf16 or f32) with every input a same-shape aligned vector; false
  * (nothing launched) otherwise. */
 static bool gt_fk_try_pattern(cudaStream_t st, const gt_kernel_call *c, const gt_fused_ins *ins,
                               const gt_fused_args *P, int64_t n_main)
 {
-    static const int pats[3][2] = {
-        {GT_OP_SILU, GT_OP_MUL}, {GT_OP_MUL, GT_OP_SILU_BACKWARD}, {GT_OP_ADD, GT_OP_ADD}};
-    if (c->ni != 2) return false;
-    int pattern = -1;
-    for (int k = 0; k < 3 && pattern < 0; k++)
-        if (ins[0].op == pats[k][0] && ins[1].op == pats[k][1]) pattern = k;
     int dt = P->dout;
-    if (pattern < 0 || (dt != GT_F32 && dt != GT_BF16) || ins[0].dtype != dt || ins[1].dtype != dt)
-        return false;
-    int ar0 = gt_fused_arity(ins[0].op);
-    /* instruction 0 reads inputs only; instruction 1 reads its result once and one input */
-    int ia = ins[0].src[0], ib = ar0 == 2 ? ins[0].src[1] : ia;
-    if (ia >= GT_FUSED_TEMP || ib >= GT_FUSED_TEMP) return false;
-    bool t0_first = ins[1].src[0] == GT_FUSED_TEMP;
-    int other = t0_first ? ins[1].src[1] : ins[1].src[0];
-    if (!t0_first && ins[1].src[1] != GT_FUSED_TEMP) return false;
-    if (other >= GT_FUSED_TEMP) return false;
-    const int used[3] = {ia, ib, other};
+    gt_fk_match m;
+    if (c->ni != 2 || !gt_fk_match2(ins, 0, dt, &m)) return false;
+    const int used[3] = {m.ia, m.ib, m.ic};
     for (int k = 0; k < 3; k++)
         if (P->kind[used[k]] != GT_FK_VEC || P->dt[used[k]] != dt) return false;
     int64_t pv = dt == GT_F32 ? 4 : 8, n_packs = n_main / pv;
     if (n_packs * pv != n_main) return false; /* the vector kernel's pack is not ours */
     if (dt == GT_F32)
-        gt_fk_launch2_ops<float>(st, pattern, t0_first, n_packs, P->in[ia], P->in[ib], P->in[other],
-                                 P->out);
+        gt_fk_launch2_ops<float>(st, m.pattern, m.t0_first, n_packs, P->in[m.ia], P->in[m.ib],
+                                 P->in[m.ic], P->out);
     else
-        gt_fk_launch2_ops<__nv_bfloat16>(st, pattern, t0_first, n_packs, P->in[ia], P->in[ib],
-                                         P->in[other], P->out);
+        gt_fk_launch2_ops<__nv_bfloat16>(st, m.pattern, m.t0_first, n_packs, P->in[m.ia],
+                                         P->in[m.ib], P->in[m.ic], P->out);
     return true;
 }
 
-gt_status gt_cuda_fused_elementwise(gt_cuda_stream *s, const gt_kernel_call *c, gt_error *err)
+/* Whether the program's outputs are self-contained two-instruction pieces of gt_k_fused2's
+ * patterns on dtype dt (output q is instruction 2q + 1 and reads only instruction 2q and inputs);
+ * fills m[q]. */
+static bool gt_fk_pieces(const gt_kernel_call *c, const gt_fused_ins *ins, const int *reg, int no,
+                         int dt, gt_fk_match *m)
+{
+    if (c->ni != 2 * no) return false;
+    for (int q = 0; q < no; q++)
+        if (reg[q] != 2 * q + 1 || !gt_fk_match2(ins, 2 * q, dt, &m[q])) return false;
+    return true;
+}
+
+/* Launches gt_k_fused2_x3 when the program is the SwiGLU backward's three pieces (silu * x,
+ * x * silu, silu_backward(x, x * x)) on one dtype, every input and output the same numel, a whole
+ * number of packs and 16-byte aligned; false (nothing launched) otherwise. */
+static bool gt_fk_try_swiglu_bwd(cudaStream_t st, const gt_kernel_call *c, const gt_fused_ins *ins,
+                                 const int *reg, int no)
+{
+    int dt = c->out[0]->dtype;
+    int64_t n = gt_tensor_numel(c->out[0]), pv = dt == GT_F32 ? 4 : 8;
+    gt_fk_match m[3];
+    if (no != 3 || n % pv != 0 || !gt_fk_pieces(c, ins, reg, no, dt, m)) return false;
+    if (m[0].pattern != 0 || !m[0].t0_first || m[1].pattern != 0 || m[1].t0_first ||
+        m[2].pattern != 1 || m[2].t0_first)
+        return false;
+    for (int k = 0; k < c->n_in; k++)
+        if (c->in[k]->dtype != dt || gt_tensor_numel(c->in[k]) != n ||
+            !gt_fk_aligned16(c->in[k]->data))
+            return false;
+    gt_fk_three P;
+    for (int q = 0; q < 3; q++) {
+        const gt_tensor *o = c->out[q];
+        if (o->dtype != dt || gt_tensor_numel(o) != n || !gt_fk_aligned16(o->data)) return false;
+        P.a[q] = c->in[m[q].ia]->data;
+        P.b[q] = c->in[m[q].ib]->data;
+        P.c[q] = c->in[m[q].ic]->data;
+        P.out[q] = o->data;
+    }
+    unsigned g = gt_cuda_blocks(n / pv);
+#define GT_FK_SWIGLU_BWD(T)                                                                        \
+    gt_k_fused2_x3<T, GT_OP_SILU, GT_OP_MUL, true, GT_OP_SILU, GT_OP_MUL, false, GT_OP_MUL,        \
+                   GT_OP_SILU_BACKWARD, false><<<g, GT_CUDA_THREADS, 0, st>>>(n / pv, P)
+    if (dt == GT_F32)
+        GT_FK_SWIGLU_BWD(float);
+    else
+        GT_FK_SWIGLU_BWD(__nv_bfloat16);
+#undef GT_FK_SWIGLU_BWD
+    return true;
+}
+
+/* Checks the whole program against the call and decodes it (output flags are not looked at). */
+static gt_status gt_fk_decode(const gt_kernel_call *c, gt_fused_ins *ins, gt_error *err)
 {
     const char *name = "fused_elementwise";
     if (c->ni < 1 || c->ni > GT_FUSED_MAX_INS)
         return gt_error_set(err, GT_ERR_INVALID, "%s: %d instructions, expected 1 to %d", name,
                             c->ni, GT_FUSED_MAX_INS);
-    gt_fused_ins ins[GT_FUSED_MAX_INS];
-    gt_fused_args P;
-    memset(&P, 0, sizeof P);
     for (int k = 0; k < c->ni; k++) {
         ins[k] = gt_fused_decode(c->i[k]);
         int arity = gt_fused_arity(ins[k].op), nc = gt_fused_n_const(ins[k].op);
@@ -603,6 +704,19 @@ gt_status gt_cuda_fused_elementwise(gt_cuda_stream *s, const gt_kernel_call *c, 
                 return gt_error_set(err, GT_ERR_INVALID,
                                     "clamp: bounds must satisfy min <= max, got [%g, %g]", lo, hi);
         }
+    }
+    return GT_OK;
+}
+
+/* The program's prefix of c->ni instructions with its last result into c->out[0]. */
+static gt_status gt_fk_run(gt_cuda_stream *s, const gt_kernel_call *c, gt_error *err)
+{
+    gt_fused_ins ins[GT_FUSED_MAX_INS];
+    GT_TRY(gt_fk_decode(c, ins, err));
+    gt_fused_args P;
+    memset(&P, 0, sizeof P);
+    for (int k = 0; k < c->ni; k++) {
+        int nc = gt_fused_n_const(ins[k].op);
         P.op[k] = ins[k].op;
         P.rdt[k] = ins[k].dtype;
         if (nc > 0) P.c0[k] = (float)c->f[ins[k].fslot]; /* rounded to f32 as the unfused ops */
@@ -680,6 +794,50 @@ gt_status gt_cuda_fused_elementwise(gt_cuda_stream *s, const gt_kernel_call *c, 
     if (start < n) {
         gt_k_fused_any<<<gt_cuda_blocks(n - start), GT_CUDA_THREADS, 0, s->stream>>>(P, start, n);
         GT_TRY(gt_cuda_launched(c, err));
+    }
+    return GT_OK;
+}
+
+/* Several outputs (fused_program.h's output flags): the SwiGLU backward's kernel when the program
+ * is that; else, when it is made of self-contained two-instruction pieces, each piece as its own
+ * two-instruction program (gt_k_fused2 where it matches); else, output by output, the prefix of
+ * the program that ends at its instruction. Every way gives each output the same bits: a piece or
+ * a prefix computes its registers as the whole program does. */
+gt_status gt_cuda_fused_elementwise(gt_cuda_stream *s, const gt_kernel_call *c, gt_error *err)
+{
+    gt_fused_ins ins[GT_FUSED_MAX_INS];
+    GT_TRY(gt_fk_decode(c, ins, err));
+    int reg[GT_FUSED_MAX_INS];
+    int no = gt_fused_outputs(c->i, c->ni, reg);
+    if (no != c->n_out)
+        return gt_error_set(err, GT_ERR_INVALID,
+                            "fused_elementwise: the program has %d outputs, the call %d", no,
+                            c->n_out);
+    if (no == 1) return gt_fk_run(s, c, err);
+    for (int q = 0; q < no; q++)
+        GT_TRY(gt_kernel_want_float(c, c->out[q], "output", err));
+    if (gt_tensor_numel(c->out[0]) > 0 && gt_fk_try_swiglu_bwd(s->stream, c, ins, reg, no))
+        return gt_cuda_launched(c, err);
+    gt_fk_match m[GT_FUSED_MAX_INS];
+    bool pieces = gt_fk_pieces(c, ins, reg, no, c->out[0]->dtype, m);
+    for (int q = 0; q < no; q++) {
+        gt_kernel_call one = *c;
+        one.n_out = 1;
+        one.out[0] = c->out[q];
+        int64_t w[2];
+        if (pieces) { /* instructions 2q, 2q + 1 with the temp renumbered to 0 */
+            gt_fused_ins i1 = ins[2 * q + 1];
+            for (int k = 0; k < 2; k++)
+                if (i1.src[k] == GT_FUSED_TEMP + 2 * q) i1.src[k] = GT_FUSED_TEMP;
+            w[0] = c->i[2 * q] & ~((int64_t)1 << GT_FUSED_OUT_BIT);
+            w[1] =
+                gt_fused_encode((gt_op)i1.op, (gt_dtype)i1.dtype, i1.src[0], i1.src[1], i1.fslot);
+            one.i = w;
+            one.ni = 2;
+        } else {
+            one.ni = reg[q] + 1;
+        }
+        GT_TRY(gt_fk_run(s, &one, err));
     }
     return GT_OK;
 }

@@ -25,6 +25,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include <type_traits>
+
 #include "backend/rope_freqs.h" /* gt_rope_inv_freq, shared with the other backend */
 
 #define GT_NORM_CHUNK 64
@@ -32,6 +34,12 @@
 #define GT_RMS_CHUNKS 1024
 /* The backward fast path keeps ~100 values per thread: at 1024 threads (64 registers) it spills. */
 #define GT_RMS_BWD_THREADS 512
+/* Threads per SM the bf16 backward is compiled to keep resident (a register cap). H200, [16384,
+ * 2048] bf16: no cap (92 registers, 2 blocks of 256) 118.9 us; 768 (3 blocks) 104.6 us; 1024 (64
+ * registers, spills) 106.1 us; [16384, 256]: 19.8, 17.8, 19.2 us. */
+#ifndef GT_RMS_BWD_MIN_THREADS
+#define GT_RMS_BWD_MIN_THREADS 768
+#endif
 #define GT_ROPE_ITEMS 256
 
 /* ---------------------------------------------------------------- 8-wide loads and stores */
@@ -103,129 +111,243 @@ template <int V> __device__ __forceinline__ void gt_stv(void *p, int dt, int64_t
         gt_st(p, dt, i, v[0]);
 }
 
-/* Sum over the block of one double per thread (blockDim.x a multiple of 32): warp xor-butterfly
- * (a + b == b + a exactly, so every lane ends with the same bits), then the warp totals added in
- * warp order by every thread. `sh` holds 32 doubles; reusable right after return. */
-__device__ __forceinline__ double gt_row_sum_dbl(double v, double *sh)
-{
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1)
-        v += __shfl_xor_sync(0xffffffffu, v, o);
-    if ((threadIdx.x & 31) == 0) sh[threadIdx.x >> 5] = v;
-    __syncthreads();
-    double t = 0.0;
-    for (unsigned k = 0; k < (blockDim.x >> 5); k++)
-        t += sh[k];
-    __syncthreads();
-    return t;
-}
+/* ---------------------------------------------------------------- rms_norm fast paths
+ * Row groups: a group of TPR threads owns a row (thread t of the group: columns [8t, 8t + 8)).
+ * TPR is d / 8 rounded up to a power of two, so a group of at most 32 threads is an aligned part
+ * of a warp whose sums need no barrier. A block of BLOCK = max(TPR, 256) threads holds
+ * G = BLOCK / TPR groups, each on its own rows, so an SM keeps many rows in flight even when rows
+ * are short (d = 256: 32 threads per row, 8 rows per block; one row per 32-thread block and a
+ * serial walk over its rows left most of the SM idle). Block b covers the rows of chunk b
+ * ([b chunk, (b + 1) chunk), chunk from the shape alone); group g takes rows b chunk + g,
+ * + G, ... in order, loading its next row while it reduces the current one. */
 
-/* gt_row_sum_dbl for two values at once (one pair of barriers for both); `sh` holds 32 double2. */
-__device__ __forceinline__ double2 gt_row_sum2_dbl(double a, double b, double2 *sh)
+/* Sums a and b over the TPR threads of this thread's group; every thread of the group gets the
+ * same bits: an xor butterfly within the group (a + b == b + a exactly), then for TPR > 32 the
+ * group's warp totals added in warp order by every thread. TPR > 32: every thread of the block
+ * calls it (one barrier pair); sh holds BLOCK / 32 double2. */
+template <int TPR> __device__ __forceinline__ double2 gt_group_sum2(double a, double b, double2 *sh)
 {
+    constexpr int W = TPR < 32 ? TPR : 32;
 #pragma unroll
-    for (int o = 16; o > 0; o >>= 1) {
+    for (int o = W / 2; o > 0; o >>= 1) {
         a += __shfl_xor_sync(0xffffffffu, a, o);
         b += __shfl_xor_sync(0xffffffffu, b, o);
     }
-    if ((threadIdx.x & 31) == 0) sh[threadIdx.x >> 5] = make_double2(a, b);
+    if (TPR <= 32) return make_double2(a, b);
+    constexpr int WPG = TPR > 32 ? TPR / 32 : 1; /* warps per group */
+    int warp = threadIdx.x >> 5, first = warp - warp % WPG;
+    if ((threadIdx.x & 31) == 0) sh[warp] = make_double2(a, b);
     __syncthreads();
     double2 t = make_double2(0.0, 0.0);
-    for (unsigned k = 0; k < (blockDim.x >> 5); k++) {
-        t.x += sh[k].x;
-        t.y += sh[k].y;
+#pragma unroll
+    for (int k = 0; k < WPG; k++) {
+        t.x += sh[first + k].x;
+        t.y += sh[first + k].y;
     }
     __syncthreads();
     return t;
 }
 
-/* ---------------------------------------------------------------- rms_norm fast paths */
+/* The rows of block blockIdx.x's chunk that group grp takes: first, first + G, ... (mine of
+ * them, in order); every group of the block makes passes passes (a group past its rows idles
+ * through the barriers). */
+struct gt_rms_rows {
+    int64_t first;
+    int mine, passes;
+};
 
-/* Forward: block per row (grid-stride), thread t owns columns [8t, 8t + 8) of a row of d. */
-__global__ void __launch_bounds__(1024)
-    gt_k_rms_fwd8(int64_t rows, int64_t d, double eps, const void *x, int dxt, const void *w,
-                  int dwt, void *out, int dout)
+template <int G>
+__device__ __forceinline__ gt_rms_rows gt_rms_chunk(int64_t rows, int64_t chunk, int grp)
 {
-    __shared__ double sh[32];
-    int64_t j = (int64_t)threadIdx.x * 8;
-    bool act = j < d;
-    float wv[8] = {0}, xv[8] = {0};
-    if (act) gt_ld8(w, dwt, j, wv);
-    for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
-        double ss = 0.0;
-        if (act) {
-            gt_ld8(x, dxt, r * d + j, xv);
+    int64_t r0 = (int64_t)blockIdx.x * chunk, r1 = r0 + chunk < rows ? r0 + chunk : rows;
+    int n = r1 > r0 ? (int)(r1 - r0) : 0;
+    gt_rms_rows q = {r0 + grp, n > grp ? (n - grp + G - 1) / G : 0, (n + G - 1) / G};
+    return q;
+}
+
+/* Eight consecutive elements of T (bf16: one 16-byte word; f32: two), kept raw between a load
+ * and their use: the row kernels hold the current and the next row, and raw bf16 takes half the
+ * registers of floats. */
+template <typename T> struct gt_v8 {
+    uint4 u[sizeof(T) / 2];
+};
+
+template <typename T> __device__ __forceinline__ gt_v8<T> gt_v8_ld(const T *p, int64_t i)
+{
+    gt_v8<T> v;
 #pragma unroll
-            for (int k = 0; k < 8; k++)
-                ss += (double)xv[k] * xv[k];
-        }
-        ss = gt_row_sum_dbl(ss, sh);
-        float sf = (float)(1.0 / sqrt(ss / (double)d + eps));
-        if (act) {
-            float y[8];
+    for (int k = 0; k < (int)(sizeof(T) / 2); k++)
+        v.u[k] = ((const uint4 *)(p + i))[k];
+    return v;
+}
+
+template <typename T> __device__ __forceinline__ gt_v8<T> gt_v8_zero(void)
+{
+    gt_v8<T> v;
 #pragma unroll
-            for (int k = 0; k < 8; k++)
-                y[k] = __fmul_rn(__fmul_rn(xv[k], sf), wv[k]);
-            gt_st8(out, dout, r * d + j, y);
-        }
+    for (int k = 0; k < (int)(sizeof(T) / 2); k++)
+        v.u[k] = make_uint4(0, 0, 0, 0);
+    return v;
+}
+
+/* The 8 values widened to f32 (exact). */
+template <typename T> __device__ __forceinline__ void gt_v8_get(const gt_v8<T> &v, float *f)
+{
+    const unsigned *w = (const unsigned *)v.u;
+#pragma unroll
+    for (int k = 0; k < 8; k++)
+        f[k] = sizeof(T) == 4 ? __uint_as_float(w[k])
+                              : __uint_as_float(((w[k / 2] >> (16 * (k % 2))) & 0xffffu) << 16);
+}
+
+/* Stores 8 floats rounded to T (nearest even). */
+template <typename T> __device__ __forceinline__ void gt_v8_st(T *p, int64_t i, const float *f)
+{
+    uint4 *q = (uint4 *)(p + i);
+    if (sizeof(T) == 4) {
+        q[0] = make_uint4(__float_as_uint(f[0]), __float_as_uint(f[1]), __float_as_uint(f[2]),
+                          __float_as_uint(f[3]));
+        q[1 % (sizeof(T) / 2)] = make_uint4(__float_as_uint(f[4]), __float_as_uint(f[5]),
+                                            __float_as_uint(f[6]), __float_as_uint(f[7]));
+    } else {
+        unsigned wd[4];
+#pragma unroll
+        for (int k = 0; k < 4; k++)
+            wd[k] = (unsigned)__bfloat16_as_ushort(__float2bfloat16_rn(f[2 * k])) |
+                    (unsigned)__bfloat16_as_ushort(__float2bfloat16_rn(f[2 * k + 1])) << 16;
+        q[0] = make_uint4(wd[0], wd[1], wd[2], wd[3]);
     }
 }
 
-/* Backward: block c handles rows [c * chunk, (c + 1) * chunk) in order, prefetching the next row
- * while it reduces the current one; partial[c * d + col] = sum over those rows of dy * xhat.
- * The row's two sums, sum x^2 and sum w dy x, go through one block reduction: with
- * s = rsqrt(mean x^2 + eps), mean(w dy xhat) = s * sum(w dy x) / d. The per-row barrier pairs are
- * what bound this kernel (a block works through its rows one after another). */
-__global__ void __launch_bounds__(GT_RMS_BWD_THREADS)
-    gt_k_rms_bwd8(int64_t rows, int64_t d, int64_t chunk, double eps, const void *x, int dxt,
-                  const void *w, int dwt, const void *dy, int ddy, void *dx, int ddx,
-                  double *partial)
+/* Forward: y = (x * r) * w with r = 1 / sqrt(mean(x^2) + eps), the squares exact in double as
+ * the CPU kernel sums them, r rounded to f32. */
+template <typename T, int TPR>
+__global__ void __launch_bounds__(TPR > 256 ? TPR : 256)
+    gt_k_rms_fwd8(int64_t rows, int64_t d, int64_t chunk, double eps, const T *x, const T *w,
+                  T *out)
 {
-    __shared__ double2 sh[32];
-    int64_t j = (int64_t)threadIdx.x * 8, r0 = (int64_t)blockIdx.x * chunk;
-    int64_t r1 = r0 + chunk < rows ? r0 + chunk : rows;
+    constexpr int BLOCK = TPR > 256 ? TPR : 256, G = BLOCK / TPR;
+    __shared__ double2 sh[BLOCK / 32];
+    int grp = threadIdx.x / TPR;
+    int64_t j = (int64_t)(threadIdx.x % TPR) * 8;
     bool act = j < d;
-    float xv[8] = {0}, gv[8] = {0};
-    double acc[8] = {0};
-    if (act) {
-        gt_ld8(x, dxt, r0 * d + j, xv);
-        gt_ld8(dy, ddy, r0 * d + j, gv);
-    }
-    for (int64_t r = r0; r < r1; r++) {
-        float xn[8] = {0}, gn[8] = {0};
-        if (act && r + 1 < r1) {
-            gt_ld8(x, dxt, (r + 1) * d + j, xn);
-            gt_ld8(dy, ddy, (r + 1) * d + j, gn);
-        }
-        /* w is re-read per row (an L1 hit) rather than held: registers set the occupancy. */
-        float wv[8] = {0};
-        if (act) gt_ld8(w, dwt, j, wv);
-        double ss = 0.0, dot = 0.0;
-#pragma unroll
-        for (int k = 0; k < 8; k++) {
-            ss += (double)xv[k] * xv[k];
-            dot += (double)wv[k] * gv[k] * xv[k];
-        }
-        double2 t = gt_row_sum2_dbl(ss, dot, sh);
-        double s = 1.0 / sqrt(t.x / (double)d + eps);
-        double mean = s * t.y / (double)d;
+    gt_rms_rows q = gt_rms_chunk<G>(rows, chunk, grp);
+    int64_t step = (int64_t)G * d; /* elements from one of the group's rows to its next */
+    const T *xp = x + q.first * d + j;
+    T *yp = out + q.first * d + j;
+    gt_v8<T> wr = gt_v8_zero<T>(), xr = gt_v8_zero<T>();
+    if (act) wr = gt_v8_ld(w, j);
+    if (act && q.mine > 0) xr = gt_v8_ld(xp, 0);
+    for (int it = 0; it < q.passes; it++, xp += step, yp += step) {
+        gt_v8<T> xn = gt_v8_zero<T>();
+        if (act && it + 1 < q.mine) xn = gt_v8_ld(xp, step);
+        float xv[8];
+        gt_v8_get(xr, xv);
+        double ss = 0.0;
 #pragma unroll
         for (int k = 0; k < 8; k++)
-            acc[k] += gv[k] * ((double)xv[k] * s);
-        if (act) {
-            float o[8];
+            ss += (double)xv[k] * xv[k];
+        ss = gt_group_sum2<TPR>(ss, 0.0, sh).x;
+        float sf = (float)(1.0 / sqrt(ss / (double)d + eps));
+        if (act && it < q.mine) {
+            float wv[8], y[8];
+            gt_v8_get(wr, wv);
 #pragma unroll
             for (int k = 0; k < 8; k++)
-                o[k] = (float)(s * ((double)wv[k] * gv[k] - (double)xv[k] * s * mean));
-            gt_st8(dx, ddx, r * d + j, o);
+                y[k] = __fmul_rn(__fmul_rn(xv[k], sf), wv[k]);
+            gt_v8_st(yp, 0, y);
         }
+        xr = xn;
+    }
+}
+
+/* Backward, per row: g = w dy, s = 1 / sqrt(mean(x^2) + eps), c = s^2 sum(g x) / d (= s times
+ * mean(g xhat)); dx = s (g - x c); and dw partial += dy (x s). The element math runs in A: double
+ * for f32 tensors (the parity runs), float for bf16 ones, whose results round to 8 bits anyway
+ * (the double math and its conversions made the bf16 kernel compute-bound: H200, [16384, 2048],
+ * 184 us for 201 MB). A thread's two row sums over its 8 columns are taken in A, the group's in
+ * double. partial[b * d + col] = sum over block b's rows of dy x s: each group adds its rows in
+ * order, then the G group totals are added in group order. */
+template <typename T, int TPR>
+__global__ void __launch_bounds__(TPR > 256 ? TPR : 256,
+                                  sizeof(T) == 2 &&
+                                          GT_RMS_BWD_MIN_THREADS / (TPR > 256 ? TPR : 256) > 1
+                                      ? GT_RMS_BWD_MIN_THREADS / (TPR > 256 ? TPR : 256)
+                                      : 1)
+    gt_k_rms_bwd8(int64_t rows, int64_t d, int64_t chunk, double eps, const T *x, const T *w,
+                  const T *dy, T *dx, double *partial)
+{
+    typedef typename std::conditional<sizeof(T) == 4, double, float>::type A;
+    constexpr int BLOCK = TPR > 256 ? TPR : 256, G = BLOCK / TPR;
+    __shared__ double2 sh[BLOCK / 32];
+    __shared__ A acc_sh[G > 1 ? BLOCK * 8 : 1];
+    int grp = threadIdx.x / TPR;
+    int64_t j = (int64_t)(threadIdx.x % TPR) * 8;
+    bool act = j < d;
+    gt_rms_rows q = gt_rms_chunk<G>(rows, chunk, grp);
+    int64_t step = (int64_t)G * d; /* elements from one of the group's rows to its next */
+    const T *xp = x + q.first * d + j, *gp = dy + q.first * d + j;
+    T *dxp = dx + q.first * d + j;
+    gt_v8<T> wr = gt_v8_zero<T>(), xr = gt_v8_zero<T>(), gr = gt_v8_zero<T>();
+    A acc[8];
 #pragma unroll
-        for (int k = 0; k < 8; k++)
-            xv[k] = xn[k], gv[k] = gn[k];
+    for (int k = 0; k < 8; k++)
+        acc[k] = (A)0;
+    if (act) wr = gt_v8_ld(w, j);
+    if (act && q.mine > 0) {
+        xr = gt_v8_ld(xp, 0);
+        gr = gt_v8_ld(gp, 0);
+    }
+    for (int it = 0; it < q.passes; it++, xp += step, gp += step, dxp += step) {
+        gt_v8<T> xn = gt_v8_zero<T>(), gn = gt_v8_zero<T>();
+        if (act && it + 1 < q.mine) {
+            xn = gt_v8_ld(xp, step);
+            gn = gt_v8_ld(gp, step);
+        }
+        float xv[8], gv[8], wv[8];
+        gt_v8_get(xr, xv);
+        gt_v8_get(gr, gv);
+        gt_v8_get(wr, wv);
+        A ss = (A)0, dot = (A)0;
+#pragma unroll
+        for (int k = 0; k < 8; k++) {
+            ss += (A)xv[k] * (A)xv[k];
+            dot += (A)wv[k] * (A)gv[k] * (A)xv[k];
+        }
+        double2 t = gt_group_sum2<TPR>((double)ss, (double)dot, sh);
+        double sd = 1.0 / sqrt(t.x / (double)d + eps);
+        A s = (A)sd, c = (A)(sd * sd * t.y / (double)d);
+        if (act && it < q.mine) {
+            float o[8];
+#pragma unroll
+            for (int k = 0; k < 8; k++) {
+                A xa = (A)xv[k], ga = (A)wv[k] * (A)gv[k];
+                o[k] = (float)(s * (ga - xa * c));
+                acc[k] += (A)gv[k] * (xa * s);
+            }
+            gt_v8_st(dxp, 0, o);
+        }
+        xr = xn;
+        gr = gn;
+    }
+    double *pp = partial + (int64_t)blockIdx.x * d + j;
+    if (G == 1) {
+        if (act)
+            for (int k = 0; k < 8; k++)
+                pp[k] = (double)acc[k];
+        return;
     }
     if (act)
         for (int k = 0; k < 8; k++)
-            partial[blockIdx.x * d + j + k] = acc[k];
+            acc_sh[grp * TPR * 8 + j + k] = acc[k];
+    __syncthreads();
+    if (grp == 0 && act)
+        for (int k = 0; k < 8; k++) {
+            double s = 0.0;
+            for (int g = 0; g < G; g++)
+                s += (double)acc_sh[g * TPR * 8 + j + k];
+            pp[k] = s;
+        }
 }
 
 /* dw[col] = sum of partial[c * d + col] over c. Block: 32 columns x 32 lanes; lane l adds chunks
@@ -250,18 +372,101 @@ __global__ void __launch_bounds__(1024)
     }
 }
 
-/* The fast paths need whole 16-byte groups: d % 8 == 0, one thread per 8 columns (<= max_t), and
- * every tensor 16-byte aligned. Returns the block size, or 0 for the generic kernels. */
+/* The fast paths need whole 16-byte groups of one dtype: d % 8 == 0, one thread per 8 columns
+ * (<= max_t), every tensor bf16 or every tensor f32, and every tensor 16-byte aligned. Returns
+ * the threads per row TPR (d / 8 rounded up to a power of two, at least 8), or 0 for the generic
+ * kernels. */
 static unsigned gt_rms_fast_threads(int64_t d, const gt_tensor *const *ts, int n, int64_t max_t)
 {
     if (d <= 0 || d % 8 != 0 || d / 8 > max_t) return 0;
+    if (ts[0]->dtype != GT_BF16 && ts[0]->dtype != GT_F32) return 0;
     for (int k = 0; k < n; k++)
-        if (((uintptr_t)ts[k]->data & 15u) != 0) return 0;
-    unsigned t = 32;
+        if (((uintptr_t)ts[k]->data & 15u) != 0 || ts[k]->dtype != ts[0]->dtype) return 0;
+    unsigned t = 8;
     while ((int64_t)t * 8 < d)
         t *= 2;
     return t;
 }
+
+/* Rows per block of the fast paths: at most GT_RMS_CHUNKS blocks (enough to fill the GPU, few dw
+ * partials to add); a function of the shape alone, so the dw sums keep their order. */
+static int64_t gt_rms_chunk_rows(int64_t rows)
+{
+    return rows > 0 ? (rows + GT_RMS_CHUNKS - 1) / GT_RMS_CHUNKS : 1;
+}
+
+/* Calls f.template run<T, TPR>() for the power of two tpr (8 .. MAX_TPR; gt_rms_fast_threads
+ * caps it, and the caps below only keep wider kernels than the op takes from being built). */
+template <typename T, int MAX_TPR, typename F> static void gt_rms_dispatch_t(unsigned tpr, F &f)
+{
+    switch (tpr) {
+    case 8:
+        f.template run<T, 8>();
+        break;
+    case 16:
+        f.template run<T, 16>();
+        break;
+    case 32:
+        f.template run<T, 32>();
+        break;
+    case 64:
+        f.template run<T, 64>();
+        break;
+    case 128:
+        f.template run<T, 128>();
+        break;
+    case 256:
+        f.template run<T, 256>();
+        break;
+    case 512:
+        f.template run<T, (512 < MAX_TPR ? 512 : MAX_TPR)>();
+        break;
+    default:
+        f.template run<T, MAX_TPR>();
+        break;
+    }
+}
+
+/* The same for the tensors' dtype dt (bf16 or f32). */
+template <int MAX_TPR, typename F> static void gt_rms_dispatch(int dt, unsigned tpr, F &f)
+{
+    if (dt == GT_F32)
+        gt_rms_dispatch_t<float, MAX_TPR>(tpr, f);
+    else
+        gt_rms_dispatch_t<__nv_bfloat16, MAX_TPR>(tpr, f);
+}
+
+struct gt_rms_fwd_launch {
+    cudaStream_t st;
+    int64_t rows, d, chunk;
+    double eps;
+    const gt_tensor *x, *w;
+    gt_tensor *y;
+    template <typename T, int TPR> void run()
+    {
+        unsigned nb = (unsigned)((rows + chunk - 1) / chunk);
+        constexpr int block = TPR > 256 ? TPR : 256;
+        gt_k_rms_fwd8<T, TPR><<<nb, block, 0, st>>>(rows, d, chunk, eps, (const T *)x->data,
+                                                    (const T *)w->data, (T *)y->data);
+    }
+};
+
+struct gt_rms_bwd_launch {
+    cudaStream_t st;
+    int64_t rows, d, chunk;
+    double eps;
+    const gt_tensor *x, *w, *dy;
+    gt_tensor *dx;
+    double *partial;
+    template <typename T, int TPR> void run()
+    {
+        unsigned nb = (unsigned)((rows + chunk - 1) / chunk);
+        constexpr int block = TPR > 256 ? TPR : 256;
+        gt_k_rms_bwd8<T, TPR><<<nb, block, 0, st>>>(rows, d, chunk, eps, (const T *)x->data,
+                                                    (const T *)w->data, (const T *)dy->data,
+                                                    (T *)dx->data, partial);
+    }
+};
 
 /* mode 0: forward (y); mode 1: backward (dx, and r per row into rs). */
 __global__ void __launch_bounds__(GT_CUDA_THREADS)
@@ -349,10 +554,10 @@ gt_status gt_cuda_rms_norm(gt_cuda_stream *s, const gt_kernel_call *c, gt_error 
     GT_TRY(gt_kernel_want_same_shape(c, x, "x", y, "output", err));
     if (rows == 0) return GT_OK;
     const gt_tensor *ts[3] = {x, w, y};
-    unsigned nt = gt_rms_fast_threads(d, ts, 3, 1024);
-    if (nt > 0) {
-        gt_k_rms_fwd8<<<(unsigned)(rows < (1 << 20) ? rows : (1 << 20)), nt, 0, s->stream>>>(
-            rows, d, c->f[0], x->data, x->dtype, w->data, w->dtype, y->data, y->dtype);
+    unsigned tpr = gt_rms_fast_threads(d, ts, 3, 1024);
+    if (tpr > 0) {
+        gt_rms_fwd_launch f = {s->stream, rows, d, gt_rms_chunk_rows(rows), c->f[0], x, w, y};
+        gt_rms_dispatch<1024>(x->dtype, tpr, f);
         return gt_cuda_launched(c, err);
     }
     gt_k_rms_rows<<<(unsigned)(rows < 65536 ? rows : 65536), GT_CUDA_THREADS, 0, s->stream>>>(
@@ -375,16 +580,13 @@ gt_status gt_cuda_rms_norm_backward(gt_cuda_stream *s, const gt_kernel_call *c, 
     GT_TRY(gt_kernel_want_same_shape(c, w, "w", dw, "dw", err));
     if (d == 0) return GT_OK;
     const gt_tensor *ts[5] = {x, w, dy, dx, dw};
-    unsigned nt = gt_rms_fast_threads(d, ts, 5, GT_RMS_BWD_THREADS);
-    if (nt > 0 && rows > 0) {
-        /* At most GT_RMS_CHUNKS chunks: enough blocks to fill the GPU, few partials to add. */
-        int64_t chunk = (rows + GT_RMS_CHUNKS - 1) / GT_RMS_CHUNKS;
-        int64_t nch = (rows + chunk - 1) / chunk;
+    unsigned tpr = gt_rms_fast_threads(d, ts, 5, GT_RMS_BWD_THREADS);
+    if (tpr > 0 && rows > 0) {
+        int64_t chunk = gt_rms_chunk_rows(rows), nch = (rows + chunk - 1) / chunk;
         void *scr;
         GT_TRY(gt_cuda_scratch(s, c, (size_t)(nch * d) * sizeof(double), &scr, err));
-        gt_k_rms_bwd8<<<(unsigned)nch, nt, 0, s->stream>>>(
-            rows, d, chunk, c->f[0], x->data, x->dtype, w->data, w->dtype, dy->data, dy->dtype,
-            dx->data, dx->dtype, (double *)scr);
+        gt_rms_bwd_launch f = {s->stream, rows, d, chunk, c->f[0], x, w, dy, dx, (double *)scr};
+        gt_rms_dispatch<GT_RMS_BWD_THREADS>(x->dtype, tpr, f);
         GT_TRY(gt_cuda_launched(c, err));
         gt_k_rms_dw_sum<<<(unsigned)((d + 31) / 32), 1024, 0, s->stream>>>(
             d, nch, (const double *)scr, dw->data, dw->dtype);
@@ -418,7 +620,9 @@ typedef struct {
 /* x viewed as [nbs = b * s, h, 2 * half]. Block k covers rows [k * npos, (k + 1) * npos): it
  * builds their cos/sin table tab[q][j] = (cos, sign * sin) in shared memory, then each item
  * (row, head, group of V pairs) reads both halves of its pairs before writing them, so out may
- * alias x. */
+ * alias x. A thread loads its first item before it builds its share of the table, so the loads
+ * are in flight during the double-precision cos/sin (at the llama3 shapes every thread has one
+ * item: table, then loads, put the two latencies end to end). */
 template <int V>
 __global__ void __launch_bounds__(GT_CUDA_THREADS)
     gt_k_rope(int64_t nbs, int64_t s, int64_t h, int64_t half, int npos, float sign,
@@ -426,23 +630,31 @@ __global__ void __launch_bounds__(GT_CUDA_THREADS)
 {
     extern __shared__ float tab[];
     int64_t bp0 = (int64_t)blockIdx.x * npos;
-    for (int64_t t = threadIdx.x; t < npos * half; t += blockDim.x) {
-        int64_t q = t / half, j = t - q * half;
-        float angle = __fmul_rn((float)((bp0 + q) % s), f.inv[j]);
-        tab[2 * t] = (float)cos((double)angle);
-        tab[2 * t + 1] = sign * (float)sin((double)angle);
-    }
-    __syncthreads();
     int64_t groups = half / V, per_row = h * groups;
-    for (int64_t t = threadIdx.x; t < npos * per_row; t += blockDim.x) {
-        int64_t q = t / per_row, rem = t - q * per_row, hd = rem / groups;
-        int64_t j = (rem - hd * groups) * V;
-        if (bp0 + q >= nbs) break; /* t grows with q: the rest are past the end too */
-        int64_t base = ((bp0 + q) * h + hd) * 2 * half;
-        const float *cs = tab + 2 * (q * half + j);
-        float x1[V], x2[V], y1[V], y2[V];
+    /* item t: row q of the block, head hd, pairs [j, j + V); base = the row's first element */
+    int64_t t = threadIdx.x, q = 0, j = 0, base = 0;
+    float x1[V], x2[V];
+    auto next = [&](void) {
+        q = t / per_row;
+        int64_t rem = t - q * per_row, hd = rem / groups;
+        j = (rem - hd * groups) * V;
+        if (q >= npos || bp0 + q >= nbs) return false;
+        base = ((bp0 + q) * h + hd) * 2 * half;
         gt_ldv<V>(x, dxt, base + j, x1);
         gt_ldv<V>(x, dxt, base + half + j, x2);
+        return true;
+    };
+    bool have = next();
+    for (int64_t e = threadIdx.x; e < npos * half; e += blockDim.x) {
+        int64_t qe = e / half, je = e - qe * half;
+        float angle = __fmul_rn((float)((bp0 + qe) % s), f.inv[je]);
+        tab[2 * e] = (float)cos((double)angle);
+        tab[2 * e + 1] = sign * (float)sin((double)angle);
+    }
+    __syncthreads();
+    while (have) {
+        const float *cs = tab + 2 * (q * half + j);
+        float y1[V], y2[V];
 #pragma unroll
         for (int k = 0; k < V; k++) {
             float co = cs[2 * k], si = cs[2 * k + 1];
@@ -451,6 +663,8 @@ __global__ void __launch_bounds__(GT_CUDA_THREADS)
         }
         gt_stv<V>(out, dout, base + j, y1);
         gt_stv<V>(out, dout, base + half + j, y2);
+        t += blockDim.x;
+        have = next();
     }
 }
 
