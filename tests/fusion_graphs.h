@@ -15,8 +15,10 @@
 #include <string.h>
 
 #include "graphtrain/gt_build.h"
+#include "graphtrain/gt_exec.h"
 #include "graphtrain/gt_pass.h"
 #include "gt_test.h"
+#include "step_harness.h"
 
 /* ---------------------------------------------------------------- helpers */
 
@@ -220,6 +222,34 @@ static inline void free_array(gt_tensor *t, int32_t n)
     for (int32_t k = 0; k < n; k++)
         gt_tensor_free(&t[k]);
     free(t);
+}
+
+/* A graph input [a, b] of dtype dt. */
+static inline gt_value_id fg_input(gt_graph *g, const char *name, gt_dtype dt, int64_t a, int64_t b)
+{
+    gt_expr dims[2] = {fg_const(g, a), fg_const(g, b)};
+    return gt_graph_add_input(g, GT_IN_INPUT, name, dt, 2, dims);
+}
+
+/* ref and g (ref after fusion) run in the eager executor on the same inputs: every output
+ * memcmp-equal. */
+static inline void fg_expect_same_outputs(const char *what, const gt_graph *ref, const gt_graph *g)
+{
+    uint64_t s = 0x2545f4914f6cdd1dull;
+    gt_error err = {0};
+    gt_tensor *in = rg_inputs(ref, &s);
+    gt_tensor *o1 = calloc((size_t)ref->n_outputs, sizeof *o1);
+    gt_tensor *o2 = calloc((size_t)ref->n_outputs, sizeof *o2);
+    EXPECT_OK(gt_eager_run(ref, NULL, in, o1, &err), &err);
+    EXPECT_OK(gt_eager_run(g, NULL, in, o2, &err), &err);
+    int bad = 0;
+    for (int32_t k = 0; k < ref->n_outputs && err.code == GT_OK; k++)
+        bad += !same_bits(&o1[k], &o2[k]);
+    EXPECT(bad == 0 && err.code == GT_OK, "%s: %d of %d outputs differ fused vs unfused", what, bad,
+           ref->n_outputs);
+    free_array(in, ref->n_inputs);
+    free_array(o1, ref->n_outputs);
+    free_array(o2, ref->n_outputs);
 }
 
 /* The llama3 step tests' pipeline: every pass (the default memory policy, verified after each),

@@ -255,11 +255,7 @@ gt_status gt_pass_fusion(gt_graph *g, const gt_pass_ctx *ctx, gt_error *err)
     for (gt_node_id n = 0; n < nn; n++)
         fs.dup_ok[n] = worth_duplicating(g, &fs, n);
     /* collectives[p] = collective nodes among positions [0, p) */
-    int32_t *collectives = gt_xcalloc((size_t)nn + 1, sizeof *collectives);
-    for (gt_node_id n = 0; n < nn; n++) {
-        const gt_op_info *info = gt_op_get(g->nodes[n].op);
-        collectives[n + 1] = collectives[n] + (info && (info->flags & GT_OPF_COLLECTIVE) ? 1 : 0);
-    }
+    int32_t *collectives = gt_pass_collective_prefix(g);
     uint8_t *taken = gt_xcalloc((size_t)nn + 1, 1); /* absorbed by a group */
     uint8_t *dup = gt_xcalloc((size_t)nn + 1, 1);   /* duplicated into a group */
     uint8_t *keep = gt_xmalloc((size_t)nn + 1);

@@ -136,11 +136,7 @@ int32_t gt_fusion_merge_siblings(gt_graph *g)
     int32_t nn = g->n_nodes, merged = 0;
     gt_pass_uses u;
     gt_pass_uses_build(g, &u);
-    int32_t *collectives = gt_xcalloc((size_t)nn + 1, sizeof *collectives);
-    for (gt_node_id n = 0; n < nn; n++) {
-        const gt_op_info *info = gt_op_get(g->nodes[n].op);
-        collectives[n + 1] = collectives[n] + (info && (info->flags & GT_OPF_COLLECTIVE) ? 1 : 0);
-    }
+    int32_t *collectives = gt_pass_collective_prefix(g);
     gt_node_id *home = gt_xmalloc((size_t)(nn ? nn : 1) * sizeof *home);
     for (gt_node_id n = 0; n < nn; n++)
         home[n] = n;

@@ -128,3 +128,13 @@ void gt_pass_apply_order(gt_graph *g, const gt_node_id *order)
     free(moved);
     free(pos);
 }
+
+int32_t *gt_pass_collective_prefix(const gt_graph *g)
+{
+    int32_t *prefix = gt_xcalloc((size_t)g->n_nodes + 1, sizeof *prefix);
+    for (gt_node_id n = 0; n < g->n_nodes; n++) {
+        const gt_op_info *info = gt_op_get(g->nodes[n].op);
+        prefix[n + 1] = prefix[n] + (info && (info->flags & GT_OPF_COLLECTIVE) ? 1 : 0);
+    }
+    return prefix;
+}

@@ -94,6 +94,10 @@ typedef struct {
 void gt_pass_uses_build(const gt_graph *g, gt_pass_uses *u);
 void gt_pass_uses_free(gt_pass_uses *u);
 
+/* prefix[p] = the number of collective nodes among positions [0, p), p = 0 .. n_nodes (a node
+ * lies between a and b when prefix[b] != prefix[a + 1]). Caller frees. */
+int32_t *gt_pass_collective_prefix(const gt_graph *g);
+
 /* The fusion pass's last step (fusion_merge.c): sibling fused_elementwise nodes that share an
  * input become one node with several outputs. Returns the number of merges. */
 int32_t gt_fusion_merge_siblings(gt_graph *g);

@@ -129,12 +129,6 @@ static void test_random_graphs(void)
 
 /* ---------------------------------------------------------------- 2. the pass's rules */
 
-static gt_value_id input(gt_graph *g, const char *name, gt_dtype dt, int64_t a, int64_t b)
-{
-    gt_expr dims[2] = {fg_const(g, a), fg_const(g, b)};
-    return gt_graph_add_input(g, GT_IN_INPUT, name, dt, 2, dims);
-}
-
 /* The fused node producing value v, or NULL. */
 static const gt_node *fused_producer(const gt_graph *g, gt_value_id v)
 {
@@ -145,31 +139,12 @@ static const gt_node *fused_producer(const gt_graph *g, gt_value_id v)
 
 /* ref (the graph before fusion) and g (after) run in the eager executor on the same inputs: every
  * output must be bitwise equal. */
-static void expect_same_outputs(const char *what, const gt_graph *ref, const gt_graph *g)
-{
-    uint64_t s = 0x2545f4914f6cdd1dull;
-    gt_error err = {0};
-    gt_tensor *in = rg_inputs(ref, &s);
-    gt_tensor *o1 = calloc((size_t)ref->n_outputs, sizeof *o1);
-    gt_tensor *o2 = calloc((size_t)ref->n_outputs, sizeof *o2);
-    EXPECT_OK(gt_eager_run(ref, NULL, in, o1, &err), &err);
-    EXPECT_OK(gt_eager_run(g, NULL, in, o2, &err), &err);
-    int bad = 0;
-    for (int32_t k = 0; k < ref->n_outputs && err.code == GT_OK; k++)
-        bad += !same_bits(&o1[k], &o2[k]);
-    EXPECT(bad == 0 && err.code == GT_OK, "%s: %d of %d outputs differ fused vs unfused", what, bad,
-           ref->n_outputs);
-    free_array(in, ref->n_inputs);
-    free_array(o1, ref->n_outputs);
-    free_array(o2, ref->n_outputs);
-}
-
 static void test_swiglu(void)
 {
     gt_error err = {0};
     gt_graph *g = gt_graph_new();
-    gt_value_id h1 = input(g, "h1", GT_BF16, 4, 8), h3 = input(g, "h3", GT_BF16, 4, 8);
-    gt_value_id dy = input(g, "dy", GT_BF16, 4, 8);
+    gt_value_id h1 = fg_input(g, "h1", GT_BF16, 4, 8), h3 = fg_input(g, "h3", GT_BF16, 4, 8);
+    gt_value_id dy = fg_input(g, "dy", GT_BF16, 4, 8);
     gt_value_id y = gt_mul(g, gt_unary(g, GT_OP_SILU, h1), h3);
     g->cur_phase = GT_PHASE_BACKWARD;
     gt_value_id dh1 = gt_silu_backward(g, h1, gt_mul(g, dy, h3));
@@ -214,9 +189,9 @@ static void test_swiglu(void)
      * silu_backward(h1, dy * h3). s is duplicated into both products and then dies: no silu
      * kernel is left, each product reads h1 instead of s */
     g = gt_graph_new();
-    h1 = input(g, "h1", GT_BF16, 4, 8), h3 = input(g, "h3", GT_BF16, 4, 8);
-    dy = input(g, "dy", GT_BF16, 4, 8);
-    gt_value_id w2 = input(g, "w2", GT_BF16, 8, 4);
+    h1 = fg_input(g, "h1", GT_BF16, 4, 8), h3 = fg_input(g, "h3", GT_BF16, 4, 8);
+    dy = fg_input(g, "dy", GT_BF16, 4, 8);
+    gt_value_id w2 = fg_input(g, "w2", GT_BF16, 8, 4);
     g->cur_phase = GT_PHASE_BACKWARD;
     gt_value_id s = gt_unary(g, GT_OP_SILU, h1);
     gt_value_id y2 = gt_mul(g, s, h3);
@@ -240,7 +215,7 @@ static void test_swiglu(void)
                f->attrs.i[0] == gt_fused_encode(GT_OP_SILU, GT_BF16, 0, 0, 0) &&
                f->attrs.i[1] == gt_fused_encode_out(GT_OP_MUL, GT_BF16, GT_FUSED_TEMP, 1, 0, true),
            "y2, dh3, dh1 from one node; y2's piece silu(h1) * h3 first");
-    expect_same_outputs("swiglu backward", ref, g);
+    fg_expect_same_outputs("swiglu backward", ref, g);
     gt_graph_free(ref);
     gt_graph_free(g);
 }
@@ -253,7 +228,7 @@ static void test_boundaries(void)
      * graph output: it stays, and is not duplicated into z = mul(u, x) (the copy would gain
      * nothing), so mul stays alone */
     gt_graph *g = gt_graph_new();
-    gt_value_id x = input(g, "x", GT_F32, 3, 5), x2 = input(g, "x2", GT_F32, 3, 5);
+    gt_value_id x = fg_input(g, "x", GT_F32, 3, 5), x2 = fg_input(g, "x2", GT_F32, 3, 5);
     gt_value_id t = gt_unary(g, GT_OP_EXP, x);
     gt_value_id u = gt_unary(g, GT_OP_SIGMOID, x2);
     gt_value_id w = gt_add(g, gt_scale(g, gt_unary(g, GT_OP_NEG, t), 0.5), t);
@@ -276,13 +251,13 @@ static void test_boundaries(void)
                f->attrs.i[2] == gt_fused_encode(GT_OP_SCALE, GT_F32, T + 1, 0, 0) &&
                f->attrs.i[3] == gt_fused_encode(GT_OP_ADD, GT_F32, T + 2, T + 0, 0),
            "w = exp, neg, scale, add(r2, r0): exp's register read twice");
-    expect_same_outputs("read twice", ref, g);
+    fg_expect_same_outputs("read twice", ref, g);
     gt_graph_free(ref);
     gt_graph_free(g);
 
     /* a phase change ends a chain: forward exp, backward neg */
     g = gt_graph_new();
-    x = input(g, "x", GT_F32, 3, 5);
+    x = fg_input(g, "x", GT_F32, 3, 5);
     t = gt_unary(g, GT_OP_EXP, x);
     g->cur_phase = GT_PHASE_BACKWARD;
     gt_graph_add_output(g, GT_OUT_METRIC, "y", gt_unary(g, GT_OP_NEG, t));
@@ -292,7 +267,7 @@ static void test_boundaries(void)
 
     /* no chain crosses a collective: exp(x), all_reduce of x2, neg(exp) */
     g = gt_graph_new();
-    x = input(g, "x", GT_F32, 3, 5), x2 = input(g, "x2", GT_F32, 3, 5);
+    x = fg_input(g, "x", GT_F32, 3, 5), x2 = fg_input(g, "x2", GT_F32, 3, 5);
     t = gt_unary(g, GT_OP_EXP, x);
     gt_attrs ca = {.i = {0, 2}, .ni = 2};
     gt_value_id st = gt_graph_add_node(g, GT_OP_ALL_REDUCE_START, &x2, 1, &ca, NULL);
@@ -316,7 +291,7 @@ static void test_boundaries(void)
     for (int t3 = 0; t3 < 3; t3++) {
         int total = totals[t3];
         g = gt_graph_new();
-        gt_value_id v = input(g, "x", GT_F32, 2, 3);
+        gt_value_id v = fg_input(g, "x", GT_F32, 2, 3);
         for (int k = 0; k < total; k++)
             v = k % 2 ? gt_add_scalar(g, v, 0.25 * k) : gt_unary(g, GT_OP_NEG, v);
         gt_graph_add_output(g, GT_OUT_METRIC, "y", v);
@@ -343,7 +318,7 @@ static gt_graph *fuse_checked(const char *what, gt_graph *g)
     EXPECT(g->err.code == GT_OK, "%s built: %s", what, g->err.msg);
     gt_graph *ref = gt_graph_copy(g);
     EXPECT_OK(run_fusion(g, &err), &err);
-    expect_same_outputs(what, ref, g);
+    fg_expect_same_outputs(what, ref, g);
     gt_graph_free(ref);
     return g;
 }
@@ -363,8 +338,8 @@ static void test_duplication(void)
      * mul would gain nothing (the mul reads h1 instead of s, same bytes, same kernels) and s is
      * not duplicated; the lone mul is not fused */
     gt_graph *g = gt_graph_new();
-    gt_value_id h1 = input(g, "h1", GT_BF16, 4, 8), h3 = input(g, "h3", GT_BF16, 4, 8);
-    gt_value_id w = input(g, "w", GT_BF16, 8, 4);
+    gt_value_id h1 = fg_input(g, "h1", GT_BF16, 4, 8), h3 = fg_input(g, "h3", GT_BF16, 4, 8);
+    gt_value_id w = fg_input(g, "w", GT_BF16, 8, 4);
     gt_value_id s = gt_unary(g, GT_OP_SILU, h1);
     gt_graph_add_output(g, GT_OUT_METRIC, "y", gt_mul(g, s, h3));
     gt_graph_add_output(g, GT_OUT_METRIC, "m", gt_matmul(g, s, w, false, false));
@@ -378,8 +353,8 @@ static void test_duplication(void)
      * m2 = s * r (r the collective's result). Both readers are elementwise, so s is worth
      * duplicating; m1 gets a copy, m2 cannot (s lies before the collective): s stays, read by m2 */
     g = gt_graph_new();
-    gt_value_id x = input(g, "x", GT_F32, 3, 5), y = input(g, "y", GT_F32, 3, 5);
-    gt_value_id x2 = input(g, "x2", GT_F32, 3, 5);
+    gt_value_id x = fg_input(g, "x", GT_F32, 3, 5), y = fg_input(g, "y", GT_F32, 3, 5);
+    gt_value_id x2 = fg_input(g, "x2", GT_F32, 3, 5);
     s = gt_unary(g, GT_OP_SILU, x);
     gt_value_id m1 = gt_mul(g, s, y);
     gt_attrs ca = {.i = {0, 2}, .ni = 2};
@@ -402,8 +377,8 @@ static void test_duplication(void)
     /* a duplicated chain dies as a whole: b = neg(exp(x)) read by b * y and b + y2: both get a
      * copy of exp and neg, and neither original is left */
     g = gt_graph_new();
-    x = input(g, "x", GT_F32, 3, 5), y = input(g, "y", GT_F32, 3, 5);
-    gt_value_id y2 = input(g, "y2", GT_F32, 1, 5);
+    x = fg_input(g, "x", GT_F32, 3, 5), y = fg_input(g, "y", GT_F32, 3, 5);
+    gt_value_id y2 = fg_input(g, "y2", GT_F32, 1, 5);
     gt_value_id b = gt_unary(g, GT_OP_NEG, gt_unary(g, GT_OP_EXP, x));
     gt_graph_add_output(g, GT_OUT_METRIC, "p", gt_mul(g, b, y));
     gt_graph_add_output(g, GT_OUT_METRIC, "q", gt_add(g, b, y2));
@@ -417,8 +392,8 @@ static void test_duplication(void)
      * and by neg(e). Both readers copy e (binary p cannot be copied, so they read p); e's own
      * group must then leave p alone, and e, unread, goes */
     g = gt_graph_new();
-    x = input(g, "x", GT_F32, 3, 5), y = input(g, "y", GT_F32, 3, 5);
-    gt_value_id z = input(g, "z", GT_F32, 3, 5);
+    x = fg_input(g, "x", GT_F32, 3, 5), y = fg_input(g, "y", GT_F32, 3, 5);
+    gt_value_id z = fg_input(g, "z", GT_F32, 3, 5);
     gt_value_id p = gt_add(g, x, y), e = gt_unary(g, GT_OP_EXP, p);
     gt_graph_add_output(g, GT_OUT_METRIC, "a", gt_mul(g, e, z));
     gt_graph_add_output(g, GT_OUT_METRIC, "b", gt_unary(g, GT_OP_NEG, e));
@@ -435,7 +410,7 @@ static void test_duplication(void)
      * narrower input) and goes; a narrowing one is not (a copy would read the wider input) */
     for (int narrow = 0; narrow < 2; narrow++) {
         g = gt_graph_new();
-        x = input(g, "x", narrow ? GT_F32 : GT_BF16, 3, 5);
+        x = fg_input(g, "x", narrow ? GT_F32 : GT_BF16, 3, 5);
         gt_value_id c = gt_cast(g, x, narrow ? GT_BF16 : GT_F32);
         gt_graph_add_output(g, GT_OUT_METRIC, "n", gt_unary(g, GT_OP_NEG, c));
         gt_graph_add_output(g, GT_OUT_METRIC, "e", gt_unary(g, GT_OP_EXP, c));
@@ -458,7 +433,7 @@ static void expect_refused_b(const char *what, const int64_t *prog, int n_prog, 
                              int nf, const char *needle, int64_t b_rows)
 {
     gt_graph *g = gt_graph_new();
-    gt_value_id in[2] = {input(g, "a", GT_BF16, 4, 6), input(g, "b", GT_BF16, b_rows, 6)};
+    gt_value_id in[2] = {fg_input(g, "a", GT_BF16, 4, 6), fg_input(g, "b", GT_BF16, b_rows, 6)};
     gt_attrs at;
     memset(&at, 0, sizeof at);
     for (int k = 0; k < n_prog; k++)
@@ -539,8 +514,8 @@ static void test_shape_rule_outputs(void)
         gt_dtype dt = dts[t];
         swiglu_triple(dt, prog);
         gt_graph *g = gt_graph_new();
-        gt_value_id in[3] = {input(g, "h1", dt, 4, 6), input(g, "h3", dt, 4, 6),
-                             input(g, "dy", dt, 1, 6)};
+        gt_value_id in[3] = {fg_input(g, "h1", dt, 4, 6), fg_input(g, "h3", dt, 4, 6),
+                             fg_input(g, "dy", dt, 1, 6)};
         gt_attrs at;
         memset(&at, 0, sizeof at);
         memcpy(at.i, prog, (size_t)n * sizeof *prog);
@@ -561,7 +536,7 @@ static void test_shape_rule_outputs(void)
     /* outputs keep their own dtypes: r0 = exp(a) bf16 (OUT), r1 = cast(r0 -> f32), r2 = r1 * 2
      * (f32, OUT), r3 = cast(r2 -> f16) */
     gt_graph *g = gt_graph_new();
-    gt_value_id a = input(g, "a", GT_BF16, 4, 6);
+    gt_value_id a = fg_input(g, "a", GT_BF16, 4, 6);
     gt_attrs at = {.i = {gt_fused_encode_out(GT_OP_EXP, GT_BF16, 0, 0, 0, true),
                          gt_fused_encode(GT_OP_CAST, GT_F32, T + 0, 0, 0),
                          gt_fused_encode_out(GT_OP_SCALE, GT_F32, T + 1, 0, 0, true),
@@ -581,7 +556,7 @@ static void test_shape_rule_outputs(void)
     /* every instruction flagged: GT_FUSED_MAX_INS outputs, the most a node has (GT_MAX_OUT;
      * more than GT_MAX_OUT outputs cannot be encoded while GT_FUSED_MAX_INS <= GT_MAX_OUT) */
     g = gt_graph_new();
-    a = input(g, "a", GT_F32, 2, 3);
+    a = fg_input(g, "a", GT_F32, 2, 3);
     memset(&at, 0, sizeof at);
     at.i[0] = gt_fused_encode_out(GT_OP_NEG, GT_F32, 0, 0, 0, true);
     for (int k = 1; k < GT_FUSED_MAX_INS; k++)
@@ -601,7 +576,7 @@ static void test_shape_rule_outputs(void)
                      "every output must have the node's output shape", 1);
     /* unflagged, the same register is a plain intermediate: accepted */
     g = gt_graph_new();
-    gt_value_id in2[2] = {input(g, "a", GT_BF16, 4, 6), input(g, "b", GT_BF16, 1, 6)};
+    gt_value_id in2[2] = {fg_input(g, "a", GT_BF16, 4, 6), fg_input(g, "b", GT_BF16, 1, 6)};
     memset(&at, 0, sizeof at);
     at.i[0] = gt_fused_encode(GT_OP_NEG, GT_BF16, 1, 0, 0);
     at.i[1] = small[1];
@@ -636,7 +611,7 @@ static void test_shape_rule(void)
 
     /* a well-formed program: cast(b) to f32, times 2, plus a's cast: [4, 6] f32 */
     gt_graph *g = gt_graph_new();
-    gt_value_id in[2] = {input(g, "a", GT_BF16, 4, 6), input(g, "b", GT_BF16, 1, 6)};
+    gt_value_id in[2] = {fg_input(g, "a", GT_BF16, 4, 6), fg_input(g, "b", GT_BF16, 1, 6)};
     gt_attrs at = {.i = {gt_fused_encode(GT_OP_CAST, GT_F32, 1, 0, 0),
                          gt_fused_encode(GT_OP_SCALE, GT_F32, T + 0, 0, 0),
                          gt_fused_encode(GT_OP_CAST, GT_F32, 0, 0, 0),
@@ -820,8 +795,8 @@ static void test_multi_output_graph(void)
         const char *dn = gt_dtype_name(dt);
         gt_error err = {0};
         gt_graph *ref = gt_graph_new();
-        gt_value_id h1 = input(ref, "h1", dt, 6, 40), h3 = input(ref, "h3", dt, 6, 40);
-        gt_value_id dy = input(ref, "dy", dt, 1, 40);
+        gt_value_id h1 = fg_input(ref, "h1", dt, 6, 40), h3 = fg_input(ref, "h3", dt, 6, 40);
+        gt_value_id dy = fg_input(ref, "dy", dt, 1, 40);
         gt_value_id s = gt_unary(ref, GT_OP_SILU, h1);
         gt_value_id dh3 = gt_mul(ref, dy, s);
         gt_graph_add_output(ref, GT_OUT_METRIC, "h", gt_mul(ref, s, h3));
@@ -832,8 +807,8 @@ static void test_multi_output_graph(void)
         EXPECT(ref->err.code == GT_OK, "%s unfused graph built: %s", dn, ref->err.msg);
 
         gt_graph *g = gt_graph_new();
-        gt_value_id in[3] = {input(g, "h1", dt, 6, 40), input(g, "h3", dt, 6, 40),
-                             input(g, "dy", dt, 1, 40)};
+        gt_value_id in[3] = {fg_input(g, "h1", dt, 6, 40), fg_input(g, "h3", dt, 6, 40),
+                             fg_input(g, "dy", dt, 1, 40)};
         gt_attrs at;
         memset(&at, 0, sizeof at);
         at.ni = (uint8_t)swiglu_triple(dt, at.i);

@@ -21,14 +21,8 @@
 #include "gt_test.h"
 #include "ir/fused_program.h"
 
-static gt_value_id input(gt_graph *g, const char *name, gt_dtype dt, int64_t a, int64_t b)
-{
-    gt_expr dims[2] = {fg_const(g, a), fg_const(g, b)};
-    return gt_graph_add_input(g, GT_IN_INPUT, name, dt, 2, dims);
-}
-
-/* Runs ref (after dce) and a copy after dce + fusion in the eager executor: every output
- * memcmp-equal. Returns the fused copy (caller frees). */
+/* ref after dce, and a copy of it after dce + fusion (returned; the caller frees it), whose
+ * outputs must be bitwise ref's in the eager executor. */
 static gt_graph *fuse_and_compare(gt_graph *ref, const char *what)
 {
     gt_error err = {0};
@@ -37,19 +31,7 @@ static gt_graph *fuse_and_compare(gt_graph *ref, const char *what)
     EXPECT_OK(run_only(ref, dce, 1, &err), &err);
     gt_graph *fus = gt_graph_copy(ref);
     EXPECT_OK(run_fusion(fus, &err), &err);
-    uint64_t s = 0x2545f4914f6cdd1dull;
-    gt_tensor *in = rg_inputs(ref, &s);
-    gt_tensor *o1 = calloc((size_t)ref->n_outputs, sizeof *o1);
-    gt_tensor *o2 = calloc((size_t)ref->n_outputs, sizeof *o2);
-    EXPECT_OK(gt_eager_run(ref, NULL, in, o1, &err), &err);
-    EXPECT_OK(gt_eager_run(fus, NULL, in, o2, &err), &err);
-    for (int32_t k = 0; k < ref->n_outputs; k++)
-        EXPECT(o1[k].data && o2[k].data && gt_tensor_nbytes(&o1[k]) == gt_tensor_nbytes(&o2[k]) &&
-                   memcmp(o1[k].data, o2[k].data, gt_tensor_nbytes(&o1[k])) == 0,
-               "%s: output %d differs fused vs unfused", what, k);
-    free_array(in, ref->n_inputs);
-    free_array(o1, ref->n_outputs);
-    free_array(o2, ref->n_outputs);
+    fg_expect_same_outputs(what, ref, fus);
     return fus;
 }
 
@@ -66,8 +48,8 @@ static void test_swiglu_backward(gt_dtype dt)
     const char *what = dt == GT_BF16 ? "swiglu backward bf16" : "swiglu backward f32";
     gt_graph *g = gt_graph_new();
     g->cur_phase = GT_PHASE_BACKWARD;
-    gt_value_id h1 = input(g, "h1", dt, 16, 24), h3 = input(g, "h3", dt, 16, 24);
-    gt_value_id dy = input(g, "dy", dt, 16, 24), w = input(g, "w", dt, 24, 8);
+    gt_value_id h1 = fg_input(g, "h1", dt, 16, 24), h3 = fg_input(g, "h3", dt, 16, 24);
+    gt_value_id dy = fg_input(g, "dy", dt, 16, 24), w = fg_input(g, "w", dt, 24, 8);
     gt_value_id s = gt_unary(g, GT_OP_SILU, h1);
     gt_value_id y2 = gt_mul(g, s, h3);
     gt_value_id dw = gt_matmul(g, y2, w, false, false);
@@ -119,9 +101,9 @@ static gt_graph *two_siblings(between_kind k, bool other_dims, gt_value_id *a_ou
                               gt_value_id *b_out, gt_value_id *reader)
 {
     gt_graph *g = gt_graph_new();
-    gt_value_id x = input(g, "x", GT_F32, 6, 10), y = input(g, "y", GT_F32, 6, 10);
-    gt_value_id z = input(g, "z", GT_F32, 6, 10), w = input(g, "w", GT_F32, 10, 10);
-    gt_value_id x2 = input(g, "x2", GT_F32, 1, 10);
+    gt_value_id x = fg_input(g, "x", GT_F32, 6, 10), y = fg_input(g, "y", GT_F32, 6, 10);
+    gt_value_id z = fg_input(g, "z", GT_F32, 6, 10), w = fg_input(g, "w", GT_F32, 10, 10);
+    gt_value_id x2 = fg_input(g, "x2", GT_F32, 1, 10);
     /* other_dims: a = silu(x2) y is [6, 10] (broadcast), b = silu(x2) x2 is [1, 10] */
     *a_out = gt_mul(g, gt_unary(g, GT_OP_SILU, other_dims ? x2 : x), y);
     *reader = GT_NONE;
@@ -183,8 +165,8 @@ static void test_placement(void)
     }
     /* no shared input: two fused nodes stay two */
     gt_graph *g = gt_graph_new();
-    gt_value_id x = input(g, "x", GT_F32, 4, 4), y = input(g, "y", GT_F32, 4, 4);
-    gt_value_id p = input(g, "p", GT_F32, 4, 4), q = input(g, "q", GT_F32, 4, 4);
+    gt_value_id x = fg_input(g, "x", GT_F32, 4, 4), y = fg_input(g, "y", GT_F32, 4, 4);
+    gt_value_id p = fg_input(g, "p", GT_F32, 4, 4), q = fg_input(g, "q", GT_F32, 4, 4);
     gt_graph_add_output(g, GT_OUT_METRIC, "a", gt_mul(g, gt_unary(g, GT_OP_SILU, x), y));
     gt_graph_add_output(g, GT_OUT_METRIC, "b", gt_mul(g, gt_unary(g, GT_OP_SILU, p), q));
     gt_graph *f = fuse_and_compare(g, "no shared input");

@@ -249,7 +249,8 @@ __device__ __forceinline__ void gt_fk_put_temp(float (&t)[R][V], int slot, const
         }
 }
 
-static __device__ __forceinline__ bool gt_fk_binary(int op)
+/* Whether op reads two operands. */
+static __host__ __device__ constexpr bool gt_fk_binary(int op)
 {
     return op == GT_OP_ADD || op == GT_OP_SUB || op == GT_OP_MUL || op == GT_OP_DIV ||
            op == GT_OP_SILU_BACKWARD;
@@ -425,8 +426,7 @@ __device__ __forceinline__ gt_fk_pack<T> gt_fk_two(const gt_fk_pack<T> &x, const
 {
     const int V = 16 / sizeof(T);
     const int dt = sizeof(T) == 4 ? GT_F32 : GT_BF16;
-    const bool bin0 = OP0 == GT_OP_ADD || OP0 == GT_OP_SUB || OP0 == GT_OP_MUL ||
-                      OP0 == GT_OP_DIV || OP0 == GT_OP_SILU_BACKWARD;
+    const bool bin0 = gt_fk_binary(OP0);
     gt_fk_pack<T> r;
 #pragma unroll
     for (int l = 0; l < V; l++) {
@@ -449,8 +449,7 @@ template <typename T, int OP0, int OP1, bool T0_FIRST>
 __global__ void __launch_bounds__(GT_CUDA_THREADS)
     gt_k_fused2(int64_t n_packs, const T *a, const T *b, const T *c, T *out)
 {
-    const bool bin0 = OP0 == GT_OP_ADD || OP0 == GT_OP_SUB || OP0 == GT_OP_MUL ||
-                      OP0 == GT_OP_DIV || OP0 == GT_OP_SILU_BACKWARD;
+    const bool bin0 = gt_fk_binary(OP0);
     GT_GRID_STRIDE(i, n_packs)
     {
         gt_fk_pack<T> x = ((const gt_fk_pack<T> *)a)[i], z = ((const gt_fk_pack<T> *)c)[i], y = x;
@@ -708,11 +707,11 @@ static gt_status gt_fk_decode(const gt_kernel_call *c, gt_fused_ins *ins, gt_err
     return GT_OK;
 }
 
-/* The program's prefix of c->ni instructions with its last result into c->out[0]. */
-static gt_status gt_fk_run(gt_cuda_stream *s, const gt_kernel_call *c, gt_error *err)
+/* The program ins[0 .. c->ni) (decoded and checked by gt_fk_decode) with its last result into
+ * c->out[0]. */
+static gt_status gt_fk_run(gt_cuda_stream *s, const gt_kernel_call *c, const gt_fused_ins *ins,
+                           gt_error *err)
 {
-    gt_fused_ins ins[GT_FUSED_MAX_INS];
-    GT_TRY(gt_fk_decode(c, ins, err));
     gt_fused_args P;
     memset(&P, 0, sizeof P);
     for (int k = 0; k < c->ni; k++) {
@@ -813,7 +812,7 @@ gt_status gt_cuda_fused_elementwise(gt_cuda_stream *s, const gt_kernel_call *c, 
         return gt_error_set(err, GT_ERR_INVALID,
                             "fused_elementwise: the program has %d outputs, the call %d", no,
                             c->n_out);
-    if (no == 1) return gt_fk_run(s, c, err);
+    if (no == 1) return gt_fk_run(s, c, ins, err);
     for (int q = 0; q < no; q++)
         GT_TRY(gt_kernel_want_float(c, c->out[q], "output", err));
     if (gt_tensor_numel(c->out[0]) > 0 && gt_fk_try_swiglu_bwd(s->stream, c, ins, reg, no))
@@ -824,20 +823,19 @@ gt_status gt_cuda_fused_elementwise(gt_cuda_stream *s, const gt_kernel_call *c, 
         gt_kernel_call one = *c;
         one.n_out = 1;
         one.out[0] = c->out[q];
-        int64_t w[2];
+        gt_fused_ins piece[2];
+        const gt_fused_ins *prog = ins;
         if (pieces) { /* instructions 2q, 2q + 1 with the temp renumbered to 0 */
-            gt_fused_ins i1 = ins[2 * q + 1];
+            piece[0] = ins[2 * q];
+            piece[1] = ins[2 * q + 1];
             for (int k = 0; k < 2; k++)
-                if (i1.src[k] == GT_FUSED_TEMP + 2 * q) i1.src[k] = GT_FUSED_TEMP;
-            w[0] = c->i[2 * q] & ~((int64_t)1 << GT_FUSED_OUT_BIT);
-            w[1] =
-                gt_fused_encode((gt_op)i1.op, (gt_dtype)i1.dtype, i1.src[0], i1.src[1], i1.fslot);
-            one.i = w;
+                if (piece[1].src[k] == GT_FUSED_TEMP + 2 * q) piece[1].src[k] = GT_FUSED_TEMP;
+            prog = piece;
             one.ni = 2;
         } else {
             one.ni = reg[q] + 1;
         }
-        GT_TRY(gt_fk_run(s, &one, err));
+        GT_TRY(gt_fk_run(s, &one, prog, err));
     }
     return GT_OK;
 }
