@@ -212,6 +212,19 @@ typedef struct { char *name; uint64_t ns, calls; } entry;
 static entry *tab;
 static size_t n_tab, cap_tab;
 static uint64_t copy_ns, copy_calls;
+typedef struct { uint64_t start, end; } span;
+static span *spans;
+static size_t n_spans, cap_spans;
+
+static void add_span(uint64_t start, uint64_t end)
+{
+    if (n_spans == cap_spans) {
+        cap_spans = cap_spans ? 2 * cap_spans : 4096;
+        spans = realloc(spans, cap_spans * sizeof *spans);
+        if (!spans) abort();
+    }
+    spans[n_spans++] = (span){start, end};
+}
 
 static void add(const char *name, uint64_t ns)
 {
@@ -242,6 +255,7 @@ static void CUPTIAPI buf_completed(CUcontext ctx, uint32_t stream, uint8_t *buf,
             r->kind == CUPTI_ACTIVITY_KIND_KERNEL) {
             const KREC *k = (const KREC *)r;
             add(k->name ? k->name : "?", k->end - k->start);
+            add_span(k->start, k->end);
         } else if (r->kind == CUPTI_ACTIVITY_KIND_MEMCPY) {
             const MREC *m = (const MREC *)r;
             copy_ns += m->end - m->start;
@@ -262,6 +276,9 @@ static void dump(void)
                 (unsigned long long)tab[i].calls, tab[i].name);
     fprintf(f, "memcpy\t%llu\t%llu\t-\n", (unsigned long long)copy_ns,
             (unsigned long long)copy_calls);
+    for (size_t i = 0; i < n_spans; i++)
+        fprintf(f, "span\t%llu\t%llu\t-\n", (unsigned long long)spans[i].start,
+                (unsigned long long)spans[i].end);
     fclose(f);
 }
 
@@ -346,26 +363,47 @@ def run_kernel_times(args, model, lib, log_path):
     if not os.path.exists(times):
         r.setdefault("error", "the CUPTI library wrote nothing (injection not loaded?)")
         return r
-    rows = []
+    rows, spans = [], []
     with open(times) as f:
         for line in f:
             kind, ns, calls, name = line.rstrip("\n").split("\t", 3)
             if kind == "memcpy":
                 r["memcpy_ns"], r["memcpy_calls"] = int(ns), int(calls)
+            elif kind == "span":
+                spans.append((int(ns), int(calls)))
             else:
                 rows.append((int(ns), int(calls), name))
     rows.sort(reverse=True)
     for (ns, calls, _), name in zip(rows, demangle([x[2] for x in rows])):
         r["kernels"].append(dict(name=name, ns=ns, calls=calls))
     r["kernel_ns"] = sum(x[0] for x in rows)
+    r["last_step_ns"], r["gap_ns"], r["gaps"] = last_step_gaps(spans, args.kernel_steps)
     return r
+
+
+def last_step_gaps(spans, steps):
+    """The last step's kernels, the last len(spans) / steps kernel intervals (every step launches
+    the same kernels; step 1 runs them one by one, later steps replay the captured graph): (ns
+    from the first start to the last end, ns the GPU ran no kernel in between, number of gaps)."""
+    spans = sorted(spans)[-(len(spans) // max(steps, 1)):] if spans else []
+    if not spans:
+        return 0, 0, 0
+    gap_ns, gaps, end = 0, 0, spans[0][1]
+    for start, stop in spans[1:]:
+        if start > end:
+            gap_ns, gaps = gap_ns + start - end, gaps + 1
+        end = max(end, stop)
+    return end - spans[0][0], gap_ns, gaps
 
 
 def kernel_table(model, r, top):
     lines = [f"\n**{model}: graphtrain GPU time per kernel** — {r['steps']} steps (step 1 "
              f"included), CUPTI kernel activity; total kernel time "
              f"{r.get('kernel_ns', 0) / 1e6 / r['steps']:.1f} ms/step, host↔device copies "
-             f"{r.get('memcpy_ns', 0) / 1e6 / r['steps']:.1f} ms/step"
+             f"{r.get('memcpy_ns', 0) / 1e6 / r['steps']:.1f} ms/step; last step: "
+             f"{r.get('last_step_ns', 0) / 1e6:.1f} ms from its first kernel's start to its "
+             f"last one's end, {r.get('gap_ns', 0) / 1e6:.2f} ms of it with no kernel running "
+             f"({r.get('gaps', 0)} gaps)"
              + (f" [{r['error']}]" if "error" in r else "") + "\n",
              "| kernel | ms/step | share | launches/step |", "|---|---|---|---|"]
     total = r.get("kernel_ns") or 1

@@ -460,28 +460,36 @@ __global__ void __launch_bounds__(GT_CUDA_THREADS)
 
 /* The SwiGLU backward after fusion_merge.c: one program of three two-instruction pieces over
  * (h1, h3, dy) — y2 = silu(h1) h3, dh3 = dy silu(h1), dh1 = silu_backward(h1, dy h3) — as one
- * kernel: each piece reads its operands through its own pointers (a repeated input is an L1 hit,
- * read once from memory) and stores its output. The patterns are compile-time, as in gt_k_fused2
- * (a first version chose them per pack at run time and picked operands from an array of input
- * packs: 0.90 ms per call at the 1B shape, slower than the three kernels it replaced). */
-typedef struct {
-    const void *a[3], *b[3], *c[3];
-    void *out[3];
-} gt_fk_three;
-
-template <typename T, int A0, int A1, bool F0, int B0, int B1, bool F1, int C0, int C1, bool F2>
+ * kernel that loads each input once per pack, takes sigmoid(h1) once per element for all three
+ * pieces and stores the three outputs. Each result is computed with the formulas, operand order
+ * and roundings of gt_fk_apply and gt_fk_two (silu(x) = x sigmoid(x) rounded to T; the product
+ * dy h3 rounded to T; silu_backward(x, g) = (g s)(1 + x (1 - s))), so the bits are those of the
+ * unfused kernels. (Reading each piece's operands through its own pointers, relying on L1 for
+ * the repeats, moved 2.4 TB/s at the 1B shape; loading once but computing the sigmoid per piece,
+ * 2.9 TB/s: the kernel was bound by the three accurate expf and divisions per element.) */
+template <typename T>
 __global__ void __launch_bounds__(GT_CUDA_THREADS)
-    gt_k_fused2_x3(int64_t n_packs, const __grid_constant__ gt_fk_three P)
+    gt_k_swiglu_bwd(int64_t n_packs, const T *h1, const T *h3, const T *dy, T *y2, T *dh3, T *dh1)
 {
     typedef gt_fk_pack<T> pk;
+    const int V = 16 / sizeof(T), dt = sizeof(T) == 4 ? GT_F32 : GT_BF16;
     GT_GRID_STRIDE(i, n_packs)
     {
-        pk a0 = ((const pk *)P.a[0])[i], b0 = ((const pk *)P.b[0])[i], c0 = ((const pk *)P.c[0])[i];
-        pk a1 = ((const pk *)P.a[1])[i], b1 = ((const pk *)P.b[1])[i], c1 = ((const pk *)P.c[1])[i];
-        pk a2 = ((const pk *)P.a[2])[i], b2 = ((const pk *)P.b[2])[i], c2 = ((const pk *)P.c[2])[i];
-        ((pk *)P.out[0])[i] = gt_fk_two<T, A0, A1, F0>(a0, b0, c0);
-        ((pk *)P.out[1])[i] = gt_fk_two<T, B0, B1, F1>(a1, b1, c1);
-        ((pk *)P.out[2])[i] = gt_fk_two<T, C0, C1, F2>(a2, b2, c2);
+        pk a = ((const pk *)h1)[i], b = ((const pk *)h3)[i], d = ((const pk *)dy)[i], o0, o1, o2;
+#pragma unroll
+        for (int l = 0; l < V; l++) {
+            float x = gt_fk_to_f<T>(a.e[l]), u = gt_fk_to_f<T>(b.e[l]), g = gt_fk_to_f<T>(d.e[l]);
+            float s = gt_fk_sigmoid(x);
+            float si = gt_fk_round(dt, __fmul_rn(x, s));
+            float p = gt_fk_round(dt, __fmul_rn(g, u));
+            o0.e[l] = gt_fk_from_f<T>(__fmul_rn(si, u));
+            o1.e[l] = gt_fk_from_f<T>(__fmul_rn(g, si));
+            o2.e[l] = gt_fk_from_f<T>(
+                __fmul_rn(__fmul_rn(p, s), __fadd_rn(1.0f, __fmul_rn(x, 1.0f - s))));
+        }
+        ((pk *)y2)[i] = o0;
+        ((pk *)dh3)[i] = o1;
+        ((pk *)dh1)[i] = o2;
     }
 }
 
@@ -638,9 +646,10 @@ static bool gt_fk_pieces(const gt_kernel_call *c, const gt_fused_ins *ins, const
     return true;
 }
 
-/* Launches gt_k_fused2_x3 when the program is the SwiGLU backward's three pieces (silu * x,
- * x * silu, silu_backward(x, x * x)) on one dtype, every input and output the same numel, a whole
- * number of packs and 16-byte aligned; false (nothing launched) otherwise. */
+/* Launches gt_k_swiglu_bwd when the program is the SwiGLU backward's three pieces over inputs
+ * (h1, h3, dy) — silu(h1) * h3, dy * silu(h1), silu_backward(h1, dy * h3) in either order of the
+ * last product's operands (bitwise the same) — on one dtype, every input and output the same
+ * numel, a whole number of packs and 16-byte aligned; false (nothing launched) otherwise. */
 static bool gt_fk_try_swiglu_bwd(cudaStream_t st, const gt_kernel_call *c, const gt_fused_ins *ins,
                                  const int *reg, int no)
 {
@@ -651,23 +660,23 @@ static bool gt_fk_try_swiglu_bwd(cudaStream_t st, const gt_kernel_call *c, const
     if (m[0].pattern != 0 || !m[0].t0_first || m[1].pattern != 0 || m[1].t0_first ||
         m[2].pattern != 1 || m[2].t0_first)
         return false;
+    int h1 = m[0].ia, h3 = m[0].ic, dy = m[1].ic;
+    bool prod = (m[2].ia == dy && m[2].ib == h3) || (m[2].ia == h3 && m[2].ib == dy);
+    if (m[1].ia != h1 || m[2].ic != h1 || !prod) return false;
     for (int k = 0; k < c->n_in; k++)
         if (c->in[k]->dtype != dt || gt_tensor_numel(c->in[k]) != n ||
             !gt_fk_aligned16(c->in[k]->data))
             return false;
-    gt_fk_three P;
     for (int q = 0; q < 3; q++) {
         const gt_tensor *o = c->out[q];
         if (o->dtype != dt || gt_tensor_numel(o) != n || !gt_fk_aligned16(o->data)) return false;
-        P.a[q] = c->in[m[q].ia]->data;
-        P.b[q] = c->in[m[q].ib]->data;
-        P.c[q] = c->in[m[q].ic]->data;
-        P.out[q] = o->data;
     }
     unsigned g = gt_cuda_blocks(n / pv);
 #define GT_FK_SWIGLU_BWD(T)                                                                        \
-    gt_k_fused2_x3<T, GT_OP_SILU, GT_OP_MUL, true, GT_OP_SILU, GT_OP_MUL, false, GT_OP_MUL,        \
-                   GT_OP_SILU_BACKWARD, false><<<g, GT_CUDA_THREADS, 0, st>>>(n / pv, P)
+    gt_k_swiglu_bwd<T><<<g, GT_CUDA_THREADS, 0, st>>>(                                             \
+        n / pv, (const T *)c->in[h1]->data, (const T *)c->in[h3]->data,                            \
+        (const T *)c->in[dy]->data, (T *)c->out[0]->data, (T *)c->out[1]->data,                    \
+        (T *)c->out[2]->data)
     if (dt == GT_F32)
         GT_FK_SWIGLU_BWD(float);
     else
