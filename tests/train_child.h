@@ -88,23 +88,22 @@ static inline void sleep_us(long us)
     nanosleep(&ts, NULL);
 }
 
-/* Starts `BINARY train --OPTION... --job.dump_folder=DUMP` (options as `section.key=value`),
- * stdout and stderr to files. Returns the child's pid, or <= 0 when it could not be started. */
-static inline pid_t spawn_train(const char *binary, const char *const *options, int n_options,
-                                const char *dump, const char *out_path, const char *err_path)
+/* Starts `BINARY COMMAND --OPTION...` (options as `section.key=value`), stdout and stderr to files.
+ * Returns the child's pid, or <= 0 when it could not be started. */
+static inline pid_t spawn_graphtrain(const char *binary, const char *command,
+                                     const char *const *options, int n_options,
+                                     const char *out_path, const char *err_path)
 {
-    if (n_options < 0 || n_options > TRAIN_CHILD_MAX_OPTIONS) return -1;
+    if (n_options < 0 || n_options > TRAIN_CHILD_MAX_OPTIONS + 1) return -1;
     char *argv[TRAIN_CHILD_MAX_OPTIONS + 4];
     char opts[TRAIN_CHILD_MAX_OPTIONS + 1][512];
     int a = 0;
     argv[a++] = (char *)binary;
-    argv[a++] = "train";
+    argv[a++] = (char *)command;
     for (int k = 0; k < n_options; k++) {
         snprintf(opts[k], sizeof opts[k], "--%s", options[k]);
         argv[a++] = opts[k];
     }
-    snprintf(opts[n_options], sizeof opts[n_options], "--job.dump_folder=%s", dump);
-    argv[a++] = opts[n_options];
     argv[a] = NULL;
     fflush(NULL);
     pid_t pid = fork();
@@ -116,6 +115,20 @@ static inline pid_t spawn_train(const char *binary, const char *const *options, 
         _exit(127);
     }
     return pid;
+}
+
+/* Starts `BINARY train --OPTION... --job.dump_folder=DUMP` (spawn_graphtrain). */
+static inline pid_t spawn_train(const char *binary, const char *const *options, int n_options,
+                                const char *dump, const char *out_path, const char *err_path)
+{
+    if (n_options < 0 || n_options > TRAIN_CHILD_MAX_OPTIONS) return -1;
+    const char *all[TRAIN_CHILD_MAX_OPTIONS + 1];
+    char dump_opt[512];
+    for (int k = 0; k < n_options; k++)
+        all[k] = options[k];
+    snprintf(dump_opt, sizeof dump_opt, "job.dump_folder=%s", dump);
+    all[n_options] = dump_opt;
+    return spawn_graphtrain(binary, "train", all, n_options + 1, out_path, err_path);
 }
 
 /* The exit code in a waitpid status; 128 + signal when a signal ended the child. */

@@ -63,8 +63,24 @@ static int run_dot(const char *in, const char *out)
     return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 
-/* DIR/STEM.txt, DIR/STEM.dot and, when svg and dot is installed, DIR/STEM.svg. */
-static int write_graph_files(const gt_graph *g, const char *dir, const char *stem, bool svg)
+/* Graphs above this many nodes get no SVG unless --graph.svg true asks for it: dot takes minutes
+ * on them (llama3 1B's step graph, ~1500 nodes: over 20 minutes). */
+#define GT_GRAPH_SVG_AUTO_NODES 400
+
+/* svg: 1 always, 0 never, -1 (--graph.svg not given) when the graph is small enough. */
+static bool want_svg(const gt_graph *g, int svg, const char *stem)
+{
+    if (svg >= 0) return svg == 1;
+    if (g->n_nodes <= GT_GRAPH_SVG_AUTO_NODES) return true;
+    fprintf(stderr,
+            "graphtrain graph: %s graph has %d nodes (more than %d): no SVG, dot would take "
+            "minutes (--graph.svg true renders it anyway)\n",
+            stem, g->n_nodes, GT_GRAPH_SVG_AUTO_NODES);
+    return false;
+}
+
+/* DIR/STEM.txt, DIR/STEM.dot and, when want_svg and dot is installed, DIR/STEM.svg. */
+static int write_graph_files(const gt_graph *g, const char *dir, const char *stem, int svg)
 {
     char path[4096], dot_path[4096], svg_path[4096];
     snprintf(path, sizeof path, "%s/%s.txt", dir, stem);
@@ -83,7 +99,7 @@ static int write_graph_files(const gt_graph *g, const char *dir, const char *ste
     }
     gt_graph_write_dot(g, f, stem);
     fclose(f);
-    if (!svg) return 0;
+    if (!want_svg(g, svg, stem)) return 0;
     snprintf(svg_path, sizeof svg_path, "%s/%s.svg", dir, stem);
     int rc = run_dot(dot_path, svg_path);
     if (rc < 0)
@@ -172,11 +188,12 @@ static void print_summary(const gt_graph *g, const gt_model *model, const gt_lla
 
 int gt_cli_graph(const command_spec *cmd, split_args *sa)
 {
-    bool print = true, svg = true;
+    bool print = true, svg_on = false;
     const char *dump_dir = sa->local[1];
     if (parse_bool("graph.print", sa->local[0], &print) ||
-        parse_bool("graph.svg", sa->local[2], &svg))
+        parse_bool("graph.svg", sa->local[2], &svg_on))
         return 1;
+    int svg = sa->local[2] ? svg_on : -1; /* not given: by graph size (want_svg) */
     gt_config cfg;
     gt_llama3_config mcfg;
     if (gt_cli_resolve_config(cmd, sa, &cfg)) return 1;
@@ -231,7 +248,9 @@ int gt_cli_graph(const command_spec *cmd, split_args *sa)
         }
         double t2 = gt_now_seconds();
         if (dump_dir && write_graph_files(g, rank_dir, "compiled", svg)) goto done;
-        if (dump_dir && svg) render_pass_dots(passes_dir);
+        /* the pass dumps are the size of the compiled graph */
+        if (dump_dir && (svg == 1 || (svg < 0 && g->n_nodes <= GT_GRAPH_SVG_AUTO_NODES)))
+            render_pass_dots(passes_dir);
         t_dump += gt_now_seconds() - t2;
     }
     double t_build = gt_now_seconds() - t0 - t_dump;
