@@ -19,12 +19,15 @@
  *             node whose input is a graph input of kind PARAM (the compute-dtype copy of a weight,
  *             bf16 under mixed precision), so the backward reads the forward's copy instead of
  *             casting every block parameter again. Everything else in a block — elementwise ops
- *             (other casts included), norms, rope, transposes, views — is recomputed from them;
+ *             (other casts included), norms, transposes, views — is recomputed from them;
  *             block boundaries are force-saved (torchtitan's selective "op" policy, saving every
  *             matmul). Under FSDP parallelize casts the rank's f32 shard before gathering it, so
  *             the saved copy is the bf16 shard (1/N of the weight) and the gather itself is still
  *             redone in the backward ("fsdp.reshard"); a cast of a gathered value would read no
- *             PARAM input and be recomputed like any other cast.
+ *             PARAM input and be recomputed like any other cast. rope and add outputs are saved
+ *             too: each takes the place of an operand of its size that nothing else in the
+ *             backward reads (the q / k projection; the attention output projection, summed with
+ *             the block input, a boundary), so keeping them costs no memory.
  *   budget    the save set comes from a min-cut over the forward/backward boundary (mincut.c).
  *
  * Block boundary: a value produced by a forward node of block N (or outside every block) and read
@@ -172,6 +175,12 @@ static bool policy_wants(const gt_graph *g, gt_node_id n, gt_memory_policy polic
     if (policy == GT_MEMORY_POLICY_FULL) return true;
     /* default: the expensive ops' outputs stay saved */
     if (nd->op == GT_OP_MATMUL || nd->op == GT_OP_SDPA) return false;
+    /* and so do the outputs of rope and add, each of which takes the place among the saved values
+     * of an operand of its size that nothing else in the backward reads: rope's input is the q or
+     * k projection; the block's inner residual add sums the block input (a boundary, saved
+     * anyway) and the attention output projection. Keeping them costs no memory and spares the
+     * backward a pass over q, k and the residual stream. */
+    if (nd->op == GT_OP_ROPE || nd->op == GT_OP_ADD) return false;
     /* and so does a parameter's cast to the compute dtype: recomputing it is a second full pass
      * over the f32 parameter (4 bytes read + 2 written per element) for a bf16 copy that the
      * forward already made, while keeping it costs 2 bytes per element of the block */

@@ -40,6 +40,7 @@
 #include "graphtrain/gt_pass.h"
 #include "graphtrain/gt_program.h"
 #include "gt_test.h"
+#include "passes/memory_policy_internal.h"
 #include "step_harness.h"
 
 #define STEPS 5
@@ -494,6 +495,85 @@ static void check_param_cast_memory(void)
     step_graph_free(&s);
 }
 
+/* Forward node n is a rope, or an add of block L whose output no forward node of another block
+ * (or outside every block) reads: the inner residual add, not the block's output. */
+static bool is_inner_rope_or_add(const gt_graph *g, gt_node_id n)
+{
+    const gt_node *nd = &g->nodes[n];
+    int layer = gt_fqn_layer(gt_graph_str(g, nd->fqn));
+    if (nd->phase != GT_PHASE_FORWARD || layer < 0) return false;
+    if (nd->op == GT_OP_ROPE) return true;
+    if (nd->op != GT_OP_ADD) return false;
+    for (gt_node_id r = n + 1; r < g->n_nodes; r++) {
+        const gt_node *rd = &g->nodes[r];
+        if (rd->phase != GT_PHASE_FORWARD) continue;
+        for (int k = 0; k < rd->n_in; k++)
+            if (rd->in[k] == nd->out[0] && gt_fqn_layer(gt_graph_str(g, rd->fqn)) != layer)
+                return false;
+    }
+    return true;
+}
+
+/* debugmodel bf16 at 8 x 2048 (planning only): default saves the outputs of rope and of each
+ * block's inner residual add (it tags none of them, so the backward recomputes neither), and that
+ * costs no memory: the live peak and the step arena are no larger than with those nodes tagged for
+ * recomputation, as the policy did before (each output replaces an input of its size that nothing
+ * else in the backward reads: the q / k projection, the attention output projection). */
+static void check_saved_rope_add(void)
+{
+    step_graph s;
+    const gt_dtype bf16 = GT_BF16;
+    gt_error err = {0};
+    if (!step_graph_build_in(&s, "debugmodel", &bf16, 8, 2048)) return;
+    gt_graph *saved = policy_tagged(&s, GT_MEMORY_POLICY_DEFAULT, &err);
+    gt_graph *recomp = policy_tagged(&s, GT_MEMORY_POLICY_DEFAULT, &err);
+    EXPECT(saved && recomp, "bf16 debugmodel: passes failed: %s", err.msg);
+    if (saved && recomp) {
+        int ropes = 0, adds = 0, tagged_before = 0;
+        for (gt_node_id n = 0; n < saved->n_nodes; n++) {
+            if (!is_inner_rope_or_add(saved, n)) continue;
+            tagged_before += gt_node_has_tag(saved, &saved->nodes[n], "recompute");
+            ropes += saved->nodes[n].op == GT_OP_ROPE;
+            adds += saved->nodes[n].op == GT_OP_ADD;
+            gt_graph_add_tag(recomp, n, "recompute");
+        }
+        int layers = 0;
+        for (gt_node_id n = 0; n < saved->n_nodes; n++) {
+            int l = gt_fqn_layer(gt_graph_str(saved, saved->nodes[n].fqn));
+            if (l + 1 > layers) layers = l + 1;
+        }
+        EXPECT(ropes == 2 * layers && adds == layers && layers > 0,
+               "bf16 debugmodel: %d ropes and %d inner adds for %d blocks", ropes, adds, layers);
+        EXPECT(tagged_before == 0, "default tags %d rope / inner add nodes for recomputation",
+               tagged_before);
+        EXPECT(remat_dce(saved, &s.binding, &err), "remat/dce: %s", err.msg);
+        EXPECT(remat_dce(recomp, &s.binding, &err), "remat/dce: %s", err.msg);
+        int copies = 0; /* rope / add nodes of the backward that recompute a forward one */
+        for (gt_node_id n = 0; n < saved->n_nodes; n++)
+            copies += saved->nodes[n].phase != GT_PHASE_FORWARD &&
+                      gt_node_has_tag(saved, &saved->nodes[n], "recompute") &&
+                      (saved->nodes[n].op == GT_OP_ROPE || saved->nodes[n].op == GT_OP_ADD);
+        EXPECT(copies == 0, "the backward recomputes %d rope / add nodes", copies);
+        planned ps = plan_graph(saved, &s.binding, &err);
+        planned pr = plan_graph(recomp, &s.binding, &err);
+        EXPECT(ps.ok && pr.ok, "bf16 debugmodel: planning failed: %s", err.msg);
+        if (ps.ok && pr.ok) {
+            const double mib = 1024.0 * 1024.0;
+            printf("debugmodel bf16 8x2048 default, rope and inner adds saved: step arena %.2f "
+                   "MiB, live peak %.2f MiB (recomputed instead: %.2f, %.2f MiB)\n",
+                   ps.step_arena / mib, ps.live_peak / mib, pr.step_arena / mib,
+                   pr.live_peak / mib);
+            EXPECT(ps.live_peak <= pr.live_peak && ps.step_arena <= pr.step_arena,
+                   "saving rope / add outputs grew the plan: live peak %zu -> %zu, step arena "
+                   "%zu -> %zu bytes",
+                   pr.live_peak, ps.live_peak, pr.step_arena, ps.step_arena);
+        }
+    }
+    gt_graph_free(saved);
+    gt_graph_free(recomp);
+    step_graph_free(&s);
+}
+
 int main(void)
 {
     static const char *const flavors[] = {"test_tiny", "test_gqa", "test_odd", "debugmodel"};
@@ -529,6 +609,7 @@ int main(void)
         step_graph_free(&s);
     }
     check_param_cast_memory();
+    check_saved_rope_add();
     size_t full = 0, none = 0;
     check_debugmodel_memory(&full, &none);
     if (full && none) check_debugmodel_budget(full, none);
