@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ir/fused_program.h"
 #include "ir/ir_internal.h"
 
 void gt_strbuf_init(gt_strbuf *sb, char *buf, size_t cap)
@@ -113,6 +114,45 @@ static void strbuf_attr(gt_strbuf *sb, const gt_graph *g, const gt_attrs *a, int
     }
 }
 
+/* An operand of a fused program: "x1" (the node's input 1) or "t0" (instruction 0's result). */
+static void strbuf_fused_src(gt_strbuf *sb, int src)
+{
+    if (src >= GT_FUSED_TEMP)
+        gt_strbuf_printf(sb, "t%d", src - GT_FUSED_TEMP);
+    else
+        gt_strbuf_printf(sb, "x%d", src);
+}
+
+/* A fused_elementwise program as its instructions, "t0 = silu(x0) bf16, t1 = mul(t0, x1) bf16":
+ * operand xK is input K, tJ the result of instruction J; cK names float constant K (consts=[..]);
+ * "out" marks a flagged output (the last instruction is one too). A word that does not decode to
+ * an elementwise instruction prints as its integer. */
+static void strbuf_fused_prog(gt_strbuf *sb, const gt_node *n)
+{
+    int ni = n->attrs.ni < GT_MAX_IATTR ? n->attrs.ni : GT_MAX_IATTR;
+    gt_strbuf_printf(sb, "[");
+    for (int k = 0; k < ni; k++) {
+        int64_t w = n->attrs.i[k];
+        gt_fused_ins ins = gt_fused_decode(w);
+        int arity = gt_fused_arity(ins.op);
+        if (k) gt_strbuf_printf(sb, ", ");
+        if (arity == 0 || gt_fused_has_extra_bits(w) || ins.dtype < 0 ||
+            ins.dtype >= GT_DTYPE_COUNT) {
+            gt_strbuf_printf(sb, "%lld", (long long)w);
+            continue;
+        }
+        gt_strbuf_printf(sb, "t%d = %s(", k, gt_op_get((gt_op)ins.op)->name);
+        for (int q = 0; q < arity; q++) {
+            if (q) gt_strbuf_printf(sb, ", ");
+            strbuf_fused_src(sb, ins.src[q]);
+        }
+        for (int q = 0; q < gt_fused_n_const(ins.op); q++)
+            gt_strbuf_printf(sb, ", c%d", ins.fslot + q);
+        gt_strbuf_printf(sb, ") %s%s", gt_dtype_name((gt_dtype)ins.dtype), ins.out ? " out" : "");
+    }
+    gt_strbuf_printf(sb, "]");
+}
+
 /* "trans_a=0, trans_b=1", "keepdim=0, dims=[1, 2]", in the schema's order. */
 static void strbuf_attrs(gt_strbuf *sb, const gt_graph *g, const gt_node *n, bool after_inputs)
 {
@@ -136,6 +176,10 @@ static void strbuf_attrs(gt_strbuf *sb, const gt_graph *g, const gt_node *n, boo
                     strbuf_attr(sb, g, &n->attrs, cls, j, is_dtype);
                 else
                     gt_strbuf_printf(sb, "?");
+                continue;
+            }
+            if (n->op == GT_OP_FUSED_ELEMENTWISE && cls == GT_ATTR_I && fixed == 0) {
+                strbuf_fused_prog(sb, n);
                 continue;
             }
             gt_strbuf_printf(sb, "[");

@@ -937,6 +937,43 @@ static void check_step(const char *flavor, gt_dtype compute)
     step_graph_free(&s);
 }
 
+/* The printer shows a program as its instructions (operands xK = input K, tJ = instruction J's
+ * result, cK = constant K; dtype; "out" for a flagged output), and a word that is not an
+ * instruction as its integer. */
+static void test_printer(void)
+{
+    const int T = GT_FUSED_TEMP;
+    gt_graph *g = gt_graph_new();
+    gt_value_id a = fg_input(g, "a", GT_BF16, 4, 6), b = fg_input(g, "b", GT_BF16, 4, 6);
+    gt_value_id in[2] = {a, b};
+    gt_attrs at = {.i = {gt_fused_encode_out(GT_OP_EXP, GT_BF16, 0, 0, 0, true),
+                         gt_fused_encode(GT_OP_MUL, GT_BF16, 1, T + 0, 0),
+                         gt_fused_encode(GT_OP_CAST, GT_F32, T + 1, 0, 0),
+                         gt_fused_encode(GT_OP_CLAMP, GT_F32, T + 2, 0, 1)},
+                   .f = {9.0, -1.5, 2.0},
+                   .ni = 4,
+                   .nf = 3};
+    gt_value_id outs[GT_MAX_OUT];
+    gt_value_id v = gt_graph_add_node(g, GT_OP_FUSED_ELEMENTWISE, in, 2, &at, outs);
+    EXPECT(v != GT_NONE, "printer graph: %s", g->err.msg);
+    if (v != GT_NONE) {
+        char text[1024];
+        gt_node_id n = g->n_nodes - 1;
+        gt_graph_format_node(g, n, text, sizeof text);
+        const char *want = "prog=[t0 = exp(x0) bf16 out, t1 = mul(x1, t0) bf16, t2 = cast(t1) f32, "
+                           "t3 = clamp(t2, c1, c2) f32], consts=[9, -1.5, 2]";
+        EXPECT(strstr(text, want) != NULL, "fused node prints its program:\n  %s\nwanted\n  %s",
+               text, want);
+        g->nodes[n].attrs.i[2] = (int64_t)1 << 50 | 7; /* bits above the OUTPUT flag */
+        gt_graph_format_node(g, n, text, sizeof text);
+        char raw[64];
+        snprintf(raw, sizeof raw, "t1 = mul(x1, t0) bf16, %lld, t3",
+                 (long long)((int64_t)1 << 50 | 7));
+        EXPECT(strstr(text, raw) != NULL, "a malformed word prints as its integer: %s", text);
+    }
+    gt_graph_free(g);
+}
+
 int main(void)
 {
     gt_cpu_set_threads(1);
@@ -950,6 +987,7 @@ int main(void)
     test_kernel_naive();
     test_kernel_outputs();
     test_multi_output_graph();
+    test_printer();
     check_step("test_tiny", GT_BF16);
     check_step("test_tiny", GT_F32);
     check_step("debugmodel", GT_BF16);
