@@ -1,6 +1,7 @@
-/* grad_rules_fused.c — the gradient rule of fused_elementwise: none. The fusion pass makes the op
- * from a graph that autodiff has already differentiated, so a fused node never meets autodiff;
- * if one does (a graph built by hand), the refusal names the op. */
+/* grad_rules_fused.c — the gradient rules of fused_elementwise and add_rms_norm: none. The fusion
+ * pass makes these ops from a graph that autodiff has already differentiated, so a fused node
+ * never meets autodiff; if one does (a graph built by hand), the refusal names the op. */
 #include "autodiff/grad_rules.h"
 
 GT_GRAD_NONE(fused_elementwise)
+GT_GRAD_NONE(add_rms_norm)

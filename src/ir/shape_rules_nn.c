@@ -94,6 +94,22 @@ gt_status gt_shape_rms_norm(gt_graph *g, const gt_node *n, gt_type *out, int *n_
     return GT_OK;
 }
 
+/* (a, b, w) -> (h like a, y like h): a and b of one type (no broadcasting), w as for rms_norm of h
+ * (the rule checks it on a, which has h's type). */
+gt_status gt_shape_add_rms_norm(gt_graph *g, const gt_node *n, gt_type *out, int *n_out,
+                                gt_error *err)
+{
+    GT_TRY(gt_shape_need_float(g, n, 1, err));
+    GT_TRY(gt_shape_need_same_type(g, n, 0, 1, err));
+    gt_node m = *n; /* (a, w) as rms_norm's (x, w) */
+    m.in[1] = n->in[2];
+    m.n_in = 2;
+    GT_TRY(rms_norm_inputs(g, &m, err));
+    out[0] = out[1] = *gt_shape_in(g, n, 0);
+    *n_out = 2;
+    return GT_OK;
+}
+
 /* (x, w, dy) -> (dx like x, dw like w). */
 gt_status gt_shape_rms_norm_backward(gt_graph *g, const gt_node *n, gt_type *out, int *n_out,
                                      gt_error *err)

@@ -98,6 +98,10 @@ void gt_pass_uses_free(gt_pass_uses *u);
  * lies between a and b when prefix[b] != prefix[a + 1]). Caller frees. */
 int32_t *gt_pass_collective_prefix(const gt_graph *g);
 
+/* The fusion pass's first step (fusion_add_norm.c): an add whose sum an rms_norm reads becomes,
+ * with it, one add_rms_norm node. Returns the number of pairs fused. */
+int32_t gt_fusion_add_norm(gt_graph *g);
+
 /* The fusion pass's last step (fusion_merge.c): sibling fused_elementwise nodes that share an
  * input become one node with several outputs. Returns the number of merges. */
 int32_t gt_fusion_merge_siblings(gt_graph *g);

@@ -10,7 +10,8 @@
  *   - determinism: two runs (outputs pre-filled with different patterns) give identical bits;
  *   - rope in place (out aliasing x) gives the same bits as out of place.
  * `--bench` prints (asserts nothing) the llama3-1B sizes: [16384, 2048] rms_norm / backward and
- * rope on [8, 2048, 32 | 8, 64], bf16, and rms_norm / backward on debugmodel rows of 256. Without a CUDA device the test skips (exit 0). */
+ * rope on [8, 2048, 32 | 8, 64], bf16, and rms_norm / backward on debugmodel rows of 256. Without a
+ * CUDA device the test skips (exit 0). */
 #include "cuda_test_util.h"
 #include "graphtrain/gt_backend.h"
 #include "graphtrain/gt_cuda.h"
@@ -197,6 +198,59 @@ static void case_rms(gt_dtype ft, int64_t rows, int64_t d, size_t shift, const c
     check(&b);
 }
 
+/* add_rms_norm (a, b, w) -> (h, y): against the CPU (check), and bitwise against the GPU's own add
+ * then rms_norm on the same device inputs (the one-pass kernel on the fast path's shapes, the
+ * two kernels otherwise). */
+static void case_add_rms(gt_dtype ft, int64_t rows, int64_t d, size_t shift, const char *name)
+{
+    char nm[96];
+    snprintf(nm, sizeof nm, "add_rms_norm %s [%lld,%lld]%s %s", gt_dtype_name(ft), (long long)rows,
+             (long long)d, shift ? " misaligned" : "", name);
+    tcase c = {
+        .name = nm, .op = GT_OP_ADD_RMS_NORM, .n_in = 3, .n_out = 2, .nf = 1, .shift = shift};
+    c.f[0] = 1e-5;
+    c.in[0] = t_rand(ft, 2, SH(rows, d), -2, 2);
+    c.in[1] = t_rand(ft, 2, SH(rows, d), -2, 2);
+    c.in[2] = t_rand(ft, 1, SH(d), 0.5, 1.5);
+    c.out[0] = t_new(ft, 2, SH(rows, d));
+    c.out[1] = t_new(ft, 2, SH(rows, d));
+    gt_error err = {0};
+    gt_tensor din[3], dout[4], got[4];
+    void *bin[3] = {0}, *bout[4] = {0};
+    bool ok = true;
+    for (int k = 0; k < 3 && ok; k++)
+        ok = dev_copy(&c.in[k], shift, &din[k], &bin[k]);
+    for (int k = 0; k < 4 && ok; k++) {
+        got[k] = t_new(ft, 2, SH(rows, d));
+        ok = dev_copy(&got[k], shift, &dout[k], &bout[k]);
+    }
+    gt_kernel_call fused =
+        cu_kernel_call(GT_OP_ADD_RMS_NORM, NULL, 0, c.f, 1, NULL, 0, din, 3, dout, 2);
+    gt_tensor add_in[2] = {din[0], din[1]}, norm_in[2] = {dout[2], din[2]};
+    gt_kernel_call add =
+        cu_kernel_call(GT_OP_ADD, NULL, 0, NULL, 0, NULL, 0, add_in, 2, &dout[2], 1);
+    gt_kernel_call norm =
+        cu_kernel_call(GT_OP_RMS_NORM, NULL, 0, c.f, 1, NULL, 0, norm_in, 2, &dout[3], 1);
+    ok = ok && gt_cuda_run_kernel(&fused, g_stream, &err) == GT_OK &&
+         gt_cuda_run_kernel(&add, g_stream, &err) == GT_OK &&
+         gt_cuda_run_kernel(&norm, g_stream, &err) == GT_OK;
+    for (int k = 0; k < 4 && ok; k++)
+        ok = gt_cuda_memcpy_d2h(g_stream, got[k].data, dout[k].data, gt_tensor_nbytes(&got[k]),
+                                &err) == GT_OK;
+    ok = ok && gt_cuda_stream_sync(g_stream, &err) == GT_OK;
+    EXPECT(ok, "%s: CUDA runs failed: %s", nm, err.msg);
+    size_t nb = gt_tensor_nbytes(&got[0]);
+    EXPECT(ok && !memcmp(got[0].data, got[2].data, nb) && !memcmp(got[1].data, got[3].data, nb),
+           "%s: h or y differs from add then rms_norm on the GPU", nm);
+    for (int k = 0; k < 4; k++) {
+        gt_cuda_free(bout[k]);
+        gt_tensor_free(&got[k]);
+    }
+    for (int k = 0; k < 3; k++)
+        gt_cuda_free(bin[k]);
+    check(&c);
+}
+
 static void case_rope(gt_dtype ft, const int64_t *shape, size_t shift, const char *name)
 {
     const char *vn[3] = {"plain", "llama3.1 scaling", "inverse"};
@@ -238,6 +292,10 @@ static void cases(void)
         case_rms(ft, 5, 12288, 0, "(generic, long rows)");
         case_rms(ft, 50, 36, 0, "(generic, D % 8 != 0)");
         case_rms(ft, 40, 2048, el, "(generic)");
+        case_add_rms(ft, 96, 2048, 0, "(one pass)");
+        case_add_rms(ft, 300, 256, 0, "(one pass, short rows)");
+        case_add_rms(ft, 50, 36, 0, "(add, then generic norm)");
+        case_add_rms(ft, 40, 2048, el, "(misaligned: add, then generic norm)");
         case_rope(ft, SH(2, 64, 4, 64), 0, "(8-wide)");
         case_rope(ft, SH(2, 40, 3, 16), 0, "(8-wide, d/2 = 8)");
         case_rope(ft, SH(3, 33, 2, 128), 0, "(8-wide, many rows per block)");

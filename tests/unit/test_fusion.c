@@ -894,6 +894,15 @@ static void check_step(const char *flavor, gt_dtype compute)
     EXPECT(on->n_nodes < off->n_nodes && fused > 0, "%s %s: fusion removed nodes (%d -> %d)",
            flavor, gt_dtype_name(compute), off->n_nodes, on->n_nodes);
     EXPECT(on->n_inputs == off->n_inputs && on->n_outputs == off->n_outputs, "io kept");
+    /* every forward rms_norm but the first block's attention_norm (it reads the embedding) reads
+     * a residual add: each pair is one add_rms_norm */
+    int norms = 0;
+    for (gt_node_id n = 0; n < off->n_nodes; n++)
+        norms += off->nodes[n].op == GT_OP_RMS_NORM && off->nodes[n].phase == GT_PHASE_FORWARD;
+    int pairs = count_op(on, GT_OP_ADD_RMS_NORM);
+    EXPECT(norms > 1 && pairs == norms - 1 && count_op(off, GT_OP_ADD_RMS_NORM) == 0,
+           "%s %s: %d add_rms_norm nodes for %d forward norms", flavor, gt_dtype_name(compute),
+           pairs, norms);
     /* the widening casts of the gradients are absorbed: AdamW and the norm read them as computed
      * (bf16 in mixed precision), without fusion they read an f32 copy */
     int adamw = 0, narrow_on = 0, narrow_off = 0;

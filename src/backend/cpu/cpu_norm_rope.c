@@ -61,6 +61,25 @@ gt_status gt_cpu_rms_norm(const gt_kernel_call *c, gt_error *err)
     return GT_OK;
 }
 
+/* add_rms_norm (a, b, w) -> (h, y): the add into h, then rms_norm of h into y, each through
+ * gt_cpu_run_kernel on the tensors as given (a byte kernel: h is stored, rounded to its dtype,
+ * before the norm reads it), so both outputs are the unfused pair's bit for bit. */
+gt_status gt_cpu_add_rms_norm(const gt_kernel_call *c, gt_error *err)
+{
+    GT_TRY(gt_kernel_want_attrs(c, 0, 1, 0, err));
+    gt_kernel_call add = {.op = GT_OP_ADD, .n_in = 2, .n_out = 1};
+    add.in[0] = c->in[0];
+    add.in[1] = c->in[1];
+    add.out[0] = c->out[0];
+    GT_TRY(gt_kernel_want_same_shape(c, c->in[0], "a", c->in[1], "b", err));
+    GT_TRY(gt_cpu_run_kernel(&add, err));
+    gt_kernel_call norm = {.op = GT_OP_RMS_NORM, .f = c->f, .nf = 1, .n_in = 2, .n_out = 1};
+    norm.in[0] = c->out[0];
+    norm.in[1] = c->in[2];
+    norm.out[0] = c->out[1];
+    return gt_cpu_run_kernel(&norm, err);
+}
+
 gt_status gt_cpu_rms_norm_backward(const gt_kernel_call *c, gt_error *err)
 {
     const gt_tensor *x = c->in[0], *w = c->in[1], *dy = c->in[2];

@@ -190,6 +190,12 @@ template <typename T> __device__ __forceinline__ gt_v8<T> gt_v8_zero(void)
     return v;
 }
 
+/* v rounded to T (nearest even) and widened back: what storing it as T and loading it gives. */
+template <typename T> __device__ __forceinline__ float gt_round_to(float v)
+{
+    return sizeof(T) == 4 ? v : __bfloat162float(__float2bfloat16_rn(v));
+}
+
 /* The 8 values widened to f32 (exact). */
 template <typename T> __device__ __forceinline__ void gt_v8_get(const gt_v8<T> &v, float *f)
 {
@@ -221,10 +227,12 @@ template <typename T> __device__ __forceinline__ void gt_v8_st(T *p, int64_t i, 
 
 /* Forward: y = (x * r) * w with r = 1 / sqrt(mean(x^2) + eps), the squares exact in double as
  * the CPU kernel sums them, r rounded to f32. */
-template <typename T, int TPR>
+/* RES (add_rms_norm): the row is h = x + r, each sum rounded to T as the add kernel rounds it and
+ * stored to hout, and the norm reads those rounded values: bitwise the add then rms_norm. */
+template <typename T, int TPR, bool RES>
 __global__ void __launch_bounds__(TPR > 256 ? TPR : 256)
-    gt_k_rms_fwd8(int64_t rows, int64_t d, int64_t chunk, double eps, const T *x, const T *w,
-                  T *out)
+    gt_k_rms_fwd8(int64_t rows, int64_t d, int64_t chunk, double eps, const T *x, const T *r,
+                  const T *w, T *out, T *hout)
 {
     constexpr int BLOCK = TPR > 256 ? TPR : 256, G = BLOCK / TPR;
     __shared__ double2 sh[BLOCK / 32];
@@ -233,16 +241,32 @@ __global__ void __launch_bounds__(TPR > 256 ? TPR : 256)
     bool act = j < d;
     gt_rms_rows q = gt_rms_chunk<G>(rows, chunk, grp);
     int64_t step = (int64_t)G * d; /* elements from one of the group's rows to its next */
-    const T *xp = x + q.first * d + j;
-    T *yp = out + q.first * d + j;
-    gt_v8<T> wr = gt_v8_zero<T>(), xr = gt_v8_zero<T>();
+    const T *xp = x + q.first * d + j, *rp = RES ? r + q.first * d + j : nullptr;
+    T *yp = out + q.first * d + j, *hp = RES ? hout + q.first * d + j : nullptr;
+    gt_v8<T> wr = gt_v8_zero<T>(), xr = gt_v8_zero<T>(), rr = gt_v8_zero<T>();
     if (act) wr = gt_v8_ld(w, j);
-    if (act && q.mine > 0) xr = gt_v8_ld(xp, 0);
+    if (act && q.mine > 0) {
+        xr = gt_v8_ld(xp, 0);
+        if (RES) rr = gt_v8_ld(rp, 0);
+    }
     for (int it = 0; it < q.passes; it++, xp += step, yp += step) {
-        gt_v8<T> xn = gt_v8_zero<T>();
-        if (act && it + 1 < q.mine) xn = gt_v8_ld(xp, step);
+        gt_v8<T> xn = gt_v8_zero<T>(), rn = gt_v8_zero<T>();
+        if (act && it + 1 < q.mine) {
+            xn = gt_v8_ld(xp, step);
+            if (RES) rn = gt_v8_ld(rp, step);
+        }
         float xv[8];
         gt_v8_get(xr, xv);
+        if (RES) {
+            float rv[8];
+            gt_v8_get(rr, rv);
+#pragma unroll
+            for (int k = 0; k < 8; k++)
+                xv[k] = gt_round_to<T>(xv[k] + rv[k]);
+            if (act && it < q.mine) gt_v8_st(hp, 0, xv);
+            rp += step;
+            hp += step;
+        }
         double ss = 0.0;
 #pragma unroll
         for (int k = 0; k < 8; k++)
@@ -258,6 +282,7 @@ __global__ void __launch_bounds__(TPR > 256 ? TPR : 256)
             gt_v8_st(yp, 0, y);
         }
         xr = xn;
+        rr = rn;
     }
 }
 
@@ -436,18 +461,27 @@ template <int MAX_TPR, typename F> static void gt_rms_dispatch(int dt, unsigned 
         gt_rms_dispatch_t<__nv_bfloat16, MAX_TPR>(tpr, f);
 }
 
+/* rms_norm of x, or (r and h given) of h = x + r stored to h: add_rms_norm. */
 struct gt_rms_fwd_launch {
     cudaStream_t st;
     int64_t rows, d, chunk;
     double eps;
     const gt_tensor *x, *w;
     gt_tensor *y;
+    const gt_tensor *r;
+    gt_tensor *h;
     template <typename T, int TPR> void run()
     {
         unsigned nb = (unsigned)((rows + chunk - 1) / chunk);
         constexpr int block = TPR > 256 ? TPR : 256;
-        gt_k_rms_fwd8<T, TPR><<<nb, block, 0, st>>>(rows, d, chunk, eps, (const T *)x->data,
-                                                    (const T *)w->data, (T *)y->data);
+        if (r)
+            gt_k_rms_fwd8<T, TPR, true>
+                <<<nb, block, 0, st>>>(rows, d, chunk, eps, (const T *)x->data, (const T *)r->data,
+                                       (const T *)w->data, (T *)y->data, (T *)h->data);
+        else
+            gt_k_rms_fwd8<T, TPR, false>
+                <<<nb, block, 0, st>>>(rows, d, chunk, eps, (const T *)x->data, nullptr,
+                                       (const T *)w->data, (T *)y->data, nullptr);
     }
 };
 
@@ -556,7 +590,8 @@ gt_status gt_cuda_rms_norm(gt_cuda_stream *s, const gt_kernel_call *c, gt_error 
     const gt_tensor *ts[3] = {x, w, y};
     unsigned tpr = gt_rms_fast_threads(d, ts, 3, 1024);
     if (tpr > 0) {
-        gt_rms_fwd_launch f = {s->stream, rows, d, gt_rms_chunk_rows(rows), c->f[0], x, w, y};
+        gt_rms_fwd_launch f = {s->stream, rows, d,   gt_rms_chunk_rows(rows), c->f[0], x, w,
+                               y,         NULL, NULL};
         gt_rms_dispatch<1024>(x->dtype, tpr, f);
         return gt_cuda_launched(c, err);
     }
@@ -564,6 +599,50 @@ gt_status gt_cuda_rms_norm(gt_cuda_stream *s, const gt_kernel_call *c, gt_error 
         0, rows, d, c->f[0], x->data, x->dtype, w->data, w->dtype, NULL, 0, y->data, y->dtype,
         NULL);
     return gt_cuda_launched(c, err);
+}
+
+/* add_rms_norm (a, b, w) -> (h, y): one pass (gt_k_rms_fwd8 with RES) when the rms_norm fast path
+ * takes the shapes and every tensor has one dtype (bf16 or f32) and 16-byte alignment; else the
+ * add kernel, then the rms_norm kernel on h. Either way bitwise add then rms_norm. */
+gt_status gt_cuda_add_rms_norm(gt_cuda_stream *s, const gt_kernel_call *c, gt_error *err)
+{
+    const gt_tensor *a = c->in[0], *b = c->in[1], *w = c->in[2];
+    gt_tensor *h = c->out[0], *y = c->out[1];
+    int64_t d = 0, rows = 0;
+    GT_TRY(gt_cuda_norm_shapes(c, a, w, &d, &rows, err));
+    GT_TRY(gt_kernel_want_float(c, b, "b", err));
+    GT_TRY(gt_kernel_want_float(c, h, "h", err));
+    GT_TRY(gt_kernel_want_float(c, y, "output", err));
+    GT_TRY(gt_kernel_want_same_shape(c, a, "a", b, "b", err));
+    GT_TRY(gt_kernel_want_same_shape(c, a, "a", h, "h", err));
+    GT_TRY(gt_kernel_want_same_shape(c, a, "a", y, "output", err));
+    if (rows == 0) return GT_OK;
+    const gt_tensor *ts[5] = {a, b, w, h, y};
+    unsigned tpr = gt_rms_fast_threads(d, ts, 5, 1024);
+    if (tpr > 0) {
+        gt_rms_fwd_launch f = {s->stream, rows, d, gt_rms_chunk_rows(rows), c->f[0], a, w, y, b, h};
+        gt_rms_dispatch<1024>(a->dtype, tpr, f);
+        return gt_cuda_launched(c, err);
+    }
+    gt_kernel_call add, norm;
+    memset(&add, 0, sizeof add);
+    add.op = GT_OP_ADD;
+    add.n_in = 2;
+    add.n_out = 1;
+    add.in[0] = a;
+    add.in[1] = b;
+    add.out[0] = h;
+    GT_TRY(gt_cuda_add(s, &add, err));
+    memset(&norm, 0, sizeof norm);
+    norm.op = GT_OP_RMS_NORM;
+    norm.f = c->f;
+    norm.nf = 1;
+    norm.n_in = 2;
+    norm.n_out = 1;
+    norm.in[0] = h;
+    norm.in[1] = w;
+    norm.out[0] = y;
+    return gt_cuda_rms_norm(s, &norm, err);
 }
 
 gt_status gt_cuda_rms_norm_backward(gt_cuda_stream *s, const gt_kernel_call *c, gt_error *err)
