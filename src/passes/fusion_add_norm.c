@@ -44,11 +44,7 @@ static bool fuse(gt_graph *g, const gt_pass_uses *u, const int32_t *collectives,
     f.out[0] = h;
     f.out[1] = nm->out[0];
     if (!gt_pass_shape_matches(g, &f, &f)) return false; /* h and y keep their types */
-    g->nodes[m] = f;
-    for (int k = 0; k < 2; k++) {
-        g->values[f.out[k]].producer = m;
-        g->values[f.out[k]].producer_slot = k;
-    }
+    gt_pass_place_node(g, m, &f);
     return true;
 }
 

@@ -120,14 +120,10 @@ static bool try_merge(gt_graph *g, const gt_pass_uses *u, const int32_t *collect
     for (int k = m.n_in; k < GT_MAX_IN; k++)
         m.in[k] = 0;
     if (!gt_pass_shape_matches(g, &m, &m)) return false;
-    g->nodes[at] = m;
+    gt_pass_place_node(g, at, &m);
     keep[gone] = 0;
     for (gt_node_id n = 0; n < g->n_nodes; n++)
         if (home[n] == gone) home[n] = at;
-    for (int k = 0; k < m.n_out; k++) {
-        g->values[m.out[k]].producer = at;
-        g->values[m.out[k]].producer_slot = k;
-    }
     return true;
 }
 

@@ -62,6 +62,15 @@ bool gt_pass_shape_matches(gt_graph *g, const gt_node *proposed, const gt_node *
     return true;
 }
 
+void gt_pass_place_node(gt_graph *g, gt_node_id at, const gt_node *nd)
+{
+    g->nodes[at] = *nd;
+    for (int k = 0; k < nd->n_out; k++) {
+        g->values[nd->out[k]].producer = at;
+        g->values[nd->out[k]].producer_slot = k;
+    }
+}
+
 void gt_pass_compact(gt_graph *g, const uint8_t *keep)
 {
     int32_t nn = g->n_nodes, nv = g->n_values;

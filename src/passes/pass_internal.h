@@ -25,6 +25,10 @@ bool gt_pass_type_equal(const gt_type *a, const gt_type *b);
  * A rewrite is committed only when this holds, so a pass never changes any value's type. */
 bool gt_pass_shape_matches(gt_graph *g, const gt_node *proposed, const gt_node *stored);
 
+/* Stores node nd at position at and makes it the producer of each of its outputs (slot k for its
+ * output k): a rewrite's new node taking an old node's place. */
+void gt_pass_place_node(gt_graph *g, gt_node_id at, const gt_node *nd);
+
 /* Removes every node with keep[n] == 0, every value they produce, and nothing else; node and
  * value ids are compacted in order and every index (node inputs/outputs, value producers, node
  * origins, graph inputs/outputs) is remapped. An origin that pointed at a removed node becomes
