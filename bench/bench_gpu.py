@@ -397,9 +397,10 @@ def last_step_gaps(spans, steps):
     """The last step's kernels, the last len(spans) / steps kernel intervals (every step launches
     the same kernels; step 1 runs them one by one, later steps replay the captured graph): (ns
     from the first start to the last end, ns the GPU ran no kernel in between, number of gaps)."""
-    spans = sorted(spans)[-(len(spans) // max(steps, 1)):] if spans else []
-    if not spans:
+    n = len(spans) // max(steps, 1)
+    if n == 0:
         return 0, 0, 0
+    spans = sorted(spans)[-n:]
     gap_ns, gaps, end = 0, 0, spans[0][1]
     for start, stop in spans[1:]:
         if start > end:

@@ -68,15 +68,9 @@ static int run_dot(const char *in, const char *out)
 #define GT_GRAPH_SVG_AUTO_NODES 400
 
 /* svg: 1 always, 0 never, -1 (--graph.svg not given) when the graph is small enough. */
-static bool want_svg(const gt_graph *g, int svg, const char *stem)
+static bool want_svg(const gt_graph *g, int svg)
 {
-    if (svg >= 0) return svg == 1;
-    if (g->n_nodes <= GT_GRAPH_SVG_AUTO_NODES) return true;
-    fprintf(stderr,
-            "graphtrain graph: %s graph has %d nodes (more than %d): no SVG, dot would take "
-            "minutes (--graph.svg true renders it anyway)\n",
-            stem, g->n_nodes, GT_GRAPH_SVG_AUTO_NODES);
-    return false;
+    return svg >= 0 ? svg == 1 : g->n_nodes <= GT_GRAPH_SVG_AUTO_NODES;
 }
 
 /* DIR/STEM.txt, DIR/STEM.dot and, when want_svg and dot is installed, DIR/STEM.svg. */
@@ -99,7 +93,14 @@ static int write_graph_files(const gt_graph *g, const char *dir, const char *ste
     }
     gt_graph_write_dot(g, f, stem);
     fclose(f);
-    if (!want_svg(g, svg, stem)) return 0;
+    if (!want_svg(g, svg)) {
+        if (svg < 0)
+            fprintf(stderr,
+                    "graphtrain graph: %s graph has %d nodes (more than %d): no SVG, dot would "
+                    "take minutes (--graph.svg true renders it anyway)\n",
+                    stem, g->n_nodes, GT_GRAPH_SVG_AUTO_NODES);
+        return 0;
+    }
     snprintf(svg_path, sizeof svg_path, "%s/%s.svg", dir, stem);
     int rc = run_dot(dot_path, svg_path);
     if (rc < 0)
@@ -249,8 +250,7 @@ int gt_cli_graph(const command_spec *cmd, split_args *sa)
         double t2 = gt_now_seconds();
         if (dump_dir && write_graph_files(g, rank_dir, "compiled", svg)) goto done;
         /* the pass dumps are the size of the compiled graph */
-        if (dump_dir && (svg == 1 || (svg < 0 && g->n_nodes <= GT_GRAPH_SVG_AUTO_NODES)))
-            render_pass_dots(passes_dir);
+        if (dump_dir && want_svg(g, svg)) render_pass_dots(passes_dir);
         t_dump += gt_now_seconds() - t2;
     }
     double t_build = gt_now_seconds() - t0 - t_dump;

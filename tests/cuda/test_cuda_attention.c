@@ -229,18 +229,15 @@ static void run_case(const acase *a)
 
 /* ---------------------------------------------------------------- layout 1 */
 
-/* x [b, n1, n2, w] -> [b, n2, n1, w] on the host (same dtype, bits moved unchanged). */
+/* x [b, n1, n2, w] -> [b, n2, n1, w] on the host: the CPU permute kernel (bits moved unchanged). */
 static gt_tensor swap12(const gt_tensor *x)
 {
-    int64_t b = x->shape[0], n1 = x->shape[1], n2 = x->shape[2], w = x->shape[3];
-    gt_tensor y = cu_tensor_new(x->dtype, 4, SH(b, n2, n1, w));
-    size_t es = gt_dtype_size(x->dtype);
-    for (int64_t bi = 0; bi < b; bi++)
-        for (int64_t i = 0; i < n1; i++)
-            for (int64_t j = 0; j < n2; j++)
-                memcpy((char *)y.data + (size_t)(((bi * n2 + j) * n1 + i) * w) * es,
-                       (const char *)x->data + (size_t)(((bi * n1 + i) * n2 + j) * w) * es,
-                       (size_t)w * es);
+    static const int64_t perm[4] = {0, 2, 1, 3};
+    gt_tensor y =
+        cu_tensor_new(x->dtype, 4, SH(x->shape[0], x->shape[2], x->shape[1], x->shape[3]));
+    gt_kernel_call k = cu_kernel_call(GT_OP_PERMUTE, perm, 4, NULL, 0, NULL, 0, x, 1, &y, 1);
+    gt_error err = {0};
+    EXPECT_OK(gt_cpu_run_kernel(&k, &err), &err);
     return y;
 }
 

@@ -23,6 +23,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "graph_text.h"
 #include "graphtrain/gt_build.h"
 #include "graphtrain/gt_comm.h"
 #include "graphtrain/gt_config.h"
@@ -265,17 +266,6 @@ static inline gt_graph *comm_test_build_2d(int d)
     gt_graph_add_output(g, GT_OUT_METRIC, "a", a);
     gt_graph_add_output(g, GT_OUT_METRIC, "u", u);
     return g;
-}
-
-/* The text of gt_graph_print(g) (the caller frees it). */
-static inline char *comm_test_listing(const gt_graph *g)
-{
-    char *buf = NULL;
-    size_t len = 0;
-    FILE *f = open_memstream(&buf, &len);
-    gt_graph_print(g, f);
-    fclose(f);
-    return buf;
 }
 
 /* ---------------------------------------------------------------- configs */

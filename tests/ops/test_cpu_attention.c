@@ -144,18 +144,17 @@ static void run_case(const attn_case *a, tt_rng *r, bool fd)
 
 /* ---------------------------------------------------------------- layout 1 */
 
-/* x [b, n1, n2, w] -> [b, n2, n1, w] (same dtype, bits moved unchanged). */
+/* x [b, n1, n2, w] -> [b, n2, n1, w]: the CPU permute kernel (bits moved unchanged). */
 static gt_tensor swap12(const gt_tensor *x)
 {
-    int64_t b = x->shape[0], n1 = x->shape[1], n2 = x->shape[2], w = x->shape[3];
-    gt_tensor y = tt_new(x->dtype, 4, TT_SHAPE(b, n2, n1, w));
-    size_t es = gt_dtype_size(x->dtype);
-    for (int64_t bi = 0; bi < b; bi++)
-        for (int64_t i = 0; i < n1; i++)
-            for (int64_t j = 0; j < n2; j++)
-                memcpy((char *)y.data + (size_t)(((bi * n2 + j) * n1 + i) * w) * es,
-                       (const char *)x->data + (size_t)(((bi * n1 + i) * n2 + j) * w) * es,
-                       (size_t)w * es);
+    gt_tensor y = tt_new(x->dtype, 4, TT_SHAPE(x->shape[0], x->shape[2], x->shape[1], x->shape[3]));
+    tt_call k;
+    tt_init(&k, GT_OP_PERMUTE);
+    tt_in(&k, x);
+    tt_out(&k, &y);
+    for (int d = 0; d < 4; d++)
+        tt_i(&k, d == 1 ? 2 : d == 2 ? 1 : d);
+    tt_run_ok(&k, "permute [0, 2, 1, 3]");
     return y;
 }
 

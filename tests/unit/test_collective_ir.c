@@ -202,7 +202,7 @@ static void test_printer(void)
     snprintf(want, sizeof want, "%%%d : f32[8, 4] {S(0)@dp_shard, P@tp} = neg(%%0)  # fwd", a);
     EXPECT(strcmp(line, want) == 0, "placed node line:\n  got  %s\n  want %s", line, want);
 
-    char *lp = comm_test_listing(gp), *l0 = comm_test_listing(g0);
+    char *lp = graph_text(gp), *l0 = graph_text(g0);
     EXPECT(strncmp(lp, "mesh: dp_replicate=1 dp_shard=2 tp=2\n", 37) == 0, "mesh line: %.60s", lp);
     EXPECT(strstr(lp, "input %0 : f32[8, 4] {S(0)@dp_shard} INPUT x\n") != NULL,
            "placed input line in:\n%s", lp);
@@ -217,7 +217,7 @@ static void test_printer(void)
 
     /* copies keep the mesh and the placements */
     gt_graph *c = gt_graph_copy(gp);
-    char *lc = comm_test_listing(c), *lp2 = comm_test_listing(gp);
+    char *lc = graph_text(c), *lp2 = graph_text(gp);
     EXPECT(strcmp(lc, lp2) == 0, "gt_graph_copy prints like its original");
     free(lc);
     free(lp2);

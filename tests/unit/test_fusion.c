@@ -37,6 +37,7 @@
 #include <string.h>
 
 #include "fusion_graphs.h"
+#include "graph_text.h"
 #include "graphtrain/gt_backend.h"
 #include "graphtrain/gt_build.h"
 #include "graphtrain/gt_exec.h"
@@ -175,11 +176,7 @@ static void test_swiglu(void)
                    gt_fused_encode_out(GT_OP_MUL, GT_BF16, 0, GT_FUSED_TEMP + 2, 0, true) &&
                f->phase == GT_PHASE_BACKWARD,
            "backward program: silu_backward(h1, dy * h3), then dy * silu(h1)");
-    char *buf = NULL;
-    size_t len = 0;
-    FILE *mf = open_memstream(&buf, &len);
-    gt_graph_print(g, mf);
-    fclose(mf);
+    char *buf = graph_text(g);
     EXPECT(buf && strstr(buf, "fused_elementwise("), "the printer names the op");
     free(buf);
     gt_graph_free(g);
@@ -852,11 +849,7 @@ static void test_multi_output_graph(void)
                "fused vs unfused",
                dn, no, bad_eager, bad_prog);
 
-        char *buf = NULL;
-        size_t len = 0;
-        FILE *mf = open_memstream(&buf, &len);
-        gt_graph_print(g, mf);
-        fclose(mf);
+        char *buf = graph_text(g);
         char head[96], ty[48], types[200];
         snprintf(head, sizeof head, "%%%d, %%%d, %%%d : ", outs[0], outs[1], outs[2]);
         snprintf(ty, sizeof ty, "%s[6, 40]", dn);

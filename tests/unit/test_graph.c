@@ -6,21 +6,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "graph_text.h"
 #include "graphtrain/gt_build.h"
 #include "graphtrain/gt_graph.h"
 #include "gt_test.h"
 #include "ir/ir_internal.h"
-
-/* The whole printed graph as a malloc'd string. */
-static char *print_to_string(const gt_graph *g)
-{
-    char *buf = NULL;
-    size_t len = 0;
-    FILE *f = open_memstream(&buf, &len);
-    gt_graph_print(g, f);
-    fclose(f);
-    return buf;
-}
 
 static void test_op_table(void)
 {
@@ -146,7 +136,7 @@ static void test_print_and_copy(void)
     EXPECT(g->err.code == GT_OK, "small graph builds: %s", g->err.msg);
     gt_error err = {0};
     EXPECT_OK(gt_graph_verify(g, &err), &err);
-    char *text = print_to_string(g);
+    char *text = graph_text(g);
     EXPECT(strcmp(text, small_graph_text) == 0, "printed:\n%s\nexpected:\n%s", text,
            small_graph_text);
 
@@ -167,19 +157,19 @@ static void test_print_and_copy(void)
 
     gt_graph *c = gt_graph_copy(g);
     EXPECT_OK(gt_graph_verify(c, &err), &err);
-    char *ctext = print_to_string(c);
+    char *ctext = graph_text(c);
     EXPECT(strcmp(text, ctext) == 0, "copy prints like the original");
     /* the copy is deep: growing the original leaves it alone, and vice versa */
     gt_graph_set_fqn(g, "extra");
     gt_unary(g, GT_OP_EXP, 5);
     gt_graph_intern(g, "only.in.original");
     gt_sym_var(g->sym, "only_in_original");
-    char *ctext2 = print_to_string(c);
+    char *ctext2 = graph_text(c);
     EXPECT(strcmp(ctext, ctext2) == 0 && c->n_nodes == 7 && g->n_nodes == 8, "copy is deep");
     gt_unary(c, GT_OP_NEG, 5);
     EXPECT(g->nodes[7].op == GT_OP_EXP && c->nodes[7].op == GT_OP_NEG, "independent nodes");
-    char *again = print_to_string(g);
-    char *again2 = print_to_string(g);
+    char *again = graph_text(g);
+    char *again2 = graph_text(g);
     EXPECT(strcmp(again, again2) == 0, "printing twice gives the same text");
     free(text);
     free(ctext);
@@ -503,7 +493,7 @@ static void test_llama_graph(void)
     gt_error err = {0};
     EXPECT_OK(gt_graph_verify(g, &err), &err);
     gt_graph *c = gt_graph_copy(g);
-    char *t1 = print_to_string(g), *t2 = print_to_string(c);
+    char *t1 = graph_text(g), *t2 = graph_text(c);
     EXPECT(strcmp(t1, t2) == 0, "copy of the llama graph prints identically");
     EXPECT(strstr(t1, "= sdpa(") && strstr(t1, "# layers.15.feed_forward fwd"), "printed nodes");
     free(t1);

@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "graph_text.h"
 #include "graphtrain/gt_autodiff.h"
 #include "graphtrain/gt_build.h"
 #include "graphtrain/gt_exec.h"
@@ -510,11 +511,7 @@ static void test_graph_structure(const fixture *fx)
     EXPECT(n_adamw == N_PARAMS && n_non_opt == 0, "%d adamw nodes, %d not in phase opt", n_adamw,
            n_non_opt);
     EXPECT(g->cur_phase == GT_PHASE_FORWARD && g->cur_fqn == 0, "builder state restored");
-    char *text = NULL;
-    size_t len = 0;
-    FILE *f = open_memstream(&text, &len);
-    gt_graph_print(g, f);
-    fclose(f);
+    char *text = graph_text(g);
     EXPECT(text && strstr(text, "adamw(") && strstr(text, "OPT_STATE_UPDATE") &&
                strstr(text, "clamp("),
            "printed graph names adamw, clamp and OPT_STATE_UPDATE");

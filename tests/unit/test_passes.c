@@ -10,24 +10,15 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "graph_text.h"
 #include "graphtrain/gt_build.h"
 #include "graphtrain/gt_exec.h"
 #include "graphtrain/gt_pass.h"
 #include "gt_test.h"
 
-static char *listing(const gt_graph *g)
-{
-    char *buf = NULL;
-    size_t len = 0;
-    FILE *f = open_memstream(&buf, &len);
-    gt_graph_print(g, f);
-    fclose(f);
-    return buf;
-}
-
 static bool same_listing(const gt_graph *a, const gt_graph *b)
 {
-    char *la = listing(a), *lb = listing(b);
+    char *la = graph_text(a), *lb = graph_text(b);
     bool same = strcmp(la, lb) == 0;
     if (!same) fprintf(stderr, "--- got\n%s--- want\n%s", la, lb);
     free(la);
@@ -40,8 +31,8 @@ static char *no_fusion[] = {"fusion"};
 
 static gt_pass_options quiet_options(void)
 {
-    return (gt_pass_options){.verify_each = true, .quiet = true, .disable = no_fusion,
-                             .n_disable = 1};
+    return (gt_pass_options){
+        .verify_each = true, .quiet = true, .disable = no_fusion, .n_disable = 1};
 }
 
 /* Runs one pass (by name) and then, when with_dce, dce; verifies after each. */
@@ -171,9 +162,9 @@ static void test_dce(void)
     expect_same_results(orig, g, "dce");
 
     /* nothing dead: unchanged */
-    char *before = listing(g);
+    char *before = graph_text(g);
     run_passes(g, "dce", false);
-    char *after = listing(g);
+    char *after = graph_text(g);
     EXPECT(strcmp(before, after) == 0, "dce is idempotent");
     free(before);
     free(after);
@@ -498,13 +489,13 @@ static void test_pipeline(void)
     g = gt_graph_copy(orig);
     EXPECT_OK(gt_pass_run_pipeline(g, &o, &rep, &err), &err);
     before = read_text(path);
-    char *want = listing(orig);
+    char *want = graph_text(orig);
     EXPECT(before && strcmp(before, want) == 0, "before listing = printed original");
     free(before);
     free(want);
     snprintf(path, sizeof path, "%s/05-dce.after.txt", sub);
     char *after = read_text(path);
-    want = listing(g);
+    want = graph_text(g);
     EXPECT(after && strcmp(after, want) == 0, "last after listing = printed result");
     free(after);
     free(want);
