@@ -11,7 +11,10 @@
  * Determinism: the algorithm is chosen once per shape (the first heuristic result whose split-K
  * count is 1, i.e. no cross-block reduction at all; the heuristic's first result otherwise) and
  * cached in the stream, so a shape always runs the same kernel with the same workspace; cuBLASLt
- * kernels without split-K reductions use no atomics and are bitwise reproducible run to run. */
+ * kernels without split-K reductions use no atomics and are bitwise reproducible run to run. Some
+ * nvjet kernels that report a split-K count of 1 still split K and add the parts in a separate
+ * splitKreduce_kernel (seen in CUPTI traces); runs with them stay bitwise (the GPU tests rerun
+ * whole steps and compare bits). */
 #include "cuda_internal.h"
 
 #include <string.h>
