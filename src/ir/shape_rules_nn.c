@@ -122,6 +122,23 @@ gt_status gt_shape_rms_norm_backward(gt_graph *g, const gt_node *n, gt_type *out
     return GT_OK;
 }
 
+/* (x, w, r, d0[, d1[, d2]]) -> (dx like x, dw like w): x and w as for rms_norm; r and every term
+ * of dy have x's type (no broadcasting: they are the operands of the adds it replaces). */
+gt_status gt_shape_rms_norm_backward_add(gt_graph *g, const gt_node *n, gt_type *out, int *n_out,
+                                         gt_error *err)
+{
+    if (n->n_in < 4 || n->n_in > 6)
+        return gt_shape_fail(g, n, err, GT_ERR_SHAPE,
+                             "expected 4 to 6 inputs (x, w, r, d0[, d1[, d2]]), got %d", n->n_in);
+    GT_TRY(rms_norm_inputs(g, n, err));
+    for (int k = 2; k < n->n_in; k++)
+        GT_TRY(gt_shape_need_same_type(g, n, 0, k, err));
+    out[0] = *gt_shape_in(g, n, 0);
+    out[1] = *gt_shape_in(g, n, 1);
+    *n_out = 2;
+    return GT_OK;
+}
+
 /* ---------------------------------------------------------------- rope */
 
 /* x: [b, s, h, d] float, d even (pairs (j, j + d/2)). Schema "i:inverse,original_max_position

@@ -28,7 +28,9 @@
  *              scalar constants. Ids are compacted in order; nodes whose origin was a removed
  *              node get origin GT_NONE.
  *              First, an add whose sum an rms_norm reads becomes one add_rms_norm node with it
- *              (fusion_add_norm.c states when), and a widening cast (bf16/f16 -> f32) read only by
+ *              (fusion_add_norm.c states when), an rms_norm_backward with the adds that sum its
+ *              dy and the residual add of its dx one rms_norm_backward_add node
+ *              (fusion_norm_backward.c), and a widening cast (bf16/f16 -> f32) read only by
  * slots that widen their input themselves (sum_squares' x, adamw's gradient) is removed and its
  * readers read its input: the optimizer reads bf16 gradients without an f32 copy. Last, sibling
  * fused nodes that share an input merge into one node with several outputs (fusion_merge.c states
@@ -244,6 +246,7 @@ static int32_t absorb_widening_casts(gt_graph *g)
 gt_status gt_pass_fusion(gt_graph *g, const gt_pass_ctx *ctx, gt_error *err)
 {
     gt_fusion_add_norm(g);
+    gt_fusion_norm_backward(g);
     absorb_widening_casts(g);
     (void)ctx;
     int32_t nn = g->n_nodes;

@@ -106,6 +106,11 @@ int32_t *gt_pass_collective_prefix(const gt_graph *g);
  * with it, one add_rms_norm node. Returns the number of pairs fused. */
 int32_t gt_fusion_add_norm(gt_graph *g);
 
+/* The fusion pass's step for the RMSNorm backward (fusion_norm_backward.c): rms_norm_backward,
+ * the add chain summing its dy and the residual add reading its dx become one
+ * rms_norm_backward_add node. Returns the number of norms fused. */
+int32_t gt_fusion_norm_backward(gt_graph *g);
+
 /* The fusion pass's last step (fusion_merge.c): sibling fused_elementwise nodes that share an
  * input become one node with several outputs. Returns the number of merges. */
 int32_t gt_fusion_merge_siblings(gt_graph *g);

@@ -75,12 +75,13 @@ typedef struct {
     const char *name;
     gt_op op;
     int n_in, n_out;
-    gt_tensor in[3], out[2];
+    gt_tensor in[6], out[2];
     int64_t i[2];
     double f[4];
     int ni, nf;
-    size_t shift;  /* misalignment of every device tensor, bytes */
-    bool in_place; /* rope: also run with out == x */
+    size_t shift;     /* misalignment of every device tensor, bytes */
+    bool in_place;    /* rope: also run with out == x */
+    double floor_rel; /* of the relative error, times max|ref| (0: 1e-3) */
 } tcase;
 
 static gt_kernel_call call_of(tcase *c, gt_tensor *in, gt_tensor *out)
@@ -88,8 +89,8 @@ static gt_kernel_call call_of(tcase *c, gt_tensor *in, gt_tensor *out)
     return cu_kernel_call(c->op, c->i, c->ni, c->f, c->nf, NULL, 0, in, c->n_in, out, c->n_out);
 }
 
-/* Worst |gpu - ref| / (|ref| + 1e-3 max|ref|) over the elements. */
-static double rel_err(const gt_tensor *g, const gt_tensor *r)
+/* Worst |gpu - ref| / (|ref| + floor_rel max|ref|) over the elements. */
+static double rel_err(const gt_tensor *g, const gt_tensor *r, double floor_rel)
 {
     int64_t n = gt_tensor_numel(r);
     double mx = 0.0, worst = 0.0;
@@ -97,7 +98,7 @@ static double rel_err(const gt_tensor *g, const gt_tensor *r)
         mx = fmax(mx, fabs(get(r, i)));
     for (int64_t i = 0; i < n; i++) {
         double a = get(g, i), b = get(r, i);
-        double e = fabs(a - b) / (fabs(b) + 1e-3 * mx + 1e-30);
+        double e = fabs(a - b) / (fabs(b) + floor_rel * mx + 1e-30);
         if (!(e <= worst)) worst = isnan(e) ? INFINITY : e;
     }
     return worst;
@@ -110,8 +111,8 @@ static void check(tcase *c)
     gt_kernel_call cpu = call_of(c, c->in, c->out);
     gt_status st = gt_cpu_run_kernel(&cpu, &err);
     EXPECT(st == GT_OK, "%s: CPU reference failed: %s", c->name, err.msg);
-    gt_tensor din[3], dout[2], got[2][2];
-    void *bin[3] = {0}, *bout[2] = {0};
+    gt_tensor din[6], dout[2], got[2][2];
+    void *bin[6] = {0}, *bout[2] = {0};
     memset(got, 0, sizeof got);
     bool ok = st == GT_OK;
     for (int k = 0; k < c->n_in && ok; k++)
@@ -142,7 +143,7 @@ static void check(tcase *c)
     if (ok) {
         printf("%-40s", c->name);
         for (int k = 0; k < c->n_out; k++) {
-            double e = rel_err(&got[0][k], &c->out[k]);
+            double e = rel_err(&got[0][k], &c->out[k], c->floor_rel > 0 ? c->floor_rel : 1e-3);
             printf(" out%d %.2e", k, e);
             EXPECT(e <= tol, "%s: output %d worst rel err %.3e above %.0e", c->name, k, e, tol);
             EXPECT(memcmp(got[0][k].data, got[1][k].data, gt_tensor_nbytes(&got[0][k])) == 0,
@@ -251,6 +252,85 @@ static void case_add_rms(gt_dtype ft, int64_t rows, int64_t d, size_t shift, con
     check(&c);
 }
 
+/* rms_norm_backward_add (x, w, r, d0..d[nd-1]) -> (dx, dw): against the CPU (check), and bitwise
+ * against the GPU's own unfused ops on the same device inputs: the add chain ((d0 + d1) + d2),
+ * rms_norm_backward of it, then r + its dx (the one-pass kernel on the fast path's shapes, the
+ * generic kernels otherwise). */
+static void case_norm_bwd_add(gt_dtype ft, int64_t rows, int64_t d, int nd, size_t shift,
+                              const char *name)
+{
+    char nm[112];
+    snprintf(nm, sizeof nm, "rms_norm_backward_add %s [%lld,%lld] %d terms%s %s", gt_dtype_name(ft),
+             (long long)rows, (long long)d, nd, shift ? " misaligned" : "", name);
+    tcase c = {.name = nm,
+               .op = GT_OP_RMS_NORM_BACKWARD_ADD,
+               .n_in = 3 + nd,
+               .n_out = 2,
+               .nf = 1,
+               .shift = shift,
+               /* dx = r + g cancels where r ~ -g: the norm's dx carries the GPU/CPU rounding
+                * difference (double vs float math in bf16, 1 ulp of g) into a small sum, so dx
+                * is bounded relative to its largest element */
+               .floor_rel = 1.0};
+    c.f[0] = 1e-5;
+    c.in[0] = t_rand(ft, 2, SH(rows, d), -2, 2);
+    c.in[1] = t_rand(ft, 1, SH(d), 0.5, 1.5);
+    c.in[2] = t_rand(ft, 2, SH(rows, d), -1, 1);
+    for (int e = 0; e < nd; e++)
+        c.in[3 + e] = t_rand(ft, 2, SH(rows, d), -1, 1);
+    c.out[0] = t_new(ft, 2, SH(rows, d));
+    c.out[1] = t_new(ft, 1, SH(d));
+    gt_error err = {0};
+    /* device outputs: 0 dx, 1 dw (fused); 2 dx, 3 dw, 4 dy, 5 g (unfused) */
+    gt_tensor din[6], dout[6], got[4];
+    void *bin[6] = {0}, *bout[6] = {0};
+    bool ok = true;
+    for (int k = 0; k < c.n_in && ok; k++)
+        ok = dev_copy(&c.in[k], shift, &din[k], &bin[k]);
+    for (int k = 0; k < 6 && ok; k++) {
+        gt_tensor h = k == 1 || k == 3 ? t_new(ft, 1, SH(d)) : t_new(ft, 2, SH(rows, d));
+        ok = dev_copy(&h, shift, &dout[k], &bout[k]);
+        if (k < 4)
+            got[k] = h;
+        else
+            gt_tensor_free(&h);
+    }
+    gt_kernel_call fused =
+        cu_kernel_call(GT_OP_RMS_NORM_BACKWARD_ADD, NULL, 0, c.f, 1, NULL, 0, din, c.n_in, dout, 2);
+    ok = ok && gt_cuda_run_kernel(&fused, g_stream, &err) == GT_OK;
+    gt_tensor dy = din[3];
+    for (int e = 1; e < nd && ok; e++) {
+        gt_tensor add_in[2] = {dy, din[3 + e]};
+        gt_kernel_call add =
+            cu_kernel_call(GT_OP_ADD, NULL, 0, NULL, 0, NULL, 0, add_in, 2, &dout[4], 1);
+        ok = gt_cuda_run_kernel(&add, g_stream, &err) == GT_OK;
+        dy = dout[4];
+    }
+    gt_tensor bwd_in[3] = {din[0], din[1], dy}, bwd_out[2] = {dout[5], dout[3]};
+    gt_kernel_call bwd =
+        cu_kernel_call(GT_OP_RMS_NORM_BACKWARD, NULL, 0, c.f, 1, NULL, 0, bwd_in, 3, bwd_out, 2);
+    gt_tensor res_in[2] = {din[2], dout[5]};
+    gt_kernel_call res =
+        cu_kernel_call(GT_OP_ADD, NULL, 0, NULL, 0, NULL, 0, res_in, 2, &dout[2], 1);
+    ok = ok && gt_cuda_run_kernel(&bwd, g_stream, &err) == GT_OK &&
+         gt_cuda_run_kernel(&res, g_stream, &err) == GT_OK;
+    for (int k = 0; k < 4 && ok; k++)
+        ok = gt_cuda_memcpy_d2h(g_stream, got[k].data, dout[k].data, gt_tensor_nbytes(&got[k]),
+                                &err) == GT_OK;
+    ok = ok && gt_cuda_stream_sync(g_stream, &err) == GT_OK;
+    EXPECT(ok, "%s: CUDA runs failed: %s", nm, err.msg);
+    EXPECT(ok && !memcmp(got[0].data, got[2].data, gt_tensor_nbytes(&got[0])) &&
+               !memcmp(got[1].data, got[3].data, gt_tensor_nbytes(&got[1])),
+           "%s: dx or dw differs from the unfused adds and rms_norm_backward on the GPU", nm);
+    for (int k = 0; k < 6; k++)
+        gt_cuda_free(bout[k]);
+    for (int k = 0; k < 4; k++)
+        gt_tensor_free(&got[k]);
+    for (int k = 0; k < c.n_in; k++)
+        gt_cuda_free(bin[k]);
+    check(&c);
+}
+
 static void case_rope(gt_dtype ft, const int64_t *shape, size_t shift, const char *name)
 {
     const char *vn[3] = {"plain", "llama3.1 scaling", "inverse"};
@@ -296,6 +376,12 @@ static void cases(void)
         case_add_rms(ft, 300, 256, 0, "(one pass, short rows)");
         case_add_rms(ft, 50, 36, 0, "(add, then generic norm)");
         case_add_rms(ft, 40, 2048, el, "(misaligned: add, then generic norm)");
+        for (int nd = 1; nd <= 3; nd++) {
+            case_norm_bwd_add(ft, 96, 2048, nd, 0, "(one pass)");
+            case_norm_bwd_add(ft, 300, 256, nd, 0, "(one pass, short rows)");
+            case_norm_bwd_add(ft, 50, 36, nd, 0, "(generic, D % 8 != 0)");
+            case_norm_bwd_add(ft, 40, 2048, nd, el, "(generic, misaligned)");
+        }
         case_rope(ft, SH(2, 64, 4, 64), 0, "(8-wide)");
         case_rope(ft, SH(2, 40, 3, 16), 0, "(8-wide, d/2 = 8)");
         case_rope(ft, SH(3, 33, 2, 128), 0, "(8-wide, many rows per block)");
@@ -367,6 +453,20 @@ static void bench(void)
     k.in[2] = &dy;
     k.out[1] = &dw;
     bench_one("rms_norm_backward [16384,2048] bf16", &k, 3 * mb);
+    /* rms_norm_backward_add with r = y and the dy terms dy (and x): the ffn_norm (2 terms) and
+     * attention_norm (3 terms) shapes of 1B; bytes: x, r, the terms and dx */
+    for (int nd = 2; nd <= 3; nd++) {
+        k.op = GT_OP_RMS_NORM_BACKWARD_ADD;
+        k.n_in = 3 + nd;
+        k.in[2] = &y;
+        k.in[3] = &dy;
+        k.in[4] = &x;
+        k.in[5] = &dy;
+        char nm[64];
+        snprintf(nm, sizeof nm, "rms_norm_backward_add %d terms [16384,2048] bf16", nd);
+        bench_one(nm, &k, (3.0 + nd) * mb);
+    }
+    k.in[2] = &dy;
     /* debugmodel rows: the same tensors viewed as [131072, 256] (8x the rows of its step) and
      * [16384, 256] */
     int64_t nrows[2] = {rows * d / 256, 16384};

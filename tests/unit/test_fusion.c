@@ -896,6 +896,13 @@ static void check_step(const char *flavor, gt_dtype compute)
     EXPECT(norms > 1 && pairs == norms - 1 && count_op(off, GT_OP_ADD_RMS_NORM) == 0,
            "%s %s: %d add_rms_norm nodes for %d forward norms", flavor, gt_dtype_name(compute),
            pairs, norms);
+    /* every rms_norm_backward but the final norm's (its dx meets the last block's in an add that
+     * the later norm takes) absorbs its residual add: one rms_norm_backward_add each */
+    int bnorms = count_op(off, GT_OP_RMS_NORM_BACKWARD);
+    int bfused = count_op(on, GT_OP_RMS_NORM_BACKWARD_ADD);
+    EXPECT(bnorms > 1 && bfused == bnorms - 1 && count_op(on, GT_OP_RMS_NORM_BACKWARD) == 1,
+           "%s %s: %d rms_norm_backward_add nodes for %d norm backwards", flavor,
+           gt_dtype_name(compute), bfused, bnorms);
     /* the widening casts of the gradients are absorbed: AdamW and the norm read them as computed
      * (bf16 in mixed precision), without fusion they read an f32 copy */
     int adamw = 0, narrow_on = 0, narrow_off = 0;

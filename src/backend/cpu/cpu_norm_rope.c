@@ -12,6 +12,7 @@
 
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "backend/rope_freqs.h" /* gt_rope_inv_freq, shared with the other backend */
 
@@ -116,6 +117,61 @@ gt_status gt_cpu_rms_norm_backward(const gt_kernel_call *c, gt_error *err)
         dwp[j] = (float)acc[j];
     free(acc);
     return GT_OK;
+}
+
+/* rms_norm_backward_add (x, w, r, d0[, d1[, d2]]) -> (dx, dw): the add chain dy = (d0 + d1) + d2,
+ * then rms_norm_backward of dy into (g, dw), then r + g into dx, each step through
+ * gt_cpu_run_kernel on tensors of x's dtype (a byte kernel: dy and g are stored, rounded to that
+ * dtype, before the next step reads them), so dx and dw are the unfused ops' bit for bit. */
+gt_status gt_cpu_rms_norm_backward_add(const gt_kernel_call *c, gt_error *err)
+{
+    static const char *const names[6] = {"x", "w", "r", "d0", "d1", "d2"};
+    GT_TRY(gt_kernel_want_attrs(c, 0, 1, 0, err));
+    if (c->n_in < 4 || c->n_in > 6 || c->n_out != 2)
+        return gt_error_set(err, GT_ERR_INVALID,
+                            "rms_norm_backward_add: expected inputs (x, w, r, d0[, d1[, d2]]) and "
+                            "outputs (dx, dw), got %d and %d",
+                            c->n_in, c->n_out);
+    const gt_tensor *x = c->in[0];
+    for (int k = 2; k < c->n_in; k++)
+        GT_TRY(gt_kernel_want_same_shape(c, x, "x", c->in[k], names[k], err));
+    gt_tensor dy, g;
+    memset(&dy, 0, sizeof dy);
+    GT_TRY(gt_tensor_alloc(&g, x->dtype, x->ndim, x->shape, err));
+    gt_status st = GT_OK;
+    const gt_tensor *dyp = c->in[3];
+    if (c->n_in > 4) {
+        st = gt_tensor_alloc(&dy, x->dtype, x->ndim, x->shape, err);
+        gt_kernel_call add = {.op = GT_OP_ADD, .n_in = 2, .n_out = 1};
+        add.in[0] = c->in[3];
+        add.out[0] = &dy;
+        for (int k = 4; k < c->n_in && st == GT_OK; k++) {
+            add.in[1] = c->in[k];
+            st = gt_cpu_run_kernel(&add, err);
+            add.in[0] = &dy; /* elementwise: in place is safe */
+        }
+        dyp = &dy;
+    }
+    if (st == GT_OK) {
+        gt_kernel_call bwd = {
+            .op = GT_OP_RMS_NORM_BACKWARD, .f = c->f, .nf = 1, .n_in = 3, .n_out = 2};
+        bwd.in[0] = x;
+        bwd.in[1] = c->in[1];
+        bwd.in[2] = dyp;
+        bwd.out[0] = &g;
+        bwd.out[1] = c->out[1];
+        st = gt_cpu_run_kernel(&bwd, err);
+    }
+    if (st == GT_OK) {
+        gt_kernel_call add = {.op = GT_OP_ADD, .n_in = 2, .n_out = 1};
+        add.in[0] = c->in[2];
+        add.in[1] = &g;
+        add.out[0] = c->out[0];
+        st = gt_cpu_run_kernel(&add, err);
+    }
+    gt_tensor_free(&g);
+    gt_tensor_free(&dy);
+    return st;
 }
 
 gt_status gt_cpu_rope(const gt_kernel_call *c, gt_error *err)

@@ -293,14 +293,18 @@ __global__ void __launch_bounds__(TPR > 256 ? TPR : 256)
  * 184 us for 201 MB). A thread's two row sums over its 8 columns are taken in A, the group's in
  * double. partial[b * d + col] = sum over block b's rows of dy x s: each group adds its rows in
  * order, then the G group totals are added in group order. */
-template <typename T, int TPR>
+/* rms_norm_backward_add: ND (1-3) branch gradients d0, d1, d2 summed left to right into dy, each
+ * sum rounded to T as the add kernels round it; RES: dx = res + g with g (the norm's dx) rounded
+ * to T first, as storing g and adding it would. Bitwise the unfused add chain, rms_norm_backward
+ * and residual add. */
+template <typename T, int TPR, int ND, bool RES>
 __global__ void __launch_bounds__(TPR > 256 ? TPR : 256,
                                   sizeof(T) == 2 &&
                                           GT_RMS_BWD_MIN_THREADS / (TPR > 256 ? TPR : 256) > 1
                                       ? GT_RMS_BWD_MIN_THREADS / (TPR > 256 ? TPR : 256)
                                       : 1)
     gt_k_rms_bwd8(int64_t rows, int64_t d, int64_t chunk, double eps, const T *x, const T *w,
-                  const T *dy, T *dx, double *partial)
+                  const T *dy, const T *dy1, const T *dy2, const T *res, T *dx, double *partial)
 {
     typedef typename std::conditional<sizeof(T) == 4, double, float>::type A;
     constexpr int BLOCK = TPR > 256 ? TPR : 256, G = BLOCK / TPR;
@@ -311,27 +315,46 @@ __global__ void __launch_bounds__(TPR > 256 ? TPR : 256,
     bool act = j < d;
     gt_rms_rows q = gt_rms_chunk<G>(rows, chunk, grp);
     int64_t step = (int64_t)G * d; /* elements from one of the group's rows to its next */
-    const T *xp = x + q.first * d + j, *gp = dy + q.first * d + j;
-    T *dxp = dx + q.first * d + j;
-    gt_v8<T> wr = gt_v8_zero<T>(), xr = gt_v8_zero<T>(), gr = gt_v8_zero<T>();
+    int64_t at = q.first * d + j;  /* the group's current row, column j */
+    const T *gps[3] = {dy, dy1, dy2};
+    gt_v8<T> wr = gt_v8_zero<T>(), xr = gt_v8_zero<T>(), gr[ND];
+#pragma unroll
+    for (int e = 0; e < ND; e++)
+        gr[e] = gt_v8_zero<T>();
     A acc[8];
 #pragma unroll
     for (int k = 0; k < 8; k++)
         acc[k] = (A)0;
     if (act) wr = gt_v8_ld(w, j);
     if (act && q.mine > 0) {
-        xr = gt_v8_ld(xp, 0);
-        gr = gt_v8_ld(gp, 0);
+        xr = gt_v8_ld(x, at);
+#pragma unroll
+        for (int e = 0; e < ND; e++)
+            gr[e] = gt_v8_ld(gps[e], at);
     }
-    for (int it = 0; it < q.passes; it++, xp += step, gp += step, dxp += step) {
-        gt_v8<T> xn = gt_v8_zero<T>(), gn = gt_v8_zero<T>();
+    for (int it = 0; it < q.passes; it++, at += step) {
+        gt_v8<T> xn = gt_v8_zero<T>(), gn[ND], rr = gt_v8_zero<T>();
+#pragma unroll
+        for (int e = 0; e < ND; e++)
+            gn[e] = gt_v8_zero<T>();
         if (act && it + 1 < q.mine) {
-            xn = gt_v8_ld(xp, step);
-            gn = gt_v8_ld(gp, step);
+            xn = gt_v8_ld(x, at + step);
+#pragma unroll
+            for (int e = 0; e < ND; e++)
+                gn[e] = gt_v8_ld(gps[e], at + step);
         }
+        if (RES && act && it < q.mine) rr = gt_v8_ld(res, at); /* in flight over the row sums */
         float xv[8], gv[8], wv[8];
         gt_v8_get(xr, xv);
-        gt_v8_get(gr, gv);
+        gt_v8_get(gr[0], gv);
+#pragma unroll
+        for (int e = 1; e < ND; e++) {
+            float ev[8];
+            gt_v8_get(gr[e], ev);
+#pragma unroll
+            for (int k = 0; k < 8; k++)
+                gv[k] = gt_round_to<T>(gv[k] + ev[k]);
+        }
         gt_v8_get(wr, wv);
         A ss = (A)0, dot = (A)0;
 #pragma unroll
@@ -350,10 +373,19 @@ __global__ void __launch_bounds__(TPR > 256 ? TPR : 256,
                 o[k] = (float)(s * (ga - xa * c));
                 acc[k] += (A)gv[k] * (xa * s);
             }
-            gt_v8_st(dxp, 0, o);
+            if (RES) {
+                float rv[8];
+                gt_v8_get(rr, rv);
+#pragma unroll
+                for (int k = 0; k < 8; k++)
+                    o[k] = rv[k] + gt_round_to<T>(o[k]);
+            }
+            gt_v8_st(dx, at, o);
         }
         xr = xn;
-        gr = gn;
+#pragma unroll
+        for (int e = 0; e < ND; e++)
+            gr[e] = gn[e];
     }
     double *pp = partial + (int64_t)blockIdx.x * d + j;
     if (G == 1) {
@@ -485,27 +517,69 @@ struct gt_rms_fwd_launch {
     }
 };
 
+/* rms_norm_backward (nd = 1, no res) or rms_norm_backward_add (nd = 1..3 terms of dy, res). */
 struct gt_rms_bwd_launch {
     cudaStream_t st;
     int64_t rows, d, chunk;
     double eps;
-    const gt_tensor *x, *w, *dy;
+    const gt_tensor *x, *w;
+    const gt_tensor *const *dy;
+    int nd;
+    const gt_tensor *res;
     gt_tensor *dx;
     double *partial;
-    template <typename T, int TPR> void run()
+    template <typename T, int TPR, int ND, bool RES> void go()
     {
         unsigned nb = (unsigned)((rows + chunk - 1) / chunk);
         constexpr int block = TPR > 256 ? TPR : 256;
-        gt_k_rms_bwd8<T, TPR><<<nb, block, 0, st>>>(rows, d, chunk, eps, (const T *)x->data,
-                                                    (const T *)w->data, (const T *)dy->data,
-                                                    (T *)dx->data, partial);
+        const T *d1 = ND > 1 ? (const T *)dy[1]->data : nullptr;
+        const T *d2 = ND > 2 ? (const T *)dy[2]->data : nullptr;
+        gt_k_rms_bwd8<T, TPR, ND, RES><<<nb, block, 0, st>>>(
+            rows, d, chunk, eps, (const T *)x->data, (const T *)w->data, (const T *)dy[0]->data, d1,
+            d2, RES ? (const T *)res->data : nullptr, (T *)dx->data, partial);
+    }
+    template <typename T, int TPR> void run()
+    {
+        if (!res)
+            go<T, TPR, 1, false>();
+        else if (nd == 1)
+            go<T, TPR, 1, true>();
+        else if (nd == 2)
+            go<T, TPR, 2, true>();
+        else
+            go<T, TPR, 3, true>();
     }
 };
 
-/* mode 0: forward (y); mode 1: backward (dx, and r per row into rs). */
+/* The branch-gradient terms of dy and the residual of the generic kernels (gt_ld dtype codes):
+ * dy = ((d0 + d1) + d2), each sum rounded to dt; n = 1: dy = d0. */
+typedef struct {
+    const void *d[3];
+    int n, dt;
+    const void *res; /* rms_norm_backward_add's r; NULL for rms_norm_backward */
+    int rdt;
+} gt_rms_terms;
+
+/* v rounded to dtype dt and widened back (gt_st then gt_ld). */
+__device__ __forceinline__ float gt_round_dt(int dt, float v)
+{
+    if (dt == GT_BF16) return __bfloat162float(__float2bfloat16_rn(v));
+    if (dt == GT_F16) return __half2float(__float2half_rn(v));
+    return v;
+}
+
+__device__ __forceinline__ float gt_rms_dy(const gt_rms_terms &t, int64_t i)
+{
+    float v = gt_ld(t.d[0], t.dt, i);
+    for (int e = 1; e < t.n; e++)
+        v = gt_round_dt(t.dt, v + gt_ld(t.d[e], t.dt, i));
+    return v;
+}
+
+/* mode 0: forward (y); mode 1: backward (dx, and r per row into rs; dy from the terms t). */
 __global__ void __launch_bounds__(GT_CUDA_THREADS)
     gt_k_rms_rows(int mode, int64_t rows, int64_t d, double eps, const void *x, int dxt,
-                  const void *w, int dwt, const void *dy, int ddy, void *out, int dout, double *rs)
+                  const void *w, int dwt, gt_rms_terms t, void *out, int dout, double *rs)
 {
     __shared__ double sh[GT_CUDA_THREADS];
     for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
@@ -527,13 +601,15 @@ __global__ void __launch_bounds__(GT_CUDA_THREADS)
         double dot = 0.0;
         for (int64_t j = threadIdx.x; j < d; j += blockDim.x) {
             double xhat = (double)gt_ld(x, dxt, base + j) * s;
-            dot += (double)gt_ld(w, dwt, j) * gt_ld(dy, ddy, base + j) * xhat;
+            dot += (double)gt_ld(w, dwt, j) * gt_rms_dy(t, base + j) * xhat;
         }
         double mean = gt_block_sum(dot, sh) / (double)d;
         for (int64_t j = threadIdx.x; j < d; j += blockDim.x) {
             double xv = gt_ld(x, dxt, base + j);
-            double gv = (double)gt_ld(w, dwt, j) * gt_ld(dy, ddy, base + j);
-            gt_st(out, dout, base + j, (float)(s * (gv - xv * s * mean)));
+            double gv = (double)gt_ld(w, dwt, j) * gt_rms_dy(t, base + j);
+            float o = (float)(s * (gv - xv * s * mean));
+            if (t.res) o = gt_ld(t.res, t.rdt, base + j) + gt_round_dt(dout, o);
+            gt_st(out, dout, base + j, o);
         }
         if (threadIdx.x == 0) rs[r] = s;
     }
@@ -541,14 +617,14 @@ __global__ void __launch_bounds__(GT_CUDA_THREADS)
 
 /* partial[c * d + j] = sum over rows of chunk c, in order, of dy * x * r. */
 __global__ void gt_k_rms_dw_partial(int64_t rows, int64_t d, int64_t chunks, const void *x, int dxt,
-                                    const void *dy, int ddy, const double *rs, double *partial)
+                                    gt_rms_terms t, const double *rs, double *partial)
 {
     GT_GRID_STRIDE(i, chunks * d)
     {
         int64_t c = i / d, j = i - c * d, r1 = (c + 1) * GT_NORM_CHUNK;
         double acc = 0.0;
         for (int64_t r = c * GT_NORM_CHUNK; r < r1 && r < rows; r++)
-            acc += (double)gt_ld(dy, ddy, r * d + j) * ((double)gt_ld(x, dxt, r * d + j) * rs[r]);
+            acc += (double)gt_rms_dy(t, r * d + j) * ((double)gt_ld(x, dxt, r * d + j) * rs[r]);
         partial[i] = acc;
     }
 }
@@ -595,9 +671,10 @@ gt_status gt_cuda_rms_norm(gt_cuda_stream *s, const gt_kernel_call *c, gt_error 
         gt_rms_dispatch<1024>(x->dtype, tpr, f);
         return gt_cuda_launched(c, err);
     }
+    gt_rms_terms t;
+    memset(&t, 0, sizeof t);
     gt_k_rms_rows<<<(unsigned)(rows < 65536 ? rows : 65536), GT_CUDA_THREADS, 0, s->stream>>>(
-        0, rows, d, c->f[0], x->data, x->dtype, w->data, w->dtype, NULL, 0, y->data, y->dtype,
-        NULL);
+        0, rows, d, c->f[0], x->data, x->dtype, w->data, w->dtype, t, y->data, y->dtype, NULL);
     return gt_cuda_launched(c, err);
 }
 
@@ -645,6 +722,57 @@ gt_status gt_cuda_add_rms_norm(gt_cuda_stream *s, const gt_kernel_call *c, gt_er
     return gt_cuda_rms_norm(s, &norm, err);
 }
 
+/* rms_norm_backward with dy = the sum of the nd terms dys (left to right, rounded) and, when res
+ * is given, dx = res + the norm's dx (rms_norm_backward_add); shapes checked by the callers. */
+static gt_status gt_cuda_rms_bwd(gt_cuda_stream *s, const gt_kernel_call *c, const gt_tensor *x,
+                                 const gt_tensor *w, const gt_tensor *const *dys, int nd,
+                                 const gt_tensor *res, gt_tensor *dx, gt_tensor *dw, gt_error *err)
+{
+    int64_t d = 0, rows = 0;
+    GT_TRY(gt_cuda_norm_shapes(c, x, w, &d, &rows, err));
+    if (d == 0) return GT_OK;
+    const gt_tensor *ts[8] = {x, w, dx, dw, res ? res : x};
+    for (int e = 0; e < nd; e++)
+        ts[5 + e] = dys[e];
+    unsigned tpr = gt_rms_fast_threads(d, ts, 5 + nd, GT_RMS_BWD_THREADS);
+    if (tpr > 0 && rows > 0) {
+        int64_t chunk = gt_rms_chunk_rows(rows), nch = (rows + chunk - 1) / chunk;
+        void *scr;
+        GT_TRY(gt_cuda_scratch(s, c, (size_t)(nch * d) * sizeof(double), &scr, err));
+        gt_rms_bwd_launch f = {s->stream, rows, d,  chunk, c->f[0], x,
+                               w,         dys,  nd, res,   dx,      (double *)scr};
+        gt_rms_dispatch<GT_RMS_BWD_THREADS>(x->dtype, tpr, f);
+        GT_TRY(gt_cuda_launched(c, err));
+        gt_k_rms_dw_sum<<<(unsigned)((d + 31) / 32), 1024, 0, s->stream>>>(
+            d, nch, (const double *)scr, dw->data, dw->dtype);
+        return gt_cuda_launched(c, err);
+    }
+    gt_rms_terms t;
+    memset(&t, 0, sizeof t);
+    t.n = nd;
+    t.dt = dys[0]->dtype;
+    for (int e = 0; e < nd; e++)
+        t.d[e] = dys[e]->data;
+    t.res = res ? res->data : NULL;
+    t.rdt = res ? res->dtype : 0;
+    int64_t chunks = (rows + GT_NORM_CHUNK - 1) / GT_NORM_CHUNK;
+    size_t rb = ((size_t)rows * sizeof(double) + 255) & ~(size_t)255;
+    void *scr;
+    GT_TRY(gt_cuda_scratch(s, c, rb + (size_t)(chunks * d) * sizeof(double) + 8, &scr, err));
+    double *rs = (double *)scr, *partial = (double *)((char *)scr + rb);
+    if (rows > 0) {
+        gt_k_rms_rows<<<(unsigned)(rows < 65536 ? rows : 65536), GT_CUDA_THREADS, 0, s->stream>>>(
+            1, rows, d, c->f[0], x->data, x->dtype, w->data, w->dtype, t, dx->data, dx->dtype, rs);
+        GT_TRY(gt_cuda_launched(c, err));
+        gt_k_rms_dw_partial<<<gt_cuda_blocks(chunks * d), GT_CUDA_THREADS, 0, s->stream>>>(
+            rows, d, chunks, x->data, x->dtype, t, rs, partial);
+        GT_TRY(gt_cuda_launched(c, err));
+    }
+    gt_k_rms_dw_finish<<<gt_cuda_blocks(d), GT_CUDA_THREADS, 0, s->stream>>>(d, chunks, partial,
+                                                                             dw->data, dw->dtype);
+    return gt_cuda_launched(c, err);
+}
+
 gt_status gt_cuda_rms_norm_backward(gt_cuda_stream *s, const gt_kernel_call *c, gt_error *err)
 {
     const gt_tensor *x = c->in[0], *w = c->in[1], *dy = c->in[2];
@@ -657,37 +785,33 @@ gt_status gt_cuda_rms_norm_backward(gt_cuda_stream *s, const gt_kernel_call *c, 
     GT_TRY(gt_kernel_want_same_shape(c, x, "x", dy, "dy", err));
     GT_TRY(gt_kernel_want_same_shape(c, x, "x", dx, "dx", err));
     GT_TRY(gt_kernel_want_same_shape(c, w, "w", dw, "dw", err));
-    if (d == 0) return GT_OK;
-    const gt_tensor *ts[5] = {x, w, dy, dx, dw};
-    unsigned tpr = gt_rms_fast_threads(d, ts, 5, GT_RMS_BWD_THREADS);
-    if (tpr > 0 && rows > 0) {
-        int64_t chunk = gt_rms_chunk_rows(rows), nch = (rows + chunk - 1) / chunk;
-        void *scr;
-        GT_TRY(gt_cuda_scratch(s, c, (size_t)(nch * d) * sizeof(double), &scr, err));
-        gt_rms_bwd_launch f = {s->stream, rows, d, chunk, c->f[0], x, w, dy, dx, (double *)scr};
-        gt_rms_dispatch<GT_RMS_BWD_THREADS>(x->dtype, tpr, f);
-        GT_TRY(gt_cuda_launched(c, err));
-        gt_k_rms_dw_sum<<<(unsigned)((d + 31) / 32), 1024, 0, s->stream>>>(
-            d, nch, (const double *)scr, dw->data, dw->dtype);
-        return gt_cuda_launched(c, err);
+    return gt_cuda_rms_bwd(s, c, x, w, &c->in[2], 1, NULL, dx, dw, err);
+}
+
+/* rms_norm_backward_add (x, w, r, d0[, d1[, d2]]) -> (dx, dw): one pass. The terms of dy and r
+ * must have x's dtype (the shape rule's same-type inputs), so the sums round where the unfused
+ * add kernels rounded. */
+gt_status gt_cuda_rms_norm_backward_add(gt_cuda_stream *s, const gt_kernel_call *c, gt_error *err)
+{
+    static const char *const names[6] = {"x", "w", "r", "d0", "d1", "d2"};
+    if (c->n_in < 4 || c->n_in > 6 || c->n_out != 2)
+        return gt_cuda_shape_error(
+            c, "expected inputs (x, w, r, d0[, d1[, d2]]) and outputs (dx, dw)", err);
+    const gt_tensor *x = c->in[0], *w = c->in[1];
+    gt_tensor *dx = c->out[0], *dw = c->out[1];
+    int64_t d = 0, rows = 0;
+    GT_TRY(gt_cuda_norm_shapes(c, x, w, &d, &rows, err));
+    for (int k = 2; k < c->n_in; k++) {
+        GT_TRY(gt_kernel_want_float(c, c->in[k], names[k], err));
+        GT_TRY(gt_kernel_want_same_shape(c, x, "x", c->in[k], names[k], err));
+        if (c->in[k]->dtype != x->dtype)
+            return gt_cuda_shape_error(c, "r and the terms of dy must have x's dtype", err);
     }
-    int64_t chunks = (rows + GT_NORM_CHUNK - 1) / GT_NORM_CHUNK;
-    size_t rb = ((size_t)rows * sizeof(double) + 255) & ~(size_t)255;
-    void *scr;
-    GT_TRY(gt_cuda_scratch(s, c, rb + (size_t)(chunks * d) * sizeof(double) + 8, &scr, err));
-    double *rs = (double *)scr, *partial = (double *)((char *)scr + rb);
-    if (rows > 0) {
-        gt_k_rms_rows<<<(unsigned)(rows < 65536 ? rows : 65536), GT_CUDA_THREADS, 0, s->stream>>>(
-            1, rows, d, c->f[0], x->data, x->dtype, w->data, w->dtype, dy->data, dy->dtype,
-            dx->data, dx->dtype, rs);
-        GT_TRY(gt_cuda_launched(c, err));
-        gt_k_rms_dw_partial<<<gt_cuda_blocks(chunks * d), GT_CUDA_THREADS, 0, s->stream>>>(
-            rows, d, chunks, x->data, x->dtype, dy->data, dy->dtype, rs, partial);
-        GT_TRY(gt_cuda_launched(c, err));
-    }
-    gt_k_rms_dw_finish<<<gt_cuda_blocks(d), GT_CUDA_THREADS, 0, s->stream>>>(d, chunks, partial,
-                                                                             dw->data, dw->dtype);
-    return gt_cuda_launched(c, err);
+    GT_TRY(gt_kernel_want_float(c, dx, "dx", err));
+    GT_TRY(gt_kernel_want_float(c, dw, "dw", err));
+    GT_TRY(gt_kernel_want_same_shape(c, x, "x", dx, "dx", err));
+    GT_TRY(gt_kernel_want_same_shape(c, w, "w", dw, "dw", err));
+    return gt_cuda_rms_bwd(s, c, x, w, &c->in[3], c->n_in - 3, c->in[2], dx, dw, err);
 }
 
 /* ---------------------------------------------------------------- rope */

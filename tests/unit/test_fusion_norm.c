@@ -1,0 +1,185 @@
+/* test_fusion_norm.c — the fusion pass's RMSNorm-backward step (src/passes/fusion_norm_backward.c):
+ * rms_norm_backward, the add chain that sums its dy and the residual add of its dx become one
+ * rms_norm_backward_add node, and every output keeps its bits.
+ *
+ *   1. Chains, bf16 and f32, the residual on either side of its add: dy alone, d0 + d1,
+ *      (d0 + d1) + d2 and d2 + (d0 + d1) (the inner add on the other side) become one node with
+ *      the terms in evaluation order; a four-term chain keeps its innermost add (3 terms at
+ *      most). Each fused graph runs in the eager executor on the same inputs as the unfused one:
+ *      memcmp-equal outputs.
+ *   2. Boundaries: the norm's dx read twice or a graph output, a residual operand produced after
+ *      the norm, one that broadcasts, and a phase change leave the norm unfused; a dy add read
+ *      elsewhere stays a node of its own (dy is one term). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fusion_graphs.h"
+#include "graphtrain/gt_backend.h"
+#include "graphtrain/gt_build.h"
+#include "gt_test.h"
+
+enum { D = 40, ROWS = 6 };
+
+static gt_value_id weight(gt_graph *g, gt_dtype dt)
+{
+    gt_expr dims[1] = {fg_const(g, D)};
+    return gt_graph_add_input(g, GT_IN_INPUT, "w", dt, 1, dims);
+}
+
+/* g after dce + fusion against its unfused copy (eager, bitwise); returns the fused copy. */
+static gt_graph *fuse_and_compare(gt_graph *ref, const char *what)
+{
+    gt_error err = {0};
+    EXPECT(ref->err.code == GT_OK, "%s: built: %s", what, ref->err.msg);
+    static const char *const dce[] = {"dce"};
+    EXPECT_OK(run_only(ref, dce, 1, &err), &err);
+    gt_graph *fus = gt_graph_copy(ref);
+    EXPECT_OK(run_fusion(fus, &err), &err);
+    fg_expect_same_outputs(what, ref, fus);
+    return fus;
+}
+
+static const gt_node *find_op(const gt_graph *g, gt_op op)
+{
+    for (int32_t k = 0; k < g->n_nodes; k++)
+        if (g->nodes[k].op == op) return &g->nodes[k];
+    return NULL;
+}
+
+/* The index of graph input value v of g. */
+static int32_t input_index(const gt_graph *g, gt_value_id v)
+{
+    for (int32_t k = 0; k < g->n_inputs; k++)
+        if (g->inputs[k].value == v) return k;
+    return 0;
+}
+
+/* The input slots 3.. of the fused node read exactly `want` (n values), in order. */
+static bool terms_are(const gt_node *f, const gt_value_id *want, int n)
+{
+    if (!f || f->n_in != 3 + n) return false;
+    for (int k = 0; k < n; k++)
+        if (f->in[3 + k] != want[k]) return false;
+    return true;
+}
+
+static void test_chains(void)
+{
+    static const gt_dtype dts[2] = {GT_BF16, GT_F32};
+    for (int t = 0; t < 2; t++)
+        for (int shape = 0; shape < 5; shape++)
+            for (int side = 0; side < 2; side++) {
+                gt_dtype dt = dts[t];
+                char what[96];
+                snprintf(what, sizeof what, "%s chain %d, residual %s", gt_dtype_name(dt), shape,
+                         side ? "second" : "first");
+                gt_graph *g = gt_graph_new();
+                gt_value_id x = fg_input(g, "x", dt, ROWS, D), w = weight(g, dt);
+                gt_value_id r = fg_input(g, "r", dt, ROWS, D), d[4];
+                for (int k = 0; k < 4; k++) {
+                    char nm[8];
+                    snprintf(nm, sizeof nm, "d%d", k);
+                    d[k] = fg_input(g, nm, dt, ROWS, D);
+                }
+                gt_value_id dy = d[0], inner = GT_NONE;
+                int n_terms = 1, adds_left = 0;
+                gt_value_id want[3] = {d[0], d[1], d[2]};
+                if (shape == 1) {
+                    dy = gt_add(g, d[0], d[1]);
+                    n_terms = 2;
+                } else if (shape == 2) {
+                    dy = gt_add(g, gt_add(g, d[0], d[1]), d[2]);
+                    n_terms = 3;
+                } else if (shape == 3) {
+                    dy = gt_add(g, d[2], gt_add(g, d[0], d[1]));
+                    n_terms = 3;
+                } else if (shape == 4) {
+                    inner = gt_add(g, d[0], d[1]);
+                    dy = gt_add(g, gt_add(g, inner, d[2]), d[3]);
+                    want[0] = inner;
+                    want[1] = d[2];
+                    want[2] = d[3];
+                    n_terms = 3;
+                    adds_left = 1;
+                }
+                gt_value_id dw;
+                gt_value_id gx = gt_rms_norm_backward(g, x, w, dy, 1e-5, &dw);
+                gt_value_id dx = side ? gt_add(g, gx, r) : gt_add(g, r, gx);
+                gt_graph_add_output(g, GT_OUT_METRIC, "dx", dx);
+                gt_graph_add_output(g, GT_OUT_METRIC, "dw", dw);
+                gt_graph *fus = fuse_and_compare(g, what);
+                /* ids are compacted: name values by graph input / output index, and the add
+                 * left (shape 4) by its node */
+                const gt_node *f = find_op(fus, GT_OP_RMS_NORM_BACKWARD_ADD);
+                const gt_node *left = find_op(fus, GT_OP_ADD);
+                for (int k = 0; k < 3; k++)
+                    want[k] = want[k] == inner ? (left ? left->out[0] : GT_NONE)
+                                               : fus->inputs[input_index(g, want[k])].value;
+                EXPECT(f && f->in[0] == fus->inputs[0].value && f->in[1] == fus->inputs[1].value &&
+                           f->in[2] == fus->inputs[2].value && terms_are(f, want, n_terms) &&
+                           f->out[0] == fus->outputs[0].value && f->out[1] == fus->outputs[1].value,
+                       "%s: one rms_norm_backward_add (x, w, r, %d terms in order) -> (dx, dw)",
+                       what, n_terms);
+                EXPECT(count_op(fus, GT_OP_RMS_NORM_BACKWARD) == 0 &&
+                           count_op(fus, GT_OP_ADD) == adds_left && fus->n_nodes == 1 + adds_left,
+                       "%s: %d nodes left, %d adds (want %d)", what, fus->n_nodes,
+                       count_op(fus, GT_OP_ADD), adds_left);
+                gt_graph_free(fus);
+                gt_graph_free(g);
+            }
+}
+
+/* One norm backward whose dy is d0 + d1 and whose dx goes through a residual add; `variant`
+ * breaks one condition of the rule. Returns the fused graph's count of rms_norm_backward_add. */
+static int boundary(int variant, int *n_in, int *adds)
+{
+    const char *names[] = {
+        "plain",        "dx read twice", "dx a graph output",    "r produced later",
+        "r broadcasts", "phase change",  "dy add read elsewhere"};
+    gt_dtype dt = GT_BF16;
+    gt_graph *g = gt_graph_new();
+    gt_value_id x = fg_input(g, "x", dt, ROWS, D), w = weight(g, dt);
+    gt_value_id r = variant == 4 ? fg_input(g, "r", dt, 1, D) : fg_input(g, "r", dt, ROWS, D);
+    gt_value_id d0 = fg_input(g, "d0", dt, ROWS, D), d1 = fg_input(g, "d1", dt, ROWS, D);
+    gt_value_id dy = gt_add(g, d0, d1);
+    if (variant == 6) gt_graph_add_output(g, GT_OUT_METRIC, "dy", gt_unary(g, GT_OP_EXP, dy));
+    gt_value_id dw;
+    gt_value_id gx = gt_rms_norm_backward(g, x, w, dy, 1e-5, &dw);
+    if (variant == 3) r = gt_unary(g, GT_OP_NEG, r);
+    if (variant == 5) g->cur_phase = GT_PHASE_OPTIMIZER;
+    gt_value_id dx = gt_add(g, r, gx);
+    if (variant == 1) gt_graph_add_output(g, GT_OUT_METRIC, "e", gt_unary(g, GT_OP_EXP, gx));
+    if (variant == 2) gt_graph_add_output(g, GT_OUT_METRIC, "g", gx);
+    gt_graph_add_output(g, GT_OUT_METRIC, "dx", dx);
+    gt_graph_add_output(g, GT_OUT_METRIC, "dw", dw);
+    gt_graph *fus = fuse_and_compare(g, names[variant]);
+    const gt_node *f = find_op(fus, GT_OP_RMS_NORM_BACKWARD_ADD);
+    int fused = count_op(fus, GT_OP_RMS_NORM_BACKWARD_ADD);
+    *n_in = f ? f->n_in : 0;
+    *adds = count_op(fus, GT_OP_ADD);
+    gt_graph_free(fus);
+    gt_graph_free(g);
+    return fused;
+}
+
+static void test_boundaries(void)
+{
+    int n_in, adds;
+    EXPECT(boundary(0, &n_in, &adds) == 1 && n_in == 5 && adds == 0,
+           "plain: fused with both terms (%d inputs, %d adds left)", n_in, adds);
+    for (int v = 1; v <= 5; v++)
+        EXPECT(boundary(v, &n_in, &adds) == 0, "variant %d: the norm stays unfused", v);
+    EXPECT(boundary(6, &n_in, &adds) == 1 && n_in == 4 && adds == 1,
+           "dy add read elsewhere: fused with dy as one term (%d inputs, %d adds left)", n_in,
+           adds);
+}
+
+int main(void)
+{
+    gt_cpu_set_threads(1);
+    gt_log_set_level(GT_LOG_WARN);
+    test_chains();
+    test_boundaries();
+    return gt_test_finish();
+}
