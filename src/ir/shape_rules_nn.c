@@ -321,6 +321,16 @@ gt_status gt_shape_cross_entropy_backward(gt_graph *g, const gt_node *n, gt_type
     return GT_OK;
 }
 
+/* (logits, targets, dloss: [] float) -> (loss: f32 [], dlogits like logits). */
+gt_status gt_shape_cross_entropy_with_grad(gt_graph *g, const gt_node *n, gt_type *out, int *n_out,
+                                           gt_error *err)
+{
+    GT_TRY(gt_shape_cross_entropy_backward(g, n, &out[1], n_out, err));
+    GT_TRY(gt_shape_cross_entropy(g, n, &out[0], n_out, err));
+    *n_out = 2;
+    return GT_OK;
+}
+
 /* ---------------------------------------------------------------- embedding */
 
 /* (w: [V, D] float, ids: [...] i32/i64) -> [..., D] of w's dtype. */

@@ -30,12 +30,13 @@
  *              First, an add whose sum an rms_norm reads becomes one add_rms_norm node with it
  *              (fusion_add_norm.c states when), an rms_norm_backward with the adds that sum its
  *              dy and the residual add of its dx one rms_norm_backward_add node
- *              (fusion_norm_backward.c), and a widening cast (bf16/f16 -> f32) read only by
- * slots that widen their input themselves (sum_squares' x, adamw's gradient) is removed and its
- * readers read its input: the optimizer reads bf16 gradients without an f32 copy. Last, sibling
- * fused nodes that share an input merge into one node with several outputs (fusion_merge.c states
- * when). numerics   exact: each instruction computes what its node's kernel computed and rounds to
- *              the dtype that node's output had (fused_program.h), so the root's value is
+ *              (fusion_norm_backward.c), cross_entropy and its backward one
+ *              cross_entropy_with_grad node (fusion_loss.c), and a widening cast (bf16/f16 -> f32)
+ * read only by slots that widen their input themselves (sum_squares' x, adamw's gradient) is
+ * removed and its readers read its input: the optimizer reads bf16 gradients without an f32 copy.
+ * Last, sibling fused nodes that share an input merge into one node with several outputs
+ * (fusion_merge.c states when). numerics   exact: each instruction computes what its node's kernel
+ * computed and rounds to the dtype that node's output had (fused_program.h), so the root's value is
  *              bitwise the same (a duplicated copy computes its original's bits); the kernels
  *              evaluate it element by element in that order. A widening is exact wherever it
  *              happens.
@@ -247,6 +248,7 @@ gt_status gt_pass_fusion(gt_graph *g, const gt_pass_ctx *ctx, gt_error *err)
 {
     gt_fusion_add_norm(g);
     gt_fusion_norm_backward(g);
+    gt_fusion_loss(g);
     absorb_widening_casts(g);
     (void)ctx;
     int32_t nn = g->n_nodes;

@@ -111,6 +111,11 @@ int32_t gt_fusion_add_norm(gt_graph *g);
  * rms_norm_backward_add node. Returns the number of norms fused. */
 int32_t gt_fusion_norm_backward(gt_graph *g);
 
+/* The fusion pass's step for the loss (fusion_loss.c): cross_entropy and the
+ * cross_entropy_backward of the same logits become one cross_entropy_with_grad node. Returns the
+ * number of pairs fused. */
+int32_t gt_fusion_loss(gt_graph *g);
+
 /* The fusion pass's last step (fusion_merge.c): sibling fused_elementwise nodes that share an
  * input become one node with several outputs. Returns the number of merges. */
 int32_t gt_fusion_merge_siblings(gt_graph *g);

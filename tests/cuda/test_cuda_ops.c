@@ -451,6 +451,42 @@ static void case_attention(gt_dtype ft)
     }
 }
 
+/* cross_entropy_with_grad on the GPU gives the bits of the GPU's cross_entropy and
+ * cross_entropy_backward on the same device inputs (loss and dlogits). */
+static void expect_ce_with_grad_bitwise(const tcase *w)
+{
+    gt_error err = {0};
+    gt_tensor din[3], dout[4], got[4];
+    for (int k = 0; k < 3; k++)
+        GT_CHECK(gt_cuda_tensor_upload(g_stream, &w->in[k], &din[k], &err) == GT_OK);
+    for (int k = 0; k < 4; k++) {
+        const gt_tensor *o = &w->out[k % 2];
+        GT_CHECK(gt_cuda_tensor_alloc(&dout[k], o->dtype, o->ndim, o->shape, &err) == GT_OK);
+        got[k] = cu_tensor_new(o->dtype, o->ndim, o->shape);
+    }
+    gt_kernel_call fused = tc_call(w, din, dout);
+    gt_kernel_call fwd =
+        cu_kernel_call(GT_OP_CROSS_ENTROPY, w->i, 1, NULL, 0, NULL, 0, din, 2, &dout[2], 1);
+    gt_kernel_call bwd = cu_kernel_call(GT_OP_CROSS_ENTROPY_BACKWARD, w->i, 1, NULL, 0, NULL, 0,
+                                        din, 3, &dout[3], 1);
+    bool ok = gt_cuda_run_kernel(&fused, g_stream, &err) == GT_OK &&
+              gt_cuda_run_kernel(&fwd, g_stream, &err) == GT_OK &&
+              gt_cuda_run_kernel(&bwd, g_stream, &err) == GT_OK &&
+              gt_cuda_stream_sync(g_stream, &err) == GT_OK;
+    for (int k = 0; k < 4 && ok; k++)
+        ok = gt_cuda_tensor_download(g_stream, &dout[k], &got[k], &err) == GT_OK;
+    EXPECT(ok, "%s: CUDA runs failed: %s", w->name, err.msg);
+    EXPECT(ok && !memcmp(got[0].data, got[2].data, gt_tensor_nbytes(&got[0])) &&
+               !memcmp(got[1].data, got[3].data, gt_tensor_nbytes(&got[1])),
+           "%s: loss or dlogits differ from cross_entropy and its backward on the GPU", w->name);
+    for (int k = 0; k < 3; k++)
+        gt_cuda_tensor_free(&din[k]);
+    for (int k = 0; k < 4; k++) {
+        gt_cuda_tensor_free(&dout[k]);
+        gt_tensor_free(&got[k]);
+    }
+}
+
 static void case_loss(gt_dtype ft)
 {
     for (int v = 0; v < 2; v++) {
@@ -499,8 +535,20 @@ static void case_loss(gt_dtype ft)
         b.in[1] = t_copy(&c.in[1]);
         b.in[2] = t_rand(GT_F32, 0, NULL, 0.5, 2);
         b.out[0] = cu_tensor_new(ft, 2, SH(37, 500));
+        tcase w = {.name = nm("cross_entropy_with_grad", ft),
+                   .op = GT_OP_CROSS_ENTROPY_WITH_GRAD,
+                   .n_in = 3,
+                   .n_out = 2,
+                   .ni = 1,
+                   .i = {-100}};
+        for (int k = 0; k < 3; k++)
+            w.in[k] = t_copy(&b.in[k]);
+        w.out[0] = cu_tensor_new(GT_F32, 0, NULL);
+        w.out[1] = cu_tensor_new(ft, 2, SH(37, 500));
+        expect_ce_with_grad_bitwise(&w);
         check(&c, tol_of(ft));
         check(&b, tol_of(ft));
+        check(&w, tol_of(ft));
     }
 }
 

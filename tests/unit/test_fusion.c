@@ -903,6 +903,12 @@ static void check_step(const char *flavor, gt_dtype compute)
     EXPECT(bnorms > 1 && bfused == bnorms - 1 && count_op(on, GT_OP_RMS_NORM_BACKWARD) == 1,
            "%s %s: %d rms_norm_backward_add nodes for %d norm backwards", flavor,
            gt_dtype_name(compute), bfused, bnorms);
+    /* the loss and its backward read the logits once, as one cross_entropy_with_grad */
+    EXPECT(count_op(on, GT_OP_CROSS_ENTROPY_WITH_GRAD) == 1 &&
+               count_op(on, GT_OP_CROSS_ENTROPY) + count_op(on, GT_OP_CROSS_ENTROPY_BACKWARD) ==
+                   0 &&
+               count_op(off, GT_OP_CROSS_ENTROPY) == 1,
+           "%s %s: the loss and its backward are one node", flavor, gt_dtype_name(compute));
     /* the widening casts of the gradients are absorbed: AdamW and the norm read them as computed
      * (bf16 in mixed precision), without fusion they read an f32 copy */
     int adamw = 0, narrow_on = 0, narrow_off = 0;

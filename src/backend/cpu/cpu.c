@@ -44,6 +44,7 @@ static bool gt_cpu_is_byte_kernel(gt_op op)
     case GT_OP_EMBEDDING_SHARD:
     case GT_OP_ADD_RMS_NORM:          /* runs add and rms_norm, each widening for itself */
     case GT_OP_RMS_NORM_BACKWARD_ADD: /* runs adds and rms_norm_backward likewise */
+    case GT_OP_CROSS_ENTROPY_WITH_GRAD: /* runs cross_entropy and its backward likewise */
     case GT_OP_ALL_GATHER_START: /* collectives never run as kernels: keep NaN bits if called */
     case GT_OP_REDUCE_SCATTER_START:
     case GT_OP_ALL_REDUCE_START:

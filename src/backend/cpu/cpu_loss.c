@@ -193,6 +193,22 @@ gt_status gt_cpu_cross_entropy_backward(const gt_kernel_call *c, gt_error *err)
     return GT_OK;
 }
 
+/* cross_entropy_with_grad (logits, targets, dloss) -> (loss, dlogits): cross_entropy, then
+ * cross_entropy_backward, each through gt_cpu_run_kernel on the tensors as given: the two ops'
+ * bits. */
+gt_status gt_cpu_cross_entropy_with_grad(const gt_kernel_call *c, gt_error *err)
+{
+    gt_kernel_call fwd = *c, bwd = *c;
+    fwd.op = GT_OP_CROSS_ENTROPY;
+    fwd.n_in = 2;
+    fwd.n_out = 1;
+    bwd.op = GT_OP_CROSS_ENTROPY_BACKWARD;
+    bwd.n_out = 1;
+    bwd.out[0] = c->out[1];
+    GT_TRY(gt_cpu_run_kernel(&fwd, err));
+    return gt_cpu_run_kernel(&bwd, err);
+}
+
 gt_status gt_cpu_embedding(const gt_kernel_call *c, gt_error *err)
 {
     const gt_tensor *w = c->in[0], *ids = c->in[1];

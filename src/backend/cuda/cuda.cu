@@ -182,14 +182,11 @@ extern "C" gt_status gt_cuda_error_report(const unsigned long long *f, gt_error 
 {
     if (f[0] == 0) return GT_OK;
     gt_op op = (gt_op)(f[0] - 1);
-    const char *what = op == GT_OP_CROSS_ENTROPY || op == GT_OP_CROSS_ENTROPY_BACKWARD
-                           ? "target at row"
-                           : "id at position";
+    bool target = op == GT_OP_CROSS_ENTROPY || op == GT_OP_CROSS_ENTROPY_BACKWARD ||
+                  op == GT_OP_CROSS_ENTROPY_WITH_GRAD;
     return gt_error_set(err, GT_ERR_INVALID, "%s: %s %llu is outside [0, %llu)%s",
-                        gt_kernel_op_name(op), what, f[1], f[2],
-                        op == GT_OP_CROSS_ENTROPY || op == GT_OP_CROSS_ENTROPY_BACKWARD
-                            ? " and not the ignore_index"
-                            : "");
+                        gt_kernel_op_name(op), target ? "target at row" : "id at position", f[1],
+                        f[2], target ? " and not the ignore_index" : "");
 }
 
 extern "C" gt_status gt_cuda_memcpy_h2d(gt_cuda_stream *s, void *dst, const void *src, size_t n,
@@ -259,8 +256,8 @@ extern "C" gt_status gt_cuda_tensor_download(gt_cuda_stream *s, const gt_tensor 
 gt_status gt_cuda_check(const gt_kernel_call *c, cudaError_t e, const char *what, gt_error *err)
 {
     if (e == cudaSuccess) return GT_OK;
-    return gt_error_set(err, GT_ERR_INTERNAL, "%s: %s: CUDA error %s", gt_kernel_op_name(c->op), what,
-                        cudaGetErrorString(e));
+    return gt_error_set(err, GT_ERR_INTERNAL, "%s: %s: CUDA error %s", gt_kernel_op_name(c->op),
+                        what, cudaGetErrorString(e));
 }
 
 gt_status gt_cuda_launched(const gt_kernel_call *c, gt_error *err)

@@ -187,12 +187,14 @@ __device__ __forceinline__ void gt_ce_grad(float *f, int64_t j, int64_t t, float
     }
 }
 
-/* dlogits row by row; coef = dloss / n_valid is read from device memory (n_valid: ce_count). */
-template <typename T>
+/* dlogits row by row; coef = dloss / n_valid is read from device memory (n_valid: ce_count).
+ * LOSS (cross_entropy_with_grad): also loss_i and valid_i as gt_k_ce_fwd writes them, from the
+ * same row statistics. */
+template <typename T, bool LOSS>
 __global__ void __launch_bounds__(GT_CE_THREADS)
     gt_k_ce_bwd(int64_t rows, int64_t v, const void *x, int dx, const void *tg, int dt,
                 int64_t ignore, const int64_t *n_valid, const void *dloss, int ddl, void *g, int dg,
-                unsigned long long *flag)
+                unsigned long long *flag, double *loss, int64_t *valid)
 {
     typedef gt_vec16<T> io;
     constexpr int V = io::n, U = GT_CE_UNROLL, NT = GT_CE_THREADS;
@@ -204,11 +206,17 @@ __global__ void __launch_bounds__(GT_CE_THREADS)
     for (int64_t i = blockIdx.x; i < rows; i += gridDim.x) {
         int64_t t = gt_ld_index(tg, dt, i), base = i * v;
         bool bad = t != ignore && (t < 0 || t >= v);
-        if (bad && tid == 0) gt_flag(flag, GT_OP_CROSS_ENTROPY_BACKWARD, i, v);
+        if (bad && tid == 0)
+            gt_flag(flag, LOSS ? GT_OP_CROSS_ENTROPY_WITH_GRAD : GT_OP_CROSS_ENTROPY_BACKWARD, i,
+                    v);
         bool zero = t == ignore || bad || nv == 0; /* uniform over the block */
         float M = 0.0f;
         double sum = 1.0;
         if (!zero) gt_ce_row_stats<T>(x, dx, base, v, &M, &sum, shf, shd);
+        if (LOSS && tid == 0) {
+            loss[i] = zero ? 0.0 : (double)M + log(sum) - (double)gt_ld(x, dx, base + t);
+            valid[i] = zero ? 0 : 1;
+        }
         double scale_d = coef / sum;
         float scale = (float)scale_d, c = -M * GT_CE_LOG2E;
         gt_ce_split sp = gt_ce_row_split<T>(base, v);
@@ -345,15 +353,53 @@ gt_status gt_cuda_cross_entropy(gt_cuda_stream *s, const gt_kernel_call *c, gt_e
     return gt_cuda_launched(c, err);
 }
 
-gt_status gt_cuda_cross_entropy_backward(gt_cuda_stream *s, const gt_kernel_call *c, gt_error *err)
+/* The dlogits kernel for the logits' vector type; with loss/valid, also the per-row losses. */
+template <bool LOSS>
+static void gt_ce_bwd_launch(gt_cuda_stream *s, int kind, int64_t rows, int64_t v,
+                             const gt_tensor *logits, const gt_tensor *targets, int64_t ig,
+                             const int64_t *n_valid, const gt_tensor *dloss, gt_tensor *dx,
+                             double *loss, int64_t *valid)
 {
-    const gt_tensor *logits = c->in[0], *targets = c->in[1], *dloss = c->in[2];
-    gt_tensor *dx = c->out[0];
-    GT_TRY(gt_cuda_ce_check(c, logits, targets, err));
+    unsigned gr = gt_ce_grid(rows);
+    const void *x = logits->data, *tg = targets->data, *dl = dloss->data;
+    int xd = logits->dtype, td = targets->dtype, ld = dloss->dtype, gd = dx->dtype;
+    switch (kind) {
+    case GT_BF16:
+        gt_k_ce_bwd<__nv_bfloat16, LOSS><<<gr, GT_CE_THREADS, 0, s->stream>>>(
+            rows, v, x, xd, tg, td, ig, n_valid, dl, ld, dx->data, gd, s->flag, loss, valid);
+        break;
+    case GT_F16:
+        gt_k_ce_bwd<__half, LOSS><<<gr, GT_CE_THREADS, 0, s->stream>>>(
+            rows, v, x, xd, tg, td, ig, n_valid, dl, ld, dx->data, gd, s->flag, loss, valid);
+        break;
+    case GT_F32:
+        gt_k_ce_bwd<float, LOSS><<<gr, GT_CE_THREADS, 0, s->stream>>>(
+            rows, v, x, xd, tg, td, ig, n_valid, dl, ld, dx->data, gd, s->flag, loss, valid);
+        break;
+    default:
+        gt_k_ce_bwd<void, LOSS><<<gr, GT_CE_THREADS, 0, s->stream>>>(
+            rows, v, x, xd, tg, td, ig, n_valid, dl, ld, dx->data, gd, s->flag, loss, valid);
+        break;
+    }
+}
+
+/* Checks of cross_entropy_backward's (logits, targets, dloss) and dlogits. */
+static gt_status gt_cuda_ce_bwd_check(const gt_kernel_call *c, const gt_tensor *dx, gt_error *err)
+{
+    const gt_tensor *logits = c->in[0], *dloss = c->in[2];
+    GT_TRY(gt_cuda_ce_check(c, logits, c->in[1], err));
     GT_TRY(gt_kernel_want_float(c, dloss, "dloss", err));
     GT_TRY(gt_kernel_want_float(c, dx, "dlogits", err));
     GT_TRY(gt_kernel_want_same_shape(c, logits, "logits", dx, "dlogits", err));
     if (gt_tensor_numel(dloss) != 1) return gt_cuda_shape_error(c, "dloss must be a scalar", err);
+    return GT_OK;
+}
+
+gt_status gt_cuda_cross_entropy_backward(gt_cuda_stream *s, const gt_kernel_call *c, gt_error *err)
+{
+    const gt_tensor *logits = c->in[0], *targets = c->in[1];
+    gt_tensor *dx = c->out[0];
+    GT_TRY(gt_cuda_ce_bwd_check(c, dx, err));
     int64_t rows = logits->shape[0], v = logits->shape[1];
     if (rows == 0 || v == 0) return GT_OK;
     void *scr;
@@ -362,27 +408,37 @@ gt_status gt_cuda_cross_entropy_backward(gt_cuda_stream *s, const gt_kernel_call
     gt_k_ce_count<<<1, GT_CE_THREADS, 0, s->stream>>>(rows, v, targets->data, targets->dtype,
                                                       c->i[0], n_valid);
     GT_TRY(gt_cuda_launched(c, err));
-    unsigned gr = gt_ce_grid(rows);
-    const void *x = logits->data, *tg = targets->data, *dl = dloss->data;
-    int xd = logits->dtype, td = targets->dtype, ld = dloss->dtype, gd = dx->dtype;
-    int64_t ig = c->i[0];
-    switch (gt_ce_kind(logits, dx)) {
-    case GT_BF16:
-        gt_k_ce_bwd<__nv_bfloat16><<<gr, GT_CE_THREADS, 0, s->stream>>>(
-            rows, v, x, xd, tg, td, ig, n_valid, dl, ld, dx->data, gd, s->flag);
-        break;
-    case GT_F16:
-        gt_k_ce_bwd<__half><<<gr, GT_CE_THREADS, 0, s->stream>>>(
-            rows, v, x, xd, tg, td, ig, n_valid, dl, ld, dx->data, gd, s->flag);
-        break;
-    case GT_F32:
-        gt_k_ce_bwd<float><<<gr, GT_CE_THREADS, 0, s->stream>>>(rows, v, x, xd, tg, td, ig, n_valid,
-                                                                dl, ld, dx->data, gd, s->flag);
-        break;
-    default:
-        gt_k_ce_bwd<void><<<gr, GT_CE_THREADS, 0, s->stream>>>(rows, v, x, xd, tg, td, ig, n_valid,
-                                                               dl, ld, dx->data, gd, s->flag);
-        break;
+    gt_ce_bwd_launch<false>(s, gt_ce_kind(logits, dx), rows, v, logits, targets, c->i[0], n_valid,
+                            c->in[2], dx, NULL, NULL);
+    return gt_cuda_launched(c, err);
+}
+
+/* cross_entropy_with_grad (logits, targets, dloss) -> (loss, dlogits): the valid-row count, then
+ * one kernel that takes each row's statistics once for its loss and its dlogits (the row read
+ * twice, the second time back to front, mostly from L2), then the fixed-order mean: the bits of
+ * cross_entropy and cross_entropy_backward, which share gt_ce_row_stats and these formulas. */
+gt_status gt_cuda_cross_entropy_with_grad(gt_cuda_stream *s, const gt_kernel_call *c, gt_error *err)
+{
+    const gt_tensor *logits = c->in[0], *targets = c->in[1];
+    gt_tensor *out = c->out[0], *dx = c->out[1];
+    GT_TRY(gt_cuda_ce_bwd_check(c, dx, err));
+    GT_TRY(gt_kernel_want_float(c, out, "loss", err));
+    if (out->ndim != 0) return gt_cuda_shape_error(c, "the loss must be a scalar", err);
+    int64_t rows = logits->shape[0], v = logits->shape[1];
+    void *scr;
+    size_t lb = ((size_t)rows * sizeof(double) + 255) & ~(size_t)255;
+    size_t vb = ((size_t)rows * sizeof(int64_t) + 255) & ~(size_t)255;
+    GT_TRY(gt_cuda_scratch(s, c, lb + vb + sizeof(int64_t), &scr, err));
+    double *loss = (double *)scr;
+    int64_t *valid = (int64_t *)((char *)scr + lb), *n_valid = (int64_t *)((char *)scr + lb + vb);
+    if (rows > 0) { /* V = 0 too: every target not ignored is flagged, as by the forward */
+        gt_k_ce_count<<<1, GT_CE_THREADS, 0, s->stream>>>(rows, v, targets->data, targets->dtype,
+                                                          c->i[0], n_valid);
+        GT_TRY(gt_cuda_launched(c, err));
+        gt_ce_bwd_launch<true>(s, gt_ce_kind(logits, dx), rows, v, logits, targets, c->i[0],
+                               n_valid, c->in[2], dx, loss, valid);
+        GT_TRY(gt_cuda_launched(c, err));
     }
+    gt_k_ce_finish<<<1, GT_CE_THREADS, 0, s->stream>>>(rows, loss, valid, out->data, out->dtype);
     return gt_cuda_launched(c, err);
 }

@@ -1,6 +1,8 @@
-/* test_fusion_norm.c — the fusion pass's RMSNorm-backward step (src/passes/fusion_norm_backward.c):
- * rms_norm_backward, the add chain that sums its dy and the residual add of its dx become one
- * rms_norm_backward_add node, and every output keeps its bits.
+/* test_fusion_norm_loss.c — the fusion pass's steps for the RMSNorm backward
+ * (src/passes/fusion_norm_backward.c: rms_norm_backward, the add chain that sums its dy and the
+ * residual add of its dx become one rms_norm_backward_add node) and for the loss
+ * (src/passes/fusion_loss.c: cross_entropy and its backward become one cross_entropy_with_grad
+ * node); every output keeps its bits.
  *
  *   1. Chains, bf16 and f32, the residual on either side of its add: dy alone, d0 + d1,
  *      (d0 + d1) + d2 and d2 + (d0 + d1) (the inner add on the other side) become one node with
@@ -9,7 +11,10 @@
  *      memcmp-equal outputs.
  *   2. Boundaries: the norm's dx read twice or a graph output, a residual operand produced after
  *      the norm, one that broadcasts, and a phase change leave the norm unfused; a dy add read
- *      elsewhere stays a node of its own (dy is one term). */
+ *      elsewhere stays a node of its own (dy is one term).
+ *   3. The loss: cross_entropy + cross_entropy_backward of the same logits and targets become one
+ *      node whose outputs are the loss and dlogits, bitwise; a reader of the loss between the two,
+ *      other targets or another ignore_index keep them apart. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -175,11 +180,62 @@ static void test_boundaries(void)
            adds);
 }
 
+/* logits [ROWS, D] and targets [ROWS] (i32); the loss (a graph output) and dlogits of the loss
+ * scaled by dloss. variant 1: a node reading the loss sits between the two ops; 2: the backward
+ * reads other targets; 3: another ignore_index. Returns the fused graph's count of
+ * cross_entropy_with_grad (and checks it bitwise against the unfused graph). */
+static int loss_case(int variant, gt_dtype dt)
+{
+    const char *names[] = {"loss", "loss read before its backward", "other targets",
+                           "other ignore_index"};
+    gt_graph *g = gt_graph_new();
+    /* rg_inputs fills inputs 2, 5, ... from [0.1, 3): the targets go there (ids 0 .. 2) */
+    gt_value_id logits = fg_input(g, "logits", dt, ROWS, D);
+    gt_value_id dl = gt_graph_add_input(g, GT_IN_INPUT, "dloss", GT_F32, 0, NULL);
+    gt_expr rows[1] = {fg_const(g, ROWS)};
+    gt_value_id t = gt_graph_add_input(g, GT_IN_INPUT, "targets", GT_I32, 1, rows);
+    fg_input(g, "unused3", dt, 1, 1);
+    fg_input(g, "unused4", dt, 1, 1);
+    gt_value_id t2 = gt_graph_add_input(g, GT_IN_INPUT, "targets2", GT_I32, 1, rows);
+    gt_value_id loss = gt_cross_entropy(g, logits, t, -100);
+    if (variant == 1) gt_graph_add_output(g, GT_OUT_METRIC, "e", gt_unary(g, GT_OP_EXP, loss));
+    gt_value_id dx =
+        gt_cross_entropy_backward(g, logits, variant == 2 ? t2 : t, dl, variant == 3 ? -1 : -100);
+    gt_graph_add_output(g, GT_OUT_METRIC, "loss", loss);
+    gt_graph_add_output(g, GT_OUT_METRIC, "dlogits", dx);
+    char what[96];
+    snprintf(what, sizeof what, "%s %s", gt_dtype_name(dt), names[variant]);
+    gt_graph *fus = fuse_and_compare(g, what);
+    int fused = count_op(fus, GT_OP_CROSS_ENTROPY_WITH_GRAD);
+    const gt_node *f = find_op(fus, GT_OP_CROSS_ENTROPY_WITH_GRAD);
+    int32_t no = fus->n_outputs;
+    EXPECT(!f || (f->out[0] == fus->outputs[no - 2].value &&
+                  f->out[1] == fus->outputs[no - 1].value &&
+                  count_op(fus, GT_OP_CROSS_ENTROPY) == 0 &&
+                  count_op(fus, GT_OP_CROSS_ENTROPY_BACKWARD) == 0),
+           "%s: the fused node gives the loss and dlogits, and neither op is left", what);
+    gt_graph_free(fus);
+    gt_graph_free(g);
+    return fused;
+}
+
+static void test_loss(void)
+{
+    static const gt_dtype dts[2] = {GT_BF16, GT_F32};
+    for (int k = 0; k < 2; k++) {
+        EXPECT(loss_case(0, dts[k]) == 1, "%s: the pair is fused", gt_dtype_name(dts[k]));
+        for (int v = 1; v <= 3; v++)
+            EXPECT(loss_case(v, dts[k]) == 0, "%s variant %d: the pair stays apart",
+                   gt_dtype_name(dts[k]), v);
+    }
+}
+
 int main(void)
 {
     gt_cpu_set_threads(1);
     gt_log_set_level(GT_LOG_WARN);
     test_chains();
     test_boundaries();
+    test_loss();
     return gt_test_finish();
 }
