@@ -84,6 +84,32 @@ gt_status gt_cuda_tensor_download(gt_cuda_stream *s, const gt_tensor *dev, gt_te
  * and attribute errors return at once; CUDA errors come back naming the op and the CUDA error. */
 gt_status gt_cuda_run_kernel(const gt_kernel_call *call, void *stream, gt_error *err);
 
+/* Multi-tensor AdamW: one launch for many adamw calls (the CUDA program's optimizer tail, whose
+ * per-tensor table can be built once because the memory plan fixes every buffer address).
+ *
+ * gt_cuda_adamw_groupable: c is an adamw call that gt_cuda_run_kernel accepts and runs on its
+ * vector path — param, moments and updates f32, the gradient f32 or bf16, every pointer 16-byte
+ * aligned — with at least one element; only such calls can share a launch.
+ *
+ * gt_cuda_adamw_multi_create builds the launch of calls[0 .. n): each groupable, all reading the
+ * same scalars and clip tensors (the same device pointers) with the same beta1, beta2 and eps,
+ * each weight_decay 0 or the one nonzero value they share (GT_ERR_INVALID naming the first call
+ * that is not). It keeps the calls' device pointers (the gt_tensor structs may go) in a table it
+ * uploads here with a synchronous copy, so build it once, off the step path and before a CUDA
+ * graph capture; the scalars and clip are read on the device at every run, so a replay sees each
+ * step's values.
+ *
+ * gt_cuda_adamw_multi_run queues the launch on stream (a gt_cuda_stream *) without allocating or
+ * synchronising (capturable). Its results are bitwise those of gt_cuda_run_kernel on each call in
+ * turn as long as no call writes bytes that another call reads or writes (the caller's to ensure;
+ * each call's own in-place updates are fine). */
+typedef struct gt_cuda_adamw_multi gt_cuda_adamw_multi;
+bool gt_cuda_adamw_groupable(const gt_kernel_call *c);
+gt_status gt_cuda_adamw_multi_create(const gt_kernel_call *calls, int32_t n,
+                                     gt_cuda_adamw_multi **out, gt_error *err);
+gt_status gt_cuda_adamw_multi_run(const gt_cuda_adamw_multi *m, void *stream, gt_error *err);
+void gt_cuda_adamw_multi_free(gt_cuda_adamw_multi *m);
+
 #ifdef __cplusplus
 }
 #endif

@@ -69,6 +69,10 @@ gt_status gt_schedule_check(const gt_graph *g, const gt_node_id *order, int32_t 
 typedef struct {
     bool no_views;    /* give every reshape its own buffer */
     bool no_in_place; /* never alias an output with an input */
+    /* Read by gt_cuda_program_build only: one launch per adamw instruction instead of one
+     * multi-tensor launch per group of consecutive ones (bitwise the same; for the test that
+     * says so). */
+    bool no_adamw_groups;
 } gt_plan_options;
 
 typedef struct {
@@ -234,6 +238,15 @@ const gt_program *gt_cuda_program_lowered(const gt_cuda_program *p);
 void *gt_cuda_program_stream(gt_cuda_program *p);
 /* Device bytes allocated for an arena (equal to the planned bytes). */
 size_t gt_cuda_program_allocated_bytes(const gt_cuda_program *p, gt_arena_kind a);
+/* The optimizer tail: each run of consecutive adamw instructions that can share a launch
+ * (gt_runtime_adamw_groups with gt_cuda_adamw_groupable: f32 state, f32 or bf16 gradients, the
+ * same scalars, clip and hyper-parameters, weight decay 0 or the group's one value, no buffer of
+ * one written by another) runs as one gt_cuda_adamw_multi launch whose per-tensor table is
+ * uploaded by gt_cuda_program_build (the plan fixes every address, so it holds for every step and
+ * replay), bitwise what one launch per instruction gives; plan option no_adamw_groups turns it
+ * off. This is the number of launches the program's adamw instructions make: one per group plus
+ * one per adamw instruction outside a group. */
+int32_t gt_cuda_program_adamw_launches(const gt_cuda_program *p);
 
 /* Collectives on the device: comms[k] serves mesh dim k, as gt_program_set_comms (same checks;
  * borrowed: they must outlive every run and the program's last host wait). A communicator of more

@@ -9,6 +9,14 @@
  * so the arenas are never cleared; one stream and a fixed instruction order keep the run
  * deterministic (the kernels themselves use no floating-point atomics).
  *
+ * Optimizer tail: the step ends in one adamw instruction per parameter. At build, each run of
+ * them that gt_runtime_adamw_groups accepts (with gt_cuda_adamw_groupable deciding what the
+ * backend can take) becomes one gt_cuda_adamw_multi launch, its table of device pointers uploaded
+ * then: the plan fixes every buffer address, so the table is right for every run and for the
+ * captured graph, and the step path neither allocates nor waits for it. A run launches the group
+ * at its first instruction and skips the rest; results are bitwise those of one launch per
+ * instruction (plan option no_adamw_groups keeps those).
+ *
  * Collectives (gt_cuda_program_set_comms): a start posts its collective on the NCCL communicator of
  * its mesh dim, ordered with the program's stream (gt_comm.h, "NCCL": an event fork to the
  * communicator's stream, no host blocking), and keeps the request in the instruction's slot; its
@@ -63,6 +71,12 @@ int32_t gt_program_state_input(const gt_graph *g, int32_t k)
  * slot n & 1 is reused by step n + 2 only after step n has completed. */
 #define GT_CUDA_SLOTS 2
 
+/* Instructions first .. first + count - 1 (adamw) as one multi-tensor launch. */
+typedef struct {
+    int32_t first, count;
+    gt_cuda_adamw_multi *launch;
+} adamw_group;
+
 struct gt_cuda_program {
     gt_program *prog; /* arena[] NULL: the bytes are in dev[] */
     gt_cuda_stream *stream;
@@ -86,6 +100,10 @@ struct gt_cuda_program {
     bool timing;
     cudaEvent_t *tev;      /* [3 * n_slots] */
     cudaEvent_t run_ev[2]; /* the timed run's start and end */
+    /* the optimizer tail's multi-tensor launches, in instruction order */
+    adamw_group *groups;
+    int32_t n_groups;
+    int32_t adamw_launches; /* gt_cuda_program_adamw_launches */
 };
 
 static void *ref_data(const gt_cuda_program *p, const gt_buffer_ref *r)
@@ -98,9 +116,58 @@ static void ref_tensor(const gt_cuda_program *p, const gt_buffer_ref *r, gt_tens
     gt_tensor_wrap(t, r->dtype, r->ndim, r->shape, ref_data(p, r));
 }
 
-static size_t ref_nbytes(const gt_buffer_ref *r)
+/* "the multi-tensor adamw launch of nodes %A..%B (cuda)" before err's message. */
+static void wrap_group_error(const gt_cuda_program *p, int32_t first, int32_t count, gt_error *err)
 {
-    return gt_dtype_size(r->dtype) * (size_t)gt_shape_numel(r->ndim, r->shape);
+    const gt_instr *ins = p->prog->instrs;
+    gt_error_wrap(err, "the multi-tensor adamw launch of nodes %%%d..%%%d (cuda)", ins[first].node,
+                  ins[first + count - 1].node);
+}
+
+static bool adamw_fits(const gt_instr *ins, void *user)
+{
+    const gt_cuda_program *p = user;
+    gt_tensor in[GT_MAX_IN], out[GT_MAX_OUT];
+    gt_kernel_call call;
+    gt_program_kernel_call(ins, p->dev, &call, in, out);
+    return gt_cuda_adamw_groupable(&call);
+}
+
+/* The multi-tensor launches of the optimizer tail (see the top of the file), built once. */
+static gt_status group_adamw(gt_cuda_program *p, bool on, gt_error *err)
+{
+    const gt_program *prog = p->prog;
+    int32_t n = prog->n_instrs, n_adamw = 0;
+    int32_t *len = gt_xcalloc((size_t)n + 1, sizeof *len);
+    int32_t n_groups = on ? gt_runtime_adamw_groups(prog->instrs, n, adamw_fits, p, len) : 0;
+    p->groups = gt_xcalloc((size_t)n_groups + 1, sizeof *p->groups);
+    gt_status st = GT_OK;
+    for (int32_t k = 0; k < n; k++)
+        n_adamw += prog->instrs[k].op == GT_OP_ADAMW;
+    p->adamw_launches = n_adamw;
+    for (int32_t k = 0; k < n && n_groups > 0 && st == GT_OK; k++) {
+        if (len[k] < 2) continue;
+        gt_kernel_call *calls = gt_xcalloc((size_t)len[k], sizeof *calls);
+        gt_tensor(*in)[GT_MAX_IN] = gt_xcalloc((size_t)len[k], sizeof *in);
+        gt_tensor(*out)[GT_MAX_OUT] = gt_xcalloc((size_t)len[k], sizeof *out);
+        for (int32_t j = 0; j < len[k]; j++)
+            gt_program_kernel_call(&prog->instrs[k + j], p->dev, &calls[j], in[j], out[j]);
+        adamw_group *grp = &p->groups[p->n_groups];
+        st = gt_cuda_adamw_multi_create(calls, len[k], &grp->launch, err);
+        if (st == GT_OK) {
+            grp->first = k;
+            grp->count = len[k];
+            p->n_groups++;
+            p->adamw_launches -= len[k] - 1;
+        } else {
+            wrap_group_error(p, k, len[k], err);
+        }
+        free(calls);
+        free(in);
+        free(out);
+    }
+    free(len);
+    return st;
 }
 
 gt_status gt_cuda_program_build(const gt_graph *g, const gt_sym_binding *binding,
@@ -123,6 +190,7 @@ gt_status gt_cuda_program_build(const gt_graph *g, const gt_sym_binding *binding
             p->dev_bytes[a] = bytes;
     }
     if (st == GT_OK) st = gt_cuda_stream_create(&p->stream, err);
+    if (st == GT_OK) st = group_adamw(p, !(opts && opts->no_adamw_groups), err);
     if (st != GT_OK) {
         gt_cuda_program_free(p);
         return st;
@@ -157,6 +225,9 @@ void gt_cuda_program_free(gt_cuda_program *p)
         if (p->error_word[sl]) cudaFreeHost(p->error_word[sl]);
         if (p->done[sl]) cudaEventDestroy(p->done[sl]);
     }
+    for (int32_t k = 0; k < p->n_groups; k++)
+        gt_cuda_adamw_multi_free(p->groups[k].launch);
+    free(p->groups);
     for (int a = 0; a < GT_ARENA_COUNT; a++)
         gt_cuda_free(p->dev[a]);
     gt_program_free(p->prog);
@@ -176,6 +247,11 @@ void *gt_cuda_program_stream(gt_cuda_program *p)
 size_t gt_cuda_program_allocated_bytes(const gt_cuda_program *p, gt_arena_kind a)
 {
     return (unsigned)a < GT_ARENA_COUNT ? p->dev_bytes[a] : 0;
+}
+
+int32_t gt_cuda_program_adamw_launches(const gt_cuda_program *p)
+{
+    return p->adamw_launches;
 }
 
 static const char *input_name(const gt_cuda_program *p, int32_t k)
@@ -222,7 +298,7 @@ gt_status gt_cuda_program_set_input(gt_cuda_program *p, int32_t k, const gt_tens
     char name[200];
     snprintf(name, sizeof name, "%s %s", input_kind(p, k), input_name(p, k));
     if (!matches(r, t, false)) return type_error("graph input", k, name, r, t, err);
-    size_t n = ref_nbytes(r);
+    size_t n = gt_runtime_ref_bytes(r);
     if (n && !t->data)
         return gt_error_set(err, GT_ERR_INVALID, "graph input %d (%s): tensor has no data", k,
                             name);
@@ -401,12 +477,27 @@ static void record_run(gt_cuda_program *p, int e)
     if (cs == cudaStreamCaptureStatusNone) cudaEventRecord(p->run_ev[e], stream_of(p));
 }
 
+/* A multi-tensor adamw group, launched in place of its instructions. */
+static gt_status run_group(gt_cuda_program *p, const adamw_group *grp, gt_error *err)
+{
+    gt_status st = gt_cuda_adamw_multi_run(grp->launch, p->stream, err);
+    if (st != GT_OK) wrap_group_error(p, grp->first, grp->count, err);
+    return st;
+}
+
 static gt_status run_instrs(gt_cuda_program *p, gt_error *err)
 {
     GT_TRY(gt_runtime_check_comms(p->prog, " (cuda)", err));
     record_run(p, 0);
+    int32_t next = 0; /* the next adamw group */
     for (int32_t k = 0; k < p->prog->n_instrs; k++) {
-        gt_status st = run_instr(p, &p->prog->instrs[k], err);
+        gt_status st;
+        if (next < p->n_groups && p->groups[next].first == k) {
+            st = run_group(p, &p->groups[next], err);
+            k += p->groups[next++].count - 1;
+        } else {
+            st = run_instr(p, &p->prog->instrs[k], err);
+        }
         if (st != GT_OK) {
             gt_runtime_drain_slots(p->prog);
             return st;
@@ -509,7 +600,7 @@ gt_status gt_cuda_program_stage_input(gt_cuda_program *p, int32_t k, const gt_te
     const gt_buffer_ref *r = &p->prog->inputs[k];
     if (!matches(r, t, false))
         return type_error("staged graph input", k, input_name(p, k), r, t, err);
-    size_t n = ref_nbytes(r);
+    size_t n = gt_runtime_ref_bytes(r);
     if (n == 0) return GT_OK;
     if (!t->data)
         return gt_error_set(err, GT_ERR_INVALID, "graph input %d (%s): tensor has no data", k,
@@ -527,7 +618,7 @@ gt_status gt_cuda_program_fetch_output(gt_cuda_program *p, int32_t k, gt_error *
         return gt_error_set(err, GT_ERR_INVALID, "program: no graph output %d (it has %d)", k,
                             p->prog->n_outputs);
     const gt_buffer_ref *r = &p->prog->outputs[k];
-    size_t n = ref_nbytes(r);
+    size_t n = gt_runtime_ref_bytes(r);
     if (n == 0) return GT_OK;
     GT_TRY(claim_slot(p, err));
     void **pin = &p->out_pin[p->n_ended & 1][k];
@@ -605,7 +696,7 @@ gt_status gt_cuda_program_sync(gt_cuda_program *p, gt_error *err)
 
 static gt_status read_ref(gt_cuda_program *p, const gt_buffer_ref *r, gt_tensor *dst, gt_error *err)
 {
-    GT_TRY(gt_cuda_memcpy_d2h(p->stream, dst->data, ref_data(p, r), ref_nbytes(r), err));
+    GT_TRY(gt_cuda_memcpy_d2h(p->stream, dst->data, ref_data(p, r), gt_runtime_ref_bytes(r), err));
     return wait_stream(p, err);
 }
 

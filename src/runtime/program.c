@@ -220,7 +220,7 @@ gt_status gt_program_set_comms(gt_program *p, gt_comm *const comms[GT_MESH_MAX_D
     return GT_OK;
 }
 
-static size_t ref_bytes(const gt_buffer_ref *r)
+size_t gt_runtime_ref_bytes(const gt_buffer_ref *r)
 {
     return (size_t)gt_shape_numel(r->ndim, r->shape) * gt_dtype_size(r->dtype);
 }
@@ -244,7 +244,7 @@ int32_t gt_program_collectives(const gt_program *p, gt_comm_sched_entry *out, in
         if (out && count < max)
             out[count] = (gt_comm_sched_entry){.kind = gt_runtime_coll_kind(ins->op),
                                                .group = group_of(p->g, ins->i[0]),
-                                               .bytes = ref_bytes(&ins->in[0])};
+                                               .bytes = gt_runtime_ref_bytes(&ins->in[0])};
         count++;
     }
     return count;
@@ -283,7 +283,7 @@ int32_t gt_runtime_comm_timings(const gt_program *p, gt_comm_timing *out, int32_
             memset(t, 0, sizeof *t);
             t->kind = gt_runtime_coll_kind(ins->op);
             t->mesh_dim = (int32_t)ins->i[0];
-            t->bytes = ref_bytes(&ins->in[0]);
+            t->bytes = gt_runtime_ref_bytes(&ins->in[0]);
             t->start_instr = k;
             t->wait_instr = -1;
             for (int32_t j = k + 1; j < p->n_instrs && t->wait_instr < 0; j++)

@@ -17,6 +17,29 @@ void gt_program_kernel_call(const gt_instr *ins, void *const *arena, gt_kernel_c
 void gt_program_wrap_kernel_error(const gt_graph *g, const gt_instr *ins, const char *suffix,
                                   gt_error *err);
 
+/* Bytes of the buffer r refers to: its element count times its dtype's size. */
+size_t gt_runtime_ref_bytes(const gt_buffer_ref *r);
+
+/* ---------------------------------------------------------------- multi-tensor adamw
+ * (adamw_groups.c; exec_cuda.c launches each group as one gt_cuda_adamw_multi) */
+
+/* Whether a backend can put adamw instruction ins into a multi-tensor launch (on CUDA:
+ * gt_cuda_adamw_groupable of its kernel call). */
+typedef bool (*gt_runtime_adamw_fits)(const gt_instr *ins, void *user);
+
+/* Groups of the n instructions that one multi-tensor AdamW launch can run. A group is a run of at
+ * least two consecutive adamw instructions, each accepted by fits, that read the same scalars and
+ * clip buffers, have the same beta1, beta2 and eps, and weight decays that are 0 or one shared
+ * nonzero value — and that do not need their order: no member writes bytes another member reads
+ * or writes, and a member's outputs overlap its own inputs only where one is exactly the other
+ * (in place: each element is read before it is written, in the single-tensor kernel as in the
+ * multi-tensor one). len[k] (for every k < n) gets the group's size when instruction k starts a
+ * group, 0 for the other members, and 1 for an instruction that runs alone. Returns the number of
+ * groups. Pure host code over the descriptors (buffer refs, attributes), so a CPU test covers it.
+ */
+int32_t gt_runtime_adamw_groups(const gt_instr *instrs, int32_t n, gt_runtime_adamw_fits fits,
+                                void *user, int32_t *len);
+
 /* ---------------------------------------------------------------- collectives (exec.c) */
 
 /* One collective in flight in a program run: the gt_tensor views of its start's buffers (the

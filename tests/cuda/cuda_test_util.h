@@ -158,14 +158,15 @@ static inline void cu_program_set_inputs(gt_cuda_program *cp, const gt_graph *g,
             EXPECT_OK(gt_cuda_program_set_input(cp, k, &state[k], err), err);
 }
 
-/* Steps 1 .. steps of cp (whose inputs are set): before each, the optimizer scalars in state are
- * set for the step and the per-step inputs set again; step n's outputs are read into
+/* Steps first .. last of cp (whose inputs are set): before each, the optimizer scalars in state
+ * are set for the step and the per-step inputs set again; step n's outputs are read into
  * out[(n - 1) * n_outputs + k] and every state update is carried to its input buffer. Stops at the
  * first error, counted by EXPECT_OK. */
-static inline void cu_program_steps(gt_cuda_program *cp, const step_graph *s, const gt_graph *g,
-                                    gt_tensor *state, int64_t steps, gt_tensor *out, gt_error *err)
+static inline void cu_program_step_range(gt_cuda_program *cp, const step_graph *s,
+                                         const gt_graph *g, gt_tensor *state, int64_t first,
+                                         int64_t last, gt_tensor *out, gt_error *err)
 {
-    for (int64_t step = 1; step <= steps && !err->code; step++) {
+    for (int64_t step = first; step <= last && !err->code; step++) {
         step_set_scalars(s, g, state, step);
         cu_program_set_inputs(cp, g, state, true, err);
         if (!err->code) EXPECT_OK(gt_cuda_program_exec(cp, err), err);
@@ -177,6 +178,13 @@ static inline void cu_program_steps(gt_cuda_program *cp, const step_graph *s, co
             if (in >= 0) EXPECT_OK(gt_cuda_program_carry(cp, k, in, err), err);
         }
     }
+}
+
+/* Steps 1 .. steps of cp, as cu_program_step_range. */
+static inline void cu_program_steps(gt_cuda_program *cp, const step_graph *s, const gt_graph *g,
+                                    gt_tensor *state, int64_t steps, gt_tensor *out, gt_error *err)
+{
+    cu_program_step_range(cp, s, g, state, 1, steps, out, err);
 }
 
 #endif

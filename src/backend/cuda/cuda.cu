@@ -340,13 +340,10 @@ bool gt_cuda_broadcast_strides(int on, const int64_t *out, int xn, const int64_t
 
 /* ---------------------------------------------------------------- dispatch */
 
-extern "C" gt_status gt_cuda_run_kernel(const gt_kernel_call *c, void *stream, gt_error *err)
+gt_status gt_cuda_check_call(const gt_kernel_call *c, gt_error *err)
 {
     if (!c || (unsigned)c->op >= GT_OP_COUNT)
         return gt_error_set(err, GT_ERR_INVALID, "cuda kernel: unknown op %d", c ? (int)c->op : -1);
-    if (!stream)
-        return gt_error_set(err, GT_ERR_INVALID, "%s: no gt_cuda_stream given",
-                            gt_kernel_op_name(c->op));
     const gt_cuda_entry *e = &gt_cuda_table[c->op];
     const char *name = gt_kernel_op_name(c->op);
     bool in_ok = e->n_in >= 0 ? c->n_in == e->n_in : c->n_in >= 1 && c->n_in <= GT_MAX_IN;
@@ -365,5 +362,14 @@ extern "C" gt_status gt_cuda_run_kernel(const gt_kernel_call *c, void *stream, g
             return gt_error_set(err, GT_ERR_INVALID, "%s: %s %d is missing or malformed", name,
                                 k < c->n_in ? "input" : "output", k < c->n_in ? k : k - c->n_in);
     }
-    return e->fn((gt_cuda_stream *)stream, c, err);
+    return GT_OK;
+}
+
+extern "C" gt_status gt_cuda_run_kernel(const gt_kernel_call *c, void *stream, gt_error *err)
+{
+    GT_TRY(gt_cuda_check_call(c, err));
+    if (!stream)
+        return gt_error_set(err, GT_ERR_INVALID, "%s: no gt_cuda_stream given",
+                            gt_kernel_op_name(c->op));
+    return gt_cuda_table[c->op].fn((gt_cuda_stream *)stream, c, err);
 }

@@ -1,16 +1,14 @@
 /* cuda_elementwise.cu — elementwise kernels: add sub mul div silu_backward (numpy broadcasting),
- * the unary functions, scale, add_scalar, clamp, the AdamW step, cast and full.
+ * the unary functions, scale, add_scalar, clamp, cast and full (AdamW: cuda_adamw.cu).
  *
  * Each element is computed alone in f32, so results are deterministic and independent of the
- * launch shape. Scalars from attributes are rounded to f32 first (as the CPU backend). AdamW uses
- * explicitly rounded operations (__fmul_rn etc.) and fmaf exactly where cpu_optim.c does, so that
- * nvcc's multiply-add contraction cannot change its bits: it is bitwise equal to the CPU kernel.
+ * launch shape. Scalars from attributes are rounded to f32 first (as the CPU backend).
  *
  * Speed: these kernels are memory bound, so the common case — operands of one float dtype, the
  * same shape, 16-byte aligned — runs a vectorized path: one 16-byte load per operand per thread
  * (4 f32 or 8 bf16/f16 lanes) and one 16-byte store, with the op and dtype as template parameters.
  * Every lane goes through the same per-element function as the general path (gt_binary_op,
- * gt_unary_op, gt_adamw_elem), so the fast and general paths give identical bits. Everything else
+ * gt_unary_op), so the fast and general paths give identical bits. Everything else
  * (broadcasting, mixed dtypes, misaligned views) keeps the general index-mapped kernels. */
 #include "cuda_internal.h"
 
@@ -56,17 +54,6 @@ template <> __device__ __forceinline__ __nv_bfloat16 gt_from_f<__nv_bfloat16>(fl
 template <> __device__ __forceinline__ __half gt_from_f<__half>(float v)
 {
     return __float2half_rn(v);
-}
-
-static bool gt_aligned16(const void *p)
-{
-    return ((uintptr_t)p & 15u) == 0;
-}
-
-/* Blocks for a grid-stride loop over n packs: the 65536 cap of gt_cuda_blocks, at least one. */
-static unsigned gt_pack_blocks(int64_t n)
-{
-    return gt_cuda_blocks(n > 0 ? n : 1);
 }
 
 /* ---------------------------------------------------------------- binary with broadcasting */
@@ -356,174 +343,6 @@ GT_UNARY(sigmoid)
 GT_UNARY(scale)
 GT_UNARY(add_scalar)
 GT_UNARY(clamp)
-
-/* ---------------------------------------------------------------- adamw */
-
-/* The step's constants come from device tensors (scalars = {lr, bc1, bc2}, clip), so a captured
- * step replays with new values; each thread derives them as cpu_optim.c does: in double, rounded
- * to f32 once. Range checks of lr/bc1/bc2 cannot fail synchronously here: they are the host's
- * (gt_optim_scalars) responsibility; the hyper-parameters are checked below. */
-typedef struct {
-    float clip, decay, w1, b2, w2, neg_step, bc2_sqrt, eps;
-    bool decays;
-} gt_adamw_consts;
-
-__device__ __forceinline__ gt_adamw_consts gt_adamw_make(const float *scalars, const float *clipp,
-                                                         double beta1, double beta2, double eps,
-                                                         double wd)
-{
-    double lr = scalars[0], bc1 = scalars[1], bc2 = scalars[2];
-    gt_adamw_consts k;
-    k.clip = clipp[0];
-    k.decay = (float)(1.0 - lr * wd);
-    k.w1 = (float)(1.0 - beta1);
-    k.b2 = (float)beta2;
-    k.w2 = (float)(1.0 - beta2);
-    k.neg_step = (float)(-(lr / bc1));
-    k.bc2_sqrt = (float)sqrt(bc2);
-    k.eps = (float)eps;
-    k.decays = wd != 0.0;
-    return k;
-}
-
-/* One element, cpu_optim.c's formula with every rounding explicit; updates p, m, v in place. */
-__device__ __forceinline__ void gt_adamw_elem(const gt_adamw_consts &k, float &pv, float gv,
-                                              float &mv, float &vv)
-{
-    gv = __fmul_rn(gv, k.clip);
-    if (k.decays) pv = __fmul_rn(pv, k.decay);
-    float diff = __fsub_rn(gv, mv);
-    mv = k.w1 < 0.5f ? fmaf(k.w1, diff, mv) : fmaf(__fsub_rn(k.w1, 1.0f), diff, gv);
-    vv = fmaf(__fmul_rn(k.w2, gv), gv, __fmul_rn(vv, k.b2));
-    float denom = __fadd_rn(__fdiv_rn(__fsqrt_rn(vv), k.bc2_sqrt), k.eps);
-    pv = __fadd_rn(pv, __fdiv_rn(__fmul_rn(k.neg_step, mv), denom));
-}
-
-__global__ void gt_k_adamw(int64_t n, const void *p, int dp, const void *g, int dg, const float *m,
-                           const float *v, const float *scalars, const float *clipp, void *po,
-                           int dpo, float *mo, float *vo, double beta1, double beta2, double eps,
-                           double wd)
-{
-    gt_adamw_consts k = gt_adamw_make(scalars, clipp, beta1, beta2, eps, wd);
-    GT_GRID_STRIDE(i, n)
-    {
-        float pv = gt_ld(p, dp, i), mv = m[i], vv = v[i];
-        gt_adamw_elem(k, pv, gt_ld(g, dg, i), mv, vv);
-        gt_st(po, dpo, i, pv);
-        mo[i] = mv;
-        vo[i] = vv;
-    }
-}
-
-/* Four gradient elements from 4 i on: one 16-byte (f32) or 8-byte (bf16, widened exactly) load. */
-__device__ __forceinline__ float4 gt_adamw_ld4(const float *g, int64_t i)
-{
-    return ((const float4 *)g)[i];
-}
-__device__ __forceinline__ float4 gt_adamw_ld4(const __nv_bfloat16 *g, int64_t i)
-{
-    uint2 r = ((const uint2 *)g)[i];
-    float2 a = __bfloat1622float2(*(const __nv_bfloat162 *)&r.x);
-    float2 b = __bfloat1622float2(*(const __nv_bfloat162 *)&r.y);
-    return make_float4(a.x, a.y, b.x, b.y);
-}
-
-/* p, m, v f32 and everything aligned: four elements per thread with 128-bit accesses (p, m, v in
- * and p', m', v' out: 4 n bytes each; g: 4 n bytes in f32, 2 n in bf16 — the gradient norm and
- * AdamW read bf16 gradients directly when the fusion pass drops their widening cast). The tail
- * (n % 4) goes to block 0. */
-template <typename G>
-__global__ void gt_k_adamw_vec(int64_t n4, int n_tail, const float *p, const G *g, const float *m,
-                               const float *v, const float *scalars, const float *clipp, float *po,
-                               float *mo, float *vo, double beta1, double beta2, double eps,
-                               double wd)
-{
-    gt_adamw_consts k = gt_adamw_make(scalars, clipp, beta1, beta2, eps, wd);
-    GT_GRID_STRIDE(i, n4)
-    {
-        float4 pv = ((const float4 *)p)[i], gv = gt_adamw_ld4(g, i);
-        float4 mv = ((const float4 *)m)[i], vv = ((const float4 *)v)[i];
-        gt_adamw_elem(k, pv.x, gv.x, mv.x, vv.x);
-        gt_adamw_elem(k, pv.y, gv.y, mv.y, vv.y);
-        gt_adamw_elem(k, pv.z, gv.z, mv.z, vv.z);
-        gt_adamw_elem(k, pv.w, gv.w, mv.w, vv.w);
-        ((float4 *)po)[i] = pv;
-        ((float4 *)mo)[i] = mv;
-        ((float4 *)vo)[i] = vv;
-    }
-    if (blockIdx.x == 0 && (int)threadIdx.x < n_tail) {
-        int64_t i = n4 * 4 + threadIdx.x;
-        float pv = p[i], mv = m[i], vv = v[i];
-        gt_adamw_elem(k, pv, (float)g[i], mv, vv);
-        po[i] = pv;
-        mo[i] = mv;
-        vo[i] = vv;
-    }
-}
-
-gt_status gt_cuda_adamw(gt_cuda_stream *s, const gt_kernel_call *c, gt_error *err)
-{
-    static const char *const in_names[6] = {"param",      "grad",    "exp_avg",
-                                            "exp_avg_sq", "scalars", "clip"};
-    static const char *const out_names[3] = {"param'", "exp_avg'", "exp_avg_sq'"};
-    GT_TRY(gt_kernel_want_attrs(c, 0, 4, 0, err));
-    GT_TRY(gt_kernel_want_float(c, c->in[0], in_names[0], err));
-    GT_TRY(gt_kernel_want_float(c, c->in[1], in_names[1], err));
-    GT_TRY(gt_kernel_want_float(c, c->out[0], out_names[0], err));
-    for (int k = 2; k < 6; k++)
-        if (c->in[k]->dtype != GT_F32)
-            return gt_error_set(err, GT_ERR_SHAPE, "adamw: %s is %s, expected f32", in_names[k],
-                                gt_dtype_name(c->in[k]->dtype));
-    for (int k = 1; k < 3; k++)
-        if (c->out[k]->dtype != GT_F32)
-            return gt_error_set(err, GT_ERR_SHAPE, "adamw: %s is %s, expected f32", out_names[k],
-                                gt_dtype_name(c->out[k]->dtype));
-    const gt_tensor *p = c->in[0];
-    for (int k = 1; k < 4; k++)
-        GT_TRY(gt_kernel_want_same_shape(c, p, in_names[0], c->in[k], in_names[k], err));
-    for (int k = 0; k < 3; k++)
-        GT_TRY(gt_kernel_want_same_shape(c, p, in_names[0], c->out[k], out_names[k], err));
-    if (gt_tensor_numel(c->in[4]) != 3 || gt_tensor_numel(c->in[5]) != 1)
-        return gt_error_set(err, GT_ERR_SHAPE, "adamw: scalars must have 3 elements and clip 1");
-    double beta1 = c->f[0], beta2 = c->f[1], eps = c->f[2], wd = c->f[3];
-    if (!(beta1 >= 0.0 && beta1 < 1.0) || !(beta2 >= 0.0 && beta2 < 1.0) || !(eps >= 0.0) ||
-        !(wd >= 0.0))
-        return gt_error_set(err, GT_ERR_INVALID,
-                            "adamw: hyper-parameters beta1 %g, beta2 %g, eps %g, weight_decay %g "
-                            "out of range",
-                            beta1, beta2, eps, wd);
-    int64_t n = gt_tensor_numel(p);
-    if (n == 0) return GT_OK;
-    const void *ptrs[7] = {p->data,         c->in[1]->data,  c->in[2]->data, c->in[3]->data,
-                           c->out[0]->data, c->out[1]->data, c->out[2]->data};
-    gt_dtype gd = c->in[1]->dtype;
-    bool vec = p->dtype == GT_F32 && (gd == GT_F32 || gd == GT_BF16) && c->out[0]->dtype == GT_F32;
-    for (int k = 0; k < 7; k++) /* a bf16 gradient needs 8-byte alignment; 16 is asked of all */
-        vec = vec && gt_aligned16(ptrs[k]);
-    if (vec) {
-        int64_t n4 = n / 4;
-        const float *pf = (const float *)p->data, *mf = (const float *)c->in[2]->data;
-        const float *vf = (const float *)c->in[3]->data, *sc = (const float *)c->in[4]->data;
-        const float *cl = (const float *)c->in[5]->data;
-        float *po = (float *)c->out[0]->data, *mo = (float *)c->out[1]->data;
-        float *vo = (float *)c->out[2]->data;
-        if (gd == GT_F32)
-            gt_k_adamw_vec<float><<<gt_pack_blocks(n4), GT_CUDA_THREADS, 0, s->stream>>>(
-                n4, (int)(n - n4 * 4), pf, (const float *)c->in[1]->data, mf, vf, sc, cl, po, mo,
-                vo, beta1, beta2, eps, wd);
-        else
-            gt_k_adamw_vec<__nv_bfloat16><<<gt_pack_blocks(n4), GT_CUDA_THREADS, 0, s->stream>>>(
-                n4, (int)(n - n4 * 4), pf, (const __nv_bfloat16 *)c->in[1]->data, mf, vf, sc, cl,
-                po, mo, vo, beta1, beta2, eps, wd);
-        return gt_cuda_launched(c, err);
-    }
-    gt_k_adamw<<<gt_cuda_blocks(n), GT_CUDA_THREADS, 0, s->stream>>>(
-        n, p->data, p->dtype, c->in[1]->data, c->in[1]->dtype, (const float *)c->in[2]->data,
-        (const float *)c->in[3]->data, (const float *)c->in[4]->data, (const float *)c->in[5]->data,
-        c->out[0]->data, c->out[0]->dtype, (float *)c->out[1]->data, (float *)c->out[2]->data,
-        beta1, beta2, eps, wd);
-    return gt_cuda_launched(c, err);
-}
 
 /* ---------------------------------------------------------------- cast and full */
 

@@ -81,6 +81,20 @@ gt_status gt_cuda_smem_limit(gt_cuda_stream *s, const gt_kernel_call *c, const v
                              size_t bytes, gt_error *err);
 /* Blocks for a grid-stride loop over n items. */
 unsigned gt_cuda_blocks(int64_t n);
+/* Blocks for a grid-stride loop over n 16-byte packs: the 65536 cap of gt_cuda_blocks, at least
+ * one (a kernel whose packs are all in its tail still runs). */
+static inline unsigned gt_pack_blocks(int64_t n)
+{
+    return gt_cuda_blocks(n > 0 ? n : 1);
+}
+/* A 16-byte aligned address: the vector paths load and store 128 bits at a time. */
+static inline bool gt_aligned16(const void *p)
+{
+    return ((uintptr_t)p & 15u) == 0;
+}
+/* The checks gt_cuda_run_kernel makes before it dispatches: a known op, its input and output
+ * counts, attribute counts in range, every tensor present and well formed (data unless empty). */
+gt_status gt_cuda_check_call(const gt_kernel_call *c, gt_error *err);
 
 gt_status gt_cuda_shape_error(const gt_kernel_call *c, const char *what, gt_error *err);
 bool gt_cuda_broadcast_strides(int on, const int64_t *out, int xn, const int64_t *xs,
