@@ -28,6 +28,9 @@
 #include "graphtrain/gt_program.h"
 #include "step_harness.h"
 
+#include <string.h>
+#include <time.h>
+
 static gt_cuda_stream *g_stream;
 
 /* ---------------------------------------------------------------- kernel level */
@@ -375,12 +378,108 @@ static void test_programs(void)
     step_graph_free(&s);
 }
 
-int main(void)
+/* ---------------------------------------------------------------- --bench (asserts nothing)
+ *
+ * The llama3 1B parameter set (16 blocks of wq, wk, wv, wo, w1, w2, w3 and two norms; embedding,
+ * final norm, output: 1.5e9 elements), f32 params and moments, bf16 gradients, in place, weight
+ * decay 0.1 on matrices and 0 on norms: one gt_cuda_run_kernel per tensor against one
+ * multi-tensor launch, each timed over 10 runs after a warm-up (host clock around a sync).
+ * Every byte of the tensors is 0x3c (0.0115 as f32 and bf16): not zeros, which can time faster. */
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static void bench(void)
+{
+    enum { PER_LAYER = 9, LAYERS = 16, N = PER_LAYER * LAYERS + 3 };
+    static const int64_t layer[PER_LAYER][2] = {{2048, 2048}, {512, 2048},  {512, 2048},
+                                                {2048, 2048}, {8192, 2048}, {2048, 8192},
+                                                {8192, 2048}, {2048, 1},    {2048, 1}};
+    int64_t shape[N][2];
+    for (int l = 0; l < LAYERS; l++)
+        for (int j = 0; j < PER_LAYER; j++) {
+            shape[l * PER_LAYER + j][0] = layer[j][0];
+            shape[l * PER_LAYER + j][1] = layer[j][1];
+        }
+    int64_t tail[3][2] = {{128256, 2048}, {2048, 1}, {128256, 2048}};
+    for (int j = 0; j < 3; j++) {
+        shape[LAYERS * PER_LAYER + j][0] = tail[j][0];
+        shape[LAYERS * PER_LAYER + j][1] = tail[j][1];
+    }
+    gt_error err = {0};
+    gt_tensor t[N][4], sc, cl;
+    gt_kernel_call calls[N];
+    double f[2][4] = {{0.9, 0.95, 1e-8, 0.0}, {0.9, 0.95, 1e-8, 0.1}};
+    double bytes = 0.0;
+    bool ok = gt_cuda_tensor_alloc(&sc, GT_F32, 1, (int64_t[]){3}, &err) == GT_OK &&
+              gt_cuda_tensor_alloc(&cl, GT_F32, 0, NULL, &err) == GT_OK;
+    float hs[4] = {1e-4f, 0.1f, 0.05f, 1.0f};
+    ok = ok && gt_cuda_memcpy_h2d(g_stream, sc.data, hs, 3 * sizeof(float), &err) == GT_OK &&
+         gt_cuda_memcpy_h2d(g_stream, cl.data, &hs[3], sizeof(float), &err) == GT_OK;
+    for (int k = 0; k < N && ok; k++) {
+        int nd = shape[k][1] == 1 ? 1 : 2;
+        for (int j = 0; j < 4 && ok; j++)
+            ok = gt_cuda_tensor_alloc(&t[k][j], j == 1 ? GT_BF16 : GT_F32, nd, shape[k], &err) ==
+                     GT_OK &&
+                 cu_fill_pattern(g_stream, &t[k][j], 0x3c); /* ~0.0115 f32, bf16: not zeros */
+        memset(&calls[k], 0, sizeof calls[k]);
+        calls[k].op = GT_OP_ADAMW;
+        calls[k].f = f[nd == 2];
+        calls[k].nf = 4;
+        calls[k].n_in = 6;
+        calls[k].n_out = 3;
+        for (int j = 0; j < 4; j++)
+            calls[k].in[j] = &t[k][j];
+        calls[k].in[4] = &sc;
+        calls[k].in[5] = &cl;
+        calls[k].out[0] = &t[k][0];
+        calls[k].out[1] = &t[k][2];
+        calls[k].out[2] = &t[k][3];
+        bytes += 26.0 * (double)(shape[k][0] * shape[k][1]);
+    }
+    gt_cuda_adamw_multi *m = NULL;
+    ok = ok && gt_cuda_adamw_multi_create(calls, N, &m, &err) == GT_OK;
+    for (int v = 0; v < 2 && ok; v++) {
+        double best = 0.0;
+        for (int rep = 0; rep < 11 && ok; rep++) {
+            double t0 = now_s();
+            if (v == 0)
+                for (int k = 0; k < N && ok; k++)
+                    ok = gt_cuda_run_kernel(&calls[k], g_stream, &err) == GT_OK;
+            else
+                ok = gt_cuda_adamw_multi_run(m, g_stream, &err) == GT_OK;
+            ok = ok && gt_cuda_stream_sync(g_stream, &err) == GT_OK;
+            double dt = now_s() - t0;
+            if (rep > 0) best += dt / 10.0;
+        }
+        if (ok)
+            printf("bench adamw 1B (%d tensors) %-22s %8.2f ms  %7.1f GB/s\n", N,
+                   v ? "one multi-tensor launch" : "one launch per tensor", best * 1e3,
+                   bytes / best / 1e9);
+    }
+    if (!ok) printf("bench: %s\n", err.msg);
+    gt_cuda_adamw_multi_free(m);
+    for (int k = 0; k < N; k++)
+        for (int j = 0; j < 4; j++)
+            gt_cuda_tensor_free(&t[k][j]);
+    gt_cuda_tensor_free(&sc);
+    gt_cuda_tensor_free(&cl);
+}
+
+int main(int argc, char **argv)
 {
     gt_cuda_device_info info;
     int rc = cu_test_start(&info, &g_stream);
     if (rc >= 0) return rc;
     printf("device: %s\n", info.name);
+    if (argc > 1 && strcmp(argv[1], "--bench") == 0) {
+        bench();
+        gt_cuda_stream_destroy(g_stream);
+        return 0;
+    }
     gt_cpu_set_threads(1);
     test_kernel();
     test_programs();
