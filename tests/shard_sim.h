@@ -102,7 +102,8 @@ static inline gt_status sim_start(gt_comm *c, gt_coll_kind kind, const gt_tensor
         for (int k = 0; k < SIM_RANKS; k++)
             if (bytes) memcpy((char *)out->data + (size_t)k * bytes, src[k], bytes);
     } else if (kind == GT_COLL_ALL_REDUCE || kind == GT_COLL_REDUCE_SCATTER) {
-        st = gt_comm_sum_ordered(in->dtype, gt_tensor_numel(out), src, SIM_RANKS, out->data, err);
+        st = gt_comm_sum_ordered(in->dtype, out->dtype, gt_tensor_numel(out), src, SIM_RANKS,
+                                 out->data, err);
     } else {
         st = gt_error_set(err, GT_ERR_UNSUPPORTED, "simulated communicator: %s",
                           gt_coll_kind_name(kind));

@@ -11,7 +11,8 @@
  *
  * Determinism: sums are computed in a fixed order, so every rank gets identical bits and the
  * result equals the 1-rank sum x_0 + x_1 + … + x_{n-1} accumulated left to right in rank order
- * (in f32 for f32/bf16/f16, in 64-bit integers for i32/i64). MPI_Allreduce's order is
+ * (in f32 for f32/bf16/f16, in 64-bit integers for i32/i64; a bf16/f16 sum is rounded to its
+ * dtype once at the end, or kept in f32 by a widening reduce_scatter). MPI_Allreduce's order is
  * implementation-defined, so the MPI communicator does not use it: all_reduce is a
  * reduce_scatter (an all-to-all of chunks, each rank summing its chunk in rank order) followed by
  * an all_gather of the reduced chunks. */
@@ -120,8 +121,9 @@ gt_status gt_comm_tcp_world(double timeout_seconds, gt_comm **out, gt_error *err
  * Determinism as above: all_gather, broadcast and all_to_all move bytes; all_reduce and
  * reduce_scatter do not use NCCL's reductions: the chunks travel by an all-to-all (grouped
  * ncclSend/ncclRecv into a scratch buffer), a kernel sums the n received chunks in rank order
- * (f32 accumulation for bf16/f16), and all_reduce then all-gathers the reduced chunks. Every rank
- * gets the bits the MPI communicator gives on the same inputs.
+ * (f32 accumulation for bf16/f16), and all_reduce then all-gathers the reduced chunks. A widening
+ * reduce_scatter's chunks travel (and sit in the scratch) in bf16/f16; the kernel writes their
+ * f32 sum. Every rank gets the bits the MPI communicator gives on the same inputs.
  *
  * Scratch: one device buffer per communicator, grown (outside a capture only) to the largest
  * reduction seen; the first, uncaptured run of a step sizes it, and a reduction that would need
@@ -193,10 +195,17 @@ int gt_comm_size(const gt_comm *c);
 
 /* ---------------------------------------------------------------- collectives */
 
-/* Async: start checks shapes and dtypes (in and out must have the same dtype; bf16/f16 sums
- * accumulate in f32), posts the transfer and returns a request; in must stay unchanged and out
- * untouched until gt_comm_wait returns. gt_comm_wait completes the collective and frees req (also
- * on error). Errors name the rank, the communicator and the collective. */
+/* Async: start checks shapes and dtypes (in and out must have the same dtype, except that
+ * reduce_scatter may widen, below; bf16/f16 sums accumulate in f32), posts the transfer and
+ * returns a request; in must stay unchanged and out untouched until gt_comm_wait returns.
+ * gt_comm_wait completes the collective and frees req (also on error). Errors name the rank, the
+ * communicator and the collective.
+ *
+ * Widening reduce_scatter: in bf16 or f16, out f32. The blocks travel in the input dtype (half
+ * the bytes of an f32 scatter) and the receiver sums them widened, in f32 in rank order, and
+ * stores the f32 sum unrounded. Widening is exact, so the result is bitwise the f32
+ * reduce_scatter of the inputs widened on the host: FSDP's bf16 gradients need no cast to f32
+ * before their reduce-scatter (the reduce_scatter_narrow pass). */
 gt_status gt_comm_all_reduce_start(gt_comm *c, const gt_tensor *in, gt_tensor *out,
                                    gt_comm_request **req, gt_error *err);
 gt_status gt_comm_all_gather_start(gt_comm *c, const gt_tensor *in, gt_tensor *out,
@@ -237,10 +246,12 @@ uint64_t gt_comm_sched_entry_hash(const gt_comm_sched_entry *e, int64_t index);
 gt_status gt_comm_check_schedule(gt_comm *c, const gt_comm_sched_entry *entries, int64_t count,
                                  gt_error *err);
 
-/* For implementations: sums n_src equal-length buffers of `numel` elements of dtype dt into dst,
- * src[0] + src[1] + … in that order (f32 accumulation for float types). dst may alias src[0]. */
-gt_status gt_comm_sum_ordered(gt_dtype dt, int64_t numel, const void *const *src, int n_src,
-                              void *dst, gt_error *err);
+/* For implementations: sums n_src equal-length buffers of `numel` elements of dtype dt into dst
+ * of dtype out_dt, src[0] + src[1] + … in that order (f32 accumulation for float types). out_dt
+ * is dt, or f32 for bf16/f16 blocks (the widening reduce_scatter: the f32 sum, not rounded back).
+ * dst may alias src[0] when out_dt == dt. */
+gt_status gt_comm_sum_ordered(gt_dtype dt, gt_dtype out_dt, int64_t numel, const void *const *src,
+                              int n_src, void *dst, gt_error *err);
 /* For implementations: "world ranks 0,2,4" (world[i] = the world rank of comm rank i), cut
  * short with "..." when it does not fit, for error messages. */
 void gt_comm_format_members(const int *world, int size, char *buf, size_t cap);

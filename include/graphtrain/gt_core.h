@@ -82,6 +82,10 @@ const char *gt_dtype_name(gt_dtype dt); /* "f32", "bf16", "f16", "i32", "i64", "
 /* Accepts our names and the common aliases (float32, bfloat16, float16, int32, int64). */
 bool gt_dtype_from_name(const char *name, gt_dtype *out);
 bool gt_dtype_is_float(gt_dtype dt);
+/* True when `from` is bf16 or f16 and `to` is f32: an exact widening (every bf16/f16 value is an
+ * f32), so a sum of `from` values accumulated in f32 may be stored as `to` (the widening
+ * reduce-scatter, gt_ops.def). */
+bool gt_dtype_widens_to_f32(gt_dtype from, gt_dtype to);
 
 /* bf16/f16 are storage types; CPU compute is f32. Conversions round to nearest even; NaN stays
  * NaN, overflow gives inf. */

@@ -106,6 +106,11 @@ gt_status gt_pass_fusion(gt_graph *g, const gt_pass_ctx *ctx, gt_error *err);
 /* Merges the FSDP collectives of one bucket (a transformer block, tok_embeddings, the rest) into
  * one collective over a flat buffer (bucketing.c). No-op without a mesh. */
 gt_status gt_pass_fsdp_bucketing(gt_graph *g, const gt_pass_ctx *ctx, gt_error *err);
+/* Makes each reduce-scatter of f32 values that are casts of bf16/f16 ones (through reshapes,
+ * concats and zero padding: a mixed-precision gradient, or a bucket of them) a widening
+ * reduce-scatter of the 16-bit values, which sums in f32 all the same: the same bits, half the
+ * bytes moved, no casts (reduce_scatter_narrow.c). No-op without a mesh. */
+gt_status gt_pass_reduce_scatter_narrow(gt_graph *g, const gt_pass_ctx *ctx, gt_error *err);
 /* Prefetch: moves the FSDP all-gather starts one bucket ahead of their use, issues gradient
  * reduce-scatters (and HSDP all-reduces) as soon as their inputs exist and defers every FSDP wait
  * to its first use, a gradient's no later than right after the next gradient bucket starts

@@ -51,10 +51,17 @@ void gt_comm_destroy(gt_comm *c)
 /* ---------------------------------------------------------------- ordered sum */
 
 /* dst = src[0] + src[1] + … + src[n-1], element by element, left to right. The order is the rank
- * order, so the result is the same on every rank and equals a single-rank loop over the ranks. */
-gt_status gt_comm_sum_ordered(gt_dtype dt, int64_t numel, const void *const *src, int n_src,
-                              void *dst, gt_error *err)
+ * order, so the result is the same on every rank and equals a single-rank loop over the ranks.
+ * bf16/f16 blocks are widened (exactly) and summed in f32 either way, so writing the f32 sum
+ * (out_dt f32) instead of rounding it to the input dtype gives bitwise the sum of the widened
+ * blocks: the widening reduce-scatter. */
+gt_status gt_comm_sum_ordered(gt_dtype dt, gt_dtype out_dt, int64_t numel, const void *const *src,
+                              int n_src, void *dst, gt_error *err)
 {
+    bool widen = gt_dtype_widens_to_f32(dt, out_dt);
+    if (out_dt != dt && !widen)
+        return gt_error_set(err, GT_ERR_UNSUPPORTED, "sum of %s blocks into %s is not supported",
+                            gt_dtype_name(dt), gt_dtype_name(out_dt));
     switch (dt) {
     case GT_F32:
         for (int64_t i = 0; i < numel; i++) {
@@ -66,14 +73,17 @@ gt_status gt_comm_sum_ordered(gt_dtype dt, int64_t numel, const void *const *src
         return GT_OK;
     case GT_BF16:
     case GT_F16: {
-        /* Storage types: accumulate in f32, round once at the end. */
+        /* Storage types: accumulate in f32, round once at the end (or keep the f32 sum). */
         float (*to_f32)(uint16_t) = dt == GT_BF16 ? gt_bf16_to_f32 : gt_f16_to_f32;
         uint16_t (*from_f32)(float) = dt == GT_BF16 ? gt_f32_to_bf16 : gt_f32_to_f16;
         for (int64_t i = 0; i < numel; i++) {
             float acc = to_f32(((const uint16_t *)src[0])[i]);
             for (int r = 1; r < n_src; r++)
                 acc += to_f32(((const uint16_t *)src[r])[i]);
-            ((uint16_t *)dst)[i] = from_f32(acc);
+            if (widen)
+                ((float *)dst)[i] = acc;
+            else
+                ((uint16_t *)dst)[i] = from_f32(acc);
         }
         return GT_OK;
     }
@@ -124,8 +134,13 @@ static gt_status check_shapes(gt_comm *c, gt_coll_kind kind, const gt_tensor *in
     gt_tensor_format_type(out, to, sizeof to);
     if (!in->data || !out->data)
         return coll_error(c, kind, err, GT_ERR_INVALID, "input or output has no storage");
-    if (in->dtype != out->dtype) {
-        snprintf(what, sizeof what, "input %s and output %s differ in dtype", ti, to);
+    /* The one dtype change: reduce_scatter of bf16/f16 into f32 (the f32 rank-order sum the
+     * 16-bit scatter computes anyway, kept unrounded; blocks travel in the input dtype). */
+    bool widen = kind == GT_COLL_REDUCE_SCATTER && gt_dtype_widens_to_f32(in->dtype, out->dtype);
+    if (in->dtype != out->dtype && !widen) {
+        snprintf(what, sizeof what,
+                 "input %s and output %s differ in dtype (expected the same dtype%s)", ti, to,
+                 kind == GT_COLL_REDUCE_SCATTER ? ", or a bf16/f16 input with an f32 output" : "");
         return coll_error(c, kind, err, GT_ERR_SHAPE, what);
     }
     bool reduces = kind == GT_COLL_ALL_REDUCE || kind == GT_COLL_REDUCE_SCATTER;

@@ -1,9 +1,10 @@
 /* fake.c — a communicator with no peers, for compile-only runs and unit tests.
  *
  * Size 1: every collective is the identity on one rank (all_reduce/all_gather/reduce_scatter/
- * all_to_all copy in to out; broadcast leaves buf as it is). Simulated size > 1: the generic layer
- * has checked shapes and dtypes; nothing is moved, out is left untouched, since there is no peer
- * data to produce. The schedule check sees every simulated rank with this rank's schedule. */
+ * all_to_all copy in to out, a widening reduce_scatter widens it; broadcast leaves buf as it is).
+ * Simulated size > 1: the generic layer has checked shapes and dtypes; nothing is moved, out is
+ * left untouched, since there is no peer data to produce. The schedule check sees every simulated
+ * rank with this rank's schedule. */
 #include "graphtrain/gt_comm.h"
 
 #include <stdio.h>
@@ -13,9 +14,14 @@
 static gt_status fake_start(gt_comm *c, gt_coll_kind kind, const gt_tensor *in, gt_tensor *out,
                             int root, gt_comm_request *req, gt_error *err)
 {
-    (void)root, (void)req, (void)err;
-    if (c->size == 1 && kind != GT_COLL_BROADCAST && in->data != out->data)
-        memmove(out->data, in->data, gt_tensor_nbytes(in));
+    (void)root, (void)req;
+    if (c->size != 1 || kind == GT_COLL_BROADCAST) return GT_OK;
+    if (in->dtype != out->dtype) { /* a widening reduce_scatter: the one-block sum, widened */
+        const void *src[1] = {in->data};
+        return gt_comm_sum_ordered(in->dtype, out->dtype, gt_tensor_numel(out), src, 1, out->data,
+                                   err);
+    }
+    if (in->data != out->data) memmove(out->data, in->data, gt_tensor_nbytes(in));
     return GT_OK;
 }
 

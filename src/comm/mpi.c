@@ -3,8 +3,9 @@
  * Every collective is posted as one MPI non-blocking operation on bytes (MPI_BYTE), so async
  * start returns at once and gt_comm_wait completes it. Sums never use MPI's reductions, whose
  * order is implementation-defined; instead:
- *   reduce_scatter: MPI_Ialltoall of the n row blocks; rank r then sums the n blocks it received,
- *                   block 0 + block 1 + … in rank order (gt_comm_sum_ordered).
+ *   reduce_scatter: MPI_Ialltoall of the n row blocks (in the input dtype, also when the output
+ *                   is wider); rank r then sums the n blocks it received, block 0 + block 1 + …
+ *                   in rank order (gt_comm_sum_ordered), into the output dtype.
  *   all_reduce:     the flat tensor (N elements) is cut into n chunks of N/n (+1 for the first
  *                   N mod n); MPI_Ialltoallv sends chunk j to rank j, rank j sums its chunk in
  *                   rank order, then MPI_Iallgatherv (in place) spreads the reduced chunks. Each
@@ -180,7 +181,8 @@ static gt_status mpi_start(gt_comm *c, gt_coll_kind kind, const gt_tensor *in, g
             MPI_Ialltoall(in->data, block, MPI_BYTE, out->data, block, MPI_BYTE, comm, &s->request);
         break;
     case GT_COLL_REDUCE_SCATTER:
-        GT_TRY(to_int(c, kind, gt_tensor_nbytes(out), &block, err));
+        /* blocks in the input dtype: out may be wider (f32 for bf16/f16, gt_comm.h) */
+        GT_TRY(to_int(c, kind, (size_t)gt_tensor_numel(out) * es, &block, err));
         s->chunk_numel = gt_tensor_numel(out);
         s->scratch = malloc((size_t)block * (size_t)n + 1);
         if (!s->scratch)
@@ -244,7 +246,8 @@ static gt_status mpi_wait(gt_comm *c, gt_comm_request *req, gt_error *err)
         src[r] = (const char *)s->scratch + (size_t)r * block;
     char *dst = req->out->data;
     if (req->kind == GT_COLL_ALL_REDUCE) dst += s->displs[c->rank];
-    gt_status st = gt_comm_sum_ordered(dt, s->chunk_numel, (const void *const *)src, n, dst, err);
+    gt_status st = gt_comm_sum_ordered(dt, req->out->dtype, s->chunk_numel,
+                                       (const void *const *)src, n, dst, err);
     free(src);
     if (st != GT_OK || req->kind == GT_COLL_REDUCE_SCATTER) return st;
 

@@ -14,8 +14,8 @@
  *
  * Sums (all_reduce, reduce_scatter) in rank order, the MPI communicator's bits:
  *   reduce_scatter: block j of the input goes to rank j (grouped ncclSend/ncclRecv; the own block
- *     is a device copy) into scratch [n][k]; gt_cuda_comm_sum adds the n blocks in rank order
- *     into the output.
+ *     is a device copy) into scratch [n][k], in the input dtype; gt_cuda_comm_sum adds the n
+ *     blocks in rank order into the output, in its dtype (f32 for a widening bf16/f16 scatter).
  *   all_reduce (N elements, c = ceil(N / n), rank j owns elements [j·c, min((j+1)·c, N))): the
  *     same exchange of the owned chunks, the rank-order sum of this rank's chunk, then an in-place
  *     ncclAllGather of the reduced chunks — into the output when n divides N, else into a padded
@@ -441,7 +441,8 @@ static void give_event(nccl_impl *im, cudaEvent_t ev)
 static size_t scratch_need(gt_comm *c, gt_coll_kind kind, const gt_tensor *in, const gt_tensor *out)
 {
     size_t es = gt_dtype_size(in->dtype), n = (size_t)c->size;
-    if (kind == GT_COLL_REDUCE_SCATTER) return n * gt_tensor_nbytes(out);
+    /* n received blocks of the output's length, in the input dtype (out may be wider) */
+    if (kind == GT_COLL_REDUCE_SCATTER) return n * (size_t)gt_tensor_numel(out) * es;
     if (kind != GT_COLL_ALL_REDUCE) return 0;
     size_t numel = (size_t)gt_tensor_numel(in), chunk = (numel + n - 1) / n;
     if (numel % n == 0) return n * chunk * es;
@@ -478,7 +479,9 @@ static gt_status enqueue_reduce_scatter(gt_comm *c, const gt_tensor *in, gt_tens
 {
     nccl_impl *im = gt_nccl_impl(c);
     int n = c->size;
-    size_t blk = gt_tensor_nbytes(out);
+    /* blocks travel in the input dtype; a widening scatter (bf16/f16 in, f32 out) sums them in
+     * f32 straight into the output */
+    size_t blk = (size_t)gt_tensor_numel(out) * gt_dtype_size(in->dtype);
     size_t *off = gt_xmalloc(2 * (size_t)n * sizeof *off), *len = off + n;
     for (int j = 0; j < n; j++) {
         off[j] = (size_t)j * blk;
@@ -487,8 +490,8 @@ static gt_status enqueue_reduce_scatter(gt_comm *c, const gt_tensor *in, gt_tens
     gt_status st = exchange(c, in->data, off, len, im->scratch, blk, "reduce_scatter", err);
     free(off);
     if (st != GT_OK) return st;
-    return gt_cuda_comm_sum(in->dtype, gt_tensor_numel(out), im->scratch, n, out->data, im->stream,
-                            err);
+    return gt_cuda_comm_sum(in->dtype, out->dtype, gt_tensor_numel(out), im->scratch, n, out->data,
+                            im->stream, err);
 }
 
 static gt_status enqueue_all_reduce(gt_comm *c, const gt_tensor *in, gt_tensor *out, gt_error *err)
@@ -510,7 +513,8 @@ static gt_status enqueue_all_reduce(gt_comm *c, const gt_tensor *in, gt_tensor *
     bool even = numel % (size_t)n == 0;
     char *gather = even ? out->data : (char *)im->scratch + align_up((size_t)n * chunk * es);
     char *dst = gather + (size_t)me * chunk * es;
-    GT_TRY(gt_cuda_comm_sum(in->dtype, (int64_t)(mine / es), im->scratch, n, dst, im->stream, err));
+    GT_TRY(gt_cuda_comm_sum(in->dtype, out->dtype, (int64_t)(mine / es), im->scratch, n, dst,
+                            im->stream, err));
     GT_TRY(settle_call(c, ncclAllGather(dst, gather, chunk * es, ncclUint8, im->nccl, im->stream),
                        "all_reduce", err));
     if (even) return GT_OK;

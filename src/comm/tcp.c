@@ -20,8 +20,8 @@
  * collectives are out of order fail naming the peer instead of reading garbage. One poll loop
  * progresses every send and receive at once, so large messages cannot deadlock on full socket
  * buffers. Sums are those of the MPI communicator (src/comm/mpi.c), bit for bit:
- *   reduce_scatter: the n row blocks go to their ranks; rank r sums the n blocks it holds in rank
- *                   order (gt_comm_sum_ordered);
+ *   reduce_scatter: the n row blocks go to their ranks (in the input dtype); rank r sums the n
+ *                   blocks it holds in rank order (gt_comm_sum_ordered) into the output dtype;
  *   all_reduce:     the flat tensor (N elements) is cut into n chunks of N/n (+1 for the first
  *                   N mod n); rank j receives chunk j of every rank, sums them in rank order, and
  *                   then every rank receives every reduced chunk.
@@ -248,8 +248,9 @@ static gt_status tcp_start(gt_comm *c, gt_coll_kind kind, const gt_tensor *in, g
         break;
     }
     case GT_COLL_REDUCE_SCATTER: {
-        /* block i of every rank to rank i; rank me sums the n blocks it holds in rank order */
-        size_t b = gt_tensor_nbytes(out);
+        /* block i of every rank to rank i; rank me sums the n blocks it holds in rank order.
+         * Blocks are in the input dtype: out may be wider (f32 for bf16/f16, gt_comm.h). */
+        size_t b = (size_t)gt_tensor_numel(out) * es;
         char *scratch = gt_xmalloc((size_t)n * b + 1);
         for (int i = 0; i < n; i++)
             p[i] = (tc_part){.send = src + (size_t)i * b,
@@ -264,8 +265,8 @@ static gt_status tcp_start(gt_comm *c, gt_coll_kind kind, const gt_tensor *in, g
             const void **blocks = gt_xmalloc(sizeof(void *) * (size_t)n);
             for (int i = 0; i < n; i++)
                 blocks[i] = scratch + (size_t)i * b;
-            st = gt_comm_sum_ordered(in->dtype, gt_tensor_numel(out), (const void *const *)blocks,
-                                     n, dst, err);
+            st = gt_comm_sum_ordered(in->dtype, out->dtype, gt_tensor_numel(out),
+                                     (const void *const *)blocks, n, dst, err);
             free(blocks);
         }
         free(scratch);
@@ -296,8 +297,8 @@ static gt_status tcp_start(gt_comm *c, gt_coll_kind kind, const gt_tensor *in, g
             const void **blocks = gt_xmalloc(sizeof(void *) * (size_t)n);
             for (int i = 0; i < n; i++)
                 blocks[i] = scratch + (size_t)i * mine;
-            st = gt_comm_sum_ordered(in->dtype, (int64_t)(mine / es), (const void *const *)blocks,
-                                     n, dst + off[me], err);
+            st = gt_comm_sum_ordered(in->dtype, out->dtype, (int64_t)(mine / es),
+                                     (const void *const *)blocks, n, dst + off[me], err);
             free(blocks);
         }
         if (st == GT_OK) {

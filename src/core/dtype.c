@@ -89,6 +89,11 @@ bool gt_dtype_is_float(gt_dtype dt)
     return dt == GT_F32 || dt == GT_BF16 || dt == GT_F16;
 }
 
+bool gt_dtype_widens_to_f32(gt_dtype from, gt_dtype to)
+{
+    return to == GT_F32 && (from == GT_BF16 || from == GT_F16);
+}
+
 float gt_bf16_to_f32(uint16_t h)
 {
     uint32_t u = (uint32_t)h << 16;

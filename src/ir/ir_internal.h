@@ -20,11 +20,15 @@ enum { GT_ATTR_I = 0, GT_ATTR_F, GT_ATTR_E, GT_ATTR_CLASSES };
 #define GT_SCHEMA_MAX_NAMES 8
 
 /* A schema string "i:a,b f:c e:d*" parsed: per class the slot names, in order; a trailing '*'
- * name is a list that takes every remaining slot of its class. */
+ * name is a list that takes every remaining slot of its class; trailing names ending in '?' are
+ * optional slots a node may leave out (from the end: "i:a,b?" allows 1 or 2 ints), for an
+ * attribute added to an op after graphs without it were built (its absence means what the op
+ * did before). A class has a list or optional names, not both. */
 typedef struct {
     int n_classes;
     int order[GT_ATTR_CLASSES]; /* classes in the order the schema names them */
     int n_names[GT_ATTR_CLASSES];
+    int n_optional[GT_ATTR_CLASSES];                        /* trailing names that end in '?' */
     bool has_list[GT_ATTR_CLASSES];                         /* last name of the class ends in '*' */
     const char *name[GT_ATTR_CLASSES][GT_SCHEMA_MAX_NAMES]; /* points into the schema string */
     int name_len[GT_ATTR_CLASSES][GT_SCHEMA_MAX_NAMES];     /* without the '*' */
@@ -38,10 +42,16 @@ static inline int gt_schema_fixed(const gt_schema *s, int cls)
 {
     return s->n_names[cls] - (s->has_list[cls] ? 1 : 0);
 }
+/* Slots a node must give: the fixed ones minus the optional ones. */
+static inline int gt_schema_required(const gt_schema *s, int cls)
+{
+    return gt_schema_fixed(s, cls) - s->n_optional[cls];
+}
 int gt_attr_class_max(int cls); /* GT_MAX_IATTR, GT_MAX_FATTR, GT_MAX_EATTR */
 
 /* Checks a node's attribute counts against its op's schema. With fill, missing int/float slots of
- * the fixed part are added as zeros (so a NULL attrs means "all zero"); expression slots cannot
+ * the required part are added as zeros (so a NULL attrs means "all zero"; optional slots left out
+ * stay out, since their absence has a meaning of its own); expression slots cannot
  * default (0 is a real expression), so missing ones are an error. Unused slots are zeroed in
  * either mode when fill is set, so equal attributes compare equal with memcmp.
  * label names the node ("matmul at layers.0.wq"). */

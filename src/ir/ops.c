@@ -112,7 +112,7 @@ void gt_schema_parse(const char *schema, gt_schema *s)
         p += 2;
         for (;;) {
             const char *start = p;
-            while (*p && *p != ',' && *p != ' ' && *p != '*')
+            while (*p && *p != ',' && *p != ' ' && *p != '*' && *p != '?')
                 p++;
             int k = s->n_names[cls];
             GT_CHECK(p > start && k < GT_SCHEMA_MAX_NAMES && !s->has_list[cls]);
@@ -120,8 +120,14 @@ void gt_schema_parse(const char *schema, gt_schema *s)
             s->name_len[cls][k] = (int)(p - start);
             s->n_names[cls] = k + 1;
             if (*p == '*') {
+                GT_CHECK(s->n_optional[cls] == 0); /* a list after optional slots: ambiguous */
                 s->has_list[cls] = true;
                 p++;
+            } else if (*p == '?') {
+                s->n_optional[cls]++;
+                p++;
+            } else {
+                GT_CHECK(s->n_optional[cls] == 0); /* optional slots come last */
             }
             if (*p != ',') break;
             p++;
@@ -140,24 +146,24 @@ gt_status gt_attrs_fit(gt_op op, gt_attrs *a, bool fill, const char *label, gt_e
     gt_schema_parse(info->schema, &s);
     uint8_t *counts[GT_ATTR_CLASSES] = {&a->ni, &a->nf, &a->ne};
     for (int cls = 0; cls < GT_ATTR_CLASSES; cls++) {
-        int fixed = gt_schema_fixed(&s, cls);
+        int fixed = gt_schema_fixed(&s, cls), required = gt_schema_required(&s, cls);
         int max = s.has_list[cls] ? gt_attr_class_max(cls) : fixed;
         int n = *counts[cls];
         if (n > max)
             return gt_error_set(err, GT_ERR_INVALID,
                                 "%s: %d %s attributes given, at most %d fit its schema \"%s\"",
                                 label, n, gt_attr_class_word[cls], max, info->schema);
-        if (n < fixed) {
+        if (n < required) {
             /* Zero is a fine default for a flag or a scalar, not for an expression id. */
             if (!fill || cls == GT_ATTR_E)
                 return gt_error_set(err, GT_ERR_INVALID,
                                     "%s: %d %s attributes given, its schema \"%s\" needs %d", label,
-                                    n, gt_attr_class_word[cls], info->schema, fixed);
-            for (int k = n; k < fixed; k++) {
+                                    n, gt_attr_class_word[cls], info->schema, required);
+            for (int k = n; k < required; k++) {
                 if (cls == GT_ATTR_I) a->i[k] = 0;
                 if (cls == GT_ATTR_F) a->f[k] = 0.0;
             }
-            n = fixed;
+            n = required;
         }
         if (fill) {
             for (int k = n; k < gt_attr_class_max(cls); k++) {

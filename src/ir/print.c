@@ -168,6 +168,8 @@ static void strbuf_attrs(gt_strbuf *sb, const gt_graph *g, const gt_node *n, boo
         for (int j = 0; j < s.n_names[cls]; j++) {
             bool list = s.has_list[cls] && j == s.n_names[cls] - 1;
             bool is_dtype = s.name_len[cls][j] == 5 && !strncmp(s.name[cls][j], "dtype", 5);
+            /* an optional slot left out prints nothing: graphs without it read as before */
+            if (j >= gt_schema_required(&s, cls) && j >= limit && !list) continue;
             gt_strbuf_printf(sb, "%s%.*s=", first ? (after_inputs ? "; " : "") : ", ",
                              s.name_len[cls][j], s.name[cls][j]);
             first = false;

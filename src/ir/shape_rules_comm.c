@@ -5,7 +5,12 @@
  *   all_gather_start     x [k, ...]   -> [n*k, ...]      any dtype (bytes are only moved)
  *   reduce_scatter_start x [m, ...]   -> [m // n, ...]   float; m must divide by n when constant
  *                                                        (a symbolic m is trusted: parallelize
- *                                                        only scatters dims it made divisible)
+ *                                                        only scatters dims it made divisible);
+ *                                                        output dtype = attr dtype (optional,
+ *                                                        absent: x's): x's own, or f32 for a
+ *                                                        bf16/f16 x (the widening scatter: the
+ *                                                        sum is taken in f32 anyway, so this is
+ *                                                        bitwise the scatter of cast(x, f32))
  *   all_reduce_start     x            -> x's type        float
  *   wait(pending, x)                  -> pending's type  pending: the output of a start; x: that
  *                                                        start's input, listed only so that it
@@ -79,7 +84,25 @@ gt_status gt_shape_reduce_scatter_start(gt_graph *g, const gt_node *n, gt_type *
                              "input 0 dim 0 (%lld) must divide by group_size %lld, got %s",
                              (long long)m, (long long)size, gt_type_str(g, x, ts, sizeof ts));
     }
+    gt_dtype dt = x->dtype;
+    if (n->attrs.ni >= 3) {
+        int64_t want = n->attrs.i[2];
+        bool widen = want == GT_F32 && gt_dtype_widens_to_f32(x->dtype, GT_F32);
+        if (want != (int64_t)x->dtype && !widen) {
+            char ts[160], ds[32];
+            if (want >= 0 && want < GT_DTYPE_COUNT)
+                snprintf(ds, sizeof ds, "%s", gt_dtype_name((gt_dtype)want));
+            else
+                snprintf(ds, sizeof ds, "%lld (not a dtype)", (long long)want);
+            return gt_shape_fail(g, n, err, GT_ERR_SHAPE,
+                                 "output dtype %s for input %s: expected the input's dtype, or "
+                                 "f32 for a bf16/f16 input (a widening reduce-scatter)",
+                                 ds, gt_type_str(g, x, ts, sizeof ts));
+        }
+        dt = (gt_dtype)want;
+    }
     out[0] = *x;
+    out[0].dtype = dt;
     out[0].dims[0] = gt_sym_floordiv(g->sym, x->dims[0], gt_sym_const(g->sym, size));
     *n_out = 1;
     return GT_OK;

@@ -19,6 +19,9 @@
  *   fsdp_bucketing after those (parallelized graphs only): it merges the FSDP collectives of each
  *                 block, so it must see the final set of gathers (remat never copies one, DCE
  *                 may drop some) and leaves no dead nodes behind;
+ *   reduce_scatter_narrow  after bucketing (it rewrites a bucket's whole concat tree over the
+ *                 gradients' casts, or a lone gradient's when bucketing is off) and before the
+ *                 reorder, which then places the widening reduce-scatters like any other;
  *   fsdp_reorder  last: it only moves nodes, placing the (bucketed) starts and waits for overlap.
  * The pipeline drops the passes the options disable (and, on a graph without a mesh, the
  * mesh-only ones), verifies the graph before the first pass and after each one (verify_each),
@@ -46,6 +49,8 @@ static const gt_pass_info gt_passes[] = {
      "fuse chains and trees of elementwise ops into one fused_elementwise kernel each", false},
     {"fsdp_bucketing", gt_pass_fsdp_bucketing, GT_PASS_EXACT,
      "merge the FSDP collectives of each block into one", true},
+    {"reduce_scatter_narrow", gt_pass_reduce_scatter_narrow, GT_PASS_EXACT,
+     "reduce-scatter bf16/f16 gradients into f32 instead of casting them to f32 first", true},
     {"fsdp_reorder", gt_pass_fsdp_reorder, GT_PASS_EXACT,
      "prefetch FSDP all-gathers one block ahead, start reduce-scatters early, defer waits", true},
 };

@@ -8,7 +8,8 @@
  * 1-D graph also a naive loop. Checked:
  *   - each collective on device tensors through NCCL (all_reduce of f32 with numel divisible by
  *     the group or not, fewer elements than ranks, in place, bf16, i32; reduce_scatter f32 and
- *     bf16; all_gather; broadcast; all_to_all) equals the MPI result bit for bit; host waits go
+ *     bf16, and bf16 / f16 into f32 (widening: also equal to MPI's f32 scatter of the widened
+ *     inputs); all_gather; broadcast; all_to_all) equals the MPI result bit for bit; host waits go
  *     through gt_comm_nccl_wait_event;
  *   - the hand-built SPMD graphs of tests/distributed/test_program_mpi.c (1-D mesh with the rank
  *     symbol, gather / scatter / sum / bf16 sum; 2-D mesh dp_shard x tp with split NCCL
@@ -156,6 +157,37 @@ static void check_coll(gt_comm *mpi, gt_comm *nccl, gt_coll_kind kind, gt_dtype 
     gt_tensor_free(&got);
 }
 
+/* The widening reduce_scatter (dt = bf16 or f16 in, f32 out; inputs comm_test_value16) through
+ * NCCL: bitwise the MPI communicator's widening scatter and its f32 scatter of the widened
+ * inputs. */
+static void check_widening(gt_comm *mpi, gt_comm *nccl, gt_dtype dt, int64_t rows, int64_t cols)
+{
+    int me = gt_comm_rank(mpi), n = gt_comm_size(mpi);
+    gt_error err = {0};
+    int64_t s_in[2] = {n * rows, cols}, s_out[2] = {rows, cols};
+    gt_tensor in, wide, ref, ref_f32, got;
+    gt_tensor_alloc(&in, dt, 2, s_in, &err);
+    gt_tensor_alloc(&wide, GT_F32, 2, s_in, &err);
+    gt_tensor_alloc(&ref, GT_F32, 2, s_out, &err);
+    gt_tensor_alloc(&ref_f32, GT_F32, 2, s_out, &err);
+    gt_tensor_alloc(&got, GT_F32, 2, s_out, &err);
+    for (int64_t i = 0; i < n * rows * cols; i++) {
+        ((uint16_t *)in.data)[i] = comm_test_value16(dt, me, i);
+        ((float *)wide.data)[i] = comm_test_widen16(dt, ((uint16_t *)in.data)[i]);
+    }
+    EXPECT_OK(gt_comm_reduce_scatter(mpi, &in, &ref, &err), &err);
+    EXPECT_OK(gt_comm_reduce_scatter(mpi, &wide, &ref_f32, &err), &err);
+    gt_status st = nccl_coll(nccl, GT_COLL_REDUCE_SCATTER, &in, &got, false, &err);
+    EXPECT(st == GT_OK, "rank %d reduce_scatter %s -> f32: NCCL: %s", me, gt_dtype_name(dt),
+           err.msg);
+    EXPECT(st == GT_OK && comm_test_same_bits(&got, &ref) && comm_test_same_bits(&got, &ref_f32),
+           "rank %d reduce_scatter %s -> f32 [%lld, %lld]: NCCL bits == MPI bits (widening and "
+           "f32 of the widened inputs)",
+           me, gt_dtype_name(dt), (long long)rows, (long long)cols);
+    gt_tensor_free(&in), gt_tensor_free(&wide), gt_tensor_free(&ref);
+    gt_tensor_free(&ref_f32), gt_tensor_free(&got);
+}
+
 static void test_collectives(gt_comm *mpi, gt_comm *nccl)
 {
     int64_t n = mpi->size;
@@ -175,6 +207,8 @@ static void test_collectives(gt_comm *mpi, gt_comm *nccl)
                (int64_t[]){7, 3}, false, "reduce_scatter f32");
     check_coll(mpi, nccl, GT_COLL_REDUCE_SCATTER, GT_BF16, 2, (int64_t[]){5 * n, 8},
                (int64_t[]){5, 8}, false, "reduce_scatter bf16");
+    check_widening(mpi, nccl, GT_BF16, 5, 8); /* 40 per block: the 16-byte vector path */
+    check_widening(mpi, nccl, GT_F16, 7, 3);  /* 21 per block: one element at a time */
     check_coll(mpi, nccl, GT_COLL_ALL_GATHER, GT_F32, 2, (int64_t[]){3, 5}, (int64_t[]){3 * n, 5},
                false, "all_gather");
     check_coll(mpi, nccl, GT_COLL_BROADCAST, GT_BF16, 1, (int64_t[]){41}, (int64_t[]){41}, true,

@@ -176,6 +176,97 @@ static inline void comm_test_moves(gt_comm *c)
     gt_tensor_free(&small), gt_tensor_free(&big), gt_tensor_free(&big2);
 }
 
+/* The 16-bit inputs of the widening tests: rank r's element i is comm_test_value (salt 8), times
+ * 1e-2 for f16 so that the 1e6 magnitudes stay finite, rounded to dt (bf16 or f16, nearest
+ * even); comm_test_widen16 gives its exact f32 value. */
+static inline uint16_t comm_test_value16(gt_dtype dt, int rank, int64_t i)
+{
+    float x = comm_test_value(rank, i, 8);
+    return dt == GT_BF16 ? gt_f32_to_bf16(x) : gt_f32_to_f16(x * 1e-2f);
+}
+
+static inline float comm_test_widen16(gt_dtype dt, uint16_t h)
+{
+    return dt == GT_BF16 ? gt_bf16_to_f32(h) : gt_f16_to_f32(h);
+}
+
+/* A widening reduce_scatter over c (gt_comm.h): rank r's input [n*rows, cols] of dt (bf16 or f16,
+ * comm_test_value16) into an f32 output [rows, cols]. Its bits must equal (a) the f32
+ * reduce_scatter over c of the inputs widened on the host and (b) the naive rank-order f32 sum of
+ * the widened inputs. Then the dtype pairs every communicator refuses, on every rank at the start
+ * (so no rank is left waiting): f32 into bf16, bf16 into f16, and all_reduce / all_gather of bf16
+ * into f32. */
+static inline void comm_test_reduce_scatter_widen(gt_comm *c, gt_dtype dt, int64_t rows,
+                                                  int64_t cols)
+{
+    gt_error err = {0};
+    int n = c->size;
+    int64_t s_in[2] = {n * rows, cols}, s_out[2] = {rows, cols}, blk = rows * cols;
+    gt_tensor in, wide, got, ref;
+    gt_tensor_alloc(&in, dt, 2, s_in, &err);
+    gt_tensor_alloc(&wide, GT_F32, 2, s_in, &err);
+    gt_tensor_alloc(&got, GT_F32, 2, s_out, &err);
+    gt_tensor_alloc(&ref, GT_F32, 2, s_out, &err);
+    for (int64_t i = 0; i < n * blk; i++) {
+        uint16_t h = comm_test_value16(dt, c->rank, i);
+        ((uint16_t *)in.data)[i] = h;
+        ((float *)wide.data)[i] = comm_test_widen16(dt, h);
+    }
+    memset(got.data, 0xff, gt_tensor_nbytes(&got));
+    EXPECT_OK(gt_comm_reduce_scatter(c, &in, &got, &err), &err);
+    EXPECT_OK(gt_comm_reduce_scatter(c, &wide, &ref, &err), &err);
+    int bad_ref = 0, bad_naive = 0;
+    for (int64_t i = 0; i < blk; i++) {
+        float naive = 0.0f;
+        for (int r = 0; r < n; r++) {
+            float x = comm_test_widen16(dt, comm_test_value16(dt, r, c->rank * blk + i));
+            naive = r == 0 ? x : naive + x;
+        }
+        bad_ref += memcmp((float *)got.data + i, (float *)ref.data + i, sizeof(float)) != 0;
+        bad_naive += memcmp((float *)got.data + i, &naive, sizeof naive) != 0;
+    }
+    EXPECT(bad_ref == 0 && bad_naive == 0,
+           "rank %d: reduce_scatter %s -> f32 [%lld, %lld]: %d elements differ from the f32 "
+           "reduce_scatter of the widened inputs, %d from the rank-order sum",
+           c->rank, gt_dtype_name(dt), (long long)rows, (long long)cols, bad_ref, bad_naive);
+
+    /* refused: any other dtype change, and any change by another collective */
+    gt_tensor out16, out_other, wide_out;
+    gt_tensor_alloc(&out16, dt, 2, s_out, &err);
+    gt_tensor_alloc(&out_other, dt == GT_BF16 ? GT_F16 : GT_BF16, 2, s_out, &err);
+    gt_tensor_alloc(&wide_out, GT_F32, 2, s_in, &err);
+    char rank_s[32];
+    snprintf(rank_s, sizeof rank_s, "rank %d", c->rank);
+    struct {
+        gt_coll_kind kind;
+        const gt_tensor *in;
+        gt_tensor *out;
+        const char *what;
+    } refused[3] = {{GT_COLL_REDUCE_SCATTER, &wide, &out16, "reduce_scatter f32 -> 16-bit"},
+                    {GT_COLL_REDUCE_SCATTER, &in, &out_other, "reduce_scatter bf16 <-> f16"},
+                    {GT_COLL_ALL_REDUCE, &in, &wide_out, "all_reduce 16-bit -> f32"}};
+    for (int k = 0; k < 3; k++) {
+        gt_error e = {0};
+        gt_status st = refused[k].kind == GT_COLL_REDUCE_SCATTER
+                           ? gt_comm_reduce_scatter(c, refused[k].in, refused[k].out, &e)
+                           : gt_comm_all_reduce(c, refused[k].in, refused[k].out, &e);
+        EXPECT(st == GT_ERR_SHAPE && strstr(e.msg, rank_s) &&
+                   strstr(e.msg, gt_coll_kind_name(refused[k].kind)) && strstr(e.msg, "dtype"),
+               "%s: refused with a message naming the rank, the collective and the dtypes (%s)",
+               refused[k].what, e.msg);
+    }
+    gt_tensor gathered;
+    int64_t s_gather[2] = {n * n * rows, cols};
+    gt_tensor_alloc(&gathered, GT_F32, 2, s_gather, &err);
+    gt_error e = {0};
+    EXPECT(gt_comm_all_gather(c, &in, &gathered, &e) == GT_ERR_SHAPE &&
+               strstr(e.msg, "all_gather") && strstr(e.msg, "dtype"),
+           "all_gather 16-bit -> f32 refused: %s", e.msg);
+    gt_tensor_free(&in), gt_tensor_free(&wide), gt_tensor_free(&got), gt_tensor_free(&ref);
+    gt_tensor_free(&out16), gt_tensor_free(&out_other), gt_tensor_free(&wide_out);
+    gt_tensor_free(&gathered);
+}
+
 /* ---------------------------------------------------------------- graphs with collectives */
 
 /* The mesh dp_replicate x dp_shard x tp of the given sizes. */

@@ -3,7 +3,9 @@
  * Every rank's input is a pure function of (rank, element), so each rank computes the reference
  * for every collective locally: sums as a naive loop over ranks in rank order (f32 accumulation,
  * one rounding for bf16), gathers and all-to-alls as index arithmetic. Sums are compared bit for
- * bit: the communicator promises the rank-order sum. */
+ * bit: the communicator promises the rank-order sum. The widening reduce_scatter (bf16 / f16 in,
+ * f32 out) also equals the f32 reduce_scatter of the inputs widened on the host, and the dtype
+ * pairs it does not allow are refused (comm_test_reduce_scatter_widen). */
 #include <string.h>
 
 #include "comm_test.h"
@@ -144,6 +146,9 @@ int main(int argc, char **argv)
     comm_test_all_reduce(world, GT_BF16, 515, false, true);
     comm_test_all_reduce(world, GT_I64, 99, false, true);
     test_gather_scatter_a2a(world);
+    comm_test_reduce_scatter_widen(world, GT_BF16, 5, 8); /* 40 per block: 16-byte vectors */
+    comm_test_reduce_scatter_widen(world, GT_F16, 7, 3);
+    comm_test_reduce_scatter_widen(world, GT_BF16, 1, 1);
     test_async(world);
     test_split(world);
     test_schedule(world);

@@ -17,7 +17,9 @@
  * collective against a local reference (each rank's input is a pure function of (rank, element),
  * sums are naive loops in rank order, compared bit for bit), including a 4 MB all-reduce (larger
  * than the socket buffers: the exchange must not deadlock), chunks of zero elements, bf16, i64 in
- * place, a split with reversed keys, and a schedule mismatch reported on every rank. */
+ * place, the widening reduce_scatter (bf16 / f16 into f32: also equal to the f32 one of the
+ * widened inputs; other dtype pairs refused), a split with reversed keys, and a schedule mismatch
+ * reported on every rank. */
 #include "launch.h" /* first: train_child.h defines _GNU_SOURCE */
 #include "launch_env.h"
 
@@ -166,6 +168,8 @@ static int comm_rank_main(void)
     comm_test_all_reduce(w, GT_BF16, 37, false, false);
     comm_test_all_reduce(w, GT_I64, 29, true, false);
     comm_test_moves(w);
+    comm_test_reduce_scatter_widen(w, GT_BF16, 5, 8);
+    comm_test_reduce_scatter_widen(w, GT_F16, 7, 3);
     check_split(w);
     check_schedule_mismatch(w);
     gt_comm_destroy(w);

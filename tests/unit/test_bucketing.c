@@ -1,4 +1,5 @@
-/* test_bucketing.c — the FSDP passes (fsdp_bucketing, fsdp_reorder) and the collective report.
+/* test_bucketing.c — the FSDP passes (fsdp_bucketing, reduce_scatter_narrow, fsdp_reorder) and the
+ * collective report.
  *
  * Graphs: a small FSDP step built by hand the way parallelize emits it (each parameter
  * all-gathered right before its use, each gradient reduce-scattered right after it is produced,
@@ -14,7 +15,10 @@
  *   - values: every variant (bucketed, reordered, both, capped) and the original run on every
  *     rank of an in-process simulation (one thread per rank, collectives summing in rank order
  *     through gt_comm_sum_ordered) with the same inputs: every output of every rank bitwise
- *     equal, through the eager executor and the compiled program;
+ *     equal, through the eager executor and the compiled program; with gradients rounded to bf16
+ *     and widened again before their reduce-scatter (as mixed precision makes them), the same for
+ *     reduce_scatter_narrow after bucketing and alone, which must leave every reduce-scatter
+ *     reading bf16 into f32;
  *   - order: gt_graph_verify (topological), the gather start of bucket i+1 before the first
  *     matmul of bucket i in forward and backward, and gt_pass_collectives reporting overlap for
  *     them (nodes and FLOPs recounted here from the node order). */
@@ -41,9 +45,10 @@
 
 typedef struct {
     int layers;
-    bool cast;    /* forward gathers move bf16 casts of the parameters */
-    bool reshard; /* the backward gathers again */
-    bool hsdp;    /* dp_replicate 2 x dp_shard 2; gradients all-reduced over dp_replicate */
+    bool cast;       /* forward gathers move bf16 casts of the parameters */
+    bool reshard;    /* the backward gathers again */
+    bool hsdp;       /* dp_replicate 2 x dp_shard 2; gradients all-reduced over dp_replicate */
+    bool bf16_grads; /* gradients cast to bf16 and back to f32 before their reduce-scatter */
 } spec;
 
 /* ---------------------------------------------------------------- the hand-built FSDP step */
@@ -68,6 +73,7 @@ static gt_value_id gather(gt_graph *g, const spec *sp, gt_value_id p)
 
 static gt_value_id reduce_grad(gt_graph *g, const spec *sp, gt_value_id grad)
 {
+    if (sp->bf16_grads) grad = gt_cast(g, gt_cast(g, grad, GT_BF16), GT_F32);
     gt_value_id r = collective(g, GT_OP_REDUCE_SCATTER_START, grad, 1, GT_FSDP_TAG_REDUCE_SCATTER);
     if (sp->hsdp) r = collective(g, GT_OP_ALL_REDUCE_START, r, 0, GT_FSDP_TAG_ALL_REDUCE);
     return r;
@@ -298,13 +304,13 @@ static gt_status sim_start(gt_comm *c, gt_coll_kind kind, const gt_tensor *in, g
         size_t es = gt_dtype_size(in->dtype);
         for (int r = 0; r < c->size; r++)
             src[r] = (const char *)grp->in[r]->data + (size_t)(c->rank * block) * es;
-        st = gt_comm_sum_ordered(in->dtype, block, src, c->size, out->data, err);
+        st = gt_comm_sum_ordered(in->dtype, out->dtype, block, src, c->size, out->data, err);
         break;
     }
     case GT_COLL_ALL_REDUCE:
         for (int r = 0; r < c->size; r++)
             src[r] = grp->in[r]->data;
-        st = gt_comm_sum_ordered(in->dtype, numel, src, c->size, out->data, err);
+        st = gt_comm_sum_ordered(in->dtype, out->dtype, numel, src, c->size, out->data, err);
         break;
     default:
         st = gt_error_set(err, GT_ERR_UNSUPPORTED, "simulated communicator: %s",
@@ -769,7 +775,47 @@ static void test_reorder(const spec *sp)
     gt_graph_free(g0);
 }
 
-/* Without a mesh both passes leave the graph alone. */
+/* reduce_scatter_starts that read bf16 into f32, and all of them. */
+static int count_widening(const gt_graph *g, int *starts)
+{
+    int w = 0;
+    *starts = 0;
+    for (gt_node_id n = 0; n < g->n_nodes; n++) {
+        const gt_node *nd = &g->nodes[n];
+        if (nd->op != GT_OP_REDUCE_SCATTER_START) continue;
+        (*starts)++;
+        w += gt_value_type(g, nd->in[0])->dtype == GT_BF16 &&
+             gt_value_type(g, nd->out[0])->dtype == GT_F32;
+    }
+    return w;
+}
+
+/* reduce_scatter_narrow after bucketing, and alone (per-tensor reduce-scatters): every
+ * reduce-scatter then reads the bf16 gradients, the widening casts are gone, and every rank's
+ * outputs keep their bits. */
+static void test_narrow(const spec *sp)
+{
+    int R = sp->hsdp ? 4 : 2;
+    gt_graph *g0 = build_step(sp);
+    gt_graph *v[2] = {variant(g0, "fsdp_bucketing", "reduce_scatter_narrow", 0),
+                      variant(g0, "reduce_scatter_narrow", NULL, 0)};
+    const char *what[2] = {sp->hsdp ? "bucketed + narrowed (hsdp)" : "bucketed + narrowed",
+                           sp->hsdp ? "narrowed (hsdp)" : "narrowed"};
+    for (int k = 0; k < 2; k++) {
+        int starts = 0, widening = count_widening(v[k], &starts);
+        EXPECT(starts > 0 && widening == starts, "%s: %d of %d reduce-scatters read bf16 into f32",
+               what[k], widening, starts);
+        EXPECT(count_op(v[k], GT_OP_CAST) + 3 * sp->layers + 3 == count_op(g0, GT_OP_CAST),
+               "%s: one widening cast per gradient gone (%d -> %d casts)", what[k],
+               count_op(g0, GT_OP_CAST), count_op(v[k], GT_OP_CAST));
+        expect_same_results(g0, v[k], R, what[k]);
+    }
+    gt_graph_free(v[0]);
+    gt_graph_free(v[1]);
+    gt_graph_free(g0);
+}
+
+/* Without a mesh the passes leave the graph alone. */
 static void test_no_mesh(void)
 {
     spec sp = {.layers = 2, .cast = true, .reshard = true};
@@ -778,6 +824,19 @@ static void test_no_mesh(void)
     gt_graph *g = variant(g0, "fsdp_bucketing", "fsdp_reorder", 0);
     char *a = graph_text(g0), *b = graph_text(g);
     EXPECT(strcmp(a, b) == 0, "graph without a mesh changed");
+    free(a);
+    free(b);
+    gt_graph_free(g);
+    gt_graph_free(g0);
+    /* reduce_scatter_narrow too, called directly (the pipeline would skip it) */
+    spec sb = {.layers = 2, .cast = true, .bf16_grads = true};
+    g0 = build_step(&sb);
+    g0->mesh.ndim = 0;
+    g = gt_graph_copy(g0);
+    gt_error err = {0};
+    EXPECT_OK(gt_pass_reduce_scatter_narrow(g, NULL, &err), &err);
+    a = graph_text(g0), b = graph_text(g);
+    EXPECT(strcmp(a, b) == 0, "reduce_scatter_narrow changed a graph without a mesh");
     free(a);
     free(b);
     gt_graph_free(g);
@@ -836,8 +895,9 @@ static void test_pipeline(void)
     int fsdp_ran = 0;
     for (int k = 0; k < rep.n_run; k++)
         fsdp_ran += strncmp(rep.pass[k].name, "fsdp_", 5) == 0;
-    /* the 6 passes of every graph (canonicalize .. dce, fusion) and the 2 FSDP ones */
-    EXPECT(fsdp_ran == 2 && rep.n_run == 8, "with a mesh: %d passes, %d fsdp", rep.n_run, fsdp_ran);
+    /* the 6 passes of every graph (canonicalize .. dce, fusion), the 2 FSDP ones and
+     * reduce_scatter_narrow */
+    EXPECT(fsdp_ran == 2 && rep.n_run == 9, "with a mesh: %d passes, %d fsdp", rep.n_run, fsdp_ran);
     EXPECT(count_op(g, GT_OP_ALL_GATHER_START) < count_op(g0, GT_OP_ALL_GATHER_START),
            "default pipeline did not bucket");
     char path[256];
@@ -967,10 +1027,22 @@ static void test_tiny(void)
     }
     gt_graph *both = variant(g0, "fsdp_bucketing", "fsdp_reorder", 0);
     check_prefetch(both, &d.binding[0], L, true, "test_tiny bucketed + reordered");
+    /* test_tiny's gradients are bf16 (mixed precision): narrowed after bucketing, and alone */
+    gt_graph *narrow = variant(g0, "fsdp_bucketing", "reduce_scatter_narrow", 0);
+    gt_graph *narrow_only = variant(g0, "reduce_scatter_narrow", NULL, 0);
+    int starts = 0, widening = count_widening(narrow, &starts), starts1 = 0,
+        widening1 = count_widening(narrow_only, &starts1);
+    EXPECT(starts == want[1] && widening == starts && starts1 == before[1] && widening1 == starts1,
+           "test_tiny narrowed: %d of %d reduce-scatters widen bucketed, %d of %d alone", widening,
+           starts, widening1, starts1);
     make_inputs(g0, &d, 256);
     expect_same_results_on(g0, b, &d, "test_tiny bucketed");
     expect_same_results_on(g0, both, &d, "test_tiny bucketed + reordered");
+    expect_same_results_on(g0, narrow, &d, "test_tiny bucketed + narrowed");
+    expect_same_results_on(g0, narrow_only, &d, "test_tiny narrowed");
     free_inputs(&d);
+    gt_graph_free(narrow);
+    gt_graph_free(narrow_only);
     gt_graph_free(both);
     gt_graph_free(b);
     gt_graph_free(g0);
@@ -990,6 +1062,10 @@ int main(void)
     test_reorder(&plain);
     test_reorder(&mixed);
     test_reorder(&hsdp);
+    spec plain_bf16 = {.layers = 3, .cast = true, .reshard = false, .bf16_grads = true};
+    spec hsdp_bf16 = {.layers = 2, .cast = true, .reshard = true, .hsdp = true, .bf16_grads = true};
+    test_narrow(&plain_bf16);
+    test_narrow(&hsdp_bf16);
     test_no_mesh();
     test_report();
     test_pipeline();

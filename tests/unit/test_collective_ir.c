@@ -4,7 +4,10 @@
  * References are independent of the code under test:
  *   - shape rules: output dims evaluated under a binding against the op's definition (gather:
  *     n*k rows, scatter: m/n rows); bad shapes, dtypes and mesh attributes give errors naming the
- *     op and the numbers;
+ *     op and the numbers; reduce_scatter's optional dtype: absent or the input's keeps it, f32
+ *     widens a bf16/f16 input, every other pair (f32 into bf16, bf16 into f16, into i32, a number
+ *     that is no dtype) is refused naming the node and both dtypes; the printer shows the slot
+ *     only when it is there;
  *   - printer: the exact line the format promises for a placed value, the mesh line, and the
  *     listing of the same graph without a mesh equal to the parallel listing with the mesh line
  *     and the " {...}" placements cut out (unparallelized graphs print as before);
@@ -15,7 +18,8 @@
  *     over the whole [start, wait] interval and no value produced in between overlaps them in
  *     bytes (checked from offsets and sizes);
  *   - size-1 groups: gt_program_run and gt_eager_run of a graph with gather/scatter/all-reduce over
- *     one rank give the bits of the same graph without the collectives (f32 and bf16);
+ *     one rank give the bits of the same graph without the collectives (f32 and bf16); a widening
+ *     reduce_scatter over one rank (and its CPU kernel) gives the bits of cast(x, f32);
  *   - a program with a collective over 2 ranks and no communicator fails naming the mesh dim, and
  *     gt_program_set_comms checks communicator sizes; gt_program_collectives lists kind, group
  *     (hash of the mesh dim name) and bytes (from the shapes), and gt_program_drop_collective
@@ -25,6 +29,7 @@
 #include <string.h>
 
 #include "distributed/comm_test.h"
+#include "graphtrain/gt_backend.h"
 #include "graphtrain/gt_build.h"
 #include "graphtrain/gt_comm.h"
 #include "graphtrain/gt_exec.h"
@@ -53,6 +58,70 @@ static void expect_error(gt_graph *g, gt_value_id got, gt_status code, const cha
 }
 
 /* ---------------------------------------------------------------- shape rules */
+
+/* reduce_scatter_start with its optional dtype slot set. */
+static gt_value_id scatter_to(gt_graph *g, gt_value_id x, int64_t dim, int64_t size, int64_t dtype)
+{
+    gt_attrs a = {0};
+    a.i[0] = dim;
+    a.i[1] = size;
+    a.i[2] = dtype;
+    a.ni = 3;
+    return gt_graph_add_node(g, GT_OP_REDUCE_SCATTER_START, &x, 1, &a, NULL);
+}
+
+/* The widening reduce_scatter (gt_ops.def): only a bf16/f16 input may become f32. */
+static void test_widening_rules(void)
+{
+    gt_graph *g = gt_graph_new();
+    gt_expr d[2] = {gt_c(g, 6), gt_c(g, 5)};
+    gt_value_id x = gt_graph_add_input(g, GT_IN_INPUT, "x", GT_F32, 2, d);
+    gt_value_id xb = gt_graph_add_input(g, GT_IN_INPUT, "xb", GT_BF16, 2, d);
+    gt_value_id xh = gt_graph_add_input(g, GT_IN_INPUT, "xh", GT_F16, 2, d);
+    struct {
+        gt_value_id in;
+        int64_t dtype;
+        gt_dtype want;
+    } ok[4] = {
+        {xb, GT_F32, GT_F32}, {xh, GT_F32, GT_F32}, {xb, GT_BF16, GT_BF16}, {x, GT_F32, GT_F32}};
+    for (int k = 0; k < 4; k++) {
+        gt_value_id r = scatter_to(g, ok[k].in, 1, 2, ok[k].dtype);
+        EXPECT(r != GT_NONE && gt_value_type(g, r)->dtype == ok[k].want &&
+                   eval_dim(g, r, 0, NULL) == 3 && eval_dim(g, r, 1, NULL) == 5,
+               "reduce_scatter of %s [6, 5] with dtype=%s -> %s [3, 5]: %s",
+               gt_dtype_name(gt_value_type(g, ok[k].in)->dtype),
+               gt_dtype_name((gt_dtype)ok[k].dtype), gt_dtype_name(ok[k].want), g->err.msg);
+    }
+    /* the printer shows the slot when it is set, and nothing when it is not */
+    gt_value_id plain = comm_test_start(g, GT_OP_REDUCE_SCATTER_START, xb, 1, 2);
+    gt_value_id wide = scatter_to(g, xb, 1, 2, GT_F32);
+    char a[512], b[512];
+    gt_graph_format_node(g, g->values[plain].producer, a, sizeof a);
+    gt_graph_format_node(g, g->values[wide].producer, b, sizeof b);
+    EXPECT(strstr(a, "reduce_scatter_start(%1; mesh_dim=1, group_size=2)") && !strstr(a, "dtype"),
+           "printed without the slot: %s", a);
+    EXPECT(strstr(b, "f32[3, 5] = reduce_scatter_start(%1; mesh_dim=1, group_size=2, dtype=f32)"),
+           "printed with the slot: %s", b);
+    gt_error err = {0};
+    EXPECT_OK(gt_graph_verify(g, &err), &err);
+
+    const char *w1[] = {"reduce_scatter_start", "output dtype bf16", "f32[6, 5]"};
+    expect_error(g, scatter_to(g, x, 1, 2, GT_BF16), GT_ERR_SHAPE, w1, 3, "f32 into bf16");
+    const char *w2[] = {"reduce_scatter_start", "output dtype f16", "bf16[6, 5]"};
+    expect_error(g, scatter_to(g, xb, 1, 2, GT_F16), GT_ERR_SHAPE, w2, 3, "bf16 into f16");
+    const char *w3[] = {"reduce_scatter_start", "output dtype i32", "f16[6, 5]"};
+    expect_error(g, scatter_to(g, xh, 1, 2, GT_I32), GT_ERR_SHAPE, w3, 3, "f16 into i32");
+    const char *w4[] = {"reduce_scatter_start", "99 (not a dtype)"};
+    expect_error(g, scatter_to(g, xb, 1, 2, 99), GT_ERR_SHAPE, w4, 2, "dtype 99");
+    gt_attrs four = {0};
+    four.i[1] = 2;
+    four.i[2] = GT_F32;
+    four.ni = 4;
+    const char *w5[] = {"reduce_scatter_start", "4 int attributes", "at most 3"};
+    expect_error(g, gt_graph_add_node(g, GT_OP_REDUCE_SCATTER_START, &xb, 1, &four, NULL),
+                 GT_ERR_INVALID, w5, 3, "a fourth int attribute");
+    gt_graph_free(g);
+}
 
 static void test_shape_rules(void)
 {
@@ -467,6 +536,58 @@ static void test_identity(gt_dtype dt)
     gt_graph_free(g1);
 }
 
+/* A widening reduce_scatter over one rank (gt_ops.def) is its input widened: eager, the program
+ * (run twice) and the CPU kernel give the bits of cast(x, f32). */
+static void test_widening_identity(gt_dtype dt)
+{
+    gt_graph *g1 = gt_graph_new(), *g0 = gt_graph_new();
+    comm_test_set_mesh(g1, 1, 1, 1);
+    gt_expr d[2] = {gt_c(g1, 6), gt_c(g1, 5)}, d0[2] = {gt_c(g0, 6), gt_c(g0, 5)};
+    gt_value_id x1 = gt_graph_add_input(g1, GT_IN_INPUT, "x", dt, 2, d);
+    gt_value_id s = scatter_to(g1, x1, 1, 1, GT_F32);
+    gt_value_id win[2] = {s, x1};
+    gt_graph_add_output(g1, GT_OUT_METRIC, "y",
+                        gt_graph_add_node(g1, GT_OP_WAIT, win, 2, NULL, NULL));
+    gt_value_id x0 = gt_graph_add_input(g0, GT_IN_INPUT, "x", dt, 2, d0);
+    gt_graph_add_output(g0, GT_OUT_METRIC, "y", gt_cast(g0, x0, GT_F32));
+    EXPECT(g1->err.code == GT_OK && g0->err.code == GT_OK, "build: %s %s", g1->err.msg,
+           g0->err.msg);
+    gt_error err = {0};
+    int64_t shape[2] = {6, 5};
+    gt_tensor in, ref = {0}, ea = {0}, pr = {0}, ker;
+    gt_tensor_alloc(&in, dt, 2, shape, &err);
+    gt_tensor_alloc(&ker, GT_F32, 2, shape, &err);
+    for (int64_t i = 0; i < 30; i++)
+        gt_tensor_set_f32(&in, i, (float)((i * 7) % 11) * 0.3f - 1.7f + (float)i * 1e-4f);
+    EXPECT_OK(gt_eager_run(g0, NULL, &in, &ref, &err), &err);
+    EXPECT_OK(gt_eager_run(g1, NULL, &in, &ea, &err), &err);
+    gt_program *prog = NULL;
+    EXPECT_OK(gt_program_build(g1, NULL, &prog, &err), &err);
+    for (int run = 0; prog && run < 2; run++) {
+        gt_tensor_free(&pr);
+        EXPECT_OK(gt_program_run(prog, &in, &pr, &err), &err);
+    }
+    int64_t attrs[3] = {1, 1, GT_F32};
+    gt_kernel_call call = {
+        .op = GT_OP_REDUCE_SCATTER_START, .i = attrs, .ni = 3, .n_in = 1, .n_out = 1};
+    call.in[0] = &in;
+    call.out[0] = &ker;
+    EXPECT_OK(gt_cpu_run_kernel(&call, &err), &err);
+    size_t nb = gt_tensor_nbytes(&ref);
+    EXPECT(ref.dtype == GT_F32 && nb == 30 * 4, "reference is f32");
+    EXPECT(ea.data && ea.dtype == GT_F32 && !memcmp(ea.data, ref.data, nb),
+           "%s: eager widening scatter over one rank == cast", gt_dtype_name(dt));
+    EXPECT(pr.data && pr.dtype == GT_F32 && !memcmp(pr.data, ref.data, nb),
+           "%s: program widening scatter over one rank == cast", gt_dtype_name(dt));
+    EXPECT(!memcmp(ker.data, ref.data, nb), "%s: CPU kernel over one rank == cast",
+           gt_dtype_name(dt));
+    gt_tensor_free(&in), gt_tensor_free(&ref), gt_tensor_free(&ea), gt_tensor_free(&pr);
+    gt_tensor_free(&ker);
+    gt_program_free(prog);
+    gt_graph_free(g0);
+    gt_graph_free(g1);
+}
+
 /* ---------------------------------------------------------------- remat */
 
 /* A backward all_reduce of a recomputed forward value: remat rewires the start, and the wait's
@@ -604,11 +725,14 @@ static void test_comms_and_schedule(void)
 int main(void)
 {
     test_shape_rules();
+    test_widening_rules();
     test_printer();
     test_cse_keeps_gathers();
     test_plan();
     test_identity(GT_F32);
     test_identity(GT_BF16);
+    test_widening_identity(GT_BF16);
+    test_widening_identity(GT_F16);
     test_remat();
     test_comms_and_schedule();
     return gt_test_finish();

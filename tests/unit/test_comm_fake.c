@@ -1,6 +1,8 @@
 /* test_comm_fake.c — the fake communicator: size 1 collectives are identities (checked against the
- * input itself), simulated sizes check shapes and leave outputs alone, errors name the rank and
- * collective, the ordered sum matches a naive loop, and the schedule check passes on one rank. */
+ * input itself), a widening reduce_scatter (bf16 / f16 into f32) widens, simulated sizes check
+ * shapes and leave outputs alone, errors name the rank and collective, the ordered sum matches a
+ * naive loop (also summing 16-bit blocks into f32), and the schedule check passes on one rank. */
+#include "distributed/comm_test.h"
 #include "graphtrain/gt_comm.h"
 #include "gt_test.h"
 
@@ -66,6 +68,10 @@ static void test_size_one(void)
     gt_comm_sched_entry sched[2] = {{GT_COLL_ALL_GATHER, 1, 64}, {GT_COLL_REDUCE_SCATTER, 1, 64}};
     EXPECT_OK(gt_comm_check_schedule(c, sched, 2, &err), &err);
 
+    /* the widening reduce_scatter over one rank: the input widened */
+    comm_test_reduce_scatter_widen(c, GT_BF16, 4, 3);
+    comm_test_reduce_scatter_widen(c, GT_F16, 4, 3);
+
     gt_tensor_free(&in), gt_tensor_free(&out), gt_tensor_free(&copy), gt_tensor_free(&f32);
     gt_comm_destroy(c);
 }
@@ -94,6 +100,16 @@ static void test_simulated(void)
     EXPECT(gt_comm_reduce_scatter(c, &bad, &in, &e2) == GT_ERR_SHAPE, "9 rows not 4 * 3");
     gt_error e3 = {0};
     EXPECT(gt_comm_all_to_all(c, &bad, &bad, &e3) == GT_ERR_SHAPE, "9 rows not divisible by 4");
+    /* the shape check lets a bf16 scatter into f32 through, and not an f32 one into bf16 */
+    gt_tensor out16, in16;
+    gt_tensor_alloc(&out16, GT_BF16, 2, s_out, &err);
+    gt_tensor_alloc(&in16, GT_BF16, 2, s_in, &err);
+    EXPECT_OK(gt_comm_reduce_scatter(c, &out16, &in, &err), &err);
+    gt_error e5 = {0};
+    EXPECT(gt_comm_reduce_scatter(c, &out, &in16, &e5) == GT_ERR_SHAPE &&
+               strstr(e5.msg, "differ in dtype"),
+           "f32 into bf16 refused: %s", e5.msg);
+    gt_tensor_free(&out16), gt_tensor_free(&in16);
     gt_error e4 = {0};
     gt_comm *bad_comm = NULL;
     EXPECT(gt_comm_fake_create(2, 2, &bad_comm, &e4) == GT_ERR_INVALID && !bad_comm,
@@ -117,8 +133,8 @@ static void test_sum_ordered(void)
         src[r] = a[r];
         srcb[r] = b[r];
     }
-    EXPECT_OK(gt_comm_sum_ordered(GT_F32, N, src, R, got, &err), &err);
-    EXPECT_OK(gt_comm_sum_ordered(GT_BF16, N, srcb, R, gotb, &err), &err);
+    EXPECT_OK(gt_comm_sum_ordered(GT_F32, GT_F32, N, src, R, got, &err), &err);
+    EXPECT_OK(gt_comm_sum_ordered(GT_BF16, GT_BF16, N, srcb, R, gotb, &err), &err);
     int bad = 0, badb = 0;
     for (int i = 0; i < N; i++) {
         float ref = 0.0f, refb = 0.0f;
@@ -130,9 +146,38 @@ static void test_sum_ordered(void)
         badb += gt_f32_to_bf16(refb) != gotb[i]; /* one rounding at the end: f32 accumulation */
     }
     EXPECT(bad == 0 && badb == 0, "%d f32 / %d bf16 sums differ from rank-order loop", bad, badb);
+    /* 16-bit blocks into f32: the f32 sum of the widened blocks, not rounded back; f16 too */
+    float gotw[N];
+    uint16_t h[R][N];
+    const void *srch[R];
+    for (int r = 0; r < R; r++) {
+        for (int i = 0; i < N; i++)
+            h[r][i] = gt_f32_to_f16(a[r][i]);
+        srch[r] = h[r];
+    }
+    for (int pass = 0; pass < 2; pass++) {
+        gt_dtype dt = pass == 0 ? GT_BF16 : GT_F16;
+        EXPECT_OK(gt_comm_sum_ordered(dt, GT_F32, N, pass == 0 ? srcb : srch, R, gotw, &err), &err);
+        int badw = 0;
+        for (int i = 0; i < N; i++) {
+            float ref = 0.0f;
+            for (int r = 0; r < R; r++) {
+                float x = pass == 0 ? gt_bf16_to_f32(b[r][i]) : gt_f16_to_f32(h[r][i]);
+                ref = r == 0 ? x : ref + x;
+            }
+            badw += memcmp(&ref, &gotw[i], sizeof ref) != 0;
+        }
+        EXPECT(badw == 0, "%s -> f32: %d sums differ from the rank-order loop", gt_dtype_name(dt),
+               badw);
+    }
+    gt_error e1 = {0};
+    EXPECT(gt_comm_sum_ordered(GT_F32, GT_BF16, N, src, R, gotb, &e1) == GT_ERR_UNSUPPORTED &&
+               strstr(e1.msg, "f32") && strstr(e1.msg, "bf16"),
+           "f32 blocks into bf16 refused: %s", e1.msg);
     int8_t junk[4];
     const void *js[1] = {junk};
-    EXPECT(gt_comm_sum_ordered(GT_BOOL, 4, js, 1, junk, &err) == GT_ERR_UNSUPPORTED, "bool sum");
+    EXPECT(gt_comm_sum_ordered(GT_BOOL, GT_BOOL, 4, js, 1, junk, &err) == GT_ERR_UNSUPPORTED,
+           "bool sum");
 }
 
 int main(void)

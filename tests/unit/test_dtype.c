@@ -92,6 +92,13 @@ static void test_table(void)
     EXPECT(!gt_dtype_from_name("float64", &d) && !gt_dtype_from_name("", &d) &&
                !gt_dtype_from_name(NULL, &d) && !gt_dtype_from_name("F32", &d),
            "unknown names rejected");
+    /* the exact widenings a sum may store: bf16 and f16 into f32, nothing else */
+    for (int from = 0; from < GT_DTYPE_COUNT; from++)
+        for (int to = 0; to < GT_DTYPE_COUNT; to++) {
+            bool want_widen = to == GT_F32 && (from == GT_BF16 || from == GT_F16);
+            EXPECT(gt_dtype_widens_to_f32((gt_dtype)from, (gt_dtype)to) == want_widen,
+                   "widens %s -> %s", gt_dtype_name((gt_dtype)from), gt_dtype_name((gt_dtype)to));
+        }
 }
 
 /* Every 16-bit pattern: widening is exact (compare with the format definition) and narrowing

@@ -49,6 +49,28 @@ static void test_op_table(void)
     EXPECT(s.n_classes == 2 && s.order[1] == GT_ATTR_F && s.n_names[GT_ATTR_F] == 4 &&
                !s.has_list[GT_ATTR_F],
            "rope schema parse");
+
+    /* a trailing optional slot ('?'): 2 or 3 ints; left out, it stays out (no zero fill) */
+    gt_schema_parse("i:mesh_dim,group_size,dtype?", &s);
+    EXPECT(s.n_names[GT_ATTR_I] == 3 && s.n_optional[GT_ATTR_I] == 1 && !s.has_list[GT_ATTR_I] &&
+               gt_schema_fixed(&s, GT_ATTR_I) == 3 && gt_schema_required(&s, GT_ATTR_I) == 2 &&
+               s.name_len[GT_ATTR_I][2] == 5 && strncmp(s.name[GT_ATTR_I][2], "dtype", 5) == 0,
+           "optional slot parse");
+    gt_error e = {0};
+    gt_attrs a2 = {.ni = 2}, a3 = {.ni = 3}, a1 = {.ni = 1}, a1f = {.ni = 1}, a4 = {.ni = 4};
+    EXPECT(gt_attrs_fit(GT_OP_REDUCE_SCATTER_START, &a2, true, "rs", &e) == GT_OK && a2.ni == 2,
+           "optional slot left out stays out: %s", e.msg);
+    EXPECT(gt_attrs_fit(GT_OP_REDUCE_SCATTER_START, &a3, false, "rs", &e) == GT_OK && a3.ni == 3,
+           "optional slot given: %s", e.msg);
+    EXPECT(gt_attrs_fit(GT_OP_REDUCE_SCATTER_START, &a1f, true, "rs", &e) == GT_OK && a1f.ni == 2,
+           "fill adds the required slots only: ni %d", a1f.ni);
+    EXPECT(gt_attrs_fit(GT_OP_REDUCE_SCATTER_START, &a1, false, "rs", &e) == GT_ERR_INVALID &&
+               strstr(e.msg, "needs 2"),
+           "a required slot missing: %s", e.msg);
+    gt_error e4 = {0};
+    EXPECT(gt_attrs_fit(GT_OP_REDUCE_SCATTER_START, &a4, true, "rs", &e4) == GT_ERR_INVALID &&
+               strstr(e4.msg, "at most 3"),
+           "one slot too many: %s", e4.msg);
 }
 
 static void test_strings(void)

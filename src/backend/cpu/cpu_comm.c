@@ -5,7 +5,9 @@
  * is the one case that needs no peer: over a group of size 1 (attribute group_size, i[1]) a
  * gather, a scatter and a sum are the identity, so a start copies its input and a wait copies
  * the start's result (nothing when the two share a buffer). Any larger group is refused with a
- * message that says where collectives do run. Bytes are copied as they are, in any dtype. */
+ * message that says where collectives do run. Bytes are copied as they are, in any dtype, except
+ * by a widening reduce_scatter_start (bf16/f16 in, f32 out: gt_ops.def), whose one-rank sum is
+ * its input widened: the cast kernel, exact. */
 #include <string.h>
 
 #include "cpu_internal.h"
@@ -43,7 +45,15 @@ gt_status gt_cpu_all_gather_start(const gt_kernel_call *c, gt_error *err)
 
 gt_status gt_cpu_reduce_scatter_start(const gt_kernel_call *c, gt_error *err)
 {
-    return start(c, err);
+    gt_dtype out = c->out[0]->dtype;
+    bool widen = gt_dtype_widens_to_f32(c->in[0]->dtype, out);
+    if (!widen || c->ni < 2 || c->i[1] != 1) return start(c, err); /* refuses what it cannot do */
+    int64_t dtype = (int64_t)out;
+    gt_kernel_call cast = *c;
+    cast.op = GT_OP_CAST;
+    cast.i = &dtype;
+    cast.ni = 1;
+    return gt_cpu_cast(&cast, err);
 }
 
 gt_status gt_cpu_all_reduce_start(const gt_kernel_call *c, gt_error *err)

@@ -6,9 +6,11 @@
  * the n blocks, so its rounding sequence is that of gt_comm_sum_ordered on the CPU:
  *     acc = x_0;  acc = acc + x_1;  …  acc = acc + x_{n-1}     (f32; no FMA: only additions)
  * and the result is the same bits on the CPU (MPI communicator) and on the device. bf16 and f16
- * are widened exactly and rounded once (nearest even); integers wrap through unsigned arithmetic.
- * Elements move in 16-byte vectors when every block and dst are 16-byte aligned and numel is a
- * multiple of the vector width (the usual case for parameter buckets), else one at a time. */
+ * are widened exactly and rounded once (nearest even), or not at all when the output is f32 (the
+ * widening reduce-scatter: blocks of the input dtype, output f32); integers wrap through unsigned
+ * arithmetic. Elements move in 16-byte vectors when every block and dst are 16-byte aligned and
+ * numel is a multiple of the vector width (the usual case for parameter buckets), else one at a
+ * time; a widening sum loads V = 8 16-bit elements and stores them as two 16-byte f32 vectors. */
 #include "cuda_comm_sum.h"
 
 #include <cuda_bf16.h>
@@ -16,6 +18,8 @@
 #include <cuda_runtime.h>
 #include <stdint.h>
 #include <string.h>
+
+#include <type_traits>
 
 /* Accumulator type of each storage type and the exact conversions in and out. */
 template <typename T> struct gt_sum_traits;
@@ -46,13 +50,15 @@ template <> struct gt_sum_traits<int64_t> {
     static __device__ __forceinline__ int64_t out(uint64_t a) { return (int64_t)a; }
 };
 
-/* Group g of V consecutive elements: dst[gV .. gV+V) = sum over blocks in order. V = 1 is the
- * scalar path; V > 1 loads and stores 16 bytes at a time. */
-template <typename T, int V>
-__global__ void gt_k_comm_sum(int64_t groups, int64_t numel, const T *src, int n, T *dst)
+/* Group g of V consecutive elements: dst[gV .. gV+V) = sum over blocks in order, blocks of T,
+ * dst of U (T itself, or f32 for a 16-bit T). V = 1 is the scalar path; V > 1 loads 16 bytes of
+ * every block at a time and stores V * sizeof(U) bytes as 16-byte vectors. */
+template <typename T, typename U, int V>
+__global__ void gt_k_comm_sum(int64_t groups, int64_t numel, const T *src, int n, U *dst)
 {
     typedef gt_sum_traits<T> tr;
     typedef typename tr::acc A;
+    static_assert(std::is_same<typename gt_sum_traits<U>::acc, A>::value, "one accumulator type");
     for (int64_t g = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; g < groups;
          g += (int64_t)gridDim.x * blockDim.x) {
         int64_t i = g * V;
@@ -75,17 +81,21 @@ __global__ void gt_k_comm_sum(int64_t groups, int64_t numel, const T *src, int n
             for (int k = 0; k < V; k++)
                 acc[k] = acc[k] + tr::in(v[k]);
         }
+        __align__(16) U w[V];
 #pragma unroll
         for (int k = 0; k < V; k++)
-            v[k] = tr::out(acc[k]);
-        if (V > 1)
-            *(uint4 *)(dst + i) = *(const uint4 *)v;
-        else
-            dst[i] = v[0];
+            w[k] = gt_sum_traits<U>::out(acc[k]);
+        if (V > 1) {
+#pragma unroll
+            for (int q = 0; q < (int)(V * sizeof(U) / 16); q++)
+                ((uint4 *)(dst + i))[q] = ((const uint4 *)w)[q];
+        } else {
+            dst[i] = w[0];
+        }
     }
 }
 
-template <typename T>
+template <typename T, typename U>
 static cudaError_t gt_launch_comm_sum(int64_t numel, const void *src, int n, void *dst,
                                       cudaStream_t st)
 {
@@ -96,44 +106,55 @@ static cudaError_t gt_launch_comm_sum(int64_t numel, const void *src, int n, voi
     if (blocks > 8192) blocks = 8192; /* grid-stride over the rest */
     if (blocks < 1) blocks = 1;
     if (vec)
-        gt_k_comm_sum<T, V>
-            <<<(unsigned)blocks, 256, 0, st>>>(groups, numel, (const T *)src, n, (T *)dst);
+        gt_k_comm_sum<T, U, V>
+            <<<(unsigned)blocks, 256, 0, st>>>(groups, numel, (const T *)src, n, (U *)dst);
     else
-        gt_k_comm_sum<T, 1>
-            <<<(unsigned)blocks, 256, 0, st>>>(groups, numel, (const T *)src, n, (T *)dst);
+        gt_k_comm_sum<T, U, 1>
+            <<<(unsigned)blocks, 256, 0, st>>>(groups, numel, (const T *)src, n, (U *)dst);
     return cudaGetLastError();
 }
 
-extern "C" gt_status gt_cuda_comm_sum(gt_dtype dt, int64_t numel, const void *src, int n, void *dst,
-                                      void *stream, gt_error *err)
+extern "C" gt_status gt_cuda_comm_sum(gt_dtype dt, gt_dtype out_dt, int64_t numel, const void *src,
+                                      int n, void *dst, void *stream, gt_error *err)
 {
     if (numel <= 0) return GT_OK;
     if (n < 1) return gt_error_set(err, GT_ERR_INVALID, "ordered sum over %d blocks", n);
     cudaStream_t st = (cudaStream_t)stream;
     cudaError_t e;
-    switch (dt) {
-    case GT_F32:
-        e = gt_launch_comm_sum<float>(numel, src, n, dst, st);
-        break;
-    case GT_BF16:
-        e = gt_launch_comm_sum<__nv_bfloat16>(numel, src, n, dst, st);
-        break;
-    case GT_F16:
-        e = gt_launch_comm_sum<__half>(numel, src, n, dst, st);
-        break;
-    case GT_I32:
-        e = gt_launch_comm_sum<int32_t>(numel, src, n, dst, st);
-        break;
-    case GT_I64:
-        e = gt_launch_comm_sum<int64_t>(numel, src, n, dst, st);
-        break;
-    default:
-        return gt_error_set(err, GT_ERR_UNSUPPORTED, "sum of dtype %s is not supported",
-                            gt_dtype_name(dt));
+    if (out_dt != dt) {
+        if (out_dt == GT_F32 && dt == GT_BF16)
+            e = gt_launch_comm_sum<__nv_bfloat16, float>(numel, src, n, dst, st);
+        else if (out_dt == GT_F32 && dt == GT_F16)
+            e = gt_launch_comm_sum<__half, float>(numel, src, n, dst, st);
+        else
+            return gt_error_set(err, GT_ERR_UNSUPPORTED,
+                                "sum of %s blocks into %s is not supported", gt_dtype_name(dt),
+                                gt_dtype_name(out_dt));
+    } else {
+        switch (dt) {
+        case GT_F32:
+            e = gt_launch_comm_sum<float, float>(numel, src, n, dst, st);
+            break;
+        case GT_BF16:
+            e = gt_launch_comm_sum<__nv_bfloat16, __nv_bfloat16>(numel, src, n, dst, st);
+            break;
+        case GT_F16:
+            e = gt_launch_comm_sum<__half, __half>(numel, src, n, dst, st);
+            break;
+        case GT_I32:
+            e = gt_launch_comm_sum<int32_t, int32_t>(numel, src, n, dst, st);
+            break;
+        case GT_I64:
+            e = gt_launch_comm_sum<int64_t, int64_t>(numel, src, n, dst, st);
+            break;
+        default:
+            return gt_error_set(err, GT_ERR_UNSUPPORTED, "sum of dtype %s is not supported",
+                                gt_dtype_name(dt));
+        }
     }
     if (e != cudaSuccess)
-        return gt_error_set(err, GT_ERR_INTERNAL,
-                            "ordered sum of %lld %s elements over %d ranks: %s", (long long)numel,
-                            gt_dtype_name(dt), n, cudaGetErrorString(e));
+        return gt_error_set(
+            err, GT_ERR_INTERNAL, "ordered sum of %lld %s elements into %s over %d ranks: %s",
+            (long long)numel, gt_dtype_name(dt), gt_dtype_name(out_dt), n, cudaGetErrorString(e));
     return GT_OK;
 }
