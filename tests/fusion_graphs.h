@@ -252,6 +252,20 @@ static inline void fg_expect_same_outputs(const char *what, const gt_graph *ref,
     free_array(o2, ref->n_outputs);
 }
 
+/* ref after dce, and a copy of it after dce + fusion (returned; the caller frees it), whose
+ * outputs must be bitwise ref's in the eager executor. */
+static inline gt_graph *fg_fuse_and_compare(gt_graph *ref, const char *what)
+{
+    gt_error err = {0};
+    EXPECT(ref->err.code == GT_OK, "%s: built: %s", what, ref->err.msg);
+    static const char *const dce[] = {"dce"};
+    EXPECT_OK(run_only(ref, dce, 1, &err), &err);
+    gt_graph *fus = gt_graph_copy(ref);
+    EXPECT_OK(run_fusion(fus, &err), &err);
+    fg_expect_same_outputs(what, ref, fus);
+    return fus;
+}
+
 /* The llama3 step tests' pipeline: every pass (the default memory policy, verified after each),
  * with or without fusion. */
 static inline void compile_step(gt_graph *g, bool fusion)

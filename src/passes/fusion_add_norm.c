@@ -19,24 +19,25 @@
 
 #include "passes/pass_internal.h"
 
-/* Fuses rms_norm node m with the add producing its x when the rule allows; returns the add's
- * node (now dead) or GT_NONE. Once fused, x's producer is the fused node, so no add is taken
- * twice. */
-static gt_node_id fuse(gt_graph *g, const gt_pass_uses *u, const int32_t *collectives, gt_node_id m)
+/* Fuses rms_norm node m with the add producing its x when the rule allows. Once fused, x's
+ * producer is the fused node, so no add is taken twice. */
+static bool fuse(gt_graph *g, gt_pass_fuse_ctx *cx, gt_node_id m)
 {
     const gt_node *nm = &g->nodes[m];
-    if (nm->op != GT_OP_RMS_NORM || nm->n_in != 2) return GT_NONE;
+    if (nm->op != GT_OP_RMS_NORM || nm->n_in != 2) return false;
     gt_value_id h = nm->in[0];
     gt_node_id n = g->values[h].producer;
-    if (n == GT_NONE) return GT_NONE;
+    if (n == GT_NONE) return false;
     const gt_node *na = &g->nodes[n];
-    if (na->op != GT_OP_ADD || na->phase != nm->phase || collectives[m] != collectives[n + 1])
-        return GT_NONE;
+    if (na->op != GT_OP_ADD || na->phase != nm->phase ||
+        cx->collectives[m] != cx->collectives[n + 1])
+        return false;
     const gt_type *th = &g->values[h].type;
     for (int k = 0; k < 2; k++)
-        if (!gt_pass_type_equal(&g->values[na->in[k]].type, th)) return GT_NONE;
+        if (!gt_pass_type_equal(&g->values[na->in[k]].type, th)) return false;
+    const gt_pass_uses *u = &cx->uses;
     for (int32_t e = u->first[h]; e < u->first[h + 1]; e++)
-        if (u->node[e] < m) return GT_NONE; /* a reader of h before m (n reads a, b only) */
+        if (u->node[e] < m) return false; /* a reader of h before m (n reads a, b only) */
     gt_node f = *nm;
     f.op = GT_OP_ADD_RMS_NORM;
     f.n_in = 3;
@@ -46,28 +47,13 @@ static gt_node_id fuse(gt_graph *g, const gt_pass_uses *u, const int32_t *collec
     f.n_out = 2;
     f.out[0] = h;
     f.out[1] = nm->out[0];
-    if (!gt_pass_shape_matches(g, &f, &f)) return GT_NONE; /* h and y keep their types */
+    if (!gt_pass_shape_matches(g, &f, &f)) return false; /* h and y keep their types */
     gt_pass_place_node(g, m, &f);
-    return n;
+    cx->keep[n] = 0;
+    return true;
 }
 
 int32_t gt_fusion_add_norm(gt_graph *g)
 {
-    int32_t nn = g->n_nodes, fused = 0;
-    gt_pass_uses u;
-    gt_pass_uses_build(g, &u);
-    int32_t *collectives = gt_pass_collective_prefix(g);
-    uint8_t *keep = gt_xmalloc((size_t)nn + 1);
-    memset(keep, 1, (size_t)nn + 1);
-    for (gt_node_id m = 0; m < nn; m++) {
-        gt_node_id n = fuse(g, &u, collectives, m);
-        if (n == GT_NONE) continue;
-        keep[n] = 0;
-        fused++;
-    }
-    if (fused > 0) gt_pass_compact(g, keep);
-    free(keep);
-    free(collectives);
-    gt_pass_uses_free(&u);
-    return fused;
+    return gt_pass_fuse_each(g, fuse);
 }

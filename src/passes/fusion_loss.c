@@ -17,19 +17,19 @@
 
 #include "passes/pass_internal.h"
 
-static gt_node_id fuse(gt_graph *g, const gt_pass_uses *u, const int32_t *collectives,
-                       const uint8_t *keep, gt_node_id b)
+static bool fuse(gt_graph *g, gt_pass_fuse_ctx *cx, gt_node_id b)
 {
     const gt_node *nb = &g->nodes[b];
-    if (nb->op != GT_OP_CROSS_ENTROPY_BACKWARD || nb->n_in != 3) return GT_NONE;
+    if (nb->op != GT_OP_CROSS_ENTROPY_BACKWARD || nb->n_in != 3) return false;
     /* the cross_entropy reading the same logits: among the logits' readers */
+    const gt_pass_uses *u = &cx->uses;
     gt_value_id logits = nb->in[0];
     for (int32_t e = u->first[logits]; e < u->first[logits + 1]; e++) {
         gt_node_id c = u->node[e];
         const gt_node *nc = &g->nodes[c];
-        if (c >= b || !keep[c] || nc->op != GT_OP_CROSS_ENTROPY || nc->in[0] != logits ||
+        if (c >= b || !cx->keep[c] || nc->op != GT_OP_CROSS_ENTROPY || nc->in[0] != logits ||
             nc->in[1] != nb->in[1] || nc->attrs.i[0] != nb->attrs.i[0] ||
-            collectives[c + 1] != collectives[b])
+            cx->collectives[c + 1] != cx->collectives[b])
             continue;
         gt_value_id loss = nc->out[0];
         bool late = true;
@@ -43,28 +43,13 @@ static gt_node_id fuse(gt_graph *g, const gt_pass_uses *u, const int32_t *collec
         f.out[1] = nb->out[0];
         if (!gt_pass_shape_matches(g, &f, &f)) continue;
         gt_pass_place_node(g, b, &f);
-        return c;
+        cx->keep[c] = 0;
+        return true;
     }
-    return GT_NONE;
+    return false;
 }
 
 int32_t gt_fusion_loss(gt_graph *g)
 {
-    int32_t nn = g->n_nodes, fused = 0;
-    gt_pass_uses u;
-    gt_pass_uses_build(g, &u);
-    int32_t *collectives = gt_pass_collective_prefix(g);
-    uint8_t *keep = gt_xmalloc((size_t)nn + 1);
-    memset(keep, 1, (size_t)nn + 1);
-    for (gt_node_id b = 0; b < nn; b++) {
-        gt_node_id c = fuse(g, &u, collectives, keep, b);
-        if (c == GT_NONE) continue;
-        keep[c] = 0;
-        fused++;
-    }
-    if (fused > 0) gt_pass_compact(g, keep);
-    free(keep);
-    free(collectives);
-    gt_pass_uses_free(&u);
-    return fused;
+    return gt_pass_fuse_each(g, fuse);
 }

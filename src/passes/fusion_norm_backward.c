@@ -31,27 +31,21 @@
 
 #define MAX_TERMS 3
 
-typedef struct {
-    const gt_pass_uses *u;
-    const int32_t *collectives;
-    const uint8_t *is_out;
-    const uint8_t *removed;
-} norm_ctx;
-
 /* The one node reading v through one slot, or GT_NONE. */
-static gt_node_id sole_reader(const norm_ctx *cx, gt_value_id v)
+static gt_node_id sole_reader(const gt_pass_fuse_ctx *cx, gt_value_id v)
 {
-    if (cx->is_out[v] || cx->u->first[v + 1] - cx->u->first[v] != 1) return GT_NONE;
-    return cx->u->node[cx->u->first[v]];
+    const gt_pass_uses *u = &cx->uses;
+    if (cx->is_out[v] || u->first[v + 1] - u->first[v] != 1) return GT_NONE;
+    return u->node[u->first[v]];
 }
 
 /* True when v is produced by an add that may be absorbed into node m: m's phase, v read only by
  * `reader`, operands of v's type, no collective between the add and m, not taken already. */
-static bool absorbable_add(const gt_graph *g, const norm_ctx *cx, gt_value_id v, gt_node_id reader,
-                           gt_node_id m)
+static bool absorbable_add(const gt_graph *g, const gt_pass_fuse_ctx *cx, gt_value_id v,
+                           gt_node_id reader, gt_node_id m)
 {
     gt_node_id p = g->values[v].producer;
-    if (p == GT_NONE || cx->removed[p]) return false;
+    if (p == GT_NONE || !cx->keep[p]) return false;
     const gt_node *np = &g->nodes[p];
     if (np->op != GT_OP_ADD || np->n_in != 2 || np->phase != g->nodes[m].phase) return false;
     if (sole_reader(cx, v) != reader || cx->collectives[m] != cx->collectives[p + 1]) return false;
@@ -61,7 +55,7 @@ static bool absorbable_add(const gt_graph *g, const norm_ctx *cx, gt_value_id v,
 }
 
 /* Expands dy (read by m) into its chain's terms: terms[0..*n), the adds absorbed into adds[]. */
-static void dy_terms(const gt_graph *g, const norm_ctx *cx, gt_node_id m, gt_value_id dy,
+static void dy_terms(const gt_graph *g, const gt_pass_fuse_ctx *cx, gt_node_id m, gt_value_id dy,
                      gt_value_id *terms, int *n, gt_node_id *adds, int *n_adds)
 {
     /* Walk down the chain from the add producing dy: each step keeps one operand as the last
@@ -74,10 +68,10 @@ static void dy_terms(const gt_graph *g, const norm_ctx *cx, gt_node_id m, gt_val
         gt_node_id p = g->values[v].producer;
         const gt_node *np = &g->nodes[p];
         adds[(*n_adds)++] = p;
+        /* the left operand, unless only the right one is an add to take */
         int inner =
-            !absorbable_add(g, cx, np->in[0], p, m) && absorbable_add(g, cx, np->in[1], p, m)
-                ? 1
-                : 0; /* the left operand, unless only the right one is an add to take */
+            !absorbable_add(g, cx, np->in[0], p, m) && absorbable_add(g, cx, np->in[1], p, m) ? 1
+                                                                                              : 0;
         tail[n_tail++] = np->in[1 - inner];
         v = np->in[inner];
         reader = p;
@@ -88,14 +82,14 @@ static void dy_terms(const gt_graph *g, const norm_ctx *cx, gt_node_id m, gt_val
         terms[(*n)++] = tail[k];
 }
 
-/* Fuses rms_norm_backward node m when the rule allows; marks what it absorbed in removed. */
-static bool fuse(gt_graph *g, const norm_ctx *cx, uint8_t *removed, gt_node_id m)
+/* Fuses rms_norm_backward node m when the rule allows. */
+static bool fuse(gt_graph *g, gt_pass_fuse_ctx *cx, gt_node_id m)
 {
     const gt_node *nm = &g->nodes[m];
     if (nm->op != GT_OP_RMS_NORM_BACKWARD || nm->n_in != 3 || nm->n_out != 2) return false;
     gt_value_id gx = nm->out[0];
     gt_node_id n = sole_reader(cx, gx);
-    if (n == GT_NONE || removed[n]) return false;
+    if (n == GT_NONE || !cx->keep[n]) return false;
     const gt_node *nn = &g->nodes[n];
     if (nn->op != GT_OP_ADD || nn->n_in != 2 || nn->phase != nm->phase ||
         cx->collectives[m] != cx->collectives[n])
@@ -124,33 +118,13 @@ static bool fuse(gt_graph *g, const norm_ctx *cx, uint8_t *removed, gt_node_id m
     if (!gt_pass_shape_matches(g, &f, &f)) return false; /* dx and dw keep their types */
     gt_pass_place_node(g, m, &f);
     g->values[gx].producer = n; /* g is no one's output now: it goes with the add */
-    removed[n] = 1;
+    cx->keep[n] = 0;
     for (int k = 0; k < n_adds; k++)
-        removed[adds[k]] = 1;
+        cx->keep[adds[k]] = 0;
     return true;
 }
 
 int32_t gt_fusion_norm_backward(gt_graph *g)
 {
-    int32_t nn = g->n_nodes, fused = 0;
-    gt_pass_uses u;
-    gt_pass_uses_build(g, &u);
-    int32_t *collectives = gt_pass_collective_prefix(g);
-    uint8_t *is_out = gt_xcalloc((size_t)g->n_values + 1, 1);
-    for (int32_t k = 0; k < g->n_outputs; k++)
-        is_out[g->outputs[k].value] = 1;
-    uint8_t *removed = gt_xcalloc((size_t)nn + 1, 1);
-    norm_ctx cx = {&u, collectives, is_out, removed};
-    for (gt_node_id m = 0; m < nn; m++)
-        if (fuse(g, &cx, removed, m)) fused++;
-    if (fused > 0) {
-        for (gt_node_id m = 0; m < nn; m++)
-            removed[m] = !removed[m]; /* now: keep */
-        gt_pass_compact(g, removed);
-    }
-    free(removed);
-    free(is_out);
-    free(collectives);
-    gt_pass_uses_free(&u);
-    return fused;
+    return gt_pass_fuse_each(g, fuse);
 }

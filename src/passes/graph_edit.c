@@ -147,3 +147,24 @@ int32_t *gt_pass_collective_prefix(const gt_graph *g)
     }
     return prefix;
 }
+
+int32_t gt_pass_fuse_each(gt_graph *g, gt_pass_fuse_fn fuse)
+{
+    int32_t nn = g->n_nodes, fused = 0;
+    gt_pass_fuse_ctx cx;
+    gt_pass_uses_build(g, &cx.uses);
+    cx.collectives = gt_pass_collective_prefix(g);
+    cx.is_out = gt_xcalloc((size_t)g->n_values + 1, 1);
+    for (int32_t k = 0; k < g->n_outputs; k++)
+        cx.is_out[g->outputs[k].value] = 1;
+    cx.keep = gt_xmalloc((size_t)nn + 1);
+    memset(cx.keep, 1, (size_t)nn + 1);
+    for (gt_node_id m = 0; m < nn; m++)
+        if (cx.keep[m] && fuse(g, &cx, m)) fused++;
+    if (fused > 0) gt_pass_compact(g, cx.keep);
+    free(cx.keep);
+    free(cx.is_out);
+    free(cx.collectives);
+    gt_pass_uses_free(&cx.uses);
+    return fused;
+}

@@ -102,6 +102,21 @@ void gt_pass_uses_free(gt_pass_uses *u);
  * lies between a and b when prefix[b] != prefix[a + 1]). Caller frees. */
 int32_t *gt_pass_collective_prefix(const gt_graph *g);
 
+/* The node-at-a-time fusion steps: what a step's rule reads (users and collective positions as
+ * before the step, graph outputs) and keep[n] = 0 for every node it has absorbed. */
+typedef struct {
+    gt_pass_uses uses;
+    int32_t *collectives; /* gt_pass_collective_prefix */
+    uint8_t *is_out;      /* is_out[v]: v is a graph output */
+    uint8_t *keep;
+} gt_pass_fuse_ctx;
+/* Tries to fuse node m (kept) with its neighbours; on success places the fused node, clears keep
+ * of the nodes it absorbed and returns true. */
+typedef bool (*gt_pass_fuse_fn)(gt_graph *g, gt_pass_fuse_ctx *cx, gt_node_id m);
+/* Calls fuse on every node in order, then removes the absorbed nodes (and their values);
+ * returns the number of fusions. */
+int32_t gt_pass_fuse_each(gt_graph *g, gt_pass_fuse_fn fuse);
+
 /* The fusion pass's first step (fusion_add_norm.c): an add whose sum an rms_norm reads becomes,
  * with it, one add_rms_norm node. Returns the number of pairs fused. */
 int32_t gt_fusion_add_norm(gt_graph *g);

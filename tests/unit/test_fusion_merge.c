@@ -21,20 +21,6 @@
 #include "gt_test.h"
 #include "ir/fused_program.h"
 
-/* ref after dce, and a copy of it after dce + fusion (returned; the caller frees it), whose
- * outputs must be bitwise ref's in the eager executor. */
-static gt_graph *fuse_and_compare(gt_graph *ref, const char *what)
-{
-    gt_error err = {0};
-    EXPECT(ref->err.code == GT_OK, "%s: built: %s", what, ref->err.msg);
-    static const char *const dce[] = {"dce"};
-    EXPECT_OK(run_only(ref, dce, 1, &err), &err);
-    gt_graph *fus = gt_graph_copy(ref);
-    EXPECT_OK(run_fusion(fus, &err), &err);
-    fg_expect_same_outputs(what, ref, fus);
-    return fus;
-}
-
 static const gt_node *producer(const gt_graph *g, gt_value_id v)
 {
     gt_node_id p = g->values[v].producer;
@@ -58,7 +44,7 @@ static void test_swiglu_backward(gt_dtype dt)
     gt_graph_add_output(g, GT_OUT_METRIC, "dw", dw);
     gt_graph_add_output(g, GT_OUT_METRIC, "dh3", dh3);
     gt_graph_add_output(g, GT_OUT_METRIC, "dh1", dh1);
-    gt_graph *f = fuse_and_compare(g, what);
+    gt_graph *f = fg_fuse_and_compare(g, what);
     EXPECT(f->n_nodes == 2 && count_op(f, GT_OP_FUSED_ELEMENTWISE) == 1 &&
                count_op(f, GT_OP_MATMUL) == 1,
            "%s: one fused node and the matmul, got %d nodes", what, f->n_nodes);
@@ -145,7 +131,7 @@ static void test_placement(void)
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         gt_value_id a, b, reader;
         gt_graph *g = two_siblings(cases[c].k, cases[c].other_dims, &a, &b, &reader);
-        gt_graph *f = fuse_and_compare(g, cases[c].what);
+        gt_graph *f = fg_fuse_and_compare(g, cases[c].what);
         int fused = count_op(f, GT_OP_FUSED_ELEMENTWISE);
         EXPECT(fused == cases[c].fused, "%s: %d fused nodes, expected %d", cases[c].what, fused,
                cases[c].fused);
@@ -169,7 +155,7 @@ static void test_placement(void)
     gt_value_id p = fg_input(g, "p", GT_F32, 4, 4), q = fg_input(g, "q", GT_F32, 4, 4);
     gt_graph_add_output(g, GT_OUT_METRIC, "a", gt_mul(g, gt_unary(g, GT_OP_SILU, x), y));
     gt_graph_add_output(g, GT_OUT_METRIC, "b", gt_mul(g, gt_unary(g, GT_OP_SILU, p), q));
-    gt_graph *f = fuse_and_compare(g, "no shared input");
+    gt_graph *f = fg_fuse_and_compare(g, "no shared input");
     EXPECT(count_op(f, GT_OP_FUSED_ELEMENTWISE) == 2, "no shared input: no merge");
     gt_graph_free(f);
     gt_graph_free(g);

@@ -32,19 +32,6 @@ static gt_value_id weight(gt_graph *g, gt_dtype dt)
     return gt_graph_add_input(g, GT_IN_INPUT, "w", dt, 1, dims);
 }
 
-/* g after dce + fusion against its unfused copy (eager, bitwise); returns the fused copy. */
-static gt_graph *fuse_and_compare(gt_graph *ref, const char *what)
-{
-    gt_error err = {0};
-    EXPECT(ref->err.code == GT_OK, "%s: built: %s", what, ref->err.msg);
-    static const char *const dce[] = {"dce"};
-    EXPECT_OK(run_only(ref, dce, 1, &err), &err);
-    gt_graph *fus = gt_graph_copy(ref);
-    EXPECT_OK(run_fusion(fus, &err), &err);
-    fg_expect_same_outputs(what, ref, fus);
-    return fus;
-}
-
 static const gt_node *find_op(const gt_graph *g, gt_op op)
 {
     for (int32_t k = 0; k < g->n_nodes; k++)
@@ -113,7 +100,7 @@ static void test_chains(void)
                 gt_value_id dx = side ? gt_add(g, gx, r) : gt_add(g, r, gx);
                 gt_graph_add_output(g, GT_OUT_METRIC, "dx", dx);
                 gt_graph_add_output(g, GT_OUT_METRIC, "dw", dw);
-                gt_graph *fus = fuse_and_compare(g, what);
+                gt_graph *fus = fg_fuse_and_compare(g, what);
                 /* ids are compacted: name values by graph input / output index, and the add
                  * left (shape 4) by its node */
                 const gt_node *f = find_op(fus, GT_OP_RMS_NORM_BACKWARD_ADD);
@@ -158,7 +145,7 @@ static int boundary(int variant, int *n_in, int *adds)
     if (variant == 2) gt_graph_add_output(g, GT_OUT_METRIC, "g", gx);
     gt_graph_add_output(g, GT_OUT_METRIC, "dx", dx);
     gt_graph_add_output(g, GT_OUT_METRIC, "dw", dw);
-    gt_graph *fus = fuse_and_compare(g, names[variant]);
+    gt_graph *fus = fg_fuse_and_compare(g, names[variant]);
     const gt_node *f = find_op(fus, GT_OP_RMS_NORM_BACKWARD_ADD);
     int fused = count_op(fus, GT_OP_RMS_NORM_BACKWARD_ADD);
     *n_in = f ? f->n_in : 0;
@@ -205,7 +192,7 @@ static int loss_case(int variant, gt_dtype dt)
     gt_graph_add_output(g, GT_OUT_METRIC, "dlogits", dx);
     char what[96];
     snprintf(what, sizeof what, "%s %s", gt_dtype_name(dt), names[variant]);
-    gt_graph *fus = fuse_and_compare(g, what);
+    gt_graph *fus = fg_fuse_and_compare(g, what);
     int fused = count_op(fus, GT_OP_CROSS_ENTROPY_WITH_GRAD);
     const gt_node *f = find_op(fus, GT_OP_CROSS_ENTROPY_WITH_GRAD);
     int32_t no = fus->n_outputs;
