@@ -252,6 +252,10 @@ gt_status gt_comm_check_schedule(gt_comm *c, const gt_comm_sched_entry *entries,
  * dst may alias src[0] when out_dt == dt. */
 gt_status gt_comm_sum_ordered(gt_dtype dt, gt_dtype out_dt, int64_t numel, const void *const *src,
                               int n_src, void *dst, gt_error *err);
+/* The result of a collective over one rank (gather, scatter, sum and all_to_all are the
+ * identity there): out = in (memmove; nothing when they share a buffer), or in widened to f32 for
+ * a widening reduce_scatter (the one-block ordered sum). in and out have equal element counts. */
+gt_status gt_comm_one_rank(const gt_tensor *in, gt_tensor *out, gt_error *err);
 /* For implementations: "world ranks 0,2,4" (world[i] = the world rank of comm rank i), cut
  * short with "..." when it does not fit, for error messages. */
 void gt_comm_format_members(const int *world, int size, char *buf, size_t cap);

@@ -50,6 +50,19 @@ void gt_comm_destroy(gt_comm *c)
 
 /* ---------------------------------------------------------------- ordered sum */
 
+gt_status gt_comm_one_rank(const gt_tensor *in, gt_tensor *out, gt_error *err)
+{
+    if (in->dtype != out->dtype) {
+        const void *src[1] = {in->data};
+        return gt_comm_sum_ordered(in->dtype, out->dtype, gt_tensor_numel(out), src, 1, out->data,
+                                   err);
+    }
+    size_t nbytes = gt_tensor_nbytes(in);
+    GT_CHECK(nbytes == gt_tensor_nbytes(out));
+    if (nbytes && in->data != out->data) memmove(out->data, in->data, nbytes);
+    return GT_OK;
+}
+
 /* dst = src[0] + src[1] + … + src[n-1], element by element, left to right. The order is the rank
  * order, so the result is the same on every rank and equals a single-rank loop over the ranks.
  * bf16/f16 blocks are widened (exactly) and summed in f32 either way, so writing the f32 sum

@@ -32,11 +32,12 @@
  *              dy and the residual add of its dx one rms_norm_backward_add node
  *              (fusion_norm_backward.c), cross_entropy and its backward one
  *              cross_entropy_with_grad node (fusion_loss.c), and a widening cast (bf16/f16 -> f32)
- * read only by slots that widen their input themselves (sum_squares' x, adamw's gradient) is
- * removed and its readers read its input: the optimizer reads bf16 gradients without an f32 copy.
- * Last, sibling fused nodes that share an input merge into one node with several outputs
- * (fusion_merge.c states when). numerics   exact: each instruction computes what its node's kernel
- * computed and rounds to the dtype that node's output had (fused_program.h), so the root's value is
+ *              read only by slots that widen their input themselves (sum_squares' x, adamw's
+ *              gradient) is removed and its readers read its input: the optimizer reads bf16
+ *              gradients without an f32 copy. Last, sibling fused nodes that share an input merge
+ *              into one node with several outputs (fusion_merge.c states when).
+ *   numerics   exact: each instruction computes what its node's kernel computed and rounds to
+ *              the dtype that node's output had (fused_program.h), so the root's value is
  *              bitwise the same (a duplicated copy computes its original's bits); the kernels
  *              evaluate it element by element in that order. A widening is exact wherever it
  *              happens.

@@ -147,17 +147,8 @@ gt_status gt_runtime_start(gt_op op, gt_comm *c, const gt_tensor *in, gt_tensor 
 {
     *req = NULL;
     if (!c) {
-        /* a group of one rank: gather, scatter and sum over it are the identity; a widening
-         * reduce_scatter is the one-rank sum in its output dtype (the widened input) */
-        if (in->dtype != out->dtype) {
-            const void *src[1] = {in->data};
-            return gt_comm_sum_ordered(in->dtype, out->dtype, gt_tensor_numel(out), src, 1,
-                                       out->data, err);
-        }
-        size_t nbytes = gt_tensor_nbytes(in);
-        GT_CHECK(nbytes == gt_tensor_nbytes(out));
-        if (nbytes && in->data != out->data) memmove(out->data, in->data, nbytes);
-        return GT_OK;
+        /* a group of one rank: gather, scatter and sum over it are the identity */
+        return gt_comm_one_rank(in, out, err);
     }
     switch (gt_runtime_coll_kind(op)) {
     case GT_COLL_ALL_GATHER:

@@ -29,7 +29,6 @@
 #include "step_harness.h"
 
 #include <string.h>
-#include <time.h>
 
 static gt_cuda_stream *g_stream;
 
@@ -385,13 +384,6 @@ static void test_programs(void)
  * decay 0.1 on matrices and 0 on norms: one gt_cuda_run_kernel per tensor against one
  * multi-tensor launch, each timed over 10 runs after a warm-up (host clock around a sync).
  * Every byte of the tensors is 0x3c (0.0115 as f32 and bf16): not zeros, which can time faster. */
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 static void bench(void)
 {
     enum { PER_LAYER = 9, LAYERS = 16, N = PER_LAYER * LAYERS + 3 };
@@ -445,14 +437,14 @@ static void bench(void)
     for (int v = 0; v < 2 && ok; v++) {
         double best = 0.0;
         for (int rep = 0; rep < 11 && ok; rep++) {
-            double t0 = now_s();
+            double t0 = gt_now_seconds();
             if (v == 0)
                 for (int k = 0; k < N && ok; k++)
                     ok = gt_cuda_run_kernel(&calls[k], g_stream, &err) == GT_OK;
             else
                 ok = gt_cuda_adamw_multi_run(m, g_stream, &err) == GT_OK;
             ok = ok && gt_cuda_stream_sync(g_stream, &err) == GT_OK;
-            double dt = now_s() - t0;
+            double dt = gt_now_seconds() - t0;
             if (rep > 0) best += dt / 10.0;
         }
         if (ok)

@@ -22,7 +22,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #define SH(...) ((const int64_t[]){__VA_ARGS__})
 
@@ -390,13 +389,6 @@ static void cases(void)
     }
 }
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 /* Times one call (after a warm-up), averaged over 20; bytes = the traffic it must move. */
 static void bench_one(const char *name, gt_kernel_call *k, double bytes)
 {
@@ -404,11 +396,11 @@ static void bench_one(const char *name, gt_kernel_call *k, double bytes)
     int reps = 20;
     bool ok = gt_cuda_run_kernel(k, g_stream, &err) == GT_OK &&
               gt_cuda_stream_sync(g_stream, &err) == GT_OK;
-    double t0 = now_s();
+    double t0 = gt_now_seconds();
     for (int r = 0; r < reps && ok; r++)
         ok = gt_cuda_run_kernel(k, g_stream, &err) == GT_OK;
     ok = ok && gt_cuda_stream_sync(g_stream, &err) == GT_OK;
-    double dt = (now_s() - t0) / reps;
+    double dt = (gt_now_seconds() - t0) / reps;
     if (ok)
         printf("bench %-40s %8.1f us  %7.1f GB/s\n", name, dt * 1e6, bytes / dt / 1e9);
     else

@@ -209,11 +209,11 @@ bool gt_cuda_flash_fits(const gt_kernel_call *c, int64_t d, int64_t dv, int64_t 
 {
     if (d != dv || !(d == 16 || d == 32 || d == 64 || d == 128) || t <= 0) return false;
     for (int k = 0; k < c->n_in; k++) {
-        if (((uintptr_t)c->in[k]->data & 15) != 0) return false;
+        if (!gt_aligned16(c->in[k]->data)) return false;
         if (c->in[k]->dtype != (c->in[k]->ndim == 3 ? GT_F32 : GT_BF16)) return false;
     }
     for (int k = 0; k < c->n_out; k++) {
-        if (((uintptr_t)c->out[k]->data & 15) != 0) return false;
+        if (!gt_aligned16(c->out[k]->data)) return false;
         if (c->out[k]->dtype != (c->out[k]->ndim == 3 ? GT_F32 : GT_BF16)) return false;
     }
     return true;

@@ -68,13 +68,6 @@ __device__ __forceinline__ float gt_fk_sigmoid(float x)
     return 1.0f / (1.0f + expf(-x));
 }
 
-__device__ __forceinline__ float gt_fk_round(int dt, float v)
-{
-    if (dt == GT_BF16) return __bfloat162float(__float2bfloat16_rn(v));
-    if (dt == GT_F16) return __half2float(__float2half_rn(v));
-    return v;
-}
-
 /* r = op(a, b) lane by lane; the switch is uniform, the lane loops are unrolled. */
 template <int V>
 __device__ __forceinline__ void gt_fk_apply(int op, const float *a, const float *b, float c0,
@@ -319,7 +312,7 @@ __global__ void __launch_bounds__(GT_CUDA_THREADS)
             int rdt = P.rdt[k];
 #pragma unroll
             for (int l = 0; l < V; l++)
-                r[l] = gt_fk_round(rdt, r[l]);
+                r[l] = gt_round_dt(rdt, r[l]);
             if (k + 1 < P.n_ins) gt_fk_put_temp<V, R>(t, P.dst[k], r);
         }
         /* r holds the last instruction's result, already rounded to the output's dtype */
@@ -377,7 +370,7 @@ __global__ void __launch_bounds__(GT_CUDA_THREADS)
                     a = v;
             }
             gt_fk_apply<1>(op, &a, &b, P.c0[k], P.c1[k], &r);
-            r = gt_fk_round(P.rdt[k], r);
+            r = gt_round_dt(P.rdt[k], r);
             if (k + 1 < P.n_ins) gt_fk_put_temp<1, 8>(t, P.dst[k], &r);
         }
         gt_st(P.out, P.dout, i, r);
@@ -432,7 +425,7 @@ __device__ __forceinline__ gt_fk_pack<T> gt_fk_two(const gt_fk_pack<T> &x, const
     for (int l = 0; l < V; l++) {
         float u = gt_fk_to_f<T>(x.e[l]), w = bin0 ? gt_fk_to_f<T>(y.e[l]) : 0.0f, t, o;
         gt_fk_apply<1>(OP0, &u, &w, 0.0f, 0.0f, &t);
-        t = gt_fk_round(dt, t);
+        t = gt_round_dt(dt, t);
         float v = gt_fk_to_f<T>(z.e[l]);
         if (T0_FIRST)
             gt_fk_apply<1>(OP1, &t, &v, 0.0f, 0.0f, &o);
@@ -480,8 +473,8 @@ __global__ void __launch_bounds__(GT_CUDA_THREADS)
         for (int l = 0; l < V; l++) {
             float x = gt_fk_to_f<T>(a.e[l]), u = gt_fk_to_f<T>(b.e[l]), g = gt_fk_to_f<T>(d.e[l]);
             float s = gt_fk_sigmoid(x);
-            float si = gt_fk_round(dt, __fmul_rn(x, s));
-            float p = gt_fk_round(dt, __fmul_rn(g, u));
+            float si = gt_round_dt(dt, __fmul_rn(x, s));
+            float p = gt_round_dt(dt, __fmul_rn(g, u));
             o0.e[l] = gt_fk_from_f<T>(__fmul_rn(si, u));
             o1.e[l] = gt_fk_from_f<T>(__fmul_rn(g, si));
             o2.e[l] = gt_fk_from_f<T>(
@@ -494,11 +487,6 @@ __global__ void __launch_bounds__(GT_CUDA_THREADS)
 }
 
 /* ---------------------------------------------------------------- host side */
-
-static bool gt_fk_aligned16(const void *p)
-{
-    return ((uintptr_t)p & 15u) == 0;
-}
 
 /* Temp slots by liveness: instruction k's result takes the lowest slot free after its operands
  * are read; a result's slot frees after its last reader. False when more than R are live. */
@@ -665,11 +653,11 @@ static bool gt_fk_try_swiglu_bwd(cudaStream_t st, const gt_kernel_call *c, const
     if (m[1].ia != h1 || m[2].ic != h1 || !prod) return false;
     for (int k = 0; k < c->n_in; k++)
         if (c->in[k]->dtype != dt || gt_tensor_numel(c->in[k]) != n ||
-            !gt_fk_aligned16(c->in[k]->data))
+            !gt_aligned16(c->in[k]->data))
             return false;
     for (int q = 0; q < 3; q++) {
         const gt_tensor *o = c->out[q];
-        if (o->dtype != dt || gt_tensor_numel(o) != n || !gt_fk_aligned16(o->data)) return false;
+        if (o->dtype != dt || gt_tensor_numel(o) != n || !gt_aligned16(o->data)) return false;
     }
     unsigned g = gt_cuda_blocks(n / pv);
 #define GT_FK_SWIGLU_BWD(T)                                                                        \
@@ -753,7 +741,7 @@ static gt_status gt_fk_run(gt_cuda_stream *s, const gt_kernel_call *c, const gt_
         P.in[k] = x->data;
         P.dt[k] = x->dtype;
         P.mod[k] = m > 0 ? m : 1;
-        bool aligned = gt_fk_aligned16(x->data);
+        bool aligned = gt_aligned16(x->data);
         if (m == n)
             P.kind[k] = aligned ? GT_FK_VEC : GT_FK_FLAT;
         else if (m == 1)
@@ -784,7 +772,7 @@ static gt_status gt_fk_run(gt_cuda_stream *s, const gt_kernel_call *c, const gt_
     P.dout = out->dtype;
     /* the vector kernel when every input is a vector or a scalar and the output is aligned; the
      * general kernel for the rest (and for the tail of fewer than V elements) */
-    bool vec = gt_fk_aligned16(out->data);
+    bool vec = gt_aligned16(out->data);
     for (int k = 0; k < c->n_in; k++)
         vec = vec &&
               (P.kind[k] == GT_FK_VEC || P.kind[k] == GT_FK_VEC_MOD || P.kind[k] == GT_FK_SCALAR);

@@ -127,6 +127,14 @@ __device__ __forceinline__ void gt_st(void *p, int dt, int64_t i, float v)
         ((float *)p)[i] = v;
 }
 
+/* v rounded to dtype dt (nearest even) and widened back: what gt_st then gt_ld give. */
+__device__ __forceinline__ float gt_round_dt(int dt, float v)
+{
+    if (dt == GT_BF16) return __bfloat162float(__float2bfloat16_rn(v));
+    if (dt == GT_F16) return __half2float(__float2half_rn(v));
+    return v;
+}
+
 __device__ __forceinline__ int64_t gt_ld_index(const void *p, int dt, int64_t i)
 {
     return dt == GT_I32 ? (int64_t)((const int32_t *)p)[i] : ((const int64_t *)p)[i];

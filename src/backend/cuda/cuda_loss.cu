@@ -290,8 +290,8 @@ __global__ void __launch_bounds__(GT_CE_THREADS)
  * mixed dtypes or a tensor not on a 16-byte boundary. */
 static int gt_ce_kind(const gt_tensor *logits, const gt_tensor *dx)
 {
-    if (((uintptr_t)logits->data & 15) != 0) return 0;
-    if (dx && (dx->dtype != logits->dtype || ((uintptr_t)dx->data & 15) != 0)) return 0;
+    if (!gt_aligned16(logits->data)) return 0;
+    if (dx && (dx->dtype != logits->dtype || !gt_aligned16(dx->data))) return 0;
     return logits->dtype;
 }
 

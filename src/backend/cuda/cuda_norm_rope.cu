@@ -438,7 +438,7 @@ static unsigned gt_rms_fast_threads(int64_t d, const gt_tensor *const *ts, int n
     if (d <= 0 || d % 8 != 0 || d / 8 > max_t) return 0;
     if (ts[0]->dtype != GT_BF16 && ts[0]->dtype != GT_F32) return 0;
     for (int k = 0; k < n; k++)
-        if (((uintptr_t)ts[k]->data & 15u) != 0 || ts[k]->dtype != ts[0]->dtype) return 0;
+        if (!gt_aligned16(ts[k]->data) || ts[k]->dtype != ts[0]->dtype) return 0;
     unsigned t = 8;
     while ((int64_t)t * 8 < d)
         t *= 2;
@@ -559,14 +559,6 @@ typedef struct {
     const void *res; /* rms_norm_backward_add's r; NULL for rms_norm_backward */
     int rdt;
 } gt_rms_terms;
-
-/* v rounded to dtype dt and widened back (gt_st then gt_ld). */
-__device__ __forceinline__ float gt_round_dt(int dt, float v)
-{
-    if (dt == GT_BF16) return __bfloat162float(__float2bfloat16_rn(v));
-    if (dt == GT_F16) return __half2float(__float2half_rn(v));
-    return v;
-}
 
 __device__ __forceinline__ float gt_rms_dy(const gt_rms_terms &t, int64_t i)
 {
@@ -722,14 +714,26 @@ gt_status gt_cuda_add_rms_norm(gt_cuda_stream *s, const gt_kernel_call *c, gt_er
     return gt_cuda_rms_norm(s, &norm, err);
 }
 
-/* rms_norm_backward with dy = the sum of the nd terms dys (left to right, rounded) and, when res
- * is given, dx = res + the norm's dx (rms_norm_backward_add); shapes checked by the callers. */
-static gt_status gt_cuda_rms_bwd(gt_cuda_stream *s, const gt_kernel_call *c, const gt_tensor *x,
-                                 const gt_tensor *w, const gt_tensor *const *dys, int nd,
-                                 const gt_tensor *res, gt_tensor *dx, gt_tensor *dw, gt_error *err)
+/* rms_norm_backward (x, w, dy) and rms_norm_backward_add (x, w, r, d0[, d1[, d2]]): inputs
+ * first_dy.. are the terms of dy (summed left to right, rounded), res (input 2 of the _add op, or
+ * NULL) is added to the norm's dx; names[k] names input k in errors. */
+static gt_status gt_cuda_rms_bwd(gt_cuda_stream *s, const gt_kernel_call *c,
+                                 const char *const *names, int first_dy, const gt_tensor *res,
+                                 gt_error *err)
 {
+    const gt_tensor *x = c->in[0], *w = c->in[1], *const *dys = &c->in[first_dy];
+    gt_tensor *dx = c->out[0], *dw = c->out[1];
+    int nd = c->n_in - first_dy;
     int64_t d = 0, rows = 0;
     GT_TRY(gt_cuda_norm_shapes(c, x, w, &d, &rows, err));
+    for (int k = 2; k < c->n_in; k++) {
+        GT_TRY(gt_kernel_want_float(c, c->in[k], names[k], err));
+        GT_TRY(gt_kernel_want_same_shape(c, x, "x", c->in[k], names[k], err));
+    }
+    GT_TRY(gt_kernel_want_float(c, dx, "dx", err));
+    GT_TRY(gt_kernel_want_float(c, dw, "dw", err));
+    GT_TRY(gt_kernel_want_same_shape(c, x, "x", dx, "dx", err));
+    GT_TRY(gt_kernel_want_same_shape(c, w, "w", dw, "dw", err));
     if (d == 0) return GT_OK;
     const gt_tensor *ts[8] = {x, w, dx, dw, res ? res : x};
     for (int e = 0; e < nd; e++)
@@ -775,17 +779,8 @@ static gt_status gt_cuda_rms_bwd(gt_cuda_stream *s, const gt_kernel_call *c, con
 
 gt_status gt_cuda_rms_norm_backward(gt_cuda_stream *s, const gt_kernel_call *c, gt_error *err)
 {
-    const gt_tensor *x = c->in[0], *w = c->in[1], *dy = c->in[2];
-    gt_tensor *dx = c->out[0], *dw = c->out[1];
-    int64_t d = 0, rows = 0;
-    GT_TRY(gt_cuda_norm_shapes(c, x, w, &d, &rows, err));
-    GT_TRY(gt_kernel_want_float(c, dy, "dy", err));
-    GT_TRY(gt_kernel_want_float(c, dx, "dx", err));
-    GT_TRY(gt_kernel_want_float(c, dw, "dw", err));
-    GT_TRY(gt_kernel_want_same_shape(c, x, "x", dy, "dy", err));
-    GT_TRY(gt_kernel_want_same_shape(c, x, "x", dx, "dx", err));
-    GT_TRY(gt_kernel_want_same_shape(c, w, "w", dw, "dw", err));
-    return gt_cuda_rms_bwd(s, c, x, w, &c->in[2], 1, NULL, dx, dw, err);
+    static const char *const names[3] = {"x", "w", "dy"};
+    return gt_cuda_rms_bwd(s, c, names, 2, NULL, err);
 }
 
 /* rms_norm_backward_add (x, w, r, d0[, d1[, d2]]) -> (dx, dw): one pass. The terms of dy and r
@@ -797,21 +792,10 @@ gt_status gt_cuda_rms_norm_backward_add(gt_cuda_stream *s, const gt_kernel_call 
     if (c->n_in < 4 || c->n_in > 6 || c->n_out != 2)
         return gt_cuda_shape_error(
             c, "expected inputs (x, w, r, d0[, d1[, d2]]) and outputs (dx, dw)", err);
-    const gt_tensor *x = c->in[0], *w = c->in[1];
-    gt_tensor *dx = c->out[0], *dw = c->out[1];
-    int64_t d = 0, rows = 0;
-    GT_TRY(gt_cuda_norm_shapes(c, x, w, &d, &rows, err));
-    for (int k = 2; k < c->n_in; k++) {
-        GT_TRY(gt_kernel_want_float(c, c->in[k], names[k], err));
-        GT_TRY(gt_kernel_want_same_shape(c, x, "x", c->in[k], names[k], err));
-        if (c->in[k]->dtype != x->dtype)
+    for (int k = 2; k < c->n_in; k++)
+        if (c->in[k]->dtype != c->in[0]->dtype)
             return gt_cuda_shape_error(c, "r and the terms of dy must have x's dtype", err);
-    }
-    GT_TRY(gt_kernel_want_float(c, dx, "dx", err));
-    GT_TRY(gt_kernel_want_float(c, dw, "dw", err));
-    GT_TRY(gt_kernel_want_same_shape(c, x, "x", dx, "dx", err));
-    GT_TRY(gt_kernel_want_same_shape(c, w, "w", dw, "dw", err));
-    return gt_cuda_rms_bwd(s, c, x, w, &c->in[3], c->n_in - 3, c->in[2], dx, dw, err);
+    return gt_cuda_rms_bwd(s, c, names, 3, c->in[2], err);
 }
 
 /* ---------------------------------------------------------------- rope */
@@ -890,8 +874,7 @@ gt_status gt_cuda_rope(gt_cuda_stream *s, const gt_kernel_call *c, gt_error *err
     gt_rope_freqs f;
     memset(&f, 0, sizeof f);
     gt_rope_inv_freq(c, d, f.inv); /* host f32, as the CPU kernel */
-    bool vec =
-        half % 8 == 0 && ((uintptr_t)x->data & 15u) == 0 && ((uintptr_t)out->data & 15u) == 0;
+    bool vec = half % 8 == 0 && gt_aligned16(x->data) && gt_aligned16(out->data);
     /* Rows per block: about GT_ROPE_ITEMS items each (a table of npos * half <= 2048 pairs). */
     int64_t nbs = x->shape[0] * x->shape[1], per_row = x->shape[2] * (vec ? half / 8 : half);
     int64_t npos = per_row >= GT_ROPE_ITEMS ? 1 : GT_ROPE_ITEMS / per_row;

@@ -352,7 +352,7 @@ static gt_status gt_cuda_reduce_run(gt_cuda_stream *s, const gt_kernel_call *c,
     if (splits > 1)
         GT_TRY(gt_cuda_scratch(s, c, (size_t)(r->groups * splits) * sizeof(double), &scr, err));
     /* a contiguous run (one reduced dim of stride 1) in a 16-byte aligned tensor: vector loads */
-    bool vec = r->red.ndim == 1 && r->red.stride[0][0] == 1 && ((uintptr_t)x->data & 15) == 0;
+    bool vec = r->red.ndim == 1 && r->red.stride[0][0] == 1 && gt_aligned16(x->data);
     unsigned grid = gt_red_grid(r->groups * splits);
     double *part = (double *)scr;
     if (vec && x->dtype == GT_F32)
