@@ -22,8 +22,10 @@
  *                  if no kept node and no graph output reads it any more.
  *              A node is absorbed by at most one group (a root is absorbed by its own). Members
  *              share the root's phase (a forward value the backward reads stays what
- *              memory_policy saved), and no collective lies between a member and the root in node
- *              order (no computation moves across a start or a wait). A group has at most
+ *              memory_policy saved). Members may lie before collective starts and waits that
+ *              precede the root (under FSDP a parameter's all-gather wait sits right before its
+ *              first reader): an absorbed member's computation moves later, to the root, where
+ *              its inputs exist, and its value had no reader but the group. A group has at most
  *              GT_FUSED_MAX_INS instructions, GT_MAX_IN distinct inputs and GT_FUSED_MAX_CONST
  *              scalar constants. Ids are compacted in order; nodes whose origin was a removed
  *              node get origin GT_NONE.
@@ -43,8 +45,7 @@
  *              happens.
  *
  * Groups grow from roots taken in reverse node order: the root tries, breadth first, the
- * producers of its members' inputs (fusable, same phase, not absorbed, no collective in
- * between) and keeps each one with which every member is still absorbed or duplicable and the
+ * producers of its members' inputs (fusable, same phase, not absorbed) and keeps each one with which every member is still absorbed or duplicable and the
  * limits hold, so each group is maximal for the greedy order. Values read by a fused node are
  * pinned: a later (earlier in node order) group never absorbs their producer. A group tries at
  * most 2 * GT_FUSED_MAX_INS producers, each checked in O(GT_FUSED_MAX_INS^3):
@@ -249,7 +250,7 @@ gt_status gt_pass_fusion(gt_graph *g, const gt_pass_ctx *ctx, gt_error *err)
 {
     gt_fusion_add_norm(g);
     gt_fusion_norm_backward(g);
-    gt_fusion_loss(g);
+    GT_TRY(gt_fusion_loss(g, err));
     absorb_widening_casts(g);
     (void)ctx;
     int32_t nn = g->n_nodes;
@@ -261,8 +262,6 @@ gt_status gt_pass_fusion(gt_graph *g, const gt_pass_ctx *ctx, gt_error *err)
     fs.dup_ok = gt_xcalloc((size_t)nn + 1, 1);
     for (gt_node_id n = 0; n < nn; n++)
         fs.dup_ok[n] = worth_duplicating(g, &fs, n);
-    /* collectives[p] = collective nodes among positions [0, p) */
-    int32_t *collectives = gt_pass_collective_prefix(g);
     uint8_t *taken = gt_xcalloc((size_t)nn + 1, 1); /* absorbed by a group */
     uint8_t *dup = gt_xcalloc((size_t)nn + 1, 1);   /* duplicated into a group */
     uint8_t *keep = gt_xmalloc((size_t)nn + 1);
@@ -281,7 +280,6 @@ gt_status gt_pass_fusion(gt_graph *g, const gt_pass_ctx *ctx, gt_error *err)
                 if (p == GT_NONE || taken[p] || in_group(&grp, p)) continue;
                 const gt_node *pn = &g->nodes[p];
                 if (!fusable(g, pn) || pn->phase != root->phase) continue;
-                if (collectives[r] != collectives[p + 1]) continue; /* a collective between */
                 grp.node[grp.n++] = p;
                 if (!group_ok(g, &fs, &grp)) grp.n--;
             }
@@ -335,7 +333,6 @@ gt_status gt_pass_fusion(gt_graph *g, const gt_pass_ctx *ctx, gt_error *err)
     free(keep);
     free(dup);
     free(taken);
-    free(collectives);
     free(fs.dup_ok);
     free(fs.pinned);
     gt_pass_uses_free(&fs.u);

@@ -8,12 +8,14 @@
  * tensor that the add has just written.
  *
  * Rule: rms_norm node m whose x input h is produced by an add node n merges with it when both
- * are in the same phase, the add's operands have h's type (no broadcasting), no collective lies
- * between n and m, and every other reader of h comes after m. The fused node takes m's place (its
- * fqn, phase, origin and tags) with inputs (a, b, w) and outputs (h, y) — the same values, so no
- * reader changes — and n is removed; so h is produced later than before but before its first
- * reader. Exact: add_rms_norm's kernels round h to its dtype before the norm reads it, so h and
- * y have the unfused pair's bits. */
+ * are in the same phase, the add's operands have h's type (no broadcasting) and every other
+ * reader of h comes after m. The fused node takes m's place (its fqn, phase, origin and tags)
+ * with inputs (a, b, w) and outputs (h, y) — the same values, so no reader changes — and n is
+ * removed; so h is produced later than before but before its first reader. The add may move
+ * past collective starts and waits between n and m (under FSDP the norm weight's all-gather
+ * wait sits there): its operands exist at n already, and the readers of h, a collective start
+ * among them, come after m. Exact: add_rms_norm's kernels round h to its dtype before the norm
+ * reads it, so h and y have the unfused pair's bits. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -29,9 +31,7 @@ static bool fuse(gt_graph *g, gt_pass_fuse_ctx *cx, gt_node_id m)
     gt_node_id n = g->values[h].producer;
     if (n == GT_NONE) return false;
     const gt_node *na = &g->nodes[n];
-    if (na->op != GT_OP_ADD || na->phase != nm->phase ||
-        cx->collectives[m] != cx->collectives[n + 1])
-        return false;
+    if (na->op != GT_OP_ADD || na->phase != nm->phase) return false;
     const gt_type *th = &g->values[h].type;
     for (int k = 0; k < 2; k++)
         if (!gt_pass_type_equal(&g->values[na->in[k]].type, th)) return false;

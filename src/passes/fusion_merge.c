@@ -8,8 +8,7 @@
  * 3; merged they read 3 and write 3.
  *
  * Rule: fused nodes a < b (node order) merge when they are in the same phase, their outputs have
- * the same dims, they share an input value, no collective lies between them, neither reads the
- * other's outputs, the merged program keeps the limits (GT_FUSED_MAX_INS instructions, GT_MAX_IN
+ * the same dims, they share an input value, neither reads the other's outputs, the merged program keeps the limits (GT_FUSED_MAX_INS instructions, GT_MAX_IN
  * inputs, GT_MAX_OUT outputs, GT_FUSED_MAX_CONST constants), each is made of two-instruction
  * pieces (at most 2 instructions per output: the size the backends run at full bandwidth as
  * several outputs, see cuda_fused.cu; a larger program would be interpreted), and b lies at most
@@ -86,11 +85,11 @@ static bool append_program(const gt_node *nd, gt_node *m)
 
 /* Node ids carry the nodes' computations: home[n] is the node now computing what n computed (n,
  * or the merged node that took it). The merge of a and b as described above, or false. */
-static bool try_merge(gt_graph *g, const gt_pass_uses *u, const int32_t *collectives,
+static bool try_merge(gt_graph *g, const gt_pass_uses *u,
                       gt_node_id *home, uint8_t *keep, gt_node_id a, gt_node_id b)
 {
     const gt_node *na = &g->nodes[a], *nb = &g->nodes[b];
-    if (na->phase != nb->phase || collectives[b] != collectives[a + 1]) return false;
+    if (na->phase != nb->phase) return false;
     if (na->attrs.ni > 2 * na->n_out || nb->attrs.ni > 2 * nb->n_out) return false;
     if (!same_dims(&g->values[na->out[0]].type, &g->values[nb->out[0]].type)) return false;
     bool shared = false;
@@ -132,7 +131,6 @@ int32_t gt_fusion_merge_siblings(gt_graph *g)
     int32_t nn = g->n_nodes, merged = 0;
     gt_pass_uses u;
     gt_pass_uses_build(g, &u);
-    int32_t *collectives = gt_pass_collective_prefix(g);
     gt_node_id *home = gt_xmalloc((size_t)(nn ? nn : 1) * sizeof *home);
     for (gt_node_id n = 0; n < nn; n++)
         home[n] = n;
@@ -142,13 +140,12 @@ int32_t gt_fusion_merge_siblings(gt_graph *g)
         for (gt_node_id a = b - 1; a >= 0 && a >= b - GT_MERGE_WINDOW; a--) {
             if (!keep[b] || !is_fused(&g->nodes[b])) break;
             if (!keep[a] || !is_fused(&g->nodes[a])) continue;
-            if (try_merge(g, &u, collectives, home, keep, a, b)) merged++;
+            if (try_merge(g, &u, home, keep, a, b)) merged++;
         }
     }
     if (merged > 0) gt_pass_compact(g, keep);
     free(keep);
     free(home);
-    free(collectives);
     gt_pass_uses_free(&u);
     return merged;
 }

@@ -9,19 +9,20 @@
  * 48 per step, plus the norm's own dx round trip.
  *
  * Rule, for an rms_norm_backward node m with inputs (x, w, dy) and outputs (g, dw):
- *   residual  g's only reader is one add node n (g is no graph output), of m's phase, with no
- *             collective between m and n, whose other operand r has g's type and is produced
- *             before m (or is a graph input); n's output becomes the fused node's dx;
+ *   residual  g's only reader is one add node n (g is no graph output), of m's phase, whose
+ *             other operand r has g's type and is produced before m (or is a graph input); n's
+ *             output becomes the fused node's dx;
  *   dy terms  dy, when produced by an add of m's phase read only by m (and no graph output),
- *             with no collective between it and m and operands of dy's type, is replaced by its
- *             operands; an operand that is itself such an add (read only by that add) is
+ *             with operands of dy's type, is replaced by its operands; an operand that is itself such an add (read only by that add) is
  *             expanded the same way, at most 3 terms in all. The terms keep the chain's order
  *             of evaluation: t = ((d0 + d1) + d2), so d0, d1 are the operands of the innermost
  *             add (an add's operands commute bitwise, so which side an inner add sat on does not
  *             matter).
  * The fused node (x, w, r, d0[, d1[, d2]]) -> (dx, dw) takes m's place (fqn, phase, origin,
  * tags); n and the absorbed adds are removed. Every input is produced before m, so the order
- * stays topological; dx is produced earlier than before, before all of its readers.
+ * stays topological; dx is produced earlier than before, before all of its readers. Collective
+ * starts and waits between the nodes do not matter (under FSDP the re-gathered weights' waits
+ * sit there): what the fused node reads exists at m, and what it writes is read after m.
  * Exact: the kernels round each partial sum of dy and the norm's dx to the dtype before the
  * next add reads them, as the unfused adds' outputs were rounded. */
 #include <stdlib.h>
@@ -40,7 +41,7 @@ static gt_node_id sole_reader(const gt_pass_fuse_ctx *cx, gt_value_id v)
 }
 
 /* True when v is produced by an add that may be absorbed into node m: m's phase, v read only by
- * `reader`, operands of v's type, no collective between the add and m, not taken already. */
+ * `reader`, operands of v's type, not taken already. */
 static bool absorbable_add(const gt_graph *g, const gt_pass_fuse_ctx *cx, gt_value_id v,
                            gt_node_id reader, gt_node_id m)
 {
@@ -48,7 +49,7 @@ static bool absorbable_add(const gt_graph *g, const gt_pass_fuse_ctx *cx, gt_val
     if (p == GT_NONE || !cx->keep[p]) return false;
     const gt_node *np = &g->nodes[p];
     if (np->op != GT_OP_ADD || np->n_in != 2 || np->phase != g->nodes[m].phase) return false;
-    if (sole_reader(cx, v) != reader || cx->collectives[m] != cx->collectives[p + 1]) return false;
+    if (sole_reader(cx, v) != reader) return false;
     for (int k = 0; k < 2; k++)
         if (!gt_pass_type_equal(&g->values[np->in[k]].type, &g->values[v].type)) return false;
     return true;
@@ -91,9 +92,7 @@ static bool fuse(gt_graph *g, gt_pass_fuse_ctx *cx, gt_node_id m)
     gt_node_id n = sole_reader(cx, gx);
     if (n == GT_NONE || !cx->keep[n]) return false;
     const gt_node *nn = &g->nodes[n];
-    if (nn->op != GT_OP_ADD || nn->n_in != 2 || nn->phase != nm->phase ||
-        cx->collectives[m] != cx->collectives[n])
-        return false;
+    if (nn->op != GT_OP_ADD || nn->n_in != 2 || nn->phase != nm->phase) return false;
     gt_value_id r = nn->in[0] == gx ? nn->in[1] : nn->in[0];
     if (r == gx) return false; /* g + g */
     gt_node_id rp = g->values[r].producer;

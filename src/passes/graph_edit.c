@@ -138,22 +138,11 @@ void gt_pass_apply_order(gt_graph *g, const gt_node_id *order)
     free(pos);
 }
 
-int32_t *gt_pass_collective_prefix(const gt_graph *g)
-{
-    int32_t *prefix = gt_xcalloc((size_t)g->n_nodes + 1, sizeof *prefix);
-    for (gt_node_id n = 0; n < g->n_nodes; n++) {
-        const gt_op_info *info = gt_op_get(g->nodes[n].op);
-        prefix[n + 1] = prefix[n] + (info && (info->flags & GT_OPF_COLLECTIVE) ? 1 : 0);
-    }
-    return prefix;
-}
-
 int32_t gt_pass_fuse_each(gt_graph *g, gt_pass_fuse_fn fuse)
 {
     int32_t nn = g->n_nodes, fused = 0;
     gt_pass_fuse_ctx cx;
     gt_pass_uses_build(g, &cx.uses);
-    cx.collectives = gt_pass_collective_prefix(g);
     cx.is_out = gt_xcalloc((size_t)g->n_values + 1, 1);
     for (int32_t k = 0; k < g->n_outputs; k++)
         cx.is_out[g->outputs[k].value] = 1;
@@ -164,7 +153,6 @@ int32_t gt_pass_fuse_each(gt_graph *g, gt_pass_fuse_fn fuse)
     if (fused > 0) gt_pass_compact(g, cx.keep);
     free(cx.keep);
     free(cx.is_out);
-    free(cx.collectives);
     gt_pass_uses_free(&cx.uses);
     return fused;
 }

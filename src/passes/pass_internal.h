@@ -98,16 +98,11 @@ typedef struct {
 void gt_pass_uses_build(const gt_graph *g, gt_pass_uses *u);
 void gt_pass_uses_free(gt_pass_uses *u);
 
-/* prefix[p] = the number of collective nodes among positions [0, p), p = 0 .. n_nodes (a node
- * lies between a and b when prefix[b] != prefix[a + 1]). Caller frees. */
-int32_t *gt_pass_collective_prefix(const gt_graph *g);
-
-/* The node-at-a-time fusion steps: what a step's rule reads (users and collective positions as
- * before the step, graph outputs) and keep[n] = 0 for every node it has absorbed. */
+/* The node-at-a-time fusion steps: what a step's rule reads (users as before the step, graph
+ * outputs) and keep[n] = 0 for every node it has absorbed. */
 typedef struct {
     gt_pass_uses uses;
-    int32_t *collectives; /* gt_pass_collective_prefix */
-    uint8_t *is_out;      /* is_out[v]: v is a graph output */
+    uint8_t *is_out; /* is_out[v]: v is a graph output */
     uint8_t *keep;
 } gt_pass_fuse_ctx;
 /* Tries to fuse node m (kept) with its neighbours; on success places the fused node, clears keep
@@ -127,9 +122,9 @@ int32_t gt_fusion_add_norm(gt_graph *g);
 int32_t gt_fusion_norm_backward(gt_graph *g);
 
 /* The fusion pass's step for the loss (fusion_loss.c): cross_entropy and the
- * cross_entropy_backward of the same logits become one cross_entropy_with_grad node. Returns the
- * number of pairs fused. */
-int32_t gt_fusion_loss(gt_graph *g);
+ * cross_entropy_backward of the same logits become one cross_entropy_with_grad node; the graph
+ * is then reordered so that the loss's readers follow it. */
+gt_status gt_fusion_loss(gt_graph *g, gt_error *err);
 
 /* The fusion pass's last step (fusion_merge.c): sibling fused_elementwise nodes that share an
  * input become one node with several outputs. Returns the number of merges. */

@@ -13,8 +13,16 @@
  *      the norm, one that broadcasts, and a phase change leave the norm unfused; a dy add read
  *      elsewhere stays a node of its own (dy is one term).
  *   3. The loss: cross_entropy + cross_entropy_backward of the same logits and targets become one
- *      node whose outputs are the loss and dlogits, bitwise; a reader of the loss between the two,
- *      other targets or another ignore_index keep them apart. */
+ *      node whose outputs are the loss and dlogits, bitwise, also with a reader of the loss
+ *      between the two (it moves after the fused node: the graph verifies) or a collective
+ *      between them; a dloss computed from the loss, other targets or another ignore_index keep
+ *      them apart.
+ *   4. debugmodel's training step graph (bf16 mixed precision, the trainer's pipeline) sharded by
+ *      FSDP over 2 and 4 ranks and by HSDP 2 x 2 has the fused nodes of the one-rank graph: as
+ *      many add_rms_norm, rms_norm_backward_add, cross_entropy_with_grad and fused_elementwise
+ *      nodes, and of fused outputs (FSDP's all-gather waits sit between the nodes these fuse).
+ *      (Tensor parallelism changes what there is to fuse: its reduce-scatter sits between a
+ *      residual add and the norm reading the sum.) */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,6 +30,9 @@
 #include "fusion_graphs.h"
 #include "graphtrain/gt_backend.h"
 #include "graphtrain/gt_build.h"
+#include "graphtrain/gt_config.h"
+#include "graphtrain/gt_model.h"
+#include "graphtrain/gt_train.h"
 #include "gt_test.h"
 
 enum { D = 40, ROWS = 6 };
@@ -173,8 +184,9 @@ static void test_boundaries(void)
  * cross_entropy_with_grad (and checks it bitwise against the unfused graph). */
 static int loss_case(int variant, gt_dtype dt)
 {
-    const char *names[] = {"loss", "loss read before its backward", "other targets",
-                           "other ignore_index"};
+    const char *names[] = {"loss",          "loss read before its backward",
+                           "other targets", "other ignore_index",
+                           "dloss computed from the loss", "a collective between the two"};
     gt_graph *g = gt_graph_new();
     /* rg_inputs fills inputs 2, 5, ... from [0.1, 3): the targets go there (ids 0 .. 2) */
     gt_value_id logits = fg_input(g, "logits", dt, ROWS, D);
@@ -186,6 +198,13 @@ static int loss_case(int variant, gt_dtype dt)
     gt_value_id t2 = gt_graph_add_input(g, GT_IN_INPUT, "targets2", GT_I32, 1, rows);
     gt_value_id loss = gt_cross_entropy(g, logits, t, -100);
     if (variant == 1) gt_graph_add_output(g, GT_OUT_METRIC, "e", gt_unary(g, GT_OP_EXP, loss));
+    if (variant == 4) dl = gt_add(g, dl, gt_unary(g, GT_OP_EXP, loss));
+    if (variant == 5) {
+        gt_attrs ca = {.i = {0, 1}, .ni = 2}; /* a group of one: the eager run copies */
+        gt_value_id st = gt_graph_add_node(g, GT_OP_ALL_REDUCE_START, &dl, 1, &ca, NULL);
+        gt_value_id wi[2] = {st, dl};
+        dl = gt_graph_add_node(g, GT_OP_WAIT, wi, 2, NULL, NULL);
+    }
     gt_value_id dx =
         gt_cross_entropy_backward(g, logits, variant == 2 ? t2 : t, dl, variant == 3 ? -1 : -100);
     gt_graph_add_output(g, GT_OUT_METRIC, "loss", loss);
@@ -196,6 +215,8 @@ static int loss_case(int variant, gt_dtype dt)
     int fused = count_op(fus, GT_OP_CROSS_ENTROPY_WITH_GRAD);
     const gt_node *f = find_op(fus, GT_OP_CROSS_ENTROPY_WITH_GRAD);
     int32_t no = fus->n_outputs;
+    gt_error err = {0};
+    EXPECT_OK(gt_graph_verify(fus, &err), &err); /* topological: the loss's readers follow it */
     EXPECT(!f || (f->out[0] == fus->outputs[no - 2].value &&
                   f->out[1] == fus->outputs[no - 1].value &&
                   count_op(fus, GT_OP_CROSS_ENTROPY) == 0 &&
@@ -210,10 +231,82 @@ static void test_loss(void)
 {
     static const gt_dtype dts[2] = {GT_BF16, GT_F32};
     for (int k = 0; k < 2; k++) {
-        EXPECT(loss_case(0, dts[k]) == 1, "%s: the pair is fused", gt_dtype_name(dts[k]));
-        for (int v = 1; v <= 3; v++)
-            EXPECT(loss_case(v, dts[k]) == 0, "%s variant %d: the pair stays apart",
-                   gt_dtype_name(dts[k]), v);
+        for (int v = 0; v <= 5; v++) {
+            int want = v == 0 || v == 1 || v == 5; /* a reader or a collective in between: fused */
+            EXPECT(loss_case(v, dts[k]) == want, "%s variant %d: the pair is %s",
+                   gt_dtype_name(dts[k]), v, want ? "fused" : "kept apart");
+        }
+    }
+}
+
+/* ---------------------------------------------------------------- 4. sharded step graphs */
+
+typedef struct {
+    int add_norm, norm_bwd, loss, fused, fused_outputs, waits;
+} fusion_census;
+
+/* debugmodel's compiled step graph under the trainer's pipeline and `layout` (command-line
+ * spelling), counted; false on error. */
+static bool census_of(const char *const *layout, int n_layout, fusion_census *c)
+{
+    gt_error err = {0};
+    gt_config cfg;
+    gt_config_defaults(&cfg);
+    char *argv[12] = {"--model.flavor",     "debugmodel", "--training.local_batch_size", "2",
+                      "--training.seq_len", "32"};
+    int argc = 6;
+    for (int k = 0; k < n_layout && argc < 12; k++)
+        argv[argc++] = (char *)layout[k];
+    gt_graph *g = gt_graph_new();
+    gt_model model = {0};
+    gt_status st = gt_config_apply_overrides(&cfg, argc, argv, &err);
+    if (st == GT_OK) st = gt_train_build_graph(&cfg, g, &model, 1, &err);
+    EXPECT(st == GT_OK, "debugmodel step graph (%s): %s", n_layout ? layout[1] : "one rank",
+           err.msg);
+    memset(c, 0, sizeof *c);
+    for (int32_t n = 0; st == GT_OK && n < g->n_nodes; n++) {
+        const gt_node *nd = &g->nodes[n];
+        c->add_norm += nd->op == GT_OP_ADD_RMS_NORM;
+        c->norm_bwd += nd->op == GT_OP_RMS_NORM_BACKWARD_ADD;
+        c->loss += nd->op == GT_OP_CROSS_ENTROPY_WITH_GRAD;
+        c->waits += nd->op == GT_OP_WAIT;
+        if (nd->op == GT_OP_FUSED_ELEMENTWISE) {
+            c->fused++;
+            c->fused_outputs += nd->n_out;
+        }
+    }
+    gt_model_free(&model);
+    gt_config_free(&cfg);
+    gt_graph_free(g);
+    return st == GT_OK;
+}
+
+static void test_sharded_steps(void)
+{
+    fusion_census one, sh;
+    if (!census_of(NULL, 0, &one)) return;
+    printf("one rank: %d add_rms_norm, %d rms_norm_backward_add, %d cross_entropy_with_grad, "
+           "%d fused_elementwise (%d outputs)\n",
+           one.add_norm, one.norm_bwd, one.loss, one.fused, one.fused_outputs);
+    EXPECT(one.add_norm > 0 && one.norm_bwd > 0 && one.loss == 1 && one.fused > 0,
+           "the one-rank graph has every kind of fused node");
+    static const char *const layouts[][4] = {
+        {"--parallelism.data_parallel_shard_degree", "2"},
+        {"--parallelism.data_parallel_shard_degree", "4"},
+        {"--parallelism.data_parallel_shard_degree", "2",
+         "--parallelism.data_parallel_replicate_degree", "2"},
+    };
+    static const int n_args[] = {2, 2, 4};
+    for (int k = 0; k < 3; k++) {
+        if (!census_of(layouts[k], n_args[k], &sh)) continue;
+        const char *what = k == 0 ? "FSDP2" : k == 1 ? "FSDP4" : "HSDP2x2";
+        printf("%s: %d add_rms_norm, %d rms_norm_backward_add, %d cross_entropy_with_grad, %d "
+               "fused_elementwise (%d outputs), %d waits\n",
+               what, sh.add_norm, sh.norm_bwd, sh.loss, sh.fused, sh.fused_outputs, sh.waits);
+        EXPECT(sh.waits > 0, "%s: the graph has collectives", what);
+        EXPECT(sh.add_norm == one.add_norm && sh.norm_bwd == one.norm_bwd && sh.loss == 1 &&
+                   sh.fused == one.fused && sh.fused_outputs == one.fused_outputs,
+               "%s: the fused nodes of one rank", what);
     }
 }
 
@@ -224,5 +317,6 @@ int main(void)
     test_chains();
     test_boundaries();
     test_loss();
+    test_sharded_steps();
     return gt_test_finish();
 }
