@@ -213,30 +213,31 @@ typedef struct { char *name; uint64_t ns, calls; } entry;
 static entry *tab;
 static size_t n_tab, cap_tab;
 static uint64_t copy_ns, copy_calls;
-typedef struct { uint64_t start, end; } span;
+typedef struct { uint64_t start, end; size_t name; uint32_t stream; } span;
 static span *spans;
 static size_t n_spans, cap_spans;
 
-static void add_span(uint64_t start, uint64_t end)
+static void add_span(uint64_t start, uint64_t end, size_t name, uint32_t stream)
 {
     if (n_spans == cap_spans) {
         cap_spans = cap_spans ? 2 * cap_spans : 4096;
         spans = realloc(spans, cap_spans * sizeof *spans);
         if (!spans) abort();
     }
-    spans[n_spans++] = (span){start, end};
+    spans[n_spans++] = (span){start, end, name, stream};
 }
 
-static void add(const char *name, uint64_t ns)
+static size_t add(const char *name, uint64_t ns)
 {
     for (size_t i = 0; i < n_tab; i++)
-        if (strcmp(tab[i].name, name) == 0) { tab[i].ns += ns; tab[i].calls++; return; }
+        if (strcmp(tab[i].name, name) == 0) { tab[i].ns += ns; tab[i].calls++; return i; }
     if (n_tab == cap_tab) {
         cap_tab = cap_tab ? 2 * cap_tab : 256;
         tab = realloc(tab, cap_tab * sizeof *tab);
         if (!tab) abort();
     }
     tab[n_tab++] = (entry){strdup(name), ns, 1};
+    return n_tab - 1;
 }
 
 static void CUPTIAPI buf_requested(uint8_t **buf, size_t *size, size_t *max_records)
@@ -255,8 +256,8 @@ static void CUPTIAPI buf_completed(CUcontext ctx, uint32_t stream, uint8_t *buf,
         if (r->kind == CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL ||
             r->kind == CUPTI_ACTIVITY_KIND_KERNEL) {
             const KREC *k = (const KREC *)r;
-            add(k->name ? k->name : "?", k->end - k->start);
-            add_span(k->start, k->end);
+            add_span(k->start, k->end, add(k->name ? k->name : "?", k->end - k->start),
+                     k->streamId);
         } else if (r->kind == CUPTI_ACTIVITY_KIND_MEMCPY) {
             const MREC *m = (const MREC *)r;
             copy_ns += m->end - m->start;
@@ -270,6 +271,10 @@ static void dump(void)
 {
     cuptiActivityFlushAll(1);
     const char *path = getenv("GT_BENCH_KERNEL_TIMES");
+    const char *rank = getenv("OMPI_COMM_WORLD_RANK"); /* one file per rank under mpirun */
+    char ranked[4096];
+    if (path && rank && snprintf(ranked, sizeof ranked, "%s.rank%s", path, rank) < 4096)
+        path = ranked;
     FILE *f = path ? fopen(path, "w") : NULL;
     if (!f) return;
     for (size_t i = 0; i < n_tab; i++)
@@ -278,8 +283,8 @@ static void dump(void)
     fprintf(f, "memcpy\t%llu\t%llu\t-\n", (unsigned long long)copy_ns,
             (unsigned long long)copy_calls);
     for (size_t i = 0; i < n_spans; i++)
-        fprintf(f, "span\t%llu\t%llu\t-\n", (unsigned long long)spans[i].start,
-                (unsigned long long)spans[i].end);
+        fprintf(f, "span\t%llu\t%llu\t%zu\t%u\n", (unsigned long long)spans[i].start,
+                (unsigned long long)spans[i].end, spans[i].name, spans[i].stream);
     fclose(f);
 }
 

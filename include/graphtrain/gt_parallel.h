@@ -70,6 +70,7 @@ typedef struct {
     gt_mesh mesh;
     bool sequence_parallel;          /* with tp > 1 */
     bool fsdp_reshard_after_forward; /* with dp_shard > 1: gather again in backward */
+    bool fsdp_reshard_last; /* that too for the last block, final norm and output (else kept) */
 } gt_parallel_plan;
 
 /* A placement per mesh dim for each of g's inputs (out: g->n_inputs rows), from the plan:

@@ -132,8 +132,9 @@ static const gt_cfg_option options[] = {
      INT_RANGE(1, MAX_DEGREE), .help = "pipeline stages"},
     {OPT(parallelism, fsdp_reshard_after_forward, GT_CFG_ENUM), .default_value = "default",
      .choices = reshards,
-     .help = "free gathered parameters after forward: default (yes, except the last stage), "
-             "always, never"},
+     .help = "free gathered parameters after forward and gather them again for the backward: "
+             "default (yes, except the last transformer block, the final norm and the output, "
+             "whose backward follows at once), always, never"},
     /* comm */
     {OPT(comm, timeout_seconds, GT_CFG_FLOAT), .default_value = "30.0", FLOAT_RANGE(0, 1e9),
      .help = "multi-rank runs: a collective that has not completed after this many seconds fails "

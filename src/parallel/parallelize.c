@@ -20,6 +20,7 @@
 
 #include "graphtrain/gt_build.h"
 #include "parallel/parallel_internal.h"
+#include "passes/pass_internal.h" /* gt_pass_fsdp_bucket */
 
 typedef struct {
     gt_value_id from;
@@ -56,6 +57,8 @@ struct gt_par {
     const char *subst_name[2];
     gt_expr subst_repl[2];
     int n_subst;
+    int64_t last_layer;  /* the largest N of a "layers.N" fqn; -1 for none */
+    bool keep_gathered; /* the node being converted keeps its gathered weights for the backward */
 };
 
 /* A global expression in the local graph's terms. */
@@ -155,7 +158,7 @@ static void tag_last(gt_par *p, const char *tag)
 static gt_value_id collective(gt_par *p, gt_op start_op, gt_value_id x, int mesh_dim,
                               const char *tag)
 {
-    const char *reshard = tag && p->plan.fsdp_reshard_after_forward &&
+    const char *reshard = tag && p->plan.fsdp_reshard_after_forward && !p->keep_gathered &&
                                   start_op == GT_OP_ALL_GATHER_START &&
                                   strcmp(tag, "fsdp.all_gather") == 0
                               ? GT_FSDP_RESHARD_TAG
@@ -468,6 +471,17 @@ static void node_label(const gt_par *p, const gt_node *n, char *buf, size_t len)
     snprintf(buf, len, "%s%s%s", gt_op_get(n->op)->name, fqn[0] ? " at " : "", fqn);
 }
 
+/* Under reshard-after-forward's default policy, the last transformer block and the modules after
+ * it (final norm, output) are not resharded: their backward follows their forward at once, so
+ * gathering their weights again would only add a collective on the critical path (torchtitan's
+ * rule for the last block; FSDP2 keeps the root's parameters, norm and output among them). */
+static bool keeps_gathered(const gt_par *p, const gt_node *n)
+{
+    if (!p->plan.fsdp_reshard_after_forward || p->plan.fsdp_reshard_last) return false;
+    int64_t b = gt_pass_fsdp_bucket(gt_graph_str(p->src, n->fqn));
+    return b == GT_BUCKET_REST || (b >= 0 && b == p->last_layer);
+}
+
 static gt_status convert_node(gt_par *p, gt_node_id nid, gt_error *err)
 {
     const gt_node *n = &p->src->nodes[nid];
@@ -534,7 +548,11 @@ static gt_status convert_node(gt_par *p, gt_node_id nid, gt_error *err)
 
     /* inputs in the wanted placements; a weight gathered for the backward again when resharding */
     gt_value_id in[GT_MAX_IN];
-    int key = p->plan.fsdp_reshard_after_forward && n->phase != GT_PHASE_FORWARD ? 1 : 0;
+    p->keep_gathered = keeps_gathered(p, n);
+    int key = p->plan.fsdp_reshard_after_forward && !p->keep_gathered &&
+                      n->phase != GT_PHASE_FORWARD
+                  ? 1
+                  : 0;
     for (int k = 0; k < n->n_in; k++) {
         GT_TRY(convert(p, n->in[k], want[k], p->weight[n->in[k]] ? key : 0, &in[k], err));
         if (in_scale[k] != 1.0) {
@@ -543,6 +561,7 @@ static gt_status convert_node(gt_par *p, gt_node_id nid, gt_error *err)
             gt_par_set_place(p, in[k], want[k]);
         }
     }
+    p->keep_gathered = false;
 
     gt_value_id outs[GT_MAX_OUT];
     for (int j = 0; j < GT_MAX_OUT; j++)
@@ -724,8 +743,12 @@ gt_status gt_parallelize(const gt_graph *g, const gt_parallel_plan *plan,
         for (int md = 0; md < GT_MESH_MAX_DIMS; md++)
             p.prefer[v][md] = (gt_placement){GT_PLACE_NONE, 0, 0, 0};
     p.node_map = gt_xmalloc((size_t)(g->n_nodes ? g->n_nodes : 1) * sizeof *p.node_map);
-    for (int32_t i = 0; i < g->n_nodes; i++)
+    p.last_layer = -1;
+    for (int32_t i = 0; i < g->n_nodes; i++) {
         p.node_map[i] = GT_NONE;
+        int64_t b = gt_pass_fsdp_bucket(gt_graph_str(g, g->nodes[i].fqn));
+        if (b > p.last_layer) p.last_layer = b;
+    }
 
     gt_status st = GT_OK;
     for (int32_t k = 0; st == GT_OK && k < g->n_inputs; k++) {

@@ -11,7 +11,9 @@
  *       parameter casts and views feeding them, move to right before the first compute node of
  *       group i (forward: layer i+1 is gathered while layer i computes; backward, whose groups
  *       come in reverse layer order, likewise), but never ahead of group i's own starts and never
- *       further ahead than that: at most one bucket is gathered ahead (memory);
+ *       further ahead than that: at most one bucket is gathered ahead (memory); a phase's first
+ *       group moves to right before the first compute node of the bucket computed just before
+ *       its first use, if any (backward: the block after it, whose weights stayed gathered);
  *     - gradient reduce-scatters and all-reduces start as soon as their inputs exist (with the
  *       flatten/concat nodes that only feed them);
  *     - every FSDP wait, with the slices and reshapes that only unpack its buffer, moves to right
@@ -403,6 +405,25 @@ static gt_node_id first_compute(const reorder_state *s, uint8_t phase, int64_t b
     return limit;
 }
 
+/* Where a phase's first gather group may start: the first compute node of the bucket that
+ * computes right before the group's first use fu (backward under the default reshard policy: the
+ * last block keeps its gathered weights, so the next block's gather starts with that block's
+ * backward); -1 (stay) when no other bucket computes before it in the phase. */
+static int64_t previous_bucket_start(const reorder_state *s, uint8_t phase, int64_t bucket,
+                                     gt_node_id fu)
+{
+    const gt_graph *g = s->g;
+    for (gt_node_id x = fu - 1; x >= 0; x--) {
+        const gt_node *nd = &g->nodes[x];
+        if (nd->phase != phase || (gt_op_get(nd->op)->flags & GT_OPF_COLLECTIVE) || s->unpack[x])
+            continue;
+        if (nd->n_out > 0 && s->hoist[nd->out[0]]) continue;
+        int64_t b = gt_pass_fsdp_bucket(gt_graph_str(g, nd->fqn));
+        if (b != bucket) return first_compute(s, phase, b, 0, fu);
+    }
+    return -1;
+}
+
 static void prefetch_gathers(reorder_state *s, const coll *c, const group *gr, int32_t ng)
 {
     /* per phase, in node order of the groups */
@@ -418,6 +439,7 @@ static void prefetch_gathers(reorder_state *s, const coll *c, const group *gr, i
                 if (c[k].start > last_start) last_start = c[k].start;
             }
             int64_t major = next_major;
+            if (major < 0) major = previous_bucket_start(s, (uint8_t)phase, c[q->first].bucket, fu);
             if (major > fu) major = fu;
             for (int32_t k = q->first; k < q->first + q->count; k++) {
                 if (major >= 0)

@@ -384,14 +384,15 @@ static void check_param_casts_policy(const step_graph *s, gt_memory_policy polic
     gt_graph_free(g);
 }
 
-/* FSDP (dp_shard 2, reshard after forward), default policy, whole pipeline but fusion: parallelize
+/* FSDP (dp_shard 2, reshard after forward for every block: policy always), default memory
+ * policy, whole pipeline but fusion: parallelize
  * casts each parameter's local f32 shard (the PARAM input itself) before gathering it, so every
  * block parameter cast still reads a PARAM input and is saved: the bf16 shard, half the weight.
  * The backward gathers again (reshard) from that saved shard and casts no parameter. */
 static void check_param_casts_fsdp(const step_graph *s)
 {
     gt_error err = {0};
-    gt_parallel_plan plan = {.fsdp_reshard_after_forward = true};
+    gt_parallel_plan plan = {.fsdp_reshard_after_forward = true, .fsdp_reshard_last = true};
     EXPECT_OK(gt_mesh_init(&plan.mesh, 1, 2, 1, &err), &err);
     gt_placement(*pl)[GT_MESH_MAX_DIMS] = calloc((size_t)s->g->n_inputs, sizeof *pl);
     gt_graph *g = NULL;

@@ -106,10 +106,13 @@ static gt_graph *step_graph(const char *flavor, gt_error *err)
     return g;
 }
 
+/* reshard: the fsdp_reshard_after_forward policy (GT_CFG_RESHARD_*). */
 static gt_graph *parallelize_plan(const gt_graph *g, int dpr, int dps, int tp, bool sp,
-                                  bool reshard, gt_error *err)
+                                  gt_cfg_reshard reshard, gt_error *err)
 {
-    gt_parallel_plan plan = {.sequence_parallel = sp, .fsdp_reshard_after_forward = reshard};
+    gt_parallel_plan plan = {.sequence_parallel = sp,
+                             .fsdp_reshard_after_forward = reshard != GT_CFG_RESHARD_NEVER,
+                             .fsdp_reshard_last = reshard == GT_CFG_RESHARD_ALWAYS};
     if (gt_mesh_init(&plan.mesh, dpr, dps, tp, err) != GT_OK) return NULL;
     gt_placement(*pl)[GT_MESH_MAX_DIMS] = calloc((size_t)g->n_inputs, sizeof *pl);
     gt_graph *out = NULL;
@@ -121,7 +124,7 @@ static gt_graph *parallelize_plan(const gt_graph *g, int dpr, int dps, int tp, b
 
 static gt_graph *parallelize(const gt_graph *g, int dpr, int dps, int tp, bool sp, gt_error *err)
 {
-    return parallelize_plan(g, dpr, dps, tp, sp, true, err);
+    return parallelize_plan(g, dpr, dps, tp, sp, GT_CFG_RESHARD_DEFAULT, err);
 }
 
 /* Runs g eagerly on seeded inputs (batch 2, seq 8; ids below 64; Adam step 1) and returns the
@@ -288,12 +291,22 @@ static void test_engine(const gt_graph *g)
     }
 }
 
-/* Backward reads of a weight gathered in the forward (through views of the gathered value), and
- * the number of backward gathers, after the pass pipeline with memory policy `full`. */
-static void fsdp_backward_use(const gt_graph *g, bool reshard, int *reads, int *bwd_gathers,
-                              gt_error *err)
+/* Module class of a node for the reshard policy: 1 for the last block (layers.1 of test_tiny's
+ * two) and the modules after it (norm, output, loss), else 0. */
+static int kept_class(const gt_graph *g, const gt_node *n)
 {
-    *reads = *bwd_gathers = -1;
+    const char *f = gt_graph_str(g, n->fqn);
+    return strncmp(f, "layers.1", 8) == 0 || (strncmp(f, "layers.", 7) != 0 &&
+                                                strncmp(f, "tok_embeddings", 14) != 0);
+}
+
+/* Backward reads of a weight gathered in the forward (through views of the gathered value) and
+ * backward gathers, each counted by the reading / gathering node's kept_class, after the pass
+ * pipeline with memory policy `full`. */
+static void fsdp_backward_use(const gt_graph *g, gt_cfg_reshard reshard, int reads[2],
+                              int bwd_gathers[2], gt_error *err)
+{
+    reads[0] = reads[1] = bwd_gathers[0] = bwd_gathers[1] = -1;
     gt_graph *pg = parallelize_plan(g, 1, 2, 1, false, reshard, err);
     if (!pg) return;
     static const gt_sym_binding_entry e[] = {{"batch", 2}, {"seq", 8}};
@@ -304,12 +317,12 @@ static void fsdp_backward_use(const gt_graph *g, bool reshard, int *reads, int *
         return;
     }
     uint8_t *gathered = calloc((size_t)pg->n_values + 1, 1);
-    *reads = *bwd_gathers = 0;
+    reads[0] = reads[1] = bwd_gathers[0] = bwd_gathers[1] = 0;
     for (int32_t i = 0; i < pg->n_nodes; i++) {
         const gt_node *n = &pg->nodes[i];
         bool fwd = n->phase == GT_PHASE_FORWARD;
         if (n->op == GT_OP_ALL_GATHER_START && gt_node_has_tag(pg, n, "fsdp.all_gather") && !fwd)
-            (*bwd_gathers)++;
+            bwd_gathers[kept_class(pg, n)]++;
         if (fwd && n->op == GT_OP_WAIT && gt_node_has_tag(pg, n, "fsdp.all_gather")) {
             gathered[n->out[0]] = 1;
             continue;
@@ -322,26 +335,35 @@ static void fsdp_backward_use(const gt_graph *g, bool reshard, int *reads, int *
         if (fwd && view && reads_gathered)
             for (int k = 0; k < n->n_out; k++)
                 gathered[n->out[k]] = 1;
-        if (!fwd && reads_gathered) (*reads)++;
+        if (!fwd && reads_gathered) reads[kept_class(pg, n)]++;
     }
     free(gathered);
     gt_graph_free(pg);
 }
 
-/* Reshard after forward under full recomputation: the recomputed forward nodes read a gather made
- * again in the backward (remat copies the tagged gather; bucketing drops the backward duplicate),
- * so no forward-gathered weight stays alive into the backward. Without resharding the backward
- * reads the forward's gathered weights and gathers nothing. */
+/* Reshard after forward under full recomputation. Policy always: the recomputed forward nodes
+ * read a gather made again in the backward (remat copies the tagged gather; bucketing drops the
+ * backward duplicate), so no forward-gathered weight stays alive into the backward. Policy
+ * default: the same for the first block, while the last block, the final norm and the output keep
+ * their forward-gathered weights for their backward, which gathers nothing for them. Never: the
+ * backward reads the forward's gathered weights and gathers nothing. */
 static void test_reshard(const gt_graph *g)
 {
     gt_error err = {0};
-    int reads, gathers;
-    fsdp_backward_use(g, true, &reads, &gathers, &err);
-    EXPECT(reads == 0 && gathers > 0, "reshard: %d backward reads, %d backward gathers (%s)", reads,
-           gathers, err.msg);
-    fsdp_backward_use(g, false, &reads, &gathers, &err);
-    EXPECT(reads > 0 && gathers == 0, "no reshard: %d backward reads, %d backward gathers (%s)",
-           reads, gathers, err.msg);
+    int reads[2], gathers[2];
+    fsdp_backward_use(g, GT_CFG_RESHARD_ALWAYS, reads, gathers, &err);
+    EXPECT(reads[0] + reads[1] == 0 && gathers[0] > 0 && gathers[1] > 0,
+           "reshard always: %d + %d backward reads, %d + %d backward gathers (%s)", reads[0],
+           reads[1], gathers[0], gathers[1], err.msg);
+    fsdp_backward_use(g, GT_CFG_RESHARD_DEFAULT, reads, gathers, &err);
+    EXPECT(reads[0] == 0 && reads[1] > 0 && gathers[0] > 0 && gathers[1] == 0,
+           "reshard default: first block %d backward reads, %d backward gathers; last block and "
+           "after %d reads, %d gathers (%s)",
+           reads[0], gathers[0], reads[1], gathers[1], err.msg);
+    fsdp_backward_use(g, GT_CFG_RESHARD_NEVER, reads, gathers, &err);
+    EXPECT(reads[0] > 0 && reads[1] > 0 && gathers[0] + gathers[1] == 0,
+           "no reshard: %d + %d backward reads, %d + %d backward gathers (%s)", reads[0], reads[1],
+           gathers[0], gathers[1], err.msg);
 }
 
 static void test_sym_replace(void)

@@ -1,0 +1,159 @@
+#!/usr/bin/env python3
+"""Where FSDP's step time goes: GPU time per kernel of graphtrain on 1 GPU against N GPUs.
+
+    python3 bench/fsdp_kernel_times.py build-gpu/graphtrain --model 1B --gpus 4 \
+        [--steps 6 --last 3] [--json out.json] [--markdown out.md] [-- extra graphtrain flags]
+
+Runs graphtrain train twice under bench_gpu.py's CUPTI activity library (CUDA_INJECTION64_PATH):
+once on one GPU, once as `mpirun -np N` with --parallelism.data_parallel_shard_degree N (FSDP),
+both with the same local batch and sequence, bf16, CUDA graphs on (graphtrain's defaults). Every
+kernel's start and end on the GPU is recorded; of the last --last steps (every step launches the
+same kernels, so a step is len(kernels) / steps consecutive starts) it reports, per kernel name,
+GPU ms per step on 1 GPU and on rank 0 of N, and totals split into communication (NCCL kernels
+and the rank-order sum of the reduce-scatter) and compute (everything else): how much slower the
+same compute kernels run while collectives run beside them, how much time the compute kernels
+of FSDP itself add (casts, concatenations, splits), and the step's GPU time. Then the compute
+stream's idle gaps (over 2 us between one kernel's end and the next one's start), by the pair
+of kernels around them: where the step waits for a collective (or for the host).
+"""
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import bench_gpu  # noqa: E402  (CUPTI library, demangling)
+
+
+def is_comm(name):
+    return "nccl" in name.lower() or "comm_sum" in name
+
+
+def read_times(path, steps, last):
+    """{name: ns per step over the last `last` steps}, step GPU ms of those steps, ns per step the
+    GPU ran a compute kernel, and the compute stream's idle gaps: {(kernel before, kernel after):
+    [count, ns]} per step."""
+    names, spans = [], []
+    with open(path) as f:
+        for line in f:
+            kind, a, b, c = line.rstrip("\n").split("\t", 3)
+            if kind == "kernel":
+                names.append(c)
+            elif kind == "span":
+                idx, stream = c.split("\t")
+                spans.append((int(a), int(b), int(idx), int(stream)))
+    spans.sort()
+    n = len(spans) // steps
+    if n == 0 or n * steps != len(spans):
+        raise RuntimeError(f"{path}: {len(spans)} kernels is not {steps} equal steps")
+    names = bench_gpu.demangle(names)
+    tail = spans[(steps - last) * n:]
+    per = {}
+    for s, e, i, _ in tail:
+        per[names[i]] = per.get(names[i], 0) + (e - s) / last
+    starts = [spans[k * n][0] for k in range(steps - last, steps)] + [max(x[1] for x in tail)]
+    step_ms = [(b - a) / 1e6 for a, b in zip(starts, starts[1:])]
+    busy = 0  # compute kernels' union: time the GPU ran at least one compute kernel
+    end = 0
+    load = {}
+    for s, e, i, st in tail:
+        if is_comm(names[i]):
+            continue
+        load[st] = load.get(st, 0) + e - s
+        if e > end:
+            busy += e - max(s, end)
+            end = e
+    compute = max(load, key=load.get)  # the stream that runs the most compute
+    gaps, prev = {}, None
+    for s, e, i, st in tail:
+        if st != compute:
+            continue
+        if prev is not None and s - prev[0] > 2000:  # idle over 2 us: it waited for something
+            key = (names[prev[1]], names[i])
+            g = gaps.setdefault(key, [0, 0])
+            g[0] += 1 / last
+            g[1] += (s - prev[0]) / last
+        prev = (max(e, prev[0]) if prev else e, i)
+    return per, step_ms, busy / last, gaps
+
+
+def run(cmd, env, log):
+    with open(log, "w") as f:
+        p = subprocess.run(cmd, env=env, stdout=f, stderr=subprocess.STDOUT)
+    if p.returncode != 0:
+        sys.exit(f"{' '.join(cmd)} failed ({p.returncode}); log {log}:\n"
+                 + open(log).read()[-3000:])
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("graphtrain")
+    ap.add_argument("--model", default="1B")
+    ap.add_argument("--gpus", type=int, default=2)
+    ap.add_argument("--batch", type=int, default=8)
+    ap.add_argument("--seq", type=int, default=2048)
+    ap.add_argument("--steps", type=int, default=6)
+    ap.add_argument("--last", type=int, default=3)
+    ap.add_argument("--top", type=int, default=40)
+    ap.add_argument("--json")
+    ap.add_argument("--markdown")
+    ap.add_argument("extra", nargs="*", help="more graphtrain flags (after --)")
+    args = ap.parse_args()
+    work = tempfile.mkdtemp(prefix="fsdp_kt_")
+    lib = bench_gpu.build_kernel_times_lib(work)
+    base = [os.path.abspath(args.graphtrain), "train", "--model.flavor", args.model,
+            "--training.device", "cuda", "--training.local_batch_size", str(args.batch),
+            "--training.seq_len", str(args.seq), "--training.steps", str(args.steps),
+            "--metrics.log_freq", "1", "--job.print_config", "false"] + args.extra
+    res = {}
+    for n in (1, args.gpus):
+        tsv = os.path.join(work, f"k{n}.tsv")
+        env = dict(os.environ, CUDA_INJECTION64_PATH=lib, GT_BENCH_KERNEL_TIMES=tsv,
+                   NCCL_NVLS_ENABLE="0")
+        cmd = base + ["--job.dump_folder", os.path.join(work, f"d{n}")]
+        if n > 1:
+            cmd = ["mpirun", "-np", str(n), "--allow-run-as-root", "--oversubscribe",
+                   "-x", "NCCL_NVLS_ENABLE=0", "-x", "CUDA_INJECTION64_PATH",
+                   "-x", "GT_BENCH_KERNEL_TIMES"] + cmd + [
+                       "--parallelism.data_parallel_shard_degree", str(n)]
+        run(cmd, env, os.path.join(work, f"log{n}.txt"))
+        res[n] = read_times(tsv + (".rank0" if n > 1 else ""), args.steps, args.last)
+    (p1, s1, b1, g1), (pn, sn, bn, gn) = res[1], res[args.gpus]
+    names = sorted(set(p1) | set(pn), key=lambda k: -(abs(pn.get(k, 0) - p1.get(k, 0))))
+    tot = lambda p, comm: sum(v for k, v in p.items() if is_comm(k) == comm) / 1e6
+    n = args.gpus
+    lines = [f"{args.model}, batch {args.batch} x seq {args.seq}, steps {args.steps - args.last + 1}"
+             f"..{args.steps}; GPU ms per step, 1 GPU vs rank 0 of {n} (FSDP {n})", "",
+             f"- step GPU time: {sorted(s1)[len(s1) // 2]:.1f} vs {sorted(sn)[len(sn) // 2]:.1f}",
+             f"- compute kernels, sum: {tot(p1, False):.1f} vs {tot(pn, False):.1f}; "
+             f"union (GPU running any compute kernel): {b1 / 1e6:.1f} vs {bn / 1e6:.1f}",
+             f"- communication kernels, sum: {tot(p1, True):.1f} vs {tot(pn, True):.1f}", "",
+             f"| kernel | 1 GPU ms | {n} GPUs ms | difference |", "|---|---|---|---|"]
+    short = lambda k: (k if len(k) <= 70 else k[:67] + "...").replace("|", "/")
+    for k in names[:args.top]:
+        a, b = p1.get(k, 0) / 1e6, pn.get(k, 0) / 1e6
+        lines.append(f"| `{short(k)}` | {a:.2f} | {b:.2f} | {b - a:+.2f} |")
+    for label, gaps in (("1 GPU", g1), (f"{n} GPUs", gn)):
+        total = sum(v[1] for v in gaps.values()) / 1e6
+        lines += ["", f"Compute stream idle over 2 us, {label}: {total:.2f} ms per step; the "
+                  "largest, by the kernels around the gap:", "",
+                  "| before | after | gaps/step | ms/step |", "|---|---|---|---|"]
+        for (a, b), (cnt, ns) in sorted(gaps.items(), key=lambda x: -x[1][1])[:15]:
+            lines.append(f"| `{short(a)}` | `{short(b)}` | {cnt:.1f} | {ns / 1e6:.3f} |")
+    text = "\n".join(lines)
+    print(text)
+    if args.markdown:
+        open(args.markdown, "w").write(text + "\n")
+    if args.json:
+        gap_list = lambda g: [dict(before=a, after=b, count=c, ns=ns) for (a, b), (c, ns) in g.items()]
+        json.dump(dict(gpus=n, one=dict(per=p1, step_ms=s1, busy_ns=b1, gaps=gap_list(g1)),
+                       many=dict(per=pn, step_ms=sn, busy_ns=bn, gaps=gap_list(gn))),
+                  open(args.json, "w"), indent=1)
+    shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
