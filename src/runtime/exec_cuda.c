@@ -543,9 +543,13 @@ gt_status gt_cuda_program_capture(gt_cuda_program *p, gt_error *err)
     if (s == GT_OK && e != cudaSuccess) s = cuda_error(e, "capturing the step graph", err);
     if (s == GT_OK && !graph)
         s = gt_error_set(err, GT_ERR_INTERNAL, "program: the step graph capture gave no graph");
+    /* node priorities: the collectives' kernels keep their stream's high priority in the replay
+     * (by default a graph runs every kernel at its launch stream's priority, so a gather queued
+     * behind compute blocks started late and the next layer waited for it) */
     if (s == GT_OK)
-        s = cuda_error(cudaGraphInstantiate(&p->graph_exec, graph, 0),
-                       "instantiating the step graph", err);
+        s = cuda_error(
+            cudaGraphInstantiate(&p->graph_exec, graph, cudaGraphInstantiateFlagUseNodePriority),
+            "instantiating the step graph", err);
     /* upload now, so the first replay costs what every replay costs */
     if (s == GT_OK) s = cuda_error(cudaGraphUpload(p->graph_exec, st), "uploading", err);
     if (s != GT_OK) {
