@@ -213,6 +213,7 @@ typedef struct { char *name; uint64_t ns, calls; } entry;
 static entry *tab;
 static size_t n_tab, cap_tab;
 static uint64_t copy_ns, copy_calls;
+static int copy_spans; /* GT_BENCH_COPY_SPANS=1: copies are spans too, named "[memcpy KIND]" */
 typedef struct { uint64_t start, end; size_t name; uint32_t stream; } span;
 static span *spans;
 static size_t n_spans, cap_spans;
@@ -262,6 +263,13 @@ static void CUPTIAPI buf_completed(CUcontext ctx, uint32_t stream, uint8_t *buf,
             const MREC *m = (const MREC *)r;
             copy_ns += m->end - m->start;
             copy_calls++;
+            if (copy_spans) {
+                const char *kind = m->copyKind == CUPTI_ACTIVITY_MEMCPY_KIND_HTOD   ? "[memcpy HtoD]"
+                                   : m->copyKind == CUPTI_ACTIVITY_MEMCPY_KIND_DTOH ? "[memcpy DtoH]"
+                                   : m->copyKind == CUPTI_ACTIVITY_MEMCPY_KIND_DTOD ? "[memcpy DtoD]"
+                                                                                     : "[memcpy]";
+                add_span(m->start, m->end, add(kind, m->end - m->start), m->streamId);
+            }
         }
     }
     free(buf);
@@ -290,6 +298,8 @@ static void dump(void)
 
 int InitializeInjection(void)
 {
+    const char *cs = getenv("GT_BENCH_COPY_SPANS");
+    copy_spans = cs && cs[0] == '1';
     if (cuptiActivityRegisterCallbacks(buf_requested, buf_completed) != CUPTI_SUCCESS) return 0;
     cuptiActivityEnable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
     cuptiActivityEnable(CUPTI_ACTIVITY_KIND_MEMCPY);

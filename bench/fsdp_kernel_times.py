@@ -9,12 +9,14 @@ once on one GPU, once as `mpirun -np N` with --parallelism.data_parallel_shard_d
 both with the same local batch and sequence, bf16, CUDA graphs on (graphtrain's defaults). Every
 kernel's start and end on the GPU is recorded; of the last --last steps (every step launches the
 same kernels, so a step is len(kernels) / steps consecutive starts) it reports, per kernel name,
-GPU ms per step on 1 GPU and on rank 0 of N, and totals split into communication (NCCL kernels
-and the rank-order sum of the reduce-scatter) and compute (everything else): how much slower the
+GPU ms per step on 1 GPU and on rank 0 of N (device copies too, as "[memcpy KIND]": the
+library records them when GT_BENCH_COPY_SPANS=1, as here; FSDP's concats and slices are 2D
+copies), and totals split into communication (NCCL kernels and the rank-order sum of the
+reduce-scatter) and compute (everything else, copies included): how much slower the
 same compute kernels run while collectives run beside them, how much time the compute kernels
-of FSDP itself add (casts, concatenations, splits), and the step's GPU time. Then the compute
-stream's idle gaps (over 2 us between one kernel's end and the next one's start), by the pair
-of kernels around them: where the step waits for a collective (or for the host).
+of FSDP itself add (casts, concatenations, splits), and the step's GPU time. Then the gaps in
+which no compute kernel runs (over 2 us), by the pair of kernels around them and whether a
+communication kernel ran meanwhile: where the step waits for a collective (or for the host).
 """
 import argparse
 import json
@@ -34,8 +36,8 @@ def is_comm(name):
 
 def read_times(path, steps, last):
     """{name: ns per step over the last `last` steps}, step GPU ms of those steps, ns per step the
-    GPU ran a compute kernel, and the compute stream's idle gaps: {(kernel before, kernel after):
-    [count, ns]} per step."""
+    GPU ran a compute kernel, and the gaps with no compute kernel running: {(kernel before,
+    kernel after, a communication kernel ran during it): [count, ns]} per step."""
     names, spans = [], []
     with open(path) as f:
         for line in f:
@@ -57,26 +59,23 @@ def read_times(path, steps, last):
     starts = [spans[k * n][0] for k in range(steps - last, steps)] + [max(x[1] for x in tail)]
     step_ms = [(b - a) / 1e6 for a, b in zip(starts, starts[1:])]
     busy = 0  # compute kernels' union: time the GPU ran at least one compute kernel
-    end = 0
-    load = {}
-    for s, e, i, st in tail:
+    # gaps: no compute kernel running for over 2 us (any stream: a captured graph's kernels all
+    # report the stream it was launched on), by the kernels that end before and start after it,
+    # and whether a communication kernel ran during it
+    comm = sorted((s, e) for s, e, i, _ in tail if is_comm(names[i]))
+    gaps, last_end, last_name = {}, None, None
+    for s, e, i, _ in tail:
         if is_comm(names[i]):
             continue
-        load[st] = load.get(st, 0) + e - s
-        if e > end:
-            busy += e - max(s, end)
-            end = e
-    compute = max(load, key=load.get)  # the stream that runs the most compute
-    gaps, prev = {}, None
-    for s, e, i, st in tail:
-        if st != compute:
-            continue
-        if prev is not None and s - prev[0] > 2000:  # idle over 2 us: it waited for something
-            key = (names[prev[1]], names[i])
+        if last_end is not None and s - last_end > 2000:
+            during = any(cs < s and ce > last_end for cs, ce in comm)
+            key = (names[last_name], names[i], during)
             g = gaps.setdefault(key, [0, 0])
             g[0] += 1 / last
-            g[1] += (s - prev[0]) / last
-        prev = (max(e, prev[0]) if prev else e, i)
+            g[1] += (s - last_end) / last
+        if last_end is None or e > last_end:
+            busy += e - max(s, last_end or s)
+            last_end, last_name = e, i
     return per, step_ms, busy / last, gaps
 
 
@@ -112,12 +111,12 @@ def main():
     for n in (1, args.gpus):
         tsv = os.path.join(work, f"k{n}.tsv")
         env = dict(os.environ, CUDA_INJECTION64_PATH=lib, GT_BENCH_KERNEL_TIMES=tsv,
-                   NCCL_NVLS_ENABLE="0")
+                   GT_BENCH_COPY_SPANS="1", NCCL_NVLS_ENABLE="0")
         cmd = base + ["--job.dump_folder", os.path.join(work, f"d{n}")]
         if n > 1:
             cmd = ["mpirun", "-np", str(n), "--allow-run-as-root", "--oversubscribe",
                    "-x", "NCCL_NVLS_ENABLE=0", "-x", "CUDA_INJECTION64_PATH",
-                   "-x", "GT_BENCH_KERNEL_TIMES"] + cmd + [
+                   "-x", "GT_BENCH_KERNEL_TIMES", "-x", "GT_BENCH_COPY_SPANS"] + cmd + [
                        "--parallelism.data_parallel_shard_degree", str(n)]
         run(cmd, env, os.path.join(work, f"log{n}.txt"))
         res[n] = read_times(tsv + (".rank0" if n > 1 else ""), args.steps, args.last)
@@ -138,17 +137,20 @@ def main():
         lines.append(f"| `{short(k)}` | {a:.2f} | {b:.2f} | {b - a:+.2f} |")
     for label, gaps in (("1 GPU", g1), (f"{n} GPUs", gn)):
         total = sum(v[1] for v in gaps.values()) / 1e6
-        lines += ["", f"Compute stream idle over 2 us, {label}: {total:.2f} ms per step; the "
-                  "largest, by the kernels around the gap:", "",
-                  "| before | after | gaps/step | ms/step |", "|---|---|---|---|"]
-        for (a, b), (cnt, ns) in sorted(gaps.items(), key=lambda x: -x[1][1])[:15]:
-            lines.append(f"| `{short(a)}` | `{short(b)}` | {cnt:.1f} | {ns / 1e6:.3f} |")
+        lines += ["", f"No compute kernel running for over 2 us, {label}: {total:.2f} ms per step; "
+                  "the largest, by the kernels around the gap:", "",
+                  "| before | after | comm kernel during | gaps/step | ms/step |",
+                  "|---|---|---|---|---|"]
+        for (a, b, d), (cnt, ns) in sorted(gaps.items(), key=lambda x: -x[1][1])[:15]:
+            lines.append(f"| `{short(a)}` | `{short(b)}` | {'yes' if d else 'no'} | {cnt:.1f} | "
+                         f"{ns / 1e6:.3f} |")
     text = "\n".join(lines)
     print(text)
     if args.markdown:
         open(args.markdown, "w").write(text + "\n")
     if args.json:
-        gap_list = lambda g: [dict(before=a, after=b, count=c, ns=ns) for (a, b), (c, ns) in g.items()]
+        gap_list = lambda g: [dict(before=a, after=b, comm_during=d, count=c, ns=ns)
+                              for (a, b, d), (c, ns) in g.items()]
         json.dump(dict(gpus=n, one=dict(per=p1, step_ms=s1, busy_ns=b1, gaps=gap_list(g1)),
                        many=dict(per=pn, step_ms=sn, busy_ns=bn, gaps=gap_list(gn))),
                   open(args.json, "w"), indent=1)
