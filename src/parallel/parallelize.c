@@ -57,7 +57,7 @@ struct gt_par {
     const char *subst_name[2];
     gt_expr subst_repl[2];
     int n_subst;
-    int64_t last_layer;  /* the largest N of a "layers.N" fqn; -1 for none */
+    int64_t last_layer; /* the largest N of a "layers.N" fqn; -1 for none */
     bool keep_gathered; /* the node being converted keeps its gathered weights for the backward */
 };
 
@@ -549,12 +549,10 @@ static gt_status convert_node(gt_par *p, gt_node_id nid, gt_error *err)
     /* inputs in the wanted placements; a weight gathered for the backward again when resharding */
     gt_value_id in[GT_MAX_IN];
     p->keep_gathered = keeps_gathered(p, n);
-    int key = p->plan.fsdp_reshard_after_forward && !p->keep_gathered &&
-                      n->phase != GT_PHASE_FORWARD
-                  ? 1
-                  : 0;
+    bool regather =
+        p->plan.fsdp_reshard_after_forward && !p->keep_gathered && n->phase != GT_PHASE_FORWARD;
     for (int k = 0; k < n->n_in; k++) {
-        GT_TRY(convert(p, n->in[k], want[k], p->weight[n->in[k]] ? key : 0, &in[k], err));
+        GT_TRY(convert(p, n->in[k], want[k], p->weight[n->in[k]] && regather, &in[k], err));
         if (in_scale[k] != 1.0) {
             in[k] = gt_scale(p->dst, in[k], in_scale[k]);
             GT_TRY(dst_error(p, err));

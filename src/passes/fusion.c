@@ -45,11 +45,11 @@
  *              happens.
  *
  * Groups grow from roots taken in reverse node order: the root tries, breadth first, the
- * producers of its members' inputs (fusable, same phase, not absorbed) and keeps each one with which every member is still absorbed or duplicable and the
- * limits hold, so each group is maximal for the greedy order. Values read by a fused node are
- * pinned: a later (earlier in node order) group never absorbs their producer. A group tries at
- * most 2 * GT_FUSED_MAX_INS producers, each checked in O(GT_FUSED_MAX_INS^3):
- * O(nodes * GT_FUSED_MAX_INS^4) at worst. */
+ * producers of its members' inputs (fusable, same phase, not absorbed) and keeps each one with
+ * which every member is still absorbed or duplicable and the limits hold, so each group is maximal
+ * for the greedy order. Values read by a fused node are pinned: a later (earlier in node order)
+ * group never absorbs their producer. A group tries at most 2 * GT_FUSED_MAX_INS producers, each
+ * checked in O(GT_FUSED_MAX_INS^3): O(nodes * GT_FUSED_MAX_INS^4) at worst. */
 #include <stdlib.h>
 #include <string.h>
 

@@ -8,16 +8,17 @@
  * 3; merged they read 3 and write 3.
  *
  * Rule: fused nodes a < b (node order) merge when they are in the same phase, their outputs have
- * the same dims, they share an input value, neither reads the other's outputs, the merged program keeps the limits (GT_FUSED_MAX_INS instructions, GT_MAX_IN
- * inputs, GT_MAX_OUT outputs, GT_FUSED_MAX_CONST constants), each is made of two-instruction
- * pieces (at most 2 instructions per output: the size the backends run at full bandwidth as
- * several outputs, see cuda_fused.cu; a larger program would be interpreted), and b lies at most
- * GT_MERGE_WINDOW nodes after a. The merged node takes the place of b when every reader of a's
- * outputs comes after b, else of a when every input of b is produced before a (otherwise they do
- * not merge): either way every value is still produced before it is read. Its program is a's
- * followed by b's (inputs deduplicated, b's temps renumbered), each piece's outputs flagged, and
- * its outputs are a's then b's; it keeps the fqn, phase, origin and tags of the node whose place
- * it takes. Exact: each instruction is unchanged, so each output has the bits it had. */
+ * the same dims, they share an input value, neither reads the other's outputs, the merged program
+ * keeps the limits (GT_FUSED_MAX_INS instructions, GT_MAX_IN inputs, GT_MAX_OUT outputs,
+ * GT_FUSED_MAX_CONST constants), each is made of two-instruction pieces (at most 2 instructions per
+ * output: the size the backends run at full bandwidth as several outputs, see cuda_fused.cu; a
+ * larger program would be interpreted), and b lies at most GT_MERGE_WINDOW nodes after a. The
+ * merged node takes the place of b when every reader of a's outputs comes after b, else of a when
+ * every input of b is produced before a (otherwise they do not merge): either way every value is
+ * still produced before it is read. Its program is a's followed by b's (inputs deduplicated, b's
+ * temps renumbered), each piece's outputs flagged, and its outputs are a's then b's; it keeps the
+ * fqn, phase, origin and tags of the node whose place it takes. Exact: each instruction is
+ * unchanged, so each output has the bits it had. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -85,8 +86,8 @@ static bool append_program(const gt_node *nd, gt_node *m)
 
 /* Node ids carry the nodes' computations: home[n] is the node now computing what n computed (n,
  * or the merged node that took it). The merge of a and b as described above, or false. */
-static bool try_merge(gt_graph *g, const gt_pass_uses *u,
-                      gt_node_id *home, uint8_t *keep, gt_node_id a, gt_node_id b)
+static bool try_merge(gt_graph *g, const gt_pass_uses *u, gt_node_id *home, uint8_t *keep,
+                      gt_node_id a, gt_node_id b)
 {
     const gt_node *na = &g->nodes[a], *nb = &g->nodes[b];
     if (na->phase != nb->phase) return false;

@@ -54,8 +54,7 @@ gt_status gt_train_parallelize(const gt_config *cfg, const gt_train_layout *layo
         .sequence_parallel = cfg->parallelism.enable_sequence_parallel,
         .fsdp_reshard_after_forward =
             cfg->parallelism.fsdp_reshard_after_forward != GT_CFG_RESHARD_NEVER,
-        .fsdp_reshard_last =
-            cfg->parallelism.fsdp_reshard_after_forward == GT_CFG_RESHARD_ALWAYS,
+        .fsdp_reshard_last = cfg->parallelism.fsdp_reshard_after_forward == GT_CFG_RESHARD_ALWAYS,
     };
     gt_placement(*place)[GT_MESH_MAX_DIMS] = gt_xcalloc((size_t)g->n_inputs + 1, sizeof *place);
     gt_graph *spmd = NULL;

@@ -396,13 +396,12 @@ static void test_duplication(void)
     EXPECT(g->err.code == GT_OK, "collective graph built: %s", g->err.msg);
     EXPECT_OK(run_fusion(g, &err), &err);
     EXPECT_OK(gt_graph_verify(g, &err), &err);
-    EXPECT(g->n_nodes == 3 && count_op(g, GT_OP_SILU) == 0 &&
-               count_op(g, GT_OP_FUSED_ELEMENTWISE) == 1 &&
-               fused_reads(g, g->outputs[0].value, x) && fused_reads(g, g->outputs[1].value, x) &&
-               g->n_nodes == 3 && g->nodes[1].op == GT_OP_WAIT &&
-               g->values[g->outputs[1].value].producer == 2,
-           "silu copied into both readers across the collective and removed (%d nodes)",
-           g->n_nodes);
+    EXPECT(
+        g->n_nodes == 3 && count_op(g, GT_OP_SILU) == 0 &&
+            count_op(g, GT_OP_FUSED_ELEMENTWISE) == 1 && fused_reads(g, g->outputs[0].value, x) &&
+            fused_reads(g, g->outputs[1].value, x) && g->n_nodes == 3 &&
+            g->nodes[1].op == GT_OP_WAIT && g->values[g->outputs[1].value].producer == 2,
+        "silu copied into both readers across the collective and removed (%d nodes)", g->n_nodes);
     gt_graph_free(g);
 
     /* a duplicated chain dies as a whole: b = neg(exp(x)) read by b * y and b + y2: both get a

@@ -10,7 +10,8 @@
  *      and an input of the second produced after the first keep them apart; with the second's
  *      inputs all earlier the merged node takes the first's place, before that reader; a
  *      collective between them does not matter; a phase change, no shared input, or different
- *      output dims keep them apart. Every merged graph is also checked bitwise against the unfused one. */
+ *      output dims keep them apart. Every merged graph is also checked bitwise against the unfused
+ * one. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

@@ -296,8 +296,8 @@ static void test_engine(const gt_graph *g)
 static int kept_class(const gt_graph *g, const gt_node *n)
 {
     const char *f = gt_graph_str(g, n->fqn);
-    return strncmp(f, "layers.1", 8) == 0 || (strncmp(f, "layers.", 7) != 0 &&
-                                                strncmp(f, "tok_embeddings", 14) != 0);
+    return strncmp(f, "layers.1", 8) == 0 ||
+           (strncmp(f, "layers.", 7) != 0 && strncmp(f, "tok_embeddings", 14) != 0);
 }
 
 /* Backward reads of a weight gathered in the forward (through views of the gathered value) and

@@ -26,35 +26,10 @@
 #include "distributed/comm_test.h"
 #include "graph_text.h"
 #include "graphtrain/gt_build.h"
-#include "graphtrain/gt_config.h"
-#include "graphtrain/gt_model.h"
 #include "graphtrain/gt_pass.h"
-#include "graphtrain/gt_train.h"
 #include "gt_test.h"
 #include "passes/pass_internal.h"
-
-/* debugmodel's compiled step graph under defaults + args (command-line spelling); NULL on error. */
-static gt_graph *step_graph(const char *const *args, int n_args)
-{
-    gt_error err = {0};
-    gt_config cfg;
-    gt_config_defaults(&cfg);
-    char *argv[16] = {"--model.flavor",     "debugmodel", "--training.local_batch_size", "2",
-                      "--training.seq_len", "32"};
-    int argc = 6;
-    for (int k = 0; k < n_args && argc < 16; k++)
-        argv[argc++] = (char *)args[k];
-    gt_graph *g = gt_graph_new();
-    gt_model model = {0};
-    gt_status st = gt_config_apply_overrides(&cfg, argc, argv, &err);
-    if (st == GT_OK) st = gt_train_build_graph(&cfg, g, &model, 1, &err);
-    EXPECT(st == GT_OK, "debugmodel step graph (%s ...): %s", n_args ? args[0] : "", err.msg);
-    gt_model_free(&model);
-    gt_config_free(&cfg);
-    if (st == GT_OK) return g;
-    gt_graph_free(g);
-    return NULL;
-}
+#include "train_graph.h"
 
 /* True when v is computed from a cast through reshape, concat and slice_backward nodes only. */
 static bool from_cast(const gt_graph *g, gt_value_id v)
@@ -119,8 +94,8 @@ static void check_layout(const char *what, const char *const *layout, int n_layo
     off_args[n_off++] = "--compile.disable_passes";
     off_args[n_off++] =
         per_tensor ? "fsdp_bucketing,reduce_scatter_narrow" : "reduce_scatter_narrow";
-    gt_graph *on = step_graph(on_args, n_on);
-    gt_graph *off = step_graph(off_args, n_off);
+    gt_graph *on = train_graph_debugmodel(on_args, n_on);
+    gt_graph *off = train_graph_debugmodel(off_args, n_off);
     if (!on || !off) {
         gt_graph_free(on);
         gt_graph_free(off);
@@ -167,7 +142,7 @@ static void check_untouched(const char *what, const char *const *args, int n_arg
         off_args[n++] = args[k];
     off_args[n++] = "--compile.disable_passes";
     off_args[n++] = "reduce_scatter_narrow";
-    gt_graph *on = step_graph(args, n_args), *off = step_graph(off_args, n);
+    gt_graph *on = train_graph_debugmodel(args, n_args), *off = train_graph_debugmodel(off_args, n);
     if (on && off) {
         char *a = graph_text(on), *b = graph_text(off);
         EXPECT(strcmp(a, b) == 0, "%s: the pass changed the graph", what);
