@@ -21,6 +21,9 @@
  *                     [n, T]: rank r's block of every member) -> slice [off_i/n, off_i/n +
  *                     numel_i/n) -> reshape [k_i, ...];
  *     all_reduce:     flatten, concat, all_reduce, slice, reshape.
+ *              A concat node takes at most GT_MAX_IN inputs; past that, the cheapest contiguous
+ *              run of members is concatenated first (its bytes are copied twice, every other
+ *              member's once: a llama3 block's 9 members re-copy two small neighbours, not 8).
  *              The start goes where the first member's start was, with the parameter casts and
  *              views feeding later members moved up to it; when a member's input is real compute
  *              produced later, the start goes right after the last such producer instead (the
@@ -109,6 +112,7 @@ typedef struct {
     gt_node_id *stack;
     int32_t *mark, stamp;
     gt_value_id *scratch; /* concat tree */
+    int64_t *scratch_bytes;
 } round_state;
 
 /* Keys for the nodes appended since `from`: right before position major, in creation order. */
@@ -166,19 +170,31 @@ static gt_status node_failed(gt_graph *g, const char *what, gt_error *err)
     return st;
 }
 
-/* Concatenates xs[0..n) along dim, at most GT_MAX_IN inputs per node (a tree). */
-static gt_value_id concat_tree(round_state *s, gt_value_id *xs, int32_t n, int dim)
+/* Concatenates xs[0..n) (bytes[i] each) along dim, in order, at most GT_MAX_IN inputs per node.
+ * Every concat level copies what passes through it, so while more than GT_MAX_IN remain, the
+ * contiguous run of the fewest bytes among those whose concat brings the count down (length
+ * min(GT_MAX_IN, n - GT_MAX_IN + 1)) becomes one inner concat: a llama3 block's 9 members copy
+ * two small neighbours twice, not eight of them. GT_NONE when a node cannot be built. */
+static gt_value_id concat_tree(round_state *s, gt_value_id *xs, int64_t *bytes, int32_t n, int dim)
 {
     gt_graph *g = s->g;
-    while (n > 1) {
-        int32_t m = 0;
-        for (int32_t i = 0; i < n; i += GT_MAX_IN) {
-            int32_t cnt = n - i < GT_MAX_IN ? n - i : GT_MAX_IN;
-            xs[m++] = cnt == 1 ? xs[i] : gt_concat(g, cnt, xs + i, dim);
+    while (n > GT_MAX_IN) {
+        int32_t len = n - GT_MAX_IN + 1 < GT_MAX_IN ? n - GT_MAX_IN + 1 : GT_MAX_IN, best = 0;
+        int64_t best_bytes = INT64_MAX;
+        for (int32_t i = 0; i + len <= n; i++) {
+            int64_t b = 0;
+            for (int32_t k = i; k < i + len; k++)
+                b += bytes[k];
+            if (b < best_bytes) best = i, best_bytes = b;
         }
-        n = m;
+        xs[best] = gt_concat(g, len, xs + best, dim);
+        if (xs[best] == GT_NONE) return GT_NONE;
+        bytes[best] = best_bytes;
+        memmove(xs + best + 1, xs + best + len, (size_t)(n - best - len) * sizeof *xs);
+        memmove(bytes + best + 1, bytes + best + len, (size_t)(n - best - len) * sizeof *bytes);
+        n -= len - 1;
     }
-    return xs[0];
+    return n == 1 ? xs[0] : gt_concat(g, n, xs, dim);
 }
 
 /* place[] of a flat buffer: `on_dim` on the collective's mesh dim; on the others, what every
@@ -274,6 +290,7 @@ static gt_status emit_bucket(round_state *s, const member *m, int32_t count, int
             hoist_chain(s, x, at_start);
         else
             hoist_views(s, x, at_start);
+        s->scratch_bytes[i] = m[i].bytes;
         if (gt_pass_type_equal(gt_value_type(g, x), &flat)) {
             s->scratch[i] = x;
             continue;
@@ -290,7 +307,7 @@ static gt_status emit_bucket(round_state *s, const member *m, int32_t count, int
     gt_value_id buf = GT_NONE;
     if (st == GT_OK) {
         int cat_dim = op == GT_OP_REDUCE_SCATTER_START ? 1 : 0;
-        buf = concat_tree(s, s->scratch, count, cat_dim);
+        buf = concat_tree(s, s->scratch, s->scratch_bytes, count, cat_dim);
         if (buf != GT_NONE && op == GT_OP_REDUCE_SCATTER_START) {
             /* [n, S] -> [n*S]: S = total / n per rank */
             gt_expr flat = gt_c(g, total);
@@ -528,6 +545,7 @@ static gt_status bucket_round(gt_graph *g, const gt_pass_options *o, int *emitte
     s.stack = gt_xmalloc(((size_t)n + 1) * sizeof *s.stack);
     s.mark = gt_xcalloc((size_t)n + 1, sizeof *s.mark);
     s.scratch = gt_xmalloc(((size_t)nm + 1) * sizeof *s.scratch);
+    s.scratch_bytes = gt_xmalloc(((size_t)nm + 1) * sizeof *s.scratch_bytes);
     gt_status st = GT_OK;
     for (int32_t k = 0; k < nm && st == GT_OK;) {
         int32_t j = k + 1;
@@ -556,6 +574,7 @@ static gt_status bucket_round(gt_graph *g, const gt_pass_options *o, int *emitte
         free(order);
     }
     free(s.scratch);
+    free(s.scratch_bytes);
     free(s.mark);
     free(s.stack);
     free(s.dead);

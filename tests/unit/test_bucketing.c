@@ -21,7 +21,10 @@
  *     reading bf16 into f32;
  *   - order: gt_graph_verify (topological), the gather start of bucket i+1 before the first
  *     matmul of bucket i in forward and backward, and gt_pass_collectives reporting overlap for
- *     them (nodes and FLOPs recounted here from the node order). */
+ *     them (nodes and FLOPs recounted here from the node order);
+ *   - packing: a bucket's concat tree (at most GT_MAX_IN inputs per node) copies each member once
+ *     and, past GT_MAX_IN members, only the cheapest contiguous run of members twice: the bytes
+ *     its concat nodes write equal the bucket's plus that run's, computed here from the leaves. */
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -984,6 +987,70 @@ static int expected_buckets(const gt_graph *g, int tag)
     return n;
 }
 
+/* Bytes of v (constant shape). */
+static int64_t value_bytes(const gt_graph *g, gt_value_id v)
+{
+    const gt_type *t = gt_value_type(g, v);
+    int64_t n = (int64_t)gt_dtype_size(t->dtype);
+    for (int d = 0; d < t->ndim; d++) {
+        int64_t v_d = -1;
+        EXPECT(gt_sym_is_const(g->sym, t->dims[d], &v_d), "a packed value has a constant shape");
+        n *= v_d;
+    }
+    return n;
+}
+
+/* The leaves of the concat tree producing v (through reshapes) in order, and the bytes its concat
+ * nodes write. */
+static void concat_leaves(const gt_graph *g, gt_value_id v, int64_t *leaf, int *n, int64_t *copied)
+{
+    gt_node_id p = g->values[v].producer;
+    while (p != GT_NONE && g->nodes[p].op == GT_OP_RESHAPE && *n == 0 && *copied == 0) {
+        v = g->nodes[p].in[0];
+        p = g->values[v].producer;
+    }
+    if (p == GT_NONE || g->nodes[p].op != GT_OP_CONCAT) {
+        if (*n < 64) leaf[(*n)++] = value_bytes(g, v);
+        return;
+    }
+    *copied += value_bytes(g, v);
+    for (int k = 0; k < g->nodes[p].n_in; k++)
+        concat_leaves(g, g->nodes[p].in[k], leaf, n, copied);
+}
+
+static void check_packing(const gt_graph *g, const char *what)
+{
+    int buckets = 0, wide = 0;
+    for (gt_node_id x = 0; x < g->n_nodes; x++) {
+        if (!gt_pass_is_collective_start(g->nodes[x].op) || !gt_pass_is_bucketed(g, &g->nodes[x]))
+            continue;
+        int64_t leaf[64], copied = 0, total = 0;
+        int n = 0;
+        concat_leaves(g, g->nodes[x].in[0], leaf, &n, &copied);
+        for (int k = 0; k < n; k++)
+            total += leaf[k];
+        int64_t extra = 0; /* the cheapest run of n - 7 members: one inner concat (n <= 15) */
+        if (n > GT_MAX_IN) {
+            extra = INT64_MAX;
+            for (int i = 0; i + (n - GT_MAX_IN + 1) <= n; i++) {
+                int64_t run = 0;
+                for (int k = i; k < i + (n - GT_MAX_IN + 1); k++)
+                    run += leaf[k];
+                if (run < extra) extra = run;
+            }
+            wide++;
+        }
+        buckets++;
+        EXPECT(n <= 15 && (n == 1 || copied == total + extra),
+               "%s: bucket at node %d of %d members: its concats write %lld bytes, want %lld "
+               "(members %lld + the cheapest run %lld)",
+               what, x, n, (long long)copied, (long long)(total + extra), (long long)total,
+               (long long)extra);
+    }
+    EXPECT(buckets > 0 && wide > 0, "%s: %d buckets, %d of more than %d members", what, buckets,
+           wide, GT_MAX_IN);
+}
+
 static void test_tiny(void)
 {
     gt_config cfg;
@@ -1025,6 +1092,7 @@ static void test_tiny(void)
         EXPECT_OK(gt_train_layout_init(&cfg, 2, r, &layout, &err), &err);
         gt_train_binding(&cfg, &layout, d.entries[r], &d.binding[r]);
     }
+    check_packing(b, "test_tiny bucketed");
     gt_graph *both = variant(g0, "fsdp_bucketing", "fsdp_reorder", 0);
     check_prefetch(both, &d.binding[0], L, true, "test_tiny bucketed + reordered");
     /* test_tiny's gradients are bf16 (mixed precision): narrowed after bucketing, and alone */
