@@ -125,3 +125,33 @@ bool gt_kernel_rows_of_ids(const gt_tensor *ids, const gt_tensor *rows, int64_t 
         ok = rows->shape[k] == ids->shape[k];
     return ok;
 }
+
+const char *const gt_kernel_adamw_in[6] = {"param",      "grad",    "exp_avg",
+                                           "exp_avg_sq", "scalars", "clip"};
+const char *const gt_kernel_adamw_out[3] = {"param'", "exp_avg'", "exp_avg_sq'"};
+
+gt_status gt_kernel_want_adamw(const gt_kernel_call *c, gt_error *err)
+{
+    GT_TRY(gt_kernel_want_attrs(c, 0, 4, 0, err));
+    const gt_tensor *p = c->in[0];
+    for (int k = 1; k < 4; k++)
+        GT_TRY(gt_kernel_want_same_shape(c, p, gt_kernel_adamw_in[0], c->in[k],
+                                         gt_kernel_adamw_in[k], err));
+    for (int k = 0; k < 3; k++)
+        GT_TRY(gt_kernel_want_same_shape(c, p, gt_kernel_adamw_in[0], c->out[k],
+                                         gt_kernel_adamw_out[k], err));
+    if (gt_tensor_numel(c->in[4]) != 3 || gt_tensor_numel(c->in[5]) != 1) {
+        char bs[128], bc[128];
+        return gt_error_set(
+            err, GT_ERR_SHAPE, "adamw: scalars must have 3 elements and clip 1, got %s and %s",
+            gt_kernel_fmt(c->in[4], bs, sizeof bs), gt_kernel_fmt(c->in[5], bc, sizeof bc));
+    }
+    double beta1 = c->f[0], beta2 = c->f[1], eps = c->f[2], wd = c->f[3];
+    if (!(beta1 >= 0.0 && beta1 < 1.0) || !(beta2 >= 0.0 && beta2 < 1.0) || !(eps >= 0.0) ||
+        !(wd >= 0.0))
+        return gt_error_set(err, GT_ERR_INVALID,
+                            "adamw: hyper-parameters beta1 %g, beta2 %g, eps %g, weight_decay %g "
+                            "out of range",
+                            beta1, beta2, eps, wd);
+    return GT_OK;
+}

@@ -26,6 +26,14 @@ gt_status gt_kernel_want_rank(const gt_kernel_call *c, const gt_tensor *t, const
                               int ndim, gt_error *err);
 gt_status gt_kernel_want_same_dtype(const gt_kernel_call *c, const gt_tensor *a, const char *what_a,
                                     const gt_tensor *b, const char *what_b, gt_error *err);
+/* adamw's inputs (param, grad, exp_avg, exp_avg_sq, scalars, clip) and outputs (param',
+ * exp_avg', exp_avg_sq') as errors name them. */
+extern const char *const gt_kernel_adamw_in[6];
+extern const char *const gt_kernel_adamw_out[3];
+/* adamw's checks that do not depend on a backend's dtypes: four float attributes, beta1 and beta2
+ * in [0, 1), eps and weight_decay >= 0; grad, the moments and the three outputs shaped like
+ * param; scalars of 3 elements and clip of 1. */
+gt_status gt_kernel_want_adamw(const gt_kernel_call *c, gt_error *err);
 /* At least ni int, nf float and ne expression attributes. */
 gt_status gt_kernel_want_attrs(const gt_kernel_call *c, int ni, int nf, int ne, gt_error *err);
 /* dim (negative counts from the end) as an index in [0, ndim). */

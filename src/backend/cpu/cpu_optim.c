@@ -59,12 +59,6 @@ static gt_status gt_cpu_adamw_consts(const gt_kernel_call *c, const float *scala
                             "adamw: scalars {lr, bias_correction1, bias_correction2} = {%g, %g, "
                             "%g}: expected lr finite >= 0 and both corrections in (0, 1]",
                             lr, bc1, bc2);
-    if (!(beta1 >= 0.0 && beta1 < 1.0) || !(beta2 >= 0.0 && beta2 < 1.0) || !(eps >= 0.0) ||
-        !(wd >= 0.0))
-        return gt_error_set(err, GT_ERR_INVALID,
-                            "adamw: hyper-parameters beta1 %g, beta2 %g, eps %g, weight_decay %g "
-                            "out of range",
-                            beta1, beta2, eps, wd);
     k->clip = clip;
     k->decay = (float)(1.0 - lr * wd);
     k->w1 = (float)(1.0 - beta1);
@@ -102,25 +96,12 @@ static inline void gt_adamw_element(const gt_adamw_consts *k, float p, float g, 
 
 gt_status gt_cpu_adamw(const gt_kernel_call *c, gt_error *err)
 {
-    static const char *const in_names[6] = {"param",      "grad",    "exp_avg",
-                                            "exp_avg_sq", "scalars", "clip"};
-    static const char *const out_names[3] = {"param'", "exp_avg'", "exp_avg_sq'"};
     for (int k = 0; k < 6; k++)
-        GT_TRY(gt_cpu_want_f32(c, c->in[k], in_names[k], err));
+        GT_TRY(gt_cpu_want_f32(c, c->in[k], gt_kernel_adamw_in[k], err));
     for (int k = 0; k < 3; k++)
-        GT_TRY(gt_cpu_want_f32(c, c->out[k], out_names[k], err));
+        GT_TRY(gt_cpu_want_f32(c, c->out[k], gt_kernel_adamw_out[k], err));
+    GT_TRY(gt_kernel_want_adamw(c, err));
     const gt_tensor *p = c->in[0];
-    for (int k = 1; k < 4; k++)
-        GT_TRY(gt_kernel_want_same_shape(c, p, in_names[0], c->in[k], in_names[k], err));
-    for (int k = 0; k < 3; k++)
-        GT_TRY(gt_kernel_want_same_shape(c, p, in_names[0], c->out[k], out_names[k], err));
-    if (gt_tensor_numel(c->in[4]) != 3 || gt_tensor_numel(c->in[5]) != 1) {
-        char bs[128], bc[128];
-        return gt_error_set(
-            err, GT_ERR_SHAPE, "adamw: scalars must have 3 elements and clip 1, got %s and %s",
-            gt_kernel_fmt(c->in[4], bs, sizeof bs), gt_kernel_fmt(c->in[5], bc, sizeof bc));
-    }
-    GT_TRY(gt_kernel_want_attrs(c, 0, 4, 0, err));
     gt_adamw_consts k = {0};
     GT_TRY(gt_cpu_adamw_consts(c, c->in[4]->data, ((const float *)c->in[5]->data)[0], &k, err));
 

@@ -16,7 +16,8 @@
 /* The step's constants come from device tensors (scalars = {lr, bc1, bc2}, clip), so a captured
  * step replays with new values; each thread derives them as cpu_optim.c does: in double, rounded
  * to f32 once. Range checks of lr/bc1/bc2 cannot fail synchronously here: they are the host's
- * (gt_optim_scalars) responsibility; the hyper-parameters are checked below. */
+ * (gt_optim_scalars) responsibility; the hyper-parameters are checked with the call
+ * (gt_kernel_want_adamw). */
 typedef struct {
     float clip, decay, w1, b2, w2, neg_step, bc2_sqrt, eps;
     bool decays;
@@ -140,36 +141,20 @@ __global__ void gt_k_adamw_vec(int64_t n4, int n_tail, gt_adamw_vec_args<G> a, c
  * takes the vector path. */
 static gt_status gt_adamw_check(const gt_kernel_call *c, bool *vec, gt_error *err)
 {
-    static const char *const in_names[6] = {"param",      "grad",    "exp_avg",
-                                            "exp_avg_sq", "scalars", "clip"};
-    static const char *const out_names[3] = {"param'", "exp_avg'", "exp_avg_sq'"};
     *vec = false;
-    GT_TRY(gt_kernel_want_attrs(c, 0, 4, 0, err));
-    GT_TRY(gt_kernel_want_float(c, c->in[0], in_names[0], err));
-    GT_TRY(gt_kernel_want_float(c, c->in[1], in_names[1], err));
-    GT_TRY(gt_kernel_want_float(c, c->out[0], out_names[0], err));
+    GT_TRY(gt_kernel_want_float(c, c->in[0], gt_kernel_adamw_in[0], err));
+    GT_TRY(gt_kernel_want_float(c, c->in[1], gt_kernel_adamw_in[1], err));
+    GT_TRY(gt_kernel_want_float(c, c->out[0], gt_kernel_adamw_out[0], err));
     for (int k = 2; k < 6; k++)
         if (c->in[k]->dtype != GT_F32)
-            return gt_error_set(err, GT_ERR_SHAPE, "adamw: %s is %s, expected f32", in_names[k],
-                                gt_dtype_name(c->in[k]->dtype));
+            return gt_error_set(err, GT_ERR_SHAPE, "adamw: %s is %s, expected f32",
+                                gt_kernel_adamw_in[k], gt_dtype_name(c->in[k]->dtype));
     for (int k = 1; k < 3; k++)
         if (c->out[k]->dtype != GT_F32)
-            return gt_error_set(err, GT_ERR_SHAPE, "adamw: %s is %s, expected f32", out_names[k],
-                                gt_dtype_name(c->out[k]->dtype));
+            return gt_error_set(err, GT_ERR_SHAPE, "adamw: %s is %s, expected f32",
+                                gt_kernel_adamw_out[k], gt_dtype_name(c->out[k]->dtype));
+    GT_TRY(gt_kernel_want_adamw(c, err));
     const gt_tensor *p = c->in[0];
-    for (int k = 1; k < 4; k++)
-        GT_TRY(gt_kernel_want_same_shape(c, p, in_names[0], c->in[k], in_names[k], err));
-    for (int k = 0; k < 3; k++)
-        GT_TRY(gt_kernel_want_same_shape(c, p, in_names[0], c->out[k], out_names[k], err));
-    if (gt_tensor_numel(c->in[4]) != 3 || gt_tensor_numel(c->in[5]) != 1)
-        return gt_error_set(err, GT_ERR_SHAPE, "adamw: scalars must have 3 elements and clip 1");
-    double beta1 = c->f[0], beta2 = c->f[1], eps = c->f[2], wd = c->f[3];
-    if (!(beta1 >= 0.0 && beta1 < 1.0) || !(beta2 >= 0.0 && beta2 < 1.0) || !(eps >= 0.0) ||
-        !(wd >= 0.0))
-        return gt_error_set(err, GT_ERR_INVALID,
-                            "adamw: hyper-parameters beta1 %g, beta2 %g, eps %g, weight_decay %g "
-                            "out of range",
-                            beta1, beta2, eps, wd);
     const void *ptrs[7] = {p->data,         c->in[1]->data,  c->in[2]->data, c->in[3]->data,
                            c->out[0]->data, c->out[1]->data, c->out[2]->data};
     gt_dtype gd = c->in[1]->dtype;
@@ -230,6 +215,13 @@ gt_status gt_cuda_adamw(gt_cuda_stream *s, const gt_kernel_call *c, gt_error *er
 
 #define GT_ADAMW_CHUNK_PACKS GT_CUDA_THREADS
 
+/* Chunks of a tensor of numel elements: its packs' chunks, or one for a tensor of tail alone. */
+static int64_t gt_adamw_chunks(int64_t numel)
+{
+    int64_t n4 = numel / 4;
+    return n4 > 0 ? (n4 + GT_ADAMW_CHUNK_PACKS - 1) / GT_ADAMW_CHUNK_PACKS : 1;
+}
+
 /* One tensor of a multi-tensor launch, as uploaded. */
 typedef struct {
     const float *p, *m, *v;
@@ -247,7 +239,6 @@ struct gt_cuda_adamw_multi {
     const gt_adamw_multi_entry *entries;
     const int32_t *chunk_tensor;
     int64_t n_chunks;
-    int32_t n;
     const float *scalars, *clip;
     double beta1, beta2, eps, wd; /* wd: the one nonzero weight decay, or 0 */
 };
@@ -350,8 +341,7 @@ extern "C" gt_status gt_cuda_adamw_multi_create(const gt_kernel_call *calls, int
                                 "earlier call %g (one nonzero value per launch)",
                                 (int)j, (int)n, c->f[3], wd);
         if (c->f[3] != 0.0) wd = c->f[3];
-        int64_t n4 = gt_tensor_numel(c->in[0]) / 4;
-        n_chunks += n4 > 0 ? (n4 + GT_ADAMW_CHUNK_PACKS - 1) / GT_ADAMW_CHUNK_PACKS : 1;
+        n_chunks += gt_adamw_chunks(gt_tensor_numel(c->in[0]));
     }
     if (n_chunks > INT32_MAX)
         return gt_error_set(err, GT_ERR_INVALID,
@@ -365,8 +355,7 @@ extern "C" gt_status gt_cuda_adamw_multi_create(const gt_kernel_call *calls, int
     int64_t chunk = 0;
     for (int32_t j = 0; j < n; j++) {
         const gt_kernel_call *c = &calls[j];
-        int64_t numel = gt_tensor_numel(c->in[0]), n4 = numel / 4;
-        int64_t chunks = n4 > 0 ? (n4 + GT_ADAMW_CHUNK_PACKS - 1) / GT_ADAMW_CHUNK_PACKS : 1;
+        int64_t numel = gt_tensor_numel(c->in[0]), n4 = numel / 4, chunks = gt_adamw_chunks(numel);
         gt_adamw_multi_entry *e = &entries[j];
         e->p = (const float *)c->in[0]->data;
         e->g = c->in[1]->data;
@@ -398,7 +387,6 @@ extern "C" gt_status gt_cuda_adamw_multi_create(const gt_kernel_call *calls, int
     m->entries = (const gt_adamw_multi_entry *)m->dev;
     m->chunk_tensor = (const int32_t *)((const char *)m->dev + entry_bytes);
     m->n_chunks = n_chunks;
-    m->n = n;
     m->scalars = (const float *)c0->in[4]->data;
     m->clip = (const float *)c0->in[5]->data;
     m->beta1 = c0->f[0];

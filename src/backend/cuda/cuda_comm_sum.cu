@@ -121,36 +121,31 @@ extern "C" gt_status gt_cuda_comm_sum(gt_dtype dt, gt_dtype out_dt, int64_t nume
     if (n < 1) return gt_error_set(err, GT_ERR_INVALID, "ordered sum over %d blocks", n);
     cudaStream_t st = (cudaStream_t)stream;
     cudaError_t e;
-    if (out_dt != dt) {
-        if (out_dt == GT_F32 && dt == GT_BF16)
-            e = gt_launch_comm_sum<__nv_bfloat16, float>(numel, src, n, dst, st);
-        else if (out_dt == GT_F32 && dt == GT_F16)
-            e = gt_launch_comm_sum<__half, float>(numel, src, n, dst, st);
-        else
-            return gt_error_set(err, GT_ERR_UNSUPPORTED,
-                                "sum of %s blocks into %s is not supported", gt_dtype_name(dt),
-                                gt_dtype_name(out_dt));
-    } else {
-        switch (dt) {
-        case GT_F32:
-            e = gt_launch_comm_sum<float, float>(numel, src, n, dst, st);
-            break;
-        case GT_BF16:
-            e = gt_launch_comm_sum<__nv_bfloat16, __nv_bfloat16>(numel, src, n, dst, st);
-            break;
-        case GT_F16:
-            e = gt_launch_comm_sum<__half, __half>(numel, src, n, dst, st);
-            break;
-        case GT_I32:
-            e = gt_launch_comm_sum<int32_t, int32_t>(numel, src, n, dst, st);
-            break;
-        case GT_I64:
-            e = gt_launch_comm_sum<int64_t, int64_t>(numel, src, n, dst, st);
-            break;
-        default:
-            return gt_error_set(err, GT_ERR_UNSUPPORTED, "sum of dtype %s is not supported",
-                                gt_dtype_name(dt));
-        }
+    bool widen = gt_dtype_widens_to_f32(dt, out_dt);
+    if (out_dt != dt && !widen)
+        return gt_error_set(err, GT_ERR_UNSUPPORTED, "sum of %s blocks into %s is not supported",
+                            gt_dtype_name(dt), gt_dtype_name(out_dt));
+    switch (dt) {
+    case GT_F32:
+        e = gt_launch_comm_sum<float, float>(numel, src, n, dst, st);
+        break;
+    case GT_BF16:
+        e = widen ? gt_launch_comm_sum<__nv_bfloat16, float>(numel, src, n, dst, st)
+                  : gt_launch_comm_sum<__nv_bfloat16, __nv_bfloat16>(numel, src, n, dst, st);
+        break;
+    case GT_F16:
+        e = widen ? gt_launch_comm_sum<__half, float>(numel, src, n, dst, st)
+                  : gt_launch_comm_sum<__half, __half>(numel, src, n, dst, st);
+        break;
+    case GT_I32:
+        e = gt_launch_comm_sum<int32_t, int32_t>(numel, src, n, dst, st);
+        break;
+    case GT_I64:
+        e = gt_launch_comm_sum<int64_t, int64_t>(numel, src, n, dst, st);
+        break;
+    default:
+        return gt_error_set(err, GT_ERR_UNSUPPORTED, "sum of dtype %s is not supported",
+                            gt_dtype_name(dt));
     }
     if (e != cudaSuccess)
         return gt_error_set(
