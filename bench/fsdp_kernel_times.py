@@ -99,6 +99,7 @@ def main():
     ap.add_argument("--top", type=int, default=40)
     ap.add_argument("--json")
     ap.add_argument("--markdown")
+    ap.add_argument("--keep", help="copy the raw per-rank span files (TSV) into this folder")
     ap.add_argument("extra", nargs="*", help="more graphtrain flags (after --)")
     args = ap.parse_args()
     work = tempfile.mkdtemp(prefix="fsdp_kt_")
@@ -154,6 +155,11 @@ def main():
         json.dump(dict(gpus=n, one=dict(per=p1, step_ms=s1, busy_ns=b1, gaps=gap_list(g1)),
                        many=dict(per=pn, step_ms=sn, busy_ns=bn, gaps=gap_list(gn))),
                   open(args.json, "w"), indent=1)
+    if args.keep:
+        os.makedirs(args.keep, exist_ok=True)
+        for f in os.listdir(work):
+            if f.startswith("k") or f.startswith("log"):
+                shutil.copy(os.path.join(work, f), args.keep)
     shutil.rmtree(work, ignore_errors=True)
 
 

@@ -315,6 +315,38 @@ static void case_layout(gt_dtype ft)
     sp.out[1] = cu_tensor_new(ft, 3, SH(2, 3, 3));
     sp.out[2] = cu_tensor_new(ft, 3, SH(2, 3, 1));
     check(&sp, 0.0);
+    /* Wide copies: 16-byte units with row pitches (FSDP's bucket concat and unpack), and a
+     * contiguous copy of many blocks. */
+    tcase cw = {.name = nm("concat wide", ft),
+                .op = GT_OP_CONCAT,
+                .n_in = 2,
+                .n_out = 1,
+                .ni = 1,
+                .i = {1}};
+    cw.in[0] = t_rand(ft, 2, SH(4, 1024), -1, 1);
+    cw.in[1] = t_rand(ft, 2, SH(4, 3072), -1, 1);
+    cw.out[0] = cu_tensor_new(ft, 2, SH(4, 4096));
+    check(&cw, 0.0);
+    tcase sw = {.name = nm("slice wide", ft),
+                .op = GT_OP_SLICE,
+                .n_in = 1,
+                .n_out = 1,
+                .ni = 1,
+                .i = {1},
+                .ne = 2,
+                .e = {1024, 3072}};
+    sw.in[0] = t_rand(ft, 2, SH(3, 4096), -1, 1);
+    sw.out[0] = cu_tensor_new(ft, 2, SH(3, 2048));
+    check(&sw, 0.0);
+    tcase rw = {.name = nm("reshape wide", ft),
+                .op = GT_OP_RESHAPE,
+                .n_in = 1,
+                .n_out = 1,
+                .ne = 2,
+                .e = {2048, 512}};
+    rw.in[0] = t_rand(ft, 2, SH(512, 2048), -1, 1);
+    rw.out[0] = cu_tensor_new(ft, 2, SH(2048, 512));
+    check(&rw, 0.0);
     tcase em = {.name = nm("embedding", ft), .op = GT_OP_EMBEDDING, .n_in = 2, .n_out = 1};
     em.in[0] = t_rand(ft, 2, SH(50, 24), -1, 1);
     em.in[1] = t_ids(GT_I32, 2, SH(3, 7), 0, 50);

@@ -452,10 +452,8 @@ gt_status gt_cuda_cast(gt_cuda_stream *s, const gt_kernel_call *c, gt_error *err
     if (n == 0) return GT_OK;
     if (x->dtype == out->dtype) {
         if (x->data == out->data) return GT_OK;
-        return gt_cuda_check(c,
-                             cudaMemcpyAsync(out->data, x->data, gt_tensor_nbytes(x),
-                                             cudaMemcpyDeviceToDevice, s->stream),
-                             "copy", err);
+        int64_t bytes = (int64_t)gt_tensor_nbytes(x);
+        return gt_cuda_copy_2d(s, c, out->data, bytes, x->data, bytes, bytes, 1, err);
     }
     if (gt_is_float_dt(x->dtype) && gt_is_float_dt(out->dtype) && gt_aligned16(x->data) &&
         gt_aligned16(out->data)) {

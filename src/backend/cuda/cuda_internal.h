@@ -71,6 +71,10 @@ gt_status gt_cuda_embedding_grad(gt_cuda_stream *s, const gt_kernel_call *c, con
 gt_status gt_cuda_check(const gt_kernel_call *c, cudaError_t e, const char *what, gt_error *err);
 /* Checks the launch just made (cudaGetLastError). */
 gt_status gt_cuda_launched(const gt_kernel_call *c, gt_error *err);
+/* Device-to-device copy of `rows` rows of `width` bytes by a kernel (cuda_layout.cu). */
+gt_status gt_cuda_copy_2d(gt_cuda_stream *s, const gt_kernel_call *c, void *dst, int64_t dpitch,
+                          const void *src, int64_t spitch, int64_t width, int64_t rows,
+                          gt_error *err);
 /* Scratch of at least `bytes` (256-byte aligned), grown if needed. */
 gt_status gt_cuda_scratch(gt_cuda_stream *s, const gt_kernel_call *c, size_t bytes, void **out,
                           gt_error *err);

@@ -150,10 +150,8 @@ static gt_status gt_cuda_gather(gt_cuda_stream *s, const gt_kernel_call *c, cons
          * start (base and strides) and both pointers. */
         int64_t row = cs[m - 1] * es;
         if (m == 1)
-            return gt_cuda_check(c,
-                                 cudaMemcpyAsync(out->data, (const char *)x->data + base * es,
-                                                 (size_t)row, cudaMemcpyDeviceToDevice, s->stream),
-                                 "copy", err);
+            return gt_cuda_copy_2d(s, c, out->data, row, (const char *)x->data + base * es, row,
+                                   row, 1, err);
         uint64_t g =
             (uint64_t)row | (uint64_t)(base * es) | (uintptr_t)x->data | (uintptr_t)out->data;
         for (int d = 0; d < m - 1; d++)
@@ -254,11 +252,9 @@ gt_status gt_cuda_reshape(gt_cuda_stream *s, const gt_kernel_call *c, gt_error *
     GT_TRY(gt_cuda_same_dtype(c, x, out, err));
     if (!gt_cuda_out_matches_e(c, out) || gt_tensor_numel(x) != gt_tensor_numel(out))
         return gt_cuda_shape_error(c, "output does not fit the input and the attributes", err);
-    if (x->data == out->data || gt_tensor_nbytes(x) == 0) return GT_OK;
-    return gt_cuda_check(c,
-                         cudaMemcpyAsync(out->data, x->data, gt_tensor_nbytes(x),
-                                         cudaMemcpyDeviceToDevice, s->stream),
-                         "copy", err);
+    if (x->data == out->data) return GT_OK;
+    int64_t bytes = (int64_t)gt_tensor_nbytes(x);
+    return gt_cuda_copy_2d(s, c, out->data, bytes, x->data, bytes, bytes, 1, err);
 }
 
 static gt_status gt_cuda_permute_by(gt_cuda_stream *s, const gt_kernel_call *c, const int *perm,
@@ -307,6 +303,55 @@ gt_status gt_cuda_permute(gt_cuda_stream *s, const gt_kernel_call *c, gt_error *
     return gt_cuda_permute_by(s, c, perm, err);
 }
 
+/* Row r of `rows` (unit offsets r * sp in src, r * dp in dst) of row_units units of U. */
+template <typename U>
+__global__ void gt_k_copy_2d(int64_t n_units, int64_t row_units, int64_t sp, int64_t dp,
+                             const U *src, U *dst)
+{
+    GT_GRID_STRIDE(i, n_units)
+    {
+        int64_t r = i / row_units, u = i - r * row_units;
+        dst[r * dp + u] = src[r * sp + u];
+    }
+}
+
+template <typename U>
+static void gt_launch_copy_2d(cudaStream_t st, int64_t rows, int64_t width, int64_t sp, int64_t dp,
+                              const void *src, void *dst)
+{
+    int64_t w = width / (int64_t)sizeof(U), n = rows * w;
+    gt_k_copy_2d<U><<<gt_cuda_blocks(n), GT_CUDA_THREADS, 0, st>>>(
+        n, w, sp / (int64_t)sizeof(U), dp / (int64_t)sizeof(U), (const U *)src, (U *)dst);
+}
+
+/* Copies `rows` rows of `width` bytes (src rows `spitch` bytes apart, dst rows `dpitch` apart) by a
+ * kernel in units of the widest access (up to 16 bytes) that both pointers, the width and the
+ * pitches allow. Every device-to-device copy of a kernel goes through here rather than
+ * cudaMemcpy(2D)Async: in a captured step those become copy-engine nodes, and FSDP's bucket
+ * packing and unpacking ran at ~0.8 TB/s there (1B FSDP on 4 x H200: the step is ~4 ms shorter
+ * with this kernel; docs/BENCHMARKS.md). */
+gt_status gt_cuda_copy_2d(gt_cuda_stream *s, const gt_kernel_call *c, void *dst, int64_t dpitch,
+                          const void *src, int64_t spitch, int64_t width, int64_t rows,
+                          gt_error *err)
+{
+    if (width <= 0 || rows <= 0) return GT_OK;
+    if (rows == 1) spitch = dpitch = width;
+    uint64_t g =
+        (uint64_t)width | (uint64_t)spitch | (uint64_t)dpitch | (uintptr_t)src | (uintptr_t)dst;
+    cudaStream_t st = s->stream;
+    if ((g & 15u) == 0)
+        gt_launch_copy_2d<uint4>(st, rows, width, spitch, dpitch, src, dst);
+    else if ((g & 7u) == 0)
+        gt_launch_copy_2d<uint2>(st, rows, width, spitch, dpitch, src, dst);
+    else if ((g & 3u) == 0)
+        gt_launch_copy_2d<uint32_t>(st, rows, width, spitch, dpitch, src, dst);
+    else if ((g & 1u) == 0)
+        gt_launch_copy_2d<uint16_t>(st, rows, width, spitch, dpitch, src, dst);
+    else
+        gt_launch_copy_2d<uint8_t>(st, rows, width, spitch, dpitch, src, dst);
+    return gt_cuda_launched(c, err);
+}
+
 /* For each of `outer` blocks, copies n * inner elements from src (dim extent src_dim, starting at
  * src_off) to dst (extent dst_dim, at dst_off): a 2D copy, one row per outer block. */
 static gt_status gt_cuda_copy_blocks(gt_cuda_stream *s, const gt_kernel_call *c, void *dst,
@@ -314,13 +359,10 @@ static gt_status gt_cuda_copy_blocks(gt_cuda_stream *s, const gt_kernel_call *c,
                                      int64_t src_dim, int64_t src_off, int64_t n, int64_t outer,
                                      int64_t inner, size_t es, gt_error *err)
 {
-    size_t row = (size_t)(n * inner) * es;
-    if (row == 0 || outer == 0) return GT_OK;
-    cudaError_t e = cudaMemcpy2DAsync(
-        (char *)dst + (size_t)(dst_off * inner) * es, (size_t)(dst_dim * inner) * es,
-        (const char *)src + (size_t)(src_off * inner) * es, (size_t)(src_dim * inner) * es, row,
-        (size_t)outer, cudaMemcpyDeviceToDevice, s->stream);
-    return gt_cuda_check(c, e, "2D copy", err);
+    int64_t e = (int64_t)es;
+    return gt_cuda_copy_2d(s, c, (char *)dst + dst_off * inner * e, dst_dim * inner * e,
+                           (const char *)src + src_off * inner * e, src_dim * inner * e,
+                           n * inner * e, outer, err);
 }
 
 gt_status gt_cuda_slice(gt_cuda_stream *s, const gt_kernel_call *c, gt_error *err)
