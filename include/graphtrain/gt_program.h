@@ -14,7 +14,10 @@
  *
  * Buffer sharing (all exact: the program's results are bitwise those of gt_eager_run):
  *   - views: the output of reshape shares its input's bytes (tensors are contiguous, so a reshape
- *     is the same bytes under another shape); the reshape instruction is then dropped;
+ *     is the same bytes under another shape), and so does a slice whose elements are one
+ *     contiguous run of its input's (every dim before the sliced one of size 1; FSDP's unpacking
+ *     of a reduce-scatter's flat output), at that run's byte offset when it is a multiple of
+ *     GT_PLAN_ALIGN; the instruction is then dropped;
  *   - collectives: a wait's output is its start's output buffer (the collective writes it there),
  *     with or without no_views; that buffer is live from the start, and the start's input until
  *     the wait at least (the wait reads it), so nothing scheduled in between reuses either;
@@ -67,7 +70,7 @@ gt_status gt_schedule_check(const gt_graph *g, const gt_node_id *order, int32_t 
 /* ---------------------------------------------------------------- memory plan */
 
 typedef struct {
-    bool no_views;    /* give every reshape its own buffer */
+    bool no_views;    /* give every reshape and slice its own buffer */
     bool no_in_place; /* never alias an output with an input */
     /* Read by gt_cuda_program_build only: one launch per adamw instruction instead of one
      * multi-tensor launch per group of consecutive ones (bitwise the same; for the test that
@@ -78,14 +81,15 @@ typedef struct {
 typedef struct {
     int64_t shape[GT_MAX_DIMS]; /* concrete under the binding */
     size_t nbytes;
-    gt_value_id root; /* value whose buffer this one uses (itself unless a view or in place) */
-    int32_t first;    /* schedule position of the producer; -1 for a graph input */
-    int32_t last;     /* last schedule position that reads it (n for graph outputs); of the
-                       * root: the max over every value sharing its buffer */
-    uint8_t arena;    /* gt_arena_kind */
-    uint8_t category; /* gt_mem_category */
-    uint8_t shared;   /* 1: view of root; 2: in place over root */
-    size_t offset;    /* in its arena (the root's offset) */
+    gt_value_id root;   /* value whose buffer this one uses (itself unless a view or in place) */
+    int32_t first;      /* schedule position of the producer; -1 for a graph input */
+    int32_t last;       /* last schedule position that reads it (n for graph outputs); of the
+                         * root: the max over every value sharing its buffer */
+    uint8_t arena;      /* gt_arena_kind */
+    uint8_t category;   /* gt_mem_category */
+    uint8_t shared;     /* 1: view of root; 2: in place over root */
+    size_t view_offset; /* bytes from the start of the root's buffer (a slice view's run) */
+    size_t offset;      /* in its arena: the root's offset + view_offset */
 } gt_value_plan;
 
 typedef struct {

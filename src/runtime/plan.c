@@ -5,7 +5,9 @@
  *   2. own liveness: first = producer position (-1 for a graph input), last = last reading
  *      position (n for a graph output, so its bytes survive until they are copied out; a value
  *      nobody reads lives at its producer only — the kernel still writes it).
- *   3. sharing, in schedule order: a reshape output joins its input's buffer (a view), and so
+ *   3. sharing, in schedule order: a reshape output joins its input's buffer (a view), as does a
+ *      slice of one contiguous run of its input (a view at the run's byte offset, when that is a
+ *      multiple of GT_PLAN_ALIGN), and so
  *      does a wait's output its start's output (the collective's result; see below); an adamw
  *      output joins its input's buffer (in place) when the input's buffer group has no reader
  *      after this node, is read by no other slot of the node, has the output's size and arena.
@@ -98,9 +100,34 @@ static int in_place_pairs(gt_op op, int pairs[][2])
     return 0;
 }
 
+/* A slice whose elements are one contiguous run of its input's (every dim before the sliced one
+ * has size 1) is a view at byte offset *at, when that offset keeps the plan's alignment. */
+static bool slice_view_offset(const gt_plan *p, const gt_sym_binding *binding, const gt_node *nd,
+                              size_t *at)
+{
+    const gt_graph *g = p->g;
+    const gt_value_plan *x = &p->values[nd->in[0]];
+    int ndim = gt_value_type(g, nd->in[0])->ndim;
+    int dim = (int)nd->attrs.i[0];
+    if (dim < 0) dim += ndim;
+    if (dim < 0 || dim >= ndim) return false;
+    int64_t inner = 1;
+    for (int d = 0; d < ndim; d++) {
+        if (d < dim && x->shape[d] != 1) return false;
+        if (d > dim) inner *= x->shape[d];
+    }
+    int64_t start;
+    gt_error err = {0};
+    if (gt_sym_eval(g->sym, nd->attrs.e[0], binding, &start, &err) != GT_OK) return false;
+    size_t off = (size_t)(start * inner) * gt_dtype_size(gt_value_type(g, nd->in[0])->dtype);
+    if (off % GT_PLAN_ALIGN) return false;
+    *at = off;
+    return true;
+}
+
 /* Step 3: views and in place. group_last[r] = max last over the members of root r so far. */
-static void share_buffers(gt_plan *p, const uint8_t *roles, const gt_plan_options *opts,
-                          int32_t *group_last)
+static void share_buffers(gt_plan *p, const gt_sym_binding *binding, const uint8_t *roles,
+                          const gt_plan_options *opts, int32_t *group_last)
 {
     const gt_graph *g = p->g;
     gt_value_plan *vp = p->values;
@@ -109,10 +136,13 @@ static void share_buffers(gt_plan *p, const uint8_t *roles, const gt_plan_option
         /* A reshape is a view of its input unless views are off. A wait hands over the bytes its
          * start's collective wrote (gt_ops.def): always the start's buffer, whatever the
          * options, since the executor writes it there. */
-        if (nd->op == GT_OP_WAIT || (nd->op == GT_OP_RESHAPE && !opts->no_views)) {
+        size_t at = 0;
+        if (nd->op == GT_OP_WAIT || (nd->op == GT_OP_RESHAPE && !opts->no_views) ||
+            (nd->op == GT_OP_SLICE && !opts->no_views && slice_view_offset(p, binding, nd, &at))) {
             gt_value_id out = nd->out[0], r = find_root(vp, nd->in[0]);
             vp[out].root = r;
             vp[out].shared = 1;
+            vp[out].view_offset = vp[nd->in[0]].view_offset + at;
             if (vp[out].last > group_last[r]) group_last[r] = vp[out].last;
             p->n_views++;
             continue;
@@ -130,6 +160,7 @@ static void share_buffers(gt_plan *p, const uint8_t *roles, const gt_plan_option
             if (!ok) continue;
             vp[out].root = r;
             vp[out].shared = 2;
+            vp[out].view_offset = vp[in].view_offset;
             group_last[r] = vp[out].last;
             p->n_in_place++;
         }
@@ -299,7 +330,7 @@ gt_status gt_plan_memory(const gt_graph *g, const gt_sym_binding *binding, const
     int32_t *group_last = gt_xmalloc(((size_t)g->n_values + 1) * sizeof *group_last);
     for (gt_value_id v = 0; v < g->n_values; v++)
         group_last[v] = vp[v].last;
-    share_buffers(p, roles, opts, group_last);
+    share_buffers(p, binding, roles, opts, group_last);
 
     /* 4. group roles, intervals and arenas, on the roots */
     uint8_t *group_roles = gt_xcalloc((size_t)g->n_values + 1, 1);
@@ -330,7 +361,7 @@ gt_status gt_plan_memory(const gt_graph *g, const gt_sym_binding *binding, const
     }
     for (gt_value_id v = 0; v < g->n_values; v++) {
         gt_value_id r = vp[v].root;
-        vp[v].offset = offsets[r];
+        vp[v].offset = offsets[r] + vp[v].view_offset;
         if (r != v) {
             vp[v].arena = vp[r].arena;
             vp[v].category = vp[r].category;

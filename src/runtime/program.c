@@ -75,7 +75,9 @@ gt_status gt_program_build_opts(const gt_graph *g, const gt_sym_binding *binding
         gt_node_id n = plan->order[k];
         const gt_node *nd = &g->nodes[n];
         slot_of[n] = -1;
-        if (nd->op == GT_OP_RESHAPE && plan->values[nd->out[0]].shared == 1) continue;
+        if ((nd->op == GT_OP_RESHAPE || nd->op == GT_OP_SLICE) &&
+            plan->values[nd->out[0]].shared == 1)
+            continue; /* a view: no instruction */
         gt_instr *ins = &p->instrs[p->n_instrs];
         st = lower_node(g, plan, n, binding, ins, err);
         if (st != GT_OK) break;

@@ -68,11 +68,17 @@ static void check_plan(const gt_plan *p, const char *what)
         if (va->offset % GT_PLAN_ALIGN) misaligned++;
         if (va->offset + va->nbytes > p->arena_bytes[va->arena]) outside++;
         if (va->root != a) {
-            /* legal sharing: reshape of the same buffer, or adamw output over its state input */
+            /* legal sharing: reshape or contiguous slice of the same buffer, or adamw output over
+             * its state input */
             gt_node_id n = g->values[a].producer;
             const gt_node *nd = n >= 0 ? &g->nodes[n] : NULL;
             bool ok = false;
             if (nd && nd->op == GT_OP_RESHAPE) ok = p->values[nd->in[0]].root == va->root;
+            if (nd && nd->op == GT_OP_SLICE) { /* a run inside the root's buffer */
+                const gt_value_plan *vr = &p->values[va->root];
+                ok = p->values[nd->in[0]].root == va->root && va->offset >= vr->offset &&
+                     va->offset + va->nbytes <= vr->offset + vr->nbytes;
+            }
             if (nd && nd->op == GT_OP_ADAMW) {
                 static const int in_of_out[3] = {0, 2, 3};
                 int slot = g->values[a].producer_slot;
@@ -241,6 +247,60 @@ static void test_views_and_alignment(void)
     gt_graph_free(g);
 }
 
+/* Slices as views: x[4, 48] f32 -> r = reshape(x, [192]); slices of r at elements [0, 64),
+ * [64, 80) and [80, 192) are runs at byte offsets 0, 256 and 320 (multiples of 64: views), [70,
+ * 90) starts at byte 280 (a copy), and x[:, 16:32] is not one run (a copy). Every slice is read
+ * after x's last other reader, so the views must keep x's buffer alive. */
+static void test_slice_views(void)
+{
+    gt_graph *g = gt_graph_new();
+    gt_sym_pool *sp = g->sym;
+    gt_expr d2[2] = {gt_sym_const(sp, 4), gt_sym_const(sp, 48)};
+    gt_expr d1[1] = {gt_sym_const(sp, 192)};
+    gt_value_id x = gt_graph_add_input(g, GT_IN_INPUT, "x", GT_F32, 2, d2);
+    gt_value_id r = gt_reshape(g, x, 1, d1);
+    const int64_t runs[4][2] = {{0, 64}, {64, 80}, {80, 192}, {70, 90}};
+    gt_value_id sl[4], out[5];
+    for (int k = 0; k < 4; k++) {
+        sl[k] = gt_slice(g, r, 0, gt_sym_const(sp, runs[k][0]), gt_sym_const(sp, runs[k][1]));
+        out[k] = gt_unary(g, GT_OP_EXP, sl[k]);
+    }
+    gt_value_id cols = gt_slice(g, x, 1, gt_sym_const(sp, 16), gt_sym_const(sp, 32));
+    out[4] = gt_unary(g, GT_OP_SIGMOID, cols);
+    for (int k = 0; k < 5; k++)
+        gt_graph_add_output(g, GT_OUT_METRIC, k == 4 ? "cols" : "run", out[k]);
+    gt_sym_binding b = {NULL, 0};
+    gt_plan *p = plan_of(g, &b, NULL);
+    if (p) {
+        check_plan(p, "slice views");
+        const gt_value_plan *v = p->values;
+        for (int k = 0; k < 3; k++)
+            EXPECT(v[sl[k]].root == x && v[sl[k]].offset == v[x].offset + (size_t)runs[k][0] * 4,
+                   "run %d: a view of x at byte %lld (root %%%d, offset %zu vs x %zu)", k,
+                   (long long)runs[k][0] * 4, v[sl[k]].root, v[sl[k]].offset, v[x].offset);
+        EXPECT(v[sl[3]].root == sl[3], "a run at a misaligned byte offset is copied");
+        EXPECT(v[cols].root == cols, "columns of a [4, 48] tensor are copied");
+        EXPECT(p->n_views == 4, "4 views (the reshape and three slices), got %d", p->n_views);
+        for (int k = 0; k < 3; k++)
+            EXPECT(v[x].last >= v[out[k]].first, "x lives while its slice view %d is read", k);
+    }
+    gt_plan_free(p);
+    gt_plan_options nv = {.no_views = true};
+    p = plan_of(g, &b, &nv);
+    if (p) {
+        check_plan(p, "no slice views");
+        EXPECT(p->n_views == 0 && p->values[sl[0]].root == sl[0], "views disabled for slices");
+    }
+    gt_plan_free(p);
+    gt_tensor in;
+    gt_error err = {0};
+    EXPECT_OK(gt_tensor_alloc(&in, GT_F32, 2, (int64_t[]){4, 48}, &err), &err);
+    fill(&in, 0.25f);
+    check_program(g, &b, &in, "slice views");
+    gt_tensor_free(&in);
+    gt_graph_free(g);
+}
+
 /* One AdamW step on p[n]; when read_p_later, p is also read after the update (so p' cannot take
  * p's buffer, while m' and v' still can). */
 static gt_graph *build_adamw(bool read_p_later, gt_value_id *p_out, gt_value_id *pn_out)
@@ -401,6 +461,7 @@ int main(void)
     gt_cpu_set_threads(1);
     test_chain();
     test_views_and_alignment();
+    test_slice_views();
     test_adamw_in_place();
     test_report();
     test_errors();
