@@ -19,7 +19,11 @@
  *     - every FSDP wait, with the slices and reshapes that only unpack its buffer, moves to right
  *       before the first node that uses the result — for gradient collectives no later than right
  *       after the next gradient group starts, so at most two groups of unsharded gradients are in
- *       flight (memory).
+ *       flight (memory);
+ *     - the waits of the last gradient group whose first user is an optimizer node (the
+ *       backward's last reduce-scatters), with everything that depends on them, go after the
+ *       optimizer nodes that do not depend on them: the gradient norm's sums over the gradients
+ *       already reduced overlap the last transfers.
  *   numerics   exact: the same nodes compute the same values; only their order changes.
  *
  * How nodes move: every node gets a key (position it wants to run before, tie-break) and the new
@@ -181,6 +185,7 @@ typedef struct {
     uint8_t *unpack;     /* per node: in the unpacking chain of an FSDP wait */
     uint8_t *feeds_grad; /* per node: a gradient start or the packing that only feeds one */
     gt_node_id *wait_fu; /* per node (wait): first node outside its chain using it; n if none */
+    uint8_t *unbounded;  /* per node (wait): of a gradient group that no later group bounds */
     gt_pass_key *keys;
     int64_t seq;
     gt_node_id *stack, *list;
@@ -479,9 +484,43 @@ static void place_gradients(reorder_state *s, coll *c, group *gr, int32_t ng)
         gt_pass_key bound = {GT_KEY_STAY, GT_KEY_STAY};
         if (i + 1 < ng)
             bound = (gt_pass_key){gr[i + 1].start_key.major, gr[i + 1].start_key.minor + 1};
-        for (int32_t k = gr[i].first; k < gr[i].first + gr[i].count; k++)
+        for (int32_t k = gr[i].first; k < gr[i].first + gr[i].count; k++) {
             place_wait(s, c[k].wait, s->wait_fu[c[k].wait], bound);
+            s->unbounded[c[k].wait] = i + 1 == ng;
+        }
     }
+}
+
+/* The waits of the last gradient group (no later group bounds them) whose first user is in the
+ * optimizer — the backward's last reduce-scatters: nothing is left to overlap them but the
+ * optimizer's own work — and every node that depends on them go after the optimizer nodes that
+ * do not: the gradient norm's sums of the gradients already reduced run while the last ones are
+ * still in flight. Keys only rise. */
+static void defer_late_waits(reorder_state *s, const coll *c, int32_t nc)
+{
+    gt_graph *g = s->g;
+    uint8_t *late = gt_xcalloc((size_t)s->n + 1, 1);
+    bool any = false;
+    for (int32_t k = 0; k < nc; k++) {
+        gt_node_id w = c[k].wait, fu = s->wait_fu[w];
+        if (c[k].tag != 0 && s->unbounded[w] && fu < s->n &&
+            g->nodes[fu].phase == GT_PHASE_OPTIMIZER)
+            late[w] = 1, any = true;
+    }
+    gt_node_id last_free = -1;
+    for (gt_node_id x = 0; any && x < s->n; x++) {
+        const gt_node *nd = &g->nodes[x];
+        for (int j = 0; j < nd->n_in && !late[x]; j++) {
+            gt_node_id p = g->values[nd->in[j]].producer;
+            late[x] = p != GT_NONE && late[p];
+        }
+        if (!late[x] && nd->phase == GT_PHASE_OPTIMIZER) last_free = x;
+    }
+    for (gt_node_id x = 0; any && last_free >= 0 && x < s->n; x++) {
+        gt_pass_key k = {last_free + 1, x};
+        if (late[x] && gt_pass_key_less(s->keys[x], k)) s->keys[x] = k;
+    }
+    free(late);
 }
 
 gt_status gt_pass_fsdp_reorder(gt_graph *g, const gt_pass_ctx *ctx, gt_error *err)
@@ -512,6 +551,7 @@ gt_status gt_pass_fsdp_reorder(gt_graph *g, const gt_pass_ctx *ctx, gt_error *er
     s.unpack = gt_xcalloc((size_t)n + 1, 1);
     s.feeds_grad = gt_xcalloc((size_t)n + 1, 1);
     s.wait_fu = gt_xmalloc(((size_t)n + 1) * sizeof *s.wait_fu);
+    s.unbounded = gt_xcalloc((size_t)n + 1, 1);
     s.keys = gt_xmalloc(((size_t)n + 1) * sizeof *s.keys);
     s.stack = gt_xmalloc(((size_t)n + 1) * sizeof *s.stack);
     s.list = gt_xmalloc(((size_t)n + 2) * sizeof *s.list);
@@ -546,6 +586,7 @@ gt_status gt_pass_fsdp_reorder(gt_graph *g, const gt_pass_ctx *ctx, gt_error *er
         ng = make_groups(c, nc, tag, gr);
         place_gradients(&s, c, gr, ng);
     }
+    defer_late_waits(&s, c, nc);
     gt_status st = gt_pass_order_by_keys(g, s.keys, NULL, "fsdp_reorder", err);
 
     free(gr);
@@ -554,6 +595,7 @@ gt_status gt_pass_fsdp_reorder(gt_graph *g, const gt_pass_ctx *ctx, gt_error *er
     free(s.stack);
     free(s.keys);
     free(s.wait_fu);
+    free(s.unbounded);
     free(s.feeds_grad);
     free(s.unpack);
     free(s.hoist);

@@ -21,7 +21,8 @@
  *     reading bf16 into f32;
  *   - order: gt_graph_verify (topological), the gather start of bucket i+1 before the first
  *     matmul of bucket i in forward and backward, and gt_pass_collectives reporting overlap for
- *     them (nodes and FLOPs recounted here from the node order);
+ *     them (nodes and FLOPs recounted here from the node order); the last gradient
+ *     reduce-scatter waited for after the optimizer nodes that do not need it;
  *   - packing: a bucket's concat tree (at most GT_MAX_IN inputs per node) copies each member once
  *     and, past GT_MAX_IN members, only the cheapest contiguous run of members twice: the bytes
  *     its concat nodes write equal the bucket's plus that run's, computed here from the leaves. */
@@ -1051,6 +1052,38 @@ static void check_packing(const gt_graph *g, const char *what)
            wide, GT_MAX_IN);
 }
 
+/* The last gradient reduce-scatter's wait comes after every optimizer node that does not depend
+ * on it (the gradient norm's sums of the gradients already reduced overlap it), and there is at
+ * least one such node. */
+static void check_late_wait(const gt_graph *g, const char *what)
+{
+    gt_node_id w = -1;
+    for (gt_node_id x = 0; x < g->n_nodes; x++)
+        if (g->nodes[x].op == GT_OP_WAIT &&
+            gt_node_has_tag(g, &g->nodes[x], GT_FSDP_TAG_REDUCE_SCATTER))
+            w = x;
+    EXPECT(w >= 0, "%s: no reduce-scatter wait", what);
+    if (w < 0) return;
+    uint8_t *dep = calloc((size_t)g->n_nodes + 1, 1);
+    dep[w] = 1;
+    int before = 0, after = 0;
+    for (gt_node_id x = w + 1; x < g->n_nodes; x++) {
+        const gt_node *nd = &g->nodes[x];
+        for (int j = 0; j < nd->n_in && !dep[x]; j++) {
+            gt_node_id p = g->values[nd->in[j]].producer;
+            dep[x] = p != GT_NONE && dep[p];
+        }
+        if (!dep[x] && nd->phase == GT_PHASE_OPTIMIZER) after++;
+    }
+    for (gt_node_id x = 0; x < w; x++)
+        before += g->nodes[x].phase == GT_PHASE_OPTIMIZER;
+    EXPECT(after == 0 && before > 0,
+           "%s: %d optimizer nodes independent of the last reduce-scatter run after its wait "
+           "(%d before it)",
+           what, after, before);
+    free(dep);
+}
+
 static void test_tiny(void)
 {
     gt_config cfg;
@@ -1095,6 +1128,7 @@ static void test_tiny(void)
     check_packing(b, "test_tiny bucketed");
     gt_graph *both = variant(g0, "fsdp_bucketing", "fsdp_reorder", 0);
     check_prefetch(both, &d.binding[0], L, true, "test_tiny bucketed + reordered");
+    check_late_wait(both, "test_tiny bucketed + reordered");
     /* test_tiny's gradients are bf16 (mixed precision): narrowed after bucketing, and alone */
     gt_graph *narrow = variant(g0, "fsdp_bucketing", "reduce_scatter_narrow", 0);
     gt_graph *narrow_only = variant(g0, "reduce_scatter_narrow", NULL, 0);
