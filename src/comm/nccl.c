@@ -13,9 +13,10 @@
  * free list, one per request in flight.
  *
  * Sums (all_reduce, reduce_scatter) in rank order, the MPI communicator's bits:
- *   reduce_scatter: block j of the input goes to rank j (grouped ncclSend/ncclRecv; the own block
- *     is a device copy) into scratch [n][k], in the input dtype; gt_cuda_comm_sum adds the n
- *     blocks in rank order into the output, in its dtype (f32 for a widening bf16/f16 scatter).
+ *   reduce_scatter: block j of the input goes to rank j (grouped ncclSend/ncclRecv) into scratch
+ *     [n][k], in the input dtype; gt_cuda_comm_sum adds the n blocks in rank order into the
+ *     output, in its dtype (f32 for a widening bf16/f16 scatter), reading the own block from the
+ *     input where it lies (no copy).
  *   all_reduce (N elements, c = ceil(N / n), rank j owns elements [j·c, min((j+1)·c, N))): the
  *     same exchange of the owned chunks, the rank-order sum of this rank's chunk, then an in-place
  *     ncclAllGather of the reduced chunks — into the output when n divides N, else into a padded
@@ -450,14 +451,15 @@ static size_t scratch_need(gt_comm *c, gt_coll_kind kind, const gt_tensor *in, c
 }
 
 /* Block j of `send` (send_len[j] bytes at send + send_off[j]) goes to rank j; the block of rank r
- * lands at recv + r * recv_len (recv_len bytes from each). The own block is a device copy. */
+ * lands at recv + r * recv_len (recv_len bytes from each). The own block is a device copy when
+ * copy_own (the sums read it where it is instead). */
 static gt_status exchange(gt_comm *c, const char *send, const size_t *send_off,
-                          const size_t *send_len, char *recv, size_t recv_len, const char *what,
-                          gt_error *err)
+                          const size_t *send_len, char *recv, size_t recv_len, bool copy_own,
+                          const char *what, gt_error *err)
 {
     nccl_impl *im = gt_nccl_impl(c);
     int n = c->size, me = c->rank;
-    if (send_len[me]) {
+    if (copy_own && send_len[me]) {
         cudaError_t e = cudaMemcpyAsync(recv + (size_t)me * recv_len, send + send_off[me],
                                         send_len[me], cudaMemcpyDeviceToDevice, im->stream);
         if (e != cudaSuccess) return gt_nccl_cuda_fail(c, what, e, err);
@@ -487,11 +489,12 @@ static gt_status enqueue_reduce_scatter(gt_comm *c, const gt_tensor *in, gt_tens
         off[j] = (size_t)j * blk;
         len[j] = blk;
     }
-    gt_status st = exchange(c, in->data, off, len, im->scratch, blk, "reduce_scatter", err);
+    gt_status st = exchange(c, in->data, off, len, im->scratch, blk, false, "reduce_scatter", err);
     free(off);
     if (st != GT_OK) return st;
-    return gt_cuda_comm_sum(in->dtype, out->dtype, gt_tensor_numel(out), im->scratch, n, out->data,
-                            im->stream, err);
+    return gt_cuda_comm_sum(in->dtype, out->dtype, gt_tensor_numel(out), im->scratch, n, c->rank,
+                            (const char *)in->data + (size_t)c->rank * blk, out->data, im->stream,
+                            err);
 }
 
 static gt_status enqueue_all_reduce(gt_comm *c, const gt_tensor *in, gt_tensor *out, gt_error *err)
@@ -506,15 +509,15 @@ static gt_status enqueue_all_reduce(gt_comm *c, const gt_tensor *in, gt_tensor *
         off[j] = lo * es;
         len[j] = hi > lo ? (hi - lo) * es : 0;
     }
-    size_t mine = len[me];
-    gt_status st = exchange(c, in->data, off, len, im->scratch, mine, "all_reduce", err);
+    size_t mine = len[me], mine_off = off[me];
+    gt_status st = exchange(c, in->data, off, len, im->scratch, mine, false, "all_reduce", err);
     free(off);
     if (st != GT_OK) return st;
     bool even = numel % (size_t)n == 0;
     char *gather = even ? out->data : (char *)im->scratch + align_up((size_t)n * chunk * es);
     char *dst = gather + (size_t)me * chunk * es;
-    GT_TRY(gt_cuda_comm_sum(in->dtype, out->dtype, (int64_t)(mine / es), im->scratch, n, dst,
-                            im->stream, err));
+    GT_TRY(gt_cuda_comm_sum(in->dtype, out->dtype, (int64_t)(mine / es), im->scratch, n, me,
+                            (const char *)in->data + mine_off, dst, im->stream, err));
     GT_TRY(settle_call(c, ncclAllGather(dst, gather, chunk * es, ncclUint8, im->nccl, im->stream),
                        "all_reduce", err));
     if (even) return GT_OK;
@@ -545,7 +548,7 @@ static gt_status enqueue(gt_comm *c, gt_coll_kind kind, const gt_tensor *in, gt_
             off[j] = (size_t)j * blk;
             len[j] = blk;
         }
-        gt_status st = exchange(c, in->data, off, len, out->data, blk, "all_to_all", err);
+        gt_status st = exchange(c, in->data, off, len, out->data, blk, true, "all_to_all", err);
         free(off);
         return st;
     }

@@ -50,11 +50,21 @@ template <> struct gt_sum_traits<int64_t> {
     static __device__ __forceinline__ int64_t out(uint64_t a) { return (int64_t)a; }
 };
 
+/* Block r of the sum: own_src for r == own (this rank's block, read where it already is),
+ * else the r-th block of src. */
+template <typename T>
+__device__ __forceinline__ const T *gt_comm_block(const T *src, int64_t numel, int r, int own,
+                                                  const T *own_src)
+{
+    return r == own ? own_src : src + (int64_t)r * numel;
+}
+
 /* Group g of V consecutive elements: dst[gV .. gV+V) = sum over blocks in order, blocks of T,
  * dst of U (T itself, or f32 for a 16-bit T). V = 1 is the scalar path; V > 1 loads 16 bytes of
  * every block at a time and stores V * sizeof(U) bytes as 16-byte vectors. */
 template <typename T, typename U, int V>
-__global__ void gt_k_comm_sum(int64_t groups, int64_t numel, const T *src, int n, U *dst)
+__global__ void gt_k_comm_sum(int64_t groups, int64_t numel, const T *src, int n, int own,
+                              const T *own_src, U *dst)
 {
     typedef gt_sum_traits<T> tr;
     typedef typename tr::acc A;
@@ -64,15 +74,16 @@ __global__ void gt_k_comm_sum(int64_t groups, int64_t numel, const T *src, int n
         int64_t i = g * V;
         T v[V];
         A acc[V];
+        const T *b0 = gt_comm_block(src, numel, 0, own, own_src) + i;
         if (V > 1)
-            *(uint4 *)v = *(const uint4 *)(src + i);
+            *(uint4 *)v = *(const uint4 *)b0;
         else
-            v[0] = src[i];
+            v[0] = b0[0];
 #pragma unroll
         for (int k = 0; k < V; k++)
             acc[k] = tr::in(v[k]);
         for (int r = 1; r < n; r++) {
-            const T *b = src + (int64_t)r * numel + i;
+            const T *b = gt_comm_block(src, numel, r, own, own_src) + i;
             if (V > 1)
                 *(uint4 *)v = *(const uint4 *)b;
             else
@@ -95,31 +106,42 @@ __global__ void gt_k_comm_sum(int64_t groups, int64_t numel, const T *src, int n
     }
 }
 
+typedef struct {
+    int64_t numel;
+    const void *src, *own_src;
+    int n, own;
+    void *dst;
+} gt_comm_sum_args;
+
 template <typename T, typename U>
-static cudaError_t gt_launch_comm_sum(int64_t numel, const void *src, int n, void *dst,
-                                      cudaStream_t st)
+static cudaError_t gt_launch_comm_sum(const gt_comm_sum_args &a, cudaStream_t st)
 {
     constexpr int V = (int)(16 / sizeof(T));
-    bool vec = numel % V == 0 && ((uintptr_t)src % 16) == 0 && ((uintptr_t)dst % 16) == 0;
-    int64_t groups = vec ? numel / V : numel;
+    bool vec = a.numel % V == 0 && ((uintptr_t)a.src % 16) == 0 &&
+               ((uintptr_t)a.own_src % 16) == 0 && ((uintptr_t)a.dst % 16) == 0;
+    int64_t groups = vec ? a.numel / V : a.numel;
     int64_t blocks = (groups + 255) / 256;
     if (blocks > 8192) blocks = 8192; /* grid-stride over the rest */
     if (blocks < 1) blocks = 1;
+    const T *src = (const T *)a.src, *own_src = (const T *)a.own_src;
     if (vec)
-        gt_k_comm_sum<T, U, V>
-            <<<(unsigned)blocks, 256, 0, st>>>(groups, numel, (const T *)src, n, (U *)dst);
+        gt_k_comm_sum<T, U, V><<<(unsigned)blocks, 256, 0, st>>>(groups, a.numel, src, a.n, a.own,
+                                                                 own_src, (U *)a.dst);
     else
-        gt_k_comm_sum<T, U, 1>
-            <<<(unsigned)blocks, 256, 0, st>>>(groups, numel, (const T *)src, n, (U *)dst);
+        gt_k_comm_sum<T, U, 1><<<(unsigned)blocks, 256, 0, st>>>(groups, a.numel, src, a.n, a.own,
+                                                                 own_src, (U *)a.dst);
     return cudaGetLastError();
 }
 
 extern "C" gt_status gt_cuda_comm_sum(gt_dtype dt, gt_dtype out_dt, int64_t numel, const void *src,
-                                      int n, void *dst, void *stream, gt_error *err)
+                                      int n, int own, const void *own_src, void *dst, void *stream,
+                                      gt_error *err)
 {
     if (numel <= 0) return GT_OK;
     if (n < 1) return gt_error_set(err, GT_ERR_INVALID, "ordered sum over %d blocks", n);
     cudaStream_t st = (cudaStream_t)stream;
+    if (own < 0 || own >= n || !own_src) own = -1, own_src = src;
+    gt_comm_sum_args a = {numel, src, own_src, n, own, dst};
     cudaError_t e;
     bool widen = gt_dtype_widens_to_f32(dt, out_dt);
     if (out_dt != dt && !widen)
@@ -127,21 +149,21 @@ extern "C" gt_status gt_cuda_comm_sum(gt_dtype dt, gt_dtype out_dt, int64_t nume
                             gt_dtype_name(dt), gt_dtype_name(out_dt));
     switch (dt) {
     case GT_F32:
-        e = gt_launch_comm_sum<float, float>(numel, src, n, dst, st);
+        e = gt_launch_comm_sum<float, float>(a, st);
         break;
     case GT_BF16:
-        e = widen ? gt_launch_comm_sum<__nv_bfloat16, float>(numel, src, n, dst, st)
-                  : gt_launch_comm_sum<__nv_bfloat16, __nv_bfloat16>(numel, src, n, dst, st);
+        e = widen ? gt_launch_comm_sum<__nv_bfloat16, float>(a, st)
+                  : gt_launch_comm_sum<__nv_bfloat16, __nv_bfloat16>(a, st);
         break;
     case GT_F16:
-        e = widen ? gt_launch_comm_sum<__half, float>(numel, src, n, dst, st)
-                  : gt_launch_comm_sum<__half, __half>(numel, src, n, dst, st);
+        e = widen ? gt_launch_comm_sum<__half, float>(a, st)
+                  : gt_launch_comm_sum<__half, __half>(a, st);
         break;
     case GT_I32:
-        e = gt_launch_comm_sum<int32_t, int32_t>(numel, src, n, dst, st);
+        e = gt_launch_comm_sum<int32_t, int32_t>(a, st);
         break;
     case GT_I64:
-        e = gt_launch_comm_sum<int64_t, int64_t>(numel, src, n, dst, st);
+        e = gt_launch_comm_sum<int64_t, int64_t>(a, st);
         break;
     default:
         return gt_error_set(err, GT_ERR_UNSUPPORTED, "sum of dtype %s is not supported",

@@ -15,9 +15,11 @@ extern "C" {
  * device: f32 accumulation for f32, bf16 and f16 (bf16/f16 widened exactly, rounded to nearest
  * even once at the end, or stored unrounded when out_dt is f32: the widening reduce-scatter),
  * wrapping sums for i32/i64; out_dt is dt or, for bf16/f16, f32. Queued on `stream` (a
- * cudaStream_t); capturable in a CUDA graph. dst may alias block 0 of src when out_dt == dt. */
+ * cudaStream_t); capturable in a CUDA graph. dst may alias block 0 of src when out_dt == dt.
+ * When 0 <= own < n, block own is read at own_src instead (this rank's own contribution, where
+ * it already lies: no copy into src); own = -1 for none. */
 gt_status gt_cuda_comm_sum(gt_dtype dt, gt_dtype out_dt, int64_t numel, const void *src, int n,
-                           void *dst, void *stream, gt_error *err);
+                           int own, const void *own_src, void *dst, void *stream, gt_error *err);
 
 #ifdef __cplusplus
 }
