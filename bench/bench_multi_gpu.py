@@ -50,6 +50,11 @@ memory, against torch FSDP2 at the same N), scaling efficiency (tokens/s per GPU
 the 1-GPU run of the same system: graphtrain fsdp on 1 GPU, torch on 1 GPU) and, when graphtrain
 prints one (--metrics.comm_report, issue 7 item 3), its communication report lines.
 
+--variant NAME=FLAGS (repeatable) also runs graphtrain with FLAGS (whitespace-separated graphtrain
+options, e.g. "nographs=--compile.cudagraphs false") after each graphtrain run, as rows
+"graphtrain NAME" compared with the same torch run: an A/B of graphtrain settings side by side in
+one call (its scaling efficiency is against the variant's own 1-GPU run, when --gpus has 1).
+
 Every run has --timeout seconds; a run that fails or times out is reported as failed with the
 tail of its log (its whole process tree is stopped) and the other runs still go. The JSON is
 rewritten after every run.
@@ -328,7 +333,7 @@ def exposed_ms(lines):
     return None
 
 
-def run_graphtrain(args, model, layout, n, log_path):
+def run_graphtrain(args, model, layout, n, log_path, extra=()):
     dump = tempfile.mkdtemp(prefix="bench_multi_gpu_")
     dp = n if layout == "fsdp" else n // TP
     if args.launcher == "mpirun":
@@ -346,6 +351,7 @@ def run_graphtrain(args, model, layout, n, log_path):
     cmd += ["--parallelism.data_parallel_shard_degree", str(dp)]
     if args.comm_report:
         cmd += ["--metrics.comm_report", "true"]
+    cmd += list(extra)
     env = dict(os.environ, NCCL_NVLS_ENABLE="0")
     with bc.MemoryMonitor(args.gpu_ids(n), args.poll_s) as mon:
         t0 = time.perf_counter()
@@ -439,8 +445,35 @@ def torch_key(model, n):
     return key(model, "fsdp", n, "torch")  # torch runs FSDP only, once per (model, N)
 
 
+def system_name(system):
+    """Row label: graphtrain, torch FSDP2, or "graphtrain NAME" for a --variant."""
+    base, _, variant = system.partition(":")
+    return NAMES[base] + (f" {variant}" if variant else "")
+
+
+def parse_variants(specs):
+    """--variant NAME=FLAGS values as [(name, [flags])]; exits naming a malformed one."""
+    out = []
+    for spec in specs:
+        name, eq, flags = spec.partition("=")
+        if not eq or not re.fullmatch(r"[A-Za-z0-9_.-]+", name) or not flags.split():
+            sys.exit(f"--variant {spec!r}: expected NAME=FLAGS, NAME of letters, digits, '_', "
+                     "'.', '-' and at least one flag")
+        if name in (v[0] for v in out):
+            sys.exit(f"--variant {name!r} given twice")
+        out.append((name, flags.split()))
+    return out
+
+
 def ratio(a, b):
     return f"{a / b:.2f}" if a is not None and b and a > 0 and b > 0 else "–"
+
+
+def graphtrain_systems(args):
+    """graphtrain, then one system per --variant ("graphtrain:NAME"); none without graphtrain."""
+    if "graphtrain" not in args.systems:
+        return []
+    return ["graphtrain"] + [f"graphtrain:{name}" for name, _ in args.variants]
 
 
 def tables(results, args):
@@ -460,8 +493,8 @@ def tables(results, args):
                      "scaling eff. vs 1 GPU | exposed comm ms | first step s |")
         lines.append("|---" * 15 + "|")
         for n in args.gpus:  # at each GPU count: graphtrain per layout, then torch FSDP2
-            rows = [(layout, key(model, layout, n, "graphtrain")) for layout in args.layouts
-                    if "graphtrain" in args.systems]
+            rows = [(layout, key(model, layout, n, system)) for layout in args.layouts
+                    for system in graphtrain_systems(args)]
             rows += [("fsdp", torch_key(model, n))] if "torch" in args.systems else []
             for layout, k in rows:
                 r = runs.get(k)
@@ -470,11 +503,11 @@ def tables(results, args):
                 system = k.rsplit("/", 1)[1]
                 s = summarize(r, args, model, n)
                 if s is None:
-                    lines.append(f"| {layout} | {n} | {NAMES[system]} | failed: "
+                    lines.append(f"| {layout} | {n} | {system_name(system)} | failed: "
                                  f"{r.get('error', 'no timed steps')} " + "| " * 11 + "|")
                     continue
                 speed = mem = "–"
-                if system == "graphtrain":  # against torch FSDP2 on the same GPUs
+                if system.startswith("graphtrain"):  # against torch FSDP2 on the same GPUs
                     th = runs.get(torch_key(model, n))
                     ts = summarize(th, args, model, n)
                     speed = ratio(s["tokens_per_s"], ts and ts["tokens_per_s"])
@@ -483,7 +516,7 @@ def tables(results, args):
                 rs = summarize(runs.get(reference_key(model, system)), args, model, 1)
                 eff = ratio(s["tokens_per_s_per_gpu"], rs and rs["tokens_per_s_per_gpu"])
                 exp = r.get("exposed_comm_ms")
-                name = NAMES[system] + (f" (partial: {r['error']})" if "error" in r else "")
+                name = system_name(system) + (f" (partial: {r['error']})" if "error" in r else "")
                 lines.append(
                     f"| {layout} | {n} | {name} | {s['step_ms']:.1f} "
                     f"({s['step_ms_min']:.1f}–{s['step_ms_max']:.1f}) | "
@@ -497,7 +530,7 @@ def tables(results, args):
         "value, the largest over the GPUs (CUDA context and torch's cache included). Own count: "
         "max over ranks of torch.cuda.max_memory_allocated; graphtrain's planned arenas per rank "
         "+ 32 MiB cuBLASLt workspace. Scaling efficiency: tokens/s per GPU ÷ that of the same "
-        "system's 1-GPU run (graphtrain: fsdp on 1 GPU). MFU per GPU at "
+        "system's 1-GPU run (graphtrain: fsdp on 1 GPU; a variant: its own). MFU per GPU at "
         f"{args.peak_tflops:g} TFLOP/s.")
     for note in results.get("skipped", []):
         lines.append(f"\n{note}")
@@ -518,6 +551,9 @@ def main():
     ap.add_argument("--models", help="default 1B,8B (test_tiny with --device cpu)")
     ap.add_argument("--layouts", default=",".join(LAYOUTS), help="fsdp, fsdp_tp (TP 2, N >= 2)")
     ap.add_argument("--systems", default=",".join(SYSTEMS), help="graphtrain, torch")
+    ap.add_argument("--variant", action="append", default=[], metavar="NAME=FLAGS",
+                    help="also run graphtrain with these extra flags, as rows 'graphtrain NAME' "
+                         "(repeatable)")
     ap.add_argument("--steps", type=int, default=12)
     ap.add_argument("--skip", type=int, default=4, help="warm-up steps left out of the medians")
     ap.add_argument("--batch", type=int, help="local batch per data-parallel rank (default 8; "
@@ -561,6 +597,7 @@ def main():
     bc.require_known("model", args.models, MODELS)
     bc.require_known("layout", args.layouts, LAYOUTS)
     bc.require_known("system", args.systems, SYSTEMS)
+    args.variants = parse_variants(args.variant)
     if min(args.gpus) < 1:
         sys.exit("--gpus: every count must be at least 1")
     bc.require_steps(args.steps, args.skip)
@@ -585,7 +622,7 @@ def main():
     results = dict(date=datetime.date.today().isoformat(), gpu=gpu_name, argv=sys.argv,
                    steps=args.steps, skip=args.skip, batch=args.batch, seq=args.seq,
                    peak_tflops=args.peak_tflops, models=args.models, gpus=args.gpus,
-                   layouts=args.layouts, torch_compile=args.torch_compile,
+                   layouts=args.layouts, variants=args.variant, torch_compile=args.torch_compile,
                    comm_report=args.comm_report, launcher=args.launcher, runs={})
 
     def record(k, r, model, t0):
@@ -608,11 +645,13 @@ def main():
             for layout in args.layouts if "graphtrain" in args.systems else []:
                 if layout == "fsdp_tp" and (n < TP or n % TP):
                     continue
-                k = key(model, layout, n, "graphtrain")
-                t0 = time.perf_counter()
-                r = run_graphtrain(args, model, layout, n,
-                                   os.path.join(log_dir, k.replace("/", "_") + ".log"))
-                record(k, r, model, t0)
+                for system in graphtrain_systems(args):
+                    k = key(model, layout, n, system)
+                    extra = dict(args.variants).get(system.partition(":")[2], [])
+                    t0 = time.perf_counter()
+                    log = os.path.join(log_dir, re.sub(r"[/:]", "_", k) + ".log")
+                    r = run_graphtrain(args, model, layout, n, log, extra)
+                    record(k, r, model, t0)
             if "torch" in args.systems:
                 k = torch_key(model, n)
                 t0 = time.perf_counter()
