@@ -51,7 +51,9 @@ the 1-GPU run of the same system: graphtrain fsdp on 1 GPU, torch on 1 GPU) and,
 prints one (--metrics.comm_report, issue 7 item 3), its communication report lines.
 
 --variant NAME=FLAGS (repeatable) also runs graphtrain with FLAGS (whitespace-separated graphtrain
-options, e.g. "nographs=--compile.cudagraphs false") after each graphtrain run, as rows
+options, e.g. "nographs=--compile.cudagraphs false"; a VAR=VALUE word of an upper-case VAR sets
+that environment variable for every rank instead, e.g. "simple=NCCL_PROTO=Simple") after each
+graphtrain run, as rows
 "graphtrain NAME" compared with the same torch run: an A/B of graphtrain settings side by side in
 one call (its scaling efficiency is against the variant's own 1-GPU run, when --gpus has 1).
 
@@ -351,8 +353,15 @@ def run_graphtrain(args, model, layout, n, log_path, extra=()):
     cmd += ["--parallelism.data_parallel_shard_degree", str(dp)]
     if args.comm_report:
         cmd += ["--metrics.comm_report", "true"]
-    cmd += list(extra)
     env = dict(os.environ, NCCL_NVLS_ENABLE="0")
+    for word in extra:  # a variant's flags, and environment variables for every rank
+        var = re.fullmatch(r"([A-Z_][A-Z0-9_]*)=(.*)", word)
+        if not var:
+            cmd.append(word)
+            continue
+        env[var.group(1)] = var.group(2)
+        if args.launcher == "mpirun":  # exported to the ranks: mpirun -x VAR
+            cmd[len(launch):len(launch)] = ["-x", word]
     with bc.MemoryMonitor(args.gpu_ids(n), args.poll_s) as mon:
         t0 = time.perf_counter()
         rc, out = run_tree(cmd, args.timeout, log_path, env=env)
