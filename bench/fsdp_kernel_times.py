@@ -2,13 +2,15 @@
 """Where FSDP's step time goes: GPU time per kernel of graphtrain on 1 GPU against N GPUs.
 
     python3 bench/fsdp_kernel_times.py build-gpu/graphtrain --model 1B --gpus 4 \
-        [--steps 6 --last 3] [--json out.json] [--markdown out.md] [-- extra graphtrain flags]
+        [--steps 6 --last 3] [--json out.json] [--markdown out.md] [--keep DIR] \
+        [-- extra graphtrain flags]
+    python3 bench/fsdp_kernel_times.py --from DIR --gpus 4 [--steps 6 --last 3] ...
 
 Runs graphtrain train twice under bench_gpu.py's CUPTI activity library (CUDA_INJECTION64_PATH):
 once on one GPU, once as `mpirun -np N` with --parallelism.data_parallel_shard_degree N (FSDP),
 both with the same local batch and sequence, bf16, CUDA graphs on (graphtrain's defaults). Every
-kernel's start and end on the GPU is recorded; of the last --last steps (every step launches the
-same kernels, so a step is len(kernels) / steps consecutive starts) it reports, per kernel name,
+kernel's start and end on the GPU is recorded; of the last --last steps (a step ends with its
+multi-tensor AdamW launch; host transfers between steps are left out) it reports, per kernel name,
 GPU ms per step on 1 GPU and on rank 0 of N (device copies too, as "[memcpy KIND]": the
 library records them when GT_BENCH_COPY_SPANS=1, as here; FSDP's concats and slices are 2D
 copies), and totals split into communication (NCCL kernels and the rank-order sum of the
@@ -17,6 +19,8 @@ same compute kernels run while collectives run beside them, how much time the co
 of FSDP itself add (casts, concatenations, splits), and the step's GPU time. Then the gaps in
 which no compute kernel runs (over 2 us), by the pair of kernels around them and whether a
 communication kernel ran meanwhile: where the step waits for a collective (or for the host).
+--keep DIR keeps the span files (k1.tsv, kN.tsv.rankR) and logs; --from DIR reports on kept ones
+without running anything (--gpus, --steps and --last as when they were recorded).
 """
 import argparse
 import json
@@ -34,10 +38,24 @@ def is_comm(name):
     return "nccl" in name.lower() or "comm_sum" in name
 
 
+def step_ends(spans, names, steps):
+    """End time of each step: the end of its multi-tensor AdamW launch (one per step, the last
+    kernel of the step), or, without those, of every len(spans) / steps-th span."""
+    ends = [e for s, e, i, _ in spans if "adamw_multi" in names[i]]
+    if len(ends) == steps:
+        return ends
+    n = len(spans) // steps
+    if n == 0 or n * steps != len(spans):
+        raise RuntimeError(f"{len(spans)} device spans are not {steps} equal steps and the step "
+                           f"has no single multi-tensor AdamW launch to split at")
+    return [max(x[1] for x in spans[k * n:(k + 1) * n]) for k in range(steps)]
+
+
 def read_times(path, steps, last):
     """{name: ns per step over the last `last` steps}, step GPU ms of those steps, ns per step the
     GPU ran a compute kernel, and the gaps with no compute kernel running: {(kernel before,
-    kernel after, a communication kernel ran during it): [count, ns]} per step."""
+    kernel after, a communication kernel ran during it): [count, ns]} per step. Host transfers
+    (the step's inputs in, the loss out, between steps) are left out."""
     names, spans = [], []
     with open(path) as f:
         for line in f:
@@ -47,17 +65,19 @@ def read_times(path, steps, last):
             elif kind == "span":
                 idx, stream = c.split("\t")
                 spans.append((int(a), int(b), int(idx), int(stream)))
-    spans.sort()
-    n = len(spans) // steps
-    if n == 0 or n * steps != len(spans):
-        raise RuntimeError(f"{path}: {len(spans)} kernels is not {steps} equal steps")
     names = bench_gpu.demangle(names)
-    tail = spans[(steps - last) * n:]
+    spans = sorted(x for x in spans if names[x[2]] not in ("[memcpy HtoD]", "[memcpy DtoH]"))
+    try:
+        ends = step_ends(spans, names, steps)
+    except RuntimeError as e:
+        raise RuntimeError(f"{path}: {e}") from None
+    lo, hi = ends[steps - last - 1] if steps > last else -1, ends[-1]
+    tail = [x for x in spans if lo < x[0] and x[1] <= hi]
     per = {}
     for s, e, i, _ in tail:
         per[names[i]] = per.get(names[i], 0) + (e - s) / last
-    starts = [spans[k * n][0] for k in range(steps - last, steps)] + [max(x[1] for x in tail)]
-    step_ms = [(b - a) / 1e6 for a, b in zip(starts, starts[1:])]
+    step_ms = [(b - a) / 1e6 for a, b in zip(ends[steps - last - 1:], ends[steps - last:])] \
+        if steps > last else []
     busy = 0  # compute kernels' union: time the GPU ran at least one compute kernel
     # gaps: no compute kernel running for over 2 us (any stream: a captured graph's kernels all
     # report the stream it was launched on), by the kernels that end before and start after it,
@@ -89,7 +109,7 @@ def run(cmd, env, log):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("graphtrain")
+    ap.add_argument("graphtrain", nargs="?")
     ap.add_argument("--model", default="1B")
     ap.add_argument("--gpus", type=int, default=2)
     ap.add_argument("--batch", type=int, default=8)
@@ -100,8 +120,18 @@ def main():
     ap.add_argument("--json")
     ap.add_argument("--markdown")
     ap.add_argument("--keep", help="copy the raw per-rank span files (TSV) into this folder")
+    ap.add_argument("--from", dest="source", help="report on span files kept by --keep instead")
     ap.add_argument("extra", nargs="*", help="more graphtrain flags (after --)")
     args = ap.parse_args()
+    if not args.steps > args.last > 0:
+        sys.exit(f"--steps ({args.steps}) must exceed --last ({args.last}) > 0")
+    if args.source:
+        res = {n: read_times(os.path.join(args.source, f"k{n}.tsv" + (".rank0" if n > 1 else "")),
+                             args.steps, args.last) for n in (1, args.gpus)}
+        report(args, res)
+        return
+    if not args.graphtrain:
+        sys.exit("the graphtrain binary (or --from DIR) is required")
     work = tempfile.mkdtemp(prefix="fsdp_kt_")
     lib = bench_gpu.build_kernel_times_lib(work)
     base = [os.path.abspath(args.graphtrain), "train", "--model.flavor", args.model,
@@ -121,6 +151,17 @@ def main():
                        "--parallelism.data_parallel_shard_degree", str(n)]
         run(cmd, env, os.path.join(work, f"log{n}.txt"))
         res[n] = read_times(tsv + (".rank0" if n > 1 else ""), args.steps, args.last)
+    report(args, res)
+    if args.keep:
+        os.makedirs(args.keep, exist_ok=True)
+        for f in os.listdir(work):
+            if f.startswith("k") or f.startswith("log"):
+                shutil.copy(os.path.join(work, f), args.keep)
+    shutil.rmtree(work, ignore_errors=True)
+
+
+def report(args, res):
+    """Prints (and writes, per --markdown / --json) the comparison of res[1] and res[--gpus]."""
     (p1, s1, b1, g1), (pn, sn, bn, gn) = res[1], res[args.gpus]
     names = sorted(set(p1) | set(pn), key=lambda k: -(abs(pn.get(k, 0) - p1.get(k, 0))))
     tot = lambda p, comm: sum(v for k, v in p.items() if is_comm(k) == comm) / 1e6
@@ -155,12 +196,6 @@ def main():
         json.dump(dict(gpus=n, one=dict(per=p1, step_ms=s1, busy_ns=b1, gaps=gap_list(g1)),
                        many=dict(per=pn, step_ms=sn, busy_ns=bn, gaps=gap_list(gn))),
                   open(args.json, "w"), indent=1)
-    if args.keep:
-        os.makedirs(args.keep, exist_ok=True)
-        for f in os.listdir(work):
-            if f.startswith("k") or f.startswith("log"):
-                shutil.copy(os.path.join(work, f), args.keep)
-    shutil.rmtree(work, ignore_errors=True)
 
 
 if __name__ == "__main__":
