@@ -155,3 +155,129 @@ gt_status gt_kernel_want_adamw(const gt_kernel_call *c, gt_error *err)
                             beta1, beta2, eps, wd);
     return GT_OK;
 }
+
+/* ---------------------------------------------------------------- moves */
+
+gt_status gt_kernel_shape_error(const gt_kernel_call *c, const gt_tensor *x, const gt_tensor *out,
+                                gt_error *err)
+{
+    char bx[128], bo[128];
+    return gt_error_set(err, GT_ERR_SHAPE, "%s: output %s does not fit input %s and the attributes",
+                        gt_kernel_op_name(c->op), gt_kernel_fmt(out, bo, sizeof bo),
+                        gt_kernel_fmt(x, bx, sizeof bx));
+}
+
+bool gt_kernel_out_matches_e(const gt_kernel_call *c, const gt_tensor *out)
+{
+    if (c->ne != out->ndim || (c->ne > 0 && !c->e)) return false;
+    for (int d = 0; d < out->ndim; d++)
+        if (c->e[d] != out->shape[d]) return false;
+    return true;
+}
+
+gt_status gt_kernel_want_reshape(const gt_kernel_call *c, gt_error *err)
+{
+    const gt_tensor *x = c->in[0], *out = c->out[0];
+    GT_TRY(gt_kernel_want_same_dtype(c, x, "input", out, "output", err));
+    if (!gt_kernel_out_matches_e(c, out) || gt_tensor_numel(x) != gt_tensor_numel(out))
+        return gt_kernel_shape_error(c, x, out, err);
+    return GT_OK;
+}
+
+gt_status gt_kernel_want_perm(const gt_kernel_call *c, int *perm, gt_error *err)
+{
+    const gt_tensor *x = c->in[0], *out = c->out[0];
+    int rank = x->ndim;
+    if (c->op == GT_OP_TRANSPOSE) {
+        int d0 = 0, d1 = 0;
+        GT_TRY(gt_kernel_want_attrs(c, 2, 0, 0, err));
+        GT_TRY(gt_kernel_norm_dim(c, c->i[0], rank, &d0, err));
+        GT_TRY(gt_kernel_norm_dim(c, c->i[1], rank, &d1, err));
+        for (int k = 0; k < rank; k++)
+            perm[k] = k;
+        perm[d0] = d1;
+        perm[d1] = d0;
+    } else {
+        bool seen[GT_MAX_DIMS] = {false};
+        if (c->ni != rank)
+            return gt_error_set(err, GT_ERR_INVALID, "permute: %d perm entries for rank %d", c->ni,
+                                rank);
+        for (int k = 0; k < rank; k++) {
+            GT_TRY(gt_kernel_norm_dim(c, c->i[k], rank, &perm[k], err));
+            if (seen[perm[k]])
+                return gt_error_set(err, GT_ERR_INVALID, "permute: dim %d appears twice", perm[k]);
+            seen[perm[k]] = true;
+        }
+    }
+    GT_TRY(gt_kernel_want_same_dtype(c, x, "input", out, "output", err));
+    if (out->ndim != rank) return gt_kernel_shape_error(c, x, out, err);
+    for (int k = 0; k < rank; k++)
+        if (out->shape[k] != x->shape[perm[k]]) return gt_kernel_shape_error(c, x, out, err);
+    return GT_OK;
+}
+
+gt_status gt_kernel_want_slice(const gt_kernel_call *c, int *dim, gt_error *err)
+{
+    GT_TRY(gt_kernel_want_attrs(c, 1, 0, 2, err));
+    const gt_tensor *x = c->in[0], *out = c->out[0];
+    GT_TRY(gt_kernel_want_same_dtype(c, x, "input", out, "output", err));
+    GT_TRY(gt_kernel_norm_dim(c, c->i[0], x->ndim, dim, err));
+    int64_t start = c->e[0], end = c->e[1];
+    if (start < 0 || end < start || end > x->shape[*dim])
+        return gt_error_set(err, GT_ERR_INVALID, "slice: [%lld, %lld) outside dim %d of size %lld",
+                            (long long)start, (long long)end, *dim, (long long)x->shape[*dim]);
+    if (!gt_kernel_same_but(x, out, *dim) || out->shape[*dim] != end - start)
+        return gt_kernel_shape_error(c, x, out, err);
+    return GT_OK;
+}
+
+gt_status gt_kernel_want_slice_backward(const gt_kernel_call *c, int *dim, gt_error *err)
+{
+    GT_TRY(gt_kernel_want_attrs(c, 1, 0, 3, err));
+    const gt_tensor *dy = c->in[0], *out = c->out[0];
+    GT_TRY(gt_kernel_want_same_dtype(c, dy, "dy", out, "output", err));
+    GT_TRY(gt_kernel_norm_dim(c, c->i[0], dy->ndim, dim, err));
+    int64_t start = c->e[0], end = c->e[1], size = c->e[2];
+    if (start < 0 || end < start || end > size)
+        return gt_error_set(err, GT_ERR_INVALID,
+                            "slice_backward: [%lld, %lld) outside dim %d of size %lld",
+                            (long long)start, (long long)end, *dim, (long long)size);
+    if (!gt_kernel_same_but(dy, out, *dim) || dy->shape[*dim] != end - start ||
+        out->shape[*dim] != size)
+        return gt_kernel_shape_error(c, dy, out, err);
+    return GT_OK;
+}
+
+gt_status gt_kernel_want_concat(const gt_kernel_call *c, int *dim, gt_error *err)
+{
+    GT_TRY(gt_kernel_want_attrs(c, 1, 0, 0, err));
+    const gt_tensor *out = c->out[0];
+    GT_TRY(gt_kernel_norm_dim(c, c->i[0], out->ndim, dim, err));
+    int64_t total = 0;
+    for (int k = 0; k < c->n_in; k++) {
+        GT_TRY(gt_kernel_want_same_dtype(c, c->in[k], "an input", out, "output", err));
+        if (!gt_kernel_same_but(c->in[k], out, *dim))
+            return gt_kernel_shape_error(c, c->in[k], out, err);
+        total += c->in[k]->shape[*dim];
+    }
+    if (total != out->shape[*dim]) return gt_kernel_shape_error(c, c->in[0], out, err);
+    return GT_OK;
+}
+
+gt_status gt_kernel_want_split(const gt_kernel_call *c, int *dim, gt_error *err)
+{
+    GT_TRY(gt_kernel_want_attrs(c, 1, 0, 0, err));
+    const gt_tensor *x = c->in[0];
+    GT_TRY(gt_kernel_norm_dim(c, c->i[0], x->ndim, dim, err));
+    if (c->ne != c->n_out)
+        return gt_error_set(err, GT_ERR_INVALID, "split: %d sizes but %d outputs", c->ne, c->n_out);
+    int64_t total = 0;
+    for (int k = 0; k < c->n_out; k++) {
+        GT_TRY(gt_kernel_want_same_dtype(c, x, "input", c->out[k], "an output", err));
+        if (!gt_kernel_same_but(c->out[k], x, *dim) || c->out[k]->shape[*dim] != c->e[k])
+            return gt_kernel_shape_error(c, x, c->out[k], err);
+        total += c->e[k];
+    }
+    if (total != x->shape[*dim]) return gt_kernel_shape_error(c, x, c->out[0], err);
+    return GT_OK;
+}

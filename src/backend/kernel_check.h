@@ -49,6 +49,27 @@ bool gt_kernel_same_but(const gt_tensor *a, const gt_tensor *b, int dim);
 /* True when rows has ids' shape plus a last dim d (an embedding's rows, or their gradient). */
 bool gt_kernel_rows_of_ids(const gt_tensor *ids, const gt_tensor *rows, int64_t d);
 
+/* The moves' checks (src/backend/cpu/cpu_layout.c, src/backend/cuda/cuda_layout.cu): input(s)
+ * and output(s) of one dtype, the attributes in range and the output shapes they imply. A shape
+ * that does not fit is "OP: output T does not fit input T and the attributes". */
+gt_status gt_kernel_shape_error(const gt_kernel_call *c, const gt_tensor *x, const gt_tensor *out,
+                                gt_error *err);
+/* True when out's shape equals the expression attributes e[0..ne). */
+bool gt_kernel_out_matches_e(const gt_kernel_call *c, const gt_tensor *out);
+/* reshape: the output's shape is e[] and has the input's element count. */
+gt_status gt_kernel_want_reshape(const gt_kernel_call *c, gt_error *err);
+/* transpose (dims i[0], i[1]) and permute (i[0..rank)): the permutation (out dim k is input dim
+ * perm[k]) and an output of the permuted shape. */
+gt_status gt_kernel_want_perm(const gt_kernel_call *c, int *perm, gt_error *err);
+/* slice (dim i[0], [e[0], e[1]) inside it) and slice_backward (dy placed at [e[0], e[1]) of a dim
+ * of size e[2]): the normalised dim. */
+gt_status gt_kernel_want_slice(const gt_kernel_call *c, int *dim, gt_error *err);
+gt_status gt_kernel_want_slice_backward(const gt_kernel_call *c, int *dim, gt_error *err);
+/* concat of the inputs along dim i[0] into the output; split of the input along dim i[0] into
+ * outputs of sizes e[0..n_out): the normalised dim. */
+gt_status gt_kernel_want_concat(const gt_kernel_call *c, int *dim, gt_error *err);
+gt_status gt_kernel_want_split(const gt_kernel_call *c, int *dim, gt_error *err);
+
 #ifdef __cplusplus
 }
 #endif

@@ -217,31 +217,15 @@ static gt_status gt_cuda_gather(gt_cuda_stream *s, const gt_kernel_call *c, cons
     return gt_cuda_launched(c, err);
 }
 
-static gt_status gt_cuda_same_dtype(const gt_kernel_call *c, const gt_tensor *a, const gt_tensor *b,
-                                    gt_error *err)
-{
-    if (a->dtype == b->dtype) return GT_OK;
-    return gt_error_set(err, GT_ERR_SHAPE, "%s: input is %s but output is %s, expected the same",
-                        gt_kernel_op_name(c->op), gt_dtype_name(a->dtype), gt_dtype_name(b->dtype));
-}
-
-static bool gt_cuda_out_matches_e(const gt_kernel_call *c, const gt_tensor *out)
-{
-    if (c->ne != out->ndim || (c->ne > 0 && !c->e)) return false;
-    for (int d = 0; d < out->ndim; d++)
-        if (c->e[d] != out->shape[d]) return false;
-    return true;
-}
-
 gt_status gt_cuda_broadcast_to(gt_cuda_stream *s, const gt_kernel_call *c, gt_error *err)
 {
     const gt_tensor *x = c->in[0];
     gt_tensor *out = c->out[0];
-    GT_TRY(gt_cuda_same_dtype(c, x, out, err));
+    GT_TRY(gt_kernel_want_same_dtype(c, x, "input", out, "output", err));
     int64_t xs[GT_MAX_DIMS];
-    if (!gt_cuda_out_matches_e(c, out) ||
+    if (!gt_kernel_out_matches_e(c, out) ||
         !gt_cuda_broadcast_strides(out->ndim, out->shape, x->ndim, x->shape, xs))
-        return gt_cuda_shape_error(c, "output does not fit the input and the attributes", err);
+        return gt_kernel_shape_error(c, x, out, err);
     return gt_cuda_gather(s, c, x, xs, 0, out, err);
 }
 
@@ -249,58 +233,33 @@ gt_status gt_cuda_reshape(gt_cuda_stream *s, const gt_kernel_call *c, gt_error *
 {
     const gt_tensor *x = c->in[0];
     gt_tensor *out = c->out[0];
-    GT_TRY(gt_cuda_same_dtype(c, x, out, err));
-    if (!gt_cuda_out_matches_e(c, out) || gt_tensor_numel(x) != gt_tensor_numel(out))
-        return gt_cuda_shape_error(c, "output does not fit the input and the attributes", err);
+    GT_TRY(gt_kernel_want_reshape(c, err));
     if (x->data == out->data) return GT_OK;
     int64_t bytes = (int64_t)gt_tensor_nbytes(x);
     return gt_cuda_copy_2d(s, c, out->data, bytes, x->data, bytes, bytes, 1, err);
 }
 
-static gt_status gt_cuda_permute_by(gt_cuda_stream *s, const gt_kernel_call *c, const int *perm,
-                                    gt_error *err)
+/* out.shape[k] = x.shape[perm[k]]: gather with x's stride of dim perm[k] along out dim k. */
+static gt_status gt_cuda_permute_by(gt_cuda_stream *s, const gt_kernel_call *c, gt_error *err)
 {
     const gt_tensor *x = c->in[0];
-    gt_tensor *out = c->out[0];
-    GT_TRY(gt_cuda_same_dtype(c, x, out, err));
-    if (out->ndim != x->ndim) return gt_cuda_shape_error(c, "rank mismatch", err);
+    int perm[GT_MAX_DIMS];
+    GT_TRY(gt_kernel_want_perm(c, perm, err));
     int64_t xstr[GT_MAX_DIMS], g[GT_MAX_DIMS];
     gt_kernel_contig_strides(x->ndim, x->shape, xstr);
-    for (int k = 0; k < x->ndim; k++) {
-        if (out->shape[k] != x->shape[perm[k]])
-            return gt_cuda_shape_error(c, "output is not the permuted input", err);
+    for (int k = 0; k < x->ndim; k++)
         g[k] = xstr[perm[k]];
-    }
-    return gt_cuda_gather(s, c, x, g, 0, out, err);
+    return gt_cuda_gather(s, c, x, g, 0, c->out[0], err);
 }
 
 gt_status gt_cuda_transpose(gt_cuda_stream *s, const gt_kernel_call *c, gt_error *err)
 {
-    GT_TRY(gt_kernel_want_attrs(c, 2, 0, 0, err));
-    int rank = c->in[0]->ndim, d0, d1, perm[GT_MAX_DIMS];
-    GT_TRY(gt_kernel_norm_dim(c, c->i[0], rank, &d0, err));
-    GT_TRY(gt_kernel_norm_dim(c, c->i[1], rank, &d1, err));
-    for (int k = 0; k < rank; k++)
-        perm[k] = k;
-    perm[d0] = d1;
-    perm[d1] = d0;
-    return gt_cuda_permute_by(s, c, perm, err);
+    return gt_cuda_permute_by(s, c, err);
 }
 
 gt_status gt_cuda_permute(gt_cuda_stream *s, const gt_kernel_call *c, gt_error *err)
 {
-    int rank = c->in[0]->ndim, perm[GT_MAX_DIMS];
-    bool seen[GT_MAX_DIMS] = {false};
-    if (c->ni != rank)
-        return gt_error_set(err, GT_ERR_INVALID, "permute: %d perm entries for rank %d", c->ni,
-                            rank);
-    for (int k = 0; k < rank; k++) {
-        GT_TRY(gt_kernel_norm_dim(c, c->i[k], rank, &perm[k], err));
-        if (seen[perm[k]])
-            return gt_error_set(err, GT_ERR_INVALID, "permute: dim %d appears twice", perm[k]);
-        seen[perm[k]] = true;
-    }
-    return gt_cuda_permute_by(s, c, perm, err);
+    return gt_cuda_permute_by(s, c, err);
 }
 
 /* Row r of `rows` (unit offsets r * sp in src, r * dp in dst) of row_units units of U. */
@@ -367,18 +326,11 @@ static gt_status gt_cuda_copy_blocks(gt_cuda_stream *s, const gt_kernel_call *c,
 
 gt_status gt_cuda_slice(gt_cuda_stream *s, const gt_kernel_call *c, gt_error *err)
 {
-    GT_TRY(gt_kernel_want_attrs(c, 1, 0, 2, err));
     const gt_tensor *x = c->in[0];
     gt_tensor *out = c->out[0];
-    GT_TRY(gt_cuda_same_dtype(c, x, out, err));
     int dim;
-    GT_TRY(gt_kernel_norm_dim(c, c->i[0], x->ndim, &dim, err));
+    GT_TRY(gt_kernel_want_slice(c, &dim, err));
     int64_t start = c->e[0], end = c->e[1];
-    if (start < 0 || end < start || end > x->shape[dim])
-        return gt_error_set(err, GT_ERR_INVALID, "slice: [%lld, %lld) outside dim %d of size %lld",
-                            (long long)start, (long long)end, dim, (long long)x->shape[dim]);
-    if (!gt_kernel_same_but(x, out, dim) || out->shape[dim] != end - start)
-        return gt_cuda_shape_error(c, "output does not fit the slice", err);
     int64_t outer, inner;
     gt_kernel_outer_inner(x, dim, &outer, &inner);
     return gt_cuda_copy_blocks(s, c, out->data, end - start, 0, x->data, x->shape[dim], start,
@@ -387,20 +339,11 @@ gt_status gt_cuda_slice(gt_cuda_stream *s, const gt_kernel_call *c, gt_error *er
 
 gt_status gt_cuda_slice_backward(gt_cuda_stream *s, const gt_kernel_call *c, gt_error *err)
 {
-    GT_TRY(gt_kernel_want_attrs(c, 1, 0, 3, err));
     const gt_tensor *dy = c->in[0];
     gt_tensor *out = c->out[0];
-    GT_TRY(gt_cuda_same_dtype(c, dy, out, err));
     int dim;
-    GT_TRY(gt_kernel_norm_dim(c, c->i[0], dy->ndim, &dim, err));
+    GT_TRY(gt_kernel_want_slice_backward(c, &dim, err));
     int64_t start = c->e[0], end = c->e[1], size = c->e[2];
-    if (start < 0 || end < start || end > size)
-        return gt_error_set(err, GT_ERR_INVALID,
-                            "slice_backward: [%lld, %lld) outside dim %d of size %lld",
-                            (long long)start, (long long)end, dim, (long long)size);
-    if (!gt_kernel_same_but(dy, out, dim) || dy->shape[dim] != end - start ||
-        out->shape[dim] != size)
-        return gt_cuda_shape_error(c, "output does not fit the slice", err);
     if (gt_tensor_nbytes(out) > 0)
         GT_TRY(gt_cuda_check(c, cudaMemsetAsync(out->data, 0, gt_tensor_nbytes(out), s->stream),
                              "memset", err));
@@ -412,19 +355,10 @@ gt_status gt_cuda_slice_backward(gt_cuda_stream *s, const gt_kernel_call *c, gt_
 
 gt_status gt_cuda_concat(gt_cuda_stream *s, const gt_kernel_call *c, gt_error *err)
 {
-    GT_TRY(gt_kernel_want_attrs(c, 1, 0, 0, err));
     gt_tensor *out = c->out[0];
     int dim;
-    GT_TRY(gt_kernel_norm_dim(c, c->i[0], out->ndim, &dim, err));
-    int64_t total = 0;
-    for (int k = 0; k < c->n_in; k++) {
-        GT_TRY(gt_cuda_same_dtype(c, c->in[k], out, err));
-        if (!gt_kernel_same_but(c->in[k], out, dim))
-            return gt_cuda_shape_error(c, "an input does not fit the output", err);
-        total += c->in[k]->shape[dim];
-    }
-    if (total != out->shape[dim]) return gt_cuda_shape_error(c, "sizes do not add up", err);
-    int64_t outer, inner, off = 0;
+    GT_TRY(gt_kernel_want_concat(c, &dim, err));
+    int64_t total = out->shape[dim], outer, inner, off = 0;
     gt_kernel_outer_inner(out, dim, &outer, &inner);
     for (int k = 0; k < c->n_in; k++) {
         int64_t n = c->in[k]->shape[dim];
@@ -437,21 +371,10 @@ gt_status gt_cuda_concat(gt_cuda_stream *s, const gt_kernel_call *c, gt_error *e
 
 gt_status gt_cuda_split(gt_cuda_stream *s, const gt_kernel_call *c, gt_error *err)
 {
-    GT_TRY(gt_kernel_want_attrs(c, 1, 0, 0, err));
     const gt_tensor *x = c->in[0];
     int dim;
-    GT_TRY(gt_kernel_norm_dim(c, c->i[0], x->ndim, &dim, err));
-    if (c->ne != c->n_out)
-        return gt_error_set(err, GT_ERR_INVALID, "split: %d sizes but %d outputs", c->ne, c->n_out);
-    int64_t total = 0;
-    for (int k = 0; k < c->n_out; k++) {
-        GT_TRY(gt_cuda_same_dtype(c, x, c->out[k], err));
-        if (!gt_kernel_same_but(c->out[k], x, dim) || c->out[k]->shape[dim] != c->e[k])
-            return gt_cuda_shape_error(c, "an output does not fit the sizes", err);
-        total += c->e[k];
-    }
-    if (total != x->shape[dim]) return gt_cuda_shape_error(c, "sizes do not add up", err);
-    int64_t outer, inner, off = 0;
+    GT_TRY(gt_kernel_want_split(c, &dim, err));
+    int64_t total = x->shape[dim], outer, inner, off = 0;
     gt_kernel_outer_inner(x, dim, &outer, &inner);
     for (int k = 0; k < c->n_out; k++) {
         int64_t n = c->e[k];
@@ -502,7 +425,7 @@ gt_status gt_cuda_embedding(gt_cuda_stream *s, const gt_kernel_call *c, gt_error
     const gt_tensor *w = c->in[0], *ids = c->in[1];
     gt_tensor *out = c->out[0];
     GT_TRY(gt_kernel_want_index(c, ids, "ids", err));
-    GT_TRY(gt_cuda_same_dtype(c, w, out, err));
+    GT_TRY(gt_kernel_want_same_dtype(c, w, "w", out, "output", err));
     if (w->ndim != 2) return gt_cuda_shape_error(c, "w must be [V, D]", err);
     int64_t vocab = w->shape[0], d = w->shape[1];
     if (!gt_kernel_rows_of_ids(ids, out, d))
