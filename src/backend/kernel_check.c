@@ -156,6 +156,48 @@ gt_status gt_kernel_want_adamw(const gt_kernel_call *c, gt_error *err)
     return GT_OK;
 }
 
+gt_status gt_kernel_want_cast(const gt_kernel_call *c, gt_error *err)
+{
+    GT_TRY(gt_kernel_want_attrs(c, 1, 0, 0, err));
+    if (c->i[0] != (int64_t)c->out[0]->dtype)
+        return gt_error_set(err, GT_ERR_SHAPE, "cast: attribute dtype %lld but output is %s",
+                            (long long)c->i[0], gt_dtype_name(c->out[0]->dtype));
+    return gt_kernel_want_same_shape(c, c->in[0], "input", c->out[0], "output", err);
+}
+
+gt_status gt_kernel_want_matmul(const gt_kernel_call *c, gt_kernel_matmul_dims *d, gt_error *err)
+{
+    GT_TRY(gt_kernel_want_attrs(c, 2, 0, 0, err));
+    const gt_tensor *a = c->in[0], *b = c->in[1], *out = c->out[0];
+    bool ta = c->i[0] != 0, tb = c->i[1] != 0;
+    char ba[128], bb[128], bo[128];
+    int ra = a->ndim, rb = b->ndim;
+    if (ra < 2 || rb < 2 || (rb != 2 && rb != ra))
+        return gt_error_set(err, GT_ERR_SHAPE,
+                            "matmul: a %s and b %s: need rank >= 2 and b of rank 2 or a's rank",
+                            gt_kernel_fmt(a, ba, sizeof ba), gt_kernel_fmt(b, bb, sizeof bb));
+    d->ta = ta;
+    d->tb = tb;
+    d->b_batched = rb != 2;
+    d->m = ta ? a->shape[ra - 1] : a->shape[ra - 2];
+    d->k = ta ? a->shape[ra - 2] : a->shape[ra - 1];
+    int64_t kb = tb ? b->shape[rb - 1] : b->shape[rb - 2];
+    d->n = tb ? b->shape[rb - 2] : b->shape[rb - 1];
+    d->batch = 1;
+    bool ok =
+        d->k == kb && out->ndim == ra && out->shape[ra - 2] == d->m && out->shape[ra - 1] == d->n;
+    for (int x = 0; ok && x < ra - 2; x++) {
+        ok = out->shape[x] == a->shape[x] && (rb == 2 || b->shape[x] == a->shape[x]);
+        d->batch *= a->shape[x];
+    }
+    if (!ok)
+        return gt_error_set(err, GT_ERR_SHAPE,
+                            "matmul(trans_a=%d, trans_b=%d): a %s, b %s and output %s do not fit",
+                            (int)ta, (int)tb, gt_kernel_fmt(a, ba, sizeof ba),
+                            gt_kernel_fmt(b, bb, sizeof bb), gt_kernel_fmt(out, bo, sizeof bo));
+    return GT_OK;
+}
+
 /* ---------------------------------------------------------------- moves */
 
 gt_status gt_kernel_shape_error(const gt_kernel_call *c, const gt_tensor *x, const gt_tensor *out,

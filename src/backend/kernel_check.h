@@ -49,6 +49,18 @@ bool gt_kernel_same_but(const gt_tensor *a, const gt_tensor *b, int dim);
 /* True when rows has ids' shape plus a last dim d (an embedding's rows, or their gradient). */
 bool gt_kernel_rows_of_ids(const gt_tensor *ids, const gt_tensor *rows, int64_t d);
 
+/* cast: attribute i[0] is the output's dtype; input and output of one shape. */
+gt_status gt_kernel_want_cast(const gt_kernel_call *c, gt_error *err);
+
+/* matmul's dims: a [..., r_a, c_a], b [r_b, c_b] or [..., r_b, c_b] (b's batch dims those of a);
+ * out = op(a) @ op(b): [..., m, n], op transposing when i[0] (a) or i[1] (b) is set; batch is
+ * the product of a's batch dims. */
+typedef struct {
+    bool ta, tb, b_batched;
+    int64_t m, n, k, batch;
+} gt_kernel_matmul_dims;
+gt_status gt_kernel_want_matmul(const gt_kernel_call *c, gt_kernel_matmul_dims *d, gt_error *err);
+
 /* The moves' checks (src/backend/cpu/cpu_layout.c, src/backend/cuda/cuda_layout.cu): input(s)
  * and output(s) of one dtype, the attributes in range and the output shapes they imply. A shape
  * that does not fit is "OP: output T does not fit input T and the attributes". */

@@ -55,37 +55,18 @@ void gt_cpu_sgemm_ld(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float al
 
 gt_status gt_cpu_matmul(const gt_kernel_call *c, gt_error *err)
 {
-    GT_TRY(gt_kernel_want_attrs(c, 2, 0, 0, err));
     const gt_tensor *a = c->in[0], *b = c->in[1];
     gt_tensor *out = c->out[0];
     GT_TRY(gt_cpu_want_f32(c, a, "a", err));
     GT_TRY(gt_cpu_want_f32(c, b, "b", err));
     GT_TRY(gt_cpu_want_f32(c, out, "output", err));
-    bool ta = c->i[0] != 0, tb = c->i[1] != 0;
-    char ba[128], bb[128], bo[128];
-    int ra = a->ndim, rb = b->ndim;
-    if (ra < 2 || rb < 2 || (rb != 2 && rb != ra))
-        return gt_error_set(err, GT_ERR_SHAPE,
-                            "matmul: a %s and b %s: need rank >= 2 and b of rank 2 or a's rank",
-                            gt_kernel_fmt(a, ba, sizeof ba), gt_kernel_fmt(b, bb, sizeof bb));
-    int64_t m = ta ? a->shape[ra - 1] : a->shape[ra - 2];
-    int64_t k = ta ? a->shape[ra - 2] : a->shape[ra - 1];
-    int64_t kb = tb ? b->shape[rb - 1] : b->shape[rb - 2];
-    int64_t n = tb ? b->shape[rb - 2] : b->shape[rb - 1];
-    int64_t batch = 1;
-    bool ok = k == kb && out->ndim == ra && out->shape[ra - 2] == m && out->shape[ra - 1] == n;
-    for (int d = 0; ok && d < ra - 2; d++) {
-        ok = out->shape[d] == a->shape[d] && (rb == 2 || b->shape[d] == a->shape[d]);
-        batch *= a->shape[d];
-    }
-    if (!ok)
-        return gt_error_set(err, GT_ERR_SHAPE,
-                            "matmul(trans_a=%d, trans_b=%d): a %s, b %s and output %s do not fit",
-                            (int)ta, (int)tb, gt_kernel_fmt(a, ba, sizeof ba),
-                            gt_kernel_fmt(b, bb, sizeof bb), gt_kernel_fmt(out, bo, sizeof bo));
+    gt_kernel_matmul_dims d;
+    GT_TRY(gt_kernel_want_matmul(c, &d, err));
+    bool ta = d.ta, tb = d.tb;
+    int64_t m = d.m, n = d.n, k = d.k, batch = d.batch;
     const float *ap = a->data, *bp = b->data;
     float *op = out->data;
-    if (rb == 2 && !ta) {
+    if (!d.b_batched && !ta) {
         if (!gt_cpu_gemm_fits(batch * m, n, k))
             return gt_error_set(err, GT_ERR_UNSUPPORTED,
                                 "matmul: %lld x %lld x %lld exceeds BLAS "
@@ -99,7 +80,7 @@ gt_status gt_cpu_matmul(const gt_kernel_call *c, gt_error *err)
                             "matmul: %lld x %lld x %lld exceeds BLAS int "
                             "dims",
                             (long long)m, (long long)n, (long long)k);
-    int64_t b_step = rb == 2 ? 0 : k * n;
+    int64_t b_step = d.b_batched ? k * n : 0;
     for (int64_t i = 0; i < batch; i++)
         gt_cpu_sgemm(ta, tb, m, n, k, 1.0f, ap + i * m * k, bp + i * b_step, 0.0f, op + i * m * n);
     return GT_OK;

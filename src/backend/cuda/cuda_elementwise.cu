@@ -441,13 +441,9 @@ static bool gt_is_float_dt(int dt)
 
 gt_status gt_cuda_cast(gt_cuda_stream *s, const gt_kernel_call *c, gt_error *err)
 {
-    GT_TRY(gt_kernel_want_attrs(c, 1, 0, 0, err));
     const gt_tensor *x = c->in[0];
     gt_tensor *out = c->out[0];
-    if (c->i[0] != (int64_t)out->dtype)
-        return gt_error_set(err, GT_ERR_SHAPE, "cast: attribute dtype %lld but output is %s",
-                            (long long)c->i[0], gt_dtype_name(out->dtype));
-    GT_TRY(gt_kernel_want_same_shape(c, x, "input", out, "output", err));
+    GT_TRY(gt_kernel_want_cast(c, err));
     int64_t n = gt_tensor_numel(x);
     if (n == 0) return GT_OK;
     if (x->dtype == out->dtype) {

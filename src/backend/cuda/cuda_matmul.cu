@@ -168,27 +168,15 @@ static gt_status gt_cuda_gemm(gt_cuda_stream *s, const gt_kernel_call *c, const 
 
 gt_status gt_cuda_matmul(gt_cuda_stream *s, const gt_kernel_call *c, gt_error *err)
 {
-    GT_TRY(gt_kernel_want_attrs(c, 2, 0, 0, err));
     const gt_tensor *a = c->in[0], *b = c->in[1];
     gt_tensor *out = c->out[0];
     GT_TRY(gt_kernel_want_float(c, a, "a", err));
     GT_TRY(gt_kernel_want_float(c, b, "b", err));
     GT_TRY(gt_kernel_want_float(c, out, "output", err));
-    bool ta = c->i[0] != 0, tb = c->i[1] != 0;
-    int ra = a->ndim, rb = b->ndim;
-    if (ra < 2 || rb < 2 || (rb != 2 && rb != ra))
-        return gt_cuda_shape_error(c, "need rank >= 2 and b of rank 2 or a's rank", err);
-    int64_t m = ta ? a->shape[ra - 1] : a->shape[ra - 2];
-    int64_t k = ta ? a->shape[ra - 2] : a->shape[ra - 1];
-    int64_t kb = tb ? b->shape[rb - 1] : b->shape[rb - 2];
-    int64_t n = tb ? b->shape[rb - 2] : b->shape[rb - 1];
-    int64_t batch = 1;
-    bool ok = k == kb && out->ndim == ra && out->shape[ra - 2] == m && out->shape[ra - 1] == n;
-    for (int d = 0; ok && d < ra - 2; d++) {
-        ok = out->shape[d] == a->shape[d] && (rb == 2 || b->shape[d] == a->shape[d]);
-        batch *= a->shape[d];
-    }
-    if (!ok) return gt_cuda_shape_error(c, "a, b and the output do not fit", err);
+    gt_kernel_matmul_dims d;
+    GT_TRY(gt_kernel_want_matmul(c, &d, err));
+    bool ta = d.ta, tb = d.tb;
+    int64_t m = d.m, n = d.n, k = d.k, batch = d.batch;
     int64_t numel = gt_tensor_numel(out);
     if (numel == 0) return GT_OK;
     if (k == 0) {
@@ -196,15 +184,15 @@ gt_status gt_cuda_matmul(gt_cuda_stream *s, const gt_kernel_call *c, gt_error *e
                                                                             out->dtype);
         return gt_cuda_launched(c, err);
     }
-    gt_gemm g = {ta, tb, m, n, k, batch, m * k, rb == 2 ? 0 : k * n, m * n, a->dtype};
-    if (rb == 2 && !ta) { /* fold the batch into M: one gemm */
+    gt_gemm g = {ta, tb, m, n, k, batch, m * k, d.b_batched ? k * n : 0, m * n, a->dtype};
+    if (!d.b_batched && !ta) { /* fold the batch into M: one gemm */
         g.m = batch * m;
         g.batch = 1;
     }
     if (g.m > 0x7fffffff || n > 0x7fffffff || k > 0x7fffffff || g.batch > 0x7fffffff)
         return gt_error_set(err, GT_ERR_UNSUPPORTED, "matmul: dims exceed cuBLASLt's int range");
     bool same = a->dtype == b->dtype && b->dtype == out->dtype;
-    if (same && rb == 2 && ta && batch > 1) {
+    if (same && !d.b_batched && ta && batch > 1) {
         /* b shared by every batch matrix: one gemm per batch element, in order (no reliance on a
          * zero batch stride). */
         size_t es = gt_dtype_size(a->dtype);
@@ -237,7 +225,7 @@ gt_status gt_cuda_matmul(gt_cuda_stream *s, const gt_kernel_call *c, gt_error *e
     GT_TRY(gt_cuda_launched(c, err));
     g.dt = GT_F32;
     void *po = out->dtype == GT_F32 ? out->data : (void *)wo;
-    if (rb == 2 && ta && batch > 1) {
+    if (!d.b_batched && ta && batch > 1) {
         gt_gemm one = g;
         one.batch = 1;
         for (int64_t i = 0; i < batch; i++)
