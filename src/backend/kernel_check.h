@@ -61,6 +61,12 @@ typedef struct {
 } gt_kernel_matmul_dims;
 gt_status gt_kernel_want_matmul(const gt_kernel_call *c, gt_kernel_matmul_dims *d, gt_error *err);
 
+/* embedding_shard: w [Vl, D] float (the rows from e[0] on), ids of an index dtype, output
+ * [ids..., D] of w's dtype. embedding_shard_backward: ids, dy [ids..., D], dw [e[0], D] (rows
+ * from e[1] on); the backend checks dy's and dw's dtypes. */
+gt_status gt_kernel_want_embedding_shard(const gt_kernel_call *c, gt_error *err);
+gt_status gt_kernel_want_embedding_shard_backward(const gt_kernel_call *c, gt_error *err);
+
 /* The moves' checks (src/backend/cpu/cpu_layout.c, src/backend/cuda/cuda_layout.cu): input(s)
  * and output(s) of one dtype, the attributes in range and the output shapes they imply. A shape
  * that does not fit is "OP: output T does not fit input T and the attributes". */

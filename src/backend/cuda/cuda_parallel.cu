@@ -88,16 +88,10 @@ static void gt_launch_embedding_shard(cudaStream_t st, int64_t n, int64_t row_un
 
 gt_status gt_cuda_embedding_shard(gt_cuda_stream *s, const gt_kernel_call *c, gt_error *err)
 {
-    GT_TRY(gt_kernel_want_attrs(c, 0, 0, 1, err));
     const gt_tensor *w = c->in[0], *ids = c->in[1];
     gt_tensor *out = c->out[0];
-    GT_TRY(gt_kernel_want_float(c, w, "w", err));
-    GT_TRY(gt_kernel_want_index(c, ids, "ids", err));
-    GT_TRY(gt_kernel_want_rank(c, w, "w", 2, err));
-    GT_TRY(gt_kernel_want_same_dtype(c, w, "w", out, "output", err));
+    GT_TRY(gt_kernel_want_embedding_shard(c, err));
     int64_t vl = w->shape[0], d = w->shape[1], start = c->e[0];
-    if (!gt_kernel_rows_of_ids(ids, out, d))
-        return gt_cuda_shape_error(c, "output should be [ids..., D] for w [Vl, D]", err);
     int64_t n = gt_tensor_numel(ids);
     if (n * d == 0) return GT_OK;
     int64_t row = d * (int64_t)gt_dtype_size(w->dtype);
@@ -119,16 +113,12 @@ gt_status gt_cuda_embedding_shard(gt_cuda_stream *s, const gt_kernel_call *c, gt
 gt_status gt_cuda_embedding_shard_backward(gt_cuda_stream *s, const gt_kernel_call *c,
                                            gt_error *err)
 {
-    GT_TRY(gt_kernel_want_attrs(c, 0, 0, 2, err));
     const gt_tensor *ids = c->in[0], *dy = c->in[1];
     gt_tensor *dw = c->out[0];
-    GT_TRY(gt_kernel_want_index(c, ids, "ids", err));
     GT_TRY(gt_kernel_want_float(c, dy, "dy", err));
     GT_TRY(gt_kernel_want_float(c, dw, "dw", err));
-    GT_TRY(gt_kernel_want_rank(c, dw, "dw", 2, err));
+    GT_TRY(gt_kernel_want_embedding_shard_backward(c, err));
     int64_t vl = dw->shape[0], d = dw->shape[1], start = c->e[1];
-    if (vl != c->e[0] || !gt_kernel_rows_of_ids(ids, dy, d))
-        return gt_cuda_shape_error(c, "expected dy [ids..., D] and dw [num_embeddings, D]", err);
     if (vl * d == 0) return GT_OK;
     int64_t n = gt_tensor_numel(ids);
     if (vl >= 0x7fffffff || n >= 0x7fffffff)
