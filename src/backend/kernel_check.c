@@ -1,6 +1,9 @@
 /* kernel_check.c — argument checks and shape helpers shared by the backends (kernel_check.h). */
 #include "kernel_check.h"
 
+#include <math.h>
+#include <string.h>
+
 /* Backends depend on core only (DESIGN.md §2): the names come from the op table itself, not
  * from the IR's gt_op_get. */
 static const char *const gt_kernel_op_names[GT_OP_COUNT] = {
@@ -153,6 +156,43 @@ gt_status gt_kernel_want_adamw(const gt_kernel_call *c, gt_error *err)
                             "adamw: hyper-parameters beta1 %g, beta2 %g, eps %g, weight_decay %g "
                             "out of range",
                             beta1, beta2, eps, wd);
+    return GT_OK;
+}
+
+gt_status gt_kernel_want_full(const gt_kernel_call *c, uint8_t bits[8], gt_error *err)
+{
+    GT_TRY(gt_kernel_want_attrs(c, 1, 1, 0, err));
+    const gt_tensor *out = c->out[0];
+    if (c->i[0] != (int64_t)out->dtype)
+        return gt_error_set(err, GT_ERR_SHAPE, "full: attribute dtype %lld but output is %s",
+                            (long long)c->i[0], gt_dtype_name(out->dtype));
+    bool shape_ok = c->ne == out->ndim && (c->ne == 0 || c->e);
+    for (int d = 0; shape_ok && d < out->ndim; d++)
+        shape_ok = c->e[d] == out->shape[d];
+    if (!shape_ok) {
+        char b[128];
+        return gt_error_set(err, GT_ERR_SHAPE, "full: output %s does not match the shape attribute",
+                            gt_kernel_fmt(out, b, sizeof b));
+    }
+    memset(bits, 0, 8);
+    double v = c->f[0];
+    if (out->dtype == GT_I64) {
+        int64_t iv = isnan(v) ? 0 : v >= 0x1p63 ? INT64_MAX : v <= -0x1p63 ? INT64_MIN : (int64_t)v;
+        memcpy(bits, &iv, sizeof iv);
+    } else if (out->dtype == GT_I32) {
+        int32_t iv = isnan(v)             ? 0
+                     : v >= 2147483647.0  ? INT32_MAX
+                     : v <= -2147483648.0 ? INT32_MIN
+                                          : (int32_t)v;
+        memcpy(bits, &iv, sizeof iv);
+    } else if (out->dtype == GT_BOOL) {
+        bits[0] = v != 0.0;
+    } else {
+        gt_tensor one;
+        int64_t one_shape[1] = {1};
+        gt_tensor_wrap(&one, out->dtype, 1, one_shape, bits);
+        gt_tensor_set_f32(&one, 0, (float)v);
+    }
     return GT_OK;
 }
 

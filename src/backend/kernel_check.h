@@ -49,6 +49,12 @@ bool gt_kernel_same_but(const gt_tensor *a, const gt_tensor *b, int dim);
 /* True when rows has ids' shape plus a last dim d (an embedding's rows, or their gradient). */
 bool gt_kernel_rows_of_ids(const gt_tensor *ids, const gt_tensor *rows, int64_t d);
 
+/* full: attribute i[0] is the output's dtype, e[] its shape; *bits (8 bytes, the element's
+ * stored bytes first) gets the value f[0] in that dtype: rounded to f32 first (attributes are
+ * doubles), then to the dtype as gt_tensor_set_f32 does; to an integer dtype by truncation toward
+ * zero with saturation and NaN -> 0 (straight from the double: through f32 would lose integers
+ * above 2^24); bool is value != 0. */
+gt_status gt_kernel_want_full(const gt_kernel_call *c, uint8_t bits[8], gt_error *err);
 /* cast: attribute i[0] is the output's dtype; input and output of one shape. */
 gt_status gt_kernel_want_cast(const gt_kernel_call *c, gt_error *err);
 

@@ -11,42 +11,11 @@
 
 gt_status gt_cpu_full(const gt_kernel_call *c, gt_error *err)
 {
-    GT_TRY(gt_kernel_want_attrs(c, 1, 1, 0, err));
     gt_tensor *out = c->out[0];
-    if (c->i[0] != (int64_t)out->dtype)
-        return gt_error_set(err, GT_ERR_SHAPE, "full: attribute dtype %lld but output is %s",
-                            (long long)c->i[0], gt_dtype_name(out->dtype));
-    bool shape_ok = c->ne == out->ndim && (c->ne == 0 || c->e);
-    for (int d = 0; shape_ok && d < out->ndim; d++)
-        shape_ok = c->e[d] == out->shape[d];
-    if (!shape_ok) {
-        char b[128];
-        return gt_error_set(err, GT_ERR_SHAPE, "full: output %s does not match the shape attribute",
-                            gt_kernel_fmt(out, b, sizeof b));
-    }
+    uint8_t bits[8]; /* the value once in the output's representation, then replicated */
+    GT_TRY(gt_kernel_want_full(c, bits, err));
     int64_t n = gt_tensor_numel(out);
     if (n == 0) return GT_OK;
-    /* Store the value once in the output's representation, then replicate those bytes. The value
-     * is rounded to f32 first (attributes are doubles), then to the output dtype. */
-    gt_tensor one;
-    uint8_t bits[8] = {0};
-    int64_t one_shape[1] = {1};
-    gt_tensor_wrap(&one, out->dtype, 1, one_shape, bits);
-    double v = c->f[0];
-    if (out->dtype == GT_I64) {
-        int64_t iv = isnan(v) ? 0 : v >= 0x1p63 ? INT64_MAX : v <= -0x1p63 ? INT64_MIN : (int64_t)v;
-        memcpy(bits, &iv, sizeof iv); /* through f32 would lose integers above 2^24 */
-    } else if (out->dtype == GT_I32) {
-        int32_t iv = isnan(v)             ? 0
-                     : v >= 2147483647.0  ? INT32_MAX
-                     : v <= -2147483648.0 ? INT32_MIN
-                                          : (int32_t)v;
-        memcpy(bits, &iv, sizeof iv);
-    } else if (out->dtype == GT_BOOL) {
-        bits[0] = v != 0.0;
-    } else {
-        gt_tensor_set_f32(&one, 0, (float)v);
-    }
     size_t es = gt_dtype_size(out->dtype);
     uint8_t *p = out->data;
     switch (es) {

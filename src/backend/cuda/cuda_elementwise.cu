@@ -493,37 +493,11 @@ __global__ void gt_k_fill_vec(int64_t n16, int n_tail, uint4 pattern, uint8_t *o
 
 gt_status gt_cuda_full(gt_cuda_stream *s, const gt_kernel_call *c, gt_error *err)
 {
-    GT_TRY(gt_kernel_want_attrs(c, 1, 1, 0, err));
     gt_tensor *out = c->out[0];
-    if (c->i[0] != (int64_t)out->dtype)
-        return gt_error_set(err, GT_ERR_SHAPE, "full: attribute dtype %lld but output is %s",
-                            (long long)c->i[0], gt_dtype_name(out->dtype));
-    bool shape_ok = c->ne == out->ndim && (c->ne == 0 || c->e);
-    for (int d = 0; shape_ok && d < out->ndim; d++)
-        shape_ok = c->e[d] == out->shape[d];
-    if (!shape_ok) return gt_cuda_shape_error(c, "output does not match the shape attribute", err);
+    uint8_t bits[8]; /* the element's bytes, made on the host exactly as the CPU kernel's */
+    GT_TRY(gt_kernel_want_full(c, bits, err));
     int64_t n = gt_tensor_numel(out);
     if (n == 0) return GT_OK;
-    /* The element's bits are made on the host exactly as cpu_cast.c makes them. */
-    uint8_t bits[8] = {0};
-    double v = c->f[0];
-    if (out->dtype == GT_I64) {
-        int64_t iv = isnan(v) ? 0 : v >= 0x1p63 ? INT64_MAX : v <= -0x1p63 ? INT64_MIN : (int64_t)v;
-        memcpy(bits, &iv, sizeof iv);
-    } else if (out->dtype == GT_I32) {
-        int32_t iv = isnan(v)             ? 0
-                     : v >= 2147483647.0  ? INT32_MAX
-                     : v <= -2147483648.0 ? INT32_MIN
-                                          : (int32_t)v;
-        memcpy(bits, &iv, sizeof iv);
-    } else if (out->dtype == GT_BOOL) {
-        bits[0] = v != 0.0;
-    } else {
-        gt_tensor one;
-        int64_t one_shape[1] = {1};
-        gt_tensor_wrap(&one, out->dtype, 1, one_shape, bits);
-        gt_tensor_set_f32(&one, 0, (float)v);
-    }
     unsigned long long w = 0;
     memcpy(&w, bits, sizeof w); /* little endian: the element's bytes are w's low bytes */
     if (gt_aligned16(out->data)) {
