@@ -72,6 +72,28 @@ gt_status gt_kernel_want_same_dtype(const gt_kernel_call *c, const gt_tensor *a,
                         gt_dtype_name(b->dtype));
 }
 
+gt_status gt_kernel_check_call(const gt_kernel_call *c, int n_in, int n_out, gt_error *err)
+{
+    const char *name = gt_kernel_op_name(c->op);
+    bool in_ok = n_in >= 0 ? c->n_in == n_in : c->n_in >= 1 && c->n_in <= GT_MAX_IN;
+    bool out_ok = n_out >= 0 ? c->n_out == n_out : c->n_out >= 1 && c->n_out <= GT_MAX_OUT;
+    if (!in_ok || !out_ok)
+        return gt_error_set(err, GT_ERR_INVALID, "%s: called with %d inputs and %d outputs", name,
+                            c->n_in, c->n_out);
+    if (c->ni < 0 || c->ni > GT_MAX_IATTR || c->nf < 0 || c->nf > GT_MAX_FATTR || c->ne < 0 ||
+        c->ne > GT_MAX_EATTR)
+        return gt_error_set(err, GT_ERR_INVALID, "%s: attribute counts %d/%d/%d out of range", name,
+                            c->ni, c->nf, c->ne);
+    for (int k = 0; k < c->n_in + c->n_out; k++) {
+        const gt_tensor *t = k < c->n_in ? c->in[k] : c->out[k - c->n_in];
+        if (!t || t->ndim < 0 || t->ndim > GT_MAX_DIMS || gt_tensor_numel(t) < 0 ||
+            (unsigned)t->dtype >= GT_DTYPE_COUNT || (t->data == NULL && gt_tensor_numel(t) > 0))
+            return gt_error_set(err, GT_ERR_INVALID, "%s: %s %d is missing or malformed", name,
+                                k < c->n_in ? "input" : "output", k < c->n_in ? k : k - c->n_in);
+    }
+    return GT_OK;
+}
+
 gt_status gt_kernel_want_attrs(const gt_kernel_call *c, int ni, int nf, int ne, gt_error *err)
 {
     if (c->ni >= ni && c->nf >= nf && c->ne >= ne && (ni == 0 || c->i) && (nf == 0 || c->f) &&

@@ -34,6 +34,10 @@ extern const char *const gt_kernel_adamw_out[3];
  * in [0, 1), eps and weight_decay >= 0; grad, the moments and the three outputs shaped like
  * param; scalars of 3 elements and clip of 1. */
 gt_status gt_kernel_want_adamw(const gt_kernel_call *c, gt_error *err);
+/* A call's frame, before any kernel looks at it: n_in inputs and n_out outputs (-1: 1 to GT_MAX_IN
+ * or GT_MAX_OUT), attribute counts in range, every tensor present and well formed (rank, dtype,
+ * a buffer when it has elements). */
+gt_status gt_kernel_check_call(const gt_kernel_call *c, int n_in, int n_out, gt_error *err);
 /* At least ni int, nf float and ne expression attributes. */
 gt_status gt_kernel_want_attrs(const gt_kernel_call *c, int ni, int nf, int ne, gt_error *err);
 /* dim (negative counts from the end) as an index in [0, ndim). */

@@ -42,8 +42,8 @@ static bool gt_cpu_is_byte_kernel(gt_op op)
     case GT_OP_SPLIT:
     case GT_OP_EMBEDDING:
     case GT_OP_EMBEDDING_SHARD:
-    case GT_OP_ADD_RMS_NORM:          /* runs add and rms_norm, each widening for itself */
-    case GT_OP_RMS_NORM_BACKWARD_ADD: /* runs adds and rms_norm_backward likewise */
+    case GT_OP_ADD_RMS_NORM:            /* runs add and rms_norm, each widening for itself */
+    case GT_OP_RMS_NORM_BACKWARD_ADD:   /* runs adds and rms_norm_backward likewise */
     case GT_OP_CROSS_ENTROPY_WITH_GRAD: /* runs cross_entropy and its backward likewise */
     case GT_OP_ALL_GATHER_START: /* collectives never run as kernels: keep NaN bits if called */
     case GT_OP_REDUCE_SCATTER_START:
@@ -135,33 +135,10 @@ gt_status gt_cpu_run_kernel(const gt_kernel_call *c, gt_error *err)
     if (!c || (unsigned)c->op >= GT_OP_COUNT)
         return gt_error_set(err, GT_ERR_INVALID, "cpu kernel: unknown op %d", c ? (int)c->op : -1);
     const gt_cpu_entry *e = &gt_cpu_table[c->op];
-    const char *name = gt_kernel_op_name(c->op);
-    bool in_ok = e->n_in >= 0 ? c->n_in == e->n_in : c->n_in >= 1 && c->n_in <= GT_MAX_IN;
-    bool out_ok = e->n_out >= 0 ? c->n_out == e->n_out : c->n_out >= 1 && c->n_out <= GT_MAX_OUT;
-    if (!in_ok || !out_ok)
-        return gt_error_set(err, GT_ERR_INVALID, "%s: called with %d inputs and %d outputs", name,
-                            c->n_in, c->n_out);
-    if (c->ni < 0 || c->ni > GT_MAX_IATTR || c->nf < 0 || c->nf > GT_MAX_FATTR || c->ne < 0 ||
-        c->ne > GT_MAX_EATTR)
-        return gt_error_set(err, GT_ERR_INVALID, "%s: attribute counts %d/%d/%d out of range", name,
-                            c->ni, c->nf, c->ne);
+    GT_TRY(gt_kernel_check_call(c, e->n_in, e->n_out, err));
     bool any_half = false;
-    for (int k = 0; k < c->n_in; k++) {
-        const gt_tensor *t = c->in[k];
-        if (!t || (t->data == NULL && gt_tensor_numel(t) > 0) || t->ndim < 0 ||
-            t->ndim > GT_MAX_DIMS || gt_tensor_numel(t) < 0 || (unsigned)t->dtype >= GT_DTYPE_COUNT)
-            return gt_error_set(err, GT_ERR_INVALID, "%s: input %d is missing or malformed", name,
-                                k);
-        any_half |= gt_cpu_is_half(t->dtype);
-    }
-    for (int k = 0; k < c->n_out; k++) {
-        const gt_tensor *t = c->out[k];
-        if (!t || (t->data == NULL && gt_tensor_numel(t) > 0) || t->ndim < 0 ||
-            t->ndim > GT_MAX_DIMS || gt_tensor_numel(t) < 0 || (unsigned)t->dtype >= GT_DTYPE_COUNT)
-            return gt_error_set(err, GT_ERR_INVALID, "%s: output %d is missing or malformed", name,
-                                k);
-        any_half |= gt_cpu_is_half(t->dtype);
-    }
+    for (int k = 0; k < c->n_in + c->n_out; k++)
+        any_half |= gt_cpu_is_half(k < c->n_in ? c->in[k]->dtype : c->out[k - c->n_in]->dtype);
     if (!any_half || gt_cpu_is_byte_kernel(c->op)) return e->fn(c, err);
     return gt_cpu_run_widened(c, e->fn, err);
 }

@@ -344,25 +344,7 @@ gt_status gt_cuda_check_call(const gt_kernel_call *c, gt_error *err)
 {
     if (!c || (unsigned)c->op >= GT_OP_COUNT)
         return gt_error_set(err, GT_ERR_INVALID, "cuda kernel: unknown op %d", c ? (int)c->op : -1);
-    const gt_cuda_entry *e = &gt_cuda_table[c->op];
-    const char *name = gt_kernel_op_name(c->op);
-    bool in_ok = e->n_in >= 0 ? c->n_in == e->n_in : c->n_in >= 1 && c->n_in <= GT_MAX_IN;
-    bool out_ok = e->n_out >= 0 ? c->n_out == e->n_out : c->n_out >= 1 && c->n_out <= GT_MAX_OUT;
-    if (!in_ok || !out_ok)
-        return gt_error_set(err, GT_ERR_INVALID, "%s: called with %d inputs and %d outputs", name,
-                            c->n_in, c->n_out);
-    if (c->ni < 0 || c->ni > GT_MAX_IATTR || c->nf < 0 || c->nf > GT_MAX_FATTR || c->ne < 0 ||
-        c->ne > GT_MAX_EATTR)
-        return gt_error_set(err, GT_ERR_INVALID, "%s: attribute counts %d/%d/%d out of range", name,
-                            c->ni, c->nf, c->ne);
-    for (int k = 0; k < c->n_in + c->n_out; k++) {
-        const gt_tensor *t = k < c->n_in ? c->in[k] : c->out[k - c->n_in];
-        if (!t || t->ndim < 0 || t->ndim > GT_MAX_DIMS || gt_tensor_numel(t) < 0 ||
-            (unsigned)t->dtype >= GT_DTYPE_COUNT || (t->data == NULL && gt_tensor_numel(t) > 0))
-            return gt_error_set(err, GT_ERR_INVALID, "%s: %s %d is missing or malformed", name,
-                                k < c->n_in ? "input" : "output", k < c->n_in ? k : k - c->n_in);
-    }
-    return GT_OK;
+    return gt_kernel_check_call(c, gt_cuda_table[c->op].n_in, gt_cuda_table[c->op].n_out, err);
 }
 
 extern "C" gt_status gt_cuda_run_kernel(const gt_kernel_call *c, void *stream, gt_error *err)
