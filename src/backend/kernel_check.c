@@ -291,6 +291,63 @@ gt_status gt_kernel_want_embedding_shard_backward(const gt_kernel_call *c, gt_er
                         gt_kernel_fmt(dw, bw, sizeof bw), (long long)c->e[0]);
 }
 
+gt_status gt_kernel_want_attn(const gt_kernel_call *c, gt_kernel_attn *a, gt_error *err)
+{
+    GT_TRY(gt_kernel_want_attrs(c, 1, 1, 0, err));
+    int64_t layout = c->ni > 1 ? c->i[1] : 0;
+    if (layout != 0 && layout != 1)
+        return gt_error_set(err, GT_ERR_INVALID, "%s: layout must be 0 or 1, got %lld",
+                            gt_kernel_op_name(c->op), (long long)layout);
+    const gt_tensor *q = c->in[0], *k = c->in[1], *v = c->in[2];
+    GT_TRY(gt_kernel_want_rank(c, q, "q", 4, err));
+    GT_TRY(gt_kernel_want_rank(c, k, "k", 4, err));
+    GT_TRY(gt_kernel_want_rank(c, v, "v", 4, err));
+    int hd = layout ? 2 : 1, sd = layout ? 1 : 2; /* heads and sequence dims */
+    *a = (gt_kernel_attn){.b = q->shape[0],
+                          .hq = q->shape[hd],
+                          .hkv = k->shape[hd],
+                          .s = q->shape[sd],
+                          .t = k->shape[sd],
+                          .d = q->shape[3],
+                          .dv = v->shape[3],
+                          .layout = (int)layout,
+                          .causal = c->i[0] != 0,
+                          .scale = (float)c->f[0]};
+    char bq[128], bk[128], bv[128];
+    if (k->shape[0] != a->b || v->shape[0] != a->b || v->shape[hd] != a->hkv ||
+        v->shape[sd] != a->t || k->shape[3] != a->d || a->hkv == 0 || a->hq % a->hkv != 0)
+        return gt_error_set(err, GT_ERR_SHAPE,
+                            "%s: q %s, k %s, v %s: expected %s with hq a multiple of hkv (layout "
+                            "%d)",
+                            gt_kernel_op_name(c->op), gt_kernel_fmt(q, bq, sizeof bq),
+                            gt_kernel_fmt(k, bk, sizeof bk), gt_kernel_fmt(v, bv, sizeof bv),
+                            layout ? "q [b, s, hq, d], k [b, t, hkv, d], v [b, t, hkv, dv]"
+                                   : "q [b, hq, s, d], k [b, hkv, t, d], v [b, hkv, t, dv]",
+                            a->layout);
+    if (a->causal && a->s != a->t)
+        return gt_error_set(err, GT_ERR_INVALID,
+                            "%s: causal attention needs as many queries as keys, got s = %lld, "
+                            "t = %lld",
+                            gt_kernel_op_name(c->op), (long long)a->s, (long long)a->t);
+    return GT_OK;
+}
+
+gt_status gt_kernel_want_attn_tensor(const gt_kernel_call *c, const gt_tensor *t, const char *what,
+                                     const gt_kernel_attn *a, int64_t h, int64_t n, int64_t last,
+                                     gt_error *err)
+{
+    int rank = last < 0 ? 3 : 4;
+    int64_t d1 = rank == 4 && a->layout == 1 ? n : h, d2 = rank == 4 && a->layout == 1 ? h : n;
+    bool ok = t->ndim == rank && t->shape[0] == a->b && t->shape[1] == d1 && t->shape[2] == d2 &&
+              (rank == 3 || t->shape[3] == last);
+    if (ok) return GT_OK;
+    char bt[128];
+    return gt_error_set(err, GT_ERR_SHAPE, "%s: %s is %s, expected [%lld, %lld, %lld%s%lld]",
+                        gt_kernel_op_name(c->op), what, gt_kernel_fmt(t, bt, sizeof bt),
+                        (long long)a->b, (long long)d1, (long long)d2, rank == 4 ? ", " : "",
+                        rank == 4 ? (long long)last : 0LL);
+}
+
 /* ---------------------------------------------------------------- moves */
 
 gt_status gt_kernel_shape_error(const gt_kernel_call *c, const gt_tensor *x, const gt_tensor *out,

@@ -77,6 +77,23 @@ gt_status gt_kernel_want_matmul(const gt_kernel_call *c, gt_kernel_matmul_dims *
 gt_status gt_kernel_want_embedding_shard(const gt_kernel_call *c, gt_error *err);
 gt_status gt_kernel_want_embedding_shard_backward(const gt_kernel_call *c, gt_error *err);
 
+/* sdpa and sdpa_backward: q, k, v (inputs 0..2) of rank 4 in layout i[1] (0: [b, heads, n, w];
+ * 1: [b, n, heads, w]; 0 when the attribute is absent), causal i[0], scale f[0]; k and v of one
+ * batch, kv heads and length, q and k of one head dim, hq a multiple of hkv, and as many queries
+ * as keys when causal. Dtypes are the backend's to check. */
+typedef struct {
+    int64_t b, hq, hkv, s, t, d, dv;
+    int layout;
+    bool causal;
+    float scale;
+} gt_kernel_attn;
+gt_status gt_kernel_want_attn(const gt_kernel_call *c, gt_kernel_attn *a, gt_error *err);
+/* t shaped [b, h, n, last] in a's layout ([b, n, h, last] in layout 1); last < 0: an lse,
+ * [b, h, n] in both layouts. */
+gt_status gt_kernel_want_attn_tensor(const gt_kernel_call *c, const gt_tensor *t, const char *what,
+                                     const gt_kernel_attn *a, int64_t h, int64_t n, int64_t last,
+                                     gt_error *err);
+
 /* The moves' checks (src/backend/cpu/cpu_layout.c, src/backend/cuda/cuda_layout.cu): input(s)
  * and output(s) of one dtype, the attributes in range and the output shapes they imply. A shape
  * that does not fit is "OP: output T does not fit input T and the attributes". */

@@ -27,12 +27,7 @@
 
 #define GT_CPU_ATTN_ROWS 128
 
-typedef struct {
-    int64_t b, hq, hkv, s, t, d, dv;
-    int layout; /* 0: [b, heads, n, w]; 1: [b, n, heads, w] */
-    bool causal;
-    float scale;
-} gt_cpu_attn;
+typedef gt_kernel_attn gt_cpu_attn; /* layout 0: [b, heads, n, w]; 1: [b, n, heads, w] */
 
 /* Where head h of batch bi starts and how far apart its rows are, in elements, for a tensor of
  * `heads` heads of n rows of width w in the call's layout. */
@@ -54,69 +49,29 @@ static int64_t gt_cpu_attn_at(gt_cpu_attn_stride st, int64_t bi, int64_t h)
 
 static gt_status gt_cpu_attn_shapes(const gt_kernel_call *c, gt_cpu_attn *a, gt_error *err)
 {
-    GT_TRY(gt_kernel_want_attrs(c, 1, 1, 0, err));
-    /* a call without the layout attribute (ni = 1) is layout 0 */
-    int64_t layout = c->ni > 1 ? c->i[1] : 0;
-    if (layout != 0 && layout != 1)
-        return gt_error_set(err, GT_ERR_INVALID, "%s: layout must be 0 or 1, got %lld",
-                            gt_kernel_op_name(c->op), (long long)layout);
-    const gt_tensor *q = c->in[0], *k = c->in[1], *v = c->in[2];
-    GT_TRY(gt_cpu_want_f32(c, q, "q", err));
-    GT_TRY(gt_cpu_want_f32(c, k, "k", err));
-    GT_TRY(gt_cpu_want_f32(c, v, "v", err));
-    GT_TRY(gt_kernel_want_rank(c, q, "q", 4, err));
-    GT_TRY(gt_kernel_want_rank(c, k, "k", 4, err));
-    GT_TRY(gt_kernel_want_rank(c, v, "v", 4, err));
-    int hd = layout ? 2 : 1, sd = layout ? 1 : 2; /* heads and sequence dims */
-    *a = (gt_cpu_attn){.b = q->shape[0],
-                       .hq = q->shape[hd],
-                       .hkv = k->shape[hd],
-                       .s = q->shape[sd],
-                       .t = k->shape[sd],
-                       .d = q->shape[3],
-                       .dv = v->shape[3],
-                       .layout = (int)layout,
-                       .causal = c->i[0] != 0,
-                       .scale = (float)c->f[0]};
-    char bq[128], bk[128], bv[128];
+    GT_TRY(gt_kernel_want_attn(c, a, err));
+    GT_TRY(gt_cpu_want_f32(c, c->in[0], "q", err));
+    GT_TRY(gt_cpu_want_f32(c, c->in[1], "k", err));
+    GT_TRY(gt_cpu_want_f32(c, c->in[2], "v", err));
     /* layout 1 gives sgemm row strides up to hq * max(d, dv) as leading dimensions */
-    if (k->shape[0] != a->b || v->shape[0] != a->b || v->shape[hd] != a->hkv ||
-        v->shape[sd] != a->t || k->shape[3] != a->d || a->hkv == 0 || a->hq % a->hkv != 0 ||
-        !gt_cpu_gemm_fits(a->s, a->t, a->d) || !gt_cpu_gemm_fits(a->dv, 1, 1) ||
-        (layout == 1 && !gt_cpu_gemm_fits(a->hq * a->d, a->hq * a->dv, 1)))
-        return gt_error_set(err, GT_ERR_SHAPE,
-                            "%s: q %s, k %s, v %s: expected %s with hq a multiple of hkv (layout "
-                            "%d)",
-                            gt_kernel_op_name(c->op), gt_kernel_fmt(q, bq, sizeof bq),
-                            gt_kernel_fmt(k, bk, sizeof bk), gt_kernel_fmt(v, bv, sizeof bv),
-                            layout ? "q [b, s, hq, d], k [b, t, hkv, d], v [b, t, hkv, dv]"
-                                   : "q [b, hq, s, d], k [b, hkv, t, d], v [b, hkv, t, dv]",
-                            a->layout);
-    if (a->causal && a->s != a->t)
-        return gt_error_set(err, GT_ERR_INVALID,
-                            "%s: causal attention needs as many queries as keys, got s = %lld, "
-                            "t = %lld",
-                            gt_kernel_op_name(c->op), (long long)a->s, (long long)a->t);
+    if (!gt_cpu_gemm_fits(a->s, a->t, a->d) || !gt_cpu_gemm_fits(a->dv, 1, 1) ||
+        (a->layout == 1 && !gt_cpu_gemm_fits(a->hq * a->d, a->hq * a->dv, 1)))
+        return gt_error_set(err, GT_ERR_UNSUPPORTED,
+                            "%s: s = %lld, t = %lld, hq = %lld, d = %lld, dv = %lld exceed BLAS "
+                            "int dims",
+                            gt_kernel_op_name(c->op), (long long)a->s, (long long)a->t,
+                            (long long)a->hq, (long long)a->d, (long long)a->dv);
     return GT_OK;
 }
 
-/* Checks t's shape is [b, h, n, last] ([b, n, h, last] in layout 1; n and last as given;
+/* Checks t is f32 and shaped [b, h, n, last] ([b, n, h, last] in layout 1; n and last as given;
  * last < 0 = lse, rank 3 [b, h, n] in both layouts). */
 static gt_status gt_cpu_attn_want(const gt_kernel_call *c, const gt_tensor *t, const char *what,
                                   const gt_cpu_attn *a, int64_t h, int64_t n, int64_t last,
                                   gt_error *err)
 {
     GT_TRY(gt_cpu_want_f32(c, t, what, err));
-    int rank = last < 0 ? 3 : 4;
-    int64_t d1 = rank == 4 && a->layout == 1 ? n : h, d2 = rank == 4 && a->layout == 1 ? h : n;
-    bool ok = t->ndim == rank && t->shape[0] == a->b && t->shape[1] == d1 && t->shape[2] == d2 &&
-              (rank == 3 || t->shape[3] == last);
-    if (ok) return GT_OK;
-    char bt[128];
-    return gt_error_set(err, GT_ERR_SHAPE, "%s: %s is %s, expected [%lld, %lld, %lld%s%lld]",
-                        gt_kernel_op_name(c->op), what, gt_kernel_fmt(t, bt, sizeof bt),
-                        (long long)a->b, (long long)d1, (long long)d2, rank == 4 ? ", " : "",
-                        rank == 4 ? (long long)last : 0LL);
+    return gt_kernel_want_attn_tensor(c, t, what, a, h, n, last, err);
 }
 
 /* Number of keys query row i sees. */

@@ -310,34 +310,12 @@ __global__ void __launch_bounds__(GT_ATT_THREADS)
 
 static gt_status gt_cuda_att_shapes(const gt_kernel_call *c, gt_att *a, gt_error *err)
 {
-    GT_TRY(gt_kernel_want_attrs(c, 1, 1, 0, err));
-    /* a call without the layout attribute (ni = 1) is layout 0 */
-    int64_t layout = c->ni > 1 ? c->i[1] : 0;
-    if (layout != 0 && layout != 1)
-        return gt_error_set(err, GT_ERR_INVALID, "%s: layout must be 0 or 1, got %lld",
-                            gt_kernel_op_name(c->op), (long long)layout);
-    const gt_tensor *q = c->in[0], *k = c->in[1], *v = c->in[2];
-    GT_TRY(gt_kernel_want_float(c, q, "q", err));
-    GT_TRY(gt_kernel_want_float(c, k, "k", err));
-    GT_TRY(gt_kernel_want_float(c, v, "v", err));
-    if (q->ndim != 4 || k->ndim != 4 || v->ndim != 4)
-        return gt_cuda_shape_error(c, "q, k, v must have rank 4", err);
-    int hd = layout ? 2 : 1, sd = layout ? 1 : 2; /* heads and sequence dims */
-    *a = (gt_att){q->shape[0], q->shape[hd], k->shape[hd], q->shape[sd],   k->shape[sd],
-                  q->shape[3], v->shape[3],  c->i[0] != 0, (float)c->f[0], (int)layout};
-    if (k->shape[0] != a->b || v->shape[0] != a->b || v->shape[hd] != a->hkv ||
-        v->shape[sd] != a->t || k->shape[3] != a->d || a->hkv == 0 || a->hq % a->hkv != 0)
-        return gt_cuda_shape_error(c,
-                                   layout ? "expected q [b, s, hq, d], k [b, t, hkv, d], v [b, t, "
-                                            "hkv, dv] with hq a multiple of hkv (layout 1)"
-                                          : "expected q [b, hq, s, d], k [b, hkv, t, d], v [b, "
-                                            "hkv, t, dv] with hq a multiple of hkv (layout 0)",
-                                   err);
-    if (a->causal && a->s != a->t)
-        return gt_error_set(err, GT_ERR_INVALID,
-                            "%s: causal attention needs as many queries as keys, got s = %lld, "
-                            "t = %lld",
-                            gt_kernel_op_name(c->op), (long long)a->s, (long long)a->t);
+    gt_kernel_attn k;
+    GT_TRY(gt_kernel_want_attn(c, &k, err));
+    GT_TRY(gt_kernel_want_float(c, c->in[0], "q", err));
+    GT_TRY(gt_kernel_want_float(c, c->in[1], "k", err));
+    GT_TRY(gt_kernel_want_float(c, c->in[2], "v", err));
+    *a = (gt_att){k.b, k.hq, k.hkv, k.s, k.t, k.d, k.dv, k.causal, k.scale, k.layout};
     if (a->b * a->hq > 65535 || a->b * a->hkv > 65535)
         return gt_error_set(err, GT_ERR_UNSUPPORTED, "%s: batch * heads above 65535",
                             gt_kernel_op_name(c->op));
@@ -349,15 +327,9 @@ static gt_status gt_cuda_att_want(const gt_kernel_call *c, const gt_tensor *t, c
                                   gt_error *err)
 {
     GT_TRY(gt_kernel_want_float(c, t, what, err));
-    int rank = last < 0 ? 3 : 4; /* rank 3: lse, [b, h, n] in both layouts */
-    int64_t d1 = rank == 4 && a->layout ? n : h, d2 = rank == 4 && a->layout ? h : n;
-    bool ok = t->ndim == rank && t->shape[0] == a->b && t->shape[1] == d1 && t->shape[2] == d2 &&
-              (rank == 3 || t->shape[3] == last);
-    if (ok) return GT_OK;
-    return gt_error_set(err, GT_ERR_SHAPE,
-                        "%s: %s has the wrong shape, expected [%lld, %lld, %lld%s%lld]",
-                        gt_kernel_op_name(c->op), what, (long long)a->b, (long long)d1,
-                        (long long)d2, rank == 4 ? ", " : "", rank == 4 ? (long long)last : 0LL);
+    gt_kernel_attn k = {a->b, a->hq, a->hkv,    a->s,           a->t,
+                        a->d, a->dv, a->layout, a->causal != 0, a->scale};
+    return gt_kernel_want_attn_tensor(c, t, what, &k, h, n, last, err);
 }
 
 /* Raises the kernel's dynamic shared-memory limit to `bytes` (or fails naming the head dims). */
