@@ -2,7 +2,8 @@
  * (cuda_comm_sum.h).
  *
  * After the all-to-all of chunks, rank r holds the n contributions to its chunk back to back in a
- * scratch buffer, block q from rank q. Each output element is one thread's left-to-right sum over
+ * scratch buffer, block q from rank q (its own block it reads from its input, where it lies).
+ * Each output element is one thread's left-to-right sum over
  * the n blocks, so its rounding sequence is that of gt_comm_sum_ordered on the CPU:
  *     acc = x_0;  acc = acc + x_1;  …  acc = acc + x_{n-1}     (f32; no FMA: only additions)
  * and the result is the same bits on the CPU (MPI communicator) and on the device. bf16 and f16
