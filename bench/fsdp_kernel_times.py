@@ -71,13 +71,12 @@ def read_times(path, steps, last):
         ends = step_ends(spans, names, steps)
     except RuntimeError as e:
         raise RuntimeError(f"{path}: {e}") from None
-    lo, hi = ends[steps - last - 1] if steps > last else -1, ends[-1]
+    lo, hi = ends[steps - last - 1], ends[-1]  # the caller checked steps > last
     tail = [x for x in spans if lo < x[0] and x[1] <= hi]
     per = {}
     for s, e, i, _ in tail:
         per[names[i]] = per.get(names[i], 0) + (e - s) / last
-    step_ms = [(b - a) / 1e6 for a, b in zip(ends[steps - last - 1:], ends[steps - last:])] \
-        if steps > last else []
+    step_ms = [(b - a) / 1e6 for a, b in zip(ends[steps - last - 1:], ends[steps - last:])]
     busy = 0  # compute kernels' union: time the GPU ran at least one compute kernel
     # gaps: no compute kernel running for over 2 us (any stream: a captured graph's kernels all
     # report the stream it was launched on), by the kernels that end before and start after it,

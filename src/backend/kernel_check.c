@@ -260,35 +260,33 @@ gt_status gt_kernel_want_matmul(const gt_kernel_call *c, gt_kernel_matmul_dims *
     return GT_OK;
 }
 
-gt_status gt_kernel_want_embedding_shard(const gt_kernel_call *c, gt_error *err)
+gt_status gt_kernel_want_embedding(const gt_kernel_call *c, gt_error *err)
 {
-    GT_TRY(gt_kernel_want_attrs(c, 0, 0, 1, err));
+    GT_TRY(gt_kernel_want_attrs(c, 0, 0, c->op == GT_OP_EMBEDDING_SHARD ? 1 : 0, err));
     const gt_tensor *w = c->in[0], *ids = c->in[1], *out = c->out[0];
-    GT_TRY(gt_kernel_want_float(c, w, "w", err));
     GT_TRY(gt_kernel_want_index(c, ids, "ids", err));
     GT_TRY(gt_kernel_want_rank(c, w, "w", 2, err));
     GT_TRY(gt_kernel_want_same_dtype(c, w, "w", out, "output", err));
     if (gt_kernel_rows_of_ids(ids, out, w->shape[1])) return GT_OK;
     char bw[128], bi[128], bo[128];
-    return gt_error_set(err, GT_ERR_SHAPE,
-                        "embedding_shard: w %s, ids %s: output %s should be [ids..., %lld]",
-                        gt_kernel_fmt(w, bw, sizeof bw), gt_kernel_fmt(ids, bi, sizeof bi),
-                        gt_kernel_fmt(out, bo, sizeof bo), (long long)w->shape[1]);
+    return gt_error_set(err, GT_ERR_SHAPE, "%s: w %s, ids %s: output %s should be [ids..., %lld]",
+                        gt_kernel_op_name(c->op), gt_kernel_fmt(w, bw, sizeof bw),
+                        gt_kernel_fmt(ids, bi, sizeof bi), gt_kernel_fmt(out, bo, sizeof bo),
+                        (long long)w->shape[1]);
 }
 
-gt_status gt_kernel_want_embedding_shard_backward(const gt_kernel_call *c, gt_error *err)
+gt_status gt_kernel_want_embedding_backward(const gt_kernel_call *c, gt_error *err)
 {
-    GT_TRY(gt_kernel_want_attrs(c, 0, 0, 2, err));
+    GT_TRY(gt_kernel_want_attrs(c, 0, 0, c->op == GT_OP_EMBEDDING_SHARD_BACKWARD ? 2 : 1, err));
     const gt_tensor *ids = c->in[0], *dy = c->in[1], *dw = c->out[0];
     GT_TRY(gt_kernel_want_index(c, ids, "ids", err));
     GT_TRY(gt_kernel_want_rank(c, dw, "dw", 2, err));
     if (dw->shape[0] == c->e[0] && gt_kernel_rows_of_ids(ids, dy, dw->shape[1])) return GT_OK;
     char bi[128], bd[128], bw[128];
-    return gt_error_set(err, GT_ERR_SHAPE,
-                        "embedding_shard_backward: ids %s, dy %s, dw %s: expected dy [ids..., D], "
-                        "dw [%lld, D]",
-                        gt_kernel_fmt(ids, bi, sizeof bi), gt_kernel_fmt(dy, bd, sizeof bd),
-                        gt_kernel_fmt(dw, bw, sizeof bw), (long long)c->e[0]);
+    return gt_error_set(
+        err, GT_ERR_SHAPE, "%s: ids %s, dy %s, dw %s: expected dy [ids..., D], dw [%lld, D]",
+        gt_kernel_op_name(c->op), gt_kernel_fmt(ids, bi, sizeof bi),
+        gt_kernel_fmt(dy, bd, sizeof bd), gt_kernel_fmt(dw, bw, sizeof bw), (long long)c->e[0]);
 }
 
 gt_status gt_kernel_want_attn(const gt_kernel_call *c, gt_kernel_attn *a, gt_error *err)

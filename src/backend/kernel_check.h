@@ -71,11 +71,12 @@ typedef struct {
 } gt_kernel_matmul_dims;
 gt_status gt_kernel_want_matmul(const gt_kernel_call *c, gt_kernel_matmul_dims *d, gt_error *err);
 
-/* embedding_shard: w [Vl, D] float (the rows from e[0] on), ids of an index dtype, output
- * [ids..., D] of w's dtype. embedding_shard_backward: ids, dy [ids..., D], dw [e[0], D] (rows
- * from e[1] on); the backend checks dy's and dw's dtypes. */
-gt_status gt_kernel_want_embedding_shard(const gt_kernel_call *c, gt_error *err);
-gt_status gt_kernel_want_embedding_shard_backward(const gt_kernel_call *c, gt_error *err);
+/* embedding and embedding_shard: w [V, D] (a shard's rows from e[0] on), ids of an index dtype,
+ * output [ids..., D] of w's dtype. embedding_backward and embedding_shard_backward: ids,
+ * dy [ids..., D], dw [e[0], D] (a shard's rows from e[1] on). Float dtypes are the backend's to
+ * check. */
+gt_status gt_kernel_want_embedding(const gt_kernel_call *c, gt_error *err);
+gt_status gt_kernel_want_embedding_backward(const gt_kernel_call *c, gt_error *err);
 
 /* sdpa and sdpa_backward: q, k, v (inputs 0..2) of rank 4 in layout i[1] (0: [b, heads, n, w];
  * 1: [b, n, heads, w]; 0 when the attribute is absent), causal i[0], scale f[0]; k and v of one

@@ -14,10 +14,10 @@
  *             output becomes the fused node's dx;
  *   dy terms  dy, when produced by an add of m's phase read only by m (and no graph output),
  *             with operands of dy's type, is replaced by its operands; an operand that is itself
- * such an add (read only by that add) is expanded the same way, at most 3 terms in all. The terms
- * keep the chain's order of evaluation: t = ((d0 + d1) + d2), so d0, d1 are the operands of the
- * innermost add (an add's operands commute bitwise, so which side an inner add sat on does not
- *             matter).
+ *             such an add (read only by that add) is expanded the same way, at most 3 terms in
+ *             all. The terms keep the chain's order of evaluation: t = ((d0 + d1) + d2), so d0,
+ *             d1 are the operands of the innermost add (an add's operands commute bitwise, so
+ *             which side an inner add sat on does not matter).
  * The fused node (x, w, r, d0[, d1[, d2]]) -> (dx, dw) takes m's place (fqn, phase, origin,
  * tags); n and the absorbed adds are removed. Every input is produced before m, so the order
  * stays topological; dx is produced earlier than before, before all of its readers. Collective

@@ -20,8 +20,8 @@
  * Collectives (gt_cuda_program_set_comms): a start posts its collective on the NCCL communicator of
  * its mesh dim, ordered with the program's stream (gt_comm.h, "NCCL": an event fork to the
  * communicator's stream, no host blocking), and keeps the request in the instruction's slot; its
- * wait makes the program's stream wait for the transfer. A group of size 1 is a device copy at
- * the start (a widening reduce_scatter's: the cast kernel's exact widening). All of it is stream
+ * wait makes the program's stream wait for the transfer. A group of size 1 is the cast kernel at
+ * the start: a device copy, or a widening reduce_scatter's exact widening. All of it is stream
  * work, so gt_cuda_program_capture records the collectives into the step graph with everything
  * else. With NCCL communicators set, every host wait of the program (sync, step_wait, reads, run)
  * polls through gt_comm_nccl_wait_event: a dead or stuck peer becomes an error naming the
@@ -373,22 +373,17 @@ static gt_status run_collective(gt_cuda_program *p, const gt_instr *ins, gt_erro
         if (st == GT_OK) {
             ref_tensor(p, &ins->in[0], &slot->in);
             ref_tensor(p, &ins->out[0], &slot->out);
-            size_t n = gt_tensor_nbytes(&slot->in);
-            if (!c && slot->in.dtype != slot->out.dtype) {
-                /* a widening reduce_scatter over one rank: its input widened, which is the cast
-                 * kernel's exact bf16/f16 -> f32 conversion */
+            if (!c) {
+                /* a collective over one rank is its input (widened by a widening reduce_scatter):
+                 * the cast kernel to the output's dtype, a device copy or the exact widening */
+                GT_CHECK(slot->in.dtype == slot->out.dtype ||
+                         gt_dtype_widens_to_f32(slot->in.dtype, slot->out.dtype));
                 int64_t dtype = (int64_t)slot->out.dtype;
                 gt_kernel_call call = {
                     .op = GT_OP_CAST, .i = &dtype, .ni = 1, .n_in = 1, .n_out = 1};
                 call.in[0] = &slot->in;
                 call.out[0] = &slot->out;
                 st = gt_cuda_run_kernel(&call, p->stream, err);
-            } else if (!c) {
-                GT_CHECK(n == gt_tensor_nbytes(&slot->out));
-                if (n && slot->in.data != slot->out.data)
-                    st = cuda_error(cudaMemcpyAsync(slot->out.data, slot->in.data, n,
-                                                    cudaMemcpyDeviceToDevice, stream_of(p)),
-                                    "a collective over one rank (device copy)", err);
             } else { /* NCCL: gt_cuda_program_set_comms accepts no other communicator of > 1 rank */
                 gt_comm_nccl_set_stream(c, stream_of(p));
                 st = gt_runtime_start(ins->op, c, &slot->in, &slot->out, &slot->req, err);

@@ -213,18 +213,8 @@ gt_status gt_cpu_embedding(const gt_kernel_call *c, gt_error *err)
 {
     const gt_tensor *w = c->in[0], *ids = c->in[1];
     gt_tensor *out = c->out[0];
-    GT_TRY(gt_kernel_want_index(c, ids, "ids", err));
-    GT_TRY(gt_kernel_want_rank(c, w, "w", 2, err));
-    GT_TRY(gt_kernel_want_same_dtype(c, w, "w", out, "output", err));
+    GT_TRY(gt_kernel_want_embedding(c, err));
     int64_t vocab = w->shape[0], d = w->shape[1];
-    if (!gt_kernel_rows_of_ids(ids, out, d)) {
-        char bw[128], bi[128], bo[128];
-        return gt_error_set(err, GT_ERR_SHAPE,
-                            "embedding: w %s, ids %s: output %s should be "
-                            "[ids..., %lld]",
-                            gt_kernel_fmt(w, bw, sizeof bw), gt_kernel_fmt(ids, bi, sizeof bi),
-                            gt_kernel_fmt(out, bo, sizeof bo), (long long)d);
-    }
     /* Rows are copied as stored bytes: any float dtype, no widening. */
     size_t row = (size_t)d * gt_dtype_size(w->dtype);
     int64_t n = gt_tensor_numel(ids);
@@ -243,22 +233,12 @@ gt_status gt_cpu_embedding(const gt_kernel_call *c, gt_error *err)
 
 gt_status gt_cpu_embedding_backward(const gt_kernel_call *c, gt_error *err)
 {
-    GT_TRY(gt_kernel_want_attrs(c, 0, 0, 1, err));
     const gt_tensor *ids = c->in[0], *dy = c->in[1];
     gt_tensor *dw = c->out[0];
-    GT_TRY(gt_kernel_want_index(c, ids, "ids", err));
     GT_TRY(gt_cpu_want_f32(c, dy, "dy", err));
     GT_TRY(gt_cpu_want_f32(c, dw, "dw", err));
-    GT_TRY(gt_kernel_want_rank(c, dw, "dw", 2, err));
+    GT_TRY(gt_kernel_want_embedding_backward(c, err));
     int64_t vocab = dw->shape[0], d = dw->shape[1];
-    if (vocab != c->e[0] || !gt_kernel_rows_of_ids(ids, dy, d)) {
-        char bi[128], bd[128], bw[128];
-        return gt_error_set(err, GT_ERR_SHAPE,
-                            "embedding_backward: ids %s, dy %s, dw %s: expected "
-                            "dy [ids..., D], dw [%lld, D]",
-                            gt_kernel_fmt(ids, bi, sizeof bi), gt_kernel_fmt(dy, bd, sizeof bd),
-                            gt_kernel_fmt(dw, bw, sizeof bw), (long long)c->e[0]);
-    }
     int64_t n = gt_tensor_numel(ids);
     for (int64_t p = 0; p < n; p++) {
         int64_t id = gt_cpu_index_at(ids, p);

@@ -19,7 +19,8 @@ gt_status gt_cpu_embedding_shard(const gt_kernel_call *c, gt_error *err)
 {
     const gt_tensor *w = c->in[0], *ids = c->in[1];
     gt_tensor *out = c->out[0];
-    GT_TRY(gt_kernel_want_embedding_shard(c, err));
+    GT_TRY(gt_kernel_want_float(c, w, "w", err));
+    GT_TRY(gt_kernel_want_embedding(c, err));
     int64_t vl = w->shape[0], d = w->shape[1], start = c->e[0];
     /* out[p] = w[id - start] when start <= id < start + Vl, else zeros. */
     size_t row = (size_t)d * gt_dtype_size(w->dtype);
@@ -42,7 +43,7 @@ gt_status gt_cpu_embedding_shard_backward(const gt_kernel_call *c, gt_error *err
     gt_tensor *dw = c->out[0];
     GT_TRY(gt_cpu_want_f32(c, dy, "dy", err));
     GT_TRY(gt_cpu_want_f32(c, dw, "dw", err));
-    GT_TRY(gt_kernel_want_embedding_shard_backward(c, err));
+    GT_TRY(gt_kernel_want_embedding_backward(c, err));
     int64_t vl = dw->shape[0], d = dw->shape[1], start = c->e[1];
     /* dw[id - start] += dy[p] over the tokens p in order whose id is one of this rank's rows. */
     float *g = dw->data;

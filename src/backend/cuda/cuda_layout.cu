@@ -424,12 +424,8 @@ gt_status gt_cuda_embedding(gt_cuda_stream *s, const gt_kernel_call *c, gt_error
 {
     const gt_tensor *w = c->in[0], *ids = c->in[1];
     gt_tensor *out = c->out[0];
-    GT_TRY(gt_kernel_want_index(c, ids, "ids", err));
-    GT_TRY(gt_kernel_want_same_dtype(c, w, "w", out, "output", err));
-    if (w->ndim != 2) return gt_cuda_shape_error(c, "w must be [V, D]", err);
+    GT_TRY(gt_kernel_want_embedding(c, err));
     int64_t vocab = w->shape[0], d = w->shape[1];
-    if (!gt_kernel_rows_of_ids(ids, out, d))
-        return gt_cuda_shape_error(c, "output should be [ids..., D]", err);
     int64_t n = gt_tensor_numel(ids);
     if (n * d == 0) return GT_OK;
     int64_t row = d * (int64_t)gt_dtype_size(w->dtype);
@@ -568,16 +564,12 @@ gt_status gt_cuda_embedding_grad(gt_cuda_stream *s, const gt_kernel_call *c, con
 
 gt_status gt_cuda_embedding_backward(gt_cuda_stream *s, const gt_kernel_call *c, gt_error *err)
 {
-    GT_TRY(gt_kernel_want_attrs(c, 0, 0, 1, err));
     const gt_tensor *ids = c->in[0], *dy = c->in[1];
     gt_tensor *dw = c->out[0];
-    GT_TRY(gt_kernel_want_index(c, ids, "ids", err));
     GT_TRY(gt_kernel_want_float(c, dy, "dy", err));
     GT_TRY(gt_kernel_want_float(c, dw, "dw", err));
-    if (dw->ndim != 2) return gt_cuda_shape_error(c, "dw must be [V, D]", err);
+    GT_TRY(gt_kernel_want_embedding_backward(c, err));
     int64_t vocab = dw->shape[0], d = dw->shape[1];
-    if (vocab != c->e[0] || !gt_kernel_rows_of_ids(ids, dy, d))
-        return gt_cuda_shape_error(c, "expected dy [ids..., D] and dw [num_embeddings, D]", err);
     if (vocab * d == 0) return GT_OK;
     int64_t n = gt_tensor_numel(ids);
     /* Keys (ids, vocab for a bad one) and positions are int32 in the sort. */

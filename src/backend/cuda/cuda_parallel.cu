@@ -90,7 +90,8 @@ gt_status gt_cuda_embedding_shard(gt_cuda_stream *s, const gt_kernel_call *c, gt
 {
     const gt_tensor *w = c->in[0], *ids = c->in[1];
     gt_tensor *out = c->out[0];
-    GT_TRY(gt_kernel_want_embedding_shard(c, err));
+    GT_TRY(gt_kernel_want_float(c, w, "w", err));
+    GT_TRY(gt_kernel_want_embedding(c, err));
     int64_t vl = w->shape[0], d = w->shape[1], start = c->e[0];
     int64_t n = gt_tensor_numel(ids);
     if (n * d == 0) return GT_OK;
@@ -117,7 +118,7 @@ gt_status gt_cuda_embedding_shard_backward(gt_cuda_stream *s, const gt_kernel_ca
     gt_tensor *dw = c->out[0];
     GT_TRY(gt_kernel_want_float(c, dy, "dy", err));
     GT_TRY(gt_kernel_want_float(c, dw, "dw", err));
-    GT_TRY(gt_kernel_want_embedding_shard_backward(c, err));
+    GT_TRY(gt_kernel_want_embedding_backward(c, err));
     int64_t vl = dw->shape[0], d = dw->shape[1], start = c->e[1];
     if (vl * d == 0) return GT_OK;
     int64_t n = gt_tensor_numel(ids);
