@@ -120,8 +120,10 @@ def main():
     ap.add_argument("--markdown")
     ap.add_argument("--keep", help="copy the raw per-rank span files (TSV) into this folder")
     ap.add_argument("--from", dest="source", help="report on span files kept by --keep instead")
-    ap.add_argument("extra", nargs="*", help="more graphtrain flags (after --)")
-    args = ap.parse_args()
+    argv = sys.argv[1:]
+    cut = argv.index("--") if "--" in argv else len(argv)
+    args = ap.parse_args(argv[:cut])
+    args.extra = argv[cut + 1:]  # more graphtrain flags, after --
     if not args.steps > args.last > 0:
         sys.exit(f"--steps ({args.steps}) must exceed --last ({args.last}) > 0")
     if args.source:

@@ -101,6 +101,12 @@ static inline gt_status sim_start(gt_comm *c, gt_coll_kind kind, const gt_tensor
         size_t bytes = gt_tensor_nbytes(in);
         for (int k = 0; k < SIM_RANKS; k++)
             if (bytes) memcpy((char *)out->data + (size_t)k * bytes, src[k], bytes);
+    } else if (kind == GT_COLL_ALL_TO_ALL) { /* block k of the output: rank k's block r */
+        size_t blk = gt_tensor_nbytes(in) / SIM_RANKS;
+        for (int k = 0; k < SIM_RANKS; k++)
+            if (blk)
+                memcpy((char *)out->data + (size_t)k * blk,
+                       (const char *)x->in[k]->data + (size_t)r * blk, blk);
     } else if (kind == GT_COLL_ALL_REDUCE || kind == GT_COLL_REDUCE_SCATTER) {
         st = gt_comm_sum_ordered(in->dtype, out->dtype, gt_tensor_numel(out), src, SIM_RANKS,
                                  out->data, err);

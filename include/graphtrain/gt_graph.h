@@ -79,6 +79,9 @@ typedef struct {
 
 const gt_op_info *gt_op_get(gt_op op);
 bool gt_op_from_name(const char *name, gt_op *out);
+/* all_gather_start, reduce_scatter_start, all_reduce_start or all_to_all_start (a start that a
+ * wait completes). */
+bool gt_op_is_collective_start(gt_op op);
 
 /* ---------------------------------------------------------------- values and nodes */
 

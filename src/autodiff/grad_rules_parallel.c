@@ -6,6 +6,7 @@
 GT_GRAD_NONE(all_gather_start)
 GT_GRAD_NONE(reduce_scatter_start)
 GT_GRAD_NONE(all_reduce_start)
+GT_GRAD_NONE(all_to_all_start)
 GT_GRAD_NONE(wait)
 GT_GRAD_NONE(embedding_shard)
 GT_GRAD_NONE(embedding_shard_backward)

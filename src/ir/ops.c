@@ -36,6 +36,12 @@ bool gt_op_from_name(const char *name, gt_op *out)
     return false;
 }
 
+bool gt_op_is_collective_start(gt_op op)
+{
+    return op == GT_OP_ALL_GATHER_START || op == GT_OP_REDUCE_SCATTER_START ||
+           op == GT_OP_ALL_REDUCE_START || op == GT_OP_ALL_TO_ALL_START;
+}
+
 const char *gt_phase_name(gt_phase p)
 {
     switch (p) {

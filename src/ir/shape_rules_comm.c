@@ -12,6 +12,10 @@
  *                                                        sum is taken in f32 anyway, so this is
  *                                                        bitwise the scatter of cast(x, f32))
  *   all_reduce_start     x            -> x's type        float
+ *   all_to_all_start     x [m, ...]   -> x's type        any dtype; m must divide by n when
+ *                                                        constant. Block j (rows j*m/n..) goes
+ *                                                        to rank j; block i of the output is
+ *                                                        what rank i sent this rank
  *   wait(pending, x)                  -> pending's type  pending: the output of a start; x: that
  *                                                        start's input, listed only so that it
  *                                                        stays alive until the wait
@@ -19,12 +23,6 @@
  * parallelize): 0 <= mesh_dim < mesh.ndim and n == mesh.size[mesh_dim]. Without a mesh (a graph
  * built by hand) any mesh_dim in [0, GT_MESH_MAX_DIMS) and n >= 1 are accepted. */
 #include "ir/ir_internal.h"
-
-static bool is_start(gt_op op)
-{
-    return op == GT_OP_ALL_GATHER_START || op == GT_OP_REDUCE_SCATTER_START ||
-           op == GT_OP_ALL_REDUCE_START;
-}
 
 /* The attributes every start shares: a mesh dim of the graph's mesh and its size. */
 static gt_status check_group(gt_graph *g, const gt_node *n, int64_t *group_size, gt_error *err)
@@ -58,6 +56,19 @@ static gt_status need_rank1(gt_graph *g, const gt_node *n, gt_error *err)
                          gt_type_str(g, x, ts, sizeof ts));
 }
 
+/* Input 0's dim 0 splits into group_size blocks (a symbolic one is trusted: parallelize only
+ * splits dims it made divisible). */
+static gt_status need_rows_divide(gt_graph *g, const gt_node *n, int64_t size, gt_error *err)
+{
+    const gt_type *x = gt_shape_in(g, n, 0);
+    int64_t m;
+    if (!gt_sym_is_const(g->sym, x->dims[0], &m) || m % size == 0) return GT_OK;
+    char ts[160];
+    return gt_shape_fail(g, n, err, GT_ERR_SHAPE,
+                         "input 0 dim 0 (%lld) must divide by group_size %lld, got %s",
+                         (long long)m, (long long)size, gt_type_str(g, x, ts, sizeof ts));
+}
+
 gt_status gt_shape_all_gather_start(gt_graph *g, const gt_node *n, gt_type *out, int *n_out,
                                     gt_error *err)
 {
@@ -73,17 +84,12 @@ gt_status gt_shape_all_gather_start(gt_graph *g, const gt_node *n, gt_type *out,
 gt_status gt_shape_reduce_scatter_start(gt_graph *g, const gt_node *n, gt_type *out, int *n_out,
                                         gt_error *err)
 {
-    int64_t size = 1, m;
+    int64_t size = 1;
     GT_TRY(check_group(g, n, &size, err));
     GT_TRY(need_rank1(g, n, err));
     GT_TRY(gt_shape_need_float(g, n, 0, err));
     const gt_type *x = gt_shape_in(g, n, 0);
-    if (gt_sym_is_const(g->sym, x->dims[0], &m) && m % size != 0) {
-        char ts[160];
-        return gt_shape_fail(g, n, err, GT_ERR_SHAPE,
-                             "input 0 dim 0 (%lld) must divide by group_size %lld, got %s",
-                             (long long)m, (long long)size, gt_type_str(g, x, ts, sizeof ts));
-    }
+    GT_TRY(need_rows_divide(g, n, size, err));
     gt_dtype dt = x->dtype;
     if (n->attrs.ni >= 3) {
         int64_t want = n->attrs.i[2];
@@ -119,13 +125,26 @@ gt_status gt_shape_all_reduce_start(gt_graph *g, const gt_node *n, gt_type *out,
     return GT_OK;
 }
 
+gt_status gt_shape_all_to_all_start(gt_graph *g, const gt_node *n, gt_type *out, int *n_out,
+                                    gt_error *err)
+{
+    int64_t size = 1;
+    GT_TRY(check_group(g, n, &size, err));
+    GT_TRY(need_rank1(g, n, err));
+    GT_TRY(need_rows_divide(g, n, size, err));
+    out[0] = *gt_shape_in(g, n, 0);
+    *n_out = 1;
+    return GT_OK;
+}
+
 gt_status gt_shape_wait(gt_graph *g, const gt_node *n, gt_type *out, int *n_out, gt_error *err)
 {
     gt_node_id p = g->values[n->in[0]].producer;
-    if (p == GT_NONE || p < 0 || p >= g->n_nodes || !is_start(g->nodes[p].op))
+    if (p == GT_NONE || p < 0 || p >= g->n_nodes || !gt_op_is_collective_start(g->nodes[p].op))
         return gt_shape_fail(g, n, err, GT_ERR_INVALID,
                              "input 0 (%%%d) must be the output of a collective start "
-                             "(all_gather_start, reduce_scatter_start, all_reduce_start)",
+                             "(all_gather_start, reduce_scatter_start, all_reduce_start, "
+                             "all_to_all_start)",
                              n->in[0]);
     if (g->nodes[p].in[0] != n->in[1])
         return gt_shape_fail(g, n, err, GT_ERR_INVALID,

@@ -1,5 +1,5 @@
 /* layout.c — the placements graph inputs start from (torchtitan's llama3 tensor-parallel plan,
- * SimpleFSDP's shard(0) storage, the data-parallel batch), the block of a global tensor a rank
+ * SimpleFSDP's shard(0) storage — the token embedding's on dim 1 —, the data-parallel batch), the block of a global tensor a rank
  * holds, and placement text. */
 #include <stdio.h>
 #include <string.h>
@@ -30,20 +30,29 @@ static int tp_shard_dim(const char *fqn)
     return -1;
 }
 
-/* dim0: the parameter's dim 0 when constant, else -1. */
-static void param_layout(const gt_parallel_plan *plan, const char *fqn, int ndim, int64_t dim0,
-                         gt_placement *out)
+/* dims: the parameter's dims when constant, else -1. */
+static void param_layout(const gt_parallel_plan *plan, const char *fqn, int ndim,
+                         const int64_t *dims, gt_placement *out)
 {
     int tp_dim = plan->mesh.size[GT_MESH_TP] > 1 ? tp_shard_dim(fqn) : -1;
     if (tp_dim >= ndim) tp_dim = -1;
     if (tp_dim >= 0) out[GT_MESH_TP] = gt_place_shard(tp_dim, 0);
+    int n = plan->mesh.size[GT_MESH_DP_SHARD];
+    /* The token embedding without tp: FSDP storage on dim 1 (columns), so the step gathers the
+     * tokens (gt_rule_embedding) and all_to_alls activations of [tokens, D] instead of gathering
+     * the [V, D] table and reduce-scattering its [V, D] gradient: V = 128256 rows against the
+     * tokens of a batch. */
+    if (n > 1 && tp_dim < 0 && ndim == 2 && strcmp(fqn, "tok_embeddings.weight") == 0 &&
+        dims[1] > 0 && dims[1] % n == 0) {
+        out[GT_MESH_DP_SHARD] = gt_place_shard(1, 0);
+        return;
+    }
     /* FSDP storage: dim 0, inside tp's block when tp splits dim 0 too (the gather over dp_shard
      * then gives back exactly the tensor-parallel block); padded to ceil(D / n) rows when the
      * (tensor-parallel block's) dim 0 does not divide, as FSDP2 does */
-    int n = plan->mesh.size[GT_MESH_DP_SHARD];
     if (n > 1 && ndim >= 1) {
         out[GT_MESH_DP_SHARD] = gt_place_shard(0, tp_dim == 0 ? 1 : 0);
-        int64_t rows = dim0;
+        int64_t rows = dims[0];
         if (rows > 0 && tp_dim == 0 && rows % plan->mesh.size[GT_MESH_TP] == 0)
             rows /= plan->mesh.size[GT_MESH_TP];
         if (rows > 0 && rows % n != 0) out[GT_MESH_DP_SHARD].padded = 1;
@@ -65,19 +74,20 @@ gt_status gt_parallel_input_layouts(const gt_parallel_plan *plan, const gt_graph
         const gt_io *in = &g->inputs[k];
         const gt_type *t = gt_value_type(g, in->value);
         const char *fqn = gt_graph_str(g, in->fqn);
-        int64_t dim0 = -1;
-        if (t->ndim < 1 || !gt_sym_is_const(g->sym, t->dims[0], &dim0)) dim0 = -1;
+        int64_t dims[GT_MAX_DIMS];
+        for (int d = 0; d < GT_MAX_DIMS; d++)
+            if (d >= t->ndim || !gt_sym_is_const(g->sym, t->dims[d], &dims[d])) dims[d] = -1;
         for (int d = 0; d < GT_MESH_MAX_DIMS; d++)
             out[k][d] = gt_place_replicate();
         switch ((gt_input_kind)in->kind) {
         case GT_IN_PARAM:
-            param_layout(plan, fqn, t->ndim, dim0, out[k]);
+            param_layout(plan, fqn, t->ndim, dims, out[k]);
             break;
         case GT_IN_OPT_STATE:
             for (size_t s = 0; s < sizeof state_prefixes / sizeof state_prefixes[0]; s++) {
                 size_t n = strlen(state_prefixes[s]);
                 if (strncmp(fqn, state_prefixes[s], n) == 0)
-                    param_layout(plan, fqn + n, t->ndim, dim0, out[k]);
+                    param_layout(plan, fqn + n, t->ndim, dims, out[k]);
             }
             break;
         case GT_IN_INPUT:

@@ -55,6 +55,10 @@ typedef struct {
     /* Vocabulary-parallel on this mesh dim: instead of copying the node, the engine calls the
      * op's expander (gt_par_expand_vocab) once every input is in its wanted placement. */
     bool vocab;
+    /* [n->n_out], prefilled kind GT_PLACE_NONE: the placement the engine converts output k to
+     * right after the node, when the rule's out[k] is only good for the node itself (an
+     * embedding that looked up columns goes back to its tokens' split). */
+    gt_placement settle[GT_MAX_OUT];
 } gt_shard_ctx;
 
 typedef gt_status (*gt_shard_rule)(gt_shard_ctx *c, gt_error *err);

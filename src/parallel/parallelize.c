@@ -12,8 +12,9 @@
  * reduce-scattered shard (FSDP) rather than gathering twice.
  *
  * Conversion order for one value (per mesh dim): partial -> shard (reduce_scatter) first, since it
- * shrinks the data; then partial -> replicate (all_reduce); then shard -> replicate (all_gather),
- * innermost shard first; last replicate -> shard (a local slice at the rank's symbolic offset).
+ * shrinks the data; then partial -> replicate (all_reduce); then shard of one dim -> shard of
+ * another (all_to_all); then shard -> replicate (all_gather), innermost shard first; last
+ * replicate -> shard (a local slice at the rank's symbolic offset).
  * Collectives work on tensor dim 0; another dim is permuted to the front and back around them. */
 #include <stdlib.h>
 #include <string.h>
@@ -199,6 +200,58 @@ static gt_value_id collective_on_dim(gt_par *p, gt_op start_op, gt_value_id x, i
     return gt_permute(p->dst, y, nd, inv);
 }
 
+/* shard(a) -> shard(b) over mesh dim md (n ranks) by one all_to_all, x local: dim b is split into
+ * n blocks, the block index moved to the front ([n, ..., b/n, ...]), block j sent to rank j; the
+ * front index of what arrives is the sender, whose block of dim a it holds, so it moves next to
+ * dim a and merges with it ([..., n*a, ..., b/n, ...]). Intermediate values stay unplaced, as
+ * collective_on_dim's. GT_NONE when a node cannot be built (the error is the graph's). */
+static gt_value_id all_to_all_dims(gt_par *p, gt_value_id x, int a, int b, int md) /* rank < max */
+{
+    gt_graph *g = p->dst;
+    gt_type t = *gt_value_type(g, x); /* a copy: adding nodes moves the value array */
+    int nd = t.ndim, n = p->plan.mesh.size[md];
+    gt_expr nn = gt_c(g, n), rest[GT_MAX_DIMS], dims[GT_MAX_DIMS];
+    int perm[GT_MAX_DIMS], k = 0;
+    for (int d = 0; d < nd; d++)
+        rest[d] = d == b ? gt_sym_floordiv(g->sym, t.dims[b], nn) : t.dims[d];
+    for (int d = 0; d < nd; d++) { /* [..., n, b/n, ...] */
+        if (d == b) dims[k++] = nn;
+        dims[k++] = rest[d];
+    }
+    x = gt_reshape(g, x, nd + 1, dims);
+    if (b != 0) { /* the block index to the front */
+        k = 0;
+        perm[k++] = b;
+        for (int d = 0; d <= nd; d++)
+            if (d != b) perm[k++] = d;
+        x = gt_permute(g, x, nd + 1, perm);
+    }
+    x = collective(p, GT_OP_ALL_TO_ALL_START, x, md, NULL);
+    if (a != 0) { /* [n, rest...] -> [rest[0..a), n, rest[a..)] */
+        k = 0;
+        for (int d = 0; d < a; d++)
+            perm[k++] = d + 1;
+        perm[k++] = 0;
+        for (int d = a; d < nd; d++)
+            perm[k++] = d + 1;
+        x = gt_permute(g, x, nd + 1, perm);
+    }
+    for (int d = 0; d < nd; d++)
+        dims[d] = d == a ? gt_sym_mul(g->sym, nn, rest[a]) : rest[d];
+    return gt_reshape(g, x, nd, dims);
+}
+
+/* True when mesh dim md's shard of tensor dim `dim` is the innermost split of that dim among
+ * the placements pl (no other mesh dim of size > 1 splits it inside md's blocks). */
+static bool innermost_split(const gt_mesh *m, const gt_placement *pl, int md, int dim)
+{
+    for (int o = 0; o < GT_MESH_NDIMS; o++)
+        if (o != md && m->size[o] > 1 && pl[o].kind == GT_PLACE_SHARD && pl[o].dim == dim &&
+            pl[o].order >= pl[md].order)
+            return false;
+    return true;
+}
+
 /* ---------------------------------------------------------------- conversions */
 
 static const char *collective_tag(int mesh_dim, bool weight, bool grad, gt_op op)
@@ -271,7 +324,28 @@ static gt_status convert_value(gt_par *p, gt_value_id x, const gt_type *global,
             }
             gt_par_set_place(p, x, cur);
         }
-    /* 3. shard -> replicate (or another shard), innermost first */
+    /* 3. shard -> shard of another dim over the same mesh dim: one all_to_all (unpadded blocks,
+     * each the innermost split of its dim; else 4 and 5 below gather and slice) */
+    for (int md = 0; md < GT_MESH_NDIMS; md++) {
+        gt_placement f = cur[md], t = to[md];
+        if (m->size[md] == 1 || f.kind != GT_PLACE_SHARD || t.kind != GT_PLACE_SHARD ||
+            f.dim == t.dim || f.padded || t.padded)
+            continue;
+        gt_placement after[GT_MESH_MAX_DIMS];
+        memcpy(after, cur, sizeof after);
+        after[md] = t;
+        int64_t c;
+        const gt_type *lt = gt_value_type(p->dst, x);
+        if (t.dim >= lt->ndim || lt->ndim + 1 > GT_MAX_DIMS || !innermost_split(m, cur, md, f.dim) ||
+            !innermost_split(m, after, md, t.dim) ||
+            (gt_sym_is_const(p->dst->sym, lt->dims[t.dim], &c) && c % m->size[md] != 0))
+            continue;
+        x = all_to_all_dims(p, x, f.dim, t.dim, md);
+        GT_TRY(dst_error(p, err));
+        cur[md] = t;
+        gt_par_set_place(p, x, cur);
+    }
+    /* 4. shard -> replicate (or another shard), innermost first */
     for (;;) {
         int pick = -1;
         for (int md = 0; md < GT_MESH_NDIMS; md++) {
@@ -298,7 +372,7 @@ static gt_status convert_value(gt_par *p, gt_value_id x, const gt_type *global,
         cur[pick] = gt_place_replicate();
         gt_par_set_place(p, x, cur);
     }
-    /* 4. replicate -> shard: the rank's block, outermost first */
+    /* 5. replicate -> shard: the rank's block, outermost first */
     for (int order = 0; order < 8; order++)
         for (int md = 0; md < GT_MESH_NDIMS; md++) {
             if (to[md].kind != GT_PLACE_SHARD || m->size[md] == 1 || to[md].order != order)
@@ -491,11 +565,12 @@ static gt_status convert_node(gt_par *p, gt_node_id nid, gt_error *err)
     node_label(p, n, label, sizeof label);
 
     gt_placement have[GT_MAX_IN][GT_MESH_MAX_DIMS], want[GT_MAX_IN][GT_MESH_MAX_DIMS];
-    gt_placement out_place[GT_MAX_OUT][GT_MESH_MAX_DIMS];
+    gt_placement out_place[GT_MAX_OUT][GT_MESH_MAX_DIMS], settle[GT_MAX_OUT][GT_MESH_MAX_DIMS];
     bool weight[GT_MAX_IN];
     double in_scale[GT_MAX_IN], out_scale = 1.0;
     int vocab_dim = -1;
     memset(out_place, 0, sizeof out_place);
+    memset(settle, 0, sizeof settle);
     for (int k = 0; k < n->n_in; k++) {
         memcpy(have[k], place_of(p, p->map[n->in[k]]), sizeof have[k]);
         memcpy(want[k], have[k], sizeof want[k]);
@@ -528,14 +603,18 @@ static gt_status convert_node(gt_par *p, gt_node_id nid, gt_error *err)
             c.want[k] = in1[k];
             c.in_scale[k] = 1.0;
         }
+        for (int j = 0; j < n->n_out; j++)
+            c.settle[j] = (gt_placement){GT_PLACE_NONE, 0, 0, 0};
         gt_status st = rule(&c, err);
         if (st != GT_OK) return st;
         for (int k = 0; k < n->n_in; k++) {
             want[k][md] = c.want[k];
             in_scale[k] *= c.in_scale[k];
         }
-        for (int j = 0; j < n->n_out; j++)
+        for (int j = 0; j < n->n_out; j++) {
             out_place[j][md] = c.out[j];
+            settle[j][md] = c.settle[j].kind == GT_PLACE_NONE ? c.out[j] : c.settle[j];
+        }
         out_scale *= c.out_scale;
         if (c.vocab) {
             if (vocab_dim >= 0)
@@ -614,6 +693,8 @@ static gt_status convert_node(gt_par *p, gt_node_id nid, gt_error *err)
         gt_value_id sv = n->out[j];
         p->map[sv] = outs[j];
         p->weight[sv] = op_is_view_or_cast(n->op) && weight[0];
+        if (!layout_equal(settle[j], out_place[j]))
+            GT_TRY(convert(p, sv, settle[j], 0, &p->map[sv], err));
         if (p->prefer[sv][0].kind != GT_PLACE_NONE)
             GT_TRY(convert(p, sv, p->prefer[sv], 0, &p->map[sv], err));
     }

@@ -258,6 +258,10 @@ gt_status gt_rule_softmax_backward(gt_shard_ctx *c, gt_error *err)
 
 /* embedding (w [V, D], ids [...]) -> [..., D]:
  *   ids S(d), w R     -> S(d)          each rank looks up its tokens
+ *   w S(1), ids S(d)  -> want ids R, S(last), settled to S(d): FSDP with column storage (layout.c)
+ *                                      gathers the ids, not the table; each rank looks up its
+ *                                      columns of every rank's tokens, and an all_to_all hands
+ *                                      each rank its own tokens' rows
  *   w S(1), ids R     -> S(last)       each rank its columns of every row
  *   w S(0), ids R     -> P             vocabulary-parallel: each rank its rows, zeros elsewhere
  *                                      (embedding_shard, rules_vocab.c)
@@ -269,6 +273,12 @@ gt_status gt_rule_embedding(gt_shard_ctx *c, gt_error *err)
     if (gt_rule_all_replicate(c)) return GT_OK;
     gt_placement w = c->in[0], ids = c->in[1];
     if (gt_is_p(w) || gt_is_p(ids)) return gt_rule_gather_all(c);
+    if (gt_is_s(ids) && !ids.padded && gt_is_s_at(w, 1) && !w.padded) {
+        c->want[1] = gt_place_replicate();
+        c->out[0] = gt_shard_moved(w, gt_rule_in_type(c, 1)->ndim);
+        c->settle[0] = ids;
+        return GT_OK;
+    }
     if (gt_is_s(ids)) {
         c->want[0] = gt_place_replicate();
         c->out[0] = ids;
@@ -291,6 +301,9 @@ gt_status gt_rule_embedding(gt_shard_ctx *c, gt_error *err)
  *                                         tokens of its rows only (embedding_shard_backward,
  *                                         rules_vocab.c); dy is gathered if it is split — a
  *                                         [tokens, D] gather instead of reducing [V, D]
+ *   dw wanted S(1) (FSDP column storage)    -> S(1): ids gathered, dy to S(last) (an all_to_all
+ *                                         from a token split): each rank adds every rank's
+ *                                         tokens into its columns, no reduction of [V, D]
  *   ids and dy split alike along a token dim -> P (each rank adds its tokens; data parallel)
  *   ids R, dy S(last)                       -> S(1)
  *   ids R, dy P                             -> P (linear in dy)
@@ -305,6 +318,13 @@ gt_status gt_rule_embedding_backward(gt_shard_ctx *c, gt_error *err)
         gt_shard_divides(c, true, 0, 0)) {
         c->want[1] = gt_place_replicate();
         c->vocab = true;
+        c->out[0] = c->prefer[0];
+        return GT_OK;
+    }
+    if (c->prefer && gt_is_s_at(c->prefer[0], 1) && !c->prefer[0].padded && !gt_is_p(dy) &&
+        gt_shard_divides(c, true, 0, 1)) {
+        c->want[0] = gt_place_replicate();
+        c->want[1] = gt_shard_moved(c->prefer[0], last);
         c->out[0] = c->prefer[0];
         return GT_OK;
     }

@@ -19,8 +19,7 @@ const char *const gt_pass_fsdp_tags[3] = {GT_FSDP_TAG_ALL_GATHER, GT_FSDP_TAG_RE
 
 bool gt_pass_is_collective_start(gt_op op)
 {
-    return op == GT_OP_ALL_GATHER_START || op == GT_OP_REDUCE_SCATTER_START ||
-           op == GT_OP_ALL_REDUCE_START;
+    return gt_op_is_collective_start(op);
 }
 
 gt_node_id *gt_pass_find_waits(const gt_graph *g)
@@ -169,14 +168,22 @@ static const char *kind_name(gt_op op)
         return "all_gather";
     case GT_OP_REDUCE_SCATTER_START:
         return "reduce_scatter";
+    case GT_OP_ALL_TO_ALL_START:
+        return "all_to_all";
     default:
         return "all_reduce";
     }
 }
 
+static const gt_op report_kinds[4] = {GT_OP_ALL_GATHER_START, GT_OP_REDUCE_SCATTER_START,
+                                      GT_OP_ALL_REDUCE_START, GT_OP_ALL_TO_ALL_START};
+
 static int kind_index(gt_op op)
 {
-    return op == GT_OP_ALL_GATHER_START ? 0 : op == GT_OP_REDUCE_SCATTER_START ? 1 : 2;
+    int k = 0;
+    while (k < 3 && report_kinds[k] != op)
+        k++;
+    return k;
 }
 
 static const char *mesh_dim_name(const gt_graph *g, int dim, char *buf, size_t len)
@@ -206,8 +213,8 @@ void gt_pass_collective_report(const gt_graph *g, const gt_sym_binding *b, FILE 
             "collectives: %d (start -> wait node positions; overlap = nodes and matmul/sdpa "
             "FLOPs in between)\n",
             n);
-    int64_t bytes[3] = {0, 0, 0};
-    int32_t count[3] = {0, 0, 0}, unknown_bytes = 0, exposed = 0;
+    int64_t bytes[4] = {0, 0, 0, 0};
+    int32_t count[4] = {0, 0, 0, 0}, unknown_bytes = 0, exposed = 0;
     for (int32_t k = 0; k < n; k++) {
         const gt_node *nd = &g->nodes[c[k].start];
         char dim[32], by[64], wait[16], flops[32];
@@ -232,12 +239,10 @@ void gt_pass_collective_report(const gt_graph *g, const gt_sym_binding *b, FILE 
             unknown_bytes++;
         exposed += c[k].overlap_nodes == 0;
     }
-    for (int kind = 0; kind < 3; kind++) {
+    for (int kind = 0; kind < 4; kind++) {
         if (!count[kind]) continue;
-        static const gt_op ops[3] = {GT_OP_ALL_GATHER_START, GT_OP_REDUCE_SCATTER_START,
-                                     GT_OP_ALL_REDUCE_START};
         char by[64];
-        fprintf(f, "total %-14s %5d collectives %s\n", kind_name(ops[kind]), count[kind],
+        fprintf(f, "total %-14s %5d collectives %s\n", kind_name(report_kinds[kind]), count[kind],
                 format_bytes(bytes[kind], by, sizeof by));
     }
     if (unknown_bytes)

@@ -93,8 +93,7 @@ void gt_program_wrap_kernel_error(const gt_graph *g, const gt_instr *ins, const 
 
 bool gt_runtime_is_start(gt_op op)
 {
-    return op == GT_OP_ALL_GATHER_START || op == GT_OP_REDUCE_SCATTER_START ||
-           op == GT_OP_ALL_REDUCE_START;
+    return gt_op_is_collective_start(op);
 }
 
 gt_coll_kind gt_runtime_coll_kind(gt_op op)
@@ -104,6 +103,8 @@ gt_coll_kind gt_runtime_coll_kind(gt_op op)
         return GT_COLL_ALL_GATHER;
     case GT_OP_REDUCE_SCATTER_START:
         return GT_COLL_REDUCE_SCATTER;
+    case GT_OP_ALL_TO_ALL_START:
+        return GT_COLL_ALL_TO_ALL;
     default:
         GT_CHECK(op == GT_OP_ALL_REDUCE_START);
         return GT_COLL_ALL_REDUCE;
@@ -155,6 +156,8 @@ gt_status gt_runtime_start(gt_op op, gt_comm *c, const gt_tensor *in, gt_tensor 
         return gt_comm_all_gather_start(c, in, out, req, err);
     case GT_COLL_REDUCE_SCATTER:
         return gt_comm_reduce_scatter_start(c, in, out, req, err);
+    case GT_COLL_ALL_TO_ALL:
+        return gt_comm_all_to_all_start(c, in, out, req, err);
     default:
         return gt_comm_all_reduce_start(c, in, out, req, err);
     }

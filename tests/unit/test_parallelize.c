@@ -244,16 +244,17 @@ static void test_engine(const gt_graph *g)
         free(b);
         gt_graph_free(one);
     }
-    /* FSDP: every parameter is gathered in forward and, resharded, again in backward; every
-     * gradient is reduce-scattered; the graph keeps `batch` as the per-rank batch */
+    /* FSDP: every parameter but the token embedding (stored on dim 1: test_embedding_columns) is
+     * gathered in forward and, resharded, again in backward; every gradient is reduce-scattered;
+     * the graph keeps `batch` as the per-rank batch */
     gt_graph *fsdp = parallelize(g, 1, 2, 1, false, &err);
     EXPECT(fsdp != NULL, "FSDP2: %s", err.msg);
     if (fsdp) {
         int n_params = 0;
         for (int32_t k = 0; k < g->n_inputs; k++)
             n_params += g->inputs[k].kind == GT_IN_PARAM;
-        EXPECT(count_tag(fsdp, "fsdp.all_gather") >= 2 * n_params, "gathers %d for %d params",
-               count_tag(fsdp, "fsdp.all_gather"), n_params);
+        EXPECT(count_tag(fsdp, "fsdp.all_gather") >= 2 * (n_params - 1),
+               "gathers %d for %d params", count_tag(fsdp, "fsdp.all_gather"), n_params);
         EXPECT(gt_graph_verify(fsdp, &err) == GT_OK, "verify: %s", err.msg);
         gt_graph_free(fsdp);
     }
@@ -288,6 +289,53 @@ static void test_engine(const gt_graph *g)
         EXPECT(again == NULL && strstr(err.msg, "already") != NULL, "twice: %s", err.msg);
         gt_graph_free(again);
         gt_graph_free(twice);
+    }
+}
+
+/* Collective starts of op `op` built for the token embedding (fqn "tok_embeddings..."). */
+static int embedding_collectives(const gt_graph *g, gt_op op)
+{
+    int n = 0;
+    for (int32_t i = 0; i < g->n_nodes; i++)
+        n += g->nodes[i].op == op &&
+             strncmp(gt_graph_str(g, g->nodes[i].fqn), "tok_embeddings", 14) == 0;
+    return n;
+}
+
+/* FSDP stores the token embedding on dim 1 (columns): the step gathers the token ids, looks up
+ * its columns of every rank's tokens and hands each rank its own tokens' rows by an all_to_all;
+ * the backward all_to_alls dy the other way and computes the gradient in its shard: no gather of
+ * the table, no reduce-scatter of its gradient. With tp, the vocabulary-parallel S(0) layout
+ * stays, FSDP nested inside it. (The numbers: test_shard_rules' all_to_all conversions,
+ * test_bucketing's two simulated ranks, tests/distributed's layouts against one rank.) */
+static void test_embedding_columns(const gt_graph *g)
+{
+    gt_error err = {0};
+    for (int tp = 1; tp <= 2; tp++) {
+        gt_graph *f = parallelize(g, 1, 2, tp, false, &err);
+        EXPECT(f != NULL, "FSDP2 x TP%d: %s", tp, err.msg);
+        if (!f) continue;
+        int32_t k = 0;
+        while (k < f->n_inputs && strcmp(gt_graph_str(f, f->inputs[k].fqn), "tok_embeddings.weight"))
+            k++;
+        EXPECT(k < f->n_inputs, "no tok_embeddings.weight input");
+        if (k < f->n_inputs) {
+            gt_placement dp = f->values[f->inputs[k].value].place[GT_MESH_DP_SHARD];
+            EXPECT(dp.kind == GT_PLACE_SHARD && dp.dim == (tp == 1 ? 1 : 0),
+                   "TP%d: tok_embeddings stored on dim %d over dp_shard", tp, dp.dim);
+        }
+        int a2a = embedding_collectives(f, GT_OP_ALL_TO_ALL_START);
+        int rs = embedding_collectives(f, GT_OP_REDUCE_SCATTER_START);
+        int ag = embedding_collectives(f, GT_OP_ALL_GATHER_START);
+        if (tp == 1)
+            EXPECT(a2a == 2 && rs == 0 && ag == 1,
+                   "FSDP2: tok_embeddings has %d all_to_alls (want 2), %d reduce-scatters (0), %d "
+                   "gathers (1: the ids)",
+                   a2a, rs, ag);
+        else
+            EXPECT(a2a == 0 && rs > 0, "FSDP2 x TP2: %d all_to_alls, %d reduce-scatters", a2a, rs);
+        EXPECT(gt_graph_verify(f, &err) == GT_OK, "verify: %s", err.msg);
+        gt_graph_free(f);
     }
 }
 
@@ -391,6 +439,7 @@ int main(void)
     if (g) {
         test_input_layouts(g);
         test_engine(g);
+        test_embedding_columns(g);
         test_reshard(g);
         gt_graph_free(g);
     }

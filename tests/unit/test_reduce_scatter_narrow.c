@@ -47,6 +47,9 @@ static bool from_cast(const gt_graph *g, gt_value_id v)
 
 typedef struct {
     int starts, fsdp, widening, f32_from_cast; /* reduce_scatter_starts */
+    /* params: those whose gradient a reduce-scatter makes — every parameter but the token
+     * embedding, stored on dim 1 over dp_shard (layout.c), whose gradient is computed in its
+     * shard */
     int casts_to_f32, params;
     int64_t bytes_read; /* sum of the starts' input bytes (-1: a symbolic shape) */
     int bad_meta;       /* widening FSDP starts without their tags or the partial input */
@@ -55,8 +58,11 @@ typedef struct {
 static census count(const gt_graph *g)
 {
     census c = {0};
-    for (int32_t k = 0; k < g->n_inputs; k++)
-        c.params += g->inputs[k].kind == GT_IN_PARAM;
+    for (int32_t k = 0; k < g->n_inputs; k++) {
+        gt_placement dp = g->values[g->inputs[k].value].place[GT_MESH_DP_SHARD];
+        c.params += g->inputs[k].kind == GT_IN_PARAM &&
+                    !(dp.kind == GT_PLACE_SHARD && dp.dim == 1);
+    }
     for (gt_node_id n = 0; n < g->n_nodes; n++) {
         const gt_node *nd = &g->nodes[n];
         if (nd->op == GT_OP_CAST && nd->attrs.i[0] == GT_F32) c.casts_to_f32++;

@@ -5,7 +5,8 @@
  * outermost dim of a merge or split; a mean over a split dim is partial times 1/n; sequence
  * parallel reduce-scatters partial [b, s, D] activations along s for norms and non-linear ops
  * while sums of partials stay partial; a widening cast keeps a partial (gradients reduce-scatter
- * in f32); vocabulary-parallel embedding, embedding gradient and loss; adamw follows its
+ * in f32); vocabulary-parallel embedding, embedding gradient and loss; an embedding stored by
+ * columns gathers the ids, not the table, and its gradient is the shard; adamw follows its
  * parameter; sdpa splits by batch or heads in both layouts (heads at their own dim in each
  * operand). And the parallelized vocabulary-parallel loss + backward: one global log-sum-exp
  * shared by both, and the only gather before the loss is of the per-rank log-sum-exps — the
@@ -92,6 +93,8 @@ static void ask_on(asked *a, const gt_graph *g, int md, bool sp, const gt_placem
         a->c.want[k] = in[k];
         a->c.in_scale[k] = 1.0;
     }
+    for (int j = 0; j < n->n_out; j++)
+        a->c.settle[j] = (gt_placement){GT_PLACE_NONE, 0, 0, 0};
     gt_error err = {0};
     EXPECT_OK(gt_shard_rule_for(n->op)(&a->c, &err), &err);
 }
@@ -212,6 +215,11 @@ static void test_decisions(void)
     ask(&a, g, (gt_placement[]){S(0), S(0)}, (bool[]){true, false}, NONE);
     EXPECT(!a.c.vocab && same(a.c.want[0], R) && same(a.c.out[0], S(0)),
            "embedding w S(0), ids S(0): gather the table");
+    ask(&a, g, (gt_placement[]){S(1), S(0)}, (bool[]){true, false}, NONE);
+    EXPECT(!a.c.vocab && same(a.c.want[0], S(1)) && same(a.c.want[1], R) &&
+               same(a.c.out[0], S(2)) && same(a.c.settle[0], S(0)),
+           "embedding w S(1), ids S(0): gather the ids, look up columns, settle to the tokens' "
+           "split");
     g = track(gs, &ng);
     gt_embedding_backward(g, IDS(g, "ids", 2, 3), X(g, "dy", 2, 3, 4), gt_c(g, 6));
     ask(&a, g, (gt_placement[]){R, R}, NULL, gt_place_shard(0, 1));
@@ -221,6 +229,10 @@ static void test_decisions(void)
     EXPECT(a.c.vocab && same(a.c.want[1], R), "embedding_backward gathers dy rather than P [V, D]");
     ask(&a, g, (gt_placement[]){S(0), S(0)}, NULL, S(0));
     EXPECT(!a.c.vocab && same(a.c.out[0], P), "data-parallel embedding_backward: P");
+    ask(&a, g, (gt_placement[]){S(0), S(0)}, NULL, S(1));
+    EXPECT(!a.c.vocab && same(a.c.want[0], R) && same(a.c.want[1], S(2)) &&
+               same(a.c.out[0], S(1)),
+           "embedding_backward to a S(1) parameter: ids gathered, dy by columns, S(1) not P");
     g = track(gs, &ng);
     gt_value_id lg = X(g, "logits", 4, 6), tg = IDS(g, "targets", 4);
     gt_cross_entropy(g, lg, tg, IGNORE);

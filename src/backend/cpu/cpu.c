@@ -48,6 +48,7 @@ static bool gt_cpu_is_byte_kernel(gt_op op)
     case GT_OP_ALL_GATHER_START: /* collectives never run as kernels: keep NaN bits if called */
     case GT_OP_REDUCE_SCATTER_START:
     case GT_OP_ALL_REDUCE_START:
+    case GT_OP_ALL_TO_ALL_START:
     case GT_OP_WAIT:
         return true;
     default:

@@ -61,6 +61,11 @@ gt_status gt_cpu_all_reduce_start(const gt_kernel_call *c, gt_error *err)
     return start(c, err);
 }
 
+gt_status gt_cpu_all_to_all_start(const gt_kernel_call *c, gt_error *err)
+{
+    return start(c, err);
+}
+
 gt_status gt_cpu_wait(const gt_kernel_call *c, gt_error *err)
 {
     return copy_identity(c, err);

@@ -1,7 +1,8 @@
 /* cuda_parallel.cu — the parallel ops on CUDA.
  *
- * Collectives (all_gather_start, reduce_scatter_start, all_reduce_start, wait) are not kernels: the
- * CUDA program runs them through its NCCL communicators (src/runtime/exec_cuda.c).
+ * Collectives (all_gather_start, reduce_scatter_start, all_reduce_start, all_to_all_start, wait)
+ * are not kernels: the CUDA program runs them through its NCCL communicators
+ * (src/runtime/exec_cuda.c).
  *
  * The vocabulary-parallel local ops (gt_ops.def; the CPU kernels in src/backend/cpu/cpu_shard.c are
  * the reference). A rank holds vocabulary rows [start, start + Vl). Every sum has an order fixed by
@@ -40,6 +41,11 @@ gt_status gt_cuda_reduce_scatter_start(gt_cuda_stream *s, const gt_kernel_call *
 }
 
 gt_status gt_cuda_all_reduce_start(gt_cuda_stream *s, const gt_kernel_call *c, gt_error *err)
+{
+    return gt_cuda_all_gather_start(s, c, err);
+}
+
+gt_status gt_cuda_all_to_all_start(gt_cuda_stream *s, const gt_kernel_call *c, gt_error *err)
 {
     return gt_cuda_all_gather_start(s, c, err);
 }
