@@ -1,6 +1,6 @@
 /* layout.c — the placements graph inputs start from (torchtitan's llama3 tensor-parallel plan,
- * SimpleFSDP's shard(0) storage — the token embedding's on dim 1 —, the data-parallel batch), the block of a global tensor a rank
- * holds, and placement text. */
+ * SimpleFSDP's shard(0) storage — the token embedding's on dim 1 —, the data-parallel batch), the
+ * block of a global tensor a rank holds, and placement text. */
 #include <stdio.h>
 #include <string.h>
 

@@ -336,8 +336,8 @@ static gt_status convert_value(gt_par *p, gt_value_id x, const gt_type *global,
         after[md] = t;
         int64_t c;
         const gt_type *lt = gt_value_type(p->dst, x);
-        if (t.dim >= lt->ndim || lt->ndim + 1 > GT_MAX_DIMS || !innermost_split(m, cur, md, f.dim) ||
-            !innermost_split(m, after, md, t.dim) ||
+        if (t.dim >= lt->ndim || lt->ndim + 1 > GT_MAX_DIMS ||
+            !innermost_split(m, cur, md, f.dim) || !innermost_split(m, after, md, t.dim) ||
             (gt_sym_is_const(p->dst->sym, lt->dims[t.dim], &c) && c % m->size[md] != 0))
             continue;
         x = all_to_all_dims(p, x, f.dim, t.dim, md);

@@ -16,6 +16,9 @@
  *       its first use, if any (backward: the block after it, whose weights stayed gathered);
  *     - gradient reduce-scatters and all-reduces start as soon as their inputs exist (with the
  *       flatten/concat nodes that only feed them);
+ *     - so do the collectives of activations (starts without an FSDP tag: the token embedding's
+ *       all_to_alls, sequence parallel), with the views and permutes that only feed them, and
+ *       ahead of the gradient starts that become ready at the same point;
  *     - every FSDP wait, with the slices and reshapes that only unpack its buffer, moves to right
  *       before the first node that uses the result — for gradient collectives no later than right
  *       after the next gradient group starts, so at most two groups of unsharded gradients are in
@@ -209,7 +212,8 @@ static bool is_unpack_op(gt_op op)
 
 static bool is_pack_op(gt_op op)
 {
-    return op == GT_OP_RESHAPE || op == GT_OP_SLICE || op == GT_OP_CONCAT;
+    return op == GT_OP_RESHAPE || op == GT_OP_SLICE || op == GT_OP_CONCAT || op == GT_OP_PERMUTE ||
+           op == GT_OP_TRANSPOSE;
 }
 
 static int cmp_node_id(const void *a, const void *b)
@@ -292,9 +296,9 @@ static void place_gather_start(reorder_state *s, gt_node_id x, int64_t major)
     s->keys[x] = next_key(s, major);
 }
 
-/* The packing nodes (reshape, slice, concat; not another wait's unpacking) that feed only
- * gradient start x, into s->list in node order followed by x; returns their count (without x).
- * They are marked s->mark[] == s->mark[x]. */
+/* The packing nodes (reshape, slice, concat, permute, transpose; not another wait's unpacking)
+ * that feed only start x, into s->list in node order followed by x; returns their count (without
+ * x). They are marked s->mark[] == s->mark[x]. */
 static int32_t gradient_chain(reorder_state *s, gt_node_id x, gt_node_id w)
 {
     gt_graph *g = s->g;
@@ -338,10 +342,13 @@ static int32_t gradient_chain(reorder_state *s, gt_node_id x, gt_node_id w)
     return kept;
 }
 
-/* Moves gradient start x, with its packing, to right after the last of its real inputs — where
- * that input is going (its key): an input this pass moves later (HSDP: the reduce-scatter's wait
- * before the all-reduce) takes the start along. */
-static void place_gradient_start(reorder_state *s, gt_node_id x, gt_node_id w)
+/* Moves start x, with its packing, to right after the last of its real inputs — where that
+ * input is going (its key): an input this pass moves later (HSDP: the reduce-scatter's wait
+ * before the all-reduce) takes the start along. `ahead`: before the starts placed there without
+ * it (an activation's collective goes on the communicator's stream before the gradient
+ * reduce-scatters that became ready with it: its result is on the critical path, theirs feed
+ * the optimizer). */
+static void place_start(reorder_state *s, gt_node_id x, gt_node_id w, bool ahead)
 {
     const gt_graph *g = s->g;
     int32_t kept = gradient_chain(s, x, w);
@@ -356,8 +363,12 @@ static void place_gradient_start(reorder_state *s, gt_node_id x, gt_node_id w)
             if (gt_pass_key_less(at, after)) at = after;
         }
     }
-    for (int32_t j = 0; j <= kept; j++)
-        s->keys[s->list[j]] = at.minor == -1 ? next_key(s, at.major) : at;
+    for (int32_t j = 0; j <= kept; j++) {
+        gt_pass_key k = at;
+        if (at.minor == -1) /* ahead: minors below every next_key's (>= n), in chain order */
+            k = ahead ? (gt_pass_key){at.major, j - kept - 2} : next_key(s, at.major);
+        s->keys[s->list[j]] = k;
+    }
 }
 
 static int cmp_coll(const void *a, const void *b)
@@ -466,7 +477,7 @@ static void place_gradients(reorder_state *s, coll *c, group *gr, int32_t ng)
 {
     for (int32_t i = 0; i < ng; i++)
         for (int32_t k = gr[i].first; k < gr[i].first + gr[i].count; k++) {
-            place_gradient_start(s, c[k].start, c[k].wait);
+            place_start(s, c[k].start, c[k].wait, false);
             if (gt_pass_key_less(gr[i].start_key, s->keys[c[k].start]) || k == gr[i].first)
                 gr[i].start_key = s->keys[c[k].start];
         }
@@ -538,8 +549,8 @@ gt_status gt_pass_fsdp_reorder(gt_graph *g, const gt_pass_ctx *ctx, gt_error *er
         c[nc++] =
             (coll){x, wait_of[x], tag, nd->phase, gt_pass_fsdp_bucket(gt_graph_str(g, nd->fqn))};
     }
-    free(wait_of);
     if (nc == 0) {
+        free(wait_of);
         free(c);
         return GT_OK;
     }
@@ -587,6 +598,11 @@ gt_status gt_pass_fsdp_reorder(gt_graph *g, const gt_pass_ctx *ctx, gt_error *er
         place_gradients(&s, c, gr, ng);
     }
     defer_late_waits(&s, c, nc);
+    for (gt_node_id x = 0; x < n; x++) /* activation collectives: as soon as their input exists */
+        if (gt_pass_is_collective_start(g->nodes[x].op) && gt_pass_fsdp_tag(g, &g->nodes[x]) < 0 &&
+            wait_of[x] != GT_NONE)
+            place_start(&s, x, wait_of[x], true);
+    free(wait_of);
     gt_status st = gt_pass_order_by_keys(g, s.keys, NULL, "fsdp_reorder", err);
 
     free(gr);

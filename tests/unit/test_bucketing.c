@@ -314,8 +314,7 @@ static gt_status sim_start(gt_comm *c, gt_coll_kind kind, const gt_tensor *in, g
     case GT_COLL_ALL_TO_ALL: /* block r of the output: rank r's block c->rank */
         for (int r = 0; r < c->size; r++)
             memcpy((char *)out->data + (size_t)r * (nb / c->size),
-                   (const char *)grp->in[r]->data + (size_t)c->rank * (nb / c->size),
-                   nb / c->size);
+                   (const char *)grp->in[r]->data + (size_t)c->rank * (nb / c->size), nb / c->size);
         break;
     case GT_COLL_ALL_REDUCE:
         for (int r = 0; r < c->size; r++)
@@ -1090,6 +1089,25 @@ static void check_late_wait(const gt_graph *g, const char *what)
     free(dep);
 }
 
+/* The backward's all_to_all of the token embedding's gradient (an activation's collective) starts
+ * before the reduce-scatter of layers.0's gradients, which become ready at the same node: the
+ * communicator's stream runs in start order, and the embedding's backward waits for it. Before
+ * the reorder pass it starts after. */
+static void check_activation_first(const gt_graph *g, bool reordered, const char *what)
+{
+    gt_node_id a2a = -1, rs = -1;
+    for (gt_node_id x = 0; x < g->n_nodes; x++) {
+        const gt_node *nd = &g->nodes[x];
+        if (nd->op == GT_OP_ALL_TO_ALL_START && nd->phase == GT_PHASE_BACKWARD) a2a = x;
+        if (nd->op == GT_OP_REDUCE_SCATTER_START &&
+            gt_node_has_tag(g, nd, GT_FSDP_BUCKET_TAG_PREFIX "layers.0"))
+            rs = x;
+    }
+    EXPECT(a2a >= 0 && rs >= 0 && (a2a < rs) == reordered,
+           "%s: the embedding gradient's all_to_all starts at %d, layers.0's reduce-scatter at %d",
+           what, a2a, rs);
+}
+
 static void test_tiny(void)
 {
     gt_config cfg;
@@ -1136,6 +1154,8 @@ static void test_tiny(void)
     gt_graph *both = variant(g0, "fsdp_bucketing", "fsdp_reorder", 0);
     check_prefetch(both, &d.binding[0], L, true, "test_tiny bucketed + reordered");
     check_late_wait(both, "test_tiny bucketed + reordered");
+    check_activation_first(b, false, "test_tiny bucketed");
+    check_activation_first(both, true, "test_tiny bucketed + reordered");
     /* test_tiny's gradients are bf16 (mixed precision): narrowed after bucketing, and alone */
     gt_graph *narrow = variant(g0, "fsdp_bucketing", "reduce_scatter_narrow", 0);
     gt_graph *narrow_only = variant(g0, "reduce_scatter_narrow", NULL, 0);

@@ -253,8 +253,8 @@ static void test_engine(const gt_graph *g)
         int n_params = 0;
         for (int32_t k = 0; k < g->n_inputs; k++)
             n_params += g->inputs[k].kind == GT_IN_PARAM;
-        EXPECT(count_tag(fsdp, "fsdp.all_gather") >= 2 * (n_params - 1),
-               "gathers %d for %d params", count_tag(fsdp, "fsdp.all_gather"), n_params);
+        EXPECT(count_tag(fsdp, "fsdp.all_gather") >= 2 * (n_params - 1), "gathers %d for %d params",
+               count_tag(fsdp, "fsdp.all_gather"), n_params);
         EXPECT(gt_graph_verify(fsdp, &err) == GT_OK, "verify: %s", err.msg);
         gt_graph_free(fsdp);
     }
@@ -316,7 +316,8 @@ static void test_embedding_columns(const gt_graph *g)
         EXPECT(f != NULL, "FSDP2 x TP%d: %s", tp, err.msg);
         if (!f) continue;
         int32_t k = 0;
-        while (k < f->n_inputs && strcmp(gt_graph_str(f, f->inputs[k].fqn), "tok_embeddings.weight"))
+        while (k < f->n_inputs &&
+               strcmp(gt_graph_str(f, f->inputs[k].fqn), "tok_embeddings.weight"))
             k++;
         EXPECT(k < f->n_inputs, "no tok_embeddings.weight input");
         if (k < f->n_inputs) {

@@ -60,8 +60,7 @@ static census count(const gt_graph *g)
     census c = {0};
     for (int32_t k = 0; k < g->n_inputs; k++) {
         gt_placement dp = g->values[g->inputs[k].value].place[GT_MESH_DP_SHARD];
-        c.params += g->inputs[k].kind == GT_IN_PARAM &&
-                    !(dp.kind == GT_PLACE_SHARD && dp.dim == 1);
+        c.params += g->inputs[k].kind == GT_IN_PARAM && !(dp.kind == GT_PLACE_SHARD && dp.dim == 1);
     }
     for (gt_node_id n = 0; n < g->n_nodes; n++) {
         const gt_node *nd = &g->nodes[n];

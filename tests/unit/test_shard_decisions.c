@@ -230,8 +230,7 @@ static void test_decisions(void)
     ask(&a, g, (gt_placement[]){S(0), S(0)}, NULL, S(0));
     EXPECT(!a.c.vocab && same(a.c.out[0], P), "data-parallel embedding_backward: P");
     ask(&a, g, (gt_placement[]){S(0), S(0)}, NULL, S(1));
-    EXPECT(!a.c.vocab && same(a.c.want[0], R) && same(a.c.want[1], S(2)) &&
-               same(a.c.out[0], S(1)),
+    EXPECT(!a.c.vocab && same(a.c.want[0], R) && same(a.c.want[1], S(2)) && same(a.c.out[0], S(1)),
            "embedding_backward to a S(1) parameter: ids gathered, dy by columns, S(1) not P");
     g = track(gs, &ng);
     gt_value_id lg = X(g, "logits", 4, 6), tg = IDS(g, "targets", 4);
