@@ -230,7 +230,8 @@ static void test_collectives(gt_comm *mpi, gt_comm *nccl)
  *
  * The hand-built graphs of test_program_mpi.c (comm_test.h): comm_test_build_1d(n): x2 = x +
  * full[r*b ..]; g = all_gather(-x2); s = reduce_scatter(g * p); u = all_reduce(s + x);
- * v = all_reduce(cast(x, bf16)); outputs g, s, u, v. comm_test_build_2d(d): dp_shard x tp:
+ * v = all_reduce(cast(x, bf16)); a = all_to_all(p); outputs g, s, u, v, a. comm_test_build_2d(d):
+ * dp_shard x tp:
  * a = all_gather over tp; s = reduce_scatter over dp_shard; u = all_reduce over tp of s * 2;
  * outputs a, u. */
 
@@ -339,13 +340,13 @@ static void test_1d(gt_comm *mpi, gt_comm *nccl)
            "rank %d: an MPI communicator is refused: %s", me, e2.msg);
     gt_cuda_program_free(gp);
 
-    gt_tensor cpu[4] = {0};
+    gt_tensor cpu[5] = {0};
     compare_programs("1-D", g, &bind, mc, nc, a, b, cpu);
     float u_ref[COMM_TEST_ROWS * COMM_TEST_COLS];
     reference_u(n, me, u_ref);
     EXPECT(cpu[2].data && memcmp(cpu[2].data, u_ref, sizeof u_ref) == 0,
            "rank %d: the CPU program's all_reduce is the naive rank-order sum", me);
-    for (int k = 0; k < 4; k++)
+    for (int k = 0; k < 5; k++)
         gt_tensor_free(&cpu[k]);
     for (int k = 0; k < 3; k++) {
         gt_tensor_free(&a[k]);

@@ -312,7 +312,8 @@ static inline gt_value_id comm_test_coll(gt_graph *g, gt_op op, gt_value_id x, i
  *   s  = reduce_scatter(h)           [b, 5]: rows r*b.. of sum_q h_q
  *   u  = all_reduce(s + x)           [b, 5]
  *   v  = all_reduce(cast(x, bf16))   [b, 5] bf16
- * outputs g, s, u, v. Bind b = COMM_TEST_ROWS. */
+ *   a  = all_to_all(p)               [n*b, 5]: block q is rank q's p at block r
+ * outputs g, s, u, v, a. Bind b = COMM_TEST_ROWS. */
 enum { COMM_TEST_ROWS = 3, COMM_TEST_COLS = 5 };
 
 static inline gt_graph *comm_test_build_1d(int n)
@@ -331,10 +332,12 @@ static inline gt_graph *comm_test_build_1d(int n)
     gt_value_id s = comm_test_coll(g, GT_OP_REDUCE_SCATTER_START, gt_mul(g, gat, p), 1, n);
     gt_value_id u = comm_test_coll(g, GT_OP_ALL_REDUCE_START, gt_add(g, s, x), 1, n);
     gt_value_id v = comm_test_coll(g, GT_OP_ALL_REDUCE_START, gt_cast(g, x, GT_BF16), 1, n);
+    gt_value_id a = comm_test_coll(g, GT_OP_ALL_TO_ALL_START, p, 1, n);
     gt_graph_add_output(g, GT_OUT_METRIC, "g", gat);
     gt_graph_add_output(g, GT_OUT_METRIC, "s", s);
     gt_graph_add_output(g, GT_OUT_METRIC, "u", u);
     gt_graph_add_output(g, GT_OUT_METRIC, "v", v);
+    gt_graph_add_output(g, GT_OUT_METRIC, "a", a);
     return g;
 }
 

@@ -36,10 +36,11 @@ static int count_bad(const gt_tensor *got, const float *ref, int64_t n)
  *
  * comm_test_build_1d (comm_test.h): per rank r of n, x2 = x + full[r*b ..] (the slice's bounds
  * use the symbol rank.dp_shard), g = all_gather(-x2), s = reduce_scatter(g * p),
- * u = all_reduce(s + x), v = all_reduce(cast(x, bf16)). */
+ * u = all_reduce(s + x), v = all_reduce(cast(x, bf16)), a = all_to_all(p). */
 
 /* The naive reference of comm_test_build_1d's outputs as seen by rank `me`. */
-static void reference_1d(int n, int me, float *g_ref, float *s_ref, float *u_ref, uint16_t *v_ref)
+static void reference_1d(int n, int me, float *g_ref, float *s_ref, float *u_ref, uint16_t *v_ref,
+                         float *a_ref)
 {
     int64_t blk = COMM_TEST_ROWS * COMM_TEST_COLS, big = (int64_t)n * blk;
     float *gathered = gt_xmalloc((size_t)big * sizeof(float));
@@ -58,6 +59,9 @@ static void reference_1d(int n, int me, float *g_ref, float *s_ref, float *u_ref
             s_all[q * blk + i] = acc;
         }
     memcpy(g_ref, gathered, (size_t)big * sizeof(float));
+    for (int q = 0; q < n; q++) /* block q: rank q's p at block me */
+        for (int64_t i = 0; i < blk; i++)
+            a_ref[q * blk + i] = comm_test_value(q, me * blk + i, 2);
     memcpy(s_ref, s_all + me * blk, (size_t)blk * sizeof(float));
     for (int64_t i = 0; i < blk; i++) {
         float acc = 0, accv = 0;
@@ -96,7 +100,7 @@ static void test_1d(gt_comm *world)
 
     gt_comm *comms[GT_MESH_MAX_DIMS] = {NULL, world, NULL, NULL};
     gt_program *prog = NULL;
-    gt_tensor po[4] = {0}, eo[4] = {0};
+    gt_tensor po[5] = {0}, eo[5] = {0};
     EXPECT_OK(gt_program_build(g, &bind, &prog, &err), &err);
     if (prog) EXPECT_OK(gt_program_set_comms(prog, comms, &err), &err);
     if (prog) EXPECT_OK(gt_program_run(prog, in, po, &err), &err);
@@ -104,9 +108,10 @@ static void test_1d(gt_comm *world)
 
     int64_t blk = COMM_TEST_ROWS * COMM_TEST_COLS;
     float *g_ref = gt_xmalloc((size_t)(n * blk) * sizeof(float));
+    float *a_ref = gt_xmalloc((size_t)(n * blk) * sizeof(float));
     float s_ref[COMM_TEST_ROWS * COMM_TEST_COLS], u_ref[COMM_TEST_ROWS * COMM_TEST_COLS];
     uint16_t v_ref[COMM_TEST_ROWS * COMM_TEST_COLS];
-    reference_1d(n, me, g_ref, s_ref, u_ref, v_ref);
+    reference_1d(n, me, g_ref, s_ref, u_ref, v_ref, a_ref);
     const gt_tensor *outs[2] = {po, eo};
     const char *who[2] = {"program", "eager"};
     for (int k = 0; k < 2; k++) {
@@ -119,14 +124,16 @@ static void test_1d(gt_comm *world)
                count_bad(&o[2], u_ref, blk));
         EXPECT(o[3].data && o[3].dtype == GT_BF16 && memcmp(o[3].data, v_ref, sizeof v_ref) == 0,
                "rank %d %s bf16 all_reduce = rank-order f32 sum rounded once", me, who[k]);
+        EXPECT(count_bad(&o[4], a_ref, n * blk) == 0, "rank %d %s all_to_all: %d differ", me,
+               who[k], count_bad(&o[4], a_ref, n * blk));
     }
-    for (int k = 0; k < 4; k++)
+    for (int k = 0; k < 5; k++)
         EXPECT(comm_test_same_bits(&po[k], &eo[k]), "rank %d output %d: program == eager", me, k);
 
     /* a second run reuses the arenas and slots: same bits */
-    gt_tensor again[4] = {0};
+    gt_tensor again[5] = {0};
     if (prog) EXPECT_OK(gt_program_run(prog, in, again, &err), &err);
-    for (int k = 0; k < 4; k++) {
+    for (int k = 0; k < 5; k++) {
         EXPECT(comm_test_same_bits(&po[k], &again[k]), "rank %d output %d: run == rerun", me, k);
         gt_tensor_free(&again[k]);
         gt_tensor_free(&po[k]);
@@ -137,7 +144,7 @@ static void test_1d(gt_comm *world)
      * every rank, at index 1 */
     gt_comm_sched_entry sched[16];
     int32_t count = prog ? gt_program_collectives(prog, sched, 16) : 0;
-    EXPECT(count == 4, "rank %d: 4 collectives, got %d", me, count);
+    EXPECT(count == 5, "rank %d: 5 collectives, got %d", me, count);
     uint64_t mine[16 * 3] = {0}, all[16 * 3 * 64];
     for (int32_t k = 0; k < count && k < 16; k++) {
         mine[3 * k] = (uint64_t)sched[k].kind;
@@ -160,7 +167,7 @@ static void test_1d(gt_comm *world)
 
     if (prog && me == n - 1) EXPECT_OK(gt_program_drop_collective(prog, 1, &err), &err);
     count = prog ? gt_program_collectives(prog, sched, 16) : 0;
-    EXPECT(count == (me == n - 1 ? 3 : 4), "rank %d: %d collectives after the drop", me, count);
+    EXPECT(count == (me == n - 1 ? 4 : 5), "rank %d: %d collectives after the drop", me, count);
     gt_error e = {0};
     gt_status st = gt_comm_check_schedule(world, sched, count, &e);
     EXPECT(st == GT_ERR_INVALID && strstr(e.msg, "#1") && strstr(e.msg, "mismatch"),
@@ -168,6 +175,7 @@ static void test_1d(gt_comm *world)
     EXPECT_OK(gt_comm_check_schedule(world, NULL, 0, &err), &err); /* still in step */
 
     free(g_ref);
+    free(a_ref);
     for (int k = 0; k < 3; k++)
         gt_tensor_free(&in[k]);
     gt_program_free(prog);

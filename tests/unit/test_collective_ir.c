@@ -17,9 +17,10 @@
  *   - plan: the wait's output is the start's buffer; the start's input and output buffers are live
  *     over the whole [start, wait] interval and no value produced in between overlaps them in
  *     bytes (checked from offsets and sizes);
- *   - size-1 groups: gt_program_run and gt_eager_run of a graph with gather/scatter/all-reduce over
- *     one rank give the bits of the same graph without the collectives (f32 and bf16); a widening
- *     reduce_scatter over one rank (and its CPU kernel) gives the bits of cast(x, f32);
+ *   - size-1 groups: gt_program_run and gt_eager_run of a graph with
+ * gather/scatter/all-to-all/all-reduce over one rank give the bits of the same graph without the
+ * collectives (f32 and bf16); a widening reduce_scatter over one rank (and its CPU kernel) gives
+ * the bits of cast(x, f32);
  *   - a program with a collective over 2 ranks and no communicator fails naming the mesh dim, and
  *     gt_program_set_comms checks communicator sizes; gt_program_collectives lists kind, group
  *     (hash of the mesh dim name) and bytes (from the shapes), and gt_program_drop_collective
@@ -170,6 +171,22 @@ static void test_shape_rules(void)
     const char *wi[] = {"reduce_scatter_start", "float", "i32"};
     expect_error(g, comm_test_start(g, GT_OP_REDUCE_SCATTER_START, ids, 0, 1), GT_ERR_SHAPE, wi, 3,
                  "reduce_scatter of i32");
+
+    /* all_to_all: same type, any dtype, rows divisible when constant */
+    gt_value_id aa = comm_test_start(g, GT_OP_ALL_TO_ALL_START, ag, 1, 4);
+    EXPECT(aa != GT_NONE && eval_dim(g, aa, 0, &bind) == 12 && eval_dim(g, aa, 1, &bind) == 5 &&
+               gt_value_type(g, aa)->dtype == GT_F32,
+           "all_to_all [12, 5] over 4 -> [12, 5]: %s", g->err.msg);
+    gt_value_id aai = comm_test_start(g, GT_OP_ALL_TO_ALL_START, ids, 0, 3);
+    EXPECT(aai != GT_NONE && gt_value_type(g, aai)->dtype == GT_I32 &&
+               eval_dim(g, aai, 0, &bind) == 3,
+           "all_to_all of i32 ids: %s", g->err.msg);
+    const char *wt[] = {"all_to_all_start", "7", "group_size 2"};
+    expect_error(g, comm_test_start(g, GT_OP_ALL_TO_ALL_START, x7, 0, 2), GT_ERR_SHAPE, wt, 3,
+                 "all_to_all of 7 rows over 2");
+    const char *wts[] = {"all_to_all_start", "rank >= 1"};
+    expect_error(g, comm_test_start(g, GT_OP_ALL_TO_ALL_START, sc, 0, 2), GT_ERR_SHAPE, wts, 2,
+                 "all_to_all of a scalar");
 
     /* all_reduce: same type, float */
     gt_value_id ar = comm_test_start(g, GT_OP_ALL_REDUCE_START, sc, 0, 3);
@@ -483,6 +500,7 @@ static gt_graph *build_identity_graph(bool with_colls, gt_dtype dt)
     gt_value_id a = gt_unary(g, GT_OP_NEG, x);
     if (with_colls) a = comm_test_coll(g, GT_OP_ALL_GATHER_START, a, 1, 1);
     if (with_colls) a = comm_test_coll(g, GT_OP_REDUCE_SCATTER_START, a, 2, 1);
+    if (with_colls) a = comm_test_coll(g, GT_OP_ALL_TO_ALL_START, a, 1, 1);
     gt_value_id e = gt_unary(g, GT_OP_EXP, a);
     gt_value_id r = with_colls ? comm_test_coll(g, GT_OP_ALL_REDUCE_START, x, 0, 1) : x;
     gt_value_id y = gt_mul(g, e, r);
@@ -507,7 +525,7 @@ static void test_identity(gt_dtype dt)
     gt_program *prog = NULL;
     EXPECT_OK(gt_program_build(g1, NULL, &prog, &err), &err);
     if (prog) {
-        EXPECT(gt_program_collectives(prog, NULL, 0) == 3, "three collectives");
+        EXPECT(gt_program_collectives(prog, NULL, 0) == 4, "four collectives");
         /* twice: the second run reuses the arenas and the request slots */
         gt_tensor first[2] = {0};
         EXPECT_OK(gt_program_run(prog, &in, first, &err), &err);
