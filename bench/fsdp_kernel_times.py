@@ -19,10 +19,15 @@ same compute kernels run while collectives run beside them, how much time the co
 of FSDP itself add (casts, concatenations, splits), and the step's GPU time. Then the gaps in
 which no compute kernel runs (over 2 us), by the pair of kernels around them and whether a
 communication kernel ran meanwhile: where the step waits for a collective (or for the host).
+And every communication kernel of the N-GPU step by its index in the step (start order, the
+same in every captured step), with the part of it during which no compute kernel ran: the
+exposed time of each collective in the captured steps themselves (the trainer's comm report
+times one uncaptured step).
 --keep DIR keeps the span files (k1.tsv, kN.tsv.rankR) and logs; --from DIR reports on kept ones
 without running anything (--gpus, --steps and --last as when they were recorded).
 """
 import argparse
+import bisect
 import json
 import os
 import shutil
@@ -51,11 +56,43 @@ def step_ends(spans, names, steps):
     return [max(x[1] for x in spans[k * n:(k + 1) * n]) for k in range(steps)]
 
 
+def exposed_by_collective(tail, names, ends, steps, last):
+    """The communication kernels of each of the last `last` steps in start order, averaged by
+    their index in the step (a captured step runs the same ones every time): [(name, ns,
+    exposed ns)], exposed being the part of the kernel's span in which no compute kernel runs.
+    None when the steps differ in their count."""
+    merged = []  # the compute kernels' union, as sorted disjoint intervals
+    for s, e, i, _ in sorted(x for x in tail if not is_comm(names[x[2]])):
+        if merged and s <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], e)
+        else:
+            merged.append([s, e])
+    starts = [a for a, _ in merged]
+
+    def covered(s, e):  # ns of [s, e) inside the union
+        k, ns = max(bisect.bisect_right(starts, s) - 1, 0), 0
+        while k < len(merged) and merged[k][0] < e:
+            ns += max(0, min(e, merged[k][1]) - max(s, merged[k][0]))
+            k += 1
+        return ns
+
+    per_step = []
+    for k in range(steps - last, steps):
+        lo, hi = ends[k - 1], ends[k]
+        per_step.append([(names[i], e - s, e - s - covered(s, e)) for s, e, i, _ in tail
+                         if lo < s <= hi and is_comm(names[i])])
+    if any(len(x) != len(per_step[0]) for x in per_step):
+        return None
+    return [(c[0][0], sum(x[1] for x in c) / last, sum(x[2] for x in c) / last)
+            for c in zip(*per_step)]
+
+
 def read_times(path, steps, last):
     """{name: ns per step over the last `last` steps}, step GPU ms of those steps, ns per step the
-    GPU ran a compute kernel, and the gaps with no compute kernel running: {(kernel before,
-    kernel after, a communication kernel ran during it): [count, ns]} per step. Host transfers
-    (the step's inputs in, the loss out, between steps) are left out."""
+    GPU ran a compute kernel, the gaps with no compute kernel running: {(kernel before, kernel
+    after, a communication kernel ran during it): [count, ns]} per step, and the communication
+    kernels by their index in the step (exposed_by_collective). Host transfers (the step's inputs
+    in, the loss out, between steps) are left out."""
     names, spans = [], []
     with open(path) as f:
         for line in f:
@@ -95,7 +132,7 @@ def read_times(path, steps, last):
         if last_end is None or e > last_end:
             busy += e - max(s, last_end or s)
             last_end, last_name = e, i
-    return per, step_ms, busy / last, gaps
+    return per, step_ms, busy / last, gaps, exposed_by_collective(tail, names, ends, steps, last)
 
 
 def run(cmd, env, log):
@@ -163,7 +200,7 @@ def main():
 
 def report(args, res):
     """Prints (and writes, per --markdown / --json) the comparison of res[1] and res[--gpus]."""
-    (p1, s1, b1, g1), (pn, sn, bn, gn) = res[1], res[args.gpus]
+    (p1, s1, b1, g1, _), (pn, sn, bn, gn, cn) = res[1], res[args.gpus]
     names = sorted(set(p1) | set(pn), key=lambda k: -(abs(pn.get(k, 0) - p1.get(k, 0))))
     tot = lambda p, comm: sum(v for k, v in p.items() if is_comm(k) == comm) / 1e6
     n = args.gpus
@@ -187,6 +224,13 @@ def report(args, res):
         for (a, b, d), (cnt, ns) in sorted(gaps.items(), key=lambda x: -x[1][1])[:15]:
             lines.append(f"| `{short(a)}` | `{short(b)}` | {'yes' if d else 'no'} | {cnt:.1f} | "
                          f"{ns / 1e6:.3f} |")
+    if cn:
+        lines += ["", f"Communication kernels of a step on {n} GPUs, in start order, the most exposed "
+                  f"(no compute kernel running during them): {sum(c[2] for c in cn) / 1e6:.2f} of "
+                  f"{sum(c[1] for c in cn) / 1e6:.2f} ms per step exposed", "",
+                  "| # in step | kernel | ms | exposed ms |", "|---|---|---|---|"]
+        for j, (k, ns, ex) in sorted(enumerate(cn), key=lambda x: -x[1][2])[:15]:
+            lines.append(f"| {j} | `{short(k)}` | {ns / 1e6:.3f} | {ex / 1e6:.3f} |")
     text = "\n".join(lines)
     print(text)
     if args.markdown:
@@ -195,7 +239,9 @@ def report(args, res):
         gap_list = lambda g: [dict(before=a, after=b, comm_during=d, count=c, ns=ns)
                               for (a, b, d), (c, ns) in g.items()]
         json.dump(dict(gpus=n, one=dict(per=p1, step_ms=s1, busy_ns=b1, gaps=gap_list(g1)),
-                       many=dict(per=pn, step_ms=sn, busy_ns=bn, gaps=gap_list(gn))),
+                       many=dict(per=pn, step_ms=sn, busy_ns=bn, gaps=gap_list(gn),
+                                 collectives=[dict(kernel=k, ns=ns, exposed_ns=ex)
+                                              for k, ns, ex in cn or []])),
                   open(args.json, "w"), indent=1)
 
 
