@@ -252,6 +252,9 @@ gt_status gt_comm_check_schedule(gt_comm *c, const gt_comm_sched_entry *entries,
  * dst may alias src[0] when out_dt == dt. */
 gt_status gt_comm_sum_ordered(gt_dtype dt, gt_dtype out_dt, int64_t numel, const void *const *src,
                               int n_src, void *dst, gt_error *err);
+/* For implementations of that sum: GT_OK when blocks of dt can be summed into out_dt (out_dt is
+ * dt, or f32 for bf16/f16 blocks; *widen says which), else GT_ERR_UNSUPPORTED naming both. */
+gt_status gt_comm_sum_check_dtypes(gt_dtype dt, gt_dtype out_dt, bool *widen, gt_error *err);
 /* The result of a collective over one rank (gather, scatter, sum and all_to_all are the
  * identity there): out = in (memmove; nothing when they share a buffer), or in widened to f32 for
  * a widening reduce_scatter (the one-block ordered sum). in and out have equal element counts. */

@@ -68,13 +68,19 @@ gt_status gt_comm_one_rank(const gt_tensor *in, gt_tensor *out, gt_error *err)
  * bf16/f16 blocks are widened (exactly) and summed in f32 either way, so writing the f32 sum
  * (out_dt f32) instead of rounding it to the input dtype gives bitwise the sum of the widened
  * blocks: the widening reduce-scatter. */
+gt_status gt_comm_sum_check_dtypes(gt_dtype dt, gt_dtype out_dt, bool *widen, gt_error *err)
+{
+    *widen = gt_dtype_widens_to_f32(dt, out_dt);
+    if (out_dt == dt || *widen) return GT_OK;
+    return gt_error_set(err, GT_ERR_UNSUPPORTED, "sum of %s blocks into %s is not supported",
+                        gt_dtype_name(dt), gt_dtype_name(out_dt));
+}
+
 gt_status gt_comm_sum_ordered(gt_dtype dt, gt_dtype out_dt, int64_t numel, const void *const *src,
                               int n_src, void *dst, gt_error *err)
 {
-    bool widen = gt_dtype_widens_to_f32(dt, out_dt);
-    if (out_dt != dt && !widen)
-        return gt_error_set(err, GT_ERR_UNSUPPORTED, "sum of %s blocks into %s is not supported",
-                            gt_dtype_name(dt), gt_dtype_name(out_dt));
+    bool widen;
+    GT_TRY(gt_comm_sum_check_dtypes(dt, out_dt, &widen, err));
     switch (dt) {
     case GT_F32:
         for (int64_t i = 0; i < numel; i++) {

@@ -449,7 +449,7 @@ static gt_status bucket_round(gt_graph *g, const gt_pass_options *o, int *emitte
     int32_t nm = 0;
     for (gt_node_id x = 0; x < n; x++) {
         const gt_node *nd = &g->nodes[x];
-        if (!gt_pass_is_collective_start(nd->op) || wait_of[x] == GT_NONE) continue;
+        if (!gt_op_is_collective_start(nd->op) || wait_of[x] == GT_NONE) continue;
         int tag = gt_pass_fsdp_tag(g, nd);
         int64_t numel, out_numel;
         if (tag < 0 || gt_pass_is_bucketed(g, nd) || !const_numel(g, nd->in[0], &numel) ||

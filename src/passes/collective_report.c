@@ -17,11 +17,6 @@
 const char *const gt_pass_fsdp_tags[3] = {GT_FSDP_TAG_ALL_GATHER, GT_FSDP_TAG_REDUCE_SCATTER,
                                           GT_FSDP_TAG_ALL_REDUCE};
 
-bool gt_pass_is_collective_start(gt_op op)
-{
-    return gt_op_is_collective_start(op);
-}
-
 gt_node_id *gt_pass_find_waits(const gt_graph *g)
 {
     gt_node_id *wait_of = gt_xmalloc(((size_t)g->n_nodes + 1) * sizeof *wait_of);
@@ -32,7 +27,7 @@ gt_node_id *gt_pass_find_waits(const gt_graph *g)
         const gt_node *nd = &g->nodes[n];
         if (nd->op != GT_OP_WAIT || nd->n_in < 1) continue;
         gt_node_id s = g->values[nd->in[0]].producer;
-        if (s == GT_NONE || !gt_pass_is_collective_start(g->nodes[s].op)) continue;
+        if (s == GT_NONE || !gt_op_is_collective_start(g->nodes[s].op)) continue;
         if (wait_of[s] != GT_NONE) many[s] = 1;
         wait_of[s] = n;
     }
@@ -134,7 +129,7 @@ int32_t gt_pass_collectives(const gt_graph *g, const gt_sym_binding *b, gt_colle
     int32_t count = 0;
     for (gt_node_id s = 0; s < g->n_nodes; s++) {
         const gt_node *nd = &g->nodes[s];
-        if (!gt_pass_is_collective_start(nd->op)) continue;
+        if (!gt_op_is_collective_start(nd->op)) continue;
         if (count < max) {
             gt_collective_info *c = &out[count];
             memset(c, 0, sizeof *c);

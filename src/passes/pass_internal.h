@@ -49,9 +49,6 @@ void gt_pass_apply_order(gt_graph *g, const gt_node_id *order);
 /* Tag prefix of a bucketed collective's start and wait: "bucket:layers.3". */
 #define GT_FSDP_BUCKET_TAG_PREFIX "bucket:"
 
-/* all_gather_start, reduce_scatter_start or all_reduce_start. */
-bool gt_pass_is_collective_start(gt_op op);
-
 /* False when o's disable list names the pass (pipeline.c). */
 bool gt_pass_enabled(const gt_pass_options *o, const char *name);
 /* wait_of[n] for a collective start n: its wait node, GT_NONE when it has none or more than one

@@ -299,7 +299,7 @@ static void place_gather_start(reorder_state *s, gt_node_id x, int64_t major)
 /* The packing nodes (reshape, slice, concat, permute, transpose; not another wait's unpacking)
  * that feed only start x, into s->list in node order followed by x; returns their count (without
  * x). They are marked s->mark[] == s->mark[x]. */
-static int32_t gradient_chain(reorder_state *s, gt_node_id x, gt_node_id w)
+static int32_t packing_chain(reorder_state *s, gt_node_id x, gt_node_id w)
 {
     gt_graph *g = s->g;
     /* candidates: packing ancestors, decided from the highest position down so that every user
@@ -351,7 +351,7 @@ static int32_t gradient_chain(reorder_state *s, gt_node_id x, gt_node_id w)
 static void place_start(reorder_state *s, gt_node_id x, gt_node_id w, bool ahead)
 {
     const gt_graph *g = s->g;
-    int32_t kept = gradient_chain(s, x, w);
+    int32_t kept = packing_chain(s, x, w);
     gt_pass_key at = {0, -1}; /* minor -1: right before node `major`, fresh tie-break below */
     for (int32_t j = 0; j <= kept; j++) {
         const gt_node *nd = &g->nodes[s->list[j]];
@@ -544,7 +544,7 @@ gt_status gt_pass_fsdp_reorder(gt_graph *g, const gt_pass_ctx *ctx, gt_error *er
     int32_t nc = 0;
     for (gt_node_id x = 0; x < n; x++) {
         const gt_node *nd = &g->nodes[x];
-        int tag = gt_pass_is_collective_start(nd->op) ? gt_pass_fsdp_tag(g, nd) : -1;
+        int tag = gt_op_is_collective_start(nd->op) ? gt_pass_fsdp_tag(g, nd) : -1;
         if (tag < 0 || wait_of[x] == GT_NONE) continue;
         c[nc++] =
             (coll){x, wait_of[x], tag, nd->phase, gt_pass_fsdp_bucket(gt_graph_str(g, nd->fqn))};
@@ -578,7 +578,7 @@ gt_status gt_pass_fsdp_reorder(gt_graph *g, const gt_pass_ctx *ctx, gt_error *er
     }
     for (int32_t k = 0; k < nc; k++) {
         if (c[k].tag == 0) continue;
-        int32_t len = gradient_chain(&s, c[k].start, c[k].wait);
+        int32_t len = packing_chain(&s, c[k].start, c[k].wait);
         for (int32_t j = 0; j <= len; j++)
             s.feeds_grad[s.list[j]] = 1;
         s.feeds_grad[c[k].wait] = 1; /* it reads the start's input too */
@@ -599,7 +599,7 @@ gt_status gt_pass_fsdp_reorder(gt_graph *g, const gt_pass_ctx *ctx, gt_error *er
     }
     defer_late_waits(&s, c, nc);
     for (gt_node_id x = 0; x < n; x++) /* activation collectives: as soon as their input exists */
-        if (gt_pass_is_collective_start(g->nodes[x].op) && gt_pass_fsdp_tag(g, &g->nodes[x]) < 0 &&
+        if (gt_op_is_collective_start(g->nodes[x].op) && gt_pass_fsdp_tag(g, &g->nodes[x]) < 0 &&
             wait_of[x] != GT_NONE)
             place_start(&s, x, wait_of[x], true);
     free(wait_of);

@@ -88,7 +88,7 @@ static gt_status run_call(eager_state *s, gt_node_id n, const gt_kernel_call *ca
         if (nbytes) memcpy(call->out[0]->data, call->in[0]->data, nbytes);
         return GT_OK;
     }
-    if (!gt_runtime_is_start(nd->op)) return gt_cpu_run_kernel(call, err);
+    if (!gt_op_is_collective_start(nd->op)) return gt_cpu_run_kernel(call, err);
     gt_comm *c;
     GT_TRY(gt_runtime_comm_for(s->g, nd->attrs.i[0], nd->attrs.i[1], s->comms, &c, err));
     gt_comm_request *req;

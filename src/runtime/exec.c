@@ -91,11 +91,6 @@ void gt_program_wrap_kernel_error(const gt_graph *g, const gt_instr *ins, const 
 
 /* ---------------------------------------------------------------- collectives (eager.c too) */
 
-bool gt_runtime_is_start(gt_op op)
-{
-    return gt_op_is_collective_start(op);
-}
-
 gt_coll_kind gt_runtime_coll_kind(gt_op op)
 {
     switch (op) {
@@ -167,7 +162,7 @@ gt_status gt_runtime_check_comms(const gt_program *p, const char *suffix, gt_err
 {
     for (int32_t k = 0; k < p->n_instrs; k++) {
         const gt_instr *ins = &p->instrs[k];
-        if (!gt_runtime_is_start(ins->op)) continue;
+        if (!gt_op_is_collective_start(ins->op)) continue;
         gt_comm *c;
         gt_status st = gt_runtime_comm_for(p->g, ins->i[0], ins->i[1], p->comms, &c, err);
         if (st != GT_OK) {

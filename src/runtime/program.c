@@ -81,7 +81,7 @@ gt_status gt_program_build_opts(const gt_graph *g, const gt_sym_binding *binding
         gt_instr *ins = &p->instrs[p->n_instrs];
         st = lower_node(g, plan, n, binding, ins, err);
         if (st != GT_OK) break;
-        if (gt_runtime_is_start(nd->op)) {
+        if (gt_op_is_collective_start(nd->op)) {
             ins->slot = slot_of[n] = p->n_slots++;
         } else if (nd->op == GT_OP_WAIT) {
             /* the shape rule guarantees input 0 is a start's output; the schedule is
@@ -203,7 +203,7 @@ gt_status gt_program_set_comms(gt_program *p, gt_comm *const comms[GT_MESH_MAX_D
         /* the collectives themselves: their group size is the one that must match */
         for (int32_t j = 0; j < p->n_instrs && comms; j++) {
             const gt_instr *ins = &p->instrs[j];
-            if (!gt_runtime_is_start(ins->op) || ins->i[0] != k || ins->i[1] == 1) continue;
+            if (!gt_op_is_collective_start(ins->op) || ins->i[0] != k || ins->i[1] == 1) continue;
             if (!c)
                 return gt_error_set(err, GT_ERR_INVALID,
                                     "program: node %%%d %s runs over %s with group_size %lld "
@@ -242,7 +242,7 @@ int32_t gt_program_collectives(const gt_program *p, gt_comm_sched_entry *out, in
     int32_t count = 0;
     for (int32_t j = 0; j < p->n_instrs; j++) {
         const gt_instr *ins = &p->instrs[j];
-        if (!gt_runtime_is_start(ins->op)) continue;
+        if (!gt_op_is_collective_start(ins->op)) continue;
         if (out && count < max)
             out[count] = (gt_comm_sched_entry){.kind = gt_runtime_coll_kind(ins->op),
                                                .group = group_of(p->g, ins->i[0]),
@@ -258,7 +258,7 @@ gt_status gt_graph_collectives(const gt_graph *g, const gt_sym_binding *binding,
     *count = 0;
     for (int32_t i = 0; i < g->n_nodes; i++) {
         const gt_node *n = &g->nodes[i];
-        if (!gt_runtime_is_start(n->op)) continue;
+        if (!gt_op_is_collective_start(n->op)) continue;
         if (out && *count < max) {
             int64_t shape[GT_MAX_DIMS];
             GT_TRY(gt_graph_eval_shape(g, n->in[0], binding, shape, err));
@@ -279,7 +279,7 @@ int32_t gt_runtime_comm_timings(const gt_program *p, gt_comm_timing *out, int32_
     int32_t n = 0;
     for (int32_t k = 0; k < p->n_instrs; k++) {
         const gt_instr *ins = &p->instrs[k];
-        if (!gt_runtime_is_start(ins->op)) continue;
+        if (!gt_op_is_collective_start(ins->op)) continue;
         if (n < max && out) {
             gt_comm_timing *t = &out[n];
             memset(t, 0, sizeof *t);
@@ -302,7 +302,8 @@ gt_status gt_program_drop_collective(gt_program *p, int32_t index, gt_error *err
 {
     int32_t count = 0, slot = -1;
     for (int32_t j = 0; j < p->n_instrs && slot < 0; j++)
-        if (gt_runtime_is_start(p->instrs[j].op) && count++ == index) slot = p->instrs[j].slot;
+        if (gt_op_is_collective_start(p->instrs[j].op) && count++ == index)
+            slot = p->instrs[j].slot;
     if (index < 0 || slot < 0)
         return gt_error_set(err, GT_ERR_INVALID,
                             "program: cannot drop collective #%d: the program has %d", index,

@@ -68,8 +68,6 @@ gt_status gt_runtime_check_comms(const gt_program *p, const char *suffix, gt_err
  * streams back). Errors are dropped: the run's own error is the one reported. */
 void gt_runtime_drain_slots(gt_program *p);
 
-/* True for all_gather_start, reduce_scatter_start and all_reduce_start. */
-bool gt_runtime_is_start(gt_op op);
 /* The communicator collective a start op runs. */
 gt_coll_kind gt_runtime_coll_kind(gt_op op);
 /* "mesh dim 1 (dp_shard)" for messages; "mesh dim 1" for a graph without a mesh. */

@@ -684,7 +684,7 @@ static void check_overlap(const gt_graph *g, const gt_sym_binding *b, const gt_c
     double flops = 0;
     for (gt_node_id x = s + 1; x < info->wait; x++) {
         const gt_node *nd = &g->nodes[x];
-        if (nd->op == GT_OP_WAIT || gt_pass_is_collective_start(nd->op)) continue;
+        if (nd->op == GT_OP_WAIT || gt_op_is_collective_start(nd->op)) continue;
         nodes++;
         gt_error err = {0};
         if (nd->op == GT_OP_SDPA || nd->op == GT_OP_SDPA_BACKWARD) {
@@ -982,7 +982,7 @@ static int expected_buckets(const gt_graph *g, int tag)
     int n = 0;
     for (gt_node_id x = 0; x < g->n_nodes; x++) {
         const gt_node *nd = &g->nodes[x];
-        if (!gt_pass_is_collective_start(nd->op) || !gt_node_has_tag(g, nd, gt_pass_fsdp_tags[tag]))
+        if (!gt_op_is_collective_start(nd->op) || !gt_node_has_tag(g, nd, gt_pass_fsdp_tags[tag]))
             continue;
         int64_t key[2] = {nd->phase, gt_pass_fsdp_bucket(gt_graph_str(g, nd->fqn))};
         bool dup = false;
@@ -1028,7 +1028,7 @@ static void check_packing(const gt_graph *g, const char *what)
 {
     int buckets = 0, wide = 0;
     for (gt_node_id x = 0; x < g->n_nodes; x++) {
-        if (!gt_pass_is_collective_start(g->nodes[x].op) || !gt_pass_is_bucketed(g, &g->nodes[x]))
+        if (!gt_op_is_collective_start(g->nodes[x].op) || !gt_pass_is_bucketed(g, &g->nodes[x]))
             continue;
         int64_t leaf[64], copied = 0, total = 0;
         int n = 0;
@@ -1122,7 +1122,7 @@ static void test_tiny(void)
         want[tag] = expected_buckets(g0, tag);
         before[tag] = 0;
         for (gt_node_id x = 0; x < g0->n_nodes; x++)
-            before[tag] += gt_pass_is_collective_start(g0->nodes[x].op) &&
+            before[tag] += gt_op_is_collective_start(g0->nodes[x].op) &&
                            gt_node_has_tag(g0, &g0->nodes[x], gt_pass_fsdp_tags[tag]);
     }
     /* forward: 2 blocks, the rest; the backward gathers again; every gradient. The token
@@ -1135,7 +1135,7 @@ static void test_tiny(void)
     for (int tag = 0; tag < 3; tag++) {
         int after = 0;
         for (gt_node_id x = 0; x < b->n_nodes; x++)
-            after += gt_pass_is_collective_start(b->nodes[x].op) &&
+            after += gt_op_is_collective_start(b->nodes[x].op) &&
                      gt_node_has_tag(b, &b->nodes[x], gt_pass_fsdp_tags[tag]);
         EXPECT(after == want[tag], "test_tiny %s: %d collectives after bucketing, %d buckets",
                gt_pass_fsdp_tags[tag], after, want[tag]);

@@ -13,6 +13,7 @@
  * numel is a multiple of the vector width (the usual case for parameter buckets), else one at a
  * time; a widening sum loads V = 8 16-bit elements and stores them as two 16-byte f32 vectors. */
 #include "cuda_comm_sum.h"
+#include "graphtrain/gt_comm.h"
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -144,10 +145,8 @@ extern "C" gt_status gt_cuda_comm_sum(gt_dtype dt, gt_dtype out_dt, int64_t nume
     if (own < 0 || own >= n || !own_src) own = -1, own_src = src;
     gt_comm_sum_args a = {numel, src, own_src, n, own, dst};
     cudaError_t e;
-    bool widen = gt_dtype_widens_to_f32(dt, out_dt);
-    if (out_dt != dt && !widen)
-        return gt_error_set(err, GT_ERR_UNSUPPORTED, "sum of %s blocks into %s is not supported",
-                            gt_dtype_name(dt), gt_dtype_name(out_dt));
+    bool widen;
+    GT_TRY(gt_comm_sum_check_dtypes(dt, out_dt, &widen, err));
     switch (dt) {
     case GT_F32:
         e = gt_launch_comm_sum<float, float>(a, st);
