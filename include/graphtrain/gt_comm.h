@@ -146,6 +146,31 @@ bool gt_comm_nccl_available(void);
 /* True when c is an NCCL communicator (false for NULL). */
 bool gt_comm_is_nccl(const gt_comm *c);
 
+/* Where the device buffers of an NCCL communicator's collectives live, given when it is created
+ * (--comm.nccl_buffers; communicators split from it inherit it).
+ *
+ * DEFAULT: cudaMalloc.
+ *
+ * REGISTRABLE: ncclMemAlloc (cuMem-backed), which NCCL registers when a captured CUDA graph passes
+ * it to its collectives at the same offset on every rank (graphtrain's arenas: every rank runs the
+ * same plan), for zero-copy transfers between the GPUs of a host.
+ *
+ * SYMMETRIC: the same memory (its scratch too), registered as symmetric windows
+ * (gt_comm_nccl_window_register; NCCL 2.28 or later); the exchanges of reduce_scatter and
+ * all_to_all are posted as ncclAlltoAll, and the communicator takes NCCL's zero-CTA policy: its
+ * all-gathers and all-to-alls run on the copy engines, leaving the SMs to compute. Such a
+ * communicator is a blocking one (NCCL 2.28.3 refused to register windows on non-blocking ones),
+ * so its set-up is not bounded by the timeout (its collectives still are). */
+typedef enum {
+    GT_NCCL_BUFFERS_DEFAULT = 0,
+    GT_NCCL_BUFFERS_REGISTRABLE,
+    GT_NCCL_BUFFERS_SYMMETRIC
+} gt_nccl_buffers;
+
+/* GT_OK when this build and the NCCL library it loaded support `buffers`; else GT_ERR_UNSUPPORTED
+ * naming both versions (SYMMETRIC needs NCCL 2.28). */
+gt_status gt_comm_nccl_check_buffers(gt_nccl_buffers buffers, gt_error *err);
+
 /* An NCCL communicator over the ranks of `bootstrap` (a host communicator, normally the MPI world:
  * same rank and size): rank 0 makes the unique id and broadcasts it through bootstrap, then every
  * rank joins on CUDA device `device` (which becomes the calling thread's current device).
@@ -154,9 +179,10 @@ bool gt_comm_is_nccl(const gt_comm *c);
  * is named "world" in messages; its members are the bootstrap's ranks ("world ranks 0,1,…").
  * Joining is bounded by timeout_seconds (<= 0: the default 30 s; a rank that never joins is an
  * error naming the communicator), which also becomes the communicator's timeout
- * (gt_comm_nccl_set_timeout). */
+ * (gt_comm_nccl_set_timeout). `buffers`: above. */
 gt_status gt_comm_nccl_create(gt_comm *bootstrap, int device, void *compute_stream,
-                              double timeout_seconds, gt_comm **out, gt_error *err);
+                              double timeout_seconds, gt_nccl_buffers buffers, gt_comm **out,
+                              gt_error *err);
 /* The same without MPI, for launchers such as torchrun: reads MASTER_ADDR, MASTER_PORT, RANK and
  * WORLD_SIZE from the environment (and LOCAL_RANK as the device when device < 0; 0 when unset);
  * rank 0 listens on MASTER_PORT and sends the id to each other rank over TCP. Every step is bounded
@@ -178,6 +204,16 @@ void gt_comm_nccl_abort(gt_comm *c, const char *why);
 /* The compute stream (a cudaStream_t, as void *) that c's next collectives are ordered with (a
  * request keeps the stream of its start). A no-op on other communicators. */
 void gt_comm_nccl_set_stream(gt_comm *c, void *compute_stream);
+/* Device memory NCCL can register (ncclMemAlloc). Free with gt_comm_nccl_mem_free. Builds without
+ * NCCL: GT_ERR_UNSUPPORTED. */
+gt_status gt_comm_nccl_mem_alloc(void **p, size_t bytes, gt_error *err);
+void gt_comm_nccl_mem_free(void *p);
+/* Registers [p, p + bytes) of gt_comm_nccl_mem_alloc memory as a symmetric window of c: a
+ * collective over c (every rank, same order, the same bytes at its own p). *win is the handle for
+ * gt_comm_nccl_window_deregister (also collective). GT_ERR_UNSUPPORTED without NCCL 2.28. */
+gt_status gt_comm_nccl_window_register(gt_comm *c, void *p, size_t bytes, void **win,
+                                       gt_error *err);
+void gt_comm_nccl_window_deregister(gt_comm *c, void *win);
 /* Waits on the host until `event` (a cudaEvent_t recorded after device work that uses the NCCL
  * communicators among comms[0 .. n); other entries and NULL are ignored) has completed, polling
  * it and the communicators' async errors. Past the shortest of their timeouts, or on an NCCL error,

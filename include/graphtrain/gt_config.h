@@ -113,11 +113,22 @@ typedef struct {
     gt_cfg_reshard fsdp_reshard_after_forward;
 } gt_cfg_parallelism;
 
+/* In the order of gt_nccl_buffers (gt_comm.h). */
+typedef enum {
+    GT_CFG_NCCL_BUFFERS_DEFAULT = 0,
+    GT_CFG_NCCL_BUFFERS_REGISTRABLE,
+    GT_CFG_NCCL_BUFFERS_SYMMETRIC
+} gt_cfg_nccl_buffers;
+
 /* Communicators (MPI runs). */
 typedef struct {
     /* A collective that has not completed after this many seconds fails, naming the rank, the
      * collective and the group (a peer died or is stuck); 0 waits forever. */
     double timeout_seconds;
+    /* GPU runs over NCCL: where the collectives' buffers live (gt_nccl_buffers, gt_comm.h):
+     * registrable and symmetric put the program's arenas and the communicators' scratch in
+     * ncclMemAlloc memory; symmetric also registers them as symmetric windows (experimental). */
+    gt_cfg_nccl_buffers nccl_buffers;
 } gt_cfg_comm;
 
 typedef struct {

@@ -76,6 +76,10 @@ typedef struct {
      * multi-tensor launch per group of consecutive ones (bitwise the same; for the test that
      * says so). */
     bool no_adamw_groups;
+    /* Read by gt_cuda_program_build only (--comm.nccl_buffers): REGISTRABLE and SYMMETRIC take
+     * the arenas from gt_comm_nccl_mem_alloc; SYMMETRIC also registers them as symmetric windows
+     * of the NCCL communicators that gt_cuda_program_set_comms sets (gt_comm.h). */
+    gt_nccl_buffers nccl_buffers;
 } gt_plan_options;
 
 typedef struct {

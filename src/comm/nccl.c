@@ -24,6 +24,9 @@
  *     same bits.
  *   all_gather, broadcast: ncclAllGather / ncclBroadcast on bytes; all_to_all: grouped
  *   send/recv.
+ * With symmetric buffers (gt_nccl_buffers) the equal-block exchanges of reduce_scatter and
+ * all_to_all are one ncclAlltoAll instead, which NCCL runs on the copy engines like the
+ * all-gathers (the scratch is a symmetric window too); all_reduce's uneven chunks stay send/recv.
  *
  * Non-blocking NCCL (config blocking = 0): a call may return ncclInProgress and finish in the
  * background; gt_nccl_settle() polls ncclCommGetAsyncError until it is done, up to the
@@ -49,6 +52,13 @@ bool gt_comm_nccl_available(void)
     return false;
 }
 
+gt_status gt_comm_nccl_check_buffers(gt_nccl_buffers buffers, gt_error *err)
+{
+    (void)buffers;
+    return gt_error_set(err, GT_ERR_UNSUPPORTED,
+                        "NCCL buffers: this build has no NCCL (build with CUDA and NCCL)");
+}
+
 static gt_status no_nccl(gt_comm **out, gt_error *err)
 {
     *out = NULL;
@@ -58,9 +68,10 @@ static gt_status no_nccl(gt_comm **out, gt_error *err)
 }
 
 gt_status gt_comm_nccl_create(gt_comm *bootstrap, int device, void *compute_stream,
-                              double timeout_seconds, gt_comm **out, gt_error *err)
+                              double timeout_seconds, gt_nccl_buffers buffers, gt_comm **out,
+                              gt_error *err)
 {
-    (void)bootstrap, (void)device, (void)compute_stream, (void)timeout_seconds;
+    (void)bootstrap, (void)device, (void)compute_stream, (void)timeout_seconds, (void)buffers;
     return no_nccl(out, err);
 }
 
@@ -92,6 +103,34 @@ void gt_comm_nccl_set_stream(gt_comm *c, void *compute_stream)
     (void)c, (void)compute_stream;
 }
 
+gt_status gt_comm_nccl_mem_alloc(void **p, size_t bytes, gt_error *err)
+{
+    (void)bytes;
+    *p = NULL;
+    return gt_error_set(
+        err, GT_ERR_UNSUPPORTED,
+        "NCCL-registrable memory: this build has no NCCL (build with CUDA and NCCL)");
+}
+
+void gt_comm_nccl_mem_free(void *p)
+{
+    (void)p;
+}
+
+gt_status gt_comm_nccl_window_register(gt_comm *c, void *p, size_t bytes, void **win, gt_error *err)
+{
+    (void)c, (void)p, (void)bytes;
+    *win = NULL;
+    return gt_error_set(
+        err, GT_ERR_UNSUPPORTED,
+        "NCCL symmetric windows: this build has no NCCL (build with CUDA and NCCL)");
+}
+
+void gt_comm_nccl_window_deregister(gt_comm *c, void *win)
+{
+    (void)c, (void)win;
+}
+
 gt_status gt_comm_nccl_wait_event(gt_comm *const *comms, int n, void *event, gt_error *err)
 {
     (void)comms, (void)n, (void)event;
@@ -114,6 +153,19 @@ gt_status gt_comm_nccl_wait_event(gt_comm *const *comms, int n, void *event, gt_
 bool gt_comm_nccl_available(void)
 {
     return true;
+}
+
+gt_status gt_comm_nccl_check_buffers(gt_nccl_buffers buffers, gt_error *err)
+{
+    if (buffers != GT_NCCL_BUFFERS_SYMMETRIC) return GT_OK;
+    int lib = 0;
+    ncclGetVersion(&lib);
+    if (NCCL_VERSION_CODE >= NCCL_VERSION(2, 28, 0) && lib >= NCCL_VERSION(2, 28, 0)) return GT_OK;
+    return gt_error_set(err, GT_ERR_UNSUPPORTED,
+                        "symmetric NCCL buffers (--comm.nccl_buffers symmetric) need NCCL 2.28 or "
+                        "later: this build's nccl.h is version %d, the loaded library %d; use "
+                        "--comm.nccl_buffers default",
+                        NCCL_VERSION_CODE, lib);
 }
 
 nccl_impl *gt_nccl_impl(gt_comm *c)
@@ -396,23 +448,36 @@ static gt_status reserve_scratch(gt_comm *c, size_t need, bool capturing, const 
     GT_TRY(gt_nccl_watch(self, 1, NULL, im->stream, err));
     size_t want = need > 2 * im->scratch_bytes ? need : 2 * im->scratch_bytes;
     if (im->scratch && im->scratch_captured) { /* a graph replays with this pointer: keep it */
-        im->retired = gt_xrealloc(im->retired, (size_t)(im->n_retired + 1) * sizeof(void *));
+        size_t grown = (size_t)(im->n_retired + 1) * sizeof(void *);
+        im->retired = gt_xrealloc(im->retired, grown);
+        im->retired_win = gt_xrealloc(im->retired_win, grown);
+        im->retired_win[im->n_retired] = im->scratch_win;
         im->retired[im->n_retired++] = im->scratch;
     } else if (im->scratch) {
-        cudaFree(im->scratch);
+        gt_nccl_free_scratch(c, im->scratch, im->scratch_win);
     }
     im->scratch = NULL;
+    im->scratch_win = NULL;
     im->scratch_bytes = 0;
     im->scratch_captured = false;
-    cudaError_t e = cudaMalloc(&im->scratch, want);
-    if (e != cudaSuccess) {
+    const char *why = NULL;
+    if (im->buffers != GT_NCCL_BUFFERS_DEFAULT) {
+        ncclResult_t r = ncclMemAlloc(&im->scratch, want);
+        if (r != ncclSuccess) why = ncclGetErrorString(r);
+    } else {
+        cudaError_t e = cudaMalloc(&im->scratch, want);
+        if (e != cudaSuccess) why = cudaGetErrorString(e);
+    }
+    if (why) {
         im->scratch = NULL;
         char d[200];
         gt_nccl_describe(c, d, sizeof d);
         return gt_error_set(err, GT_ERR_NOMEM, "rank %d: %s on %s: %zu bytes of scratch: %s",
-                            im->world_rank, what, d, want, cudaGetErrorString(e));
+                            im->world_rank, what, d, want, why);
     }
     im->scratch_bytes = want;
+    if (im->buffers == GT_NCCL_BUFFERS_SYMMETRIC) /* every rank grows it at the same collective */
+        return gt_comm_nccl_window_register(c, im->scratch, want, &im->scratch_win, err);
     return GT_OK;
 }
 
@@ -476,6 +541,30 @@ static gt_status exchange(gt_comm *c, const char *send, const size_t *send_off,
     return settle_call(c, r != ncclSuccess ? r : end, what, err);
 }
 
+/* Block j of `send` (blk bytes at send + j * blk) goes to rank j, the block of rank r lands at
+ * recv + r * blk (the own block only when copy_own). Symmetric buffers: one ncclAlltoAll (which
+ * copies the own block anyway), run on the copy engines when both buffers lie in symmetric windows
+ * and the CTA policy is zero; otherwise grouped send/recv. */
+static gt_status all_to_all(gt_comm *c, const char *send, char *recv, size_t blk, bool copy_own,
+                            const char *what, gt_error *err)
+{
+#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 28, 0)
+    nccl_impl *im = gt_nccl_impl(c);
+    if (im->buffers == GT_NCCL_BUFFERS_SYMMETRIC)
+        return settle_call(c, ncclAlltoAll(send, recv, blk, ncclUint8, im->nccl, im->stream), what,
+                           err);
+#endif
+    int n = c->size;
+    size_t *off = gt_xmalloc(2 * (size_t)n * sizeof *off), *len = off + n;
+    for (int j = 0; j < n; j++) {
+        off[j] = (size_t)j * blk;
+        len[j] = blk;
+    }
+    gt_status st = exchange(c, send, off, len, recv, blk, copy_own, what, err);
+    free(off);
+    return st;
+}
+
 static gt_status enqueue_reduce_scatter(gt_comm *c, const gt_tensor *in, gt_tensor *out,
                                         gt_error *err)
 {
@@ -484,14 +573,8 @@ static gt_status enqueue_reduce_scatter(gt_comm *c, const gt_tensor *in, gt_tens
     /* blocks travel in the input dtype; a widening scatter (bf16/f16 in, f32 out) sums them in
      * f32 straight into the output */
     size_t blk = (size_t)gt_tensor_numel(out) * gt_dtype_size(in->dtype);
-    size_t *off = gt_xmalloc(2 * (size_t)n * sizeof *off), *len = off + n;
-    for (int j = 0; j < n; j++) {
-        off[j] = (size_t)j * blk;
-        len[j] = blk;
-    }
-    gt_status st = exchange(c, in->data, off, len, im->scratch, blk, false, "reduce_scatter", err);
-    free(off);
-    if (st != GT_OK) return st;
+    /* the sum reads the own block where it lies, in the input */
+    GT_TRY(all_to_all(c, in->data, im->scratch, blk, false, "reduce_scatter", err));
     return gt_cuda_comm_sum(in->dtype, out->dtype, gt_tensor_numel(out), im->scratch, n, c->rank,
                             (const char *)in->data + (size_t)c->rank * blk, out->data, im->stream,
                             err);
@@ -530,7 +613,6 @@ static gt_status enqueue(gt_comm *c, gt_coll_kind kind, const gt_tensor *in, gt_
                          int root, gt_error *err)
 {
     nccl_impl *im = gt_nccl_impl(c);
-    int n = c->size;
     size_t nin = gt_tensor_nbytes(in);
     switch (kind) {
     case GT_COLL_ALL_GATHER:
@@ -541,17 +623,8 @@ static gt_status enqueue(gt_comm *c, gt_coll_kind kind, const gt_tensor *in, gt_
         return settle_call(
             c, ncclBroadcast(out->data, out->data, nin, ncclUint8, root, im->nccl, im->stream),
             "broadcast", err);
-    case GT_COLL_ALL_TO_ALL: {
-        size_t blk = nin / (size_t)n;
-        size_t *off = gt_xmalloc(2 * (size_t)n * sizeof *off), *len = off + n;
-        for (int j = 0; j < n; j++) {
-            off[j] = (size_t)j * blk;
-            len[j] = blk;
-        }
-        gt_status st = exchange(c, in->data, off, len, out->data, blk, true, "all_to_all", err);
-        free(off);
-        return st;
-    }
+    case GT_COLL_ALL_TO_ALL:
+        return all_to_all(c, in->data, out->data, nin / (size_t)c->size, true, "all_to_all", err);
     case GT_COLL_REDUCE_SCATTER:
         return enqueue_reduce_scatter(c, in, out, err);
     case GT_COLL_ALL_REDUCE:
@@ -657,6 +730,71 @@ void gt_comm_nccl_abort(gt_comm *c, const char *why)
 void gt_comm_nccl_set_stream(gt_comm *c, void *compute_stream)
 {
     if (gt_comm_is_nccl(c)) gt_nccl_impl(c)->compute = (cudaStream_t)compute_stream;
+}
+
+gt_status gt_comm_nccl_mem_alloc(void **p, size_t bytes, gt_error *err)
+{
+    *p = NULL;
+    if (bytes == 0) return GT_OK;
+    ncclResult_t r = ncclMemAlloc(p, bytes);
+    if (r == ncclSuccess) return GT_OK;
+    *p = NULL;
+    return gt_error_set(err, GT_ERR_NOMEM,
+                        "ncclMemAlloc of %zu bytes (NCCL-registrable memory): %s", bytes,
+                        ncclGetErrorString(r));
+}
+
+void gt_comm_nccl_mem_free(void *p)
+{
+    if (p) ncclMemFree(p);
+}
+
+gt_status gt_comm_nccl_window_register(gt_comm *c, void *p, size_t bytes, void **win, gt_error *err)
+{
+    *win = NULL;
+    if (!gt_comm_is_nccl(c))
+        return gt_error_set(err, GT_ERR_INVALID,
+                            "symmetric window: communicator '%s' is not an NCCL one", c->name);
+    const char *what = "registering a symmetric window";
+    if (gt_nccl_impl(c)->aborted) return gt_nccl_aborted_error(c, what, err);
+#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 28, 0)
+    ncclWindow_t w = NULL;
+    GT_TRY(settle_call(
+        c, ncclCommWindowRegister(gt_nccl_impl(c)->nccl, p, bytes, &w, NCCL_WIN_COLL_SYMMETRIC),
+        what, err));
+    *win = w;
+    return GT_OK;
+#else
+    (void)p, (void)bytes;
+    return gt_error_set(err, GT_ERR_UNSUPPORTED,
+                        "%s: this build's NCCL is %d.%d; symmetric windows and ncclAlltoAll need "
+                        "NCCL 2.28 or later",
+                        what, NCCL_MAJOR, NCCL_MINOR);
+#endif
+}
+
+void gt_comm_nccl_window_deregister(gt_comm *c, void *win)
+{
+#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 28, 0)
+    if (!win || !gt_comm_is_nccl(c)) return;
+    nccl_impl *im = gt_nccl_impl(c);
+    if (im->aborted || !im->nccl) return; /* its memory is left as it is */
+    bool timed_out;
+    gt_nccl_settle(im->nccl, ncclCommWindowDeregister(im->nccl, (ncclWindow_t)win), im->timeout_s,
+                   &timed_out);
+#else
+    (void)c, (void)win;
+#endif
+}
+
+void gt_nccl_free_scratch(gt_comm *c, void *p, void *win)
+{
+    if (!p) return;
+    gt_comm_nccl_window_deregister(c, win);
+    if (gt_nccl_impl(c)->buffers != GT_NCCL_BUFFERS_DEFAULT)
+        ncclMemFree(p);
+    else
+        cudaFree(p);
 }
 
 #endif

@@ -24,8 +24,11 @@ typedef struct {
     int n_free, cap_free;
     void *scratch;
     size_t scratch_bytes;
-    bool scratch_captured; /* a CUDA graph uses this scratch: never free it before destroy */
-    void **retired;        /* such buffers replaced by a larger one */
+    bool scratch_captured;   /* a CUDA graph uses this scratch: never free it before destroy */
+    void *scratch_win;       /* its symmetric window (GT_NCCL_BUFFERS_SYMMETRIC), or NULL */
+    gt_nccl_buffers buffers; /* gt_comm_nccl_set_buffers */
+    void **retired;          /* such buffers replaced by a larger one, and their windows */
+    void **retired_win;
     int n_retired;
     double timeout_s;
     bool blocking;
@@ -54,6 +57,9 @@ gt_status gt_nccl_cuda_fail(gt_comm *c, const char *what, cudaError_t e, gt_erro
  * fails naming them. */
 gt_status gt_nccl_watch(gt_comm *const *comms, int n, cudaEvent_t ev, cudaStream_t st,
                         gt_error *err);
+
+/* Frees a scratch buffer of c and its window (ncclMemFree or cudaFree, as it was allocated). */
+void gt_nccl_free_scratch(gt_comm *c, void *p, void *win);
 
 /* The vtable entries defined in nccl.c. */
 gt_status gt_nccl_start(gt_comm *c, gt_coll_kind kind, const gt_tensor *in, gt_tensor *out,

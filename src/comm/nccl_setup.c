@@ -25,7 +25,7 @@ static const gt_comm_vtable nccl_vtable;
 /* A gt_comm around an initialised NCCL communicator (taken over; aborted on failure). */
 static gt_status wrap(ncclComm_t nc, const char *name, int rank, int size, int world_rank,
                       const int *world, int device, cudaStream_t compute, double timeout_s,
-                      bool blocking, gt_comm **out, gt_error *err)
+                      bool blocking, gt_nccl_buffers buffers, gt_comm **out, gt_error *err)
 {
     gt_comm *c = gt_xcalloc(1, sizeof *c);
     nccl_impl *im = gt_xcalloc(1, sizeof *im);
@@ -43,6 +43,7 @@ static gt_status wrap(ncclComm_t nc, const char *name, int rank, int size, int w
     im->compute = compute;
     im->timeout_s = timeout_s;
     im->blocking = blocking;
+    im->buffers = buffers;
     int least = 0, greatest = 0;
     cudaError_t e = cudaDeviceGetStreamPriorityRange(&least, &greatest);
     if (e == cudaSuccess)
@@ -58,10 +59,16 @@ static gt_status wrap(ncclComm_t nc, const char *name, int rank, int size, int w
     return GT_OK;
 }
 
-static ncclConfig_t make_config(bool blocking)
+static ncclConfig_t make_config(bool blocking, gt_nccl_buffers buffers)
 {
     ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
     cfg.blocking = blocking ? 1 : 0;
+#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 28, 0)
+    /* symmetric buffers: all-gathers and all-to-alls on the copy engines, no SM taken */
+    if (buffers == GT_NCCL_BUFFERS_SYMMETRIC) cfg.CTAPolicy = NCCL_CTA_POLICY_ZERO;
+#else
+    (void)buffers;
+#endif
     return cfg;
 }
 
@@ -75,9 +82,10 @@ static bool blocking_requested(void)
  * timeout_s. world[] gives the members' root ranks (for messages). */
 static gt_status join_group(const ncclUniqueId *id, const char *name, int rank, int size,
                             int world_rank, const int *world, int device, cudaStream_t compute,
-                            double timeout_s, bool blocking, gt_comm **out, gt_error *err)
+                            double timeout_s, bool blocking, gt_nccl_buffers buffers, gt_comm **out,
+                            gt_error *err)
 {
-    ncclConfig_t cfg = make_config(blocking);
+    ncclConfig_t cfg = make_config(blocking, buffers);
     ncclComm_t nc = NULL;
     ncclResult_t r = ncclCommInitRankConfig(&nc, size, *id, rank, &cfg);
     bool timed_out = false;
@@ -112,8 +120,8 @@ static gt_status join_group(const ncclUniqueId *id, const char *name, int rank, 
                             world_rank, name, got, user_rank, ncclGetErrorString(q1),
                             ncclGetErrorString(q2), size, rank);
     }
-    return wrap(nc, name, rank, size, world_rank, world, device, compute, timeout_s, blocking, out,
-                err);
+    return wrap(nc, name, rank, size, world_rank, world, device, compute, timeout_s, blocking,
+                buffers, out, err);
 }
 
 /* Words of an ncclUniqueId in the host exchange, plus one: whether its maker succeeded. */
@@ -180,7 +188,7 @@ static gt_status nccl_split(gt_comm *c, int color, int key, gt_comm **out, gt_er
             ncclUniqueId id;
             memcpy(&id, leader + 1, sizeof id);
             st = join_group(&id, name, rank, m, im->world_rank, world, im->device, im->compute,
-                            im->timeout_s, im->blocking, out, err);
+                            im->timeout_s, im->blocking, im->buffers, out, err);
         }
     }
     free(all);
@@ -193,6 +201,10 @@ static void nccl_destroy(gt_comm *c)
 {
     nccl_impl *im = gt_nccl_impl(c);
     if (!im->aborted && im->nccl) {
+        /* windows first: deregistering is a collective over the live communicator */
+        gt_comm_nccl_window_deregister(c, im->scratch_win);
+        for (int k = 0; k < im->n_retired; k++)
+            gt_comm_nccl_window_deregister(c, im->retired_win[k]);
         /* flush (bounded), then free; a peer that never finalises makes it an abort */
         bool timed_out = false;
         ncclResult_t r =
@@ -207,13 +219,14 @@ static void nccl_destroy(gt_comm *c)
         gt_comm *self[1] = {c};
         gt_error ignored = {0};
         if (gt_nccl_watch(self, 1, NULL, im->stream, &ignored) == GT_OK) {
-            if (im->scratch) cudaFree(im->scratch);
+            gt_nccl_free_scratch(c, im->scratch, NULL); /* windows: deregistered above */
             for (int k = 0; k < im->n_retired; k++)
-                cudaFree(im->retired[k]);
+                gt_nccl_free_scratch(c, im->retired[k], NULL);
         } /* else leaked: the device may still write them */
         cudaStreamDestroy(im->stream);
     }
     free(im->retired);
+    free(im->retired_win);
     if (im->fork) cudaEventDestroy(im->fork);
     for (int k = 0; k < im->n_free; k++)
         cudaEventDestroy(im->free_ev[k]);
@@ -252,7 +265,7 @@ static gt_status make_id(id_blob *b, gt_error *err)
 
 /* Joins the world communicator of `size` ranks as `rank` on device, through b's id. */
 static gt_status join(const id_blob *b, int rank, int size, int device, void *compute,
-                      double timeout_s, gt_comm **out, gt_error *err)
+                      double timeout_s, gt_nccl_buffers buffers, gt_comm **out, gt_error *err)
 {
     if (!b->ok)
         return gt_error_set(err, GT_ERR_IO,
@@ -260,8 +273,11 @@ static gt_status join(const id_blob *b, int rank, int size, int device, void *co
     int *world = gt_xmalloc((size_t)size * sizeof *world);
     for (int q = 0; q < size; q++)
         world[q] = q;
+    /* symmetric windows: NCCL 2.28.3 refused to register them on a non-blocking communicator
+     * ("Attempt to use communicator before the previous operation returned ncclSuccess") */
+    bool blocking = blocking_requested() || buffers == GT_NCCL_BUFFERS_SYMMETRIC;
     gt_status st = join_group(&b->id, "world", rank, size, rank, world, device,
-                              (cudaStream_t)compute, timeout_s, blocking_requested(), out, err);
+                              (cudaStream_t)compute, timeout_s, blocking, buffers, out, err);
     free(world);
     return st;
 }
@@ -278,7 +294,8 @@ static gt_status prepare(int device, int rank, gt_error *err)
 }
 
 gt_status gt_comm_nccl_create(gt_comm *bootstrap, int device, void *compute_stream,
-                              double timeout_seconds, gt_comm **out, gt_error *err)
+                              double timeout_seconds, gt_nccl_buffers buffers, gt_comm **out,
+                              gt_error *err)
 {
     *out = NULL;
     if (!bootstrap)
@@ -301,7 +318,7 @@ gt_status gt_comm_nccl_create(gt_comm *bootstrap, int device, void *compute_stre
         return id_st;
     }
     double timeout = timeout_seconds > 0 ? timeout_seconds : GT_NCCL_DEFAULT_TIMEOUT;
-    return join(&b, rank, size, device, compute_stream, timeout, out, err);
+    return join(&b, rank, size, device, compute_stream, timeout, buffers, out, err);
 }
 
 static gt_status env_int(const char *name, bool required, int *out, gt_error *err)
@@ -353,7 +370,7 @@ gt_status gt_comm_nccl_create_tcp(int device, void *compute_stream, double timeo
         *err = id_err;
         return id_st;
     }
-    return join(&b, rank, size, device, compute_stream, timeout, out, err);
+    return join(&b, rank, size, device, compute_stream, timeout, GT_NCCL_BUFFERS_DEFAULT, out, err);
 }
 
 #else

@@ -83,6 +83,10 @@ struct gt_cuda_program {
     gt_cuda_stream *stream;
     void *dev[GT_ARENA_COUNT];
     size_t dev_bytes[GT_ARENA_COUNT];
+    gt_nccl_buffers nccl_buffers; /* not DEFAULT: dev[] from gt_comm_nccl_mem_alloc */
+    /* SYMMETRIC: dev[a] is the window win[k][a] of win_comm[k] (gt_cuda_program_set_comms) */
+    gt_comm *win_comm[GT_MESH_MAX_DIMS];
+    void *win[GT_MESH_MAX_DIMS][GT_ARENA_COUNT];
     /* the whole instruction list captured once (gt_cuda_program_capture) */
     cudaGraph_t graph;
     cudaGraphExec_t graph_exec;
@@ -177,13 +181,16 @@ gt_status gt_cuda_program_build(const gt_graph *g, const gt_sym_binding *binding
     *out = NULL;
     gt_cuda_program *p = gt_xcalloc(1, sizeof *p);
     gt_status st = gt_program_build_opts(g, binding, opts, &p->prog, err);
+    p->nccl_buffers = opts ? opts->nccl_buffers : GT_NCCL_BUFFERS_DEFAULT;
     for (int a = 0; st == GT_OK && a < GT_ARENA_COUNT; a++) {
         /* the host arenas were never written: give them back before taking device memory */
         free(p->prog->arena[a]);
         p->prog->arena[a] = NULL;
         p->prog->allocated_bytes[a] = 0;
         size_t bytes = p->prog->plan->arena_bytes[a];
-        st = gt_cuda_malloc(&p->dev[a], bytes, err);
+        st = p->nccl_buffers != GT_NCCL_BUFFERS_DEFAULT
+                 ? gt_comm_nccl_mem_alloc(&p->dev[a], bytes, err)
+                 : gt_cuda_malloc(&p->dev[a], bytes, err);
         if (st != GT_OK)
             gt_error_wrap(err, "program: the %s arena on the device (%zu bytes)",
                           a == GT_ARENA_PERSISTENT ? "persistent" : "step", bytes);
@@ -229,8 +236,15 @@ void gt_cuda_program_free(gt_cuda_program *p)
     for (int32_t k = 0; k < p->n_groups; k++)
         gt_cuda_adamw_multi_free(p->groups[k].launch);
     free(p->groups);
-    for (int a = 0; a < GT_ARENA_COUNT; a++)
-        gt_cuda_free(p->dev[a]);
+    for (int k = 0; k < GT_MESH_MAX_DIMS; k++)
+        for (int a = 0; a < GT_ARENA_COUNT; a++)
+            gt_comm_nccl_window_deregister(p->win_comm[k], p->win[k][a]);
+    for (int a = 0; a < GT_ARENA_COUNT; a++) {
+        if (p->nccl_buffers != GT_NCCL_BUFFERS_DEFAULT)
+            gt_comm_nccl_mem_free(p->dev[a]);
+        else
+            gt_cuda_free(p->dev[a]);
+    }
     gt_program_free(p->prog);
     free(p);
 }
@@ -320,6 +334,29 @@ static gt_status cuda_error(cudaError_t e, const char *what, gt_error *err)
 
 /* ---------------------------------------------------------------- collectives */
 
+/* --comm.nccl_buffers symmetric: each arena a symmetric window of every NCCL communicator of more
+ * than one rank (collective: every rank's program registers the same arenas in the same order). A
+ * communicator replaced by another gets its windows moved. */
+static gt_status register_windows(gt_cuda_program *p, gt_error *err)
+{
+    for (int k = 0; k < GT_MESH_MAX_DIMS; k++) {
+        gt_comm *c = p->prog->comms[k];
+        if (c == p->win_comm[k]) continue;
+        for (int a = 0; a < GT_ARENA_COUNT; a++) {
+            gt_comm_nccl_window_deregister(p->win_comm[k], p->win[k][a]);
+            p->win[k][a] = NULL;
+        }
+        p->win_comm[k] = NULL;
+        if (!gt_comm_is_nccl(c) || gt_comm_size(c) < 2) continue;
+        p->win_comm[k] = c;
+        for (int a = 0; a < GT_ARENA_COUNT; a++)
+            if (p->dev_bytes[a])
+                GT_TRY(gt_comm_nccl_window_register(c, p->dev[a], p->dev_bytes[a], &p->win[k][a],
+                                                    err));
+    }
+    return GT_OK;
+}
+
 gt_status gt_cuda_program_set_comms(gt_cuda_program *p, gt_comm *const comms[GT_MESH_MAX_DIMS],
                                     gt_error *err)
 {
@@ -342,7 +379,7 @@ gt_status gt_cuda_program_set_comms(gt_cuda_program *p, gt_comm *const comms[GT_
     p->nccl = false;
     for (int k = 0; k < GT_MESH_MAX_DIMS; k++)
         p->nccl |= gt_comm_is_nccl(p->prog->comms[k]);
-    return GT_OK;
+    return p->nccl_buffers == GT_NCCL_BUFFERS_SYMMETRIC ? register_windows(p, err) : GT_OK;
 }
 
 /* A start posts its collective (over one rank: a device copy); a wait orders the program's stream

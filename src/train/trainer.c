@@ -108,7 +108,12 @@ static gt_status step_graph_bind(gt_trainer *t, gt_step_graph *s, gt_error *err)
         if (!(s->feed[k] = feed_for(t, g, &g->inputs[k], err))) return err->code;
 #ifdef GT_HAVE_CUDA
     if (t->cuda) { /* the GPU runs only planned programs: arenas in device memory */
-        GT_TRY(gt_cuda_program_build(g, &t->binding, NULL, &s->dev, err));
+        /* --comm.nccl_buffers: arenas NCCL can register (every rank's at the same offsets, as
+         * registration asks) */
+        gt_plan_options o = {.nccl_buffers = gt_train_dist_multi(&t->dist)
+                                                 ? (gt_nccl_buffers)t->cfg->comm.nccl_buffers
+                                                 : GT_NCCL_BUFFERS_DEFAULT};
+        GT_TRY(gt_cuda_program_build(g, &t->binding, &o, &s->dev, err));
         if (gt_train_dist_multi(&t->dist)) {
             /* one NCCL communicator per mesh dim, ordered with the program's stream */
             void *stream = gt_cuda_stream_handle(gt_cuda_program_stream(s->dev));

@@ -321,12 +321,14 @@ int gt_train_device_for_rank(const gt_train_dist *d, int n_devices)
 gt_status gt_train_dist_nccl(gt_train_dist *d, const gt_config *cfg, int device,
                              void *compute_stream, gt_error *err)
 {
+    GT_TRY(gt_comm_nccl_check_buffers((gt_nccl_buffers)cfg->comm.nccl_buffers, err));
     for (int k = 0; k < GT_MESH_NDIMS; k++) {
         if (d->nccl[k] || d->layout.mesh.size[k] == 1) continue;
         /* set-up bounded by the same timeout as every later host call (a rank that never joins
          * is an error after comm.timeout_seconds, not NCCL's default) */
         GT_TRY(gt_comm_nccl_create(d->dim_comm[k], device, compute_stream,
-                                   cfg->comm.timeout_seconds, &d->nccl[k], err));
+                                   cfg->comm.timeout_seconds,
+                                   (gt_nccl_buffers)cfg->comm.nccl_buffers, &d->nccl[k], err));
         gt_comm_nccl_set_timeout(d->nccl[k], cfg->comm.timeout_seconds);
         /* messages name it like its MPI twin: "dp_shard/group 2 (nccl)" */
         char name[sizeof d->nccl[k]->name];
