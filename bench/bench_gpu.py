@@ -259,6 +259,12 @@ static void CUPTIAPI buf_completed(CUcontext ctx, uint32_t stream, uint8_t *buf,
             const KREC *k = (const KREC *)r;
             add_span(k->start, k->end, add(k->name ? k->name : "?", k->end - k->start),
                      k->streamId);
+        } else if (r->kind == CUPTI_ACTIVITY_KIND_MEMCPY2) { /* between GPUs (NCCL's copy engines) */
+            const PREC *m = (const PREC *)r;
+            copy_ns += m->end - m->start;
+            copy_calls++;
+            if (copy_spans)
+                add_span(m->start, m->end, add("[memcpy PtoP]", m->end - m->start), m->streamId);
         } else if (r->kind == CUPTI_ACTIVITY_KIND_MEMCPY) {
             const MREC *m = (const MREC *)r;
             copy_ns += m->end - m->start;
@@ -267,6 +273,7 @@ static void CUPTIAPI buf_completed(CUcontext ctx, uint32_t stream, uint8_t *buf,
                 const char *kind = m->copyKind == CUPTI_ACTIVITY_MEMCPY_KIND_HTOD   ? "[memcpy HtoD]"
                                    : m->copyKind == CUPTI_ACTIVITY_MEMCPY_KIND_DTOH ? "[memcpy DtoH]"
                                    : m->copyKind == CUPTI_ACTIVITY_MEMCPY_KIND_DTOD ? "[memcpy DtoD]"
+                                   : m->copyKind == CUPTI_ACTIVITY_MEMCPY_KIND_PTOP ? "[memcpy PtoP]"
                                                                                      : "[memcpy]";
                 add_span(m->start, m->end, add(kind, m->end - m->start), m->streamId);
             }
@@ -303,6 +310,7 @@ int InitializeInjection(void)
     if (cuptiActivityRegisterCallbacks(buf_requested, buf_completed) != CUPTI_SUCCESS) return 0;
     cuptiActivityEnable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
     cuptiActivityEnable(CUPTI_ACTIVITY_KIND_MEMCPY);
+    cuptiActivityEnable(CUPTI_ACTIVITY_KIND_MEMCPY2);
     atexit(dump);
     return 1;
 }
@@ -346,6 +354,7 @@ def build_kernel_times_lib(work):
     libs = sorted(glob.glob(os.path.join(libdir, "libcupti.so*")), key=len)
     cmd = ["gcc", "-shared", "-fPIC", "-O2", "-I" + inc, "-I/usr/local/cuda/include",
            f"-DKREC={latest('CUpti_ActivityKernel')}", f"-DMREC={latest('CUpti_ActivityMemcpy')}",
+           f"-DPREC={latest('CUpti_ActivityMemcpyPtoP')}",
            src, "-o", lib, libs[0], "-Wl,-rpath," + libdir]
     out = subprocess.run(cmd, capture_output=True, text=True)
     if out.returncode != 0:

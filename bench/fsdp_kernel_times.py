@@ -14,7 +14,8 @@ multi-tensor AdamW launch; host transfers between steps are left out) it reports
 GPU ms per step on 1 GPU and on rank 0 of N (device copies too, as "[memcpy KIND]": the
 library records them when GT_BENCH_COPY_SPANS=1, as here; FSDP's concats and slices are 2D
 copies), and totals split into communication (NCCL kernels and the rank-order sum of the
-reduce-scatter) and compute (everything else, copies included): how much slower the
+reduce-scatter, and the device-to-device and peer memcpys, which in a step are NCCL's copy-engine
+collectives) and compute (everything else, graphtrain's SM copy kernels included): how much slower the
 same compute kernels run while collectives run beside them, how much time the compute kernels
 of FSDP itself add (casts, concatenations, splits), and the step's GPU time. Then the gaps in
 which no compute kernel runs (over 2 us), by the pair of kernels around them and whether a
@@ -40,6 +41,12 @@ import bench_gpu  # noqa: E402  (CUPTI library, demangling)
 
 
 def is_comm(name):
+    """NCCL's kernels, the rank-order sum, and device copies made with cudaMemcpy: graphtrain's own
+    device copies are SM kernels (gt_k_copy_*), so a memcpy between device buffers in the step is
+    NCCL's (the copy-engine collectives of --comm.nccl_buffers symmetric, an all_to_all's own
+    block)."""
+    if name in ("[memcpy DtoD]", "[memcpy PtoP]", "[memcpy]"):
+        return True
     return "nccl" in name.lower() or "comm_sum" in name
 
 

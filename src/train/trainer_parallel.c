@@ -318,6 +318,12 @@ int gt_train_device_for_rank(const gt_train_dist *d, int n_devices)
     return n_devices > 0 ? local % n_devices : 0;
 }
 
+/* --comm.nccl_buffers passes straight through as a gt_nccl_buffers */
+_Static_assert((int)GT_CFG_NCCL_BUFFERS_DEFAULT == (int)GT_NCCL_BUFFERS_DEFAULT &&
+                   (int)GT_CFG_NCCL_BUFFERS_REGISTRABLE == (int)GT_NCCL_BUFFERS_REGISTRABLE &&
+                   (int)GT_CFG_NCCL_BUFFERS_SYMMETRIC == (int)GT_NCCL_BUFFERS_SYMMETRIC,
+               "gt_cfg_nccl_buffers follows gt_nccl_buffers");
+
 gt_status gt_train_dist_nccl(gt_train_dist *d, const gt_config *cfg, int device,
                              void *compute_stream, gt_error *err)
 {
