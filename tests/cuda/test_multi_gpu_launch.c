@@ -10,8 +10,9 @@
  *   - CUDA graphs on vs off (compile.cudagraphs): bitwise identical, FSDP2;
  *   - --metrics.comm_report (FSDP2): one line per collective of the logged schedule, exposed time
  *     within [0, total], and the same bits as without the report;
- *   - --comm.nccl_buffers symmetric (FSDP2; symmetric windows, ncclAlltoAll exchanges, zero-CTA
- *     collectives on the copy engines): the same bits as the default buffers;
+ *   - --comm.nccl_buffers registrable (ncclMemAlloc arenas NCCL registers) and symmetric
+ *     (symmetric windows, ncclAlltoAll exchanges, zero-CTA collectives on the copy engines),
+ *     FSDP2: the same bits as the default buffers;
  *   - bf16 mixed precision (the default): FSDP2's loss curve within 1 % of the one-GPU bf16 run.
  * Every rank's program allocates what it planned (the memory lines of the log). */
 #include "distributed/launch.h" /* first: train_child.h defines _GNU_SOURCE */
@@ -135,7 +136,7 @@ int main(void)
         {"FSDP2", 1, 2, 1},     {"TP2", 1, 1, 2},     {"FSDP4", 1, 4, 1},
         {"FSDP2xTP2", 1, 2, 2}, {"HSDP2x2", 2, 2, 1},
     };
-    static launch_result ref, ref_bf16, r, again, nograph, bf16, report, symmetric;
+    static launch_result ref, ref_bf16, r, again, nograph, bf16, report, registrable, symmetric;
     run(base, "1gpu_fp32", NULL, true, NULL, &ref);
     for (size_t k = 0; k < sizeof layouts / sizeof layouts[0]; k++) {
         const launch_layout *l = &layouts[k];
@@ -158,6 +159,9 @@ int main(void)
             run(base, "FSDP2_fp32_report", l, true, "--metrics.comm_report=true", &report);
             compare_bitwise(&r, &report, "FSDP2 comm report on vs off");
             check_comm_report(&report);
+            run(base, "FSDP2_fp32_registrable", l, true, "--comm.nccl_buffers=registrable",
+                &registrable);
+            compare_bitwise(&r, &registrable, "FSDP2 registrable NCCL buffers vs default");
             gt_error why = {0};
             if (gt_comm_nccl_check_buffers(GT_NCCL_BUFFERS_SYMMETRIC, &why) == GT_OK) {
                 run(base, "FSDP2_fp32_symmetric", l, true, "--comm.nccl_buffers=symmetric",
