@@ -406,19 +406,29 @@ gt_status gt_kernel_want_perm(const gt_kernel_call *c, int *perm, gt_error *err)
     return GT_OK;
 }
 
+/* slice and slice_backward alike: [e[0], e[1]) lies in a dim of `size`, `part` is that range of
+ * `whole` along dim and otherwise of its shape, and whole's dim has `size`. */
+static gt_status want_range(const gt_kernel_call *c, int dim, int64_t size, const gt_tensor *whole,
+                            const gt_tensor *part, gt_error *err)
+{
+    int64_t start = c->e[0], end = c->e[1];
+    if (start < 0 || end < start || end > size)
+        return gt_error_set(err, GT_ERR_INVALID, "%s: [%lld, %lld) outside dim %d of size %lld",
+                            gt_kernel_op_name(c->op), (long long)start, (long long)end, dim,
+                            (long long)size);
+    if (!gt_kernel_same_but(part, whole, dim) || part->shape[dim] != end - start ||
+        whole->shape[dim] != size)
+        return gt_kernel_shape_error(c, c->in[0], c->out[0], err);
+    return GT_OK;
+}
+
 gt_status gt_kernel_want_slice(const gt_kernel_call *c, int *dim, gt_error *err)
 {
     GT_TRY(gt_kernel_want_attrs(c, 1, 0, 2, err));
     const gt_tensor *x = c->in[0], *out = c->out[0];
     GT_TRY(gt_kernel_want_same_dtype(c, x, "input", out, "output", err));
     GT_TRY(gt_kernel_norm_dim(c, c->i[0], x->ndim, dim, err));
-    int64_t start = c->e[0], end = c->e[1];
-    if (start < 0 || end < start || end > x->shape[*dim])
-        return gt_error_set(err, GT_ERR_INVALID, "slice: [%lld, %lld) outside dim %d of size %lld",
-                            (long long)start, (long long)end, *dim, (long long)x->shape[*dim]);
-    if (!gt_kernel_same_but(x, out, *dim) || out->shape[*dim] != end - start)
-        return gt_kernel_shape_error(c, x, out, err);
-    return GT_OK;
+    return want_range(c, *dim, x->shape[*dim], x, out, err);
 }
 
 gt_status gt_kernel_want_slice_backward(const gt_kernel_call *c, int *dim, gt_error *err)
@@ -427,15 +437,7 @@ gt_status gt_kernel_want_slice_backward(const gt_kernel_call *c, int *dim, gt_er
     const gt_tensor *dy = c->in[0], *out = c->out[0];
     GT_TRY(gt_kernel_want_same_dtype(c, dy, "dy", out, "output", err));
     GT_TRY(gt_kernel_norm_dim(c, c->i[0], dy->ndim, dim, err));
-    int64_t start = c->e[0], end = c->e[1], size = c->e[2];
-    if (start < 0 || end < start || end > size)
-        return gt_error_set(err, GT_ERR_INVALID,
-                            "slice_backward: [%lld, %lld) outside dim %d of size %lld",
-                            (long long)start, (long long)end, *dim, (long long)size);
-    if (!gt_kernel_same_but(dy, out, *dim) || dy->shape[*dim] != end - start ||
-        out->shape[*dim] != size)
-        return gt_kernel_shape_error(c, dy, out, err);
-    return GT_OK;
+    return want_range(c, *dim, c->e[2], out, dy, err);
 }
 
 gt_status gt_kernel_want_concat(const gt_kernel_call *c, int *dim, gt_error *err)

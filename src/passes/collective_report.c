@@ -156,29 +156,17 @@ int32_t gt_pass_collectives(const gt_graph *g, const gt_sym_binding *b, gt_colle
 
 /* ---------------------------------------------------------------- the report */
 
-static const char *kind_name(gt_op op)
-{
-    switch (op) {
-    case GT_OP_ALL_GATHER_START:
-        return "all_gather";
-    case GT_OP_REDUCE_SCATTER_START:
-        return "reduce_scatter";
-    case GT_OP_ALL_TO_ALL_START:
-        return "all_to_all";
-    default:
-        return "all_reduce";
-    }
-}
-
+/* The report's kinds, in its order, and their names. */
 static const gt_op report_kinds[4] = {GT_OP_ALL_GATHER_START, GT_OP_REDUCE_SCATTER_START,
                                       GT_OP_ALL_REDUCE_START, GT_OP_ALL_TO_ALL_START};
+static const char *const report_names[4] = {"all_gather", "reduce_scatter", "all_reduce",
+                                            "all_to_all"};
 
 static int kind_index(gt_op op)
 {
-    int k = 0;
-    while (k < 3 && report_kinds[k] != op)
-        k++;
-    return k;
+    for (int k = 0; k < 4; k++)
+        if (report_kinds[k] == op) return k;
+    return 2; /* only starts are reported: not reached */
 }
 
 static const char *mesh_dim_name(const gt_graph *g, int dim, char *buf, size_t len)
@@ -222,7 +210,7 @@ void gt_pass_collective_report(const gt_graph *g, const gt_sym_binding *b, FILE 
         else
             snprintf(flops, sizeof flops, "%.3g", c[k].overlap_flops);
         fprintf(f, "%6d -> %-6s %-14s %-12s %-26s overlap %5d nodes %10s FLOP  # %s %s\n",
-                c[k].start, wait, kind_name(c[k].op),
+                c[k].start, wait, report_names[kind_index(c[k].op)],
                 mesh_dim_name(g, c[k].mesh_dim, dim, sizeof dim),
                 format_bytes(c[k].bytes, by, sizeof by), c[k].overlap_nodes, flops,
                 gt_graph_str(g, nd->fqn), gt_phase_name((gt_phase)nd->phase));
@@ -237,7 +225,7 @@ void gt_pass_collective_report(const gt_graph *g, const gt_sym_binding *b, FILE 
     for (int kind = 0; kind < 4; kind++) {
         if (!count[kind]) continue;
         char by[64];
-        fprintf(f, "total %-14s %5d collectives %s\n", kind_name(report_kinds[kind]), count[kind],
+        fprintf(f, "total %-14s %5d collectives %s\n", report_names[kind], count[kind],
                 format_bytes(bytes[kind], by, sizeof by));
     }
     if (unknown_bytes)

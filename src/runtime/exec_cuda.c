@@ -335,18 +335,18 @@ static gt_status cuda_error(cudaError_t e, const char *what, gt_error *err)
 /* ---------------------------------------------------------------- collectives */
 
 /* --comm.nccl_buffers symmetric: each arena a symmetric window of every NCCL communicator of more
- * than one rank (collective: every rank's program registers the same arenas in the same order). A
- * communicator replaced by another gets its windows moved. */
+ * than one rank (collective: every rank's program registers the same arenas in the same order),
+ * once; the windows belong to those communicators until gt_cuda_program_free. */
 static gt_status register_windows(gt_cuda_program *p, gt_error *err)
 {
     for (int k = 0; k < GT_MESH_MAX_DIMS; k++) {
         gt_comm *c = p->prog->comms[k];
         if (c == p->win_comm[k]) continue;
-        for (int a = 0; a < GT_ARENA_COUNT; a++) {
-            gt_comm_nccl_window_deregister(p->win_comm[k], p->win[k][a]);
-            p->win[k][a] = NULL;
-        }
-        p->win_comm[k] = NULL;
+        if (p->win_comm[k])
+            return gt_error_set(err, GT_ERR_INVALID,
+                                "program: the arenas are symmetric windows of the communicator "
+                                "for mesh dim %d set first; it cannot be replaced",
+                                k);
         if (!gt_comm_is_nccl(c) || gt_comm_size(c) < 2) continue;
         p->win_comm[k] = c;
         for (int a = 0; a < GT_ARENA_COUNT; a++)
