@@ -15,6 +15,8 @@
  *     communicator's timeout when a host collective is. Its NCCL abort, which waits for the
  *     stopped peer, is bounded (gt_nccl_abort). The launch then ends non-zero and no process of
  *     the run is left (the stopped rank is killed).
+ *   Both fault cases run with --comm.nccl_buffers default, and again with symmetric where the NCCL
+ *   library supports it (its collectives then run on the copy engines).
  *   - torchrun-style launch: 2 processes started by this test with RANK, WORLD_SIZE, LOCAL_RANK,
  *     MASTER_ADDR=127.0.0.1, MASTER_PORT=a free port and no MPI in their environment (the TCP
  *     communicator bootstraps NCCL), fp32, 10 steps, a checkpoint at step 10: every step's loss and
@@ -29,6 +31,7 @@
 #include <ctype.h>
 #include <dirent.h>
 
+#include "graphtrain/gt_comm.h"
 #include "graphtrain/gt_cuda.h"
 
 #define BOUND_SECONDS 60.0 /* a failure must end the job within this */
@@ -66,12 +69,13 @@ static void fp32_options(launch_cmd *c, const char *dump)
 
 /* ---------------------------------------------------------------- failures */
 
-/* `mpiexec -np 2 graphtrain train` of the fault runs with extra options ("--a=b", NULL-ended), in
- * which rank 1 meets its fault at step 3, printing `fault` then. Checks what every fault run must
- * (`what` names the case in the messages): the launch ends non-zero within the bound, after rank
- * 1 reached its fault. Returns whether those held. */
-static bool run_fault(const char *base, const char *name, const char *const *extra,
-                      const char *what, const char *fault, launch_outcome *o)
+/* `mpiexec -np 2 graphtrain train` of the fault runs with extra options ("--a=b", NULL-ended) and
+ * `--comm.nccl_buffers=BUFFERS`, in which rank 1 meets its fault at step 3, printing `fault` then.
+ * Checks what every fault run must (`what` names the case in the messages): the launch ends
+ * non-zero within the bound, after rank 1 reached its fault. Returns whether those held. */
+static bool run_fault(const char *base, const char *name, const char *buffers,
+                      const char *const *extra, const char *what, const char *fault,
+                      launch_outcome *o)
 {
     launch_cmd c;
     char out_path[600];
@@ -79,6 +83,7 @@ static bool run_fault(const char *base, const char *name, const char *const *ext
     snprintf(out_path, sizeof out_path, "%s.txt", o->dump);
     launch_train(&c, RANKS);
     gpu_options(&c, FAULT_STEPS, o->dump);
+    launch_add(&c, "--comm.nccl_buffers=%s", buffers);
     for (int k = 0; extra[k]; k++)
         launch_add(&c, "%s", extra[k]);
     launch_run_outcome(&c, out_path, BOUND_SECONDS + 30, o);
@@ -190,11 +195,13 @@ static void end_fault(launch_outcome *o, bool ok, const char *what)
     launch_outcome_free(o, !ok);
 }
 
-static void dead_rank(const char *base)
+static void dead_rank(const char *base, const char *buffers)
 {
     static const char *const x[] = {"--debug.test_kill_rank_at_step=1:3", NULL};
     launch_outcome o;
-    bool ok = run_fault(base, "killed_rank", x, "killed rank", "rank 1 kills itself at step 3", &o);
+    char name[64];
+    snprintf(name, sizeof name, "killed_rank_%s", buffers);
+    bool ok = run_fault(base, name, buffers, x, "killed rank", "rank 1 kills itself at step 3", &o);
     char line[1024] = "";
     bool named = names_rank_elsewhere(o.out, 1, line, sizeof line);
     LAUNCH_CHECK(named,
@@ -203,12 +210,14 @@ static void dead_rank(const char *base)
     end_fault(&o, ok, "killed rank");
 }
 
-static void hung_rank(const char *base)
+static void hung_rank(const char *base, const char *buffers)
 {
     static const char *const x[] = {"--debug.test_kill_rank_at_step=1:3:stop",
                                     "--comm.timeout_seconds=10", NULL};
     launch_outcome o;
-    bool ok = run_fault(base, "hung_rank", x, "hung rank", "rank 1 stops itself at step 3", &o);
+    char name[64];
+    snprintf(name, sizeof name, "hung_rank_%s", buffers);
+    bool ok = run_fault(base, name, buffers, x, "hung rank", "rank 1 stops itself at step 3", &o);
     char line[1024] = "";
     bool failed = failure_line(o.out, 0, RANKS, line, sizeof line);
     LAUNCH_CHECK(failed, "hung rank: rank 0 printed no failure line");
@@ -332,8 +341,18 @@ int main(void)
     if (!launch_begin(base, sizeof base, "gt_gpu_safety_launch")) return 1;
     setenv("NCCL_NVLS_ENABLE", "0", 0); /* NVLink multicast off in every rank (unless chosen) */
 
-    dead_rank(base);
-    hung_rank(base);
+    /* Both fault cases with NCCL's own buffers, and with symmetric ones where this NCCL has
+     * them: their all-gathers then run on the copy engines, a dead peer leaves a copy waiting on a
+     * stream memory wait rather than a kernel, and the job must still end. */
+    dead_rank(base, "default");
+    hung_rank(base, "default");
+    gt_error err = {0};
+    if (gt_comm_nccl_check_buffers(GT_NCCL_BUFFERS_SYMMETRIC, &err) == GT_OK) {
+        dead_rank(base, "symmetric");
+        hung_rank(base, "symmetric");
+    } else {
+        printf("symmetric buffers: not run: %s\n", err.msg);
+    }
     static launch_result mpi, tcp;
     run_mpi(base, &mpi);
     run_tcp(base, &tcp);
