@@ -1,5 +1,6 @@
 /* bench_attention.c — forward and backward time of sdpa on the GPU (bf16 flash path, and the f32
- * tiled path for comparison) at the 1B shape: b 8, hq 32, hkv 8, s 2048, d 64, causal.
+ * tiled path for comparison) at the 1B shape: b 8, hq 32, hkv 8, s 2048, d 64, causal; bf16 shapes
+ * in both layouts (0: [b, heads, s, d]; 1: [b, s, heads, d], the one the llama3 step uses).
  * TFLOP/s counts the causal half: forward 4 b h s^2 d / 2, backward 2.5x that.
  * Build against the library (see bench/README.md), run on a machine with a CUDA device. */
 #include "graphtrain/gt_cuda.h"
@@ -18,10 +19,12 @@ static double now_s(void)
 }
 
 static int bench(gt_cuda_stream *st, gt_dtype dt, int64_t b, int64_t hq, int64_t hkv, int64_t s,
-                 int64_t d, int iters)
+                 int64_t d, int iters, int layout)
 {
     gt_error err = {0};
-    const int64_t qs[4] = {b, hq, s, d}, ks[4] = {b, hkv, s, d}, ls[3] = {b, hq, s};
+    const int64_t ls[3] = {b, hq, s};
+    int64_t qs[4] = {b, hq, s, d}, ks[4] = {b, hkv, s, d};
+    if (layout) qs[1] = s, qs[2] = hq, ks[1] = s, ks[2] = hkv;
     gt_tensor q, k, v, o, lse, g, dq, dk, dv;
     if (gt_cuda_tensor_alloc(&q, dt, 4, qs, &err) || gt_cuda_tensor_alloc(&k, dt, 4, ks, &err) ||
         gt_cuda_tensor_alloc(&v, dt, 4, ks, &err) || gt_cuda_tensor_alloc(&o, dt, 4, qs, &err) ||
@@ -40,13 +43,13 @@ static int bench(gt_cuda_stream *st, gt_dtype dt, int64_t b, int64_t hq, int64_t
         gt_cuda_stream_sync(st, &err);
         free(h);
     }
-    int64_t ia[1] = {1};
+    int64_t ia[2] = {1, layout}; /* causal, layout */
     double fa[1] = {1.0 / sqrt((double)d)};
     gt_kernel_call f = {
-        .op = GT_OP_SDPA, .i = ia, .f = fa, .ni = 1, .nf = 1, .n_in = 3, .n_out = 2};
+        .op = GT_OP_SDPA, .i = ia, .f = fa, .ni = 2, .nf = 1, .n_in = 3, .n_out = 2};
     f.in[0] = &q, f.in[1] = &k, f.in[2] = &v, f.out[0] = &o, f.out[1] = &lse;
     gt_kernel_call bw = {
-        .op = GT_OP_SDPA_BACKWARD, .i = ia, .f = fa, .ni = 1, .nf = 1, .n_in = 6, .n_out = 3};
+        .op = GT_OP_SDPA_BACKWARD, .i = ia, .f = fa, .ni = 2, .nf = 1, .n_in = 6, .n_out = 3};
     bw.in[0] = &q, bw.in[1] = &k, bw.in[2] = &v, bw.in[3] = &o, bw.in[4] = &lse, bw.in[5] = &g;
     bw.out[0] = &dq, bw.out[1] = &dk, bw.out[2] = &dv;
     double t[2];
@@ -68,9 +71,9 @@ static int bench(gt_cuda_stream *st, gt_dtype dt, int64_t b, int64_t hq, int64_t
         t[pass] = (now_s() - t0) / iters;
     }
     double flop = 4.0 * (double)(b * hq) * (double)s * (double)s * (double)d / 2.0;
-    printf("sdpa %s b %lld hq %lld hkv %lld s %lld d %lld causal: fwd %.3f ms %.1f TFLOP/s, "
-           "bwd %.3f ms %.1f TFLOP/s, fwd+bwd %.3f ms %.1f TFLOP/s\n",
-           dt == GT_BF16 ? "bf16" : "f32", (long long)b, (long long)hq, (long long)hkv,
+    printf("sdpa %s layout %d b %lld hq %lld hkv %lld s %lld d %lld causal: fwd %.3f ms %.1f "
+           "TFLOP/s, bwd %.3f ms %.1f TFLOP/s, fwd+bwd %.3f ms %.1f TFLOP/s\n",
+           dt == GT_BF16 ? "bf16" : "f32", layout, (long long)b, (long long)hq, (long long)hkv,
            (long long)s, (long long)d, 1e3 * t[0], flop / t[0] * 1e-12, 1e3 * t[1],
            2.5 * flop / t[1] * 1e-12, 1e3 * (t[0] + t[1]), 3.5 * flop / (t[0] + t[1]) * 1e-12);
     gt_tensor *fr[] = {&q, &k, &v, &o, &lse, &g, &dq, &dk, &dv};
@@ -92,12 +95,14 @@ int main(int argc, char **argv)
         return 1;
     }
     int rc = 0;
-    if (strcmp(only, "debugmodel") != 0) rc |= bench(st, GT_BF16, 8, 32, 8, 2048, 64, 20);
-    if (strcmp(only, "1b") != 0) rc |= bench(st, GT_BF16, 8, 16, 16, 2048, 16, 20); /* debugmodel */
-    if (!*only) {
-        rc |= bench(st, GT_BF16, 8, 32, 8, 2048, 128, 10);
-        rc |= bench(st, GT_F32, 8, 32, 8, 2048, 64, 2);
+    for (int layout = 0; layout < 2; layout++) {
+        if (strcmp(only, "debugmodel") != 0)
+            rc |= bench(st, GT_BF16, 8, 32, 8, 2048, 64, 20, layout);
+        if (strcmp(only, "1b") != 0) /* debugmodel heads */
+            rc |= bench(st, GT_BF16, 8, 16, 16, 2048, 16, 20, layout);
+        if (!*only) rc |= bench(st, GT_BF16, 8, 32, 8, 2048, 128, 10, layout);
     }
+    if (!*only) rc |= bench(st, GT_F32, 8, 32, 8, 2048, 64, 2, 0);
     gt_cuda_stream_destroy(st);
     return rc;
 }
