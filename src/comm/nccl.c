@@ -188,12 +188,20 @@ static void backoff(double start, long *sleep_ns)
 }
 
 /* Finishes a non-blocking call that returned r on comm: polls its state while ncclInProgress.
- * *timed_out when timeout_s (> 0) passed first. */
+ * A call that returned ncclSuccess is checked too: NCCL may still hold the communicator in
+ * progress then (NVIDIA/nccl#1734, #1495), and its next call would fail with "Attempt to use
+ * communicator before the previous operation returned ncclSuccess". *timed_out when timeout_s
+ * (> 0) passed first. */
 ncclResult_t gt_nccl_settle(ncclComm_t comm, ncclResult_t r, double timeout_s, bool *timed_out)
 {
     *timed_out = false;
     double t0 = gt_now_seconds();
     long sleep_ns = 50000;
+    if (r == ncclSuccess) {
+        ncclResult_t state = ncclSuccess;
+        if (ncclCommGetAsyncError(comm, &state) == ncclSuccess && state == ncclInProgress)
+            r = ncclInProgress;
+    }
     while (r == ncclInProgress) {
         ncclResult_t state = ncclInProgress;
         ncclResult_t q = ncclCommGetAsyncError(comm, &state);

@@ -274,7 +274,11 @@ static gt_status join(const id_blob *b, int rank, int size, int device, void *co
     for (int q = 0; q < size; q++)
         world[q] = q;
     /* symmetric windows: NCCL 2.28.3 refused to register them on a non-blocking communicator
-     * ("Attempt to use communicator before the previous operation returned ncclSuccess") */
+     * ("Attempt to use communicator before the previous operation returned ncclSuccess"). Since
+     * gt_nccl_settle also polls after a call that returned ncclSuccess, a non-blocking one
+     * registered them and trained bitwise as before (2 H200s, debugmodel FSDP2; whether the
+     * refusal would have come there without that poll was not checked); until that is seen on 4
+     * GPUs and the GPU suite, they stay blocking. */
     bool blocking = blocking_requested() || buffers == GT_NCCL_BUFFERS_SYMMETRIC;
     gt_status st = join_group(&b->id, "world", rank, size, rank, world, device,
                               (cudaStream_t)compute, timeout_s, blocking, buffers, out, err);
