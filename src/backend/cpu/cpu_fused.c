@@ -117,7 +117,7 @@ gt_status gt_cpu_fused_elementwise(const gt_kernel_call *c, gt_error *err)
     }
     int nd = out->ndim, n_in = c->n_in;
     int64_t stride[GT_MAX_IN][GT_MAX_DIMS];
-    bool same[GT_MAX_IN];
+    bool same[GT_MAX_IN], broadcast = false; /* broadcast: some input is gathered */
     int64_t n = gt_tensor_numel(out);
     for (int k = 0; k < n_in; k++) {
         const gt_tensor *x = c->in[k];
@@ -132,6 +132,7 @@ gt_status gt_cpu_fused_elementwise(const gt_kernel_call *c, gt_error *err)
                 gt_kernel_fmt(x, bx, sizeof bx), gt_kernel_fmt(out, bo, sizeof bo));
         }
         same[k] = gt_tensor_numel(x) == n; /* then the strides are the output's own */
+        broadcast = broadcast || !same[k];
     }
     if (n == 0) return GT_OK;
 
@@ -147,7 +148,8 @@ gt_status gt_cpu_fused_elementwise(const gt_kernel_call *c, gt_error *err)
     for (int k = 0; k < c->ni; k++)
         reg[k] = buf + (size_t)(n_in + k) * chunk;
 
-    /* odometer over the output's index space for the broadcast inputs */
+    /* odometer over the output's index space for the broadcast inputs (none: inputs are read in
+     * place and the walk is skipped) */
     int64_t idx[GT_MAX_DIMS] = {0}, off[GT_MAX_IN] = {0};
     gt_status st = GT_OK;
     for (int64_t i0 = 0; i0 < n && st == GT_OK; i0 += (int64_t)chunk) {
@@ -155,7 +157,7 @@ gt_status gt_cpu_fused_elementwise(const gt_kernel_call *c, gt_error *err)
         const float *operand[GT_MAX_IN];
         for (int k = 0; k < n_in; k++)
             operand[k] = same[k] ? (const float *)c->in[k]->data + i0 : gather[k];
-        for (int64_t j = 0; j < len; j++) {
+        for (int64_t j = 0; broadcast && j < len; j++) {
             for (int k = 0; k < n_in; k++)
                 if (!same[k]) gather[k][j] = ((const float *)c->in[k]->data)[off[k]];
             for (int d = nd - 1; d >= 0; d--) { /* next index, row-major */
