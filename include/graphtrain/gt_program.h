@@ -172,6 +172,22 @@ void gt_program_free(gt_program *p);
  * it is copied into the arena. outputs[k] receives g->outputs[k]: allocated here, owned by the
  * caller (gt_tensor_free), as gt_eager_run. Every run reuses the arenas. */
 gt_status gt_program_run(gt_program *p, const gt_tensor *inputs, gt_tensor *outputs, gt_error *err);
+
+/* The same run in pieces, for a caller that keeps state in the arenas between runs (as the CUDA
+ * program does; the trainer's compiled CPU step): a graph input's buffer keeps its bytes from run
+ * to run, so only inputs that change need setting. The default plan puts adamw's updated params
+ * and moments over the old ones, so carrying them is no copy; gt_program_carry copies when the
+ * plan did not alias them (no_in_place). */
+/* Copies t into input k's buffer (dtype and shape must match, or GT_ERR_INVALID names it). */
+gt_status gt_program_set_input(gt_program *p, int32_t k, const gt_tensor *t, gt_error *err);
+/* Runs the instructions on the buffers as they are. */
+gt_status gt_program_exec(gt_program *p, gt_error *err);
+/* A view of output k's buffer (valid until the next exec; not owned). */
+gt_status gt_program_output(const gt_program *p, int32_t k, gt_tensor *view, gt_error *err);
+/* Output out_k becomes input in_k's value for the next exec (a copy unless they share bytes). */
+gt_status gt_program_carry(gt_program *p, int32_t out_k, int32_t in_k, gt_error *err);
+/* Copies input k's buffer into dst (dtype and shape must match). */
+gt_status gt_program_read_input(const gt_program *p, int32_t k, gt_tensor *dst, gt_error *err);
 /* Planned bytes of an arena, and bytes actually allocated for it. */
 size_t gt_program_planned_bytes(const gt_program *p, gt_arena_kind a);
 size_t gt_program_allocated_bytes(const gt_program *p, gt_arena_kind a);

@@ -231,6 +231,84 @@ static gt_status run_instr(gt_program *p, const gt_instr *ins, gt_error *err)
     return st;
 }
 
+gt_status gt_program_set_input(gt_program *p, int32_t k, const gt_tensor *t, gt_error *err)
+{
+    if (k < 0 || k >= p->n_inputs)
+        return gt_error_set(err, GT_ERR_INVALID, "program: no graph input %d (it has %d)", k,
+                            p->n_inputs);
+    return copy_input(p, k, t, err);
+}
+
+gt_status gt_program_exec(gt_program *p, gt_error *err)
+{
+    GT_TRY(gt_runtime_check_comms(p, "", err));
+    for (int32_t k = 0; k < p->n_instrs; k++) {
+        gt_status st = run_instr(p, &p->instrs[k], err);
+        if (st != GT_OK) {
+            gt_runtime_drain_slots(p);
+            return st;
+        }
+    }
+    return GT_OK;
+}
+
+gt_status gt_program_output(const gt_program *p, int32_t k, gt_tensor *view, gt_error *err)
+{
+    memset(view, 0, sizeof *view);
+    if (k < 0 || k >= p->n_outputs)
+        return gt_error_set(err, GT_ERR_INVALID, "program: no graph output %d (it has %d)", k,
+                            p->n_outputs);
+    ref_tensor(p->arena, &p->outputs[k], view);
+    return GT_OK;
+}
+
+gt_status gt_program_carry(gt_program *p, int32_t out_k, int32_t in_k, gt_error *err)
+{
+    if (out_k < 0 || out_k >= p->n_outputs || in_k < 0 || in_k >= p->n_inputs)
+        return gt_error_set(err, GT_ERR_INVALID,
+                            "program: carry from output %d to input %d, but the graph has %d "
+                            "outputs and %d inputs",
+                            out_k, in_k, p->n_outputs, p->n_inputs);
+    const gt_buffer_ref *o = &p->outputs[out_k], *i = &p->inputs[in_k];
+    gt_tensor src, dst;
+    ref_tensor(p->arena, o, &src);
+    ref_tensor(p->arena, i, &dst);
+    if (o->dtype != i->dtype || gt_tensor_numel(&src) != gt_tensor_numel(&dst)) {
+        char a[160], b[160];
+        gt_tensor_format_type(&src, a, sizeof a);
+        gt_tensor_format_type(&dst, b, sizeof b);
+        return gt_error_set(err, GT_ERR_INVALID,
+                            "program: carry from output %d (%s) into input %d (%s %s): the types "
+                            "differ",
+                            out_k, a, in_k, b, gt_graph_str(p->g, p->g->inputs[in_k].fqn));
+    }
+    if (src.data != dst.data) memmove(dst.data, src.data, gt_tensor_nbytes(&dst));
+    return GT_OK;
+}
+
+gt_status gt_program_read_input(const gt_program *p, int32_t k, gt_tensor *dst, gt_error *err)
+{
+    if (k < 0 || k >= p->n_inputs)
+        return gt_error_set(err, GT_ERR_INVALID, "program: no graph input %d (it has %d)", k,
+                            p->n_inputs);
+    gt_tensor src;
+    ref_tensor(p->arena, &p->inputs[k], &src);
+    bool ok = dst->dtype == src.dtype && dst->ndim == src.ndim && (dst->data || !src.data);
+    for (int d = 0; ok && d < src.ndim; d++)
+        ok = dst->shape[d] == src.shape[d];
+    if (!ok) {
+        char a[160], b[160];
+        gt_tensor_format_type(&src, a, sizeof a);
+        gt_tensor_format_type(dst, b, sizeof b);
+        return gt_error_set(err, GT_ERR_INVALID,
+                            "program: reading graph input %d (%s) into %s: the types differ", k, a,
+                            b);
+    }
+    size_t nbytes = gt_tensor_nbytes(&src);
+    if (nbytes) memmove(dst->data, src.data, nbytes);
+    return GT_OK;
+}
+
 gt_status gt_program_run(gt_program *p, const gt_tensor *inputs, gt_tensor *outputs, gt_error *err)
 {
     if ((p->n_inputs > 0 && !inputs) || (p->n_outputs > 0 && !outputs))
@@ -242,13 +320,7 @@ gt_status gt_program_run(gt_program *p, const gt_tensor *inputs, gt_tensor *outp
     GT_TRY(gt_runtime_check_comms(p, "", err));
     for (int32_t k = 0; k < p->n_inputs; k++)
         GT_TRY(copy_input(p, k, &inputs[k], err));
-    for (int32_t k = 0; k < p->n_instrs; k++) {
-        gt_status st = run_instr(p, &p->instrs[k], err);
-        if (st != GT_OK) {
-            gt_runtime_drain_slots(p);
-            return st;
-        }
-    }
+    GT_TRY(gt_program_exec(p, err));
     for (int32_t k = 0; k < p->n_outputs; k++) {
         const gt_buffer_ref *r = &p->outputs[k];
         gt_status st = gt_tensor_alloc(&outputs[k], r->dtype, r->ndim, r->shape, err);

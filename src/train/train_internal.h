@@ -121,7 +121,8 @@ typedef struct {
     gt_tensor *outputs;
     gt_program *prog;     /* compile.enable: the planned, lowered program; else NULL (eager) */
     gt_cuda_program *dev; /* training.device = cuda: the program on the GPU (prog is NULL) */
-    bool dev_loaded;      /* the device holds the state (uploaded, or updated there since) */
+    bool dev_loaded;      /* dev, or prog of the whole step: it holds the state (set, or
+                           * updated there since) */
     int64_t runs;         /* cuda: execs queued so far */
 } gt_step_graph;
 
@@ -170,7 +171,7 @@ typedef struct {
     bool metrics_open;
     bool cuda;       /* training.device = cuda */
     int device;      /* its CUDA device (the node-local rank modulo the visible GPUs) */
-    bool host_stale; /* cuda: the device state is newer than params/exp_avg/exp_avg_sq */
+    bool host_stale; /* the whole-step program holds newer state than params/exp_avg/exp_avg_sq */
     gt_pending_step pending;
     double last_done; /* cuda: when the last step's results were read */
 } gt_trainer;

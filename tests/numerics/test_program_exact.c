@@ -3,10 +3,14 @@
  * For test_tiny, test_gqa and test_odd: the whole-step graph (forward, loss, backward, AdamW with
  * clipping) is run 5 steps by gt_eager_run and 5 steps by gt_program_run, each feeding its own
  * updated params and moments back; every output (loss, grad_norm, grads, params, moments) must be
- * memcmp-equal at every step. The program runs with the default plan (views and in-place adamw)
- * and, for test_tiny, with sharing disabled too. The arenas allocated equal the plan's figures.
- * Last, debugmodel at 8 x 2048 tokens is planned (not run) and its report printed, with the planned
- * step arena against the sum of all buffer sizes. */
+ * memcmp-equal at every step. A second program runs the same steps with its state kept in its
+ * arenas, as the trainer runs it (gt_program_set_input of every input at step 1, of the INPUT
+ * kind only after; gt_program_exec; outputs read as views; updates carried): the same bits every
+ * step, and the state gt_program_read_input returns after the last step is the eager run's. The
+ * programs run with the default plan (views and in-place adamw: carrying is no copy) and, for
+ * test_tiny, with sharing disabled too (carrying copies). The arenas allocated equal the plan's
+ * figures. Last, debugmodel at 8 x 2048 tokens is planned (not run) and its report printed, with
+ * the planned step arena against the sum of all buffer sizes. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,9 +33,14 @@ static void check_flavor(const char *flavor, const gt_plan_options *opts)
     bool ok = step_run_init(&e, &s);
     ok = step_run_init(&p, &s) && ok;
 
-    gt_program *prog = NULL;
+    step_run q; /* the resident program's feed: its scalars change, its state is never fed back */
+    ok = step_run_init(&q, &s) && ok;
+    gt_tensor *view = calloc((size_t)g->n_outputs, sizeof *view);
+
+    gt_program *prog = NULL, *res = NULL;
     EXPECT_OK(gt_program_build_opts(g, &s.binding, opts, &prog, &err), &err);
-    ok = ok && prog;
+    EXPECT_OK(gt_program_build_opts(g, &s.binding, opts, &res, &err), &err);
+    ok = ok && prog && res;
     if (ok)
         for (int a = 0; a < GT_ARENA_COUNT; a++)
             EXPECT(gt_program_allocated_bytes(prog, a) == gt_program_planned_bytes(prog, a) &&
@@ -48,12 +57,43 @@ static void check_flavor(const char *flavor, const gt_plan_options *opts)
         EXPECT(bad == 0, "%s step %lld (views %d, in place %d): %d of %d outputs differ", flavor,
                (long long)step, !opts || !opts->no_views, !opts || !opts->no_in_place, bad,
                g->n_outputs);
+        step_set_scalars(&s, g, q.state, step);
+        for (int32_t k = 0; k < g->n_inputs && !err.code; k++)
+            if (step == 1 || g->inputs[k].kind == GT_IN_INPUT)
+                EXPECT_OK(gt_program_set_input(res, k, &q.state[k], &err), &err);
+        if (!err.code) EXPECT_OK(gt_program_exec(res, &err), &err);
+        for (int32_t k = 0; k < g->n_outputs && !err.code; k++)
+            EXPECT_OK(gt_program_output(res, k, &view[k], &err), &err);
+        if (err.code) break;
+        bad = step_count_diffs(flavor, "resident", step, g, e.out, view);
+        EXPECT(bad == 0, "%s step %lld, state kept in the arenas: %d of %d outputs differ", flavor,
+               (long long)step, bad, g->n_outputs);
+        for (int32_t k = 0; k < g->n_outputs && !err.code; k++) {
+            int32_t in = gt_program_state_input(g, k);
+            if (in >= 0) EXPECT_OK(gt_program_carry(res, k, in, &err), &err);
+        }
         if (step == 1 || step == STEPS)
             printf("%s step %lld loss %.9g (eager and program)\n", flavor, (long long)step,
                    step_loss(g, p.out));
         step_run_next(&e, g);
         step_run_next(&p, g);
     }
+    /* the state read back is what the eager run feeds its next step */
+    int stale = 0;
+    for (int32_t k = 0; ok && !err.code && k < g->n_inputs; k++) {
+        if (g->inputs[k].kind == GT_IN_INPUT) continue;
+        gt_tensor back;
+        EXPECT_OK(gt_tensor_alloc(&back, e.state[k].dtype, e.state[k].ndim, e.state[k].shape, &err),
+                  &err);
+        if (err.code) break;
+        EXPECT_OK(gt_program_read_input(res, k, &back, &err), &err);
+        if (!same_bits(&back, &e.state[k]) && stale++ < 3)
+            fprintf(stderr, "  %s: input %d (%s) read back after step %d differs\n", flavor, k,
+                    gt_graph_str(g, g->inputs[k].fqn), STEPS);
+        gt_tensor_free(&back);
+    }
+    EXPECT(stale == 0, "%s: %d state inputs read back from the resident program differ", flavor,
+           stale);
     if (prog && (!opts || (!opts->no_in_place && !opts->no_views))) {
         EXPECT(prog->plan->n_in_place == 3 * s.model.n_params,
                "%s: %d outputs in place, expected 3 per param (%d params)", flavor,
@@ -65,8 +105,11 @@ static void check_flavor(const char *flavor, const gt_plan_options *opts)
                prog->plan->total_value_bytes[GT_ARENA_PERSISTENT]);
     }
     gt_program_free(prog);
+    gt_program_free(res);
+    free(view);
     step_run_free(&e);
     step_run_free(&p);
+    step_run_free(&q);
     step_graph_free(&s);
 }
 
