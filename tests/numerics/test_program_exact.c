@@ -8,7 +8,8 @@
  * kind only after; gt_program_exec; outputs read as views; updates carried): the same bits every
  * step, and the state gt_program_read_input returns after the last step is the eager run's. The
  * programs run with the default plan (views and in-place adamw: carrying is no copy) and, for
- * test_tiny, with sharing disabled too (carrying copies). The arenas allocated equal the plan's
+ * test_tiny, with sharing disabled too (carrying copies); its calls refuse a wrong index or type
+ * with an error naming it. The arenas allocated equal the plan's
  * figures. Last, debugmodel at 8 x 2048 tokens is planned (not run) and its report printed, with
  * the planned step arena against the sum of all buffer sizes. */
 #include <stdio.h>
@@ -21,6 +22,45 @@
 #include "step_harness.h"
 
 #define STEPS 5
+
+/* The resident program's calls refuse a wrong index or type with an error naming it. */
+static void check_refusals(gt_program *res, const gt_graph *g, const gt_tensor *state)
+{
+    int32_t loss = -1, param = -1;
+    for (int32_t k = 0; k < g->n_outputs; k++)
+        if (g->outputs[k].kind == GT_OUT_LOSS) loss = k;
+    for (int32_t k = 0; k < g->n_inputs && param < 0; k++)
+        if (g->inputs[k].kind == GT_IN_PARAM && gt_tensor_numel(&state[k]) > 1) param = k;
+    EXPECT(loss >= 0 && param >= 0, "no loss output (%d) or matrix parameter input (%d)", loss,
+           param);
+    if (loss < 0 || param < 0) return;
+    gt_error e = {0};
+    gt_status st = gt_program_set_input(res, g->n_inputs, &state[0], &e);
+    EXPECT(st == GT_ERR_INVALID && strstr(e.msg, "no graph input"), "set_input past the end: %s",
+           e.msg);
+    e = (gt_error){0};
+    st = gt_program_carry(res, loss, param, &e);
+    EXPECT(st == GT_ERR_INVALID && strstr(e.msg, "types differ") &&
+               strstr(e.msg, gt_graph_str(g, g->inputs[param].fqn)),
+           "carry of the loss into a parameter: %s", e.msg);
+    gt_tensor wrong;
+    const int64_t one[1] = {1};
+    EXPECT_OK(gt_tensor_alloc(&wrong, GT_F32, 1, one, &e), &e);
+    e = (gt_error){0};
+    st = gt_program_set_input(res, param, &wrong, &e);
+    EXPECT(st == GT_ERR_INVALID && strstr(e.msg, gt_graph_str(g, g->inputs[param].fqn)),
+           "set_input of a 1-element tensor into a parameter: %s", e.msg);
+    e = (gt_error){0};
+    st = gt_program_read_input(res, param, &wrong, &e);
+    EXPECT(st == GT_ERR_INVALID && strstr(e.msg, "reading graph input"),
+           "read_input into a 1-element tensor: %s", e.msg);
+    gt_tensor_free(&wrong);
+    gt_tensor view;
+    e = (gt_error){0};
+    st = gt_program_output(res, g->n_outputs, &view, &e);
+    EXPECT(st == GT_ERR_INVALID && strstr(e.msg, "no graph output"), "output past the end: %s",
+           e.msg);
+}
 
 /* 5 steps eager vs 5 steps program (with the given plan options), compared every step. */
 static void check_flavor(const char *flavor, const gt_plan_options *opts)
@@ -94,6 +134,7 @@ static void check_flavor(const char *flavor, const gt_plan_options *opts)
     }
     EXPECT(stale == 0, "%s: %d state inputs read back from the resident program differ", flavor,
            stale);
+    if (res && !opts) check_refusals(res, g, q.state);
     if (prog && (!opts || (!opts->no_in_place && !opts->no_views))) {
         EXPECT(prog->plan->n_in_place == 3 * s.model.n_params,
                "%s: %d outputs in place, expected 3 per param (%d params)", flavor,
