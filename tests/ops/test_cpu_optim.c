@@ -1,7 +1,8 @@
 /* test_cpu_optim.c — CPU kernels clamp and adamw against naive double references (written from
  * the formulas of torch.clamp and torch.optim.AdamW, not from the kernels); NaN and infinite
  * bounds; both branches of torch's lerp; in-place aliasing; the bf16/f16 wrapper; determinism;
- * errors for bad scalars and shapes. */
+ * errors for bad scalars and shapes. adamw also bitwise against torch's f32 op sequence restated
+ * element by element (ref_adamw_f32), whatever vector clone of its loop the machine runs. */
 #include "test_cpu_util.h"
 
 static void test_clamp(tt_rng *r)
@@ -72,6 +73,24 @@ static void ref_adamw(const adamw_case *c, double lr, double bc1, double bc2, do
     *vo = v;
 }
 
+/* torch's single-tensor AdamW step for one element as its CPU kernels compute it in f32, one op at
+ * a time (lerp and addcmul as fused multiply-adds; scalars from Python floats rounded to f32
+ * once): g.mul_(clip); p.mul_(1 - lr wd); m.lerp_(g, 1 - b1);
+ * v.mul_(b2).addcmul_(g, g, 1 - b2); p.addcdiv_(m, v.sqrt() / sqrt(bc2) + eps, -lr / bc1). */
+static void ref_adamw_f32(const adamw_case *c, float lr, float bc1, float bc2, float clip, float p,
+                          float g, float m, float v, float *po, float *mo, float *vo)
+{
+    g = g * clip;
+    if (c->wd != 0.0) p = p * (float)(1.0 - (double)lr * c->wd);
+    float w = (float)(1.0 - c->beta1), w2 = (float)(1.0 - c->beta2);
+    m = w < 0.5f ? fmaf(w, g - m, m) : fmaf(w - 1.0f, g - m, g); /* torch's lerp, both branches */
+    v = fmaf(w2 * g, g, v * (float)c->beta2);
+    float denom = sqrtf(v) / (float)sqrt((double)bc2) + (float)c->eps;
+    *po = p + (float)(-((double)lr / bc1)) * m / denom;
+    *mo = m;
+    *vo = v;
+}
+
 static void test_adamw(tt_rng *r)
 {
     const adamw_case cases[] = {
@@ -80,7 +99,7 @@ static void test_adamw(tt_rng *r)
         {0.3, 0.9, 1e-6, 0.05, 5e-2, 1.0, 7},  /* lerp weight 0.7 >= 0.5: torch's other branch */
         {0.0, 0.0, 1e-3, 0.2, 1e-1, 0.25, 2},  /* betas 0: m' = g', v' = g'^2 */
     };
-    const int64_t shape[] = {4, 9};
+    const int64_t shape[] = {4, 9}, big[] = {1003}; /* big: mostly the loop's vector body */
     for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
         const adamw_case *c = &cases[ci];
         float sc[3] = {(float)c->lr, (float)(1.0 - pow(c->beta1, (double)c->t)),
@@ -121,6 +140,41 @@ static void test_adamw(tt_rng *r)
         EXPECT(tt_close(&mo, rm, 1e-6, 1e-6, "adamw exp_avg"), "adamw case %zu exp_avg", ci);
         EXPECT(tt_close(&vo, rv, 1e-6, 1e-6, "adamw exp_avg_sq"), "adamw case %zu exp_avg_sq", ci);
         EXPECT(tt_deterministic(&k), "adamw determinism case %zu", ci);
+
+        /* Bitwise torch's f32 op sequence, on a longer tensor: the kernel's loop may run a clone
+         * built for the machine's vector unit (cpu_optim.c), which must not change a bit. */
+        gt_tensor bp = tt_rand(1, big, r, -1, 1), bg = tt_rand(1, big, r, -1, 1);
+        gt_tensor bm = tt_rand(1, big, r, -0.1, 0.1), bv = tt_rand(1, big, r, 0, 0.01);
+        gt_tensor bpo = tt_new(GT_F32, 1, big), bmo = tt_new(GT_F32, 1, big);
+        gt_tensor bvo = tt_new(GT_F32, 1, big);
+        tt_call kb = k;
+        kb.c.in[0] = &bp;
+        kb.c.in[1] = &bg;
+        kb.c.in[2] = &bm;
+        kb.c.in[3] = &bv;
+        kb.c.out[0] = &bpo;
+        kb.c.out[1] = &bmo;
+        kb.c.out[2] = &bvo;
+        if (tt_run_ok(&kb, "adamw f32 sequence")) {
+            int64_t differ = 0;
+            for (int64_t i = 0; i < big[0]; i++) {
+                float wp, wm, wv;
+                ref_adamw_f32(c, sc[0], sc[1], sc[2], (float)c->clip, gt_tensor_get_f32(&bp, i),
+                              gt_tensor_get_f32(&bg, i), gt_tensor_get_f32(&bm, i),
+                              gt_tensor_get_f32(&bv, i), &wp, &wm, &wv);
+                float got[3] = {gt_tensor_get_f32(&bpo, i), gt_tensor_get_f32(&bmo, i),
+                                gt_tensor_get_f32(&bvo, i)};
+                differ += memcmp(&got[0], &wp, 4) != 0 || memcmp(&got[1], &wm, 4) != 0 ||
+                          memcmp(&got[2], &wv, 4) != 0;
+            }
+            EXPECT(differ == 0,
+                   "adamw case %zu: %lld of %lld elements differ from torch's f32 "
+                   "op sequence",
+                   ci, (long long)differ, (long long)big[0]);
+        }
+        gt_tensor *bt[] = {&bp, &bg, &bm, &bv, &bpo, &bmo, &bvo};
+        for (int j = 0; j < 7; j++)
+            gt_tensor_free(bt[j]);
         EXPECT(tt_half_path(&k, GT_BF16, 0), "adamw bf16 path case %zu", ci);
         EXPECT(tt_half_path(&k, GT_F16, 0), "adamw f16 path case %zu", ci);
 

@@ -94,6 +94,23 @@ static inline void gt_adamw_element(const gt_adamw_consts *k, float p, float g, 
     *vo = v;
 }
 
+/* The element loop, also compiled for x86-64-v3 (AVX2, FMA) and picked at load time where the
+ * CPU has it (GCC function multi-versioning). The clone computes the same bits: fmaf becomes the
+ * FMA instruction, which rounds once as fmaf does; sqrt, div, mul and add are IEEE operations at
+ * any vector width; contraction of other multiply-adds into FMAs is turned off, and nothing is
+ * summed across elements. test_cpu_optim checks the kernel bit for bit against torch's f32 op
+ * sequence restated element by element, on whichever version the machine picks. */
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
+__attribute__((target_clones("arch=x86-64-v3", "default"), optimize("O3", "fp-contract=off")))
+#endif
+static void
+gt_adamw_loop(const gt_adamw_consts *k, int64_t n, const float *pp, const float *gp,
+              const float *mp, const float *vp, float *po, float *mo, float *vo)
+{
+    for (int64_t i = 0; i < n; i++)
+        gt_adamw_element(k, pp[i], gp[i], mp[i], vp[i], &po[i], &mo[i], &vo[i]);
+}
+
 gt_status gt_cpu_adamw(const gt_kernel_call *c, gt_error *err)
 {
     for (int k = 0; k < 6; k++)
@@ -108,7 +125,6 @@ gt_status gt_cpu_adamw(const gt_kernel_call *c, gt_error *err)
     int64_t n = gt_tensor_numel(p);
     const float *pp = p->data, *gp = c->in[1]->data, *mp = c->in[2]->data, *vp = c->in[3]->data;
     float *po = c->out[0]->data, *mo = c->out[1]->data, *vo = c->out[2]->data;
-    for (int64_t i = 0; i < n; i++)
-        gt_adamw_element(&k, pp[i], gp[i], mp[i], vp[i], &po[i], &mo[i], &vo[i]);
+    gt_adamw_loop(&k, n, pp, gp, mp, vp, po, mo, vo);
     return GT_OK;
 }
