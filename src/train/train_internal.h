@@ -121,7 +121,7 @@ typedef struct {
     gt_tensor *outputs;
     gt_program *prog;     /* compile.enable: the planned, lowered program; else NULL (eager) */
     gt_cuda_program *dev; /* training.device = cuda: the program on the GPU (prog is NULL) */
-    bool dev_loaded;      /* dev, or prog of the whole step: it holds the state (set, or
+    bool state_loaded;    /* dev, or prog of the whole step: it holds the state (set, or
                            * updated there since) */
     int64_t runs;         /* cuda: execs queued so far */
 } gt_step_graph;

@@ -184,9 +184,9 @@ static gt_status step_graph_exec_cpu(gt_trainer *t, gt_step_graph *s, double *lo
 {
     const gt_graph *g = s->g;
     for (int k = 0; k < g->n_inputs; k++)
-        if (g->inputs[k].kind == GT_IN_INPUT || !s->dev_loaded)
+        if (g->inputs[k].kind == GT_IN_INPUT || !s->state_loaded)
             GT_TRY(gt_program_set_input(s->prog, k, s->feed[k], err));
-    s->dev_loaded = true;
+    s->state_loaded = true;
     t->host_stale = true;
     GT_TRY(gt_program_exec(s->prog, err));
     for (int k = 0; k < g->n_outputs; k++) {
@@ -214,11 +214,11 @@ static gt_status step_graph_queue_cuda(gt_trainer *t, gt_step_graph *s, int64_t 
     for (int k = 0; k < g->n_inputs; k++) {
         if (g->inputs[k].kind == GT_IN_INPUT)
             GT_TRY(gt_cuda_program_stage_input(s->dev, k, s->feed[k], err));
-        else if (!s->dev_loaded)
+        else if (!s->state_loaded)
             GT_TRY(gt_cuda_program_set_input(s->dev, k, s->feed[k], err));
     }
-    bool first = !s->dev_loaded;
-    s->dev_loaded = true;
+    bool first = !s->state_loaded;
+    s->state_loaded = true;
     t->host_stale = true;
     /* --metrics.comm_report times the second run (the first warms up), so the capture waits for
      * it: captured replays record no timing events */
