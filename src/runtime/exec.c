@@ -34,25 +34,18 @@ static gt_status copy_input(gt_program *p, int32_t k, const gt_tensor *t, gt_err
     const gt_graph *g = p->g;
     const gt_io *io = &g->inputs[k];
     const gt_buffer_ref *r = &p->inputs[k];
-    gt_tensor want;
-    ref_tensor(p->arena, r, &want);
-    bool ok = t->dtype == r->dtype && t->ndim == r->ndim;
-    for (int d = 0; ok && d < r->ndim; d++)
-        ok = t->shape[d] == r->shape[d];
-    if (!ok) {
-        char w[160], got[160];
-        gt_tensor_format_type(&want, w, sizeof w);
-        gt_tensor_format_type(t, got, sizeof got);
-        return gt_error_set(err, GT_ERR_INVALID, "graph input %d (%s %s): expected %s, got %s", k,
-                            gt_input_kind_name((gt_input_kind)io->kind), gt_graph_str(g, io->fqn),
-                            w, got);
-    }
+    char name[200];
+    snprintf(name, sizeof name, "%s %s", gt_input_kind_name((gt_input_kind)io->kind),
+             gt_graph_str(g, io->fqn));
+    if (!gt_runtime_ref_matches(r, t, false))
+        return gt_runtime_ref_type_error("graph input", k, name, r, t, err);
     size_t nbytes = gt_tensor_nbytes(t);
     if (!nbytes) return GT_OK;
     if (!t->data)
-        return gt_error_set(err, GT_ERR_INVALID, "graph input %d (%s %s): tensor has no data", k,
-                            gt_input_kind_name((gt_input_kind)io->kind), gt_graph_str(g, io->fqn));
-    memmove(want.data, t->data, nbytes); /* memmove: the caller may pass a view of the arena */
+        return gt_error_set(err, GT_ERR_INVALID, "graph input %d (%s): tensor has no data", k,
+                            name);
+    /* memmove: the caller may pass a view of the arena */
+    memmove(ref_data(p->arena, r), t->data, nbytes);
     return GT_OK;
 }
 
@@ -239,9 +232,9 @@ gt_status gt_program_set_input(gt_program *p, int32_t k, const gt_tensor *t, gt_
     return copy_input(p, k, t, err);
 }
 
-gt_status gt_program_exec(gt_program *p, gt_error *err)
+/* The instructions in order (the communicators checked by the caller). */
+static gt_status run_instrs(gt_program *p, gt_error *err)
 {
-    GT_TRY(gt_runtime_check_comms(p, "", err));
     for (int32_t k = 0; k < p->n_instrs; k++) {
         gt_status st = run_instr(p, &p->instrs[k], err);
         if (st != GT_OK) {
@@ -250,6 +243,12 @@ gt_status gt_program_exec(gt_program *p, gt_error *err)
         }
     }
     return GT_OK;
+}
+
+gt_status gt_program_exec(gt_program *p, gt_error *err)
+{
+    GT_TRY(gt_runtime_check_comms(p, "", err));
+    return run_instrs(p, err);
 }
 
 gt_status gt_program_output(const gt_program *p, int32_t k, gt_tensor *view, gt_error *err)
@@ -270,19 +269,13 @@ gt_status gt_program_carry(gt_program *p, int32_t out_k, int32_t in_k, gt_error 
                             "outputs and %d inputs",
                             out_k, in_k, p->n_outputs, p->n_inputs);
     const gt_buffer_ref *o = &p->outputs[out_k], *i = &p->inputs[in_k];
-    gt_tensor src, dst;
+    gt_tensor src;
     ref_tensor(p->arena, o, &src);
-    ref_tensor(p->arena, i, &dst);
-    if (o->dtype != i->dtype || gt_tensor_numel(&src) != gt_tensor_numel(&dst)) {
-        char a[160], b[160];
-        gt_tensor_format_type(&src, a, sizeof a);
-        gt_tensor_format_type(&dst, b, sizeof b);
-        return gt_error_set(err, GT_ERR_INVALID,
-                            "program: carry from output %d (%s) into input %d (%s %s): the types "
-                            "differ",
-                            out_k, a, in_k, b, gt_graph_str(p->g, p->g->inputs[in_k].fqn));
-    }
-    if (src.data != dst.data) memmove(dst.data, src.data, gt_tensor_nbytes(&dst));
+    if (!gt_runtime_ref_matches(i, &src, true))
+        return gt_runtime_ref_type_error("carry into graph input", in_k,
+                                         gt_graph_str(p->g, p->g->inputs[in_k].fqn), i, &src, err);
+    void *dst = ref_data(p->arena, i);
+    if (src.data != dst) memmove(dst, src.data, gt_runtime_ref_bytes(i));
     return GT_OK;
 }
 
@@ -291,21 +284,12 @@ gt_status gt_program_read_input(const gt_program *p, int32_t k, gt_tensor *dst, 
     if (k < 0 || k >= p->n_inputs)
         return gt_error_set(err, GT_ERR_INVALID, "program: no graph input %d (it has %d)", k,
                             p->n_inputs);
-    gt_tensor src;
-    ref_tensor(p->arena, &p->inputs[k], &src);
-    bool ok = dst->dtype == src.dtype && dst->ndim == src.ndim && (dst->data || !src.data);
-    for (int d = 0; ok && d < src.ndim; d++)
-        ok = dst->shape[d] == src.shape[d];
-    if (!ok) {
-        char a[160], b[160];
-        gt_tensor_format_type(&src, a, sizeof a);
-        gt_tensor_format_type(dst, b, sizeof b);
-        return gt_error_set(err, GT_ERR_INVALID,
-                            "program: reading graph input %d (%s) into %s: the types differ", k, a,
-                            b);
-    }
-    size_t nbytes = gt_tensor_nbytes(&src);
-    if (nbytes) memmove(dst->data, src.data, nbytes);
+    const gt_buffer_ref *r = &p->inputs[k];
+    if (!gt_runtime_ref_matches(r, dst, false) || (!dst->data && gt_runtime_ref_bytes(r)))
+        return gt_runtime_ref_type_error("reading graph input", k,
+                                         gt_graph_str(p->g, p->g->inputs[k].fqn), r, dst, err);
+    size_t nbytes = gt_runtime_ref_bytes(r);
+    if (nbytes) memmove(dst->data, ref_data(p->arena, r), nbytes);
     return GT_OK;
 }
 
@@ -320,7 +304,7 @@ gt_status gt_program_run(gt_program *p, const gt_tensor *inputs, gt_tensor *outp
     GT_TRY(gt_runtime_check_comms(p, "", err));
     for (int32_t k = 0; k < p->n_inputs; k++)
         GT_TRY(copy_input(p, k, &inputs[k], err));
-    GT_TRY(gt_program_exec(p, err));
+    GT_TRY(run_instrs(p, err));
     for (int32_t k = 0; k < p->n_outputs; k++) {
         const gt_buffer_ref *r = &p->outputs[k];
         gt_status st = gt_tensor_alloc(&outputs[k], r->dtype, r->ndim, r->shape, err);

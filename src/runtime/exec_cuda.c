@@ -279,30 +279,6 @@ static const char *input_kind(const gt_cuda_program *p, int32_t k)
     return gt_input_kind_name((gt_input_kind)p->prog->g->inputs[k].kind);
 }
 
-/* True when host tensor t has the buffer's dtype and shape (exact) or, with numel_only, its
- * dtype and element count. */
-static bool matches(const gt_buffer_ref *r, const gt_tensor *t, bool numel_only)
-{
-    if (t->dtype != r->dtype) return false;
-    if (numel_only) return gt_tensor_numel(t) == gt_shape_numel(r->ndim, r->shape);
-    if (t->ndim != r->ndim) return false;
-    for (int d = 0; d < r->ndim; d++)
-        if (t->shape[d] != r->shape[d]) return false;
-    return true;
-}
-
-static gt_status type_error(const char *what, int32_t k, const char *name, const gt_buffer_ref *r,
-                            const gt_tensor *t, gt_error *err)
-{
-    gt_tensor want;
-    char w[160], got[160];
-    gt_tensor_wrap(&want, r->dtype, r->ndim, r->shape, NULL);
-    gt_tensor_format_type(&want, w, sizeof w);
-    gt_tensor_format_type(t, got, sizeof got);
-    return gt_error_set(err, GT_ERR_INVALID, "%s %d (%s): expected %s, got %s", what, k, name, w,
-                        got);
-}
-
 gt_status gt_cuda_program_set_input(gt_cuda_program *p, int32_t k, const gt_tensor *t,
                                     gt_error *err)
 {
@@ -312,7 +288,8 @@ gt_status gt_cuda_program_set_input(gt_cuda_program *p, int32_t k, const gt_tens
     const gt_buffer_ref *r = &p->prog->inputs[k];
     char name[200];
     snprintf(name, sizeof name, "%s %s", input_kind(p, k), input_name(p, k));
-    if (!matches(r, t, false)) return type_error("graph input", k, name, r, t, err);
+    if (!gt_runtime_ref_matches(r, t, false))
+        return gt_runtime_ref_type_error("graph input", k, name, r, t, err);
     size_t n = gt_runtime_ref_bytes(r);
     if (n && !t->data)
         return gt_error_set(err, GT_ERR_INVALID, "graph input %d (%s): tensor has no data", k,
@@ -644,8 +621,8 @@ gt_status gt_cuda_program_stage_input(gt_cuda_program *p, int32_t k, const gt_te
         return gt_error_set(err, GT_ERR_INVALID, "program: no graph input %d (it has %d)", k,
                             p->prog->n_inputs);
     const gt_buffer_ref *r = &p->prog->inputs[k];
-    if (!matches(r, t, false))
-        return type_error("staged graph input", k, input_name(p, k), r, t, err);
+    if (!gt_runtime_ref_matches(r, t, false))
+        return gt_runtime_ref_type_error("staged graph input", k, input_name(p, k), r, t, err);
     size_t n = gt_runtime_ref_bytes(r);
     if (n == 0) return GT_OK;
     if (!t->data)
@@ -720,7 +697,8 @@ gt_status gt_cuda_program_carry(gt_cuda_program *p, int32_t out_k, int32_t in_k,
     ref_tensor(p, o, &src);
     ref_tensor(p, i, &dst);
     if (o->dtype != i->dtype || gt_tensor_numel(&src) != gt_tensor_numel(&dst))
-        return type_error("carry into graph input", in_k, input_name(p, in_k), i, &src, err);
+        return gt_runtime_ref_type_error("carry into graph input", in_k, input_name(p, in_k), i,
+                                         &src, err);
     if (o->arena == i->arena && o->offset == i->offset) return GT_OK; /* in place */
     /* a same-dtype cast is the backend's device-to-device copy (src viewed in dst's shape) */
     gt_tensor_wrap(&src, o->dtype, i->ndim, i->shape, ref_data(p, o));
@@ -752,8 +730,8 @@ gt_status gt_cuda_program_read_input(gt_cuda_program *p, int32_t k, gt_tensor *d
         return gt_error_set(err, GT_ERR_INVALID, "program: no graph input %d (it has %d)", k,
                             p->prog->n_inputs);
     const gt_buffer_ref *r = &p->prog->inputs[k];
-    if (!matches(r, dst, true))
-        return type_error("reading graph input", k, input_name(p, k), r, dst, err);
+    if (!gt_runtime_ref_matches(r, dst, true))
+        return gt_runtime_ref_type_error("reading graph input", k, input_name(p, k), r, dst, err);
     return read_ref(p, r, dst, err);
 }
 

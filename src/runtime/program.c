@@ -227,6 +227,28 @@ size_t gt_runtime_ref_bytes(const gt_buffer_ref *r)
     return (size_t)gt_shape_numel(r->ndim, r->shape) * gt_dtype_size(r->dtype);
 }
 
+bool gt_runtime_ref_matches(const gt_buffer_ref *r, const gt_tensor *t, bool numel_only)
+{
+    if (t->dtype != r->dtype) return false;
+    if (numel_only) return gt_tensor_numel(t) == gt_shape_numel(r->ndim, r->shape);
+    if (t->ndim != r->ndim) return false;
+    for (int d = 0; d < r->ndim; d++)
+        if (t->shape[d] != r->shape[d]) return false;
+    return true;
+}
+
+gt_status gt_runtime_ref_type_error(const char *what, int32_t k, const char *name,
+                                    const gt_buffer_ref *r, const gt_tensor *t, gt_error *err)
+{
+    gt_tensor want;
+    char w[160], got[160];
+    gt_tensor_wrap(&want, r->dtype, r->ndim, r->shape, NULL);
+    gt_tensor_format_type(&want, w, sizeof w);
+    gt_tensor_format_type(t, got, sizeof got);
+    return gt_error_set(err, GT_ERR_INVALID, "%s %d (%s): expected %s, got %s", what, k, name, w,
+                        got);
+}
+
 /* The schedule-check group of a collective over mesh dim `dim`: the dim's name, hashed. */
 static uint64_t group_of(const gt_graph *g, int64_t dim)
 {

@@ -19,6 +19,12 @@ void gt_program_wrap_kernel_error(const gt_graph *g, const gt_instr *ins, const 
 
 /* Bytes of the buffer r refers to: its element count times its dtype's size. */
 size_t gt_runtime_ref_bytes(const gt_buffer_ref *r);
+/* True when tensor t has the buffer's dtype and shape (exact) or, with numel_only, its dtype and
+ * element count. */
+bool gt_runtime_ref_matches(const gt_buffer_ref *r, const gt_tensor *t, bool numel_only);
+/* GT_ERR_INVALID "WHAT K (NAME): expected <r's type>, got <t's type>". */
+gt_status gt_runtime_ref_type_error(const char *what, int32_t k, const char *name,
+                                    const gt_buffer_ref *r, const gt_tensor *t, gt_error *err);
 
 /* ---------------------------------------------------------------- multi-tensor adamw
  * (adamw_groups.c; exec_cuda.c launches each group as one gt_cuda_adamw_multi) */
