@@ -455,29 +455,25 @@ static gt_status reserve_scratch(gt_comm *c, size_t need, bool capturing, const 
     gt_comm *self[1] = {c};
     GT_TRY(gt_nccl_watch(self, 1, NULL, im->stream, err));
     size_t want = need > 2 * im->scratch_bytes ? need : 2 * im->scratch_bytes;
-    if (im->scratch && im->scratch_captured) { /* a graph replays with this pointer: keep it */
-        size_t grown = (size_t)(im->n_retired + 1) * sizeof(void *);
-        im->retired = gt_xrealloc(im->retired, grown);
-        im->retired_win = gt_xrealloc(im->retired_win, grown);
-        im->retired_win[im->n_retired] = im->scratch_win;
+    if (im->scratch.p && im->scratch_captured) { /* a graph replays with this pointer: keep it */
+        im->retired = gt_xrealloc(im->retired, (size_t)(im->n_retired + 1) * sizeof *im->retired);
         im->retired[im->n_retired++] = im->scratch;
-    } else if (im->scratch) {
-        gt_nccl_free_scratch(c, im->scratch, im->scratch_win);
+    } else {
+        gt_nccl_free_scratch(c, im->scratch);
     }
-    im->scratch = NULL;
-    im->scratch_win = NULL;
+    im->scratch = (gt_nccl_scratch){NULL, NULL};
     im->scratch_bytes = 0;
     im->scratch_captured = false;
     const char *why = NULL;
     if (im->buffers != GT_NCCL_BUFFERS_DEFAULT) {
-        ncclResult_t r = ncclMemAlloc(&im->scratch, want);
+        ncclResult_t r = ncclMemAlloc(&im->scratch.p, want);
         if (r != ncclSuccess) why = ncclGetErrorString(r);
     } else {
-        cudaError_t e = cudaMalloc(&im->scratch, want);
+        cudaError_t e = cudaMalloc(&im->scratch.p, want);
         if (e != cudaSuccess) why = cudaGetErrorString(e);
     }
     if (why) {
-        im->scratch = NULL;
+        im->scratch.p = NULL;
         char d[200];
         gt_nccl_describe(c, d, sizeof d);
         return gt_error_set(err, GT_ERR_NOMEM, "rank %d: %s on %s: %zu bytes of scratch: %s",
@@ -485,7 +481,7 @@ static gt_status reserve_scratch(gt_comm *c, size_t need, bool capturing, const 
     }
     im->scratch_bytes = want;
     if (im->buffers == GT_NCCL_BUFFERS_SYMMETRIC) /* every rank grows it at the same collective */
-        return gt_comm_nccl_window_register(c, im->scratch, want, &im->scratch_win, err);
+        return gt_comm_nccl_window_register(c, im->scratch.p, want, &im->scratch.win, err);
     return GT_OK;
 }
 
@@ -582,8 +578,8 @@ static gt_status enqueue_reduce_scatter(gt_comm *c, const gt_tensor *in, gt_tens
      * f32 straight into the output */
     size_t blk = (size_t)gt_tensor_numel(out) * gt_dtype_size(in->dtype);
     /* the sum reads the own block where it lies, in the input */
-    GT_TRY(all_to_all(c, in->data, im->scratch, blk, false, "reduce_scatter", err));
-    return gt_cuda_comm_sum(in->dtype, out->dtype, gt_tensor_numel(out), im->scratch, n, c->rank,
+    GT_TRY(all_to_all(c, in->data, im->scratch.p, blk, false, "reduce_scatter", err));
+    return gt_cuda_comm_sum(in->dtype, out->dtype, gt_tensor_numel(out), im->scratch.p, n, c->rank,
                             (const char *)in->data + (size_t)c->rank * blk, out->data, im->stream,
                             err);
 }
@@ -601,13 +597,13 @@ static gt_status enqueue_all_reduce(gt_comm *c, const gt_tensor *in, gt_tensor *
         len[j] = hi > lo ? (hi - lo) * es : 0;
     }
     size_t mine = len[me], mine_off = off[me];
-    gt_status st = exchange(c, in->data, off, len, im->scratch, mine, false, "all_reduce", err);
+    gt_status st = exchange(c, in->data, off, len, im->scratch.p, mine, false, "all_reduce", err);
     free(off);
     if (st != GT_OK) return st;
     bool even = numel % (size_t)n == 0;
-    char *gather = even ? out->data : (char *)im->scratch + align_up((size_t)n * chunk * es);
+    char *gather = even ? out->data : (char *)im->scratch.p + align_up((size_t)n * chunk * es);
     char *dst = gather + (size_t)me * chunk * es;
-    GT_TRY(gt_cuda_comm_sum(in->dtype, out->dtype, (int64_t)(mine / es), im->scratch, n, me,
+    GT_TRY(gt_cuda_comm_sum(in->dtype, out->dtype, (int64_t)(mine / es), im->scratch.p, n, me,
                             (const char *)in->data + mine_off, dst, im->stream, err));
     GT_TRY(settle_call(c, ncclAllGather(dst, gather, chunk * es, ncclUint8, im->nccl, im->stream),
                        "all_reduce", err));
@@ -795,14 +791,14 @@ void gt_comm_nccl_window_deregister(gt_comm *c, void *win)
 #endif
 }
 
-void gt_nccl_free_scratch(gt_comm *c, void *p, void *win)
+void gt_nccl_free_scratch(gt_comm *c, gt_nccl_scratch s)
 {
-    if (!p) return;
-    gt_comm_nccl_window_deregister(c, win);
+    if (!s.p) return;
+    gt_comm_nccl_window_deregister(c, s.win);
     if (gt_nccl_impl(c)->buffers != GT_NCCL_BUFFERS_DEFAULT)
-        ncclMemFree(p);
+        ncclMemFree(s.p);
     else
-        cudaFree(p);
+        cudaFree(s.p);
 }
 
 #endif

@@ -11,6 +11,11 @@
 
 #define GT_NCCL_DEFAULT_TIMEOUT 30.0 /* seconds */
 
+/* A scratch buffer and its symmetric window (GT_NCCL_BUFFERS_SYMMETRIC; else NULL). */
+typedef struct {
+    void *p, *win;
+} gt_nccl_scratch;
+
 typedef struct {
     ncclComm_t nccl; /* NULL once aborted */
     int device;
@@ -22,13 +27,11 @@ typedef struct {
     cudaEvent_t fork;
     cudaEvent_t *free_ev; /* done events not in use */
     int n_free, cap_free;
-    void *scratch;
+    gt_nccl_scratch scratch;
     size_t scratch_bytes;
-    bool scratch_captured;   /* a CUDA graph uses this scratch: never free it before destroy */
-    void *scratch_win;       /* its symmetric window (GT_NCCL_BUFFERS_SYMMETRIC), or NULL */
-    gt_nccl_buffers buffers; /* gt_comm_nccl_set_buffers */
-    void **retired;          /* such buffers replaced by a larger one, and their windows */
-    void **retired_win;
+    bool scratch_captured;    /* a CUDA graph uses this scratch: never free it before destroy */
+    gt_nccl_buffers buffers;  /* given at gt_comm_nccl_create; splits inherit it */
+    gt_nccl_scratch *retired; /* such buffers replaced by a larger one */
     int n_retired;
     double timeout_s;
     bool blocking;
@@ -58,8 +61,9 @@ gt_status gt_nccl_cuda_fail(gt_comm *c, const char *what, cudaError_t e, gt_erro
 gt_status gt_nccl_watch(gt_comm *const *comms, int n, cudaEvent_t ev, cudaStream_t st,
                         gt_error *err);
 
-/* Frees a scratch buffer of c and its window (ncclMemFree or cudaFree, as it was allocated). */
-void gt_nccl_free_scratch(gt_comm *c, void *p, void *win);
+/* Deregisters the window of a scratch buffer of c (collective), then frees the buffer
+ * (ncclMemFree or cudaFree, as it was allocated). */
+void gt_nccl_free_scratch(gt_comm *c, gt_nccl_scratch s);
 
 /* The vtable entries defined in nccl.c. */
 gt_status gt_nccl_start(gt_comm *c, gt_coll_kind kind, const gt_tensor *in, gt_tensor *out,

@@ -202,9 +202,12 @@ static void nccl_destroy(gt_comm *c)
     nccl_impl *im = gt_nccl_impl(c);
     if (!im->aborted && im->nccl) {
         /* windows first: deregistering is a collective over the live communicator */
-        gt_comm_nccl_window_deregister(c, im->scratch_win);
-        for (int k = 0; k < im->n_retired; k++)
-            gt_comm_nccl_window_deregister(c, im->retired_win[k]);
+        gt_comm_nccl_window_deregister(c, im->scratch.win);
+        im->scratch.win = NULL;
+        for (int k = 0; k < im->n_retired; k++) {
+            gt_comm_nccl_window_deregister(c, im->retired[k].win);
+            im->retired[k].win = NULL;
+        }
         /* flush (bounded), then free; a peer that never finalises makes it an abort */
         bool timed_out = false;
         ncclResult_t r =
@@ -219,14 +222,13 @@ static void nccl_destroy(gt_comm *c)
         gt_comm *self[1] = {c};
         gt_error ignored = {0};
         if (gt_nccl_watch(self, 1, NULL, im->stream, &ignored) == GT_OK) {
-            gt_nccl_free_scratch(c, im->scratch, NULL); /* windows: deregistered above */
+            gt_nccl_free_scratch(c, im->scratch); /* windows: deregistered above */
             for (int k = 0; k < im->n_retired; k++)
-                gt_nccl_free_scratch(c, im->retired[k], NULL);
+                gt_nccl_free_scratch(c, im->retired[k]);
         } /* else leaked: the device may still write them */
         cudaStreamDestroy(im->stream);
     }
     free(im->retired);
-    free(im->retired_win);
     if (im->fork) cudaEventDestroy(im->fork);
     for (int k = 0; k < im->n_free; k++)
         cudaEventDestroy(im->free_ev[k]);
