@@ -91,6 +91,52 @@ static void ref_adamw_f32(const adamw_case *c, float lr, float bc1, float bc2, f
     *vo = v;
 }
 
+/* Call k with its tensors replaced: p, g, m, v in; p', m', v' out. */
+static tt_call adamw_on(const tt_call *k, gt_tensor *p, gt_tensor *g, gt_tensor *m, gt_tensor *v,
+                        gt_tensor *po, gt_tensor *mo, gt_tensor *vo)
+{
+    tt_call on = *k;
+    gt_tensor *in[4] = {p, g, m, v}, *out[3] = {po, mo, vo};
+    for (int j = 0; j < 4; j++)
+        on.c.in[j] = in[j];
+    for (int j = 0; j < 3; j++)
+        on.c.out[j] = out[j];
+    return on;
+}
+
+/* Call k (case c, scalars sc) on a longer tensor, bitwise against torch's f32 op sequence: the
+ * kernel's loop may run a clone built for the machine's vector unit (cpu_optim.c), which must not
+ * change a bit. */
+static void check_f32_sequence(tt_rng *r, const adamw_case *c, const tt_call *k, const float *sc,
+                               size_t ci)
+{
+    const int64_t big[] = {1003}; /* mostly the loop's vector body */
+    gt_tensor p = tt_rand(1, big, r, -1, 1), g = tt_rand(1, big, r, -1, 1);
+    gt_tensor m = tt_rand(1, big, r, -0.1, 0.1), v = tt_rand(1, big, r, 0, 0.01);
+    gt_tensor po = tt_new(GT_F32, 1, big), mo = tt_new(GT_F32, 1, big);
+    gt_tensor vo = tt_new(GT_F32, 1, big);
+    tt_call kb = adamw_on(k, &p, &g, &m, &v, &po, &mo, &vo);
+    if (tt_run_ok(&kb, "adamw f32 sequence")) {
+        int64_t differ = 0;
+        for (int64_t i = 0; i < big[0]; i++) {
+            float want[3];
+            ref_adamw_f32(c, sc[0], sc[1], sc[2], (float)c->clip, gt_tensor_get_f32(&p, i),
+                          gt_tensor_get_f32(&g, i), gt_tensor_get_f32(&m, i),
+                          gt_tensor_get_f32(&v, i), &want[0], &want[1], &want[2]);
+            float got[3] = {gt_tensor_get_f32(&po, i), gt_tensor_get_f32(&mo, i),
+                            gt_tensor_get_f32(&vo, i)};
+            differ += memcmp(got, want, sizeof got) != 0;
+        }
+        EXPECT(differ == 0,
+               "adamw case %zu: %lld of %lld elements differ from torch's f32 op "
+               "sequence",
+               ci, (long long)differ, (long long)big[0]);
+    }
+    gt_tensor *all[] = {&p, &g, &m, &v, &po, &mo, &vo};
+    for (int j = 0; j < 7; j++)
+        gt_tensor_free(all[j]);
+}
+
 static void test_adamw(tt_rng *r)
 {
     const adamw_case cases[] = {
@@ -99,7 +145,7 @@ static void test_adamw(tt_rng *r)
         {0.3, 0.9, 1e-6, 0.05, 5e-2, 1.0, 7},  /* lerp weight 0.7 >= 0.5: torch's other branch */
         {0.0, 0.0, 1e-3, 0.2, 1e-1, 0.25, 2},  /* betas 0: m' = g', v' = g'^2 */
     };
-    const int64_t shape[] = {4, 9}, big[] = {1003}; /* big: mostly the loop's vector body */
+    const int64_t shape[] = {4, 9};
     for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
         const adamw_case *c = &cases[ci];
         float sc[3] = {(float)c->lr, (float)(1.0 - pow(c->beta1, (double)c->t)),
@@ -141,40 +187,7 @@ static void test_adamw(tt_rng *r)
         EXPECT(tt_close(&vo, rv, 1e-6, 1e-6, "adamw exp_avg_sq"), "adamw case %zu exp_avg_sq", ci);
         EXPECT(tt_deterministic(&k), "adamw determinism case %zu", ci);
 
-        /* Bitwise torch's f32 op sequence, on a longer tensor: the kernel's loop may run a clone
-         * built for the machine's vector unit (cpu_optim.c), which must not change a bit. */
-        gt_tensor bp = tt_rand(1, big, r, -1, 1), bg = tt_rand(1, big, r, -1, 1);
-        gt_tensor bm = tt_rand(1, big, r, -0.1, 0.1), bv = tt_rand(1, big, r, 0, 0.01);
-        gt_tensor bpo = tt_new(GT_F32, 1, big), bmo = tt_new(GT_F32, 1, big);
-        gt_tensor bvo = tt_new(GT_F32, 1, big);
-        tt_call kb = k;
-        kb.c.in[0] = &bp;
-        kb.c.in[1] = &bg;
-        kb.c.in[2] = &bm;
-        kb.c.in[3] = &bv;
-        kb.c.out[0] = &bpo;
-        kb.c.out[1] = &bmo;
-        kb.c.out[2] = &bvo;
-        if (tt_run_ok(&kb, "adamw f32 sequence")) {
-            int64_t differ = 0;
-            for (int64_t i = 0; i < big[0]; i++) {
-                float wp, wm, wv;
-                ref_adamw_f32(c, sc[0], sc[1], sc[2], (float)c->clip, gt_tensor_get_f32(&bp, i),
-                              gt_tensor_get_f32(&bg, i), gt_tensor_get_f32(&bm, i),
-                              gt_tensor_get_f32(&bv, i), &wp, &wm, &wv);
-                float got[3] = {gt_tensor_get_f32(&bpo, i), gt_tensor_get_f32(&bmo, i),
-                                gt_tensor_get_f32(&bvo, i)};
-                differ += memcmp(&got[0], &wp, 4) != 0 || memcmp(&got[1], &wm, 4) != 0 ||
-                          memcmp(&got[2], &wv, 4) != 0;
-            }
-            EXPECT(differ == 0,
-                   "adamw case %zu: %lld of %lld elements differ from torch's f32 "
-                   "op sequence",
-                   ci, (long long)differ, (long long)big[0]);
-        }
-        gt_tensor *bt[] = {&bp, &bg, &bm, &bv, &bpo, &bmo, &bvo};
-        for (int j = 0; j < 7; j++)
-            gt_tensor_free(bt[j]);
+        check_f32_sequence(r, c, &k, sc, ci);
         EXPECT(tt_half_path(&k, GT_BF16, 0), "adamw bf16 path case %zu", ci);
         EXPECT(tt_half_path(&k, GT_F16, 0), "adamw f16 path case %zu", ci);
 
@@ -184,13 +197,7 @@ static void test_adamw(tt_rng *r)
         memcpy(pa.data, p.data, gt_tensor_nbytes(&p));
         memcpy(ma.data, m.data, gt_tensor_nbytes(&m));
         memcpy(va.data, v.data, gt_tensor_nbytes(&v));
-        tt_call ka = k;
-        ka.c.in[0] = &pa;
-        ka.c.in[2] = &ma;
-        ka.c.in[3] = &va;
-        ka.c.out[0] = &pa;
-        ka.c.out[1] = &ma;
-        ka.c.out[2] = &va;
+        tt_call ka = adamw_on(&k, &pa, &g, &ma, &va, &pa, &ma, &va);
         if (tt_run_ok(&ka, "adamw in place"))
             EXPECT(tt_same_bits(&pa, &po) && tt_same_bits(&ma, &mo) && tt_same_bits(&va, &vo),
                    "adamw in place equals out of place, case %zu", ci);
