@@ -149,7 +149,7 @@ bool gt_comm_is_nccl(const gt_comm *c);
 /* Where the device buffers of an NCCL communicator's collectives live, given when it is created
  * (--comm.nccl_buffers; communicators split from it inherit it).
  *
- * DEFAULT: cudaMalloc.
+ * PLAIN: cudaMalloc.
  *
  * REGISTRABLE: ncclMemAlloc (cuMem-backed), which NCCL registers when a captured CUDA graph passes
  * it to its collectives at the same offset on every rank (graphtrain's arenas: every rank runs the
@@ -158,11 +158,12 @@ bool gt_comm_is_nccl(const gt_comm *c);
  * SYMMETRIC: the same memory (its scratch too), registered as symmetric windows
  * (gt_comm_nccl_window_register; NCCL 2.28 or later); the exchanges of reduce_scatter and
  * all_to_all are posted as ncclAlltoAll, and the communicator takes NCCL's zero-CTA policy: its
- * all-gathers and all-to-alls run on the copy engines, leaving the SMs to compute. Such a
- * communicator is a blocking one (NCCL 2.28.3 refused to register windows on non-blocking ones),
- * so its set-up is not bounded by the timeout (its collectives still are). */
+ * all-gathers and all-to-alls run on the copy engines, leaving the SMs to compute. (NCCL 2.28.3
+ * refused to register windows on a non-blocking communicator while a call that had returned
+ * ncclSuccess was still in progress; gt_nccl_settle waits for that, so these communicators are
+ * non-blocking like the others, their set-up bounded by the timeout.) */
 typedef enum {
-    GT_NCCL_BUFFERS_DEFAULT = 0,
+    GT_NCCL_BUFFERS_PLAIN = 0,
     GT_NCCL_BUFFERS_REGISTRABLE,
     GT_NCCL_BUFFERS_SYMMETRIC
 } gt_nccl_buffers;

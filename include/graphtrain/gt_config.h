@@ -113,11 +113,14 @@ typedef struct {
     gt_cfg_reshard fsdp_reshard_after_forward;
 } gt_cfg_parallelism;
 
-/* In the order of gt_nccl_buffers (gt_comm.h). */
+/* In the order of gt_nccl_buffers (gt_comm.h), then auto: symmetric where every rank's NCCL
+ * supports it and all ranks are on one host, else plain (the trainer decides, one choice for all
+ * ranks). */
 typedef enum {
-    GT_CFG_NCCL_BUFFERS_DEFAULT = 0,
+    GT_CFG_NCCL_BUFFERS_PLAIN = 0,
     GT_CFG_NCCL_BUFFERS_REGISTRABLE,
-    GT_CFG_NCCL_BUFFERS_SYMMETRIC
+    GT_CFG_NCCL_BUFFERS_SYMMETRIC,
+    GT_CFG_NCCL_BUFFERS_AUTO
 } gt_cfg_nccl_buffers;
 
 /* Communicators (MPI runs). */
@@ -127,7 +130,8 @@ typedef struct {
     double timeout_seconds;
     /* GPU runs over NCCL: where the collectives' buffers live (gt_nccl_buffers, gt_comm.h):
      * registrable and symmetric put the program's arenas and the communicators' scratch in
-     * ncclMemAlloc memory; symmetric also registers them as symmetric windows (experimental). */
+     * ncclMemAlloc memory; symmetric also registers them as symmetric windows; auto (the
+     * default) is symmetric on one host with NCCL 2.28 or later, else plain. */
     gt_cfg_nccl_buffers nccl_buffers;
 } gt_cfg_comm;
 

@@ -40,7 +40,7 @@ static const char *const precisions[] = {"bfloat16", "float32", NULL};
 static const char *const optimizers[] = {"AdamW", NULL};
 static const char *const decay_types[] = {"linear", "cosine", NULL};
 static const char *const reshards[] = {"default", "always", "never", NULL};
-static const char *const nccl_buffers[] = {"default", "registrable", "symmetric", NULL};
+static const char *const nccl_buffers[] = {"plain", "registrable", "symmetric", "auto", NULL};
 static const char *const memory_policies[] = {"default", "full", "eager", "none", "budget", NULL};
 
 #define OPT(sec, k, t) .section = #sec, .key = #k, .type = t, .offset = offsetof(gt_config, sec.k)
@@ -141,12 +141,13 @@ static const gt_cfg_option options[] = {
      .help = "multi-rank runs: a collective that has not completed after this many seconds fails "
              "with a message naming the rank, the collective and its group (a peer died or is "
              "stuck); 0: wait forever"},
-    {OPT(comm, nccl_buffers, GT_CFG_ENUM), .default_value = "default", .choices = nccl_buffers,
-     .help = "GPU runs over NCCL: registrable allocates the program's arenas and the NCCL scratch "
-             "with ncclMemAlloc, so NCCL can register them for zero-copy transfers between the "
-             "GPUs of a host; symmetric also registers them as symmetric windows (NCCL 2.28) and "
-             "runs all-gathers and exchanges on the copy engines (NCCL's zero-CTA policy; "
-             "blocking communicators; experimental)"},
+    {OPT(comm, nccl_buffers, GT_CFG_ENUM), .default_value = "auto", .choices = nccl_buffers,
+     .help = "GPU runs over NCCL: plain allocates the program's arenas with cudaMalloc; "
+             "registrable with ncclMemAlloc, so NCCL can register them for zero-copy transfers "
+             "between the GPUs of a host; symmetric also registers them and NCCL's scratch as "
+             "symmetric windows (NCCL 2.28) and runs all-gathers and exchanges on the copy "
+             "engines (NCCL's zero-CTA policy); auto: symmetric when every rank's NCCL is 2.28 or "
+             "later and all ranks are on one host, else plain"},
     /* compile */
     {OPT(compile, enable, GT_CFG_BOOL), .default_value = "true",
      .help = "run the pass pipeline on the step graph; false runs the unoptimised graph"},

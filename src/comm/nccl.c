@@ -164,7 +164,7 @@ gt_status gt_comm_nccl_check_buffers(gt_nccl_buffers buffers, gt_error *err)
     return gt_error_set(err, GT_ERR_UNSUPPORTED,
                         "symmetric NCCL buffers (--comm.nccl_buffers symmetric) need NCCL 2.28 or "
                         "later: this build's nccl.h is version %d, the loaded library %d; use "
-                        "--comm.nccl_buffers default",
+                        "--comm.nccl_buffers plain",
                         NCCL_VERSION_CODE, lib);
 }
 
@@ -465,7 +465,7 @@ static gt_status reserve_scratch(gt_comm *c, size_t need, bool capturing, const 
     im->scratch_bytes = 0;
     im->scratch_captured = false;
     const char *why = NULL;
-    if (im->buffers != GT_NCCL_BUFFERS_DEFAULT) {
+    if (im->buffers != GT_NCCL_BUFFERS_PLAIN) {
         ncclResult_t r = ncclMemAlloc(&im->scratch.p, want);
         if (r != ncclSuccess) why = ncclGetErrorString(r);
     } else {
@@ -795,7 +795,7 @@ void gt_nccl_free_scratch(gt_comm *c, gt_nccl_scratch s)
 {
     if (!s.p) return;
     gt_comm_nccl_window_deregister(c, s.win);
-    if (gt_nccl_impl(c)->buffers != GT_NCCL_BUFFERS_DEFAULT)
+    if (gt_nccl_impl(c)->buffers != GT_NCCL_BUFFERS_PLAIN)
         ncclMemFree(s.p);
     else
         cudaFree(s.p);

@@ -275,13 +275,10 @@ static gt_status join(const id_blob *b, int rank, int size, int device, void *co
     int *world = gt_xmalloc((size_t)size * sizeof *world);
     for (int q = 0; q < size; q++)
         world[q] = q;
-    /* symmetric windows: NCCL 2.28.3 refused to register them on a non-blocking communicator
-     * ("Attempt to use communicator before the previous operation returned ncclSuccess"). Since
-     * gt_nccl_settle also polls after a call that returned ncclSuccess, a non-blocking one
-     * registered them and trained bitwise as before (2 H200s, debugmodel FSDP2; whether the
-     * refusal would have come there without that poll was not checked); until that is seen on 4
-     * GPUs and the GPU suite, they stay blocking. */
-    bool blocking = blocking_requested() || buffers == GT_NCCL_BUFFERS_SYMMETRIC;
+    /* symmetric windows on a non-blocking communicator: NCCL 2.28.3 refused to register them
+     * ("Attempt to use communicator before the previous operation returned ncclSuccess") until
+     * gt_nccl_settle also polled after a call that returned ncclSuccess (NVIDIA/nccl#1734) */
+    bool blocking = blocking_requested();
     gt_status st = join_group(&b->id, "world", rank, size, rank, world, device,
                               (cudaStream_t)compute, timeout_s, blocking, buffers, out, err);
     free(world);
@@ -376,7 +373,7 @@ gt_status gt_comm_nccl_create_tcp(int device, void *compute_stream, double timeo
         *err = id_err;
         return id_st;
     }
-    return join(&b, rank, size, device, compute_stream, timeout, GT_NCCL_BUFFERS_DEFAULT, out, err);
+    return join(&b, rank, size, device, compute_stream, timeout, GT_NCCL_BUFFERS_PLAIN, out, err);
 }
 
 #else

@@ -181,14 +181,14 @@ gt_status gt_cuda_program_build(const gt_graph *g, const gt_sym_binding *binding
     *out = NULL;
     gt_cuda_program *p = gt_xcalloc(1, sizeof *p);
     gt_status st = gt_program_build_opts(g, binding, opts, &p->prog, err);
-    p->nccl_buffers = opts ? opts->nccl_buffers : GT_NCCL_BUFFERS_DEFAULT;
+    p->nccl_buffers = opts ? opts->nccl_buffers : GT_NCCL_BUFFERS_PLAIN;
     for (int a = 0; st == GT_OK && a < GT_ARENA_COUNT; a++) {
         /* the host arenas were never written: give them back before taking device memory */
         free(p->prog->arena[a]);
         p->prog->arena[a] = NULL;
         p->prog->allocated_bytes[a] = 0;
         size_t bytes = p->prog->plan->arena_bytes[a];
-        st = p->nccl_buffers != GT_NCCL_BUFFERS_DEFAULT
+        st = p->nccl_buffers != GT_NCCL_BUFFERS_PLAIN
                  ? gt_comm_nccl_mem_alloc(&p->dev[a], bytes, err)
                  : gt_cuda_malloc(&p->dev[a], bytes, err);
         if (st != GT_OK)
@@ -240,7 +240,7 @@ void gt_cuda_program_free(gt_cuda_program *p)
         for (int a = 0; a < GT_ARENA_COUNT; a++)
             gt_comm_nccl_window_deregister(p->win_comm[k], p->win[k][a]);
     for (int a = 0; a < GT_ARENA_COUNT; a++) {
-        if (p->nccl_buffers != GT_NCCL_BUFFERS_DEFAULT)
+        if (p->nccl_buffers != GT_NCCL_BUFFERS_PLAIN)
             gt_comm_nccl_mem_free(p->dev[a]);
         else
             gt_cuda_free(p->dev[a]);

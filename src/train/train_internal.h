@@ -63,6 +63,9 @@ typedef struct {
     /* training.device = cuda with several ranks: one NCCL communicator per mesh dim of size > 1
      * (bootstrapped over that dim's MPI communicator), NULL elsewhere */
     gt_comm *nccl[GT_MESH_MAX_DIMS];
+    gt_nccl_buffers
+        nccl_buffers; /* --comm.nccl_buffers with auto decided (gt_train_dist_nccl_buffers) */
+    bool nccl_buffers_known;
     bool error_agreed; /* the error being returned is every rank's (set by agree / share) */
 } gt_train_dist;
 
@@ -97,8 +100,13 @@ gt_status gt_train_report_memory(gt_train_dist *d, const int64_t bytes[4], gt_er
 /* The GPU this rank uses: its node-local rank (OMPI_COMM_WORLD_LOCAL_RANK, LOCAL_RANK,
  * MPI_LOCALRANKID or SLURM_LOCALID; else the world rank) modulo the visible devices. */
 int gt_train_device_for_rank(const gt_train_dist *d, int n_devices);
+/* d->nccl_buffers from --comm.nccl_buffers, once (a collective over the world): auto becomes
+ * symmetric when every rank's NCCL supports it and all ranks are on one host (the same kernel boot
+ * id and host name), else plain; rank 0 logs the choice and why. An explicit choice that this
+ * rank's NCCL cannot give is an error. */
+gt_status gt_train_dist_nccl_buffers(gt_train_dist *d, const gt_config *cfg, gt_error *err);
 /* The NCCL communicators of a multi-rank GPU run (one per mesh dim of size > 1, ordered with
- * compute_stream, a cudaStream_t as void *), made once. */
+ * compute_stream, a cudaStream_t as void *, buffers d->nccl_buffers), made once. */
 gt_status gt_train_dist_nccl(gt_train_dist *d, const gt_config *cfg, int device,
                              void *compute_stream, gt_error *err);
 

@@ -110,9 +110,11 @@ static gt_status step_graph_bind(gt_trainer *t, gt_step_graph *s, gt_error *err)
     if (t->cuda) { /* the GPU runs only planned programs: arenas in device memory */
         /* --comm.nccl_buffers: arenas NCCL can register (every rank's at the same offsets, as
          * registration asks) */
-        gt_plan_options o = {.nccl_buffers = gt_train_dist_multi(&t->dist)
-                                                 ? (gt_nccl_buffers)t->cfg->comm.nccl_buffers
-                                                 : GT_NCCL_BUFFERS_DEFAULT};
+        gt_plan_options o = {.nccl_buffers = GT_NCCL_BUFFERS_PLAIN};
+        if (gt_train_dist_multi(&t->dist)) {
+            GT_TRY(gt_train_dist_nccl_buffers(&t->dist, t->cfg, err));
+            o.nccl_buffers = t->dist.nccl_buffers;
+        }
         GT_TRY(gt_cuda_program_build(g, &t->binding, &o, &s->dev, err));
         if (gt_train_dist_multi(&t->dist)) {
             /* one NCCL communicator per mesh dim, ordered with the program's stream */

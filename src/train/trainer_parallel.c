@@ -23,6 +23,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
+#include <xxhash.h>
 
 #include "train_internal.h"
 
@@ -318,23 +320,76 @@ int gt_train_device_for_rank(const gt_train_dist *d, int n_devices)
     return n_devices > 0 ? local % n_devices : 0;
 }
 
-/* --comm.nccl_buffers passes straight through as a gt_nccl_buffers */
-_Static_assert((int)GT_CFG_NCCL_BUFFERS_DEFAULT == (int)GT_NCCL_BUFFERS_DEFAULT &&
+/* --comm.nccl_buffers other than auto passes straight through as a gt_nccl_buffers */
+_Static_assert((int)GT_CFG_NCCL_BUFFERS_PLAIN == (int)GT_NCCL_BUFFERS_PLAIN &&
                    (int)GT_CFG_NCCL_BUFFERS_REGISTRABLE == (int)GT_NCCL_BUFFERS_REGISTRABLE &&
                    (int)GT_CFG_NCCL_BUFFERS_SYMMETRIC == (int)GT_NCCL_BUFFERS_SYMMETRIC,
                "gt_cfg_nccl_buffers follows gt_nccl_buffers");
 
+/* A number naming this host: the kernel's boot id (shared by the containers of a host, another
+ * one on another host) and the host name, hashed. */
+static uint64_t host_id(void)
+{
+    char buf[384] = {0};
+    FILE *f = fopen("/proc/sys/kernel/random/boot_id", "r");
+    size_t n = f ? fread(buf, 1, 64, f) : 0;
+    if (f) fclose(f);
+    gethostname(buf + n, sizeof buf - n - 1);
+    buf[sizeof buf - 1] = 0;
+    return (uint64_t)XXH64(buf, strlen(buf), 0);
+}
+
+gt_status gt_train_dist_nccl_buffers(gt_train_dist *d, const gt_config *cfg, gt_error *err)
+{
+    if (d->nccl_buffers_known) return GT_OK;
+    if (cfg->comm.nccl_buffers != GT_CFG_NCCL_BUFFERS_AUTO) {
+        d->nccl_buffers = (gt_nccl_buffers)cfg->comm.nccl_buffers;
+        GT_TRY(gt_comm_nccl_check_buffers(d->nccl_buffers, err));
+        d->nccl_buffers_known = true;
+        return GT_OK;
+    }
+    gt_error why = {0};
+    int64_t mine[2] = {gt_comm_nccl_check_buffers(GT_NCCL_BUFFERS_SYMMETRIC, &why) == GT_OK,
+                       (int64_t)host_id()};
+    int64_t two = 2, n = 2 * (int64_t)d->size;
+    int64_t *all = gt_xcalloc((size_t)n, sizeof *all);
+    gt_tensor in, out;
+    gt_tensor_wrap(&in, GT_I64, 1, &two, mine);
+    gt_tensor_wrap(&out, GT_I64, 1, &n, all);
+    gt_status st = gt_comm_all_gather(d->world, &in, &out, err);
+    if (st == GT_OK) {
+        int unsupported = -1, hosts = 0;
+        for (int r = 0; r < d->size; r++) {
+            if (!all[2 * r] && unsupported < 0) unsupported = r;
+            bool seen = false;
+            for (int q = 0; q < r; q++)
+                seen = seen || all[2 * q + 1] == all[2 * r + 1];
+            hosts += !seen;
+        }
+        d->nccl_buffers =
+            unsupported < 0 && hosts == 1 ? GT_NCCL_BUFFERS_SYMMETRIC : GT_NCCL_BUFFERS_PLAIN;
+        d->nccl_buffers_known = true;
+        if (d->rank == 0 && unsupported >= 0)
+            gt_log(GT_LOG_INFO, "NCCL buffers: plain (auto: rank %d has no symmetric buffers%s%s)",
+                   unsupported, unsupported == 0 ? ": " : "", unsupported == 0 ? why.msg : "");
+        else if (d->rank == 0)
+            gt_log(GT_LOG_INFO, "NCCL buffers: %s (auto: the %d ranks are on %d host%s)",
+                   hosts == 1 ? "symmetric" : "plain", d->size, hosts, hosts == 1 ? "" : "s");
+    }
+    free(all);
+    return st;
+}
+
 gt_status gt_train_dist_nccl(gt_train_dist *d, const gt_config *cfg, int device,
                              void *compute_stream, gt_error *err)
 {
-    GT_TRY(gt_comm_nccl_check_buffers((gt_nccl_buffers)cfg->comm.nccl_buffers, err));
+    GT_TRY(gt_train_dist_nccl_buffers(d, cfg, err));
     for (int k = 0; k < GT_MESH_NDIMS; k++) {
         if (d->nccl[k] || d->layout.mesh.size[k] == 1) continue;
         /* set-up bounded by the same timeout as every later host call (a rank that never joins
          * is an error after comm.timeout_seconds, not NCCL's default) */
         GT_TRY(gt_comm_nccl_create(d->dim_comm[k], device, compute_stream,
-                                   cfg->comm.timeout_seconds,
-                                   (gt_nccl_buffers)cfg->comm.nccl_buffers, &d->nccl[k], err));
+                                   cfg->comm.timeout_seconds, d->nccl_buffers, &d->nccl[k], err));
         gt_comm_nccl_set_timeout(d->nccl[k], cfg->comm.timeout_seconds);
         /* messages name it like its MPI twin: "dp_shard/group 2 (nccl)" */
         char name[sizeof d->nccl[k]->name];

@@ -15,7 +15,7 @@
  *     communicator's timeout when a host collective is. Its NCCL abort, which waits for the
  *     stopped peer, is bounded (gt_nccl_abort). The launch then ends non-zero and no process of
  *     the run is left (the stopped rank is killed).
- *   Both fault cases run with --comm.nccl_buffers default, and again with symmetric where the NCCL
+ *   Both fault cases run with --comm.nccl_buffers plain, and again with symmetric where the NCCL
  *   library supports it (its collectives then run on the copy engines).
  *   - torchrun-style launch: 2 processes started by this test with RANK, WORLD_SIZE, LOCAL_RANK,
  *     MASTER_ADDR=127.0.0.1, MASTER_PORT=a free port and no MPI in their environment (the TCP
@@ -344,8 +344,8 @@ int main(void)
     /* Both fault cases with NCCL's own buffers, and with symmetric ones where this NCCL has
      * them: their all-gathers then run on the copy engines, a dead peer leaves a copy waiting on a
      * stream memory wait rather than a kernel, and the job must still end. */
-    dead_rank(base, "default");
-    hung_rank(base, "default");
+    dead_rank(base, "plain");
+    hung_rank(base, "plain");
     gt_error err = {0};
     if (gt_comm_nccl_check_buffers(GT_NCCL_BUFFERS_SYMMETRIC, &err) == GT_OK) {
         dead_rank(base, "symmetric");

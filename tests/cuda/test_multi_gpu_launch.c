@@ -10,9 +10,10 @@
  *   - CUDA graphs on vs off (compile.cudagraphs): bitwise identical, FSDP2;
  *   - --metrics.comm_report (FSDP2): one line per collective of the logged schedule, exposed time
  *     within [0, total], and the same bits as without the report;
- *   - --comm.nccl_buffers registrable (ncclMemAlloc arenas NCCL registers) and symmetric
- *     (symmetric windows, ncclAlltoAll exchanges, zero-CTA collectives on the copy engines),
- *     FSDP2: the same bits as the default buffers;
+ *   - --comm.nccl_buffers: the default (auto) is logged as symmetric where this NCCL supports it
+ *     (the ranks are on one host), else plain; plain (cudaMalloc), registrable (ncclMemAlloc
+ *     arenas NCCL registers) and symmetric (symmetric windows, ncclAlltoAll exchanges, zero-CTA
+ *     collectives on the copy engines), FSDP2: the same bits as the default;
  *   - bf16 mixed precision (the default): FSDP2's loss curve within 1 % of the one-GPU bf16 run.
  * Every rank's program allocates what it planned (the memory lines of the log). */
 #include "distributed/launch.h" /* first: train_child.h defines _GNU_SOURCE */
@@ -112,6 +113,23 @@ static void check_comm_report(const launch_result *r)
     free(text);
 }
 
+/* The default --comm.nccl_buffers (auto) of a run of ranks on this one host: symmetric where this
+ * NCCL has symmetric buffers, else plain, as rank 0's log line says. */
+static void check_auto_buffers(const launch_result *r)
+{
+    if (!r->ok) return;
+    gt_error why = {0};
+    bool symmetric = gt_comm_nccl_check_buffers(GT_NCCL_BUFFERS_SYMMETRIC, &why) == GT_OK;
+    const char *want = symmetric ? "NCCL buffers: symmetric (auto" : "NCCL buffers: plain (auto";
+    char path[600];
+    snprintf(path, sizeof path, "%s/output.txt", r->dump);
+    char *text = read_all(path, NULL);
+    bool found = text && strstr(text, want);
+    printf("  FSDP2 default NCCL buffers: '%s...' logged: %s\n", want, found ? "yes" : "NO");
+    EXPECT(found, "FSDP2: no '%s' line in %s", want, path);
+    free(text);
+}
+
 static void compare_bitwise(const launch_result *a, const launch_result *b, const char *what)
 {
     if (!a->ok || !b->ok) return;
@@ -136,7 +154,8 @@ int main(void)
         {"FSDP2", 1, 2, 1},     {"TP2", 1, 1, 2},     {"FSDP4", 1, 4, 1},
         {"FSDP2xTP2", 1, 2, 2}, {"HSDP2x2", 2, 2, 1},
     };
-    static launch_result ref, ref_bf16, r, again, nograph, bf16, report, registrable, symmetric;
+    static launch_result ref, ref_bf16, r, again, nograph, bf16, report, plain, registrable,
+        symmetric;
     run(base, "1gpu_fp32", NULL, true, NULL, &ref);
     for (size_t k = 0; k < sizeof layouts / sizeof layouts[0]; k++) {
         const launch_layout *l = &layouts[k];
@@ -159,14 +178,17 @@ int main(void)
             run(base, "FSDP2_fp32_report", l, true, "--metrics.comm_report=true", &report);
             compare_bitwise(&r, &report, "FSDP2 comm report on vs off");
             check_comm_report(&report);
+            check_auto_buffers(&r);
+            run(base, "FSDP2_fp32_plain", l, true, "--comm.nccl_buffers=plain", &plain);
+            compare_bitwise(&r, &plain, "FSDP2 plain NCCL buffers vs auto");
             run(base, "FSDP2_fp32_registrable", l, true, "--comm.nccl_buffers=registrable",
                 &registrable);
-            compare_bitwise(&r, &registrable, "FSDP2 registrable NCCL buffers vs default");
+            compare_bitwise(&r, &registrable, "FSDP2 registrable NCCL buffers vs auto");
             gt_error why = {0};
             if (gt_comm_nccl_check_buffers(GT_NCCL_BUFFERS_SYMMETRIC, &why) == GT_OK) {
                 run(base, "FSDP2_fp32_symmetric", l, true, "--comm.nccl_buffers=symmetric",
                     &symmetric);
-                compare_bitwise(&r, &symmetric, "FSDP2 symmetric NCCL buffers vs default");
+                compare_bitwise(&r, &symmetric, "FSDP2 symmetric NCCL buffers vs auto");
             } else {
                 printf("  FSDP2 symmetric NCCL buffers: not run: %s\n", why.msg);
             }

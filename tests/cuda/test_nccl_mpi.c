@@ -494,7 +494,7 @@ int main(int argc, char **argv)
     EXPECT_OK(gt_cuda_stream_create(&g_stream, &err), &err);
     cudaEventCreateWithFlags(&g_ev, cudaEventDisableTiming);
     gt_comm *nccl = NULL;
-    EXPECT_OK(gt_comm_nccl_create(mpi, me, stream(), 0, GT_NCCL_BUFFERS_DEFAULT, &nccl, &err),
+    EXPECT_OK(gt_comm_nccl_create(mpi, me, stream(), 0, GT_NCCL_BUFFERS_PLAIN, &nccl, &err),
               &err);
     EXPECT(!nccl || (gt_comm_rank(nccl) == me && gt_comm_size(nccl) == n), "rank %d: world", me);
     if (nccl) {
