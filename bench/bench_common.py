@@ -193,32 +193,46 @@ def print_progress(name, msg, r, t0):
 # GPU memory
 
 
-def gpus_used_bytes(ids):
-    """{gpu index: memory.used bytes} for the indices in ids (one nvidia-smi call), or None."""
+def gpus_query(ids, fields):
+    """{gpu index: [float per field]} for the indices in ids (one nvidia-smi call), or None."""
     try:
-        out = subprocess.run(["nvidia-smi", "--query-gpu=index,memory.used",
+        out = subprocess.run(["nvidia-smi", "--query-gpu=index," + ",".join(fields),
                               "--format=csv,noheader,nounits", "-i", ",".join(map(str, ids))],
                              capture_output=True, text=True, timeout=10)
         if out.returncode != 0:
             return None
-        used = {}
+        got = {}
         for line in out.stdout.strip().splitlines():
-            i, mib = line.split(",")
-            used[int(i)] = int(mib) * 2**20
-        return used if set(used) == set(ids) else None
+            cols = [c.strip() for c in line.split(",")]
+            got[int(cols[0])] = [float(c) if c.replace(".", "", 1).isdigit() else -1.0
+                                 for c in cols[1:]]
+        return got if set(got) == set(ids) else None
     except (OSError, ValueError, subprocess.TimeoutExpired):
         return None
+
+
+def gpus_used_bytes(ids):
+    """{gpu index: memory.used bytes} for the indices in ids (one nvidia-smi call), or None."""
+    got = gpus_query(ids, ["memory.used"])
+    return {i: int(v[0]) * 2**20 for i, v in got.items()} if got else None
+
+
+BUSY_UTIL = 90  # a sample counts for the clock and power figures when the GPU is this busy (%)
 
 
 class MemoryMonitor:
     """Polls the memory.used of GPUs `ids` (nvidia-smi) in a thread while a run's process lives;
     the run's footprint on a GPU is its peak minus its value read just before the run started.
+    The same poll reads each GPU's SM clock and power draw; the samples taken while the GPU is at
+    least BUSY_UTIL % utilized give its median clock and power under the run (a power-capped GPU
+    lowers its clock, and ranks on slower GPUs make the others wait).
     ids None or empty: nothing is polled and there are no figures."""
 
     def __init__(self, ids, period_s):
         self.ids, self.period_s = ids, period_s
         self.base = gpus_used_bytes(ids) if ids else None
         self.peak, self.samples = dict(self.base or {}), 0
+        self.busy = {i: [] for i in ids or []}  # (SM MHz, W) of busy samples
         self._stop = threading.Event()
         self._thread = None
 
@@ -230,12 +244,23 @@ class MemoryMonitor:
 
     def _poll(self):
         while not self._stop.is_set():
-            used = gpus_used_bytes(self.ids)
-            if used is not None:
-                for i, v in used.items():
-                    self.peak[i] = max(self.peak[i], v)
+            got = gpus_query(self.ids, ["memory.used", "utilization.gpu", "clocks.sm",
+                                        "power.draw"])
+            if got is not None:
+                for i, (mib, util, mhz, watts) in got.items():
+                    self.peak[i] = max(self.peak[i], int(mib) * 2**20)
+                    if util >= BUSY_UTIL and mhz > 0:
+                        self.busy[i].append((mhz, watts))
                 self.samples += 1
             self._stop.wait(self.period_s)
+
+    def busy_figures(self):
+        """Per GPU of ids: median SM MHz and watts over its busy samples, and their count."""
+        med = lambda v: statistics.median(v) if v else -1
+        return dict(sm_mhz_busy_median_per_gpu=[med([m for m, _ in self.busy[i]]) for i in self.ids],
+                    power_w_busy_median_per_gpu=[med([w for _, w in self.busy[i]])
+                                                 for i in self.ids],
+                    busy_samples_per_gpu=[len(self.busy[i]) for i in self.ids])
 
     def __exit__(self, *exc):
         self._stop.set()
@@ -249,7 +274,7 @@ class MemoryMonitor:
         per = [self.peak[i] - self.base[i] for i in self.ids]
         return dict(gpu_used_peak_bytes=max(per), gpu_used_peak_bytes_per_gpu=per,
                     gpu_used_idle_bytes_per_gpu=[self.base[i] for i in self.ids],
-                    gpu_used_samples=self.samples)
+                    gpu_used_samples=self.samples, **self.busy_figures())
 
     def result_one(self):
         """Figures of a monitor of one GPU: its footprint and idle value."""
@@ -257,7 +282,8 @@ class MemoryMonitor:
             return dict(gpu_used_peak_bytes=-1, gpu_used_samples=0)
         i = self.ids[0]
         return dict(gpu_used_peak_bytes=self.peak[i] - self.base[i],
-                    gpu_used_idle_bytes=self.base[i], gpu_used_samples=self.samples)
+                    gpu_used_idle_bytes=self.base[i], gpu_used_samples=self.samples,
+                    **self.busy_figures())
 
 
 # ---------------------------------------------------------------------------------------------

@@ -541,6 +541,15 @@ def tables(results, args):
         "+ 32 MiB cuBLASLt workspace. Scaling efficiency: tokens/s per GPU ÷ that of the same "
         "system's 1-GPU run (graphtrain: fsdp on 1 GPU; a variant: its own). MFU per GPU at "
         f"{args.peak_tflops:g} TFLOP/s.")
+    clocks = [(k, r) for k, r in runs.items() if r.get("sm_mhz_busy_median_per_gpu")]
+    if clocks:
+        lines.append(f"\nUnder load (nvidia-smi samples at ≥ {bc.BUSY_UTIL} % utilization), "
+                     "median SM clock MHz / board power W of each GPU of the run:\n")
+        for k, r in clocks:
+            per = zip(r["sm_mhz_busy_median_per_gpu"], r["power_w_busy_median_per_gpu"],
+                      r["busy_samples_per_gpu"])
+            lines.append(f"- {k}: " + ", ".join(f"{m:.0f} / {w:.0f} ({c} samples)"
+                                               for m, w, c in per))
     for note in results.get("skipped", []):
         lines.append(f"\n{note}")
     for k, r in runs.items():

@@ -193,7 +193,9 @@ static const gt_cfg_option options[] = {
              "is not reported (CPU)"},
     {OPT(metrics, comm_report, GT_CFG_BOOL), .default_value = "false",
      .help = "after step 2 (step 1 warms up), rank 0 prints every collective of its step: bytes, "
-             "time from start to completion, and the part not hidden behind compute (exposed)"},
+             "time from start to completion, the part not hidden behind compute (exposed), and "
+             "the least and most exposed time over all ranks (with the rank of the most); then "
+             "each other rank's exposed and step time"},
     /* debug */
     {OPT(debug, seed, GT_CFG_INT), .default_value = "0", INT_RANGE(0, INT64_MAX),
      .help = "seed of initialisation, data order and dropout-like randomness (torchtitan's None "

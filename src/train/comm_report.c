@@ -1,26 +1,50 @@
 /* comm_report.c — --metrics.comm_report: what each collective of one step cost and how much of
- * it the step waited for. The timings come from the executor (gt_program_comm_timings): total =
- * start posted to completion, exposed = time blocked in the wait. */
+ * it the step waited for, on every rank. The timings come from the executor
+ * (gt_program_comm_timings): total = start posted to completion, exposed = time blocked in the
+ * wait. Every rank's figures are gathered to rank 0, which prints its own and, per collective, the
+ * least and the most any rank waited: a collective that one rank waits for and the others do not
+ * is that rank being ahead (the others' compute was slower), not the transfer. */
+#include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "graphtrain/gt_parallel.h"
 #include "train_internal.h"
 
-void gt_train_print_comm_report(const gt_comm_timing *t, int32_t n, double step_s, int rank,
-                                FILE *f)
+/* rank r's figures in the gathered array: per collective total and exposed (ns), then the step */
+typedef struct {
+    const int64_t *all;
+    int32_t n;
+} gathered;
+
+static double ms_at(const gathered *g, int r, int64_t k)
 {
+    return 1e-6 * (double)g->all[(int64_t)r * (2 * g->n + 1) + k];
+}
+
+static void print_report(const gt_comm_timing *t, const gathered *g, int size, FILE *f)
+{
+    int32_t n = g->n;
     double total = 0, exposed = 0;
     uint64_t bytes[GT_COLL_KIND_COUNT] = {0};
     int count[GT_COLL_KIND_COUNT] = {0};
-    fprintf(f, "collective report (rank %d, one step): %d collectives\n", rank, (int)n);
-    fprintf(f, "  %4s %-15s %-13s %12s %11s %11s %8s\n", "#", "kind", "mesh dim", "bytes",
-            "total ms", "exposed ms", "exposed");
+    fprintf(f, "collective report (rank 0, one step): %d collectives\n", (int)n);
+    fprintf(f, "  %4s %-15s %-13s %12s %11s %11s %8s  %s\n", "#", "kind", "mesh dim", "bytes",
+            "total ms", "exposed ms", "exposed", "exposed over ranks: least-most ms, rank of most");
     for (int32_t k = 0; k < n; k++) {
         const gt_comm_timing *c = &t[k];
-        fprintf(f, "  %4d %-15s %-13s %12llu %11.3f %11.3f %7.1f%%\n", (int)k,
+        double lo = ms_at(g, 0, 2 * k + 1), hi = lo;
+        int at = 0;
+        for (int r = 1; r < size; r++) {
+            double e = ms_at(g, r, 2 * k + 1);
+            lo = e < lo ? e : lo;
+            if (e > hi) hi = e, at = r;
+        }
+        fprintf(f, "  %4d %-15s %-13s %12llu %11.3f %11.3f %7.1f%%  %.3f-%.3f r%d\n", (int)k,
                 gt_coll_kind_name(c->kind), gt_mesh_dim_name(c->mesh_dim),
                 (unsigned long long)c->bytes, 1e3 * c->total_s, 1e3 * c->exposed_s,
-                c->total_s > 0 ? 100.0 * c->exposed_s / c->total_s : 0.0);
+                c->total_s > 0 ? 100.0 * c->exposed_s / c->total_s : 0.0, lo, hi, at);
         total += c->total_s;
         exposed += c->exposed_s;
         if ((int)c->kind >= 0 && c->kind < GT_COLL_KIND_COUNT) {
@@ -32,9 +56,46 @@ void gt_train_print_comm_report(const gt_comm_timing *t, int32_t n, double step_
         if (count[k])
             fprintf(f, "  total %-15s %4d collectives %14llu bytes\n",
                     gt_coll_kind_name((gt_coll_kind)k), count[k], (unsigned long long)bytes[k]);
+    for (int r = 1; r < size; r++) {
+        double e = 0;
+        for (int32_t k = 0; k < n; k++)
+            e += ms_at(g, r, 2 * k + 1);
+        fprintf(f, "  rank %d: exposed %.3f ms", r, e);
+        double step = ms_at(g, r, 2 * n);
+        if (step > 0) fprintf(f, " of its %.3f ms step", step);
+        fprintf(f, "\n");
+    }
+    double step_s = 1e-3 * ms_at(g, 0, 2 * n);
     fprintf(f, "  communication %.3f ms (sum of start-to-completion times), exposed %.3f ms",
             1e3 * total, 1e3 * exposed);
     if (step_s > 0)
         fprintf(f, " = %.1f%% of the %.3f ms step", 100.0 * exposed / step_s, 1e3 * step_s);
     fprintf(f, "\n");
+}
+
+gt_status gt_train_comm_report(gt_train_dist *d, const gt_comm_timing *t, int32_t n, double step_s,
+                               FILE *f, gt_error *err)
+{
+    int size = gt_train_dist_multi(d) ? d->size : 1;
+    int64_t per = 2 * (int64_t)n + 1, total = per * size;
+    int64_t *mine = gt_xcalloc((size_t)per, sizeof *mine);
+    int64_t *all = gt_xcalloc((size_t)total, sizeof *all);
+    for (int32_t k = 0; k < n; k++) {
+        mine[2 * k] = llround(1e9 * t[k].total_s);
+        mine[2 * k + 1] = llround(1e9 * t[k].exposed_s);
+    }
+    mine[2 * n] = llround(1e9 * step_s);
+    gt_status st = GT_OK;
+    if (size > 1) {
+        gt_tensor in, out;
+        gt_tensor_wrap(&in, GT_I64, 1, &per, mine);
+        gt_tensor_wrap(&out, GT_I64, 1, &total, all);
+        st = gt_comm_all_gather(d->world, &in, &out, err);
+    } else {
+        memcpy(all, mine, (size_t)per * sizeof *mine);
+    }
+    if (st == GT_OK && d->rank == 0) print_report(t, &(gathered){all, n}, size, f);
+    free(mine);
+    free(all);
+    return st;
 }

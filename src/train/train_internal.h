@@ -110,10 +110,13 @@ gt_status gt_train_dist_nccl_buffers(gt_train_dist *d, const gt_config *cfg, gt_
 gt_status gt_train_dist_nccl(gt_train_dist *d, const gt_config *cfg, int device,
                              void *compute_stream, gt_error *err);
 
-/* --metrics.comm_report (comm_report.c): one line per collective of the step just run (kind,
- * mesh dim, bytes, start-to-completion time, exposed time) and totals against the step time. */
-void gt_train_print_comm_report(const gt_comm_timing *t, int32_t n, double step_s, int rank,
-                                FILE *f);
+/* --metrics.comm_report (comm_report.c), a collective over the world: every rank's timings of the
+ * step just run (n collectives, the same schedule on every rank; step_s its step time) go to rank
+ * 0, which prints to f one line per collective (kind, mesh dim, bytes, start-to-completion time,
+ * exposed time, and the least and most exposed time over the ranks with the rank of the most),
+ * totals, and each other rank's exposed time and step time. */
+gt_status gt_train_comm_report(gt_train_dist *d, const gt_comm_timing *t, int32_t n, double step_s,
+                               FILE *f, gt_error *err);
 
 /* debug.test_kill_rank_at_step: the signal this rank sends itself at `step` ("R:S": SIGKILL, a
  * dead peer; "R:S:stop": SIGSTOP, a peer that hangs), or 0. */

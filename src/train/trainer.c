@@ -706,14 +706,15 @@ static gt_status report_pending(gt_trainer *t, gt_train_result *res, gt_error *e
 #ifdef GT_HAVE_CUDA
     /* the timed run: the whole step graph's second exec (see step_graph_queue_cuda) */
     if (t->cfg->metrics.comm_report && gt_train_dist_multi(&t->dist) && t->whole.dev &&
-        p.run == 2 && t->dist.rank == 0) {
+        p.run == 2) {
         int32_t n = gt_cuda_program_comm_timings(t->whole.dev, NULL, 0);
         gt_comm_timing *timings = gt_xcalloc((size_t)(n ? n : 1), sizeof *timings);
         gt_cuda_program_comm_timings(t->whole.dev, timings, n);
         /* the device's own time for the step: the host's dt of a pipelined step is not */
-        gt_train_print_comm_report(timings, n, gt_cuda_program_timed_run_seconds(t->whole.dev),
-                                   t->dist.rank, stderr);
+        gt_status st = gt_train_comm_report(
+            &t->dist, timings, n, gt_cuda_program_timed_run_seconds(t->whole.dev), stderr, err);
         free(timings);
+        GT_TRY(st);
     }
 #endif
     return GT_OK;
@@ -798,13 +799,14 @@ static void log_start(gt_trainer *t, gt_train_result *res)
                (long long)t->model_cfg.vocab_size, res->entropy_rate);
 }
 
-static void comm_report(gt_trainer *t, double step_s)
+static gt_status comm_report(gt_trainer *t, double step_s, gt_error *err)
 {
     int32_t n = gt_program_comm_timings(t->whole.prog, NULL, 0);
     gt_comm_timing *timings = gt_xcalloc((size_t)(n ? n : 1), sizeof *timings);
     gt_program_comm_timings(t->whole.prog, timings, n);
-    gt_train_print_comm_report(timings, n, step_s, t->dist.rank, stderr);
+    gt_status st = gt_train_comm_report(&t->dist, timings, n, step_s, stderr, err);
     free(timings);
+    return st;
 }
 
 static gt_status run(gt_trainer *t, gt_train_result *res, gt_error *err)
@@ -838,9 +840,9 @@ static gt_status run(gt_trainer *t, gt_train_result *res, gt_error *err)
         if (ticket < 0) {
             double step_s = gt_now_seconds() - t0;
             GT_TRY(report_step(t, res, step, loss, grad_norm, lr, step_s, err));
-            if (cfg->metrics.comm_report && t->whole.prog && t->dist.rank == 0 &&
+            if (cfg->metrics.comm_report && t->whole.prog &&
                 (step == start + 2 || (step == cfg->training.steps && step < start + 2)))
-                comm_report(t, step_s);
+                GT_TRY(comm_report(t, step_s, err));
         } else {
             /* the GPU: step is queued; report the one before it, then this one when it must be
              * complete (a checkpoint, the last step) */

@@ -374,18 +374,23 @@ static inline void launch_outcome_free(launch_outcome *o, bool show)
 
 /* ---------------------------------------------------------------- --metrics.comm_report */
 
-/* One line of the report: "  # kind mesh-dim bytes total-ms exposed-ms exposed%". */
+/* One line of the report: "  # kind mesh-dim bytes total-ms exposed-ms exposed% lo-hi rR" (lo
+ * and hi: the least and most exposed ms over the ranks, R the rank of the most; -1 when the line
+ * has no such columns). */
 typedef struct {
     int index;
     char kind[32], dim[32];
     unsigned long long bytes;
     double total, exposed; /* ms */
+    double lo, hi;
+    int at;
 } launch_report_row;
 
 typedef struct {
-    int scheduled; /* N of "collective schedule: N" (-1: no such line) */
-    int listed;    /* N of "collective report (rank 0, one step): N" (-1: no report) */
-    int totals;    /* the sum of the per-kind "total KIND N collectives" lines */
+    int scheduled;  /* N of "collective schedule: N" (-1: no such line) */
+    int listed;     /* N of "collective report (rank 0, one step): N" (-1: no report) */
+    int totals;     /* the sum of the per-kind "total KIND N collectives" lines */
+    int rank_lines; /* "rank R: exposed X ms ..." lines (one per rank but 0) */
     int n_rows;
     launch_report_row *rows; /* the report's lines, in order (malloc'd) */
 } launch_comm_report;
@@ -404,8 +409,10 @@ static inline void launch_read_comm_report(const char *text, launch_comm_report 
     int cap = 0;
     for (const char *q = p ? strchr(p, '\n') : NULL; q && *q; q = strchr(q + 1, '\n')) {
         launch_report_row row;
-        if (sscanf(q + 1, " %d %31s %31s %llu %lf %lf", &row.index, row.kind, row.dim, &row.bytes,
-                   &row.total, &row.exposed) == 6) {
+        row.lo = row.hi = -1;
+        row.at = -1;
+        if (sscanf(q + 1, " %d %31s %31s %llu %lf %lf %*f%% %lf-%lf r%d", &row.index, row.kind,
+                   row.dim, &row.bytes, &row.total, &row.exposed, &row.lo, &row.hi, &row.at) >= 6) {
             if (r->n_rows == cap) {
                 cap = cap ? 2 * cap : 64;
                 r->rows = gt_xrealloc(r->rows, (size_t)cap * sizeof *r->rows);
@@ -417,6 +424,12 @@ static inline void launch_read_comm_report(const char *text, launch_comm_report 
         char kind[32];
         if (sscanf(q + 1, " total %31s %d collectives", kind, &count) == 2) {
             r->totals += count;
+            continue;
+        }
+        int rank;
+        double ms;
+        if (sscanf(q + 1, " rank %d: exposed %lf ms", &rank, &ms) == 2) {
+            r->rank_lines++;
             continue;
         }
         if (strstr(q + 1, "communication ") == q + 1 + strspn(q + 1, " ")) break;

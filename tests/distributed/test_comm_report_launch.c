@@ -3,9 +3,13 @@
  * FSDP2xTP2 on test_tiny with the report on: rank 0 prints one line per collective of step 2,
  * as many as the collective schedule it logged before step 1 ("collective schedule: N
  * collectives per step"); every line has 0 <= exposed <= total; the per-kind totals add up to
- * the number of lines; and the run's losses are bitwise those of the same run without the report
+ * the number of lines; each line's least-most exposed time over the 4 ranks contains rank 0's,
+ * the rank of the most is one of the run's, and ranks 1-3 each get a line of their exposed time;
+ * and the run's losses are bitwise those of the same run without the report
  * (timing changes nothing it computes). */
 #include "launch.h" /* first: train_child.h defines _GNU_SOURCE */
+
+#define RANKS 4 /* FSDP2xTP2 */
 
 static int run(const char *base, const char *name, bool report, char *out_path, size_t n,
                char *dump, size_t dn)
@@ -35,12 +39,19 @@ int main(void)
     char *text = read_all(out_a, NULL);
     launch_comm_report rep;
     launch_read_comm_report(text, &rep);
-    int bad = 0;
+    int bad = 0, bad_ranks = 0;
     for (int k = 0; k < rep.n_rows; k++) {
         const launch_report_row *row = &rep.rows[k];
         EXPECT(row->index == k, "line %d has index %d", k, row->index);
         bad += !(row->exposed >= 0 && row->exposed <= row->total + 1e-6 && row->bytes > 0);
+        /* every rank's exposed time: rank 0's among them, the most at a rank of the run */
+        bad_ranks += !(row->lo >= 0 && row->lo <= row->exposed + 1e-3 &&
+                       row->exposed <= row->hi + 1e-3 && row->at >= 0 && row->at < RANKS);
     }
+    EXPECT(bad_ranks == 0, "%d lines whose least-most exposed over ranks leaves out rank 0's",
+           bad_ranks);
+    EXPECT(rep.rank_lines == RANKS - 1, "%d 'rank R: exposed' lines for %d ranks", rep.rank_lines,
+           RANKS);
     EXPECT(rep.scheduled > 0 && rep.listed == rep.scheduled && rep.n_rows == rep.scheduled,
            "schedule %d collectives, report header %d, %d lines", rep.scheduled, rep.listed,
            rep.n_rows);
