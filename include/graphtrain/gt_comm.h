@@ -205,6 +205,12 @@ void gt_comm_nccl_abort(gt_comm *c, const char *why);
 /* The compute stream (a cudaStream_t, as void *) that c's next collectives are ordered with (a
  * request keeps the stream of its start). A no-op on other communicators. */
 void gt_comm_nccl_set_stream(gt_comm *c, void *compute_stream);
+/* An NCCL group on c (ncclGroupStart .. ncclGroupEnd): the all-gathers started on c in between
+ * (only all-gathers) are launched together at _end, as one NCCL operation, each still its own
+ * request; their completion events are recorded after the launch, so a wait orders after the whole
+ * group. _end without a group is a no-op; on an error it still closes the group. */
+gt_status gt_comm_nccl_group_begin(gt_comm *c, gt_error *err);
+gt_status gt_comm_nccl_group_end(gt_comm *c, gt_error *err);
 /* Device memory NCCL can register (ncclMemAlloc). Free with gt_comm_nccl_mem_free. Builds without
  * NCCL: GT_ERR_UNSUPPORTED. */
 gt_status gt_comm_nccl_mem_alloc(void **p, size_t bytes, gt_error *err);

@@ -44,6 +44,11 @@ typedef enum {
     GT_CFG_RESHARD_ALWAYS,
     GT_CFG_RESHARD_NEVER,
 } gt_cfg_reshard;
+/* compile.fsdp_gathers: how a block's FSDP all-gathers are posted. */
+typedef enum {
+    GT_CFG_FSDP_GATHERS_BUCKETED = 0, /* packed into one buffer, one all-gather, unpacked */
+    GT_CFG_FSDP_GATHERS_GROUPED,      /* one all-gather per tensor, adjacent: one NCCL group */
+} gt_cfg_fsdp_gathers;
 typedef enum {
     GT_CFG_MEMORY_DEFAULT = 0,
     GT_CFG_MEMORY_FULL,
@@ -140,6 +145,7 @@ typedef struct {
     gt_cfg_memory_policy memory_policy;
     double activation_memory_budget_gb; /* memory_policy = budget */
     double fsdp_bucket_cap_mb;          /* 0: one FSDP bucket per transformer block */
+    gt_cfg_fsdp_gathers fsdp_gathers;
     gt_cfg_strings disable_passes;
     bool debug_graph_passes;
     char *precompile_artifact_dir;

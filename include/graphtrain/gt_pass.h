@@ -62,6 +62,10 @@ typedef struct {
      * member counted at its unsharded size, the larger of its collective's input and output);
      * 0 = one bucket per block. */
     int64_t bucket_cap_bytes;
+    /* fsdp_bucketing: leave the all-gathers one per tensor (reduce-scatters and all-reduces are
+     * still bucketed); fsdp_reorder keeps a block's gathers adjacent, which the CUDA executor
+     * posts as one NCCL group. */
+    bool gathers_unbucketed;
 } gt_pass_options;
 
 /* What a pass is given besides the graph. */

@@ -40,6 +40,7 @@ static const char *const precisions[] = {"bfloat16", "float32", NULL};
 static const char *const optimizers[] = {"AdamW", NULL};
 static const char *const decay_types[] = {"linear", "cosine", NULL};
 static const char *const reshards[] = {"default", "always", "never", NULL};
+static const char *const fsdp_gathers[] = {"bucketed", "grouped", NULL};
 static const char *const nccl_buffers[] = {"plain", "registrable", "symmetric", "auto", NULL};
 static const char *const memory_policies[] = {"default", "full", "eager", "none", "budget", NULL};
 
@@ -160,6 +161,11 @@ static const gt_cfg_option options[] = {
     {OPT(compile, fsdp_bucket_cap_mb, GT_CFG_FLOAT), .default_value = "0.0", FLOAT_RANGE(0, 1e6),
      .help = "fsdp_bucketing: split each transformer block's bucket into pieces of at most this "
              "many MiB (unsharded sizes); 0: one bucket per block"},
+    {OPT(compile, fsdp_gathers, GT_CFG_ENUM), .default_value = "bucketed", .choices = fsdp_gathers,
+     .help = "FSDP parameter all-gathers: bucketed packs a block's shards into one buffer, "
+             "gathers it and unpacks the tensors (copies on the compute stream); grouped gathers "
+             "each tensor into place, a block's gathers posted together (one NCCL group on "
+             "GPUs); gradient reduce-scatters stay bucketed either way"},
     {OPT(compile, disable_passes, GT_CFG_STRINGS), .default_value = "",
      .help = "passes to remove from the pipeline, by name (a,b)"},
     {OPT(compile, debug_graph_passes, GT_CFG_BOOL), .default_value = "false",

@@ -103,6 +103,18 @@ void gt_comm_nccl_set_stream(gt_comm *c, void *compute_stream)
     (void)c, (void)compute_stream;
 }
 
+gt_status gt_comm_nccl_group_begin(gt_comm *c, gt_error *err)
+{
+    (void)c;
+    return gt_error_set(err, GT_ERR_UNSUPPORTED, "NCCL group: this build has no NCCL");
+}
+
+gt_status gt_comm_nccl_group_end(gt_comm *c, gt_error *err)
+{
+    (void)c, (void)err;
+    return GT_OK;
+}
+
 gt_status gt_comm_nccl_mem_alloc(void **p, size_t bytes, gt_error *err)
 {
     (void)bytes;
@@ -655,6 +667,11 @@ gt_status gt_nccl_start(gt_comm *c, gt_coll_kind kind, const gt_tensor *in, gt_t
     size_t need = scratch_need(c, kind, in, out);
     GT_TRY(reserve_scratch(c, need, capturing, what, err));
     if (capturing && need) im->scratch_captured = true;
+    if (im->in_group && kind != GT_COLL_ALL_GATHER)
+        return gt_error_set(err, GT_ERR_INVALID,
+                            "rank %d: %s on communicator '%s' inside an NCCL group: only "
+                            "all-gathers are grouped",
+                            im->world_rank, what, c->name);
     nccl_req *s = gt_xcalloc(1, sizeof *s);
     req->impl_state = s;
     s->compute = im->compute;
@@ -662,6 +679,20 @@ gt_status gt_nccl_start(gt_comm *c, gt_coll_kind kind, const gt_tensor *in, gt_t
     e = cudaEventRecord(im->fork, s->compute);
     if (e == cudaSuccess) e = cudaStreamWaitEvent(im->stream, im->fork, 0);
     if (e != cudaSuccess) return gt_nccl_cuda_fail(c, what, e, err);
+    if (im->in_group) { /* posted at the group's end; done is recorded after that */
+        size_t nin = gt_tensor_nbytes(in);
+        ncclResult_t r =
+            nin ? ncclAllGather(in->data, out->data, nin, ncclUint8, im->nccl, im->stream)
+                : ncclSuccess;
+        if (r != ncclSuccess && r != ncclInProgress) return settle_call(c, r, what, err);
+        if (im->n_group == im->cap_group) {
+            im->cap_group = im->cap_group ? 2 * im->cap_group : 16;
+            im->group_done =
+                gt_xrealloc(im->group_done, (size_t)im->cap_group * sizeof *im->group_done);
+        }
+        im->group_done[im->n_group++] = s->done;
+        return GT_OK;
+    }
     gt_status st = gt_tensor_numel(in) > 0 || gt_tensor_numel(out) > 0
                        ? enqueue(c, kind, in, out, root, err)
                        : GT_OK;
@@ -669,6 +700,34 @@ gt_status gt_nccl_start(gt_comm *c, gt_coll_kind kind, const gt_tensor *in, gt_t
     if (st == GT_OK && e != cudaSuccess) st = gt_nccl_cuda_fail(c, what, e, err);
     if (st != GT_OK) /* no wait will come: join the comm stream back now (a capture needs it) */
         cudaStreamWaitEvent(s->compute, s->done, 0);
+    return st;
+}
+
+gt_status gt_comm_nccl_group_begin(gt_comm *c, gt_error *err)
+{
+    nccl_impl *im = gt_nccl_impl(c);
+    if (im->aborted) return gt_nccl_aborted_error(c, "an NCCL group", err);
+    GT_CHECK(!im->in_group);
+    ncclResult_t r = ncclGroupStart();
+    if (r != ncclSuccess) return settle_call(c, r, "starting an NCCL group", err);
+    im->in_group = true;
+    im->n_group = 0;
+    return GT_OK;
+}
+
+gt_status gt_comm_nccl_group_end(gt_comm *c, gt_error *err)
+{
+    nccl_impl *im = gt_nccl_impl(c);
+    if (!im->in_group) return GT_OK;
+    im->in_group = false;
+    gt_status st = settle_call(c, ncclGroupEnd(), "an NCCL group of all-gathers", err);
+    /* recorded also on failure: a wait (a capture's join) must find them recorded */
+    for (int k = 0; k < im->n_group; k++) {
+        cudaError_t e = cudaEventRecord(im->group_done[k], im->stream);
+        if (st == GT_OK && e != cudaSuccess)
+            st = gt_nccl_cuda_fail(c, "an NCCL group of all-gathers", e, err);
+    }
+    im->n_group = 0;
     return st;
 }
 

@@ -37,6 +37,11 @@ typedef struct {
     bool blocking;
     bool aborted;
     char why[400]; /* why it was aborted */
+    /* between gt_comm_nccl_group_begin and _end: the all-gathers posted since, whose done events
+     * are recorded once the group is launched */
+    bool in_group;
+    cudaEvent_t *group_done;
+    int n_group, cap_group;
 } nccl_impl;
 
 typedef struct {

@@ -233,6 +233,7 @@ static void nccl_destroy(gt_comm *c)
     for (int k = 0; k < im->n_free; k++)
         cudaEventDestroy(im->free_ev[k]);
     free(im->free_ev);
+    free(im->group_done);
     free(im->world);
     free(im);
     free(c);

@@ -38,6 +38,10 @@
  *   numerics   exact: gathers move bytes; reductions sum every element over the same ranks in the
  *              same (rank) order, whatever buffer it sits in.
  *
+ * With options->gathers_unbucketed the all-gathers are not candidates: each tensor keeps its own
+ * gather (no packing, no unpacking), and the CUDA executor posts a block's adjacent gathers as one
+ * NCCL group.
+ *
  * Cost: a few sweeps over the graph per round (usually two rounds), plus the sort by keys. */
 #include <stdlib.h>
 #include <string.h>
@@ -452,6 +456,7 @@ static gt_status bucket_round(gt_graph *g, const gt_pass_options *o, int *emitte
         if (!gt_op_is_collective_start(nd->op) || wait_of[x] == GT_NONE) continue;
         int tag = gt_pass_fsdp_tag(g, nd);
         int64_t numel, out_numel;
+        if (o && o->gathers_unbucketed && nd->op == GT_OP_ALL_GATHER_START) continue;
         if (tag < 0 || gt_pass_is_bucketed(g, nd) || !const_numel(g, nd->in[0], &numel) ||
             !const_numel(g, nd->out[0], &out_numel) || numel == 0)
             continue;

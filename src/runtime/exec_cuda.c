@@ -25,7 +25,9 @@
  * work, so gt_cuda_program_capture records the collectives into the step graph with everything
  * else. With NCCL communicators set, every host wait of the program (sync, step_wait, reads, run)
  * polls through gt_comm_nccl_wait_event: a dead or stuck peer becomes an error naming the
- * communicator within its timeout instead of a hang.
+ * communicator within its timeout instead of a hang. Consecutive all-gather starts on one
+ * communicator (a block's per-tensor gathers under --compile.fsdp_gathers grouped) are posted as
+ * one NCCL group (gt_comm_nccl_group_begin / _end): one launch, no packing.
  *
  * State: a graph input's buffer keeps its bytes between runs. The default plan puts adamw's
  * updated params and moments over the old ones in the persistent arena, so after a run the input
@@ -504,18 +506,45 @@ static gt_status run_group(gt_cuda_program *p, const adamw_group *grp, gt_error 
     return st;
 }
 
+/* The NCCL communicator of instruction k when it is an all-gather start over more than one rank
+ * (k past the end, or anything else: NULL). */
+static gt_comm *gather_comm(const gt_cuda_program *p, int32_t k)
+{
+    if (k >= p->prog->n_instrs) return NULL;
+    const gt_instr *ins = &p->prog->instrs[k];
+    gt_comm *c = NULL;
+    gt_error ignored = {0};
+    if (ins->op != GT_OP_ALL_GATHER_START ||
+        gt_runtime_comm_for(p->prog->g, ins->i[0], ins->i[1], p->prog->comms, &c, &ignored) !=
+            GT_OK)
+        return NULL;
+    return gt_comm_is_nccl(c) ? c : NULL;
+}
+
 static gt_status run_instrs(gt_cuda_program *p, gt_error *err)
 {
     GT_TRY(gt_runtime_check_comms(p->prog, " (cuda)", err));
     record_run(p, 0);
-    int32_t next = 0; /* the next adamw group */
+    int32_t next = 0;     /* the next adamw group */
+    gt_comm *open = NULL; /* consecutive all-gathers on one communicator: one NCCL group */
     for (int32_t k = 0; k < p->prog->n_instrs; k++) {
-        gt_status st;
-        if (next < p->n_groups && p->groups[next].first == k) {
+        gt_status st = GT_OK;
+        gt_comm *c = gather_comm(p, k);
+        if (c && !open && gather_comm(p, k + 1) == c) {
+            st = gt_comm_nccl_group_begin(c, err);
+            if (st == GT_OK) open = c;
+        }
+        if (st == GT_OK && next < p->n_groups && p->groups[next].first == k) {
             st = run_group(p, &p->groups[next], err);
             k += p->groups[next++].count - 1;
-        } else {
+        } else if (st == GT_OK) {
             st = run_instr(p, &p->prog->instrs[k], err);
+        }
+        if (open && (st != GT_OK || gather_comm(p, k + 1) != open)) {
+            gt_error ignored = {0};
+            gt_status end = gt_comm_nccl_group_end(open, st == GT_OK ? err : &ignored);
+            if (st == GT_OK) st = end;
+            open = NULL;
         }
         if (st != GT_OK) {
             gt_runtime_drain_slots(p->prog);

@@ -178,6 +178,7 @@ gt_status gt_train_compile_graph_layout(const gt_config *cfg, const gt_train_lay
     gt_train_binding(cfg, layout, bind, &binding);
     o.memory_budget_bytes = (int64_t)(cfg->compile.activation_memory_budget_gb * 1073741824.0);
     o.bucket_cap_bytes = (int64_t)(cfg->compile.fsdp_bucket_cap_mb * 1048576.0);
+    o.gathers_unbucketed = cfg->compile.fsdp_gathers == GT_CFG_FSDP_GATHERS_GROUPED;
     o.binding = &binding;
     o.measure = measure_step_arena;
     o.measure_user = &binding;

@@ -4,7 +4,9 @@
  * the gathers) is built for the world's mesh — FSDP over every rank, and with 4 ranks also HSDP
  * (dp_replicate 2 x dp_shard 2) — parallelized, and compiled twice through the trainer's path:
  * with the default pipeline (fsdp_bucketing and fsdp_reorder on) and with
- * --compile.disable_passes fsdp_bucketing,fsdp_reorder. Both programs run 3 AdamW steps over MPI
+ * --compile.disable_passes fsdp_bucketing,fsdp_reorder; the default pipeline once with
+ * --compile.fsdp_gathers bucketed and once with grouped (per-tensor gathers, bucketed gradient
+ * reduce-scatters). Both programs of a pair run 3 AdamW steps over MPI
  * from the same state, the updated parameters and moments fed back each step. Reference: the
  * passes are exact, so every output of every step (loss, gradients, updated state) must be
  * bitwise the same on every rank, and the final state too. Also: the bucketed program has fewer
@@ -32,8 +34,9 @@ typedef struct {
     gt_program *prog;
 } compiled;
 
-static gt_status compile(compiled *c, gt_comm *world, int replicate, int tp, bool fsdp_passes,
-                         gt_error *err)
+/* fsdp_gathers NULL: without the FSDP passes; else with them, compile.fsdp_gathers as given. */
+static gt_status compile(compiled *c, gt_comm *world, int replicate, int tp,
+                         const char *fsdp_gathers, gt_error *err)
 {
     memset(c, 0, sizeof *c);
     char rep[16], tps[16];
@@ -46,7 +49,9 @@ static gt_status compile(compiled *c, gt_comm *world, int replicate, int tp, boo
                      "--parallelism.tensor_parallel_degree",
                      tps,
                      "--compile.disable_passes",
-                     fsdp_passes ? "" : "fsdp_bucketing,fsdp_reorder"};
+                     fsdp_gathers ? "" : "fsdp_bucketing,fsdp_reorder",
+                     "--compile.fsdp_gathers",
+                     (char *)(fsdp_gathers ? fsdp_gathers : "bucketed")};
     GT_TRY(comm_test_tiny_config(&c->cfg, extra, (int)(sizeof extra / sizeof extra[0]), err));
     GT_TRY(gt_train_layout_init(&c->cfg, world->size, world->rank, &c->layout, err));
     c->g = gt_graph_new();
@@ -166,12 +171,26 @@ static int32_t count_collectives(const gt_program *p)
     return gt_program_collectives(p, NULL, 0);
 }
 
-static void test_layout(gt_comm *world, int replicate, int tp)
+static int32_t count_gathers(const gt_program *p)
 {
+    int32_t n = count_collectives(p), gathers = 0;
+    gt_comm_sched_entry *e = calloc((size_t)n + 1, sizeof *e);
+    gt_program_collectives(p, e, n);
+    for (int32_t k = 0; k < n; k++)
+        gathers += e[k].kind == GT_COLL_ALL_GATHER;
+    free(e);
+    return gathers;
+}
+
+/* *gathers: the all-gathers of the program with the FSDP passes. */
+static void test_layout(gt_comm *world, int replicate, int tp, const char *fsdp_gathers,
+                        int32_t *gathers)
+{
+    *gathers = -1;
     gt_error err = {0};
     compiled plain, bucketed;
-    EXPECT_OK(compile(&plain, world, replicate, tp, false, &err), &err);
-    EXPECT_OK(compile(&bucketed, world, replicate, tp, true, &err), &err);
+    EXPECT_OK(compile(&plain, world, replicate, tp, NULL, &err), &err);
+    EXPECT_OK(compile(&bucketed, world, replicate, tp, fsdp_gathers, &err), &err);
     if (!plain.prog || !bucketed.prog) {
         release(&plain);
         release(&bucketed);
@@ -180,8 +199,9 @@ static void test_layout(gt_comm *world, int replicate, int tp)
     const gt_graph *ga = plain.g, *gb = bucketed.g;
     EXPECT(ga->n_inputs == gb->n_inputs && ga->n_outputs == gb->n_outputs, "interfaces differ");
     int32_t na = count_collectives(plain.prog), nb = count_collectives(bucketed.prog);
-    EXPECT(nb < na, "replicate %d tp %d: bucketing left %d of %d collectives", replicate, tp, nb,
-           na);
+    EXPECT(nb < na, "replicate %d tp %d, gathers %s: bucketing left %d of %d collectives",
+           replicate, tp, fsdp_gathers, nb, na);
+    *gathers = count_gathers(bucketed.prog);
 
     /* every rank agrees on the bucketed schedule */
     gt_comm_sched_entry *sched = calloc((size_t)nb + 1, sizeof *sched);
@@ -215,8 +235,8 @@ static void test_layout(gt_comm *world, int replicate, int tp)
                         gt_output_kind_name((gt_output_kind)ga->outputs[o].kind),
                         gt_graph_str(ga, ga->outputs[o].fqn));
         }
-        EXPECT(bad == 0, "rank %d replicate %d step %d: %d outputs differ", world->rank, replicate,
-               t, bad);
+        EXPECT(bad == 0, "rank %d replicate %d gathers %s step %d: %d outputs differ", world->rank,
+               replicate, fsdp_gathers, t, bad);
         if (t == 1)
             for (int32_t o = 0; o < no; o++)
                 if (ga->outputs[o].kind == GT_OUT_LOSS) {
@@ -249,14 +269,26 @@ static void test_layout(gt_comm *world, int replicate, int tp)
     release(&bucketed);
 }
 
+/* A layout with bucketed gathers and with grouped ones: grouped keeps one gather per tensor, so
+ * more than bucketed's one per block. */
+static void both_gathers(gt_comm *world, int replicate, int tp)
+{
+    int32_t bucketed = -1, grouped = -1;
+    test_layout(world, replicate, tp, "bucketed", &bucketed);
+    test_layout(world, replicate, tp, "grouped", &grouped);
+    EXPECT(bucketed > 0 && grouped > bucketed,
+           "replicate %d tp %d: %d all-gathers grouped against %d bucketed", replicate, tp, grouped,
+           bucketed);
+}
+
 int main(int argc, char **argv)
 {
     gt_comm *world = comm_test_mpi_world(&argc, &argv, 0);
     if (!world) return gt_test_finish();
-    test_layout(world, 1, 1); /* FSDP over every rank */
+    both_gathers(world, 1, 1); /* FSDP over every rank */
     if (world->size % 2 == 0 && world->size >= 4) {
-        test_layout(world, 2, 1); /* HSDP: dp_replicate 2 x dp_shard */
-        test_layout(world, 1, 2); /* FSDP x TP 2 */
+        both_gathers(world, 2, 1); /* HSDP: dp_replicate 2 x dp_shard */
+        both_gathers(world, 1, 2); /* FSDP x TP 2 */
     }
     return comm_test_mpi_end(world);
 }
