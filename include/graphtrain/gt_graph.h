@@ -119,7 +119,7 @@ typedef struct {
 typedef struct {
     gt_type type;
     gt_placement place[GT_MESH_MAX_DIMS]; /* per mesh dim of the graph's mesh */
-    gt_node_id producer; /* GT_NONE for graph inputs */
+    gt_node_id producer;                  /* GT_NONE for graph inputs */
     int32_t producer_slot;
     gt_str name; /* optional */
 } gt_value;
@@ -235,9 +235,9 @@ void gt_graph_print(const gt_graph *g, FILE *f);
 int gt_graph_format_node(const gt_graph *g, gt_node_id n, char *buf, size_t len);
 int gt_graph_format_type(const gt_graph *g, const gt_type *t, char *buf, size_t len);
 
-/* Placement text (src/ir/placement.c): "R", "S(0)", "S(0)#1" (order 1), "S(0)+pad", "P"; a value's placements
- * over the graph's mesh as "{S(0)@dp_shard, P@tp}" ("" when replicated everywhere). Return the
- * length needed. */
+/* Placement text (src/ir/placement.c): "R", "S(0)", "S(0)#1" (order 1), "S(0)+pad", "P"; a value's
+ * placements over the graph's mesh as "{S(0)@dp_shard, P@tp}" ("" when replicated everywhere).
+ * Return the length needed. */
 int gt_placement_format(gt_placement p, char *buf, size_t len);
 int gt_value_format_placement(const gt_graph *g, gt_value_id v, char *buf, size_t len);
 
@@ -255,6 +255,14 @@ int32_t *gt_graph_use_counts(const gt_graph *g);
  * outputs as distinct shapes; edges from producer to consumer. Identical graphs give identical
  * text. title names the digraph and labels it (NULL: "graph"). */
 void gt_graph_write_dot(const gt_graph *g, FILE *f, const char *title);
+
+/* The graph as text (src/ir/serialize.c; the format is described there): inputs, nodes (op,
+ * attributes, fqn, phase, tags, origin), every value's type, placements and name, outputs, the
+ * mesh. gt_graph_read rebuilds it through the builder, each node's output types recomputed by its
+ * shape rule and required to match, then verified: malformed or inconsistent text is a
+ * GT_ERR_FORMAT naming the line, never a crash. Node ids are kept; value ids may be renumbered. */
+gt_status gt_graph_write(const gt_graph *g, FILE *f, gt_error *err);
+gt_status gt_graph_read(const char *text, size_t len, gt_graph **out, gt_error *err);
 
 #ifdef __cplusplus
 }

@@ -81,6 +81,10 @@ gt_status gt_train_build_graph_layout(const gt_config *cfg, const gt_train_layou
                                       gt_graph *g, gt_model *model, int64_t micro_batches,
                                       gt_error *err);
 
+/* The model's parameters (gt_model) as gt_train_build_graph fills them, without a step graph (a
+ * run that loads its compiled step from a precompiled artifact). */
+gt_status gt_train_build_model(const gt_config *cfg, gt_model *model, gt_error *err);
+
 /* Replaces global graph g by its SPMD graph for layout's mesh (gt_parallel_input_layouts +
  * gt_parallelize with sequence_parallel = parallelism.enable_sequence_parallel and
  * fsdp_reshard_after_forward != never); nothing when the mesh is one rank. */

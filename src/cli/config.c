@@ -174,7 +174,10 @@ static const gt_cfg_option options[] = {
      .help = "training.device = cuda: capture the whole step as one CUDA graph after a warm-up "
              "step and replay it (bitwise the same as without)"},
     {OPT(compile, precompile_artifact_dir, GT_CFG_STRING), .default_value = "",
-     .help = "folder of a precompiled step (not implemented yet: a non-empty value is an error)"},
+     .help = "folder of the precompiled step (DIR/step.graph): every rank loads it when it is "
+             "there and was compiled for this run's model, layout and compile options (another "
+             "is an error naming the option); else rank 0 compiles the step and saves it there "
+             "and the other ranks load it"},
     /* checkpoint */
     {OPT(checkpoint, enable, GT_CFG_BOOL), .default_value = "false",
      .help = "save checkpoints and resume from the latest one"},
@@ -844,12 +847,6 @@ gt_status gt_config_validate(const gt_config *c, gt_error *err)
                                 "\"RANK:STEP:stop\" (rank >= 0, step >= 1), got \"%s\"",
                                 kill);
     }
-    if (c->compile.precompile_artifact_dir[0])
-        return gt_error_set(err, GT_ERR_INVALID,
-                            "config: compile.precompile_artifact_dir = \"%s\": precompiled step "
-                            "artifacts are not implemented yet; every rank compiles the step "
-                            "itself (leave the option empty)",
-                            c->compile.precompile_artifact_dir);
     if (c->metrics.enable_tensorboard)
         return gt_error_set(err, GT_ERR_INVALID,
                             "config: metrics.enable_tensorboard: TensorBoard "

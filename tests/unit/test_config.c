@@ -442,10 +442,6 @@ static const error_case error_cases[] = {
      "config: metrics.enable_tensorboard: TensorBoard output is not supported; metrics go to "
      "dump_folder/metrics.jsonl (metrics.save_jsonl)"},
     {NULL,
-     {"--compile.precompile_artifact_dir=/tmp/a"},
-     "config: compile.precompile_artifact_dir = \"/tmp/a\": precompiled step artifacts are not "
-     "implemented yet; every rank compiles the step itself (leave the option empty)"},
-    {NULL,
      {"--training.global_batch_size=0"},
      "config: training.global_batch_size: expected -1 (local_batch_size x data-parallel degree) or "
      "a positive integer, got 0"},

@@ -1,0 +1,266 @@
+/* artifact.c — precompiled step artifacts (--compile.precompile_artifact_dir): the compiled
+ * whole-step graph saved by one rank and loaded by every rank, instead of every rank running the
+ * pass pipeline.
+ *
+ * DIR/step.graph holds:
+ *   graphtrain-artifact 1
+ *   key LINES BYTES XXH64          what it was compiled for (the key: LINES lines follow)
+ *   <key lines>                    "section.key = value" of every option the compiled graph
+ *                                  depends on, then the layout ("layout.world = 4", ...)
+ *   graph BYTES XXH64              the graph text (gt_graph_write) follows, BYTES long
+ *   <graph text>
+ * It is written to DIR/.step.graph.tmp-PID, fsynced, renamed over DIR/step.graph, and DIR is
+ * fsynced: a reader sees a whole artifact or none. Loading checks the checksums (a corrupt file is
+ * an error naming it), then compares the key with this run's line by line: an artifact compiled
+ * for another model, layout or compile option is an error naming the first option that differs,
+ * not a silently wrong step. The graph is rank-agnostic (rank coordinates stay symbols), so one
+ * file serves every rank. */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include "train_internal.h"
+
+#define ARTIFACT_VERSION 1
+#define ARTIFACT_FILE "step.graph"
+
+/* Options that do not change the compiled step graph (run length, data, where outputs go). */
+static bool key_skips(const gt_cfg_option *o)
+{
+    static const char *const skip[] = {
+        "training.steps",
+        "training.dataset",
+        "training.dataset_path",
+        "training.tokenizer_path",
+        "training.seed",
+        "optimizer.lr",
+        "compile.precompile_artifact_dir",
+        "compile.debug_graph_passes",
+    };
+    char name[128];
+    snprintf(name, sizeof name, "%s.%s", o->section, o->key);
+    for (size_t k = 0; k < sizeof skip / sizeof skip[0]; k++)
+        if (!strcmp(name, skip[k])) return true;
+    static const char *const sections[] = {"model", "training", "parallelism", "optimizer",
+                                           "compile"};
+    for (size_t k = 0; k < sizeof sections / sizeof sections[0]; k++)
+        if (!strcmp(o->section, sections[k])) return false;
+    return true;
+}
+
+char *gt_train_artifact_key(const gt_config *cfg, const gt_train_layout *layout)
+{
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    int n = 0;
+    const gt_cfg_option *opts = gt_config_options(&n);
+    for (int k = 0; k < n; k++) {
+        if (key_skips(&opts[k])) continue;
+        char v[512];
+        gt_config_format_value(cfg, &opts[k], v, sizeof v);
+        fprintf(f, "%s.%s = %s\n", opts[k].section, opts[k].key, v);
+    }
+    fprintf(f, "layout.world = %d\n", gt_mesh_world_size(&layout->mesh));
+    for (int d = 0; d < GT_MESH_NDIMS; d++)
+        fprintf(f, "layout.%s = %d\n", gt_mesh_dim_name(d), layout->mesh.size[d]);
+    fclose(f);
+    return buf;
+}
+
+char *gt_train_artifact_path(const char *dir)
+{
+    return gt_train_join_path(dir, ARTIFACT_FILE);
+}
+
+static int count_lines(const char *s)
+{
+    int n = 0;
+    for (; *s; s++)
+        n += *s == '\n';
+    return n;
+}
+
+static gt_status fsync_path(const char *path, int flags, gt_error *err)
+{
+    int fd = open(path, flags);
+    if (fd < 0) return gt_error_set(err, GT_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    int rc = fsync(fd);
+    /* a directory some filesystems cannot fsync: EINVAL, nothing to do */
+    bool ok = rc == 0 || (flags & O_DIRECTORY && errno == EINVAL);
+    gt_status st =
+        ok ? GT_OK : gt_error_set(err, GT_ERR_IO, "%s: fsync failed: %s", path, strerror(errno));
+    close(fd);
+    return st;
+}
+
+gt_status gt_train_artifact_save(const char *dir, const char *key, const gt_graph *g, gt_error *err)
+{
+    if (mkdir(dir, 0777) != 0 && errno != EEXIST)
+        return gt_error_set(err, GT_ERR_IO, "compile.precompile_artifact_dir %s: cannot create: %s",
+                            dir, strerror(errno));
+    char *text = NULL;
+    size_t len = 0;
+    FILE *m = open_memstream(&text, &len);
+    gt_status st = gt_graph_write(g, m, err);
+    fclose(m);
+    char *path = gt_train_artifact_path(dir);
+    size_t tn = strlen(path) + 64;
+    char *tmp = gt_xmalloc(tn);
+    snprintf(tmp, tn, "%s/.%s.tmp-%ld", dir, ARTIFACT_FILE, (long)getpid());
+    FILE *f = st == GT_OK ? fopen(tmp, "w") : NULL;
+    if (st == GT_OK && !f)
+        st = gt_error_set(err, GT_ERR_IO, "%s: cannot create: %s", tmp, strerror(errno));
+    if (f) {
+        size_t kn = strlen(key);
+        fprintf(f, "graphtrain-artifact %d\nkey %d %zu %016llx\n", ARTIFACT_VERSION,
+                count_lines(key), kn, (unsigned long long)XXH64(key, kn, 0));
+        fwrite(key, 1, kn, f);
+        fprintf(f, "graph %zu %016llx\n", len, (unsigned long long)XXH64(text, len, 0));
+        fwrite(text, 1, len, f);
+        bool bad = fflush(f) != 0 || ferror(f);
+        if (fclose(f) != 0 || bad)
+            st = gt_error_set(err, GT_ERR_IO, "%s: write failed: %s", tmp, strerror(errno));
+        if (st == GT_OK) st = fsync_path(tmp, O_RDONLY, err);
+        if (st == GT_OK && rename(tmp, path) != 0)
+            st = gt_error_set(err, GT_ERR_IO, "%s: cannot rename to %s: %s", tmp, path,
+                              strerror(errno));
+        if (st == GT_OK) st = fsync_path(dir, O_RDONLY | O_DIRECTORY, err);
+        if (st != GT_OK) unlink(tmp);
+    }
+    free(tmp);
+    free(path);
+    free(text);
+    return st;
+}
+
+/* The line at *p (NUL-terminated in place); *p moves past it. NULL at the end of the text. */
+static char *take_line(char **p, char *end)
+{
+    if (*p >= end) return NULL;
+    char *s = *p, *nl = memchr(s, '\n', (size_t)(end - s));
+    if (!nl) return NULL;
+    *nl = 0;
+    *p = nl + 1;
+    return s;
+}
+
+/* The first line of a that is not in b at the same place ("" when none); for messages. */
+static void first_difference(const char *a, const char *b, char *wa, char *wb, size_t n)
+{
+    while (*a || *b) {
+        size_t la = strcspn(a, "\n"), lb = strcspn(b, "\n");
+        if (la != lb || strncmp(a, b, la) != 0) {
+            snprintf(wa, n, "%.*s", (int)la, a);
+            snprintf(wb, n, "%.*s", (int)lb, b);
+            return;
+        }
+        a += la + (a[la] == '\n');
+        b += lb + (b[lb] == '\n');
+    }
+    wa[0] = wb[0] = 0;
+}
+
+gt_status gt_train_artifact_parse(const char *path, char *data, size_t size, const char *key,
+                                  gt_graph **out, gt_error *err)
+{
+    *out = NULL;
+    char *p = data, *end = data + size, *line;
+    int version = 0, lines = 0, used = 0;
+    size_t klen = 0, glen = 0;
+    unsigned long long ksum = 0, gsum = 0;
+    line = take_line(&p, end);
+    if (!line || sscanf(line, "graphtrain-artifact %d%n", &version, &used) != 1 || line[used])
+        return gt_error_set(err, GT_ERR_FORMAT,
+                            "%s: not a graphtrain step artifact (first line 'graphtrain-artifact "
+                            "VERSION' expected)",
+                            path);
+    if (version != ARTIFACT_VERSION)
+        return gt_error_set(err, GT_ERR_FORMAT,
+                            "%s: artifact version %d; this graphtrain reads version %d (delete it "
+                            "to compile again)",
+                            path, version, ARTIFACT_VERSION);
+    line = take_line(&p, end);
+    if (!line || sscanf(line, "key %d %zu %llx%n", &lines, &klen, &ksum, &used) != 3 ||
+        line[used] || klen > (size_t)(end - p))
+        return gt_error_set(err, GT_ERR_FORMAT, "%s: malformed or truncated key header", path);
+    char *k = p;
+    p += klen;
+    if ((unsigned long long)XXH64(k, klen, 0) != ksum)
+        return gt_error_set(err, GT_ERR_FORMAT,
+                            "%s: the key's checksum does not match: the file "
+                            "is corrupt (delete it to compile again)",
+                            path);
+    line = take_line(&p, end);
+    if (!line || sscanf(line, "graph %zu %llx%n", &glen, &gsum, &used) != 2 || line[used] ||
+        glen != (size_t)(end - p))
+        return gt_error_set(err, GT_ERR_FORMAT, "%s: malformed or truncated graph header", path);
+    if ((unsigned long long)XXH64(p, glen, 0) != gsum)
+        return gt_error_set(err, GT_ERR_FORMAT,
+                            "%s: the graph's checksum does not match: the "
+                            "file is corrupt (delete it to compile again)",
+                            path);
+    size_t want = strlen(key);
+    if (klen != want || memcmp(k, key, klen) != 0) {
+        char *have = gt_xmalloc(klen + 1);
+        memcpy(have, k, klen);
+        have[klen] = 0;
+        char was[256], now[256];
+        first_difference(have, key, was, now, sizeof was);
+        free(have);
+        return gt_error_set(err, GT_ERR_INVALID,
+                            "%s was compiled for another run: it has '%s' where this run has "
+                            "'%s' (delete it, or give another compile.precompile_artifact_dir, "
+                            "to compile again)",
+                            path, was[0] ? was : "(nothing)", now[0] ? now : "(nothing)");
+    }
+    gt_status st = gt_graph_read(p, glen, out, err);
+    if (st != GT_OK) {
+        char why[sizeof err->msg];
+        snprintf(why, sizeof why, "%s", err->msg);
+        gt_error_set(err, st, "%s: %s", path, why);
+    }
+    (void)lines;
+    return st;
+}
+
+gt_status gt_train_artifact_load(const char *dir, const char *key, gt_graph **out, gt_error *err)
+{
+    *out = NULL;
+    char *path = gt_train_artifact_path(dir);
+    FILE *f = fopen(path, "rb");
+    gt_status st = GT_OK;
+    if (!f) st = gt_error_set(err, GT_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    char *data = NULL;
+    size_t size = 0;
+    if (f) {
+        struct stat sb;
+        if (fstat(fileno(f), &sb) != 0 || sb.st_size < 0) {
+            st = gt_error_set(err, GT_ERR_IO, "%s: cannot stat: %s", path, strerror(errno));
+        } else {
+            size = (size_t)sb.st_size;
+            data = gt_xmalloc(size + 1);
+            if (fread(data, 1, size, f) != size)
+                st = gt_error_set(err, GT_ERR_IO, "%s: read failed", path);
+        }
+        fclose(f);
+    }
+    if (st == GT_OK) st = gt_train_artifact_parse(path, data, size, key, out, err);
+    free(data);
+    free(path);
+    return st;
+}
+
+bool gt_train_artifact_exists(const char *dir)
+{
+    char *path = gt_train_artifact_path(dir);
+    struct stat sb;
+    bool yes = stat(path, &sb) == 0;
+    free(path);
+    return yes;
+}
