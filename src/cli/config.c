@@ -174,10 +174,10 @@ static const gt_cfg_option options[] = {
      .help = "training.device = cuda: capture the whole step as one CUDA graph after a warm-up "
              "step and replay it (bitwise the same as without)"},
     {OPT(compile, precompile_artifact_dir, GT_CFG_STRING), .default_value = "",
-     .help = "folder of the precompiled step (DIR/step.graph): every rank loads it when it is "
-             "there and was compiled for this run's model, layout and compile options (another "
-             "is an error naming the option); else rank 0 compiles the step and saves it there "
-             "and the other ranks load it"},
+     .help = "folder of the precompiled step (DIR/step.graph; micro_step.graph with gradient "
+             "accumulation): every rank loads it when it is there and was compiled for this "
+             "run's model, layout and compile options (another is an error naming the option); "
+             "else rank 0 compiles the step and saves it there and the other ranks load it"},
     /* checkpoint */
     {OPT(checkpoint, enable, GT_CFG_BOOL), .default_value = "false",
      .help = "save checkpoints and resume from the latest one"},

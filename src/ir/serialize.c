@@ -134,6 +134,7 @@ typedef struct {
     gt_graph *g;
     gt_value_id *map; /* recorded value id -> the reader's */
     int32_t n_map, n_nodes;
+    gt_node_id *origin; /* per node, as recorded */
     size_t len;
 } reader;
 
@@ -401,11 +402,11 @@ static gt_status read_node(reader *r, gt_node_id want_id)
 
     gt_graph_set_fqn(g, fqn);
     g->cur_phase = (gt_phase)phase;
-    g->cur_origin = origin;
+    g->cur_origin = GT_NONE; /* may name a later node: set once every node exists */
+    r->origin[want_id] = origin;
     gt_value_id outs[GT_MAX_OUT];
     g->err = (gt_error){0};
     gt_graph_add_node(g, op, in, n_in, &a, outs);
-    g->cur_origin = GT_NONE;
     if (g->n_nodes != want_id + 1 || g->err.code != GT_OK)
         return gt_error_set(r->err, GT_ERR_FORMAT, "graph text line %d: %s: %s", r->line, op_name,
                             g->err.code != GT_OK ? g->err.msg : "the node was refused");
@@ -468,6 +469,7 @@ static gt_status read_all(reader *r)
         if ((size_t)counts[k] > r->len) return bad(r, "counts larger than the text");
     r->n_map = counts[0];
     r->n_nodes = counts[1];
+    r->origin = gt_xmalloc(((size_t)r->n_nodes + 1) * sizeof *r->origin);
     r->map = gt_xmalloc(((size_t)r->n_map + 1) * sizeof *r->map);
     for (int32_t k = 0; k < r->n_map; k++)
         r->map[k] = GT_NONE;
@@ -489,6 +491,8 @@ static gt_status read_all(reader *r)
     while (next_line(r))
         if (*r->p) return bad(r, "text after 'end'");
     if (r->g->n_values != r->n_map) return bad(r, "fewer values than the header says");
+    for (gt_node_id n = 0; n < r->n_nodes; n++) /* in range: checked when read */
+        r->g->nodes[n].origin = r->origin[n];
     return GT_OK;
 }
 
@@ -505,6 +509,7 @@ gt_status gt_graph_read(const char *text, size_t len, gt_graph **out, gt_error *
     gt_status st = read_all(&r);
     if (st == GT_OK) st = gt_graph_verify(r.g, err);
     free(r.map);
+    free(r.origin);
     free(copy);
     if (st != GT_OK) {
         gt_graph_free(r.g);

@@ -2,14 +2,15 @@
  * whole-step graph saved by one rank and loaded by every rank, instead of every rank running the
  * pass pipeline.
  *
- * DIR/step.graph holds:
+ * DIR/step.graph (the whole step; with gradient accumulation DIR/micro_step.graph, the
+ * micro-batch step, the optimizer graph being built by every rank) holds:
  *   graphtrain-artifact 1
  *   key LINES BYTES XXH64          what it was compiled for (the key: LINES lines follow)
  *   <key lines>                    "section.key = value" of every option the compiled graph
  *                                  depends on, then the layout ("layout.world = 4", ...)
  *   graph BYTES XXH64              the graph text (gt_graph_write) follows, BYTES long
  *   <graph text>
- * It is written to DIR/.step.graph.tmp-PID, fsynced, renamed over DIR/step.graph, and DIR is
+ * It is written to DIR/.NAME.tmp-PID, fsynced, renamed over DIR/NAME, and DIR is
  * fsynced: a reader sees a whole artifact or none. Loading checks the checksums (a corrupt file is
  * an error naming it), then compares the key with this run's line by line: an artifact compiled
  * for another model, layout or compile option is an error naming the first option that differs,
@@ -27,7 +28,6 @@
 #include "train_internal.h"
 
 #define ARTIFACT_VERSION 1
-#define ARTIFACT_FILE "step.graph"
 
 /* Options that do not change the compiled step graph (run length, data, where outputs go). */
 static bool key_skips(const gt_cfg_option *o)
@@ -73,9 +73,9 @@ char *gt_train_artifact_key(const gt_config *cfg, const gt_train_layout *layout)
     return buf;
 }
 
-char *gt_train_artifact_path(const char *dir)
+char *gt_train_artifact_path(const char *dir, const char *name)
 {
-    return gt_train_join_path(dir, ARTIFACT_FILE);
+    return gt_train_join_path(dir, name);
 }
 
 static int count_lines(const char *s)
@@ -99,7 +99,8 @@ static gt_status fsync_path(const char *path, int flags, gt_error *err)
     return st;
 }
 
-gt_status gt_train_artifact_save(const char *dir, const char *key, const gt_graph *g, gt_error *err)
+gt_status gt_train_artifact_save(const char *dir, const char *name, const char *key,
+                                 const gt_graph *g, gt_error *err)
 {
     if (mkdir(dir, 0777) != 0 && errno != EEXIST)
         return gt_error_set(err, GT_ERR_IO, "compile.precompile_artifact_dir %s: cannot create: %s",
@@ -109,10 +110,10 @@ gt_status gt_train_artifact_save(const char *dir, const char *key, const gt_grap
     FILE *m = open_memstream(&text, &len);
     gt_status st = gt_graph_write(g, m, err);
     fclose(m);
-    char *path = gt_train_artifact_path(dir);
+    char *path = gt_train_artifact_path(dir, name);
     size_t tn = strlen(path) + 64;
     char *tmp = gt_xmalloc(tn);
-    snprintf(tmp, tn, "%s/.%s.tmp-%ld", dir, ARTIFACT_FILE, (long)getpid());
+    snprintf(tmp, tn, "%s/.%s.tmp-%ld", dir, name, (long)getpid());
     FILE *f = st == GT_OK ? fopen(tmp, "w") : NULL;
     if (st == GT_OK && !f)
         st = gt_error_set(err, GT_ERR_IO, "%s: cannot create: %s", tmp, strerror(errno));
@@ -220,19 +221,16 @@ gt_status gt_train_artifact_parse(const char *path, char *data, size_t size, con
                             path, was[0] ? was : "(nothing)", now[0] ? now : "(nothing)");
     }
     gt_status st = gt_graph_read(p, glen, out, err);
-    if (st != GT_OK) {
-        char why[sizeof err->msg];
-        snprintf(why, sizeof why, "%s", err->msg);
-        gt_error_set(err, st, "%s: %s", path, why);
-    }
+    if (st != GT_OK) gt_error_wrap(err, "%s", path);
     (void)lines;
     return st;
 }
 
-gt_status gt_train_artifact_load(const char *dir, const char *key, gt_graph **out, gt_error *err)
+gt_status gt_train_artifact_load(const char *dir, const char *name, const char *key, gt_graph **out,
+                                 gt_error *err)
 {
     *out = NULL;
-    char *path = gt_train_artifact_path(dir);
+    char *path = gt_train_artifact_path(dir, name);
     FILE *f = fopen(path, "rb");
     gt_status st = GT_OK;
     if (!f) st = gt_error_set(err, GT_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
@@ -256,9 +254,9 @@ gt_status gt_train_artifact_load(const char *dir, const char *key, gt_graph **ou
     return st;
 }
 
-bool gt_train_artifact_exists(const char *dir)
+bool gt_train_artifact_exists(const char *dir, const char *name)
 {
-    char *path = gt_train_artifact_path(dir);
+    char *path = gt_train_artifact_path(dir, name);
     struct stat sb;
     bool yes = stat(path, &sb) == 0;
     free(path);

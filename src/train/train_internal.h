@@ -110,18 +110,20 @@ gt_status gt_train_dist_nccl_buffers(gt_train_dist *d, const gt_config *cfg, gt_
 gt_status gt_train_dist_nccl(gt_train_dist *d, const gt_config *cfg, int device,
                              void *compute_stream, gt_error *err);
 
-/* Precompiled step artifacts (artifact.c, --compile.precompile_artifact_dir DIR): DIR/step.graph,
- * the compiled whole-step graph with the key it was compiled for. The key: every option the
- * compiled graph depends on and the layout, as "name = value" lines (malloc'd). save writes it
- * atomically (temporary file, fsync, rename, fsync of DIR); load and parse (the file's bytes,
- * changed in place) check both checksums and the key — another key is a GT_ERR_INVALID naming
- * the first differing line — and read the graph. */
+/* Precompiled step artifacts (artifact.c, --compile.precompile_artifact_dir DIR): DIR/NAME
+ * ("step.graph", or "micro_step.graph" with gradient accumulation), a compiled step graph with
+ * the key it was compiled for. The key: every option the compiled graph depends on and the
+ * layout, as "name = value" lines (malloc'd). save writes it atomically (temporary file, fsync,
+ * rename, fsync of DIR); load and parse (the file's bytes, changed in place) check both checksums
+ * and the key — another key is a GT_ERR_INVALID naming the first differing line — and read the
+ * graph. */
 char *gt_train_artifact_key(const gt_config *cfg, const gt_train_layout *layout);
-char *gt_train_artifact_path(const char *dir);
-bool gt_train_artifact_exists(const char *dir);
-gt_status gt_train_artifact_save(const char *dir, const char *key, const gt_graph *g,
+char *gt_train_artifact_path(const char *dir, const char *name);
+bool gt_train_artifact_exists(const char *dir, const char *name);
+gt_status gt_train_artifact_save(const char *dir, const char *name, const char *key,
+                                 const gt_graph *g, gt_error *err);
+gt_status gt_train_artifact_load(const char *dir, const char *name, const char *key, gt_graph **out,
                                  gt_error *err);
-gt_status gt_train_artifact_load(const char *dir, const char *key, gt_graph **out, gt_error *err);
 gt_status gt_train_artifact_parse(const char *path, char *data, size_t size, const char *key,
                                   gt_graph **out, gt_error *err);
 

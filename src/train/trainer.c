@@ -325,22 +325,24 @@ static gt_status step_graph_collect(gt_trainer *t, gt_step_graph *s, double *los
     return GT_OK;
 }
 
-/* --compile.precompile_artifact_dir DIR: the compiled whole-step graph from DIR/step.graph when
- * rank 0 finds it there; else rank 0 builds and compiles it, saves it there, and the other ranks
- * load what it saved (compile on one rank). Every rank ends with the same graph, or the same
- * error. */
-static gt_status whole_graph_artifact(gt_trainer *t, gt_error *err)
+/* --compile.precompile_artifact_dir DIR: the compiled step graph (*g: the whole step, or the
+ * micro-batch step when micro_batches > 1) from DIR/name when rank 0 finds it there; else rank 0
+ * builds and compiles it, saves it there, and the other ranks load what it saved (compile on one
+ * rank). Every rank ends with the same graph, or the same error. */
+static gt_status step_graph_artifact(gt_trainer *t, gt_graph **g, const char *name,
+                                     int64_t micro_batches, gt_error *err)
 {
     const char *dir = t->cfg->compile.precompile_artifact_dir;
     char *key = gt_train_artifact_key(t->cfg, &t->dist.layout);
-    char *path = gt_train_artifact_path(dir);
-    int64_t have = t->dist.rank == 0 ? gt_train_artifact_exists(dir) : 0;
+    char *path = gt_train_artifact_path(dir, name);
+    int64_t have = t->dist.rank == 0 ? gt_train_artifact_exists(dir, name) : 0;
     gt_status st = gt_train_share_i64(&t->dist, &have, err);
     bool compiled = false;
     if (st == GT_OK && !have && t->dist.rank == 0) {
         double t0 = gt_now_seconds();
-        st = gt_train_build_graph_layout(t->cfg, &t->dist.layout, t->whole.g, &t->model, 1, err);
-        if (st == GT_OK) st = gt_train_artifact_save(dir, key, t->whole.g, err);
+        st =
+            gt_train_build_graph_layout(t->cfg, &t->dist.layout, *g, &t->model, micro_batches, err);
+        if (st == GT_OK) st = gt_train_artifact_save(dir, name, key, *g, err);
         if (st == GT_OK)
             gt_log(GT_LOG_INFO, "compiled the step on rank 0 in %.3f s and saved it to %s",
                    gt_now_seconds() - t0, path);
@@ -350,17 +352,17 @@ static gt_status whole_graph_artifact(gt_trainer *t, gt_error *err)
     if (!have) st = gt_train_agree(&t->dist, st, err);
     if (st == GT_OK && !compiled) {
         double t0 = gt_now_seconds();
-        gt_graph *g = NULL;
-        st = gt_train_artifact_load(dir, key, &g, err);
+        gt_graph *loaded = NULL;
+        st = gt_train_artifact_load(dir, name, key, &loaded, err);
         if (st == GT_OK) st = gt_train_build_model(t->cfg, &t->model, err);
         if (st == GT_OK) {
-            gt_graph_free(t->whole.g);
-            t->whole.g = g;
+            gt_graph_free(*g);
+            *g = loaded;
             if (t->dist.rank == 0)
                 gt_log(GT_LOG_INFO, "loaded the compiled step from %s in %.3f s (not compiled)",
                        path, gt_now_seconds() - t0);
         } else {
-            gt_graph_free(g);
+            gt_graph_free(loaded);
         }
     }
     free(path);
@@ -373,24 +375,21 @@ static gt_status build_graphs(gt_trainer *t, gt_error *err)
     if (t->accum == 1) {
         t->whole.g = gt_graph_new();
         if (t->cfg->compile.precompile_artifact_dir[0])
-            GT_TRY(whole_graph_artifact(t, err));
+            GT_TRY(step_graph_artifact(t, &t->whole.g, "step.graph", 1, err));
         else
             GT_TRY(gt_train_build_graph_layout(t->cfg, &t->dist.layout, t->whole.g, &t->model, 1,
                                                err));
         t->n_params = t->model.n_params;
         return gt_graph_count_flops(t->whole.g, &t->binding, &t->flops, err);
     }
-    if (t->cfg->compile.precompile_artifact_dir[0])
-        return gt_error_set(err, GT_ERR_UNSUPPORTED,
-                            "compile.precompile_artifact_dir: precompiled artifacts hold the "
-                            "whole-step graph; with gradient accumulation (%lld micro-batches "
-                            "per step) the step is two graphs, not supported yet",
-                            (long long)t->accum);
     /* micro-batch graph (fwd + bwd + running gradient sum) and the optimizer graph, whose PARAM
      * inputs are the params and whose INPUT "grad.<fqn>" are the summed gradients */
     t->micro.g = gt_graph_new();
-    GT_TRY(
-        gt_train_build_graph_layout(t->cfg, &t->dist.layout, t->micro.g, &t->model, t->accum, err));
+    if (t->cfg->compile.precompile_artifact_dir[0])
+        GT_TRY(step_graph_artifact(t, &t->micro.g, "micro_step.graph", t->accum, err));
+    else
+        GT_TRY(gt_train_build_graph_layout(t->cfg, &t->dist.layout, t->micro.g, &t->model, t->accum,
+                                           err));
     t->n_params = t->model.n_params;
     gt_graph *o = t->optim.g = gt_graph_new();
     int np = t->n_params;

@@ -10,8 +10,10 @@
  *     the option that differs, and trains nothing; one rank instead of four (the same local
  *     batch): fails naming the first parallelism option that differs;
  *   - one byte of the graph changed: fails, calling the file corrupt;
- *   - gradient accumulation (two micro-batches) with an artifact folder: fails saying so.
- * The artifact is left as it was by every failing run (no overwrite). */
+ *   - gradient accumulation on one rank (two micro-batches per step; the artifact is the
+ * micro-batch step, whose nodes' origins can name later nodes): saved, then loaded, both bitwise
+ * the run without an artifact. The artifact is left as it was by every failing run (no overwrite).
+ */
 #include "launch.h" /* first: train_child.h defines _GNU_SOURCE */
 
 #define RUN_SECONDS 240.0
@@ -103,8 +105,6 @@ int main(void)
     refused(base, "stale_seq", &fsdp2_tp2, art, "--training.seq_len=16", "training.seq_len = 32");
     refused(base, "one_rank", NULL, art, "--training.local_batch_size=2",
             "parallelism.data_parallel_shard_degree = 2");
-    refused(base, "accum", &fsdp2_tp2, art, "--training.global_batch_size=8",
-            "gradient accumulation");
     size_t m = 0;
     char *after = read_all(file, &m);
     EXPECT(bytes && after && n == m && !memcmp(bytes, after, n),
@@ -119,6 +119,24 @@ int main(void)
         refused(base, "corrupt", &fsdp2_tp2, art, NULL, "corrupt");
     }
     free(bytes);
+
+    /* gradient accumulation (one rank: the only layout that has it): the micro-batch step is the
+     * artifact (micro_step.graph) */
+    char art2[400];
+    snprintf(art2, sizeof art2, "%s/artifact_accum", base);
+    static launch_result accum_ref, accum_first, accum_second;
+    const char *accum = "--training.global_batch_size=8";
+    run(base, "accum_ref", NULL, NULL, accum, &accum_ref, &out);
+    free(out);
+    run(base, "accum_save", NULL, art2, accum, &accum_first, &out);
+    EXPECT(count(out, "micro_step.graph") == 1 && count(out, "compiled the step on rank 0") == 1,
+           "accumulation: rank 0 should say once that it compiled and saved micro_step.graph");
+    free(out);
+    run(base, "accum_load", NULL, art2, accum, &accum_second, &out);
+    EXPECT(count(out, "loaded the compiled step") == 1, "accumulation: the second run should load");
+    free(out);
+    same_bits(&accum_ref, &accum_first, "accumulation, compiled vs reference");
+    same_bits(&accum_ref, &accum_second, "accumulation, loaded vs reference");
     if (gt_test_failed_ == 0) remove_tree(base);
     return gt_test_finish();
 }
