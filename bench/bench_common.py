@@ -221,38 +221,63 @@ BUSY_UTIL = 90  # a sample counts for the clock and power figures when the GPU i
 
 
 class MemoryMonitor:
-    """Polls the memory.used of GPUs `ids` (nvidia-smi) in a thread while a run's process lives;
-    the run's footprint on a GPU is its peak minus its value read just before the run started.
-    The same poll reads each GPU's SM clock and power draw; the samples taken while the GPU is at
-    least BUSY_UTIL % utilized give its median clock and power under the run (a power-capped GPU
-    lowers its clock, and ranks on slower GPUs make the others wait).
-    ids None or empty: nothing is polled and there are no figures."""
+    """Samples GPUs `ids` while a run's process lives: one `nvidia-smi --query-gpu ... -lms`
+    process streams memory.used, utilization, SM clock and power every period_s (a process per
+    sample was too slow: ~17 samples in a 1B run). The run's footprint on a GPU is its peak
+    memory.used minus the value read just before the run started. The samples taken while the GPU
+    is at least BUSY_UTIL % utilized give its median clock and power under the run (a
+    power-capped GPU lowers its clock, and ranks on slower GPUs make the others wait).
+    ids None or empty: nothing is sampled and there are no figures."""
+
+    FIELDS = ["memory.used", "utilization.gpu", "clocks.sm", "power.draw"]
 
     def __init__(self, ids, period_s):
         self.ids, self.period_s = ids, period_s
         self.base = gpus_used_bytes(ids) if ids else None
         self.peak, self.samples = dict(self.base or {}), 0
         self.busy = {i: [] for i in ids or []}  # (SM MHz, W) of busy samples
-        self._stop = threading.Event()
+        self._proc = None
         self._thread = None
 
     def __enter__(self):
         if self.base is not None:
-            self._thread = threading.Thread(target=self._poll, daemon=True)
-            self._thread.start()
+            try:
+                self._proc = subprocess.Popen(
+                    ["nvidia-smi", "--query-gpu=index," + ",".join(self.FIELDS),
+                     "--format=csv,noheader,nounits", "-i", ",".join(map(str, self.ids)),
+                     "-lms", str(max(10, int(self.period_s * 1000)))],
+                    stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+            except OSError:
+                self._proc = None
+            if self._proc:
+                self._thread = threading.Thread(target=self._read, daemon=True)
+                self._thread.start()
         return self
 
-    def _poll(self):
-        while not self._stop.is_set():
-            got = gpus_query(self.ids, ["memory.used", "utilization.gpu", "clocks.sm",
-                                        "power.draw"])
-            if got is not None:
-                for i, (mib, util, mhz, watts) in got.items():
-                    self.peak[i] = max(self.peak[i], int(mib) * 2**20)
-                    if util >= BUSY_UTIL and mhz > 0:
-                        self.busy[i].append((mhz, watts))
-                self.samples += 1
-            self._stop.wait(self.period_s)
+    def _read(self):
+        for line in self._proc.stdout:
+            cols = [c.strip() for c in line.split(",")]
+            try:
+                i, mib, util, mhz, watts = int(cols[0]), float(cols[1]), float(cols[2]), \
+                    float(cols[3]), float(cols[4])
+            except (ValueError, IndexError):
+                continue  # "[N/A]" or a partial line
+            if i not in self.peak:
+                continue
+            self.peak[i] = max(self.peak[i], int(mib) * 2**20)
+            if util >= BUSY_UTIL and mhz > 0:
+                self.busy[i].append((mhz, watts))
+            self.samples += 1
+
+    def __exit__(self, *exc):
+        if self._proc:
+            self._proc.terminate()
+            try:
+                self._proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self._proc.kill()
+        if self._thread:
+            self._thread.join(timeout=5)
 
     def busy_figures(self):
         """Per GPU of ids: median SM MHz and watts over its busy samples, and their count."""
@@ -261,11 +286,6 @@ class MemoryMonitor:
                     power_w_busy_median_per_gpu=[med([w for _, w in self.busy[i]])
                                                  for i in self.ids],
                     busy_samples_per_gpu=[len(self.busy[i]) for i in self.ids])
-
-    def __exit__(self, *exc):
-        self._stop.set()
-        if self._thread:
-            self._thread.join()
 
     def result(self):
         """Figures for all GPUs: the largest footprint, and each GPU's footprint and idle value."""
