@@ -16,6 +16,8 @@
  *     collectives on the copy engines), FSDP2: the same bits as the default;
  *   - --compile.fsdp_gathers grouped (per-tensor gathers, a block's posted as one NCCL group),
  *     FSDP2: the same bits as the bucketed gathers;
+ *   - --compile.precompile_artifact_dir, FSDP2: the run that compiles on rank 0 and saves the
+ *     step, and the run that loads it, give the bits of the compiled run;
  *   - bf16 mixed precision (the default): FSDP2's loss curve within 1 % of the one-GPU bf16 run.
  * Every rank's program allocates what it planned (the memory lines of the log). */
 #include "distributed/launch.h" /* first: train_child.h defines _GNU_SOURCE */
@@ -156,8 +158,8 @@ int main(void)
         {"FSDP2", 1, 2, 1},     {"TP2", 1, 1, 2},     {"FSDP4", 1, 4, 1},
         {"FSDP2xTP2", 1, 2, 2}, {"HSDP2x2", 2, 2, 1},
     };
-    static launch_result ref, ref_bf16, r, again, nograph, bf16, report, grouped, plain,
-        registrable, symmetric;
+    static launch_result ref, ref_bf16, r, again, nograph, bf16, report, grouped, saved, loaded,
+        plain, registrable, symmetric;
     run(base, "1gpu_fp32", NULL, true, NULL, &ref);
     for (size_t k = 0; k < sizeof layouts / sizeof layouts[0]; k++) {
         const launch_layout *l = &layouts[k];
@@ -183,6 +185,13 @@ int main(void)
             check_auto_buffers(&r);
             run(base, "FSDP2_fp32_grouped", l, true, "--compile.fsdp_gathers=grouped", &grouped);
             compare_bitwise(&r, &grouped, "FSDP2 grouped gathers vs bucketed");
+            /* compile on one rank: rank 0 compiles and saves, rank 1 loads; then both load */
+            char art[400];
+            snprintf(art, sizeof art, "--compile.precompile_artifact_dir=%s/artifact", base);
+            run(base, "FSDP2_fp32_artifact_save", l, true, art, &saved);
+            compare_bitwise(&r, &saved, "FSDP2 artifact saved vs compiled");
+            run(base, "FSDP2_fp32_artifact_load", l, true, art, &loaded);
+            compare_bitwise(&r, &loaded, "FSDP2 artifact loaded vs compiled");
             run(base, "FSDP2_fp32_plain", l, true, "--comm.nccl_buffers=plain", &plain);
             compare_bitwise(&r, &plain, "FSDP2 plain NCCL buffers vs auto");
             run(base, "FSDP2_fp32_registrable", l, true, "--comm.nccl_buffers=registrable",
