@@ -93,6 +93,11 @@ float gt_bf16_to_f32(uint16_t h);
 uint16_t gt_f32_to_bf16(float f);
 float gt_f16_to_f32(uint16_t h);
 uint16_t gt_f32_to_f16(float f);
+/* The same conversions over arrays (vectorized; bitwise the scalar ones element by element), and
+ * v[i] = bf16-rounded v[i] in place (gt_bf16_to_f32(gt_f32_to_bf16(v[i]))). */
+void gt_bf16_to_f32_n(const uint16_t *src, float *dst, int64_t n);
+void gt_f32_to_bf16_n(const float *src, uint16_t *dst, int64_t n);
+void gt_f32_round_bf16_n(float *v, int64_t n);
 
 /* ---------------------------------------------------------------- host tensors */
 

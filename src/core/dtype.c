@@ -112,6 +112,47 @@ uint16_t gt_f32_to_bf16(float f)
     return (uint16_t)(u >> 16);
 }
 
+/* The array forms: the same bits as the scalar functions, element by element, written without
+ * branches or calls so the compiler vectorizes them (integer operations only, so the vector width
+ * cannot change a bit). Built for x86-64-v3 (AVX2) too, picked at load time. */
+__attribute__((target_clones("arch=x86-64-v3", "default"), optimize("O3"))) void
+gt_bf16_to_f32_n(const uint16_t *src, float *dst, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++) {
+        uint32_t u = (uint32_t)src[i] << 16;
+        uint32_t nan = ((u & 0x7f800000u) == 0x7f800000u) & ((u & 0x007fffffu) != 0);
+        u |= (0u - nan) & 0x00400000u; /* quiet NaN */
+        memcpy(&dst[i], &u, sizeof u);
+    }
+}
+
+__attribute__((target_clones("arch=x86-64-v3", "default"), optimize("O3"))) void
+gt_f32_to_bf16_n(const float *src, uint16_t *dst, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++) {
+        uint32_t u;
+        memcpy(&u, &src[i], sizeof u);
+        uint32_t nan = (u & 0x7fffffffu) > 0x7f800000u;
+        uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+        uint32_t quiet = (u >> 16) | 0x0040u;
+        dst[i] = (uint16_t)(nan ? quiet : rounded);
+    }
+}
+
+__attribute__((target_clones("arch=x86-64-v3", "default"), optimize("O3"))) void
+gt_f32_round_bf16_n(float *v, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++) {
+        uint32_t u;
+        memcpy(&u, &v[i], sizeof u);
+        uint32_t nan = (u & 0x7fffffffu) > 0x7f800000u;
+        uint32_t rounded = ((u + 0x7fffu + ((u >> 16) & 1u)) >> 16) << 16;
+        uint32_t quiet = (u & 0xffff0000u) | 0x00400000u;
+        u = nan ? quiet : rounded;
+        memcpy(&v[i], &u, sizeof u);
+    }
+}
+
 float gt_f16_to_f32(uint16_t h)
 {
     uint32_t sign = (uint32_t)(h & 0x8000u) << 16;

@@ -6,6 +6,7 @@
 
 #include <float.h>
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
@@ -204,11 +205,60 @@ static void test_specials(void)
     EXPECT(gt_f32_to_bf16(INFINITY) == 0x7f80 && gt_f32_to_f16(-INFINITY) == 0xfc00, "inf");
 }
 
+/* The array conversions (vectorized) against the scalar ones checked above, bit for bit: every
+ * bf16 pattern, and f32 patterns drawn at random plus every exponent with tie and NaN mantissas,
+ * converted at every offset 0..7 and length 0..67 so the vector loops' heads and tails run too. */
+static void test_arrays(void)
+{
+    enum { N = 1 << 16, M = 1 << 18 };
+    uint16_t *h = malloc(N * sizeof *h), *hb = malloc(M * sizeof *hb);
+    float *f = malloc(M * sizeof *f), *w = malloc(M * sizeof *w);
+    for (uint32_t i = 0; i < N; i++)
+        h[i] = (uint16_t)i;
+    gt_bf16_to_f32_n(h, w, N);
+    int bad = 0;
+    for (uint32_t i = 0; i < N; i++)
+        bad += bits_from_f32(w[i]) != bits_from_f32(gt_bf16_to_f32(h[i]));
+    EXPECT(bad == 0, "bf16 -> f32 arrays: %d of %d patterns differ from the scalar", bad, N);
+    for (uint32_t i = 0; i < M; i++) {
+        uint32_t u = rnd32();
+        if (i % 4 == 1) u = (u & 0xff800000u) | 0x8000u | (u & 0x10000u); /* ties */
+        if (i % 4 == 2) u = (u & 0x807fffffu) | 0x7f800000u;              /* inf, NaNs */
+        f[i] = f32_from_bits(u);
+    }
+    int bad_n = 0, bad_r = 0;
+    for (int off = 0; off < 8; off++)
+        for (int len = 0; len < 68; len++) {
+            gt_f32_to_bf16_n(f + off * 997 + len, hb, len);
+            memcpy(w, f + off * 997 + len, (size_t)len * sizeof *w);
+            gt_f32_round_bf16_n(w, len);
+            for (int i = 0; i < len; i++) {
+                float x = f[off * 997 + len + i];
+                bad_n += hb[i] != gt_f32_to_bf16(x);
+                bad_r += bits_from_f32(w[i]) != bits_from_f32(gt_bf16_to_f32(gt_f32_to_bf16(x)));
+            }
+        }
+    gt_f32_to_bf16_n(f, hb, M);
+    memcpy(w, f, M * sizeof *w);
+    gt_f32_round_bf16_n(w, M);
+    for (uint32_t i = 0; i < M; i++) {
+        bad_n += hb[i] != gt_f32_to_bf16(f[i]);
+        bad_r += bits_from_f32(w[i]) != bits_from_f32(gt_bf16_to_f32(gt_f32_to_bf16(f[i])));
+    }
+    EXPECT(bad_n == 0, "f32 -> bf16 arrays: %d values differ from the scalar", bad_n);
+    EXPECT(bad_r == 0, "bf16 rounding in place: %d values differ from the scalar", bad_r);
+    free(h);
+    free(hb);
+    free(f);
+    free(w);
+}
+
 int main(void)
 {
     test_table();
     test_exhaustive_16();
     test_rounding();
     test_specials();
+    test_arrays();
     return gt_test_finish();
 }

@@ -75,8 +75,7 @@ static gt_status gt_cpu_widen(const gt_kernel_call *c, const gt_tensor *src, gt_
     if (!copy) return GT_OK;
     const uint16_t *h = src->data;
     if (src->dtype == GT_BF16) {
-        for (int64_t i = 0; i < n; i++)
-            data[i] = gt_bf16_to_f32(h[i]);
+        gt_bf16_to_f32_n(h, data, n);
     } else {
         for (int64_t i = 0; i < n; i++)
             data[i] = gt_f16_to_f32(h[i]);
@@ -90,8 +89,7 @@ static void gt_cpu_narrow(const gt_tensor *src, gt_tensor *dst)
     const float *f = src->data;
     uint16_t *h = dst->data;
     if (dst->dtype == GT_BF16) {
-        for (int64_t i = 0; i < n; i++)
-            h[i] = gt_f32_to_bf16(f[i]);
+        gt_f32_to_bf16_n(f, h, n);
     } else {
         for (int64_t i = 0; i < n; i++)
             h[i] = gt_f32_to_f16(f[i]);

@@ -61,15 +61,9 @@ gt_status gt_cpu_cast(const gt_kernel_call *c, gt_error *err)
     /* The hot conversions of mixed precision get plain loops; the rest go element by element
      * through core's converter. */
     if (x->dtype == GT_F32 && out->dtype == GT_BF16) {
-        const float *s = x->data;
-        uint16_t *d = out->data;
-        for (int64_t k = 0; k < n; k++)
-            d[k] = gt_f32_to_bf16(s[k]);
+        gt_f32_to_bf16_n(x->data, out->data, n);
     } else if (x->dtype == GT_BF16 && out->dtype == GT_F32) {
-        const uint16_t *s = x->data;
-        float *d = out->data;
-        for (int64_t k = 0; k < n; k++)
-            d[k] = gt_bf16_to_f32(s[k]);
+        gt_bf16_to_f32_n(x->data, out->data, n);
     } else if (x->dtype == GT_F32 && out->dtype == GT_F16) {
         const float *s = x->data;
         uint16_t *d = out->data;

@@ -63,8 +63,7 @@ static gt_status gt_cpu_fused_run_op(int op, const gt_kernel_call *c, gt_error *
 static void gt_cpu_fused_round(float *v, int64_t n, int dt)
 {
     if (dt == GT_BF16) {
-        for (int64_t i = 0; i < n; i++)
-            v[i] = gt_bf16_to_f32(gt_f32_to_bf16(v[i]));
+        gt_f32_round_bf16_n(v, n);
     } else if (dt == GT_F16) {
         for (int64_t i = 0; i < n; i++)
             v[i] = gt_f16_to_f32(gt_f32_to_f16(v[i]));
