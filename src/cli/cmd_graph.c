@@ -259,6 +259,20 @@ int gt_cli_graph(const command_spec *cmd, split_args *sa)
         goto done;
     }
     double t_verify = gt_now_seconds() - t0 - t_dump - t_build;
+    /* --compile.precompile_artifact_dir: the compiled step saved for training runs to load */
+    char *artifact = NULL;
+    cfg.compile.enable = compile;
+    if (rank == 0 && cfg.compile.precompile_artifact_dir[0]) {
+        if (!compile) {
+            fprintf(stderr, "graphtrain graph: compile.precompile_artifact_dir needs "
+                            "compile.enable (the artifact is the compiled step)\n");
+            goto done;
+        }
+        if (gt_train_precompile(&cfg, &layout, g, &artifact, &err) != GT_OK) {
+            fprintf(stderr, "graphtrain graph: %s\n", err.msg);
+            goto done;
+        }
+    }
 
     gt_sym_binding_entry entries[GT_TRAIN_BINDING_MAX];
     gt_sym_binding binding;
@@ -298,6 +312,8 @@ int gt_cli_graph(const command_spec *cmd, split_args *sa)
     if (dump_dir && rank == 0)
         printf("dumps            %s/rank_*/ (%sbuilt, compiled, passes/)\n", dump_dir,
                parallel ? "global, " : "");
+    if (artifact) printf("artifact         %s (the compiled step, for training runs)\n", artifact);
+    free(artifact);
     rc = 0;
 done:
     gt_model_free(&model);

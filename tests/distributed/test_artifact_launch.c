@@ -10,6 +10,8 @@
  *     the option that differs, and trains nothing; one rank instead of four (the same local
  *     batch): fails naming the first parallelism option that differs;
  *   - one byte of the graph changed: fails, calling the file corrupt;
+ *   - precompiled without MPI by `graphtrain graph` with the same options: the 4-rank run loads it,
+ *     bitwise the reference;
  *   - gradient accumulation on one rank (two micro-batches per step; the artifact is the
  * micro-batch step, whose nodes' origins can name later nodes): saved, then loaded, both bitwise
  * the run without an artifact. The artifact is left as it was by every failing run (no overwrite).
@@ -119,6 +121,33 @@ int main(void)
         refused(base, "corrupt", &fsdp2_tp2, art, NULL, "corrupt");
     }
     free(bytes);
+
+    /* precompiled without MPI by `graphtrain graph` with the run's options, loaded by 4 ranks */
+    char art3[400];
+    snprintf(art3, sizeof art3, "%s/artifact_graph", base);
+    {
+        launch_cmd c;
+        char out_path[600], dump[512];
+        launch_temp_dir(dump, sizeof dump, base, "graph_cmd");
+        snprintf(out_path, sizeof out_path, "%s.txt", dump);
+        launch_layout_run_np(&c, &fsdp2_tp2, 0, "test_tiny", dump, LAUNCH_STEPS);
+        snprintf(c.buf[1], sizeof c.buf[1], "graph"); /* BINARY graph, no launcher */
+        launch_add(&c, "--graph.print=false");
+        launch_add(&c, "--compile.precompile_artifact_dir=%s", art3);
+        double dt = 0;
+        int rc = launch_run(&c, out_path, RUN_SECONDS, &dt);
+        char *text = read_all(out_path, NULL);
+        EXPECT(rc == 0 && text && strstr(text, "artifact "),
+               "graphtrain graph --compile.precompile_artifact_dir: exit %d", rc);
+        printf("%-12s exit %d, %.1f s\n", "graph_cmd", rc, dt);
+        free(text);
+    }
+    static launch_result from_graph;
+    run(base, "graph_load", &fsdp2_tp2, art3, NULL, &from_graph, &out);
+    EXPECT(count(out, "loaded the compiled step") == 1,
+           "the artifact of `graphtrain graph` should be loaded, not compiled again");
+    free(out);
+    same_bits(&ref, &from_graph, "precompiled by graphtrain graph vs reference");
 
     /* gradient accumulation (one rank: the only layout that has it): the micro-batch step is the
      * artifact (micro_step.graph) */
