@@ -114,9 +114,14 @@ uint16_t gt_f32_to_bf16(float f)
 
 /* The array forms: the same bits as the scalar functions, element by element, written without
  * branches or calls so the compiler vectorizes them (integer operations only, so the vector width
- * cannot change a bit). Built for x86-64-v3 (AVX2) too, picked at load time. */
-__attribute__((target_clones("arch=x86-64-v3", "default"), optimize("O3"))) void
-gt_bf16_to_f32_n(const uint16_t *src, float *dst, int64_t n)
+ * cannot change a bit). With GCC on x86-64 also built for x86-64-v3 (AVX2), picked at load time. */
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
+#define GT_ARRAY_LOOP __attribute__((target_clones("arch=x86-64-v3", "default"), optimize("O3")))
+#else
+#define GT_ARRAY_LOOP
+#endif
+
+GT_ARRAY_LOOP void gt_bf16_to_f32_n(const uint16_t *src, float *dst, int64_t n)
 {
     for (int64_t i = 0; i < n; i++) {
         uint32_t u = (uint32_t)src[i] << 16;
@@ -126,8 +131,7 @@ gt_bf16_to_f32_n(const uint16_t *src, float *dst, int64_t n)
     }
 }
 
-__attribute__((target_clones("arch=x86-64-v3", "default"), optimize("O3"))) void
-gt_f32_to_bf16_n(const float *src, uint16_t *dst, int64_t n)
+GT_ARRAY_LOOP void gt_f32_to_bf16_n(const float *src, uint16_t *dst, int64_t n)
 {
     for (int64_t i = 0; i < n; i++) {
         uint32_t u;
@@ -139,8 +143,7 @@ gt_f32_to_bf16_n(const float *src, uint16_t *dst, int64_t n)
     }
 }
 
-__attribute__((target_clones("arch=x86-64-v3", "default"), optimize("O3"))) void
-gt_f32_round_bf16_n(float *v, int64_t n)
+GT_ARRAY_LOOP void gt_f32_round_bf16_n(float *v, int64_t n)
 {
     for (int64_t i = 0; i < n; i++) {
         uint32_t u;
