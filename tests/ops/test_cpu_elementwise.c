@@ -151,6 +151,60 @@ static void test_unary(tt_rng *r)
     }
 }
 
+/* The kernels' f32 bits are the element-by-element formula's, whatever vector loop computes them:
+ * contiguous add/sub/mul/div (their dense loop) and silu/sigmoid (expf in chunks of 256, then the
+ * divisions), over 1001 elements (chunk and vector tails), silu also in place. */
+static void test_f32_formulas(tt_rng *r)
+{
+    const int64_t shape[1] = {1001};
+    gt_tensor a = tt_rand(1, shape, r, -9, 9), b = tt_rand(1, shape, r, 0.5, 3);
+    gt_tensor y = tt_new(GT_F32, 1, shape);
+    const float *pa = a.data, *pb = b.data;
+    const gt_op bin[] = {GT_OP_ADD, GT_OP_SUB, GT_OP_MUL, GT_OP_DIV};
+    for (int o = 0; o < 4; o++) {
+        tt_call k;
+        tt_init(&k, bin[o]);
+        tt_in(&k, &a);
+        tt_in(&k, &b);
+        tt_out(&k, &y);
+        int bad = 0;
+        if (tt_run_ok(&k, "dense binary"))
+            for (int64_t i = 0; i < shape[0]; i++) {
+                float want = bin[o] == GT_OP_ADD   ? pa[i] + pb[i]
+                             : bin[o] == GT_OP_SUB ? pa[i] - pb[i]
+                             : bin[o] == GT_OP_MUL ? pa[i] * pb[i]
+                                                   : pa[i] / pb[i];
+                bad += memcmp(&want, &((float *)y.data)[i], 4) != 0;
+            }
+        EXPECT(bad == 0, "dense binary op %d: %d elements off the f32 formula", bin[o], bad);
+    }
+    for (int o = 0; o < 3; o++) { /* silu, sigmoid, silu in place */
+        gt_op op = o == 1 ? GT_OP_SIGMOID : GT_OP_SILU;
+        gt_tensor x = tt_rand(1, shape, r, -12, 12);
+        float *keep = malloc((size_t)shape[0] * sizeof *keep);
+        memcpy(keep, x.data, (size_t)shape[0] * sizeof *keep);
+        tt_call k;
+        tt_init(&k, op);
+        tt_in(&k, &x);
+        tt_out(&k, o == 2 ? &x : &y);
+        const float *got = o == 2 ? x.data : y.data;
+        int bad = 0;
+        if (tt_run_ok(&k, "silu/sigmoid"))
+            for (int64_t i = 0; i < shape[0]; i++) {
+                float s = 1.0f / (1.0f + expf(-keep[i]));
+                float want = op == GT_OP_SILU ? keep[i] * s : s;
+                bad += memcmp(&want, &got[i], 4) != 0;
+            }
+        EXPECT(bad == 0, "%s%s: %d elements off the f32 formula",
+               op == GT_OP_SILU ? "silu" : "sigmoid", o == 2 ? " in place" : "", bad);
+        free(keep);
+        gt_tensor_free(&x);
+    }
+    gt_tensor_free(&a);
+    gt_tensor_free(&b);
+    gt_tensor_free(&y);
+}
+
 /* silu_backward vs central differences of L(x) = sum dy * silu(x) in double. */
 typedef struct {
     double *x, *dy;
@@ -394,6 +448,7 @@ int main(void)
     tt_rng r = {42};
     test_binary(&r);
     test_unary(&r);
+    test_f32_formulas(&r);
     test_silu_backward(&r);
     test_cast(&r);
     test_full();

@@ -13,6 +13,18 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+/* An element loop also compiled for x86-64-v3 (AVX2, FMA) and picked at load time where the CPU
+ * has it (GCC function multi-versioning, GCC on x86-64 only). The clone computes the same bits as
+ * long as nothing is summed across elements: add, sub, mul, div and sqrt are IEEE operations at
+ * any vector width, fmaf is the FMA instruction, and contraction of other multiply-adds into
+ * FMAs is turned off. */
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
+#define GT_CPU_ELEMENT_LOOP                                                                        \
+    __attribute__((target_clones("arch=x86-64-v3", "default"), optimize("O3", "fp-contract=off")))
+#else
+#define GT_CPU_ELEMENT_LOOP
+#endif
+
 /* One prototype per op: gt_cpu_full, gt_cpu_add, ... */
 #define X(E, name, nin, nout, flags, schema)                                                       \
     gt_status gt_cpu_##name(const gt_kernel_call *c, gt_error *err);

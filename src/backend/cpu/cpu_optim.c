@@ -100,12 +100,9 @@ static inline void gt_adamw_element(const gt_adamw_consts *k, float p, float g, 
  * any vector width; contraction of other multiply-adds into FMAs is turned off, and nothing is
  * summed across elements. test_cpu_optim checks the kernel bit for bit against torch's f32 op
  * sequence restated element by element, on whichever version the machine picks. */
-#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
-__attribute__((target_clones("arch=x86-64-v3", "default"), optimize("O3", "fp-contract=off")))
-#endif
-static void
-gt_adamw_loop(const gt_adamw_consts *k, int64_t n, const float *pp, const float *gp,
-              const float *mp, const float *vp, float *po, float *mo, float *vo)
+GT_CPU_ELEMENT_LOOP static void gt_adamw_loop(const gt_adamw_consts *k, int64_t n, const float *pp,
+                                              const float *gp, const float *mp, const float *vp,
+                                              float *po, float *mo, float *vo)
 {
     for (int64_t i = 0; i < n; i++)
         gt_adamw_element(k, pp[i], gp[i], mp[i], vp[i], &po[i], &mo[i], &vo[i]);
