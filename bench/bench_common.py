@@ -193,28 +193,21 @@ def print_progress(name, msg, r, t0):
 # GPU memory
 
 
-def gpus_query(ids, fields):
-    """{gpu index: [float per field]} for the indices in ids (one nvidia-smi call), or None."""
+def gpus_used_bytes(ids):
+    """{gpu index: memory.used bytes} for the indices in ids (one nvidia-smi call), or None."""
     try:
-        out = subprocess.run(["nvidia-smi", "--query-gpu=index," + ",".join(fields),
+        out = subprocess.run(["nvidia-smi", "--query-gpu=index,memory.used",
                               "--format=csv,noheader,nounits", "-i", ",".join(map(str, ids))],
                              capture_output=True, text=True, timeout=10)
         if out.returncode != 0:
             return None
-        got = {}
+        used = {}
         for line in out.stdout.strip().splitlines():
-            cols = [c.strip() for c in line.split(",")]
-            got[int(cols[0])] = [float(c) if c.replace(".", "", 1).isdigit() else -1.0
-                                 for c in cols[1:]]
-        return got if set(got) == set(ids) else None
+            i, mib = line.split(",")
+            used[int(i)] = int(mib) * 2**20
+        return used if set(used) == set(ids) else None
     except (OSError, ValueError, subprocess.TimeoutExpired):
         return None
-
-
-def gpus_used_bytes(ids):
-    """{gpu index: memory.used bytes} for the indices in ids (one nvidia-smi call), or None."""
-    got = gpus_query(ids, ["memory.used"])
-    return {i: int(v[0]) * 2**20 for i, v in got.items()} if got else None
 
 
 BUSY_UTIL = 90  # a sample counts for the clock and power figures when the GPU is this busy (%)

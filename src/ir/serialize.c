@@ -4,20 +4,21 @@
  * Format (version 1), one record per line, tokens separated by one space:
  *   graphtrain-graph 1 N_VALUES N_NODES N_INPUTS N_OUTPUTS
  *   mesh NDIM (SIZE NAME)*
- *   input ID KIND FQN DTYPE NDIM DIM* PLACE* NAME          (one per graph input, in order)
- *   node ID OP PHASE ORIGIN FQN NTAGS TAG* NIN IN* NI I* NF F* NE E* NOUT (VID DTYPE NDIM DIM*
- * PLACE* NAME)*                                            (one per node, in order) output KIND FQN
- * VID                                    (one per graph output, in order) end A string token is the
- * string with bytes <= ' ', >= 0x7f, '%' and '~' written as %XX; the empty string is "~". Dims and
- * expression attributes are gt_sym_format text (as string tokens); doubles are C99 hex floats
- * (exact); a placement is KIND,DIM,ORDER,PADDED per mesh dim.
+ *   input ID KIND FQN VALUE                 one per graph input, in order
+ *   node ID OP PHASE ORIGIN FQN NTAGS TAG* NIN IN* NI I* NF F* NE E* NOUT (VID VALUE)*
+ *                                           one per node, in order
+ *   output KIND FQN VID                     one per graph output, in order
+ *   end
+ * where VALUE is DTYPE NDIM DIM* PLACE* NAME. A string token is the string with bytes <= ' ',
+ * >= 0x7f, '%' and '~' written as %XX; the empty string is "~". Dims and expression attributes
+ * are gt_sym_format text (as string tokens); doubles are C99 hex floats (exact); a placement is
+ * KIND,DIM,ORDER,PADDED per mesh dim.
  *
  * Reading replays the graph through the builder (gt_graph_add_input / gt_graph_add_node): every
  * node's output types come from its shape rule again and must equal the recorded ones, and the
  * result passes gt_graph_verify. Value ids are remapped (the reader numbers values in replay
  * order); node ids are kept. Anything malformed is an error naming the line; never a crash. */
 #include <errno.h>
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -449,9 +450,7 @@ static gt_status expect_line(reader *r, const char *word)
 {
     if (!next_line(r))
         return gt_error_set(r->err, GT_ERR_FORMAT,
-                            "graph text: truncated after line %d (expected "
-                            "'%s')",
-                            r->line, word);
+                            "graph text: truncated after line %d (expected '%s')", r->line, word);
     char *t = tok(r);
     if (!t || strcmp(t, word) != 0) {
         char what[64];

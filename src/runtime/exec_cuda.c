@@ -529,8 +529,8 @@ static gt_status run_instrs(gt_cuda_program *p, gt_error *err)
     gt_comm *open = NULL; /* consecutive all-gathers on one communicator: one NCCL group */
     for (int32_t k = 0; k < p->prog->n_instrs; k++) {
         gt_status st = GT_OK;
-        gt_comm *c = gather_comm(p, k);
-        if (c && !open && gather_comm(p, k + 1) == c) {
+        gt_comm *c = gather_comm(p, k), *after = c ? gather_comm(p, k + 1) : NULL;
+        if (c && !open && after == c) {
             st = gt_comm_nccl_group_begin(c, err);
             if (st == GT_OK) open = c;
         }
@@ -540,7 +540,7 @@ static gt_status run_instrs(gt_cuda_program *p, gt_error *err)
         } else if (st == GT_OK) {
             st = run_instr(p, &p->prog->instrs[k], err);
         }
-        if (open && (st != GT_OK || gather_comm(p, k + 1) != open)) {
+        if (open && (st != GT_OK || after != open)) {
             gt_error ignored = {0};
             gt_status end = gt_comm_nccl_group_end(open, st == GT_OK ? err : &ignored);
             if (st == GT_OK) st = end;
@@ -725,7 +725,7 @@ gt_status gt_cuda_program_carry(gt_cuda_program *p, int32_t out_k, int32_t in_k,
     gt_tensor src, dst;
     ref_tensor(p, o, &src);
     ref_tensor(p, i, &dst);
-    if (o->dtype != i->dtype || gt_tensor_numel(&src) != gt_tensor_numel(&dst))
+    if (!gt_runtime_ref_matches(i, &src, true))
         return gt_runtime_ref_type_error("carry into graph input", in_k, input_name(p, in_k), i,
                                          &src, err);
     if (o->arena == i->arena && o->offset == i->offset) return GT_OK; /* in place */

@@ -4,20 +4,19 @@
  *
  * DIR/step.graph (the whole step; with gradient accumulation DIR/micro_step.graph, the
  * micro-batch step, the optimizer graph being built by every rank) holds:
- *   graphtrain-artifact 1
- *   key LINES BYTES XXH64          what it was compiled for (the key: LINES lines follow)
+ *   graphtrain-artifact 2
+ *   key BYTES XXH64                what it was compiled for (the key, BYTES long, follows)
  *   <key lines>                    "section.key = value" of every option the compiled graph
  *                                  depends on, then the layout ("layout.world = 4", ...)
  *   graph BYTES XXH64              the graph text (gt_graph_write) follows, BYTES long
  *   <graph text>
- * It is written to DIR/.NAME.tmp-PID, fsynced, renamed over DIR/NAME, and DIR is
- * fsynced: a reader sees a whole artifact or none. Loading checks the checksums (a corrupt file is
- * an error naming it), then compares the key with this run's line by line: an artifact compiled
- * for another model, layout or compile option is an error naming the first option that differs,
- * not a silently wrong step. The graph is rank-agnostic (rank coordinates stay symbols), so one
- * file serves every rank. */
+ * It is written to DIR/.NAME.tmp-PID, fsynced, renamed over DIR/NAME, and DIR is fsynced (the
+ * checkpoint's file helpers): a reader sees a whole artifact or none. Loading checks the checksums
+ * (a corrupt file is an error naming it), then compares the key with this run's line by line: an
+ * artifact compiled for another model, layout or compile option is an error naming the first option
+ * that differs, not a silently wrong step. The graph is rank-agnostic (rank coordinates stay
+ * symbols), so one file serves every rank. */
 #include <errno.h>
-#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,9 +24,10 @@
 #include <unistd.h>
 #include <xxhash.h>
 
+#include "checkpoint_internal.h"
 #include "train_internal.h"
 
-#define ARTIFACT_VERSION 1
+#define ARTIFACT_VERSION 2 /* 2: the key header lost its line count */
 
 /* Options that do not change the compiled step graph (run length, data, where outputs go). */
 static bool key_skips(const gt_cfg_option *o)
@@ -78,65 +78,37 @@ char *gt_train_artifact_path(const char *dir, const char *name)
     return gt_train_join_path(dir, name);
 }
 
-static int count_lines(const char *s)
-{
-    int n = 0;
-    for (; *s; s++)
-        n += *s == '\n';
-    return n;
-}
-
-static gt_status fsync_path(const char *path, int flags, gt_error *err)
-{
-    int fd = open(path, flags);
-    if (fd < 0) return gt_error_set(err, GT_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
-    int rc = fsync(fd);
-    /* a directory some filesystems cannot fsync: EINVAL, nothing to do */
-    bool ok = rc == 0 || (flags & O_DIRECTORY && errno == EINVAL);
-    gt_status st =
-        ok ? GT_OK : gt_error_set(err, GT_ERR_IO, "%s: fsync failed: %s", path, strerror(errno));
-    close(fd);
-    return st;
-}
-
 gt_status gt_train_artifact_save(const char *dir, const char *name, const char *key,
                                  const gt_graph *g, gt_error *err)
 {
-    if (mkdir(dir, 0777) != 0 && errno != EEXIST)
-        return gt_error_set(err, GT_ERR_IO, "compile.precompile_artifact_dir %s: cannot create: %s",
-                            dir, strerror(errno));
-    char *text = NULL;
-    size_t len = 0;
-    FILE *m = open_memstream(&text, &len);
+    char *graph = NULL, *file = NULL;
+    size_t glen = 0, flen = 0, kn = strlen(key);
+    FILE *m = open_memstream(&graph, &glen);
     gt_status st = gt_graph_write(g, m, err);
+    fclose(m);
+    m = open_memstream(&file, &flen);
+    fprintf(m, "graphtrain-artifact %d\nkey %zu %016llx\n%sgraph %zu %016llx\n", ARTIFACT_VERSION,
+            kn, (unsigned long long)XXH64(key, kn, 0), key, glen,
+            (unsigned long long)XXH64(graph, glen, 0));
+    fwrite(graph, 1, glen, m);
     fclose(m);
     char *path = gt_train_artifact_path(dir, name);
     size_t tn = strlen(path) + 64;
     char *tmp = gt_xmalloc(tn);
     snprintf(tmp, tn, "%s/.%s.tmp-%ld", dir, name, (long)getpid());
-    FILE *f = st == GT_OK ? fopen(tmp, "w") : NULL;
-    if (st == GT_OK && !f)
-        st = gt_error_set(err, GT_ERR_IO, "%s: cannot create: %s", tmp, strerror(errno));
-    if (f) {
-        size_t kn = strlen(key);
-        fprintf(f, "graphtrain-artifact %d\nkey %d %zu %016llx\n", ARTIFACT_VERSION,
-                count_lines(key), kn, (unsigned long long)XXH64(key, kn, 0));
-        fwrite(key, 1, kn, f);
-        fprintf(f, "graph %zu %016llx\n", len, (unsigned long long)XXH64(text, len, 0));
-        fwrite(text, 1, len, f);
-        bool bad = fflush(f) != 0 || ferror(f);
-        if (fclose(f) != 0 || bad)
-            st = gt_error_set(err, GT_ERR_IO, "%s: write failed: %s", tmp, strerror(errno));
-        if (st == GT_OK) st = fsync_path(tmp, O_RDONLY, err);
+    if (st == GT_OK) st = ckpt_mkdirs(dir, err);
+    if (st == GT_OK) {
+        st = ckpt_write_file(tmp, file, flen, err);
         if (st == GT_OK && rename(tmp, path) != 0)
             st = gt_error_set(err, GT_ERR_IO, "%s: cannot rename to %s: %s", tmp, path,
                               strerror(errno));
-        if (st == GT_OK) st = fsync_path(dir, O_RDONLY | O_DIRECTORY, err);
+        if (st == GT_OK) st = ckpt_fsync_dir(dir, err);
         if (st != GT_OK) unlink(tmp);
     }
     free(tmp);
     free(path);
-    free(text);
+    free(file);
+    free(graph);
     return st;
 }
 
@@ -172,7 +144,7 @@ gt_status gt_train_artifact_parse(const char *path, char *data, size_t size, con
 {
     *out = NULL;
     char *p = data, *end = data + size, *line;
-    int version = 0, lines = 0, used = 0;
+    int version = 0, used = 0;
     size_t klen = 0, glen = 0;
     unsigned long long ksum = 0, gsum = 0;
     line = take_line(&p, end);
@@ -187,8 +159,8 @@ gt_status gt_train_artifact_parse(const char *path, char *data, size_t size, con
                             "to compile again)",
                             path, version, ARTIFACT_VERSION);
     line = take_line(&p, end);
-    if (!line || sscanf(line, "key %d %zu %llx%n", &lines, &klen, &ksum, &used) != 3 ||
-        line[used] || klen > (size_t)(end - p))
+    if (!line || sscanf(line, "key %zu %llx%n", &klen, &ksum, &used) != 2 || line[used] ||
+        klen > (size_t)(end - p))
         return gt_error_set(err, GT_ERR_FORMAT, "%s: malformed or truncated key header", path);
     char *k = p;
     p += klen;
@@ -222,7 +194,6 @@ gt_status gt_train_artifact_parse(const char *path, char *data, size_t size, con
     }
     gt_status st = gt_graph_read(p, glen, out, err);
     if (st != GT_OK) gt_error_wrap(err, "%s", path);
-    (void)lines;
     return st;
 }
 
@@ -230,24 +201,9 @@ gt_status gt_train_artifact_load(const char *dir, const char *name, const char *
                                  gt_error *err)
 {
     *out = NULL;
-    char *path = gt_train_artifact_path(dir, name);
-    FILE *f = fopen(path, "rb");
-    gt_status st = GT_OK;
-    if (!f) st = gt_error_set(err, GT_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
-    char *data = NULL;
+    char *path = gt_train_artifact_path(dir, name), *data = NULL;
     size_t size = 0;
-    if (f) {
-        struct stat sb;
-        if (fstat(fileno(f), &sb) != 0 || sb.st_size < 0) {
-            st = gt_error_set(err, GT_ERR_IO, "%s: cannot stat: %s", path, strerror(errno));
-        } else {
-            size = (size_t)sb.st_size;
-            data = gt_xmalloc(size + 1);
-            if (fread(data, 1, size, f) != size)
-                st = gt_error_set(err, GT_ERR_IO, "%s: read failed", path);
-        }
-        fclose(f);
-    }
+    gt_status st = gt_train_read_file(path, &data, &size, err);
     if (st == GT_OK) st = gt_train_artifact_parse(path, data, size, key, out, err);
     free(data);
     free(path);

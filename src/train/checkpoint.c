@@ -64,7 +64,7 @@ bool ckpt_parse_step_name(const char *name, int64_t *step)
 
 /* Opens path (a directory) and fsyncs it. Filesystems that cannot fsync a directory return
  * EINVAL; the rename is as durable as they make it, so that is not an error. */
-static gt_status ckpt_fsync_dir(const char *path, gt_error *err)
+gt_status ckpt_fsync_dir(const char *path, gt_error *err)
 {
     int fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (fd < 0)
@@ -78,7 +78,7 @@ static gt_status ckpt_fsync_dir(const char *path, gt_error *err)
 }
 
 /* Creates path (and missing parents), fsyncing each parent whose entry we added. */
-static gt_status ckpt_mkdirs(const char *path, gt_error *err)
+gt_status ckpt_mkdirs(const char *path, gt_error *err)
 {
     struct stat sb;
     if (stat(path, &sb) == 0) {
@@ -154,7 +154,7 @@ static gt_status ckpt_remove_tree(const char *folder, const char *name, gt_error
 }
 
 /* Writes a whole file and fsyncs it (its directory is fsynced by the caller). */
-static gt_status ckpt_write_file(const char *path, const char *data, size_t len, gt_error *err)
+gt_status ckpt_write_file(const char *path, const char *data, size_t len, gt_error *err)
 {
     int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0) return gt_error_set(err, GT_ERR_IO, "%s: cannot create: %s", path, strerror(errno));

@@ -1,4 +1,5 @@
-/* checkpoint_internal.h — file-system helpers shared by checkpoint.c and checkpoint_load.c. */
+/* checkpoint_internal.h — file-system helpers shared by checkpoint.c, checkpoint_load.c and
+ * artifact.c. */
 #ifndef GRAPHTRAIN_CHECKPOINT_INTERNAL_H
 #define GRAPHTRAIN_CHECKPOINT_INTERNAL_H
 
@@ -19,6 +20,12 @@ bool ckpt_parse_step_name(const char *name, int64_t *step);
 /* Reads and validates DIR/manifest.json and checks that it records `step`. */
 gt_status ckpt_read_manifest(const char *dir, int64_t step, gt_checkpoint_info *info,
                              gt_error *err);
+/* Opens path (a directory) and fsyncs it (EINVAL, a filesystem that cannot, is not an error). */
+gt_status ckpt_fsync_dir(const char *path, gt_error *err);
+/* Creates path (and missing parents), fsyncing each parent whose entry was added. */
+gt_status ckpt_mkdirs(const char *path, gt_error *err);
+/* Writes a whole file and fsyncs it (its directory is the caller's to fsync). */
+gt_status ckpt_write_file(const char *path, const char *data, size_t len, gt_error *err);
 /* Size and xxh64 (seed 0) of a regular file, streamed in 1 MiB blocks. */
 gt_status ckpt_hash_file(const char *path, uint64_t *bytes, uint64_t *xxh64, gt_error *err);
 /* "10, 20, 30" (at most the last 20 steps) of the complete checkpoints, for error messages. */

@@ -179,8 +179,6 @@ pcre2_code *gt_tok_compile_literal(const char *literal, size_t len, const char *
  * header: the result is a json_t *. */
 struct json_t;
 struct json_t *gt_tok_parse(const char *text, size_t len, const char *name, gt_error *err);
-/* Reads a whole file into a malloc'd buffer. */
-gt_status gt_tok_read_file(const char *path, char **buf, size_t *len, gt_error *err);
 
 /* Builds decode tables and added-token sets once the vocab, added tokens and decoder are known
  * (tokenizer_load.c calls it last). */

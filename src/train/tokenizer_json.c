@@ -125,35 +125,3 @@ json_t *gt_tok_parse(const char *text, size_t len, const char *name, gt_error *e
     if (had_nul) gt_tok_restore_nul(root, 0);
     return root;
 }
-
-gt_status gt_tok_read_file(const char *path, char **buf, size_t *len, gt_error *err)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f) return gt_error_set(err, GT_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
-    char *b = NULL;
-    size_t n = 0, cap = 0;
-    for (;;) {
-        if (n == cap) {
-            cap = cap ? 2 * cap : 1 << 16;
-            char *nb = realloc(b, cap);
-            if (!nb) {
-                free(b);
-                fclose(f);
-                return gt_error_set(err, GT_ERR_NOMEM, "%s: cannot hold %zu bytes", path, cap);
-            }
-            b = nb;
-        }
-        size_t got = fread(b + n, 1, cap - n, f);
-        n += got;
-        if (got == 0) break;
-    }
-    bool failed = ferror(f);
-    fclose(f);
-    if (failed) {
-        free(b);
-        return gt_error_set(err, GT_ERR_IO, "%s: read failed", path);
-    }
-    *buf = b;
-    *len = n;
-    return GT_OK;
-}

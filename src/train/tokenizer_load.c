@@ -15,6 +15,7 @@
 #include <sys/stat.h>
 
 #include "train/tokenizer_internal.h"
+#include "train/train_internal.h"
 
 typedef struct {
     gt_tokenizer *t;
@@ -772,9 +773,9 @@ gt_status gt_tokenizer_load(const char *path, gt_tokenizer **out, gt_error *err)
     }
     char *json = NULL, *config = NULL;
     size_t json_len = 0, config_len = 0;
-    GT_TRY(gt_tok_read_file(json_path, &json, &json_len, err));
+    GT_TRY(gt_train_read_file(json_path, &json, &json_len, err));
     if (have_config) {
-        gt_status st = gt_tok_read_file(config_path, &config, &config_len, err);
+        gt_status st = gt_train_read_file(config_path, &config, &config_len, err);
         if (st != GT_OK) {
             free(json);
             return st;

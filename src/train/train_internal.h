@@ -16,6 +16,8 @@
 
 /* DIR/NAME (NAME alone when absolute or DIR is empty); malloc'd. */
 char *gt_train_join_path(const char *dir, const char *name);
+/* Reads a whole file into a malloc'd buffer (*len bytes; GT_ERR_IO naming path on failure). */
+gt_status gt_train_read_file(const char *path, char **buf, size_t *len, gt_error *err);
 
 /* ---------------------------------------------------------------- blocks (shard_io.c) */
 

@@ -30,6 +30,7 @@
 #include <sys/stat.h>
 #include <time.h>
 
+#include "checkpoint_internal.h"
 #include "graphtrain/gt_checkpoint.h"
 #include "graphtrain/gt_cuda.h"
 #include "graphtrain/gt_data.h"
@@ -53,23 +54,35 @@ char *gt_train_join_path(const char *dir, const char *name)
     return p;
 }
 
-static gt_status make_dirs(const char *path, gt_error *err)
+gt_status gt_train_read_file(const char *path, char **buf, size_t *len, gt_error *err)
 {
-    char buf[4096];
-    if (strlen(path) >= sizeof buf)
-        return gt_error_set(err, GT_ERR_INVALID, "path too long: %s", path);
-    strcpy(buf, path);
-    for (char *p = buf + 1;; p++) {
-        if (*p == '/' || *p == 0) {
-            char c = *p;
-            *p = 0;
-            if (mkdir(buf, 0777) != 0 && errno != EEXIST)
-                return gt_error_set(err, GT_ERR_IO, "cannot create directory %s: %s", buf,
-                                    strerror(errno));
-            *p = c;
-            if (!c) break;
+    FILE *f = fopen(path, "rb");
+    if (!f) return gt_error_set(err, GT_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    char *b = NULL;
+    size_t n = 0, cap = 0;
+    for (;;) {
+        if (n == cap) {
+            cap = cap ? 2 * cap : 1 << 16;
+            char *nb = realloc(b, cap);
+            if (!nb) {
+                free(b);
+                fclose(f);
+                return gt_error_set(err, GT_ERR_NOMEM, "%s: cannot hold %zu bytes", path, cap);
+            }
+            b = nb;
         }
+        size_t got = fread(b + n, 1, cap - n, f);
+        n += got;
+        if (got == 0) break;
     }
+    bool failed = ferror(f);
+    fclose(f);
+    if (failed) {
+        free(b);
+        return gt_error_set(err, GT_ERR_IO, "%s: read failed", path);
+    }
+    *buf = b;
+    *len = n;
     return GT_OK;
 }
 
@@ -624,7 +637,7 @@ static gt_status open_outputs(gt_trainer *t, gt_error *err)
 {
     const gt_config *cfg = t->cfg;
     if (t->dist.rank != 0) return GT_OK; /* rank 0 writes the run's files */
-    GT_TRY(make_dirs(cfg->job.dump_folder, err));
+    GT_TRY(ckpt_mkdirs(cfg->job.dump_folder, err));
     char *config_path = gt_train_join_path(cfg->job.dump_folder, "config.toml");
     gt_status st = gt_config_write(cfg, config_path, err);
     free(config_path);

@@ -39,13 +39,12 @@ static char *own_key(const char *data, size_t size)
     const char *line = nl + 1, *end = data + size;
     const char *nl2 = memchr(line, '\n', (size_t)(end - line));
     if (!nl2) return NULL;
-    int lines = 0;
     size_t klen = 0;
     char head[96];
     size_t hn = (size_t)(nl2 - line) < sizeof head - 1 ? (size_t)(nl2 - line) : sizeof head - 1;
     memcpy(head, line, hn);
     head[hn] = 0;
-    if (sscanf(head, "key %d %zu", &lines, &klen) != 2 || klen > (size_t)(end - nl2 - 1))
+    if (sscanf(head, "key %zu", &klen) != 1 || klen > (size_t)(end - nl2 - 1))
         return NULL;
     char *k = malloc(klen + 1);
     memcpy(k, nl2 + 1, klen);

@@ -14,40 +14,13 @@ static inline float gt_cpu_sigmoidf(float x)
     return 1.0f / (1.0f + expf(-x));
 }
 
-/* The contiguous rows of add, sub, mul and div (the common case: no broadcast in the innermost
- * dim), a loop the compiler vectorizes. */
-GT_CPU_ELEMENT_LOOP static void gt_cpu_binary_dense(gt_op op, int64_t n, const float *a,
-                                                    const float *b, float *out)
-{
-    switch (op) {
-    case GT_OP_ADD:
-        for (int64_t j = 0; j < n; j++)
-            out[j] = a[j] + b[j];
-        break;
-    case GT_OP_SUB:
-        for (int64_t j = 0; j < n; j++)
-            out[j] = a[j] - b[j];
-        break;
-    case GT_OP_MUL:
-        for (int64_t j = 0; j < n; j++)
-            out[j] = a[j] * b[j];
-        break;
-    default:
-        for (int64_t j = 0; j < n; j++)
-            out[j] = a[j] / b[j];
-        break;
-    }
-}
-
 /* One innermost row of a binary op: out[j] = a[j*sa] (op) b[j*sb]. The switch sits outside the
- * loops so each loop is a plain strided kernel. */
-static void gt_cpu_binary_row(gt_op op, int64_t n, const float *a, int64_t sa, const float *b,
-                              int64_t sb, float *out)
+ * loops so each loop is a plain strided kernel; inlined into the two callers below. */
+static inline __attribute__((always_inline)) void gt_cpu_binary_loop(gt_op op, int64_t n,
+                                                                     const float *a, int64_t sa,
+                                                                     const float *b, int64_t sb,
+                                                                     float *out)
 {
-    if (sa == 1 && sb == 1 && op != GT_OP_SILU_BACKWARD) {
-        gt_cpu_binary_dense(op, n, a, b, out);
-        return;
-    }
     switch (op) {
     case GT_OP_ADD:
         for (int64_t j = 0; j < n; j++)
@@ -75,6 +48,24 @@ static void gt_cpu_binary_row(gt_op op, int64_t n, const float *a, int64_t sa, c
     default:
         GT_CHECK(!"gt_cpu_binary_row: not a binary op");
     }
+}
+
+/* Rows with no broadcast in the innermost dim (the common case), compiled with unit strides so
+ * the loops vectorize (GT_CPU_ELEMENT_LOOP: the same bits at any width). silu_backward calls
+ * expf per element and stays on the general row. */
+GT_CPU_ELEMENT_LOOP static void gt_cpu_binary_dense(gt_op op, int64_t n, const float *a,
+                                                    const float *b, float *out)
+{
+    gt_cpu_binary_loop(op, n, a, 1, b, 1, out);
+}
+
+static void gt_cpu_binary_row(gt_op op, int64_t n, const float *a, int64_t sa, const float *b,
+                              int64_t sb, float *out)
+{
+    if (sa == 1 && sb == 1 && op != GT_OP_SILU_BACKWARD)
+        gt_cpu_binary_dense(op, n, a, b, out);
+    else
+        gt_cpu_binary_loop(op, n, a, sa, b, sb, out);
 }
 
 static gt_status gt_cpu_binary(const gt_kernel_call *c, gt_error *err)
