@@ -272,14 +272,16 @@ gt_status gt_comm_all_to_all(gt_comm *c, const gt_tensor *in, gt_tensor *out, gt
 /* ---------------------------------------------------------------- schedule check (safety) */
 
 /* One collective of a rank's planned schedule. group names the communicator (e.g. a hash of the
- * mesh dim names); bytes is the payload each rank contributes. */
+ * mesh dim names); bytes is the payload each rank contributes; place is 0, or a hash of where its
+ * buffers lie when every rank's must lie at the same offsets (NCCL symmetric windows). */
 typedef struct {
     gt_coll_kind kind;
     uint64_t group;
     uint64_t bytes;
+    uint64_t place;
 } gt_comm_sched_entry;
 
-/* 64-bit hash of entry `index` (kind, group, bytes, index). */
+/* 64-bit hash of entry `index` (kind, group, bytes, place, index). */
 uint64_t gt_comm_sched_entry_hash(const gt_comm_sched_entry *e, int64_t index);
 
 /* Collective over c. Every rank hashes its schedule; ranks exchange (count, hash) and, when they

@@ -209,9 +209,12 @@ gt_status gt_program_set_comms(gt_program *p, gt_comm *const comms[GT_MESH_MAX_D
                                gt_error *err);
 /* The program's collectives in execution order, one entry per start: kind, group = gt_hash_str of
  * the mesh dim's name (g->mesh.name[k]; "mesh_dim<k>" without a mesh), bytes = the bytes each rank
- * contributes (the start's input). Writes min(count, max) entries into out (may be NULL when max
- * is 0) and returns the count. For gt_comm_check_schedule before the first step. */
-int32_t gt_program_collectives(const gt_program *p, gt_comm_sched_entry *out, int32_t max);
+ * contributes (the start's input), place = with_place ? a hash of the arenas' sizes and of where
+ * the start's input and output lie : 0 (with NCCL symmetric windows every rank's buffers must lie
+ * at the same offsets). Writes min(count, max) entries into out (may be NULL when max is 0) and
+ * returns the count. For gt_comm_check_schedule before the first step. */
+int32_t gt_program_collectives(const gt_program *p, bool with_place, gt_comm_sched_entry *out,
+                               int32_t max);
 /* The same read from a graph under a binding, in node order — the order the eager executor runs
  * them. *count gets the total; GT_ERR_* when a shape does not evaluate. */
 gt_status gt_graph_collectives(const gt_graph *g, const gt_sym_binding *binding,

@@ -299,7 +299,7 @@ gt_status gt_comm_all_to_all(gt_comm *c, const gt_tensor *in, gt_tensor *out, gt
 
 uint64_t gt_comm_sched_entry_hash(const gt_comm_sched_entry *e, int64_t index)
 {
-    uint64_t words[4] = {(uint64_t)e->kind, e->group, e->bytes, (uint64_t)index};
+    uint64_t words[5] = {(uint64_t)e->kind, e->group, e->bytes, e->place, (uint64_t)index};
     return gt_hash64(words, sizeof words, 0x67745f7363686564ull); /* "gt_sched" */
 }
 
@@ -352,11 +352,12 @@ gt_status gt_comm_check_schedule(gt_comm *c, const gt_comm_sched_entry *entries,
     for (int r = 1; r < n && len + 16 < sizeof ranks; r++)
         if (all[2 * r] != all[0] || all[2 * r + 1] != all[1])
             len += (size_t)snprintf(ranks + len, sizeof ranks - len, "%s%d", len ? "," : "", r);
-    char local[160];
+    char local[200];
     if (first < count)
-        snprintf(local, sizeof local, "%s group %016llx %llu bytes",
+        snprintf(local, sizeof local, "%s group %016llx %llu bytes%s",
                  gt_coll_kind_name(entries[first].kind), (unsigned long long)entries[first].group,
-                 (unsigned long long)entries[first].bytes);
+                 (unsigned long long)entries[first].bytes,
+                 entries[first].place ? " at a place in the arenas that every rank must share" : "");
     else
         snprintf(local, sizeof local, "no collective (schedule has %lld)", (long long)count);
     st = gt_error_set(err, GT_ERR_INVALID,

@@ -259,7 +259,23 @@ static uint64_t group_of(const gt_graph *g, int64_t dim)
     return gt_hash_str(name);
 }
 
-int32_t gt_program_collectives(const gt_program *p, gt_comm_sched_entry *out, int32_t max)
+/* Where a collective's buffers lie: the arenas' sizes and its input's and output's arena and
+ * offset, hashed (never 0). */
+static uint64_t place_of(const gt_program *p, const gt_instr *ins)
+{
+    uint64_t words[GT_ARENA_COUNT + 4];
+    for (int a = 0; a < GT_ARENA_COUNT; a++)
+        words[a] = (uint64_t)p->plan->arena_bytes[a];
+    words[GT_ARENA_COUNT] = ins->in[0].arena;
+    words[GT_ARENA_COUNT + 1] = (uint64_t)ins->in[0].offset;
+    words[GT_ARENA_COUNT + 2] = ins->out[0].arena;
+    words[GT_ARENA_COUNT + 3] = (uint64_t)ins->out[0].offset;
+    uint64_t h = gt_hash64(words, sizeof words, 0x706c616365ull); /* "place" */
+    return h ? h : 1;
+}
+
+int32_t gt_program_collectives(const gt_program *p, bool with_place, gt_comm_sched_entry *out,
+                               int32_t max)
 {
     int32_t count = 0;
     for (int32_t j = 0; j < p->n_instrs; j++) {
@@ -268,7 +284,8 @@ int32_t gt_program_collectives(const gt_program *p, gt_comm_sched_entry *out, in
         if (out && count < max)
             out[count] = (gt_comm_sched_entry){.kind = gt_runtime_coll_kind(ins->op),
                                                .group = group_of(p->g, ins->i[0]),
-                                               .bytes = gt_runtime_ref_bytes(&ins->in[0])};
+                                               .bytes = gt_runtime_ref_bytes(&ins->in[0]),
+                                               .place = with_place ? place_of(p, ins) : 0};
         count++;
     }
     return count;
@@ -329,7 +346,7 @@ gt_status gt_program_drop_collective(gt_program *p, int32_t index, gt_error *err
     if (index < 0 || slot < 0)
         return gt_error_set(err, GT_ERR_INVALID,
                             "program: cannot drop collective #%d: the program has %d", index,
-                            gt_program_collectives(p, NULL, 0));
+                            gt_program_collectives(p, false, NULL, 0));
     int32_t w = 0;
     for (int32_t j = 0; j < p->n_instrs; j++)
         if (p->instrs[j].slot != slot) p->instrs[w++] = p->instrs[j];

@@ -340,8 +340,10 @@ static gt_status step_graph_collect(gt_trainer *t, gt_step_graph *s, double *los
 
 /* --compile.precompile_artifact_dir DIR: the compiled step graph (*g: the whole step, or the
  * micro-batch step when micro_batches > 1) from DIR/name when rank 0 finds it there; else rank 0
- * builds and compiles it, saves it there, and the other ranks load what it saved (compile on one
- * rank). Every rank ends with the same graph, or the same error. */
+ * builds and compiles it and saves it there (compile on one rank). Then every rank, rank 0 too,
+ * runs what it loads from the artifact: the same graph down to its value numbering, so every
+ * rank's memory plan is the same (NCCL symmetric windows need that; the schedule check compares
+ * the collectives' places). Every rank ends with the same graph, or the same error. */
 static gt_status step_graph_artifact(gt_trainer *t, gt_graph **g, const char *name,
                                      int64_t micro_batches, gt_error *err)
 {
@@ -363,15 +365,15 @@ static gt_status step_graph_artifact(gt_trainer *t, gt_graph **g, const char *na
     }
     /* the other ranks wait here for rank 0's artifact */
     if (!have) st = gt_train_agree(&t->dist, st, err);
-    if (st == GT_OK && !compiled) {
+    if (st == GT_OK) {
         double t0 = gt_now_seconds();
         gt_graph *loaded = NULL;
         st = gt_train_artifact_load(dir, name, key, &loaded, err);
-        if (st == GT_OK) st = gt_train_build_model(t->cfg, &t->model, err);
+        if (st == GT_OK && !compiled) st = gt_train_build_model(t->cfg, &t->model, err);
         if (st == GT_OK) {
             gt_graph_free(*g);
             *g = loaded;
-            if (t->dist.rank == 0)
+            if (t->dist.rank == 0 && !compiled)
                 gt_log(GT_LOG_INFO, "loaded the compiled step from %s in %.3f s (not compiled)",
                        path, gt_now_seconds() - t0);
         } else {
@@ -807,7 +809,7 @@ static gt_status check_ranks(gt_trainer *t, gt_error *err)
         }
         GT_TRY(gt_train_report_memory(&t->dist, bytes, err));
     }
-    return gt_train_check_schedule(&t->dist, t->cfg, s->g, s->prog, err);
+    return gt_train_check_schedule(&t->dist, t->cfg, s->g, s->prog, lowered, err);
 }
 
 /* xxh64 over the whole final parameters, in order (gathered to rank 0 in a multi-rank run and

@@ -251,34 +251,37 @@ gt_status gt_train_share_i64(gt_train_dist *d, int64_t *value, gt_error *err)
 /* ---------------------------------------------------------------- schedule check */
 
 gt_status gt_train_check_schedule(gt_train_dist *d, const gt_config *cfg, const gt_graph *g,
-                                  gt_program *prog, gt_error *err)
+                                  gt_program *prog, const gt_program *lowered, gt_error *err)
 {
     if (!gt_train_dist_multi(d)) return GT_OK;
     gt_comm_sched_entry *entries = NULL;
     int64_t count = 0;
     gt_status st = GT_OK;
     bool drop = cfg->debug.test_drop_collective_rank == d->rank;
-    if (prog) {
-        if (drop) {
-            gt_log(GT_LOG_WARN,
-                   "debug.test_drop_collective_rank: rank %d drops its first "
-                   "collective (a test of the schedule check)",
-                   d->rank);
-            st = gt_program_drop_collective(prog, 0, err);
-        }
+    if (drop && prog) {
+        gt_log(GT_LOG_WARN,
+               "debug.test_drop_collective_rank: rank %d drops its first "
+               "collective (a test of the schedule check)",
+               d->rank);
+        st = gt_program_drop_collective(prog, 0, err);
+    } else if (drop) {
+        st = gt_error_set(err, GT_ERR_INVALID,
+                          "debug.test_drop_collective_rank needs the CPU program (compile.enable "
+                          "= true, device cpu): it drops a collective of the compiled program");
+    }
+    if (prog) lowered = prog;
+    if (lowered) {
         if (st == GT_OK) {
-            int32_t n = gt_program_collectives(prog, NULL, 0);
+            /* symmetric windows: every rank's buffers must lie at the same offsets */
+            bool place = d->nccl_buffers_known && d->nccl_buffers == GT_NCCL_BUFFERS_SYMMETRIC;
+            int32_t n = gt_program_collectives(lowered, place, NULL, 0);
             entries = gt_xcalloc((size_t)n + 1, sizeof *entries);
-            count = gt_program_collectives(prog, entries, n);
+            count = gt_program_collectives(lowered, place, entries, n);
         }
     } else {
         gt_sym_binding_entry be[GT_TRAIN_BINDING_MAX];
         gt_sym_binding b;
         gt_train_binding(cfg, &d->layout, be, &b);
-        if (drop)
-            st = gt_error_set(err, GT_ERR_INVALID,
-                              "debug.test_drop_collective_rank needs compile.enable = true (it "
-                              "drops a collective of the compiled program)");
         if (st == GT_OK) {
             int32_t n = 0;
             st = gt_graph_collectives(g, &b, NULL, 0, &n, err);

@@ -218,7 +218,7 @@ static void test_collectives(gt_comm *mpi, gt_comm *nccl)
 
     /* the schedule check's exchange runs over NCCL */
     gt_error err = {0};
-    gt_comm_sched_entry e[2] = {{GT_COLL_ALL_GATHER, 1, 64}, {GT_COLL_ALL_REDUCE, 2, 128}};
+    gt_comm_sched_entry e[2] = {{GT_COLL_ALL_GATHER, 1, 64, 0}, {GT_COLL_ALL_REDUCE, 2, 128, 0}};
     EXPECT_OK(gt_comm_check_schedule(nccl, e, 2, &err), &err);
     e[1].bytes = 128 + (uint64_t)mpi->rank;
     gt_error e2 = {0};

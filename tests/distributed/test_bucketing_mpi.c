@@ -168,14 +168,14 @@ static void carry_state(const gt_graph *g, gt_tensor *in, gt_tensor *out)
 
 static int32_t count_collectives(const gt_program *p)
 {
-    return gt_program_collectives(p, NULL, 0);
+    return gt_program_collectives(p, false, NULL, 0);
 }
 
 static int32_t count_gathers(const gt_program *p)
 {
     int32_t n = count_collectives(p), gathers = 0;
     gt_comm_sched_entry *e = calloc((size_t)n + 1, sizeof *e);
-    gt_program_collectives(p, e, n);
+    gt_program_collectives(p, false, e, n);
     for (int32_t k = 0; k < n; k++)
         gathers += e[k].kind == GT_COLL_ALL_GATHER;
     free(e);
@@ -205,7 +205,7 @@ static void test_layout(gt_comm *world, int replicate, int tp, const char *fsdp_
 
     /* every rank agrees on the bucketed schedule */
     gt_comm_sched_entry *sched = calloc((size_t)nb + 1, sizeof *sched);
-    gt_program_collectives(bucketed.prog, sched, nb);
+    gt_program_collectives(bucketed.prog, false, sched, nb);
     EXPECT_OK(gt_comm_check_schedule(world, sched, nb, &err), &err);
     free(sched);
 

@@ -106,10 +106,10 @@ static void test_split(gt_comm *c)
 static void test_schedule(gt_comm *c)
 {
     gt_error err = {0};
-    gt_comm_sched_entry s[4] = {{GT_COLL_ALL_GATHER, 11, 4096},
-                                {GT_COLL_REDUCE_SCATTER, 11, 4096},
-                                {GT_COLL_ALL_REDUCE, 12, 64},
-                                {GT_COLL_ALL_GATHER, 11, 1024}};
+    gt_comm_sched_entry s[4] = {{GT_COLL_ALL_GATHER, 11, 4096, 0},
+                                {GT_COLL_REDUCE_SCATTER, 11, 4096, 0},
+                                {GT_COLL_ALL_REDUCE, 12, 64, 0},
+                                {GT_COLL_ALL_GATHER, 11, 1024, 0}};
     EXPECT_OK(gt_comm_check_schedule(c, s, 4, &err), &err);
 
     /* Rank 1 skips collective #2: every rank must fail, naming #2 — and not hang. */

@@ -143,7 +143,7 @@ static void test_1d(gt_comm *world)
     /* the schedule: the same on every rank; a dropped collective on the last rank is caught on
      * every rank, at index 1 */
     gt_comm_sched_entry sched[16];
-    int32_t count = prog ? gt_program_collectives(prog, sched, 16) : 0;
+    int32_t count = prog ? gt_program_collectives(prog, false, sched, 16) : 0;
     EXPECT(count == 5, "rank %d: 5 collectives, got %d", me, count);
     uint64_t mine[16 * 3] = {0}, all[16 * 3 * 64];
     for (int32_t k = 0; k < count && k < 16; k++) {
@@ -166,7 +166,7 @@ static void test_1d(gt_comm *world)
     EXPECT_OK(gt_comm_check_schedule(world, sched, count, &err), &err);
 
     if (prog && me == n - 1) EXPECT_OK(gt_program_drop_collective(prog, 1, &err), &err);
-    count = prog ? gt_program_collectives(prog, sched, 16) : 0;
+    count = prog ? gt_program_collectives(prog, false, sched, 16) : 0;
     EXPECT(count == (me == n - 1 ? 4 : 5), "rank %d: %d collectives after the drop", me, count);
     gt_error e = {0};
     gt_status st = gt_comm_check_schedule(world, sched, count, &e);

@@ -147,7 +147,7 @@ static void check_split(gt_comm *c)
 /* Rank n-1 has one collective more: every rank must fail naming collective #1. */
 static void check_schedule_mismatch(gt_comm *c)
 {
-    gt_comm_sched_entry e[2] = {{GT_COLL_ALL_GATHER, 7, 64}, {GT_COLL_ALL_REDUCE, 7, 128}};
+    gt_comm_sched_entry e[2] = {{GT_COLL_ALL_GATHER, 7, 64, 0}, {GT_COLL_ALL_REDUCE, 7, 128, 0}};
     gt_error err = {0};
     gt_status st = gt_comm_check_schedule(c, e, c->rank == c->size - 1 ? 2 : 1, &err);
     EXPECT(st == GT_ERR_INVALID && strstr(err.msg, "#1"), "rank %d: schedule mismatch: %s", c->rank,

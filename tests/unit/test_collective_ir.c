@@ -525,7 +525,7 @@ static void test_identity(gt_dtype dt)
     gt_program *prog = NULL;
     EXPECT_OK(gt_program_build(g1, NULL, &prog, &err), &err);
     if (prog) {
-        EXPECT(gt_program_collectives(prog, NULL, 0) == 4, "four collectives");
+        EXPECT(gt_program_collectives(prog, false, NULL, 0) == 4, "four collectives");
         /* twice: the second run reuses the arenas and the request slots */
         gt_tensor first[2] = {0};
         EXPECT_OK(gt_program_run(prog, &in, first, &err), &err);
@@ -656,7 +656,8 @@ static void test_remat(void)
 
 static bool same_entry(const gt_comm_sched_entry *a, const gt_comm_sched_entry *b)
 {
-    return a->kind == b->kind && a->group == b->group && a->bytes == b->bytes;
+    return a->kind == b->kind && a->group == b->group && a->bytes == b->bytes &&
+           a->place == b->place;
 }
 
 static void test_comms_and_schedule(void)
@@ -703,7 +704,7 @@ static void test_comms_and_schedule(void)
     EXPECT(prog->comms[1] == two && prog->comms[2] == two, "communicators attached");
 
     gt_comm_sched_entry s[8];
-    int32_t n = gt_program_collectives(prog, s, 8);
+    int32_t n = gt_program_collectives(prog, false, s, 8);
     uint64_t h_shard = gt_hash_str("dp_shard"), h_tp = gt_hash_str("tp");
     EXPECT(n == 3, "three collectives, got %d", n);
     if (n == 3) {
@@ -716,13 +717,29 @@ static void test_comms_and_schedule(void)
         EXPECT(s[2].kind == GT_COLL_ALL_REDUCE && s[2].group == h_shard && s[2].bytes == 8 * 4 * 4,
                "entry 2: all_reduce over dp_shard, 128 bytes");
     }
+    /* with places (symmetric windows): every entry names where its buffers lie, and a buffer
+     * planned elsewhere gives another place */
+    gt_comm_sched_entry sp[8], moved[8];
+    int32_t np = gt_program_collectives(prog, true, sp, 8);
+    gt_instr *first = NULL;
+    for (int32_t k = 0; k < prog->n_instrs && !first; k++)
+        if (gt_op_is_collective_start(prog->instrs[k].op)) first = &prog->instrs[k];
+    if (first) first->out[0].offset += 256;
+    gt_program_collectives(prog, true, moved, 8);
+    if (first) first->out[0].offset -= 256;
+    EXPECT(np == 3 && s[0].place == 0 && sp[0].place != 0 && sp[1].place != 0 &&
+               sp[2].place != 0 && sp[0].bytes == s[0].bytes && moved[0].place != sp[0].place &&
+               moved[1].place == sp[1].place,
+           "places: %d entries, %016llx %016llx %016llx; output moved: %016llx", np,
+           (unsigned long long)sp[0].place, (unsigned long long)sp[1].place,
+           (unsigned long long)sp[2].place, (unsigned long long)moved[0].place);
     int32_t n_instrs = prog->n_instrs;
     gt_error e5 = {0};
     EXPECT(gt_program_drop_collective(prog, 3, &e5) == GT_ERR_INVALID && strstr(e5.msg, "#3"),
            "drop out of range: %s", e5.msg);
     EXPECT_OK(gt_program_drop_collective(prog, 1, &err), &err);
     gt_comm_sched_entry t[8];
-    int32_t m = gt_program_collectives(prog, t, 8);
+    int32_t m = gt_program_collectives(prog, false, t, 8);
     EXPECT(m == 2 && prog->n_instrs == n_instrs - 2 && n == 3 && same_entry(&t[0], &s[0]) &&
                same_entry(&t[1], &s[2]),
            "after dropping #1: %d collectives, %d instructions (was %d)", m, prog->n_instrs,

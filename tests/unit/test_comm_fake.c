@@ -65,7 +65,7 @@ static void test_size_one(void)
     EXPECT(gt_comm_size(sub) == 1, "split of size 1");
     gt_comm_destroy(sub);
 
-    gt_comm_sched_entry sched[2] = {{GT_COLL_ALL_GATHER, 1, 64}, {GT_COLL_REDUCE_SCATTER, 1, 64}};
+    gt_comm_sched_entry sched[2] = {{GT_COLL_ALL_GATHER, 1, 64, 0}, {GT_COLL_REDUCE_SCATTER, 1, 64, 0}};
     EXPECT_OK(gt_comm_check_schedule(c, sched, 2, &err), &err);
 
     /* the widening reduce_scatter over one rank: the input widened */
