@@ -1,7 +1,9 @@
 /* bench_attention.c — forward and backward time of sdpa on the GPU (bf16 flash path, and the f32
  * tiled path for comparison) at the 1B shape: b 8, hq 32, hkv 8, s 2048, d 64, causal; bf16 shapes
  * in both layouts (0: [b, heads, s, d]; 1: [b, s, heads, d], the one the llama3 step uses).
- * TFLOP/s counts the causal half: forward 4 b h s^2 d / 2, backward 2.5x that.
+ * TFLOP/s counts the causal half: forward 4 b h s^2 d / 2, backward 2.5x that. Built with cuDNN,
+ * the d 64 and 128 shapes run twice: forward on cuDNN, then on graphtrain's flash kernel (the
+ * backward is graphtrain's in both).
  * Build against the library (see bench/README.md), run on a machine with a CUDA device. */
 #include "graphtrain/gt_cuda.h"
 
@@ -95,12 +97,17 @@ int main(int argc, char **argv)
         return 1;
     }
     int rc = 0;
-    for (int layout = 0; layout < 2; layout++) {
-        if (strcmp(only, "debugmodel") != 0)
-            rc |= bench(st, GT_BF16, 8, 32, 8, 2048, 64, 20, layout);
-        if (strcmp(only, "1b") != 0) /* debugmodel heads */
-            rc |= bench(st, GT_BF16, 8, 16, 16, 2048, 16, 20, layout);
-        if (!*only) rc |= bench(st, GT_BF16, 8, 32, 8, 2048, 128, 10, layout);
+    /* built with cuDNN: the bf16 forwards of d 64 and 128 on cuDNN, then on graphtrain's kernel */
+    for (int cudnn = gt_cuda_have_cudnn(); cudnn >= 0; cudnn--) {
+        gt_cuda_stream_set_cudnn(st, cudnn);
+        printf("forward of d 64 and 128 on %s\n", cudnn ? "cuDNN" : "graphtrain's flash kernel");
+        for (int layout = 0; layout < 2; layout++) {
+            if (strcmp(only, "debugmodel") != 0)
+                rc |= bench(st, GT_BF16, 8, 32, 8, 2048, 64, 20, layout);
+            if (strcmp(only, "1b") != 0 && cudnn == 0) /* debugmodel heads: never cuDNN */
+                rc |= bench(st, GT_BF16, 8, 16, 16, 2048, 16, 20, layout);
+            if (!*only) rc |= bench(st, GT_BF16, 8, 32, 8, 2048, 128, 10, layout);
+        }
     }
     if (!*only) rc |= bench(st, GT_F32, 8, 32, 8, 2048, 64, 2, 0);
     gt_cuda_stream_destroy(st);

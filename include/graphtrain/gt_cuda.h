@@ -41,6 +41,13 @@ typedef struct gt_cuda_stream gt_cuda_stream;
 
 gt_status gt_cuda_stream_create(gt_cuda_stream **out, gt_error *err);
 void gt_cuda_stream_destroy(gt_cuda_stream *s);
+/* Whether this graphtrain was built with cuDNN. Where it was, the sdpa forward of bf16 heads of 64
+ * to 128 runs on cuDNN's fused flash attention (deterministic engines only), unless the stream says
+ * otherwise: gt_cuda_stream_set_cudnn(s, false), or GT_CUDNN=0 in the environment when the stream
+ * is created. The two paths give different bits (both deterministic): set it before a run whose
+ * steps must agree bit for bit, not between them. */
+bool gt_cuda_have_cudnn(void);
+void gt_cuda_stream_set_cudnn(gt_cuda_stream *s, bool on);
 /* The underlying cudaStream_t, as void *. */
 void *gt_cuda_stream_handle(gt_cuda_stream *s);
 /* Ensures at least `bytes` of scratch so later kernel calls do not allocate. */

@@ -20,6 +20,9 @@
  * same): the flash path (bf16, d = 16, 64, 128, causal, ragged s = 1000, GQA, s != t) and the
  * generic kernels (f32, and bf16 with an odd head dim, d != dv), each run twice with different
  * output pre-fills (every element written).
+ * Built with cuDNN, the bf16 forwards of head dim 64 and 128 with as many keys as queries run on
+ * cuDNN's fused attention: the cases above test that path, and test_cudnn compares it with
+ * graphtrain's kernel on the same inputs.
  * Without a CUDA device the test skips (exit 0). */
 #include "cuda_test_util.h"
 #include "graphtrain/gt_cuda.h"
@@ -330,6 +333,50 @@ static void test_layout(void)
         run_layout_case(&cases[k]);
 }
 
+/* ---------------------------------------------------------------- cuDNN */
+
+/* Where graphtrain is built with cuDNN, bf16 forwards of head dim 64 and 128 run on cuDNN's fused
+ * attention (the cases above test that path against the fp32 kernels). Here the same inputs run
+ * both ways, layout 1, causal, GQA: cuDNN's out and lse within the bounds above of graphtrain's
+ * flash kernel, and not bitwise the same (else the cuDNN path was not taken). */
+static void test_cudnn(void)
+{
+    if (!gt_cuda_have_cudnn()) {
+        printf("cudnn: not built with cuDNN, skipped\n");
+        return;
+    }
+    const int64_t dims[2] = {64, 128};
+    for (int k = 0; k < 2; k++) {
+        int64_t d = dims[k], b = 2, hq = 8, hkv = 2, s = 1000;
+        int64_t ia[2] = {1, 1};
+        double fa[1] = {1.0 / sqrt((double)d)};
+        const int64_t *qs = SH(b, s, hq, d), *ks = SH(b, s, hkv, d), *ls = SH(b, hq, s);
+        gt_tensor in[3] = {t_rand(4, qs, -2, 2), t_rand(4, ks, -2, 2), t_rand(4, ks, -1, 1)};
+        gt_tensor on[2] = {cu_tensor_new(GT_BF16, 4, qs), cu_tensor_new(GT_F32, 3, ls)};
+        gt_tensor off[2] = {cu_tensor_new(GT_BF16, 4, qs), cu_tensor_new(GT_F32, 3, ls)};
+        char name[32];
+        snprintf(name, sizeof name, "cudnn-d%lld", (long long)d);
+        bool same = gpu_run(GT_OP_SDPA, ia, fa, in, 3, on, 2, 2, name);
+        EXPECT(same, "%s: two cuDNN forward runs differ (or an element is not written)", name);
+        gt_cuda_stream_set_cudnn(g_stream, false);
+        gpu_run(GT_OP_SDPA, ia, fa, in, 3, off, 2, 1, name);
+        gt_cuda_stream_set_cudnn(g_stream, true);
+        expect_close(name, "out", &on[0], &off[0], 1e-2, 5e-3);
+        expect_close(name, "lse", &on[1], &off[1], 1e-4, 1e-4);
+        bool bitwise = memcmp(on[0].data, off[0].data, gt_tensor_nbytes(&on[0])) == 0;
+        printf("  %-16s cuDNN out bitwise graphtrain's: %s (expected no: another kernel)\n", name,
+               bitwise ? "yes" : "no");
+        EXPECT(!bitwise, "%s: cuDNN's forward gave graphtrain's bits: the cuDNN path did not run",
+               name);
+        for (int j = 0; j < 3; j++)
+            gt_tensor_free(&in[j]);
+        for (int j = 0; j < 2; j++) {
+            gt_tensor_free(&on[j]);
+            gt_tensor_free(&off[j]);
+        }
+    }
+}
+
 int main(void)
 {
     gt_cuda_device_info info;
@@ -356,6 +403,7 @@ int main(void)
         run_case(&cases[k]);
     }
     test_layout();
+    test_cudnn();
     gt_cuda_stream_destroy(g_stream);
     return gt_test_finish();
 }

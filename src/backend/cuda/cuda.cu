@@ -89,6 +89,9 @@ extern "C" gt_status gt_cuda_stream_create(gt_cuda_stream **out, gt_error *err)
         return gt_error_set(err, GT_ERR_UNSUPPORTED, "cuda: cudaStreamCreate: %s",
                             cudaGetErrorString(e));
     }
+    /* GT_CUDNN=0: graphtrain's own attention kernels (to compare against cuDNN's) */
+    const char *cudnn = getenv("GT_CUDNN");
+    s->cudnn_off = cudnn && strcmp(cudnn, "0") == 0;
     gt_status st = GT_OK;
     if (cublasLtCreate(&s->lt) != CUBLAS_STATUS_SUCCESS) {
         s->lt = NULL;
@@ -121,6 +124,7 @@ extern "C" void gt_cuda_stream_destroy(gt_cuda_stream *s)
 {
     if (!s) return;
     if (s->stream) cudaStreamSynchronize(s->stream);
+    gt_cudnn_free(s->cudnn);
     gt_cuda_free(s->scratch);
     gt_cuda_free(s->workspace);
     gt_cuda_free(s->flag);

@@ -379,6 +379,12 @@ gt_status gt_cuda_sdpa(gt_cuda_stream *s, const gt_kernel_call *c, gt_error *err
     GT_TRY(gt_cuda_att_want(c, c->out[1], "lse", &a, a.hq, a.s, -1, err));
     if (a.b * a.hq * a.s == 0) return GT_OK;
     if (gt_cuda_flash_fits(c, a.d, a.dv, a.t)) {
+        gt_cudnn_sdpa cd = {c->in[0]->data, c->in[1]->data, c->in[2]->data, c->out[0]->data,
+                            (float *)c->out[1]->data, a.b, a.hq, a.hkv, a.s, a.t, a.d,
+                            a.layout, a.causal, a.scale};
+        bool ran = false;
+        GT_TRY(gt_cudnn_sdpa_forward(s, &cd, &ran, err));
+        if (ran) return GT_OK;
         gt_flash f = gt_cuda_att_flash(c, &a);
         f.out = (__nv_bfloat16 *)c->out[0]->data;
         f.lse = (float *)c->out[1]->data;

@@ -49,7 +49,28 @@ struct gt_cuda_stream {
     int n_smem_raised;
     int next_slot;
     gt_cuda_algo_entry cache[GT_CUDA_ALGO_CACHE];
+    struct gt_cudnn *cudnn; /* cuDNN handle and plans, made on first use (cuda_cudnn.cu) */
+    bool cudnn_off;         /* gt_cuda_stream_set_cudnn(s, false), or GT_CUDNN=0 at creation */
 };
+
+/* The sdpa forward on cuDNN (cuda_cudnn.cu): the device pointers and shape of a call that
+ * gt_cuda_flash_fits (bf16 q, k, v, out; f32 lse; 16-byte aligned). */
+typedef struct {
+    const void *q, *k, *v;
+    void *out;
+    float *lse;
+    int64_t b, hq, hkv, s, t, d;
+    int layout, causal;
+    float scale;
+} gt_cudnn_sdpa;
+
+/* Runs the call on cuDNN's fused flash attention when graphtrain was built with cuDNN, the stream
+ * allows it and cuDNN has a deterministic engine for the shape (head dim 64 to 128, s == t);
+ * *ran says whether it did (else the caller runs graphtrain's kernel). Every run of a shape takes
+ * the same decision and the same plan. */
+gt_status gt_cudnn_sdpa_forward(gt_cuda_stream *s, const gt_cudnn_sdpa *a, bool *ran,
+                                gt_error *err);
+void gt_cudnn_free(struct gt_cudnn *c);
 
 /* dw[v, :] = sum of dy[p, :] over the positions p with ids[p] - row0 == v, in increasing p, for the
  * dw->shape[0] rows v (cuda_layout.cu). Ids outside them add nowhere; with flag_foreign they are

@@ -1,0 +1,446 @@
+/* cuda_cudnn.cu — the sdpa forward on cuDNN's fused flash attention, where graphtrain is built
+ * with cuDNN (GT_HAVE_CUDNN) and the call is one it serves well: bf16 q, k, v and out, f32 lse,
+ * head dim 64 to 128, as many keys as queries. Host code only: cuDNN's backend API (C).
+ *
+ * The operation graph is cuDNN's flash attention pattern, per (batch, head), with S, P and the row
+ * statistics virtual (they never reach memory):
+ *   S = Q K^T (f32 accumulation), S *= scale, causal: S_ij = -1e20 where j > i,
+ *   M_i = max_j S_ij, E = exp(S - M), Z_i = sum_j E_ij, lse_i = M_i + log Z_i, P = E / Z (bf16),
+ *   O = P V.
+ * lse is the natural-log statistic graphtrain's own forward writes, so the backward kernels read
+ * it unchanged. Heads of q share k and v by GQA (hq a multiple of hkv) through the tensors' dims.
+ *
+ * Determinism: only engine configs without cuDNN's NONDETERMINISTIC note are taken, and one plan
+ * is built per shape (the first the heuristics rank that builds) and kept, so every run of a shape
+ * runs the same kernel: reruns, graph and eager runs, captured and uncaptured steps give the same
+ * bits. A shape no engine builds falls back to graphtrain's flash kernel, for good. Plans are built
+ * on a step's first (warm-up) run: never under stream capture (which refuses allocation). */
+#include "cuda_internal.h"
+
+#ifdef GT_HAVE_CUDNN
+#include <cudnn.h>
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define GT_CUDNN_PLANS 32
+
+typedef cudnnBackendDescriptor_t gt_cudnn_desc;
+
+enum { UID_Q = 1, UID_K, UID_V, UID_O, UID_STATS, UID_SCALE, UID_MASK_VALUE, UID_VIRTUAL = 100 };
+
+/* The descriptors of one graph, destroyed together (with its plan: the plan refers to them). */
+typedef struct {
+    gt_cudnn_desc d[128];
+    int n;
+} gt_cudnn_pool;
+
+typedef struct {
+    int64_t key[8];     /* b, hq, hkv, s, d, layout, causal, scale's bits */
+    gt_cudnn_desc plan; /* NULL: no deterministic engine builds this shape */
+    int64_t workspace;
+    gt_cudnn_pool pool;
+} gt_cudnn_plan;
+
+struct gt_cudnn {
+    cudnnHandle_t handle;
+    gt_cudnn_plan plans[GT_CUDNN_PLANS];
+    int n_plans;
+    void *workspace;
+    size_t workspace_bytes;
+};
+
+/* ---------------------------------------------------------------- descriptors */
+
+/* A descriptor-building step failed: its name and cuDNN's own last message. */
+static gt_status gt_cudnn_fail(cudnnStatus_t st, const char *what, gt_error *err)
+{
+    char last[400] = "";
+    cudnnGetLastErrorString(last, sizeof last);
+    return gt_error_set(err, GT_ERR_UNSUPPORTED, "sdpa on cuDNN: %s: %s%s%s", what,
+                        cudnnGetErrorString(st), last[0] ? ": " : "", last);
+}
+#define GT_CUDNN_TRY(x)                                                                            \
+    do {                                                                                           \
+        cudnnStatus_t st_ = (x);                                                                   \
+        if (st_ != CUDNN_STATUS_SUCCESS) return gt_cudnn_fail(st_, #x, err);                       \
+    } while (0)
+
+
+static gt_status gt_cudnn_new(gt_cudnn_pool *p, cudnnBackendDescriptorType_t type, gt_cudnn_desc *out,
+                              gt_error *err)
+{
+    if (p->n == (int)(sizeof p->d / sizeof p->d[0]))
+        return gt_error_set(err, GT_ERR_INTERNAL, "sdpa on cuDNN: descriptor pool full");
+    GT_CUDNN_TRY(cudnnBackendCreateDescriptor(type, out));
+    p->d[p->n++] = *out;
+    return GT_OK;
+}
+
+static void gt_cudnn_pool_free(gt_cudnn_pool *p)
+{
+    for (int i = p->n - 1; i >= 0; i--)
+        cudnnBackendDestroyDescriptor(p->d[i]);
+    p->n = 0;
+}
+
+static gt_status gt_cudnn_set(gt_cudnn_desc d, cudnnBackendAttributeName_t a,
+                              cudnnBackendAttributeType_t t, int64_t n, const void *v, gt_error *err)
+{
+    GT_CUDNN_TRY(cudnnBackendSetAttribute(d, a, t, n, v));
+    return GT_OK;
+}
+
+/* A 4-d tensor: its uid, element type, dims and strides (elements); virtual ones exist only
+ * inside the fused kernel, by-value ones are host scalars given at execution. */
+static gt_status gt_cudnn_tensor(gt_cudnn_pool *p, gt_cudnn_desc *out, int64_t uid,
+                                 cudnnDataType_t dt, const int64_t dim[4], const int64_t stride[4],
+                                 bool is_virtual, bool by_value, bool reorder, gt_error *err)
+{
+    GT_TRY(gt_cudnn_new(p, CUDNN_BACKEND_TENSOR_DESCRIPTOR, out, err));
+    int64_t align = 16;
+    GT_TRY(gt_cudnn_set(*out, CUDNN_ATTR_TENSOR_DATA_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &dt, err));
+    GT_TRY(gt_cudnn_set(*out, CUDNN_ATTR_TENSOR_DIMENSIONS, CUDNN_TYPE_INT64, 4, dim, err));
+    GT_TRY(gt_cudnn_set(*out, CUDNN_ATTR_TENSOR_STRIDES, CUDNN_TYPE_INT64, 4, stride, err));
+    GT_TRY(gt_cudnn_set(*out, CUDNN_ATTR_TENSOR_UNIQUE_ID, CUDNN_TYPE_INT64, 1, &uid, err));
+    GT_TRY(gt_cudnn_set(*out, CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, CUDNN_TYPE_INT64, 1, &align, err));
+    GT_TRY(gt_cudnn_set(*out, CUDNN_ATTR_TENSOR_IS_VIRTUAL, CUDNN_TYPE_BOOLEAN, 1, &is_virtual, err));
+    GT_TRY(gt_cudnn_set(*out, CUDNN_ATTR_TENSOR_IS_BY_VALUE, CUDNN_TYPE_BOOLEAN, 1, &by_value, err));
+    if (reorder) { /* the softmax output feeding the second matmul, in cuDNN's tile order */
+        cudnnBackendTensorReordering_t r = CUDNN_TENSOR_REORDERING_F16x16;
+        GT_TRY(gt_cudnn_set(*out, CUDNN_ATTR_TENSOR_REORDERING_MODE,
+                            CUDNN_TYPE_TENSOR_REORDERING_MODE, 1, &r, err));
+    }
+    GT_CUDNN_TRY(cudnnBackendFinalize(*out));
+    return GT_OK;
+}
+
+/* y = mode(x[, b[, t]]) computed in `prec`; axis >= 0 for GEN_INDEX. Appends to ops[*n]. */
+static gt_status gt_cudnn_pointwise(gt_cudnn_pool *p, gt_cudnn_desc *ops, int *n,
+                                    cudnnPointwiseMode_t mode, cudnnDataType_t prec, int64_t axis,
+                                    gt_cudnn_desc x, gt_cudnn_desc b, gt_cudnn_desc t,
+                                    gt_cudnn_desc y, gt_error *err)
+{
+    gt_cudnn_desc pw, op;
+    GT_TRY(gt_cudnn_new(p, CUDNN_BACKEND_POINTWISE_DESCRIPTOR, &pw, err));
+    GT_TRY(gt_cudnn_set(pw, CUDNN_ATTR_POINTWISE_MODE, CUDNN_TYPE_POINTWISE_MODE, 1, &mode, err));
+    GT_TRY(gt_cudnn_set(pw, CUDNN_ATTR_POINTWISE_MATH_PREC, CUDNN_TYPE_DATA_TYPE, 1, &prec, err));
+    if (axis >= 0)
+        GT_TRY(gt_cudnn_set(pw, CUDNN_ATTR_POINTWISE_AXIS, CUDNN_TYPE_INT64, 1, &axis, err));
+    GT_CUDNN_TRY(cudnnBackendFinalize(pw));
+    GT_TRY(gt_cudnn_new(p, CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR, &op, err));
+    const cudnnBackendAttributeType_t D = CUDNN_TYPE_BACKEND_DESCRIPTOR;
+    GT_TRY(gt_cudnn_set(op, CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR, D, 1, &pw, err));
+    GT_TRY(gt_cudnn_set(op, CUDNN_ATTR_OPERATION_POINTWISE_XDESC, D, 1, &x, err));
+    if (b) GT_TRY(gt_cudnn_set(op, CUDNN_ATTR_OPERATION_POINTWISE_BDESC, D, 1, &b, err));
+    if (t) GT_TRY(gt_cudnn_set(op, CUDNN_ATTR_OPERATION_POINTWISE_TDESC, D, 1, &t, err));
+    GT_TRY(gt_cudnn_set(op, CUDNN_ATTR_OPERATION_POINTWISE_YDESC, D, 1, &y, err));
+    GT_CUDNN_TRY(cudnnBackendFinalize(op));
+    ops[(*n)++] = op;
+    return GT_OK;
+}
+
+/* y[..., 0] = `how` over the last dim of x, in f32. */
+static gt_status gt_cudnn_reduction(gt_cudnn_pool *p, gt_cudnn_desc *ops, int *n,
+                                    cudnnReduceTensorOp_t how, gt_cudnn_desc x, gt_cudnn_desc y,
+                                    gt_error *err)
+{
+    gt_cudnn_desc r, op;
+    cudnnDataType_t f32 = CUDNN_DATA_FLOAT;
+    const cudnnBackendAttributeType_t D = CUDNN_TYPE_BACKEND_DESCRIPTOR;
+    GT_TRY(gt_cudnn_new(p, CUDNN_BACKEND_REDUCTION_DESCRIPTOR, &r, err));
+    GT_TRY(gt_cudnn_set(r, CUDNN_ATTR_REDUCTION_OPERATOR, CUDNN_TYPE_REDUCTION_OPERATOR_TYPE, 1,
+                        &how, err));
+    GT_TRY(gt_cudnn_set(r, CUDNN_ATTR_REDUCTION_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &f32, err));
+    GT_CUDNN_TRY(cudnnBackendFinalize(r));
+    GT_TRY(gt_cudnn_new(p, CUDNN_BACKEND_OPERATION_REDUCTION_DESCRIPTOR, &op, err));
+    GT_TRY(gt_cudnn_set(op, CUDNN_ATTR_OPERATION_REDUCTION_XDESC, D, 1, &x, err));
+    GT_TRY(gt_cudnn_set(op, CUDNN_ATTR_OPERATION_REDUCTION_YDESC, D, 1, &y, err));
+    GT_TRY(gt_cudnn_set(op, CUDNN_ATTR_OPERATION_REDUCTION_DESC, D, 1, &r, err));
+    GT_CUDNN_TRY(cudnnBackendFinalize(op));
+    ops[(*n)++] = op;
+    return GT_OK;
+}
+
+/* Batched c = a b, f32 accumulation. */
+static gt_status gt_cudnn_matmul(gt_cudnn_pool *p, gt_cudnn_desc *ops, int *n, gt_cudnn_desc a,
+                                 gt_cudnn_desc b, gt_cudnn_desc c, gt_error *err)
+{
+    gt_cudnn_desc m, op;
+    cudnnDataType_t f32 = CUDNN_DATA_FLOAT;
+    const cudnnBackendAttributeType_t D = CUDNN_TYPE_BACKEND_DESCRIPTOR;
+    GT_TRY(gt_cudnn_new(p, CUDNN_BACKEND_MATMUL_DESCRIPTOR, &m, err));
+    GT_TRY(gt_cudnn_set(m, CUDNN_ATTR_MATMUL_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &f32, err));
+    GT_CUDNN_TRY(cudnnBackendFinalize(m));
+    GT_TRY(gt_cudnn_new(p, CUDNN_BACKEND_OPERATION_MATMUL_DESCRIPTOR, &op, err));
+    GT_TRY(gt_cudnn_set(op, CUDNN_ATTR_OPERATION_MATMUL_ADESC, D, 1, &a, err));
+    GT_TRY(gt_cudnn_set(op, CUDNN_ATTR_OPERATION_MATMUL_BDESC, D, 1, &b, err));
+    GT_TRY(gt_cudnn_set(op, CUDNN_ATTR_OPERATION_MATMUL_CDESC, D, 1, &c, err));
+    GT_TRY(gt_cudnn_set(op, CUDNN_ATTR_OPERATION_MATMUL_DESC, D, 1, &m, err));
+    GT_CUDNN_TRY(cudnnBackendFinalize(op));
+    ops[(*n)++] = op;
+    return GT_OK;
+}
+
+/* ---------------------------------------------------------------- graph and plan */
+
+/* The forward graph of one shape (key: b, hq, hkv, s, d, layout, causal) in the pool. */
+static gt_status gt_cudnn_forward_graph(cudnnHandle_t h, gt_cudnn_pool *p, const int64_t *key,
+                                        gt_cudnn_desc *graph, gt_error *err)
+{
+    const int64_t b = key[0], hq = key[1], hkv = key[2], s = key[3], d = key[4];
+    const bool layout1 = key[5] != 0, causal = key[6] != 0;
+    const cudnnDataType_t bf = CUDNN_DATA_BFLOAT16, f32 = CUDNN_DATA_FLOAT;
+    /* cuDNN's dims are [b, heads, s, d] whatever the layout; the strides place them. Layout 0:
+     * [b, heads, s, d] in memory; layout 1: [b, s, heads, d]. K enters transposed ([d, s]). */
+    const int64_t q_dim[4] = {b, hq, s, d}, kt_dim[4] = {b, hkv, d, s}, v_dim[4] = {b, hkv, s, d};
+    int64_t q_str[4] = {hq * s * d, s * d, d, 1}, kt_str[4] = {hkv * s * d, s * d, 1, d},
+            v_str[4] = {hkv * s * d, s * d, d, 1};
+    if (layout1) {
+        q_str[1] = d, q_str[2] = hq * d;
+        kt_str[1] = d, kt_str[3] = hkv * d;
+        v_str[1] = d, v_str[2] = hkv * d;
+    }
+    const int64_t s_dim[4] = {b, hq, s, s}, s_str[4] = {hq * s * s, s * s, s, 1};
+    const int64_t r_dim[4] = {b, hq, s, 1}, r_str[4] = {hq * s, s, 1, 1}, one[4] = {1, 1, 1, 1};
+    int64_t vid = UID_VIRTUAL;
+    gt_cudnn_desc q, kt, v, o, lse, scale, score, scaled, masked, mx, sub, ex, sum, lg, prob;
+    GT_TRY(gt_cudnn_tensor(p, &q, UID_Q, bf, q_dim, q_str, false, false, false, err));
+    GT_TRY(gt_cudnn_tensor(p, &kt, UID_K, bf, kt_dim, kt_str, false, false, false, err));
+    GT_TRY(gt_cudnn_tensor(p, &v, UID_V, bf, v_dim, v_str, false, false, false, err));
+    GT_TRY(gt_cudnn_tensor(p, &o, UID_O, bf, q_dim, q_str, false, false, false, err));
+    GT_TRY(gt_cudnn_tensor(p, &lse, UID_STATS, f32, r_dim, r_str, false, false, false, err));
+    GT_TRY(gt_cudnn_tensor(p, &scale, UID_SCALE, f32, one, one, false, true, false, err));
+    GT_TRY(gt_cudnn_tensor(p, &score, vid++, f32, s_dim, s_str, true, false, false, err));
+    GT_TRY(gt_cudnn_tensor(p, &scaled, vid++, f32, s_dim, s_str, true, false, false, err));
+    GT_TRY(gt_cudnn_tensor(p, &mx, vid++, f32, r_dim, r_str, true, false, false, err));
+    GT_TRY(gt_cudnn_tensor(p, &sub, vid++, f32, s_dim, s_str, true, false, false, err));
+    GT_TRY(gt_cudnn_tensor(p, &ex, vid++, f32, s_dim, s_str, true, false, false, err));
+    GT_TRY(gt_cudnn_tensor(p, &sum, vid++, f32, r_dim, r_str, true, false, false, err));
+    GT_TRY(gt_cudnn_tensor(p, &lg, vid++, f32, r_dim, r_str, true, false, false, err));
+    GT_TRY(gt_cudnn_tensor(p, &prob, vid++, bf, s_dim, s_str, true, false, true, err));
+    gt_cudnn_desc ops[16];
+    int n = 0;
+    GT_TRY(gt_cudnn_matmul(p, ops, &n, q, kt, score, err));
+    GT_TRY(gt_cudnn_pointwise(p, ops, &n, CUDNN_POINTWISE_MUL, f32, -1, score, scale, NULL, scaled,
+                              err));
+    masked = scaled;
+    if (causal) { /* keep S_ij where row i >= column j, else the mask value */
+        gt_cudnn_desc mask_value, row, col, keep;
+        GT_TRY(gt_cudnn_tensor(p, &mask_value, UID_MASK_VALUE, f32, one, one, false, true, false,
+                               err));
+        GT_TRY(gt_cudnn_tensor(p, &row, vid++, f32, s_dim, s_str, true, false, false, err));
+        GT_TRY(gt_cudnn_tensor(p, &col, vid++, f32, s_dim, s_str, true, false, false, err));
+        GT_TRY(gt_cudnn_tensor(p, &keep, vid++, CUDNN_DATA_BOOLEAN, s_dim, s_str, true, false,
+                               false, err));
+        GT_TRY(gt_cudnn_tensor(p, &masked, vid++, f32, s_dim, s_str, true, false, false, err));
+        GT_TRY(gt_cudnn_pointwise(p, ops, &n, CUDNN_POINTWISE_GEN_INDEX, f32, 2, scaled, NULL,
+                                  NULL, row, err));
+        GT_TRY(gt_cudnn_pointwise(p, ops, &n, CUDNN_POINTWISE_GEN_INDEX, f32, 3, scaled, NULL,
+                                  NULL, col, err));
+        GT_TRY(gt_cudnn_pointwise(p, ops, &n, CUDNN_POINTWISE_CMP_GE, CUDNN_DATA_BOOLEAN, -1, row,
+                                  col, NULL, keep, err));
+        GT_TRY(gt_cudnn_pointwise(p, ops, &n, CUDNN_POINTWISE_BINARY_SELECT, f32, -1, scaled,
+                                  mask_value, keep, masked, err));
+    }
+    GT_TRY(gt_cudnn_reduction(p, ops, &n, CUDNN_REDUCE_TENSOR_MAX, masked, mx, err));
+    GT_TRY(gt_cudnn_pointwise(p, ops, &n, CUDNN_POINTWISE_SUB, f32, -1, masked, mx, NULL, sub, err));
+    GT_TRY(gt_cudnn_pointwise(p, ops, &n, CUDNN_POINTWISE_EXP, f32, -1, sub, NULL, NULL, ex, err));
+    GT_TRY(gt_cudnn_reduction(p, ops, &n, CUDNN_REDUCE_TENSOR_ADD, ex, sum, err));
+    GT_TRY(gt_cudnn_pointwise(p, ops, &n, CUDNN_POINTWISE_LOG, f32, -1, sum, NULL, NULL, lg, err));
+    GT_TRY(gt_cudnn_pointwise(p, ops, &n, CUDNN_POINTWISE_ADD, f32, -1, mx, lg, NULL, lse, err));
+    GT_TRY(gt_cudnn_pointwise(p, ops, &n, CUDNN_POINTWISE_DIV, f32, -1, ex, sum, NULL, prob, err));
+    GT_TRY(gt_cudnn_matmul(p, ops, &n, prob, v, o, err));
+
+    GT_TRY(gt_cudnn_new(p, CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR, graph, err));
+    GT_TRY(gt_cudnn_set(*graph, CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, &h, err));
+    GT_TRY(gt_cudnn_set(*graph, CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR, n, ops,
+                        err));
+    GT_CUDNN_TRY(cudnnBackendFinalize(*graph));
+    return GT_OK;
+}
+
+/* The plan of the first engine config the heuristics rank that is deterministic and builds; *plan
+ * stays NULL when none does. */
+static gt_status gt_cudnn_pick_plan(cudnnHandle_t h, gt_cudnn_pool *p, gt_cudnn_desc graph,
+                                    gt_cudnn_plan *out, gt_error *err)
+{
+    gt_cudnn_desc heur;
+    cudnnBackendHeurMode_t mode = CUDNN_HEUR_MODE_A;
+    const cudnnBackendAttributeType_t D = CUDNN_TYPE_BACKEND_DESCRIPTOR;
+    GT_TRY(gt_cudnn_new(p, CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR, &heur, err));
+    GT_TRY(gt_cudnn_set(heur, CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, D, 1, &graph, err));
+    GT_TRY(gt_cudnn_set(heur, CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &mode, err));
+    GT_CUDNN_TRY(cudnnBackendFinalize(heur));
+    int64_t count = 0;
+    GT_CUDNN_TRY(cudnnBackendGetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_RESULTS, D, 0, &count, NULL));
+    gt_cudnn_desc cfgs[16];
+    if (count > 16) count = 16;
+    for (int64_t i = 0; i < count; i++)
+        GT_TRY(gt_cudnn_new(p, CUDNN_BACKEND_ENGINECFG_DESCRIPTOR, &cfgs[i], err));
+    if (count > 0)
+        GT_CUDNN_TRY(cudnnBackendGetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_RESULTS, D, count, &count,
+                                              cfgs));
+    for (int64_t i = 0; i < count; i++) {
+        gt_cudnn_desc engine;
+        int64_t got = 0, n_notes = 0;
+        cudnnBackendNumericalNote_t notes[32];
+        GT_TRY(gt_cudnn_new(p, CUDNN_BACKEND_ENGINE_DESCRIPTOR, &engine, err));
+        if (cudnnBackendGetAttribute(cfgs[i], CUDNN_ATTR_ENGINECFG_ENGINE, D, 1, &got, &engine) !=
+                CUDNN_STATUS_SUCCESS ||
+            cudnnBackendGetAttribute(engine, CUDNN_ATTR_ENGINE_NUMERICAL_NOTE,
+                                     CUDNN_TYPE_NUMERICAL_NOTE, 32, &n_notes, notes) !=
+                CUDNN_STATUS_SUCCESS)
+            continue;
+        bool deterministic = true;
+        for (int64_t k = 0; k < n_notes; k++)
+            deterministic &= notes[k] != CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC;
+        if (!deterministic) continue;
+        gt_cudnn_desc plan;
+        GT_CUDNN_TRY(cudnnBackendCreateDescriptor(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR, &plan));
+        if (cudnnBackendSetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1,
+                                     &h) != CUDNN_STATUS_SUCCESS ||
+            cudnnBackendSetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, D, 1,
+                                     &cfgs[i]) != CUDNN_STATUS_SUCCESS ||
+            cudnnBackendFinalize(plan) != CUDNN_STATUS_SUCCESS ||
+            cudnnBackendGetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE,
+                                     CUDNN_TYPE_INT64, 1, &got, &out->workspace) !=
+                CUDNN_STATUS_SUCCESS) {
+            cudnnBackendDestroyDescriptor(plan);
+            continue;
+        }
+        out->plan = plan;
+        return GT_OK;
+    }
+    return GT_OK;
+}
+
+static gt_status gt_cudnn_get(gt_cuda_stream *s, gt_error *err)
+{
+    if (s->cudnn) return GT_OK;
+    struct gt_cudnn *c = (struct gt_cudnn *)calloc(1, sizeof *c);
+    if (!c) return gt_error_set(err, GT_ERR_NOMEM, "sdpa on cuDNN: out of memory");
+    cudnnStatus_t st = cudnnCreate(&c->handle);
+    if (st == CUDNN_STATUS_SUCCESS) st = cudnnSetStream(c->handle, s->stream);
+    if (st != CUDNN_STATUS_SUCCESS) {
+        if (c->handle) cudnnDestroy(c->handle);
+        free(c);
+        return gt_cudnn_fail(st, "cudnnCreate", err);
+    }
+    s->cudnn = c;
+    return GT_OK;
+}
+
+/* The plan of `key`, built and kept on first use (NULL plan: the shape falls back). */
+static gt_status gt_cudnn_plan_of(gt_cuda_stream *s, const int64_t key[8], gt_cudnn_plan **out,
+                                  gt_error *err)
+{
+    GT_TRY(gt_cudnn_get(s, err));
+    struct gt_cudnn *c = s->cudnn;
+    for (int i = 0; i < c->n_plans; i++)
+        if (memcmp(c->plans[i].key, key, sizeof c->plans[i].key) == 0) {
+            *out = &c->plans[i];
+            return GT_OK;
+        }
+    *out = NULL;
+    if (c->n_plans == GT_CUDNN_PLANS) return GT_OK; /* more shapes than kept: graphtrain's kernel */
+    gt_cudnn_plan *pl = &c->plans[c->n_plans];
+    memset(pl, 0, sizeof *pl);
+    memcpy(pl->key, key, sizeof pl->key);
+    gt_cudnn_desc graph;
+    gt_error why = {}; /* a graph cuDNN refuses is a shape it does not serve: no error */
+    if (gt_cudnn_forward_graph(c->handle, &pl->pool, key, &graph, &why) == GT_OK)
+        gt_cudnn_pick_plan(c->handle, &pl->pool, graph, pl, &why);
+    if (!pl->plan) gt_cudnn_pool_free(&pl->pool);
+    if (pl->plan && (size_t)pl->workspace > c->workspace_bytes) {
+        gt_cuda_free(c->workspace);
+        c->workspace = NULL;
+        c->workspace_bytes = 0;
+        GT_TRY(gt_cuda_malloc(&c->workspace, (size_t)pl->workspace, err));
+        c->workspace_bytes = (size_t)pl->workspace;
+    }
+    c->n_plans++;
+    *out = pl;
+    return GT_OK;
+}
+
+gt_status gt_cudnn_sdpa_forward(gt_cuda_stream *s, const gt_cudnn_sdpa *a, bool *ran,
+                                gt_error *err)
+{
+    *ran = false;
+    if (s->cudnn_off || a->d < 64 || a->d > 128 || a->d % 8 || a->s != a->t)
+        return GT_OK;
+    float scale = (float)a->scale;
+    int32_t scale_bits;
+    memcpy(&scale_bits, &scale, sizeof scale_bits);
+    const int64_t key[8] = {a->b, a->hq, a->hkv, a->s, a->d, a->layout, a->causal, scale_bits};
+    gt_cudnn_plan *pl;
+    GT_TRY(gt_cudnn_plan_of(s, key, &pl, err));
+    if (!pl || !pl->plan) return GT_OK;
+    struct gt_cudnn *c = s->cudnn;
+    float mask_value = -1e20f;
+    int64_t uids[7] = {UID_Q, UID_K, UID_V, UID_O, UID_STATS, UID_SCALE, UID_MASK_VALUE};
+    void *ptrs[7] = {(void *)a->q, (void *)a->k, (void *)a->v, a->out, a->lse, &scale, &mask_value};
+    int64_t n = a->causal ? 7 : 6;
+    gt_cudnn_desc pack;
+    GT_CUDNN_TRY(cudnnBackendCreateDescriptor(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR, &pack));
+    cudnnStatus_t st =
+        cudnnBackendSetAttribute(pack, CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, n, uids);
+    if (st == CUDNN_STATUS_SUCCESS)
+        st = cudnnBackendSetAttribute(pack, CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS,
+                                      CUDNN_TYPE_VOID_PTR, n, ptrs);
+    if (st == CUDNN_STATUS_SUCCESS)
+        st = cudnnBackendSetAttribute(pack, CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR,
+                                      1, &c->workspace);
+    if (st == CUDNN_STATUS_SUCCESS) st = cudnnBackendFinalize(pack);
+    if (st == CUDNN_STATUS_SUCCESS) st = cudnnBackendExecute(c->handle, pl->plan, pack);
+    cudnnBackendDestroyDescriptor(pack);
+    if (st != CUDNN_STATUS_SUCCESS) return gt_cudnn_fail(st, "sdpa forward", err);
+    *ran = true;
+    return GT_OK;
+}
+
+void gt_cudnn_free(struct gt_cudnn *c)
+{
+    if (!c) return;
+    for (int i = 0; i < c->n_plans; i++) {
+        if (c->plans[i].plan) cudnnBackendDestroyDescriptor(c->plans[i].plan);
+        gt_cudnn_pool_free(&c->plans[i].pool);
+    }
+    gt_cuda_free(c->workspace);
+    cudnnDestroy(c->handle);
+    free(c);
+}
+
+extern "C" bool gt_cuda_have_cudnn(void)
+{
+    return true;
+}
+
+#else /* no cuDNN: graphtrain's own kernels */
+
+gt_status gt_cudnn_sdpa_forward(gt_cuda_stream *s, const gt_cudnn_sdpa *a, bool *ran,
+                                gt_error *err)
+{
+    (void)s, (void)a, (void)err;
+    *ran = false;
+    return GT_OK;
+}
+
+void gt_cudnn_free(struct gt_cudnn *c)
+{
+    (void)c;
+}
+
+extern "C" bool gt_cuda_have_cudnn(void)
+{
+    return false;
+}
+
+#endif
+
+extern "C" void gt_cuda_stream_set_cudnn(gt_cuda_stream *s, bool on)
+{
+    s->cudnn_off = !on;
+}
