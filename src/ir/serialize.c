@@ -436,7 +436,7 @@ static gt_status read_output(reader *r)
 {
     int kind = 0;
     char *fqn = NULL;
-    gt_value_id v;
+    gt_value_id v = GT_NONE; /* set by get_use, or the function returns */
     GT_TRY(get_int(r, "output kind", 0, GT_OUT_OPT_STATE_UPDATE, &kind));
     GT_TRY(get_str(r, "output name", &fqn));
     GT_TRY(get_use(r, "output value", &v));
