@@ -58,8 +58,10 @@ static gt_status gt_cudnn_fail(cudnnStatus_t st, const char *what, gt_error *err
 {
     char last[400] = "";
     cudnnGetLastErrorString(last, sizeof last);
-    return gt_error_set(err, GT_ERR_UNSUPPORTED, "sdpa on cuDNN: %s: %s%s%s", what,
-                        cudnnGetErrorString(st), last[0] ? ": " : "", last);
+    return gt_error_set(err, GT_ERR_UNSUPPORTED,
+                        "sdpa on cuDNN: %s: %s%s%s (GT_CUDNN=0 in the environment runs graphtrain's "
+                        "own attention kernels)",
+                        what, cudnnGetErrorString(st), last[0] ? ": " : "", last);
 }
 #define GT_CUDNN_TRY(x)                                                                            \
     do {                                                                                           \
