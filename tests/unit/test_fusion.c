@@ -36,6 +36,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/cpu/cpu_internal.h"
 #include "fusion_graphs.h"
 #include "graph_text.h"
 #include "graphtrain/gt_backend.h"
@@ -734,9 +735,10 @@ static float round_to(gt_dtype dt, float v)
     return dt == GT_BF16 ? bf16_round(v) : v;
 }
 
+/* The CPU kernels' sigmoid: their exp is gt_cpu_expf (test_cpu_exp checks it against exp). */
 static float naive_sigmoid(float x)
 {
-    return 1.0f / (1.0f + expf(-x));
+    return 1.0f / (1.0f + gt_cpu_expf(-x));
 }
 
 /* The SwiGLU backward triple (swiglu_triple) with three outputs on h1, h3: [3, 7, 67] and dy:

@@ -117,11 +117,10 @@ gt_status gt_cpu_sdpa(const gt_kernel_call *c, gt_error *err)
                     float m = -INFINITY;
                     for (int64_t j = 0; j < nk; j++)
                         m = row[j] > m ? row[j] : m;
+                    gt_cpu_exp_n(row, row, nk, 1.0f, m);
                     double sum = 0.0;
-                    for (int64_t j = 0; j < nk; j++) {
-                        row[j] = expf(row[j] - m);
+                    for (int64_t j = 0; j < nk; j++)
                         sum += row[j];
-                    }
                     float inv = (float)(1.0 / sum);
                     for (int64_t j = 0; j < nk; j++)
                         row[j] *= inv;
@@ -188,8 +187,7 @@ gt_status gt_cpu_sdpa_backward(const gt_kernel_call *c, gt_error *err)
                 for (int64_t r = 0; r < rows; r++) {
                     float *row = p + r * tb, l = lse[lo + r];
                     int64_t nk = isinf(l) && l < 0 ? 0 : gt_cpu_attn_keys(&a, i0 + r);
-                    for (int64_t j = 0; j < nk; j++)
-                        row[j] = expf(row[j] - l);
+                    gt_cpu_exp_n(row, row, nk, 1.0f, l);
                     for (int64_t j = nk; j < tb; j++)
                         row[j] = 0.0f;
                 }

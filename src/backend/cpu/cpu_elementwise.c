@@ -11,7 +11,7 @@
 /* sigmoid(x) = 1 / (1 + e^-x); for x -> -inf, e^-x -> inf and the quotient -> 0 without NaN. */
 static inline float gt_cpu_sigmoidf(float x)
 {
-    return 1.0f / (1.0f + expf(-x));
+    return 1.0f / (1.0f + gt_cpu_expf(-x));
 }
 
 /* One innermost row of a binary op: out[j] = a[j*sa] (op) b[j*sb]. The switch sits outside the
@@ -140,8 +140,7 @@ static void gt_cpu_sigmoid_rows(int64_t n, const float *x, float *y, bool times_
     float e[256];
     for (int64_t i = 0; i < n; i += 256) {
         int64_t m = n - i < 256 ? n - i : 256;
-        for (int64_t k = 0; k < m; k++)
-            e[k] = expf(-x[i + k]);
+        gt_cpu_exp_n(x + i, e, m, -1.0f, 0.0f);
         gt_cpu_sigmoid_finish(m, x + i, e, y + i, times_x);
     }
 }
@@ -163,8 +162,7 @@ static gt_status gt_cpu_unary(const gt_kernel_call *c, gt_error *err)
             y[i] = -xp[i];
         break;
     case GT_OP_EXP:
-        for (int64_t i = 0; i < n; i++)
-            y[i] = expf(xp[i]);
+        gt_cpu_exp_n(xp, y, n, 1.0f, 0.0f);
         break;
     case GT_OP_LOG:
         for (int64_t i = 0; i < n; i++)

@@ -25,6 +25,47 @@
 #define GT_CPU_ELEMENT_LOOP
 #endif
 
+/* exp(x) in f32 for the CPU kernels (softmax, attention, cross-entropy, sigmoid, exp), in place of
+ * libm's expf: branch-free, so the loops of gt_cpu_exp_n vectorize, and the same bits in a vector
+ * lane as here (IEEE adds and multiplies only, never contracted: every caller is compiled without
+ * FMA or is a GT_CPU_ELEMENT_LOOP). Within 1 ulp of exp over the whole range (test_cpu_exp checks
+ * it against the double exp): x = n ln2 + r with n = round(x log2 e) and ln2 split in two (the high
+ * part's 16 bits make n ln2_hi exact), e^r by its Taylor polynomial to r^7 on |r| <= ln2 / 2
+ * (truncation below 3e-9), then times 2^n in two exact power-of-two steps so that results down to
+ * the subnormals round once. Below -103.97 it is 0, above 88.72 +inf, NaN stays NaN. */
+static inline __attribute__((always_inline)) float gt_cpu_expf(float x)
+{
+    const float lo = -0x1.9fe368p+6f, hi = 0x1.62e43p+6f; /* about ln 2^-150, ln FLT_MAX */
+    const float shifter = 0x1.8p23f; /* adding it rounds |v| < 2^22 to an integer, nearest even */
+    float xc = x >= lo ? x : lo;     /* NaN goes to lo here and comes back below */
+    xc = xc <= hi ? xc : hi;
+    float n = (xc * 0x1.715476p+0f + shifter) - shifter; /* round(x log2 e), in [-150, 128] */
+    float r = xc - n * 0x1.62e4p-1f;                     /* ln2_hi: n ln2_hi is exact */
+    r = r - n * 0x1.7f7d1cp-20f;                         /* ln2_lo = ln2 - ln2_hi */
+    float p = 1.0f / 5040.0f;
+    p = p * r + 1.0f / 720.0f;
+    p = p * r + 1.0f / 120.0f;
+    p = p * r + 1.0f / 24.0f;
+    p = p * r + 1.0f / 6.0f;
+    p = p * r + 0.5f;
+    p = p * r + 1.0f;
+    p = p * r + 1.0f;
+    int32_t ni = (int32_t)n, n1 = ni / 2, n2 = ni - n1; /* each in [-75, 64]: normal scales */
+    uint32_t b1 = (uint32_t)(n1 + 127) << 23, b2 = (uint32_t)(n2 + 127) << 23;
+    float s1, s2;
+    __builtin_memcpy(&s1, &b1, sizeof s1);
+    __builtin_memcpy(&s2, &b2, sizeof s2);
+    float y = (p * s1) * s2;
+    y = x > hi ? __builtin_inff() : y;
+    y = x < lo ? 0.0f : y;
+    return x != x ? x : y;
+}
+
+/* y[j] = gt_cpu_expf(sign * x[j] - shift) for j < n (sign 1 or -1: an exact negation; the
+ * subtraction rounded as written); y may be x. A GT_CPU_ELEMENT_LOOP: vectorized where it can be,
+ * the bits of the scalar calls. */
+void gt_cpu_exp_n(const float *x, float *y, int64_t n, float sign, float shift);
+
 /* One prototype per op: gt_cpu_full, gt_cpu_add, ... */
 #define X(E, name, nin, nout, flags, schema)                                                       \
     gt_status gt_cpu_##name(const gt_kernel_call *c, gt_error *err);

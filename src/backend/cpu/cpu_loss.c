@@ -46,7 +46,7 @@ gt_status gt_cpu_softmax(const gt_kernel_call *c, gt_error *err)
                 m = xr[j * inner] > m ? xr[j * inner] : m;
             double sum = 0.0;
             for (int64_t j = 0; j < n; j++) {
-                float e = expf(xr[j * inner] - m);
+                float e = gt_cpu_expf(xr[j * inner] - m);
                 yr[j * inner] = e;
                 sum += e;
             }
@@ -125,10 +125,13 @@ static double gt_cpu_row_lse(const float *x, int64_t v, float *e, double *sum_ou
     for (int64_t j = 0; j < v; j++)
         m = x[j] > m ? x[j] : m;
     double sum = 0.0;
-    for (int64_t j = 0; j < v; j++) {
-        float ej = expf(x[j] - m);
-        if (e) e[j] = ej;
-        sum += ej;
+    float chunk[256];
+    for (int64_t j0 = 0; j0 < v; j0 += 256) { /* the exps of a chunk, then their sum in order */
+        int64_t len = v - j0 < 256 ? v - j0 : 256;
+        float *ej = e ? e + j0 : chunk;
+        gt_cpu_exp_n(x + j0, ej, len, 1.0f, m);
+        for (int64_t j = 0; j < len; j++)
+            sum += ej[j];
     }
     if (sum_out) *sum_out = sum;
     return (double)m + log(sum);
