@@ -153,16 +153,17 @@ static void test_unary(tt_rng *r)
 }
 
 /* The kernels' f32 bits are the element-by-element formula's, whatever vector loop computes them:
- * contiguous add/sub/mul/div (their dense loop) and silu/sigmoid (expf in chunks of 256, then the
- * divisions), over 1001 elements (chunk and vector tails), silu also in place. */
+ * contiguous add/sub/mul/div (their dense loop), silu_backward and silu/sigmoid (the kernels' exp,
+ * gt_cpu_expf, in chunks of 256, then the rest), over 1001 elements (chunk and vector tails), silu
+ * also in place. */
 static void test_f32_formulas(tt_rng *r)
 {
     const int64_t shape[1] = {1001};
     gt_tensor a = tt_rand(1, shape, r, -9, 9), b = tt_rand(1, shape, r, 0.5, 3);
     gt_tensor y = tt_new(GT_F32, 1, shape);
     const float *pa = a.data, *pb = b.data;
-    const gt_op bin[] = {GT_OP_ADD, GT_OP_SUB, GT_OP_MUL, GT_OP_DIV};
-    for (int o = 0; o < 4; o++) {
+    const gt_op bin[] = {GT_OP_ADD, GT_OP_SUB, GT_OP_MUL, GT_OP_DIV, GT_OP_SILU_BACKWARD};
+    for (int o = 0; o < 5; o++) {
         tt_call k;
         tt_init(&k, bin[o]);
         tt_in(&k, &a);
@@ -171,10 +172,12 @@ static void test_f32_formulas(tt_rng *r)
         int bad = 0;
         if (tt_run_ok(&k, "dense binary"))
             for (int64_t i = 0; i < shape[0]; i++) {
+                float s = 1.0f / (1.0f + gt_cpu_expf(-pa[i])); /* silu_backward: a = x, b = dy */
                 float want = bin[o] == GT_OP_ADD   ? pa[i] + pb[i]
                              : bin[o] == GT_OP_SUB ? pa[i] - pb[i]
                              : bin[o] == GT_OP_MUL ? pa[i] * pb[i]
-                                                   : pa[i] / pb[i];
+                             : bin[o] == GT_OP_DIV ? pa[i] / pb[i]
+                                                   : pb[i] * s * (1.0f + pa[i] * (1.0f - s));
                 bad += memcmp(&want, &((float *)y.data)[i], 4) != 0;
             }
         EXPECT(bad == 0, "dense binary op %d: %d elements off the f32 formula", bin[o], bad);

@@ -51,21 +51,39 @@ static inline __attribute__((always_inline)) void gt_cpu_binary_loop(gt_op op, i
 }
 
 /* Rows with no broadcast in the innermost dim (the common case), compiled with unit strides so
- * the loops vectorize (GT_CPU_ELEMENT_LOOP: the same bits at any width). silu_backward calls
- * expf per element and stays on the general row. */
+ * the loops vectorize (GT_CPU_ELEMENT_LOOP: the same bits at any width). */
 GT_CPU_ELEMENT_LOOP static void gt_cpu_binary_dense(gt_op op, int64_t n, const float *a,
                                                     const float *b, float *out)
 {
     gt_cpu_binary_loop(op, n, a, 1, b, 1, out);
 }
 
+/* silu_backward's dense row given e = exp(-x): the operations of gt_cpu_binary_loop's, in order. */
+GT_CPU_ELEMENT_LOOP static void gt_cpu_silu_backward_finish(int64_t n, const float *x,
+                                                            const float *dy, const float *e,
+                                                            float *out)
+{
+    for (int64_t j = 0; j < n; j++) {
+        float s = 1.0f / (1.0f + e[j]);
+        out[j] = dy[j] * s * (1.0f + x[j] * (1.0f - s));
+    }
+}
+
 static void gt_cpu_binary_row(gt_op op, int64_t n, const float *a, int64_t sa, const float *b,
                               int64_t sb, float *out)
 {
-    if (sa == 1 && sb == 1 && op != GT_OP_SILU_BACKWARD)
+    if (sa == 1 && sb == 1 && op == GT_OP_SILU_BACKWARD) {
+        float e[256]; /* the exps of a chunk (vectorized), then the rest of the formula */
+        for (int64_t i = 0; i < n; i += 256) {
+            int64_t m = n - i < 256 ? n - i : 256;
+            gt_cpu_exp_n(a + i, e, m, -1.0f, 0.0f);
+            gt_cpu_silu_backward_finish(m, a + i, b + i, e, out + i);
+        }
+    } else if (sa == 1 && sb == 1) {
         gt_cpu_binary_dense(op, n, a, b, out);
-    else
+    } else {
         gt_cpu_binary_loop(op, n, a, sa, b, sb, out);
+    }
 }
 
 static gt_status gt_cpu_binary(const gt_kernel_call *c, gt_error *err)
