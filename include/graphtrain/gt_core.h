@@ -87,6 +87,21 @@ bool gt_dtype_is_float(gt_dtype dt);
  * reduce-scatter, gt_ops.def). */
 bool gt_dtype_widens_to_f32(gt_dtype from, gt_dtype to);
 
+/* An f32's bit pattern and back (no conversion: the same 32 bits). Always inlined: the vectorized
+ * element loops (built with their own optimization options) call them. */
+static inline __attribute__((always_inline)) uint32_t gt_f32_bits(float f)
+{
+    uint32_t u;
+    __builtin_memcpy(&u, &f, sizeof u);
+    return u;
+}
+static inline __attribute__((always_inline)) float gt_bits_f32(uint32_t u)
+{
+    float f;
+    __builtin_memcpy(&f, &u, sizeof f);
+    return f;
+}
+
 /* bf16/f16 are storage types; CPU compute is f32. Conversions round to nearest even; NaN stays
  * NaN, overflow gives inf. */
 float gt_bf16_to_f32(uint16_t h);

@@ -8,20 +8,6 @@
 
 #include <string.h>
 
-static uint32_t gt_f32_bits(float f)
-{
-    uint32_t u;
-    memcpy(&u, &f, sizeof u);
-    return u;
-}
-
-static float gt_bits_f32(uint32_t u)
-{
-    float f;
-    memcpy(&f, &u, sizeof f);
-    return f;
-}
-
 size_t gt_dtype_size(gt_dtype dt)
 {
     switch (dt) {
@@ -94,27 +80,39 @@ bool gt_dtype_widens_to_f32(gt_dtype from, gt_dtype to)
     return to == GT_F32 && (from == GT_BF16 || from == GT_F16);
 }
 
-float gt_bf16_to_f32(uint16_t h)
+/* The bf16 rules on bit patterns, branch-free so that the array loops below vectorize; the scalar
+ * conversions are the same functions.
+ * Widening: the bf16 bits on top, a NaN made quiet.
+ * Narrowing: round to nearest even on the 16 dropped bits (add 0x7fff, plus 1 when the kept lsb is
+ * odd; a carry out of the mantissa bumps the exponent, which is exactly right, and the largest
+ * finite values round up into 0x7f80 = inf); a NaN keeps its top bits, made quiet. */
+static inline uint32_t gt_bf16_widen_bits(uint16_t h)
 {
     uint32_t u = (uint32_t)h << 16;
-    if ((u & 0x7f800000u) == 0x7f800000u && (u & 0x007fffffu)) u |= 0x00400000u; /* quiet NaN */
-    return gt_bits_f32(u);
+    uint32_t nan = ((u & 0x7f800000u) == 0x7f800000u) & ((u & 0x007fffffu) != 0);
+    return u | ((0u - nan) & 0x00400000u);
+}
+
+static inline uint32_t gt_bf16_narrow_bits(uint32_t u)
+{
+    uint32_t nan = (u & 0x7fffffffu) > 0x7f800000u;
+    uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+    return nan ? (u >> 16) | 0x0040u : rounded;
+}
+
+float gt_bf16_to_f32(uint16_t h)
+{
+    return gt_bits_f32(gt_bf16_widen_bits(h));
 }
 
 uint16_t gt_f32_to_bf16(float f)
 {
-    uint32_t u = gt_f32_bits(f);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x0040u); /* quiet NaN */
-    /* Round to nearest even on the 16 dropped bits: add 0x7fff, plus 1 when the kept lsb is odd.
-     * A carry out of the mantissa bumps the exponent, which is exactly right, and the largest
-     * finite values round up into 0x7f80 = inf. */
-    u += 0x7fffu + ((u >> 16) & 1u);
-    return (uint16_t)(u >> 16);
+    return (uint16_t)gt_bf16_narrow_bits(gt_f32_bits(f));
 }
 
-/* The array forms: the same bits as the scalar functions, element by element, written without
- * branches or calls so the compiler vectorizes them (integer operations only, so the vector width
- * cannot change a bit). With GCC on x86-64 also built for x86-64-v3 (AVX2), picked at load time. */
+/* The array forms: the bit rules above element by element (integer operations only, so the vector
+ * width cannot change a bit). With GCC on x86-64 also built for x86-64-v3 (AVX2), picked at load
+ * time. */
 #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
 #define GT_ARRAY_LOOP __attribute__((target_clones("arch=x86-64-v3", "default"), optimize("O3")))
 #else
@@ -123,37 +121,21 @@ uint16_t gt_f32_to_bf16(float f)
 
 GT_ARRAY_LOOP void gt_bf16_to_f32_n(const uint16_t *src, float *dst, int64_t n)
 {
-    for (int64_t i = 0; i < n; i++) {
-        uint32_t u = (uint32_t)src[i] << 16;
-        uint32_t nan = ((u & 0x7f800000u) == 0x7f800000u) & ((u & 0x007fffffu) != 0);
-        u |= (0u - nan) & 0x00400000u; /* quiet NaN */
-        memcpy(&dst[i], &u, sizeof u);
-    }
+    for (int64_t i = 0; i < n; i++)
+        dst[i] = gt_bits_f32(gt_bf16_widen_bits(src[i]));
 }
 
 GT_ARRAY_LOOP void gt_f32_to_bf16_n(const float *src, uint16_t *dst, int64_t n)
 {
-    for (int64_t i = 0; i < n; i++) {
-        uint32_t u;
-        memcpy(&u, &src[i], sizeof u);
-        uint32_t nan = (u & 0x7fffffffu) > 0x7f800000u;
-        uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
-        uint32_t quiet = (u >> 16) | 0x0040u;
-        dst[i] = (uint16_t)(nan ? quiet : rounded);
-    }
+    for (int64_t i = 0; i < n; i++)
+        dst[i] = (uint16_t)gt_bf16_narrow_bits(gt_f32_bits(src[i]));
 }
 
+/* v[i] = bf16 v[i] widened back: the narrowed bits on top (a quiet NaN stays quiet). */
 GT_ARRAY_LOOP void gt_f32_round_bf16_n(float *v, int64_t n)
 {
-    for (int64_t i = 0; i < n; i++) {
-        uint32_t u;
-        memcpy(&u, &v[i], sizeof u);
-        uint32_t nan = (u & 0x7fffffffu) > 0x7f800000u;
-        uint32_t rounded = ((u + 0x7fffu + ((u >> 16) & 1u)) >> 16) << 16;
-        uint32_t quiet = (u & 0xffff0000u) | 0x00400000u;
-        u = nan ? quiet : rounded;
-        memcpy(&v[i], &u, sizeof u);
-    }
+    for (int64_t i = 0; i < n; i++)
+        v[i] = gt_bits_f32(gt_bf16_narrow_bits(gt_f32_bits(v[i])) << 16);
 }
 
 float gt_f16_to_f32(uint16_t h)

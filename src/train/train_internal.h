@@ -87,12 +87,13 @@ gt_status gt_train_share_status(gt_train_dist *d, int root, gt_status st, gt_err
 /* Broadcasts an int64 from rank 0. */
 gt_status gt_train_share_i64(gt_train_dist *d, int64_t *value, gt_error *err);
 
-/* Before step 1: every rank's collective schedule (from prog, the CPU program, or lowered, the
- * CUDA program's lowering; walked from the graph for the eager executor, both NULL) is compared
- * over the world (gt_comm_check_schedule); a mismatch stops every rank with the first differing
- * collective. With NCCL symmetric windows the entries carry where their buffers lie, so ranks whose
- * memory plans differ stop too. With debug.test_drop_collective_rank = this rank prog first drops
- * its first collective (fault injection for the test). */
+/* Before step 1: every rank's collective schedule (from lowered, the program that runs: the CPU
+ * program, which is prog too, or the CUDA program's lowering; walked from the graph for the eager
+ * executor, both NULL) is compared over the world (gt_comm_check_schedule); a mismatch stops every
+ * rank with the first differing collective. With NCCL symmetric windows the entries carry where
+ * their buffers lie, so ranks whose memory plans differ stop too. With
+ * debug.test_drop_collective_rank = this rank prog first drops its first collective (fault
+ * injection for the test). */
 gt_status gt_train_check_schedule(gt_train_dist *d, const gt_config *cfg, const gt_graph *g,
                                   gt_program *prog, const gt_program *lowered, gt_error *err);
 

@@ -269,26 +269,21 @@ gt_status gt_train_check_schedule(gt_train_dist *d, const gt_config *cfg, const 
                           "debug.test_drop_collective_rank needs the CPU program (compile.enable "
                           "= true, device cpu): it drops a collective of the compiled program");
     }
-    if (prog) lowered = prog;
-    if (lowered) {
-        if (st == GT_OK) {
-            /* symmetric windows: every rank's buffers must lie at the same offsets */
-            bool place = d->nccl_buffers_known && d->nccl_buffers == GT_NCCL_BUFFERS_SYMMETRIC;
-            int32_t n = gt_program_collectives(lowered, place, NULL, 0);
-            entries = gt_xcalloc((size_t)n + 1, sizeof *entries);
-            count = gt_program_collectives(lowered, place, entries, n);
-        }
-    } else {
+    if (st == GT_OK && lowered) {
+        /* symmetric windows: every rank's buffers must lie at the same offsets */
+        bool place = d->nccl_buffers_known && d->nccl_buffers == GT_NCCL_BUFFERS_SYMMETRIC;
+        int32_t n = gt_program_collectives(lowered, place, NULL, 0);
+        entries = gt_xcalloc((size_t)n + 1, sizeof *entries);
+        count = gt_program_collectives(lowered, place, entries, n);
+    } else if (st == GT_OK) {
         gt_sym_binding_entry be[GT_TRAIN_BINDING_MAX];
         gt_sym_binding b;
         gt_train_binding(cfg, &d->layout, be, &b);
-        if (st == GT_OK) {
-            int32_t n = 0;
-            st = gt_graph_collectives(g, &b, NULL, 0, &n, err);
-            entries = gt_xcalloc((size_t)n + 1, sizeof *entries);
-            if (st == GT_OK) st = gt_graph_collectives(g, &b, entries, n, &n, err);
-            count = n;
-        }
+        int32_t n = 0;
+        st = gt_graph_collectives(g, &b, NULL, 0, &n, err);
+        entries = gt_xcalloc((size_t)n + 1, sizeof *entries);
+        if (st == GT_OK) st = gt_graph_collectives(g, &b, entries, n, &n, err);
+        count = n;
     }
     /* a local failure above must not leave the others waiting in the check's exchange */
     st = gt_train_agree(d, st, err);

@@ -14,30 +14,17 @@
 
 #include <float.h>
 #include <math.h>
-#include <stdlib.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
-static float from_bits(uint32_t b)
-{
-    float f;
-    memcpy(&f, &b, sizeof f);
-    return f;
-}
-
-static uint32_t to_bits(float f)
-{
-    uint32_t b;
-    memcpy(&b, &f, sizeof b);
-    return b;
-}
-
 /* Distance in ulps of got from want (both finite and non-negative: the bit patterns of
- * non-negative floats are ordered like the values, so their difference counts the floats between). */
+ * non-negative floats are ordered like the values, so their difference counts the floats between).
+ */
 static int64_t ulps(float got, float want)
 {
-    return llabs((int64_t)to_bits(got) - (int64_t)to_bits(want));
+    return llabs((int64_t)gt_f32_bits(got) - (int64_t)gt_f32_bits(want));
 }
 
 static int64_t worst = 0;
@@ -52,7 +39,8 @@ static void check(float x)
     if (isinf(want) || want == 0.0f) {
         /* overflow: +inf; underflow: 0, or the smallest subnormal right at the edge */
         bool ok = isinf(want) ? (isinf(got) || ulps(got, FLT_MAX) <= 2) : ulps(got, 0.0f) <= 1;
-        if (!ok && bad++ < 5) printf("  x %a: exp %a, got %a\n", (double)x, (double)want, (double)got);
+        if (!ok && bad++ < 5)
+            printf("  x %a: exp %a, got %a\n", (double)x, (double)want, (double)got);
         return;
     }
     int64_t u = isinf(got) || isnan(got) ? INT64_MAX : ulps(got, want);
@@ -65,16 +53,16 @@ static void check(float x)
 static void test_range(void)
 {
     /* the negative and positive f32 patterns with |x| <= 105 / 90 */
-    for (uint32_t b = 0; b <= to_bits(90.0f); b += 61)
-        check(from_bits(b));
-    for (uint32_t b = 0x80000000u; b <= to_bits(-105.0f); b += 61)
-        check(from_bits(b));
-    const float edges[] = {-0x1.9fe368p+6f, 0x1.62e43p+6f, -87.33655f, -87.33654f, 88.7228f,
-                           -103.0f,         -104.0f,      0x1p-149f,  -0x1p-149f, 1e-8f,
-                           -1e-8f,          0.34657359f,  -0.34657359f, 0.5f,     1.0f};
+    for (uint32_t b = 0; b <= gt_f32_bits(90.0f); b += 61)
+        check(gt_bits_f32(b));
+    for (uint32_t b = 0x80000000u; b <= gt_f32_bits(-105.0f); b += 61)
+        check(gt_bits_f32(b));
+    const float edges[] = {-0x1.9fe368p+6f, 0x1.62e43p+6f, -87.33655f,   -87.33654f, 88.7228f,
+                           -103.0f,         -104.0f,       0x1p-149f,    -0x1p-149f, 1e-8f,
+                           -1e-8f,          0.34657359f,   -0.34657359f, 0.5f,       1.0f};
     for (size_t k = 0; k < sizeof edges / sizeof edges[0]; k++)
         for (int d = -3; d <= 3; d++)
-            check(from_bits((uint32_t)((int64_t)to_bits(edges[k]) + d)));
+            check(gt_bits_f32((uint32_t)((int64_t)gt_f32_bits(edges[k]) + d)));
     printf("exp: %lld inputs, worst %lld ulp at x = %a, %lld outside 1 ulp\n", (long long)checked,
            (long long)worst, (double)worst_x, (long long)bad);
     EXPECT(bad == 0 && worst <= 1, "%lld inputs beyond 1 ulp; worst %lld ulp at %a", (long long)bad,

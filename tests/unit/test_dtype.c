@@ -18,19 +18,6 @@ static uint32_t rnd32(void)
     return (uint32_t)((rng_state * 2685821657736338717ull) >> 32);
 }
 
-static float f32_from_bits(uint32_t u)
-{
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-static uint32_t bits_from_f32(float f)
-{
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    return u;
-}
-
 /* Value of a non-negative bf16 / f16 pattern from the format definition; the all-ones exponent
  * with zero mantissa (inf) is treated as the next power of two, which is what rounding compares
  * against (IEEE: overflow rounds to inf exactly when the ideal rounding would exceed the max). */
@@ -149,12 +136,12 @@ static void test_rounding(void)
     /* random f32 across the whole finite range (bf16) and around the f16 range */
     for (int i = 0; i < 200000; i++) {
         uint32_t u = rnd32();
-        float x = f32_from_bits(u);
+        float x = gt_bits_f32(u);
         if (!isfinite(x)) continue;
         check_one(x, &bad_bf, &bad_h);
         /* exponent squeezed into [2^-30, 2^17): f16 subnormals, normals, overflow */
         uint32_t e = 97 + rnd32() % 47;
-        check_one(f32_from_bits((u & 0x807fffffu) | (e << 23)), &bad_bf, &bad_h);
+        check_one(gt_bits_f32((u & 0x807fffffu) | (e << 23)), &bad_bf, &bad_h);
     }
     /* exact midpoints and their neighbours (ties to even), all f16 / bf16 neighbours */
     for (uint32_t h = 0; h < 0x7c00; h++) {
@@ -193,14 +180,13 @@ static void test_specials(void)
     /* NaNs: quiet and signalling, both signs; the result is a NaN with the quiet bit set */
     uint32_t nans[] = {0x7fc00000u, 0x7f800001u, 0xffc00001u, 0xff800100u, 0x7fffffffu};
     for (int i = 0; i < 5; i++) {
-        float n = f32_from_bits(nans[i]);
+        float n = gt_bits_f32(nans[i]);
         uint16_t b = gt_f32_to_bf16(n), h = gt_f32_to_f16(n);
         EXPECT((b & 0x7f80) == 0x7f80 && (b & 0x0040), "bf16 NaN %08x -> %04x", nans[i], b);
         EXPECT((h & 0x7c00) == 0x7c00 && (h & 0x0200), "f16 NaN %08x -> %04x", nans[i], h);
         EXPECT(((b ^ (nans[i] >> 16)) & 0x8000) == 0, "bf16 NaN sign");
         EXPECT(isnan(gt_bf16_to_f32(b)) && isnan(gt_f16_to_f32(h)), "NaN widens to NaN");
-        EXPECT(bits_from_f32(gt_f16_to_f32(0x7c01)) & 0x00400000u,
-               "signalling f16 NaN widens quiet");
+        EXPECT(gt_f32_bits(gt_f16_to_f32(0x7c01)) & 0x00400000u, "signalling f16 NaN widens quiet");
     }
     EXPECT(gt_f32_to_bf16(INFINITY) == 0x7f80 && gt_f32_to_f16(-INFINITY) == 0xfc00, "inf");
 }
@@ -218,13 +204,13 @@ static void test_arrays(void)
     gt_bf16_to_f32_n(h, w, N);
     int bad = 0;
     for (uint32_t i = 0; i < N; i++)
-        bad += bits_from_f32(w[i]) != bits_from_f32(gt_bf16_to_f32(h[i]));
+        bad += gt_f32_bits(w[i]) != gt_f32_bits(gt_bf16_to_f32(h[i]));
     EXPECT(bad == 0, "bf16 -> f32 arrays: %d of %d patterns differ from the scalar", bad, N);
     for (uint32_t i = 0; i < M; i++) {
         uint32_t u = rnd32();
         if (i % 4 == 1) u = (u & 0xff800000u) | 0x8000u | (u & 0x10000u); /* ties */
         if (i % 4 == 2) u = (u & 0x807fffffu) | 0x7f800000u;              /* inf, NaNs */
-        f[i] = f32_from_bits(u);
+        f[i] = gt_bits_f32(u);
     }
     int bad_n = 0, bad_r = 0;
     for (int off = 0; off < 8; off++)
@@ -235,7 +221,7 @@ static void test_arrays(void)
             for (int i = 0; i < len; i++) {
                 float x = f[off * 997 + len + i];
                 bad_n += hb[i] != gt_f32_to_bf16(x);
-                bad_r += bits_from_f32(w[i]) != bits_from_f32(gt_bf16_to_f32(gt_f32_to_bf16(x)));
+                bad_r += gt_f32_bits(w[i]) != gt_f32_bits(gt_bf16_to_f32(gt_f32_to_bf16(x)));
             }
         }
     gt_f32_to_bf16_n(f, hb, M);
@@ -243,7 +229,7 @@ static void test_arrays(void)
     gt_f32_round_bf16_n(w, M);
     for (uint32_t i = 0; i < M; i++) {
         bad_n += hb[i] != gt_f32_to_bf16(f[i]);
-        bad_r += bits_from_f32(w[i]) != bits_from_f32(gt_bf16_to_f32(gt_f32_to_bf16(f[i])));
+        bad_r += gt_f32_bits(w[i]) != gt_f32_bits(gt_bf16_to_f32(gt_f32_to_bf16(f[i])));
     }
     EXPECT(bad_n == 0, "f32 -> bf16 arrays: %d values differ from the scalar", bad_n);
     EXPECT(bad_r == 0, "bf16 rounding in place: %d values differ from the scalar", bad_r);

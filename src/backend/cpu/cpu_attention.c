@@ -117,10 +117,7 @@ gt_status gt_cpu_sdpa(const gt_kernel_call *c, gt_error *err)
                     float m = -INFINITY;
                     for (int64_t j = 0; j < nk; j++)
                         m = row[j] > m ? row[j] : m;
-                    gt_cpu_exp_n(row, row, nk, 1.0f, m);
-                    double sum = 0.0;
-                    for (int64_t j = 0; j < nk; j++)
-                        sum += row[j];
+                    double sum = gt_cpu_exp_sum(row, row, nk, m);
                     float inv = (float)(1.0 / sum);
                     for (int64_t j = 0; j < nk; j++)
                         row[j] *= inv;

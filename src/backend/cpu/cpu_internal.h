@@ -17,10 +17,14 @@
  * has it (GCC function multi-versioning, GCC on x86-64 only). The clone computes the same bits as
  * long as nothing is summed across elements: add, sub, mul, div and sqrt are IEEE operations at
  * any vector width, fmaf is the FMA instruction, and contraction of other multiply-adds into
- * FMAs is turned off. */
+ * FMAs is turned off. no-trapping-math lets GCC turn float compares into selects (gt_cpu_expf's
+ * range checks; a compare may raise an FP exception, which nothing here reads): the values are the
+ * same either way. The element functions such a loop calls must be always_inline: GCC does not
+ * inline a function built with other options into it. */
 #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
 #define GT_CPU_ELEMENT_LOOP                                                                        \
-    __attribute__((target_clones("arch=x86-64-v3", "default"), optimize("O3", "fp-contract=off")))
+    __attribute__((target_clones("arch=x86-64-v3", "default"),                                     \
+                   optimize("O3", "fp-contract=off", "no-trapping-math")))
 #else
 #define GT_CPU_ELEMENT_LOOP
 #endif
@@ -51,10 +55,8 @@ static inline __attribute__((always_inline)) float gt_cpu_expf(float x)
     p = p * r + 1.0f;
     p = p * r + 1.0f;
     int32_t ni = (int32_t)n, n1 = ni / 2, n2 = ni - n1; /* each in [-75, 64]: normal scales */
-    uint32_t b1 = (uint32_t)(n1 + 127) << 23, b2 = (uint32_t)(n2 + 127) << 23;
-    float s1, s2;
-    __builtin_memcpy(&s1, &b1, sizeof s1);
-    __builtin_memcpy(&s2, &b2, sizeof s2);
+    float s1 = gt_bits_f32((uint32_t)(n1 + 127) << 23); /* 2^n1 */
+    float s2 = gt_bits_f32((uint32_t)(n2 + 127) << 23); /* 2^n2 */
     float y = (p * s1) * s2;
     y = x > hi ? __builtin_inff() : y;
     y = x < lo ? 0.0f : y;
@@ -65,6 +67,9 @@ static inline __attribute__((always_inline)) float gt_cpu_expf(float x)
  * subtraction rounded as written); y may be x. A GT_CPU_ELEMENT_LOOP: vectorized where it can be,
  * the bits of the scalar calls. */
 void gt_cpu_exp_n(const float *x, float *y, int64_t n, float sign, float shift);
+/* sum_j exp(x[j] - shift) in double, in j order, the exps (gt_cpu_exp_n's) also written to e when
+ * e is not NULL (e may be x): a softmax row's or a log-sum-exp's denominator. */
+double gt_cpu_exp_sum(const float *x, float *e, int64_t n, float shift);
 
 /* One prototype per op: gt_cpu_full, gt_cpu_add, ... */
 #define X(E, name, nin, nout, flags, schema)                                                       \

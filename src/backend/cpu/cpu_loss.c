@@ -124,15 +124,7 @@ static double gt_cpu_row_lse(const float *x, int64_t v, float *e, double *sum_ou
     float m = -INFINITY;
     for (int64_t j = 0; j < v; j++)
         m = x[j] > m ? x[j] : m;
-    double sum = 0.0;
-    float chunk[256];
-    for (int64_t j0 = 0; j0 < v; j0 += 256) { /* the exps of a chunk, then their sum in order */
-        int64_t len = v - j0 < 256 ? v - j0 : 256;
-        float *ej = e ? e + j0 : chunk;
-        gt_cpu_exp_n(x + j0, ej, len, 1.0f, m);
-        for (int64_t j = 0; j < len; j++)
-            sum += ej[j];
-    }
+    double sum = gt_cpu_exp_sum(x, e, v, m);
     if (sum_out) *sum_out = sum;
     return (double)m + log(sum);
 }

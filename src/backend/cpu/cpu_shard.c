@@ -73,15 +73,7 @@ static double gt_cpu_lse_row(const float *x, int64_t v)
     }
     if (nan) return NAN;
     if (isinf(m)) return m;
-    double sum = 0.0;
-    float chunk[256];
-    for (int64_t j0 = 0; j0 < v; j0 += 256) { /* the exps of a chunk, then their sum in order */
-        int64_t len = v - j0 < 256 ? v - j0 : 256;
-        gt_cpu_exp_n(x + j0, chunk, len, 1.0f, m);
-        for (int64_t j = 0; j < len; j++)
-            sum += chunk[j];
-    }
-    return (double)m + log(sum);
+    return (double)m + log(gt_cpu_exp_sum(x, NULL, v, m));
 }
 
 gt_status gt_cpu_logsumexp(const gt_kernel_call *c, gt_error *err)
