@@ -125,8 +125,10 @@ static bool gpu_run(gt_op op, const int64_t *ia, const double *fa, gt_tensor *in
             GT_CHECK(gt_cuda_tensor_download(g_stream, &dout[k], &out[k], &err) == GT_OK);
             if (rep == 0)
                 memcpy(first[k].data, out[k].data, gt_tensor_nbytes(&out[k]));
-            else
-                same &= memcmp(first[k].data, out[k].data, gt_tensor_nbytes(&out[k])) == 0;
+            else if (memcmp(first[k].data, out[k].data, gt_tensor_nbytes(&out[k])) != 0) {
+                if (same) printf("  %s: run %d differs from run 0 in output %d\n", name, rep, k);
+                same = false;
+            }
         }
     }
     for (int k = 0; k < n_in; k++)
@@ -337,26 +339,33 @@ static void test_layout(void)
 
 /* Where graphtrain is built with cuDNN, bf16 forwards of head dim 64 and 128 run on cuDNN's fused
  * attention (the cases above test that path against the fp32 kernels). Here the same inputs run
- * both ways, layout 1, causal, GQA: cuDNN's out and lse within the bounds above of graphtrain's
- * flash kernel, and not bitwise the same (else the cuDNN path was not taken). */
+ * both ways, layout 1, causal, GQA and not, up to the 8B's heads at s 2048: cuDNN's out and lse
+ * within the bounds above of graphtrain's flash kernel, three cuDNN runs bitwise the same, and not
+ * bitwise graphtrain's (else the cuDNN path was not taken). */
 static void test_cudnn(void)
 {
     if (!gt_cuda_have_cudnn()) {
         printf("cudnn: not built with cuDNN, skipped\n");
         return;
     }
-    const int64_t dims[2] = {64, 128};
-    for (int k = 0; k < 2; k++) {
-        int64_t d = dims[k], b = 2, hq = 8, hkv = 2, s = 1000;
+    const int64_t cases[][5] = {/* d, b, hq, hkv, s */
+                                {64, 2, 8, 2, 1000},
+                                {128, 2, 8, 2, 1000},
+                                {64, 2, 4, 4, 1000},
+                                {128, 1, 32, 8, 2048}};
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        int64_t d = cases[k][0], b = cases[k][1], hq = cases[k][2], hkv = cases[k][3],
+                s = cases[k][4];
         int64_t ia[2] = {1, 1};
         double fa[1] = {1.0 / sqrt((double)d)};
         const int64_t *qs = SH(b, s, hq, d), *ks = SH(b, s, hkv, d), *ls = SH(b, hq, s);
         gt_tensor in[3] = {t_rand(4, qs, -2, 2), t_rand(4, ks, -2, 2), t_rand(4, ks, -1, 1)};
         gt_tensor on[2] = {cu_tensor_new(GT_BF16, 4, qs), cu_tensor_new(GT_F32, 3, ls)};
         gt_tensor off[2] = {cu_tensor_new(GT_BF16, 4, qs), cu_tensor_new(GT_F32, 3, ls)};
-        char name[32];
-        snprintf(name, sizeof name, "cudnn-d%lld", (long long)d);
-        bool same = gpu_run(GT_OP_SDPA, ia, fa, in, 3, on, 2, 2, name);
+        char name[48];
+        snprintf(name, sizeof name, "cudnn-d%lld-h%lld/%lld-s%lld", (long long)d, (long long)hq,
+                 (long long)hkv, (long long)s);
+        bool same = gpu_run(GT_OP_SDPA, ia, fa, in, 3, on, 2, 3, name);
         EXPECT(same, "%s: two cuDNN forward runs differ (or an element is not written)", name);
         gt_cuda_stream_set_cudnn(g_stream, false);
         gpu_run(GT_OP_SDPA, ia, fa, in, 3, off, 2, 1, name);
@@ -364,7 +373,7 @@ static void test_cudnn(void)
         expect_close(name, "out", &on[0], &off[0], 1e-2, 5e-3);
         expect_close(name, "lse", &on[1], &off[1], 1e-4, 1e-4);
         bool bitwise = memcmp(on[0].data, off[0].data, gt_tensor_nbytes(&on[0])) == 0;
-        printf("  %-16s cuDNN out bitwise graphtrain's: %s (expected no: another kernel)\n", name,
+        printf("  %-24s cuDNN out bitwise graphtrain's: %s (expected no: another kernel)\n", name,
                bitwise ? "yes" : "no");
         EXPECT(!bitwise, "%s: cuDNN's forward gave graphtrain's bits: the cuDNN path did not run",
                name);

@@ -14,13 +14,25 @@
  * is built per shape (the first the heuristics rank that builds) and kept, so every run of a shape
  * runs the same kernel: reruns, graph and eager runs, captured and uncaptured steps give the same
  * bits. A shape no engine builds falls back to graphtrain's flash kernel, for good. Plans are built
- * on a step's first (warm-up) run: never under stream capture (which refuses allocation). */
+ * on a step's first (warm-up) run: never under stream capture (which refuses allocation).
+ *
+ * The backward stays graphtrain's. cuDNN's flash backward (built from C on branch
+ * cudnn-sdpa-backward, checked against graphtrain's on an H200 with cuDNN 9.14 and 9.19,
+ * 2026-11-27) notes none of its engine configs NONDETERMINISTIC, yet the heuristics' choice gave
+ * dQ bits that differ run to run: at head dim 64 (1B's shape) every run, at head dim 128 (32/8
+ * heads, s 2048) rarely, after passing a two-run check. The configs whose bits held (9.14's engine
+ * 1 with kernel config 29 or 30) build only at head dim 64, where they are slower than
+ * graphtrain's kernel (2.65 against 1.96 ms). docs/BENCHMARKS.md has the numbers.
+ *
+ * GT_CUDNN=0 in the environment keeps graphtrain's kernels (cuda.cu); GT_CUDNN_VERBOSE=1 lists, on
+ * stderr, each graph's engine configs with their notes and knobs, and what was built. */
 #include "cuda_internal.h"
 
 #ifdef GT_HAVE_CUDNN
 #include <cudnn.h>
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -263,10 +275,125 @@ static gt_status gt_cudnn_forward_graph(cudnnHandle_t h, gt_cudnn_pool *p, const
     return GT_OK;
 }
 
-/* The plan of the first engine config the heuristics rank that is deterministic and builds; *plan
- * stays NULL when none does. */
-static gt_status gt_cudnn_pick_plan(cudnnHandle_t h, gt_cudnn_pool *p, gt_cudnn_desc graph,
-                                    gt_cudnn_plan *out, gt_error *err)
+/* GT_CUDNN_VERBOSE=1 in the environment: each engine config considered, its engine, numerical
+ * notes and knobs, and whether its plan built, on stderr. */
+static bool gt_cudnn_verbose(void)
+{
+    const char *v = getenv("GT_CUDNN_VERBOSE");
+    return v && v[0] && strcmp(v, "0") != 0;
+}
+
+/* Engine `engine`'s global index and whether it carries the NONDETERMINISTIC note. */
+static bool gt_cudnn_engine_deterministic(gt_cudnn_desc engine, int64_t *index, bool verbose)
+{
+    int64_t got = 0, n_notes = 0;
+    cudnnBackendNumericalNote_t notes[32];
+    *index = -1;
+    cudnnBackendGetAttribute(engine, CUDNN_ATTR_ENGINE_GLOBAL_INDEX, CUDNN_TYPE_INT64, 1, &got,
+                             index);
+    if (cudnnBackendGetAttribute(engine, CUDNN_ATTR_ENGINE_NUMERICAL_NOTE,
+                                 CUDNN_TYPE_NUMERICAL_NOTE, 32, &n_notes,
+                                 notes) != CUDNN_STATUS_SUCCESS)
+        return false;
+    bool deterministic = true;
+    for (int64_t k = 0; k < n_notes; k++)
+        deterministic &= notes[k] != CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC;
+    if (verbose) {
+        fprintf(stderr, "cudnn:   engine %lld notes", (long long)*index);
+        for (int64_t k = 0; k < n_notes; k++)
+            fprintf(stderr, " %d", (int)notes[k]);
+        fprintf(stderr, "%s\n", deterministic ? "" : " (nondeterministic)");
+    }
+    return deterministic;
+}
+
+/* Builds the plan of engine config cfg into *out; false where cuDNN refuses it. */
+static bool gt_cudnn_build_plan(cudnnHandle_t h, gt_cudnn_desc cfg, gt_cudnn_plan *out,
+                                bool verbose)
+{
+    const cudnnBackendAttributeType_t D = CUDNN_TYPE_BACKEND_DESCRIPTOR;
+    gt_cudnn_desc plan;
+    int64_t got = 0;
+    if (cudnnBackendCreateDescriptor(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR, &plan) !=
+        CUDNN_STATUS_SUCCESS)
+        return false;
+    cudnnStatus_t st =
+        cudnnBackendSetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1, &h);
+    if (st == CUDNN_STATUS_SUCCESS)
+        st = cudnnBackendSetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, D, 1, &cfg);
+    if (st == CUDNN_STATUS_SUCCESS) st = cudnnBackendFinalize(plan);
+    if (st == CUDNN_STATUS_SUCCESS)
+        st = cudnnBackendGetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE,
+                                      CUDNN_TYPE_INT64, 1, &got, &out->workspace);
+    if (verbose) {
+        char last[400] = "";
+        if (st != CUDNN_STATUS_SUCCESS) cudnnGetLastErrorString(last, sizeof last);
+        fprintf(stderr, "cudnn:   plan %s %s\n", cudnnGetErrorString(st), last);
+    }
+    if (st != CUDNN_STATUS_SUCCESS) {
+        cudnnBackendDestroyDescriptor(plan);
+        return false;
+    }
+    out->plan = plan;
+    return true;
+}
+
+/* Knob choices and knob ranges, on stderr (GT_CUDNN_VERBOSE). */
+static void gt_cudnn_print_knobs(gt_cudnn_desc cfg, gt_cudnn_desc engine)
+{
+    const cudnnBackendAttributeType_t D = CUDNN_TYPE_BACKEND_DESCRIPTOR;
+    gt_cudnn_desc k[32];
+    int64_t n = 0;
+    int made = 0;
+    for (; made < 32; made++)
+        if (cudnnBackendCreateDescriptor(CUDNN_BACKEND_KNOB_CHOICE_DESCRIPTOR, &k[made]) !=
+            CUDNN_STATUS_SUCCESS)
+            break;
+    fprintf(stderr, "cudnn:   choices");
+    if (cudnnBackendGetAttribute(cfg, CUDNN_ATTR_ENGINECFG_KNOB_CHOICES, D, made, &n, k) ==
+        CUDNN_STATUS_SUCCESS)
+        for (int64_t i = 0; i < n; i++) {
+            cudnnBackendKnobType_t t;
+            int64_t v = 0, got;
+            cudnnBackendGetAttribute(k[i], CUDNN_ATTR_KNOB_CHOICE_KNOB_TYPE, CUDNN_TYPE_KNOB_TYPE,
+                                     1, &got, &t);
+            cudnnBackendGetAttribute(k[i], CUDNN_ATTR_KNOB_CHOICE_KNOB_VALUE, CUDNN_TYPE_INT64, 1,
+                                     &got, &v);
+            fprintf(stderr, " %d=%lld", (int)t, (long long)v);
+        }
+    for (int i = 0; i < made; i++)
+        cudnnBackendDestroyDescriptor(k[i]);
+    made = 0;
+    for (; made < 32; made++)
+        if (cudnnBackendCreateDescriptor(CUDNN_BACKEND_KNOB_INFO_DESCRIPTOR, &k[made]) !=
+            CUDNN_STATUS_SUCCESS)
+            break;
+    fprintf(stderr, "; ranges");
+    if (cudnnBackendGetAttribute(engine, CUDNN_ATTR_ENGINE_KNOB_INFO, D, made, &n, k) ==
+        CUDNN_STATUS_SUCCESS)
+        for (int64_t i = 0; i < n; i++) {
+            cudnnBackendKnobType_t t;
+            int64_t lo = 0, hi = 0, st = 0, got;
+            cudnnBackendGetAttribute(k[i], CUDNN_ATTR_KNOB_INFO_TYPE, CUDNN_TYPE_KNOB_TYPE, 1, &got,
+                                     &t);
+            cudnnBackendGetAttribute(k[i], CUDNN_ATTR_KNOB_INFO_MINIMUM_VALUE, CUDNN_TYPE_INT64, 1,
+                                     &got, &lo);
+            cudnnBackendGetAttribute(k[i], CUDNN_ATTR_KNOB_INFO_MAXIMUM_VALUE, CUDNN_TYPE_INT64, 1,
+                                     &got, &hi);
+            cudnnBackendGetAttribute(k[i], CUDNN_ATTR_KNOB_INFO_STRIDE, CUDNN_TYPE_INT64, 1, &got,
+                                     &st);
+            fprintf(stderr, " %d:%lld..%lld/%lld", (int)t, (long long)lo, (long long)hi,
+                    (long long)st);
+        }
+    fprintf(stderr, "\n");
+    for (int i = 0; i < made; i++)
+        cudnnBackendDestroyDescriptor(k[i]);
+}
+
+/* The forward's plan: the first engine config the heuristics rank that is deterministic and builds
+ * (verbose: every config listed); *plan stays NULL when none builds. */
+static gt_status gt_cudnn_forward_plan(cudnnHandle_t h, gt_cudnn_pool *p, gt_cudnn_desc graph,
+                                       gt_cudnn_plan *out, bool verbose, gt_error *err)
 {
     gt_cudnn_desc heur;
     cudnnBackendHeurMode_t mode = CUDNN_HEUR_MODE_A;
@@ -282,38 +409,22 @@ static gt_status gt_cudnn_pick_plan(cudnnHandle_t h, gt_cudnn_pool *p, gt_cudnn_
     for (int64_t i = 0; i < count; i++)
         GT_TRY(gt_cudnn_new(p, CUDNN_BACKEND_ENGINECFG_DESCRIPTOR, &cfgs[i], err));
     if (count > 0)
-        GT_CUDNN_TRY(cudnnBackendGetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_RESULTS, D, count, &count,
-                                              cfgs));
+        GT_CUDNN_TRY(
+            cudnnBackendGetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_RESULTS, D, count, &count, cfgs));
+    if (verbose)
+        fprintf(stderr, "cudnn: forward graph, %lld engine configs (cuDNN %zu)\n", (long long)count,
+                cudnnGetVersion());
     for (int64_t i = 0; i < count; i++) {
         gt_cudnn_desc engine;
-        int64_t got = 0, n_notes = 0;
-        cudnnBackendNumericalNote_t notes[32];
+        int64_t got = 0, index;
         GT_TRY(gt_cudnn_new(p, CUDNN_BACKEND_ENGINE_DESCRIPTOR, &engine, err));
         if (cudnnBackendGetAttribute(cfgs[i], CUDNN_ATTR_ENGINECFG_ENGINE, D, 1, &got, &engine) !=
                 CUDNN_STATUS_SUCCESS ||
-            cudnnBackendGetAttribute(engine, CUDNN_ATTR_ENGINE_NUMERICAL_NOTE,
-                                     CUDNN_TYPE_NUMERICAL_NOTE, 32, &n_notes, notes) !=
-                CUDNN_STATUS_SUCCESS)
+            !gt_cudnn_engine_deterministic(engine, &index, verbose))
             continue;
-        bool deterministic = true;
-        for (int64_t k = 0; k < n_notes; k++)
-            deterministic &= notes[k] != CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC;
-        if (!deterministic) continue;
-        gt_cudnn_desc plan;
-        GT_CUDNN_TRY(cudnnBackendCreateDescriptor(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR, &plan));
-        if (cudnnBackendSetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1,
-                                     &h) != CUDNN_STATUS_SUCCESS ||
-            cudnnBackendSetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, D, 1,
-                                     &cfgs[i]) != CUDNN_STATUS_SUCCESS ||
-            cudnnBackendFinalize(plan) != CUDNN_STATUS_SUCCESS ||
-            cudnnBackendGetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE,
-                                     CUDNN_TYPE_INT64, 1, &got, &out->workspace) !=
-                CUDNN_STATUS_SUCCESS) {
-            cudnnBackendDestroyDescriptor(plan);
-            continue;
-        }
-        out->plan = plan;
-        return GT_OK;
+        if (verbose) gt_cudnn_print_knobs(cfgs[i], engine);
+        if (!out->plan) gt_cudnn_build_plan(h, cfgs[i], out, verbose);
+        if (out->plan && !verbose) break;
     }
     return GT_OK;
 }
@@ -352,8 +463,11 @@ static gt_status gt_cudnn_plan_of(gt_cuda_stream *s, const int64_t key[8], gt_cu
     memcpy(pl->key, key, sizeof pl->key);
     gt_cudnn_desc graph;
     gt_error why = {}; /* a graph cuDNN refuses is a shape it does not serve: no error */
-    if (gt_cudnn_forward_graph(c->handle, &pl->pool, key, &graph, &why) == GT_OK)
-        gt_cudnn_pick_plan(c->handle, &pl->pool, graph, pl, &why);
+    const bool verbose = gt_cudnn_verbose();
+    gt_status built = gt_cudnn_forward_graph(c->handle, &pl->pool, key, &graph, &why);
+    if (built == GT_OK)
+        built = gt_cudnn_forward_plan(c->handle, &pl->pool, graph, pl, verbose, &why);
+    if (built != GT_OK && verbose) fprintf(stderr, "cudnn: forward graph refused: %s\n", why.msg);
     if (!pl->plan) gt_cudnn_pool_free(&pl->pool);
     if (pl->plan && (size_t)pl->workspace > c->workspace_bytes) {
         gt_cuda_free(c->workspace);
