@@ -338,17 +338,28 @@ static bool gt_cudnn_build_plan(cudnnHandle_t h, gt_cudnn_desc cfg, gt_cudnn_pla
     return true;
 }
 
+/* Up to max descriptors of a type into k; how many were made. */
+static int gt_cudnn_make_n(cudnnBackendDescriptorType_t type, gt_cudnn_desc *k, int max)
+{
+    int made = 0;
+    while (made < max && cudnnBackendCreateDescriptor(type, &k[made]) == CUDNN_STATUS_SUCCESS)
+        made++;
+    return made;
+}
+
+static void gt_cudnn_free_n(gt_cudnn_desc *k, int n)
+{
+    for (int i = 0; i < n; i++)
+        cudnnBackendDestroyDescriptor(k[i]);
+}
+
 /* Knob choices and knob ranges, on stderr (GT_CUDNN_VERBOSE). */
 static void gt_cudnn_print_knobs(gt_cudnn_desc cfg, gt_cudnn_desc engine)
 {
     const cudnnBackendAttributeType_t D = CUDNN_TYPE_BACKEND_DESCRIPTOR;
     gt_cudnn_desc k[32];
     int64_t n = 0;
-    int made = 0;
-    for (; made < 32; made++)
-        if (cudnnBackendCreateDescriptor(CUDNN_BACKEND_KNOB_CHOICE_DESCRIPTOR, &k[made]) !=
-            CUDNN_STATUS_SUCCESS)
-            break;
+    int made = gt_cudnn_make_n(CUDNN_BACKEND_KNOB_CHOICE_DESCRIPTOR, k, 32);
     fprintf(stderr, "cudnn:   choices");
     if (cudnnBackendGetAttribute(cfg, CUDNN_ATTR_ENGINECFG_KNOB_CHOICES, D, made, &n, k) ==
         CUDNN_STATUS_SUCCESS)
@@ -361,13 +372,8 @@ static void gt_cudnn_print_knobs(gt_cudnn_desc cfg, gt_cudnn_desc engine)
                                      &got, &v);
             fprintf(stderr, " %d=%lld", (int)t, (long long)v);
         }
-    for (int i = 0; i < made; i++)
-        cudnnBackendDestroyDescriptor(k[i]);
-    made = 0;
-    for (; made < 32; made++)
-        if (cudnnBackendCreateDescriptor(CUDNN_BACKEND_KNOB_INFO_DESCRIPTOR, &k[made]) !=
-            CUDNN_STATUS_SUCCESS)
-            break;
+    gt_cudnn_free_n(k, made);
+    made = gt_cudnn_make_n(CUDNN_BACKEND_KNOB_INFO_DESCRIPTOR, k, 32);
     fprintf(stderr, "; ranges");
     if (cudnnBackendGetAttribute(engine, CUDNN_ATTR_ENGINE_KNOB_INFO, D, made, &n, k) ==
         CUDNN_STATUS_SUCCESS)
@@ -386,8 +392,7 @@ static void gt_cudnn_print_knobs(gt_cudnn_desc cfg, gt_cudnn_desc engine)
                     (long long)st);
         }
     fprintf(stderr, "\n");
-    for (int i = 0; i < made; i++)
-        cudnnBackendDestroyDescriptor(k[i]);
+    gt_cudnn_free_n(k, made);
 }
 
 /* The forward's plan: the first engine config the heuristics rank that is deterministic and builds
