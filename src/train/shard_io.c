@@ -4,7 +4,8 @@
  * every dim d (gt_placement_local_box: shards are contiguous, even blocks). The box is walked as
  * rows of its last dim: row r (multi-index i over dims 0..n-2) starts at global flat index
  *   sum_d (start[d] + i[d]) * stride[d] + start[n-1],   stride[d] = prod_{e>d} G[e],
- * and holds size[n-1] contiguous elements — both in the whole tensor and in the block.
+ * and holds size[n-1] contiguous elements — both in the whole tensor and in the block. Rows that
+ * follow each other in both (the box spans whole trailing dims) are walked as one run.
  *
  * Checkpoints hold whole tensors, whatever the layout that wrote them: saving gathers every block
  * over the world (an all-gather of the blocks in world-rank order; rank 0 puts each rank's block
@@ -49,34 +50,40 @@ bool gt_shard_box_is_whole(const gt_shard_box *b)
     return true;
 }
 
-/* Calls fn(global_offset, local_offset, count) for each row of the box, in row-major order. */
-typedef void (*row_fn)(int64_t global_off, int64_t local_off, int64_t count, void *user);
+/* Calls fn(global_offset, local_offset, count) for each run of the box, in row-major order: its
+ * rows of the last dim, where rows that lie back to back both in the whole tensor and in the block
+ * make one run (the box spans the whole of every dim after `inner`), so an FSDP block of rows is
+ * one run and its initialisation and copies work on whole blocks, not rows. */
+typedef void (*run_fn)(int64_t global_off, int64_t local_off, int64_t count, void *user);
 
-static void for_each_row(const gt_shard_box *b, row_fn fn, void *user)
+static void for_each_run(const gt_shard_box *b, run_fn fn, void *user)
 {
     if (b->ndim == 0) {
         fn(0, 0, 1, user);
         return;
     }
-    int last = b->ndim - 1;
+    int last = b->ndim - 1, inner = last;
     int64_t stride[GT_MAX_DIMS], lstride[GT_MAX_DIMS], idx[GT_MAX_DIMS] = {0}, rows = 1;
     stride[last] = lstride[last] = 1;
     for (int d = last - 1; d >= 0; d--) {
         stride[d] = stride[d + 1] * b->global[d + 1];
         lstride[d] = lstride[d + 1] * b->local[d + 1];
     }
-    for (int d = 0; d < last; d++)
+    while (inner > 0 && b->start[inner] == 0 && b->size[inner] == b->global[inner] &&
+           b->local[inner] == b->global[inner])
+        inner--;
+    for (int d = 0; d < inner; d++)
         rows *= b->size[d];
-    int64_t count = b->size[last];
+    int64_t count = b->size[inner] * stride[inner]; /* stride[inner] == lstride[inner] here */
     if (count == 0) return;
     for (int64_t r = 0; r < rows; r++) {
-        int64_t off = b->start[last], loff = 0;
-        for (int d = 0; d < last; d++) {
+        int64_t off = b->start[inner] * stride[inner], loff = 0;
+        for (int d = 0; d < inner; d++) {
             off += (b->start[d] + idx[d]) * stride[d];
             loff += idx[d] * lstride[d];
         }
         fn(off, loff, count, user);
-        for (int d = last - 1; d >= 0; d--) { /* next multi-index */
+        for (int d = inner - 1; d >= 0; d--) { /* next multi-index */
             if (++idx[d] < b->size[d]) break;
             idx[d] = 0;
         }
@@ -89,7 +96,7 @@ typedef struct {
     bool to_full;
 } copy_ctx;
 
-static void copy_row(int64_t g, int64_t l, int64_t count, void *user)
+static void copy_run(int64_t g, int64_t l, int64_t count, void *user)
 {
     copy_ctx *c = user;
     char *full = c->full + (size_t)g * c->es, *local = c->local + (size_t)l * c->es;
@@ -108,7 +115,7 @@ void gt_shard_slice(const gt_shard_box *b, const gt_tensor *full, gt_tensor *loc
     if (gt_shape_numel(b->ndim, b->size) != gt_tensor_numel(local))
         memset(local->data, 0, gt_tensor_nbytes(local));
     copy_ctx c = {full->data, local->data, gt_dtype_size(full->dtype), false};
-    for_each_row(b, copy_row, &c);
+    for_each_run(b, copy_run, &c);
 }
 
 void gt_shard_place(const gt_shard_box *b, const gt_tensor *local, gt_tensor *full)
@@ -116,7 +123,7 @@ void gt_shard_place(const gt_shard_box *b, const gt_tensor *local, gt_tensor *fu
     GT_CHECK(full->dtype == local->dtype);
     GT_CHECK(gt_tensor_numel(local) == gt_shape_numel(b->ndim, b->local));
     copy_ctx c = {full->data, local->data, gt_dtype_size(full->dtype), true};
-    for_each_row(b, copy_row, &c);
+    for_each_run(b, copy_run, &c);
 }
 
 typedef struct {
@@ -125,13 +132,13 @@ typedef struct {
     gt_tensor *local;
 } init_ctx;
 
-static void init_row(int64_t g, int64_t l, int64_t count, void *user)
+static void init_run(int64_t g, int64_t l, int64_t count, void *user)
 {
     init_ctx *c = user;
-    gt_tensor row;
-    gt_tensor_wrap(&row, c->local->dtype, 1, &count,
+    gt_tensor run;
+    gt_tensor_wrap(&run, c->local->dtype, 1, &count,
                    (char *)c->local->data + (size_t)l * gt_dtype_size(c->local->dtype));
-    gt_param_init(c->p, c->seed, g, count, &row);
+    gt_param_init(c->p, c->seed, g, count, &run);
 }
 
 void gt_shard_init_param(const gt_shard_box *b, const gt_param_spec *p, uint64_t seed,
@@ -140,7 +147,7 @@ void gt_shard_init_param(const gt_shard_box *b, const gt_param_spec *p, uint64_t
     init_ctx c = {p, seed, local};
     if (gt_shape_numel(b->ndim, b->size) != gt_tensor_numel(local)) /* padding rows: zeros */
         memset(local->data, 0, gt_tensor_nbytes(local));
-    for_each_row(b, init_row, &c);
+    for_each_run(b, init_run, &c);
 }
 
 gt_status gt_shard_gather(gt_comm *world, const gt_mesh *mesh, const gt_shard_box *mine,

@@ -46,7 +46,7 @@ void gt_shard_slice(const gt_shard_box *b, const gt_tensor *full, gt_tensor *loc
 /* full[box] = local. */
 void gt_shard_place(const gt_shard_box *b, const gt_tensor *local, gt_tensor *full);
 /* Initialises the block of parameter p (seed) in local: gt_param_init on the global element
- * indices of each row of the block, so every layout holds the bits of the one-rank tensor. */
+ * indices of each run of the block, so every layout holds the bits of the one-rank tensor. */
 void gt_shard_init_param(const gt_shard_box *b, const gt_param_spec *p, uint64_t seed,
                          gt_tensor *local);
 /* Gathers the whole tensor from every rank's block (a collective over world: every rank calls
