@@ -12,7 +12,9 @@
  *     a one-rank run starts from;
  *   - gathers the whole tensor from every rank's block (gt_shard_gather over the world) and
  *     compares it bit for bit with the whole initialisation;
- *   - slices its block back out of the whole tensor (gt_shard_slice) and gets its block again. */
+ *   - slices its block back out of the whole tensor (gt_shard_slice) and gets its block again.
+ * The same for a 3-d parameter split on its first or middle dim, whose blocks are walked in runs
+ * longer than a row. */
 #include <string.h>
 
 #include "graphtrain/gt_comm.h"
@@ -102,6 +104,55 @@ static void check_placement(gt_comm *world, const gt_mesh *mesh, const char *wha
     gt_tensor_free(&again);
 }
 
+/* A 3-d parameter [D0, D1, D2] under place: the block initialised and sliced in runs that span
+ * more than one row (dims after the split one whole) equals the whole initialisation at the box's
+ * positions, and gathers back to it. */
+#define D0 4
+#define D1 6
+#define D2 5
+static void check_3d(gt_comm *world, const gt_mesh *mesh, const char *what,
+                     const gt_placement place[GT_MESH_MAX_DIMS])
+{
+    gt_error err = {0};
+    int coords[GT_MESH_NDIMS];
+    gt_mesh_coords(mesh, world->rank, coords);
+    gt_param_spec spec = {.dtype = GT_F32, .ndim = 3, .init = GT_INIT_NORMAL, .std = 0.02};
+    snprintf(spec.fqn, sizeof spec.fqn, "conv3d.weight");
+    int64_t global[3] = {D0, D1, D2};
+    memcpy(spec.shape, global, sizeof global);
+    gt_shard_box box;
+    EXPECT_OK(gt_shard_box_init(&box, mesh, place, 3, global, coords, &err), &err);
+    gt_tensor whole, block, again, gathered;
+    gt_tensor_alloc(&whole, GT_F32, 3, global, &err);
+    gt_tensor_alloc(&gathered, GT_F32, 3, global, &err);
+    gt_tensor_alloc(&block, GT_F32, 3, box.size, &err);
+    gt_tensor_alloc(&again, GT_F32, 3, box.size, &err);
+    gt_param_init(&spec, 7, 0, D0 * D1 * D2, &whole);
+    gt_shard_init_param(&box, &spec, 7, &block);
+    int bad = 0;
+    const float *bl = block.data, *wh = whole.data;
+    for (int64_t i = 0; i < box.size[0]; i++)
+        for (int64_t j = 0; j < box.size[1]; j++)
+            for (int64_t k = 0; k < box.size[2]; k++) {
+                float a = bl[(i * box.size[1] + j) * box.size[2] + k];
+                float b = wh[((box.start[0] + i) * D1 + box.start[1] + j) * D2 + box.start[2] + k];
+                bad += memcmp(&a, &b, sizeof a) != 0;
+            }
+    EXPECT(bad == 0, "%s rank %d: %d block elements differ from the whole initialisation", what,
+           world->rank, bad);
+    EXPECT_OK(gt_shard_gather(world, mesh, &box, &block, &gathered, &err), &err);
+    EXPECT(memcmp(gathered.data, whole.data, gt_tensor_nbytes(&whole)) == 0,
+           "%s rank %d: the gathered tensor differs from the whole initialisation", what,
+           world->rank);
+    gt_shard_slice(&box, &whole, &again);
+    EXPECT(memcmp(again.data, block.data, gt_tensor_nbytes(&block)) == 0,
+           "%s rank %d: slicing the whole tensor does not give the block", what, world->rank);
+    gt_tensor_free(&whole);
+    gt_tensor_free(&gathered);
+    gt_tensor_free(&block);
+    gt_tensor_free(&again);
+}
+
 int main(int argc, char **argv)
 {
     gt_error err = {0};
@@ -127,6 +178,15 @@ int main(int argc, char **argv)
     place[GT_MESH_TP] = (gt_placement){GT_PLACE_SHARD, 0, 1, 0};
     place[GT_MESH_DP_SHARD] = (gt_placement){GT_PLACE_SHARD, 0, 0, 0};
     check_placement(world, &mesh, "S(0)@dp_shard outer, S(0)@tp inner", place);
+
+    memset(place, 0, sizeof place);
+    check_3d(world, &mesh, "3-d replicate", place);
+    place[GT_MESH_DP_SHARD] = (gt_placement){GT_PLACE_SHARD, 0, 0, 0};
+    check_3d(world, &mesh, "3-d S(0)@dp_shard", place);
+    place[GT_MESH_DP_SHARD] = (gt_placement){GT_PLACE_SHARD, 1, 0, 0};
+    check_3d(world, &mesh, "3-d S(1)@dp_shard", place);
+    place[GT_MESH_TP] = (gt_placement){GT_PLACE_SHARD, 0, 0, 0};
+    check_3d(world, &mesh, "3-d S(1)@dp_shard, S(0)@tp", place);
 
     gt_comm_destroy(world);
     gt_comm_mpi_finalize(&err);
