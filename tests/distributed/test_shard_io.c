@@ -50,6 +50,31 @@ static void reference_box(const gt_mesh *m, const gt_placement place[GT_MESH_MAX
     }
 }
 
+/* The block gathers back into the whole tensor (also when only rank 0 receives) and slices back
+ * out of it; frees both. */
+static void check_gather_slice(gt_comm *world, const gt_mesh *mesh, const char *what,
+                               const gt_shard_box *box, gt_tensor *whole, gt_tensor *block)
+{
+    gt_error err = {0};
+    gt_tensor gathered, again;
+    gt_tensor_alloc(&gathered, GT_F32, whole->ndim, whole->shape, &err);
+    gt_tensor_alloc(&again, GT_F32, block->ndim, block->shape, &err);
+    EXPECT_OK(gt_shard_gather(world, mesh, box, block, &gathered, &err), &err);
+    EXPECT(memcmp(gathered.data, whole->data, gt_tensor_nbytes(whole)) == 0,
+           "%s rank %d: the gathered tensor differs from the whole initialisation", what,
+           world->rank);
+    /* a rank that only contributes (full NULL) takes part in the same exchange */
+    EXPECT_OK(gt_shard_gather(world, mesh, box, block, world->rank == 0 ? &gathered : NULL, &err),
+              &err);
+    gt_shard_slice(box, whole, &again);
+    EXPECT(memcmp(again.data, block->data, gt_tensor_nbytes(block)) == 0,
+           "%s rank %d: slicing the whole tensor does not give the block", what, world->rank);
+    gt_tensor_free(whole);
+    gt_tensor_free(&gathered);
+    gt_tensor_free(block);
+    gt_tensor_free(&again);
+}
+
 static void check_placement(gt_comm *world, const gt_mesh *mesh, const char *what,
                             const gt_placement place[GT_MESH_MAX_DIMS])
 {
@@ -71,11 +96,9 @@ static void check_placement(gt_comm *world, const gt_mesh *mesh, const char *wha
            (long long)box.size[1], (long long)start[0], (long long)size[0], (long long)start[1],
            (long long)size[1]);
 
-    gt_tensor whole, block, again, gathered;
+    gt_tensor whole, block;
     gt_tensor_alloc(&whole, GT_F32, 2, global, &err);
-    gt_tensor_alloc(&gathered, GT_F32, 2, global, &err);
     gt_tensor_alloc(&block, GT_F32, 2, size, &err);
-    gt_tensor_alloc(&again, GT_F32, 2, size, &err);
     gt_param_init(&spec, 7, 0, ROWS * COLS, &whole);
     gt_shard_init_param(&box, &spec, 7, &block);
     int bad = 0;
@@ -87,21 +110,7 @@ static void check_placement(gt_comm *world, const gt_mesh *mesh, const char *wha
         }
     EXPECT(bad == 0, "%s rank %d: %d block elements differ from the whole initialisation", what,
            world->rank, bad);
-
-    EXPECT_OK(gt_shard_gather(world, mesh, &box, &block, &gathered, &err), &err);
-    EXPECT(memcmp(gathered.data, whole.data, gt_tensor_nbytes(&whole)) == 0,
-           "%s rank %d: the gathered tensor differs from the whole initialisation", what,
-           world->rank);
-    /* a rank that only contributes (full NULL) takes part in the same exchange */
-    EXPECT_OK(gt_shard_gather(world, mesh, &box, &block, world->rank == 0 ? &gathered : NULL, &err),
-              &err);
-    gt_shard_slice(&box, &whole, &again);
-    EXPECT(memcmp(again.data, block.data, gt_tensor_nbytes(&block)) == 0,
-           "%s rank %d: slicing the whole tensor does not give the block", what, world->rank);
-    gt_tensor_free(&whole);
-    gt_tensor_free(&gathered);
-    gt_tensor_free(&block);
-    gt_tensor_free(&again);
+    check_gather_slice(world, mesh, what, &box, &whole, &block);
 }
 
 /* A 3-d parameter [D0, D1, D2] under place: the block initialised and sliced in runs that span
@@ -122,11 +131,9 @@ static void check_3d(gt_comm *world, const gt_mesh *mesh, const char *what,
     memcpy(spec.shape, global, sizeof global);
     gt_shard_box box;
     EXPECT_OK(gt_shard_box_init(&box, mesh, place, 3, global, coords, &err), &err);
-    gt_tensor whole, block, again, gathered;
+    gt_tensor whole, block;
     gt_tensor_alloc(&whole, GT_F32, 3, global, &err);
-    gt_tensor_alloc(&gathered, GT_F32, 3, global, &err);
     gt_tensor_alloc(&block, GT_F32, 3, box.size, &err);
-    gt_tensor_alloc(&again, GT_F32, 3, box.size, &err);
     gt_param_init(&spec, 7, 0, D0 * D1 * D2, &whole);
     gt_shard_init_param(&box, &spec, 7, &block);
     int bad = 0;
@@ -140,17 +147,7 @@ static void check_3d(gt_comm *world, const gt_mesh *mesh, const char *what,
             }
     EXPECT(bad == 0, "%s rank %d: %d block elements differ from the whole initialisation", what,
            world->rank, bad);
-    EXPECT_OK(gt_shard_gather(world, mesh, &box, &block, &gathered, &err), &err);
-    EXPECT(memcmp(gathered.data, whole.data, gt_tensor_nbytes(&whole)) == 0,
-           "%s rank %d: the gathered tensor differs from the whole initialisation", what,
-           world->rank);
-    gt_shard_slice(&box, &whole, &again);
-    EXPECT(memcmp(again.data, block.data, gt_tensor_nbytes(&block)) == 0,
-           "%s rank %d: slicing the whole tensor does not give the block", what, world->rank);
-    gt_tensor_free(&whole);
-    gt_tensor_free(&gathered);
-    gt_tensor_free(&block);
-    gt_tensor_free(&again);
+    check_gather_slice(world, mesh, what, &box, &whole, &block);
 }
 
 int main(int argc, char **argv)
