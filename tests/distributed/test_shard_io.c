@@ -13,8 +13,8 @@
  *   - gathers the whole tensor from every rank's block (gt_shard_gather over the world) and
  *     compares it bit for bit with the whole initialisation;
  *   - slices its block back out of the whole tensor (gt_shard_slice) and gets its block again.
- * The same for a 3-d parameter split on its first or middle dim, whose blocks are walked in runs
- * longer than a row. */
+ * The same for a 3-d parameter [4, 6, 5] split on its first or middle dim, whose blocks are
+ * walked in runs longer than a row (check_block serves both ranks). */
 #include <string.h>
 
 #include "graphtrain/gt_comm.h"
@@ -22,15 +22,12 @@
 #include "gt_test.h"
 #include "train/train_internal.h"
 
-#define ROWS 8
-#define COLS 12
-
 /* The naive box: see the header comment. */
 static void reference_box(const gt_mesh *m, const gt_placement place[GT_MESH_MAX_DIMS],
-                          const int coords[GT_MESH_NDIMS], const int64_t *global, int64_t *start,
-                          int64_t *size)
+                          const int coords[GT_MESH_NDIMS], int ndim, const int64_t *global,
+                          int64_t *start, int64_t *size)
 {
-    for (int d = 0; d < 2; d++) {
+    for (int d = 0; d < ndim; d++) {
         int dims[GT_MESH_NDIMS], n = 0;
         for (int md = 0; md < GT_MESH_NDIMS; md++)
             if (place[md].kind == GT_PLACE_SHARD && place[md].dim == d) dims[n++] = md;
@@ -75,76 +72,45 @@ static void check_gather_slice(gt_comm *world, const gt_mesh *mesh, const char *
     gt_tensor_free(&again);
 }
 
-static void check_placement(gt_comm *world, const gt_mesh *mesh, const char *what,
-                            const gt_placement place[GT_MESH_MAX_DIMS])
+/* One parameter of global shape (ndim dims) under place: the rank's box against the reference,
+ * its initialised block element by element against the whole initialisation, then gather and
+ * slice. */
+static void check_block(gt_comm *world, const gt_mesh *mesh, const char *what,
+                        const gt_placement place[GT_MESH_MAX_DIMS], int ndim,
+                        const int64_t *global)
 {
     gt_error err = {0};
     int coords[GT_MESH_NDIMS];
     gt_mesh_coords(mesh, world->rank, coords);
-    gt_param_spec spec = {.dtype = GT_F32, .ndim = 2, .init = GT_INIT_NORMAL, .std = 0.02};
+    gt_param_spec spec = {.dtype = GT_F32, .ndim = ndim, .init = GT_INIT_NORMAL, .std = 0.02};
     snprintf(spec.fqn, sizeof spec.fqn, "layers.0.attention.wq.weight");
-    spec.shape[0] = ROWS, spec.shape[1] = COLS;
-    int64_t global[2] = {ROWS, COLS}, start[2], size[2];
-    reference_box(mesh, place, coords, global, start, size);
+    memcpy(spec.shape, global, (size_t)ndim * sizeof global[0]);
+    int64_t start[GT_MAX_DIMS], size[GT_MAX_DIMS];
+    reference_box(mesh, place, coords, ndim, global, start, size);
 
     gt_shard_box box;
-    EXPECT_OK(gt_shard_box_init(&box, mesh, place, 2, global, coords, &err), &err);
-    EXPECT(box.start[0] == start[0] && box.start[1] == start[1] && box.size[0] == size[0] &&
-               box.size[1] == size[1],
-           "%s rank %d: box [%lld+%lld, %lld+%lld], reference [%lld+%lld, %lld+%lld]", what,
-           world->rank, (long long)box.start[0], (long long)box.size[0], (long long)box.start[1],
-           (long long)box.size[1], (long long)start[0], (long long)size[0], (long long)start[1],
-           (long long)size[1]);
+    EXPECT_OK(gt_shard_box_init(&box, mesh, place, ndim, global, coords, &err), &err);
+    for (int d = 0; d < ndim; d++)
+        EXPECT(box.start[d] == start[d] && box.size[d] == size[d],
+               "%s rank %d: box dim %d %lld+%lld, reference %lld+%lld", what, world->rank, d,
+               (long long)box.start[d], (long long)box.size[d], (long long)start[d],
+               (long long)size[d]);
 
     gt_tensor whole, block;
-    gt_tensor_alloc(&whole, GT_F32, 2, global, &err);
-    gt_tensor_alloc(&block, GT_F32, 2, size, &err);
-    gt_param_init(&spec, 7, 0, ROWS * COLS, &whole);
+    gt_tensor_alloc(&whole, GT_F32, ndim, global, &err);
+    gt_tensor_alloc(&block, GT_F32, ndim, size, &err);
+    gt_param_init(&spec, 7, 0, gt_tensor_numel(&whole), &whole);
     gt_shard_init_param(&box, &spec, 7, &block);
     int bad = 0;
-    for (int64_t r = 0; r < size[0]; r++)
-        for (int64_t c = 0; c < size[1]; c++) {
-            float a = ((float *)block.data)[r * size[1] + c];
-            float b = ((float *)whole.data)[(start[0] + r) * COLS + start[1] + c];
-            bad += memcmp(&a, &b, sizeof a) != 0;
+    for (int64_t e = 0; e < gt_tensor_numel(&block); e++) {
+        int64_t rest = e, at = 0, stride = 1; /* e's multi-index in the block, placed in whole */
+        for (int d = ndim - 1; d >= 0; d--) {
+            at += (start[d] + rest % size[d]) * stride;
+            rest /= size[d], stride *= global[d];
         }
-    EXPECT(bad == 0, "%s rank %d: %d block elements differ from the whole initialisation", what,
-           world->rank, bad);
-    check_gather_slice(world, mesh, what, &box, &whole, &block);
-}
-
-/* A 3-d parameter [D0, D1, D2] under place: the block initialised and sliced in runs that span
- * more than one row (dims after the split one whole) equals the whole initialisation at the box's
- * positions, and gathers back to it. */
-#define D0 4
-#define D1 6
-#define D2 5
-static void check_3d(gt_comm *world, const gt_mesh *mesh, const char *what,
-                     const gt_placement place[GT_MESH_MAX_DIMS])
-{
-    gt_error err = {0};
-    int coords[GT_MESH_NDIMS];
-    gt_mesh_coords(mesh, world->rank, coords);
-    gt_param_spec spec = {.dtype = GT_F32, .ndim = 3, .init = GT_INIT_NORMAL, .std = 0.02};
-    snprintf(spec.fqn, sizeof spec.fqn, "conv3d.weight");
-    int64_t global[3] = {D0, D1, D2};
-    memcpy(spec.shape, global, sizeof global);
-    gt_shard_box box;
-    EXPECT_OK(gt_shard_box_init(&box, mesh, place, 3, global, coords, &err), &err);
-    gt_tensor whole, block;
-    gt_tensor_alloc(&whole, GT_F32, 3, global, &err);
-    gt_tensor_alloc(&block, GT_F32, 3, box.size, &err);
-    gt_param_init(&spec, 7, 0, D0 * D1 * D2, &whole);
-    gt_shard_init_param(&box, &spec, 7, &block);
-    int bad = 0;
-    const float *bl = block.data, *wh = whole.data;
-    for (int64_t i = 0; i < box.size[0]; i++)
-        for (int64_t j = 0; j < box.size[1]; j++)
-            for (int64_t k = 0; k < box.size[2]; k++) {
-                float a = bl[(i * box.size[1] + j) * box.size[2] + k];
-                float b = wh[((box.start[0] + i) * D1 + box.start[1] + j) * D2 + box.start[2] + k];
-                bad += memcmp(&a, &b, sizeof a) != 0;
-            }
+        float a = ((float *)block.data)[e], b = ((float *)whole.data)[at];
+        bad += memcmp(&a, &b, sizeof a) != 0;
+    }
     EXPECT(bad == 0, "%s rank %d: %d block elements differ from the whole initialisation", what,
            world->rank, bad);
     check_gather_slice(world, mesh, what, &box, &whole, &block);
@@ -162,28 +128,29 @@ int main(int argc, char **argv)
     gt_mesh mesh;
     EXPECT_OK(gt_mesh_init(&mesh, 1, world->size / tp, tp, &err), &err);
 
+    const int64_t shape2[2] = {8, 12}, shape3[3] = {4, 6, 5};
     gt_placement place[GT_MESH_MAX_DIMS];
     memset(place, 0, sizeof place);
-    check_placement(world, &mesh, "replicate", place);
+    check_block(world, &mesh, "replicate", place, 2, shape2);
     place[GT_MESH_DP_SHARD] = (gt_placement){GT_PLACE_SHARD, 0, 0, 0};
-    check_placement(world, &mesh, "S(0)@dp_shard", place);
+    check_block(world, &mesh, "S(0)@dp_shard", place, 2, shape2);
     place[GT_MESH_TP] = (gt_placement){GT_PLACE_SHARD, 1, 0, 0};
-    check_placement(world, &mesh, "S(0)@dp_shard, S(1)@tp", place);
+    check_block(world, &mesh, "S(0)@dp_shard, S(1)@tp", place, 2, shape2);
     place[GT_MESH_TP] = (gt_placement){GT_PLACE_SHARD, 0, 0, 0};
     place[GT_MESH_DP_SHARD] = (gt_placement){GT_PLACE_SHARD, 0, 1, 0};
-    check_placement(world, &mesh, "S(0)@tp outer, S(0)@dp_shard inner", place);
+    check_block(world, &mesh, "S(0)@tp outer, S(0)@dp_shard inner", place, 2, shape2);
     place[GT_MESH_TP] = (gt_placement){GT_PLACE_SHARD, 0, 1, 0};
     place[GT_MESH_DP_SHARD] = (gt_placement){GT_PLACE_SHARD, 0, 0, 0};
-    check_placement(world, &mesh, "S(0)@dp_shard outer, S(0)@tp inner", place);
+    check_block(world, &mesh, "S(0)@dp_shard outer, S(0)@tp inner", place, 2, shape2);
 
     memset(place, 0, sizeof place);
-    check_3d(world, &mesh, "3-d replicate", place);
+    check_block(world, &mesh, "3-d replicate", place, 3, shape3);
     place[GT_MESH_DP_SHARD] = (gt_placement){GT_PLACE_SHARD, 0, 0, 0};
-    check_3d(world, &mesh, "3-d S(0)@dp_shard", place);
+    check_block(world, &mesh, "3-d S(0)@dp_shard", place, 3, shape3);
     place[GT_MESH_DP_SHARD] = (gt_placement){GT_PLACE_SHARD, 1, 0, 0};
-    check_3d(world, &mesh, "3-d S(1)@dp_shard", place);
+    check_block(world, &mesh, "3-d S(1)@dp_shard", place, 3, shape3);
     place[GT_MESH_TP] = (gt_placement){GT_PLACE_SHARD, 0, 0, 0};
-    check_3d(world, &mesh, "3-d S(1)@dp_shard, S(0)@tp", place);
+    check_block(world, &mesh, "3-d S(1)@dp_shard, S(0)@tp", place, 3, shape3);
 
     gt_comm_destroy(world);
     gt_comm_mpi_finalize(&err);

@@ -283,14 +283,11 @@ static bool gt_cudnn_verbose(void)
     return v && v[0] && strcmp(v, "0") != 0;
 }
 
-/* Engine `engine`'s global index and whether it carries the NONDETERMINISTIC note. */
-static bool gt_cudnn_engine_deterministic(gt_cudnn_desc engine, int64_t *index, bool verbose)
+/* Whether engine carries no NONDETERMINISTIC note (verbose: its global index and notes). */
+static bool gt_cudnn_engine_deterministic(gt_cudnn_desc engine, bool verbose)
 {
-    int64_t got = 0, n_notes = 0;
+    int64_t got = 0, n_notes = 0, index = -1;
     cudnnBackendNumericalNote_t notes[32];
-    *index = -1;
-    cudnnBackendGetAttribute(engine, CUDNN_ATTR_ENGINE_GLOBAL_INDEX, CUDNN_TYPE_INT64, 1, &got,
-                             index);
     if (cudnnBackendGetAttribute(engine, CUDNN_ATTR_ENGINE_NUMERICAL_NOTE,
                                  CUDNN_TYPE_NUMERICAL_NOTE, 32, &n_notes,
                                  notes) != CUDNN_STATUS_SUCCESS)
@@ -299,7 +296,9 @@ static bool gt_cudnn_engine_deterministic(gt_cudnn_desc engine, int64_t *index, 
     for (int64_t k = 0; k < n_notes; k++)
         deterministic &= notes[k] != CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC;
     if (verbose) {
-        fprintf(stderr, "cudnn:   engine %lld notes", (long long)*index);
+        cudnnBackendGetAttribute(engine, CUDNN_ATTR_ENGINE_GLOBAL_INDEX, CUDNN_TYPE_INT64, 1, &got,
+                                 &index);
+        fprintf(stderr, "cudnn:   engine %lld notes", (long long)index);
         for (int64_t k = 0; k < n_notes; k++)
             fprintf(stderr, " %d", (int)notes[k]);
         fprintf(stderr, "%s\n", deterministic ? "" : " (nondeterministic)");
@@ -421,11 +420,11 @@ static gt_status gt_cudnn_forward_plan(cudnnHandle_t h, gt_cudnn_pool *p, gt_cud
                 cudnnGetVersion());
     for (int64_t i = 0; i < count; i++) {
         gt_cudnn_desc engine;
-        int64_t got = 0, index;
+        int64_t got = 0;
         GT_TRY(gt_cudnn_new(p, CUDNN_BACKEND_ENGINE_DESCRIPTOR, &engine, err));
         if (cudnnBackendGetAttribute(cfgs[i], CUDNN_ATTR_ENGINECFG_ENGINE, D, 1, &got, &engine) !=
                 CUDNN_STATUS_SUCCESS ||
-            !gt_cudnn_engine_deterministic(engine, &index, verbose))
+            !gt_cudnn_engine_deterministic(engine, verbose))
             continue;
         if (verbose) gt_cudnn_print_knobs(cfgs[i], engine);
         if (!out->plan) gt_cudnn_build_plan(h, cfgs[i], out, verbose);
