@@ -368,6 +368,30 @@ static void test_cudnn(void)
                bitwise ? "yes" : "no");
         EXPECT(!bitwise, "%s: cuDNN's forward gave graphtrain's bits: the cuDNN path did not run",
                name);
+
+        /* backward on (q, k, v, graphtrain's out and lse, dout): cuDNN's (where it has a
+         * deterministic engine for the shape) against graphtrain's */
+        gt_tensor bin[6] = {in[0], in[1], in[2], off[0], off[1], t_rand(4, qs, -1, 1)};
+        gt_tensor gon[3] = {cu_tensor_new(GT_BF16, 4, qs), cu_tensor_new(GT_BF16, 4, ks),
+                            cu_tensor_new(GT_BF16, 4, ks)};
+        gt_tensor goff[3] = {cu_tensor_new(GT_BF16, 4, qs), cu_tensor_new(GT_BF16, 4, ks),
+                             cu_tensor_new(GT_BF16, 4, ks)};
+        same = gpu_run(GT_OP_SDPA_BACKWARD, ia, fa, bin, 6, gon, 3, 2, name);
+        EXPECT(same, "%s: two backward runs differ (or an element is not written)", name);
+        gt_cuda_stream_set_cudnn(g_stream, false);
+        gpu_run(GT_OP_SDPA_BACKWARD, ia, fa, bin, 6, goff, 3, 1, name);
+        gt_cuda_stream_set_cudnn(g_stream, true);
+        const char *gn[3] = {"dq", "dk", "dv"};
+        int differ = 0;
+        for (int j = 0; j < 3; j++) {
+            expect_close(name, gn[j], &gon[j], &goff[j], 2e-2, 1e-2);
+            differ += memcmp(gon[j].data, goff[j].data, gt_tensor_nbytes(&gon[j])) != 0;
+            gt_tensor_free(&gon[j]);
+            gt_tensor_free(&goff[j]);
+        }
+        printf("  %-16s backward on cuDNN: %s\n", name,
+               differ ? "yes (other bits)" : "no (no deterministic engine: graphtrain's kernels)");
+        gt_tensor_free(&bin[5]);
         for (int j = 0; j < 3; j++)
             gt_tensor_free(&in[j]);
         for (int j = 0; j < 2; j++) {
