@@ -38,14 +38,16 @@ static const gt_llama3_flavor_row gt_llama3_flavors[] = {
     {"test_tiny", 64, 2, 4, 4, 256, 32, 0.0, 131072, 256},
     {"test_gqa", 64, 2, 8, 2, 256, 32, 0.0, 131072, 256},
     {"test_odd", 72, 2, 3, 3, 301, 1, 1.3, 131072, 256},
-    /* head dim 64 (1B's) at test size: the GPU's cuDNN attention path in the step tests */
+    /* head dims 64 (1B's) and 128 (8B's and up) at test size: the GPU's cuDNN attention paths in
+     * the step tests */
     {"test_hd64", 128, 2, 2, 1, 256, 32, 0.0, 131072, 256},
+    {"test_hd128", 256, 2, 2, 1, 256, 32, 0.0, 131072, 256},
 };
 #define GT_LLAMA3_N_FLAVORS ((int)(sizeof gt_llama3_flavors / sizeof gt_llama3_flavors[0]))
 
 static const char *const gt_llama3_names[] = {
     "debugmodel", "1B", "8B", "70B", "405B", "test_tiny", "test_gqa", "test_odd", "test_hd64",
-    NULL,
+    "test_hd128", NULL,
 };
 
 const char *const *gt_llama3_flavor_names(void)

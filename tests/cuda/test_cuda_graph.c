@@ -1,8 +1,9 @@
 /* test_cuda_graph.c — the whole step as one CUDA graph (gt_cuda_program_capture) and the
  * asynchronous step path (staged inputs, outputs fetched and read one step later), label cuda.
  *
- * For test_tiny and test_gqa, in f32 and bf16 compute, and test_hd64 in bf16 (head dim 64: the
- * attention forward runs on cuDNN where graphtrain is built with it): the whole-step graph (forward, loss,
+ * For test_tiny and test_gqa, in f32 and bf16 compute, and test_hd64 and test_hd128 in bf16 (head
+ * dims 64 and 128: the attention forward, and at 128 its backward, run on cuDNN where graphtrain
+ * is built with it): the whole-step graph (forward, loss,
  * backward, clipping + AdamW) runs STEPS steps from the same initial state, with tokens and labels
  * that change every step (so a replay that kept step 1's inputs would show):
  *   - eager: per step set_input, exec, read_output (synchronous), carry; the reference;
@@ -309,8 +310,10 @@ int main(void)
         check_flavor(flavors[f], GT_F32);
         check_flavor(flavors[f], GT_BF16);
     }
-    /* head dim 64 in bf16: the attention forward on cuDNN where built with it, captured */
+    /* head dims 64 and 128 in bf16: the attention forward (and at 128 the backward) on cuDNN
+     * where built with it, captured */
     check_flavor("test_hd64", GT_BF16);
+    check_flavor("test_hd128", GT_BF16);
     check_trainer();
     return gt_test_finish();
 }

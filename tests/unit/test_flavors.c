@@ -15,13 +15,14 @@ typedef struct {
 
 /* REFERENCE.md's llama3 table; the test flavors as specified for the fixtures, their ffn hidden
  * worked out by hand: int(8·64/3) = 170 → multiple of 32 = 192; int(1.3 · int(8·72/3)) =
- * int(1.3 · 192) = int(249.6) = 249 (multiple_of 1); int(8·128/3) = 341 → multiple of 32 = 352. */
+ * int(1.3 · 192) = int(249.6) = 249 (multiple_of 1); int(8·128/3) = 341 → multiple of 32 = 352;
+ * int(8·256/3) = 682 → multiple of 32 = 704. */
 static const flavor_ref refs[] = {
     {"debugmodel", 256, 6, 16, 16, 768, 2048},   {"1B", 2048, 16, 32, 8, 8192, 128256},
     {"8B", 4096, 32, 32, 8, 14336, 128256},      {"70B", 8192, 80, 64, 8, 28672, 128256},
     {"405B", 16384, 126, 128, 8, 53248, 128256}, {"test_tiny", 64, 2, 4, 4, 192, 256},
     {"test_gqa", 64, 2, 8, 2, 192, 256},         {"test_odd", 72, 2, 3, 3, 249, 301},
-    {"test_hd64", 128, 2, 2, 1, 352, 256},
+    {"test_hd64", 128, 2, 2, 1, 352, 256},       {"test_hd128", 256, 2, 2, 1, 704, 256},
 };
 #define N_REFS ((int)(sizeof refs / sizeof refs[0]))
 

@@ -1,26 +1,33 @@
-/* cuda_cudnn.cu — the sdpa forward on cuDNN's fused flash attention, where graphtrain is built
- * with cuDNN (GT_HAVE_CUDNN) and the call is one it serves well: bf16 q, k, v and out, f32 lse,
- * head dim 64 to 128, as many keys as queries. Host code only: cuDNN's backend API (C).
+/* cuda_cudnn.cu — sdpa on cuDNN's fused flash attention, where graphtrain is built with cuDNN
+ * (GT_HAVE_CUDNN) and the call is one it serves well: bf16 q, k, v and out, f32 lse, head dim 64
+ * to 128, as many keys as queries; the backward only where a deterministic configuration is known
+ * (gt_cudnn_bwd_configs: today cuDNN 9.14 at head dim 128). Host code only: cuDNN's backend API.
  *
- * The operation graph is cuDNN's flash attention pattern, per (batch, head), with S, P and the row
- * statistics virtual (they never reach memory):
+ * The forward's operation graph is cuDNN's flash attention pattern, per (batch, head), with S, P
+ * and the row statistics virtual (they never reach memory):
  *   S = Q K^T (f32 accumulation), S *= scale, causal: S_ij = -1e20 where j > i,
  *   M_i = max_j S_ij, E = exp(S - M), Z_i = sum_j E_ij, lse_i = M_i + log Z_i, P = E / Z (bf16),
  *   O = P V.
- * lse is the natural-log statistic graphtrain's own forward writes, so the backward kernels read
- * it unchanged. Heads of q share k and v by GQA (hq a multiple of hkv) through the tensors' dims.
+ * lse is the natural-log statistic graphtrain's own forward writes, so either backward reads it.
+ * Heads of q share k and v by GQA (hq a multiple of hkv) through the tensors' dims. The backward's
+ * graph is gt_cudnn_backward_graph's.
  *
- * Determinism: only engine configs without cuDNN's NONDETERMINISTIC note are taken, and one plan
- * is built per shape (the first the heuristics rank that builds) and kept, so every run of a shape
- * runs the same kernel: reruns, graph and eager runs, captured and uncaptured steps give the same
- * bits. A shape no engine builds falls back to graphtrain's flash kernel, for good. Plans are built
- * on a step's first (warm-up) run: never under stream capture (which refuses allocation). */
+ * Determinism: the forward takes only engine configs without cuDNN's NONDETERMINISTIC note, the
+ * backward only a configuration checked to give the same bits run to run; one plan is built per
+ * shape and kept, so every run of a shape runs the same kernel: reruns, graph and eager runs,
+ * captured and uncaptured steps give the same bits. A shape no engine builds falls back to
+ * graphtrain's kernels, for good. Plans are built on a step's first (warm-up) run: never under
+ * stream capture (which refuses allocation).
+ *
+ * GT_CUDNN=0 in the environment keeps graphtrain's kernels (cuda.cu); GT_CUDNN_VERBOSE=1
+ * lists, on stderr, each graph's engine configs with their notes and knobs and what was built. */
 #include "cuda_internal.h"
 
 #ifdef GT_HAVE_CUDNN
 #include <cudnn.h>
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -33,7 +40,8 @@ enum {
     UID_DO, UID_DQ, UID_DK, UID_DV, UID_ROW_SUM, UID_DQ_ACCUM, UID_ONE, /* backward */
     UID_VIRTUAL = 100
 };
-#define GT_CUDNN_KEY 9 /* b, hq, hkv, s, d, layout, causal, scale's bits, 0 forward / 1 backward */
+/* b, hq, hkv, s, d, layout, causal, scale's bits, 0 forward / 1 + the backward's configuration */
+#define GT_CUDNN_KEY 9
 
 /* The descriptors of one graph, destroyed together (with its plan: the plan refers to them). */
 typedef struct {
@@ -401,10 +409,183 @@ static gt_status gt_cudnn_forward_graph(cudnnHandle_t h, gt_cudnn_pool *p, const
     return gt_cudnn_graph(h, p, ops, n, graph, err);
 }
 
-/* The plan of the first engine config the heuristics rank that is deterministic and builds; *plan
- * stays NULL when none does. */
-static gt_status gt_cudnn_pick_plan(cudnnHandle_t h, gt_cudnn_pool *p, gt_cudnn_desc graph,
-                                    gt_cudnn_plan *out, gt_error *err)
+/* GT_CUDNN_VERBOSE=1 in the environment: each engine config considered, its engine, numerical
+ * notes and knobs, and whether its plan built, on stderr. */
+static bool gt_cudnn_verbose(void)
+{
+    const char *v = getenv("GT_CUDNN_VERBOSE");
+    return v && v[0] && strcmp(v, "0") != 0;
+}
+
+/* Engine `engine`'s global index and whether it carries the NONDETERMINISTIC note. */
+static bool gt_cudnn_engine_deterministic(gt_cudnn_desc engine, int64_t *index, bool verbose)
+{
+    int64_t got = 0, n_notes = 0;
+    cudnnBackendNumericalNote_t notes[32];
+    *index = -1;
+    cudnnBackendGetAttribute(engine, CUDNN_ATTR_ENGINE_GLOBAL_INDEX, CUDNN_TYPE_INT64, 1, &got,
+                             index);
+    if (cudnnBackendGetAttribute(engine, CUDNN_ATTR_ENGINE_NUMERICAL_NOTE,
+                                 CUDNN_TYPE_NUMERICAL_NOTE, 32, &n_notes, notes) !=
+        CUDNN_STATUS_SUCCESS)
+        return false;
+    bool deterministic = true;
+    for (int64_t k = 0; k < n_notes; k++)
+        deterministic &= notes[k] != CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC;
+    if (verbose) {
+        fprintf(stderr, "cudnn:   engine %lld notes", (long long)*index);
+        for (int64_t k = 0; k < n_notes; k++)
+            fprintf(stderr, " %d", (int)notes[k]);
+        fprintf(stderr, "%s\n", deterministic ? "" : " (nondeterministic)");
+    }
+    return deterministic;
+}
+
+/* Builds the plan of engine config cfg into *out; false where cuDNN refuses it. */
+static bool gt_cudnn_build_plan(cudnnHandle_t h, gt_cudnn_desc cfg, gt_cudnn_plan *out,
+                                bool verbose)
+{
+    const cudnnBackendAttributeType_t D = CUDNN_TYPE_BACKEND_DESCRIPTOR;
+    gt_cudnn_desc plan;
+    int64_t got = 0;
+    if (cudnnBackendCreateDescriptor(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR, &plan) !=
+        CUDNN_STATUS_SUCCESS)
+        return false;
+    cudnnStatus_t st =
+        cudnnBackendSetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1, &h);
+    if (st == CUDNN_STATUS_SUCCESS)
+        st = cudnnBackendSetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, D, 1, &cfg);
+    if (st == CUDNN_STATUS_SUCCESS) st = cudnnBackendFinalize(plan);
+    if (st == CUDNN_STATUS_SUCCESS)
+        st = cudnnBackendGetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE,
+                                      CUDNN_TYPE_INT64, 1, &got, &out->workspace);
+    if (verbose) {
+        char last[400] = "";
+        if (st != CUDNN_STATUS_SUCCESS) cudnnGetLastErrorString(last, sizeof last);
+        fprintf(stderr, "cudnn:   plan %s %s\n", cudnnGetErrorString(st), last);
+    }
+    if (st != CUDNN_STATUS_SUCCESS) {
+        cudnnBackendDestroyDescriptor(plan);
+        return false;
+    }
+    out->plan = plan;
+    return true;
+}
+
+/* Knob choices and knob ranges, on stderr (GT_CUDNN_VERBOSE). */
+static void gt_cudnn_print_knobs(gt_cudnn_desc cfg, gt_cudnn_desc engine)
+{
+    const cudnnBackendAttributeType_t D = CUDNN_TYPE_BACKEND_DESCRIPTOR;
+    gt_cudnn_desc k[32];
+    int64_t n = 0;
+    int made = 0;
+    for (; made < 32; made++)
+        if (cudnnBackendCreateDescriptor(CUDNN_BACKEND_KNOB_CHOICE_DESCRIPTOR, &k[made]) !=
+            CUDNN_STATUS_SUCCESS)
+            break;
+    fprintf(stderr, "cudnn:   choices");
+    if (cudnnBackendGetAttribute(cfg, CUDNN_ATTR_ENGINECFG_KNOB_CHOICES, D, made, &n, k) ==
+        CUDNN_STATUS_SUCCESS)
+        for (int64_t i = 0; i < n; i++) {
+            cudnnBackendKnobType_t t;
+            int64_t v = 0, got;
+            cudnnBackendGetAttribute(k[i], CUDNN_ATTR_KNOB_CHOICE_KNOB_TYPE, CUDNN_TYPE_KNOB_TYPE,
+                                     1, &got, &t);
+            cudnnBackendGetAttribute(k[i], CUDNN_ATTR_KNOB_CHOICE_KNOB_VALUE, CUDNN_TYPE_INT64, 1,
+                                     &got, &v);
+            fprintf(stderr, " %d=%lld", (int)t, (long long)v);
+        }
+    for (int i = 0; i < made; i++)
+        cudnnBackendDestroyDescriptor(k[i]);
+    made = 0;
+    for (; made < 32; made++)
+        if (cudnnBackendCreateDescriptor(CUDNN_BACKEND_KNOB_INFO_DESCRIPTOR, &k[made]) !=
+            CUDNN_STATUS_SUCCESS)
+            break;
+    fprintf(stderr, "; ranges");
+    if (cudnnBackendGetAttribute(engine, CUDNN_ATTR_ENGINE_KNOB_INFO, D, made, &n, k) ==
+        CUDNN_STATUS_SUCCESS)
+        for (int64_t i = 0; i < n; i++) {
+            cudnnBackendKnobType_t t;
+            int64_t lo = 0, hi = 0, st = 0, got;
+            cudnnBackendGetAttribute(k[i], CUDNN_ATTR_KNOB_INFO_TYPE, CUDNN_TYPE_KNOB_TYPE, 1,
+                                     &got, &t);
+            cudnnBackendGetAttribute(k[i], CUDNN_ATTR_KNOB_INFO_MINIMUM_VALUE, CUDNN_TYPE_INT64, 1,
+                                     &got, &lo);
+            cudnnBackendGetAttribute(k[i], CUDNN_ATTR_KNOB_INFO_MAXIMUM_VALUE, CUDNN_TYPE_INT64, 1,
+                                     &got, &hi);
+            cudnnBackendGetAttribute(k[i], CUDNN_ATTR_KNOB_INFO_STRIDE, CUDNN_TYPE_INT64, 1, &got,
+                                     &st);
+            fprintf(stderr, " %d:%lld..%lld/%lld", (int)t, (long long)lo, (long long)hi,
+                    (long long)st);
+        }
+    fprintf(stderr, "\n");
+    for (int i = 0; i < made; i++)
+        cudnnBackendDestroyDescriptor(k[i]);
+}
+
+/* The backward's deterministic configurations: the heuristics' configs accumulate dQ by atomics
+ * (their runs differ in dQ's bits, though no config carries the NONDETERMINISTIC note), so the
+ * backward takes only an engine and KERNEL_CFG knob found to give the same bits run to run, per
+ * cuDNN minor version, and graphtrain's kernels elsewhere. Found by sweeping the knob's range
+ * (GT_CUDNN_VERBOSE lists the engines and knob ranges) with test_cuda_attention's reruns on an
+ * H200, 2026-11-27: 9.14's engine 1 with kernel config 29 (also 30) gave the same bits over every
+ * rerun and shape; its backward at head dim 128 takes 1.70 ms against graphtrain's 4.0 (b 8,
+ * 32/8 heads, s 2048), and at head dim 64 2.65 against graphtrain's 1.96, so it serves d 128. */
+static const struct {
+    size_t version; /* major * 10000 + minor * 100 */
+    int64_t engine, kernel_cfg, d;
+} gt_cudnn_bwd_configs[] = {{91400, 1, 29, 128}};
+
+static int gt_cudnn_bwd_config(int64_t d)
+{
+    size_t v = cudnnGetVersion() / 100 * 100;
+    for (int i = 0; i < (int)(sizeof gt_cudnn_bwd_configs / sizeof gt_cudnn_bwd_configs[0]); i++)
+        if (gt_cudnn_bwd_configs[i].version == v && gt_cudnn_bwd_configs[i].d == d) return i;
+    return -1;
+}
+
+/* The plan of the backward's configuration `which` (gt_cudnn_bwd_configs); none where cuDNN
+ * refuses it. */
+static gt_status gt_cudnn_bwd_plan(cudnnHandle_t h, gt_cudnn_pool *p, gt_cudnn_desc graph,
+                                   int which, gt_cudnn_plan *out, bool verbose, gt_error *err)
+{
+    const cudnnBackendAttributeType_t D = CUDNN_TYPE_BACKEND_DESCRIPTOR;
+    const cudnnBackendKnobType_t type = CUDNN_KNOB_TYPE_KERNEL_CFG;
+    int64_t index = gt_cudnn_bwd_configs[which].engine;
+    gt_cudnn_desc engine, cfg, knob;
+    GT_TRY(gt_cudnn_new(p, CUDNN_BACKEND_ENGINE_DESCRIPTOR, &engine, err));
+    GT_TRY(gt_cudnn_new(p, CUDNN_BACKEND_KNOB_CHOICE_DESCRIPTOR, &knob, err));
+    GT_TRY(gt_cudnn_new(p, CUDNN_BACKEND_ENGINECFG_DESCRIPTOR, &cfg, err));
+    bool ok =
+        cudnnBackendSetAttribute(engine, CUDNN_ATTR_ENGINE_OPERATION_GRAPH, D, 1, &graph) ==
+            CUDNN_STATUS_SUCCESS &&
+        cudnnBackendSetAttribute(engine, CUDNN_ATTR_ENGINE_GLOBAL_INDEX, CUDNN_TYPE_INT64, 1,
+                                 &index) == CUDNN_STATUS_SUCCESS &&
+        cudnnBackendFinalize(engine) == CUDNN_STATUS_SUCCESS &&
+        cudnnBackendSetAttribute(knob, CUDNN_ATTR_KNOB_CHOICE_KNOB_TYPE, CUDNN_TYPE_KNOB_TYPE, 1,
+                                 &type) == CUDNN_STATUS_SUCCESS &&
+        cudnnBackendSetAttribute(knob, CUDNN_ATTR_KNOB_CHOICE_KNOB_VALUE, CUDNN_TYPE_INT64, 1,
+                                 &gt_cudnn_bwd_configs[which].kernel_cfg) ==
+            CUDNN_STATUS_SUCCESS &&
+        cudnnBackendFinalize(knob) == CUDNN_STATUS_SUCCESS &&
+        cudnnBackendSetAttribute(cfg, CUDNN_ATTR_ENGINECFG_ENGINE, D, 1, &engine) ==
+            CUDNN_STATUS_SUCCESS &&
+        cudnnBackendSetAttribute(cfg, CUDNN_ATTR_ENGINECFG_KNOB_CHOICES, D, 1, &knob) ==
+            CUDNN_STATUS_SUCCESS &&
+        cudnnBackendFinalize(cfg) == CUDNN_STATUS_SUCCESS;
+    if (verbose)
+        fprintf(stderr, "cudnn: backward graph: engine %lld, kernel config %lld: %s\n",
+                (long long)index, (long long)gt_cudnn_bwd_configs[which].kernel_cfg,
+                ok ? "built" : "refused");
+    if (ok) gt_cudnn_build_plan(h, cfg, out, verbose);
+    return GT_OK;
+}
+
+/* The forward's plan: the first engine config the heuristics rank that is deterministic and builds
+ * (verbose: every config listed); *plan stays NULL when none builds. */
+static gt_status gt_cudnn_forward_plan(cudnnHandle_t h, gt_cudnn_pool *p, gt_cudnn_desc graph,
+                                       gt_cudnn_plan *out, bool verbose, gt_error *err)
 {
     gt_cudnn_desc heur;
     cudnnBackendHeurMode_t mode = CUDNN_HEUR_MODE_A;
@@ -422,36 +603,20 @@ static gt_status gt_cudnn_pick_plan(cudnnHandle_t h, gt_cudnn_pool *p, gt_cudnn_
     if (count > 0)
         GT_CUDNN_TRY(cudnnBackendGetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_RESULTS, D, count, &count,
                                               cfgs));
+    if (verbose)
+        fprintf(stderr, "cudnn: forward graph, %lld engine configs (cuDNN %zu)\n", (long long)count,
+                cudnnGetVersion());
     for (int64_t i = 0; i < count; i++) {
         gt_cudnn_desc engine;
-        int64_t got = 0, n_notes = 0;
-        cudnnBackendNumericalNote_t notes[32];
+        int64_t got = 0, index;
         GT_TRY(gt_cudnn_new(p, CUDNN_BACKEND_ENGINE_DESCRIPTOR, &engine, err));
         if (cudnnBackendGetAttribute(cfgs[i], CUDNN_ATTR_ENGINECFG_ENGINE, D, 1, &got, &engine) !=
                 CUDNN_STATUS_SUCCESS ||
-            cudnnBackendGetAttribute(engine, CUDNN_ATTR_ENGINE_NUMERICAL_NOTE,
-                                     CUDNN_TYPE_NUMERICAL_NOTE, 32, &n_notes, notes) !=
-                CUDNN_STATUS_SUCCESS)
+            !gt_cudnn_engine_deterministic(engine, &index, verbose))
             continue;
-        bool deterministic = true;
-        for (int64_t k = 0; k < n_notes; k++)
-            deterministic &= notes[k] != CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC;
-        if (!deterministic) continue;
-        gt_cudnn_desc plan;
-        GT_CUDNN_TRY(cudnnBackendCreateDescriptor(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR, &plan));
-        if (cudnnBackendSetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1,
-                                     &h) != CUDNN_STATUS_SUCCESS ||
-            cudnnBackendSetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, D, 1,
-                                     &cfgs[i]) != CUDNN_STATUS_SUCCESS ||
-            cudnnBackendFinalize(plan) != CUDNN_STATUS_SUCCESS ||
-            cudnnBackendGetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE,
-                                     CUDNN_TYPE_INT64, 1, &got, &out->workspace) !=
-                CUDNN_STATUS_SUCCESS) {
-            cudnnBackendDestroyDescriptor(plan);
-            continue;
-        }
-        out->plan = plan;
-        return GT_OK;
+        if (verbose) gt_cudnn_print_knobs(cfgs[i], engine);
+        if (!out->plan) gt_cudnn_build_plan(h, cfgs[i], out, verbose);
+        if (out->plan && !verbose) break;
     }
     return GT_OK;
 }
@@ -490,9 +655,15 @@ static gt_status gt_cudnn_plan_of(gt_cuda_stream *s, const int64_t key[GT_CUDNN_
     memcpy(pl->key, key, sizeof pl->key);
     gt_cudnn_desc graph;
     gt_error why = {}; /* a graph cuDNN refuses is a shape it does not serve: no error */
+    const bool verbose = gt_cudnn_verbose();
     gt_status built = key[8] ? gt_cudnn_backward_graph(c->handle, &pl->pool, key, &graph, &why)
                              : gt_cudnn_forward_graph(c->handle, &pl->pool, key, &graph, &why);
-    if (built == GT_OK) gt_cudnn_pick_plan(c->handle, &pl->pool, graph, pl, &why);
+    if (built == GT_OK)
+        built = key[8] ? gt_cudnn_bwd_plan(c->handle, &pl->pool, graph, (int)key[8] - 1, pl,
+                                           verbose, &why)
+                       : gt_cudnn_forward_plan(c->handle, &pl->pool, graph, pl, verbose, &why);
+    if (built != GT_OK && verbose)
+        fprintf(stderr, "cudnn: %s graph refused: %s\n", key[8] ? "backward" : "forward", why.msg);
     if (!pl->plan) gt_cudnn_pool_free(&pl->pool);
     if (pl->plan && (size_t)pl->workspace > c->workspace_bytes) {
         gt_cuda_free(c->workspace);
@@ -512,12 +683,14 @@ static gt_status gt_cudnn_plan_for(gt_cuda_stream *s, const gt_cudnn_sdpa *a, in
 {
     *out = NULL;
     if (s->cudnn_off || a->d < 64 || a->d > 128 || a->d % 8 || a->s != a->t) return GT_OK;
+    int which = kind ? gt_cudnn_bwd_config(a->d) : 0;
+    if (which < 0) return GT_OK; /* no deterministic backward known here: graphtrain's kernels */
     float scale = (float)a->scale;
     int32_t scale_bits;
     memcpy(&scale_bits, &scale, sizeof scale_bits);
     const int64_t key[GT_CUDNN_KEY] = {a->b,      a->hq,     a->hkv,     a->s,
                                        a->d,      a->layout, a->causal, scale_bits,
-                                       kind};
+                                       kind ? 1 + which : 0};
     gt_cudnn_plan *pl;
     GT_TRY(gt_cudnn_plan_of(s, key, &pl, err));
     if (pl && pl->plan) *out = pl;
@@ -574,13 +747,12 @@ gt_status gt_cudnn_sdpa_backward(gt_cuda_stream *s, const gt_kernel_call *c,
     void *scr;
     GT_TRY(gt_cuda_scratch(s, c, sums + rows * (size_t)a->d * sizeof(float), &scr, err));
     float scale = a->scale, mask_value = -1e20f, unit = 1.0f;
-    const int64_t uids[14] = {UID_Q,     UID_K,   UID_V,       UID_O,        UID_DO,
-                              UID_STATS, UID_DQ,  UID_DK,      UID_DV,       UID_ROW_SUM,
-                              UID_DQ_ACCUM, UID_SCALE, UID_ONE, UID_MASK_VALUE};
-    void *const ptrs[14] = {(void *)a->q, (void *)a->k, (void *)a->v, a->out,
-                            (void *)a->g, a->lse,       a->dq,        a->dk,
-                            a->dv,        scr,          (char *)scr + sums, &scale,
-                            &unit,        &mask_value};
+    const int64_t uids[14] = {UID_Q,     UID_K,  UID_V,       UID_O,        UID_DO,
+                              UID_STATS, UID_DQ, UID_ROW_SUM, UID_DQ_ACCUM, UID_SCALE,
+                              UID_ONE,   UID_DK, UID_DV,      UID_MASK_VALUE};
+    void *const ptrs[14] = {(void *)a->q, (void *)a->k, (void *)a->v,       a->out, (void *)a->g,
+                            a->lse,       a->dq,        scr,                (char *)scr + sums,
+                            &scale,       &unit,        a->dk,              a->dv, &mask_value};
     GT_TRY(gt_cudnn_execute(s, pl, a->causal ? 14 : 13, uids, ptrs, "sdpa backward", err));
     *ran = true;
     return GT_OK;

@@ -57,10 +57,10 @@ struct gt_cuda_stream {
  * gt_cuda_flash_fits (bf16 q, k, v, out; f32 lse; 16-byte aligned). */
 typedef struct {
     const void *q, *k, *v;
-    void *out;   /* forward: written; backward: read (o) */
-    float *lse;  /* forward: written; backward: read */
-    const void *g;          /* backward: dout */
-    void *dq, *dk, *dv;     /* backward */
+    void *out;          /* forward: written; backward: read (o) */
+    float *lse;         /* forward: written; backward: read */
+    const void *g;      /* backward: dout */
+    void *dq, *dk, *dv; /* backward */
     int64_t b, hq, hkv, s, t, d;
     int layout, causal;
     float scale;
@@ -73,8 +73,9 @@ typedef struct {
 gt_status gt_cudnn_sdpa_forward(gt_cuda_stream *s, const gt_cudnn_sdpa *a, bool *ran,
                                 gt_error *err);
 /* The backward of such a call on cuDNN (dq, dk, dv from q, k, v, out, lse, dout), under the same
- * conditions and only with an engine config cuDNN does not note nondeterministic; *ran as above.
- * call c names the op in errors (its scratch holds cuDNN's f32 row sums and dQ accumulator). */
+ * conditions, where a deterministic configuration is known for the cuDNN version and head dim
+ * (cuda_cudnn.cu); *ran as above. Call c names the op in errors; its scratch holds cuDNN's f32 row
+ * sums and dQ accumulator. */
 gt_status gt_cudnn_sdpa_backward(gt_cuda_stream *s, const gt_kernel_call *c,
                                  const gt_cudnn_sdpa *a, bool *ran, gt_error *err);
 void gt_cudnn_free(struct gt_cudnn *c);
