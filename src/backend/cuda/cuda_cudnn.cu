@@ -45,6 +45,15 @@ enum {
 /* b, hq, hkv, s, d, layout, causal, scale's bits, 0 forward / 1 + the backward's configuration */
 #define GT_CUDNN_KEY 9
 
+/* EXPERIMENT (not yet run): GT_CUDNN_BWD_DIRECT_DQ=1 writes dQ = dS K straight to the bf16
+ * output, without the f32 accumulator, as cudnn-frontend's deterministic mode on Hopper does (its
+ * "dP workspace" path), and takes the heuristics' first config instead of gt_cudnn_bwd_configs. */
+static bool gt_cudnn_direct_dq(void)
+{
+    const char *v = getenv("GT_CUDNN_BWD_DIRECT_DQ");
+    return v && v[0] == '1';
+}
+
 /* The descriptors of one graph, destroyed together (with its plan: the plan refers to them). */
 typedef struct {
     gt_cudnn_desc d[128];
@@ -359,9 +368,13 @@ static gt_status gt_cudnn_backward_graph(cudnnHandle_t h, gt_cudnn_pool *p, cons
     }
     /* dQ = dS K, accumulated in f32, then rounded to bf16 */
     GT_TRY(gt_cudnn_reshape(p, ops, &n, kt, k_again, err));
-    GT_TRY(gt_cudnn_matmul(p, ops, &n, dss, k_again, dq_acc, err));
-    GT_TRY(gt_cudnn_pointwise(p, ops, &n, CUDNN_POINTWISE_IDENTITY, f32, -1, dq_acc, NULL, NULL, dq,
-                              err));
+    if (gt_cudnn_direct_dq()) {
+        GT_TRY(gt_cudnn_matmul(p, ops, &n, dss, k_again, dq, err));
+    } else {
+        GT_TRY(gt_cudnn_matmul(p, ops, &n, dss, k_again, dq_acc, err));
+        GT_TRY(gt_cudnn_pointwise(p, ops, &n, CUDNN_POINTWISE_IDENTITY, f32, -1, dq_acc, NULL, NULL,
+                                  dq, err));
+    }
     return gt_cudnn_graph(h, p, ops, n, graph, err);
 }
 
@@ -676,7 +689,8 @@ static gt_status gt_cudnn_plan_of(gt_cuda_stream *s, const int64_t key[GT_CUDNN_
     gt_status built = key[8] ? gt_cudnn_backward_graph(c->handle, &pl->pool, key, &graph, &why)
                              : gt_cudnn_forward_graph(c->handle, &pl->pool, key, &graph, &why);
     if (built == GT_OK)
-        built = key[8] ? gt_cudnn_bwd_plan(c->handle, &pl->pool, graph, (int)key[8] - 1, pl,
+        built = key[8] && !gt_cudnn_direct_dq()
+                    ? gt_cudnn_bwd_plan(c->handle, &pl->pool, graph, (int)key[8] - 1, pl,
                                            verbose, &why)
                        : gt_cudnn_forward_plan(c->handle, &pl->pool, graph, pl, verbose, &why);
     if (built != GT_OK && verbose)
@@ -700,7 +714,7 @@ static gt_status gt_cudnn_plan_for(gt_cuda_stream *s, const gt_cudnn_sdpa *a, in
 {
     *out = NULL;
     if (s->cudnn_off || a->d < 64 || a->d > 128 || a->d % 8 || a->s != a->t) return GT_OK;
-    int which = kind ? gt_cudnn_bwd_config(a->d) : 0;
+    int which = kind && !gt_cudnn_direct_dq() ? gt_cudnn_bwd_config(a->d) : 0;
     if (which < 0) return GT_OK; /* no deterministic backward known here: graphtrain's kernels */
     float scale = (float)a->scale;
     int32_t scale_bits;
@@ -784,22 +798,28 @@ gt_status gt_cudnn_sdpa_backward(gt_cuda_stream *s, const gt_kernel_call *c, con
     GT_TRY(gt_cuda_scratch(s, c, sums + acc + (pl->checked ? 0 : nq_al + 2 * nk_al), &scr, err));
     char *again = (char *)scr + sums + acc;
     float scale = a->scale, mask_value = -1e20f, unit = 1.0f;
-    const int64_t uids[14] = {UID_Q,     UID_K,  UID_V,       UID_O,         UID_DO,
-                              UID_STATS, UID_DQ, UID_ROW_SUM, UID_DQ_ACCUM,  UID_SCALE,
-                              UID_ONE,   UID_DK, UID_DV,      UID_MASK_VALUE};
+    int64_t uids[14] = {UID_Q,     UID_K,  UID_V,       UID_O,         UID_DO,
+                        UID_STATS, UID_DQ, UID_ROW_SUM, UID_DQ_ACCUM,  UID_SCALE,
+                        UID_ONE,   UID_DK, UID_DV,      UID_MASK_VALUE};
     void *ptrs[14] = {(void *)a->q, (void *)a->k, (void *)a->v,       a->out, (void *)a->g, a->lse,
                       a->dq,        scr,          (char *)scr + sums, &scale, &unit,        a->dk,
                       a->dv,        &mask_value};
-    GT_TRY(gt_cudnn_execute(s, pl, a->causal ? 14 : 13, uids, ptrs, "sdpa backward", err));
+    int n_io = a->causal ? 14 : 13, iq = 6, ik = 11, iv = 12;
+    if (gt_cudnn_direct_dq()) { /* no accumulator in the graph: drop its entry */
+        memmove(uids + 8, uids + 9, 5 * sizeof uids[0]);
+        memmove(ptrs + 8, ptrs + 9, 5 * sizeof ptrs[0]);
+        n_io--, ik--, iv--;
+    }
+    GT_TRY(gt_cudnn_execute(s, pl, n_io, uids, ptrs, "sdpa backward", err));
     if (!pl->checked) {
         /* The first run of a plan (a warm-up, never captured) runs twice and compares: a
          * configuration whose bits differ is dropped for graphtrain's kernels, for good. */
-        ptrs[6] = again, ptrs[11] = again + nq_al, ptrs[12] = again + nq_al + nk_al;
-        GT_TRY(gt_cudnn_execute(s, pl, a->causal ? 14 : 13, uids, ptrs, "sdpa backward", err));
+        ptrs[iq] = again, ptrs[ik] = again + nq_al, ptrs[iv] = again + nq_al + nk_al;
+        GT_TRY(gt_cudnn_execute(s, pl, n_io, uids, ptrs, "sdpa backward", err));
         bool sq, sk, sv;
-        GT_TRY(gt_cudnn_same_bytes(s, a->dq, ptrs[6], nq, &sq, err));
-        GT_TRY(gt_cudnn_same_bytes(s, a->dk, ptrs[11], nk, &sk, err));
-        GT_TRY(gt_cudnn_same_bytes(s, a->dv, ptrs[12], nk, &sv, err));
+        GT_TRY(gt_cudnn_same_bytes(s, a->dq, ptrs[iq], nq, &sq, err));
+        GT_TRY(gt_cudnn_same_bytes(s, a->dk, ptrs[ik], nk, &sk, err));
+        GT_TRY(gt_cudnn_same_bytes(s, a->dv, ptrs[iv], nk, &sv, err));
         pl->checked = sq && sk && sv ? 1 : -1;
         if (gt_cudnn_verbose())
             fprintf(stderr, "cudnn: backward b %lld hq %lld hkv %lld s %lld d %lld: two runs %s\n",
