@@ -2,12 +2,13 @@
  * tiled path for comparison) at the 1B shape: b 8, hq 32, hkv 8, s 2048, d 64, causal; bf16 shapes
  * in both layouts (0: [b, heads, s, d]; 1: [b, s, heads, d], the one the llama3 step uses).
  * TFLOP/s counts the causal half: forward 4 b h s^2 d / 2, backward 2.5x that. Built with cuDNN,
- * the d 64 and 128 shapes run twice: forward on cuDNN, then on graphtrain's flash kernel (the
- * backward is graphtrain's in both).
+ * the d 64 and 128 shapes run twice: forward and backward on cuDNN, then on graphtrain's flash
+ * kernels. Each bf16 shape then checks that 50 backwards on random inputs give the same bits.
  * Build against the library (see bench/README.md), run on a machine with a CUDA device. */
 #include "graphtrain/gt_cuda.h"
 
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,6 +19,57 @@ static double now_s(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* A bf16 of x (its float's top half: a valid value, not rounded). */
+static uint16_t bf16_of(float x)
+{
+    uint32_t u;
+    memcpy(&u, &x, sizeof u);
+    return (uint16_t)(u >> 16);
+}
+
+/* Random q, k, v, dout in [-2, 2), the forward once, then the backward `runs` times: whether dq,
+ * dk and dv keep their first run's bits (the timings above run on zeros, whose gradients are all
+ * zero, so they cannot tell). */
+static int check_bits(gt_cuda_stream *st, gt_kernel_call *f, gt_kernel_call *bw, int runs)
+{
+    gt_error err = {0};
+    const gt_tensor *in[4] = {f->in[0], f->in[1], f->in[2], bw->in[5]};
+    uint32_t seed = 12345;
+    for (int i = 0; i < 4; i++) {
+        size_t n = gt_tensor_nbytes(in[i]) / 2;
+        uint16_t *h = malloc(2 * n);
+        for (size_t j = 0; j < n; j++) {
+            seed = seed * 1664525u + 1013904223u;
+            h[j] = bf16_of(4.0f * (float)(seed >> 8) / 16777216.0f - 2.0f);
+        }
+        gt_cuda_memcpy_h2d(st, in[i]->data, h, 2 * n, &err);
+        gt_cuda_stream_sync(st, &err);
+        free(h);
+    }
+    size_t bytes[3], total = 0;
+    for (int j = 0; j < 3; j++)
+        total += bytes[j] = gt_tensor_nbytes(bw->out[j]);
+    char *first = malloc(total), *now = malloc(total);
+    int differ = -1;
+    if (gt_cuda_run_kernel(f, st, &err) != GT_OK) goto done;
+    for (int r = 0; r < runs && differ < 0; r++) {
+        if (gt_cuda_run_kernel(bw, st, &err) != GT_OK) goto done;
+        char *to = r == 0 ? first : now;
+        for (int j = 0, at = 0; j < 3; at += (int)bytes[j], j++)
+            gt_cuda_memcpy_d2h(st, to + at, bw->out[j]->data, bytes[j], &err);
+        if (gt_cuda_stream_sync(st, &err) != GT_OK) goto done;
+        if (r > 0 && memcmp(first, now, total) != 0) differ = r;
+    }
+    printf("  backward bits over %d runs on random inputs: %s", runs,
+           differ < 0 ? "the same\n" : "DIFFER");
+    if (differ >= 0) printf(" (run %d)\n", differ);
+done:
+    free(first);
+    free(now);
+    if (err.msg[0]) fprintf(stderr, "check: %s\n", err.msg);
+    return err.msg[0] || differ >= 0;
 }
 
 static int bench(gt_cuda_stream *st, gt_dtype dt, int64_t b, int64_t hq, int64_t hkv, int64_t s,
@@ -78,6 +130,7 @@ static int bench(gt_cuda_stream *st, gt_dtype dt, int64_t b, int64_t hq, int64_t
            dt == GT_BF16 ? "bf16" : "f32", layout, (long long)b, (long long)hq, (long long)hkv,
            (long long)s, (long long)d, 1e3 * t[0], flop / t[0] * 1e-12, 1e3 * t[1],
            2.5 * flop / t[1] * 1e-12, 1e3 * (t[0] + t[1]), 3.5 * flop / (t[0] + t[1]) * 1e-12);
+    if (dt == GT_BF16 && check_bits(st, &f, &bw, 50) != 0) return 1;
     gt_tensor *fr[] = {&q, &k, &v, &o, &lse, &g, &dq, &dk, &dv};
     for (int i = 0; i < 9; i++)
         gt_cuda_tensor_free(fr[i]);
@@ -97,10 +150,10 @@ int main(int argc, char **argv)
         return 1;
     }
     int rc = 0;
-    /* built with cuDNN: the bf16 forwards of d 64 and 128 on cuDNN, then on graphtrain's kernel */
+    /* built with cuDNN: the bf16 sdpa of d 64 and 128 on cuDNN, then on graphtrain's kernels */
     for (int cudnn = gt_cuda_have_cudnn(); cudnn >= 0; cudnn--) {
         gt_cuda_stream_set_cudnn(st, cudnn);
-        printf("forward of d 64 and 128 on %s\n", cudnn ? "cuDNN" : "graphtrain's flash kernel");
+        printf("sdpa of d 64 and 128 on %s\n", cudnn ? "cuDNN" : "graphtrain's flash kernels");
         for (int layout = 0; layout < 2; layout++) {
             if (strcmp(only, "debugmodel") != 0)
                 rc |= bench(st, GT_BF16, 8, 32, 8, 2048, 64, 20, layout);

@@ -338,10 +338,13 @@ static void test_layout(void)
 /* ---------------------------------------------------------------- cuDNN */
 
 /* Where graphtrain is built with cuDNN, bf16 forwards of head dim 64 and 128 run on cuDNN's fused
- * attention (the cases above test that path against the fp32 kernels). Here the same inputs run
- * both ways, layout 1, causal, GQA and not, up to the 8B's heads at s 2048: cuDNN's out and lse
- * within the bounds above of graphtrain's flash kernel, three cuDNN runs bitwise the same, and not
- * bitwise graphtrain's (else the cuDNN path was not taken). */
+ * attention, forward and backward (the cases above test those paths against the fp32 kernels).
+ * Here the same inputs run both ways, layout 1, causal, GQA and not, up to the 1B's and 8B's heads
+ * at s 2048: cuDNN's out and lse within the bounds above of graphtrain's flash kernel, three cuDNN
+ * runs bitwise the same, and not bitwise graphtrain's (else the cuDNN path was not taken); cuDNN's
+ * dq, dk, dv within the bounds of graphtrain's backward, five runs bitwise the same, and not
+ * bitwise graphtrain's (a backward plan whose first call's two runs differ falls back to
+ * graphtrain's kernels, which this catches). */
 static void test_cudnn(void)
 {
     if (!gt_cuda_have_cudnn()) {
@@ -352,6 +355,7 @@ static void test_cudnn(void)
                                 {64, 2, 8, 2, 1000},
                                 {128, 2, 8, 2, 1000},
                                 {64, 2, 4, 4, 1000},
+                                {64, 1, 32, 8, 2048},
                                 {128, 1, 32, 8, 2048}};
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
         int64_t d = cases[k][0], b = cases[k][1], hq = cases[k][2], hkv = cases[k][3],
@@ -377,6 +381,33 @@ static void test_cudnn(void)
                bitwise ? "yes" : "no");
         EXPECT(!bitwise, "%s: cuDNN's forward gave graphtrain's bits: the cuDNN path did not run",
                name);
+
+        /* backward on (q, k, v, graphtrain's out and lse, dout): cuDNN's against graphtrain's */
+        gt_tensor bin[6] = {in[0], in[1], in[2], off[0], off[1], t_rand(4, qs, -1, 1)};
+        gt_tensor gon[3] = {cu_tensor_new(GT_BF16, 4, qs), cu_tensor_new(GT_BF16, 4, ks),
+                            cu_tensor_new(GT_BF16, 4, ks)};
+        gt_tensor goff[3] = {cu_tensor_new(GT_BF16, 4, qs), cu_tensor_new(GT_BF16, 4, ks),
+                             cu_tensor_new(GT_BF16, 4, ks)};
+        same = gpu_run(GT_OP_SDPA_BACKWARD, ia, fa, bin, 6, gon, 3, 5, name);
+        EXPECT(same, "%s: two backward runs differ (or an element is not written)", name);
+        gt_cuda_stream_set_cudnn(g_stream, false);
+        gpu_run(GT_OP_SDPA_BACKWARD, ia, fa, bin, 6, goff, 3, 1, name);
+        gt_cuda_stream_set_cudnn(g_stream, true);
+        const char *gn[3] = {"dq", "dk", "dv"};
+        int differ = 0;
+        for (int j = 0; j < 3; j++) {
+            expect_close(name, gn[j], &gon[j], &goff[j], 2e-2, 1e-2);
+            differ += memcmp(gon[j].data, goff[j].data, gt_tensor_nbytes(&gon[j])) != 0;
+            gt_tensor_free(&gon[j]);
+            gt_tensor_free(&goff[j]);
+        }
+        printf("  %-24s backward bitwise graphtrain's: %s (expected no: cuDNN's)\n", name,
+               differ ? "no" : "yes");
+        EXPECT(differ,
+               "%s: cuDNN's backward gave graphtrain's bits: the cuDNN path did not run "
+               "(GT_CUDNN_VERBOSE=1 says why)",
+               name);
+        gt_tensor_free(&bin[5]);
         for (int j = 0; j < 3; j++)
             gt_tensor_free(&in[j]);
         for (int j = 0; j < 2; j++) {

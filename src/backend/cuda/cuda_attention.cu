@@ -380,8 +380,8 @@ gt_status gt_cuda_sdpa(gt_cuda_stream *s, const gt_kernel_call *c, gt_error *err
     if (a.b * a.hq * a.s == 0) return GT_OK;
     if (gt_cuda_flash_fits(c, a.d, a.dv, a.t)) {
         gt_cudnn_sdpa cd = {c->in[0]->data, c->in[1]->data, c->in[2]->data, c->out[0]->data,
-                            (float *)c->out[1]->data, a.b, a.hq, a.hkv, a.s, a.t, a.d,
-                            a.layout, a.causal, a.scale};
+                            (float *)c->out[1]->data, NULL, NULL, NULL, NULL, a.b, a.hq, a.hkv,
+                            a.s, a.t, a.d, a.layout, a.causal, a.scale};
         bool ran = false;
         GT_TRY(gt_cudnn_sdpa_forward(s, &cd, &ran, err));
         if (ran) return GT_OK;
@@ -433,6 +433,14 @@ gt_status gt_cuda_sdpa_backward(gt_cuda_stream *s, const gt_kernel_call *c, gt_e
             gt_k_att_zero<<<gt_cuda_blocks(nv), GT_CUDA_THREADS, 0, s->stream>>>(nv, dv->data,
                                                                                  dv->dtype);
         return gt_cuda_launched(c, err);
+    }
+    if (gt_cuda_flash_fits(c, a.d, a.dv, a.t)) { /* cuDNN's, where it takes the call */
+        gt_cudnn_sdpa cd = {q->data, k->data, v->data, o->data, (float *)l->data,
+                            g->data, dq->data, dk->data, dv->data, a.b, a.hq, a.hkv, a.s, a.t,
+                            a.d, a.layout, a.causal, a.scale};
+        bool ran = false;
+        GT_TRY(gt_cudnn_sdpa_backward(s, c, &cd, &ran, err));
+        if (ran) return GT_OK;
     }
     void *scr; /* D; the flash kernels also keep lse log2 e after it */
     GT_TRY(gt_cuda_scratch(s, c, 2 * (size_t)qrows * sizeof(float), &scr, err));

@@ -57,8 +57,10 @@ struct gt_cuda_stream {
  * gt_cuda_flash_fits (bf16 q, k, v, out; f32 lse; 16-byte aligned). */
 typedef struct {
     const void *q, *k, *v;
-    void *out;
-    float *lse;
+    void *out;          /* forward: written; backward: read (o) */
+    float *lse;         /* forward: written; backward: read */
+    const void *g;      /* backward: dout */
+    void *dq, *dk, *dv; /* backward */
     int64_t b, hq, hkv, s, t, d;
     int layout, causal;
     float scale;
@@ -70,6 +72,12 @@ typedef struct {
  * the same decision and the same plan. */
 gt_status gt_cudnn_sdpa_forward(gt_cuda_stream *s, const gt_cudnn_sdpa *a, bool *ran,
                                 gt_error *err);
+/* The backward of such a call on cuDNN (dq, dk, dv from q, k, v, out, lse, dout), under the same
+ * conditions, where its plan gave the same bits on two runs of its first call (cuda_cudnn.cu);
+ * *ran as above. Call c names the op in errors; its scratch holds cuDNN's f32 row sums (and, on
+ * the first call, the second run's outputs). */
+gt_status gt_cudnn_sdpa_backward(gt_cuda_stream *s, const gt_kernel_call *c,
+                                 const gt_cudnn_sdpa *a, bool *ran, gt_error *err);
 void gt_cudnn_free(struct gt_cudnn *c);
 
 /* dw[v, :] = sum of dy[p, :] over the positions p with ids[p] - row0 == v, in increasing p, for the
