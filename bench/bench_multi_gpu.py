@@ -6,7 +6,8 @@ every GPU count of --gpus (1, 2, 4) and every layout of --layouts it trains with
 
 graphtrain — one mpirun per run (B = --batch, S = --seq, K = --steps, TMP a fresh folder):
 
-    mpirun -np N --allow-run-as-root --oversubscribe -x NCCL_NVLS_ENABLE=0 GRAPHTRAIN train
+    mpirun -np N --allow-run-as-root --oversubscribe --bind-to none -x NCCL_NVLS_ENABLE=0
+        GRAPHTRAIN train
         --model.flavor F --training.device cuda --training.local_batch_size B
         --training.seq_len S --training.steps K --metrics.log_freq 1 --metrics.peak_tflops 989
         --job.print_config false --job.dump_folder TMP
@@ -340,7 +341,7 @@ def run_graphtrain(args, model, layout, n, log_path, extra=()):
     dp = n if layout == "fsdp" else n // TP
     if args.launcher == "mpirun":
         launch = ["mpirun", "-np", str(n), "--allow-run-as-root", "--oversubscribe",
-                  "-x", "NCCL_NVLS_ENABLE=0"]
+                  "--bind-to", "none", "-x", "NCCL_NVLS_ENABLE=0"]
     else:  # this script starts the ranks with torchrun's variables (graphtrain's TCP rendezvous)
         launch = [sys.executable, os.path.abspath(__file__), "--spawn-ranks", str(n)]
     cmd = launch + [args.graphtrain, "train", "--model.flavor", model,
@@ -377,6 +378,13 @@ def run_graphtrain(args, model, layout, n, log_path, extra=()):
              comm_report=comm, exposed_comm_ms=exposed_ms(comm))
     p = re.search(r"(\d+) parameters", out)
     r["params"] = int(p.group(1)) if p else -1
+    # graphtrain's own account of the time outside the steps (rank 0)
+    p = re.search(r"set up in ([\d.]+) s", out)
+    r["setup_seconds"] = float(p.group(1)) if p else None
+    p = re.search(r"finished: parameters to the host ([\d.]+) s, their hash ([\d.]+) s, "
+                  r"release ([\d.]+) s", out)
+    r["finish_seconds"] = dict(params_to_host=float(p.group(1)), params_hash=float(p.group(2)),
+                               release=float(p.group(3))) if p else None
     planned = re.search(r"planned (\d+) bytes", out)  # per rank: "memory per rank ...: planned"
     r["own_peak_bytes"] = int(planned.group(1)) + bc.GT_CUBLASLT_WORKSPACE if planned else -1
     if rc != 0:
@@ -650,6 +658,10 @@ def main():
         s = summarize(r, args, model, n)
         msg = (f"{s['step_ms']:.1f} ms/step, {s['tokens_per_s']:,.0f} tokens/s, "
                f"{s['tokens_per_s_per_gpu']:,.0f}/GPU, MFU {s['mfu'] * 100:.1f} %" if s else "")
+        if r.get("setup_seconds") is not None:
+            msg += f"; set up {r['setup_seconds']:.1f} s"
+        if r.get("finish_seconds"):
+            msg += ", finish " + ", ".join(f"{k} {v:.1f} s" for k, v in r["finish_seconds"].items())
         bc.print_progress(k, msg, r, t0)
         bc.write_json(args.json, results)
 

@@ -171,6 +171,9 @@ uint64_t gt_hash_str(const char *s);
 /* Seconds on the monotonic clock (for durations and deadlines; src/core/clock.c). */
 double gt_now_seconds(void);
 
+/* The CPUs this process may run on (its affinity mask; src/core/cpus.c). */
+int gt_cpu_count(void);
+
 #ifdef __cplusplus
 }
 #endif

@@ -8,7 +8,6 @@
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <unistd.h>
 
 #include "graphtrain/gt_model.h"
 #include "graphtrain/gt_safetensors.h"
@@ -70,7 +69,7 @@ void gt_param_init(const gt_param_spec *p, uint64_t seed, int64_t start, int64_t
     GT_CHECK(start >= 0 && count >= 0);
     GT_CHECK(start + count <= gt_shape_numel(p->ndim, p->shape));
     GT_CHECK(gt_tensor_numel(dst) >= count && gt_dtype_is_float(dst->dtype));
-    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    int cpus = gt_cpu_count();
     int64_t n = count / GT_INIT_MIN_PER_THREAD;
     if (n > cpus) n = cpus;
     if (n > GT_INIT_MAX_THREADS) n = GT_INIT_MAX_THREADS;

@@ -246,7 +246,7 @@ static gt_status write_checkpoint(gt_trainer *t, int64_t step, const gt_tensor *
 
 gt_status gt_trainer_save_checkpoint(gt_trainer *t, int64_t step, gt_error *err)
 {
-    GT_TRY(gt_trainer_state_to_host(t, err));
+    GT_TRY(gt_trainer_state_to_host(t, false, err));
     gt_trainer_refresh_ckpt_tensors(t);
     double t0 = gt_now_seconds();
     int n = 3 * t->n_params;

@@ -205,6 +205,7 @@ typedef struct {
     bool cuda;       /* training.device = cuda */
     int device;      /* its CUDA device (the node-local rank modulo the visible GPUs) */
     bool host_stale; /* the whole-step program holds newer state than params/exp_avg/exp_avg_sq */
+    double end_s[2]; /* seconds: the parameters back to the host, their final hash */
     gt_pending_step pending;
     double last_done; /* cuda: when the last step's results were read */
 } gt_trainer;
@@ -221,8 +222,9 @@ uint64_t gt_trainer_fingerprint(gt_trainer *t);
 gt_status gt_trainer_save_checkpoint(gt_trainer *t, int64_t step, gt_error *err);
 /* Loads the latest (or the configured) checkpoint if there is one; *step = its step or 0. */
 gt_status gt_trainer_resume(gt_trainer *t, int64_t *step, gt_error *err);
-/* cuda: refreshes the host state from the device (trainer.c). */
-gt_status gt_trainer_state_to_host(gt_trainer *t, gt_error *err);
+/* Refreshes the host state from the step's program: params (and buffers), and unless params_only
+ * the optimizer's moments (trainer.c). */
+gt_status gt_trainer_state_to_host(gt_trainer *t, bool params_only, gt_error *err);
 void gt_trainer_refresh_ckpt_tensors(gt_trainer *t);
 
 #endif

@@ -29,6 +29,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "checkpoint_internal.h"
 #include "graphtrain/gt_checkpoint.h"
@@ -281,20 +282,22 @@ static gt_status step_graph_results_cuda(gt_step_graph *s, int64_t ticket, doubl
 }
 #endif
 
-/* Copies the state (params, moments) from the whole-step program (the device's, or the compiled
- * CPU one's arenas) into the host tensors that feed it, when it has run since. */
-gt_status gt_trainer_state_to_host(gt_trainer *t, gt_error *err)
+/* Copies the state (params, and the moments unless params_only) from the whole-step program (the
+ * device's, or the compiled CPU one's arenas) into the host tensors that feed it, when it has run
+ * since. */
+gt_status gt_trainer_state_to_host(gt_trainer *t, bool params_only, gt_error *err)
 {
     if (!t->host_stale) return GT_OK;
     gt_step_graph *s = &t->whole;
     for (int k = 0; s->g && k < s->g->n_inputs; k++) {
-        if (s->g->inputs[k].kind == GT_IN_INPUT) continue;
+        gt_input_kind kind = s->g->inputs[k].kind;
+        if (kind == GT_IN_INPUT || (params_only && kind == GT_IN_OPT_STATE)) continue;
 #ifdef GT_HAVE_CUDA
         if (s->dev) GT_TRY(gt_cuda_program_read_input(s->dev, k, s->feed[k], err));
 #endif
         if (s->prog) GT_TRY(gt_program_read_input(s->prog, k, s->feed[k], err));
     }
-    t->host_stale = false;
+    t->host_stale = params_only;
     return GT_OK;
 }
 
@@ -548,6 +551,23 @@ static gt_status train_step(gt_trainer *t, int64_t step, double *loss, double *g
 
 /* ---------------------------------------------------------------- setup and loop */
 
+/* A rank bound to one CPU draws its parameters on that core alone (8B over 2 ranks: 240 s on an
+ * H200 host, against seconds on its 16 cores): said once, by rank 0, for models of 1e8 parameters
+ * or more. */
+static void warn_if_bound(const gt_trainer *t)
+{
+    long host = sysconf(_SC_NPROCESSORS_ONLN);
+    int64_t n = 0;
+    for (int k = 0; k < t->model.n_params; k++)
+        n += gt_shape_numel(t->model.params[k].ndim, t->model.params[k].shape);
+    if (t->dist.rank != 0 || gt_cpu_count() > 1 || host < 2 || n < 100000000) return;
+    gt_log(GT_LOG_WARN,
+           "this rank may run on 1 of the host's %ld CPUs (the launcher bound it: mpirun binds "
+           "each rank to one core when -np <= 2), so it draws its share of the %lld parameters on "
+           "one core; `mpirun --bind-to none` (or --map-by numa) gives it more",
+           host, (long long)n);
+}
+
 static gt_status setup(gt_trainer *t, gt_error *err)
 {
     const gt_config *cfg = t->cfg;
@@ -619,6 +639,7 @@ static gt_status setup(gt_trainer *t, gt_error *err)
                        .min_lr_factor = cfg->lr_scheduler.min_lr_factor};
     GT_TRY(gt_lr_schedule_init(&t->lr, &lc, err));
     GT_TRY(build_graphs(t, err));
+    warn_if_bound(t);
     GT_TRY(gt_trainer_alloc_state(t, err));
     /* graphs read the state allocated above */
     if (t->accum == 1) {
@@ -839,7 +860,7 @@ static gt_status final_params_hash(gt_trainer *t, uint64_t *hash, gt_error *err)
     return GT_OK;
 }
 
-static void log_start(gt_trainer *t, gt_train_result *res)
+static void log_start(gt_trainer *t, gt_train_result *res, double setup_s)
 {
     const gt_config *cfg = t->cfg;
     int64_t n_params = 0;
@@ -856,9 +877,9 @@ static void log_start(gt_trainer *t, gt_train_result *res)
     }
     gt_log(GT_LOG_INFO,
            "model llama3 %s: %lld parameters; step graph %d nodes; batch %lld x %lld tokens, "
-           "%lld micro-batch(es); %.3e FLOPs/step%s",
+           "%lld micro-batch(es); %.3e FLOPs/step%s; set up in %.1f s",
            cfg->model.flavor, (long long)n_params, shown->n_nodes, (long long)t->global_batch,
-           (long long)cfg->training.seq_len, (long long)t->accum, t->flops.total, mesh);
+           (long long)cfg->training.seq_len, (long long)t->accum, t->flops.total, mesh, setup_s);
     if (t->synthetic)
         gt_log(GT_LOG_INFO,
                "dataset synthetic: vocab %lld, entropy rate %.4f nats/token (the "
@@ -879,6 +900,7 @@ static gt_status comm_report(gt_trainer *t, double step_s, gt_error *err)
 static gt_status run(gt_trainer *t, gt_train_result *res, gt_error *err)
 {
     const gt_config *cfg = t->cfg;
+    double t_setup = gt_now_seconds();
     gt_status st = setup(t, err);
     res->rank = t->dist.rank;
     res->world_size = t->dist.size;
@@ -888,7 +910,7 @@ static gt_status run(gt_trainer *t, gt_train_result *res, gt_error *err)
     if (cfg->checkpoint.enable) GT_TRY(gt_trainer_resume(t, &start, err));
     GT_TRY(gt_train_share_status(&t->dist, 0, open_outputs(t, err), err));
     gt_trainer_refresh_ckpt_tensors(t);
-    log_start(t, res);
+    log_start(t, res, gt_now_seconds() - t_setup);
     GT_TRY(check_ranks(t, err));
 
     res->first_step = start + 1;
@@ -922,8 +944,12 @@ static gt_status run(gt_trainer *t, gt_train_result *res, gt_error *err)
         if (ckpt || step == cfg->training.steps) GT_TRY(report_pending(t, res, err));
         if (ckpt) GT_TRY(gt_trainer_save_checkpoint(t, step, err));
     }
-    GT_TRY(gt_trainer_state_to_host(t, err));
-    return final_params_hash(t, &res->params_hash, err);
+    double t_end = gt_now_seconds();
+    GT_TRY(gt_trainer_state_to_host(t, true, err)); /* the hash reads the parameters alone */
+    double t_host = gt_now_seconds();
+    GT_TRY(final_params_hash(t, &res->params_hash, err));
+    t->end_s[0] = t_host - t_end, t->end_s[1] = gt_now_seconds() - t_host;
+    return GT_OK;
 }
 
 gt_status gt_train(const gt_config *cfg, gt_train_result *result, gt_error *err)
@@ -949,7 +975,12 @@ gt_status gt_train(const gt_config *cfg, gt_train_result *result, gt_error *err)
      * work that may never end (kernels captured in the step's CUDA graph before the abort); the
      * process is about to exit and the driver reclaims everything. With a stopped (not dead) peer
      * ncclCommAbort itself may never return: gt_comm_nccl_abort waits for it a bounded time. */
+    double t_free = gt_now_seconds();
     if (!local.device_abandoned) teardown(&t);
+    if (st == GT_OK && local.rank == 0)
+        gt_log(GT_LOG_INFO,
+               "finished: parameters to the host %.1f s, their hash %.1f s, release %.1f s",
+               t.end_s[0], t.end_s[1], gt_now_seconds() - t_free);
     if (result) *result = local;
     return st;
 }
