@@ -150,6 +150,57 @@ void gt_shard_init_param(const gt_shard_box *b, const gt_param_spec *p, uint64_t
     for_each_run(b, init_run, &c);
 }
 
+/* full = the blocks of world ranks 0 .. n-1, each n_each elements, laid end to end in all. */
+static gt_status place_blocks(int n, const gt_mesh *mesh, const gt_shard_box *mine, gt_dtype dt,
+                              int64_t n_each, const void *all, gt_tensor *full, gt_error *err)
+{
+    for (int r = 0; r < n; r++) {
+        int coords[GT_MESH_NDIMS];
+        gt_mesh_coords(mesh, r, coords);
+        gt_shard_box theirs;
+        GT_TRY(
+            gt_shard_box_init(&theirs, mesh, mine->place, mine->ndim, mine->global, coords, err));
+        gt_tensor block;
+        gt_tensor_wrap(&block, dt, theirs.ndim, theirs.local,
+                       (char *)all + (size_t)r * (size_t)n_each * gt_dtype_size(dt));
+        gt_shard_place(&theirs, &block, full);
+    }
+    return GT_OK;
+}
+
+/* Whether the blocks of world ranks 0 .. n-1, laid end to end, are the whole tensor in row-major
+ * order: unpadded bands of whole rows of dim 0, in rank order (an FSDP split over every rank). */
+static gt_status blocks_in_order(int n, const gt_mesh *mesh, const gt_shard_box *mine, bool *yes,
+                                 gt_error *err)
+{
+    *yes = false;
+    int64_t next = 0;
+    for (int r = 0; r < n && mine->ndim > 0; r++) {
+        int coords[GT_MESH_NDIMS];
+        gt_mesh_coords(mesh, r, coords);
+        gt_shard_box b;
+        GT_TRY(gt_shard_box_init(&b, mesh, mine->place, mine->ndim, mine->global, coords, err));
+        for (int d = 0; d < b.ndim; d++)
+            if (b.size[d] != b.local[d] || (d > 0 && b.size[d] != b.global[d])) return GT_OK;
+        if (b.start[0] != next) return GT_OK;
+        next += b.size[0];
+    }
+    *yes = mine->ndim > 0 && next == mine->global[0];
+    return GT_OK;
+}
+
+/* At least `bytes` at *p (grown, never shrunk, so its pages are touched once for many calls). */
+static gt_status grow(void **p, size_t *have, size_t bytes, gt_error *err)
+{
+    if (bytes <= *have) return GT_OK;
+    free(*p);
+    *have = 0;
+    *p = malloc(bytes);
+    if (!*p) return gt_error_set(err, GT_ERR_NOMEM, "out of memory (%zu bytes)", bytes);
+    *have = bytes;
+    return GT_OK;
+}
+
 gt_status gt_shard_gather(gt_comm *world, const gt_mesh *mesh, const gt_shard_box *mine,
                           const gt_tensor *local, gt_tensor *full, gt_error *err)
 {
@@ -164,19 +215,55 @@ gt_status gt_shard_gather(gt_comm *world, const gt_mesh *mesh, const gt_shard_bo
     gt_tensor_wrap(&flat, local->dtype, 1, &n, local->data);
     GT_TRY(gt_tensor_alloc(&all, local->dtype, 1, &all_n, err));
     gt_status st = gt_comm_all_gather(world, &flat, &all, err);
-    for (int r = 0; st == GT_OK && full && r < world->size; r++) {
-        int coords[GT_MESH_NDIMS];
-        gt_mesh_coords(mesh, r, coords);
-        gt_shard_box theirs;
-        st = gt_shard_box_init(&theirs, mesh, mine->place, mine->ndim, mine->global, coords, err);
-        if (st != GT_OK) break;
-        gt_tensor block;
-        gt_tensor_wrap(&block, local->dtype, theirs.ndim, theirs.local,
-                       (char *)all.data + (size_t)r * (size_t)n * gt_dtype_size(local->dtype));
-        gt_shard_place(&theirs, &block, full);
-    }
+    if (st == GT_OK && full)
+        st = place_blocks(world->size, mesh, mine, local->dtype, n, all.data, full, err);
     gt_tensor_free(&all);
     return st;
+}
+
+gt_status gt_shard_hash(gt_comm *world, const gt_mesh *mesh, const gt_shard_box *mine,
+                        const gt_tensor *local, gt_shard_buffers *buf, uint64_t *h, gt_error *err)
+{
+    size_t es = gt_dtype_size(local->dtype);
+    int64_t whole = gt_shape_numel(mine->ndim, mine->global);
+    if (!world || world->size == 1) {
+        if (gt_shard_box_is_whole(mine)) {
+            *h = gt_hash64(local->data, (size_t)whole * es, *h);
+            return GT_OK;
+        }
+        GT_TRY(grow(&buf->full, &buf->full_bytes, (size_t)whole * es, err));
+        gt_tensor full;
+        gt_tensor_wrap(&full, local->dtype, mine->ndim, mine->global, buf->full);
+        gt_shard_place(mine, local, &full);
+        *h = gt_hash64(buf->full, (size_t)whole * es, *h);
+        return GT_OK;
+    }
+    int64_t n = gt_tensor_numel(local), all_n = n * world->size;
+    GT_TRY(grow(&buf->all, &buf->all_bytes, (size_t)all_n * es, err));
+    gt_tensor flat, all;
+    gt_tensor_wrap(&flat, local->dtype, 1, &n, local->data);
+    gt_tensor_wrap(&all, local->dtype, 1, &all_n, buf->all);
+    GT_TRY(gt_comm_all_gather(world, &flat, &all, err));
+    if (world->rank != 0) return GT_OK;
+    bool in_order;
+    GT_TRY(blocks_in_order(world->size, mesh, mine, &in_order, err));
+    if (in_order) { /* the gathered blocks are the whole tensor's bytes */
+        *h = gt_hash64(buf->all, (size_t)whole * es, *h);
+        return GT_OK;
+    }
+    GT_TRY(grow(&buf->full, &buf->full_bytes, (size_t)whole * es, err));
+    gt_tensor full;
+    gt_tensor_wrap(&full, local->dtype, mine->ndim, mine->global, buf->full);
+    GT_TRY(place_blocks(world->size, mesh, mine, local->dtype, n, buf->all, &full, err));
+    *h = gt_hash64(buf->full, (size_t)whole * es, *h);
+    return GT_OK;
+}
+
+void gt_shard_buffers_free(gt_shard_buffers *buf)
+{
+    free(buf->all);
+    free(buf->full);
+    *buf = (gt_shard_buffers){0};
 }
 
 /* ---------------------------------------------------------------- checkpoints */

@@ -54,6 +54,17 @@ void gt_shard_init_param(const gt_shard_box *b, const gt_param_spec *p, uint64_t
  * full NULL: this rank only contributes. world NULL: full = local's block. */
 gt_status gt_shard_gather(gt_comm *world, const gt_mesh *mesh, const gt_shard_box *mine,
                           const gt_tensor *local, gt_tensor *full, gt_error *err);
+/* Buffers kept between gt_shard_hash calls (free with gt_shard_buffers_free). */
+typedef struct {
+    void *all, *full;
+    size_t all_bytes, full_bytes;
+} gt_shard_buffers;
+/* *h = gt_hash64 of the whole tensor's bytes with seed *h, from every rank's block (a collective
+ * over world, like gt_shard_gather), on world rank 0; the others only send. Blocks that lie in
+ * rank order (an FSDP split) are hashed as gathered, others placed into the whole tensor first. */
+gt_status gt_shard_hash(gt_comm *world, const gt_mesh *mesh, const gt_shard_box *mine,
+                        const gt_tensor *local, gt_shard_buffers *buf, uint64_t *h, gt_error *err);
+void gt_shard_buffers_free(gt_shard_buffers *buf);
 
 /* ---------------------------------------------------------------- ranks (trainer_parallel.c) */
 

@@ -839,21 +839,13 @@ static gt_status final_params_hash(gt_trainer *t, uint64_t *hash, gt_error *err)
 {
     uint64_t h = 0;
     gt_train_dist *d = &t->dist;
-    for (int k = 0; k < t->n_params; k++) {
-        if (!gt_train_dist_multi(d)) {
-            h = gt_hash64(t->params[k].data, gt_tensor_nbytes(&t->params[k]), h);
-            continue;
-        }
-        const gt_shard_box *b = &t->box[k];
-        gt_tensor full = {0};
-        if (d->rank == 0)
-            GT_TRY(gt_tensor_alloc(&full, t->params[k].dtype, b->ndim, b->global, err));
-        gt_status st = gt_shard_gather(d->world, &d->layout.mesh, b, &t->params[k],
-                                       d->rank == 0 ? &full : NULL, err);
-        if (st == GT_OK && d->rank == 0) h = gt_hash64(full.data, gt_tensor_nbytes(&full), h);
-        gt_tensor_free(&full);
-        if (st != GT_OK) return st;
-    }
+    gt_shard_buffers buf = {0};
+    gt_comm *world = gt_train_dist_multi(d) ? d->world : NULL;
+    gt_status st = GT_OK;
+    for (int k = 0; k < t->n_params && st == GT_OK; k++)
+        st = gt_shard_hash(world, &d->layout.mesh, &t->box[k], &t->params[k], &buf, &h, err);
+    gt_shard_buffers_free(&buf);
+    GT_TRY(st);
     int64_t shared = (int64_t)h;
     GT_TRY(gt_train_share_i64(d, &shared, err));
     *hash = (uint64_t)shared;

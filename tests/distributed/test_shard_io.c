@@ -12,7 +12,8 @@
  *     a one-rank run starts from;
  *   - gathers the whole tensor from every rank's block (gt_shard_gather over the world) and
  *     compares it bit for bit with the whole initialisation;
- *   - slices its block back out of the whole tensor (gt_shard_slice) and gets its block again.
+ *   - slices its block back out of the whole tensor (gt_shard_slice) and gets its block again;
+ *   - hashes the whole tensor from the blocks (gt_shard_hash, rank 0): gt_hash64 of the whole.
  * The same for a 3-d parameter [4, 6, 5] split on its first or middle dim, whose blocks are
  * walked in runs longer than a row (check_block serves both ranks). */
 #include <string.h>
@@ -66,6 +67,18 @@ static void check_gather_slice(gt_comm *world, const gt_mesh *mesh, const char *
     gt_shard_slice(box, whole, &again);
     EXPECT(memcmp(again.data, block->data, gt_tensor_nbytes(block)) == 0,
            "%s rank %d: slicing the whole tensor does not give the block", what, world->rank);
+    /* the hash of the whole tensor from the blocks, on rank 0, twice over the same buffers
+     * (blocks in rank order are hashed as gathered, others placed first) */
+    gt_shard_buffers buf = {0};
+    uint64_t want = gt_hash64(whole->data, gt_tensor_nbytes(whole), 99);
+    for (int rep = 0; rep < 2; rep++) {
+        uint64_t h = 99;
+        EXPECT_OK(gt_shard_hash(world, mesh, box, block, &buf, &h, &err), &err);
+        EXPECT(world->rank != 0 || h == want,
+               "%s: the hash from the blocks %016llx, of the whole tensor %016llx", what,
+               (unsigned long long)h, (unsigned long long)want);
+    }
+    gt_shard_buffers_free(&buf);
     gt_tensor_free(whole);
     gt_tensor_free(&gathered);
     gt_tensor_free(block);
@@ -76,8 +89,7 @@ static void check_gather_slice(gt_comm *world, const gt_mesh *mesh, const char *
  * its initialised block element by element against the whole initialisation, then gather and
  * slice. */
 static void check_block(gt_comm *world, const gt_mesh *mesh, const char *what,
-                        const gt_placement place[GT_MESH_MAX_DIMS], int ndim,
-                        const int64_t *global)
+                        const gt_placement place[GT_MESH_MAX_DIMS], int ndim, const int64_t *global)
 {
     gt_error err = {0};
     int coords[GT_MESH_NDIMS];
