@@ -269,6 +269,22 @@ static gt_status gt_cudnn_causal(gt_cudnn_pool *p, gt_cudnn_desc *ops, int *n, i
                               keep, *out, err);
 }
 
+/* out = a b for a kv head's gradient (dK or dV): with GQA, the product per q head into a virtual
+ * [b, hq, s, d] in bf16 (cuDNN's pattern wants the input dtype there: f32 gave wrong dK and dV),
+ * then a sum over each group of heads into out. */
+static gt_status gt_cudnn_matmul_kv(gt_cudnn_pool *p, gt_cudnn_desc *ops, int *n, int64_t *vid,
+                                    bool gqa, const int64_t q_dim[4], const int64_t full_str[4],
+                                    gt_cudnn_desc a, gt_cudnn_desc b, gt_cudnn_desc out,
+                                    gt_error *err)
+{
+    if (!gqa) return gt_cudnn_matmul(p, ops, n, a, b, out, err);
+    gt_cudnn_desc full;
+    GT_TRY(gt_cudnn_tensor(p, &full, (*vid)++, CUDNN_DATA_BFLOAT16, q_dim, full_str, true, false,
+                           false, err));
+    GT_TRY(gt_cudnn_matmul(p, ops, n, a, b, full, err));
+    return gt_cudnn_reduction(p, ops, n, CUDNN_REDUCE_TENSOR_ADD, full, out, err);
+}
+
 /* The backward graph of one shape (cudnn-frontend's flash backward pattern):
  *   D = rowsum(dO * O) (f32, to the row-sum buffer), P = exp(scale Q K^T - lse) (causal: 0 above
  *   the diagonal), dV = P^T dO, dP = dO V^T, dS = scale P (dP - D), dK = dS^T Q, dQ = dS K
@@ -329,14 +345,7 @@ static gt_status gt_cudnn_backward_graph(cudnnHandle_t h, gt_cudnn_pool *p, cons
                               err));
     /* dV = P^T dO (per q head, then summed over each group) */
     GT_TRY(gt_cudnn_reshape(p, ops, &n, prob, prob_t, err));
-    if (gqa) {
-        gt_cudnn_desc dv_full;
-        GT_TRY(gt_cudnn_tensor(p, &dv_full, vid++, bf, q_dim, full_str, true, false, false, err));
-        GT_TRY(gt_cudnn_matmul(p, ops, &n, prob_t, g, dv_full, err));
-        GT_TRY(gt_cudnn_reduction(p, ops, &n, CUDNN_REDUCE_TENSOR_ADD, dv_full, dv, err));
-    } else {
-        GT_TRY(gt_cudnn_matmul(p, ops, &n, prob_t, g, dv, err));
-    }
+    GT_TRY(gt_cudnn_matmul_kv(p, ops, &n, &vid, gqa, q_dim, full_str, prob_t, g, dv, err));
     /* dS = scale P (dO V^T - D) */
     gt_cudnn_desc dp, dps, ds, dss, dss_t, k_again;
     GT_TRY(gt_cudnn_tensor(p, &dp, vid++, f32, s_dim, s_str, true, false, false, err));
@@ -352,14 +361,7 @@ static gt_status gt_cudnn_backward_graph(cudnnHandle_t h, gt_cudnn_pool *p, cons
     GT_TRY(gt_cudnn_pointwise(p, ops, &n, CUDNN_POINTWISE_MUL, f32, -1, ds, scale, NULL, dss, err));
     /* dK = dS^T Q */
     GT_TRY(gt_cudnn_reshape(p, ops, &n, dss, dss_t, err));
-    if (gqa) {
-        gt_cudnn_desc dk_full;
-        GT_TRY(gt_cudnn_tensor(p, &dk_full, vid++, bf, q_dim, full_str, true, false, false, err));
-        GT_TRY(gt_cudnn_matmul(p, ops, &n, dss_t, q, dk_full, err));
-        GT_TRY(gt_cudnn_reduction(p, ops, &n, CUDNN_REDUCE_TENSOR_ADD, dk_full, dk, err));
-    } else {
-        GT_TRY(gt_cudnn_matmul(p, ops, &n, dss_t, q, dk, err));
-    }
+    GT_TRY(gt_cudnn_matmul_kv(p, ops, &n, &vid, gqa, q_dim, full_str, dss_t, q, dk, err));
     /* dQ = dS K */
     GT_TRY(gt_cudnn_reshape(p, ops, &n, kt, k_again, err));
     GT_TRY(gt_cudnn_matmul(p, ops, &n, dss, k_again, dq, err));
