@@ -551,9 +551,9 @@ static gt_status train_step(gt_trainer *t, int64_t step, double *loss, double *g
 
 /* ---------------------------------------------------------------- setup and loop */
 
-/* A rank bound to one CPU draws its parameters on that core alone (8B over 2 ranks: 240 s on an
- * H200 host, against seconds on its 16 cores): said once, by rank 0, for models of 1e8 parameters
- * or more. */
+/* A rank bound to one CPU draws its parameters on that core alone (8B over 2 ranks on an H200
+ * host: set up in 240 s bound, 35-40 s unbound): said once, by rank 0, for models of 1e8
+ * parameters or more. */
 static void warn_if_bound(const gt_trainer *t)
 {
     long host = sysconf(_SC_NPROCESSORS_ONLN);
