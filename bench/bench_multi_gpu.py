@@ -381,6 +381,9 @@ def run_graphtrain(args, model, layout, n, log_path, extra=()):
     # graphtrain's own account of the time outside the steps (rank 0)
     p = re.search(r"set up in ([\d.]+) s", out)
     r["setup_seconds"] = float(p.group(1)) if p else None
+    p = re.search(r"\(graphs ([\d.]+) s, parameters ([\d.]+) s, step programs ([\d.]+) s\)", out)
+    r["setup_parts_seconds"] = dict(graphs=float(p.group(1)), parameters=float(p.group(2)),
+                                    step_programs=float(p.group(3))) if p else None
     p = re.search(r"finished: parameters to the host ([\d.]+) s, their hash ([\d.]+) s, "
                   r"release ([\d.]+) s", out)
     r["finish_seconds"] = dict(params_to_host=float(p.group(1)), params_hash=float(p.group(2)),
@@ -660,6 +663,8 @@ def main():
                f"{s['tokens_per_s_per_gpu']:,.0f}/GPU, MFU {s['mfu'] * 100:.1f} %" if s else "")
         if r.get("setup_seconds") is not None:
             msg += f"; set up {r['setup_seconds']:.1f} s"
+        if r.get("setup_parts_seconds"):
+            msg += " (" + ", ".join(f"{k} {v:.1f} s" for k, v in r["setup_parts_seconds"].items()) + ")"
         if r.get("finish_seconds"):
             msg += ", finish " + ", ".join(f"{k} {v:.1f} s" for k, v in r["finish_seconds"].items())
         bc.print_progress(k, msg, r, t0)

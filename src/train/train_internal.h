@@ -216,6 +216,7 @@ typedef struct {
     bool cuda;       /* training.device = cuda */
     int device;      /* its CUDA device (the node-local rank modulo the visible GPUs) */
     bool host_stale; /* the whole-step program holds newer state than params/exp_avg/exp_avg_sq */
+    double setup_s[3]; /* seconds: graphs built, parameters initialised, step programs built */
     double end_s[2]; /* seconds: the parameters back to the host, their final hash */
     gt_pending_step pending;
     double last_done; /* cuda: when the last step's results were read */

@@ -638,9 +638,12 @@ static gt_status setup(gt_trainer *t, gt_error *err)
                                          : GT_LR_DECAY_LINEAR,
                        .min_lr_factor = cfg->lr_scheduler.min_lr_factor};
     GT_TRY(gt_lr_schedule_init(&t->lr, &lc, err));
+    double t0 = gt_now_seconds();
     GT_TRY(build_graphs(t, err));
     warn_if_bound(t);
+    double t1 = gt_now_seconds();
     GT_TRY(gt_trainer_alloc_state(t, err));
+    double t2 = gt_now_seconds();
     /* graphs read the state allocated above */
     if (t->accum == 1) {
         GT_TRY(step_graph_bind(t, &t->whole, err));
@@ -648,6 +651,8 @@ static gt_status setup(gt_trainer *t, gt_error *err)
         GT_TRY(step_graph_bind(t, &t->micro, err));
         GT_TRY(step_graph_bind(t, &t->optim, err));
     }
+    double t3 = gt_now_seconds();
+    t->setup_s[0] = t1 - t0, t->setup_s[1] = t2 - t1, t->setup_s[2] = t3 - t2;
     GT_TRY(open_data(t, err));
     t->ckpt_folder = gt_train_join_path(cfg->job.dump_folder, cfg->checkpoint.folder);
     return GT_OK;
@@ -869,9 +874,11 @@ static void log_start(gt_trainer *t, gt_train_result *res, double setup_s)
     }
     gt_log(GT_LOG_INFO,
            "model llama3 %s: %lld parameters; step graph %d nodes; batch %lld x %lld tokens, "
-           "%lld micro-batch(es); %.3e FLOPs/step%s; set up in %.1f s",
+           "%lld micro-batch(es); %.3e FLOPs/step%s; set up in %.1f s (graphs %.1f s, "
+           "parameters %.1f s, step programs %.1f s)",
            cfg->model.flavor, (long long)n_params, shown->n_nodes, (long long)t->global_batch,
-           (long long)cfg->training.seq_len, (long long)t->accum, t->flops.total, mesh, setup_s);
+           (long long)cfg->training.seq_len, (long long)t->accum, t->flops.total, mesh, setup_s,
+           t->setup_s[0], t->setup_s[1], t->setup_s[2]);
     if (t->synthetic)
         gt_log(GT_LOG_INFO,
                "dataset synthetic: vocab %lld, entropy rate %.4f nats/token (the "
