@@ -27,6 +27,7 @@
 #define GRAPHTRAIN_GT_CHECKPOINT_H
 
 #include "gt_core.h"
+#include "gt_safetensors.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -110,6 +111,13 @@ uint64_t gt_checkpoint_fingerprint(int n, const char *const *names,
  * then keeps the last d->keep_last. Removes stale .tmp-* directories first. */
 gt_status gt_checkpoint_save(const gt_checkpoint_desc *d, int n, const char *const *names,
                              const gt_tensor *const *tensors, gt_error *err);
+/* As gt_checkpoint_save, with each tensor's dtype and shape from descs (their data unused) and its
+ * bytes from src, one tensor at a time in order (gt_safetensors_write_from): the tensors need never
+ * be in memory together. src is asked for a tensor only when the save gets that far (an earlier
+ * failure, say of the folder, asks for none). */
+gt_status gt_checkpoint_save_from(const gt_checkpoint_desc *d, int n, const char *const *names,
+                                  const gt_tensor *const *descs, gt_tensor_source src, void *user,
+                                  gt_error *err);
 
 /* Complete checkpoints (step-<N> with a valid manifest of step N), ascending. *steps is malloc'd
  * (NULL when *n == 0; free it). A missing folder holds no checkpoint: GT_OK, *n = 0. */

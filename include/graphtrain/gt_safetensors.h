@@ -50,6 +50,17 @@ gt_status gt_safetensors_write(const char *path, int n, const char *const *names
                                const char *const *meta_keys, const char *const *meta_values,
                                gt_error *err);
 
+/* Where a streaming write finds tensor i's bytes (gt_tensor_nbytes of its descriptor): asked once
+ * per tensor, in order 0 .. n-1; *data need only stay valid until the next call. An error stops
+ * the write (nothing is left behind) and is returned as it is. */
+typedef gt_status (*gt_tensor_source)(int i, const void **data, void *user, gt_error *err);
+/* As gt_safetensors_write, with each tensor's dtype and shape from descs (their data unused) and
+ * its bytes from src, one tensor at a time: the tensors need never be in memory together. */
+gt_status gt_safetensors_write_from(const char *path, int n, const char *const *names,
+                                    const gt_tensor *const *descs, gt_tensor_source src, void *user,
+                                    int n_meta, const char *const *meta_keys,
+                                    const char *const *meta_values, gt_error *err);
+
 #ifdef __cplusplus
 }
 #endif

@@ -447,8 +447,10 @@ const char *gt_safetensors_meta(const gt_safetensors *st, const char *key)
 /* ---------------------------------------------------------------- writer */
 
 /* Builds the JSON header for the given tensors (contiguous offsets in the given order). */
+/* The header of n tensors (their dtypes and shapes; need_data: each non-empty one must have data).
+ */
 static gt_status st_build_header(const char *path, int n, const char *const *names,
-                                 const gt_tensor *const *tensors, int n_meta,
+                                 const gt_tensor *const *tensors, bool need_data, int n_meta,
                                  const char *const *meta_keys, const char *const *meta_values,
                                  json_t **out, gt_error *err)
 {
@@ -503,7 +505,7 @@ static gt_status st_build_header(const char *path, int n, const char *const *nam
         uint64_t nbytes;
         if (numel < 0 ||
             __builtin_mul_overflow((uint64_t)numel, (uint64_t)gt_dtype_size(t->dtype), &nbytes) ||
-            nbytes > (uint64_t)INT64_MAX - offset || (nbytes > 0 && !t->data)) {
+            nbytes > (uint64_t)INT64_MAX - offset || (need_data && nbytes > 0 && !t->data)) {
             status = gt_error_set(err, GT_ERR_INVALID,
                                   "%s: tensor " ST_NAME_FMT
                                   " has a negative or overflowing shape, or no data",
@@ -557,10 +559,40 @@ static gt_status st_fsync_dir(const char *path, gt_error *err)
     return status;
 }
 
+static gt_status st_write(const char *path, int n, const char *const *names,
+                          const gt_tensor *const *tensors, bool need_data, gt_tensor_source src,
+                          void *user, int n_meta, const char *const *meta_keys,
+                          const char *const *meta_values, gt_error *err);
+
+static gt_status st_data_of(int i, const void **data, void *user, gt_error *err)
+{
+    (void)err;
+    *data = ((const gt_tensor *const *)user)[i]->data;
+    return GT_OK;
+}
+
 gt_status gt_safetensors_write(const char *path, int n, const char *const *names,
                                const gt_tensor *const *tensors, int n_meta,
                                const char *const *meta_keys, const char *const *meta_values,
                                gt_error *err)
+{
+    return st_write(path, n, names, tensors, true, st_data_of, (void *)tensors, n_meta, meta_keys,
+                    meta_values, err);
+}
+
+gt_status gt_safetensors_write_from(const char *path, int n, const char *const *names,
+                                    const gt_tensor *const *descs, gt_tensor_source src, void *user,
+                                    int n_meta, const char *const *meta_keys,
+                                    const char *const *meta_values, gt_error *err)
+{
+    if (!src) return gt_error_set(err, GT_ERR_INVALID, "%s: no tensor source", path ? path : "");
+    return st_write(path, n, names, descs, false, src, user, n_meta, meta_keys, meta_values, err);
+}
+
+static gt_status st_write(const char *path, int n, const char *const *names,
+                          const gt_tensor *const *tensors, bool need_data, gt_tensor_source src,
+                          void *user, int n_meta, const char *const *meta_keys,
+                          const char *const *meta_values, gt_error *err)
 {
     if (!path || !path[0])
         return gt_error_set(err, GT_ERR_INVALID, "safetensors write: empty path");
@@ -570,7 +602,8 @@ gt_status gt_safetensors_write(const char *path, int n, const char *const *names
                             "%s: bad arguments (n = %d, n_meta = %d, or NULL arrays)", path, n,
                             n_meta);
     json_t *root = NULL;
-    GT_TRY(st_build_header(path, n, names, tensors, n_meta, meta_keys, meta_values, &root, err));
+    GT_TRY(st_build_header(path, n, names, tensors, need_data, n_meta, meta_keys, meta_values,
+                           &root, err));
     char *header = json_dumps(root, JSON_COMPACT);
     json_decref(root);
     if (!header) return gt_error_set(err, GT_ERR_NOMEM, "%s: cannot serialize the header", path);
@@ -595,7 +628,19 @@ gt_status gt_safetensors_write(const char *path, int n, const char *const *names
         goto io_fail;
     for (int i = 0; i < n; i++) {
         size_t nbytes = gt_tensor_nbytes(tensors[i]);
-        if (nbytes && fwrite(tensors[i]->data, 1, nbytes, f) != nbytes) goto io_fail;
+        const void *data = NULL;
+        status = src(i, &data, user, err);
+        if (status == GT_OK && nbytes > 0 && !data)
+            status = gt_error_set(err, GT_ERR_INVALID, "%s: tensor " ST_NAME_FMT " has no data",
+                                  path, names[i]);
+        if (status != GT_OK) { /* the source's error, not a file's */
+            fclose(f);
+            remove(tmp);
+            free(tmp);
+            free(header);
+            return status;
+        }
+        if (nbytes && fwrite(data, 1, nbytes, f) != nbytes) goto io_fail;
     }
     if (fflush(f) != 0) goto io_fail;
     what = "fsync";

@@ -546,9 +546,11 @@ done:
 }
 
 /* The manifest's view of the caller's tensors, hashes of the bytes in memory. */
+/* The manifest's tensor entries (need_data: each non-empty tensor must have data). Their xxh64 is
+ * filled in as the bytes are written (ckpt_hashing_source). */
 static gt_status ckpt_describe_tensors(int n, const char *const *names,
-                                       const gt_tensor *const *tensors, gt_checkpoint_info *info,
-                                       gt_error *err)
+                                       const gt_tensor *const *tensors, bool need_data,
+                                       gt_checkpoint_info *info, gt_error *err)
 {
     info->tensors = gt_xcalloc((size_t)n + 1, sizeof *info->tensors);
     for (int i = 0; i < n; i++) {
@@ -556,7 +558,7 @@ static gt_status ckpt_describe_tensors(int n, const char *const *names,
         const char *name = names[i] ? names[i] : "(null)";
         if (!names[i] || !t || t->dtype < 0 || t->dtype >= GT_DTYPE_COUNT || t->ndim < 0 ||
             t->ndim > GT_MAX_DIMS || gt_shape_numel(t->ndim, t->shape) < 0 ||
-            (gt_tensor_nbytes(t) > 0 && !t->data))
+            (need_data && gt_tensor_nbytes(t) > 0 && !t->data))
             return gt_error_set(err, GT_ERR_INVALID,
                                 "tensor %d " CKPT_NAME_FMT
                                 " has no name, is NULL, or has a bad dtype, rank, shape or no data",
@@ -566,15 +568,14 @@ static gt_status ckpt_describe_tensors(int n, const char *const *names,
         m->dtype = t->dtype;
         m->ndim = t->ndim;
         memcpy(m->shape, t->shape, sizeof m->shape);
-        m->xxh64 = gt_hash64(t->data, gt_tensor_nbytes(t), 0);
     }
     return GT_OK;
 }
 
 /* Everything in the manifest but the file entry, copied from d. */
 static gt_status ckpt_describe(const gt_checkpoint_desc *d, int n, const char *const *names,
-                               const gt_tensor *const *tensors, gt_checkpoint_info *info,
-                               gt_error *err)
+                               const gt_tensor *const *tensors, bool need_data,
+                               gt_checkpoint_info *info, gt_error *err)
 {
     memset(info, 0, sizeof *info);
     info->step = d->step;
@@ -601,7 +602,7 @@ static gt_status ckpt_describe(const gt_checkpoint_desc *d, int n, const char *c
         info->extra_keys[i] = d->extra_keys[i] ? gt_xstrdup(d->extra_keys[i]) : NULL;
         info->extra_values[i] = d->extra_values[i] ? gt_xstrdup(d->extra_values[i]) : NULL;
     }
-    GT_TRY(ckpt_describe_tensors(n, names, tensors, info, err));
+    GT_TRY(ckpt_describe_tensors(n, names, tensors, need_data, info, err));
     /* Placeholder file entry so the manifest can be validated before anything is written. */
     info->files = gt_xcalloc(1, sizeof *info->files);
     info->files[0].name = gt_xstrdup(GT_CHECKPOINT_TENSOR_FILE);
@@ -612,15 +613,34 @@ static gt_status ckpt_describe(const gt_checkpoint_desc *d, int n, const char *c
     return GT_OK;
 }
 
+/* A source that hashes each tensor's bytes into the manifest as they pass to the file. */
+typedef struct {
+    gt_tensor_source src;
+    void *user;
+    const gt_tensor *const *descs;
+    gt_checkpoint_info *info;
+} ckpt_hashing;
+
+static gt_status ckpt_hashing_source(int i, const void **data, void *user, gt_error *err)
+{
+    ckpt_hashing *h = user;
+    GT_TRY(h->src(i, data, h->user, err));
+    h->info->tensors[i].xxh64 = gt_hash64(*data, gt_tensor_nbytes(h->descs[i]), 0);
+    return GT_OK;
+}
+
 /* Steps 2 and 3 of the sequence above, into tmp_dir. */
 static gt_status ckpt_write_step(int n, const char *const *names, const gt_tensor *const *tensors,
-                                 gt_checkpoint_info *info, const char *tmp_dir, gt_error *err)
+                                 gt_tensor_source src, void *user, gt_checkpoint_info *info,
+                                 const char *tmp_dir, gt_error *err)
 {
     if (mkdir(tmp_dir, 0755) != 0)
         return gt_error_set(err, GT_ERR_IO, "%s: cannot create directory: %s", tmp_dir,
                             strerror(errno));
     char *st_path = ckpt_join(tmp_dir, GT_CHECKPOINT_TENSOR_FILE);
-    gt_status status = gt_safetensors_write(st_path, n, names, tensors, 0, NULL, NULL, err);
+    ckpt_hashing h = {src, user, tensors, info};
+    gt_status status = gt_safetensors_write_from(st_path, n, names, tensors, ckpt_hashing_source,
+                                                 &h, 0, NULL, NULL, err);
     /* Hash what is on disk, not what we meant to write: the manifest vouches for the file. */
     if (status == GT_OK)
         status = ckpt_hash_file(st_path, &info->files[0].bytes, &info->files[0].xxh64, err);
@@ -637,8 +657,34 @@ static gt_status ckpt_write_step(int n, const char *const *names, const gt_tenso
     return status;
 }
 
+static gt_status ckpt_data_of(int i, const void **data, void *user, gt_error *err)
+{
+    (void)err;
+    *data = ((const gt_tensor *const *)user)[i]->data;
+    return GT_OK;
+}
+
+static gt_status ckpt_save(const gt_checkpoint_desc *d, int n, const char *const *names,
+                           const gt_tensor *const *tensors, bool need_data, gt_tensor_source src,
+                           void *user, gt_error *err);
+
 gt_status gt_checkpoint_save(const gt_checkpoint_desc *d, int n, const char *const *names,
                              const gt_tensor *const *tensors, gt_error *err)
+{
+    return ckpt_save(d, n, names, tensors, true, ckpt_data_of, (void *)tensors, err);
+}
+
+gt_status gt_checkpoint_save_from(const gt_checkpoint_desc *d, int n, const char *const *names,
+                                  const gt_tensor *const *descs, gt_tensor_source src, void *user,
+                                  gt_error *err)
+{
+    if (!src) return gt_error_set(err, GT_ERR_INVALID, "checkpoint save: no tensor source");
+    return ckpt_save(d, n, names, descs, false, src, user, err);
+}
+
+static gt_status ckpt_save(const gt_checkpoint_desc *d, int n, const char *const *names,
+                           const gt_tensor *const *tensors, bool need_data, gt_tensor_source src,
+                           void *user, gt_error *err)
 {
     if (!d || !d->folder || !d->folder[0])
         return gt_error_set(err, GT_ERR_INVALID, "checkpoint save: no folder given");
@@ -648,14 +694,15 @@ gt_status gt_checkpoint_save(const gt_checkpoint_desc *d, int n, const char *con
                             "NULL arrays)",
                             d->folder, (long long)d->step, n);
     gt_checkpoint_info info;
-    gt_status status = ckpt_describe(d, n, names, tensors, &info, err);
+    gt_status status = ckpt_describe(d, n, names, tensors, need_data, &info, err);
     if (status == GT_OK) status = ckpt_mkdirs(d->folder, err);
     if (status == GT_OK) status = ckpt_remove_stale(d->folder, err);
     char tmp_name[96];
     snprintf(tmp_name, sizeof tmp_name, CKPT_TMP_PREFIX "step-%lld-%ld", (long long)d->step,
              (long)getpid());
     char *tmp_dir = ckpt_join(d->folder, tmp_name);
-    if (status == GT_OK) status = ckpt_write_step(n, names, tensors, &info, tmp_dir, err);
+    if (status == GT_OK)
+        status = ckpt_write_step(n, names, tensors, src, user, &info, tmp_dir, err);
     if (status == GT_OK) status = ckpt_publish(d->folder, tmp_name, d->step, err);
     if (status == GT_OK) {
         status = gt_checkpoint_prune(d->folder, d->keep_last, err);

@@ -221,21 +221,23 @@ gt_status gt_shard_gather(gt_comm *world, const gt_mesh *mesh, const gt_shard_bo
     return st;
 }
 
-gt_status gt_shard_hash(gt_comm *world, const gt_mesh *mesh, const gt_shard_box *mine,
-                        const gt_tensor *local, gt_shard_buffers *buf, uint64_t *h, gt_error *err)
+gt_status gt_shard_whole(gt_comm *world, const gt_mesh *mesh, const gt_shard_box *mine,
+                         const gt_tensor *local, gt_shard_buffers *buf, const void **whole,
+                         gt_error *err)
 {
+    *whole = NULL;
     size_t es = gt_dtype_size(local->dtype);
-    int64_t whole = gt_shape_numel(mine->ndim, mine->global);
+    int64_t numel = gt_shape_numel(mine->ndim, mine->global);
+    gt_tensor full;
     if (!world || world->size == 1) {
         if (gt_shard_box_is_whole(mine)) {
-            *h = gt_hash64(local->data, (size_t)whole * es, *h);
+            *whole = local->data;
             return GT_OK;
         }
-        GT_TRY(grow(&buf->full, &buf->full_bytes, (size_t)whole * es, err));
-        gt_tensor full;
+        GT_TRY(grow(&buf->full, &buf->full_bytes, (size_t)numel * es, err));
         gt_tensor_wrap(&full, local->dtype, mine->ndim, mine->global, buf->full);
         gt_shard_place(mine, local, &full);
-        *h = gt_hash64(buf->full, (size_t)whole * es, *h);
+        *whole = buf->full;
         return GT_OK;
     }
     int64_t n = gt_tensor_numel(local), all_n = n * world->size;
@@ -248,14 +250,25 @@ gt_status gt_shard_hash(gt_comm *world, const gt_mesh *mesh, const gt_shard_box 
     bool in_order;
     GT_TRY(blocks_in_order(world->size, mesh, mine, &in_order, err));
     if (in_order) { /* the gathered blocks are the whole tensor's bytes */
-        *h = gt_hash64(buf->all, (size_t)whole * es, *h);
+        *whole = buf->all;
         return GT_OK;
     }
-    GT_TRY(grow(&buf->full, &buf->full_bytes, (size_t)whole * es, err));
-    gt_tensor full;
+    GT_TRY(grow(&buf->full, &buf->full_bytes, (size_t)numel * es, err));
     gt_tensor_wrap(&full, local->dtype, mine->ndim, mine->global, buf->full);
     GT_TRY(place_blocks(world->size, mesh, mine, local->dtype, n, buf->all, &full, err));
-    *h = gt_hash64(buf->full, (size_t)whole * es, *h);
+    *whole = buf->full;
+    return GT_OK;
+}
+
+gt_status gt_shard_hash(gt_comm *world, const gt_mesh *mesh, const gt_shard_box *mine,
+                        const gt_tensor *local, gt_shard_buffers *buf, uint64_t *h, gt_error *err)
+{
+    const void *whole;
+    GT_TRY(gt_shard_whole(world, mesh, mine, local, buf, &whole, err));
+    if (whole)
+        *h = gt_hash64(
+            whole, (size_t)gt_shape_numel(mine->ndim, mine->global) * gt_dtype_size(local->dtype),
+            *h);
     return GT_OK;
 }
 
@@ -301,9 +314,10 @@ static void free_tensors(gt_tensor *ts, int n)
     free(ts);
 }
 
-/* Rank 0's part of a save: the ordinary checkpoint of the whole tensors. */
-static gt_status write_checkpoint(gt_trainer *t, int64_t step, const gt_tensor *const *tensors,
-                                  gt_error *err)
+/* Rank 0's part of a save: the ordinary checkpoint of the whole tensors (descs: their names'
+ * dtypes and global shapes), their bytes from src one tensor at a time. */
+static gt_status write_checkpoint(gt_trainer *t, int64_t step, const gt_tensor *const *descs,
+                                  gt_tensor_source src, void *user, gt_error *err)
 {
     gt_loader_state ls;
     char state[64], loader_json[128], layout[96], world[16];
@@ -327,8 +341,41 @@ static gt_status write_checkpoint(gt_trainer *t, int64_t step, const gt_tensor *
         .extra_values = multi ? values : NULL,
         .keep_last = (int)t->cfg->checkpoint.keep_latest_k,
     };
-    return gt_checkpoint_save(&d, 3 * t->n_params, (const char *const *)t->ckpt_names, tensors,
-                              err);
+    return gt_checkpoint_save_from(&d, 3 * t->n_params, (const char *const *)t->ckpt_names, descs,
+                                   src, user, err);
+}
+
+/* The state tensors in checkpoint order, whole: every rank gathers tensor `next` in turn
+ * (gt_shard_whole, into buffers reused from tensor to tensor); rank 0 hands the bytes to the
+ * checkpoint writer. A gather that fails is this rank's communication failure (comm, comm_err). */
+typedef struct {
+    gt_trainer *t;
+    int next;
+    gt_shard_buffers buf;
+    gt_status comm;
+    gt_error comm_err;
+} state_source;
+
+static gt_status state_gather_next(state_source *g, const void **whole, gt_error *err)
+{
+    gt_train_dist *d = &g->t->dist;
+    int k = g->next++;
+    gt_status st = gt_shard_whole(d->world, &d->layout.mesh, &g->t->box[k], g->t->ckpt_tensors[k],
+                                  &g->buf, whole, err);
+    if (st != GT_OK) g->comm = st, g->comm_err = *err;
+    return st;
+}
+
+static gt_status state_source_fn(int i, const void **data, void *user, gt_error *err)
+{
+    state_source *g = user;
+    GT_CHECK(i == g->next);
+    if (!gt_train_dist_multi(&g->t->dist)) {
+        g->next++;
+        *data = g->t->ckpt_tensors[i]->data;
+        return GT_OK;
+    }
+    return state_gather_next(g, data, err);
 }
 
 gt_status gt_trainer_save_checkpoint(gt_trainer *t, int64_t step, gt_error *err)
@@ -338,38 +385,32 @@ gt_status gt_trainer_save_checkpoint(gt_trainer *t, int64_t step, gt_error *err)
     double t0 = gt_now_seconds();
     int n = 3 * t->n_params;
     gt_train_dist *d = &t->dist;
-    if (!gt_train_dist_multi(d)) {
-        GT_TRY(write_checkpoint(t, step, (const gt_tensor *const *)t->ckpt_tensors, err));
-    } else {
-        /* every rank gathers each tensor in the same order; rank 0 keeps the whole ones */
-        bool root = d->rank == 0;
-        gt_tensor *full = gt_xcalloc((size_t)n, sizeof *full);
-        const gt_tensor **ptrs = gt_xcalloc((size_t)n, sizeof *ptrs);
-        gt_status st = GT_OK;
-        gt_error local = {0};
-        for (int k = 0; k < n; k++) {
-            const gt_shard_box *b = &t->box[k];
-            /* an allocation failure on rank 0 must not skip the gathers the others are in */
-            if (root && st == GT_OK)
-                st = gt_tensor_alloc(&full[k], t->ckpt_tensors[k]->dtype, b->ndim, b->global,
-                                     &local);
-            gt_tensor *dst = root && st == GT_OK ? &full[k] : NULL;
-            /* a communication failure is this rank's alone: stop here (peers time out) */
-            gt_status gst =
-                gt_shard_gather(d->world, &d->layout.mesh, b, t->ckpt_tensors[k], dst, err);
-            if (gst != GT_OK) {
-                free_tensors(full, n);
-                free(ptrs);
-                return gst;
-            }
-            ptrs[k] = &full[k];
-        }
-        if (root && st == GT_OK) st = write_checkpoint(t, step, ptrs, &local);
-        free_tensors(full, n);
-        free(ptrs);
-        if (st != GT_OK) *err = local;
-        GT_TRY(gt_train_share_status(d, 0, st, err));
+    /* whole-tensor descriptors; one rank's tensors are whole already */
+    gt_tensor *desc = gt_xcalloc((size_t)n, sizeof *desc);
+    const gt_tensor **descs = gt_xcalloc((size_t)n, sizeof *descs);
+    whole_descriptors(t, desc);
+    for (int k = 0; k < n; k++)
+        descs[k] = &desc[k];
+    state_source g = {.t = t, .comm = GT_OK};
+    gt_status st = GT_OK;
+    gt_error local = {0};
+    if (d->rank == 0) st = write_checkpoint(t, step, descs, state_source_fn, &g, &local);
+    /* every rank gathers every tensor in the same order: those rank 0's writer did not ask for
+     * (it failed first, or this is another rank) are gathered and dropped */
+    while (gt_train_dist_multi(d) && g.comm == GT_OK && g.next < n) {
+        const void *ignored;
+        gt_error e = {0};
+        state_gather_next(&g, &ignored, &e);
     }
+    gt_shard_buffers_free(&g.buf);
+    free(desc);
+    free(descs);
+    if (g.comm != GT_OK) { /* a communication failure is this rank's alone: peers time out */
+        *err = g.comm_err;
+        return g.comm;
+    }
+    if (st != GT_OK) *err = local;
+    GT_TRY(gt_train_share_status(d, 0, st, err));
     if (d->rank == 0)
         gt_log(GT_LOG_INFO, "checkpoint: saved step %lld to %s/step-%lld (%.2f s)", (long long)step,
                t->ckpt_folder, (long long)step, gt_now_seconds() - t0);

@@ -59,9 +59,14 @@ typedef struct {
     void *all, *full;
     size_t all_bytes, full_bytes;
 } gt_shard_buffers;
-/* *h = gt_hash64 of the whole tensor's bytes with seed *h, from every rank's block (a collective
- * over world, like gt_shard_gather), on world rank 0; the others only send. Blocks that lie in
- * rank order (an FSDP split) are hashed as gathered, others placed into the whole tensor first. */
+/* *whole = the whole tensor's bytes (global shape, row-major), from every rank's block (a
+ * collective over world, like gt_shard_gather), on world rank 0; the others only send (*whole
+ * NULL). Blocks that lie in rank order (an FSDP split) are used as gathered, others placed into a
+ * whole tensor first; either lives in buf (or is local's own data) until the next call. */
+gt_status gt_shard_whole(gt_comm *world, const gt_mesh *mesh, const gt_shard_box *mine,
+                         const gt_tensor *local, gt_shard_buffers *buf, const void **whole,
+                         gt_error *err);
+/* *h = gt_hash64 of the whole tensor's bytes with seed *h (gt_shard_whole), on world rank 0. */
 gt_status gt_shard_hash(gt_comm *world, const gt_mesh *mesh, const gt_shard_box *mine,
                         const gt_tensor *local, gt_shard_buffers *buf, uint64_t *h, gt_error *err);
 void gt_shard_buffers_free(gt_shard_buffers *buf);
@@ -213,11 +218,11 @@ typedef struct {
     gt_tensor **ckpt_tensors;
     gt_metrics_writer metrics;
     bool metrics_open;
-    bool cuda;       /* training.device = cuda */
-    int device;      /* its CUDA device (the node-local rank modulo the visible GPUs) */
-    bool host_stale; /* the whole-step program holds newer state than params/exp_avg/exp_avg_sq */
+    bool cuda;         /* training.device = cuda */
+    int device;        /* its CUDA device (the node-local rank modulo the visible GPUs) */
+    bool host_stale;   /* the whole-step program holds newer state than params/exp_avg/exp_avg_sq */
     double setup_s[3]; /* seconds: graphs built, parameters initialised, step programs built */
-    double end_s[2]; /* seconds: the parameters back to the host, their final hash */
+    double end_s[2];   /* seconds: the parameters back to the host, their final hash */
     gt_pending_step pending;
     double last_done; /* cuda: when the last step's results were read */
 } gt_trainer;

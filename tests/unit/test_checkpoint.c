@@ -182,6 +182,92 @@ static void save_ok(const gt_checkpoint_desc *d, const model_state *s)
 
 /* ---------------------------------------------------------------- round trip */
 
+/* gt_checkpoint_save_from's source: tensor i's bytes from the state, after copying them into one
+ * scratch buffer (so each pointer is valid only until the next call, as the contract allows);
+ * fail_at >= 0 fails there. Records the order it is asked in. */
+typedef struct {
+    const model_state *s;
+    char scratch[256];
+    int asked[N_TENSORS + 1], n_asked, fail_at;
+} stream_source;
+
+static gt_status stream_fn(int i, const void **data, void *user, gt_error *err)
+{
+    stream_source *g = user;
+    if (g->n_asked <= N_TENSORS) g->asked[g->n_asked++] = i;
+    if (i == g->fail_at) return gt_error_set(err, GT_ERR_IO, "source: tensor %d unavailable", i);
+    size_t n = gt_tensor_nbytes(&g->s->t[i]);
+    GT_CHECK(n <= sizeof g->scratch);
+    memcpy(g->scratch, g->s->t[i].data, n);
+    *data = g->scratch;
+    return GT_OK;
+}
+
+/* The streaming save writes what the plain save writes, from descriptors without data; a source
+ * that fails stops the save, which publishes nothing and asks no further; a save that fails
+ * before writing asks for no tensor. */
+static void test_save_from(void)
+{
+    char plain[512], streamed[512];
+    snprintf(plain, sizeof plain, "%s", path_of("from/plain"));
+    snprintf(streamed, sizeof streamed, "%s", path_of("from/streamed"));
+    model_state src, dst;
+    state_init(&src, 11);
+    gt_checkpoint_desc d = basic_desc(plain, 3, &src);
+    save_ok(&d, &src);
+    gt_tensor desc[N_TENSORS];
+    const gt_tensor *descs[N_TENSORS];
+    for (int i = 0; i < N_TENSORS; i++) {
+        gt_tensor_wrap(&desc[i], src.t[i].dtype, src.t[i].ndim, src.t[i].shape, NULL);
+        descs[i] = &desc[i];
+    }
+    stream_source g = {.s = &src, .fail_at = -1};
+    gt_error err = {0};
+    d.folder = streamed;
+    EXPECT_OK(gt_checkpoint_save_from(&d, N_TENSORS, k_names, descs, stream_fn, &g, &err), &err);
+    bool in_order = g.n_asked == N_TENSORS;
+    for (int i = 0; in_order && i < N_TENSORS; i++)
+        in_order = g.asked[i] == i;
+    EXPECT(in_order, "save_from: the source was asked %d times, not once per tensor in order",
+           g.n_asked);
+    size_t la = 0, lb = 0;
+    char a[600], b[600];
+    snprintf(a, sizeof a, "%s/step-3/model.safetensors", plain);
+    snprintf(b, sizeof b, "%s/step-3/model.safetensors", streamed);
+    uint8_t *fa = read_all(a, &la), *fb = read_all(b, &lb);
+    EXPECT(fa && fb && la == lb && memcmp(fa, fb, la) == 0,
+           "save_from: the tensor file differs from the plain save's");
+    free(fa);
+    free(fb);
+    state_blank(&dst, 0x5A);
+    gt_checkpoint_model m = tiny_model(&src);
+    EXPECT_OK(gt_checkpoint_load(streamed, 3, &m, N_TENSORS, k_names, dst.mut, NULL, &err), &err);
+    EXPECT(state_equal(&src, &dst, N_TENSORS), "save_from: loaded tensors differ");
+
+    /* a source failing at tensor 2: its error, nothing published, nothing asked after it */
+    g = (stream_source){.s = &src, .fail_at = 2};
+    d.step = 4;
+    err = (gt_error){0};
+    EXPECT(gt_checkpoint_save_from(&d, N_TENSORS, k_names, descs, stream_fn, &g, &err) ==
+                   GT_ERR_IO &&
+               strstr(err.msg, "tensor 2 unavailable"),
+           "save_from: a failing source gives %s", err.msg);
+    EXPECT(g.n_asked == 3, "save_from: the source was asked %d times, expected 3", g.n_asked);
+    snprintf(b, sizeof b, "%s/step-4", streamed);
+    EXPECT(!exists(b) && count_entries(streamed, ".tmp-") == 0,
+           "save_from: a failed save left step-4 or a temporary");
+
+    /* a folder that cannot be made: no tensor asked for */
+    write_all(path_of("from/file"), "x", 1);
+    g = (stream_source){.s = &src, .fail_at = -1};
+    d.folder = path_of("from/file/sub");
+    EXPECT(gt_checkpoint_save_from(&d, N_TENSORS, k_names, descs, stream_fn, &g, &err) != GT_OK &&
+               g.n_asked == 0,
+           "save_from: a save that fails first asked the source %d times", g.n_asked);
+    state_free(&src);
+    state_free(&dst);
+}
+
 static void test_round_trip(void)
 {
     char folder[512];
@@ -884,6 +970,7 @@ int main(void)
         return 1;
     }
     test_round_trip();
+    test_save_from();
     test_fingerprint();
     test_keep_last();
     test_find();

@@ -214,6 +214,15 @@ static void test_roundtrip(void)
         gt_tensor_free(&t[i]);
 }
 
+/* A source for gt_safetensors_write_from: each tensor's own data, but the second fails. */
+static gt_status fail_second(int i, const void **data, void *user, gt_error *err)
+{
+    (void)user;
+    if (i == 1) return gt_error_set(err, GT_ERR_NOMEM, "second tensor withheld");
+    *data = "\0\0\0\0\0\0\0\0";
+    return GT_OK;
+}
+
 static void test_writer_errors(void)
 {
     gt_error err = {0};
@@ -250,6 +259,14 @@ static void test_writer_errors(void)
     gt_error_clear(&err);
     EXPECT(gt_safetensors_write(path, 1, nm, cp, 0, NULL, NULL, &err) == GT_ERR_INVALID,
            "bad dtype accepted");
+    /* A streaming source that fails at the second tensor: its error as it is, nothing left. */
+    gt_error_clear(&err);
+    const char *two[2] = {"x", "y"};
+    EXPECT(gt_safetensors_write_from(path, 2, two, tp, fail_second, NULL, 0, NULL, NULL, &err) ==
+                   GT_ERR_NOMEM &&
+               strstr(err.msg, "second tensor withheld"),
+           "failing source: %s", err.msg);
+    EXPECT(!file_exists(path) && no_temp_left(path), "a failing source left a file");
     /* A directory that does not exist: IO error naming the path, nothing left behind. */
     const char *missing = tmp_path("no_such_dir/x.safetensors");
     gt_error_clear(&err);
