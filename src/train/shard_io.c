@@ -201,26 +201,6 @@ static gt_status grow(void **p, size_t *have, size_t bytes, gt_error *err)
     return GT_OK;
 }
 
-gt_status gt_shard_gather(gt_comm *world, const gt_mesh *mesh, const gt_shard_box *mine,
-                          const gt_tensor *local, gt_tensor *full, gt_error *err)
-{
-    if (!world || world->size == 1) {
-        if (full) gt_shard_place(mine, local, full);
-        return GT_OK;
-    }
-    /* every block has the same element count (even shards), so one all-gather of the flat
-     * blocks in world-rank order carries them all */
-    int64_t n = gt_tensor_numel(local), all_n = n * world->size;
-    gt_tensor flat, all;
-    gt_tensor_wrap(&flat, local->dtype, 1, &n, local->data);
-    GT_TRY(gt_tensor_alloc(&all, local->dtype, 1, &all_n, err));
-    gt_status st = gt_comm_all_gather(world, &flat, &all, err);
-    if (st == GT_OK && full)
-        st = place_blocks(world->size, mesh, mine, local->dtype, n, all.data, full, err);
-    gt_tensor_free(&all);
-    return st;
-}
-
 gt_status gt_shard_whole(gt_comm *world, const gt_mesh *mesh, const gt_shard_box *mine,
                          const gt_tensor *local, gt_shard_buffers *buf, const void **whole,
                          gt_error *err)

@@ -49,20 +49,16 @@ void gt_shard_place(const gt_shard_box *b, const gt_tensor *local, gt_tensor *fu
  * indices of each run of the block, so every layout holds the bits of the one-rank tensor. */
 void gt_shard_init_param(const gt_shard_box *b, const gt_param_spec *p, uint64_t seed,
                          gt_tensor *local);
-/* Gathers the whole tensor from every rank's block (a collective over world: every rank calls
- * it with its own block, in the same order) into full (global shape, allocated by the caller);
- * full NULL: this rank only contributes. world NULL: full = local's block. */
-gt_status gt_shard_gather(gt_comm *world, const gt_mesh *mesh, const gt_shard_box *mine,
-                          const gt_tensor *local, gt_tensor *full, gt_error *err);
-/* Buffers kept between gt_shard_hash calls (free with gt_shard_buffers_free). */
+/* Buffers kept between gt_shard_whole calls (free with gt_shard_buffers_free). */
 typedef struct {
     void *all, *full;
     size_t all_bytes, full_bytes;
 } gt_shard_buffers;
 /* *whole = the whole tensor's bytes (global shape, row-major), from every rank's block (a
- * collective over world, like gt_shard_gather), on world rank 0; the others only send (*whole
- * NULL). Blocks that lie in rank order (an FSDP split) are used as gathered, others placed into a
- * whole tensor first; either lives in buf (or is local's own data) until the next call. */
+ * collective over world: every rank calls it with its own block, in the same order), on world rank
+ * 0; the others only send (*whole NULL). Blocks that lie in rank order (an FSDP split) are used as
+ * gathered, others placed into a whole tensor first; either lives in buf (or is local's own data)
+ * until the next call. */
 gt_status gt_shard_whole(gt_comm *world, const gt_mesh *mesh, const gt_shard_box *mine,
                          const gt_tensor *local, gt_shard_buffers *buf, const void **whole,
                          gt_error *err);

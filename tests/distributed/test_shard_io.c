@@ -10,10 +10,10 @@
  *   - initialises its block with gt_shard_init_param and compares it, element by element, with the
  *     same box of the whole tensor initialised at once (gt_param_init of every element): the bits
  *     a one-rank run starts from;
- *   - gathers the whole tensor from every rank's block (gt_shard_gather over the world) and
- *     compares it bit for bit with the whole initialisation;
- *   - slices its block back out of the whole tensor (gt_shard_slice) and gets its block again;
- *   - hashes the whole tensor from the blocks (gt_shard_hash, rank 0): gt_hash64 of the whole.
+ *   - gathers the whole tensor from every rank's block on rank 0 (gt_shard_whole over the world)
+ *     and compares it bit for bit with the whole initialisation, and hashes it from the blocks
+ *     (gt_shard_hash): gt_hash64 of the whole;
+ *   - slices its block back out of the whole tensor (gt_shard_slice) and gets its block again.
  * The same for a 3-d parameter [4, 6, 5] split on its first or middle dim, whose blocks are
  * walked in runs longer than a row (check_block serves both ranks). */
 #include <string.h>
@@ -48,30 +48,24 @@ static void reference_box(const gt_mesh *m, const gt_placement place[GT_MESH_MAX
     }
 }
 
-/* The block gathers back into the whole tensor (also when only rank 0 receives) and slices back
- * out of it; frees both. */
+/* The blocks gather back into the whole tensor on rank 0 (gt_shard_whole, twice over the same
+ * buffers: blocks in rank order are used as gathered, others placed first), the whole tensor
+ * hashes as gt_hash64 of the one-rank tensor (gt_shard_hash), and the block slices back out of the
+ * whole tensor; frees both. */
 static void check_gather_slice(gt_comm *world, const gt_mesh *mesh, const char *what,
                                const gt_shard_box *box, gt_tensor *whole, gt_tensor *block)
 {
     gt_error err = {0};
-    gt_tensor gathered, again;
-    gt_tensor_alloc(&gathered, GT_F32, whole->ndim, whole->shape, &err);
-    gt_tensor_alloc(&again, GT_F32, block->ndim, block->shape, &err);
-    EXPECT_OK(gt_shard_gather(world, mesh, box, block, &gathered, &err), &err);
-    EXPECT(memcmp(gathered.data, whole->data, gt_tensor_nbytes(whole)) == 0,
-           "%s rank %d: the gathered tensor differs from the whole initialisation", what,
-           world->rank);
-    /* a rank that only contributes (full NULL) takes part in the same exchange */
-    EXPECT_OK(gt_shard_gather(world, mesh, box, block, world->rank == 0 ? &gathered : NULL, &err),
-              &err);
-    gt_shard_slice(box, whole, &again);
-    EXPECT(memcmp(again.data, block->data, gt_tensor_nbytes(block)) == 0,
-           "%s rank %d: slicing the whole tensor does not give the block", what, world->rank);
-    /* the hash of the whole tensor from the blocks, on rank 0, twice over the same buffers
-     * (blocks in rank order are hashed as gathered, others placed first) */
     gt_shard_buffers buf = {0};
     uint64_t want = gt_hash64(whole->data, gt_tensor_nbytes(whole), 99);
     for (int rep = 0; rep < 2; rep++) {
+        const void *got = NULL;
+        EXPECT_OK(gt_shard_whole(world, mesh, box, block, &buf, &got, &err), &err);
+        EXPECT(world->rank == 0 ? got && memcmp(got, whole->data, gt_tensor_nbytes(whole)) == 0
+                                : got == NULL,
+               "%s rank %d: the gathered tensor differs from the whole initialisation (or a "
+               "rank other than 0 got one)",
+               what, world->rank);
         uint64_t h = 99;
         EXPECT_OK(gt_shard_hash(world, mesh, box, block, &buf, &h, &err), &err);
         EXPECT(world->rank != 0 || h == want,
@@ -79,8 +73,12 @@ static void check_gather_slice(gt_comm *world, const gt_mesh *mesh, const char *
                (unsigned long long)h, (unsigned long long)want);
     }
     gt_shard_buffers_free(&buf);
+    gt_tensor again;
+    gt_tensor_alloc(&again, GT_F32, block->ndim, block->shape, &err);
+    gt_shard_slice(box, whole, &again);
+    EXPECT(memcmp(again.data, block->data, gt_tensor_nbytes(block)) == 0,
+           "%s rank %d: slicing the whole tensor does not give the block", what, world->rank);
     gt_tensor_free(whole);
-    gt_tensor_free(&gathered);
     gt_tensor_free(block);
     gt_tensor_free(&again);
 }
