@@ -131,10 +131,22 @@ gt_status gt_checkpoint_find_step(const char *folder, int64_t step, gt_error *er
  * caller tensors, which give the expected dtype and shape of each named tensor (the checkpoint may
  * hold more tensors; they are checked, not loaded). model: the run's identity, compared with the
  * checkpoint's (NULL skips the comparison). info (may be NULL) receives the manifest. The tensors
- * and *info are written only when every check passed; bytes are copied bitwise. */
+ * and *info are written only when every check passed; bytes are copied bitwise (read again from
+ * the file and hashed again: a file that changes during the copy is refused, after the tensors
+ * copied before it). */
 gt_status gt_checkpoint_load(const char *folder, int64_t step, const gt_checkpoint_model *model,
                              int n, const char *const *names, gt_tensor *const *tensors,
                              gt_checkpoint_info *info, gt_error *err);
+/* Where a streaming load hands tensor i's bytes (gt_tensor_nbytes of its descriptor), valid only
+ * during the call. An error stops the load and is returned as it is. */
+typedef gt_status (*gt_tensor_sink)(int i, const void *bytes, void *user, gt_error *err);
+/* As gt_checkpoint_load, with the expected dtypes and shapes from descs (their data unused) and
+ * each tensor handed to sink, in order, once every check passed: the caller slices or copies it
+ * where it wants (a rank's block of a whole tensor) without holding the whole state. */
+gt_status gt_checkpoint_load_with(const char *folder, int64_t step,
+                                  const gt_checkpoint_model *model, int n, const char *const *names,
+                                  const gt_tensor *const *descs, gt_tensor_sink sink, void *user,
+                                  gt_checkpoint_info *info_out, gt_error *err);
 
 /* Deletes all but the `keep` highest complete checkpoints (keep <= 0: deletes nothing). A deleted
  * checkpoint is first renamed to a .tmp-* name, so a kill midway never leaves a half-deleted

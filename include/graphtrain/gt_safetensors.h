@@ -29,14 +29,25 @@ typedef struct {
     int n_entries;
     char **meta_keys, **meta_values; /* __metadata__ */
     int n_meta;
-    uint8_t *data; /* the data section, read into memory */
+    uint8_t *data; /* the data section, read into memory (NULL when opened lazily) */
     uint64_t data_len;
+    bool lazy;            /* gt_safetensors_open_lazy: data stays in the file, read on demand */
+    int fd;               /* lazy: the open file */
+    uint64_t data_offset; /* lazy: where the data section starts in the file */
 } gt_safetensors;
 
 gt_status gt_safetensors_open(const char *path, gt_safetensors *st, gt_error *err);
 /* Parses an in-memory file (buf is copied; name is used in messages and as st->path). */
 gt_status gt_safetensors_parse(const char *name, const uint8_t *buf, size_t len, gt_safetensors *st,
                                gt_error *err);
+/* As gt_safetensors_open, reading and validating only the header: tensor bytes stay in the file
+ * and gt_safetensors_read fetches them, so a file larger than memory can be read a tensor at a
+ * time. */
+gt_status gt_safetensors_open_lazy(const char *path, gt_safetensors *st, gt_error *err);
+/* Entry e's bytes (e->end - e->begin of them) into dst, from memory or, lazily, from the file (a
+ * file that shrank since it was opened: GT_ERR_IO naming it). */
+gt_status gt_safetensors_read(const gt_safetensors *st, const gt_st_entry *e, void *dst,
+                              gt_error *err);
 void gt_safetensors_close(gt_safetensors *st);
 const gt_st_entry *gt_safetensors_find(const gt_safetensors *st, const char *name);
 /* A copy of the named tensor (allocated; caller frees). Missing name: GT_ERR_INVALID naming it. */

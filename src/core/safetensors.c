@@ -394,9 +394,85 @@ gt_status gt_safetensors_open(const char *path, gt_safetensors *st, gt_error *er
     return GT_OK;
 }
 
+/* Reads len bytes at offset of fd into buf; a short read is a file that shrank. */
+static gt_status st_pread(const char *path, int fd, void *buf, size_t len, uint64_t offset,
+                          gt_error *err)
+{
+    size_t got = 0;
+    while (got < len) {
+        ssize_t r = pread(fd, (char *)buf + got, len - got, (off_t)(offset + got));
+        if (r < 0 && errno == EINTR) continue;
+        if (r < 0)
+            return gt_error_set(err, GT_ERR_IO, "%s: read failed: %s", path, strerror(errno));
+        if (r == 0)
+            return gt_error_set(err, GT_ERR_IO,
+                                "%s: file shrank while reading (%zu of %zu bytes at offset %llu)",
+                                path, got, len, (unsigned long long)offset);
+        got += (size_t)r;
+    }
+    return GT_OK;
+}
+
+gt_status gt_safetensors_open_lazy(const char *path, gt_safetensors *st, gt_error *err)
+{
+    memset(st, 0, sizeof *st);
+    if (!path) return gt_error_set(err, GT_ERR_INVALID, "safetensors open: NULL path");
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return gt_error_set(err, GT_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    struct stat sb;
+    if (fstat(fd, &sb) != 0) {
+        int e = errno;
+        close(fd);
+        return gt_error_set(err, GT_ERR_IO, "%s: cannot stat: %s", path, strerror(e));
+    }
+    if (!S_ISREG(sb.st_mode)) {
+        close(fd);
+        return gt_error_set(err, GT_ERR_IO, "%s: not a regular file", path);
+    }
+    /* the length field, then (when it is plausible) the header it announces: st_parse_header
+     * checks the length against the file's before it reads past the first 8 bytes */
+    size_t len = (size_t)sb.st_size, head = len < 8 ? len : 8;
+    uint8_t lenbuf[8] = {0};
+    gt_status status = st_pread(path, fd, lenbuf, head, 0, err);
+    uint64_t hlen = 0;
+    for (int i = 7; i >= 0; i--)
+        hlen = (hlen << 8) | lenbuf[i];
+    if (len >= 8 && hlen <= ST_MAX_HEADER_LEN && hlen <= len - 8) head = 8 + (size_t)hlen;
+    uint8_t *buf = status == GT_OK ? malloc(head ? head : 1) : NULL;
+    if (status == GT_OK && !buf)
+        status = gt_error_set(err, GT_ERR_NOMEM, "%s: out of memory for the header", path);
+    if (status == GT_OK) status = st_pread(path, fd, buf, head, 0, err);
+    size_t data_offset = 0;
+    if (status == GT_OK) status = st_parse_header(path, buf, len, st, &data_offset, err);
+    free(buf);
+    if (status != GT_OK) {
+        close(fd);
+        gt_safetensors_close(st);
+        return status;
+    }
+    st->lazy = true;
+    st->fd = fd;
+    st->data_offset = data_offset;
+    st->path = gt_xstrdup(path);
+    return GT_OK;
+}
+
+gt_status gt_safetensors_read(const gt_safetensors *st, const gt_st_entry *e, void *dst,
+                              gt_error *err)
+{
+    size_t n = (size_t)(e->end - e->begin);
+    if (n == 0) return GT_OK;
+    if (!st->lazy) {
+        memcpy(dst, st->data + e->begin, n);
+        return GT_OK;
+    }
+    return st_pread(st->path, st->fd, dst, n, st->data_offset + e->begin, err);
+}
+
 void gt_safetensors_close(gt_safetensors *st)
 {
     if (!st) return;
+    if (st->lazy) close(st->fd);
     for (int i = 0; i < st->n_entries; i++)
         free(st->entries[i].name);
     free(st->entries);

@@ -10,7 +10,10 @@
  *      exactly the manifest's tensors with the same dtypes and shapes;
  *   6. each tensor's bytes hash to the manifest's xxh64 (a flipped data byte names its tensor);
  *   7. each whole file hashes to the manifest's xxh64 (catches damage outside tensor data);
- * then the expected tensors are copied bitwise. */
+ * then the expected tensors are copied bitwise. The tensors are read from the file one at a time
+ * into one buffer (gt_safetensors_open_lazy), never the whole file at once: a checkpoint larger
+ * than memory loads, and the ranks of a run each hold one tensor, not the model. Each is read
+ * twice (checked, then copied) and hashed again on the second read. */
 #include "checkpoint_internal.h"
 #include "graphtrain/gt_safetensors.h"
 
@@ -64,7 +67,7 @@ static gt_status ckpt_check_model(const char *dir, const gt_checkpoint_info *inf
 }
 
 static gt_status ckpt_check_expected(const char *file, const gt_checkpoint_info *info, int n,
-                                     const char *const *names, gt_tensor *const *tensors,
+                                     const char *const *names, const gt_tensor *const *tensors,
                                      gt_error *err)
 {
     for (int i = 0; i < n; i++) {
@@ -111,8 +114,28 @@ static gt_status ckpt_check_sizes(const char *dir, const gt_checkpoint_info *inf
 
 /* The safetensors header and the manifest must describe the same tensors; then each tensor's bytes
  * must hash to the recorded value. */
+/* At least `bytes` at *buf (grown, never shrunk). */
+static gt_status ckpt_grow(uint8_t **buf, size_t *have, size_t bytes, gt_error *err)
+{
+    if (bytes <= *have) return GT_OK;
+    free(*buf);
+    *have = 0;
+    *buf = malloc(bytes);
+    if (!*buf) return gt_error_set(err, GT_ERR_NOMEM, "out of memory (%zu bytes)", bytes);
+    *have = bytes;
+    return GT_OK;
+}
+
+/* Entry e's bytes, read from the file into *buf (grown to fit). */
+static gt_status ckpt_read_entry(const gt_safetensors *st, const gt_st_entry *e, uint8_t **buf,
+                                 size_t *have, gt_error *err)
+{
+    GT_TRY(ckpt_grow(buf, have, (size_t)(e->end - e->begin), err));
+    return gt_safetensors_read(st, e, *buf, err);
+}
+
 static gt_status ckpt_check_tensor_data(const gt_safetensors *st, const gt_checkpoint_info *info,
-                                        gt_error *err)
+                                        uint8_t **buf, size_t *have, gt_error *err)
 {
     if (st->n_entries != info->n_tensors)
         return gt_error_set(err, GT_ERR_FORMAT, "%s: holds %d tensors, the manifest records %d",
@@ -134,7 +157,8 @@ static gt_status ckpt_check_tensor_data(const gt_safetensors *st, const gt_check
                                 "%s: tensor " CKPT_NAME_FMT " is %s, the manifest records %s",
                                 st->path, m->name, found, want);
         }
-        uint64_t h = gt_hash64(st->data + e->begin, (size_t)(e->end - e->begin), 0);
+        GT_TRY(ckpt_read_entry(st, e, buf, have, err));
+        uint64_t h = gt_hash64(*buf, (size_t)(e->end - e->begin), 0);
         if (h != m->xxh64)
             return gt_error_set(err, GT_ERR_FORMAT,
                                 "%s: tensor " CKPT_NAME_FMT ": checksum mismatch (xxh64 %016llx, "
@@ -166,7 +190,7 @@ static gt_status ckpt_check_file_hashes(const char *dir, const gt_checkpoint_inf
 }
 
 static gt_status ckpt_check_args(const char *folder, int n, const char *const *names,
-                                 gt_tensor *const *tensors, gt_error *err)
+                                 const gt_tensor *const *tensors, bool need_data, gt_error *err)
 {
     if (!folder || !folder[0])
         return gt_error_set(err, GT_ERR_INVALID, "checkpoint load: no folder given");
@@ -178,7 +202,7 @@ static gt_status ckpt_check_args(const char *folder, int n, const char *const *n
         const gt_tensor *t = tensors[i];
         if (!names[i] || !t || t->dtype < 0 || t->dtype >= GT_DTYPE_COUNT || t->ndim < 0 ||
             t->ndim > GT_MAX_DIMS || gt_shape_numel(t->ndim, t->shape) < 0 ||
-            (gt_tensor_nbytes(t) > 0 && !t->data))
+            (need_data && gt_tensor_nbytes(t) > 0 && !t->data))
             return gt_error_set(err, GT_ERR_INVALID,
                                 "checkpoint load from %s: destination %d " CKPT_NAME_FMT
                                 " is NULL or has a bad dtype, rank, shape or no data",
@@ -216,36 +240,55 @@ static gt_status ckpt_resolve_step(const char *folder, int64_t *step, gt_error *
     return status;
 }
 
-gt_status gt_checkpoint_load(const char *folder, int64_t step, const gt_checkpoint_model *model,
-                             int n, const char *const *names, gt_tensor *const *tensors,
-                             gt_checkpoint_info *info_out, gt_error *err)
+static gt_status ckpt_copy_into(int i, const void *bytes, void *user, gt_error *err)
 {
-    GT_TRY(ckpt_check_args(folder, n, names, tensors, err));
+    (void)err;
+    gt_tensor *t = ((gt_tensor *const *)user)[i];
+    size_t n = gt_tensor_nbytes(t);
+    if (n) memcpy(t->data, bytes, n);
+    return GT_OK;
+}
+
+static gt_status ckpt_load(const char *folder, int64_t step, const gt_checkpoint_model *model,
+                           int n, const char *const *names, const gt_tensor *const *descs,
+                           bool need_data, gt_tensor_sink sink, void *user,
+                           gt_checkpoint_info *info_out, gt_error *err)
+{
+    GT_TRY(ckpt_check_args(folder, n, names, descs, need_data, err));
     GT_TRY(ckpt_resolve_step(folder, &step, err));
     char *dir = ckpt_step_dir(folder, step);
     char *st_path = ckpt_join(dir, GT_CHECKPOINT_TENSOR_FILE);
     gt_checkpoint_info info;
     gt_safetensors st;
     memset(&st, 0, sizeof st);
+    uint8_t *buf = NULL; /* one tensor's bytes at a time */
+    size_t have = 0;
     gt_status status = ckpt_read_manifest(dir, step, &info, err);
     if (status != GT_OK) {
         gt_error_wrap(err, "checkpoint %s is incomplete or corrupt", dir);
         goto done_no_info;
     }
     status = ckpt_check_model(dir, &info, model, err);
-    if (status == GT_OK) status = ckpt_check_expected(st_path, &info, n, names, tensors, err);
+    if (status == GT_OK) status = ckpt_check_expected(st_path, &info, n, names, descs, err);
     if (status == GT_OK) status = ckpt_check_sizes(dir, &info, err);
-    if (status == GT_OK) status = gt_safetensors_open(st_path, &st, err);
-    if (status == GT_OK) status = ckpt_check_tensor_data(&st, &info, err);
+    if (status == GT_OK) status = gt_safetensors_open_lazy(st_path, &st, err);
+    if (status == GT_OK) status = ckpt_check_tensor_data(&st, &info, &buf, &have, err);
     if (status == GT_OK) status = ckpt_check_file_hashes(dir, &info, err);
     if (status != GT_OK) goto done;
 
-    for (int i = 0; i < n; i++) {
+    for (int i = 0; i < n && status == GT_OK; i++) {
         const gt_st_entry *e = gt_safetensors_find(&st, names[i]);
-        GT_CHECK(e && e->end - e->begin == gt_tensor_nbytes(tensors[i]));
-        if (e->end > e->begin) memcpy(tensors[i]->data, st.data + e->begin, e->end - e->begin);
+        GT_CHECK(e && e->end - e->begin == gt_tensor_nbytes(descs[i]));
+        status = ckpt_read_entry(&st, e, &buf, &have, err);
+        /* the bytes were hashed above: a file changed since is refused, not loaded */
+        if (status == GT_OK && gt_hash64(buf, (size_t)(e->end - e->begin), 0) !=
+                                   ckpt_find_tensor(&info, names[i])->xxh64)
+            status = gt_error_set(err, GT_ERR_IO,
+                                  "%s: tensor " CKPT_NAME_FMT " changed while it was being loaded",
+                                  st_path, names[i]);
+        if (status == GT_OK) status = sink(i, buf, user, err);
     }
-    if (info_out) {
+    if (status == GT_OK && info_out) {
         *info_out = info;
         memset(&info, 0, sizeof info);
     }
@@ -253,7 +296,25 @@ done:
     gt_checkpoint_info_free(&info);
 done_no_info:
     gt_safetensors_close(&st);
+    free(buf);
     free(st_path);
     free(dir);
     return status;
+}
+
+gt_status gt_checkpoint_load(const char *folder, int64_t step, const gt_checkpoint_model *model,
+                             int n, const char *const *names, gt_tensor *const *tensors,
+                             gt_checkpoint_info *info_out, gt_error *err)
+{
+    return ckpt_load(folder, step, model, n, names, (const gt_tensor *const *)tensors, true,
+                     ckpt_copy_into, (void *)tensors, info_out, err);
+}
+
+gt_status gt_checkpoint_load_with(const char *folder, int64_t step,
+                                  const gt_checkpoint_model *model, int n, const char *const *names,
+                                  const gt_tensor *const *descs, gt_tensor_sink sink, void *user,
+                                  gt_checkpoint_info *info_out, gt_error *err)
+{
+    if (!sink) return gt_error_set(err, GT_ERR_INVALID, "checkpoint load: no tensor sink");
+    return ckpt_load(folder, step, model, n, names, descs, false, sink, user, info_out, err);
 }

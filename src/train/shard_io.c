@@ -287,13 +287,6 @@ uint64_t gt_trainer_fingerprint(gt_trainer *t)
     return h;
 }
 
-static void free_tensors(gt_tensor *ts, int n)
-{
-    for (int k = 0; ts && k < n; k++)
-        gt_tensor_free(&ts[k]);
-    free(ts);
-}
-
 /* Rank 0's part of a save: the ordinary checkpoint of the whole tensors (descs: their names'
  * dtypes and global shapes), their bytes from src one tensor at a time. */
 static gt_status write_checkpoint(gt_trainer *t, int64_t step, const gt_tensor *const *descs,
@@ -405,31 +398,33 @@ static gt_status find_resume_step(gt_trainer *t, int64_t *want, gt_error *err)
     return gt_checkpoint_find_step(t->ckpt_folder, *want, err);
 }
 
-/* Reads checkpoint `want` into this rank's blocks: whole tensors are read and sliced (a block that
- * is the whole tensor is read in place). */
+/* A checkpoint's whole tensor i into this rank's block of it. */
+static gt_status slice_into_block(int i, const void *bytes, void *user, gt_error *err)
+{
+    (void)err;
+    gt_trainer *t = user;
+    const gt_shard_box *b = &t->box[i];
+    gt_tensor *local = t->ckpt_tensors[i], whole;
+    gt_tensor_wrap(&whole, local->dtype, b->ndim, b->global, (void *)bytes);
+    gt_shard_slice(b, &whole, local);
+    return GT_OK;
+}
+
+/* Reads checkpoint `want` into this rank's blocks, one whole tensor at a time. */
 static gt_status load_blocks(gt_trainer *t, int64_t want, gt_checkpoint_info *info, gt_error *err)
 {
     int n = 3 * t->n_params;
     gt_checkpoint_model m = {t->cfg->model.name, t->cfg->model.flavor, gt_trainer_fingerprint(t)};
-    gt_tensor *full = gt_xcalloc((size_t)n, sizeof *full);
-    gt_tensor **dst = gt_xcalloc((size_t)n, sizeof *dst);
-    gt_status st = GT_OK;
-    for (int k = 0; k < n && st == GT_OK; k++) {
-        const gt_shard_box *b = &t->box[k];
-        if (gt_shard_box_is_whole(b)) {
-            dst[k] = t->ckpt_tensors[k];
-            continue;
-        }
-        st = gt_tensor_alloc(&full[k], t->ckpt_tensors[k]->dtype, b->ndim, b->global, err);
-        dst[k] = &full[k];
-    }
-    if (st == GT_OK)
-        st = gt_checkpoint_load(t->ckpt_folder, want, &m, n, (const char *const *)t->ckpt_names,
-                                dst, info, err);
-    for (int k = 0; k < n && st == GT_OK; k++)
-        if (dst[k] == &full[k]) gt_shard_slice(&t->box[k], &full[k], t->ckpt_tensors[k]);
-    free_tensors(full, n);
-    free(dst);
+    gt_tensor *desc = gt_xcalloc((size_t)n, sizeof *desc);
+    const gt_tensor **descs = gt_xcalloc((size_t)n, sizeof *descs);
+    whole_descriptors(t, desc);
+    for (int k = 0; k < n; k++)
+        descs[k] = &desc[k];
+    gt_status st =
+        gt_checkpoint_load_with(t->ckpt_folder, want, &m, n, (const char *const *)t->ckpt_names,
+                                descs, slice_into_block, t, info, err);
+    free(desc);
+    free(descs);
     return st;
 }
 
