@@ -203,6 +203,23 @@ static gt_status stream_fn(int i, const void **data, void *user, gt_error *err)
     return GT_OK;
 }
 
+/* gt_checkpoint_load_with's sink: compares tensor i with the state, records the order, fails at
+ * fail_at. */
+typedef struct {
+    const model_state *s;
+    int seen[N_TENSORS + 1], n_seen, fail_at, wrong;
+} load_sink;
+
+static gt_status sink_fn(int i, const void *bytes, void *user, gt_error *err)
+{
+    load_sink *k = user;
+    if (k->n_seen <= N_TENSORS) k->seen[k->n_seen++] = i;
+    if (i == k->fail_at) return gt_error_set(err, GT_ERR_IO, "sink: no room for tensor %d", i);
+    size_t n = gt_tensor_nbytes(&k->s->t[i]);
+    k->wrong += n && memcmp(bytes, k->s->t[i].data, n) != 0;
+    return GT_OK;
+}
+
 /* The streaming save writes what the plain save writes, from descriptors without data; a source
  * that fails stops the save, which publishes nothing and asks no further; a save that fails
  * before writing asks for no tensor. */
@@ -243,6 +260,28 @@ static void test_save_from(void)
     gt_checkpoint_model m = tiny_model(&src);
     EXPECT_OK(gt_checkpoint_load(streamed, 3, &m, N_TENSORS, k_names, dst.mut, NULL, &err), &err);
     EXPECT(state_equal(&src, &dst, N_TENSORS), "save_from: loaded tensors differ");
+
+    /* load_with hands each tensor over once, in order, with its bytes; a sink's error stops the
+     * load as it is, and the manifest is not handed back */
+    load_sink k = {.s = &src, .fail_at = -1};
+    gt_checkpoint_info info;
+    EXPECT_OK(gt_checkpoint_load_with(streamed, 3, &m, N_TENSORS, k_names, descs, sink_fn, &k,
+                                      &info, &err),
+              &err);
+    bool sunk_in_order = k.n_seen == N_TENSORS && k.wrong == 0;
+    for (int i = 0; sunk_in_order && i < N_TENSORS; i++)
+        sunk_in_order = k.seen[i] == i;
+    EXPECT(sunk_in_order, "load_with: %d tensors handed over, %d with other bytes", k.n_seen,
+           k.wrong);
+    EXPECT(info.step == 3, "load_with: manifest step %lld", (long long)info.step);
+    gt_checkpoint_info_free(&info);
+    k = (load_sink){.s = &src, .fail_at = 1};
+    memset(&info, 0, sizeof info);
+    err = (gt_error){0};
+    EXPECT(gt_checkpoint_load_with(streamed, 3, &m, N_TENSORS, k_names, descs, sink_fn, &k, &info,
+                                   &err) == GT_ERR_IO &&
+               strstr(err.msg, "no room for tensor 1") && k.n_seen == 2 && info.n_tensors == 0,
+           "load_with: a failing sink gave %s after %d tensors", err.msg, k.n_seen);
 
     /* a source failing at tensor 2: its error, nothing published, nothing asked after it */
     g = (stream_source){.s = &src, .fail_at = 2};

@@ -194,6 +194,35 @@ static void test_roundtrip(void)
     gt_safetensors_close(&st);
     gt_safetensors_close(&st); /* closing twice is harmless */
 
+    /* Lazily: the same entries, each tensor's bytes read from the file on demand; a file that
+     * shrinks after the open is an IO error naming it, not a crash. */
+    EXPECT_OK(gt_safetensors_open_lazy(path, &st, &err), &err);
+    EXPECT(st.lazy && st.data == NULL && st.n_entries == NT && st.n_meta == 3,
+           "lazy open: %d entries, %d metadata", st.n_entries, st.n_meta);
+    for (int i = 0; i < NT && i < st.n_entries; i++) {
+        const gt_st_entry *e = gt_safetensors_find(&st, names[i]);
+        size_t nb = gt_tensor_nbytes(&t[i]);
+        uint8_t *got = malloc(nb + 1);
+        EXPECT(e && e->end - e->begin == nb, "lazy entry %s", names[i]);
+        if (e) EXPECT_OK(gt_safetensors_read(&st, e, got, &err), &err);
+        EXPECT(nb == 0 || memcmp(got, t[i].data, nb) == 0, "lazy bytes of %s", names[i]);
+        free(got);
+    }
+    const gt_st_entry *last = NULL; /* the non-empty entry that ends last */
+    for (int i = 0; i < st.n_entries; i++)
+        if (st.entries[i].end > st.entries[i].begin && (!last || st.entries[i].end > last->end))
+            last = &st.entries[i];
+    EXPECT(truncate(path, (off_t)(st.data_offset + last->end - 1)) == 0, "truncate");
+    uint8_t *tail = malloc((size_t)(last->end - last->begin) + 1);
+    gt_error_clear(&err);
+    EXPECT(gt_safetensors_read(&st, last, tail, &err) == GT_ERR_IO && strstr(err.msg, "shrank") &&
+               strstr(err.msg, path),
+           "a shrunk file: %s", err.msg);
+    free(tail);
+    gt_safetensors_close(&st);
+    gt_safetensors_close(&st);
+    EXPECT_OK(gt_safetensors_write(path, NT, names, tp, 3, mk, mv, &err), &err);
+
     /* Overwriting an existing file replaces it whole; no metadata means no __metadata__. */
     EXPECT_OK(gt_safetensors_write(path, 1, &names[3], &tp[3], 0, NULL, NULL, &err), &err);
     EXPECT_OK(gt_safetensors_open(path, &st, &err), &err);
@@ -487,6 +516,11 @@ static void test_broken(void)
                broken[i].file, broken[i].want, err.msg);
         EXPECT(st.entries == NULL && st.n_entries == 0 && st.data == NULL && st.path == NULL,
                "%s: st not cleared on error", broken[i].file);
+        /* The lazy reader (header only) gives the same answer. */
+        gt_error err3 = {0};
+        EXPECT(gt_safetensors_open_lazy(path, &st, &err3) == s &&
+                   strstr(err3.msg, broken[i].want) && !st.lazy && st.path == NULL,
+               "%s: lazy open differs from open: %s", broken[i].file, err3.msg);
         /* The in-memory parser gives the same answer. */
         size_t len = 0;
         uint8_t *buf = read_all(path, &len);
