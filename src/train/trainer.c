@@ -1014,7 +1014,8 @@ gt_status gt_train_export_hf(const gt_config *cfg, int64_t step, const char *dir
         gt_checkpoint_info info;
         if (st == GT_OK) {
             m.fingerprint = gt_trainer_fingerprint(&t);
-            st = gt_checkpoint_load(t.ckpt_folder, want, &m, 3 * t.n_params,
+            /* the parameters alone (the moments are checked with the rest, not copied) */
+            st = gt_checkpoint_load(t.ckpt_folder, want, &m, t.n_params,
                                     (const char *const *)t.ckpt_names, t.ckpt_tensors, &info, err);
             if (st == GT_OK) gt_checkpoint_info_free(&info);
         }
