@@ -112,8 +112,6 @@ static gt_status ckpt_check_sizes(const char *dir, const gt_checkpoint_info *inf
     return GT_OK;
 }
 
-/* The safetensors header and the manifest must describe the same tensors; then each tensor's bytes
- * must hash to the recorded value. */
 /* At least `bytes` at *buf (grown, never shrunk). */
 static gt_status ckpt_grow(uint8_t **buf, size_t *have, size_t bytes, gt_error *err)
 {
@@ -134,6 +132,8 @@ static gt_status ckpt_read_entry(const gt_safetensors *st, const gt_st_entry *e,
     return gt_safetensors_read(st, e, *buf, err);
 }
 
+/* The safetensors header and the manifest must describe the same tensors; then each tensor's bytes
+ * (read through *buf) must hash to the recorded value. */
 static gt_status ckpt_check_tensor_data(const gt_safetensors *st, const gt_checkpoint_info *info,
                                         uint8_t **buf, size_t *have, gt_error *err)
 {
