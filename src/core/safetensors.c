@@ -327,8 +327,8 @@ gt_status gt_safetensors_parse(const char *name, const uint8_t *buf, size_t len,
     return GT_OK;
 }
 
-/* Reads a whole regular file into a malloc'd buffer. */
-static gt_status st_read_file(const char *path, uint8_t **out, size_t *out_len, gt_error *err)
+/* Opens a regular file for reading: *fd and its length. */
+static gt_status st_open_regular(const char *path, int *fd_out, size_t *len, gt_error *err)
 {
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) return gt_error_set(err, GT_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
@@ -342,7 +342,17 @@ static gt_status st_read_file(const char *path, uint8_t **out, size_t *out_len, 
         close(fd);
         return gt_error_set(err, GT_ERR_IO, "%s: not a regular file", path);
     }
-    size_t len = (size_t)sb.st_size;
+    *fd_out = fd;
+    *len = (size_t)sb.st_size;
+    return GT_OK;
+}
+
+/* Reads a whole regular file into a malloc'd buffer. */
+static gt_status st_read_file(const char *path, uint8_t **out, size_t *out_len, gt_error *err)
+{
+    int fd;
+    size_t len;
+    GT_TRY(st_open_regular(path, &fd, &len, err));
     uint8_t *buf = malloc(len ? len : 1);
     if (!buf) {
         close(fd);
@@ -417,21 +427,12 @@ gt_status gt_safetensors_open_lazy(const char *path, gt_safetensors *st, gt_erro
 {
     memset(st, 0, sizeof *st);
     if (!path) return gt_error_set(err, GT_ERR_INVALID, "safetensors open: NULL path");
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return gt_error_set(err, GT_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
-    struct stat sb;
-    if (fstat(fd, &sb) != 0) {
-        int e = errno;
-        close(fd);
-        return gt_error_set(err, GT_ERR_IO, "%s: cannot stat: %s", path, strerror(e));
-    }
-    if (!S_ISREG(sb.st_mode)) {
-        close(fd);
-        return gt_error_set(err, GT_ERR_IO, "%s: not a regular file", path);
-    }
+    int fd;
+    size_t len;
+    GT_TRY(st_open_regular(path, &fd, &len, err));
     /* the length field, then (when it is plausible) the header it announces: st_parse_header
      * checks the length against the file's before it reads past the first 8 bytes */
-    size_t len = (size_t)sb.st_size, head = len < 8 ? len : 8;
+    size_t head = len < 8 ? len : 8;
     uint8_t lenbuf[8] = {0};
     gt_status status = st_pread(path, fd, lenbuf, head, 0, err);
     uint64_t hlen = 0;
