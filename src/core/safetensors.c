@@ -4,9 +4,10 @@
  * JSON object (UTF-8, possibly padded with trailing spaces); bytes [8 + N, file end) are the data
  * section. Each tensor's "data_offsets" [begin, end) are relative to the data section.
  *
- * Reader. The whole file is read into memory (simple, and fine for the checkpoint sizes we load
- * today; an mmap-backed reader can replace it behind the same struct). Everything is validated
- * before a single tensor byte is touched:
+ * Reader. gt_safetensors_open reads the whole file into memory; gt_safetensors_open_lazy reads
+ * only the header and gt_safetensors_read preads one entry's bytes when asked (checkpoints: one
+ * tensor in memory at a time; a file that shrinks meanwhile is an IO error, not a crash, which an
+ * mmap would make it). Everything is validated before a single tensor byte is touched:
  *   - the file holds the 8-byte length; N <= 100 MB (the limit Hugging Face uses) and N <= size-8;
  *   - the header is valid JSON (jansson, with duplicate keys rejected) and a JSON object;
  *   - every entry is an object with a known dtype string, a shape array of at most GT_MAX_DIMS
