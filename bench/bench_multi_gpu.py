@@ -384,6 +384,9 @@ def run_graphtrain(args, model, layout, n, log_path, extra=()):
     p = re.search(r"\(graphs ([\d.]+) s, parameters ([\d.]+) s, step programs ([\d.]+) s\)", out)
     r["setup_parts_seconds"] = dict(graphs=float(p.group(1)), parameters=float(p.group(2)),
                                     step_programs=float(p.group(3))) if p else None
+    # checkpoints (a variant with --checkpoint.enable true): rank 0's seconds per save
+    r["checkpoint_save_seconds"] = [
+        float(x) for x in re.findall(r"checkpoint: saved step \d+ to \S+ \(([\d.]+) s\)", out)]
     p = re.search(r"finished: parameters to the host ([\d.]+) s, their hash ([\d.]+) s, "
                   r"release ([\d.]+) s", out)
     r["finish_seconds"] = dict(params_to_host=float(p.group(1)), params_hash=float(p.group(2)),
@@ -665,6 +668,8 @@ def main():
             msg += f"; set up {r['setup_seconds']:.1f} s"
         if r.get("setup_parts_seconds"):
             msg += " (" + ", ".join(f"{k} {v:.1f} s" for k, v in r["setup_parts_seconds"].items()) + ")"
+        if r.get("checkpoint_save_seconds"):
+            msg += ", checkpoint saves " + ", ".join(f"{v:.1f}" for v in r["checkpoint_save_seconds"]) + " s"
         if r.get("finish_seconds"):
             msg += ", finish " + ", ".join(f"{k} {v:.1f} s" for k, v in r["finish_seconds"].items())
         bc.print_progress(k, msg, r, t0)

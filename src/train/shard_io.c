@@ -458,6 +458,7 @@ gt_status gt_trainer_resume(gt_trainer *t, int64_t *step, gt_error *err)
     if (want == GT_CHECKPOINT_NONE) return GT_OK;
     gt_checkpoint_info info;
     memset(&info, 0, sizeof info);
+    double t0 = gt_now_seconds();
     st = load_blocks(t, want, &info, err);
     if (st == GT_OK) {
         st = restore_loader(t, &info, want, err);
@@ -466,7 +467,7 @@ gt_status gt_trainer_resume(gt_trainer *t, int64_t *step, gt_error *err)
     GT_TRY(gt_train_agree(d, st, err));
     *step = want;
     if (d->rank == 0)
-        gt_log(GT_LOG_INFO, "checkpoint: resumed from %s/step-%lld", t->ckpt_folder,
-               (long long)want);
+        gt_log(GT_LOG_INFO, "checkpoint: resumed from %s/step-%lld (%.2f s)", t->ckpt_folder,
+               (long long)want, gt_now_seconds() - t0);
     return GT_OK;
 }
