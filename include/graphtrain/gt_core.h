@@ -63,6 +63,10 @@ void *gt_xmalloc(size_t n);
 void *gt_xcalloc(size_t count, size_t size);
 void *gt_xrealloc(void *p, size_t n);
 char *gt_xstrdup(const char *s);
+/* A reusable large buffer: *p holds at least `bytes` afterwards (*have its size), grown by a fresh
+ * malloc (old contents dropped), never shrunk, so a loop over tensors touches its pages once.
+ * Out of memory: GT_ERR_NOMEM, *p NULL, *have 0. Free with free(*p). */
+gt_status gt_buffer_reserve(void **p, size_t *have, size_t bytes, gt_error *err);
 
 /* ---------------------------------------------------------------- logging */
 

@@ -45,3 +45,14 @@ char *gt_xstrdup(const char *s)
     memcpy(d, s, n);
     return d;
 }
+
+gt_status gt_buffer_reserve(void **p, size_t *have, size_t bytes, gt_error *err)
+{
+    if (bytes <= *have && *p) return GT_OK;
+    free(*p);
+    *have = 0;
+    *p = malloc(bytes ? bytes : 1);
+    if (!*p) return gt_error_set(err, GT_ERR_NOMEM, "out of memory (a %zu-byte buffer)", bytes);
+    *have = bytes;
+    return GT_OK;
+}

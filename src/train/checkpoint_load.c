@@ -112,30 +112,18 @@ static gt_status ckpt_check_sizes(const char *dir, const gt_checkpoint_info *inf
     return GT_OK;
 }
 
-/* At least `bytes` at *buf (grown, never shrunk). */
-static gt_status ckpt_grow(uint8_t **buf, size_t *have, size_t bytes, gt_error *err)
-{
-    if (bytes <= *have) return GT_OK;
-    free(*buf);
-    *have = 0;
-    *buf = malloc(bytes);
-    if (!*buf) return gt_error_set(err, GT_ERR_NOMEM, "out of memory (%zu bytes)", bytes);
-    *have = bytes;
-    return GT_OK;
-}
-
 /* Entry e's bytes, read from the file into *buf (grown to fit). */
-static gt_status ckpt_read_entry(const gt_safetensors *st, const gt_st_entry *e, uint8_t **buf,
+static gt_status ckpt_read_entry(const gt_safetensors *st, const gt_st_entry *e, void **buf,
                                  size_t *have, gt_error *err)
 {
-    GT_TRY(ckpt_grow(buf, have, (size_t)(e->end - e->begin), err));
+    GT_TRY(gt_buffer_reserve(buf, have, (size_t)(e->end - e->begin), err));
     return gt_safetensors_read(st, e, *buf, err);
 }
 
 /* The safetensors header and the manifest must describe the same tensors; then each tensor's bytes
  * (read through *buf) must hash to the recorded value. */
 static gt_status ckpt_check_tensor_data(const gt_safetensors *st, const gt_checkpoint_info *info,
-                                        uint8_t **buf, size_t *have, gt_error *err)
+                                        void **buf, size_t *have, gt_error *err)
 {
     if (st->n_entries != info->n_tensors)
         return gt_error_set(err, GT_ERR_FORMAT, "%s: holds %d tensors, the manifest records %d",
@@ -261,7 +249,7 @@ static gt_status ckpt_load(const char *folder, int64_t step, const gt_checkpoint
     gt_checkpoint_info info;
     gt_safetensors st;
     memset(&st, 0, sizeof st);
-    uint8_t *buf = NULL; /* one tensor's bytes at a time */
+    void *buf = NULL; /* one tensor's bytes at a time */
     size_t have = 0;
     gt_status status = ckpt_read_manifest(dir, step, &info, err);
     if (status != GT_OK) {

@@ -189,18 +189,6 @@ static gt_status blocks_in_order(int n, const gt_mesh *mesh, const gt_shard_box 
     return GT_OK;
 }
 
-/* At least `bytes` at *p (grown, never shrunk, so its pages are touched once for many calls). */
-static gt_status grow(void **p, size_t *have, size_t bytes, gt_error *err)
-{
-    if (bytes <= *have) return GT_OK;
-    free(*p);
-    *have = 0;
-    *p = malloc(bytes);
-    if (!*p) return gt_error_set(err, GT_ERR_NOMEM, "out of memory (%zu bytes)", bytes);
-    *have = bytes;
-    return GT_OK;
-}
-
 gt_status gt_shard_whole(gt_comm *world, const gt_mesh *mesh, const gt_shard_box *mine,
                          const gt_tensor *local, gt_shard_buffers *buf, const void **whole,
                          gt_error *err)
@@ -214,14 +202,14 @@ gt_status gt_shard_whole(gt_comm *world, const gt_mesh *mesh, const gt_shard_box
             *whole = local->data;
             return GT_OK;
         }
-        GT_TRY(grow(&buf->full, &buf->full_bytes, (size_t)numel * es, err));
+        GT_TRY(gt_buffer_reserve(&buf->full, &buf->full_bytes, (size_t)numel * es, err));
         gt_tensor_wrap(&full, local->dtype, mine->ndim, mine->global, buf->full);
         gt_shard_place(mine, local, &full);
         *whole = buf->full;
         return GT_OK;
     }
     int64_t n = gt_tensor_numel(local), all_n = n * world->size;
-    GT_TRY(grow(&buf->all, &buf->all_bytes, (size_t)all_n * es, err));
+    GT_TRY(gt_buffer_reserve(&buf->all, &buf->all_bytes, (size_t)all_n * es, err));
     gt_tensor flat, all;
     gt_tensor_wrap(&flat, local->dtype, 1, &n, local->data);
     gt_tensor_wrap(&all, local->dtype, 1, &all_n, buf->all);
@@ -233,7 +221,7 @@ gt_status gt_shard_whole(gt_comm *world, const gt_mesh *mesh, const gt_shard_box
         *whole = buf->all;
         return GT_OK;
     }
-    GT_TRY(grow(&buf->full, &buf->full_bytes, (size_t)numel * es, err));
+    GT_TRY(gt_buffer_reserve(&buf->full, &buf->full_bytes, (size_t)numel * es, err));
     gt_tensor_wrap(&full, local->dtype, mine->ndim, mine->global, buf->full);
     GT_TRY(place_blocks(world->size, mesh, mine, local->dtype, n, buf->all, &full, err));
     *whole = buf->full;

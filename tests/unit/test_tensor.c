@@ -175,8 +175,28 @@ static void test_log(void)
     gt_log_set_sink(NULL, NULL); /* back to stderr */
 }
 
+/* gt_buffer_reserve: grows to the request, keeps the buffer for smaller ones (its pages stay
+ * touched), and its contents are the caller's to fill. */
+static void test_buffer_reserve(void)
+{
+    gt_error err = {0};
+    void *p = NULL;
+    size_t have = 0;
+    EXPECT_OK(gt_buffer_reserve(&p, &have, 100, &err), &err);
+    EXPECT(p && have == 100, "reserve 100: have %zu", have);
+    memset(p, 7, 100);
+    void *first = p;
+    EXPECT_OK(gt_buffer_reserve(&p, &have, 40, &err), &err);
+    EXPECT(p == first && have == 100, "a smaller request must keep the buffer (have %zu)", have);
+    EXPECT_OK(gt_buffer_reserve(&p, &have, 1000, &err), &err);
+    EXPECT(p && have == 1000, "reserve 1000: have %zu", have);
+    memset(p, 1, 1000); /* all of it is writable (ASan checks) */
+    free(p);
+}
+
 int main(void)
 {
+    test_buffer_reserve();
     test_alloc();
     test_access_convert();
     test_errors();
