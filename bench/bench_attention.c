@@ -21,14 +21,6 @@ static double now_s(void)
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-/* A bf16 of x (its float's top half: a valid value, not rounded). */
-static uint16_t bf16_of(float x)
-{
-    uint32_t u;
-    memcpy(&u, &x, sizeof u);
-    return (uint16_t)(u >> 16);
-}
-
 /* Random q, k, v, dout in [-2, 2), the forward once, then the backward `runs` times: whether dq,
  * dk and dv keep their first run's bits (the timings above run on zeros, whose gradients are all
  * zero, so they cannot tell). */
@@ -42,7 +34,7 @@ static int check_bits(gt_cuda_stream *st, gt_kernel_call *f, gt_kernel_call *bw,
         uint16_t *h = malloc(2 * n);
         for (size_t j = 0; j < n; j++) {
             seed = seed * 1664525u + 1013904223u;
-            h[j] = bf16_of(4.0f * (float)(seed >> 8) / 16777216.0f - 2.0f);
+            h[j] = gt_f32_to_bf16(4.0f * (float)(seed >> 8) / 16777216.0f - 2.0f);
         }
         gt_cuda_memcpy_h2d(st, in[i]->data, h, 2 * n, &err);
         gt_cuda_stream_sync(st, &err);

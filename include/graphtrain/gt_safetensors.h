@@ -65,6 +65,9 @@ gt_status gt_safetensors_write(const char *path, int n, const char *const *names
  * per tensor, in order 0 .. n-1; *data need only stay valid until the next call. An error stops
  * the write (nothing is left behind) and is returned as it is. */
 typedef gt_status (*gt_tensor_source)(int i, const void **data, void *user, gt_error *err);
+/* The source of tensors that are in memory: user is the `const gt_tensor *const *` array, and
+ * tensor i's bytes are its data. */
+gt_status gt_tensor_array_source(int i, const void **data, void *user, gt_error *err);
 /* As gt_safetensors_write, with each tensor's dtype and shape from descs (their data unused) and
  * its bytes from src, one tensor at a time: the tensors need never be in memory together. */
 gt_status gt_safetensors_write_from(const char *path, int n, const char *const *names,

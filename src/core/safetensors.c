@@ -524,9 +524,8 @@ const char *gt_safetensors_meta(const gt_safetensors *st, const char *key)
 
 /* ---------------------------------------------------------------- writer */
 
-/* Builds the JSON header for the given tensors (contiguous offsets in the given order). */
-/* The header of n tensors (their dtypes and shapes; need_data: each non-empty one must have data).
- */
+/* Builds the JSON header of n tensors (contiguous offsets in the given order) from their dtypes and
+ * shapes (need_data: each non-empty one must have data). */
 static gt_status st_build_header(const char *path, int n, const char *const *names,
                                  const gt_tensor *const *tensors, bool need_data, int n_meta,
                                  const char *const *meta_keys, const char *const *meta_values,
@@ -640,36 +639,6 @@ static gt_status st_fsync_dir(const char *path, gt_error *err)
 static gt_status st_write(const char *path, int n, const char *const *names,
                           const gt_tensor *const *tensors, bool need_data, gt_tensor_source src,
                           void *user, int n_meta, const char *const *meta_keys,
-                          const char *const *meta_values, gt_error *err);
-
-static gt_status st_data_of(int i, const void **data, void *user, gt_error *err)
-{
-    (void)err;
-    *data = ((const gt_tensor *const *)user)[i]->data;
-    return GT_OK;
-}
-
-gt_status gt_safetensors_write(const char *path, int n, const char *const *names,
-                               const gt_tensor *const *tensors, int n_meta,
-                               const char *const *meta_keys, const char *const *meta_values,
-                               gt_error *err)
-{
-    return st_write(path, n, names, tensors, true, st_data_of, (void *)tensors, n_meta, meta_keys,
-                    meta_values, err);
-}
-
-gt_status gt_safetensors_write_from(const char *path, int n, const char *const *names,
-                                    const gt_tensor *const *descs, gt_tensor_source src, void *user,
-                                    int n_meta, const char *const *meta_keys,
-                                    const char *const *meta_values, gt_error *err)
-{
-    if (!src) return gt_error_set(err, GT_ERR_INVALID, "%s: no tensor source", path ? path : "");
-    return st_write(path, n, names, descs, false, src, user, n_meta, meta_keys, meta_values, err);
-}
-
-static gt_status st_write(const char *path, int n, const char *const *names,
-                          const gt_tensor *const *tensors, bool need_data, gt_tensor_source src,
-                          void *user, int n_meta, const char *const *meta_keys,
                           const char *const *meta_values, gt_error *err)
 {
     if (!path || !path[0])
@@ -711,13 +680,7 @@ static gt_status st_write(const char *path, int n, const char *const *names,
         if (status == GT_OK && nbytes > 0 && !data)
             status = gt_error_set(err, GT_ERR_INVALID, "%s: tensor " ST_NAME_FMT " has no data",
                                   path, names[i]);
-        if (status != GT_OK) { /* the source's error, not a file's */
-            fclose(f);
-            remove(tmp);
-            free(tmp);
-            free(header);
-            return status;
-        }
+        if (status != GT_OK) goto fail; /* the source's error, not a file's */
         if (nbytes && fwrite(data, 1, nbytes, f) != nbytes) goto io_fail;
     }
     if (fflush(f) != 0) goto io_fail;
@@ -736,11 +699,37 @@ static gt_status st_write(const char *path, int n, const char *const *names,
 
 io_fail:;
     int e = errno;
-    if (f) fclose(f);
-    remove(tmp);
     status = gt_error_set(err, GT_ERR_IO, "%s: cannot %s temporary file %s: %s", path, what, tmp,
                           strerror(e));
+fail:
+    if (f) fclose(f);
+    remove(tmp);
     free(tmp);
     free(header);
     return status;
+}
+
+gt_status gt_tensor_array_source(int i, const void **data, void *user, gt_error *err)
+{
+    (void)err;
+    *data = ((const gt_tensor *const *)user)[i]->data;
+    return GT_OK;
+}
+
+gt_status gt_safetensors_write(const char *path, int n, const char *const *names,
+                               const gt_tensor *const *tensors, int n_meta,
+                               const char *const *meta_keys, const char *const *meta_values,
+                               gt_error *err)
+{
+    return st_write(path, n, names, tensors, true, gt_tensor_array_source, (void *)tensors, n_meta,
+                    meta_keys, meta_values, err);
+}
+
+gt_status gt_safetensors_write_from(const char *path, int n, const char *const *names,
+                                    const gt_tensor *const *descs, gt_tensor_source src, void *user,
+                                    int n_meta, const char *const *meta_keys,
+                                    const char *const *meta_values, gt_error *err)
+{
+    if (!src) return gt_error_set(err, GT_ERR_INVALID, "%s: no tensor source", path ? path : "");
+    return st_write(path, n, names, descs, false, src, user, n_meta, meta_keys, meta_values, err);
 }

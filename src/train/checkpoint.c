@@ -545,7 +545,6 @@ done:
     return status;
 }
 
-/* The manifest's view of the caller's tensors, hashes of the bytes in memory. */
 /* The manifest's tensor entries (need_data: each non-empty tensor must have data). Their xxh64 is
  * filled in as the bytes are written (ckpt_hashing_source). */
 static gt_status ckpt_describe_tensors(int n, const char *const *names,
@@ -657,31 +656,6 @@ static gt_status ckpt_write_step(int n, const char *const *names, const gt_tenso
     return status;
 }
 
-static gt_status ckpt_data_of(int i, const void **data, void *user, gt_error *err)
-{
-    (void)err;
-    *data = ((const gt_tensor *const *)user)[i]->data;
-    return GT_OK;
-}
-
-static gt_status ckpt_save(const gt_checkpoint_desc *d, int n, const char *const *names,
-                           const gt_tensor *const *tensors, bool need_data, gt_tensor_source src,
-                           void *user, gt_error *err);
-
-gt_status gt_checkpoint_save(const gt_checkpoint_desc *d, int n, const char *const *names,
-                             const gt_tensor *const *tensors, gt_error *err)
-{
-    return ckpt_save(d, n, names, tensors, true, ckpt_data_of, (void *)tensors, err);
-}
-
-gt_status gt_checkpoint_save_from(const gt_checkpoint_desc *d, int n, const char *const *names,
-                                  const gt_tensor *const *descs, gt_tensor_source src, void *user,
-                                  gt_error *err)
-{
-    if (!src) return gt_error_set(err, GT_ERR_INVALID, "checkpoint save: no tensor source");
-    return ckpt_save(d, n, names, descs, false, src, user, err);
-}
-
 static gt_status ckpt_save(const gt_checkpoint_desc *d, int n, const char *const *names,
                            const gt_tensor *const *tensors, bool need_data, gt_tensor_source src,
                            void *user, gt_error *err)
@@ -716,4 +690,18 @@ static gt_status ckpt_save(const gt_checkpoint_desc *d, int n, const char *const
     gt_checkpoint_info_free(&info);
     free(tmp_dir);
     return status;
+}
+
+gt_status gt_checkpoint_save(const gt_checkpoint_desc *d, int n, const char *const *names,
+                             const gt_tensor *const *tensors, gt_error *err)
+{
+    return ckpt_save(d, n, names, tensors, true, gt_tensor_array_source, (void *)tensors, err);
+}
+
+gt_status gt_checkpoint_save_from(const gt_checkpoint_desc *d, int n, const char *const *names,
+                                  const gt_tensor *const *descs, gt_tensor_source src, void *user,
+                                  gt_error *err)
+{
+    if (!src) return gt_error_set(err, GT_ERR_INVALID, "checkpoint save: no tensor source");
+    return ckpt_save(d, n, names, descs, false, src, user, err);
 }

@@ -7,12 +7,14 @@
  * and holds size[n-1] contiguous elements — both in the whole tensor and in the block. Rows that
  * follow each other in both (the box spans whole trailing dims) are walked as one run.
  *
- * Checkpoints hold whole tensors, whatever the layout that wrote them: saving gathers every block
- * over the world (an all-gather of the blocks in world-rank order; rank 0 puts each rank's block
- * into its box; replicated copies are identical bits, so overwriting is harmless) and rank 0 writes
- * the ordinary single-rank checkpoint plus the layout (informational). Loading: every rank reads
- * the whole tensors and keeps its box. So a checkpoint of any layout resumes in any other. Rank
- * 0's save status is broadcast, so a failed write (disk full) stops every rank, not only rank 0. */
+ * Checkpoints hold whole tensors, whatever the layout that wrote them. Saving gathers one tensor
+ * at a time over the world (gt_shard_whole: an all-gather of the blocks in world-rank order; rank 0
+ * uses them as they are when they lie in order, else puts each rank's block into its box, where
+ * replicated copies are identical bits, so overwriting is harmless) and rank 0 streams it into the
+ * ordinary single-rank checkpoint plus the layout (informational). Loading: every rank reads the
+ * whole tensors one at a time and keeps its box. So a checkpoint of any layout resumes in any
+ * other. Rank 0's save status is broadcast, so a failed write (disk full) stops every rank, not
+ * only rank 0. */
 #include <inttypes.h>
 #include <jansson.h>
 #include <stdio.h>
@@ -150,16 +152,22 @@ void gt_shard_init_param(const gt_shard_box *b, const gt_param_spec *p, uint64_t
     for_each_run(b, init_run, &c);
 }
 
+/* The box world rank r holds of the tensor whose box `mine` is (same placement). */
+static gt_status box_of_rank(const gt_mesh *mesh, const gt_shard_box *mine, int r,
+                             gt_shard_box *out, gt_error *err)
+{
+    int coords[GT_MESH_NDIMS];
+    gt_mesh_coords(mesh, r, coords);
+    return gt_shard_box_init(out, mesh, mine->place, mine->ndim, mine->global, coords, err);
+}
+
 /* full = the blocks of world ranks 0 .. n-1, each n_each elements, laid end to end in all. */
 static gt_status place_blocks(int n, const gt_mesh *mesh, const gt_shard_box *mine, gt_dtype dt,
                               int64_t n_each, const void *all, gt_tensor *full, gt_error *err)
 {
     for (int r = 0; r < n; r++) {
-        int coords[GT_MESH_NDIMS];
-        gt_mesh_coords(mesh, r, coords);
         gt_shard_box theirs;
-        GT_TRY(
-            gt_shard_box_init(&theirs, mesh, mine->place, mine->ndim, mine->global, coords, err));
+        GT_TRY(box_of_rank(mesh, mine, r, &theirs, err));
         gt_tensor block;
         gt_tensor_wrap(&block, dt, theirs.ndim, theirs.local,
                        (char *)all + (size_t)r * (size_t)n_each * gt_dtype_size(dt));
@@ -176,10 +184,8 @@ static gt_status blocks_in_order(int n, const gt_mesh *mesh, const gt_shard_box 
     *yes = false;
     int64_t next = 0;
     for (int r = 0; r < n && mine->ndim > 0; r++) {
-        int coords[GT_MESH_NDIMS];
-        gt_mesh_coords(mesh, r, coords);
         gt_shard_box b;
-        GT_TRY(gt_shard_box_init(&b, mesh, mine->place, mine->ndim, mine->global, coords, err));
+        GT_TRY(box_of_rank(mesh, mine, r, &b, err));
         for (int d = 0; d < b.ndim; d++)
             if (b.size[d] != b.local[d] || (d > 0 && b.size[d] != b.global[d])) return GT_OK;
         if (b.start[0] != next) return GT_OK;
@@ -251,27 +257,37 @@ void gt_shard_buffers_free(gt_shard_buffers *buf)
 
 /* Whole-tensor descriptors of the state (global shapes, no data): what the fingerprint and a
  * checkpoint's tensor list describe, whatever the layout. */
-static void whole_descriptors(gt_trainer *t, gt_tensor *desc)
+typedef struct {
+    gt_tensor *desc;
+    const gt_tensor **ptrs; /* ptrs[k] = &desc[k], as the checkpoint functions take them */
+} whole_descriptors;
+
+static whole_descriptors whole_descriptors_of(gt_trainer *t)
 {
-    for (int k = 0; k < 3 * t->n_params; k++) {
+    int n = 3 * t->n_params;
+    whole_descriptors w = {gt_xcalloc((size_t)n, sizeof *w.desc),
+                           gt_xcalloc((size_t)n, sizeof *w.ptrs)};
+    for (int k = 0; k < n; k++) {
         const gt_shard_box *b = &t->box[k];
-        gt_tensor_wrap(&desc[k], t->ckpt_tensors[k]->dtype, b->ndim, b->global, NULL);
+        gt_tensor_wrap(&w.desc[k], t->ckpt_tensors[k]->dtype, b->ndim, b->global, NULL);
+        w.ptrs[k] = &w.desc[k];
     }
+    return w;
+}
+
+static void whole_descriptors_free(whole_descriptors *w)
+{
+    free(w->desc);
+    free(w->ptrs);
 }
 
 uint64_t gt_trainer_fingerprint(gt_trainer *t)
 {
     gt_trainer_refresh_ckpt_tensors(t);
-    int n = 3 * t->n_params;
-    gt_tensor *desc = gt_xcalloc((size_t)n, sizeof *desc);
-    const gt_tensor **ptrs = gt_xcalloc((size_t)n, sizeof *ptrs);
-    whole_descriptors(t, desc);
-    for (int k = 0; k < n; k++)
-        ptrs[k] = &desc[k];
+    whole_descriptors w = whole_descriptors_of(t);
     /* the fingerprint covers the parameters (the first n_params names) */
-    uint64_t h = gt_checkpoint_fingerprint(t->n_params, (const char *const *)t->ckpt_names, ptrs);
-    free(desc);
-    free(ptrs);
+    uint64_t h = gt_checkpoint_fingerprint(t->n_params, (const char *const *)t->ckpt_names, w.ptrs);
+    whole_descriptors_free(&w);
     return h;
 }
 
@@ -327,15 +343,11 @@ static gt_status state_gather_next(state_source *g, const void **whole, gt_error
     return st;
 }
 
+/* The writer's source: one rank's tensors are whole already (gt_shard_whole hands them over). */
 static gt_status state_source_fn(int i, const void **data, void *user, gt_error *err)
 {
     state_source *g = user;
     GT_CHECK(i == g->next);
-    if (!gt_train_dist_multi(&g->t->dist)) {
-        g->next++;
-        *data = g->t->ckpt_tensors[i]->data;
-        return GT_OK;
-    }
     return state_gather_next(g, data, err);
 }
 
@@ -346,16 +358,11 @@ gt_status gt_trainer_save_checkpoint(gt_trainer *t, int64_t step, gt_error *err)
     double t0 = gt_now_seconds();
     int n = 3 * t->n_params;
     gt_train_dist *d = &t->dist;
-    /* whole-tensor descriptors; one rank's tensors are whole already */
-    gt_tensor *desc = gt_xcalloc((size_t)n, sizeof *desc);
-    const gt_tensor **descs = gt_xcalloc((size_t)n, sizeof *descs);
-    whole_descriptors(t, desc);
-    for (int k = 0; k < n; k++)
-        descs[k] = &desc[k];
+    whole_descriptors w = whole_descriptors_of(t);
     state_source g = {.t = t, .comm = GT_OK};
     gt_status st = GT_OK;
     gt_error local = {0};
-    if (d->rank == 0) st = write_checkpoint(t, step, descs, state_source_fn, &g, &local);
+    if (d->rank == 0) st = write_checkpoint(t, step, w.ptrs, state_source_fn, &g, &local);
     /* every rank gathers every tensor in the same order: those rank 0's writer did not ask for
      * (it failed first, or this is another rank) are gathered and dropped */
     while (gt_train_dist_multi(d) && g.comm == GT_OK && g.next < n) {
@@ -364,8 +371,7 @@ gt_status gt_trainer_save_checkpoint(gt_trainer *t, int64_t step, gt_error *err)
         state_gather_next(&g, &ignored, &e);
     }
     gt_shard_buffers_free(&g.buf);
-    free(desc);
-    free(descs);
+    whole_descriptors_free(&w);
     if (g.comm != GT_OK) { /* a communication failure is this rank's alone: peers time out */
         *err = g.comm_err;
         return g.comm;
@@ -403,16 +409,11 @@ static gt_status load_blocks(gt_trainer *t, int64_t want, gt_checkpoint_info *in
 {
     int n = 3 * t->n_params;
     gt_checkpoint_model m = {t->cfg->model.name, t->cfg->model.flavor, gt_trainer_fingerprint(t)};
-    gt_tensor *desc = gt_xcalloc((size_t)n, sizeof *desc);
-    const gt_tensor **descs = gt_xcalloc((size_t)n, sizeof *descs);
-    whole_descriptors(t, desc);
-    for (int k = 0; k < n; k++)
-        descs[k] = &desc[k];
+    whole_descriptors w = whole_descriptors_of(t);
     gt_status st =
         gt_checkpoint_load_with(t->ckpt_folder, want, &m, n, (const char *const *)t->ckpt_names,
-                                descs, slice_into_block, t, info, err);
-    free(desc);
-    free(descs);
+                                w.ptrs, slice_into_block, t, info, err);
+    whole_descriptors_free(&w);
     return st;
 }
 

@@ -551,15 +551,22 @@ static gt_status train_step(gt_trainer *t, int64_t step, double *loss, double *g
 
 /* ---------------------------------------------------------------- setup and loop */
 
+/* The model's parameter count (elements of every parameter, whole). */
+static int64_t model_param_count(const gt_trainer *t)
+{
+    int64_t n = 0;
+    for (int k = 0; k < t->model.n_params; k++)
+        n += gt_shape_numel(t->model.params[k].ndim, t->model.params[k].shape);
+    return n;
+}
+
 /* A rank bound to one CPU draws its parameters on that core alone (8B over 2 ranks on an H200
  * host: set up in 240 s bound, 35-40 s unbound): said once, by rank 0, for models of 1e8
  * parameters or more. */
 static void warn_if_bound(const gt_trainer *t)
 {
     long host = sysconf(_SC_NPROCESSORS_ONLN);
-    int64_t n = 0;
-    for (int k = 0; k < t->model.n_params; k++)
-        n += gt_shape_numel(t->model.params[k].ndim, t->model.params[k].shape);
+    int64_t n = model_param_count(t);
     if (t->dist.rank != 0 || gt_cpu_count() > 1 || host < 2 || n < 100000000) return;
     gt_log(GT_LOG_WARN,
            "this rank may run on 1 of the host's %ld CPUs (the launcher bound it: mpirun binds "
@@ -860,9 +867,7 @@ static gt_status final_params_hash(gt_trainer *t, uint64_t *hash, gt_error *err)
 static void log_start(gt_trainer *t, gt_train_result *res, double setup_s)
 {
     const gt_config *cfg = t->cfg;
-    int64_t n_params = 0;
-    for (int k = 0; k < t->n_params; k++)
-        n_params += gt_shape_numel(t->model.params[k].ndim, t->model.params[k].shape);
+    int64_t n_params = model_param_count(t);
     const gt_graph *shown = t->whole.g ? t->whole.g : t->micro.g;
     if (t->synthetic) res->entropy_rate = gt_synthetic_entropy_rate(t->synthetic);
     if (t->dist.rank != 0) return;

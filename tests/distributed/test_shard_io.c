@@ -138,29 +138,38 @@ int main(int argc, char **argv)
     gt_mesh mesh;
     EXPECT_OK(gt_mesh_init(&mesh, 1, world->size / tp, tp, &err), &err);
 
+    /* each case: the tensor's rank, then the dp_shard and tp placements ({kind, dim, order}) */
     const int64_t shape2[2] = {8, 12}, shape3[3] = {4, 6, 5};
-    gt_placement place[GT_MESH_MAX_DIMS];
-    memset(place, 0, sizeof place);
-    check_block(world, &mesh, "replicate", place, 2, shape2);
-    place[GT_MESH_DP_SHARD] = (gt_placement){GT_PLACE_SHARD, 0, 0, 0};
-    check_block(world, &mesh, "S(0)@dp_shard", place, 2, shape2);
-    place[GT_MESH_TP] = (gt_placement){GT_PLACE_SHARD, 1, 0, 0};
-    check_block(world, &mesh, "S(0)@dp_shard, S(1)@tp", place, 2, shape2);
-    place[GT_MESH_TP] = (gt_placement){GT_PLACE_SHARD, 0, 0, 0};
-    place[GT_MESH_DP_SHARD] = (gt_placement){GT_PLACE_SHARD, 0, 1, 0};
-    check_block(world, &mesh, "S(0)@tp outer, S(0)@dp_shard inner", place, 2, shape2);
-    place[GT_MESH_TP] = (gt_placement){GT_PLACE_SHARD, 0, 1, 0};
-    place[GT_MESH_DP_SHARD] = (gt_placement){GT_PLACE_SHARD, 0, 0, 0};
-    check_block(world, &mesh, "S(0)@dp_shard outer, S(0)@tp inner", place, 2, shape2);
-
-    memset(place, 0, sizeof place);
-    check_block(world, &mesh, "3-d replicate", place, 3, shape3);
-    place[GT_MESH_DP_SHARD] = (gt_placement){GT_PLACE_SHARD, 0, 0, 0};
-    check_block(world, &mesh, "3-d S(0)@dp_shard", place, 3, shape3);
-    place[GT_MESH_DP_SHARD] = (gt_placement){GT_PLACE_SHARD, 1, 0, 0};
-    check_block(world, &mesh, "3-d S(1)@dp_shard", place, 3, shape3);
-    place[GT_MESH_TP] = (gt_placement){GT_PLACE_SHARD, 0, 0, 0};
-    check_block(world, &mesh, "3-d S(1)@dp_shard, S(0)@tp", place, 3, shape3);
+    const gt_placement R = {GT_PLACE_REPLICATE, 0, 0, 0};
+    const struct {
+        const char *what;
+        int ndim;
+        gt_placement dp, tp;
+    } cases[] = {
+        {"replicate", 2, R, R},
+        {"S(0)@dp_shard", 2, {GT_PLACE_SHARD, 0, 0, 0}, R},
+        {"S(0)@dp_shard, S(1)@tp", 2, {GT_PLACE_SHARD, 0, 0, 0}, {GT_PLACE_SHARD, 1, 0, 0}},
+        {"S(0)@tp outer, S(0)@dp_shard inner",
+         2,
+         {GT_PLACE_SHARD, 0, 1, 0},
+         {GT_PLACE_SHARD, 0, 0, 0}},
+        {"S(0)@dp_shard outer, S(0)@tp inner",
+         2,
+         {GT_PLACE_SHARD, 0, 0, 0},
+         {GT_PLACE_SHARD, 0, 1, 0}},
+        {"3-d replicate", 3, R, R},
+        {"3-d S(0)@dp_shard", 3, {GT_PLACE_SHARD, 0, 0, 0}, R},
+        {"3-d S(1)@dp_shard", 3, {GT_PLACE_SHARD, 1, 0, 0}, R},
+        {"3-d S(1)@dp_shard, S(0)@tp", 3, {GT_PLACE_SHARD, 1, 0, 0}, {GT_PLACE_SHARD, 0, 0, 0}},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        gt_placement place[GT_MESH_MAX_DIMS];
+        memset(place, 0, sizeof place);
+        place[GT_MESH_DP_SHARD] = cases[c].dp;
+        place[GT_MESH_TP] = cases[c].tp;
+        check_block(world, &mesh, cases[c].what, place, cases[c].ndim,
+                    cases[c].ndim == 2 ? shape2 : shape3);
+    }
 
     gt_comm_destroy(world);
     gt_comm_mpi_finalize(&err);

@@ -450,8 +450,8 @@ static bool gt_cudnn_engine_deterministic(gt_cudnn_desc engine, bool verbose)
     return deterministic;
 }
 
-/* Builds the plan of engine config cfg into *out; false where cuDNN refuses it. */
-static bool gt_cudnn_build_plan(cudnnHandle_t h, gt_cudnn_desc cfg, gt_cudnn_plan *out,
+/* Builds the plan of engine config cfg into out->plan (left NULL where cuDNN refuses it). */
+static void gt_cudnn_build_plan(cudnnHandle_t h, gt_cudnn_desc cfg, gt_cudnn_plan *out,
                                 bool verbose)
 {
     const cudnnBackendAttributeType_t D = CUDNN_TYPE_BACKEND_DESCRIPTOR;
@@ -459,7 +459,7 @@ static bool gt_cudnn_build_plan(cudnnHandle_t h, gt_cudnn_desc cfg, gt_cudnn_pla
     int64_t got = 0;
     if (cudnnBackendCreateDescriptor(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR, &plan) !=
         CUDNN_STATUS_SUCCESS)
-        return false;
+        return;
     cudnnStatus_t st =
         cudnnBackendSetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1, &h);
     if (st == CUDNN_STATUS_SUCCESS)
@@ -475,10 +475,9 @@ static bool gt_cudnn_build_plan(cudnnHandle_t h, gt_cudnn_desc cfg, gt_cudnn_pla
     }
     if (st != CUDNN_STATUS_SUCCESS) {
         cudnnBackendDestroyDescriptor(plan);
-        return false;
+        return;
     }
     out->plan = plan;
-    return true;
 }
 
 /* Up to max descriptors of a type into k; how many were made. */
@@ -686,6 +685,12 @@ gt_status gt_cudnn_sdpa_forward(gt_cuda_stream *s, const gt_cudnn_sdpa *a, bool 
     return GT_OK;
 }
 
+/* x rounded up to 256 bytes (the scratch's pieces start aligned). */
+static size_t gt_cudnn_align(size_t x)
+{
+    return (x + 255) / 256 * 256;
+}
+
 /* Whether n bytes at device pointers x and y are the same (through the host). */
 static gt_status gt_cudnn_same_bytes(gt_cuda_stream *s, const void *x, const void *y, size_t n,
                                      bool *same, gt_error *err)
@@ -712,9 +717,9 @@ gt_status gt_cudnn_sdpa_backward(gt_cuda_stream *s, const gt_kernel_call *c, con
     if (!pl || pl->checked < 0) return GT_OK;
     /* the scratch: the row sums D ([b, hq, s] f32) and, on a plan's first run, a second dq, dk,
      * dv */
-    size_t rows = (size_t)(a->b * a->hq * a->s), sums = (rows * sizeof(float) + 255) / 256 * 256;
+    size_t rows = (size_t)(a->b * a->hq * a->s), sums = gt_cudnn_align(rows * sizeof(float));
     size_t nq = rows * (size_t)a->d * 2, nk = (size_t)(a->b * a->hkv * a->s * a->d) * 2,
-           nq_al = (nq + 255) / 256 * 256, nk_al = (nk + 255) / 256 * 256;
+           nq_al = gt_cudnn_align(nq), nk_al = gt_cudnn_align(nk);
     void *scr;
     GT_TRY(gt_cuda_scratch(s, c, sums + (pl->checked ? 0 : nq_al + 2 * nk_al), &scr, err));
     char *again = (char *)scr + sums;
