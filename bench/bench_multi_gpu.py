@@ -34,8 +34,9 @@ scaling, sdpa) on the meta device, torch.compiles every decoder layer in place (
 inductor defaults, caches off; --torch-compile model compiles forward + loss as one function
 instead, none not at all), applies FSDP2 fully_shard to every decoder layer and then to the root
 with MixedPrecisionPolicy(param_dtype=bfloat16, reduce_dtype=float32) (reshard after forward, the
-default), materializes its shards on its GPU (random normal 0.02 matrices, ones for the norms;
-the RoPE tables recomputed), and trains with torch.optim.AdamW(fused=True) with bench_gpu.py's
+default; --torch-reshard false keeps each layer's gathered parameters for its backward),
+materializes its shards on its GPU (random normal 0.02 matrices, ones for the norms; the RoPE
+tables recomputed), and trains with torch.optim.AdamW(fused=True) with bench_gpu.py's
 hyper-parameters, parameter groups and schedule, clip_grad_norm_(1.0), and B x S random tokens
 per rank (so B x S x N tokens per step). The loss is the cross-entropy of the logits cast to fp32
 (torch.compiled unless --torch-compile none). One step = tokens, forward + loss, backward, clip,
@@ -91,6 +92,32 @@ TP = 2  # the tensor-parallel degree of layout fsdp_tp
 # and a summary line with every rank's step times and memory)
 
 
+def selective_op_context():
+    """context_fn of torchtitan's op-level selective activation checkpointing: inside a layer the
+    backward keeps the outputs of every other matmul (the 1st, 3rd, ... of each forward), of the
+    attention kernels, of reduce-scatters and of max, and recomputes everything else."""
+    import torch
+    from functools import partial
+    from torch.utils.checkpoint import CheckpointPolicy, create_selective_checkpoint_contexts
+    aten = torch.ops.aten
+    names = ("_scaled_dot_product_efficient_attention", "_scaled_dot_product_flash_attention",
+             "_scaled_dot_product_cudnn_attention", "max")
+    keep = {aten.mm.default} | {getattr(aten, n).default for n in names if hasattr(aten, n)}
+    if hasattr(torch.ops, "_c10d_functional"):
+        keep.add(torch.ops._c10d_functional.reduce_scatter_tensor.default)
+
+    def policy(meta, ctx, func, *args, **kwargs):
+        key = "recompute_mm_count" if ctx.is_recompute else "forward_mm_count"
+        if func == aten.mm.default:
+            meta[key] = meta.get(key, 0) + 1
+        save = func in keep and not (func == aten.mm.default and meta[key] % 2 == 0)
+        return CheckpointPolicy.MUST_SAVE if save else CheckpointPolicy.PREFER_RECOMPUTE
+
+    def context():
+        return create_selective_checkpoint_contexts(partial(policy, {}))
+    return context
+
+
 def torch_worker(spec):
     import torch
     import torch.distributed as dist
@@ -122,17 +149,21 @@ def torch_worker(spec):
         model = LlamaForCausalLM(cfg)
     model.train()
     layers = model.model.layers
-    if spec["ac"] == "full":  # torchtitan's full activation checkpointing: recompute each layer
+    if spec["ac"] in ("full", "selective"):
         from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import (
             checkpoint_wrapper)
+        # full: torchtitan's full activation checkpointing, every layer recomputed;
+        # selective: torchtitan's op-level policy (selective_ac_option "op", its 8B default)
+        extra = {} if spec["ac"] == "full" else dict(context_fn=selective_op_context())
         for i in range(len(layers)):
-            layers[i] = checkpoint_wrapper(layers[i], preserve_rng_state=False)
+            layers[i] = checkpoint_wrapper(layers[i], preserve_rng_state=False, **extra)
     if spec["compile"] == "layer":
         for layer in layers:  # torchtitan's per-block compile; FSDP hooks stay outside the graphs
             layer.compile()
     mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
     for layer in layers:
-        fully_shard(layer, mesh=mesh, mp_policy=mp)
+        fully_shard(layer, mesh=mesh, mp_policy=mp,
+                    reshard_after_forward=spec.get("reshard", True))
     fully_shard(model, mesh=mesh, mp_policy=mp)
     model.to_empty(device=dev)
     with torch.no_grad():
@@ -401,17 +432,18 @@ def run_graphtrain(args, model, layout, n, log_path, extra=()):
 
 
 def torch_ac(args, model):
-    """Activation checkpointing of the torch peer: auto is full for 8B (without it, 8B's
-    activations at batch 8 x 2048 plus its weights, gradients and AdamW state do not fit one
-    H200 even sharded over 4), none otherwise."""
+    """Activation checkpointing of the torch peer: auto is selective for 8B (torchtitan's 8B
+    default; without checkpointing, 8B's activations at batch 8 x 2048 plus its weights,
+    gradients and AdamW state do not fit one H200 even sharded over 4), none otherwise."""
     if args.torch_ac != "auto":
         return args.torch_ac
-    return "full" if model == "8B" else "none"
+    return "selective" if model == "8B" else "none"
 
 
 def run_torch(args, model, n, log_path):
     spec = dict(model=model, steps=args.steps, seed=0, batch=args.batch, seq=args.seq,
-                device=args.device, compile=args.torch_compile, ac=torch_ac(args, model))
+                device=args.device, compile=args.torch_compile, ac=torch_ac(args, model),
+                reshard=args.torch_reshard == "true")
     env = dict(os.environ, TORCHINDUCTOR_FORCE_DISABLE_CACHES="1", NCCL_NVLS_ENABLE="0")
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
            "--nproc_per_node", str(n), os.path.abspath(__file__), "--torch-worker",
@@ -434,6 +466,7 @@ def run_torch(args, model, n, log_path):
              torch_max_memory_reserved_per_rank=summary.get("max_memory_reserved_per_rank"),
              torch=summary.get("torch"), transformers=summary.get("transformers"),
              backend=summary.get("backend"), compile=args.torch_compile, ac=spec["ac"],
+             reshard_after_forward=spec["reshard"],
              device_name=summary.get("device_name"), adamw_fused=summary.get("adamw_fused"))
     if rc != 0 or not summary:
         why = (f"timed out after {args.timeout:g} s" if rc is None
@@ -508,7 +541,8 @@ def tables(results, args):
             f"\n**{model}** — local batch {args.batch} × seq {args.seq} per data-parallel rank, "
             f"{fpt / 1e9:.3f} GFLOP/token (torchtitan), median of steps "
             f"{args.skip + 1}..{args.steps}; torch = FSDP2 `fully_shard` + torch.compile "
-            f"({args.torch_compile}), activation checkpointing {torch_ac(args, model)}, no torch "
+            f"({args.torch_compile}), activation checkpointing {torch_ac(args, model)}, "
+            f"reshard_after_forward {args.torch_reshard}, no torch "
             f"TP: fsdp_tp rows compare with torch FSDP2 on the same GPUs\n")
         lines.append("| layout | GPUs | system | step ms (min–max) | tokens/step | tokens/s | "
                      "tokens/s/GPU | MFU/GPU | peak GPU used GiB (max GPU) | own count GiB | "
@@ -598,9 +632,12 @@ def main():
     ap.add_argument("--torch-compile", default="layer", choices=("layer", "model", "none"),
                     help="torch.compile per decoder layer (+ the loss), of forward + loss as one "
                          "function, or not at all")
-    ap.add_argument("--torch-ac", default="auto", choices=("auto", "none", "full"),
-                    help="activation checkpointing of every torch decoder layer (auto: full for "
-                         "8B, none otherwise)")
+    ap.add_argument("--torch-ac", default="auto", choices=("auto", "none", "full", "selective"),
+                    help="activation checkpointing of every torch decoder layer: full, selective "
+                         "(torchtitan's op policy) or none (auto: selective for 8B, else none)")
+    ap.add_argument("--torch-reshard", default="true", choices=("true", "false"),
+                    help="FSDP2 reshard_after_forward of every torch decoder layer (true: "
+                         "torchtitan's default, gathered again for the backward)")
     ap.add_argument("--comm-report", default="auto", choices=("auto", "on", "off"),
                     help="pass --metrics.comm_report true to graphtrain (auto: when the binary "
                          "knows the option)")
