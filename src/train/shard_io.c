@@ -434,21 +434,29 @@ static gt_status restore_loader(gt_trainer *t, const gt_checkpoint_info *info, i
     return gt_loader_set_state(t->loader, &ls, err);
 }
 
-gt_status gt_trainer_resume(gt_trainer *t, int64_t *step, gt_error *err)
+gt_status gt_trainer_pick_resume(gt_trainer *t, gt_error *err)
 {
-    *step = 0;
     gt_train_dist *d = &t->dist;
-    gt_trainer_refresh_ckpt_tensors(t);
     /* rank 0 picks the checkpoint, so every rank loads the same one */
     int64_t want = GT_CHECKPOINT_NONE;
     gt_status st = d->rank == 0 ? find_resume_step(t, &want, err) : GT_OK;
     GT_TRY(gt_train_share_status(d, 0, st, err));
     GT_TRY(gt_train_share_i64(d, &want, err));
+    t->resume_step = want;
+    return GT_OK;
+}
+
+gt_status gt_trainer_resume(gt_trainer *t, int64_t *step, gt_error *err)
+{
+    *step = 0;
+    gt_train_dist *d = &t->dist;
+    gt_trainer_refresh_ckpt_tensors(t);
+    int64_t want = t->resume_step;
     if (want == GT_CHECKPOINT_NONE) return GT_OK;
     gt_checkpoint_info info;
     memset(&info, 0, sizeof info);
     double t0 = gt_now_seconds();
-    st = load_blocks(t, want, &info, err);
+    gt_status st = load_blocks(t, want, &info, err);
     if (st == GT_OK) {
         st = restore_loader(t, &info, want, err);
         gt_checkpoint_info_free(&info);

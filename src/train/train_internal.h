@@ -210,7 +210,8 @@ typedef struct {
     gt_sym_binding binding;
     gt_flops flops; /* of one optimizer step (this rank's share) */
     char *ckpt_folder;
-    char **ckpt_names; /* params, exp_avg, exp_avg_sq */
+    int64_t resume_step; /* the checkpoint this run resumes from, or GT_CHECKPOINT_NONE */
+    char **ckpt_names;   /* params, exp_avg, exp_avg_sq */
     gt_tensor **ckpt_tensors;
     gt_metrics_writer metrics;
     bool metrics_open;
@@ -227,13 +228,18 @@ typedef struct {
 bool gt_train_named(const char *name, const char *prefix, const char *fqn);
 /* This rank's blocks of the state (trainer_parallel.c): the box of each parameter, moment and of
  * the batch from the step graph's input placements (whole tensors with one rank), parameters
- * initialised, moments zero, the per-step inputs and the checkpoint names. */
+ * initialised (left to the checkpoint when resume_step names one), moments zero, the per-step
+ * inputs and the checkpoint names. */
 gt_status gt_trainer_alloc_state(gt_trainer *t, gt_error *err);
 
 /* Checkpoints (shard_io.c): every rank takes part; whole tensors on disk whatever the layout. */
 uint64_t gt_trainer_fingerprint(gt_trainer *t);
 gt_status gt_trainer_save_checkpoint(gt_trainer *t, int64_t step, gt_error *err);
-/* Loads the latest (or the configured) checkpoint if there is one; *step = its step or 0. */
+/* Sets resume_step: the latest (or the configured) checkpoint in ckpt_folder, chosen by rank 0
+ * and shared, or GT_CHECKPOINT_NONE when there is none. Before the state is allocated, so that a
+ * resumed run does not draw parameters the checkpoint replaces. */
+gt_status gt_trainer_pick_resume(gt_trainer *t, gt_error *err);
+/* Loads checkpoint resume_step into the state if there is one; *step = its step or 0. */
 gt_status gt_trainer_resume(gt_trainer *t, int64_t *step, gt_error *err);
 /* Refreshes the host state from the step's program: params (and buffers), and unless params_only
  * the optimizer's moments (trainer.c). */

@@ -645,9 +645,18 @@ static gt_status setup(gt_trainer *t, gt_error *err)
                                          : GT_LR_DECAY_LINEAR,
                        .min_lr_factor = cfg->lr_scheduler.min_lr_factor};
     GT_TRY(gt_lr_schedule_init(&t->lr, &lc, err));
+    t->ckpt_folder = gt_train_join_path(cfg->job.dump_folder, cfg->checkpoint.folder);
     double t0 = gt_now_seconds();
     GT_TRY(build_graphs(t, err));
     warn_if_bound(t);
+    t->setup_s[0] = gt_now_seconds() - t0;
+    return GT_OK;
+}
+
+/* The state (parameters drawn unless resume_step names a checkpoint, which replaces them), the
+ * step programs that read it, and the data. */
+static gt_status setup_state(gt_trainer *t, gt_error *err)
+{
     double t1 = gt_now_seconds();
     GT_TRY(gt_trainer_alloc_state(t, err));
     double t2 = gt_now_seconds();
@@ -659,9 +668,8 @@ static gt_status setup(gt_trainer *t, gt_error *err)
         GT_TRY(step_graph_bind(t, &t->optim, err));
     }
     double t3 = gt_now_seconds();
-    t->setup_s[0] = t1 - t0, t->setup_s[1] = t2 - t1, t->setup_s[2] = t3 - t2;
+    t->setup_s[1] = t2 - t1, t->setup_s[2] = t3 - t2;
     GT_TRY(open_data(t, err));
-    t->ckpt_folder = gt_train_join_path(cfg->job.dump_folder, cfg->checkpoint.folder);
     return GT_OK;
 }
 
@@ -877,13 +885,17 @@ static void log_start(gt_trainer *t, gt_train_result *res, double setup_s)
         gt_mesh_format(&t->dist.layout.mesh, m, sizeof m);
         snprintf(mesh, sizeof mesh, "; mesh %s (%d ranks), FLOPs per rank", m, t->dist.size);
     }
+    char params[64] = "parameters"; /* drawn, or left to the checkpoint a resume loads */
+    if (t->resume_step != GT_CHECKPOINT_NONE)
+        snprintf(params, sizeof params, "parameters from step-%lld, not drawn,",
+                 (long long)t->resume_step);
     gt_log(GT_LOG_INFO,
            "model llama3 %s: %lld parameters; step graph %d nodes; batch %lld x %lld tokens, "
            "%lld micro-batch(es); %.3e FLOPs/step%s; set up in %.1f s (graphs %.1f s, "
-           "parameters %.1f s, step programs %.1f s)",
+           "%s %.1f s, step programs %.1f s)",
            cfg->model.flavor, (long long)n_params, shown->n_nodes, (long long)t->global_batch,
            (long long)cfg->training.seq_len, (long long)t->accum, t->flops.total, mesh, setup_s,
-           t->setup_s[0], t->setup_s[1], t->setup_s[2]);
+           t->setup_s[0], params, t->setup_s[1], t->setup_s[2]);
     if (t->synthetic)
         gt_log(GT_LOG_INFO,
                "dataset synthetic: vocab %lld, entropy rate %.4f nats/token (the "
@@ -910,6 +922,9 @@ static gt_status run(gt_trainer *t, gt_train_result *res, gt_error *err)
     res->world_size = t->dist.size;
     /* a rank that failed alone (a file it cannot read) must not leave the others waiting */
     GT_TRY(gt_train_agree(&t->dist, st, err));
+    t->resume_step = GT_CHECKPOINT_NONE;
+    if (cfg->checkpoint.enable) GT_TRY(gt_trainer_pick_resume(t, err));
+    GT_TRY(gt_train_agree(&t->dist, setup_state(t, err), err));
     int64_t start = 0;
     if (cfg->checkpoint.enable) GT_TRY(gt_trainer_resume(t, &start, err));
     GT_TRY(gt_train_share_status(&t->dist, 0, open_outputs(t, err), err));
@@ -1005,16 +1020,16 @@ gt_status gt_train_export_hf(const gt_config *cfg, int64_t step, const char *dir
     gt_graph *g = gt_graph_new();
     if (st == GT_OK) st = gt_llama3_build(g, &t.model_cfg, &t.model, err);
     t.n_params = t.model.n_params;
-    if (st == GT_OK) st = gt_trainer_alloc_state(&t, err);
     t.ckpt_folder = gt_train_join_path(cfg->job.dump_folder, cfg->checkpoint.folder);
+    int64_t want = step;
+    if (st == GT_OK && want < 0) {
+        st = gt_checkpoint_find_latest(t.ckpt_folder, &want, err);
+        if (st == GT_OK && want == GT_CHECKPOINT_NONE)
+            st = gt_error_set(err, GT_ERR_INVALID, "no checkpoint in %s to export", t.ckpt_folder);
+    }
+    t.resume_step = want; /* the parameters come from the checkpoint: none are drawn */
+    if (st == GT_OK) st = gt_trainer_alloc_state(&t, err);
     if (st == GT_OK) {
-        int64_t want = step;
-        if (want < 0) {
-            st = gt_checkpoint_find_latest(t.ckpt_folder, &want, err);
-            if (st == GT_OK && want == GT_CHECKPOINT_NONE)
-                st = gt_error_set(err, GT_ERR_INVALID, "no checkpoint in %s to export",
-                                  t.ckpt_folder);
-        }
         gt_checkpoint_model m = {cfg->model.name, cfg->model.flavor, 0};
         gt_checkpoint_info info;
         if (st == GT_OK) {

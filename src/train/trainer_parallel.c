@@ -26,6 +26,7 @@
 #include <unistd.h>
 #include <xxhash.h>
 
+#include "graphtrain/gt_checkpoint.h"
 #include "train_internal.h"
 
 /* ---------------------------------------------------------------- the mesh */
@@ -518,15 +519,13 @@ gt_status gt_trainer_alloc_state(gt_trainer *t, gt_error *err)
     if (t->accum > 1) t->grads = gt_xcalloc((size_t)n, sizeof *t->grads);
     GT_TRY(state_boxes(t, err));
     uint64_t seed = (uint64_t)t->cfg->debug.seed;
-    if (gt_mesh_world_size(&t->dist.layout.mesh) == 1)
-        GT_TRY(gt_model_init_params(&t->model, seed, t->params, err));
+    bool draw = t->resume_step == GT_CHECKPOINT_NONE; /* a resume loads every parameter */
     for (int k = 0; k < n; k++) {
         const gt_param_spec *ps = &t->model.params[k];
         const gt_shard_box *pb = &t->box[k], *mb = &t->box[n + k], *vb = &t->box[2 * n + k];
-        if (!t->params[k].data) { /* this rank's block, from the global element indices */
-            GT_TRY(gt_tensor_alloc(&t->params[k], ps->dtype, pb->ndim, pb->local, err));
-            gt_shard_init_param(pb, ps, seed, &t->params[k]);
-        }
+        GT_TRY(gt_tensor_alloc(&t->params[k], ps->dtype, pb->ndim, pb->local, err));
+        /* this rank's block, from the global element indices */
+        if (draw) gt_shard_init_param(pb, ps, seed, &t->params[k]);
         GT_TRY(gt_tensor_alloc(&t->exp_avg[k], GT_F32, mb->ndim, mb->local, err));
         GT_TRY(gt_tensor_alloc(&t->exp_avg_sq[k], GT_F32, vb->ndim, vb->local, err));
         if (t->grads) GT_TRY(gt_tensor_alloc(&t->grads[k], GT_F32, ps->ndim, ps->shape, err));

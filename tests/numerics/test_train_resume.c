@@ -13,7 +13,8 @@
  * Checked, bitwise: the last record of every step 1..20 in the two metrics.jsonl files (loss,
  * grad_norm, lr — the resumed run appends, a later record wins), the final params hash of the
  * in-process result against the one the CLI prints, and the two step-20 model.safetensors files
- * (parameters and AdamW moments). Also: resuming a finished run trains nothing and keeps the
+ * (parameters and AdamW moments), and the resumed process's log says it took its parameters from
+ * step-10 without drawing them first. Also: resuming a finished run trains nothing and keeps the
  * parameters; resuming with another model flavor is refused with a message naming the checkpoint
  * and both flavors, and leaves the run's config.toml as it was. */
 #ifndef _GNU_SOURCE
@@ -163,6 +164,12 @@ int main(void)
     EXPECT(parse_summary(out, &first, &last, &hash_b), "no summary line in the output:\n%s",
            out ? out : "(none)");
     free(out);
+    /* the parameters came from the checkpoint: the resumed process did not draw them first */
+    char *log = read_all(err_path, NULL);
+    EXPECT(log && strstr(log, "parameters from step-10, not drawn"),
+           "the resumed run's log does not say its parameters came from step-10:\n%s",
+           log ? log : "(none)");
+    free(log);
     EXPECT(first == HALF + 1 && last == STEPS, "resumed run trained %lld..%lld, expected %d..%d",
            first, last, HALF + 1, STEPS);
     EXPECT(hash_b == ra.params_hash, "final params xxh64: straight %016llx, resumed %016llx",
