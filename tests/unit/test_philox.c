@@ -109,6 +109,63 @@ static void test_normal(void)
     EXPECT(fabs(m4 - 3) < 5 * sqrt(96.0 / n), "normal 4th moment %f", m4);
 }
 
+/* The sampler's own ln and cos(2 pi x) against libm's (an independent implementation): within a
+ * few ulps over a sweep of (0, 1] and at the points where their reductions switch branch. */
+static void test_own_math(void)
+{
+    double worst_log = 0, worst_cos = 0;
+    const int n = 200000;
+    for (int i = 0; i <= n + 12; i++) {
+        double x;
+        if (i <= n)
+            x = i == 0 ? 0x1p-54 : (double)i / n; /* the sampler's smallest uniform, then (0, 1] */
+        else /* powers of two and around the reductions' switch points */
+            x = (const double[]){0.5,
+                                 0.25,
+                                 0x1p-53,
+                                 1 - 0x1p-53,
+                                 0.70710678118654746,
+                                 0.70710678118654757,
+                                 0.125,
+                                 0.375,
+                                 0.625,
+                                 0.875,
+                                 0.1,
+                                 0.9}[i - n - 1];
+        double a = gt_rng_log(x), b = log(x);
+        double rel = b != 0 ? fabs(a - b) / fabs(b) : fabs(a);
+        if (rel > worst_log) worst_log = rel;
+        double c = gt_rng_cos2pi(x), d = cos(2 * M_PI * x);
+        if (fabs(c - d) > worst_cos) worst_cos = fabs(c - d);
+    }
+    /* 1e-15 relative is under 5 ulps; cos(2 pi x) itself carries the rounding of 2 pi x */
+    EXPECT(worst_log < 1e-15, "gt_rng_log: worst relative error %.3g against libm", worst_log);
+    EXPECT(worst_cos < 2e-15, "gt_rng_cos2pi: worst error %.3g against libm", worst_cos);
+    EXPECT(gt_rng_log(1.0) == 0.0, "ln 1 = %.17g", gt_rng_log(1.0));
+    EXPECT(gt_rng_cos2pi(0.0) == 1.0 && gt_rng_cos2pi(0.5) == -1.0 && gt_rng_cos2pi(1.0) == 1.0,
+           "cos(2 pi x) at 0, 1/2, 1: %.17g %.17g %.17g", gt_rng_cos2pi(0.0), gt_rng_cos2pi(0.5),
+           gt_rng_cos2pi(1.0));
+    printf("own math: ln within %.3g relative, cos(2 pi x) within %.3g of libm\n", worst_log,
+           worst_cos);
+}
+
+/* The batched normals are the one-at-a-time ones, bit for bit, whatever the batch's start and
+ * length (full batches of lanes and a shorter tail). */
+static void test_normal_n(void)
+{
+    static double out[1037];
+    const uint64_t starts[] = {0, 1, 7, 1000003, (1ull << 32) - 5};
+    const int64_t lengths[] = {1, 7, 8, 9, 1037};
+    int diff = 0, checked = 0;
+    for (size_t a = 0; a < sizeof starts / sizeof starts[0]; a++)
+        for (size_t b = 0; b < sizeof lengths / sizeof lengths[0]; b++) {
+            gt_rng_normal_n(21, 99, starts[a], lengths[b], out);
+            for (int64_t k = 0; k < lengths[b]; k++, checked++)
+                diff += out[k] != gt_rng_normal(21, 99, starts[a] + (uint64_t)k, 0);
+        }
+    EXPECT(diff == 0, "%d of %d batched normals differ from gt_rng_normal", diff, checked);
+}
+
 static double phi(double x)
 {
     return exp(-0.5 * x * x) / sqrt(2 * M_PI);
@@ -159,6 +216,8 @@ int main(void)
     test_determinism();
     test_uniform();
     test_normal();
+    test_own_math();
+    test_normal_n();
     test_trunc_normal();
     return gt_test_finish();
 }
