@@ -60,7 +60,7 @@ static void init_range(const gt_param_spec *p, uint64_t seed, int64_t start, int
         for (int64_t j = 0; j < n; j++) {
             double v = p->std * z[j];
             if (p->init == GT_INIT_TRUNC_NORMAL) {
-                v = 0.0 + p->std * z[j]; /* gt_rng_trunc_normal's round 0 (mean 0) */
+                v = 0.0 + v; /* gt_rng_trunc_normal's round 0, mean + std z (mean 0) */
                 if (!(p->std > 0.0) || v < p->lo || v > p->hi)
                     v = gt_param_draw(p, seed, stream, start + k + j);
             }
