@@ -31,6 +31,7 @@ typedef enum {
     GT_COLL_REDUCE_SCATTER, /* in [n·k, …] → out [k, …]: rank r gets rows r·k.. of the sum */
     GT_COLL_BROADCAST,      /* buf on root copied to buf on every rank */
     GT_COLL_ALL_TO_ALL, /* in [n·k, …] → out [n·k, …]: block j of rank i → block i of rank j */
+    GT_COLL_GATHER, /* in [k, …] → out [n·k, …] on root only (host communicators) */
     GT_COLL_KIND_COUNT
 } gt_coll_kind;
 
@@ -260,6 +261,11 @@ gt_status gt_comm_broadcast_start(gt_comm *c, gt_tensor *buf, int root, gt_comm_
                                   gt_error *err);
 gt_status gt_comm_all_to_all_start(gt_comm *c, const gt_tensor *in, gt_tensor *out,
                                    gt_comm_request **req, gt_error *err);
+/* All-gather's blocks on root alone: root's out gets rank r's block at rows r·k..; the other ranks
+ * only send, and their out is neither read nor written (its shape is checked; it may have no
+ * storage). MPI, TCP and fake communicators; NCCL refuses it. */
+gt_status gt_comm_gather_start(gt_comm *c, const gt_tensor *in, gt_tensor *out, int root,
+                               gt_comm_request **req, gt_error *err);
 gt_status gt_comm_wait(gt_comm_request *req, gt_error *err);
 
 /* Blocking forms: start + wait. */
@@ -268,6 +274,7 @@ gt_status gt_comm_all_gather(gt_comm *c, const gt_tensor *in, gt_tensor *out, gt
 gt_status gt_comm_reduce_scatter(gt_comm *c, const gt_tensor *in, gt_tensor *out, gt_error *err);
 gt_status gt_comm_broadcast(gt_comm *c, gt_tensor *buf, int root, gt_error *err);
 gt_status gt_comm_all_to_all(gt_comm *c, const gt_tensor *in, gt_tensor *out, gt_error *err);
+gt_status gt_comm_gather(gt_comm *c, const gt_tensor *in, gt_tensor *out, int root, gt_error *err);
 
 /* ---------------------------------------------------------------- schedule check (safety) */
 

@@ -19,6 +19,8 @@ const char *gt_coll_kind_name(gt_coll_kind kind)
         return "broadcast";
     case GT_COLL_ALL_TO_ALL:
         return "all_to_all";
+    case GT_COLL_GATHER:
+        return "gather";
     default:
         return "unknown_collective";
     }
@@ -146,12 +148,13 @@ static bool same_tail(const gt_tensor *a, const gt_tensor *b)
 }
 
 static gt_status check_shapes(gt_comm *c, gt_coll_kind kind, const gt_tensor *in,
-                              const gt_tensor *out, gt_error *err)
+                              const gt_tensor *out, int root, gt_error *err)
 {
     char ti[96], to[96], what[320];
     gt_tensor_format_type(in, ti, sizeof ti);
     gt_tensor_format_type(out, to, sizeof to);
-    if (!in->data || !out->data)
+    bool out_unused = kind == GT_COLL_GATHER && c->rank != root; /* a gather's senders */
+    if (!in->data || (!out->data && !out_unused))
         return coll_error(c, kind, err, GT_ERR_INVALID, "input or output has no storage");
     /* The one dtype change: reduce_scatter of bf16/f16 into f32 (the f32 rank-order sum the
      * 16-bit scatter computes anyway, kept unrounded; blocks travel in the input dtype). */
@@ -178,6 +181,7 @@ static gt_status check_shapes(gt_comm *c, gt_coll_kind kind, const gt_tensor *in
         expect = "the same shape";
         break;
     case GT_COLL_ALL_GATHER:
+    case GT_COLL_GATHER:
         ok = in->ndim >= 1 && in->ndim == out->ndim && same_tail(in, out) &&
              out->shape[0] == n * in->shape[0];
         expect = "output dim 0 = size * input dim 0, other dims equal";
@@ -208,8 +212,8 @@ static gt_status start(gt_comm *c, gt_coll_kind kind, const gt_tensor *in, gt_te
                        gt_comm_request **req_out, gt_error *err)
 {
     *req_out = NULL;
-    GT_TRY(check_shapes(c, kind, in, out, err));
-    if (kind == GT_COLL_BROADCAST && (root < 0 || root >= c->size)) {
+    GT_TRY(check_shapes(c, kind, in, out, root, err));
+    if ((kind == GT_COLL_BROADCAST || kind == GT_COLL_GATHER) && (root < 0 || root >= c->size)) {
         char what[96];
         snprintf(what, sizeof what, "root %d outside [0, %d)", root, c->size);
         return coll_error(c, kind, err, GT_ERR_INVALID, what);
@@ -265,6 +269,11 @@ gt_status gt_comm_all_to_all_start(gt_comm *c, const gt_tensor *in, gt_tensor *o
 {
     return start(c, GT_COLL_ALL_TO_ALL, in, out, 0, req, err);
 }
+gt_status gt_comm_gather_start(gt_comm *c, const gt_tensor *in, gt_tensor *out, int root,
+                               gt_comm_request **req, gt_error *err)
+{
+    return start(c, GT_COLL_GATHER, in, out, root, req, err);
+}
 
 static gt_status run(gt_comm *c, gt_coll_kind kind, const gt_tensor *in, gt_tensor *out, int root,
                      gt_error *err)
@@ -293,6 +302,10 @@ gt_status gt_comm_broadcast(gt_comm *c, gt_tensor *buf, int root, gt_error *err)
 gt_status gt_comm_all_to_all(gt_comm *c, const gt_tensor *in, gt_tensor *out, gt_error *err)
 {
     return run(c, GT_COLL_ALL_TO_ALL, in, out, 0, err);
+}
+gt_status gt_comm_gather(gt_comm *c, const gt_tensor *in, gt_tensor *out, int root, gt_error *err)
+{
+    return run(c, GT_COLL_GATHER, in, out, root, err);
 }
 
 /* ---------------------------------------------------------------- schedule check */
@@ -357,7 +370,8 @@ gt_status gt_comm_check_schedule(gt_comm *c, const gt_comm_sched_entry *entries,
         snprintf(local, sizeof local, "%s group %016llx %llu bytes%s",
                  gt_coll_kind_name(entries[first].kind), (unsigned long long)entries[first].group,
                  (unsigned long long)entries[first].bytes,
-                 entries[first].place ? " at a place in the arenas that every rank must share" : "");
+                 entries[first].place ? " at a place in the arenas that every rank must share"
+                                      : "");
     else
         snprintf(local, sizeof local, "no collective (schedule has %lld)", (long long)count);
     st = gt_error_set(err, GT_ERR_INVALID,

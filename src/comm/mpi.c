@@ -170,6 +170,11 @@ static gt_status mpi_start(gt_comm *c, gt_coll_kind kind, const gt_tensor *in, g
         GT_TRY(to_int(c, kind, gt_tensor_nbytes(out), &block, err));
         rc = MPI_Ibcast(out->data, block, MPI_BYTE, root, comm, &s->request);
         break;
+    case GT_COLL_GATHER:
+        GT_TRY(to_int(c, kind, gt_tensor_nbytes(in), &block, err));
+        rc = MPI_Igather(in->data, block, MPI_BYTE, c->rank == root ? out->data : NULL, block,
+                         MPI_BYTE, root, comm, &s->request);
+        break;
     case GT_COLL_ALL_TO_ALL:
         GT_TRY(to_int(c, kind, gt_tensor_nbytes(in) / (size_t)n, &block, err));
         rc =

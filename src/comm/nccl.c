@@ -645,6 +645,11 @@ static gt_status enqueue(gt_comm *c, gt_coll_kind kind, const gt_tensor *in, gt_
         return enqueue_reduce_scatter(c, in, out, err);
     case GT_COLL_ALL_REDUCE:
         return enqueue_all_reduce(c, in, out, err);
+    case GT_COLL_GATHER:
+        return gt_error_set(err, GT_ERR_UNSUPPORTED,
+                            "rank %d: gather on NCCL communicator '%s': only host communicators "
+                            "(MPI, TCP) gather",
+                            c->rank, c->name);
     default:
         return gt_error_set(err, GT_ERR_INVALID, "NCCL: unknown collective %d", (int)kind);
     }

@@ -222,6 +222,19 @@ static gt_status tcp_start(gt_comm *c, gt_coll_kind kind, const gt_tensor *in, g
         st = exchange(c, (uint32_t)kind, what, p, err);
         break;
     }
+    case GT_COLL_GATHER: { /* every block to root alone */
+        size_t b = gt_tensor_nbytes(in);
+        for (int i = 0; i < n; i++)
+            p[i] = (tc_part){.send = src,
+                             .send_n = b,
+                             .has_send = i == root,
+                             .recv = me == root ? dst + (size_t)i * b : NULL,
+                             .recv_n = b,
+                             .has_recv = me == root};
+        if (me == root) memcpy(dst + (size_t)me * b, src, b);
+        st = exchange(c, (uint32_t)kind, what, p, err);
+        break;
+    }
     case GT_COLL_BROADCAST: {
         size_t b = gt_tensor_nbytes(out);
         for (int i = 0; i < n; i++)

@@ -8,7 +8,7 @@
  * follow each other in both (the box spans whole trailing dims) are walked as one run.
  *
  * Checkpoints hold whole tensors, whatever the layout that wrote them. Saving gathers one tensor
- * at a time over the world (gt_shard_whole: an all-gather of the blocks in world-rank order; rank 0
+ * at a time to rank 0 (gt_shard_whole: a gather of the blocks in world-rank order; rank 0
  * uses them as they are when they lie in order, else puts each rank's block into its box, where
  * replicated copies are identical bits, so overwriting is harmless) and rank 0 streams it into the
  * ordinary single-rank checkpoint plus the layout (informational). Loading: every rank reads the
@@ -195,54 +195,82 @@ static gt_status blocks_in_order(int n, const gt_mesh *mesh, const gt_shard_box 
     return GT_OK;
 }
 
-gt_status gt_shard_whole(gt_comm *world, const gt_mesh *mesh, const gt_shard_box *mine,
-                         const gt_tensor *local, gt_shard_buffers *buf, const void **whole,
-                         gt_error *err)
+gt_status gt_shard_gather_start(gt_comm *world, const gt_tensor *local, int root,
+                                gt_shard_buffers *buf, gt_shard_gather *g, gt_error *err)
+{
+    int64_t n = gt_tensor_numel(local), all_n = n * world->size;
+    void *all = NULL;
+    if (world->rank == root) {
+        GT_TRY(gt_buffer_reserve(&buf->all, &buf->all_bytes,
+                                 (size_t)all_n * gt_dtype_size(local->dtype), err));
+        all = buf->all;
+    }
+    g->root = root;
+    g->req = NULL;
+    gt_tensor_wrap(&g->in, local->dtype, 1, &n, local->data);
+    gt_tensor_wrap(&g->out, local->dtype, 1, &all_n, all);
+    return gt_comm_gather_start(world, &g->in, &g->out, root, &g->req, err);
+}
+
+gt_status gt_shard_gather_finish(gt_comm *world, const gt_mesh *mesh, const gt_shard_box *mine,
+                                 gt_shard_buffers *buf, gt_shard_gather *g, const void **whole,
+                                 gt_error *err)
 {
     *whole = NULL;
-    size_t es = gt_dtype_size(local->dtype);
-    int64_t numel = gt_shape_numel(mine->ndim, mine->global);
-    gt_tensor full;
-    if (!world || world->size == 1) {
-        if (gt_shard_box_is_whole(mine)) {
-            *whole = local->data;
-            return GT_OK;
-        }
-        GT_TRY(gt_buffer_reserve(&buf->full, &buf->full_bytes, (size_t)numel * es, err));
-        gt_tensor_wrap(&full, local->dtype, mine->ndim, mine->global, buf->full);
-        gt_shard_place(mine, local, &full);
-        *whole = buf->full;
-        return GT_OK;
-    }
-    int64_t n = gt_tensor_numel(local), all_n = n * world->size;
-    GT_TRY(gt_buffer_reserve(&buf->all, &buf->all_bytes, (size_t)all_n * es, err));
-    gt_tensor flat, all;
-    gt_tensor_wrap(&flat, local->dtype, 1, &n, local->data);
-    gt_tensor_wrap(&all, local->dtype, 1, &all_n, buf->all);
-    GT_TRY(gt_comm_all_gather(world, &flat, &all, err));
-    if (world->rank != 0) return GT_OK;
+    GT_TRY(gt_comm_wait(g->req, err));
+    g->req = NULL;
+    if (world->rank != g->root) return GT_OK;
     bool in_order;
     GT_TRY(blocks_in_order(world->size, mesh, mine, &in_order, err));
     if (in_order) { /* the gathered blocks are the whole tensor's bytes */
         *whole = buf->all;
         return GT_OK;
     }
-    GT_TRY(gt_buffer_reserve(&buf->full, &buf->full_bytes, (size_t)numel * es, err));
-    gt_tensor_wrap(&full, local->dtype, mine->ndim, mine->global, buf->full);
-    GT_TRY(place_blocks(world->size, mesh, mine, local->dtype, n, buf->all, &full, err));
+    gt_dtype dt = g->in.dtype;
+    int64_t numel = gt_shape_numel(mine->ndim, mine->global);
+    GT_TRY(gt_buffer_reserve(&buf->full, &buf->full_bytes, (size_t)numel * gt_dtype_size(dt), err));
+    gt_tensor full;
+    gt_tensor_wrap(&full, dt, mine->ndim, mine->global, buf->full);
+    GT_TRY(place_blocks(world->size, mesh, mine, dt, g->in.shape[0], buf->all, &full, err));
     *whole = buf->full;
     return GT_OK;
 }
 
+gt_status gt_shard_whole(gt_comm *world, const gt_mesh *mesh, const gt_shard_box *mine,
+                         const gt_tensor *local, int root, gt_shard_buffers *buf,
+                         const void **whole, gt_error *err)
+{
+    *whole = NULL;
+    if (!world || world->size == 1) {
+        GT_CHECK(root == 0);
+        if (gt_shard_box_is_whole(mine)) {
+            *whole = local->data;
+            return GT_OK;
+        }
+        size_t bytes =
+            (size_t)gt_shape_numel(mine->ndim, mine->global) * gt_dtype_size(local->dtype);
+        GT_TRY(gt_buffer_reserve(&buf->full, &buf->full_bytes, bytes, err));
+        gt_tensor full;
+        gt_tensor_wrap(&full, local->dtype, mine->ndim, mine->global, buf->full);
+        gt_shard_place(mine, local, &full);
+        *whole = buf->full;
+        return GT_OK;
+    }
+    gt_shard_gather g;
+    GT_TRY(gt_shard_gather_start(world, local, root, buf, &g, err));
+    return gt_shard_gather_finish(world, mesh, mine, buf, &g, whole, err);
+}
+
 gt_status gt_shard_hash(gt_comm *world, const gt_mesh *mesh, const gt_shard_box *mine,
-                        const gt_tensor *local, gt_shard_buffers *buf, uint64_t *h, gt_error *err)
+                        const gt_tensor *local, int root, gt_shard_buffers *buf, uint64_t *h,
+                        gt_error *err)
 {
     const void *whole;
-    GT_TRY(gt_shard_whole(world, mesh, mine, local, buf, &whole, err));
+    GT_TRY(gt_shard_whole(world, mesh, mine, local, root, buf, &whole, err));
     if (whole)
         *h = gt_hash64(
             whole, (size_t)gt_shape_numel(mine->ndim, mine->global) * gt_dtype_size(local->dtype),
-            *h);
+            0);
     return GT_OK;
 }
 
@@ -338,7 +366,7 @@ static gt_status state_gather_next(state_source *g, const void **whole, gt_error
     gt_train_dist *d = &g->t->dist;
     int k = g->next++;
     gt_status st = gt_shard_whole(d->world, &d->layout.mesh, &g->t->box[k], g->t->ckpt_tensors[k],
-                                  &g->buf, whole, err);
+                                  0, &g->buf, whole, err);
     if (st != GT_OK) g->comm = st, g->comm_err = *err;
     return st;
 }

@@ -49,22 +49,40 @@ void gt_shard_place(const gt_shard_box *b, const gt_tensor *local, gt_tensor *fu
  * indices of each run of the block, so every layout holds the bits of the one-rank tensor. */
 void gt_shard_init_param(const gt_shard_box *b, const gt_param_spec *p, uint64_t seed,
                          gt_tensor *local);
-/* Buffers kept between gt_shard_whole calls (free with gt_shard_buffers_free). */
+/* Buffers kept between gathers (free with gt_shard_buffers_free): a rank uses them only for the
+ * tensors it is the root of. */
 typedef struct {
     void *all, *full;
     size_t all_bytes, full_bytes;
 } gt_shard_buffers;
-/* *whole = the whole tensor's bytes (global shape, row-major), from every rank's block (a
- * collective over world: every rank calls it with its own block, in the same order), on world rank
- * 0; the others only send (*whole NULL). Blocks that lie in rank order (an FSDP split) are used as
- * gathered, others placed into a whole tensor first; either lives in buf (or is local's own data)
- * until the next call. */
+/* One gather of the ranks' blocks of a tensor toward a root, in flight: the views it moves and its
+ * request, kept by the caller until gt_shard_gather_finish. */
+typedef struct {
+    gt_tensor in, out;
+    gt_comm_request *req;
+    int root;
+} gt_shard_gather;
+/* Starts sending this rank's block (local) of a tensor to world rank root, a collective over world
+ * (world->size > 1: every rank starts it with its own block, the same root, in the same order);
+ * root's blocks arrive in buf. Several may be in flight, to different roots. */
+gt_status gt_shard_gather_start(gt_comm *world, const gt_tensor *local, int root,
+                                gt_shard_buffers *buf, gt_shard_gather *g, gt_error *err);
+/* Completes g. On its root, *whole = the whole tensor's bytes (global shape, row-major): blocks
+ * that lie in rank order (an FSDP split) are used as gathered, others placed into a whole tensor
+ * first; either lives in buf until buf's next use. Elsewhere *whole = NULL. */
+gt_status gt_shard_gather_finish(gt_comm *world, const gt_mesh *mesh, const gt_shard_box *mine,
+                                 gt_shard_buffers *buf, gt_shard_gather *g, const void **whole,
+                                 gt_error *err);
+/* Start and finish in one (root 0 with one rank, or no world: the rank's tensor placed whole, or
+ * local's own data when it is whole already). */
 gt_status gt_shard_whole(gt_comm *world, const gt_mesh *mesh, const gt_shard_box *mine,
-                         const gt_tensor *local, gt_shard_buffers *buf, const void **whole,
-                         gt_error *err);
-/* *h = gt_hash64 of the whole tensor's bytes with seed *h (gt_shard_whole), on world rank 0. */
+                         const gt_tensor *local, int root, gt_shard_buffers *buf,
+                         const void **whole, gt_error *err);
+/* *h = gt_hash64 of the whole tensor's bytes (seed 0) on world rank root (gt_shard_whole); the
+ * others leave *h as it is. */
 gt_status gt_shard_hash(gt_comm *world, const gt_mesh *mesh, const gt_shard_box *mine,
-                        const gt_tensor *local, gt_shard_buffers *buf, uint64_t *h, gt_error *err);
+                        const gt_tensor *local, int root, gt_shard_buffers *buf, uint64_t *h,
+                        gt_error *err);
 void gt_shard_buffers_free(gt_shard_buffers *buf);
 
 /* ---------------------------------------------------------------- ranks (trainer_parallel.c) */

@@ -853,23 +853,78 @@ static gt_status check_ranks(gt_trainer *t, gt_error *err)
     return gt_train_check_schedule(&t->dist, t->cfg, s->g, s->prog, lowered, err);
 }
 
-/* xxh64 over the whole final parameters, in order (gathered to rank 0 in a multi-rank run and
- * shared, so every rank returns rank 0's figure). */
+/* parameter k's whole-tensor hash into h[k] where this rank holds it whole (whole non-NULL) */
+static void hash_whole(const gt_trainer *t, int k, const void *whole, int64_t *h)
+{
+    const gt_shard_box *box = &t->box[k];
+    size_t bytes =
+        (size_t)gt_shape_numel(box->ndim, box->global) * gt_dtype_size(t->params[k].dtype);
+    if (whole) h[k] = (int64_t)gt_hash64(whole, bytes, 0);
+}
+
+/* One turn of the multi-rank hash: parameters k0 .. k0 + turn - 1 gathered to ranks 0 .. turn - 1,
+ * all in flight together, then each root hashes its own. */
+static gt_status hash_turn(gt_trainer *t, int k0, int turn, gt_shard_gather *g,
+                           gt_shard_buffers *buf, int64_t *h, gt_error *err)
+{
+    gt_train_dist *d = &t->dist;
+    gt_status st = GT_OK;
+    int started = 0;
+    while (started < turn && st == GT_OK) {
+        st = gt_shard_gather_start(d->world, &t->params[k0 + started], started, buf, &g[started],
+                                   err);
+        if (st == GT_OK) started++;
+    }
+    for (int j = 0; j < started;
+         j++) { /* every gather in flight is finished, even after an error */
+        const void *whole = NULL;
+        gt_error e = {0};
+        gt_status s = gt_shard_gather_finish(d->world, &d->layout.mesh, &t->box[k0 + j], buf, &g[j],
+                                             &whole, &e);
+        if (s == GT_OK) hash_whole(t, k0 + j, whole, h);
+        if (s != GT_OK && st == GT_OK) st = s, *err = e;
+    }
+    return st;
+}
+
+/* The final parameters' hash: xxh64 of the list of every whole parameter's xxh64 (seed 0, in
+ * parameter order, as little-endian u64s), the same figure whatever the layout. With N ranks the
+ * parameters go round in turns of N (hash_turn), so each rank receives and hashes about 1/N of the
+ * model; a sum over the ranks then puts every hash on every rank. */
 static gt_status final_params_hash(gt_trainer *t, uint64_t *hash, gt_error *err)
 {
-    uint64_t h = 0;
     gt_train_dist *d = &t->dist;
+    int64_t n = t->n_params;
+    gt_tensor h;
+    GT_TRY(gt_tensor_alloc(&h, GT_I64, 1, &n, err));
+    int64_t *hv = h.data;
     gt_shard_buffers buf = {0};
-    gt_comm *world = gt_train_dist_multi(d) ? d->world : NULL;
     gt_status st = GT_OK;
-    for (int k = 0; k < t->n_params && st == GT_OK; k++)
-        st = gt_shard_hash(world, &d->layout.mesh, &t->box[k], &t->params[k], &buf, &h, err);
+    if (!gt_train_dist_multi(d)) {
+        for (int k = 0; k < n && st == GT_OK; k++) {
+            const void *whole = NULL;
+            st = gt_shard_whole(NULL, &d->layout.mesh, &t->box[k], &t->params[k], 0, &buf, &whole,
+                                err);
+            if (st == GT_OK) hash_whole(t, k, whole, hv);
+        }
+    } else {
+        int w = d->world->size;
+        gt_shard_gather *g = gt_xcalloc((size_t)w, sizeof *g);
+        for (int k0 = 0; k0 < n && st == GT_OK; k0 += w)
+            st = hash_turn(t, k0, n - k0 < w ? (int)(n - k0) : w, g, &buf, hv, err);
+        free(g);
+        gt_tensor sum;
+        if (st == GT_OK) st = gt_tensor_alloc(&sum, GT_I64, 1, &n, err);
+        if (st == GT_OK) { /* each hash is on its root alone, zeros elsewhere: the sum shares it */
+            st = gt_comm_all_reduce(d->world, &h, &sum, err);
+            if (st == GT_OK) memcpy(hv, sum.data, gt_tensor_nbytes(&h));
+            gt_tensor_free(&sum);
+        }
+    }
     gt_shard_buffers_free(&buf);
-    GT_TRY(st);
-    int64_t shared = (int64_t)h;
-    GT_TRY(gt_train_share_i64(d, &shared, err));
-    *hash = (uint64_t)shared;
-    return GT_OK;
+    if (st == GT_OK) *hash = gt_hash64(hv, gt_tensor_nbytes(&h), 0);
+    gt_tensor_free(&h);
+    return st;
 }
 
 static void log_start(gt_trainer *t, gt_train_result *res, double setup_s)

@@ -126,7 +126,8 @@ static inline void comm_test_all_reduce(gt_comm *c, gt_dtype dt, int64_t numel, 
 
 /* The collectives that move data, over c (n ranks), with [3, 5] blocks: all_gather (block r of
  * the output is rank r's input), reduce_scatter (my block of the rank-order sum), all_to_all
- * (block i of my output is block `rank` of rank i's input) and broadcast from the last rank. */
+ * (block i of my output is block `rank` of rank i's input), broadcast from the last rank and
+ * gather to every rank in turn. */
 static inline void comm_test_moves(gt_comm *c)
 {
     gt_error err = {0};
@@ -173,6 +174,21 @@ static inline void comm_test_moves(gt_comm *c)
     for (int64_t i = 0; i < blk; i++)
         bad += ((float *)small.data)[i] != comm_test_value(root, i, 4);
     EXPECT(bad == 0, "rank %d: broadcast from %d: %d elements differ", c->rank, root, bad);
+
+    /* gather to each root in turn: root's output has every rank's block in rank order; the
+     * others' outputs have no storage (a gather's senders never touch theirs) */
+    for (int g = 0; g < n; g++) {
+        comm_test_fill(&small, c->rank, 5 + g);
+        memset(big.data, 0, gt_tensor_nbytes(&big));
+        gt_tensor out = big;
+        if (c->rank != g) out.data = NULL;
+        EXPECT_OK(gt_comm_gather(c, &small, &out, g, &err), &err);
+        bad = 0;
+        for (int r = 0; r < n && c->rank == g; r++)
+            for (int64_t i = 0; i < blk; i++)
+                bad += ((float *)big.data)[r * blk + i] != comm_test_value(r, i, 5 + g);
+        EXPECT(bad == 0, "rank %d: gather to %d: %d elements differ", c->rank, g, bad);
+    }
     gt_tensor_free(&small), gt_tensor_free(&big), gt_tensor_free(&big2);
 }
 

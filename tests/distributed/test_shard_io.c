@@ -10,9 +10,10 @@
  *   - initialises its block with gt_shard_init_param and compares it, element by element, with the
  *     same box of the whole tensor initialised at once (gt_param_init of every element): the bits
  *     a one-rank run starts from;
- *   - gathers the whole tensor from every rank's block on rank 0 (gt_shard_whole over the world)
- *     and compares it bit for bit with the whole initialisation, and hashes it from the blocks
- *     (gt_shard_hash): gt_hash64 of the whole;
+ *   - gathers the whole tensor from every rank's block on each rank in turn (gt_shard_whole over
+ *     the world) and compares it bit for bit with the whole initialisation, hashes it from the
+ *     blocks (gt_shard_hash): gt_hash64 of the whole, and gathers it to every rank at once
+ *     (gt_shard_gather_start / _finish, all in flight together);
  *   - slices its block back out of the whole tensor (gt_shard_slice) and gets its block again.
  * The same for a 3-d parameter [4, 6, 5] split on its first or middle dim, whose blocks are
  * walked in runs longer than a row (check_block serves both ranks). */
@@ -48,29 +49,46 @@ static void reference_box(const gt_mesh *m, const gt_placement place[GT_MESH_MAX
     }
 }
 
-/* The blocks gather back into the whole tensor on rank 0 (gt_shard_whole, twice over the same
- * buffers: blocks in rank order are used as gathered, others placed first), the whole tensor
- * hashes as gt_hash64 of the one-rank tensor (gt_shard_hash), and the block slices back out of the
- * whole tensor; frees both. */
+/* The blocks gather back into the whole tensor on each rank in turn (gt_shard_whole, twice over
+ * the same buffers: blocks in rank order are used as gathered, others placed first), the whole
+ * tensor hashes as gt_hash64 of the one-rank tensor (gt_shard_hash, on its root only), gathers to
+ * every rank at once (one gt_shard_gather_start per root, all in flight, then finished in order)
+ * give every rank the whole tensor, and the block slices back out of the whole tensor; frees
+ * both. */
 static void check_gather_slice(gt_comm *world, const gt_mesh *mesh, const char *what,
                                const gt_shard_box *box, gt_tensor *whole, gt_tensor *block)
 {
     gt_error err = {0};
     gt_shard_buffers buf = {0};
-    uint64_t want = gt_hash64(whole->data, gt_tensor_nbytes(whole), 99);
-    for (int rep = 0; rep < 2; rep++) {
+    uint64_t want = gt_hash64(whole->data, gt_tensor_nbytes(whole), 0);
+    size_t bytes = gt_tensor_nbytes(whole);
+    for (int rep = 0; rep < 2 * world->size; rep++) {
+        int root = rep % world->size;
         const void *got = NULL;
-        EXPECT_OK(gt_shard_whole(world, mesh, box, block, &buf, &got, &err), &err);
-        EXPECT(world->rank == 0 ? got && memcmp(got, whole->data, gt_tensor_nbytes(whole)) == 0
-                                : got == NULL,
-               "%s rank %d: the gathered tensor differs from the whole initialisation (or a "
-               "rank other than 0 got one)",
-               what, world->rank);
+        EXPECT_OK(gt_shard_whole(world, mesh, box, block, root, &buf, &got, &err), &err);
+        EXPECT(world->rank == root ? got && memcmp(got, whole->data, bytes) == 0 : got == NULL,
+               "%s rank %d: the tensor gathered to rank %d differs from the whole "
+               "initialisation (or another rank got one)",
+               what, world->rank, root);
         uint64_t h = 99;
-        EXPECT_OK(gt_shard_hash(world, mesh, box, block, &buf, &h, &err), &err);
-        EXPECT(world->rank != 0 || h == want,
-               "%s: the hash from the blocks %016llx, of the whole tensor %016llx", what,
-               (unsigned long long)h, (unsigned long long)want);
+        EXPECT_OK(gt_shard_hash(world, mesh, box, block, root, &buf, &h, &err), &err);
+        EXPECT(world->rank == root ? h == want : h == 99,
+               "%s rank %d: the hash from the blocks gathered to rank %d %016llx, of the whole "
+               "tensor %016llx (99 off the root)",
+               what, world->rank, root, (unsigned long long)h, (unsigned long long)want);
+    }
+    gt_shard_gather g[4];
+    gt_shard_buffers each[4] = {{0}};
+    GT_CHECK(world->size <= 4);
+    for (int r = 0; r < world->size; r++)
+        EXPECT_OK(gt_shard_gather_start(world, block, r, &each[r], &g[r], &err), &err);
+    for (int r = 0; r < world->size; r++) {
+        const void *got = NULL;
+        EXPECT_OK(gt_shard_gather_finish(world, mesh, box, &each[r], &g[r], &got, &err), &err);
+        EXPECT(world->rank == r ? got && memcmp(got, whole->data, bytes) == 0 : got == NULL,
+               "%s rank %d: of the gathers in flight together, the one to rank %d went wrong", what,
+               world->rank, r);
+        gt_shard_buffers_free(&each[r]);
     }
     gt_shard_buffers_free(&buf);
     gt_tensor again;
