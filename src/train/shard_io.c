@@ -359,14 +359,28 @@ typedef struct {
     gt_shard_buffers buf;
     gt_status comm;
     gt_error comm_err;
+    double t0, gather_s, bytes, last_report; /* for the save's log lines */
 } state_source;
+
+#define GT_SAVE_REPORT_SECONDS 30.0
 
 static gt_status state_gather_next(state_source *g, const void **whole, gt_error *err)
 {
     gt_train_dist *d = &g->t->dist;
     int k = g->next++;
+    double t0 = gt_now_seconds();
+    /* a save that takes minutes (8B: 96 GB) says how far it got, every GT_SAVE_REPORT_SECONDS */
+    if (d->rank == 0 && t0 - g->last_report > GT_SAVE_REPORT_SECONDS) {
+        gt_log(GT_LOG_INFO, "checkpoint: %d of %d tensors (%.1f GB) gathered and written in %.0f s",
+               k, 3 * g->t->n_params, g->bytes / 1e9, t0 - g->t0);
+        g->last_report = t0;
+    }
     gt_status st = gt_shard_whole(d->world, &d->layout.mesh, &g->t->box[k], g->t->ckpt_tensors[k],
                                   0, &g->buf, whole, err);
+    g->gather_s += gt_now_seconds() - t0;
+    const gt_shard_box *b = &g->t->box[k];
+    g->bytes += (double)gt_shape_numel(b->ndim, b->global) *
+                (double)gt_dtype_size(g->t->ckpt_tensors[k]->dtype);
     if (st != GT_OK) g->comm = st, g->comm_err = *err;
     return st;
 }
@@ -381,13 +395,14 @@ static gt_status state_source_fn(int i, const void **data, void *user, gt_error 
 
 gt_status gt_trainer_save_checkpoint(gt_trainer *t, int64_t step, gt_error *err)
 {
+    double t_host = gt_now_seconds();
     GT_TRY(gt_trainer_state_to_host(t, false, err));
     gt_trainer_refresh_ckpt_tensors(t);
     double t0 = gt_now_seconds();
     int n = 3 * t->n_params;
     gt_train_dist *d = &t->dist;
     whole_descriptors w = whole_descriptors_of(t);
-    state_source g = {.t = t, .comm = GT_OK};
+    state_source g = {.t = t, .comm = GT_OK, .t0 = t0, .last_report = t0};
     gt_status st = GT_OK;
     gt_error local = {0};
     if (d->rank == 0) st = write_checkpoint(t, step, w.ptrs, state_source_fn, &g, &local);
@@ -406,9 +421,13 @@ gt_status gt_trainer_save_checkpoint(gt_trainer *t, int64_t step, gt_error *err)
     }
     if (st != GT_OK) *err = local;
     GT_TRY(gt_train_share_status(d, 0, st, err));
+    double took = gt_now_seconds() - t0;
     if (d->rank == 0)
-        gt_log(GT_LOG_INFO, "checkpoint: saved step %lld to %s/step-%lld (%.2f s)", (long long)step,
-               t->ckpt_folder, (long long)step, gt_now_seconds() - t0);
+        gt_log(GT_LOG_INFO,
+               "checkpoint: saved step %lld to %s/step-%lld (%.2f s): %.2f GB; before it the "
+               "state to the host %.2f s; in it the gathers %.2f s, hashing and writing %.2f s",
+               (long long)step, t->ckpt_folder, (long long)step, took, g.bytes / 1e9,
+               t0 - t_host, g.gather_s, took - g.gather_s);
     return GT_OK;
 }
 
