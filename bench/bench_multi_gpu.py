@@ -34,8 +34,7 @@ scaling, sdpa) on the meta device, wraps every decoder layer in activation check
 --torch-ac asks (full, or torchtitan's op-level selective policy: auto is selective for 8B, which
 does not fit without it, none otherwise), torch.compiles every decoder layer in place
 (nn.Module.compile, inductor defaults, caches off; --torch-compile model compiles forward + loss as
-one function
-instead, none not at all), applies FSDP2 fully_shard to every decoder layer and then to the root
+one function instead, none not at all), applies FSDP2 fully_shard to every decoder layer and then to the root
 with MixedPrecisionPolicy(param_dtype=bfloat16, reduce_dtype=float32) (reshard after forward, the
 default; --torch-reshard false keeps each layer's gathered parameters for its backward),
 materializes its shards on its GPU (random normal 0.02 matrices, ones for the norms; the RoPE
