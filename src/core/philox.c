@@ -50,13 +50,37 @@ void gt_rng_bits(uint64_t seed, uint64_t stream, uint64_t index, uint32_t round,
     gt_philox4x32(counter, key, out);
 }
 
+static inline uint64_t to_bits(double x)
+{
+    uint64_t b;
+    memcpy(&b, &x, sizeof b);
+    return b;
+}
+
+static inline double from_bits(uint64_t b)
+{
+    double x;
+    memcpy(&x, &b, sizeof x);
+    return x;
+}
+
+/* (double)v for v < 2^52, exactly, by bits: 2^52 + v has v as its mantissa. Vectorizes where an
+ * integer-to-double conversion of 64-bit lanes does not (SSE2, AVX2). */
+static inline double small_int(uint64_t v)
+{
+    return from_bits(0x4330000000000000ull | v) - 0x1p52;
+}
+
 /* 53 random bits from two words -> x * 2^-53 in [0, 1 - 2^-53]. x = 0 (probability 2^-53) maps
  * to 2^-54 instead, so the result is never 0 (log-safe) and never 1. A centred (x + 0.5) * 2^-53
- * would be nicer but is not representable near 1 (it would round up to 1.0). */
-static double gt_u53(uint32_t hi, uint32_t lo)
+ * would be nicer but is not representable near 1 (it would round up to 1.0). x is converted as
+ * its two halves (each exact, and so is their sum) and selected without a branch, so the
+ * sampler's lanes vectorize it too. */
+static inline double gt_u53(uint32_t hi, uint32_t lo)
 {
     uint64_t x = (((uint64_t)hi << 32) | lo) >> 11;
-    return x ? (double)x * 0x1p-53 : 0x1p-54;
+    double u = (small_int(x >> 32) * 0x1p32 + small_int(x & 0xFFFFFFFFull)) * 0x1p-53;
+    return x == 0 ? 0x1p-54 : u;
 }
 
 double gt_rng_uniform(uint64_t seed, uint64_t stream, uint64_t index, uint32_t round)
@@ -93,34 +117,6 @@ double gt_rng_uniform(uint64_t seed, uint64_t stream, uint64_t index, uint32_t r
 #endif
 #define GT_RNG_INLINE static inline __attribute__((always_inline))
 
-static inline uint64_t to_bits(double x)
-{
-    uint64_t b;
-    memcpy(&b, &x, sizeof b);
-    return b;
-}
-
-static inline double from_bits(uint64_t b)
-{
-    double x;
-    memcpy(&x, &b, sizeof x);
-    return x;
-}
-
-/* (double)v for v < 2^52, exactly, by bits: 2^52 + v has v as its mantissa. Vectorizes where an
- * integer-to-double conversion of 64-bit lanes does not (SSE2, AVX2). */
-static inline double small_int(uint64_t v)
-{
-    return from_bits(0x4330000000000000ull | v) - 0x1p52;
-}
-
-/* gt_u53 without a branch or a 64-bit conversion, for the lanes: the same value. */
-static inline double u53_lane(uint32_t hi, uint32_t lo)
-{
-    uint64_t x = (((uint64_t)hi << 32) | lo) >> 11;
-    double u = (small_int(x >> 32) * 0x1p32 + small_int(x & 0xFFFFFFFFull)) * 0x1p-53;
-    return x == 0 ? 0x1p-54 : u;
-}
 
 /* Philox4x32-10 of GT_RNG_LANES counters (index + l, index's high word, stream, stream's high
  * word + round) side by side: gt_philox4x32's rounds, lane by lane. */
@@ -253,8 +249,8 @@ GT_RNG_INLINE void normal_lanes(uint64_t seed, uint64_t stream, uint64_t index, 
     double u1[GT_RNG_LANES], u2[GT_RNG_LANES], ln[GT_RNG_LANES], cs[GT_RNG_LANES];
     philox_lanes(seed, stream, index, round, w);
     for (int l = 0; l < GT_RNG_LANES; l++) {
-        u1[l] = u53_lane(w[0][l], w[1][l]);
-        u2[l] = u53_lane(w[2][l], w[3][l]);
+        u1[l] = gt_u53(w[0][l], w[1][l]);
+        u2[l] = gt_u53(w[2][l], w[3][l]);
     }
     log_lanes(u1, ln);
     cos2pi_lanes(u2, cs);

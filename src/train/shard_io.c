@@ -195,6 +195,20 @@ static gt_status blocks_in_order(int n, const gt_mesh *mesh, const gt_shard_box 
     return GT_OK;
 }
 
+size_t gt_shard_whole_bytes(const gt_shard_box *b, gt_dtype dt)
+{
+    return (size_t)gt_shape_numel(b->ndim, b->global) * gt_dtype_size(dt);
+}
+
+/* *full = buf's whole-tensor buffer, grown to hold the tensor of box b. */
+static gt_status whole_buffer(gt_shard_buffers *buf, const gt_shard_box *b, gt_dtype dt,
+                              gt_tensor *full, gt_error *err)
+{
+    GT_TRY(gt_buffer_reserve(&buf->full, &buf->full_bytes, gt_shard_whole_bytes(b, dt), err));
+    gt_tensor_wrap(full, dt, b->ndim, b->global, buf->full);
+    return GT_OK;
+}
+
 gt_status gt_shard_gather_start(gt_comm *world, const gt_tensor *local, int root,
                                 gt_shard_buffers *buf, gt_shard_gather *g, gt_error *err)
 {
@@ -226,12 +240,10 @@ gt_status gt_shard_gather_finish(gt_comm *world, const gt_mesh *mesh, const gt_s
         *whole = buf->all;
         return GT_OK;
     }
-    gt_dtype dt = g->in.dtype;
-    int64_t numel = gt_shape_numel(mine->ndim, mine->global);
-    GT_TRY(gt_buffer_reserve(&buf->full, &buf->full_bytes, (size_t)numel * gt_dtype_size(dt), err));
     gt_tensor full;
-    gt_tensor_wrap(&full, dt, mine->ndim, mine->global, buf->full);
-    GT_TRY(place_blocks(world->size, mesh, mine, dt, g->in.shape[0], buf->all, &full, err));
+    GT_TRY(whole_buffer(buf, mine, g->in.dtype, &full, err));
+    GT_TRY(
+        place_blocks(world->size, mesh, mine, g->in.dtype, g->in.shape[0], buf->all, &full, err));
     *whole = buf->full;
     return GT_OK;
 }
@@ -247,11 +259,8 @@ gt_status gt_shard_whole(gt_comm *world, const gt_mesh *mesh, const gt_shard_box
             *whole = local->data;
             return GT_OK;
         }
-        size_t bytes =
-            (size_t)gt_shape_numel(mine->ndim, mine->global) * gt_dtype_size(local->dtype);
-        GT_TRY(gt_buffer_reserve(&buf->full, &buf->full_bytes, bytes, err));
         gt_tensor full;
-        gt_tensor_wrap(&full, local->dtype, mine->ndim, mine->global, buf->full);
+        GT_TRY(whole_buffer(buf, mine, local->dtype, &full, err));
         gt_shard_place(mine, local, &full);
         *whole = buf->full;
         return GT_OK;
@@ -267,10 +276,7 @@ gt_status gt_shard_hash(gt_comm *world, const gt_mesh *mesh, const gt_shard_box 
 {
     const void *whole;
     GT_TRY(gt_shard_whole(world, mesh, mine, local, root, buf, &whole, err));
-    if (whole)
-        *h = gt_hash64(
-            whole, (size_t)gt_shape_numel(mine->ndim, mine->global) * gt_dtype_size(local->dtype),
-            0);
+    if (whole) *h = gt_hash64(whole, gt_shard_whole_bytes(mine, local->dtype), 0);
     return GT_OK;
 }
 
@@ -350,9 +356,10 @@ static gt_status write_checkpoint(gt_trainer *t, int64_t step, const gt_tensor *
                                    src, user, err);
 }
 
-/* The state tensors in checkpoint order, whole: every rank gathers tensor `next` in turn
- * (gt_shard_whole, into buffers reused from tensor to tensor); rank 0 hands the bytes to the
- * checkpoint writer. A gather that fails is this rank's communication failure (comm, comm_err). */
+/* The state tensors in checkpoint order, whole: every rank sends its block of tensor `next` in
+ * turn to rank 0 (gt_shard_whole, into buffers reused from tensor to tensor), which hands the
+ * bytes to the checkpoint writer. A gather that fails is this rank's communication failure (comm,
+ * comm_err). */
 typedef struct {
     gt_trainer *t;
     int next;
@@ -378,9 +385,7 @@ static gt_status state_gather_next(state_source *g, const void **whole, gt_error
     gt_status st = gt_shard_whole(d->world, &d->layout.mesh, &g->t->box[k], g->t->ckpt_tensors[k],
                                   0, &g->buf, whole, err);
     g->gather_s += gt_now_seconds() - t0;
-    const gt_shard_box *b = &g->t->box[k];
-    g->bytes += (double)gt_shape_numel(b->ndim, b->global) *
-                (double)gt_dtype_size(g->t->ckpt_tensors[k]->dtype);
+    g->bytes += (double)gt_shard_whole_bytes(&g->t->box[k], g->t->ckpt_tensors[k]->dtype);
     if (st != GT_OK) g->comm = st, g->comm_err = *err;
     return st;
 }
@@ -406,8 +411,8 @@ gt_status gt_trainer_save_checkpoint(gt_trainer *t, int64_t step, gt_error *err)
     gt_status st = GT_OK;
     gt_error local = {0};
     if (d->rank == 0) st = write_checkpoint(t, step, w.ptrs, state_source_fn, &g, &local);
-    /* every rank gathers every tensor in the same order: those rank 0's writer did not ask for
-     * (it failed first, or this is another rank) are gathered and dropped */
+    /* every rank takes part in every tensor's gather, in the same order: those rank 0's writer did
+     * not ask for (it failed first, or this is another rank) are gathered and dropped */
     while (gt_train_dist_multi(d) && g.comm == GT_OK && g.next < n) {
         const void *ignored;
         gt_error e = {0};
@@ -426,8 +431,8 @@ gt_status gt_trainer_save_checkpoint(gt_trainer *t, int64_t step, gt_error *err)
         gt_log(GT_LOG_INFO,
                "checkpoint: saved step %lld to %s/step-%lld (%.2f s): %.2f GB; before it the "
                "state to the host %.2f s; in it the gathers %.2f s, hashing and writing %.2f s",
-               (long long)step, t->ckpt_folder, (long long)step, took, g.bytes / 1e9,
-               t0 - t_host, g.gather_s, took - g.gather_s);
+               (long long)step, t->ckpt_folder, (long long)step, took, g.bytes / 1e9, t0 - t_host,
+               g.gather_s, took - g.gather_s);
     return GT_OK;
 }
 

@@ -73,6 +73,8 @@ gt_status gt_shard_gather_start(gt_comm *world, const gt_tensor *local, int root
 gt_status gt_shard_gather_finish(gt_comm *world, const gt_mesh *mesh, const gt_shard_box *mine,
                                  gt_shard_buffers *buf, gt_shard_gather *g, const void **whole,
                                  gt_error *err);
+/* Bytes of the whole tensor of box b (its global shape) in dtype dt. */
+size_t gt_shard_whole_bytes(const gt_shard_box *b, gt_dtype dt);
 /* Start and finish in one (root 0 with one rank, or no world: the rank's tensor placed whole, or
  * local's own data when it is whole already). */
 gt_status gt_shard_whole(gt_comm *world, const gt_mesh *mesh, const gt_shard_box *mine,

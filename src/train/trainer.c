@@ -853,19 +853,10 @@ static gt_status check_ranks(gt_trainer *t, gt_error *err)
     return gt_train_check_schedule(&t->dist, t->cfg, s->g, s->prog, lowered, err);
 }
 
-/* parameter k's whole-tensor hash into h[k] where this rank holds it whole (whole non-NULL) */
-static void hash_whole(const gt_trainer *t, int k, const void *whole, int64_t *h)
-{
-    const gt_shard_box *box = &t->box[k];
-    size_t bytes =
-        (size_t)gt_shape_numel(box->ndim, box->global) * gt_dtype_size(t->params[k].dtype);
-    if (whole) h[k] = (int64_t)gt_hash64(whole, bytes, 0);
-}
-
 /* One turn of the multi-rank hash: parameters k0 .. k0 + turn - 1 gathered to ranks 0 .. turn - 1,
- * all in flight together, then each root hashes its own. */
+ * all in flight together, then each root hashes its own into h. */
 static gt_status hash_turn(gt_trainer *t, int k0, int turn, gt_shard_gather *g,
-                           gt_shard_buffers *buf, int64_t *h, gt_error *err)
+                           gt_shard_buffers *buf, uint64_t *h, gt_error *err)
 {
     gt_train_dist *d = &t->dist;
     gt_status st = GT_OK;
@@ -875,13 +866,15 @@ static gt_status hash_turn(gt_trainer *t, int k0, int turn, gt_shard_gather *g,
                                    err);
         if (st == GT_OK) started++;
     }
-    for (int j = 0; j < started;
-         j++) { /* every gather in flight is finished, even after an error */
+    /* every gather in flight is finished, even after an error */
+    for (int j = 0; j < started; j++) {
+        int k = k0 + j;
         const void *whole = NULL;
         gt_error e = {0};
-        gt_status s = gt_shard_gather_finish(d->world, &d->layout.mesh, &t->box[k0 + j], buf, &g[j],
-                                             &whole, &e);
-        if (s == GT_OK) hash_whole(t, k0 + j, whole, h);
+        gt_status s =
+            gt_shard_gather_finish(d->world, &d->layout.mesh, &t->box[k], buf, &g[j], &whole, &e);
+        if (s == GT_OK && whole)
+            h[k] = gt_hash64(whole, gt_shard_whole_bytes(&t->box[k], t->params[k].dtype), 0);
         if (s != GT_OK && st == GT_OK) st = s, *err = e;
     }
     return st;
@@ -895,18 +888,15 @@ static gt_status final_params_hash(gt_trainer *t, uint64_t *hash, gt_error *err)
 {
     gt_train_dist *d = &t->dist;
     int64_t n = t->n_params;
-    gt_tensor h;
+    gt_tensor h; /* I64 for the sum; the hashes are u64s */
     GT_TRY(gt_tensor_alloc(&h, GT_I64, 1, &n, err));
-    int64_t *hv = h.data;
+    uint64_t *hv = h.data;
     gt_shard_buffers buf = {0};
     gt_status st = GT_OK;
     if (!gt_train_dist_multi(d)) {
-        for (int k = 0; k < n && st == GT_OK; k++) {
-            const void *whole = NULL;
-            st = gt_shard_whole(NULL, &d->layout.mesh, &t->box[k], &t->params[k], 0, &buf, &whole,
-                                err);
-            if (st == GT_OK) hash_whole(t, k, whole, hv);
-        }
+        for (int k = 0; k < n && st == GT_OK; k++)
+            st = gt_shard_hash(NULL, &d->layout.mesh, &t->box[k], &t->params[k], 0, &buf, &hv[k],
+                               err);
     } else {
         int w = d->world->size;
         gt_shard_gather *g = gt_xcalloc((size_t)w, sizeof *g);

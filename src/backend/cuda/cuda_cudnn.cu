@@ -142,6 +142,14 @@ static gt_status gt_cudnn_tensor(gt_cudnn_pool *p, gt_cudnn_desc *out, int64_t u
     return GT_OK;
 }
 
+/* A virtual tensor (never in memory: an intermediate of the graph) with the next virtual uid. */
+static gt_status gt_cudnn_virtual(gt_cudnn_pool *p, int64_t *vid, cudnnDataType_t dt,
+                                  const int64_t dim[4], const int64_t stride[4], gt_cudnn_desc *out,
+                                  gt_error *err)
+{
+    return gt_cudnn_tensor(p, out, (*vid)++, dt, dim, stride, true, false, false, err);
+}
+
 /* y = mode(x[, b[, t]]) computed in `prec`; axis >= 0 for GEN_INDEX. Appends to ops[*n]. */
 static gt_status gt_cudnn_pointwise(gt_cudnn_pool *p, gt_cudnn_desc *ops, int *n,
                                     cudnnPointwiseMode_t mode, cudnnDataType_t prec, int64_t axis,
@@ -254,11 +262,10 @@ static gt_status gt_cudnn_causal(gt_cudnn_pool *p, gt_cudnn_desc *ops, int *n, i
     const int64_t one[4] = {1, 1, 1, 1};
     gt_cudnn_desc mask_value, row, col, keep;
     GT_TRY(gt_cudnn_tensor(p, &mask_value, UID_MASK_VALUE, f32, one, one, false, true, false, err));
-    GT_TRY(gt_cudnn_tensor(p, &row, (*vid)++, f32, s_dim, s_str, true, false, false, err));
-    GT_TRY(gt_cudnn_tensor(p, &col, (*vid)++, f32, s_dim, s_str, true, false, false, err));
-    GT_TRY(gt_cudnn_tensor(p, &keep, (*vid)++, CUDNN_DATA_BOOLEAN, s_dim, s_str, true, false, false,
-                           err));
-    GT_TRY(gt_cudnn_tensor(p, out, (*vid)++, f32, s_dim, s_str, true, false, false, err));
+    GT_TRY(gt_cudnn_virtual(p, vid, f32, s_dim, s_str, &row, err));
+    GT_TRY(gt_cudnn_virtual(p, vid, f32, s_dim, s_str, &col, err));
+    GT_TRY(gt_cudnn_virtual(p, vid, CUDNN_DATA_BOOLEAN, s_dim, s_str, &keep, err));
+    GT_TRY(gt_cudnn_virtual(p, vid, f32, s_dim, s_str, out, err));
     GT_TRY(
         gt_cudnn_pointwise(p, ops, n, CUDNN_POINTWISE_GEN_INDEX, f32, 2, x, NULL, NULL, row, err));
     GT_TRY(
@@ -279,8 +286,7 @@ static gt_status gt_cudnn_matmul_kv(gt_cudnn_pool *p, gt_cudnn_desc *ops, int *n
 {
     if (!gqa) return gt_cudnn_matmul(p, ops, n, a, b, out, err);
     gt_cudnn_desc full;
-    GT_TRY(gt_cudnn_tensor(p, &full, (*vid)++, CUDNN_DATA_BFLOAT16, q_dim, full_str, true, false,
-                           false, err));
+    GT_TRY(gt_cudnn_virtual(p, vid, CUDNN_DATA_BFLOAT16, q_dim, full_str, &full, err));
     GT_TRY(gt_cudnn_matmul(p, ops, n, a, b, full, err));
     return gt_cudnn_reduction(p, ops, n, CUDNN_REDUCE_TENSOR_ADD, full, out, err);
 }
@@ -323,19 +329,19 @@ static gt_status gt_cudnn_backward_graph(cudnnHandle_t h, gt_cudnn_pool *p, cons
     int n = 0;
     /* D = rowsum(dO * O) * 1 */
     gt_cudnn_desc go, go_sum;
-    GT_TRY(gt_cudnn_tensor(p, &go, vid++, f32, q_dim, full_str, true, false, false, err));
-    GT_TRY(gt_cudnn_tensor(p, &go_sum, vid++, f32, r_dim, r_str, true, false, false, err));
+    GT_TRY(gt_cudnn_virtual(p, &vid, f32, q_dim, full_str, &go, err));
+    GT_TRY(gt_cudnn_virtual(p, &vid, f32, r_dim, r_str, &go_sum, err));
     GT_TRY(gt_cudnn_pointwise(p, ops, &n, CUDNN_POINTWISE_MUL, f32, -1, g, o, NULL, go, err));
     GT_TRY(gt_cudnn_reduction(p, ops, &n, CUDNN_REDUCE_TENSOR_ADD, go, go_sum, err));
     GT_TRY(gt_cudnn_pointwise(p, ops, &n, CUDNN_POINTWISE_MUL, f32, -1, go_sum, unit, NULL, row_sum,
                               err));
     /* P = exp(scale Q K^T - lse), masked */
     gt_cudnn_desc sc, ss, sub, masked, prob, prob_t;
-    GT_TRY(gt_cudnn_tensor(p, &sc, vid++, f32, s_dim, s_str, true, false, false, err));
-    GT_TRY(gt_cudnn_tensor(p, &ss, vid++, f32, s_dim, s_str, true, false, false, err));
-    GT_TRY(gt_cudnn_tensor(p, &sub, vid++, f32, s_dim, s_str, true, false, false, err));
-    GT_TRY(gt_cudnn_tensor(p, &prob, vid++, f32, s_dim, s_str, true, false, false, err));
-    GT_TRY(gt_cudnn_tensor(p, &prob_t, vid++, bf, s_dim, st_str, true, false, false, err));
+    GT_TRY(gt_cudnn_virtual(p, &vid, f32, s_dim, s_str, &sc, err));
+    GT_TRY(gt_cudnn_virtual(p, &vid, f32, s_dim, s_str, &ss, err));
+    GT_TRY(gt_cudnn_virtual(p, &vid, f32, s_dim, s_str, &sub, err));
+    GT_TRY(gt_cudnn_virtual(p, &vid, f32, s_dim, s_str, &prob, err));
+    GT_TRY(gt_cudnn_virtual(p, &vid, bf, s_dim, st_str, &prob_t, err));
     GT_TRY(gt_cudnn_matmul(p, ops, &n, q, kt, sc, err));
     GT_TRY(gt_cudnn_pointwise(p, ops, &n, CUDNN_POINTWISE_MUL, f32, -1, sc, scale, NULL, ss, err));
     GT_TRY(gt_cudnn_pointwise(p, ops, &n, CUDNN_POINTWISE_SUB, f32, -1, ss, lse, NULL, sub, err));
@@ -348,12 +354,12 @@ static gt_status gt_cudnn_backward_graph(cudnnHandle_t h, gt_cudnn_pool *p, cons
     GT_TRY(gt_cudnn_matmul_kv(p, ops, &n, &vid, gqa, q_dim, full_str, prob_t, g, dv, err));
     /* dS = scale P (dO V^T - D) */
     gt_cudnn_desc dp, dps, ds, dss, dss_t, k_again;
-    GT_TRY(gt_cudnn_tensor(p, &dp, vid++, f32, s_dim, s_str, true, false, false, err));
-    GT_TRY(gt_cudnn_tensor(p, &dps, vid++, f32, s_dim, s_str, true, false, false, err));
-    GT_TRY(gt_cudnn_tensor(p, &ds, vid++, f32, s_dim, s_str, true, false, false, err));
-    GT_TRY(gt_cudnn_tensor(p, &dss, vid++, f32, s_dim, s_str, true, false, false, err));
-    GT_TRY(gt_cudnn_tensor(p, &dss_t, vid++, bf, s_dim, st_str, true, false, false, err));
-    GT_TRY(gt_cudnn_tensor(p, &k_again, vid++, bf, k_dim, k_str, true, false, false, err));
+    GT_TRY(gt_cudnn_virtual(p, &vid, f32, s_dim, s_str, &dp, err));
+    GT_TRY(gt_cudnn_virtual(p, &vid, f32, s_dim, s_str, &dps, err));
+    GT_TRY(gt_cudnn_virtual(p, &vid, f32, s_dim, s_str, &ds, err));
+    GT_TRY(gt_cudnn_virtual(p, &vid, f32, s_dim, s_str, &dss, err));
+    GT_TRY(gt_cudnn_virtual(p, &vid, bf, s_dim, st_str, &dss_t, err));
+    GT_TRY(gt_cudnn_virtual(p, &vid, bf, k_dim, k_str, &k_again, err));
     GT_TRY(gt_cudnn_matmul(p, ops, &n, g, vt, dp, err));
     GT_TRY(
         gt_cudnn_pointwise(p, ops, &n, CUDNN_POINTWISE_SUB, f32, -1, dp, row_sum, NULL, dps, err));
@@ -392,13 +398,13 @@ static gt_status gt_cudnn_forward_graph(cudnnHandle_t h, gt_cudnn_pool *p, const
     GT_TRY(gt_cudnn_tensor(p, &o, UID_O, bf, q_dim, q_str, false, false, false, err));
     GT_TRY(gt_cudnn_tensor(p, &lse, UID_STATS, f32, r_dim, r_str, false, false, false, err));
     GT_TRY(gt_cudnn_tensor(p, &scale, UID_SCALE, f32, one, one, false, true, false, err));
-    GT_TRY(gt_cudnn_tensor(p, &score, vid++, f32, s_dim, s_str, true, false, false, err));
-    GT_TRY(gt_cudnn_tensor(p, &scaled, vid++, f32, s_dim, s_str, true, false, false, err));
-    GT_TRY(gt_cudnn_tensor(p, &mx, vid++, f32, r_dim, r_str, true, false, false, err));
-    GT_TRY(gt_cudnn_tensor(p, &sub, vid++, f32, s_dim, s_str, true, false, false, err));
-    GT_TRY(gt_cudnn_tensor(p, &ex, vid++, f32, s_dim, s_str, true, false, false, err));
-    GT_TRY(gt_cudnn_tensor(p, &sum, vid++, f32, r_dim, r_str, true, false, false, err));
-    GT_TRY(gt_cudnn_tensor(p, &lg, vid++, f32, r_dim, r_str, true, false, false, err));
+    GT_TRY(gt_cudnn_virtual(p, &vid, f32, s_dim, s_str, &score, err));
+    GT_TRY(gt_cudnn_virtual(p, &vid, f32, s_dim, s_str, &scaled, err));
+    GT_TRY(gt_cudnn_virtual(p, &vid, f32, r_dim, r_str, &mx, err));
+    GT_TRY(gt_cudnn_virtual(p, &vid, f32, s_dim, s_str, &sub, err));
+    GT_TRY(gt_cudnn_virtual(p, &vid, f32, s_dim, s_str, &ex, err));
+    GT_TRY(gt_cudnn_virtual(p, &vid, f32, r_dim, r_str, &sum, err));
+    GT_TRY(gt_cudnn_virtual(p, &vid, f32, r_dim, r_str, &lg, err));
     GT_TRY(gt_cudnn_tensor(p, &prob, vid++, bf, s_dim, s_str, true, false, true, err));
     gt_cudnn_desc ops[16];
     int n = 0;
