@@ -7,7 +7,8 @@
     python3 bench/fsdp_kernel_times.py --from DIR --gpus 4 [--steps 6 --last 3] ...
 
 Runs graphtrain train twice under bench_gpu.py's CUPTI activity library (CUDA_INJECTION64_PATH):
-once on one GPU, once as `mpirun -np N` with --parallelism.data_parallel_shard_degree N (FSDP),
+once on one GPU, once as `mpirun -np N` with --parallelism.data_parallel_shard_degree N (FSDP;
+with --tp T: N/T, and --parallelism.tensor_parallel_degree T),
 both with the same local batch and sequence, bf16, CUDA graphs on (graphtrain's defaults). Every
 kernel's start and end on the GPU is recorded; of the last --last steps (a step ends with its
 multi-tensor AdamW launch; host transfers between steps are left out) it reports, per kernel name,
@@ -155,6 +156,8 @@ def main():
     ap.add_argument("graphtrain", nargs="?")
     ap.add_argument("--model", default="1B")
     ap.add_argument("--gpus", type=int, default=2)
+    ap.add_argument("--tp", type=int, default=1,
+                    help="tensor-parallel degree of the N-GPU run (FSDP N/tp x TP tp)")
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--seq", type=int, default=2048)
     ap.add_argument("--steps", type=int, default=6)
@@ -168,6 +171,8 @@ def main():
     cut = argv.index("--") if "--" in argv else len(argv)
     args = ap.parse_args(argv[:cut])
     args.extra = argv[cut + 1:]  # more graphtrain flags, after --
+    if args.tp < 1 or args.gpus % args.tp:
+        sys.exit(f"--tp ({args.tp}) must divide --gpus ({args.gpus})")
     if not args.steps > args.last > 0:
         sys.exit(f"--steps ({args.steps}) must exceed --last ({args.last}) > 0")
     if args.source:
@@ -193,7 +198,8 @@ def main():
             cmd = ["mpirun", "-np", str(n), "--allow-run-as-root", "--oversubscribe",
                    "-x", "NCCL_NVLS_ENABLE=0", "-x", "CUDA_INJECTION64_PATH",
                    "-x", "GT_BENCH_KERNEL_TIMES", "-x", "GT_BENCH_COPY_SPANS"] + cmd + [
-                       "--parallelism.data_parallel_shard_degree", str(n)]
+                       "--parallelism.data_parallel_shard_degree", str(n // args.tp),
+                       "--parallelism.tensor_parallel_degree", str(args.tp)]
         run(cmd, env, os.path.join(work, f"log{n}.txt"))
         res[n] = read_times(tsv + (".rank0" if n > 1 else ""), args.steps, args.last)
     report(args, res)
@@ -211,8 +217,10 @@ def report(args, res):
     names = sorted(set(p1) | set(pn), key=lambda k: -(abs(pn.get(k, 0) - p1.get(k, 0))))
     tot = lambda p, comm: sum(v for k, v in p.items() if is_comm(k) == comm) / 1e6
     n = args.gpus
+    tp = getattr(args, "tp", 1)
+    layout = f"FSDP {n}" if tp == 1 else f"FSDP {n // tp} x TP {tp}"
     lines = [f"{args.model}, batch {args.batch} x seq {args.seq}, steps {args.steps - args.last + 1}"
-             f"..{args.steps}; GPU ms per step, 1 GPU vs rank 0 of {n} (FSDP {n})", "",
+             f"..{args.steps}; GPU ms per step, 1 GPU vs rank 0 of {n} ({layout})", "",
              f"- step GPU time: {sorted(s1)[len(s1) // 2]:.1f} vs {sorted(sn)[len(sn) // 2]:.1f}",
              f"- compute kernels, sum: {tot(p1, False):.1f} vs {tot(pn, False):.1f}; "
              f"union (GPU running any compute kernel): {b1 / 1e6:.1f} vs {bn / 1e6:.1f}",

@@ -254,12 +254,16 @@ static bool innermost_split(const gt_mesh *m, const gt_placement *pl, int md, in
 
 /* ---------------------------------------------------------------- conversions */
 
+/* The tag of a parameter's collective: its gather (FSDP), and the reductions of its gradient over
+ * any mesh dim but TP's reduce-scatter (an activation's, sequence parallel). A gradient all-reduce
+ * over TP (a TP-replicated weight, a norm's, whose gradient each rank summed over its own tokens)
+ * is a gradient reduction like HSDP's over dp_replicate: bucketed per block and waited for late. */
 static const char *collective_tag(int mesh_dim, bool weight, bool grad, gt_op op)
 {
+    if (grad && op == GT_OP_ALL_REDUCE_START) return "fsdp.all_reduce";
     if (mesh_dim == GT_MESH_TP) return NULL;
     if (weight && op == GT_OP_ALL_GATHER_START) return "fsdp.all_gather";
     if (grad && op == GT_OP_REDUCE_SCATTER_START) return "fsdp.reduce_scatter";
-    if (grad && op == GT_OP_ALL_REDUCE_START) return "fsdp.all_reduce";
     return NULL;
 }
 

@@ -18,7 +18,10 @@
  *       flatten/concat nodes that only feed them);
  *     - so do the collectives of activations (starts without an FSDP tag: the token embedding's
  *       all_to_alls, sequence parallel), with the views and permutes that only feed them, and
- *       ahead of the gradient starts that become ready at the same point;
+ *       ahead of the gradient starts that become ready at the same point; their waits (those
+ *       with a user in the step) go right before their first use, and the forward or backward
+ *       nodes between the previous activation start and this one that it does not need go
+ *       right after it (sink_independent);
  *     - every FSDP wait, with the slices and reshapes that only unpack its buffer, moves to right
  *       before the first node that uses the result — for gradient collectives no later than right
  *       after the next gradient group starts, so at most two groups of unsharded gradients are in
@@ -371,6 +374,40 @@ static void place_start(reorder_state *s, gt_node_id x, gt_node_id w, bool ahead
     }
 }
 
+/* Sinks independent work under activation collective x (forward, backward): the nodes of x's
+ * phase after `prev` (the previous activation start, or -1) and before x in node order that x
+ * does not need and that no rule moved (keys still STAY; not collectives) go right after x, so
+ * they run while x's transfer is in flight (backward: the weight gradients' matmuls under the
+ * sequence-parallel reduce-scatter of the input gradient that the matmuls beside them
+ * produced). */
+static void sink_independent(reorder_state *s, gt_node_id prev, gt_node_id x)
+{
+    const gt_graph *g = s->g;
+    if (g->nodes[x].phase == GT_PHASE_OPTIMIZER) return; /* ordered by defer_late_waits */
+    int32_t n_stack = 0;
+    s->stamp++;
+    s->mark[x] = s->stamp;
+    s->stack[n_stack++] = x;
+    while (n_stack) { /* what x needs, back to prev */
+        const gt_node *nd = &g->nodes[s->stack[--n_stack]];
+        for (int k = 0; k < nd->n_in; k++) {
+            gt_node_id q = g->values[nd->in[k]].producer;
+            if (q == GT_NONE || q <= prev || s->mark[q] == s->stamp) continue;
+            s->mark[q] = s->stamp;
+            s->stack[n_stack++] = q;
+        }
+    }
+    gt_pass_key at = s->keys[x];
+    for (gt_node_id y = prev + 1; y < x; y++) {
+        const gt_node *nd = &g->nodes[y];
+        if (s->mark[y] == s->stamp || s->keys[y].minor != GT_KEY_STAY ||
+            nd->phase != g->nodes[x].phase || (gt_op_get(nd->op)->flags & GT_OPF_COLLECTIVE))
+            continue;
+        at.minor++;
+        s->keys[y] = at;
+    }
+}
+
 static int cmp_coll(const void *a, const void *b)
 {
     const coll *x = a, *y = b;
@@ -598,10 +635,21 @@ gt_status gt_pass_fsdp_reorder(gt_graph *g, const gt_pass_ctx *ctx, gt_error *er
         place_gradients(&s, c, gr, ng);
     }
     defer_late_waits(&s, c, nc);
-    for (gt_node_id x = 0; x < n; x++) /* activation collectives: as soon as their input exists */
+    /* activation collectives: start as soon as their input exists, waited for right before
+     * their first use (backward: a sequence-parallel reduce-scatter of an input gradient runs
+     * while the weight gradients' matmuls compute: sink_independent) */
+    gt_node_id prev = -1;
+    for (gt_node_id x = 0; x < n; x++)
         if (gt_op_is_collective_start(g->nodes[x].op) && gt_pass_fsdp_tag(g, &g->nodes[x]) < 0 &&
-            wait_of[x] != GT_NONE)
+            wait_of[x] != GT_NONE) {
             place_start(&s, x, wait_of[x], true);
+            unpack_chain(&s, wait_of[x]);
+            if (s.wait_fu[wait_of[x]] < n) /* one whose result only leaves the step stays */
+                place_wait(&s, wait_of[x], s.wait_fu[wait_of[x]],
+                           (gt_pass_key){GT_KEY_STAY, GT_KEY_STAY});
+            sink_independent(&s, prev, x);
+            prev = x;
+        }
     free(wait_of);
     gt_status st = gt_pass_order_by_keys(g, s.keys, NULL, "fsdp_reorder", err);
 

@@ -952,17 +952,21 @@ static void test_pipeline(void)
 
 /* ---------------------------------------------------------------- test_tiny, parallelized */
 
-/* test_tiny's step graph (bf16 compute: casts feed the gathers) parallelized over dp_shard 2,
- * through the default pipeline with the FSDP passes left out; *cfg stays for the bindings. */
-static gt_graph *tiny_step(gt_config *cfg)
+/* test_tiny's step graph (bf16 compute: casts feed the gathers) parallelized over dp_shard 2
+ * (times tp, rank 0's graph), through the default pipeline with the FSDP passes left out; *cfg
+ * stays for the bindings. */
+static gt_graph *tiny_step(gt_config *cfg, int tp)
 {
     gt_error err = {0};
-    char *extra[] = {"--parallelism.data_parallel_shard_degree", "2", "--compile.enable", "false"};
+    char tps[8];
+    snprintf(tps, sizeof tps, "%d", tp);
+    char *extra[] = {"--parallelism.data_parallel_shard_degree", "2", "--compile.enable", "false",
+                     "--parallelism.tensor_parallel_degree", tps};
     gt_graph *g = gt_graph_new();
     gt_model model = {0};
     gt_train_layout layout;
     gt_status st = comm_test_tiny_config(cfg, extra, (int)(sizeof extra / sizeof extra[0]), &err);
-    if (st == GT_OK) st = gt_train_layout_init(cfg, 2, 0, &layout, &err);
+    if (st == GT_OK) st = gt_train_layout_init(cfg, 2 * tp, 0, &layout, &err);
     if (st == GT_OK) st = gt_train_build_graph_layout(cfg, &layout, g, &model, 1, &err);
     gt_model_free(&model);
     EXPECT(st == GT_OK, "test_tiny step graph: %s", err.msg);
@@ -1111,7 +1115,7 @@ static void check_activation_first(const gt_graph *g, bool reordered, const char
 static void test_tiny(void)
 {
     gt_config cfg;
-    gt_graph *g0 = tiny_step(&cfg);
+    gt_graph *g0 = tiny_step(&cfg, 1);
     if (!g0) {
         gt_config_free(&cfg);
         return;
@@ -1178,6 +1182,96 @@ static void test_tiny(void)
     gt_config_free(&cfg);
 }
 
+/* Collective starts of g over mesh dim md with op `op`, tagged `tag` (NULL: untagged). */
+static int count_starts(const gt_graph *g, gt_op op, int md, const char *tag)
+{
+    int n = 0;
+    for (gt_node_id x = 0; x < g->n_nodes; x++) {
+        const gt_node *nd = &g->nodes[x];
+        if (nd->op != op || nd->attrs.i[0] != md) continue;
+        n += tag ? gt_node_has_tag(g, nd, tag) : gt_pass_fsdp_tag(g, nd) < 0;
+    }
+    return n;
+}
+
+/* Backward sequence-parallel reduce-scatters (untagged, over TP) with a matmul between their start
+ * and their wait, of how many in all (*total). */
+static int overlapped_sp_scatters(const gt_graph *g, int *total)
+{
+    gt_node_id *wait_of = gt_pass_find_waits(g);
+    int n = 0;
+    *total = 0;
+    for (gt_node_id x = 0; x < g->n_nodes; x++) {
+        const gt_node *nd = &g->nodes[x];
+        if (nd->op != GT_OP_REDUCE_SCATTER_START || nd->attrs.i[0] != GT_MESH_TP ||
+            nd->phase != GT_PHASE_BACKWARD || gt_pass_fsdp_tag(g, nd) >= 0 ||
+            wait_of[x] == GT_NONE)
+            continue;
+        ++*total;
+        bool mm = false;
+        for (gt_node_id y = x + 1; y < wait_of[x] && !mm; y++)
+            mm = g->nodes[y].op == GT_OP_MATMUL;
+        n += mm;
+    }
+    free(wait_of);
+    return n;
+}
+
+/* FSDP 2 x TP 2 (sequence parallel): a norm weight's gradient, summed by each TP rank over its own
+ * tokens, is all-reduced over TP as a gradient collective (tagged, bucketed per block, waited for
+ * late, so the block's reduce-scatter wait is not pulled up to the all-reduce right after it);
+ * the backward's sequence-parallel reduce-scatters overlap the weight gradients' matmuls. */
+static void test_tiny_tp(void)
+{
+    gt_config cfg;
+    gt_graph *g0 = tiny_step(&cfg, 2);
+    if (!g0) {
+        gt_config_free(&cfg);
+        return;
+    }
+    const int L = 2; /* test_tiny's blocks */
+    /* a block's two norms, the final norm: TP-replicated weights */
+    int ar = count_starts(g0, GT_OP_ALL_REDUCE_START, GT_MESH_TP, GT_FSDP_TAG_ALL_REDUCE);
+    EXPECT(ar == 2 * L + 1, "test_tiny tp: %d gradient all-reduces over TP tagged, want %d", ar,
+           2 * L + 1);
+    gt_graph *b = variant(g0, "fsdp_bucketing", NULL, 0);
+    ar = count_starts(b, GT_OP_ALL_REDUCE_START, GT_MESH_TP, GT_FSDP_TAG_ALL_REDUCE);
+    EXPECT(ar == L + 1, "test_tiny tp bucketed: %d gradient all-reduces over TP, want %d", ar,
+           L + 1);
+    int rs = count_starts(b, GT_OP_REDUCE_SCATTER_START, GT_MESH_DP_SHARD,
+                          GT_FSDP_TAG_REDUCE_SCATTER);
+    EXPECT(rs == L + 2, "test_tiny tp bucketed: %d gradient reduce-scatters, want %d (a block's "
+           "one, the rest, the embedding)", rs, L + 2);
+    gt_graph *both = variant(g0, "fsdp_bucketing", "fsdp_reorder", 0);
+    int total0, total1, before = overlapped_sp_scatters(b, &total0),
+                        after = overlapped_sp_scatters(both, &total1);
+    /* a block's attention and feed-forward input gradients, the output layer's */
+    EXPECT(total0 == 2 * L + 1 && total1 == 2 * L + 1 && before == 0 && after == total1,
+           "test_tiny tp: %d of %d backward sequence-parallel reduce-scatters overlap a matmul "
+           "after the reorder, %d of %d before",
+           after, total1, before, total0);
+    /* a block's gradient reduce-scatter is waited for after the next one starts */
+    gt_node_id *wait_of = gt_pass_find_waits(both);
+    gt_node_id starts[16];
+    int n = 0;
+    for (gt_node_id x = 0; x < both->n_nodes && n < 16; x++)
+        if (both->nodes[x].op == GT_OP_REDUCE_SCATTER_START &&
+            gt_node_has_tag(both, &both->nodes[x], GT_FSDP_TAG_REDUCE_SCATTER))
+            starts[n++] = x;
+    int late = 0;
+    for (int k = 0; k + 1 < n; k++)
+        late += wait_of[starts[k]] > starts[k + 1];
+    EXPECT(n == L + 2 && late == n - 1,
+           "test_tiny tp reordered: %d of %d gradient reduce-scatters waited for after the next "
+           "starts",
+           late, n - 1);
+    free(wait_of);
+    gt_graph_free(both);
+    gt_graph_free(b);
+    gt_graph_free(g0);
+    gt_config_free(&cfg);
+}
+
 int main(void)
 {
     test_bucket_of_fqn();
@@ -1198,6 +1292,7 @@ int main(void)
     test_no_mesh();
     test_report();
     test_pipeline();
+    test_tiny_tp();
     test_tiny();
     return gt_test_finish();
 }
