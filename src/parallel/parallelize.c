@@ -183,21 +183,55 @@ gt_value_id gt_par_all_gather(gt_par *p, gt_value_id x, int mesh_dim)
     return collective(p, GT_OP_ALL_GATHER_START, x, mesh_dim, NULL);
 }
 
-/* A collective along tensor dim `dim`: permute it to the front, run, permute back. */
+/* A gather or reduce-scatter along tensor dim `dim` (not 0) of n ranks' blocks, as one permute
+ * around a collective of rank-major blocks (a collective works on dim 0):
+ *   all_gather:     x [.., k, ..] -> view [1, .., k, ..] -> gather -> [n, .., k, ..]
+ *                   -> permute [.., n, k, ..] -> view [.., n*k, ..];
+ *   reduce_scatter: x [.., n*k, ..] -> view [.., n, k, ..] -> permute [n, .., k, ..]
+ *                   -> reduce-scatter -> [1, .., k, ..] -> view [.., k, ..].
+ * The same bytes in the same places as permuting dim to the front before and back after, with one
+ * copy of the tensor instead of two (a sequence-parallel gather's input, a reduce-scatter's
+ * output need none). */
 static gt_value_id collective_on_dim(gt_par *p, gt_op start_op, gt_value_id x, int dim,
                                      int mesh_dim, const char *tag)
 {
     if (dim == 0) return collective(p, start_op, x, mesh_dim, tag);
-    int nd = gt_value_type(p->dst, x)->ndim;
-    int perm[GT_MAX_DIMS], inv[GT_MAX_DIMS], k = 0;
+    gt_graph *g = p->dst;
+    gt_type t = *gt_value_type(g, x); /* a copy: adding nodes moves the value array */
+    int nd = t.ndim, n = p->plan.mesh.size[mesh_dim];
+    gt_expr nn = gt_c(g, n), one = gt_c(g, 1), dims[GT_MAX_DIMS];
+    int perm[GT_MAX_DIMS], k = 0;
+    if (start_op == GT_OP_ALL_GATHER_START) {
+        dims[0] = one; /* [1, ...] */
+        for (int d = 0; d < nd; d++)
+            dims[d + 1] = t.dims[d];
+        x = gt_reshape(g, x, nd + 1, dims);
+        x = collective(p, start_op, x, mesh_dim, tag);
+        for (int d = 0; d < dim; d++) /* [n, ..] -> [.., n, k, ..] */
+            perm[k++] = d + 1;
+        perm[k++] = 0;
+        for (int d = dim; d < nd; d++)
+            perm[k++] = d + 1;
+        x = gt_permute(g, x, nd + 1, perm);
+        for (int d = 0; d < nd; d++)
+            dims[d] = d == dim ? gt_sym_mul(g->sym, nn, t.dims[d]) : t.dims[d];
+        return gt_reshape(g, x, nd, dims);
+    }
+    /* reduce-scatter: [.., n, k, ..] with the n in front */
+    for (int d = 0; d < nd; d++) {
+        if (d == dim) dims[k++] = nn;
+        dims[k++] = d == dim ? gt_sym_floordiv(g->sym, t.dims[d], nn) : t.dims[d];
+    }
+    x = gt_reshape(g, x, nd + 1, dims);
+    k = 0;
     perm[k++] = dim;
-    for (int d = 0; d < nd; d++)
+    for (int d = 0; d <= nd; d++)
         if (d != dim) perm[k++] = d;
+    x = gt_permute(g, x, nd + 1, perm);
+    x = collective(p, start_op, x, mesh_dim, tag);
     for (int d = 0; d < nd; d++)
-        inv[perm[d]] = d;
-    gt_value_id y = gt_permute(p->dst, x, nd, perm);
-    y = collective(p, start_op, y, mesh_dim, tag);
-    return gt_permute(p->dst, y, nd, inv);
+        dims[d] = d == dim ? gt_sym_floordiv(g->sym, t.dims[d], nn) : t.dims[d];
+    return gt_reshape(g, x, nd, dims);
 }
 
 /* shard(a) -> shard(b) over mesh dim md (n ranks) by one all_to_all, x local: dim b is split into
