@@ -375,11 +375,12 @@ static void place_start(reorder_state *s, gt_node_id x, gt_node_id w, bool ahead
 }
 
 /* Sinks independent work under activation collective x (forward, backward): the nodes of x's
- * phase after `prev` (the previous activation start, or -1) and before x in node order that x
- * does not need and that no rule moved (keys still STAY; not collectives) go right after x, so
- * they run while x's transfer is in flight (backward: the weight gradients' matmuls under the
- * sequence-parallel reduce-scatter of the input gradient that the matmuls beside them
- * produced). */
+ * phase and FSDP bucket (its block) after `prev` (the previous activation start, or -1) and before
+ * x in node order that x does not need and that no rule moved (keys still STAY; not collectives)
+ * go right after x, so they run while x's transfer is in flight (backward: the weight gradients'
+ * matmuls under the sequence-parallel reduce-scatter of the input gradient that the matmuls
+ * beside them produced). Other blocks' work stays: their gradients' reduce-scatters start when
+ * it is done. */
 static void sink_independent(reorder_state *s, gt_node_id prev, gt_node_id x)
 {
     const gt_graph *g = s->g;
@@ -398,10 +399,12 @@ static void sink_independent(reorder_state *s, gt_node_id prev, gt_node_id x)
         }
     }
     gt_pass_key at = s->keys[x];
+    int64_t bucket = gt_pass_fsdp_bucket(gt_graph_str(g, g->nodes[x].fqn));
     for (gt_node_id y = prev + 1; y < x; y++) {
         const gt_node *nd = &g->nodes[y];
         if (s->mark[y] == s->stamp || s->keys[y].minor != GT_KEY_STAY ||
-            nd->phase != g->nodes[x].phase || (gt_op_get(nd->op)->flags & GT_OPF_COLLECTIVE))
+            nd->phase != g->nodes[x].phase || (gt_op_get(nd->op)->flags & GT_OPF_COLLECTIVE) ||
+            gt_pass_fsdp_bucket(gt_graph_str(g, nd->fqn)) != bucket)
             continue;
         at.minor++;
         s->keys[y] = at;

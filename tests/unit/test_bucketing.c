@@ -1112,6 +1112,29 @@ static void check_activation_first(const gt_graph *g, bool reordered, const char
            what, a2a, rs);
 }
 
+/* Backward reduce-scatters over mesh dim md (tagged: the gradients', else activations') with a
+ * matmul between their start and their wait, of how many in all (*total). */
+static int overlapped_scatters(const gt_graph *g, int md, bool tagged, int *total)
+{
+    gt_node_id *wait_of = gt_pass_find_waits(g);
+    int n = 0;
+    *total = 0;
+    for (gt_node_id x = 0; x < g->n_nodes; x++) {
+        const gt_node *nd = &g->nodes[x];
+        if (nd->op != GT_OP_REDUCE_SCATTER_START || nd->attrs.i[0] != md ||
+            nd->phase != GT_PHASE_BACKWARD || (gt_pass_fsdp_tag(g, nd) >= 0) != tagged ||
+            wait_of[x] == GT_NONE)
+            continue;
+        ++*total;
+        bool mm = false;
+        for (gt_node_id y = x + 1; y < wait_of[x] && !mm; y++)
+            mm = g->nodes[y].op == GT_OP_MATMUL;
+        n += mm;
+    }
+    free(wait_of);
+    return n;
+}
+
 static void test_tiny(void)
 {
     gt_config cfg;
@@ -1158,6 +1181,14 @@ static void test_tiny(void)
     gt_graph *both = variant(g0, "fsdp_bucketing", "fsdp_reorder", 0);
     check_prefetch(both, &d.binding[0], L, true, "test_tiny bucketed + reordered");
     check_late_wait(both, "test_tiny bucketed + reordered");
+    /* the gradient reduce-scatters overlap the backward's matmuls: the output's and norm's
+     * ("rest", the first), every block's but layers.0's (the last: the embedding is not
+     * reduce-scattered) */
+    int total = 0, grad = overlapped_scatters(both, GT_MESH_DP_SHARD, true, &total);
+    EXPECT(total == L + 1 && grad == L,
+           "test_tiny bucketed + reordered: %d of %d gradient reduce-scatters overlap a matmul, "
+           "want %d",
+           grad, total, L + 1);
     check_activation_first(b, false, "test_tiny bucketed");
     check_activation_first(both, true, "test_tiny bucketed + reordered");
     /* test_tiny's gradients are bf16 (mixed precision): narrowed after bucketing, and alone */
@@ -1194,29 +1225,6 @@ static int count_starts(const gt_graph *g, gt_op op, int md, const char *tag)
     return n;
 }
 
-/* Backward sequence-parallel reduce-scatters (untagged, over TP) with a matmul between their start
- * and their wait, of how many in all (*total). */
-static int overlapped_sp_scatters(const gt_graph *g, int *total)
-{
-    gt_node_id *wait_of = gt_pass_find_waits(g);
-    int n = 0;
-    *total = 0;
-    for (gt_node_id x = 0; x < g->n_nodes; x++) {
-        const gt_node *nd = &g->nodes[x];
-        if (nd->op != GT_OP_REDUCE_SCATTER_START || nd->attrs.i[0] != GT_MESH_TP ||
-            nd->phase != GT_PHASE_BACKWARD || gt_pass_fsdp_tag(g, nd) >= 0 ||
-            wait_of[x] == GT_NONE)
-            continue;
-        ++*total;
-        bool mm = false;
-        for (gt_node_id y = x + 1; y < wait_of[x] && !mm; y++)
-            mm = g->nodes[y].op == GT_OP_MATMUL;
-        n += mm;
-    }
-    free(wait_of);
-    return n;
-}
-
 /* FSDP 2 x TP 2 (sequence parallel): a norm weight's gradient, summed by each TP rank over its own
  * tokens, is all-reduced over TP as a gradient collective (tagged, bucketed per block, waited for
  * late, so the block's reduce-scatter wait is not pulled up to the all-reduce right after it);
@@ -1243,8 +1251,8 @@ static void test_tiny_tp(void)
     EXPECT(rs == L + 2, "test_tiny tp bucketed: %d gradient reduce-scatters, want %d (a block's "
            "one, the rest, the embedding)", rs, L + 2);
     gt_graph *both = variant(g0, "fsdp_bucketing", "fsdp_reorder", 0);
-    int total0, total1, before = overlapped_sp_scatters(b, &total0),
-                        after = overlapped_sp_scatters(both, &total1);
+    int total0, total1, before = overlapped_scatters(b, GT_MESH_TP, false, &total0),
+                        after = overlapped_scatters(both, GT_MESH_TP, false, &total1);
     /* a block's attention and feed-forward input gradients, the output layer's */
     EXPECT(total0 == 2 * L + 1 && total1 == 2 * L + 1 && before == 0 && after == total1,
            "test_tiny tp: %d of %d backward sequence-parallel reduce-scatters overlap a matmul "
@@ -1265,6 +1273,11 @@ static void test_tiny_tp(void)
            "test_tiny tp reordered: %d of %d gradient reduce-scatters waited for after the next "
            "starts",
            late, n - 1);
+    /* and they overlap compute: every block's but layers.0's (the backward's last) */
+    int grad = overlapped_scatters(both, GT_MESH_DP_SHARD, true, &total1);
+    EXPECT(total1 == L + 2 && grad == L,
+           "test_tiny tp reordered: %d of %d gradient reduce-scatters overlap a matmul, want %d",
+           grad, total1, L);
     free(wait_of);
     gt_graph_free(both);
     gt_graph_free(b);
