@@ -30,6 +30,10 @@ typedef struct {
     double weight_decay; /* >= 0; decoupled (p *= 1 - lr*wd), on params of rank >= 2 only */
     double max_norm;     /* clip the global L2 norm to this; <= 0 disables clipping (the norm is
                           * still computed and reported as the "grad_norm" metric) */
+    const int *norm_groups; /* NULL, or per param the group of its term of the norm: the terms
+                             * are summed per group, groups in order of first appearance (a
+                             * sharded step sums the terms of one placement before a collective
+                             * joins them) */
 } gt_adamw_config;
 
 /* torchtitan's defaults: betas (0.9, 0.95), eps 1e-8, weight_decay 0.1, max_norm 1.0. */
@@ -51,7 +55,8 @@ gt_adamw_config gt_adamw_config_default(void);
  * norm and clip nodes "optim.clip_grad_norm".
  *
  * Clipping, as torch.nn.utils.clip_grad_norm_ (norm_type 2): total = sqrt(sum_k sum_i g_k,i^2),
- * each sum of squares accumulated in double and the per-param sums added in param order;
+ * each sum of squares accumulated in double and the per-param sums added in param order (with
+ * cfg->norm_groups: in param order within each group, then the groups' sums in group order);
  * clip = min(1, max_norm * (1 / (total + 1e-6))) in f32 (torch evaluates max_norm / x as
  * x.reciprocal() * max_norm). Errors (not a PARAM, dims differ, the state names already exist,
  * hyper-parameters out of range) name the param; nothing useful is left in g after an error. */

@@ -81,6 +81,14 @@ gt_status gt_train_build_graph_layout(const gt_config *cfg, const gt_train_layou
                                       gt_graph *g, gt_model *model, int64_t micro_batches,
                                       gt_error *err);
 
+/* The global graph of gt_train_build_graph_layout, before parallelize and the passes: one rank's
+ * view of the global batch. The layout only orders the gradient norm's terms (per placement:
+ * gt_adamw_config.norm_groups), so that the SPMD graph joins them with one all-reduce per mesh
+ * dim; on one rank they are summed in param order. */
+gt_status gt_train_build_global_graph(const gt_config *cfg, const gt_train_layout *layout,
+                                      gt_graph *g, gt_model *model, int64_t micro_batches,
+                                      gt_error *err);
+
 /* Saves g, the compiled whole-step graph of cfg under layout, as the precompiled step artifact
  * DIR/step.graph (DIR = compile.precompile_artifact_dir) that a training run with the same config
  * and layout loads instead of compiling (src/train/artifact.c); *path (malloc'd) names the file.

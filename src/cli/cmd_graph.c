@@ -204,16 +204,14 @@ int gt_cli_graph(const command_spec *cmd, split_args *sa)
     gt_error err = {0};
     char rank_dir[4096] = {0};
     int rank = 0, world = 1;
-    gt_train_layout layout, one_rank;
+    gt_train_layout layout;
     if (gt_cli_model_config(&cfg, &mcfg) || world_of(&rank, &world)) goto done;
     /* without mpirun: the configured mesh, seen from rank 0 */
     if (gt_train_layout_init(&cfg, gt_train_launched_by_mpi() ? world : 0, rank, &layout, &err) !=
-            GT_OK ||
-        gt_train_layout_init(&cfg, 0, 0, &one_rank, &err) != GT_OK) {
+        GT_OK) {
         fprintf(stderr, "graphtrain graph: %s\n", err.msg);
         goto done;
     }
-    gt_mesh_init(&one_rank.mesh, 1, 1, 1, &err);
     bool parallel = gt_mesh_world_size(&layout.mesh) > 1;
     int64_t batch = gt_train_global_batch(&cfg, &layout), seq = cfg.training.seq_len;
 
@@ -225,7 +223,7 @@ int gt_cli_graph(const command_spec *cmd, split_args *sa)
     bool compile = cfg.compile.enable;
     cfg.compile.enable = false; /* build as written first; the passes run below */
     /* the global graph (one rank's view of the global batch), then the SPMD graph */
-    if (gt_train_build_graph_layout(&cfg, &one_rank, g, &model, 1, &err) != GT_OK) {
+    if (gt_train_build_global_graph(&cfg, &layout, g, &model, 1, &err) != GT_OK) {
         fprintf(stderr, "graphtrain graph: %s\n", err.msg);
         goto done;
     }

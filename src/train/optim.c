@@ -167,16 +167,29 @@ static gt_value_id sum_of_squares(gt_graph *g, gt_value_id x)
     return gt_reduce(g, GT_OP_SUM_SQUARES, v, t.ndim, dims, false);
 }
 
-/* clip_grad_norm_: returns the pre-clip total norm; *clip gets the coefficient (1 when off). */
-static gt_value_id clip_coefficient(gt_graph *g, int n, const gt_value_id *grads, double max_norm,
-                                    gt_value_id *clip)
+/* clip_grad_norm_: returns the pre-clip total norm; *clip gets the coefficient (1 when off).
+ * group (NULL: one group): the terms summed per group, the groups in order of first appearance —
+ * under parallelize, a sum of terms that are all partial (sharded gradients) or all replicated
+ * over a mesh dim needs no collective until the groups meet, where a mixed chain needs one
+ * all-reduce per term. */
+static gt_value_id clip_coefficient(gt_graph *g, int n, const gt_value_id *grads, const int *group,
+                                    double max_norm, gt_value_id *clip)
 {
     gt_graph_set_fqn(g, "optim.clip_grad_norm");
     gt_value_id total_sq = GT_NONE;
-    for (int k = 0; k < n; k++) {
-        gt_value_id s = sum_of_squares(g, grads[k]);
-        total_sq = k == 0 ? s : gt_add(g, total_sq, s);
+    uint8_t *done = gt_xcalloc((size_t)n + 1, 1);
+    for (int first = 0; first < n; first++) {
+        if (done[first]) continue;
+        gt_value_id part = GT_NONE;
+        for (int k = first; k < n; k++) {
+            if (done[k] || (group && group[k] != group[first])) continue;
+            done[k] = 1;
+            gt_value_id s = sum_of_squares(g, grads[k]);
+            part = part == GT_NONE ? s : gt_add(g, part, s);
+        }
+        total_sq = total_sq == GT_NONE ? part : gt_add(g, total_sq, part);
     }
+    free(done);
     gt_value_id total = gt_unary(g, GT_OP_SQRT, total_sq);
     if (max_norm > 0.0) {
         /* torch: clip_coef = max_norm / (total + 1e-6), evaluated as (total + 1e-6).reciprocal()
@@ -246,7 +259,7 @@ gt_status gt_optim_append_adamw(gt_graph *g, int n, const gt_value_id *params,
 
     builder_state saved = builder_enter(g, GT_PHASE_OPTIMIZER);
     gt_value_id clip = GT_NONE;
-    gt_value_id total = clip_coefficient(g, n, grads, cfg->max_norm, &clip);
+    gt_value_id total = clip_coefficient(g, n, grads, cfg->norm_groups, cfg->max_norm, &clip);
     gt_graph_add_output(g, GT_OUT_METRIC, GT_OPTIM_GRAD_NORM_NAME, total);
     for (int k = 0; k < n; k++) {
         gt_graph_set_fqn(g, fqn[k]);

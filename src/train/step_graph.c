@@ -45,17 +45,49 @@ gt_status gt_train_build_graph(const gt_config *cfg, gt_graph *g, gt_model *mode
     return gt_train_build_graph_layout(cfg, &layout, g, model, micro_batches, err);
 }
 
-gt_status gt_train_parallelize(const gt_config *cfg, const gt_train_layout *layout, gt_graph *g,
-                               gt_error *err)
+static gt_parallel_plan parallel_plan(const gt_config *cfg, const gt_train_layout *layout)
 {
-    if (gt_mesh_world_size(&layout->mesh) == 1) return GT_OK;
-    gt_parallel_plan plan = {
+    return (gt_parallel_plan){
         .mesh = layout->mesh,
         .sequence_parallel = cfg->parallelism.enable_sequence_parallel,
         .fsdp_reshard_after_forward =
             cfg->parallelism.fsdp_reshard_after_forward != GT_CFG_RESHARD_NEVER,
         .fsdp_reshard_last = cfg->parallelism.fsdp_reshard_after_forward == GT_CFG_RESHARD_ALWAYS,
     };
+}
+
+/* Per param (params[0..n), inputs of g), its clip-norm group: the set of mesh dims its placement
+ * shards, so the norm sums the terms that parallelize makes partial over the same dims before
+ * one all-reduce joins them (NULL on one rank: one group, the one-rank order). */
+static gt_status norm_groups(const gt_config *cfg, const gt_train_layout *layout,
+                             const gt_graph *g, int n, const gt_value_id *params, int **out,
+                             gt_error *err)
+{
+    *out = NULL;
+    if (gt_mesh_world_size(&layout->mesh) == 1) return GT_OK;
+    gt_parallel_plan plan = parallel_plan(cfg, layout);
+    gt_placement(*place)[GT_MESH_MAX_DIMS] = gt_xcalloc((size_t)g->n_inputs + 1, sizeof *place);
+    gt_status st = gt_parallel_input_layouts(&plan, g, place, err);
+    int *group = gt_xcalloc((size_t)n + 1, sizeof *group);
+    for (int32_t i = 0; st == GT_OK && i < g->n_inputs; i++)
+        for (int k = 0; k < n; k++)
+            if (params[k] == g->inputs[i].value)
+                for (int d = 0; d < GT_MESH_NDIMS; d++)
+                    group[k] |= (place[i][d].kind == GT_PLACE_SHARD) << d;
+    free(place);
+    if (st != GT_OK) {
+        free(group);
+        return st;
+    }
+    *out = group;
+    return GT_OK;
+}
+
+gt_status gt_train_parallelize(const gt_config *cfg, const gt_train_layout *layout, gt_graph *g,
+                               gt_error *err)
+{
+    if (gt_mesh_world_size(&layout->mesh) == 1) return GT_OK;
+    gt_parallel_plan plan = parallel_plan(cfg, layout);
     gt_placement(*place)[GT_MESH_MAX_DIMS] = gt_xcalloc((size_t)g->n_inputs + 1, sizeof *place);
     gt_graph *spmd = NULL;
     gt_status st = gt_parallel_input_layouts(&plan, g, place, err);
@@ -98,6 +130,25 @@ gt_status gt_train_build_graph_layout(const gt_config *cfg, const gt_train_layou
                                       gt_graph *g, gt_model *model, int64_t micro_batches,
                                       gt_error *err)
 {
+    GT_TRY(gt_train_build_global_graph(cfg, layout, g, model, micro_batches, err));
+    gt_status st = gt_train_parallelize(cfg, layout, g, err);
+    if (st != GT_OK || !cfg->compile.enable) return st;
+
+    /* with compile.debug_graph_passes, listings, DOT and op-count diffs per pass go to
+     * DUMP_FOLDER/graph_passes */
+    char *dump = cfg->compile.debug_graph_passes
+                     ? gt_train_join_path(cfg->job.dump_folder,
+                                          micro_batches > 1 ? "graph_passes_micro" : "graph_passes")
+                     : NULL;
+    st = gt_train_compile_graph_layout(cfg, layout, g, dump, err);
+    free(dump);
+    return st;
+}
+
+gt_status gt_train_build_global_graph(const gt_config *cfg, const gt_train_layout *layout,
+                                      gt_graph *g, gt_model *model, int64_t micro_batches,
+                                      gt_error *err)
+{
     gt_llama3_config mcfg;
     GT_TRY(model_config(cfg, &mcfg, err));
     GT_TRY(gt_llama3_build(g, &mcfg, model, err));
@@ -134,22 +185,15 @@ gt_status gt_train_build_graph_layout(const gt_config *cfg, const gt_train_layou
                              .eps = cfg->optimizer.eps,
                              .weight_decay = cfg->optimizer.weight_decay,
                              .max_norm = cfg->training.max_norm};
-        st = gt_optim_append_adamw(g, n, params, grads, &a, err);
+        int *groups = NULL;
+        st = norm_groups(cfg, layout, g, n, params, &groups, err);
+        a.norm_groups = groups;
+        if (st == GT_OK) st = gt_optim_append_adamw(g, n, params, grads, &a, err);
+        free(groups);
     }
     free(params);
     free(grads);
     free(grad_out);
-    if (st == GT_OK) st = gt_train_parallelize(cfg, layout, g, err);
-    if (st != GT_OK || !cfg->compile.enable) return st;
-
-    /* with compile.debug_graph_passes, listings, DOT and op-count diffs per pass go to
-     * DUMP_FOLDER/graph_passes */
-    char *dump = cfg->compile.debug_graph_passes
-                     ? gt_train_join_path(cfg->job.dump_folder,
-                                          micro_batches > 1 ? "graph_passes_micro" : "graph_passes")
-                     : NULL;
-    st = gt_train_compile_graph_layout(cfg, layout, g, dump, err);
-    free(dump);
     return st;
 }
 

@@ -697,6 +697,58 @@ static void test_errors(const fixture *fx)
     (void)fx;
 }
 
+/* The f32 sum of squares of t as sum_squares computes it: each square in f32, a double
+ * accumulator in row-major order, rounded once. */
+static float naive_sum_squares(const gt_tensor *t)
+{
+    double acc = 0;
+    for (int64_t i = 0; i < gt_tensor_numel(t); i++) {
+        float x = gt_tensor_get_f32(t, i);
+        acc += (double)(x * x);
+    }
+    return (float)acc;
+}
+
+/* cfg.norm_groups: the norm's terms summed per group (groups in order of first appearance), the
+ * grad_norm metric bitwise sqrtf of that f32 sum; without groups, in param order. Groups {1, 0, 1}
+ * sum (s0 + s2) + s1; the gradients (one nonzero element each: 2528, 337, 3241) make that
+ * differ from the param order's (s0 + s1) + s2 in f32 (17008432 against 17008434), and the
+ * norms too. */
+static void test_norm_groups(const fixture *fx)
+{
+    static const int groups[N_PARAMS] = {1, 0, 1};
+    static const float first[N_PARAMS] = {2528, 337, 3241};
+    gt_tensor grads[N_PARAMS];
+    load_grads(fx, 1, grads);
+    for (int k = 0; k < N_PARAMS; k++) {
+        memset(grads[k].data, 0, gt_tensor_nbytes(&grads[k]));
+        gt_tensor_set_f32(&grads[k], 0, first[k]);
+    }
+    float sq[N_PARAMS];
+    for (int k = 0; k < N_PARAMS; k++)
+        sq[k] = naive_sum_squares(&grads[k]);
+    float want[2] = {sqrtf((sq[0] + sq[1]) + sq[2]), sqrtf((sq[0] + sq[2]) + sq[1])};
+    EXPECT(memcmp(&want[0], &want[1], sizeof(float)) != 0, "the two orders round alike");
+    for (int grouped = 0; grouped < 2; grouped++) {
+        gt_adamw_config cfg = gt_adamw_config_default();
+        cfg.norm_groups = grouped ? groups : NULL;
+        opt_graph og;
+        if (!build_opt_graph(fx, &cfg, false, &og)) break;
+        opt_state st;
+        state_init(fx, &st);
+        float scalars[3];
+        gt_optim_scalars(&cfg, 1, 1e-3, scalars);
+        if (run_step(fx, &og, &st, grads, NULL, scalars))
+            EXPECT(memcmp(&st.grad_norm, &want[grouped], sizeof(float)) == 0,
+                   "grad_norm %s groups: %.9g, want %.9g", grouped ? "with" : "without",
+                   st.grad_norm, want[grouped]);
+        state_free(&st);
+        gt_graph_free(og.g);
+    }
+    for (int k = 0; k < N_PARAMS; k++)
+        gt_tensor_free(&grads[k]);
+}
+
 int main(void)
 {
     fixture fx;
@@ -707,6 +759,7 @@ int main(void)
         test_graph_structure(&fx);
         test_after_autodiff(&fx);
         test_grad_accum(&fx);
+        test_norm_groups(&fx);
         test_errors(&fx);
         gt_safetensors_close(&fx.st);
     }
