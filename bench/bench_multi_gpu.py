@@ -418,15 +418,15 @@ def run_graphtrain(args, model, layout, n, log_path, extra=()):
     r["setup_parts_seconds"] = dict(graphs=float(p.group(1)), parameters=float(p.group(2)),
                                     step_programs=float(p.group(3))) if p else None
     # checkpoints (a variant with --checkpoint.enable true): rank 0's seconds per save, and its
-    # parts (GB, state to host, gathers, hashing and writing); the progress lines of a save that
-    # does not finish
+    # parts (GB, state to host, every rank's writes into the file, the tensor hashes, the file hash
+    # and publishing)
     saves = re.findall(r"checkpoint: saved step \d+ to \S+ \(([\d.]+) s\): ([\d.]+) GB; before it "
-                       r"the state to the host ([\d.]+) s; in it the gathers ([\d.]+) s, hashing "
-                       r"and writing ([\d.]+) s", out)
+                       r"the state to the host ([\d.]+) s; in it the writes ([\d.]+) s, tensor "
+                       r"hashes ([\d.]+) s, file hash and publishing ([\d.]+) s", out)
     r["checkpoint_save_seconds"] = [float(x[0]) for x in saves]
-    r["checkpoint_save_parts"] = [dict(zip(("seconds", "gb", "state_to_host", "gathers",
-                                            "hash_write"), map(float, x))) for x in saves]
-    r["checkpoint_progress"] = re.findall(r"checkpoint: \d+ of \d+ tensors .*", out)
+    r["checkpoint_save_parts"] = [dict(zip(("seconds", "gb", "state_to_host", "writes",
+                                            "tensor_hashes", "file_hash"), map(float, x)))
+                                  for x in saves]
     p = re.search(r"finished: parameters to the host ([\d.]+) s, their hash ([\d.]+) s, "
                   r"release ([\d.]+) s", out)
     r["finish_seconds"] = dict(params_to_host=float(p.group(1)), params_hash=float(p.group(2)),
@@ -715,10 +715,9 @@ def main():
         if r.get("setup_parts_seconds"):
             msg += " (" + ", ".join(f"{k} {v:.1f} s" for k, v in r["setup_parts_seconds"].items()) + ")"
         for c in r.get("checkpoint_save_parts") or []:
-            msg += (f", checkpoint save {c['seconds']:.1f} s ({c['gb']:.1f} GB: gathers "
-                    f"{c['gathers']:.1f} s, hashing and writing {c['hash_write']:.1f} s)")
-        if r.get("checkpoint_progress") and not r.get("checkpoint_save_parts"):
-            msg += ", unfinished " + r["checkpoint_progress"][-1]
+            msg += (f", checkpoint save {c['seconds']:.1f} s ({c['gb']:.1f} GB; state to the host "
+                    f"{c['state_to_host']:.1f} s before it; writes {c['writes']:.1f} s, tensor "
+                    f"hashes {c['tensor_hashes']:.1f} s, file hash {c['file_hash']:.1f} s)")
         if r.get("finish_seconds"):
             msg += ", finish " + ", ".join(f"{k} {v:.1f} s" for k, v in r["finish_seconds"].items())
         bc.print_progress(k, msg, r, t0)

@@ -119,6 +119,37 @@ gt_status gt_checkpoint_save_from(const gt_checkpoint_desc *d, int n, const char
                                   const gt_tensor *const *descs, gt_tensor_source src, void *user,
                                   gt_error *err);
 
+/* A save whose tensor file several writers (ranks) fill at once, with the crash safety of
+ * gt_checkpoint_save:
+ *   1. one writer calls gt_checkpoint_begin: the temporary step directory and the tensor file with
+ *      its header and its data section sized (gt_safetensors_create); w->tensor_path names it,
+ *      and tensor i's bytes go at w->data_start + the sizes of tensors 0 .. i-1; another process
+ *      finds the same path with gt_checkpoint_tensor_path(folder, step, w->pid);
+ *   2. every writer pwrites its bytes there and fsyncs;
+ *   3. the first calls gt_checkpoint_finish with every tensor's xxh64 (of its whole bytes, seed
+ *      0): the file is fsynced and hashed as it lies on disk, the manifest written, the directory
+ *      published as step-<N> and the folder pruned;
+ *   4. gt_checkpoint_writer_free in any case: a writer that was begun and not finished (another
+ *      writer failed) removes its temporary directory.
+ * d's strings must stay valid until finish. */
+typedef struct {
+    gt_checkpoint_desc desc;
+    gt_checkpoint_info info;
+    char tmp_name[96];
+    long pid;
+    char *tensor_path;
+    uint64_t data_start;
+    bool open;
+} gt_checkpoint_writer;
+
+gt_status gt_checkpoint_begin(const gt_checkpoint_desc *d, int n, const char *const *names,
+                              const gt_tensor *const *descs, gt_checkpoint_writer *w,
+                              gt_error *err);
+gt_status gt_checkpoint_finish(gt_checkpoint_writer *w, const uint64_t *xxh64, gt_error *err);
+void gt_checkpoint_writer_free(gt_checkpoint_writer *w);
+/* The tensor file of the save of `step` into folder begun by process writer_pid (malloc'd). */
+char *gt_checkpoint_tensor_path(const char *folder, int64_t step, long writer_pid);
+
 /* Complete checkpoints (step-<N> with a valid manifest of step N), ascending. *steps is malloc'd
  * (NULL when *n == 0; free it). A missing folder holds no checkpoint: GT_OK, *n = 0. */
 gt_status gt_checkpoint_list(const char *folder, int64_t **steps, int *n, gt_error *err);

@@ -636,6 +636,64 @@ static gt_status st_fsync_dir(const char *path, gt_error *err)
     return status;
 }
 
+gt_status gt_safetensors_create(const char *path, int n, const char *const *names,
+                                const gt_tensor *const *descs, int n_meta,
+                                const char *const *meta_keys, const char *const *meta_values,
+                                uint64_t *data_start, gt_error *err)
+{
+    if (!path || !path[0])
+        return gt_error_set(err, GT_ERR_INVALID, "safetensors create: empty path");
+    if (n < 0 || n_meta < 0 || (n > 0 && (!names || !descs)) ||
+        (n_meta > 0 && (!meta_keys || !meta_values)))
+        return gt_error_set(err, GT_ERR_INVALID,
+                            "%s: bad arguments (n = %d, n_meta = %d, or NULL arrays)", path, n,
+                            n_meta);
+    json_t *root = NULL;
+    GT_TRY(st_build_header(path, n, names, descs, false, n_meta, meta_keys, meta_values, &root,
+                           err));
+    char *header = json_dumps(root, JSON_COMPACT);
+    json_decref(root);
+    if (!header) return gt_error_set(err, GT_ERR_NOMEM, "%s: cannot serialize the header", path);
+    size_t hlen = strlen(header), padded = (hlen + 7) / 8 * 8;
+    uint64_t total = 0; /* st_build_header checked every size and the sum */
+    for (int i = 0; i < n; i++)
+        total += gt_tensor_nbytes(descs[i]);
+    char *head = gt_xmalloc(8 + padded);
+    for (int i = 0; i < 8; i++)
+        head[i] = (char)(uint8_t)((uint64_t)padded >> (8 * i));
+    memcpy(head + 8, header, hlen);
+    memset(head + 8 + hlen, ' ', padded - hlen);
+    free(header);
+    gt_status status = GT_OK;
+    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    const char *what = "create";
+    size_t done = 0;
+    if (fd < 0) goto io_fail;
+    what = "write the header of";
+    while (done < 8 + padded) {
+        ssize_t w = write(fd, head + done, 8 + padded - done);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) goto io_fail;
+        done += (size_t)w;
+    }
+    what = "size";
+    if (ftruncate(fd, (off_t)(8 + padded + total)) != 0) goto io_fail;
+    what = "close";
+    int closing = fd;
+    fd = -1;
+    if (close(closing) != 0) goto io_fail;
+    *data_start = 8 + padded;
+    free(head);
+    return GT_OK;
+io_fail:
+    status = gt_error_set(err, GT_ERR_IO, "%s: cannot %s the file: %s", path, what,
+                          strerror(errno));
+    if (fd >= 0) close(fd);
+    if (strcmp(what, "create") != 0) unlink(path);
+    free(head);
+    return status;
+}
+
 static gt_status st_write(const char *path, int n, const char *const *names,
                           const gt_tensor *const *tensors, bool need_data, gt_tensor_source src,
                           void *user, int n_meta, const char *const *meta_keys,

@@ -628,38 +628,29 @@ static gt_status ckpt_hashing_source(int i, const void **data, void *user, gt_er
     return GT_OK;
 }
 
-/* Steps 2 and 3 of the sequence above, into tmp_dir. */
-static gt_status ckpt_write_step(int n, const char *const *names, const gt_tensor *const *tensors,
-                                 gt_tensor_source src, void *user, gt_checkpoint_info *info,
-                                 const char *tmp_dir, gt_error *err)
+/* The temporary directory name of a save of step by writer pid (its rank 0). */
+static void ckpt_tmp_name(char *buf, size_t cap, int64_t step, long pid)
 {
-    if (mkdir(tmp_dir, 0755) != 0)
-        return gt_error_set(err, GT_ERR_IO, "%s: cannot create directory: %s", tmp_dir,
-                            strerror(errno));
-    char *st_path = ckpt_join(tmp_dir, GT_CHECKPOINT_TENSOR_FILE);
-    ckpt_hashing h = {src, user, tensors, info};
-    gt_status status = gt_safetensors_write_from(st_path, n, names, tensors, ckpt_hashing_source,
-                                                 &h, 0, NULL, NULL, err);
-    /* Hash what is on disk, not what we meant to write: the manifest vouches for the file. */
-    if (status == GT_OK)
-        status = ckpt_hash_file(st_path, &info->files[0].bytes, &info->files[0].xxh64, err);
-    free(st_path);
-    char *text = NULL;
-    if (status == GT_OK) status = gt_checkpoint_manifest_dump(info, &text, err);
-    if (status == GT_OK) {
-        char *path = ckpt_join(tmp_dir, GT_CHECKPOINT_MANIFEST);
-        status = ckpt_write_file(path, text, strlen(text), err);
-        free(path);
-    }
-    free(text);
-    if (status == GT_OK) status = ckpt_fsync_dir(tmp_dir, err);
-    return status;
+    snprintf(buf, cap, CKPT_TMP_PREFIX "step-%lld-%ld", (long long)step, pid);
 }
 
-static gt_status ckpt_save(const gt_checkpoint_desc *d, int n, const char *const *names,
-                           const gt_tensor *const *tensors, bool need_data, gt_tensor_source src,
-                           void *user, gt_error *err)
+char *gt_checkpoint_tensor_path(const char *folder, int64_t step, long writer_pid)
 {
+    char name[96];
+    ckpt_tmp_name(name, sizeof name, step, writer_pid);
+    char *dir = ckpt_join(folder, name);
+    char *path = ckpt_join(dir, GT_CHECKPOINT_TENSOR_FILE);
+    free(dir);
+    return path;
+}
+
+/* Step 1 and the directory of step 2: the checked arguments, described (info), the folder made,
+ * stale temporaries removed and the temporary directory created (its name in tmp_name). */
+static gt_status ckpt_prepare(const gt_checkpoint_desc *d, int n, const char *const *names,
+                              const gt_tensor *const *tensors, bool need_data,
+                              gt_checkpoint_info *info, char *tmp_name, size_t cap, gt_error *err)
+{
+    memset(info, 0, sizeof *info);
     if (!d || !d->folder || !d->folder[0])
         return gt_error_set(err, GT_ERR_INVALID, "checkpoint save: no folder given");
     if (d->step < 0 || n < 0 || (n > 0 && (!names || !tensors)))
@@ -667,19 +658,42 @@ static gt_status ckpt_save(const gt_checkpoint_desc *d, int n, const char *const
                             "checkpoint save to %s: bad arguments (step %lld, %d tensors, or "
                             "NULL arrays)",
                             d->folder, (long long)d->step, n);
-    gt_checkpoint_info info;
-    gt_status status = ckpt_describe(d, n, names, tensors, need_data, &info, err);
-    if (status == GT_OK) status = ckpt_mkdirs(d->folder, err);
-    if (status == GT_OK) status = ckpt_remove_stale(d->folder, err);
-    char tmp_name[96];
-    snprintf(tmp_name, sizeof tmp_name, CKPT_TMP_PREFIX "step-%lld-%ld", (long long)d->step,
-             (long)getpid());
+    GT_TRY(ckpt_describe(d, n, names, tensors, need_data, info, err));
+    GT_TRY(ckpt_mkdirs(d->folder, err));
+    GT_TRY(ckpt_remove_stale(d->folder, err));
+    ckpt_tmp_name(tmp_name, cap, d->step, (long)getpid());
     char *tmp_dir = ckpt_join(d->folder, tmp_name);
-    if (status == GT_OK)
-        status = ckpt_write_step(n, names, tensors, src, user, &info, tmp_dir, err);
-    if (status == GT_OK) status = ckpt_publish(d->folder, tmp_name, d->step, err);
-    if (status == GT_OK) {
-        status = gt_checkpoint_prune(d->folder, d->keep_last, err);
+    gt_status st = GT_OK;
+    if (mkdir(tmp_dir, 0755) != 0)
+        st = gt_error_set(err, GT_ERR_IO, "%s: cannot create directory: %s", tmp_dir,
+                          strerror(errno));
+    free(tmp_dir);
+    return st;
+}
+
+/* The rest of step 2 and steps 3 and 4, the tensor file written and fsynced in tmp_name: hash it
+ * as it lies on disk, write the manifest, publish, prune. A failure removes the temporary
+ * directory and says which save failed. */
+static gt_status ckpt_complete(const gt_checkpoint_desc *d, const char *tmp_name,
+                               gt_checkpoint_info *info, gt_status st, gt_error *err)
+{
+    char *tmp_dir = ckpt_join(d->folder, tmp_name);
+    char *st_path = ckpt_join(tmp_dir, GT_CHECKPOINT_TENSOR_FILE);
+    /* Hash what is on disk, not what we meant to write: the manifest vouches for the file. */
+    if (st == GT_OK)
+        st = ckpt_hash_file(st_path, &info->files[0].bytes, &info->files[0].xxh64, err);
+    char *text = NULL;
+    if (st == GT_OK) st = gt_checkpoint_manifest_dump(info, &text, err);
+    if (st == GT_OK) {
+        char *path = ckpt_join(tmp_dir, GT_CHECKPOINT_MANIFEST);
+        st = ckpt_write_file(path, text, strlen(text), err);
+        free(path);
+    }
+    free(text);
+    if (st == GT_OK) st = ckpt_fsync_dir(tmp_dir, err);
+    if (st == GT_OK) st = ckpt_publish(d->folder, tmp_name, d->step, err);
+    if (st == GT_OK) {
+        st = gt_checkpoint_prune(d->folder, d->keep_last, err);
     } else {
         /* Best effort: a leftover is removed by the next save anyway. */
         gt_error ignored = {0};
@@ -687,9 +701,83 @@ static gt_status ckpt_save(const gt_checkpoint_desc *d, int n, const char *const
         if (stat(tmp_dir, &sb) == 0) ckpt_remove_tree(d->folder, tmp_name, &ignored);
         gt_error_wrap(err, "checkpoint save of step %lld to %s", (long long)d->step, d->folder);
     }
-    gt_checkpoint_info_free(&info);
+    free(st_path);
     free(tmp_dir);
-    return status;
+    return st;
+}
+
+static gt_status ckpt_save(const gt_checkpoint_desc *d, int n, const char *const *names,
+                           const gt_tensor *const *tensors, bool need_data, gt_tensor_source src,
+                           void *user, gt_error *err)
+{
+    gt_checkpoint_info info;
+    char tmp_name[96] = "";
+    gt_status st = ckpt_prepare(d, n, names, tensors, need_data, &info, tmp_name,
+                                sizeof tmp_name, err);
+    if (st == GT_OK) {
+        char *dir = ckpt_join(d->folder, tmp_name);
+        char *st_path = ckpt_join(dir, GT_CHECKPOINT_TENSOR_FILE);
+        ckpt_hashing h = {src, user, tensors, &info};
+        st = gt_safetensors_write_from(st_path, n, names, tensors, ckpt_hashing_source, &h, 0, NULL,
+                                       NULL, err);
+        free(st_path);
+        free(dir);
+        st = ckpt_complete(d, tmp_name, &info, st, err);
+    } else if (tmp_name[0]) {
+        st = ckpt_complete(d, tmp_name, &info, st, err); /* removes the directory */
+    } else if (d && d->folder) {
+        gt_error_wrap(err, "checkpoint save of step %lld to %s", (long long)d->step, d->folder);
+    }
+    gt_checkpoint_info_free(&info);
+    return st;
+}
+
+gt_status gt_checkpoint_begin(const gt_checkpoint_desc *d, int n, const char *const *names,
+                              const gt_tensor *const *descs, gt_checkpoint_writer *w,
+                              gt_error *err)
+{
+    memset(w, 0, sizeof *w);
+    gt_status st = ckpt_prepare(d, n, names, descs, false, &w->info, w->tmp_name,
+                                sizeof w->tmp_name, err);
+    if (st == GT_OK) {
+        w->desc = *d;
+        w->pid = (long)getpid();
+        w->tensor_path = gt_checkpoint_tensor_path(d->folder, d->step, w->pid);
+        st = gt_safetensors_create(w->tensor_path, n, names, descs, 0, NULL, NULL, &w->data_start,
+                                   err);
+    }
+    if (st != GT_OK) {
+        if (w->tmp_name[0]) ckpt_complete(d, w->tmp_name, &w->info, st, err);
+        gt_checkpoint_writer_free(w);
+        return st;
+    }
+    w->open = true;
+    return GT_OK;
+}
+
+gt_status gt_checkpoint_finish(gt_checkpoint_writer *w, const uint64_t *xxh64, gt_error *err)
+{
+    GT_CHECK(w->open);
+    w->open = false;
+    for (int i = 0; i < w->info.n_tensors; i++)
+        w->info.tensors[i].xxh64 = xxh64[i];
+    gt_status st = GT_OK;
+    int fd = open(w->tensor_path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0 || fsync(fd) != 0)
+        st = gt_error_set(err, GT_ERR_IO, "%s: cannot fsync: %s", w->tensor_path, strerror(errno));
+    if (fd >= 0) close(fd);
+    return ckpt_complete(&w->desc, w->tmp_name, &w->info, st, err);
+}
+
+void gt_checkpoint_writer_free(gt_checkpoint_writer *w)
+{
+    if (w->open) { /* abandoned: its temporary directory goes */
+        gt_error ignored = {0};
+        ckpt_remove_tree(w->desc.folder, w->tmp_name, &ignored);
+    }
+    gt_checkpoint_info_free(&w->info);
+    free(w->tensor_path);
+    memset(w, 0, sizeof *w);
 }
 
 gt_status gt_checkpoint_save(const gt_checkpoint_desc *d, int n, const char *const *names,

@@ -7,19 +7,26 @@
  * and holds size[n-1] contiguous elements — both in the whole tensor and in the block. Rows that
  * follow each other in both (the box spans whole trailing dims) are walked as one run.
  *
- * Checkpoints hold whole tensors, whatever the layout that wrote them. Saving gathers one tensor
- * at a time to rank 0 (gt_shard_whole: a gather of the blocks in world-rank order; rank 0
- * uses them as they are when they lie in order, else puts each rank's block into its box, where
- * replicated copies are identical bits, so overwriting is harmless) and rank 0 streams it into the
- * ordinary single-rank checkpoint plus the layout (informational). Loading: every rank reads the
- * whole tensors one at a time and keeps its box. So a checkpoint of any layout resumes in any
- * other. Rank 0's save status is broadcast, so a failed write (disk full) stops every rank, not
- * only rank 0. */
+ * Checkpoints hold whole tensors, whatever the layout that wrote them: the ordinary single-rank
+ * checkpoint plus the layout (informational). Saving: rank 0 creates the tensor file with its
+ * header and sized data section (gt_checkpoint_begin), every rank writes the blocks it is the
+ * first to hold (replicated copies are written once) at their places in the file — an FSDP block
+ * of rows is one pwrite — then hashes every N-th whole tensor back from the file, and rank 0
+ * finishes (file hash, manifest, rename). The ranks agree after each part, so a failed write (disk
+ * full) on any rank stops every rank and publishes nothing. The checkpoint directory must be one
+ * that every rank sees (a shared filesystem across hosts), as loading needs anyway. Loading: every
+ * rank reads the whole tensors one at a time and keeps its box. So a checkpoint of any layout
+ * resumes in any other. gt_shard_whole (a gather of the blocks in world-rank order to one rank,
+ * which puts each rank's block into its box) serves the final parameter hash. */
+#include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
+#include <xxhash.h>
 
 #include "graphtrain/gt_checkpoint.h"
 #include "train_internal.h"
@@ -325,10 +332,10 @@ uint64_t gt_trainer_fingerprint(gt_trainer *t)
     return h;
 }
 
-/* Rank 0's part of a save: the ordinary checkpoint of the whole tensors (descs: their names'
- * dtypes and global shapes), their bytes from src one tensor at a time. */
-static gt_status write_checkpoint(gt_trainer *t, int64_t step, const gt_tensor *const *descs,
-                                  gt_tensor_source src, void *user, gt_error *err)
+/* Rank 0's part of a save, begun: the temporary directory and the tensor file of the whole
+ * tensors (descs: their names' dtypes and global shapes), sized, for every rank to fill. */
+static gt_status begin_checkpoint(gt_trainer *t, int64_t step, const gt_tensor *const *descs,
+                                  gt_checkpoint_writer *w, gt_error *err)
 {
     gt_loader_state ls;
     char state[64], loader_json[128], layout[96], world[16];
@@ -352,52 +359,132 @@ static gt_status write_checkpoint(gt_trainer *t, int64_t step, const gt_tensor *
         .extra_values = multi ? values : NULL,
         .keep_last = (int)t->cfg->checkpoint.keep_latest_k,
     };
-    return gt_checkpoint_save_from(&d, 3 * t->n_params, (const char *const *)t->ckpt_names, descs,
-                                   src, user, err);
+    /* the manifest is built now: the strings above need not outlive this call but the folder */
+    return gt_checkpoint_begin(&d, 3 * t->n_params, (const char *const *)t->ckpt_names, descs, w,
+                               err);
 }
 
-/* The state tensors in checkpoint order, whole: every rank sends its block of tensor `next` in
- * turn to rank 0 (gt_shard_whole, into buffers reused from tensor to tensor), which hands the
- * bytes to the checkpoint writer. A gather that fails is this rank's communication failure (comm,
- * comm_err). */
-typedef struct {
-    gt_trainer *t;
-    int next;
-    gt_shard_buffers buf;
-    gt_status comm;
-    gt_error comm_err;
-    double t0, gather_s, bytes, last_report; /* for the save's log lines */
-} state_source;
-
-#define GT_SAVE_REPORT_SECONDS 30.0
-
-static gt_status state_gather_next(state_source *g, const void **whole, gt_error *err)
+/* Whether this rank writes its block of a tensor placed as b: the first of the ranks holding the
+ * same block (coordinate 0 on every mesh dim that does not shard it). */
+static bool writes_block(const gt_train_dist *d, const gt_shard_box *b)
 {
-    gt_train_dist *d = &g->t->dist;
-    int k = g->next++;
-    double t0 = gt_now_seconds();
-    /* a save that takes minutes (8B: 96 GB) says how far it got, every GT_SAVE_REPORT_SECONDS */
-    if (d->rank == 0 && t0 - g->last_report > GT_SAVE_REPORT_SECONDS) {
-        gt_log(GT_LOG_INFO, "checkpoint: %d of %d tensors (%.1f GB) gathered and written in %.0f s",
-               k, 3 * g->t->n_params, g->bytes / 1e9, t0 - g->t0);
-        g->last_report = t0;
+    for (int md = 0; md < GT_MESH_NDIMS; md++)
+        if (d->layout.mesh.size[md] > 1 && b->place[md].kind != GT_PLACE_SHARD &&
+            d->layout.coords[md] != 0)
+            return false;
+    return true;
+}
+
+typedef struct {
+    int fd;
+    const char *path, *local;
+    size_t es;
+    uint64_t at; /* the tensor's first byte in the file */
+    gt_status st;
+    gt_error *err;
+} block_writer;
+
+static void pwrite_run(int64_t g, int64_t l, int64_t count, void *user)
+{
+    block_writer *w = user;
+    const char *src = w->local + (size_t)l * w->es;
+    size_t n = (size_t)count * w->es, done = 0;
+    off_t at = (off_t)(w->at + (uint64_t)g * w->es);
+    while (w->st == GT_OK && done < n) {
+        ssize_t r = pwrite(w->fd, src + done, n - done, at + (off_t)done);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0)
+            w->st = gt_error_set(w->err, GT_ERR_IO, "%s: write failed: %s", w->path,
+                                 r < 0 ? strerror(errno) : "no progress");
+        else
+            done += (size_t)r;
     }
-    gt_status st = gt_shard_whole(d->world, &d->layout.mesh, &g->t->box[k], g->t->ckpt_tensors[k],
-                                  0, &g->buf, whole, err);
-    g->gather_s += gt_now_seconds() - t0;
-    g->bytes += (double)gt_shard_whole_bytes(&g->t->box[k], g->t->ckpt_tensors[k]->dtype);
-    if (st != GT_OK) g->comm = st, g->comm_err = *err;
+}
+
+/* This rank's part: its blocks (those it is the first to hold) written at their places in the
+ * tensor file, fsynced. An FSDP block of rows is one write. */
+static gt_status write_blocks(gt_trainer *t, const char *path, uint64_t data_start,
+                              const gt_tensor *const *descs, gt_error *err)
+{
+    int fd = open(path, O_WRONLY | O_CLOEXEC);
+    if (fd < 0) return gt_error_set(err, GT_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    block_writer w = {fd, path, NULL, 0, data_start, GT_OK, err};
+    for (int k = 0; k < 3 * t->n_params && w.st == GT_OK; k++) {
+        const gt_shard_box *b = &t->box[k];
+        if (writes_block(&t->dist, b)) {
+            w.local = t->ckpt_tensors[k]->data;
+            w.es = gt_dtype_size(descs[k]->dtype);
+            for_each_run(b, pwrite_run, &w);
+        }
+        w.at += gt_tensor_nbytes(descs[k]);
+    }
+    if (w.st == GT_OK && fsync(fd) != 0)
+        w.st = gt_error_set(err, GT_ERR_IO, "%s: fsync failed: %s", path, strerror(errno));
+    if (close(fd) != 0 && w.st == GT_OK)
+        w.st = gt_error_set(err, GT_ERR_IO, "%s: close failed: %s", path, strerror(errno));
+    return w.st;
+}
+
+/* xxh64 (seed 0) of the whole tensors k = rank, rank + size, ... as they lie in the file, into
+ * h[k] (h[k] = 0 for the others). */
+static gt_status hash_tensors(gt_trainer *t, const char *path, uint64_t data_start,
+                              const gt_tensor *const *descs, uint64_t *h, gt_error *err)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return gt_error_set(err, GT_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    enum { BLOCK = 8 << 20 };
+    char *buf = gt_xmalloc(BLOCK);
+    XXH64_state_t *state = XXH64_createState();
+    GT_CHECK(state != NULL);
+    gt_status st = GT_OK;
+    uint64_t at = data_start;
+    for (int k = 0; k < 3 * t->n_params && st == GT_OK; k++) {
+        uint64_t n = gt_tensor_nbytes(descs[k]);
+        h[k] = 0;
+        if (k % t->dist.size == t->dist.rank) {
+            XXH64_reset(state, 0);
+            for (uint64_t done = 0; done < n && st == GT_OK;) {
+                size_t want = n - done < BLOCK ? (size_t)(n - done) : BLOCK;
+                ssize_t r = pread(fd, buf, want, (off_t)(at + done));
+                if (r < 0 && errno == EINTR) continue;
+                if (r <= 0)
+                    st = gt_error_set(err, GT_ERR_IO, "%s: read failed: %s", path,
+                                      r < 0 ? strerror(errno) : "file shrank");
+                else
+                    XXH64_update(state, buf, (size_t)r), done += (uint64_t)r;
+            }
+            h[k] = (uint64_t)XXH64_digest(state);
+        }
+        at += n;
+    }
+    XXH64_freeState(state);
+    free(buf);
+    close(fd);
     return st;
 }
 
-/* The writer's source: one rank's tensors are whole already (gt_shard_whole hands them over). */
-static gt_status state_source_fn(int i, const void **data, void *user, gt_error *err)
+/* Every rank's hashes (its share of h, zeros elsewhere) summed into rank 0's h: each tensor's hash
+ * comes from one rank. */
+static gt_status collect_hashes(gt_train_dist *d, uint64_t *h, int n, gt_error *err)
 {
-    state_source *g = user;
-    GT_CHECK(i == g->next);
-    return state_gather_next(g, data, err);
+    if (!gt_train_dist_multi(d)) return GT_OK;
+    int64_t len = n, all_len = (int64_t)n * d->size;
+    gt_tensor mine, all = {0};
+    gt_tensor_wrap(&mine, GT_I64, 1, &len, h);
+    GT_TRY(gt_tensor_alloc(&all, GT_I64, 1, &all_len, err));
+    gt_status st = gt_comm_gather(d->world, &mine, &all, 0, err);
+    if (st == GT_OK && d->rank == 0)
+        for (int k = 0; k < n; k++)
+            h[k] = ((const uint64_t *)all.data)[(size_t)(k % d->size) * (size_t)n + (size_t)k];
+    gt_tensor_free(&all);
+    return st;
 }
 
+/* A save: rank 0 begins it (the tensor file sized, its header written), every rank writes the
+ * blocks it is the first to hold straight into the file, then hashes every size-th tensor from
+ * the file, and rank 0 finishes it (the file hash, the manifest, the rename to step-<N>). The
+ * ranks agree after each part, so a failure anywhere (disk full) stops every rank and leaves
+ * no step-<N>. */
 gt_status gt_trainer_save_checkpoint(gt_trainer *t, int64_t step, gt_error *err)
 {
     double t_host = gt_now_seconds();
@@ -407,32 +494,50 @@ gt_status gt_trainer_save_checkpoint(gt_trainer *t, int64_t step, gt_error *err)
     int n = 3 * t->n_params;
     gt_train_dist *d = &t->dist;
     whole_descriptors w = whole_descriptors_of(t);
-    state_source g = {.t = t, .comm = GT_OK, .t0 = t0, .last_report = t0};
-    gt_status st = GT_OK;
-    gt_error local = {0};
-    if (d->rank == 0) st = write_checkpoint(t, step, w.ptrs, state_source_fn, &g, &local);
-    /* every rank takes part in every tensor's gather, in the same order: those rank 0's writer did
-     * not ask for (it failed first, or this is another rank) are gathered and dropped */
-    while (gt_train_dist_multi(d) && g.comm == GT_OK && g.next < n) {
-        const void *ignored;
-        gt_error e = {0};
-        state_gather_next(&g, &ignored, &e);
+    gt_checkpoint_writer cw = {0};
+    uint64_t *h = gt_xcalloc((size_t)n + 1, sizeof *h);
+    char *path = NULL;
+    double t_write = t0, t_hash = t0, t_finish = t0, bytes = 0;
+    /* every rank reaches every collective below in the same order, whatever failed where */
+    gt_status st = d->rank == 0 ? begin_checkpoint(t, step, w.ptrs, &cw, err) : GT_OK;
+    st = gt_train_share_status(d, 0, st, err);
+    int64_t where[2] = {cw.pid, (int64_t)cw.data_start};
+    if (st == GT_OK) st = gt_train_share_i64(d, &where[0], err);
+    if (st == GT_OK) st = gt_train_share_i64(d, &where[1], err);
+    if (st == GT_OK) {
+        path = gt_checkpoint_tensor_path(t->ckpt_folder, step, (long)where[0]);
+        st = gt_train_agree(d, write_blocks(t, path, (uint64_t)where[1], w.ptrs, err), err);
+        t_write = gt_now_seconds();
     }
-    gt_shard_buffers_free(&g.buf);
+    if (st == GT_OK) {
+        gt_error herr = {0};
+        gt_status hs = hash_tensors(t, path, (uint64_t)where[1], w.ptrs, h, &herr);
+        st = collect_hashes(d, h, n, err); /* a communication failure is this rank's alone */
+        if (st == GT_OK) {
+            if (hs != GT_OK) *err = herr;
+            st = gt_train_agree(d, hs, err);
+        }
+        t_hash = gt_now_seconds();
+    }
+    if (st == GT_OK) {
+        gt_status fs = d->rank == 0 ? gt_checkpoint_finish(&cw, h, err) : GT_OK;
+        t_finish = gt_now_seconds();
+        st = gt_train_share_status(d, 0, fs, err);
+    }
+    for (int k = 0; k < n; k++)
+        bytes += (double)gt_tensor_nbytes(w.ptrs[k]);
+    gt_checkpoint_writer_free(&cw); /* after a failure: removes the temporary directory */
+    free(path);
+    free(h);
     whole_descriptors_free(&w);
-    if (g.comm != GT_OK) { /* a communication failure is this rank's alone: peers time out */
-        *err = g.comm_err;
-        return g.comm;
-    }
-    if (st != GT_OK) *err = local;
-    GT_TRY(gt_train_share_status(d, 0, st, err));
-    double took = gt_now_seconds() - t0;
+    if (st != GT_OK) return st;
     if (d->rank == 0)
         gt_log(GT_LOG_INFO,
                "checkpoint: saved step %lld to %s/step-%lld (%.2f s): %.2f GB; before it the "
-               "state to the host %.2f s; in it the gathers %.2f s, hashing and writing %.2f s",
-               (long long)step, t->ckpt_folder, (long long)step, took, g.bytes / 1e9, t0 - t_host,
-               g.gather_s, took - g.gather_s);
+               "state to the host %.2f s; in it the writes %.2f s, tensor hashes %.2f s, file "
+               "hash and publishing %.2f s",
+               (long long)step, t->ckpt_folder, (long long)step, gt_now_seconds() - t0,
+               bytes / 1e9, t0 - t_host, t_write - t0, t_hash - t_write, t_finish - t_hash);
     return GT_OK;
 }
 

@@ -14,6 +14,7 @@
 #include "gt_test.h"
 
 #include <dirent.h>
+#include <fcntl.h>
 #include <jansson.h>
 #include <signal.h>
 #include <stdint.h>
@@ -303,6 +304,83 @@ static void test_save_from(void)
     EXPECT(gt_checkpoint_save_from(&d, N_TENSORS, k_names, descs, stream_fn, &g, &err) != GT_OK &&
                g.n_asked == 0,
            "save_from: a save that fails first asked the source %d times", g.n_asked);
+    state_free(&src);
+    state_free(&dst);
+}
+
+/* gt_checkpoint_begin / finish: "writers" pwrite each tensor's bytes in two halves, in reverse
+ * order, into the file begin sized (found again by gt_checkpoint_tensor_path); the published
+ * checkpoint's files are byte for byte the plain save's, and it loads. A writer freed unfinished
+ * (another writer failed) leaves no step and no temporary. */
+static void test_writers(void)
+{
+    char plain[512], parts[512];
+    snprintf(plain, sizeof plain, "%s", path_of("writers/plain"));
+    snprintf(parts, sizeof parts, "%s", path_of("writers/parts"));
+    model_state src, dst;
+    state_init(&src, 23);
+    gt_checkpoint_desc d = basic_desc(plain, 7, &src);
+    save_ok(&d, &src);
+    gt_tensor desc[N_TENSORS];
+    const gt_tensor *descs[N_TENSORS];
+    uint64_t h[N_TENSORS], off[N_TENSORS + 1] = {0};
+    for (int i = 0; i < N_TENSORS; i++) {
+        gt_tensor_wrap(&desc[i], src.t[i].dtype, src.t[i].ndim, src.t[i].shape, NULL);
+        descs[i] = &desc[i];
+        h[i] = XXH64(src.t[i].data, gt_tensor_nbytes(&src.t[i]), 0);
+        off[i + 1] = off[i] + gt_tensor_nbytes(&src.t[i]);
+    }
+    gt_error err = {0};
+    d.folder = parts;
+    gt_checkpoint_writer w;
+    EXPECT_OK(gt_checkpoint_begin(&d, N_TENSORS, k_names, descs, &w, &err), &err);
+    char *path = gt_checkpoint_tensor_path(parts, 7, w.pid);
+    EXPECT(strcmp(path, w.tensor_path) == 0, "writers: %s, begin said %s", path, w.tensor_path);
+    int fd = open(path, O_WRONLY);
+    EXPECT(fd >= 0, "writers: cannot open %s", path);
+    for (int i = N_TENSORS - 1; fd >= 0 && i >= 0; i--) {
+        size_t n = gt_tensor_nbytes(&src.t[i]), half = n / 2;
+        const char *b = src.t[i].data;
+        EXPECT((size_t)pwrite(fd, b + half, n - half, (off_t)(w.data_start + off[i] + half)) ==
+                       n - half &&
+                   (size_t)pwrite(fd, b, half, (off_t)(w.data_start + off[i])) == half,
+               "writers: pwrite of tensor %d", i);
+    }
+    if (fd >= 0) close(fd);
+    EXPECT_OK(gt_checkpoint_finish(&w, h, &err), &err);
+    gt_checkpoint_writer_free(&w);
+    static const char *const files[2] = {"model.safetensors", "manifest.json"};
+    for (int f = 0; f < 2; f++) {
+        char a[600], b[600];
+        size_t la = 0, lb = 0;
+        snprintf(a, sizeof a, "%s/step-7/%s", plain, files[f]);
+        snprintf(b, sizeof b, "%s/step-7/%s", parts, files[f]);
+        uint8_t *fa = read_all(a, &la), *fb = read_all(b, &lb);
+        EXPECT(fa && fb && la == lb && memcmp(fa, fb, la) == 0,
+               "writers: %s differs from the plain save's", files[f]);
+        free(fa);
+        free(fb);
+    }
+    state_blank(&dst, 0x5A);
+    gt_checkpoint_model m = tiny_model(&src);
+    EXPECT_OK(gt_checkpoint_load(parts, 7, &m, N_TENSORS, k_names, dst.mut, NULL, &err), &err);
+    EXPECT(state_equal(&src, &dst, N_TENSORS), "writers: loaded tensors differ");
+    EXPECT(count_entries(parts, ".tmp-") == 0, "writers: a temporary is left");
+    free(path);
+
+    /* begun, then abandoned: nothing published, nothing left */
+    d.step = 8;
+    EXPECT_OK(gt_checkpoint_begin(&d, N_TENSORS, k_names, descs, &w, &err), &err);
+    EXPECT(count_entries(parts, ".tmp-") == 1, "writers: begin made no temporary directory");
+    gt_checkpoint_writer_free(&w);
+    char b8[600];
+    snprintf(b8, sizeof b8, "%s/step-8", parts);
+    EXPECT(!exists(b8) && count_entries(parts, ".tmp-") == 0,
+           "writers: an abandoned save left step-8 or a temporary");
+    /* a folder that cannot be made */
+    d.folder = path_of("from/file/sub");
+    EXPECT(gt_checkpoint_begin(&d, N_TENSORS, k_names, descs, &w, &err) != GT_OK,
+           "writers: begin under a file succeeded");
     state_free(&src);
     state_free(&dst);
 }
@@ -1010,6 +1088,7 @@ int main(void)
     }
     test_round_trip();
     test_save_from();
+    test_writers();
     test_fingerprint();
     test_keep_last();
     test_find();
