@@ -63,10 +63,10 @@ gt_status gt_safetensors_write(const char *path, int n, const char *const *names
 
 /* Creates path (it must not exist) as the safetensors file of the tensors descs (dtypes and shapes;
  * data unused) whose bytes are yet to be written: the header as gt_safetensors_write writes it,
- * then the data section sized but unwritten (a sparse file). Tensor i's bytes go at
- * *data_start + the sum of the sizes of tensors 0 .. i-1, in any order and by any writer
- * (pwrite); whoever finishes fsyncs. Errors as gt_safetensors_write's; a failed create leaves no
- * file. */
+ * then the data section allocated (fallocate; sized and sparse where the filesystem cannot) but
+ * unwritten. Tensor i's bytes go at *data_start + the sum of the sizes of tensors 0 .. i-1, in
+ * any order and by any writer (pwrite); whoever finishes fsyncs. Errors as gt_safetensors_write's
+ * (a full disk fails here); a failed create leaves no file. */
 gt_status gt_safetensors_create(const char *path, int n, const char *const *names,
                                 const gt_tensor *const *descs, int n_meta,
                                 const char *const *meta_keys, const char *const *meta_values,

@@ -30,6 +30,7 @@
  *
  * Byte order: tensor bytes are copied as they are, which is correct on a little-endian host only;
  * the #error below makes that assumption explicit. */
+#define _GNU_SOURCE /* fallocate */
 #include "graphtrain/gt_safetensors.h"
 
 #include <errno.h>
@@ -676,8 +677,15 @@ gt_status gt_safetensors_create(const char *path, int n, const char *const *name
         if (w <= 0) goto io_fail;
         done += (size_t)w;
     }
+    /* the data section's blocks allocated now: a full disk fails here, before anyone writes, and
+     * writers filling it at once do not interleave their allocations; sparse where the filesystem
+     * cannot allocate ahead */
     what = "size";
-    if (ftruncate(fd, (off_t)(8 + padded + total)) != 0) goto io_fail;
+    off_t size = (off_t)(8 + padded + total);
+    if (fallocate(fd, 0, 0, size) != 0) {
+        if (errno != EOPNOTSUPP && errno != ENOSYS && errno != EINVAL) goto io_fail; /* ENOSPC */
+        if (ftruncate(fd, size) != 0) goto io_fail;
+    }
     what = "close";
     int closing = fd;
     fd = -1;
