@@ -637,42 +637,59 @@ static gt_status st_fsync_dir(const char *path, gt_error *err)
     return status;
 }
 
-gt_status gt_safetensors_create(const char *path, int n, const char *const *names,
-                                const gt_tensor *const *descs, int n_meta,
-                                const char *const *meta_keys, const char *const *meta_values,
-                                uint64_t *data_start, gt_error *err)
+/* The file's prefix: the 8-byte little-endian header length, the JSON header, spaces up to a
+ * multiple of 8 (so the data section starts 8-byte aligned); *head is malloc'd. `verb` names the
+ * operation in the messages. */
+static gt_status st_head(const char *path, const char *verb, int n, const char *const *names,
+                         const gt_tensor *const *tensors, bool need_data, int n_meta,
+                         const char *const *meta_keys, const char *const *meta_values,
+                         char **head, size_t *head_len, gt_error *err)
 {
     if (!path || !path[0])
-        return gt_error_set(err, GT_ERR_INVALID, "safetensors create: empty path");
-    if (n < 0 || n_meta < 0 || (n > 0 && (!names || !descs)) ||
+        return gt_error_set(err, GT_ERR_INVALID, "safetensors %s: empty path", verb);
+    if (n < 0 || n_meta < 0 || (n > 0 && (!names || !tensors)) ||
         (n_meta > 0 && (!meta_keys || !meta_values)))
         return gt_error_set(err, GT_ERR_INVALID,
                             "%s: bad arguments (n = %d, n_meta = %d, or NULL arrays)", path, n,
                             n_meta);
     json_t *root = NULL;
-    GT_TRY(st_build_header(path, n, names, descs, false, n_meta, meta_keys, meta_values, &root,
-                           err));
+    GT_TRY(st_build_header(path, n, names, tensors, need_data, n_meta, meta_keys, meta_values,
+                           &root, err));
     char *header = json_dumps(root, JSON_COMPACT);
     json_decref(root);
     if (!header) return gt_error_set(err, GT_ERR_NOMEM, "%s: cannot serialize the header", path);
     size_t hlen = strlen(header), padded = (hlen + 7) / 8 * 8;
+    char *h = gt_xmalloc(8 + padded);
+    for (int i = 0; i < 8; i++)
+        h[i] = (char)(uint8_t)((uint64_t)padded >> (8 * i));
+    memcpy(h + 8, header, hlen);
+    memset(h + 8 + hlen, ' ', padded - hlen);
+    free(header);
+    *head = h;
+    *head_len = 8 + padded;
+    return GT_OK;
+}
+
+gt_status gt_safetensors_create(const char *path, int n, const char *const *names,
+                                const gt_tensor *const *descs, int n_meta,
+                                const char *const *meta_keys, const char *const *meta_values,
+                                uint64_t *data_start, gt_error *err)
+{
+    char *head = NULL;
+    size_t head_len = 0;
+    GT_TRY(st_head(path, "create", n, names, descs, false, n_meta, meta_keys, meta_values, &head,
+                   &head_len, err));
     uint64_t total = 0; /* st_build_header checked every size and the sum */
     for (int i = 0; i < n; i++)
         total += gt_tensor_nbytes(descs[i]);
-    char *head = gt_xmalloc(8 + padded);
-    for (int i = 0; i < 8; i++)
-        head[i] = (char)(uint8_t)((uint64_t)padded >> (8 * i));
-    memcpy(head + 8, header, hlen);
-    memset(head + 8 + hlen, ' ', padded - hlen);
-    free(header);
     gt_status status = GT_OK;
     int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
     const char *what = "create";
     size_t done = 0;
     if (fd < 0) goto io_fail;
     what = "write the header of";
-    while (done < 8 + padded) {
-        ssize_t w = write(fd, head + done, 8 + padded - done);
+    while (done < head_len) {
+        ssize_t w = write(fd, head + done, head_len - done);
         if (w < 0 && errno == EINTR) continue;
         if (w <= 0) goto io_fail;
         done += (size_t)w;
@@ -681,7 +698,7 @@ gt_status gt_safetensors_create(const char *path, int n, const char *const *name
      * writers filling it at once do not interleave their allocations; sparse where the filesystem
      * cannot allocate ahead */
     what = "size";
-    off_t size = (off_t)(8 + padded + total);
+    off_t size = (off_t)(head_len + total);
     if (fallocate(fd, 0, 0, size) != 0) {
         if (errno != EOPNOTSUPP && errno != ENOSYS && errno != EINVAL) goto io_fail; /* ENOSPC */
         if (ftruncate(fd, size) != 0) goto io_fail;
@@ -690,7 +707,7 @@ gt_status gt_safetensors_create(const char *path, int n, const char *const *name
     int closing = fd;
     fd = -1;
     if (close(closing) != 0) goto io_fail;
-    *data_start = 8 + padded;
+    *data_start = head_len;
     free(head);
     return GT_OK;
 io_fail:
@@ -707,27 +724,10 @@ static gt_status st_write(const char *path, int n, const char *const *names,
                           void *user, int n_meta, const char *const *meta_keys,
                           const char *const *meta_values, gt_error *err)
 {
-    if (!path || !path[0])
-        return gt_error_set(err, GT_ERR_INVALID, "safetensors write: empty path");
-    if (n < 0 || n_meta < 0 || (n > 0 && (!names || !tensors)) ||
-        (n_meta > 0 && (!meta_keys || !meta_values)))
-        return gt_error_set(err, GT_ERR_INVALID,
-                            "%s: bad arguments (n = %d, n_meta = %d, or NULL arrays)", path, n,
-                            n_meta);
-    json_t *root = NULL;
-    GT_TRY(st_build_header(path, n, names, tensors, need_data, n_meta, meta_keys, meta_values,
-                           &root, err));
-    char *header = json_dumps(root, JSON_COMPACT);
-    json_decref(root);
-    if (!header) return gt_error_set(err, GT_ERR_NOMEM, "%s: cannot serialize the header", path);
-    /* Pad with spaces so 8 + N is a multiple of 8: the data section starts 8-byte aligned. */
-    size_t hlen = strlen(header);
-    size_t padded = (hlen + 7) / 8 * 8;
-    uint8_t lenbuf[8];
-    for (int i = 0; i < 8; i++)
-        lenbuf[i] = (uint8_t)((uint64_t)padded >> (8 * i));
-    static const char spaces[] = "        "; /* 8 spaces */
-
+    char *header = NULL;
+    size_t head_len = 0;
+    GT_TRY(st_head(path, "write", n, names, tensors, need_data, n_meta, meta_keys, meta_values,
+                   &header, &head_len, err));
     size_t tmp_cap = strlen(path) + 32;
     char *tmp = gt_xmalloc(tmp_cap);
     snprintf(tmp, tmp_cap, "%s.tmp.%ld", path, (long)getpid());
@@ -736,9 +736,7 @@ static gt_status st_write(const char *path, int n, const char *const *names,
     FILE *f = fopen(tmp, "wb");
     if (!f) goto io_fail;
     what = "write";
-    if (fwrite(lenbuf, 1, 8, f) != 8 || fwrite(header, 1, hlen, f) != hlen ||
-        fwrite(spaces, 1, padded - hlen, f) != padded - hlen)
-        goto io_fail;
+    if (fwrite(header, 1, head_len, f) != head_len) goto io_fail;
     for (int i = 0; i < n; i++) {
         size_t nbytes = gt_tensor_nbytes(tensors[i]);
         const void *data = NULL;

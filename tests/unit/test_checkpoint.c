@@ -221,6 +221,20 @@ static gt_status sink_fn(int i, const void *bytes, void *user, gt_error *err)
     return GT_OK;
 }
 
+/* Whether FOLDER_A/step-N/NAME and FOLDER_B/step-N/NAME exist with the same bytes. */
+static bool same_step_file(const char *folder_a, const char *folder_b, int step, const char *name)
+{
+    char a[600], b[600];
+    size_t la = 0, lb = 0;
+    snprintf(a, sizeof a, "%s/step-%d/%s", folder_a, step, name);
+    snprintf(b, sizeof b, "%s/step-%d/%s", folder_b, step, name);
+    uint8_t *fa = read_all(a, &la), *fb = read_all(b, &lb);
+    bool same = fa && fb && la == lb && memcmp(fa, fb, la) == 0;
+    free(fa);
+    free(fb);
+    return same;
+}
+
 /* The streaming save writes what the plain save writes, from descriptors without data; a source
  * that fails stops the save, which publishes nothing and asks no further; a save that fails
  * before writing asks for no tensor. */
@@ -248,15 +262,9 @@ static void test_save_from(void)
         in_order = g.asked[i] == i;
     EXPECT(in_order, "save_from: the source was asked %d times, not once per tensor in order",
            g.n_asked);
-    size_t la = 0, lb = 0;
-    char a[600], b[600];
-    snprintf(a, sizeof a, "%s/step-3/model.safetensors", plain);
-    snprintf(b, sizeof b, "%s/step-3/model.safetensors", streamed);
-    uint8_t *fa = read_all(a, &la), *fb = read_all(b, &lb);
-    EXPECT(fa && fb && la == lb && memcmp(fa, fb, la) == 0,
+    EXPECT(same_step_file(plain, streamed, 3, "model.safetensors"),
            "save_from: the tensor file differs from the plain save's");
-    free(fa);
-    free(fb);
+    char b[600];
     state_blank(&dst, 0x5A);
     gt_checkpoint_model m = tiny_model(&src);
     EXPECT_OK(gt_checkpoint_load(streamed, 3, &m, N_TENSORS, k_names, dst.mut, NULL, &err), &err);
@@ -350,17 +358,9 @@ static void test_writers(void)
     EXPECT_OK(gt_checkpoint_finish(&w, h, &err), &err);
     gt_checkpoint_writer_free(&w);
     static const char *const files[2] = {"model.safetensors", "manifest.json"};
-    for (int f = 0; f < 2; f++) {
-        char a[600], b[600];
-        size_t la = 0, lb = 0;
-        snprintf(a, sizeof a, "%s/step-7/%s", plain, files[f]);
-        snprintf(b, sizeof b, "%s/step-7/%s", parts, files[f]);
-        uint8_t *fa = read_all(a, &la), *fb = read_all(b, &lb);
-        EXPECT(fa && fb && la == lb && memcmp(fa, fb, la) == 0,
-               "writers: %s differs from the plain save's", files[f]);
-        free(fa);
-        free(fb);
-    }
+    for (int f = 0; f < 2; f++)
+        EXPECT(same_step_file(plain, parts, 7, files[f]), "writers: %s differs from the plain save's",
+               files[f]);
     state_blank(&dst, 0x5A);
     gt_checkpoint_model m = tiny_model(&src);
     EXPECT_OK(gt_checkpoint_load(parts, 7, &m, N_TENSORS, k_names, dst.mut, NULL, &err), &err);
