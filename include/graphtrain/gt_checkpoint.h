@@ -3,12 +3,17 @@
  * A checkpoint of step N is the directory FOLDER/step-<N>/ holding
  *   model.safetensors   every tensor the caller passes (parameters under their fqn, optimizer
  *                       state under names the caller picks, e.g. "optim.exp_avg.<fqn>");
- *   manifest.json       {"format": "graphtrain-checkpoint", "version": 1, "step": N,
+ *   manifest.json       {"format": "graphtrain-checkpoint", "version": 2, "step": N,
  *                        "model": {"name", "flavor", "fingerprint": "<16 hex>"},
  *                        "tensors": {name: {"dtype", "shape", "xxh64": "<16 hex>"}},
  *                        "files": {"model.safetensors": {"bytes": n, "xxh64": "<16 hex>"}},
  *                        "loader": {caller JSON object}, "rng": {"seed": i, "counters": {name: i}},
  *                        "extra": {string: string}}.
+ * A tensor's xxh64 (seed 0) is of its bytes. model.safetensors' xxh64 (version 2) is of the file's
+ * bytes before the data section (header length, header, padding) followed by its tensors' xxh64s
+ * in the order their bytes lie in the file, each as 8 little-endian bytes: it covers every byte
+ * of the file as a hash of the whole file does, and a save or a load that hashed the tensors
+ * needs no further pass over the data. Version 1 (still read) recorded the whole file's xxh64.
  * The module knows nothing of models or graphs: the caller names the tensors, provides the model
  * identity (name, flavor, a 64-bit fingerprint of its parameter names/dtypes/shapes) and the
  * loader position as a JSON object.
@@ -37,7 +42,7 @@ extern "C" {
 #define GT_CHECKPOINT_NONE ((int64_t)-1)
 
 #define GT_CHECKPOINT_FORMAT "graphtrain-checkpoint"
-#define GT_CHECKPOINT_VERSION 1
+#define GT_CHECKPOINT_VERSION 2 /* written; 1 and 2 are read */
 #define GT_CHECKPOINT_MANIFEST "manifest.json"
 #define GT_CHECKPOINT_TENSOR_FILE "model.safetensors"
 
@@ -81,6 +86,7 @@ typedef struct {
 
 /* A parsed manifest (all strings owned; free with gt_checkpoint_info_free). */
 typedef struct {
+    int version; /* the manifest's (a parsed one's: 1 or 2) */
     int64_t step;
     char *model_name, *model_flavor;
     uint64_t fingerprint;

@@ -9,11 +9,13 @@
  *   5. model.safetensors parses (gt_safetensors validates its own structure) and its header holds
  *      exactly the manifest's tensors with the same dtypes and shapes;
  *   6. each tensor's bytes hash to the manifest's xxh64 (a flipped data byte names its tensor);
- *   7. each whole file hashes to the manifest's xxh64 (catches damage outside tensor data);
+ *   7. each file hashes to the manifest's xxh64 (catches damage outside tensor data): version 2's
+ *      tensor file from its header bytes and the tensor hashes of 6, version 1's whole;
  * then the expected tensors are copied bitwise. The tensors are read from the file one at a time
  * into one buffer (gt_safetensors_open_lazy), never the whole file at once: a checkpoint larger
  * than memory loads, and the ranks of a run each hold one tensor, not the model. Each is read
- * twice (checked, then copied) and hashed again on the second read. */
+ * twice (checked, then copied) and hashed again on the second read; a version-1 file is read a
+ * third time for its whole-file hash. */
 #include "checkpoint_internal.h"
 #include "graphtrain/gt_safetensors.h"
 
@@ -163,7 +165,12 @@ static gt_status ckpt_check_file_hashes(const char *dir, const gt_checkpoint_inf
     for (int i = 0; i < info->n_files; i++) {
         char *path = ckpt_join(dir, info->files[i].name);
         uint64_t bytes = 0, h = 0;
-        gt_status status = ckpt_hash_file(path, &bytes, &h, err);
+        /* version 2: the tensor file's hash is of its header and its tensors' hashes, which
+         * ckpt_check_tensor_data has just checked against the file's bytes */
+        gt_status status =
+            info->version >= 2 && strcmp(info->files[i].name, GT_CHECKPOINT_TENSOR_FILE) == 0
+                ? ckpt_hash_tensor_file(path, info, &bytes, &h, err)
+                : ckpt_hash_file(path, &bytes, &h, err);
         if (status == GT_OK && (bytes != info->files[i].bytes || h != info->files[i].xxh64))
             status = gt_error_set(err, GT_ERR_FORMAT,
                                   "%s: checksum mismatch (%llu bytes, xxh64 %016llx; the manifest "

@@ -322,10 +322,12 @@ static gt_status ckpt_parse_root(const char *file, const json_t *root, gt_checkp
         return gt_error_set(err, GT_ERR_FORMAT, "%s: \"format\" must be \"%s\"", file,
                             GT_CHECKPOINT_FORMAT);
     const json_t *version = json_object_get(root, "version");
-    if (!json_is_integer(version) || json_integer_value(version) != GT_CHECKPOINT_VERSION)
+    if (!json_is_integer(version) || json_integer_value(version) < 1 ||
+        json_integer_value(version) > GT_CHECKPOINT_VERSION)
         return gt_error_set(err, GT_ERR_FORMAT,
-                            "%s: \"version\" must be %d (this build reads version %d only)", file,
-                            GT_CHECKPOINT_VERSION, GT_CHECKPOINT_VERSION);
+                            "%s: \"version\" must be 1 to %d (this build reads those)", file,
+                            GT_CHECKPOINT_VERSION);
+    info->version = (int)json_integer_value(version);
     const json_t *step = json_object_get(root, "step");
     if (!json_is_integer(step) || json_integer_value(step) < 0)
         return gt_error_set(err, GT_ERR_FORMAT, "%s: \"step\" must be a non-negative integer",

@@ -385,6 +385,54 @@ static void test_writers(void)
     state_free(&dst);
 }
 
+/* The version-2 file hash computed here (libxxhash, jansson): the bytes before the data section,
+ * then each tensor's xxh64 (of its bytes in the file) as 8 little-endian bytes, in the order of
+ * the tensors' data offsets (an empty tensor before one starting at the same byte). */
+static uint64_t v2_file_hash(const char *path)
+{
+    size_t len = 0;
+    uint8_t *f = read_all(path, &len);
+    if (!f || len < 8) return 0;
+    uint64_t hlen = 0;
+    for (int i = 0; i < 8; i++)
+        hlen |= (uint64_t)f[i] << (8 * i);
+    json_t *hdr = json_loadb((const char *)f + 8, (size_t)hlen, 0, NULL);
+    uint64_t begin[64], end[64];
+    int n = 0;
+    const char *key;
+    json_t *v;
+    json_object_foreach(hdr, key, v)
+    {
+        if (strcmp(key, "__metadata__") == 0 || n == 64) continue;
+        json_t *off = json_object_get(v, "data_offsets");
+        begin[n] = (uint64_t)json_integer_value(json_array_get(off, 0));
+        end[n++] = (uint64_t)json_integer_value(json_array_get(off, 1));
+    }
+    json_decref(hdr);
+    for (int a = 1; a < n; a++) /* insertion sort by (begin, end) */
+        for (int b = a; b > 0 && (begin[b - 1] > begin[b] ||
+                                  (begin[b - 1] == begin[b] && end[b - 1] > end[b]));
+             b--) {
+            uint64_t t = begin[b];
+            begin[b] = begin[b - 1], begin[b - 1] = t;
+            t = end[b], end[b] = end[b - 1], end[b - 1] = t;
+        }
+    XXH64_state_t *st = XXH64_createState();
+    XXH64_reset(st, 0);
+    XXH64_update(st, f, 8 + (size_t)hlen);
+    for (int k = 0; k < n; k++) {
+        uint64_t h = XXH64(f + 8 + hlen + begin[k], (size_t)(end[k] - begin[k]), 0);
+        uint8_t le[8];
+        for (int b = 0; b < 8; b++)
+            le[b] = (uint8_t)(h >> (8 * b));
+        XXH64_update(st, le, 8);
+    }
+    uint64_t h = XXH64_digest(st);
+    XXH64_freeState(st);
+    free(f);
+    return h;
+}
+
 static void test_round_trip(void)
 {
     char folder[512];
@@ -418,6 +466,13 @@ static void test_round_trip(void)
     EXPECT(json_integer_value(json_object_get(file, "bytes")) == (json_int_t)sb.st_size,
            "recorded file size equals stat size %lld", (long long)sb.st_size);
     EXPECT(json_integer_value(json_object_get(root, "step")) == 10, "step recorded");
+    EXPECT(json_integer_value(json_object_get(root, "version")) == 2, "version 2 written");
+    char fhex[17];
+    snprintf(fhex, sizeof fhex, "%016llx",
+             (unsigned long long)v2_file_hash(path_of("rt/ckpt/step-10/model.safetensors")));
+    EXPECT(strcmp(json_string_value(json_object_get(file, "xxh64")), fhex) == 0,
+           "file checksum %s, want the header and tensor hashes' %s",
+           json_string_value(json_object_get(file, "xxh64")), fhex);
     json_decref(root);
     free(text);
 
@@ -719,7 +774,8 @@ static void damage_flip_data(const char *dir)
 }
 
 /* Changes the header's last byte, which is JSON whitespace (padding or the closing brace's
- * neighbour): a valid file with intact tensors that only the whole-file checksum can catch. */
+ * neighbour): a valid file with intact tensors that only the file checksum (of the header's
+ * bytes) can catch. */
 static void damage_header_padding(const char *dir)
 {
     size_t len = 0;
@@ -752,6 +808,58 @@ static void damage_manifest_type(const char *dir)
     free(out);
     json_decref(root);
     free(text);
+}
+
+/* Rewrites the manifest as version 1, whose file checksum is of the whole file: with that
+ * checksum (whole), or keeping version 2's (a version-1 reader's view of a damaged file). */
+static void set_version1(const char *dir, bool whole)
+{
+    size_t len = 0, flen = 0;
+    char *text = (char *)read_all(manifest_file(dir), &len);
+    uint8_t *file = read_all(st_file(dir), &flen);
+    json_t *root = json_loads(text, 0, NULL);
+    json_object_set_new(root, "version", json_integer(1));
+    if (whole) {
+        char hex[17];
+        snprintf(hex, sizeof hex, "%016llx", (unsigned long long)XXH64(file, flen, 0));
+        json_t *f = json_object_get(json_object_get(root, "files"), "model.safetensors");
+        json_object_set_new(f, "xxh64", json_string(hex));
+    }
+    char *out = json_dumps(root, 0);
+    write_all(manifest_file(dir), out, strlen(out));
+    free(out);
+    json_decref(root);
+    free(file);
+    free(text);
+}
+
+static void damage_version1_hash(const char *dir)
+{
+    set_version1(dir, false);
+}
+
+/* A version-1 checkpoint (whole-file checksum) still loads, bitwise. */
+static void test_version1(void)
+{
+    model_state src, dst;
+    state_init(&src, 31);
+    char folder[256];
+    snprintf(folder, sizeof folder, "%s", path_of("v1"));
+    gt_checkpoint_desc d = basic_desc(folder, 5, &src);
+    save_ok(&d, &src);
+    char dir[300];
+    snprintf(dir, sizeof dir, "%s/step-5", folder);
+    set_version1(dir, true);
+    state_blank(&dst, 0x77);
+    gt_checkpoint_model m = tiny_model(&src);
+    gt_checkpoint_info info;
+    gt_error err = {0};
+    EXPECT_OK(gt_checkpoint_load(folder, 5, &m, N_TENSORS, k_names, dst.mut, &info, &err), &err);
+    EXPECT(state_equal(&src, &dst, N_TENSORS) && info.version == 1,
+           "version 1 loads bitwise (manifest version %d)", info.version);
+    gt_checkpoint_info_free(&info);
+    state_free(&src);
+    state_free(&dst);
 }
 
 static void damage_rename_dir(const char *dir)
@@ -836,6 +944,8 @@ static void test_corruption(void)
          "\"step\" must be a non-negative integer", 0},
         {"manifest in the wrong directory", damage_rename_dir, "records step 10",
          "directory of step 11", 11},
+        {"version 1 with a version-2 file checksum", damage_version1_hash,
+         "step-10/model.safetensors", "the file is corrupt", 0},
         {"header padding changed", damage_header_padding, "step-10/model.safetensors",
          "the file is corrupt", 0},
     };
@@ -1089,6 +1199,7 @@ int main(void)
     test_round_trip();
     test_save_from();
     test_writers();
+    test_version1();
     test_fingerprint();
     test_keep_last();
     test_find();
