@@ -185,6 +185,41 @@ gt_status gt_checkpoint_load_with(const char *folder, int64_t step,
                                   const gt_tensor *const *descs, gt_tensor_sink sink, void *user,
                                   gt_checkpoint_info *info_out, gt_error *err);
 
+/* A checkpoint read by several readers (ranks), each checking a share of the tensors and reading
+ * only the bytes it keeps:
+ *   gt_checkpoint_open: the checks of gt_checkpoint_load that read no tensor data (manifest,
+ *     model identity, the expected tensors' dtypes and shapes, file sizes, the safetensors header
+ *     against the manifest); tensor i is names[i];
+ *   gt_checkpoint_verify: manifest tensor k (0 .. info.n_tensors - 1)'s bytes hash to the
+ *     manifest's xxh64;
+ *   gt_checkpoint_verify_file: the files' hashes (gt_checkpoint.h: version 2's tensor file from its
+ *     header and the manifest's tensor hashes — a proof of the data once every tensor is verified
+ *     by some reader; version 1 hashes the whole file);
+ *   gt_checkpoint_read: bytes [offset, offset + len) of tensor i (within it: a caller bug else);
+ *   gt_checkpoint_unchanged: the tensor file is still the one opened (device, inode, size,
+ *     modification time), for a reader that read after others verified;
+ *   gt_checkpoint_close in any case. */
+typedef struct {
+    char *dir, *path;
+    gt_checkpoint_info info;
+    gt_safetensors st;
+    const gt_st_entry **entry; /* per expected tensor */
+    int n;
+    void *buf;
+    size_t have;
+    int64_t identity[4];
+} gt_checkpoint_reader;
+
+gt_status gt_checkpoint_open(const char *folder, int64_t step, const gt_checkpoint_model *model,
+                             int n, const char *const *names, const gt_tensor *const *descs,
+                             gt_checkpoint_reader *r, gt_error *err);
+gt_status gt_checkpoint_verify(gt_checkpoint_reader *r, int k, gt_error *err);
+gt_status gt_checkpoint_verify_file(gt_checkpoint_reader *r, gt_error *err);
+gt_status gt_checkpoint_read(gt_checkpoint_reader *r, int i, uint64_t offset, void *dst,
+                             size_t len, gt_error *err);
+gt_status gt_checkpoint_unchanged(const gt_checkpoint_reader *r, gt_error *err);
+void gt_checkpoint_close(gt_checkpoint_reader *r);
+
 /* Deletes all but the `keep` highest complete checkpoints (keep <= 0: deletes nothing). A deleted
  * checkpoint is first renamed to a .tmp-* name, so a kill midway never leaves a half-deleted
  * directory that looks complete. */

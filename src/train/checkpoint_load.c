@@ -24,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 static const gt_checkpoint_tensor *ckpt_find_tensor(const gt_checkpoint_info *info,
                                                     const char *name)
@@ -122,10 +123,9 @@ static gt_status ckpt_read_entry(const gt_safetensors *st, const gt_st_entry *e,
     return gt_safetensors_read(st, e, *buf, err);
 }
 
-/* The safetensors header and the manifest must describe the same tensors; then each tensor's bytes
- * (read through *buf) must hash to the recorded value. */
-static gt_status ckpt_check_tensor_data(const gt_safetensors *st, const gt_checkpoint_info *info,
-                                        void **buf, size_t *have, gt_error *err)
+/* The safetensors header and the manifest must describe the same tensors. */
+static gt_status ckpt_check_structure(const gt_safetensors *st, const gt_checkpoint_info *info,
+                                      gt_error *err)
 {
     if (st->n_entries != info->n_tensors)
         return gt_error_set(err, GT_ERR_FORMAT, "%s: holds %d tensors, the manifest records %d",
@@ -147,15 +147,24 @@ static gt_status ckpt_check_tensor_data(const gt_safetensors *st, const gt_check
                                 "%s: tensor " CKPT_NAME_FMT " is %s, the manifest records %s",
                                 st->path, m->name, found, want);
         }
-        GT_TRY(ckpt_read_entry(st, e, buf, have, err));
-        uint64_t h = gt_hash64(*buf, (size_t)(e->end - e->begin), 0);
-        if (h != m->xxh64)
-            return gt_error_set(err, GT_ERR_FORMAT,
-                                "%s: tensor " CKPT_NAME_FMT ": checksum mismatch (xxh64 %016llx, "
-                                "the manifest records %016llx): the data is corrupt",
-                                st->path, m->name, (unsigned long long)h,
-                                (unsigned long long)m->xxh64);
     }
+    return GT_OK;
+}
+
+/* Manifest tensor m's bytes (read through *buf) must hash to the recorded value. */
+static gt_status ckpt_check_tensor_hash(const gt_safetensors *st, const gt_checkpoint_tensor *m,
+                                        void **buf, size_t *have, gt_error *err)
+{
+    const gt_st_entry *e = gt_safetensors_find(st, m->name);
+    GT_CHECK(e != NULL); /* ckpt_check_structure */
+    GT_TRY(ckpt_read_entry(st, e, buf, have, err));
+    uint64_t h = gt_hash64(*buf, (size_t)(e->end - e->begin), 0);
+    if (h != m->xxh64)
+        return gt_error_set(err, GT_ERR_FORMAT,
+                            "%s: tensor " CKPT_NAME_FMT ": checksum mismatch (xxh64 %016llx, "
+                            "the manifest records %016llx): the data is corrupt",
+                            st->path, m->name, (unsigned long long)h,
+                            (unsigned long long)m->xxh64);
     return GT_OK;
 }
 
@@ -244,56 +253,133 @@ static gt_status ckpt_copy_into(int i, const void *bytes, void *user, gt_error *
     return GT_OK;
 }
 
+/* The identity of the file a reader opened: a file replaced or rewritten since is refused. */
+static void ckpt_identity(const struct stat *sb, int64_t id[4])
+{
+    id[0] = (int64_t)sb->st_dev;
+    id[1] = (int64_t)sb->st_ino;
+    id[2] = (int64_t)sb->st_size;
+    id[3] = (int64_t)sb->st_mtim.tv_sec * 1000000000 + sb->st_mtim.tv_nsec;
+}
+
+gt_status gt_checkpoint_open(const char *folder, int64_t step, const gt_checkpoint_model *model,
+                             int n, const char *const *names, const gt_tensor *const *descs,
+                             gt_checkpoint_reader *r, gt_error *err)
+{
+    memset(r, 0, sizeof *r);
+    r->st.fd = -1;
+    GT_TRY(ckpt_check_args(folder, n, names, descs, false, err));
+    GT_TRY(ckpt_resolve_step(folder, &step, err));
+    r->dir = ckpt_step_dir(folder, step);
+    r->path = ckpt_join(r->dir, GT_CHECKPOINT_TENSOR_FILE);
+    gt_status status = ckpt_read_manifest(r->dir, step, &r->info, err);
+    if (status != GT_OK) {
+        gt_error_wrap(err, "checkpoint %s is incomplete or corrupt", r->dir);
+        gt_checkpoint_close(r);
+        return status;
+    }
+    status = ckpt_check_model(r->dir, &r->info, model, err);
+    if (status == GT_OK) status = ckpt_check_expected(r->path, &r->info, n, names, descs, err);
+    if (status == GT_OK) status = ckpt_check_sizes(r->dir, &r->info, err);
+    if (status == GT_OK) status = gt_safetensors_open_lazy(r->path, &r->st, err);
+    if (status == GT_OK) status = ckpt_check_structure(&r->st, &r->info, err);
+    struct stat sb;
+    if (status == GT_OK && fstat(r->st.fd, &sb) != 0)
+        status = gt_error_set(err, GT_ERR_IO, "%s: cannot stat: %s", r->path, strerror(errno));
+    if (status == GT_OK) {
+        ckpt_identity(&sb, r->identity);
+        r->entry = gt_xcalloc((size_t)n + 1, sizeof *r->entry);
+        for (int i = 0; i < n; i++)
+            r->entry[i] = gt_safetensors_find(&r->st, names[i]);
+        r->n = n;
+    }
+    if (status != GT_OK) gt_checkpoint_close(r);
+    return status;
+}
+
+gt_status gt_checkpoint_verify(gt_checkpoint_reader *r, int k, gt_error *err)
+{
+    GT_CHECK(k >= 0 && k < r->info.n_tensors);
+    return ckpt_check_tensor_hash(&r->st, &r->info.tensors[k], &r->buf, &r->have, err);
+}
+
+gt_status gt_checkpoint_verify_file(gt_checkpoint_reader *r, gt_error *err)
+{
+    return ckpt_check_file_hashes(r->dir, &r->info, err);
+}
+
+gt_status gt_checkpoint_read(gt_checkpoint_reader *r, int i, uint64_t offset, void *dst,
+                             size_t len, gt_error *err)
+{
+    GT_CHECK(i >= 0 && i < r->n);
+    const gt_st_entry *e = r->entry[i];
+    GT_CHECK(offset <= e->end - e->begin && len <= e->end - e->begin - offset);
+    char *out = dst;
+    off_t at = (off_t)(r->st.data_offset + e->begin + offset);
+    for (size_t done = 0; done < len;) {
+        ssize_t got = pread(r->st.fd, out + done, len - done, at + (off_t)done);
+        if (got < 0 && errno == EINTR) continue;
+        if (got <= 0)
+            return gt_error_set(err, GT_ERR_IO, "%s: read of tensor " CKPT_NAME_FMT " failed: %s",
+                                r->path, e->name, got < 0 ? strerror(errno) : "file shrank");
+        done += (size_t)got;
+    }
+    return GT_OK;
+}
+
+gt_status gt_checkpoint_unchanged(const gt_checkpoint_reader *r, gt_error *err)
+{
+    struct stat sb;
+    int64_t now[4];
+    if (stat(r->path, &sb) != 0)
+        return gt_error_set(err, GT_ERR_IO, "%s: cannot stat: %s (it was being loaded)", r->path,
+                            strerror(errno));
+    ckpt_identity(&sb, now);
+    if (memcmp(now, r->identity, sizeof now) != 0)
+        return gt_error_set(err, GT_ERR_IO, "%s: changed while it was being loaded", r->path);
+    return GT_OK;
+}
+
+void gt_checkpoint_close(gt_checkpoint_reader *r)
+{
+    gt_safetensors_close(&r->st);
+    gt_checkpoint_info_free(&r->info);
+    free(r->entry);
+    free(r->buf);
+    free(r->path);
+    free(r->dir);
+    memset(r, 0, sizeof *r);
+}
+
 static gt_status ckpt_load(const char *folder, int64_t step, const gt_checkpoint_model *model,
                            int n, const char *const *names, const gt_tensor *const *descs,
                            bool need_data, gt_tensor_sink sink, void *user,
                            gt_checkpoint_info *info_out, gt_error *err)
 {
     GT_TRY(ckpt_check_args(folder, n, names, descs, need_data, err));
-    GT_TRY(ckpt_resolve_step(folder, &step, err));
-    char *dir = ckpt_step_dir(folder, step);
-    char *st_path = ckpt_join(dir, GT_CHECKPOINT_TENSOR_FILE);
-    gt_checkpoint_info info;
-    gt_safetensors st;
-    memset(&st, 0, sizeof st);
-    void *buf = NULL; /* one tensor's bytes at a time */
-    size_t have = 0;
-    gt_status status = ckpt_read_manifest(dir, step, &info, err);
-    if (status != GT_OK) {
-        gt_error_wrap(err, "checkpoint %s is incomplete or corrupt", dir);
-        goto done_no_info;
-    }
-    status = ckpt_check_model(dir, &info, model, err);
-    if (status == GT_OK) status = ckpt_check_expected(st_path, &info, n, names, descs, err);
-    if (status == GT_OK) status = ckpt_check_sizes(dir, &info, err);
-    if (status == GT_OK) status = gt_safetensors_open_lazy(st_path, &st, err);
-    if (status == GT_OK) status = ckpt_check_tensor_data(&st, &info, &buf, &have, err);
-    if (status == GT_OK) status = ckpt_check_file_hashes(dir, &info, err);
-    if (status != GT_OK) goto done;
-
+    gt_checkpoint_reader r;
+    GT_TRY(gt_checkpoint_open(folder, step, model, n, names, descs, &r, err));
+    gt_status status = GT_OK;
+    for (int k = 0; k < r.info.n_tensors && status == GT_OK; k++)
+        status = gt_checkpoint_verify(&r, k, err);
+    if (status == GT_OK) status = gt_checkpoint_verify_file(&r, err);
     for (int i = 0; i < n && status == GT_OK; i++) {
-        const gt_st_entry *e = gt_safetensors_find(&st, names[i]);
+        const gt_st_entry *e = r.entry[i];
         GT_CHECK(e && e->end - e->begin == gt_tensor_nbytes(descs[i]));
-        status = ckpt_read_entry(&st, e, &buf, &have, err);
+        status = ckpt_read_entry(&r.st, e, &r.buf, &r.have, err);
         /* the bytes were hashed above: a file changed since is refused, not loaded */
-        if (status == GT_OK && gt_hash64(buf, (size_t)(e->end - e->begin), 0) !=
-                                   ckpt_find_tensor(&info, names[i])->xxh64)
+        if (status == GT_OK && gt_hash64(r.buf, (size_t)(e->end - e->begin), 0) !=
+                                   ckpt_find_tensor(&r.info, names[i])->xxh64)
             status = gt_error_set(err, GT_ERR_IO,
                                   "%s: tensor " CKPT_NAME_FMT " changed while it was being loaded",
-                                  st_path, names[i]);
-        if (status == GT_OK) status = sink(i, buf, user, err);
+                                  r.path, names[i]);
+        if (status == GT_OK) status = sink(i, r.buf, user, err);
     }
     if (status == GT_OK && info_out) {
-        *info_out = info;
-        memset(&info, 0, sizeof info);
+        *info_out = r.info;
+        memset(&r.info, 0, sizeof r.info);
     }
-done:
-    gt_checkpoint_info_free(&info);
-done_no_info:
-    gt_safetensors_close(&st);
-    free(buf);
-    free(st_path);
-    free(dir);
+    gt_checkpoint_close(&r);
     return status;
 }
 

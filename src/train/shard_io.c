@@ -14,8 +14,9 @@
  * of rows is one pwrite — then hashes every N-th whole tensor back from the file, and rank 0
  * finishes (file hash, manifest, rename). The ranks agree after each part, so a failed write (disk
  * full) on any rank stops every rank and publishes nothing. The checkpoint directory must be one
- * that every rank sees (a shared filesystem across hosts), as loading needs anyway. Loading: every
- * rank reads the whole tensors one at a time and keeps its box. So a checkpoint of any layout
+ * that every rank sees (a shared filesystem across hosts). Loading: every rank checks the
+ * manifest and the file's structure, verifies every N-th tensor's hash, rank 0 the file hash, and
+ * every rank reads only its own box of each tensor from the file. So a checkpoint of any layout
  * resumes in any other. gt_shard_whole (a gather of the blocks in world-rank order to one rank,
  * which puts each rank's block into its box) serves the final parameter hash. */
 #include <errno.h>
@@ -549,28 +550,67 @@ static gt_status find_resume_step(gt_trainer *t, int64_t *want, gt_error *err)
     return gt_checkpoint_find_step(t->ckpt_folder, *want, err);
 }
 
-/* A checkpoint's whole tensor i into this rank's block of it. */
-static gt_status slice_into_block(int i, const void *bytes, void *user, gt_error *err)
+typedef struct {
+    gt_checkpoint_reader *r;
+    int i;
+    char *local;
+    size_t es;
+    gt_status st;
+    gt_error *err;
+} block_reader;
+
+static void pread_run(int64_t g, int64_t l, int64_t count, void *user)
 {
-    (void)err;
-    gt_trainer *t = user;
-    const gt_shard_box *b = &t->box[i];
-    gt_tensor *local = t->ckpt_tensors[i], whole;
-    gt_tensor_wrap(&whole, local->dtype, b->ndim, b->global, (void *)bytes);
-    gt_shard_slice(b, &whole, local);
-    return GT_OK;
+    block_reader *br = user;
+    if (br->st != GT_OK) return;
+    br->st = gt_checkpoint_read(br->r, br->i, (uint64_t)g * br->es, br->local + (size_t)l * br->es,
+                                (size_t)count * br->es, br->err);
 }
 
-/* Reads checkpoint `want` into this rank's blocks, one whole tensor at a time. */
+/* Reads checkpoint `want` into this rank's blocks: every rank checks the manifest and the file's
+ * structure, then the tensors k = rank, rank + size, ... hash to the manifest (so each byte is
+ * hashed once over all ranks), rank 0 checks the file hash, and every rank reads only its own
+ * blocks (an FSDP block of rows is one read) — then that the file did not change meanwhile. The
+ * ranks agree after each part. *info gets the manifest. */
 static gt_status load_blocks(gt_trainer *t, int64_t want, gt_checkpoint_info *info, gt_error *err)
 {
+    gt_train_dist *d = &t->dist;
     int n = 3 * t->n_params;
     gt_checkpoint_model m = {t->cfg->model.name, t->cfg->model.flavor, gt_trainer_fingerprint(t)};
     whole_descriptors w = whole_descriptors_of(t);
-    gt_status st =
-        gt_checkpoint_load_with(t->ckpt_folder, want, &m, n, (const char *const *)t->ckpt_names,
-                                w.ptrs, slice_into_block, t, info, err);
+    gt_checkpoint_reader r;
+    gt_status st = gt_checkpoint_open(t->ckpt_folder, want, &m, n,
+                                      (const char *const *)t->ckpt_names, w.ptrs, &r, err);
     whole_descriptors_free(&w);
+    /* every rank enters each part or none (the agreed status), so the collectives pair up */
+    st = gt_train_agree(d, st, err);
+    if (st == GT_OK) {
+        for (int k = d->rank; st == GT_OK && k < r.info.n_tensors; k += d->size)
+            st = gt_checkpoint_verify(&r, k, err);
+        st = gt_train_agree(d, st, err);
+    }
+    if (st == GT_OK) {
+        gt_status fs = d->rank == 0 ? gt_checkpoint_verify_file(&r, err) : GT_OK;
+        st = gt_train_share_status(d, 0, fs, err);
+    }
+    if (st == GT_OK) {
+        for (int i = 0; st == GT_OK && i < n; i++) {
+            const gt_shard_box *b = &t->box[i];
+            gt_tensor *local = t->ckpt_tensors[i];
+            if (gt_shape_numel(b->ndim, b->size) != gt_tensor_numel(local)) /* FSDP padding */
+                memset(local->data, 0, gt_tensor_nbytes(local));
+            block_reader br = {&r, i, local->data, gt_dtype_size(local->dtype), GT_OK, err};
+            for_each_run(b, pread_run, &br);
+            st = br.st;
+        }
+        if (st == GT_OK) st = gt_checkpoint_unchanged(&r, err);
+        st = gt_train_agree(d, st, err);
+    }
+    if (st == GT_OK) {
+        *info = r.info;
+        memset(&r.info, 0, sizeof r.info);
+    }
+    gt_checkpoint_close(&r); /* also after a failed open: it left r closed */
     return st;
 }
 

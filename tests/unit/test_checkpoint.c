@@ -862,6 +862,64 @@ static void test_version1(void)
     state_free(&dst);
 }
 
+/* The several-reader API: open checks no data; verify names a damaged tensor and passes the
+ * others; read returns the saved bytes of any range; unchanged notices a rewritten file. */
+static void test_reader(void)
+{
+    model_state src;
+    state_init(&src, 41);
+    char folder[256];
+    snprintf(folder, sizeof folder, "%s", path_of("reader"));
+    gt_checkpoint_desc d = basic_desc(folder, 6, &src);
+    save_ok(&d, &src);
+    gt_checkpoint_model m = tiny_model(&src);
+    gt_checkpoint_reader r;
+    gt_error err = {0};
+    EXPECT_OK(gt_checkpoint_open(folder, 6, &m, N_TENSORS, k_names, src.ptrs, &r, &err), &err);
+    for (int k = 0; k < r.info.n_tensors; k++)
+        EXPECT_OK(gt_checkpoint_verify(&r, k, &err), &err);
+    EXPECT_OK(gt_checkpoint_verify_file(&r, &err), &err);
+    for (int i = 0; i < N_TENSORS; i++) { /* every tensor in two pieces, the second first */
+        size_t n = gt_tensor_nbytes(&src.t[i]), half = n / 2;
+        uint8_t *got = malloc(n + 1);
+        EXPECT_OK(gt_checkpoint_read(&r, i, half, got + half, n - half, &err), &err);
+        EXPECT_OK(gt_checkpoint_read(&r, i, 0, got, half, &err), &err);
+        EXPECT(memcmp(got, src.t[i].data, n) == 0, "reader: tensor %s read back differs",
+               k_names[i]);
+        free(got);
+    }
+    EXPECT_OK(gt_checkpoint_unchanged(&r, &err), &err);
+    gt_checkpoint_close(&r);
+
+    char dir[300];
+    snprintf(dir, sizeof dir, "%s/step-6", folder);
+    damage_flip_data(dir); /* a byte of norm.weight */
+    EXPECT_OK(gt_checkpoint_open(folder, 6, &m, N_TENSORS, k_names, src.ptrs, &r, &err), &err);
+    int bad = 0, named = 0;
+    for (int k = 0; k < r.info.n_tensors; k++) {
+        err = (gt_error){0};
+        if (gt_checkpoint_verify(&r, k, &err) != GT_OK) {
+            bad++;
+            named += strstr(err.msg, "\"norm.weight\"") && strstr(err.msg, "checksum mismatch");
+        }
+    }
+    EXPECT(bad == 1 && named == 1, "reader: %d tensors failed verification (%d named norm.weight)",
+           bad, named);
+    /* the file rewritten while open: same size, another modification time */
+    size_t len = 0;
+    uint8_t *bytes = read_all(st_file(dir), &len);
+    struct timespec pause = {0, 20000000};
+    nanosleep(&pause, NULL);
+    write_all(st_file(dir), bytes, len);
+    free(bytes);
+    err = (gt_error){0};
+    EXPECT(gt_checkpoint_unchanged(&r, &err) == GT_ERR_IO &&
+               strstr(err.msg, "changed while it was being loaded"),
+           "reader: a rewritten file gives %s", err.msg);
+    gt_checkpoint_close(&r);
+    state_free(&src);
+}
+
 static void damage_rename_dir(const char *dir)
 {
     char to[512];
@@ -1200,6 +1258,7 @@ int main(void)
     test_save_from();
     test_writers();
     test_version1();
+    test_reader();
     test_fingerprint();
     test_keep_last();
     test_find();
