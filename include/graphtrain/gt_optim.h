@@ -44,6 +44,7 @@ gt_adamw_config gt_adamw_config_default(void);
 #define GT_OPTIM_EXP_AVG_SQ_PREFIX "optim.exp_avg_sq."
 #define GT_OPTIM_GRAD_NORM_NAME "grad_norm"
 #define GT_OPTIM_GRAD_ACCUM_PREFIX "grad_accum."
+#define GT_OPTIM_GRAD_PREFIX "grad." /* the optimizer graph's gradient inputs (accumulation) */
 
 /* Appends clipping and one AdamW update per parameter to g. params[k] must be a PARAM input of g;
  * grads[k] a float value with that param's dims (a GRAD output's value, or an INPUT). Adds the

@@ -89,6 +89,13 @@ gt_status gt_train_build_global_graph(const gt_config *cfg, const gt_train_layou
                                       gt_graph *g, gt_model *model, int64_t micro_batches,
                                       gt_error *err);
 
+/* The optimizer graph of a run with gradient accumulation, into empty g: per parameter a PARAM
+ * input and an INPUT "grad.<fqn>" (the summed gradient, where the parameter sits), clipping and
+ * AdamW as the whole step appends them (gradient-norm terms grouped per placement), parallelized
+ * for layout's mesh (not compiled: it runs as built). */
+gt_status gt_train_build_optimizer_graph(const gt_config *cfg, const gt_train_layout *layout,
+                                         const gt_model *model, gt_graph *g, gt_error *err);
+
 /* Saves g, the compiled whole-step graph of cfg under layout, as the precompiled step artifact
  * DIR/step.graph (DIR = compile.precompile_artifact_dir) that a training run with the same config
  * and layout loads instead of compiling (src/train/artifact.c); *path (malloc'd) names the file.

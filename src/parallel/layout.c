@@ -59,6 +59,17 @@ static void param_layout(const gt_parallel_plan *plan, const char *fqn, int ndim
     }
 }
 
+/* The parameter whose gradient input `name` is ("grad_accum.<fqn>", "grad.<fqn>"), or NULL. */
+static const char *gradient_of(const char *name)
+{
+    static const char *const prefixes[] = {"grad_accum.", "grad."};
+    for (size_t p = 0; p < sizeof prefixes / sizeof prefixes[0]; p++) {
+        size_t n = strlen(prefixes[p]);
+        if (strncmp(name, prefixes[p], n) == 0 && name[n]) return name + n;
+    }
+    return NULL;
+}
+
 static bool is_batch_dim(const gt_graph *g, gt_expr e)
 {
     char buf[64];
@@ -91,6 +102,12 @@ gt_status gt_parallel_input_layouts(const gt_parallel_plan *plan, const gt_graph
             }
             break;
         case GT_IN_INPUT:
+            /* a parameter's gradient fed in (gradient accumulation: the running sum, and the
+             * optimizer graph's summed gradient) sits where the parameter does */
+            if (gradient_of(fqn)) {
+                param_layout(plan, gradient_of(fqn), t->ndim, dims, out[k]);
+                break;
+            }
             if (t->ndim >= 1 && is_batch_dim(g, t->dims[0])) {
                 if (plan->mesh.size[GT_MESH_DP_REPLICATE] > 1)
                     out[k][GT_MESH_DP_REPLICATE] = gt_place_shard(0, 0);

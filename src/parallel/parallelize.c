@@ -337,12 +337,16 @@ static gt_status convert_value(gt_par *p, gt_value_id x, const gt_type *global,
     gt_placement cur[GT_MESH_MAX_DIMS];
     memcpy(cur, place_of(p, x), sizeof cur);
     const gt_mesh *m = &p->plan.mesh;
-    /* 1. partial -> shard, 2. partial -> replicate */
+    /* 1. partial -> shard, outermost split first (a reduce-scatter splits the dim as the value
+     * holds it: a mesh dim that splits inside another's blocks goes after that one), 2. partial
+     * -> replicate */
     for (int pass = 0; pass < 2; pass++)
-        for (int md = 0; md < GT_MESH_NDIMS; md++) {
+        for (int k = 0; k < 8 * GT_MESH_NDIMS; k++) {
+            int md = k % GT_MESH_NDIMS, order = k / GT_MESH_NDIMS;
             if (cur[md].kind != GT_PLACE_PARTIAL || m->size[md] == 1) continue;
             if (to[md].kind == GT_PLACE_PARTIAL) continue;
-            if (pass == 0 && to[md].kind == GT_PLACE_SHARD) {
+            if (pass == 1 && order > 0) continue;
+            if (pass == 0 && to[md].kind == GT_PLACE_SHARD && to[md].order == order) {
                 gt_op op = GT_OP_REDUCE_SCATTER_START;
                 if (to[md].padded) {
                     int64_t rows;

@@ -197,6 +197,38 @@ gt_status gt_train_build_global_graph(const gt_config *cfg, const gt_train_layou
     return st;
 }
 
+gt_status gt_train_build_optimizer_graph(const gt_config *cfg, const gt_train_layout *layout,
+                                         const gt_model *model, gt_graph *g, gt_error *err)
+{
+    int np = model->n_params;
+    gt_value_id *pv = gt_xcalloc((size_t)np + 1, sizeof *pv);
+    gt_value_id *gv = gt_xcalloc((size_t)np + 1, sizeof *gv);
+    for (int k = 0; k < np; k++) {
+        const gt_param_spec *ps = &model->params[k];
+        gt_expr dims[GT_MAX_DIMS];
+        for (int d = 0; d < ps->ndim; d++)
+            dims[d] = gt_sym_const(g->sym, ps->shape[d]);
+        char name[160];
+        snprintf(name, sizeof name, "%s%s", GT_OPTIM_GRAD_PREFIX, ps->fqn);
+        pv[k] = gt_graph_add_input(g, GT_IN_PARAM, ps->fqn, ps->dtype, ps->ndim, dims);
+        gv[k] = gt_graph_add_input(g, GT_IN_INPUT, name, ps->dtype, ps->ndim, dims);
+    }
+    gt_adamw_config a = {.beta1 = cfg->optimizer.beta1,
+                         .beta2 = cfg->optimizer.beta2,
+                         .eps = cfg->optimizer.eps,
+                         .weight_decay = cfg->optimizer.weight_decay,
+                         .max_norm = cfg->training.max_norm};
+    int *groups = NULL;
+    gt_status st = norm_groups(cfg, layout, g, np, pv, &groups, err);
+    a.norm_groups = groups;
+    if (st == GT_OK) st = gt_optim_append_adamw(g, np, pv, gv, &a, err);
+    free(groups);
+    free(pv);
+    free(gv);
+    if (st == GT_OK) st = gt_train_parallelize(cfg, layout, g, err);
+    return st;
+}
+
 gt_status gt_train_compile_graph(const gt_config *cfg, gt_graph *g, const char *dump_dir,
                                  gt_error *err)
 {

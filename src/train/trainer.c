@@ -99,7 +99,8 @@ static gt_tensor *feed_for(gt_trainer *t, const gt_graph *g, const gt_io *in, gt
             return &t->exp_avg[k];
         if (in->kind == GT_IN_OPT_STATE && gt_train_named(name, GT_OPTIM_EXP_AVG_SQ_PREFIX, fqn))
             return &t->exp_avg_sq[k];
-        if (in->kind == GT_IN_INPUT && gt_train_named(name, "grad.", fqn)) return &t->grads[k];
+        if (in->kind == GT_IN_INPUT && gt_train_named(name, GT_OPTIM_GRAD_PREFIX, fqn))
+            return &t->grads[k];
         if (in->kind == GT_IN_INPUT && gt_train_named(name, GT_OPTIM_GRAD_ACCUM_PREFIX, fqn))
             return &t->grads[k];
     }
@@ -409,24 +410,8 @@ static gt_status build_graphs(gt_trainer *t, gt_error *err)
         GT_TRY(gt_train_build_graph_layout(t->cfg, &t->dist.layout, t->micro.g, &t->model, t->accum,
                                            err));
     t->n_params = t->model.n_params;
-    gt_graph *o = t->optim.g = gt_graph_new();
-    int np = t->n_params;
-    gt_value_id *pv = gt_xcalloc((size_t)np, sizeof *pv);
-    gt_value_id *gv = gt_xcalloc((size_t)np, sizeof *gv);
-    for (int k = 0; k < np; k++) {
-        const gt_param_spec *ps = &t->model.params[k];
-        gt_expr dims[GT_MAX_DIMS];
-        for (int d = 0; d < ps->ndim; d++)
-            dims[d] = gt_sym_const(o->sym, ps->shape[d]);
-        char name[160];
-        snprintf(name, sizeof name, "grad.%s", ps->fqn);
-        pv[k] = gt_graph_add_input(o, GT_IN_PARAM, ps->fqn, ps->dtype, ps->ndim, dims);
-        gv[k] = gt_graph_add_input(o, GT_IN_INPUT, name, ps->dtype, ps->ndim, dims);
-    }
-    gt_status st = gt_optim_append_adamw(o, np, pv, gv, &t->adamw, err);
-    free(pv);
-    free(gv);
-    if (st != GT_OK) return st;
+    t->optim.g = gt_graph_new();
+    GT_TRY(gt_train_build_optimizer_graph(t->cfg, &t->dist.layout, &t->model, t->optim.g, err));
 
     gt_flops fm, fo;
     GT_TRY(gt_graph_count_flops(t->micro.g, &t->binding, &fm, err));
@@ -600,7 +585,6 @@ static gt_status setup(gt_trainer *t, gt_error *err)
 #endif
     const gt_mesh *mesh = &t->dist.layout.mesh;
     int64_t dp = (int64_t)mesh->size[GT_MESH_DP_REPLICATE] * mesh->size[GT_MESH_DP_SHARD];
-    bool multi = gt_mesh_world_size(mesh) > 1;
     GT_TRY(gt_llama3_flavor(cfg->model.flavor, &t->model_cfg, err));
     if (!t->cuda && cfg->training.mixed_precision_param != GT_CFG_PRECISION_FLOAT32 &&
         t->dist.rank == 0)
@@ -620,12 +604,6 @@ static gt_status setup(gt_trainer *t, gt_error *err)
                             "training.device = cuda: gradient accumulation (global_batch_size "
                             "%lld > local_batch_size %lld) is not built for the GPU yet",
                             (long long)global, (long long)local);
-    if (multi && t->accum > 1)
-        return gt_error_set(err, GT_ERR_UNSUPPORTED,
-                            "training.global_batch_size = %lld with %d ranks: gradient "
-                            "accumulation over several ranks is not supported yet; set it to -1 "
-                            "(local_batch_size x data-parallel degree = %lld)",
-                            (long long)global, gt_mesh_world_size(mesh), (long long)(local * dp));
     /* the graph's batch is one micro-step of every data-parallel rank: the global batch */
     t->global_batch = gt_train_global_batch(cfg, &t->dist.layout);
     gt_train_binding(cfg, &t->dist.layout, t->bind_entries, &t->binding);

@@ -454,23 +454,13 @@ static gt_status value_shape(const gt_graph *g, gt_value_id v, const gt_sym_bind
     return GT_OK;
 }
 
-/* The block of each parameter, moment and of the batch that this rank holds: the box of its graph
- * input's placement within the global shape (the whole tensor with one rank). The local type the
- * SPMD graph gives the input must be that box's size. */
-static gt_status state_boxes(gt_trainer *t, gt_error *err)
+/* The boxes of the state and batch inputs of graph g, from their placements; labels' into
+ * *labels_box. */
+static gt_status input_boxes(gt_trainer *t, const gt_graph *g, gt_shard_box *labels_box,
+                             gt_error *err)
 {
     int n = t->n_params;
-    t->box = gt_xcalloc((size_t)(3 * n), sizeof *t->box);
-    for (int k = 0; k < 3 * n; k++) {
-        const gt_param_spec *ps = &t->model.params[k % n];
-        gt_shard_box_whole(&t->box[k], ps->ndim, ps->shape);
-    }
-    int64_t bs[2] = {t->global_batch, t->cfg->training.seq_len};
-    gt_shard_box_whole(&t->batch_box, 2, bs);
     const gt_train_layout *lay = &t->dist.layout;
-    if (gt_mesh_world_size(&lay->mesh) == 1) return GT_OK;
-    const gt_graph *g = t->whole.g;
-    gt_shard_box labels_box = t->batch_box;
     for (int i = 0; i < g->n_inputs; i++) {
         const gt_io *in = &g->inputs[i];
         const char *name = gt_graph_str(g, in->fqn);
@@ -485,7 +475,7 @@ static gt_status state_boxes(gt_trainer *t, gt_error *err)
                 b = &t->box[2 * n + k];
         }
         if (in->kind == GT_IN_INPUT && !strcmp(name, "tokens")) b = &t->batch_box;
-        if (in->kind == GT_IN_INPUT && !strcmp(name, "labels")) b = &labels_box;
+        if (in->kind == GT_IN_INPUT && !strcmp(name, "labels")) b = labels_box;
         if (!b) continue; /* optim.scalars: replicated */
         int64_t global[GT_MAX_DIMS], local[GT_MAX_DIMS];
         int ndim = b->ndim;
@@ -504,6 +494,28 @@ static gt_status state_boxes(gt_trainer *t, gt_error *err)
                                 (long long)b->local[0], ndim);
         }
     }
+    return GT_OK;
+}
+
+/* The block of each parameter, moment and of the batch that this rank holds: the box of its graph
+ * input's placement within the global shape (the whole tensor with one rank). The local type the
+ * SPMD graph gives the input must be that box's size. */
+static gt_status state_boxes(gt_trainer *t, gt_error *err)
+{
+    int n = t->n_params;
+    t->box = gt_xcalloc((size_t)(3 * n), sizeof *t->box);
+    for (int k = 0; k < 3 * n; k++) {
+        const gt_param_spec *ps = &t->model.params[k % n];
+        gt_shard_box_whole(&t->box[k], ps->ndim, ps->shape);
+    }
+    int64_t bs[2] = {t->global_batch, t->cfg->training.seq_len};
+    gt_shard_box_whole(&t->batch_box, 2, bs);
+    if (gt_mesh_world_size(&t->dist.layout.mesh) == 1) return GT_OK;
+    /* the whole step's inputs, or with accumulation the micro-batch graph's (params, tokens,
+     * labels) and the optimizer graph's (params, moments): a parameter sits alike in both */
+    gt_shard_box labels_box = t->batch_box;
+    GT_TRY(input_boxes(t, t->whole.g ? t->whole.g : t->micro.g, &labels_box, err));
+    if (t->optim.g) GT_TRY(input_boxes(t, t->optim.g, &labels_box, err));
     if (memcmp(&labels_box, &t->batch_box, sizeof labels_box) != 0)
         return gt_error_set(err, GT_ERR_INTERNAL,
                             "trainer: graph inputs tokens and labels are placed differently");
@@ -528,7 +540,8 @@ gt_status gt_trainer_alloc_state(gt_trainer *t, gt_error *err)
         if (draw) gt_shard_init_param(pb, ps, seed, &t->params[k]);
         GT_TRY(gt_tensor_alloc(&t->exp_avg[k], GT_F32, mb->ndim, mb->local, err));
         GT_TRY(gt_tensor_alloc(&t->exp_avg_sq[k], GT_F32, vb->ndim, vb->local, err));
-        if (t->grads) GT_TRY(gt_tensor_alloc(&t->grads[k], GT_F32, ps->ndim, ps->shape, err));
+        /* the running gradient sum: this rank's block, where the parameter sits */
+        if (t->grads) GT_TRY(gt_tensor_alloc(&t->grads[k], GT_F32, pb->ndim, pb->local, err));
     }
     int64_t three = 3, b = t->global_batch, s = t->cfg->training.seq_len;
     GT_TRY(gt_tensor_alloc(&t->tokens, GT_I64, 2, t->batch_box.size, err));

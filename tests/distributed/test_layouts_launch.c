@@ -14,6 +14,9 @@
  * Determinism across processes: every test_tiny layout run twice gives the same losses bit for bit
  * and the same checkpoint file byte for byte (parameters and AdamW moments); and the eager executor
  * (compile.enable = false, collectives run blocking) gives bitwise what the compiled program does.
+ * Gradient accumulation over several ranks: FSDP2, TP2 and FSDP2xTP2 with the global batch in two
+ * micro-batches train what one rank does on the whole batch (the same tolerances), FSDP2xTP2
+ * bitwise run to run.
  */
 #include "launch.h" /* first: train_child.h defines _GNU_SOURCE */
 
@@ -74,6 +77,28 @@ static void run_layout(const char *base, const char *name, const char *flavor,
     if (l && r->ok && !extra) check_memory_lines(out_path, launch_ranks(l), name);
 }
 
+/* test_tiny on layout l with gradient accumulation: the same global batch of LAUNCH_GLOBAL_BATCH
+ * sequences in two micro-batches of LAUNCH_GLOBAL_BATCH / dp / 2 per data-parallel rank. */
+static void run_accum(const char *base, const char *name, const launch_layout *l, launch_result *r)
+{
+    launch_cmd c;
+    char out_path[600];
+    launch_temp_dir(r->dump, sizeof r->dump, base, name);
+    snprintf(out_path, sizeof out_path, "%s/output.txt", r->dump);
+    launch_layout_run(&c, l, "test_tiny", r->dump, LAUNCH_STEPS);
+    launch_add(&c, "--training.local_batch_size=%d", LAUNCH_GLOBAL_BATCH / (l->rep * l->shard) / 2);
+    launch_add(&c, "--training.global_batch_size=%d", LAUNCH_GLOBAL_BATCH);
+    double dt = 0;
+    int rc = launch_run(&c, out_path, RUN_SECONDS, &dt);
+    char *text = read_all(out_path, NULL);
+    r->ok = rc == 0 && last_records(r->dump, LAUNCH_STEPS, r->steps, NULL) && text &&
+            strstr(text, "2 micro-batch(es)");
+    free(text);
+    printf("%-28s %-12s %d rank(s): exit %d, %.1f s\n", name, "test_tiny", launch_ranks(l), rc, dt);
+    EXPECT(r->ok, "%s: exit %d, missing metrics, or not 2 micro-batches", name, rc);
+    if (!r->ok) launch_show_tail(out_path);
+}
+
 static void compare_to_reference(const launch_result *ref, const launch_result *r, const char *what)
 {
     if (!ref->ok || !r->ok) return;
@@ -130,6 +155,18 @@ int main(void)
         run_layout(base, "test_tiny_FSDP2xTP2_eager", flavors[f], &layouts[4],
                    "--compile.enable=false", &eager);
         compare_bitwise(&runs[4], &eager, "FSDP2xTP2 eager vs compiled");
+        /* gradient accumulation over several ranks (2 micro-batches): what one rank trains on
+         * the whole batch at once; FSDP2 x TP2 also bitwise run to run */
+        static const int accum_layouts[] = {0, 2, 4}; /* FSDP2, TP2, FSDP2xTP2 */
+        static launch_result acc, acc_again;
+        for (int a = 0; a < 3; a++) {
+            const launch_layout *l = &layouts[accum_layouts[a]];
+            snprintf(name, sizeof name, "test_tiny_%s_accum2", l->name);
+            run_accum(base, name, l, &acc);
+            compare_to_reference(&ref, &acc, name);
+        }
+        run_accum(base, "test_tiny_FSDP2xTP2_accum2_again", &layouts[4], &acc_again);
+        compare_bitwise(&acc, &acc_again, "FSDP2xTP2 with accumulation rerun");
     }
     if (gt_test_failed_ == 0) remove_tree(base);
     return gt_test_finish();

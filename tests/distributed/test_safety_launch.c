@@ -13,7 +13,7 @@
  *     with rank 0's message, after step 5 and before step 6.
  *   - wrong launches, refused on every rank before any work: a mesh of 4 ranks under
  *     `mpiexec -np 2` (the message says both numbers and how to launch), a mesh of 2 without
- *     mpiexec, pipeline parallelism, gradient accumulation over several ranks. */
+ *     mpiexec, pipeline parallelism, a global batch the ranks' micro-batches do not tile. */
 #include "launch.h" /* first: train_child.h defines _GNU_SOURCE */
 
 #define BOUND_SECONDS 60.0
@@ -151,12 +151,12 @@ int main(void)
                          every_rank_says(&o, 2, "pipeline parallelism is not supported yet"),
                      "pipeline degree 2: exit %d", o.rc);
         launch_outcome_free(&o, !ok);
-        static const char *const acc[] = {"--training.global_batch_size=8", NULL};
+        /* a global batch that the ranks' micro-batches do not tile */
+        static const char *const acc[] = {"--training.global_batch_size=6", NULL};
         run_case(base, "accumulation", &fsdp2, -1, acc, NULL, &o);
         ok = true;
-        LAUNCH_CHECK(o.rc != 0 &&
-                         every_rank_says(&o, 2, "gradient accumulation over several ranks"),
-                     "accumulation on 2 ranks: exit %d", o.rc);
+        LAUNCH_CHECK(o.rc != 0 && every_rank_says(&o, 2, "must be a multiple of local_batch_size"),
+                     "global batch 6 on 2 ranks of 2: exit %d", o.rc);
         launch_outcome_free(&o, !ok);
     }
     failed = gt_test_failed_;
