@@ -83,6 +83,24 @@ static gt_status norm_groups(const gt_config *cfg, const gt_train_layout *layout
     return GT_OK;
 }
 
+/* Clipping and AdamW as cfg configures them, the norm's terms grouped per placement. */
+static gt_status append_adamw(const gt_config *cfg, const gt_train_layout *layout, gt_graph *g,
+                              int n, const gt_value_id *params, const gt_value_id *grads,
+                              gt_error *err)
+{
+    gt_adamw_config a = {.beta1 = cfg->optimizer.beta1,
+                         .beta2 = cfg->optimizer.beta2,
+                         .eps = cfg->optimizer.eps,
+                         .weight_decay = cfg->optimizer.weight_decay,
+                         .max_norm = cfg->training.max_norm};
+    int *groups = NULL;
+    gt_status st = norm_groups(cfg, layout, g, n, params, &groups, err);
+    a.norm_groups = groups;
+    if (st == GT_OK) st = gt_optim_append_adamw(g, n, params, grads, &a, err);
+    free(groups);
+    return st;
+}
+
 gt_status gt_train_parallelize(const gt_config *cfg, const gt_train_layout *layout, gt_graph *g,
                                gt_error *err)
 {
@@ -180,16 +198,7 @@ gt_status gt_train_build_global_graph(const gt_config *cfg, const gt_train_layou
         for (int k = 0; st == GT_OK && k < n; k++)
             g->outputs[grad_out[k]].value = grads[k];
     } else if (st == GT_OK) {
-        gt_adamw_config a = {.beta1 = cfg->optimizer.beta1,
-                             .beta2 = cfg->optimizer.beta2,
-                             .eps = cfg->optimizer.eps,
-                             .weight_decay = cfg->optimizer.weight_decay,
-                             .max_norm = cfg->training.max_norm};
-        int *groups = NULL;
-        st = norm_groups(cfg, layout, g, n, params, &groups, err);
-        a.norm_groups = groups;
-        if (st == GT_OK) st = gt_optim_append_adamw(g, n, params, grads, &a, err);
-        free(groups);
+        st = append_adamw(cfg, layout, g, n, params, grads, err);
     }
     free(params);
     free(grads);
@@ -213,16 +222,7 @@ gt_status gt_train_build_optimizer_graph(const gt_config *cfg, const gt_train_la
         pv[k] = gt_graph_add_input(g, GT_IN_PARAM, ps->fqn, ps->dtype, ps->ndim, dims);
         gv[k] = gt_graph_add_input(g, GT_IN_INPUT, name, ps->dtype, ps->ndim, dims);
     }
-    gt_adamw_config a = {.beta1 = cfg->optimizer.beta1,
-                         .beta2 = cfg->optimizer.beta2,
-                         .eps = cfg->optimizer.eps,
-                         .weight_decay = cfg->optimizer.weight_decay,
-                         .max_norm = cfg->training.max_norm};
-    int *groups = NULL;
-    gt_status st = norm_groups(cfg, layout, g, np, pv, &groups, err);
-    a.norm_groups = groups;
-    if (st == GT_OK) st = gt_optim_append_adamw(g, np, pv, gv, &a, err);
-    free(groups);
+    gt_status st = append_adamw(cfg, layout, g, np, pv, gv, err);
     free(pv);
     free(gv);
     if (st == GT_OK) st = gt_train_parallelize(cfg, layout, g, err);
