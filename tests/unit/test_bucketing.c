@@ -36,6 +36,7 @@
 #include "graphtrain/gt_config.h"
 #include "graphtrain/gt_exec.h"
 #include "graphtrain/gt_flops.h"
+#include "graphtrain/gt_optim.h"
 #include "graphtrain/gt_pass.h"
 #include "graphtrain/gt_program.h"
 #include "graphtrain/gt_train.h"
@@ -1285,6 +1286,57 @@ static void test_tiny_tp(void)
     gt_config_free(&cfg);
 }
 
+/* Gradient accumulation on FSDP 2 x TP 2: the token embedding's micro-batch gradient (the whole
+ * table, partial over dp_shard and tp) joins its running sum, stored S(0) on tp with dp_shard's
+ * S(0) inside tp's blocks. The reduce-scatters that convert it must go outermost first: over tp,
+ * then over dp_shard inside tp's block (the other order hands dp's outer blocks around as inner
+ * ones). Walking back from the add, the dp_shard reduce-scatter comes first. */
+static void test_accum_conversion_order(void)
+{
+    gt_config cfg;
+    gt_error err = {0};
+    char *extra[] = {"--parallelism.data_parallel_shard_degree", "2",
+                     "--parallelism.tensor_parallel_degree",     "2",
+                     "--compile.enable",                         "false",
+                     "--training.local_batch_size",              "1",
+                     "--training.global_batch_size",             "4"};
+    gt_graph *g = gt_graph_new();
+    gt_model model = {0};
+    gt_train_layout layout;
+    gt_status st = comm_test_tiny_config(&cfg, extra, (int)(sizeof extra / sizeof extra[0]), &err);
+    if (st == GT_OK) st = gt_train_layout_init(&cfg, 4, 0, &layout, &err);
+    if (st == GT_OK) st = gt_train_build_graph_layout(&cfg, &layout, g, &model, 2, &err);
+    gt_model_free(&model);
+    EXPECT(st == GT_OK, "test_tiny FSDP2 x TP2 micro-batch graph: %s", err.msg);
+    int dims[8], n = 0;
+    for (gt_node_id x = 0; st == GT_OK && x < g->n_nodes && n == 0; x++) {
+        const gt_node *nd = &g->nodes[x];
+        if (nd->op != GT_OP_ADD) continue;
+        bool is_sum = false;
+        for (int k = 0; k < g->n_inputs; k++)
+            is_sum |= g->inputs[k].value == nd->in[0] &&
+                      strcmp(gt_graph_str(g, g->inputs[k].fqn),
+                             GT_OPTIM_GRAD_ACCUM_PREFIX "tok_embeddings.weight") == 0;
+        if (!is_sum) continue;
+        /* back through waits, collective starts and views to the gradient's producer */
+        gt_node_id y = g->values[nd->in[1]].producer;
+        while (y != GT_NONE && n < 8) {
+            const gt_node *yn = &g->nodes[y];
+            if (yn->op == GT_OP_REDUCE_SCATTER_START) dims[n++] = (int)yn->attrs.i[0];
+            if (yn->op != GT_OP_WAIT && yn->op != GT_OP_REDUCE_SCATTER_START &&
+                yn->op != GT_OP_RESHAPE && yn->op != GT_OP_PERMUTE)
+                break;
+            y = g->values[yn->in[0]].producer;
+        }
+    }
+    EXPECT(n == 2 && dims[0] == GT_MESH_DP_SHARD && dims[1] == GT_MESH_TP,
+           "the embedding gradient's reduce-scatters, from the sum back: %d of them, mesh dims "
+           "%d, %d (want dp_shard %d, then tp %d)",
+           n, n > 0 ? dims[0] : -1, n > 1 ? dims[1] : -1, GT_MESH_DP_SHARD, GT_MESH_TP);
+    gt_graph_free(g);
+    gt_config_free(&cfg);
+}
+
 int main(void)
 {
     test_bucket_of_fqn();
@@ -1306,6 +1358,7 @@ int main(void)
     test_report();
     test_pipeline();
     test_tiny_tp();
+    test_accum_conversion_order();
     test_tiny();
     return gt_test_finish();
 }
