@@ -1259,6 +1259,30 @@ static void test_tiny_tp(void)
            "test_tiny tp: %d of %d backward sequence-parallel reduce-scatters overlap a matmul "
            "after the reorder, %d of %d before",
            after, total1, before, total0);
+    /* a sequence-parallel collective moves rank-major blocks with one permute: a gather's input
+     * and a reduce-scatter's output are views, not permutes (the permute before a gather and
+     * after a reduce-scatter are gone) */
+    int sp = 0, extra_permutes = 0;
+    gt_node_id *waits = gt_pass_find_waits(g0);
+    gt_pass_uses uses;
+    gt_pass_uses_build(g0, &uses);
+    for (gt_node_id x = 0; x < g0->n_nodes; x++) {
+        const gt_node *nd = &g0->nodes[x];
+        bool ag = nd->op == GT_OP_ALL_GATHER_START, rs = nd->op == GT_OP_REDUCE_SCATTER_START;
+        if ((!ag && !rs) || nd->attrs.i[0] != GT_MESH_TP || waits[x] == GT_NONE) continue;
+        sp++;
+        gt_node_id p = g0->values[nd->in[0]].producer;
+        if (ag) extra_permutes += p != GT_NONE && g0->nodes[p].op == GT_OP_PERMUTE;
+        gt_value_id out = g0->nodes[waits[x]].out[0];
+        for (int32_t j = uses.first[out]; rs && j < uses.first[out + 1]; j++)
+            extra_permutes += g0->nodes[uses.node[j]].op == GT_OP_PERMUTE;
+    }
+    gt_pass_uses_free(&uses);
+    free(waits);
+    EXPECT(sp > 0 && extra_permutes == 0,
+           "test_tiny tp: %d of %d sequence-parallel collectives permute a gather's input or a "
+           "reduce-scatter's output",
+           extra_permutes, sp);
     /* a block's gradient reduce-scatter is waited for after the next one starts */
     gt_node_id *wait_of = gt_pass_find_waits(both);
     gt_node_id starts[16];
