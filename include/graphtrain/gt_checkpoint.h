@@ -128,9 +128,9 @@ gt_status gt_checkpoint_save_from(const gt_checkpoint_desc *d, int n, const char
 /* A save whose tensor file several writers (ranks) fill at once, with the crash safety of
  * gt_checkpoint_save:
  *   1. one writer calls gt_checkpoint_begin: the temporary step directory and the tensor file with
- *      its header and its data section sized (gt_safetensors_create); w->tensor_path names it,
- *      and tensor i's bytes go at w->data_start + the sizes of tensors 0 .. i-1; another process
- *      finds the same path with gt_checkpoint_tensor_path(folder, step, w->pid);
+ *      its header and its data section sized (gt_safetensors_create); w->tensor_path names it
+ *      (another process finds it with gt_checkpoint_tensor_path(folder, step, w->pid)), and its
+ *      header says where each tensor's bytes go;
  *   2. every writer pwrites its bytes there and fsyncs;
  *   3. the first calls gt_checkpoint_finish with every tensor's xxh64 (of its whole bytes, seed
  *      0): the file is fsynced and hashed as it lies on disk, the manifest written, the directory
@@ -144,7 +144,6 @@ typedef struct {
     char tmp_name[96];
     long pid;
     char *tensor_path;
-    uint64_t data_start;
     bool open;
 } gt_checkpoint_writer;
 

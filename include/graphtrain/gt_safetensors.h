@@ -48,6 +48,16 @@ gt_status gt_safetensors_open_lazy(const char *path, gt_safetensors *st, gt_erro
  * file that shrank since it was opened: GT_ERR_IO naming it). */
 gt_status gt_safetensors_read(const gt_safetensors *st, const gt_st_entry *e, void *dst,
                               gt_error *err);
+/* Bytes [offset, offset + len) of entry e (within it: a caller bug else), as gt_safetensors_read. */
+gt_status gt_safetensors_read_range(const gt_safetensors *st, const gt_st_entry *e,
+                                    uint64_t offset, void *dst, size_t len, gt_error *err);
+/* xxh64 (seed 0) of entry e's bytes, read a block at a time when lazy (never the whole entry in
+ * memory). */
+gt_status gt_safetensors_hash(const gt_safetensors *st, const gt_st_entry *e, uint64_t *xxh64,
+                              gt_error *err);
+/* The file's data_offset bytes before its data section (length, header, padding) into dst; files
+ * opened lazily only. */
+gt_status gt_safetensors_read_head(const gt_safetensors *st, void *dst, gt_error *err);
 void gt_safetensors_close(gt_safetensors *st);
 const gt_st_entry *gt_safetensors_find(const gt_safetensors *st, const char *name);
 /* A copy of the named tensor (allocated; caller frees). Missing name: GT_ERR_INVALID naming it. */
@@ -64,13 +74,13 @@ gt_status gt_safetensors_write(const char *path, int n, const char *const *names
 /* Creates path (it must not exist) as the safetensors file of the tensors descs (dtypes and shapes;
  * data unused) whose bytes are yet to be written: the header as gt_safetensors_write writes it,
  * then the data section allocated (fallocate; sized and sparse where the filesystem cannot) but
- * unwritten. Tensor i's bytes go at *data_start + the sum of the sizes of tensors 0 .. i-1, in
- * any order and by any writer (pwrite); whoever finishes fsyncs. Errors as gt_safetensors_write's
- * (a full disk fails here); a failed create leaves no file. */
+ * unwritten. Writers find each tensor's place from the header (gt_safetensors_open_lazy: its
+ * entry's data_offset + begin) and fill it in any order (pwrite); whoever finishes fsyncs. Errors
+ * as gt_safetensors_write's (a full disk fails here); a failed create leaves no file. */
 gt_status gt_safetensors_create(const char *path, int n, const char *const *names,
                                 const gt_tensor *const *descs, int n_meta,
                                 const char *const *meta_keys, const char *const *meta_values,
-                                uint64_t *data_start, gt_error *err);
+                                gt_error *err);
 
 /* Where a streaming write finds tensor i's bytes (gt_tensor_nbytes of its descriptor): asked once
  * per tensor, in order 0 .. n-1; *data need only stay valid until the next call. An error stops

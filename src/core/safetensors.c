@@ -41,6 +41,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <xxhash.h>
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "safetensors.c copies tensor bytes verbatim and needs a little-endian host"
@@ -460,16 +461,53 @@ gt_status gt_safetensors_open_lazy(const char *path, gt_safetensors *st, gt_erro
     return GT_OK;
 }
 
+gt_status gt_safetensors_read_range(const gt_safetensors *st, const gt_st_entry *e,
+                                    uint64_t offset, void *dst, size_t len, gt_error *err)
+{
+    GT_CHECK(offset <= e->end - e->begin && len <= e->end - e->begin - offset);
+    if (len == 0) return GT_OK;
+    if (!st->lazy) {
+        memcpy(dst, st->data + e->begin + offset, len);
+        return GT_OK;
+    }
+    return st_pread(st->path, st->fd, dst, len, st->data_offset + e->begin + offset, err);
+}
+
 gt_status gt_safetensors_read(const gt_safetensors *st, const gt_st_entry *e, void *dst,
                               gt_error *err)
 {
-    size_t n = (size_t)(e->end - e->begin);
-    if (n == 0) return GT_OK;
+    return gt_safetensors_read_range(st, e, 0, dst, (size_t)(e->end - e->begin), err);
+}
+
+gt_status gt_safetensors_read_head(const gt_safetensors *st, void *dst, gt_error *err)
+{
+    GT_CHECK(st->lazy);
+    return st_pread(st->path, st->fd, dst, (size_t)st->data_offset, 0, err);
+}
+
+gt_status gt_safetensors_hash(const gt_safetensors *st, const gt_st_entry *e, uint64_t *xxh64,
+                              gt_error *err)
+{
+    uint64_t n = e->end - e->begin;
     if (!st->lazy) {
-        memcpy(dst, st->data + e->begin, n);
+        *xxh64 = gt_hash64(st->data + e->begin, (size_t)n, 0);
         return GT_OK;
     }
-    return st_pread(st->path, st->fd, dst, n, st->data_offset + e->begin, err);
+    enum { BLOCK = 8 << 20 };
+    char *buf = gt_xmalloc(BLOCK);
+    XXH64_state_t *state = XXH64_createState();
+    GT_CHECK(state != NULL);
+    XXH64_reset(state, 0);
+    gt_status status = GT_OK;
+    for (uint64_t done = 0; done < n && status == GT_OK; done += BLOCK) {
+        size_t len = n - done < BLOCK ? (size_t)(n - done) : BLOCK;
+        status = gt_safetensors_read_range(st, e, done, buf, len, err);
+        if (status == GT_OK) XXH64_update(state, buf, len);
+    }
+    if (status == GT_OK) *xxh64 = (uint64_t)XXH64_digest(state);
+    XXH64_freeState(state);
+    free(buf);
+    return status;
 }
 
 void gt_safetensors_close(gt_safetensors *st)
@@ -673,7 +711,7 @@ static gt_status st_head(const char *path, const char *verb, int n, const char *
 gt_status gt_safetensors_create(const char *path, int n, const char *const *names,
                                 const gt_tensor *const *descs, int n_meta,
                                 const char *const *meta_keys, const char *const *meta_values,
-                                uint64_t *data_start, gt_error *err)
+                                gt_error *err)
 {
     char *head = NULL;
     size_t head_len = 0;
@@ -707,7 +745,6 @@ gt_status gt_safetensors_create(const char *path, int n, const char *const *name
     int closing = fd;
     fd = -1;
     if (close(closing) != 0) goto io_fail;
-    *data_start = head_len;
     free(head);
     return GT_OK;
 io_fail:

@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "graphtrain/gt_optim.h"
 #include "graphtrain/gt_parallel.h"
 #include "parallel/parallel_internal.h"
 
@@ -59,10 +60,11 @@ static void param_layout(const gt_parallel_plan *plan, const char *fqn, int ndim
     }
 }
 
-/* The parameter whose gradient input `name` is ("grad_accum.<fqn>", "grad.<fqn>"), or NULL. */
+/* The parameter whose gradient input `name` is (gradient accumulation's running sum, or the
+ * optimizer graph's summed gradient: gt_optim.h's prefixes), or NULL. */
 static const char *gradient_of(const char *name)
 {
-    static const char *const prefixes[] = {"grad_accum.", "grad."};
+    static const char *const prefixes[] = {GT_OPTIM_GRAD_ACCUM_PREFIX, GT_OPTIM_GRAD_PREFIX};
     for (size_t p = 0; p < sizeof prefixes / sizeof prefixes[0]; p++) {
         size_t n = strlen(prefixes[p]);
         if (strncmp(name, prefixes[p], n) == 0 && name[n]) return name + n;

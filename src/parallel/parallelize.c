@@ -337,35 +337,34 @@ static gt_status convert_value(gt_par *p, gt_value_id x, const gt_type *global,
     gt_placement cur[GT_MESH_MAX_DIMS];
     memcpy(cur, place_of(p, x), sizeof cur);
     const gt_mesh *m = &p->plan.mesh;
-    /* 1. partial -> shard, outermost split first (a reduce-scatter splits the dim as the value
-     * holds it: a mesh dim that splits inside another's blocks goes after that one), 2. partial
-     * -> replicate */
-    for (int pass = 0; pass < 2; pass++)
-        for (int k = 0; k < 8 * GT_MESH_NDIMS; k++) {
-            int md = k % GT_MESH_NDIMS, order = k / GT_MESH_NDIMS;
-            if (cur[md].kind != GT_PLACE_PARTIAL || m->size[md] == 1) continue;
-            if (to[md].kind == GT_PLACE_PARTIAL) continue;
-            if (pass == 1 && order > 0) continue;
-            if (pass == 0 && to[md].kind == GT_PLACE_SHARD && to[md].order == order) {
-                gt_op op = GT_OP_REDUCE_SCATTER_START;
-                if (to[md].padded) {
-                    int64_t rows;
-                    GT_TRY(unsplit_rows(p, global, cur, md, to[md].dim, &rows, err));
-                    x = pad_rows(p, x, to[md].dim, rows, m->size[md]);
-                    gt_par_set_place(p, x, cur);
-                }
-                x = collective_on_dim(p, op, x, to[md].dim, md,
-                                      collective_tag(md, weight, grad, op));
-                cur[md] = to[md];
-            } else if (pass == 1) {
-                gt_op op = GT_OP_ALL_REDUCE_START;
-                x = collective(p, op, x, md, collective_tag(md, weight, grad, op));
-                cur[md] = gt_place_replicate();
-            } else {
+    /* 1. partial -> shard, outermost split first: a reduce-scatter splits the dim as the value
+     * holds it, so a mesh dim that splits inside another's blocks goes after that one */
+    for (int order = 0; order < 8; order++)
+        for (int md = 0; md < GT_MESH_NDIMS; md++) {
+            if (cur[md].kind != GT_PLACE_PARTIAL || m->size[md] == 1 ||
+                to[md].kind != GT_PLACE_SHARD || to[md].order != order)
                 continue;
+            gt_op op = GT_OP_REDUCE_SCATTER_START;
+            if (to[md].padded) {
+                int64_t rows;
+                GT_TRY(unsplit_rows(p, global, cur, md, to[md].dim, &rows, err));
+                x = pad_rows(p, x, to[md].dim, rows, m->size[md]);
+                gt_par_set_place(p, x, cur);
             }
+            x = collective_on_dim(p, op, x, to[md].dim, md, collective_tag(md, weight, grad, op));
+            cur[md] = to[md];
             gt_par_set_place(p, x, cur);
         }
+    /* 2. partial -> replicate */
+    for (int md = 0; md < GT_MESH_NDIMS; md++) {
+        if (cur[md].kind != GT_PLACE_PARTIAL || m->size[md] == 1 ||
+            to[md].kind == GT_PLACE_PARTIAL)
+            continue;
+        gt_op op = GT_OP_ALL_REDUCE_START;
+        x = collective(p, op, x, md, collective_tag(md, weight, grad, op));
+        cur[md] = gt_place_replicate();
+        gt_par_set_place(p, x, cur);
+    }
     /* 3. shard -> shard of another dim over the same mesh dim: one all_to_all (unpadded blocks,
      * each the innermost split of its dim; else 4 and 5 below gather and slice) */
     for (int md = 0; md < GT_MESH_NDIMS; md++) {

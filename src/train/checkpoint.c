@@ -225,39 +225,31 @@ static int ckpt_cmp_entry(const void *pa, const void *pb)
     return (a->end > b->end) - (a->end < b->end);
 }
 
-gt_status ckpt_hash_tensor_file(const char *path, const gt_checkpoint_info *info, uint64_t *bytes,
-                                uint64_t *xxh64, gt_error *err)
+const gt_checkpoint_tensor *ckpt_find_tensor(const gt_checkpoint_info *info, const char *name)
 {
-    gt_safetensors st;
-    memset(&st, 0, sizeof st);
-    GT_TRY(gt_safetensors_open_lazy(path, &st, err));
-    const gt_st_entry **order = gt_xcalloc((size_t)st.n_entries + 1, sizeof *order);
-    for (int i = 0; i < st.n_entries; i++)
-        order[i] = &st.entries[i];
-    qsort(order, (size_t)st.n_entries, sizeof *order, ckpt_cmp_entry);
+    for (int i = 0; i < info->n_tensors; i++)
+        if (strcmp(info->tensors[i].name, name) == 0) return &info->tensors[i];
+    return NULL;
+}
+
+gt_status ckpt_hash_tensor_file(const gt_safetensors *st, const gt_checkpoint_info *info,
+                                uint64_t *bytes, uint64_t *xxh64, gt_error *err)
+{
+    const gt_st_entry **order = gt_xcalloc((size_t)st->n_entries + 1, sizeof *order);
+    for (int i = 0; i < st->n_entries; i++)
+        order[i] = &st->entries[i];
+    qsort(order, (size_t)st->n_entries, sizeof *order, ckpt_cmp_entry);
     XXH64_state_t *state = XXH64_createState();
     GT_CHECK(state != NULL);
     XXH64_reset(state, 0);
-    gt_status status = GT_OK;
-    size_t n_head = (size_t)st.data_offset;
-    char *head = gt_xmalloc(n_head + 1);
-    for (size_t done = 0; done < n_head && status == GT_OK;) {
-        ssize_t r = pread(st.fd, head + done, n_head - done, (off_t)done);
-        if (r < 0 && errno == EINTR) continue;
-        if (r <= 0)
-            status = gt_error_set(err, GT_ERR_IO, "%s: read failed: %s", path,
-                                  r < 0 ? strerror(errno) : "file shrank");
-        else
-            done += (size_t)r;
-    }
-    XXH64_update(state, head, n_head);
-    for (int i = 0; i < st.n_entries && status == GT_OK; i++) {
-        const gt_checkpoint_tensor *m = NULL;
-        for (int k = 0; k < info->n_tensors && !m; k++)
-            if (strcmp(info->tensors[k].name, order[i]->name) == 0) m = &info->tensors[k];
+    char *head = gt_xmalloc((size_t)st->data_offset + 1);
+    gt_status status = gt_safetensors_read_head(st, head, err);
+    if (status == GT_OK) XXH64_update(state, head, (size_t)st->data_offset);
+    for (int i = 0; i < st->n_entries && status == GT_OK; i++) {
+        const gt_checkpoint_tensor *m = ckpt_find_tensor(info, order[i]->name);
         if (!m) {
             status = gt_error_set(err, GT_ERR_FORMAT,
-                                  "%s: tensor " CKPT_NAME_FMT " is not in the manifest", path,
+                                  "%s: tensor " CKPT_NAME_FMT " is not in the manifest", st->path,
                                   order[i]->name);
             break;
         }
@@ -267,8 +259,8 @@ gt_status ckpt_hash_tensor_file(const char *path, const gt_checkpoint_info *info
         XXH64_update(state, le, 8);
     }
     struct stat sb;
-    if (status == GT_OK && fstat(st.fd, &sb) != 0)
-        status = gt_error_set(err, GT_ERR_IO, "%s: cannot stat: %s", path, strerror(errno));
+    if (status == GT_OK && fstat(st->fd, &sb) != 0)
+        status = gt_error_set(err, GT_ERR_IO, "%s: cannot stat: %s", st->path, strerror(errno));
     if (status == GT_OK) {
         *bytes = (uint64_t)sb.st_size;
         *xxh64 = (uint64_t)XXH64_digest(state);
@@ -276,7 +268,6 @@ gt_status ckpt_hash_tensor_file(const char *path, const gt_checkpoint_info *info
     XXH64_freeState(state);
     free(head);
     free(order);
-    gt_safetensors_close(&st);
     return status;
 }
 
@@ -746,9 +737,12 @@ static gt_status ckpt_complete(const gt_checkpoint_desc *d, const char *tmp_name
     char *st_path = ckpt_join(tmp_dir, GT_CHECKPOINT_TENSOR_FILE);
     /* The file's hash from its header as it lies on disk and the tensors' hashes (gt_checkpoint.h,
      * version 2): no second pass over the data. */
-    if (st == GT_OK)
-        st = ckpt_hash_tensor_file(st_path, info, &info->files[0].bytes, &info->files[0].xxh64,
-                                   err);
+    gt_safetensors file;
+    if (st == GT_OK) st = gt_safetensors_open_lazy(st_path, &file, err);
+    if (st == GT_OK) {
+        st = ckpt_hash_tensor_file(&file, info, &info->files[0].bytes, &info->files[0].xxh64, err);
+        gt_safetensors_close(&file);
+    }
     char *text = NULL;
     if (st == GT_OK) st = gt_checkpoint_manifest_dump(info, &text, err);
     if (st == GT_OK) {
@@ -810,8 +804,7 @@ gt_status gt_checkpoint_begin(const gt_checkpoint_desc *d, int n, const char *co
         w->desc = *d;
         w->pid = (long)getpid();
         w->tensor_path = gt_checkpoint_tensor_path(d->folder, d->step, w->pid);
-        st = gt_safetensors_create(w->tensor_path, n, names, descs, 0, NULL, NULL, &w->data_start,
-                                   err);
+        st = gt_safetensors_create(w->tensor_path, n, names, descs, 0, NULL, NULL, err);
     }
     if (st != GT_OK) {
         if (w->tmp_name[0]) ckpt_complete(d, w->tmp_name, &w->info, st, err);

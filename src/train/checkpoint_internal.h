@@ -28,11 +28,14 @@ gt_status ckpt_mkdirs(const char *path, gt_error *err);
 gt_status ckpt_write_file(const char *path, const char *data, size_t len, gt_error *err);
 /* Size and xxh64 (seed 0) of a regular file, streamed in 1 MiB blocks. */
 gt_status ckpt_hash_file(const char *path, uint64_t *bytes, uint64_t *xxh64, gt_error *err);
-/* The version-2 xxh64 of tensor file path (gt_checkpoint.h): the bytes before its data section,
- * then each tensor's xxh64 as the manifest info records it, in the order of the tensors' bytes in
- * the file; *bytes = the file's size. A tensor of the file missing from info is a format error. */
-gt_status ckpt_hash_tensor_file(const char *path, const gt_checkpoint_info *info, uint64_t *bytes,
-                                uint64_t *xxh64, gt_error *err);
+/* The manifest's entry of tensor `name`, or NULL. */
+const gt_checkpoint_tensor *ckpt_find_tensor(const gt_checkpoint_info *info, const char *name);
+/* The version-2 xxh64 of tensor file st (gt_checkpoint.h; opened lazily): the bytes before its
+ * data section, then each tensor's xxh64 as the manifest info records it, in the order of the
+ * tensors' bytes in the file; *bytes = the file's size. A tensor of the file missing from info is
+ * a format error. */
+gt_status ckpt_hash_tensor_file(const gt_safetensors *st, const gt_checkpoint_info *info,
+                                uint64_t *bytes, uint64_t *xxh64, gt_error *err);
 /* "10, 20, 30" (at most the last 20 steps) of the complete checkpoints, for error messages. */
 void ckpt_format_available(const char *folder, char *buf, size_t cap);
 

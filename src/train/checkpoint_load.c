@@ -24,15 +24,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <unistd.h>
-
-static const gt_checkpoint_tensor *ckpt_find_tensor(const gt_checkpoint_info *info,
-                                                    const char *name)
-{
-    for (int i = 0; i < info->n_tensors; i++)
-        if (strcmp(info->tensors[i].name, name) == 0) return &info->tensors[i];
-    return NULL;
-}
 
 static bool ckpt_same_type(gt_dtype dtype, int ndim, const int64_t *shape,
                            const gt_checkpoint_tensor *m)
@@ -151,14 +142,14 @@ static gt_status ckpt_check_structure(const gt_safetensors *st, const gt_checkpo
     return GT_OK;
 }
 
-/* Manifest tensor m's bytes (read through *buf) must hash to the recorded value. */
+/* Manifest tensor m's bytes must hash to the recorded value. */
 static gt_status ckpt_check_tensor_hash(const gt_safetensors *st, const gt_checkpoint_tensor *m,
-                                        void **buf, size_t *have, gt_error *err)
+                                        gt_error *err)
 {
     const gt_st_entry *e = gt_safetensors_find(st, m->name);
     GT_CHECK(e != NULL); /* ckpt_check_structure */
-    GT_TRY(ckpt_read_entry(st, e, buf, have, err));
-    uint64_t h = gt_hash64(*buf, (size_t)(e->end - e->begin), 0);
+    uint64_t h = 0;
+    GT_TRY(gt_safetensors_hash(st, e, &h, err));
     if (h != m->xxh64)
         return gt_error_set(err, GT_ERR_FORMAT,
                             "%s: tensor " CKPT_NAME_FMT ": checksum mismatch (xxh64 %016llx, "
@@ -168,17 +159,18 @@ static gt_status ckpt_check_tensor_hash(const gt_safetensors *st, const gt_check
     return GT_OK;
 }
 
+/* st: the tensor file, open. */
 static gt_status ckpt_check_file_hashes(const char *dir, const gt_checkpoint_info *info,
-                                        gt_error *err)
+                                        const gt_safetensors *st, gt_error *err)
 {
     for (int i = 0; i < info->n_files; i++) {
         char *path = ckpt_join(dir, info->files[i].name);
         uint64_t bytes = 0, h = 0;
-        /* version 2: the tensor file's hash is of its header and its tensors' hashes, which
-         * ckpt_check_tensor_data has just checked against the file's bytes */
+        /* version 2: the tensor file's hash is of its header and its tensors' hashes, which the
+         * tensors' checks compare with the file's bytes */
         gt_status status =
             info->version >= 2 && strcmp(info->files[i].name, GT_CHECKPOINT_TENSOR_FILE) == 0
-                ? ckpt_hash_tensor_file(path, info, &bytes, &h, err)
+                ? ckpt_hash_tensor_file(st, info, &bytes, &h, err)
                 : ckpt_hash_file(path, &bytes, &h, err);
         if (status == GT_OK && (bytes != info->files[i].bytes || h != info->files[i].xxh64))
             status = gt_error_set(err, GT_ERR_FORMAT,
@@ -300,31 +292,19 @@ gt_status gt_checkpoint_open(const char *folder, int64_t step, const gt_checkpoi
 gt_status gt_checkpoint_verify(gt_checkpoint_reader *r, int k, gt_error *err)
 {
     GT_CHECK(k >= 0 && k < r->info.n_tensors);
-    return ckpt_check_tensor_hash(&r->st, &r->info.tensors[k], &r->buf, &r->have, err);
+    return ckpt_check_tensor_hash(&r->st, &r->info.tensors[k], err);
 }
 
 gt_status gt_checkpoint_verify_file(gt_checkpoint_reader *r, gt_error *err)
 {
-    return ckpt_check_file_hashes(r->dir, &r->info, err);
+    return ckpt_check_file_hashes(r->dir, &r->info, &r->st, err);
 }
 
 gt_status gt_checkpoint_read(gt_checkpoint_reader *r, int i, uint64_t offset, void *dst,
                              size_t len, gt_error *err)
 {
     GT_CHECK(i >= 0 && i < r->n);
-    const gt_st_entry *e = r->entry[i];
-    GT_CHECK(offset <= e->end - e->begin && len <= e->end - e->begin - offset);
-    char *out = dst;
-    off_t at = (off_t)(r->st.data_offset + e->begin + offset);
-    for (size_t done = 0; done < len;) {
-        ssize_t got = pread(r->st.fd, out + done, len - done, at + (off_t)done);
-        if (got < 0 && errno == EINTR) continue;
-        if (got <= 0)
-            return gt_error_set(err, GT_ERR_IO, "%s: read of tensor " CKPT_NAME_FMT " failed: %s",
-                                r->path, e->name, got < 0 ? strerror(errno) : "file shrank");
-        done += (size_t)got;
-    }
-    return GT_OK;
+    return gt_safetensors_read_range(&r->st, r->entry[i], offset, dst, len, err);
 }
 
 gt_status gt_checkpoint_unchanged(const gt_checkpoint_reader *r, gt_error *err)

@@ -27,7 +27,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-#include <xxhash.h>
 
 #include "graphtrain/gt_checkpoint.h"
 #include "train_internal.h"
@@ -402,90 +401,46 @@ static void pwrite_run(int64_t g, int64_t l, int64_t count, void *user)
     }
 }
 
-/* This rank's part: its blocks (those it is the first to hold) written at their places in the
- * tensor file, fsynced. An FSDP block of rows is one write. */
-static gt_status write_blocks(gt_trainer *t, const char *path, uint64_t data_start,
-                              const gt_tensor *const *descs, gt_error *err)
+/* This rank's part: its blocks (those it is the first to hold) written where the file's header
+ * (file, open) places each tensor, fsynced. An FSDP block of rows is one write. */
+static gt_status write_blocks(gt_trainer *t, const gt_safetensors *file, gt_error *err)
 {
-    int fd = open(path, O_WRONLY | O_CLOEXEC);
-    if (fd < 0) return gt_error_set(err, GT_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
-    block_writer w = {fd, path, NULL, 0, data_start, GT_OK, err};
+    int fd = open(file->path, O_WRONLY | O_CLOEXEC);
+    if (fd < 0)
+        return gt_error_set(err, GT_ERR_IO, "%s: cannot open: %s", file->path, strerror(errno));
+    block_writer w = {fd, file->path, NULL, 0, 0, GT_OK, err};
     for (int k = 0; k < 3 * t->n_params && w.st == GT_OK; k++) {
         const gt_shard_box *b = &t->box[k];
-        if (writes_block(&t->dist, b)) {
-            w.local = t->ckpt_tensors[k]->data;
-            w.es = gt_dtype_size(descs[k]->dtype);
-            for_each_run(b, pwrite_run, &w);
-        }
-        w.at += gt_tensor_nbytes(descs[k]);
+        const gt_st_entry *e = gt_safetensors_find(file, t->ckpt_names[k]);
+        GT_CHECK(e != NULL); /* the file was created from these names */
+        if (!writes_block(&t->dist, b)) continue;
+        w.local = t->ckpt_tensors[k]->data;
+        w.es = gt_dtype_size(e->dtype);
+        w.at = file->data_offset + e->begin;
+        for_each_run(b, pwrite_run, &w);
     }
     if (w.st == GT_OK && fsync(fd) != 0)
-        w.st = gt_error_set(err, GT_ERR_IO, "%s: fsync failed: %s", path, strerror(errno));
+        w.st = gt_error_set(err, GT_ERR_IO, "%s: fsync failed: %s", file->path, strerror(errno));
     if (close(fd) != 0 && w.st == GT_OK)
-        w.st = gt_error_set(err, GT_ERR_IO, "%s: close failed: %s", path, strerror(errno));
+        w.st = gt_error_set(err, GT_ERR_IO, "%s: close failed: %s", file->path, strerror(errno));
     return w.st;
 }
 
-/* xxh64 (seed 0) of the whole tensors k = rank, rank + size, ... as they lie in the file, into
- * h[k] (h[k] = 0 for the others). */
-static gt_status hash_tensors(gt_trainer *t, const char *path, uint64_t data_start,
-                              const gt_tensor *const *descs, uint64_t *h, gt_error *err)
+/* xxh64 of the whole tensors k = rank, rank + size, ... as they lie in the file, into h[k]
+ * (h[k] stays 0 for the others). */
+static gt_status hash_tensors(gt_trainer *t, const gt_safetensors *file, uint64_t *h,
+                              gt_error *err)
 {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return gt_error_set(err, GT_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
-    enum { BLOCK = 8 << 20 };
-    char *buf = gt_xmalloc(BLOCK);
-    XXH64_state_t *state = XXH64_createState();
-    GT_CHECK(state != NULL);
-    gt_status st = GT_OK;
-    uint64_t at = data_start;
-    for (int k = 0; k < 3 * t->n_params && st == GT_OK; k++) {
-        uint64_t n = gt_tensor_nbytes(descs[k]);
-        h[k] = 0;
-        if (k % t->dist.size == t->dist.rank) {
-            XXH64_reset(state, 0);
-            for (uint64_t done = 0; done < n && st == GT_OK;) {
-                size_t want = n - done < BLOCK ? (size_t)(n - done) : BLOCK;
-                ssize_t r = pread(fd, buf, want, (off_t)(at + done));
-                if (r < 0 && errno == EINTR) continue;
-                if (r <= 0)
-                    st = gt_error_set(err, GT_ERR_IO, "%s: read failed: %s", path,
-                                      r < 0 ? strerror(errno) : "file shrank");
-                else
-                    XXH64_update(state, buf, (size_t)r), done += (uint64_t)r;
-            }
-            h[k] = (uint64_t)XXH64_digest(state);
-        }
-        at += n;
-    }
-    XXH64_freeState(state);
-    free(buf);
-    close(fd);
-    return st;
-}
-
-/* Every rank's hashes (its share of h, zeros elsewhere) summed into rank 0's h: each tensor's hash
- * comes from one rank. */
-static gt_status collect_hashes(gt_train_dist *d, uint64_t *h, int n, gt_error *err)
-{
-    if (!gt_train_dist_multi(d)) return GT_OK;
-    int64_t len = n, all_len = (int64_t)n * d->size;
-    gt_tensor mine, all = {0};
-    gt_tensor_wrap(&mine, GT_I64, 1, &len, h);
-    GT_TRY(gt_tensor_alloc(&all, GT_I64, 1, &all_len, err));
-    gt_status st = gt_comm_gather(d->world, &mine, &all, 0, err);
-    if (st == GT_OK && d->rank == 0)
-        for (int k = 0; k < n; k++)
-            h[k] = ((const uint64_t *)all.data)[(size_t)(k % d->size) * (size_t)n + (size_t)k];
-    gt_tensor_free(&all);
-    return st;
+    for (int k = t->dist.rank; k < 3 * t->n_params; k += t->dist.size)
+        GT_TRY(gt_safetensors_hash(file, gt_safetensors_find(file, t->ckpt_names[k]), &h[k], err));
+    return GT_OK;
 }
 
 /* A save: rank 0 begins it (the tensor file sized, its header written), every rank writes the
- * blocks it is the first to hold straight into the file, then hashes every size-th tensor from
- * the file, and rank 0 finishes it (the file hash, the manifest, the rename to step-<N>). The
- * ranks agree after each part, so a failure anywhere (disk full) stops every rank and leaves
- * no step-<N>. */
+ * blocks it is the first to hold straight into the file, where its header says, then hashes
+ * every size-th tensor from the file, and rank 0 finishes it (the file hash, the manifest, the
+ * rename to step-<N>). The ranks agree after each part, so a failure anywhere (disk full) stops
+ * every rank and leaves no step-<N>. */
 gt_status gt_trainer_save_checkpoint(gt_trainer *t, int64_t step, gt_error *err)
 {
     double t_host = gt_now_seconds();
@@ -496,24 +451,26 @@ gt_status gt_trainer_save_checkpoint(gt_trainer *t, int64_t step, gt_error *err)
     gt_train_dist *d = &t->dist;
     whole_descriptors w = whole_descriptors_of(t);
     gt_checkpoint_writer cw = {0};
+    gt_safetensors file = {0};
     uint64_t *h = gt_xcalloc((size_t)n + 1, sizeof *h);
-    char *path = NULL;
     double t_write = t0, t_hash = t0, t_finish = t0, bytes = 0;
     /* every rank reaches every collective below in the same order, whatever failed where */
     gt_status st = d->rank == 0 ? begin_checkpoint(t, step, w.ptrs, &cw, err) : GT_OK;
     st = gt_train_share_status(d, 0, st, err);
-    int64_t where[2] = {cw.pid, (int64_t)cw.data_start};
-    if (st == GT_OK) st = gt_train_share_i64(d, &where[0], err);
-    if (st == GT_OK) st = gt_train_share_i64(d, &where[1], err);
+    int64_t pid = cw.pid;
+    if (st == GT_OK) st = gt_train_share_i64(d, &pid, err);
     if (st == GT_OK) {
-        path = gt_checkpoint_tensor_path(t->ckpt_folder, step, (long)where[0]);
-        st = gt_train_agree(d, write_blocks(t, path, (uint64_t)where[1], w.ptrs, err), err);
+        char *path = gt_checkpoint_tensor_path(t->ckpt_folder, step, (long)pid);
+        gt_status ws = gt_safetensors_open_lazy(path, &file, err);
+        free(path);
+        if (ws == GT_OK) ws = write_blocks(t, &file, err);
+        st = gt_train_agree(d, ws, err);
         t_write = gt_now_seconds();
     }
     if (st == GT_OK) {
         gt_error herr = {0};
-        gt_status hs = hash_tensors(t, path, (uint64_t)where[1], w.ptrs, h, &herr);
-        st = collect_hashes(d, h, n, err); /* a communication failure is this rank's alone */
+        gt_status hs = hash_tensors(t, &file, h, &herr);
+        st = gt_train_share_slots(d, h, n, err); /* a communication failure is this rank's */
         if (st == GT_OK) {
             if (hs != GT_OK) *err = herr;
             st = gt_train_agree(d, hs, err);
@@ -527,8 +484,8 @@ gt_status gt_trainer_save_checkpoint(gt_trainer *t, int64_t step, gt_error *err)
     }
     for (int k = 0; k < n; k++)
         bytes += (double)gt_tensor_nbytes(w.ptrs[k]);
+    gt_safetensors_close(&file);
     gt_checkpoint_writer_free(&cw); /* after a failure: removes the temporary directory */
-    free(path);
     free(h);
     whole_descriptors_free(&w);
     if (st != GT_OK) return st;

@@ -83,16 +83,21 @@ static gt_status norm_groups(const gt_config *cfg, const gt_train_layout *layout
     return GT_OK;
 }
 
+gt_adamw_config gt_train_adamw_config(const gt_config *cfg)
+{
+    return (gt_adamw_config){.beta1 = cfg->optimizer.beta1,
+                             .beta2 = cfg->optimizer.beta2,
+                             .eps = cfg->optimizer.eps,
+                             .weight_decay = cfg->optimizer.weight_decay,
+                             .max_norm = cfg->training.max_norm};
+}
+
 /* Clipping and AdamW as cfg configures them, the norm's terms grouped per placement. */
 static gt_status append_adamw(const gt_config *cfg, const gt_train_layout *layout, gt_graph *g,
                               int n, const gt_value_id *params, const gt_value_id *grads,
                               gt_error *err)
 {
-    gt_adamw_config a = {.beta1 = cfg->optimizer.beta1,
-                         .beta2 = cfg->optimizer.beta2,
-                         .eps = cfg->optimizer.eps,
-                         .weight_decay = cfg->optimizer.weight_decay,
-                         .max_norm = cfg->training.max_norm};
+    gt_adamw_config a = gt_train_adamw_config(cfg);
     int *groups = NULL;
     gt_status st = norm_groups(cfg, layout, g, n, params, &groups, err);
     a.norm_groups = groups;

@@ -116,8 +116,13 @@ bool gt_train_dist_multi(const gt_train_dist *d);
 gt_status gt_train_agree(gt_train_dist *d, gt_status st, gt_error *err);
 /* Rank `root`'s status and message, broadcast: every rank returns it. */
 gt_status gt_train_share_status(gt_train_dist *d, int root, gt_status st, gt_error *err);
+/* The optimizer's settings from cfg (no norm groups). */
+gt_adamw_config gt_train_adamw_config(const gt_config *cfg);
 /* Broadcasts an int64 from rank 0. */
 gt_status gt_train_share_i64(gt_train_dist *d, int64_t *value, gt_error *err);
+/* v[0..n): each slot set by one rank and zero on the others (a collective); afterwards every rank
+ * holds every slot (an exact integer sum over the ranks). */
+gt_status gt_train_share_slots(gt_train_dist *d, uint64_t *v, int64_t n, gt_error *err);
 
 /* Before step 1: every rank's collective schedule (from lowered, the program that runs: the CPU
  * program, which is prog too, or the CUDA program's lowering; walked from the graph for the eager

@@ -608,11 +608,7 @@ static gt_status setup(gt_trainer *t, gt_error *err)
     t->global_batch = gt_train_global_batch(cfg, &t->dist.layout);
     gt_train_binding(cfg, &t->dist.layout, t->bind_entries, &t->binding);
 
-    t->adamw = (gt_adamw_config){.beta1 = cfg->optimizer.beta1,
-                                 .beta2 = cfg->optimizer.beta2,
-                                 .eps = cfg->optimizer.eps,
-                                 .weight_decay = cfg->optimizer.weight_decay,
-                                 .max_norm = cfg->training.max_norm};
+    t->adamw = gt_train_adamw_config(cfg);
     gt_lr_config lc = {.lr = cfg->optimizer.lr,
                        .training_steps = cfg->training.steps,
                        .warmup_steps = cfg->lr_scheduler.warmup_steps,
@@ -866,9 +862,7 @@ static gt_status final_params_hash(gt_trainer *t, uint64_t *hash, gt_error *err)
 {
     gt_train_dist *d = &t->dist;
     int64_t n = t->n_params;
-    gt_tensor h; /* I64 for the sum; the hashes are u64s */
-    GT_TRY(gt_tensor_alloc(&h, GT_I64, 1, &n, err));
-    uint64_t *hv = h.data;
+    uint64_t *hv = gt_xcalloc((size_t)n + 1, sizeof *hv);
     gt_shard_buffers buf = {0};
     gt_status st = GT_OK;
     if (!gt_train_dist_multi(d)) {
@@ -881,17 +875,11 @@ static gt_status final_params_hash(gt_trainer *t, uint64_t *hash, gt_error *err)
         for (int k0 = 0; k0 < n && st == GT_OK; k0 += w)
             st = hash_turn(t, k0, n - k0 < w ? (int)(n - k0) : w, g, &buf, hv, err);
         free(g);
-        gt_tensor sum;
-        if (st == GT_OK) st = gt_tensor_alloc(&sum, GT_I64, 1, &n, err);
-        if (st == GT_OK) { /* each hash is on its root alone, zeros elsewhere: the sum shares it */
-            st = gt_comm_all_reduce(d->world, &h, &sum, err);
-            if (st == GT_OK) memcpy(hv, sum.data, gt_tensor_nbytes(&h));
-            gt_tensor_free(&sum);
-        }
+        if (st == GT_OK) st = gt_train_share_slots(d, hv, n, err); /* each on its root alone */
     }
     gt_shard_buffers_free(&buf);
-    if (st == GT_OK) *hash = gt_hash64(hv, gt_tensor_nbytes(&h), 0);
-    gt_tensor_free(&h);
+    if (st == GT_OK) *hash = gt_hash64(hv, (size_t)n * sizeof *hv, 0);
+    free(hv);
     return st;
 }
 

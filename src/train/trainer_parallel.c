@@ -249,6 +249,18 @@ gt_status gt_train_share_i64(gt_train_dist *d, int64_t *value, gt_error *err)
     return gt_comm_broadcast(d->world, &buf, 0, err);
 }
 
+gt_status gt_train_share_slots(gt_train_dist *d, uint64_t *v, int64_t n, gt_error *err)
+{
+    if (!gt_train_dist_multi(d)) return GT_OK;
+    gt_tensor mine, sum;
+    gt_tensor_wrap(&mine, GT_I64, 1, &n, v); /* I64 for the sum; the values are u64s */
+    GT_TRY(gt_tensor_alloc(&sum, GT_I64, 1, &n, err));
+    gt_status st = gt_comm_all_reduce(d->world, &mine, &sum, err);
+    if (st == GT_OK) memcpy(v, sum.data, gt_tensor_nbytes(&sum));
+    gt_tensor_free(&sum);
+    return st;
+}
+
 /* ---------------------------------------------------------------- schedule check */
 
 gt_status gt_train_check_schedule(gt_train_dist *d, const gt_config *cfg, const gt_graph *g,

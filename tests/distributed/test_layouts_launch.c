@@ -57,9 +57,12 @@ static void check_memory_lines(const char *out_path, int ranks, const char *what
 }
 
 /* Runs flavor on layout l (NULL: one rank) into base/NAME; ok when it finished and recorded
- * every step. extra: one more option or NULL. */
-static void run_layout(const char *base, const char *name, const char *flavor,
-                       const launch_layout *l, const char *extra, launch_result *r)
+ * every step. extra: one more option or NULL. micro > 1: the same global batch of
+ * LAUNCH_GLOBAL_BATCH sequences in `micro` micro-batches per data-parallel rank (gradient
+ * accumulation), which the run must report. */
+static void run_layout_micro(const char *base, const char *name, const char *flavor,
+                             const launch_layout *l, const char *extra, int micro,
+                             launch_result *r)
 {
     launch_cmd c;
     char out_path[600];
@@ -67,36 +70,30 @@ static void run_layout(const char *base, const char *name, const char *flavor,
     snprintf(out_path, sizeof out_path, "%s/output.txt", r->dump);
     launch_layout_run(&c, l, flavor, r->dump, LAUNCH_STEPS);
     if (extra) launch_add(&c, "%s", extra);
-    double dt = 0;
-    int rc = launch_run(&c, out_path, RUN_SECONDS, &dt);
-    r->ok = rc == 0 && last_records(r->dump, LAUNCH_STEPS, r->steps, NULL);
-    printf("%-28s %-12s %d rank(s): exit %d, %.1f s\n", name, flavor, l ? launch_ranks(l) : 1, rc,
-           dt);
-    EXPECT(r->ok, "%s on %s: exit %d or missing metrics", name, flavor, rc);
-    if (!r->ok) launch_show_tail(out_path);
-    if (l && r->ok && !extra) check_memory_lines(out_path, launch_ranks(l), name);
-}
-
-/* test_tiny on layout l with gradient accumulation: the same global batch of LAUNCH_GLOBAL_BATCH
- * sequences in two micro-batches of LAUNCH_GLOBAL_BATCH / dp / 2 per data-parallel rank. */
-static void run_accum(const char *base, const char *name, const launch_layout *l, launch_result *r)
-{
-    launch_cmd c;
-    char out_path[600];
-    launch_temp_dir(r->dump, sizeof r->dump, base, name);
-    snprintf(out_path, sizeof out_path, "%s/output.txt", r->dump);
-    launch_layout_run(&c, l, "test_tiny", r->dump, LAUNCH_STEPS);
-    launch_add(&c, "--training.local_batch_size=%d", LAUNCH_GLOBAL_BATCH / (l->rep * l->shard) / 2);
-    launch_add(&c, "--training.global_batch_size=%d", LAUNCH_GLOBAL_BATCH);
+    char batches[64];
+    snprintf(batches, sizeof batches, "%d micro-batch(es)", micro);
+    if (micro > 1) {
+        int dp = l ? l->rep * l->shard : 1;
+        launch_add(&c, "--training.local_batch_size=%d", LAUNCH_GLOBAL_BATCH / dp / micro);
+        launch_add(&c, "--training.global_batch_size=%d", LAUNCH_GLOBAL_BATCH);
+    }
     double dt = 0;
     int rc = launch_run(&c, out_path, RUN_SECONDS, &dt);
     char *text = read_all(out_path, NULL);
     r->ok = rc == 0 && last_records(r->dump, LAUNCH_STEPS, r->steps, NULL) && text &&
-            strstr(text, "2 micro-batch(es)");
+            strstr(text, batches);
     free(text);
-    printf("%-28s %-12s %d rank(s): exit %d, %.1f s\n", name, "test_tiny", launch_ranks(l), rc, dt);
-    EXPECT(r->ok, "%s: exit %d, missing metrics, or not 2 micro-batches", name, rc);
+    printf("%-28s %-12s %d rank(s): exit %d, %.1f s\n", name, flavor, l ? launch_ranks(l) : 1, rc,
+           dt);
+    EXPECT(r->ok, "%s on %s: exit %d, missing metrics, or not %s", name, flavor, rc, batches);
     if (!r->ok) launch_show_tail(out_path);
+    if (l && r->ok && !extra && micro == 1) check_memory_lines(out_path, launch_ranks(l), name);
+}
+
+static void run_layout(const char *base, const char *name, const char *flavor,
+                       const launch_layout *l, const char *extra, launch_result *r)
+{
+    run_layout_micro(base, name, flavor, l, extra, 1, r);
 }
 
 static void compare_to_reference(const launch_result *ref, const launch_result *r, const char *what)
@@ -162,10 +159,11 @@ int main(void)
         for (int a = 0; a < 3; a++) {
             const launch_layout *l = &layouts[accum_layouts[a]];
             snprintf(name, sizeof name, "test_tiny_%s_accum2", l->name);
-            run_accum(base, name, l, &acc);
+            run_layout_micro(base, name, "test_tiny", l, NULL, 2, &acc);
             compare_to_reference(&ref, &acc, name);
         }
-        run_accum(base, "test_tiny_FSDP2xTP2_accum2_again", &layouts[4], &acc_again);
+        run_layout_micro(base, "test_tiny_FSDP2xTP2_accum2_again", "test_tiny", &layouts[4], NULL,
+                         2, &acc_again);
         compare_bitwise(&acc, &acc_again, "FSDP2xTP2 with accumulation rerun");
     }
     if (gt_test_failed_ == 0) remove_tree(base);

@@ -344,14 +344,24 @@ static void test_writers(void)
     EXPECT_OK(gt_checkpoint_begin(&d, N_TENSORS, k_names, descs, &w, &err), &err);
     char *path = gt_checkpoint_tensor_path(parts, 7, w.pid);
     EXPECT(strcmp(path, w.tensor_path) == 0, "writers: %s, begin said %s", path, w.tensor_path);
+    /* the data section starts after the 8-byte header length and the header (safetensors), and
+     * holds the tensors back to back in the order given */
+    size_t flen = 0;
+    uint8_t *created = read_all(path, &flen);
+    uint64_t data_start = 8;
+    for (int i = 0; created && flen >= 8 && i < 8; i++)
+        data_start += (uint64_t)created[i] << (8 * i);
+    free(created);
+    EXPECT(flen == data_start + off[N_TENSORS], "writers: created %zu bytes, want %llu", flen,
+           (unsigned long long)(data_start + off[N_TENSORS]));
     int fd = open(path, O_WRONLY);
     EXPECT(fd >= 0, "writers: cannot open %s", path);
     for (int i = N_TENSORS - 1; fd >= 0 && i >= 0; i--) {
         size_t n = gt_tensor_nbytes(&src.t[i]), half = n / 2;
         const char *b = src.t[i].data;
-        EXPECT((size_t)pwrite(fd, b + half, n - half, (off_t)(w.data_start + off[i] + half)) ==
+        EXPECT((size_t)pwrite(fd, b + half, n - half, (off_t)(data_start + off[i] + half)) ==
                        n - half &&
-                   (size_t)pwrite(fd, b, half, (off_t)(w.data_start + off[i])) == half,
+                   (size_t)pwrite(fd, b, half, (off_t)(data_start + off[i])) == half,
                "writers: pwrite of tensor %d", i);
     }
     if (fd >= 0) close(fd);
