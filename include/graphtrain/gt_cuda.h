@@ -36,6 +36,11 @@ gt_status gt_cuda_init(int device, gt_cuda_device_info *info, gt_error *err);
 /* Device memory (cudaMalloc / cudaFree). n == 0 gives NULL. */
 gt_status gt_cuda_malloc(void **p, size_t n, gt_error *err);
 void gt_cuda_free(void *p);
+/* Pinned host memory (cudaHostAlloc / cudaFreeHost): device copies into it run at the link's
+ * speed (39 GB/s against 13 GB/s into touched pageable memory and 1.3 GB/s into fresh pages on
+ * an H200 host, 4 ranks at once). n == 0 gives NULL. */
+gt_status gt_cuda_host_alloc(void **p, size_t n, gt_error *err);
+void gt_cuda_host_free(void *p);
 
 typedef struct gt_cuda_stream gt_cuda_stream;
 

@@ -315,6 +315,11 @@ gt_status gt_cuda_program_sync(gt_cuda_program *p, gt_error *err);
 /* Copies graph input k's buffer (its current value: after a run with in-place updates, the updated
  * state) into the allocated host tensor dst of the same dtype and element count; synchronous. */
 gt_status gt_cuda_program_read_input(gt_cuda_program *p, int32_t k, gt_tensor *dst, gt_error *err);
+/* Bytes [offset, offset + n) of graph input k's buffer, as gt_cuda_program_read_input sees it,
+ * into host memory dst (pinned, gt_cuda_host_alloc, for the link's speed); synchronous. A range
+ * outside the buffer is GT_ERR_INVALID naming the input. */
+gt_status gt_cuda_program_read_input_bytes(gt_cuda_program *p, int32_t k, size_t offset, size_t n,
+                                           void *dst, gt_error *err);
 /* Copies graph output k into *out, allocated here and owned by the caller (gt_tensor_free);
  * synchronous. */
 gt_status gt_cuda_program_read_output(gt_cuda_program *p, int32_t k, gt_tensor *out, gt_error *err);

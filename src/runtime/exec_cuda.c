@@ -764,6 +764,22 @@ gt_status gt_cuda_program_read_input(gt_cuda_program *p, int32_t k, gt_tensor *d
     return read_ref(p, r, dst, err);
 }
 
+gt_status gt_cuda_program_read_input_bytes(gt_cuda_program *p, int32_t k, size_t offset, size_t n,
+                                           void *dst, gt_error *err)
+{
+    if (k < 0 || k >= p->prog->n_inputs)
+        return gt_error_set(err, GT_ERR_INVALID, "program: no graph input %d (it has %d)", k,
+                            p->prog->n_inputs);
+    const gt_buffer_ref *r = &p->prog->inputs[k];
+    size_t have = gt_runtime_ref_bytes(r);
+    if (offset > have || n > have - offset)
+        return gt_error_set(err, GT_ERR_INVALID,
+                            "program: bytes [%zu, %zu) of graph input %d (%s), which has %zu",
+                            offset, offset + n, k, input_name(p, k), have);
+    GT_TRY(gt_cuda_memcpy_d2h(p->stream, dst, (const char *)ref_data(p, r) + offset, n, err));
+    return wait_stream(p, err);
+}
+
 gt_status gt_cuda_program_read_output(gt_cuda_program *p, int32_t k, gt_tensor *out, gt_error *err)
 {
     memset(out, 0, sizeof *out);

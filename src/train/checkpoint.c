@@ -20,6 +20,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -513,8 +514,70 @@ static gt_status ckpt_remove_stale(const char *folder, gt_error *err)
     return status;
 }
 
-gt_status gt_checkpoint_prune(const char *folder, int keep, gt_error *err)
+/* The removal of the pruned checkpoints that a save hands to a thread (keep_last with
+ * prune_in_background): one at a time per process; gt_checkpoint_prune_wait joins it. */
+static struct {
+    pthread_t thread;
+    bool live;
+    char *folder;
+    char **names;
+    int n;
+    gt_status st;
+    gt_error err;
+} pruner;
+
+static void *pruner_run(void *arg)
 {
+    (void)arg;
+    for (int i = 0; i < pruner.n && pruner.st == GT_OK; i++)
+        pruner.st = ckpt_remove_tree(pruner.folder, pruner.names[i], &pruner.err);
+    return NULL;
+}
+
+static void free_names(char **names, int n)
+{
+    for (int i = 0; i < n; i++)
+        free(names[i]);
+    free(names);
+}
+
+void gt_checkpoint_prune_wait(void)
+{
+    if (!pruner.live) return;
+    pthread_join(pruner.thread, NULL);
+    if (pruner.st != GT_OK)
+        gt_log(GT_LOG_WARN, "checkpoint: removing an old checkpoint: %s (the next save retries)",
+               pruner.err.msg);
+    free(pruner.folder);
+    free_names(pruner.names, pruner.n);
+    memset(&pruner, 0, sizeof pruner);
+}
+
+/* Removes the renamed directories doomed[0..n) of folder (takes doomed): here, or in the
+ * background when asked and a thread starts. */
+static gt_status remove_doomed(const char *folder, char **doomed, int n, bool background,
+                               gt_error *err)
+{
+    if (background && n > 0) {
+        pruner.folder = gt_xstrdup(folder);
+        pruner.names = doomed;
+        pruner.n = n;
+        pruner.st = GT_OK;
+        pruner.live = pthread_create(&pruner.thread, NULL, pruner_run, NULL) == 0;
+        if (pruner.live) return GT_OK;
+        free(pruner.folder);
+        memset(&pruner, 0, sizeof pruner);
+    }
+    gt_status status = GT_OK;
+    for (int i = 0; i < n && status == GT_OK; i++)
+        status = ckpt_remove_tree(folder, doomed[i], err);
+    free_names(doomed, n);
+    return status;
+}
+
+static gt_status prune(const char *folder, int keep, bool background, gt_error *err)
+{
+    gt_checkpoint_prune_wait();
     if (keep <= 0) return GT_OK;
     int64_t *steps;
     int n;
@@ -543,13 +606,17 @@ gt_status gt_checkpoint_prune(const char *folder, int keep, gt_error *err)
         gt_status s = ckpt_fsync_dir(folder, err);
         if (status == GT_OK) status = s;
     }
-    for (int i = 0; i < n_renamed; i++) {
-        if (status == GT_OK) status = ckpt_remove_tree(folder, doomed[i], err);
-        free(doomed[i]);
-    }
-    free(doomed);
     free(steps);
-    return status;
+    if (status != GT_OK) {
+        free_names(doomed, n_renamed);
+        return status;
+    }
+    return remove_doomed(folder, doomed, n_renamed, background, err);
+}
+
+gt_status gt_checkpoint_prune(const char *folder, int keep, gt_error *err)
+{
+    return prune(folder, keep, false, err);
 }
 
 /* ---------------------------------------------------------------- save */
@@ -716,6 +783,7 @@ static gt_status ckpt_prepare(const gt_checkpoint_desc *d, int n, const char *co
                             d->folder, (long long)d->step, n);
     GT_TRY(ckpt_describe(d, n, names, tensors, need_data, info, err));
     GT_TRY(ckpt_mkdirs(d->folder, err));
+    gt_checkpoint_prune_wait(); /* its .tmp-* names are ours: stale to the line below */
     GT_TRY(ckpt_remove_stale(d->folder, err));
     ckpt_tmp_name(tmp_name, cap, d->step, (long)getpid());
     char *tmp_dir = ckpt_join(d->folder, tmp_name);
@@ -754,7 +822,7 @@ static gt_status ckpt_complete(const gt_checkpoint_desc *d, const char *tmp_name
     if (st == GT_OK) st = ckpt_fsync_dir(tmp_dir, err);
     if (st == GT_OK) st = ckpt_publish(d->folder, tmp_name, d->step, err);
     if (st == GT_OK) {
-        st = gt_checkpoint_prune(d->folder, d->keep_last, err);
+        st = prune(d->folder, d->keep_last, d->prune_in_background, err);
     } else {
         /* Best effort: a leftover is removed by the next save anyway. */
         gt_error ignored = {0};

@@ -671,6 +671,7 @@ static gt_status open_outputs(gt_trainer *t, gt_error *err)
 
 static void teardown(gt_trainer *t)
 {
+    gt_checkpoint_prune_wait();
     step_graph_free(&t->whole);
     step_graph_free(&t->micro);
     step_graph_free(&t->optim);

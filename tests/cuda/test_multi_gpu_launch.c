@@ -8,6 +8,8 @@
  *   - each layout run twice: bitwise identical losses and step-20 checkpoint (whole parameters
  *     and AdamW moments gathered from the ranks);
  *   - CUDA graphs on vs off (compile.cudagraphs): bitwise identical, FSDP2;
+ *   - resume (FSDP2): saving at steps 10 and 20 changes no bit, and the step-10 checkpoint
+ *     resumed in a fresh folder repeats steps 11..20 and the step-20 checkpoint bit for bit;
  *   - --metrics.comm_report (FSDP2): one line per collective of the logged schedule, exposed time
  *     within [0, total], and the same bits as without the report;
  *   - --comm.nccl_buffers: the default (auto) is logged as symmetric where this NCCL supports it
@@ -30,12 +32,29 @@
 
 _Static_assert(STEPS <= LAUNCH_MAX_STEPS, "launch_result holds the records of every step");
 
-static void run(const char *base, const char *name, const launch_layout *l, bool fp32,
-                const char *extra, launch_result *r)
+/* Records of steps first..STEPS in r->steps: false when one is missing. */
+static bool records_from(const char *dump, int first, launch_result *r)
+{
+    gt_metrics_log log = {0};
+    if (!read_metrics(dump, &log)) return false;
+    for (int s = 1; s <= STEPS; s++)
+        r->steps[s].step = 0;
+    for (int64_t k = 0; k < log.n_steps; k++)
+        if (log.steps[k].step >= first && log.steps[k].step <= STEPS)
+            r->steps[log.steps[k].step] = log.steps[k];
+    gt_metrics_log_free(&log);
+    for (int s = first; s <= STEPS; s++)
+        if (r->steps[s].step != s) return false;
+    return true;
+}
+
+/* Runs the 20 steps (from step first: a checkpoint in r->dump is resumed) into r->dump, which
+ * exists. */
+static void run_in_dump(const char *name, const launch_layout *l, bool fp32, const char *extra,
+                        int first, launch_result *r)
 {
     launch_cmd c;
     char out_path[600];
-    launch_temp_dir(r->dump, sizeof r->dump, base, name);
     snprintf(out_path, sizeof out_path, "%s/output.txt", r->dump);
     launch_train(&c, l ? launch_ranks(l) : 0);
     launch_add(&c, "--model.flavor=debugmodel");
@@ -60,7 +79,7 @@ static void run(const char *base, const char *name, const launch_layout *l, bool
     if (extra) launch_add(&c, "%s", extra);
     double dt = 0;
     int rc = launch_run(&c, out_path, RUN_SECONDS, &dt);
-    r->ok = rc == 0 && last_records(r->dump, STEPS, r->steps, NULL);
+    r->ok = rc == 0 && records_from(r->dump, first, r);
     printf("%-24s %d GPU(s): exit %d, %.1f s\n", name, l ? launch_ranks(l) : 1, rc, dt);
     EXPECT(r->ok, "%s: exit %d or missing metrics", name, rc);
     if (!r->ok) launch_show_tail(out_path);
@@ -79,6 +98,13 @@ static void run(const char *base, const char *name, const launch_layout *l, bool
                lines, bad);
         free(text);
     }
+}
+
+static void run(const char *base, const char *name, const launch_layout *l, bool fp32,
+                const char *extra, launch_result *r)
+{
+    launch_temp_dir(r->dump, sizeof r->dump, base, name);
+    run_in_dump(name, l, fp32, extra, 1, r);
 }
 
 static void compare_losses(const launch_result *ref, const launch_result *r, double tol,
@@ -144,6 +170,39 @@ static void compare_bitwise(const launch_result *a, const launch_result *b, cons
     printf("  %-30s bitwise: %s\n", what, differ == 0 && same ? "yes" : "NO");
 }
 
+/* Bitwise resume on the GPU: a run saving at steps 10 and 20 has the uninterrupted run's bits;
+ * its step-10 checkpoint, alone in a fresh dump folder, resumes to steps 11..20 and a step-20
+ * checkpoint with those bits too. The saves take the state straight from the device (shard_io.c,
+ * write_blocks), so a block written from the wrong place would show here. */
+static void check_resume(const char *base, const launch_layout *l, const launch_result *whole)
+{
+    static launch_result ck10, resumed;
+    run(base, "FSDP2_fp32_ckpt10", l, true, "--checkpoint.interval=10", &ck10);
+    compare_bitwise(whole, &ck10, "FSDP2 saving at steps 10 and 20");
+    if (!ck10.ok) return;
+    launch_temp_dir(resumed.dump, sizeof resumed.dump, base, "FSDP2_fp32_resumed");
+    char from[700], dir[700], to[760];
+    snprintf(from, sizeof from, "%s/checkpoint/step-10", ck10.dump);
+    snprintf(dir, sizeof dir, "%s/checkpoint", resumed.dump);
+    snprintf(to, sizeof to, "%s/step-10", dir);
+    EXPECT(mkdir(dir, 0777) == 0 && rename(from, to) == 0, "moving %s to %s: %s", from, to,
+           strerror(errno));
+    run_in_dump("FSDP2_fp32_resumed", l, true, NULL, 11, &resumed);
+    if (!resumed.ok) return;
+    int differ = 0;
+    for (int s = 11; s <= STEPS; s++)
+        differ += whole->steps[s].loss != resumed.steps[s].loss ||
+                  whole->steps[s].grad_norm != resumed.steps[s].grad_norm;
+    char pa[700], pb[700];
+    launch_ckpt_path(pa, sizeof pa, whole->dump, STEPS);
+    launch_ckpt_path(pb, sizeof pb, resumed.dump, STEPS);
+    bool same = same_bytes(pa, pb);
+    printf("  %-30s bitwise: %s\n", "FSDP2 resumed at step 10", differ == 0 && same ? "yes" : "NO");
+    EXPECT(differ == 0, "FSDP2 resumed at step 10: %d of steps 11..%d with other bits", differ,
+           STEPS);
+    EXPECT(same, "FSDP2 resumed at step 10: step-%d checkpoints differ", STEPS);
+}
+
 int main(void)
 {
     int gpus = gt_cuda_device_count();
@@ -177,6 +236,7 @@ int main(void)
         snprintf(what, sizeof what, "%s rerun", l->name);
         compare_bitwise(&r, &again, what);
         if (k == 0) {
+            check_resume(base, l, &r);
             run(base, "FSDP2_fp32_nograph", l, true, "--compile.cudagraphs=false", &nograph);
             compare_bitwise(&r, &nograph, "FSDP2 CUDA graphs on vs off");
             run(base, "FSDP2_fp32_report", l, true, "--metrics.comm_report=true", &report);

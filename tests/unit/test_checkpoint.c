@@ -605,6 +605,28 @@ static void test_keep_last(void)
     EXPECT(steps_are(folder, (int64_t[]){5, 6}, 2), "prune to 2");
     EXPECT_OK(gt_checkpoint_prune(folder, -1, &err), &err);
     EXPECT(steps_are(folder, (int64_t[]){5, 6}, 2), "prune with keep <= 0 deletes nothing");
+
+    /* prune_in_background: the old steps are gone from the list when the save returns (renamed),
+     * their removal finishes in the thread, and the next save (which joins it) finds no leftover
+     * of it to clean */
+    for (int step = 7; step <= 9; step++) {
+        d = basic_desc(folder, step, &s);
+        d.keep_last = 1;
+        d.prune_in_background = true;
+        save_ok(&d, &s);
+        EXPECT(steps_are(folder, (int64_t[]){step}, 1), "background prune at step %d", step);
+    }
+    gt_checkpoint_prune_wait();
+    EXPECT(count_entries(folder, "") == 1 && count_entries(folder, ".tmp-") == 0,
+           "after the wait only step-9 is left (%d entries, %d .tmp-*)", count_entries(folder, ""),
+           count_entries(folder, ".tmp-"));
+    gt_checkpoint_prune_wait(); /* nothing running: returns */
+    model_state back;
+    state_blank(&back, 0x5a);
+    gt_checkpoint_model m = tiny_model(&s);
+    EXPECT_OK(gt_checkpoint_load(folder, 9, &m, N_TENSORS, k_names, back.mut, NULL, &err), &err);
+    EXPECT(state_equal(&s, &back, N_TENSORS), "step-9 loads after the background prunes");
+    state_free(&back);
     state_free(&s);
 }
 

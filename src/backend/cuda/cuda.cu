@@ -76,6 +76,24 @@ extern "C" void gt_cuda_free(void *p)
     if (p) cudaFree(p);
 }
 
+extern "C" gt_status gt_cuda_host_alloc(void **p, size_t n, gt_error *err)
+{
+    *p = NULL;
+    if (n == 0) return GT_OK;
+    cudaError_t e = cudaHostAlloc(p, n, cudaHostAllocDefault);
+    if (e != cudaSuccess) {
+        *p = NULL;
+        return gt_error_set(err, GT_ERR_NOMEM, "cuda: cudaHostAlloc of %zu bytes failed: %s", n,
+                            cudaGetErrorString(e));
+    }
+    return GT_OK;
+}
+
+extern "C" void gt_cuda_host_free(void *p)
+{
+    if (p) cudaFreeHost(p);
+}
+
 /* ---------------------------------------------------------------- streams */
 
 extern "C" gt_status gt_cuda_stream_create(gt_cuda_stream **out, gt_error *err)
