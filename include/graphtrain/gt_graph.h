@@ -223,6 +223,16 @@ static inline const gt_type *gt_value_type(const gt_graph *g, gt_value_id v)
 gt_status gt_graph_eval_shape(const gt_graph *g, gt_value_id v, const gt_sym_binding *b,
                               int64_t *shape, gt_error *err);
 
+/* Gradient accumulation runs a step graph in two parts: the micro-batch part — every node that
+ * the LOSS and BUFFER_UPDATE outputs (the running gradient sums) depend on: forward, backward,
+ * the sums — once per micro-batch, and the whole graph (the optimizer too) for the last one.
+ * part[n] = 1 for the nodes of the micro-batch part, 0 for the rest; returns how many have 1.
+ * The part is closed under inputs, so it runs alone in graph order. */
+int32_t gt_graph_micro_part(const gt_graph *g, uint8_t *part);
+/* What a run executes: the whole graph, or only its micro-batch part (a micro-batch before the
+ * last). */
+typedef enum { GT_RUN_ALL = 0, GT_RUN_MICRO } gt_run_part;
+
 /* Verifier: SSA (each value produced once, inputs defined before use), order, arity, attribute
  * counts, and shapes/dtypes (re-runs every shape rule and compares). Names the first bad node. */
 gt_status gt_graph_verify(const gt_graph *g, gt_error *err);

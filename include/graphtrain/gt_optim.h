@@ -14,7 +14,8 @@
  *   INPUT     "optim.scalars"                                   f32[3] = {lr, 1-beta1^t, 1-beta2^t}
  *   METRIC    "grad_norm"                                       f32 [], the pre-clip total norm
  *   PARAM_UPDATE "<fqn>", OPT_STATE_UPDATE "optim.exp_avg.<fqn>", "optim.exp_avg_sq.<fqn>"
- * Gradient accumulation (gt_optim_append_grad_accum): INPUT "grad_accum.<fqn>". */
+ * Gradient accumulation (gt_optim_append_grad_accum): BUFFER "grad_accum.<fqn>" and its
+ * BUFFER_UPDATE. */
 #ifndef GRAPHTRAIN_GT_OPTIM_H
 #define GRAPHTRAIN_GT_OPTIM_H
 
@@ -44,7 +45,6 @@ gt_adamw_config gt_adamw_config_default(void);
 #define GT_OPTIM_EXP_AVG_SQ_PREFIX "optim.exp_avg_sq."
 #define GT_OPTIM_GRAD_NORM_NAME "grad_norm"
 #define GT_OPTIM_GRAD_ACCUM_PREFIX "grad_accum."
-#define GT_OPTIM_GRAD_PREFIX "grad." /* the optimizer graph's gradient inputs (accumulation) */
 
 /* Appends clipping and one AdamW update per parameter to g. params[k] must be a PARAM input of g;
  * grads[k] a float value with that param's dims (a GRAD output's value, or an INPUT). Adds the
@@ -70,12 +70,13 @@ gt_status gt_optim_append_adamw(gt_graph *g, int n, const gt_value_id *params,
  * step < 1 is a caller bug (GT_CHECK). */
 void gt_optim_scalars(const gt_adamw_config *cfg, int64_t step, double lr, float out[3]);
 
-/* Gradient accumulation, in the graph. For each k adds INPUT "grad_accum.<fqn>" (f32, the param's
- * dims) and replaces grads[k] by grad_accum + grads[k] (phase backward; grads[k] cast to f32
- * first when it is not). A micro-batch graph feeds the running sum in and outputs the new one;
- * the first micro-batch feeds zeros, so the sums are ((g_1 + g_2) + g_3) + ..., the order torch's
- * .grad accumulation uses. The loss of each micro-batch must be divided by the number of
- * micro-batches before autodiff, as torchtitan rescales it. */
+/* Gradient accumulation, in the graph. For each k adds BUFFER "grad_accum.<fqn>" (f32, the param's
+ * dims: the running sum, state kept between runs like a parameter) and replaces grads[k] by
+ * grad_accum + grads[k] (phase backward; grads[k] cast to f32 first when it is not), which the
+ * BUFFER_UPDATE output "grad_accum.<fqn>" returns. Each micro-batch's run carries the new sum into
+ * the input for the next; the sums start at zeros, so they are ((g_1 + g_2) + g_3) + ..., the
+ * order torch's .grad accumulation uses. The loss of each micro-batch must be divided by the
+ * number of micro-batches before autodiff, as torchtitan rescales it. */
 gt_status gt_optim_append_grad_accum(gt_graph *g, int n, const gt_value_id *params,
                                      gt_value_id *grads, gt_error *err);
 

@@ -24,9 +24,12 @@
  *   - in place: an output may take its input's buffer when that input (with every view of it) has
  *     no reader after the node, is not a graph output, is not read by another input slot of the
  *     node, and has the same byte size. Ops allowed: adamw (p'->p, m'->m, v'->v: the kernel reads
- *     every input element i before it writes element i of any output; src/backend/cpu/cpu_optim.c).
- *     No other op runs in place yet. In the persistent arena this writes the updated params and
- *     moments over the old ones, so that arena holds one copy of the state.
+ *     every input element i before it writes element i of any output; src/backend/cpu/cpu_optim.c);
+ *     add and fused_elementwise when output and input are persistent state of one dtype (gradient
+ *     accumulation's running sums; their kernels too compute output element i from input
+ *     elements i, read first). No other op runs in place yet. In the persistent arena this writes
+ *     the updated params, moments and sums over the old ones, so that arena holds one copy of the
+ *     state.
  * Offsets: 64-byte aligned; greedy by size (largest first; ties by first use, then value id), each
  * value at the lowest offset that overlaps no already placed value whose live interval intersects
  * its own. Persistent values live for the whole step (no reuse but in place). */
@@ -158,6 +161,7 @@ typedef struct {
     gt_comm *comms[GT_MESH_MAX_DIMS]; /* borrowed; set by gt_program_set_comms */
     gt_program_slot *slots;           /* one per collective start lowered */
     int32_t n_slots;
+    uint8_t *micro; /* per instruction: 1 in the micro-batch part (gt_graph_micro_part) */
 } gt_program;
 
 /* Schedules, plans and lowers g under binding, and allocates both arenas (once, at the planned
@@ -182,6 +186,11 @@ gt_status gt_program_run(gt_program *p, const gt_tensor *inputs, gt_tensor *outp
 gt_status gt_program_set_input(gt_program *p, int32_t k, const gt_tensor *t, gt_error *err);
 /* Runs the instructions on the buffers as they are. */
 gt_status gt_program_exec(gt_program *p, gt_error *err);
+/* A run of one part (gt_run_part, gt_graph.h): GT_RUN_MICRO skips the optimizer's instructions,
+ * whose outputs keep their old bytes. */
+gt_status gt_program_exec_part(gt_program *p, gt_run_part part, gt_error *err);
+/* Sets input k's buffer to zero bytes (gradient accumulation's running sums, each step). */
+gt_status gt_program_zero_input(gt_program *p, int32_t k, gt_error *err);
 /* A view of output k's buffer (valid until the next exec; not owned). */
 gt_status gt_program_output(const gt_program *p, int32_t k, gt_tensor *view, gt_error *err);
 /* Output out_k becomes input in_k's value for the next exec (a copy unless they share bytes). */
@@ -307,6 +316,9 @@ gt_status gt_cuda_program_set_input(gt_cuda_program *p, int32_t k, const gt_tens
 /* Runs every instruction on the stream; returns once they are queued (kernel data errors come
  * back from the next sync). */
 gt_status gt_cuda_program_exec(gt_cuda_program *p, gt_error *err);
+/* As gt_program_exec_part and gt_program_zero_input (the zeroing is queued on the stream). */
+gt_status gt_cuda_program_exec_part(gt_cuda_program *p, gt_run_part part, gt_error *err);
+gt_status gt_cuda_program_zero_input(gt_cuda_program *p, int32_t k, gt_error *err);
 /* Makes graph output out_k's bytes graph input in_k's for the next run: nothing when they share a
  * buffer (in place), else a device-to-device copy on the stream. Shapes and dtypes must match. */
 gt_status gt_cuda_program_carry(gt_cuda_program *p, int32_t out_k, int32_t in_k, gt_error *err);
@@ -351,7 +363,10 @@ gt_status gt_cuda_program_run(gt_cuda_program *p, const gt_tensor *inputs, gt_te
  * two after it stages or fetches, which first waits for it. So the loop is: stage, exec, fetch,
  * end step n; then wait for and read step n - 1. */
 gt_status gt_cuda_program_capture(gt_cuda_program *p, gt_error *err);
-/* True once captured: exec replays the graph. */
+/* The same for one part (gt_run_part): each part is captured after its own warm-up run and
+ * replayed by gt_cuda_program_exec_part. */
+gt_status gt_cuda_program_capture_part(gt_cuda_program *p, gt_run_part part, gt_error *err);
+/* True once captured (the whole graph's part): exec replays the graph. */
 bool gt_cuda_program_captured(const gt_cuda_program *p);
 gt_status gt_cuda_program_stage_input(gt_cuda_program *p, int32_t k, const gt_tensor *t,
                                       gt_error *err);

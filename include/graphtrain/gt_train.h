@@ -67,11 +67,11 @@ void gt_train_binding(const gt_config *cfg, const gt_train_layout *layout,
                       gt_sym_binding_entry *entries, gt_sym_binding *out);
 
 /* Builds the step graph of cfg's model on symbolic [batch, seq] for the global batch: forward,
- * loss, backward and, when
- * micro_batches == 1, clipping + AdamW (the whole-step graph). With micro_batches > 1 it builds
- * the micro-batch graph instead: the loss divided by micro_batches before autodiff (as torchtitan
- * rescales it), and every gradient added to an INPUT "grad_accum.<fqn>" running sum that the GRAD
- * outputs return; the optimizer then runs as its own graph (gt_train_build_optimizer_graph). */
+ * loss, backward, clipping + AdamW (the whole-step graph). With micro_batches > 1 the batch is one
+ * micro-batch's, the loss is divided by micro_batches before autodiff (as torchtitan rescales
+ * it), every gradient is added to a BUFFER "grad_accum.<fqn>" running sum (a BUFFER_UPDATE output)
+ * and the optimizer reads the sums: a run of the micro-batch part (gt_graph_micro_part) per
+ * micro-batch but the last, then a run of the whole graph. */
 /* When the layout's mesh has more than one rank the graph is then parallelized
  * (gt_train_parallelize) before the passes run. gt_train_build_graph uses the layout of rank 0 of
  * cfg's mesh with no launcher (gt_train_layout_init with world_size 0). */
@@ -88,13 +88,6 @@ gt_status gt_train_build_graph_layout(const gt_config *cfg, const gt_train_layou
 gt_status gt_train_build_global_graph(const gt_config *cfg, const gt_train_layout *layout,
                                       gt_graph *g, gt_model *model, int64_t micro_batches,
                                       gt_error *err);
-
-/* The optimizer graph of a run with gradient accumulation, into empty g: per parameter a PARAM
- * input and an INPUT "grad.<fqn>" (the summed gradient, where the parameter sits), clipping and
- * AdamW as the whole step appends them (gradient-norm terms grouped per placement), parallelized
- * for layout's mesh (not compiled: it runs as built). */
-gt_status gt_train_build_optimizer_graph(const gt_config *cfg, const gt_train_layout *layout,
-                                         const gt_model *model, gt_graph *g, gt_error *err);
 
 /* Saves g, the compiled whole-step graph of cfg under layout, as the precompiled step artifact
  * DIR/step.graph (DIR = compile.precompile_artifact_dir) that a training run with the same config

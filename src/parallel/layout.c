@@ -60,16 +60,12 @@ static void param_layout(const gt_parallel_plan *plan, const char *fqn, int ndim
     }
 }
 
-/* The parameter whose gradient input `name` is (gradient accumulation's running sum, or the
- * optimizer graph's summed gradient: gt_optim.h's prefixes), or NULL. */
+/* The parameter whose running gradient sum (gradient accumulation, gt_optim.h) `name` is, or
+ * NULL. */
 static const char *gradient_of(const char *name)
 {
-    static const char *const prefixes[] = {GT_OPTIM_GRAD_ACCUM_PREFIX, GT_OPTIM_GRAD_PREFIX};
-    for (size_t p = 0; p < sizeof prefixes / sizeof prefixes[0]; p++) {
-        size_t n = strlen(prefixes[p]);
-        if (strncmp(name, prefixes[p], n) == 0 && name[n]) return name + n;
-    }
-    return NULL;
+    size_t n = strlen(GT_OPTIM_GRAD_ACCUM_PREFIX);
+    return strncmp(name, GT_OPTIM_GRAD_ACCUM_PREFIX, n) == 0 && name[n] ? name + n : NULL;
 }
 
 static bool is_batch_dim(const gt_graph *g, gt_expr e)
@@ -104,12 +100,6 @@ gt_status gt_parallel_input_layouts(const gt_parallel_plan *plan, const gt_graph
             }
             break;
         case GT_IN_INPUT:
-            /* a parameter's gradient fed in (gradient accumulation: the running sum, and the
-             * optimizer graph's summed gradient) sits where the parameter does */
-            if (gradient_of(fqn)) {
-                param_layout(plan, gradient_of(fqn), t->ndim, dims, out[k]);
-                break;
-            }
             if (t->ndim >= 1 && is_batch_dim(g, t->dims[0])) {
                 if (plan->mesh.size[GT_MESH_DP_REPLICATE] > 1)
                     out[k][GT_MESH_DP_REPLICATE] = gt_place_shard(0, 0);
@@ -119,6 +109,8 @@ gt_status gt_parallel_input_layouts(const gt_parallel_plan *plan, const gt_graph
             }
             break;
         case GT_IN_BUFFER:
+            /* gradient accumulation's running sum sits where its parameter does */
+            if (gradient_of(fqn)) param_layout(plan, gradient_of(fqn), t->ndim, dims, out[k]);
             break;
         default:
             return gt_error_set(err, GT_ERR_INVALID, "graph input %d ('%s'): unknown kind %d", k,

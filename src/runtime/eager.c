@@ -151,12 +151,16 @@ static gt_status run_node(eager_state *s, gt_node_id n, const gt_sym_binding *bi
     return GT_OK;
 }
 
-/* outputs[k] <- value of g->outputs[k]: moved when this is the last slot naming an owned value. */
-static gt_status hand_outputs(eager_state *s, gt_tensor *outputs, gt_error *err)
+/* outputs[k] <- value of g->outputs[k]: moved when this is the last slot naming an owned value.
+ * With in_part (a run of the micro-batch part) the outputs of the nodes outside stay empty. */
+static gt_status hand_outputs(eager_state *s, const uint8_t *in_part, gt_tensor *outputs,
+                              gt_error *err)
 {
     const gt_graph *g = s->g;
     for (int32_t k = 0; k < g->n_outputs; k++) {
         gt_value_id v = g->outputs[k].value;
+        gt_node_id from = g->values[v].producer;
+        if (in_part && from != GT_NONE && !in_part[from]) continue;
         if (s->state[v] != VAL_BORROWED && s->state[v] != VAL_OWNED)
             return gt_error_set(err, GT_ERR_INVALID,
                                 "graph output %d (%s %s): value %%%d was not "
@@ -183,12 +187,19 @@ static gt_status hand_outputs(eager_state *s, gt_tensor *outputs, gt_error *err)
 gt_status gt_eager_run(const gt_graph *g, const gt_sym_binding *binding, const gt_tensor *inputs,
                        gt_tensor *outputs, gt_error *err)
 {
-    return gt_eager_run_comms(g, binding, inputs, NULL, outputs, err);
+    return gt_eager_run_part(g, binding, inputs, NULL, GT_RUN_ALL, outputs, err);
 }
 
 gt_status gt_eager_run_comms(const gt_graph *g, const gt_sym_binding *binding,
                              const gt_tensor *inputs, gt_comm *const comms[GT_MESH_MAX_DIMS],
                              gt_tensor *outputs, gt_error *err)
+{
+    return gt_eager_run_part(g, binding, inputs, comms, GT_RUN_ALL, outputs, err);
+}
+
+gt_status gt_eager_run_part(const gt_graph *g, const gt_sym_binding *binding,
+                            const gt_tensor *inputs, gt_comm *const comms[GT_MESH_MAX_DIMS],
+                            gt_run_part part, gt_tensor *outputs, gt_error *err)
 {
     if ((g->n_inputs > 0 && !inputs) || (g->n_outputs > 0 && !outputs))
         return gt_error_set(err, GT_ERR_INVALID,
@@ -212,8 +223,13 @@ gt_status gt_eager_run_comms(const gt_graph *g, const gt_sym_binding *binding,
         .uses_left = gt_xcalloc((size_t)nv + 1, sizeof(int32_t)),
         .is_output = gt_xcalloc((size_t)nv + 1, 1),
     };
+    uint8_t *in_part = NULL; /* the micro-batch part's nodes (gt_graph_micro_part) */
+    if (part == GT_RUN_MICRO) {
+        in_part = gt_xcalloc((size_t)g->n_nodes + 1, 1);
+        gt_graph_micro_part(g, in_part);
+    }
     for (gt_node_id n = 0; n < g->n_nodes; n++)
-        for (int j = 0; j < g->nodes[n].n_in; j++) {
+        for (int j = 0; (!in_part || in_part[n]) && j < g->nodes[n].n_in; j++) {
             gt_value_id v = g->nodes[n].in[j];
             if (v >= 0 && v < nv) s.uses_left[v]++;
         }
@@ -228,6 +244,7 @@ gt_status gt_eager_run_comms(const gt_graph *g, const gt_sym_binding *binding,
 
     gt_status st = GT_OK;
     for (gt_node_id n = 0; n < g->n_nodes && st == GT_OK; n++) {
+        if (in_part && !in_part[n]) continue;
         st = run_node(&s, n, binding, err);
         if (st != GT_OK) {
             char label[256];
@@ -235,12 +252,13 @@ gt_status gt_eager_run_comms(const gt_graph *g, const gt_sym_binding *binding,
             gt_error_wrap(err, "%s", label);
         }
     }
-    if (st == GT_OK) st = hand_outputs(&s, outputs, err);
+    if (st == GT_OK) st = hand_outputs(&s, in_part, outputs, err);
     if (st != GT_OK)
         for (int32_t k = 0; k < g->n_outputs; k++)
             gt_tensor_free(&outputs[k]);
     for (gt_value_id v = 0; v < nv; v++)
         if (s.state[v] == VAL_OWNED) gt_tensor_free(&s.vals[v]);
+    free(in_part);
     free(s.is_output);
     free(s.uses_left);
     free(s.state);

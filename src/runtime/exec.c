@@ -232,10 +232,11 @@ gt_status gt_program_set_input(gt_program *p, int32_t k, const gt_tensor *t, gt_
     return copy_input(p, k, t, err);
 }
 
-/* The instructions in order (the communicators checked by the caller). */
-static gt_status run_instrs(gt_program *p, gt_error *err)
+/* The instructions of `part` in order (the communicators checked by the caller). */
+static gt_status run_instrs(gt_program *p, gt_run_part part, gt_error *err)
 {
     for (int32_t k = 0; k < p->n_instrs; k++) {
+        if (part == GT_RUN_MICRO && !p->micro[k]) continue;
         gt_status st = run_instr(p, &p->instrs[k], err);
         if (st != GT_OK) {
             gt_runtime_drain_slots(p);
@@ -247,8 +248,23 @@ static gt_status run_instrs(gt_program *p, gt_error *err)
 
 gt_status gt_program_exec(gt_program *p, gt_error *err)
 {
+    return gt_program_exec_part(p, GT_RUN_ALL, err);
+}
+
+gt_status gt_program_exec_part(gt_program *p, gt_run_part part, gt_error *err)
+{
     GT_TRY(gt_runtime_check_comms(p, "", err));
-    return run_instrs(p, err);
+    return run_instrs(p, part, err);
+}
+
+gt_status gt_program_zero_input(gt_program *p, int32_t k, gt_error *err)
+{
+    if (k < 0 || k >= p->n_inputs)
+        return gt_error_set(err, GT_ERR_INVALID, "program: no graph input %d (it has %d)", k,
+                            p->n_inputs);
+    size_t n = gt_runtime_ref_bytes(&p->inputs[k]);
+    if (n) memset(ref_data(p->arena, &p->inputs[k]), 0, n);
+    return GT_OK;
 }
 
 gt_status gt_program_output(const gt_program *p, int32_t k, gt_tensor *view, gt_error *err)
@@ -304,7 +320,7 @@ gt_status gt_program_run(gt_program *p, const gt_tensor *inputs, gt_tensor *outp
     GT_TRY(gt_runtime_check_comms(p, "", err));
     for (int32_t k = 0; k < p->n_inputs; k++)
         GT_TRY(copy_input(p, k, &inputs[k], err));
-    GT_TRY(run_instrs(p, err));
+    GT_TRY(run_instrs(p, GT_RUN_ALL, err));
     for (int32_t k = 0; k < p->n_outputs; k++) {
         const gt_buffer_ref *r = &p->outputs[k];
         gt_status st = gt_tensor_alloc(&outputs[k], r->dtype, r->ndim, r->shape, err);

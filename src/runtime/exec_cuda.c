@@ -89,9 +89,9 @@ struct gt_cuda_program {
     /* SYMMETRIC: dev[a] is the window win[k][a] of win_comm[k] (gt_cuda_program_set_comms) */
     gt_comm *win_comm[GT_MESH_MAX_DIMS];
     void *win[GT_MESH_MAX_DIMS][GT_ARENA_COUNT];
-    /* the whole instruction list captured once (gt_cuda_program_capture) */
-    cudaGraph_t graph;
-    cudaGraphExec_t graph_exec;
+    /* the instructions of each part (gt_run_part) captured once (gt_cuda_program_capture_part) */
+    cudaGraph_t graph[2];
+    cudaGraphExec_t graph_exec[2];
     /* the asynchronous step path: pinned host memory per slot, allocated on first use */
     void **in_pin[GT_CUDA_SLOTS];  /* [n_inputs] */
     void **out_pin[GT_CUDA_SLOTS]; /* [n_outputs] */
@@ -217,8 +217,10 @@ void gt_cuda_program_free(gt_cuda_program *p)
         gt_cuda_stream_sync(p->stream, &ignored); /* no kernel may still use the arenas */
         gt_cuda_stream_destroy(p->stream);
     }
-    if (p->graph_exec) cudaGraphExecDestroy(p->graph_exec);
-    if (p->graph) cudaGraphDestroy(p->graph);
+    for (int part = 0; part < 2; part++) {
+        if (p->graph_exec[part]) cudaGraphExecDestroy(p->graph_exec[part]);
+        if (p->graph[part]) cudaGraphDestroy(p->graph[part]);
+    }
     if (p->sync_ev) cudaEventDestroy(p->sync_ev);
     for (int32_t k = 0; p->tev && k < 3 * p->prog->n_slots; k++)
         if (p->tev[k]) cudaEventDestroy(p->tev[k]);
@@ -347,7 +349,7 @@ gt_status gt_cuda_program_set_comms(gt_cuda_program *p, gt_comm *const comms[GT_
                                 "communicator; a CUDA program moves device buffers and needs NCCL "
                                 "communicators (gt_comm_nccl_create)",
                                 c->name, k, c->vt->name);
-        if (p->graph_exec && c != p->prog->comms[k])
+        if ((p->graph_exec[0] || p->graph_exec[1]) && c != p->prog->comms[k])
             return gt_error_set(err, GT_ERR_INVALID,
                                 "program: the communicator for mesh dim %d changed after the step "
                                 "was captured as a CUDA graph (the graph holds the old one): set "
@@ -521,13 +523,18 @@ static gt_comm *gather_comm(const gt_cuda_program *p, int32_t k)
     return gt_comm_is_nccl(c) ? c : NULL;
 }
 
-static gt_status run_instrs(gt_cuda_program *p, gt_error *err)
+static gt_status run_instrs(gt_cuda_program *p, gt_run_part part, gt_error *err)
 {
     GT_TRY(gt_runtime_check_comms(p->prog, " (cuda)", err));
     record_run(p, 0);
     int32_t next = 0;     /* the next adamw group */
     gt_comm *open = NULL; /* consecutive all-gathers on one communicator: one NCCL group */
     for (int32_t k = 0; k < p->prog->n_instrs; k++) {
+        if (part == GT_RUN_MICRO && !p->prog->micro[k]) { /* an adamw group is the optimizer's */
+            if (next < p->n_groups && p->groups[next].first == k)
+                k += p->groups[next++].count - 1;
+            continue;
+        }
         gt_status st = GT_OK;
         gt_comm *c = gather_comm(p, k), *after = c ? gather_comm(p, k + 1) : NULL;
         if (c && !open && after == c) {
@@ -557,10 +564,25 @@ static gt_status run_instrs(gt_cuda_program *p, gt_error *err)
 
 gt_status gt_cuda_program_exec(gt_cuda_program *p, gt_error *err)
 {
-    if (p->graph_exec)
-        return cuda_error(cudaGraphLaunch(p->graph_exec, stream_of(p)), "launching the step graph",
-                          err);
-    return run_instrs(p, err);
+    return gt_cuda_program_exec_part(p, GT_RUN_ALL, err);
+}
+
+gt_status gt_cuda_program_exec_part(gt_cuda_program *p, gt_run_part part, gt_error *err)
+{
+    if (p->graph_exec[part])
+        return cuda_error(cudaGraphLaunch(p->graph_exec[part], stream_of(p)),
+                          "launching the step graph", err);
+    return run_instrs(p, part, err);
+}
+
+gt_status gt_cuda_program_zero_input(gt_cuda_program *p, int32_t k, gt_error *err)
+{
+    if (k < 0 || k >= p->prog->n_inputs)
+        return gt_error_set(err, GT_ERR_INVALID, "program: no graph input %d (it has %d)", k,
+                            p->prog->n_inputs);
+    const gt_buffer_ref *r = &p->prog->inputs[k];
+    return cuda_error(cudaMemsetAsync(ref_data(p, r), 0, gt_runtime_ref_bytes(r), stream_of(p)),
+                      "zeroing a graph input", err);
 }
 
 /* Capture records the launches run_instrs makes without running them. Thread-local mode makes a
@@ -571,11 +593,16 @@ gt_status gt_cuda_program_exec(gt_cuda_program *p, gt_error *err)
  * so a replay is bitwise the eager step. */
 gt_status gt_cuda_program_capture(gt_cuda_program *p, gt_error *err)
 {
-    if (p->graph_exec) return GT_OK;
+    return gt_cuda_program_capture_part(p, GT_RUN_ALL, err);
+}
+
+gt_status gt_cuda_program_capture_part(gt_cuda_program *p, gt_run_part part, gt_error *err)
+{
+    if (p->graph_exec[part]) return GT_OK;
     cudaStream_t st = stream_of(p);
     GT_TRY(cuda_error(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal),
                       "beginning the step graph capture", err));
-    gt_status s = run_instrs(p, err);
+    gt_status s = run_instrs(p, part, err);
     cudaGraph_t graph = NULL;
     cudaError_t e = cudaStreamEndCapture(st, &graph);
     if (s == GT_OK && e != cudaSuccess) s = cuda_error(e, "capturing the step graph", err);
@@ -585,26 +612,26 @@ gt_status gt_cuda_program_capture(gt_cuda_program *p, gt_error *err)
      * (by default a graph runs every kernel at its launch stream's priority, so a gather queued
      * behind compute blocks started late and the next layer waited for it) */
     if (s == GT_OK)
-        s = cuda_error(
-            cudaGraphInstantiate(&p->graph_exec, graph, cudaGraphInstantiateFlagUseNodePriority),
-            "instantiating the step graph", err);
+        s = cuda_error(cudaGraphInstantiate(&p->graph_exec[part], graph,
+                                            cudaGraphInstantiateFlagUseNodePriority),
+                       "instantiating the step graph", err);
     /* upload now, so the first replay costs what every replay costs */
-    if (s == GT_OK) s = cuda_error(cudaGraphUpload(p->graph_exec, st), "uploading", err);
+    if (s == GT_OK) s = cuda_error(cudaGraphUpload(p->graph_exec[part], st), "uploading", err);
     if (s != GT_OK) {
-        if (p->graph_exec) cudaGraphExecDestroy(p->graph_exec);
-        p->graph_exec = NULL;
+        if (p->graph_exec[part]) cudaGraphExecDestroy(p->graph_exec[part]);
+        p->graph_exec[part] = NULL;
         if (graph) cudaGraphDestroy(graph);
         cudaGetLastError(); /* a failed capture leaves no sticky error: clear the last one */
         return gt_error_wrap(err, "program: capturing %d instructions as a CUDA graph",
                              p->prog->n_instrs);
     }
-    p->graph = graph;
+    p->graph[part] = graph;
     return GT_OK;
 }
 
 bool gt_cuda_program_captured(const gt_cuda_program *p)
 {
-    return p->graph_exec != NULL;
+    return p->graph_exec[GT_RUN_ALL] != NULL;
 }
 
 /* Makes the current step's slot free for the host to write: step n_ended - 2 used it last. */

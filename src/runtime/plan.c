@@ -10,7 +10,9 @@
  *      multiple of GT_PLAN_ALIGN), and so
  *      does a wait's output its start's output (the collective's result; see below); an adamw
  *      output joins its input's buffer (in place) when the input's buffer group has no reader
- *      after this node, is read by no other slot of the node, has the output's size and arena.
+ *      after this node, is read by no other slot of the node, has the output's size and arena;
+ *      so does an add's or fused_elementwise's output that is persistent state (gradient
+ *      accumulation's running sum) over a persistent input of its dtype.
  *      A group's last use is the max over its members; since a member is only created by a node
  *      that reads another member, "group last == this position" at the time the node is visited
  *      means no member is read later.
@@ -88,14 +90,24 @@ static uint8_t *value_roles(const gt_graph *g)
 }
 
 /* In-place pairs (output slot, input slot) of an op whose kernel reads element i of every input
- * before it writes element i of any output. */
-static int in_place_pairs(gt_op op, int pairs[][2])
+ * before it writes element i of any output. *state_only: only where both are persistent state
+ * of one dtype (an elementwise op over state: gradient accumulation's running sum). */
+static int in_place_pairs(const gt_node *nd, int pairs[][2], bool *state_only)
 {
-    if (op == GT_OP_ADAMW) {
+    *state_only = false;
+    if (nd->op == GT_OP_ADAMW) {
         pairs[0][0] = 0, pairs[0][1] = 0; /* p' over p */
         pairs[1][0] = 1, pairs[1][1] = 2; /* m' over m */
         pairs[2][0] = 2, pairs[2][1] = 3; /* v' over v */
         return 3;
+    }
+    if (nd->op == GT_OP_ADD || nd->op == GT_OP_FUSED_ELEMENTWISE) {
+        *state_only = true;
+        int n = 0;
+        for (int o = 0; o < nd->n_out; o++)
+            for (int j = 0; j < nd->n_in; j++)
+                pairs[n][0] = o, pairs[n][1] = j, n++; /* the first that fits */
+        return n;
     }
     return 0;
 }
@@ -148,13 +160,18 @@ static void share_buffers(gt_plan *p, const gt_sym_binding *binding, const uint8
             continue;
         }
         if (opts->no_in_place) continue;
-        int pairs[GT_MAX_OUT][2];
-        int np = in_place_pairs(nd->op, pairs);
+        int pairs[GT_MAX_IN * GT_MAX_OUT][2];
+        bool state_only;
+        int np = in_place_pairs(nd, pairs, &state_only);
         for (int k = 0; k < np; k++) {
             gt_value_id out = nd->out[pairs[k][0]], in = nd->in[pairs[k][1]];
             gt_value_id r = find_root(vp, in);
+            if (vp[out].root != out) continue; /* placed by an earlier pair */
             bool ok = group_last[r] == pos && vp[out].nbytes == vp[r].nbytes &&
                       !(roles[out] & ROLE_PERSISTENT) == !(roles[r] & ROLE_PERSISTENT);
+            if (state_only)
+                ok = ok && (roles[out] & ROLE_PERSISTENT) &&
+                     gt_value_type(g, out)->dtype == gt_value_type(g, in)->dtype;
             for (int j = 0; ok && j < nd->n_in; j++)
                 if (j != pairs[k][1] && find_root(vp, nd->in[j]) == r) ok = false;
             if (!ok) continue;

@@ -109,6 +109,13 @@ gt_status gt_program_build_opts(const gt_graph *g, const gt_sym_binding *binding
                               gt_graph_str(g, g->nodes[ins->node].fqn));
     }
     free(waited);
+    /* gradient accumulation: which instructions a run of the micro-batch part runs */
+    uint8_t *part = gt_xcalloc((size_t)g->n_nodes + 1, 1);
+    gt_graph_micro_part(g, part);
+    p->micro = gt_xcalloc((size_t)p->n_instrs + 1, 1);
+    for (int32_t k = 0; k < p->n_instrs; k++)
+        p->micro[k] = part[p->instrs[k].node];
+    free(part);
     p->n_inputs = g->n_inputs;
     p->inputs = gt_xcalloc((size_t)g->n_inputs + 1, sizeof *p->inputs);
     for (int32_t k = 0; k < g->n_inputs; k++)
@@ -151,6 +158,7 @@ void gt_program_free(gt_program *p)
     gt_plan_free(p->plan);
     free(p->slots);
     free(p->instrs);
+    free(p->micro);
     free(p->inputs);
     free(p->outputs);
     free(p);

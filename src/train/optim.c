@@ -311,11 +311,12 @@ gt_status gt_optim_append_grad_accum(gt_graph *g, int n, const gt_value_id *para
                                 name);
         }
         gt_type pt = *gt_value_type(g, params[k]);
-        gt_value_id acc = gt_graph_add_input(g, GT_IN_INPUT, name, GT_F32, pt.ndim, pt.dims);
+        gt_value_id acc = gt_graph_add_input(g, GT_IN_BUFFER, name, GT_F32, pt.ndim, pt.dims);
         gt_graph_set_fqn(g, fqn);
         gt_value_id gk =
             gt_value_type(g, grads[k])->dtype == GT_F32 ? grads[k] : gt_cast(g, grads[k], GT_F32);
         grads[k] = gt_add(g, acc, gk);
+        gt_graph_add_output(g, GT_OUT_BUFFER_UPDATE, name, grads[k]);
     }
     return builder_leave(g, saved, who, err);
 }

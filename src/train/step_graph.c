@@ -199,38 +199,16 @@ gt_status gt_train_build_global_graph(const gt_config *cfg, const gt_train_layou
     gt_status st =
         ng == n ? GT_OK : gt_error_set(err, GT_ERR_INTERNAL, "%d params but %d grads", n, ng);
     if (st == GT_OK && micro_batches > 1) {
+        /* the running sums; the optimizer reads them (and consumes the GRAD outputs, moved onto
+         * them) in the run of the last micro-batch: gt_graph_micro_part */
         st = gt_optim_append_grad_accum(g, n, params, grads, err);
         for (int k = 0; st == GT_OK && k < n; k++)
             g->outputs[grad_out[k]].value = grads[k];
-    } else if (st == GT_OK) {
-        st = append_adamw(cfg, layout, g, n, params, grads, err);
     }
+    if (st == GT_OK) st = append_adamw(cfg, layout, g, n, params, grads, err);
     free(params);
     free(grads);
     free(grad_out);
-    return st;
-}
-
-gt_status gt_train_build_optimizer_graph(const gt_config *cfg, const gt_train_layout *layout,
-                                         const gt_model *model, gt_graph *g, gt_error *err)
-{
-    int np = model->n_params;
-    gt_value_id *pv = gt_xcalloc((size_t)np + 1, sizeof *pv);
-    gt_value_id *gv = gt_xcalloc((size_t)np + 1, sizeof *gv);
-    for (int k = 0; k < np; k++) {
-        const gt_param_spec *ps = &model->params[k];
-        gt_expr dims[GT_MAX_DIMS];
-        for (int d = 0; d < ps->ndim; d++)
-            dims[d] = gt_sym_const(g->sym, ps->shape[d]);
-        char name[160];
-        snprintf(name, sizeof name, "%s%s", GT_OPTIM_GRAD_PREFIX, ps->fqn);
-        pv[k] = gt_graph_add_input(g, GT_IN_PARAM, ps->fqn, ps->dtype, ps->ndim, dims);
-        gv[k] = gt_graph_add_input(g, GT_IN_INPUT, name, ps->dtype, ps->ndim, dims);
-    }
-    gt_status st = append_adamw(cfg, layout, g, np, pv, gv, err);
-    free(pv);
-    free(gv);
-    if (st == GT_OK) st = gt_train_parallelize(cfg, layout, g, err);
     return st;
 }
 

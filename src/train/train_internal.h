@@ -194,6 +194,8 @@ typedef struct {
     bool state_loaded;    /* dev, or prog of the whole step: it holds the state (set, or
                            * updated there since) */
     int64_t runs;         /* cuda: execs queued so far */
+    int64_t part_runs[2]; /* cuda: execs of each gt_run_part queued so far */
+    uint8_t *micro_out;   /* per graph output: computed by a run of the micro-batch part */
 } gt_step_graph;
 
 /* cuda: the step whose loss and grad_norm are still on their way back. */
@@ -201,7 +203,8 @@ typedef struct {
     int64_t step; /* 0: none */
     int64_t ticket;
     double lr, t0;
-    int64_t run; /* which exec of the step graph it was (1-based) */
+    int64_t run;        /* which exec of the whole step graph it was (1-based) */
+    double loss_before; /* gradient accumulation: the losses of the micro-batches before the last */
 } gt_pending_step;
 
 typedef struct {
@@ -214,15 +217,14 @@ typedef struct {
      * box[2n + k] say which block of the whole tensor each holds */
     gt_tensor *params, *exp_avg, *exp_avg_sq;
     gt_shard_box *box;
-    gt_tensor *grads;                     /* accumulation only */
+    gt_tensor *grads; /* accumulation only: the running gradient sums (BUFFER grad_accum.<fqn>) */
     gt_tensor tokens, labels, scalars;    /* per-step inputs (tokens, labels: this rank's rows) */
     gt_shard_box batch_box;               /* rows of the global batch this rank holds */
     int64_t global_batch;                 /* sequences the loader reads per micro-step */
     int64_t *window;                      /* loader output [global_batch][seq + 1] */
     int64_t *batch_tokens, *batch_labels; /* multi-rank: the global batch before slicing */
     int64_t accum;                        /* micro-batches per step */
-    gt_step_graph whole;                  /* accum == 1: fwd + bwd + optimizer */
-    gt_step_graph micro, optim;           /* accum > 1 */
+    gt_step_graph whole; /* fwd + bwd + optimizer (with accumulation: + the running sums) */
     gt_adamw_config adamw;
     gt_lr_schedule lr;
     gt_synthetic *synthetic;

@@ -2,8 +2,11 @@
  *
  * One optimizer step runs the whole-step graph once: forward, loss, backward and AdamW, built by
  * the model builder, gt_autodiff and gt_optim_append_adamw. With gradient accumulation (global
- * batch > local batch) the step runs a forward + backward graph once per micro-batch, sums the
- * gradients on the host in micro-batch order, and runs the optimizer graph on their mean.
+ * batch > local batch) the graph's batch is one micro-batch and it also keeps a running sum of
+ * each gradient as state (BUFFER grad_accum.<fqn>, zeroed at the start of each step): the
+ * micro-batches before the last run only its micro-batch part (forward, backward, the sums:
+ * gt_graph_micro_part), the last runs the whole graph, whose optimizer reads the sums. The same
+ * one graph and program serve the eager executor, the compiled CPU step and the GPU.
  *
  * State that persists across steps — parameters, AdamW moments — lives in host tensors owned here;
  * the graph's PARAM_UPDATE / OPT_STATE_UPDATE outputs replace them after each step. With
@@ -99,9 +102,8 @@ static gt_tensor *feed_for(gt_trainer *t, const gt_graph *g, const gt_io *in, gt
             return &t->exp_avg[k];
         if (in->kind == GT_IN_OPT_STATE && gt_train_named(name, GT_OPTIM_EXP_AVG_SQ_PREFIX, fqn))
             return &t->exp_avg_sq[k];
-        if (in->kind == GT_IN_INPUT && gt_train_named(name, GT_OPTIM_GRAD_PREFIX, fqn))
-            return &t->grads[k];
-        if (in->kind == GT_IN_INPUT && gt_train_named(name, GT_OPTIM_GRAD_ACCUM_PREFIX, fqn))
+        if (in->kind == GT_IN_BUFFER && t->grads &&
+            gt_train_named(name, GT_OPTIM_GRAD_ACCUM_PREFIX, fqn))
             return &t->grads[k];
     }
     if (in->kind == GT_IN_INPUT && !strcmp(name, "tokens")) return &t->tokens;
@@ -121,6 +123,14 @@ static gt_status step_graph_bind(gt_trainer *t, gt_step_graph *s, gt_error *err)
     s->outputs = gt_xcalloc((size_t)g->n_outputs, sizeof *s->outputs);
     for (int k = 0; k < g->n_inputs; k++)
         if (!(s->feed[k] = feed_for(t, g, &g->inputs[k], err))) return err->code;
+    uint8_t *part = gt_xcalloc((size_t)g->n_nodes + 1, 1);
+    gt_graph_micro_part(g, part);
+    s->micro_out = gt_xcalloc((size_t)g->n_outputs + 1, 1);
+    for (int k = 0; k < g->n_outputs; k++) {
+        gt_node_id from = g->values[g->outputs[k].value].producer;
+        s->micro_out[k] = from == GT_NONE || part[from];
+    }
+    free(part);
 #ifdef GT_HAVE_CUDA
     if (t->cuda) { /* the GPU runs only planned programs: arenas in device memory */
         /* --comm.nccl_buffers: arenas NCCL can register (every rank's at the same offsets, as
@@ -157,6 +167,7 @@ static void step_graph_free(gt_step_graph *s)
     free(s->feed);
     free(s->inputs);
     free(s->outputs);
+    free(s->micro_out);
     gt_program_free(s->prog);
 #ifdef GT_HAVE_CUDA
     gt_cuda_program_free(s->dev);
@@ -165,8 +176,8 @@ static void step_graph_free(gt_step_graph *s)
     memset(s, 0, sizeof *s);
 }
 
-/* Runs the graph; its outputs stay in s->outputs until the next run. */
-static gt_status step_graph_run(gt_trainer *t, gt_step_graph *s, gt_error *err)
+/* Runs part of the graph eagerly; its outputs stay in s->outputs until the next run. */
+static gt_status step_graph_run(gt_trainer *t, gt_step_graph *s, gt_run_part part, gt_error *err)
 {
     for (int k = 0; k < s->g->n_outputs; k++)
         gt_tensor_free(&s->outputs[k]);
@@ -174,10 +185,32 @@ static gt_status step_graph_run(gt_trainer *t, gt_step_graph *s, gt_error *err)
         s->inputs[k] = *s->feed[k];
         s->inputs[k].owns_data = false;
     }
-    if (s->prog) return gt_program_run(s->prog, s->inputs, s->outputs, err);
-    if (gt_train_dist_multi(&t->dist))
-        return gt_eager_run_comms(s->g, &t->binding, s->inputs, t->dist.dim_comm, s->outputs, err);
-    return gt_eager_run(s->g, &t->binding, s->inputs, s->outputs, err);
+    gt_comm *const *comms = gt_train_dist_multi(&t->dist) ? t->dist.dim_comm : NULL;
+    return gt_eager_run_part(s->g, &t->binding, s->inputs, comms, part, s->outputs, err);
+}
+
+/* Whether output k is computed by a run of `part`. */
+static bool output_in_part(const gt_step_graph *s, int32_t k, gt_run_part part)
+{
+    return part == GT_RUN_ALL || s->micro_out[k];
+}
+
+/* Gradient accumulation, before a step's first micro-batch: the running sums to zero, where the
+ * step reads them (the host tensors until a program holds the state). */
+static gt_status zero_sums(gt_step_graph *s, gt_error *err)
+{
+    for (int32_t k = 0; k < s->g->n_inputs; k++) {
+        if (s->g->inputs[k].kind != GT_IN_BUFFER) continue;
+        if (!s->state_loaded || (!s->prog && !s->dev)) {
+            memset(s->feed[k]->data, 0, gt_tensor_nbytes(s->feed[k]));
+            continue;
+        }
+#ifdef GT_HAVE_CUDA
+        if (s->dev) GT_TRY(gt_cuda_program_zero_input(s->dev, k, err));
+#endif
+        if (s->prog) GT_TRY(gt_program_zero_input(s->prog, k, err));
+    }
+    return GT_OK;
 }
 
 /* Loss and grad norm of output k of g, when it is one of them: the double they go to. */
@@ -196,8 +229,8 @@ static double *step_result_slot(const gt_graph *g, int32_t k, double *loss, doub
  * arenas (carry: nothing when adamw ran in place) until gt_trainer_state_to_host reads it back.
  * Copying all of it in and out every step (gt_program_run: memmove, and page faults on fresh
  * output tensors) made a debugmodel step ~10 % slower (288.9 against 261.6 ms, no remat). */
-static gt_status step_graph_exec_cpu(gt_trainer *t, gt_step_graph *s, double *loss,
-                                     double *grad_norm, gt_error *err)
+static gt_status step_graph_exec_cpu(gt_trainer *t, gt_step_graph *s, gt_run_part part,
+                                     double *loss, double *grad_norm, gt_error *err)
 {
     const gt_graph *g = s->g;
     for (int k = 0; k < g->n_inputs; k++)
@@ -205,8 +238,9 @@ static gt_status step_graph_exec_cpu(gt_trainer *t, gt_step_graph *s, double *lo
             GT_TRY(gt_program_set_input(s->prog, k, s->feed[k], err));
     s->state_loaded = true;
     t->host_stale = true;
-    GT_TRY(gt_program_exec(s->prog, err));
+    GT_TRY(gt_program_exec_part(s->prog, part, err));
     for (int k = 0; k < g->n_outputs; k++) {
+        if (!output_in_part(s, k, part)) continue;
         int32_t in = gt_program_state_input(g, k);
         if (in >= 0) GT_TRY(gt_program_carry(s->prog, k, in, err));
         double *dst = step_result_slot(g, k, loss, grad_norm);
@@ -223,9 +257,11 @@ static gt_status step_graph_exec_cpu(gt_trainer *t, gt_step_graph *s, double *lo
  * a resume has loaded it), then only the INPUT kind (tokens, labels, optim.scalars) is staged
  * into its planned buffer; the updated state stays on the device (carry: nothing when adamw ran
  * in place); loss and grad_norm are fetched into pinned memory under *ticket. After step 1 is
- * queued (it filled the backend's caches) the program is captured when compile.cudagraphs. */
-static gt_status step_graph_queue_cuda(gt_trainer *t, gt_step_graph *s, int64_t *ticket,
-                                       gt_error *err)
+ * queued (it filled the backend's caches) the program is captured when compile.cudagraphs. With
+ * gradient accumulation this queues one micro-batch's run of `part`; each part is captured after
+ * its own first run. */
+static gt_status step_graph_queue_cuda(gt_trainer *t, gt_step_graph *s, gt_run_part part,
+                                       int64_t *ticket, gt_error *err)
 {
     const gt_graph *g = s->g;
     for (int k = 0; k < g->n_inputs; k++) {
@@ -234,27 +270,29 @@ static gt_status step_graph_queue_cuda(gt_trainer *t, gt_step_graph *s, int64_t 
         else if (!s->state_loaded)
             GT_TRY(gt_cuda_program_set_input(s->dev, k, s->feed[k], err));
     }
-    bool first = !s->state_loaded;
     s->state_loaded = true;
     t->host_stale = true;
-    /* --metrics.comm_report times the second run (the first warms up), so the capture waits for
-     * it: captured replays record no timing events */
+    /* --metrics.comm_report times the second run of the whole graph (the first warms up), so its
+     * capture waits for it: captured replays record no timing events */
     bool report = t->cfg->metrics.comm_report && gt_train_dist_multi(&t->dist);
     s->runs++;
-    GT_TRY(gt_cuda_program_set_comm_timing(s->dev, report && s->runs == 2, err));
-    GT_TRY(gt_cuda_program_exec(s->dev, err));
-    bool capture_now = report ? s->runs == 2 : first;
+    int64_t n = ++s->part_runs[part];
+    GT_TRY(gt_cuda_program_set_comm_timing(s->dev, report && part == GT_RUN_ALL && n == 2, err));
+    GT_TRY(gt_cuda_program_exec_part(s->dev, part, err));
+    bool capture_now = report && part == GT_RUN_ALL ? n == 2 : n == 1;
     if (capture_now && t->cfg->compile.cudagraphs) {
         gt_error cerr = {0};
-        if (gt_cuda_program_capture(s->dev, &cerr) != GT_OK)
-            gt_log(GT_LOG_WARN, "compile.cudagraphs: %s; running the kernels one by one", cerr.msg);
+        const char *what = part == GT_RUN_ALL ? "the step" : "the micro-batch part";
+        if (gt_cuda_program_capture_part(s->dev, part, &cerr) != GT_OK)
+            gt_log(GT_LOG_WARN, "compile.cudagraphs: %s: %s; running the kernels one by one", what,
+                   cerr.msg);
         else
-            gt_log(GT_LOG_INFO,
-                   "compile.cudagraphs: the step is one CUDA graph after %lld warm-up run(s)",
-                   (long long)s->runs);
+            gt_log(GT_LOG_INFO, "compile.cudagraphs: %s is one CUDA graph after %lld warm-up run(s)",
+                   what, (long long)n);
     }
     for (int k = 0; k < g->n_outputs; k++) {
         const gt_io *o = &g->outputs[k];
+        if (!output_in_part(s, k, part)) continue;
         int32_t in = gt_program_state_input(g, k);
         if (in >= 0) GT_TRY(gt_cuda_program_carry(s->dev, k, in, err));
         if (o->kind == GT_OUT_LOSS ||
@@ -292,7 +330,9 @@ gt_status gt_trainer_state_to_host(gt_trainer *t, bool params_only, gt_error *er
     gt_step_graph *s = &t->whole;
     for (int k = 0; s->g && k < s->g->n_inputs; k++) {
         gt_input_kind kind = s->g->inputs[k].kind;
-        if (kind == GT_IN_INPUT || (params_only && kind == GT_IN_OPT_STATE)) continue;
+        /* BUFFER: gradient accumulation's running sums, zeroed each step (not saved) */
+        if (kind == GT_IN_INPUT || kind == GT_IN_BUFFER || (params_only && kind == GT_IN_OPT_STATE))
+            continue;
 #ifdef GT_HAVE_CUDA
         if (s->dev) GT_TRY(gt_cuda_program_read_input(s->dev, k, s->feed[k], err));
 #endif
@@ -302,8 +342,8 @@ gt_status gt_trainer_state_to_host(gt_trainer *t, bool params_only, gt_error *er
     return GT_OK;
 }
 
-/* Moves the outputs that carry state (updated params, moments) into place; returns loss and
- * grad norm when the graph has them. */
+/* Moves the outputs that carry state (updated params, moments, gradient sums) into place; returns
+ * loss and grad norm when the run computed them. */
 static gt_status step_graph_collect(gt_trainer *t, gt_step_graph *s, double *loss,
                                     double *grad_norm, gt_error *err)
 {
@@ -312,6 +352,7 @@ static gt_status step_graph_collect(gt_trainer *t, gt_step_graph *s, double *los
         const gt_io *o = &g->outputs[k];
         const char *name = gt_graph_str(g, o->fqn);
         gt_tensor *dst = NULL;
+        if (!s->outputs[k].data) continue; /* not computed by this run's part */
         if (o->kind == GT_OUT_LOSS) {
             *loss = gt_tensor_get_f32(&s->outputs[k], 0);
             continue;
@@ -323,7 +364,9 @@ static gt_status step_graph_collect(gt_trainer *t, gt_step_graph *s, double *los
         for (int p = 0; p < t->n_params && !dst; p++) {
             const char *fqn = t->model.params[p].fqn;
             if (o->kind == GT_OUT_PARAM_UPDATE && !strcmp(name, fqn)) dst = &t->params[p];
-            if (o->kind == GT_OUT_GRAD && t->grads && !strcmp(name, fqn)) dst = &t->grads[p];
+            if (o->kind == GT_OUT_BUFFER_UPDATE && t->grads &&
+                gt_train_named(name, GT_OPTIM_GRAD_ACCUM_PREFIX, fqn))
+                dst = &t->grads[p];
             if (o->kind == GT_OUT_OPT_STATE_UPDATE &&
                 gt_train_named(name, GT_OPTIM_EXP_AVG_PREFIX, fqn))
                 dst = &t->exp_avg[p];
@@ -391,38 +434,27 @@ static gt_status step_graph_artifact(gt_trainer *t, gt_graph **g, const char *na
 
 static gt_status build_graphs(gt_trainer *t, gt_error *err)
 {
-    if (t->accum == 1) {
-        t->whole.g = gt_graph_new();
-        if (t->cfg->compile.precompile_artifact_dir[0])
-            GT_TRY(step_graph_artifact(t, &t->whole.g, "step.graph", 1, err));
-        else
-            GT_TRY(gt_train_build_graph_layout(t->cfg, &t->dist.layout, t->whole.g, &t->model, 1,
-                                               err));
-        t->n_params = t->model.n_params;
-        return gt_graph_count_flops(t->whole.g, &t->binding, &t->flops, err);
-    }
-    /* micro-batch graph (fwd + bwd + running gradient sum) and the optimizer graph, whose PARAM
-     * inputs are the params and whose INPUT "grad.<fqn>" are the summed gradients */
-    t->micro.g = gt_graph_new();
+    /* with accumulation the graph also keeps the running gradient sums (its micro-batch part
+     * runs once per micro-batch, the optimizer once per step) */
+    t->whole.g = gt_graph_new();
     if (t->cfg->compile.precompile_artifact_dir[0])
-        GT_TRY(step_graph_artifact(t, &t->micro.g, "micro_step.graph", t->accum, err));
+        GT_TRY(step_graph_artifact(t, &t->whole.g, t->accum > 1 ? "micro_step.graph" : "step.graph",
+                                   t->accum, err));
     else
-        GT_TRY(gt_train_build_graph_layout(t->cfg, &t->dist.layout, t->micro.g, &t->model, t->accum,
-                                           err));
+        GT_TRY(gt_train_build_graph_layout(t->cfg, &t->dist.layout, t->whole.g, &t->model,
+                                           t->accum, err));
     t->n_params = t->model.n_params;
-    t->optim.g = gt_graph_new();
-    GT_TRY(gt_train_build_optimizer_graph(t->cfg, &t->dist.layout, &t->model, t->optim.g, err));
-
-    gt_flops fm, fo;
-    GT_TRY(gt_graph_count_flops(t->micro.g, &t->binding, &fm, err));
-    GT_TRY(gt_graph_count_flops(t->optim.g, &t->binding, &fo, err));
+    GT_TRY(gt_graph_count_flops(t->whole.g, &t->binding, &t->flops, err));
+    if (t->accum == 1) return GT_OK;
+    /* the step's FLOPs: every forward and backward accum times, the optimizer once */
     double m = (double)t->accum;
-    t->flops.matmul = fm.matmul * m + fo.matmul;
-    t->flops.attention = fm.attention * m + fo.attention;
-    t->flops.other = fm.other * m + fo.other;
-    t->flops.total = fm.total * m + fo.total;
+    t->flops.matmul *= m;
+    t->flops.attention *= m;
+    double opt = t->flops.by_phase[GT_PHASE_OPTIMIZER];
+    t->flops.other = (t->flops.other - opt) * m + opt;
     for (int p = 0; p < 3; p++)
-        t->flops.by_phase[p] = fm.by_phase[p] * m + fo.by_phase[p];
+        if (p != GT_PHASE_OPTIMIZER) t->flops.by_phase[p] *= m;
+    t->flops.total = t->flops.matmul + t->flops.attention + t->flops.other;
     return GT_OK;
 }
 
@@ -500,38 +532,55 @@ static gt_status next_batch(gt_trainer *t, gt_error *err)
 
 /* ---------------------------------------------------------------- one step */
 
-/* Runs step `step`; on the GPU only queues it (*ticket >= 0: its results come later). */
-static gt_status train_step(gt_trainer *t, int64_t step, double *loss, double *grad_norm,
-                            double *lr, int64_t *ticket, gt_error *err)
+/* One micro-batch's run of `part` on whichever executor holds the step; on the GPU only queued
+ * (*ticket: its results come later). */
+static gt_status run_part(gt_trainer *t, gt_run_part part, double *loss, double *grad_norm,
+                          int64_t *ticket, gt_error *err)
+{
+    gt_step_graph *s = &t->whole;
+#ifdef GT_HAVE_CUDA
+    if (s->dev) return step_graph_queue_cuda(t, s, part, ticket, err);
+#endif
+    if (s->prog) return step_graph_exec_cpu(t, s, part, loss, grad_norm, err);
+    GT_TRY(step_graph_run(t, s, part, err));
+    return step_graph_collect(t, s, loss, grad_norm, err);
+}
+
+static gt_status report_pending(gt_trainer *t, gt_train_result *res, gt_error *err);
+
+/* Runs step `step`; on the GPU only queues it (*ticket >= 0: the results of its last run come
+ * later; *loss holds the micro-batches' before it). With gradient accumulation the running sums
+ * start at zero and the micro-batches add their (loss-scaled) gradients in order: all but the
+ * last run the micro-batch part, the last the whole graph, whose optimizer reads the sums. The
+ * step's loss is the sum of the micro-batches' (each divided by their number in the graph). On
+ * the GPU the step before is reported once this one's first run is queued: the program holds the
+ * results of two runs, so the second run would take its place. */
+static gt_status train_step(gt_trainer *t, gt_train_result *res, int64_t step, double *loss,
+                            double *grad_norm, double *lr, int64_t *ticket, gt_error *err)
 {
     *ticket = -1;
     *lr = gt_lr_at(&t->lr, step);
     gt_optim_scalars(&t->adamw, step, *lr, (float *)t->scalars.data);
-    if (t->accum == 1) {
-        GT_TRY(next_batch(t, err));
-#ifdef GT_HAVE_CUDA
-        if (t->whole.dev) return step_graph_queue_cuda(t, &t->whole, ticket, err);
-#endif
-        if (t->whole.prog) return step_graph_exec_cpu(t, &t->whole, loss, grad_norm, err);
-        GT_TRY(step_graph_run(t, &t->whole, err));
-        return step_graph_collect(t, &t->whole, loss, grad_norm, err);
-    }
-    /* accumulation: the micro-batch graph adds its (loss-scaled) gradients to the running
-     * sums in t->grads, in micro-batch order; the optimizer graph then reads the sums */
+    if (t->accum > 1) GT_TRY(zero_sums(&t->whole, err));
     double loss_sum = 0;
-    for (int k = 0; k < t->n_params; k++)
-        memset(t->grads[k].data, 0, gt_tensor_nbytes(&t->grads[k]));
+    int64_t before = -1; /* GPU: the previous micro-batch's run, read once the next is queued */
     for (int64_t m = 0; m < t->accum; m++) {
         GT_TRY(next_batch(t, err));
-        GT_TRY(step_graph_run(t, &t->micro, err));
-        double l = 0, unused = 0;
-        GT_TRY(step_graph_collect(t, &t->micro, &l, &unused, err));
+        gt_run_part part = m + 1 < t->accum ? GT_RUN_MICRO : GT_RUN_ALL;
+        double l = 0;
+        GT_TRY(run_part(t, part, &l, grad_norm, ticket, err));
+        if (m == 0 && t->accum > 1) GT_TRY(report_pending(t, res, err));
+#ifdef GT_HAVE_CUDA
+        if (before >= 0) {
+            double unused = 0;
+            GT_TRY(step_graph_results_cuda(&t->whole, before, &l, &unused, err));
+        }
+#endif
         loss_sum += l;
+        before = part == GT_RUN_MICRO ? *ticket : -1;
     }
     *loss = loss_sum;
-    GT_TRY(step_graph_run(t, &t->optim, err));
-    double unused = 0;
-    return step_graph_collect(t, &t->optim, &unused, grad_norm, err);
+    return GT_OK;
 }
 
 /* ---------------------------------------------------------------- setup and loop */
@@ -599,11 +648,6 @@ static gt_status setup(gt_trainer *t, gt_error *err)
                             "local_batch_size × data-parallel degree = %lld",
                             (long long)global, (long long)(local * dp));
     t->accum = global / (local * dp);
-    if (t->cuda && t->accum > 1)
-        return gt_error_set(err, GT_ERR_UNSUPPORTED,
-                            "training.device = cuda: gradient accumulation (global_batch_size "
-                            "%lld > local_batch_size %lld) is not built for the GPU yet",
-                            (long long)global, (long long)local);
     /* the graph's batch is one micro-step of every data-parallel rank: the global batch */
     t->global_batch = gt_train_global_batch(cfg, &t->dist.layout);
     gt_train_binding(cfg, &t->dist.layout, t->bind_entries, &t->binding);
@@ -634,13 +678,8 @@ static gt_status setup_state(gt_trainer *t, gt_error *err)
     double t1 = gt_now_seconds();
     GT_TRY(gt_trainer_alloc_state(t, err));
     double t2 = gt_now_seconds();
-    /* graphs read the state allocated above */
-    if (t->accum == 1) {
-        GT_TRY(step_graph_bind(t, &t->whole, err));
-    } else {
-        GT_TRY(step_graph_bind(t, &t->micro, err));
-        GT_TRY(step_graph_bind(t, &t->optim, err));
-    }
+    /* the graph reads the state allocated above */
+    GT_TRY(step_graph_bind(t, &t->whole, err));
     double t3 = gt_now_seconds();
     t->setup_s[1] = t2 - t1, t->setup_s[2] = t3 - t2;
     GT_TRY(open_data(t, err));
@@ -673,8 +712,6 @@ static void teardown(gt_trainer *t)
 {
     gt_checkpoint_prune_wait();
     step_graph_free(&t->whole);
-    step_graph_free(&t->micro);
-    step_graph_free(&t->optim);
     for (int k = 0; k < t->n_params; k++) {
         if (t->params) gt_tensor_free(&t->params[k]);
         if (t->exp_avg) gt_tensor_free(&t->exp_avg[k]);
@@ -782,6 +819,7 @@ static gt_status report_pending(gt_trainer *t, gt_train_result *res, gt_error *e
 #ifdef GT_HAVE_CUDA
     GT_TRY(step_graph_results_cuda(&t->whole, p.ticket, &loss, &grad_norm, err));
 #endif
+    loss += p.loss_before;
     double done = gt_now_seconds();
     double dt = done - (t->last_done > p.t0 ? t->last_done : p.t0);
     t->last_done = done;
@@ -806,7 +844,7 @@ static gt_status report_pending(gt_trainer *t, gt_train_result *res, gt_error *e
 /* Before step 1 of a multi-rank run: the memory figures of every rank and the schedule check. */
 static gt_status check_ranks(gt_trainer *t, gt_error *err)
 {
-    gt_step_graph *s = t->accum == 1 ? &t->whole : &t->micro;
+    gt_step_graph *s = &t->whole;
     const gt_program *lowered = s->prog;
     int64_t bytes[4] = {0};
 #ifdef GT_HAVE_CUDA
@@ -888,7 +926,7 @@ static void log_start(gt_trainer *t, gt_train_result *res, double setup_s)
 {
     const gt_config *cfg = t->cfg;
     int64_t n_params = model_param_count(t);
-    const gt_graph *shown = t->whole.g ? t->whole.g : t->micro.g;
+    const gt_graph *shown = t->whole.g;
     if (t->synthetic) res->entropy_rate = gt_synthetic_entropy_rate(t->synthetic);
     if (t->dist.rank != 0) return;
     char mesh[160] = "";
@@ -956,7 +994,7 @@ static gt_status run(gt_trainer *t, gt_train_result *res, gt_error *err)
         }
         double t0 = gt_now_seconds(), loss = NAN, grad_norm = NAN, lr = 0;
         int64_t ticket = -1;
-        GT_TRY(train_step(t, step, &loss, &grad_norm, &lr, &ticket, err));
+        GT_TRY(train_step(t, res, step, &loss, &grad_norm, &lr, &ticket, err));
         if (ticket < 0) {
             double step_s = gt_now_seconds() - t0;
             GT_TRY(report_step(t, res, step, loss, grad_norm, lr, step_s, err));
@@ -967,8 +1005,12 @@ static gt_status run(gt_trainer *t, gt_train_result *res, gt_error *err)
             /* the GPU: step is queued; report the one before it, then this one when it must be
              * complete (a checkpoint, the last step) */
             GT_TRY(report_pending(t, res, err));
-            t->pending = (gt_pending_step){
-                .step = step, .ticket = ticket, .lr = lr, .t0 = t0, .run = t->whole.runs};
+            t->pending = (gt_pending_step){.step = step,
+                                           .ticket = ticket,
+                                           .lr = lr,
+                                           .t0 = t0,
+                                           .run = t->whole.part_runs[GT_RUN_ALL],
+                                           .loss_before = loss};
         }
         bool ckpt = cfg->checkpoint.enable &&
                     (step % cfg->checkpoint.interval == 0 || step == cfg->training.steps);

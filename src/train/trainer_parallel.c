@@ -523,11 +523,9 @@ static gt_status state_boxes(gt_trainer *t, gt_error *err)
     int64_t bs[2] = {t->global_batch, t->cfg->training.seq_len};
     gt_shard_box_whole(&t->batch_box, 2, bs);
     if (gt_mesh_world_size(&t->dist.layout.mesh) == 1) return GT_OK;
-    /* the whole step's inputs, or with accumulation the micro-batch graph's (params, tokens,
-     * labels) and the optimizer graph's (params, moments): a parameter sits alike in both */
+    /* the step's inputs: params, moments, (accumulation) gradient sums, tokens, labels */
     gt_shard_box labels_box = t->batch_box;
-    GT_TRY(input_boxes(t, t->whole.g ? t->whole.g : t->micro.g, &labels_box, err));
-    if (t->optim.g) GT_TRY(input_boxes(t, t->optim.g, &labels_box, err));
+    GT_TRY(input_boxes(t, t->whole.g, &labels_box, err));
     if (memcmp(&labels_box, &t->batch_box, sizeof labels_box) != 0)
         return gt_error_set(err, GT_ERR_INTERNAL,
                             "trainer: graph inputs tokens and labels are placed differently");

@@ -20,7 +20,9 @@
  *     FSDP2: the same bits as the bucketed gathers;
  *   - --compile.precompile_artifact_dir, FSDP2: the run that compiles on rank 0 and saves the
  *     step, and the run that loads it, give the bits of the compiled run;
- *   - bf16 mixed precision (the default): FSDP2's loss curve within 1 % of the one-GPU bf16 run.
+ *   - bf16 mixed precision (the default): FSDP2's loss curve within 1 % of the one-GPU bf16 run;
+ *   - gradient accumulation (fp32, global batch 8): 2 micro-batches on one GPU and over FSDP2
+ *     within 1e-5 relative of one batch of 8; CUDA graphs on vs off bitwise.
  * Every rank's program allocates what it planned (the memory lines of the log). */
 #include "distributed/launch.h" /* first: train_child.h defines _GNU_SOURCE */
 #include "graphtrain/gt_comm.h"
@@ -76,7 +78,12 @@ static void run_in_dump(const char *name, const launch_layout *l, bool fp32, con
         launch_add(&c, "--parallelism.data_parallel_shard_degree=%d", l->shard);
         launch_add(&c, "--parallelism.tensor_parallel_degree=%d", l->tp);
     }
-    if (extra) launch_add(&c, "%s", extra);
+    /* extra: options separated by spaces */
+    for (const char *e = extra; e && *e;) {
+        size_t n = strcspn(e, " ");
+        if (n) launch_add(&c, "%.*s", (int)n, e);
+        e += n + (e[n] == ' ');
+    }
     double dt = 0;
     int rc = launch_run(&c, out_path, RUN_SECONDS, &dt);
     r->ok = rc == 0 && records_from(r->dump, first, r);
@@ -267,6 +274,19 @@ int main(void)
             }
         }
     }
+    /* gradient accumulation: 2 micro-batches of the global batch of 8 on one GPU and over FSDP2
+     * against one batch of 8 (the same steps up to summation order), and CUDA graphs (one per
+     * part: the micro-batch part, the whole step) on vs off bitwise */
+    static launch_result big, accum, accum_nograph, accum_fsdp2;
+    run(base, "1gpu_fp32_batch8", NULL, true, "--training.local_batch_size=8", &big);
+    run(base, "1gpu_fp32_accum", NULL, true, "--training.global_batch_size=8", &accum);
+    compare_losses(&big, &accum, 1e-5, "1 GPU accumulation 2 x 4 vs 8");
+    run(base, "1gpu_fp32_accum_nograph", NULL, true,
+        "--training.global_batch_size=8 --compile.cudagraphs=false", &accum_nograph);
+    compare_bitwise(&accum, &accum_nograph, "accumulation CUDA graphs on vs off");
+    run(base, "FSDP2_fp32_accum", &layouts[0], true, "--training.global_batch_size=8",
+        &accum_fsdp2);
+    compare_losses(&big, &accum_fsdp2, 1e-5, "FSDP2 accumulation 2 x (2 x 2) vs 8");
     run(base, "1gpu_bf16", NULL, false, NULL, &ref_bf16);
     run(base, "FSDP2_bf16", &layouts[0], false, NULL, &bf16);
     compare_losses(&ref_bf16, &bf16, 1e-2, "FSDP2 bf16 vs 1 GPU bf16");

@@ -210,26 +210,29 @@ static void check_f32_graph(const gt_graph *g)
            n_casts, n_other);
 }
 
-/* Micro-batch graph (accumulation): GRAD outputs and grad_accum inputs are f32. */
+/* Step graph with accumulation: the running sums (BUFFER grad_accum inputs and their
+ * BUFFER_UPDATE outputs) are f32, and the optimizer has consumed the GRAD outputs. */
 static void check_micro_graph(const gt_graph *g)
 {
-    int n_accum = 0, n_grad = 0;
+    int n_accum = 0, n_update = 0, n_grad = 0;
     for (int k = 0; k < g->n_inputs; k++) {
         const gt_io *in = &g->inputs[k];
-        if (in->kind != GT_IN_INPUT || strncmp(gt_graph_str(g, in->fqn), "grad_accum.", 11))
+        if (in->kind != GT_IN_BUFFER || strncmp(gt_graph_str(g, in->fqn), "grad_accum.", 11))
             continue;
         n_accum++;
         EXPECT(gt_value_type(g, in->value)->dtype == GT_F32, "input %s is not f32",
                gt_graph_str(g, in->fqn));
     }
     for (int k = 0; k < g->n_outputs; k++) {
-        if (g->outputs[k].kind != GT_OUT_GRAD) continue;
-        n_grad++;
+        n_grad += g->outputs[k].kind == GT_OUT_GRAD;
+        if (g->outputs[k].kind != GT_OUT_BUFFER_UPDATE) continue;
+        n_update++;
         EXPECT(gt_value_type(g, g->outputs[k].value)->dtype == GT_F32,
-               "micro-batch GRAD %s is not f32", gt_graph_str(g, g->outputs[k].fqn));
+               "running sum %s is not f32", gt_graph_str(g, g->outputs[k].fqn));
     }
-    EXPECT(n_accum == 21 && n_grad == 21, "%d grad_accum inputs, %d GRAD outputs (21 params)",
-           n_accum, n_grad);
+    EXPECT(n_accum == 21 && n_update == 21 && n_grad == 0,
+           "%d grad_accum inputs, %d updates, %d GRAD outputs (21 params)", n_accum, n_update,
+           n_grad);
 }
 
 static void test_structure(void)

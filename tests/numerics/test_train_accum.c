@@ -10,6 +10,14 @@
  * relative to max |a|), agree within 1e-5. The learning rate is a function of the step alone:
  * equal bit for bit.
  *
+ * The accumulation run again with compile.enable = false (the eager executor, running the graph's
+ * micro-batch part and then the whole graph node by node) gives the compiled run's bits: every
+ * loss and grad_norm and the final parameters' hash.
+ *
+ * The compiled step's plan: each running sum (BUFFER_UPDATE grad_accum.<fqn>) is updated in place
+ * over its input, so the persistent arena holds one copy of the sums; the micro-batch part has
+ * every gradient's sum and no adamw.
+ *
  * Also: a global batch that is not a multiple of the local batch (6 vs 4) is refused with a message
  * naming training.global_batch_size. */
 #ifndef _GNU_SOURCE
@@ -24,6 +32,8 @@
 #include "graphtrain/gt_checkpoint.h"
 #include "graphtrain/gt_config.h"
 #include "graphtrain/gt_metrics.h"
+#include "graphtrain/gt_model.h"
+#include "graphtrain/gt_program.h"
 #include "graphtrain/gt_safetensors.h"
 #include "graphtrain/gt_train.h"
 #include "gt_test.h"
@@ -117,6 +127,51 @@ static double compare_params(const char *dump_a, const char *dump_b, int *n_comp
     return worst;
 }
 
+/* The plan of the compiled step with 2 micro-batches (test_tiny, batch 4 x 32). */
+static void check_plan(void)
+{
+    gt_config cfg;
+    gt_error err = {0};
+    EXPECT_OK(make_config(&cfg, "/tmp/unused", "4", "8", &err), &err);
+    gt_graph *g = gt_graph_new();
+    gt_model model = {0};
+    EXPECT_OK(gt_train_build_graph(&cfg, g, &model, 2, &err), &err);
+    gt_sym_binding_entry e[] = {{"batch", 4}, {"seq", 32}};
+    gt_sym_binding b = {e, 2};
+    gt_program *p = NULL;
+    EXPECT_OK(gt_program_build(g, &b, &p, &err), &err);
+    int n_sums = 0, in_place = 0, micro_adamw = 0, adamw = 0, micro_sums = 0;
+    for (int32_t k = 0; p && k < g->n_outputs; k++) {
+        if (g->outputs[k].kind != GT_OUT_BUFFER_UPDATE) continue;
+        n_sums++;
+        int32_t in = gt_program_state_input(g, k);
+        in_place += in >= 0 && p->outputs[k].offset == p->inputs[in].offset &&
+                    p->outputs[k].arena == GT_ARENA_PERSISTENT;
+    }
+    uint8_t *part = gt_xcalloc((size_t)g->n_nodes + 1, 1);
+    gt_graph_micro_part(g, part);
+    for (gt_node_id n = 0; n < g->n_nodes; n++) {
+        adamw += g->nodes[n].op == GT_OP_ADAMW;
+        micro_adamw += part[n] && g->nodes[n].op == GT_OP_ADAMW;
+    }
+    for (int32_t k = 0; k < g->n_outputs; k++) {
+        gt_node_id from = g->values[g->outputs[k].value].producer;
+        micro_sums += g->outputs[k].kind == GT_OUT_BUFFER_UPDATE && from >= 0 && part[from];
+    }
+    printf("plan: %d running sums, %d in place; micro-batch part: %d sums, %d of %d adamw\n",
+           n_sums, in_place, micro_sums, micro_adamw, adamw);
+    EXPECT(n_sums == model.n_params && in_place == n_sums,
+           "%d of %d running sums updated in place (%d params)", in_place, n_sums, model.n_params);
+    EXPECT(micro_sums == n_sums && adamw == model.n_params && micro_adamw == 0,
+           "micro-batch part: %d of %d sums, %d of %d adamw", micro_sums, n_sums, micro_adamw,
+           adamw);
+    free(part);
+    gt_program_free(p);
+    gt_graph_free(g);
+    gt_model_free(&model);
+    gt_config_free(&cfg);
+}
+
 int main(void)
 {
     gt_cpu_set_threads(1);
@@ -125,8 +180,10 @@ int main(void)
         perror("mkdtemp");
         return 1;
     }
-    char dir_accum[128], dir_big[128], dir_bad[128];
+    check_plan();
+    char dir_accum[128], dir_big[128], dir_bad[128], dir_eager[128];
     snprintf(dir_accum, sizeof dir_accum, "%s/accum", root);
+    snprintf(dir_eager, sizeof dir_eager, "%s/eager", root);
     snprintf(dir_big, sizeof dir_big, "%s/big", root);
     snprintf(dir_bad, sizeof dir_bad, "%s/bad", root);
 
@@ -165,6 +222,25 @@ int main(void)
            "%.3g (%d tensors); final loss %.6f vs %.6f\n",
            STEPS, worst_loss, worst_norm, worst_param, n_params, r_accum.final_loss,
            r_big.final_loss);
+
+    /* the eager executor: the compiled run's bits */
+    gt_train_result r_eager = {0};
+    EXPECT_OK(make_config(&cfg, dir_eager, "4", "8", &err), &err);
+    EXPECT_OK(gt_config_set(&cfg, "compile.enable", "false", &err), &err);
+    EXPECT_OK(gt_train(&cfg, &r_eager, &err), &err);
+    gt_config_free(&cfg);
+    gt_metrics_step me[STEPS + 1];
+    int differ = 0;
+    bool have_e = read_steps(dir_eager, me);
+    EXPECT(have_e, "eager accumulation: metrics of steps 1..%d missing", STEPS);
+    for (int s = 1; have_a && have_e && s <= STEPS; s++)
+        differ += me[s].loss != ma[s].loss || me[s].grad_norm != ma[s].grad_norm;
+    EXPECT(differ == 0 && r_eager.params_hash == r_accum.params_hash,
+           "eager vs compiled accumulation: %d steps differ, params %016llx vs %016llx", differ,
+           (unsigned long long)r_eager.params_hash, (unsigned long long)r_accum.params_hash);
+    printf("eager vs compiled accumulation: %d steps differ, params xxh64 %016llx / %016llx\n",
+           differ, (unsigned long long)r_eager.params_hash,
+           (unsigned long long)r_accum.params_hash);
 
     /* 6 is not a multiple of 4: refused, naming the option */
     gt_status st = make_config(&cfg, dir_bad, "4", "6", &err);
