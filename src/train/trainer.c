@@ -540,6 +540,8 @@ static gt_status run_part(gt_trainer *t, gt_run_part part, double *loss, double 
     gt_step_graph *s = &t->whole;
 #ifdef GT_HAVE_CUDA
     if (s->dev) return step_graph_queue_cuda(t, s, part, ticket, err);
+#else
+    (void)ticket;
 #endif
     if (s->prog) return step_graph_exec_cpu(t, s, part, loss, grad_norm, err);
     GT_TRY(step_graph_run(t, s, part, err));
@@ -563,7 +565,9 @@ static gt_status train_step(gt_trainer *t, gt_train_result *res, int64_t step, d
     gt_optim_scalars(&t->adamw, step, *lr, (float *)t->scalars.data);
     if (t->accum > 1) GT_TRY(zero_sums(&t->whole, err));
     double loss_sum = 0;
+#ifdef GT_HAVE_CUDA
     int64_t before = -1; /* GPU: the previous micro-batch's run, read once the next is queued */
+#endif
     for (int64_t m = 0; m < t->accum; m++) {
         GT_TRY(next_batch(t, err));
         gt_run_part part = m + 1 < t->accum ? GT_RUN_MICRO : GT_RUN_ALL;
@@ -575,9 +579,9 @@ static gt_status train_step(gt_trainer *t, gt_train_result *res, int64_t step, d
             double unused = 0;
             GT_TRY(step_graph_results_cuda(&t->whole, before, &l, &unused, err));
         }
+        before = part == GT_RUN_MICRO ? *ticket : -1;
 #endif
         loss_sum += l;
-        before = part == GT_RUN_MICRO ? *ticket : -1;
     }
     *loss = loss_sum;
     return GT_OK;
