@@ -509,10 +509,10 @@ static gt_status run_group(gt_cuda_program *p, const adamw_group *grp, gt_error 
 }
 
 /* The NCCL communicator of instruction k when it is an all-gather start over more than one rank
- * (k past the end, or anything else: NULL). */
-static gt_comm *gather_comm(const gt_cuda_program *p, int32_t k)
+ * that a run of `part` runs (k past the end, skipped, or anything else: NULL). */
+static gt_comm *gather_comm(const gt_cuda_program *p, int32_t k, gt_run_part part)
 {
-    if (k >= p->prog->n_instrs) return NULL;
+    if (k >= p->prog->n_instrs || (part == GT_RUN_MICRO && !p->prog->micro[k])) return NULL;
     const gt_instr *ins = &p->prog->instrs[k];
     gt_comm *c = NULL;
     gt_error ignored = {0};
@@ -536,7 +536,7 @@ static gt_status run_instrs(gt_cuda_program *p, gt_run_part part, gt_error *err)
             continue;
         }
         gt_status st = GT_OK;
-        gt_comm *c = gather_comm(p, k), *after = c ? gather_comm(p, k + 1) : NULL;
+        gt_comm *c = gather_comm(p, k, part), *after = c ? gather_comm(p, k + 1, part) : NULL;
         if (c && !open && after == c) {
             st = gt_comm_nccl_group_begin(c, err);
             if (st == GT_OK) open = c;
