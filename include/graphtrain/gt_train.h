@@ -56,6 +56,10 @@ gt_status gt_train_layout_init(const gt_config *cfg, int world_size, int rank, g
 /* Sequences of one (micro-)step over all ranks: local_batch_size x data-parallel degree
  * (dp_replicate x dp_shard); the value of the graph's "batch" symbol. */
 int64_t gt_train_global_batch(const gt_config *cfg, const gt_train_layout *layout);
+/* Micro-batches per optimizer step: training.global_batch_size over gt_train_global_batch (1 when
+ * global_batch_size is -1); GT_ERR_INVALID naming the option when it is not a multiple. */
+gt_status gt_train_micro_batches(const gt_config *cfg, const gt_train_layout *layout,
+                                 int64_t *micro, gt_error *err);
 
 /* The symbol binding the step graph a rank runs is planned and run under (gt_parallel.h: in the
  * SPMD graph `batch` is the per-rank batch): "batch" = local_batch_size, "seq" = seq_len, with

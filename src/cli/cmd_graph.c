@@ -213,7 +213,11 @@ int gt_cli_graph(const command_spec *cmd, split_args *sa)
         goto done;
     }
     bool parallel = gt_mesh_world_size(&layout.mesh) > 1;
-    int64_t batch = gt_train_global_batch(&cfg, &layout), seq = cfg.training.seq_len;
+    int64_t batch = gt_train_global_batch(&cfg, &layout), seq = cfg.training.seq_len, micro = 1;
+    if (gt_train_micro_batches(&cfg, &layout, &micro, &err) != GT_OK) {
+        fprintf(stderr, "graphtrain graph: %s\n", err.msg);
+        goto done;
+    }
 
     if (dump_dir) {
         snprintf(rank_dir, sizeof rank_dir, "%s/rank_%d", dump_dir, rank);
@@ -223,7 +227,7 @@ int gt_cli_graph(const command_spec *cmd, split_args *sa)
     bool compile = cfg.compile.enable;
     cfg.compile.enable = false; /* build as written first; the passes run below */
     /* the global graph (one rank's view of the global batch), then the SPMD graph */
-    if (gt_train_build_global_graph(&cfg, &layout, g, &model, 1, &err) != GT_OK) {
+    if (gt_train_build_global_graph(&cfg, &layout, g, &model, micro, &err) != GT_OK) {
         fprintf(stderr, "graphtrain graph: %s\n", err.msg);
         goto done;
     }
@@ -297,6 +301,16 @@ int gt_cli_graph(const command_spec *cmd, split_args *sa)
         if (print) gt_graph_print(g, stdout);
         print_summary(g, &model, &mcfg, batch, seq, gt_mesh_world_size(&layout.mesh), &flops,
                       t_build, t_verify);
+        if (micro > 1) {
+            uint8_t *part = gt_xcalloc((size_t)g->n_nodes + 1, 1);
+            int32_t n_part = gt_graph_micro_part(g, part);
+            free(part);
+            printf("micro-batches    %lld per step (gradient accumulation): the first %lld run "
+                   "the micro-batch part, %d of the %d nodes (forward, backward, running "
+                   "sums); the last runs the whole graph; the figures above are one micro-batch's "
+                   "graph\n",
+                   (long long)micro, (long long)micro - 1, n_part, g->n_nodes);
+        }
         if (parallel) {
             char mesh[96];
             gt_mesh_format(&layout.mesh, mesh, sizeof mesh);

@@ -636,22 +636,12 @@ static gt_status setup(gt_trainer *t, gt_error *err)
                             "training.device = cuda: this graphtrain was built without CUDA "
                             "(nvcc was not found at configure time)");
 #endif
-    const gt_mesh *mesh = &t->dist.layout.mesh;
-    int64_t dp = (int64_t)mesh->size[GT_MESH_DP_REPLICATE] * mesh->size[GT_MESH_DP_SHARD];
     GT_TRY(gt_llama3_flavor(cfg->model.flavor, &t->model_cfg, err));
     if (!t->cuda && cfg->training.mixed_precision_param != GT_CFG_PRECISION_FLOAT32 &&
         t->dist.rank == 0)
         gt_log(GT_LOG_WARN, "training.mixed_precision_param = bfloat16 on the CPU: each op widens "
                             "bf16 to float32 and rounds its output to bf16 (slower than float32)");
-    int64_t local = cfg->training.local_batch_size;
-    int64_t global =
-        cfg->training.global_batch_size < 0 ? local * dp : cfg->training.global_batch_size;
-    if (global % (local * dp) != 0)
-        return gt_error_set(err, GT_ERR_INVALID,
-                            "training.global_batch_size = %lld must be a multiple of "
-                            "local_batch_size × data-parallel degree = %lld",
-                            (long long)global, (long long)(local * dp));
-    t->accum = global / (local * dp);
+    GT_TRY(gt_train_micro_batches(cfg, &t->dist.layout, &t->accum, err));
     /* the graph's batch is one micro-step of every data-parallel rank: the global batch */
     t->global_batch = gt_train_global_batch(cfg, &t->dist.layout);
     gt_train_binding(cfg, &t->dist.layout, t->bind_entries, &t->binding);

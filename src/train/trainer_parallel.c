@@ -112,6 +112,21 @@ int64_t gt_train_global_batch(const gt_config *cfg, const gt_train_layout *layou
            m->size[GT_MESH_DP_SHARD];
 }
 
+gt_status gt_train_micro_batches(const gt_config *cfg, const gt_train_layout *layout,
+                                 int64_t *micro, gt_error *err)
+{
+    int64_t step = gt_train_global_batch(cfg, layout);
+    int64_t global = cfg->training.global_batch_size < 0 ? step : cfg->training.global_batch_size;
+    *micro = 1;
+    if (global % step != 0)
+        return gt_error_set(err, GT_ERR_INVALID,
+                            "training.global_batch_size = %lld must be a multiple of "
+                            "local_batch_size × data-parallel degree = %lld",
+                            (long long)global, (long long)step);
+    *micro = global / step;
+    return GT_OK;
+}
+
 void gt_train_binding(const gt_config *cfg, const gt_train_layout *layout,
                       gt_sym_binding_entry *entries, gt_sym_binding *out)
 {

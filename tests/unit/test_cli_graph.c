@@ -5,7 +5,10 @@
  *      and stderr says so, naming --graph.svg true.
  *   2. test_tiny (small): --graph.svg false writes no SVG; without the option an SVG is written
  *      exactly when `dot` is installed.
- *   3. --graph.svg with a value that is not a boolean is refused with a message naming it. */
+ *   3. --graph.svg with a value that is not a boolean is refused with a message naming it.
+ *   4. gradient accumulation (global batch 4 x the local batch): the graph dumped is the one the
+ *      trainer runs — its listing has the running sums (BUFFER grad_accum.<fqn>) — and the summary
+ *      says 4 micro-batches; a global batch that is not a multiple is refused naming the option. */
 #include "train_child.h" /* first: it defines _GNU_SOURCE for nftw */
 
 #include "gt_test.h"
@@ -95,6 +98,31 @@ int main(void)
     rc = run_graph(binary, root, "bad", bad, 2, &err);
     EXPECT(rc != 0 && err && strstr(err, "graph.svg") && strstr(err, "expected true or false"),
            "graph --graph.svg=maybe refused naming the option (exit %d):\n%s", rc, err ? err : "");
+    free(err);
+
+    /* 4. gradient accumulation */
+    const char *accum[] = {"model.flavor=test_tiny", "graph.svg=false", "training.local_batch_size=2",
+                           "training.global_batch_size=8"};
+    rc = run_graph(binary, root, "accum", accum, 4, &err);
+    EXPECT(rc == 0, "graph with accumulation exited with %d:\n%s", rc, err ? err : "");
+    free(err);
+    char path[600];
+    snprintf(path, sizeof path, "%s/accum/rank_0/compiled.txt", root);
+    char *listing = read_all(path, NULL);
+    EXPECT(listing && strstr(listing, "grad_accum.tok_embeddings.weight"),
+           "accumulation: the listing %s has the running sums", path);
+    free(listing);
+    snprintf(path, sizeof path, "%s/accum.out", root);
+    char *out = read_all(path, NULL);
+    EXPECT(out && strstr(out, "micro-batches    4 per step"),
+           "accumulation: the summary says 4 micro-batches:\n%s", out ? out : "");
+    free(out);
+    const char *odd[] = {"model.flavor=test_tiny", "training.local_batch_size=2",
+                         "training.global_batch_size=7"};
+    rc = run_graph(binary, root, "odd", odd, 3, &err);
+    EXPECT(rc != 0 && err && strstr(err, "training.global_batch_size"),
+           "graph with global batch 7 over local 2 refused naming the option (exit %d):\n%s", rc,
+           err ? err : "");
     free(err);
 
     remove_tree(root);
