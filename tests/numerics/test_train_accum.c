@@ -14,6 +14,10 @@
  * micro-batch part and then the whole graph node by node) gives the compiled run's bits: every
  * loss and grad_norm and the final parameters' hash.
  *
+ * Resume: the accumulation run saving at step 2 too ends with the same parameters, and its step-2
+ * checkpoint moved alone into a fresh folder resumes to them (the running sums are zeroed each
+ * step, so they are not state a checkpoint needs).
+ *
  * The compiled step's plan: each running sum (BUFFER_UPDATE grad_accum.<fqn>) is updated in place
  * over its input, so the persistent arena holds one copy of the sums; the micro-batch part has
  * every gradient's sum and no adamw.
@@ -241,6 +245,32 @@ int main(void)
     printf("eager vs compiled accumulation: %d steps differ, params xxh64 %016llx / %016llx\n",
            differ, (unsigned long long)r_eager.params_hash,
            (unsigned long long)r_accum.params_hash);
+
+    /* resume: a save at step 2 changes nothing, and step-2 alone resumes to the same bits */
+    char dir_two[128], dir_resumed[160], from[300], to[300];
+    snprintf(dir_two, sizeof dir_two, "%s/two", root);
+    snprintf(dir_resumed, sizeof dir_resumed, "%s/resumed", root);
+    gt_train_result r_two = {0}, r_resumed = {0};
+    EXPECT_OK(make_config(&cfg, dir_two, "4", "8", &err), &err);
+    EXPECT_OK(gt_config_set(&cfg, "checkpoint.interval", "2", &err), &err);
+    EXPECT_OK(gt_train(&cfg, &r_two, &err), &err);
+    gt_config_free(&cfg);
+    snprintf(from, sizeof from, "%s/checkpoint/step-2", dir_two);
+    snprintf(to, sizeof to, "%s/checkpoint", dir_resumed);
+    EXPECT(mkdir(dir_resumed, 0755) == 0 && mkdir(to, 0755) == 0, "mkdir %s", to);
+    snprintf(to, sizeof to, "%s/checkpoint/step-2", dir_resumed);
+    EXPECT(rename(from, to) == 0, "moving %s to %s", from, to);
+    EXPECT_OK(make_config(&cfg, dir_resumed, "4", "8", &err), &err);
+    EXPECT_OK(gt_train(&cfg, &r_resumed, &err), &err);
+    gt_config_free(&cfg);
+    EXPECT(r_two.params_hash == r_accum.params_hash && r_resumed.first_step == 3 &&
+               r_resumed.params_hash == r_accum.params_hash,
+           "accumulation resume: saving at 2 %016llx, resumed from 2 (first step %lld) %016llx, "
+           "uninterrupted %016llx",
+           (unsigned long long)r_two.params_hash, (long long)r_resumed.first_step,
+           (unsigned long long)r_resumed.params_hash, (unsigned long long)r_accum.params_hash);
+    printf("accumulation resumed at step 2: params xxh64 %016llx (uninterrupted %016llx)\n",
+           (unsigned long long)r_resumed.params_hash, (unsigned long long)r_accum.params_hash);
 
     /* 6 is not a multiple of 4: refused, naming the option */
     gt_status st = make_config(&cfg, dir_bad, "4", "6", &err);
