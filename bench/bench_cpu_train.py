@@ -31,13 +31,19 @@ inductor's caches are disabled (TORCHINDUCTOR_FORCE_DISABLE_CACHES=1) so step 1 
 compile. Peak RSS: getrusage maxrss of that process (it includes the ~0.5 GB that importing torch
 and transformers costs; "RSS after import" is reported too).
 
+--accum N (gradient accumulation): each step is N micro-batches of the model's batch.
+graphtrain gets --training.global_batch_size N x batch; torch zeroes the gradients, runs forward
+and backward on each micro-batch with its loss divided by N (the gradients add up in .grad),
+then clips and steps once. Tokens per step are N x batch x seq on both sides.
+
 For every run the first --skip steps are dropped and the median step time of the rest is taken;
 the tables give the median over --repeats runs and the range (min–max) of those run medians. Runs
 are interleaved (repeat 1 of every configuration, then repeat 2, ...) so that load from other
 users of a shared machine spreads over all of them.
 
 usage: bench/bench_cpu_train.py [GRAPHTRAIN] [--models test_tiny,debugmodel] [--steps 25]
-        [--skip 5] [--repeats 3] [--threads 1,2] [--modes eager,compile] [--json out.json]
+        [--skip 5] [--repeats 3] [--threads 1,2] [--modes eager,compile] [--accum N]
+        [--json out.json]
 """
 import json
 import os
@@ -87,20 +93,24 @@ def torch_worker(spec):
     fwd = torch.compile(model) if spec["mode"] == "compile" else model
 
     B, S, V, steps = m["batch"], m["seq"], m["vocab"], spec["steps"]
+    accum = spec.get("accum", 1)
     gen = torch.Generator().manual_seed(spec["seed"])
     times, losses = [], []
     for step in range(1, steps + 1):
         t0 = time.perf_counter()
-        ids = torch.randint(0, V, (B, S), generator=gen)
-        labels = torch.randint(0, V, (B, S), generator=gen)
         bc.set_lr(opt, step, steps)
-        logits = fwd(input_ids=ids, use_cache=False).logits
-        loss = F.cross_entropy(logits.reshape(-1, V), labels.reshape(-1))
         opt.zero_grad(set_to_none=True)
-        loss.backward()
+        step_loss = 0.0
+        for _ in range(accum):  # micro-batches: their gradients add up in .grad
+            ids = torch.randint(0, V, (B, S), generator=gen)
+            labels = torch.randint(0, V, (B, S), generator=gen)
+            logits = fwd(input_ids=ids, use_cache=False).logits
+            loss = F.cross_entropy(logits.reshape(-1, V), labels.reshape(-1)) / accum
+            loss.backward()
+            step_loss += loss.item()
         torch.nn.utils.clip_grad_norm_(model.parameters(), bc.MAX_NORM)
         opt.step()
-        losses.append(loss.item())
+        losses.append(step_loss)
         times.append(time.perf_counter() - t0)
     print(json.dumps(dict(
         step_seconds=times, losses=losses, params=n_params, threads=torch.get_num_threads(),
@@ -123,11 +133,12 @@ GRAPHTRAIN_MODE_NAMES = {"compiled": "graphtrain", "no-remat": "graphtrain no-re
                          "eager": "graphtrain eager"}
 
 
-def run_graphtrain(binary, model, steps, name):
+def run_graphtrain(binary, model, steps, name, accum=1):
     m = MODELS[model]
     with tempfile.TemporaryDirectory(prefix="bench_cpu_train_") as dump:
         cmd = [binary, "train", "--model.flavor", model,
                "--training.local_batch_size", str(m["batch"]), "--training.seq_len", str(m["seq"]),
+               "--training.global_batch_size", str(m["batch"] * accum),
                "--training.steps", str(steps), "--training.mixed_precision_param", "float32",
                "--metrics.log_freq", "1", "--job.print_config", "false",
                "--job.dump_folder", dump] + GRAPHTRAIN_MODES[name]
@@ -154,8 +165,8 @@ def run_graphtrain(binary, model, steps, name):
                 planned_arena_bytes=sum(arenas) if arenas else None)
 
 
-def run_torch(model, mode, threads, steps, seed):
-    spec = dict(model=model, mode=mode, threads=threads, steps=steps, seed=seed)
+def run_torch(model, mode, threads, steps, seed, accum=1):
+    spec = dict(model=model, mode=mode, threads=threads, steps=steps, seed=seed, accum=accum)
     env = dict(os.environ, TORCHINDUCTOR_FORCE_DISABLE_CACHES="1")
     cmd = [sys.executable, os.path.abspath(__file__), "--torch-worker", json.dumps(spec)]
     return bc.run_json_worker(cmd, WORKER_TIMEOUT_S, env)[0]
@@ -172,8 +183,10 @@ def run_median_ms(run, skip):
 def print_tables(results, models, configs, skip):
     for model in models:
         m = MODELS[model]
-        tokens = m["batch"] * m["seq"]
-        print(f"\n{model}: batch {m['batch']} x seq {m['seq']} = {tokens} tokens/step, "
+        accum = results.get("accum", 1)
+        tokens = m["batch"] * m["seq"] * accum
+        micro = f"{accum} micro-batches of " if accum > 1 else ""
+        print(f"\n{model}: {micro}batch {m['batch']} x seq {m['seq']} = {tokens} tokens/step, "
               f"median of steps {skip + 1}..{results['steps']} per run, "
               f"median (min–max) over runs")
         print("| system | threads | step ms | tokens/s | peak RSS MiB |"
@@ -225,7 +238,8 @@ def report(paths):
             res = json.load(f)
         if pooled is None:
             pooled = dict(res, runs={})
-        if (res["steps"], res["skip"]) != (pooled["steps"], pooled["skip"]):
+        if (res["steps"], res["skip"], res.get("accum", 1)) != (
+                pooled["steps"], pooled["skip"], pooled.get("accum", 1)):
             sys.exit(f"{path}: steps/skip {res['steps']}/{res['skip']} differ from "
                      f"{pooled['steps']}/{pooled['skip']}")
         for key, runs in res["runs"].items():
@@ -254,6 +268,8 @@ def main():
     ap.add_argument("--graphtrain-modes", default="compiled,no-remat,eager",
                     help="graphtrain modes: compiled (the default config), no-remat "
                          "(compile.memory_policy none), eager (compile.enable false)")
+    ap.add_argument("--accum", type=int, default=1,
+                    help="micro-batches per step (gradient accumulation), both systems")
     ap.add_argument("--json", help="write every run here")
     ap.add_argument("--report", nargs="+", metavar="JSON",
                     help="run nothing: pool the runs of these --json files and print the tables")
@@ -276,7 +292,10 @@ def main():
         sys.exit("--graphtrain-modes must include compiled (the ratios refer to it)")
     configs = [GRAPHTRAIN_MODE_NAMES[m] for m in GRAPHTRAIN_MODE_NAMES if m in gt_modes]
     configs += [f"torch {mode} {t}t" for mode in modes for t in threads]
-    results = dict(steps=args.steps, skip=args.skip, repeats=args.repeats, runs={},
+    if args.accum < 1:
+        sys.exit("--accum must be at least 1")
+    results = dict(steps=args.steps, skip=args.skip, repeats=args.repeats, accum=args.accum,
+                   runs={},
                    nproc=os.cpu_count(), loadavg_1min_before=os.getloadavg()[0])
     for rep in range(args.repeats):
         for model in models:
@@ -284,10 +303,11 @@ def main():
                 key = f"{model}/{name}"
                 t0 = time.perf_counter()
                 if name.startswith("graphtrain"):
-                    r = run_graphtrain(args.graphtrain, model, args.steps, name)
+                    r = run_graphtrain(args.graphtrain, model, args.steps, name, args.accum)
                 else:
                     _, mode, t = name.split()
-                    r = run_torch(model, mode, int(t[:-1]), args.steps, seed=rep)
+                    r = run_torch(model, mode, int(t[:-1]), args.steps, seed=rep,
+                                  accum=args.accum)
                     gt = results["runs"].get(f"{model}/graphtrain", [{}])[0]
                     if "error" not in r and gt and r["params"] != gt["params"]:
                         sys.exit(f"{model}: torch model has {r['params']} parameters, "
