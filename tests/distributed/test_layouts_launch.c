@@ -16,7 +16,7 @@
  * (compile.enable = false, collectives run blocking) gives bitwise what the compiled program does.
  * Gradient accumulation over several ranks: FSDP2, TP2 and FSDP2xTP2 with the global batch in two
  * micro-batches train what one rank does on the whole batch (the same tolerances), FSDP2xTP2
- * bitwise run to run.
+ * bitwise run to run and bitwise on the eager executor.
  */
 #include "launch.h" /* first: train_child.h defines _GNU_SOURCE */
 
@@ -165,6 +165,11 @@ int main(void)
         run_layout_micro(base, "test_tiny_FSDP2xTP2_accum2_again", "test_tiny", &layouts[4], NULL,
                          2, &acc_again);
         compare_bitwise(&acc, &acc_again, "FSDP2xTP2 with accumulation rerun");
+        /* the eager executor runs the micro-batch part and then the whole graph with blocking
+         * collectives: the compiled program's bits */
+        run_layout_micro(base, "test_tiny_FSDP2xTP2_accum2_eager", "test_tiny", &layouts[4],
+                         "--compile.enable=false", 2, &acc_again);
+        compare_bitwise(&acc, &acc_again, "FSDP2xTP2 with accumulation eager vs compiled");
     }
     if (gt_test_failed_ == 0) remove_tree(base);
     return gt_test_finish();
