@@ -93,10 +93,11 @@ gt_status gt_train_build_global_graph(const gt_config *cfg, const gt_train_layou
                                       gt_graph *g, gt_model *model, int64_t micro_batches,
                                       gt_error *err);
 
-/* Saves g, the compiled whole-step graph of cfg under layout, as the precompiled step artifact
- * DIR/step.graph (DIR = compile.precompile_artifact_dir) that a training run with the same config
- * and layout loads instead of compiling (src/train/artifact.c); *path (malloc'd) names the file.
- * A config with gradient accumulation is refused (its artifact is the micro-batch step). */
+/* Saves g, the compiled step graph of cfg under layout (gt_train_build_graph_layout with cfg's
+ * micro-batches), as the precompiled step artifact DIR/step.graph — DIR/micro_step.graph with
+ * gradient accumulation — (DIR = compile.precompile_artifact_dir) that a training run with the
+ * same config and layout loads instead of compiling (src/train/artifact.c); *path (malloc'd) names
+ * the file. */
 gt_status gt_train_precompile(const gt_config *cfg, const gt_train_layout *layout,
                               const gt_graph *g, char **path, gt_error *err);
 

@@ -224,17 +224,13 @@ gt_status gt_train_precompile(const gt_config *cfg, const gt_train_layout *layou
 {
     *path = NULL;
     const char *dir = cfg->compile.precompile_artifact_dir;
-    int64_t dp = (int64_t)layout->mesh.size[0] * layout->mesh.size[1];
-    int64_t local = cfg->training.local_batch_size, global = cfg->training.global_batch_size;
-    if (global > 0 && global != local * dp)
-        return gt_error_set(err, GT_ERR_UNSUPPORTED,
-                            "compile.precompile_artifact_dir: training.global_batch_size = %lld "
-                            "means gradient accumulation, whose micro-batch step this command "
-                            "does not build; let the trainer compile and save it (its first run)",
-                            (long long)global);
+    int64_t micro = 1;
+    GT_TRY(gt_train_micro_batches(cfg, layout, &micro, err));
+    /* the name the trainer looks for (trainer.c, build_graphs) */
+    const char *name = micro > 1 ? "micro_step.graph" : "step.graph";
     char *key = gt_train_artifact_key(cfg, layout);
-    gt_status st = gt_train_artifact_save(dir, "step.graph", key, g, err);
+    gt_status st = gt_train_artifact_save(dir, name, key, g, err);
     free(key);
-    if (st == GT_OK) *path = gt_train_artifact_path(dir, "step.graph");
+    if (st == GT_OK) *path = gt_train_artifact_path(dir, name);
     return st;
 }

@@ -13,8 +13,10 @@
  *   - precompiled without MPI by `graphtrain graph` with the same options: the 4-rank run loads it,
  *     bitwise the reference;
  *   - gradient accumulation on one rank (two micro-batches per step; the artifact is the
- * micro-batch step, whose nodes' origins can name later nodes): saved, then loaded, both bitwise
- * the run without an artifact. The artifact is left as it was by every failing run (no overwrite).
+ *     accumulation step, micro_step.graph, whose nodes' origins can name later nodes): saved, then
+ *     loaded, both bitwise the run without an artifact; and precompiled by `graphtrain graph` with
+ *     the run's options, then loaded, bitwise too.
+ * The artifact is left as it was by every failing run (no overwrite).
  */
 #include "launch.h" /* first: train_child.h defines _GNU_SOURCE */
 
@@ -149,8 +151,8 @@ int main(void)
     free(out);
     same_bits(&ref, &from_graph, "precompiled by graphtrain graph vs reference");
 
-    /* gradient accumulation (one rank: the only layout that has it): the micro-batch step is the
-     * artifact (micro_step.graph) */
+    /* gradient accumulation (one rank): the accumulation step is the artifact
+     * (micro_step.graph) */
     char art2[400];
     snprintf(art2, sizeof art2, "%s/artifact_accum", base);
     static launch_result accum_ref, accum_first, accum_second;
@@ -166,6 +168,33 @@ int main(void)
     free(out);
     same_bits(&accum_ref, &accum_first, "accumulation, compiled vs reference");
     same_bits(&accum_ref, &accum_second, "accumulation, loaded vs reference");
+    /* ... and precompiled by `graphtrain graph` with the run's options */
+    char art4[400];
+    snprintf(art4, sizeof art4, "%s/artifact_accum_graph", base);
+    {
+        launch_cmd c;
+        char out_path[600], dump[512];
+        launch_temp_dir(dump, sizeof dump, base, "graph_cmd_accum");
+        snprintf(out_path, sizeof out_path, "%s.txt", dump);
+        launch_layout_run_np(&c, NULL, 0, "test_tiny", dump, LAUNCH_STEPS);
+        snprintf(c.buf[1], sizeof c.buf[1], "graph"); /* BINARY graph, no launcher */
+        launch_add(&c, "--graph.print=false");
+        launch_add(&c, "%s", accum);
+        launch_add(&c, "--compile.precompile_artifact_dir=%s", art4);
+        double dt = 0;
+        int rc = launch_run(&c, out_path, RUN_SECONDS, &dt);
+        char *text = read_all(out_path, NULL);
+        EXPECT(rc == 0 && text && strstr(text, "micro_step.graph"),
+               "graphtrain graph with accumulation --compile.precompile_artifact_dir: exit %d:\n%s",
+               rc, text ? text : "");
+        free(text);
+    }
+    static launch_result accum_graph;
+    run(base, "accum_graph_load", NULL, art4, accum, &accum_graph, &out);
+    EXPECT(count(out, "loaded the compiled step") == 1,
+           "accumulation: the artifact of `graphtrain graph` should be loaded, not compiled again");
+    free(out);
+    same_bits(&accum_ref, &accum_graph, "accumulation, precompiled by graphtrain graph vs reference");
     if (gt_test_failed_ == 0) remove_tree(base);
     return gt_test_finish();
 }
