@@ -78,6 +78,30 @@ static void refused(const char *base, const char *name, const launch_layout *l, 
     free(out);
 }
 
+/* `graphtrain graph` with a run's options (layout l, NULL: one rank; extra) and
+ * --compile.precompile_artifact_dir=art, without a launcher: it must say it wrote art/file. */
+static void precompile(const char *base, const char *name, const launch_layout *l,
+                       const char *extra, const char *art, const char *file)
+{
+    launch_cmd c;
+    char out_path[600], dump[512];
+    launch_temp_dir(dump, sizeof dump, base, name);
+    snprintf(out_path, sizeof out_path, "%s.txt", dump);
+    launch_layout_run_np(&c, l, 0, "test_tiny", dump, LAUNCH_STEPS);
+    snprintf(c.buf[1], sizeof c.buf[1], "graph"); /* BINARY graph, no launcher */
+    launch_add(&c, "--graph.print=false");
+    if (extra) launch_add(&c, "%s", extra);
+    launch_add(&c, "--compile.precompile_artifact_dir=%s", art);
+    double dt = 0;
+    int rc = launch_run(&c, out_path, RUN_SECONDS, &dt);
+    char *text = read_all(out_path, NULL);
+    EXPECT(rc == 0 && text && strstr(text, "artifact ") && strstr(text, file),
+           "%s: graphtrain graph --compile.precompile_artifact_dir: exit %d, no %s named:\n%s",
+           name, rc, file, text ? text : "");
+    printf("%-12s exit %d, %.1f s\n", name, rc, dt);
+    free(text);
+}
+
 int main(void)
 {
     char base[256];
@@ -127,23 +151,7 @@ int main(void)
     /* precompiled without MPI by `graphtrain graph` with the run's options, loaded by 4 ranks */
     char art3[400];
     snprintf(art3, sizeof art3, "%s/artifact_graph", base);
-    {
-        launch_cmd c;
-        char out_path[600], dump[512];
-        launch_temp_dir(dump, sizeof dump, base, "graph_cmd");
-        snprintf(out_path, sizeof out_path, "%s.txt", dump);
-        launch_layout_run_np(&c, &fsdp2_tp2, 0, "test_tiny", dump, LAUNCH_STEPS);
-        snprintf(c.buf[1], sizeof c.buf[1], "graph"); /* BINARY graph, no launcher */
-        launch_add(&c, "--graph.print=false");
-        launch_add(&c, "--compile.precompile_artifact_dir=%s", art3);
-        double dt = 0;
-        int rc = launch_run(&c, out_path, RUN_SECONDS, &dt);
-        char *text = read_all(out_path, NULL);
-        EXPECT(rc == 0 && text && strstr(text, "artifact "),
-               "graphtrain graph --compile.precompile_artifact_dir: exit %d", rc);
-        printf("%-12s exit %d, %.1f s\n", "graph_cmd", rc, dt);
-        free(text);
-    }
+    precompile(base, "graph_cmd", &fsdp2_tp2, NULL, art3, "step.graph");
     static launch_result from_graph;
     run(base, "graph_load", &fsdp2_tp2, art3, NULL, &from_graph, &out);
     EXPECT(count(out, "loaded the compiled step") == 1,
@@ -171,24 +179,7 @@ int main(void)
     /* ... and precompiled by `graphtrain graph` with the run's options */
     char art4[400];
     snprintf(art4, sizeof art4, "%s/artifact_accum_graph", base);
-    {
-        launch_cmd c;
-        char out_path[600], dump[512];
-        launch_temp_dir(dump, sizeof dump, base, "graph_cmd_accum");
-        snprintf(out_path, sizeof out_path, "%s.txt", dump);
-        launch_layout_run_np(&c, NULL, 0, "test_tiny", dump, LAUNCH_STEPS);
-        snprintf(c.buf[1], sizeof c.buf[1], "graph"); /* BINARY graph, no launcher */
-        launch_add(&c, "--graph.print=false");
-        launch_add(&c, "%s", accum);
-        launch_add(&c, "--compile.precompile_artifact_dir=%s", art4);
-        double dt = 0;
-        int rc = launch_run(&c, out_path, RUN_SECONDS, &dt);
-        char *text = read_all(out_path, NULL);
-        EXPECT(rc == 0 && text && strstr(text, "micro_step.graph"),
-               "graphtrain graph with accumulation --compile.precompile_artifact_dir: exit %d:\n%s",
-               rc, text ? text : "");
-        free(text);
-    }
+    precompile(base, "graph_cmd_accum", NULL, accum, art4, "micro_step.graph");
     static launch_result accum_graph;
     run(base, "accum_graph_load", NULL, art4, accum, &accum_graph, &out);
     EXPECT(count(out, "loaded the compiled step") == 1,
