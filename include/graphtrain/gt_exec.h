@@ -24,7 +24,7 @@ gt_status gt_eager_run(const gt_graph *g, const gt_sym_binding *binding, const g
 gt_status gt_eager_run_comms(const gt_graph *g, const gt_sym_binding *binding,
                              const gt_tensor *inputs, gt_comm *const comms[GT_MESH_MAX_DIMS],
                              gt_tensor *outputs, gt_error *err);
-/* The same for one part of the graph (gt_program.h, gt_run_part): GT_RUN_MICRO runs only the
+/* The same for one part of the graph (gt_run_part, gt_graph.h): GT_RUN_MICRO runs only the
  * micro-batch part's nodes (gt_graph_micro_part) and leaves the other outputs empty. */
 gt_status gt_eager_run_part(const gt_graph *g, const gt_sym_binding *binding,
                             const gt_tensor *inputs, gt_comm *const comms[GT_MESH_MAX_DIMS],
