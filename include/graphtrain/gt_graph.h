@@ -229,6 +229,9 @@ gt_status gt_graph_eval_shape(const gt_graph *g, gt_value_id v, const gt_sym_bin
  * part[n] = 1 for the nodes of the micro-batch part, 0 for the rest; returns how many have 1.
  * The part is closed under inputs, so it runs alone in graph order. */
 int32_t gt_graph_micro_part(const gt_graph *g, uint8_t *part);
+/* Whether a run of the micro-batch part computes outputs of this gt_output_kind: the loss and the
+ * running sums (those the part is made of), not the optimizer's. */
+bool gt_graph_micro_output(int kind);
 /* What a run executes: the whole graph, or only its micro-batch part (a micro-batch before the
  * last). */
 typedef enum { GT_RUN_ALL = 0, GT_RUN_MICRO } gt_run_part;

@@ -416,12 +416,16 @@ int32_t *gt_graph_use_counts(const gt_graph *g)
     return counts;
 }
 
+bool gt_graph_micro_output(int kind)
+{
+    return kind == GT_OUT_LOSS || kind == GT_OUT_BUFFER_UPDATE;
+}
+
 int32_t gt_graph_micro_part(const gt_graph *g, uint8_t *part)
 {
     uint8_t *needed = gt_xcalloc((size_t)g->n_values + 1, 1);
     for (int32_t k = 0; k < g->n_outputs; k++)
-        if (g->outputs[k].kind == GT_OUT_LOSS || g->outputs[k].kind == GT_OUT_BUFFER_UPDATE)
-            needed[g->outputs[k].value] = 1;
+        if (gt_graph_micro_output(g->outputs[k].kind)) needed[g->outputs[k].value] = 1;
     int32_t count = 0;
     for (gt_node_id n = g->n_nodes - 1; n >= 0; n--) { /* node order is topological */
         const gt_node *nd = &g->nodes[n];

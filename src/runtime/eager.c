@@ -152,15 +152,14 @@ static gt_status run_node(eager_state *s, gt_node_id n, const gt_sym_binding *bi
 }
 
 /* outputs[k] <- value of g->outputs[k]: moved when this is the last slot naming an owned value.
- * With in_part (a run of the micro-batch part) the outputs of the nodes outside stay empty. */
-static gt_status hand_outputs(eager_state *s, const uint8_t *in_part, gt_tensor *outputs,
+ * A run of the micro-batch part leaves the outputs it does not compute empty. */
+static gt_status hand_outputs(eager_state *s, gt_run_part part, gt_tensor *outputs,
                               gt_error *err)
 {
     const gt_graph *g = s->g;
     for (int32_t k = 0; k < g->n_outputs; k++) {
         gt_value_id v = g->outputs[k].value;
-        gt_node_id from = g->values[v].producer;
-        if (in_part && from != GT_NONE && !in_part[from]) continue;
+        if (part == GT_RUN_MICRO && !gt_graph_micro_output(g->outputs[k].kind)) continue;
         if (s->state[v] != VAL_BORROWED && s->state[v] != VAL_OWNED)
             return gt_error_set(err, GT_ERR_INVALID,
                                 "graph output %d (%s %s): value %%%d was not "
@@ -252,7 +251,7 @@ gt_status gt_eager_run_part(const gt_graph *g, const gt_sym_binding *binding,
             gt_error_wrap(err, "%s", label);
         }
     }
-    if (st == GT_OK) st = hand_outputs(&s, in_part, outputs, err);
+    if (st == GT_OK) st = hand_outputs(&s, part, outputs, err);
     if (st != GT_OK)
         for (int32_t k = 0; k < g->n_outputs; k++)
             gt_tensor_free(&outputs[k]);

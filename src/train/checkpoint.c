@@ -844,13 +844,11 @@ static gt_status ckpt_save(const gt_checkpoint_desc *d, int n, const char *const
     gt_status st = ckpt_prepare(d, n, names, tensors, need_data, &info, tmp_name,
                                 sizeof tmp_name, err);
     if (st == GT_OK) {
-        char *dir = ckpt_join(d->folder, tmp_name);
-        char *st_path = ckpt_join(dir, GT_CHECKPOINT_TENSOR_FILE);
+        char *st_path = gt_checkpoint_tensor_path(d->folder, d->step, (long)getpid());
         ckpt_hashing h = {src, user, tensors, &info};
         st = gt_safetensors_write_from(st_path, n, names, tensors, ckpt_hashing_source, &h, 0, NULL,
                                        NULL, err);
         free(st_path);
-        free(dir);
         st = ckpt_complete(d, tmp_name, &info, st, err);
     } else if (tmp_name[0]) {
         st = ckpt_complete(d, tmp_name, &info, st, err); /* removes the directory */

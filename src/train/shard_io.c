@@ -458,8 +458,7 @@ static gt_status write_blocks(gt_trainer *t, const gt_safetensors *file, gt_erro
         w.local = t->ckpt_tensors[k]->data;
 #ifdef GT_HAVE_CUDA
         w.dev = from_device ? t->whole.dev : NULL;
-        w.input = input_fed_by(&t->whole, t->ckpt_tensors[k]);
-        if (w.dev && w.input < 0) {
+        if (w.dev && (w.input = input_fed_by(&t->whole, t->ckpt_tensors[k])) < 0) {
             w.st = gt_error_set(err, GT_ERR_INTERNAL, "checkpoint: no step input holds %s",
                                 t->ckpt_names[k]);
             break;

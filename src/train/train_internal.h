@@ -195,7 +195,6 @@ typedef struct {
                            * updated there since) */
     int64_t runs;         /* cuda: execs queued so far */
     int64_t part_runs[2]; /* cuda: execs of each gt_run_part queued so far */
-    uint8_t *micro_out;   /* per graph output: computed by a run of the micro-batch part */
 } gt_step_graph;
 
 /* cuda: the step whose loss and grad_norm are still on their way back. */

@@ -123,14 +123,6 @@ static gt_status step_graph_bind(gt_trainer *t, gt_step_graph *s, gt_error *err)
     s->outputs = gt_xcalloc((size_t)g->n_outputs, sizeof *s->outputs);
     for (int k = 0; k < g->n_inputs; k++)
         if (!(s->feed[k] = feed_for(t, g, &g->inputs[k], err))) return err->code;
-    uint8_t *part = gt_xcalloc((size_t)g->n_nodes + 1, 1);
-    gt_graph_micro_part(g, part);
-    s->micro_out = gt_xcalloc((size_t)g->n_outputs + 1, 1);
-    for (int k = 0; k < g->n_outputs; k++) {
-        gt_node_id from = g->values[g->outputs[k].value].producer;
-        s->micro_out[k] = from == GT_NONE || part[from];
-    }
-    free(part);
 #ifdef GT_HAVE_CUDA
     if (t->cuda) { /* the GPU runs only planned programs: arenas in device memory */
         /* --comm.nccl_buffers: arenas NCCL can register (every rank's at the same offsets, as
@@ -167,7 +159,6 @@ static void step_graph_free(gt_step_graph *s)
     free(s->feed);
     free(s->inputs);
     free(s->outputs);
-    free(s->micro_out);
     gt_program_free(s->prog);
 #ifdef GT_HAVE_CUDA
     gt_cuda_program_free(s->dev);
@@ -192,7 +183,7 @@ static gt_status step_graph_run(gt_trainer *t, gt_step_graph *s, gt_run_part par
 /* Whether output k is computed by a run of `part`. */
 static bool output_in_part(const gt_step_graph *s, int32_t k, gt_run_part part)
 {
-    return part == GT_RUN_ALL || s->micro_out[k];
+    return part == GT_RUN_ALL || gt_graph_micro_output(s->g->outputs[k].kind);
 }
 
 /* Gradient accumulation, before a step's first micro-batch: the running sums to zero, where the

@@ -481,13 +481,23 @@ static gt_status value_shape(const gt_graph *g, gt_value_id v, const gt_sym_bind
     return GT_OK;
 }
 
-/* The boxes of the state and batch inputs of graph g, from their placements; labels' into
- * *labels_box. */
-static gt_status input_boxes(gt_trainer *t, const gt_graph *g, gt_shard_box *labels_box,
-                             gt_error *err)
+/* The block of each parameter, moment and of the batch that this rank holds: the box of its graph
+ * input's placement within the global shape (the whole tensor with one rank). The local type the
+ * SPMD graph gives the input must be that box's size. */
+static gt_status state_boxes(gt_trainer *t, gt_error *err)
 {
     int n = t->n_params;
+    t->box = gt_xcalloc((size_t)(3 * n), sizeof *t->box);
+    for (int k = 0; k < 3 * n; k++) {
+        const gt_param_spec *ps = &t->model.params[k % n];
+        gt_shard_box_whole(&t->box[k], ps->ndim, ps->shape);
+    }
+    int64_t bs[2] = {t->global_batch, t->cfg->training.seq_len};
+    gt_shard_box_whole(&t->batch_box, 2, bs);
     const gt_train_layout *lay = &t->dist.layout;
+    if (gt_mesh_world_size(&lay->mesh) == 1) return GT_OK;
+    const gt_graph *g = t->whole.g;
+    gt_shard_box labels_box = t->batch_box;
     for (int i = 0; i < g->n_inputs; i++) {
         const gt_io *in = &g->inputs[i];
         const char *name = gt_graph_str(g, in->fqn);
@@ -502,8 +512,8 @@ static gt_status input_boxes(gt_trainer *t, const gt_graph *g, gt_shard_box *lab
                 b = &t->box[2 * n + k];
         }
         if (in->kind == GT_IN_INPUT && !strcmp(name, "tokens")) b = &t->batch_box;
-        if (in->kind == GT_IN_INPUT && !strcmp(name, "labels")) b = labels_box;
-        if (!b) continue; /* optim.scalars: replicated */
+        if (in->kind == GT_IN_INPUT && !strcmp(name, "labels")) b = &labels_box;
+        if (!b) continue; /* optim.scalars: replicated; the gradient sums: their parameter's box */
         int64_t global[GT_MAX_DIMS], local[GT_MAX_DIMS];
         int ndim = b->ndim;
         memcpy(global, b->global, sizeof global);
@@ -521,26 +531,6 @@ static gt_status input_boxes(gt_trainer *t, const gt_graph *g, gt_shard_box *lab
                                 (long long)b->local[0], ndim);
         }
     }
-    return GT_OK;
-}
-
-/* The block of each parameter, moment and of the batch that this rank holds: the box of its graph
- * input's placement within the global shape (the whole tensor with one rank). The local type the
- * SPMD graph gives the input must be that box's size. */
-static gt_status state_boxes(gt_trainer *t, gt_error *err)
-{
-    int n = t->n_params;
-    t->box = gt_xcalloc((size_t)(3 * n), sizeof *t->box);
-    for (int k = 0; k < 3 * n; k++) {
-        const gt_param_spec *ps = &t->model.params[k % n];
-        gt_shard_box_whole(&t->box[k], ps->ndim, ps->shape);
-    }
-    int64_t bs[2] = {t->global_batch, t->cfg->training.seq_len};
-    gt_shard_box_whole(&t->batch_box, 2, bs);
-    if (gt_mesh_world_size(&t->dist.layout.mesh) == 1) return GT_OK;
-    /* the step's inputs: params, moments, (accumulation) gradient sums, tokens, labels */
-    gt_shard_box labels_box = t->batch_box;
-    GT_TRY(input_boxes(t, t->whole.g, &labels_box, err));
     if (memcmp(&labels_box, &t->batch_box, sizeof labels_box) != 0)
         return gt_error_set(err, GT_ERR_INTERNAL,
                             "trainer: graph inputs tokens and labels are placed differently");

@@ -235,6 +235,17 @@ static bool same_step_file(const char *folder_a, const char *folder_b, int step,
     return same;
 }
 
+/* Descriptors of s's tensors (dtype and shape, no data), for the saves that take their bytes
+ * elsewhere. */
+static void descriptors_of(const model_state *s, gt_tensor desc[N_TENSORS],
+                           const gt_tensor *descs[N_TENSORS])
+{
+    for (int i = 0; i < N_TENSORS; i++) {
+        gt_tensor_wrap(&desc[i], s->t[i].dtype, s->t[i].ndim, s->t[i].shape, NULL);
+        descs[i] = &desc[i];
+    }
+}
+
 /* The streaming save writes what the plain save writes, from descriptors without data; a source
  * that fails stops the save, which publishes nothing and asks no further; a save that fails
  * before writing asks for no tensor. */
@@ -249,10 +260,7 @@ static void test_save_from(void)
     save_ok(&d, &src);
     gt_tensor desc[N_TENSORS];
     const gt_tensor *descs[N_TENSORS];
-    for (int i = 0; i < N_TENSORS; i++) {
-        gt_tensor_wrap(&desc[i], src.t[i].dtype, src.t[i].ndim, src.t[i].shape, NULL);
-        descs[i] = &desc[i];
-    }
+    descriptors_of(&src, desc, descs);
     stream_source g = {.s = &src, .fail_at = -1};
     gt_error err = {0};
     d.folder = streamed;
@@ -332,9 +340,8 @@ static void test_writers(void)
     gt_tensor desc[N_TENSORS];
     const gt_tensor *descs[N_TENSORS];
     uint64_t h[N_TENSORS], off[N_TENSORS + 1] = {0};
+    descriptors_of(&src, desc, descs);
     for (int i = 0; i < N_TENSORS; i++) {
-        gt_tensor_wrap(&desc[i], src.t[i].dtype, src.t[i].ndim, src.t[i].shape, NULL);
-        descs[i] = &desc[i];
         h[i] = XXH64(src.t[i].data, gt_tensor_nbytes(&src.t[i]), 0);
         off[i + 1] = off[i] + gt_tensor_nbytes(&src.t[i]);
     }
