@@ -97,19 +97,24 @@ def set_lr(opt, step, steps):
         group["lr"] = lr_at(step, steps)
 
 
-def torch_step(model, opt, loss_fn, gen, dev, shape, step, steps):
-    """One step of the PyTorch peers of bench_gpu.py and bench_multi_gpu.py: random token ids and
-    labels of shape (B, S, V) = shape drawn from gen on dev, the schedule's learning rate,
-    loss = loss_fn(ids, labels), backward, clip_grad_norm_(MAX_NORM), AdamW, zero_grad, and
-    loss.item(), which waits for the device as graphtrain's step does. Returns the loss."""
+def torch_step(model, opt, loss_fn, gen, dev, shape, step, steps, accum=1):
+    """One step of the PyTorch peers of bench_gpu.py and bench_multi_gpu.py: the schedule's
+    learning rate; accum micro-batches, each of random token ids and labels of shape (B, S, V) =
+    shape drawn from gen on dev, loss = loss_fn(ids, labels) / accum and its backward (the
+    gradients add up in .grad, as torchtitan's gradient accumulation does); then
+    clip_grad_norm_(MAX_NORM), AdamW, zero_grad, and the loss's .item(), which waits for the device
+    as graphtrain's step does. Returns the step's loss (the mean over its micro-batches)."""
     import torch
 
     B, S, V = shape
-    ids = torch.randint(0, V, (B, S), generator=gen, device=dev)
-    labels = torch.randint(0, V, (B, S), generator=gen, device=dev)
     set_lr(opt, step, steps)
-    loss = loss_fn(ids, labels)
-    loss.backward()
+    loss = 0.0
+    for _ in range(accum):
+        ids = torch.randint(0, V, (B, S), generator=gen, device=dev)
+        labels = torch.randint(0, V, (B, S), generator=gen, device=dev)
+        micro = loss_fn(ids, labels) / accum
+        micro.backward()
+        loss = loss + micro.detach()
     torch.nn.utils.clip_grad_norm_(model.parameters(), MAX_NORM)
     opt.step()
     opt.zero_grad(set_to_none=True)

@@ -20,7 +20,9 @@ graphtrain — one mpirun per run (B = --batch, S = --seq, K = --steps, TMP a fr
 MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE, LOCAL_RANK — for graphtrain's TCP rendezvous, on a
 machine without MPI; --launcher auto, the default, takes mpirun when it is installed.)
 local_batch_size is per data-parallel rank, so a step is B x S x dp tokens (dp = N for fsdp,
-N/2 for fsdp_tp). Step times are rank 0's metrics.jsonl step_seconds (bf16 mixed precision,
+N/2 for fsdp_tp). --accum A > 1 adds --training.global_batch_size B x dp x A: A micro-batches of
+B per rank in a step, B x S x dp x A tokens (torch runs A forward + backward passes a step, each
+loss divided by A). Step times are rank 0's metrics.jsonl step_seconds (bf16 mixed precision,
 synthetic data, AdamW + clipping + schedule, CUDA graph replay: graphtrain's defaults).
 
 PyTorch — one torchrun per run (FSDP only: torch TP is not run; the fsdp_tp rows are compared
@@ -207,7 +209,8 @@ def torch_worker(spec):
     for step in range(1, steps + 1):
         t0 = time.perf_counter()
         loss_value = bc.torch_step(model, opt, step_fn, gen, dev,
-                                   (spec["batch"], spec["seq"], V), step, steps)
+                                   (spec["batch"], spec["seq"], V), step, steps,
+                                   spec.get("accum", 1))
         times.append(time.perf_counter() - t0)
         if rank == 0:
             print(json.dumps(dict(step=step, step_seconds=times[-1], loss=loss_value)), flush=True)
@@ -385,6 +388,8 @@ def run_graphtrain(args, model, layout, n, log_path, extra=()):
     if layout == "fsdp_tp":
         cmd += ["--parallelism.tensor_parallel_degree", str(TP)]
     cmd += ["--parallelism.data_parallel_shard_degree", str(dp)]
+    if args.accum > 1:
+        cmd += ["--training.global_batch_size", str(args.batch * dp * args.accum)]
     if args.comm_report:
         cmd += ["--metrics.comm_report", "true"]
     env = dict(os.environ, NCCL_NVLS_ENABLE="0")
@@ -404,7 +409,7 @@ def run_graphtrain(args, model, layout, n, log_path, extra=()):
     shutil.rmtree(dump, ignore_errors=True)
     comm = comm_report_lines(out)
     r = dict(command=" ".join(cmd), wall_seconds=wall, **mon.result(), dp=dp,
-             tokens_per_step=args.batch * args.seq * dp,
+             tokens_per_step=args.batch * args.seq * dp * args.accum,
              step_seconds=[x["step_seconds"] for x in records],
              losses=[x["loss"] for x in records],
              graphtrain_mfu=[x.get("mfu") for x in records],
@@ -451,6 +456,7 @@ def torch_ac(args, model):
 
 def run_torch(args, model, n, log_path):
     spec = dict(model=model, steps=args.steps, seed=0, batch=args.batch, seq=args.seq,
+                accum=args.accum,
                 device=args.device, compile=args.torch_compile, ac=torch_ac(args, model),
                 reshard=args.torch_reshard == "true")
     env = dict(os.environ, TORCHINDUCTOR_FORCE_DISABLE_CACHES="1", NCCL_NVLS_ENABLE="0")
@@ -468,7 +474,7 @@ def run_torch(args, model, n, log_path):
              else [x["step_seconds"] for x in rank0])
     mem = summary.get("max_memory_allocated_per_rank") or [-1]
     r = dict(command=" ".join(cmd[:-1] + [f"'{cmd[-1]}'"]), wall_seconds=wall, **mon.result(),
-             dp=n, tokens_per_step=args.batch * args.seq * n, step_seconds=steps,
+             dp=n, tokens_per_step=args.batch * args.seq * n * args.accum, step_seconds=steps,
              step_seconds_per_rank=per_rank, losses_rank0=[x["loss"] for x in rank0],
              params=summary.get("params", -1), own_peak_bytes=max(mem),
              torch_max_memory_allocated_per_rank=mem,
@@ -547,7 +553,8 @@ def tables(results, args):
     for model in args.models:
         fpt = bc.flops_per_token(MODELS[model], args.seq)
         lines.append(
-            f"\n**{model}** — local batch {args.batch} × seq {args.seq} per data-parallel rank, "
+            f"\n**{model}** — local batch {args.batch} × seq {args.seq} per data-parallel rank"
+            f"{f' and micro-batch, {args.accum} micro-batches a step' if args.accum > 1 else ''}, "
             f"{fpt / 1e9:.3f} GFLOP/token (torchtitan), median of steps "
             f"{args.skip + 1}..{args.steps}; torch = FSDP2 `fully_shard` + torch.compile "
             f"({args.torch_compile}), activation checkpointing {torch_ac(args, model)}, "
@@ -634,6 +641,9 @@ def main():
     ap.add_argument("--batch", type=int, help="local batch per data-parallel rank (default 8; "
                                               "2 with --device cpu)")
     ap.add_argument("--seq", type=int, help="default 2048 (64 with --device cpu)")
+    ap.add_argument("--accum", type=int, default=1,
+                    help="micro-batches per step (gradient accumulation), both systems: "
+                         "graphtrain's --training.global_batch_size is batch x dp x accum")
     ap.add_argument("--peak-tflops", type=float, default=989.0)
     ap.add_argument("--timeout", type=float, default=600, help="seconds per run")
     ap.add_argument("--device", default="cuda", choices=("cuda", "cpu"),
@@ -679,6 +689,8 @@ def main():
     if min(args.gpus) < 1:
         sys.exit("--gpus: every count must be at least 1")
     bc.require_steps(args.steps, args.skip)
+    if args.accum < 1:
+        sys.exit("--accum must be at least 1")
     if "graphtrain" in args.systems:
         bc.require_executable(args.graphtrain)
         if args.launcher == "auto":
@@ -699,6 +711,7 @@ def main():
     os.makedirs(log_dir, exist_ok=True)
     results = dict(date=datetime.date.today().isoformat(), gpu=gpu_name, argv=sys.argv,
                    steps=args.steps, skip=args.skip, batch=args.batch, seq=args.seq,
+                   accum=args.accum,
                    peak_tflops=args.peak_tflops, models=args.models, gpus=args.gpus,
                    layouts=args.layouts, variants=args.variant, torch_compile=args.torch_compile,
                    comm_report=args.comm_report, launcher=args.launcher, runs={})

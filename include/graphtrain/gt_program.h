@@ -332,6 +332,10 @@ gt_status gt_cuda_program_read_input(gt_cuda_program *p, int32_t k, gt_tensor *d
  * outside the buffer is GT_ERR_INVALID naming the input. */
 gt_status gt_cuda_program_read_input_bytes(gt_cuda_program *p, int32_t k, size_t offset, size_t n,
                                            void *dst, gt_error *err);
+/* The reverse: host bytes src (pinned, for the link's speed) into bytes [offset, offset + n) of
+ * graph input k's buffer; synchronous (src may be reused on return). */
+gt_status gt_cuda_program_write_input_bytes(gt_cuda_program *p, int32_t k, size_t offset, size_t n,
+                                            const void *src, gt_error *err);
 /* Copies graph output k into *out, allocated here and owned by the caller (gt_tensor_free);
  * synchronous. */
 gt_status gt_cuda_program_read_output(gt_cuda_program *p, int32_t k, gt_tensor *out, gt_error *err);
@@ -374,6 +378,14 @@ gt_status gt_cuda_program_fetch_output(gt_cuda_program *p, int32_t k, gt_error *
 gt_status gt_cuda_program_step_end(gt_cuda_program *p, int64_t *ticket, gt_error *err);
 gt_status gt_cuda_program_step_wait(gt_cuda_program *p, int64_t ticket, gt_error *err);
 const void *gt_cuda_program_fetched(const gt_cuda_program *p, int64_t ticket, int32_t k);
+/* Marks: gt_cuda_program_mark(n) records timing event n on the program's stream (it completes
+ * once everything queued before it has run); gt_cuda_program_mark_seconds waits for mark `to` and
+ * gives the device time from mark `from` to it. GT_CUDA_MARKS are held in a ring: mark n is
+ * overwritten by mark n + GT_CUDA_MARKS. The trainer marks each step's start and end. */
+#define GT_CUDA_MARKS 8
+gt_status gt_cuda_program_mark(gt_cuda_program *p, int64_t mark, gt_error *err);
+gt_status gt_cuda_program_mark_seconds(gt_cuda_program *p, int64_t from, int64_t to, double *s,
+                                       gt_error *err);
 
 /* The graph input that output k carries state for — PARAM_UPDATE -> the PARAM, BUFFER_UPDATE ->
  * the BUFFER, OPT_STATE_UPDATE -> the OPT_STATE input of the same fqn — or -1 (any other output,

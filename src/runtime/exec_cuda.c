@@ -97,6 +97,8 @@ struct gt_cuda_program {
     void **out_pin[GT_CUDA_SLOTS]; /* [n_outputs] */
     unsigned long long *error_word[GT_CUDA_SLOTS];
     cudaEvent_t done[GT_CUDA_SLOTS];
+    cudaEvent_t mark[GT_CUDA_MARKS]; /* gt_cuda_program_mark: timing events, created on first use */
+    int64_t mark_n[GT_CUDA_MARKS];   /* which mark each holds, once created */
     int64_t n_ended;   /* steps ended (gt_cuda_program_step_end); the current one is n_ended */
     bool slot_claimed; /* the current step has made sure its slot is free */
     /* collectives: some communicator of prog->comms is an NCCL one; the event host waits watch */
@@ -222,6 +224,8 @@ void gt_cuda_program_free(gt_cuda_program *p)
         if (p->graph[part]) cudaGraphDestroy(p->graph[part]);
     }
     if (p->sync_ev) cudaEventDestroy(p->sync_ev);
+    for (int k = 0; k < GT_CUDA_MARKS; k++)
+        if (p->mark[k]) cudaEventDestroy(p->mark[k]);
     for (int32_t k = 0; p->tev && k < 3 * p->prog->n_slots; k++)
         if (p->tev[k]) cudaEventDestroy(p->tev[k]);
     for (int k = 0; k < 2; k++)
@@ -741,6 +745,32 @@ const void *gt_cuda_program_fetched(const gt_cuda_program *p, int64_t ticket, in
     return p->out_pin[ticket & 1][k];
 }
 
+gt_status gt_cuda_program_mark(gt_cuda_program *p, int64_t mark, gt_error *err)
+{
+    if (mark < 0) return gt_error_set(err, GT_ERR_INVALID, "program: mark %lld", (long long)mark);
+    int k = (int)(mark % GT_CUDA_MARKS);
+    if (!p->mark[k])
+        GT_TRY(cuda_error(cudaEventCreate(&p->mark[k]), "creating a timing event", err));
+    p->mark_n[k] = mark;
+    return cuda_error(cudaEventRecord(p->mark[k], stream_of(p)), "recording a mark", err);
+}
+
+gt_status gt_cuda_program_mark_seconds(gt_cuda_program *p, int64_t from, int64_t to, double *s,
+                                       gt_error *err)
+{
+    int a = (int)(from % GT_CUDA_MARKS), b = (int)(to % GT_CUDA_MARKS);
+    if (from < 0 || to < 0 || !p->mark[a] || !p->mark[b] || p->mark_n[a] != from ||
+        p->mark_n[b] != to)
+        return gt_error_set(err, GT_ERR_INVALID,
+                            "program: marks %lld and %lld are not both among the last %d recorded",
+                            (long long)from, (long long)to, GT_CUDA_MARKS);
+    GT_TRY(wait_event(p, p->mark[b], "waiting for a mark", err));
+    float ms = 0;
+    GT_TRY(cuda_error(cudaEventElapsedTime(&ms, p->mark[a], p->mark[b]), "timing two marks", err));
+    *s = ms / 1e3;
+    return GT_OK;
+}
+
 gt_status gt_cuda_program_carry(gt_cuda_program *p, int32_t out_k, int32_t in_k, gt_error *err)
 {
     if (out_k < 0 || out_k >= p->prog->n_outputs || in_k < 0 || in_k >= p->prog->n_inputs)
@@ -791,19 +821,40 @@ gt_status gt_cuda_program_read_input(gt_cuda_program *p, int32_t k, gt_tensor *d
     return read_ref(p, r, dst, err);
 }
 
+/* The device address of bytes [offset, offset + n) of graph input k, or NULL with err set. */
+static char *input_bytes(gt_cuda_program *p, int32_t k, size_t offset, size_t n, gt_error *err)
+{
+    if (k < 0 || k >= p->prog->n_inputs) {
+        gt_error_set(err, GT_ERR_INVALID, "program: no graph input %d (it has %d)", k,
+                     p->prog->n_inputs);
+        return NULL;
+    }
+    const gt_buffer_ref *r = &p->prog->inputs[k];
+    size_t have = gt_runtime_ref_bytes(r);
+    if (offset > have || n > have - offset) {
+        gt_error_set(err, GT_ERR_INVALID,
+                     "program: bytes [%zu, %zu) of graph input %d (%s), which has %zu", offset,
+                     offset + n, k, input_name(p, k), have);
+        return NULL;
+    }
+    return (char *)ref_data(p, r) + offset;
+}
+
 gt_status gt_cuda_program_read_input_bytes(gt_cuda_program *p, int32_t k, size_t offset, size_t n,
                                            void *dst, gt_error *err)
 {
-    if (k < 0 || k >= p->prog->n_inputs)
-        return gt_error_set(err, GT_ERR_INVALID, "program: no graph input %d (it has %d)", k,
-                            p->prog->n_inputs);
-    const gt_buffer_ref *r = &p->prog->inputs[k];
-    size_t have = gt_runtime_ref_bytes(r);
-    if (offset > have || n > have - offset)
-        return gt_error_set(err, GT_ERR_INVALID,
-                            "program: bytes [%zu, %zu) of graph input %d (%s), which has %zu",
-                            offset, offset + n, k, input_name(p, k), have);
-    GT_TRY(gt_cuda_memcpy_d2h(p->stream, dst, (const char *)ref_data(p, r) + offset, n, err));
+    const char *at = input_bytes(p, k, offset, n, err);
+    if (!at) return err->code;
+    GT_TRY(gt_cuda_memcpy_d2h(p->stream, dst, at, n, err));
+    return wait_stream(p, err);
+}
+
+gt_status gt_cuda_program_write_input_bytes(gt_cuda_program *p, int32_t k, size_t offset, size_t n,
+                                            const void *src, gt_error *err)
+{
+    char *at = input_bytes(p, k, offset, n, err);
+    if (!at) return err->code;
+    GT_TRY(gt_cuda_memcpy_h2d(p->stream, at, src, n, err));
     return wait_stream(p, err);
 }
 

@@ -247,7 +247,6 @@ typedef struct {
     double setup_s[3]; /* seconds: graphs built, parameters initialised, step programs built */
     double end_s[2];   /* seconds: the parameters back to the host, their final hash */
     gt_pending_step pending;
-    double last_done; /* cuda: when the last step's results were read */
 } gt_trainer;
 
 /* True when name is prefix followed by fqn ("optim.exp_avg." + "layers.0.attention.wq.weight"). */
@@ -261,6 +260,12 @@ gt_status gt_trainer_alloc_state(gt_trainer *t, gt_error *err);
 /* Checkpoints (shard_io.c): every rank takes part; whole tensors on disk whatever the layout. */
 uint64_t gt_trainer_fingerprint(gt_trainer *t);
 gt_status gt_trainer_save_checkpoint(gt_trainer *t, int64_t step, gt_error *err);
+#ifdef GT_HAVE_CUDA
+/* The state from the host tensors into the step program's inputs on the device (resumed: all but
+ * the checkpoint's tensors, which the resume read there, and the gradient sums); the host copy is
+ * stale from then on. */
+gt_status gt_trainer_state_to_device(gt_trainer *t, bool resumed, gt_error *err);
+#endif
 /* Sets resume_step: the latest (or the configured) checkpoint in ckpt_folder, chosen by rank 0
  * and shared, or GT_CHECKPOINT_NONE when there is none. Before the state is allocated, so that a
  * resumed run does not draw parameters the checkpoint replaces. */

@@ -244,6 +244,13 @@ static gt_status step_graph_exec_cpu(gt_trainer *t, gt_step_graph *s, gt_run_par
 }
 
 #ifdef GT_HAVE_CUDA
+static bool is_checkpoint_tensor(const gt_trainer *t, const gt_tensor *x)
+{
+    for (int k = 0; k < 3 * t->n_params; k++)
+        if (t->ckpt_tensors[k] == x) return true;
+    return false;
+}
+
 /* Queues one step on the GPU without waiting for it: the state goes up before the first run (after
  * a resume has loaded it), then only the INPUT kind (tokens, labels, optim.scalars) is staged
  * into its planned buffer; the updated state stays on the device (carry: nothing when adamw ran
@@ -255,14 +262,11 @@ static gt_status step_graph_queue_cuda(gt_trainer *t, gt_step_graph *s, gt_run_p
                                        int64_t *ticket, gt_error *err)
 {
     const gt_graph *g = s->g;
-    for (int k = 0; k < g->n_inputs; k++) {
+    if (!s->state_loaded) GT_TRY(gt_trainer_state_to_device(t, false, err));
+    t->host_stale = true; /* the run updates the state on the device */
+    for (int k = 0; k < g->n_inputs; k++)
         if (g->inputs[k].kind == GT_IN_INPUT)
             GT_TRY(gt_cuda_program_stage_input(s->dev, k, s->feed[k], err));
-        else if (!s->state_loaded)
-            GT_TRY(gt_cuda_program_set_input(s->dev, k, s->feed[k], err));
-    }
-    s->state_loaded = true;
-    t->host_stale = true;
     /* --metrics.comm_report times the second run of the whole graph (the first warms up), so its
      * capture waits for it: captured replays record no timing events */
     bool report = t->cfg->metrics.comm_report && gt_train_dist_multi(&t->dist);
@@ -291,6 +295,22 @@ static gt_status step_graph_queue_cuda(gt_trainer *t, gt_step_graph *s, gt_run_p
             GT_TRY(gt_cuda_program_fetch_output(s->dev, k, err));
     }
     return gt_cuda_program_step_end(s->dev, ticket, err);
+}
+
+gt_status gt_trainer_state_to_device(gt_trainer *t, bool resumed, gt_error *err)
+{
+    gt_step_graph *s = &t->whole;
+    const gt_graph *g = s->g;
+    for (int k = 0; k < g->n_inputs; k++) {
+        gt_input_kind kind = g->inputs[k].kind;
+        if (kind == GT_IN_INPUT) continue;
+        /* resumed: the checkpoint's tensors are there; the sums are zeroed on the device */
+        if (resumed && (kind == GT_IN_BUFFER || is_checkpoint_tensor(t, s->feed[k]))) continue;
+        GT_TRY(gt_cuda_program_set_input(s->dev, k, s->feed[k], err));
+    }
+    s->state_loaded = true;
+    t->host_stale = true;
+    return GT_OK;
 }
 
 /* Waits for the step with `ticket` and reads its loss and grad_norm. */
@@ -554,6 +574,11 @@ static gt_status train_step(gt_trainer *t, gt_train_result *res, int64_t step, d
     *ticket = -1;
     *lr = gt_lr_at(&t->lr, step);
     gt_optim_scalars(&t->adamw, step, *lr, (float *)t->scalars.data);
+#ifdef GT_HAVE_CUDA
+    /* its start: reached when it is queued, or when the step before ends if that is later */
+    if (t->whole.dev)
+        GT_TRY(gt_cuda_program_mark(t->whole.dev, 2 * step, err));
+#endif
     if (t->accum > 1) GT_TRY(zero_sums(&t->whole, err));
     double loss_sum = 0;
 #ifdef GT_HAVE_CUDA
@@ -564,6 +589,10 @@ static gt_status train_step(gt_trainer *t, gt_train_result *res, int64_t step, d
         gt_run_part part = m + 1 < t->accum ? GT_RUN_MICRO : GT_RUN_ALL;
         double l = 0;
         GT_TRY(run_part(t, part, &l, grad_norm, ticket, err));
+#ifdef GT_HAVE_CUDA
+        if (t->whole.dev && part == GT_RUN_ALL) /* the step's end, for its device time */
+            GT_TRY(gt_cuda_program_mark(t->whole.dev, 2 * step + 1, err));
+#endif
         if (m == 0 && t->accum > 1) GT_TRY(report_pending(t, res, err));
 #ifdef GT_HAVE_CUDA
         if (before >= 0) {
@@ -792,9 +821,10 @@ static gt_status log_metrics(gt_trainer *t, int64_t step, double loss, double gr
     return GT_OK;
 }
 
-/* cuda: waits for the queued step (if any) and reports it. Its step time runs from when it was
- * queued, or from when the step before it was read if later: the device time per step once the
- * queue is full. */
+/* cuda: waits for the queued step (if any) and reports it. Its step time is the device's
+ * (gt_cuda_program_mark), from when it was queued or the step before it ended, whichever is
+ * later, to its end: the host reads results late, and a step it noticed late would look long and
+ * the next one short. The first step of a run (warm-up and capture) takes the host's time. */
 static gt_status report_pending(gt_trainer *t, gt_train_result *res, gt_error *err)
 {
     if (t->pending.step == 0) return GT_OK;
@@ -805,9 +835,11 @@ static gt_status report_pending(gt_trainer *t, gt_train_result *res, gt_error *e
     GT_TRY(step_graph_results_cuda(&t->whole, p.ticket, &loss, &grad_norm, err));
 #endif
     loss += p.loss_before;
-    double done = gt_now_seconds();
-    double dt = done - (t->last_done > p.t0 ? t->last_done : p.t0);
-    t->last_done = done;
+    double dt = gt_now_seconds() - p.t0;
+#ifdef GT_HAVE_CUDA
+    if (p.step > res->first_step)
+        GT_TRY(gt_cuda_program_mark_seconds(t->whole.dev, 2 * p.step, 2 * p.step + 1, &dt, err));
+#endif
     GT_TRY(report_step(t, res, p.step, loss, grad_norm, p.lr, dt, err));
 #ifdef GT_HAVE_CUDA
     /* the timed run: the whole step graph's second exec (see step_graph_queue_cuda) */

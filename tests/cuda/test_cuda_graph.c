@@ -60,6 +60,15 @@ static void copy_fetched(gt_cuda_program *cp, int64_t ticket, int32_t k, gt_tens
     if (src) memcpy(out->data, src, gt_tensor_nbytes(out));
 }
 
+/* The device time of step n (1-based), from its start mark 2n to its end mark 2n + 1. */
+static double step_device_seconds(gt_cuda_program *cp, int64_t n, gt_error *err)
+{
+    double dt = -1;
+    if (!err->code) EXPECT_OK(gt_cuda_program_mark_seconds(cp, 2 * n, 2 * n + 1, &dt, err), err);
+    if (!err->code) EXPECT(dt > 0 && dt < 60, "step %lld: device time %g s", (long long)n, dt);
+    return dt > 0 ? dt : 0;
+}
+
 /* One run of STEPS steps from init (not modified); outputs of step n (1-based) into
  * out[(n - 1) * n_outputs + k], the final state into fin. graph: the capture/async path. */
 static bool run(const step_graph *s, const gt_tensor *init, bool graph, gt_tensor *out,
@@ -79,7 +88,10 @@ static bool run(const step_graph *s, const gt_tensor *init, bool graph, gt_tenso
         if (!err.code) EXPECT_OK(gt_cuda_program_set_input(cp, k, &state[k], &err), &err);
     }
     int64_t prev = -1;
+    double t_first = 0, device_s = 0; /* graph: host time from step 2's start, device step times */
     for (int64_t step = 1; step <= STEPS && !err.code; step++) {
+        if (graph && step == 2) t_first = gt_now_seconds();
+        if (graph) EXPECT_OK(gt_cuda_program_mark(cp, 2 * step, &err), &err);
         set_step_inputs(s, state, step);
         gt_tensor *o = out + (step - 1) * no;
         for (int32_t k = 0; k < ni && !err.code; k++) {
@@ -106,8 +118,10 @@ static bool run(const step_graph *s, const gt_tensor *init, bool graph, gt_tenso
         int64_t ticket = -1;
         EXPECT_OK(gt_cuda_program_step_end(cp, &ticket, &err), &err);
         EXPECT(ticket == step - 1, "step %lld has ticket %lld", (long long)step, (long long)ticket);
+        EXPECT_OK(gt_cuda_program_mark(cp, 2 * step + 1, &err), &err);
         if (prev >= 0 && !err.code) { /* step - 1 is read while step is queued */
             EXPECT_OK(gt_cuda_program_step_wait(cp, prev, &err), &err);
+            if (step > 2) device_s += step_device_seconds(cp, step - 1, &err);
             for (int32_t k = 0; k < no && !err.code; k++)
                 copy_fetched(cp, prev, k, &out[(step - 2) * no + k], &err);
         }
@@ -117,6 +131,16 @@ static bool run(const step_graph *s, const gt_tensor *init, bool graph, gt_tenso
         EXPECT_OK(gt_cuda_program_step_wait(cp, prev, &err), &err);
         for (int32_t k = 0; k < no && !err.code; k++)
             copy_fetched(cp, prev, k, &out[(STEPS - 1) * no + k], &err);
+        device_s += step_device_seconds(cp, STEPS, &err);
+        /* the steps' device times lie within the host's span of them */
+        double host_s = gt_now_seconds() - t_first;
+        EXPECT(device_s <= host_s, "device step times add to %g s, more than the %g s they took",
+               device_s, host_s);
+        /* marks are a ring: the first step's were overwritten */
+        gt_error e = {0};
+        EXPECT(gt_cuda_program_mark_seconds(cp, 2, 3, &device_s, &e) == GT_ERR_INVALID &&
+                   strstr(e.msg, "marks 2 and 3"),
+               "an overwritten mark: %s", e.msg);
     }
     for (int32_t k = 0; k < ni && !err.code; k++) {
         EXPECT_OK(gt_tensor_alloc(&fin[k], init[k].dtype, init[k].ndim, init[k].shape, &err), &err);

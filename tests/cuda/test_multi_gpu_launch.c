@@ -8,8 +8,9 @@
  *   - each layout run twice: bitwise identical losses and step-20 checkpoint (whole parameters
  *     and AdamW moments gathered from the ranks);
  *   - CUDA graphs on vs off (compile.cudagraphs): bitwise identical, FSDP2;
- *   - resume (FSDP2): saving at steps 10 and 20 changes no bit, and the step-10 checkpoint
- *     resumed in a fresh folder repeats steps 11..20 and the step-20 checkpoint bit for bit;
+ *   - resume (FSDP2, and FSDP3 whose blocks are padded, 3 GPUs): saving at steps 10 and 20
+ *     changes no bit, and the step-10 checkpoint resumed in a fresh folder repeats steps 11..20
+ *     and the step-20 checkpoint bit for bit;
  *   - --metrics.comm_report (FSDP2): one line per collective of the logged schedule, exposed time
  *     within [0, total], and the same bits as without the report;
  *   - --comm.nccl_buffers: the default (auto) is logged as symmetric where this NCCL supports it
@@ -180,21 +181,26 @@ static void compare_bitwise(const launch_result *a, const launch_result *b, cons
 /* Bitwise resume on the GPU: a run saving at steps 10 and 20 has the uninterrupted run's bits;
  * its step-10 checkpoint, alone in a fresh dump folder, resumes to steps 11..20 and a step-20
  * checkpoint with those bits too. The saves take the state straight from the device (shard_io.c,
- * write_blocks), so a block written from the wrong place would show here. */
+ * write_blocks) and the resume puts it straight there (read_blocks), so a block written to or
+ * read from the wrong place would show here; under FSDP3 the blocks are padded. */
 static void check_resume(const char *base, const launch_layout *l, const launch_result *whole)
 {
     static launch_result ck10, resumed;
-    run(base, "FSDP2_fp32_ckpt10", l, true, "--checkpoint.interval=10", &ck10);
-    compare_bitwise(whole, &ck10, "FSDP2 saving at steps 10 and 20");
+    char name[64], what[96];
+    snprintf(name, sizeof name, "%s_fp32_ckpt10", l->name);
+    snprintf(what, sizeof what, "%s saving at steps 10 and 20", l->name);
+    run(base, name, l, true, "--checkpoint.interval=10", &ck10);
+    compare_bitwise(whole, &ck10, what);
     if (!ck10.ok) return;
-    launch_temp_dir(resumed.dump, sizeof resumed.dump, base, "FSDP2_fp32_resumed");
+    snprintf(name, sizeof name, "%s_fp32_resumed", l->name);
+    launch_temp_dir(resumed.dump, sizeof resumed.dump, base, name);
     char from[700], dir[700], to[760];
     snprintf(from, sizeof from, "%s/checkpoint/step-10", ck10.dump);
     snprintf(dir, sizeof dir, "%s/checkpoint", resumed.dump);
     snprintf(to, sizeof to, "%s/step-10", dir);
     EXPECT(mkdir(dir, 0777) == 0 && rename(from, to) == 0, "moving %s to %s: %s", from, to,
            strerror(errno));
-    run_in_dump("FSDP2_fp32_resumed", l, true, NULL, 11, &resumed);
+    run_in_dump(name, l, true, NULL, 11, &resumed);
     if (!resumed.ok) return;
     int differ = 0;
     for (int s = 11; s <= STEPS; s++)
@@ -204,10 +210,10 @@ static void check_resume(const char *base, const launch_layout *l, const launch_
     launch_ckpt_path(pa, sizeof pa, whole->dump, STEPS);
     launch_ckpt_path(pb, sizeof pb, resumed.dump, STEPS);
     bool same = same_bytes(pa, pb);
-    printf("  %-30s bitwise: %s\n", "FSDP2 resumed at step 10", differ == 0 && same ? "yes" : "NO");
-    EXPECT(differ == 0, "FSDP2 resumed at step 10: %d of steps 11..%d with other bits", differ,
-           STEPS);
-    EXPECT(same, "FSDP2 resumed at step 10: step-%d checkpoints differ", STEPS);
+    snprintf(what, sizeof what, "%s resumed at step 10", l->name);
+    printf("  %-30s bitwise: %s\n", what, differ == 0 && same ? "yes" : "NO");
+    EXPECT(differ == 0, "%s: %d of steps 11..%d with other bits", what, differ, STEPS);
+    EXPECT(same, "%s: step-%d checkpoints differ", what, STEPS);
 }
 
 int main(void)
@@ -273,6 +279,16 @@ int main(void)
                 printf("  FSDP2 symmetric NCCL buffers: not run: %s\n", why.msg);
             }
         }
+    }
+    /* FSDP3 pads debugmodel's 256-row parameters to 258 (local batch 1, global 3): its own
+     * uninterrupted run against saving and resuming, all on the GPU */
+    static const launch_layout fsdp3 = {"FSDP3", 1, 3, 1};
+    static launch_result padded;
+    if (gpus >= 3) {
+        run(base, "FSDP3_fp32", &fsdp3, true, NULL, &padded);
+        if (padded.ok) check_resume(base, &fsdp3, &padded);
+    } else {
+        printf("  FSDP3: needs 3 GPUs, %d visible: not run\n", gpus);
     }
     /* gradient accumulation: 2 micro-batches of the global batch of 8 on one GPU and over FSDP2
      * against one batch of 8 (the same steps up to summation order), and CUDA graphs (one per
