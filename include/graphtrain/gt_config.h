@@ -57,6 +57,13 @@ typedef enum {
     GT_CFG_MEMORY_BUDGET,
 } gt_cfg_memory_policy;
 
+/* checkpoint.async_mode (torchtitan's values): where a save's writes happen. */
+typedef enum {
+    GT_CFG_ASYNC_DISABLED = 0, /* in the step loop: training waits for the save */
+    GT_CFG_ASYNC_ASYNC,        /* a snapshot in host memory, written by a thread while training */
+    GT_CFG_ASYNC_PINNED,       /* "async_with_pinned_mem": the same, pinned on the GPU */
+} gt_cfg_async_mode;
+
 /* A list of strings (e.g. compile.disable_passes). */
 typedef struct {
     char **items;
@@ -158,6 +165,7 @@ typedef struct {
     int64_t interval;
     int64_t keep_latest_k; /* 0 = keep all */
     int64_t load_step;     /* -1 = the latest */
+    gt_cfg_async_mode async_mode;
 } gt_cfg_checkpoint;
 
 typedef struct {

@@ -29,7 +29,8 @@ _Static_assert(sizeof(gt_cfg_dataset) == sizeof(int) && sizeof(gt_cfg_precision)
                    sizeof(gt_cfg_optimizer) == sizeof(int) &&
                    sizeof(gt_cfg_decay_type) == sizeof(int) &&
                    sizeof(gt_cfg_reshard) == sizeof(int) &&
-                   sizeof(gt_cfg_memory_policy) == sizeof(int),
+                   sizeof(gt_cfg_memory_policy) == sizeof(int) &&
+                   sizeof(gt_cfg_async_mode) == sizeof(int),
                "enum options are stored and read as int");
 
 /* ---------------------------------------------------------------- the schema */
@@ -43,6 +44,7 @@ static const char *const reshards[] = {"default", "always", "never", NULL};
 static const char *const fsdp_gathers[] = {"bucketed", "grouped", NULL};
 static const char *const nccl_buffers[] = {"plain", "registrable", "symmetric", "auto", NULL};
 static const char *const memory_policies[] = {"default", "full", "eager", "none", "budget", NULL};
+static const char *const async_modes[] = {"disabled", "async", "async_with_pinned_mem", NULL};
 
 #define OPT(sec, k, t) .section = #sec, .key = #k, .type = t, .offset = offsetof(gt_config, sec.k)
 #define INT_RANGE(lo, hi) .int_min = (lo), .int_max = (hi)
@@ -190,6 +192,10 @@ static const gt_cfg_option options[] = {
      .help = "checkpoints kept; older ones are deleted; 0: keep all"},
     {OPT(checkpoint, load_step, GT_CFG_INT), .default_value = "-1", INT_RANGE(-1, MAX_STEPS),
      .help = "step to resume from; -1: the latest checkpoint"},
+    {OPT(checkpoint, async_mode, GT_CFG_ENUM), .default_value = "disabled", .choices = async_modes,
+     .help = "disabled: training waits for each save; async: the state is copied to host memory "
+             "and written by a thread while training goes on; async_with_pinned_mem: the same "
+             "through pinned memory on the GPU (fast copies, locked host memory)"},
     /* metrics */
     {OPT(metrics, log_freq, GT_CFG_INT), .default_value = "10", INT_RANGE(1, MAX_STEPS),
      .help = "steps between metric lines"},

@@ -63,9 +63,7 @@ bool gt_shard_box_is_whole(const gt_shard_box *b)
  * rows of the last dim, where rows that lie back to back both in the whole tensor and in the block
  * make one run (the box spans the whole of every dim after `inner`), so an FSDP block of rows is
  * one run and its initialisation and copies work on whole blocks, not rows. */
-typedef void (*run_fn)(int64_t global_off, int64_t local_off, int64_t count, void *user);
-
-static void for_each_run(const gt_shard_box *b, run_fn fn, void *user)
+void gt_shard_for_each_run(const gt_shard_box *b, gt_shard_run_fn fn, void *user)
 {
     if (b->ndim == 0) {
         fn(0, 0, 1, user);
@@ -124,7 +122,7 @@ void gt_shard_slice(const gt_shard_box *b, const gt_tensor *full, gt_tensor *loc
     if (gt_shape_numel(b->ndim, b->size) != gt_tensor_numel(local))
         memset(local->data, 0, gt_tensor_nbytes(local));
     copy_ctx c = {full->data, local->data, gt_dtype_size(full->dtype), false};
-    for_each_run(b, copy_run, &c);
+    gt_shard_for_each_run(b, copy_run, &c);
 }
 
 void gt_shard_place(const gt_shard_box *b, const gt_tensor *local, gt_tensor *full)
@@ -132,7 +130,7 @@ void gt_shard_place(const gt_shard_box *b, const gt_tensor *local, gt_tensor *fu
     GT_CHECK(full->dtype == local->dtype);
     GT_CHECK(gt_tensor_numel(local) == gt_shape_numel(b->ndim, b->local));
     copy_ctx c = {full->data, local->data, gt_dtype_size(full->dtype), true};
-    for_each_run(b, copy_run, &c);
+    gt_shard_for_each_run(b, copy_run, &c);
 }
 
 typedef struct {
@@ -156,7 +154,7 @@ void gt_shard_init_param(const gt_shard_box *b, const gt_param_spec *p, uint64_t
     init_ctx c = {p, seed, local};
     if (gt_shape_numel(b->ndim, b->size) != gt_tensor_numel(local)) /* padding rows: zeros */
         memset(local->data, 0, gt_tensor_nbytes(local));
-    for_each_run(b, init_run, &c);
+    gt_shard_for_each_run(b, init_run, &c);
 }
 
 /* The box world rank r holds of the tensor whose box `mine` is (same placement). */
@@ -296,18 +294,11 @@ void gt_shard_buffers_free(gt_shard_buffers *buf)
 
 /* ---------------------------------------------------------------- checkpoints */
 
-/* Whole-tensor descriptors of the state (global shapes, no data): what the fingerprint and a
- * checkpoint's tensor list describe, whatever the layout. */
-typedef struct {
-    gt_tensor *desc;
-    const gt_tensor **ptrs; /* ptrs[k] = &desc[k], as the checkpoint functions take them */
-} whole_descriptors;
-
-static whole_descriptors whole_descriptors_of(gt_trainer *t)
+gt_whole_descriptors gt_whole_descriptors_of(gt_trainer *t)
 {
     int n = 3 * t->n_params;
-    whole_descriptors w = {gt_xcalloc((size_t)n, sizeof *w.desc),
-                           gt_xcalloc((size_t)n, sizeof *w.ptrs)};
+    gt_whole_descriptors w = {gt_xcalloc((size_t)n, sizeof *w.desc),
+                              gt_xcalloc((size_t)n, sizeof *w.ptrs)};
     for (int k = 0; k < n; k++) {
         const gt_shard_box *b = &t->box[k];
         gt_tensor_wrap(&w.desc[k], t->ckpt_tensors[k]->dtype, b->ndim, b->global, NULL);
@@ -316,7 +307,7 @@ static whole_descriptors whole_descriptors_of(gt_trainer *t)
     return w;
 }
 
-static void whole_descriptors_free(whole_descriptors *w)
+void gt_whole_descriptors_free(gt_whole_descriptors *w)
 {
     free(w->desc);
     free(w->ptrs);
@@ -325,231 +316,18 @@ static void whole_descriptors_free(whole_descriptors *w)
 uint64_t gt_trainer_fingerprint(gt_trainer *t)
 {
     gt_trainer_refresh_ckpt_tensors(t);
-    whole_descriptors w = whole_descriptors_of(t);
+    gt_whole_descriptors w = gt_whole_descriptors_of(t);
     /* the fingerprint covers the parameters (the first n_params names) */
     uint64_t h = gt_checkpoint_fingerprint(t->n_params, (const char *const *)t->ckpt_names, w.ptrs);
-    whole_descriptors_free(&w);
+    gt_whole_descriptors_free(&w);
     return h;
 }
 
-/* Rank 0's part of a save, begun: the temporary directory and the tensor file of the whole
- * tensors (descs: their names' dtypes and global shapes), sized, for every rank to fill. */
-static gt_status begin_checkpoint(gt_trainer *t, int64_t step, const gt_tensor *const *descs,
-                                  gt_checkpoint_writer *w, gt_error *err)
-{
-    gt_loader_state ls;
-    char state[64], loader_json[128], layout[96], world[16];
-    gt_loader_get_state(t->loader, &ls);
-    gt_loader_state_format(&ls, state, sizeof state);
-    snprintf(loader_json, sizeof loader_json, "{\"state\":\"%s\"}", state);
-    gt_mesh_format(&t->dist.layout.mesh, layout, sizeof layout);
-    snprintf(world, sizeof world, "%d", t->dist.size);
-    /* informational: the layout that wrote it (any layout reads it) */
-    const char *keys[2] = {"saved_by_layout", "saved_by_ranks"};
-    const char *values[2] = {layout, world};
-    bool multi = gt_train_dist_multi(&t->dist);
-    gt_checkpoint_desc d = {
-        .folder = t->ckpt_folder,
-        .step = step,
-        .model = {t->cfg->model.name, t->cfg->model.flavor, gt_trainer_fingerprint(t)},
-        .loader_json = loader_json,
-        .rng_seed = t->cfg->debug.seed,
-        .n_extra = multi ? 2 : 0,
-        .extra_keys = multi ? keys : NULL,
-        .extra_values = multi ? values : NULL,
-        .keep_last = (int)t->cfg->checkpoint.keep_latest_k,
-        .prune_in_background = true,
-    };
-    /* the manifest is built now: the strings above need not outlive this call but the folder */
-    return gt_checkpoint_begin(&d, 3 * t->n_params, (const char *const *)t->ckpt_names, descs, w,
-                               err);
-}
-
-/* Whether this rank writes its block of a tensor placed as b: the first of the ranks holding the
- * same block (coordinate 0 on every mesh dim that does not shard it). */
-static bool writes_block(const gt_train_dist *d, const gt_shard_box *b)
-{
-    for (int md = 0; md < GT_MESH_NDIMS; md++)
-        if (d->layout.mesh.size[md] > 1 && b->place[md].kind != GT_PLACE_SHARD &&
-            d->layout.coords[md] != 0)
-            return false;
-    return true;
-}
-
-/* Where a block's bytes come from: the host tensor, or (GPU, state newer than the host's) graph
- * input `input` of the step program on the device, through a pinned bounce buffer. */
-typedef struct {
-    int fd;
-    const char *path, *local;
-#ifdef GT_HAVE_CUDA
-    gt_cuda_program *dev;
-    int32_t input;
-    char *bounce;
-#endif
-    size_t es;
-    uint64_t at; /* the tensor's first byte in the file */
-    gt_status st;
-    gt_error *err;
-} block_writer;
-
-#define BOUNCE_BYTES ((size_t)64 << 20)
-
-static void pwrite_all(block_writer *w, const char *src, size_t n, off_t at)
-{
-    for (size_t done = 0; w->st == GT_OK && done < n;) {
-        ssize_t r = pwrite(w->fd, src + done, n - done, at + (off_t)done);
-        if (r < 0 && errno == EINTR) continue;
-        if (r <= 0)
-            w->st = gt_error_set(w->err, GT_ERR_IO, "%s: write failed: %s", w->path,
-                                 r < 0 ? strerror(errno) : "no progress");
-        else
-            done += (size_t)r;
-    }
-}
-
-static void pwrite_run(int64_t g, int64_t l, int64_t count, void *user)
-{
-    block_writer *w = user;
-    size_t n = (size_t)count * w->es, from = (size_t)l * w->es;
-    off_t at = (off_t)(w->at + (uint64_t)g * w->es);
-#ifdef GT_HAVE_CUDA
-    for (size_t done = 0; w->dev && w->st == GT_OK && done < n;) {
-        size_t len = n - done < BOUNCE_BYTES ? n - done : BOUNCE_BYTES;
-        w->st = gt_cuda_program_read_input_bytes(w->dev, w->input, from + done, len, w->bounce,
-                                                 w->err);
-        pwrite_all(w, w->bounce, len, at + (off_t)done);
-        done += len;
-    }
-    if (w->dev) return;
-#endif
-    pwrite_all(w, w->local + from, n, at);
-}
-
-#ifdef GT_HAVE_CUDA
-/* The step program's input that tensor `data` feeds, or -1. */
-static int32_t input_fed_by(const gt_step_graph *s, const gt_tensor *data)
+int32_t gt_step_input_fed_by(const gt_step_graph *s, const gt_tensor *data)
 {
     for (int32_t j = 0; s->g && s->feed && j < s->g->n_inputs; j++)
         if (s->feed[j] == data) return j;
     return -1;
-}
-#endif
-
-/* This rank's part: its blocks (those it is the first to hold) written where the file's header
- * (file, open) places each tensor, fsynced. An FSDP block of rows is one write. When the state on
- * the GPU is newer than the host tensors, the blocks go from the device to the file through one
- * pinned buffer: the host copy of the state (whose first write faults in fresh pages, 1.3 GB/s a
- * rank on an H200 host) is not needed. */
-static gt_status write_blocks(gt_trainer *t, const gt_safetensors *file, gt_error *err)
-{
-    int fd = open(file->path, O_WRONLY | O_CLOEXEC);
-    if (fd < 0)
-        return gt_error_set(err, GT_ERR_IO, "%s: cannot open: %s", file->path, strerror(errno));
-    block_writer w = {.fd = fd, .path = file->path, .st = GT_OK, .err = err};
-#ifdef GT_HAVE_CUDA
-    bool from_device = t->whole.dev && t->host_stale;
-    if (from_device) w.st = gt_cuda_host_alloc((void **)&w.bounce, BOUNCE_BYTES, err);
-#endif
-    for (int k = 0; k < 3 * t->n_params && w.st == GT_OK; k++) {
-        const gt_shard_box *b = &t->box[k];
-        const gt_st_entry *e = gt_safetensors_find(file, t->ckpt_names[k]);
-        GT_CHECK(e != NULL); /* the file was created from these names */
-        if (!writes_block(&t->dist, b)) continue;
-        w.local = t->ckpt_tensors[k]->data;
-#ifdef GT_HAVE_CUDA
-        w.dev = from_device ? t->whole.dev : NULL;
-        if (w.dev && (w.input = input_fed_by(&t->whole, t->ckpt_tensors[k])) < 0) {
-            w.st = gt_error_set(err, GT_ERR_INTERNAL, "checkpoint: no step input holds %s",
-                                t->ckpt_names[k]);
-            break;
-        }
-#endif
-        w.es = gt_dtype_size(e->dtype);
-        w.at = file->data_offset + e->begin;
-        for_each_run(b, pwrite_run, &w);
-    }
-#ifdef GT_HAVE_CUDA
-    gt_cuda_host_free(w.bounce);
-#endif
-    if (w.st == GT_OK && fsync(fd) != 0)
-        w.st = gt_error_set(err, GT_ERR_IO, "%s: fsync failed: %s", file->path, strerror(errno));
-    if (close(fd) != 0 && w.st == GT_OK)
-        w.st = gt_error_set(err, GT_ERR_IO, "%s: close failed: %s", file->path, strerror(errno));
-    return w.st;
-}
-
-/* xxh64 of the whole tensors k = rank, rank + size, ... as they lie in the file, into h[k]
- * (h[k] stays 0 for the others). */
-static gt_status hash_tensors(gt_trainer *t, const gt_safetensors *file, uint64_t *h,
-                              gt_error *err)
-{
-    for (int k = t->dist.rank; k < 3 * t->n_params; k += t->dist.size)
-        GT_TRY(gt_safetensors_hash(file, gt_safetensors_find(file, t->ckpt_names[k]), &h[k], err));
-    return GT_OK;
-}
-
-/* A save: rank 0 begins it (the tensor file sized, its header written), every rank writes the
- * blocks it is the first to hold straight into the file, where its header says, then hashes
- * every size-th tensor from the file, and rank 0 finishes it (the file hash, the manifest, the
- * rename to step-<N>). The ranks agree after each part, so a failure anywhere (disk full) stops
- * every rank and leaves no step-<N>. */
-gt_status gt_trainer_save_checkpoint(gt_trainer *t, int64_t step, gt_error *err)
-{
-    double t_host = gt_now_seconds();
-    /* on the GPU the writers read the state from the device (write_blocks) */
-    if (!t->whole.dev) GT_TRY(gt_trainer_state_to_host(t, false, err));
-    gt_trainer_refresh_ckpt_tensors(t);
-    double t0 = gt_now_seconds();
-    int n = 3 * t->n_params;
-    gt_train_dist *d = &t->dist;
-    whole_descriptors w = whole_descriptors_of(t);
-    gt_checkpoint_writer cw = {0};
-    gt_safetensors file = {0};
-    uint64_t *h = gt_xcalloc((size_t)n + 1, sizeof *h);
-    double t_write = t0, t_hash = t0, t_finish = t0, bytes = 0;
-    /* every rank reaches every collective below in the same order, whatever failed where */
-    gt_status st = d->rank == 0 ? begin_checkpoint(t, step, w.ptrs, &cw, err) : GT_OK;
-    st = gt_train_share_status(d, 0, st, err);
-    int64_t pid = cw.pid;
-    if (st == GT_OK) st = gt_train_share_i64(d, &pid, err);
-    if (st == GT_OK) {
-        char *path = gt_checkpoint_tensor_path(t->ckpt_folder, step, (long)pid);
-        gt_status ws = gt_safetensors_open_lazy(path, &file, err);
-        free(path);
-        if (ws == GT_OK) ws = write_blocks(t, &file, err);
-        st = gt_train_agree(d, ws, err);
-        t_write = gt_now_seconds();
-    }
-    if (st == GT_OK) {
-        gt_error herr = {0};
-        gt_status hs = hash_tensors(t, &file, h, &herr);
-        st = gt_train_share_slots(d, h, n, err); /* a communication failure is this rank's */
-        if (st == GT_OK) {
-            if (hs != GT_OK) *err = herr;
-            st = gt_train_agree(d, hs, err);
-        }
-        t_hash = gt_now_seconds();
-    }
-    if (st == GT_OK) {
-        gt_status fs = d->rank == 0 ? gt_checkpoint_finish(&cw, h, err) : GT_OK;
-        t_finish = gt_now_seconds();
-        st = gt_train_share_status(d, 0, fs, err);
-    }
-    for (int k = 0; k < n; k++)
-        bytes += (double)gt_tensor_nbytes(w.ptrs[k]);
-    gt_safetensors_close(&file);
-    gt_checkpoint_writer_free(&cw); /* after a failure: removes the temporary directory */
-    free(h);
-    whole_descriptors_free(&w);
-    if (st != GT_OK) return st;
-    if (d->rank == 0)
-        gt_log(GT_LOG_INFO,
-               "checkpoint: saved step %lld to %s/step-%lld (%.2f s): %.2f GB; before it the "
-               "state to the host %.2f s; in it the writes %.2f s, tensor hashes %.2f s, file "
-               "hash and publishing %.2f s",
-               (long long)step, t->ckpt_folder, (long long)step, gt_now_seconds() - t0,
-               bytes / 1e9, t0 - t_host, t_write - t0, t_hash - t_write, t_finish - t_hash);
-    return GT_OK;
 }
 
 /* The step to resume from: the configured one or the latest (GT_CHECKPOINT_NONE: none). */
@@ -583,7 +361,7 @@ static void pread_run(int64_t g, int64_t l, int64_t count, void *user)
     uint64_t from = (uint64_t)g * br->es;
 #ifdef GT_HAVE_CUDA
     for (size_t done = 0; br->dev && br->st == GT_OK && done < n;) {
-        size_t len = n - done < BOUNCE_BYTES ? n - done : BOUNCE_BYTES;
+        size_t len = n - done < GT_CKPT_BOUNCE_BYTES ? n - done : GT_CKPT_BOUNCE_BYTES;
         br->st = gt_checkpoint_read(br->r, br->i, from + done, br->bounce, len, br->err);
         if (br->st == GT_OK)
             br->st = gt_cuda_program_write_input_bytes(br->dev, br->input, to + done, len,
@@ -606,7 +384,7 @@ static gt_status read_blocks(gt_trainer *t, gt_checkpoint_reader *r, gt_error *e
 #ifdef GT_HAVE_CUDA
     gt_step_graph *s = &t->whole;
     bool to_device = s->dev != NULL;
-    if (to_device) br.st = gt_cuda_host_alloc((void **)&br.bounce, BOUNCE_BYTES, err);
+    if (to_device) br.st = gt_cuda_host_alloc((void **)&br.bounce, GT_CKPT_BOUNCE_BYTES, err);
 #endif
     for (int i = 0; br.st == GT_OK && i < 3 * t->n_params; i++) {
         const gt_shard_box *b = &t->box[i];
@@ -617,7 +395,7 @@ static gt_status read_blocks(gt_trainer *t, gt_checkpoint_reader *r, gt_error *e
         br.es = gt_dtype_size(local->dtype);
 #ifdef GT_HAVE_CUDA
         br.dev = to_device ? s->dev : NULL;
-        if (br.dev && (br.input = input_fed_by(s, local)) < 0) {
+        if (br.dev && (br.input = gt_step_input_fed_by(s, local)) < 0) {
             br.st = gt_error_set(err, GT_ERR_INTERNAL, "checkpoint: no step input holds %s",
                                  t->ckpt_names[i]);
             break;
@@ -626,7 +404,7 @@ static gt_status read_blocks(gt_trainer *t, gt_checkpoint_reader *r, gt_error *e
         if (br.dev) padded = false;
 #endif
         if (padded) memset(local->data, 0, gt_tensor_nbytes(local));
-        for_each_run(b, pread_run, &br);
+        gt_shard_for_each_run(b, pread_run, &br);
     }
 #ifdef GT_HAVE_CUDA
     gt_cuda_host_free(br.bounce);
@@ -647,11 +425,11 @@ static gt_status load_blocks(gt_trainer *t, int64_t want, gt_checkpoint_info *in
     gt_train_dist *d = &t->dist;
     int n = 3 * t->n_params;
     gt_checkpoint_model m = {t->cfg->model.name, t->cfg->model.flavor, gt_trainer_fingerprint(t)};
-    whole_descriptors w = whole_descriptors_of(t);
+    gt_whole_descriptors w = gt_whole_descriptors_of(t);
     gt_checkpoint_reader r;
     gt_status st = gt_checkpoint_open(t->ckpt_folder, want, &m, n,
                                       (const char *const *)t->ckpt_names, w.ptrs, &r, err);
-    whole_descriptors_free(&w);
+    gt_whole_descriptors_free(&w);
     /* every rank enters each part or none (the agreed status), so the collectives pair up */
     st = gt_train_agree(d, st, err);
     if (st == GT_OK) {

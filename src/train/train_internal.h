@@ -247,6 +247,10 @@ typedef struct {
     double setup_s[3]; /* seconds: graphs built, parameters initialised, step programs built */
     double end_s[2];   /* seconds: the parameters back to the host, their final hash */
     gt_pending_step pending;
+    struct gt_ckpt_save *saving; /* checkpoint.async_mode: the save under way, or NULL */
+    void *snapshot;              /* its copy of the state: one buffer, kept for the next save */
+    size_t snapshot_bytes;
+    bool snapshot_pinned;
 } gt_trainer;
 
 /* True when name is prefix followed by fqn ("optim.exp_avg." + "layers.0.attention.wq.weight"). */
@@ -257,9 +261,36 @@ bool gt_train_named(const char *name, const char *prefix, const char *fqn);
  * inputs and the checkpoint names. */
 gt_status gt_trainer_alloc_state(gt_trainer *t, gt_error *err);
 
-/* Checkpoints (shard_io.c): every rank takes part; whole tensors on disk whatever the layout. */
+/* Calls fn(global_offset, local_offset, count) for each run of box b (shard_io.c), in row-major
+ * order: its rows of the last dim, where rows that lie back to back both in the whole tensor and
+ * in the block make one run, so an FSDP block of rows is one run. */
+typedef void (*gt_shard_run_fn)(int64_t global_off, int64_t local_off, int64_t count, void *user);
+void gt_shard_for_each_run(const gt_shard_box *b, gt_shard_run_fn fn, void *user);
+
+/* Whole-tensor descriptors of the state (global shapes, no data): what the fingerprint and a
+ * checkpoint's tensor list describe, whatever the layout. */
+typedef struct {
+    gt_tensor *desc;
+    const gt_tensor **ptrs; /* ptrs[k] = &desc[k], as the checkpoint functions take them */
+} gt_whole_descriptors;
+gt_whole_descriptors gt_whole_descriptors_of(gt_trainer *t);
+void gt_whole_descriptors_free(gt_whole_descriptors *w);
+/* The graph input of s that host tensor `data` feeds, or -1. */
+int32_t gt_step_input_fed_by(const gt_step_graph *s, const gt_tensor *data);
+/* The pinned buffer through which checkpoint blocks go between a file and the device. */
+#define GT_CKPT_BOUNCE_BYTES ((size_t)64 << 20)
+
+/* Checkpoints: every rank takes part; whole tensors on disk whatever the layout. Loading in
+ * shard_io.c, saving in checkpoint_save.c. With checkpoint.async_mode a save copies the state to
+ * host memory and a thread writes it while training goes on: gt_trainer_save_poll (every rank,
+ * after every step) finishes it once every rank's thread is done, or waits for it (wait: before
+ * the next save, at the end); gt_trainer_save_abandon (teardown) joins the thread and publishes
+ * nothing. */
 uint64_t gt_trainer_fingerprint(gt_trainer *t);
 gt_status gt_trainer_save_checkpoint(gt_trainer *t, int64_t step, gt_error *err);
+gt_status gt_trainer_save_poll(gt_trainer *t, int64_t step, bool wait, gt_error *err);
+void gt_trainer_save_abandon(gt_trainer *t);
+void gt_trainer_snapshot_free(gt_trainer *t);
 #ifdef GT_HAVE_CUDA
 /* The state from the host tensors into the step program's inputs on the device (resumed: all but
  * the checkpoint's tensors, which the resume read there, and the gradient sums); the host copy is

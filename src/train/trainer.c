@@ -724,6 +724,7 @@ static gt_status open_outputs(gt_trainer *t, gt_error *err)
 
 static void teardown(gt_trainer *t)
 {
+    gt_trainer_save_abandon(t); /* a save still under way (after a failure) is not published */
     gt_checkpoint_prune_wait();
     step_graph_free(&t->whole);
     for (int k = 0; k < t->n_params; k++) {
@@ -1033,7 +1034,9 @@ static gt_status run(gt_trainer *t, gt_train_result *res, gt_error *err)
                     (step % cfg->checkpoint.interval == 0 || step == cfg->training.steps);
         if (ckpt || step == cfg->training.steps) GT_TRY(report_pending(t, res, err));
         if (ckpt) GT_TRY(gt_trainer_save_checkpoint(t, step, err));
+        GT_TRY(gt_trainer_save_poll(t, step, false, err)); /* an asynchronous save's progress */
     }
+    GT_TRY(gt_trainer_save_poll(t, res->last_step, true, err));
     double t_end = gt_now_seconds();
     GT_TRY(gt_trainer_state_to_host(t, true, err)); /* the hash reads the parameters alone */
     double t_host = gt_now_seconds();

@@ -9,8 +9,9 @@
  *     and AdamW moments gathered from the ranks);
  *   - CUDA graphs on vs off (compile.cudagraphs): bitwise identical, FSDP2;
  *   - resume (FSDP2, and FSDP3 whose blocks are padded, 3 GPUs): saving at steps 10 and 20
- *     changes no bit, and the step-10 checkpoint resumed in a fresh folder repeats steps 11..20
- *     and the step-20 checkpoint bit for bit;
+ *     changes no bit, nor does saving step 10 asynchronously (checkpoint.async_mode =
+ *     async_with_pinned_mem: the same step-10 file), and the step-10 checkpoint resumed in a
+ *     fresh folder repeats steps 11..20 and the step-20 checkpoint bit for bit;
  *   - --metrics.comm_report (FSDP2): one line per collective of the logged schedule, exposed time
  *     within [0, total], and the same bits as without the report;
  *   - --comm.nccl_buffers: the default (auto) is logged as symmetric where this NCCL supports it
@@ -192,6 +193,17 @@ static void check_resume(const char *base, const launch_layout *l, const launch_
     run(base, name, l, true, "--checkpoint.interval=10", &ck10);
     compare_bitwise(whole, &ck10, what);
     if (!ck10.ok) return;
+    /* the step-10 save written from a pinned snapshot by a thread while steps 11.. run */
+    static launch_result async_ck;
+    snprintf(name, sizeof name, "%s_fp32_ckpt10_async", l->name);
+    snprintf(what, sizeof what, "%s saving step 10 asynchronously", l->name);
+    run(base, name, l, true,
+        "--checkpoint.interval=10 --checkpoint.async_mode=async_with_pinned_mem", &async_ck);
+    compare_bitwise(whole, &async_ck, what);
+    char p10[700], a10[700];
+    launch_ckpt_path(p10, sizeof p10, ck10.dump, 10);
+    launch_ckpt_path(a10, sizeof a10, async_ck.dump, 10);
+    EXPECT(!async_ck.ok || same_bytes(p10, a10), "%s: step-10 files differ", what);
     snprintf(name, sizeof name, "%s_fp32_resumed", l->name);
     launch_temp_dir(resumed.dump, sizeof resumed.dump, base, name);
     char from[700], dir[700], to[760];
