@@ -1,8 +1,11 @@
 /* train_internal.h — what the trainer's files share: the trainer's state (trainer.c runs the
- * loop), ranks and communicators (trainer_parallel.c), the block of each tensor a rank holds and
- * the moves between blocks and whole tensors (shard_io.c). */
+ * loop), ranks and communicators (trainer_parallel.c), the block of each tensor a rank holds, the
+ * moves between blocks and whole tensors, and loading checkpoints (shard_io.c), saving them
+ * (checkpoint_save.c). */
 #ifndef GRAPHTRAIN_TRAIN_INTERNAL_H
 #define GRAPHTRAIN_TRAIN_INTERNAL_H
+
+#include <pthread.h>
 
 #include "graphtrain/gt_comm.h"
 #include "graphtrain/gt_cuda.h"
@@ -250,7 +253,8 @@ typedef struct {
     struct gt_ckpt_save *saving; /* checkpoint.async_mode: the save under way, or NULL */
     void *snapshot;              /* its copy of the state: one buffer, kept for the next save */
     size_t snapshot_bytes;
-    bool snapshot_pinned;
+    pthread_t snapshot_thread; /* touching the snapshot's pages while the first steps run */
+    bool snapshot_touching, snapshot_pinned, snapshot_pin_failed;
 } gt_trainer;
 
 /* True when name is prefix followed by fqn ("optim.exp_avg." + "layers.0.attention.wq.weight"). */
@@ -290,6 +294,9 @@ uint64_t gt_trainer_fingerprint(gt_trainer *t);
 gt_status gt_trainer_save_checkpoint(gt_trainer *t, int64_t step, gt_error *err);
 gt_status gt_trainer_save_poll(gt_trainer *t, int64_t step, bool wait, gt_error *err);
 void gt_trainer_save_abandon(gt_trainer *t);
+/* checkpoint.async_mode: the snapshot's memory, allocated and touched by a thread (setup);
+ * freed (teardown, after gt_trainer_save_abandon). */
+void gt_trainer_snapshot_prepare(gt_trainer *t);
 void gt_trainer_snapshot_free(gt_trainer *t);
 #ifdef GT_HAVE_CUDA
 /* The state from the host tensors into the step program's inputs on the device (resumed: all but

@@ -691,6 +691,7 @@ static gt_status setup_state(gt_trainer *t, gt_error *err)
 {
     double t1 = gt_now_seconds();
     GT_TRY(gt_trainer_alloc_state(t, err));
+    gt_trainer_snapshot_prepare(t); /* checkpoint.async_mode: its pages touched meanwhile */
     double t2 = gt_now_seconds();
     /* the graph reads the state allocated above */
     GT_TRY(step_graph_bind(t, &t->whole, err));

@@ -94,6 +94,23 @@ extern "C" void gt_cuda_host_free(void *p)
     if (p) cudaFreeHost(p);
 }
 
+extern "C" gt_status gt_cuda_host_register(void *p, size_t n, gt_error *err)
+{
+    if (!p || n == 0) return GT_OK;
+    cudaError_t e = cudaHostRegister(p, n, cudaHostRegisterDefault);
+    if (e != cudaSuccess) {
+        cudaGetLastError(); /* not sticky: clear it */
+        return gt_error_set(err, GT_ERR_NOMEM, "cuda: cudaHostRegister of %zu bytes failed: %s", n,
+                            cudaGetErrorString(e));
+    }
+    return GT_OK;
+}
+
+extern "C" void gt_cuda_host_unregister(void *p)
+{
+    if (p) cudaHostUnregister(p);
+}
+
 /* ---------------------------------------------------------------- streams */
 
 extern "C" gt_status gt_cuda_stream_create(gt_cuda_stream **out, gt_error *err)
