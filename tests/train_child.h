@@ -25,7 +25,26 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "graphtrain/gt_config.h"
 #include "graphtrain/gt_metrics.h"
+
+/* The config of spawn_train's options ("section.key=value") with job.dump_folder = dump, for
+ * the same run in the test's own process (gt_train); validated. */
+static inline gt_status train_child_config(gt_config *cfg, const char *const *options, int n,
+                                           const char *dump, gt_error *err)
+{
+    gt_config_defaults(cfg);
+    gt_status st = GT_OK;
+    for (int k = 0; k < n && st == GT_OK; k++) {
+        char name[128];
+        const char *eq = strchr(options[k], '=');
+        snprintf(name, sizeof name, "%.*s", eq ? (int)(eq - options[k]) : 0, options[k]);
+        st = gt_config_set(cfg, name, eq ? eq + 1 : "", err);
+    }
+    if (st == GT_OK) st = gt_config_set(cfg, "job.dump_folder", dump, err);
+    if (st == GT_OK) st = gt_config_validate(cfg, err);
+    return st;
+}
 
 /* spawn_train takes at most this many options. */
 #define TRAIN_CHILD_MAX_OPTIONS 32

@@ -57,29 +57,33 @@ static void ckpt_file(char *out, size_t cap, const char *dump, int64_t step)
              (long long)step);
 }
 
-/* Runs the CLI on dump (async saves) to the end; returns its output and log (malloc'd). */
-static int run_child(const char *binary, const char *dump, char **out, char **log)
+/* Runs the CLI on dump (async saves) to the end, which must succeed: its log (malloc'd), the
+ * last step it trained and its final params hash. */
+static char *run_child(const char *binary, const char *dump, long long *last, uint64_t *hash)
 {
     char out_path[512], err_path[512];
     snprintf(out_path, sizeof out_path, "%s.out", dump);
     snprintf(err_path, sizeof err_path, "%s.err", dump);
     pid_t pid = spawn_train(binary, run_options, N_OPTIONS, dump, out_path, err_path);
     int rc = pid > 0 ? wait_child(pid, CHILD_SECONDS) : -1;
-    *out = read_all(out_path, NULL);
-    *log = read_all(err_path, NULL);
-    return rc;
+    char *out = read_all(out_path, NULL), *log = read_all(err_path, NULL);
+    EXPECT(rc == 0, "%s: exited with %d:\n%s", dump, rc, log ? log : "(no log)");
+    long long first = 0;
+    *last = 0;
+    *hash = 0;
+    EXPECT(parse_summary(out, &first, last, hash), "%s: no summary line:\n%s", dump,
+           out ? out : "");
+    free(out);
+    return log;
 }
 
 /* b: the async run against a, step by step, file by file. */
 static void check_async_run(const char *binary, const char *dir_a, const char *dir_b,
                             uint64_t hash_a)
 {
-    char *out = NULL, *log = NULL;
-    int rc = run_child(binary, dir_b, &out, &log);
-    EXPECT(rc == 0, "async run exited with %d:\n%s", rc, log ? log : "(no log)");
-    long long first = 0, last = 0;
+    long long last = 0;
     uint64_t hash_b = 0;
-    EXPECT(parse_summary(out, &first, &last, &hash_b), "no summary line:\n%s", out ? out : "");
+    char *log = run_child(binary, dir_b, &last, &hash_b);
     EXPECT(hash_b == hash_a, "final params xxh64: step loop %016llx, async %016llx",
            (unsigned long long)hash_a, (unsigned long long)hash_b);
     gt_metrics_step ma[STEPS + 1], mb[STEPS + 1];
@@ -116,7 +120,6 @@ static void check_async_run(const char *binary, const char *dir_a, const char *d
                    text[0] ? text : "(no line)");
         printf("  %s\n", text[0] ? text : "(missing)");
     }
-    free(out);
     free(log);
 }
 
@@ -162,21 +165,16 @@ static void check_kill(const char *binary, const char *dir_a, const char *dir_c,
     printf("killed with %d complete checkpoint(s), the latest %lld\n", n,
            n ? (long long)steps[n - 1] : -1LL);
     free(steps);
-    char *out = NULL, *log = NULL;
-    int rc = run_child(binary, dir_c, &out, &log);
-    EXPECT(rc == 0, "the resumed run exited with %d:\n%s", rc, log ? log : "(no log)");
-    long long first = 0, last = 0;
+    long long last = 0;
     uint64_t hash_c = 0;
-    EXPECT(parse_summary(out, &first, &last, &hash_c), "no summary line:\n%s", out ? out : "");
+    free(run_child(binary, dir_c, &last, &hash_c));
     EXPECT(last == STEPS && hash_c == hash_a,
-           "resumed after the kill: steps %lld..%lld, params %016llx (a: %016llx)", first, last,
+           "resumed after the kill: last step %lld, params %016llx (a: %016llx)", last,
            (unsigned long long)hash_c, (unsigned long long)hash_a);
     char pa[512], pc[512];
     ckpt_file(pa, sizeof pa, dir_a, STEPS);
     ckpt_file(pc, sizeof pc, dir_c, STEPS);
     EXPECT(same_bytes(pa, pc), "step-%d after the kill and resume differs from a's", STEPS);
-    free(out);
-    free(log);
 }
 
 int main(void)
@@ -199,16 +197,7 @@ int main(void)
     gt_config cfg;
     gt_error err = {0};
     gt_train_result ra = {0};
-    gt_config_defaults(&cfg);
-    gt_status st = GT_OK;
-    for (int k = 0; k < N_SYNC_OPTIONS && st == GT_OK; k++) {
-        char name[128];
-        const char *eq = strchr(run_options[k], '=');
-        snprintf(name, sizeof name, "%.*s", (int)(eq - run_options[k]), run_options[k]);
-        st = gt_config_set(&cfg, name, eq + 1, &err);
-    }
-    if (st == GT_OK) st = gt_config_set(&cfg, "job.dump_folder", dir_a, &err);
-    if (st == GT_OK) st = gt_config_validate(&cfg, &err);
+    gt_status st = train_child_config(&cfg, run_options, N_SYNC_OPTIONS, dir_a, &err);
     EXPECT_OK(st, &err);
     if (st == GT_OK) EXPECT_OK(gt_train(&cfg, &ra, &err), &err);
     gt_config_free(&cfg);

@@ -67,15 +67,7 @@ static bool same_double(double a, double b)
 
 static gt_status make_config(gt_config *cfg, const char *dump, const char *flavor, gt_error *err)
 {
-    gt_config_defaults(cfg);
-    gt_status st = GT_OK;
-    for (int k = 0; k < N_OPTIONS && st == GT_OK; k++) {
-        char name[128];
-        const char *eq = strchr(run_options[k], '=');
-        snprintf(name, sizeof name, "%.*s", (int)(eq - run_options[k]), run_options[k]);
-        st = gt_config_set(cfg, name, eq + 1, err);
-    }
-    if (st == GT_OK) st = gt_config_set(cfg, "job.dump_folder", dump, err);
+    gt_status st = train_child_config(cfg, run_options, N_OPTIONS, dump, err);
     if (st == GT_OK && flavor) st = gt_config_set(cfg, "model.flavor", flavor, err);
     if (st == GT_OK) st = gt_config_validate(cfg, err);
     return st;
