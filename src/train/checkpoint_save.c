@@ -117,8 +117,8 @@ static void pwrite_run(int64_t g, int64_t l, int64_t count, void *user)
 #ifdef GT_HAVE_CUDA
     for (size_t done = 0; w->dev && w->st == GT_OK && done < n;) {
         size_t len = n - done < GT_CKPT_BOUNCE_BYTES ? n - done : GT_CKPT_BOUNCE_BYTES;
-        w->st = gt_cuda_program_read_input_bytes(w->dev, w->input, from + done, len, w->bounce,
-                                                 w->err);
+        w->st =
+            gt_cuda_program_read_input_bytes(w->dev, w->input, from + done, len, w->bounce, w->err);
         pwrite_all(w, w->bounce, len, at + (off_t)done);
         done += len;
     }
@@ -126,7 +126,6 @@ static void pwrite_run(int64_t g, int64_t l, int64_t count, void *user)
 #endif
     pwrite_all(w, w->local + from, n, at);
 }
-
 
 /* This rank's part: its blocks (those it is the first to hold) written where the file's header
  * (file, open) places each tensor, fsynced. An FSDP block of rows is one write. The bytes come from
@@ -175,8 +174,7 @@ static gt_status write_blocks(gt_trainer *t, const gt_safetensors *file, const g
 
 /* xxh64 of the whole tensors k = rank, rank + size, ... as they lie in the file, into h[k]
  * (h[k] stays 0 for the others). */
-static gt_status hash_tensors(gt_trainer *t, const gt_safetensors *file, uint64_t *h,
-                              gt_error *err)
+static gt_status hash_tensors(gt_trainer *t, const gt_safetensors *file, uint64_t *h, gt_error *err)
 {
     for (int k = t->dist.rank; k < 3 * t->n_params; k += t->dist.size)
         GT_TRY(gt_safetensors_hash(file, gt_safetensors_find(file, t->ckpt_names[k]), &h[k], err));
@@ -367,10 +365,11 @@ static gt_status snapshot_memory(gt_trainer *t, bool pin, gt_error *err)
     t->snapshot_touching = false;
     size_t bytes = snapshot_size(t);
     if (bytes > 0 && (!t->snapshot || t->snapshot_bytes < bytes)) /* (a replica writes none) */
-        return gt_error_set(err, GT_ERR_NOMEM,
-                            "checkpoint.async_mode: %zu bytes of host memory for the snapshot of "
-                            "the state: out of memory (checkpoint.async_mode = disabled needs none)",
-                            bytes);
+        return gt_error_set(
+            err, GT_ERR_NOMEM,
+            "checkpoint.async_mode: %zu bytes of host memory for the snapshot of "
+            "the state: out of memory (checkpoint.async_mode = disabled needs none)",
+            bytes);
 #ifdef GT_HAVE_CUDA
     if (pin && !t->snapshot_pinned && !t->snapshot_pin_failed) {
         gt_error perr = {0};
@@ -378,8 +377,10 @@ static gt_status snapshot_memory(gt_trainer *t, bool pin, gt_error *err)
             t->snapshot_pinned = true;
         else {
             t->snapshot_pin_failed = true;
-            gt_log(GT_LOG_WARN, "checkpoint.async_mode = async_with_pinned_mem: %s; the snapshot "
-                                "stays in pageable memory", perr.msg);
+            gt_log(GT_LOG_WARN,
+                   "checkpoint.async_mode = async_with_pinned_mem: %s; the snapshot "
+                   "stays in pageable memory",
+                   perr.msg);
         }
     }
 #else
@@ -436,8 +437,8 @@ gt_status gt_trainer_save_checkpoint(gt_trainer *t, int64_t step, gt_error *err)
     GT_TRY(gt_trainer_save_poll(t, step, true, err)); /* one save at a time */
     double t0 = gt_now_seconds();
     /* the run's last save is waited for anyway */
-    bool async = t->cfg->checkpoint.async_mode != GT_CFG_ASYNC_DISABLED &&
-                 step < t->cfg->training.steps;
+    bool async =
+        t->cfg->checkpoint.async_mode != GT_CFG_ASYNC_DISABLED && step < t->cfg->training.steps;
     /* in the step loop, on the GPU the writers read the state from the device (write_blocks) */
     if (!async && !t->whole.dev) GT_TRY(gt_trainer_state_to_host(t, false, err));
     gt_trainer_refresh_ckpt_tensors(t);

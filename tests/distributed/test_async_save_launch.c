@@ -63,9 +63,8 @@ static void check(const char *base, const launch_layout *l, int batch)
             const char *eol = at ? strchr(at, '\n') : NULL;
             const char *bg = at ? strstr(at, "in the background") : NULL;
             bool in_background = bg && (!eol || bg < eol);
-            EXPECT(at && in_background == (s < LAUNCH_STEPS),
-                   "%s: step %d should be saved %s", l->name, s,
-                   s < LAUNCH_STEPS ? "in the background" : "in the step loop");
+            EXPECT(at && in_background == (s < LAUNCH_STEPS), "%s: step %d should be saved %s",
+                   l->name, s, s < LAUNCH_STEPS ? "in the background" : "in the step loop");
         }
         printf("  %-20s steps bitwise: %s, checkpoints the same: %d of 4\n", l->name,
                differ == 0 ? "yes" : "NO", files);

@@ -53,8 +53,7 @@ static bool same_double(double a, double b)
 
 static void ckpt_file(char *out, size_t cap, const char *dump, int64_t step)
 {
-    snprintf(out, cap, "%s/checkpoint/step-%lld/" GT_CHECKPOINT_TENSOR_FILE, dump,
-             (long long)step);
+    snprintf(out, cap, "%s/checkpoint/step-%lld/" GT_CHECKPOINT_TENSOR_FILE, dump, (long long)step);
 }
 
 /* Runs the CLI on dump (async saves) to the end, which must succeed: its log (malloc'd), the
