@@ -432,6 +432,18 @@ def run_graphtrain(args, model, layout, n, log_path, extra=()):
     r["checkpoint_save_parts"] = [dict(zip(("seconds", "gb", "state_to_host", "writes",
                                             "tensor_hashes", "file_hash"), map(float, x)))
                                   for x in saves]
+    # asynchronous saves (--checkpoint.async_mode): per save, its seconds from start to publishing,
+    # the step after which it was published, GB, the step loop's share (all of it, and the
+    # snapshot), and the background writes, tensor hashes and the file hash and publishing
+    async_saves = re.findall(
+        r"checkpoint: saved step (\d+) to \S+ in the background \(([\d.]+) s, published after step "
+        r"(\d+)\): ([\d.]+) GB; the step loop spent ([\d.]+) s on it \(the snapshot of the state "
+        r"([\d.]+) s\); the writes ([\d.]+) s, tensor hashes ([\d.]+) s, file hash and publishing "
+        r"([\d.]+) s", out)
+    r["checkpoint_async_saves"] = [
+        dict(zip(("step", "seconds", "published_after_step", "gb", "step_loop", "snapshot",
+                  "writes", "tensor_hashes", "file_hash"), map(float, x)))
+        for x in async_saves]
     p = re.search(r"finished: parameters to the host ([\d.]+) s, their hash ([\d.]+) s, "
                   r"release ([\d.]+) s", out)
     r["finish_seconds"] = dict(params_to_host=float(p.group(1)), params_hash=float(p.group(2)),
@@ -731,6 +743,10 @@ def main():
             msg += (f", checkpoint save {c['seconds']:.1f} s ({c['gb']:.1f} GB; state to the host "
                     f"{c['state_to_host']:.1f} s before it; writes {c['writes']:.1f} s, tensor "
                     f"hashes {c['tensor_hashes']:.1f} s, file hash {c['file_hash']:.1f} s)")
+        for c in r.get("checkpoint_async_saves") or []:
+            msg += (f", async save of step {c['step']:.0f} {c['seconds']:.1f} s (published after "
+                    f"step {c['published_after_step']:.0f}; the step loop {c['step_loop']:.1f} s, "
+                    f"the snapshot {c['snapshot']:.1f} s of it; writes {c['writes']:.1f} s)")
         if r.get("finish_seconds"):
             msg += ", finish " + ", ".join(f"{k} {v:.1f} s" for k, v in r["finish_seconds"].items())
         bc.print_progress(k, msg, r, t0)
