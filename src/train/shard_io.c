@@ -8,25 +8,16 @@
  * follow each other in both (the box spans whole trailing dims) are walked as one run.
  *
  * Checkpoints hold whole tensors, whatever the layout that wrote them: the ordinary single-rank
- * checkpoint plus the layout (informational). Saving: rank 0 creates the tensor file with its
- * header and sized data section (gt_checkpoint_begin), every rank writes the blocks it is the
- * first to hold (replicated copies are written once) at their places in the file — an FSDP block
- * of rows is one pwrite — then hashes every N-th whole tensor back from the file, and rank 0
- * finishes (file hash, manifest, rename). The ranks agree after each part, so a failed write (disk
- * full) on any rank stops every rank and publishes nothing. The checkpoint directory must be one
- * that every rank sees (a shared filesystem across hosts). Loading: every rank checks the
- * manifest and the file's structure, verifies every N-th tensor's hash, rank 0 the file hash, and
- * every rank reads only its own box of each tensor from the file. So a checkpoint of any layout
- * resumes in any other. gt_shard_whole (a gather of the blocks in world-rank order to one rank,
- * which puts each rank's block into its box) serves the final parameter hash. */
-#include <errno.h>
-#include <fcntl.h>
-#include <inttypes.h>
+ * checkpoint plus the layout (informational). Saving is in checkpoint_save.c. Loading: every rank
+ * checks the manifest and the file's structure, verifies every N-th tensor's hash, rank 0 the file
+ * hash, and every rank reads only its own box of each tensor from the file (on the GPU straight
+ * into the step program's inputs). So a checkpoint of any layout resumes in any other.
+ * gt_shard_whole (a gather of the blocks in world-rank order to one rank, which puts each rank's
+ * block into its box) serves the final parameter hash. */
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "graphtrain/gt_checkpoint.h"
 #include "train_internal.h"
