@@ -15,7 +15,8 @@
  * says whether its thread is done (a sum over the ranks, so all see the same answer); once all
  * are, the ranks agree on the part's outcome and go on to the next part, or finish. The next save,
  * and the end of the run, wait for a save still under way. The threads do file I/O alone: every
- * collective and every device call stays on the main thread.
+ * collective and every device call stays on the main thread. A save abandoned after a failure
+ * (teardown) stops its thread at the next 64 MiB piece or tensor.
  *
  * The snapshot's memory is allocated once the state is (2 MiB aligned, transparent huge pages
  * asked for) and a thread touches its pages then, so the first save does not fault in fresh
@@ -91,15 +92,28 @@ typedef struct {
     char *bounce;
 #endif
     size_t es;
-    uint64_t at; /* the tensor's first byte in the file */
+    uint64_t at;               /* the tensor's first byte in the file */
+    const atomic_bool *cancel; /* an abandoned asynchronous save stops between pieces */
     gt_status st;
     gt_error *err;
 } block_writer;
 
+/* Whether the save was abandoned (set on err); NULL cancel: it cannot be. */
+static bool abandoned(const atomic_bool *cancel, const char *path, gt_status *st, gt_error *err)
+{
+    if (!cancel || !atomic_load(cancel)) return false;
+    *st = gt_error_set(err, GT_ERR_IO, "%s: the save was abandoned", path);
+    return true;
+}
+
+/* Writes n bytes at `at`, in pieces of at most GT_CKPT_BOUNCE_BYTES (the cancel flag is read
+ * between them). */
 static void pwrite_all(block_writer *w, const char *src, size_t n, off_t at)
 {
     for (size_t done = 0; w->st == GT_OK && done < n;) {
-        ssize_t r = pwrite(w->fd, src + done, n - done, at + (off_t)done);
+        if (abandoned(w->cancel, w->path, &w->st, w->err)) break;
+        size_t piece = n - done < GT_CKPT_BOUNCE_BYTES ? n - done : GT_CKPT_BOUNCE_BYTES;
+        ssize_t r = pwrite(w->fd, src + done, piece, at + (off_t)done);
         if (r < 0 && errno == EINTR) continue;
         if (r <= 0)
             w->st = gt_error_set(w->err, GT_ERR_IO, "%s: write failed: %s", w->path,
@@ -134,12 +148,12 @@ static void pwrite_run(int64_t g, int64_t l, int64_t count, void *user)
  * pinned buffer, so the host copy of the state (whose first write faults in fresh pages, 1.3 GB/s
  * a rank on an H200 host) is not needed. */
 static gt_status write_blocks(gt_trainer *t, const gt_safetensors *file, const gt_tensor *src,
-                              gt_error *err)
+                              const atomic_bool *cancel, gt_error *err)
 {
     int fd = open(file->path, O_WRONLY | O_CLOEXEC);
     if (fd < 0)
         return gt_error_set(err, GT_ERR_IO, "%s: cannot open: %s", file->path, strerror(errno));
-    block_writer w = {.fd = fd, .path = file->path, .st = GT_OK, .err = err};
+    block_writer w = {.fd = fd, .path = file->path, .cancel = cancel, .st = GT_OK, .err = err};
 #ifdef GT_HAVE_CUDA
     bool from_device = !src && t->whole.dev && t->host_stale;
     if (from_device) w.st = gt_cuda_host_alloc((void **)&w.bounce, GT_CKPT_BOUNCE_BYTES, err);
@@ -173,11 +187,15 @@ static gt_status write_blocks(gt_trainer *t, const gt_safetensors *file, const g
 }
 
 /* xxh64 of the whole tensors k = rank, rank + size, ... as they lie in the file, into h[k]
- * (h[k] stays 0 for the others). */
-static gt_status hash_tensors(gt_trainer *t, const gt_safetensors *file, uint64_t *h, gt_error *err)
+ * (h[k] stays 0 for the others); an abandoned save stops between tensors. */
+static gt_status hash_tensors(gt_trainer *t, const gt_safetensors *file, uint64_t *h,
+                              const atomic_bool *cancel, gt_error *err)
 {
-    for (int k = t->dist.rank; k < 3 * t->n_params; k += t->dist.size)
+    gt_status st = GT_OK;
+    for (int k = t->dist.rank; k < 3 * t->n_params; k += t->dist.size) {
+        if (abandoned(cancel, file->path, &st, err)) return st;
         GT_TRY(gt_safetensors_hash(file, gt_safetensors_find(file, t->ckpt_names[k]), &h[k], err));
+    }
     return GT_OK;
 }
 
@@ -198,6 +216,7 @@ struct gt_ckpt_save {
     gt_status st;
     gt_error err;
     atomic_bool done;
+    atomic_bool cancel; /* save_free: the thread stops at its next piece */
     pthread_t thread;
     bool thread_live;
     /* seconds */
@@ -207,6 +226,7 @@ struct gt_ckpt_save {
 static void save_free(struct gt_ckpt_save *s)
 {
     if (!s) return;
+    atomic_store(&s->cancel, true); /* a failure elsewhere need not wait for 96 GB of writes */
     if (s->thread_live) pthread_join(s->thread, NULL);
     gt_safetensors_close(&s->file);
     gt_checkpoint_writer_free(&s->cw); /* not finished: removes the temporary directory */
@@ -220,8 +240,8 @@ static void save_free(struct gt_ckpt_save *s)
 static void *run_part(void *arg)
 {
     struct gt_ckpt_save *s = arg;
-    s->st = s->part == PART_WRITE ? write_blocks(s->t, &s->file, s->src, &s->err)
-                                  : hash_tensors(s->t, &s->file, s->h, &s->err);
+    s->st = s->part == PART_WRITE ? write_blocks(s->t, &s->file, s->src, &s->cancel, &s->err)
+                                  : hash_tensors(s->t, &s->file, s->h, &s->cancel, &s->err);
     atomic_store(&s->done, true);
     return NULL;
 }
