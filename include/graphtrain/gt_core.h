@@ -186,6 +186,14 @@ double gt_now_seconds(void);
 /* The CPUs this process may run on (its affinity mask; src/core/cpus.c). */
 int gt_cpu_count(void);
 
+/* Runs job(i, user, err) for every i in [0, n) on up to `threads` threads (this one included;
+ * src/core/cpus.c), each taking the next index. Every job runs, whatever another returned. The
+ * result is that of the failed job of lowest index (its message in err), so it does not depend on
+ * the threads' timing; GT_OK when none failed. A thread that cannot be started leaves its share
+ * to the others. */
+typedef gt_status (*gt_job_fn)(int i, void *user, gt_error *err);
+gt_status gt_run_jobs(int n, int threads, gt_job_fn job, void *user, gt_error *err);
+
 #ifdef __cplusplus
 }
 #endif

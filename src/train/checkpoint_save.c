@@ -186,17 +186,33 @@ static gt_status write_blocks(gt_trainer *t, const gt_safetensors *file, const g
     return w.st;
 }
 
+typedef struct {
+    gt_trainer *t;
+    const gt_safetensors *file;
+    uint64_t *h;
+    const atomic_bool *cancel;
+} hash_job;
+
+/* Job j: tensor k = rank + j * size. */
+static gt_status hash_one(int j, void *user, gt_error *err)
+{
+    hash_job *hj = user;
+    int k = hj->t->dist.rank + j * hj->t->dist.size;
+    gt_status st = GT_OK;
+    if (abandoned(hj->cancel, hj->file->path, &st, err)) return st;
+    return gt_safetensors_hash(hj->file, gt_safetensors_find(hj->file, hj->t->ckpt_names[k]),
+                               &hj->h[k], err);
+}
+
 /* xxh64 of the whole tensors k = rank, rank + size, ... as they lie in the file, into h[k]
- * (h[k] stays 0 for the others); an abandoned save stops between tensors. */
+ * (h[k] stays 0 for the others), on up to GT_CKPT_HASH_THREADS threads; an abandoned save stops
+ * between tensors. */
 static gt_status hash_tensors(gt_trainer *t, const gt_safetensors *file, uint64_t *h,
                               const atomic_bool *cancel, gt_error *err)
 {
-    gt_status st = GT_OK;
-    for (int k = t->dist.rank; k < 3 * t->n_params; k += t->dist.size) {
-        if (abandoned(cancel, file->path, &st, err)) return st;
-        GT_TRY(gt_safetensors_hash(file, gt_safetensors_find(file, t->ckpt_names[k]), &h[k], err));
-    }
-    return GT_OK;
+    int n = 3 * t->n_params, mine = (n - t->dist.rank + t->dist.size - 1) / t->dist.size;
+    hash_job hj = {t, file, h, cancel};
+    return gt_run_jobs(mine, gt_ckpt_hash_threads(), hash_one, &hj, err);
 }
 
 /* ---------------------------------------------------------------- one save, in parts */

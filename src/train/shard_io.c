@@ -404,9 +404,21 @@ static gt_status read_blocks(gt_trainer *t, gt_checkpoint_reader *r, gt_error *e
     return br.st;
 }
 
+typedef struct {
+    gt_checkpoint_reader *r;
+    int rank, size;
+} verify_job;
+
+/* Job j: tensor rank + j * size's hash against the manifest. */
+static gt_status verify_one(int j, void *user, gt_error *err)
+{
+    verify_job *vj = user;
+    return gt_checkpoint_verify(vj->r, vj->rank + j * vj->size, err);
+}
+
 /* Reads checkpoint `want` into this rank's blocks: every rank checks the manifest and the file's
  * structure, then the tensors k = rank, rank + size, ... hash to the manifest (so each byte is
- * hashed once over all ranks), rank 0 checks the file hash, and every rank reads only its own
+ * hashed once over all ranks; on up to gt_ckpt_hash_threads threads), rank 0 checks the file hash, and every rank reads only its own
  * blocks (an FSDP block of rows is one read) — then that the file did not change meanwhile. The
  * ranks agree after each part. *info gets the manifest. */
 static gt_status load_blocks(gt_trainer *t, int64_t want, gt_checkpoint_info *info,
@@ -424,8 +436,9 @@ static gt_status load_blocks(gt_trainer *t, int64_t want, gt_checkpoint_info *in
     /* every rank enters each part or none (the agreed status), so the collectives pair up */
     st = gt_train_agree(d, st, err);
     if (st == GT_OK) {
-        for (int k = d->rank; st == GT_OK && k < r.info.n_tensors; k += d->size)
-            st = gt_checkpoint_verify(&r, k, err);
+        int mine = (r.info.n_tensors - d->rank + d->size - 1) / d->size;
+        verify_job vj = {&r, d->rank, d->size};
+        st = mine > 0 ? gt_run_jobs(mine, gt_ckpt_hash_threads(), verify_one, &vj, err) : GT_OK;
         st = gt_train_agree(d, st, err);
         t1 = gt_now_seconds();
     }

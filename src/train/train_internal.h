@@ -283,6 +283,13 @@ void gt_whole_descriptors_free(gt_whole_descriptors *w);
 int32_t gt_step_input_fed_by(const gt_step_graph *s, const gt_tensor *data);
 /* The pinned buffer through which checkpoint blocks go between a file and the device. */
 #define GT_CKPT_BOUNCE_BYTES ((size_t)64 << 20)
+/* Threads a rank hashes its share of a checkpoint's tensors on (saving and loading): its CPUs,
+ * at most 8. */
+static inline int gt_ckpt_hash_threads(void)
+{
+    int n = gt_cpu_count();
+    return n < 8 ? n : 8;
+}
 
 /* Checkpoints: every rank takes part; whole tensors on disk whatever the layout. Loading in
  * shard_io.c, saving in checkpoint_save.c. With checkpoint.async_mode a save copies the state to
