@@ -579,16 +579,6 @@ gt_status gt_cuda_program_exec_part(gt_cuda_program *p, gt_run_part part, gt_err
     return run_instrs(p, part, err);
 }
 
-gt_status gt_cuda_program_zero_input(gt_cuda_program *p, int32_t k, gt_error *err)
-{
-    if (k < 0 || k >= p->prog->n_inputs)
-        return gt_error_set(err, GT_ERR_INVALID, "program: no graph input %d (it has %d)", k,
-                            p->prog->n_inputs);
-    const gt_buffer_ref *r = &p->prog->inputs[k];
-    return cuda_error(cudaMemsetAsync(ref_data(p, r), 0, gt_runtime_ref_bytes(r), stream_of(p)),
-                      "zeroing a graph input", err);
-}
-
 /* Capture records the launches run_instrs makes without running them. Thread-local mode makes a
  * call that would synchronise or allocate from this thread (cudaMalloc, a stream sync) fail the
  * capture instead of happening: the backend's caches (cuBLASLt algorithm per shape, scratch size,
@@ -821,30 +811,37 @@ gt_status gt_cuda_program_read_input(gt_cuda_program *p, int32_t k, gt_tensor *d
     return read_ref(p, r, dst, err);
 }
 
-/* The device address of bytes [offset, offset + n) of graph input k, or NULL with err set. */
-static char *input_bytes(gt_cuda_program *p, int32_t k, size_t offset, size_t n, gt_error *err)
+/* *at: the device address of bytes [offset, offset + n) of graph input k; a range outside the
+ * buffer is GT_ERR_INVALID naming the input. */
+static gt_status input_bytes(gt_cuda_program *p, int32_t k, size_t offset, size_t n, char **at,
+                             gt_error *err)
 {
-    if (k < 0 || k >= p->prog->n_inputs) {
-        gt_error_set(err, GT_ERR_INVALID, "program: no graph input %d (it has %d)", k,
-                     p->prog->n_inputs);
-        return NULL;
-    }
+    if (k < 0 || k >= p->prog->n_inputs)
+        return gt_error_set(err, GT_ERR_INVALID, "program: no graph input %d (it has %d)", k,
+                            p->prog->n_inputs);
     const gt_buffer_ref *r = &p->prog->inputs[k];
     size_t have = gt_runtime_ref_bytes(r);
-    if (offset > have || n > have - offset) {
-        gt_error_set(err, GT_ERR_INVALID,
-                     "program: bytes [%zu, %zu) of graph input %d (%s), which has %zu", offset,
-                     offset + n, k, input_name(p, k), have);
-        return NULL;
-    }
-    return (char *)ref_data(p, r) + offset;
+    if (offset > have || n > have - offset)
+        return gt_error_set(err, GT_ERR_INVALID,
+                            "program: bytes [%zu, %zu) of graph input %d (%s), which has %zu",
+                            offset, offset + n, k, input_name(p, k), have);
+    *at = (char *)ref_data(p, r) + offset;
+    return GT_OK;
+}
+
+gt_status gt_cuda_program_zero_input(gt_cuda_program *p, int32_t k, gt_error *err)
+{
+    char *at = NULL;
+    GT_TRY(input_bytes(p, k, 0, 0, &at, err)); /* checks k */
+    size_t n = gt_runtime_ref_bytes(&p->prog->inputs[k]);
+    return cuda_error(cudaMemsetAsync(at, 0, n, stream_of(p)), "zeroing a graph input", err);
 }
 
 gt_status gt_cuda_program_read_input_bytes(gt_cuda_program *p, int32_t k, size_t offset, size_t n,
                                            void *dst, gt_error *err)
 {
-    const char *at = input_bytes(p, k, offset, n, err);
-    if (!at) return err->code;
+    char *at = NULL;
+    GT_TRY(input_bytes(p, k, offset, n, &at, err));
     GT_TRY(gt_cuda_memcpy_d2h(p->stream, dst, at, n, err));
     return wait_stream(p, err);
 }
@@ -852,8 +849,8 @@ gt_status gt_cuda_program_read_input_bytes(gt_cuda_program *p, int32_t k, size_t
 gt_status gt_cuda_program_write_input_bytes(gt_cuda_program *p, int32_t k, size_t offset, size_t n,
                                             const void *src, gt_error *err)
 {
-    char *at = input_bytes(p, k, offset, n, err);
-    if (!at) return err->code;
+    char *at = NULL;
+    GT_TRY(input_bytes(p, k, offset, n, &at, err));
     GT_TRY(gt_cuda_memcpy_h2d(p->stream, at, src, n, err));
     return wait_stream(p, err);
 }

@@ -73,6 +73,11 @@ char *gt_train_artifact_key(const gt_config *cfg, const gt_train_layout *layout)
     return buf;
 }
 
+const char *gt_train_artifact_name(int64_t micro_batches)
+{
+    return micro_batches > 1 ? "micro_step.graph" : "step.graph";
+}
+
 char *gt_train_artifact_path(const char *dir, const char *name)
 {
     return gt_train_join_path(dir, name);
@@ -226,8 +231,7 @@ gt_status gt_train_precompile(const gt_config *cfg, const gt_train_layout *layou
     const char *dir = cfg->compile.precompile_artifact_dir;
     int64_t micro = 1;
     GT_TRY(gt_train_micro_batches(cfg, layout, &micro, err));
-    /* the name the trainer looks for (trainer.c, build_graphs) */
-    const char *name = micro > 1 ? "micro_step.graph" : "step.graph";
+    const char *name = gt_train_artifact_name(micro);
     char *key = gt_train_artifact_key(cfg, layout);
     gt_status st = gt_train_artifact_save(dir, name, key, g, err);
     free(key);

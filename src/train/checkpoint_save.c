@@ -166,11 +166,7 @@ static gt_status write_blocks(gt_trainer *t, const gt_safetensors *file, const g
         w.local = src ? src[k].data : t->ckpt_tensors[k]->data;
 #ifdef GT_HAVE_CUDA
         w.dev = from_device ? t->whole.dev : NULL;
-        if (w.dev && (w.input = gt_step_input_fed_by(&t->whole, t->ckpt_tensors[k])) < 0) {
-            w.st = gt_error_set(err, GT_ERR_INTERNAL, "checkpoint: no step input holds %s",
-                                t->ckpt_names[k]);
-            break;
-        }
+        if (w.dev && (w.st = gt_trainer_ckpt_input(t, k, &w.input, err)) != GT_OK) break;
 #endif
         w.es = gt_dtype_size(e->dtype);
         w.at = file->data_offset + e->begin;
@@ -239,11 +235,18 @@ struct gt_ckpt_save {
     double t_start, t_part, snapshot_s, loop_s, part_s[2];
 };
 
+/* Waits for the part's thread, if it has one. */
+static void join_part(struct gt_ckpt_save *s)
+{
+    if (s->thread_live) pthread_join(s->thread, NULL);
+    s->thread_live = false;
+}
+
 static void save_free(struct gt_ckpt_save *s)
 {
     if (!s) return;
     atomic_store(&s->cancel, true); /* a failure elsewhere need not wait for 96 GB of writes */
-    if (s->thread_live) pthread_join(s->thread, NULL);
+    join_part(s);
     gt_safetensors_close(&s->file);
     gt_checkpoint_writer_free(&s->cw); /* not finished: removes the temporary directory */
     gt_whole_descriptors_free(&s->w);
@@ -279,8 +282,7 @@ static void start_part(struct gt_ckpt_save *s, int part, bool async)
 static gt_status end_part(struct gt_ckpt_save *s, gt_error *err)
 {
     gt_train_dist *d = &s->t->dist;
-    if (s->thread_live) pthread_join(s->thread, NULL);
-    s->thread_live = false;
+    join_part(s);
     gt_status st = GT_OK;
     if (s->part == PART_HASH) /* a communication failure is this rank's */
         st = gt_train_share_slots(d, s->h, 3 * (int64_t)s->t->n_params, err);
@@ -441,10 +443,8 @@ static gt_status take_snapshot(gt_trainer *t, struct gt_ckpt_save *s, gt_error *
         at += (gt_tensor_nbytes(x) + 63) & ~(size_t)63;
 #ifdef GT_HAVE_CUDA
         if (dev) {
-            int32_t in = gt_step_input_fed_by(&t->whole, x);
-            if (in < 0)
-                return gt_error_set(err, GT_ERR_INTERNAL, "checkpoint: no step input holds %s",
-                                    t->ckpt_names[k]);
+            int32_t in = -1;
+            GT_TRY(gt_trainer_ckpt_input(t, k, &in, err));
             GT_TRY(gt_cuda_program_read_input(t->whole.dev, in, &s->src[k], err));
             continue;
         }
@@ -454,7 +454,7 @@ static gt_status take_snapshot(gt_trainer *t, struct gt_ckpt_save *s, gt_error *
     return GT_OK;
 }
 
-void gt_trainer_snapshot_free(gt_trainer *t)
+static void snapshot_free(gt_trainer *t)
 {
     if (t->snapshot_touching) pthread_join(t->snapshot_thread, NULL);
 #ifdef GT_HAVE_CUDA
@@ -481,7 +481,6 @@ gt_status gt_trainer_save_checkpoint(gt_trainer *t, int64_t step, gt_error *err)
     double t_host = gt_now_seconds();
     struct gt_ckpt_save *s = NULL;
     GT_TRY(save_begin(t, step, &s, err));
-    s->snapshot_s = t_host - t0;
     gt_status st = GT_OK;
     if (async) {
         double t1 = gt_now_seconds();
@@ -495,6 +494,7 @@ gt_status gt_trainer_save_checkpoint(gt_trainer *t, int64_t step, gt_error *err)
             return GT_OK;
         }
     } else {
+        s->snapshot_s = t_host - t0; /* the state to the host, before the save began */
         start_part(s, PART_WRITE, false);
         st = end_part(s, err);
         if (st == GT_OK) start_part(s, PART_HASH, false);
@@ -511,31 +511,21 @@ gt_status gt_trainer_save_poll(gt_trainer *t, int64_t step, bool wait, gt_error 
     if (!s) return GT_OK;
     double t0 = gt_now_seconds();
     gt_status st = GT_OK;
+    bool over = false; /* the save failed, or its last part ended */
     for (;;) {
-        if (wait && s->thread_live) {
-            pthread_join(s->thread, NULL);
-            s->thread_live = false;
-        }
+        if (wait) join_part(s);
         uint64_t done = atomic_load(&s->done) ? 1 : 0;
         st = gt_train_share_slots(&t->dist, &done, 1, err);
-        if (st != GT_OK) break;
-        if (done < (uint64_t)t->dist.size) { /* some rank's thread is still at work */
-            s->loop_s += gt_now_seconds() - t0;
-            return GT_OK;
-        }
-        st = end_part(s, err);
-        if (st != GT_OK) break;
-        if (s->part == PART_HASH) {
-            s->loop_s += gt_now_seconds() - t0;
-            st = save_finish(s, true, step, err);
-            break;
-        }
+        if (st == GT_OK && done < (uint64_t)t->dist.size) break; /* a rank's thread is at work */
+        if (st == GT_OK) st = end_part(s, err);
+        over = st != GT_OK || s->part == PART_HASH;
+        if (over) break;
         start_part(s, PART_HASH, true);
-        if (!wait) {
-            s->loop_s += gt_now_seconds() - t0;
-            return GT_OK;
-        }
+        if (!wait) break;
     }
+    s->loop_s += gt_now_seconds() - t0;
+    if (!over) return GT_OK;
+    if (st == GT_OK) st = save_finish(s, true, step, err);
     t->saving = NULL;
     save_free(s);
     return st;
@@ -545,5 +535,5 @@ void gt_trainer_save_abandon(gt_trainer *t)
 {
     save_free(t->saving); /* joins its thread; publishes nothing */
     t->saving = NULL;
-    gt_trainer_snapshot_free(t);
+    snapshot_free(t);
 }

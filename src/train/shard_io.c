@@ -314,11 +314,16 @@ uint64_t gt_trainer_fingerprint(gt_trainer *t)
     return h;
 }
 
-int32_t gt_step_input_fed_by(const gt_step_graph *s, const gt_tensor *data)
+gt_status gt_trainer_ckpt_input(const gt_trainer *t, int k, int32_t *input, gt_error *err)
 {
+    const gt_step_graph *s = &t->whole;
     for (int32_t j = 0; s->g && s->feed && j < s->g->n_inputs; j++)
-        if (s->feed[j] == data) return j;
-    return -1;
+        if (s->feed[j] == t->ckpt_tensors[k]) {
+            *input = j;
+            return GT_OK;
+        }
+    return gt_error_set(err, GT_ERR_INTERNAL, "checkpoint: no step input holds %s",
+                        t->ckpt_names[k]);
 }
 
 /* The step to resume from: the configured one or the latest (GT_CHECKPOINT_NONE: none). */
@@ -386,13 +391,11 @@ static gt_status read_blocks(gt_trainer *t, gt_checkpoint_reader *r, gt_error *e
         br.es = gt_dtype_size(local->dtype);
 #ifdef GT_HAVE_CUDA
         br.dev = to_device ? s->dev : NULL;
-        if (br.dev && (br.input = gt_step_input_fed_by(s, local)) < 0) {
-            br.st = gt_error_set(err, GT_ERR_INTERNAL, "checkpoint: no step input holds %s",
-                                 t->ckpt_names[i]);
-            break;
+        if (br.dev) {
+            br.st = gt_trainer_ckpt_input(t, i, &br.input, err);
+            if (br.st == GT_OK && padded) br.st = gt_cuda_program_zero_input(br.dev, br.input, err);
+            padded = false; /* the padding is zeroed there */
         }
-        if (br.dev && padded) br.st = gt_cuda_program_zero_input(br.dev, br.input, err);
-        if (br.dev) padded = false;
 #endif
         if (padded) memset(local->data, 0, gt_tensor_nbytes(local));
         gt_shard_for_each_run(b, pread_run, &br);

@@ -164,6 +164,9 @@ gt_status gt_train_dist_nccl(gt_train_dist *d, const gt_config *cfg, int device,
  * graph. */
 char *gt_train_artifact_key(const gt_config *cfg, const gt_train_layout *layout);
 char *gt_train_artifact_path(const char *dir, const char *name);
+/* The artifact's name for a step of micro_batches micro-batches: "step.graph", or
+ * "micro_step.graph" (the step graph with gradient accumulation's running sums). */
+const char *gt_train_artifact_name(int64_t micro_batches);
 bool gt_train_artifact_exists(const char *dir, const char *name);
 gt_status gt_train_artifact_save(const char *dir, const char *name, const char *key,
                                  const gt_graph *g, gt_error *err);
@@ -196,7 +199,6 @@ typedef struct {
     gt_cuda_program *dev; /* training.device = cuda: the program on the GPU (prog is NULL) */
     bool state_loaded;    /* dev, or prog of the whole step: it holds the state (set, or
                            * updated there since) */
-    int64_t runs;         /* cuda: execs queued so far */
     int64_t part_runs[2]; /* cuda: execs of each gt_run_part queued so far */
 } gt_step_graph;
 
@@ -279,8 +281,8 @@ typedef struct {
 } gt_whole_descriptors;
 gt_whole_descriptors gt_whole_descriptors_of(gt_trainer *t);
 void gt_whole_descriptors_free(gt_whole_descriptors *w);
-/* The graph input of s that host tensor `data` feeds, or -1. */
-int32_t gt_step_input_fed_by(const gt_step_graph *s, const gt_tensor *data);
+/* *input: the step graph's input that checkpoint tensor k (t->ckpt_tensors[k]) feeds. */
+gt_status gt_trainer_ckpt_input(const gt_trainer *t, int k, int32_t *input, gt_error *err);
 /* The pinned buffer through which checkpoint blocks go between a file and the device. */
 #define GT_CKPT_BOUNCE_BYTES ((size_t)64 << 20)
 /* Threads a rank hashes its share of a checkpoint's tensors on (saving and loading): its CPUs,
@@ -301,10 +303,9 @@ uint64_t gt_trainer_fingerprint(gt_trainer *t);
 gt_status gt_trainer_save_checkpoint(gt_trainer *t, int64_t step, gt_error *err);
 gt_status gt_trainer_save_poll(gt_trainer *t, int64_t step, bool wait, gt_error *err);
 void gt_trainer_save_abandon(gt_trainer *t);
-/* checkpoint.async_mode: the snapshot's memory, allocated and touched by a thread (setup);
- * freed (teardown, after gt_trainer_save_abandon). */
+/* checkpoint.async_mode: the snapshot's memory, allocated and touched by a thread (setup; freed
+ * by gt_trainer_save_abandon at teardown). */
 void gt_trainer_snapshot_prepare(gt_trainer *t);
-void gt_trainer_snapshot_free(gt_trainer *t);
 #ifdef GT_HAVE_CUDA
 /* The state from the host tensors into the step program's inputs on the device (resumed: all but
  * the checkpoint's tensors, which the resume read there, and the gradient sums); the host copy is

@@ -270,7 +270,6 @@ static gt_status step_graph_queue_cuda(gt_trainer *t, gt_step_graph *s, gt_run_p
     /* --metrics.comm_report times the second run of the whole graph (the first warms up), so its
      * capture waits for it: captured replays record no timing events */
     bool report = t->cfg->metrics.comm_report && gt_train_dist_multi(&t->dist);
-    s->runs++;
     int64_t n = ++s->part_runs[part];
     GT_TRY(gt_cuda_program_set_comm_timing(s->dev, report && part == GT_RUN_ALL && n == 2, err));
     GT_TRY(gt_cuda_program_exec_part(s->dev, part, err));
@@ -397,15 +396,17 @@ static gt_status step_graph_collect(gt_trainer *t, gt_step_graph *s, double *los
 }
 
 /* --compile.precompile_artifact_dir DIR: the compiled step graph (*g: the whole step, or the
- * micro-batch step when micro_batches > 1) from DIR/name when rank 0 finds it there; else rank 0
- * builds and compiles it and saves it there (compile on one rank). Then every rank, rank 0 too,
- * runs what it loads from the artifact: the same graph down to its value numbering, so every
- * rank's memory plan is the same (NCCL symmetric windows need that; the schedule check compares
- * the collectives' places). Every rank ends with the same graph, or the same error. */
-static gt_status step_graph_artifact(gt_trainer *t, gt_graph **g, const char *name,
-                                     int64_t micro_batches, gt_error *err)
+ * micro-batch step when micro_batches > 1) from DIR/gt_train_artifact_name(micro_batches) when
+ * rank 0 finds it there; else rank 0 builds and compiles it and saves it there (compile on one
+ * rank). Then every rank, rank 0 too, runs what it loads from the artifact: the same graph down to
+ * its value numbering, so every rank's memory plan is the same (NCCL symmetric windows need that;
+ * the schedule check compares the collectives' places). Every rank ends with the same graph, or
+ * the same error. */
+static gt_status step_graph_artifact(gt_trainer *t, gt_graph **g, int64_t micro_batches,
+                                     gt_error *err)
 {
     const char *dir = t->cfg->compile.precompile_artifact_dir;
+    const char *name = gt_train_artifact_name(micro_batches);
     char *key = gt_train_artifact_key(t->cfg, &t->dist.layout);
     char *path = gt_train_artifact_path(dir, name);
     int64_t have = t->dist.rank == 0 ? gt_train_artifact_exists(dir, name) : 0;
@@ -449,8 +450,7 @@ static gt_status build_graphs(gt_trainer *t, gt_error *err)
      * runs once per micro-batch, the optimizer once per step) */
     t->whole.g = gt_graph_new();
     if (t->cfg->compile.precompile_artifact_dir[0])
-        GT_TRY(step_graph_artifact(t, &t->whole.g, t->accum > 1 ? "micro_step.graph" : "step.graph",
-                                   t->accum, err));
+        GT_TRY(step_graph_artifact(t, &t->whole.g, t->accum, err));
     else
         GT_TRY(gt_train_build_graph_layout(t->cfg, &t->dist.layout, t->whole.g, &t->model,
                                            t->accum, err));

@@ -13,19 +13,14 @@
 #define INTERVAL 3
 _Static_assert(3 * INTERVAL < LAUNCH_STEPS, "saves at INTERVAL, 2 and 3 x INTERVAL and the end");
 
-static void run(const char *base, const char *name, const launch_layout *l, int batch, bool async,
+static void run(const char *base, const char *name, const launch_layout *l, bool async,
                 launch_result *r, char **log)
 {
     launch_cmd c;
     char out_path[600];
     launch_temp_dir(r->dump, sizeof r->dump, base, name);
     snprintf(out_path, sizeof out_path, "%s/output.txt", r->dump);
-    launch_train(&c, launch_ranks(l));
-    launch_common(&c, "test_tiny", r->dump, INTERVAL);
-    launch_add(&c, "--training.local_batch_size=%d", batch);
-    launch_add(&c, "--parallelism.data_parallel_replicate_degree=%d", l->rep);
-    launch_add(&c, "--parallelism.data_parallel_shard_degree=%d", l->shard);
-    launch_add(&c, "--parallelism.tensor_parallel_degree=%d", l->tp);
+    launch_layout_run(&c, l, "test_tiny", r->dump, INTERVAL); /* global batch 4 (3: FSDP3) */
     if (async) launch_add(&c, "--checkpoint.async_mode=async");
     double dt = 0;
     int rc = launch_run(&c, out_path, RUN_SECONDS, &dt);
@@ -36,14 +31,14 @@ static void run(const char *base, const char *name, const launch_layout *l, int 
     *log = read_all(out_path, NULL);
 }
 
-static void check(const char *base, const launch_layout *l, int batch)
+static void check(const char *base, const launch_layout *l)
 {
     static launch_result sync_run, async_run;
     char name[64], *sync_log = NULL, *async_log = NULL;
     snprintf(name, sizeof name, "%s_step_loop", l->name);
-    run(base, name, l, batch, false, &sync_run, &sync_log);
+    run(base, name, l, false, &sync_run, &sync_log);
     snprintf(name, sizeof name, "%s_async", l->name);
-    run(base, name, l, batch, true, &async_run, &async_log);
+    run(base, name, l, true, &async_run, &async_log);
     if (sync_run.ok && async_run.ok) {
         bool last_same = false;
         int differ = launch_bitwise_diff(&sync_run, &async_run, LAUNCH_STEPS, &last_same);
@@ -78,8 +73,8 @@ int main(void)
     char base[256];
     if (!launch_begin(base, sizeof base, "gt_async_save_launch")) return 1;
     static const launch_layout hsdp = {"HSDP2x2", 2, 2, 1}, fsdp3 = {"FSDP3", 1, 3, 1};
-    check(base, &hsdp, LAUNCH_GLOBAL_BATCH / 4);
-    check(base, &fsdp3, 1); /* global batch 3 */
+    check(base, &hsdp);
+    check(base, &fsdp3);
     if (gt_test_failed_ == 0) remove_tree(base);
     return gt_test_finish();
 }
