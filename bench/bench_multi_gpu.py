@@ -434,16 +434,21 @@ def run_graphtrain(args, model, layout, n, log_path, extra=()):
                                   for x in saves]
     # asynchronous saves (--checkpoint.async_mode): per save, its seconds from start to publishing,
     # the step after which it was published, GB, the step loop's share (all of it, and the
-    # snapshot), and the background writes, tensor hashes and the file hash and publishing
+    # snapshot, and its wait for the snapshot's memory), and the background writes, tensor hashes
+    # and the file hash and publishing
     async_saves = re.findall(
         r"checkpoint: saved step (\d+) to \S+ in the background \(([\d.]+) s, published after step "
         r"(\d+)\): ([\d.]+) GB; the step loop spent ([\d.]+) s on it \(the snapshot of the state "
-        r"([\d.]+) s\); the writes ([\d.]+) s, tensor hashes ([\d.]+) s, file hash and publishing "
-        r"([\d.]+) s", out)
+        r"([\d.]+) s, of which waiting for its memory ([\d.]+) s\); the writes ([\d.]+) s, tensor "
+        r"hashes ([\d.]+) s, file hash and publishing ([\d.]+) s", out)
     r["checkpoint_async_saves"] = [
         dict(zip(("step", "seconds", "published_after_step", "gb", "step_loop", "snapshot",
-                  "writes", "tensor_hashes", "file_hash"), map(float, x)))
+                  "snapshot_memory", "writes", "tensor_hashes", "file_hash"), map(float, x)))
         for x in async_saves]
+    pinned = re.search(r"checkpoint: the snapshot's ([\d.]+) GB of host memory were pinned while "
+                       r"the first step ran \(([\d.]+) s\)", out)
+    r["checkpoint_snapshot_pinned"] = dict(gb=float(pinned.group(1)),
+                                           seconds=float(pinned.group(2))) if pinned else None
     p = re.search(r"finished: parameters to the host ([\d.]+) s, their hash ([\d.]+) s, "
                   r"release ([\d.]+) s", out)
     r["finish_seconds"] = dict(params_to_host=float(p.group(1)), params_hash=float(p.group(2)),
@@ -747,6 +752,9 @@ def main():
             msg += (f", async save of step {c['step']:.0f} {c['seconds']:.1f} s (published after "
                     f"step {c['published_after_step']:.0f}; the step loop {c['step_loop']:.1f} s, "
                     f"the snapshot {c['snapshot']:.1f} s of it; writes {c['writes']:.1f} s)")
+        if r.get("checkpoint_snapshot_pinned"):
+            c = r["checkpoint_snapshot_pinned"]
+            msg += f", snapshot pinned in the first step ({c['gb']:.1f} GB, {c['seconds']:.1f} s)"
         if r.get("finish_seconds"):
             msg += ", finish " + ", ".join(f"{k} {v:.1f} s" for k, v in r["finish_seconds"].items())
         bc.print_progress(k, msg, r, t0)

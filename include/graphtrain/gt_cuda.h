@@ -58,6 +58,13 @@ void gt_cuda_stream_destroy(gt_cuda_stream *s);
  * steps must agree bit for bit, not between them. */
 bool gt_cuda_have_cudnn(void);
 void gt_cuda_stream_set_cudnn(gt_cuda_stream *s, bool on);
+/* cuBLASLt's algorithm for a large matmul shape is timed on its first call: the fastest of the
+ * heuristic's candidates whose output has the bits of its first pick (cuda_matmul_tune.cu), so
+ * tuning never changes a result. On unless GT_MATMUL_TUNE=0 in the environment when the stream is
+ * created, or gt_cuda_stream_set_matmul_tune(s, false); gt_cuda_stream_tuned_shapes counts the
+ * shapes whose candidates were timed. */
+void gt_cuda_stream_set_matmul_tune(gt_cuda_stream *s, bool on);
+int gt_cuda_stream_tuned_shapes(const gt_cuda_stream *s);
 /* The underlying cudaStream_t, as void *. */
 void *gt_cuda_stream_handle(gt_cuda_stream *s);
 /* Ensures at least `bytes` of scratch so later kernel calls do not allocate. */

@@ -232,7 +232,7 @@ struct gt_ckpt_save {
     pthread_t thread;
     bool thread_live;
     /* seconds */
-    double t_start, t_part, snapshot_s, loop_s, part_s[2];
+    double t_start, t_part, snapshot_s, snapshot_mem_s, loop_s, part_s[2];
 };
 
 /* Waits for the part's thread, if it has one. */
@@ -349,11 +349,12 @@ static gt_status save_finish(struct gt_ckpt_save *s, bool async, int64_t now_ste
         gt_log(GT_LOG_INFO,
                "checkpoint: saved step %lld to %s/step-%lld in the background (%.2f s, published "
                "after step %lld): %.2f GB; the step loop spent %.2f s on it (the snapshot of the "
-               "state %.2f s); the writes %.2f s, tensor hashes %.2f s, file hash and publishing "
-               "%.2f s",
+               "state %.2f s, of which waiting for its memory %.2f s); the writes %.2f s, tensor "
+               "hashes %.2f s, file hash and publishing %.2f s",
                (long long)s->step, t->ckpt_folder, (long long)s->step,
                gt_now_seconds() - s->t_start, (long long)now_step, bytes / 1e9,
-               s->loop_s + gt_now_seconds() - t0, s->snapshot_s, s->part_s[PART_WRITE],
+               s->loop_s + gt_now_seconds() - t0, s->snapshot_s, s->snapshot_mem_s,
+               s->part_s[PART_WRITE],
                s->part_s[PART_HASH], finish_s);
     return GT_OK;
 }
@@ -370,10 +371,28 @@ static size_t snapshot_size(const gt_trainer *t)
     return bytes;
 }
 
+/* Pins the snapshot for async_with_pinned_mem (the calling thread uses the trainer's device). */
+static void pin_snapshot(gt_trainer *t)
+{
+#ifdef GT_HAVE_CUDA
+    double t0 = gt_now_seconds();
+    if (gt_cuda_init(t->device, NULL, &t->snapshot_pin_err) == GT_OK &&
+        gt_cuda_host_register(t->snapshot, t->snapshot_bytes, &t->snapshot_pin_err) == GT_OK)
+        t->snapshot_pinned = true;
+    else
+        t->snapshot_pin_failed = true;
+    t->snapshot_pin_s = gt_now_seconds() - t0;
+#else
+    t->snapshot_pin_failed = true;
+    gt_error_set(&t->snapshot_pin_err, GT_ERR_UNSUPPORTED, "built without CUDA");
+#endif
+}
+
 static void *touch_pages(void *arg)
 {
     gt_trainer *t = arg;
     memset(t->snapshot, 0, t->snapshot_bytes);
+    if (t->snapshot_pin) pin_snapshot(t);
     return NULL;
 }
 
@@ -388,6 +407,7 @@ void gt_trainer_snapshot_prepare(gt_trainer *t)
     t->snapshot = bytes ? aligned_alloc(HUGE_PAGE, bytes) : NULL;
     if (!t->snapshot) return; /* the first save says so */
     t->snapshot_bytes = bytes;
+    t->snapshot_pin = t->cuda && t->cfg->checkpoint.async_mode == GT_CFG_ASYNC_PINNED;
 #ifdef MADV_HUGEPAGE
     madvise(t->snapshot, bytes, MADV_HUGEPAGE);
 #endif
@@ -395,12 +415,30 @@ void gt_trainer_snapshot_prepare(gt_trainer *t)
     if (!t->snapshot_touching) touch_pages(t);
 }
 
-/* The snapshot's memory at a save: touched (gt_trainer_snapshot_prepare's thread is joined), and
- * pinned on the GPU for async_with_pinned_mem (a failure to pin leaves it pageable, said once). */
-static gt_status snapshot_memory(gt_trainer *t, bool pin, gt_error *err)
+void gt_trainer_snapshot_wait(gt_trainer *t)
 {
     if (t->snapshot_touching) pthread_join(t->snapshot_thread, NULL);
+    else if (t->snapshot && t->snapshot_pin && !t->snapshot_pinned && !t->snapshot_pin_failed)
+        pin_snapshot(t); /* no thread could be started */
     t->snapshot_touching = false;
+    if (!t->snapshot_pin || t->snapshot_pin_said || !t->snapshot) return;
+    t->snapshot_pin_said = true;
+    if (t->snapshot_pin_failed)
+        gt_log(GT_LOG_WARN,
+               "checkpoint.async_mode = async_with_pinned_mem: %s; the snapshot stays in "
+               "pageable memory",
+               t->snapshot_pin_err.msg);
+    else
+        gt_log(GT_LOG_INFO,
+               "checkpoint: the snapshot's %.2f GB of host memory were pinned while the first "
+               "step ran (%.2f s)",
+               t->snapshot_bytes / 1e9, t->snapshot_pin_s);
+}
+
+/* The snapshot's memory at a save: touched and, for async_with_pinned_mem on the GPU, pinned. */
+static gt_status snapshot_memory(gt_trainer *t, gt_error *err)
+{
+    gt_trainer_snapshot_wait(t);
     size_t bytes = snapshot_size(t);
     if (bytes > 0 && (!t->snapshot || t->snapshot_bytes < bytes)) /* (a replica writes none) */
         return gt_error_set(
@@ -408,22 +446,6 @@ static gt_status snapshot_memory(gt_trainer *t, bool pin, gt_error *err)
             "checkpoint.async_mode: %zu bytes of host memory for the snapshot of "
             "the state: out of memory (checkpoint.async_mode = disabled needs none)",
             bytes);
-#ifdef GT_HAVE_CUDA
-    if (pin && !t->snapshot_pinned && !t->snapshot_pin_failed) {
-        gt_error perr = {0};
-        if (gt_cuda_host_register(t->snapshot, t->snapshot_bytes, &perr) == GT_OK)
-            t->snapshot_pinned = true;
-        else {
-            t->snapshot_pin_failed = true;
-            gt_log(GT_LOG_WARN,
-                   "checkpoint.async_mode = async_with_pinned_mem: %s; the snapshot "
-                   "stays in pageable memory",
-                   perr.msg);
-        }
-    }
-#else
-    (void)pin;
-#endif
     return GT_OK;
 }
 
@@ -432,7 +454,9 @@ static gt_status take_snapshot(gt_trainer *t, struct gt_ckpt_save *s, gt_error *
 {
     int n = 3 * t->n_params;
     bool dev = t->whole.dev && t->host_stale; /* the state is newer on the device */
-    GT_TRY(snapshot_memory(t, dev && t->cfg->checkpoint.async_mode == GT_CFG_ASYNC_PINNED, err));
+    double t0 = gt_now_seconds();
+    GT_TRY(snapshot_memory(t, err));
+    s->snapshot_mem_s = gt_now_seconds() - t0;
     if (!dev) GT_TRY(gt_trainer_state_to_host(t, false, err));
     s->src = gt_xcalloc((size_t)n, sizeof *s->src);
     char *at = t->snapshot;
@@ -464,6 +488,7 @@ static void snapshot_free(gt_trainer *t)
     t->snapshot = NULL;
     t->snapshot_bytes = 0;
     t->snapshot_touching = t->snapshot_pinned = false;
+    t->snapshot_pin_failed = t->snapshot_pin_said = false;
 }
 
 /* ---------------------------------------------------------------- the trainer's calls */

@@ -255,8 +255,10 @@ typedef struct {
     struct gt_ckpt_save *saving; /* checkpoint.async_mode: the save under way, or NULL */
     void *snapshot;              /* its copy of the state: one buffer, kept for the next save */
     size_t snapshot_bytes;
-    pthread_t snapshot_thread; /* touching the snapshot's pages while the first steps run */
-    bool snapshot_touching, snapshot_pinned, snapshot_pin_failed;
+    pthread_t snapshot_thread; /* touching (and pinning) its pages while the first steps run */
+    bool snapshot_touching, snapshot_pin, snapshot_pinned, snapshot_pin_failed, snapshot_pin_said;
+    double snapshot_pin_s;    /* seconds the pinning took */
+    gt_error snapshot_pin_err; /* why it failed */
 } gt_trainer;
 
 /* True when name is prefix followed by fqn ("optim.exp_avg." + "layers.0.attention.wq.weight"). */
@@ -306,6 +308,11 @@ void gt_trainer_save_abandon(gt_trainer *t);
 /* checkpoint.async_mode: the snapshot's memory, allocated and touched by a thread (setup; freed
  * by gt_trainer_save_abandon at teardown). */
 void gt_trainer_snapshot_prepare(gt_trainer *t);
+/* Waits for that thread, which also pins the memory for async_with_pinned_mem on the GPU: at the
+ * first save, and for the pinning once the run's first step is queued, so that its wait is part of
+ * the warm-up step (pinning stalls the CUDA calls of the step loop while it runs: a step of 8B
+ * took 10.3 s instead of 1.3). */
+void gt_trainer_snapshot_wait(gt_trainer *t);
 #ifdef GT_HAVE_CUDA
 /* The state from the host tensors into the step program's inputs on the device (resumed: all but
  * the checkpoint's tensors, which the resume read there, and the gradient sums); the host copy is

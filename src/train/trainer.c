@@ -1014,6 +1014,8 @@ static gt_status run(gt_trainer *t, gt_train_result *res, gt_error *err)
         double t0 = gt_now_seconds(), loss = NAN, grad_norm = NAN, lr = 0;
         int64_t ticket = -1;
         GT_TRY(train_step(t, res, step, &loss, &grad_norm, &lr, &ticket, err));
+        if (step == start + 1 && t->snapshot_pin)
+            gt_trainer_snapshot_wait(t); /* the pinning: in the warm-up step's time */
         if (ticket < 0) {
             double step_s = gt_now_seconds() - t0;
             GT_TRY(report_step(t, res, step, loss, grad_norm, lr, step_s, err));

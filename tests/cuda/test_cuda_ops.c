@@ -387,6 +387,58 @@ static void case_matmul(gt_dtype ft)
     }
 }
 
+/* A matmul large enough to be tuned (cuda_matmul_tune.cu) gives, on a tuning stream, the bits of
+ * a stream that takes the heuristic's first pick untimed, on its tuning call and after it. */
+static void case_matmul_tune(void)
+{
+    gt_error err = {0};
+    gt_cuda_stream *plain = NULL;
+    GT_CHECK(gt_cuda_stream_create(&plain, &err) == GT_OK);
+    gt_cuda_stream_set_matmul_tune(plain, false);
+    gt_cuda_stream *tuning = NULL;
+    GT_CHECK(gt_cuda_stream_create(&tuning, &err) == GT_OK);
+    gt_cuda_stream_set_matmul_tune(tuning, true);
+    /* [4096, 1024] @ [2048, 1024]^T: 2^23 outputs, 2^33 products, bf16 as in training */
+    int64_t i[GT_MAX_IATTR] = {0, 1};
+    gt_tensor a = t_rand(GT_BF16, 2, SH(4096, 1024), -1, 1);
+    gt_tensor b = t_rand(GT_BF16, 2, SH(2048, 1024), -1, 1);
+    gt_tensor da, db, dout, runs[3];
+    GT_CHECK(gt_cuda_tensor_upload(plain, &a, &da, &err) == GT_OK);
+    GT_CHECK(gt_cuda_tensor_upload(plain, &b, &db, &err) == GT_OK);
+    GT_CHECK(gt_cuda_tensor_alloc(&dout, GT_BF16, 2, SH(4096, 2048), &err) == GT_OK);
+    gt_tensor in[2] = {da, db};
+    gt_kernel_call call = cu_kernel_call(GT_OP_MATMUL, i, 2, NULL, 0, NULL, 0, in, 2, &dout, 1);
+    gt_cuda_stream *on[3] = {plain, tuning, tuning};
+    for (int r = 0; r < 3; r++) {
+        runs[r] = cu_tensor_new(GT_BF16, 2, SH(4096, 2048));
+        GT_CHECK(cu_fill_pattern(on[r], &dout, (unsigned char)(0x11 * (r + 1))));
+        gt_status st = gt_cuda_run_kernel(&call, on[r], &err);
+        if (st == GT_OK) st = gt_cuda_stream_sync(on[r], &err);
+        if (st == GT_OK) st = gt_cuda_tensor_download(on[r], &dout, &runs[r], &err);
+        EXPECT(st == GT_OK, "matmul tune: run %d failed: %s", r, err.msg);
+    }
+    size_t n = gt_tensor_nbytes(&runs[0]);
+    EXPECT(gt_cuda_stream_tuned_shapes(plain) == 0, "matmul tune: the plain stream tuned a shape");
+    EXPECT(gt_cuda_stream_tuned_shapes(tuning) == 1,
+           "matmul tune: the tuning stream timed %d shapes, expected 1",
+           gt_cuda_stream_tuned_shapes(tuning));
+    EXPECT(memcmp(runs[0].data, runs[1].data, n) == 0,
+           "matmul tune: the tuning call's output differs from the untuned pick's");
+    EXPECT(memcmp(runs[0].data, runs[2].data, n) == 0,
+           "matmul tune: the tuned kernel's output differs from the untuned pick's");
+    printf("matmul tune                   4096x2048x1024 bf16: tuned on its first call, "
+           "the untuned bits on both calls\n");
+    for (int r = 0; r < 3; r++)
+        gt_tensor_free(&runs[r]);
+    gt_cuda_tensor_free(&da);
+    gt_cuda_tensor_free(&db);
+    gt_cuda_tensor_free(&dout);
+    gt_tensor_free(&a);
+    gt_tensor_free(&b);
+    gt_cuda_stream_destroy(tuning);
+    gt_cuda_stream_destroy(plain);
+}
+
 static void case_norm_rope(gt_dtype ft)
 {
     tcase n = {.name = nm("rms_norm", ft),
@@ -664,6 +716,7 @@ int main(void)
            info.sm_count);
     case_cast();
     case_errors();
+    case_matmul_tune();
     const gt_dtype fts[2] = {GT_F32, GT_BF16};
     for (int k = 0; k < 2; k++) {
         case_elementwise(fts[k]);

@@ -127,6 +127,11 @@ extern "C" gt_status gt_cuda_stream_create(gt_cuda_stream **out, gt_error *err)
     /* GT_CUDNN=0: graphtrain's own attention kernels (to compare against cuDNN's) */
     const char *cudnn = getenv("GT_CUDNN");
     s->cudnn_off = cudnn && strcmp(cudnn, "0") == 0;
+    /* GT_MATMUL_TUNE=0: the heuristic's pick for every matmul shape, untimed; =log: tune and
+     * print each large shape's candidates (cuda_matmul_tune.cu) */
+    const char *tune = getenv("GT_MATMUL_TUNE");
+    s->tune_log = tune && strcmp(tune, "log") == 0;
+    s->tune = !(tune && strcmp(tune, "0") == 0);
     gt_status st = GT_OK;
     if (cublasLtCreate(&s->lt) != CUBLAS_STATUS_SUCCESS) {
         s->lt = NULL;
@@ -163,9 +168,20 @@ extern "C" void gt_cuda_stream_destroy(gt_cuda_stream *s)
     gt_cuda_free(s->scratch);
     gt_cuda_free(s->workspace);
     gt_cuda_free(s->flag);
+    gt_cuda_free(s->tune_hash);
     if (s->lt) cublasLtDestroy(s->lt);
     if (s->stream) cudaStreamDestroy(s->stream);
     free(s);
+}
+
+extern "C" void gt_cuda_stream_set_matmul_tune(gt_cuda_stream *s, bool on)
+{
+    s->tune = on;
+}
+
+extern "C" int gt_cuda_stream_tuned_shapes(const gt_cuda_stream *s)
+{
+    return s->tuned;
 }
 
 extern "C" void *gt_cuda_stream_handle(gt_cuda_stream *s)

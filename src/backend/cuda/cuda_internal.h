@@ -21,6 +21,7 @@
 
 #define GT_CUDA_THREADS 256
 #define GT_CUDA_ALGO_CACHE 64
+#define GT_CUDA_ALGO_CANDIDATES 32 /* heuristic results a tuned shape times */
 #define GT_CUDA_SMEM_KERNELS 32
 
 /* One cached cuBLASLt choice: the key is every parameter of the call that shapes the plan. */
@@ -49,9 +50,31 @@ struct gt_cuda_stream {
     int n_smem_raised;
     int next_slot;
     gt_cuda_algo_entry cache[GT_CUDA_ALGO_CACHE];
+    unsigned long long *tune_hash; /* device word for gt_cuda_matmul_tune's output hashes */
+    bool tune, tune_log;           /* GT_MATMUL_TUNE: unset or 1 (tune), log (and print), 0 (not) */
+    int tuned;                     /* shapes whose candidates were timed */
     struct gt_cudnn *cudnn; /* cuDNN handle and plans, made on first use (cuda_cudnn.cu) */
     bool cudnn_off;         /* gt_cuda_stream_set_cudnn(s, false), or GT_CUDNN=0 at creation */
 };
+
+/* One cuBLASLt matmul as cuda_matmul.cu sets it up (out = a·b in cuBLASLt's operand order), and
+ * its shape for the log. */
+typedef struct {
+    cublasLtMatmulDesc_t desc;
+    cublasLtMatrixLayout_t la, lb, lc;
+    const void *a, *b;
+    void *out;
+    size_t out_bytes; /* every byte the call writes (contiguous) */
+    int64_t g_m, g_n, g_k, batch;
+    int ta, tb;
+    const char *dtype_name;
+} gt_cuda_matmul_call;
+
+/* Times the heuristic's nres candidates on the call's operands (cuda_matmul_tune.cu) and returns
+ * the fastest whose output has the bits of candidate `pick`, or `pick` where none is faster or
+ * the stream is capturing. Overwrites the call's output. */
+int gt_cuda_matmul_tune(gt_cuda_stream *s, const gt_cuda_matmul_call *m,
+                        const cublasLtMatmulHeuristicResult_t *res, int nres, int pick);
 
 /* The sdpa forward on cuDNN (cuda_cudnn.cu): the device pointers and shape of a call that
  * gt_cuda_flash_fits (bf16 q, k, v, out; f32 lse; 16-byte aligned). */

@@ -14,7 +14,9 @@
  * kernels without split-K reductions use no atomics and are bitwise reproducible run to run. Some
  * nvjet kernels that report a split-K count of 1 still split K and add the parts in a separate
  * splitKreduce_kernel (seen in CUPTI traces); runs with them stay bitwise (the GPU tests rerun
- * whole steps and compare bits). */
+ * whole steps and compare bits). On its first (warm-up) call a large shape times the heuristic's
+ * other candidates and may take a faster one, but only one whose output has that pick's bits
+ * (cuda_matmul_tune.cu; GT_MATMUL_TUNE=0 turns it off). */
 #include "cuda_internal.h"
 
 #include <string.h>
@@ -65,9 +67,8 @@ __global__ void gt_k_zero(int64_t n, void *y, int dy)
 
 /* Picks (or recalls) the algorithm for this problem. */
 static gt_status gt_cuda_pick_algo(gt_cuda_stream *s, const gt_kernel_call *c, const gt_gemm *g,
-                                   cublasLtMatmulDesc_t desc, cublasLtMatrixLayout_t la,
-                                   cublasLtMatrixLayout_t lb, cublasLtMatrixLayout_t lc,
-                                   cublasLtMatmulAlgo_t *algo, gt_error *err)
+                                   const gt_cuda_matmul_call *m, cublasLtMatmulAlgo_t *algo,
+                                   gt_error *err)
 {
     int64_t key[10] = {g->ta,    g->tb,       g->m,        g->n,        g->k,
                        g->batch, g->stride_a, g->stride_b, g->stride_c, g->dt};
@@ -82,10 +83,11 @@ static gt_status gt_cuda_pick_algo(gt_cuda_stream *s, const gt_kernel_call *c, c
     size_t ws = s->workspace_bytes;
     cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws,
                                          sizeof ws);
-    cublasLtMatmulHeuristicResult_t res[8];
+    cublasLtMatmulHeuristicResult_t res[GT_CUDA_ALGO_CANDIDATES];
     int nres = 0;
-    cublasStatus_t st =
-        cublasLtMatmulAlgoGetHeuristic(s->lt, desc, la, lb, lc, lc, pref, 8, res, &nres);
+    cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(
+        s->lt, m->desc, m->la, m->lb, m->lc, m->lc, pref, s->tune ? GT_CUDA_ALGO_CANDIDATES : 8,
+        res, &nres);
     cublasLtMatmulPreferenceDestroy(pref);
     GT_TRY(gt_lt_check(c, st, "heuristic", err));
     if (nres == 0)
@@ -106,6 +108,7 @@ static gt_status gt_cuda_pick_algo(gt_cuda_stream *s, const gt_kernel_call *c, c
             break;
         }
     }
+    if (s->tune) pick = gt_cuda_matmul_tune(s, m, res, nres, pick);
     *algo = res[pick].algo;
     gt_cuda_algo_entry *e = &s->cache[s->next_slot];
     s->next_slot = (s->next_slot + 1) % GT_CUDA_ALGO_CACHE;
@@ -150,8 +153,12 @@ static gt_status gt_cuda_gemm(gt_cuda_stream *s, const gt_kernel_call *c, const 
                                              &strides[k], sizeof strides[k]);
         }
     }
+    size_t es = gt_dtype_size(g->dt);
+    gt_cuda_matmul_call m = {desc,     la,   lb,   lc,   b,     a,     out,
+                             (size_t)(g->batch > 1 ? g->batch * g->stride_c : g->m * g->n) * es,
+                             g->m,     g->n, g->k, g->batch, g->ta, g->tb, gt_dtype_name(g->dt)};
     cublasLtMatmulAlgo_t algo;
-    if (st == GT_OK) st = gt_cuda_pick_algo(s, c, g, desc, la, lb, lc, &algo, err);
+    if (st == GT_OK) st = gt_cuda_pick_algo(s, c, g, &m, &algo, err);
     if (st == GT_OK) {
         float alpha = 1.0f, beta = 0.0f;
         st = gt_lt_check(c,
