@@ -336,6 +336,10 @@ gt_status gt_cuda_program_read_input_bytes(gt_cuda_program *p, int32_t k, size_t
  * graph input k's buffer; synchronous (src may be reused on return). */
 gt_status gt_cuda_program_write_input_bytes(gt_cuda_program *p, int32_t k, size_t offset, size_t n,
                                             const void *src, gt_error *err);
+/* As gt_cuda_program_write_input_bytes, only queued on the stream: src must stay valid until the
+ * next gt_cuda_program_sync. */
+gt_status gt_cuda_program_queue_input_bytes(gt_cuda_program *p, int32_t k, size_t offset, size_t n,
+                                            const void *src, gt_error *err);
 /* Copies graph output k into *out, allocated here and owned by the caller (gt_tensor_free);
  * synchronous. */
 gt_status gt_cuda_program_read_output(gt_cuda_program *p, int32_t k, gt_tensor *out, gt_error *err);

@@ -846,12 +846,18 @@ gt_status gt_cuda_program_read_input_bytes(gt_cuda_program *p, int32_t k, size_t
     return wait_stream(p, err);
 }
 
-gt_status gt_cuda_program_write_input_bytes(gt_cuda_program *p, int32_t k, size_t offset, size_t n,
+gt_status gt_cuda_program_queue_input_bytes(gt_cuda_program *p, int32_t k, size_t offset, size_t n,
                                             const void *src, gt_error *err)
 {
     char *at = NULL;
     GT_TRY(input_bytes(p, k, offset, n, &at, err));
-    GT_TRY(gt_cuda_memcpy_h2d(p->stream, at, src, n, err));
+    return gt_cuda_memcpy_h2d(p->stream, at, src, n, err);
+}
+
+gt_status gt_cuda_program_write_input_bytes(gt_cuda_program *p, int32_t k, size_t offset, size_t n,
+                                            const void *src, gt_error *err)
+{
+    GT_TRY(gt_cuda_program_queue_input_bytes(p, k, offset, n, src, err));
     return wait_stream(p, err);
 }
 

@@ -208,7 +208,7 @@ static gt_status hash_tensors(gt_trainer *t, const gt_safetensors *file, uint64_
 {
     int n = 3 * t->n_params, mine = (n - t->dist.rank + t->dist.size - 1) / t->dist.size;
     hash_job hj = {t, file, h, cancel};
-    return gt_run_jobs(mine, gt_ckpt_hash_threads(), hash_one, &hj, err);
+    return gt_run_jobs(mine, gt_ckpt_io_threads(), hash_one, &hj, err);
 }
 
 /* ---------------------------------------------------------------- one save, in parts */

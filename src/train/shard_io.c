@@ -334,77 +334,151 @@ static gt_status find_resume_step(gt_trainer *t, int64_t *want, gt_error *err)
     return gt_checkpoint_find_step(t->ckpt_folder, *want, err);
 }
 
-/* Where a block's bytes go: the host tensor, or (GPU) graph input `input` of the step program on
- * the device, through a pinned bounce buffer. */
+/* One piece of this rank's blocks: bytes [from, from + len) of checkpoint tensor i go to byte
+ * `to` of its destination (the host tensor, or the step program's input on the GPU). */
 typedef struct {
-    gt_checkpoint_reader *r;
     int i;
-    char *local;
-#ifdef GT_HAVE_CUDA
-    gt_cuda_program *dev;
-    int32_t input;
-    char *bounce;
-#endif
-    size_t es;
-    gt_status st;
-    gt_error *err;
-} block_reader;
+    uint64_t from;
+    size_t to, len;
+} read_piece;
 
-static void pread_run(int64_t g, int64_t l, int64_t count, void *user)
+typedef struct {
+    read_piece *p;
+    int n, cap;
+    size_t piece; /* bytes a piece holds at most */
+    int i;        /* the tensor being walked */
+    size_t es;    /* its element size */
+} piece_list;
+
+/* GT_CKPT_READ_PIECE_BYTES in the environment sets the pieces' size (1 byte to 1 GiB; the tests
+ * make it small, to split tensors and elements); GT_CKPT_READ_PIECE otherwise. */
+static size_t read_piece_bytes(void)
 {
-    block_reader *br = user;
-    size_t n = (size_t)count * br->es, to = (size_t)l * br->es;
-    uint64_t from = (uint64_t)g * br->es;
-#ifdef GT_HAVE_CUDA
-    for (size_t done = 0; br->dev && br->st == GT_OK && done < n;) {
-        size_t len = n - done < GT_CKPT_BOUNCE_BYTES ? n - done : GT_CKPT_BOUNCE_BYTES;
-        br->st = gt_checkpoint_read(br->r, br->i, from + done, br->bounce, len, br->err);
-        if (br->st == GT_OK)
-            br->st = gt_cuda_program_write_input_bytes(br->dev, br->input, to + done, len,
-                                                       br->bounce, br->err);
-        done += len;
+    const char *v = getenv("GT_CKPT_READ_PIECE_BYTES");
+    char *end = NULL;
+    unsigned long long n = v && *v ? strtoull(v, &end, 10) : 0;
+    if (n == 0 || n > ((size_t)1 << 30) || !end || *end) {
+        if (v && *v)
+            gt_log(GT_LOG_WARN,
+                   "GT_CKPT_READ_PIECE_BYTES=%s is not a byte count in 1..2^30; "
+                   "reading in pieces of %zu bytes",
+                   v, GT_CKPT_READ_PIECE);
+        return GT_CKPT_READ_PIECE;
     }
-    if (br->dev) return;
-#endif
-    if (br->st != GT_OK) return;
-    br->st = gt_checkpoint_read(br->r, br->i, from, br->local + to, n, br->err);
+    return (size_t)n;
 }
 
-/* Reads this rank's block of every checkpoint tensor from r: into the host tensors, or on the GPU
- * straight into the step program's inputs through one pinned buffer (the host tensors, whose
+static void add_pieces(int64_t g, int64_t l, int64_t count, void *user)
+{
+    piece_list *pl = user;
+    size_t n = (size_t)count * pl->es;
+    for (size_t done = 0; done < n; done += pl->piece) {
+        if (pl->n == pl->cap) {
+            pl->cap = pl->cap ? 2 * pl->cap : 256;
+            pl->p = gt_xrealloc(pl->p, (size_t)pl->cap * sizeof *pl->p);
+        }
+        size_t len = n - done < pl->piece ? n - done : pl->piece;
+        pl->p[pl->n++] =
+            (read_piece){pl->i, (uint64_t)g * pl->es + done, (size_t)l * pl->es + done, len};
+    }
+}
+
+typedef struct {
+    gt_trainer *t;
+    gt_checkpoint_reader *r;
+    const read_piece *p; /* the pieces of this round */
+    size_t piece;        /* bytes a piece holds at most */
+    char *bounce;        /* GPU: one buffer of `piece` bytes per piece of a round, pinned */
+} piece_reader;
+
+/* Job j: piece j of the round, into its tensor (host) or its bounce buffer (GPU). */
+static gt_status read_piece_job(int j, void *user, gt_error *err)
+{
+    piece_reader *pr = user;
+    const read_piece *p = &pr->p[j];
+    char *dst = pr->bounce ? pr->bounce + (size_t)j * pr->piece
+                           : (char *)pr->t->ckpt_tensors[p->i]->data + p->to;
+    return gt_checkpoint_read(pr->r, p->i, p->from, dst, p->len, err);
+}
+
+#ifdef GT_HAVE_CUDA
+/* The n pieces into the step program's inputs (input[i]: checkpoint tensor i's), in rounds of
+ * `threads` pieces read on threads into pinned buffers, then copied up in order. Two sets of
+ * buffers: a round's copies run while the threads read the next round into the other set. */
+static gt_status read_to_device(piece_reader *pr, int n, const int32_t *input, int threads,
+                                gt_error *err)
+{
+    gt_cuda_program *dev = pr->t->whole.dev;
+    const read_piece *all = pr->p;
+    size_t set = (size_t)threads * pr->piece;
+    char *bounce = NULL;
+    gt_status st = gt_cuda_host_alloc((void **)&bounce, 2 * set, err);
+    for (int at = 0, round = 0; st == GT_OK && at < n; at += threads, round++) {
+        int m = n - at < threads ? n - at : threads;
+        pr->p = all + at;
+        pr->bounce = bounce + (size_t)(round & 1) * set;
+        st = gt_run_jobs(m, threads, read_piece_job, pr, err);
+        /* the round before's copies are done: its set is the next round's */
+        if (st == GT_OK) st = gt_cuda_program_sync(dev, err);
+        for (int j = 0; st == GT_OK && j < m; j++)
+            st =
+                gt_cuda_program_queue_input_bytes(dev, input[pr->p[j].i], pr->p[j].to, pr->p[j].len,
+                                                  pr->bounce + (size_t)j * pr->piece, err);
+    }
+    /* the last round's copies (also after a failure: the buffers are freed below) */
+    gt_error sync_err = {0};
+    gt_status sy = bounce ? gt_cuda_program_sync(dev, st == GT_OK ? err : &sync_err) : GT_OK;
+    if (st == GT_OK) st = sy;
+    gt_cuda_host_free(bounce);
+    pr->bounce = NULL;
+    pr->p = all;
+    return st;
+}
+#endif
+
+/* Reads this rank's block of every checkpoint tensor from r, in pieces on up to
+ * gt_ckpt_io_threads threads: into the host tensors, or on the GPU straight into the step
+ * program's inputs, a round of pieces at a time through pinned buffers (the host tensors, whose
  * first write would fault in fresh pages at 1.3 GB/s a rank on an H200 host, stay untouched; the
- * program's other state inputs go up from the host, and the host copy is then stale). */
+ * program's other state inputs go up from the host, and the host copy is then stale). Padded FSDP
+ * rows are zeroed first. The pieces' order is fixed, and of several failures the first piece's is
+ * reported. */
 static gt_status read_blocks(gt_trainer *t, gt_checkpoint_reader *r, gt_error *err)
 {
-    block_reader br = {.r = r, .st = GT_OK, .err = err};
+    int n = 3 * t->n_params, threads = gt_ckpt_io_threads();
+    piece_list pl = {.piece = read_piece_bytes()};
+    int32_t *input = gt_xcalloc((size_t)n, sizeof *input);
+    gt_status st = GT_OK;
 #ifdef GT_HAVE_CUDA
-    gt_step_graph *s = &t->whole;
-    bool to_device = s->dev != NULL;
-    if (to_device) br.st = gt_cuda_host_alloc((void **)&br.bounce, GT_CKPT_BOUNCE_BYTES, err);
+    gt_cuda_program *dev = t->whole.dev;
 #endif
-    for (int i = 0; br.st == GT_OK && i < 3 * t->n_params; i++) {
+    for (int i = 0; st == GT_OK && i < n; i++) {
         const gt_shard_box *b = &t->box[i];
         gt_tensor *local = t->ckpt_tensors[i];
         bool padded = gt_shape_numel(b->ndim, b->size) != gt_tensor_numel(local); /* FSDP */
-        br.i = i;
-        br.local = local->data;
-        br.es = gt_dtype_size(local->dtype);
 #ifdef GT_HAVE_CUDA
-        br.dev = to_device ? s->dev : NULL;
-        if (br.dev) {
-            br.st = gt_trainer_ckpt_input(t, i, &br.input, err);
-            if (br.st == GT_OK && padded) br.st = gt_cuda_program_zero_input(br.dev, br.input, err);
+        if (dev) {
+            st = gt_trainer_ckpt_input(t, i, &input[i], err);
+            if (st == GT_OK && padded) st = gt_cuda_program_zero_input(dev, input[i], err);
             padded = false; /* the padding is zeroed there */
         }
 #endif
         if (padded) memset(local->data, 0, gt_tensor_nbytes(local));
-        gt_shard_for_each_run(b, pread_run, &br);
+        pl.i = i;
+        pl.es = gt_dtype_size(local->dtype);
+        gt_shard_for_each_run(b, add_pieces, &pl);
     }
+    piece_reader pr = {t, r, pl.p, pl.piece, NULL};
+    bool on_device = false;
 #ifdef GT_HAVE_CUDA
-    gt_cuda_host_free(br.bounce);
-    if (to_device && br.st == GT_OK) br.st = gt_trainer_state_to_device(t, true, err);
+    on_device = dev != NULL;
+    if (st == GT_OK && on_device) st = read_to_device(&pr, pl.n, input, threads, err);
+    if (st == GT_OK && on_device) st = gt_trainer_state_to_device(t, true, err);
 #endif
-    return br.st;
+    if (st == GT_OK && !on_device) st = gt_run_jobs(pl.n, threads, read_piece_job, &pr, err);
+    free(pl.p);
+    free(input);
+    return st;
 }
 
 typedef struct {
@@ -421,8 +495,9 @@ static gt_status verify_one(int j, void *user, gt_error *err)
 
 /* Reads checkpoint `want` into this rank's blocks: every rank checks the manifest and the file's
  * structure, then the tensors k = rank, rank + size, ... hash to the manifest (so each byte is
- * hashed once over all ranks; on up to gt_ckpt_hash_threads threads), rank 0 checks the file hash, and every rank reads only its own
- * blocks (an FSDP block of rows is one read) — then that the file did not change meanwhile. The
+ * hashed once over all ranks; on up to gt_ckpt_io_threads threads), rank 0 checks the file hash,
+ * and every rank reads only its own blocks (an FSDP block of rows is one run, read in pieces on
+ * those threads) — then that the file did not change meanwhile. The
  * ranks agree after each part. *info gets the manifest. */
 static gt_status load_blocks(gt_trainer *t, int64_t want, gt_checkpoint_info *info,
                              double seconds[3], gt_error *err)
@@ -441,7 +516,7 @@ static gt_status load_blocks(gt_trainer *t, int64_t want, gt_checkpoint_info *in
     if (st == GT_OK) {
         int mine = (r.info.n_tensors - d->rank + d->size - 1) / d->size;
         verify_job vj = {&r, d->rank, d->size};
-        st = mine > 0 ? gt_run_jobs(mine, gt_ckpt_hash_threads(), verify_one, &vj, err) : GT_OK;
+        st = mine > 0 ? gt_run_jobs(mine, gt_ckpt_io_threads(), verify_one, &vj, err) : GT_OK;
         st = gt_train_agree(d, st, err);
         t1 = gt_now_seconds();
     }

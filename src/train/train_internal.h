@@ -285,11 +285,13 @@ gt_whole_descriptors gt_whole_descriptors_of(gt_trainer *t);
 void gt_whole_descriptors_free(gt_whole_descriptors *w);
 /* *input: the step graph's input that checkpoint tensor k (t->ckpt_tensors[k]) feeds. */
 gt_status gt_trainer_ckpt_input(const gt_trainer *t, int k, int32_t *input, gt_error *err);
-/* The pinned buffer through which checkpoint blocks go between a file and the device. */
+/* The pinned buffer through which a save's blocks go from the device to the file. */
 #define GT_CKPT_BOUNCE_BYTES ((size_t)64 << 20)
-/* Threads a rank hashes its share of a checkpoint's tensors on (saving and loading): its CPUs,
- * at most 8. */
-static inline int gt_ckpt_hash_threads(void)
+/* The pieces a resume reads its blocks in (on the GPU, one pinned buffer of this size a thread). */
+#define GT_CKPT_READ_PIECE ((size_t)16 << 20)
+/* Threads a rank hashes its share of a checkpoint's tensors on (saving and loading), and reads its
+ * blocks on (loading): its CPUs, at most 8. */
+static inline int gt_ckpt_io_threads(void)
 {
     int n = gt_cpu_count();
     return n < 8 ? n : 8;

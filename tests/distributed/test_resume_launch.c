@@ -10,7 +10,8 @@
  *   - the checkpoint's manifest records the layout that saved it (informational), and the resumed
  *     run says it trained steps 6..10.
  * The resumed runs start from a copy of the one checkpoint (a fresh dump folder holding only
- * step-5), with the same config as the run that wrote it (the lr schedule spans 10 steps). */
+ * step-5), with the same config as the run that wrote it (the lr schedule spans 10 steps), and
+ * read it in pieces of 1000 bytes (GT_CKPT_READ_PIECE_BYTES). */
 #include "launch.h" /* first: train_child.h defines _GNU_SOURCE */
 
 #define RUN_SECONDS 240.0
@@ -95,6 +96,9 @@ int main(void)
 {
     char base[256], ref_dump[400], tp_dump[400];
     if (!launch_begin(base, sizeof base, "gt_resume_launch")) return 1;
+    /* every resume reads its blocks in pieces of 1000 bytes, on threads: a TP block's runs and
+     * an FSDP block's rows split across pieces, and pieces across elements */
+    setenv("GT_CKPT_READ_PIECE_BYTES", "1000", 1);
 
     /* the uninterrupted runs: one rank, and FSDP2xTP2 (checkpoints at 5 and 10) */
     gt_metrics_step ref[LAUNCH_STEPS + 1], tp[LAUNCH_STEPS + 1];

@@ -4,7 +4,8 @@
  *   a/  gt_train in this process: 20 steps straight, a checkpoint every 10.
  *   b/  `graphtrain train` with the same options as a child process, killed (SIGKILL) as soon as
  *       b/checkpoint/step-10/manifest.json exists; then the same command again, which resumes from
- *       the latest checkpoint and trains to step 20.
+ *       the latest checkpoint (reading it in pieces of 1000 bytes on several threads) and trains
+ *       to step 20.
  *
  * The run is so short that the child may pass step 10 before the kill lands; checkpoints after
  * step 10 are then deleted, so the second process always resumes from step 10 and trains 11..20,
@@ -146,8 +147,11 @@ int main(void)
         gt_metrics_log_free(&part1);
     }
 
-    /* b, part 2: the same command resumes from step 10 and trains to the end */
+    /* b, part 2: the same command resumes from step 10 and trains to the end, reading its blocks
+     * in pieces of 1000 bytes (tensors and elements split across pieces and threads) */
+    setenv("GT_CKPT_READ_PIECE_BYTES", "1000", 1);
     pid = spawn_train(binary, run_options, N_OPTIONS, dir_b, out_path, err_path);
+    unsetenv("GT_CKPT_READ_PIECE_BYTES");
     int rc = wait_child(pid, CHILD_SECONDS);
     EXPECT(rc == 0, "resumed child exited with %d (stderr in %s)", rc, err_path);
     char *out = read_all(out_path, NULL);
