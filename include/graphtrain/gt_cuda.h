@@ -65,6 +65,13 @@ void gt_cuda_stream_set_cudnn(gt_cuda_stream *s, bool on);
  * shapes whose candidates were timed. */
 void gt_cuda_stream_set_matmul_tune(gt_cuda_stream *s, bool on);
 int gt_cuda_stream_tuned_shapes(const gt_cuda_stream *s);
+/* How the backend waits for the work queued on the stream before a host wait of its own (a matmul
+ * shape's tuning, cuDNN's first-call check, growing the scratch): by default
+ * cudaStreamSynchronize. A program whose steps hold collectives sets its NCCL-aware wait, so that
+ * a dead or stuck peer becomes an error there instead of a hang; drain(NULL) restores the
+ * default. */
+typedef gt_status (*gt_cuda_drain_fn)(void *user, gt_error *err);
+void gt_cuda_stream_set_drain(gt_cuda_stream *s, gt_cuda_drain_fn drain, void *user);
 /* The underlying cudaStream_t, as void *. */
 void *gt_cuda_stream_handle(gt_cuda_stream *s);
 /* Ensures at least `bytes` of scratch so later kernel calls do not allocate. */

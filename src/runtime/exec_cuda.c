@@ -342,6 +342,8 @@ static gt_status register_windows(gt_cuda_program *p, gt_error *err)
     return GT_OK;
 }
 
+static gt_status wait_queued(void *user, gt_error *err);
+
 gt_status gt_cuda_program_set_comms(gt_cuda_program *p, gt_comm *const comms[GT_MESH_MAX_DIMS],
                                     gt_error *err)
 {
@@ -364,6 +366,8 @@ gt_status gt_cuda_program_set_comms(gt_cuda_program *p, gt_comm *const comms[GT_
     p->nccl = false;
     for (int k = 0; k < GT_MESH_MAX_DIMS; k++)
         p->nccl |= gt_comm_is_nccl(p->prog->comms[k]);
+    /* the backend's own host waits (tuning, checks, scratch growth) go through the same wait */
+    gt_cuda_stream_set_drain(p->stream, p->nccl ? wait_queued : NULL, p);
     return p->nccl_buffers == GT_NCCL_BUFFERS_SYMMETRIC ? register_windows(p, err) : GT_OK;
 }
 
@@ -469,16 +473,22 @@ static gt_status wait_event(gt_cuda_program *p, cudaEvent_t ev, const char *what
     return cuda_error(cudaEventSynchronize(ev), what, err);
 }
 
+/* Waits for everything queued on the stream, through the NCCL-aware event wait: the stream's
+ * drain (gt_cuda_stream_set_drain) in a program with NCCL collectives. */
+static gt_status wait_queued(void *user, gt_error *err)
+{
+    gt_cuda_program *p = user;
+    if (!p->sync_ev)
+        GT_TRY(cuda_error(cudaEventCreateWithFlags(&p->sync_ev, cudaEventDisableTiming),
+                          "creating an event", err));
+    GT_TRY(cuda_error(cudaEventRecord(p->sync_ev, stream_of(p)), "marking the stream", err));
+    return wait_event(p, p->sync_ev, "waiting for the stream", err);
+}
+
 /* Waits for everything queued on the stream and reports a data error a kernel flagged. */
 static gt_status wait_stream(gt_cuda_program *p, gt_error *err)
 {
-    if (p->nccl) {
-        if (!p->sync_ev)
-            GT_TRY(cuda_error(cudaEventCreateWithFlags(&p->sync_ev, cudaEventDisableTiming),
-                              "creating an event", err));
-        GT_TRY(cuda_error(cudaEventRecord(p->sync_ev, stream_of(p)), "marking the stream", err));
-        GT_TRY(wait_event(p, p->sync_ev, "waiting for the stream", err));
-    }
+    if (p->nccl) GT_TRY(wait_queued(p, err));
     return gt_cuda_stream_sync(p->stream, err);
 }
 

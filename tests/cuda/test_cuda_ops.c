@@ -387,8 +387,19 @@ static void case_matmul(gt_dtype ft)
     }
 }
 
+static int g_drains;
+
+/* A stream drain that counts its calls (gt_cuda_stream_set_drain). */
+static gt_status counting_drain(void *user, gt_error *err)
+{
+    g_drains++;
+    return gt_cuda_stream_sync((gt_cuda_stream *)user, err);
+}
+
 /* A matmul large enough to be tuned (cuda_matmul_tune.cu) gives, on a tuning stream, the bits of
- * a stream that takes the heuristic's first pick untimed, on its tuning call and after it. */
+ * a stream that takes the heuristic's first pick untimed, on its tuning call and after it; the
+ * tuner waits for the earlier work through the stream's drain (in a program with collectives, the
+ * NCCL-aware wait). */
 static void case_matmul_tune(void)
 {
     gt_error err = {0};
@@ -398,6 +409,7 @@ static void case_matmul_tune(void)
     gt_cuda_stream *tuning = NULL;
     GT_CHECK(gt_cuda_stream_create(&tuning, &err) == GT_OK);
     gt_cuda_stream_set_matmul_tune(tuning, true);
+    gt_cuda_stream_set_drain(tuning, counting_drain, tuning);
     /* [4096, 1024] @ [2048, 1024]^T: 2^23 outputs, 2^33 products, bf16 as in training */
     int64_t i[GT_MAX_IATTR] = {0, 1};
     gt_tensor a = t_rand(GT_BF16, 2, SH(4096, 1024), -1, 1);
@@ -422,6 +434,7 @@ static void case_matmul_tune(void)
     EXPECT(gt_cuda_stream_tuned_shapes(tuning) == 1,
            "matmul tune: the tuning stream timed %d shapes, expected 1",
            gt_cuda_stream_tuned_shapes(tuning));
+    EXPECT(g_drains >= 1, "matmul tune: the tuner did not wait through the stream's drain");
     EXPECT(memcmp(runs[0].data, runs[1].data, n) == 0,
            "matmul tune: the tuning call's output differs from the untuned pick's");
     EXPECT(memcmp(runs[0].data, runs[2].data, n) == 0,

@@ -174,6 +174,22 @@ extern "C" void gt_cuda_stream_destroy(gt_cuda_stream *s)
     free(s);
 }
 
+extern "C" void gt_cuda_stream_set_drain(gt_cuda_stream *s, gt_cuda_drain_fn drain, void *user)
+{
+    s->drain = drain;
+    s->drain_user = user;
+}
+
+gt_status gt_cuda_stream_drain(gt_cuda_stream *s, gt_error *err)
+{
+    if (s->drain) return s->drain(s->drain_user, err);
+    cudaError_t e = cudaStreamSynchronize(s->stream);
+    if (e != cudaSuccess)
+        return gt_error_set(err, GT_ERR_INTERNAL, "cuda: waiting for the stream: %s",
+                            cudaGetErrorString(e));
+    return GT_OK;
+}
+
 extern "C" void gt_cuda_stream_set_matmul_tune(gt_cuda_stream *s, bool on)
 {
     s->tune = on;
@@ -193,10 +209,7 @@ extern "C" gt_status gt_cuda_stream_reserve(gt_cuda_stream *s, size_t bytes, gt_
 {
     if (bytes <= s->scratch_bytes) return GT_OK;
     /* The old buffer may still be read by queued kernels: wait before freeing it. */
-    cudaError_t e = cudaStreamSynchronize(s->stream);
-    if (e != cudaSuccess)
-        return gt_error_set(err, GT_ERR_INTERNAL, "cuda: growing scratch: %s",
-                            cudaGetErrorString(e));
+    GT_TRY(gt_cuda_stream_drain(s, err));
     gt_cuda_free(s->scratch);
     s->scratch = NULL;
     s->scratch_bytes = 0;

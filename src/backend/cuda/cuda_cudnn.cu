@@ -701,6 +701,8 @@ static size_t gt_cudnn_align(size_t x)
 static gt_status gt_cudnn_same_bytes(gt_cuda_stream *s, const void *x, const void *y, size_t n,
                                      bool *same, gt_error *err)
 {
+    /* the runs compared, and every kernel before them, done through the stream's drain */
+    GT_TRY(gt_cuda_stream_drain(s, err));
     char *h = (char *)malloc(2 * n);
     if (!h) return gt_error_set(err, GT_ERR_NOMEM, "sdpa backward on cuDNN: out of host memory");
     cudaError_t e = cudaMemcpyAsync(h, x, n, cudaMemcpyDeviceToHost, s->stream);

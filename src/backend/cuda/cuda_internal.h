@@ -53,9 +53,15 @@ struct gt_cuda_stream {
     unsigned long long *tune_hash; /* device word for gt_cuda_matmul_tune's output hashes */
     bool tune, tune_log;           /* GT_MATMUL_TUNE: unset or 1 (tune), log (and print), 0 (not) */
     int tuned;                     /* shapes whose candidates were timed */
+    gt_cuda_drain_fn drain;        /* gt_cuda_stream_set_drain (NULL: cudaStreamSynchronize) */
+    void *drain_user;
     struct gt_cudnn *cudnn; /* cuDNN handle and plans, made on first use (cuda_cudnn.cu) */
     bool cudnn_off;         /* gt_cuda_stream_set_cudnn(s, false), or GT_CUDNN=0 at creation */
 };
+
+/* Waits for everything queued on the stream through its drain (gt_cuda_stream_set_drain): what
+ * the backend calls before a host wait of its own. */
+gt_status gt_cuda_stream_drain(gt_cuda_stream *s, gt_error *err);
 
 /* One cuBLASLt matmul as cuda_matmul.cu sets it up (out = a·b in cuBLASLt's operand order), and
  * its shape for the log. */

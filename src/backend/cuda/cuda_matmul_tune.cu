@@ -82,6 +82,10 @@ int gt_cuda_matmul_tune(gt_cuda_stream *s, const gt_cuda_matmul_call *m,
         s->tune_hash = NULL;
         return pick;
     }
+    /* every earlier kernel done, through the stream's drain (NCCL-aware in a program with
+     * collectives: the syncs below then wait for the tuner's own kernels alone) */
+    gt_error derr = {};
+    if (gt_cuda_stream_drain(s, &derr) != GT_OK) return pick; /* the next wait reports it */
     gt_tuner t = {s, m, NULL, NULL};
     int chosen = pick;
     if (cudaEventCreate(&t.t0) != cudaSuccess || cudaEventCreate(&t.t1) != cudaSuccess) goto done;
