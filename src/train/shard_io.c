@@ -350,17 +350,18 @@ typedef struct {
     size_t es;    /* its element size */
 } piece_list;
 
-/* GT_CKPT_READ_PIECE_BYTES in the environment sets the pieces' size (1 byte to 1 GiB; the tests
- * make it small, to split tensors and elements); GT_CKPT_READ_PIECE otherwise. */
+/* GT_CKPT_READ_PIECE_BYTES in the environment sets the pieces' size (1 byte to 256 MiB; on the GPU
+ * twice the threads' worth is pinned; the tests make it small, to split tensors and elements);
+ * GT_CKPT_READ_PIECE otherwise. */
 static size_t read_piece_bytes(void)
 {
     const char *v = getenv("GT_CKPT_READ_PIECE_BYTES");
     char *end = NULL;
     unsigned long long n = v && *v ? strtoull(v, &end, 10) : 0;
-    if (n == 0 || n > ((size_t)1 << 30) || !end || *end) {
+    if (n == 0 || n > ((size_t)1 << 28) || !end || *end) {
         if (v && *v)
             gt_log(GT_LOG_WARN,
-                   "GT_CKPT_READ_PIECE_BYTES=%s is not a byte count in 1..2^30; "
+                   "GT_CKPT_READ_PIECE_BYTES=%s is not a byte count in 1..2^28; "
                    "reading in pieces of %zu bytes",
                    v, GT_CKPT_READ_PIECE);
         return GT_CKPT_READ_PIECE;
@@ -387,49 +388,64 @@ typedef struct {
     gt_trainer *t;
     gt_checkpoint_reader *r;
     const read_piece *p; /* the pieces of this round */
-    size_t piece;        /* bytes a piece holds at most */
-    char *bounce;        /* GPU: one buffer of `piece` bytes per piece of a round, pinned */
+    char *bounce;        /* GPU: the round's pinned buffer, */
+    const size_t *at;    /* and where in it each of the round's pieces goes */
 } piece_reader;
 
-/* Job j: piece j of the round, into its tensor (host) or its bounce buffer (GPU). */
+/* Job j: piece j of the round, into its tensor (host) or its place in the bounce buffer (GPU). */
 static gt_status read_piece_job(int j, void *user, gt_error *err)
 {
     piece_reader *pr = user;
     const read_piece *p = &pr->p[j];
-    char *dst = pr->bounce ? pr->bounce + (size_t)j * pr->piece
-                           : (char *)pr->t->ckpt_tensors[p->i]->data + p->to;
+    char *dst =
+        pr->bounce ? pr->bounce + pr->at[j] : (char *)pr->t->ckpt_tensors[p->i]->data + p->to;
     return gt_checkpoint_read(pr->r, p->i, p->from, dst, p->len, err);
 }
 
 #ifdef GT_HAVE_CUDA
-/* The n pieces into the step program's inputs (input[i]: checkpoint tensor i's), in rounds of
- * `threads` pieces read on threads into pinned buffers, then copied up in order. Two sets of
- * buffers: a round's copies run while the threads read the next round into the other set. */
+/* The n pieces into the step program's inputs (input[i]: checkpoint tensor i's), in rounds that
+ * fill a pinned buffer of `set` bytes: the round's pieces are read on `threads` threads, packed
+ * back to back, then copied up in order, one copy for pieces that are also back to back in the
+ * input (a TP block's rows). Two such buffers: a round's copies run while the threads read the
+ * next round into the other. */
 static gt_status read_to_device(piece_reader *pr, int n, const int32_t *input, int threads,
-                                gt_error *err)
+                                size_t set, gt_error *err)
 {
     gt_cuda_program *dev = pr->t->whole.dev;
     const read_piece *all = pr->p;
-    size_t set = (size_t)threads * pr->piece;
+    size_t *at = gt_xcalloc((size_t)(n ? n : 1), sizeof *at);
     char *bounce = NULL;
     gt_status st = gt_cuda_host_alloc((void **)&bounce, 2 * set, err);
-    for (int at = 0, round = 0; st == GT_OK && at < n; at += threads, round++) {
-        int m = n - at < threads ? n - at : threads;
-        pr->p = all + at;
+    for (int first = 0, round = 0; st == GT_OK && first < n; round++) {
+        int m = 0;
+        for (size_t used = 0; first + m < n && used + all[first + m].len <= set; m++) {
+            at[m] = used;
+            used += all[first + m].len;
+        }
+        pr->p = all + first;
+        pr->at = at;
         pr->bounce = bounce + (size_t)(round & 1) * set;
         st = gt_run_jobs(m, threads, read_piece_job, pr, err);
-        /* the round before's copies are done: its set is the next round's */
+        /* the round before's copies are done: its buffer is the next round's */
         if (st == GT_OK) st = gt_cuda_program_sync(dev, err);
-        for (int j = 0; st == GT_OK && j < m; j++)
-            st =
-                gt_cuda_program_queue_input_bytes(dev, input[pr->p[j].i], pr->p[j].to, pr->p[j].len,
-                                                  pr->bounce + (size_t)j * pr->piece, err);
+        for (int j = 0; st == GT_OK && j < m;) {
+            const read_piece *q = &pr->p[j];
+            size_t len = q->len;
+            int k = j + 1;
+            while (k < m && pr->p[k].i == q->i && pr->p[k].to == q->to + len)
+                len += pr->p[k++].len;
+            st = gt_cuda_program_queue_input_bytes(dev, input[q->i], q->to, len, pr->bounce + at[j],
+                                                   err);
+            j = k;
+        }
+        first += m;
     }
     /* the last round's copies (also after a failure: the buffers are freed below) */
     gt_error sync_err = {0};
     gt_status sy = bounce ? gt_cuda_program_sync(dev, st == GT_OK ? err : &sync_err) : GT_OK;
     if (st == GT_OK) st = sy;
     gt_cuda_host_free(bounce);
+    free(at);
     pr->bounce = NULL;
     pr->p = all;
     return st;
@@ -438,7 +454,7 @@ static gt_status read_to_device(piece_reader *pr, int n, const int32_t *input, i
 
 /* Reads this rank's block of every checkpoint tensor from r, in pieces on up to
  * gt_ckpt_io_threads threads: into the host tensors, or on the GPU straight into the step
- * program's inputs, a round of pieces at a time through pinned buffers (the host tensors, whose
+ * program's inputs, in rounds through pinned buffers (read_to_device; the host tensors, whose
  * first write would fault in fresh pages at 1.3 GB/s a rank on an H200 host, stay untouched; the
  * program's other state inputs go up from the host, and the host copy is then stale). Padded FSDP
  * rows are zeroed first. The pieces' order is fixed, and of several failures the first piece's is
@@ -468,11 +484,12 @@ static gt_status read_blocks(gt_trainer *t, gt_checkpoint_reader *r, gt_error *e
         pl.es = gt_dtype_size(local->dtype);
         gt_shard_for_each_run(b, add_pieces, &pl);
     }
-    piece_reader pr = {t, r, pl.p, pl.piece, NULL};
+    piece_reader pr = {t, r, pl.p, NULL, NULL};
     bool on_device = false;
 #ifdef GT_HAVE_CUDA
     on_device = dev != NULL;
-    if (st == GT_OK && on_device) st = read_to_device(&pr, pl.n, input, threads, err);
+    if (st == GT_OK && on_device)
+        st = read_to_device(&pr, pl.n, input, threads, (size_t)threads * pl.piece, err);
     if (st == GT_OK && on_device) st = gt_trainer_state_to_device(t, true, err);
 #endif
     if (st == GT_OK && !on_device) st = gt_run_jobs(pl.n, threads, read_piece_job, &pr, err);

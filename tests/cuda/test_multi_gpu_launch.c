@@ -11,7 +11,8 @@
  *   - resume (FSDP2, and FSDP3 whose blocks are padded, 3 GPUs): saving at steps 10 and 20
  *     changes no bit, nor does saving step 10 asynchronously (checkpoint.async_mode =
  *     async_with_pinned_mem: the same step-10 file), and the step-10 checkpoint resumed in a
- *     fresh folder repeats steps 11..20 and the step-20 checkpoint bit for bit;
+ *     fresh folder (read in 1000-byte pieces) repeats steps 11..20 and the step-20 checkpoint
+ *     bit for bit;
  *   - --metrics.comm_report (FSDP2): one line per collective of the logged schedule, exposed time
  *     within [0, total], and the same bits as without the report;
  *   - --comm.nccl_buffers: the default (auto) is logged as symmetric where this NCCL supports it
@@ -212,7 +213,11 @@ static void check_resume(const char *base, const launch_layout *l, const launch_
     snprintf(to, sizeof to, "%s/step-10", dir);
     EXPECT(mkdir(dir, 0777) == 0 && rename(from, to) == 0, "moving %s to %s: %s", from, to,
            strerror(errno));
+    /* read in 1000-byte pieces: many rounds through the pinned buffers, elements split across
+     * pieces, and copies of back-to-back pieces merged (shard_io.c, read_to_device) */
+    setenv("GT_CKPT_READ_PIECE_BYTES", "1000", 1);
     run_in_dump(name, l, true, NULL, 11, &resumed);
+    unsetenv("GT_CKPT_READ_PIECE_BYTES");
     if (!resumed.ok) return;
     int differ = 0;
     for (int s = 11; s <= STEPS; s++)
