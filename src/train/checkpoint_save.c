@@ -90,6 +90,8 @@ typedef struct {
     gt_cuda_program *dev;
     int32_t input;
     char *bounce;
+    size_t input_bytes;  /* the input's size */
+    size_t win, win_len; /* the bytes [win, win + win_len) of the input that bounce holds */
 #endif
     size_t es;
     uint64_t at;               /* the tensor's first byte in the file */
@@ -129,11 +131,19 @@ static void pwrite_run(int64_t g, int64_t l, int64_t count, void *user)
     size_t n = (size_t)count * w->es, from = (size_t)l * w->es;
     off_t at = (off_t)(w->at + (uint64_t)g * w->es);
 #ifdef GT_HAVE_CUDA
+    /* through the bounce buffer, which holds a window of the input: a run inside it (a TP block's
+     * row) is written from it, else the window moves to the run's first byte */
     for (size_t done = 0; w->dev && w->st == GT_OK && done < n;) {
-        size_t len = n - done < GT_CKPT_BOUNCE_BYTES ? n - done : GT_CKPT_BOUNCE_BYTES;
-        w->st =
-            gt_cuda_program_read_input_bytes(w->dev, w->input, from + done, len, w->bounce, w->err);
-        pwrite_all(w, w->bounce, len, at + (off_t)done);
+        size_t pos = from + done;
+        if (pos < w->win || pos >= w->win + w->win_len) {
+            size_t left = w->input_bytes - pos;
+            w->win = pos;
+            w->win_len = left < GT_CKPT_BOUNCE_BYTES ? left : GT_CKPT_BOUNCE_BYTES;
+            w->st = gt_cuda_program_read_input_bytes(w->dev, w->input, w->win, w->win_len,
+                                                     w->bounce, w->err);
+        }
+        size_t in_win = w->win + w->win_len - pos, len = n - done < in_win ? n - done : in_win;
+        pwrite_all(w, w->bounce + (pos - w->win), len, at + (off_t)done);
         done += len;
     }
     if (w->dev) return;
@@ -145,8 +155,9 @@ static void pwrite_run(int64_t g, int64_t l, int64_t count, void *user)
  * (file, open) places each tensor, fsynced. An FSDP block of rows is one write. The bytes come from
  * src[k] when src is given (a snapshot of the state), else from the state itself: when the state on
  * the GPU is newer than the host tensors, the blocks go from the device to the file through one
- * pinned buffer, so the host copy of the state (whose first write faults in fresh pages, 1.3 GB/s
- * a rank on an H200 host) is not needed. */
+ * pinned buffer, up to 64 MiB of the input at a time (a TP block's rows one copy, not one each), so
+ * the host copy of the state (whose first write faults in fresh pages, 1.3 GB/s a rank on an H200
+ * host) is not needed. */
 static gt_status write_blocks(gt_trainer *t, const gt_safetensors *file, const gt_tensor *src,
                               const atomic_bool *cancel, gt_error *err)
 {
@@ -167,6 +178,8 @@ static gt_status write_blocks(gt_trainer *t, const gt_safetensors *file, const g
 #ifdef GT_HAVE_CUDA
         w.dev = from_device ? t->whole.dev : NULL;
         if (w.dev && (w.st = gt_trainer_ckpt_input(t, k, &w.input, err)) != GT_OK) break;
+        w.input_bytes = gt_tensor_nbytes(t->ckpt_tensors[k]); /* the input's (local) size */
+        w.win = w.win_len = 0;
 #endif
         w.es = gt_dtype_size(e->dtype);
         w.at = file->data_offset + e->begin;

@@ -8,11 +8,11 @@
  *   - each layout run twice: bitwise identical losses and step-20 checkpoint (whole parameters
  *     and AdamW moments gathered from the ranks);
  *   - CUDA graphs on vs off (compile.cudagraphs): bitwise identical, FSDP2;
- *   - resume (FSDP2, and FSDP3 whose blocks are padded, 3 GPUs): saving at steps 10 and 20
- *     changes no bit, nor does saving step 10 asynchronously (checkpoint.async_mode =
- *     async_with_pinned_mem: the same step-10 file), and the step-10 checkpoint resumed in a
- *     fresh folder (read in 1000-byte pieces) repeats steps 11..20 and the step-20 checkpoint
- *     bit for bit;
+ *   - resume (FSDP2, TP2 whose blocks are strided rows, and FSDP3 whose blocks are padded, 3
+ *     GPUs): saving at steps 10 and 20 changes no bit, nor does saving step 10 asynchronously
+ *     (checkpoint.async_mode = async_with_pinned_mem: the same step-10 file), and the step-10
+ *     checkpoint resumed in a fresh folder (read in 1000-byte pieces) repeats steps 11..20 and
+ *     the step-20 checkpoint bit for bit;
  *   - --metrics.comm_report (FSDP2): one line per collective of the logged schedule, exposed time
  *     within [0, total], and the same bits as without the report;
  *   - --comm.nccl_buffers: the default (auto) is logged as symmetric where this NCCL supports it
@@ -265,6 +265,7 @@ int main(void)
         run(base, name, l, true, NULL, &again);
         snprintf(what, sizeof what, "%s rerun", l->name);
         compare_bitwise(&r, &again, what);
+        if (k == 1) check_resume(base, l, &r); /* TP2: blocks of rows (S(1)), row by row */
         if (k == 0) {
             check_resume(base, l, &r);
             run(base, "FSDP2_fp32_nograph", l, true, "--compile.cudagraphs=false", &nograph);
