@@ -28,6 +28,23 @@
 #include "graphtrain/gt_config.h"
 #include "graphtrain/gt_metrics.h"
 
+/* A test's start: the graphtrain program (GT_BINARY, which CTest sets) and a fresh folder made
+ * from root ("/tmp/name_XXXXXX", rewritten in place); NULL, with the reason on stderr, when
+ * either is missing. */
+static inline const char *train_child_start(char *root)
+{
+    const char *binary = getenv("GT_BINARY");
+    if (!binary || !binary[0]) {
+        fprintf(stderr, "GT_BINARY must name the graphtrain program (CTest sets it)\n");
+        return NULL;
+    }
+    if (!mkdtemp(root)) {
+        fprintf(stderr, "mkdtemp %s: %s\n", root, strerror(errno));
+        return NULL;
+    }
+    return binary;
+}
+
 /* The config of spawn_train's options ("section.key=value") with job.dump_folder = dump, for
  * the same run in the test's own process (gt_train); validated. */
 static inline gt_status train_child_config(gt_config *cfg, const char *const *options, int n,

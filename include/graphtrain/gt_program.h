@@ -333,11 +333,8 @@ gt_status gt_cuda_program_read_input(gt_cuda_program *p, int32_t k, gt_tensor *d
 gt_status gt_cuda_program_read_input_bytes(gt_cuda_program *p, int32_t k, size_t offset, size_t n,
                                            void *dst, gt_error *err);
 /* The reverse: host bytes src (pinned, for the link's speed) into bytes [offset, offset + n) of
- * graph input k's buffer; synchronous (src may be reused on return). */
-gt_status gt_cuda_program_write_input_bytes(gt_cuda_program *p, int32_t k, size_t offset, size_t n,
-                                            const void *src, gt_error *err);
-/* As gt_cuda_program_write_input_bytes, only queued on the stream: src must stay valid until the
- * next gt_cuda_program_sync. */
+ * graph input k's buffer, queued on the stream: src must stay valid until the next
+ * gt_cuda_program_sync. */
 gt_status gt_cuda_program_queue_input_bytes(gt_cuda_program *p, int32_t k, size_t offset, size_t n,
                                             const void *src, gt_error *err);
 /* Copies graph output k into *out, allocated here and owned by the caller (gt_tensor_free);

@@ -864,13 +864,6 @@ gt_status gt_cuda_program_queue_input_bytes(gt_cuda_program *p, int32_t k, size_
     return gt_cuda_memcpy_h2d(p->stream, at, src, n, err);
 }
 
-gt_status gt_cuda_program_write_input_bytes(gt_cuda_program *p, int32_t k, size_t offset, size_t n,
-                                            const void *src, gt_error *err)
-{
-    GT_TRY(gt_cuda_program_queue_input_bytes(p, k, offset, n, src, err));
-    return wait_stream(p, err);
-}
-
 gt_status gt_cuda_program_read_output(gt_cuda_program *p, int32_t k, gt_tensor *out, gt_error *err)
 {
     memset(out, 0, sizeof *out);

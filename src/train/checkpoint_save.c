@@ -21,9 +21,10 @@
  * The snapshot's memory is allocated once the state is (2 MiB aligned, transparent huge pages
  * asked for) and a thread touches its pages then, so the first save does not fault in fresh
  * pages in the step loop: 3-4 GB/s a process with huge pages, 1.3 GB/s without, on an H200 host,
- * where an 8B rank's snapshot is 22 GB. For async_with_pinned_mem on the GPU the first save pins
- * those touched pages (cudaHostRegister, 20-35 GB/s; cudaHostAlloc of fresh memory ran at
- * 1.2 GB/s) and the device copies into them run at the link's speed. */
+ * where an 8B rank's snapshot is 24 GB. For async_with_pinned_mem on the GPU the same thread then
+ * pins those touched pages (cudaHostRegister, 20-35 GB/s; cudaHostAlloc of fresh memory ran at
+ * 1.2 GB/s), and the run's first step waits for it (gt_trainer_snapshot_wait): pinning stalls the
+ * step loop's CUDA calls while it runs. The device copies into them run at the link's speed. */
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -367,8 +368,7 @@ static gt_status save_finish(struct gt_ckpt_save *s, bool async, int64_t now_ste
                (long long)s->step, t->ckpt_folder, (long long)s->step,
                gt_now_seconds() - s->t_start, (long long)now_step, bytes / 1e9,
                s->loop_s + gt_now_seconds() - t0, s->snapshot_s, s->snapshot_mem_s,
-               s->part_s[PART_WRITE],
-               s->part_s[PART_HASH], finish_s);
+               s->part_s[PART_WRITE], s->part_s[PART_HASH], finish_s);
     return GT_OK;
 }
 
@@ -401,6 +401,22 @@ static void pin_snapshot(gt_trainer *t)
 #endif
 }
 
+/* Says how the pinning went (async_with_pinned_mem on the GPU), once the thread is done. */
+static void say_pinned(const gt_trainer *t)
+{
+    if (!t->snapshot_pin) return;
+    if (t->snapshot_pin_failed)
+        gt_log(GT_LOG_WARN,
+               "checkpoint.async_mode = async_with_pinned_mem: %s; the snapshot stays in "
+               "pageable memory",
+               t->snapshot_pin_err.msg);
+    else
+        gt_log(GT_LOG_INFO,
+               "checkpoint: the snapshot's %.2f GB of host memory were pinned while the first "
+               "step ran (%.2f s)",
+               t->snapshot_bytes / 1e9, t->snapshot_pin_s);
+}
+
 static void *touch_pages(void *arg)
 {
     gt_trainer *t = arg;
@@ -425,27 +441,18 @@ void gt_trainer_snapshot_prepare(gt_trainer *t)
     madvise(t->snapshot, bytes, MADV_HUGEPAGE);
 #endif
     t->snapshot_touching = pthread_create(&t->snapshot_thread, NULL, touch_pages, t) == 0;
-    if (!t->snapshot_touching) touch_pages(t);
+    if (!t->snapshot_touching) {
+        touch_pages(t);
+        say_pinned(t);
+    }
 }
 
 void gt_trainer_snapshot_wait(gt_trainer *t)
 {
-    if (t->snapshot_touching) pthread_join(t->snapshot_thread, NULL);
-    else if (t->snapshot && t->snapshot_pin && !t->snapshot_pinned && !t->snapshot_pin_failed)
-        pin_snapshot(t); /* no thread could be started */
+    if (!t->snapshot_touching) return; /* joined already, or done inline */
+    pthread_join(t->snapshot_thread, NULL);
     t->snapshot_touching = false;
-    if (!t->snapshot_pin || t->snapshot_pin_said || !t->snapshot) return;
-    t->snapshot_pin_said = true;
-    if (t->snapshot_pin_failed)
-        gt_log(GT_LOG_WARN,
-               "checkpoint.async_mode = async_with_pinned_mem: %s; the snapshot stays in "
-               "pageable memory",
-               t->snapshot_pin_err.msg);
-    else
-        gt_log(GT_LOG_INFO,
-               "checkpoint: the snapshot's %.2f GB of host memory were pinned while the first "
-               "step ran (%.2f s)",
-               t->snapshot_bytes / 1e9, t->snapshot_pin_s);
+    say_pinned(t);
 }
 
 /* The snapshot's memory at a save: touched and, for async_with_pinned_mem on the GPU, pinned. */
@@ -500,8 +507,7 @@ static void snapshot_free(gt_trainer *t)
     free(t->snapshot);
     t->snapshot = NULL;
     t->snapshot_bytes = 0;
-    t->snapshot_touching = t->snapshot_pinned = false;
-    t->snapshot_pin_failed = t->snapshot_pin_said = false;
+    t->snapshot_touching = t->snapshot_pinned = t->snapshot_pin_failed = false;
 }
 
 /* ---------------------------------------------------------------- the trainer's calls */

@@ -256,7 +256,7 @@ typedef struct {
     void *snapshot;              /* its copy of the state: one buffer, kept for the next save */
     size_t snapshot_bytes;
     pthread_t snapshot_thread; /* touching (and pinning) its pages while the first steps run */
-    bool snapshot_touching, snapshot_pin, snapshot_pinned, snapshot_pin_failed, snapshot_pin_said;
+    bool snapshot_touching, snapshot_pin, snapshot_pinned, snapshot_pin_failed;
     double snapshot_pin_s;    /* seconds the pinning took */
     gt_error snapshot_pin_err; /* why it failed */
 } gt_trainer;

@@ -179,14 +179,10 @@ static void check_kill(const char *binary, const char *dir_a, const char *dir_c,
 int main(void)
 {
     gt_cpu_set_threads(1); /* as the CLI: bits must not depend on the core count */
-    const char *binary = getenv("GT_BINARY");
-    EXPECT(binary && binary[0], "GT_BINARY must name the graphtrain program (CTest sets it)");
-    if (!binary || !binary[0]) return gt_test_finish();
     char root[] = "/tmp/gt_async_save_XXXXXX";
-    if (!mkdtemp(root)) {
-        perror("mkdtemp");
-        return 1;
-    }
+    const char *binary = train_child_start(root);
+    EXPECT(binary, "no graphtrain program or no test folder (stderr says which)");
+    if (!binary) return gt_test_finish();
     char dir_a[128], dir_b[128], dir_c[128];
     snprintf(dir_a, sizeof dir_a, "%s/a", root);
     snprintf(dir_b, sizeof dir_b, "%s/b", root);

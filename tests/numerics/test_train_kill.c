@@ -155,15 +155,10 @@ static void plant_torn_write(const char *ckpt, long long latest, pid_t dead_pid)
 
 int main(void)
 {
-    const char *binary = getenv("GT_BINARY");
-    EXPECT(binary && binary[0], "GT_BINARY must name the graphtrain program (CTest sets it)");
-    if (!binary || !binary[0]) return gt_test_finish();
-
     char root[] = "/tmp/gt_train_kill_XXXXXX";
-    if (!mkdtemp(root)) {
-        perror("mkdtemp");
-        return 1;
-    }
+    const char *binary = train_child_start(root);
+    EXPECT(binary, "no graphtrain program or no test folder (stderr says which)");
+    if (!binary) return gt_test_finish();
     char ref[128], ref_ckpt[256], ref_final[512], out_path[256], err_path[256];
     snprintf(ref, sizeof ref, "%s/ref", root);
     snprintf(ref_ckpt, sizeof ref_ckpt, "%s/checkpoint", ref);

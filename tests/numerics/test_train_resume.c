@@ -77,15 +77,10 @@ static gt_status make_config(gt_config *cfg, const char *dump, const char *flavo
 int main(void)
 {
     gt_cpu_set_threads(1); /* as the CLI: bits must not depend on the core count */
-    const char *binary = getenv("GT_BINARY");
-    EXPECT(binary && binary[0], "GT_BINARY must name the graphtrain program (CTest sets it)");
-    if (!binary || !binary[0]) return gt_test_finish();
-
     char root[] = "/tmp/gt_train_resume_XXXXXX";
-    if (!mkdtemp(root)) {
-        perror("mkdtemp");
-        return 1;
-    }
+    const char *binary = train_child_start(root);
+    EXPECT(binary, "no graphtrain program or no test folder (stderr says which)");
+    if (!binary) return gt_test_finish();
     char dir_a[128], dir_b[128], path[1024], path2[1024], out_path[1024], err_path[1024];
     snprintf(dir_a, sizeof dir_a, "%s/a", root);
     snprintf(dir_b, sizeof dir_b, "%s/b", root);

@@ -20,15 +20,10 @@
 
 int main(void)
 {
-    const char *binary = getenv("GT_BINARY");
-    EXPECT(binary && binary[0], "GT_BINARY must name the graphtrain program (CTest sets it)");
-    if (!binary || !binary[0]) return gt_test_finish();
-
     char root[] = "/tmp/gt_default_run_XXXXXX";
-    if (!mkdtemp(root)) {
-        perror("mkdtemp");
-        return 1;
-    }
+    const char *binary = train_child_start(root);
+    EXPECT(binary, "no graphtrain program or no test folder (stderr says which)");
+    if (!binary) return gt_test_finish();
     char config_opt[500], dump[128], out_path[128], err_path[128];
     snprintf(config_opt, sizeof config_opt, "config=%s/configs/default.toml", GT_SOURCE_DIR);
     snprintf(dump, sizeof dump, "%s/run", root);

@@ -50,14 +50,10 @@ static int run_graph(const char *binary, const char *root, const char *name,
 
 int main(void)
 {
-    const char *binary = getenv("GT_BINARY");
-    EXPECT(binary && binary[0], "GT_BINARY must name the graphtrain program (CTest sets it)");
-    if (!binary || !binary[0]) return gt_test_finish();
     char root[] = "/tmp/gt_cli_graph_XXXXXX";
-    if (!mkdtemp(root)) {
-        perror("mkdtemp");
-        return 1;
-    }
+    const char *binary = train_child_start(root);
+    EXPECT(binary, "no graphtrain program or no test folder (stderr says which)");
+    if (!binary) return gt_test_finish();
     char dir[400], *err = NULL;
 
     /* 1. a large graph: no SVG unless asked */

@@ -63,18 +63,28 @@ struct gt_cuda_stream {
  * the backend calls before a host wait of its own. */
 gt_status gt_cuda_stream_drain(gt_cuda_stream *s, gt_error *err);
 
-/* One cuBLASLt matmul as cuda_matmul.cu sets it up (out = a·b in cuBLASLt's operand order), and
- * its shape for the log. */
+/* One matmul's shape (cuda_matmul.cu): out = op(a) @ op(b), row-major. */
 typedef struct {
+    bool ta, tb;
+    int64_t m, n, k, batch;
+    int64_t stride_a, stride_b, stride_c; /* elements between batch matrices (b: 0 = shared) */
+    gt_dtype dt;
+} gt_gemm;
+
+/* A gemm as cuda_matmul.cu hands it to cuBLASLt: its descriptors and device pointers, in
+ * cuBLASLt's operand order (its A is our b). */
+typedef struct {
+    const gt_gemm *g;
     cublasLtMatmulDesc_t desc;
     cublasLtMatrixLayout_t la, lb, lc;
     const void *a, *b;
     void *out;
-    size_t out_bytes; /* every byte the call writes (contiguous) */
-    int64_t g_m, g_n, g_k, batch;
-    int ta, tb;
-    const char *dtype_name;
 } gt_cuda_matmul_call;
+
+/* Queues the call with algorithm algo (cuda_matmul.cu): out = a·b, beta 0, the stream's
+ * workspace. */
+cublasStatus_t gt_cuda_matmul_launch(gt_cuda_stream *s, const gt_cuda_matmul_call *m,
+                                     const cublasLtMatmulAlgo_t *algo);
 
 /* Times the heuristic's nres candidates on the call's operands (cuda_matmul_tune.cu) and returns
  * the fastest whose output has the bits of candidate `pick`, or `pick` where none is faster or

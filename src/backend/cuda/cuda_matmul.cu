@@ -34,13 +34,6 @@ static gt_status gt_lt_check(const gt_kernel_call *c, cublasStatus_t st, const c
                         gt_kernel_op_name(c->op), what, (int)st);
 }
 
-typedef struct {
-    bool ta, tb;
-    int64_t m, n, k, batch;
-    int64_t stride_a, stride_b, stride_c; /* elements between batch matrices (b: 0 = shared) */
-    gt_dtype dt;
-} gt_gemm;
-
 __global__ void gt_k_widen(int64_t n, const void *x, int dx, float *y)
 {
     GT_GRID_STRIDE(i, n)
@@ -65,11 +58,20 @@ __global__ void gt_k_zero(int64_t n, void *y, int dy)
     }
 }
 
+cublasStatus_t gt_cuda_matmul_launch(gt_cuda_stream *s, const gt_cuda_matmul_call *m,
+                                     const cublasLtMatmulAlgo_t *algo)
+{
+    float alpha = 1.0f, beta = 0.0f;
+    return cublasLtMatmul(s->lt, m->desc, &alpha, m->a, m->la, m->b, m->lb, &beta, m->out, m->lc,
+                          m->out, m->lc, algo, s->workspace, s->workspace_bytes, s->stream);
+}
+
 /* Picks (or recalls) the algorithm for this problem. */
-static gt_status gt_cuda_pick_algo(gt_cuda_stream *s, const gt_kernel_call *c, const gt_gemm *g,
+static gt_status gt_cuda_pick_algo(gt_cuda_stream *s, const gt_kernel_call *c,
                                    const gt_cuda_matmul_call *m, cublasLtMatmulAlgo_t *algo,
                                    gt_error *err)
 {
+    const gt_gemm *g = m->g;
     int64_t key[10] = {g->ta,    g->tb,       g->m,        g->n,        g->k,
                        g->batch, g->stride_a, g->stride_b, g->stride_c, g->dt};
     for (int i = 0; i < GT_CUDA_ALGO_CACHE; i++) {
@@ -153,19 +155,10 @@ static gt_status gt_cuda_gemm(gt_cuda_stream *s, const gt_kernel_call *c, const 
                                              &strides[k], sizeof strides[k]);
         }
     }
-    size_t es = gt_dtype_size(g->dt);
-    gt_cuda_matmul_call m = {desc,     la,   lb,   lc,   b,     a,     out,
-                             (size_t)(g->batch > 1 ? g->batch * g->stride_c : g->m * g->n) * es,
-                             g->m,     g->n, g->k, g->batch, g->ta, g->tb, gt_dtype_name(g->dt)};
+    gt_cuda_matmul_call m = {g, desc, la, lb, lc, b, a, out};
     cublasLtMatmulAlgo_t algo;
-    if (st == GT_OK) st = gt_cuda_pick_algo(s, c, g, &m, &algo, err);
-    if (st == GT_OK) {
-        float alpha = 1.0f, beta = 0.0f;
-        st = gt_lt_check(c,
-                         cublasLtMatmul(s->lt, desc, &alpha, b, la, a, lb, &beta, out, lc, out, lc,
-                                        &algo, s->workspace, s->workspace_bytes, s->stream),
-                         "matmul", err);
-    }
+    if (st == GT_OK) st = gt_cuda_pick_algo(s, c, &m, &algo, err);
+    if (st == GT_OK) st = gt_lt_check(c, gt_cuda_matmul_launch(s, &m, &algo), "matmul", err);
     if (lc) cublasLtMatrixLayoutDestroy(lc);
     if (lb) cublasLtMatrixLayoutDestroy(lb);
     if (la) cublasLtMatrixLayoutDestroy(la);

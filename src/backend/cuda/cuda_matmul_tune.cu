@@ -31,6 +31,12 @@ __global__ void gt_k_hash_words(int64_t n, const uint32_t *w, unsigned long long
     atomicAdd(out, h); /* integer sum: the same whatever the order */
 }
 
+/* Every byte the gemm writes (its output is contiguous). */
+static size_t out_bytes(const gt_gemm *g)
+{
+    return (size_t)(g->batch > 1 ? g->batch * g->stride_c : g->m * g->n) * gt_dtype_size(g->dt);
+}
+
 typedef struct {
     gt_cuda_stream *s;
     const gt_cuda_matmul_call *m;
@@ -42,17 +48,13 @@ static bool gt_tune_run(gt_tuner *t, const cublasLtMatmulAlgo_t *algo, int reps,
                         unsigned long long *hash)
 {
     const gt_cuda_matmul_call *m = t->m;
-    float alpha = 1.0f, beta = 0.0f;
     cudaStream_t st = t->s->stream;
     if (cudaEventRecord(t->t0, st) != cudaSuccess) return false;
     for (int r = 0; r < reps; r++)
-        if (cublasLtMatmul(t->s->lt, m->desc, &alpha, m->a, m->la, m->b, m->lb, &beta, m->out,
-                           m->lc, m->out, m->lc, algo, t->s->workspace, t->s->workspace_bytes,
-                           st) != CUBLAS_STATUS_SUCCESS)
-            return false;
+        if (gt_cuda_matmul_launch(t->s, m, algo) != CUBLAS_STATUS_SUCCESS) return false;
     if (cudaEventRecord(t->t1, st) != cudaSuccess) return false;
     unsigned long long *h = t->s->tune_hash;
-    int64_t words = (int64_t)(m->out_bytes / 4);
+    int64_t words = (int64_t)(out_bytes(m->g) / 4);
     if (cudaMemsetAsync(h, 0, sizeof *h, st) != cudaSuccess) return false;
     gt_k_hash_words<<<gt_cuda_blocks(words), GT_CUDA_THREADS, 0, st>>>(words,
                                                                        (const uint32_t *)m->out, h);
@@ -70,8 +72,9 @@ int gt_cuda_matmul_tune(gt_cuda_stream *s, const gt_cuda_matmul_call *m,
     /* Only large problems: they are where the time is, and the equal hash of an output of at
      * least 2^20 elements, each a sum of at least 256 products, is what shows two kernels add
      * in the same order (a small output could agree by chance on one input and not another). */
-    double macs = (double)m->g_m * (double)m->g_n * (double)m->g_k * (double)m->batch;
-    if (m->out_bytes % 4 || nres < 2 || m->g_k < 256 || (double)m->g_m * m->g_n < 1048576.0 ||
+    const gt_gemm *g = m->g;
+    double macs = (double)g->m * (double)g->n * (double)g->k * (double)g->batch;
+    if (out_bytes(g) % 4 || nres < 2 || g->k < 256 || (double)g->m * g->n < 1048576.0 ||
         macs < 4294967296.0)
         return pick;
     cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
@@ -118,8 +121,8 @@ int gt_cuda_matmul_tune(gt_cuda_stream *s, const gt_cuda_matmul_call *m,
             fprintf(stderr,
                     "matmul tune: %lld x %lld x %lld (ta %d tb %d batch %lld %s): heuristic #%d "
                     "%.3f ms, chosen #%d %.3f ms (%d of %d others with its bits)",
-                    (long long)m->g_m, (long long)m->g_n, (long long)m->g_k, m->ta, m->tb,
-                    (long long)m->batch, m->dtype_name, pick, ref_ms, chosen, best_ms, same,
+                    (long long)g->m, (long long)g->n, (long long)g->k, g->ta, g->tb,
+                    (long long)g->batch, gt_dtype_name(g->dt), pick, ref_ms, chosen, best_ms, same,
                     nres - 1);
             if (other >= 0) fprintf(stderr, "; fastest other bits #%d %.3f ms", other, other_ms);
             fputc('\n', stderr);
