@@ -183,6 +183,10 @@ uint64_t gt_hash_str(const char *s);
 /* Seconds on the monotonic clock (for durations and deadlines; src/core/clock.c). */
 double gt_now_seconds(void);
 
+/* mkdir -p DIR (src/core/dirs.c): every missing folder of the path; an error names the one that
+ * cannot be made, or a part that exists and is no folder. */
+gt_status gt_make_dirs(const char *dir, gt_error *err);
+
 /* The CPUs this process may run on (its affinity mask; src/core/cpus.c). */
 int gt_cpu_count(void);
 

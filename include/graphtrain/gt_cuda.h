@@ -61,10 +61,22 @@ void gt_cuda_stream_set_cudnn(gt_cuda_stream *s, bool on);
 /* cuBLASLt's algorithm for a large matmul shape is timed on its first call: the fastest of the
  * heuristic's candidates whose output has the bits of its first pick (cuda_matmul_tune.cu), so
  * tuning never changes a result. On unless GT_MATMUL_TUNE=0 in the environment when the stream is
- * created, or gt_cuda_stream_set_matmul_tune(s, false); gt_cuda_stream_tuned_shapes counts the
- * shapes whose candidates were timed. */
+ * created, or gt_cuda_stream_set_matmul_tune(s, false).
+ * Each choice is appended to a cache file that later runs on the same GPU model, cuBLASLt version
+ * and workspace size read instead of timing again; a cached choice is taken only when the
+ * heuristic offers it still, next to the same first pick. The file: GT_MATMUL_TUNE_CACHE (empty or
+ * "0": none), else $XDG_CACHE_HOME/graphtrain/matmul_tune.tsv, else
+ * $HOME/.cache/graphtrain/matmul_tune.tsv; gt_cuda_stream_set_matmul_tune_cache(s, path) sets
+ * another (NULL: none). A cache that cannot be read or written only costs the timing. */
 void gt_cuda_stream_set_matmul_tune(gt_cuda_stream *s, bool on);
-int gt_cuda_stream_tuned_shapes(const gt_cuda_stream *s);
+void gt_cuda_stream_set_matmul_tune_cache(gt_cuda_stream *s, const char *path);
+typedef struct {
+    int timed;         /* shapes whose candidates were timed */
+    int cached;        /* shapes whose choice came from the cache file */
+    double seconds;    /* host time the timing and the cache took */
+    const char *cache; /* the cache file, or NULL */
+} gt_cuda_tune_stats;
+gt_cuda_tune_stats gt_cuda_stream_tune_stats(const gt_cuda_stream *s);
 /* How the backend waits for the work queued on the stream before a host wait of its own (a matmul
  * shape's tuning, cuDNN's first-call check, growing the scratch): by default
  * cudaStreamSynchronize. A program whose steps hold collectives sets its NCCL-aware wait, so that

@@ -34,24 +34,6 @@ static int parse_bool(const char *name, const char *v, bool *out)
     return 1;
 }
 
-static int make_dir(const char *path)
-{
-    char buf[4096];
-    snprintf(buf, sizeof buf, "%s", path);
-    for (char *p = buf + 1;; p++) {
-        if (*p != '/' && *p) continue;
-        char c = *p;
-        *p = 0;
-        if (mkdir(buf, 0777) != 0 && errno != EEXIST) {
-            fprintf(stderr, "graphtrain graph: cannot create directory %s: %s\n", buf,
-                    strerror(errno));
-            return 1;
-        }
-        *p = c;
-        if (!c) return 0;
-    }
-}
-
 /* Runs `dot -Tsvg in -o out`; returns its exit status, or -1 when dot cannot be started. */
 static int run_dot(const char *in, const char *out)
 {
@@ -221,7 +203,10 @@ int gt_cli_graph(const command_spec *cmd, split_args *sa)
 
     if (dump_dir) {
         snprintf(rank_dir, sizeof rank_dir, "%s/rank_%d", dump_dir, rank);
-        if (make_dir(rank_dir)) goto done;
+        if (gt_make_dirs(rank_dir, &err) != GT_OK) {
+            fprintf(stderr, "graphtrain graph: %s\n", err.msg);
+            goto done;
+        }
     }
     double t0 = gt_now_seconds();
     bool compile = cfg.compile.enable;

@@ -375,6 +375,10 @@ static int cmd_plot(const command_spec *cmd, split_args *sa)
 
 int main(int argc, char **argv)
 {
+    /* Whole lines on stdout even into a file shared with stderr (`> log 2>&1`, a launcher's
+     * capture): NCCL's NCCL_DEBUG lines go to stdout too, and a full buffer would cut one of them
+     * where it fills, between our stderr lines. */
+    setvbuf(stdout, NULL, _IOLBF, 0);
     if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") ||
         !strcmp(argv[1], "help")) {
         print_help(NULL);

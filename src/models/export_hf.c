@@ -214,34 +214,10 @@ static char *hf_join(const char *dir, const char *name)
 /* mkdir -p, then require DIR to be an empty directory. */
 static gt_status hf_prepare_dir(const char *dir, gt_error *err)
 {
-    char *path = gt_xstrdup(dir);
-    size_t len = strlen(path);
-    while (len > 1 && path[len - 1] == '/')
-        path[--len] = '\0';
-    gt_status st = GT_OK;
-    /* Each prefix ending before a '/', then the whole path. */
-    for (size_t i = 1; i <= len && st == GT_OK; i++) {
-        if (i < len && path[i] != '/') continue;
-        char saved = path[i];
-        path[i] = '\0';
-        /* An existing prefix may refuse mkdir with EACCES or EROFS rather than EEXIST: judge
-         * by stat what is there. */
-        struct stat sb;
-        if (mkdir(path, 0777) != 0) {
-            int e = errno;
-            if (stat(path, &sb) != 0)
-                st = gt_error_set(err, GT_ERR_IO, "cannot create directory %s: %s", path,
-                                  strerror(e));
-            else if (!S_ISDIR(sb.st_mode))
-                st = gt_error_set(err, GT_ERR_INVALID, "%s exists and is not a directory", path);
-        }
-        path[i] = saved;
-    }
-    free(path);
-    if (st != GT_OK) return st;
-
+    GT_TRY(gt_make_dirs(dir, err));
     DIR *d = opendir(dir);
     if (!d) return gt_error_set(err, GT_ERR_IO, "cannot open the directory: %s", strerror(errno));
+    gt_status st = GT_OK;
     struct dirent *e;
     while ((e = readdir(d)) != NULL) {
         if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;

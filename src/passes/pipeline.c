@@ -111,30 +111,6 @@ gt_status gt_pass_pipeline_init(gt_pass_pipeline *p, const gt_pass_options *opti
 
 /* ---------------------------------------------------------------- dumps */
 
-/* mkdir -p */
-static gt_status make_dirs(const char *path, gt_error *err)
-{
-    size_t n = strlen(path);
-    char *buf = gt_xmalloc(n + 1);
-    memcpy(buf, path, n + 1);
-    gt_status st = GT_OK;
-    for (size_t k = 1; k <= n && st == GT_OK; k++) {
-        if (buf[k] != '/' && buf[k] != 0) continue;
-        char c = buf[k];
-        buf[k] = 0;
-        struct stat sb;
-        if (mkdir(buf, 0777) != 0 && errno != EEXIST)
-            st = gt_error_set(err, GT_ERR_IO, "graph dump directory '%s': cannot create '%s': %s",
-                              path, buf, strerror(errno));
-        else if (stat(buf, &sb) != 0 || !S_ISDIR(sb.st_mode))
-            st = gt_error_set(err, GT_ERR_IO, "graph dump directory '%s': '%s' is not a directory",
-                              path, buf);
-        buf[k] = c;
-    }
-    free(buf);
-    return st;
-}
-
 static FILE *open_dump(const char *dir, int nn, const char *pass, const char *what, const char *ext,
                        gt_error *err)
 {
@@ -230,7 +206,9 @@ gt_status gt_pass_pipeline_run(const gt_pass_pipeline *p, gt_graph *g, gt_pass_r
     if (report) memset(report, 0, sizeof *report);
     if (o->verify_each && gt_graph_verify(g, err) != GT_OK)
         return gt_error_wrap(err, "pass pipeline: the input graph is invalid");
-    if (o->dump_dir) GT_TRY(make_dirs(o->dump_dir, err));
+    gt_error derr = {0};
+    if (o->dump_dir && gt_make_dirs(o->dump_dir, &derr) != GT_OK)
+        return gt_error_set(err, GT_ERR_IO, "graph dump directory '%s': %s", o->dump_dir, derr.msg);
     for (int k = 0; k < p->n; k++) {
         const gt_pass_info *pass = p->pass[k];
         if (pass->mesh_only && g->mesh.ndim == 0) continue; /* nothing to do, nothing to log */

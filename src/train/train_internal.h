@@ -200,6 +200,7 @@ typedef struct {
     bool state_loaded;    /* dev, or prog of the whole step: it holds the state (set, or
                            * updated there since) */
     int64_t part_runs[2]; /* cuda: execs of each gt_run_part queued so far */
+    int tuned_said;       /* cuda: matmul shapes whose tuning the log has reported */
 } gt_step_graph;
 
 /* cuda: the step whose loss and grad_norm are still on their way back. */

@@ -258,6 +258,18 @@ static bool is_checkpoint_tensor(const gt_trainer *t, const gt_tensor *x)
  * queued (it filled the backend's caches) the program is captured when compile.cudagraphs. With
  * gradient accumulation this queues one micro-batch's run of `part`; each part is captured after
  * its own first run. */
+/* The matmul shapes the warm-up run tuned (cuda_matmul_tune.cu), and what that cost. */
+static void say_tuning(gt_step_graph *s)
+{
+    gt_cuda_tune_stats ts = gt_cuda_stream_tune_stats(gt_cuda_program_stream(s->dev));
+    if (ts.timed + ts.cached <= s->tuned_said) return;
+    gt_log(GT_LOG_INFO,
+           "matmul tuning: %d shape(s) timed their cuBLASLt candidates, %d taken from %s; "
+           "%.2f s (GT_MATMUL_TUNE=0: the heuristic's pick, untimed)",
+           ts.timed, ts.cached, ts.cache ? ts.cache : "no cache file", ts.seconds);
+    s->tuned_said = ts.timed + ts.cached;
+}
+
 static gt_status step_graph_queue_cuda(gt_trainer *t, gt_step_graph *s, gt_run_part part,
                                        int64_t *ticket, gt_error *err)
 {
@@ -273,6 +285,7 @@ static gt_status step_graph_queue_cuda(gt_trainer *t, gt_step_graph *s, gt_run_p
     int64_t n = ++s->part_runs[part];
     GT_TRY(gt_cuda_program_set_comm_timing(s->dev, report && part == GT_RUN_ALL && n == 2, err));
     GT_TRY(gt_cuda_program_exec_part(s->dev, part, err));
+    if (n == 1) say_tuning(s);
     bool capture_now = report && part == GT_RUN_ALL ? n == 2 : n == 1;
     if (capture_now && t->cfg->compile.cudagraphs) {
         gt_error cerr = {0};

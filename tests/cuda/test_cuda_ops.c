@@ -19,6 +19,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #define SH(...) ((const int64_t[]){__VA_ARGS__})
 
@@ -396,53 +397,155 @@ static gt_status counting_drain(void *user, gt_error *err)
     return gt_cuda_stream_sync((gt_cuda_stream *)user, err);
 }
 
+/* Runs the matmul `call` (output dout) on stream s into a fresh host tensor. */
+static gt_tensor tune_run(gt_cuda_stream *s, const gt_kernel_call *call, gt_tensor *dout, int r)
+{
+    gt_error err = {0};
+    gt_tensor host = cu_tensor_new(GT_BF16, 2, dout->shape);
+    GT_CHECK(cu_fill_pattern(s, dout, (unsigned char)(0x11 * (r + 1))));
+    gt_status st = gt_cuda_run_kernel(call, s, &err);
+    if (st == GT_OK) st = gt_cuda_stream_sync(s, &err);
+    if (st == GT_OK) st = gt_cuda_tensor_download(s, dout, &host, &err);
+    EXPECT(st == GT_OK, "matmul tune: run %d failed: %s", r, err.msg);
+    return host;
+}
+
+/* A stream with tuning on and the given cache file, its drain counted. */
+static gt_cuda_stream *tune_stream(const char *cache)
+{
+    gt_error err = {0};
+    gt_cuda_stream *s = NULL;
+    GT_CHECK(gt_cuda_stream_create(&s, &err) == GT_OK);
+    gt_cuda_stream_set_matmul_tune(s, true);
+    gt_cuda_stream_set_matmul_tune_cache(s, cache);
+    gt_cuda_stream_set_drain(s, counting_drain, s);
+    return s;
+}
+
+static int file_lines(const char *path)
+{
+    FILE *f = fopen(path, "r");
+    if (!f) return -1;
+    int n = 0, c;
+    while ((c = fgetc(f)) != EOF)
+        n += c == '\n';
+    fclose(f);
+    return n;
+}
+
 /* A matmul large enough to be tuned (cuda_matmul_tune.cu) gives, on a tuning stream, the bits of
  * a stream that takes the heuristic's first pick untimed, on its tuning call and after it; the
  * tuner waits for the earlier work through the stream's drain (in a program with collectives, the
- * NCCL-aware wait). */
+ * NCCL-aware wait). The choice goes to the cache file (its folders made), where a new stream finds
+ * it instead of timing, with the same bits and no wait; lines with that key that cannot be used
+ * (torn, or naming another reference algorithm) are passed over, a later good one still found. */
 static void case_matmul_tune(void)
 {
     gt_error err = {0};
+    char dir[] = "/tmp/gt_tune_XXXXXX";
+    GT_CHECK(mkdtemp(dir) != NULL);
+    char cache[256];
+    snprintf(cache, sizeof cache, "%s/new/matmul_tune.tsv", dir);
     gt_cuda_stream *plain = NULL;
     GT_CHECK(gt_cuda_stream_create(&plain, &err) == GT_OK);
     gt_cuda_stream_set_matmul_tune(plain, false);
-    gt_cuda_stream *tuning = NULL;
-    GT_CHECK(gt_cuda_stream_create(&tuning, &err) == GT_OK);
-    gt_cuda_stream_set_matmul_tune(tuning, true);
-    gt_cuda_stream_set_drain(tuning, counting_drain, tuning);
+    gt_cuda_stream *tuning = tune_stream(cache);
     /* [4096, 1024] @ [2048, 1024]^T: 2^23 outputs, 2^33 products, bf16 as in training */
     int64_t i[GT_MAX_IATTR] = {0, 1};
     gt_tensor a = t_rand(GT_BF16, 2, SH(4096, 1024), -1, 1);
     gt_tensor b = t_rand(GT_BF16, 2, SH(2048, 1024), -1, 1);
-    gt_tensor da, db, dout, runs[3];
+    gt_tensor da, db, dout;
     GT_CHECK(gt_cuda_tensor_upload(plain, &a, &da, &err) == GT_OK);
     GT_CHECK(gt_cuda_tensor_upload(plain, &b, &db, &err) == GT_OK);
     GT_CHECK(gt_cuda_tensor_alloc(&dout, GT_BF16, 2, SH(4096, 2048), &err) == GT_OK);
     gt_tensor in[2] = {da, db};
     gt_kernel_call call = cu_kernel_call(GT_OP_MATMUL, i, 2, NULL, 0, NULL, 0, in, 2, &dout, 1);
-    gt_cuda_stream *on[3] = {plain, tuning, tuning};
-    for (int r = 0; r < 3; r++) {
-        runs[r] = cu_tensor_new(GT_BF16, 2, SH(4096, 2048));
-        GT_CHECK(cu_fill_pattern(on[r], &dout, (unsigned char)(0x11 * (r + 1))));
-        gt_status st = gt_cuda_run_kernel(&call, on[r], &err);
-        if (st == GT_OK) st = gt_cuda_stream_sync(on[r], &err);
-        if (st == GT_OK) st = gt_cuda_tensor_download(on[r], &dout, &runs[r], &err);
-        EXPECT(st == GT_OK, "matmul tune: run %d failed: %s", r, err.msg);
-    }
-    size_t n = gt_tensor_nbytes(&runs[0]);
-    EXPECT(gt_cuda_stream_tuned_shapes(plain) == 0, "matmul tune: the plain stream tuned a shape");
-    EXPECT(gt_cuda_stream_tuned_shapes(tuning) == 1,
-           "matmul tune: the tuning stream timed %d shapes, expected 1",
-           gt_cuda_stream_tuned_shapes(tuning));
+    gt_tensor ref = tune_run(plain, &call, &dout, 0);
+    size_t n = gt_tensor_nbytes(&ref);
+    gt_tensor got[2] = {tune_run(tuning, &call, &dout, 1), tune_run(tuning, &call, &dout, 2)};
+    gt_cuda_tune_stats ps = gt_cuda_stream_tune_stats(plain),
+                       ts = gt_cuda_stream_tune_stats(tuning);
+    EXPECT(ps.timed == 0 && ps.cached == 0, "matmul tune: the plain stream tuned a shape");
+    EXPECT(ts.timed == 1 && ts.cached == 0,
+           "matmul tune: the tuning stream timed %d shapes and took %d from the cache, expected "
+           "1 and 0",
+           ts.timed, ts.cached);
+    EXPECT(ts.seconds > 0, "matmul tune: the tuning took %g s, expected a positive time",
+           ts.seconds);
     EXPECT(g_drains >= 1, "matmul tune: the tuner did not wait through the stream's drain");
-    EXPECT(memcmp(runs[0].data, runs[1].data, n) == 0,
-           "matmul tune: the tuning call's output differs from the untuned pick's");
-    EXPECT(memcmp(runs[0].data, runs[2].data, n) == 0,
-           "matmul tune: the tuned kernel's output differs from the untuned pick's");
-    printf("matmul tune                   4096x2048x1024 bf16: tuned on its first call, "
-           "the untuned bits on both calls\n");
-    for (int r = 0; r < 3; r++)
-        gt_tensor_free(&runs[r]);
+    for (int r = 0; r < 2; r++)
+        EXPECT(memcmp(ref.data, got[r].data, n) == 0,
+               "matmul tune: the tuning stream's call %d differs from the untuned pick's", r + 1);
+    EXPECT(file_lines(cache) == 1, "matmul tune: the cache %s has %d lines, expected 1", cache,
+           file_lines(cache));
+    for (int r = 0; r < 2; r++)
+        gt_tensor_free(&got[r]);
+
+    /* a new stream: the choice from the cache, no timing and no wait */
+    int drains = g_drains;
+    gt_cuda_stream *again = tune_stream(cache);
+    got[0] = tune_run(again, &call, &dout, 3);
+    ts = gt_cuda_stream_tune_stats(again);
+    EXPECT(ts.timed == 0 && ts.cached == 1,
+           "matmul tune: a new stream timed %d shapes and took %d from the cache, expected 0 and 1",
+           ts.timed, ts.cached);
+    EXPECT(g_drains == drains, "matmul tune: a cached choice waited for the stream");
+    EXPECT(memcmp(ref.data, got[0].data, n) == 0,
+           "matmul tune: the cached choice's output differs from the untuned pick's");
+    gt_tensor_free(&got[0]);
+    gt_cuda_stream_destroy(again);
+
+    /* unusable lines with the same key ahead of the good one: passed over */
+    FILE *f = fopen(cache, "r");
+    GT_CHECK(f != NULL);
+    char line[2048];
+    GT_CHECK(fgets(line, sizeof line, f) != NULL);
+    fclose(f);
+    char *tab = strchr(line, '\t');
+    GT_CHECK(tab != NULL);
+    *tab = '\0';
+    f = fopen(cache, "w");
+    GT_CHECK(f != NULL);
+    fprintf(f, "%s\t%s\n", line, "zz not hex");
+    fprintf(f, "%s\t", line);
+    for (int k = 0; k < 2; k++) /* well-formed, but another reference algorithm */
+        fprintf(f, "%0128d%s", 0, k ? "\n" : " ");
+    fprintf(f, "%s\t%s", line, tab + 1);
+    fclose(f);
+    gt_cuda_stream *third = tune_stream(cache);
+    got[0] = tune_run(third, &call, &dout, 4);
+    ts = gt_cuda_stream_tune_stats(third);
+    EXPECT(ts.timed == 0 && ts.cached == 1,
+           "matmul tune: past two unusable lines, %d shapes timed and %d taken from the cache, "
+           "expected 0 and 1",
+           ts.timed, ts.cached);
+    EXPECT(memcmp(ref.data, got[0].data, n) == 0,
+           "matmul tune: the cached choice's output differs from the untuned pick's");
+    gt_tensor_free(&got[0]);
+    gt_cuda_stream_destroy(third);
+
+    /* only unusable lines: timed again, and the good choice appended */
+    f = fopen(cache, "w");
+    GT_CHECK(f != NULL);
+    fprintf(f, "%s\t%s\n", line, "zz not hex");
+    fclose(f);
+    gt_cuda_stream *fourth = tune_stream(cache);
+    got[0] = tune_run(fourth, &call, &dout, 5);
+    ts = gt_cuda_stream_tune_stats(fourth);
+    EXPECT(ts.timed == 1 && ts.cached == 0 && file_lines(cache) == 2,
+           "matmul tune: with only an unusable line, %d shapes timed, %d cached, %d lines, "
+           "expected 1, 0 and 2",
+           ts.timed, ts.cached, file_lines(cache));
+    gt_tensor_free(&got[0]);
+    gt_cuda_stream_destroy(fourth);
+    printf("matmul tune                   4096x2048x1024 bf16: tuned on its first call, the "
+           "untuned bits on both calls; the choice cached, found by a new stream past bad lines\n");
+    char sub[300];
+    snprintf(sub, sizeof sub, "%s/new", dir);
+    remove(cache);
+    rmdir(sub);
+    rmdir(dir);
+    gt_tensor_free(&ref);
     gt_cuda_tensor_free(&da);
     gt_cuda_tensor_free(&db);
     gt_cuda_tensor_free(&dout);

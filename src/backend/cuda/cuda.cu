@@ -132,6 +132,7 @@ extern "C" gt_status gt_cuda_stream_create(gt_cuda_stream **out, gt_error *err)
     const char *tune = getenv("GT_MATMUL_TUNE");
     s->tune_log = tune && strcmp(tune, "log") == 0;
     s->tune = !(tune && strcmp(tune, "0") == 0);
+    s->tune_cache = gt_tune_cache_default_path(); /* GT_MATMUL_TUNE_CACHE, or the user's cache */
     gt_status st = GT_OK;
     if (cublasLtCreate(&s->lt) != CUBLAS_STATUS_SUCCESS) {
         s->lt = NULL;
@@ -171,6 +172,7 @@ extern "C" void gt_cuda_stream_destroy(gt_cuda_stream *s)
     gt_cuda_free(s->tune_hash);
     if (s->lt) cublasLtDestroy(s->lt);
     if (s->stream) cudaStreamDestroy(s->stream);
+    free(s->tune_cache);
     free(s);
 }
 
@@ -195,9 +197,16 @@ extern "C" void gt_cuda_stream_set_matmul_tune(gt_cuda_stream *s, bool on)
     s->tune = on;
 }
 
-extern "C" int gt_cuda_stream_tuned_shapes(const gt_cuda_stream *s)
+extern "C" void gt_cuda_stream_set_matmul_tune_cache(gt_cuda_stream *s, const char *path)
 {
-    return s->tuned;
+    free(s->tune_cache);
+    s->tune_cache = path && path[0] ? gt_xstrdup(path) : NULL;
+}
+
+extern "C" gt_cuda_tune_stats gt_cuda_stream_tune_stats(const gt_cuda_stream *s)
+{
+    gt_cuda_tune_stats r = {s->tuned, s->tune_cached, s->tune_seconds, s->tune_cache};
+    return r;
 }
 
 extern "C" void *gt_cuda_stream_handle(gt_cuda_stream *s)

@@ -12,6 +12,7 @@
 #define GRAPHTRAIN_CUDA_INTERNAL_H
 
 #include "backend/kernel_check.h"
+#include "backend/tune_cache.h"
 #include "graphtrain/gt_cuda.h"
 
 #include <cublasLt.h>
@@ -53,6 +54,10 @@ struct gt_cuda_stream {
     unsigned long long *tune_hash; /* device word for gt_cuda_matmul_tune's output hashes */
     bool tune, tune_log;           /* GT_MATMUL_TUNE: unset or 1 (tune), log (and print), 0 (not) */
     int tuned;                     /* shapes whose candidates were timed */
+    int tune_cached;               /* shapes whose choice came from the cache file */
+    double tune_seconds;           /* host time the timings and the cache took */
+    char *tune_cache;              /* the cache file (backend/tune_cache.h), or NULL */
+    char tune_device[192];         /* the cache key's device part, made on first use */
     gt_cuda_drain_fn drain;        /* gt_cuda_stream_set_drain (NULL: cudaStreamSynchronize) */
     void *drain_user;
     struct gt_cudnn *cudnn; /* cuDNN handle and plans, made on first use (cuda_cudnn.cu) */

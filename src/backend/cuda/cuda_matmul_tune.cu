@@ -11,6 +11,7 @@
 #include "cuda_internal.h"
 
 #include <stdio.h>
+#include <string.h>
 
 static __device__ unsigned long long gt_mix64(unsigned long long x)
 {
@@ -36,6 +37,84 @@ static size_t out_bytes(const gt_gemm *g)
 {
     return (size_t)(g->batch > 1 ? g->batch * g->stride_c : g->m * g->n) * gt_dtype_size(g->dt);
 }
+
+/* ------------------------------------------------------------------ the cache file
+ * Key: the GPU model, its SM count, cuBLASLt's version and the workspace size (what the
+ * heuristic's candidates depend on), then the gemm. Value: the reference algorithm and the chosen
+ * one as hex (cublasLtMatmulAlgo_t is plain data, valid for the same cuBLASLt version), then the
+ * two times for whoever reads the file. */
+#define ALGO_HEX (2 * sizeof(cublasLtMatmulAlgo_t))
+
+static void tune_key(gt_cuda_stream *s, const gt_gemm *g, char *key, size_t cap)
+{
+    if (!s->tune_device[0]) {
+        int dev = 0;
+        cudaDeviceProp p;
+        if (cudaGetDevice(&dev) != cudaSuccess || cudaGetDeviceProperties(&p, dev) != cudaSuccess) {
+            memset(&p, 0, sizeof p);
+            snprintf(p.name, sizeof p.name, "unknown");
+        }
+        snprintf(s->tune_device, sizeof s->tune_device, "%.120s sm%d%d %d SMs cublasLt %zu", p.name,
+                 p.major, p.minor, p.multiProcessorCount, cublasLtGetVersion());
+        for (char *c = s->tune_device; *c; c++)
+            if (*c == '\t' || *c == '\n' || *c == '\r') *c = ' ';
+    }
+    snprintf(key, cap, "v1 %s, workspace %zu: %d %d %lld %lld %lld %lld %lld %lld %lld %s",
+             s->tune_device, s->workspace_bytes, g->ta, g->tb, (long long)g->m, (long long)g->n,
+             (long long)g->k, (long long)g->batch, (long long)g->stride_a, (long long)g->stride_b,
+             (long long)g->stride_c, gt_dtype_name(g->dt));
+}
+
+/* A cached value names a usable choice when its reference is still the heuristic's pick and its
+ * choice still one of the candidates. */
+typedef struct {
+    const cublasLtMatmulHeuristicResult_t *res;
+    int nres, pick, chosen;
+} tune_lookup;
+
+static bool tune_accept(const char *value, void *user)
+{
+    tune_lookup *l = (tune_lookup *)user;
+    cublasLtMatmulAlgo_t ref, chosen;
+    if (strlen(value) < 2 * ALGO_HEX + 1 || value[ALGO_HEX] != ' ' ||
+        !gt_tune_cache_unhex(value, ALGO_HEX, &ref, sizeof ref) ||
+        !gt_tune_cache_unhex(value + ALGO_HEX + 1, ALGO_HEX, &chosen, sizeof chosen) ||
+        memcmp(&ref, &l->res[l->pick].algo, sizeof ref) != 0)
+        return false;
+    for (int i = 0; i < l->nres; i++)
+        if (memcmp(&chosen, &l->res[i].algo, sizeof chosen) == 0) {
+            l->chosen = i;
+            return true;
+        }
+    return false;
+}
+
+/* The candidate the cache names for this shape, or -1. */
+static int tune_cached(gt_cuda_stream *s, const char *key,
+                       const cublasLtMatmulHeuristicResult_t *res, int nres, int pick)
+{
+    tune_lookup l = {res, nres, pick, -1};
+    return gt_tune_cache_lookup(s->tune_cache, key, tune_accept, &l) ? l.chosen : -1;
+}
+
+/* Appends this shape's choice, unless another rank's usable one is there by now. */
+static void tune_remember(gt_cuda_stream *s, const char *key,
+                          const cublasLtMatmulHeuristicResult_t *res, int nres, int pick,
+                          int chosen, float ref_ms, float chosen_ms)
+{
+    if (tune_cached(s, key, res, nres, pick) >= 0) return;
+    char value[2 * ALGO_HEX + 64];
+    gt_tune_cache_hex(&res[pick].algo, sizeof res[pick].algo, value);
+    value[ALGO_HEX] = ' ';
+    gt_tune_cache_hex(&res[chosen].algo, sizeof res[chosen].algo, value + ALGO_HEX + 1);
+    snprintf(value + 2 * ALGO_HEX + 1, sizeof value - 2 * ALGO_HEX - 1, " %.3f ms %.3f ms", ref_ms,
+             chosen_ms);
+    gt_error err = {};
+    if (gt_tune_cache_append(s->tune_cache, key, value, &err) != GT_OK && s->tune_log)
+        fprintf(stderr, "matmul tune: not cached: %s\n", err.msg);
+}
+
+/* ------------------------------------------------------------------ timing */
 
 typedef struct {
     gt_cuda_stream *s;
@@ -80,6 +159,23 @@ int gt_cuda_matmul_tune(gt_cuda_stream *s, const gt_cuda_matmul_call *m,
     cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
     if (cudaStreamIsCapturing(s->stream, &cs) != cudaSuccess || cs != cudaStreamCaptureStatusNone)
         return pick;
+    double t_start = gt_now_seconds();
+    char key[512];
+    if (s->tune_cache) {
+        tune_key(s, g, key, sizeof key);
+        int c = tune_cached(s, key, res, nres, pick);
+        if (c >= 0) {
+            s->tune_cached++;
+            s->tune_seconds += gt_now_seconds() - t_start;
+            if (s->tune_log)
+                fprintf(stderr,
+                        "matmul tune: %lld x %lld x %lld (ta %d tb %d batch %lld %s): #%d, from "
+                        "the cache %s\n",
+                        (long long)g->m, (long long)g->n, (long long)g->k, g->ta, g->tb,
+                        (long long)g->batch, gt_dtype_name(g->dt), c, s->tune_cache);
+            return c;
+        }
+    }
     if (!s->tune_hash && cudaMalloc((void **)&s->tune_hash, sizeof *s->tune_hash) != cudaSuccess) {
         cudaGetLastError();
         s->tune_hash = NULL;
@@ -127,10 +223,12 @@ int gt_cuda_matmul_tune(gt_cuda_stream *s, const gt_cuda_matmul_call *m,
             if (other >= 0) fprintf(stderr, "; fastest other bits #%d %.3f ms", other, other_ms);
             fputc('\n', stderr);
         }
+        if (s->tune_cache) tune_remember(s, key, res, nres, pick, chosen, ref_ms, best_ms);
     }
 done:
     if (t.t0) cudaEventDestroy(t.t0);
     if (t.t1) cudaEventDestroy(t.t1);
     cudaGetLastError();
+    s->tune_seconds += gt_now_seconds() - t_start;
     return chosen;
 }
