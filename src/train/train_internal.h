@@ -221,6 +221,8 @@ typedef struct {
     /* this rank's blocks: params, exp_avg, exp_avg_sq (n_params each); box[k], box[n + k],
      * box[2n + k] say which block of the whole tensor each holds */
     gt_tensor *params, *exp_avg, *exp_avg_sq;
+    bool moments_zero; /* exp_avg, exp_avg_sq still the zeros of a fresh run: the device zeroes
+                          its copies instead of copying them up */
     gt_shard_box *box;
     gt_tensor *grads; /* accumulation only: the running gradient sums (BUFFER grad_accum.<fqn>) */
     gt_tensor tokens, labels, scalars;    /* per-step inputs (tokens, labels: this rank's rows) */

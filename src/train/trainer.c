@@ -318,7 +318,12 @@ gt_status gt_trainer_state_to_device(gt_trainer *t, bool resumed, gt_error *err)
         if (kind == GT_IN_INPUT) continue;
         /* resumed: the checkpoint's tensors are there; the sums are zeroed on the device */
         if (resumed && (kind == GT_IN_BUFFER || is_checkpoint_tensor(t, s->feed[k]))) continue;
-        GT_TRY(gt_cuda_program_set_input(s->dev, k, s->feed[k], err));
+        /* a fresh run's moments and the gradient sums start at zero: zeroed there, not copied
+         * (8B's moments are 64 GB of untouched host pages) */
+        if (kind == GT_IN_BUFFER || (kind == GT_IN_OPT_STATE && t->moments_zero))
+            GT_TRY(gt_cuda_program_zero_input(s->dev, k, err));
+        else
+            GT_TRY(gt_cuda_program_set_input(s->dev, k, s->feed[k], err));
     }
     s->state_loaded = true;
     t->host_stale = true;
@@ -362,6 +367,7 @@ gt_status gt_trainer_state_to_host(gt_trainer *t, bool params_only, gt_error *er
         if (s->prog) GT_TRY(gt_program_read_input(s->prog, k, s->feed[k], err));
     }
     t->host_stale = params_only;
+    if (!params_only) t->moments_zero = false;
     return GT_OK;
 }
 
@@ -397,6 +403,7 @@ static gt_status step_graph_collect(gt_trainer *t, gt_step_graph *s, double *los
                 gt_train_named(name, GT_OPTIM_EXP_AVG_SQ_PREFIX, fqn))
                 dst = &t->exp_avg_sq[p];
         }
+        if (o->kind == GT_OUT_OPT_STATE_UPDATE) t->moments_zero = false;
         if (!dst) continue;
         if (gt_tensor_nbytes(dst) != gt_tensor_nbytes(&s->outputs[k]))
             return gt_error_set(err, GT_ERR_INTERNAL, "trainer: output %s has %zu bytes, state %zu",

@@ -547,6 +547,7 @@ gt_status gt_trainer_alloc_state(gt_trainer *t, gt_error *err)
     GT_TRY(state_boxes(t, err));
     uint64_t seed = (uint64_t)t->cfg->debug.seed;
     bool draw = t->resume_step == GT_CHECKPOINT_NONE; /* a resume loads every parameter */
+    t->moments_zero = draw;                           /* and the moments */
     for (int k = 0; k < n; k++) {
         const gt_param_spec *ps = &t->model.params[k];
         const gt_shard_box *pb = &t->box[k], *mb = &t->box[n + k], *vb = &t->box[2 * n + k];

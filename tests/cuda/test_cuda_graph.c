@@ -16,7 +16,8 @@
  * Also: capturing a program that never ran fails (its scratch would have to grow during the
  * capture) with a message, and the program still runs eagerly afterwards, bitwise as a fresh one.
  * And the trainer CLI on the GPU with compile.cudagraphs true vs false: the same per-step loss
- * and grad norm (metrics.jsonl, every step) and the same final params hash. */
+ * and grad norm (metrics.jsonl, every step) and the same final params hash; and each step's loss
+ * within 1e-4 relative of the same run on the CPU (fp32). */
 #define _GNU_SOURCE /* nftw (train_child.h) */
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -254,20 +255,19 @@ static void check_flavor(const char *flavor, gt_dtype dtype)
 
 /* ---------------------------------------------------------------- the trainer */
 
-static bool train(const char *binary, const char *dump, bool graphs, uint64_t *hash)
+static bool train(const char *binary, const char *dump, const char *device, bool graphs,
+                  uint64_t *hash)
 {
-    char out_path[600], err_path[600], graphs_opt[64];
+    char out_path[600], err_path[600], graphs_opt[64], device_opt[64];
     snprintf(out_path, sizeof out_path, "%s.out", dump);
     snprintf(err_path, sizeof err_path, "%s.err", dump);
     snprintf(graphs_opt, sizeof graphs_opt, "compile.cudagraphs=%s", graphs ? "true" : "false");
+    snprintf(device_opt, sizeof device_opt, "training.device=%s", device);
     char config[4200];
     snprintf(config, sizeof config, "config=%s", gt_test_path("configs/default.toml"));
-    const char *opts[] = {config,
-                          "training.device=cuda",
-                          "training.steps=30",
-                          "metrics.log_freq=1",
-                          "metrics.save_jsonl=true",
-                          graphs_opt};
+    const char *opts[] = {
+        config,    device_opt, "training.steps=30", "metrics.log_freq=1", "metrics.save_jsonl=true",
+        graphs_opt};
     remove_tree(dump);
     pid_t pid = spawn_train(binary, opts, 6, dump, out_path, err_path);
     int code = pid > 0 ? wait_child(pid, 300) : -1;
@@ -276,7 +276,7 @@ static bool train(const char *binary, const char *dump, bool graphs, uint64_t *h
     bool ok = code == 0 && parse_summary(text, &first, &last, hash) && first == 1 && last == 30;
     if (!ok) {
         char *e = read_all(err_path, NULL);
-        fprintf(stderr, "train (cudagraphs %d) exited %d:\n%s\n%s\n", graphs, code,
+        fprintf(stderr, "train (%s, cudagraphs %d) exited %d:\n%s\n%s\n", device, graphs, code,
                 text ? text : "", e ? e : "");
         free(e);
     }
@@ -289,20 +289,26 @@ static void check_trainer(void)
     const char *binary = getenv("GT_BINARY");
     EXPECT(binary && binary[0], "GT_BINARY must name the graphtrain program (CTest sets it)");
     if (!binary || !binary[0]) return;
-    char dump[2][256];
-    uint64_t hash[2] = {0, 1};
+    char dump[3][256];
+    uint64_t hash[3] = {0, 1, 2};
     bool ok = true;
-    for (int r = 0; r < 2; r++) {
+    for (int r = 0; r < 3; r++) {
         snprintf(dump[r], sizeof dump[r], "/tmp/gt_test_cuda_graph_%d_%d", (int)getpid(), r);
-        ok = ok && train(binary, dump[r], r == 1, &hash[r]);
+        ok = ok && train(binary, dump[r], r == 2 ? "cpu" : "cuda", r == 1, &hash[r]);
     }
-    EXPECT(ok, "both trainer runs (cudagraphs off, on) finish 30 steps");
+    EXPECT(ok, "the trainer runs (GPU with cudagraphs off and on, CPU) finish 30 steps");
     if (ok) {
         EXPECT(hash[0] == hash[1], "final params hash: cudagraphs off %016llx, on %016llx",
                (unsigned long long)hash[0], (unsigned long long)hash[1]);
-        gt_metrics_step m[2][31];
-        bool have = last_records(dump[0], 30, m[0], NULL) && last_records(dump[1], 30, m[1], NULL);
-        EXPECT(have, "both runs log every step");
+        gt_metrics_step m[3][31];
+        bool have = last_records(dump[0], 30, m[0], NULL) &&
+                    last_records(dump[1], 30, m[1], NULL) && last_records(dump[2], 30, m[2], NULL);
+        EXPECT(have, "the runs log every step");
+        /* the GPU against the CPU (fp32, both fresh): the state the device starts from (params
+         * copied up, moments zeroed there) is the CPU's; kernels differ only in summation order */
+        for (int s = 1; have && s <= 30; s++)
+            EXPECT(fabs(m[0][s].loss - m[2][s].loss) <= 1e-4 * fabs(m[2][s].loss),
+                   "step %d: loss %.9g on the GPU, %.9g on the CPU", s, m[0][s].loss, m[2][s].loss);
         for (int s = 1; have && s <= 30; s++) {
             EXPECT(!memcmp(&m[0][s].loss, &m[1][s].loss, sizeof(double)) &&
                        !memcmp(&m[0][s].grad_norm, &m[1][s].grad_norm, sizeof(double)),
@@ -310,8 +316,8 @@ static void check_trainer(void)
                    m[1][s].loss, m[0][s].grad_norm, m[1][s].grad_norm);
         }
     }
-    for (int r = 0; r < 2; r++) {
-        char p[600];
+    for (int r = 0; r < 3; r++) {
+        char p[sizeof dump + 8];
         remove_tree(dump[r]);
         snprintf(p, sizeof p, "%s.out", dump[r]);
         unlink(p);
