@@ -32,6 +32,8 @@ typedef struct {
 int gt_cuda_device_count(void);
 /* Selects `device` for the calling thread and fills info (may be NULL). */
 gt_status gt_cuda_init(int device, gt_cuda_device_info *info, gt_error *err);
+/* The current device's free and total memory in bytes (cudaMemGetInfo). */
+gt_status gt_cuda_memory(size_t *free_bytes, size_t *total_bytes, gt_error *err);
 
 /* Device memory (cudaMalloc / cudaFree). n == 0 gives NULL. */
 gt_status gt_cuda_malloc(void **p, size_t n, gt_error *err);

@@ -75,6 +75,8 @@ gt_status gt_schedule_check(const gt_graph *g, const gt_node_id *order, int32_t 
 typedef struct {
     bool no_views;    /* give every reshape and slice its own buffer */
     bool no_in_place; /* never alias an output with an input */
+    /* Set by gt_cuda_program_build: the arenas are on the device, so none is allocated here. */
+    bool no_host_arenas;
     /* Read by gt_cuda_program_build only: one launch per adamw instruction instead of one
      * multi-tensor launch per group of consecutive ones (bitwise the same; for the test that
      * says so). */

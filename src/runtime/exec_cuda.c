@@ -179,18 +179,35 @@ static gt_status group_adamw(gt_cuda_program *p, bool on, gt_error *err)
     return st;
 }
 
+/* The plan's arenas against the device's free memory, before asking for them: a plan that cannot
+ * fit says so with both numbers (the peak is known before step 1, and so is this). */
+static gt_status check_fits(const gt_plan *plan, gt_error *err)
+{
+    size_t need = 0, free_b = 0, total_b = 0;
+    for (int a = 0; a < GT_ARENA_COUNT; a++)
+        need += plan->arena_bytes[a];
+    gt_error ignored = {0};
+    if (gt_cuda_memory(&free_b, &total_b, &ignored) != GT_OK || need <= free_b) return GT_OK;
+    const double gib = 1024.0 * 1024.0 * 1024.0;
+    return gt_error_set(err, GT_ERR_NOMEM,
+                        "program: the memory plan needs %.2f GiB on the GPU (persistent %.2f, step "
+                        "%.2f), which has %.2f GiB free of %.2f",
+                        (double)need / gib, (double)plan->arena_bytes[GT_ARENA_PERSISTENT] / gib,
+                        (double)plan->arena_bytes[GT_ARENA_STEP] / gib, (double)free_b / gib,
+                        (double)total_b / gib);
+}
+
 gt_status gt_cuda_program_build(const gt_graph *g, const gt_sym_binding *binding,
                                 const gt_plan_options *opts, gt_cuda_program **out, gt_error *err)
 {
     *out = NULL;
     gt_cuda_program *p = gt_xcalloc(1, sizeof *p);
-    gt_status st = gt_program_build_opts(g, binding, opts, &p->prog, err);
-    p->nccl_buffers = opts ? opts->nccl_buffers : GT_NCCL_BUFFERS_PLAIN;
+    gt_plan_options o = opts ? *opts : (gt_plan_options){0};
+    o.no_host_arenas = true;
+    gt_status st = gt_program_build_opts(g, binding, &o, &p->prog, err);
+    p->nccl_buffers = o.nccl_buffers;
+    if (st == GT_OK) st = check_fits(p->prog->plan, err);
     for (int a = 0; st == GT_OK && a < GT_ARENA_COUNT; a++) {
-        /* the host arenas were never written: give them back before taking device memory */
-        free(p->prog->arena[a]);
-        p->prog->arena[a] = NULL;
-        p->prog->allocated_bytes[a] = 0;
         size_t bytes = p->prog->plan->arena_bytes[a];
         st = p->nccl_buffers != GT_NCCL_BUFFERS_PLAIN
                  ? gt_comm_nccl_mem_alloc(&p->dev[a], bytes, err)

@@ -125,7 +125,7 @@ gt_status gt_program_build_opts(const gt_graph *g, const gt_sym_binding *binding
     for (int32_t k = 0; k < g->n_outputs; k++)
         p->outputs[k] = buffer_ref(plan, g->outputs[k].value);
 
-    for (int a = 0; a < GT_ARENA_COUNT && st == GT_OK; a++) {
+    for (int a = 0; a < GT_ARENA_COUNT && st == GT_OK && !(opts && opts->no_host_arenas); a++) {
         size_t bytes = plan->arena_bytes[a]; /* a multiple of GT_PLAN_ALIGN */
         if (!bytes) continue;
         p->arena[a] = aligned_alloc(GT_PLAN_ALIGN, bytes);

@@ -132,7 +132,17 @@ static gt_status step_graph_bind(gt_trainer *t, gt_step_graph *s, gt_error *err)
             GT_TRY(gt_train_dist_nccl_buffers(&t->dist, t->cfg, err));
             o.nccl_buffers = t->dist.nccl_buffers;
         }
-        GT_TRY(gt_cuda_program_build(g, &t->binding, &o, &s->dev, err));
+        gt_status bst = gt_cuda_program_build(g, &t->binding, &o, &s->dev, err);
+        if (bst == GT_ERR_NOMEM) {
+            char msg[GT_ERROR_MSG_MAX];
+            snprintf(msg, sizeof msg, "%s", err->msg);
+            return gt_error_set(err, GT_ERR_NOMEM,
+                                "%s; to fit, shard over more GPUs, recompute more "
+                                "(--compile.memory_policy full) or lower "
+                                "--training.local_batch_size",
+                                msg);
+        }
+        GT_TRY(bst);
         if (gt_train_dist_multi(&t->dist)) {
             /* one NCCL communicator per mesh dim, ordered with the program's stream */
             void *stream = gt_cuda_stream_handle(gt_cuda_program_stream(s->dev));

@@ -19,10 +19,12 @@
  *   - a second GPU run (a fresh program, the same initial state) gives identical bits for every
  *     output at every step and for the final state;
  *   - test_tiny also with views and in-place sharing off, so carry is a device copy;
- *   - a wrongly shaped input is refused with GT_ERR_INVALID naming the input.
+ *   - a wrongly shaped input is refused with GT_ERR_INVALID naming the input;
+ *   - a plan larger than the GPU is refused before allocating, naming both sizes.
  * Without a CUDA device the test skips (exit 0). */
 #include "cuda_test_util.h"
 #include "graphtrain/gt_backend.h"
+#include "graphtrain/gt_build.h"
 #include "graphtrain/gt_cuda.h"
 #include "graphtrain/gt_program.h"
 #include "step_harness.h"
@@ -232,6 +234,39 @@ done:
     step_graph_free(&s);
 }
 
+/* A plan larger than the GPU's free memory is refused before any allocation, with GT_ERR_NOMEM and
+ * the plan's and the GPU's sizes in GiB; one that fits still builds. x[n] -> sigmoid -> neg: two
+ * step buffers of 4n bytes. */
+static void check_too_big(void)
+{
+    size_t free_b = 0, total_b = 0;
+    gt_error err = {0};
+    EXPECT_OK(gt_cuda_memory(&free_b, &total_b, &err), &err);
+    EXPECT(free_b > 0 && free_b <= total_b, "device memory: %zu free of %zu", free_b, total_b);
+    gt_graph *g = gt_graph_new();
+    gt_expr d[1] = {gt_sym_var(g->sym, "n")};
+    gt_value_id x = gt_graph_add_input(g, GT_IN_INPUT, "x", GT_F32, 1, d);
+    gt_graph_set_fqn(g, "too_big");
+    gt_value_id y = gt_unary(g, GT_OP_NEG, gt_unary(g, GT_OP_SIGMOID, x));
+    gt_graph_add_output(g, GT_OUT_METRIC, "y", y);
+    int64_t sizes[2] = {(int64_t)(total_b / 4), 1 << 20}; /* 2x the whole GPU; 8 MiB */
+    for (int k = 0; k < 2; k++) {
+        gt_sym_binding_entry e = {"n", sizes[k]};
+        gt_sym_binding b = {&e, 1};
+        gt_cuda_program *cp = NULL;
+        gt_error e2 = {0};
+        gt_status st = gt_cuda_program_build(g, &b, NULL, &cp, &e2);
+        if (k == 0)
+            EXPECT(st == GT_ERR_NOMEM && !cp && strstr(e2.msg, "GiB on the GPU") &&
+                       strstr(e2.msg, "GiB free of"),
+                   "a plan of twice the GPU: %s: %s", gt_status_name(st), e2.msg);
+        else
+            EXPECT(st == GT_OK && cp, "a plan of 8 MiB: %s", e2.msg);
+        gt_cuda_program_free(cp);
+    }
+    gt_graph_free(g);
+}
+
 int main(void)
 {
     gt_cuda_device_info info;
@@ -245,5 +280,6 @@ int main(void)
     check_flavor("test_gqa", NULL);
     check_flavor("test_odd", NULL);
     check_errors();
+    check_too_big();
     return gt_test_finish();
 }

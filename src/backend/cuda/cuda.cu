@@ -34,6 +34,15 @@ extern "C" int gt_cuda_device_count(void)
     return n;
 }
 
+extern "C" gt_status gt_cuda_memory(size_t *free_bytes, size_t *total_bytes, gt_error *err)
+{
+    cudaError_t e = cudaMemGetInfo(free_bytes, total_bytes);
+    if (e != cudaSuccess)
+        return gt_error_set(err, GT_ERR_INTERNAL, "cuda: cudaMemGetInfo: %s",
+                            cudaGetErrorString(e));
+    return GT_OK;
+}
+
 extern "C" gt_status gt_cuda_init(int device, gt_cuda_device_info *info, gt_error *err)
 {
     cudaError_t e = cudaSetDevice(device);
