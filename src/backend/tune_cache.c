@@ -97,11 +97,18 @@ gt_status gt_tune_cache_append(const char *path, const char *key, const char *va
         st = gt_error_set(err, GT_ERR_IO, "matmul tuning cache %s: cannot open: %s", path,
                           strerror(errno));
     } else {
-        ssize_t w;
-        do
-            w = write(fd, full, n);
-        while (w < 0 && errno == EINTR);
-        if (w != (ssize_t)n)
+        struct stat sb;
+        ssize_t w = (ssize_t)n;
+        if (fstat(fd, &sb) != 0 || (uint64_t)sb.st_size + n > GT_TUNE_CACHE_MAX_BYTES)
+            st = gt_error_set(err, GT_ERR_IO,
+                              "matmul tuning cache %s: full (%u bytes at most are read); remove it "
+                              "to start a new one",
+                              path, GT_TUNE_CACHE_MAX_BYTES);
+        else
+            do
+                w = write(fd, full, n);
+            while (w < 0 && errno == EINTR);
+        if (st == GT_OK && w != (ssize_t)n)
             st = gt_error_set(err, GT_ERR_IO, "matmul tuning cache %s: cannot append: %s", path,
                               w < 0 ? strerror(errno) : "short write");
         if (close(fd) != 0 && st == GT_OK)

@@ -40,7 +40,8 @@ bool gt_tune_cache_find(const char *text, size_t len, const char *key, gt_tune_c
 bool gt_tune_cache_lookup(const char *path, const char *key, gt_tune_cache_accept accept,
                           void *user);
 
-/* Appends "key\tvalue\n", making the file's folders first. */
+/* Appends "key\tvalue\n", making the file's folders first; refused (GT_ERR_IO) when the file would
+ * grow past GT_TUNE_CACHE_MAX_BYTES, which no lookup reads. */
 gt_status gt_tune_cache_append(const char *path, const char *key, const char *value, gt_error *err);
 
 /* Writes n bytes as 2n lowercase hex digits and a NUL (out: 2n + 1 bytes). */

@@ -135,6 +135,10 @@ static void test_file(void)
     offers o3 = {.want = "v1"};
     EXPECT(!gt_tune_cache_lookup(path, "k1", accept_want, &o3) && o3.n == 0,
            "lookup: a file over the limit was read");
+    struct stat sb;
+    EXPECT(gt_tune_cache_append(path, "k4", "v4", &err) == GT_ERR_IO && strstr(err.msg, "full") &&
+               stat(path, &sb) == 0 && (uint64_t)sb.st_size == GT_TUNE_CACHE_MAX_BYTES + 1,
+           "append to a file over the limit: '%s'", err.msg);
     /* a folder in the way: a file where the path needs one */
     char blocked[300];
     snprintf(blocked, sizeof blocked, "%s/cache.tsv/x.tsv", subsub);
