@@ -449,6 +449,11 @@ def run_graphtrain(args, model, layout, n, log_path, extra=()):
                        r"the first step ran \(([\d.]+) s\)", out)
     r["checkpoint_snapshot_pinned"] = dict(gb=float(pinned.group(1)),
                                            seconds=float(pinned.group(2))) if pinned else None
+    # the matmul tuning of the first step: shapes timed, shapes from the cache file, host seconds
+    tune = re.search(r"matmul tuning: (\d+) shape\(s\) timed their cuBLASLt candidates, (\d+) "
+                     r"taken from .*?; ([\d.]+) s", out)
+    r["matmul_tuning"] = dict(timed=int(tune.group(1)), cached=int(tune.group(2)),
+                              seconds=float(tune.group(3))) if tune else None
     p = re.search(r"finished: parameters to the host ([\d.]+) s, their hash ([\d.]+) s, "
                   r"release ([\d.]+) s", out)
     r["finish_seconds"] = dict(params_to_host=float(p.group(1)), params_hash=float(p.group(2)),
@@ -752,6 +757,10 @@ def main():
             msg += (f", async save of step {c['step']:.0f} {c['seconds']:.1f} s (published after "
                     f"step {c['published_after_step']:.0f}; the step loop {c['step_loop']:.1f} s, "
                     f"the snapshot {c['snapshot']:.1f} s of it; writes {c['writes']:.1f} s)")
+        if r.get("matmul_tuning"):
+            c = r["matmul_tuning"]
+            msg += (f", matmul tuning {c['timed']} timed, {c['cached']} cached "
+                    f"({c['seconds']:.1f} s)")
         if r.get("checkpoint_snapshot_pinned"):
             c = r["checkpoint_snapshot_pinned"]
             msg += f", snapshot pinned in the first step ({c['gb']:.1f} GB, {c['seconds']:.1f} s)"
