@@ -261,13 +261,6 @@ static bool is_checkpoint_tensor(const gt_trainer *t, const gt_tensor *x)
     return false;
 }
 
-/* Queues one step on the GPU without waiting for it: the state goes up before the first run (a GPU
- * resume has put it there already), then only the INPUT kind (tokens, labels, optim.scalars) is
- * staged into its planned buffer; the updated state stays on the device (carry: nothing when adamw
- * ran in place); loss and grad_norm are fetched into pinned memory under *ticket. After step 1 is
- * queued (it filled the backend's caches) the program is captured when compile.cudagraphs. With
- * gradient accumulation this queues one micro-batch's run of `part`; each part is captured after
- * its own first run. */
 /* The matmul shapes the warm-up run tuned (cuda_matmul_tune.cu), and what that cost. */
 static void say_tuning(gt_step_graph *s)
 {
@@ -280,6 +273,13 @@ static void say_tuning(gt_step_graph *s)
     s->tuned_said = ts.timed + ts.cached;
 }
 
+/* Queues one step on the GPU without waiting for it: the state goes up before the first run (a GPU
+ * resume has put it there already), then only the INPUT kind (tokens, labels, optim.scalars) is
+ * staged into its planned buffer; the updated state stays on the device (carry: nothing when adamw
+ * ran in place); loss and grad_norm are fetched into pinned memory under *ticket. After step 1 is
+ * queued (it filled the backend's caches) the program is captured when compile.cudagraphs. With
+ * gradient accumulation this queues one micro-batch's run of `part`; each part is captured after
+ * its own first run. */
 static gt_status step_graph_queue_cuda(gt_trainer *t, gt_step_graph *s, gt_run_part part,
                                        int64_t *ticket, gt_error *err)
 {

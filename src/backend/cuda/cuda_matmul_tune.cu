@@ -114,6 +114,14 @@ static void tune_remember(gt_cuda_stream *s, const char *key,
         fprintf(stderr, "matmul tune: not cached: %s\n", err.msg);
 }
 
+/* GT_MATMUL_TUNE=log: the head of a shape's line on stderr. */
+static void say_shape(const gt_gemm *g)
+{
+    fprintf(
+        stderr, "matmul tune: %lld x %lld x %lld (ta %d tb %d batch %lld %s): ", (long long)g->m,
+        (long long)g->n, (long long)g->k, g->ta, g->tb, (long long)g->batch, gt_dtype_name(g->dt));
+}
+
 /* ------------------------------------------------------------------ timing */
 
 typedef struct {
@@ -167,12 +175,10 @@ int gt_cuda_matmul_tune(gt_cuda_stream *s, const gt_cuda_matmul_call *m,
         if (c >= 0) {
             s->tune_cached++;
             s->tune_seconds += gt_now_seconds() - t_start;
-            if (s->tune_log)
-                fprintf(stderr,
-                        "matmul tune: %lld x %lld x %lld (ta %d tb %d batch %lld %s): #%d, from "
-                        "the cache %s\n",
-                        (long long)g->m, (long long)g->n, (long long)g->k, g->ta, g->tb,
-                        (long long)g->batch, gt_dtype_name(g->dt), c, s->tune_cache);
+            if (s->tune_log) {
+                say_shape(g);
+                fprintf(stderr, "#%d, from the cache %s\n", c, s->tune_cache);
+            }
             return c;
         }
     }
@@ -214,12 +220,10 @@ int gt_cuda_matmul_tune(gt_cuda_stream *s, const gt_cuda_matmul_call *m,
             if (ms < best_ms) chosen = i, best_ms = ms;
         }
         if (s->tune_log) {
+            say_shape(g);
             fprintf(stderr,
-                    "matmul tune: %lld x %lld x %lld (ta %d tb %d batch %lld %s): heuristic #%d "
-                    "%.3f ms, chosen #%d %.3f ms (%d of %d others with its bits)",
-                    (long long)g->m, (long long)g->n, (long long)g->k, g->ta, g->tb,
-                    (long long)g->batch, gt_dtype_name(g->dt), pick, ref_ms, chosen, best_ms, same,
-                    nres - 1);
+                    "heuristic #%d %.3f ms, chosen #%d %.3f ms (%d of %d others with its bits)",
+                    pick, ref_ms, chosen, best_ms, same, nres - 1);
             if (other >= 0) fprintf(stderr, "; fastest other bits #%d %.3f ms", other, other_ms);
             fputc('\n', stderr);
         }
