@@ -60,6 +60,18 @@ void gt_cuda_stream_destroy(gt_cuda_stream *s);
  * steps must agree bit for bit, not between them. */
 bool gt_cuda_have_cudnn(void);
 void gt_cuda_stream_set_cudnn(gt_cuda_stream *s, bool on);
+/* Parameter initialisation on the device (cuda_init.cu): element k of a parameter as
+ * gt_param_init draws it (kind: a gt_init_kind; stream: gt_hash_str of the fqn), bit for bit.
+ * runs holds n_runs triples (global element, local position, count): each run's elements go to
+ * dst (f32, on the device) at its local positions. Queued on s. */
+typedef struct {
+    int kind;
+    double std, lo, hi;
+    uint64_t seed, stream;
+} gt_cuda_init_spec;
+gt_status gt_cuda_param_init(gt_cuda_stream *s, const gt_cuda_init_spec *spec, const int64_t *runs,
+                             int64_t n_runs, float *dst, gt_error *err);
+
 /* cuBLASLt's algorithm for a large matmul shape is timed on its first call: the fastest of the
  * heuristic's candidates whose output has the bits of its first pick (cuda_matmul_tune.cu), so
  * tuning never changes a result. On unless GT_MATMUL_TUNE=0 in the environment when the stream is

@@ -321,6 +321,9 @@ gt_status gt_cuda_program_exec(gt_cuda_program *p, gt_error *err);
 /* As gt_program_exec_part and gt_program_zero_input (the zeroing is queued on the stream). */
 gt_status gt_cuda_program_exec_part(gt_cuda_program *p, gt_run_part part, gt_error *err);
 gt_status gt_cuda_program_zero_input(gt_cuda_program *p, int32_t k, gt_error *err);
+/* Graph input k's buffer on the device (NULL when k is no input), for a kernel of the caller's
+ * queued on the program's stream. */
+void *gt_cuda_program_input_data(gt_cuda_program *p, int32_t k);
 /* Makes graph output out_k's bytes graph input in_k's for the next run: nothing when they share a
  * buffer (in place), else a device-to-device copy on the stream. Shapes and dtypes must match. */
 gt_status gt_cuda_program_carry(gt_cuda_program *p, int32_t out_k, int32_t in_k, gt_error *err);

@@ -856,6 +856,13 @@ static gt_status input_bytes(gt_cuda_program *p, int32_t k, size_t offset, size_
     return GT_OK;
 }
 
+void *gt_cuda_program_input_data(gt_cuda_program *p, int32_t k)
+{
+    char *at = NULL;
+    gt_error ignored = {0};
+    return input_bytes(p, k, 0, 0, &at, &ignored) == GT_OK ? at : NULL;
+}
+
 gt_status gt_cuda_program_zero_input(gt_cuda_program *p, int32_t k, gt_error *err)
 {
     char *at = NULL;

@@ -515,6 +515,8 @@ static void snapshot_free(gt_trainer *t)
 gt_status gt_trainer_save_checkpoint(gt_trainer *t, int64_t step, gt_error *err)
 {
     GT_TRY(gt_trainer_save_poll(t, step, true, err)); /* one save at a time */
+    /* parameters left for the device to draw in a step that never ran: drawn on the host now */
+    if (t->params_pending) GT_TRY(gt_trainer_state_to_host(t, false, err));
     double t0 = gt_now_seconds();
     /* the run's last save is waited for anyway */
     bool async =

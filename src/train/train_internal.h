@@ -223,6 +223,9 @@ typedef struct {
     gt_tensor *params, *exp_avg, *exp_avg_sq;
     bool moments_zero; /* exp_avg, exp_avg_sq still the zeros of a fresh run: the device zeroes
                           its copies instead of copying them up */
+    bool params_pending;     /* a fresh GPU run: params not drawn on the host; the first step draws
+                                them on the device (gt_trainer_state_to_device) */
+    bool device_draw_failed; /* a device draw differed from the CPU's: the host draws the rest */
     gt_shard_box *box;
     gt_tensor *grads; /* accumulation only: the running gradient sums (BUFFER grad_accum.<fqn>) */
     gt_tensor tokens, labels, scalars;    /* per-step inputs (tokens, labels: this rank's rows) */

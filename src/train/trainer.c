@@ -319,6 +319,74 @@ static gt_status step_graph_queue_cuda(gt_trainer *t, gt_step_graph *s, gt_run_p
     return gt_cuda_program_step_end(s->dev, ticket, err);
 }
 
+/* ---------------------------------------------------------------- parameters drawn on the device
+ */
+
+typedef struct {
+    int64_t *runs; /* (global element, local position, count) */
+    int64_t n, cap;
+} run_table;
+
+static void add_run(int64_t global, int64_t local, int64_t count, void *user)
+{
+    run_table *r = user;
+    if (r->n == r->cap) {
+        r->cap = r->cap ? 2 * r->cap : 64;
+        r->runs = gt_xrealloc(r->runs, (size_t)(3 * r->cap) * sizeof *r->runs);
+    }
+    r->runs[3 * r->n] = global, r->runs[3 * r->n + 1] = local, r->runs[3 * r->n + 2] = count;
+    r->n++;
+}
+
+/* Elements [d, d + n) of run (global, local, count) of parameter p, read back from graph input k,
+ * against gt_param_init's. */
+static gt_status draw_matches(gt_trainer *t, gt_step_graph *s, int32_t k, int p, const int64_t *run,
+                              int64_t d, int64_t n, bool *same, gt_error *err)
+{
+    float got[64], want[64];
+    gt_tensor w;
+    gt_tensor_wrap(&w, GT_F32, 1, &n, want);
+    gt_param_init(&t->model.params[p], (uint64_t)t->cfg->debug.seed, run[0] + d, n, &w);
+    GT_TRY(gt_cuda_program_read_input_bytes(s->dev, k, (size_t)(run[1] + d) * sizeof(float),
+                                            (size_t)n * sizeof(float), got, err));
+    *same = memcmp(got, want, (size_t)n * sizeof(float)) == 0;
+    return GT_OK;
+}
+
+/* Parameter p, graph input k: drawn on the device into its buffer (padding rows zeroed), then its
+ * first and last 64 elements compared with the CPU sampler's. On a difference, or a parameter
+ * that is not f32, *drawn is false and the caller draws it on the host instead. */
+static gt_status draw_on_device(gt_trainer *t, gt_step_graph *s, int32_t k, int p, bool *drawn,
+                                gt_error *err)
+{
+    *drawn = false;
+    const gt_param_spec *ps = &t->model.params[p];
+    if (t->params[p].dtype != GT_F32) return GT_OK;
+    run_table r = {0};
+    gt_shard_for_each_run(&t->box[p], add_run, &r);
+    gt_cuda_init_spec spec = {
+        (int)ps->init, ps->std, ps->lo, ps->hi, (uint64_t)t->cfg->debug.seed, gt_hash_str(ps->fqn)};
+    gt_status st = gt_cuda_program_zero_input(s->dev, k, err);
+    if (st == GT_OK)
+        st = gt_cuda_param_init(gt_cuda_program_stream(s->dev), &spec, r.runs, r.n,
+                                gt_cuda_program_input_data(s->dev, k), err);
+    bool same = true;
+    if (st == GT_OK && r.n > 0) {
+        const int64_t *first = r.runs, *last = r.runs + 3 * (r.n - 1);
+        int64_t n0 = first[2] < 64 ? first[2] : 64, n1 = last[2] < 64 ? last[2] : 64;
+        st = draw_matches(t, s, k, p, first, 0, n0, &same, err);
+        if (st == GT_OK && same) st = draw_matches(t, s, k, p, last, last[2] - n1, n1, &same, err);
+    }
+    free(r.runs);
+    *drawn = st == GT_OK && same;
+    if (st == GT_OK && !same)
+        gt_log(GT_LOG_WARN,
+               "parameters: %s drawn on the GPU differs from the CPU's draw; the parameters are "
+               "drawn on the host instead",
+               ps->fqn);
+    return st;
+}
+
 gt_status gt_trainer_state_to_device(gt_trainer *t, bool resumed, gt_error *err)
 {
     gt_step_graph *s = &t->whole;
@@ -330,11 +398,22 @@ gt_status gt_trainer_state_to_device(gt_trainer *t, bool resumed, gt_error *err)
         if (resumed && (kind == GT_IN_BUFFER || is_checkpoint_tensor(t, s->feed[k]))) continue;
         /* a fresh run's moments and the gradient sums start at zero: zeroed there, not copied
          * (8B's moments are 64 GB of untouched host pages) */
-        if (kind == GT_IN_BUFFER || (kind == GT_IN_OPT_STATE && t->moments_zero))
+        if (kind == GT_IN_BUFFER || (kind == GT_IN_OPT_STATE && t->moments_zero)) {
             GT_TRY(gt_cuda_program_zero_input(s->dev, k, err));
-        else
-            GT_TRY(gt_cuda_program_set_input(s->dev, k, s->feed[k], err));
+            continue;
+        }
+        int p = kind == GT_IN_PARAM && t->params_pending ? (int)(s->feed[k] - t->params) : -1;
+        if (p >= 0) {
+            bool drawn = false;
+            if (!t->device_draw_failed) GT_TRY(draw_on_device(t, s, k, p, &drawn, err));
+            if (drawn) continue;
+            t->device_draw_failed = true; /* the rest on the host too */
+            gt_shard_init_param(&t->box[p], &t->model.params[p], (uint64_t)t->cfg->debug.seed,
+                                &t->params[p]);
+        }
+        GT_TRY(gt_cuda_program_set_input(s->dev, k, s->feed[k], err));
     }
+    t->params_pending = false;
     s->state_loaded = true;
     t->host_stale = true;
     return GT_OK;
@@ -364,6 +443,12 @@ static gt_status step_graph_results_cuda(gt_step_graph *s, int64_t ticket, doubl
  * since. */
 gt_status gt_trainer_state_to_host(gt_trainer *t, bool params_only, gt_error *err)
 {
+    if (t->params_pending) { /* the device never got them (no step ran): the host draws them */
+        for (int p = 0; p < t->n_params; p++)
+            gt_shard_init_param(&t->box[p], &t->model.params[p], (uint64_t)t->cfg->debug.seed,
+                                &t->params[p]);
+        t->params_pending = false;
+    }
     if (!t->host_stale) return GT_OK;
     gt_step_graph *s = &t->whole;
     for (int k = 0; s->g && k < s->g->n_inputs; k++) {
@@ -985,6 +1070,7 @@ static void log_start(gt_trainer *t, gt_train_result *res, double setup_s)
         snprintf(mesh, sizeof mesh, "; mesh %s (%d ranks), FLOPs per rank", m, t->dist.size);
     }
     char params[64] = "parameters"; /* drawn, or left to the checkpoint a resume loads */
+    if (t->params_pending) snprintf(params, sizeof params, "parameters left to the GPU's step 1,");
     if (t->resume_step != GT_CHECKPOINT_NONE)
         snprintf(params, sizeof params, "parameters from step-%lld, not drawn,",
                  (long long)t->resume_step);

@@ -548,12 +548,14 @@ gt_status gt_trainer_alloc_state(gt_trainer *t, gt_error *err)
     uint64_t seed = (uint64_t)t->cfg->debug.seed;
     bool draw = t->resume_step == GT_CHECKPOINT_NONE; /* a resume loads every parameter */
     t->moments_zero = draw;                           /* and the moments */
+    /* a fresh GPU run draws its parameters on the device, in the first step */
+    t->params_pending = draw && t->cuda;
     for (int k = 0; k < n; k++) {
         const gt_param_spec *ps = &t->model.params[k];
         const gt_shard_box *pb = &t->box[k], *mb = &t->box[n + k], *vb = &t->box[2 * n + k];
         GT_TRY(gt_tensor_alloc(&t->params[k], ps->dtype, pb->ndim, pb->local, err));
         /* this rank's block, from the global element indices */
-        if (draw) gt_shard_init_param(pb, ps, seed, &t->params[k]);
+        if (draw && !t->params_pending) gt_shard_init_param(pb, ps, seed, &t->params[k]);
         GT_TRY(gt_tensor_alloc(&t->exp_avg[k], GT_F32, mb->ndim, mb->local, err));
         GT_TRY(gt_tensor_alloc(&t->exp_avg_sq[k], GT_F32, vb->ndim, vb->local, err));
         /* the running gradient sum: this rank's block, where the parameter sits */
