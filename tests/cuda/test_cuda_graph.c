@@ -17,7 +17,8 @@
  * capture) with a message, and the program still runs eagerly afterwards, bitwise as a fresh one.
  * And the trainer CLI on the GPU with compile.cudagraphs true vs false: the same per-step loss
  * and grad norm (metrics.jsonl, every step) and the same final params hash; and each step's loss
- * within 1e-4 relative of the same run on the CPU (fp32). */
+ * within 1e-4 relative of the same run on the CPU (fp32). The GPU runs draw their parameters on
+ * the device (their logs say so, and that no parameter fell back to the host's draw). */
 #define _GNU_SOURCE /* nftw (train_child.h) */
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -274,12 +275,22 @@ static bool train(const char *binary, const char *dump, const char *device, bool
     char *text = read_all(out_path, NULL);
     long long first = 0, last = 0;
     bool ok = code == 0 && parse_summary(text, &first, &last, hash) && first == 1 && last == 30;
+    char *e = read_all(err_path, NULL);
+    if (ok && !strcmp(device, "cuda")) {
+        /* a fresh GPU run draws its parameters on the device, and the CPU's spot check of every
+         * parameter agrees: no fallback to the host's draw */
+        bool left = e && strstr(e, "parameters left to the GPU's step 1");
+        bool fell_back = e && strstr(e, "differs from the CPU's draw");
+        EXPECT(left && !fell_back,
+               "cudagraphs %d: parameters drawn on the device (log says so: %d) with the CPU's "
+               "bits (no fallback: %d)",
+               graphs, left, !fell_back);
+    }
     if (!ok) {
-        char *e = read_all(err_path, NULL);
         fprintf(stderr, "train (%s, cudagraphs %d) exited %d:\n%s\n%s\n", device, graphs, code,
                 text ? text : "", e ? e : "");
-        free(e);
     }
+    free(e);
     free(text);
     return ok;
 }
@@ -305,7 +316,8 @@ static void check_trainer(void)
                     last_records(dump[1], 30, m[1], NULL) && last_records(dump[2], 30, m[2], NULL);
         EXPECT(have, "the runs log every step");
         /* the GPU against the CPU (fp32, both fresh): the state the device starts from (params
-         * copied up, moments zeroed there) is the CPU's; kernels differ only in summation order */
+         * drawn there, moments zeroed there) is the CPU's; kernels differ only in summation order
+         */
         for (int s = 1; have && s <= 30; s++)
             EXPECT(fabs(m[0][s].loss - m[2][s].loss) <= 1e-4 * fabs(m[2][s].loss),
                    "step %d: loss %.9g on the GPU, %.9g on the CPU", s, m[0][s].loss, m[2][s].loss);
