@@ -96,7 +96,8 @@ typedef struct {
                          * root: the max over every value sharing its buffer */
     uint8_t arena;      /* gt_arena_kind */
     uint8_t category;   /* gt_mem_category */
-    uint8_t shared;     /* 1: view of root; 2: in place over root */
+    uint8_t shared;     /* 1: view of root; 2: in place over root; 3: a concat input computed in
+                         * place inside root, the concat's output */
     size_t view_offset; /* bytes from the start of the root's buffer (a slice view's run) */
     size_t offset;      /* in its arena: the root's offset + view_offset */
 } gt_value_plan;
@@ -112,7 +113,7 @@ typedef struct {
     int32_t peak_pos;                   /* the position where it is reached */
     size_t peak_by_category[GT_MEM_COUNT];    /* both arenas' live bytes at peak_pos, by category */
     size_t total_value_bytes[GT_ARENA_COUNT]; /* sum of the sizes of the buffers (roots) */
-    int32_t n_views, n_in_place;
+    int32_t n_views, n_in_place, n_concat_in_place; /* concat inputs computed in its output */
 } gt_plan;
 
 /* Plans memory for g under binding over the schedule order (copied). opts may be NULL. */

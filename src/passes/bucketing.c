@@ -51,6 +51,7 @@
 
 typedef struct {
     gt_node_id start, wait;
+    gt_value_id in; /* the start's input */
     int tag;
     gt_op op;
     int mesh_dim, group_size;
@@ -80,6 +81,16 @@ static int cmp_member(const void *a, const void *b)
     CMP(start);
 #undef CMP
     return 0;
+}
+
+/* A gather bucket's members in the order of their inputs (the start's order breaking ties): the
+ * backward's re-gather of a block then packs the same values in the same order as its forward
+ * gather, and takes the forward's buffer (emit_bucket). */
+static int cmp_gather_member(const void *a, const void *b)
+{
+    const member *x = a, *y = b;
+    if (x->in != y->in) return x->in < y->in ? -1 : 1;
+    return x->start < y->start ? -1 : x->start > y->start;
 }
 
 static bool same_group(const member *x, const member *y)
@@ -117,7 +128,39 @@ typedef struct {
     int32_t *mark, stamp;
     gt_value_id *scratch; /* concat tree */
     int64_t *scratch_bytes;
+    /* the gather buckets packed so far: pack value, mesh dim, group size and member inputs */
+    struct gather_pack {
+        gt_value_id buf;
+        int mesh_dim, group_size;
+        int32_t count;
+        gt_value_id *ins;
+    } * packs;
+    int32_t n_packs;
 } round_state;
+
+/* The pack of an earlier gather bucket over the same inputs in the same order, or GT_NONE. */
+static gt_value_id find_pack(const round_state *s, const member *m, int32_t count)
+{
+    for (int32_t k = 0; k < s->n_packs; k++) {
+        const struct gather_pack *p = &s->packs[k];
+        bool same =
+            p->count == count && p->mesh_dim == m[0].mesh_dim && p->group_size == m[0].group_size;
+        for (int32_t i = 0; same && i < count; i++)
+            same = p->ins[i] == m[i].in;
+        if (same) return p->buf;
+    }
+    return GT_NONE;
+}
+
+static void add_pack(round_state *s, const member *m, int32_t count, gt_value_id buf)
+{
+    s->packs = gt_xrealloc(s->packs, (size_t)(s->n_packs + 1) * sizeof *s->packs);
+    struct gather_pack *p = &s->packs[s->n_packs++];
+    *p = (struct gather_pack){buf, m[0].mesh_dim, m[0].group_size, count,
+                              gt_xmalloc((size_t)count * sizeof *p->ins)};
+    for (int32_t i = 0; i < count; i++)
+        p->ins[i] = m[i].in;
+}
 
 /* Keys for the nodes appended since `from`: right before position major, in creation order. */
 static void key_new_nodes(round_state *s, gt_node_id from, int64_t major)
@@ -278,10 +321,11 @@ static gt_status emit_bucket(round_state *s, const member *m, int32_t count, int
     g->cur_phase = (gt_phase)m[0].phase;
     gt_status st = GT_OK;
 
-    /* packing: flat member buffers, concatenated */
+    /* packing: flat member buffers, concatenated; a re-gather takes its earlier gather's pack */
     gt_place_kind pack_kind = op == GT_OP_ALL_GATHER_START ? GT_PLACE_SHARD : GT_PLACE_PARTIAL;
     gt_node_id from = g->n_nodes;
-    for (int32_t i = 0; i < count; i++) {
+    gt_value_id reused = op == GT_OP_ALL_GATHER_START ? find_pack(s, m, count) : GT_NONE;
+    for (int32_t i = 0; i < count && reused == GT_NONE; i++) {
         const gt_node *start = &g->nodes[m[i].start];
         gt_value_id x = start->in[0];
         g->cur_fqn = start->fqn;
@@ -308,8 +352,8 @@ static gt_status emit_bucket(round_state *s, const member *m, int32_t count, int
     }
     g->cur_fqn = gt_graph_intern(g, fqn);
     g->cur_origin = GT_NONE;
-    gt_value_id buf = GT_NONE;
-    if (st == GT_OK) {
+    gt_value_id buf = reused;
+    if (st == GT_OK && reused == GT_NONE) {
         int cat_dim = op == GT_OP_REDUCE_SCATTER_START ? 1 : 0;
         buf = concat_tree(s, s->scratch, s->scratch_bytes, count, cat_dim);
         if (buf != GT_NONE && op == GT_OP_REDUCE_SCATTER_START) {
@@ -318,13 +362,14 @@ static gt_status emit_bucket(round_state *s, const member *m, int32_t count, int
             buf = gt_reshape(g, buf, 1, &flat);
         }
         if (buf == GT_NONE) st = node_failed(g, "bucket buffer", err);
+        if (st == GT_OK && op == GT_OP_ALL_GATHER_START) add_pack(s, m, count, buf);
     }
     gt_value_id pending = GT_NONE, done = GT_NONE;
     if (st == GT_OK) {
         for (gt_node_id x = from; x < g->n_nodes; x++)
             if (g->nodes[x].op == GT_OP_CONCAT)
                 set_flat_place(g, g->nodes[x].out[0], m, count, pack_kind, false);
-        set_flat_place(g, buf, m, count, pack_kind, false);
+        if (reused == GT_NONE) set_flat_place(g, buf, m, count, pack_kind, false);
         gt_attrs a = {0};
         a.ni = 2, a.i[0] = m[0].mesh_dim, a.i[1] = n;
         pending = gt_graph_add_node(g, op, &buf, 1, &a, NULL);
@@ -438,6 +483,7 @@ static gt_status emit_members(round_state *s, member *b, int32_t count, int *emi
     }
     gt_node_id at = last_avail + 1 > b[0].start ? last_avail + 1 : b[0].start;
     GT_CHECK(at <= first_use);
+    if (b[0].op == GT_OP_ALL_GATHER_START) qsort(b, (size_t)kept, sizeof *b, cmp_gather_member);
     (*emitted)++;
     return emit_bucket(s, b, kept, b[0].piece, at, first_use, err);
 }
@@ -465,6 +511,7 @@ static gt_status bucket_round(gt_graph *g, const gt_pass_options *o, int *emitte
         cand_node[x] = cand_node[wait_of[x]] = 1;
         m[nm++] = (member){.start = x,
                            .wait = wait_of[x],
+                           .in = nd->in[0],
                            .tag = tag,
                            .op = nd->op,
                            .mesh_dim = (int)nd->attrs.i[0],
@@ -578,6 +625,9 @@ static gt_status bucket_round(gt_graph *g, const gt_pass_options *o, int *emitte
         }
         free(order);
     }
+    for (int32_t k = 0; k < s.n_packs; k++)
+        free(s.packs[k].ins);
+    free(s.packs);
     free(s.scratch);
     free(s.scratch_bytes);
     free(s.mark);

@@ -13,6 +13,13 @@
  *      after this node, is read by no other slot of the node, has the output's size and arena;
  *      so does an add's or fused_elementwise's output that is persistent state (gradient
  *      accumulation's running sum) over a persistent input of its dtype.
+ *      And the other way round, a concat's inputs are computed in place inside its output when
+ *      they are runs of it (every dim before the concat dim has size 1, as FSDP's bucket packing):
+ *      input j's whole buffer group moves into the output's at input j's byte offset, when that
+ *      is a multiple of GT_PLAN_ALIGN, the group was computed by the step (not a graph input,
+ *      nor persistent, nor a collective's buffer), the concat is its last reader, and the input
+ *      is the group's whole buffer. The concat then copies only the inputs not already in place;
+ *      the output's buffer lives from its first input's producer on.
  *      A group's last use is the max over its members; since a member is only created by a node
  *      that reads another member, "group last == this position" at the time the node is visited
  *      means no member is read later.
@@ -137,14 +144,69 @@ static bool slice_view_offset(const gt_plan *p, const gt_sym_binding *binding, c
     return true;
 }
 
+/* Buffer groups as lists, to move a whole group: next[v] is the member after v (-1 at the end),
+ * tail[r] the last member of root r's group. */
+typedef struct {
+    gt_value_id *next, *tail;
+} group_lists;
+
+static void group_add(group_lists *gl, gt_value_id r, gt_value_id v)
+{
+    gl->next[gl->tail[r]] = v;
+    gl->tail[r] = v;
+}
+
+/* Moves concat node nd's inputs into its output's buffer where they qualify (see the header). */
+static void concat_in_place(gt_plan *p, const gt_node *nd, int32_t pos, const uint8_t *roles,
+                            int32_t *group_last, group_lists *gl)
+{
+    const gt_graph *g = p->g;
+    gt_value_plan *vp = p->values;
+    gt_value_id out = nd->out[0];
+    int ndim = gt_value_type(g, out)->ndim;
+    int dim = (int)nd->attrs.i[0];
+    if (dim < 0) dim += ndim;
+    if (dim < 0 || dim >= ndim || (roles[out] & ROLE_PERSISTENT) || vp[out].root != out) return;
+    for (int d = 0; d < dim; d++)
+        if (vp[out].shape[d] != 1) return;
+    size_t at = 0;
+    for (int j = 0; j < nd->n_in; at += vp[nd->in[j]].nbytes, j++) {
+        gt_value_id in = nd->in[j], r = find_root(vp, in);
+        bool ok = r != out && vp[r].first >= 0 && group_last[r] == pos && at % GT_PLAN_ALIGN == 0 &&
+                  vp[in].view_offset == 0 && vp[in].nbytes == vp[r].nbytes && vp[in].nbytes > 0;
+        gt_node_id maker = g->values[r].producer;
+        ok = ok && maker >= 0 && !gt_op_is_collective_start(g->nodes[maker].op) &&
+             g->nodes[maker].op != GT_OP_WAIT;
+        for (gt_value_id m = r; ok && m >= 0; m = gl->next[m])
+            if (roles[m] & (ROLE_PERSISTENT | ROLE_INPUT)) ok = false;
+        if (!ok) continue;
+        for (gt_value_id m = r; m >= 0; m = gl->next[m])
+            vp[m].view_offset += at;
+        vp[r].root = out;
+        vp[r].shared = 3;
+        gl->next[gl->tail[out]] = r;
+        gl->tail[out] = gl->tail[r];
+        if (vp[r].first < vp[out].first) vp[out].first = vp[r].first;
+        p->n_concat_in_place++;
+    }
+}
+
 /* Step 3: views and in place. group_last[r] = max last over the members of root r so far. */
 static void share_buffers(gt_plan *p, const gt_sym_binding *binding, const uint8_t *roles,
                           const gt_plan_options *opts, int32_t *group_last)
 {
     const gt_graph *g = p->g;
     gt_value_plan *vp = p->values;
+    group_lists gl = {gt_xmalloc(((size_t)g->n_values + 1) * sizeof *gl.next),
+                      gt_xmalloc(((size_t)g->n_values + 1) * sizeof *gl.tail)};
+    for (gt_value_id v = 0; v < g->n_values; v++)
+        gl.next[v] = -1, gl.tail[v] = v;
     for (int32_t pos = 0; pos < p->n_order; pos++) {
         const gt_node *nd = &g->nodes[p->order[pos]];
+        if (nd->op == GT_OP_CONCAT && !opts->no_views) {
+            concat_in_place(p, nd, pos, roles, group_last, &gl);
+            continue;
+        }
         /* A reshape is a view of its input unless views are off. A wait hands over the bytes its
          * start's collective wrote (gt_ops.def): always the start's buffer, whatever the
          * options, since the executor writes it there. */
@@ -156,6 +218,7 @@ static void share_buffers(gt_plan *p, const gt_sym_binding *binding, const uint8
             vp[out].shared = 1;
             vp[out].view_offset = vp[nd->in[0]].view_offset + at;
             if (vp[out].last > group_last[r]) group_last[r] = vp[out].last;
+            group_add(&gl, r, out);
             p->n_views++;
             continue;
         }
@@ -179,9 +242,12 @@ static void share_buffers(gt_plan *p, const gt_sym_binding *binding, const uint8
             vp[out].shared = 2;
             vp[out].view_offset = vp[in].view_offset;
             group_last[r] = vp[out].last;
+            group_add(&gl, r, out);
             p->n_in_place++;
         }
     }
+    free(gl.next);
+    free(gl.tail);
 }
 
 typedef struct {
@@ -430,8 +496,10 @@ void gt_plan_print(const gt_plan *p, FILE *f)
 {
     const gt_graph *g = p->g;
     const double mib = 1024.0 * 1024.0;
-    fprintf(f, "memory plan: %d nodes, %d values (%d views, %d in place)\n", p->n_order,
-            p->n_values, p->n_views, p->n_in_place);
+    fprintf(f,
+            "memory plan: %d nodes, %d values (%d views, %d in place, %d concat inputs computed "
+            "in place)\n",
+            p->n_order, p->n_values, p->n_views, p->n_in_place, p->n_concat_in_place);
     static const char *const arena_names[GT_ARENA_COUNT] = {"persistent", "step"};
     for (int a = 0; a < GT_ARENA_COUNT; a++)
         fprintf(f, "  %-10s arena %14zu bytes (%10.2f MiB); sum of its buffers %14zu bytes\n",

@@ -1179,6 +1179,23 @@ static void test_tiny(void)
         gt_train_binding(&cfg, &layout, d.entries[r], &d.binding[r]);
     }
     check_packing(b, "test_tiny bucketed");
+    /* each backward re-gather of a block (the last block is not resharded) packs the same
+     * shards as its forward gather: it takes the forward's buffer instead of packing again */
+    int bwd_gathers = 0, reused = 0;
+    for (gt_node_id x = 0; x < b->n_nodes; x++) {
+        const gt_node *nd = &b->nodes[x];
+        if (nd->op != GT_OP_ALL_GATHER_START || nd->phase != GT_PHASE_BACKWARD) continue;
+        bwd_gathers++;
+        for (gt_node_id y = 0; y < x; y++)
+            if (b->nodes[y].op == GT_OP_ALL_GATHER_START && b->nodes[y].phase == GT_PHASE_FORWARD &&
+                b->nodes[y].in[0] == nd->in[0]) {
+                reused++;
+                break;
+            }
+    }
+    EXPECT(bwd_gathers >= 1 && reused == bwd_gathers,
+           "test_tiny bucketed: %d of %d backward gathers read their forward gather's pack", reused,
+           bwd_gathers);
     gt_graph *both = variant(g0, "fsdp_bucketing", "fsdp_reorder", 0);
     check_prefetch(both, &d.binding[0], L, true, "test_tiny bucketed + reordered");
     check_late_wait(both, "test_tiny bucketed + reordered");

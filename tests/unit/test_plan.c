@@ -79,6 +79,17 @@ static void check_plan(const gt_plan *p, const char *what)
                 ok = p->values[nd->in[0]].root == va->root && va->offset >= vr->offset &&
                      va->offset + va->nbytes <= vr->offset + vr->nbytes;
             }
+            /* a concat input computed in place: inside the run of one of the concat's inputs
+             * that shares the concat output's buffer */
+            gt_node_id rn = g->values[va->root].producer;
+            const gt_node *cat = rn >= 0 ? &g->nodes[rn] : NULL;
+            if (!ok && cat && cat->op == GT_OP_CONCAT && va->shared != 1) {
+                size_t at = p->values[va->root].offset;
+                for (int j = 0; j < cat->n_in; at += p->values[cat->in[j]].nbytes, j++)
+                    if (p->values[cat->in[j]].root == va->root && va->offset >= at &&
+                        va->offset + va->nbytes <= at + p->values[cat->in[j]].nbytes)
+                        ok = true;
+            }
             if (nd && nd->op == GT_OP_ADAMW) {
                 static const int in_of_out[3] = {0, 2, 3};
                 int slot = g->values[a].producer_slot;
@@ -303,6 +314,82 @@ static void test_slice_views(void)
 
 /* One AdamW step on p[n]; when read_p_later, p is also read after the update (so p' cannot take
  * p's buffer, while m' and v' still can). */
+/* Concat inputs computed in place inside the output. x[4, 48] f32 (a graph input), rx =
+ * reshape(x, [192]); c1 = concat(ra, rs, rx, q, w) along dim 0 with
+ *   ra = reshape(exp(x), [192])   768 bytes at 0: read only by c1, in place;
+ *   rs = reshape(sigmoid(x))      at 768: sigmoid(x) is also a graph output (read later), copied;
+ *   rx                            at 1536: a graph input, copied;
+ *   q = exp(rx[0:5])              20 bytes at 2304: in place;
+ *   w = sigmoid(rx)               at 2324, not a multiple of 64: copied;
+ * c2 = concat(z, c1) with z = exp(rx): z in place at 0, and c1's whole buffer, with ra and q in
+ * it, at 768. And d = concat(exp(x), sigmoid(x)) along dim 1 of [4, 48]: its inputs are not runs
+ * of d (4 rows), so copied. */
+static void test_concat_in_place(void)
+{
+    gt_graph *g = gt_graph_new();
+    gt_sym_pool *sp = g->sym;
+    gt_expr d2[2] = {gt_sym_const(sp, 4), gt_sym_const(sp, 48)};
+    gt_expr d1[1] = {gt_sym_const(sp, 192)};
+    gt_value_id x = gt_graph_add_input(g, GT_IN_INPUT, "x", GT_F32, 2, d2);
+    gt_value_id rx = gt_reshape(g, x, 1, d1);
+    gt_value_id ex = gt_unary(g, GT_OP_EXP, x), ra = gt_reshape(g, ex, 1, d1);
+    gt_value_id sx = gt_unary(g, GT_OP_SIGMOID, x), rs = gt_reshape(g, sx, 1, d1);
+    gt_value_id q =
+        gt_unary(g, GT_OP_EXP, gt_slice(g, rx, 0, gt_sym_const(sp, 0), gt_sym_const(sp, 5)));
+    gt_value_id w = gt_unary(g, GT_OP_SIGMOID, rx);
+    gt_value_id c1 = gt_concat(g, 5, (gt_value_id[]){ra, rs, rx, q, w}, 0);
+    gt_value_id z = gt_unary(g, GT_OP_EXP, rx);
+    gt_value_id c2 = gt_concat(g, 2, (gt_value_id[]){z, c1}, 0);
+    gt_value_id e2 = gt_unary(g, GT_OP_EXP, x), s2 = gt_unary(g, GT_OP_SIGMOID, x);
+    gt_value_id d = gt_concat(g, 2, (gt_value_id[]){e2, s2}, 1);
+    gt_graph_add_output(g, GT_OUT_METRIC, "c2", c2);
+    gt_graph_add_output(g, GT_OUT_METRIC, "sigmoid", sx);
+    gt_graph_add_output(g, GT_OUT_METRIC, "d", d);
+    gt_sym_binding b = {NULL, 0};
+    gt_plan *p = plan_of(g, &b, NULL);
+    if (p) {
+        check_plan(p, "concat in place");
+        const gt_value_plan *v = p->values;
+        size_t base = v[c2].offset;
+        struct {
+            gt_value_id id;
+            size_t at;
+            const char *name;
+        } in_place[] = {{z, 0, "z"},
+                        {c1, 768, "c1"},
+                        {ex, 768, "exp(x)"},
+                        {ra, 768, "ra"},
+                        {q, 768 + 2304, "q"}};
+        for (size_t k = 0; k < sizeof in_place / sizeof in_place[0]; k++)
+            EXPECT(v[in_place[k].id].root == c2 &&
+                       v[in_place[k].id].offset == base + in_place[k].at,
+                   "%s: inside c2 at byte %zu (root %%%d, at %zu)", in_place[k].name,
+                   in_place[k].at, v[in_place[k].id].root, v[in_place[k].id].offset - base);
+        EXPECT(v[sx].root == sx && v[rs].root == sx, "an input read after the concat is copied");
+        EXPECT(v[x].root == x && v[rx].root == x, "a graph input is copied");
+        EXPECT(v[w].root == w, "an input at a misaligned offset is copied");
+        EXPECT(v[e2].root == e2 && v[s2].root == s2, "inputs that are not runs of d are copied");
+        EXPECT(p->n_concat_in_place == 4, "4 inputs moved (ra, q, z, c1), got %d",
+               p->n_concat_in_place);
+        EXPECT(v[c2].first <= v[ex].first, "c2's buffer lives from exp(x)'s producer on");
+    }
+    gt_plan_free(p);
+    gt_plan_options nv = {.no_views = true};
+    p = plan_of(g, &b, &nv);
+    if (p) {
+        check_plan(p, "no concat in place");
+        EXPECT(p->n_concat_in_place == 0 && p->values[z].root == z, "off with views");
+    }
+    gt_plan_free(p);
+    gt_tensor in;
+    gt_error err = {0};
+    EXPECT_OK(gt_tensor_alloc(&in, GT_F32, 2, (int64_t[]){4, 48}, &err), &err);
+    fill(&in, 0.125f);
+    check_program(g, &b, &in, "concat in place");
+    gt_tensor_free(&in);
+    gt_graph_free(g);
+}
+
 static gt_graph *build_adamw(bool read_p_later, gt_value_id *p_out, gt_value_id *pn_out)
 {
     gt_graph *g = gt_graph_new();
@@ -462,6 +549,7 @@ int main(void)
     test_chain();
     test_views_and_alignment();
     test_slice_views();
+    test_concat_in_place();
     test_adamw_in_place();
     test_report();
     test_errors();
