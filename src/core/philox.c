@@ -12,34 +12,17 @@
  * so element `index` of a stream depends on nothing else, and redrawing (round > 0) never touches
  * a neighbour's counter. Round r of stream s aliases round 0 of stream s + r*2^32; streams are
  * 64-bit hashes of fqns, so an overlap has probability ~ (rounds used) * (streams) / 2^64. */
+#include "core/philox_rounds.h"
 #include "graphtrain/gt_core.h"
 
 #include <math.h>
 #include <string.h>
 
-#define GT_PHILOX_M0 0xD2511F53u
-#define GT_PHILOX_M1 0xCD9E8D57u
-#define GT_PHILOX_W0 0x9E3779B9u
-#define GT_PHILOX_W1 0xBB67AE85u
-
 void gt_philox4x32(const uint32_t counter[4], const uint32_t key[2], uint32_t out[4])
 {
-    uint32_t c0 = counter[0], c1 = counter[1], c2 = counter[2], c3 = counter[3];
-    uint32_t k0 = key[0], k1 = key[1];
-    for (int r = 0; r < 10; r++) {
-        if (r > 0) {
-            k0 += GT_PHILOX_W0;
-            k1 += GT_PHILOX_W1;
-        }
-        uint64_t p0 = (uint64_t)GT_PHILOX_M0 * c0;
-        uint64_t p1 = (uint64_t)GT_PHILOX_M1 * c2;
-        uint32_t n0 = (uint32_t)(p1 >> 32) ^ c1 ^ k0;
-        uint32_t n1 = (uint32_t)p1;
-        uint32_t n2 = (uint32_t)(p0 >> 32) ^ c3 ^ k1;
-        uint32_t n3 = (uint32_t)p0;
-        c0 = n0, c1 = n1, c2 = n2, c3 = n3;
-    }
-    out[0] = c0, out[1] = c1, out[2] = c2, out[3] = c3;
+    uint32_t c[4] = {counter[0], counter[1], counter[2], counter[3]};
+    gt_philox_rounds(c, key[0], key[1]);
+    memcpy(out, c, sizeof c);
 }
 
 void gt_rng_bits(uint64_t seed, uint64_t stream, uint64_t index, uint32_t round, uint32_t out[4])

@@ -8,33 +8,16 @@
  * floating-point step is an IEEE double add, multiply, divide or square root, rounded to nearest:
  * this file is compiled with --fmad=false (CMakeLists.txt), so no multiply and add are fused, as
  * philox.c is compiled with -ffp-contract=off. Integer steps are exact on both sides. */
+#include "core/philox_rounds.h"
 #include "cuda_internal.h"
 #include "graphtrain/gt_model.h"
-
-#define PHILOX_M0 0xD2511F53u
-#define PHILOX_M1 0xCD9E8D57u
-#define PHILOX_W0 0x9E3779B9u
-#define PHILOX_W1 0xBB67AE85u
 
 __device__ static void dev_philox(uint64_t seed, uint64_t stream, uint64_t index, uint32_t round,
                                   uint32_t w[4])
 {
-    uint32_t c0 = (uint32_t)index, c1 = (uint32_t)(index >> 32);
-    uint32_t c2 = (uint32_t)stream, c3 = (uint32_t)(stream >> 32) + round;
-    uint32_t k0 = (uint32_t)seed, k1 = (uint32_t)(seed >> 32);
-    for (int r = 0; r < 10; r++) {
-        if (r > 0) {
-            k0 += PHILOX_W0;
-            k1 += PHILOX_W1;
-        }
-        uint64_t p0 = (uint64_t)PHILOX_M0 * c0;
-        uint64_t p1 = (uint64_t)PHILOX_M1 * c2;
-        uint32_t n0 = (uint32_t)(p1 >> 32) ^ c1 ^ k0;
-        uint32_t n2 = (uint32_t)(p0 >> 32) ^ c3 ^ k1;
-        c1 = (uint32_t)p1, c3 = (uint32_t)p0;
-        c0 = n0, c2 = n2;
-    }
-    w[0] = c0, w[1] = c1, w[2] = c2, w[3] = c3;
+    w[0] = (uint32_t)index, w[1] = (uint32_t)(index >> 32);
+    w[2] = (uint32_t)stream, w[3] = (uint32_t)(stream >> 32) + round;
+    gt_philox_rounds(w, (uint32_t)seed, (uint32_t)(seed >> 32));
 }
 
 __device__ static double dev_small_int(uint64_t v)
