@@ -128,9 +128,11 @@ typedef struct {
     int32_t *mark, stamp;
     gt_value_id *scratch; /* concat tree */
     int64_t *scratch_bytes;
-    /* the gather buckets packed so far: pack value, mesh dim, group size and member inputs */
+    /* the gather buckets packed so far: pack value, where it was put, mesh dim, group size and
+     * member inputs */
     struct gather_pack {
         gt_value_id buf;
+        gt_node_id at;
         int mesh_dim, group_size;
         int32_t count;
         gt_value_id *ins;
@@ -138,13 +140,14 @@ typedef struct {
     int32_t n_packs;
 } round_state;
 
-/* The pack of an earlier gather bucket over the same inputs in the same order, or GT_NONE. */
-static gt_value_id find_pack(const round_state *s, const member *m, int32_t count)
+/* The pack of a gather bucket over the same inputs in the same order, put before position at,
+ * or GT_NONE. */
+static gt_value_id find_pack(const round_state *s, const member *m, int32_t count, gt_node_id at)
 {
     for (int32_t k = 0; k < s->n_packs; k++) {
         const struct gather_pack *p = &s->packs[k];
-        bool same =
-            p->count == count && p->mesh_dim == m[0].mesh_dim && p->group_size == m[0].group_size;
+        bool same = p->at <= at && p->count == count && p->mesh_dim == m[0].mesh_dim &&
+                    p->group_size == m[0].group_size;
         for (int32_t i = 0; same && i < count; i++)
             same = p->ins[i] == m[i].in;
         if (same) return p->buf;
@@ -152,12 +155,12 @@ static gt_value_id find_pack(const round_state *s, const member *m, int32_t coun
     return GT_NONE;
 }
 
-static void add_pack(round_state *s, const member *m, int32_t count, gt_value_id buf)
+static void add_pack(round_state *s, const member *m, int32_t count, gt_value_id buf, gt_node_id at)
 {
     s->packs = gt_xrealloc(s->packs, (size_t)(s->n_packs + 1) * sizeof *s->packs);
     struct gather_pack *p = &s->packs[s->n_packs++];
-    *p = (struct gather_pack){buf, m[0].mesh_dim, m[0].group_size, count,
-                              gt_xmalloc((size_t)count * sizeof *p->ins)};
+    *p = (struct gather_pack){
+        buf, at, m[0].mesh_dim, m[0].group_size, count, gt_xmalloc((size_t)count * sizeof *p->ins)};
     for (int32_t i = 0; i < count; i++)
         p->ins[i] = m[i].in;
 }
@@ -324,7 +327,7 @@ static gt_status emit_bucket(round_state *s, const member *m, int32_t count, int
     /* packing: flat member buffers, concatenated; a re-gather takes its earlier gather's pack */
     gt_place_kind pack_kind = op == GT_OP_ALL_GATHER_START ? GT_PLACE_SHARD : GT_PLACE_PARTIAL;
     gt_node_id from = g->n_nodes;
-    gt_value_id reused = op == GT_OP_ALL_GATHER_START ? find_pack(s, m, count) : GT_NONE;
+    gt_value_id reused = op == GT_OP_ALL_GATHER_START ? find_pack(s, m, count, at_start) : GT_NONE;
     for (int32_t i = 0; i < count && reused == GT_NONE; i++) {
         const gt_node *start = &g->nodes[m[i].start];
         gt_value_id x = start->in[0];
@@ -362,7 +365,7 @@ static gt_status emit_bucket(round_state *s, const member *m, int32_t count, int
             buf = gt_reshape(g, buf, 1, &flat);
         }
         if (buf == GT_NONE) st = node_failed(g, "bucket buffer", err);
-        if (st == GT_OK && op == GT_OP_ALL_GATHER_START) add_pack(s, m, count, buf);
+        if (st == GT_OK && op == GT_OP_ALL_GATHER_START) add_pack(s, m, count, buf, at_start);
     }
     gt_value_id pending = GT_NONE, done = GT_NONE;
     if (st == GT_OK) {
