@@ -390,6 +390,130 @@ static void test_concat_in_place(void)
     gt_graph_free(g);
 }
 
+/* ---------------------------------------------------------------- random graphs
+ *
+ * Random graphs of unary ops, adds, reshapes, slices and concats (along dim 0 of vectors, and
+ * along either dim of matrices) over one input x[4, 48], with random outputs: sizes and offsets
+ * both aligned and not, inputs read again after their concat or not, concats of concats. Every
+ * plan passes check_plan's brute-force checks (no overlap of live buffers, every shared buffer a
+ * legal one), with and without views, and the program gives the eager executor's bits. */
+
+typedef struct {
+    gt_value_id id;
+    int ndim;
+    int64_t d[2];
+} rand_value;
+
+static uint64_t rand_state = 0x9e3779b97f4a7c15ull;
+
+static uint32_t rand_below(uint32_t n)
+{
+    rand_state ^= rand_state << 13;
+    rand_state ^= rand_state >> 7;
+    rand_state ^= rand_state << 17;
+    return (uint32_t)(rand_state % n);
+}
+
+static int64_t rand_numel(const rand_value *v)
+{
+    return v->ndim == 1 ? v->d[0] : v->d[0] * v->d[1];
+}
+
+/* One random node over vals[0..*n), appended to vals; false when the pick does not apply. */
+static bool rand_node(gt_graph *g, rand_value *vals, int *n)
+{
+    gt_sym_pool *sp = g->sym;
+    rand_value a = vals[rand_below((uint32_t)*n)], r = a;
+    switch (rand_below(6)) {
+    case 0: {
+        static const gt_op ops[3] = {GT_OP_EXP, GT_OP_SIGMOID, GT_OP_NEG};
+        r.id = gt_unary(g, ops[rand_below(3)], a.id);
+        break;
+    }
+    case 1: { /* add a value of the same shape (a itself if no other) */
+        rand_value b = vals[rand_below((uint32_t)*n)];
+        if (b.ndim != a.ndim || b.d[0] != a.d[0] || (a.ndim == 2 && b.d[1] != a.d[1])) b = a;
+        r.id = gt_add(g, a.id, b.id);
+        break;
+    }
+    case 2: { /* a vector becomes [1, n]; a matrix its vector */
+        int64_t numel = rand_numel(&a);
+        if (a.ndim == 1)
+            r.ndim = 2, r.d[0] = 1, r.d[1] = numel;
+        else
+            r.ndim = 1, r.d[0] = numel;
+        gt_expr dims[2] = {gt_sym_const(sp, r.d[0]), gt_sym_const(sp, r.d[1])};
+        r.id = gt_reshape(g, a.id, r.ndim, dims);
+        break;
+    }
+    case 3: {
+        int dim = (int)rand_below((uint32_t)a.ndim);
+        int64_t lo = rand_below((uint32_t)a.d[dim]),
+                hi = lo + 1 + rand_below((uint32_t)(a.d[dim] - lo));
+        r.d[dim] = hi - lo;
+        r.id = gt_slice(g, a.id, dim, gt_sym_const(sp, lo), gt_sym_const(sp, hi));
+        break;
+    }
+    default: { /* concat 2-4 values that fit along a dim */
+        int dim = a.ndim == 1 ? 0 : (int)rand_below(2), k = 1, want = 2 + (int)rand_below(3);
+        gt_value_id xs[4] = {a.id};
+        for (int tries = 0; tries < 16 && k < want; tries++) {
+            rand_value b = vals[rand_below((uint32_t)*n)];
+            if (b.ndim != a.ndim || (a.ndim == 2 && b.d[1 - dim] != a.d[1 - dim])) continue;
+            if (r.d[dim] + b.d[dim] > 4096) break;
+            xs[k++] = b.id;
+            r.d[dim] += b.d[dim];
+        }
+        if (k < 2) return false;
+        r.id = gt_concat(g, k, xs, dim);
+        break;
+    }
+    }
+    if (r.id == GT_NONE || *n >= 48) return false;
+    vals[(*n)++] = r;
+    return true;
+}
+
+static void test_random_graphs(void)
+{
+    int concat_moves = 0;
+    for (int t = 0; t < 200; t++) {
+        gt_graph *g = gt_graph_new();
+        gt_expr d2[2] = {gt_sym_const(g->sym, 4), gt_sym_const(g->sym, 48)};
+        rand_value vals[48] = {
+            {gt_graph_add_input(g, GT_IN_INPUT, "x", GT_F32, 2, d2), 2, {4, 48}}};
+        int n = 1, steps = 6 + (int)rand_below(24);
+        for (int k = 0; k < steps; k++)
+            rand_node(g, vals, &n);
+        gt_graph_add_output(g, GT_OUT_METRIC, "last", vals[n - 1].id);
+        for (int k = 1; k < n - 1; k++)
+            if (rand_below(5) == 0) gt_graph_add_output(g, GT_OUT_METRIC, "some", vals[k].id);
+        char what[64];
+        gt_sym_binding b = {NULL, 0};
+        for (int views = 0; views < 2; views++) {
+            gt_plan_options o = {.no_views = views == 1};
+            gt_plan *p = plan_of(g, &b, &o);
+            snprintf(what, sizeof what, "random graph %d%s", t, views ? ", no views" : "");
+            if (p) {
+                check_plan(p, what);
+                concat_moves += p->n_concat_in_place;
+                EXPECT(!views || p->n_concat_in_place == 0, "%s: no concat in place", what);
+            }
+            gt_plan_free(p);
+        }
+        gt_tensor in;
+        gt_error err = {0};
+        EXPECT_OK(gt_tensor_alloc(&in, GT_F32, 2, (int64_t[]){4, 48}, &err), &err);
+        fill(&in, 0.01f * (float)t);
+        snprintf(what, sizeof what, "random graph %d", t);
+        check_program(g, &b, &in, what);
+        gt_tensor_free(&in);
+        gt_graph_free(g);
+    }
+    EXPECT(concat_moves > 50, "the random graphs move concat inputs in place (%d)", concat_moves);
+    printf("random graphs: 200, %d concat inputs computed in place\n", concat_moves);
+}
+
 static gt_graph *build_adamw(bool read_p_later, gt_value_id *p_out, gt_value_id *pn_out)
 {
     gt_graph *g = gt_graph_new();
@@ -550,6 +674,7 @@ int main(void)
     test_views_and_alignment();
     test_slice_views();
     test_concat_in_place();
+    test_random_graphs();
     test_adamw_in_place();
     test_report();
     test_errors();
