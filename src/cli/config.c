@@ -164,8 +164,9 @@ static const gt_cfg_option options[] = {
      .help = "fsdp_bucketing: split each transformer block's bucket into pieces of at most this "
              "many MiB (unsharded sizes); 0: one bucket per block"},
     {OPT(compile, fsdp_gathers, GT_CFG_ENUM), .default_value = "bucketed", .choices = fsdp_gathers,
-     .help = "FSDP parameter all-gathers: bucketed packs a block's shards into one buffer, "
-             "gathers it and unpacks the tensors (copies on the compute stream); grouped gathers "
+     .help = "FSDP parameter all-gathers: bucketed gathers a block's shards as one buffer (cast "
+             "straight into it, reused by the backward's re-gather) and unpacks the tensors "
+             "(copies on the compute stream); grouped gathers "
              "each tensor into place, a block's gathers posted together (one NCCL group on "
              "GPUs); gradient reduce-scatters stay bucketed either way"},
     {OPT(compile, disable_passes, GT_CFG_STRINGS), .default_value = "",
