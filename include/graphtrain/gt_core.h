@@ -186,6 +186,8 @@ double gt_now_seconds(void);
 /* mkdir -p DIR (src/core/dirs.c): every missing folder of the path; an error names the one that
  * cannot be made, or a part that exists and is no folder. */
 gt_status gt_make_dirs(const char *dir, gt_error *err);
+/* "dir/name", allocated (the caller frees it; src/core/dirs.c). */
+char *gt_path_join(const char *dir, const char *name);
 
 /* The CPUs this process may run on (its affinity mask; src/core/cpus.c). */
 int gt_cpu_count(void);

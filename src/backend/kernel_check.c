@@ -135,6 +135,13 @@ void gt_kernel_outer_inner(const gt_tensor *t, int dim, int64_t *outer, int64_t 
         *inner *= t->shape[d];
 }
 
+bool gt_kernel_concat_in_place(const gt_tensor *x, const gt_tensor *out, int64_t outer, int64_t off,
+                               int64_t inner)
+{
+    return outer == 1 &&
+           x->data == (const char *)out->data + (size_t)(off * inner) * gt_dtype_size(out->dtype);
+}
+
 bool gt_kernel_same_but(const gt_tensor *a, const gt_tensor *b, int dim)
 {
     if (a->ndim != b->ndim) return false;

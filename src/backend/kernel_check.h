@@ -48,6 +48,11 @@ gt_status gt_kernel_norm_dim(const gt_kernel_call *c, int64_t dim, int ndim, int
 void gt_kernel_contig_strides(int ndim, const int64_t *shape, int64_t *strides);
 /* Splits a shape at dim: outer = prod(shape[0..dim)), inner = prod(shape(dim..]). */
 void gt_kernel_outer_inner(const gt_tensor *t, int dim, int64_t *outer, int64_t *inner);
+/* Whether a concat's input x, for the output's elements from off along its concat dim (split at
+ * it into outer and inner), already lies there: the memory plan computes such inputs in place
+ * inside the output (src/runtime/plan.c), and the concat leaves them. */
+bool gt_kernel_concat_in_place(const gt_tensor *x, const gt_tensor *out, int64_t outer, int64_t off,
+                               int64_t inner);
 /* True when a and b have the same rank and agree on every dim except dim. */
 bool gt_kernel_same_but(const gt_tensor *a, const gt_tensor *b, int dim);
 /* True when rows has ids' shape plus a last dim d (an embedding's rows, or their gradient). */

@@ -9,22 +9,14 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-static char *join(const char *a, const char *b)
-{
-    size_t n = strlen(a) + strlen(b) + 1;
-    char *p = gt_xmalloc(n);
-    snprintf(p, n, "%s%s", a, b);
-    return p;
-}
-
 char *gt_tune_cache_default_path(void)
 {
     const char *env = getenv("GT_MATMUL_TUNE_CACHE");
     if (env) return env[0] && strcmp(env, "0") != 0 ? gt_xstrdup(env) : NULL;
     const char *xdg = getenv("XDG_CACHE_HOME");
-    if (xdg && xdg[0] == '/') return join(xdg, "/graphtrain/matmul_tune.tsv");
+    if (xdg && xdg[0] == '/') return gt_path_join(xdg, "graphtrain/matmul_tune.tsv");
     const char *home = getenv("HOME");
-    if (home && home[0] == '/') return join(home, "/.cache/graphtrain/matmul_tune.tsv");
+    if (home && home[0] == '/') return gt_path_join(home, ".cache/graphtrain/matmul_tune.tsv");
     return NULL;
 }
 

@@ -1,5 +1,6 @@
-/* dirs.c — mkdir -p. */
+/* dirs.c — mkdir -p, and joining a path. */
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -33,4 +34,12 @@ gt_status gt_make_dirs(const char *dir, gt_error *err)
     }
     free(path);
     return st;
+}
+
+char *gt_path_join(const char *dir, const char *name)
+{
+    size_t n = strlen(dir) + strlen(name) + 2;
+    char *p = gt_xmalloc(n);
+    snprintf(p, n, "%s/%s", dir, name);
+    return p;
 }

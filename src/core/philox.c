@@ -12,7 +12,7 @@
  * so element `index` of a stream depends on nothing else, and redrawing (round > 0) never touches
  * a neighbour's counter. Round r of stream s aliases round 0 of stream s + r*2^32; streams are
  * 64-bit hashes of fqns, so an overlap has probability ~ (rounds used) * (streams) / 2^64. */
-#include "core/philox_rounds.h"
+#include "core/rng_shared.h"
 #include "graphtrain/gt_core.h"
 
 #include <math.h>
@@ -27,43 +27,7 @@ void gt_philox4x32(const uint32_t counter[4], const uint32_t key[2], uint32_t ou
 
 void gt_rng_bits(uint64_t seed, uint64_t stream, uint64_t index, uint32_t round, uint32_t out[4])
 {
-    const uint32_t key[2] = {(uint32_t)seed, (uint32_t)(seed >> 32)};
-    const uint32_t counter[4] = {(uint32_t)index, (uint32_t)(index >> 32), (uint32_t)stream,
-                                 (uint32_t)(stream >> 32) + round};
-    gt_philox4x32(counter, key, out);
-}
-
-static inline uint64_t to_bits(double x)
-{
-    uint64_t b;
-    memcpy(&b, &x, sizeof b);
-    return b;
-}
-
-static inline double from_bits(uint64_t b)
-{
-    double x;
-    memcpy(&x, &b, sizeof x);
-    return x;
-}
-
-/* (double)v for v < 2^52, exactly, by bits: 2^52 + v has v as its mantissa. Vectorizes where an
- * integer-to-double conversion of 64-bit lanes does not (SSE2, AVX2). */
-static inline double small_int(uint64_t v)
-{
-    return from_bits(0x4330000000000000ull | v) - 0x1p52;
-}
-
-/* 53 random bits from two words -> x * 2^-53 in [0, 1 - 2^-53]. x = 0 (probability 2^-53) maps
- * to 2^-54 instead, so the result is never 0 (log-safe) and never 1. A centred (x + 0.5) * 2^-53
- * would be nicer but is not representable near 1 (it would round up to 1.0). x is converted as
- * its two halves (each exact, and so is their sum) and selected without a branch, so the
- * sampler's lanes vectorize it too. */
-static inline double gt_u53(uint32_t hi, uint32_t lo)
-{
-    uint64_t x = (((uint64_t)hi << 32) | lo) >> 11;
-    double u = (small_int(x >> 32) * 0x1p32 + small_int(x & 0xFFFFFFFFull)) * 0x1p-53;
-    return x == 0 ? 0x1p-54 : u;
+    gt_philox_bits(seed, stream, index, round, out);
 }
 
 double gt_rng_uniform(uint64_t seed, uint64_t stream, uint64_t index, uint32_t round)
@@ -137,20 +101,19 @@ GT_RNG_INLINE void philox_lanes(uint64_t seed, uint64_t stream, uint64_t index, 
  * a tail. */
 GT_RNG_INLINE void log_lanes(const double *x, double *out)
 {
-    static const double inv_odd[] = {1.0 / 19, 1.0 / 17, 1.0 / 15, 1.0 / 13, 1.0 / 11,
-                                     1.0 / 9,  1.0 / 7,  1.0 / 5,  1.0 / 3};
-    const double ln2_hi = 0x1.62e42fefa0000p-1, ln2_lo = 0x1.cf79abc9e3b3ap-40;
+    static const double inv_odd[] = GT_RNG_LOG_INV_ODD;
+    const double ln2_hi = GT_RNG_LN2_HI, ln2_lo = GT_RNG_LN2_LO;
     double e[GT_RNG_LANES], s[GT_RNG_LANES], z[GT_RNG_LANES], p[GT_RNG_LANES];
     for (int l = 0; l < GT_RNG_LANES; l++) {
-        uint64_t b = to_bits(x[l]);
-        double m = from_bits((b & 0x000FFFFFFFFFFFFFull) | 0x3FF0000000000000ull);
+        uint64_t b = gt_rng_to_bits(x[l]);
+        double m = gt_rng_from_bits((b & 0x000FFFFFFFFFFFFFull) | 0x3FF0000000000000ull);
         double big = m > 1.4142135623730951 ? 1.0 : 0.0;
         m = m - big * 0.5 * m; /* m / 2 when big: both exact */
         /* the biased exponent as a double, exactly, without an integer conversion */
-        e[l] = (small_int(b >> 52) - 1023.0) + big;
+        e[l] = (gt_rng_small_int(b >> 52) - 1023.0) + big;
         s[l] = (m - 1.0) / (m + 1.0);
         z[l] = s[l] * s[l];
-        p[l] = 1.0 / 21;
+        p[l] = GT_RNG_LOG_FIRST;
     }
     for (int k = 0; k < (int)(sizeof inv_odd / sizeof inv_odd[0]); k++)
         for (int l = 0; l < GT_RNG_LANES; l++)
@@ -166,28 +129,19 @@ GT_RNG_INLINE void log_lanes(const double *x, double *out)
  * Taylor polynomial to t^16 / t^17 (remainder under 2e-18). */
 GT_RNG_INLINE void cos2pi_lanes(const double *x, double *out)
 {
-    static const double cos_c[] = {-1.0 / 87178291200.0,
-                                   1.0 / 479001600.0,
-                                   -1.0 / 3628800.0,
-                                   1.0 / 40320.0,
-                                   -1.0 / 720.0,
-                                   1.0 / 24.0,
-                                   -0.5,
-                                   1.0};
-    static const double sin_c[] = {
-        -1.0 / 1307674368000.0, 1.0 / 6227020800.0, -1.0 / 39916800.0, 1.0 / 362880.0,
-        -1.0 / 5040.0,          1.0 / 120.0,        -1.0 / 6.0};
+    static const double cos_c[] = GT_RNG_COS_C;
+    static const double sin_c[] = GT_RNG_SIN_C;
     double t[GT_RNG_LANES], z[GT_RNG_LANES], c[GT_RNG_LANES], sn[GT_RNG_LANES];
     uint64_t q[GT_RNG_LANES];
     for (int l = 0; l < GT_RNG_LANES; l++) {
         /* 4x rounded to the nearest integer (ties to even) by adding and taking away 1.5 * 2^52,
          * whose sum holds that integer in its low mantissa bits */
         double big = 4.0 * x[l] + 0x1.8p52;
-        q[l] = to_bits(big) & 3;
+        q[l] = gt_rng_to_bits(big) & 3;
         t[l] = 6.283185307179586 * (x[l] - 0.25 * (big - 0x1.8p52));
         z[l] = t[l] * t[l];
-        c[l] = 1.0 / 20922789888000.0;   /* 1/16! */
-        sn[l] = 1.0 / 355687428096000.0; /* 1/17! */
+        c[l] = GT_RNG_COS_FIRST;
+        sn[l] = GT_RNG_SIN_FIRST;
     }
     for (int k = 0; k < (int)(sizeof cos_c / sizeof cos_c[0]); k++)
         for (int l = 0; l < GT_RNG_LANES; l++)

@@ -203,14 +203,6 @@ static gt_status hf_check_inputs(const gt_llama3_config *cfg, const gt_model *m,
 
 /* ---------------------------------------------------------------- files */
 
-static char *hf_join(const char *dir, const char *name)
-{
-    size_t n = strlen(dir) + strlen(name) + 2;
-    char *p = gt_xmalloc(n);
-    snprintf(p, n, "%s/%s", dir, name);
-    return p;
-}
-
 /* mkdir -p, then require DIR to be an empty directory. */
 static gt_status hf_prepare_dir(const char *dir, gt_error *err)
 {
@@ -472,17 +464,17 @@ gt_status gt_export_hf_llama3_opts(const gt_llama3_config *cfg, const gt_model *
     for (int s = 0; st == GT_OK && s < n_shards; s++) {
         char file[64];
         hf_shard_name(s, n_shards, file, sizeof file);
-        char *path = hf_join(dir, file);
+        char *path = gt_path_join(dir, file);
         st = hf_write_shard(path, params, names, shard_of, n, s, o.dtype, err);
         written[n_written++] = path;
     }
     if (st == GT_OK && n_shards > 1) {
-        char *path = hf_join(dir, "model.safetensors.index.json");
+        char *path = gt_path_join(dir, "model.safetensors.index.json");
         st = hf_write_index(dir, path, names, shard_of, bytes, n, n_shards, err);
         written[n_written++] = path;
     }
     if (st == GT_OK) {
-        char *path = hf_join(dir, "config.json");
+        char *path = gt_path_join(dir, "config.json");
         json_t *config = hf_config_json(cfg, &o);
         st = hf_write_json(dir, path, config, err);
         json_decref(config);

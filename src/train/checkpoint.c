@@ -33,19 +33,11 @@
 
 /* ---------------------------------------------------------------- paths and small file helpers */
 
-char *ckpt_join(const char *a, const char *b)
-{
-    size_t n = strlen(a) + strlen(b) + 2;
-    char *s = gt_xmalloc(n);
-    snprintf(s, n, "%s/%s", a, b);
-    return s;
-}
-
 char *ckpt_step_dir(const char *folder, int64_t step)
 {
     char name[32];
     snprintf(name, sizeof name, "step-%lld", (long long)step);
-    return ckpt_join(folder, name);
+    return gt_path_join(folder, name);
 }
 
 bool ckpt_parse_step_name(const char *name, int64_t *step)
@@ -140,7 +132,7 @@ static gt_status ckpt_remove_tree_at(int parent_fd, const char *name, const char
 
 static gt_status ckpt_remove_tree(const char *folder, const char *name, gt_error *err)
 {
-    char *shown = ckpt_join(folder, name);
+    char *shown = gt_path_join(folder, name);
     int fd = open(folder, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     gt_status status;
     if (fd < 0) {
@@ -275,7 +267,7 @@ gt_status ckpt_hash_tensor_file(const gt_safetensors *st, const gt_checkpoint_in
 gt_status ckpt_read_manifest(const char *dir, int64_t step, gt_checkpoint_info *info, gt_error *err)
 {
     memset(info, 0, sizeof *info);
-    char *path = ckpt_join(dir, GT_CHECKPOINT_MANIFEST);
+    char *path = gt_path_join(dir, GT_CHECKPOINT_MANIFEST);
     gt_status status = GT_OK;
     char *text = NULL;
     size_t len = 0;
@@ -388,7 +380,7 @@ gt_status gt_checkpoint_list(const char *folder, int64_t **steps, int *n, gt_err
     while ((e = readdir(d))) {
         int64_t step;
         if (!ckpt_parse_step_name(e->d_name, &step)) continue;
-        char *dir = ckpt_join(folder, e->d_name);
+        char *dir = gt_path_join(folder, e->d_name);
         gt_checkpoint_info info;
         gt_error why = {0};
         if (ckpt_read_manifest(dir, step, &info, &why) == GT_OK) {
@@ -593,7 +585,7 @@ static gt_status prune(const char *folder, int keep, bool background, gt_error *
         char name[96];
         snprintf(name, sizeof name, CKPT_TMP_PREFIX "prune-step-%lld-%ld", (long long)steps[i],
                  (long)getpid());
-        char *tmp = ckpt_join(folder, name);
+        char *tmp = gt_path_join(folder, name);
         if (rename(dir, tmp) != 0)
             status = gt_error_set(err, GT_ERR_IO, "checkpoint %s: cannot rename to %s: %s", dir,
                                   tmp, strerror(errno));
@@ -624,7 +616,7 @@ gt_status gt_checkpoint_prune(const char *folder, int keep, gt_error *err)
 /* Moves the finished temporary directory FOLDER/tmp_name onto step-<N>. */
 static gt_status ckpt_publish(const char *folder, const char *tmp_name, int64_t step, gt_error *err)
 {
-    char *tmp_dir = ckpt_join(folder, tmp_name), *final_dir = ckpt_step_dir(folder, step);
+    char *tmp_dir = gt_path_join(folder, tmp_name), *final_dir = ckpt_step_dir(folder, step);
     char *aside = NULL, aside_name[96];
     gt_status status = GT_OK;
     if (rename(tmp_dir, final_dir) == 0) {
@@ -652,7 +644,7 @@ static gt_status ckpt_publish(const char *folder, const char *tmp_name, int64_t 
      * is absent; the earlier checkpoints remain, and a kill leaves the old one as a .tmp-*. */
     snprintf(aside_name, sizeof aside_name, CKPT_TMP_PREFIX "old-step-%lld-%ld", (long long)step,
              (long)getpid());
-    aside = ckpt_join(folder, aside_name);
+    aside = gt_path_join(folder, aside_name);
     if (rename(final_dir, aside) != 0 || rename(tmp_dir, final_dir) != 0) {
         status = gt_error_set(err, GT_ERR_IO, "%s: cannot replace it with %s: %s", final_dir,
                               tmp_dir, strerror(errno));
@@ -761,8 +753,8 @@ char *gt_checkpoint_tensor_path(const char *folder, int64_t step, long writer_pi
 {
     char name[96];
     ckpt_tmp_name(name, sizeof name, step, writer_pid);
-    char *dir = ckpt_join(folder, name);
-    char *path = ckpt_join(dir, GT_CHECKPOINT_TENSOR_FILE);
+    char *dir = gt_path_join(folder, name);
+    char *path = gt_path_join(dir, GT_CHECKPOINT_TENSOR_FILE);
     free(dir);
     return path;
 }
@@ -786,7 +778,7 @@ static gt_status ckpt_prepare(const gt_checkpoint_desc *d, int n, const char *co
     gt_checkpoint_prune_wait(); /* its .tmp-* names are ours: stale to the line below */
     GT_TRY(ckpt_remove_stale(d->folder, err));
     ckpt_tmp_name(tmp_name, cap, d->step, (long)getpid());
-    char *tmp_dir = ckpt_join(d->folder, tmp_name);
+    char *tmp_dir = gt_path_join(d->folder, tmp_name);
     gt_status st = GT_OK;
     if (mkdir(tmp_dir, 0755) != 0)
         st = gt_error_set(err, GT_ERR_IO, "%s: cannot create directory: %s", tmp_dir,
@@ -801,8 +793,8 @@ static gt_status ckpt_prepare(const gt_checkpoint_desc *d, int n, const char *co
 static gt_status ckpt_complete(const gt_checkpoint_desc *d, const char *tmp_name,
                                gt_checkpoint_info *info, gt_status st, gt_error *err)
 {
-    char *tmp_dir = ckpt_join(d->folder, tmp_name);
-    char *st_path = ckpt_join(tmp_dir, GT_CHECKPOINT_TENSOR_FILE);
+    char *tmp_dir = gt_path_join(d->folder, tmp_name);
+    char *st_path = gt_path_join(tmp_dir, GT_CHECKPOINT_TENSOR_FILE);
     /* The file's hash from its header as it lies on disk and the tensors' hashes (gt_checkpoint.h,
      * version 2): no second pass over the data. */
     gt_safetensors file;
@@ -814,7 +806,7 @@ static gt_status ckpt_complete(const gt_checkpoint_desc *d, const char *tmp_name
     char *text = NULL;
     if (st == GT_OK) st = gt_checkpoint_manifest_dump(info, &text, err);
     if (st == GT_OK) {
-        char *path = ckpt_join(tmp_dir, GT_CHECKPOINT_MANIFEST);
+        char *path = gt_path_join(tmp_dir, GT_CHECKPOINT_MANIFEST);
         st = ckpt_write_file(path, text, strlen(text), err);
         free(path);
     }

@@ -12,7 +12,6 @@
 #define CKPT_NAME_FMT "\"%.200s\""
 
 /* "a/b", malloc'd. */
-char *ckpt_join(const char *a, const char *b);
 /* "FOLDER/step-<N>", malloc'd. */
 char *ckpt_step_dir(const char *folder, int64_t step);
 /* True when name is exactly "step-<N>" with N a canonical decimal int64 (no sign, no leading 0). */

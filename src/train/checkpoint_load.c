@@ -87,7 +87,7 @@ static gt_status ckpt_check_expected(const char *file, const gt_checkpoint_info 
 static gt_status ckpt_check_sizes(const char *dir, const gt_checkpoint_info *info, gt_error *err)
 {
     for (int i = 0; i < info->n_files; i++) {
-        char *path = ckpt_join(dir, info->files[i].name);
+        char *path = gt_path_join(dir, info->files[i].name);
         struct stat sb;
         gt_status status = GT_OK;
         if (stat(path, &sb) != 0)
@@ -164,7 +164,7 @@ static gt_status ckpt_check_file_hashes(const char *dir, const gt_checkpoint_inf
                                         const gt_safetensors *st, gt_error *err)
 {
     for (int i = 0; i < info->n_files; i++) {
-        char *path = ckpt_join(dir, info->files[i].name);
+        char *path = gt_path_join(dir, info->files[i].name);
         uint64_t bytes = 0, h = 0;
         /* version 2: the tensor file's hash is of its header and its tensors' hashes, which the
          * tensors' checks compare with the file's bytes */
@@ -263,7 +263,7 @@ gt_status gt_checkpoint_open(const char *folder, int64_t step, const gt_checkpoi
     GT_TRY(ckpt_check_args(folder, n, names, descs, false, err));
     GT_TRY(ckpt_resolve_step(folder, &step, err));
     r->dir = ckpt_step_dir(folder, step);
-    r->path = ckpt_join(r->dir, GT_CHECKPOINT_TENSOR_FILE);
+    r->path = gt_path_join(r->dir, GT_CHECKPOINT_TENSOR_FILE);
     gt_status status = ckpt_read_manifest(r->dir, step, &r->info, err);
     if (status != GT_OK) {
         gt_error_wrap(err, "checkpoint %s is incomplete or corrupt", r->dir);

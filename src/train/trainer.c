@@ -51,11 +51,7 @@
 
 char *gt_train_join_path(const char *dir, const char *name)
 {
-    if (name[0] == '/' || !dir[0]) return gt_xstrdup(name);
-    size_t n = strlen(dir) + strlen(name) + 2;
-    char *p = gt_xmalloc(n);
-    snprintf(p, n, "%s/%s", dir, name);
-    return p;
+    return name[0] == '/' || !dir[0] ? gt_xstrdup(name) : gt_path_join(dir, name);
 }
 
 gt_status gt_train_read_file(const char *path, char **buf, size_t *len, gt_error *err)
@@ -253,6 +249,13 @@ static gt_status step_graph_exec_cpu(gt_trainer *t, gt_step_graph *s, gt_run_par
     return GT_OK;
 }
 
+/* This rank's block of parameter p, drawn by the CPU sampler into its host tensor. */
+static void draw_on_host(gt_trainer *t, int p)
+{
+    gt_shard_init_param(&t->box[p], &t->model.params[p], (uint64_t)t->cfg->debug.seed,
+                        &t->params[p]);
+}
+
 #ifdef GT_HAVE_CUDA
 static bool is_checkpoint_tensor(const gt_trainer *t, const gt_tensor *x)
 {
@@ -408,8 +411,7 @@ gt_status gt_trainer_state_to_device(gt_trainer *t, bool resumed, gt_error *err)
             if (!t->device_draw_failed) GT_TRY(draw_on_device(t, s, k, p, &drawn, err));
             if (drawn) continue;
             t->device_draw_failed = true; /* the rest on the host too */
-            gt_shard_init_param(&t->box[p], &t->model.params[p], (uint64_t)t->cfg->debug.seed,
-                                &t->params[p]);
+            draw_on_host(t, p);
         }
         GT_TRY(gt_cuda_program_set_input(s->dev, k, s->feed[k], err));
     }
@@ -445,8 +447,7 @@ gt_status gt_trainer_state_to_host(gt_trainer *t, bool params_only, gt_error *er
 {
     if (t->params_pending) { /* the device never got them (no step ran): the host draws them */
         for (int p = 0; p < t->n_params; p++)
-            gt_shard_init_param(&t->box[p], &t->model.params[p], (uint64_t)t->cfg->debug.seed,
-                                &t->params[p]);
+            draw_on_host(t, p);
         t->params_pending = false;
     }
     if (!t->host_stale) return GT_OK;

@@ -2,69 +2,47 @@
  * on the sampler of src/core/philox.c).
  *
  * Element k of a parameter is a pure function of (seed, stream = hash of its fqn, k); this file
- * repeats that function per element, step for step: Philox4x32-10 on (index, stream, round),
- * 53-bit uniforms, the sampler's own ln and cos(2 pi x) (the same polynomials, the same order of
- * operations), Box-Muller, the truncated normal's rejection rounds, and the rounding to f32. Every
+ * computes it per element, step for step: Philox4x32-10 on (index, stream, round) and the 53-bit
+ * uniforms from src/core/rng_shared.h (philox.c's own), the sampler's ln and cos(2 pi x) one
+ * element at a time (philox.c runs them over vector lanes: the same coefficients, from that
+ * header, in the same order of operations), Box-Muller, the truncated normal's rejection rounds,
+ * and the rounding to f32. Every
  * floating-point step is an IEEE double add, multiply, divide or square root, rounded to nearest:
  * this file is compiled with --fmad=false (CMakeLists.txt), so no multiply and add are fused, as
  * philox.c is compiled with -ffp-contract=off. Integer steps are exact on both sides. */
-#include "core/philox_rounds.h"
+#include "core/rng_shared.h"
 #include "cuda_internal.h"
 #include "graphtrain/gt_model.h"
 
-__device__ static void dev_philox(uint64_t seed, uint64_t stream, uint64_t index, uint32_t round,
-                                  uint32_t w[4])
-{
-    w[0] = (uint32_t)index, w[1] = (uint32_t)(index >> 32);
-    w[2] = (uint32_t)stream, w[3] = (uint32_t)(stream >> 32) + round;
-    gt_philox_rounds(w, (uint32_t)seed, (uint32_t)(seed >> 32));
-}
-
-__device__ static double dev_small_int(uint64_t v)
-{
-    return __longlong_as_double((long long)(0x4330000000000000ull | v)) - 0x1p52;
-}
-
-__device__ static double dev_u53(uint32_t hi, uint32_t lo)
-{
-    uint64_t x = (((uint64_t)hi << 32) | lo) >> 11;
-    double u = (dev_small_int(x >> 32) * 0x1p32 + dev_small_int(x & 0xFFFFFFFFull)) * 0x1p-53;
-    return x == 0 ? 0x1p-54 : u;
-}
-
+/* philox.c's log_lanes, one element */
 __device__ static double dev_log(double x)
 {
-    const double inv_odd[] = {1.0 / 19, 1.0 / 17, 1.0 / 15, 1.0 / 13, 1.0 / 11,
-                              1.0 / 9,  1.0 / 7,  1.0 / 5,  1.0 / 3};
-    const double ln2_hi = 0x1.62e42fefa0000p-1, ln2_lo = 0x1.cf79abc9e3b3ap-40;
-    uint64_t b = (uint64_t)__double_as_longlong(x);
-    double m = __longlong_as_double((long long)((b & 0x000FFFFFFFFFFFFFull) | 0x3FF0000000000000ull));
+    const double inv_odd[] = GT_RNG_LOG_INV_ODD;
+    uint64_t b = gt_rng_to_bits(x);
+    double m = gt_rng_from_bits((b & 0x000FFFFFFFFFFFFFull) | 0x3FF0000000000000ull);
     double big = m > 1.4142135623730951 ? 1.0 : 0.0;
     m = m - big * 0.5 * m;
-    double e = (dev_small_int(b >> 52) - 1023.0) + big;
+    double e = (gt_rng_small_int(b >> 52) - 1023.0) + big;
     double s = (m - 1.0) / (m + 1.0);
     double z = s * s;
-    double p = 1.0 / 21;
+    double p = GT_RNG_LOG_FIRST;
     for (int k = 0; k < 9; k++)
         p = p * z + inv_odd[k];
     double ln_m = 2.0 * s + 2.0 * s * (z * p);
-    return e * ln2_hi + (e * ln2_lo + ln_m);
+    return e * GT_RNG_LN2_HI + (e * GT_RNG_LN2_LO + ln_m);
 }
 
+/* philox.c's cos2pi_lanes, one element */
 __device__ static double dev_cos2pi(double x)
 {
-    const double cos_c[] = {-1.0 / 87178291200.0, 1.0 / 479001600.0, -1.0 / 3628800.0,
-                            1.0 / 40320.0,        -1.0 / 720.0,      1.0 / 24.0,
-                            -0.5,                 1.0};
-    const double sin_c[] = {-1.0 / 1307674368000.0, 1.0 / 6227020800.0, -1.0 / 39916800.0,
-                            1.0 / 362880.0,         -1.0 / 5040.0,      1.0 / 120.0,
-                            -1.0 / 6.0};
+    const double cos_c[] = GT_RNG_COS_C;
+    const double sin_c[] = GT_RNG_SIN_C;
     double big = 4.0 * x + 0x1.8p52;
-    uint64_t q = (uint64_t)__double_as_longlong(big) & 3;
+    uint64_t q = gt_rng_to_bits(big) & 3;
     double t = 6.283185307179586 * (x - 0.25 * (big - 0x1.8p52));
     double z = t * t;
-    double c = 1.0 / 20922789888000.0;
-    double sn = 1.0 / 355687428096000.0;
+    double c = GT_RNG_COS_FIRST;
+    double sn = GT_RNG_SIN_FIRST;
     for (int k = 0; k < 8; k++)
         c = c * z + cos_c[k];
     for (int k = 0; k < 7; k++)
@@ -77,9 +55,9 @@ __device__ static double dev_cos2pi(double x)
 __device__ static double dev_normal(uint64_t seed, uint64_t stream, uint64_t index, uint32_t round)
 {
     uint32_t w[4];
-    dev_philox(seed, stream, index, round, w);
-    double ln = dev_log(dev_u53(w[0], w[1]));
-    return sqrt(-2.0 * ln) * dev_cos2pi(dev_u53(w[2], w[3]));
+    gt_philox_bits(seed, stream, index, round, w);
+    double ln = dev_log(gt_u53(w[0], w[1]));
+    return sqrt(-2.0 * ln) * dev_cos2pi(gt_u53(w[2], w[3]));
 }
 
 /* gt_param_init's value of element k, before its rounding to f32 */

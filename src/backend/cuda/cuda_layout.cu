@@ -360,13 +360,11 @@ gt_status gt_cuda_concat(gt_cuda_stream *s, const gt_kernel_call *c, gt_error *e
     GT_TRY(gt_kernel_want_concat(c, &dim, err));
     int64_t total = out->shape[dim], outer, inner, off = 0;
     gt_kernel_outer_inner(out, dim, &outer, &inner);
-    size_t es = gt_dtype_size(out->dtype);
     for (int k = 0; k < c->n_in; k++) {
         int64_t n = c->in[k]->shape[dim];
-        /* an input the memory plan computed in place inside the output is there already */
-        if (!(outer == 1 && c->in[k]->data == (char *)out->data + (size_t)(off * inner) * es))
+        if (!gt_kernel_concat_in_place(c->in[k], out, outer, off, inner))
             GT_TRY(gt_cuda_copy_blocks(s, c, out->data, total, off, c->in[k]->data, n, 0, n, outer,
-                                       inner, es, err));
+                                       inner, gt_dtype_size(out->dtype), err));
         off += n;
     }
     return GT_OK;
