@@ -34,7 +34,11 @@ static void print_report(const gt_comm_timing *t, const gathered *g, int size, F
             "total ms", "exposed ms", "exposed", "exposed over ranks: least-most ms, rank of most");
     for (int32_t k = 0; k < n; k++) {
         const gt_comm_timing *c = &t[k];
-        double lo = ms_at(g, 0, 2 * k + 1), hi = lo;
+        /* rank 0's own columns from the gathered nanoseconds too, so that its exposed time is
+         * printed from the very value the least and the most are taken over (two roundings of
+         * one time can print 0.001 apart) */
+        double tot = ms_at(g, 0, 2 * k), ex = ms_at(g, 0, 2 * k + 1);
+        double lo = ex, hi = ex;
         int at = 0;
         for (int r = 1; r < size; r++) {
             double e = ms_at(g, r, 2 * k + 1);
@@ -43,10 +47,10 @@ static void print_report(const gt_comm_timing *t, const gathered *g, int size, F
         }
         fprintf(f, "  %4d %-15s %-13s %12llu %11.3f %11.3f %7.1f%%  %.3f-%.3f r%d\n", (int)k,
                 gt_coll_kind_name(c->kind), gt_mesh_dim_name(c->mesh_dim),
-                (unsigned long long)c->bytes, 1e3 * c->total_s, 1e3 * c->exposed_s,
-                c->total_s > 0 ? 100.0 * c->exposed_s / c->total_s : 0.0, lo, hi, at);
-        total += c->total_s;
-        exposed += c->exposed_s;
+                (unsigned long long)c->bytes, tot, ex, tot > 0 ? 100.0 * ex / tot : 0.0, lo, hi,
+                at);
+        total += tot;
+        exposed += ex;
         if ((int)c->kind >= 0 && c->kind < GT_COLL_KIND_COUNT) {
             bytes[c->kind] += c->bytes;
             count[c->kind]++;
@@ -65,11 +69,10 @@ static void print_report(const gt_comm_timing *t, const gathered *g, int size, F
         if (step > 0) fprintf(f, " of its %.3f ms step", step);
         fprintf(f, "\n");
     }
-    double step_s = 1e-3 * ms_at(g, 0, 2 * n);
-    fprintf(f, "  communication %.3f ms (sum of start-to-completion times), exposed %.3f ms",
-            1e3 * total, 1e3 * exposed);
-    if (step_s > 0)
-        fprintf(f, " = %.1f%% of the %.3f ms step", 100.0 * exposed / step_s, 1e3 * step_s);
+    double step = ms_at(g, 0, 2 * n);
+    fprintf(f, "  communication %.3f ms (sum of start-to-completion times), exposed %.3f ms", total,
+            exposed);
+    if (step > 0) fprintf(f, " = %.1f%% of the %.3f ms step", 100.0 * exposed / step, step);
     fprintf(f, "\n");
 }
 
