@@ -97,13 +97,16 @@ def set_lr(opt, step, steps):
         group["lr"] = lr_at(step, steps)
 
 
-def torch_step(model, opt, loss_fn, gen, dev, shape, step, steps, accum=1):
+def torch_step(model, opt, loss_fn, gen, dev, shape, step, steps, accum=1, context=None):
     """One step of the PyTorch peers of bench_gpu.py and bench_multi_gpu.py: the schedule's
     learning rate; accum micro-batches, each of random token ids and labels of shape (B, S, V) =
     shape drawn from gen on dev, loss = loss_fn(ids, labels) / accum and its backward (the
     gradients add up in .grad, as torchtitan's gradient accumulation does); then
     clip_grad_norm_(MAX_NORM), AdamW, zero_grad, and the loss's .item(), which waits for the device
-    as graphtrain's step does. Returns the step's loss (the mean over its micro-batches)."""
+    as graphtrain's step does. Each micro-batch's forward and backward run inside context() when
+    given (torch TP's loss_parallel). Returns the step's loss (the mean over its micro-batches)."""
+    import contextlib
+
     import torch
 
     B, S, V = shape
@@ -112,8 +115,9 @@ def torch_step(model, opt, loss_fn, gen, dev, shape, step, steps, accum=1):
     for _ in range(accum):
         ids = torch.randint(0, V, (B, S), generator=gen, device=dev)
         labels = torch.randint(0, V, (B, S), generator=gen, device=dev)
-        micro = loss_fn(ids, labels) / accum
-        micro.backward()
+        with (context or contextlib.nullcontext)():
+            micro = loss_fn(ids, labels) / accum
+            micro.backward()
         loss = loss + micro.detach()
     torch.nn.utils.clip_grad_norm_(model.parameters(), MAX_NORM)
     opt.step()

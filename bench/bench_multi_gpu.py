@@ -25,8 +25,7 @@ B per rank in a step, B x S x dp x A tokens (torch runs A forward + backward pas
 loss divided by A). Step times are rank 0's metrics.jsonl step_seconds (bf16 mixed precision,
 synthetic data, AdamW + clipping + schedule, CUDA graph replay: graphtrain's defaults).
 
-PyTorch — one torchrun per run (FSDP only: torch TP is not run; the fsdp_tp rows are compared
-with torch FSDP2 on the same number of GPUs):
+PyTorch — one torchrun per run, in every layout graphtrain runs:
 
     python3 -m torch.distributed.run --standalone --nproc_per_node N bench_multi_gpu.py
         --torch-worker SPEC
@@ -39,6 +38,12 @@ does not fit without it, none otherwise), torch.compiles every decoder layer in 
 one function instead, none not at all), applies FSDP2 fully_shard to every decoder layer and then to the root
 with MixedPrecisionPolicy(param_dtype=bfloat16, reduce_dtype=float32) (reshard after forward, the
 default; --torch-reshard false keeps each layer's gathered parameters for its backward),
+in layout fsdp_tp first applies torchtitan's llama3 tensor-parallel plan over TP 2 (sequence
+parallel: the embedding row-wise with sequence-sharded output, the RMSNorms sequence-parallel,
+q/k/v and gate/up column-wise, o and down row-wise back to sequence shards, the output layer
+column-wise with vocabulary-sharded logits; apply_torch_tp) and shards FSDP2 over the N/2
+data-parallel ranks of the 2-D mesh (a TP pair's ranks draw the same tokens, so a step is
+B x S x N/2 tokens as graphtrain's; the cross-entropy is loss_parallel's and not compiled),
 materializes its shards on its GPU (random normal 0.02 matrices, ones for the norms; the RoPE
 tables recomputed), and trains with torch.optim.AdamW(fused=True) with bench_gpu.py's
 hyper-parameters, parameter groups and schedule, clip_grad_norm_(1.0), and B x S random tokens
@@ -122,7 +127,44 @@ def selective_op_context():
     return context
 
 
+def apply_torch_tp(model, tp_mesh):
+    """torchtitan's llama3 tensor-parallel plan with sequence parallelism on transformers'
+    LlamaForCausalLM: the embedding row-wise with its output sharded over the sequence, every
+    RMSNorm sequence-parallel, q/k/v and w1/w3 (gate/up) column-wise, o and w2 (down) row-wise back
+    to sequence shards, and the output layer column-wise with its logits left sharded over the
+    vocabulary for the loss-parallel cross-entropy (torchtitan's default)."""
+    from torch.distributed.tensor import Replicate, Shard
+    from torch.distributed.tensor.parallel import (ColwiseParallel, PrepareModuleInput,
+                                                   RowwiseParallel, SequenceParallel,
+                                                   parallelize_module)
+    parallelize_module(model, tp_mesh, {
+        "model.embed_tokens": RowwiseParallel(input_layouts=Replicate(), output_layouts=Shard(1)),
+        "model.norm": SequenceParallel(),
+        "lm_head": ColwiseParallel(input_layouts=Shard(1), output_layouts=Shard(-1),
+                                   use_local_output=False),
+    })
+    for layer in model.model.layers:
+        parallelize_module(layer, tp_mesh, {
+            "input_layernorm": SequenceParallel(),
+            "self_attn": PrepareModuleInput(input_kwarg_layouts={"hidden_states": Shard(1)},
+                                            desired_input_kwarg_layouts={
+                                                "hidden_states": Replicate()},
+                                            use_local_output=True),
+            "self_attn.q_proj": ColwiseParallel(),
+            "self_attn.k_proj": ColwiseParallel(),
+            "self_attn.v_proj": ColwiseParallel(),
+            "self_attn.o_proj": RowwiseParallel(output_layouts=Shard(1)),
+            "post_attention_layernorm": SequenceParallel(),
+            "mlp": PrepareModuleInput(input_layouts=(Shard(1),), desired_input_layouts=(
+                Replicate(),), use_local_output=True),
+            "mlp.gate_proj": ColwiseParallel(),
+            "mlp.up_proj": ColwiseParallel(),
+            "mlp.down_proj": RowwiseParallel(output_layouts=Shard(1)),
+        })
+
+
 def torch_worker(spec):
+    import contextlib
     import torch
     import torch.distributed as dist
     import torch.nn.functional as F
@@ -143,7 +185,12 @@ def torch_worker(spec):
     else:
         dev = torch.device("cpu")
         dist.init_process_group("gloo")
-    mesh = init_device_mesh(dev.type, (world,))
+    tp = spec.get("tp", 1)
+    if world % tp:
+        raise SystemExit(f"{world} ranks are not a multiple of TP {tp}")
+    # ranks r = dp_rank x tp + tp_rank: a TP group's ranks are neighbours and see the same tokens
+    mesh2 = init_device_mesh(dev.type, (world // tp, tp), mesh_dim_names=("dp", "tp"))
+    mesh, dp_rank = mesh2["dp"], rank // tp
     m = MODELS[spec["model"]]
     cfg = bc.llama_config(m)
     torch.manual_seed(spec["seed"] + rank)
@@ -152,6 +199,8 @@ def torch_worker(spec):
     with torch.device("meta"):
         model = LlamaForCausalLM(cfg)
     model.train()
+    if tp > 1:
+        apply_torch_tp(model, mesh2["tp"])
     layers = model.model.layers
     if spec["ac"] in ("full", "selective"):
         from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import (
@@ -199,18 +248,30 @@ def torch_worker(spec):
     def forward_loss(ids, labels):
         return loss_fn(model(input_ids=ids, use_cache=False).logits, labels)
 
+    def forward_loss_tp(ids, labels):
+        # The embedding's output is sequence-sharded, so the model would take its positions from
+        # the shard's length: the whole sequence's are passed. The logits stay vocabulary-sharded
+        # (a DTensor) for the loss-parallel cross-entropy, whose scalar is replicated.
+        pos = torch.arange(ids.shape[1], device=dev).expand(ids.shape[0], -1)
+        logits = model(input_ids=ids, position_ids=pos, use_cache=False).logits
+        return ce(logits, labels).full_tensor()
+
     loss_fn = torch.compile(ce) if spec["compile"] == "layer" else ce
     step_fn = torch.compile(forward_loss) if spec["compile"] == "model" else forward_loss
+    context = contextlib.nullcontext
+    if tp > 1:  # the loss is not compiled: loss_parallel's sharded cross-entropy is eager
+        from torch.distributed.tensor.parallel import loss_parallel
+        step_fn, context = forward_loss_tp, loss_parallel
     if cuda:
         torch.cuda.reset_peak_memory_stats(dev)
     steps = spec["steps"]
-    gen = torch.Generator(device=dev).manual_seed(spec["seed"] + 1000 + rank)
+    gen = torch.Generator(device=dev).manual_seed(spec["seed"] + 1000 + dp_rank)
     times = []
     for step in range(1, steps + 1):
         t0 = time.perf_counter()
         loss_value = bc.torch_step(model, opt, step_fn, gen, dev,
                                    (spec["batch"], spec["seq"], V), step, steps,
-                                   spec.get("accum", 1))
+                                   spec.get("accum", 1), context)
         times.append(time.perf_counter() - t0)
         if rank == 0:
             print(json.dumps(dict(step=step, step_seconds=times[-1], loss=loss_value)), flush=True)
@@ -223,7 +284,7 @@ def torch_worker(spec):
         print(json.dumps(dict(
             summary=True, params=n_params, world=world, torch=torch.__version__,
             transformers=transformers.__version__, backend=dist.get_backend(),
-            compile=spec["compile"], ac=spec["ac"], adamw_fused=fused,
+            compile=spec["compile"], ac=spec["ac"], adamw_fused=fused, tp=tp,
             device_name=torch.cuda.get_device_name(dev) if cuda else "cpu",
             step_seconds_per_rank=[x["step_seconds"] for x in every],
             max_memory_allocated_per_rank=[x["max_memory_allocated"] for x in every],
@@ -476,9 +537,10 @@ def torch_ac(args, model):
     return "selective" if model == "8B" else "none"
 
 
-def run_torch(args, model, n, log_path):
+def run_torch(args, model, layout, n, log_path):
+    tp = TP if layout == "fsdp_tp" else 1
     spec = dict(model=model, steps=args.steps, seed=0, batch=args.batch, seq=args.seq,
-                accum=args.accum,
+                accum=args.accum, tp=tp,
                 device=args.device, compile=args.torch_compile, ac=torch_ac(args, model),
                 reshard=args.torch_reshard == "true")
     env = dict(os.environ, TORCHINDUCTOR_FORCE_DISABLE_CACHES="1", NCCL_NVLS_ENABLE="0")
@@ -496,7 +558,8 @@ def run_torch(args, model, n, log_path):
              else [x["step_seconds"] for x in rank0])
     mem = summary.get("max_memory_allocated_per_rank") or [-1]
     r = dict(command=" ".join(cmd[:-1] + [f"'{cmd[-1]}'"]), wall_seconds=wall, **mon.result(),
-             dp=n, tokens_per_step=args.batch * args.seq * n * args.accum, step_seconds=steps,
+             dp=n // tp, tp=tp, tokens_per_step=args.batch * args.seq * (n // tp) * args.accum,
+             step_seconds=steps,
              step_seconds_per_rank=per_rank, losses_rank0=[x["loss"] for x in rank0],
              params=summary.get("params", -1), own_peak_bytes=max(mem),
              torch_max_memory_allocated_per_rank=mem,
@@ -534,14 +597,16 @@ def reference_key(model, system):
     return key(model, "fsdp", 1, system)
 
 
-def torch_key(model, n):
-    return key(model, "fsdp", n, "torch")  # torch runs FSDP only, once per (model, N)
+def torch_key(model, layout, n):
+    return key(model, layout, n, "torch")
 
 
-def system_name(system):
-    """Row label: graphtrain, torch FSDP2, or "graphtrain NAME" for a --variant."""
+def system_name(system, layout="fsdp"):
+    """Row label: graphtrain, torch FSDP2 (+ TP in layout fsdp_tp), or "graphtrain NAME" for a
+    --variant."""
     base, _, variant = system.partition(":")
-    return NAMES[base] + (f" {variant}" if variant else "")
+    tp = " + TP" if base == "torch" and layout == "fsdp_tp" else ""
+    return NAMES[base] + tp + (f" {variant}" if variant else "")
 
 
 def parse_variants(specs):
@@ -580,17 +645,19 @@ def tables(results, args):
             f"{fpt / 1e9:.3f} GFLOP/token (torchtitan), median of steps "
             f"{args.skip + 1}..{args.steps}; torch = FSDP2 `fully_shard` + torch.compile "
             f"({args.torch_compile}), activation checkpointing {torch_ac(args, model)}, "
-            f"reshard_after_forward {args.torch_reshard}, no torch "
-            f"TP: fsdp_tp rows compare with torch FSDP2 on the same GPUs\n")
+            f"reshard_after_forward {args.torch_reshard}; torch's fsdp_tp: FSDP2 over the "
+            f"data-parallel ranks × TP {TP} (torchtitan's plan: sequence parallel, loss "
+            f"parallel, the loss not compiled); graphtrain is compared with torch in the same "
+            f"layout\n")
         lines.append("| layout | GPUs | system | step ms (min–max) | tokens/step | tokens/s | "
                      "tokens/s/GPU | MFU/GPU | peak GPU used GiB (max GPU) | own count GiB | "
                      "graphtrain ÷ torch tokens/s | graphtrain ÷ torch GPU used | "
                      "scaling eff. vs 1 GPU | exposed comm ms | first step s |")
         lines.append("|---" * 15 + "|")
-        for n in args.gpus:  # at each GPU count: graphtrain per layout, then torch FSDP2
+        for n in args.gpus:  # at each GPU count and layout: graphtrain, then torch
+            torch_rows = ["torch"] if "torch" in args.systems else []
             rows = [(layout, key(model, layout, n, system)) for layout in args.layouts
-                    for system in graphtrain_systems(args)]
-            rows += [("fsdp", torch_key(model, n))] if "torch" in args.systems else []
+                    for system in graphtrain_systems(args) + torch_rows]
             for layout, k in rows:
                 r = runs.get(k)
                 if r is None:
@@ -598,12 +665,12 @@ def tables(results, args):
                 system = k.rsplit("/", 1)[1]
                 s = summarize(r, args, model, n)
                 if s is None:
-                    lines.append(f"| {layout} | {n} | {system_name(system)} | failed: "
+                    lines.append(f"| {layout} | {n} | {system_name(system, layout)} | failed: "
                                  f"{r.get('error', 'no timed steps')} " + "| " * 11 + "|")
                     continue
                 speed = mem = "–"
-                if system.startswith("graphtrain"):  # against torch FSDP2 on the same GPUs
-                    th = runs.get(torch_key(model, n))
+                if system.startswith("graphtrain"):  # against torch on the same GPUs, layout
+                    th = runs.get(torch_key(model, layout, n))
                     ts = summarize(th, args, model, n)
                     speed = ratio(s["tokens_per_s"], ts and ts["tokens_per_s"])
                     mem = ratio(r.get("gpu_used_peak_bytes"),
@@ -611,7 +678,8 @@ def tables(results, args):
                 rs = summarize(runs.get(reference_key(model, system)), args, model, 1)
                 eff = ratio(s["tokens_per_s_per_gpu"], rs and rs["tokens_per_s_per_gpu"])
                 exp = r.get("exposed_comm_ms")
-                name = system_name(system) + (f" (partial: {r['error']})" if "error" in r else "")
+                name = system_name(system, layout) + (f" (partial: {r['error']})"
+                                                      if "error" in r else "")
                 lines.append(
                     f"| {layout} | {n} | {name} | {s['step_ms']:.1f} "
                     f"({s['step_ms_min']:.1f}–{s['step_ms_max']:.1f}) | "
@@ -776,7 +844,7 @@ def main():
                 results.setdefault("skipped", []).append(note)
                 print(note, flush=True)
                 continue
-            for layout in args.layouts if "graphtrain" in args.systems else []:
+            for layout in args.layouts:
                 if layout == "fsdp_tp" and (n < TP or n % TP):
                     continue
                 for system in graphtrain_systems(args):
@@ -786,11 +854,11 @@ def main():
                     log = os.path.join(log_dir, re.sub(r"[/:]", "_", k) + ".log")
                     r = run_graphtrain(args, model, layout, n, log, extra)
                     record(k, r, model, t0)
-            if "torch" in args.systems:
-                k = torch_key(model, n)
-                t0 = time.perf_counter()
-                r = run_torch(args, model, n, os.path.join(log_dir, k.replace("/", "_") + ".log"))
-                record(k, r, model, t0)
+                if "torch" in args.systems:
+                    k = torch_key(model, layout, n)
+                    t0 = time.perf_counter()
+                    log = os.path.join(log_dir, k.replace("/", "_") + ".log")
+                    record(k, run_torch(args, model, layout, n, log), model, t0)
     text = tables(results, args)
     print(text)
     bc.write_markdown(args.markdown, results, gpu_name or args.device, text)
