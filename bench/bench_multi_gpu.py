@@ -781,6 +781,10 @@ def main():
     bc.require_steps(args.steps, args.skip)
     if args.accum < 1:
         sys.exit("--accum must be at least 1")
+    if "torch" in args.systems and "fsdp_tp" in args.layouts and args.torch_compile == "model":
+        # torch 2.15 fails compiling the FSDP2 + TP forward as one function ("Mixing fake modes")
+        sys.exit("--torch-compile model: not with layout fsdp_tp (torch TP compiles per layer: "
+                 "use --torch-compile layer or none)")
     if "graphtrain" in args.systems:
         bc.require_executable(args.graphtrain)
         if args.launcher == "auto":
