@@ -189,8 +189,10 @@ def torch_worker(spec):
     if world % tp:
         raise SystemExit(f"{world} ranks are not a multiple of TP {tp}")
     # ranks r = dp_rank x tp + tp_rank: a TP group's ranks are neighbours and see the same tokens
-    mesh2 = init_device_mesh(dev.type, (world // tp, tp), mesh_dim_names=("dp", "tp"))
-    mesh, dp_rank = mesh2["dp"], rank // tp
+    mesh2 = (init_device_mesh(dev.type, (world // tp, tp), mesh_dim_names=("dp", "tp"))
+             if tp > 1 else None)
+    mesh = mesh2["dp"] if tp > 1 else init_device_mesh(dev.type, (world,))
+    dp_rank = rank // tp
     m = MODELS[spec["model"]]
     cfg = bc.llama_config(m)
     torch.manual_seed(spec["seed"] + rank)
