@@ -164,7 +164,6 @@ def apply_torch_tp(model, tp_mesh):
 
 
 def torch_worker(spec):
-    import contextlib
     import torch
     import torch.distributed as dist
     import torch.nn.functional as F
@@ -260,7 +259,7 @@ def torch_worker(spec):
 
     loss_fn = torch.compile(ce) if spec["compile"] == "layer" else ce
     step_fn = torch.compile(forward_loss) if spec["compile"] == "model" else forward_loss
-    context = contextlib.nullcontext
+    context = None  # torch_step's forward and backward context
     if tp > 1:  # the loss is not compiled: loss_parallel's sharded cross-entropy is eager
         from torch.distributed.tensor.parallel import loss_parallel
         step_fn, context = forward_loss_tp, loss_parallel

@@ -11,7 +11,6 @@
 /* User strings (tensor names, keys) are clipped in messages so the file and reason always fit. */
 #define CKPT_NAME_FMT "\"%.200s\""
 
-/* "a/b", malloc'd. */
 /* "FOLDER/step-<N>", malloc'd. */
 char *ckpt_step_dir(const char *folder, int64_t step);
 /* True when name is exactly "step-<N>" with N a canonical decimal int64 (no sign, no leading 0). */

@@ -179,6 +179,18 @@ static void fill(gt_tensor *t, float base)
         gt_tensor_set_f32(t, i, base + 0.01f * (float)(i % 37) - 0.1f * (float)(i % 5));
 }
 
+/* check_program with the graph's one input an f32 tensor of this shape, filled from base. */
+static void check_program_on(const gt_graph *g, const gt_sym_binding *b, int ndim,
+                             const int64_t *shape, float base, const char *what)
+{
+    gt_tensor in;
+    gt_error err = {0};
+    EXPECT_OK(gt_tensor_alloc(&in, GT_F32, ndim, shape, &err), &err);
+    fill(&in, base);
+    check_program(g, b, &in, what);
+    gt_tensor_free(&in);
+}
+
 /* x[n] -> a = exp(x) -> b = neg(a) -> c = sqrt... a chain of unary ops; output the last. */
 static void test_chain(void)
 {
@@ -205,12 +217,7 @@ static void test_chain(void)
         EXPECT(p->values[v].last == p->n_order, "output live to the end");
     }
     gt_plan_free(p);
-    gt_tensor in;
-    gt_error err = {0};
-    EXPECT_OK(gt_tensor_alloc(&in, GT_F32, 1, (int64_t[]){1000}, &err), &err);
-    fill(&in, 0.5f);
-    check_program(g, &b, &in, "chain");
-    gt_tensor_free(&in);
+    check_program_on(g, &b, 1, (int64_t[]){1000}, 0.5f, "chain");
     gt_graph_free(g);
 }
 
@@ -249,12 +256,7 @@ static void test_views_and_alignment(void)
         EXPECT(p->values[r].root == r && p->n_views == 0, "views disabled");
     }
     gt_plan_free(p);
-    gt_tensor in;
-    gt_error err = {0};
-    EXPECT_OK(gt_tensor_alloc(&in, GT_F32, 2, (int64_t[]){7, 3}, &err), &err);
-    fill(&in, -0.3f);
-    check_program(g, &b, &in, "views");
-    gt_tensor_free(&in);
+    check_program_on(g, &b, 2, (int64_t[]){7, 3}, -0.3f, "views");
     gt_graph_free(g);
 }
 
@@ -303,17 +305,10 @@ static void test_slice_views(void)
         EXPECT(p->n_views == 0 && p->values[sl[0]].root == sl[0], "views disabled for slices");
     }
     gt_plan_free(p);
-    gt_tensor in;
-    gt_error err = {0};
-    EXPECT_OK(gt_tensor_alloc(&in, GT_F32, 2, (int64_t[]){4, 48}, &err), &err);
-    fill(&in, 0.25f);
-    check_program(g, &b, &in, "slice views");
-    gt_tensor_free(&in);
+    check_program_on(g, &b, 2, (int64_t[]){4, 48}, 0.25f, "slice views");
     gt_graph_free(g);
 }
 
-/* One AdamW step on p[n]; when read_p_later, p is also read after the update (so p' cannot take
- * p's buffer, while m' and v' still can). */
 /* Concat inputs computed in place inside the output. x[4, 48] f32 (a graph input), rx =
  * reshape(x, [192]); c1 = concat(ra, rs, rx, q, w) along dim 0 with
  *   ra = reshape(exp(x), [192])   768 bytes at 0: read only by c1, in place;
@@ -381,12 +376,7 @@ static void test_concat_in_place(void)
         EXPECT(p->n_concat_in_place == 0 && p->values[z].root == z, "off with views");
     }
     gt_plan_free(p);
-    gt_tensor in;
-    gt_error err = {0};
-    EXPECT_OK(gt_tensor_alloc(&in, GT_F32, 2, (int64_t[]){4, 48}, &err), &err);
-    fill(&in, 0.125f);
-    check_program(g, &b, &in, "concat in place");
-    gt_tensor_free(&in);
+    check_program_on(g, &b, 2, (int64_t[]){4, 48}, 0.125f, "concat in place");
     gt_graph_free(g);
 }
 
@@ -501,19 +491,16 @@ static void test_random_graphs(void)
             }
             gt_plan_free(p);
         }
-        gt_tensor in;
-        gt_error err = {0};
-        EXPECT_OK(gt_tensor_alloc(&in, GT_F32, 2, (int64_t[]){4, 48}, &err), &err);
-        fill(&in, 0.01f * (float)t);
         snprintf(what, sizeof what, "random graph %d", t);
-        check_program(g, &b, &in, what);
-        gt_tensor_free(&in);
+        check_program_on(g, &b, 2, (int64_t[]){4, 48}, 0.01f * (float)t, what);
         gt_graph_free(g);
     }
     EXPECT(concat_moves > 50, "the random graphs move concat inputs in place (%d)", concat_moves);
     printf("random graphs: 200, %d concat inputs computed in place\n", concat_moves);
 }
 
+/* One AdamW step on p[n]; when read_p_later, p is also read after the update (so p' cannot take
+ * p's buffer, while m' and v' still can). */
 static gt_graph *build_adamw(bool read_p_later, gt_value_id *p_out, gt_value_id *pn_out)
 {
     gt_graph *g = gt_graph_new();
