@@ -24,7 +24,8 @@ communication kernel ran meanwhile: where the step waits for a collective (or fo
 And every communication kernel of the N-GPU step by its index in the step (start order, the
 same in every captured step), with the part of it during which no compute kernel ran: the
 exposed time of each collective in the captured steps themselves (the trainer's comm report
-times one uncaptured step).
+times one uncaptured step). Last, every rank's GPU time per step, split into the time it ran a
+compute kernel and the time it ran none: the rank that waits least sets the pace.
 --keep DIR keeps the span files (k1.tsv, kN.tsv.rankR) and logs; --from DIR reports on kept ones
 without running anything (--gpus, --steps and --last as when they were recorded).
 """
@@ -143,6 +144,35 @@ def read_times(path, steps, last):
     return per, step_ms, busy / last, gaps, exposed_by_collective(tail, names, ends, steps, last)
 
 
+def read_ranks(tsv, args):
+    """read_times of every rank of the N-GPU run (tsv.rankR), or None when a rank's file is
+    missing."""
+    paths = [f"{tsv}.rank{r}" for r in range(args.gpus)]
+    if args.gpus < 2 or not all(os.path.exists(p) for p in paths):
+        return None
+    return [read_times(p, args.steps, args.last) for p in paths]
+
+
+def rank_lines(ranks):
+    """Every rank's step: GPU time, the time it ran a compute kernel, and the time it ran none
+    (waiting for a collective, mostly for the data of a slower rank), with its largest gap. A
+    rank that waits least is the one the others wait for: its GPU sets the step's pace."""
+    lines = ["", "Every rank of the run, ms per step (means): the one that waits least sets the "
+             "pace (the others wait for its data at the collectives)", "",
+             "| rank | step GPU time | compute kernels (union) | no compute kernel | largest gap, "
+             "kernels around it |", "|---|---|---|---|---|"]
+    for r, (_, steps, busy, gaps, _) in enumerate(ranks):
+        idle = sum(v[1] for v in gaps.values()) / 1e6
+        big = max(gaps.items(), key=lambda x: x[1][1] / max(x[1][0], 1e-9), default=None)
+        where = "–"
+        if big:
+            (a, b, _), (cnt, ns) = big
+            where = f"{ns / cnt / 1e6:.2f} (`{a[:30]}` → `{b[:30]}`)".replace("|", "/")
+        lines.append(f"| {r} | {sum(steps) / len(steps):.1f} | {busy / 1e6:.1f} | "
+                     f"{idle:.2f} | {where} |")
+    return lines
+
+
 def run(cmd, env, log):
     with open(log, "w") as f:
         p = subprocess.run(cmd, env=env, stdout=f, stderr=subprocess.STDOUT)
@@ -178,7 +208,7 @@ def main():
     if args.source:
         res = {n: read_times(os.path.join(args.source, f"k{n}.tsv" + (".rank0" if n > 1 else "")),
                              args.steps, args.last) for n in (1, args.gpus)}
-        report(args, res)
+        report(args, res, read_ranks(os.path.join(args.source, f"k{args.gpus}.tsv"), args))
         return
     if not args.graphtrain:
         sys.exit("the graphtrain binary (or --from DIR) is required")
@@ -202,7 +232,7 @@ def main():
                        "--parallelism.tensor_parallel_degree", str(args.tp)]
         run(cmd, env, os.path.join(work, f"log{n}.txt"))
         res[n] = read_times(tsv + (".rank0" if n > 1 else ""), args.steps, args.last)
-    report(args, res)
+    report(args, res, read_ranks(os.path.join(work, f"k{args.gpus}.tsv"), args))
     if args.keep:
         os.makedirs(args.keep, exist_ok=True)
         for f in os.listdir(work):
@@ -211,8 +241,9 @@ def main():
     shutil.rmtree(work, ignore_errors=True)
 
 
-def report(args, res):
-    """Prints (and writes, per --markdown / --json) the comparison of res[1] and res[--gpus]."""
+def report(args, res, ranks=None):
+    """Prints (and writes, per --markdown / --json) the comparison of res[1] and res[--gpus], and,
+    given every rank's read_times, rank_lines."""
     (p1, s1, b1, g1, _), (pn, sn, bn, gn, cn) = res[1], res[args.gpus]
     names = sorted(set(p1) | set(pn), key=lambda k: -(abs(pn.get(k, 0) - p1.get(k, 0))))
     tot = lambda p, comm: sum(v for k, v in p.items() if is_comm(k) == comm) / 1e6
@@ -246,6 +277,8 @@ def report(args, res):
                   "| # in step | kernel | ms | exposed ms |", "|---|---|---|---|"]
         for j, (k, ns, ex) in sorted(enumerate(cn), key=lambda x: -x[1][2])[:15]:
             lines.append(f"| {j} | `{short(k)}` | {ns / 1e6:.3f} | {ex / 1e6:.3f} |")
+    if ranks:
+        lines += rank_lines(ranks)
     text = "\n".join(lines)
     print(text)
     if args.markdown:
