@@ -102,9 +102,9 @@ def torch_step(model, opt, loss_fn, gen, dev, shape, step, steps, accum=1, conte
     learning rate; accum micro-batches, each of random token ids and labels of shape (B, S, V) =
     shape drawn from gen on dev, loss = loss_fn(ids, labels) / accum and its backward (the
     gradients add up in .grad, as torchtitan's gradient accumulation does); then
-    clip_grad_norm_(MAX_NORM), AdamW, zero_grad, and the loss's .item(), which waits for the device
-    as graphtrain's step does. Each micro-batch's forward and backward run inside context() when
-    given (torch TP's loss_parallel). Returns the step's loss (the mean over its micro-batches)."""
+    clip_grad_norm_(MAX_NORM), AdamW and zero_grad. Each micro-batch's forward and backward run
+    inside context() when given (torch TP's loss_parallel). Returns the step's loss (the mean over
+    its micro-batches) as a device tensor, not waited for: torch_steps reads it."""
     import contextlib
 
     import torch
@@ -122,7 +122,32 @@ def torch_step(model, opt, loss_fn, gen, dev, shape, step, steps, accum=1, conte
     torch.nn.utils.clip_grad_norm_(model.parameters(), MAX_NORM)
     opt.step()
     opt.zero_grad(set_to_none=True)
-    return loss.item()
+    return loss
+
+
+def torch_steps(steps, one_step, record, ahead=True):
+    """Runs one_step(step) for steps 1..steps as graphtrain's trainer runs its steps on a GPU: with
+    ahead, step k is queued before step k-1's loss is read (.item(), which waits for the device),
+    so the host prepares a step while the device runs the one before. record(step, seconds, loss)
+    gets each step's loss and its time: from the host seeing the step before end to seeing this one
+    end, which in a steady run is the step's period, whether the device or the host (FSDP2 holds
+    its host back a few layers ahead of the device) sets it; the first step's runs from its start.
+    So that the last step is seen to end the same way, one more step (steps + 1, at the schedule's
+    learning rate 0) is queued after it and not recorded. ahead=False (the CPU, where a step is done
+    when one_step returns) reads each loss at once."""
+    pending, t_end = None, time.perf_counter()
+    for step in range(1, steps + 1 + (1 if ahead else 0)):
+        loss = one_step(step)
+        if not ahead:
+            pending = (step, loss)
+        if pending is not None:
+            value = pending[1].item()
+            now = time.perf_counter()
+            record(pending[0], now - t_end, value)
+            t_end = now
+        pending = (step, loss) if ahead else None
+    if pending is not None:
+        pending[1].item()  # the extra step, before the caller reads the peak memory and exits
 
 
 # ---------------------------------------------------------------------------------------------

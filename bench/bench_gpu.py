@@ -21,8 +21,9 @@ the same shape (untied output, llama3 RoPE scaling, attn_implementation "sdpa"),
 the GPU, fp32 parameters, forward + cross-entropy under torch.autocast(bfloat16) (the logits are
 cast to fp32 for the loss, as torchtitan does), torch.optim.AdamW(fused=True) with the same
 hyperparameters and parameter groups, torch.nn.utils.clip_grad_norm_(1.0). One step = random
-tokens on the GPU, forward + loss, backward, clip, optimizer step, zero_grad, loss.item() (the
-same host sync per step as graphtrain). Mode "compile" wraps forward + loss in one torch.compile
+tokens on the GPU, forward + loss, backward, clip, optimizer step, zero_grad; its loss.item()
+comes after the next step is queued, as graphtrain's trainer reads a step's loss
+(bench_common.torch_steps). Mode "compile" wraps forward + loss in one torch.compile
 (inductor defaults; its caches disabled, so step 1 shows a cold compile); backward goes through
 the compiled graph (AOTAutograd), clip and AdamW stay eager (fused kernels already).
 
@@ -102,12 +103,13 @@ def torch_worker(spec):
         torch.cuda.reset_peak_memory_stats(dev)
     steps = spec["steps"]
     gen = torch.Generator(device=dev).manual_seed(spec["seed"])
-    for step in range(1, steps + 1):
-        t0 = time.perf_counter()
-        loss_value = bc.torch_step(model, opt, autocast_loss, gen, dev,
-                                   (spec["batch"], spec["seq"], V), step, steps)
-        print(json.dumps(dict(step=step, step_seconds=time.perf_counter() - t0,
-                              loss=loss_value)), flush=True)
+    bc.torch_steps(
+        steps,
+        lambda step: bc.torch_step(model, opt, autocast_loss, gen, dev,
+                                   (spec["batch"], spec["seq"], V), step, steps),
+        lambda step, seconds, loss_value: print(json.dumps(dict(
+            step=step, step_seconds=seconds, loss=loss_value)), flush=True),
+        ahead=cuda)
     print(json.dumps(dict(
         summary=True, params=n_params, torch=torch.__version__,
         transformers=transformers.__version__,

@@ -49,7 +49,10 @@ tables recomputed), and trains with torch.optim.AdamW(fused=True) with bench_gpu
 hyper-parameters, parameter groups and schedule, clip_grad_norm_(1.0), and B x S random tokens
 per rank (so B x S x N tokens per step). The loss is the cross-entropy of the logits cast to fp32
 (torch.compiled unless --torch-compile none). One step = tokens, forward + loss, backward, clip,
-AdamW, zero_grad, loss.item(). NCCL (gloo on the CPU). A step's time is the slowest rank's.
+AdamW, zero_grad; its loss.item() comes after the next step is queued, as graphtrain's trainer
+reads a step's loss (bench_common.torch_steps), so a step's time is the time between the host
+seeing two steps end, the device's time once the host keeps ahead. NCCL (gloo on the CPU). A
+step's time is the slowest rank's.
 
 Reported per (model, layout, N, system): median step time over steps --skip+1..K, tokens/s in
 total and per GPU, MFU per GPU (bench_gpu.py's formula: tokens/s per GPU x (6 N_non-embedding +
@@ -268,14 +271,17 @@ def torch_worker(spec):
     steps = spec["steps"]
     gen = torch.Generator(device=dev).manual_seed(spec["seed"] + 1000 + dp_rank)
     times = []
-    for step in range(1, steps + 1):
-        t0 = time.perf_counter()
-        loss_value = bc.torch_step(model, opt, step_fn, gen, dev,
-                                   (spec["batch"], spec["seq"], V), step, steps,
-                                   spec.get("accum", 1), context)
-        times.append(time.perf_counter() - t0)
+
+    def one_step(step):
+        return bc.torch_step(model, opt, step_fn, gen, dev, (spec["batch"], spec["seq"], V),
+                             step, steps, spec.get("accum", 1), context)
+
+    def record(step, seconds, loss_value):
+        times.append(seconds)
         if rank == 0:
-            print(json.dumps(dict(step=step, step_seconds=times[-1], loss=loss_value)), flush=True)
+            print(json.dumps(dict(step=step, step_seconds=seconds, loss=loss_value)), flush=True)
+
+    bc.torch_steps(steps, one_step, record, ahead=cuda)
     mine = dict(step_seconds=times,
                 max_memory_allocated=torch.cuda.max_memory_allocated(dev) if cuda else -1,
                 max_memory_reserved=torch.cuda.max_memory_reserved(dev) if cuda else -1)
