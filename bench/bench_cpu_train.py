@@ -16,8 +16,9 @@ value). All three give bitwise identical parameters (the script prints their has
 Synthetic data, fp32, AdamW (lr 8e-4, betas 0.9/0.95, eps 1e-8, weight decay 0.1 on matrices),
 global-norm clipping at 1.0, warmup 2 steps then linear decay. Per-step seconds come from the run's
 metrics.jsonl (the trainer times data + forward + backward + clip + AdamW); peak RSS is the
-process's getrusage maxrss (os.wait4). The CLI pins OpenBLAS to 1 thread and every other kernel is
-single-threaded, so graphtrain uses 1 thread; OPENBLAS_NUM_THREADS has no effect on it.
+process's getrusage maxrss (os.wait4). graphtrain's matmuls run on --graphtrain-threads threads
+(--training.cpu_threads; default 1, the fair single-thread comparison), the same bits on any
+count; every other kernel is single-threaded, and OPENBLAS_NUM_THREADS has no effect on it.
 
 PyTorch — one fresh Python process per run: transformers LlamaForCausalLM from a LlamaConfig of
 the same shape (untied output, llama3 RoPE scaling, attn_implementation "sdpa" = transformers'
@@ -42,7 +43,8 @@ are interleaved (repeat 1 of every configuration, then repeat 2, ...) so that lo
 users of a shared machine spreads over all of them.
 
 usage: bench/bench_cpu_train.py [GRAPHTRAIN] [--models test_tiny,debugmodel] [--steps 25]
-        [--skip 5] [--repeats 3] [--threads 1,2] [--modes eager,compile] [--accum N]
+        [--skip 5] [--repeats 3] [--threads 1,2] [--graphtrain-threads 1]
+        [--modes eager,compile] [--accum N]
         [--json out.json]
 """
 import json
@@ -133,7 +135,7 @@ GRAPHTRAIN_MODE_NAMES = {"compiled": "graphtrain", "no-remat": "graphtrain no-re
                          "eager": "graphtrain eager"}
 
 
-def run_graphtrain(binary, model, steps, name, accum=1):
+def run_graphtrain(binary, model, steps, name, accum=1, threads=1):
     m = MODELS[model]
     with tempfile.TemporaryDirectory(prefix="bench_cpu_train_") as dump:
         cmd = [binary, "train", "--model.flavor", model,
@@ -141,7 +143,8 @@ def run_graphtrain(binary, model, steps, name, accum=1):
                "--training.global_batch_size", str(m["batch"] * accum),
                "--training.steps", str(steps), "--training.mixed_precision_param", "float32",
                "--metrics.log_freq", "1", "--job.print_config", "false",
-               "--job.dump_folder", dump] + GRAPHTRAIN_MODES[name]
+               "--job.dump_folder", dump, "--training.cpu_threads", str(threads)]
+        cmd += GRAPHTRAIN_MODES[name]
         with tempfile.TemporaryFile(mode="w+") as log:
             proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, text=True)
             _, status, usage = os.wait4(proc.pid, 0)
@@ -159,7 +162,7 @@ def run_graphtrain(binary, model, steps, name, accum=1):
     arenas = [int(a) for a in re.findall(r"(?:persistent|step)\s+arena\s+(\d+) bytes", out)]
     return dict(step_seconds=[r["step_seconds"] for r in records],
                 losses=[r["loss"] for r in records], params=int(p.group(1)) if p else -1,
-                params_hash=h.group(1) if h else "", threads=1,
+                params_hash=h.group(1) if h else "", threads=threads,
                 peak_rss_bytes=usage.ru_maxrss * 1024,
                 peak_rss_metrics_bytes=records[-1]["peak_memory_bytes"],
                 planned_arena_bytes=sum(arenas) if arenas else None)
@@ -264,6 +267,8 @@ def main():
     ap.add_argument("--skip", type=int, default=5, help="first steps left out of the medians")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--threads", default="1,2", help="torch thread counts")
+    ap.add_argument("--graphtrain-threads", type=int, default=1,
+                    help="graphtrain's matmul threads (--training.cpu_threads)")
     ap.add_argument("--modes", default="eager,compile", help="torch modes: eager, compile")
     ap.add_argument("--graphtrain-modes", default="compiled,no-remat,eager",
                     help="graphtrain modes: compiled (the default config), no-remat "
@@ -303,7 +308,8 @@ def main():
                 key = f"{model}/{name}"
                 t0 = time.perf_counter()
                 if name.startswith("graphtrain"):
-                    r = run_graphtrain(args.graphtrain, model, args.steps, name, args.accum)
+                    r = run_graphtrain(args.graphtrain, model, args.steps, name, args.accum,
+                                       args.graphtrain_threads)
                 else:
                     _, mode, t = name.split()
                     r = run_torch(model, mode, int(t[:-1]), args.steps, seed=rep,

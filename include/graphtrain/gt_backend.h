@@ -31,11 +31,12 @@ typedef struct {
  * naming the op and the offending value. */
 gt_status gt_cpu_run_kernel(const gt_kernel_call *call, gt_error *err);
 
-/* Number of threads the CPU kernels may use (OpenBLAS included; n <= 0 leaves it unchanged).
- * Results are bitwise identical run to run at a fixed count; OpenBLAS sgemm rounding can differ
- * between counts (its thread split picks edge vs full-tile micro-kernels), so keep the count
- * fixed when comparing bits across runs. */
+/* Number of threads the CPU matmuls may use (n <= 0 leaves it unchanged; 1 at start). A large
+ * sgemm is cut into blocks of its output by a rule of its shape alone, each block a
+ * single-threaded OpenBLAS call (OpenBLAS itself is kept on one thread), so results are the same
+ * bits on any thread count (cpu_matmul.c). gt_cpu_threads: the count set. */
 void gt_cpu_set_threads(int n);
+int gt_cpu_threads(void);
 
 #ifdef __cplusplus
 }

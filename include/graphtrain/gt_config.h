@@ -98,6 +98,7 @@ typedef struct {
     double max_norm; /* gradient clipping; 0 = off */
     gt_cfg_precision mixed_precision_param;
     gt_cfg_precision mixed_precision_reduce;
+    int64_t cpu_threads; /* CPU matmul threads; 0 = the rank's CPUs / ranks on its host */
 } gt_cfg_training;
 
 typedef struct {

@@ -96,6 +96,9 @@ static const gt_cfg_option options[] = {
              "float32 is faster on CPU"},
     {OPT(training, mixed_precision_reduce, GT_CFG_ENUM), .default_value = "float32",
      .choices = precisions, .help = "dtype of the gradient reduction across data-parallel ranks"},
+    {OPT(training, cpu_threads, GT_CFG_INT), .default_value = "0", INT_RANGE(0, 1024),
+     .help = "threads for the CPU matmuls of a rank (the same bits on any count); 0: the rank's "
+             "CPUs over the ranks sharing its host"},
     /* optimizer */
     {OPT(optimizer, name, GT_CFG_ENUM), .default_value = "AdamW", .choices = optimizers,
      .help = "optimizer"},

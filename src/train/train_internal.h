@@ -145,6 +145,11 @@ gt_status gt_train_report_memory(gt_train_dist *d, const int64_t bytes[4], gt_er
 /* The GPU this rank uses: its node-local rank (OMPI_COMM_WORLD_LOCAL_RANK, LOCAL_RANK,
  * MPI_LOCALRANKID or SLURM_LOCALID; else the world rank) modulo the visible devices. */
 int gt_train_device_for_rank(const gt_train_dist *d, int n_devices);
+/* Threads for this rank's CPU matmuls: training.cpu_threads, or when 0 the rank's CPUs (affinity
+ * mask) divided by the ranks on its host (OMPI_COMM_WORLD_LOCAL_SIZE, LOCAL_WORLD_SIZE,
+ * MPI_LOCALNRANKS or SLURM_NTASKS_PER_NODE; else every rank of the world), at least 1. The count
+ * never changes a result's bits (gt_cpu_set_threads). */
+int gt_train_cpu_threads(const gt_config *cfg, const gt_train_dist *d);
 /* d->nccl_buffers from --comm.nccl_buffers, once (a collective over the world): auto becomes
  * symmetric when every rank's NCCL supports it and all ranks are on one host (the same kernel boot
  * id and host name), else plain; rank 0 logs the choice and why. An explicit choice that this

@@ -758,6 +758,12 @@ static gt_status setup(gt_trainer *t, gt_error *err)
     /* ranks first: a multi-rank GPU run is refused before any device is touched */
     GT_TRY(gt_train_dist_init(cfg, &t->dist, err));
     t->cuda = cfg->training.device == GT_CFG_DEVICE_CUDA;
+    if (!t->cuda) {
+        gt_cpu_set_threads(gt_train_cpu_threads(cfg, &t->dist));
+        if (t->dist.rank == 0)
+            gt_log(GT_LOG_INFO, "cpu: %d thread(s) per rank for the matmuls (training.cpu_threads)",
+                   gt_cpu_threads());
+    }
 #ifdef GT_HAVE_CUDA
     if (t->cuda && gt_cuda_device_count() == 0)
         return gt_error_set(err, GT_ERR_UNSUPPORTED,

@@ -346,6 +346,23 @@ int gt_train_device_for_rank(const gt_train_dist *d, int n_devices)
     return n_devices > 0 ? local % n_devices : 0;
 }
 
+int gt_train_cpu_threads(const gt_config *cfg, const gt_train_dist *d)
+{
+    if (cfg->training.cpu_threads > 0) return (int)cfg->training.cpu_threads;
+    static const char *const vars[] = {"OMPI_COMM_WORLD_LOCAL_SIZE", "LOCAL_WORLD_SIZE",
+                                       "MPI_LOCALNRANKS", "SLURM_NTASKS_PER_NODE"};
+    int local = gt_train_dist_multi(d) ? d->size : 1; /* unknown: all of them on this host */
+    for (size_t k = 0; k < sizeof vars / sizeof vars[0]; k++) {
+        const char *v = getenv(vars[k]);
+        if (v && atoi(v) > 0) {
+            local = atoi(v);
+            break;
+        }
+    }
+    int n = gt_cpu_count() / (local > 0 ? local : 1);
+    return n > 0 ? n : 1;
+}
+
 /* --comm.nccl_buffers other than auto passes straight through as a gt_nccl_buffers */
 _Static_assert((int)GT_CFG_NCCL_BUFFERS_PLAIN == (int)GT_NCCL_BUFFERS_PLAIN &&
                    (int)GT_CFG_NCCL_BUFFERS_REGISTRABLE == (int)GT_NCCL_BUFFERS_REGISTRABLE &&

@@ -1,6 +1,6 @@
 /* test_cpu_matmul.c — CPU matmul: rank-2, a's leading dims with a rank-2 b (trans_a both ways),
- * equal-rank batches, every trans combination, odd and degenerate sizes (1, K = 0), bf16/f16,
- * determinism (also with 2 OpenBLAS threads), and 1 vs 2 threads agreeing to rounding. Reference:
+ * equal-rank batches, every trans combination, odd and degenerate sizes (1, K = 0), products cut
+ * into blocks, bf16/f16, determinism, and the same bits on 1, 2, 3, 5 and 16 threads. Reference:
  * double loops; tolerance 1e-5 relative (plus 1e-5 of the largest entry for cancellation). */
 #include "test_cpu_util.h"
 
@@ -76,6 +76,8 @@ static void test_matmul(tt_rng *r)
         {0, 0, {0}, 1, 19, 7}, {0, 0, {0}, 4, 3, 0},     {2, 0, {2, 3}, 3, 5, 7},
         {1, 0, {3}, 19, 7, 3}, {1, 1, {2}, 3, 5, 7},     {2, 2, {2, 3}, 7, 1, 19},
         {1, 1, {3}, 1, 7, 19}, {0, 0, {0}, 67, 71, 129}, {1, 0, {2}, 33, 65, 17},
+        {0, 0, {0}, 600, 131, 263}, /* cut into blocks of rows (cpu_matmul.c) */
+        {0, 0, {0}, 37, 1100, 500}, /* ... of columns */
     };
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
         for (int ta = 0; ta < 2; ta++)
@@ -99,38 +101,64 @@ static void test_matmul(tt_rng *r)
     gt_tensor_free(&out);
 }
 
-/* With 2 OpenBLAS threads, results are identical run to run (no races in the reduction order).
- * Between thread counts they agree to rounding only: OpenBLAS 0.3.21 (Haswell kernels) gives
- * different bits for ~10% of elements with 1 vs 2 threads, because the thread partition moves
- * which micro-kernel (full tile or edge) computes an element. So compare 1 vs 2 with a tolerance.
- */
+/* A product's bits do not depend on the thread count (cpu_matmul.c cuts a large sgemm into blocks
+ * of its output by its shape alone). OpenBLAS's own threads would fail this: its split moves
+ * which micro-kernel (full tile or edge) computes an element, and those round differently (~10%
+ * of the elements of a 256^3 product between 1 and 2 threads, OpenBLAS 0.3.21). Cases: blocks
+ * of rows (m >= n) and of columns, every transpose, a blocked batch, an odd size that leaves a
+ * short last block, the largest block count, and a product too small to be cut. Every output is
+ * pre-filled with a pattern (tt_deterministic), so a block left unwritten fails too. */
 static void test_threads(tt_rng *r)
 {
-    const int64_t n = 256;
-    gt_tensor a = tt_rand(2, TT_SHAPE(n, n + 3), r, -1, 1);
-    gt_tensor b = tt_rand(2, TT_SHAPE(n + 3, n + 5), r, -1, 1);
-    gt_tensor o1 = tt_new(GT_F32, 2, TT_SHAPE(n, n + 5)),
-              o2 = tt_new(GT_F32, 2, TT_SHAPE(n, n + 5));
-    tt_call k;
-    tt_init(&k, GT_OP_MATMUL);
-    tt_in(&k, &a);
-    tt_in(&k, &b);
-    tt_out(&k, &o1);
-    tt_i(&k, 0);
-    tt_i(&k, 0);
-    gt_cpu_set_threads(1);
-    tt_run_ok(&k, "matmul 1 thread");
-    gt_cpu_set_threads(2);
-    k.c.out[0] = &o2;
-    EXPECT(tt_deterministic(&k), "matmul with 2 threads is not deterministic");
-    gt_cpu_set_threads(1);
-    double *one = tt_to_double(&o1);
-    EXPECT(tt_close(&o2, one, 1e-5, 1e-6, "1 vs 2 threads"), "matmul 1 vs 2 threads");
-    free(one);
-    gt_tensor_free(&a);
-    gt_tensor_free(&b);
-    gt_tensor_free(&o1);
-    gt_tensor_free(&o2);
+    const mm_case cases[] = {
+        {0, 0, {0}, 600, 131, 263},  /* 20.7 M multiply-adds: 2 blocks of rows, the last short */
+        {0, 0, {0}, 37, 1100, 500},  /* 2 blocks of columns */
+        {1, 1, {2}, 520, 97, 400},   /* a batch of two, each blocked */
+        {0, 0, {0}, 4100, 517, 130}, /* 16 blocks (the most), a short last one */
+        {0, 0, {0}, 33, 40, 50},     /* too small: one call */
+    };
+    const int counts[] = {2, 3, 5, 16};
+    int differ = 0, runs = 0;
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
+        for (int t = 0; t < 4; t++) {
+            const mm_case *mc = &cases[c];
+            bool ta = t & 1, tb = t >> 1;
+            int64_t as[4], bs[4], os[4];
+            int an = stored(mc->nbatch_a, mc->batch, mc->m, mc->k, ta, as);
+            int bn = stored(mc->nbatch_b, mc->batch, mc->k, mc->n, tb, bs);
+            int on = stored(mc->nbatch_a, mc->batch, mc->m, mc->n, false, os);
+            gt_tensor a = tt_rand(an, as, r, -1, 1), b = tt_rand(bn, bs, r, -1, 1);
+            gt_tensor one = tt_new(GT_F32, on, os), many = tt_new(GT_F32, on, os);
+            tt_call k;
+            tt_init(&k, GT_OP_MATMUL);
+            tt_in(&k, &a);
+            tt_in(&k, &b);
+            tt_out(&k, &one);
+            tt_i(&k, ta);
+            tt_i(&k, tb);
+            gt_cpu_set_threads(1);
+            tt_run_ok(&k, "matmul on 1 thread");
+            k.c.out[0] = &many;
+            for (int q = 0; q < 4; q++) {
+                gt_cpu_set_threads(counts[q]);
+                EXPECT(tt_deterministic(&k), "matmul on %d threads is not deterministic",
+                       counts[q]);
+                runs++;
+                if (!tt_same_bits(&one, &many)) {
+                    differ++;
+                    fprintf(stderr, "  %lldx%lldx%lld ta %d tb %d: %d threads differ from 1\n",
+                            (long long)mc->m, (long long)mc->n, (long long)mc->k, ta, tb,
+                            counts[q]);
+                }
+            }
+            gt_cpu_set_threads(1);
+            gt_tensor_free(&a);
+            gt_tensor_free(&b);
+            gt_tensor_free(&one);
+            gt_tensor_free(&many);
+        }
+    EXPECT(differ == 0, "%d of %d (case, thread count) products differ from one thread's bits",
+           differ, runs);
 }
 
 int main(void)

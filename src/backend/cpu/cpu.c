@@ -9,7 +9,6 @@
  * any dtype and skip the wrapper: for them widening would change nothing but the cost. */
 #include "cpu_internal.h"
 
-#include <cblas.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -142,7 +141,3 @@ gt_status gt_cpu_run_kernel(const gt_kernel_call *c, gt_error *err)
     return gt_cpu_run_widened(c, e->fn, err);
 }
 
-void gt_cpu_set_threads(int n)
-{
-    if (n > 0) openblas_set_num_threads(n);
-}
