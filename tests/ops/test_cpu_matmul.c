@@ -21,14 +21,30 @@ static int stored(int nb, const int64_t *batch, int64_t rows, int64_t cols, bool
     return nb + 2;
 }
 
-static void run_case(const mm_case *mc, bool ta, bool tb, tt_rng *r, bool half)
+/* A case's random operands and output, and the matmul call over them (k). */
+static void make_call(const mm_case *mc, bool ta, bool tb, tt_rng *r, gt_tensor *a, gt_tensor *b,
+                      gt_tensor *out, tt_call *k)
 {
     int64_t as[4], bs[4], os[4];
     int an = stored(mc->nbatch_a, mc->batch, mc->m, mc->k, ta, as);
     int bn = stored(mc->nbatch_b, mc->batch, mc->k, mc->n, tb, bs);
     int on = stored(mc->nbatch_a, mc->batch, mc->m, mc->n, false, os);
-    gt_tensor a = tt_rand(an, as, r, -1, 1), b = tt_rand(bn, bs, r, -1, 1);
-    gt_tensor out = tt_new(GT_F32, on, os);
+    *a = tt_rand(an, as, r, -1, 1);
+    *b = tt_rand(bn, bs, r, -1, 1);
+    *out = tt_new(GT_F32, on, os);
+    tt_init(k, GT_OP_MATMUL);
+    tt_in(k, a);
+    tt_in(k, b);
+    tt_out(k, out);
+    tt_i(k, ta);
+    tt_i(k, tb);
+}
+
+static void run_case(const mm_case *mc, bool ta, bool tb, tt_rng *r, bool half)
+{
+    gt_tensor a, b, out;
+    tt_call k;
+    make_call(mc, ta, tb, r, &a, &b, &out, &k);
     int64_t nbatch = 1;
     for (int d = 0; d < mc->nbatch_a; d++)
         nbatch *= mc->batch[d];
@@ -48,13 +64,6 @@ static void run_case(const mm_case *mc, bool ta, bool tb, tt_rng *r, bool half)
                 ref[(z * mc->m + i) * mc->n + j] = s;
             }
     }
-    tt_call k;
-    tt_init(&k, GT_OP_MATMUL);
-    tt_in(&k, &a);
-    tt_in(&k, &b);
-    tt_out(&k, &out);
-    tt_i(&k, ta);
-    tt_i(&k, tb);
     if (tt_run_ok(&k, "matmul"))
         EXPECT(tt_close(&out, ref, 1e-5, 1e-5, "matmul"), "m %lld n %lld k %lld ta %d tb %d",
                (long long)mc->m, (long long)mc->n, (long long)mc->k, ta, tb);
@@ -72,10 +81,10 @@ static void run_case(const mm_case *mc, bool ta, bool tb, tt_rng *r, bool half)
 static void test_matmul(tt_rng *r)
 {
     const mm_case cases[] = {
-        {0, 0, {0}, 3, 5, 7},  {0, 0, {0}, 1, 1, 1},     {0, 0, {0}, 19, 1, 3},
-        {0, 0, {0}, 1, 19, 7}, {0, 0, {0}, 4, 3, 0},     {2, 0, {2, 3}, 3, 5, 7},
-        {1, 0, {3}, 19, 7, 3}, {1, 1, {2}, 3, 5, 7},     {2, 2, {2, 3}, 7, 1, 19},
-        {1, 1, {3}, 1, 7, 19}, {0, 0, {0}, 67, 71, 129}, {1, 0, {2}, 33, 65, 17},
+        {0, 0, {0}, 3, 5, 7},       {0, 0, {0}, 1, 1, 1},     {0, 0, {0}, 19, 1, 3},
+        {0, 0, {0}, 1, 19, 7},      {0, 0, {0}, 4, 3, 0},     {2, 0, {2, 3}, 3, 5, 7},
+        {1, 0, {3}, 19, 7, 3},      {1, 1, {2}, 3, 5, 7},     {2, 2, {2, 3}, 7, 1, 19},
+        {1, 1, {3}, 1, 7, 19},      {0, 0, {0}, 67, 71, 129}, {1, 0, {2}, 33, 65, 17},
         {0, 0, {0}, 600, 131, 263}, /* cut into blocks of rows (cpu_matmul.c) */
         {0, 0, {0}, 37, 1100, 500}, /* ... of columns */
     };
@@ -123,19 +132,10 @@ static void test_threads(tt_rng *r)
         for (int t = 0; t < 4; t++) {
             const mm_case *mc = &cases[c];
             bool ta = t & 1, tb = t >> 1;
-            int64_t as[4], bs[4], os[4];
-            int an = stored(mc->nbatch_a, mc->batch, mc->m, mc->k, ta, as);
-            int bn = stored(mc->nbatch_b, mc->batch, mc->k, mc->n, tb, bs);
-            int on = stored(mc->nbatch_a, mc->batch, mc->m, mc->n, false, os);
-            gt_tensor a = tt_rand(an, as, r, -1, 1), b = tt_rand(bn, bs, r, -1, 1);
-            gt_tensor one = tt_new(GT_F32, on, os), many = tt_new(GT_F32, on, os);
+            gt_tensor a, b, one;
             tt_call k;
-            tt_init(&k, GT_OP_MATMUL);
-            tt_in(&k, &a);
-            tt_in(&k, &b);
-            tt_out(&k, &one);
-            tt_i(&k, ta);
-            tt_i(&k, tb);
+            make_call(mc, ta, tb, r, &a, &b, &one, &k);
+            gt_tensor many = tt_new(GT_F32, one.ndim, one.shape);
             gt_cpu_set_threads(1);
             tt_run_ok(&k, "matmul on 1 thread");
             k.c.out[0] = &many;

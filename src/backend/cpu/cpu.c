@@ -140,4 +140,3 @@ gt_status gt_cpu_run_kernel(const gt_kernel_call *c, gt_error *err)
     if (!any_half || gt_cpu_is_byte_kernel(c->op)) return e->fn(c, err);
     return gt_cpu_run_widened(c, e->fn, err);
 }
-

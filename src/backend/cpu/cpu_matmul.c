@@ -97,8 +97,8 @@ static int gemm_blocks_plan(gemm_blocks *g)
 }
 
 static void gemm_call(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha,
-                      const float *a, int64_t lda, const float *b, int64_t ldb, float beta, float *c,
-                      int64_t ldc)
+                      const float *a, int64_t lda, const float *b, int64_t ldb, float beta,
+                      float *c, int64_t ldc)
 {
     cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
                 (int)m, (int)n, (int)k, alpha, a, (int)lda, b, (int)ldb, beta, c, (int)ldc);
@@ -139,8 +139,19 @@ void gt_cpu_sgemm_ld(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float al
     }
     GT_CHECK(lda <= INT_MAX && ldb <= INT_MAX && ldc <= INT_MAX);
     pthread_once(&gt_cpu_blas_once, gt_cpu_blas_one_thread);
-    gemm_blocks g = {.ta = ta, .tb = tb, .m = m, .n = n, .k = k, .alpha = alpha, .beta = beta,
-                     .a = a, .b = b, .c = c, .lda = lda, .ldb = ldb, .ldc = ldc};
+    gemm_blocks g = {.ta = ta,
+                     .tb = tb,
+                     .m = m,
+                     .n = n,
+                     .k = k,
+                     .alpha = alpha,
+                     .beta = beta,
+                     .a = a,
+                     .b = b,
+                     .c = c,
+                     .lda = lda,
+                     .ldb = ldb,
+                     .ldc = ldc};
     int nb = gemm_blocks_plan(&g);
     if (nb == 1) {
         gemm_block(0, &g, NULL);
