@@ -81,7 +81,7 @@ static int gemm_blocks_plan(gemm_blocks *g)
 {
     g->rows = g->m >= g->n;
     int64_t extent = g->rows ? g->m : g->n;
-    double work = (double)g->m * (double)g->n * (double)g->k; /* exact below 2^53, and monotone */
+    double work = (double)g->m * (double)g->n * (double)g->k; /* rounded the same everywhere */
     int64_t nb = work >= (double)GEMM_MAX_BLOCKS * GEMM_BLOCK_WORK
                      ? GEMM_MAX_BLOCKS
                      : (int64_t)(work / (double)GEMM_BLOCK_WORK);
