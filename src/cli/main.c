@@ -384,7 +384,7 @@ int main(int argc, char **argv)
         print_help(NULL);
         return argc < 2 ? 1 : 0;
     }
-    gt_cpu_set_threads(1); /* OpenBLAS: bits must not depend on the machine's core count */
+    gt_cpu_set_threads(1); /* OpenBLAS on one thread; train sets the matmul threads it wants */
     for (int c = 0; c < COUNT(commands); c++) {
         const command_spec *cmd = &commands[c];
         if (strcmp(argv[1], cmd->name) != 0) continue;
