@@ -1,12 +1,12 @@
 /* test_cpu_attention.c — CPU sdpa (out and lse) vs a naive double softmax attention, causal and
  * not, multi-head, GQA and MQA, odd sizes, more than one 128-row query block; sdpa_backward vs
  * central finite differences of the naive forward on q, k and v; bf16 path; determinism; causal
- * with s != t is an error. Forward tolerance 1e-5 relative; gradients 1e-4 relative plus 1e-6
- * absolute (a single key makes dq, dk exactly 0, which f32 reaches only to rounding).
- * Layout 1 ([b, s, heads, d]): sdpa and sdpa_backward on the tensors transposed to [b, s, heads,
- * d] must give bitwise the transposes of the layout-0 results (lse bitwise the same), in f32 and
- * bf16, causal and not, GQA, s != t, several 128-row blocks; a layout other than 0/1 is an
- * error. */
+ * with s != t is an error; the same bits on 3 threads as on 1. Forward tolerance 1e-5 relative;
+ * gradients 1e-4 relative plus 1e-6 absolute (a single key makes dq, dk exactly 0, which f32
+ * reaches only to rounding). Layout 1 ([b, s, heads, d]): sdpa and sdpa_backward on the tensors
+ * transposed to [b, s, heads, d] must give bitwise the transposes of the layout-0 results (lse
+ * bitwise the same), in f32 and bf16, causal and not, GQA, s != t, several 128-row blocks; a layout
+ * other than 0/1 is an error. */
 #include "test_cpu_util.h"
 
 typedef struct {
@@ -70,6 +70,25 @@ static void attn_attrs(tt_call *k, const attn_case *a)
     tt_f(k, a->scale);
 }
 
+/* The outputs k's last run left (on one thread) are the bits it gives on `threads` threads: the
+ * kernels run one job per (batch, kv head), each in the one-thread order. */
+static bool same_bits_on_threads(tt_call *k, int threads)
+{
+    gt_tensor first[GT_MAX_OUT];
+    for (int o = 0; o < k->c.n_out; o++) {
+        first[o] = tt_new(k->c.out[o]->dtype, k->c.out[o]->ndim, k->c.out[o]->shape);
+        memcpy(first[o].data, k->c.out[o]->data, gt_tensor_nbytes(&first[o]));
+    }
+    gt_cpu_set_threads(threads);
+    bool same = tt_deterministic(k);
+    gt_cpu_set_threads(1);
+    for (int o = 0; o < k->c.n_out; o++) {
+        same = same && tt_same_bits(&first[o], k->c.out[o]);
+        gt_tensor_free(&first[o]);
+    }
+    return same;
+}
+
 static void run_case(const attn_case *a, tt_rng *r, bool fd)
 {
     int64_t qs[4] = {a->b, a->hq, a->s, a->d}, ks[4] = {a->b, a->hkv, a->t, a->d};
@@ -99,6 +118,7 @@ static void run_case(const attn_case *a, tt_rng *r, bool fd)
         EXPECT(tt_close(&lse, ref_lse, 1e-5, 1e-6, "sdpa lse"), "s %lld", (long long)a->s);
     }
     EXPECT(tt_deterministic(&kf), "sdpa determinism");
+    EXPECT(same_bits_on_threads(&kf, 3), "sdpa on 3 threads differs from 1");
     EXPECT(tt_half_path(&kf, GT_BF16, 1u << 1), "sdpa bf16 (lse kept f32)");
 
     tt_call kb;
@@ -129,6 +149,7 @@ static void run_case(const attn_case *a, tt_rng *r, bool fd)
             free(g[j]);
     }
     EXPECT(tt_deterministic(&kb), "sdpa_backward determinism");
+    EXPECT(same_bits_on_threads(&kb, 3), "sdpa_backward on 3 threads differs from 1");
     EXPECT(tt_half_path(&kb, GT_BF16, 0), "sdpa_backward bf16");
 
     free(ctx.q);

@@ -17,8 +17,12 @@
  * Queries go in blocks of GT_CPU_ATTN_ROWS rows, so the score buffer is [rows, t] rather than
  * [s, t]; with causal masking a block only reads keys up to its last row. The matrix products are
  * sgemm calls (deterministic); softmax sums are double. Block sizes are constants, so the order of
- * every sum is fixed: identical bits run to run (at a fixed OpenBLAS thread count, see
- * cpu_matmul.c). */
+ * every sum is fixed: identical bits run to run.
+ *
+ * Threads: one job per (batch, kv head), on up to gt_cpu_threads threads (gt_run_jobs). A job does
+ * its group's query heads in head order, as one thread would, and writes only its own heads'
+ * outputs (its kv head's dk and dv, its query heads' out, lse and dq), so the bits are the same on
+ * any thread count. */
 #include "cpu_internal.h"
 
 #include <math.h>
@@ -80,6 +84,84 @@ static inline int64_t gt_cpu_attn_keys(const gt_cpu_attn *a, int64_t i)
     return a->causal ? i + 1 : a->t;
 }
 
+/* What a job of either direction reads: the call's shapes, strides and tensors. */
+typedef struct {
+    gt_cpu_attn a;
+    gt_cpu_attn_stride sq, sk, sv, so;
+    const gt_kernel_call *c;
+} gt_cpu_attn_job;
+
+static void gt_cpu_attn_job_init(gt_cpu_attn_job *j, const gt_kernel_call *c, const gt_cpu_attn *a)
+{
+    j->a = *a;
+    j->c = c;
+    j->sq = gt_cpu_attn_strides(a, a->hq, a->s, a->d);
+    j->sk = gt_cpu_attn_strides(a, a->hkv, a->t, a->d);
+    j->sv = gt_cpu_attn_strides(a, a->hkv, a->t, a->dv);
+    j->so = gt_cpu_attn_strides(a, a->hq, a->s, a->dv);
+}
+
+/* Forward job i: kv head i % hkv of batch i / hkv and its group of query heads, in head order. */
+static gt_status gt_cpu_sdpa_job(int i, void *user, gt_error *err)
+{
+    const gt_cpu_attn_job *j = user;
+    const gt_cpu_attn a = j->a;
+    gt_cpu_attn_stride sq = j->sq, sk = j->sk, sv = j->sv, so = j->so;
+    float *sc = malloc((size_t)(GT_CPU_ATTN_ROWS * (a.t > 0 ? a.t : 1)) * sizeof *sc);
+    if (!sc)
+        return gt_error_set(err, GT_ERR_NOMEM, "sdpa: out of memory for a %d x %lld score block",
+                            GT_CPU_ATTN_ROWS, (long long)a.t);
+    const float *q = j->c->in[0]->data, *k = j->c->in[1]->data, *v = j->c->in[2]->data;
+    float *out = j->c->out[0]->data, *lse = j->c->out[1]->data;
+    int64_t group = a.hq / a.hkv, bi = i / a.hkv, kvh = i % a.hkv;
+    const float *kp = k + gt_cpu_attn_at(sk, bi, kvh), *vp = v + gt_cpu_attn_at(sv, bi, kvh);
+    for (int64_t h = kvh * group; h < (kvh + 1) * group; h++) {
+        int64_t qh = bi * a.hq + h;
+        const float *qb = q + gt_cpu_attn_at(sq, bi, h);
+        float *ob = out + gt_cpu_attn_at(so, bi, h);
+        for (int64_t i0 = 0; i0 < a.s; i0 += GT_CPU_ATTN_ROWS) {
+            int64_t rows = a.s - i0 < GT_CPU_ATTN_ROWS ? a.s - i0 : GT_CPU_ATTN_ROWS;
+            int64_t tb = a.causal ? i0 + rows : a.t; /* keys any row of the block sees */
+            const float *qp = qb + i0 * sq.row;
+            gt_cpu_sgemm_ld(false, true, rows, tb, a.d, a.scale, qp, sq.row, kp, sk.row, 0.0f, sc,
+                            tb > 0 ? tb : 1);
+            for (int64_t r = 0; r < rows; r++) {
+                float *row = sc + r * tb;
+                int64_t nk = gt_cpu_attn_keys(&a, i0 + r);
+                float m = -INFINITY;
+                for (int64_t jj = 0; jj < nk; jj++)
+                    m = row[jj] > m ? row[jj] : m;
+                double sum = gt_cpu_exp_sum(row, row, nk, m);
+                float inv = (float)(1.0 / sum);
+                for (int64_t jj = 0; jj < nk; jj++)
+                    row[jj] *= inv;
+                for (int64_t jj = nk; jj < tb; jj++)
+                    row[jj] = 0.0f;
+                /* No visible key (t == 0): lse = -inf and the row of out is 0. */
+                lse[qh * a.s + i0 + r] = nk > 0 ? (float)((double)m + log(sum)) : -INFINITY;
+            }
+            gt_cpu_sgemm_ld(false, false, rows, a.dv, tb, 1.0f, sc, tb > 0 ? tb : 1, vp, sv.row,
+                            0.0f, ob + i0 * so.row, so.row);
+        }
+    }
+    free(sc);
+    return GT_OK;
+}
+
+/* The jobs of a call: one per (batch, kv head), on up to gt_cpu_threads threads. */
+static gt_status gt_cpu_attn_run(const gt_kernel_call *c, const gt_cpu_attn *a, gt_job_fn fn,
+                                 gt_error *err)
+{
+    gt_cpu_attn_job j;
+    gt_cpu_attn_job_init(&j, c, a);
+    int64_t n = a->b * a->hkv;
+    if (n > INT32_MAX)
+        return gt_error_set(err, GT_ERR_UNSUPPORTED, "%s: %lld (batch, kv head) pairs",
+                            gt_kernel_op_name(c->op), (long long)n);
+    int threads = gt_cpu_threads();
+    return gt_run_jobs((int)n, threads < n ? threads : (int)n, fn, &j, err);
+}
+
 gt_status gt_cpu_sdpa(const gt_kernel_call *c, gt_error *err)
 {
     gt_cpu_attn a;
@@ -87,51 +169,73 @@ gt_status gt_cpu_sdpa(const gt_kernel_call *c, gt_error *err)
     GT_TRY(gt_cpu_attn_want(c, c->out[0], "out", &a, a.hq, a.s, a.dv, err));
     GT_TRY(gt_cpu_attn_want(c, c->out[1], "lse", &a, a.hq, a.s, -1, err));
     if (a.b * a.hq * a.s == 0) return GT_OK;
-    float *sc = malloc((size_t)(GT_CPU_ATTN_ROWS * (a.t > 0 ? a.t : 1)) * sizeof *sc);
-    if (!sc)
-        return gt_error_set(err, GT_ERR_NOMEM, "sdpa: out of memory for a %d x %lld score block",
+    return gt_cpu_attn_run(c, &a, gt_cpu_sdpa_job, err);
+}
+
+/* Backward job i: kv head i % hkv of batch i / hkv; dk and dv sum over its group's query heads in
+ * head order and over row blocks (sgemm with beta = 1), as the one-thread loop did. */
+static gt_status gt_cpu_sdpa_backward_job(int i, void *user, gt_error *err)
+{
+    const gt_cpu_attn_job *j = user;
+    const gt_cpu_attn a = j->a;
+    gt_cpu_attn_stride sq = j->sq, sk = j->sk, sv = j->sv, so = j->so;
+    size_t blk = (size_t)(GT_CPU_ATTN_ROWS * (a.t > 0 ? a.t : 1));
+    float *p = malloc(blk * sizeof *p), *dp = malloc(blk * sizeof *dp);
+    if (!p || !dp) {
+        free(p);
+        free(dp);
+        return gt_error_set(err, GT_ERR_NOMEM, "sdpa_backward: out of memory for %d x %lld blocks",
                             GT_CPU_ATTN_ROWS, (long long)a.t);
+    }
+    const gt_kernel_call *c = j->c;
     const float *q = c->in[0]->data, *k = c->in[1]->data, *v = c->in[2]->data;
-    float *out = c->out[0]->data, *lse = c->out[1]->data;
-    gt_cpu_attn_stride sq = gt_cpu_attn_strides(&a, a.hq, a.s, a.d);
-    gt_cpu_attn_stride sk = gt_cpu_attn_strides(&a, a.hkv, a.t, a.d);
-    gt_cpu_attn_stride sv = gt_cpu_attn_strides(&a, a.hkv, a.t, a.dv);
-    gt_cpu_attn_stride so = gt_cpu_attn_strides(&a, a.hq, a.s, a.dv);
-    int64_t group = a.hq / a.hkv;
-    for (int64_t bi = 0; bi < a.b; bi++) {
-        for (int64_t h = 0; h < a.hq; h++) {
-            int64_t qh = bi * a.hq + h, kvh = h / group;
-            const float *kp = k + gt_cpu_attn_at(sk, bi, kvh),
-                        *vp = v + gt_cpu_attn_at(sv, bi, kvh);
-            const float *qb = q + gt_cpu_attn_at(sq, bi, h);
-            float *ob = out + gt_cpu_attn_at(so, bi, h);
-            for (int64_t i0 = 0; i0 < a.s; i0 += GT_CPU_ATTN_ROWS) {
-                int64_t rows = a.s - i0 < GT_CPU_ATTN_ROWS ? a.s - i0 : GT_CPU_ATTN_ROWS;
-                int64_t tb = a.causal ? i0 + rows : a.t; /* keys any row of the block sees */
-                const float *qp = qb + i0 * sq.row;
-                gt_cpu_sgemm_ld(false, true, rows, tb, a.d, a.scale, qp, sq.row, kp, sk.row, 0.0f,
-                                sc, tb > 0 ? tb : 1);
-                for (int64_t r = 0; r < rows; r++) {
-                    float *row = sc + r * tb;
-                    int64_t nk = gt_cpu_attn_keys(&a, i0 + r);
-                    float m = -INFINITY;
-                    for (int64_t j = 0; j < nk; j++)
-                        m = row[j] > m ? row[j] : m;
-                    double sum = gt_cpu_exp_sum(row, row, nk, m);
-                    float inv = (float)(1.0 / sum);
-                    for (int64_t j = 0; j < nk; j++)
-                        row[j] *= inv;
-                    for (int64_t j = nk; j < tb; j++)
-                        row[j] = 0.0f;
-                    /* No visible key (t == 0): lse = -inf and the row of out is 0. */
-                    lse[qh * a.s + i0 + r] = nk > 0 ? (float)((double)m + log(sum)) : -INFINITY;
-                }
-                gt_cpu_sgemm_ld(false, false, rows, a.dv, tb, 1.0f, sc, tb > 0 ? tb : 1, vp, sv.row,
-                                0.0f, ob + i0 * so.row, so.row);
+    const float *o = c->in[3]->data, *lse = c->in[4]->data, *dout = c->in[5]->data;
+    float *dq = c->out[0]->data, *dk = c->out[1]->data, *dv = c->out[2]->data;
+    int64_t group = a.hq / a.hkv, bi = i / a.hkv, kvh = i % a.hkv;
+    int64_t ko = gt_cpu_attn_at(sk, bi, kvh), vo = gt_cpu_attn_at(sv, bi, kvh);
+    const float *kp = k + ko, *vp = v + vo;
+    float *dkp = dk + ko, *dvp = dv + vo;
+    for (int64_t h = kvh * group; h < (kvh + 1) * group; h++) {
+        int64_t qh = bi * a.hq + h;
+        for (int64_t i0 = 0; i0 < a.s; i0 += GT_CPU_ATTN_ROWS) {
+            int64_t rows = a.s - i0 < GT_CPU_ATTN_ROWS ? a.s - i0 : GT_CPU_ATTN_ROWS;
+            int64_t tb = a.causal ? i0 + rows : a.t, ldp = tb > 0 ? tb : 1;
+            int64_t lo = qh * a.s + i0; /* lse row */
+            int64_t qo = gt_cpu_attn_at(sq, bi, h) + i0 * sq.row;
+            int64_t oo = gt_cpu_attn_at(so, bi, h) + i0 * so.row;
+            const float *qp = q + qo, *op = o + oo, *gp = dout + oo;
+            /* P = exp(scale q k^T - lse), 0 where masked or where no key is visible. */
+            gt_cpu_sgemm_ld(false, true, rows, tb, a.d, a.scale, qp, sq.row, kp, sk.row, 0.0f, p,
+                            ldp);
+            for (int64_t r = 0; r < rows; r++) {
+                float *row = p + r * tb, l = lse[lo + r];
+                int64_t nk = isinf(l) && l < 0 ? 0 : gt_cpu_attn_keys(&a, i0 + r);
+                gt_cpu_exp_n(row, row, nk, 1.0f, l);
+                for (int64_t jj = nk; jj < tb; jj++)
+                    row[jj] = 0.0f;
             }
+            /* dV += P^T dO */
+            gt_cpu_sgemm_ld(true, false, tb, a.dv, rows, 1.0f, p, ldp, gp, so.row, 1.0f, dvp,
+                            sv.row);
+            /* dP = dO V^T */
+            gt_cpu_sgemm_ld(false, true, rows, tb, a.dv, 1.0f, gp, so.row, vp, sv.row, 0.0f, dp,
+                            ldp);
+            for (int64_t r = 0; r < rows; r++) {
+                double dsum = 0.0; /* D_i = dO_i . O_i */
+                for (int64_t jj = 0; jj < a.dv; jj++)
+                    dsum += (double)gp[r * so.row + jj] * op[r * so.row + jj];
+                float di = (float)dsum, *pr = p + r * tb, *dr = dp + r * tb;
+                for (int64_t jj = 0; jj < tb; jj++)
+                    dr[jj] = pr[jj] * (dr[jj] - di);
+            }
+            gt_cpu_sgemm_ld(false, false, rows, a.d, tb, a.scale, dp, ldp, kp, sk.row, 0.0f,
+                            dq + qo, sq.row);
+            gt_cpu_sgemm_ld(true, false, tb, a.d, rows, a.scale, dp, ldp, qp, sq.row, 1.0f, dkp,
+                            sk.row);
         }
     }
-    free(sc);
+    free(p);
+    free(dp);
     return GT_OK;
 }
 
@@ -145,71 +249,9 @@ gt_status gt_cpu_sdpa_backward(const gt_kernel_call *c, gt_error *err)
     GT_TRY(gt_cpu_attn_want(c, c->out[0], "dq", &a, a.hq, a.s, a.d, err));
     GT_TRY(gt_cpu_attn_want(c, c->out[1], "dk", &a, a.hkv, a.t, a.d, err));
     GT_TRY(gt_cpu_attn_want(c, c->out[2], "dv", &a, a.hkv, a.t, a.dv, err));
-    const float *q = c->in[0]->data, *k = c->in[1]->data, *v = c->in[2]->data;
-    const float *o = c->in[3]->data, *lse = c->in[4]->data, *dout = c->in[5]->data;
-    float *dq = c->out[0]->data, *dk = c->out[1]->data, *dv = c->out[2]->data;
-    /* dk and dv accumulate over query heads and row blocks (sgemm with beta = 1). */
-    if (gt_tensor_nbytes(c->out[1]) > 0) memset(dk, 0, gt_tensor_nbytes(c->out[1]));
-    if (gt_tensor_nbytes(c->out[2]) > 0) memset(dv, 0, gt_tensor_nbytes(c->out[2]));
+    /* dk and dv accumulate (beta = 1) from zero */
+    if (gt_tensor_nbytes(c->out[1]) > 0) memset(c->out[1]->data, 0, gt_tensor_nbytes(c->out[1]));
+    if (gt_tensor_nbytes(c->out[2]) > 0) memset(c->out[2]->data, 0, gt_tensor_nbytes(c->out[2]));
     if (a.b * a.hq * a.s == 0) return GT_OK;
-    size_t blk = (size_t)(GT_CPU_ATTN_ROWS * (a.t > 0 ? a.t : 1));
-    float *p = malloc(blk * sizeof *p), *dp = malloc(blk * sizeof *dp);
-    if (!p || !dp) {
-        free(p);
-        free(dp);
-        return gt_error_set(err, GT_ERR_NOMEM, "sdpa_backward: out of memory for %d x %lld blocks",
-                            GT_CPU_ATTN_ROWS, (long long)a.t);
-    }
-    gt_cpu_attn_stride sq = gt_cpu_attn_strides(&a, a.hq, a.s, a.d);
-    gt_cpu_attn_stride sk = gt_cpu_attn_strides(&a, a.hkv, a.t, a.d);
-    gt_cpu_attn_stride sv = gt_cpu_attn_strides(&a, a.hkv, a.t, a.dv);
-    gt_cpu_attn_stride so = gt_cpu_attn_strides(&a, a.hq, a.s, a.dv);
-    int64_t group = a.hq / a.hkv;
-    for (int64_t bi = 0; bi < a.b; bi++) {
-        for (int64_t h = 0; h < a.hq; h++) {
-            int64_t qh = bi * a.hq + h, kvh = h / group;
-            int64_t ko = gt_cpu_attn_at(sk, bi, kvh), vo = gt_cpu_attn_at(sv, bi, kvh);
-            const float *kp = k + ko, *vp = v + vo;
-            float *dkp = dk + ko, *dvp = dv + vo;
-            for (int64_t i0 = 0; i0 < a.s; i0 += GT_CPU_ATTN_ROWS) {
-                int64_t rows = a.s - i0 < GT_CPU_ATTN_ROWS ? a.s - i0 : GT_CPU_ATTN_ROWS;
-                int64_t tb = a.causal ? i0 + rows : a.t, ldp = tb > 0 ? tb : 1;
-                int64_t lo = qh * a.s + i0; /* lse row */
-                int64_t qo = gt_cpu_attn_at(sq, bi, h) + i0 * sq.row;
-                int64_t oo = gt_cpu_attn_at(so, bi, h) + i0 * so.row;
-                const float *qp = q + qo, *op = o + oo, *gp = dout + oo;
-                /* P = exp(scale q k^T - lse), 0 where masked or where no key is visible. */
-                gt_cpu_sgemm_ld(false, true, rows, tb, a.d, a.scale, qp, sq.row, kp, sk.row, 0.0f,
-                                p, ldp);
-                for (int64_t r = 0; r < rows; r++) {
-                    float *row = p + r * tb, l = lse[lo + r];
-                    int64_t nk = isinf(l) && l < 0 ? 0 : gt_cpu_attn_keys(&a, i0 + r);
-                    gt_cpu_exp_n(row, row, nk, 1.0f, l);
-                    for (int64_t j = nk; j < tb; j++)
-                        row[j] = 0.0f;
-                }
-                /* dV += P^T dO */
-                gt_cpu_sgemm_ld(true, false, tb, a.dv, rows, 1.0f, p, ldp, gp, so.row, 1.0f, dvp,
-                                sv.row);
-                /* dP = dO V^T */
-                gt_cpu_sgemm_ld(false, true, rows, tb, a.dv, 1.0f, gp, so.row, vp, sv.row, 0.0f, dp,
-                                ldp);
-                for (int64_t r = 0; r < rows; r++) {
-                    double dsum = 0.0; /* D_i = dO_i . O_i */
-                    for (int64_t j = 0; j < a.dv; j++)
-                        dsum += (double)gp[r * so.row + j] * op[r * so.row + j];
-                    float di = (float)dsum, *pr = p + r * tb, *dr = dp + r * tb;
-                    for (int64_t j = 0; j < tb; j++)
-                        dr[j] = pr[j] * (dr[j] - di);
-                }
-                gt_cpu_sgemm_ld(false, false, rows, a.d, tb, a.scale, dp, ldp, kp, sk.row, 0.0f,
-                                dq + qo, sq.row);
-                gt_cpu_sgemm_ld(true, false, tb, a.d, rows, a.scale, dp, ldp, qp, sq.row, 1.0f, dkp,
-                                sk.row);
-            }
-        }
-    }
-    free(p);
-    free(dp);
-    return GT_OK;
+    return gt_cpu_attn_run(c, &a, gt_cpu_sdpa_backward_job, err);
 }
