@@ -135,19 +135,18 @@ def torch_steps(steps, one_step, record, ahead=True):
     So that the last step is seen to end the same way, one more step (steps + 1, at the schedule's
     learning rate 0) is queued after it and not recorded. ahead=False (the CPU, where a step is done
     when one_step returns) reads each loss at once."""
-    pending, t_end = None, time.perf_counter()
-    for step in range(1, steps + 1 + (1 if ahead else 0)):
-        loss = one_step(step)
-        if not ahead:
-            pending = (step, loss)
-        if pending is not None:
-            value = pending[1].item()
+    lag = 1 if ahead else 0  # steps queued before the oldest one's loss is read
+    queued, t_end = [], time.perf_counter()
+    for step in range(1, steps + 1 + lag):
+        queued.append((step, one_step(step)))
+        if len(queued) > lag:
+            k, loss = queued.pop(0)
+            value = loss.item()
             now = time.perf_counter()
-            record(pending[0], now - t_end, value)
+            record(k, now - t_end, value)
             t_end = now
-        pending = (step, loss) if ahead else None
-    if pending is not None:
-        pending[1].item()  # the extra step, before the caller reads the peak memory and exits
+    for _, loss in queued:  # the extra step, before the caller reads the peak memory and exits
+        loss.item()
 
 
 # ---------------------------------------------------------------------------------------------

@@ -144,13 +144,13 @@ def read_times(path, steps, last):
     return per, step_ms, busy / last, gaps, exposed_by_collective(tail, names, ends, steps, last)
 
 
-def read_ranks(tsv, args):
-    """read_times of every rank of the N-GPU run (tsv.rankR), or None when a rank's file is
-    missing."""
-    paths = [f"{tsv}.rank{r}" for r in range(args.gpus)]
+def read_ranks(tsv, args, rank0):
+    """read_times of every rank of the N-GPU run (tsv.rankR; rank 0's already read: rank0), or
+    None when a rank's file is missing."""
+    paths = [f"{tsv}.rank{r}" for r in range(1, args.gpus)]
     if args.gpus < 2 or not all(os.path.exists(p) for p in paths):
         return None
-    return [read_times(p, args.steps, args.last) for p in paths]
+    return [rank0] + [read_times(p, args.steps, args.last) for p in paths]
 
 
 def rank_lines(ranks):
@@ -208,7 +208,8 @@ def main():
     if args.source:
         res = {n: read_times(os.path.join(args.source, f"k{n}.tsv" + (".rank0" if n > 1 else "")),
                              args.steps, args.last) for n in (1, args.gpus)}
-        report(args, res, read_ranks(os.path.join(args.source, f"k{args.gpus}.tsv"), args))
+        report(args, res, read_ranks(os.path.join(args.source, f"k{args.gpus}.tsv"), args,
+                                     res[args.gpus]))
         return
     if not args.graphtrain:
         sys.exit("the graphtrain binary (or --from DIR) is required")
@@ -232,7 +233,7 @@ def main():
                        "--parallelism.tensor_parallel_degree", str(args.tp)]
         run(cmd, env, os.path.join(work, f"log{n}.txt"))
         res[n] = read_times(tsv + (".rank0" if n > 1 else ""), args.steps, args.last)
-    report(args, res, read_ranks(os.path.join(work, f"k{args.gpus}.tsv"), args))
+    report(args, res, read_ranks(os.path.join(work, f"k{args.gpus}.tsv"), args, res[args.gpus]))
     if args.keep:
         os.makedirs(args.keep, exist_ok=True)
         for f in os.listdir(work):

@@ -18,6 +18,7 @@
  * stops with the same message; errors inside the step's collectives are bounded by the
  * communicator's timeout (comm.timeout_seconds), and mpirun stops the job when a process dies (over
  * TCP, a dead peer's closed sockets fail the collective at once). */
+#include <limits.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -331,35 +332,33 @@ gt_status gt_train_check_schedule(gt_train_dist *d, const gt_config *cfg, const 
 
 /* ---------------------------------------------------------------- memory report */
 
+/* The first of the launchers' variables (four names, in order) that is set and at least `least`,
+ * as an int; `otherwise` when none is. */
+static int launcher_env(const char *const vars[4], int least, int otherwise)
+{
+    for (int k = 0; k < 4; k++) {
+        const char *v = getenv(vars[k]);
+        if (v && *v && atoi(v) >= least) return atoi(v);
+    }
+    return otherwise;
+}
+
 int gt_train_device_for_rank(const gt_train_dist *d, int n_devices)
 {
-    static const char *const vars[] = {"OMPI_COMM_WORLD_LOCAL_RANK", "LOCAL_RANK",
-                                       "MPI_LOCALRANKID", "SLURM_LOCALID"};
-    int local = d->rank;
-    for (size_t k = 0; k < sizeof vars / sizeof vars[0]; k++) {
-        const char *v = getenv(vars[k]);
-        if (v && *v) {
-            local = atoi(v);
-            break;
-        }
-    }
+    static const char *const vars[4] = {"OMPI_COMM_WORLD_LOCAL_RANK", "LOCAL_RANK",
+                                        "MPI_LOCALRANKID", "SLURM_LOCALID"};
+    int local = launcher_env(vars, INT_MIN, d->rank);
     return n_devices > 0 ? local % n_devices : 0;
 }
 
 int gt_train_cpu_threads(const gt_config *cfg, const gt_train_dist *d)
 {
     if (cfg->training.cpu_threads > 0) return (int)cfg->training.cpu_threads;
-    static const char *const vars[] = {"OMPI_COMM_WORLD_LOCAL_SIZE", "LOCAL_WORLD_SIZE",
-                                       "MPI_LOCALNRANKS", "SLURM_NTASKS_PER_NODE"};
-    int local = gt_train_dist_multi(d) ? d->size : 1; /* unknown: all of them on this host */
-    for (size_t k = 0; k < sizeof vars / sizeof vars[0]; k++) {
-        const char *v = getenv(vars[k]);
-        if (v && atoi(v) > 0) {
-            local = atoi(v);
-            break;
-        }
-    }
-    int n = gt_cpu_count() / (local > 0 ? local : 1);
+    static const char *const vars[4] = {"OMPI_COMM_WORLD_LOCAL_SIZE", "LOCAL_WORLD_SIZE",
+                                        "MPI_LOCALNRANKS", "SLURM_NTASKS_PER_NODE"};
+    /* unknown: every rank of the world on this host */
+    int local = launcher_env(vars, 1, gt_train_dist_multi(d) ? d->size : 1);
+    int n = gt_cpu_count() / local;
     return n > 0 ? n : 1;
 }
 

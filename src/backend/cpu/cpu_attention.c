@@ -158,8 +158,7 @@ static gt_status gt_cpu_attn_run(const gt_kernel_call *c, const gt_cpu_attn *a, 
     if (n > INT32_MAX)
         return gt_error_set(err, GT_ERR_UNSUPPORTED, "%s: %lld (batch, kv head) pairs",
                             gt_kernel_op_name(c->op), (long long)n);
-    int threads = gt_cpu_threads();
-    return gt_run_jobs((int)n, threads < n ? threads : (int)n, fn, &j, err);
+    return gt_run_jobs((int)n, gt_cpu_threads(), fn, &j, err);
 }
 
 gt_status gt_cpu_sdpa(const gt_kernel_call *c, gt_error *err)

@@ -157,8 +157,7 @@ void gt_cpu_sgemm_ld(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float al
         gemm_block(0, &g, NULL);
         return;
     }
-    int threads = gt_cpu_threads_n < nb ? gt_cpu_threads_n : nb;
-    gt_run_jobs(nb, threads, gemm_block, &g, NULL); /* gemm_block never fails */
+    gt_run_jobs(nb, gt_cpu_threads_n, gemm_block, &g, NULL); /* gemm_block never fails */
 }
 
 gt_status gt_cpu_matmul(const gt_kernel_call *c, gt_error *err)
