@@ -79,8 +79,27 @@ def llama_config(m):
         cfg = LlamaConfig(**common, rope_parameters=dict(scaling, rope_theta=500000.0))
     else:  # transformers 4.x spelling
         cfg = LlamaConfig(**common, rope_theta=500000.0, rope_scaling=scaling)
-    cfg._attn_implementation = "sdpa"
+    cfg._attn_implementation = causal_sdpa()
     return cfg
+
+
+def causal_sdpa():
+    """The attention of llama_config: transformers' "sdpa" attention, always called without a mask
+    (so with is_causal=True), as transformers itself calls it in eager mode for these full,
+    unpadded sequences. Under torch.compile, transformers (5.17 at least) builds the causal mask as
+    a tensor instead and calls sdpa with it and is_causal=False: a masked full attention, with GQA's
+    k and v repeated, which on an H200 made torch.compile's attention 3x its eager time at 1B
+    (bench_gpu.py --kernel-times, 2026-11-28). Registered as "sdpa_causal"; "sdpa" on a
+    transformers without the attention and mask interfaces (4.x before masking_utils)."""
+    try:
+        from transformers import AttentionInterface
+        from transformers.integrations.sdpa_attention import sdpa_attention_forward
+        from transformers.masking_utils import AttentionMaskInterface
+    except ImportError:
+        return "sdpa"
+    AttentionInterface.register("sdpa_causal", sdpa_attention_forward)
+    AttentionMaskInterface.register("sdpa_causal", lambda *args, **kwargs: None)
+    return "sdpa_causal"
 
 
 def adamw_groups(model):

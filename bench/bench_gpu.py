@@ -64,6 +64,7 @@ import bench_common as bc  # shapes, hyper-parameters, schedule, FLOPs: bench/be
 # machine without a GPU, --device cpu).
 MODELS = {name: bc.SHAPES[name] for name in ("debugmodel", "1B", "test_tiny")}
 SYSTEMS = ("graphtrain", "eager", "compile")
+SYSTEM_NAMES = {"graphtrain": "graphtrain", "eager": "torch eager", "compile": "torch.compile"}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -103,13 +104,35 @@ def torch_worker(spec):
         torch.cuda.reset_peak_memory_stats(dev)
     steps = spec["steps"]
     gen = torch.Generator(device=dev).manual_seed(spec["seed"])
+    # --kernel-times: the last profile_steps steps, and the unrecorded one after them, under
+    # torch.profiler (GPU activity only); the queue is drained first so that no earlier step's
+    # kernels fall inside
+    first_profiled = steps - spec.get("profile_steps", 0) + 1
+    prof = None
+
+    def one_step(step):
+        nonlocal prof
+        if step == first_profiled and first_profiled <= steps:
+            if cuda:
+                torch.cuda.synchronize(dev)
+            prof = torch.profiler.profile(activities=[
+                torch.profiler.ProfilerActivity.CUDA if cuda else torch.profiler.ProfilerActivity.CPU])
+            prof.start()
+        return bc.torch_step(model, opt, autocast_loss, gen, dev,
+                             (spec["batch"], spec["seq"], V), step, steps)
+
     bc.torch_steps(
         steps,
-        lambda step: bc.torch_step(model, opt, autocast_loss, gen, dev,
-                                   (spec["batch"], spec["seq"], V), step, steps),
+        one_step,
         lambda step, seconds, loss_value: print(json.dumps(dict(
             step=step, step_seconds=seconds, loss=loss_value)), flush=True),
         ahead=cuda)
+    if prof is not None:
+        if cuda:
+            torch.cuda.synchronize(dev)
+        prof.stop()
+        print(json.dumps(dict(kernels=profiled_kernels(prof, cuda),
+                              profiled_steps=steps - first_profiled + 2)), flush=True)
     print(json.dumps(dict(
         summary=True, params=n_params, torch=torch.__version__,
         transformers=transformers.__version__,
@@ -117,6 +140,23 @@ def torch_worker(spec):
         max_memory_allocated=torch.cuda.max_memory_allocated(dev) if cuda else -1,
         max_memory_reserved=torch.cuda.max_memory_reserved(dev) if cuda else -1,
         adamw_fused=opt.defaults.get("fused"))), flush=True)
+
+
+def profiled_kernels(prof, cuda):
+    """[name, ns, calls] of every GPU kernel (every CPU op on the CPU) the profiler saw, by its
+    own time, largest first."""
+    from torch.autograd import DeviceType
+
+    want = DeviceType.CUDA if cuda else DeviceType.CPU
+    rows = {}
+    for e in prof.events():
+        if e.device_type != want:
+            continue
+        ns = int(round((e.self_device_time_total if cuda else e.self_cpu_time_total) * 1000))
+        r = rows.setdefault(e.name, [e.name, 0, 0])
+        r[1] += ns
+        r[2] += 1
+    return sorted(rows.values(), key=lambda r: -r[1])
 
 
 # ---------------------------------------------------------------------------------------------
@@ -175,9 +215,13 @@ def run_graphtrain(args, model, log_path):
     return r
 
 
-def run_torch(args, model, mode, log_path):
-    spec = dict(model=model, mode=mode, steps=args.steps, seed=0, batch=args.batch, seq=args.seq,
-                device=args.device)
+def run_torch(args, model, mode, log_path, profile_steps=0):
+    """A timed torch run of args.steps steps; with profile_steps, a run of profile_steps + 2 steps
+    whose last profile_steps (and the unrecorded step after them) are profiled: r["kernels"] as
+    run_kernel_times gives them, over r["steps"] steps."""
+    n_steps = profile_steps + 2 if profile_steps else args.steps
+    spec = dict(model=model, mode=mode, steps=n_steps, seed=0, batch=args.batch, seq=args.seq,
+                device=args.device, profile_steps=profile_steps)
     env = dict(os.environ, TORCHINDUCTOR_FORCE_DISABLE_CACHES="1")
     cmd = [sys.executable, os.path.abspath(__file__), "--torch-worker", json.dumps(spec)]
     with bc.MemoryMonitor(args.gpu_ids, args.poll_s) as mon:
@@ -191,9 +235,15 @@ def run_torch(args, model, mode, log_path):
              torch_max_memory_reserved=summary.get("max_memory_reserved", -1),
              torch=summary.get("torch"), transformers=summary.get("transformers"),
              device_name=summary.get("device_name"), adamw_fused=summary.get("adamw_fused"))
+    if profile_steps:
+        prof = [json.loads(x) for x in out.splitlines() if x.startswith('{"kernels"')]
+        r["kernels"] = [dict(name=n, ns=ns, calls=c) for n, ns, c in
+                        (prof[0]["kernels"] if prof else [])]
+        r["steps"] = prof[0]["profiled_steps"] if prof else 1
+        r["kernel_ns"] = sum(k["ns"] for k in r["kernels"])
     if rc != 0:
         why = f"timed out after {args.timeout} s" if rc is None else f"exit status {rc}"
-        r["error"] = f"{why}; {len(steps)} of {args.steps} steps done"
+        r["error"] = f"{why}; {len(steps)} of {n_steps} steps done"
         r["log_tail"] = bc.tail(out)
     return r
 
@@ -383,50 +433,70 @@ def run_kernel_times(args, model, lib, log_path):
            "--job.print_config", "false", "--job.dump_folder", dump]
     rc, out = run_process(cmd, args.timeout, log_path, env=env)
     shutil.rmtree(dump, ignore_errors=True)
-    r = dict(command=" ".join(cmd), steps=args.kernel_steps, kernels=[])
+    r = dict(command=" ".join(cmd), steps=args.kernel_steps, kernel_steps=args.kernel_steps,
+             kernels=[])
     if rc != 0:
         r["error"] = (f"timed out after {args.timeout} s" if rc is None else f"exit status {rc}")
         r["log_tail"] = bc.tail(out)
     if not os.path.exists(times):
         r.setdefault("error", "the CUPTI library wrote nothing (injection not loaded?)")
         return r
-    rows, spans = [], []
+    names, totals, spans = [], [], []
     with open(times) as f:
         for line in f:
-            kind, ns, calls, name = line.rstrip("\n").split("\t", 3)
+            kind, a, b, c = line.rstrip("\n").split("\t", 3)
             if kind == "memcpy":
-                r["memcpy_ns"], r["memcpy_calls"] = int(ns), int(calls)
+                r["memcpy_ns"], r["memcpy_calls"] = int(a), int(b)
             elif kind == "span":
-                spans.append((int(ns), int(calls)))
+                spans.append((int(a), int(b), int(c.split("\t")[0])))
             else:
-                rows.append((int(ns), int(calls), name))
-    rows.sort(reverse=True)
-    for (ns, calls, _), name in zip(rows, demangle([x[2] for x in rows])):
-        r["kernels"].append(dict(name=name, ns=ns, calls=calls))
-    r["kernel_ns"] = sum(x[0] for x in rows)
-    r["last_step_ns"], r["gap_ns"], r["gaps"] = last_step_gaps(spans, args.kernel_steps)
-    r["step_starts_ns"] = step_starts(spans, args.kernel_steps)
+                names.append(c)
+                totals.append((int(a), int(b)))
+    names = demangle(names)
+    spans.sort()
+    try:
+        ends = step_ends(spans, names, args.kernel_steps)
+    except RuntimeError as e:
+        r.setdefault("error", str(e))
+        ends = []
+    if len(ends) >= 2:  # steps 2..N: step 1 also draws the parameters and captures the graph
+        per = {}
+        spans = [x for x in spans if ends[0] < x[0] and x[1] <= ends[-1]
+                 and names[x[2]] not in ("[memcpy HtoD]", "[memcpy DtoH]")]
+        for start, end, i in spans:
+            k = per.setdefault(i, [0, 0])
+            k[0], k[1] = k[0] + end - start, k[1] + 1
+        r["steps"] = len(ends) - 1
+        r["step_ends_ns"] = ends
+        r["last_step_ns"], r["gap_ns"], r["gaps"] = busy_gaps(
+            [(s, e) for s, e, _ in spans if s > ends[-2]])
+    else:  # no spans: the library's totals over every step
+        per = {i: list(t) for i, t in enumerate(totals)}
+    r["kernels"] = sorted((dict(name=names[i], ns=ns, calls=calls)
+                           for i, (ns, calls) in per.items()), key=lambda k: -k["ns"])
+    r["kernel_ns"] = sum(k["ns"] for k in r["kernels"])
     return r
 
 
-def step_starts(spans, steps):
-    """Each step's first kernel start (every step launches the same number of kernels), and the
-    last kernel's end: the GPU's own step times are the differences, free of host timing."""
-    spans = sorted(spans)
-    n = len(spans) // max(steps, 1)
+def step_ends(spans, names, steps):
+    """End time of each of `steps` steps in spans ((start, end, name index, ...) sorted by start):
+    the end of its multi-tensor AdamW launch (one per step, the last kernel of the step), or,
+    without those, of every len(spans) / steps-th span."""
+    ends = [x[1] for x in spans if "adamw_multi" in names[x[2]]]
+    if len(ends) == steps:
+        return ends
+    n = len(spans) // steps
     if n == 0 or n * steps != len(spans):
-        return []
-    return [spans[i * n][0] for i in range(steps)] + [max(e for _, e in spans)]
+        raise RuntimeError(f"{len(spans)} device spans are not {steps} equal steps and the step "
+                           f"has {len(ends)} AdamW launches, not one")
+    return [max(x[1] for x in spans[k * n:(k + 1) * n]) for k in range(steps)]
 
 
-def last_step_gaps(spans, steps):
-    """The last step's kernels, the last len(spans) / steps kernel intervals (every step launches
-    the same kernels; step 1 runs them one by one, later steps replay the captured graph): (ns
-    from the first start to the last end, ns the GPU ran no kernel in between, number of gaps)."""
-    n = len(spans) // max(steps, 1)
-    if n == 0:
+def busy_gaps(spans):
+    """(ns from the first start to the last end, ns in between with no kernel running, number of
+    such gaps) of spans (start, end) sorted by start."""
+    if not spans:
         return 0, 0, 0
-    spans = sorted(spans)[-n:]
     gap_ns, gaps, end = 0, 0, spans[0][1]
     for start, stop in spans[1:]:
         if start > end:
@@ -436,31 +506,79 @@ def last_step_gaps(spans, steps):
 
 
 def gpu_step_times(r):
-    """'; GPU time per step ...' from step_starts (steps 2.. : step 1 also captures the graph)."""
-    t = r.get("step_starts_ns") or []
-    d = [(b - a) / 1e6 for a, b in zip(t[1:], t[2:])]
+    """'; GPU time per step ...' from step_ends_ns (steps 2..N)."""
+    t = r.get("step_ends_ns") or []
+    d = [(b - a) / 1e6 for a, b in zip(t, t[1:])]
     if not d:
         return ""
-    return (f"; GPU time per step from one step's first kernel to the next's, steps 2..{len(d) + 1}:"
+    return (f"; GPU time per step from one step's end to the next's, steps 2..{len(d) + 1}:"
             f" median {statistics.median(d):.1f} ms (min {min(d):.1f}, max {max(d):.1f})")
 
 
 def kernel_table(model, r, top):
-    lines = [f"\n**{model}: graphtrain GPU time per kernel** — {r['steps']} steps (step 1 "
-             f"included), CUPTI kernel activity; total kernel time "
+    lines = [f"\n**{model}: graphtrain GPU time per kernel** — CUPTI kernel activity, the last "
+             f"{r['steps']} of {r['kernel_steps']} steps; total kernel time "
              f"{r.get('kernel_ns', 0) / 1e6 / r['steps']:.1f} ms/step, host↔device copies "
-             f"{r.get('memcpy_ns', 0) / 1e6 / r['steps']:.1f} ms/step; last step: "
+             f"{r.get('memcpy_ns', 0) / 1e6:.1f} ms in the whole run; last step: "
              f"{r.get('last_step_ns', 0) / 1e6:.1f} ms from its first kernel's start to its "
              f"last one's end, {r.get('gap_ns', 0) / 1e6:.2f} ms of it with no kernel running "
              f"({r.get('gaps', 0)} gaps)" + gpu_step_times(r)
-             + (f" [{r['error']}]" if "error" in r else "") + "\n",
-             "| kernel | ms/step | share | launches/step |", "|---|---|---|---|"]
+             + (f" [{r['error']}]" if "error" in r else "") + "\n"]
+    return "\n".join(lines + kernel_rows(r, top))
+
+
+def kernel_rows(r, top):
+    """The table of r's top kernels: ms and launches per step, share of all kernel time."""
+    lines = ["| kernel | ms/step | share | launches/step |", "|---|---|---|---|"]
     total = r.get("kernel_ns") or 1
     for k in r["kernels"][:top]:
         name = k["name"] if len(k["name"]) <= 110 else k["name"][:107] + "..."
         lines.append(f"| `{name.replace('|', '/')}` | {k['ns'] / 1e6 / r['steps']:.2f} | "
                      f"{100 * k['ns'] / total:.1f} % | {k['calls'] / r['steps']:.0f} |")
+    return lines
+
+
+def kernel_category(name):
+    """The kind of work of a kernel, by its name, to set graphtrain's kernels beside torch's:
+    attention (graphtrain's and cuDNN's sdpa with cuDNN's helper kernels, torch's flash / efficient
+    / cuDNN), matmul
+    (cuBLAS(Lt) and CUTLASS), the optimizer (both sides' fused AdamW), communication (NCCL) or
+    the rest (elementwise, norms, RoPE, the loss, reductions, copies; Inductor's Triton kernels)."""
+    n = name.lower()
+    if "nccl" in n:
+        return "communication"
+    if any(k in n for k in ("flash", "fmha", "sdpa", "attn", "attention", "cudnn::fusion")):
+        return "attention"
+    if any(k in n for k in ("gemm", "nvjet", "xmma", "cutlass", "cublas", "::mm", "::addmm")):
+        return "matmul"
+    if "adam" in n:
+        return "optimizer (AdamW)"
+    return "the rest"
+
+
+def category_table(model, columns):
+    """GPU ms per step by kernel_category, one column per (title, kernel run)."""
+    cats = ("matmul", "attention", "optimizer (AdamW)", "communication", "the rest")
+    per = []
+    for _, r in columns:
+        d = dict.fromkeys(cats, 0.0)
+        for k in r.get("kernels", []):
+            d[kernel_category(k["name"])] += k["ns"] / 1e6 / max(r.get("steps", 1), 1)
+        per.append(d)
+    lines = [f"\n**{model}: GPU ms per step by kind of kernel**\n",
+             "| kind | " + " | ".join(t for t, _ in columns) + " |",
+             "|---|" + "---|" * len(columns)]
+    for c in cats + ("all kernels",):
+        vals = [sum(d.values()) if c == "all kernels" else d[c] for d in per]
+        lines.append(f"| {c} | " + " | ".join(f"{v:.2f}" for v in vals) + " |")
     return "\n".join(lines)
+
+
+def torch_kernel_table(model, name, r, top):
+    lines = [f"\n**{model}: {name} GPU time per kernel** — torch.profiler over {r['steps']} "
+             f"steps after warm-up; total kernel time {r.get('kernel_ns', 0) / 1e6 / r['steps']:.1f}"
+             " ms/step" + (f" [{r['error']}]" if "error" in r else "") + "\n"]
+    return "\n".join(lines + kernel_rows(r, top))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -475,7 +593,7 @@ def summarize(r, args, model):
 
 def tables(results, args):
     lines = []
-    names = {"graphtrain": "graphtrain", "eager": "torch eager", "compile": "torch.compile"}
+    names = SYSTEM_NAMES
     for model in results["models"]:
         m = MODELS[model]
         fpt = bc.flops_per_token(m, args.seq)
@@ -567,7 +685,7 @@ def main():
                    peak_tflops=args.peak_tflops, models=args.models, runs={})
 
     if args.kernel_times_only:
-        args.kernel_times, args.systems = True, ["graphtrain"]
+        args.kernel_times = True
     for model in [] if args.kernel_times_only else args.models:
         for system in args.systems:
             log_path = os.path.join(log_dir, f"{model}_{system}.log")
@@ -583,20 +701,33 @@ def main():
             bc.print_progress(f"{model}/{system}", msg, r, t0)
             bc.write_json(args.json, results)
     text = "" if args.kernel_times_only else tables(results, args)
+    lib = None
     if args.kernel_times and "graphtrain" in args.systems and args.device == "cuda":
         try:
             lib = build_kernel_times_lib(log_dir)
         except RuntimeError as e:
-            lib = None
             text += f"\n\nkernel times: {e}"
-        for model in args.models if lib else []:
+    for model in args.models if args.kernel_times else []:
+        runs = []
+        for system in args.systems:
             t0 = time.perf_counter()
-            r = run_kernel_times(args, model, lib, os.path.join(log_dir, f"{model}_kernels.log"))
-            results.setdefault("kernel_times", {})[model] = r
-            print(f"{model}/kernel times: {len(r['kernels'])} kernels "
+            log_path = os.path.join(log_dir, f"{model}_{system}_kernels.log")
+            if system == "graphtrain":
+                if lib is None:
+                    continue
+                r = run_kernel_times(args, model, lib, log_path)
+            else:
+                r = run_torch(args, model, system, log_path, profile_steps=args.kernel_steps)
+            runs.append((system, r))
+            results.setdefault("kernel_times", {}).setdefault(model, {})[system] = r
+            print(f"{model}/{system} kernel times: {len(r['kernels'])} kernels "
                   f"{r.get('error', '')} ({time.perf_counter() - t0:.0f} s)", flush=True)
             bc.write_json(args.json, results)
-            text += "\n" + kernel_table(model, r, args.kernel_top)
+        if len(runs) > 1:
+            text += "\n" + category_table(model, [(SYSTEM_NAMES[x], r) for x, r in runs])
+        for system, r in runs:
+            text += "\n" + (kernel_table(model, r, args.kernel_top) if system == "graphtrain" else
+                            torch_kernel_table(model, SYSTEM_NAMES[system], r, args.kernel_top))
     print(text)
     bc.write_markdown(args.markdown, results, gpu_name or args.device, text)
 

@@ -52,19 +52,6 @@ def is_comm(name):
     return "nccl" in name.lower() or "comm_sum" in name
 
 
-def step_ends(spans, names, steps):
-    """End time of each step: the end of its multi-tensor AdamW launch (one per step, the last
-    kernel of the step), or, without those, of every len(spans) / steps-th span."""
-    ends = [e for s, e, i, _ in spans if "adamw_multi" in names[i]]
-    if len(ends) == steps:
-        return ends
-    n = len(spans) // steps
-    if n == 0 or n * steps != len(spans):
-        raise RuntimeError(f"{len(spans)} device spans are not {steps} equal steps and the step "
-                           f"has no single multi-tensor AdamW launch to split at")
-    return [max(x[1] for x in spans[k * n:(k + 1) * n]) for k in range(steps)]
-
-
 def exposed_by_collective(tail, names, ends, steps, last):
     """The communication kernels of each of the last `last` steps in start order, averaged by
     their index in the step (a captured step runs the same ones every time): [(name, ns,
@@ -114,7 +101,7 @@ def read_times(path, steps, last):
     names = bench_gpu.demangle(names)
     spans = sorted(x for x in spans if names[x[2]] not in ("[memcpy HtoD]", "[memcpy DtoH]"))
     try:
-        ends = step_ends(spans, names, steps)
+        ends = bench_gpu.step_ends(spans, names, steps)
     except RuntimeError as e:
         raise RuntimeError(f"{path}: {e}") from None
     lo, hi = ends[steps - last - 1], ends[-1]  # the caller checked steps > last
