@@ -19,8 +19,11 @@
  * any vector width, fmaf is the FMA instruction, and contraction of other multiply-adds into
  * FMAs is turned off. no-trapping-math lets GCC turn float compares into selects (gt_cpu_expf's
  * range checks; a compare may raise an FP exception, which nothing here reads): the values are the
- * same either way. The element functions such a loop calls must be always_inline: GCC does not
- * inline a function built with other options into it. */
+ * same either way. (sqrtf is the square-root instruction because the CPU backend is built with
+ * -fno-math-errno, CMakeLists.txt; the attribute's form of that flag does not take.) The element
+ * functions such a loop calls must be always_inline: GCC does not inline a function built with
+ * other options into it (AdamW's was not, until 2026-11-28: its clone called libm's fmaf and
+ * sqrtf for every element). */
 #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
 #define GT_CPU_ELEMENT_LOOP                                                                        \
     __attribute__((target_clones("arch=x86-64-v3", "default"),                                     \

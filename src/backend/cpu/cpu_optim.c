@@ -71,27 +71,38 @@ static gt_status gt_cpu_adamw_consts(const gt_kernel_call *c, const float *scala
     return GT_OK;
 }
 
-/* One element. Every input is read before any output is written, so a planner may alias p' with
- * p, m' with m and v' with v. Each line is one torch op, evaluated as torch's CPU kernels do
- * (checked against torch 2.x bit for bit; they fuse the multiply-add of lerp and addcmul):
+/* The elements [0, n). Every input is read before any output is written, so a planner may alias
+ * p' with p, m' with m and v' with v. Each line is one torch op, evaluated as torch's CPU kernels
+ * do (checked against torch 2.x bit for bit; they fuse the multiply-add of lerp and addcmul):
  *   g.mul_(clip); p.mul_(1 - lr*wd)
  *   m.lerp_(g, w), w = 1 - beta1:  fma(w, g - m, m) for w < 0.5, else fma(w - 1, g - m, g)
  *   v.mul_(beta2).addcmul_(g, g, value=1 - beta2)  ->  fma((1 - beta2)*g, g, v*beta2)
  *   denom = (v.sqrt() / sqrt(bc2)).add_(eps)
  *   p.addcdiv_(m, denom, value=-lr/bc1)            ->  p + ((-lr/bc1)*m)/denom
  * fmaf is correctly rounded by the C standard, so these bits do not depend on the machine (it is a
- * libm call where the compiler may not emit an FMA instruction). */
-static inline void gt_adamw_element(const gt_adamw_consts *k, float p, float g, float m, float v,
-                                    float *po, float *mo, float *vo)
+ * libm call where the compiler may not emit an FMA instruction). DECAYS and SMALL_W1 (w < 0.5)
+ * are constants at each call, so every loop is free of branches; the constants sit in locals, and
+ * ivdep says no element depends on another's outputs (an output array is its input array or
+ * apart from every input): without these GCC kept the loop scalar (it wants more overlap checks
+ * of the seven arrays than it makes). */
+static inline __attribute__((always_inline)) void
+gt_adamw_run(const gt_adamw_consts *k, bool decays, bool small_w1, int64_t n, const float *pp,
+             const float *gp, const float *mp, const float *vp, float *po, float *mo, float *vo)
 {
-    g = g * k->clip;
-    if (k->decays) p = p * k->decay;
-    m = k->w1 < 0.5f ? fmaf(k->w1, g - m, m) : fmaf(k->w1 - 1.0f, g - m, g);
-    v = fmaf(k->w2 * g, g, v * k->beta2);
-    float denom = sqrtf(v) / k->bc2_sqrt + k->eps;
-    *po = p + k->neg_step * m / denom;
-    *mo = m;
-    *vo = v;
+    const float clip = k->clip, decay = k->decay, w1 = k->w1, w1m = k->w1 - 1.0f;
+    const float beta2 = k->beta2, w2 = k->w2, neg_step = k->neg_step, bc2_sqrt = k->bc2_sqrt;
+    const float eps = k->eps;
+#pragma GCC ivdep
+    for (int64_t i = 0; i < n; i++) {
+        float g = gp[i] * clip, p = pp[i], m = mp[i], v = vp[i];
+        if (decays) p = p * decay;
+        m = small_w1 ? fmaf(w1, g - m, m) : fmaf(w1m, g - m, g);
+        v = fmaf(w2 * g, g, v * beta2);
+        float denom = sqrtf(v) / bc2_sqrt + eps;
+        po[i] = p + neg_step * m / denom;
+        mo[i] = m;
+        vo[i] = v;
+    }
 }
 
 /* The element loop, also compiled for x86-64-v3 (AVX2, FMA) and picked at load time where the
@@ -104,8 +115,15 @@ GT_CPU_ELEMENT_LOOP static void gt_adamw_loop(const gt_adamw_consts *k, int64_t 
                                               const float *gp, const float *mp, const float *vp,
                                               float *po, float *mo, float *vo)
 {
-    for (int64_t i = 0; i < n; i++)
-        gt_adamw_element(k, pp[i], gp[i], mp[i], vp[i], &po[i], &mo[i], &vo[i]);
+    bool small = k->w1 < 0.5f;
+    if (k->decays && small)
+        gt_adamw_run(k, true, true, n, pp, gp, mp, vp, po, mo, vo);
+    else if (k->decays)
+        gt_adamw_run(k, true, false, n, pp, gp, mp, vp, po, mo, vo);
+    else if (small)
+        gt_adamw_run(k, false, true, n, pp, gp, mp, vp, po, mo, vo);
+    else
+        gt_adamw_run(k, false, false, n, pp, gp, mp, vp, po, mo, vo);
 }
 
 gt_status gt_cpu_adamw(const gt_kernel_call *c, gt_error *err)
