@@ -9,6 +9,7 @@
  * any dtype and skip the wrapper: for them widening would change nothing but the cost. */
 #include "cpu_internal.h"
 
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -60,17 +61,88 @@ static bool gt_cpu_is_half(gt_dtype dt)
     return dt == GT_BF16 || dt == GT_F16;
 }
 
-/* Widens a bf16/f16 tensor into a new f32 tensor of the same shape. */
+/* The f32 temporaries are kept between calls: the largest few, up to GT_CPU_KEPT_BYTES in all.
+ * Fresh ones of a step's sizes came from the kernel as zeroed pages at every call (the allocator
+ * returns freed large blocks to it): page faults and clearing took about 4 % of a debugmodel step
+ * on the CPU. Process-wide, under a lock (ranks of a test may be threads of one process); what is
+ * kept stays reachable from here until exit. */
+#define GT_CPU_KEPT 8
+#define GT_CPU_KEPT_BYTES ((size_t)512 << 20)
+
+static struct {
+    void *p;
+    size_t cap;
+} gt_cpu_kept[GT_CPU_KEPT];
+static size_t gt_cpu_kept_bytes;
+static pthread_mutex_t gt_cpu_kept_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* A block of at least `bytes`: the smallest kept one that fits, else a new one; *cap its size. */
+static void *gt_cpu_scratch_take(size_t bytes, size_t *cap)
+{
+    pthread_mutex_lock(&gt_cpu_kept_lock);
+    int best = -1;
+    for (int k = 0; k < GT_CPU_KEPT; k++)
+        if (gt_cpu_kept[k].p && gt_cpu_kept[k].cap >= bytes &&
+            (best < 0 || gt_cpu_kept[k].cap < gt_cpu_kept[best].cap))
+            best = k;
+    void *p = NULL;
+    if (best >= 0) {
+        p = gt_cpu_kept[best].p;
+        *cap = gt_cpu_kept[best].cap;
+        gt_cpu_kept_bytes -= *cap;
+        gt_cpu_kept[best].p = NULL;
+    }
+    pthread_mutex_unlock(&gt_cpu_kept_lock);
+    if (!p) {
+        p = malloc(bytes);
+        *cap = bytes;
+    }
+    return p;
+}
+
+/* Gives a block back: kept in place of smaller ones while the budget allows, else freed. */
+static void gt_cpu_scratch_give(void *p, size_t cap)
+{
+    void *drop[GT_CPU_KEPT + 1];
+    int n_drop = 0;
+    pthread_mutex_lock(&gt_cpu_kept_lock);
+    for (;;) {
+        int empty = -1, small = -1;
+        for (int k = 0; k < GT_CPU_KEPT; k++) {
+            if (!gt_cpu_kept[k].p)
+                empty = k;
+            else if (small < 0 || gt_cpu_kept[k].cap < gt_cpu_kept[small].cap)
+                small = k;
+        }
+        if (empty >= 0 && gt_cpu_kept_bytes + cap <= GT_CPU_KEPT_BYTES) {
+            gt_cpu_kept[empty].p = p;
+            gt_cpu_kept[empty].cap = cap;
+            gt_cpu_kept_bytes += cap;
+            p = NULL;
+            break;
+        }
+        if (small < 0 || gt_cpu_kept[small].cap >= cap || cap > GT_CPU_KEPT_BYTES) break;
+        drop[n_drop++] = gt_cpu_kept[small].p; /* a smaller kept block makes room */
+        gt_cpu_kept_bytes -= gt_cpu_kept[small].cap;
+        gt_cpu_kept[small].p = NULL;
+    }
+    pthread_mutex_unlock(&gt_cpu_kept_lock);
+    for (int k = 0; k < n_drop; k++)
+        free(drop[k]);
+    free(p);
+}
+
+/* Widens a bf16/f16 tensor into an f32 temporary of the same shape (*cap: its block's size, for
+ * gt_cpu_scratch_give). */
 static gt_status gt_cpu_widen(const gt_kernel_call *c, const gt_tensor *src, gt_tensor *dst,
-                              bool copy, gt_error *err)
+                              bool copy, size_t *cap, gt_error *err)
 {
     int64_t n = gt_tensor_numel(src);
-    float *data = malloc(n > 0 ? (size_t)n * sizeof(float) : 1);
+    float *data = gt_cpu_scratch_take(n > 0 ? (size_t)n * sizeof(float) : 1, cap);
     if (!data)
         return gt_error_set(err, GT_ERR_NOMEM, "%s: out of memory widening %lld %s elements to f32",
                             gt_kernel_op_name(c->op), (long long)n, gt_dtype_name(src->dtype));
     gt_tensor_wrap(dst, GT_F32, src->ndim, src->shape, data);
-    dst->owns_data = true;
     if (!copy) return GT_OK;
     const uint16_t *h = src->data;
     if (src->dtype == GT_BF16) {
@@ -100,10 +172,11 @@ static gt_status gt_cpu_run_widened(const gt_kernel_call *c, gt_cpu_kernel fn, g
     gt_kernel_call w = *c;
     gt_tensor tin[GT_MAX_IN], tout[GT_MAX_OUT];
     bool win[GT_MAX_IN] = {false}, wout[GT_MAX_OUT] = {false};
+    size_t cin[GT_MAX_IN], cout[GT_MAX_OUT];
     gt_status st = GT_OK;
     for (int k = 0; k < c->n_in && st == GT_OK; k++) {
         if (!gt_cpu_is_half(c->in[k]->dtype)) continue;
-        st = gt_cpu_widen(c, c->in[k], &tin[k], true, err);
+        st = gt_cpu_widen(c, c->in[k], &tin[k], true, &cin[k], err);
         if (st == GT_OK) {
             win[k] = true;
             w.in[k] = &tin[k];
@@ -111,7 +184,7 @@ static gt_status gt_cpu_run_widened(const gt_kernel_call *c, gt_cpu_kernel fn, g
     }
     for (int k = 0; k < c->n_out && st == GT_OK; k++) {
         if (!gt_cpu_is_half(c->out[k]->dtype)) continue;
-        st = gt_cpu_widen(c, c->out[k], &tout[k], false, err);
+        st = gt_cpu_widen(c, c->out[k], &tout[k], false, &cout[k], err);
         if (st == GT_OK) {
             wout[k] = true;
             w.out[k] = &tout[k];
@@ -121,10 +194,10 @@ static gt_status gt_cpu_run_widened(const gt_kernel_call *c, gt_cpu_kernel fn, g
     for (int k = 0; k < c->n_out; k++) {
         if (!wout[k]) continue;
         if (st == GT_OK) gt_cpu_narrow(&tout[k], c->out[k]);
-        gt_tensor_free(&tout[k]);
+        gt_cpu_scratch_give(tout[k].data, cout[k]);
     }
     for (int k = 0; k < c->n_in; k++)
-        if (win[k]) gt_tensor_free(&tin[k]);
+        if (win[k]) gt_cpu_scratch_give(tin[k].data, cin[k]);
     return st;
 }
 
