@@ -80,11 +80,11 @@ static gt_status gt_cpu_adamw_consts(const gt_kernel_call *c, const float *scala
  *   denom = (v.sqrt() / sqrt(bc2)).add_(eps)
  *   p.addcdiv_(m, denom, value=-lr/bc1)            ->  p + ((-lr/bc1)*m)/denom
  * fmaf is correctly rounded by the C standard, so these bits do not depend on the machine (it is a
- * libm call where the compiler may not emit an FMA instruction). DECAYS and SMALL_W1 (w < 0.5)
- * are constants at each call, so every loop is free of branches; the constants sit in locals, and
- * ivdep says no element depends on another's outputs (an output array is its input array or
- * apart from every input): without these GCC kept the loop scalar (it wants more overlap checks
- * of the seven arrays than it makes). */
+ * libm call where the compiler may not emit an FMA instruction). `decays` and `small_w1`
+ * (w < 0.5) are constants at each call, so every loop is free of branches; the constants sit in
+ * locals, and ivdep says no element depends on another's outputs (an output array is its input
+ * array or apart from every input): without these GCC kept the loop scalar (it wants more
+ * overlap checks of the seven arrays than it makes). */
 static inline __attribute__((always_inline)) void
 gt_adamw_run(const gt_adamw_consts *k, bool decays, bool small_w1, int64_t n, const float *pp,
              const float *gp, const float *mp, const float *vp, float *po, float *mo, float *vo)
