@@ -441,19 +441,9 @@ def run_kernel_times(args, model, lib, log_path):
     if not os.path.exists(times):
         r.setdefault("error", "the CUPTI library wrote nothing (injection not loaded?)")
         return r
-    names, totals, spans = [], [], []
-    with open(times) as f:
-        for line in f:
-            kind, a, b, c = line.rstrip("\n").split("\t", 3)
-            if kind == "memcpy":
-                r["memcpy_ns"], r["memcpy_calls"] = int(a), int(b)
-            elif kind == "span":
-                spans.append((int(a), int(b), int(c.split("\t")[0])))
-            else:
-                names.append(c)
-                totals.append((int(a), int(b)))
-    names = demangle(names)
-    spans.sort()
+    names, totals, spans, memcpy = read_span_file(times)
+    if memcpy:
+        r["memcpy_ns"], r["memcpy_calls"] = memcpy
     try:
         ends = step_ends(spans, names, args.kernel_steps)
     except RuntimeError as e:
@@ -461,21 +451,42 @@ def run_kernel_times(args, model, lib, log_path):
         ends = []
     if len(ends) >= 2:  # steps 2..N: step 1 also draws the parameters and captures the graph
         per = {}
-        spans = [x for x in spans if ends[0] < x[0] and x[1] <= ends[-1]
-                 and names[x[2]] not in ("[memcpy HtoD]", "[memcpy DtoH]")]
-        for start, end, i in spans:
+        spans = [x for x in spans if ends[0] < x[0] and x[1] <= ends[-1]]
+        for start, end, i, _ in spans:
             k = per.setdefault(i, [0, 0])
             k[0], k[1] = k[0] + end - start, k[1] + 1
         r["steps"] = len(ends) - 1
         r["step_ends_ns"] = ends
         r["last_step_ns"], r["gap_ns"], r["gaps"] = busy_gaps(
-            [(s, e) for s, e, _ in spans if s > ends[-2]])
+            [(s, e) for s, e, _, _ in spans if s > ends[-2]])
     else:  # no spans: the library's totals over every step
         per = {i: list(t) for i, t in enumerate(totals)}
     r["kernels"] = sorted((dict(name=names[i], ns=ns, calls=calls)
                            for i, (ns, calls) in per.items()), key=lambda k: -k["ns"])
     r["kernel_ns"] = sum(k["ns"] for k in r["kernels"])
     return r
+
+
+def read_span_file(path):
+    """The CUPTI library's file: (kernel names, demangled, in the order the spans index them;
+    (ns, launches) per name over the whole run; the spans (start, end, name index, stream) sorted
+    by start, host transfers (the step's inputs in, the loss out, between steps) left out;
+    (ns, count) of all host copies, or None)."""
+    names, totals, spans, memcpy = [], [], [], None
+    with open(path) as f:
+        for line in f:
+            kind, a, b, c = line.rstrip("\n").split("\t", 3)
+            if kind == "memcpy":
+                memcpy = (int(a), int(b))
+            elif kind == "span":
+                idx, stream = c.split("\t")
+                spans.append((int(a), int(b), int(idx), int(stream)))
+            else:
+                names.append(c)
+                totals.append((int(a), int(b)))
+    names = demangle(names)
+    spans = sorted(x for x in spans if names[x[2]] not in ("[memcpy HtoD]", "[memcpy DtoH]"))
+    return names, totals, spans, memcpy
 
 
 def step_ends(spans, names, steps):
@@ -540,10 +551,10 @@ def kernel_rows(r, top):
 
 def kernel_category(name):
     """The kind of work of a kernel, by its name, to set graphtrain's kernels beside torch's:
-    attention (graphtrain's and cuDNN's sdpa with cuDNN's helper kernels, torch's flash / efficient
-    / cuDNN), matmul
-    (cuBLAS(Lt) and CUTLASS), the optimizer (both sides' fused AdamW), communication (NCCL) or
-    the rest (elementwise, norms, RoPE, the loss, reductions, copies; Inductor's Triton kernels)."""
+    attention (graphtrain's and cuDNN's sdpa with cuDNN's helper kernels, torch's flash /
+    efficient / cuDNN), matmul (cuBLAS(Lt) and CUTLASS), the optimizer (both sides' fused AdamW),
+    communication (NCCL) or the rest (elementwise, norms, RoPE, the loss, reductions, copies;
+    Inductor's Triton kernels)."""
     n = name.lower()
     if "nccl" in n:
         return "communication"
@@ -593,7 +604,6 @@ def summarize(r, args, model):
 
 def tables(results, args):
     lines = []
-    names = SYSTEM_NAMES
     for model in results["models"]:
         m = MODELS[model]
         fpt = bc.flops_per_token(m, args.seq)
@@ -613,7 +623,7 @@ def tables(results, args):
                 continue
             s = summarize(r, args, model)
             if s is None:
-                lines.append(f"| {names[system]} | {r.get('error', 'no timed steps')} "
+                lines.append(f"| {SYSTEM_NAMES[system]} | {r.get('error', 'no timed steps')} "
                              "| | | | | | | |")
                 continue
             speed = f"{gt_s['tokens_per_s'] / s['tokens_per_s']:.2f}" if gt_s else "–"
@@ -622,7 +632,7 @@ def tables(results, args):
             mem_r = r.get("gpu_used_peak_bytes", -1)
             if gt_mem > 0 and mem_r > 0:
                 mem = f"{gt_mem / mem_r:.2f}"
-            name = names[system] + (" (partial: " + r["error"] + ")" if "error" in r else "")
+            name = SYSTEM_NAMES[system] + (" (partial: " + r["error"] + ")" if "error" in r else "")
             lines.append(
                 f"| {name} | {s['step_ms']:.1f} "
                 f"({s['step_ms_min']:.1f}–{s['step_ms_max']:.1f}) | "

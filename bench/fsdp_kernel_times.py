@@ -89,17 +89,7 @@ def read_times(path, steps, last):
     after, a communication kernel ran during it): [count, ns]} per step, and the communication
     kernels by their index in the step (exposed_by_collective). Host transfers (the step's inputs
     in, the loss out, between steps) are left out."""
-    names, spans = [], []
-    with open(path) as f:
-        for line in f:
-            kind, a, b, c = line.rstrip("\n").split("\t", 3)
-            if kind == "kernel":
-                names.append(c)
-            elif kind == "span":
-                idx, stream = c.split("\t")
-                spans.append((int(a), int(b), int(idx), int(stream)))
-    names = bench_gpu.demangle(names)
-    spans = sorted(x for x in spans if names[x[2]] not in ("[memcpy HtoD]", "[memcpy DtoH]"))
+    names, _, spans, _ = bench_gpu.read_span_file(path)
     try:
         ends = bench_gpu.step_ends(spans, names, steps)
     except RuntimeError as e:
