@@ -17,7 +17,7 @@
 
 #include "graphtrain/gt_autodiff.h"
 #include "graphtrain/gt_graph.h"
-#include "graphtrain/gt_model.h"
+#include "graphtrain/gt_llama3.h"
 #include "graphtrain/gt_safetensors.h"
 #include "gt_test.h"
 

@@ -7,7 +7,7 @@
 #define GT_TRAIN_GRAPH_H
 
 #include "graphtrain/gt_config.h"
-#include "graphtrain/gt_model.h"
+#include "graphtrain/gt_llama3.h"
 #include "graphtrain/gt_train.h"
 #include "gt_test.h"
 

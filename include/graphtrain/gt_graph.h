@@ -124,6 +124,15 @@ typedef struct {
     gt_str name; /* optional */
 } gt_value;
 
+/* Structural units (gt_node.unit), set by the model builder (gt_graph_set_unit) and copied by
+ * autodiff, parallelize and the passes to the nodes they derive: what memory policy, FSDP
+ * bucketing, reordering and the comm report group by, so that no pass parses a module path.
+ *   >= 0            repeated block N (a transformer layer): one recompute region, one FSDP unit
+ *   GT_UNIT_EMBED   the token embedding (its own FSDP unit)
+ *   GT_UNIT_REST    everything else: final norm, output projection, loss, optimizer */
+#define GT_UNIT_EMBED (-1)
+#define GT_UNIT_REST (-2)
+
 struct gt_node {
     gt_op op;
     uint8_t n_in, n_out;
@@ -134,6 +143,7 @@ struct gt_node {
     gt_attrs attrs;
     gt_str fqn;        /* module path that built it: "layers.3.attention.wq" */
     gt_node_id origin; /* backward node: the forward node it differentiates; else GT_NONE */
+    int32_t unit;      /* structural unit (GT_UNIT_*, or a block index >= 0) */
     gt_str tags[GT_MAX_TAGS];
 };
 
@@ -151,10 +161,33 @@ typedef enum {
 const char *gt_input_kind_name(gt_input_kind k);   /* "PARAM", ... */
 const char *gt_output_kind_name(gt_output_kind k); /* "LOSS", ... */
 
+/* The model's parallel plan for one parameter (set by its builder, gt_graph_set_input_plan; the
+ * optimizer gives a parameter's moments and gradient sums the same plan): how tensor parallelism
+ * splits it and what role it plays, so that parallel/layout.c places inputs from these alone. */
+typedef enum {
+    GT_TP_NONE = 0, /* replicated over tp */
+    GT_TP_COLWISE,  /* a Linear's weight [out, in] split on dim 0 (torch's ColwiseParallel) */
+    GT_TP_ROWWISE,  /* split on dim 1 (RowwiseParallel) */
+} gt_tp_style;
+typedef enum {
+    GT_ROLE_NONE = 0,
+    GT_ROLE_EMBEDDING, /* the token embedding table [V, D]: vocabulary-parallel rows under tp; FSDP
+                        * shards its columns without tp (the step then moves tokens, not rows) */
+    GT_ROLE_OUTPUT,    /* the output projection [V, D] (vocabulary-parallel loss under tp) */
+} gt_param_role;
+typedef struct {
+    uint8_t tp;       /* gt_tp_style */
+    uint8_t role;     /* gt_param_role */
+    uint8_t as_param; /* placed as a parameter (FSDP storage): every PARAM, and the state the
+                       * optimizer keeps per parameter (moments, gradient sums) */
+    int32_t unit;     /* the structural unit whose nodes use it (GT_UNIT_REST by default) */
+} gt_param_plan;
+
 typedef struct {
     gt_value_id value;
     int kind;   /* gt_input_kind or gt_output_kind */
     gt_str fqn; /* parameter/buffer fqn or input/metric name */
+    gt_param_plan plan; /* inputs only; a PARAM's defaults to {as_param 1, unit GT_UNIT_REST} */
 } gt_io;
 
 /* ---------------------------------------------------------------- the graph */
@@ -181,6 +214,7 @@ struct gt_graph {
     gt_str cur_fqn;
     gt_phase cur_phase;
     gt_node_id cur_origin;
+    int32_t cur_unit; /* GT_UNIT_REST unless a builder set one */
     /* Sticky builder error: the first failing gt_graph_add_node records it here; later adds with
      * a GT_NONE input return GT_NONE too, so model code checks once at the end. */
     gt_error err;
@@ -198,6 +232,10 @@ const char *gt_graph_str(const gt_graph *g, gt_str s);
 gt_value_id gt_graph_add_input(gt_graph *g, gt_input_kind kind, const char *fqn, gt_dtype dt,
                                int ndim, const gt_expr *dims);
 void gt_graph_add_output(gt_graph *g, gt_output_kind kind, const char *fqn, gt_value_id v);
+/* Sets the parallel plan of the graph input whose value is v (no-op when v is no input). */
+void gt_graph_set_input_plan(gt_graph *g, gt_value_id v, gt_param_plan plan);
+/* The plan of the input whose value is v (no plan, unit GT_UNIT_REST, when v is no input). */
+gt_param_plan gt_graph_input_plan(const gt_graph *g, gt_value_id v);
 
 /* Appends a node: checks arity, runs the op's shape rule, creates the outputs, stamps the
  * builder metadata. Writes the output ids to outs (may be NULL) and returns the first output, or
@@ -207,6 +245,7 @@ gt_value_id gt_graph_add_node(gt_graph *g, gt_op op, const gt_value_id *in, int 
 
 /* Builder metadata */
 void gt_graph_set_fqn(gt_graph *g, const char *fqn); /* NULL or "" clears */
+void gt_graph_set_unit(gt_graph *g, int32_t unit);  /* GT_UNIT_* or a block index */
 void gt_graph_add_tag(gt_graph *g, gt_node_id n, const char *tag);
 bool gt_node_has_tag(const gt_graph *g, const gt_node *n, const char *tag);
 

@@ -1,73 +1,99 @@
-/* gt_model.h — model builders (llama3) and parameter initialisation. Models depend on the IR only.
- */
+/* gt_model.h — the model interface. Every model family (llama3, ...) is one gt_model_family in the
+ * registry (src/models/registry.c): its flavors, config, graph builder, parameter specs and parallel
+ * plan (set on the graph it builds: units on nodes, gt_param_plan on parameters), Hugging Face
+ * adapter and FLOP count. The trainer, the command line, parallelize and export reach a family only
+ * through this interface; none of them names one. Models depend on the IR only. */
 #ifndef GRAPHTRAIN_GT_MODEL_H
 #define GRAPHTRAIN_GT_MODEL_H
 
 #include "gt_graph.h"
+#include "gt_init.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-typedef struct {
-    char flavor[32];
-    int64_t dim, n_layers, n_heads, n_kv_heads, vocab_size;
-    int64_t multiple_of;       /* ffn hidden rounding */
-    double ffn_dim_multiplier; /* 0 = none */
-    int64_t ffn_hidden;        /* derived: round_up(int(m * int(8 * dim / 3)), multiple_of) */
-    double norm_eps;           /* 1e-5 */
-    double rope_theta;         /* 500000 */
-    /* llama3.1 RoPE scaling; original_max_position 0 disables it */
-    double rope_factor, rope_low_freq_factor, rope_high_freq_factor;
-    int64_t rope_original_max_position;
-    int64_t max_seq_len;
-    double depth_init_base_std; /* 0.02 */
-    /* Dtype the model computes in: GT_F32 (the zero value, so a flavor's default) or GT_BF16.
-     * Parameters stay f32 PARAM inputs either way; with GT_BF16 each is cast to bf16 once, where
-     * it is used, and every activation is bf16 (torchtitan's FSDP param_dtype; llama3.c says
-     * exactly what stays f32). */
-    gt_dtype compute_dtype;
-} gt_llama3_config;
-
-/* Fills cfg for a named flavor: debugmodel, 1B, 8B, 70B, 405B and the test flavors
- * (test_tiny, test_gqa, test_odd). Unknown name: GT_ERR_INVALID listing the known ones. */
-gt_status gt_llama3_flavor(const char *flavor, gt_llama3_config *cfg, gt_error *err);
-/* NULL-terminated list of flavor names. */
-const char *const *gt_llama3_flavor_names(void);
-/* Computes ffn_hidden from dim, multiple_of, ffn_dim_multiplier (torchtitan's rule). */
-int64_t gt_llama3_ffn_hidden(int64_t dim, int64_t multiple_of, double ffn_dim_multiplier);
-
-typedef enum { GT_INIT_ONES = 0, GT_INIT_ZEROS, GT_INIT_NORMAL, GT_INIT_TRUNC_NORMAL } gt_init_kind;
-
-/* How one parameter is initialised. Element k of the flattened tensor is drawn from Philox keyed
- * by (seed, gt_hash_str(fqn), k) alone, so any slice initialises independently of the rest. */
-typedef struct {
-    char fqn[128];
-    gt_dtype dtype;
-    int ndim;
-    int64_t shape[GT_MAX_DIMS];
-    gt_init_kind init;
-    double std, lo, hi; /* trunc_normal: [lo, hi] absolute */
-} gt_param_spec;
-
-/* Writes elements [start, start + count) of the flattened parameter into dst (count elements of
- * dst's dtype, any float dtype). */
-void gt_param_init(const gt_param_spec *p, uint64_t seed, int64_t start, int64_t count,
-                   gt_tensor *dst);
-
+/* A built model: the parameters' init specs (in graph input order) and its graph's key values. */
 typedef struct {
     gt_param_spec *params; /* one per PARAM input, in graph input order */
     int n_params;
     gt_value_id tokens, labels, logits, loss; /* logits: [batch*seq, vocab] in compute_dtype */
 } gt_model;
 
-/* Builds the llama3 forward + loss graph on symbolic shapes [batch, seq] (symbols "batch" and
- * "seq"): INPUT tokens (i64), INPUT labels (i64, ignore_index -100), PARAMs with torchtitan's fqns
- * (tok_embeddings.weight, layers.N.attention.wq.weight, ..., norm.weight, output.weight), and the
- * LOSS output (mean cross-entropy, f32 whatever cfg->compute_dtype). cfg->compute_dtype must be
- * GT_F32 or GT_BF16 (else GT_ERR_INVALID). */
-gt_status gt_llama3_build(gt_graph *g, const gt_llama3_config *cfg, gt_model *model, gt_error *err);
+/* Bytes a family's config struct may take inside gt_model_config. */
+#define GT_MODEL_CONFIG_BYTES 1024
+
+typedef struct gt_model_family gt_model_family;
+
+/* A model chosen by name and flavor: its family, the flavor, the dtype it computes in and the
+ * family's own config struct (opaque here; the family casts it). */
+typedef struct {
+    const gt_model_family *family;
+    char flavor[32];
+    /* GT_F32 or GT_BF16. Parameters stay f32 PARAM inputs either way; with GT_BF16 each is cast to
+     * bf16 where it is used and activations are bf16 (torchtitan's FSDP param_dtype). */
+    gt_dtype compute_dtype;
+    _Alignas(16) unsigned char cfg[GT_MODEL_CONFIG_BYTES];
+} gt_model_config;
+
+/* What callers need to know of a model without knowing its family. */
+typedef struct {
+    int64_t vocab_size;
+    int64_t max_seq_len;
+    int64_t n_layers;
+    /* torchtitan's attention term of the FLOP count: 12 * n_layers * n_heads * head_dim FLOPs per
+     * token per position of the sequence (times seq_len for a token's share) */
+    double attention_flops_per_position;
+} gt_model_info;
+
+/* Options of a Hugging Face export (gt_model_export_hf). */
+typedef struct {
+    gt_dtype dtype;           /* GT_F32 or GT_BF16 (round to nearest even) */
+    uint64_t max_shard_bytes; /* 0: GT_EXPORT_HF_SHARD_BYTES. A tensor larger than the limit gets a
+                                 shard of its own, as in transformers. */
+    int64_t bos_token_id;     /* < 0: unknown, written as null */
+    int64_t eos_token_id;     /* < 0: unknown, written as null */
+} gt_export_hf_options;
+
+/* transformers' default max_shard_size, "5GB" = 5·10⁹ bytes. */
+#define GT_EXPORT_HF_SHARD_BYTES 5000000000ull
+
+struct gt_model_family {
+    const char *name;           /* model.name: "llama3" */
+    const char *const *flavors; /* model.flavor values, NULL-terminated */
+    size_t config_size;         /* <= GT_MODEL_CONFIG_BYTES */
+    /* Fills cfg (config_size bytes) for a flavor; an unknown one is GT_ERR_INVALID listing them. */
+    gt_status (*flavor)(const char *flavor, void *cfg, gt_error *err);
+    void (*info)(const gt_model_config *mc, gt_model_info *info);
+    /* The forward + loss graph on symbolic [batch, seq] (symbols "batch" and "seq"): INPUT tokens
+     * and labels (i64; labels -100 are ignored), the PARAMs with their plans and units, the nodes
+     * with their units, and the LOSS output (mean cross-entropy, f32). */
+    gt_status (*build)(gt_graph *g, const gt_model_config *mc, gt_model *model, gt_error *err);
+    /* Hugging Face adapter (NULL when the family has none): a parameter's transformers name, and
+     * the model written as a transformers directory (config.json + safetensors). */
+    gt_status (*hf_name)(const char *fqn, char *out, size_t n, gt_error *err);
+    gt_status (*hf_export)(const gt_model_config *mc, const gt_model *m, const gt_tensor *params,
+                           const char *dir, const gt_export_hf_options *opts, gt_error *err);
+};
+
+/* The registered families, NULL-terminated. */
+const gt_model_family *const *gt_model_families(void);
+/* The family called name; GT_ERR_INVALID naming model.name and the known families otherwise. */
+gt_status gt_model_family_find(const char *name, const gt_model_family **out, gt_error *err);
+/* mc for family `name`, flavor `flavor`, computing in compute_dtype (GT_F32 or GT_BF16). Errors
+ * name model.name or model.flavor. */
+gt_status gt_model_config_init(const char *name, const char *flavor, gt_dtype compute_dtype,
+                               gt_model_config *mc, gt_error *err);
+/* Builds mc's forward + loss graph into g (family->build). */
+gt_status gt_model_build(gt_graph *g, const gt_model_config *mc, gt_model *model, gt_error *err);
+void gt_model_info_of(const gt_model_config *mc, gt_model_info *info);
+/* Writes the model as a Hugging Face transformers directory (GT_ERR_INVALID when the family has
+ * no adapter). opts NULL: f32, default shard limit, token ids unknown. */
+gt_status gt_model_export_hf(const gt_model_config *mc, const gt_model *m, const gt_tensor *params,
+                             const char *dir, const gt_export_hf_options *opts, gt_error *err);
 void gt_model_free(gt_model *m);
+/* Sum of the parameters' element counts. */
+int64_t gt_model_param_count(const gt_model *m);
 
 /* Allocates and initialises every parameter (params[k] for model->params[k]). */
 gt_status gt_model_init_params(const gt_model *m, uint64_t seed, gt_tensor *params, gt_error *err);

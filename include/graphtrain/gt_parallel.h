@@ -26,8 +26,9 @@
  *     parameter's placement (all-reduced over dp_replicate: HSDP), in the gradient's dtype (f32);
  *     AdamW then updates the shard. With fsdp_reshard_after_forward the backward gathers again
  *     instead of keeping the forward's gathered copy.
- *   - Tensor parallel with torchtitan's llama3 plan: column-wise wq/wk/wv/w1/w3 and output,
- *     row-wise wo/w2, vocabulary-parallel embedding and loss (never gathering the logits); with
+ *   - Tensor parallel with the model's plan (gt_param_plan on each parameter: torchtitan's
+ *     column-wise and row-wise Linears, vocabulary-parallel embedding and loss, never gathering
+ *     the logits); with
  *     sequence parallel the norms and residual stream are shard(1) (sequence) on tp.
  *   - Losses and metrics are made replicate; a gradient output takes its parameter's placement.
  * Requirements (else GT_ERR_INVALID naming the tensor, dim and degree): every sharded dim divides
@@ -74,13 +75,14 @@ typedef struct {
 } gt_parallel_plan;
 
 /* A placement per mesh dim for each of g's inputs (out: g->n_inputs rows), from the plan:
- *   PARAM            tp: torchtitan's llama3 plan by fqn (tok_embeddings, wq/wk/wv/w1/w3 and
- *                    output shard(0), wo/w2 shard(1), norms replicate); dp_shard: shard(0),
- *                    nested inside tp's shard when both split dim 0; dp_replicate: replicate.
- *   OPT_STATE        its parameter's ("optim.exp_avg.<fqn>", "optim.exp_avg_sq.<fqn>").
+ *   PARAM            tp: the input's gt_param_plan (colwise shard(0), rowwise shard(1), none
+ *                    replicate); dp_shard: shard(0), nested inside tp's shard when both split
+ *                    dim 0 (the embedding's role without tp: shard(1)); dp_replicate: replicate.
+ *   OPT_STATE, and   placed as their parameter (the optimizer gives them its plan).
+ *   BUFFER as_param
  *   INPUT of rank>=1 the batch: shard(0) over dp_replicate (outer) and dp_shard; replicate on tp.
- *   anything else    replicate (optimizer scalars, buffers).
- * Pure: reads names and ranks only. */
+ *   anything else    replicate (optimizer scalars, other buffers).
+ * Pure: reads the inputs' plans, kinds and shapes only. */
 gt_status gt_parallel_input_layouts(const gt_parallel_plan *plan, const gt_graph *g,
                                     gt_placement (*out)[GT_MESH_MAX_DIMS], gt_error *err);
 

@@ -104,6 +104,8 @@ gt_status gt_train_precompile(const gt_config *cfg, const gt_train_layout *layou
 /* The model's parameters (gt_model) as gt_train_build_graph fills them, without a step graph (a
  * run that loads its compiled step from a precompiled artifact). */
 gt_status gt_train_build_model(const gt_config *cfg, gt_model *model, gt_error *err);
+/* The model cfg names (model.name, model.flavor) computing in training.mixed_precision_param. */
+gt_status gt_train_model_config(const gt_config *cfg, gt_model_config *mc, gt_error *err);
 
 /* Replaces global graph g by its SPMD graph for layout's mesh (gt_parallel_input_layouts +
  * gt_parallelize with sequence_parallel = parallelism.enable_sequence_parallel and

@@ -32,11 +32,12 @@ typedef struct {
     gt_str fqn;
     gt_phase phase;
     gt_node_id origin;
+    int32_t unit;
 } builder_state;
 
 static builder_state save_builder(const gt_graph *g)
 {
-    return (builder_state){g->cur_fqn, g->cur_phase, g->cur_origin};
+    return (builder_state){g->cur_fqn, g->cur_phase, g->cur_origin, g->cur_unit};
 }
 
 static void restore_builder(gt_graph *g, builder_state s)
@@ -44,6 +45,7 @@ static void restore_builder(gt_graph *g, builder_state s)
     g->cur_fqn = s.fqn;
     g->cur_phase = s.phase;
     g->cur_origin = s.origin;
+    g->cur_unit = s.unit;
 }
 
 /* "node %12 matmul at layers.0.attention.wq" (node index, as gt_eager_run names nodes) */
@@ -178,6 +180,7 @@ static gt_status backward_walk(gt_graph *g, gt_value_id loss, const uint8_t *act
     g->cur_phase = GT_PHASE_BACKWARD;
     g->cur_origin = loss_node;
     g->cur_fqn = loss_node != GT_NONE ? g->nodes[loss_node].fqn : 0;
+    g->cur_unit = loss_node != GT_NONE ? g->nodes[loss_node].unit : GT_UNIT_REST;
     gt_type lt = *gt_value_type(g, loss);
     grad[loss] = gt_full(g, lt.dtype, lt.ndim, lt.dims, 1.0);
     if (g->err.code != GT_OK) {
@@ -201,6 +204,7 @@ static gt_status backward_walk(gt_graph *g, gt_value_id loss, const uint8_t *act
 
         g->cur_origin = k;
         g->cur_fqn = nd.fqn;
+        g->cur_unit = nd.unit;
         gt_status st = gt_grad_rules[nd.op](g, k, dout, din, err);
         if (st != GT_OK) {
             char label[256];
@@ -303,6 +307,7 @@ gt_status gt_autodiff(gt_graph *g, gt_error *err)
             g->cur_phase = GT_PHASE_BACKWARD;
             g->cur_origin = GT_NONE;
             g->cur_fqn = fqns[i];
+            g->cur_unit = GT_UNIT_REST;
             gt_type t = *gt_value_type(g, wrt[i]);
             grads[i] = gt_full(g, t.dtype, t.ndim, t.dims, 0.0);
             if (grads[i] == GT_NONE) {

@@ -131,7 +131,16 @@ static int world_of(int *rank, int *size)
 
 /* batch: the global batch; flops: one rank's; ranks: the mesh size (each rank computes about
  * 1/ranks of the step, so flops x ranks / tokens is the step's FLOPs per token). */
-static void print_summary(const gt_graph *g, const gt_model *model, const gt_llama3_config *mcfg,
+/* True when the graph's PARAM input named fqn plays the embedding's role. */
+static bool is_embedding(const gt_graph *g, const char *fqn)
+{
+    for (int32_t k = 0; k < g->n_inputs; k++)
+        if (g->inputs[k].kind == GT_IN_PARAM && !strcmp(gt_graph_str(g, g->inputs[k].fqn), fqn))
+            return g->inputs[k].plan.role == GT_ROLE_EMBEDDING;
+    return false;
+}
+
+static void print_summary(const gt_graph *g, const gt_model *model, const gt_model_config *mc,
                           int64_t batch, int64_t seq, int ranks, const gt_flops *flops,
                           double t_build, double t_verify)
 {
@@ -140,19 +149,19 @@ static void print_summary(const gt_graph *g, const gt_model *model, const gt_lla
         const gt_param_spec *ps = &model->params[k];
         int64_t n = gt_shape_numel(ps->ndim, ps->shape);
         n_params += n;
-        if (!strcmp(ps->fqn, "tok_embeddings.weight")) n_embed += n;
+        if (is_embedding(g, ps->fqn)) n_embed += n;
     }
+    gt_model_info info;
+    gt_model_info_of(mc, &info);
     int nodes_by_phase[3] = {0, 0, 0};
     for (int n = 0; n < g->n_nodes; n++)
         nodes_by_phase[g->nodes[n].phase % 3]++;
     double tokens = (double)batch * (double)seq / (double)ranks;
     /* torchtitan's MFU numerator per token: 6·N(non-embedding) + 12·L·H·Dh·S */
-    double head_dim = (double)mcfg->dim / (double)mcfg->n_heads;
-    double titan = 6.0 * (double)(n_params - n_embed) +
-                   12.0 * (double)mcfg->n_layers * (double)mcfg->n_heads * head_dim * (double)seq;
+    double titan = 6.0 * (double)(n_params - n_embed) + info.attention_flops_per_position * (double)seq;
 
-    printf("\n# summary: llama3 %s, batch %lld x seq %lld\n", mcfg->flavor, (long long)batch,
-           (long long)seq);
+    printf("\n# summary: %s %s, batch %lld x seq %lld\n", mc->family->name, mc->flavor,
+           (long long)batch, (long long)seq);
     printf("nodes            %d (forward %d, backward %d, optimizer %d)\n", g->n_nodes,
            nodes_by_phase[0], nodes_by_phase[1], nodes_by_phase[2]);
     printf("values           %d\n", g->n_values);
@@ -178,7 +187,7 @@ int gt_cli_graph(const command_spec *cmd, split_args *sa)
         return 1;
     int svg = sa->local[2] ? svg_on : -1; /* not given: by graph size (want_svg) */
     gt_config cfg;
-    gt_llama3_config mcfg;
+    gt_model_config mcfg;
     if (gt_cli_resolve_config(cmd, sa, &cfg)) return 1;
     int rc = 1;
     gt_graph *g = gt_graph_new();

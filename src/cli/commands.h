@@ -21,8 +21,9 @@ typedef struct {
 
 /* defaults ← --config FILE ← overrides in sa->rest; prints the error and returns 1 on failure */
 int gt_cli_resolve_config(const command_spec *cmd, split_args *sa, gt_config *cfg);
-/* the llama3 flavor the config names; prints the error and returns 1 on failure */
-int gt_cli_model_config(const gt_config *c, gt_llama3_config *mcfg);
+/* the model the config names (model.name, model.flavor, the training precision); prints the
+ * error and returns 1 on failure */
+int gt_cli_model_config(const gt_config *c, gt_model_config *mc);
 
 int gt_cli_graph(const command_spec *cmd, split_args *sa);
 

@@ -124,16 +124,11 @@ int gt_cli_resolve_config(const command_spec *cmd, split_args *sa, gt_config *cf
     return 0;
 }
 
-int gt_cli_model_config(const gt_config *c, gt_llama3_config *mcfg)
+int gt_cli_model_config(const gt_config *c, gt_model_config *mc)
 {
     gt_error err = {0};
-    if (strcmp(c->model.name, "llama3") != 0) {
-        fprintf(stderr, "graphtrain: model.name: unknown model '%s' (known: llama3)\n",
-                c->model.name);
-        return 1;
-    }
-    if (gt_llama3_flavor(c->model.flavor, mcfg, &err) != GT_OK) {
-        fprintf(stderr, "graphtrain: model.flavor: %s\n", err.msg);
+    if (gt_train_model_config(c, mc, &err) != GT_OK) {
+        fprintf(stderr, "graphtrain: %s\n", err.msg);
         return 1;
     }
     return 0;
@@ -149,14 +144,14 @@ static int cmd_init(const command_spec *cmd, split_args *sa)
         return 1;
     }
     gt_config cfg;
-    gt_llama3_config mcfg;
+    gt_model_config mcfg;
     if (gt_cli_resolve_config(cmd, sa, &cfg)) return 1;
     gt_error err = {0};
     gt_graph *g = gt_graph_new();
     gt_model model = {0};
     int rc = 1;
     if (gt_cli_model_config(&cfg, &mcfg)) goto done;
-    if (gt_llama3_build(g, &mcfg, &model, &err) != GT_OK ||
+    if (gt_model_build(g, &mcfg, &model, &err) != GT_OK ||
         gt_model_save_init(&model, mcfg.flavor, (uint64_t)cfg.debug.seed, out, &err) != GT_OK) {
         fprintf(stderr, "graphtrain init: %s\n", err.msg);
         goto done;

@@ -86,6 +86,7 @@ gt_graph *gt_graph_new(void)
     GT_CHECK(g->sym);
     g->cur_phase = GT_PHASE_FORWARD;
     g->cur_origin = GT_NONE;
+    g->cur_unit = GT_UNIT_REST;
     g->str_index = NULL;
     gt_str_reindex(g, 64);
     gt_str empty = gt_graph_intern(g, "");
@@ -202,7 +203,12 @@ gt_value_id gt_graph_add_input(gt_graph *g, gt_input_kind kind, const char *fqn,
     gt_value_id v = gt_new_value(g, &t, GT_NONE, 0);
     g->values[v].name = gt_graph_intern(g, name);
     gt_grow((void **)&g->inputs, &g->cap_inputs, g->n_inputs + 1, sizeof *g->inputs);
-    g->inputs[g->n_inputs++] = (gt_io){.value = v, .kind = (int)kind, .fqn = g->values[v].name};
+    g->inputs[g->n_inputs++] = (gt_io){
+        .value = v,
+        .kind = (int)kind,
+        .fqn = g->values[v].name,
+        .plan = {.as_param = kind == GT_IN_PARAM, .unit = GT_UNIT_REST},
+    };
     return v;
 }
 
@@ -305,6 +311,7 @@ gt_value_id gt_graph_add_node(gt_graph *g, gt_op op, const gt_value_id *in, int 
     p.fqn = g->cur_fqn;
     p.phase = (uint8_t)g->cur_phase;
     p.origin = g->cur_origin;
+    p.unit = g->cur_unit;
     if (attrs) p.attrs = *attrs;
     gt_error e = {0};
     char label[256];
@@ -340,6 +347,24 @@ gt_value_id gt_graph_add_node(gt_graph *g, gt_op op, const gt_value_id *in, int 
 void gt_graph_set_fqn(gt_graph *g, const char *fqn)
 {
     g->cur_fqn = (fqn && fqn[0]) ? gt_graph_intern(g, fqn) : 0;
+}
+
+void gt_graph_set_unit(gt_graph *g, int32_t unit)
+{
+    g->cur_unit = unit;
+}
+
+void gt_graph_set_input_plan(gt_graph *g, gt_value_id v, gt_param_plan plan)
+{
+    for (int32_t k = 0; k < g->n_inputs; k++)
+        if (g->inputs[k].value == v) g->inputs[k].plan = plan;
+}
+
+gt_param_plan gt_graph_input_plan(const gt_graph *g, gt_value_id v)
+{
+    for (int32_t k = 0; k < g->n_inputs; k++)
+        if (g->inputs[k].value == v) return g->inputs[k].plan;
+    return (gt_param_plan){.unit = GT_UNIT_REST};
 }
 
 void gt_graph_add_tag(gt_graph *g, gt_node_id n, const char *tag)

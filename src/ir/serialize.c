@@ -1,12 +1,14 @@
 /* serialize.c — a graph as text and back (gt_graph_write / gt_graph_read), for precompiled step
  * artifacts: one rank compiles, every rank loads.
  *
- * Format (version 1), one record per line, tokens separated by one space:
- *   graphtrain-graph 1 N_VALUES N_NODES N_INPUTS N_OUTPUTS
+ * Format (version 2), one record per line, tokens separated by one space:
+ *   graphtrain-graph 2 N_VALUES N_NODES N_INPUTS N_OUTPUTS
  *   mesh NDIM (SIZE NAME)*
- *   input ID KIND FQN VALUE                 one per graph input, in order
- *   node ID OP PHASE ORIGIN FQN NTAGS TAG* NIN IN* NI I* NF F* NE E* NOUT (VID VALUE)*
- *                                           one per node, in order
+ *   input ID KIND FQN TP ROLE AS_PARAM UNIT VALUE
+ *                                           one per graph input, in order (TP ROLE AS_PARAM UNIT:
+ *                                           its gt_param_plan)
+ *   node ID OP PHASE ORIGIN UNIT FQN NTAGS TAG* NIN IN* NI I* NF F* NE E* NOUT (VID VALUE)*
+ *                                           one per node, in order (UNIT: gt_node.unit)
  *   output KIND FQN VID                     one per graph output, in order
  *   end
  * where VALUE is DTYPE NDIM DIM* PLACE* NAME. A string token is the string with bytes <= ' ',
@@ -26,7 +28,7 @@
 #include "graphtrain/gt_graph.h"
 #include "graphtrain/gt_sym.h"
 
-#define GT_GRAPH_TEXT_VERSION 1
+#define GT_GRAPH_TEXT_VERSION 2
 
 /* ---------------------------------------------------------------- writing */
 
@@ -83,14 +85,17 @@ gt_status gt_graph_write(const gt_graph *g, FILE *f, gt_error *err)
     }
     fputc('\n', f);
     for (int32_t k = 0; k < g->n_inputs; k++) {
+        const gt_param_plan *pl = &g->inputs[k].plan;
         fprintf(f, "input %d %d", g->inputs[k].value, g->inputs[k].kind);
         put_str(f, gt_graph_str(g, g->inputs[k].fqn));
+        fprintf(f, " %u %u %u %d", pl->tp, pl->role, pl->as_param, pl->unit);
         put_value(f, g, g->inputs[k].value);
         fputc('\n', f);
     }
     for (gt_node_id n = 0; n < g->n_nodes; n++) {
         const gt_node *nd = &g->nodes[n];
-        fprintf(f, "node %d %s %d %d", n, gt_op_get(nd->op)->name, nd->phase, nd->origin);
+        fprintf(f, "node %d %s %d %d %d", n, gt_op_get(nd->op)->name, nd->phase, nd->origin,
+                nd->unit);
         put_str(f, gt_graph_str(g, nd->fqn));
         fprintf(f, " %d", nd->n_tags);
         for (int t = 0; t < nd->n_tags; t++)
@@ -351,11 +356,19 @@ static gt_status read_input(reader *r)
     GT_TRY(get_i64(r, "value id", 0, r->n_map - 1, &id));
     GT_TRY(get_int(r, "input kind", 0, GT_IN_INPUT, &kind));
     GT_TRY(get_str(r, "input name", &fqn));
+    int tp = 0, role = 0, as_param = 0, unit = 0;
+    GT_TRY(get_int(r, "input tp style", 0, GT_TP_ROWWISE, &tp));
+    GT_TRY(get_int(r, "input role", 0, GT_ROLE_OUTPUT, &role));
+    GT_TRY(get_int(r, "input as_param", 0, 1, &as_param));
+    GT_TRY(get_int(r, "input unit", GT_UNIT_REST, 1 << 28, &unit));
     GT_TRY(get_type(r, &t));
     g->err = (gt_error){0};
     gt_value_id v = gt_graph_add_input(g, (gt_input_kind)kind, fqn, t.dtype, t.ndim, t.dims);
     if (v == GT_NONE)
         return gt_error_set(r->err, GT_ERR_FORMAT, "graph text line %d: %s", r->line, g->err.msg);
+    g->inputs[g->n_inputs - 1].plan =
+        (gt_param_plan){.tp = (uint8_t)tp, .role = (uint8_t)role, .as_param = (uint8_t)as_param,
+                        .unit = unit};
     GT_TRY(define(r, id, v));
     GT_TRY(get_place_name(r, v));
     if (tok(r)) return bad(r, "extra tokens");
@@ -365,7 +378,7 @@ static gt_status read_input(reader *r)
 static gt_status read_node(reader *r, gt_node_id want_id)
 {
     gt_graph *g = r->g;
-    int id = 0, phase = 0, origin = 0, n_tags = 0, n_in = 0, n_out = 0;
+    int id = 0, phase = 0, origin = 0, unit = 0, n_tags = 0, n_in = 0, n_out = 0;
     char *op_name = NULL, *fqn = NULL, *tags[GT_MAX_TAGS];
     gt_op op;
     gt_attrs a;
@@ -376,6 +389,7 @@ static gt_status read_node(reader *r, gt_node_id want_id)
     if (!op_name || !gt_op_from_name(op_name, &op)) return bad(r, "unknown op");
     GT_TRY(get_int(r, "phase", 0, GT_PHASE_OPTIMIZER, &phase));
     GT_TRY(get_int(r, "origin", -1, r->n_nodes - 1, &origin));
+    GT_TRY(get_int(r, "unit", GT_UNIT_REST, 1 << 28, &unit));
     GT_TRY(get_str(r, "fqn", &fqn));
     GT_TRY(get_int(r, "tag count", 0, GT_MAX_TAGS, &n_tags));
     for (int k = 0; k < n_tags; k++)
@@ -402,6 +416,7 @@ static gt_status read_node(reader *r, gt_node_id want_id)
     GT_TRY(get_int(r, "output count", 0, GT_MAX_OUT, &n_out));
 
     gt_graph_set_fqn(g, fqn);
+    gt_graph_set_unit(g, unit);
     g->cur_phase = (gt_phase)phase;
     g->cur_origin = GT_NONE; /* may name a later node: set once every node exists */
     r->origin[want_id] = origin;

@@ -23,7 +23,7 @@
  * gt_safetensors_write). The directory must be new or empty, so an export never mixes with other
  * weights; on failure the files written so far are removed, which leaves DIR empty and a retry
  * possible. config.json is written last: a directory without it is visibly incomplete. */
-#include "graphtrain/gt_export.h"
+#include "graphtrain/gt_llama3.h"
 
 #include <dirent.h>
 #include <errno.h>

@@ -10,7 +10,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "graphtrain/gt_model.h"
+#include "graphtrain/gt_llama3.h"
 
 typedef struct {
     const char *name;
@@ -45,14 +45,14 @@ static const gt_llama3_flavor_row gt_llama3_flavors[] = {
 };
 #define GT_LLAMA3_N_FLAVORS ((int)(sizeof gt_llama3_flavors / sizeof gt_llama3_flavors[0]))
 
-static const char *const gt_llama3_names[] = {
+const char *const gt_llama3_flavor_list[] = {
     "debugmodel", "1B", "8B", "70B", "405B", "test_tiny", "test_gqa", "test_odd", "test_hd64",
     "test_hd128", NULL,
 };
 
 const char *const *gt_llama3_flavor_names(void)
 {
-    return gt_llama3_names;
+    return gt_llama3_flavor_list;
 }
 
 int64_t gt_llama3_ffn_hidden(int64_t dim, int64_t multiple_of, double ffn_dim_multiplier)
@@ -75,9 +75,9 @@ gt_status gt_llama3_flavor(const char *flavor, gt_llama3_config *cfg, gt_error *
         char known[256];
         size_t len = 0;
         known[0] = '\0';
-        for (int k = 0; gt_llama3_names[k] && len < sizeof known; k++) {
+        for (int k = 0; gt_llama3_flavor_list[k] && len < sizeof known; k++) {
             int w = snprintf(known + len, sizeof known - len, "%s%s", k ? ", " : "",
-                             gt_llama3_names[k]);
+                             gt_llama3_flavor_list[k]);
             if (w > 0) len += (size_t)w;
         }
         return gt_error_set(err, GT_ERR_INVALID, "unknown llama3 flavor '%s' (known: %s)",

@@ -42,7 +42,7 @@
 #include <string.h>
 
 #include "graphtrain/gt_build.h"
-#include "graphtrain/gt_model.h"
+#include "graphtrain/gt_llama3.h"
 
 typedef struct {
     gt_graph *g;
@@ -59,17 +59,27 @@ static gt_value_id gt_llama3_weight(gt_llama3_ctx *c, gt_value_id param)
     return gt_cast(c->g, param, c->cfg->compute_dtype);
 }
 
+/* The module path of what is built next inside layer `layer`, which is also its structural unit. */
 static void gt_llama3_set_fqn(gt_graph *g, const char *fmt, int64_t layer)
 {
     char fqn[128];
     snprintf(fqn, sizeof fqn, fmt, (long long)layer);
     gt_graph_set_fqn(g, fqn);
+    gt_graph_set_unit(g, (int32_t)layer);
 }
 
-/* Adds one f32 PARAM input and its init spec; the spec's fqn is the parameter's
- * ("layers.3.attention.wq.weight"). */
-static gt_value_id gt_llama3_param(gt_llama3_ctx *c, const char *fqn, int64_t rows, int64_t cols,
-                                   gt_init_kind init, double std, double lo, double hi)
+/* A module outside the layers: the embedding's own unit, or the rest (norm, output, loss). */
+static void gt_llama3_set_outer(gt_graph *g, const char *fqn, int32_t unit)
+{
+    gt_graph_set_fqn(g, fqn);
+    gt_graph_set_unit(g, unit);
+}
+
+/* Adds one f32 PARAM input with its parallel plan and its init spec; the spec's fqn is the
+ * parameter's ("layers.3.attention.wq.weight"). */
+static gt_value_id gt_llama3_param(gt_llama3_ctx *c, const char *fqn, gt_param_plan plan,
+                                   int64_t rows, int64_t cols, gt_init_kind init, double std,
+                                   double lo, double hi)
 {
     gt_model *m = c->model;
     gt_param_spec *p = &m->params[m->n_params++];
@@ -85,7 +95,16 @@ static gt_value_id gt_llama3_param(gt_llama3_ctx *c, const char *fqn, int64_t ro
     p->hi = hi;
 
     gt_expr dims[2] = {gt_c(c->g, rows), gt_c(c->g, cols)};
-    return gt_graph_add_input(c->g, GT_IN_PARAM, fqn, GT_F32, p->ndim, dims);
+    gt_value_id v = gt_graph_add_input(c->g, GT_IN_PARAM, fqn, GT_F32, p->ndim, dims);
+    plan.as_param = 1;
+    gt_graph_set_input_plan(c->g, v, plan);
+    return v;
+}
+
+/* torchtitan's llama3 tensor-parallel plan, per parameter of block `unit`. */
+static gt_param_plan gt_llama3_plan(gt_tp_style tp, int32_t unit)
+{
+    return (gt_param_plan){.tp = (uint8_t)tp, .unit = unit};
 }
 
 typedef struct {
@@ -104,24 +123,27 @@ static void gt_llama3_layer_inputs(gt_llama3_ctx *c, int64_t i, gt_llama3_layer_
     char fqn[128];
 
 #define GT_LLAMA3_NAME(suffix) (snprintf(fqn, sizeof fqn, "layers.%lld." suffix, (long long)i), fqn)
-    lp->wq = gt_llama3_param(c, GT_LLAMA3_NAME("attention.wq.weight"), q_out, D,
+    const gt_param_plan col = gt_llama3_plan(GT_TP_COLWISE, (int32_t)i),
+                        row = gt_llama3_plan(GT_TP_ROWWISE, (int32_t)i),
+                        none = gt_llama3_plan(GT_TP_NONE, (int32_t)i);
+    lp->wq = gt_llama3_param(c, GT_LLAMA3_NAME("attention.wq.weight"), col, q_out, D,
                              GT_INIT_TRUNC_NORMAL, std, -2.0, 2.0);
-    lp->wk = gt_llama3_param(c, GT_LLAMA3_NAME("attention.wk.weight"), kv_out, D,
+    lp->wk = gt_llama3_param(c, GT_LLAMA3_NAME("attention.wk.weight"), col, kv_out, D,
                              GT_INIT_TRUNC_NORMAL, std, -2.0, 2.0);
-    lp->wv = gt_llama3_param(c, GT_LLAMA3_NAME("attention.wv.weight"), kv_out, D,
+    lp->wv = gt_llama3_param(c, GT_LLAMA3_NAME("attention.wv.weight"), col, kv_out, D,
                              GT_INIT_TRUNC_NORMAL, std, -2.0, 2.0);
-    lp->wo = gt_llama3_param(c, GT_LLAMA3_NAME("attention.wo.weight"), D, q_out,
+    lp->wo = gt_llama3_param(c, GT_LLAMA3_NAME("attention.wo.weight"), row, D, q_out,
                              GT_INIT_TRUNC_NORMAL, depth_std, -2.0, 2.0);
     lp->attention_norm =
-        gt_llama3_param(c, GT_LLAMA3_NAME("attention_norm.weight"), D, 0, GT_INIT_ONES, 0, 0, 0);
-    lp->w1 = gt_llama3_param(c, GT_LLAMA3_NAME("feed_forward.w1.weight"), F, D,
+        gt_llama3_param(c, GT_LLAMA3_NAME("attention_norm.weight"), none, D, 0, GT_INIT_ONES, 0, 0, 0);
+    lp->w1 = gt_llama3_param(c, GT_LLAMA3_NAME("feed_forward.w1.weight"), col, F, D,
                              GT_INIT_TRUNC_NORMAL, std, -2.0, 2.0);
-    lp->w2 = gt_llama3_param(c, GT_LLAMA3_NAME("feed_forward.w2.weight"), D, F,
+    lp->w2 = gt_llama3_param(c, GT_LLAMA3_NAME("feed_forward.w2.weight"), row, D, F,
                              GT_INIT_TRUNC_NORMAL, depth_std, -2.0, 2.0);
-    lp->w3 = gt_llama3_param(c, GT_LLAMA3_NAME("feed_forward.w3.weight"), F, D,
+    lp->w3 = gt_llama3_param(c, GT_LLAMA3_NAME("feed_forward.w3.weight"), col, F, D,
                              GT_INIT_TRUNC_NORMAL, depth_std, -2.0, 2.0);
     lp->ffn_norm =
-        gt_llama3_param(c, GT_LLAMA3_NAME("ffn_norm.weight"), D, 0, GT_INIT_ONES, 0, 0, 0);
+        gt_llama3_param(c, GT_LLAMA3_NAME("ffn_norm.weight"), none, D, 0, GT_INIT_ONES, 0, 0, 0);
 #undef GT_LLAMA3_NAME
 }
 
@@ -259,32 +281,36 @@ gt_status gt_llama3_build(gt_graph *g, const gt_llama3_config *cfg, gt_model *mo
     model->labels = gt_graph_add_input(g, GT_IN_INPUT, "labels", GT_I64, 2, tokens_dims);
 
     /* Embedding N(0, 1), as torchtitan's nn.init.normal_. */
-    gt_value_id tok = gt_llama3_param(&c, "tok_embeddings.weight", V, D, GT_INIT_NORMAL, 1.0, 0, 0);
-    gt_graph_set_fqn(g, "tok_embeddings");
+    gt_param_plan embed_plan = {.tp = GT_TP_COLWISE, .role = GT_ROLE_EMBEDDING, .unit = GT_UNIT_EMBED};
+    gt_value_id tok =
+        gt_llama3_param(&c, "tok_embeddings.weight", embed_plan, V, D, GT_INIT_NORMAL, 1.0, 0, 0);
+    gt_llama3_set_outer(g, "tok_embeddings", GT_UNIT_EMBED);
     gt_value_id h = gt_embedding(g, gt_llama3_weight(&c, tok), model->tokens);
 
     for (int64_t i = 0; i < cfg->n_layers; i++)
         h = gt_llama3_block(&c, i, h);
 
     /* The final projection: trunc_normal with std dim^-1/2 cut at ±3 std (torchtitan). */
-    gt_value_id norm_w = gt_llama3_param(&c, "norm.weight", D, 0, GT_INIT_ONES, 0, 0, 0);
+    gt_value_id norm_w = gt_llama3_param(&c, "norm.weight", gt_llama3_plan(GT_TP_NONE, GT_UNIT_REST),
+                                         D, 0, GT_INIT_ONES, 0, 0, 0);
     double out_std = 1.0 / sqrt((double)D);
-    gt_value_id out_w = gt_llama3_param(&c, "output.weight", V, D, GT_INIT_TRUNC_NORMAL, out_std,
-                                        -3.0 * out_std, 3.0 * out_std);
+    gt_param_plan out_plan = {.tp = GT_TP_COLWISE, .role = GT_ROLE_OUTPUT, .unit = GT_UNIT_REST};
+    gt_value_id out_w = gt_llama3_param(&c, "output.weight", out_plan, V, D, GT_INIT_TRUNC_NORMAL,
+                                        out_std, -3.0 * out_std, 3.0 * out_std);
     GT_CHECK(model->n_params == n_params);
 
-    gt_graph_set_fqn(g, "norm");
+    gt_llama3_set_outer(g, "norm", GT_UNIT_REST);
     h = gt_rms_norm(g, h, gt_llama3_weight(&c, norm_w), cfg->norm_eps);
-    gt_graph_set_fqn(g, "output");
+    gt_llama3_set_outer(g, "output", GT_UNIT_REST);
     gt_value_id logits = gt_matmul(g, h, gt_llama3_weight(&c, out_w), false, true);
     gt_expr flat_logits[2] = {c.bs, gt_c(g, V)};
     model->logits = gt_reshape(g, logits, 2, flat_logits);
 
-    gt_graph_set_fqn(g, "loss");
+    gt_llama3_set_outer(g, "loss", GT_UNIT_REST);
     gt_expr flat_labels[1] = {c.bs};
     gt_value_id labels = gt_reshape(g, model->labels, 1, flat_labels);
     model->loss = gt_cross_entropy(g, model->logits, labels, -100);
-    gt_graph_set_fqn(g, NULL);
+    gt_llama3_set_outer(g, NULL, GT_UNIT_REST);
 
     if (g->err.code != GT_OK) {
         gt_status st = gt_error_set(err, g->err.code, "%s", g->err.msg);
@@ -295,3 +321,56 @@ gt_status gt_llama3_build(gt_graph *g, const gt_llama3_config *cfg, gt_model *mo
     gt_graph_add_output(g, GT_OUT_LOSS, "loss", model->loss);
     return GT_OK;
 }
+
+/* ---------------------------------------------------------------- the family (gt_model.h) */
+
+static gt_status family_flavor(const char *flavor, void *cfg, gt_error *err)
+{
+    return gt_llama3_flavor(flavor, cfg, err);
+}
+
+/* The family's config with the run's compute dtype. */
+static gt_llama3_config config_of(const gt_model_config *mc)
+{
+    gt_llama3_config cfg;
+    memcpy(&cfg, mc->cfg, sizeof cfg);
+    cfg.compute_dtype = mc->compute_dtype;
+    return cfg;
+}
+
+static void family_info(const gt_model_config *mc, gt_model_info *info)
+{
+    gt_llama3_config cfg = config_of(mc);
+    double head_dim = (double)cfg.dim / (double)cfg.n_heads;
+    info->vocab_size = cfg.vocab_size;
+    info->max_seq_len = cfg.max_seq_len;
+    info->n_layers = cfg.n_layers;
+    info->attention_flops_per_position =
+        12.0 * (double)cfg.n_layers * (double)cfg.n_heads * head_dim;
+}
+
+static gt_status family_build(gt_graph *g, const gt_model_config *mc, gt_model *model,
+                              gt_error *err)
+{
+    gt_llama3_config cfg = config_of(mc);
+    return gt_llama3_build(g, &cfg, model, err);
+}
+
+static gt_status family_hf_export(const gt_model_config *mc, const gt_model *m,
+                                  const gt_tensor *params, const char *dir,
+                                  const gt_export_hf_options *opts, gt_error *err)
+{
+    gt_llama3_config cfg = config_of(mc);
+    return gt_export_hf_llama3_opts(&cfg, m, params, dir, opts, err);
+}
+
+const gt_model_family gt_llama3_family = {
+    .name = "llama3",
+    .flavors = gt_llama3_flavor_list,
+    .config_size = sizeof(gt_llama3_config),
+    .flavor = family_flavor,
+    .info = family_info,
+    .build = family_build,
+    .hf_name = gt_export_hf_llama3_name,
+    .hf_export = family_hf_export,
+};

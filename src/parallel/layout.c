@@ -1,5 +1,5 @@
-/* layout.c — the placements graph inputs start from (torchtitan's llama3 tensor-parallel plan,
- * SimpleFSDP's shard(0) storage — the token embedding's on dim 1 —, the data-parallel batch), the
+/* layout.c — the placements graph inputs start from (the model's tensor-parallel plan on each
+ * parameter, SimpleFSDP's shard(0) storage — the token embedding's on dim 1 —, the data-parallel batch), the
  * block of a global tensor a rank holds, and placement text. */
 #include <stdio.h>
 #include <string.h>
@@ -8,34 +8,26 @@
 #include "graphtrain/gt_parallel.h"
 #include "parallel/parallel_internal.h"
 
-static bool ends_with(const char *s, const char *suffix)
+/* The tensor dim tensor parallelism splits, from the model's plan: ColwiseParallel shards a
+ * Linear's weight [out, in] on dim 0 (and the vocabulary-parallel embedding and output on their
+ * rows), RowwiseParallel on dim 1. -1: replicate. */
+static int tp_shard_dim(gt_param_plan plan)
 {
-    size_t n = strlen(s), m = strlen(suffix);
-    return n >= m && strcmp(s + n - m, suffix) == 0;
-}
-
-/* torchtitan's llama3 plan: ColwiseParallel shards a Linear's weight [out, in] on dim 0,
- * RowwiseParallel on dim 1; the embedding is row-wise over the vocabulary (dim 0) and the output
- * projection column-wise with a parallel loss. -1: replicate. */
-static int tp_shard_dim(const char *fqn)
-{
-    static const char *const colwise[] = {".attention.wq.weight", ".attention.wk.weight",
-                                          ".attention.wv.weight", ".feed_forward.w1.weight",
-                                          ".feed_forward.w3.weight"};
-    static const char *const rowwise[] = {".attention.wo.weight", ".feed_forward.w2.weight"};
-    if (strcmp(fqn, "tok_embeddings.weight") == 0 || strcmp(fqn, "output.weight") == 0) return 0;
-    for (size_t k = 0; k < sizeof colwise / sizeof colwise[0]; k++)
-        if (ends_with(fqn, colwise[k])) return 0;
-    for (size_t k = 0; k < sizeof rowwise / sizeof rowwise[0]; k++)
-        if (ends_with(fqn, rowwise[k])) return 1;
-    return -1;
+    switch ((gt_tp_style)plan.tp) {
+    case GT_TP_COLWISE:
+        return 0;
+    case GT_TP_ROWWISE:
+        return 1;
+    default:
+        return -1;
+    }
 }
 
 /* dims: the parameter's dims when constant, else -1. */
-static void param_layout(const gt_parallel_plan *plan, const char *fqn, int ndim,
+static void param_layout(const gt_parallel_plan *plan, gt_param_plan pp, int ndim,
                          const int64_t *dims, gt_placement *out)
 {
-    int tp_dim = plan->mesh.size[GT_MESH_TP] > 1 ? tp_shard_dim(fqn) : -1;
+    int tp_dim = plan->mesh.size[GT_MESH_TP] > 1 ? tp_shard_dim(pp) : -1;
     if (tp_dim >= ndim) tp_dim = -1;
     if (tp_dim >= 0) out[GT_MESH_TP] = gt_place_shard(tp_dim, 0);
     int n = plan->mesh.size[GT_MESH_DP_SHARD];
@@ -43,7 +35,7 @@ static void param_layout(const gt_parallel_plan *plan, const char *fqn, int ndim
      * tokens (gt_rule_embedding) and all_to_alls activations of [tokens, D] instead of gathering
      * the [V, D] table and reduce-scattering its [V, D] gradient: V = 128256 rows against the
      * tokens of a batch. */
-    if (n > 1 && tp_dim < 0 && ndim == 2 && strcmp(fqn, "tok_embeddings.weight") == 0 &&
+    if (n > 1 && tp_dim < 0 && ndim == 2 && pp.role == GT_ROLE_EMBEDDING &&
         dims[1] > 0 && dims[1] % n == 0) {
         out[GT_MESH_DP_SHARD] = gt_place_shard(1, 0);
         return;
@@ -60,14 +52,6 @@ static void param_layout(const gt_parallel_plan *plan, const char *fqn, int ndim
     }
 }
 
-/* The parameter whose running gradient sum (gradient accumulation, gt_optim.h) `name` is, or
- * NULL. */
-static const char *gradient_of(const char *name)
-{
-    size_t n = strlen(GT_OPTIM_GRAD_ACCUM_PREFIX);
-    return strncmp(name, GT_OPTIM_GRAD_ACCUM_PREFIX, n) == 0 && name[n] ? name + n : NULL;
-}
-
 static bool is_batch_dim(const gt_graph *g, gt_expr e)
 {
     char buf[64];
@@ -78,7 +62,6 @@ static bool is_batch_dim(const gt_graph *g, gt_expr e)
 gt_status gt_parallel_input_layouts(const gt_parallel_plan *plan, const gt_graph *g,
                                     gt_placement (*out)[GT_MESH_MAX_DIMS], gt_error *err)
 {
-    static const char *const state_prefixes[] = {"optim.exp_avg.", "optim.exp_avg_sq."};
     for (int32_t k = 0; k < g->n_inputs; k++) {
         const gt_io *in = &g->inputs[k];
         const gt_type *t = gt_value_type(g, in->value);
@@ -90,14 +73,9 @@ gt_status gt_parallel_input_layouts(const gt_parallel_plan *plan, const gt_graph
             out[k][d] = gt_place_replicate();
         switch ((gt_input_kind)in->kind) {
         case GT_IN_PARAM:
-            param_layout(plan, fqn, t->ndim, dims, out[k]);
-            break;
-        case GT_IN_OPT_STATE:
-            for (size_t s = 0; s < sizeof state_prefixes / sizeof state_prefixes[0]; s++) {
-                size_t n = strlen(state_prefixes[s]);
-                if (strncmp(fqn, state_prefixes[s], n) == 0)
-                    param_layout(plan, fqn + n, t->ndim, dims, out[k]);
-            }
+        case GT_IN_OPT_STATE: /* a moment sits where its parameter does (the optimizer copies the
+                               * parameter's plan onto it) */
+            param_layout(plan, in->plan, t->ndim, dims, out[k]);
             break;
         case GT_IN_INPUT:
             if (t->ndim >= 1 && is_batch_dim(g, t->dims[0])) {
@@ -109,8 +87,9 @@ gt_status gt_parallel_input_layouts(const gt_parallel_plan *plan, const gt_graph
             }
             break;
         case GT_IN_BUFFER:
-            /* gradient accumulation's running sum sits where its parameter does */
-            if (gradient_of(fqn)) param_layout(plan, gradient_of(fqn), t->ndim, dims, out[k]);
+            /* gradient accumulation's running sum sits where its parameter does (the same plan);
+             * other buffers are replicated */
+            if (in->plan.as_param) param_layout(plan, in->plan, t->ndim, dims, out[k]);
             break;
         default:
             return gt_error_set(err, GT_ERR_INVALID, "graph input %d ('%s'): unknown kind %d", k,

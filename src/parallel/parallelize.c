@@ -21,7 +21,6 @@
 
 #include "graphtrain/gt_build.h"
 #include "parallel/parallel_internal.h"
-#include "passes/pass_internal.h" /* gt_pass_fsdp_bucket */
 
 typedef struct {
     gt_value_id from;
@@ -58,7 +57,7 @@ struct gt_par {
     const char *subst_name[2];
     gt_expr subst_repl[2];
     int n_subst;
-    int64_t last_layer; /* the largest N of a "layers.N" fqn; -1 for none */
+    int32_t last_block; /* the largest structural unit (block index) of a node; -1 for none */
     bool keep_gathered; /* the node being converted keeps its gathered weights for the backward */
 };
 
@@ -125,6 +124,7 @@ static const gt_placement *place_of(gt_par *p, gt_value_id local)
 static void stamp(gt_par *p, const gt_node *n)
 {
     p->dst->cur_fqn = n ? n->fqn : 0;
+    p->dst->cur_unit = n ? n->unit : GT_UNIT_REST;
     p->dst->cur_phase = n ? (gt_phase)n->phase : GT_PHASE_FORWARD;
     p->dst->cur_origin =
         n && n->origin != GT_NONE && p->node_map[n->origin] >= 0 ? p->node_map[n->origin] : GT_NONE;
@@ -593,8 +593,7 @@ static void node_label(const gt_par *p, const gt_node *n, char *buf, size_t len)
 static bool keeps_gathered(const gt_par *p, const gt_node *n)
 {
     if (!p->plan.fsdp_reshard_after_forward || p->plan.fsdp_reshard_last) return false;
-    int64_t b = gt_pass_fsdp_bucket(gt_graph_str(p->src, n->fqn));
-    return b == GT_BUCKET_REST || (b >= 0 && b == p->last_layer);
+    return n->unit == GT_UNIT_REST || (n->unit >= 0 && n->unit == p->last_block);
 }
 
 static gt_status convert_node(gt_par *p, gt_node_id nid, gt_error *err)
@@ -803,6 +802,9 @@ static gt_status add_outputs(gt_par *p, gt_error *err)
         if (in >= 0) memcpy(to, place_of(p, p->map[g->inputs[in].value]), sizeof to);
         stamp(p, NULL);
         p->dst->cur_fqn = o->fqn;
+        /* a parameter's gradient and update belong to its unit; the rest to none */
+        if (in >= 0 && (o->kind == GT_OUT_GRAD || o->kind == GT_OUT_PARAM_UPDATE))
+            p->dst->cur_unit = g->inputs[in].plan.unit;
         p->dst->cur_phase = GT_PHASE_OPTIMIZER;
         gt_value_id v;
         GT_TRY(convert(p, o->value, to, 0, &v, err));
@@ -863,11 +865,10 @@ gt_status gt_parallelize(const gt_graph *g, const gt_parallel_plan *plan,
         for (int md = 0; md < GT_MESH_MAX_DIMS; md++)
             p.prefer[v][md] = (gt_placement){GT_PLACE_NONE, 0, 0, 0};
     p.node_map = gt_xmalloc((size_t)(g->n_nodes ? g->n_nodes : 1) * sizeof *p.node_map);
-    p.last_layer = -1;
+    p.last_block = -1;
     for (int32_t i = 0; i < g->n_nodes; i++) {
         p.node_map[i] = GT_NONE;
-        int64_t b = gt_pass_fsdp_bucket(gt_graph_str(g, g->nodes[i].fqn));
-        if (b > p.last_layer) p.last_layer = b;
+        if (g->nodes[i].unit > p.last_block) p.last_block = g->nodes[i].unit;
     }
 
     gt_status st = GT_OK;
@@ -885,6 +886,7 @@ gt_status gt_parallelize(const gt_graph *g, const gt_parallel_plan *plan,
             gt_graph_add_input(p.dst, (gt_input_kind)io->kind, fqn, t.dtype, t.ndim, t.dims);
         st = dst_error(&p, err);
         if (st != GT_OK) break;
+        p.dst->inputs[p.dst->n_inputs - 1].plan = io->plan;
         gt_par_set_place(&p, v, in_place[k]);
         p.map[io->value] = v;
         p.weight[io->value] = io->kind == GT_IN_PARAM;

@@ -7,10 +7,10 @@
  *              tagged "fsdp.all_gather", "fsdp.reduce_scatter" or "fsdp.all_reduce" (parallelize)
  *              that have exactly one wait and an input of constant size, not yet bucketed.
  *   guarantees candidates with the same tag, op, mesh dim, group size, dtype and phase whose
- *              start's fqn falls in the same bucket — a transformer block ("layers.N.*"),
- *              "tok_embeddings", or everything else (norm, output) — are replaced by one start
- *              and one wait (tags: the FSDP tag and "bucket:<name>"; fqn: the members' common
- *              module path). With options->bucket_cap_bytes > 0 a bucket is cut, in node order,
+ *              start is in the same structural unit (gt_node.unit, set by the model builder) — a
+ *              repeated block, the token embedding, or everything else (norm, output) — are
+ *              replaced by one start and one wait (tags: the FSDP tag and "bucket:block.N",
+ *              "bucket:embed" or "bucket:rest"; fqn: the members' common module path). With options->bucket_cap_bytes > 0 a bucket is cut, in node order,
  *              into pieces whose members' unsharded sizes sum to at most the cap. Rank r's view,
  *              n = group size, member i with numel_i elements at offset off_i, S = sum numel_i:
  *     all_gather:     x_i [k_i, ...] -> reshape [numel_i] -> concat -> [S] -> all_gather -> [n*S]
@@ -296,10 +296,9 @@ static void bucket_names(const gt_graph *g, const member *m, int32_t count, int 
     snprintf(fqn, fqn_len, "%.*s", len, first);
     char name[64];
     if (m[0].bucket >= 0)
-        snprintf(name, sizeof name, "layers.%lld", (long long)m[0].bucket);
+        snprintf(name, sizeof name, "block.%lld", (long long)m[0].bucket);
     else
-        snprintf(name, sizeof name, "%s",
-                 m[0].bucket == GT_BUCKET_EMBED ? "tok_embeddings" : "rest");
+        snprintf(name, sizeof name, "%s", m[0].bucket == GT_UNIT_EMBED ? "embed" : "rest");
     if (piece >= 0)
         snprintf(tag, tag_len, "%s%s/%d", GT_FSDP_BUCKET_TAG_PREFIX, name, piece);
     else
@@ -321,7 +320,9 @@ static gt_status emit_bucket(round_state *s, const member *m, int32_t count, int
     gt_str saved_fqn = g->cur_fqn;
     gt_phase saved_phase = g->cur_phase;
     gt_node_id saved_origin = g->cur_origin;
+    int32_t saved_unit = g->cur_unit;
     g->cur_phase = (gt_phase)m[0].phase;
+    g->cur_unit = (int32_t)m[0].bucket; /* every member's unit */
     gt_status st = GT_OK;
 
     /* packing: flat member buffers, concatenated; a re-gather takes its earlier gather's pack */
@@ -438,6 +439,7 @@ static gt_status emit_bucket(round_state *s, const member *m, int32_t count, int
     g->cur_fqn = saved_fqn;
     g->cur_phase = saved_phase;
     g->cur_origin = saved_origin;
+    g->cur_unit = saved_unit;
     return st;
 }
 
@@ -521,7 +523,7 @@ static gt_status bucket_round(gt_graph *g, const gt_pass_options *o, int *emitte
                            .group_size = (int)nd->attrs.i[1],
                            .dtype = t->dtype,
                            .phase = nd->phase,
-                           .bucket = gt_pass_fsdp_bucket(gt_graph_str(g, nd->fqn)),
+                           .bucket = nd->unit,
                            .numel = numel,
                            .bytes = big * (int64_t)gt_dtype_size(t->dtype)};
     }

@@ -1,6 +1,6 @@
 /* collective_report.c — the collectives of a graph and what compute each one overlaps, plus the
  * facts about collectives that the FSDP passes share (which wait belongs to which start, FSDP
- * tags, buckets by module path).
+ * tags).
  *
  * A collective is a start node and its wait. Between them (in node order, which is the order the
  * program runs) the rank computes while the transfer is in flight; the report counts those nodes
@@ -50,29 +50,6 @@ bool gt_pass_is_bucketed(const gt_graph *g, const gt_node *n)
     for (int k = 0; k < n->n_tags; k++)
         if (strncmp(gt_graph_str(g, n->tags[k]), GT_FSDP_BUCKET_TAG_PREFIX, len) == 0) return true;
     return false;
-}
-
-/* True when fqn is `name` or starts with `name.`. */
-static bool has_component_prefix(const char *fqn, const char *name)
-{
-    size_t len = strlen(name);
-    return strncmp(fqn, name, len) == 0 && (fqn[len] == 0 || fqn[len] == '.');
-}
-
-int64_t gt_pass_fsdp_bucket(const char *fqn)
-{
-    if (!fqn) return GT_BUCKET_REST;
-    if (has_component_prefix(fqn, "tok_embeddings")) return GT_BUCKET_EMBED;
-    if (strncmp(fqn, "layers.", 7) != 0) return GT_BUCKET_REST;
-    const char *p = fqn + 7;
-    int64_t n = 0;
-    int digits = 0;
-    while (*p >= '0' && *p <= '9' && digits < 12) {
-        n = n * 10 + (*p++ - '0');
-        digits++;
-    }
-    if (digits == 0 || (*p != 0 && *p != '.')) return GT_BUCKET_REST;
-    return n;
 }
 
 /* ---------------------------------------------------------------- sizes and FLOPs */

@@ -3,7 +3,8 @@
  * Contract
  *   requires   a whole-step graph: forward nodes (phase fwd) followed by backward / optimizer
  *              nodes that read some forward values ("saved" values, held from the forward to the
- *              backward); transformer blocks carry fqns "layers.N" or "layers.N.<module>".
+ *              backward); the nodes of repeated (transformer) blocks carry their block index as
+ *              their structural unit (gt_node.unit, set by the model builder).
  *   guarantees every forward node that remat must duplicate carries the tag "recompute", and no
  *              other forward node does (stale "recompute" tags on forward nodes are removed). No
  *              node, value or edge changes: this pass alone is a no-op on the computation.
@@ -68,19 +69,6 @@ const char *gt_memory_policy_name(gt_memory_policy p)
     return "?";
 }
 
-int gt_fqn_layer(const char *fqn)
-{
-    if (!fqn || strncmp(fqn, "layers.", 7) != 0) return -1;
-    const char *s = fqn + 7;
-    if (*s < '0' || *s > '9') return -1;
-    long n = 0;
-    for (; *s >= '0' && *s <= '9'; s++) {
-        n = n * 10 + (*s - '0');
-        if (n > 1000000000L) return -1;
-    }
-    return (*s == 0 || *s == '.') ? (int)n : -1;
-}
-
 bool gt_remat_can_recompute(const gt_graph *g, gt_node_id n)
 {
     const gt_node *nd = &g->nodes[n];
@@ -133,7 +121,7 @@ static int *node_layers(const gt_graph *g)
 {
     int *layer = gt_xmalloc(((size_t)g->n_nodes + 1) * sizeof *layer);
     for (gt_node_id n = 0; n < g->n_nodes; n++)
-        layer[n] = gt_fqn_layer(gt_graph_str(g, g->nodes[n].fqn));
+        layer[n] = gt_node_block(&g->nodes[n]);
     return layer;
 }
 

@@ -4,8 +4,11 @@
 
 #include "passes/pass_internal.h"
 
-/* Block index of an fqn "layers.N" or "layers.N.<...>"; -1 for anything else. */
-int gt_fqn_layer(const char *fqn);
+/* The repeated block a node belongs to (its structural unit when >= 0); -1 outside every block. */
+static inline int gt_node_block(const gt_node *n)
+{
+    return n->unit >= 0 ? n->unit : -1;
+}
 
 /* A forward node remat may duplicate: no random, side-effect or collective flag (but an FSDP
  * gather tagged "fsdp.reshard"), and every input a graph input or a forward node's output. */

@@ -262,7 +262,7 @@ gt_status gt_policy_budget(gt_graph *g, const gt_pass_options *o, gt_error *err)
     uint8_t *boundary = gt_policy_boundaries(g);
     for (gt_node_id v = 0; v < n; v++) {
         const gt_node *nd = &g->nodes[v];
-        bool ok = gt_fqn_layer(gt_graph_str(g, nd->fqn)) >= 0 && gt_remat_can_recompute(g, v);
+        bool ok = gt_node_block(nd) >= 0 && gt_remat_can_recompute(g, v);
         for (int k = 0; k < nd->n_out && ok; k++)
             ok = !boundary[nd->out[k]];
         in.wants[v] = ok;

@@ -141,8 +141,10 @@ static gt_value_id add_input_like(gt_graph *dst, const gt_graph *whole, gt_input
     for (int d = 0; d < t->ndim; d++)
         dims[d] = gt_sym_import(dst->sym, whole->sym, t->dims[d]);
     gt_value_id in = gt_graph_add_input(dst, kind, name, t->dtype, t->ndim, dims);
-    if (in != GT_NONE)
+    if (in != GT_NONE) {
         memcpy(dst->values[in].place, whole->values[v].place, sizeof dst->values[in].place);
+        if (kind != GT_IN_INPUT) gt_graph_set_input_plan(dst, in, gt_graph_input_plan(whole, v));
+    }
     return in;
 }
 

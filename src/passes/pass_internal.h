@@ -46,7 +46,7 @@ void gt_pass_apply_order(gt_graph *g, const gt_node_id *order);
 #define GT_FSDP_TAG_ALL_GATHER "fsdp.all_gather"
 #define GT_FSDP_TAG_REDUCE_SCATTER "fsdp.reduce_scatter"
 #define GT_FSDP_TAG_ALL_REDUCE "fsdp.all_reduce"
-/* Tag prefix of a bucketed collective's start and wait: "bucket:layers.3". */
+/* Tag prefix of a bucketed collective's start and wait: "bucket:block.3". */
 #define GT_FSDP_BUCKET_TAG_PREFIX "bucket:"
 
 /* False when o's disable list names the pass (pipeline.c). */
@@ -60,12 +60,6 @@ extern const char *const gt_pass_fsdp_tags[3];
 /* True when the node carries a "bucket:..." tag (made by fsdp_bucketing). */
 bool gt_pass_is_bucketed(const gt_graph *g, const gt_node *n);
 
-/* The FSDP bucket of a module path: N >= 0 for "layers.N" and "layers.N.*", GT_BUCKET_EMBED for
- * "tok_embeddings" and "tok_embeddings.*", GT_BUCKET_REST for anything else (norm, output, loss,
- * ""). */
-#define GT_BUCKET_EMBED (-1)
-#define GT_BUCKET_REST (-2)
-int64_t gt_pass_fsdp_bucket(const char *fqn);
 
 /* ---------------------------------------------------------------- node order by keys
  * (reorder.c) — how the FSDP passes move nodes.

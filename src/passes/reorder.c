@@ -399,12 +399,12 @@ static void sink_independent(reorder_state *s, gt_node_id prev, gt_node_id x)
         }
     }
     gt_pass_key at = s->keys[x];
-    int64_t bucket = gt_pass_fsdp_bucket(gt_graph_str(g, g->nodes[x].fqn));
+    int64_t bucket = g->nodes[x].unit;
     for (gt_node_id y = prev + 1; y < x; y++) {
         const gt_node *nd = &g->nodes[y];
         if (s->mark[y] == s->stamp || s->keys[y].minor != GT_KEY_STAY ||
             nd->phase != g->nodes[x].phase || (gt_op_get(nd->op)->flags & GT_OPF_COLLECTIVE) ||
-            gt_pass_fsdp_bucket(gt_graph_str(g, nd->fqn)) != bucket)
+            nd->unit != bucket)
             continue;
         at.minor++;
         s->keys[y] = at;
@@ -456,7 +456,7 @@ static gt_node_id first_compute(const reorder_state *s, uint8_t phase, int64_t b
         const gt_op_info *info = gt_op_get(nd->op);
         if (nd->phase != phase || (info->flags & GT_OPF_COLLECTIVE) || s->unpack[x]) continue;
         if (nd->n_out > 0 && s->hoist[nd->out[0]]) continue;
-        if (gt_pass_fsdp_bucket(gt_graph_str(g, nd->fqn)) == bucket) return x;
+        if (nd->unit == bucket) return x;
     }
     return limit;
 }
@@ -474,7 +474,7 @@ static int64_t previous_bucket_start(const reorder_state *s, uint8_t phase, int6
         if (nd->phase != phase || (gt_op_get(nd->op)->flags & GT_OPF_COLLECTIVE) || s->unpack[x])
             continue;
         if (nd->n_out > 0 && s->hoist[nd->out[0]]) continue;
-        int64_t b = gt_pass_fsdp_bucket(gt_graph_str(g, nd->fqn));
+        int64_t b = nd->unit;
         if (b != bucket) return first_compute(s, phase, b, 0, fu);
     }
     return -1;
@@ -587,7 +587,7 @@ gt_status gt_pass_fsdp_reorder(gt_graph *g, const gt_pass_ctx *ctx, gt_error *er
         int tag = gt_op_is_collective_start(nd->op) ? gt_pass_fsdp_tag(g, nd) : -1;
         if (tag < 0 || wait_of[x] == GT_NONE) continue;
         c[nc++] =
-            (coll){x, wait_of[x], tag, nd->phase, gt_pass_fsdp_bucket(gt_graph_str(g, nd->fqn))};
+            (coll){x, wait_of[x], tag, nd->phase, nd->unit};
     }
     if (nc == 0) {
         free(wait_of);

@@ -128,11 +128,12 @@ typedef struct {
     gt_str fqn;
     gt_phase phase;
     gt_node_id origin;
+    int32_t unit;
 } builder_state;
 
 static builder_state builder_enter(gt_graph *g, gt_phase phase)
 {
-    builder_state s = {g->cur_fqn, g->cur_phase, g->cur_origin};
+    builder_state s = {g->cur_fqn, g->cur_phase, g->cur_origin, g->cur_unit};
     g->cur_phase = phase;
     g->cur_origin = GT_NONE;
     return s;
@@ -143,6 +144,7 @@ static gt_status builder_leave(gt_graph *g, builder_state s, const char *who, gt
     g->cur_fqn = s.fqn;
     g->cur_phase = s.phase;
     g->cur_origin = s.origin;
+    g->cur_unit = s.unit;
     if (g->err.code == GT_OK) return GT_OK;
     gt_error_set(err, g->err.code, "%s", g->err.msg);
     return gt_error_wrap(err, "%s", who);
@@ -176,6 +178,7 @@ static gt_value_id clip_coefficient(gt_graph *g, int n, const gt_value_id *grads
                                     double max_norm, gt_value_id *clip)
 {
     gt_graph_set_fqn(g, "optim.clip_grad_norm");
+    gt_graph_set_unit(g, GT_UNIT_REST);
     gt_value_id total_sq = GT_NONE;
     uint8_t *done = gt_xcalloc((size_t)n + 1, 1);
     for (int first = 0; first < n; first++) {
@@ -252,6 +255,10 @@ gt_status gt_optim_append_adamw(gt_graph *g, int n, const gt_value_id *params,
         m[k] = gt_graph_add_input(g, GT_IN_OPT_STATE, name, GT_F32, pt.ndim, pt.dims);
         snprintf(name, sizeof name, "%s%s", GT_OPTIM_EXP_AVG_SQ_PREFIX, fqn[k]);
         v[k] = gt_graph_add_input(g, GT_IN_OPT_STATE, name, GT_F32, pt.ndim, pt.dims);
+        /* the moments are placed as their parameter */
+        gt_param_plan plan = gt_graph_input_plan(g, params[k]);
+        gt_graph_set_input_plan(g, m[k], plan);
+        gt_graph_set_input_plan(g, v[k], plan);
     }
     gt_expr three = gt_c(g, 3);
     gt_value_id scalars =
@@ -263,6 +270,7 @@ gt_status gt_optim_append_adamw(gt_graph *g, int n, const gt_value_id *params,
     gt_graph_add_output(g, GT_OUT_METRIC, GT_OPTIM_GRAD_NORM_NAME, total);
     for (int k = 0; k < n; k++) {
         gt_graph_set_fqn(g, fqn[k]);
+        gt_graph_set_unit(g, gt_graph_input_plan(g, params[k]).unit);
         /* torchtitan decays matrices only: embeddings and linear weights, not norms or biases. */
         double wd = gt_value_type(g, params[k])->ndim >= 2 ? cfg->weight_decay : 0.0;
         gt_value_id m_new = GT_NONE, v_new = GT_NONE;
@@ -312,7 +320,11 @@ gt_status gt_optim_append_grad_accum(gt_graph *g, int n, const gt_value_id *para
         }
         gt_type pt = *gt_value_type(g, params[k]);
         gt_value_id acc = gt_graph_add_input(g, GT_IN_BUFFER, name, GT_F32, pt.ndim, pt.dims);
+        /* the running sum is placed as its parameter */
+        gt_param_plan plan = gt_graph_input_plan(g, params[k]);
+        gt_graph_set_input_plan(g, acc, plan);
         gt_graph_set_fqn(g, fqn);
+        gt_graph_set_unit(g, plan.unit);
         gt_value_id gk =
             gt_value_type(g, grads[k])->dtype == GT_F32 ? grads[k] : gt_cast(g, grads[k], GT_F32);
         grads[k] = gt_add(g, acc, gk);

@@ -126,25 +126,20 @@ gt_status gt_train_parallelize(const gt_config *cfg, const gt_train_layout *layo
     return GT_OK;
 }
 
-/* The model config cfg asks for. */
-static gt_status model_config(const gt_config *cfg, gt_llama3_config *mcfg, gt_error *err)
+gt_status gt_train_model_config(const gt_config *cfg, gt_model_config *mc, gt_error *err)
 {
-    if (strcmp(cfg->model.name, "llama3") != 0)
-        return gt_error_set(err, GT_ERR_INVALID, "model.name: unknown model '%s' (known: llama3)",
-                            cfg->model.name);
-    GT_TRY(gt_llama3_flavor(cfg->model.flavor, mcfg, err));
     /* f32 master params and optimizer state either way; bf16 compute unless float32 is asked */
-    mcfg->compute_dtype =
+    gt_dtype compute =
         cfg->training.mixed_precision_param == GT_CFG_PRECISION_FLOAT32 ? GT_F32 : GT_BF16;
-    return GT_OK;
+    return gt_model_config_init(cfg->model.name, cfg->model.flavor, compute, mc, err);
 }
 
 gt_status gt_train_build_model(const gt_config *cfg, gt_model *model, gt_error *err)
 {
-    gt_llama3_config mcfg;
-    GT_TRY(model_config(cfg, &mcfg, err));
+    gt_model_config mc;
+    GT_TRY(gt_train_model_config(cfg, &mc, err));
     gt_graph *g = gt_graph_new();
-    gt_status st = gt_llama3_build(g, &mcfg, model, err);
+    gt_status st = gt_model_build(g, &mc, model, err);
     gt_graph_free(g);
     return st;
 }
@@ -172,9 +167,9 @@ gt_status gt_train_build_global_graph(const gt_config *cfg, const gt_train_layou
                                       gt_graph *g, gt_model *model, int64_t micro_batches,
                                       gt_error *err)
 {
-    gt_llama3_config mcfg;
-    GT_TRY(model_config(cfg, &mcfg, err));
-    GT_TRY(gt_llama3_build(g, &mcfg, model, err));
+    gt_model_config mc;
+    GT_TRY(gt_train_model_config(cfg, &mc, err));
+    GT_TRY(gt_model_build(g, &mc, model, err));
     if (micro_batches > 1) {
         /* each micro-batch contributes loss / micro_batches: the step's loss is their sum */
         for (int k = 0; k < g->n_outputs; k++)

@@ -220,7 +220,8 @@ typedef struct {
 typedef struct {
     const gt_config *cfg;
     gt_train_dist dist;
-    gt_llama3_config model_cfg;
+    gt_model_config model_cfg;
+    gt_model_info model_info;
     gt_model model;
     int n_params;
     /* this rank's blocks: params, exp_avg, exp_avg_sq (n_params each); box[k], box[n + k],

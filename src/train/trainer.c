@@ -39,7 +39,6 @@
 #include "graphtrain/gt_cuda.h"
 #include "graphtrain/gt_data.h"
 #include "graphtrain/gt_exec.h"
-#include "graphtrain/gt_export.h"
 #include "graphtrain/gt_flops.h"
 #include "graphtrain/gt_lr.h"
 #include "graphtrain/gt_metrics.h"
@@ -602,7 +601,7 @@ static gt_status open_data(gt_trainer *t, gt_error *err)
     if (tr->dataset == GT_CFG_DATASET_SYNTHETIC) {
         gt_synthetic_config sc;
         gt_synthetic_config_default(&sc);
-        sc.vocab_size = (int32_t)t->model_cfg.vocab_size;
+        sc.vocab_size = (int32_t)t->model_info.vocab_size;
         GT_TRY(gt_synthetic_create(&sc, &t->synthetic, err));
         return gt_loader_create_synthetic(&lc, t->synthetic, &t->loader, err);
     }
@@ -612,11 +611,11 @@ static gt_status open_data(gt_trainer *t, gt_error *err)
     if (tr->dataset == GT_CFG_DATASET_TOKENS) {
         GT_TRY(gt_token_shard_open(tr->dataset_path, &t->shard, err));
         t->shard_open = true;
-        if (t->shard.vocab_size > (uint32_t)t->model_cfg.vocab_size)
+        if (t->shard.vocab_size > (uint32_t)t->model_info.vocab_size)
             return gt_error_set(
                 err, GT_ERR_INVALID,
                 "%s: token ids go up to vocab size %u, the model's vocabulary is %lld",
-                tr->dataset_path, t->shard.vocab_size, (long long)t->model_cfg.vocab_size);
+                tr->dataset_path, t->shard.vocab_size, (long long)t->model_info.vocab_size);
         return gt_loader_create_shard(&lc, &t->shard, &t->loader, err);
     }
     /* text / jsonl: tokenize in memory */
@@ -626,10 +625,10 @@ static gt_status open_data(gt_trainer *t, gt_error *err)
     gt_status st = gt_tokenizer_load(tok_path, &t->tokenizer, err);
     free(tok_path);
     if (st != GT_OK) return st;
-    if (gt_tokenizer_vocab_size(t->tokenizer) > t->model_cfg.vocab_size)
+    if (gt_tokenizer_vocab_size(t->tokenizer) > t->model_info.vocab_size)
         return gt_error_set(
             err, GT_ERR_INVALID, "the tokenizer has %d tokens, the model's vocabulary is %lld",
-            gt_tokenizer_vocab_size(t->tokenizer), (long long)t->model_cfg.vocab_size);
+            gt_tokenizer_vocab_size(t->tokenizer), (long long)t->model_info.vocab_size);
     gt_tokenize_options o;
     gt_tokenize_options_default(&o);
     o.format = tr->dataset == GT_CFG_DATASET_JSONL ? GT_TEXT_JSONL : GT_TEXT_PLAIN;
@@ -728,10 +727,7 @@ static gt_status train_step(gt_trainer *t, gt_train_result *res, int64_t step, d
 /* The model's parameter count (elements of every parameter, whole). */
 static int64_t model_param_count(const gt_trainer *t)
 {
-    int64_t n = 0;
-    for (int k = 0; k < t->model.n_params; k++)
-        n += gt_shape_numel(t->model.params[k].ndim, t->model.params[k].shape);
-    return n;
+    return gt_model_param_count(&t->model);
 }
 
 /* A rank bound to one CPU draws its parameters on that core alone (8B over 2 ranks on an H200
@@ -752,9 +748,10 @@ static void warn_if_bound(const gt_trainer *t)
 static gt_status setup(gt_trainer *t, gt_error *err)
 {
     const gt_config *cfg = t->cfg;
-    if (strcmp(cfg->model.name, "llama3") != 0)
-        return gt_error_set(err, GT_ERR_INVALID, "model.name: unknown model '%s' (known: llama3)",
-                            cfg->model.name);
+    /* the model first (a bad name or flavor is refused before anything starts), then the ranks:
+     * a multi-rank GPU run is refused before any device is touched */
+    GT_TRY(gt_train_model_config(cfg, &t->model_cfg, err));
+    gt_model_info_of(&t->model_cfg, &t->model_info);
     /* ranks first: a multi-rank GPU run is refused before any device is touched */
     GT_TRY(gt_train_dist_init(cfg, &t->dist, err));
     t->cuda = cfg->training.device == GT_CFG_DEVICE_CUDA;
@@ -778,7 +775,6 @@ static gt_status setup(gt_trainer *t, gt_error *err)
                             "training.device = cuda: this graphtrain was built without CUDA "
                             "(nvcc was not found at configure time)");
 #endif
-    GT_TRY(gt_llama3_flavor(cfg->model.flavor, &t->model_cfg, err));
     if (!t->cuda && cfg->training.mixed_precision_param != GT_CFG_PRECISION_FLOAT32 &&
         t->dist.rank == 0)
         gt_log(GT_LOG_WARN, "training.mixed_precision_param = bfloat16 on the CPU: each op widens "
@@ -1082,17 +1078,17 @@ static void log_start(gt_trainer *t, gt_train_result *res, double setup_s)
         snprintf(params, sizeof params, "parameters from step-%lld, not drawn,",
                  (long long)t->resume_step);
     gt_log(GT_LOG_INFO,
-           "model llama3 %s: %lld parameters; step graph %d nodes; batch %lld x %lld tokens, "
+           "model %s %s: %lld parameters; step graph %d nodes; batch %lld x %lld tokens, "
            "%lld micro-batch(es); %.3e FLOPs/step%s; set up in %.1f s (graphs %.1f s, "
            "%s %.1f s, step programs %.1f s)",
-           cfg->model.flavor, (long long)n_params, shown->n_nodes, (long long)t->global_batch,
+           t->model_cfg.family->name, cfg->model.flavor, (long long)n_params, shown->n_nodes, (long long)t->global_batch,
            (long long)cfg->training.seq_len, (long long)t->accum, t->flops.total, mesh, setup_s,
            t->setup_s[0], params, t->setup_s[1], t->setup_s[2]);
     if (t->synthetic)
         gt_log(GT_LOG_INFO,
                "dataset synthetic: vocab %lld, entropy rate %.4f nats/token (the "
                "best possible loss)",
-               (long long)t->model_cfg.vocab_size, res->entropy_rate);
+               (long long)t->model_info.vocab_size, res->entropy_rate);
 }
 
 static gt_status comm_report(gt_trainer *t, double step_s, gt_error *err)
@@ -1216,9 +1212,11 @@ gt_status gt_train_export_hf(const gt_config *cfg, int64_t step, const char *dir
     t.dist.size = 1; /* one process reads the whole tensors */
     gt_status st = gt_mesh_init(&t.dist.layout.mesh, 1, 1, 1, err);
     t.global_batch = cfg->training.local_batch_size;
-    if (st == GT_OK) st = gt_llama3_flavor(cfg->model.flavor, &t.model_cfg, err);
+    /* the parameters as the flavor defines them (f32): the checkpoint holds f32 master weights */
+    if (st == GT_OK)
+        st = gt_model_config_init(cfg->model.name, cfg->model.flavor, GT_F32, &t.model_cfg, err);
     gt_graph *g = gt_graph_new();
-    if (st == GT_OK) st = gt_llama3_build(g, &t.model_cfg, &t.model, err);
+    if (st == GT_OK) st = gt_model_build(g, &t.model_cfg, &t.model, err);
     t.n_params = t.model.n_params;
     t.ckpt_folder = gt_train_join_path(cfg->job.dump_folder, cfg->checkpoint.folder);
     int64_t want = step;
@@ -1241,7 +1239,8 @@ gt_status gt_train_export_hf(const gt_config *cfg, int64_t step, const char *dir
         }
     }
     if (st == GT_OK) {
-        st = gt_export_hf_llama3(&t.model_cfg, &t.model, t.params, dir, dtype, err);
+        gt_export_hf_options o = {.dtype = dtype, .bos_token_id = -1, .eos_token_id = -1};
+        st = gt_model_export_hf(&t.model_cfg, &t.model, t.params, dir, &o, err);
     }
     gt_graph_free(g);
     teardown(&t);

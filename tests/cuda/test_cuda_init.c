@@ -10,7 +10,7 @@
  * Without a CUDA device the test skips (exit 0). */
 #include "cuda_test_util.h"
 #include "graphtrain/gt_cuda.h"
-#include "graphtrain/gt_model.h"
+#include "graphtrain/gt_llama3.h"
 #include "gt_test.h"
 
 #include <stdint.h>

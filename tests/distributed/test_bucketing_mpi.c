@@ -17,7 +17,7 @@
 #include "comm_test.h"
 #include "graphtrain/gt_comm.h"
 #include "graphtrain/gt_config.h"
-#include "graphtrain/gt_model.h"
+#include "graphtrain/gt_llama3.h"
 #include "graphtrain/gt_program.h"
 #include "graphtrain/gt_train.h"
 #include "gt_test.h"

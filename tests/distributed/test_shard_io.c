@@ -20,7 +20,7 @@
 #include <string.h>
 
 #include "graphtrain/gt_comm.h"
-#include "graphtrain/gt_model.h"
+#include "graphtrain/gt_llama3.h"
 #include "gt_test.h"
 #include "train/train_internal.h"
 

@@ -17,4 +17,4 @@ sed -n '/^graph [0-9]* [0-9a-f]*$/,$p' "$tmp/art/step.graph" | tail -n +2 > "$ou
 head -c 2000 "$out/test_tiny.graph" > "$out/cut_graph.txt"
 head -c 600 "$out/test_tiny.artifact" > "$out/cut_artifact.txt"
 sed 's/ matmul / matmull /' "$out/test_tiny.graph" > "$out/unknown_op.graph"
-sed '1s/^graphtrain-graph 1 /graphtrain-graph 1 9/' "$out/test_tiny.graph" > "$out/big_counts.graph"
+sed '1s/^graphtrain-graph 2 /graphtrain-graph 2 9/' "$out/test_tiny.graph" > "$out/big_counts.graph"

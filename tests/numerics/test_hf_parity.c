@@ -11,7 +11,7 @@
 #include "graphtrain/gt_autodiff.h"
 #include "graphtrain/gt_exec.h"
 #include "graphtrain/gt_graph.h"
-#include "graphtrain/gt_model.h"
+#include "graphtrain/gt_llama3.h"
 #include "graphtrain/gt_safetensors.h"
 #include "gt_test.h"
 #include "hf_fixture.h"

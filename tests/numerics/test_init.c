@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "graphtrain/gt_graph.h"
-#include "graphtrain/gt_model.h"
+#include "graphtrain/gt_llama3.h"
 #include "gt_test.h"
 
 static float *init_full(const gt_param_spec *p, uint64_t seed, int64_t *numel)

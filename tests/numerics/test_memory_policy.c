@@ -518,7 +518,7 @@ static void check_param_cast_memory(void)
 static bool is_inner_rope_or_add(const gt_graph *g, gt_node_id n)
 {
     const gt_node *nd = &g->nodes[n];
-    int layer = gt_fqn_layer(gt_graph_str(g, nd->fqn));
+    int layer = gt_node_block(nd);
     if (nd->phase != GT_PHASE_FORWARD || layer < 0) return false;
     if (nd->op == GT_OP_ROPE) return true;
     if (nd->op != GT_OP_ADD) return false;
@@ -526,7 +526,7 @@ static bool is_inner_rope_or_add(const gt_graph *g, gt_node_id n)
         const gt_node *rd = &g->nodes[r];
         if (rd->phase != GT_PHASE_FORWARD) continue;
         for (int k = 0; k < rd->n_in; k++)
-            if (rd->in[k] == nd->out[0] && gt_fqn_layer(gt_graph_str(g, rd->fqn)) != layer)
+            if (rd->in[k] == nd->out[0] && gt_node_block(rd) != layer)
                 return false;
     }
     return true;
@@ -557,7 +557,7 @@ static void check_saved_rope_add(void)
         }
         int layers = 0;
         for (gt_node_id n = 0; n < saved->n_nodes; n++) {
-            int l = gt_fqn_layer(gt_graph_str(saved, saved->nodes[n].fqn));
+            int l = gt_node_block(&saved->nodes[n]);
             if (l + 1 > layers) layers = l + 1;
         }
         EXPECT(ropes == 2 * layers && adds == layers && layers > 0,

@@ -29,7 +29,7 @@
 #include "graphtrain/gt_backend.h"
 #include "graphtrain/gt_config.h"
 #include "graphtrain/gt_metrics.h"
-#include "graphtrain/gt_model.h"
+#include "graphtrain/gt_llama3.h"
 #include "graphtrain/gt_train.h"
 #include "gt_test.h"
 #include "train_child.h"

@@ -12,7 +12,7 @@
 
 #include "graphtrain/gt_autodiff.h"
 #include "graphtrain/gt_exec.h"
-#include "graphtrain/gt_model.h"
+#include "graphtrain/gt_llama3.h"
 #include "graphtrain/gt_optim.h"
 #include "graphtrain/gt_pass.h"
 #include "gt_test.h"

@@ -36,7 +36,7 @@
 #include "graphtrain/gt_checkpoint.h"
 #include "graphtrain/gt_config.h"
 #include "graphtrain/gt_metrics.h"
-#include "graphtrain/gt_model.h"
+#include "graphtrain/gt_llama3.h"
 #include "graphtrain/gt_program.h"
 #include "graphtrain/gt_safetensors.h"
 #include "graphtrain/gt_train.h"

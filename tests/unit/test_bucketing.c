@@ -40,6 +40,7 @@
 #include "graphtrain/gt_pass.h"
 #include "graphtrain/gt_program.h"
 #include "graphtrain/gt_train.h"
+#include "fqn_units.h"
 #include "gt_test.h"
 #include "passes/pass_internal.h"
 
@@ -200,6 +201,7 @@ static gt_graph *build_step(const spec *sp)
     EXPECT(g->err.code == GT_OK, "building the FSDP step: %s", g->err.msg);
     gt_error err = {0};
     EXPECT_OK(gt_graph_verify(g, &err), &err);
+    gt_test_units_from_fqns(g);
     return g;
 }
 
@@ -531,20 +533,6 @@ static void expect_same_results(const gt_graph *ref, const gt_graph *g, int R, c
 
 /* ---------------------------------------------------------------- tests */
 
-static void test_bucket_of_fqn(void)
-{
-    EXPECT(gt_pass_fsdp_bucket("layers.12.attention.wq") == 12, "layers.12.*");
-    EXPECT(gt_pass_fsdp_bucket("layers.3") == 3, "layers.3");
-    EXPECT(gt_pass_fsdp_bucket("layers.x.w") == GT_BUCKET_REST, "layers.x");
-    EXPECT(gt_pass_fsdp_bucket("layers.3x") == GT_BUCKET_REST, "layers.3x");
-    EXPECT(gt_pass_fsdp_bucket("tok_embeddings") == GT_BUCKET_EMBED, "tok_embeddings");
-    EXPECT(gt_pass_fsdp_bucket("tok_embeddings.weight") == GT_BUCKET_EMBED, "tok_embeddings.w");
-    EXPECT(gt_pass_fsdp_bucket("tok_embeddingsX") == GT_BUCKET_REST, "tok_embeddingsX");
-    EXPECT(gt_pass_fsdp_bucket("norm") == GT_BUCKET_REST, "norm");
-    EXPECT(gt_pass_fsdp_bucket("output") == GT_BUCKET_REST, "output");
-    EXPECT(gt_pass_fsdp_bucket("") == GT_BUCKET_REST, "empty");
-}
-
 /* Sum over the starts of (tag, op, phase) of the larger of input and output bytes. */
 static int64_t collective_bytes(const gt_graph *g, int tag, gt_op op, int phase)
 {
@@ -609,7 +597,7 @@ static void test_bucketing_counts(const spec *sp)
         const gt_node *nd = &g->nodes[n];
         if (nd->op != GT_OP_ALL_GATHER_START || !gt_pass_is_bucketed(g, nd)) continue;
         tagged++;
-        block_fqn += gt_pass_fsdp_bucket(gt_graph_str(g, nd->fqn)) >= 0;
+        block_fqn += nd->unit >= 0;
     }
     EXPECT(tagged == (sp->reshard ? 2 * L + 1 : L + 1), "bucketed gathers %d", tagged);
     EXPECT(block_fqn == (sp->reshard ? 2 * L : L), "block fqns %d", block_fqn);
@@ -650,7 +638,7 @@ static gt_node_id first_node(const gt_graph *g, int phase, gt_op op, int64_t b)
     for (gt_node_id n = 0; n < g->n_nodes; n++) {
         const gt_node *nd = &g->nodes[n];
         if (nd->phase == phase && nd->op == op &&
-            gt_pass_fsdp_bucket(gt_graph_str(g, nd->fqn)) == b)
+            nd->unit == b)
             return n;
     }
     return -1;
@@ -663,7 +651,7 @@ static gt_node_id gather_start(const gt_graph *g, int phase, int64_t b, bool las
     for (gt_node_id n = 0; n < g->n_nodes; n++) {
         const gt_node *nd = &g->nodes[n];
         if (nd->op == GT_OP_ALL_GATHER_START && nd->phase == phase &&
-            gt_pass_fsdp_bucket(gt_graph_str(g, nd->fqn)) == b) {
+            nd->unit == b) {
             found = n;
             if (!last) break;
         }
@@ -723,7 +711,7 @@ static void check_prefetch(const gt_graph *g, const gt_sym_binding *b, int L, bo
     /* forward: bucket l+1 is gathered before block l's first matmul, but not before block
      * l-1's (one bucket ahead) */
     for (int l = 0; l < L; l++) {
-        int64_t next = l + 1 < L ? l + 1 : GT_BUCKET_REST;
+        int64_t next = l + 1 < L ? l + 1 : GT_UNIT_REST;
         gt_node_id s = gather_start(g, GT_PHASE_FORWARD, next, true);
         gt_node_id mm = first_node(g, GT_PHASE_FORWARD, GT_OP_MATMUL, l);
         EXPECT(s >= 0 && mm >= 0 && s < mm,
@@ -989,7 +977,7 @@ static int expected_buckets(const gt_graph *g, int tag)
         const gt_node *nd = &g->nodes[x];
         if (!gt_op_is_collective_start(nd->op) || !gt_node_has_tag(g, nd, gt_pass_fsdp_tags[tag]))
             continue;
-        int64_t key[2] = {nd->phase, gt_pass_fsdp_bucket(gt_graph_str(g, nd->fqn))};
+        int64_t key[2] = {nd->phase, nd->unit};
         bool dup = false;
         for (int k = 0; k < n && !dup; k++)
             dup = seen[k][0] == key[0] && seen[k][1] == key[1];
@@ -1105,7 +1093,7 @@ static void check_activation_first(const gt_graph *g, bool reordered, const char
         const gt_node *nd = &g->nodes[x];
         if (nd->op == GT_OP_ALL_TO_ALL_START && nd->phase == GT_PHASE_BACKWARD) a2a = x;
         if (nd->op == GT_OP_REDUCE_SCATTER_START &&
-            gt_node_has_tag(g, nd, GT_FSDP_BUCKET_TAG_PREFIX "layers.0"))
+            gt_node_has_tag(g, nd, GT_FSDP_BUCKET_TAG_PREFIX "block.0"))
             rs = x;
     }
     EXPECT(a2a >= 0 && rs >= 0 && (a2a < rs) == reordered,
@@ -1380,7 +1368,6 @@ static void test_accum_conversion_order(void)
 
 int main(void)
 {
-    test_bucket_of_fqn();
     spec plain = {.layers = 3, .cast = false, .reshard = false};
     spec mixed = {.layers = 3, .cast = true, .reshard = true};
     spec hsdp = {.layers = 2, .cast = true, .reshard = true, .hsdp = true};

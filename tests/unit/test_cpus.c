@@ -4,7 +4,7 @@
  * reports the failed job of lowest index, whichever thread ran it and whenever. */
 #define _GNU_SOURCE
 #include "graphtrain/gt_core.h"
-#include "graphtrain/gt_model.h"
+#include "graphtrain/gt_llama3.h"
 #include "gt_test.h"
 
 #include <sched.h>

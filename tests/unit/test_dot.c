@@ -11,7 +11,7 @@
 
 #include "graphtrain/gt_autodiff.h"
 #include "graphtrain/gt_build.h"
-#include "graphtrain/gt_model.h"
+#include "graphtrain/gt_llama3.h"
 #include "gt_test.h"
 
 /* ---------------------------------------------------------------- a minimal DOT parser */

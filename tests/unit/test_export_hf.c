@@ -30,9 +30,9 @@
 #include <unistd.h>
 
 #include "graphtrain/gt_exec.h"
-#include "graphtrain/gt_export.h"
+#include "graphtrain/gt_llama3.h"
 #include "graphtrain/gt_graph.h"
-#include "graphtrain/gt_model.h"
+#include "graphtrain/gt_llama3.h"
 #include "graphtrain/gt_safetensors.h"
 #include "gt_test.h"
 

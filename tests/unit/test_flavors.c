@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "graphtrain/gt_graph.h"
-#include "graphtrain/gt_model.h"
+#include "graphtrain/gt_llama3.h"
 #include "gt_test.h"
 
 typedef struct {

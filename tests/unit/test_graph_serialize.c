@@ -137,11 +137,11 @@ static void bad_text(void)
     printf("cut after each of %d lines: %d refused\n", lines, refused);
 
     expect_refused("unknown op", text, " matmul ", " matmull ", "unknown op");
-    expect_refused("version", text, "graphtrain-graph 1 ", "graphtrain-graph 2 ", "version 2");
+    expect_refused("version", text, "graphtrain-graph 2 ", "graphtrain-graph 1 ", "version 1");
     expect_refused("magic", text, "graphtrain-graph", "graphtrain-grapf", "not a graphtrain graph");
     char first[128];
-    snprintf(first, sizeof first, "graphtrain-graph 1 %d ", g->n_values);
-    expect_refused("counts", text, first, "graphtrain-graph 1 99999999 ", "larger");
+    snprintf(first, sizeof first, "graphtrain-graph 2 %d ", g->n_values);
+    expect_refused("counts", text, first, "graphtrain-graph 2 99999999 ", "larger");
     expect_refused("bad escape", text, "~", "%G1", "bad escape");
     free(text);
     gt_graph_free(g);

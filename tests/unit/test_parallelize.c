@@ -7,7 +7,7 @@
 
 #include "graphtrain/gt_config.h"
 #include "graphtrain/gt_exec.h"
-#include "graphtrain/gt_model.h"
+#include "graphtrain/gt_llama3.h"
 #include "graphtrain/gt_parallel.h"
 #include "graphtrain/gt_pass.h"
 #include "graphtrain/gt_train.h"

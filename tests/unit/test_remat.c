@@ -31,6 +31,7 @@
 #include "graphtrain/gt_build.h"
 #include "graphtrain/gt_exec.h"
 #include "graphtrain/gt_pass.h"
+#include "fqn_units.h"
 #include "gt_test.h"
 
 typedef struct {
@@ -84,6 +85,7 @@ static void build_model(model *m)
     EXPECT(g->err.code == GT_OK, "build: %s", g->err.msg);
     EXPECT_OK(gt_autodiff(g, &err), &err);
     EXPECT_OK(gt_graph_verify(g, &err), &err);
+    gt_test_units_from_fqns(g);
 }
 
 static gt_pass_options options(gt_memory_policy p)
@@ -329,6 +331,7 @@ static void test_refusals(void)
     gt_graph *g = m.g;
     gt_value_id grad = g->nodes[g->n_nodes - 1].out[0];
     gt_graph_set_fqn(g, "layers.0.feed_forward");
+    gt_graph_set_unit(g, 0);
     g->cur_phase = GT_PHASE_FORWARD;
     gt_value_id z = gt_unary(g, GT_OP_SILU, grad);
     g->cur_phase = GT_PHASE_BACKWARD;

@@ -12,7 +12,7 @@
  * philox.c is compiled with -ffp-contract=off. Integer steps are exact on both sides. */
 #include "core/rng_shared.h"
 #include "cuda_internal.h"
-#include "graphtrain/gt_model.h"
+#include "graphtrain/gt_init.h"
 
 /* philox.c's log_lanes, one element */
 __device__ static double dev_log(double x)
