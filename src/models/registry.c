@@ -6,8 +6,11 @@
 #include "graphtrain/gt_llama3.h"
 #include "graphtrain/gt_model.h"
 
+extern const gt_model_family gt_toy_mlp_family; /* test-only (toy_mlp.c) */
+
 static const gt_model_family *const families[] = {
     &gt_llama3_family,
+    &gt_toy_mlp_family,
     NULL,
 };
 
