@@ -185,8 +185,8 @@ typedef struct {
 
 typedef struct {
     gt_value_id value;
-    int kind;   /* gt_input_kind or gt_output_kind */
-    gt_str fqn; /* parameter/buffer fqn or input/metric name */
+    int kind;           /* gt_input_kind or gt_output_kind */
+    gt_str fqn;         /* parameter/buffer fqn or input/metric name */
     gt_param_plan plan; /* inputs only; a PARAM's defaults to {as_param 1, unit GT_UNIT_REST} */
 } gt_io;
 
@@ -245,7 +245,7 @@ gt_value_id gt_graph_add_node(gt_graph *g, gt_op op, const gt_value_id *in, int 
 
 /* Builder metadata */
 void gt_graph_set_fqn(gt_graph *g, const char *fqn); /* NULL or "" clears */
-void gt_graph_set_unit(gt_graph *g, int32_t unit);  /* GT_UNIT_* or a block index */
+void gt_graph_set_unit(gt_graph *g, int32_t unit);   /* GT_UNIT_* or a block index */
 void gt_graph_add_tag(gt_graph *g, gt_node_id n, const char *tag);
 bool gt_node_has_tag(const gt_graph *g, const gt_node *n, const char *tag);
 

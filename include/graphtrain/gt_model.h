@@ -1,8 +1,8 @@
 /* gt_model.h — the model interface. Every model family (llama3, ...) is one gt_model_family in the
- * registry (src/models/registry.c): its flavors, config, graph builder, parameter specs and parallel
- * plan (set on the graph it builds: units on nodes, gt_param_plan on parameters), Hugging Face
- * adapter and FLOP count. The trainer, the command line, parallelize and export reach a family only
- * through this interface; none of them names one. Models depend on the IR only. */
+ * registry (src/models/registry.c): its flavors, config, graph builder, parameter specs and
+ * parallel plan (set on the graph it builds: units on nodes, gt_param_plan on parameters), Hugging
+ * Face adapter and FLOP count. The trainer, the command line, parallelize and export reach a family
+ * only through this interface; none of them names one. Models depend on the IR only. */
 #ifndef GRAPHTRAIN_GT_MODEL_H
 #define GRAPHTRAIN_GT_MODEL_H
 

@@ -158,7 +158,8 @@ static void print_summary(const gt_graph *g, const gt_model *model, const gt_mod
         nodes_by_phase[g->nodes[n].phase % 3]++;
     double tokens = (double)batch * (double)seq / (double)ranks;
     /* torchtitan's MFU numerator per token: 6·N(non-embedding) + 12·L·H·Dh·S */
-    double titan = 6.0 * (double)(n_params - n_embed) + info.attention_flops_per_position * (double)seq;
+    double titan =
+        6.0 * (double)(n_params - n_embed) + info.attention_flops_per_position * (double)seq;
 
     printf("\n# summary: %s %s, batch %lld x seq %lld\n", mc->family->name, mc->flavor,
            (long long)batch, (long long)seq);

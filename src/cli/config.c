@@ -63,7 +63,8 @@ static const gt_cfg_option options[] = {
     {OPT(job, print_config, GT_CFG_BOOL), .default_value = "true",
      .help = "print the resolved config at start (it is also written to dump_folder/config.toml)"},
     /* model */
-    {OPT(model, name, GT_CFG_STRING), .default_value = "llama3", .help = "model family (the registry: src/models/registry.c)"},
+    {OPT(model, name, GT_CFG_STRING), .default_value = "llama3",
+     .help = "model family (the registry: src/models/registry.c)"},
     {OPT(model, flavor, GT_CFG_STRING), .default_value = "debugmodel",
      .help = "named model size: debugmodel, 1B, 8B, 70B, 405B, test_tiny, ..."},
     {OPT(model, hf_assets_path, GT_CFG_STRING), .default_value = "",

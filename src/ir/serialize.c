@@ -366,9 +366,8 @@ static gt_status read_input(reader *r)
     gt_value_id v = gt_graph_add_input(g, (gt_input_kind)kind, fqn, t.dtype, t.ndim, t.dims);
     if (v == GT_NONE)
         return gt_error_set(r->err, GT_ERR_FORMAT, "graph text line %d: %s", r->line, g->err.msg);
-    g->inputs[g->n_inputs - 1].plan =
-        (gt_param_plan){.tp = (uint8_t)tp, .role = (uint8_t)role, .as_param = (uint8_t)as_param,
-                        .unit = unit};
+    g->inputs[g->n_inputs - 1].plan = (gt_param_plan){
+        .tp = (uint8_t)tp, .role = (uint8_t)role, .as_param = (uint8_t)as_param, .unit = unit};
     GT_TRY(define(r, id, v));
     GT_TRY(get_place_name(r, v));
     if (tok(r)) return bad(r, "extra tokens");

@@ -46,8 +46,8 @@ static const gt_llama3_flavor_row gt_llama3_flavors[] = {
 #define GT_LLAMA3_N_FLAVORS ((int)(sizeof gt_llama3_flavors / sizeof gt_llama3_flavors[0]))
 
 const char *const gt_llama3_flavor_list[] = {
-    "debugmodel", "1B", "8B", "70B", "405B", "test_tiny", "test_gqa", "test_odd", "test_hd64",
-    "test_hd128", NULL,
+    "debugmodel", "1B",       "8B",        "70B",        "405B", "test_tiny",
+    "test_gqa",   "test_odd", "test_hd64", "test_hd128", NULL,
 };
 
 const char *const *gt_llama3_flavor_names(void)

@@ -134,8 +134,8 @@ static void gt_llama3_layer_inputs(gt_llama3_ctx *c, int64_t i, gt_llama3_layer_
                              GT_INIT_TRUNC_NORMAL, std, -2.0, 2.0);
     lp->wo = gt_llama3_param(c, GT_LLAMA3_NAME("attention.wo.weight"), row, D, q_out,
                              GT_INIT_TRUNC_NORMAL, depth_std, -2.0, 2.0);
-    lp->attention_norm =
-        gt_llama3_param(c, GT_LLAMA3_NAME("attention_norm.weight"), none, D, 0, GT_INIT_ONES, 0, 0, 0);
+    lp->attention_norm = gt_llama3_param(c, GT_LLAMA3_NAME("attention_norm.weight"), none, D, 0,
+                                         GT_INIT_ONES, 0, 0, 0);
     lp->w1 = gt_llama3_param(c, GT_LLAMA3_NAME("feed_forward.w1.weight"), col, F, D,
                              GT_INIT_TRUNC_NORMAL, std, -2.0, 2.0);
     lp->w2 = gt_llama3_param(c, GT_LLAMA3_NAME("feed_forward.w2.weight"), row, D, F,
@@ -281,7 +281,8 @@ gt_status gt_llama3_build(gt_graph *g, const gt_llama3_config *cfg, gt_model *mo
     model->labels = gt_graph_add_input(g, GT_IN_INPUT, "labels", GT_I64, 2, tokens_dims);
 
     /* Embedding N(0, 1), as torchtitan's nn.init.normal_. */
-    gt_param_plan embed_plan = {.tp = GT_TP_COLWISE, .role = GT_ROLE_EMBEDDING, .unit = GT_UNIT_EMBED};
+    gt_param_plan embed_plan = {
+        .tp = GT_TP_COLWISE, .role = GT_ROLE_EMBEDDING, .unit = GT_UNIT_EMBED};
     gt_value_id tok =
         gt_llama3_param(&c, "tok_embeddings.weight", embed_plan, V, D, GT_INIT_NORMAL, 1.0, 0, 0);
     gt_llama3_set_outer(g, "tok_embeddings", GT_UNIT_EMBED);
@@ -291,8 +292,8 @@ gt_status gt_llama3_build(gt_graph *g, const gt_llama3_config *cfg, gt_model *mo
         h = gt_llama3_block(&c, i, h);
 
     /* The final projection: trunc_normal with std dim^-1/2 cut at ±3 std (torchtitan). */
-    gt_value_id norm_w = gt_llama3_param(&c, "norm.weight", gt_llama3_plan(GT_TP_NONE, GT_UNIT_REST),
-                                         D, 0, GT_INIT_ONES, 0, 0, 0);
+    gt_value_id norm_w = gt_llama3_param(
+        &c, "norm.weight", gt_llama3_plan(GT_TP_NONE, GT_UNIT_REST), D, 0, GT_INIT_ONES, 0, 0, 0);
     double out_std = 1.0 / sqrt((double)D);
     gt_param_plan out_plan = {.tp = GT_TP_COLWISE, .role = GT_ROLE_OUTPUT, .unit = GT_UNIT_REST};
     gt_value_id out_w = gt_llama3_param(&c, "output.weight", out_plan, V, D, GT_INIT_TRUNC_NORMAL,

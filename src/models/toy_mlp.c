@@ -111,8 +111,8 @@ static gt_status toy_build(gt_graph *g, const gt_model_config *mc, gt_model *mod
         x = gt_unary(g, GT_OP_SILU, gt_matmul(g, x, toy_weight(&c, w1), false, true));
         h = gt_add(g, h, gt_matmul(g, x, toy_weight(&c, w2), false, true));
     }
-    gt_value_id nf = toy_param(&c, "norm.weight", (gt_param_plan){.unit = GT_UNIT_REST}, D, 0,
-                               GT_INIT_ONES, 0);
+    gt_value_id nf =
+        toy_param(&c, "norm.weight", (gt_param_plan){.unit = GT_UNIT_REST}, D, 0, GT_INIT_ONES, 0);
     gt_param_plan out = {.tp = GT_TP_COLWISE, .role = GT_ROLE_OUTPUT, .unit = GT_UNIT_REST};
     gt_value_id ow = toy_param(&c, "output.weight", out, V, D, GT_INIT_TRUNC_NORMAL, 0.02);
     toy_module(g, "output", GT_UNIT_REST);

@@ -1,6 +1,6 @@
 /* layout.c — the placements graph inputs start from (the model's tensor-parallel plan on each
- * parameter, SimpleFSDP's shard(0) storage — the token embedding's on dim 1 —, the data-parallel batch), the
- * block of a global tensor a rank holds, and placement text. */
+ * parameter, SimpleFSDP's shard(0) storage — the token embedding's on dim 1 —, the data-parallel
+ * batch), the block of a global tensor a rank holds, and placement text. */
 #include <stdio.h>
 #include <string.h>
 
@@ -35,8 +35,8 @@ static void param_layout(const gt_parallel_plan *plan, gt_param_plan pp, int ndi
      * tokens (gt_rule_embedding) and all_to_alls activations of [tokens, D] instead of gathering
      * the [V, D] table and reduce-scattering its [V, D] gradient: V = 128256 rows against the
      * tokens of a batch. */
-    if (n > 1 && tp_dim < 0 && ndim == 2 && pp.role == GT_ROLE_EMBEDDING &&
-        dims[1] > 0 && dims[1] % n == 0) {
+    if (n > 1 && tp_dim < 0 && ndim == 2 && pp.role == GT_ROLE_EMBEDDING && dims[1] > 0 &&
+        dims[1] % n == 0) {
         out[GT_MESH_DP_SHARD] = gt_place_shard(1, 0);
         return;
     }

@@ -357,8 +357,7 @@ static gt_status convert_value(gt_par *p, gt_value_id x, const gt_type *global,
         }
     /* 2. partial -> replicate */
     for (int md = 0; md < GT_MESH_NDIMS; md++) {
-        if (cur[md].kind != GT_PLACE_PARTIAL || m->size[md] == 1 ||
-            to[md].kind == GT_PLACE_PARTIAL)
+        if (cur[md].kind != GT_PLACE_PARTIAL || m->size[md] == 1 || to[md].kind == GT_PLACE_PARTIAL)
             continue;
         gt_op op = GT_OP_ALL_REDUCE_START;
         x = collective(p, op, x, md, collective_tag(md, weight, grad, op));

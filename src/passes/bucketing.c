@@ -10,10 +10,11 @@
  *              start is in the same structural unit (gt_node.unit, set by the model builder) — a
  *              repeated block, the token embedding, or everything else (norm, output) — are
  *              replaced by one start and one wait (tags: the FSDP tag and "bucket:block.N",
- *              "bucket:embed" or "bucket:rest"; fqn: the members' common module path). With options->bucket_cap_bytes > 0 a bucket is cut, in node order,
- *              into pieces whose members' unsharded sizes sum to at most the cap. Rank r's view,
- *              n = group size, member i with numel_i elements at offset off_i, S = sum numel_i:
- *     all_gather:     x_i [k_i, ...] -> reshape [numel_i] -> concat -> [S] -> all_gather -> [n*S]
+ *              "bucket:embed" or "bucket:rest"; fqn: the members' common module path). With
+ * options->bucket_cap_bytes > 0 a bucket is cut, in node order, into pieces whose members'
+ * unsharded sizes sum to at most the cap. Rank r's view, n = group size, member i with numel_i
+ * elements at offset off_i, S = sum numel_i: all_gather:     x_i [k_i, ...] -> reshape [numel_i] ->
+ * concat -> [S] -> all_gather -> [n*S]
  *                     -> reshape [n, S] -> slice columns [off_i, off_i + numel_i) -> [n, numel_i]
  *                     -> reshape [n*k_i, ...]: row block r of member i is rank r's x_i, as before;
  *     reduce_scatter: x_i [n*k_i, ...] -> reshape [n, numel_i/n] -> concat along dim 1 -> [n, T]

@@ -60,7 +60,6 @@ extern const char *const gt_pass_fsdp_tags[3];
 /* True when the node carries a "bucket:..." tag (made by fsdp_bucketing). */
 bool gt_pass_is_bucketed(const gt_graph *g, const gt_node *n);
 
-
 /* ---------------------------------------------------------------- node order by keys
  * (reorder.c) — how the FSDP passes move nodes.
  *

@@ -586,8 +586,7 @@ gt_status gt_pass_fsdp_reorder(gt_graph *g, const gt_pass_ctx *ctx, gt_error *er
         const gt_node *nd = &g->nodes[x];
         int tag = gt_op_is_collective_start(nd->op) ? gt_pass_fsdp_tag(g, nd) : -1;
         if (tag < 0 || wait_of[x] == GT_NONE) continue;
-        c[nc++] =
-            (coll){x, wait_of[x], tag, nd->phase, nd->unit};
+        c[nc++] = (coll){x, wait_of[x], tag, nd->phase, nd->unit};
     }
     if (nc == 0) {
         free(wait_of);

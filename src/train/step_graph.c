@@ -59,9 +59,8 @@ static gt_parallel_plan parallel_plan(const gt_config *cfg, const gt_train_layou
 /* Per param (params[0..n), inputs of g), its clip-norm group: the set of mesh dims its placement
  * shards, so the norm sums the terms that parallelize makes partial over the same dims before
  * one all-reduce joins them (NULL on one rank: one group, the one-rank order). */
-static gt_status norm_groups(const gt_config *cfg, const gt_train_layout *layout,
-                             const gt_graph *g, int n, const gt_value_id *params, int **out,
-                             gt_error *err)
+static gt_status norm_groups(const gt_config *cfg, const gt_train_layout *layout, const gt_graph *g,
+                             int n, const gt_value_id *params, int **out, gt_error *err)
 {
     *out = NULL;
     if (gt_mesh_world_size(&layout->mesh) == 1) return GT_OK;

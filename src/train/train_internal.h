@@ -227,10 +227,10 @@ typedef struct {
     /* this rank's blocks: params, exp_avg, exp_avg_sq (n_params each); box[k], box[n + k],
      * box[2n + k] say which block of the whole tensor each holds */
     gt_tensor *params, *exp_avg, *exp_avg_sq;
-    bool moments_zero; /* exp_avg, exp_avg_sq still the zeros of a fresh run: the device zeroes
-                          its copies instead of copying them up */
-    bool params_pending;     /* a fresh GPU run: params not drawn on the host; the first step draws
-                                them on the device (gt_trainer_state_to_device) */
+    bool moments_zero;   /* exp_avg, exp_avg_sq still the zeros of a fresh run: the device zeroes
+                            its copies instead of copying them up */
+    bool params_pending; /* a fresh GPU run: params not drawn on the host; the first step draws
+                            them on the device (gt_trainer_state_to_device) */
     bool device_draw_failed; /* a device draw differed from the CPU's: the host draws the rest */
     gt_shard_box *box;
     gt_tensor *grads; /* accumulation only: the running gradient sums (BUFFER grad_accum.<fqn>) */
@@ -269,7 +269,7 @@ typedef struct {
     size_t snapshot_bytes;
     pthread_t snapshot_thread; /* touching (and pinning) its pages while the first steps run */
     bool snapshot_touching, snapshot_pin, snapshot_pinned, snapshot_pin_failed;
-    double snapshot_pin_s;    /* seconds the pinning took */
+    double snapshot_pin_s;     /* seconds the pinning took */
     gt_error snapshot_pin_err; /* why it failed */
 } gt_trainer;
 

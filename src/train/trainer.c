@@ -306,8 +306,9 @@ static gt_status step_graph_queue_cuda(gt_trainer *t, gt_step_graph *s, gt_run_p
             gt_log(GT_LOG_WARN, "compile.cudagraphs: %s: %s; running the kernels one by one", what,
                    cerr.msg);
         else
-            gt_log(GT_LOG_INFO, "compile.cudagraphs: %s is one CUDA graph after %lld warm-up run(s)",
-                   what, (long long)n);
+            gt_log(GT_LOG_INFO,
+                   "compile.cudagraphs: %s is one CUDA graph after %lld warm-up run(s)", what,
+                   (long long)n);
     }
     for (int k = 0; k < g->n_outputs; k++) {
         const gt_io *o = &g->outputs[k];
@@ -567,8 +568,8 @@ static gt_status build_graphs(gt_trainer *t, gt_error *err)
     if (t->cfg->compile.precompile_artifact_dir[0])
         GT_TRY(step_graph_artifact(t, &t->whole.g, t->accum, err));
     else
-        GT_TRY(gt_train_build_graph_layout(t->cfg, &t->dist.layout, t->whole.g, &t->model,
-                                           t->accum, err));
+        GT_TRY(gt_train_build_graph_layout(t->cfg, &t->dist.layout, t->whole.g, &t->model, t->accum,
+                                           err));
     t->n_params = t->model.n_params;
     GT_TRY(gt_graph_count_flops(t->whole.g, &t->binding, &t->flops, err));
     if (t->accum == 1) return GT_OK;
@@ -691,8 +692,7 @@ static gt_status train_step(gt_trainer *t, gt_train_result *res, int64_t step, d
     gt_optim_scalars(&t->adamw, step, *lr, (float *)t->scalars.data);
 #ifdef GT_HAVE_CUDA
     /* its start: reached when it is queued, or when the step before ends if that is later */
-    if (t->whole.dev)
-        GT_TRY(gt_cuda_program_mark(t->whole.dev, 2 * step, err));
+    if (t->whole.dev) GT_TRY(gt_cuda_program_mark(t->whole.dev, 2 * step, err));
 #endif
     if (t->accum > 1) GT_TRY(zero_sums(&t->whole, err));
     double loss_sum = 0;
@@ -1081,9 +1081,9 @@ static void log_start(gt_trainer *t, gt_train_result *res, double setup_s)
            "model %s %s: %lld parameters; step graph %d nodes; batch %lld x %lld tokens, "
            "%lld micro-batch(es); %.3e FLOPs/step%s; set up in %.1f s (graphs %.1f s, "
            "%s %.1f s, step programs %.1f s)",
-           t->model_cfg.family->name, cfg->model.flavor, (long long)n_params, shown->n_nodes, (long long)t->global_batch,
-           (long long)cfg->training.seq_len, (long long)t->accum, t->flops.total, mesh, setup_s,
-           t->setup_s[0], params, t->setup_s[1], t->setup_s[2]);
+           t->model_cfg.family->name, cfg->model.flavor, (long long)n_params, shown->n_nodes,
+           (long long)t->global_batch, (long long)cfg->training.seq_len, (long long)t->accum,
+           t->flops.total, mesh, setup_s, t->setup_s[0], params, t->setup_s[1], t->setup_s[2]);
     if (t->synthetic)
         gt_log(GT_LOG_INFO,
                "dataset synthetic: vocab %lld, entropy rate %.4f nats/token (the "

@@ -39,8 +39,8 @@ static void cpu_draw(const gt_param_spec *p, const int64_t *runs, int n_runs, fl
 static void check_case(gt_cuda_stream *s, const init_case *c, const int64_t *runs, int n_runs,
                        int64_t n_local, int64_t numel, const char *layout)
 {
-    gt_param_spec p = {.dtype = GT_F32, .ndim = 1, .init = c->kind, .std = c->std,
-                       .lo = c->lo, .hi = c->hi};
+    gt_param_spec p = {
+        .dtype = GT_F32, .ndim = 1, .init = c->kind, .std = c->std, .lo = c->lo, .hi = c->hi};
     snprintf(p.fqn, sizeof p.fqn, "layers.0.test.%s", c->name);
     p.shape[0] = numel;
     float *want = calloc((size_t)n_local, sizeof *want);

@@ -526,8 +526,7 @@ static bool is_inner_rope_or_add(const gt_graph *g, gt_node_id n)
         const gt_node *rd = &g->nodes[r];
         if (rd->phase != GT_PHASE_FORWARD) continue;
         for (int k = 0; k < rd->n_in; k++)
-            if (rd->in[k] == nd->out[0] && gt_node_block(rd) != layer)
-                return false;
+            if (rd->in[k] == nd->out[0] && gt_node_block(rd) != layer) return false;
     }
     return true;
 }

@@ -28,8 +28,8 @@
 
 #include "graphtrain/gt_backend.h"
 #include "graphtrain/gt_config.h"
-#include "graphtrain/gt_metrics.h"
 #include "graphtrain/gt_llama3.h"
+#include "graphtrain/gt_metrics.h"
 #include "graphtrain/gt_train.h"
 #include "gt_test.h"
 #include "train_child.h"
@@ -227,8 +227,8 @@ static void check_micro_graph(const gt_graph *g)
         n_grad += g->outputs[k].kind == GT_OUT_GRAD;
         if (g->outputs[k].kind != GT_OUT_BUFFER_UPDATE) continue;
         n_update++;
-        EXPECT(gt_value_type(g, g->outputs[k].value)->dtype == GT_F32,
-               "running sum %s is not f32", gt_graph_str(g, g->outputs[k].fqn));
+        EXPECT(gt_value_type(g, g->outputs[k].value)->dtype == GT_F32, "running sum %s is not f32",
+               gt_graph_str(g, g->outputs[k].fqn));
     }
     EXPECT(n_accum == 21 && n_update == 21 && n_grad == 0,
            "%d grad_accum inputs, %d updates, %d GRAD outputs (21 params)", n_accum, n_update,

@@ -32,6 +32,7 @@
 #include <time.h>
 
 #include "distributed/comm_test.h"
+#include "fqn_units.h"
 #include "graphtrain/gt_build.h"
 #include "graphtrain/gt_config.h"
 #include "graphtrain/gt_exec.h"
@@ -40,7 +41,6 @@
 #include "graphtrain/gt_pass.h"
 #include "graphtrain/gt_program.h"
 #include "graphtrain/gt_train.h"
-#include "fqn_units.h"
 #include "gt_test.h"
 #include "passes/pass_internal.h"
 
@@ -637,9 +637,7 @@ static gt_node_id first_node(const gt_graph *g, int phase, gt_op op, int64_t b)
 {
     for (gt_node_id n = 0; n < g->n_nodes; n++) {
         const gt_node *nd = &g->nodes[n];
-        if (nd->phase == phase && nd->op == op &&
-            nd->unit == b)
-            return n;
+        if (nd->phase == phase && nd->op == op && nd->unit == b) return n;
     }
     return -1;
 }
@@ -650,8 +648,7 @@ static gt_node_id gather_start(const gt_graph *g, int phase, int64_t b, bool las
     gt_node_id found = -1;
     for (gt_node_id n = 0; n < g->n_nodes; n++) {
         const gt_node *nd = &g->nodes[n];
-        if (nd->op == GT_OP_ALL_GATHER_START && nd->phase == phase &&
-            nd->unit == b) {
+        if (nd->op == GT_OP_ALL_GATHER_START && nd->phase == phase && nd->unit == b) {
             found = n;
             if (!last) break;
         }
@@ -950,7 +947,7 @@ static gt_graph *tiny_step(gt_config *cfg, int tp)
     char tps[8];
     snprintf(tps, sizeof tps, "%d", tp);
     char *extra[] = {"--parallelism.data_parallel_shard_degree", "2", "--compile.enable", "false",
-                     "--parallelism.tensor_parallel_degree", tps};
+                     "--parallelism.tensor_parallel_degree",     tps};
     gt_graph *g = gt_graph_new();
     gt_model model = {0};
     gt_train_layout layout;
@@ -1252,10 +1249,12 @@ static void test_tiny_tp(void)
     ar = count_starts(b, GT_OP_ALL_REDUCE_START, GT_MESH_TP, GT_FSDP_TAG_ALL_REDUCE);
     EXPECT(ar == L + 1, "test_tiny tp bucketed: %d gradient all-reduces over TP, want %d", ar,
            L + 1);
-    int rs = count_starts(b, GT_OP_REDUCE_SCATTER_START, GT_MESH_DP_SHARD,
-                          GT_FSDP_TAG_REDUCE_SCATTER);
-    EXPECT(rs == L + 2, "test_tiny tp bucketed: %d gradient reduce-scatters, want %d (a block's "
-           "one, the rest, the embedding)", rs, L + 2);
+    int rs =
+        count_starts(b, GT_OP_REDUCE_SCATTER_START, GT_MESH_DP_SHARD, GT_FSDP_TAG_REDUCE_SCATTER);
+    EXPECT(rs == L + 2,
+           "test_tiny tp bucketed: %d gradient reduce-scatters, want %d (a block's "
+           "one, the rest, the embedding)",
+           rs, L + 2);
     gt_graph *both = variant(g0, "fsdp_bucketing", "fsdp_reorder", 0);
     int total0, total1, before = overlapped_scatters(b, GT_MESH_TP, false, &total0),
                         after = overlapped_scatters(both, GT_MESH_TP, false, &total1);
@@ -1324,11 +1323,16 @@ static void test_accum_conversion_order(void)
 {
     gt_config cfg;
     gt_error err = {0};
-    char *extra[] = {"--parallelism.data_parallel_shard_degree", "2",
-                     "--parallelism.tensor_parallel_degree",     "2",
-                     "--compile.enable",                         "false",
-                     "--training.local_batch_size",              "1",
-                     "--training.global_batch_size",             "4"};
+    char *extra[] = {"--parallelism.data_parallel_shard_degree",
+                     "2",
+                     "--parallelism.tensor_parallel_degree",
+                     "2",
+                     "--compile.enable",
+                     "false",
+                     "--training.local_batch_size",
+                     "1",
+                     "--training.global_batch_size",
+                     "4"};
     gt_graph *g = gt_graph_new();
     gt_model model = {0};
     gt_train_layout layout;

@@ -30,7 +30,6 @@
 #include <unistd.h>
 
 #include "graphtrain/gt_exec.h"
-#include "graphtrain/gt_llama3.h"
 #include "graphtrain/gt_graph.h"
 #include "graphtrain/gt_llama3.h"
 #include "graphtrain/gt_safetensors.h"

@@ -60,12 +60,17 @@ static void test_units(void)
 static void run(const char *dump, bool compile, gt_train_result *r)
 {
     static const char *const options[][2] = {
-        {"model.name", "toy_mlp"},           {"model.flavor", "tiny"},
-        {"training.dataset", "synthetic"},   {"training.seq_len", "32"},
-        {"training.local_batch_size", "4"},  {"training.steps", "30"},
+        {"model.name", "toy_mlp"},
+        {"model.flavor", "tiny"},
+        {"training.dataset", "synthetic"},
+        {"training.seq_len", "32"},
+        {"training.local_batch_size", "4"},
+        {"training.steps", "30"},
         {"training.mixed_precision_param", "float32"},
-        {"compile.memory_policy", "full"},   {"job.print_config", "false"},
-        {"metrics.log_freq", "10"},         {"optimizer.lr", "1e-2"},
+        {"compile.memory_policy", "full"},
+        {"job.print_config", "false"},
+        {"metrics.log_freq", "10"},
+        {"optimizer.lr", "1e-2"},
     };
     gt_config cfg;
     gt_config_defaults(&cfg);

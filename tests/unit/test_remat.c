@@ -27,11 +27,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fqn_units.h"
 #include "graphtrain/gt_autodiff.h"
 #include "graphtrain/gt_build.h"
 #include "graphtrain/gt_exec.h"
 #include "graphtrain/gt_pass.h"
-#include "fqn_units.h"
 #include "gt_test.h"
 
 typedef struct {

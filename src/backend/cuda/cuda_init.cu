@@ -85,7 +85,8 @@ __device__ static double dev_draw(const gt_cuda_init_spec &p, uint64_t k)
 /* Element i of the runs laid end to end: run r holds [first[r], first[r + 1]) of them, global
  * element g[r] + (i - first[r]) of the parameter at local position l[r] + (i - first[r]). */
 __global__ void gt_k_param_init(gt_cuda_init_spec p, int64_t total, int64_t n_runs,
-                                const int64_t *first, const int64_t *g, const int64_t *l, float *dst)
+                                const int64_t *first, const int64_t *g, const int64_t *l,
+                                float *dst)
 {
     GT_GRID_STRIDE(i, total)
     {
