@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
-# The test job: install what is missing, build with -Werror, run every test; then rebuild under
-# AddressSanitizer + UndefinedBehaviorSanitizer and run them all again.
+# The test job: check the module order of the includes, install what is missing, build with
+# -Werror, run every test; then rebuild under AddressSanitizer + UndefinedBehaviorSanitizer and run
+# them all again.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+echo "== layers (scripts/check_layers.sh)"
+bash scripts/check_layers.sh
 bash scripts/deps.sh
 jobs=$(nproc)
 echo "== build (-Wall -Wextra -Werror)"

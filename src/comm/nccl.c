@@ -14,7 +14,7 @@
  *
  * Sums (all_reduce, reduce_scatter) in rank order, the MPI communicator's bits:
  *   reduce_scatter: block j of the input goes to rank j (grouped ncclSend/ncclRecv) into scratch
- *     [n][k], in the input dtype; gt_cuda_comm_sum adds the n blocks in rank order into the
+ *     [n][k], in the input dtype; gt_comm_nccl_sum adds the n blocks in rank order into the
  *     output, in its dtype (f32 for a widening bf16/f16 scatter), reading the own block from the
  *     input where it lies (no copy).
  *   all_reduce (N elements, c = ceil(N / n), rank j owns elements [j·c, min((j+1)·c, N))): the
@@ -155,8 +155,8 @@ gt_status gt_comm_nccl_wait_event(gt_comm *const *comms, int n, void *event, gt_
 #include <sched.h>
 #include <time.h>
 
-#include "backend/cuda/cuda_comm_sum.h"
 #include "nccl_internal.h"
+#include "nccl_sum.h"
 
 #define SCRATCH_ALIGN 256
 /* How long an abort may take before the caller stops waiting for it (see abort_bounded). */
@@ -591,7 +591,7 @@ static gt_status enqueue_reduce_scatter(gt_comm *c, const gt_tensor *in, gt_tens
     size_t blk = (size_t)gt_tensor_numel(out) * gt_dtype_size(in->dtype);
     /* the sum reads the own block where it lies, in the input */
     GT_TRY(all_to_all(c, in->data, im->scratch.p, blk, false, "reduce_scatter", err));
-    return gt_cuda_comm_sum(in->dtype, out->dtype, gt_tensor_numel(out), im->scratch.p, n, c->rank,
+    return gt_comm_nccl_sum(in->dtype, out->dtype, gt_tensor_numel(out), im->scratch.p, n, c->rank,
                             (const char *)in->data + (size_t)c->rank * blk, out->data, im->stream,
                             err);
 }
@@ -615,7 +615,7 @@ static gt_status enqueue_all_reduce(gt_comm *c, const gt_tensor *in, gt_tensor *
     bool even = numel % (size_t)n == 0;
     char *gather = even ? out->data : (char *)im->scratch.p + align_up((size_t)n * chunk * es);
     char *dst = gather + (size_t)me * chunk * es;
-    GT_TRY(gt_cuda_comm_sum(in->dtype, out->dtype, (int64_t)(mine / es), im->scratch.p, n, me,
+    GT_TRY(gt_comm_nccl_sum(in->dtype, out->dtype, (int64_t)(mine / es), im->scratch.p, n, me,
                             (const char *)in->data + mine_off, dst, im->stream, err));
     GT_TRY(settle_call(c, ncclAllGather(dst, gather, chunk * es, ncclUint8, im->nccl, im->stream),
                        "all_reduce", err));

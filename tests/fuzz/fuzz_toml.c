@@ -9,7 +9,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "cli/toml.h"
+#include "config/toml.h"
 #include "fuzz_config_common.h"
 
 #define FUZZ_NAME "fuzz.toml"

@@ -5,7 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "cli/toml.h"
+#include "config/toml.h"
 #include "gt_test.h"
 
 static gt_toml_value *parse(const char *text)

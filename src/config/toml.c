@@ -25,7 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cli/toml_internal.h"
+#include "config/toml_internal.h"
 
 enum { KIND_HEADER, KIND_IMPLICIT, KIND_DOTTED, KIND_INLINE };
 

@@ -1,7 +1,7 @@
-/* cuda_comm_sum.h — the ordered sum of the NCCL communicator's reductions (src/comm/nccl.c), on
- * the device. Plain C; defined in cuda_comm_sum.cu. */
-#ifndef GRAPHTRAIN_CUDA_COMM_SUM_H
-#define GRAPHTRAIN_CUDA_COMM_SUM_H
+/* nccl_sum.h — the ordered sum of the NCCL communicator's reductions (src/comm/nccl.c), on
+ * the device. Plain C; defined in nccl_sum.cu. */
+#ifndef GRAPHTRAIN_NCCL_SUM_H
+#define GRAPHTRAIN_NCCL_SUM_H
 
 #include "graphtrain/gt_core.h"
 
@@ -18,7 +18,7 @@ extern "C" {
  * cudaStream_t); capturable in a CUDA graph. dst may alias block 0 of src when out_dt == dt.
  * When 0 <= own < n, block own is read at own_src instead (this rank's own contribution, where
  * it already lies: no copy into src); own = -1 for none. */
-gt_status gt_cuda_comm_sum(gt_dtype dt, gt_dtype out_dt, int64_t numel, const void *src, int n,
+gt_status gt_comm_nccl_sum(gt_dtype dt, gt_dtype out_dt, int64_t numel, const void *src, int n,
                            int own, const void *own_src, void *dst, void *stream, gt_error *err);
 
 #ifdef __cplusplus

@@ -22,7 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cli/toml.h"
+#include "config/toml.h"
 
 _Static_assert(sizeof(gt_cfg_dataset) == sizeof(int) && sizeof(gt_cfg_precision) == sizeof(int) &&
                    sizeof(gt_cfg_device) == sizeof(int) &&

@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cli/toml_internal.h"
+#include "config/toml_internal.h"
 
 /* ---------------------------------------------------------------- buffers */
 

@@ -10,7 +10,7 @@
 #ifndef GT_CLI_TOML_INTERNAL_H
 #define GT_CLI_TOML_INTERNAL_H
 
-#include "cli/toml.h"
+#include "config/toml.h"
 
 /* The reader: text[0..n) (never assumed NUL-terminated), the read position, and where errors go. */
 typedef struct {

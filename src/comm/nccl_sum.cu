@@ -1,5 +1,5 @@
-/* cuda_comm_sum.cu — the ordered sum behind the NCCL communicator's all_reduce and reduce_scatter
- * (cuda_comm_sum.h).
+/* nccl_sum.cu — the ordered sum behind the NCCL communicator's all_reduce and reduce_scatter
+ * (nccl_sum.h).
  *
  * After the all-to-all of chunks, rank r holds the n contributions to its chunk back to back in a
  * scratch buffer, block q from rank q (its own block it reads from its input, where it lies).
@@ -12,8 +12,8 @@
  * arithmetic. Elements move in 16-byte vectors when every block and dst are 16-byte aligned and
  * numel is a multiple of the vector width (the usual case for parameter buckets), else one at a
  * time; a widening sum loads V = 8 16-bit elements and stores them as two 16-byte f32 vectors. */
-#include "cuda_comm_sum.h"
 #include "graphtrain/gt_comm.h"
+#include "nccl_sum.h"
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -135,7 +135,7 @@ static cudaError_t gt_launch_comm_sum(const gt_comm_sum_args &a, cudaStream_t st
     return cudaGetLastError();
 }
 
-extern "C" gt_status gt_cuda_comm_sum(gt_dtype dt, gt_dtype out_dt, int64_t numel, const void *src,
+extern "C" gt_status gt_comm_nccl_sum(gt_dtype dt, gt_dtype out_dt, int64_t numel, const void *src,
                                       int n, int own, const void *own_src, void *dst, void *stream,
                                       gt_error *err)
 {

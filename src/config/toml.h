@@ -1,4 +1,4 @@
-/* toml.h — a TOML v1.0 parser for configuration files (private to src/cli).
+/* toml.h — a TOML v1.0 parser for configuration files (private to src/config).
  *
  * The result is a plain tree: a table is an ordered list of (key, value) entries, an array a list
  * of values. Every value and entry remembers the line and column (1-based, counted in characters)
