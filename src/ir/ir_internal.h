@@ -87,7 +87,6 @@ static inline const gt_type *gt_shape_in(const gt_graph *g, const gt_node *n, in
 {
     return &g->values[n->in[k]].type;
 }
-bool gt_type_equal(const gt_type *a, const gt_type *b);
 bool gt_expr_is_one(const gt_graph *g, gt_expr e);
 /* "f32[batch*seq, 256]" into buf; returns buf, for messages. */
 const char *gt_type_str(const gt_graph *g, const gt_type *t, char *buf, size_t len);

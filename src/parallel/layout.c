@@ -4,7 +4,6 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "graphtrain/gt_optim.h"
 #include "graphtrain/gt_parallel.h"
 #include "parallel/parallel_internal.h"
 

@@ -5,7 +5,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "ir/ir_internal.h"
 #include "passes/pass_internal.h"
 
 gt_value_id *gt_pass_repl_new(const gt_graph *g)
