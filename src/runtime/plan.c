@@ -154,8 +154,7 @@ static void concat_in_place(gt_plan *p, const gt_node *nd, int32_t pos, const ui
         bool ok = r != out && vp[r].first >= 0 && group_last[r] == pos && at % GT_PLAN_ALIGN == 0 &&
                   vp[in].view_offset == 0 && vp[in].nbytes == vp[r].nbytes && vp[in].nbytes > 0;
         gt_node_id maker = g->values[r].producer;
-        ok = ok && maker >= 0 && !gt_op_is_collective_start(g->nodes[maker].op) &&
-             g->nodes[maker].op != GT_OP_WAIT;
+        ok = ok && maker >= 0 && !(gt_op_get(g->nodes[maker].op)->flags & GT_OPF_COLLECTIVE);
         for (gt_value_id m = r; ok && m >= 0; m = gl->next[m])
             if (roles[m] & (ROLE_PERSISTENT | ROLE_INPUT)) ok = false;
         if (!ok) continue;

@@ -81,6 +81,9 @@ static void test_flags_and_classes(void)
             EXPECT((info->flags & GT_OPF_COLLECTIVE) && info->alias == GT_ALIAS_NONE &&
                        gt_shard_rule_for(op) != NULL,
                    "%s: a collective start, with a rule, never in place", info->name);
+        if (info->flags & GT_OPF_COLLECTIVE)
+            EXPECT(gt_op_is_collective_start(op) || op == GT_OP_WAIT, "%s: start or wait",
+                   info->name);
         EXPECT(!((info->flags & GT_OPF_MOVES_BYTES) && (info->flags & GT_OPF_NO_WIDEN)),
                "%s: NO_WIDEN is for ops that are not MOVES_BYTES", info->name);
         /* a view moves nothing and recomputing it is free; nothing else is free */
