@@ -38,10 +38,34 @@ enum {
     GT_OPF_RANDOM = 1 << 4,
     GT_OPF_SIDE_EFFECT = 1 << 5,
     GT_OPF_SOURCE = 1 << 6, /* no inputs (constants) */
+    /* no arithmetic (0 FLOPs); its CPU kernel takes any dtype's bytes (gt_ops.def) */
+    GT_OPF_MOVES_BYTES = 1 << 7,
+    /* not MOVES_BYTES, yet its CPU kernel takes bf16/f16 as they are (gt_ops.def) */
+    GT_OPF_NO_WIDEN = 1 << 8,
 };
 
+/* Which output may share a buffer with which input (gt_ops.def's alias column). */
 typedef enum {
-#define X(E, name, nin, nout, flags, schema) GT_OP_##E,
+    GT_ALIAS_NONE = 0,
+    GT_ALIAS_VIEW,
+    GT_ALIAS_VIEW_RUN,
+    GT_ALIAS_RESULT,
+    GT_ALIAS_PACK,
+    GT_ALIAS_IN_PLACE,
+    GT_ALIAS_STATE,
+} gt_alias_kind;
+
+/* What recomputing an op's output costs (gt_ops.def's recompute column). */
+typedef enum {
+    GT_RECOMPUTE_FREE = 0,
+    GT_RECOMPUTE_PASS,
+    GT_RECOMPUTE_KEEP,
+    GT_RECOMPUTE_KEEP_PARAM,
+    GT_RECOMPUTE_FLOPS,
+} gt_recompute_class;
+
+typedef enum {
+#define X(E, name, nin, nout, flags, rule, alias, pairs, recompute, schema) GT_OP_##E,
 #include "gt_ops.def"
 #undef X
     GT_OP_COUNT
@@ -75,6 +99,9 @@ typedef struct {
     unsigned flags;
     const char *schema;
     gt_shape_rule shape;
+    gt_alias_kind alias;
+    const char *alias_pairs; /* "out=in ...", '*' = every slot */
+    gt_recompute_class recompute;
 } gt_op_info;
 
 const gt_op_info *gt_op_get(gt_op op);
@@ -82,6 +109,9 @@ bool gt_op_from_name(const char *name, gt_op *out);
 /* all_gather_start, reduce_scatter_start, all_reduce_start or all_to_all_start (a start that a
  * wait completes). */
 bool gt_op_is_collective_start(gt_op op);
+/* The (output slot, input slot) pairs of node n's alias column, '*' expanded over n's slots, in
+ * the table's order; at most GT_MAX_IN * GT_MAX_OUT. Returns how many. */
+int gt_op_alias_pairs(const gt_node *n, int pairs[][2]);
 
 /* ---------------------------------------------------------------- values and nodes */
 

@@ -23,7 +23,8 @@
 #include "graphtrain/gt_build.h"
 
 static const gt_grad_rule gt_grad_rules[GT_OP_COUNT] = {
-#define X(E, name, nin, nout, flags, schema) [GT_OP_##E] = gt_grad_##name,
+#define X(E, name, nin, nout, flags, rule, alias, pairs, recompute, schema)                        \
+    [GT_OP_##E] = gt_grad_##name,
 #include "graphtrain/gt_ops.def"
 #undef X
 };

@@ -11,7 +11,7 @@
 
 #include "graphtrain/gt_autodiff.h"
 
-#define X(E, name, nin, nout, flags, schema)                                                       \
+#define X(E, name, nin, nout, flags, rule, alias, pairs, recompute, schema)                        \
     gt_status gt_grad_##name(gt_graph *g, gt_node_id n, const gt_value_id *dout, gt_value_id *din, \
                              gt_error *err);
 #include "graphtrain/gt_ops.def"

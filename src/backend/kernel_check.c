@@ -7,7 +7,7 @@
 /* Backends depend on core only (DESIGN.md §2): the names come from the op table itself, not
  * from the IR's gt_op_get. */
 static const char *const gt_kernel_op_names[GT_OP_COUNT] = {
-#define X(E, name, nin, nout, flags, schema) #name,
+#define X(E, name, nin, nout, flags, rule, alias, pairs, recompute, schema) #name,
 #include "graphtrain/gt_ops.def"
 #undef X
 };

@@ -74,23 +74,10 @@ gt_status gt_graph_count_flops(const gt_graph *g, const gt_sym_binding *b, gt_fl
             kind = &out->attention;
             break;
         default:
-            if (info->flags & GT_OPF_VIEW) break;
-            switch (node->op) {
-            case GT_OP_TRANSPOSE:
-            case GT_OP_PERMUTE:
-            case GT_OP_SLICE:
-            case GT_OP_SLICE_BACKWARD:
-            case GT_OP_CONCAT:
-            case GT_OP_SPLIT:
-            case GT_OP_BROADCAST_TO:
-            case GT_OP_CAST:
-            case GT_OP_FULL:
-                break;
-            default:
-                for (int k = 0; k < node->n_out; k++) {
-                    GT_TRY(eval_dims(g, node->out[k], b, so, &no, err));
-                    f += numel(so, no);
-                }
+            if (info->flags & GT_OPF_MOVES_BYTES) break; /* no arithmetic (gt_ops.def) */
+            for (int k = 0; k < node->n_out; k++) {
+                GT_TRY(eval_dims(g, node->out[k], b, so, &no, err));
+                f += numel(so, no);
             }
         }
         *kind += f;

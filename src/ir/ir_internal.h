@@ -7,7 +7,7 @@
 #include "graphtrain/gt_graph.h"
 
 /* One prototype per op: gt_shape_<name>, defined in shape_rules*.c, referenced by ops.c. */
-#define X(E, name, nin, nout, flags, schema)                                                       \
+#define X(E, name, nin, nout, flags, rule, alias, pairs, recompute, schema)                        \
     gt_status gt_shape_##name(gt_graph *g, const gt_node *n, gt_type *out_types, int *n_out,       \
                               gt_error *err);
 #include "graphtrain/gt_ops.def"

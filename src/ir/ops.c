@@ -7,13 +7,16 @@
 
 /* The one X-macro expansion that turns gt_ops.def into data; read-only. */
 static const gt_op_info gt_op_table[GT_OP_COUNT] = {
-#define X(E, opname, nin, nout, opflags, opschema)                                                 \
+#define X(E, opname, nin, nout, opflags, rule, opalias, oppairs, oprecompute, opschema)            \
     [GT_OP_##E] = {.name = #opname,                                                                \
                    .n_in = nin,                                                                    \
                    .n_out = nout,                                                                  \
                    .flags = opflags,                                                               \
                    .schema = opschema,                                                             \
-                   .shape = gt_shape_##opname},
+                   .shape = gt_shape_##opname,                                                     \
+                   .alias = GT_ALIAS_##opalias,                                                    \
+                   .alias_pairs = oppairs,                                                         \
+                   .recompute = GT_RECOMPUTE_##oprecompute},
 #include "graphtrain/gt_ops.def"
 #undef X
 };
@@ -40,6 +43,45 @@ bool gt_op_is_collective_start(gt_op op)
 {
     return op == GT_OP_ALL_GATHER_START || op == GT_OP_REDUCE_SCATTER_START ||
            op == GT_OP_ALL_REDUCE_START || op == GT_OP_ALL_TO_ALL_START;
+}
+
+/* One side of an "out=in" pair: a slot number, or '*' for every slot below n. */
+static void alias_side(const char **p, int n, int *first, int *last)
+{
+    if (**p == '*') {
+        (*p)++;
+        *first = 0, *last = n - 1;
+        return;
+    }
+    GT_CHECK(**p >= '0' && **p <= '9');
+    int k = 0;
+    for (; **p >= '0' && **p <= '9'; (*p)++)
+        k = k * 10 + (**p - '0');
+    *first = *last = k;
+}
+
+int gt_op_alias_pairs(const gt_node *n, int pairs[][2])
+{
+    const gt_op_info *info = gt_op_get(n->op);
+    GT_CHECK(info);
+    int np = 0;
+    for (const char *p = info->alias_pairs; *p;) {
+        if (*p == ' ') {
+            p++;
+            continue;
+        }
+        int o0, o1, i0, i1;
+        alias_side(&p, n->n_out, &o0, &o1);
+        GT_CHECK(*p == '=');
+        p++;
+        alias_side(&p, n->n_in, &i0, &i1);
+        for (int o = o0; o <= o1; o++)
+            for (int i = i0; i <= i1; i++) {
+                GT_CHECK(np < GT_MAX_IN * GT_MAX_OUT);
+                pairs[np][0] = o, pairs[np][1] = i, np++;
+            }
+    }
+    return np;
 }
 
 const char *gt_phase_name(gt_phase p)

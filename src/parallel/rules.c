@@ -43,16 +43,11 @@ bool gt_rule_is_one(const gt_shard_ctx *c, gt_expr e)
     return gt_sym_is_const(c->g->sym, e, &v) && v == 1;
 }
 
-/* The parallel ops (collectives, wait, the *_shard ops, logsumexp) only appear in graphs that
- * parallelize emitted; never in a global graph. Gathering keeps them correct regardless. */
-static gt_status rule_gather(gt_shard_ctx *c, gt_error *err)
-{
-    (void)err;
-    return gt_rule_gather_all(c);
-}
-
-/* full: no inputs, a replicated constant. */
-static gt_status rule_source(gt_shard_ctx *c, gt_error *err)
+/* The "none" rule of gt_ops.def: an op without a rule of its own wants every input replicate,
+ * which is always correct, if not free. full (no inputs) is a replicated constant; the parallel
+ * ops (collectives, wait, the *_shard ops, logsumexp) and the fused ops only appear in graphs
+ * that parallelize or a later pass emitted, never in the global graph the rules see. */
+static gt_status gt_rule_none(gt_shard_ctx *c, gt_error *err)
 {
     (void)err;
     return gt_rule_gather_all(c);
@@ -104,7 +99,7 @@ bool gt_rule_sequence_rows(const gt_shard_ctx *c, bool output, int k)
     return c->sequence_parallel && t->ndim == 3 && gt_shard_divides(c, output, k, 1);
 }
 
-static gt_status rule_elementwise(gt_shard_ctx *c, gt_error *err)
+static gt_status gt_rule_elementwise(gt_shard_ctx *c, gt_error *err)
 {
     (void)err;
     if (gt_rule_all_replicate(c)) return GT_OK;
@@ -184,7 +179,7 @@ static void reduced_dims(const gt_shard_ctx *c, bool *red, int *outpos)
  * a dim split n ways is the average of the n local means, all blocks being equal); max would need
  * a max-reduction: want R. S(d), d not in D: S at d's output position. P: sum and mean are
  * linear; max and sum_squares are not. */
-static gt_status rule_reduce(gt_shard_ctx *c, gt_error *err)
+static gt_status gt_rule_reduce(gt_shard_ctx *c, gt_error *err)
 {
     (void)err;
     gt_placement x = c->in[0];
@@ -212,7 +207,7 @@ static gt_status rule_reduce(gt_shard_ctx *c, gt_error *err)
 /* max_backward (x, y, dy) -> dx like x: dy is routed to the first maximum of each group, so with
  * the groups whole on every rank (x split along a kept dim, y and dy split the same way) each
  * rank routes its own block. Linear in dy: x, y R and dy P gives P. Otherwise gather. */
-static gt_status rule_max_backward(gt_shard_ctx *c, gt_error *err)
+static gt_status gt_rule_max_backward(gt_shard_ctx *c, gt_error *err)
 {
     (void)err;
     if (gt_rule_all_replicate(c)) return GT_OK;
@@ -246,7 +241,7 @@ static gt_status rule_max_backward(gt_shard_ctx *c, gt_error *err)
 
 /* broadcast_to: new leading dims shift the shard; a dim broadcast from size 1 cannot be split
  * (never the case for a shard: 1 does not divide). Linear: P stays P. */
-static gt_status rule_broadcast_to(gt_shard_ctx *c, gt_error *err)
+static gt_status gt_rule_broadcast_to(gt_shard_ctx *c, gt_error *err)
 {
     (void)err;
     gt_placement x = c->in[0];
@@ -269,7 +264,7 @@ static gt_status rule_broadcast_to(gt_shard_ctx *c, gt_error *err)
  * a shard of an inner dim of a group (s in b*s) is strided in the output: want R. Products are
  * compared as canonical expressions, built in a scratch copy of the pool (the global graph stays
  * untouched). */
-static gt_status rule_reshape(gt_shard_ctx *c, gt_error *err)
+static gt_status gt_rule_reshape(gt_shard_ctx *c, gt_error *err)
 {
     (void)err;
     gt_placement x = c->in[0];
@@ -320,7 +315,7 @@ static gt_status rule_reshape(gt_shard_ctx *c, gt_error *err)
 }
 
 /* transpose / permute: the shard moves with its dim; P stays P. */
-static gt_status rule_transpose(gt_shard_ctx *c, gt_error *err)
+static gt_status gt_rule_transpose(gt_shard_ctx *c, gt_error *err)
 {
     (void)err;
     gt_placement x = c->in[0];
@@ -339,7 +334,7 @@ static gt_status rule_transpose(gt_shard_ctx *c, gt_error *err)
 
 /* slice / slice_backward / split along dim k: a shard of dim k does not line up with the
  * [start, end) window (want R); a shard of another dim passes; P stays P (all are linear). */
-static gt_status rule_slice(gt_shard_ctx *c, gt_error *err)
+static gt_status gt_rule_slice(gt_shard_ctx *c, gt_error *err)
 {
     (void)err;
     gt_placement x = c->in[0];
@@ -352,7 +347,7 @@ static gt_status rule_slice(gt_shard_ctx *c, gt_error *err)
 /* concat along dim k: every input must be split the same way along another dim (the driver's:
  * the first S), or all be P (concat is linear); a shard of dim k itself, or P mixed with R,
  * gathers. */
-static gt_status rule_concat(gt_shard_ctx *c, gt_error *err)
+static gt_status gt_rule_concat(gt_shard_ctx *c, gt_error *err)
 {
     (void)err;
     if (gt_rule_all_replicate(c)) return GT_OK;
@@ -378,60 +373,16 @@ static gt_status rule_concat(gt_shard_ctx *c, gt_error *err)
 
 /* ---------------------------------------------------------------- dispatch */
 
+/* gt_rule_<rule> of every op, from gt_ops.def's rule column: an op without one is a compile
+ * error (the rules of rules_nn.c are declared in rules_internal.h). */
+static const gt_shard_rule gt_shard_rules[GT_OP_COUNT] = {
+#define X(E, name, nin, nout, flags, rule, alias, pairs, recompute, schema)                        \
+    [GT_OP_##E] = gt_rule_##rule,
+#include "graphtrain/gt_ops.def"
+#undef X
+};
+
 gt_shard_rule gt_shard_rule_for(gt_op op)
 {
-    const gt_op_info *info = gt_op_get(op);
-    if (info && (info->flags & GT_OPF_ELEMENTWISE)) return rule_elementwise;
-    switch (op) {
-    case GT_OP_FULL:
-        return rule_source;
-    case GT_OP_SUM:
-    case GT_OP_MEAN:
-    case GT_OP_MAX:
-    case GT_OP_SUM_SQUARES:
-    case GT_OP_SUM_TO:
-        return rule_reduce;
-    case GT_OP_MAX_BACKWARD:
-        return rule_max_backward;
-    case GT_OP_BROADCAST_TO:
-        return rule_broadcast_to;
-    case GT_OP_RESHAPE:
-        return rule_reshape;
-    case GT_OP_TRANSPOSE:
-    case GT_OP_PERMUTE:
-        return rule_transpose;
-    case GT_OP_SLICE:
-    case GT_OP_SLICE_BACKWARD:
-    case GT_OP_SPLIT:
-        return rule_slice;
-    case GT_OP_CONCAT:
-        return rule_concat;
-    case GT_OP_MATMUL:
-        return gt_rule_matmul;
-    case GT_OP_RMS_NORM:
-        return gt_rule_rms_norm;
-    case GT_OP_RMS_NORM_BACKWARD:
-        return gt_rule_rms_norm_backward;
-    case GT_OP_ROPE:
-        return gt_rule_rope;
-    case GT_OP_SDPA:
-    case GT_OP_SDPA_BACKWARD:
-        return gt_rule_sdpa;
-    case GT_OP_SOFTMAX:
-        return gt_rule_softmax;
-    case GT_OP_SOFTMAX_BACKWARD:
-        return gt_rule_softmax_backward;
-    case GT_OP_CROSS_ENTROPY:
-        return gt_rule_cross_entropy;
-    case GT_OP_CROSS_ENTROPY_BACKWARD:
-        return gt_rule_cross_entropy_backward;
-    case GT_OP_EMBEDDING:
-        return gt_rule_embedding;
-    case GT_OP_EMBEDDING_BACKWARD:
-        return gt_rule_embedding_backward;
-    case GT_OP_ADAMW:
-        return gt_rule_adamw;
-    default: /* collectives, wait, the vocabulary-parallel local ops */
-        return rule_gather;
-    }
+    return (unsigned)op < GT_OP_COUNT ? gt_shard_rules[op] : gt_rule_none;
 }

@@ -51,7 +51,7 @@ bool gt_rule_is_one(const gt_shard_ctx *c, gt_expr e);
  * a reduce_scatter along the sequence, where a rule would otherwise want it replicate. */
 bool gt_rule_sequence_rows(const gt_shard_ctx *c, bool output, int k);
 
-/* The neural-network rules (rules_nn.c). */
+/* The neural-network rules (rules_nn.c), named by gt_ops.def's rule column. */
 gt_status gt_rule_matmul(gt_shard_ctx *c, gt_error *err);
 gt_status gt_rule_rms_norm(gt_shard_ctx *c, gt_error *err);
 gt_status gt_rule_rms_norm_backward(gt_shard_ctx *c, gt_error *err);

@@ -161,18 +161,17 @@ static bool policy_wants(const gt_graph *g, gt_node_id n, gt_memory_policy polic
     for (int k = 0; k < nd->n_out; k++)
         if (boundary[nd->out[k]]) return false;
     if (policy == GT_MEMORY_POLICY_FULL) return true;
-    /* default: the expensive ops' outputs stay saved */
-    if (nd->op == GT_OP_MATMUL || nd->op == GT_OP_SDPA) return false;
-    /* and so do the outputs of rope and add, each of which takes the place among the saved values
-     * of an operand of its size that nothing else in the backward reads: rope's input is the q or
-     * k projection; the block's inner residual add sums the block input (a boundary, saved
-     * anyway) and the attention output projection. Keeping them costs no memory and spares the
-     * backward a pass over q, k and the residual stream. */
-    if (nd->op == GT_OP_ROPE || nd->op == GT_OP_ADD) return false;
-    /* and so does a parameter's cast to the compute dtype: recomputing it is a second full pass
-     * over the f32 parameter (4 bytes read + 2 written per element) for a bf16 copy that the
-     * forward already made, while keeping it costs 2 bytes per element of the block */
-    return !(nd->op == GT_OP_CAST && param[nd->in[0]]);
+    /* default: the recompute column of gt_ops.def says which outputs stay saved (the expensive
+     * ops', those that cost no memory to keep, parameters' compute-dtype copies) */
+    switch (gt_op_get(nd->op)->recompute) {
+    case GT_RECOMPUTE_FLOPS:
+    case GT_RECOMPUTE_KEEP:
+        return false;
+    case GT_RECOMPUTE_KEEP_PARAM:
+        return !param[nd->in[0]];
+    default:
+        return true;
+    }
 }
 
 void gt_policy_close(const gt_graph *g, const uint8_t *wants, uint8_t *recompute)

@@ -30,6 +30,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "graphtrain/gt_flops.h"
 #include "passes/memory_policy_internal.h"
 
 #define CUT_INF (INT64_MAX / 4)
@@ -171,25 +172,25 @@ static gt_status node_costs(const gt_graph *g, const gt_sym_binding *b, cut_inpu
     for (gt_node_id n = 0; n < g->n_nodes; n++) {
         const gt_node *nd = &g->nodes[n];
         if (nd->phase != GT_PHASE_FORWARD) continue;
-        int64_t shape[GT_MAX_DIMS], ishape[GT_MAX_DIMS], numel = 0, bytes = 0;
+        int64_t shape[GT_MAX_DIMS], numel = 0, bytes = 0;
         for (int k = 0; k < nd->n_out; k++) {
             GT_TRY(numel_of(g, nd->out[k], b, &numel, shape, err));
             bytes += numel * (int64_t)gt_dtype_size(gt_value_type(g, nd->out[k])->dtype);
         }
-        GT_TRY(numel_of(g, nd->out[0], b, &numel, shape, err));
-        int64_t flops = numel;
-        if (nd->op == GT_OP_RESHAPE) flops = 0;
-        if (nd->op == GT_OP_MATMUL) { /* out numel x inner dim (a's last, or a's -2 when trans_a) */
-            int64_t an;
-            GT_TRY(numel_of(g, nd->in[0], b, &an, ishape, err));
-            int r = gt_value_type(g, nd->in[0])->ndim;
-            flops = 2 * numel * ishape[nd->attrs.i[0] ? r - 2 : r - 1];
+        /* gt_ops.def's recompute column: a view is free, a compute-bound op costs its model
+         * FLOPs (exact integers in a double), anything else one pass over its output */
+        int64_t flops = 0;
+        switch (gt_op_get(nd->op)->recompute) {
+        case GT_RECOMPUTE_FREE:
+            break;
+        case GT_RECOMPUTE_FLOPS: {
+            double f;
+            GT_TRY(gt_node_model_flops(g, n, b, &f, err));
+            flops = (int64_t)f;
+            break;
         }
-        if (nd->op == GT_OP_SDPA) { /* out [b, h, s, dv], k [b, hkv, t, d]: 4·b·h·s·t·d */
-            int64_t kn;
-            GT_TRY(numel_of(g, nd->in[1], b, &kn, ishape, err));
-            /* t is k's dim 2 in layout 0, dim 1 in layout 1 ([b, t, hkv, d]) */
-            flops = 4 * numel * ishape[nd->attrs.i[1] == 1 ? 1 : 2];
+        default:
+            GT_TRY(numel_of(g, nd->out[0], b, &flops, shape, err));
         }
         in->cost[n] = flops + 1;
         in->bytes[n] = bytes;

@@ -5,7 +5,9 @@
  *   2. own liveness: first = producer position (-1 for a graph input), last = last reading
  *      position (n for a graph output, so its bytes survive until they are copied out; a value
  *      nobody reads lives at its producer only — the kernel still writes it).
- *   3. sharing, in schedule order: a reshape output joins its input's buffer (a view), as does a
+ *   3. sharing, in schedule order, as each op's alias column in gt_ops.def allows (VIEW, VIEW_RUN,
+ *      RESULT, IN_PLACE, STATE, PACK; the conditions are checked here): a reshape output joins
+ *      its input's buffer (a view), as does a
  *      slice of one contiguous run of its input (a view at the run's byte offset, when that is a
  *      multiple of GT_PLAN_ALIGN), and so
  *      does a wait's output its start's output (the collective's result; see below); an adamw
@@ -34,8 +36,8 @@
  * the start's output is live from the start's position (its producer) and is read by the wait
  * (input 0); the start's input is read by the wait too (input 1), so it lives until the wait at
  * least; and the wait's output joins the start output's buffer, extending it to the last reader
- * of the result. Collectives never run in place (in_place_pairs has none): MPI forbids an input
- * that aliases the output. */
+ * of the result. Collectives never run in place (their alias column in gt_ops.def is NONE, the
+ * wait's RESULT aside): MPI forbids an input that aliases the output. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -96,29 +98,6 @@ static uint8_t *value_roles(const gt_graph *g)
     return r;
 }
 
-/* In-place pairs (output slot, input slot) of an op whose kernel reads element i of every input
- * before it writes element i of any output. *state_only: only where both are persistent state
- * of one dtype (an elementwise op over state: gradient accumulation's running sum). */
-static int in_place_pairs(const gt_node *nd, int pairs[][2], bool *state_only)
-{
-    *state_only = false;
-    if (nd->op == GT_OP_ADAMW) {
-        pairs[0][0] = 0, pairs[0][1] = 0; /* p' over p */
-        pairs[1][0] = 1, pairs[1][1] = 2; /* m' over m */
-        pairs[2][0] = 2, pairs[2][1] = 3; /* v' over v */
-        return 3;
-    }
-    if (nd->op == GT_OP_ADD || nd->op == GT_OP_FUSED_ELEMENTWISE) {
-        *state_only = true;
-        int n = 0;
-        for (int o = 0; o < nd->n_out; o++)
-            for (int j = 0; j < nd->n_in; j++)
-                pairs[n][0] = o, pairs[n][1] = j, n++; /* the first that fits */
-        return n;
-    }
-    return 0;
-}
-
 /* A slice whose elements are one contiguous run of its input's (every dim before the sliced one
  * has size 1) is a view at byte offset *at, when that offset keeps the plan's alignment. */
 static bool slice_view_offset(const gt_plan *p, const gt_sym_binding *binding, const gt_node *nd,
@@ -175,8 +154,7 @@ static void concat_in_place(gt_plan *p, const gt_node *nd, int32_t pos, const ui
         bool ok = r != out && vp[r].first >= 0 && group_last[r] == pos && at % GT_PLAN_ALIGN == 0 &&
                   vp[in].view_offset == 0 && vp[in].nbytes == vp[r].nbytes && vp[in].nbytes > 0;
         gt_node_id maker = g->values[r].producer;
-        ok = ok && maker >= 0 && !gt_op_is_collective_start(g->nodes[maker].op) &&
-             g->nodes[maker].op != GT_OP_WAIT;
+        ok = ok && maker >= 0 && !(gt_op_get(g->nodes[maker].op)->flags & GT_OPF_COLLECTIVE);
         for (gt_value_id m = r; ok && m >= 0; m = gl->next[m])
             if (roles[m] & (ROLE_PERSISTENT | ROLE_INPUT)) ok = false;
         if (!ok) continue;
@@ -203,29 +181,33 @@ static void share_buffers(gt_plan *p, const gt_sym_binding *binding, const uint8
         gl.next[v] = -1, gl.tail[v] = v;
     for (int32_t pos = 0; pos < p->n_order; pos++) {
         const gt_node *nd = &g->nodes[p->order[pos]];
-        if (nd->op == GT_OP_CONCAT && !opts->no_views) {
-            concat_in_place(p, nd, pos, roles, group_last, &gl);
+        /* Which output may share which input's buffer, and when: gt_ops.def's alias column. */
+        gt_alias_kind alias = gt_op_get(nd->op)->alias;
+        if (alias == GT_ALIAS_NONE) continue;
+        if (alias == GT_ALIAS_PACK) {
+            if (!opts->no_views) concat_in_place(p, nd, pos, roles, group_last, &gl);
             continue;
         }
-        /* A reshape is a view of its input unless views are off. A wait hands over the bytes its
-         * start's collective wrote (gt_ops.def): always the start's buffer, whatever the
-         * options, since the executor writes it there. */
+        int pairs[GT_MAX_IN * GT_MAX_OUT][2];
+        int np = gt_op_alias_pairs(nd, pairs);
+        /* A wait hands over the bytes its start's collective wrote: always the start's buffer,
+         * whatever the options, since the executor writes it there. */
         size_t at = 0;
-        if (nd->op == GT_OP_WAIT || (nd->op == GT_OP_RESHAPE && !opts->no_views) ||
-            (nd->op == GT_OP_SLICE && !opts->no_views && slice_view_offset(p, binding, nd, &at))) {
-            gt_value_id out = nd->out[0], r = find_root(vp, nd->in[0]);
+        if (alias == GT_ALIAS_RESULT || (alias == GT_ALIAS_VIEW && !opts->no_views) ||
+            (alias == GT_ALIAS_VIEW_RUN && !opts->no_views &&
+             slice_view_offset(p, binding, nd, &at))) {
+            gt_value_id out = nd->out[pairs[0][0]], in = nd->in[pairs[0][1]];
+            gt_value_id r = find_root(vp, in);
             vp[out].root = r;
             vp[out].shared = 1;
-            vp[out].view_offset = vp[nd->in[0]].view_offset + at;
+            vp[out].view_offset = vp[in].view_offset + at;
             if (vp[out].last > group_last[r]) group_last[r] = vp[out].last;
             group_add(&gl, r, out);
             p->n_views++;
             continue;
         }
-        if (opts->no_in_place) continue;
-        int pairs[GT_MAX_IN * GT_MAX_OUT][2];
-        bool state_only;
-        int np = in_place_pairs(nd, pairs, &state_only);
+        if (opts->no_in_place || (alias != GT_ALIAS_IN_PLACE && alias != GT_ALIAS_STATE)) continue;
+        bool state_only = alias == GT_ALIAS_STATE;
         for (int k = 0; k < np; k++) {
             gt_value_id out = nd->out[pairs[k][0]], in = nd->in[pairs[k][1]];
             gt_value_id r = find_root(vp, in);

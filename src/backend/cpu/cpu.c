@@ -18,43 +18,20 @@ typedef gt_status (*gt_cpu_kernel)(const gt_kernel_call *c, gt_error *err);
 typedef struct {
     gt_cpu_kernel fn;
     int n_in, n_out; /* -1: variadic / from attributes */
+    bool bytes;      /* the kernel handles every dtype itself (see the file comment) */
 } gt_cpu_entry;
 
+/* bytes: GT_OPF_MOVES_BYTES (layout ops, cast, full) or GT_OPF_NO_WIDEN (gathers, fused ops that
+ * run their parts' kernels, each widening for itself, collectives) in gt_ops.def. Read from the
+ * table's flags, not gt_op_get: backends depend on core only. */
+enum { GT_CPU_OWN_DTYPE = GT_OPF_MOVES_BYTES | GT_OPF_NO_WIDEN };
+
 static const gt_cpu_entry gt_cpu_table[GT_OP_COUNT] = {
-#define X(E, name, nin, nout, flags, schema) [GT_OP_##E] = {gt_cpu_##name, nin, nout},
+#define X(E, name, nin, nout, flags, rule, alias, pairs, recompute, schema)                        \
+    [GT_OP_##E] = {gt_cpu_##name, nin, nout, ((flags)&GT_CPU_OWN_DTYPE) != 0},
 #include "graphtrain/gt_ops.def"
 #undef X
 };
-
-/* Ops whose kernels handle every dtype themselves (see the file comment). */
-static bool gt_cpu_is_byte_kernel(gt_op op)
-{
-    switch (op) {
-    case GT_OP_FULL:
-    case GT_OP_CAST:
-    case GT_OP_BROADCAST_TO:
-    case GT_OP_RESHAPE:
-    case GT_OP_TRANSPOSE:
-    case GT_OP_PERMUTE:
-    case GT_OP_SLICE:
-    case GT_OP_SLICE_BACKWARD:
-    case GT_OP_CONCAT:
-    case GT_OP_SPLIT:
-    case GT_OP_EMBEDDING:
-    case GT_OP_EMBEDDING_SHARD:
-    case GT_OP_ADD_RMS_NORM:            /* runs add and rms_norm, each widening for itself */
-    case GT_OP_RMS_NORM_BACKWARD_ADD:   /* runs adds and rms_norm_backward likewise */
-    case GT_OP_CROSS_ENTROPY_WITH_GRAD: /* runs cross_entropy and its backward likewise */
-    case GT_OP_ALL_GATHER_START: /* collectives never run as kernels: keep NaN bits if called */
-    case GT_OP_REDUCE_SCATTER_START:
-    case GT_OP_ALL_REDUCE_START:
-    case GT_OP_ALL_TO_ALL_START:
-    case GT_OP_WAIT:
-        return true;
-    default:
-        return false;
-    }
-}
 
 static bool gt_cpu_is_half(gt_dtype dt)
 {
@@ -210,6 +187,6 @@ gt_status gt_cpu_run_kernel(const gt_kernel_call *c, gt_error *err)
     bool any_half = false;
     for (int k = 0; k < c->n_in + c->n_out; k++)
         any_half |= gt_cpu_is_half(k < c->n_in ? c->in[k]->dtype : c->out[k - c->n_in]->dtype);
-    if (!any_half || gt_cpu_is_byte_kernel(c->op)) return e->fn(c, err);
+    if (!any_half || e->bytes) return e->fn(c, err);
     return gt_cpu_run_widened(c, e->fn, err);
 }

@@ -75,7 +75,7 @@ void gt_cpu_exp_n(const float *x, float *y, int64_t n, float sign, float shift);
 double gt_cpu_exp_sum(const float *x, float *e, int64_t n, float shift);
 
 /* One prototype per op: gt_cpu_full, gt_cpu_add, ... */
-#define X(E, name, nin, nout, flags, schema)                                                       \
+#define X(E, name, nin, nout, flags, rule, alias, pairs, recompute, schema)                        \
     gt_status gt_cpu_##name(const gt_kernel_call *c, gt_error *err);
 #include "graphtrain/gt_ops.def"
 #undef X

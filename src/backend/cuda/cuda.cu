@@ -17,7 +17,8 @@ typedef struct {
 } gt_cuda_entry;
 
 static const gt_cuda_entry gt_cuda_table[GT_OP_COUNT] = {
-#define X(E, name, nin, nout, flags, schema) {gt_cuda_##name, nin, nout},
+#define X(E, name, nin, nout, flags, rule, alias, pairs, recompute, schema)                        \
+    {gt_cuda_##name, nin, nout},
 #include "graphtrain/gt_ops.def"
 #undef X
 };

@@ -120,8 +120,8 @@ gt_status gt_cudnn_sdpa_forward(gt_cuda_stream *s, const gt_cudnn_sdpa *a, bool 
  * conditions, where its plan gave the same bits on two runs of its first call (cuda_cudnn.cu);
  * *ran as above. Call c names the op in errors; its scratch holds cuDNN's f32 row sums (and, on
  * the first call, the second run's outputs). */
-gt_status gt_cudnn_sdpa_backward(gt_cuda_stream *s, const gt_kernel_call *c,
-                                 const gt_cudnn_sdpa *a, bool *ran, gt_error *err);
+gt_status gt_cudnn_sdpa_backward(gt_cuda_stream *s, const gt_kernel_call *c, const gt_cudnn_sdpa *a,
+                                 bool *ran, gt_error *err);
 void gt_cudnn_free(struct gt_cudnn *c);
 
 /* dw[v, :] = sum of dy[p, :] over the positions p with ids[p] - row0 == v, in increasing p, for the
@@ -133,7 +133,7 @@ gt_status gt_cuda_embedding_grad(gt_cuda_stream *s, const gt_kernel_call *c, con
                                  bool flag_foreign, gt_error *err);
 
 /* One prototype per op: gt_cuda_full, gt_cuda_add, ... */
-#define X(E, name, nin, nout, flags, schema)                                                       \
+#define X(E, name, nin, nout, flags, rule, alias, pairs, recompute, schema)                        \
     gt_status gt_cuda_##name(gt_cuda_stream *s, const gt_kernel_call *c, gt_error *err);
 #include "graphtrain/gt_ops.def"
 #undef X
