@@ -490,7 +490,7 @@ static gt_status read_blocks(gt_trainer *t, gt_checkpoint_reader *r, gt_error *e
     on_device = dev != NULL;
     if (st == GT_OK && on_device)
         st = read_to_device(&pr, pl.n, input, threads, (size_t)threads * pl.piece, err);
-    if (st == GT_OK && on_device) st = gt_trainer_state_to_executor(t, true, err);
+    if (st == GT_OK && on_device) st = gt_trainer_state_to_device(t, true, err);
 #endif
     if (st == GT_OK && !on_device) st = gt_run_jobs(pl.n, threads, read_piece_job, &pr, err);
     free(pl.p);

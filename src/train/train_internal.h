@@ -226,7 +226,7 @@ typedef struct {
     bool moments_zero;   /* exp_avg, exp_avg_sq still the zeros of a fresh run: the device zeroes
                             its copies instead of copying them up */
     bool params_pending; /* a fresh GPU run: params not drawn on the host; the first step draws
-                            them on the device (gt_trainer_state_to_executor) */
+                            them on the device (gt_trainer_state_to_device) */
     bool device_draw_failed; /* a device draw differed from the CPU's: the host draws the rest */
     gt_shard_box *box;
     gt_tensor *grads; /* accumulation only: the running gradient sums (BUFFER grad_accum.<fqn>) */
@@ -323,11 +323,12 @@ void gt_trainer_snapshot_prepare(gt_trainer *t);
  * the warm-up step (pinning stalls the CUDA calls of the step loop while it runs: a step of 8B
  * took 10.3 s instead of 1.3). */
 void gt_trainer_snapshot_wait(gt_trainer *t);
-/* The state from the host tensors into the step executor's inputs, before its first run
- * (trainer_state.c; resumed: all but the checkpoint's tensors, which the resume read there, and
- * the gradient sums). On a device (GT_EXEC_CAP_DEVICE) fresh moments and the sums are zeroed
- * there and parameters left pending are drawn there; the host copy is stale from then on. */
-gt_status gt_trainer_state_to_executor(gt_trainer *t, bool resumed, gt_error *err);
+/* The state from the host tensors into the step executor's inputs (the device's, or eager's and
+ * the CPU program's), before its first run (trainer_state.c; resumed: all but the checkpoint's
+ * tensors, which the resume read there, and the gradient sums). On a device (GT_EXEC_CAP_DEVICE)
+ * fresh moments and the sums are zeroed there and parameters left pending are drawn there; the host
+ * copy is stale from then on. */
+gt_status gt_trainer_state_to_device(gt_trainer *t, bool resumed, gt_error *err);
 /* The state in the step's executor rather than in the host tensors: a device's (checkpoints then
  * read and write it there, through pinned buffers). */
 static inline bool gt_trainer_state_on_device(const gt_trainer *t)

@@ -190,7 +190,7 @@ static gt_status run_part(gt_trainer *t, gt_run_part part, double *loss, double 
 {
     gt_step_graph *s = &t->whole;
     const gt_graph *g = s->g;
-    if (!s->state_loaded) GT_TRY(gt_trainer_state_to_executor(t, false, err));
+    if (!s->state_loaded) GT_TRY(gt_trainer_state_to_device(t, false, err));
     t->host_stale = true; /* the run updates the state in the executor */
     for (int k = 0; k < g->n_inputs; k++)
         if (g->inputs[k].kind == GT_IN_INPUT)

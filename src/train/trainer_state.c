@@ -107,7 +107,7 @@ static bool is_checkpoint_tensor(const gt_trainer *t, const gt_tensor *x)
 
 /* ---------------------------------------------------------------- to and from the executor */
 
-gt_status gt_trainer_state_to_executor(gt_trainer *t, bool resumed, gt_error *err)
+gt_status gt_trainer_state_to_device(gt_trainer *t, bool resumed, gt_error *err)
 {
     gt_step_graph *s = &t->whole;
     const gt_graph *g = s->g;
