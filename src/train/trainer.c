@@ -25,15 +25,11 @@
  * its kernels one by one. Everything a
  * step depends on (parameters, moments, loader position, step number) is in the checkpoint, and
  * every kernel is deterministic, so a resumed run repeats the uninterrupted one bit for bit. */
-#include <errno.h>
-#include <jansson.h>
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "checkpoint_internal.h"
@@ -41,7 +37,6 @@
 #include "graphtrain/gt_cuda.h"
 #include "graphtrain/gt_data.h"
 #include "graphtrain/gt_exec.h"
-#include "graphtrain/gt_export.h"
 #include "graphtrain/gt_flops.h"
 #include "graphtrain/gt_lr.h"
 #include "graphtrain/gt_metrics.h"
