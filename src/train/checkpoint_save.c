@@ -88,7 +88,7 @@ typedef struct {
     int fd;
     const char *path, *local;
 #ifdef GT_HAVE_CUDA
-    gt_cuda_program *dev;
+    gt_executor *dev; /* the step executor holding the state on its device, or NULL */
     int32_t input;
     char *bounce;
     size_t input_bytes;  /* the input's size */
@@ -140,8 +140,8 @@ static void pwrite_run(int64_t g, int64_t l, int64_t count, void *user)
             size_t left = w->input_bytes - pos;
             w->win = pos;
             w->win_len = left < GT_CKPT_BOUNCE_BYTES ? left : GT_CKPT_BOUNCE_BYTES;
-            w->st = gt_cuda_program_read_input_bytes(w->dev, w->input, w->win, w->win_len,
-                                                     w->bounce, w->err);
+            w->st = gt_executor_read_input_bytes(w->dev, w->input, w->win, w->win_len, w->bounce,
+                                                 w->err);
         }
         size_t in_win = w->win + w->win_len - pos, len = n - done < in_win ? n - done : in_win;
         pwrite_all(w, w->bounce + (pos - w->win), len, at + (off_t)done);
@@ -167,7 +167,7 @@ static gt_status write_blocks(gt_trainer *t, const gt_safetensors *file, const g
         return gt_error_set(err, GT_ERR_IO, "%s: cannot open: %s", file->path, strerror(errno));
     block_writer w = {.fd = fd, .path = file->path, .cancel = cancel, .st = GT_OK, .err = err};
 #ifdef GT_HAVE_CUDA
-    bool from_device = !src && t->whole.dev && t->host_stale;
+    bool from_device = !src && gt_trainer_state_on_device(t) && t->host_stale;
     if (from_device) w.st = gt_cuda_host_alloc((void **)&w.bounce, GT_CKPT_BOUNCE_BYTES, err);
 #endif
     for (int k = 0; k < 3 * t->n_params && w.st == GT_OK; k++) {
@@ -177,7 +177,7 @@ static gt_status write_blocks(gt_trainer *t, const gt_safetensors *file, const g
         if (!writes_block(&t->dist, b)) continue;
         w.local = src ? src[k].data : t->ckpt_tensors[k]->data;
 #ifdef GT_HAVE_CUDA
-        w.dev = from_device ? t->whole.dev : NULL;
+        w.dev = from_device ? t->whole.ex : NULL;
         if (w.dev && (w.st = gt_trainer_ckpt_input(t, k, &w.input, err)) != GT_OK) break;
         w.input_bytes = gt_tensor_nbytes(t->ckpt_tensors[k]); /* the input's (local) size */
         w.win = w.win_len = 0;
@@ -473,7 +473,7 @@ static gt_status snapshot_memory(gt_trainer *t, gt_error *err)
 static gt_status take_snapshot(gt_trainer *t, struct gt_ckpt_save *s, gt_error *err)
 {
     int n = 3 * t->n_params;
-    bool dev = t->whole.dev && t->host_stale; /* the state is newer on the device */
+    bool dev = gt_trainer_state_on_device(t) && t->host_stale; /* newer on the device */
     double t0 = gt_now_seconds();
     GT_TRY(snapshot_memory(t, err));
     s->snapshot_mem_s = gt_now_seconds() - t0;
@@ -489,7 +489,7 @@ static gt_status take_snapshot(gt_trainer *t, struct gt_ckpt_save *s, gt_error *
         if (dev) {
             int32_t in = -1;
             GT_TRY(gt_trainer_ckpt_input(t, k, &in, err));
-            GT_TRY(gt_cuda_program_read_input(t->whole.dev, in, &s->src[k], err));
+            GT_TRY(gt_executor_read_input(t->whole.ex, in, &s->src[k], err));
             continue;
         }
 #endif
@@ -522,7 +522,7 @@ gt_status gt_trainer_save_checkpoint(gt_trainer *t, int64_t step, gt_error *err)
     bool async =
         t->cfg->checkpoint.async_mode != GT_CFG_ASYNC_DISABLED && step < t->cfg->training.steps;
     /* in the step loop, on the GPU the writers read the state from the device (write_blocks) */
-    if (!async && !t->whole.dev) GT_TRY(gt_trainer_state_to_host(t, false, err));
+    if (!async && !gt_trainer_state_on_device(t)) GT_TRY(gt_trainer_state_to_host(t, false, err));
     gt_trainer_refresh_ckpt_tensors(t);
     double t_host = gt_now_seconds();
     struct gt_ckpt_save *s = NULL;

@@ -411,7 +411,7 @@ static gt_status read_piece_job(int j, void *user, gt_error *err)
 static gt_status read_to_device(piece_reader *pr, int n, const int32_t *input, int threads,
                                 size_t set, gt_error *err)
 {
-    gt_cuda_program *dev = pr->t->whole.dev;
+    gt_executor *dev = pr->t->whole.ex;
     const read_piece *all = pr->p;
     size_t *at = gt_xcalloc((size_t)(n ? n : 1), sizeof *at);
     char *bounce = NULL;
@@ -427,22 +427,22 @@ static gt_status read_to_device(piece_reader *pr, int n, const int32_t *input, i
         pr->bounce = bounce + (size_t)(round & 1) * set;
         st = gt_run_jobs(m, threads, read_piece_job, pr, err);
         /* the round before's copies are done: its buffer is the next round's */
-        if (st == GT_OK) st = gt_cuda_program_sync(dev, err);
+        if (st == GT_OK) st = gt_executor_sync(dev, err);
         for (int j = 0; st == GT_OK && j < m;) {
             const read_piece *q = &pr->p[j];
             size_t len = q->len;
             int k = j + 1;
             while (k < m && pr->p[k].i == q->i && pr->p[k].to == q->to + len)
                 len += pr->p[k++].len;
-            st = gt_cuda_program_queue_input_bytes(dev, input[q->i], q->to, len, pr->bounce + at[j],
-                                                   err);
+            st = gt_executor_queue_input_bytes(dev, input[q->i], q->to, len, pr->bounce + at[j],
+                                               err);
             j = k;
         }
         first += m;
     }
     /* the last round's copies (also after a failure: the buffers are freed below) */
     gt_error sync_err = {0};
-    gt_status sy = bounce ? gt_cuda_program_sync(dev, st == GT_OK ? err : &sync_err) : GT_OK;
+    gt_status sy = bounce ? gt_executor_sync(dev, st == GT_OK ? err : &sync_err) : GT_OK;
     if (st == GT_OK) st = sy;
     gt_cuda_host_free(bounce);
     free(at);
@@ -466,7 +466,7 @@ static gt_status read_blocks(gt_trainer *t, gt_checkpoint_reader *r, gt_error *e
     int32_t *input = gt_xcalloc((size_t)n, sizeof *input);
     gt_status st = GT_OK;
 #ifdef GT_HAVE_CUDA
-    gt_cuda_program *dev = t->whole.dev;
+    gt_executor *dev = gt_trainer_state_on_device(t) ? t->whole.ex : NULL;
 #endif
     for (int i = 0; st == GT_OK && i < n; i++) {
         const gt_shard_box *b = &t->box[i];
@@ -475,7 +475,7 @@ static gt_status read_blocks(gt_trainer *t, gt_checkpoint_reader *r, gt_error *e
 #ifdef GT_HAVE_CUDA
         if (dev) {
             st = gt_trainer_ckpt_input(t, i, &input[i], err);
-            if (st == GT_OK && padded) st = gt_cuda_program_zero_input(dev, input[i], err);
+            if (st == GT_OK && padded) st = gt_executor_zero_input(dev, input[i], err);
             padded = false; /* the padding is zeroed there */
         }
 #endif
@@ -607,6 +607,6 @@ gt_status gt_trainer_resume(gt_trainer *t, int64_t *step, gt_error *err)
                "checkpoint: resumed from %s/step-%lld (%.2f s): the manifest and tensor hashes "
                "%.2f s, the file hash %.2f s, this rank's blocks%s %.2f s",
                t->ckpt_folder, (long long)want, gt_now_seconds() - t0, parts[0], parts[1],
-               t->whole.dev ? " to the device" : "", parts[2]);
+               gt_trainer_state_on_device(t) ? " to the device" : "", parts[2]);
     return GT_OK;
 }

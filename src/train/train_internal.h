@@ -1,7 +1,9 @@
-/* train_internal.h — what the trainer's files share: the trainer's state (trainer.c runs the
- * loop), ranks and communicators (trainer_parallel.c), the block of each tensor a rank holds, the
- * moves between blocks and whole tensors, and loading checkpoints (shard_io.c), saving them
- * (checkpoint_save.c). */
+/* train_internal.h — what the trainer's files share: the trainer (trainer.c runs the loop and owns
+ * the step graph's executor, a gt_executor of gt_exec.h), its state (trainer_state.c: moving it
+ * into the executor and back, the final hash, freeing it, the export), its data feed
+ * (trainer_data.c), ranks and communicators (trainer_parallel.c, which also allocates each rank's
+ * blocks of the state), the block of each tensor a rank holds, the moves between blocks and whole
+ * tensors, and loading checkpoints (shard_io.c), saving them (checkpoint_save.c). */
 #ifndef GRAPHTRAIN_TRAIN_INTERNAL_H
 #define GRAPHTRAIN_TRAIN_INTERNAL_H
 
@@ -10,6 +12,7 @@
 #include "graphtrain/gt_comm.h"
 #include "graphtrain/gt_cuda.h"
 #include "graphtrain/gt_data.h"
+#include "graphtrain/gt_exec.h"
 #include "graphtrain/gt_flops.h"
 #include "graphtrain/gt_lr.h"
 #include "graphtrain/gt_metrics.h"
@@ -17,7 +20,7 @@
 #include "graphtrain/gt_program.h"
 #include "graphtrain/gt_train.h"
 
-/* DIR/NAME (NAME alone when absolute or DIR is empty); malloc'd. */
+/* DIR/NAME (NAME alone when absolute or DIR is empty); malloc'd. (trainer_data.c) */
 char *gt_train_join_path(const char *dir, const char *name);
 /* Reads a whole file into a malloc'd buffer (*len bytes; GT_ERR_IO naming path on failure). */
 gt_status gt_train_read_file(const char *path, char **buf, size_t *len, gt_error *err);
@@ -127,15 +130,15 @@ gt_status gt_train_share_i64(gt_train_dist *d, int64_t *value, gt_error *err);
  * holds every slot (an exact integer sum over the ranks). */
 gt_status gt_train_share_slots(gt_train_dist *d, uint64_t *v, int64_t n, gt_error *err);
 
-/* Before step 1: every rank's collective schedule (from lowered, the program that runs: the CPU
- * program, which is prog too, or the CUDA program's lowering; walked from the graph for the eager
- * executor, both NULL) is compared over the world (gt_comm_check_schedule); a mismatch stops every
- * rank with the first differing collective. With NCCL symmetric windows the entries carry where
- * their buffers lie, so ranks whose memory plans differ stop too. With
- * debug.test_drop_collective_rank = this rank prog first drops its first collective (fault
- * injection for the test). */
-gt_status gt_train_check_schedule(gt_train_dist *d, const gt_config *cfg, const gt_graph *g,
-                                  gt_program *prog, const gt_program *lowered, gt_error *err);
+/* Before step 1: every rank's collective schedule (gt_executor_collectives of the executor that
+ * runs the step: a program's in execution order, the eager executor's walked from the graph) is
+ * compared over the world (gt_comm_check_schedule); a mismatch stops every rank with the first
+ * differing collective. With NCCL symmetric windows the entries carry where their buffers lie, so
+ * ranks whose memory plans differ stop too. With debug.test_drop_collective_rank = this rank the
+ * executor first drops its first collective (fault injection for the test; the CPU program's
+ * GT_EXEC_CAP_DROP_COLLECTIVE). */
+gt_status gt_train_check_schedule(gt_train_dist *d, const gt_config *cfg, gt_executor *ex,
+                                  gt_error *err);
 
 /* Planned and allocated bytes of this rank's program (both arenas; bytes[0..1] planned persistent
  * and step, bytes[2..3] allocated), gathered to rank 0, which logs them per rank (one line when
@@ -197,23 +200,17 @@ int gt_train_kill_signal(const gt_train_dist *d, const gt_config *cfg, int64_t s
 /* One executable graph with the host tensors that feed each input. */
 typedef struct {
     gt_graph *g;
-    gt_tensor **feed;  /* per graph input: the tensor it reads (not owned) */
-    gt_tensor *inputs; /* scratch: shallow copies of *feed[k] for gt_eager_run */
-    gt_tensor *outputs;
-    gt_program *prog;     /* compile.enable: the planned, lowered program; else NULL (eager) */
-    gt_cuda_program *dev; /* training.device = cuda: the program on the GPU (prog is NULL) */
-    bool state_loaded;    /* dev, or prog of the whole step: it holds the state (set, or
-                           * updated there since) */
-    int64_t part_runs[2]; /* cuda: execs of each gt_run_part queued so far */
-    int tuned_said;       /* cuda: matmul shapes whose tuning the log has reported */
+    gt_tensor **feed;  /* per graph input: the host tensor that holds it (not owned) */
+    gt_executor *ex;   /* runs g: eager, the CPU program or the CUDA program (chosen at setup) */
+    bool state_loaded; /* ex holds the state (set, or updated there since) */
 } gt_step_graph;
 
-/* cuda: the step whose loss and grad_norm are still on their way back. */
+/* An asynchronous executor: the step whose loss and grad_norm are still on their way back. */
 typedef struct {
     int64_t step; /* 0: none */
     int64_t ticket;
     double lr, t0;
-    int64_t run;        /* which exec of the whole step graph it was (1-based) */
+    int64_t run;        /* which run of the whole step graph it was (1-based) */
     double loss_before; /* gradient accumulation: the losses of the micro-batches before the last */
 } gt_pending_step;
 
@@ -260,7 +257,7 @@ typedef struct {
     bool metrics_open;
     bool cuda;         /* training.device = cuda */
     int device;        /* its CUDA device (the node-local rank modulo the visible GPUs) */
-    bool host_stale;   /* the whole-step program holds newer state than params/exp_avg/exp_avg_sq */
+    bool host_stale;   /* the step's executor holds newer state than params/exp_avg/exp_avg_sq */
     double setup_s[3]; /* seconds: graphs built, parameters initialised, step programs built */
     double end_s[2];   /* seconds: the parameters back to the host, their final hash */
     gt_pending_step pending;
@@ -327,21 +324,42 @@ void gt_trainer_snapshot_prepare(gt_trainer *t);
  * the warm-up step (pinning stalls the CUDA calls of the step loop while it runs: a step of 8B
  * took 10.3 s instead of 1.3). */
 void gt_trainer_snapshot_wait(gt_trainer *t);
-#ifdef GT_HAVE_CUDA
-/* The state from the host tensors into the step program's inputs on the device (resumed: all but
- * the checkpoint's tensors, which the resume read there, and the gradient sums); the host copy is
- * stale from then on. */
+/* The state from the host tensors into the step executor's inputs (the device's, or eager's and
+ * the CPU program's), before its first run (trainer_state.c; resumed: all but the checkpoint's
+ * tensors, which the resume read there, and the gradient sums). On a device (GT_EXEC_CAP_DEVICE)
+ * fresh moments and the sums are zeroed there and parameters left pending are drawn there; the host
+ * copy is stale from then on. */
 gt_status gt_trainer_state_to_device(gt_trainer *t, bool resumed, gt_error *err);
-#endif
+/* The state in the step's executor rather than in the host tensors: a device's (checkpoints then
+ * read and write it there, through pinned buffers). */
+static inline bool gt_trainer_state_on_device(const gt_trainer *t)
+{
+    return (gt_executor_caps(t->whole.ex) & GT_EXEC_CAP_DEVICE) != 0;
+}
 /* Sets resume_step: the latest (or the configured) checkpoint in ckpt_folder, chosen by rank 0
  * and shared, or GT_CHECKPOINT_NONE when there is none. Before the state is allocated, so that a
  * resumed run does not draw parameters the checkpoint replaces. */
 gt_status gt_trainer_pick_resume(gt_trainer *t, gt_error *err);
 /* Loads checkpoint resume_step into the state if there is one; *step = its step or 0. */
 gt_status gt_trainer_resume(gt_trainer *t, int64_t *step, gt_error *err);
-/* Refreshes the host state from the step's program: params (and buffers), and unless params_only
- * the optimizer's moments (trainer.c). */
+/* Refreshes the host state from the step's executor: params, and unless params_only the
+ * optimizer's moments (trainer_state.c). */
 gt_status gt_trainer_state_to_host(gt_trainer *t, bool params_only, gt_error *err);
 void gt_trainer_refresh_ckpt_tensors(gt_trainer *t);
+/* The model's parameter count (elements of every parameter, whole). */
+int64_t gt_trainer_param_count(const gt_trainer *t);
+/* The final parameters' hash, the same figure whatever the layout (a collective over the world). */
+gt_status gt_trainer_params_hash(gt_trainer *t, uint64_t *hash, gt_error *err);
+/* Frees the state: params, moments, sums, boxes, checkpoint names, the scalars. */
+void gt_trainer_state_free(gt_trainer *t);
+/* Frees everything the trainer holds (trainer.c). */
+void gt_trainer_teardown(gt_trainer *t);
+
+/* The data feed (trainer_data.c): the dataset and its loader (every rank reads the whole global
+ * batch: the loader sees one rank); the next micro-batch's tokens and labels, this rank's rows of
+ * it; freeing both. */
+gt_status gt_trainer_open_data(gt_trainer *t, gt_error *err);
+gt_status gt_trainer_next_batch(gt_trainer *t, gt_error *err);
+void gt_trainer_data_free(gt_trainer *t);
 
 #endif

@@ -279,39 +279,32 @@ gt_status gt_train_share_slots(gt_train_dist *d, uint64_t *v, int64_t n, gt_erro
 
 /* ---------------------------------------------------------------- schedule check */
 
-gt_status gt_train_check_schedule(gt_train_dist *d, const gt_config *cfg, const gt_graph *g,
-                                  gt_program *prog, const gt_program *lowered, gt_error *err)
+gt_status gt_train_check_schedule(gt_train_dist *d, const gt_config *cfg, gt_executor *ex,
+                                  gt_error *err)
 {
     if (!gt_train_dist_multi(d)) return GT_OK;
     gt_comm_sched_entry *entries = NULL;
     int64_t count = 0;
     gt_status st = GT_OK;
     bool drop = cfg->debug.test_drop_collective_rank == d->rank;
-    if (drop && prog) {
+    if (drop && (gt_executor_caps(ex) & GT_EXEC_CAP_DROP_COLLECTIVE)) {
         gt_log(GT_LOG_WARN,
                "debug.test_drop_collective_rank: rank %d drops its first "
                "collective (a test of the schedule check)",
                d->rank);
-        st = gt_program_drop_collective(prog, 0, err);
+        st = gt_executor_drop_collective(ex, 0, err);
     } else if (drop) {
         st = gt_error_set(err, GT_ERR_INVALID,
                           "debug.test_drop_collective_rank needs the CPU program (compile.enable "
                           "= true, device cpu): it drops a collective of the compiled program");
     }
-    if (st == GT_OK && lowered) {
+    if (st == GT_OK) {
         /* symmetric windows: every rank's buffers must lie at the same offsets */
         bool place = d->nccl_buffers_known && d->nccl_buffers == GT_NCCL_BUFFERS_SYMMETRIC;
-        int32_t n = gt_program_collectives(lowered, place, NULL, 0);
-        entries = gt_xcalloc((size_t)n + 1, sizeof *entries);
-        count = gt_program_collectives(lowered, place, entries, n);
-    } else if (st == GT_OK) {
-        gt_sym_binding_entry be[GT_TRAIN_BINDING_MAX];
-        gt_sym_binding b;
-        gt_train_binding(cfg, &d->layout, be, &b);
         int32_t n = 0;
-        st = gt_graph_collectives(g, &b, NULL, 0, &n, err);
+        st = gt_executor_collectives(ex, place, NULL, 0, &n, err);
         entries = gt_xcalloc((size_t)n + 1, sizeof *entries);
-        if (st == GT_OK) st = gt_graph_collectives(g, &b, entries, n, &n, err);
+        if (st == GT_OK) st = gt_executor_collectives(ex, place, entries, n, &n, err);
         count = n;
     }
     /* a local failure above must not leave the others waiting in the check's exchange */

@@ -1,0 +1,134 @@
+/* trainer_data.c — the trainer's data feed: the dataset opened (synthetic, a token shard, or text
+ * tokenized in memory) behind one loader, and each micro-batch's tokens and labels cut from the
+ * global batch the loader reads (every rank reads the whole global batch and keeps its rows). */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "graphtrain/gt_data.h"
+#include "graphtrain/gt_train.h"
+#include "train_internal.h"
+
+/* ---------------------------------------------------------------- files */
+
+char *gt_train_join_path(const char *dir, const char *name)
+{
+    return name[0] == '/' || !dir[0] ? gt_xstrdup(name) : gt_path_join(dir, name);
+}
+
+gt_status gt_train_read_file(const char *path, char **buf, size_t *len, gt_error *err)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) return gt_error_set(err, GT_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    char *b = NULL;
+    size_t n = 0, cap = 0;
+    for (;;) {
+        if (n == cap) {
+            cap = cap ? 2 * cap : 1 << 16;
+            char *nb = realloc(b, cap);
+            if (!nb) {
+                free(b);
+                fclose(f);
+                return gt_error_set(err, GT_ERR_NOMEM, "%s: cannot hold %zu bytes", path, cap);
+            }
+            b = nb;
+        }
+        size_t got = fread(b + n, 1, cap - n, f);
+        n += got;
+        if (got == 0) break;
+    }
+    bool failed = ferror(f);
+    fclose(f);
+    if (failed) {
+        free(b);
+        return gt_error_set(err, GT_ERR_IO, "%s: read failed", path);
+    }
+    *buf = b;
+    *len = n;
+    return GT_OK;
+}
+
+/* ---------------------------------------------------------------- the feed */
+
+gt_status gt_trainer_open_data(gt_trainer *t, gt_error *err)
+{
+    const gt_cfg_training *tr = &t->cfg->training;
+    /* every rank reads the whole global batch (and keeps its rows): the loader sees one rank */
+    gt_loader_config lc = {.seq_len = tr->seq_len,
+                           .local_batch = t->global_batch,
+                           .dp_rank = 0,
+                           .dp_degree = 1,
+                           .shuffle = false,
+                           .seed = (uint64_t)t->cfg->debug.seed};
+    if (tr->dataset == GT_CFG_DATASET_SYNTHETIC) {
+        gt_synthetic_config sc;
+        gt_synthetic_config_default(&sc);
+        sc.vocab_size = (int32_t)t->model_info.vocab_size;
+        GT_TRY(gt_synthetic_create(&sc, &t->synthetic, err));
+        return gt_loader_create_synthetic(&lc, t->synthetic, &t->loader, err);
+    }
+    if (!tr->dataset_path[0])
+        return gt_error_set(err, GT_ERR_INVALID, "training.dataset_path: dataset '%s' needs a path",
+                            tr->dataset == GT_CFG_DATASET_TOKENS ? "tokens" : "text");
+    if (tr->dataset == GT_CFG_DATASET_TOKENS) {
+        GT_TRY(gt_token_shard_open(tr->dataset_path, &t->shard, err));
+        t->shard_open = true;
+        if (t->shard.vocab_size > (uint32_t)t->model_info.vocab_size)
+            return gt_error_set(
+                err, GT_ERR_INVALID,
+                "%s: token ids go up to vocab size %u, the model's vocabulary is %lld",
+                tr->dataset_path, t->shard.vocab_size, (long long)t->model_info.vocab_size);
+        return gt_loader_create_shard(&lc, &t->shard, &t->loader, err);
+    }
+    /* text / jsonl: tokenize in memory */
+    char *tok_path = tr->tokenizer_path[0]
+                         ? gt_xstrdup(tr->tokenizer_path)
+                         : gt_train_join_path(t->cfg->model.hf_assets_path, "tokenizer.json");
+    gt_status st = gt_tokenizer_load(tok_path, &t->tokenizer, err);
+    free(tok_path);
+    if (st != GT_OK) return st;
+    if (gt_tokenizer_vocab_size(t->tokenizer) > t->model_info.vocab_size)
+        return gt_error_set(
+            err, GT_ERR_INVALID, "the tokenizer has %d tokens, the model's vocabulary is %lld",
+            gt_tokenizer_vocab_size(t->tokenizer), (long long)t->model_info.vocab_size);
+    gt_tokenize_options o;
+    gt_tokenize_options_default(&o);
+    o.format = tr->dataset == GT_CFG_DATASET_JSONL ? GT_TEXT_JSONL : GT_TEXT_PLAIN;
+    GT_TRY(gt_data_tokenize_file(t->tokenizer, tr->dataset_path, &o, &t->text_ids, NULL, err));
+    return gt_loader_create_tokens(&lc, t->text_ids.ids, t->text_ids.n, tr->dataset_path,
+                                   &t->loader, err);
+}
+
+gt_status gt_trainer_next_batch(gt_trainer *t, gt_error *err)
+{
+    GT_TRY(gt_loader_next(t->loader, t->window, err));
+    int64_t b = t->global_batch, s = t->cfg->training.seq_len;
+    if (!t->batch_tokens) {
+        gt_loader_split_batch(t->window, b, s, t->tokens.data, t->labels.data);
+        return GT_OK;
+    }
+    /* this rank's rows of the global batch */
+    gt_loader_split_batch(t->window, b, s, t->batch_tokens, t->batch_labels);
+    int64_t shape[2] = {b, s};
+    gt_tensor all_tokens, all_labels;
+    gt_tensor_wrap(&all_tokens, GT_I64, 2, shape, t->batch_tokens);
+    gt_tensor_wrap(&all_labels, GT_I64, 2, shape, t->batch_labels);
+    gt_shard_slice(&t->batch_box, &all_tokens, &t->tokens);
+    gt_shard_slice(&t->batch_box, &all_labels, &t->labels);
+    return GT_OK;
+}
+
+void gt_trainer_data_free(gt_trainer *t)
+{
+    free(t->batch_tokens);
+    free(t->batch_labels);
+    gt_tensor_free(&t->tokens);
+    gt_tensor_free(&t->labels);
+    free(t->window);
+    gt_loader_free(t->loader);
+    gt_synthetic_free(t->synthetic);
+    gt_tokenizer_free(t->tokenizer);
+    gt_token_ids_free(&t->text_ids);
+    if (t->shard_open) gt_token_shard_close(&t->shard);
+}
