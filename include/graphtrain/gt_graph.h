@@ -274,6 +274,18 @@ gt_value_id gt_graph_add_node(gt_graph *g, gt_op op, const gt_value_id *in, int 
                               const gt_attrs *attrs, gt_value_id *outs);
 
 /* Builder metadata */
+/* What the builder stamps on the next node (module path, phase, origin, unit): code that adds
+ * nodes on another's behalf (autodiff, the optimizer, passes) saves it and restores it after. */
+typedef struct {
+    gt_str fqn;
+    gt_phase phase;
+    gt_node_id origin;
+    int32_t unit;
+} gt_builder_state;
+gt_builder_state gt_graph_builder_save(const gt_graph *g);
+void gt_graph_builder_restore(gt_graph *g, gt_builder_state s);
+/* "node %12 matmul at layers.0.attention.wq" (the fqn omitted when empty), for messages. */
+void gt_graph_node_label(const gt_graph *g, gt_node_id n, char *buf, size_t len);
 void gt_graph_set_fqn(gt_graph *g, const char *fqn); /* NULL or "" clears */
 void gt_graph_set_unit(gt_graph *g, int32_t unit);   /* GT_UNIT_* or a block index */
 void gt_graph_add_tag(gt_graph *g, gt_node_id n, const char *tag);

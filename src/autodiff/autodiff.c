@@ -29,43 +29,12 @@ static const gt_grad_rule gt_grad_rules[GT_OP_COUNT] = {
 #undef X
 };
 
-typedef struct {
-    gt_str fqn;
-    gt_phase phase;
-    gt_node_id origin;
-    int32_t unit;
-} builder_state;
-
-static builder_state save_builder(const gt_graph *g)
-{
-    return (builder_state){g->cur_fqn, g->cur_phase, g->cur_origin, g->cur_unit};
-}
-
-static void restore_builder(gt_graph *g, builder_state s)
-{
-    g->cur_fqn = s.fqn;
-    g->cur_phase = s.phase;
-    g->cur_origin = s.origin;
-    g->cur_unit = s.unit;
-}
-
-/* "node %12 matmul at layers.0.attention.wq" (node index, as gt_eager_run names nodes) */
-static void node_label(const gt_graph *g, gt_node_id n, char *buf, size_t len)
-{
-    const gt_node *nd = &g->nodes[n];
-    const char *fqn = gt_graph_str(g, nd->fqn);
-    if (fqn && fqn[0])
-        snprintf(buf, len, "node %%%d %s at %s", n, gt_op_get(nd->op)->name, fqn);
-    else
-        snprintf(buf, len, "node %%%d %s", n, gt_op_get(nd->op)->name);
-}
-
 /* Takes the builder's sticky error (if any) into err, naming the node whose rule caused it. */
 static gt_status take_builder_error(gt_graph *g, gt_node_id n, gt_error *err)
 {
     if (g->err.code == GT_OK) return GT_OK;
     char label[256];
-    node_label(g, n, label, sizeof label);
+    gt_graph_node_label(g, n, label, sizeof label);
     gt_status code =
         gt_error_set(err, g->err.code, "autodiff: gradient of %s: %s", label, g->err.msg);
     gt_error_clear(&g->err);
@@ -165,7 +134,7 @@ static gt_status check_grad_type(gt_graph *g, gt_node_id n, int slot, gt_value_i
     const gt_type *got = gt_value_type(g, d);
     if (gt_grad_same_type(want, got)) return GT_OK;
     char label[256], tw[160], tg[160];
-    node_label(g, n, label, sizeof label);
+    gt_graph_node_label(g, n, label, sizeof label);
     gt_graph_format_type(g, want, tw, sizeof tw);
     gt_graph_format_type(g, got, tg, sizeof tg);
     return gt_error_set(err, GT_ERR_INTERNAL,
@@ -209,7 +178,7 @@ static gt_status backward_walk(gt_graph *g, gt_value_id loss, const uint8_t *act
         gt_status st = gt_grad_rules[nd.op](g, k, dout, din, err);
         if (st != GT_OK) {
             char label[256];
-            node_label(g, k, label, sizeof label);
+            gt_graph_node_label(g, k, label, sizeof label);
             gt_error_wrap(err, "autodiff: gradient of %s", label);
             gt_error_clear(&g->err);
             return st;
@@ -258,7 +227,7 @@ gt_status gt_autodiff_wrt(gt_graph *g, gt_value_id loss, int n, const gt_value_i
     for (int i = 0; i < n; i++)
         grads[i] = GT_NONE;
 
-    builder_state saved = save_builder(g);
+    gt_builder_state saved = gt_graph_builder_save(g);
     gt_status st = GT_OK;
     if (active[loss]) st = backward_walk(g, loss, active, n_fwd_nodes, grad, err);
     if (st == GT_OK)
@@ -267,7 +236,7 @@ gt_status gt_autodiff_wrt(gt_graph *g, gt_value_id loss, int n, const gt_value_i
     /* On failure every appended node is dead (grads all GT_NONE), so pruning drops them all and
      * the graph is left as it came. */
     prune_backward(g, n_fwd_nodes, n_fwd_values, n, grads);
-    restore_builder(g, saved);
+    gt_graph_builder_restore(g, saved);
     free(grad);
     free(active);
     return st;
@@ -301,7 +270,7 @@ gt_status gt_autodiff(gt_graph *g, gt_error *err)
     }
 
     gt_status st = gt_autodiff_wrt(g, loss, n_params, wrt, grads, err);
-    builder_state saved = save_builder(g);
+    gt_builder_state saved = gt_graph_builder_save(g);
     for (int i = 0; st == GT_OK && i < n_params; i++) {
         if (grads[i] == GT_NONE) {
             /* The loss does not depend on this param: its gradient is exactly zero. */
@@ -323,7 +292,7 @@ gt_status gt_autodiff(gt_graph *g, gt_error *err)
         gt_graph_add_output(g, GT_OUT_GRAD, name, grads[i]);
         free(name);
     }
-    restore_builder(g, saved);
+    gt_graph_builder_restore(g, saved);
     free(fqns);
     free(grads);
     free(wrt);

@@ -349,6 +349,29 @@ void gt_graph_set_fqn(gt_graph *g, const char *fqn)
     g->cur_fqn = (fqn && fqn[0]) ? gt_graph_intern(g, fqn) : 0;
 }
 
+gt_builder_state gt_graph_builder_save(const gt_graph *g)
+{
+    return (gt_builder_state){g->cur_fqn, g->cur_phase, g->cur_origin, g->cur_unit};
+}
+
+void gt_graph_builder_restore(gt_graph *g, gt_builder_state s)
+{
+    g->cur_fqn = s.fqn;
+    g->cur_phase = s.phase;
+    g->cur_origin = s.origin;
+    g->cur_unit = s.unit;
+}
+
+void gt_graph_node_label(const gt_graph *g, gt_node_id n, char *buf, size_t len)
+{
+    const gt_node *nd = &g->nodes[n];
+    const char *fqn = gt_graph_str(g, nd->fqn);
+    if (fqn && fqn[0])
+        snprintf(buf, len, "node %%%d %s at %s", n, gt_op_get(nd->op)->name, fqn);
+    else
+        snprintf(buf, len, "node %%%d %s", n, gt_op_get(nd->op)->name);
+}
+
 void gt_graph_set_unit(gt_graph *g, int32_t unit)
 {
     g->cur_unit = unit;

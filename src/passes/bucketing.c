@@ -318,10 +318,7 @@ static gt_status emit_bucket(round_state *s, const member *m, int32_t count, int
         total += m[i].numel;
     char fqn[256], tag[96];
     bucket_names(g, m, count, piece, fqn, sizeof fqn, tag, sizeof tag);
-    gt_str saved_fqn = g->cur_fqn;
-    gt_phase saved_phase = g->cur_phase;
-    gt_node_id saved_origin = g->cur_origin;
-    int32_t saved_unit = g->cur_unit;
+    gt_builder_state saved = gt_graph_builder_save(g);
     g->cur_phase = (gt_phase)m[0].phase;
     g->cur_unit = (int32_t)m[0].bucket; /* every member's unit */
     gt_status st = GT_OK;
@@ -437,10 +434,7 @@ static gt_status emit_bucket(round_state *s, const member *m, int32_t count, int
         s->dead[m[i].wait] = 1;
     }
     if (st == GT_OK) key_new_nodes(s, from, at_wait);
-    g->cur_fqn = saved_fqn;
-    g->cur_phase = saved_phase;
-    g->cur_origin = saved_origin;
-    g->cur_unit = saved_unit;
+    gt_graph_builder_restore(g, saved);
     return st;
 }
 

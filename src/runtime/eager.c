@@ -31,17 +31,6 @@ typedef struct {
     uint8_t *is_output;
 } eager_state;
 
-/* "node %12 embedding at tok_embeddings" (fqn omitted when empty). */
-static void node_label(const gt_graph *g, gt_node_id n, char *buf, size_t len)
-{
-    const gt_node *nd = &g->nodes[n];
-    const char *fqn = gt_graph_str(g, nd->fqn);
-    if (fqn && fqn[0])
-        snprintf(buf, len, "node %%%d %s at %s", n, gt_op_get(nd->op)->name, fqn);
-    else
-        snprintf(buf, len, "node %%%d %s", n, gt_op_get(nd->op)->name);
-}
-
 static void format_dims(const int64_t *shape, int ndim, gt_dtype dt, char *buf, size_t len)
 {
     gt_tensor t = {.dtype = dt, .ndim = ndim};
@@ -153,8 +142,7 @@ static gt_status run_node(eager_state *s, gt_node_id n, const gt_sym_binding *bi
 
 /* outputs[k] <- value of g->outputs[k]: moved when this is the last slot naming an owned value.
  * A run of the micro-batch part leaves the outputs it does not compute empty. */
-static gt_status hand_outputs(eager_state *s, gt_run_part part, gt_tensor *outputs,
-                              gt_error *err)
+static gt_status hand_outputs(eager_state *s, gt_run_part part, gt_tensor *outputs, gt_error *err)
 {
     const gt_graph *g = s->g;
     for (int32_t k = 0; k < g->n_outputs; k++) {
@@ -247,7 +235,7 @@ gt_status gt_eager_run_part(const gt_graph *g, const gt_sym_binding *binding,
         st = run_node(&s, n, binding, err);
         if (st != GT_OK) {
             char label[256];
-            node_label(g, n, label, sizeof label);
+            gt_graph_node_label(g, n, label, sizeof label);
             gt_error_wrap(err, "%s", label);
         }
     }

@@ -124,27 +124,17 @@ static gt_status check_config(const gt_adamw_config *cfg, gt_error *err)
 }
 
 /* Saved builder metadata, restored on every exit. */
-typedef struct {
-    gt_str fqn;
-    gt_phase phase;
-    gt_node_id origin;
-    int32_t unit;
-} builder_state;
-
-static builder_state builder_enter(gt_graph *g, gt_phase phase)
+static gt_builder_state builder_enter(gt_graph *g, gt_phase phase)
 {
-    builder_state s = {g->cur_fqn, g->cur_phase, g->cur_origin, g->cur_unit};
+    gt_builder_state s = gt_graph_builder_save(g);
     g->cur_phase = phase;
     g->cur_origin = GT_NONE;
     return s;
 }
 
-static gt_status builder_leave(gt_graph *g, builder_state s, const char *who, gt_error *err)
+static gt_status builder_leave(gt_graph *g, gt_builder_state s, const char *who, gt_error *err)
 {
-    g->cur_fqn = s.fqn;
-    g->cur_phase = s.phase;
-    g->cur_origin = s.origin;
-    g->cur_unit = s.unit;
+    gt_graph_builder_restore(g, s);
     if (g->err.code == GT_OK) return GT_OK;
     gt_error_set(err, g->err.code, "%s", g->err.msg);
     return gt_error_wrap(err, "%s", who);
@@ -264,7 +254,7 @@ gt_status gt_optim_append_adamw(gt_graph *g, int n, const gt_value_id *params,
     gt_value_id scalars =
         gt_graph_add_input(g, GT_IN_INPUT, GT_OPTIM_SCALARS_NAME, GT_F32, 1, &three);
 
-    builder_state saved = builder_enter(g, GT_PHASE_OPTIMIZER);
+    gt_builder_state saved = builder_enter(g, GT_PHASE_OPTIMIZER);
     gt_value_id clip = GT_NONE;
     gt_value_id total = clip_coefficient(g, n, grads, cfg->norm_groups, cfg->max_norm, &clip);
     gt_graph_add_output(g, GT_OUT_METRIC, GT_OPTIM_GRAD_NORM_NAME, total);
@@ -307,7 +297,7 @@ gt_status gt_optim_append_grad_accum(gt_graph *g, int n, const gt_value_id *para
         return gt_error_set(err, g->err.code, "%s: the graph already carries an error: %s", who,
                             g->err.msg);
     GT_TRY(check_pairs(g, n, params, grads, who, err));
-    builder_state saved = builder_enter(g, GT_PHASE_BACKWARD);
+    gt_builder_state saved = builder_enter(g, GT_PHASE_BACKWARD);
     for (int k = 0; k < n; k++) {
         char fqn[GT_OPTIM_NAME_MAX], name[GT_OPTIM_NAME_MAX + 32];
         snprintf(fqn, sizeof fqn, "%s",
