@@ -93,6 +93,13 @@ static inline int64_t gt_cpu_index_at(const gt_tensor *t, int64_t i)
                               : ((const int64_t *)t->data)[i];
 }
 
+/* The embedding gradients (cpu_util.c), call c = (ids, dy) -> dw [rows, d]: dw = 0, then
+ * dw[id - start] += dy[p] for every token p in order whose id lies in [start, start + rows), in
+ * f32. all_in_range: an id outside [0, rows) is an error (embedding_backward) rather than skipped
+ * (embedding_shard_backward, whose other ids are other ranks' rows). */
+gt_status gt_cpu_embedding_scatter(const gt_kernel_call *c, int64_t start, bool all_in_range,
+                                   gt_error *err);
+
 /* ---------------------------------------------------------------- strided iteration (cpu_iter.c)
  *
  * Walks a row-major index space `shape` with up to GT_CPU_ITER_MAX operands, each with its own

@@ -228,28 +228,5 @@ gt_status gt_cpu_embedding(const gt_kernel_call *c, gt_error *err)
 
 gt_status gt_cpu_embedding_backward(const gt_kernel_call *c, gt_error *err)
 {
-    const gt_tensor *ids = c->in[0], *dy = c->in[1];
-    gt_tensor *dw = c->out[0];
-    GT_TRY(gt_cpu_want_f32(c, dy, "dy", err));
-    GT_TRY(gt_cpu_want_f32(c, dw, "dw", err));
-    GT_TRY(gt_kernel_want_embedding_backward(c, err));
-    int64_t vocab = dw->shape[0], d = dw->shape[1];
-    int64_t n = gt_tensor_numel(ids);
-    for (int64_t p = 0; p < n; p++) {
-        int64_t id = gt_cpu_index_at(ids, p);
-        if (id < 0 || id >= vocab)
-            return gt_error_set(err, GT_ERR_INVALID,
-                                "embedding_backward: id %lld at position %lld is outside [0, %lld)",
-                                (long long)id, (long long)p, (long long)vocab);
-    }
-    float *g = dw->data;
-    if (vocab * d > 0) memset(g, 0, (size_t)(vocab * d) * sizeof *g);
-    const float *src = dy->data;
-    for (int64_t p = 0; p < n; p++) {
-        float *dst = g + gt_cpu_index_at(ids, p) * d;
-        const float *r = src + p * d;
-        for (int64_t j = 0; j < d; j++)
-            dst[j] += r[j];
-    }
-    return GT_OK;
+    return gt_cpu_embedding_scatter(c, 0, true, err);
 }

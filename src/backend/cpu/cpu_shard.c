@@ -39,26 +39,8 @@ gt_status gt_cpu_embedding_shard(const gt_kernel_call *c, gt_error *err)
 
 gt_status gt_cpu_embedding_shard_backward(const gt_kernel_call *c, gt_error *err)
 {
-    const gt_tensor *ids = c->in[0], *dy = c->in[1];
-    gt_tensor *dw = c->out[0];
-    GT_TRY(gt_cpu_want_f32(c, dy, "dy", err));
-    GT_TRY(gt_cpu_want_f32(c, dw, "dw", err));
-    GT_TRY(gt_kernel_want_embedding_backward(c, err));
-    int64_t vl = dw->shape[0], d = dw->shape[1], start = c->e[1];
-    /* dw[id - start] += dy[p] over the tokens p in order whose id is one of this rank's rows. */
-    float *g = dw->data;
-    if (vl * d > 0) memset(g, 0, (size_t)(vl * d) * sizeof *g);
-    const float *src = dy->data;
-    int64_t n = gt_tensor_numel(ids);
-    for (int64_t p = 0; p < n; p++) {
-        int64_t local = gt_cpu_index_at(ids, p) - start;
-        if (local < 0 || local >= vl) continue;
-        float *dst = g + local * d;
-        const float *r = src + p * d;
-        for (int64_t j = 0; j < d; j++)
-            dst[j] += r[j];
-    }
-    return GT_OK;
+    /* dw[id - start] += dy[p] over the tokens p in order whose id is one of this rank's rows */
+    return gt_cpu_embedding_scatter(c, c->e[1], false, err);
 }
 
 /* log(sum_j exp(x_j)) = m + log(sum_j exp(x_j - m)), m = max_j x_j, the sum in double. A row of

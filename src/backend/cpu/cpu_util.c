@@ -134,3 +134,33 @@ gt_status gt_cpu_sum_strided(const gt_kernel_call *c, const gt_tensor *x, const 
     free(acc);
     return GT_OK;
 }
+
+gt_status gt_cpu_embedding_scatter(const gt_kernel_call *c, int64_t start, bool all_in_range,
+                                   gt_error *err)
+{
+    const gt_tensor *ids = c->in[0], *dy = c->in[1];
+    gt_tensor *dw = c->out[0];
+    GT_TRY(gt_cpu_want_f32(c, dy, "dy", err));
+    GT_TRY(gt_cpu_want_f32(c, dw, "dw", err));
+    GT_TRY(gt_kernel_want_embedding_backward(c, err));
+    int64_t rows = dw->shape[0], d = dw->shape[1], n = gt_tensor_numel(ids);
+    for (int64_t p = 0; all_in_range && p < n; p++) {
+        int64_t id = gt_cpu_index_at(ids, p);
+        if (id < 0 || id >= rows)
+            return gt_error_set(err, GT_ERR_INVALID,
+                                "embedding_backward: id %lld at position %lld is outside [0, %lld)",
+                                (long long)id, (long long)p, (long long)rows);
+    }
+    float *g = dw->data;
+    const float *src = dy->data;
+    if (rows * d > 0) memset(g, 0, (size_t)(rows * d) * sizeof *g);
+    for (int64_t p = 0; p < n; p++) {
+        int64_t local = gt_cpu_index_at(ids, p) - start;
+        if (local < 0 || local >= rows) continue;
+        float *dst = g + local * d;
+        const float *r = src + p * d;
+        for (int64_t j = 0; j < d; j++)
+            dst[j] += r[j];
+    }
+    return GT_OK;
+}
