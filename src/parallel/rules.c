@@ -239,16 +239,21 @@ static gt_status gt_rule_max_backward(gt_shard_ctx *c, gt_error *err)
 
 /* ---------------------------------------------------------------- layout ops */
 
+/* A layout op whose input is replicated or partial keeps that placement (true: c->out set). */
+static bool gt_rule_unsharded(gt_shard_ctx *c)
+{
+    if (gt_is_s(c->in[0])) return false;
+    c->out[0] = c->in[0];
+    return true;
+}
+
 /* broadcast_to: new leading dims shift the shard; a dim broadcast from size 1 cannot be split
  * (never the case for a shard: 1 does not divide). Linear: P stays P. */
 static gt_status gt_rule_broadcast_to(gt_shard_ctx *c, gt_error *err)
 {
     (void)err;
+    if (gt_rule_unsharded(c)) return GT_OK;
     gt_placement x = c->in[0];
-    if (!gt_is_s(x)) {
-        c->out[0] = x;
-        return GT_OK;
-    }
     const gt_type *ti = gt_rule_in_type(c, 0), *to = gt_rule_out_type(c, 0);
     int off = to->ndim - ti->ndim;
     if (ti->dims[x.dim] != to->dims[x.dim + off]) return gt_rule_gather_all(c);
@@ -267,11 +272,8 @@ static gt_status gt_rule_broadcast_to(gt_shard_ctx *c, gt_error *err)
 static gt_status gt_rule_reshape(gt_shard_ctx *c, gt_error *err)
 {
     (void)err;
+    if (gt_rule_unsharded(c)) return GT_OK;
     gt_placement x = c->in[0];
-    if (!gt_is_s(x)) {
-        c->out[0] = x;
-        return GT_OK;
-    }
     const gt_type *ti = gt_rule_in_type(c, 0), *to = gt_rule_out_type(c, 0);
     int ri = ti->ndim, ro = to->ndim, d = x.dim;
     gt_sym_pool *pool = gt_sym_pool_copy(c->g->sym);
