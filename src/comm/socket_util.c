@@ -13,7 +13,10 @@ int gt_socket_listen(int port, int backlog, char *why, size_t why_len)
         a6.sin6_family = AF_INET6;
         a6.sin6_addr = in6addr_any;
         a6.sin6_port = htons((uint16_t)port);
-        if (bind(fd, (struct sockaddr *)&a6, sizeof a6) == 0 && listen(fd, backlog) == 0) return fd;
+        if (bind(fd, (struct sockaddr *)&a6, sizeof a6) == 0 && listen(fd, backlog) == 0) {
+            set_nonblocking(fd);
+            return fd;
+        }
         close(fd);
     }
     fd = socket(AF_INET, SOCK_STREAM, 0);
@@ -33,6 +36,7 @@ int gt_socket_listen(int port, int backlog, char *why, size_t why_len)
         close(fd);
         return -1;
     }
+    set_nonblocking(fd);
     return fd;
 }
 

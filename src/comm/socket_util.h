@@ -111,8 +111,8 @@ static inline int gt_socket_accept(int lfd, double deadline)
     }
 }
 
-/* A listening socket on port (0: any free port) on every interface, with the given backlog: IPv6
- * dual-stack, or IPv4 when the host has no IPv6. -1 with why filled on failure. */
+/* A non-blocking listening socket on port (0: any free port) on every interface, with the given
+ * backlog: IPv6 dual-stack, or IPv4 when the host has no IPv6. -1 with why filled on failure. */
 int gt_socket_listen(int port, int backlog, char *why, size_t why_len);
 /* One non-blocking connect to any address of addr:port before the deadline; the socket is left
  * non-blocking. -1 with why filled when none answers. */

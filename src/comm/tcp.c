@@ -193,6 +193,24 @@ static gt_status exchange(gt_comm *c, uint32_t kind, const char *what, tc_part *
 
 /* ---------------------------------------------------------------- collectives */
 
+/* One b-byte block from every rank to every rank: rank i gets src + i * src_step and sends into
+ * recv + i * b; this rank's own block is copied locally. */
+static gt_status exchange_blocks(gt_comm *c, uint32_t kind, const char *what, tc_part *p,
+                                 const char *src, size_t src_step, char *recv, size_t b,
+                                 gt_error *err)
+{
+    int n = c->size, me = c->rank;
+    for (int i = 0; i < n; i++)
+        p[i] = (tc_part){.send = src + (size_t)i * src_step,
+                         .send_n = b,
+                         .has_send = true,
+                         .recv = recv + (size_t)i * b,
+                         .recv_n = b,
+                         .has_recv = true};
+    memcpy(recv + (size_t)me * b, src + (size_t)me * src_step, b);
+    return exchange(c, kind, what, p, err);
+}
+
 static gt_status tcp_start(gt_comm *c, gt_coll_kind kind, const gt_tensor *in, gt_tensor *out,
                            int root, gt_comm_request *req, gt_error *err)
 {
@@ -211,15 +229,7 @@ static gt_status tcp_start(gt_comm *c, gt_coll_kind kind, const gt_tensor *in, g
     switch (kind) {
     case GT_COLL_ALL_GATHER: {
         size_t b = gt_tensor_nbytes(in);
-        for (int i = 0; i < n; i++)
-            p[i] = (tc_part){.send = src,
-                             .send_n = b,
-                             .has_send = true,
-                             .recv = dst + (size_t)i * b,
-                             .recv_n = b,
-                             .has_recv = true};
-        memcpy(dst + (size_t)me * b, src, b);
-        st = exchange(c, (uint32_t)kind, what, p, err);
+        st = exchange_blocks(c, (uint32_t)kind, what, p, src, 0, dst, b, err);
         break;
     }
     case GT_COLL_GATHER: { /* every block to root alone */
@@ -249,15 +259,7 @@ static gt_status tcp_start(gt_comm *c, gt_coll_kind kind, const gt_tensor *in, g
     }
     case GT_COLL_ALL_TO_ALL: {
         size_t b = gt_tensor_nbytes(in) / (size_t)n;
-        for (int i = 0; i < n; i++)
-            p[i] = (tc_part){.send = src + (size_t)i * b,
-                             .send_n = b,
-                             .has_send = true,
-                             .recv = dst + (size_t)i * b,
-                             .recv_n = b,
-                             .has_recv = true};
-        memcpy(dst + (size_t)me * b, src + (size_t)me * b, b);
-        st = exchange(c, (uint32_t)kind, what, p, err);
+        st = exchange_blocks(c, (uint32_t)kind, what, p, src, b, dst, b, err);
         break;
     }
     case GT_COLL_REDUCE_SCATTER: {
@@ -265,15 +267,7 @@ static gt_status tcp_start(gt_comm *c, gt_coll_kind kind, const gt_tensor *in, g
          * Blocks are in the input dtype: out may be wider (f32 for bf16/f16, gt_comm.h). */
         size_t b = (size_t)gt_tensor_numel(out) * es;
         char *scratch = gt_xmalloc((size_t)n * b + 1);
-        for (int i = 0; i < n; i++)
-            p[i] = (tc_part){.send = src + (size_t)i * b,
-                             .send_n = b,
-                             .has_send = true,
-                             .recv = scratch + (size_t)i * b,
-                             .recv_n = b,
-                             .has_recv = true};
-        memcpy(scratch + (size_t)me * b, src + (size_t)me * b, b);
-        st = exchange(c, (uint32_t)kind, what, p, err);
+        st = exchange_blocks(c, (uint32_t)kind, what, p, src, b, scratch, b, err);
         if (st == GT_OK) {
             const void **blocks = gt_xmalloc(sizeof(void *) * (size_t)n);
             for (int i = 0; i < n; i++)

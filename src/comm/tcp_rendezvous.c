@@ -61,7 +61,6 @@ static gt_status rank0(int port, int size, const void *blob, size_t len, double 
     int lfd = gt_socket_listen(port, RV_MAX_PENDING, why, sizeof why);
     if (lfd < 0)
         return gt_error_set(err, GT_ERR_IO, "rank 0: TCP rendezvous: %s (MASTER_PORT)", why);
-    set_nonblocking(lfd);
     bool *seen = gt_xcalloc((size_t)size, sizeof *seen);
     int served = 0;
     gt_status st = GT_OK;

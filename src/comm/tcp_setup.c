@@ -138,7 +138,6 @@ static gt_status setup_rank0(int port, tcp_net *net, double deadline, double tim
     int lfd = gt_socket_listen(port, SOMAXCONN, why, sizeof why);
     if (lfd < 0)
         return gt_error_set(err, GT_ERR_IO, "rank 0: TCP communicator: %s (MASTER_PORT)", why);
-    set_nonblocking(lfd);
     int *ports = gt_xcalloc((size_t)size, sizeof *ports);
     char(*addrs)[TC_ADDR] = gt_xcalloc((size_t)size, TC_ADDR);
     char where[64];
@@ -174,7 +173,6 @@ static gt_status setup_peer(const char *addr, int port, tcp_net *net, double dea
     char why[160] = "no attempt";
     int lfd = gt_socket_listen(0, SOMAXCONN, why, sizeof why);
     if (lfd < 0) return gt_error_set(err, GT_ERR_IO, "rank %d: TCP communicator: %s", me, why);
-    set_nonblocking(lfd);
     gt_status st = GT_OK;
     net->fd[0] = connect_hello(addr, port, me, size, bound_port(lfd), deadline, why, sizeof why);
     if (net->fd[0] < 0) {

@@ -316,6 +316,21 @@ static gt_status parse_key(gt_toml_parser *p, key_path *k)
     }
 }
 
+/* A key and the character that must follow it (consumed); what says where that character
+ * belongs in the message when another one stands there. */
+static gt_status parse_key_then(gt_toml_parser *p, key_path *k, char want, const char *what)
+{
+    GT_TRY(parse_key(p, k));
+    if (peek(p, 0) != want) {
+        key_path_free(k);
+        char found[32];
+        gt_toml_describe_char(p, p->pos, found, sizeof found);
+        return gt_toml_fail_at(p, p->pos, "expected '%c' %s, found %s", want, what, found);
+    }
+    p->pos++;
+    return GT_OK;
+}
+
 /* Describes an existing entry for "already defined" messages. */
 static const char *entry_kind(const gt_toml_entry *e)
 {
@@ -336,6 +351,23 @@ static const char *entry_kind(const gt_toml_entry *e)
     return e->value->as.table.kind == KIND_INLINE ? "an inline table" : "a table";
 }
 
+/* Entry e (named name in messages), reached by key part part, must be a table that keys can still
+ * be added to: not a scalar or array, and not an inline table (closed by its braces). verb says
+ * what was being done to it. */
+static gt_status need_open_table(gt_toml_parser *p, const key_part *part, const gt_toml_entry *e,
+                                 const char *name, const char *verb)
+{
+    if (e->value->type != GT_TOML_TABLE)
+        return gt_toml_fail_at(p, part->at,
+                               "cannot use '%s' as a table: it is already %s defined at line %d",
+                               name, entry_kind(e), e->line);
+    if (e->value->as.table.kind == KIND_INLINE)
+        return gt_toml_fail_at(p, part->at,
+                               "cannot %s '%s': it is an inline table defined at line %d", verb,
+                               name, e->line);
+    return GT_OK;
+}
+
 /* Inserts parts[0..n-1] = v into table t: parts before the last name (possibly new) sub-tables.
  * Takes ownership of v, also on failure. */
 static gt_status insert_keyval(gt_toml_parser *p, gt_toml_table *t, key_path *k, gt_toml_value *v)
@@ -352,23 +384,14 @@ static gt_status insert_keyval(gt_toml_parser *p, gt_toml_table *t, key_path *k,
             e = table_add(t, part->text, part->len, part->line, part->col, sub);
         } else {
             gt_toml_value *ev = e->value;
-            gt_status st = GT_OK;
-            if (ev->type != GT_TOML_TABLE)
-                st = gt_toml_fail_at(p, part->at,
-                                     "cannot use '%s' as a table: it is already %s defined "
-                                     "at line %d",
-                                     name, entry_kind(e), e->line);
-            else if (ev->as.table.kind == KIND_INLINE)
-                st = gt_toml_fail_at(p, part->at,
-                                     "cannot add keys to '%s': it is an inline table defined "
-                                     "at line %d",
-                                     name, e->line);
-            else if (ev->as.table.kind == KIND_HEADER)
+            gt_status st = need_open_table(p, part, e, name, "add keys to");
+            if (st == GT_OK && ev->as.table.kind == KIND_HEADER)
                 st = gt_toml_fail_at(p, part->at,
                                      "cannot add to table [%s] with a dotted key: it was "
                                      "defined by a [header] at line %d",
                                      name, e->line);
-            else if (ev->as.table.kind == KIND_DOTTED && ev->as.table.block != p->block)
+            else if (st == GT_OK && ev->as.table.kind == KIND_DOTTED &&
+                     ev->as.table.block != p->block)
                 st = gt_toml_fail_at(p, part->at,
                                      "cannot add keys to '%s' here: it was defined by dotted "
                                      "keys at line %d, in another table section",
@@ -567,15 +590,7 @@ static gt_status parse_header(gt_toml_parser *p, gt_toml_value *root, gt_toml_ta
     p->pos++;
     skip_ws(p);
     key_path k;
-    GT_TRY(parse_key(p, &k));
-    if (peek(p, 0) != ']') {
-        key_path_free(&k);
-        char found[32];
-        gt_toml_describe_char(p, p->pos, found, sizeof found);
-        return gt_toml_fail_at(p, p->pos, "expected ']' to close the table header, found %s",
-                               found);
-    }
-    p->pos++;
+    GT_TRY(parse_key_then(p, &k, ']', "to close the table header"));
     gt_toml_table *t = &root->as.table;
     char name[128];
     gt_status st = GT_OK;
@@ -592,17 +607,9 @@ static gt_status parse_header(gt_toml_parser *p, gt_toml_value *root, gt_toml_ta
         }
         key_for_message(part->text, part->len, name, sizeof name);
         gt_toml_value *ev = e->value;
-        if (ev->type != GT_TOML_TABLE)
-            st = gt_toml_fail_at(p, part->at,
-                                 "cannot use '%s' as a table: it is already %s defined at "
-                                 "line %d",
-                                 name, entry_kind(e), e->line);
-        else if (ev->as.table.kind == KIND_INLINE)
-            st = gt_toml_fail_at(p, part->at,
-                                 "cannot extend '%s': it is an inline table defined at line "
-                                 "%d",
-                                 name, e->line);
-        else if (last && ev->as.table.kind == KIND_HEADER)
+        st = need_open_table(p, part, e, name, "extend");
+        if (st != GT_OK) break;
+        if (last && ev->as.table.kind == KIND_HEADER)
             st = gt_toml_fail_at(p, start, "table [%s] is defined twice (first at line %d)", name,
                                  e->line);
         else if (last && ev->as.table.kind == KIND_DOTTED)
@@ -626,14 +633,7 @@ static gt_status parse_header(gt_toml_parser *p, gt_toml_value *root, gt_toml_ta
 static gt_status parse_keyval(gt_toml_parser *p, gt_toml_table *table)
 {
     key_path k;
-    GT_TRY(parse_key(p, &k));
-    if (peek(p, 0) != '=') {
-        key_path_free(&k);
-        char found[32];
-        gt_toml_describe_char(p, p->pos, found, sizeof found);
-        return gt_toml_fail_at(p, p->pos, "expected '=' after key, found %s", found);
-    }
-    p->pos++;
+    GT_TRY(parse_key_then(p, &k, '=', "after key"));
     skip_ws(p);
     gt_toml_value *v;
     gt_status st = parse_value(p, &v);

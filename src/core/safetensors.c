@@ -119,6 +119,17 @@ static gt_status st_parse_metadata(const char *file, const json_t *meta, gt_safe
     return GT_OK;
 }
 
+/* Field key of tensor name's header entry v: a format error when it is missing. */
+static gt_status st_entry_field(const char *file, const char *name, const json_t *v,
+                                const char *key, const json_t **out, gt_error *err)
+{
+    *out = json_object_get(v, key);
+    if (!*out)
+        return gt_error_set(err, GT_ERR_FORMAT, "%s: tensor " ST_NAME_FMT ": missing \"%s\"", file,
+                            name, key);
+    return GT_OK;
+}
+
 /* Fills e from one header entry; data_len bounds the offsets. */
 static gt_status st_parse_entry(const char *file, const char *name, const json_t *v,
                                 uint64_t data_len, gt_st_entry *e, gt_error *err)
@@ -127,10 +138,8 @@ static gt_status st_parse_entry(const char *file, const char *name, const json_t
         return gt_error_set(err, GT_ERR_FORMAT,
                             "%s: tensor " ST_NAME_FMT ": entry must be a JSON object", file, name);
 
-    const json_t *dtype = json_object_get(v, "dtype");
-    if (!dtype)
-        return gt_error_set(err, GT_ERR_FORMAT, "%s: tensor " ST_NAME_FMT ": missing \"dtype\"",
-                            file, name);
+    const json_t *dtype, *shape, *offsets;
+    GT_TRY(st_entry_field(file, name, v, "dtype", &dtype, err));
     if (!json_is_string(dtype))
         return gt_error_set(err, GT_ERR_FORMAT,
                             "%s: tensor " ST_NAME_FMT ": \"dtype\" must be a string", file, name);
@@ -140,10 +149,7 @@ static gt_status st_parse_entry(const char *file, const char *name, const json_t
                             "F32, BF16, F16, I32, I64 or BOOL)",
                             file, name, json_string_value(dtype));
 
-    const json_t *shape = json_object_get(v, "shape");
-    if (!shape)
-        return gt_error_set(err, GT_ERR_FORMAT, "%s: tensor " ST_NAME_FMT ": missing \"shape\"",
-                            file, name);
+    GT_TRY(st_entry_field(file, name, v, "shape", &shape, err));
     if (!json_is_array(shape))
         return gt_error_set(err, GT_ERR_FORMAT,
                             "%s: tensor " ST_NAME_FMT ": \"shape\" must be an array of integers",
@@ -176,10 +182,7 @@ static gt_status st_parse_entry(const char *file, const char *name, const json_t
                             "fit in 64 bits)",
                             file, name);
 
-    const json_t *offsets = json_object_get(v, "data_offsets");
-    if (!offsets)
-        return gt_error_set(err, GT_ERR_FORMAT,
-                            "%s: tensor " ST_NAME_FMT ": missing \"data_offsets\"", file, name);
+    GT_TRY(st_entry_field(file, name, v, "data_offsets", &offsets, err));
     if (!json_is_array(offsets) || json_array_size(offsets) != 2 ||
         !st_json_nonneg(json_array_get(offsets, 0), &e->begin) ||
         !st_json_nonneg(json_array_get(offsets, 1), &e->end))
@@ -461,8 +464,8 @@ gt_status gt_safetensors_open_lazy(const char *path, gt_safetensors *st, gt_erro
     return GT_OK;
 }
 
-gt_status gt_safetensors_read_range(const gt_safetensors *st, const gt_st_entry *e,
-                                    uint64_t offset, void *dst, size_t len, gt_error *err)
+gt_status gt_safetensors_read_range(const gt_safetensors *st, const gt_st_entry *e, uint64_t offset,
+                                    void *dst, size_t len, gt_error *err)
 {
     GT_CHECK(offset <= e->end - e->begin && len <= e->end - e->begin - offset);
     if (len == 0) return GT_OK;
@@ -680,8 +683,8 @@ static gt_status st_fsync_dir(const char *path, gt_error *err)
  * operation in the messages. */
 static gt_status st_head(const char *path, const char *verb, int n, const char *const *names,
                          const gt_tensor *const *tensors, bool need_data, int n_meta,
-                         const char *const *meta_keys, const char *const *meta_values,
-                         char **head, size_t *head_len, gt_error *err)
+                         const char *const *meta_keys, const char *const *meta_values, char **head,
+                         size_t *head_len, gt_error *err)
 {
     if (!path || !path[0])
         return gt_error_set(err, GT_ERR_INVALID, "safetensors %s: empty path", verb);
@@ -748,8 +751,8 @@ gt_status gt_safetensors_create(const char *path, int n, const char *const *name
     free(head);
     return GT_OK;
 io_fail:
-    status = gt_error_set(err, GT_ERR_IO, "%s: cannot %s the file: %s", path, what,
-                          strerror(errno));
+    status =
+        gt_error_set(err, GT_ERR_IO, "%s: cannot %s the file: %s", path, what, strerror(errno));
     if (fd >= 0) close(fd);
     if (strcmp(what, "create") != 0) unlink(path);
     free(head);

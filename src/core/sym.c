@@ -301,6 +301,21 @@ static void gt_sym_index_rebuild(int32_t **index, int32_t *cap, int32_t new_cap,
     }
 }
 
+/* Files entry id (hash h, the last of the n entries) in the index; past half full the index
+ * doubles and is rebuilt from all n entries instead. */
+static void gt_sym_index_add(int32_t **index, int32_t *cap, int32_t n, const void *entries,
+                             size_t esize, size_t hash_offset, uint64_t h, int32_t id)
+{
+    if ((int64_t)n * 2 > *cap) {
+        gt_sym_index_rebuild(index, cap, *cap ? *cap * 2 : 64, n, entries, esize, hash_offset);
+        return;
+    }
+    uint64_t mask = (uint64_t)*cap - 1, s = h & mask;
+    while ((*index)[s] >= 0)
+        s = (s + 1) & mask;
+    (*index)[s] = id;
+}
+
 static gt_expr gt_sym_intern_poly(gt_sym_pool *p, gt_sym_poly *q)
 {
     if (q->overflow) return GT_EXPR_INVALID;
@@ -325,16 +340,8 @@ static gt_expr gt_sym_intern_poly(gt_sym_pool *p, gt_sym_poly *q)
         for (int32_t k = 0; k < m->nf; k++)
             p->factors[p->n_factors++] = q->fac[m->off + k];
     }
-    if ((int64_t)p->n_exprs * 2 > p->expr_index_cap) {
-        gt_sym_index_rebuild(&p->expr_index, &p->expr_index_cap,
-                             p->expr_index_cap ? p->expr_index_cap * 2 : 64, p->n_exprs, p->exprs,
-                             sizeof *p->exprs, offsetof(gt_sym_node, hash));
-    } else {
-        uint64_t mask = (uint64_t)p->expr_index_cap - 1, s = h & mask;
-        while (p->expr_index[s] >= 0)
-            s = (s + 1) & mask;
-        p->expr_index[s] = e;
-    }
+    gt_sym_index_add(&p->expr_index, &p->expr_index_cap, p->n_exprs, p->exprs, sizeof *p->exprs,
+                     offsetof(gt_sym_node, hash), h, e);
     return e;
 }
 
@@ -378,16 +385,8 @@ static int32_t gt_sym_intern_atom(gt_sym_pool *p, int32_t kind, const char *name
         at.b = b;
     }
     p->atoms[id] = at;
-    if ((int64_t)p->n_atoms * 2 > p->atom_index_cap) {
-        gt_sym_index_rebuild(&p->atom_index, &p->atom_index_cap,
-                             p->atom_index_cap ? p->atom_index_cap * 2 : 64, p->n_atoms, p->atoms,
-                             sizeof *p->atoms, offsetof(gt_sym_atom, hash));
-    } else {
-        uint64_t mask = (uint64_t)p->atom_index_cap - 1, s = h & mask;
-        while (p->atom_index[s] >= 0)
-            s = (s + 1) & mask;
-        p->atom_index[s] = id;
-    }
+    gt_sym_index_add(&p->atom_index, &p->atom_index_cap, p->n_atoms, p->atoms, sizeof *p->atoms,
+                     offsetof(gt_sym_atom, hash), h, id);
     return id;
 }
 

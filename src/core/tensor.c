@@ -54,11 +54,7 @@ gt_status gt_tensor_alloc(gt_tensor *t, gt_dtype dt, int ndim, const int64_t *sh
                             "tensor alloc: out of memory for %zu bytes (%s, %lld "
                             "elements)",
                             nbytes, gt_dtype_name(dt), (long long)numel);
-    t->dtype = dt;
-    t->ndim = ndim;
-    for (int d = 0; d < ndim; d++)
-        t->shape[d] = shape[d];
-    t->data = data;
+    gt_tensor_wrap(t, dt, ndim, shape, data);
     t->owns_data = true;
     return GT_OK;
 }

@@ -191,27 +191,39 @@ static gt_status finish_part(gt_graph *dst, const char *what, gt_error *err)
     return GT_OK;
 }
 
+/* Part p's share of the whole graph into dst: the whole inputs it reads (their whole-graph
+ * indices appended to input_of), its nodes, then the whole outputs it computes. */
+static gt_status copy_part(gt_graph *dst, const split_state *s, gt_part p, gt_partition_info *info,
+                           int32_t *input_of, int32_t *n_inputs, gt_value_id *map,
+                           gt_node_id *node_map, gt_error *err)
+{
+    const gt_graph *g = s->whole;
+    for (int32_t k = 0; k < g->n_inputs; k++) {
+        if (!s->input_used[p][k]) continue;
+        const gt_io *io = &g->inputs[k];
+        map[io->value] =
+            add_input_like(dst, g, (gt_input_kind)io->kind, gt_graph_str(g, io->fqn), io->value);
+        input_of[(*n_inputs)++] = k;
+    }
+    GT_TRY(copy_nodes(dst, s, p, map, node_map, err));
+    for (int32_t k = 0; k < g->n_outputs; k++) {
+        if (s->output_part[k] != p) continue;
+        const gt_io *io = &g->outputs[k];
+        info->output_of[k] = (gt_partition_ref){p, dst->n_outputs};
+        gt_graph_add_output(dst, (gt_output_kind)io->kind, gt_graph_str(g, io->fqn),
+                            map[io->value]);
+    }
+    return GT_OK;
+}
+
 static gt_status build_fwd(const split_state *s, gt_graph *dst, gt_partition_info *info,
                            gt_value_id *map, gt_node_id *node_map, gt_error *err)
 {
     const gt_graph *g = s->whole;
     for (gt_value_id v = 0; v < g->n_values; v++)
         map[v] = GT_NONE;
-    for (int32_t k = 0; k < g->n_inputs; k++) {
-        if (!s->input_used[GT_PART_FWD][k]) continue;
-        const gt_io *io = &g->inputs[k];
-        map[io->value] =
-            add_input_like(dst, g, (gt_input_kind)io->kind, gt_graph_str(g, io->fqn), io->value);
-        info->fwd_input_of[info->n_fwd_inputs++] = k;
-    }
-    GT_TRY(copy_nodes(dst, s, GT_PART_FWD, map, node_map, err));
-    for (int32_t k = 0; k < g->n_outputs; k++) {
-        if (s->output_part[k] != GT_PART_FWD) continue;
-        const gt_io *io = &g->outputs[k];
-        info->output_of[k] = (gt_partition_ref){GT_PART_FWD, dst->n_outputs};
-        gt_graph_add_output(dst, (gt_output_kind)io->kind, gt_graph_str(g, io->fqn),
-                            map[io->value]);
-    }
+    GT_TRY(copy_part(dst, s, GT_PART_FWD, info, info->fwd_input_of, &info->n_fwd_inputs, map,
+                     node_map, err));
     for (int32_t k = 0; k < s->n_saved; k++) {
         gt_partition_saved *sv = &info->saved[k];
         sv->fwd_output = dst->n_outputs;
@@ -232,21 +244,8 @@ static gt_status build_bwd(const split_state *s, gt_graph *dst, gt_partition_inf
         map[s->saved[k]] = add_input_like(dst, g, GT_IN_INPUT, sv->name, s->saved[k]);
         info->bwd_input_of[info->n_bwd_inputs++] = -1 - k;
     }
-    for (int32_t k = 0; k < g->n_inputs; k++) {
-        if (!s->input_used[GT_PART_BWD][k]) continue;
-        const gt_io *io = &g->inputs[k];
-        map[io->value] =
-            add_input_like(dst, g, (gt_input_kind)io->kind, gt_graph_str(g, io->fqn), io->value);
-        info->bwd_input_of[info->n_bwd_inputs++] = k;
-    }
-    GT_TRY(copy_nodes(dst, s, GT_PART_BWD, map, node_map, err));
-    for (int32_t k = 0; k < g->n_outputs; k++) {
-        if (s->output_part[k] != GT_PART_BWD) continue;
-        const gt_io *io = &g->outputs[k];
-        info->output_of[k] = (gt_partition_ref){GT_PART_BWD, dst->n_outputs};
-        gt_graph_add_output(dst, (gt_output_kind)io->kind, gt_graph_str(g, io->fqn),
-                            map[io->value]);
-    }
+    GT_TRY(copy_part(dst, s, GT_PART_BWD, info, info->bwd_input_of, &info->n_bwd_inputs, map,
+                     node_map, err));
     return finish_part(dst, "backward", err);
 }
 

@@ -412,7 +412,8 @@ gt_status gt_checkpoint_find_latest(const char *folder, int64_t *step, gt_error 
     return GT_OK;
 }
 
-void ckpt_format_available(const char *folder, char *buf, size_t cap)
+/* "10, 20, 30" (at most the last 20 steps) of the complete checkpoints, for error messages. */
+static void ckpt_format_available(const char *folder, char *buf, size_t cap)
 {
     int64_t *steps = NULL;
     int n = 0;
@@ -439,6 +440,20 @@ gt_status gt_checkpoint_find_step(const char *folder, int64_t step, gt_error *er
     if (step < 0)
         return gt_error_set(err, GT_ERR_INVALID, "checkpoint find: step %lld is negative",
                             (long long)step);
+    GT_TRY(ckpt_need_step_dir(folder, step, err));
+    char *dir = ckpt_step_dir(folder, step);
+    gt_checkpoint_info info;
+    gt_status status = ckpt_read_manifest(dir, step, &info, err);
+    if (status == GT_OK)
+        gt_checkpoint_info_free(&info);
+    else
+        gt_error_wrap(err, "checkpoint %s is incomplete or corrupt", dir);
+    free(dir);
+    return status;
+}
+
+gt_status ckpt_need_step_dir(const char *folder, int64_t step, gt_error *err)
+{
     char *dir = ckpt_step_dir(folder, step);
     struct stat sb;
     gt_status status = GT_OK;
@@ -448,13 +463,6 @@ gt_status gt_checkpoint_find_step(const char *folder, int64_t step, gt_error *er
         status = gt_error_set(err, GT_ERR_INVALID,
                               "no checkpoint of step %lld in %s (available steps: %s)",
                               (long long)step, folder, avail);
-    } else {
-        gt_checkpoint_info info;
-        status = ckpt_read_manifest(dir, step, &info, err);
-        if (status == GT_OK)
-            gt_checkpoint_info_free(&info);
-        else
-            gt_error_wrap(err, "checkpoint %s is incomplete or corrupt", dir);
     }
     free(dir);
     return status;
@@ -833,8 +841,8 @@ static gt_status ckpt_save(const gt_checkpoint_desc *d, int n, const char *const
 {
     gt_checkpoint_info info;
     char tmp_name[96] = "";
-    gt_status st = ckpt_prepare(d, n, names, tensors, need_data, &info, tmp_name,
-                                sizeof tmp_name, err);
+    gt_status st =
+        ckpt_prepare(d, n, names, tensors, need_data, &info, tmp_name, sizeof tmp_name, err);
     if (st == GT_OK) {
         char *st_path = gt_checkpoint_tensor_path(d->folder, d->step, (long)getpid());
         ckpt_hashing h = {src, user, tensors, &info};
@@ -852,12 +860,11 @@ static gt_status ckpt_save(const gt_checkpoint_desc *d, int n, const char *const
 }
 
 gt_status gt_checkpoint_begin(const gt_checkpoint_desc *d, int n, const char *const *names,
-                              const gt_tensor *const *descs, gt_checkpoint_writer *w,
-                              gt_error *err)
+                              const gt_tensor *const *descs, gt_checkpoint_writer *w, gt_error *err)
 {
     memset(w, 0, sizeof *w);
-    gt_status st = ckpt_prepare(d, n, names, descs, false, &w->info, w->tmp_name,
-                                sizeof w->tmp_name, err);
+    gt_status st =
+        ckpt_prepare(d, n, names, descs, false, &w->info, w->tmp_name, sizeof w->tmp_name, err);
     if (st == GT_OK) {
         w->desc = *d;
         w->pid = (long)getpid();

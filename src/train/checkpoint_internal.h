@@ -34,7 +34,8 @@ const gt_checkpoint_tensor *ckpt_find_tensor(const gt_checkpoint_info *info, con
  * a format error. */
 gt_status ckpt_hash_tensor_file(const gt_safetensors *st, const gt_checkpoint_info *info,
                                 uint64_t *bytes, uint64_t *xxh64, gt_error *err);
-/* "10, 20, 30" (at most the last 20 steps) of the complete checkpoints, for error messages. */
-void ckpt_format_available(const char *folder, char *buf, size_t cap);
+/* GT_OK when folder has a step-<step> directory; otherwise an error that lists the complete
+ * checkpoints' steps ("10, 20, 30", at most the last 20). */
+gt_status ckpt_need_step_dir(const char *folder, int64_t step, gt_error *err);
 
 #endif

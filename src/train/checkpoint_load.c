@@ -154,8 +154,7 @@ static gt_status ckpt_check_tensor_hash(const gt_safetensors *st, const gt_check
         return gt_error_set(err, GT_ERR_FORMAT,
                             "%s: tensor " CKPT_NAME_FMT ": checksum mismatch (xxh64 %016llx, "
                             "the manifest records %016llx): the data is corrupt",
-                            st->path, m->name, (unsigned long long)h,
-                            (unsigned long long)m->xxh64);
+                            st->path, m->name, (unsigned long long)h, (unsigned long long)m->xxh64);
     return GT_OK;
 }
 
@@ -222,18 +221,7 @@ static gt_status ckpt_resolve_step(const char *folder, int64_t *step, gt_error *
         return gt_error_set(err, GT_ERR_INVALID,
                             "checkpoint load from %s: step %lld is negative (-1 means the latest)",
                             folder, (long long)*step);
-    char *dir = ckpt_step_dir(folder, *step);
-    struct stat sb;
-    gt_status status = GT_OK;
-    if (stat(dir, &sb) != 0) {
-        char avail[512];
-        ckpt_format_available(folder, avail, sizeof avail);
-        status = gt_error_set(err, GT_ERR_INVALID,
-                              "no checkpoint of step %lld in %s (available steps: %s)",
-                              (long long)*step, folder, avail);
-    }
-    free(dir);
-    return status;
+    return ckpt_need_step_dir(folder, *step, err);
 }
 
 static gt_status ckpt_copy_into(int i, const void *bytes, void *user, gt_error *err)
@@ -300,8 +288,8 @@ gt_status gt_checkpoint_verify_file(gt_checkpoint_reader *r, gt_error *err)
     return ckpt_check_file_hashes(r->dir, &r->info, &r->st, err);
 }
 
-gt_status gt_checkpoint_read(gt_checkpoint_reader *r, int i, uint64_t offset, void *dst,
-                             size_t len, gt_error *err)
+gt_status gt_checkpoint_read(gt_checkpoint_reader *r, int i, uint64_t offset, void *dst, size_t len,
+                             gt_error *err)
 {
     GT_CHECK(i >= 0 && i < r->n);
     return gt_safetensors_read_range(&r->st, r->entry[i], offset, dst, len, err);

@@ -114,12 +114,19 @@ static bool ckpt_parse_hex64(const char *s, uint64_t *out)
 
 /* ---------------------------------------------------------------- parse */
 
+static gt_status ckpt_need_object(const char *file, const char *where, const json_t *obj,
+                                  gt_error *err)
+{
+    if (!json_is_object(obj))
+        return gt_error_set(err, GT_ERR_FORMAT, "%s: %s must be a JSON object", file, where);
+    return GT_OK;
+}
+
 /* obj must be an object holding exactly the keys listed (NULL-terminated). */
 static gt_status ckpt_check_keys(const char *file, const char *where, const json_t *obj,
                                  const char *const *keys, gt_error *err)
 {
-    if (!json_is_object(obj))
-        return gt_error_set(err, GT_ERR_FORMAT, "%s: %s must be a JSON object", file, where);
+    GT_TRY(ckpt_need_object(file, where, obj, err));
     size_t n_keys = 0;
     for (; keys[n_keys]; n_keys++) {
         if (!json_object_get(obj, keys[n_keys]))
@@ -209,8 +216,7 @@ static gt_status ckpt_parse_tensor(const char *file, const char *name, const jso
 static gt_status ckpt_parse_tensors(const char *file, const json_t *ts, gt_checkpoint_info *info,
                                     gt_error *err)
 {
-    if (!json_is_object(ts))
-        return gt_error_set(err, GT_ERR_FORMAT, "%s: \"tensors\" must be a JSON object", file);
+    GT_TRY(ckpt_need_object(file, "\"tensors\"", ts, err));
     info->tensors = gt_xcalloc(json_object_size(ts) + 1, sizeof *info->tensors);
     const char *key;
     json_t *value;
@@ -225,8 +231,7 @@ static gt_status ckpt_parse_tensors(const char *file, const json_t *ts, gt_check
 static gt_status ckpt_parse_files(const char *file, const json_t *fs, gt_checkpoint_info *info,
                                   gt_error *err)
 {
-    if (!json_is_object(fs))
-        return gt_error_set(err, GT_ERR_FORMAT, "%s: \"files\" must be a JSON object", file);
+    GT_TRY(ckpt_need_object(file, "\"files\"", fs, err));
     if (!json_object_get(fs, GT_CHECKPOINT_TENSOR_FILE))
         return gt_error_set(err, GT_ERR_FORMAT, "%s: \"files\" does not list \"%s\"", file,
                             GT_CHECKPOINT_TENSOR_FILE);
@@ -268,9 +273,7 @@ static gt_status ckpt_parse_rng(const char *file, const json_t *rng, gt_checkpoi
         return gt_error_set(err, GT_ERR_FORMAT, "%s: \"rng\".\"seed\" must be an integer", file);
     info->rng_seed = (int64_t)json_integer_value(seed);
     const json_t *counters = json_object_get(rng, "counters");
-    if (!json_is_object(counters))
-        return gt_error_set(err, GT_ERR_FORMAT, "%s: \"rng\".\"counters\" must be a JSON object",
-                            file);
+    GT_TRY(ckpt_need_object(file, "\"rng\".\"counters\"", counters, err));
     size_t n = json_object_size(counters);
     info->rng_counter_names = gt_xcalloc(n + 1, sizeof *info->rng_counter_names);
     info->rng_counters = gt_xcalloc(n + 1, sizeof *info->rng_counters);
@@ -292,8 +295,7 @@ static gt_status ckpt_parse_rng(const char *file, const json_t *rng, gt_checkpoi
 static gt_status ckpt_parse_extra(const char *file, const json_t *extra, gt_checkpoint_info *info,
                                   gt_error *err)
 {
-    if (!json_is_object(extra))
-        return gt_error_set(err, GT_ERR_FORMAT, "%s: \"extra\" must be a JSON object", file);
+    GT_TRY(ckpt_need_object(file, "\"extra\"", extra, err));
     size_t n = json_object_size(extra);
     info->extra_keys = gt_xcalloc(n + 1, sizeof *info->extra_keys);
     info->extra_values = gt_xcalloc(n + 1, sizeof *info->extra_values);
@@ -337,8 +339,7 @@ static gt_status ckpt_parse_root(const char *file, const json_t *root, gt_checkp
     GT_TRY(ckpt_parse_tensors(file, json_object_get(root, "tensors"), info, err));
     GT_TRY(ckpt_parse_files(file, json_object_get(root, "files"), info, err));
     const json_t *loader = json_object_get(root, "loader");
-    if (!json_is_object(loader))
-        return gt_error_set(err, GT_ERR_FORMAT, "%s: \"loader\" must be a JSON object", file);
+    GT_TRY(ckpt_need_object(file, "\"loader\"", loader, err));
     info->loader_json = json_dumps(loader, JSON_COMPACT);
     if (!info->loader_json)
         return gt_error_set(err, GT_ERR_NOMEM, "%s: cannot re-serialize \"loader\"", file);

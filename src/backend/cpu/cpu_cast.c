@@ -16,34 +16,12 @@ gt_status gt_cpu_full(const gt_kernel_call *c, gt_error *err)
     GT_TRY(gt_kernel_want_full(c, bits, err));
     int64_t n = gt_tensor_numel(out);
     if (n == 0) return GT_OK;
-    size_t es = gt_dtype_size(out->dtype);
+    size_t es = gt_dtype_size(out->dtype), total = (size_t)n * es;
     uint8_t *p = out->data;
-    switch (es) {
-    case 1:
-        memset(p, bits[0], (size_t)n);
-        break;
-    case 2: {
-        uint16_t w;
-        memcpy(&w, bits, 2);
-        for (int64_t k = 0; k < n; k++)
-            ((uint16_t *)p)[k] = w;
-        break;
-    }
-    case 4: {
-        uint32_t w;
-        memcpy(&w, bits, 4);
-        for (int64_t k = 0; k < n; k++)
-            ((uint32_t *)p)[k] = w;
-        break;
-    }
-    default: {
-        uint64_t w;
-        memcpy(&w, bits, 8);
-        for (int64_t k = 0; k < n; k++)
-            ((uint64_t *)p)[k] = w;
-        break;
-    }
-    }
+    /* One element, then the filled prefix copied after itself (doubling) until all n are set. */
+    memcpy(p, bits, es);
+    for (size_t done = es; done < total; done *= 2)
+        memcpy(p + done, p, done < total - done ? done : total - done);
     return GT_OK;
 }
 
