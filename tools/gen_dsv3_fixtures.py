@@ -2,8 +2,11 @@
 """Generate the independent DeepSeek-V3 references for graphtrain (issue 36): tests/fixtures/hf_dsv3/.
 
 usage: python3 tools/gen_dsv3_fixtures.py [--out DIR] [--only NAME,...]
-       (CPU only, fp32, ~30 s; needs torch, transformers >= 5 and safetensors. Nothing of graphtrain is
-       run: the weights are drawn here, seeded, and stored in the fixtures, so the C test loads them.)
+       (CPU only, fp32, ~15 s; needs torch, transformers >= 5 and safetensors. Nothing of graphtrain is
+       run: the weights are drawn here, seeded, and stored in the fixtures, so the C test loads them.
+       The output is byte-reproducible.)
+       python3 tools/gen_dsv3_fixtures.py --torchtitan LIB   (optional cross-check of the written
+       fixtures against torchtitan 0.3.0's own model code installed under LIB; see check_torchtitan)
 
 Fixtures (one forward + backward each, batch 2 x seq 12 = 24 tokens, fp32, CPU):
 
@@ -73,6 +76,9 @@ Checks the script makes (it stops on the first failure):
     until this holds;
   - each file reads back equal through safetensors' own reader and is < 1 MB;
   - parameter counts of 16B, 671B (and debugmodel 33,014,016) equal torchtitan's.
+  - optional (--torchtitan LIB): torchtitan 0.3.0's DeepSeekV3Model loads each fixture's param./buffer.
+    tensors under these names and reproduces logits, loss and every gradient (<= 1e-5; measured 1.2e-6
+    to 2.8e-6 on 2026-12-06, the softmax fixture (c) included).
 """
 import argparse
 import json
@@ -720,15 +726,91 @@ def write_param_counts(out_dir):
     print(f"{dst}")
 
 
+# ----------------------------------------------------------------------------------------------
+# Optional: torchtitan's own model code on the written fixtures
+
+
+def check_torchtitan(out_dir, lib):
+    """Loads each fixture's param./buffer. tensors by name (strict) into torchtitan 0.3.0's DeepSeekV3Model
+    (installed under `lib` with `pip install --no-deps --target LIB torchtitan==0.3.0 tyro
+    spmd_types==0.2.3 einops docstring_parser typeguard shtab`), with the experts kept in fp32 (its
+    .bfloat16() casts made no-ops) and the inner FlexAttention swapped for causal SDPA at the model's
+    own scale (no CPU backward for Flex), and compares logits, loss and every gradient (<= 1e-5)."""
+    sys.path.insert(0, lib)
+    from safetensors import safe_open
+    from torchtitan.models.common import ComplexRoPE, Embedding, Linear, RMSNorm
+    from torchtitan.models.deepseek_v3 import (_LINEAR_INIT, _NORM_INIT, _depth_experts_init,
+                                               _depth_init, build_mla_moe_layers)
+    from torchtitan.models.deepseek_v3.model import DeepSeekV3Model
+
+    class CausalSDPA(torch.nn.Module):
+        def forward(self, q, k, v, *, attention_masks=None, scale=None, **_):
+            q, k, v = (t.transpose(1, 2) for t in (q, k, v))
+            return F.scaled_dot_product_attention(q, k, v, scale=scale, is_causal=True).transpose(1, 2)
+
+    for name in FIXTURES:
+        path = os.path.join(out_dir, f"{name}.safetensors")
+        f = safe_open(path, "pt")
+        c = json.loads(f.metadata()["config"])
+        layers = build_mla_moe_layers(
+            n_layers=c["n_layers"], n_dense_layers=c["n_dense_layers"], dim=c["dim"],
+            n_heads=c["n_heads"], q_lora_rank=c["q_lora_rank"], kv_lora_rank=c["kv_lora_rank"],
+            qk_nope_head_dim=c["qk_nope_head_dim"], qk_rope_head_dim=c["qk_rope_head_dim"],
+            v_head_dim=c["v_head_dim"], mscale=c["mscale"], dense_hidden_dim=c["dense_hidden"],
+            moe_hidden_dim=c["moe_hidden"], num_experts=c["num_experts"],
+            num_shared_experts=c["num_shared_experts"], router_top_k=c["top_k"],
+            router_score_func=c["score_func"], router_num_expert_groups=c["num_expert_groups"],
+            router_num_limited_groups=c["num_limited_groups"], router_route_scale=c["route_scale"],
+            router_route_norm=c["route_norm"], attn_backend="flex", moe_comm_backend="standard",
+            non_blocking_capacity_factor=None, linear_init=_LINEAR_INIT, norm_init=_NORM_INIT,
+            depth_init=_depth_init, depth_experts_init=_depth_experts_init,
+            rope=ComplexRoPE.Config(dim=c["qk_rope_head_dim"], max_seq_len=4 * c["original_seq_len"],
+                                    theta=c["rope_theta"], scaling="yarn", rope_factor=c["rope_factor"],
+                                    beta_fast=c["beta_fast"], beta_slow=c["beta_slow"],
+                                    original_seq_len=c["original_seq_len"]))
+        D, V = c["dim"], c["vocab_size"]
+        model = DeepSeekV3Model.Config(
+            vocab_size=V, dim=D, tok_embeddings=Embedding.Config(num_embeddings=V, embedding_dim=D),
+            norm=RMSNorm.Config(normalized_shape=D), lm_head=Linear.Config(in_features=D, out_features=V),
+            layers=layers, mtp_layers=[]).build()
+        for layer in model.layers.values():
+            layer.attention.inner_attention = CausalSDPA()
+        state = {k.split(".", 1)[1]: f.get_tensor(k) for k in f.keys()
+                 if k.startswith(("param.", "buffer."))}
+        missing, unexpected = model.load_state_dict(state, strict=False)
+        missing = [m for m in missing if "tokens_per_expert" not in m and "rope.cache" not in m]
+        assert not missing and not unexpected, (missing, unexpected)
+        tokens, labels = f.get_tensor("tokens"), f.get_tensor("labels")
+        to_bf16 = torch.Tensor.bfloat16
+        torch.Tensor.bfloat16 = lambda self, *a, **k: self  # fp32 experts, as graphtrain's fp32 runs
+        try:
+            logits = model(tokens).reshape(-1, V)
+        finally:
+            torch.Tensor.bfloat16 = to_bf16
+        loss = F.cross_entropy(logits, labels.reshape(-1), ignore_index=-100)
+        loss.backward()
+        worst = max((logits - f.get_tensor("logits")).abs().max().item(),
+                    (loss - f.get_tensor("loss")).abs().item())
+        for n, prm in model.named_parameters():
+            worst = max(worst, (prm.grad - f.get_tensor("grad." + n)).abs().max().item())
+        assert worst <= 1e-5, f"{path}: torchtitan differs by {worst:.3g}"
+        print(f"{path}: torchtitan 0.3.0 model code agrees, max abs diff {worst:.3g}")
+
+
 def main():
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", default=os.path.join(root, "tests", "fixtures", "hf_dsv3"))
     ap.add_argument("--only", default=",".join(list(FIXTURES) + ["param_counts"]))
+    ap.add_argument("--torchtitan", metavar="LIB", help="only check the fixtures in --out against "
+                    "torchtitan 0.3.0 installed under LIB (see check_torchtitan)")
     args = ap.parse_args()
     torch.use_deterministic_algorithms(True)
     torch.set_default_dtype(torch.float32)
     torch.set_num_threads(1)  # the same bits on any machine's thread count
+    if args.torchtitan:
+        check_torchtitan(args.out, args.torchtitan)
+        return
     names = args.only.split(",")
     for name in names:
         if name != "param_counts" and name not in FIXTURES:
