@@ -48,7 +48,7 @@ typedef struct {
 extern const gt_model_family gt_deepseek_v3_family;
 
 /* Fills cfg for a named flavor: debugmodel, 16B, 236B, 671B and the test flavors (test_dsv3_tiny,
- * test_dsv3_qlora). Unknown name: GT_ERR_INVALID listing the known ones. */
+ * test_dsv3_tiny_sigmoid, test_dsv3_qlora). Unknown name: GT_ERR_INVALID listing the known ones. */
 gt_status gt_deepseek_v3_flavor(const char *flavor, gt_deepseek_v3_config *cfg, gt_error *err);
 extern const char *const gt_deepseek_v3_flavor_list[];
 /* GT_OK when cfg describes a model the builder can build; else GT_ERR_INVALID naming the field. */

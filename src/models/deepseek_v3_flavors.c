@@ -1,6 +1,7 @@
 /* deepseek_v3_flavors.c — the named deepseek_v3 configurations (torchtitan 0.3.0's
  * models/deepseek_v3/__init__.py: debugmodel, 16B, 236B, 671B, without MTP layers), the small test
- * flavors of the fixtures, the config checks and the parameter counts.
+ * flavors of the fixtures (tools/gen_dsv3_fixtures.py's TINY and QLORA shapes), the config checks
+ * and the parameter counts.
  *
  * Every flavor shares qk_nope 128 / qk_rope 64 / v 128 head dims (the test flavors shrink them),
  * kv_lora_rank 512, YaRN RoPE (θ 10000, factor 40, beta_fast 32, beta_slow 1, original length
@@ -39,9 +40,32 @@ static const dsv3_row dsv3_rows[] = {
     /* fixtures: q_lora 0 with softmax routing; q_lora > 0 with sigmoid, group-limited routing,
      * route_norm and route_scale after a dense first layer (671B's router at tiny size). The
      * rope dim 8 puts YaRN's ramp (low 1, high 3) inside the pairs, so every regime is hit. */
-    {"test_dsv3_tiny", 64, 2, 1, 256, 4,   0, 32, 16, 8, 16, 128, 32, 8, 1, 2,
+    {"test_dsv3_tiny", 32, 2, 1, 128, 4,   0, 32, 16, 8, 16, 64, 16, 8, 1, 2,
      SOFTMAX,          0,  0, 0, 1.0, 0.70},
-    {"test_dsv3_qlora", 64, 3, 1, 256, 4,  16, 32, 16, 8, 16, 128, 32, 8, 1, 3,
+    /* test_dsv3_tiny routed by sigmoid: what Hugging Face's DeepseekV3 can express */
+    {"test_dsv3_tiny_sigmoid",
+     32,
+     2,
+     1,
+     128,
+     4,
+     0,
+     32,
+     16,
+     8,
+     16,
+     64,
+     16,
+     8,
+     1,
+     2,
+     SIGMOID,
+     0,
+     0,
+     0,
+     1.0,
+     0.70},
+    {"test_dsv3_qlora", 32, 3, 1, 128, 4,  16, 32, 16, 8, 16, 64, 16, 8, 1, 3,
      SIGMOID,           4,  2, 1, 2.5, 1.0},
 };
 #undef SOFTMAX
@@ -49,7 +73,8 @@ static const dsv3_row dsv3_rows[] = {
 #define DSV3_N_ROWS ((int)(sizeof dsv3_rows / sizeof dsv3_rows[0]))
 
 const char *const gt_deepseek_v3_flavor_list[] = {
-    "debugmodel", "16B", "236B", "671B", "test_dsv3_tiny", "test_dsv3_qlora", NULL,
+    "debugmodel",      "16B", "236B", "671B", "test_dsv3_tiny", "test_dsv3_tiny_sigmoid",
+    "test_dsv3_qlora", NULL,
 };
 
 gt_status gt_deepseek_v3_flavor(const char *flavor, gt_deepseek_v3_config *cfg, gt_error *err)
