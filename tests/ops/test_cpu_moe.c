@@ -9,6 +9,7 @@
 #include <stdlib.h>
 
 #include "grad_check.h"
+#include "graphtrain/gt_parallel.h"
 #include "test_cpu_util.h"
 
 #define S(...) ((const int64_t[]){__VA_ARGS__})
@@ -439,6 +440,33 @@ static void test_grads(void)
     gc_end(&c);
 }
 
+/* ---------------------------------------------------------------- parallelize */
+
+/* On a mesh dim of two ranks the MoE ops are refused with an error naming the op and the reason;
+ * sign (elementwise) is not. */
+static void test_parallel_refusal(void)
+{
+    gt_graph *g = gt_graph_new();
+    gt_expr dims[2] = {gt_c(g, 4), gt_c(g, 8)};
+    gt_value_id x = gt_graph_add_input(g, GT_IN_INPUT, "x", GT_F32, 2, dims);
+    gt_graph_add_output(g, GT_OUT_METRIC, "sign", gt_sign(g, x));
+    gt_graph_add_output(g, GT_OUT_METRIC, "counts", gt_moe_count(g, gt_moe_topk(g, x, 2, 0, 0), 8));
+    EXPECT(g->err.code == GT_OK, "building: %s", g->err.msg);
+    gt_parallel_plan plan = {0};
+    gt_error err = {0};
+    GT_CHECK(gt_mesh_init(&plan.mesh, 1, 2, 1, &err) == GT_OK);
+    gt_placement place[1][GT_MESH_MAX_DIMS];
+    EXPECT_OK(gt_parallel_input_layouts(&plan, g, place, &err), &err);
+    gt_graph *out = NULL;
+    gt_status st =
+        gt_parallelize(g, &plan, (const gt_placement(*)[GT_MESH_MAX_DIMS])place, &out, &err);
+    EXPECT(st == GT_ERR_UNSUPPORTED && strstr(err.msg, "moe_topk") &&
+               strstr(err.msg, "expert parallelism"),
+           "parallelize: %s: %s", gt_status_name(st), err.msg);
+    if (out) gt_graph_free(out);
+    gt_graph_free(g);
+}
+
 int main(void)
 {
     tt_rng r = {36};
@@ -448,5 +476,6 @@ int main(void)
     test_grouped_matmul(&r);
     test_rope_yarn(&r);
     test_grads();
+    test_parallel_refusal();
     return gt_test_finish();
 }
