@@ -7,8 +7,9 @@
  *     CPU kernel and to the naive reference (ties in topk forced by quantized scores; sort and
  *     count over several chunks of ids and empty experts);
  *   - grouped_matmul / grouped_matmul_dw (f32, bf16, f16; trans_b 0 / 1; 16-byte and scalar
- *     paths; an empty group and rows past offsets[E]): max|gpu - ref| / max|ref| <= 1e-5 (f32) or
- *     1e-2 (16-bit outputs) against the double reference and the CPU kernel; tail rows exactly 0;
+ *     paths; an empty group, rows before offsets[0] and past offsets[E]): max|gpu - ref| / max|ref|
+ *     <= 1e-5 (f32) or 1e-2 (16-bit) against the double reference and the CPU kernel, f32 also
+ *     bitwise the CPU's (the same fmaf chains); rows outside the groups exactly +0;
  *   - grouped_matmul M-invariance on the device: one group's rows computed inside the full split
  *     and alone at another row offset (another tile alignment) give the same bits;
  *   - rope: interleaved equals the half-rotation kernel on the de-interleaved head dim (bitwise,
@@ -293,11 +294,19 @@ static double rel_err(const gt_tensor *a, const gt_tensor *ref)
     return cu_rel_err(a, ref);
 }
 
-static gt_tensor offsets_of(const int *sizes, int E)
+/* Element k of t is +0 (all bits clear). */
+static bool is_pos_zero(const gt_tensor *t, int64_t k)
+{
+    size_t es = gt_dtype_size(t->dtype);
+    static const unsigned char zero[8];
+    return memcmp((const char *)t->data + (size_t)k * es, zero, es) == 0;
+}
+
+static gt_tensor offsets_of(int first, const int *sizes, int E)
 {
     gt_tensor o = cu_tensor_new(GT_I32, 1, SH(E + 1));
     int32_t *p = o.data;
-    p[0] = 0;
+    p[0] = first;
     for (int e = 0; e < E; e++)
         p[e + 1] = p[e] + sizes[e];
     return o;
@@ -325,7 +334,7 @@ static void test_gm(gt_dtype dt, bool tb, int64_t Din, int64_t Dout)
 {
     enum { E = 5 };
     const int sizes[E] = {70, 0, 131, 1, 64};
-    int64_t R = 300; /* 266 rows in groups, 34 zero rows */
+    int64_t R = 300; /* rows 3 .. 269 in groups; 0 .. 2 and 269 .. 299 zero */
     char name[96];
     snprintf(name, sizeof name, "grouped_matmul %s trans_b %d [%lld, %lld]", gt_dtype_name(dt), tb,
              (long long)Din, (long long)Dout);
@@ -333,7 +342,7 @@ static void test_gm(gt_dtype dt, bool tb, int64_t Din, int64_t Dout)
     gt_tensor in[3] = {cu_tensor_rand(&g_rng, dt, 2, SH(R, Din), -1.0, 1.0),
                        tb ? cu_tensor_rand(&g_rng, dt, 3, SH(E, Dout, Din), -1.0, 1.0)
                           : cu_tensor_rand(&g_rng, dt, 3, SH(E, Din, Dout), -1.0, 1.0),
-                       offsets_of(sizes, E)};
+                       offsets_of(3, sizes, E)};
     const int32_t *off = in[2].data;
     gt_tensor got = cu_tensor_new(dt, 2, SH(R, Dout)), cpu = like(&got), ref = like(&got);
     gm_ref(&in[0], &in[1], off, E, tb, &ref);
@@ -342,25 +351,27 @@ static void test_gm(gt_dtype dt, bool tb, int64_t Din, int64_t Dout)
         double e = rel_err(&got, &ref);
         EXPECT(e <= tol, "%s: rel err %.3g vs reference (tol %g)", name, e, tol);
         bool zero = true;
-        for (int64_t k = off[E] * Dout; k < R * Dout; k++)
-            zero = zero && gt_tensor_get_f32(&got, k) == 0.0f;
-        EXPECT(zero, "%s: rows past offsets[E] are not zero", name);
+        for (int64_t k = 0; k < R * Dout; k++)
+            if (k < off[0] * Dout || k >= off[E] * Dout) zero = zero && is_pos_zero(&got, k);
+        EXPECT(zero, "%s: rows outside [offsets[0], offsets[E]) are not +0", name);
     }
     if (cpu_run(name, &a, in, 3, &cpu, 1)) {
         double e = rel_err(&got, &cpu);
         EXPECT(e <= tol, "%s: rel err %.3g vs CPU (tol %g)", name, e, tol);
+        /* f32: the CPU's fmaf chain over Din, bit for bit */
+        if (dt == GT_F32) EXPECT(same_bits(&got, &cpu), "%s: f32 not bitwise the CPU's", name);
     }
-    /* M-invariance: group 2's rows (70 .. 200) again at rows 5 .. 135 after 5 rows of group 0 */
+    /* M-invariance: group 2's rows (73 .. 204) again at rows 5 .. 136 after 5 rows of group 0 */
     int64_t R2 = 140;
     const int sizes2[E] = {5, 0, 131, 0, 0};
     gt_tensor in2[3] = {cu_tensor_rand(&g_rng, dt, 2, SH(R2, Din), -1.0, 1.0), in[1],
-                        offsets_of(sizes2, E)};
+                        offsets_of(0, sizes2, E)};
     size_t es = gt_dtype_size(dt);
-    memcpy((char *)in2[0].data + 5 * Din * es, (char *)in[0].data + 70 * Din * es,
+    memcpy((char *)in2[0].data + 5 * Din * es, (char *)in[0].data + 73 * Din * es,
            (size_t)(131 * Din) * es);
     gt_tensor got2 = cu_tensor_new(dt, 2, SH(R2, Dout));
     if (gpu_run(name, &a, in2, 3, &got2, 1))
-        EXPECT(memcmp((char *)got2.data + 5 * Dout * es, (char *)got.data + 70 * Dout * es,
+        EXPECT(memcmp((char *)got2.data + 5 * Dout * es, (char *)got.data + 73 * Dout * es,
                       (size_t)(131 * Dout) * es) == 0,
                "%s: not M-invariant (group 2's rows differ under another split)", name);
     for (int k = 0; k < 3; k++)
@@ -383,7 +394,8 @@ static void test_gmdw(gt_dtype dt, int64_t Din, int64_t Dout)
              (long long)Dout, (long long)Din);
     double tol = dt == GT_F32 ? 1e-5 : 1e-2;
     gt_tensor in[3] = {cu_tensor_rand(&g_rng, dt, 2, SH(R, Din), -1.0, 1.0),
-                       cu_tensor_rand(&g_rng, dt, 2, SH(R, Dout), -1.0, 1.0), offsets_of(sizes, E)};
+                       cu_tensor_rand(&g_rng, dt, 2, SH(R, Dout), -1.0, 1.0),
+                       offsets_of(3, sizes, E)};
     const int32_t *off = in[2].data;
     gt_tensor got = cu_tensor_new(dt, 3, SH(E, Dout, Din)), cpu = like(&got), ref = like(&got);
     for (int e = 0; e < E; e++)
@@ -407,6 +419,8 @@ static void test_gmdw(gt_dtype dt, int64_t Din, int64_t Dout)
     if (cpu_run(name, &a, in, 3, &cpu, 1)) {
         double e = rel_err(&got, &cpu);
         EXPECT(e <= tol, "%s: rel err %.3g vs CPU (tol %g)", name, e, tol);
+        /* f32: the CPU's fmaf chain over the group's rows, bit for bit */
+        if (dt == GT_F32) EXPECT(same_bits(&got, &cpu), "%s: f32 not bitwise the CPU's", name);
     }
     for (int k = 0; k < 3; k++)
         gt_tensor_free(&in[k]);

@@ -12,19 +12,20 @@
  *     a warp per chunk then places its ids in order (rank = earlier lanes with the same id plus the
  *     rows already placed): the stable sort, independent of timing. Counts and offsets never
  *     leave the device.
+ *   For f32 operands both GEMMs are the CPU kernel's fmaf chains (cpu_moe.c), bit for bit.
  *   grouped_matmul: each block computes a BM x BN output tile of rows of ONE group with the same
  *     k-loop (BK columns at a time from column 0, zero padded past Din; within a step the tensor
  *     core's or the thread's fixed order), so an output row's bits depend on its x row and w[e]
  *     only: the same under any group split, offsets or R (M-invariant; no split-K). The grid is
- *     sized for the worst case (ceil(R / BM) + E + 1 row tiles); each block finds its group from
- *     offsets on the device (a warp scan of the tiles per group); blocks past the groups' tiles
- *     zero the rows from offsets[E]. bf16 / f16 (x and w of one dtype) on tensor cores (wmma
- *     16x16x16, f32 accumulate), other dtypes on f32 FMAs in k order.
+ *     sized for the worst case (ceil(R / BM) + E + 2 row tiles); each block finds its group from
+ *     offsets on the device (a warp scan of the tiles per group); the tiles of the rows before
+ *     offsets[0] and from offsets[E] are zeros. bf16 / f16 (x and w of one dtype) on tensor cores
+ *     (wmma 16x16x16, f32 accumulate), other dtypes on f32 FMAs in k order.
  *   grouped_matmul_dw: one block per (expert, BM x BN tile of dw[e]) reduces the group's rows in
  *     chunks of BK rows from offsets[e] in row order, each chunk on the tensor cores (bf16 / f16)
  *     or as FMAs in row order (f32), into f32; zeros for an empty group.
- * Offsets are read on the device only; bad ones (offsets[0] != 0, decreasing, above R) are flagged
- * on the stream's error word and clamped so that no access leaves the tensors. */
+ * Offsets are read on the device only; bad ones (negative, decreasing, above R) are flagged on the
+ * stream's error word and clamped so that no access leaves the tensors. */
 #include "cuda_internal.h"
 
 #include <math.h>
@@ -43,8 +44,8 @@ __global__ void gt_k_sign(int64_t n, const void *x, int dxt, void *out, int dot)
     GT_GRID_STRIDE(i, n)
     {
         float v = gt_ld(x, dxt, i);
-        /* zeros (either sign) and NaN stay as they are */
-        gt_st(out, dot, i, v > 0.0f ? 1.0f : (v < 0.0f ? -1.0f : v));
+        /* -0 gives +0 (as the CPU kernel); NaN stays NaN */
+        gt_st(out, dot, i, v > 0.0f ? 1.0f : (v < 0.0f ? -1.0f : (v == 0.0f ? 0.0f : v)));
     }
 }
 
@@ -170,7 +171,7 @@ gt_status gt_cuda_moe_topk(gt_cuda_stream *s, const gt_kernel_call *c, gt_error 
     if (K < 1 || K > E)
         return gt_error_set(err, GT_ERR_SHAPE, "moe_topk: k %lld outside [1, %lld experts]",
                             (long long)K, (long long)E);
-    if (G > 1 && (E % G != 0 || L < 1 || L > G))
+    if (G > 1 && (E % G != 0 || L < 1 || L > G || K > L * (E / G)))
         return gt_error_set(err, GT_ERR_SHAPE,
                             "moe_topk: %lld experts in n_groups %lld with n_limited %lld",
                             (long long)E, (long long)G, (long long)L);

@@ -24,19 +24,30 @@
 /* ---------------------------------------------------------------- offsets on the device */
 
 typedef struct {
-    int e;          /* the group; E: rows of the zero tail (from offsets[E]); -1: no rows */
+    int e;          /* the group; E: rows outside the groups (zeros); -1: no rows */
     int64_t r0, r1; /* the tile's rows */
 } gt_gm_tile;
 
 /* Tile `tile` of the row tiles of a grouped GEMM over R rows, found by a full warp. Every block
- * reads the offsets as o_0 = 0, o_{e+1} = min(R, max(o_e, offsets[e + 1])) (a prefix max: what
- * bad offsets become, flagged by gt_gm_check); group e has ceil((o_{e+1} - o_e) / BM) tiles in
- * group order, then come the tiles of the rows [o_E, R). Rounds of 32 groups: a warp scan of
- * the prefix max and of the tile counts, a ballot for the first group past `tile`. */
+ * reads the offsets as o_0 = min(R, max(0, offsets[0])), o_{e+1} = min(R, max(o_e,
+ * offsets[e + 1])) (a prefix max: what bad offsets become, flagged by gt_gm_check). The tiles:
+ * first those of the rows [0, o_0) (zeros), then group e's ceil((o_{e+1} - o_e) / BM) in group
+ * order, then those of the rows [o_E, R) (zeros): at most ceil(R / BM) + E + 2. Rounds of 32
+ * groups: a warp scan of the prefix max and of the tile counts, a ballot for the first group past
+ * `tile`. */
 __device__ gt_gm_tile gt_gm_find(const int32_t *offsets, int E, int64_t R, int64_t tile, int bm)
 {
     int lane = threadIdx.x % 32;
-    int64_t acc = 0, prev = 0;
+    gt_gm_tile t;
+    int64_t prev = offsets[0];
+    prev = prev < 0 ? 0 : (prev > R ? R : prev);
+    int64_t acc = (prev + bm - 1) / bm; /* the head's tiles */
+    if (tile < acc) {
+        t.e = E;
+        t.r0 = tile * bm;
+        t.r1 = t.r0 + bm < prev ? t.r0 + bm : prev;
+        return t;
+    }
     for (int base = 0; base < E; base += 32) {
         int e = base + lane;
         int64_t hi = e < E ? (int64_t)offsets[e + 1] : prev;
@@ -58,7 +69,6 @@ __device__ gt_gm_tile gt_gm_find(const int32_t *offsets, int E, int64_t R, int64
             int f = __ffs(past) - 1;
             int64_t flo = __shfl_sync(0xffffffffu, lo, f), fhi = __shfl_sync(0xffffffffu, hi, f);
             int64_t fcum = __shfl_sync(0xffffffffu, cum, f), fnt = __shfl_sync(0xffffffffu, nt, f);
-            gt_gm_tile t;
             t.e = base + f;
             t.r0 = flo + (tile - (acc + fcum - fnt)) * bm;
             t.r1 = t.r0 + bm < fhi ? t.r0 + bm : fhi;
@@ -67,21 +77,20 @@ __device__ gt_gm_tile gt_gm_find(const int32_t *offsets, int E, int64_t R, int64
         acc += __shfl_sync(0xffffffffu, cum, 31);
         prev = __shfl_sync(0xffffffffu, hi, 31);
     }
-    gt_gm_tile t;
     t.r0 = prev + (tile - acc) * bm;
     t.e = t.r0 < R ? E : -1;
     t.r1 = t.r0 + bm < R ? t.r0 + bm : R;
     return t;
 }
 
-/* Flags the first bad offset (offsets[0] != 0, a decrease, a value outside [0, R]); one thread. */
+/* Flags the first bad offset (a value outside [0, R], a decrease); one thread. */
 __device__ void gt_gm_check(const int32_t *offsets, int E, int64_t R, unsigned long long *flag,
                             int op)
 {
     int64_t prev = 0;
     for (int e = 0; e <= E; e++) {
         int64_t v = offsets[e];
-        if ((e == 0 && v != 0) || v < prev || v > R) {
+        if (v < prev || v > R) {
             gt_flag(flag, op, e, R + 1);
             return;
         }
@@ -130,7 +139,7 @@ __global__ void __launch_bounds__(GM_TC_THREADS)
     const int e = tile.e;
     const int64_t r0 = tile.r0, r1 = tile.r1, n0 = (int64_t)blockIdx.y * GM_BN;
     if (e < 0) return;
-    if (e == E) { /* rows past offsets[E]: zeros */
+    if (e == E) { /* rows outside the groups: zeros */
         for (int l = tid; l < GM_BM * GM_BN; l += GM_TC_THREADS) {
             int64_t r = r0 + l / GM_BN, n = n0 + l % GM_BN;
             if (r < r1 && n < Dout) gt_st(out, dot, r * Dout + n, 0.0f);
@@ -304,7 +313,7 @@ __global__ void __launch_bounds__(GM_F32_THREADS)
 #pragma unroll
         for (int j = 0; j < 4; j++) {
             int64_t r = r0 + ty + 16 * i, n = n0 + tx + 16 * j;
-            if (r < r1 && n < Dout) gt_st(out, dot, r * Dout + n, acc[i][j]); /* tail: zeros */
+            if (r < r1 && n < Dout) gt_st(out, dot, r * Dout + n, acc[i][j]); /* e == E: 0 */
         }
 }
 
@@ -352,7 +361,7 @@ gt_status gt_cuda_grouped_matmul(gt_cuda_stream *s, const gt_kernel_call *c, gt_
         return gt_cuda_shape_error(c, "w must be [E, Dout, Din] (trans_b) or [E, Din, Dout]", err);
     GT_TRY(gt_gm_offsets(c, off, E, R, err));
     if (R == 0 || Dout == 0) return GT_OK;
-    int64_t tiles = (R + GM_BM - 1) / GM_BM + E + 1, ntiles = (Dout + GM_BN - 1) / GM_BN;
+    int64_t tiles = (R + GM_BM - 1) / GM_BM + E + 2, ntiles = (Dout + GM_BN - 1) / GM_BN;
     if (tiles > INT32_MAX || ntiles > 65535)
         return gt_error_set(err, GT_ERR_UNSUPPORTED, "grouped_matmul: [%lld, %lld] above the grid",
                             (long long)R, (long long)Dout);

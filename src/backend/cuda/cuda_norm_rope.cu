@@ -925,7 +925,7 @@ gt_status gt_cuda_rope(gt_cuda_stream *s, const gt_kernel_call *c, gt_error *err
                             (long long)nbs);
     size_t smem = (size_t)(npos * half) * 2 * sizeof(float);
     float sign = c->i[0] ? -1.0f : 1.0f;
-    bool il = c->ni > 3 && c->i[3] != 0; /* interleaved: an optional slot, absent in llama graphs */
+    bool il = gt_rope_interleaved(c) != 0; /* an optional slot, absent (0) in llama graphs */
     if (vec)
         gt_rope_launch<8>(s->stream, il, blocks, smem, nbs, x, npos, sign, f, out);
     else
