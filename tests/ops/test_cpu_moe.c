@@ -425,6 +425,19 @@ static void test_grads(void)
     const int64_t tok[] = {0, 0, 1, 1, 1, 2, 3, 3, 2, 0, 1, 3};
     gc_run1(&c, gt_embedding_backward(c.g, gc_ids(&c, GT_I32, 1, S(12), tok), ys, gt_c(c.g, 4)));
 
+    /* rope with YaRN and interleaved pairs: its gradient is the same rope, inverse */
+    for (int inter = 0; inter < 2; inter++) {
+        gc_begin(&c, inter ? "rope yarn interleaved" : "rope yarn", 3650 + (uint64_t)inter);
+        gt_rope_params rp = {.theta = 500,
+                             .factor = 8,
+                             .low_freq_factor = 4,
+                             .high_freq_factor = 2,
+                             .original_max_position = 16,
+                             .scaling = GT_ROPE_YARN,
+                             .interleaved = inter};
+        gc_run1(&c, gt_rope(c.g, gc_param(&c, 4, S(1, 6, 2, 8), -1, 1), &rp, false));
+    }
+
     /* a router: ids = moe_topk(x) (NONDIFF), w = gather_last(softmax(x), ids); the gradient flows
      * through gather_last and softmax only; scores 0.1 apart keep the routing under FD steps (group
      * sums could tie, so no groups here: test_topk covers them) */
