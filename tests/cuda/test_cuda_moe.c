@@ -286,6 +286,77 @@ static void test_sort(int64_t T, int K, int E, int skip_every)
     gt_tensor_free(&cc);
 }
 
+/* An id outside [0, E) (moe_sort, moe_count, gather_last) or a decreasing offset
+ * (grouped_matmul) comes back as an error naming the op at the stream's next sync. */
+static void test_bad_data(void)
+{
+    gt_tensor ids = cu_tensor_new(GT_I32, 2, SH(4, 2));
+    for (int k = 0; k < 8; k++)
+        ((int32_t *)ids.data)[k] = k == 5 ? 9 : k % 4;
+    gt_tensor off = cu_tensor_new(GT_I32, 1, SH(4));
+    const int32_t o[4] = {0, 3, 2, 4};
+    memcpy(off.data, o, sizeof o);
+    gt_tensor x = cu_tensor_rand(&g_rng, GT_F32, 2, SH(4, 8), -1.0, 1.0);
+    gt_tensor w = cu_tensor_rand(&g_rng, GT_F32, 3, SH(3, 8, 8), -1.0, 1.0);
+    struct {
+        const char *name;
+        attrs a;
+        gt_tensor in[3];
+        int n_in;
+        gt_tensor out[3];
+        int n_out;
+    } cs[3] = {
+        {"moe_sort",
+         {.op = GT_OP_MOE_SORT, .i = {4}, .ni = 1},
+         {ids},
+         1,
+         {cu_tensor_new(GT_I32, 1, SH(8)), cu_tensor_new(GT_I32, 1, SH(8)),
+          cu_tensor_new(GT_I32, 1, SH(5))},
+         3},
+        {"moe_count",
+         {.op = GT_OP_MOE_COUNT, .i = {4}, .ni = 1},
+         {ids},
+         1,
+         {cu_tensor_new(GT_F32, 1, SH(4))},
+         1},
+        {"grouped_matmul",
+         {.op = GT_OP_GROUPED_MATMUL, .i = {1}, .ni = 1},
+         {x, w, off},
+         3,
+         {cu_tensor_new(GT_F32, 2, SH(4, 8))},
+         1},
+    };
+    for (int k = 0; k < 3; k++) {
+        gt_error err = {0};
+        gt_tensor din[3], dout[3];
+        memset(din, 0, sizeof din);
+        memset(dout, 0, sizeof dout);
+        bool ok = true;
+        for (int j = 0; j < cs[k].n_in && ok; j++)
+            ok = gt_cuda_tensor_upload(g_s, &cs[k].in[j], &din[j], &err) == GT_OK;
+        for (int j = 0; j < cs[k].n_out && ok; j++)
+            ok = gt_cuda_tensor_alloc(&dout[j], cs[k].out[j].dtype, cs[k].out[j].ndim,
+                                      cs[k].out[j].shape, &err) == GT_OK;
+        EXPECT(ok, "%s: setup failed: %s", cs[k].name, err.msg);
+        gt_kernel_call c = cu_kernel_call(cs[k].a.op, cs[k].a.i, cs[k].a.ni, NULL, 0, NULL, 0, din,
+                                          cs[k].n_in, dout, cs[k].n_out);
+        gt_status st = ok ? gt_cuda_run_kernel(&c, g_s, &err) : GT_ERR_INTERNAL;
+        if (st == GT_OK) st = gt_cuda_stream_sync(g_s, &err);
+        EXPECT(ok && st != GT_OK && strstr(err.msg, cs[k].name) != NULL,
+               "%s: bad data not reported (status %d: %s)", cs[k].name, (int)st, err.msg);
+        for (int j = 0; j < cs[k].n_in; j++)
+            gt_cuda_tensor_free(&din[j]);
+        for (int j = 0; j < cs[k].n_out; j++) {
+            gt_cuda_tensor_free(&dout[j]);
+            gt_tensor_free(&cs[k].out[j]);
+        }
+    }
+    gt_tensor_free(&ids);
+    gt_tensor_free(&off);
+    gt_tensor_free(&x);
+    gt_tensor_free(&w);
+}
+
 /* ---------------------------------------------------------------- grouped GEMMs */
 
 /* max |a - ref| / max |ref| */
@@ -488,6 +559,7 @@ int main(void)
     test_sort(3000, 8, 64, 7); /* 24000 ids: 24 chunks */
     test_sort(5, 8, 256, 0);
     test_sort(1, 1, 1, 0);
+    test_bad_data();
     for (int tb = 0; tb < 2; tb++) {
         test_gm(GT_F32, tb, 96, 80);
         test_gm(GT_F32, tb, 37, 50);
