@@ -48,13 +48,22 @@ gt_value_id gt_rms_norm(gt_graph *g, gt_value_id x, gt_value_id w, double eps);
 gt_value_id gt_rms_norm_backward(gt_graph *g, gt_value_id x, gt_value_id w, gt_value_id dy,
                                  double eps, gt_value_id *dw);
 
+/* scaling 0: llama3.1 scaling when original_max_position > 0 (as before the field existed);
+ * scaling 2 (GT_ROPE_YARN): YaRN as torchtitan's ComplexRoPE, with low_freq_factor = beta_fast,
+ * high_freq_factor = beta_slow, factor = the rope factor and original_max_position = the original
+ * sequence length (apply it only where torchtitan does: max_seq_len > that length).
+ * interleaved 1: pairs (2j, 2j + 1) (torchtitan's complex RoPE); 0: pairs (j, j + d/2).
+ * Zero-initialise the struct: the new fields at 0 give llama's graphs bit for bit. */
 typedef struct {
     double theta;
     double factor;
-    double low_freq_factor;
-    double high_freq_factor;
+    double low_freq_factor;        /* YaRN: beta_fast */
+    double high_freq_factor;       /* YaRN: beta_slow */
     int64_t original_max_position; /* 0 = no llama3.1 scaling */
+    int scaling;                   /* 0 or GT_ROPE_YARN */
+    int interleaved;               /* 0 or 1 */
 } gt_rope_params;
+#define GT_ROPE_YARN 2
 gt_value_id gt_rope(gt_graph *g, gt_value_id x, const gt_rope_params *p, bool inverse);
 
 /* out returned; lse written to *lse (may be NULL). Layout 0: q, k, v, out [b, heads, seq, d]. */
@@ -69,9 +78,8 @@ gt_value_id gt_sdpa_backward(gt_graph *g, gt_value_id q, gt_value_id k, gt_value
 gt_value_id gt_sdpa_layout(gt_graph *g, gt_value_id q, gt_value_id k, gt_value_id v, bool causal,
                            double scale, int layout, gt_value_id *lse);
 gt_value_id gt_sdpa_backward_layout(gt_graph *g, gt_value_id q, gt_value_id k, gt_value_id v,
-                                    gt_value_id out, gt_value_id lse, gt_value_id dout,
-                                    bool causal, double scale, int layout, gt_value_id *dk,
-                                    gt_value_id *dv);
+                                    gt_value_id out, gt_value_id lse, gt_value_id dout, bool causal,
+                                    double scale, int layout, gt_value_id *dk, gt_value_id *dv);
 gt_value_id gt_softmax(gt_graph *g, gt_value_id x, int dim);
 gt_value_id gt_softmax_backward(gt_graph *g, gt_value_id y, gt_value_id dy, int dim);
 gt_value_id gt_cross_entropy(gt_graph *g, gt_value_id logits, gt_value_id targets,
@@ -81,6 +89,23 @@ gt_value_id gt_cross_entropy_backward(gt_graph *g, gt_value_id logits, gt_value_
 gt_value_id gt_embedding(gt_graph *g, gt_value_id w, gt_value_id ids);
 gt_value_id gt_embedding_backward(gt_graph *g, gt_value_id ids, gt_value_id dy,
                                   gt_expr num_embeddings);
+
+/* DeepSeek-V3's mixture-of-experts ops (gt_ops.def gives the semantics). */
+gt_value_id gt_sign(gt_graph *g, gt_value_id x);
+/* scores [T, E] -> i32 [T, k]; n_groups <= 1: no group limit (n_limited is then ignored). */
+gt_value_id gt_moe_topk(gt_graph *g, gt_value_id scores, int k, int n_groups, int n_limited);
+gt_value_id gt_gather_last(gt_graph *g, gt_value_id x, gt_value_id idx);
+gt_value_id gt_gather_last_backward(gt_graph *g, gt_value_id idx, gt_value_id dy, gt_expr n_cols);
+/* order returned; token (i32 [T*K]) and offsets (i32 [n_experts + 1]) written (either may be
+ * NULL). */
+gt_value_id gt_moe_sort(gt_graph *g, gt_value_id idx, int n_experts, gt_value_id *token,
+                        gt_value_id *offsets);
+gt_value_id gt_moe_count(gt_graph *g, gt_value_id idx, int n_experts);
+/* w: [E, Dout, Din] with trans_b (torchtitan's expert weights), [E, Din, Dout] without. */
+gt_value_id gt_grouped_matmul(gt_graph *g, gt_value_id x, gt_value_id w, gt_value_id offsets,
+                              bool trans_b);
+/* -> [E, Dout, Din] (E from offsets' length - 1) */
+gt_value_id gt_grouped_matmul_dw(gt_graph *g, gt_value_id x, gt_value_id dy, gt_value_id offsets);
 
 /* Optimizer ops (gt_ops.def). clamp: min(max(x, min), max); pass -INFINITY / INFINITY to leave a
  * side open. */

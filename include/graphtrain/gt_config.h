@@ -180,6 +180,7 @@ typedef struct {
 typedef struct {
     int64_t seed;
     bool deterministic;
+    bool moe_force_load_balance; /* MoE models route round-robin (torchtitan's debug option) */
     /* Test-only fault injection for multi-rank runs (docs/CONFIG.md): */
     int64_t test_drop_collective_rank; /* this rank drops its first collective; -1: none */
     char *test_kill_rank_at_step; /* "R:S": rank R kills itself (SIGKILL) at step S; "R:S:stop":

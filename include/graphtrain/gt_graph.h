@@ -42,6 +42,8 @@ enum {
     GT_OPF_MOVES_BYTES = 1 << 7,
     /* not MOVES_BYTES, yet its CPU kernel takes bf16/f16 as they are (gt_ops.def) */
     GT_OPF_NO_WIDEN = 1 << 8,
+    /* autodiff treats its outputs as constants: no gradient flows through them (gt_ops.def) */
+    GT_OPF_NONDIFF = 1 << 9,
 };
 
 /* Which output may share a buffer with which input (gt_ops.def's alias column). */

@@ -18,6 +18,13 @@ typedef struct {
     gt_param_spec *params; /* one per PARAM input, in graph input order */
     int n_params;
     gt_value_id tokens, labels, logits, loss; /* logits: [batch*seq, vocab] in compute_dtype */
+    /* Mixture-of-experts load balancing (none in dense models): per MoE layer the BUFFER input of
+     * its expert bias (f32[E], carried between steps like a parameter) and this forward's count
+     * of the tokens routed to each expert (f32[E]); the step graph appends the bias update after
+     * the optimizer with coefficient moe_bias_coeff (gt_optim_append_moe_bias_update). */
+    int n_moe;
+    gt_value_id *moe_bias, *moe_counts;
+    double moe_bias_coeff;
 } gt_model;
 
 /* Bytes a family's config struct may take inside gt_model_config. */
@@ -33,6 +40,8 @@ typedef struct {
     /* GT_F32 or GT_BF16. Parameters stay f32 PARAM inputs either way; with GT_BF16 each is cast to
      * bf16 where it is used and activations are bf16 (torchtitan's FSDP param_dtype). */
     gt_dtype compute_dtype;
+    /* --debug.moe_force_load_balance: mixture-of-experts families route round-robin */
+    bool moe_force_load_balance;
     _Alignas(16) unsigned char cfg[GT_MODEL_CONFIG_BYTES];
 } gt_model_config;
 
@@ -44,6 +53,9 @@ typedef struct {
     /* torchtitan's attention term of the FLOP count: 12 * n_layers * n_heads * head_dim FLOPs per
      * token per position of the sequence (times seq_len for a token's share) */
     double attention_flops_per_position;
+    /* Parameters one token uses (a mixture of experts counts top_k of its routed experts); 0 when
+     * every parameter is active (dense models). */
+    int64_t active_params;
 } gt_model_info;
 
 /* Options of a Hugging Face export (gt_model_export_hf). */

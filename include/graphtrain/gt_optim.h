@@ -80,6 +80,17 @@ void gt_optim_scalars(const gt_adamw_config *cfg, int64_t step, double lr, float
 gt_status gt_optim_append_grad_accum(gt_graph *g, int n, const gt_value_id *params,
                                      gt_value_id *grads, gt_error *err);
 
+/* Mixture-of-experts load balancing (torchtitan's _update_expert_bias, auxiliary-loss-free): for
+ * each k, bias[k] a BUFFER input f32[E] and counts[k] the step's f32[E] routed-token counts,
+ * appends (phase optimizer, tag "moe.bias_update", the bias's fqn)
+ *   d = coeff·sign(mean(c) − c);  d −= mean(d);  bias' = bias + d
+ * (means accumulated in double, rounded once: exact for counts below 2^53) and the BUFFER_UPDATE
+ * output named as the bias that returns bias'. The update reads counts only, never the
+ * backward, so remat cannot count a token twice. A step with gradient accumulation must pass
+ * the counts summed over its micro-batches. n = 0 appends nothing. */
+gt_status gt_optim_append_moe_bias_update(gt_graph *g, int n, const gt_value_id *bias,
+                                          const gt_value_id *counts, double coeff, gt_error *err);
+
 /* The PARAM inputs of g in input order: writes up to max value ids to params and returns how many
  * PARAM inputs g has (call with max 0 to size the array). */
 int gt_optim_find_params(const gt_graph *g, gt_value_id *params, int max);

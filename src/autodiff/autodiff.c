@@ -2,7 +2,8 @@
  *
  * Algorithm, for a scalar loss L and values wrt[]:
  *   1. active values: those on a path wrt -> L, i.e. forward-reachable from some wrt through float
- *      values (integers carry no gradient) and backward-reachable from L.
+ *      values (integers carry no gradient) and backward-reachable from L. The outputs of a
+ *      GT_OPF_NONDIFF op (routing decisions, counts) are never active: constants to the backward.
  *   2. seed dL/dL = full(1.0) of L's type.
  *   3. walk the forward nodes in reverse order; for a node with an active output that received a
  *      gradient, call its rule (grad_rules*.c) and add what it returns for each active input.
@@ -54,7 +55,8 @@ static uint8_t *find_active(const gt_graph *g, gt_value_id loss, int n, const gt
         bool any = false;
         for (int j = 0; j < nd->n_in; j++)
             any |= fwd[nd->in[j]] != 0;
-        if (!any) continue;
+        /* NONDIFF outputs are constants (routing ids, counts, signs): no gradient path */
+        if (!any || (gt_op_get(nd->op)->flags & GT_OPF_NONDIFF)) continue;
         for (int j = 0; j < nd->n_out; j++)
             if (gt_dtype_is_float(g->values[nd->out[j]].type.dtype)) fwd[nd->out[j]] = 1;
     }

@@ -84,14 +84,17 @@ gt_status gt_grad_rope(gt_graph *g, gt_node_id n, const gt_value_id *dout, gt_va
 {
     (void)err;
     gt_node nd = g->nodes[n];
-    /* rope rotates each pair (j, j + d/2) by an angle: an orthogonal map whose transpose is the
-     * rotation by the negative angle, i.e. the same op with inverse flipped. */
+    /* rope rotates each pair ((j, j + d/2), or (2j, 2j + 1) interleaved) by an angle: an orthogonal
+     * map whose transpose is the rotation by the negative angle, i.e. the same op with inverse
+     * flipped. */
     gt_rope_params p = {
         .theta = nd.attrs.f[0],
         .factor = nd.attrs.f[1],
         .low_freq_factor = nd.attrs.f[2],
         .high_freq_factor = nd.attrs.f[3],
         .original_max_position = nd.attrs.i[1],
+        .scaling = nd.attrs.ni > 2 ? (int)nd.attrs.i[2] : 0,
+        .interleaved = nd.attrs.ni > 3 ? (int)nd.attrs.i[3] : 0,
     };
     din[0] = gt_rope(g, dout[0], &p, nd.attrs.i[0] == 0);
     return GT_OK;

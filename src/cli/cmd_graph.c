@@ -158,8 +158,9 @@ static void print_summary(const gt_graph *g, const gt_model *model, const gt_mod
         nodes_by_phase[g->nodes[n].phase % 3]++;
     double tokens = (double)batch * (double)seq / (double)ranks;
     /* torchtitan's MFU numerator per token: 6·N(non-embedding) + 12·L·H·Dh·S */
-    double titan =
-        6.0 * (double)(n_params - n_embed) + info.attention_flops_per_position * (double)seq;
+    /* a mixture of experts counts the parameters a token uses (torchtitan's active count) */
+    int64_t n_matmul = (info.active_params > 0 ? info.active_params : n_params) - n_embed;
+    double titan = 6.0 * (double)n_matmul + info.attention_flops_per_position * (double)seq;
 
     printf("\n# summary: %s %s, batch %lld x seq %lld\n", mc->family->name, mc->flavor,
            (long long)batch, (long long)seq);
@@ -168,6 +169,9 @@ static void print_summary(const gt_graph *g, const gt_model *model, const gt_mod
     printf("values           %d\n", g->n_values);
     printf("parameters       %lld (%.3f B; %lld without the embedding)\n", (long long)n_params,
            (double)n_params / 1e9, (long long)(n_params - n_embed));
+    if (info.active_params > 0)
+        printf("active params    %lld (%.3f B) per token\n", (long long)info.active_params,
+               (double)info.active_params / 1e9);
     printf("flops/step       %.4e (matmul %.4e, attention %.4e, other %.4e)\n", flops->total,
            flops->matmul, flops->attention, flops->other);
     printf("flops/step phase forward %.4e, backward %.4e, optimizer %.4e\n", flops->by_phase[0],

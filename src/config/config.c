@@ -223,6 +223,9 @@ static const gt_cfg_option options[] = {
     {OPT(debug, deterministic, GT_CFG_BOOL), .default_value = "false",
      .help = "also fix choices that could vary between runs (e.g. GPU algorithm selection); "
              "kernels are deterministic in any case"},
+    {OPT(debug, moe_force_load_balance, GT_CFG_BOOL), .default_value = "false",
+     .help = "mixture-of-experts models route tokens round-robin over the experts (torchtitan's "
+             "_debug_force_load_balance): balanced loads for tests and benchmarks"},
     {OPT(debug, test_drop_collective_rank, GT_CFG_INT), .default_value = "-1",
      INT_RANGE(-1, MAX_DEGREE),
      .help = "TEST ONLY: this rank drops the first collective of its step program, so the "

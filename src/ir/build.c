@@ -294,9 +294,13 @@ gt_value_id gt_rope(gt_graph *g, gt_value_id x, const gt_rope_params *p, bool in
         build_fail(g, "rope", "no parameters given");
         return GT_NONE;
     }
-    gt_attrs at = {.ni = 2, .nf = 4};
+    /* scaling and interleaved are optional slots, left out when 0: llama's nodes stay as they
+     * were before the slots existed (the same attributes, printout and serialized bytes). */
+    gt_attrs at = {.ni = p->interleaved ? 4 : p->scaling ? 3 : 2, .nf = 4};
     at.i[0] = inverse ? 1 : 0;
     at.i[1] = p->original_max_position;
+    at.i[2] = p->scaling;
+    at.i[3] = p->interleaved;
     at.f[0] = p->theta;
     at.f[1] = p->factor;
     at.f[2] = p->low_freq_factor;
@@ -331,9 +335,8 @@ gt_value_id gt_sdpa_backward(gt_graph *g, gt_value_id q, gt_value_id k, gt_value
 }
 
 gt_value_id gt_sdpa_backward_layout(gt_graph *g, gt_value_id q, gt_value_id k, gt_value_id v,
-                                    gt_value_id out, gt_value_id lse, gt_value_id dout,
-                                    bool causal, double scale, int layout, gt_value_id *dk,
-                                    gt_value_id *dv)
+                                    gt_value_id out, gt_value_id lse, gt_value_id dout, bool causal,
+                                    double scale, int layout, gt_value_id *dk, gt_value_id *dv)
 {
     gt_attrs at = {.ni = 2, .nf = 1};
     at.i[0] = causal ? 1 : 0;

@@ -34,6 +34,16 @@ gt_status gt_node_model_flops(const gt_graph *g, gt_node_id n, const gt_sym_bind
         *flops = 2.0 * numel(so, no) * (double)k;
         return GT_OK;
     }
+    case GT_OP_GROUPED_MATMUL:
+    case GT_OP_GROUPED_MATMUL_DW: {
+        /* x [R, Din], the other operand [R, Dout]: 2 R Dout Din, every row counted (rows past
+         * offsets[E] are zeros the kernel writes, not arithmetic, but the model counts R) */
+        GT_TRY(eval_dims(g, node->in[0], b, sa, &na, err));
+        GT_TRY(eval_dims(g, node->op == GT_OP_GROUPED_MATMUL ? node->out[0] : node->in[1], b, sb,
+                         &nb, err));
+        *flops = 2.0 * (double)sa[0] * (double)sa[1] * (double)sb[1];
+        return GT_OK;
+    }
     case GT_OP_SDPA:
     case GT_OP_SDPA_BACKWARD: {
         /* q [b, hq, s, d], k [b, hkv, t, d] (layout 1: q [b, s, hq, d], k [b, t, hkv, d]);
@@ -65,6 +75,8 @@ gt_status gt_graph_count_flops(const gt_graph *g, const gt_sym_binding *b, gt_fl
         if (node->n_out > 0) GT_TRY(eval_dims(g, node->out[0], b, so, &no, err));
         switch (node->op) {
         case GT_OP_MATMUL:
+        case GT_OP_GROUPED_MATMUL:
+        case GT_OP_GROUPED_MATMUL_DW:
             GT_TRY(gt_node_model_flops(g, n, b, &f, err));
             kind = &out->matmul;
             break;

@@ -141,10 +141,11 @@ gt_status gt_shape_rms_norm_backward_add(gt_graph *g, const gt_node *n, gt_type 
 
 /* ---------------------------------------------------------------- rope */
 
-/* x: [b, s, h, d] float, d even (pairs (j, j + d/2)). Schema "i:inverse,original_max_position
- * f:theta,factor,low_freq_factor,high_freq_factor". The llama3.1 scaling interpolates between the
- * wavelengths original_max_position / low_freq_factor and / high_freq_factor, so it needs
- * factor > 0 and high_freq_factor > low_freq_factor > 0. */
+/* x: [b, s, h, d] float, d even (pairs (j, j + d/2), or (2j, 2j + 1) interleaved). Schema
+ * "i:inverse,original_max_position,scaling?,interleaved? f:theta,factor,low_freq_factor,
+ * high_freq_factor"; YaRN (scaling 2) reads beta_fast / beta_slow from the last two floats. The
+ * llama3.1 scaling interpolates between the wavelengths original_max_position / low_freq_factor and
+ * / high_freq_factor, so it needs factor > 0 and high_freq_factor > low_freq_factor > 0. */
 gt_status gt_shape_rope(gt_graph *g, const gt_node *n, gt_type *out, int *n_out, gt_error *err)
 {
     GT_TRY(gt_shape_need_float(g, n, 0, err));
@@ -162,7 +163,18 @@ gt_status gt_shape_rope(gt_graph *g, const gt_node *n, gt_type *out, int *n_out,
     if (omp < 0)
         return gt_shape_fail(g, n, err, GT_ERR_INVALID, "original_max_position %lld < 0",
                              (long long)omp);
-    if (omp > 0 && !(factor > 0 && lo > 0 && hi > lo))
+    int64_t scaling = n->attrs.ni > 2 ? n->attrs.i[2] : 0;
+    if (scaling != 0 && scaling != 2)
+        return gt_shape_fail(g, n, err, GT_ERR_INVALID, "scaling must be 0 or 2 (YaRN), got %lld",
+                             (long long)scaling);
+    if (n->attrs.ni > 3) GT_TRY(need_flag(g, n, "interleaved", n->attrs.i[3], err));
+    if (scaling == 2 && !(omp > 0 && factor > 0 && lo > 0 && hi > 0 && isfinite(lo) &&
+                          isfinite(hi) && isfinite(factor)))
+        return gt_shape_fail(g, n, err, GT_ERR_INVALID,
+                             "YaRN needs original_max_position > 0, factor > 0, beta_fast > 0 "
+                             "and beta_slow > 0, got %lld, factor=%g beta_fast=%g beta_slow=%g",
+                             (long long)omp, factor, lo, hi);
+    if (scaling == 0 && omp > 0 && !(factor > 0 && lo > 0 && hi > lo))
         return gt_shape_fail(g, n, err, GT_ERR_INVALID,
                              "llama3.1 scaling needs factor > 0 and high_freq_factor > "
                              "low_freq_factor > 0, got factor=%g low=%g high=%g",

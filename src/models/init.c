@@ -11,8 +11,11 @@ void gt_model_free(gt_model *m)
 {
     if (!m) return;
     free(m->params);
+    free(m->moe_bias);
+    free(m->moe_counts);
     m->params = NULL;
-    m->n_params = 0;
+    m->moe_bias = m->moe_counts = NULL;
+    m->n_params = m->n_moe = 0;
 }
 
 gt_status gt_model_init_params(const gt_model *m, uint64_t seed, gt_tensor *params, gt_error *err)

@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "graphtrain/gt_deepseek_v3.h"
 #include "graphtrain/gt_llama3.h"
 #include "graphtrain/gt_model.h"
 
@@ -10,6 +11,7 @@ extern const gt_model_family gt_toy_mlp_family; /* test-only (toy_mlp.c) */
 
 static const gt_model_family *const families[] = {
     &gt_llama3_family,
+    &gt_deepseek_v3_family,
     &gt_toy_mlp_family,
     NULL,
 };

@@ -64,5 +64,7 @@ gt_status gt_rule_embedding_backward(gt_shard_ctx *c, gt_error *err);
 gt_status gt_rule_cross_entropy(gt_shard_ctx *c, gt_error *err);
 gt_status gt_rule_cross_entropy_backward(gt_shard_ctx *c, gt_error *err);
 gt_status gt_rule_adamw(gt_shard_ctx *c, gt_error *err);
+/* DeepSeek-V3's MoE ops (rules_moe.c): refused on a mesh dim of more than one rank. */
+gt_status gt_rule_moe(gt_shard_ctx *c, gt_error *err);
 
 #endif

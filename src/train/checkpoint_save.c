@@ -67,8 +67,7 @@ static gt_status begin_checkpoint(gt_trainer *t, int64_t step, const gt_tensor *
         .prune_in_background = true,
     };
     /* the manifest is built now: the strings above need not outlive this call but the folder */
-    return gt_checkpoint_begin(&d, 3 * t->n_params, (const char *const *)t->ckpt_names, descs, w,
-                               err);
+    return gt_checkpoint_begin(&d, t->n_ckpt, (const char *const *)t->ckpt_names, descs, w, err);
 }
 
 /* Whether this rank writes its block of a tensor placed as b: the first of the ranks holding the
@@ -170,7 +169,7 @@ static gt_status write_blocks(gt_trainer *t, const gt_safetensors *file, const g
     bool from_device = !src && gt_trainer_state_on_device(t) && t->host_stale;
     if (from_device) w.st = gt_cuda_host_alloc((void **)&w.bounce, GT_CKPT_BOUNCE_BYTES, err);
 #endif
-    for (int k = 0; k < 3 * t->n_params && w.st == GT_OK; k++) {
+    for (int k = 0; k < t->n_ckpt && w.st == GT_OK; k++) {
         const gt_shard_box *b = &t->box[k];
         const gt_st_entry *e = gt_safetensors_find(file, t->ckpt_names[k]);
         GT_CHECK(e != NULL); /* the file was created from these names */
@@ -220,7 +219,7 @@ static gt_status hash_one(int j, void *user, gt_error *err)
 static gt_status hash_tensors(gt_trainer *t, const gt_safetensors *file, uint64_t *h,
                               const atomic_bool *cancel, gt_error *err)
 {
-    int n = 3 * t->n_params, mine = (n - t->dist.rank + t->dist.size - 1) / t->dist.size;
+    int n = t->n_ckpt, mine = (n - t->dist.rank + t->dist.size - 1) / t->dist.size;
     hash_job hj = {t, file, h, cancel};
     return gt_run_jobs(mine, gt_ckpt_io_threads(), hash_one, &hj, err);
 }
@@ -235,7 +234,7 @@ struct gt_ckpt_save {
     gt_whole_descriptors w;
     gt_checkpoint_writer cw; /* rank 0's */
     gt_safetensors file;
-    uint64_t *h;    /* [3 n_params]: the tensor hashes of this rank's share (0 elsewhere) */
+    uint64_t *h;    /* [n_ckpt]: the tensor hashes of this rank's share (0 elsewhere) */
     gt_tensor *src; /* async: views of t->snapshot, one per checkpoint tensor this rank writes */
     int part;       /* the part under way: PART_WRITE, PART_HASH */
     /* the part's own outcome, and whether it is done (written by its thread, if any) */
@@ -299,7 +298,7 @@ static gt_status end_part(struct gt_ckpt_save *s, gt_error *err)
     join_part(s);
     gt_status st = GT_OK;
     if (s->part == PART_HASH) /* a communication failure is this rank's */
-        st = gt_train_share_slots(d, s->h, 3 * (int64_t)s->t->n_params, err);
+        st = gt_train_share_slots(d, s->h, (int64_t)s->t->n_ckpt, err);
     if (st == GT_OK) {
         if (s->st != GT_OK) *err = s->err;
         st = gt_train_agree(d, s->st, err);
@@ -318,7 +317,7 @@ static gt_status save_begin(gt_trainer *t, int64_t step, struct gt_ckpt_save **o
     s->step = step;
     s->t_start = gt_now_seconds();
     s->w = gt_whole_descriptors_of(t);
-    s->h = gt_xcalloc(3 * (size_t)t->n_params + 1, sizeof *s->h);
+    s->h = gt_xcalloc((size_t)t->n_ckpt + 1, sizeof *s->h);
     /* every rank reaches every collective below in the same order, whatever failed where */
     gt_status st = d->rank == 0 ? begin_checkpoint(t, step, s->w.ptrs, &s->cw, err) : GT_OK;
     st = gt_train_share_status(d, 0, st, err);
@@ -349,7 +348,7 @@ static gt_status save_finish(struct gt_ckpt_save *s, bool async, int64_t now_ste
     GT_TRY(gt_train_share_status(d, 0, fs, err));
     if (d->rank != 0) return GT_OK;
     double bytes = 0;
-    for (int k = 0; k < 3 * t->n_params; k++)
+    for (int k = 0; k < t->n_ckpt; k++)
         bytes += (double)gt_tensor_nbytes(s->w.ptrs[k]);
     if (!async)
         gt_log(GT_LOG_INFO,
@@ -378,7 +377,7 @@ static gt_status save_finish(struct gt_ckpt_save *s, bool async, int64_t now_ste
 static size_t snapshot_size(const gt_trainer *t)
 {
     size_t bytes = 0;
-    for (int k = 0; k < 3 * t->n_params; k++)
+    for (int k = 0; k < t->n_ckpt; k++)
         if (writes_block(&t->dist, &t->box[k]))
             bytes += (gt_tensor_nbytes(t->ckpt_tensors[k]) + 63) & ~(size_t)63;
     return bytes;
@@ -472,7 +471,7 @@ static gt_status snapshot_memory(gt_trainer *t, gt_error *err)
 /* s->src: a copy, in host memory, of every block this rank writes, as the state is now. */
 static gt_status take_snapshot(gt_trainer *t, struct gt_ckpt_save *s, gt_error *err)
 {
-    int n = 3 * t->n_params;
+    int n = t->n_ckpt;
     bool dev = gt_trainer_state_on_device(t) && t->host_stale; /* newer on the device */
     double t0 = gt_now_seconds();
     GT_TRY(snapshot_memory(t, err));

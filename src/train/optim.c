@@ -322,3 +322,39 @@ gt_status gt_optim_append_grad_accum(gt_graph *g, int n, const gt_value_id *para
     }
     return builder_leave(g, saved, who, err);
 }
+
+gt_status gt_optim_append_moe_bias_update(gt_graph *g, int n, const gt_value_id *bias,
+                                          const gt_value_id *counts, double coeff, gt_error *err)
+{
+    const char *who = "expert-bias update";
+    if (n == 0) return GT_OK;
+    if (g->err.code != GT_OK)
+        return gt_error_set(err, g->err.code, "%s: the graph already carries an error: %s", who,
+                            g->err.msg);
+    builder_state saved = builder_enter(g, GT_PHASE_OPTIMIZER);
+    for (int k = 0; k < n; k++) {
+        int32_t in = input_index(g, bias[k], GT_IN_BUFFER);
+        const gt_type *bt = gt_value_type(g, bias[k]), *ct = gt_value_type(g, counts[k]);
+        if (in < 0 || bt->ndim != 1 || !gt_type_equal(bt, ct) || bt->dtype != GT_F32) {
+            builder_leave(g, saved, who, err);
+            return gt_error_set(err, GT_ERR_INVALID,
+                                "%s: pair %d is not a BUFFER f32[E] bias with f32[E] counts", who,
+                                k);
+        }
+        char fqn[GT_OPTIM_NAME_MAX];
+        snprintf(fqn, sizeof fqn, "%s", gt_graph_str(g, g->inputs[in].fqn));
+        gt_graph_set_fqn(g, fqn);
+        gt_graph_set_unit(g, gt_graph_input_plan(g, bias[k]).unit);
+        int32_t first = g->n_nodes;
+        /* torchtitan's _update_expert_bias: d = coeff·sign(mean(c) − c); d −= mean(d) */
+        int dim0 = 0;
+        gt_value_id mean_c = gt_reduce(g, GT_OP_MEAN, counts[k], 1, &dim0, true);
+        gt_value_id d = gt_scale(g, gt_sign(g, gt_sub(g, mean_c, counts[k])), coeff);
+        d = gt_sub(g, d, gt_reduce(g, GT_OP_MEAN, d, 1, &dim0, true));
+        gt_value_id next = gt_add(g, bias[k], d);
+        for (int32_t m = first; m < g->n_nodes; m++)
+            gt_graph_add_tag(g, m, "moe.bias_update");
+        gt_graph_add_output(g, GT_OUT_BUFFER_UPDATE, fqn, next);
+    }
+    return builder_leave(g, saved, who, err);
+}

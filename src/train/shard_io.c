@@ -287,7 +287,7 @@ void gt_shard_buffers_free(gt_shard_buffers *buf)
 
 gt_whole_descriptors gt_whole_descriptors_of(gt_trainer *t)
 {
-    int n = 3 * t->n_params;
+    int n = t->n_ckpt;
     gt_whole_descriptors w = {gt_xcalloc((size_t)n, sizeof *w.desc),
                               gt_xcalloc((size_t)n, sizeof *w.ptrs)};
     for (int k = 0; k < n; k++) {
@@ -461,7 +461,7 @@ static gt_status read_to_device(piece_reader *pr, int n, const int32_t *input, i
  * reported. */
 static gt_status read_blocks(gt_trainer *t, gt_checkpoint_reader *r, gt_error *err)
 {
-    int n = 3 * t->n_params, threads = gt_ckpt_io_threads();
+    int n = t->n_ckpt, threads = gt_ckpt_io_threads();
     piece_list pl = {.piece = read_piece_bytes()};
     int32_t *input = gt_xcalloc((size_t)n, sizeof *input);
     gt_status st = GT_OK;
@@ -521,7 +521,7 @@ static gt_status load_blocks(gt_trainer *t, int64_t want, gt_checkpoint_info *in
 {
     double t0 = gt_now_seconds(), t1 = t0, t2 = t0;
     gt_train_dist *d = &t->dist;
-    int n = 3 * t->n_params;
+    int n = t->n_ckpt;
     gt_checkpoint_model m = {t->cfg->model.name, t->cfg->model.flavor, gt_trainer_fingerprint(t)};
     gt_whole_descriptors w = gt_whole_descriptors_of(t);
     gt_checkpoint_reader r;

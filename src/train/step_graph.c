@@ -130,7 +130,9 @@ gt_status gt_train_model_config(const gt_config *cfg, gt_model_config *mc, gt_er
     /* f32 master params and optimizer state either way; bf16 compute unless float32 is asked */
     gt_dtype compute =
         cfg->training.mixed_precision_param == GT_CFG_PRECISION_FLOAT32 ? GT_F32 : GT_BF16;
-    return gt_model_config_init(cfg->model.name, cfg->model.flavor, compute, mc, err);
+    GT_TRY(gt_model_config_init(cfg->model.name, cfg->model.flavor, compute, mc, err));
+    mc->moe_force_load_balance = cfg->debug.moe_force_load_balance;
+    return GT_OK;
 }
 
 gt_status gt_train_build_model(const gt_config *cfg, gt_model *model, gt_error *err)
@@ -200,6 +202,18 @@ gt_status gt_train_build_global_graph(const gt_config *cfg, const gt_train_layou
             g->outputs[grad_out[k]].value = grads[k];
     }
     if (st == GT_OK) st = append_adamw(cfg, layout, g, n, params, grads, err);
+    /* MoE load balancing: the expert biases move after the optimizer, from this step's counts.
+     * With gradient accumulation the counts would have to be summed over the micro-batches and
+     * the update kept out of the micro-batch part (it is a BUFFER_UPDATE), which is not built
+     * yet: refused rather than updated once per micro-batch. */
+    if (st == GT_OK && model->n_moe > 0 && micro_batches > 1)
+        st = gt_error_set(err, GT_ERR_UNSUPPORTED,
+                          "model %s: the expert-bias update with gradient accumulation (%lld "
+                          "micro-batches) is not supported yet",
+                          cfg->model.name, (long long)micro_batches);
+    if (st == GT_OK && model->moe_bias_coeff > 0)
+        st = gt_optim_append_moe_bias_update(g, model->n_moe, model->moe_bias, model->moe_counts,
+                                             model->moe_bias_coeff, err);
     free(params);
     free(grads);
     free(grad_out);

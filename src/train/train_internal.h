@@ -229,8 +229,14 @@ typedef struct {
     bool params_pending; /* a fresh GPU run: params not drawn on the host; the first step draws
                             them on the device (gt_trainer_state_to_device) */
     bool device_draw_failed; /* a device draw differed from the CPU's: the host draws the rest */
-    gt_shard_box *box;
+    gt_shard_box *box;       /* n_ckpt: box[3 n_params + b] is buffer b's (whole) */
     gt_tensor *grads; /* accumulation only: the running gradient sums (BUFFER grad_accum.<fqn>) */
+    /* The model's own state buffers (gt_train_is_model_buffer: a MoE layer's expert bias), in
+     * step-graph input order: whole tensors on every rank, zeros at the start, carried from their
+     * BUFFER_UPDATE each step, checkpointed and hashed after the parameters. */
+    int n_bufs;
+    gt_tensor *bufs;
+    int n_ckpt; /* checkpoint tensors: params, exp_avg, exp_avg_sq (n_params each), the buffers */
     gt_tensor tokens, labels, scalars;    /* per-step inputs (tokens, labels: this rank's rows) */
     gt_shard_box batch_box;               /* rows of the global batch this rank holds */
     int64_t global_batch;                 /* sequences the loader reads per micro-step */
@@ -251,7 +257,7 @@ typedef struct {
     gt_flops flops; /* of one optimizer step (this rank's share) */
     char *ckpt_folder;
     int64_t resume_step; /* the checkpoint this run resumes from, or GT_CHECKPOINT_NONE */
-    char **ckpt_names;   /* params, exp_avg, exp_avg_sq */
+    char **ckpt_names;   /* params, exp_avg, exp_avg_sq, the buffers (n_ckpt) */
     gt_tensor **ckpt_tensors;
     gt_metrics_writer metrics;
     bool metrics_open;
@@ -272,10 +278,21 @@ typedef struct {
 
 /* True when name is prefix followed by fqn ("optim.exp_avg." + "layers.0.attention.wq.weight"). */
 bool gt_train_named(const char *name, const char *prefix, const char *fqn);
+/* A BUFFER input is either gradient accumulation's running sum of a parameter, placed as that
+ * parameter (plan.as_param; zeroed each step, never saved), or the model's own state (a MoE
+ * layer's expert bias: carried between steps and saved like a parameter). */
+static inline bool gt_train_is_grad_sum(const gt_io *in)
+{
+    return in->kind == GT_IN_BUFFER && in->plan.as_param;
+}
+static inline bool gt_train_is_model_buffer(const gt_io *in)
+{
+    return in->kind == GT_IN_BUFFER && !in->plan.as_param;
+}
 /* This rank's blocks of the state (trainer_parallel.c): the box of each parameter, moment and of
  * the batch from the step graph's input placements (whole tensors with one rank), parameters
- * initialised (left to the checkpoint when resume_step names one), moments zero, the per-step
- * inputs and the checkpoint names. */
+ * initialised (left to the checkpoint when resume_step names one), moments zero, the model's
+ * buffers (whole, zeros), the per-step inputs and the checkpoint names. */
 gt_status gt_trainer_alloc_state(gt_trainer *t, gt_error *err);
 
 /* Calls fn(global_offset, local_offset, count) for each run of box b (shard_io.c), in row-major
@@ -342,13 +359,14 @@ static inline bool gt_trainer_state_on_device(const gt_trainer *t)
 gt_status gt_trainer_pick_resume(gt_trainer *t, gt_error *err);
 /* Loads checkpoint resume_step into the state if there is one; *step = its step or 0. */
 gt_status gt_trainer_resume(gt_trainer *t, int64_t *step, gt_error *err);
-/* Refreshes the host state from the step's executor: params, and unless params_only the
- * optimizer's moments (trainer_state.c). */
+/* Refreshes the host state from the step's executor: params and the model's buffers, and unless
+ * params_only the optimizer's moments (trainer_state.c). */
 gt_status gt_trainer_state_to_host(gt_trainer *t, bool params_only, gt_error *err);
 void gt_trainer_refresh_ckpt_tensors(gt_trainer *t);
 /* The model's parameter count (elements of every parameter, whole). */
 int64_t gt_trainer_param_count(const gt_trainer *t);
-/* The final parameters' hash, the same figure whatever the layout (a collective over the world). */
+/* The final parameters' (and model buffers') hash, the same figure whatever the layout (a
+ * collective over the world). */
 gt_status gt_trainer_params_hash(gt_trainer *t, uint64_t *hash, gt_error *err);
 /* Frees the state: params, moments, sums, boxes, checkpoint names, the scalars. */
 void gt_trainer_state_free(gt_trainer *t);

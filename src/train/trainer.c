@@ -11,20 +11,21 @@
  * the compiled CPU program (compile.enable) or the CUDA program (training.device = cuda), chosen
  * at setup — and the step path below never asks which.
  *
- * State that persists across steps — parameters, AdamW moments — lives in host tensors owned here
+ * State that persists across steps — parameters, AdamW moments, the model's own BUFFERs (a MoE
+ * layer's expert bias, updated by the optimizer phase) — lives in host tensors owned here
  * until the first run puts it into the executor (eager borrows the host tensors themselves, and a
  * carry replaces them with the updated ones); a compiled program keeps it in its persistent arena
  * from then on (adamw updates it in place); per step only tokens, labels and optim.scalars go in
  * and loss and grad_norm come back. The host tensors are refreshed from
- * the executor only when they are read: checkpoints and the final parameter hash. An asynchronous
- * executor (the GPU: GT_EXEC_CAP_ASYNC) never makes the step path wait: per-step inputs go
- * through pinned buffers, loss and grad_norm come back into pinned memory and are read one step
- * later, once the next step is queued (its metrics line is printed then, in order; a checkpoint or
- * the last step first waits for the step); with compile.cudagraphs the program is captured as one
- * CUDA graph after step 1 is queued and every later step replays it, bitwise the same as launching
- * its kernels one by one. Everything a
- * step depends on (parameters, moments, loader position, step number) is in the checkpoint, and
- * every kernel is deterministic, so a resumed run repeats the uninterrupted one bit for bit. */
+ * the executor only when they are read: checkpoints and the final hash (parameters, buffers). An
+ * asynchronous executor (the GPU: GT_EXEC_CAP_ASYNC) never makes the step path wait: per-step
+ * inputs go through pinned buffers, loss and grad_norm come back into pinned memory and are read
+ * one step later, once the next step is queued (its metrics line is printed then, in order; a
+ * checkpoint or the last step first waits for the step); with compile.cudagraphs the program is
+ * captured as one CUDA graph after step 1 is queued and every later step replays it, bitwise the
+ * same as launching its kernels one by one. Everything a step depends on (parameters, moments,
+ * loader position, step number) is in the checkpoint, and every kernel is deterministic, so a
+ * resumed run repeats the uninterrupted one bit for bit. */
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
@@ -58,10 +59,12 @@ static gt_tensor *feed_for(gt_trainer *t, const gt_graph *g, const gt_io *in, gt
             return &t->exp_avg[k];
         if (in->kind == GT_IN_OPT_STATE && gt_train_named(name, GT_OPTIM_EXP_AVG_SQ_PREFIX, fqn))
             return &t->exp_avg_sq[k];
-        if (in->kind == GT_IN_BUFFER && t->grads &&
+        if (gt_train_is_grad_sum(in) && t->grads &&
             gt_train_named(name, GT_OPTIM_GRAD_ACCUM_PREFIX, fqn))
             return &t->grads[k];
     }
+    for (int b = 0; gt_train_is_model_buffer(in) && b < t->n_bufs; b++)
+        if (!strcmp(name, t->ckpt_names[3 * t->n_params + b])) return &t->bufs[b];
     if (in->kind == GT_IN_INPUT && !strcmp(name, "tokens")) return &t->tokens;
     if (in->kind == GT_IN_INPUT && !strcmp(name, "labels")) return &t->labels;
     if (in->kind == GT_IN_INPUT && !strcmp(name, GT_OPTIM_SCALARS_NAME)) return &t->scalars;
@@ -136,11 +139,12 @@ static bool output_in_part(const gt_step_graph *s, int32_t k, gt_run_part part)
 }
 
 /* Gradient accumulation, before a step's first micro-batch: the running sums to zero, where the
- * step reads them (the host tensors until the executor holds the state). */
+ * step reads them (the host tensors until the executor holds the state). The model's buffers
+ * carry on. */
 static gt_status zero_sums(gt_step_graph *s, gt_error *err)
 {
     for (int32_t k = 0; k < s->g->n_inputs; k++) {
-        if (s->g->inputs[k].kind != GT_IN_BUFFER) continue;
+        if (!gt_train_is_grad_sum(&s->g->inputs[k])) continue;
         if (!s->state_loaded)
             memset(s->feed[k]->data, 0, gt_tensor_nbytes(s->feed[k]));
         else
@@ -601,9 +605,9 @@ static void log_start(gt_trainer *t, gt_train_result *res, double setup_s)
            "model %s %s: %lld parameters; step graph %d nodes; batch %lld x %lld tokens, "
            "%lld micro-batch(es); %.3e FLOPs/step%s; set up in %.1f s (graphs %.1f s, "
            "%s %.1f s, step programs %.1f s)",
-           t->model_cfg.family->name, cfg->model.flavor, (long long)n_params, shown->n_nodes, (long long)t->global_batch,
-           (long long)cfg->training.seq_len, (long long)t->accum, t->flops.total, mesh, setup_s,
-           t->setup_s[0], params, t->setup_s[1], t->setup_s[2]);
+           t->model_cfg.family->name, cfg->model.flavor, (long long)n_params, shown->n_nodes,
+           (long long)t->global_batch, (long long)cfg->training.seq_len, (long long)t->accum,
+           t->flops.total, mesh, setup_s, t->setup_s[0], params, t->setup_s[1], t->setup_s[2]);
     if (t->synthetic)
         gt_log(GT_LOG_INFO,
                "dataset synthetic: vocab %lld, entropy rate %.4f nats/token (the "

@@ -496,11 +496,13 @@ static gt_status value_shape(const gt_graph *g, gt_value_id v, const gt_sym_bind
 static gt_status state_boxes(gt_trainer *t, gt_error *err)
 {
     int n = t->n_params;
-    t->box = gt_xcalloc((size_t)(3 * n), sizeof *t->box);
+    t->box = gt_xcalloc((size_t)t->n_ckpt, sizeof *t->box);
     for (int k = 0; k < 3 * n; k++) {
         const gt_param_spec *ps = &t->model.params[k % n];
         gt_shard_box_whole(&t->box[k], ps->ndim, ps->shape);
     }
+    for (int b = 0; b < t->n_bufs; b++) /* replicated (model_buffers checked) */
+        gt_shard_box_whole(&t->box[3 * n + b], t->bufs[b].ndim, t->bufs[b].shape);
     int64_t bs[2] = {t->global_batch, t->cfg->training.seq_len};
     gt_shard_box_whole(&t->batch_box, 2, bs);
     const gt_train_layout *lay = &t->dist.layout;
@@ -546,9 +548,46 @@ static gt_status state_boxes(gt_trainer *t, gt_error *err)
     return GT_OK;
 }
 
+/* The model's buffers (gt_train_is_model_buffer inputs of the step graph, none without one): a
+ * whole host tensor each, zeros (torchtitan starts expert_bias at zero), named by its fqn in
+ * ckpt_names[3 n_params + b]. Each rank holds all of it, so it must be replicated. */
+static gt_status model_buffers(gt_trainer *t, gt_error *err)
+{
+    const gt_graph *g = t->whole.g;
+    int n = t->n_params, nb = 0;
+    for (int i = 0; g && i < g->n_inputs; i++)
+        nb += gt_train_is_model_buffer(&g->inputs[i]);
+    t->n_bufs = nb;
+    t->n_ckpt = 3 * n + nb;
+    t->bufs = gt_xcalloc((size_t)nb + 1, sizeof *t->bufs);
+    t->ckpt_names = gt_xcalloc((size_t)t->n_ckpt, sizeof *t->ckpt_names);
+    t->ckpt_tensors = gt_xcalloc((size_t)t->n_ckpt, sizeof *t->ckpt_tensors);
+    bool multi = gt_mesh_world_size(&t->dist.layout.mesh) > 1;
+    for (int i = 0, b = 0; g && i < g->n_inputs; i++) {
+        const gt_io *in = &g->inputs[i];
+        if (!gt_train_is_model_buffer(in)) continue;
+        const char *name = gt_graph_str(g, in->fqn);
+        const gt_value *v = &g->values[in->value];
+        for (int md = 0; multi && md < GT_MESH_MAX_DIMS; md++)
+            if (v->place[md].kind != GT_PLACE_REPLICATE)
+                return gt_error_set(err, GT_ERR_UNSUPPORTED,
+                                    "trainer: model buffer %s is not replicated on mesh dim %d; "
+                                    "the trainer keeps buffers whole on every rank",
+                                    name, md);
+        int64_t shape[GT_MAX_DIMS];
+        GT_TRY(value_shape(g, in->value, &t->binding, shape, err));
+        t->ckpt_names[3 * n + b] = gt_xstrdup(name);
+        GT_TRY(gt_tensor_alloc(&t->bufs[b], v->type.dtype, v->type.ndim, shape, err));
+        memset(t->bufs[b].data, 0, gt_tensor_nbytes(&t->bufs[b]));
+        b++;
+    }
+    return GT_OK;
+}
+
 gt_status gt_trainer_alloc_state(gt_trainer *t, gt_error *err)
 {
     int n = t->n_params;
+    GT_TRY(model_buffers(t, err));
     t->params = gt_xcalloc((size_t)n, sizeof *t->params);
     t->exp_avg = gt_xcalloc((size_t)n, sizeof *t->exp_avg);
     t->exp_avg_sq = gt_xcalloc((size_t)n, sizeof *t->exp_avg_sq);
@@ -580,9 +619,7 @@ gt_status gt_trainer_alloc_state(gt_trainer *t, gt_error *err)
         t->batch_labels = gt_xcalloc((size_t)(b * s), sizeof *t->batch_labels);
     }
 
-    /* checkpoint names: params, then both moments */
-    t->ckpt_names = gt_xcalloc((size_t)(3 * n), sizeof *t->ckpt_names);
-    t->ckpt_tensors = gt_xcalloc((size_t)(3 * n), sizeof *t->ckpt_tensors);
+    /* checkpoint names: params, then both moments (the buffers' are set) */
     for (int k = 0; k < n; k++) {
         const char *fqn = t->model.params[k].fqn;
         size_t len = strlen(fqn) + 32;
@@ -603,6 +640,8 @@ void gt_trainer_refresh_ckpt_tensors(gt_trainer *t)
         t->ckpt_tensors[n + k] = &t->exp_avg[k];
         t->ckpt_tensors[2 * n + k] = &t->exp_avg_sq[k];
     }
+    for (int b = 0; b < t->n_bufs; b++)
+        t->ckpt_tensors[3 * n + b] = &t->bufs[b];
 }
 
 /* ---------------------------------------------------------------- fault injection */

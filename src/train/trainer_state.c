@@ -1,8 +1,8 @@
-/* trainer_state.c — the trainer's state (parameters, AdamW moments, the gradient sums) and its
- * moves: into the step's executor before the first run (on the GPU parameters drawn there, moments
- * and sums zeroed there), back to the host tensors when they are read (checkpoints, the final
- * hash), the final parameters' hash over every rank, and freeing it. Allocating the blocks of each
- * rank is in trainer_parallel.c (gt_trainer_alloc_state). */
+/* trainer_state.c — the trainer's state (parameters, AdamW moments, the model's buffers, the
+ * gradient sums) and its moves: into the step's executor before the first run (on the GPU
+ * parameters drawn there, moments and sums zeroed there), back to the host tensors when they are
+ * read (checkpoints, the final hash), the final hash over every rank, and freeing it. Allocating
+ * the blocks of each rank is in trainer_parallel.c (gt_trainer_alloc_state). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -96,7 +96,7 @@ static gt_status draw_on_device(gt_trainer *t, gt_step_graph *s, int32_t k, int 
 
 static bool is_checkpoint_tensor(const gt_trainer *t, const gt_tensor *x)
 {
-    for (int k = 0; k < 3 * t->n_params; k++)
+    for (int k = 0; k < t->n_ckpt; k++)
         if (t->ckpt_tensors[k] == x) return true;
     return false;
 }
@@ -110,12 +110,13 @@ gt_status gt_trainer_state_to_device(gt_trainer *t, bool resumed, gt_error *err)
     bool device = gt_executor_caps(s->ex) & GT_EXEC_CAP_DEVICE;
     for (int k = 0; k < g->n_inputs; k++) {
         gt_input_kind kind = g->inputs[k].kind;
+        bool sum = gt_train_is_grad_sum(&g->inputs[k]);
         if (kind == GT_IN_INPUT) continue;
         /* resumed: the checkpoint's tensors are there; the sums are zeroed there */
-        if (resumed && (kind == GT_IN_BUFFER || is_checkpoint_tensor(t, s->feed[k]))) continue;
+        if (resumed && (sum || is_checkpoint_tensor(t, s->feed[k]))) continue;
         /* on a device a fresh run's moments and the gradient sums start at zero: zeroed there,
          * not copied (8B's moments are 64 GB of untouched host pages) */
-        if (device && (kind == GT_IN_BUFFER || (kind == GT_IN_OPT_STATE && t->moments_zero))) {
+        if (device && (sum || (kind == GT_IN_OPT_STATE && t->moments_zero))) {
             GT_TRY(gt_executor_zero_input(s->ex, k, err));
             continue;
         }
@@ -137,8 +138,9 @@ gt_status gt_trainer_state_to_device(gt_trainer *t, bool resumed, gt_error *err)
     return GT_OK;
 }
 
-/* Copies the state (params, and the moments unless params_only) from the whole step's executor
- * into the host tensors that feed it, when it has run since (eager: they are its own already). */
+/* Copies the state (params and the model's buffers, and the moments unless params_only) from the
+ * whole step's executor into the host tensors that feed it, when it has run since (eager: they
+ * are its own already). */
 gt_status gt_trainer_state_to_host(gt_trainer *t, bool params_only, gt_error *err)
 {
     if (t->params_pending) { /* the device never got them (no step ran): the host draws them */
@@ -150,8 +152,10 @@ gt_status gt_trainer_state_to_host(gt_trainer *t, bool params_only, gt_error *er
     gt_step_graph *s = &t->whole;
     for (int k = 0; s->g && k < s->g->n_inputs; k++) {
         gt_input_kind kind = s->g->inputs[k].kind;
-        /* BUFFER: gradient accumulation's running sums, zeroed each step (not saved) */
-        if (kind == GT_IN_INPUT || kind == GT_IN_BUFFER || (params_only && kind == GT_IN_OPT_STATE))
+        /* gradient accumulation's running sums are zeroed each step (not saved); the model's
+         * buffers go with the parameters (the final hash covers them) */
+        if (kind == GT_IN_INPUT || gt_train_is_grad_sum(&s->g->inputs[k]) ||
+            (params_only && kind == GT_IN_OPT_STATE))
             continue;
         GT_TRY(gt_executor_read_input(s->ex, k, s->feed[k], err));
     }
@@ -190,14 +194,18 @@ static gt_status hash_turn(gt_trainer *t, int k0, int turn, gt_shard_gather *g,
 }
 
 /* The final parameters' hash: xxh64 of the list of every whole parameter's xxh64 (seed 0, in
- * parameter order, as little-endian u64s), the same figure whatever the layout. With N ranks the
- * parameters go round in turns of N (hash_turn), so each rank receives and hashes about 1/N of the
- * model; a sum over the ranks then puts every hash on every rank. */
+ * parameter order, as little-endian u64s), then each model buffer's (in step-graph input order;
+ * none in dense models, whose figure is the parameters' alone), the same figure whatever the
+ * layout. With N ranks the parameters go round in turns of N (hash_turn), so each rank receives
+ * and hashes about 1/N of the model; a sum over the ranks then puts every hash on every rank. The
+ * buffers are whole on every rank: rank 0 hashes them. */
 gt_status gt_trainer_params_hash(gt_trainer *t, uint64_t *hash, gt_error *err)
 {
     gt_train_dist *d = &t->dist;
-    int64_t n = t->n_params;
-    uint64_t *hv = gt_xcalloc((size_t)n + 1, sizeof *hv);
+    int64_t n = t->n_params, nb = t->n_bufs;
+    uint64_t *hv = gt_xcalloc((size_t)(n + nb) + 1, sizeof *hv);
+    for (int64_t b = 0; b < nb && d->rank == 0; b++)
+        hv[n + b] = gt_hash64(t->bufs[b].data, gt_tensor_nbytes(&t->bufs[b]), 0);
     gt_shard_buffers buf = {0};
     gt_status st = GT_OK;
     if (!gt_train_dist_multi(d)) {
@@ -210,10 +218,10 @@ gt_status gt_trainer_params_hash(gt_trainer *t, uint64_t *hash, gt_error *err)
         for (int k0 = 0; k0 < n && st == GT_OK; k0 += w)
             st = hash_turn(t, k0, n - k0 < w ? (int)(n - k0) : w, g, &buf, hv, err);
         free(g);
-        if (st == GT_OK) st = gt_train_share_slots(d, hv, n, err); /* each on its root alone */
+        if (st == GT_OK) st = gt_train_share_slots(d, hv, n + nb, err); /* each on its root alone */
     }
     gt_shard_buffers_free(&buf);
-    if (st == GT_OK) *hash = gt_hash64(hv, (size_t)n * sizeof *hv, 0);
+    if (st == GT_OK) *hash = gt_hash64(hv, (size_t)(n + nb) * sizeof *hv, 0);
     free(hv);
     return st;
 }
@@ -237,6 +245,11 @@ void gt_trainer_state_free(gt_trainer *t)
     free(t->exp_avg);
     free(t->exp_avg_sq);
     free(t->grads);
+    for (int b = 0; b < t->n_bufs; b++) {
+        gt_tensor_free(&t->bufs[b]);
+        if (t->ckpt_names) free(t->ckpt_names[3 * t->n_params + b]);
+    }
+    free(t->bufs);
     free(t->ckpt_names);
     free(t->ckpt_tensors);
     free(t->box);

@@ -210,7 +210,9 @@ gt_status gt_cpu_rope(const gt_kernel_call *c, gt_error *err)
         }
     }
     /* Half rotation: out[j] = x[j] cos - x[j + d/2] sin;  out[j + d/2] = x[j + d/2] cos + x[j] sin.
-     * Reads of a row finish before its writes, so out may alias x. */
+     * Interleaved, the pair (j, j + d/2) is (2j, 2j + 1) instead (a complex multiply, as
+     * torchtitan's complex RoPE). Reads of a pair finish before its writes, so out may alias x. */
+    int64_t i1 = gt_rope_interleaved(c) ? 1 : half, step = gt_rope_interleaved(c) ? 2 : 1;
     for (int64_t bi = 0; bi < b; bi++) {
         for (int64_t p = 0; p < s; p++) {
             const float *t = cs + 2 * p * half;
@@ -219,9 +221,10 @@ gt_status gt_cpu_rope(const gt_kernel_call *c, gt_error *err)
                 const float *xr = (const float *)x->data + off;
                 float *yr = (float *)out->data + off;
                 for (int64_t j = 0; j < half; j++) {
-                    float x1 = xr[j], x2 = xr[j + half], co = t[2 * j], si = t[2 * j + 1];
-                    yr[j] = x1 * co - x2 * si;
-                    yr[j + half] = x2 * co + x1 * si;
+                    int64_t a = j * step, b = a + i1;
+                    float x1 = xr[a], x2 = xr[b], co = t[2 * j], si = t[2 * j + 1];
+                    yr[a] = x1 * co - x2 * si;
+                    yr[b] = x2 * co + x1 * si;
                 }
             }
         }

@@ -18,7 +18,9 @@
  * passed by value. Each block covers a few consecutive (batch, position) rows; it first builds
  * their cos/sin table in shared memory — angle = f32(p) * inv_j in f32, cos/sin in double rounded
  * once, as the CPU does — then rotates every head of those rows with float math (8 pairs per
- * thread with 16-byte accesses when d/2 % 8 == 0 and aligned, else 1). */
+ * thread with 16-byte accesses when d/2 % 8 == 0 and aligned, else 1). The pairs are (j, j + d/2),
+ * or (2j, 2j + 1) when the optional `interleaved` slot is 1; YaRN (`scaling` 2) only changes
+ * inv_freq, in the shared host code. */
 #include "cuda_internal.h"
 
 #include <math.h>
@@ -806,11 +808,12 @@ typedef struct {
 
 /* x viewed as [nbs = b * s, h, 2 * half]. Block k covers rows [k * npos, (k + 1) * npos): it
  * builds their cos/sin table tab[q][j] = (cos, sign * sin) in shared memory, then each item
- * (row, head, group of V pairs) reads both halves of its pairs before writing them, so out may
- * alias x. A thread loads its first item before it builds its share of the table, so the loads
- * are in flight during the double-precision cos/sin (at the llama3 shapes every thread has one
- * item: table, then loads, put the two latencies end to end). */
-template <int V>
+ * (row, head, group of V pairs) reads both elements of its pairs before writing them, so out may
+ * alias x. Pair j is (j, j + half), or (2j, 2j + 1) with IL (interleaved: the V pairs are 2V
+ * consecutive elements, two V-wide accesses). A thread loads its first item before it builds its
+ * share of the table, so the loads are in flight during the double-precision cos/sin (at the
+ * llama3 shapes every thread has one item: table, then loads, put the two latencies end to end). */
+template <int V, bool IL>
 __global__ void __launch_bounds__(GT_CUDA_THREADS)
     gt_k_rope(int64_t nbs, int64_t s, int64_t h, int64_t half, int npos, float sign,
               gt_rope_freqs f, const void *x, int dxt, void *out, int dout)
@@ -827,8 +830,19 @@ __global__ void __launch_bounds__(GT_CUDA_THREADS)
         j = (rem - hd * groups) * V;
         if (q >= npos || bp0 + q >= nbs) return false;
         base = ((bp0 + q) * h + hd) * 2 * half;
-        gt_ldv<V>(x, dxt, base + j, x1);
-        gt_ldv<V>(x, dxt, base + half + j, x2);
+        if (IL) {
+            float buf[2 * V];
+            gt_ldv<V>(x, dxt, base + 2 * j, buf);
+            gt_ldv<V>(x, dxt, base + 2 * j + V, buf + V);
+#pragma unroll
+            for (int k = 0; k < V; k++) {
+                x1[k] = buf[2 * k];
+                x2[k] = buf[2 * k + 1];
+            }
+        } else {
+            gt_ldv<V>(x, dxt, base + j, x1);
+            gt_ldv<V>(x, dxt, base + half + j, x2);
+        }
         return true;
     };
     bool have = next();
@@ -848,11 +862,36 @@ __global__ void __launch_bounds__(GT_CUDA_THREADS)
             y1[k] = __fsub_rn(__fmul_rn(x1[k], co), __fmul_rn(x2[k], si));
             y2[k] = __fadd_rn(__fmul_rn(x2[k], co), __fmul_rn(x1[k], si));
         }
-        gt_stv<V>(out, dout, base + j, y1);
-        gt_stv<V>(out, dout, base + half + j, y2);
+        if (IL) {
+            float buf[2 * V];
+#pragma unroll
+            for (int k = 0; k < V; k++) {
+                buf[2 * k] = y1[k];
+                buf[2 * k + 1] = y2[k];
+            }
+            gt_stv<V>(out, dout, base + 2 * j, buf);
+            gt_stv<V>(out, dout, base + 2 * j + V, buf + V);
+        } else {
+            gt_stv<V>(out, dout, base + j, y1);
+            gt_stv<V>(out, dout, base + half + j, y2);
+        }
         t += blockDim.x;
         have = next();
     }
+}
+
+template <int V>
+static void gt_rope_launch(cudaStream_t st, bool il, int64_t blocks, size_t smem, int64_t nbs,
+                           const gt_tensor *x, int64_t npos, float sign, const gt_rope_freqs &f,
+                           gt_tensor *out)
+{
+    int64_t s = x->shape[1], h = x->shape[2], half = x->shape[3] / 2;
+    if (il)
+        gt_k_rope<V, true><<<(unsigned)blocks, GT_CUDA_THREADS, smem, st>>>(
+            nbs, s, h, half, (int)npos, sign, f, x->data, x->dtype, out->data, out->dtype);
+    else
+        gt_k_rope<V, false><<<(unsigned)blocks, GT_CUDA_THREADS, smem, st>>>(
+            nbs, s, h, half, (int)npos, sign, f, x->data, x->dtype, out->data, out->dtype);
 }
 
 gt_status gt_cuda_rope(gt_cuda_stream *s, const gt_kernel_call *c, gt_error *err)
@@ -886,13 +925,10 @@ gt_status gt_cuda_rope(gt_cuda_stream *s, const gt_kernel_call *c, gt_error *err
                             (long long)nbs);
     size_t smem = (size_t)(npos * half) * 2 * sizeof(float);
     float sign = c->i[0] ? -1.0f : 1.0f;
+    bool il = gt_rope_interleaved(c) != 0; /* an optional slot, absent (0) in llama graphs */
     if (vec)
-        gt_k_rope<8><<<(unsigned)blocks, GT_CUDA_THREADS, smem, s->stream>>>(
-            nbs, x->shape[1], x->shape[2], half, (int)npos, sign, f, x->data, x->dtype, out->data,
-            out->dtype);
+        gt_rope_launch<8>(s->stream, il, blocks, smem, nbs, x, npos, sign, f, out);
     else
-        gt_k_rope<1><<<(unsigned)blocks, GT_CUDA_THREADS, smem, s->stream>>>(
-            nbs, x->shape[1], x->shape[2], half, (int)npos, sign, f, x->data, x->dtype, out->data,
-            out->dtype);
+        gt_rope_launch<1>(s->stream, il, blocks, smem, nbs, x, npos, sign, f, out);
     return gt_cuda_launched(c, err);
 }
