@@ -61,6 +61,7 @@ gt_flops.h ir
 gt_autodiff.h autodiff
 gt_model.h models
 gt_llama3.h models
+gt_deepseek_v3.h models
 gt_pass.h passes
 gt_partition.h passes
 gt_parallel.h parallel

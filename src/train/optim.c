@@ -331,7 +331,7 @@ gt_status gt_optim_append_moe_bias_update(gt_graph *g, int n, const gt_value_id 
     if (g->err.code != GT_OK)
         return gt_error_set(err, g->err.code, "%s: the graph already carries an error: %s", who,
                             g->err.msg);
-    builder_state saved = builder_enter(g, GT_PHASE_OPTIMIZER);
+    gt_builder_state saved = builder_enter(g, GT_PHASE_OPTIMIZER);
     for (int k = 0; k < n; k++) {
         int32_t in = input_index(g, bias[k], GT_IN_BUFFER);
         const gt_type *bt = gt_value_type(g, bias[k]), *ct = gt_value_type(g, counts[k]);
