@@ -88,6 +88,10 @@ typedef struct {
 
 /* Opens path for appending (creates it): a resumed run continues the same file. */
 gt_status gt_metrics_writer_open(gt_metrics_writer *w, const char *path, gt_error *err);
+/* A resumed run from step `last`: the records of later steps are dropped from the file first (the
+ * run repeats those steps), then it is opened for appending. */
+gt_status gt_metrics_writer_open_resumed(gt_metrics_writer *w, const char *path, int64_t last,
+                                         gt_error *err);
 gt_status gt_metrics_writer_append(gt_metrics_writer *w, const gt_metrics_step *m, gt_error *err);
 void gt_metrics_writer_close(gt_metrics_writer *w);
 

@@ -967,9 +967,10 @@ gt_status gt_config_write(const gt_config *c, const char *path, gt_error *err)
     FILE *f = fopen(path, "w");
     if (!f) return gt_error_set(err, GT_ERR_IO, "%s: cannot create: %s", path, strerror(errno));
     gt_config_print(c, f);
-    bool bad = ferror(f) != 0;
-    if (fclose(f) != 0 || bad)
-        return gt_error_set(err, GT_ERR_IO, "%s: cannot write the config", path);
+    int e = ferror(f) ? errno : 0;
+    if (fclose(f) != 0 && !e) e = errno;
+    if (e)
+        return gt_error_set(err, GT_ERR_IO, "%s: cannot write the config: %s", path, strerror(e));
     return GT_OK;
 }
 

@@ -20,6 +20,9 @@
 #include "graphtrain/gt_program.h"
 #include "graphtrain/gt_train.h"
 
+/* The dump folder's lock file: rank 0 holds it (flock) for the whole run. */
+#define GT_TRAIN_LOCK_NAME ".graphtrain.lock"
+
 /* DIR/NAME (NAME alone when absolute or DIR is empty); malloc'd. (trainer_data.c) */
 char *gt_train_join_path(const char *dir, const char *name);
 /* Reads a whole file into a malloc'd buffer (*len bytes; GT_ERR_IO naming path on failure). */
@@ -129,6 +132,12 @@ gt_status gt_train_share_i64(gt_train_dist *d, int64_t *value, gt_error *err);
 /* v[0..n): each slot set by one rank and zero on the others (a collective); afterwards every rank
  * holds every slot (an exact integer sum over the ranks). */
 gt_status gt_train_share_slots(gt_train_dist *d, uint64_t *v, int64_t n, gt_error *err);
+
+/* Right after joining the world, before anything that depends on the options: rank 0's resolved
+ * config (a hash per option, but for the per-rank ones: job.config_file, job.print_config,
+ * job.description, training.cpu_threads) is compared on every rank; a rank whose options differ
+ * stops every rank with the first differing option's name and its value there (a collective). */
+gt_status gt_train_check_config(gt_train_dist *d, const gt_config *cfg, gt_error *err);
 
 /* Before step 1: every rank's collective schedule (gt_executor_collectives of the executor that
  * runs the step: a program's in execution order, the eager executor's walked from the graph) is
@@ -255,6 +264,7 @@ typedef struct {
     gt_tensor **ckpt_tensors;
     gt_metrics_writer metrics;
     bool metrics_open;
+    int dump_lock_fd;  /* rank 0: the dump folder's lock file descriptor + 1, or 0 */
     bool cuda;         /* training.device = cuda */
     int device;        /* its CUDA device (the node-local rank modulo the visible GPUs) */
     bool host_stale;   /* the step's executor holds newer state than params/exp_avg/exp_avg_sq */
