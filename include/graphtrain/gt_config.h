@@ -104,6 +104,7 @@ typedef struct {
 typedef struct {
     gt_cfg_optimizer name;
     double lr, beta1, beta2, eps, weight_decay;
+    bool weight_decay_matrices_only; /* decay params of rank >= 2 only (false: every param) */
 } gt_cfg_optimizer_section;
 
 typedef struct {

@@ -112,7 +112,11 @@ static const gt_cfg_option options[] = {
     {OPT(optimizer, eps, GT_CFG_FLOAT), .default_value = "1e-8", FLOAT_RANGE(0, 1),
      .help = "AdamW epsilon"},
     {OPT(optimizer, weight_decay, GT_CFG_FLOAT), .default_value = "0.1", FLOAT_RANGE(0, INFINITY),
-     .help = "decoupled weight decay, applied to matrices only (as torchtitan)"},
+     .help = "decoupled weight decay (p -= lr x weight_decay x p), applied to every parameter "
+             "as torchtitan's AdamW does (norm weights too)"},
+    {OPT(optimizer, weight_decay_matrices_only, GT_CFG_BOOL), .default_value = "false",
+     .help = "decay only the parameters of rank >= 2 (embeddings and linear weights), not the "
+             "norm weights"},
     /* lr_scheduler */
     {OPT(lr_scheduler, warmup_steps, GT_CFG_INT), .default_value = "2", INT_RANGE(0, MAX_STEPS),
      .help = "steps of linear warmup from 0 to the peak lr"},
