@@ -211,7 +211,8 @@ static const gt_cfg_option options[] = {
     {OPT(metrics, save_jsonl, GT_CFG_BOOL), .default_value = "true",
      .help = "append every metric line to dump_folder/metrics.jsonl"},
     {OPT(metrics, enable_tensorboard, GT_CFG_BOOL), .default_value = "false",
-     .help = "not supported (accepted so torchtitan configs load); use metrics.jsonl"},
+     .help = "also write every metric line as TensorBoard scalars into dump_folder/tb "
+             "(events.out.tfevents.* files; `tensorboard --logdir DUMP_FOLDER/tb`)"},
     {OPT(metrics, peak_tflops, GT_CFG_FLOAT), .default_value = "0.0", FLOAT_RANGE(0, 1e9),
      .help = "dense peak TFLOP/s of one device, for MFU and HFU (989 for H100/H200 bf16); 0: MFU "
              "is not reported (CPU)"},
@@ -862,11 +863,6 @@ gt_status gt_config_validate(const gt_config *c, gt_error *err)
                                 "\"RANK:STEP:stop\" (rank >= 0, step >= 1), got \"%s\"",
                                 kill);
     }
-    if (c->metrics.enable_tensorboard)
-        return gt_error_set(err, GT_ERR_INVALID,
-                            "config: metrics.enable_tensorboard: TensorBoard "
-                            "output is not supported; metrics go to "
-                            "dump_folder/metrics.jsonl (metrics.save_jsonl)");
     return GT_OK;
 }
 

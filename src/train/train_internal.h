@@ -264,6 +264,7 @@ typedef struct {
     gt_tensor **ckpt_tensors;
     gt_metrics_writer metrics;
     bool metrics_open;
+    gt_tb_writer tb;   /* --metrics.enable_tensorboard (rank 0): tb.file set when open */
     int dump_lock_fd;  /* rank 0: the dump folder's lock file descriptor + 1, or 0 */
     bool cuda;         /* training.device = cuda */
     int device;        /* its CUDA device (the node-local rank modulo the visible GPUs) */

@@ -526,6 +526,12 @@ static gt_status open_outputs(gt_trainer *t, int64_t start, gt_error *err)
         if (st != GT_OK) return st;
         t->metrics_open = true;
     }
+    if (cfg->metrics.enable_tensorboard) {
+        char *dir = gt_train_join_path(cfg->job.dump_folder, "tb");
+        st = gt_tb_writer_open(&t->tb, dir, err);
+        free(dir);
+        if (st != GT_OK) return st;
+    }
     return GT_OK;
 }
 
@@ -537,6 +543,7 @@ void gt_trainer_teardown(gt_trainer *t)
     gt_trainer_state_free(t);
     gt_trainer_data_free(t);
     if (t->metrics_open) gt_metrics_writer_close(&t->metrics);
+    gt_tb_writer_close(&t->tb);
     if (t->dump_lock_fd) close(t->dump_lock_fd - 1); /* releases the lock */
     free(t->ckpt_folder);
     gt_model_free(&t->model);
@@ -600,6 +607,7 @@ static gt_status log_metrics(gt_trainer *t, int64_t step, double loss, double gr
     gt_metrics_format_line(&m, digits(cfg->training.steps), line, sizeof line);
     gt_log(GT_LOG_INFO, "%s", line);
     if (t->metrics_open) GT_TRY(gt_metrics_writer_append(&t->metrics, &m, err));
+    if (t->tb.file) GT_TRY(gt_tb_writer_append(&t->tb, &m, err));
     return GT_OK;
 }
 
