@@ -205,6 +205,16 @@ static const gt_cfg_option options[] = {
      .help = "disabled: training waits for each save; async: the state is copied to host memory "
              "and written by a thread while training goes on; async_with_pinned_mem: the same "
              "through pinned memory on the GPU (fast copies, locked host memory)"},
+    {OPT(checkpoint, initial_load_path, GT_CFG_STRING), .default_value = "",
+     .help = "a run with no checkpoint to resume starts from this model instead of drawing its "
+             "parameters (fine-tuning): a Hugging Face folder (config.json checked against the "
+             "flavor, model.safetensors or model-0000k-of-0000n.safetensors with their index, "
+             "float32 or bfloat16); needs checkpoint.initial_load_in_hf"},
+    {OPT(checkpoint, initial_load_in_hf, GT_CFG_BOOL), .default_value = "false",
+     .help = "initial_load_path is in the Hugging Face format (the only one read)"},
+    {OPT(checkpoint, last_save_in_hf, GT_CFG_BOOL), .default_value = "false",
+     .help = "also write the last checkpoint as a Hugging Face folder, "
+             "checkpoint.folder/step-N-hf (config.json, float32 safetensors)"},
     /* metrics */
     {OPT(metrics, log_freq, GT_CFG_INT), .default_value = "10", INT_RANGE(1, MAX_STEPS),
      .help = "steps between metric lines"},
@@ -852,6 +862,19 @@ gt_status gt_config_validate(const gt_config *c, gt_error *err)
         return gt_error_set(err, GT_ERR_INVALID,
                             "config: compile.memory_policy = \"budget\" needs "
                             "compile.activation_memory_budget_gb > 0");
+    const gt_cfg_checkpoint *ck = &c->checkpoint;
+    if (ck->initial_load_path[0] && !ck->initial_load_in_hf)
+        return gt_error_set(err, GT_ERR_UNSUPPORTED,
+                            "config: checkpoint.initial_load_path needs "
+                            "checkpoint.initial_load_in_hf = true (only Hugging Face folders are "
+                            "read; a graphtrain checkpoint resumes through checkpoint.folder)");
+    if (ck->initial_load_in_hf && !ck->initial_load_path[0])
+        return gt_error_set(err, GT_ERR_INVALID,
+                            "config: checkpoint.initial_load_in_hf needs "
+                            "checkpoint.initial_load_path (the Hugging Face folder)");
+    if (ck->last_save_in_hf && !ck->enable)
+        return gt_error_set(err, GT_ERR_INVALID,
+                            "config: checkpoint.last_save_in_hf needs checkpoint.enable = true");
     const char *kill = c->debug.test_kill_rank_at_step;
     if (kill[0]) {
         long long r = -1, step = 0;

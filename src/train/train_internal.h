@@ -9,6 +9,7 @@
 
 #include <pthread.h>
 
+#include "graphtrain/gt_checkpoint.h"
 #include "graphtrain/gt_comm.h"
 #include "graphtrain/gt_cuda.h"
 #include "graphtrain/gt_data.h"
@@ -365,6 +366,18 @@ gt_status gt_trainer_params_hash(gt_trainer *t, uint64_t *hash, gt_error *err);
 void gt_trainer_state_free(gt_trainer *t);
 /* Frees everything the trainer holds (trainer.c). */
 void gt_trainer_teardown(gt_trainer *t);
+
+/* Hugging Face folders (hf_load.c): a fresh run's parameters from
+ * checkpoint.initial_load_path (config.json through the model's adapter; every tensor checked by
+ * name, dtype and shape before this rank reads its block of each), and the parameters written as
+ * CKPT/step-N-hf by rank 0 (checkpoint.last_save_in_hf; a collective, errors shared). */
+gt_status gt_trainer_load_hf(gt_trainer *t, gt_error *err);
+gt_status gt_trainer_save_hf(gt_trainer *t, int64_t step, gt_error *err);
+/* A fresh run whose parameters come from checkpoint.initial_load_path (not drawn). */
+static inline bool gt_trainer_loads_hf(const gt_trainer *t)
+{
+    return t->resume_step == GT_CHECKPOINT_NONE && t->cfg->checkpoint.initial_load_path[0];
+}
 
 /* The data feed (trainer_data.c): the dataset and its loader (every rank reads the whole global
  * batch: the loader sees one rank); the next micro-batch's tokens and labels, this rank's rows of

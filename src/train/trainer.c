@@ -450,6 +450,7 @@ static gt_status setup_state(gt_trainer *t, gt_error *err)
 {
     double t1 = gt_now_seconds();
     GT_TRY(gt_trainer_alloc_state(t, err));
+    if (gt_trainer_loads_hf(t)) GT_TRY(gt_trainer_load_hf(t, err));
     gt_trainer_snapshot_prepare(t); /* checkpoint.async_mode: its pages touched meanwhile */
     double t2 = gt_now_seconds();
     /* the graph reads the state allocated above */
@@ -679,6 +680,8 @@ static void log_start(gt_trainer *t, gt_train_result *res, double setup_s)
     if (t->resume_step != GT_CHECKPOINT_NONE)
         snprintf(params, sizeof params, "parameters from step-%lld, not drawn,",
                  (long long)t->resume_step);
+    else if (gt_trainer_loads_hf(t))
+        snprintf(params, sizeof params, "parameters from Hugging Face, not drawn,");
     gt_log(GT_LOG_INFO,
            "model %s %s: %lld parameters; step graph %d nodes; batch %lld x %lld tokens, "
            "%lld micro-batch(es); %.3e FLOPs/step%s; set up in %.1f s (graphs %.1f s, "
@@ -754,6 +757,8 @@ static gt_status run(gt_trainer *t, gt_train_result *res, gt_error *err)
     GT_TRY(gt_trainer_save_poll(t, res->last_step, true, err));
     double t_end = gt_now_seconds();
     GT_TRY(gt_trainer_state_to_host(t, true, err)); /* the hash reads the parameters alone */
+    if (cfg->checkpoint.enable && cfg->checkpoint.last_save_in_hf && res->last_step > start)
+        GT_TRY(gt_trainer_save_hf(t, res->last_step, err));
     double t_host = gt_now_seconds();
     GT_TRY(gt_trainer_params_hash(t, &res->params_hash, err));
     t->end_s[0] = t_host - t_end, t->end_s[1] = gt_now_seconds() - t_host;

@@ -612,7 +612,9 @@ gt_status gt_trainer_alloc_state(gt_trainer *t, gt_error *err)
     uint64_t seed = (uint64_t)t->cfg->debug.seed;
     bool draw = t->resume_step == GT_CHECKPOINT_NONE; /* a resume loads every parameter */
     t->moments_zero = draw;                           /* and the moments */
-    /* a fresh GPU run draws its parameters on the device, in the first step */
+    /* a fresh GPU run draws its parameters on the device, in the first step; a run that starts
+     * from a Hugging Face folder reads them instead (gt_trainer_load_hf) */
+    if (gt_trainer_loads_hf(t)) draw = false;
     t->params_pending = draw && t->cuda;
     for (int k = 0; k < n; k++) {
         const gt_param_spec *ps = &t->model.params[k];
