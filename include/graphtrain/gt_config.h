@@ -104,6 +104,7 @@ typedef struct {
 typedef struct {
     gt_cfg_optimizer name;
     double lr, beta1, beta2, eps, weight_decay;
+    bool weight_decay_matrices_only; /* decay params of rank >= 2 only (false: every param) */
 } gt_cfg_optimizer_section;
 
 typedef struct {
@@ -167,6 +168,9 @@ typedef struct {
     int64_t keep_latest_k; /* 0 = keep all */
     int64_t load_step;     /* -1 = the latest */
     gt_cfg_async_mode async_mode;
+    char *initial_load_path; /* a fresh run's parameters from this Hugging Face folder */
+    bool initial_load_in_hf; /* initial_load_path is a Hugging Face folder (the only kind read) */
+    bool last_save_in_hf;    /* the last checkpoint also as a Hugging Face folder */
 } gt_cfg_checkpoint;
 
 typedef struct {

@@ -31,6 +31,11 @@ typedef struct {
 } gt_llama3_config;
 
 extern const gt_model_family gt_llama3_family;
+/* A transformers config.json (text; name for messages) against cfg (import_hf.c): model_type
+ * "llama" and every size the weights depend on; an error names the key, its value and the
+ * flavor's. */
+gt_status gt_import_hf_llama3_check(const gt_llama3_config *cfg, const char *text, size_t len,
+                                    const char *name, gt_error *err);
 
 /* Fills cfg for a named flavor: debugmodel, 1B, 8B, 70B, 405B and the test flavors
  * (test_tiny, test_gqa, test_odd). Unknown name: GT_ERR_INVALID listing the known ones. */

@@ -88,8 +88,27 @@ typedef struct {
 
 /* Opens path for appending (creates it): a resumed run continues the same file. */
 gt_status gt_metrics_writer_open(gt_metrics_writer *w, const char *path, gt_error *err);
+/* A resumed run from step `last`: the records of later steps are dropped from the file first (the
+ * run repeats those steps), then it is opened for appending. */
+gt_status gt_metrics_writer_open_resumed(gt_metrics_writer *w, const char *path, int64_t last,
+                                         gt_error *err);
 gt_status gt_metrics_writer_append(gt_metrics_writer *w, const gt_metrics_step *m, gt_error *err);
 void gt_metrics_writer_close(gt_metrics_writer *w);
+
+/* TensorBoard event files (tensorboard.c, --metrics.enable_tensorboard): TFRecords of Event
+ * protobufs encoded by hand. open creates DIR (mkdir -p) and DIR/events.out.tfevents.<unix
+ * seconds>.<host>.<pid> with the file_version event; append writes one event per record, step =
+ * the record's step, a simple_value per scalar of metrics.jsonl (tag = its key; unknown values
+ * such as MFU without a peak left out), flushed whole. */
+typedef struct {
+    FILE *file;
+    char *path;
+} gt_tb_writer;
+gt_status gt_tb_writer_open(gt_tb_writer *w, const char *dir, gt_error *err);
+gt_status gt_tb_writer_append(gt_tb_writer *w, const gt_metrics_step *m, gt_error *err);
+void gt_tb_writer_close(gt_tb_writer *w);
+/* TFRecord's checksum: CRC32C (Castagnoli) of data, masked ((c >> 15 | c << 17) + 0xa282ead8). */
+uint32_t gt_tb_masked_crc32c(const void *data, size_t n);
 
 /* The records of a metrics file, in file order (a resumed run may repeat steps). */
 typedef struct {

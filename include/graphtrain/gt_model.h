@@ -86,6 +86,11 @@ struct gt_model_family {
     gt_status (*hf_name)(const char *fqn, char *out, size_t n, gt_error *err);
     gt_status (*hf_export)(const gt_model_config *mc, const gt_model *m, const gt_tensor *params,
                            const char *dir, const gt_export_hf_options *opts, gt_error *err);
+    /* Reading a transformers directory (NULL when the family has none): its config.json (text,
+     * len bytes; name for messages) checked against mc, every size the tensors depend on; the
+     * tensors are then read under their hf_name. */
+    gt_status (*hf_import)(const gt_model_config *mc, const char *config_json, size_t len,
+                           const char *name, gt_error *err);
 };
 
 /* The registered families, NULL-terminated. */
@@ -103,6 +108,9 @@ void gt_model_info_of(const gt_model_config *mc, gt_model_info *info);
  * no adapter). opts NULL: f32, default shard limit, token ids unknown. */
 gt_status gt_model_export_hf(const gt_model_config *mc, const gt_model *m, const gt_tensor *params,
                              const char *dir, const gt_export_hf_options *opts, gt_error *err);
+/* family->hf_import (GT_ERR_INVALID when the family has no adapter). */
+gt_status gt_model_hf_import(const gt_model_config *mc, const char *config_json, size_t len,
+                             const char *name, gt_error *err);
 void gt_model_free(gt_model *m);
 /* Sum of the parameters' element counts. */
 int64_t gt_model_param_count(const gt_model *m);

@@ -3,9 +3,10 @@
  * gradient accumulation.
  *
  * Semantics are torchtitan's: torch.nn.utils.clip_grad_norm_(max_norm) then torch.optim.AdamW
- * (decoupled weight decay, single-tensor math) with weight decay on matrices only (params of rank
- * >= 2); see gt_ops.def (adamw) for the per-element formulas. The learning rate and the bias
- * corrections change every step, so they enter as a graph INPUT ("optim.scalars", filled by
+ * (decoupled weight decay, single-tensor math) with weight decay on every parameter, as
+ * torchtitan's build_optimizers gives it (decay_matrices_only: on params of rank >= 2 only, the
+ * usual GPT recipe); see gt_ops.def (adamw) for the per-element formulas. The learning rate and the
+ * bias corrections change every step, so they enter as a graph INPUT ("optim.scalars", filled by
  * gt_optim_scalars) and the graph itself is the same for every step.
  *
  * Names the appended graph uses (the trainer and the checkpoint pair inputs and outputs by them):
@@ -26,15 +27,16 @@ extern "C" {
 #endif
 
 typedef struct {
-    double beta1, beta2; /* in [0, 1) */
-    double eps;          /* >= 0 */
-    double weight_decay; /* >= 0; decoupled (p *= 1 - lr*wd), on params of rank >= 2 only */
-    double max_norm;     /* clip the global L2 norm to this; <= 0 disables clipping (the norm is
-                          * still computed and reported as the "grad_norm" metric) */
+    double beta1, beta2;    /* in [0, 1) */
+    double eps;             /* >= 0 */
+    double weight_decay;    /* >= 0; decoupled (p *= 1 - lr*wd), on every param (torchtitan's) */
+    double max_norm;        /* clip the global L2 norm to this; <= 0 disables clipping (the norm is
+                             * still computed and reported as the "grad_norm" metric) */
     const int *norm_groups; /* NULL, or per param the group of its term of the norm: the terms
                              * are summed per group, groups in order of first appearance (a
                              * sharded step sums the terms of one placement before a collective
                              * joins them) */
+    bool decay_matrices_only; /* weight decay on params of rank >= 2 only */
 } gt_adamw_config;
 
 /* torchtitan's defaults: betas (0.9, 0.95), eps 1e-8, weight_decay 0.1, max_norm 1.0. */

@@ -46,13 +46,15 @@ void gt_token_ids_free(gt_token_ids *v);
 /* Appends n ids (GT_ERR_NOMEM when the array cannot grow). */
 gt_status gt_token_ids_append(gt_token_ids *v, const int32_t *ids, size_t n, gt_error *err);
 
-/* path: a tokenizer.json file, or a directory holding tokenizer.json and optionally
- * tokenizer_config.json. With a config, every special token it names (bos_token, eos_token,
- * pad_token, unk_token, sep_token, cls_token, mask_token, added_tokens_decoder) is added as a
- * special token and BOS/EOS are the config's bos_token / eos_token — exactly as torchtitan's
- * HuggingFaceTokenizer reads a tokenizer directory. Without a config, BOS/EOS are taken from the
- * special added tokens with the usual names (<|begin_of_text|>, <s>, <|bos|>, <bos>, [BOS] /
- * <|end_of_text|>, </s>, <|endoftext|>, <|eos|>, <eos>, [EOS]) when present. */
+/* path: a tokenizer.json file (its folder's tokenizer_config.json, when there is one, is read too),
+ * or a directory holding tokenizer.json and optionally tokenizer_config.json. With a config, every
+ * special token it names (bos_token, eos_token, pad_token, unk_token, sep_token, cls_token,
+ * mask_token, added_tokens_decoder) is added as a special token and BOS/EOS are the config's
+ * bos_token / eos_token — exactly as torchtitan's HuggingFaceTokenizer reads a tokenizer directory.
+ * Without a config, BOS/EOS are taken from the special added tokens with the usual names
+ * (<|begin_of_text|>, <s>, <|bos|>, <bos>, [BOS] / <|end_of_text|>, </s>, <|endoftext|>, <|eos|>,
+ * <eos>, [EOS]) when present. When neither BOS nor EOS is known, a warning says so (documents
+ * would be joined with nothing between them). */
 gt_status gt_tokenizer_load(const char *path, gt_tokenizer **out, gt_error *err);
 
 /* The same from memory: json (json_len bytes) is tokenizer.json's text; config_json may be NULL.

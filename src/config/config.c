@@ -112,7 +112,11 @@ static const gt_cfg_option options[] = {
     {OPT(optimizer, eps, GT_CFG_FLOAT), .default_value = "1e-8", FLOAT_RANGE(0, 1),
      .help = "AdamW epsilon"},
     {OPT(optimizer, weight_decay, GT_CFG_FLOAT), .default_value = "0.1", FLOAT_RANGE(0, INFINITY),
-     .help = "decoupled weight decay, applied to matrices only (as torchtitan)"},
+     .help = "decoupled weight decay (p -= lr x weight_decay x p), applied to every parameter "
+             "as torchtitan's AdamW does (norm weights too)"},
+    {OPT(optimizer, weight_decay_matrices_only, GT_CFG_BOOL), .default_value = "false",
+     .help = "decay only the parameters of rank >= 2 (embeddings and linear weights), not the "
+             "norm weights"},
     /* lr_scheduler */
     {OPT(lr_scheduler, warmup_steps, GT_CFG_INT), .default_value = "2", INT_RANGE(0, MAX_STEPS),
      .help = "steps of linear warmup from 0 to the peak lr"},
@@ -201,13 +205,24 @@ static const gt_cfg_option options[] = {
      .help = "disabled: training waits for each save; async: the state is copied to host memory "
              "and written by a thread while training goes on; async_with_pinned_mem: the same "
              "through pinned memory on the GPU (fast copies, locked host memory)"},
+    {OPT(checkpoint, initial_load_path, GT_CFG_STRING), .default_value = "",
+     .help = "a run with no checkpoint to resume starts from this model instead of drawing its "
+             "parameters (fine-tuning): a Hugging Face folder (config.json checked against the "
+             "flavor, model.safetensors or model-0000k-of-0000n.safetensors with their index, "
+             "float32 or bfloat16); needs checkpoint.initial_load_in_hf"},
+    {OPT(checkpoint, initial_load_in_hf, GT_CFG_BOOL), .default_value = "false",
+     .help = "initial_load_path is in the Hugging Face format (the only one read)"},
+    {OPT(checkpoint, last_save_in_hf, GT_CFG_BOOL), .default_value = "false",
+     .help = "also write the last checkpoint as a Hugging Face folder, "
+             "checkpoint.folder/step-N-hf (config.json, float32 safetensors)"},
     /* metrics */
     {OPT(metrics, log_freq, GT_CFG_INT), .default_value = "10", INT_RANGE(1, MAX_STEPS),
      .help = "steps between metric lines"},
     {OPT(metrics, save_jsonl, GT_CFG_BOOL), .default_value = "true",
      .help = "append every metric line to dump_folder/metrics.jsonl"},
     {OPT(metrics, enable_tensorboard, GT_CFG_BOOL), .default_value = "false",
-     .help = "not supported (accepted so torchtitan configs load); use metrics.jsonl"},
+     .help = "also write every metric line as TensorBoard scalars into dump_folder/tb "
+             "(events.out.tfevents.* files; `tensorboard --logdir DUMP_FOLDER/tb`)"},
     {OPT(metrics, peak_tflops, GT_CFG_FLOAT), .default_value = "0.0", FLOAT_RANGE(0, 1e9),
      .help = "dense peak TFLOP/s of one device, for MFU and HFU (989 for H100/H200 bf16); 0: MFU "
              "is not reported (CPU)"},
@@ -850,6 +865,19 @@ gt_status gt_config_validate(const gt_config *c, gt_error *err)
         return gt_error_set(err, GT_ERR_INVALID,
                             "config: compile.memory_policy = \"budget\" needs "
                             "compile.activation_memory_budget_gb > 0");
+    const gt_cfg_checkpoint *ck = &c->checkpoint;
+    if (ck->initial_load_path[0] && !ck->initial_load_in_hf)
+        return gt_error_set(err, GT_ERR_UNSUPPORTED,
+                            "config: checkpoint.initial_load_path needs "
+                            "checkpoint.initial_load_in_hf = true (only Hugging Face folders are "
+                            "read; a graphtrain checkpoint resumes through checkpoint.folder)");
+    if (ck->initial_load_in_hf && !ck->initial_load_path[0])
+        return gt_error_set(err, GT_ERR_INVALID,
+                            "config: checkpoint.initial_load_in_hf needs "
+                            "checkpoint.initial_load_path (the Hugging Face folder)");
+    if (ck->last_save_in_hf && !ck->enable)
+        return gt_error_set(err, GT_ERR_INVALID,
+                            "config: checkpoint.last_save_in_hf needs checkpoint.enable = true");
     const char *kill = c->debug.test_kill_rank_at_step;
     if (kill[0]) {
         long long r = -1, step = 0;
@@ -861,11 +889,6 @@ gt_status gt_config_validate(const gt_config *c, gt_error *err)
                                 "\"RANK:STEP:stop\" (rank >= 0, step >= 1), got \"%s\"",
                                 kill);
     }
-    if (c->metrics.enable_tensorboard)
-        return gt_error_set(err, GT_ERR_INVALID,
-                            "config: metrics.enable_tensorboard: TensorBoard "
-                            "output is not supported; metrics go to "
-                            "dump_folder/metrics.jsonl (metrics.save_jsonl)");
     return GT_OK;
 }
 
@@ -970,9 +993,10 @@ gt_status gt_config_write(const gt_config *c, const char *path, gt_error *err)
     FILE *f = fopen(path, "w");
     if (!f) return gt_error_set(err, GT_ERR_IO, "%s: cannot create: %s", path, strerror(errno));
     gt_config_print(c, f);
-    bool bad = ferror(f) != 0;
-    if (fclose(f) != 0 || bad)
-        return gt_error_set(err, GT_ERR_IO, "%s: cannot write the config", path);
+    int e = ferror(f) ? errno : 0;
+    if (fclose(f) != 0 && !e) e = errno;
+    if (e)
+        return gt_error_set(err, GT_ERR_IO, "%s: cannot write the config: %s", path, strerror(e));
     return GT_OK;
 }
 

@@ -33,6 +33,10 @@ static const dsv3_row dsv3_rows[] = {
      1024,         256, 8, 2, 3,    SOFTMAX, 0, 0,   0,   1.0, 0.70},
     {"16B", 2048, 27, 1, 102400, 16,      0, 512, 128, 64,  128,
      10944, 1408, 64, 2, 6,      SOFTMAX, 0, 0,   0,   1.0, 0.70},
+    /* 16B cut to its first 4 layers (1 dense + 3 MoE): the one-GPU benchmark shape, as the
+     * torchtitan peer (../shared/peers/torchtitan_deepseek_v3.py 16B 4 ...) */
+    {"16B_4layers", 2048, 4,  1, 102400, 16,      0, 512, 128, 64,  128,
+     10944,         1408, 64, 2, 6,      SOFTMAX, 0, 0,   0,   1.0, 0.70},
     {"236B", 5120, 60,  1, 102400, 128,     1536, 512, 128, 64,   128,
      12288,  1536, 160, 2, 6,      SOFTMAX, 8,    3,   0,   16.0, 1.0},
     {"671B", 7168, 61,  3, 129280, 128,     1536, 512, 128, 64,  128,
@@ -73,8 +77,15 @@ static const dsv3_row dsv3_rows[] = {
 #define DSV3_N_ROWS ((int)(sizeof dsv3_rows / sizeof dsv3_rows[0]))
 
 const char *const gt_deepseek_v3_flavor_list[] = {
-    "debugmodel",      "16B", "236B", "671B", "test_dsv3_tiny", "test_dsv3_tiny_sigmoid",
-    "test_dsv3_qlora", NULL,
+    "debugmodel",
+    "16B",
+    "16B_4layers",
+    "236B",
+    "671B",
+    "test_dsv3_tiny",
+    "test_dsv3_tiny_sigmoid",
+    "test_dsv3_qlora",
+    NULL,
 };
 
 gt_status gt_deepseek_v3_flavor(const char *flavor, gt_deepseek_v3_config *cfg, gt_error *err)

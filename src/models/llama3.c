@@ -365,6 +365,13 @@ static gt_status family_hf_export(const gt_model_config *mc, const gt_model *m,
     return gt_export_hf_llama3_opts(&cfg, m, params, dir, opts, err);
 }
 
+static gt_status family_hf_import(const gt_model_config *mc, const char *config_json, size_t len,
+                                  const char *name, gt_error *err)
+{
+    gt_llama3_config cfg = config_of(mc);
+    return gt_import_hf_llama3_check(&cfg, config_json, len, name, err);
+}
+
 const gt_model_family gt_llama3_family = {
     .name = "llama3",
     .flavors = gt_llama3_flavor_list,
@@ -374,4 +381,5 @@ const gt_model_family gt_llama3_family = {
     .build = family_build,
     .hf_name = gt_export_hf_llama3_name,
     .hf_export = family_hf_export,
+    .hf_import = family_hf_import,
 };

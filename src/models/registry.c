@@ -88,6 +88,16 @@ gt_status gt_model_export_hf(const gt_model_config *mc, const gt_model *m, const
     return mc->family->hf_export(mc, m, params, dir, opts, err);
 }
 
+gt_status gt_model_hf_import(const gt_model_config *mc, const char *config_json, size_t len,
+                             const char *name, gt_error *err)
+{
+    if (!mc->family->hf_import)
+        return gt_error_set(err, GT_ERR_INVALID,
+                            "model %s has no Hugging Face adapter: %s cannot be read",
+                            mc->family->name, name);
+    return mc->family->hf_import(mc, config_json, len, name, err);
+}
+
 int64_t gt_model_param_count(const gt_model *m)
 {
     int64_t n = 0;

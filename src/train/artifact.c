@@ -27,6 +27,10 @@
 #include "checkpoint_internal.h"
 #include "train_internal.h"
 
+#ifndef GT_BUILD_ID /* set by CMakeLists.txt: the version and `git describe` at configure time */
+#define GT_BUILD_ID "unknown"
+#endif
+
 #define ARTIFACT_VERSION 2 /* 2: the key header lost its line count */
 
 /* Options that do not change the compiled step graph (run length, data, where outputs go). */
@@ -66,6 +70,8 @@ char *gt_train_artifact_key(const gt_config *cfg, const gt_train_layout *layout)
         gt_config_format_value(cfg, &opts[k], v, sizeof v);
         fprintf(f, "%s.%s = %s\n", opts[k].section, opts[k].key, v);
     }
+    /* another build may compile another graph from the same options (a pass changed) */
+    fprintf(f, "graphtrain.build = %s\n", GT_BUILD_ID);
     fprintf(f, "layout.world = %d\n", gt_mesh_world_size(&layout->mesh));
     for (int d = 0; d < GT_MESH_NDIMS; d++)
         fprintf(f, "layout.%s = %d\n", gt_mesh_dim_name(d), layout->mesh.size[d]);

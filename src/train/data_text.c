@@ -155,6 +155,20 @@ gt_status gt_data_tokenize_to_shard(gt_tokenizer *tok, const char *const *paths,
     if (!stats) stats = &local;
     if (n_paths < 1)
         return gt_error_set(err, GT_ERR_INVALID, "%s: no input files to tokenize", out_path);
+    /* the shard replaces out_path when it is complete: an input there would be lost */
+    struct stat out_sb;
+    bool out_exists = stat(out_path, &out_sb) == 0;
+    for (int i = 0; i < n_paths; i++) {
+        struct stat in_sb;
+        bool same = !strcmp(paths[i], out_path) ||
+                    (out_exists && stat(paths[i], &in_sb) == 0 && in_sb.st_dev == out_sb.st_dev &&
+                     in_sb.st_ino == out_sb.st_ino);
+        if (same)
+            return gt_error_set(err, GT_ERR_INVALID,
+                                "%s: the output is also input file %d (%s); the shard would "
+                                "overwrite it: choose another --out",
+                                out_path, i + 1, paths[i]);
+    }
     gt_token_shard_writer *w;
     GT_TRY(gt_token_shard_writer_open(out_path, (uint32_t)gt_tokenizer_vocab_size(tok), &w, err));
     for (int i = 0; i < n_paths; i++) {

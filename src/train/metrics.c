@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <unistd.h>
 
 /* ---------------------------------------------------------------- the fields, once */
 
@@ -259,6 +260,81 @@ gt_status gt_metrics_writer_open(gt_metrics_writer *w, const char *path, gt_erro
     return GT_OK;
 }
 
+/* The lines of text whose record's step is at most `last` (a line whose step cannot be read is
+ * kept), into *out (malloc'd, *out_len bytes). */
+static char *records_through(const char *text, size_t len, int64_t last, size_t *out_len)
+{
+    char *out = gt_xmalloc(len + 1);
+    size_t used = 0, pos = 0;
+    while (pos < len) {
+        const char *nl = memchr(text + pos, '\n', len - pos);
+        size_t end = nl ? (size_t)(nl - text) + 1 : len;
+        const char *p = text + pos;
+        static const char head[] = "{\"step\":";
+        bool keep = true;
+        if (end - pos > sizeof head && !memcmp(p, head, sizeof head - 1)) {
+            char *stop = NULL;
+            long long step = strtoll(p + sizeof head - 1, &stop, 10);
+            if (stop != p + sizeof head - 1 && step > last) keep = false;
+        }
+        if (keep) memcpy(out + used, p, end - pos), used += end - pos;
+        pos = end;
+    }
+    *out_len = used;
+    return out;
+}
+
+gt_status gt_metrics_writer_open_resumed(gt_metrics_writer *w, const char *path, int64_t last,
+                                         gt_error *err)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        if (errno == ENOENT) return gt_metrics_writer_open(w, path, err);
+        return gt_error_set(err, GT_ERR_IO, "metrics file %s: cannot open: %s", path,
+                            strerror(errno));
+    }
+    size_t cap = 1 << 16, len = 0;
+    char *buf = gt_xmalloc(cap);
+    for (;;) {
+        if (len == cap) buf = gt_xrealloc(buf, cap *= 2);
+        size_t got = fread(buf + len, 1, cap - len, f);
+        len += got;
+        if (got == 0) break;
+    }
+    int read_errno = ferror(f) ? errno : 0;
+    fclose(f);
+    if (read_errno) {
+        free(buf);
+        return gt_error_set(err, GT_ERR_IO, "metrics file %s: read failed: %s", path,
+                            strerror(read_errno));
+    }
+    size_t kept_len = 0;
+    char *kept = records_through(buf, len, last, &kept_len);
+    free(buf);
+    gt_status st = GT_OK;
+    if (kept_len != len) { /* the records of steps after `last` go: the resumed run repeats them */
+        size_t n = strlen(path) + 8;
+        char *tmp = gt_xmalloc(n);
+        snprintf(tmp, n, "%s.tmp", path);
+        FILE *o = fopen(tmp, "wb");
+        bool ok = o && fwrite(kept, 1, kept_len, o) == kept_len && fflush(o) == 0 &&
+                  fsync(fileno(o)) == 0;
+        int e = errno;
+        if (o && fclose(o) != 0 && ok) ok = false, e = errno;
+        if (ok && rename(tmp, path) != 0) ok = false, e = errno;
+        if (!ok) {
+            remove(tmp);
+            st = gt_error_set(err, GT_ERR_IO,
+                              "metrics file %s: cannot drop the records after step %lld: %s", path,
+                              (long long)last, strerror(e));
+        }
+        free(tmp);
+    }
+    free(kept);
+    if (st != GT_OK) return st;
+    return gt_metrics_writer_open(w, path, err);
+}
+
 gt_status gt_metrics_writer_append(gt_metrics_writer *w, const gt_metrics_step *m, gt_error *err)
 {
     char line[2048];
@@ -460,11 +536,12 @@ gt_status gt_metrics_read(const char *path, gt_metrics_log *out, gt_error *err)
         len += got;
         if (got == 0) break;
     }
-    bool failed = ferror(f) != 0;
+    int read_errno = ferror(f) ? errno : 0;
     fclose(f);
     gt_status st;
-    if (failed)
-        st = gt_error_set(err, GT_ERR_IO, "metrics file %s: read failed", path);
+    if (read_errno)
+        st = gt_error_set(err, GT_ERR_IO, "metrics file %s: read failed: %s", path,
+                          strerror(read_errno));
     else
         st = gt_metrics_parse(path, buf, len, out, err);
     free(buf);

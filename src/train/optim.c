@@ -3,7 +3,8 @@
  * What torchtitan's step does after backward, as graph nodes:
  *   total = ||[||g_1||, ..., ||g_n||]||_2            (clip_grad_norm_, norm_type 2)
  *   clip  = min(1, max_norm / (total + 1e-6))
- *   per param: AdamW(p, g * clip, exp_avg, exp_avg_sq) with weight decay when rank(p) >= 2
+ *   per param: AdamW(p, g * clip, exp_avg, exp_avg_sq) with weight decay (every param; with
+ *   decay_matrices_only, those of rank >= 2)
  * The norm: per param sum_squares over all dims (each square in f32, double accumulator,
  * row-major order), the per-param sums added in param order, one sqrt. Mathematically that is
  * torch's norm of norms; it skips torch's sqrt-then-square per param, which only removes a
@@ -261,8 +262,10 @@ gt_status gt_optim_append_adamw(gt_graph *g, int n, const gt_value_id *params,
     for (int k = 0; k < n; k++) {
         gt_graph_set_fqn(g, fqn[k]);
         gt_graph_set_unit(g, gt_graph_input_plan(g, params[k]).unit);
-        /* torchtitan decays matrices only: embeddings and linear weights, not norms or biases. */
-        double wd = gt_value_type(g, params[k])->ndim >= 2 ? cfg->weight_decay : 0.0;
+        /* torchtitan's AdamW decays every parameter; decay_matrices_only spares the vectors
+         * (norm weights, biases) */
+        bool decays = !cfg->decay_matrices_only || gt_value_type(g, params[k])->ndim >= 2;
+        double wd = decays ? cfg->weight_decay : 0.0;
         gt_value_id m_new = GT_NONE, v_new = GT_NONE;
         gt_value_id p_new = gt_adamw(g, params[k], grads[k], m[k], v[k], scalars, clip, cfg->beta1,
                                      cfg->beta2, cfg->eps, wd, &m_new, &v_new);

@@ -88,6 +88,7 @@ gt_adamw_config gt_train_adamw_config(const gt_config *cfg)
                              .beta2 = cfg->optimizer.beta2,
                              .eps = cfg->optimizer.eps,
                              .weight_decay = cfg->optimizer.weight_decay,
+                             .decay_matrices_only = cfg->optimizer.weight_decay_matrices_only,
                              .max_norm = cfg->training.max_norm};
 }
 

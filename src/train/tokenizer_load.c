@@ -769,7 +769,15 @@ gt_status gt_tokenizer_load(const char *path, gt_tokenizer **out, gt_error *err)
         snprintf(config_path, sizeof config_path, "%s/tokenizer_config.json", path);
         have_config = stat(config_path, &sb) == 0;
     } else {
+        /* FOLDER/tokenizer.json, the form the README shows: its tokenizer_config.json beside it
+         * names BOS and EOS just as the folder form's does */
         snprintf(json_path, sizeof json_path, "%s", path);
+        const char *slash = strrchr(path, '/');
+        int dir_len = slash ? (int)(slash - path) : 0;
+        snprintf(config_path, sizeof config_path, "%.*s%stokenizer_config.json", dir_len, path,
+                 slash ? "/" : "");
+        have_config = stat(config_path, &sb) == 0 && S_ISREG(sb.st_mode);
+        if (!have_config) config_path[0] = 0;
     }
     char *json = NULL, *config = NULL;
     size_t json_len = 0, config_len = 0;
@@ -785,5 +793,12 @@ gt_status gt_tokenizer_load(const char *path, gt_tokenizer **out, gt_error *err)
         gt_tok_load_buffers(json, json_len, config, config_len, json_path, config_path, out, err);
     free(json);
     free(config);
+    if (st == GT_OK && (*out)->bos_id < 0 && (*out)->eos_id < 0)
+        gt_log(GT_LOG_WARN,
+               "tokenizer %s: no BOS or EOS token is known (%s, and no special added token "
+               "has a usual name): documents are joined with nothing between them",
+               json_path,
+               have_config ? "its tokenizer_config.json names neither"
+                           : "no tokenizer_config.json beside it");
     return st;
 }

@@ -9,6 +9,7 @@
 
 #include <pthread.h>
 
+#include "graphtrain/gt_checkpoint.h"
 #include "graphtrain/gt_comm.h"
 #include "graphtrain/gt_cuda.h"
 #include "graphtrain/gt_data.h"
@@ -19,6 +20,9 @@
 #include "graphtrain/gt_optim.h"
 #include "graphtrain/gt_program.h"
 #include "graphtrain/gt_train.h"
+
+/* The dump folder's lock file: rank 0 holds it (flock) for the whole run. */
+#define GT_TRAIN_LOCK_NAME ".graphtrain.lock"
 
 /* DIR/NAME (NAME alone when absolute or DIR is empty); malloc'd. (trainer_data.c) */
 char *gt_train_join_path(const char *dir, const char *name);
@@ -129,6 +133,12 @@ gt_status gt_train_share_i64(gt_train_dist *d, int64_t *value, gt_error *err);
 /* v[0..n): each slot set by one rank and zero on the others (a collective); afterwards every rank
  * holds every slot (an exact integer sum over the ranks). */
 gt_status gt_train_share_slots(gt_train_dist *d, uint64_t *v, int64_t n, gt_error *err);
+
+/* Right after joining the world, before anything that depends on the options: rank 0's resolved
+ * config (a hash per option, but for the per-rank ones: job.config_file, job.print_config,
+ * job.description, training.cpu_threads) is compared on every rank; a rank whose options differ
+ * stops every rank with the first differing option's name and its value there (a collective). */
+gt_status gt_train_check_config(gt_train_dist *d, const gt_config *cfg, gt_error *err);
 
 /* Before step 1: every rank's collective schedule (gt_executor_collectives of the executor that
  * runs the step: a program's in execution order, the eager executor's walked from the graph) is
@@ -261,6 +271,8 @@ typedef struct {
     gt_tensor **ckpt_tensors;
     gt_metrics_writer metrics;
     bool metrics_open;
+    gt_tb_writer tb;   /* --metrics.enable_tensorboard (rank 0): tb.file set when open */
+    int dump_lock_fd;  /* rank 0: the dump folder's lock file descriptor + 1, or 0 */
     bool cuda;         /* training.device = cuda */
     int device;        /* its CUDA device (the node-local rank modulo the visible GPUs) */
     bool host_stale;   /* the step's executor holds newer state than params/exp_avg/exp_avg_sq */
@@ -372,6 +384,18 @@ gt_status gt_trainer_params_hash(gt_trainer *t, uint64_t *hash, gt_error *err);
 void gt_trainer_state_free(gt_trainer *t);
 /* Frees everything the trainer holds (trainer.c). */
 void gt_trainer_teardown(gt_trainer *t);
+
+/* Hugging Face folders (hf_load.c): a fresh run's parameters from
+ * checkpoint.initial_load_path (config.json through the model's adapter; every tensor checked by
+ * name, dtype and shape before this rank reads its block of each), and the parameters written as
+ * CKPT/step-N-hf by rank 0 (checkpoint.last_save_in_hf; a collective, errors shared). */
+gt_status gt_trainer_load_hf(gt_trainer *t, gt_error *err);
+gt_status gt_trainer_save_hf(gt_trainer *t, int64_t step, gt_error *err);
+/* A fresh run whose parameters come from checkpoint.initial_load_path (not drawn). */
+static inline bool gt_trainer_loads_hf(const gt_trainer *t)
+{
+    return t->resume_step == GT_CHECKPOINT_NONE && t->cfg->checkpoint.initial_load_path[0];
+}
 
 /* The data feed (trainer_data.c): the dataset and its loader (every rank reads the whole global
  * batch: the loader sees one rank); the next micro-batch's tokens and labels, this rank's rows of

@@ -26,11 +26,15 @@
  * same as launching its kernels one by one. Everything a step depends on (parameters, moments,
  * loader position, step number) is in the checkpoint, and every kernel is deterministic, so a
  * resumed run repeats the uninterrupted one bit for bit. */
+#include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include "checkpoint_internal.h"
@@ -93,14 +97,28 @@ static gt_status step_graph_bind(gt_trainer *t, gt_step_graph *s, gt_error *err)
         o.nccl_buffers = t->dist.nccl_buffers;
     }
     gt_status bst = gt_executor_create(g, &t->binding, kind, &o, &s->ex, err);
-    if (bst == GT_ERR_NOMEM && kind == GT_EXECUTOR_CUDA) {
-        char msg[GT_ERROR_MSG_MAX];
+    if (bst == GT_ERR_NOMEM) {
+        /* the sizes come from the batch: name the options that set it, and the limit */
+        char msg[GT_ERROR_MSG_MAX], limit[160] = "";
         snprintf(msg, sizeof msg, "%s", err->msg);
+        if (kind != GT_EXECUTOR_CUDA) {
+            long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+            struct rlimit as;
+            if (pages > 0 && page > 0)
+                snprintf(limit, sizeof limit, "; this host has %.3g GiB of memory",
+                         (double)pages * (double)page / 1073741824.0);
+            if (getrlimit(RLIMIT_AS, &as) == 0 && as.rlim_cur != RLIM_INFINITY)
+                snprintf(limit + strlen(limit), sizeof limit - strlen(limit),
+                         "; this process may map %.3g GiB (ulimit -v)",
+                         (double)as.rlim_cur / 1073741824.0);
+        }
         return gt_error_set(err, GT_ERR_NOMEM,
-                            "%s; to fit, shard over more GPUs, recompute more "
-                            "(--compile.memory_policy full) or lower "
-                            "--training.local_batch_size",
-                            msg);
+                            "%s for training.local_batch_size = %lld, training.seq_len = %lld "
+                            "(%lld micro-batch(es))%s; to fit, lower them, %srecompute more "
+                            "(--compile.memory_policy full)",
+                            msg, (long long)t->cfg->training.local_batch_size,
+                            (long long)t->cfg->training.seq_len, (long long)t->accum, limit,
+                            kind == GT_EXECUTOR_CUDA ? "shard over more GPUs, " : "");
     }
     GT_TRY(bst);
     if (multi) {
@@ -371,8 +389,16 @@ static gt_status setup(gt_trainer *t, gt_error *err)
     /* the model first: a bad name or flavor is refused before anything starts */
     GT_TRY(gt_train_model_config(cfg, &t->model_cfg, err));
     gt_model_info_of(&t->model_cfg, &t->model_info);
+    if (cfg->training.seq_len > t->model_info.max_seq_len)
+        return gt_error_set(err, GT_ERR_INVALID,
+                            "training.seq_len = %lld is above the max_seq_len %lld of model %s "
+                            "flavor %s (its rotary embeddings go no further)",
+                            (long long)cfg->training.seq_len, (long long)t->model_info.max_seq_len,
+                            cfg->model.name, cfg->model.flavor);
     /* ranks first: a multi-rank GPU run is refused before any device is touched */
     GT_TRY(gt_train_dist_init(cfg, &t->dist, err));
+    /* ranks launched with other options would train an inconsistent model */
+    GT_TRY(gt_train_check_config(&t->dist, cfg, err));
     t->cuda = cfg->training.device == GT_CFG_DEVICE_CUDA;
     if (!t->cuda) {
         gt_cpu_set_threads(gt_train_cpu_threads(cfg, &t->dist));
@@ -428,6 +454,7 @@ static gt_status setup_state(gt_trainer *t, gt_error *err)
 {
     double t1 = gt_now_seconds();
     GT_TRY(gt_trainer_alloc_state(t, err));
+    if (gt_trainer_loads_hf(t)) GT_TRY(gt_trainer_load_hf(t, err));
     gt_trainer_snapshot_prepare(t); /* checkpoint.async_mode: its pages touched meanwhile */
     double t2 = gt_now_seconds();
     /* the graph reads the state allocated above */
@@ -441,21 +468,74 @@ static gt_status setup_state(gt_trainer *t, gt_error *err)
 /* The run's record: config.toml and the metrics file. Opened only after a checkpoint to resume
  * from has been accepted, so a refused resume (other model, corrupt checkpoint) leaves the
  * record of the run that wrote the checkpoint as it was. */
-static gt_status open_outputs(gt_trainer *t, gt_error *err)
+/* The dump folder's lock (rank 0's, held until teardown): two runs writing one folder at once
+ * would interleave their checkpoints and metrics. flock, so a run that dies releases it; the file
+ * says who holds it. */
+static gt_status lock_dump_folder(gt_trainer *t, gt_error *err)
+{
+    const char *dir = t->cfg->job.dump_folder;
+    char *path = gt_train_join_path(dir, GT_TRAIN_LOCK_NAME);
+    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (fd < 0) {
+        gt_status st = gt_error_set(err, GT_ERR_IO, "%s: cannot open the dump folder's lock: %s",
+                                    path, strerror(errno));
+        free(path);
+        return st;
+    }
+    if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+        int e = errno;
+        char holder[256] = "";
+        ssize_t got = pread(fd, holder, sizeof holder - 1, 0);
+        holder[got > 0 ? got : 0] = 0;
+        holder[strcspn(holder, "\n")] = 0;
+        close(fd);
+        gt_status st =
+            e == EWOULDBLOCK
+                ? gt_error_set(err, GT_ERR_INVALID,
+                               "job.dump_folder %s is in use by another run (%s; lock %s): two "
+                               "runs in one folder would interleave their checkpoints and "
+                               "metrics; give this run another --job.dump_folder or wait",
+                               dir, holder[0] ? holder : "holder unknown", path)
+                : gt_error_set(err, GT_ERR_IO, "%s: cannot lock: %s", path, strerror(e));
+        free(path);
+        return st;
+    }
+    char host[128] = "?", text[256];
+    gethostname(host, sizeof host - 1);
+    host[sizeof host - 1] = 0;
+    int n = snprintf(text, sizeof text, "graphtrain pid %ld on host %s\n", (long)getpid(), host);
+    if (ftruncate(fd, 0) != 0 || pwrite(fd, text, (size_t)n, 0) != n)
+        gt_log(GT_LOG_WARN, "%s: cannot record this run as the holder: %s", path, strerror(errno));
+    free(path);
+    t->dump_lock_fd = fd + 1;
+    return GT_OK;
+}
+
+static gt_status open_outputs(gt_trainer *t, int64_t start, gt_error *err)
 {
     const gt_config *cfg = t->cfg;
     if (t->dist.rank != 0) return GT_OK; /* rank 0 writes the run's files */
     GT_TRY(ckpt_mkdirs(cfg->job.dump_folder, err));
+    GT_TRY(lock_dump_folder(t, err));
     char *config_path = gt_train_join_path(cfg->job.dump_folder, "config.toml");
     gt_status st = gt_config_write(cfg, config_path, err);
     free(config_path);
     if (st != GT_OK) return st;
     if (cfg->metrics.save_jsonl) {
         char *path = gt_train_join_path(cfg->job.dump_folder, "metrics.jsonl");
-        st = gt_metrics_writer_open(&t->metrics, path, err);
+        /* a resumed run repeats the steps after its checkpoint: their old records go */
+        st = t->resume_step != GT_CHECKPOINT_NONE
+                 ? gt_metrics_writer_open_resumed(&t->metrics, path, start, err)
+                 : gt_metrics_writer_open(&t->metrics, path, err);
         free(path);
         if (st != GT_OK) return st;
         t->metrics_open = true;
+    }
+    if (cfg->metrics.enable_tensorboard) {
+        char *dir = gt_train_join_path(cfg->job.dump_folder, "tb");
+        st = gt_tb_writer_open(&t->tb, dir, err);
+        free(dir);
+        if (st != GT_OK) return st;
     }
     return GT_OK;
 }
@@ -468,6 +548,8 @@ void gt_trainer_teardown(gt_trainer *t)
     gt_trainer_state_free(t);
     gt_trainer_data_free(t);
     if (t->metrics_open) gt_metrics_writer_close(&t->metrics);
+    gt_tb_writer_close(&t->tb);
+    if (t->dump_lock_fd) close(t->dump_lock_fd - 1); /* releases the lock */
     free(t->ckpt_folder);
     gt_model_free(&t->model);
     gt_train_dist_free(&t->dist);
@@ -530,6 +612,7 @@ static gt_status log_metrics(gt_trainer *t, int64_t step, double loss, double gr
     gt_metrics_format_line(&m, digits(cfg->training.steps), line, sizeof line);
     gt_log(GT_LOG_INFO, "%s", line);
     if (t->metrics_open) GT_TRY(gt_metrics_writer_append(&t->metrics, &m, err));
+    if (t->tb.file) GT_TRY(gt_tb_writer_append(&t->tb, &m, err));
     return GT_OK;
 }
 
@@ -601,6 +684,8 @@ static void log_start(gt_trainer *t, gt_train_result *res, double setup_s)
     if (t->resume_step != GT_CHECKPOINT_NONE)
         snprintf(params, sizeof params, "parameters from step-%lld, not drawn,",
                  (long long)t->resume_step);
+    else if (gt_trainer_loads_hf(t))
+        snprintf(params, sizeof params, "parameters from Hugging Face, not drawn,");
     gt_log(GT_LOG_INFO,
            "model %s %s: %lld parameters; step graph %d nodes; batch %lld x %lld tokens, "
            "%lld micro-batch(es); %.3e FLOPs/step%s; set up in %.1f s (graphs %.1f s, "
@@ -629,7 +714,7 @@ static gt_status run(gt_trainer *t, gt_train_result *res, gt_error *err)
     GT_TRY(gt_train_agree(&t->dist, setup_state(t, err), err));
     int64_t start = 0;
     if (cfg->checkpoint.enable) GT_TRY(gt_trainer_resume(t, &start, err));
-    GT_TRY(gt_train_share_status(&t->dist, 0, open_outputs(t, err), err));
+    GT_TRY(gt_train_share_status(&t->dist, 0, open_outputs(t, start, err), err));
     gt_trainer_refresh_ckpt_tensors(t);
     log_start(t, res, gt_now_seconds() - t_setup);
     GT_TRY(check_ranks(t, err));
@@ -676,6 +761,8 @@ static gt_status run(gt_trainer *t, gt_train_result *res, gt_error *err)
     GT_TRY(gt_trainer_save_poll(t, res->last_step, true, err));
     double t_end = gt_now_seconds();
     GT_TRY(gt_trainer_state_to_host(t, true, err)); /* the hash reads the parameters alone */
+    if (cfg->checkpoint.enable && cfg->checkpoint.last_save_in_hf && res->last_step > start)
+        GT_TRY(gt_trainer_save_hf(t, res->last_step, err));
     double t_host = gt_now_seconds();
     GT_TRY(gt_trainer_params_hash(t, &res->params_hash, err));
     t->end_s[0] = t_host - t_end, t->end_s[1] = gt_now_seconds() - t_host;

@@ -1,10 +1,12 @@
 /* trainer_data.c — the trainer's data feed: the dataset opened (synthetic, a token shard, or text
  * tokenized in memory) behind one loader, and each micro-batch's tokens and labels cut from the
  * global batch the loader reads (every rank reads the whole global batch and keeps its rows). */
+#include <dirent.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "graphtrain/gt_data.h"
 #include "graphtrain/gt_train.h"
@@ -49,9 +51,90 @@ gt_status gt_train_read_file(const char *path, char **buf, size_t *len, gt_error
     return GT_OK;
 }
 
+/* ---------------------------------------------------------------- a folder of shards */
+
+static int compare_names(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* Every shard of folder dir (its regular files, hidden ones and the writer's temporary
+ * NAME.tmp.XXXXXX left out), in name order, one after the other into ids; *vocab the largest
+ * vocab_size among them. An empty folder is an error. */
+static gt_status read_shard_folder(const char *dir, gt_token_ids *ids, uint32_t *vocab,
+                                   gt_error *err)
+{
+    DIR *d = opendir(dir);
+    if (!d)
+        return gt_error_set(err, GT_ERR_IO, "%s: cannot open the folder: %s", dir, strerror(errno));
+    char **names = NULL;
+    size_t n = 0, cap = 0;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        if (e->d_name[0] == '.' || strstr(e->d_name, ".tmp.")) continue;
+        char *path = gt_path_join(dir, e->d_name);
+        struct stat sb;
+        if (stat(path, &sb) != 0 || !S_ISREG(sb.st_mode)) {
+            free(path);
+            continue;
+        }
+        if (n == cap) names = gt_xrealloc(names, (cap = cap ? 2 * cap : 16) * sizeof *names);
+        names[n++] = path;
+    }
+    closedir(d);
+    qsort(names, n, sizeof *names, compare_names);
+    gt_status st = n ? GT_OK
+                     : gt_error_set(err, GT_ERR_INVALID,
+                                    "%s: training.dataset = \"tokens\": the folder holds no "
+                                    "shard (files written by graphtrain tokenize)",
+                                    dir);
+    *vocab = 0;
+    int32_t chunk[4096];
+    for (size_t k = 0; k < n && st == GT_OK; k++) {
+        gt_token_shard shard;
+        st = gt_token_shard_open(names[k], &shard, err);
+        if (st != GT_OK) break;
+        if (shard.vocab_size > *vocab) *vocab = shard.vocab_size;
+        for (uint64_t i = 0; i < shard.count && st == GT_OK;) {
+            size_t m = 0;
+            while (m < sizeof chunk / sizeof chunk[0] && i < shard.count)
+                chunk[m++] = (int32_t)gt_token_shard_get(&shard, i++);
+            st = gt_token_ids_append(ids, chunk, m, err);
+        }
+        gt_token_shard_close(&shard);
+    }
+    if (st == GT_OK)
+        gt_log(GT_LOG_INFO, "dataset %s: %zu shard(s) in name order, %zu tokens", dir, n, ids->n);
+    for (size_t k = 0; k < n; k++)
+        free(names[k]);
+    free(names);
+    return st;
+}
+
+/* A dataset of fewer samples than one batch trains on repeats of them: said once. */
+static void warn_if_small(const gt_trainer *t)
+{
+    uint64_t w = gt_loader_samples_per_epoch(t->loader);
+    if (t->dist.rank != 0 || w == 0 || w >= (uint64_t)t->global_batch) return;
+    gt_log(GT_LOG_WARN,
+           "dataset %s holds %llu sample(s) of seq_len + 1 = %lld tokens, fewer than one batch of "
+           "%lld sequences: every batch repeats them",
+           t->cfg->training.dataset_path, (unsigned long long)w,
+           (long long)t->cfg->training.seq_len + 1, (long long)t->global_batch);
+}
+
 /* ---------------------------------------------------------------- the feed */
 
+static gt_status open_source(gt_trainer *t, gt_error *err);
+
 gt_status gt_trainer_open_data(gt_trainer *t, gt_error *err)
+{
+    GT_TRY(open_source(t, err));
+    warn_if_small(t);
+    return GT_OK;
+}
+
+static gt_status open_source(gt_trainer *t, gt_error *err)
 {
     const gt_cfg_training *tr = &t->cfg->training;
     /* every rank reads the whole global batch (and keeps its rows): the loader sees one rank */
@@ -71,6 +154,19 @@ gt_status gt_trainer_open_data(gt_trainer *t, gt_error *err)
     if (!tr->dataset_path[0])
         return gt_error_set(err, GT_ERR_INVALID, "training.dataset_path: dataset '%s' needs a path",
                             tr->dataset == GT_CFG_DATASET_TOKENS ? "tokens" : "text");
+    struct stat sb;
+    if (tr->dataset == GT_CFG_DATASET_TOKENS && stat(tr->dataset_path, &sb) == 0 &&
+        S_ISDIR(sb.st_mode)) {
+        uint32_t vocab = 0;
+        GT_TRY(read_shard_folder(tr->dataset_path, &t->text_ids, &vocab, err));
+        if (vocab > (uint32_t)t->model_info.vocab_size)
+            return gt_error_set(
+                err, GT_ERR_INVALID,
+                "%s: token ids go up to vocab size %u, the model's vocabulary is %lld",
+                tr->dataset_path, vocab, (long long)t->model_info.vocab_size);
+        return gt_loader_create_tokens(&lc, t->text_ids.ids, t->text_ids.n, tr->dataset_path,
+                                       &t->loader, err);
+    }
     if (tr->dataset == GT_CFG_DATASET_TOKENS) {
         GT_TRY(gt_token_shard_open(tr->dataset_path, &t->shard, err));
         t->shard_open = true;

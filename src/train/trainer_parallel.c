@@ -213,6 +213,9 @@ typedef struct {
 gt_status gt_train_share_status(gt_train_dist *d, int root, gt_status st, gt_error *err)
 {
     if (!gt_train_dist_multi(d)) return st;
+    /* an error every rank already agreed on (gt_train_check_config's) is kept as each rank has it,
+     * not prefixed a second time */
+    bool agreed_before = d->error_agreed && st != GT_OK;
     shared_status s;
     memset(&s, 0, sizeof s);
     if (d->rank == root) {
@@ -230,7 +233,7 @@ gt_status gt_train_share_status(gt_train_dist *d, int root, gt_status st, gt_err
     if (s.code == GT_OK) return GT_OK;
     d->error_agreed = true;
     s.msg[sizeof s.msg - 1] = 0;
-    if (d->rank == root) return (gt_status)s.code; /* err already holds it */
+    if (d->rank == root || agreed_before) return (gt_status)s.code; /* err already holds it */
     gt_error_clear(err); /* every rank reports the root's error, not its own as well */
     return gt_error_set(err, (gt_status)s.code, "rank %d: %s", root, s.msg);
 }
@@ -275,6 +278,58 @@ gt_status gt_train_share_slots(gt_train_dist *d, uint64_t *v, int64_t n, gt_erro
     if (st == GT_OK) memcpy(v, sum.data, gt_tensor_nbytes(&sum));
     gt_tensor_free(&sum);
     return st;
+}
+
+/* ---------------------------------------------------------------- config check */
+
+/* Options that may differ between ranks without changing what they compute: how each rank was
+ * given its config and how many threads it uses. */
+static bool option_is_per_rank(const gt_cfg_option *o)
+{
+    static const char *const names[] = {"job.config_file", "job.print_config", "job.description",
+                                        "training.cpu_threads"};
+    char full[128];
+    snprintf(full, sizeof full, "%s.%s", o->section, o->key);
+    for (size_t k = 0; k < sizeof names / sizeof names[0]; k++)
+        if (!strcmp(full, names[k])) return true;
+    return false;
+}
+
+/* The hash of one option's resolved value (its TOML text, and whether an optional one is set). */
+static uint64_t option_hash(const gt_config *cfg, const gt_cfg_option *o)
+{
+    char text[4096];
+    gt_config_format_value(cfg, o, text, sizeof text);
+    bool set = !o->has_offset || *(const bool *)((const char *)cfg + o->has_offset);
+    return gt_hash64(text, strlen(text), set ? 1 : 2);
+}
+
+gt_status gt_train_check_config(gt_train_dist *d, const gt_config *cfg, gt_error *err)
+{
+    if (!gt_train_dist_multi(d)) return GT_OK;
+    int n = 0;
+    const gt_cfg_option *opts = gt_config_options(&n);
+    /* rank 0's per-option hashes go to every rank, which compares them with its own: one
+     * broadcast, and the first differing option can be named */
+    int64_t len = n;
+    uint64_t *ref = gt_xcalloc((size_t)n, sizeof *ref);
+    for (int k = 0; k < n; k++)
+        ref[k] = option_is_per_rank(&opts[k]) ? 0 : option_hash(cfg, &opts[k]);
+    gt_tensor buf;
+    gt_tensor_wrap(&buf, GT_I64, 1, &len, ref);
+    gt_status st = gt_comm_broadcast(d->world, &buf, 0, err);
+    for (int k = 0; st == GT_OK && k < n; k++) {
+        if (option_is_per_rank(&opts[k]) || ref[k] == option_hash(cfg, &opts[k])) continue;
+        char text[200];
+        gt_config_format_value(cfg, &opts[k], text, sizeof text);
+        st = gt_error_set(err, GT_ERR_INVALID,
+                          "the ranks were launched with different options: --%s.%s is %s on rank "
+                          "%d and another value on rank 0 (every rank must train the same "
+                          "config; compare the ranks' command lines and config files)",
+                          opts[k].section, opts[k].key, text, d->rank);
+    }
+    free(ref);
+    return gt_train_agree(d, st, err);
 }
 
 /* ---------------------------------------------------------------- schedule check */
@@ -596,7 +651,9 @@ gt_status gt_trainer_alloc_state(gt_trainer *t, gt_error *err)
     uint64_t seed = (uint64_t)t->cfg->debug.seed;
     bool draw = t->resume_step == GT_CHECKPOINT_NONE; /* a resume loads every parameter */
     t->moments_zero = draw;                           /* and the moments */
-    /* a fresh GPU run draws its parameters on the device, in the first step */
+    /* a fresh GPU run draws its parameters on the device, in the first step; a run that starts
+     * from a Hugging Face folder reads them instead (gt_trainer_load_hf) */
+    if (gt_trainer_loads_hf(t)) draw = false;
     t->params_pending = draw && t->cuda;
     for (int k = 0; k < n; k++) {
         const gt_param_spec *ps = &t->model.params[k];

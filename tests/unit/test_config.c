@@ -438,10 +438,6 @@ static const error_case error_cases[] = {
      {"--compile.memory_policy=budget"},
      "config: compile.memory_policy = \"budget\" needs compile.activation_memory_budget_gb > 0"},
     {NULL,
-     {"--metrics.enable_tensorboard"},
-     "config: metrics.enable_tensorboard: TensorBoard output is not supported; metrics go to "
-     "dump_folder/metrics.jsonl (metrics.save_jsonl)"},
-    {NULL,
      {"--training.global_batch_size=0"},
      "config: training.global_batch_size: expected -1 (local_batch_size x data-parallel degree) or "
      "a positive integer, got 0"},

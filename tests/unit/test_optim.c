@@ -20,11 +20,13 @@
 #include "graph_text.h"
 #include "graphtrain/gt_autodiff.h"
 #include "graphtrain/gt_build.h"
+#include "graphtrain/gt_config.h"
 #include "graphtrain/gt_exec.h"
 #include "graphtrain/gt_lr.h"
 #include "graphtrain/gt_optim.h"
 #include "graphtrain/gt_safetensors.h"
 #include "gt_test.h"
+#include "train/train_internal.h"
 
 #define N_PARAMS 3
 #define MAX_STEPS 16
@@ -361,7 +363,12 @@ static bool parse_case(const fixture *fx, const char *name, opt_case *c)
     }
     snprintf(c->name, sizeof c->name, "%s", name);
     c->cfg = (gt_adamw_config){
-        .beta1 = b1, .beta2 = b2, .eps = eps, .weight_decay = wd, .max_norm = max_norm};
+        .beta1 = b1,
+        .beta2 = b2,
+        .eps = eps,
+        .weight_decay = wd,
+        .max_norm = max_norm,
+        .decay_matrices_only = true}; /* the fixture's torch param groups decay rank >= 2 only */
     c->lr = (gt_lr_config){.lr = lr,
                            .training_steps = steps,
                            .warmup_steps = warmup,
@@ -471,6 +478,37 @@ static void test_vs_torch(const fixture *fx)
     }
 }
 
+/* decay_matrices_only: the vectors (rank 1) get no weight decay, the matrices the configured one;
+ * the trainer's config maps optimizer.weight_decay_matrices_only (default false) onto it. */
+static void test_decay_matrices_only(const fixture *fx)
+{
+    gt_adamw_config cfg = gt_adamw_config_default();
+    EXPECT(!cfg.decay_matrices_only, "the default decays every parameter (torchtitan's)");
+    cfg.decay_matrices_only = true;
+    opt_graph og;
+    if (!build_opt_graph(fx, &cfg, false, &og)) return;
+    int vectors = 0;
+    for (gt_node_id n = 0; n < og.g->n_nodes; n++) {
+        const gt_node *nd = &og.g->nodes[n];
+        if (nd->op != GT_OP_ADAMW) continue;
+        bool matrix = gt_value_type(og.g, nd->in[0])->ndim >= 2;
+        vectors += !matrix;
+        double want = matrix ? cfg.weight_decay : 0.0;
+        EXPECT(nd->attrs.f[3] == want, "matrices only: adamw %s weight_decay %g, want %g",
+               gt_graph_str(og.g, nd->fqn), nd->attrs.f[3], want);
+    }
+    EXPECT(vectors > 0, "the fixture has a vector parameter");
+    gt_graph_free(og.g);
+    gt_config c;
+    gt_config_defaults(&c);
+    gt_error err = {0};
+    EXPECT(!c.optimizer.weight_decay_matrices_only, "optimizer.weight_decay_matrices_only: false");
+    EXPECT(!gt_train_adamw_config(&c).decay_matrices_only, "the trainer decays every parameter");
+    EXPECT_OK(gt_config_set(&c, "optimizer.weight_decay_matrices_only", "true", &err), &err);
+    EXPECT(gt_train_adamw_config(&c).decay_matrices_only, "the option reaches the optimizer");
+    gt_config_free(&c);
+}
+
 /* Names, kinds, phases and fqns of what gt_optim_append_adamw adds; the printer shows it. */
 static void test_graph_structure(const fixture *fx)
 {
@@ -503,10 +541,9 @@ static void test_graph_structure(const fixture *fx)
         const char *fqn = gt_graph_str(g, nd->fqn);
         int k = n_adamw++;
         EXPECT(k < N_PARAMS && strcmp(fqn, fx->fqn[k]) == 0, "adamw node %d fqn %s", k, fqn);
-        /* weight decay on matrices only: the vector (rank 1) gets none */
-        double want_wd = gt_value_type(g, nd->in[0])->ndim >= 2 ? cfg.weight_decay : 0.0;
-        EXPECT(nd->attrs.f[3] == want_wd, "adamw %s weight_decay %g, want %g", fqn, nd->attrs.f[3],
-               want_wd);
+        /* torchtitan's default: weight decay on every parameter, the vector (rank 1) too */
+        EXPECT(nd->attrs.f[3] == cfg.weight_decay, "adamw %s weight_decay %g, want %g", fqn,
+               nd->attrs.f[3], cfg.weight_decay);
     }
     EXPECT(n_adamw == N_PARAMS && n_non_opt == 0, "%d adamw nodes, %d not in phase opt", n_adamw,
            n_non_opt);
@@ -757,6 +794,7 @@ int main(void)
         test_schedule_fixture(&fx);
         test_vs_torch(&fx);
         test_graph_structure(&fx);
+        test_decay_matrices_only(&fx);
         test_after_autodiff(&fx);
         test_grad_accum(&fx);
         test_norm_groups(&fx);

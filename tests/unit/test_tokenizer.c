@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "graphtrain/gt_tokenizer.h"
 #include "gt_test.h"
@@ -500,6 +501,66 @@ static void test_errors(void)
     }
 }
 
+static void capture_log(gt_log_level level, const char *msg, void *user)
+{
+    if (level == GT_LOG_WARN) snprintf(user, 1024, "%s", msg);
+}
+
+/* Issue 41: `--tokenizer FOLDER/tokenizer.json` reads FOLDER/tokenizer_config.json too (BOS/EOS
+ * as the folder form finds them), and a tokenizer with no known BOS/EOS warns. */
+static void test_config_beside_file(void)
+{
+    char dir[] = "/tmp/gt_tok_beside_XXXXXX", path[600], warned[1024] = "";
+    if (!mkdtemp(dir)) return;
+    size_t len = 0;
+    char *json = read_file(gt_test_path("tests/fixtures/tokenizer/tokenizer.json"), &len);
+    if (!json) return;
+    /* the special tokens the config names are not the ones a guess would pick */
+    snprintf(path, sizeof path, "%s/tokenizer.json", dir);
+    FILE *f = fopen(path, "wb");
+    fwrite(json, 1, len, f);
+    fclose(f);
+    char cfg_path[600];
+    snprintf(cfg_path, sizeof cfg_path, "%s/tokenizer_config.json", dir);
+    f = fopen(cfg_path, "w");
+    fputs("{\"bos_token\": \"<|start_header_id|>\", \"eos_token\": \"<|eot_id|>\"}\n", f);
+    fclose(f);
+    gt_error err = {0};
+    gt_tokenizer *file_form = NULL, *dir_form = NULL;
+    EXPECT_OK(gt_tokenizer_load(path, &file_form, &err), &err);
+    EXPECT_OK(gt_tokenizer_load(dir, &dir_form, &err), &err);
+    if (file_form && dir_form) {
+        EXPECT(gt_tokenizer_bos_id(file_form) == 2045 && gt_tokenizer_eos_id(file_form) == 2047,
+               "FOLDER/tokenizer.json: bos %d eos %d, want the config's 2045 and 2047",
+               gt_tokenizer_bos_id(file_form), gt_tokenizer_eos_id(file_form));
+        EXPECT(gt_tokenizer_bos_id(dir_form) == gt_tokenizer_bos_id(file_form) &&
+                   gt_tokenizer_eos_id(dir_form) == gt_tokenizer_eos_id(file_form),
+               "the file and folder forms differ");
+    }
+    gt_tokenizer_free(file_form);
+    gt_tokenizer_free(dir_form);
+    remove(cfg_path);
+    /* no config and no special added token: a warning */
+    json_t *root = json_loadb(json, len, JSON_ALLOW_NUL, NULL);
+    json_object_set_new(root, "added_tokens", json_array());
+    json_object_set_new(root, "post_processor", json_null());
+    json_dump_file(root, path, JSON_COMPACT);
+    json_decref(root);
+    gt_log_set_sink(capture_log, warned);
+    gt_tokenizer *bare = NULL;
+    EXPECT_OK(gt_tokenizer_load(path, &bare, &err), &err);
+    gt_log_set_sink(NULL, NULL);
+    if (bare)
+        EXPECT(gt_tokenizer_bos_id(bare) < 0 && gt_tokenizer_eos_id(bare) < 0 &&
+                   strstr(warned, "no BOS or EOS token is known"),
+               "no BOS/EOS: bos %d eos %d, warning '%s'", gt_tokenizer_bos_id(bare),
+               gt_tokenizer_eos_id(bare), warned);
+    gt_tokenizer_free(bare);
+    remove(path);
+    rmdir(dir);
+    free(json);
+}
+
 int main(void)
 {
     snprintf(shared_dir, sizeof shared_dir, "%s/../shared", GT_SOURCE_DIR);
@@ -514,5 +575,6 @@ int main(void)
     test_round_trip_random();
     test_bad_input();
     test_errors();
+    test_config_beside_file();
     return gt_test_finish();
 }
