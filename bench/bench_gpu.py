@@ -427,7 +427,8 @@ def run_kernel_times(args, model, lib, log_path):
     times = log_path[:-4] + ".tsv"
     env = dict(os.environ, CUDA_INJECTION64_PATH=lib, GT_BENCH_KERNEL_TIMES=times)
     dump = tempfile.mkdtemp(prefix="bench_gpu_")
-    cmd = [args.graphtrain, "train", "--model.flavor", model, "--training.device", "cuda",
+    cmd = [args.graphtrain, "train", "--model.name", args.model_name, "--model.flavor", model,
+           "--training.device", "cuda",
            "--training.local_batch_size", str(args.batch), "--training.seq_len", str(args.seq),
            "--training.steps", str(args.kernel_steps), "--metrics.log_freq", "1",
            "--job.print_config", "false", "--job.dump_folder", dump]
@@ -648,6 +649,9 @@ def tables(results, args):
 def main():
     ap = bc.arg_parser(__doc__)
     ap.add_argument("--models", default="debugmodel,1B")
+    ap.add_argument("--model-name", default="llama3",
+                    help="graphtrain's model family of --kernel-times-only runs (deepseek_v3: "
+                         "no torch peer here; see ../shared/peers/torchtitan_deepseek_v3.py)")
     ap.add_argument("--systems", default=",".join(SYSTEMS),
                     help="graphtrain, eager (torch eager), compile (torch.compile)")
     ap.add_argument("--steps", type=int, default=20)
