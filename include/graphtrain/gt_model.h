@@ -112,6 +112,14 @@ gt_status gt_model_export_hf(const gt_model_config *mc, const gt_model *m, const
 gt_status gt_model_hf_import(const gt_model_config *mc, const char *config_json, size_t len,
                              const char *name, gt_error *err);
 void gt_model_free(gt_model *m);
+/* For a family's flavor(): GT_ERR_INVALID "unknown <family> flavor '<flavor>' (known: a, b)",
+ * known NULL-terminated. */
+gt_status gt_model_unknown_flavor(const char *family, const char *flavor, const char *const *known,
+                                  gt_error *err);
+/* The end of a family's build(): g's sticky error, wrapped with "building <family> flavor
+ * '<flavor>'", frees m; otherwise m->loss becomes g's GT_OUT_LOSS output. */
+gt_status gt_model_finish_build(gt_graph *g, gt_model *m, const char *family, const char *flavor,
+                                gt_error *err);
 /* Sum of the parameters' element counts. */
 int64_t gt_model_param_count(const gt_model *m);
 

@@ -157,17 +157,23 @@ static gt_status need_offsets(gt_graph *g, const gt_node *n, int k, gt_error *er
     return gt_shape_need_rank(g, n, k, 1, err);
 }
 
+/* The grouped matmuls' inputs: 0 a float [R, D], 1 a float of rank1 and 0's dtype, 2 offsets. */
+static gt_status need_grouped_inputs(gt_graph *g, const gt_node *n, int rank1, gt_error *err)
+{
+    GT_TRY(gt_shape_need_float(g, n, 0, err));
+    GT_TRY(gt_shape_need_rank(g, n, 0, 2, err));
+    GT_TRY(gt_shape_need_float(g, n, 1, err));
+    GT_TRY(gt_shape_need_rank(g, n, 1, rank1, err));
+    GT_TRY(gt_shape_need_same_dtype(g, n, 0, 1, err));
+    return need_offsets(g, n, 2, err);
+}
+
 /* (x: [R, Din], w: [E, Dout, Din] (trans_b) or [E, Din, Dout], offsets: i32 [E + 1]) -> [R, Dout]
  * of x's dtype; x and w of one float dtype. Schema "i:trans_b". */
 gt_status gt_shape_grouped_matmul(gt_graph *g, const gt_node *n, gt_type *out, int *n_out,
                                   gt_error *err)
 {
-    GT_TRY(gt_shape_need_float(g, n, 0, err));
-    GT_TRY(gt_shape_need_rank(g, n, 0, 2, err));
-    GT_TRY(gt_shape_need_float(g, n, 1, err));
-    GT_TRY(gt_shape_need_rank(g, n, 1, 3, err));
-    GT_TRY(gt_shape_need_same_dtype(g, n, 0, 1, err));
-    GT_TRY(need_offsets(g, n, 2, err));
+    GT_TRY(need_grouped_inputs(g, n, 3, err));
     int64_t tb = n->attrs.i[0];
     if (tb != 0 && tb != 1)
         return gt_shape_fail(g, n, err, GT_ERR_INVALID, "trans_b must be 0 or 1, got %lld",
@@ -188,12 +194,7 @@ gt_status gt_shape_grouped_matmul(gt_graph *g, const gt_node *n, gt_type *out, i
 gt_status gt_shape_grouped_matmul_dw(gt_graph *g, const gt_node *n, gt_type *out, int *n_out,
                                      gt_error *err)
 {
-    GT_TRY(gt_shape_need_float(g, n, 0, err));
-    GT_TRY(gt_shape_need_rank(g, n, 0, 2, err));
-    GT_TRY(gt_shape_need_float(g, n, 1, err));
-    GT_TRY(gt_shape_need_rank(g, n, 1, 2, err));
-    GT_TRY(gt_shape_need_same_dtype(g, n, 0, 1, err));
-    GT_TRY(need_offsets(g, n, 2, err));
+    GT_TRY(need_grouped_inputs(g, n, 2, err));
     const gt_type *x = gt_shape_in(g, n, 0), *dy = gt_shape_in(g, n, 1);
     const gt_type *off = gt_shape_in(g, n, 2);
     GT_TRY(need_same_dim(g, n, "dy rows", dy->dims[0], "x rows", x->dims[0], err));

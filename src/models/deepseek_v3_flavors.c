@@ -93,18 +93,7 @@ gt_status gt_deepseek_v3_flavor(const char *flavor, gt_deepseek_v3_config *cfg, 
     const dsv3_row *r = NULL;
     for (int k = 0; flavor && k < DSV3_N_ROWS; k++)
         if (strcmp(flavor, dsv3_rows[k].name) == 0) r = &dsv3_rows[k];
-    if (!r) {
-        char known[256];
-        size_t len = 0;
-        known[0] = '\0';
-        for (int k = 0; gt_deepseek_v3_flavor_list[k] && len < sizeof known; k++) {
-            int w = snprintf(known + len, sizeof known - len, "%s%s", k ? ", " : "",
-                             gt_deepseek_v3_flavor_list[k]);
-            if (w > 0) len += (size_t)w;
-        }
-        return gt_error_set(err, GT_ERR_INVALID, "unknown deepseek_v3 flavor '%s' (known: %s)",
-                            flavor ? flavor : "(null)", known);
-    }
+    if (!r) return gt_model_unknown_flavor("deepseek_v3", flavor, gt_deepseek_v3_flavor_list, err);
     memset(cfg, 0, sizeof *cfg);
     snprintf(cfg->flavor, sizeof cfg->flavor, "%s", r->name);
     cfg->dim = r->dim;

@@ -71,18 +71,7 @@ gt_status gt_llama3_flavor(const char *flavor, gt_llama3_config *cfg, gt_error *
     for (int k = 0; flavor && k < GT_LLAMA3_N_FLAVORS; k++) {
         if (strcmp(flavor, gt_llama3_flavors[k].name) == 0) row = &gt_llama3_flavors[k];
     }
-    if (!row) {
-        char known[256];
-        size_t len = 0;
-        known[0] = '\0';
-        for (int k = 0; gt_llama3_flavor_list[k] && len < sizeof known; k++) {
-            int w = snprintf(known + len, sizeof known - len, "%s%s", k ? ", " : "",
-                             gt_llama3_flavor_list[k]);
-            if (w > 0) len += (size_t)w;
-        }
-        return gt_error_set(err, GT_ERR_INVALID, "unknown llama3 flavor '%s' (known: %s)",
-                            flavor ? flavor : "(null)", known);
-    }
+    if (!row) return gt_model_unknown_flavor("llama3", flavor, gt_llama3_flavor_list, err);
 
     memset(cfg, 0, sizeof *cfg);
     snprintf(cfg->flavor, sizeof cfg->flavor, "%s", row->name);

@@ -313,14 +313,7 @@ gt_status gt_llama3_build(gt_graph *g, const gt_llama3_config *cfg, gt_model *mo
     model->loss = gt_cross_entropy(g, model->logits, labels, -100);
     gt_llama3_set_outer(g, NULL, GT_UNIT_REST);
 
-    if (g->err.code != GT_OK) {
-        gt_status st = gt_error_set(err, g->err.code, "%s", g->err.msg);
-        gt_error_wrap(err, "building llama3 flavor '%s'", cfg->flavor);
-        gt_model_free(model);
-        return st;
-    }
-    gt_graph_add_output(g, GT_OUT_LOSS, "loss", model->loss);
-    return GT_OK;
+    return gt_model_finish_build(g, model, "llama3", cfg->flavor, err);
 }
 
 /* ---------------------------------------------------------------- the family (gt_model.h) */

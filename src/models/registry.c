@@ -51,6 +51,29 @@ gt_status gt_model_family_find(const char *name, const gt_model_family **out, gt
                         name ? name : "(null)", known);
 }
 
+gt_status gt_model_unknown_flavor(const char *family, const char *flavor, const char *const *known,
+                                  gt_error *err)
+{
+    char names[256];
+    join_names(known, names, sizeof names);
+    return gt_error_set(err, GT_ERR_INVALID, "unknown %s flavor '%s' (known: %s)", family,
+                        flavor ? flavor : "(null)", names);
+}
+
+/* Here, not in each family, so that every family's build ends the same way. */
+gt_status gt_model_finish_build(gt_graph *g, gt_model *m, const char *family, const char *flavor,
+                                gt_error *err)
+{
+    if (g->err.code != GT_OK) {
+        gt_status st = gt_error_set(err, g->err.code, "%s", g->err.msg);
+        gt_error_wrap(err, "building %s flavor '%s'", family, flavor);
+        gt_model_free(m);
+        return st;
+    }
+    gt_graph_add_output(g, GT_OUT_LOSS, "loss", m->loss);
+    return GT_OK;
+}
+
 gt_status gt_model_config_init(const char *name, const char *flavor, gt_dtype compute_dtype,
                                gt_model_config *mc, gt_error *err)
 {

@@ -24,8 +24,7 @@ static const char *const toy_flavors[] = {"tiny", NULL};
 static gt_status toy_flavor(const char *flavor, void *cfg, gt_error *err)
 {
     if (!flavor || strcmp(flavor, "tiny") != 0)
-        return gt_error_set(err, GT_ERR_INVALID, "unknown toy_mlp flavor '%s' (known: tiny)",
-                            flavor ? flavor : "(null)");
+        return gt_model_unknown_flavor("toy_mlp", flavor, toy_flavors, err);
     *(toy_config *)cfg = (toy_config){.dim = 32, .hidden = 64, .n_layers = 2, .vocab_size = 256};
     return GT_OK;
 }

@@ -260,6 +260,30 @@ gt_status gt_metrics_writer_open(gt_metrics_writer *w, const char *path, gt_erro
     return GT_OK;
 }
 
+/* The whole of f (closed here) into *buf (the caller frees it), read to the end in chunks: the
+ * file may be growing while a run writes it. */
+static gt_status read_all(FILE *f, const char *path, char **buf, size_t *len, gt_error *err)
+{
+    size_t cap = 1 << 16, n = 0;
+    char *b = gt_xmalloc(cap);
+    for (;;) {
+        if (n == cap) b = gt_xrealloc(b, cap *= 2);
+        size_t got = fread(b + n, 1, cap - n, f);
+        n += got;
+        if (got == 0) break;
+    }
+    int read_errno = ferror(f) ? errno : 0;
+    fclose(f);
+    if (read_errno) {
+        free(b);
+        return gt_error_set(err, GT_ERR_IO, "metrics file %s: read failed: %s", path,
+                            strerror(read_errno));
+    }
+    *buf = b;
+    *len = n;
+    return GT_OK;
+}
+
 /* The lines of text whose record's step is at most `last` (a line whose step cannot be read is
  * kept), into *out (malloc'd, *out_len bytes). */
 static char *records_through(const char *text, size_t len, int64_t last, size_t *out_len)
@@ -293,21 +317,9 @@ gt_status gt_metrics_writer_open_resumed(gt_metrics_writer *w, const char *path,
         return gt_error_set(err, GT_ERR_IO, "metrics file %s: cannot open: %s", path,
                             strerror(errno));
     }
-    size_t cap = 1 << 16, len = 0;
-    char *buf = gt_xmalloc(cap);
-    for (;;) {
-        if (len == cap) buf = gt_xrealloc(buf, cap *= 2);
-        size_t got = fread(buf + len, 1, cap - len, f);
-        len += got;
-        if (got == 0) break;
-    }
-    int read_errno = ferror(f) ? errno : 0;
-    fclose(f);
-    if (read_errno) {
-        free(buf);
-        return gt_error_set(err, GT_ERR_IO, "metrics file %s: read failed: %s", path,
-                            strerror(read_errno));
-    }
+    size_t len;
+    char *buf;
+    GT_TRY(read_all(f, path, &buf, &len, err));
     size_t kept_len = 0;
     char *kept = records_through(buf, len, last, &kept_len);
     free(buf);
@@ -527,23 +539,10 @@ gt_status gt_metrics_read(const char *path, gt_metrics_log *out, gt_error *err)
     if (!f)
         return gt_error_set(err, GT_ERR_IO, "metrics file %s: cannot open: %s", path,
                             strerror(errno));
-    /* Read to the end in chunks: the file may be growing while a run writes it. */
-    size_t cap = 1 << 16, len = 0;
-    char *buf = gt_xmalloc(cap);
-    for (;;) {
-        if (len == cap) buf = gt_xrealloc(buf, cap *= 2);
-        size_t got = fread(buf + len, 1, cap - len, f);
-        len += got;
-        if (got == 0) break;
-    }
-    int read_errno = ferror(f) ? errno : 0;
-    fclose(f);
-    gt_status st;
-    if (read_errno)
-        st = gt_error_set(err, GT_ERR_IO, "metrics file %s: read failed: %s", path,
-                          strerror(read_errno));
-    else
-        st = gt_metrics_parse(path, buf, len, out, err);
+    size_t len;
+    char *buf;
+    GT_TRY(read_all(f, path, &buf, &len, err));
+    gt_status st = gt_metrics_parse(path, buf, len, out, err);
     free(buf);
     return st;
 }

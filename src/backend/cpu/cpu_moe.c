@@ -148,20 +148,31 @@ gt_status gt_cpu_moe_topk(const gt_kernel_call *c, gt_error *err)
 
 /* ---------------------------------------------------------------- gather_last */
 
+/* The operands of gather_last and its backward: dense f32 [T, E], idx i32 [T, K] of ids below E,
+ * flat f32 of idx's shape; sets t, k, e. */
+static gt_status want_gather(const gt_kernel_call *c, const char *op, const gt_tensor *dense,
+                             const char *dense_name, const gt_tensor *idx, const gt_tensor *flat,
+                             const char *flat_name, int64_t *t, int64_t *k, int64_t *e,
+                             gt_error *err)
+{
+    GT_TRY(gt_cpu_want_f32(c, dense, dense_name, err));
+    GT_TRY(gt_cpu_want_f32(c, flat, flat_name, err));
+    GT_TRY(gt_kernel_want_rank(c, dense, dense_name, 2, err));
+    GT_TRY(want_i32(c, idx, "idx", 2, err));
+    GT_TRY(gt_kernel_want_same_shape(c, idx, "idx", flat, flat_name, err));
+    *t = idx->shape[0], *k = idx->shape[1], *e = dense->shape[1];
+    if (dense->shape[0] != *t)
+        return gt_error_set(err, GT_ERR_SHAPE, "%s: %s has %lld rows, idx %lld", op, dense_name,
+                            (long long)dense->shape[0], (long long)*t);
+    return want_ids(c, idx->data, *t * *k, *e, err);
+}
+
 gt_status gt_cpu_gather_last(const gt_kernel_call *c, gt_error *err)
 {
     const gt_tensor *x = c->in[0], *idx = c->in[1];
     gt_tensor *out = c->out[0];
-    GT_TRY(gt_cpu_want_f32(c, x, "x", err));
-    GT_TRY(gt_cpu_want_f32(c, out, "output", err));
-    GT_TRY(gt_kernel_want_rank(c, x, "x", 2, err));
-    GT_TRY(want_i32(c, idx, "idx", 2, err));
-    GT_TRY(gt_kernel_want_same_shape(c, idx, "idx", out, "output", err));
-    int64_t t = idx->shape[0], k = idx->shape[1], e = x->shape[1];
-    if (x->shape[0] != t)
-        return gt_error_set(err, GT_ERR_SHAPE, "gather_last: x has %lld rows, idx %lld",
-                            (long long)x->shape[0], (long long)t);
-    GT_TRY(want_ids(c, idx->data, t * k, e, err));
+    int64_t t, k, e;
+    GT_TRY(want_gather(c, "gather_last", x, "x", idx, out, "output", &t, &k, &e, err));
     const int32_t *id = idx->data;
     const float *xs = x->data;
     float *y = out->data;
@@ -174,16 +185,8 @@ gt_status gt_cpu_gather_last_backward(const gt_kernel_call *c, gt_error *err)
 {
     const gt_tensor *idx = c->in[0], *dy = c->in[1];
     gt_tensor *dx = c->out[0];
-    GT_TRY(gt_cpu_want_f32(c, dy, "dy", err));
-    GT_TRY(gt_cpu_want_f32(c, dx, "dx", err));
-    GT_TRY(want_i32(c, idx, "idx", 2, err));
-    GT_TRY(gt_kernel_want_same_shape(c, idx, "idx", dy, "dy", err));
-    GT_TRY(gt_kernel_want_rank(c, dx, "dx", 2, err));
-    int64_t t = idx->shape[0], k = idx->shape[1], e = dx->shape[1];
-    if (dx->shape[0] != t)
-        return gt_error_set(err, GT_ERR_SHAPE, "gather_last_backward: dx has %lld rows, idx %lld",
-                            (long long)dx->shape[0], (long long)t);
-    GT_TRY(want_ids(c, idx->data, t * k, e, err));
+    int64_t t, k, e;
+    GT_TRY(want_gather(c, "gather_last_backward", dx, "dx", idx, dy, "dy", &t, &k, &e, err));
     const int32_t *id = idx->data;
     const float *g = dy->data;
     float *d = dx->data;
