@@ -327,8 +327,5 @@ int gt_cli_graph(const command_spec *cmd, split_args *sa)
     free(artifact);
     rc = 0;
 done:
-    gt_model_free(&model);
-    gt_graph_free(g);
-    gt_config_free(&cfg);
-    return rc;
+    return gt_cli_finish(rc, &model, g, &cfg);
 }

@@ -24,6 +24,8 @@ int gt_cli_resolve_config(const command_spec *cmd, split_args *sa, gt_config *cf
 /* the model the config names (model.name, model.flavor, the training precision); prints the
  * error and returns 1 on failure */
 int gt_cli_model_config(const gt_config *c, gt_model_config *mc);
+/* Frees a subcommand's model, graph and config; returns rc. */
+int gt_cli_finish(int rc, gt_model *model, gt_graph *g, gt_config *cfg);
 
 int gt_cli_graph(const command_spec *cmd, split_args *sa);
 

@@ -124,6 +124,14 @@ int gt_cli_resolve_config(const command_spec *cmd, split_args *sa, gt_config *cf
     return 0;
 }
 
+int gt_cli_finish(int rc, gt_model *model, gt_graph *g, gt_config *cfg)
+{
+    gt_model_free(model);
+    gt_graph_free(g);
+    gt_config_free(cfg);
+    return rc;
+}
+
 int gt_cli_model_config(const gt_config *c, gt_model_config *mc)
 {
     gt_error err = {0};
@@ -158,10 +166,7 @@ static int cmd_init(const command_spec *cmd, split_args *sa)
     }
     rc = 0;
 done:
-    gt_model_free(&model);
-    gt_graph_free(g);
-    gt_config_free(&cfg);
-    return rc;
+    return gt_cli_finish(rc, &model, g, &cfg);
 }
 
 /* ---------------------------------------------------------------- train */

@@ -122,29 +122,33 @@ static void gt_llama3_layer_inputs(gt_llama3_ctx *c, int64_t i, gt_llama3_layer_
     double std = cfg->depth_init_base_std, depth_std = std / sqrt(2.0 * (double)(i + 1));
     char fqn[128];
 
-#define GT_LLAMA3_NAME(suffix) (snprintf(fqn, sizeof fqn, "layers.%lld." suffix, (long long)i), fqn)
-    const gt_param_plan col = gt_llama3_plan(GT_TP_COLWISE, (int32_t)i),
-                        row = gt_llama3_plan(GT_TP_ROWWISE, (int32_t)i),
-                        none = gt_llama3_plan(GT_TP_NONE, (int32_t)i);
-    lp->wq = gt_llama3_param(c, GT_LLAMA3_NAME("attention.wq.weight"), col, q_out, D,
-                             GT_INIT_TRUNC_NORMAL, std, -2.0, 2.0);
-    lp->wk = gt_llama3_param(c, GT_LLAMA3_NAME("attention.wk.weight"), col, kv_out, D,
-                             GT_INIT_TRUNC_NORMAL, std, -2.0, 2.0);
-    lp->wv = gt_llama3_param(c, GT_LLAMA3_NAME("attention.wv.weight"), col, kv_out, D,
-                             GT_INIT_TRUNC_NORMAL, std, -2.0, 2.0);
-    lp->wo = gt_llama3_param(c, GT_LLAMA3_NAME("attention.wo.weight"), row, D, q_out,
-                             GT_INIT_TRUNC_NORMAL, depth_std, -2.0, 2.0);
-    lp->attention_norm = gt_llama3_param(c, GT_LLAMA3_NAME("attention_norm.weight"), none, D, 0,
-                                         GT_INIT_ONES, 0, 0, 0);
-    lp->w1 = gt_llama3_param(c, GT_LLAMA3_NAME("feed_forward.w1.weight"), col, F, D,
-                             GT_INIT_TRUNC_NORMAL, std, -2.0, 2.0);
-    lp->w2 = gt_llama3_param(c, GT_LLAMA3_NAME("feed_forward.w2.weight"), row, D, F,
-                             GT_INIT_TRUNC_NORMAL, depth_std, -2.0, 2.0);
-    lp->w3 = gt_llama3_param(c, GT_LLAMA3_NAME("feed_forward.w3.weight"), col, F, D,
-                             GT_INIT_TRUNC_NORMAL, depth_std, -2.0, 2.0);
-    lp->ffn_norm =
-        gt_llama3_param(c, GT_LLAMA3_NAME("ffn_norm.weight"), none, D, 0, GT_INIT_ONES, 0, 0, 0);
-#undef GT_LLAMA3_NAME
+    /* torchtitan's llama3 tensor-parallel plan and init, one row per parameter of the block:
+     * rows and cols (0: a vector) of D, F, the q or the kv projection's width */
+    const struct {
+        const char *suffix;
+        gt_value_id *out;
+        gt_tp_style tp;
+        int64_t rows, cols;
+        gt_init_kind init;
+        double std;
+    } rows[] = {
+        {"attention.wq.weight", &lp->wq, GT_TP_COLWISE, q_out, D, GT_INIT_TRUNC_NORMAL, std},
+        {"attention.wk.weight", &lp->wk, GT_TP_COLWISE, kv_out, D, GT_INIT_TRUNC_NORMAL, std},
+        {"attention.wv.weight", &lp->wv, GT_TP_COLWISE, kv_out, D, GT_INIT_TRUNC_NORMAL, std},
+        {"attention.wo.weight", &lp->wo, GT_TP_ROWWISE, D, q_out, GT_INIT_TRUNC_NORMAL, depth_std},
+        {"attention_norm.weight", &lp->attention_norm, GT_TP_NONE, D, 0, GT_INIT_ONES, 0},
+        {"feed_forward.w1.weight", &lp->w1, GT_TP_COLWISE, F, D, GT_INIT_TRUNC_NORMAL, std},
+        {"feed_forward.w2.weight", &lp->w2, GT_TP_ROWWISE, D, F, GT_INIT_TRUNC_NORMAL, depth_std},
+        {"feed_forward.w3.weight", &lp->w3, GT_TP_COLWISE, F, D, GT_INIT_TRUNC_NORMAL, depth_std},
+        {"ffn_norm.weight", &lp->ffn_norm, GT_TP_NONE, D, 0, GT_INIT_ONES, 0},
+    };
+    for (size_t k = 0; k < sizeof rows / sizeof rows[0]; k++) {
+        snprintf(fqn, sizeof fqn, "layers.%lld.%s", (long long)i, rows[k].suffix);
+        bool ones = rows[k].init == GT_INIT_ONES;
+        *rows[k].out = gt_llama3_param(c, fqn, gt_llama3_plan(rows[k].tp, (int32_t)i), rows[k].rows,
+                                       rows[k].cols, rows[k].init, rows[k].std, ones ? 0 : -2.0,
+                                       ones ? 0 : 2.0);
+    }
 }
 
 /* x: [b, s, D] → [b, s, heads, hd]: project, split heads, and (for q and k) rotate. */

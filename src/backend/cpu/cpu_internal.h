@@ -97,6 +97,10 @@ static inline int64_t gt_cpu_index_at(const gt_tensor *t, int64_t i)
  * dw[id - start] += dy[p] for every token p in order whose id lies in [start, start + rows), in
  * f32. all_in_range: an id outside [0, rows) is an error (embedding_backward) rather than skipped
  * (embedding_shard_backward, whose other ids are other ranks' rows). */
+/* The loss gradients' operands (cpu_util.c): dloss an f32 scalar, dlogits f32 of logits' shape;
+ * errors name the op of c. */
+gt_status gt_cpu_ce_grad_check(const gt_kernel_call *c, const gt_tensor *logits,
+                               const gt_tensor *dloss, const gt_tensor *dx, gt_error *err);
 gt_status gt_cpu_embedding_scatter(const gt_kernel_call *c, int64_t start, bool all_in_range,
                                    gt_error *err);
 
@@ -124,6 +128,9 @@ typedef struct {
 
 void gt_cpu_iter_init(gt_cpu_iter *it, int ndim, const int64_t *shape, int nops,
                       const int64_t *const *strides);
+/* A reduction's walk: x (contiguous) in memory order as operand 0, the output's strides ostride
+ * (0 on reduced dims) as operand 1. */
+void gt_cpu_iter_reduce(gt_cpu_iter *it, const gt_tensor *x, const int64_t *ostride);
 /* Moves off[] to the next row (call rows - 1 times after the first row). */
 void gt_cpu_iter_next(gt_cpu_iter *it);
 

@@ -156,16 +156,7 @@ gt_status gt_cpu_cross_entropy_backward(const gt_kernel_call *c, gt_error *err)
     gt_tensor *dx = c->out[0];
     int64_t n_valid = 0;
     GT_TRY(gt_cpu_ce_check(c, logits, targets, &n_valid, err));
-    GT_TRY(gt_cpu_want_f32(c, dloss, "dloss", err));
-    GT_TRY(gt_cpu_want_f32(c, dx, "dlogits", err));
-    GT_TRY(gt_kernel_want_same_shape(c, logits, "logits", dx, "dlogits", err));
-    if (gt_tensor_numel(dloss) != 1) {
-        char b[128];
-        return gt_error_set(err, GT_ERR_SHAPE,
-                            "cross_entropy_backward: dloss is %s, expected a "
-                            "scalar",
-                            gt_kernel_fmt(dloss, b, sizeof b));
-    }
+    GT_TRY(gt_cpu_ce_grad_check(c, logits, dloss, dx, err));
     /* dlogits_ij = dloss / n_valid * (softmax_ij - [j == t_i]); 0 on ignored rows. */
     int64_t rows = logits->shape[0], v = logits->shape[1];
     double coef = n_valid > 0 ? (double)*(const float *)dloss->data / (double)n_valid : 0.0;

@@ -104,7 +104,7 @@ gt_status gt_cpu_max(const gt_kernel_call *c, gt_error *err)
     gt_tensor *out = c->out[0];
     GT_TRY(gt_cpu_want_f32(c, x, "input", err));
     GT_TRY(gt_cpu_want_f32(c, out, "output", err));
-    int64_t ostride[GT_MAX_DIMS], count, xstr[GT_MAX_DIMS];
+    int64_t ostride[GT_MAX_DIMS], count;
     GT_TRY(gt_cpu_reduce_layout(c, x, out, "output", ostride, &count, err));
     int64_t on = gt_tensor_numel(out);
     if (count == 0 && on > 0)
@@ -112,10 +112,8 @@ gt_status gt_cpu_max(const gt_kernel_call *c, gt_error *err)
     float *m = out->data;
     for (int64_t i = 0; i < on; i++)
         m[i] = -INFINITY;
-    gt_kernel_contig_strides(x->ndim, x->shape, xstr);
-    const int64_t *strides[2] = {xstr, ostride};
     gt_cpu_iter it;
-    gt_cpu_iter_init(&it, x->ndim, x->shape, 2, strides);
+    gt_cpu_iter_reduce(&it, x, ostride);
     const float *xp = x->data;
     for (int64_t r = 0; r < it.rows; r++) {
         const float *xr = xp + it.off[0];
@@ -140,7 +138,7 @@ gt_status gt_cpu_max_backward(const gt_kernel_call *c, gt_error *err)
     GT_TRY(gt_cpu_want_f32(c, dx, "dx", err));
     GT_TRY(gt_kernel_want_same_shape(c, x, "x", dx, "dx", err));
     GT_TRY(gt_kernel_want_same_shape(c, y, "y", dy, "dy", err));
-    int64_t ostride[GT_MAX_DIMS], count, xstr[GT_MAX_DIMS];
+    int64_t ostride[GT_MAX_DIMS], count;
     GT_TRY(gt_cpu_reduce_layout(c, x, y, "y", ostride, &count, err));
     int64_t on = gt_tensor_numel(y);
     uint8_t *routed = calloc(on > 0 ? (size_t)on : 1, 1);
@@ -149,10 +147,8 @@ gt_status gt_cpu_max_backward(const gt_kernel_call *c, gt_error *err)
                             (long long)on);
     /* Memory order of x is row-major order within each group, so the first match seen is the
      * first maximum. */
-    gt_kernel_contig_strides(x->ndim, x->shape, xstr);
-    const int64_t *strides[2] = {xstr, ostride};
     gt_cpu_iter it;
-    gt_cpu_iter_init(&it, x->ndim, x->shape, 2, strides);
+    gt_cpu_iter_reduce(&it, x, ostride);
     const float *xp = x->data, *yp = y->data, *gp = dy->data;
     float *dxp = dx->data;
     for (int64_t r = 0; r < it.rows; r++) {

@@ -145,15 +145,7 @@ gt_status gt_cpu_cross_entropy_shard_backward(const gt_kernel_call *c, gt_error 
     GT_TRY(gt_cpu_ce_shard_check(c, &n_valid, err));
     const gt_tensor *logits = c->in[0], *targets = c->in[1], *lse = c->in[2], *dloss = c->in[3];
     gt_tensor *dx = c->out[0];
-    GT_TRY(gt_cpu_want_f32(c, dloss, "dloss", err));
-    GT_TRY(gt_cpu_want_f32(c, dx, "dlogits", err));
-    GT_TRY(gt_kernel_want_same_shape(c, logits, "logits", dx, "dlogits", err));
-    if (gt_tensor_numel(dloss) != 1) {
-        char b[128];
-        return gt_error_set(err, GT_ERR_SHAPE,
-                            "cross_entropy_shard_backward: dloss is %s, expected a scalar",
-                            gt_kernel_fmt(dloss, b, sizeof b));
-    }
+    GT_TRY(gt_cpu_ce_grad_check(c, logits, dloss, dx, err));
     /* dlogits_ij = dloss / n_valid * (exp(x_ij - lse_i) - [j == t_i - start]); 0 on ignored
      * rows. The softmax comes from the global log-sum-exp, so it is evaluated in double from the
      * f32 inputs. */

@@ -98,6 +98,14 @@ void gt_cpu_iter_next(gt_cpu_iter *it)
     }
 }
 
+void gt_cpu_iter_reduce(gt_cpu_iter *it, const gt_tensor *x, const int64_t *ostride)
+{
+    int64_t xstr[GT_MAX_DIMS];
+    gt_kernel_contig_strides(x->ndim, x->shape, xstr);
+    const int64_t *strides[2] = {xstr, ostride};
+    gt_cpu_iter_init(it, x->ndim, x->shape, 2, strides);
+}
+
 gt_status gt_cpu_sum_strided(const gt_kernel_call *c, const gt_tensor *x, const int64_t *ostride,
                              float *out, int64_t out_numel, double divisor, gt_error *err)
 {
@@ -108,11 +116,8 @@ gt_status gt_cpu_sum_strided(const gt_kernel_call *c, const gt_tensor *x, const 
     if (!acc)
         return gt_error_set(err, GT_ERR_NOMEM, "%s: out of memory for a %lld-element accumulator",
                             gt_kernel_op_name(c->op), (long long)out_numel);
-    int64_t xstr[GT_MAX_DIMS];
-    gt_kernel_contig_strides(x->ndim, x->shape, xstr);
-    const int64_t *strides[2] = {xstr, ostride};
     gt_cpu_iter it;
-    gt_cpu_iter_init(&it, x->ndim, x->shape, 2, strides);
+    gt_cpu_iter_reduce(&it, x, ostride);
     const float *xp = x->data;
     for (int64_t r = 0; r < it.rows; r++) {
         const float *xr = xp + it.off[0];
@@ -161,6 +166,20 @@ gt_status gt_cpu_embedding_scatter(const gt_kernel_call *c, int64_t start, bool 
         const float *r = src + p * d;
         for (int64_t j = 0; j < d; j++)
             dst[j] += r[j];
+    }
+    return GT_OK;
+}
+
+gt_status gt_cpu_ce_grad_check(const gt_kernel_call *c, const gt_tensor *logits,
+                               const gt_tensor *dloss, const gt_tensor *dx, gt_error *err)
+{
+    GT_TRY(gt_cpu_want_f32(c, dloss, "dloss", err));
+    GT_TRY(gt_cpu_want_f32(c, dx, "dlogits", err));
+    GT_TRY(gt_kernel_want_same_shape(c, logits, "logits", dx, "dlogits", err));
+    if (gt_tensor_numel(dloss) != 1) {
+        char b[128];
+        return gt_error_set(err, GT_ERR_SHAPE, "%s: dloss is %s, expected a scalar",
+                            gt_kernel_op_name(c->op), gt_kernel_fmt(dloss, b, sizeof b));
     }
     return GT_OK;
 }
