@@ -15,5 +15,5 @@ ctest --test-dir build --output-on-failure -j "$jobs" -LE cuda
 echo "== build (ASan + UBSan)"
 bash scripts/build.sh build-asan -DGT_WERROR=ON -DGT_SANITIZE=ON -DCMAKE_BUILD_TYPE=Debug
 echo "== tests under ASan + UBSan"
-ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:allocator_may_return_null=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
     ctest --test-dir build-asan --output-on-failure -j "$jobs" -LE "cuda|slow"
