@@ -192,6 +192,32 @@ static inline int wait_child(pid_t pid, double seconds)
     }
 }
 
+/* Runs `graphtrain train` with options into dump, at most `seconds`; *out gets its stdout then
+ * stderr (malloc'd). Returns wait_child's code. */
+static inline int train_child_run(const char *binary, const char *const *opts, int n,
+                                  const char *dump, double seconds, char **out)
+{
+    char out_path[600], err_path[600];
+    snprintf(out_path, sizeof out_path, "%s.out", dump);
+    snprintf(err_path, sizeof err_path, "%s.err", dump);
+    pid_t pid = spawn_train(binary, opts, n, dump, out_path, err_path);
+    int rc = pid > 0 ? wait_child(pid, seconds) : -1;
+    char *o = read_all(out_path, NULL), *e = read_all(err_path, NULL);
+    size_t len = (o ? strlen(o) : 0) + (e ? strlen(e) : 0) + 1;
+    *out = malloc(len);
+    snprintf(*out, len, "%s%s", o ? o : "", e ? e : "");
+    free(o);
+    free(e);
+    return rc;
+}
+
+/* The last 3000 characters of a run's output on stderr (a failed check's context). */
+static inline void train_child_show_tail(const char *text)
+{
+    size_t n = strlen(text);
+    fprintf(stderr, "--- output (tail) ---\n%s\n", n > 3000 ? text + n - 3000 : text);
+}
+
 /* Parses "trained steps A..B: ...; params xxh64 H" from the CLI's stdout. */
 static inline bool parse_summary(const char *text, long long *first, long long *last,
                                  uint64_t *hash)

@@ -21,28 +21,10 @@
 
 #define BOUND 300.0
 
-/* Runs `graphtrain train` with options into dump; *out gets stdout + stderr (malloc'd). */
 static int run_train(const char *binary, const char *const *opts, int n, const char *dump,
                      char **out)
 {
-    char out_path[600], err_path[600];
-    snprintf(out_path, sizeof out_path, "%s.out", dump);
-    snprintf(err_path, sizeof err_path, "%s.err", dump);
-    pid_t pid = spawn_train(binary, opts, n, dump, out_path, err_path);
-    int rc = pid > 0 ? wait_child(pid, BOUND) : -1;
-    char *o = read_all(out_path, NULL), *e = read_all(err_path, NULL);
-    size_t len = (o ? strlen(o) : 0) + (e ? strlen(e) : 0) + 1;
-    *out = malloc(len);
-    snprintf(*out, len, "%s%s", o ? o : "", e ? e : "");
-    free(o);
-    free(e);
-    return rc;
-}
-
-static void show_tail(const char *text)
-{
-    size_t n = strlen(text);
-    fprintf(stderr, "--- output (tail) ---\n%s\n", n > 3000 ? text + n - 3000 : text);
+    return train_child_run(binary, opts, n, dump, BOUND, out);
 }
 
 #define TINY                                                                                       \
@@ -79,7 +61,7 @@ static void test_token_folder(const char *binary, const char *root)
     EXPECT(strstr(out, "2 shard(s) in name order, 20 tokens"), "tokens folder: shards not named");
     EXPECT(strstr(out, "holds 2 sample(s) of seq_len + 1 = 9 tokens, fewer than one batch of 4"),
            "small dataset: no warning with the numbers");
-    if (rc != 0) show_tail(out);
+    if (rc != 0) train_child_show_tail(out);
     free(out);
 }
 
@@ -114,7 +96,7 @@ static void test_dump_lock(const char *binary, const char *root)
         EXPECT(rc != 0, "dump lock: the second run in one folder was not refused (exit %d)", rc);
         EXPECT(strstr(out, "is in use by another run") && strstr(out, pid_text),
                "dump lock: the refusal does not name the holder (%s)", pid_text);
-        if (!strstr(out, "is in use")) show_tail(out);
+        if (!strstr(out, "is in use")) train_child_show_tail(out);
         free(out);
     }
     kill(a, SIGKILL);
@@ -145,7 +127,7 @@ static void test_resume_metrics(const char *binary, const char *root)
     rc = run_train(binary, again, (int)(sizeof again / sizeof again[0]), dump, &out);
     EXPECT(rc == 0 && strstr(out, "trained steps 4..6"), "resume: the run from step 3 exited %d",
            rc);
-    if (rc != 0) show_tail(out);
+    if (rc != 0) train_child_show_tail(out);
     free(out);
     gt_metrics_log log = {0};
     if (!read_metrics(dump, &log)) {
@@ -172,7 +154,7 @@ static void test_seq_len(const char *binary, const char *root)
     int rc = run_train(binary, opts, (int)(sizeof opts / sizeof opts[0]), dump, &out);
     EXPECT(rc > 0 && strstr(out, "training.seq_len = 131073 is above the max_seq_len 131072"),
            "seq_len above max_seq_len: exit %d, not refused naming both", rc);
-    if (!strstr(out, "max_seq_len")) show_tail(out);
+    if (!strstr(out, "max_seq_len")) train_child_show_tail(out);
     free(out);
 }
 
@@ -208,7 +190,7 @@ static void test_arena(const char *binary, const char *root)
                strstr(out, "training.local_batch_size = ") &&
                strstr(out, "training.seq_len = 65536") && strstr(out, "GiB of memory"),
            "arena: exit %d, the message does not name both options and the limit", rc);
-    if (!strstr(out, "training.local_batch_size = ")) show_tail(out);
+    if (!strstr(out, "training.local_batch_size = ")) train_child_show_tail(out);
     free(out);
 }
 

@@ -22,24 +22,7 @@
 static int run_train(const char *binary, const char *const *opts, int n, const char *dump,
                      char **out)
 {
-    char out_path[600], err_path[600];
-    snprintf(out_path, sizeof out_path, "%s.out", dump);
-    snprintf(err_path, sizeof err_path, "%s.err", dump);
-    pid_t pid = spawn_train(binary, opts, n, dump, out_path, err_path);
-    int rc = pid > 0 ? wait_child(pid, BOUND) : -1;
-    char *o = read_all(out_path, NULL), *e = read_all(err_path, NULL);
-    size_t len = (o ? strlen(o) : 0) + (e ? strlen(e) : 0) + 1;
-    *out = malloc(len);
-    snprintf(*out, len, "%s%s", o ? o : "", e ? e : "");
-    free(o);
-    free(e);
-    return rc;
-}
-
-static void show_tail(const char *text)
-{
-    size_t n = strlen(text);
-    fprintf(stderr, "--- output (tail) ---\n%s\n", n > 3000 ? text + n - 3000 : text);
+    return train_child_run(binary, opts, n, dump, BOUND, out);
 }
 
 #define COMMON                                                                                     \
@@ -121,7 +104,7 @@ int main(void)
     long long first = 0, last = 0;
     uint64_t hash_a = 0, hash_b = 0;
     EXPECT(rc == 0 && parse_summary(out, &first, &last, &hash_a), "run A exited %d", rc);
-    if (rc != 0) show_tail(out);
+    if (rc != 0) train_child_show_tail(out);
     free(out);
     snprintf(path_a, sizeof path_a, "%s/model.safetensors", hf_a);
     EXPECT(access(path_a, R_OK) == 0, "last_save_in_hf wrote no %s", path_a);
@@ -130,7 +113,7 @@ int main(void)
     rc = run_from(binary, dump_b, hf_a, "test_tiny", &hash_b, &out);
     EXPECT(rc == 0, "run B (from A's folder) exited %d", rc);
     EXPECT(strstr(out, "parameters from the Hugging Face folder"), "run B does not say it loaded");
-    if (rc != 0) show_tail(out);
+    if (rc != 0) train_child_show_tail(out);
     free(out);
     EXPECT(hash_b == hash_a, "run B's parameters %016llx are not A's %016llx",
            (unsigned long long)hash_b, (unsigned long long)hash_a);
@@ -158,7 +141,7 @@ int main(void)
         EXPECT(access(index, R_OK) == 0, "the bf16 export is not sharded");
         rc = run_from(binary, dump_s, hf_s, "test_tiny", NULL, &out);
         EXPECT(rc == 0 && strstr(out, "in bfloat16"), "run S (sharded bf16) exited %d", rc);
-        if (rc != 0) show_tail(out);
+        if (rc != 0) train_child_show_tail(out);
         free(out);
         char saved[600];
         snprintf(saved, sizeof saved, "%s/checkpoint/step-1-hf", dump_s);
@@ -207,7 +190,7 @@ int main(void)
         rc = run_from(binary, dump_m, hf_m, "test_tiny", NULL, &out);
         EXPECT(rc > 0 && strstr(out, hf) && strstr(out, "is missing"),
                "a missing tensor (%s): exit %d, not named", hf, rc);
-        if (!strstr(out, "is missing")) show_tail(out);
+        if (!strstr(out, "is missing")) train_child_show_tail(out);
         free(out);
     }
     free_params(&m, params);
@@ -218,7 +201,7 @@ int main(void)
     rc = run_from(binary, dump_f, hf_a, "test_gqa", NULL, &out);
     EXPECT(rc > 0 && strstr(out, "num_attention_heads = 4, but llama3 flavor test_gqa has 8"),
            "another flavor: exit %d, config.json's num_attention_heads not named", rc);
-    if (!strstr(out, "num_attention_heads")) show_tail(out);
+    if (!strstr(out, "num_attention_heads")) train_child_show_tail(out);
     free(out);
 
     gt_config cfg;
