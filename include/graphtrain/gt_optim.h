@@ -16,7 +16,8 @@
  *   METRIC    "grad_norm"                                       f32 [], the pre-clip total norm
  *   PARAM_UPDATE "<fqn>", OPT_STATE_UPDATE "optim.exp_avg.<fqn>", "optim.exp_avg_sq.<fqn>"
  * Gradient accumulation (gt_optim_append_grad_accum): BUFFER "grad_accum.<fqn>" and its
- * BUFFER_UPDATE. */
+ * BUFFER_UPDATE; with a mixture of experts also BUFFERs "moe_counts.<bias fqn>" and
+ * "moe_counts.micro_batch" (gt_optim_append_moe_bias_update_accum). */
 #ifndef GRAPHTRAIN_GT_OPTIM_H
 #define GRAPHTRAIN_GT_OPTIM_H
 
@@ -47,6 +48,8 @@ gt_adamw_config gt_adamw_config_default(void);
 #define GT_OPTIM_EXP_AVG_SQ_PREFIX "optim.exp_avg_sq."
 #define GT_OPTIM_GRAD_NORM_NAME "grad_norm"
 #define GT_OPTIM_GRAD_ACCUM_PREFIX "grad_accum."
+#define GT_OPTIM_MOE_COUNTS_PREFIX "moe_counts."
+#define GT_OPTIM_MOE_MICRO_NAME "moe_counts.micro_batch"
 
 /* Appends clipping and one AdamW update per parameter to g. params[k] must be a PARAM input of g;
  * grads[k] a float value with that param's dims (a GRAD output's value, or an INPUT). Adds the
@@ -92,6 +95,21 @@ gt_status gt_optim_append_grad_accum(gt_graph *g, int n, const gt_value_id *para
  * the counts summed over its micro-batches. n = 0 appends nothing. */
 gt_status gt_optim_append_moe_bias_update(gt_graph *g, int n, const gt_value_id *bias,
                                           const gt_value_id *counts, double coeff, gt_error *err);
+
+/* The same update under gradient accumulation (micro_batches >= 2 runs per step, the last the
+ * whole graph): the counts are summed over the step's micro-batches into BUFFER
+ * "moe_counts.<bias fqn>" (f32[E]; its BUFFER_UPDATE returns the running sum, so after a step it
+ * holds that step's summed counts), and the bias moves once per step, from the sum. The step
+ * graph's micro-batch part is everything the BUFFER_UPDATEs depend on, bias update included, so
+ * the graph counts its own runs: BUFFER "moe_counts.micro_batch" (f32[1], the run's index within
+ * its step, 0 .. A − 1, back to 0 after the last) restarts the sums in a step's first run and
+ * lets the update through (d·1) only in its last; in the others the bias keeps its bits (d·0).
+ * The counts are read by these sums only, never by the backward, so a recomputed forward cannot
+ * count a token twice. All three are model buffers to the trainer (carried, checkpointed; the
+ * index is 0 at every step boundary). n = 0 appends nothing. */
+gt_status gt_optim_append_moe_bias_update_accum(gt_graph *g, int n, const gt_value_id *bias,
+                                                const gt_value_id *counts, double coeff,
+                                                int64_t micro_batches, gt_error *err);
 
 /* The PARAM inputs of g in input order: writes up to max value ids to params and returns how many
  * PARAM inputs g has (call with max 0 to size the array). */

@@ -326,6 +326,43 @@ gt_status gt_optim_append_grad_accum(gt_graph *g, int n, const gt_value_id *para
     return builder_leave(g, saved, who, err);
 }
 
+/* Checks bias[k] (a BUFFER f32[E]) against counts[k] (f32[E]). */
+static gt_status check_moe_pair(const gt_graph *g, int k, gt_value_id bias, gt_value_id counts,
+                                const char *who, gt_error *err)
+{
+    int32_t in = input_index(g, bias, GT_IN_BUFFER);
+    const gt_type *bt = gt_value_type(g, bias), *ct = gt_value_type(g, counts);
+    if (in < 0 || bt->ndim != 1 || !gt_type_equal(bt, ct) || bt->dtype != GT_F32)
+        return gt_error_set(err, GT_ERR_INVALID,
+                            "%s: pair %d is not a BUFFER f32[E] bias with f32[E] counts", who, k);
+    return GT_OK;
+}
+
+/* The update of one bias from its counts (phase optimizer, tag "moe.bias_update"); gate GT_NONE:
+ * bias' = bias + d, else bias' = bias + d·gate (gate f32[1], 0 or 1). */
+static void append_bias_update(gt_graph *g, gt_value_id bias, gt_value_id counts, double coeff,
+                               gt_value_id gate)
+{
+    char fqn[GT_OPTIM_NAME_MAX];
+    snprintf(fqn, sizeof fqn, "%s",
+             gt_graph_str(g, g->inputs[input_index(g, bias, GT_IN_BUFFER)].fqn));
+    gt_graph_set_fqn(g, fqn);
+    gt_graph_set_unit(g, gt_graph_input_plan(g, bias).unit);
+    int32_t first = g->n_nodes;
+    /* torchtitan's _update_expert_bias: d = coeff·sign(mean(c) − c); d −= mean(d) */
+    int dim0 = 0;
+    gt_value_id mean_c = gt_reduce(g, GT_OP_MEAN, counts, 1, &dim0, true);
+    gt_value_id d = gt_scale(g, gt_sign(g, gt_sub(g, mean_c, counts)), coeff);
+    d = gt_sub(g, d, gt_reduce(g, GT_OP_MEAN, d, 1, &dim0, true));
+    /* d·0 is ±0 and b + ±0 = b for every b the update reaches (it starts at +0 and a sum is −0
+     * only when both terms are): the gated-off runs keep the bias's bits */
+    if (gate != GT_NONE) d = gt_mul(g, d, gate);
+    gt_value_id next = gt_add(g, bias, d);
+    for (int32_t m = first; m < g->n_nodes; m++)
+        gt_graph_add_tag(g, m, "moe.bias_update");
+    gt_graph_add_output(g, GT_OUT_BUFFER_UPDATE, fqn, next);
+}
+
 gt_status gt_optim_append_moe_bias_update(gt_graph *g, int n, const gt_value_id *bias,
                                           const gt_value_id *counts, double coeff, gt_error *err)
 {
@@ -334,30 +371,68 @@ gt_status gt_optim_append_moe_bias_update(gt_graph *g, int n, const gt_value_id 
     if (g->err.code != GT_OK)
         return gt_error_set(err, g->err.code, "%s: the graph already carries an error: %s", who,
                             g->err.msg);
+    for (int k = 0; k < n; k++)
+        GT_TRY(check_moe_pair(g, k, bias[k], counts[k], who, err));
     gt_builder_state saved = builder_enter(g, GT_PHASE_OPTIMIZER);
+    for (int k = 0; k < n; k++)
+        append_bias_update(g, bias[k], counts[k], coeff, GT_NONE);
+    return builder_leave(g, saved, who, err);
+}
+
+gt_status gt_optim_append_moe_bias_update_accum(gt_graph *g, int n, const gt_value_id *bias,
+                                                const gt_value_id *counts, double coeff,
+                                                int64_t micro_batches, gt_error *err)
+{
+    const char *who = "expert-bias update with gradient accumulation";
+    if (n == 0) return GT_OK;
+    if (g->err.code != GT_OK)
+        return gt_error_set(err, g->err.code, "%s: the graph already carries an error: %s", who,
+                            g->err.msg);
+    if (micro_batches < 2 || micro_batches > (1 << 24))
+        return gt_error_set(err, GT_ERR_INVALID, "%s: %lld micro-batches (want 2 .. 2^24)", who,
+                            (long long)micro_batches);
+    for (int k = 0; k < n; k++)
+        GT_TRY(check_moe_pair(g, k, bias[k], counts[k], who, err));
+    if (has_input_named(g, GT_OPTIM_MOE_MICRO_NAME))
+        return gt_error_set(err, GT_ERR_INVALID, "%s: the graph already has an input '%s'", who,
+                            GT_OPTIM_MOE_MICRO_NAME);
+
+    /* The micro-batch index m of this run within its step (f32, exact): every run of the step
+     * graph, micro-batch part or whole, advances it, so it needs no help from the trainer:
+     * first = [m == 0] restarts the sums, last = [m + 1 == A] lets the update through, and
+     * m' = m + 1 − A·last. All of it lies in the micro-batch part (the BUFFER_UPDATEs read it). */
+    gt_builder_state saved = builder_enter(g, GT_PHASE_BACKWARD);
+    double a = (double)micro_batches;
+    gt_expr one = gt_c(g, 1);
+    gt_value_id m = gt_graph_add_input(g, GT_IN_BUFFER, GT_OPTIM_MOE_MICRO_NAME, GT_F32, 1, &one);
+    gt_graph_set_input_plan(g, m, (gt_param_plan){.unit = GT_UNIT_REST});
+    gt_graph_set_fqn(g, GT_OPTIM_MOE_MICRO_NAME);
+    gt_graph_set_unit(g, GT_UNIT_REST);
+    gt_value_id next = gt_add_scalar(g, m, 1.0);
+    gt_value_id last = gt_clamp(g, gt_add_scalar(g, next, -(a - 1.0)), 0.0, 1.0);
+    gt_value_id keep = gt_clamp(g, m, 0.0, 1.0); /* 0 in a step's first run */
+    gt_graph_add_output(g, GT_OUT_BUFFER_UPDATE, GT_OPTIM_MOE_MICRO_NAME,
+                        gt_sub(g, next, gt_scale(g, last, a)));
+
+    gt_value_id *sums = gt_xcalloc((size_t)n, sizeof *sums);
     for (int k = 0; k < n; k++) {
-        int32_t in = input_index(g, bias[k], GT_IN_BUFFER);
-        const gt_type *bt = gt_value_type(g, bias[k]), *ct = gt_value_type(g, counts[k]);
-        if (in < 0 || bt->ndim != 1 || !gt_type_equal(bt, ct) || bt->dtype != GT_F32) {
-            builder_leave(g, saved, who, err);
-            return gt_error_set(err, GT_ERR_INVALID,
-                                "%s: pair %d is not a BUFFER f32[E] bias with f32[E] counts", who,
-                                k);
-        }
-        char fqn[GT_OPTIM_NAME_MAX];
-        snprintf(fqn, sizeof fqn, "%s", gt_graph_str(g, g->inputs[in].fqn));
-        gt_graph_set_fqn(g, fqn);
-        gt_graph_set_unit(g, gt_graph_input_plan(g, bias[k]).unit);
-        int32_t first = g->n_nodes;
-        /* torchtitan's _update_expert_bias: d = coeff·sign(mean(c) − c); d −= mean(d) */
-        int dim0 = 0;
-        gt_value_id mean_c = gt_reduce(g, GT_OP_MEAN, counts[k], 1, &dim0, true);
-        gt_value_id d = gt_scale(g, gt_sign(g, gt_sub(g, mean_c, counts[k])), coeff);
-        d = gt_sub(g, d, gt_reduce(g, GT_OP_MEAN, d, 1, &dim0, true));
-        gt_value_id next = gt_add(g, bias[k], d);
-        for (int32_t m = first; m < g->n_nodes; m++)
-            gt_graph_add_tag(g, m, "moe.bias_update");
-        gt_graph_add_output(g, GT_OUT_BUFFER_UPDATE, fqn, next);
+        char fqn[GT_OPTIM_NAME_MAX], name[GT_OPTIM_NAME_MAX + 32];
+        snprintf(fqn, sizeof fqn, "%s",
+                 gt_graph_str(g, g->inputs[input_index(g, bias[k], GT_IN_BUFFER)].fqn));
+        snprintf(name, sizeof name, "%s%s", GT_OPTIM_MOE_COUNTS_PREFIX, fqn);
+        gt_type ct = *gt_value_type(g, counts[k]);
+        gt_param_plan plan = gt_graph_input_plan(g, bias[k]);
+        gt_value_id acc = gt_graph_add_input(g, GT_IN_BUFFER, name, GT_F32, 1, ct.dims);
+        gt_graph_set_input_plan(g, acc, (gt_param_plan){.unit = plan.unit});
+        gt_graph_set_fqn(g, name);
+        gt_graph_set_unit(g, plan.unit);
+        /* acc·0 = +0 exactly (counts are finite and >= 0) */
+        sums[k] = gt_add(g, gt_mul(g, acc, keep), counts[k]);
+        gt_graph_add_output(g, GT_OUT_BUFFER_UPDATE, name, sums[k]);
     }
+    g->cur_phase = GT_PHASE_OPTIMIZER;
+    for (int k = 0; k < n; k++)
+        append_bias_update(g, bias[k], sums[k], coeff, last);
+    free(sums);
     return builder_leave(g, saved, who, err);
 }

@@ -203,18 +203,15 @@ gt_status gt_train_build_global_graph(const gt_config *cfg, const gt_train_layou
             g->outputs[grad_out[k]].value = grads[k];
     }
     if (st == GT_OK) st = append_adamw(cfg, layout, g, n, params, grads, err);
-    /* MoE load balancing: the expert biases move after the optimizer, from this step's counts.
-     * With gradient accumulation the counts would have to be summed over the micro-batches and
-     * the update kept out of the micro-batch part (it is a BUFFER_UPDATE), which is not built
-     * yet: refused rather than updated once per micro-batch. */
-    if (st == GT_OK && model->n_moe > 0 && micro_batches > 1)
-        st = gt_error_set(err, GT_ERR_UNSUPPORTED,
-                          "model %s: the expert-bias update with gradient accumulation (%lld "
-                          "micro-batches) is not supported yet",
-                          cfg->model.name, (long long)micro_batches);
-    if (st == GT_OK && model->moe_bias_coeff > 0)
+    /* MoE load balancing: the expert biases move after the optimizer, once per step, from the
+     * step's counts (summed over its micro-batches under accumulation) */
+    if (st == GT_OK && model->moe_bias_coeff > 0 && micro_batches <= 1)
         st = gt_optim_append_moe_bias_update(g, model->n_moe, model->moe_bias, model->moe_counts,
                                              model->moe_bias_coeff, err);
+    else if (st == GT_OK && model->moe_bias_coeff > 0)
+        st = gt_optim_append_moe_bias_update_accum(g, model->n_moe, model->moe_bias,
+                                                   model->moe_counts, model->moe_bias_coeff,
+                                                   micro_batches, err);
     free(params);
     free(grads);
     free(grad_out);
