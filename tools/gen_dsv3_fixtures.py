@@ -19,6 +19,9 @@ Fixtures (one forward + backward each, batch 2 x seq 12 = 24 tokens, fp32, CPU):
         mscale 1.0.
   test_dsv3_tiny.safetensors           (c) the naive plain-torch reference of this script (torchtitan's
         semantics), softmax scores (debugmodel / 16B): HF cannot express softmax routing. Same shape as (a).
+  test_dsv3_qlora_force.safetensors    (d) the naive reference on the (b) shape with torchtitan's
+        _debug_force_load_balance_routing (--debug.moe_force_load_balance): ids[t, j] = (t*K + j) mod E,
+        weights gathered from the scores, then route norm and scale as usual.
   param_counts.json                    parameter counts of the debugmodel, 16B, 236B and 671B shapes
         computed here from the shapes (16B = 15,706,484,224 and 671B = 671,026,404,352 are asserted).
 
@@ -115,6 +118,8 @@ FIXTURES = {
     "test_dsv3_tiny_sigmoid": (dict(TINY, score_func="sigmoid"), "hf", 1000),
     "test_dsv3_qlora": (QLORA, "hf", 2000),
     "test_dsv3_tiny": (TINY, "naive", 3000),
+    # --debug.moe_force_load_balance on the test_dsv3_qlora shape (C: that flavor with the option)
+    "test_dsv3_qlora_force": (dict(QLORA, force_load_balance=True), "naive", 4000),
 }
 
 
@@ -366,6 +371,10 @@ def route(cfg, x, gate, bias):
     top = choice.topk(K + 1, dim=-1)
     margins.append((top.values[:, K - 1] - top.values[:, K]).min().item())
     ids = top.indices[:, :K]
+    if cfg.get("force_load_balance"):
+        # torchtitan's _debug_force_load_balance_routing: round robin, no decision to make
+        ids = torch.arange(ids.numel(), dtype=torch.int64).reshape(ids.shape) % E
+        margins = [float("inf")]
     w = scores.gather(1, ids)
     if cfg["route_norm"]:
         w = w / (w.sum(-1, keepdim=True) + 1e-20)
@@ -600,7 +609,14 @@ def generate(name, out_dir, write=True):
     # Coverage: the expert bias, and the group limit where configured, change some routing decision
     # (with the bias zeroed / groups off, the routing of some token of some MoE layer differs).
     variants = [("expert bias", cfg, {k: torch.zeros_like(v) for k, v in buffers.items()})]
-    if cfg["num_expert_groups"]:
+    if cfg.get("force_load_balance"):
+        # the round robin ignores scores, bias and groups; every expert gets T·K/E rows
+        variants = []
+        for n, ids in r32["routing"].items():
+            per = torch.bincount(ids.flatten(), minlength=cfg["num_experts"])
+            assert (per == ids.numel() // cfg["num_experts"]).all(), per
+        checks.append("forced round-robin routing: every expert gets T*K/E rows")
+    if cfg["num_expert_groups"] and variants:
         variants.append(("group limit", dict(cfg, num_expert_groups=None), buffers))
     for what, vcfg, vbuf in variants:
         with torch.no_grad():

@@ -15,7 +15,8 @@
  * MoE (torchtitan's TokenChoiceTopKRouter, GroupedExperts, token dispatcher), in f32 up to the
  * routing weights whatever the compute dtype (torchtitan's router runs under an f32 autocast):
  *   scores = softmax|sigmoid(x gateᵀ); ids = moe_topk(scores + expert_bias) (group-limited when
- *   configured); w = gather_last(scores, ids), /= (Σ_k w + 1e-20) with route_norm, · route_scale;
+ *   configured; round robin with --debug.moe_force_load_balance); w = gather_last(scores, ids),
+ *   /= (Σ_k w + 1e-20) with route_norm, · route_scale;
  *   (order, token, offsets) = moe_sort(ids): rows in (expert, token, k) order;
  *   x_sorted = embedding(x, token); y = grouped_matmul(silu(x_s w1ᵀ) ⊙ x_s w3ᵀ, w2);
  *   routed = embedding_backward(token, cast(f32(y) · w[order])) summed back per token;
@@ -230,6 +231,26 @@ static void tag_since(gt_graph *g, int32_t first, const char *tag)
         gt_graph_add_tag(g, n, tag);
 }
 
+/* --debug.moe_force_load_balance: torchtitan's _debug_force_load_balance_routing, ids[t, j] =
+ * (t·K + j) mod E, exactly balanced. graphtrain has no iota op, so the arange comes from a stable
+ * sort: moe_sort of E zero ids (one expert) orders them as 0 .. E − 1; that row, tiled over
+ * ceil(T·K / E) rows, flattened and cut to T·K, is the round robin. */
+static gt_value_id round_robin_ids(dsv3_ctx *c)
+{
+    gt_graph *g = c->g;
+    int64_t E = c->cfg->n_experts, K = c->cfg->top_k;
+    gt_expr e1[2] = {gt_c(g, E), gt_c(g, 1)};
+    gt_value_id token, offsets;
+    gt_value_id arange = gt_moe_sort(g, gt_full(g, GT_I32, 2, e1, 0.0), 1, &token, &offsets);
+    gt_expr n = gt_sym_mul(g->sym, c->bs, gt_c(g, K));
+    gt_expr rows = gt_sym_floordiv(g->sym, gt_sym_add(g->sym, n, gt_c(g, E - 1)), gt_c(g, E));
+    gt_expr one_row[2] = {gt_c(g, 1), gt_c(g, E)}, tiled[2] = {rows, gt_c(g, E)};
+    gt_expr flat = gt_sym_mul(g->sym, rows, gt_c(g, E)), tk[2] = {c->bs, gt_c(g, K)};
+    gt_value_id ids = gt_broadcast_to(g, gt_reshape(g, arange, 2, one_row), 2, tiled);
+    ids = gt_slice(g, gt_reshape(g, ids, 1, &flat), 0, gt_c(g, 0), n);
+    return gt_reshape(g, ids, 2, tk);
+}
+
 /* The routing: ids i32[T, K] and their weights f32[T, K] from xf [T, D] (compute dtype). */
 static gt_value_id route(dsv3_ctx *c, int64_t i, gt_value_id xf, gt_value_id gate, gt_value_id bias,
                          gt_value_id *weights)
@@ -244,9 +265,10 @@ static gt_value_id route(dsv3_ctx *c, int64_t i, gt_value_id xf, gt_value_id gat
     scores = cfg->score_func == GT_DSV3_SCORE_SIGMOID ? gt_unary(g, GT_OP_SIGMOID, scores)
                                                       : gt_softmax(g, scores, -1);
     /* the bias steers the choice only; the weights come from the scores */
-    gt_value_id choice = gt_add(g, scores, bias);
-    gt_value_id ids =
-        gt_moe_topk(g, choice, (int)K, (int)cfg->n_expert_groups, (int)cfg->n_limited_groups);
+    gt_value_id ids = cfg->force_load_balance
+                          ? round_robin_ids(c)
+                          : gt_moe_topk(g, gt_add(g, scores, bias), (int)K,
+                                        (int)cfg->n_expert_groups, (int)cfg->n_limited_groups);
     gt_value_id w = gt_gather_last(g, scores, ids);
     if (cfg->route_norm) {
         int last = 1;
@@ -363,11 +385,6 @@ gt_status gt_deepseek_v3_build(gt_graph *g, const gt_deepseek_v3_config *cfg, gt
 {
     memset(model, 0, sizeof *model);
     GT_TRY(gt_deepseek_v3_check_config(cfg, err));
-    if (cfg->force_load_balance)
-        return gt_error_set(err, GT_ERR_UNSUPPORTED,
-                            "debug.moe_force_load_balance: round-robin routing is not built yet "
-                            "(deepseek_v3 flavor '%s')",
-                            cfg->flavor);
     int64_t n_params = n_param_inputs(cfg), n_moe = cfg->n_layers - cfg->n_dense_layers;
     model->params = gt_xcalloc((size_t)n_params, sizeof *model->params);
     model->moe_bias = gt_xcalloc((size_t)n_moe + 1, sizeof *model->moe_bias);
