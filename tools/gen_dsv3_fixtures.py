@@ -23,7 +23,8 @@ Fixtures (one forward + backward each, batch 2 x seq 12 = 24 tokens, fp32, CPU):
         _debug_force_load_balance_routing (--debug.moe_force_load_balance): ids[t, j] = (t*K + j) mod E,
         weights gathered from the scores, then route norm and scale as usual.
   param_counts.json                    parameter counts of the debugmodel, 16B, 236B and 671B shapes
-        computed here from the shapes (16B = 15,706,484,224 and 671B = 671,026,404,352 are asserted).
+        computed here from the shapes (16B = 15,706,484,224 and 671B = 671,026,404,352 are asserted),
+        and torchtitan's active count and MoE FLOP terms (get_moe_model_nparams_and_flops).
 
 The test shapes (TINY, QLORA below; every field is in metadata "config") are graphtrain's test flavors
 with dim, vocab and the FFN sizes halved so that each file stays near 0.5 MB: dim 32, vocab 128, 4 heads,
@@ -699,6 +700,20 @@ REAL = {
                  num_experts=256, num_shared_experts=1),
 }
 EXPECTED = {"debugmodel": 33_014_016, "16B": 15_706_484_224, "671B": 671_026_404_352}
+# router top_k of each shape (tt: models/deepseek_v3/__init__.py, router_top_k)
+TOP_K = {"debugmodel": 3, "16B": 6, "236B": 6, "671B": 8}
+
+
+def active_params(total, parts, shape_cfg, top_k):
+    """torchtitan's get_moe_model_nparams_and_flops (models/utils.py): dense + router + shared experts
+    + (all routed experts) * top_k // num_experts; and, for its FLOP count, that minus the embedding
+    (untied) and the attention term per token and position, 6 * n_layers * n_heads * (qk + v head dims)."""
+    moe_layers = shape_cfg["n_layers"] - shape_cfg["n_dense_layers"]
+    experts = moe_layers * parts["routed_experts_per_layer"]
+    active = total - experts + experts * top_k // shape_cfg["num_experts"]
+    attention = 6 * shape_cfg["n_layers"] * shape_cfg["n_heads"] * (128 + 64 + 128)
+    return dict(active=active, active_for_matmul=active - parts["embedding"],
+                attention_flops_per_position=attention)
 
 
 def count_params(shape_cfg):
@@ -733,7 +748,9 @@ def write_param_counts(out_dir):
         if ok is not None:
             assert total == ok, f"{flavor}: {total:,} != expected {ok:,}"
         print(f"params {flavor}: {total:,}" + (" (expected, ok)" if ok else " (no reference value)"))
-        result[flavor] = dict(total=total, **parts, shape=shape_cfg)
+        act = active_params(total, parts, shape_cfg, TOP_K[flavor])
+        print(f"active {flavor}: {act['active']:,}")
+        result[flavor] = dict(total=total, **parts, **act, top_k=TOP_K[flavor], shape=shape_cfg)
     os.makedirs(out_dir, exist_ok=True)
     dst = os.path.join(out_dir, "param_counts.json")
     with open(dst, "w") as f:
