@@ -25,6 +25,10 @@ Fixtures (one forward + backward each, batch 2 x seq 12 = 24 tokens, fp32, CPU):
   param_counts.json                    parameter counts of the debugmodel, 16B, 236B and 671B shapes
         computed here from the shapes (16B = 15,706,484,224 and 671B = 671,026,404,352 are asserted),
         and torchtitan's active count and MoE FLOP terms (get_moe_model_nparams_and_flops).
+  hf_names.json                        the tensor names / shapes and config.json fields that
+        DeepseekV3ForCausalLM.save_pretrained writes for the (a) and (b) configs (graphtrain's Hugging
+        Face export must match them); --check-export DIR FIXTURE loads graphtrain's export of a
+        fixture's weights in transformers and compares its logits with the fixture's.
 
 The test shapes (TINY, QLORA below; every field is in metadata "config") are graphtrain's test flavors
 with dim, vocab and the FFN sizes halved so that each file stays near 0.5 MB: dim 32, vocab 128, 4 heads,
@@ -760,6 +764,66 @@ def write_param_counts(out_dir):
 
 
 # ----------------------------------------------------------------------------------------------
+# Hugging Face export: what transformers' save_pretrained writes, and a check of graphtrain's export
+
+HF_CONFIG_KEYS = [
+    "architectures", "model_type", "vocab_size", "hidden_size", "intermediate_size",
+    "moe_intermediate_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
+    "n_shared_experts", "n_routed_experts", "routed_scaling_factor", "kv_lora_rank", "q_lora_rank",
+    "qk_rope_head_dim", "qk_nope_head_dim", "qk_head_dim", "head_dim", "v_head_dim", "n_group",
+    "topk_group", "num_experts_per_tok", "first_k_dense_replace", "norm_topk_prob", "hidden_act",
+    "rms_norm_eps", "tie_word_embeddings", "attention_bias", "rope_interleave", "rope_parameters",
+    "max_position_embeddings"]
+
+
+def write_hf_names(out_dir):
+    """hf_names.json: per HF fixture config, the tensor names and shapes and the config.json fields
+    (HF_CONFIG_KEYS) that DeepseekV3ForCausalLM.save_pretrained writes; graphtrain's export must
+    write the same names, shapes and values."""
+    import tempfile
+    from safetensors import safe_open
+    from transformers import DeepseekV3ForCausalLM
+    result = {}
+    for name in ("test_dsv3_tiny_sigmoid", "test_dsv3_qlora"):
+        cfg = FIXTURES[name][0]
+        torch.manual_seed(0)
+        model = DeepseekV3ForCausalLM(hf_config(cfg, "eager"))
+        with tempfile.TemporaryDirectory() as d:
+            model.save_pretrained(d)
+            with safe_open(os.path.join(d, "model.safetensors"), "pt") as f:
+                tensors = {k: list(f.get_slice(k).get_shape()) for k in sorted(f.keys())}
+            with open(os.path.join(d, "config.json")) as f:
+                config = json.load(f)
+        result[name] = dict(tensors=tensors, config={k: config[k] for k in HF_CONFIG_KEYS})
+        print(f"hf_names {name}: {len(tensors)} tensors")
+    dst = os.path.join(out_dir, "hf_names.json")
+    with open(dst, "w") as f:
+        json.dump(result, f, indent=1, sort_keys=True)
+        f.write("\n")
+    print(dst)
+
+
+def check_export(export_dir, fixture):
+    """Loads a directory graphtrain exported from fixture's weights (tests/numerics/
+    test_dsv3_hf_export.c keeps one with GT_KEEP_EXPORT=DIR) with DeepseekV3ForCausalLM.from_pretrained
+    and compares its logits and loss on the fixture's batch with the fixture's (<= 1e-5)."""
+    from transformers import DeepseekV3ForCausalLM
+    ref = load_file(fixture)
+    model = DeepseekV3ForCausalLM.from_pretrained(export_dir, dtype=torch.float32).eval()
+    for layer in model.model.layers:  # HF's hard-coded 1e-6 (see the header)
+        for norm in (layer.self_attn.kv_a_layernorm, layer.self_attn.q_a_layernorm):
+            if norm is not None:
+                norm.variance_epsilon = NORM_EPS
+    with torch.no_grad():
+        logits = model(input_ids=ref["tokens"]).logits.reshape(ref["logits"].shape)
+    loss = F.cross_entropy(logits, ref["labels"].reshape(-1), ignore_index=-100)
+    d = (logits - ref["logits"]).abs().max().item()
+    print(f"{export_dir}: transformers {transformers.__version__} loads it; logits max abs diff "
+          f"{d:.3g}, loss {loss.item():.6f} vs the fixture's {ref['loss'].item():.6f}")
+    assert d <= 1e-5 and abs(loss.item() - ref["loss"].item()) <= 1e-5
+
+
+# ----------------------------------------------------------------------------------------------
 # Optional: torchtitan's own model code on the written fixtures
 
 
@@ -834,7 +898,10 @@ def main():
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", default=os.path.join(root, "tests", "fixtures", "hf_dsv3"))
-    ap.add_argument("--only", default=",".join(list(FIXTURES) + ["param_counts"]))
+    ap.add_argument("--only", default=",".join(list(FIXTURES) + ["param_counts", "hf_names"]))
+    ap.add_argument("--check-export", nargs=2, metavar=("DIR", "FIXTURE"),
+                    help="only check that transformers loads graphtrain's export DIR of FIXTURE's "
+                    "weights and reproduces its logits (see check_export)")
     ap.add_argument("--torchtitan", metavar="LIB", help="only check the fixtures in --out against "
                     "torchtitan 0.3.0 installed under LIB (see check_torchtitan)")
     args = ap.parse_args()
@@ -844,10 +911,14 @@ def main():
     if args.torchtitan:
         check_torchtitan(args.out, args.torchtitan)
         return
+    if args.check_export:
+        check_export(*args.check_export)
+        return
     names = args.only.split(",")
     for name in names:
-        if name != "param_counts" and name not in FIXTURES:
-            sys.exit(f"unknown fixture {name!r} (known: {', '.join(FIXTURES)}, param_counts)")
+        if name not in ("param_counts", "hf_names") and name not in FIXTURES:
+            sys.exit(f"unknown fixture {name!r} (known: {', '.join(FIXTURES)}, param_counts, "
+                     "hf_names)")
     hf = [n for n in FIXTURES if FIXTURES[n][1] == "hf"]
     if any(n in FIXTURES and FIXTURES[n][1] == "naive" for n in names):
         # The naive reference must first match HF (sigmoid configs) before it writes a fixture alone.
@@ -862,6 +933,8 @@ def main():
             generate(name, args.out)
     if "param_counts" in names:
         write_param_counts(args.out)
+    if "hf_names" in names:
+        write_hf_names(args.out)
 
 
 if __name__ == "__main__":

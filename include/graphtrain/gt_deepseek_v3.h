@@ -67,6 +67,20 @@ double gt_deepseek_v3_softmax_scale(const gt_deepseek_v3_config *cfg);
 gt_status gt_deepseek_v3_build(gt_graph *g, const gt_deepseek_v3_config *cfg, gt_model *model,
                                gt_error *err);
 
+/* Hugging Face (export_hf_dsv3.c, import_hf_dsv3.c). The transformers DeepseekV3 name of a
+ * parameter or buffer fqn; for the stacked routed experts a name with '*' where the expert index
+ * goes (the tensor's dim 0 is split over mlp.experts.0 .. E-1). */
+gt_status gt_export_hf_deepseek_v3_name(const char *fqn, char *out, size_t n, gt_error *err);
+/* The model as a DeepseekV3ForCausalLM directory (gt_export_hf_llama3_opts's files and rules):
+ * params in m's order, the expert biases from opts->buffers by name (zeros when absent). */
+gt_status gt_export_hf_deepseek_v3(const gt_deepseek_v3_config *cfg, const gt_model *m,
+                                   const gt_tensor *params, const char *dir,
+                                   const gt_export_hf_options *opts, gt_error *err);
+/* A transformers config.json (text, len bytes; name for messages) checked against cfg: every
+ * size the tensors depend on; a mismatch names the key. */
+gt_status gt_import_hf_deepseek_v3_check(const gt_deepseek_v3_config *cfg, const char *text,
+                                         size_t len, const char *name, gt_error *err);
+
 #ifdef __cplusplus
 }
 #endif

@@ -65,6 +65,12 @@ typedef struct {
                                  shard of its own, as in transformers. */
     int64_t bos_token_id;     /* < 0: unknown, written as null */
     int64_t eos_token_id;     /* < 0: unknown, written as null */
+    /* The model's state buffers, whole (NULL / 0: none given): a family that exports some
+     * (deepseek_v3's expert biases, as e_score_correction_bias) finds them by name, and writes
+     * its default (zeros) for one that is not given. */
+    const gt_tensor *buffers;
+    const char *const *buffer_names;
+    int n_buffers;
 } gt_export_hf_options;
 
 /* transformers' default max_shard_size, "5GB" = 5·10⁹ bytes. */
@@ -81,8 +87,10 @@ struct gt_model_family {
      * and labels (i64; labels -100 are ignored), the PARAMs with their plans and units, the nodes
      * with their units, and the LOSS output (mean cross-entropy, f32). */
     gt_status (*build)(gt_graph *g, const gt_model_config *mc, gt_model *model, gt_error *err);
-    /* Hugging Face adapter (NULL when the family has none): a parameter's transformers name, and
-     * the model written as a transformers directory (config.json + safetensors). */
+    /* Hugging Face adapter (NULL when the family has none): a parameter's (or a model buffer's)
+     * transformers name — with '*' where an index goes when the parameter's dim 0 is split over
+     * one tensor per index (stacked experts) — and the model written as a transformers directory
+     * (config.json + safetensors). */
     gt_status (*hf_name)(const char *fqn, char *out, size_t n, gt_error *err);
     gt_status (*hf_export)(const gt_model_config *mc, const gt_model *m, const gt_tensor *params,
                            const char *dir, const gt_export_hf_options *opts, gt_error *err);

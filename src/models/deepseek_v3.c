@@ -477,6 +477,21 @@ static gt_status family_build(gt_graph *g, const gt_model_config *mc, gt_model *
     return gt_deepseek_v3_build(g, &cfg, model, err);
 }
 
+static gt_status family_hf_export(const gt_model_config *mc, const gt_model *m,
+                                  const gt_tensor *params, const char *dir,
+                                  const gt_export_hf_options *opts, gt_error *err)
+{
+    gt_deepseek_v3_config cfg = config_of(mc);
+    return gt_export_hf_deepseek_v3(&cfg, m, params, dir, opts, err);
+}
+
+static gt_status family_hf_import(const gt_model_config *mc, const char *config_json, size_t len,
+                                  const char *name, gt_error *err)
+{
+    gt_deepseek_v3_config cfg = config_of(mc);
+    return gt_import_hf_deepseek_v3_check(&cfg, config_json, len, name, err);
+}
+
 const gt_model_family gt_deepseek_v3_family = {
     .name = "deepseek_v3",
     .flavors = gt_deepseek_v3_flavor_list,
@@ -484,4 +499,7 @@ const gt_model_family gt_deepseek_v3_family = {
     .flavor = family_flavor,
     .info = family_info,
     .build = family_build,
+    .hf_name = gt_export_hf_deepseek_v3_name,
+    .hf_export = family_hf_export,
+    .hf_import = family_hf_import,
 };

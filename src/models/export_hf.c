@@ -35,9 +35,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "export_hf_internal.h"
 #include "graphtrain/gt_safetensors.h"
 
-#define HF_NAME_MAX 160
+#define HF_NAME_MAX GT_HF_NAME_MAX
 #define HF_MAX_SHARDS 99999 /* the 5-digit file numbering */
 
 /* ---------------------------------------------------------------- names and shapes */
@@ -204,7 +205,7 @@ static gt_status hf_check_inputs(const gt_llama3_config *cfg, const gt_model *m,
 /* ---------------------------------------------------------------- files */
 
 /* mkdir -p, then require DIR to be an empty directory. */
-static gt_status hf_prepare_dir(const char *dir, gt_error *err)
+gt_status gt_hf_prepare_dir(const char *dir, gt_error *err)
 {
     GT_TRY(gt_make_dirs(dir, err));
     DIR *d = opendir(dir);
@@ -263,7 +264,7 @@ fail:;
     return st;
 }
 
-static gt_status hf_write_json(const char *dir, const char *path, json_t *root, gt_error *err)
+gt_status gt_hf_write_json(const char *dir, const char *path, json_t *root, gt_error *err)
 {
     /* Sorted keys and 2-space indent, as transformers writes them; doubles with 17 significant
      * digits, so every value reads back exactly. */
@@ -359,9 +360,9 @@ static void hf_shard_name(int shard, int n_shards, char *buf, size_t n)
 }
 
 /* Writes the tensors of one shard, cast to dtype. */
-static gt_status hf_write_shard(const char *path, const gt_tensor *params,
-                                char (*names)[HF_NAME_MAX], const int *shard_of, int n, int shard,
-                                gt_dtype dtype, gt_error *err)
+static gt_status hf_write_shard(const char *path, const gt_tensor *params, const char *const *names,
+                                const int *shard_of, int n, int shard, gt_dtype dtype,
+                                gt_error *err)
 {
     int count = 0;
     for (int k = 0; k < n; k++)
@@ -401,7 +402,7 @@ static gt_status hf_write_shard(const char *path, const gt_tensor *params,
     return st;
 }
 
-static gt_status hf_write_index(const char *dir, const char *path, char (*names)[HF_NAME_MAX],
+static gt_status hf_write_index(const char *dir, const char *path, const char *const *names,
                                 const int *shard_of, const uint64_t *bytes, int n, int n_shards,
                                 gt_error *err)
 {
@@ -416,7 +417,7 @@ static gt_status hf_write_index(const char *dir, const char *path, char (*names)
     json_t *root = json_object();
     json_object_set_new(root, "metadata", json_pack("{s:I}", "total_size", (json_int_t)total));
     json_object_set_new(root, "weight_map", map);
-    gt_status st = hf_write_json(dir, path, root, err);
+    gt_status st = gt_hf_write_json(dir, path, root, err);
     json_decref(root);
     return st;
 }
@@ -427,7 +428,7 @@ gt_status gt_export_hf_llama3_opts(const gt_llama3_config *cfg, const gt_model *
                                    const gt_tensor *params, const char *dir,
                                    const gt_export_hf_options *opts, gt_error *err)
 {
-    gt_export_hf_options o = {GT_F32, 0, -1, -1};
+    gt_export_hf_options o = {GT_F32, 0, -1, -1, NULL, NULL, 0};
     if (opts) o = *opts;
     if (!cfg || !m || !params || !dir || !dir[0])
         return gt_error_set(err, GT_ERR_INVALID, "Hugging Face export: missing %s",
@@ -443,13 +444,35 @@ gt_status gt_export_hf_llama3_opts(const gt_llama3_config *cfg, const gt_model *
 
     int n = m->n_params;
     char(*names)[HF_NAME_MAX] = gt_xcalloc((size_t)(n > 0 ? n : 1), sizeof *names);
+    const char **name_ptrs = gt_xcalloc((size_t)(n > 0 ? n : 1), sizeof *name_ptrs);
+    for (int k = 0; k < n; k++)
+        name_ptrs[k] = names[k];
+    gt_status st = hf_check_inputs(cfg, m, params, names, err);
+    if (st == GT_OK) {
+        json_t *config = hf_config_json(cfg, &o);
+        st = gt_hf_write_dir(dir, n, name_ptrs, params, &o, config, err);
+        json_decref(config);
+    }
+    if (st != GT_OK)
+        gt_error_wrap(err, "exporting llama3 '%s' to Hugging Face directory %s", cfg->flavor, dir);
+    free(name_ptrs);
+    free(names);
+    return st;
+}
+
+gt_status gt_hf_write_dir(const char *dir, int n, const char *const *names,
+                          const gt_tensor *tensors, const gt_export_hf_options *opts,
+                          json_t *config, gt_error *err)
+{
+    gt_export_hf_options o = *opts;
+    if (o.max_shard_bytes == 0) o.max_shard_bytes = GT_EXPORT_HF_SHARD_BYTES;
+    const gt_tensor *params = tensors;
     uint64_t *bytes = gt_xcalloc((size_t)(n > 0 ? n : 1), sizeof *bytes);
     int *shard_of = gt_xcalloc((size_t)(n > 0 ? n : 1), sizeof *shard_of);
     char **written = NULL; /* files to remove if a later step fails */
     int n_written = 0, n_shards = 0;
 
-    gt_status st = hf_check_inputs(cfg, m, params, names, err);
-    if (st == GT_OK) st = hf_prepare_dir(dir, err);
+    gt_status st = gt_hf_prepare_dir(dir, err);
     if (st == GT_OK) {
         for (int k = 0; k < n; k++)
             bytes[k] = (uint64_t)gt_tensor_numel(&params[k]) * gt_dtype_size(o.dtype);
@@ -475,22 +498,17 @@ gt_status gt_export_hf_llama3_opts(const gt_llama3_config *cfg, const gt_model *
     }
     if (st == GT_OK) {
         char *path = gt_path_join(dir, "config.json");
-        json_t *config = hf_config_json(cfg, &o);
-        st = hf_write_json(dir, path, config, err);
-        json_decref(config);
+        st = gt_hf_write_json(dir, path, config, err);
         written[n_written++] = path;
     }
-    if (st != GT_OK) {
+    if (st != GT_OK)
         for (int i = 0; i < n_written; i++)
             remove(written[i]); /* a file that failed before its rename is simply absent */
-        gt_error_wrap(err, "exporting llama3 '%s' to Hugging Face directory %s", cfg->flavor, dir);
-    }
     for (int i = 0; i < n_written; i++)
         free(written[i]);
     free(written);
     free(shard_of);
     free(bytes);
-    free(names);
     return st;
 }
 
@@ -498,6 +516,6 @@ gt_status gt_export_hf_llama3(const gt_llama3_config *cfg, const gt_model *m,
                               const gt_tensor *params, const char *dir, gt_dtype dtype,
                               gt_error *err)
 {
-    gt_export_hf_options o = {dtype, 0, -1, -1};
+    gt_export_hf_options o = {dtype, 0, -1, -1, NULL, NULL, 0};
     return gt_export_hf_llama3_opts(cfg, m, params, dir, &o, err);
 }

@@ -9,7 +9,10 @@
  * hf_name and checked (present, float32 or bfloat16, the parameter's whole shape) before any byte
  * is read, so a folder that does not fit is refused naming the tensor and nothing is loaded. Then
  * each rank reads only its block of each tensor (the runs of its box, gt_shard_for_each_run), from
- * the files opened lazily, bf16 widened to f32 exactly: any layout holds the one-rank bits.
+ * the files opened lazily, bf16 widened to f32 exactly: any layout holds the one-rank bits. A
+ * hf_name with '*' (deepseek_v3's stacked routed experts) names one tensor per index of the
+ * parameter's dim 0, '*' replaced by the index; the model's buffers that have a hf_name (its
+ * expert biases) are read whole, and go to the export too.
  *
  * Writing. The parameters are gathered whole on rank 0 one at a time (gt_shard_whole), which
  * writes the folder through the model's adapter (gt_model_export_hf, float32). */
@@ -148,9 +151,51 @@ static gt_status find_tensor(hf_folder *f, const char *dir, const char *hf, cons
     return GT_OK;
 }
 
+/* A parameter's tensors: one, or (a hf_name with '*', the stacked experts) one per index of its
+ * dim 0, each holding the rest of its dims. */
 typedef struct {
-    const gt_safetensors *st;
-    const gt_st_entry *e;
+    int n;                      /* 1, or the parameter's dim 0 */
+    int64_t slice;              /* elements per tensor */
+    const gt_safetensors **sts; /* [n] */
+    const gt_st_entry **es;     /* [n] */
+} hf_source;
+
+static void source_free(hf_source *s)
+{
+    free(s->sts);
+    free(s->es);
+    memset(s, 0, sizeof *s);
+}
+
+/* The tensors of parameter fqn (hf: its hf_name), each checked against its part of box b. */
+static gt_status find_source(hf_folder *f, const char *dir, const char *hf, const char *fqn,
+                             const gt_shard_box *b, hf_source *s, gt_error *err)
+{
+    const char *star = strchr(hf, '*');
+    s->n = star && b->ndim > 1 ? (int)b->global[0] : 1;
+    s->sts = gt_xcalloc((size_t)s->n, sizeof *s->sts);
+    s->es = gt_xcalloc((size_t)s->n, sizeof *s->es);
+    if (s->n == 1 && !star) {
+        s->slice = gt_shape_numel(b->ndim, b->global);
+        return find_tensor(f, dir, hf, fqn, b, &s->sts[0], &s->es[0], err);
+    }
+    if (!star || b->ndim < 2)
+        return gt_error_set(err, GT_ERR_INTERNAL, "parameter %s: hf_name %s", fqn, hf);
+    gt_shard_box part = *b; /* the dims of one tensor: dim 0 dropped */
+    part.ndim = b->ndim - 1;
+    for (int d = 0; d < part.ndim; d++)
+        part.global[d] = b->global[d + 1];
+    s->slice = gt_shape_numel(part.ndim, part.global);
+    for (int i = 0; i < s->n; i++) {
+        char name[HF_NAME_MAX];
+        snprintf(name, sizeof name, "%.*s%d%s", (int)(star - hf), hf, i, star + 1);
+        GT_TRY(find_tensor(f, dir, name, fqn, &part, &s->sts[i], &s->es[i], err));
+    }
+    return GT_OK;
+}
+
+typedef struct {
+    const hf_source *src;
     float *dst;
     uint16_t *scratch;
     size_t scratch_n;
@@ -158,15 +203,13 @@ typedef struct {
     gt_error *err;
 } read_ctx;
 
-/* One run of this rank's block: elements [g, g + count) of the tensor to dst[l ...]. */
-static void read_run(int64_t g, int64_t l, int64_t count, void *user)
+/* Elements [g, g + count) of tensor (st, e) to dst. */
+static void read_part(read_ctx *c, const gt_safetensors *st, const gt_st_entry *e, int64_t g,
+                      float *dst, int64_t count)
 {
-    read_ctx *c = user;
-    if (c->status != GT_OK) return;
-    size_t es = gt_dtype_size(c->e->dtype), n = (size_t)count;
-    if (c->e->dtype == GT_F32) {
-        c->status =
-            gt_safetensors_read_range(c->st, c->e, (uint64_t)g * es, c->dst + l, n * es, c->err);
+    size_t es = gt_dtype_size(e->dtype), n = (size_t)count;
+    if (e->dtype == GT_F32) {
+        c->status = gt_safetensors_read_range(st, e, (uint64_t)g * es, dst, n * es, c->err);
         return;
     }
     if (c->scratch_n < n) {
@@ -174,9 +217,22 @@ static void read_run(int64_t g, int64_t l, int64_t count, void *user)
         c->scratch = gt_xmalloc(n * sizeof *c->scratch);
         c->scratch_n = n;
     }
-    c->status =
-        gt_safetensors_read_range(c->st, c->e, (uint64_t)g * es, c->scratch, n * es, c->err);
-    if (c->status == GT_OK) gt_bf16_to_f32_n(c->scratch, c->dst + l, count);
+    c->status = gt_safetensors_read_range(st, e, (uint64_t)g * es, c->scratch, n * es, c->err);
+    if (c->status == GT_OK) gt_bf16_to_f32_n(c->scratch, dst, count);
+}
+
+/* One run of this rank's block: elements [g, g + count) of the parameter to dst[l ...], split
+ * where it crosses from one of its tensors to the next. */
+static void read_run(int64_t g, int64_t l, int64_t count, void *user)
+{
+    read_ctx *c = user;
+    const hf_source *s = c->src;
+    while (c->status == GT_OK && count > 0) {
+        int64_t i = g / s->slice, off = g % s->slice;
+        int64_t n = count < s->slice - off ? count : s->slice - off;
+        read_part(c, s->sts[i], s->es[i], off, c->dst + l, n);
+        g += n, l += n, count -= n;
+    }
 }
 
 gt_status gt_trainer_load_hf(gt_trainer *t, gt_error *err)
@@ -195,34 +251,56 @@ gt_status gt_trainer_load_hf(gt_trainer *t, gt_error *err)
                             t->model_cfg.family->name);
     hf_folder f;
     st = folder_open(dir, &f, err);
-    int n = t->n_params;
-    const gt_safetensors **sts = gt_xcalloc((size_t)n, sizeof *sts);
-    const gt_st_entry **es = gt_xcalloc((size_t)n, sizeof *es);
+    int n = t->n_params, nb = t->n_bufs;
+    hf_source *src = gt_xcalloc((size_t)(n + nb + 1), sizeof *src);
     /* every tensor checked before any is read: nothing is loaded half */
-    int bf16 = 0;
+    int bf16 = 0, n_bufs = 0;
     for (int k = 0; k < n && st == GT_OK; k++) {
         const char *fqn = t->model.params[k].fqn;
         char hf[HF_NAME_MAX];
         st = t->model_cfg.family->hf_name(fqn, hf, sizeof hf, err);
-        if (st == GT_OK) st = find_tensor(&f, dir, hf, fqn, &t->box[k], &sts[k], &es[k], err);
+        if (st == GT_OK) st = find_source(&f, dir, hf, fqn, &t->box[k], &src[k], err);
         if (st == GT_OK && t->params[k].dtype != GT_F32)
             st = gt_error_set(err, GT_ERR_INTERNAL, "parameter %s is not float32", fqn);
-        if (st == GT_OK) bf16 += es[k]->dtype == GT_BF16;
+        for (int i = 0; st == GT_OK && i < src[k].n; i++)
+            bf16 += src[k].es[i]->dtype == GT_BF16;
+    }
+    /* the model's buffers that have a Hugging Face name (deepseek_v3's expert biases), whole;
+     * the others (gradient-accumulation counts) keep their start */
+    gt_shard_box *bbox = gt_xcalloc((size_t)(nb + 1), sizeof *bbox);
+    for (int b = 0; b < nb && st == GT_OK; b++) {
+        const char *name = t->ckpt_names[3 * n + b];
+        char hf[HF_NAME_MAX];
+        gt_error ignored = {0};
+        if (t->model_cfg.family->hf_name(name, hf, sizeof hf, &ignored) != GT_OK ||
+            t->bufs[b].dtype != GT_F32)
+            continue;
+        gt_shard_box_whole(&bbox[b], t->bufs[b].ndim, t->bufs[b].shape);
+        st = find_source(&f, dir, hf, name, &bbox[b], &src[n + b], err);
+        n_bufs += st == GT_OK;
     }
     read_ctx c = {.status = GT_OK, .err = err};
     for (int k = 0; k < n && st == GT_OK; k++) {
-        c.st = sts[k], c.e = es[k], c.dst = t->params[k].data;
+        c.src = &src[k], c.dst = t->params[k].data;
         gt_shard_for_each_run(&t->box[k], read_run, &c);
+        st = c.status;
+    }
+    for (int b = 0; b < nb && st == GT_OK; b++) {
+        if (!src[n + b].n) continue;
+        c.src = &src[n + b], c.dst = t->bufs[b].data;
+        read_run(0, 0, gt_tensor_numel(&t->bufs[b]), &c);
         st = c.status;
     }
     free(c.scratch);
     if (st == GT_OK && t->dist.rank == 0)
         gt_log(GT_LOG_INFO,
                "checkpoint.initial_load_path: %d parameters from the Hugging Face folder %s (%d "
-               "file(s), %d in bfloat16)",
-               n, dir, f.n_files, bf16);
-    free(sts);
-    free(es);
+               "file(s), %d in bfloat16)%s",
+               n, dir, f.n_files, bf16, n_bufs ? "; the model's buffers too" : "");
+    for (int k = 0; k < n + nb; k++)
+        source_free(&src[k]);
+    free(src);
+    free(bbox);
     folder_free(&f);
     return st;
 }
@@ -248,7 +326,14 @@ gt_status gt_trainer_save_hf(gt_trainer *t, int64_t step, gt_error *err)
     snprintf(name, sizeof name, "step-%lld-hf", (long long)step);
     char *dir = gt_path_join(t->ckpt_folder, name);
     if (st == GT_OK && root) {
-        st = gt_model_export_hf(&t->model_cfg, &t->model, whole, dir, NULL, err);
+        /* the model's buffers too (deepseek_v3's expert biases): every rank holds them whole */
+        gt_export_hf_options o = {.dtype = GT_F32,
+                                  .bos_token_id = -1,
+                                  .eos_token_id = -1,
+                                  .buffers = t->bufs,
+                                  .buffer_names = (const char *const *)t->ckpt_names + 3 * n,
+                                  .n_buffers = t->n_bufs};
+        st = gt_model_export_hf(&t->model_cfg, &t->model, whole, dir, &o, err);
         if (st == GT_OK)
             gt_log(GT_LOG_INFO, "checkpoint.last_save_in_hf: step %lld written to %s",
                    (long long)step, dir);

@@ -357,7 +357,7 @@ static void test_single_and_refusals(const char *base)
     gt_llama3_config plain = f.cfg;
     plain.rope_original_max_position = 0;
     char *tok = join(base, "tokens");
-    gt_export_hf_options o = {GT_F32, 0, 128000, 128001};
+    gt_export_hf_options o = {GT_F32, 0, 128000, 128001, NULL, NULL, 0};
     err = (gt_error){0};
     EXPECT_OK(gt_export_hf_llama3_opts(&plain, &f.m, f.params, tok, &o, &err), &err);
     check_config_tokens(tok, &plain, "float32", 128000, 128001);
@@ -494,7 +494,7 @@ static void test_shards(const char *base)
         char sub[64];
         snprintf(sub, sizeof sub, "shards_%zu", i);
         char *dir = join(base, sub);
-        gt_export_hf_options o = {GT_F32, limits[i], -1, -1};
+        gt_export_hf_options o = {GT_F32, limits[i], -1, -1, NULL, NULL, 0};
         gt_error err = {0};
         EXPECT_OK(gt_export_hf_llama3_opts(&f.cfg, &f.m, f.params, dir, &o, &err), &err);
         if (err.code == GT_OK) {
@@ -505,7 +505,7 @@ static void test_shards(const char *base)
     }
     /* With the limit exactly the total, everything fits one file and there is no index. */
     char *dir = join(base, "shards_exact");
-    gt_export_hf_options o = {GT_F32, total, -1, -1};
+    gt_export_hf_options o = {GT_F32, total, -1, -1, NULL, NULL, 0};
     gt_error err = {0};
     EXPECT_OK(gt_export_hf_llama3_opts(&f.cfg, &f.m, f.params, dir, &o, &err), &err);
     if (err.code == GT_OK) check_single(dir, &f, GT_F32);
