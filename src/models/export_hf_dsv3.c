@@ -233,6 +233,11 @@ gt_status gt_export_hf_deepseek_v3(const gt_deepseek_v3_config *cfg, const gt_mo
     for (int64_t j = 0; j < n_moe && st == GT_OK; j++, n++) {
         int64_t layer = cfg->n_dense_layers + j;
         const gt_tensor *b = find_bias(&o, layer, E);
+        if (!b) /* a trained bias steers the routing: zeros route differently */
+            gt_log(GT_LOG_WARN,
+                   "deepseek_v3 export to %s: no expert bias given for layer %lld; its "
+                   "e_score_correction_bias is written as zeros",
+                   dir, (long long)layer);
         ts[n] = (gt_tensor){0};
         ts[n].dtype = GT_F32;
         ts[n].ndim = 1;
