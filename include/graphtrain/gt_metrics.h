@@ -24,6 +24,7 @@
 
 #include "gt_core.h"
 #include "gt_flops.h"
+#include "gt_model.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -54,6 +55,14 @@ void gt_metrics_derive(gt_metrics_step *m);
  * hardware_flops_per_step = executed.total (executed: the graph as it runs). Either may be NULL
  * to leave the field unchanged. */
 void gt_metrics_set_flops(gt_metrics_step *m, const gt_flops *model, const gt_flops *executed);
+
+/* For a mixture of experts (info->active_params > 0), model->matmul and model->attention of a
+ * step of `tokens` tokens of seq_len become torchtitan's get_moe_model_nparams_and_flops count:
+ * 6·(active parameters − embedding) + L·H·6·(qk + v head dims)·seq_len per token (the
+ * parameters a token uses: top_k of the routed experts; "embedding" in a parameter's name is
+ * torchtitan's test), so that a MoE run's MFU is torchtitan's. Dense models: unchanged. */
+void gt_metrics_moe_model_flops(const gt_model *m, const gt_model_info *info, int64_t seq_len,
+                                int64_t tokens, gt_flops *model);
 
 /* Peak resident set size of this process in bytes: VmHWM of /proc/self/status, or getrusage's
  * ru_maxrss where /proc is absent. */

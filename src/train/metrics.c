@@ -95,6 +95,18 @@ void gt_metrics_set_flops(gt_metrics_step *m, const gt_flops *model, const gt_fl
     if (executed) m->hardware_flops_per_step = executed->total;
 }
 
+void gt_metrics_moe_model_flops(const gt_model *m, const gt_model_info *info, int64_t seq_len,
+                                int64_t tokens, gt_flops *model)
+{
+    if (info->active_params <= 0) return;
+    int64_t embedding = 0;
+    for (int k = 0; k < m->n_params; k++)
+        if (strstr(m->params[k].fqn, "embedding"))
+            embedding += gt_shape_numel(m->params[k].ndim, m->params[k].shape);
+    model->matmul = 6.0 * (double)(info->active_params - embedding) * (double)tokens;
+    model->attention = info->attention_flops_per_position * (double)seq_len * (double)tokens;
+}
+
 gt_status gt_metrics_peak_rss_bytes(int64_t *out, gt_error *err)
 {
     /* VmHWM ("high water mark") is the peak RSS in kB; Linux keeps it per process. */

@@ -589,25 +589,6 @@ static gt_status report_step(gt_trainer *t, gt_train_result *res, int64_t step, 
     return GT_OK;
 }
 
-/* The model FLOPs of a step of `tokens` tokens that MFU counts: the graph's matmul and attention
- * FLOPs; for a mixture of experts torchtitan's get_moe_model_nparams_and_flops instead,
- * 6·(active parameters − embedding) + 6·L·H·(qk + v head dims)·seq per token (the parameters a
- * token uses: top_k of the routed experts; "embedding" in the name is torchtitan's test), so
- * that the MFU of a MoE run is torchtitan's. */
-static gt_flops mfu_model_flops(const gt_trainer *t, int64_t tokens)
-{
-    gt_flops f = t->flops;
-    if (t->model_info.active_params <= 0) return f;
-    int64_t embedding = 0;
-    for (int k = 0; k < t->model.n_params; k++)
-        if (strstr(t->model.params[k].fqn, "embedding"))
-            embedding += gt_shape_numel(t->model.params[k].ndim, t->model.params[k].shape);
-    f.matmul = 6.0 * (double)(t->model_info.active_params - embedding) * (double)tokens;
-    f.attention = t->model_info.attention_flops_per_position * (double)t->cfg->training.seq_len *
-                  (double)tokens;
-    return f;
-}
-
 /* Rank 0: the metrics line and record of one step. */
 static gt_status log_metrics(gt_trainer *t, int64_t step, double loss, double grad_norm, double lr,
                              double dt, gt_error *err)
@@ -622,7 +603,9 @@ static gt_status log_metrics(gt_trainer *t, int64_t step, double loss, double gr
                          .step_seconds = dt,
                          .peak_flops = cfg->metrics.peak_tflops * 1e12,
                          .peak_memory_bytes = -1};
-    gt_flops model = mfu_model_flops(t, m.tokens);
+    /* a mixture of experts: torchtitan's MoE count (active parameters) */
+    gt_flops model = t->flops;
+    gt_metrics_moe_model_flops(&t->model, &t->model_info, cfg->training.seq_len, m.tokens, &model);
     gt_metrics_set_flops(&m, &model, &t->flops);
     gt_error ignored = {0};
     if (gt_metrics_peak_rss_bytes(&m.peak_memory_bytes, &ignored) != GT_OK)
