@@ -56,14 +56,11 @@ __global__ void __launch_bounds__(MM_THREADS)
 {
     extern __shared__ __align__(128) unsigned char mm_smem[];
     bf16 *As = (bf16 *)mm_smem, *Bs = As + MM_STAGES * MM_TILE_K;
-    __shared__ gt_gm_tile tile;
     const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
-    if (tid < 32) {
-        gt_gm_tile t = gt_gm_find(offsets, E, R, blockIdx.x, MM_BM);
-        if (tid == 0) tile = t;
-    }
-    if (blockIdx.x == 0 && blockIdx.y == 0 && tid == 32) gt_gm_check(offsets, E, R, flag, op);
-    __syncthreads();
+    /* every warp finds the tile itself: no static shared memory beside the dynamic stages (the
+     * dynamic limit is raised to the device's whole opt-in size) */
+    const gt_gm_tile tile = gt_gm_find(offsets, E, R, blockIdx.x, MM_BM);
+    if (blockIdx.x == 0 && blockIdx.y == 0 && tid == 0) gt_gm_check(offsets, E, R, flag, op);
     const int e = tile.e;
     const int64_t r0 = tile.r0, r1 = tile.r1, n0 = (int64_t)blockIdx.y * MM_BN;
     if (e < 0) return;
