@@ -72,10 +72,11 @@ __global__ void __launch_bounds__(MM_THREADS)
         return;
     }
     const bf16 *we = w + (int64_t)e * Din * Dout;
+    constexpr int BT = TB ? MM_TILE_K : MM_TILE_N; /* a B stage's elements */
     /* a stage: A [128 rows][32 k], B [128 n][32 k] (TB) or [32 k][128 n]: 512 16-byte vectors
      * each, two per thread */
     auto load = [&](int stage, int64_t k0) {
-        bf16 *as = As + stage * MM_TILE_K, *bs = Bs + stage * MM_TILE_K;
+        bf16 *as = As + stage * MM_TILE_K, *bs = Bs + stage * BT;
 #pragma unroll
         for (int j = 0; j < 2; j++) {
             int v = tid + MM_THREADS * j;
@@ -116,7 +117,7 @@ __global__ void __launch_bounds__(MM_THREADS)
         if (kt + MM_STAGES - 1 < nk)
             load((int)((kt + MM_STAGES - 1) % MM_STAGES), (kt + MM_STAGES - 1) * MM_BK);
         gt_cp_commit();
-        const bf16 *as = As + (kt % MM_STAGES) * MM_TILE_K, *bs = Bs + (kt % MM_STAGES) * MM_TILE_K;
+        const bf16 *as = As + (kt % MM_STAGES) * MM_TILE_K, *bs = Bs + (kt % MM_STAGES) * BT;
 #pragma unroll
         for (int kk = 0; kk < MM_BK; kk += 16) {
             uint32_t a[4][4], b[2][4];
