@@ -1,15 +1,16 @@
 /* cuda_moe_mma.cu — the bf16 grouped GEMMs of the mixture of experts on mma.sync m16n8k16 with a
- * three-stage cp.async pipeline: 128 x 128 output tiles, 8 warps of 64 x 32, k steps of 32.
+ * three-stage cp.async pipeline: 128 x 128 output tiles, 8 warps of 64 x 32, k steps of 64, two
+ * blocks per SM.
  *
  * These take the calls cuda_moe_gemm.cu's wmma kernels took before for bf16 (measured on one H100,
  * DeepSeek-V3 16B cut to 4 layers, 4 x 2048 tokens: the wmma kernels' 64 x 64 tiles with one
  * register stage ran the step's grouped products in 75 ms, half the step). Same contracts:
  *   grouped_matmul: a block computes a 128 x 128 tile of rows of ONE group with one k-loop from
- *     column 0 (k tiles of 32 in order, each two mma k-steps of 16 in order), so a row's bits do
+ *     column 0 (k tiles of 64 in order, each four mma k-steps of 16 in order), so a row's bits do
  *     not depend on the tile it falls in, its group's size or offset: M-invariant. Rows outside
  *     the groups are zeros.
  *   grouped_matmul_dw: a block per (expert, 128 x 128 tile of dw[e]) runs the group's rows from
- *     offsets[e] in chunks of 32 in row order (rows past the group zero-filled), each chunk two
+ *     offsets[e] in chunks of 64 in row order (rows past the group zero-filled), each chunk four
  *     mma k-steps of 16.
  * Every sum has one owner (no atomics, no split-K): bitwise reproducible. */
 #include "cuda_flash.cuh"
@@ -17,13 +18,16 @@
 
 #define MM_BM 128
 #define MM_BN 128
-#define MM_BK 32
+#define MM_BK 64
 #define MM_STAGES 3
 #define MM_THREADS 256
 #define MM_LDK (MM_BK + GT_FLASH_PAD) /* [rows][k] tiles */
 #define MM_LDN (MM_BN + GT_FLASH_PAD) /* [k][n] tiles (and [k][m]) */
-#define MM_TILE_K (MM_BM * MM_LDK)    /* elements of a [128][32 + 8] stage */
-#define MM_TILE_N (MM_BK * MM_LDN)    /* elements of a [32][128 + 8] stage */
+#define MM_TILE_K (MM_BM * MM_LDK)    /* elements of a [128][64 + 8] stage */
+#define MM_TILE_N (MM_BK * MM_LDN)    /* elements of a [64][128 + 8] stage */
+#define MM_VK (MM_BK / 8)             /* 16-byte vectors in a row of a [rows][k] stage */
+#define MM_VN (MM_BN / 8)             /* ... of a [k][n] stage */
+#define MM_LOADS (MM_BM * MM_BK / 8 / MM_THREADS) /* vectors per thread per operand and stage */
 
 typedef __nv_bfloat16 bf16;
 
@@ -50,7 +54,7 @@ __device__ __forceinline__ void gt_mm_store(const float (&acc)[4][4][4], void *o
 /* out[r0 .. r0 + 127 of group e] = x[rows] w[e]^T (TB: w[e] [Dout, Din]) or x w[e] ([Din, Dout]).
  */
 template <bool TB>
-__global__ void __launch_bounds__(MM_THREADS)
+__global__ void __launch_bounds__(MM_THREADS, 2)
     gt_k_gm_mma(int64_t R, int64_t Din, int64_t Dout, int E, const bf16 *x, const bf16 *w,
                 const int32_t *offsets, void *out, int dot, unsigned long long *flag, int op)
 {
@@ -73,14 +77,14 @@ __global__ void __launch_bounds__(MM_THREADS)
     }
     const bf16 *we = w + (int64_t)e * Din * Dout;
     constexpr int BT = TB ? MM_TILE_K : MM_TILE_N; /* a B stage's elements */
-    /* a stage: A [128 rows][32 k], B [128 n][32 k] (TB) or [32 k][128 n]: 512 16-byte vectors
-     * each, two per thread */
+    /* a stage: A [128 rows][64 k], B [128 n][64 k] (TB) or [64 k][128 n]: 1024 16-byte vectors
+     * each, four per thread */
     auto load = [&](int stage, int64_t k0) {
         bf16 *as = As + stage * MM_TILE_K, *bs = Bs + stage * BT;
 #pragma unroll
-        for (int j = 0; j < 2; j++) {
+        for (int j = 0; j < MM_LOADS; j++) {
             int v = tid + MM_THREADS * j;
-            int rr = v >> 2, kk = (v & 3) * 8;
+            int rr = v / MM_VK, kk = (v % MM_VK) * 8;
             int64_t r = r0 + rr, k = k0 + kk;
             bool in = r < r1 && k < Din;
             gt_cp_async16(as + rr * MM_LDK + kk, in ? x + r * Din + k : x, in);
@@ -89,7 +93,7 @@ __global__ void __launch_bounds__(MM_THREADS)
                 bool inb = n < Dout && k < Din;
                 gt_cp_async16(bs + rr * MM_LDK + kk, inb ? we + n * Din + k : we, inb);
             } else {
-                int kb = v >> 4, nn = (v & 15) * 8;
+                int kb = v / MM_VN, nn = (v % MM_VN) * 8;
                 int64_t kg = k0 + kb, n = n0 + nn;
                 bool inb = kg < Din && n < Dout;
                 gt_cp_async16(bs + kb * MM_LDN + nn, inb ? we + kg * Dout + n : we, inb);
@@ -143,8 +147,8 @@ __global__ void __launch_bounds__(MM_THREADS)
 }
 
 /* dw[e][m0 .., n0 ..] = sum over group e's rows r of dy[r][m] x[r][n]: A[m][r] from dy's rows
- * ([32 r][128 m] tiles, transposed by ldmatrix), B[r][n] from x's rows ([32 r][128 n]). */
-__global__ void __launch_bounds__(MM_THREADS)
+ * ([64 r][128 m] tiles, transposed by ldmatrix), B[r][n] from x's rows ([64 r][128 n]). */
+__global__ void __launch_bounds__(MM_THREADS, 2)
     gt_k_gmdw_mma(int64_t R, int64_t Din, int64_t Dout, int E, const bf16 *x, const bf16 *dy,
                   const int32_t *offsets, void *out, int dot, unsigned long long *flag, int op)
 {
@@ -159,9 +163,9 @@ __global__ void __launch_bounds__(MM_THREADS)
     auto load = [&](int stage, int64_t k0) {
         bf16 *as = As + stage * MM_TILE_N, *bs = Bs + stage * MM_TILE_N;
 #pragma unroll
-        for (int j = 0; j < 2; j++) {
+        for (int j = 0; j < MM_LOADS; j++) {
             int v = tid + MM_THREADS * j;
-            int rr = v >> 4, cc = (v & 15) * 8;
+            int rr = v / MM_VN, cc = (v % MM_VN) * 8;
             int64_t r = lo + k0 + rr, m = m0 + cc, n = n0 + cc;
             bool ina = r < hi && m < Dout, inb = r < hi && n < Din;
             gt_cp_async16(as + rr * MM_LDN + cc, ina ? dy + r * Dout + m : dy, ina);
