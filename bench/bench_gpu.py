@@ -677,7 +677,8 @@ def main():
 
     args.models = args.models.split(",")
     args.systems = args.systems.split(",")
-    bc.require_known("model", args.models, MODELS)
+    if not (args.kernel_times_only and args.model_name != "llama3"):
+        bc.require_known("model", args.models, MODELS)  # other families: any flavor, kernel times
     bc.require_known("system", args.systems, SYSTEMS)
     bc.require_steps(args.steps, args.skip)
     if "graphtrain" in args.systems:

@@ -38,6 +38,21 @@ gt_status gt_cpu_run_kernel(const gt_kernel_call *call, gt_error *err);
 void gt_cpu_set_threads(int n);
 int gt_cpu_threads(void);
 
+/* The x86 features that decide which OpenBLAS kernels can run, and the CPU's model name. */
+typedef struct {
+    bool avx, avx2, fma, avx512f, avx512bw, avx512vl, avx512dq;
+    char model[96];
+} gt_cpu_features;
+void gt_cpu_features_detect(gt_cpu_features *f);
+/* The OpenBLAS core this process runs (GT_TEST_BLAS_CORE, without OPENBLAS_CORETYPE, pretends
+ * OpenBLAS chose that one: the tests' way to reach a fallback on any machine). */
+const char *gt_cpu_blas_core(void);
+/* The core to force when `chosen` has narrower kernels than features f allow (a detection that
+ * fell back, as on VMs that hide the CPU model), else NULL (cpu_blas.c). */
+const char *gt_cpu_blas_core_for(const char *chosen, const gt_cpu_features *f);
+/* The run header's line: the BLAS, its core and why, the CPU's model and features. */
+void gt_cpu_blas_describe(char *buf, size_t n);
+
 #ifdef __cplusplus
 }
 #endif

@@ -11,6 +11,7 @@
  * end, except after an error that may be this rank's alone (its peers may be waiting for it in a
  * collective, and finalising would wait for them): then the process exits at once and mpirun
  * stops the job. */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -373,6 +374,27 @@ static int cmd_plot(const command_spec *cmd, split_args *sa)
     return 0;
 }
 
+/* OpenBLAS picks its kernels from CPUID when it loads; where that falls back to narrower ones
+ * than the CPU's features allow (VMs that hide the model), set OPENBLAS_CORETYPE to the right core
+ * and start again, once (cpu_blas.c). A user's OPENBLAS_CORETYPE always wins. If the restart fails
+ * the run goes on with OpenBLAS's choice, saying so. */
+static void blas_pick_core(char **argv)
+{
+    if (getenv("OPENBLAS_CORETYPE") || getenv("GT_BLAS_CORE_DETECTED")) return;
+    gt_cpu_features f;
+    gt_cpu_features_detect(&f);
+    const char *chosen = gt_cpu_blas_core(), *want = gt_cpu_blas_core_for(chosen, &f);
+    if (!want) return;
+    setenv("GT_BLAS_CORE_DETECTED", chosen, 1);
+    setenv("OPENBLAS_CORETYPE", want, 1);
+    execv("/proc/self/exe", argv);
+    fprintf(stderr,
+            "warning: OpenBLAS chose its %s kernels on a CPU that runs %s's; restarting with "
+            "OPENBLAS_CORETYPE=%s failed: %s (set it yourself for the faster kernels)\n",
+            chosen, want, want, strerror(errno));
+    unsetenv("OPENBLAS_CORETYPE");
+}
+
 int main(int argc, char **argv)
 {
     /* Whole lines on stdout even into a file shared with stderr (`> log 2>&1`, a launcher's
@@ -384,6 +406,7 @@ int main(int argc, char **argv)
         print_help(NULL);
         return argc < 2 ? 1 : 0;
     }
+    blas_pick_core(argv);
     gt_cpu_set_threads(1); /* OpenBLAS on one thread; train sets the matmul threads it wants */
     for (int c = 0; c < COUNT(commands); c++) {
         const command_spec *cmd = &commands[c];

@@ -402,9 +402,13 @@ static gt_status setup(gt_trainer *t, gt_error *err)
     t->cuda = cfg->training.device == GT_CFG_DEVICE_CUDA;
     if (!t->cuda) {
         gt_cpu_set_threads(gt_train_cpu_threads(cfg, &t->dist));
-        if (t->dist.rank == 0)
+        if (t->dist.rank == 0) {
+            char blas[512];
+            gt_cpu_blas_describe(blas, sizeof blas);
+            gt_log(GT_LOG_INFO, "%s", blas);
             gt_log(GT_LOG_INFO, "cpu: %d thread(s) per rank for the matmuls (training.cpu_threads)",
                    gt_cpu_threads());
+        }
     }
 #ifdef GT_HAVE_CUDA
     if (t->cuda && gt_cuda_device_count() == 0)

@@ -20,9 +20,9 @@
  * same): the flash path (bf16, d = 16, 64, 128, causal, ragged s = 1000, GQA, s != t) and the
  * generic kernels (f32, and bf16 with an odd head dim, d != dv), each run twice with different
  * output pre-fills (every element written).
- * Built with cuDNN, the bf16 forwards of head dim 64 and 128 with as many keys as queries run on
+ * Built with cuDNN, the bf16 forwards of head dims 64 to 256 with as many keys as queries run on
  * cuDNN's fused attention: the cases above test that path, and test_cudnn compares it with
- * graphtrain's kernel on the same inputs.
+ * graphtrain's kernel on the same inputs (MLA's d 192, dv 128 included).
  * Without a CUDA device the test skips (exit 0). */
 #include "cuda_test_util.h"
 #include "graphtrain/gt_cuda.h"
@@ -340,7 +340,7 @@ static void test_layout(void)
 /* Where graphtrain is built with cuDNN, bf16 forwards of head dim 64 and 128 run on cuDNN's fused
  * attention, forward and backward (the cases above test those paths against the fp32 kernels).
  * Here the same inputs run both ways, layout 1, causal, GQA and not, up to the 1B's and 8B's heads
- * at s 2048: cuDNN's out and lse within the bounds above of graphtrain's flash kernel, three cuDNN
+ * at s 2048, and MLA's d 192 / dv 128 (whose other way is graphtrain's generic kernels): cuDNN's out and lse within the bounds above of graphtrain's flash kernel, three cuDNN
  * runs bitwise the same, and not bitwise graphtrain's (else the cuDNN path was not taken); cuDNN's
  * dq, dk, dv within the bounds of graphtrain's backward, five runs bitwise the same, and not
  * bitwise graphtrain's (a backward plan whose first call's two runs differ falls back to
@@ -351,24 +351,28 @@ static void test_cudnn(void)
         printf("cudnn: not built with cuDNN, skipped\n");
         return;
     }
-    const int64_t cases[][5] = {/* d, b, hq, hkv, s */
-                                {64, 2, 8, 2, 1000},
-                                {128, 2, 8, 2, 1000},
-                                {64, 2, 4, 4, 1000},
-                                {64, 1, 32, 8, 2048},
-                                {128, 1, 32, 8, 2048}};
+    const int64_t cases[][6] = {/* d, b, hq, hkv, s, dv */
+                                {64, 2, 8, 2, 1000, 64},
+                                {128, 2, 8, 2, 1000, 128},
+                                {64, 2, 4, 4, 1000, 64},
+                                {64, 1, 32, 8, 2048, 64},
+                                {128, 1, 32, 8, 2048, 128},
+                                /* DeepSeek-V3's MLA: q and k 192 wide, v 128 */
+                                {192, 2, 4, 4, 1000, 128},
+                                {192, 1, 16, 16, 2048, 128}};
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
         int64_t d = cases[k][0], b = cases[k][1], hq = cases[k][2], hkv = cases[k][3],
-                s = cases[k][4];
+                s = cases[k][4], dv = cases[k][5];
         int64_t ia[2] = {1, 1};
         double fa[1] = {1.0 / sqrt((double)d)};
         const int64_t *qs = SH(b, s, hq, d), *ks = SH(b, s, hkv, d), *ls = SH(b, hq, s);
-        gt_tensor in[3] = {t_rand(4, qs, -2, 2), t_rand(4, ks, -2, 2), t_rand(4, ks, -1, 1)};
-        gt_tensor on[2] = {cu_tensor_new(GT_BF16, 4, qs), cu_tensor_new(GT_F32, 3, ls)};
-        gt_tensor off[2] = {cu_tensor_new(GT_BF16, 4, qs), cu_tensor_new(GT_F32, 3, ls)};
+        const int64_t *vs = SH(b, s, hkv, dv), *os = SH(b, s, hq, dv);
+        gt_tensor in[3] = {t_rand(4, qs, -2, 2), t_rand(4, ks, -2, 2), t_rand(4, vs, -1, 1)};
+        gt_tensor on[2] = {cu_tensor_new(GT_BF16, 4, os), cu_tensor_new(GT_F32, 3, ls)};
+        gt_tensor off[2] = {cu_tensor_new(GT_BF16, 4, os), cu_tensor_new(GT_F32, 3, ls)};
         char name[48];
-        snprintf(name, sizeof name, "cudnn-d%lld-h%lld/%lld-s%lld", (long long)d, (long long)hq,
-                 (long long)hkv, (long long)s);
+        snprintf(name, sizeof name, "cudnn-d%lld/%lld-h%lld/%lld-s%lld", (long long)d,
+                 (long long)dv, (long long)hq, (long long)hkv, (long long)s);
         bool same = gpu_run(GT_OP_SDPA, ia, fa, in, 3, on, 2, 3, name);
         EXPECT(same, "%s: two cuDNN forward runs differ (or an element is not written)", name);
         gt_cuda_stream_set_cudnn(g_stream, false);
@@ -383,11 +387,11 @@ static void test_cudnn(void)
                name);
 
         /* backward on (q, k, v, graphtrain's out and lse, dout): cuDNN's against graphtrain's */
-        gt_tensor bin[6] = {in[0], in[1], in[2], off[0], off[1], t_rand(4, qs, -1, 1)};
+        gt_tensor bin[6] = {in[0], in[1], in[2], off[0], off[1], t_rand(4, os, -1, 1)};
         gt_tensor gon[3] = {cu_tensor_new(GT_BF16, 4, qs), cu_tensor_new(GT_BF16, 4, ks),
-                            cu_tensor_new(GT_BF16, 4, ks)};
+                            cu_tensor_new(GT_BF16, 4, vs)};
         gt_tensor goff[3] = {cu_tensor_new(GT_BF16, 4, qs), cu_tensor_new(GT_BF16, 4, ks),
-                             cu_tensor_new(GT_BF16, 4, ks)};
+                             cu_tensor_new(GT_BF16, 4, vs)};
         same = gpu_run(GT_OP_SDPA_BACKWARD, ia, fa, bin, 6, gon, 3, 5, name);
         EXPECT(same, "%s: two backward runs differ (or an element is not written)", name);
         gt_cuda_stream_set_cudnn(g_stream, false);

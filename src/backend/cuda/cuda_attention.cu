@@ -21,7 +21,9 @@
  * No atomics: each output tile belongs to one block, and every sum runs in a fixed order (dot
  * products over d in index order, tiles in index order), so results are bitwise reproducible.
  * Tiles live in shared memory as f32 (loads widen bf16/f16). These kernels serve f32/f16 and odd
- * head dims; bf16 with d = dv in {16, 32, 64, 128} runs the tensor-core kernels of cuda_flash_*.cu.
+ * head dims; bf16 calls run first on cuDNN where it takes them (cuda_cudnn.cu: head dims 64 to
+ * 256, d and dv apart, e.g. MLA's 192/128), else with d = dv in {16, 32, 64, 128} on the
+ * tensor-core kernels of cuda_flash_*.cu.
  */
 #include "cuda_flash.cuh"
 
@@ -378,13 +380,15 @@ gt_status gt_cuda_sdpa(gt_cuda_stream *s, const gt_kernel_call *c, gt_error *err
     GT_TRY(gt_cuda_att_want(c, c->out[0], "out", &a, a.hq, a.s, a.dv, err));
     GT_TRY(gt_cuda_att_want(c, c->out[1], "lse", &a, a.hq, a.s, -1, err));
     if (a.b * a.hq * a.s == 0) return GT_OK;
-    if (gt_cuda_flash_fits(c, a.d, a.dv, a.t)) {
+    if (a.t > 0 && gt_cuda_flash_io(c)) {
         gt_cudnn_sdpa cd = {c->in[0]->data, c->in[1]->data, c->in[2]->data, c->out[0]->data,
                             (float *)c->out[1]->data, NULL, NULL, NULL, NULL, a.b, a.hq, a.hkv,
-                            a.s, a.t, a.d, a.layout, a.causal, a.scale};
+                            a.s, a.t, a.d, a.dv, a.layout, a.causal, a.scale};
         bool ran = false;
         GT_TRY(gt_cudnn_sdpa_forward(s, &cd, &ran, err));
         if (ran) return GT_OK;
+    }
+    if (gt_cuda_flash_fits(c, a.d, a.dv, a.t)) {
         gt_flash f = gt_cuda_att_flash(c, &a);
         f.out = (__nv_bfloat16 *)c->out[0]->data;
         f.lse = (float *)c->out[1]->data;
@@ -434,10 +438,10 @@ gt_status gt_cuda_sdpa_backward(gt_cuda_stream *s, const gt_kernel_call *c, gt_e
                                                                                  dv->dtype);
         return gt_cuda_launched(c, err);
     }
-    if (gt_cuda_flash_fits(c, a.d, a.dv, a.t)) { /* cuDNN's, where it takes the call */
+    if (a.t > 0 && gt_cuda_flash_io(c)) { /* cuDNN's, where it takes the call */
         gt_cudnn_sdpa cd = {q->data, k->data, v->data, o->data, (float *)l->data,
                             g->data, dq->data, dk->data, dv->data, a.b, a.hq, a.hkv, a.s, a.t,
-                            a.d, a.layout, a.causal, a.scale};
+                            a.d, a.dv, a.layout, a.causal, a.scale};
         bool ran = false;
         GT_TRY(gt_cudnn_sdpa_backward(s, c, &cd, &ran, err));
         if (ran) return GT_OK;

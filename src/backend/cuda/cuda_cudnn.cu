@@ -1,6 +1,7 @@
 /* cuda_cudnn.cu — sdpa on cuDNN's fused flash attention, where graphtrain is built with cuDNN
- * (GT_HAVE_CUDNN) and the call is one it serves well: bf16 q, k, v and out, f32 lse, head dim 64
- * to 128, as many keys as queries; forward and backward. Host code only: cuDNN's backend API.
+ * (GT_HAVE_CUDNN) and the call is one it serves well: bf16 q, k, v and out, f32 lse, head dims 64
+ * to 256 (d of q and k, dv of v and out: DeepSeek-V3's MLA has d 192, dv 128), as many keys as
+ * queries; forward and backward. Host code only: cuDNN's backend API.
  *
  * The forward's operation graph is cuDNN's flash attention pattern, per (batch, head), with S, P
  * and the row statistics virtual (they never reach memory):
@@ -47,8 +48,8 @@ enum {
     UID_VIRTUAL = 100
 };
 /* clang-format on */
-/* b, hq, hkv, s, d, layout, causal, scale's bits, 0 forward / 1 backward */
-#define GT_CUDNN_KEY 9
+/* b, hq, hkv, s, d, layout, causal, scale's bits, 0 forward / 1 backward, dv */
+#define GT_CUDNN_KEY 10
 
 /* The descriptors of one graph, destroyed together (with its plan: the plan refers to them). */
 typedef struct {
@@ -299,37 +300,43 @@ static gt_status gt_cudnn_matmul_kv(gt_cudnn_pool *p, gt_cudnn_desc *ops, int *n
 static gt_status gt_cudnn_backward_graph(cudnnHandle_t h, gt_cudnn_pool *p, const int64_t *key,
                                          gt_cudnn_desc *graph, gt_error *err)
 {
-    const int64_t b = key[0], hq = key[1], hkv = key[2], s = key[3], d = key[4];
+    const int64_t b = key[0], hq = key[1], hkv = key[2], s = key[3], d = key[4], dv_ = key[9];
     const bool layout1 = key[5] != 0, causal = key[6] != 0, gqa = hq != hkv;
     const cudnnDataType_t bf = CUDNN_DATA_BFLOAT16, f32 = CUDNN_DATA_FLOAT;
-    int64_t q_str[4], k_str[4];
+    int64_t q_str[4], k_str[4], o_str[4], v_str[4];
     gt_cudnn_strides(hq, s, d, layout1, q_str);
     gt_cudnn_strides(hkv, s, d, layout1, k_str);
+    gt_cudnn_strides(hq, s, dv_, layout1, o_str);
+    gt_cudnn_strides(hkv, s, dv_, layout1, v_str);
     const int64_t q_dim[4] = {b, hq, s, d}, k_dim[4] = {b, hkv, s, d}, kt_dim[4] = {b, hkv, d, s};
+    const int64_t o_dim[4] = {b, hq, s, dv_}, v_dim[4] = {b, hkv, s, dv_};
+    const int64_t vt_dim[4] = {b, hkv, dv_, s};
     const int64_t kt_str[4] = {k_str[0], k_str[1], k_str[3], k_str[2]};
+    const int64_t vt_str[4] = {v_str[0], v_str[1], v_str[3], v_str[2]};
     const int64_t s_dim[4] = {b, hq, s, s}, s_str[4] = {hq * s * s, s * s, s, 1};
     const int64_t st_str[4] = {hq * s * s, s * s, 1, s}; /* [b, hq, keys, queries] of an S */
     const int64_t r_dim[4] = {b, hq, s, 1}, r_str[4] = {hq * s, s, 1, 1}, one[4] = {1, 1, 1, 1};
     const int64_t full_str[4] = {hq * s * d, s * d, d, 1}; /* packed [b, hq, s, d] */
+    const int64_t full_o_str[4] = {hq * s * dv_, s * dv_, dv_, 1}; /* packed [b, hq, s, dv] */
     int64_t vid = UID_VIRTUAL;
     gt_cudnn_desc q, kt, vt, o, g, lse, scale, unit, dq, dk, dv, row_sum;
     GT_TRY(gt_cudnn_tensor(p, &q, UID_Q, bf, q_dim, q_str, false, false, false, err));
     GT_TRY(gt_cudnn_tensor(p, &kt, UID_K, bf, kt_dim, kt_str, false, false, false, err));
-    GT_TRY(gt_cudnn_tensor(p, &vt, UID_V, bf, kt_dim, kt_str, false, false, false, err));
-    GT_TRY(gt_cudnn_tensor(p, &o, UID_O, bf, q_dim, q_str, false, false, false, err));
-    GT_TRY(gt_cudnn_tensor(p, &g, UID_DO, bf, q_dim, q_str, false, false, false, err));
+    GT_TRY(gt_cudnn_tensor(p, &vt, UID_V, bf, vt_dim, vt_str, false, false, false, err));
+    GT_TRY(gt_cudnn_tensor(p, &o, UID_O, bf, o_dim, o_str, false, false, false, err));
+    GT_TRY(gt_cudnn_tensor(p, &g, UID_DO, bf, o_dim, o_str, false, false, false, err));
     GT_TRY(gt_cudnn_tensor(p, &lse, UID_STATS, f32, r_dim, r_str, false, false, false, err));
     GT_TRY(gt_cudnn_tensor(p, &scale, UID_SCALE, f32, one, one, false, true, false, err));
     GT_TRY(gt_cudnn_tensor(p, &unit, UID_ONE, f32, one, one, false, true, false, err));
     GT_TRY(gt_cudnn_tensor(p, &dq, UID_DQ, bf, q_dim, q_str, false, false, false, err));
     GT_TRY(gt_cudnn_tensor(p, &dk, UID_DK, bf, k_dim, k_str, false, false, false, err));
-    GT_TRY(gt_cudnn_tensor(p, &dv, UID_DV, bf, k_dim, k_str, false, false, false, err));
+    GT_TRY(gt_cudnn_tensor(p, &dv, UID_DV, bf, v_dim, v_str, false, false, false, err));
     GT_TRY(gt_cudnn_tensor(p, &row_sum, UID_ROW_SUM, f32, r_dim, r_str, false, false, false, err));
     gt_cudnn_desc ops[40];
     int n = 0;
     /* D = rowsum(dO * O) * 1 */
     gt_cudnn_desc go, go_sum;
-    GT_TRY(gt_cudnn_virtual(p, &vid, f32, q_dim, full_str, &go, err));
+    GT_TRY(gt_cudnn_virtual(p, &vid, f32, o_dim, full_o_str, &go, err));
     GT_TRY(gt_cudnn_virtual(p, &vid, f32, r_dim, r_str, &go_sum, err));
     GT_TRY(gt_cudnn_pointwise(p, ops, &n, CUDNN_POINTWISE_MUL, f32, -1, g, o, NULL, go, err));
     GT_TRY(gt_cudnn_reduction(p, ops, &n, CUDNN_REDUCE_TENSOR_ADD, go, go_sum, err));
@@ -351,7 +358,7 @@ static gt_status gt_cudnn_backward_graph(cudnnHandle_t h, gt_cudnn_pool *p, cons
                               err));
     /* dV = P^T dO (per q head, then summed over each group) */
     GT_TRY(gt_cudnn_reshape(p, ops, &n, prob, prob_t, err));
-    GT_TRY(gt_cudnn_matmul_kv(p, ops, &n, &vid, gqa, q_dim, full_str, prob_t, g, dv, err));
+    GT_TRY(gt_cudnn_matmul_kv(p, ops, &n, &vid, gqa, o_dim, full_o_str, prob_t, g, dv, err));
     /* dS = scale P (dO V^T - D) */
     gt_cudnn_desc dp, dps, ds, dss, dss_t, k_again;
     GT_TRY(gt_cudnn_virtual(p, &vid, f32, s_dim, s_str, &dp, err));
@@ -378,16 +385,19 @@ static gt_status gt_cudnn_backward_graph(cudnnHandle_t h, gt_cudnn_pool *p, cons
 static gt_status gt_cudnn_forward_graph(cudnnHandle_t h, gt_cudnn_pool *p, const int64_t *key,
                                         gt_cudnn_desc *graph, gt_error *err)
 {
-    const int64_t b = key[0], hq = key[1], hkv = key[2], s = key[3], d = key[4];
+    const int64_t b = key[0], hq = key[1], hkv = key[2], s = key[3], d = key[4], dv = key[9];
     const bool layout1 = key[5] != 0, causal = key[6] != 0;
     const cudnnDataType_t bf = CUDNN_DATA_BFLOAT16, f32 = CUDNN_DATA_FLOAT;
     /* cuDNN's dims are [b, heads, s, d] whatever the layout; the strides place them. K enters
      * transposed ([d, s]). */
-    const int64_t q_dim[4] = {b, hq, s, d}, kt_dim[4] = {b, hkv, d, s}, v_dim[4] = {b, hkv, s, d};
-    int64_t q_str[4], v_str[4];
+    const int64_t q_dim[4] = {b, hq, s, d}, kt_dim[4] = {b, hkv, d, s}, v_dim[4] = {b, hkv, s, dv};
+    const int64_t o_dim[4] = {b, hq, s, dv};
+    int64_t q_str[4], k_str[4], v_str[4], o_str[4];
     gt_cudnn_strides(hq, s, d, layout1, q_str);
-    gt_cudnn_strides(hkv, s, d, layout1, v_str);
-    const int64_t kt_str[4] = {v_str[0], v_str[1], v_str[3], v_str[2]};
+    gt_cudnn_strides(hkv, s, d, layout1, k_str);
+    gt_cudnn_strides(hkv, s, dv, layout1, v_str);
+    gt_cudnn_strides(hq, s, dv, layout1, o_str);
+    const int64_t kt_str[4] = {k_str[0], k_str[1], k_str[3], k_str[2]};
     const int64_t s_dim[4] = {b, hq, s, s}, s_str[4] = {hq * s * s, s * s, s, 1};
     const int64_t r_dim[4] = {b, hq, s, 1}, r_str[4] = {hq * s, s, 1, 1}, one[4] = {1, 1, 1, 1};
     int64_t vid = UID_VIRTUAL;
@@ -395,7 +405,7 @@ static gt_status gt_cudnn_forward_graph(cudnnHandle_t h, gt_cudnn_pool *p, const
     GT_TRY(gt_cudnn_tensor(p, &q, UID_Q, bf, q_dim, q_str, false, false, false, err));
     GT_TRY(gt_cudnn_tensor(p, &kt, UID_K, bf, kt_dim, kt_str, false, false, false, err));
     GT_TRY(gt_cudnn_tensor(p, &v, UID_V, bf, v_dim, v_str, false, false, false, err));
-    GT_TRY(gt_cudnn_tensor(p, &o, UID_O, bf, q_dim, q_str, false, false, false, err));
+    GT_TRY(gt_cudnn_tensor(p, &o, UID_O, bf, o_dim, o_str, false, false, false, err));
     GT_TRY(gt_cudnn_tensor(p, &lse, UID_STATS, f32, r_dim, r_str, false, false, false, err));
     GT_TRY(gt_cudnn_tensor(p, &scale, UID_SCALE, f32, one, one, false, true, false, err));
     GT_TRY(gt_cudnn_virtual(p, &vid, f32, s_dim, s_str, &score, err));
@@ -642,12 +652,14 @@ static gt_status gt_cudnn_plan_for(gt_cuda_stream *s, const gt_cudnn_sdpa *a, in
                                    gt_cudnn_plan **out, gt_error *err)
 {
     *out = NULL;
-    if (s->cudnn_off || a->d < 64 || a->d > 128 || a->d % 8 || a->s != a->t) return GT_OK;
+    if (s->cudnn_off || a->d < 64 || a->d > 256 || a->d % 8 || a->d_v < 64 || a->d_v > 256 ||
+        a->d_v % 8 || a->s != a->t)
+        return GT_OK;
     float scale = (float)a->scale;
     int32_t scale_bits;
     memcpy(&scale_bits, &scale, sizeof scale_bits);
     const int64_t key[GT_CUDNN_KEY] = {a->b,      a->hq,     a->hkv,     a->s, a->d,
-                                       a->layout, a->causal, scale_bits, kind};
+                                       a->layout, a->causal, scale_bits, kind, a->d_v};
     gt_cudnn_plan *pl;
     GT_TRY(gt_cudnn_plan_of(s, key, &pl, err));
     if (pl && pl->plan) *out = pl;
@@ -727,9 +739,10 @@ gt_status gt_cudnn_sdpa_backward(gt_cuda_stream *s, const gt_kernel_call *c, con
      * dv */
     size_t rows = (size_t)(a->b * a->hq * a->s), sums = gt_cudnn_align(rows * sizeof(float));
     size_t nq = rows * (size_t)a->d * 2, nk = (size_t)(a->b * a->hkv * a->s * a->d) * 2,
-           nq_al = gt_cudnn_align(nq), nk_al = gt_cudnn_align(nk);
+           nv = (size_t)(a->b * a->hkv * a->s * a->d_v) * 2, nq_al = gt_cudnn_align(nq),
+           nk_al = gt_cudnn_align(nk), nv_al = gt_cudnn_align(nv);
     void *scr;
-    GT_TRY(gt_cuda_scratch(s, c, sums + (pl->checked ? 0 : nq_al + 2 * nk_al), &scr, err));
+    GT_TRY(gt_cuda_scratch(s, c, sums + (pl->checked ? 0 : nq_al + nk_al + nv_al), &scr, err));
     char *again = (char *)scr + sums;
     float scale = a->scale, mask_value = -1e20f, unit = 1.0f;
     const int64_t uids[13] = {UID_Q,     UID_K,  UID_V,         UID_O,     UID_DO,
@@ -748,12 +761,14 @@ gt_status gt_cudnn_sdpa_backward(gt_cuda_stream *s, const gt_kernel_call *c, con
         bool sq, sk, sv;
         GT_TRY(gt_cudnn_same_bytes(s, a->dq, ptrs[iq], nq, &sq, err));
         GT_TRY(gt_cudnn_same_bytes(s, a->dk, ptrs[ik], nk, &sk, err));
-        GT_TRY(gt_cudnn_same_bytes(s, a->dv, ptrs[iv], nk, &sv, err));
+        GT_TRY(gt_cudnn_same_bytes(s, a->dv, ptrs[iv], nv, &sv, err));
         pl->checked = sq && sk && sv ? 1 : -1;
         if (gt_cudnn_verbose())
-            fprintf(stderr, "cudnn: backward b %lld hq %lld hkv %lld s %lld d %lld: two runs %s\n",
+            fprintf(stderr,
+                    "cudnn: backward b %lld hq %lld hkv %lld s %lld d %lld dv %lld: two runs %s\n",
                     (long long)a->b, (long long)a->hq, (long long)a->hkv, (long long)a->s,
-                    (long long)a->d, pl->checked > 0 ? "the same" : "differ: graphtrain's kernels");
+                    (long long)a->d, (long long)a->d_v,
+                    pl->checked > 0 ? "the same" : "differ: graphtrain's kernels");
         if (pl->checked < 0) return GT_OK;
     }
     *ran = true;

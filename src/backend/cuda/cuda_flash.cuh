@@ -38,6 +38,9 @@ typedef struct {
 
 /* True when the bf16 flash kernels can run this call (the caller validated the shapes). */
 bool gt_cuda_flash_fits(const gt_kernel_call *c, int64_t d, int64_t dv, int64_t t);
+/* True when the call's tensors are the flash kind whatever the head dims: bf16 (f32 lse), 16-byte
+ * aligned. cuDNN takes such calls for head dims the flash kernels lack (d 192, dv 128). */
+bool gt_cuda_flash_io(const gt_kernel_call *c);
 /* Forward: out, lse. */
 gt_status gt_cuda_flash_fwd(gt_cuda_stream *s, const gt_kernel_call *c, const gt_flash *f,
                             gt_error *err);

@@ -208,6 +208,11 @@ __global__ void __launch_bounds__(32 * WARPS, MINB) gt_k_flash_fwd(gt_flash f)
 bool gt_cuda_flash_fits(const gt_kernel_call *c, int64_t d, int64_t dv, int64_t t)
 {
     if (d != dv || !(d == 16 || d == 32 || d == 64 || d == 128) || t <= 0) return false;
+    return gt_cuda_flash_io(c);
+}
+
+bool gt_cuda_flash_io(const gt_kernel_call *c)
+{
     for (int k = 0; k < c->n_in; k++) {
         if (!gt_aligned16(c->in[k]->data)) return false;
         if (c->in[k]->dtype != (c->in[k]->ndim == 3 ? GT_F32 : GT_BF16)) return false;

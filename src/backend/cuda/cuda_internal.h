@@ -97,21 +97,21 @@ cublasStatus_t gt_cuda_matmul_launch(gt_cuda_stream *s, const gt_cuda_matmul_cal
 int gt_cuda_matmul_tune(gt_cuda_stream *s, const gt_cuda_matmul_call *m,
                         const cublasLtMatmulHeuristicResult_t *res, int nres, int pick);
 
-/* The sdpa forward on cuDNN (cuda_cudnn.cu): the device pointers and shape of a call that
- * gt_cuda_flash_fits (bf16 q, k, v, out; f32 lse; 16-byte aligned). */
+/* The sdpa forward on cuDNN (cuda_cudnn.cu): the device pointers and shape of a call whose
+ * tensors gt_cuda_flash_io accepts (bf16 q, k, v, out; f32 lse; 16-byte aligned). */
 typedef struct {
     const void *q, *k, *v;
     void *out;          /* forward: written; backward: read (o) */
     float *lse;         /* forward: written; backward: read */
     const void *g;      /* backward: dout */
     void *dq, *dk, *dv; /* backward */
-    int64_t b, hq, hkv, s, t, d;
+    int64_t b, hq, hkv, s, t, d, d_v; /* d: head dim of q and k; d_v: of v and out */
     int layout, causal;
     float scale;
 } gt_cudnn_sdpa;
 
 /* Runs the call on cuDNN's fused flash attention when graphtrain was built with cuDNN, the stream
- * allows it and cuDNN has a deterministic engine for the shape (head dim 64 to 128, s == t);
+ * allows it and cuDNN has a deterministic engine for the shape (head dims 64 to 256, s == t);
  * *ran says whether it did (else the caller runs graphtrain's kernel). Every run of a shape takes
  * the same decision and the same plan. */
 gt_status gt_cudnn_sdpa_forward(gt_cuda_stream *s, const gt_cudnn_sdpa *a, bool *ran,

@@ -1,12 +1,13 @@
 /* cuda_moe_gemm.cu — the grouped GEMMs of the mixture of experts: grouped_matmul (each group of
  * rows of x times its expert's weight) and grouped_matmul_dw (each expert's weight gradient).
- * The order of every sum is in cuda_moe.cu's header; in short:
+ * bf16 with 16-byte aligned rows runs the mma.sync kernels of cuda_moe_mma.cu; f16, f32 and
+ * unaligned calls run here. The order of every sum is in cuda_moe.cu's header; in short:
  *   grouped_matmul: a block computes a 64 x 64 tile of rows of ONE group with one k-loop from
  *     column 0 (bf16 / f16: steps of 32 on the tensor cores, wmma 16x16x16 with f32 accumulate;
  *     otherwise f32 FMAs in k order), so a row's bits do not depend on the split: M-invariant.
  *   grouped_matmul_dw: a block per (expert, 64 x 64 tile of dw[e]) runs the group's rows from
  *     offsets[e] in chunks of 32 (tensor cores) or row by row (f32 FMAs), in row order. */
-#include "cuda_internal.h"
+#include "cuda_gm.cuh"
 
 #include <mma.h>
 #include <stdint.h>
@@ -20,94 +21,6 @@
 #define GM_PAD 8   /* 16-bit elements of padding per shared row (wmma: ldm % 8 == 0) */
 #define GM_TC_THREADS 128
 #define GM_F32_THREADS 256
-
-/* ---------------------------------------------------------------- offsets on the device */
-
-typedef struct {
-    int e;          /* the group; E: rows outside the groups (zeros); -1: no rows */
-    int64_t r0, r1; /* the tile's rows */
-} gt_gm_tile;
-
-/* Tile `tile` of the row tiles of a grouped GEMM over R rows, found by a full warp. Every block
- * reads the offsets as o_0 = min(R, max(0, offsets[0])), o_{e+1} = min(R, max(o_e,
- * offsets[e + 1])) (a prefix max: what bad offsets become, flagged by gt_gm_check). The tiles:
- * first those of the rows [0, o_0) (zeros), then group e's ceil((o_{e+1} - o_e) / BM) in group
- * order, then those of the rows [o_E, R) (zeros): at most ceil(R / BM) + E + 2. Rounds of 32
- * groups: a warp scan of the prefix max and of the tile counts, a ballot for the first group past
- * `tile`. */
-__device__ gt_gm_tile gt_gm_find(const int32_t *offsets, int E, int64_t R, int64_t tile, int bm)
-{
-    int lane = threadIdx.x % 32;
-    gt_gm_tile t;
-    int64_t prev = offsets[0];
-    prev = prev < 0 ? 0 : (prev > R ? R : prev);
-    int64_t acc = (prev + bm - 1) / bm; /* the head's tiles */
-    if (tile < acc) {
-        t.e = E;
-        t.r0 = tile * bm;
-        t.r1 = t.r0 + bm < prev ? t.r0 + bm : prev;
-        return t;
-    }
-    for (int base = 0; base < E; base += 32) {
-        int e = base + lane;
-        int64_t hi = e < E ? (int64_t)offsets[e + 1] : prev;
-        for (int o = 1; o < 32; o <<= 1) {
-            int64_t v = __shfl_up_sync(0xffffffffu, hi, o);
-            if (lane >= o && v > hi) hi = v;
-        }
-        hi = hi < prev ? prev : hi;
-        hi = hi > R ? R : hi;
-        int64_t lo = __shfl_up_sync(0xffffffffu, hi, 1);
-        if (lane == 0) lo = prev;
-        int64_t nt = (hi - lo + bm - 1) / bm, cum = nt;
-        for (int o = 1; o < 32; o <<= 1) {
-            int64_t v = __shfl_up_sync(0xffffffffu, cum, o);
-            if (lane >= o) cum += v;
-        }
-        unsigned past = __ballot_sync(0xffffffffu, e < E && acc + cum > tile);
-        if (past) {
-            int f = __ffs(past) - 1;
-            int64_t flo = __shfl_sync(0xffffffffu, lo, f), fhi = __shfl_sync(0xffffffffu, hi, f);
-            int64_t fcum = __shfl_sync(0xffffffffu, cum, f), fnt = __shfl_sync(0xffffffffu, nt, f);
-            t.e = base + f;
-            t.r0 = flo + (tile - (acc + fcum - fnt)) * bm;
-            t.r1 = t.r0 + bm < fhi ? t.r0 + bm : fhi;
-            return t;
-        }
-        acc += __shfl_sync(0xffffffffu, cum, 31);
-        prev = __shfl_sync(0xffffffffu, hi, 31);
-    }
-    t.r0 = prev + (tile - acc) * bm;
-    t.e = t.r0 < R ? E : -1;
-    t.r1 = t.r0 + bm < R ? t.r0 + bm : R;
-    return t;
-}
-
-/* Flags the first bad offset (a value outside [0, R], a decrease); one thread. */
-__device__ void gt_gm_check(const int32_t *offsets, int E, int64_t R, unsigned long long *flag,
-                            int op)
-{
-    int64_t prev = 0;
-    for (int e = 0; e <= E; e++) {
-        int64_t v = offsets[e];
-        if (v < prev || v > R) {
-            gt_flag(flag, op, e, R + 1);
-            return;
-        }
-        prev = v;
-    }
-}
-
-/* The rows [lo, hi) of group e, clamped into [0, R] (bad offsets are flagged by gt_gm_check). */
-__device__ __forceinline__ void gt_gm_group(const int32_t *offsets, int e, int64_t R, int64_t *lo,
-                                            int64_t *hi)
-{
-    int64_t a = offsets[e], b = offsets[e + 1];
-    a = a < 0 ? 0 : (a > R ? R : a);
-    b = b < a ? a : (b > R ? R : b);
-    *lo = a;
-    *hi = b;
-}
 
 /* ---------------------------------------------------------------- grouped_matmul */
 
@@ -370,6 +283,7 @@ gt_status gt_cuda_grouped_matmul(gt_cuda_stream *s, const gt_kernel_call *c, gt_
     if (tc) {
         bool vec =
             Din % 8 == 0 && (tb || Dout % 8 == 0) && gt_aligned16(x->data) && gt_aligned16(w->data);
+        if (x->dtype == GT_BF16 && vec) return gt_gm_mma(s, c, tb, R, Din, Dout, (int)E, err);
         if (x->dtype == GT_BF16 && tb)
             gt_gm_launch_tc<__nv_bfloat16, true>(s, grid, vec, R, Din, Dout, (int)E, c);
         else if (x->dtype == GT_BF16)
@@ -587,6 +501,7 @@ gt_status gt_cuda_grouped_matmul_dw(gt_cuda_stream *s, const gt_kernel_call *c, 
     bool tc = x->dtype == dy->dtype && (x->dtype == GT_BF16 || x->dtype == GT_F16);
     if (tc) {
         bool vec = Din % 8 == 0 && Dout % 8 == 0 && gt_aligned16(x->data) && gt_aligned16(dy->data);
+        if (x->dtype == GT_BF16 && vec) return gt_gmdw_mma(s, c, R, Din, Dout, (int)E, err);
         if (x->dtype == GT_BF16)
             gt_gmdw_launch_tc<__nv_bfloat16>(s, grid, vec, R, Din, Dout, (int)E, c);
         else
