@@ -149,6 +149,18 @@ typedef struct {
     gt_cfg_nccl_buffers nccl_buffers;
 } gt_cfg_comm;
 
+typedef enum { GT_CFG_EP_EAGER = 0, GT_CFG_EP_GRAPH } gt_cfg_ep_strategy;
+typedef enum { GT_CFG_EP_BATCH = 0, GT_CFG_EP_SEQ } gt_cfg_ep_dim;
+
+/* compile.ep_overlap: torchtitan's EP chunking (docs/TRAINING.md "Chunking the MoE"). */
+typedef struct {
+    bool enabled;
+    gt_cfg_ep_strategy strategy;
+    gt_cfg_ep_dim chunk_dim;
+    char *module_fqn; /* "layers.*" or "layers.*.moe" */
+    bool disable_early_grad_accumulation;
+} gt_cfg_ep_overlap;
+
 typedef struct {
     bool enable;
     gt_cfg_memory_policy memory_policy;
@@ -159,6 +171,7 @@ typedef struct {
     bool debug_graph_passes;
     char *precompile_artifact_dir;
     bool cudagraphs; /* training.device = cuda: replay the step as one CUDA graph */
+    gt_cfg_ep_overlap ep_overlap;
 } gt_cfg_compile;
 
 typedef struct {

@@ -42,6 +42,7 @@ typedef struct {
     double init_std;           /* 0.02 */
     double load_balance_coeff; /* 1e-3; 0 disables the bias update */
     int force_load_balance;    /* --debug.moe_force_load_balance: round-robin routing */
+    gt_model_chunking chunk;   /* compile.ep_overlap, strategy eager: each MoE (block) per chunk */
     gt_dtype compute_dtype;    /* GT_F32 or GT_BF16, as llama3 */
 } gt_deepseek_v3_config;
 

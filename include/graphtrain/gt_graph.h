@@ -345,6 +345,17 @@ int gt_value_format_placement(const gt_graph *g, gt_value_id v, char *buf, size_
  * On return map holds the copies' output ids. Used by remat and chunking. */
 gt_status gt_graph_copy_region(gt_graph *dst, const gt_graph *src, gt_node_id first,
                                gt_node_id last, gt_value_id *map, gt_error *err);
+/* One symbol of the shapes and the expression that replaces it in a copy (chunking: "batch" by a
+ * chunk's size). */
+typedef struct {
+    const char *name;
+    gt_expr repl; /* in the destination's pool */
+} gt_sym_subst;
+/* Copies nodes ids[0..n) of src, in that order, into dst as gt_graph_copy_region does (map in and
+ * out, output types re-derived), with symbol subst->name replaced by subst->repl in every
+ * expression attribute when subst is not NULL. */
+gt_status gt_graph_copy_nodes(gt_graph *dst, const gt_graph *src, const gt_node_id *ids, int n,
+                              gt_value_id *map, const gt_sym_subst *subst, gt_error *err);
 
 /* Number of nodes that use each value (array of n_values; caller frees). Graph outputs count. */
 int32_t *gt_graph_use_counts(const gt_graph *g);

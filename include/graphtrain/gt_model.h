@@ -27,6 +27,13 @@ typedef struct {
     double moe_bias_coeff;
 } gt_model;
 
+/* Eager chunking (compile.ep_overlap, strategy eager): what the builder splits in two. */
+typedef struct {
+    bool enabled;
+    bool moe_only; /* each MoE (layers.*.moe); else each MoE block (layers.*) */
+    bool seq;      /* along the sequence (MoE only); else along the batch */
+} gt_model_chunking;
+
 /* Bytes a family's config struct may take inside gt_model_config. */
 #define GT_MODEL_CONFIG_BYTES 1024
 
@@ -42,6 +49,9 @@ typedef struct {
     gt_dtype compute_dtype;
     /* --debug.moe_force_load_balance: mixture-of-experts families route round-robin */
     bool moe_force_load_balance;
+    /* compile.ep_overlap with strategy eager: a mixture-of-experts family builds each MoE block
+     * (or each MoE) once per chunk of the batch (or of the sequence) */
+    gt_model_chunking chunk;
     _Alignas(16) unsigned char cfg[GT_MODEL_CONFIG_BYTES];
 } gt_model_config;
 

@@ -121,6 +121,22 @@ gt_status gt_pass_reduce_scatter_narrow(gt_graph *g, const gt_pass_ctx *ctx, gt_
  * (reorder.c). Only the node order changes. No-op without a mesh. */
 gt_status gt_pass_fsdp_reorder(gt_graph *g, const gt_pass_ctx *ctx, gt_error *err);
 
+/* ---------------------------------------------------------------- EP chunking (ep_chunk.c) */
+
+/* compile.ep_overlap's choices for the chunking pass. */
+typedef struct {
+    bool moe_only;   /* layers.*.moe: each MoE; else layers.*: each MoE block */
+    bool seq;        /* chunk along the sequence (MoE only); else along the batch */
+    bool early_grad; /* one cast per parameter for both chunks (gradients added before it) */
+} gt_chunk_options;
+
+/* Splits each MoE block (or MoE) of the forward graph g into two chunks of the batch or the
+ * sequence, exact against the model built once per chunk (ep_chunk.c says how). It runs on the
+ * forward graph, before autodiff; value ids change, and the n_track ids in track (the model's
+ * loss, logits, token counts, ...) are rewritten to the new graph's. */
+gt_status gt_pass_ep_chunk(gt_graph *g, const gt_chunk_options *o, gt_value_id *track,
+                           int n_track, gt_error *err);
+
 /* ---------------------------------------------------------------- collective report
  * (collective_report.c) */
 

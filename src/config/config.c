@@ -30,7 +30,8 @@ _Static_assert(sizeof(gt_cfg_dataset) == sizeof(int) && sizeof(gt_cfg_precision)
                    sizeof(gt_cfg_decay_type) == sizeof(int) &&
                    sizeof(gt_cfg_reshard) == sizeof(int) &&
                    sizeof(gt_cfg_memory_policy) == sizeof(int) &&
-                   sizeof(gt_cfg_async_mode) == sizeof(int),
+                   sizeof(gt_cfg_async_mode) == sizeof(int) &&
+                   sizeof(gt_cfg_ep_strategy) == sizeof(int) && sizeof(gt_cfg_ep_dim) == sizeof(int),
                "enum options are stored and read as int");
 
 /* ---------------------------------------------------------------- the schema */
@@ -45,6 +46,8 @@ static const char *const fsdp_gathers[] = {"bucketed", "grouped", NULL};
 static const char *const nccl_buffers[] = {"plain", "registrable", "symmetric", "auto", NULL};
 static const char *const memory_policies[] = {"default", "full", "eager", "none", "budget", NULL};
 static const char *const async_modes[] = {"disabled", "async", "async_with_pinned_mem", NULL};
+static const char *const ep_overlap_strategies[] = {"eager", "graph", NULL};
+static const char *const ep_overlap_dims[] = {"batch", "seq", NULL};
 
 #define OPT(sec, k, t) .section = #sec, .key = #k, .type = t, .offset = offsetof(gt_config, sec.k)
 #define INT_RANGE(lo, hi) .int_min = (lo), .int_max = (hi)
@@ -190,6 +193,30 @@ static const gt_cfg_option options[] = {
              "run's model, layout and compile options (another is an error naming the option); "
              "else rank 0 compiles the step and saves it there and the other ranks load it"},
     /* checkpoint */
+    /* the EP chunking of torchtitan's graph trainer (compile.ep_overlap.*): the MoE regions split
+     * in two along the batch or the sequence */
+    {.section = "compile.ep_overlap", .key = "enabled", .type = GT_CFG_BOOL,
+     .offset = offsetof(gt_config, compile.ep_overlap.enabled), .default_value = "false",
+     .help = "split the selected modules' tokens in two chunks (DeepSeek-V3's MoE blocks)"},
+    {.section = "compile.ep_overlap", .key = "strategy", .type = GT_CFG_ENUM,
+     .offset = offsetof(gt_config, compile.ep_overlap.strategy), .default_value = "graph",
+     .choices = ep_overlap_strategies,
+     .help = "graph: a pass over the forward graph splits the regions; eager: the model builder "
+             "builds each module once per chunk (the numerical reference)"},
+    {.section = "compile.ep_overlap", .key = "chunk_dim", .type = GT_CFG_ENUM,
+     .offset = offsetof(gt_config, compile.ep_overlap.chunk_dim), .default_value = "batch",
+     .choices = ep_overlap_dims,
+     .help = "batch, or seq (only with module_fqn layers.*.moe: attention needs whole sequences)"},
+    {.section = "compile.ep_overlap", .key = "module_fqn", .type = GT_CFG_STRING,
+     .offset = offsetof(gt_config, compile.ep_overlap.module_fqn), .default_value = "layers.*",
+     .help = "the chunked modules: layers.* (each MoE block) or layers.*.moe (each MoE)"},
+    {.section = "compile.ep_overlap", .key = "disable_early_grad_accumulation",
+     .type = GT_CFG_BOOL,
+     .offset = offsetof(gt_config, compile.ep_overlap.disable_early_grad_accumulation),
+     .default_value = "false",
+     .help = "graph strategy: each chunk casts the parameters itself and their f32 gradients are "
+             "added after the casts, as eager chunking does (bitwise equal to it); false: one "
+             "cast shared by the chunks, gradients added before it"},
     {OPT(checkpoint, enable, GT_CFG_BOOL), .default_value = "false",
      .help = "save checkpoints and resume from the latest one"},
     {OPT(checkpoint, folder, GT_CFG_STRING), .default_value = "checkpoint",
@@ -707,6 +734,37 @@ bool gt_config_equal(const gt_config *a, const gt_config *b)
 
 /* ---------------------------------------------------------------- TOML files */
 
+/* The entries of table t, the section named sec (len sl; known: a section of the schema). A
+ * table inside a section is a subsection ([compile.ep_overlap]) when the schema has one of that
+ * name. */
+static gt_status apply_section(gt_config *c, const char *sec, size_t sl, bool known,
+                               const gt_toml_table *t, const char *name, gt_error *err)
+{
+    char where[600];
+    for (int k = 0; k < t->n; k++) {
+        const gt_toml_entry *e = t->entries[k];
+        snprintf(where, sizeof where, "%s:%d:%d", name, e->line, e->col);
+        origin org = {where, false};
+        /* "section.key" (capped: a key longer than any option cannot match anyway) */
+        char full[256];
+        size_t kl = e->key_len < 200 ? e->key_len : 200;
+        size_t cl = sl < 50 ? sl : 50;
+        memcpy(full, sec, cl);
+        full[cl] = '.';
+        memcpy(full + cl + 1, e->key, kl);
+        size_t fl = cl + 1 + kl;
+        bool whole = known && kl == e->key_len && cl == sl;
+        if (whole && e->value->type == GT_TOML_TABLE && is_section(full, fl)) {
+            GT_TRY(apply_section(c, full, fl, true, &e->value->as.table, name, err));
+            continue;
+        }
+        const gt_cfg_option *o = whole ? find_option(full, fl) : NULL;
+        if (!o) return unknown_option(&org, full, fl, err);
+        GT_TRY(set_value(c, o, e->value, &org, err));
+    }
+    return GT_OK;
+}
+
 static gt_status apply_tree(gt_config *c, const gt_toml_value *root, const char *name,
                             gt_error *err)
 {
@@ -729,22 +787,7 @@ static gt_status apply_tree(gt_config *c, const gt_toml_value *root, const char 
         if (!known && t->n == 0)
             return gt_error_set(err, GT_ERR_INVALID, "%s: [%s]: unknown section; did you mean %s?",
                                 where, shown, suggest_section(s->key, s->key_len));
-        for (int k = 0; k < t->n; k++) {
-            const gt_toml_entry *e = t->entries[k];
-            snprintf(where, sizeof where, "%s:%d:%d", name, e->line, e->col);
-            /* "section.key" (capped: a key longer than any option cannot match anyway) */
-            char full[256];
-            size_t kl = e->key_len < 200 ? e->key_len : 200;
-            size_t sl = s->key_len < 50 ? s->key_len : 50;
-            memcpy(full, s->key, sl);
-            full[sl] = '.';
-            memcpy(full + sl + 1, e->key, kl);
-            size_t fl = sl + 1 + kl;
-            const gt_cfg_option *o =
-                (known && kl == e->key_len && sl == s->key_len) ? find_option(full, fl) : NULL;
-            if (!o) return unknown_option(&org, full, fl, err);
-            GT_TRY(set_value(c, o, e->value, &org, err));
-        }
+        GT_TRY(apply_section(c, s->key, s->key_len, known, t, name, err));
     }
     return GT_OK;
 }
@@ -825,6 +868,18 @@ gt_status gt_config_apply_overrides(gt_config *c, int argc, char **argv, gt_erro
 gt_status gt_config_validate(const gt_config *c, gt_error *err)
 {
     const gt_cfg_training *t = &c->training;
+    const gt_cfg_ep_overlap *ep = &c->compile.ep_overlap;
+    bool moe_root = !strcmp(ep->module_fqn, "layers.*.moe");
+    if (!moe_root && strcmp(ep->module_fqn, "layers.*"))
+        return gt_error_set(err, GT_ERR_INVALID,
+                            "config: compile.ep_overlap.module_fqn: expected \"layers.*\" (each "
+                            "MoE block) or \"layers.*.moe\" (each MoE), got \"%s\"",
+                            ep->module_fqn);
+    if (ep->chunk_dim == GT_CFG_EP_SEQ && !moe_root)
+        return gt_error_set(err, GT_ERR_INVALID,
+                            "config: compile.ep_overlap.chunk_dim = seq needs module_fqn = "
+                            "\"layers.*.moe\" (attention in %s needs whole sequences)",
+                            ep->module_fqn);
     if (t->mixed_precision_reduce != GT_CFG_PRECISION_FLOAT32)
         return gt_error_set(err, GT_ERR_UNSUPPORTED,
                             "config: training.mixed_precision_reduce: only \"float32\" is "

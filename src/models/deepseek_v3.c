@@ -44,6 +44,8 @@ typedef struct {
     const gt_deepseek_v3_config *cfg;
     gt_model *model;
     gt_expr b, s, bs;
+    /* the last MoE built: its expert-bias input and token counts (summed over the chunks) */
+    gt_value_id bias_out, counts_out;
 } dsv3_ctx;
 
 /* The module path of what is built next, "layers.%lld.<...>" with the layer, and its unit. */
@@ -63,9 +65,21 @@ static gt_value_id weight(dsv3_ctx *c, gt_value_id p)
 
 /* Adds one f32 PARAM (ndim 1..3, dims d0, d1, d2) with its plan and init; trunc_normal is cut at
  * torch's default absolute [-2, 2] unless cut > 0 (then ±cut·std). */
+/* The graph input of kind `kind` named fqn, GT_NONE when there is none. */
+static gt_value_id find_input(const gt_graph *g, gt_input_kind kind, const char *fqn)
+{
+    for (int32_t k = 0; k < g->n_inputs; k++)
+        if (g->inputs[k].kind == (int)kind && !strcmp(gt_graph_str(g, g->inputs[k].fqn), fqn))
+            return g->inputs[k].value;
+    return GT_NONE;
+}
+
 static gt_value_id param(dsv3_ctx *c, const char *fqn, gt_tp_style tp, int32_t unit, int ndim,
                          int64_t d0, int64_t d1, int64_t d2, gt_init_kind init, double std)
 {
+    /* a module built once per chunk (eager chunking) finds its parameters made by the first */
+    gt_value_id have = find_input(c->g, GT_IN_PARAM, fqn);
+    if (have != GT_NONE) return have;
     gt_param_spec *p = &c->model->params[c->model->n_params++];
     memset(p, 0, sizeof *p);
     snprintf(p->fqn, sizeof p->fqn, "%s", fqn);
@@ -281,12 +295,11 @@ static gt_value_id route(dsv3_ctx *c, int64_t i, gt_value_id xf, gt_value_id gat
     return ids;
 }
 
-/* MoE of layer i on x [b, s, D]. */
-static gt_value_id moe(dsv3_ctx *c, int64_t i, gt_value_id x)
+/* MoE of layer i on x [b, s, D]; its bias input and counts into c->bias_out, c->counts_out. */
+static gt_value_id moe_body(dsv3_ctx *c, int64_t i, gt_value_id x)
 {
     gt_graph *g = c->g;
     const gt_deepseek_v3_config *cfg = c->cfg;
-    gt_model *m = c->model;
     int64_t D = cfg->dim, E = cfg->n_experts, K = cfg->top_k, F = cfg->moe_hidden;
     int32_t u = (int32_t)i;
     char n[160];
@@ -301,9 +314,11 @@ static gt_value_id moe(dsv3_ctx *c, int64_t i, gt_value_id x)
     /* the load-balancing bias: state carried between steps, zeros at the start (torchtitan's
      * persistent buffer expert_bias_E) */
     gt_expr e_dim = gt_c(g, E);
-    gt_value_id bias =
-        gt_graph_add_input(g, GT_IN_BUFFER, NAME(n, "moe.expert_bias_E", i), GT_F32, 1, &e_dim);
-    gt_graph_set_input_plan(g, bias, (gt_param_plan){.unit = u});
+    gt_value_id bias = find_input(g, GT_IN_BUFFER, NAME(n, "moe.expert_bias_E", i));
+    if (bias == GT_NONE) {
+        bias = gt_graph_add_input(g, GT_IN_BUFFER, n, GT_F32, 1, &e_dim);
+        gt_graph_set_input_plan(g, bias, (gt_param_plan){.unit = u});
+    }
 
     set_fqn(g, "layers.%lld.moe", i);
     gt_expr flat[2] = {c->bs, gt_c(g, D)};
@@ -312,8 +327,8 @@ static gt_value_id moe(dsv3_ctx *c, int64_t i, gt_value_id x)
     int32_t first = g->n_nodes;
     gt_value_id w, ids = route(c, i, xf, gate, bias, &w);
     set_fqn(g, "layers.%lld.moe", i);
-    m->moe_bias[m->n_moe] = bias;
-    m->moe_counts[m->n_moe++] = gt_moe_count(g, ids, (int)E);
+    c->bias_out = bias;
+    c->counts_out = gt_moe_count(g, ids, (int)E);
     gt_value_id token, offsets, order = gt_moe_sort(g, ids, (int)E, &token, &offsets);
     set_fqn(g, "layers.%lld.moe.routed_experts", i);
     gt_value_id xs = gt_embedding(g, xf, token); /* [T·K, D] in (expert, token, k) order */
@@ -349,7 +364,47 @@ static gt_value_id moe(dsv3_ctx *c, int64_t i, gt_value_id x)
     return gt_reshape(g, out, 3, back);
 }
 
-static gt_value_id block(dsv3_ctx *c, int64_t i, gt_value_id h)
+typedef gt_value_id (*dsv3_module)(dsv3_ctx *c, int64_t i, gt_value_id x);
+
+/* Eager chunking (compile.ep_overlap, strategy eager): module fn of layer i built once per chunk
+ * of x [b, s, D] — the batch in two (dim 0) or, seq, the sequence (dim 1), cut at n // 2 as the
+ * chunking pass cuts — the outputs joined along that dim and the chunks' token counts added. */
+static gt_value_id chunked(dsv3_ctx *c, int64_t i, gt_value_id x, bool seq, dsv3_module fn)
+{
+    gt_graph *g = c->g;
+    gt_expr n = seq ? c->s : c->b, b = c->b, s = c->s, bs = c->bs;
+    gt_expr part[2] = {gt_sym_floordiv(g->sym, n, gt_c(g, 2)), GT_EXPR_INVALID};
+    part[1] = gt_sym_sub(g->sym, n, part[0]);
+    int dim = seq ? 1 : 0;
+    gt_value_id xs[2] = {gt_slice(g, x, dim, gt_c(g, 0), part[0]),
+                         gt_slice(g, x, dim, part[0], n)};
+    gt_value_id out[2], counts[2];
+    for (int k = 0; k < 2; k++) {
+        c->b = seq ? b : part[k];
+        c->s = seq ? part[k] : s;
+        c->bs = gt_sym_mul(g->sym, c->b, c->s);
+        out[k] = fn(c, i, xs[k]);
+        counts[k] = c->counts_out;
+    }
+    c->b = b, c->s = s, c->bs = bs;
+    gt_value_id joined = gt_concat(g, 2, out, dim);
+    c->counts_out = gt_add(g, counts[0], counts[1]);
+    return joined;
+}
+
+/* The MoE of layer i, chunked under eager chunking of each MoE; its bias and counts recorded. */
+static gt_value_id moe(dsv3_ctx *c, int64_t i, gt_value_id x)
+{
+    gt_model *m = c->model;
+    const gt_model_chunking *ch = &c->cfg->chunk;
+    gt_value_id out = ch->enabled && ch->moe_only ? chunked(c, i, x, ch->seq, moe_body)
+                                                  : moe_body(c, i, x);
+    m->moe_bias[m->n_moe] = c->bias_out;
+    m->moe_counts[m->n_moe++] = c->counts_out;
+    return out;
+}
+
+static gt_value_id block_body(dsv3_ctx *c, int64_t i, gt_value_id h)
 {
     gt_graph *g = c->g;
     const gt_deepseek_v3_config *cfg = c->cfg;
@@ -364,10 +419,24 @@ static gt_value_id block(dsv3_ctx *c, int64_t i, gt_value_id h)
     h = gt_add(g, h, a);
     set_fqn(g, "layers.%lld.ffn_norm", i);
     x = gt_rms_norm(g, h, weight(c, ffn_norm), cfg->norm_eps);
-    gt_value_id f =
-        i < cfg->n_dense_layers ? swiglu(c, i, "feed_forward", x, cfg->dense_hidden) : moe(c, i, x);
+    gt_value_id f = i < cfg->n_dense_layers ? swiglu(c, i, "feed_forward", x, cfg->dense_hidden)
+                    : c->cfg->chunk.enabled && !c->cfg->chunk.moe_only ? moe_body(c, i, x)
+                                                                        : moe(c, i, x);
     set_fqn(g, "layers.%lld", i);
     return gt_add(g, h, f);
+}
+
+/* Block i; under eager chunking of each MoE block (layers.*) a MoE block is built per chunk. */
+static gt_value_id block(dsv3_ctx *c, int64_t i, gt_value_id h)
+{
+    const gt_model_chunking *ch = &c->cfg->chunk;
+    if (!ch->enabled || ch->moe_only || i < c->cfg->n_dense_layers) return block_body(c, i, h);
+    set_fqn(c->g, "layers.%lld", i);
+    gt_value_id out = chunked(c, i, h, false, block_body);
+    gt_model *m = c->model;
+    m->moe_bias[m->n_moe] = c->bias_out;
+    m->moe_counts[m->n_moe++] = c->counts_out;
+    return out;
 }
 
 /* PARAM inputs the builder adds (the arrays' sizes). */
@@ -454,6 +523,7 @@ static gt_deepseek_v3_config config_of(const gt_model_config *mc)
     memcpy(&cfg, mc->cfg, sizeof cfg);
     cfg.compute_dtype = mc->compute_dtype;
     cfg.force_load_balance = mc->moe_force_load_balance;
+    cfg.chunk = mc->chunk;
     return cfg;
 }
 

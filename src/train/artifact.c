@@ -52,8 +52,11 @@ static bool key_skips(const gt_cfg_option *o)
         if (!strcmp(name, skip[k])) return true;
     static const char *const sections[] = {"model", "training", "parallelism", "optimizer",
                                            "compile"};
-    for (size_t k = 0; k < sizeof sections / sizeof sections[0]; k++)
-        if (!strcmp(o->section, sections[k])) return false;
+    for (size_t k = 0; k < sizeof sections / sizeof sections[0]; k++) {
+        size_t l = strlen(sections[k]); /* the section or a subsection ([compile.ep_overlap]) */
+        if (!strncmp(o->section, sections[k], l) && (!o->section[l] || o->section[l] == '.'))
+            return false;
+    }
     return true;
 }
 

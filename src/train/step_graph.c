@@ -6,6 +6,8 @@
  * The global graph is exactly the one-rank graph of the global batch (local_batch_size x dp
  * sequences), so N ranks compute what one rank computes on that batch, up to the summation order
  * of the collectives. */
+#include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -133,7 +135,66 @@ gt_status gt_train_model_config(const gt_config *cfg, gt_model_config *mc, gt_er
         cfg->training.mixed_precision_param == GT_CFG_PRECISION_FLOAT32 ? GT_F32 : GT_BF16;
     GT_TRY(gt_model_config_init(cfg->model.name, cfg->model.flavor, compute, mc, err));
     mc->moe_force_load_balance = cfg->debug.moe_force_load_balance;
+    const gt_cfg_ep_overlap *ep = &cfg->compile.ep_overlap;
+    if (ep->enabled && ep->strategy == GT_CFG_EP_EAGER)
+        mc->chunk = (gt_model_chunking){.enabled = true,
+                                        .moe_only = !strcmp(ep->module_fqn, "layers.*.moe"),
+                                        .seq = ep->chunk_dim == GT_CFG_EP_SEQ};
     return GT_OK;
+}
+
+/* With compile.debug_graph_passes, the forward graph's listing as DUMP_FOLDER/graph_passes/NAME
+ * (the chunking pass's before and after). */
+static gt_status dump_forward(const gt_config *cfg, const gt_graph *g, const char *name,
+                              gt_error *err)
+{
+    if (!cfg->compile.debug_graph_passes) return GT_OK;
+    char *dir = gt_train_join_path(cfg->job.dump_folder, "graph_passes");
+    char *path = gt_train_join_path(dir, name);
+    gt_status st = gt_make_dirs(dir, err);
+    FILE *f = st == GT_OK ? fopen(path, "w") : NULL;
+    if (st == GT_OK && !f)
+        st = gt_error_set(err, GT_ERR_IO, "%s: cannot write: %s", path, strerror(errno));
+    if (f) {
+        gt_graph_print(g, f);
+        if (fclose(f) != 0)
+            st = gt_error_set(err, GT_ERR_IO, "%s: cannot write: %s", path, strerror(errno));
+    }
+    free(path);
+    free(dir);
+    return st;
+}
+
+/* compile.ep_overlap: the chunking pass over the forward graph (strategy graph), or a check that
+ * the builder chunked something (strategy eager). The model's value ids follow the rewrite. */
+static gt_status chunk_forward(const gt_config *cfg, gt_graph *g, gt_model *model, gt_error *err)
+{
+    const gt_cfg_ep_overlap *ep = &cfg->compile.ep_overlap;
+    if (!ep->enabled) return GT_OK;
+    if (model->n_moe == 0)
+        return gt_error_set(err, GT_ERR_UNSUPPORTED,
+                            "compile.ep_overlap.enabled: model %s (flavor %s) has no MoE block to "
+                            "chunk",
+                            cfg->model.name, cfg->model.flavor);
+    if (ep->strategy == GT_CFG_EP_EAGER) return GT_OK;
+    gt_chunk_options o = {.moe_only = !strcmp(ep->module_fqn, "layers.*.moe"),
+                          .seq = ep->chunk_dim == GT_CFG_EP_SEQ,
+                          .early_grad = !ep->disable_early_grad_accumulation};
+    int n = 4 + 2 * model->n_moe;
+    gt_value_id *track = gt_xmalloc((size_t)n * sizeof *track);
+    track[0] = model->tokens, track[1] = model->labels, track[2] = model->logits;
+    track[3] = model->loss;
+    for (int k = 0; k < model->n_moe; k++)
+        track[4 + 2 * k] = model->moe_bias[k], track[5 + 2 * k] = model->moe_counts[k];
+    gt_status st = dump_forward(cfg, g, "00-ep_chunk.before.txt", err);
+    if (st == GT_OK) st = gt_pass_ep_chunk(g, &o, track, n, err);
+    if (st == GT_OK) st = dump_forward(cfg, g, "00-ep_chunk.after.txt", err);
+    model->tokens = track[0], model->labels = track[1], model->logits = track[2];
+    model->loss = track[3];
+    for (int k = 0; k < model->n_moe; k++)
+        model->moe_bias[k] = track[4 + 2 * k], model->moe_counts[k] = track[5 + 2 * k];
+    free(track);
+    return st;
 }
 
 gt_status gt_train_build_model(const gt_config *cfg, gt_model *model, gt_error *err)
@@ -172,6 +233,7 @@ gt_status gt_train_build_global_graph(const gt_config *cfg, const gt_train_layou
     gt_model_config mc;
     GT_TRY(gt_train_model_config(cfg, &mc, err));
     GT_TRY(gt_model_build(g, &mc, model, err));
+    GT_TRY(chunk_forward(cfg, g, model, err));
     if (micro_batches > 1) {
         /* each micro-batch contributes loss / micro_batches: the step's loss is their sum */
         for (int k = 0; k < g->n_outputs; k++)
