@@ -13,7 +13,9 @@
  *   - chunked against unchunked: step 1's loss bitwise (every token's forward is the same
  *     arithmetic; the later steps differ: each weight gradient is then a sum of two products);
  *   - graph against eager under memory_policy full and under gradient accumulation (2
- *     micro-batches of 4).
+ *     micro-batches of 4);
+ *   - the chunked step compiled and saved as an artifact, and loaded from it, against direct
+ *     compilation (the loading run must say it loaded it).
  * Bad input: a module_fqn other than the two, seq chunks of whole blocks, a model without MoE —
  * each an error naming the option. */
 #include "train_child.h" /* first: it defines _GNU_SOURCE */
@@ -187,6 +189,21 @@ int main(void)
                  extra[k][1]);
         same(what, &graph, &eager);
     }
+    /* the chunked step precompiled (compile.precompile_artifact_dir): saved, then loaded */
+    char dir[420], art[460];
+    snprintf(dir, sizeof dir, "%s/artifact", root);
+    snprintf(art, sizeof art, "compile.precompile_artifact_dir=%s", dir);
+    chunk_opts(o, "layers.*.moe", "seq", "graph", true);
+    run_result direct = run(binary, root, "test_dsv3_tiny", false, o);
+    o[5] = art, o[6] = NULL;
+    run_result saved = run(binary, root, "test_dsv3_tiny", false, o);
+    char step[480];
+    snprintf(step, sizeof step, "%s/step.graph", dir);
+    struct stat sb;
+    EXPECT(stat(step, &sb) == 0 && sb.st_size > 0, "%s: the artifact was not written", step);
+    run_result loaded = run(binary, root, "test_dsv3_tiny", false, o);
+    same("test_dsv3_tiny f32 layers.*.moe x seq: compiled and saved vs direct", &saved, &direct);
+    same("test_dsv3_tiny f32 layers.*.moe x seq: artifact loaded vs direct", &loaded, &direct);
     check_bad(binary, root);
     remove_tree(root);
     return gt_test_finish();
