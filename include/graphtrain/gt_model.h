@@ -42,6 +42,9 @@ typedef struct {
     gt_dtype compute_dtype;
     /* --debug.moe_force_load_balance: mixture-of-experts families route round-robin */
     bool moe_force_load_balance;
+    /* --model.attn_mask_type block_causal: an INPUT "positions" (i64 [batch, seq], restarting at 0
+     * at every document of a packed sequence) drives RoPE and a block-causal attention mask */
+    bool block_causal;
     _Alignas(16) unsigned char cfg[GT_MODEL_CONFIG_BYTES];
 } gt_model_config;
 

@@ -43,6 +43,7 @@ typedef struct {
     const gt_deepseek_v3_config *cfg;
     gt_model *model;
     gt_expr b, s, bs;
+    gt_value_id positions; /* INPUT positions [b, s] (block_causal), else GT_NONE */
 } dsv3_ctx;
 
 /* The module path of what is built next, "layers.%lld.<...>" with the layer, and its unit. */
@@ -120,7 +121,7 @@ static gt_value_id rope(dsv3_ctx *c, int64_t i, gt_value_id x)
                          .original_max_position = cfg->rope_original_seq_len,
                          .scaling = GT_ROPE_YARN,
                          .interleaved = 1};
-    return gt_rope(c->g, x, &rp, false);
+    return gt_rope_at(c->g, x, c->positions, &rp, false);
 }
 
 static gt_value_id attention(dsv3_ctx *c, int64_t i, gt_value_id x)
@@ -190,8 +191,8 @@ static gt_value_id attention(dsv3_ctx *c, int64_t i, gt_value_id x)
     gt_value_id k = gt_concat(g, 2, ks, 3);
 
     set_fqn(g, "layers.%lld.attention.sdpa", i);
-    gt_value_id a =
-        gt_sdpa_layout(g, q, k, kn_v[1], true, gt_deepseek_v3_softmax_scale(cfg), 1, NULL);
+    gt_value_id a = gt_sdpa_docs(g, q, k, kn_v[1], c->positions, true,
+                                 gt_deepseek_v3_softmax_scale(cfg), 1, NULL);
     set_fqn(g, "layers.%lld.attention.wo", i);
     gt_expr merged[3] = {c->b, c->s, gt_c(g, H * vd)};
     a = gt_reshape(g, a, 3, merged);
@@ -382,6 +383,9 @@ gt_status gt_deepseek_v3_build(gt_graph *g, const gt_deepseek_v3_config *cfg, gt
     gt_expr tok_dims[2] = {c.b, c.s};
     model->tokens = gt_graph_add_input(g, GT_IN_INPUT, "tokens", GT_I64, 2, tok_dims);
     model->labels = gt_graph_add_input(g, GT_IN_INPUT, "labels", GT_I64, 2, tok_dims);
+    c.positions = cfg->block_causal
+                      ? gt_graph_add_input(g, GT_IN_INPUT, "positions", GT_I64, 2, tok_dims)
+                      : GT_NONE;
 
     gt_value_id tok = param(&c, "tok_embeddings.weight", GT_TP_COLWISE, GT_UNIT_EMBED, 2, V, D, 0,
                             GT_INIT_NORMAL, 1.0);
@@ -437,6 +441,7 @@ static gt_deepseek_v3_config config_of(const gt_model_config *mc)
     memcpy(&cfg, mc->cfg, sizeof cfg);
     cfg.compute_dtype = mc->compute_dtype;
     cfg.force_load_balance = mc->moe_force_load_balance;
+    cfg.block_causal = mc->block_causal;
     return cfg;
 }
 

@@ -133,6 +133,7 @@ gt_status gt_train_model_config(const gt_config *cfg, gt_model_config *mc, gt_er
         cfg->training.mixed_precision_param == GT_CFG_PRECISION_FLOAT32 ? GT_F32 : GT_BF16;
     GT_TRY(gt_model_config_init(cfg->model.name, cfg->model.flavor, compute, mc, err));
     mc->moe_force_load_balance = cfg->debug.moe_force_load_balance;
+    mc->block_causal = cfg->model.attn_mask_type == GT_CFG_ATTN_MASK_BLOCK_CAUSAL;
     return GT_OK;
 }
 
