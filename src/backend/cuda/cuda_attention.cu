@@ -390,6 +390,7 @@ static gt_flash gt_cuda_att_flash(const gt_kernel_call *c, const gt_att *a)
     f.causal = a->causal;
     f.scale = a->scale;
     f.scale_log2 = a->scale * 1.4426950408889634f;
+    f.pos = a->pos;
     return f;
 }
 
@@ -400,7 +401,7 @@ gt_status gt_cuda_sdpa(gt_cuda_stream *s, const gt_kernel_call *c, gt_error *err
     GT_TRY(gt_cuda_att_want(c, c->out[0], "out", &a, a.hq, a.s, a.dv, err));
     GT_TRY(gt_cuda_att_want(c, c->out[1], "lse", &a, a.hq, a.s, -1, err));
     if (a.b * a.hq * a.s == 0) return GT_OK;
-    if (!a.pos && gt_cuda_flash_fits(c, a.d, a.dv, a.t)) {
+    if (gt_cuda_flash_fits(c, a.d, a.dv, a.t)) {
         gt_cudnn_sdpa cd = {c->in[0]->data,
                             c->in[1]->data,
                             c->in[2]->data,
@@ -472,7 +473,7 @@ gt_status gt_cuda_sdpa_backward(gt_cuda_stream *s, const gt_kernel_call *c, gt_e
                                                                                  dv->dtype);
         return gt_cuda_launched(c, err);
     }
-    if (!a.pos && gt_cuda_flash_fits(c, a.d, a.dv, a.t)) { /* cuDNN's, where it takes the call */
+    if (gt_cuda_flash_fits(c, a.d, a.dv, a.t)) { /* cuDNN's, where it takes the call */
         gt_cudnn_sdpa cd = {q->data,  k->data,  v->data,  o->data,  (float *)l->data,
                             g->data,  dq->data, dk->data, dv->data, a.b,
                             a.hq,     a.hkv,    a.s,      a.t,      a.d,
@@ -484,7 +485,7 @@ gt_status gt_cuda_sdpa_backward(gt_cuda_stream *s, const gt_kernel_call *c, gt_e
     void *scr; /* D; the flash kernels also keep lse log2 e after it */
     GT_TRY(gt_cuda_scratch(s, c, 2 * (size_t)qrows * sizeof(float), &scr, err));
     float *dsum = (float *)scr;
-    if (!a.pos && gt_cuda_flash_fits(c, a.d, a.dv, a.t)) {
+    if (gt_cuda_flash_fits(c, a.d, a.dv, a.t)) {
         gt_flash f = gt_cuda_att_flash(c, &a);
         f.o = (const __nv_bfloat16 *)o->data;
         f.g = (const __nv_bfloat16 *)g->data;
