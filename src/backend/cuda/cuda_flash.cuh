@@ -213,10 +213,13 @@ __device__ __forceinline__ int64_t gt_flash_at(const gt_flash_stride &st, int64_
     return bi * st.batch + h * st.head;
 }
 
-/* The first key query row i of batch bi sees: its document's start (0 without documents). */
+/* The first key query row i of batch bi sees: its document's start (0 without documents). The
+ * positions are not checked on the device (the CPU kernel checks them; the loader makes them):
+ * a position above i gives 0, never a key before the sequence. */
 __device__ __forceinline__ int64_t gt_flash_start(const gt_flash &f, int64_t bi, int64_t i)
 {
-    return f.pos && i < f.s ? i - f.pos[bi * f.s + i] : 0;
+    int64_t st = f.pos && i < f.s ? i - f.pos[bi * f.s + i] : 0;
+    return st > 0 ? st : 0;
 }
 
 /* The smallest and largest document start of query rows [r0, r0 + n) that exist (0 and 0 without
