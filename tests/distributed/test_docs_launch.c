@@ -7,7 +7,9 @@
  *   - FSDP2 (2 ranks), TP2 (2 ranks) and FSDP2 x TP2 (4 ranks, oversubscribed) train what one rank
  *     trains: losses within 1e-6 relative, step-10 parameters within 1e-5 (as
  *     test_layouts_launch.c; tensor parallelism keeps the positions whole on every rank);
- *   - model.attn_mask_type = causal on the same data trains something else (the mask is used).
+ *   - model.attn_mask_type = causal on the same data trains something else (the mask is used);
+ *   - on the synthetic corpus (one document per sequence) block_causal trains bitwise what causal
+ *     trains: the same losses and checkpoint bytes.
  */
 #include "launch.h" /* first: train_child.h defines _GNU_SOURCE */
 
@@ -62,6 +64,7 @@ static bool write_documents(const char *path)
     return docs > 10;
 }
 
+/* data NULL: the synthetic corpus (launch_common's) */
 static void run(const char *base, const char *name, const char *data, const launch_layout *l,
                 const char *extra, launch_result *r)
 {
@@ -70,10 +73,12 @@ static void run(const char *base, const char *name, const char *data, const laun
     launch_temp_dir(r->dump, sizeof r->dump, base, name);
     snprintf(out_path, sizeof out_path, "%s/output.txt", r->dump);
     launch_layout_run(&c, l, "debugmodel", r->dump, LAUNCH_STEPS);
-    launch_add(&c, "--training.dataset=jsonl");
-    launch_add(&c, "--training.dataset_path=%s", data);
-    launch_add(&c, "--training.tokenizer_path=%s",
-               gt_test_path("tests/fixtures/tokenizer/tokenizer.json"));
+    if (data) {
+        launch_add(&c, "--training.dataset=jsonl");
+        launch_add(&c, "--training.dataset_path=%s", data);
+        launch_add(&c, "--training.tokenizer_path=%s",
+                   gt_test_path("tests/fixtures/tokenizer/tokenizer.json"));
+    }
     if (extra) launch_add(&c, "%s", extra);
     double dt = 0;
     int rc = launch_run(&c, out_path, RUN_SECONDS, &dt);
@@ -126,6 +131,16 @@ int main(void)
         double dl = launch_loss_diff(ref.steps, causal.steps, 1, LAUNCH_STEPS);
         printf("  causal vs block_causal: loss diff %.2e\n", dl);
         EXPECT(dl > 1e-4, "causal and block_causal train the same losses (%.3g)", dl);
+    }
+    static launch_result syn_block, syn_causal;
+    run(base, "synthetic_block_causal", NULL, NULL, NULL, &syn_block);
+    run(base, "synthetic_causal", NULL, NULL, "--model.attn_mask_type=causal", &syn_causal);
+    if (syn_block.ok && syn_causal.ok) {
+        bool same = false;
+        int differ = launch_bitwise_diff(&syn_block, &syn_causal, LAUNCH_STEPS, &same);
+        EXPECT(differ == 0 && same,
+               "synthetic: block_causal vs causal: %d steps differ, checkpoints %s", differ,
+               same ? "equal" : "differ");
     }
     if (gt_test_failed_ == 0) remove_tree(base);
     return gt_test_finish();
