@@ -65,6 +65,9 @@ typedef struct {
 } gt_rope_params;
 #define GT_ROPE_YARN 2
 gt_value_id gt_rope(gt_graph *g, gt_value_id x, const gt_rope_params *p, bool inverse);
+/* The same at per-token positions (i64 [b, s]; GT_NONE: 0..s-1, gt_rope's node). */
+gt_value_id gt_rope_at(gt_graph *g, gt_value_id x, gt_value_id positions, const gt_rope_params *p,
+                       bool inverse);
 
 /* out returned; lse written to *lse (may be NULL). Layout 0: q, k, v, out [b, heads, seq, d]. */
 gt_value_id gt_sdpa(gt_graph *g, gt_value_id q, gt_value_id k, gt_value_id v, bool causal,
@@ -80,6 +83,14 @@ gt_value_id gt_sdpa_layout(gt_graph *g, gt_value_id q, gt_value_id k, gt_value_i
 gt_value_id gt_sdpa_backward_layout(gt_graph *g, gt_value_id q, gt_value_id k, gt_value_id v,
                                     gt_value_id out, gt_value_id lse, gt_value_id dout, bool causal,
                                     double scale, int layout, gt_value_id *dk, gt_value_id *dv);
+/* Block-causal over packed documents: positions i64 [b, s] (restarting at 0 at each document,
+ * gt_ops.def) as sdpa's fourth input, sdpa_backward's seventh; GT_NONE gives the nodes above. */
+gt_value_id gt_sdpa_docs(gt_graph *g, gt_value_id q, gt_value_id k, gt_value_id v,
+                         gt_value_id positions, bool causal, double scale, int layout,
+                         gt_value_id *lse);
+gt_value_id gt_sdpa_backward_docs(gt_graph *g, const gt_value_id qkv_out_lse_dout[6],
+                                  gt_value_id positions, bool causal, double scale, int layout,
+                                  gt_value_id *dk, gt_value_id *dv);
 gt_value_id gt_softmax(gt_graph *g, gt_value_id x, int dim);
 gt_value_id gt_softmax_backward(gt_graph *g, gt_value_id y, gt_value_id dy, int dim);
 gt_value_id gt_cross_entropy(gt_graph *g, gt_value_id logits, gt_value_id targets,

@@ -37,6 +37,10 @@ typedef enum {
 
 typedef enum { GT_CFG_PRECISION_BFLOAT16 = 0, GT_CFG_PRECISION_FLOAT32 } gt_cfg_precision;
 typedef enum { GT_CFG_DEVICE_CPU = 0, GT_CFG_DEVICE_CUDA } gt_cfg_device;
+/* model.attn_mask_type (torchtitan's spelling): "causal" over the whole packed sequence, or
+ * "block_causal": each token attends to the earlier tokens of its own document, RoPE positions
+ * restart at every document (the default, as torchtitan). */
+typedef enum { GT_CFG_ATTN_MASK_CAUSAL = 0, GT_CFG_ATTN_MASK_BLOCK_CAUSAL } gt_cfg_attn_mask;
 typedef enum { GT_CFG_OPTIMIZER_ADAMW = 0 } gt_cfg_optimizer;
 typedef enum { GT_CFG_DECAY_LINEAR = 0, GT_CFG_DECAY_COSINE } gt_cfg_decay_type;
 typedef enum {
@@ -84,6 +88,7 @@ typedef struct {
     char *name;           /* model family: "llama3" */
     char *flavor;         /* named size: debugmodel, 1B, 8B, ... */
     char *hf_assets_path; /* folder with tokenizer.json (and Hugging Face weights) */
+    gt_cfg_attn_mask attn_mask_type;
 } gt_cfg_model;
 
 typedef struct {

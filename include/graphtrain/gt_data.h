@@ -194,6 +194,14 @@ gt_status gt_loader_next(gt_loader *l, int64_t *tokens, gt_error *err);
  * targets. */
 void gt_loader_split_batch(const int64_t *tokens, int64_t batch, int64_t seq_len, int64_t *inputs,
                            int64_t *labels);
+/* Per-token positions of packed documents (torchtitan's dataloader "positions"; the model's
+ * RoPE and block-causal mask read them): positions[b][t] restarts at 0 at t = 0 (a window's
+ * first token starts its document, as torchtitan renormalises a window's positions) and at every
+ * document start, and counts up by one inside a document. A document starts at each bos token
+ * (bos >= 0), or, when only eos is known (bos < 0, eos >= 0), right after each eos; with neither
+ * every row is one document (the synthetic corpus). */
+void gt_loader_positions(const int64_t *inputs, int64_t batch, int64_t seq_len, int64_t bos,
+                         int64_t eos, int64_t *positions);
 /* Windows per epoch (0 for the synthetic source, which has no epochs). */
 uint64_t gt_loader_samples_per_epoch(const gt_loader *l);
 

@@ -44,6 +44,7 @@ typedef struct {
     int force_load_balance;    /* --debug.moe_force_load_balance: round-robin routing */
     gt_model_chunking chunk;   /* compile.ep_overlap, strategy eager: each MoE (block) per chunk */
     gt_dtype compute_dtype;    /* GT_F32 or GT_BF16, as llama3 */
+    bool block_causal;         /* packed documents, as llama3 (gt_model_config.block_causal) */
 } gt_deepseek_v3_config;
 
 extern const gt_model_family gt_deepseek_v3_family;

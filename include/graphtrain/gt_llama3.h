@@ -28,6 +28,9 @@ typedef struct {
      * it is used, and every activation is bf16 (torchtitan's FSDP param_dtype; llama3.c says
      * exactly what stays f32). */
     gt_dtype compute_dtype;
+    /* Packed documents (false, the zero value: causal over the whole sequence): an INPUT
+     * "positions" drives RoPE and a block-causal sdpa (gt_model_config.block_causal). */
+    bool block_causal;
 } gt_llama3_config;
 
 extern const gt_model_family gt_llama3_family;

@@ -52,6 +52,9 @@ typedef struct {
     /* compile.ep_overlap with strategy eager: a mixture-of-experts family builds each MoE block
      * (or each MoE) once per chunk of the batch (or of the sequence) */
     gt_model_chunking chunk;
+    /* --model.attn_mask_type block_causal: an INPUT "positions" (i64 [batch, seq], restarting at 0
+     * at every document of a packed sequence) drives RoPE and a block-causal attention mask */
+    bool block_causal;
     _Alignas(16) unsigned char cfg[GT_MODEL_CONFIG_BYTES];
 } gt_model_config;
 

@@ -96,8 +96,8 @@ gt_status gt_grad_rope(gt_graph *g, gt_node_id n, const gt_value_id *dout, gt_va
         .scaling = nd.attrs.ni > 2 ? (int)nd.attrs.i[2] : 0,
         .interleaved = nd.attrs.ni > 3 ? (int)nd.attrs.i[3] : 0,
     };
-    din[0] = gt_rope(g, dout[0], &p, nd.attrs.i[0] == 0);
-    return GT_OK;
+    din[0] = gt_rope_at(g, dout[0], nd.n_in > 1 ? nd.in[1] : GT_NONE, &p, nd.attrs.i[0] == 0);
+    return GT_OK; /* positions are integers: no gradient */
 }
 
 /* ---------------------------------------------------------------- attention */
@@ -123,10 +123,12 @@ gt_status gt_grad_sdpa(gt_graph *g, gt_node_id n, const gt_value_id *dout, gt_va
     int layout = (int)nd.attrs.i[1];
     double scale = nd.attrs.f[0];
     gt_value_id d_out = dout[0], d_lse = dout[1];
+    /* the document mask (positions, integers: no gradient) goes to the backward unchanged */
+    gt_value_id pos = nd.n_in > 3 ? nd.in[3] : GT_NONE;
 
     if (d_lse == GT_NONE) {
-        din[0] = gt_sdpa_backward_layout(g, q, k, v, out, lse, d_out, causal, scale, layout,
-                                         &din[1], &din[2]);
+        gt_value_id in[6] = {q, k, v, out, lse, d_out};
+        din[0] = gt_sdpa_backward_docs(g, in, pos, causal, scale, layout, &din[1], &din[2]);
         return GT_OK;
     }
     gt_type to = *gt_value_type(g, out), tv = *gt_value_type(g, v), tl = *gt_value_type(g, lse);
@@ -144,9 +146,13 @@ gt_status gt_grad_sdpa(gt_graph *g, gt_node_id n, const gt_value_id *dout, gt_va
     gt_value_id dout_wide[2] = {d_out, gt_full(g, to.dtype, 4, col_o, 1.0)};
 
     gt_value_id dv_wide = GT_NONE;
-    din[0] = gt_sdpa_backward_layout(
-        g, q, k, gt_concat(g, 2, v_wide, 3), gt_concat(g, 2, out_wide, 3), lse,
-        gt_concat(g, 2, dout_wide, 3), causal, scale, layout, &din[1], &dv_wide);
+    gt_value_id in[6] = {q,
+                         k,
+                         gt_concat(g, 2, v_wide, 3),
+                         gt_concat(g, 2, out_wide, 3),
+                         lse,
+                         gt_concat(g, 2, dout_wide, 3)};
+    din[0] = gt_sdpa_backward_docs(g, in, pos, causal, scale, layout, &din[1], &dv_wide);
     din[2] = gt_slice(g, dv_wide, 3, gt_c(g, 0), tv.dims[3]);
     return GT_OK;
 }

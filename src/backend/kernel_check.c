@@ -334,6 +334,21 @@ gt_status gt_kernel_want_attn(const gt_kernel_call *c, gt_kernel_attn *a, gt_err
                             "%s: causal attention needs as many queries as keys, got s = %lld, "
                             "t = %lld",
                             gt_kernel_op_name(c->op), (long long)a->s, (long long)a->t);
+    int base = c->op == GT_OP_SDPA ? 3 : 6;
+    if (c->n_in != base && c->n_in != base + 1)
+        return gt_error_set(err, GT_ERR_INVALID, "%s: takes %d inputs (+ positions), got %d",
+                            gt_kernel_op_name(c->op), base, c->n_in);
+    if (c->n_in == base + 1) {
+        const gt_tensor *p = c->in[base];
+        char bp[128];
+        if (p->dtype != GT_I64 || p->ndim != 2 || p->shape[0] != a->b || p->shape[1] != a->s ||
+            !a->causal)
+            return gt_error_set(err, GT_ERR_SHAPE,
+                                "%s: positions %s: expected i64 [%lld, %lld] with causal = 1",
+                                gt_kernel_op_name(c->op), gt_kernel_fmt(p, bp, sizeof bp),
+                                (long long)a->b, (long long)a->s);
+        a->positions = p->data;
+    }
     return GT_OK;
 }
 

@@ -86,12 +86,16 @@ gt_status gt_kernel_want_embedding_backward(const gt_kernel_call *c, gt_error *e
 /* sdpa and sdpa_backward: q, k, v (inputs 0..2) of rank 4 in layout i[1] (0: [b, heads, n, w];
  * 1: [b, n, heads, w]; 0 when the attribute is absent), causal i[0], scale f[0]; k and v of one
  * batch, kv heads and length, q and k of one head dim, hq a multiple of hkv, and as many queries
- * as keys when causal. Dtypes are the backend's to check. */
+ * as keys when causal. Dtypes are the backend's to check. Document masks: the optional last input
+ * (sdpa's 3, sdpa_backward's 6) is positions i64 [b, s], which needs causal; query i of batch bi
+ * then sees keys i - positions[bi, i] .. i (gt_ops.def). Its values are the backend's to check
+ * (they may live on a device). */
 typedef struct {
     int64_t b, hq, hkv, s, t, d, dv;
     int layout;
     bool causal;
     float scale;
+    const int64_t *positions; /* [b, s], or NULL: no document mask */
 } gt_kernel_attn;
 gt_status gt_kernel_want_attn(const gt_kernel_call *c, gt_kernel_attn *a, gt_error *err);
 /* t shaped [b, h, n, last] in a's layout ([b, n, h, last] in layout 1); last < 0: an lse,

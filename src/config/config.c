@@ -37,6 +37,7 @@ _Static_assert(sizeof(gt_cfg_dataset) == sizeof(int) && sizeof(gt_cfg_precision)
 /* ---------------------------------------------------------------- the schema */
 
 static const char *const devices[] = {"cpu", "cuda", NULL};
+static const char *const attn_masks[] = {"causal", "block_causal", NULL};
 static const char *const datasets[] = {"synthetic", "text", "jsonl", "tokens", NULL};
 static const char *const precisions[] = {"bfloat16", "float32", NULL};
 static const char *const optimizers[] = {"AdamW", NULL};
@@ -72,6 +73,11 @@ static const gt_cfg_option options[] = {
      .help = "named model size: debugmodel, 1B, 8B, 70B, 405B, test_tiny, ..."},
     {OPT(model, hf_assets_path, GT_CFG_STRING), .default_value = "",
      .help = "folder of Hugging Face assets: tokenizer.json (and weights)"},
+    {OPT(model, attn_mask_type, GT_CFG_ENUM), .default_value = "block_causal",
+     .choices = attn_masks,
+     .help = "causal: every token sees the whole causal prefix of its sequence; block_causal: "
+             "only the earlier tokens of its own document (documents start at BOS), with RoPE "
+             "positions restarting at 0 in each"},
     /* training */
     {OPT(training, device, GT_CFG_ENUM), .default_value = "cpu", .choices = devices,
      .help = "where the step runs"},

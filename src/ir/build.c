@@ -290,6 +290,12 @@ gt_value_id gt_rms_norm_backward(gt_graph *g, gt_value_id x, gt_value_id w, gt_v
 
 gt_value_id gt_rope(gt_graph *g, gt_value_id x, const gt_rope_params *p, bool inverse)
 {
+    return gt_rope_at(g, x, GT_NONE, p, inverse);
+}
+
+gt_value_id gt_rope_at(gt_graph *g, gt_value_id x, gt_value_id positions, const gt_rope_params *p,
+                       bool inverse)
+{
     if (!p) {
         build_fail(g, "rope", "no parameters given");
         return GT_NONE;
@@ -305,7 +311,9 @@ gt_value_id gt_rope(gt_graph *g, gt_value_id x, const gt_rope_params *p, bool in
     at.f[1] = p->factor;
     at.f[2] = p->low_freq_factor;
     at.f[3] = p->high_freq_factor;
-    return node1(g, GT_OP_ROPE, x, &at);
+    if (positions == GT_NONE) return node1(g, GT_OP_ROPE, x, &at);
+    gt_value_id in[2] = {x, positions};
+    return gt_graph_add_node(g, GT_OP_ROPE, in, 2, &at, NULL);
 }
 
 gt_value_id gt_sdpa(gt_graph *g, gt_value_id q, gt_value_id k, gt_value_id v, bool causal,
@@ -317,12 +325,19 @@ gt_value_id gt_sdpa(gt_graph *g, gt_value_id q, gt_value_id k, gt_value_id v, bo
 gt_value_id gt_sdpa_layout(gt_graph *g, gt_value_id q, gt_value_id k, gt_value_id v, bool causal,
                            double scale, int layout, gt_value_id *lse)
 {
+    return gt_sdpa_docs(g, q, k, v, GT_NONE, causal, scale, layout, lse);
+}
+
+gt_value_id gt_sdpa_docs(gt_graph *g, gt_value_id q, gt_value_id k, gt_value_id v,
+                         gt_value_id positions, bool causal, double scale, int layout,
+                         gt_value_id *lse)
+{
     gt_attrs at = {.ni = 2, .nf = 1};
     at.i[0] = causal ? 1 : 0;
     at.i[1] = layout;
     at.f[0] = scale;
-    gt_value_id in[3] = {q, k, v}, outs[2];
-    gt_value_id out = gt_graph_add_node(g, GT_OP_SDPA, in, 3, &at, outs);
+    gt_value_id in[4] = {q, k, v, positions}, outs[2];
+    gt_value_id out = gt_graph_add_node(g, GT_OP_SDPA, in, positions == GT_NONE ? 3 : 4, &at, outs);
     if (lse) *lse = out == GT_NONE ? GT_NONE : outs[1];
     return out;
 }
@@ -338,12 +353,23 @@ gt_value_id gt_sdpa_backward_layout(gt_graph *g, gt_value_id q, gt_value_id k, g
                                     gt_value_id out, gt_value_id lse, gt_value_id dout, bool causal,
                                     double scale, int layout, gt_value_id *dk, gt_value_id *dv)
 {
+    gt_value_id in[6] = {q, k, v, out, lse, dout};
+    return gt_sdpa_backward_docs(g, in, GT_NONE, causal, scale, layout, dk, dv);
+}
+
+gt_value_id gt_sdpa_backward_docs(gt_graph *g, const gt_value_id qkv_out_lse_dout[6],
+                                  gt_value_id positions, bool causal, double scale, int layout,
+                                  gt_value_id *dk, gt_value_id *dv)
+{
     gt_attrs at = {.ni = 2, .nf = 1};
     at.i[0] = causal ? 1 : 0;
     at.i[1] = layout;
     at.f[0] = scale;
-    gt_value_id in[6] = {q, k, v, out, lse, dout}, outs[3];
-    gt_value_id dq = gt_graph_add_node(g, GT_OP_SDPA_BACKWARD, in, 6, &at, outs);
+    gt_value_id in[7], outs[3];
+    memcpy(in, qkv_out_lse_dout, 6 * sizeof *in);
+    in[6] = positions;
+    gt_value_id dq =
+        gt_graph_add_node(g, GT_OP_SDPA_BACKWARD, in, positions == GT_NONE ? 6 : 7, &at, outs);
     if (dk) *dk = dq == GT_NONE ? GT_NONE : outs[1];
     if (dv) *dv = dq == GT_NONE ? GT_NONE : outs[2];
     return dq;

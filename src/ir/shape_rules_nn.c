@@ -139,6 +139,21 @@ gt_status gt_shape_rms_norm_backward_add(gt_graph *g, const gt_node *n, gt_type 
     return GT_OK;
 }
 
+/* ---------------------------------------------------------------- positions */
+
+/* Input k, when present, is the per-token positions of a packed batch: i64 [b, s] with the b and
+ * s of the tokens it positions (rope, sdpa; gt_ops.def). */
+static gt_status need_positions(gt_graph *g, const gt_node *n, int k, gt_expr b, gt_expr s,
+                                gt_error *err)
+{
+    const gt_type *p = gt_shape_in(g, n, k);
+    if (p->dtype == GT_I64 && p->ndim == 2 && p->dims[0] == b && p->dims[1] == s) return GT_OK;
+    char ps[160];
+    return gt_shape_fail(g, n, err, GT_ERR_SHAPE,
+                         "positions (input %d) must be i64 [batch, seq] of the tokens, got %s", k,
+                         gt_type_str(g, p, ps, sizeof ps));
+}
+
 /* ---------------------------------------------------------------- rope */
 
 /* x: [b, s, h, d] float, d even (pairs (j, j + d/2), or (2j, 2j + 1) interleaved). Schema
@@ -148,10 +163,16 @@ gt_status gt_shape_rms_norm_backward_add(gt_graph *g, const gt_node *n, gt_type 
  * / high_freq_factor, so it needs factor > 0 and high_freq_factor > low_freq_factor > 0. */
 gt_status gt_shape_rope(gt_graph *g, const gt_node *n, gt_type *out, int *n_out, gt_error *err)
 {
+    if (n->n_in != 1 && n->n_in != 2)
+        return gt_shape_fail(g, n, err, GT_ERR_INVALID,
+                             "takes x and optional positions, got %d "
+                             "inputs",
+                             n->n_in);
     GT_TRY(gt_shape_need_float(g, n, 0, err));
     GT_TRY(gt_shape_need_rank(g, n, 0, 4, err));
     GT_TRY(need_flag(g, n, "inverse", n->attrs.i[0], err));
     const gt_type *x = gt_shape_in(g, n, 0);
+    if (n->n_in == 2) GT_TRY(need_positions(g, n, 1, x->dims[0], x->dims[1], err));
     int64_t d;
     if (gt_sym_is_const(g->sym, x->dims[3], &d) && d % 2 != 0)
         return gt_shape_fail(g, n, err, GT_ERR_SHAPE, "head dim %lld must be even", (long long)d);
@@ -192,6 +213,10 @@ gt_status gt_shape_rope(gt_graph *g, const gt_node *n, gt_type *out, int *n_out,
  * layouts). */
 static gt_status sdpa_types(gt_graph *g, const gt_node *n, gt_type *o, gt_type *lse, gt_error *err)
 {
+    int base = n->op == GT_OP_SDPA ? 3 : 6; /* inputs before the optional positions */
+    if (n->n_in != base && n->n_in != base + 1)
+        return gt_shape_fail(g, n, err, GT_ERR_INVALID, "takes %d inputs (+ positions), got %d",
+                             base, n->n_in);
     GT_TRY(gt_shape_need_float(g, n, 0, err));
     GT_TRY(gt_shape_need_same_dtype(g, n, 0, 1, err));
     GT_TRY(gt_shape_need_same_dtype(g, n, 0, 2, err));
@@ -228,6 +253,13 @@ static gt_status sdpa_types(gt_graph *g, const gt_node *n, gt_type *o, gt_type *
                              gt_type_str(g, q, qs, sizeof qs), gt_type_str(g, k, ks, sizeof ks),
                              gt_type_str(g, v, vs, sizeof vs));
     }
+    if (n->n_in == base + 1) {
+        if (n->attrs.i[0] != 1 || q->dims[sd] != k->dims[sd])
+            return gt_shape_fail(g, n, err, GT_ERR_INVALID,
+                                 "document masks (positions) need causal = 1 and as many keys "
+                                 "as queries");
+        GT_TRY(need_positions(g, n, base, q->dims[0], q->dims[sd], err));
+    }
     *o = *q;
     o->dims[3] = v->dims[3];
     lse->dtype = GT_F32;
@@ -245,7 +277,7 @@ gt_status gt_shape_sdpa(gt_graph *g, const gt_node *n, gt_type *out, int *n_out,
     return GT_OK;
 }
 
-/* (q, k, v, out, lse, dout) -> (dq, dk, dv); out, lse, dout as sdpa produced them. */
+/* (q, k, v, out, lse, dout[, positions]) -> (dq, dk, dv); out, lse, dout as sdpa produced them. */
 gt_status gt_shape_sdpa_backward(gt_graph *g, const gt_node *n, gt_type *out, int *n_out,
                                  gt_error *err)
 {

@@ -46,6 +46,7 @@ typedef struct {
     gt_expr b, s, bs;
     /* the last MoE built: its expert-bias input and token counts (summed over the chunks) */
     gt_value_id bias_out, counts_out;
+    gt_value_id positions; /* INPUT positions [b, s] (block_causal), else GT_NONE */
 } dsv3_ctx;
 
 /* The module path of what is built next, "layers.%lld.<...>" with the layer, and its unit. */
@@ -135,7 +136,7 @@ static gt_value_id rope(dsv3_ctx *c, int64_t i, gt_value_id x)
                          .original_max_position = cfg->rope_original_seq_len,
                          .scaling = GT_ROPE_YARN,
                          .interleaved = 1};
-    return gt_rope(c->g, x, &rp, false);
+    return gt_rope_at(c->g, x, c->positions, &rp, false);
 }
 
 static gt_value_id attention(dsv3_ctx *c, int64_t i, gt_value_id x)
@@ -205,8 +206,8 @@ static gt_value_id attention(dsv3_ctx *c, int64_t i, gt_value_id x)
     gt_value_id k = gt_concat(g, 2, ks, 3);
 
     set_fqn(g, "layers.%lld.attention.sdpa", i);
-    gt_value_id a =
-        gt_sdpa_layout(g, q, k, kn_v[1], true, gt_deepseek_v3_softmax_scale(cfg), 1, NULL);
+    gt_value_id a = gt_sdpa_docs(g, q, k, kn_v[1], c->positions, true,
+                                 gt_deepseek_v3_softmax_scale(cfg), 1, NULL);
     set_fqn(g, "layers.%lld.attention.wo", i);
     gt_expr merged[3] = {c->b, c->s, gt_c(g, H * vd)};
     a = gt_reshape(g, a, 3, merged);
@@ -376,17 +377,22 @@ static gt_value_id chunked(dsv3_ctx *c, int64_t i, gt_value_id x, bool seq, dsv3
     gt_expr part[2] = {gt_sym_floordiv(g->sym, n, gt_c(g, 2)), GT_EXPR_INVALID};
     part[1] = gt_sym_sub(g->sym, n, part[0]);
     int dim = seq ? 1 : 0;
-    gt_value_id xs[2] = {gt_slice(g, x, dim, gt_c(g, 0), part[0]),
-                         gt_slice(g, x, dim, part[0], n)};
+    gt_value_id xs[2] = {gt_slice(g, x, dim, gt_c(g, 0), part[0]), gt_slice(g, x, dim, part[0], n)};
+    /* the documents' positions ([b, s], block_causal) go with their tokens */
+    gt_value_id pos = c->positions, ps[2] = {GT_NONE, GT_NONE};
+    if (pos != GT_NONE)
+        ps[0] = gt_slice(g, pos, dim, gt_c(g, 0), part[0]),
+        ps[1] = gt_slice(g, pos, dim, part[0], n);
     gt_value_id out[2], counts[2];
     for (int k = 0; k < 2; k++) {
         c->b = seq ? b : part[k];
         c->s = seq ? part[k] : s;
         c->bs = gt_sym_mul(g->sym, c->b, c->s);
+        c->positions = ps[k];
         out[k] = fn(c, i, xs[k]);
         counts[k] = c->counts_out;
     }
-    c->b = b, c->s = s, c->bs = bs;
+    c->b = b, c->s = s, c->bs = bs, c->positions = pos;
     gt_value_id joined = gt_concat(g, 2, out, dim);
     c->counts_out = gt_add(g, counts[0], counts[1]);
     return joined;
@@ -397,8 +403,8 @@ static gt_value_id moe(dsv3_ctx *c, int64_t i, gt_value_id x)
 {
     gt_model *m = c->model;
     const gt_model_chunking *ch = &c->cfg->chunk;
-    gt_value_id out = ch->enabled && ch->moe_only ? chunked(c, i, x, ch->seq, moe_body)
-                                                  : moe_body(c, i, x);
+    gt_value_id out =
+        ch->enabled && ch->moe_only ? chunked(c, i, x, ch->seq, moe_body) : moe_body(c, i, x);
     m->moe_bias[m->n_moe] = c->bias_out;
     m->moe_counts[m->n_moe++] = c->counts_out;
     return out;
@@ -421,7 +427,7 @@ static gt_value_id block_body(dsv3_ctx *c, int64_t i, gt_value_id h)
     x = gt_rms_norm(g, h, weight(c, ffn_norm), cfg->norm_eps);
     gt_value_id f = i < cfg->n_dense_layers ? swiglu(c, i, "feed_forward", x, cfg->dense_hidden)
                     : c->cfg->chunk.enabled && !c->cfg->chunk.moe_only ? moe_body(c, i, x)
-                                                                        : moe(c, i, x);
+                                                                       : moe(c, i, x);
     set_fqn(g, "layers.%lld", i);
     return gt_add(g, h, f);
 }
@@ -468,6 +474,9 @@ gt_status gt_deepseek_v3_build(gt_graph *g, const gt_deepseek_v3_config *cfg, gt
     gt_expr tok_dims[2] = {c.b, c.s};
     model->tokens = gt_graph_add_input(g, GT_IN_INPUT, "tokens", GT_I64, 2, tok_dims);
     model->labels = gt_graph_add_input(g, GT_IN_INPUT, "labels", GT_I64, 2, tok_dims);
+    c.positions = cfg->block_causal
+                      ? gt_graph_add_input(g, GT_IN_INPUT, "positions", GT_I64, 2, tok_dims)
+                      : GT_NONE;
 
     gt_value_id tok = param(&c, "tok_embeddings.weight", GT_TP_COLWISE, GT_UNIT_EMBED, 2, V, D, 0,
                             GT_INIT_NORMAL, 1.0);
@@ -524,6 +533,7 @@ static gt_deepseek_v3_config config_of(const gt_model_config *mc)
     cfg.compute_dtype = mc->compute_dtype;
     cfg.force_load_balance = mc->moe_force_load_balance;
     cfg.chunk = mc->chunk;
+    cfg.block_causal = mc->block_causal;
     return cfg;
 }
 

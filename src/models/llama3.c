@@ -5,6 +5,7 @@
  *     x    = rms_norm(h) · attention_norm
  *     q    = rope(x Wqᵀ as [b, s, H, hd]),  k = rope(x Wkᵀ as [b, s, Hkv, hd]),  v = x Wvᵀ
  *     a    = sdpa(q, k, v; causal, scale 1/sqrt(hd)) over [b, s, heads, hd]  (GQA inside the op;
+ *            block_causal: RoPE at the INPUT positions and each token sees its own document only;
  *            layout 1: the op reads the projections' [b, s, heads, hd] in place, so there is no
  *            transpose before it, none after it, and none in the backward)
  *     h    = h + (a as [b, s, H·hd]) Woᵀ
@@ -48,7 +49,8 @@ typedef struct {
     gt_graph *g;
     const gt_llama3_config *cfg;
     gt_model *model;
-    gt_expr b, s, bs; /* batch, seq, batch*seq */
+    gt_expr b, s, bs;      /* batch, seq, batch*seq */
+    gt_value_id positions; /* INPUT positions [b, s] (block_causal), else GT_NONE */
 } gt_llama3_ctx;
 
 /* A parameter as the module using it reads it: the f32 PARAM itself, or its bf16 cast. Called at
@@ -173,7 +175,7 @@ static gt_value_id gt_llama3_heads(gt_llama3_ctx *c, int64_t i, const char *proj
             .high_freq_factor = cfg->rope_high_freq_factor,
             .original_max_position = cfg->rope_original_max_position,
         };
-        y = gt_rope(g, y, &rp, false);
+        y = gt_rope_at(g, y, c->positions, &rp, false);
     }
     return y;
 }
@@ -193,7 +195,7 @@ static gt_value_id gt_llama3_block(gt_llama3_ctx *c, int64_t i, gt_value_id h)
     gt_value_id v = gt_llama3_heads(c, i, "wv", x, lp.wv, cfg->n_kv_heads, false);
 
     gt_llama3_set_fqn(g, "layers.%lld.attention.sdpa", i);
-    gt_value_id a = gt_sdpa_layout(g, q, k, v, true, 1.0 / sqrt((double)hd), 1, NULL);
+    gt_value_id a = gt_sdpa_docs(g, q, k, v, c->positions, true, 1.0 / sqrt((double)hd), 1, NULL);
     gt_llama3_set_fqn(g, "layers.%lld.attention.wo", i); /* a: [b, s, H, hd], merged by a view */
     gt_expr merged[3] = {c->b, c->s, gt_c(g, cfg->n_heads * hd)};
     a = gt_reshape(g, a, 3, merged);
@@ -283,6 +285,9 @@ gt_status gt_llama3_build(gt_graph *g, const gt_llama3_config *cfg, gt_model *mo
     gt_expr tokens_dims[2] = {c.b, c.s};
     model->tokens = gt_graph_add_input(g, GT_IN_INPUT, "tokens", GT_I64, 2, tokens_dims);
     model->labels = gt_graph_add_input(g, GT_IN_INPUT, "labels", GT_I64, 2, tokens_dims);
+    c.positions = cfg->block_causal
+                      ? gt_graph_add_input(g, GT_IN_INPUT, "positions", GT_I64, 2, tokens_dims)
+                      : GT_NONE;
 
     /* Embedding N(0, 1), as torchtitan's nn.init.normal_. */
     gt_param_plan embed_plan = {
@@ -333,6 +338,7 @@ static gt_llama3_config config_of(const gt_model_config *mc)
     gt_llama3_config cfg;
     memcpy(&cfg, mc->cfg, sizeof cfg);
     cfg.compute_dtype = mc->compute_dtype;
+    cfg.block_causal = mc->block_causal;
     return cfg;
 }
 

@@ -158,18 +158,31 @@ gt_status gt_rule_rms_norm_backward(gt_shard_ctx *c, gt_error *err)
 
 /* ---------------------------------------------------------------- rope */
 
-/* rope (x [b, s, h, d]): positions are the global 0..s-1, so a sequence split would rotate by the
- * wrong angles, and the head dim pairs j with j + d/2: split b or h only. Linear: P stays P. */
+/* rope (x [b, s, h, d][, positions [b, s]]): without positions they are the global 0..s-1, so a
+ * sequence split would rotate by the wrong angles; the head dim pairs j with j + d/2: split b or
+ * h only. Positions given are data that travel with their tokens: they follow x's batch or
+ * sequence split (then a sequence split is correct too) and are replicate otherwise. Linear in x:
+ * P stays P. */
 gt_status gt_rule_rope(gt_shard_ctx *c, gt_error *err)
 {
     (void)err;
     gt_placement x = c->in[0];
-    if (gt_is_s(x) && x.dim != 0 && x.dim != 2) return gt_rule_gather_all(c);
+    bool pos = c->n->n_in > 1;
+    if (gt_is_s(x) && x.dim != 0 && x.dim != 2 && !(pos && x.dim == 1))
+        return gt_rule_gather_all(c);
+    if (pos) c->want[1] = gt_is_s(x) && x.dim < 2 ? gt_shard_moved(x, x.dim) : gt_place_replicate();
     c->out[0] = x;
     return GT_OK;
 }
 
 /* ---------------------------------------------------------------- sdpa */
+
+/* The input slot of sdpa's document positions (sdpa: 3, sdpa_backward: 6), or -1 without. */
+static int sdpa_positions_input(const gt_shard_ctx *c)
+{
+    int base = c->n->op == GT_OP_SDPA ? 3 : 6;
+    return c->n->n_in > base ? base : -1;
+}
 
 /* Tensor dim of axis 0 (batch) or 1 (heads) in input k (output k when `output`) of an sdpa or
  * sdpa_backward node: batch is dim 0 everywhere; heads are dim 1 in layout 0 ([b, h, s, d]) and
@@ -178,6 +191,7 @@ gt_status gt_rule_rope(gt_shard_ctx *c, gt_error *err)
 static int sdpa_axis_dim(const gt_shard_ctx *c, bool output, int k, int axis)
 {
     if (axis == 0) return 0;
+    if (!output && k == sdpa_positions_input(c)) return -1; /* [b, s]: no heads */
     bool lse = c->n->op == GT_OP_SDPA ? output && k == 1 : !output && k == 4;
     return c->n->attrs.i[1] == 1 && !lse ? 2 : 1;
 }
@@ -187,7 +201,9 @@ static int sdpa_axis_dim(const gt_shard_ctx *c, bool output, int k, int axis)
  * along the batch, or along the heads when both hq and hkv divide (rank r then holds query heads
  * r*hq/n.. and kv heads r*hkv/n..: query head h still uses kv head h / (hq/hkv)). The driver is
  * the first input split that way; the others follow at their own dim of the same axis (R: a local
- * slice, P: a reduce_scatter). Anything else — a split sequence or head dim — gathers. */
+ * slice, P: a reduce_scatter). Anything else — a split sequence or head dim — gathers. Document
+ * positions ([b, s], optional last input) follow a batch split and are replicate under a head
+ * split. */
 gt_status gt_rule_sdpa(gt_shard_ctx *c, gt_error *err)
 {
     (void)err;
@@ -208,7 +224,10 @@ gt_status gt_rule_sdpa(gt_shard_ctx *c, gt_error *err)
     gt_placement dp = c->in[driver];
     for (int k = 0; k < c->n->n_in; k++) {
         int dim = sdpa_axis_dim(c, false, k, axis);
-        if (!gt_is_s_at(c->in[k], dim)) c->want[k] = gt_shard_moved(dp, dim);
+        if (dim < 0) /* positions under a head split: every rank needs all of its rows */
+            c->want[k] = gt_place_replicate();
+        else if (!gt_is_s_at(c->in[k], dim))
+            c->want[k] = gt_shard_moved(dp, dim);
     }
     for (int j = 0; j < c->n->n_out; j++)
         c->out[j] = gt_shard_moved(dp, sdpa_axis_dim(c, true, j, axis));

@@ -50,9 +50,12 @@ static gt_status begin_checkpoint(gt_trainer *t, int64_t step, const gt_tensor *
     snprintf(loader_json, sizeof loader_json, "{\"state\":\"%s\"}", state);
     gt_mesh_format(&t->dist.layout.mesh, layout, sizeof layout);
     snprintf(world, sizeof world, "%d", t->dist.size);
-    /* informational: the layout that wrote it (any layout reads it) */
-    const char *keys[2] = {"saved_by_layout", "saved_by_ranks"};
-    const char *values[2] = {layout, world};
+    /* informational: the attention mask the model trained with (model.attn_mask_type) and the
+     * layout that wrote it (any layout reads it) */
+    const char *keys[3] = {"attn_mask_type", "saved_by_layout", "saved_by_ranks"};
+    const char *values[3] = {
+        t->cfg->model.attn_mask_type == GT_CFG_ATTN_MASK_CAUSAL ? "causal" : "block_causal", layout,
+        world};
     bool multi = gt_train_dist_multi(&t->dist);
     gt_checkpoint_desc d = {
         .folder = t->ckpt_folder,
@@ -60,9 +63,9 @@ static gt_status begin_checkpoint(gt_trainer *t, int64_t step, const gt_tensor *
         .model = {t->cfg->model.name, t->cfg->model.flavor, gt_trainer_fingerprint(t)},
         .loader_json = loader_json,
         .rng_seed = t->cfg->debug.seed,
-        .n_extra = multi ? 2 : 0,
-        .extra_keys = multi ? keys : NULL,
-        .extra_values = multi ? values : NULL,
+        .n_extra = multi ? 3 : 1,
+        .extra_keys = keys,
+        .extra_values = values,
         .keep_last = (int)t->cfg->checkpoint.keep_latest_k,
         .prune_in_background = true,
     };

@@ -212,6 +212,19 @@ void gt_loader_split_batch(const int64_t *tokens, int64_t batch, int64_t seq_len
     }
 }
 
+void gt_loader_positions(const int64_t *inputs, int64_t batch, int64_t seq_len, int64_t bos,
+                         int64_t eos, int64_t *positions)
+{
+    for (int64_t b = 0; b < batch; b++) {
+        const int64_t *x = inputs + b * seq_len;
+        int64_t *p = positions + b * seq_len;
+        for (int64_t t = 0; t < seq_len; t++) {
+            bool starts = t == 0 || (bos >= 0 ? x[t] == bos : eos >= 0 && x[t - 1] == eos);
+            p[t] = starts ? 0 : p[t - 1] + 1;
+        }
+    }
+}
+
 void gt_loader_get_state(const gt_loader *l, gt_loader_state *st)
 {
     st->next_sample = l->next_sample;

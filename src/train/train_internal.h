@@ -248,6 +248,8 @@ typedef struct {
     gt_tensor *bufs;
     int n_ckpt; /* checkpoint tensors: params, exp_avg, exp_avg_sq (n_params each), the buffers */
     gt_tensor tokens, labels, scalars;    /* per-step inputs (tokens, labels: this rank's rows) */
+    gt_tensor positions;                  /* per-token document positions of tokens' rows */
+    int64_t doc_bos, doc_eos;             /* the tokens that delimit documents (-1: none) */
     gt_shard_box batch_box;               /* rows of the global batch this rank holds */
     int64_t global_batch;                 /* sequences the loader reads per micro-step */
     int64_t *window;                      /* loader output [global_batch][seq + 1] */

@@ -71,6 +71,7 @@ static gt_tensor *feed_for(gt_trainer *t, const gt_graph *g, const gt_io *in, gt
         if (!strcmp(name, t->ckpt_names[3 * t->n_params + b])) return &t->bufs[b];
     if (in->kind == GT_IN_INPUT && !strcmp(name, "tokens")) return &t->tokens;
     if (in->kind == GT_IN_INPUT && !strcmp(name, "labels")) return &t->labels;
+    if (in->kind == GT_IN_INPUT && !strcmp(name, "positions")) return &t->positions;
     if (in->kind == GT_IN_INPUT && !strcmp(name, GT_OPTIM_SCALARS_NAME)) return &t->scalars;
     gt_error_set(err, GT_ERR_INTERNAL, "trainer: nothing feeds graph input %s %s",
                  gt_input_kind_name((gt_input_kind)in->kind), name);

@@ -1,6 +1,7 @@
 /* trainer_data.c — the trainer's data feed: the dataset opened (synthetic, a token shard, or text
  * tokenized in memory) behind one loader, and each micro-batch's tokens and labels cut from the
- * global batch the loader reads (every rank reads the whole global batch and keeps its rows). */
+ * global batch the loader reads (every rank reads the whole global batch and keeps its rows),
+ * with the per-token document positions of those rows (block-causal attention). */
 #include <dirent.h>
 #include <errno.h>
 #include <stdio.h>
@@ -127,9 +128,43 @@ static void warn_if_small(const gt_trainer *t)
 
 static gt_status open_source(gt_trainer *t, gt_error *err);
 
+/* The document delimiters of token shards: a shard holds ids only, so the tokenizer named by
+ * training.tokenizer_path (or model.hf_assets_path's tokenizer.json), when there is one, says
+ * which ids are BOS and EOS; without one every sequence is one document, said once. */
+static void shard_delimiters(gt_trainer *t)
+{
+    const gt_config *cfg = t->cfg;
+    if (cfg->model.attn_mask_type != GT_CFG_ATTN_MASK_BLOCK_CAUSAL) return;
+    const char *given = cfg->training.tokenizer_path;
+    char *path = given[0] ? gt_xstrdup(given)
+                 : cfg->model.hf_assets_path[0]
+                     ? gt_train_join_path(cfg->model.hf_assets_path, "tokenizer.json")
+                     : NULL;
+    gt_tokenizer *tok = NULL;
+    gt_error e = {0};
+    if (path && gt_tokenizer_load(path, &tok, &e) == GT_OK) {
+        t->doc_bos = gt_tokenizer_bos_id(tok);
+        t->doc_eos = gt_tokenizer_eos_id(tok);
+    }
+    gt_tokenizer_free(tok);
+    free(path);
+    if (t->doc_bos < 0 && t->doc_eos < 0 && t->dist.rank == 0)
+        gt_log(GT_LOG_WARN,
+               "model.attn_mask_type = block_causal: no tokenizer tells the BOS / EOS ids of "
+               "dataset %s (set training.tokenizer_path): every sequence is one document",
+               cfg->training.dataset_path);
+}
+
 gt_status gt_trainer_open_data(gt_trainer *t, gt_error *err)
 {
+    t->doc_bos = t->doc_eos = -1; /* synthetic: one document per sequence */
     GT_TRY(open_source(t, err));
+    if (t->tokenizer) {
+        t->doc_bos = gt_tokenizer_bos_id(t->tokenizer);
+        t->doc_eos = gt_tokenizer_eos_id(t->tokenizer);
+    } else if (t->cfg->training.dataset == GT_CFG_DATASET_TOKENS) {
+        shard_delimiters(t);
+    }
     warn_if_small(t);
     return GT_OK;
 }
@@ -202,6 +237,7 @@ gt_status gt_trainer_next_batch(gt_trainer *t, gt_error *err)
     int64_t b = t->global_batch, s = t->cfg->training.seq_len;
     if (!t->batch_tokens) {
         gt_loader_split_batch(t->window, b, s, t->tokens.data, t->labels.data);
+        gt_loader_positions(t->tokens.data, b, s, t->doc_bos, t->doc_eos, t->positions.data);
         return GT_OK;
     }
     /* this rank's rows of the global batch */
@@ -212,6 +248,9 @@ gt_status gt_trainer_next_batch(gt_trainer *t, gt_error *err)
     gt_tensor_wrap(&all_labels, GT_I64, 2, shape, t->batch_labels);
     gt_shard_slice(&t->batch_box, &all_tokens, &t->tokens);
     gt_shard_slice(&t->batch_box, &all_labels, &t->labels);
+    /* a rank holds whole rows (the batch splits, never the sequence): its rows' positions */
+    gt_loader_positions(t->tokens.data, t->tokens.shape[0], s, t->doc_bos, t->doc_eos,
+                        t->positions.data);
     return GT_OK;
 }
 
@@ -221,6 +260,7 @@ void gt_trainer_data_free(gt_trainer *t)
     free(t->batch_labels);
     gt_tensor_free(&t->tokens);
     gt_tensor_free(&t->labels);
+    gt_tensor_free(&t->positions);
     free(t->window);
     gt_loader_free(t->loader);
     gt_synthetic_free(t->synthetic);

@@ -579,6 +579,7 @@ static gt_status state_boxes(gt_trainer *t, gt_error *err)
         }
         if (in->kind == GT_IN_INPUT && !strcmp(name, "tokens")) b = &t->batch_box;
         if (in->kind == GT_IN_INPUT && !strcmp(name, "labels")) b = &labels_box;
+        if (in->kind == GT_IN_INPUT && !strcmp(name, "positions")) b = &labels_box; /* as tokens */
         if (!b) continue; /* optim.scalars: replicated; the gradient sums: their parameter's box */
         int64_t global[GT_MAX_DIMS], local[GT_MAX_DIMS];
         int ndim = b->ndim;
@@ -669,6 +670,7 @@ gt_status gt_trainer_alloc_state(gt_trainer *t, gt_error *err)
     int64_t three = 3, b = t->global_batch, s = t->cfg->training.seq_len;
     GT_TRY(gt_tensor_alloc(&t->tokens, GT_I64, 2, t->batch_box.size, err));
     GT_TRY(gt_tensor_alloc(&t->labels, GT_I64, 2, t->batch_box.size, err));
+    GT_TRY(gt_tensor_alloc(&t->positions, GT_I64, 2, t->batch_box.size, err));
     GT_TRY(gt_tensor_alloc(&t->scalars, GT_F32, 1, &three, err));
     t->window = gt_xcalloc((size_t)(b * (s + 1)), sizeof *t->window);
     if (!gt_shard_box_is_whole(&t->batch_box)) {

@@ -404,7 +404,9 @@ static void make_inputs(const gt_graph *g, sim_data *d, int64_t id_range)
             EXPECT_OK(gt_tensor_alloc(x, t->dtype, t->ndim, shape, &err), &err);
             for (int64_t i = 0; i < gt_tensor_numel(x); i++) {
                 int64_t id = (i * 5 + r * 3 + k) % id_range;
-                if (t->dtype == GT_I32)
+                if (strcmp(name, "positions") == 0) /* packed documents of 5 tokens */
+                    ((int64_t *)x->data)[i] = i % shape[1] % 5;
+                else if (t->dtype == GT_I32)
                     ((int32_t *)x->data)[i] = (int32_t)id;
                 else if (t->dtype == GT_I64)
                     ((int64_t *)x->data)[i] = id;

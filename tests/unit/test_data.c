@@ -8,7 +8,8 @@
  * by byte, and every malformed seed is refused with a message naming the file. Loader: packing
  * (exact windows, shifted labels), sharding (disjoint, covering, equal to the 1-rank batch),
  * shuffling (each epoch a permutation), save/restore (identical next batches, also through the
- * text form and on a different number of ranks). */
+ * text form and on a different number of ranks); document positions (restart at BOS, after EOS,
+ * at a window's start). */
 #include <dirent.h>
 #include <math.h>
 #include <stdio.h>
@@ -693,6 +694,28 @@ static void test_loader_resume(void)
     gt_synthetic_free(syn);
 }
 
+/* Document positions (block-causal attention): restart at a window's first token and at every
+ * BOS; with no BOS known, after every EOS; with neither, one document per row. */
+static void test_loader_positions(void)
+{
+    enum { BOS = 1, EOS = 2, L = 9 };
+    const int64_t in[2 * L] = {
+        7,   8,   EOS, BOS, 5,   6,   EOS, BOS, 4, /* row 0: starts mid-document */
+        BOS, EOS, BOS, 3,   BOS, BOS, 9,   9,   9};
+    const int64_t want_bos[2 * L] = {0, 1, 2, 0, 1, 2, 3, 0, 1, 0, 1, 0, 1, 0, 0, 1, 2, 3};
+    const int64_t want_eos[2 * L] = {0, 1, 2, 0, 1, 2, 3, 0, 1, 0, 1, 0, 1, 2, 3, 4, 5, 6};
+    int64_t pos[2 * L];
+    gt_loader_positions(in, 2, L, BOS, EOS, pos);
+    EXPECT(memcmp(pos, want_bos, sizeof pos) == 0, "positions restart at BOS and at t = 0");
+    gt_loader_positions(in, 2, L, -1, EOS, pos);
+    EXPECT(memcmp(pos, want_eos, sizeof pos) == 0, "positions restart after EOS when no BOS");
+    gt_loader_positions(in, 2, L, -1, -1, pos);
+    bool ok = true;
+    for (int i = 0; i < 2 * L; i++)
+        ok &= pos[i] == i % L;
+    EXPECT(ok, "no delimiter: one document per row, positions 0..L-1");
+}
+
 int main(void)
 {
     snprintf(tmpdir, sizeof tmpdir, "/tmp/gt_test_data_XXXXXX");
@@ -708,6 +731,7 @@ int main(void)
     test_loader_packing_and_sharding();
     test_loader_shuffle();
     test_loader_resume();
+    test_loader_positions();
     char cmd[600];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
     if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", tmpdir);

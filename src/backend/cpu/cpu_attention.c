@@ -14,6 +14,11 @@
  *     dQ = scale * dS K;  dK = scale * dS^T Q.
  *   dK and dV of a kv head sum over the query heads of its group, in head order.
  *
+ * Document masks (positions, gt_ops.def): query i sees keys start_i = i - positions_i .. i. A
+ * block of query rows computes scores only from its first visible key k0 = min start_i on, and
+ * each row's softmax runs over its own [start_i, i] (zeros elsewhere). With one document every
+ * start is 0, k0 = 0 and every loop is the causal one: the same bits.
+ *
  * Queries go in blocks of GT_CPU_ATTN_ROWS rows, so the score buffer is [rows, t] rather than
  * [s, t]; with causal masking a block only reads keys up to its last row. The matrix products are
  * sgemm calls (deterministic); softmax sums are double. Block sizes are constants, so the order of
@@ -78,10 +83,45 @@ static gt_status gt_cpu_attn_want(const gt_kernel_call *c, const gt_tensor *t, c
     return gt_kernel_want_attn_tensor(c, t, what, a, h, n, last, err);
 }
 
-/* Number of keys query row i sees. */
+/* Number of keys query row i sees (the end of its range: keys start .. end - 1). */
 static inline int64_t gt_cpu_attn_keys(const gt_cpu_attn *a, int64_t i)
 {
     return a->causal ? i + 1 : a->t;
+}
+
+/* The first key query row i of batch bi sees: its document's start (0 without documents). */
+static inline int64_t gt_cpu_attn_start(const gt_cpu_attn *a, int64_t bi, int64_t i)
+{
+    return a->positions ? i - a->positions[bi * a->s + i] : 0;
+}
+
+/* The first key any of rows i0 .. i0 + rows - 1 sees. */
+static int64_t gt_cpu_attn_block_start(const gt_cpu_attn *a, int64_t bi, int64_t i0, int64_t rows)
+{
+    int64_t k0 = a->t;
+    for (int64_t r = 0; r < rows; r++) {
+        int64_t st = gt_cpu_attn_start(a, bi, i0 + r);
+        k0 = st < k0 ? st : k0;
+    }
+    return rows > 0 ? k0 : 0;
+}
+
+/* Every position within its row's document: 0 <= positions[b, i] <= i, so every query sees at
+ * least itself and never a key before the row. */
+static gt_status gt_cpu_attn_check_positions(const gt_kernel_call *c, const gt_cpu_attn *a,
+                                             gt_error *err)
+{
+    for (int64_t bi = 0; a->positions && bi < a->b; bi++)
+        for (int64_t i = 0; i < a->s; i++) {
+            int64_t p = a->positions[bi * a->s + i];
+            if (p < 0 || p > i)
+                return gt_error_set(err, GT_ERR_INVALID,
+                                    "%s: positions[%lld, %lld] = %lld is outside [0, %lld]: a "
+                                    "document starts at position 0 and counts up by one",
+                                    gt_kernel_op_name(c->op), (long long)bi, (long long)i,
+                                    (long long)p, (long long)i);
+        }
+    return GT_OK;
 }
 
 /* What a job of either direction reads: the call's shapes, strides and tensors. */
@@ -121,27 +161,32 @@ static gt_status gt_cpu_sdpa_job(int i, void *user, gt_error *err)
         float *ob = out + gt_cpu_attn_at(so, bi, h);
         for (int64_t i0 = 0; i0 < a.s; i0 += GT_CPU_ATTN_ROWS) {
             int64_t rows = a.s - i0 < GT_CPU_ATTN_ROWS ? a.s - i0 : GT_CPU_ATTN_ROWS;
-            int64_t tb = a.causal ? i0 + rows : a.t; /* keys any row of the block sees */
+            /* keys k0 .. k0 + tb - 1: the block's visible range (scores column jj = key k0 + jj) */
+            int64_t k0 = gt_cpu_attn_block_start(&a, bi, i0, rows);
+            int64_t tb = (a.causal ? i0 + rows : a.t) - k0;
             const float *qp = qb + i0 * sq.row;
-            gt_cpu_sgemm_ld(false, true, rows, tb, a.d, a.scale, qp, sq.row, kp, sk.row, 0.0f, sc,
-                            tb > 0 ? tb : 1);
+            gt_cpu_sgemm_ld(false, true, rows, tb, a.d, a.scale, qp, sq.row, kp + k0 * sk.row,
+                            sk.row, 0.0f, sc, tb > 0 ? tb : 1);
             for (int64_t r = 0; r < rows; r++) {
                 float *row = sc + r * tb;
-                int64_t nk = gt_cpu_attn_keys(&a, i0 + r);
+                int64_t lo = gt_cpu_attn_start(&a, bi, i0 + r) - k0;
+                int64_t nk = gt_cpu_attn_keys(&a, i0 + r) - k0;
                 float m = -INFINITY;
-                for (int64_t jj = 0; jj < nk; jj++)
+                for (int64_t jj = lo; jj < nk; jj++)
                     m = row[jj] > m ? row[jj] : m;
-                double sum = gt_cpu_exp_sum(row, row, nk, m);
+                double sum = gt_cpu_exp_sum(row + lo, row + lo, nk - lo, m);
                 float inv = (float)(1.0 / sum);
-                for (int64_t jj = 0; jj < nk; jj++)
+                for (int64_t jj = lo; jj < nk; jj++)
                     row[jj] *= inv;
+                for (int64_t jj = 0; jj < lo; jj++)
+                    row[jj] = 0.0f;
                 for (int64_t jj = nk; jj < tb; jj++)
                     row[jj] = 0.0f;
                 /* No visible key (t == 0): lse = -inf and the row of out is 0. */
-                lse[qh * a.s + i0 + r] = nk > 0 ? (float)((double)m + log(sum)) : -INFINITY;
+                lse[qh * a.s + i0 + r] = nk > lo ? (float)((double)m + log(sum)) : -INFINITY;
             }
-            gt_cpu_sgemm_ld(false, false, rows, a.dv, tb, 1.0f, sc, tb > 0 ? tb : 1, vp, sv.row,
-                            0.0f, ob + i0 * so.row, so.row);
+            gt_cpu_sgemm_ld(false, false, rows, a.dv, tb, 1.0f, sc, tb > 0 ? tb : 1,
+                            vp + k0 * sv.row, sv.row, 0.0f, ob + i0 * so.row, so.row);
         }
     }
     free(sc);
@@ -168,6 +213,7 @@ gt_status gt_cpu_sdpa(const gt_kernel_call *c, gt_error *err)
     GT_TRY(gt_cpu_attn_want(c, c->out[0], "out", &a, a.hq, a.s, a.dv, err));
     GT_TRY(gt_cpu_attn_want(c, c->out[1], "lse", &a, a.hq, a.s, -1, err));
     if (a.b * a.hq * a.s == 0) return GT_OK;
+    GT_TRY(gt_cpu_attn_check_positions(c, &a, err));
     return gt_cpu_attn_run(c, &a, gt_cpu_sdpa_job, err);
 }
 
@@ -192,13 +238,15 @@ static gt_status gt_cpu_sdpa_backward_job(int i, void *user, gt_error *err)
     float *dq = c->out[0]->data, *dk = c->out[1]->data, *dv = c->out[2]->data;
     int64_t group = a.hq / a.hkv, bi = i / a.hkv, kvh = i % a.hkv;
     int64_t ko = gt_cpu_attn_at(sk, bi, kvh), vo = gt_cpu_attn_at(sv, bi, kvh);
-    const float *kp = k + ko, *vp = v + vo;
-    float *dkp = dk + ko, *dvp = dv + vo;
     for (int64_t h = kvh * group; h < (kvh + 1) * group; h++) {
         int64_t qh = bi * a.hq + h;
         for (int64_t i0 = 0; i0 < a.s; i0 += GT_CPU_ATTN_ROWS) {
             int64_t rows = a.s - i0 < GT_CPU_ATTN_ROWS ? a.s - i0 : GT_CPU_ATTN_ROWS;
-            int64_t tb = a.causal ? i0 + rows : a.t, ldp = tb > 0 ? tb : 1;
+            /* keys k0 .. k0 + tb - 1, as in the forward */
+            int64_t k0 = gt_cpu_attn_block_start(&a, bi, i0, rows);
+            int64_t tb = (a.causal ? i0 + rows : a.t) - k0, ldp = tb > 0 ? tb : 1;
+            const float *kp = k + ko + k0 * sk.row, *vp = v + vo + k0 * sv.row;
+            float *dkp = dk + ko + k0 * sk.row, *dvp = dv + vo + k0 * sv.row;
             int64_t lo = qh * a.s + i0; /* lse row */
             int64_t qo = gt_cpu_attn_at(sq, bi, h) + i0 * sq.row;
             int64_t oo = gt_cpu_attn_at(so, bi, h) + i0 * so.row;
@@ -208,8 +256,11 @@ static gt_status gt_cpu_sdpa_backward_job(int i, void *user, gt_error *err)
                             ldp);
             for (int64_t r = 0; r < rows; r++) {
                 float *row = p + r * tb, l = lse[lo + r];
-                int64_t nk = isinf(l) && l < 0 ? 0 : gt_cpu_attn_keys(&a, i0 + r);
-                gt_cpu_exp_n(row, row, nk, 1.0f, l);
+                int64_t st = gt_cpu_attn_start(&a, bi, i0 + r) - k0;
+                int64_t nk = isinf(l) && l < 0 ? st : gt_cpu_attn_keys(&a, i0 + r) - k0;
+                gt_cpu_exp_n(row + st, row + st, nk - st, 1.0f, l);
+                for (int64_t jj = 0; jj < st; jj++)
+                    row[jj] = 0.0f;
                 for (int64_t jj = nk; jj < tb; jj++)
                     row[jj] = 0.0f;
             }
@@ -252,5 +303,6 @@ gt_status gt_cpu_sdpa_backward(const gt_kernel_call *c, gt_error *err)
     if (gt_tensor_nbytes(c->out[1]) > 0) memset(c->out[1]->data, 0, gt_tensor_nbytes(c->out[1]));
     if (gt_tensor_nbytes(c->out[2]) > 0) memset(c->out[2]->data, 0, gt_tensor_nbytes(c->out[2]));
     if (a.b * a.hq * a.s == 0) return GT_OK;
+    GT_TRY(gt_cpu_attn_check_positions(c, &a, err));
     return gt_cpu_attn_run(c, &a, gt_cpu_sdpa_backward_job, err);
 }

@@ -186,6 +186,24 @@ gt_status gt_cpu_rope(const gt_kernel_call *c, gt_error *err)
     int64_t b = x->shape[0], s = x->shape[1], h = x->shape[2], d = x->shape[3], half = d / 2;
     if (d % 2 != 0)
         return gt_error_set(err, GT_ERR_SHAPE, "rope: head dim %lld must be even", (long long)d);
+    /* per-token positions (packed documents): the table then covers 0 .. their largest */
+    const int64_t *pos = NULL;
+    int64_t rows = s;
+    if (c->n_in > 1) {
+        const gt_tensor *pt = c->in[1];
+        if (pt->dtype != GT_I64 || pt->ndim != 2 || pt->shape[0] != b || pt->shape[1] != s)
+            return gt_error_set(err, GT_ERR_SHAPE, "rope: positions must be i64 [%lld, %lld]",
+                                (long long)b, (long long)s);
+        pos = pt->data;
+        rows = 0;
+        for (int64_t k = 0; k < b * s; k++) {
+            if (pos[k] < 0 || pos[k] >= ((int64_t)1 << 40))
+                return gt_error_set(err, GT_ERR_INVALID,
+                                    "rope: positions[%lld, %lld] = %lld is outside [0, 2^40)",
+                                    (long long)(k / s), (long long)(k % s), (long long)pos[k]);
+            rows = pos[k] + 1 > rows ? pos[k] + 1 : rows;
+        }
+    }
     if (gt_tensor_numel(x) == 0) return GT_OK;
     /* cos/sin table [s, d/2]: angle = f32(p) * inv_freq_j rounded to f32, as HF's
      * inv_freq @ position_ids (bit-identical angles, checked against transformers). cos and sin
@@ -193,16 +211,16 @@ gt_status gt_cpu_rope(const gt_kernel_call *c, gt_error *err)
      * which neither glibc's cosf nor torch's vectorized cos always is (both are within 1 ulp).
      * The inverse rotation uses -angle: same cos, negated sin. */
     float *inv = malloc((size_t)half * sizeof *inv + 1);
-    float *cs = malloc((size_t)(2 * s * half) * sizeof *cs + 1);
+    float *cs = malloc((size_t)(2 * rows * half) * sizeof *cs + 1);
     if (!inv || !cs) {
         free(inv);
         free(cs);
         return gt_error_set(err, GT_ERR_NOMEM, "rope: out of memory for a %lld x %lld table",
-                            (long long)s, (long long)half);
+                            (long long)rows, (long long)half);
     }
     gt_rope_inv_freq(c, d, inv);
     float sign = c->i[0] ? -1.0f : 1.0f;
-    for (int64_t p = 0; p < s; p++) {
+    for (int64_t p = 0; p < rows; p++) {
         for (int64_t j = 0; j < half; j++) {
             float angle = (float)p * inv[j];
             cs[2 * (p * half + j)] = (float)cos((double)angle);
@@ -215,7 +233,7 @@ gt_status gt_cpu_rope(const gt_kernel_call *c, gt_error *err)
     int64_t i1 = gt_rope_interleaved(c) ? 1 : half, step = gt_rope_interleaved(c) ? 2 : 1;
     for (int64_t bi = 0; bi < b; bi++) {
         for (int64_t p = 0; p < s; p++) {
-            const float *t = cs + 2 * p * half;
+            const float *t = cs + 2 * (pos ? pos[bi * s + p] : p) * half;
             for (int64_t hi = 0; hi < h; hi++) {
                 int64_t off = ((bi * s + p) * h + hi) * d;
                 const float *xr = (const float *)x->data + off;

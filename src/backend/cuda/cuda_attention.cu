@@ -38,7 +38,8 @@ typedef struct {
     int64_t b, hq, hkv, s, t, d, dv;
     int causal;
     float scale;
-    int layout; /* 0: [b, heads, n, w]; 1: [b, n, heads, w] */
+    int layout;         /* 0: [b, heads, n, w]; 1: [b, n, heads, w] */
+    const int64_t *pos; /* document positions [b, s] (block-causal), or NULL */
 } gt_att;
 
 /* Element offset of head h of batch bi in a tensor of `heads` heads of n rows of width w. */
@@ -54,10 +55,29 @@ __device__ __forceinline__ int64_t gt_att_ld(const gt_att &a, int64_t heads, int
     return a.layout ? heads * w : w;
 }
 
-/* True when query row i (absolute) may see key j (absolute). */
-__device__ __forceinline__ bool gt_att_visible(const gt_att &a, int64_t i, int64_t j)
+/* The first key query row i of batch bi sees: its document's start i - positions[bi, i] with
+ * documents, else 0. */
+__device__ __forceinline__ int64_t gt_att_start(const gt_att &a, int64_t bi, int64_t i)
 {
-    return i < a.s && j < a.t && !(a.causal && j > i);
+    return a.pos && i < a.s ? i - a.pos[bi * a.s + i] : 0;
+}
+
+/* True when query row i (absolute) of batch bi may see key j (absolute). */
+__device__ __forceinline__ bool gt_att_visible(const gt_att &a, int64_t bi, int64_t i, int64_t j)
+{
+    return i < a.s && j < a.t && !(a.causal && j > i) && j >= gt_att_start(a, bi, i);
+}
+
+/* The first key tile any query of tile [q0, q0 + GT_ATT_BQ) sees (0 without documents); every
+ * thread computes the same value. Tiles before it hold no visible key: skipped, so one document
+ * (every start 0) runs exactly the causal loops. */
+__device__ __forceinline__ int64_t gt_att_first_tile(const gt_att &a, int64_t bi, int64_t q0)
+{
+    if (!a.pos) return 0;
+    int64_t m = q0;
+    for (int64_t i = q0; i < q0 + GT_ATT_BQ && i < a.s; i++)
+        m = min(m, max(gt_att_start(a, bi, i), (int64_t)0));
+    return m / GT_ATT_BK * GT_ATT_BK;
 }
 
 /* Loads rows [r0, r0 + n) of a [rows, w] matrix at p + base whose rows are ld elements apart into
@@ -93,7 +113,7 @@ __global__ void __launch_bounds__(GT_ATT_THREADS)
         lrow[r] = 0.0f;
     }
     int64_t kend = a.causal ? min(a.t, q0 + GT_ATT_BQ) : a.t;
-    for (int64_t k0 = 0; k0 < kend; k0 += GT_ATT_BK) {
+    for (int64_t k0 = gt_att_first_tile(a, bi, q0); k0 < kend; k0 += GT_ATT_BK) {
         __syncthreads();
         gt_att_load(ks, k, dk, ko, k0, GT_ATT_BK, a.t, a.d, kld);
         gt_att_load(vs, v, dv, vo, k0, GT_ATT_BK, a.t, a.dv, vld);
@@ -103,7 +123,7 @@ __global__ void __launch_bounds__(GT_ATT_THREADS)
             float dot = 0.0f;
             for (int64_t c = 0; c < a.d; c++)
                 dot = fmaf(qs[r * a.d + c], ks[j * a.d + c], dot);
-            ss[idx] = gt_att_visible(a, q0 + r, k0 + j) ? a.scale * dot : -INFINITY;
+            ss[idx] = gt_att_visible(a, bi, q0 + r, k0 + j) ? a.scale * dot : -INFINITY;
         }
         __syncthreads();
         for (int r = threadIdx.x; r < GT_ATT_BQ; r += blockDim.x) {
@@ -168,15 +188,15 @@ __global__ void gt_k_sdpa_dsum(gt_att a, int64_t rows, const void *o, int dto, c
 
 /* For the tile (queries q0.., keys k0..) already in shared memory, writes P into ps and
  * dS = P * (dP - D) into dss. */
-__device__ __forceinline__ void gt_att_tile_grads(const gt_att &a, int64_t q0, int64_t k0,
-                                                  const float *qs, const float *gs, const float *ks,
-                                                  const float *vs, const float *ls, const float *ds,
-                                                  float *ps, float *dss)
+__device__ __forceinline__ void gt_att_tile_grads(const gt_att &a, int64_t bi, int64_t q0,
+                                                  int64_t k0, const float *qs, const float *gs,
+                                                  const float *ks, const float *vs, const float *ls,
+                                                  const float *ds, float *ps, float *dss)
 {
     for (int idx = threadIdx.x; idx < GT_ATT_BQ * GT_ATT_BK; idx += blockDim.x) {
         int r = idx / GT_ATT_BK, j = idx - r * GT_ATT_BK;
         float l = ls[r], p = 0.0f, dp = 0.0f;
-        if (gt_att_visible(a, q0 + r, k0 + j) && l != -INFINITY) {
+        if (gt_att_visible(a, bi, q0 + r, k0 + j) && l != -INFINITY) {
             float dot = 0.0f;
             for (int64_t c = 0; c < a.d; c++)
                 dot = fmaf(qs[r * a.d + c], ks[j * a.d + c], dot);
@@ -229,12 +249,14 @@ __global__ void __launch_bounds__(GT_ATT_THREADS)
         int64_t h = kvh * group + hh, bh = bi * a.hq + h;
         int64_t qo = gt_att_at(a, bi, h, a.hq, a.s, a.d), go = gt_att_at(a, bi, h, a.hq, a.s, a.dv);
         for (int64_t q0 = qstart; q0 < a.s; q0 += GT_ATT_BQ) {
+            /* documents: a query tile whose rows all start after these keys sees none of them */
+            if (gt_att_first_tile(a, bi, q0) > k0) continue;
             __syncthreads();
             gt_att_load(qs, q, dq, qo, q0, GT_ATT_BQ, a.s, a.d, qld);
             gt_att_load(gs, g, dg, go, q0, GT_ATT_BQ, a.s, a.dv, gld);
             gt_att_load_rows(a, bh, q0, lse, dlse, dsum, ls, ds);
             __syncthreads();
-            gt_att_tile_grads(a, q0, k0, qs, gs, ks, vs, ls, ds, ps, dss);
+            gt_att_tile_grads(a, bi, q0, k0, qs, gs, ks, vs, ls, ds, ps, dss);
             __syncthreads();
             for (int idx = threadIdx.x; idx < GT_ATT_BK * a.dv; idx += blockDim.x) {
                 int j = idx / (int)a.dv, c = idx - j * (int)a.dv;
@@ -286,12 +308,12 @@ __global__ void __launch_bounds__(GT_ATT_THREADS)
     for (int idx = threadIdx.x; idx < GT_ATT_BQ * a.d; idx += blockDim.x)
         dqs[idx] = 0.0f;
     int64_t kend = a.causal ? min(a.t, q0 + GT_ATT_BQ) : a.t;
-    for (int64_t k0 = 0; k0 < kend; k0 += GT_ATT_BK) {
+    for (int64_t k0 = gt_att_first_tile(a, bi, q0); k0 < kend; k0 += GT_ATT_BK) {
         __syncthreads();
         gt_att_load(ks, k, dk, ko, k0, GT_ATT_BK, a.t, a.d, kld);
         gt_att_load(vs, v, dv, vo, k0, GT_ATT_BK, a.t, a.dv, vld);
         __syncthreads();
-        gt_att_tile_grads(a, q0, k0, qs, gs, ks, vs, ls, ds, ps, dss);
+        gt_att_tile_grads(a, bi, q0, k0, qs, gs, ks, vs, ls, ds, ps, dss);
         __syncthreads();
         for (int idx = threadIdx.x; idx < GT_ATT_BQ * a.d; idx += blockDim.x) {
             int r = idx / (int)a.d, c = idx - r * (int)a.d;
@@ -317,7 +339,7 @@ static gt_status gt_cuda_att_shapes(const gt_kernel_call *c, gt_att *a, gt_error
     GT_TRY(gt_kernel_want_float(c, c->in[0], "q", err));
     GT_TRY(gt_kernel_want_float(c, c->in[1], "k", err));
     GT_TRY(gt_kernel_want_float(c, c->in[2], "v", err));
-    *a = (gt_att){k.b, k.hq, k.hkv, k.s, k.t, k.d, k.dv, k.causal, k.scale, k.layout};
+    *a = (gt_att){k.b, k.hq, k.hkv, k.s, k.t, k.d, k.dv, k.causal, k.scale, k.layout, k.positions};
     if (a->b * a->hq > 65535 || a->b * a->hkv > 65535)
         return gt_error_set(err, GT_ERR_UNSUPPORTED, "%s: batch * heads above 65535",
                             gt_kernel_op_name(c->op));
@@ -329,8 +351,8 @@ static gt_status gt_cuda_att_want(const gt_kernel_call *c, const gt_tensor *t, c
                                   gt_error *err)
 {
     GT_TRY(gt_kernel_want_float(c, t, what, err));
-    gt_kernel_attn k = {a->b, a->hq, a->hkv,    a->s,           a->t,
-                        a->d, a->dv, a->layout, a->causal != 0, a->scale};
+    gt_kernel_attn k = {a->b,  a->hq,     a->hkv,         a->s,     a->t,  a->d,
+                        a->dv, a->layout, a->causal != 0, a->scale, a->pos};
     return gt_kernel_want_attn_tensor(c, t, what, &k, h, n, last, err);
 }
 
@@ -370,6 +392,7 @@ static gt_flash gt_cuda_att_flash(const gt_kernel_call *c, const gt_att *a)
     f.causal = a->causal;
     f.scale = a->scale;
     f.scale_log2 = a->scale * 1.4426950408889634f;
+    f.pos = a->pos;
     return f;
 }
 
@@ -381,9 +404,26 @@ gt_status gt_cuda_sdpa(gt_cuda_stream *s, const gt_kernel_call *c, gt_error *err
     GT_TRY(gt_cuda_att_want(c, c->out[1], "lse", &a, a.hq, a.s, -1, err));
     if (a.b * a.hq * a.s == 0) return GT_OK;
     if (a.t > 0 && gt_cuda_flash_io(c)) {
-        gt_cudnn_sdpa cd = {c->in[0]->data, c->in[1]->data, c->in[2]->data, c->out[0]->data,
-                            (float *)c->out[1]->data, NULL, NULL, NULL, NULL, a.b, a.hq, a.hkv,
-                            a.s, a.t, a.d, a.dv, a.layout, a.causal, a.scale};
+        gt_cudnn_sdpa cd = {c->in[0]->data,
+                            c->in[1]->data,
+                            c->in[2]->data,
+                            c->out[0]->data,
+                            (float *)c->out[1]->data,
+                            NULL,
+                            NULL,
+                            NULL,
+                            NULL,
+                            a.b,
+                            a.hq,
+                            a.hkv,
+                            a.s,
+                            a.t,
+                            a.d,
+                            a.dv,
+                            a.layout,
+                            a.causal,
+                            a.scale,
+                            a.pos};
         bool ran = false;
         GT_TRY(gt_cudnn_sdpa_forward(s, &cd, &ran, err));
         if (ran) return GT_OK;
@@ -439,9 +479,10 @@ gt_status gt_cuda_sdpa_backward(gt_cuda_stream *s, const gt_kernel_call *c, gt_e
         return gt_cuda_launched(c, err);
     }
     if (a.t > 0 && gt_cuda_flash_io(c)) { /* cuDNN's, where it takes the call */
-        gt_cudnn_sdpa cd = {q->data, k->data, v->data, o->data, (float *)l->data,
-                            g->data, dq->data, dk->data, dv->data, a.b, a.hq, a.hkv, a.s, a.t,
-                            a.d, a.dv, a.layout, a.causal, a.scale};
+        gt_cudnn_sdpa cd = {q->data, k->data,  v->data,  o->data,  (float *)l->data,
+                            g->data, dq->data, dk->data, dv->data, a.b,
+                            a.hq,    a.hkv,    a.s,      a.t,      a.d,
+                            a.dv,    a.layout, a.causal, a.scale,  a.pos};
         bool ran = false;
         GT_TRY(gt_cudnn_sdpa_backward(s, c, &cd, &ran, err));
         if (ran) return GT_OK;

@@ -652,6 +652,7 @@ static gt_status gt_cudnn_plan_for(gt_cuda_stream *s, const gt_cudnn_sdpa *a, in
                                    gt_cudnn_plan **out, gt_error *err)
 {
     *out = NULL;
+    if (a->positions) return GT_OK; /* block-causal: graphtrain's flash kernels take it */
     if (s->cudnn_off || a->d < 64 || a->d > 256 || a->d % 8 || a->d_v < 64 || a->d_v > 256 ||
         a->d_v % 8 || a->s != a->t)
         return GT_OK;

@@ -9,7 +9,14 @@
  * products use mma.sync m16n8k16 (bf16 in, f32 accumulate); each warp owns 16 rows of the output
  * tile, so every sum has one owner and a fixed order (k-steps of the mma in index order, tiles in
  * index order, quad shuffles in a fixed butterfly): bitwise reproducible, no atomics. Softmax runs
- * in base 2: x = S * scale * log2(e), p = 2^(x - m), lse = (m + log2 l) * ln 2. */
+ * in base 2: x = S * scale * log2(e), p = 2^(x - m), lse = (m + log2 l) * ln 2.
+ *
+ * Block-causal (packed documents, pos != NULL): query i sees keys start_i = i - pos[i] .. i. A
+ * query tile starts its key loop at the tile holding its first start, a warp skips key tiles
+ * before all of its rows' starts (or, in dK/dV, query tiles whose rows all start after its keys),
+ * and the masked path (taken only where a tile crosses a document start, the diagonal or an
+ * end) also masks keys before a row's start. Without documents every start is 0 and the loops and
+ * tests are the causal ones: one document gives the causal call's bits. */
 #ifndef GRAPHTRAIN_CUDA_FLASH_CUH
 #define GRAPHTRAIN_CUDA_FLASH_CUH
 
@@ -34,6 +41,7 @@ typedef struct {
     gt_flash_stride sq, skv; /* sq: q, o, g, out, dq ([b, hq, s, D]); skv: k, v, dk, dv */
     int d, causal;
     float scale, scale_log2; /* scale and scale * log2(e) */
+    const int64_t *pos;      /* document positions [b, s] (block-causal), or NULL */
 } gt_flash;
 
 /* True when the bf16 flash kernels can run this call (the caller validated the shapes). */
@@ -206,6 +214,30 @@ __device__ __forceinline__ void gt_flash_acc_cb(float (&acc)[MT][D / 8][4],
 __device__ __forceinline__ int64_t gt_flash_at(const gt_flash_stride &st, int64_t bi, int64_t h)
 {
     return bi * st.batch + h * st.head;
+}
+
+/* The first key query row i of batch bi sees: its document's start (0 without documents). The
+ * positions are not checked on the device (the CPU kernel checks them; the loader makes them):
+ * a position above i gives 0, never a key before the sequence. */
+__device__ __forceinline__ int64_t gt_flash_start(const gt_flash &f, int64_t bi, int64_t i)
+{
+    int64_t st = f.pos && i < f.s ? i - f.pos[bi * f.s + i] : 0;
+    return st > 0 ? st : 0;
+}
+
+/* The smallest and largest document start of query rows [r0, r0 + n) that exist (0 and 0 without
+ * documents); every thread that asks gets the same values. */
+__device__ __forceinline__ void gt_flash_start_range(const gt_flash &f, int64_t bi, int64_t r0,
+                                                     int n, int64_t *lo, int64_t *hi)
+{
+    int64_t a = f.pos ? INT64_MAX : 0, b = 0;
+    for (int64_t i = r0; f.pos && i < r0 + n && i < f.s; i++) {
+        int64_t st = gt_flash_start(f, bi, i);
+        a = st < a ? st : a;
+        b = st > b ? st : b;
+    }
+    *lo = a == INT64_MAX ? r0 : a;
+    *hi = b;
 }
 
 /* Copies rows [r0, r0 + ROWS) of a [rows, D] bf16 matrix whose rows are ld elements apart (D in

@@ -61,9 +61,9 @@ template <int D> __global__ void gt_k_flash_dsum(gt_flash f, float *dsum, float 
  * hold invisible pairs (past the causal diagonal, past s or t), whose P and dS become 0; the
  * tests run in 32-bit offsets from the tile's corner. */
 template <int NT, bool KEYS_ARE_ROWS, bool MASK>
-__device__ __forceinline__ void gt_flash_p_ds(const gt_flash &f, float (*sc)[4], float (*dp)[4],
-                                              int64_t r0, int64_t c0, int lane, const float *lsm,
-                                              const float *dsm, const float *lr, const float *dr)
+__device__ __forceinline__ void
+gt_flash_p_ds(const gt_flash &f, float (*sc)[4], float (*dp)[4], int64_t r0, int64_t c0, int lane,
+              const float *lsm, const float *dsm, const float *lr, const float *dr, int64_t bi)
 {
     /* rows at or past rlim and columns at or past clim do not exist; a pair is past the causal
      * diagonal when key - query > 0, i.e. (ri - ci) > dk for key rows, (ci - ri) > dk otherwise */
@@ -89,6 +89,10 @@ __device__ __forceinline__ void gt_flash_p_ds(const gt_flash &f, float (*sc)[4],
                 int ri = lane / 4 + (e >> 1) * 8, ci = n * 8 + (lane % 4) * 2 + (e & 1);
                 bool past = KEYS_ARE_ROWS ? ri - ci > dk : ci - ri > dk;
                 bool vis = ri < rlim && ci < clim && !(f.causal && past);
+                if (vis && f.pos) { /* documents: a key before its query's document start */
+                    int64_t key = KEYS_ARE_ROWS ? r0 + ri : c0 + ci;
+                    vis = key >= gt_flash_start(f, bi, KEYS_ARE_ROWS ? c0 + ci : r0 + ri);
+                }
                 p = vis ? p : 0.0f;
             }
             sc[n][e] = p;
@@ -134,8 +138,19 @@ __global__ void __launch_bounds__(32 * WARPS, MINB) gt_k_flash_dkdv(gt_flash f)
     int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     int64_t bkh = blockIdx.y, bi = bkh / f.hkv, kvh = bkh - bi * f.hkv, group = f.hq / f.hkv;
     int64_t k0 = (int64_t)(gridDim.x - 1 - blockIdx.x) * BK, kw = k0 + warp * RK;
-    int64_t qstart = f.causal ? (k0 / BQ) * BQ : 0;
-    int64_t nq = f.s > qstart ? (f.s - qstart + BQ - 1) / BQ : 0, total = group * nq;
+    int64_t qstart = f.causal ? (k0 / BQ) * BQ : 0, qend = f.s;
+    if (f.pos) { /* documents: no query after the last one whose document reaches these keys */
+        __shared__ unsigned long long qlast;
+        if (threadIdx.x == 0) qlast = 0;
+        __syncthreads();
+        unsigned long long mine = 0;
+        for (int64_t i = qstart + threadIdx.x; i < f.s; i += blockDim.x)
+            if (gt_flash_start(f, bi, i) <= k0 + BK - 1) mine = (unsigned long long)i + 1;
+        atomicMax(&qlast, mine); /* a max: the same value whatever the order */
+        __syncthreads();
+        qend = (int64_t)qlast;
+    }
+    int64_t nq = qend > qstart ? (qend - qstart + BQ - 1) / BQ : 0, total = group * nq;
     /* Iteration it = (query head hh = it / nq of the group, query tile it % nq): its Q, dO, lse
      * and D go to stage it % 2 by cp.async (rows past s are zeros; p_ds masks them). */
     auto issue = [&](int64_t it) {
@@ -187,7 +202,9 @@ __global__ void __launch_bounds__(32 * WARPS, MINB) gt_k_flash_dkdv(gt_flash f)
         const float *lsm = (const float *)(gs + BQ * LD), *dsm = lsm + BQ;
         /* causal: every key of this warp is in the future of the tile (with MT = 2 the later 16
          * keys may be while the first are not: their P and dS are masked to 0, adding nothing) */
-        if (!(f.causal && kw > q0 + BQ - 1)) {
+        int64_t qlo, qhi; /* the tile's queries' document starts (0, 0 without documents) */
+        gt_flash_start_range(f, bi, q0, BQ, &qlo, &qhi);
+        if (!(f.causal && kw > q0 + BQ - 1) && qlo <= kw + RK - 1) {
             /* S^T = K Q^T and dP^T = V dO^T: RK keys x BQ queries; k-steps outer, so the K and V
              * A fragments of step kc serve every column block (each accumulator still adds its
              * k-steps in index order). */
@@ -230,18 +247,19 @@ __global__ void __launch_bounds__(32 * WARPS, MINB) gt_k_flash_dkdv(gt_flash f)
                     }
                 }
             }
-            bool mask = q0 + BQ > f.s || kw + RK > f.t || (f.causal && kw + RK - 1 > q0);
+            bool mask =
+                q0 + BQ > f.s || kw + RK > f.t || (f.causal && kw + RK - 1 > q0) || qhi > kw;
             /* one uniform branch: only tiles that need it test each pair */
             if (mask) {
 #pragma unroll
                 for (int mt = 0; mt < MT; mt++)
                     gt_flash_p_ds<BQ / 8, true, true>(f, sc[mt], dp[mt], kw + mt * 16, q0, lane,
-                                                      lsm, dsm, nullptr, nullptr);
+                                                      lsm, dsm, nullptr, nullptr, bi);
             } else {
 #pragma unroll
                 for (int mt = 0; mt < MT; mt++)
                     gt_flash_p_ds<BQ / 8, true, false>(f, sc[mt], dp[mt], kw + mt * 16, q0, lane,
-                                                       lsm, dsm, nullptr, nullptr);
+                                                       lsm, dsm, nullptr, nullptr, bi);
             }
             /* dV += P^T dO, dK += dS^T Q (k-steps over the tile's queries in order). */
 #pragma unroll
@@ -335,12 +353,17 @@ __global__ void __launch_bounds__(32 * WARPS, MINB) gt_k_flash_dq(gt_flash f)
         for (int n = 0; n < D / 8; n++)
             dq[mt][n][0] = dq[mt][n][1] = dq[mt][n][2] = dq[mt][n][3] = 0.0f;
     int64_t kend = f.causal ? min(f.t, q0 + BQ) : f.t;
+    /* documents: from the key tile of the block's first start; a warp's rows start at wlo..whi */
+    int64_t blo, bhi, wlo, whi;
+    gt_flash_start_range(f, bi, q0, BQ, &blo, &bhi);
+    gt_flash_start_range(f, bi, qw, RW, &wlo, &whi);
+    int64_t kbeg = min(blo / BK * BK, kend);
     /* Double buffer: key tile j + 1 streams in by cp.async while tile j is multiplied. */
-    gt_flash_load_async<BK, D, 32 * WARPS>(sm, kp, 0, f.t, f.skv.row);
-    gt_flash_load_async<BK, D, 32 * WARPS>(sm + BK * LD, vp, 0, f.t, f.skv.row);
+    gt_flash_load_async<BK, D, 32 * WARPS>(sm, kp, kbeg, f.t, f.skv.row);
+    gt_flash_load_async<BK, D, 32 * WARPS>(sm + BK * LD, vp, kbeg, f.t, f.skv.row);
     gt_cp_commit();
     int st = 0;
-    for (int64_t k0 = 0; k0 < kend; k0 += BK, st ^= 1) {
+    for (int64_t k0 = kbeg; k0 < kend; k0 += BK, st ^= 1) {
         if (k0 + BK < kend) {
             __nv_bfloat16 *nx = sm + 2 * (st ^ 1) * BK * LD;
             gt_flash_load_async<BK, D, 32 * WARPS>(nx, kp, k0 + BK, f.t, f.skv.row);
@@ -352,7 +375,7 @@ __global__ void __launch_bounds__(32 * WARPS, MINB) gt_k_flash_dq(gt_flash f)
         const __nv_bfloat16 *ks = sm + 2 * st * BK * LD, *vs = ks + BK * LD;
         /* causal: this warp's queries see none of these keys (with MT = 2 the first 16 may see
          * none while the others do: their P and dS are masked to 0, adding nothing) */
-        if (!(f.causal && k0 > qw + RW - 1)) {
+        if (!(f.causal && k0 > qw + RW - 1) && k0 + BK > wlo) {
             float sc[MT][BK / 8][4], dp[MT][BK / 8][4];
 #pragma unroll
             for (int mt = 0; mt < MT; mt++)
@@ -377,17 +400,18 @@ __global__ void __launch_bounds__(32 * WARPS, MINB) gt_k_flash_dq(gt_flash f)
                         gt_mma_bf16x2(dp[mt][n], dp[mt][n + 1], gf[mt][kc], b);
                     }
                 }
-            bool mask = qw + RW > f.s || k0 + BK > f.t || (f.causal && k0 + BK - 1 > qw);
+            bool mask =
+                qw + RW > f.s || k0 + BK > f.t || (f.causal && k0 + BK - 1 > qw) || whi > k0;
             if (mask) {
 #pragma unroll
                 for (int mt = 0; mt < MT; mt++)
                     gt_flash_p_ds<BK / 8, false, true>(f, sc[mt], dp[mt], qw + mt * 16, k0, lane,
-                                                       nullptr, nullptr, lse2[mt], dd[mt]);
+                                                       nullptr, nullptr, lse2[mt], dd[mt], bi);
             } else {
 #pragma unroll
                 for (int mt = 0; mt < MT; mt++)
                     gt_flash_p_ds<BK / 8, false, false>(f, sc[mt], dp[mt], qw + mt * 16, k0, lane,
-                                                        nullptr, nullptr, lse2[mt], dd[mt]);
+                                                        nullptr, nullptr, lse2[mt], dd[mt], bi);
             }
             gt_flash_acc_cb<MT, BK, D>(dq, dp, ks, LD, lane);
         }

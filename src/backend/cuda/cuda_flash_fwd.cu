@@ -43,7 +43,7 @@ template <int D, int MT, int BK, bool MASK>
 __device__ __forceinline__ void
 gt_flash_fwd_tile(const gt_flash &f, const uint32_t (&qf)[MT][D / 16][4], float (&o)[MT][D / 8][4],
                   float (&m)[MT][2], float (&l)[MT][2], const __nv_bfloat16 *ks,
-                  const __nv_bfloat16 *vs, int64_t k0, int64_t qw, int lane)
+                  const __nv_bfloat16 *vs, int64_t k0, int64_t qw, int lane, int64_t bi)
 {
     constexpr int LD = D + GT_FLASH_PAD;
     int cq = (lane % 4) * 2;
@@ -69,6 +69,11 @@ gt_flash_fwd_tile(const gt_flash &f, const uint32_t (&qf)[MT][D / 16][4], float 
 #pragma unroll
     for (int mt = 0; mt < MT; mt++) {
         int rel = MASK ? (int)(qw + mt * 16 - k0) + lane / 4 : 0; /* row - k0, first row */
+        /* documents: keys before a row's start (relative to k0) are masked too */
+        int lo[2] = {0, 0};
+        if (MASK && f.pos)
+            for (int i = 0; i < 2; i++)
+                lo[i] = (int)(gt_flash_start(f, bi, qw + mt * 16 + lane / 4 + i * 8) - k0);
         float mx[2] = {m[mt][0], m[mt][1]};
 #pragma unroll
         for (int n = 0; n < BK / 8; n++)
@@ -77,7 +82,8 @@ gt_flash_fwd_tile(const gt_flash &f, const uint32_t (&qf)[MT][D / 16][4], float 
                 float x = sc[mt][n][e] * f.scale_log2;
                 if (MASK) {
                     int col = n * 8 + cq + (e & 1);
-                    if (col >= lim || (f.causal && col > rel + (e >> 1) * 8)) x = -INFINITY;
+                    if (col >= lim || (f.causal && col > rel + (e >> 1) * 8) || col < lo[e >> 1])
+                        x = -INFINITY;
                 }
                 sc[mt][n][e] = x;
                 mx[e >> 1] = fmaxf(mx[e >> 1], x);
@@ -150,12 +156,18 @@ __global__ void __launch_bounds__(32 * WARPS, MINB) gt_k_flash_fwd(gt_flash f)
     }
     int cq = (lane % 4) * 2;
     int64_t kend = f.causal ? min(f.t, q0 + BQ) : f.t;
+    /* documents: the block starts at the key tile of its rows' first start; a warp's rows start
+     * at wlo .. whi */
+    int64_t blo, bhi, wlo, whi;
+    gt_flash_start_range(f, bi, q0, BQ, &blo, &bhi);
+    gt_flash_start_range(f, bi, qw, RW, &wlo, &whi);
+    int64_t kbeg = min(blo / BK * BK, kend);
     /* Double buffer: tile j + 1 streams in by cp.async while tile j is multiplied. */
-    gt_flash_load_async<BK, D, 32 * WARPS>(sm, kp, 0, f.t, f.skv.row);
-    gt_flash_load_async<BK, D, 32 * WARPS>(sm + BK * LD, vp, 0, f.t, f.skv.row);
+    gt_flash_load_async<BK, D, 32 * WARPS>(sm, kp, kbeg, f.t, f.skv.row);
+    gt_flash_load_async<BK, D, 32 * WARPS>(sm + BK * LD, vp, kbeg, f.t, f.skv.row);
     gt_cp_commit();
     int st = 0;
-    for (int64_t k0 = 0; k0 < kend; k0 += BK, st ^= 1) {
+    for (int64_t k0 = kbeg; k0 < kend; k0 += BK, st ^= 1) {
         if (k0 + BK < kend) {
             __nv_bfloat16 *nx = sm + 2 * (st ^ 1) * BK * LD;
             gt_flash_load_async<BK, D, 32 * WARPS>(nx, kp, k0 + BK, f.t, f.skv.row);
@@ -169,13 +181,14 @@ __global__ void __launch_bounds__(32 * WARPS, MINB) gt_k_flash_fwd(gt_flash f)
          * would be the identity). With MT = 2 the first 16 rows may precede the tile while the
          * others do not: for them every p is 0, alpha is 1 and the update leaves m, l and O as
          * they were. */
-        if (!(f.causal && k0 > qw + RW - 1)) {
-            /* Masks only where the tile crosses the diagonal or the end of the keys: one uniform
-             * branch per tile, so the common unmasked tiles carry no per-element tests. */
-            if (k0 + BK > f.t || (f.causal && k0 + BK - 1 > qw))
-                gt_flash_fwd_tile<D, MT, BK, true>(f, qf, o, m, l, ks, vs, k0, qw, lane);
+        if (!(f.causal && k0 > qw + RW - 1) && k0 + BK > wlo) {
+            /* Masks only where the tile crosses the diagonal, the end of the keys or a document
+             * start: one uniform branch per tile, so the common unmasked tiles carry no
+             * per-element tests. */
+            if (k0 + BK > f.t || (f.causal && k0 + BK - 1 > qw) || whi > k0)
+                gt_flash_fwd_tile<D, MT, BK, true>(f, qf, o, m, l, ks, vs, k0, qw, lane, bi);
             else
-                gt_flash_fwd_tile<D, MT, BK, false>(f, qf, o, m, l, ks, vs, k0, qw, lane);
+                gt_flash_fwd_tile<D, MT, BK, false>(f, qf, o, m, l, ks, vs, k0, qw, lane, bi);
         }
         __syncthreads(); /* the next iteration's loads overwrite this stage */
     }
@@ -214,6 +227,7 @@ bool gt_cuda_flash_fits(const gt_kernel_call *c, int64_t d, int64_t dv, int64_t 
 bool gt_cuda_flash_io(const gt_kernel_call *c)
 {
     for (int k = 0; k < c->n_in; k++) {
+        if (c->in[k]->dtype == GT_I64) continue; /* document positions: read as they are */
         if (!gt_aligned16(c->in[k]->data)) return false;
         if (c->in[k]->dtype != (c->in[k]->ndim == 3 ? GT_F32 : GT_BF16)) return false;
     }

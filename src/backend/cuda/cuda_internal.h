@@ -108,6 +108,7 @@ typedef struct {
     int64_t b, hq, hkv, s, t, d, d_v; /* d: head dim of q and k; d_v: of v and out */
     int layout, causal;
     float scale;
+    const int64_t *positions; /* block-causal documents: cuDNN declines (graphtrain's kernels) */
 } gt_cudnn_sdpa;
 
 /* Runs the call on cuDNN's fused flash attention when graphtrain was built with cuDNN, the stream

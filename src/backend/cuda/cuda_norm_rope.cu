@@ -816,7 +816,7 @@ typedef struct {
 template <int V, bool IL>
 __global__ void __launch_bounds__(GT_CUDA_THREADS)
     gt_k_rope(int64_t nbs, int64_t s, int64_t h, int64_t half, int npos, float sign,
-              gt_rope_freqs f, const void *x, int dxt, void *out, int dout)
+              gt_rope_freqs f, const int64_t *pos, const void *x, int dxt, void *out, int dout)
 {
     extern __shared__ float tab[];
     int64_t bp0 = (int64_t)blockIdx.x * npos;
@@ -848,7 +848,10 @@ __global__ void __launch_bounds__(GT_CUDA_THREADS)
     bool have = next();
     for (int64_t e = threadIdx.x; e < npos * half; e += blockDim.x) {
         int64_t qe = e / half, je = e - qe * half;
-        float angle = __fmul_rn((float)((bp0 + qe) % s), f.inv[je]);
+        /* row bp0 + qe sits at index (bp0 + qe) % s of its sequence, or at its given position */
+        int64_t row = bp0 + qe, p = row % s;
+        if (pos) p = row < nbs ? pos[row] : 0;
+        float angle = __fmul_rn((float)p, f.inv[je]);
         tab[2 * e] = (float)cos((double)angle);
         tab[2 * e + 1] = sign * (float)sin((double)angle);
     }
@@ -883,15 +886,15 @@ __global__ void __launch_bounds__(GT_CUDA_THREADS)
 template <int V>
 static void gt_rope_launch(cudaStream_t st, bool il, int64_t blocks, size_t smem, int64_t nbs,
                            const gt_tensor *x, int64_t npos, float sign, const gt_rope_freqs &f,
-                           gt_tensor *out)
+                           const int64_t *pos, gt_tensor *out)
 {
     int64_t s = x->shape[1], h = x->shape[2], half = x->shape[3] / 2;
     if (il)
         gt_k_rope<V, true><<<(unsigned)blocks, GT_CUDA_THREADS, smem, st>>>(
-            nbs, s, h, half, (int)npos, sign, f, x->data, x->dtype, out->data, out->dtype);
+            nbs, s, h, half, (int)npos, sign, f, pos, x->data, x->dtype, out->data, out->dtype);
     else
         gt_k_rope<V, false><<<(unsigned)blocks, GT_CUDA_THREADS, smem, st>>>(
-            nbs, s, h, half, (int)npos, sign, f, x->data, x->dtype, out->data, out->dtype);
+            nbs, s, h, half, (int)npos, sign, f, pos, x->data, x->dtype, out->data, out->dtype);
 }
 
 gt_status gt_cuda_rope(gt_cuda_stream *s, const gt_kernel_call *c, gt_error *err)
@@ -909,6 +912,16 @@ gt_status gt_cuda_rope(gt_cuda_stream *s, const gt_kernel_call *c, gt_error *err
     if (half > GT_ROPE_MAX_HALF)
         return gt_error_set(err, GT_ERR_UNSUPPORTED, "rope: head dim %lld above %d", (long long)d,
                             2 * GT_ROPE_MAX_HALF);
+    /* per-token positions (packed documents), i64 [b, s] on the device; values are trusted to be
+     * >= 0 (the loader's; the CPU kernel checks them) */
+    const int64_t *pos = NULL;
+    if (c->n_in > 1) {
+        const gt_tensor *pt = c->in[1];
+        if (pt->dtype != GT_I64 || pt->ndim != 2 || pt->shape[0] != x->shape[0] ||
+            pt->shape[1] != x->shape[1])
+            return gt_cuda_shape_error(c, "positions must be i64 [b, s] of x", err);
+        pos = (const int64_t *)pt->data;
+    }
     if (gt_tensor_numel(x) == 0) return GT_OK;
     gt_rope_freqs f;
     memset(&f, 0, sizeof f);
@@ -927,8 +940,8 @@ gt_status gt_cuda_rope(gt_cuda_stream *s, const gt_kernel_call *c, gt_error *err
     float sign = c->i[0] ? -1.0f : 1.0f;
     bool il = gt_rope_interleaved(c) != 0; /* an optional slot, absent (0) in llama graphs */
     if (vec)
-        gt_rope_launch<8>(s->stream, il, blocks, smem, nbs, x, npos, sign, f, out);
+        gt_rope_launch<8>(s->stream, il, blocks, smem, nbs, x, npos, sign, f, pos, out);
     else
-        gt_rope_launch<1>(s->stream, il, blocks, smem, nbs, x, npos, sign, f, out);
+        gt_rope_launch<1>(s->stream, il, blocks, smem, nbs, x, npos, sign, f, pos, out);
     return gt_cuda_launched(c, err);
 }
