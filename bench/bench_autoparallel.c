@@ -74,7 +74,7 @@ static int bench(const char *flavor, int dps, int tp)
                "%.1f ms, FSDP x TP %.1f ms\n",
                flavor, dps, tp, g->n_nodes, t_build, wall, cpu, r->n_probes, r->probe_s,
                r->n_columns, r->n_rows, r->ilp_s, 1e3 * r->cost.total_s, r->picked,
-               1e3 * r->fsdp.total_s, 1e3 * r->fsdp_tp.total_s);
+               1e3 * r->fsdp.total_s, r->has_fsdp_tp ? 1e3 * r->fsdp_tp.total_s : 0.0);
     }
     gt_autopar_free(r);
     gt_model_free(&model);
