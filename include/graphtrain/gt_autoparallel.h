@@ -67,6 +67,9 @@ typedef struct {
     gt_autopar_device device;
     const gt_sym_binding *binding; /* binds the SPMD graph's symbols (batch, seq, rank.*) */
     double memory_budget_b;        /* per rank; 0: none */
+    /* the budget holds parameters, gradients and optimizer state only: the memory policy fits
+     * the activations into what is left (compile.autoparallel_backend = autoparallel) */
+    bool budget_state_only;
 } gt_autopar_options;
 
 typedef struct {

@@ -49,6 +49,7 @@ gt_status gt_train_autoparallel(const gt_config *cfg, const gt_train_layout *lay
     gt_train_binding(cfg, layout, entries, &binding);
     o.binding = &binding;
     o.memory_budget_b = cfg->parallelism.autoparallel_memory_budget_gb * 1073741824.0;
+    o.budget_state_only = cfg->compile.autoparallel_backend == GT_CFG_AUTOPAR_AUTOPARALLEL;
     return gt_autopar_solve(g, plan, &o, out, err);
 }
 

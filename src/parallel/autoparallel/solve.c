@@ -37,6 +37,13 @@ typedef struct {
     int n_probes;
 } solver;
 
+/* The bytes the budget holds: everything, or without the activations when the memory policy
+ * fits them afterwards (gt_autopar_options.budget_state_only). */
+static double budgeted(const gt_autopar_options *o, const gt_autopar_cost *c)
+{
+    return o->budget_state_only ? c->params_b + c->grads_b + c->opt_b : c->memory_b;
+}
+
 static void fill_layout(solver *S, const int *choice, gt_placement (*out)[GT_MESH_MAX_DIMS])
 {
     memcpy(out, S->base, (size_t)S->g->n_inputs * sizeof *out);
@@ -122,7 +129,7 @@ static gt_status run_probes(solver *S, gt_autopar_cost *c0, double **unary, doub
             k->feasible[s] = ok;
             if (!ok) continue;
             unary[c][s] = (x.total_s - c0->total_s) * US;
-            mem[c][s] = x.memory_b - c0->memory_b;
+            mem[c][s] = budgeted(S->o, &x) - budgeted(S->o, c0);
         }
     }
     gt_ap_pair *ps = NULL;
@@ -217,7 +224,7 @@ gt_status gt_autopar_solve(const gt_graph *g, const gt_parallel_plan *plan,
     /* the memory row, and the smallest budget anything fits */
     double limit = -1;
     if (st == GT_OK && o->memory_budget_b > 0) {
-        double least = c0.memory_b;
+        double least = budgeted(o, &c0);
         for (int c = 0; c < nc; c++) {
             double lo = INFINITY;
             for (int s = 0; s < r->classes[c].n_strategies; s++)
@@ -230,7 +237,7 @@ gt_status gt_autopar_solve(const gt_graph *g, const gt_parallel_plan *plan,
                               "budget_gb = %g GiB per rank; the smallest feasible budget is %.3f "
                               "GiB (every parameter class at its least memory)",
                               o->memory_budget_b / GIB, ceil(least / GIB * 1e3) / 1e3);
-        limit = o->memory_budget_b - c0.memory_b;
+        limit = o->memory_budget_b - budgeted(o, &c0);
     }
     if (st == GT_OK) {
         n_str = gt_xmalloc((size_t)nc * sizeof *n_str);
@@ -270,7 +277,7 @@ gt_status gt_autopar_solve(const gt_graph *g, const gt_parallel_plan *plan,
         gt_autopar_cost x;
         fill_layout(&S, cand, S.work);
         st = probe_layout(&S, (const gt_placement(*)[GT_MESH_MAX_DIMS])S.work, &x, &ok, err);
-        if (st != GT_OK || !ok || x.memory_b > budget) continue;
+        if (st != GT_OK || !ok || budgeted(o, &x) > budget) continue;
         if (!have || x.total_s < r->cost.total_s * (1 - 1e-12)) {
             have = true;
             r->cost = x;
@@ -285,7 +292,7 @@ gt_status gt_autopar_solve(const gt_graph *g, const gt_parallel_plan *plan,
             gt_autopar_cost x;
             fill_layout(&S, cand, S.work);
             st = probe_layout(&S, (const gt_placement(*)[GT_MESH_MAX_DIMS])S.work, &x, &ok, err);
-            if (st == GT_OK && ok && x.memory_b <= budget &&
+            if (st == GT_OK && ok && budgeted(o, &x) <= budget &&
                 x.total_s < r->cost.total_s * (1 - 1e-12)) {
                 r->cost = x;
                 choice[c] = s;
@@ -305,7 +312,7 @@ gt_status gt_autopar_solve(const gt_graph *g, const gt_parallel_plan *plan,
         const gt_autopar_cost *best = have ? &r->cost : NULL;
         for (int h = 0; h < 2; h++) {
             const gt_autopar_cost *hc = h ? &r->fsdp_tp : &r->fsdp;
-            if (!(h ? ok_tp : ok_fsdp) || hc->memory_b > budget) continue;
+            if (!(h ? ok_tp : ok_fsdp) || budgeted(o, hc) > budget) continue;
             if (best && hc->total_s >= best->total_s * (1 - 1e-12)) continue;
             best = hc;
             r->picked = h ? "fsdp_tp" : "fsdp";
