@@ -3,7 +3,8 @@
  *     hand FSDP plan: the same placement for every parameter class and the same graph text;
  *   - on 2-D meshes (debugmodel dp_shard 2 x tp 2, 8B dp_shard 4 x tp 2) the chosen layout's
  *     modelled cost is <= both hand plans' (FSDP, FSDP x TP) on the same model;
- *   - the same input gives the same layout (twice in one process);
+ *   - the same input gives the same layout (twice in one process); the explanation names every
+ *     parameter class, both hand plans and the collectives;
  *   - a budget below the unconstrained layout's memory flips parameters to sharded placements,
  *     and a budget nothing fits is an error naming the smallest feasible budget, which solves;
  *   - a build without CBC refuses with a message naming coinor-libcbc-dev.
@@ -127,6 +128,20 @@ static void test_2d(const char *flavor, int seq, int batch, int dps, int tp,
         printf("%s dp_shard %d x tp %d: chosen %.3f ms (%s), FSDP %.3f ms, FSDP x TP %.3f ms\n",
                flavor, dps, tp, 1e3 * r->cost.total_s, r->picked, 1e3 * r->fsdp.total_s,
                1e3 * r->fsdp_tp.total_s);
+    }
+    if (r && twice) { /* the explanation names every class and both hand plans */
+        char *text = NULL;
+        size_t len = 0;
+        FILE *f = open_memstream(&text, &len);
+        gt_autopar_print(r, NULL, f);
+        fclose(f);
+        for (int c = 0; c < r->n_classes; c++)
+            EXPECT(strstr(text, r->classes[c].name), "the explanation names %s",
+                   r->classes[c].name);
+        EXPECT(strstr(text, "\n  fsdp ") && strstr(text, "\n  fsdp_tp ") &&
+                   strstr(text, "all_gather"),
+               "the explanation prices both hand plans and the collectives:\n%s", text);
+        free(text);
     }
     if (r && twice) {
         EXPECT_OK(solve(&s, d, 0, &again, &err), &err);
