@@ -20,9 +20,11 @@
  * each pair of classes of the same kind (block or not) an interaction cost over their
  * tensor-parallel placements (two moved together); the ILP minimises base + unaries + pairs
  * (one-hot y per class, pair variables z linearised by marginals) under the memory row, with CBC
- * on one thread and a fixed seed. The ILP's layout and the hand plans are then evaluated exactly
- * and the cheapest that fits is the result (ties go to the hand plan: FSDP on a data-parallel
- * mesh gives the hand plan's graph). */
+ * on one thread and a fixed seed. The pair terms are a second-order expansion around the base,
+ * so the candidates — the ILP's layout, the unary-only ILP's, a descent over single cheaper moves
+ * from the better of them — and both hand plans are priced exactly, and the cheapest that fits
+ * is the result (a strategy off the hand plan pays a tie-break: FSDP on a data-parallel mesh,
+ * where nothing is cheaper, gives the hand plan's graph). */
 #ifndef GRAPHTRAIN_GT_AUTOPARALLEL_H
 #define GRAPHTRAIN_GT_AUTOPARALLEL_H
 

@@ -177,7 +177,6 @@ gt_status gt_ap_classes(const gt_graph *g, const gt_parallel_plan *plan,
     for (int32_t k = 0; k < g->n_inputs; k++) {
         const gt_io *io = &g->inputs[k];
         if (class_of[k] >= 0 || io->kind == GT_IN_INPUT || !io->plan.as_param) continue;
-        if (io->kind == GT_IN_BUFFER && !io->plan.as_param) continue;
         const char *name = gt_graph_str(g, io->fqn);
         size_t ln = strlen(name);
         for (int32_t j = 0; j < g->n_inputs && class_of[k] < 0; j++) {
