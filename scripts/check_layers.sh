@@ -65,6 +65,7 @@ gt_deepseek_v3.h models
 gt_pass.h passes
 gt_partition.h passes
 gt_parallel.h parallel
+gt_autoparallel.h parallel
 gt_backend.h backend
 gt_cuda.h backend
 gt_comm.h comm

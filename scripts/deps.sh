@@ -2,7 +2,7 @@
 # Installs the Debian packages graphtrain needs, if any are missing (run as root).
 set -euo pipefail
 need=(build-essential cmake pkg-config libopenblas-dev libjansson-dev libxxhash-dev libpcre2-dev
-      libopenmpi-dev openmpi-bin)
+      libopenmpi-dev openmpi-bin coinor-libcbc-dev)
 missing=()
 for p in "${need[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -61,6 +61,12 @@ typedef enum {
     GT_CFG_MEMORY_BUDGET,
 } gt_cfg_memory_policy;
 
+/* compile.autoparallel_backend: what the solver decides besides placements. */
+typedef enum {
+    GT_CFG_AUTOPAR_NATIVE = 0,   /* placements; the configured pass pipeline compiles them */
+    GT_CFG_AUTOPAR_AUTOPARALLEL, /* placements and the memory policy from the cost model */
+} gt_cfg_autoparallel_backend;
+
 /* checkpoint.async_mode (torchtitan's values): where a save's writes happen. */
 typedef enum {
     GT_CFG_ASYNC_DISABLED = 0, /* in the step loop: training waits for the save */
@@ -130,6 +136,8 @@ typedef struct {
     int64_t expert_parallel_degree;
     int64_t pipeline_parallel_degree;
     gt_cfg_reshard fsdp_reshard_after_forward;
+    double autoparallel_memory_budget_gb; /* compile.enable_autoparallel; 0: no limit */
+    char *autoparallel_comm_profile;      /* measured alpha-beta per mesh dim; "": defaults */
 } gt_cfg_parallelism;
 
 /* In the order of gt_nccl_buffers (gt_comm.h), then auto: symmetric where every rank's NCCL
@@ -175,7 +183,9 @@ typedef struct {
     gt_cfg_strings disable_passes;
     bool debug_graph_passes;
     char *precompile_artifact_dir;
-    bool cudagraphs; /* training.device = cuda: replay the step as one CUDA graph */
+    bool cudagraphs;          /* training.device = cuda: replay the step as one CUDA graph */
+    bool enable_autoparallel; /* placements from the ILP (src/parallel/autoparallel) */
+    gt_cfg_autoparallel_backend autoparallel_backend;
     gt_cfg_ep_overlap ep_overlap;
 } gt_cfg_compile;
 

@@ -2,9 +2,9 @@
 #ifndef GRAPHTRAIN_GT_TRAIN_H
 #define GRAPHTRAIN_GT_TRAIN_H
 
+#include "gt_autoparallel.h"
 #include "gt_config.h"
 #include "gt_model.h"
-#include "gt_parallel.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -112,6 +112,23 @@ gt_status gt_train_model_config(const gt_config *cfg, gt_model_config *mc, gt_er
  * fsdp_reshard_after_forward != never); nothing when the mesh is one rank. */
 gt_status gt_train_parallelize(const gt_config *cfg, const gt_train_layout *layout, gt_graph *g,
                                gt_error *err);
+/* The same; with compile.enable_autoparallel the input placements come from the solver
+ * (gt_train_autoparallel) and, when explain is not NULL, its explanation is printed there and
+ * *chosen (may be NULL) receives the chosen layout's modelled cost. */
+gt_status gt_train_parallelize_explain(const gt_config *cfg, const gt_train_layout *layout,
+                                       gt_graph *g, FILE *explain, gt_autopar_cost *chosen,
+                                       gt_error *err);
+/* AutoParallel's layout of global graph g for layout's mesh: the cost model of the run's device
+ * (training.device; parallelism.autoparallel_comm_profile), its binding and
+ * parallelism.autoparallel_memory_budget_gb (gt_autoparallel.h). */
+gt_status gt_train_autoparallel(const gt_config *cfg, const gt_train_layout *layout,
+                                const gt_graph *g, const gt_parallel_plan *plan,
+                                gt_autopar_result **out, gt_error *err);
+/* cfg as the pass pipeline should see it: with compile.autoparallel_backend = autoparallel and a
+ * memory budget, the memory policy is `budget` with what the budget leaves after the chosen
+ * layout's parameters, gradients and optimizer state (a shallow copy: do not free). */
+void gt_train_autoparallel_compile_config(const gt_config *cfg, const gt_autopar_cost *chosen,
+                                          gt_config *out);
 
 /* Runs the pass pipeline on a step graph as cfg's compile section says (disabled passes, memory
  * policy and budget at the configured batch and seq); dump_dir (may be NULL) receives every pass's

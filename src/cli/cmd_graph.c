@@ -201,6 +201,9 @@ int gt_cli_graph(const command_spec *cmd, split_args *sa)
     char rank_dir[4096] = {0};
     int rank = 0, world = 1;
     gt_train_layout layout;
+    FILE *explain = NULL;
+    char *explain_text = NULL;
+    size_t explain_len = 0;
     if (gt_cli_model_config(&cfg, &mcfg) || world_of(&rank, &world)) goto done;
     /* without mpirun: the configured mesh, seen from rank 0 */
     if (gt_train_layout_init(&cfg, gt_train_launched_by_mpi() ? world : 0, rank, &layout, &err) !=
@@ -233,18 +236,36 @@ int gt_cli_graph(const command_spec *cmd, split_args *sa)
     double t_dump = gt_now_seconds();
     if (dump_dir && parallel && write_graph_files(g, rank_dir, "global", svg)) goto done;
     t_dump = gt_now_seconds() - t_dump;
-    if (gt_train_parallelize(&cfg, &layout, g, &err) != GT_OK) {
+    /* --compile.enable_autoparallel: the solver's explanation, printed after the summary */
+    explain = cfg.compile.enable_autoparallel ? open_memstream(&explain_text, &explain_len) : NULL;
+    gt_autopar_cost chosen = {0};
+    if (gt_train_parallelize_explain(&cfg, &layout, g, explain, &chosen, &err) != GT_OK) {
         fprintf(stderr, "graphtrain graph: parallelize: %s\n", err.msg);
         goto done;
     }
+    if (explain) fflush(explain);
     double t1 = gt_now_seconds();
     if (dump_dir && write_graph_files(g, rank_dir, "built", svg)) goto done;
     t_dump += gt_now_seconds() - t1; /* dumps are not part of the build time */
     if (compile) {
         char passes_dir[4200];
         snprintf(passes_dir, sizeof passes_dir, "%s/passes", rank_dir);
-        if (gt_train_compile_graph_layout(&cfg, &layout, g, dump_dir ? passes_dir : NULL, &err) !=
-            GT_OK) {
+        gt_config compile_cfg; /* the autoparallel backend picks the memory policy */
+        gt_train_autoparallel_compile_config(&cfg, &chosen, &compile_cfg);
+        if (explain && cfg.compile.autoparallel_backend == GT_CFG_AUTOPAR_AUTOPARALLEL) {
+            if (compile_cfg.compile.memory_policy == GT_CFG_MEMORY_BUDGET)
+                fprintf(explain,
+                        "backend autoparallel: memory_policy budget, %.3f GiB of activations "
+                        "(the budget less the chosen layout's parameters, gradients and "
+                        "optimizer state)\n",
+                        compile_cfg.compile.activation_memory_budget_gb);
+            else
+                fprintf(explain, "backend autoparallel: no memory budget, the configured "
+                                 "memory_policy\n");
+            fflush(explain);
+        }
+        if (gt_train_compile_graph_layout(&compile_cfg, &layout, g, dump_dir ? passes_dir : NULL,
+                                          &err) != GT_OK) {
             fprintf(stderr, "graphtrain graph: %s\n", err.msg);
             goto done;
         }
@@ -318,6 +339,7 @@ int gt_cli_graph(const command_spec *cmd, split_args *sa)
         }
         printf("plan             %.2f ms (schedule + liveness + offsets)\n", 1e3 * t_plan);
         gt_plan_print(plan, stdout);
+        if (explain_text && explain_len) fputs(explain_text, stdout);
     }
     gt_plan_free(plan);
     if (dump_dir && rank == 0)
@@ -327,5 +349,7 @@ int gt_cli_graph(const command_spec *cmd, split_args *sa)
     free(artifact);
     rc = 0;
 done:
+    if (explain) fclose(explain);
+    free(explain_text);
     return gt_cli_finish(rc, &model, g, &cfg);
 }

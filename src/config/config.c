@@ -46,6 +46,7 @@ static const char *const reshards[] = {"default", "always", "never", NULL};
 static const char *const fsdp_gathers[] = {"bucketed", "grouped", NULL};
 static const char *const nccl_buffers[] = {"plain", "registrable", "symmetric", "auto", NULL};
 static const char *const memory_policies[] = {"default", "full", "eager", "none", "budget", NULL};
+static const char *const autoparallel_backends[] = {"native", "autoparallel", NULL};
 static const char *const async_modes[] = {"disabled", "async", "async_with_pinned_mem", NULL};
 static const char *const ep_overlap_strategies[] = {"eager", "graph", NULL};
 static const char *const ep_overlap_dims[] = {"batch", "seq", NULL};
@@ -156,6 +157,13 @@ static const gt_cfg_option options[] = {
      .help = "free gathered parameters after forward and gather them again for the backward: "
              "default (yes, except the last transformer block, the final norm and the output, "
              "whose backward follows at once), always, never"},
+    {OPT(parallelism, autoparallel_memory_budget_gb, GT_CFG_FLOAT), .default_value = "0.0",
+     FLOAT_RANGE(0, 1e9),
+     .help = "compile.enable_autoparallel: the memory per rank (GiB) the chosen layout's "
+             "parameters, gradients, optimizer state and activations must fit; 0: no limit"},
+    {OPT(parallelism, autoparallel_comm_profile, GT_CFG_STRING), .default_value = "",
+     .help = "compile.enable_autoparallel: a file of measured collective costs (lines "
+             "`MESH_DIM alpha_seconds beta_bytes_per_second`); empty: the device's defaults"},
     /* comm */
     {OPT(comm, timeout_seconds, GT_CFG_FLOAT), .default_value = "30.0", FLOAT_RANGE(0, 1e9),
      .help = "multi-rank runs: a collective that has not completed after this many seconds fails "
@@ -193,6 +201,14 @@ static const gt_cfg_option options[] = {
     {OPT(compile, cudagraphs, GT_CFG_BOOL), .default_value = "true",
      .help = "training.device = cuda: capture the whole step as one CUDA graph after a warm-up "
              "step and replay it (bitwise the same as without)"},
+    {OPT(compile, enable_autoparallel, GT_CFG_BOOL), .default_value = "false",
+     .help = "choose every parameter's placement on the mesh the degrees give with an ILP over "
+             "the sharding rules' strategies and a cost model (CBC; docs/DISTRIBUTED.md)"},
+    {OPT(compile, autoparallel_backend, GT_CFG_ENUM), .default_value = "native",
+     .choices = autoparallel_backends,
+     .help = "compile.enable_autoparallel: native compiles the chosen layout with the configured "
+             "passes; autoparallel also takes the memory policy from the solver's cost model "
+             "and parallelism.autoparallel_memory_budget_gb"},
     {OPT(compile, precompile_artifact_dir, GT_CFG_STRING), .default_value = "",
      .help = "folder of the precompiled step (DIR/step.graph; micro_step.graph with gradient "
              "accumulation): every rank loads it when it is there and was compiled for this "

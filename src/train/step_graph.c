@@ -111,14 +111,29 @@ static gt_status append_adamw(const gt_config *cfg, const gt_train_layout *layou
 gt_status gt_train_parallelize(const gt_config *cfg, const gt_train_layout *layout, gt_graph *g,
                                gt_error *err)
 {
+    return gt_train_parallelize_explain(cfg, layout, g, NULL, NULL, err);
+}
+
+gt_status gt_train_parallelize_explain(const gt_config *cfg, const gt_train_layout *layout,
+                                       gt_graph *g, FILE *explain, gt_autopar_cost *chosen,
+                                       gt_error *err)
+{
     if (gt_mesh_world_size(&layout->mesh) == 1) return GT_OK;
     gt_parallel_plan plan = parallel_plan(cfg, layout);
     gt_placement(*place)[GT_MESH_MAX_DIMS] = gt_xcalloc((size_t)g->n_inputs + 1, sizeof *place);
     gt_graph *spmd = NULL;
+    gt_autopar_result *ap = NULL;
     gt_status st = gt_parallel_input_layouts(&plan, g, place, err);
+    if (st == GT_OK && cfg->compile.enable_autoparallel) {
+        st = gt_train_autoparallel(cfg, layout, g, &plan, &ap, err);
+        if (st == GT_OK) memcpy(place, ap->layout, (size_t)g->n_inputs * sizeof *place);
+    }
     if (st == GT_OK)
         st = gt_parallelize(g, &plan, (const gt_placement(*)[GT_MESH_MAX_DIMS])place, &spmd, err);
     free(place);
+    if (ap && st == GT_OK && explain) gt_autopar_print(ap, spmd, explain);
+    if (ap && chosen) *chosen = ap->cost;
+    gt_autopar_free(ap);
     if (st != GT_OK) return st;
     /* the SPMD graph takes g's place: swap the contents (a graph is plain owned arrays) */
     gt_graph tmp = *g;
@@ -213,8 +228,12 @@ gt_status gt_train_build_graph_layout(const gt_config *cfg, const gt_train_layou
                                       gt_error *err)
 {
     GT_TRY(gt_train_build_global_graph(cfg, layout, g, model, micro_batches, err));
-    gt_status st = gt_train_parallelize(cfg, layout, g, err);
+    gt_autopar_cost chosen = {0};
+    gt_status st = gt_train_parallelize_explain(cfg, layout, g, NULL, &chosen, err);
     if (st != GT_OK || !cfg->compile.enable) return st;
+    gt_config compile_cfg; /* the autoparallel backend picks the memory policy */
+    gt_train_autoparallel_compile_config(cfg, &chosen, &compile_cfg);
+    cfg = &compile_cfg;
 
     /* with compile.debug_graph_passes, listings, DOT and op-count diffs per pass go to
      * DUMP_FOLDER/graph_passes */

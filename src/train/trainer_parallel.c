@@ -27,8 +27,47 @@
 #include <unistd.h>
 #include <xxhash.h>
 
+#include "graphtrain/gt_autoparallel.h"
 #include "graphtrain/gt_checkpoint.h"
 #include "train_internal.h"
+
+/* ---------------------------------------------------------------- AutoParallel */
+
+gt_status gt_train_autoparallel(const gt_config *cfg, const gt_train_layout *layout,
+                                const gt_graph *g, const gt_parallel_plan *plan,
+                                gt_autopar_result **out, gt_error *err)
+{
+    *out = NULL;
+    gt_autopar_options o = {0};
+    /* the cost model's device: the run's (its measured profile when given) */
+    GT_TRY(gt_autopar_device_default(cfg->training.device == GT_CFG_DEVICE_CUDA ? "h100" : "cpu",
+                                     &o.device, err));
+    if (cfg->parallelism.autoparallel_comm_profile[0])
+        GT_TRY(gt_autopar_device_load(cfg->parallelism.autoparallel_comm_profile, &o.device, err));
+    gt_sym_binding_entry entries[GT_TRAIN_BINDING_MAX];
+    gt_sym_binding binding;
+    gt_train_binding(cfg, layout, entries, &binding);
+    o.binding = &binding;
+    o.memory_budget_b = cfg->parallelism.autoparallel_memory_budget_gb * 1073741824.0;
+    o.budget_state_only = cfg->compile.autoparallel_backend == GT_CFG_AUTOPAR_AUTOPARALLEL;
+    return gt_autopar_solve(g, plan, &o, out, err);
+}
+
+void gt_train_autoparallel_compile_config(const gt_config *cfg, const gt_autopar_cost *chosen,
+                                          gt_config *out)
+{
+    *out = *cfg; /* a shallow copy: only read, never freed */
+    double budget = cfg->parallelism.autoparallel_memory_budget_gb;
+    if (!cfg->compile.enable_autoparallel || !chosen ||
+        cfg->compile.autoparallel_backend != GT_CFG_AUTOPAR_AUTOPARALLEL || budget <= 0)
+        return;
+    /* what the budget leaves after parameters, gradients and optimizer state is the activations'
+     * (at least a MiB: the memory policy then recomputes what it can) */
+    double state = (chosen->params_b + chosen->grads_b + chosen->opt_b) / 1073741824.0;
+    double act = budget - state;
+    out->compile.memory_policy = GT_CFG_MEMORY_BUDGET;
+    out->compile.activation_memory_budget_gb = act > 1.0 / 1024 ? act : 1.0 / 1024;
+}
 
 /* ---------------------------------------------------------------- the mesh */
 

@@ -1,0 +1,116 @@
+/* gt_autoparallel.h — AutoParallel: every parameter's placement on the mesh chosen by an ILP over
+ * the sharding rules' strategies and a cost model, instead of the hand plans (FSDP, FSDP x TP).
+ *
+ * The decision variables are parameter classes: a PARAM input with the state that sits where it
+ * does (AdamW's moments, gradient-accumulation sums), and the same parameter of every repeated
+ * block tied to one class (same structural unit position, shape and plan). A strategy is one
+ * placement per mesh dim (replicate, or shard of a dim that splits; FSDP's padded shard(0)). What
+ * happens downstream of a strategy is what gt_parallelize's rules do with it, so the solver
+ * measures strategies on the SPMD graphs the rules produce (probes), and the result applies by
+ * handing its input layout to gt_parallelize: an ordinary SPMD graph comes out.
+ *
+ * Cost model (per rank, seconds): compute as a roofline per node, max(flops / (eff * peak),
+ * bytes / (eff * bandwidth)) plus a launch floor; every collective alpha-beta over its mesh dim
+ * (n ranks, B the full tensor's bytes): all_gather and reduce_scatter alpha (n-1) + (n-1)/n B /
+ * beta, all_reduce twice that, all_to_all as all_gather; FSDP parameter gathers times a prefetch
+ * discount (they overlap compute). Memory (per rank, bytes): parameters, gradients, optimizer
+ * state and the forward values the backward reads.
+ *
+ * Solver: probes give each class-strategy a unary cost (one class moved off the base layout) and
+ * each pair of classes of the same kind (block or not) an interaction cost over their
+ * tensor-parallel placements (two moved together); the ILP minimises base + unaries + pairs
+ * (one-hot y per class, pair variables z linearised by marginals) under the memory row, with CBC
+ * on one thread and a fixed seed. The pair terms are a second-order expansion around the base,
+ * so the candidates — the ILP's layout, the unary-only ILP's, a descent over single cheaper moves
+ * from the better of them — and both hand plans are priced exactly, and the cheapest that fits
+ * is the result (a strategy off the hand plan pays a tie-break: FSDP on a data-parallel mesh,
+ * where nothing is cheaper, gives the hand plan's graph). */
+#ifndef GRAPHTRAIN_GT_AUTOPARALLEL_H
+#define GRAPHTRAIN_GT_AUTOPARALLEL_H
+
+#include <stdio.h>
+
+#include "gt_parallel.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct {
+    const char *name;
+    double peak_flops;           /* FLOP/s of the compute dtype */
+    double mem_bw;               /* bytes/s */
+    double efficiency;           /* achieved fraction of both peaks (0.7) */
+    double node_floor_s;         /* per kernel launch */
+    double alpha[GT_MESH_NDIMS]; /* s per hop, per mesh dim */
+    double beta[GT_MESH_NDIMS];  /* bytes/s per rank, per mesh dim */
+    double prefetch_discount;    /* multiplies FSDP parameter gathers (0.5) */
+} gt_autopar_device;
+
+/* "h100" (989 TFLOP/s bf16, 3.35 TB/s, NVLink 450 GB/s, 8 us) or "cpu" (one host, MPI over
+ * shared memory); anything else is GT_ERR_INVALID naming it. */
+gt_status gt_autopar_device_default(const char *kind, gt_autopar_device *d, gt_error *err);
+/* Reads a profile: lines `MESH_DIM ALPHA_S BETA_BYTES_PER_S` (mesh dim by name: dp_replicate,
+ * dp_shard, tp), '#' comments; errors name the file and line. */
+gt_status gt_autopar_device_load(const char *path, gt_autopar_device *d, gt_error *err);
+
+typedef struct {
+    double compute_s, comm_s[GT_MESH_NDIMS];
+    double comm_kind_s[4]; /* all_gather, reduce_scatter, all_reduce, all_to_all */
+    double total_s;
+    double params_b, grads_b, opt_b, act_b, memory_b; /* per rank */
+} gt_autopar_cost;
+
+/* The cost of one SPMD graph (gt_parallelize's output) with every symbol bound by b. */
+gt_status gt_autopar_cost_graph(const gt_graph *spmd, const gt_sym_binding *b,
+                                const gt_autopar_device *d, gt_autopar_cost *out, gt_error *err);
+
+typedef struct {
+    gt_autopar_device device;
+    const gt_sym_binding *binding; /* binds the SPMD graph's symbols (batch, seq, rank.*) */
+    double memory_budget_b;        /* per rank; 0: none */
+    /* the budget holds parameters, gradients and optimizer state only: the memory policy fits
+     * the activations into what is left (compile.autoparallel_backend = autoparallel) */
+    bool budget_state_only;
+} gt_autopar_options;
+
+typedef struct {
+    char name[96]; /* the first member's fqn, its block index shown as '*' */
+    int n_members; /* parameters tied to it (one per block) */
+    int n_strategies, chosen, hand_fsdp, hand_fsdp_tp; /* strategy indices (-1: not in the list) */
+    gt_placement (*strategies)[GT_MESH_MAX_DIMS];
+    bool *feasible; /* per strategy: the rules took it (its probe parallelized) */
+} gt_autopar_class;
+
+typedef struct {
+    gt_mesh mesh;
+    int n_classes;
+    gt_autopar_class *classes;
+    int32_t n_inputs;
+    gt_placement (*layout)[GT_MESH_MAX_DIMS]; /* per input of g: hand to gt_parallelize */
+    gt_autopar_cost cost, fsdp, fsdp_tp;      /* exact: the result and both hand plans */
+    bool has_fsdp_tp;                         /* tp > 1 */
+    double ilp_objective_s;                   /* the ILP's modelled cost of its own layout */
+    const char *picked; /* "ilp", or the hand plan that evaluated cheaper: "fsdp", "fsdp_tp" */
+    int n_probes, n_columns, n_rows;
+    double probe_s, ilp_s; /* wall time of the probes and of CBC */
+} gt_autopar_result;
+
+/* True when this build has CBC (GT_HAVE_CBC). */
+bool gt_autopar_available(void);
+/* Chooses the layout of global graph g on plan's mesh (plan's flags as the run's). Without CBC:
+ * GT_ERR_UNSUPPORTED naming the package. A budget nothing fits: GT_ERR_INVALID naming the
+ * smallest feasible budget. *out is freed with gt_autopar_free. */
+gt_status gt_autopar_solve(const gt_graph *g, const gt_parallel_plan *plan,
+                           const gt_autopar_options *o, gt_autopar_result **out, gt_error *err);
+/* The explanation: each class's chosen placement, activation placements of the SPMD graph spmd
+ * (may be NULL), the cost breakdown and the hand plans' costs on the same model. */
+void gt_autopar_print(const gt_autopar_result *r, const gt_graph *spmd, FILE *f);
+void gt_autopar_free(gt_autopar_result *r);
+/* "R", "S(0)", "S(1)p" (padded), "P" */
+int gt_autopar_format_placement(gt_placement p, char *buf, size_t len);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
