@@ -70,6 +70,7 @@ gt_cuda.h backend
 gt_comm.h comm
 gt_program.h runtime
 gt_exec.h runtime
+gt_pipeline.h runtime
 gt_config.h config
 gt_checkpoint.h train
 gt_data.h train

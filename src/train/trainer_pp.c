@@ -1,0 +1,83 @@
+/* trainer_pp.c — pipeline parallelism in the trainer (issue 39): the stage layout of a run from its
+ * parallelism options and the report `graphtrain graph` prints for it (gt_train.h).
+ *
+ * The schedules themselves are data (src/runtime/pp_schedule.c); this file only reads the
+ * options, names the one at fault, and prints. */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "graphtrain/gt_pipeline.h"
+#include "graphtrain/gt_train.h"
+
+gt_status gt_train_pp_layout(const gt_config *cfg, const gt_model_config *mc, gt_pp_layout *out,
+                             gt_error *err)
+{
+    const gt_cfg_parallelism *p = &cfg->parallelism;
+    gt_model_info info;
+    gt_model_info_of(mc, &info);
+    return gt_pp_layout_init(
+        p->pipeline_parallel_schedule, p->pipeline_parallel_degree, info.n_layers,
+        p->pipeline_parallel_layers_per_stage, p->pipeline_parallel_first_stage_less_layers,
+        p->pipeline_parallel_last_stage_less_layers, cfg->training.local_batch_size,
+        p->pipeline_parallel_microbatch_size, out, err);
+}
+
+/* "tok_embeddings + layers 0..2", "layers 3..5 + norm, output", "norm, output" */
+static void print_stage_modules(const gt_pp_layout *l, int32_t s, FILE *f)
+{
+    int64_t a = l->first_layer[s], b = l->first_layer[s + 1];
+    const char *sep = "";
+    if (s == 0) fprintf(f, "tok_embeddings"), sep = " + ";
+    if (b > a + 1) fprintf(f, "%slayers %lld..%lld", sep, (long long)a, (long long)b - 1);
+    if (b == a + 1) fprintf(f, "%slayers %lld", sep, (long long)a);
+    if (b > a) sep = " + ";
+    if (s == l->n_stages - 1) fprintf(f, "%snorm, output, loss", sep);
+    if (s != 0 && s != l->n_stages - 1 && b == a) fprintf(f, "(no blocks)");
+}
+
+gt_status gt_train_pp_print(const gt_config *cfg, const gt_model_config *mc, FILE *f, gt_error *err)
+{
+    gt_pp_layout l;
+    GT_TRY(gt_train_pp_layout(cfg, mc, &l, err));
+    gt_pp_schedule s;
+    gt_pp_sim sim;
+    gt_status st = gt_pp_schedule_build(l.kind, l.n_ranks, l.stages_per_rank, l.n_micro, &s, err);
+    if (st != GT_OK) {
+        gt_pp_layout_free(&l);
+        return st;
+    }
+    st = gt_pp_schedule_simulate(&s, &sim, err);
+    if (st != GT_OK) {
+        gt_pp_schedule_free(&s);
+        gt_pp_layout_free(&l);
+        return gt_error_wrap(err, "schedule %s", gt_pp_schedule_name(l.kind));
+    }
+    fprintf(f,
+            "# pipeline: %s, pipeline_parallel_degree %d, %d stages (%d per rank), %d "
+            "micro-batches of %lld sequences\n",
+            gt_pp_schedule_name(l.kind), l.n_ranks, l.n_stages, l.stages_per_rank, l.n_micro,
+            (long long)cfg->parallelism.pipeline_parallel_microbatch_size);
+    for (int32_t i = 0; i < l.n_stages; i++) {
+        fprintf(f, "stage %-3d rank %-3d ", i, s.stage_rank[i]);
+        print_stage_modules(&l, i, f);
+        fputc('\n', f);
+    }
+    fprintf(f, "# schedule (STAGE KIND MICROBATCH; F forward, B backward, I input gradient, "
+               "W weight gradient)\n");
+    for (int32_t r = 0; r < s.n_ranks; r++)
+        gt_pp_schedule_print_rank(&s, r, false, f);
+    fprintf(f,
+            "bubble           %.3f of %lld time units (simulated: F = I = W = 1, B = 2); by rank",
+            sim.bubble, (long long)sim.makespan);
+    for (int32_t r = 0; r < s.n_ranks; r++)
+        fprintf(f, " %.3f", sim.rank_bubble[r]);
+    fprintf(f, "\nin flight        peak %d stage micro-batches' activations held; by rank",
+            sim.max_in_flight);
+    for (int32_t r = 0; r < s.n_ranks; r++)
+        fprintf(f, " %d", sim.peak_in_flight[r]);
+    fputc('\n', f);
+    gt_pp_sim_free(&sim);
+    gt_pp_schedule_free(&s);
+    gt_pp_layout_free(&l);
+    return GT_OK;
+}
