@@ -64,6 +64,7 @@ gt_llama3.h models
 gt_deepseek_v3.h models
 gt_pass.h passes
 gt_partition.h passes
+gt_pp_split.h passes
 gt_parallel.h parallel
 gt_backend.h backend
 gt_cuda.h backend
