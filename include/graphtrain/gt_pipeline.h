@@ -25,6 +25,8 @@
 #include <stdio.h>
 
 #include "graphtrain/gt_core.h"
+#include "graphtrain/gt_graph.h"
+#include "graphtrain/gt_pp_split.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -146,6 +148,23 @@ gt_status gt_pp_layout_init(const char *schedule, int64_t degree, int64_t n_laye
                             int64_t local_batch_size, int64_t microbatch_size, gt_pp_layout *out,
                             gt_error *err);
 void gt_pp_layout_free(gt_pp_layout *l);
+
+/* ---------------------------------------------------------------- running a step (pp_exec.c) */
+
+/* One training step of g, a one-rank whole-step graph built for s->n_micro micro-batches of
+ * gradient accumulation, run in this process as schedule s runs it: each rank's actions in order,
+ * the ranks in turn, a receive waiting for its send; F, I, W and B run their stage's node sets of
+ * split for their micro-batch, and the optimizer once at the end. inputs[m] holds g->n_inputs
+ * tensors for micro-batch m (its tokens and labels; the same parameters and state); the running
+ * gradient sums are taken from inputs[0] (zeros) and then from the previous micro-batch. losses[m]
+ * receives micro-batch m's LOSS output, outputs[k] g->outputs[k] of the last micro-batch (the
+ * updates, the metrics). Bitwise the gradient accumulation of gt_eager_run_part over the
+ * micro-batches in order. Errors name the rank and action; a W that comes before the previous
+ * micro-batch's W of its stage is one. */
+gt_status gt_pp_eager_step(const gt_graph *g, const gt_sym_binding *binding,
+                           const gt_pp_split *split, const gt_pp_schedule *s,
+                           const gt_tensor *const *inputs, gt_tensor *losses, gt_tensor *outputs,
+                           gt_error *err);
 
 #ifdef __cplusplus
 }
