@@ -24,6 +24,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "graphtrain/gt_comm.h"
 #include "graphtrain/gt_core.h"
 #include "graphtrain/gt_graph.h"
 #include "graphtrain/gt_pp_split.h"
@@ -165,6 +166,16 @@ gt_status gt_pp_eager_step(const gt_graph *g, const gt_sym_binding *binding,
                            const gt_pp_split *split, const gt_pp_schedule *s,
                            const gt_tensor *const *inputs, gt_tensor *losses, gt_tensor *outputs,
                            gt_error *err);
+/* The same step as one rank of a multi-process pipeline: comm's ranks are the pipeline ranks
+ * (comm->rank runs s->actions[comm->rank]); crossing values move by gt_comm_send_start /
+ * gt_comm_recv, the partial results every rank needs (gradient norm terms) by broadcasts from
+ * their stage's rank. Only this rank's outputs are filled (its stages' updates; the losses on the
+ * rank of the last stage; the metrics every rank computes); the others stay empty. comm NULL is
+ * gt_pp_eager_step. */
+gt_status gt_pp_eager_step_rank(const gt_graph *g, const gt_sym_binding *binding,
+                                const gt_pp_split *split, const gt_pp_schedule *s, gt_comm *comm,
+                                const gt_tensor *const *inputs, gt_tensor *losses,
+                                gt_tensor *outputs, gt_error *err);
 
 #ifdef __cplusplus
 }
