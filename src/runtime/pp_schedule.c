@@ -173,7 +173,7 @@ static void gen_zbv(action_list *l, int32_t rank, int32_t n_ranks, int32_t n_mic
 typedef struct {
     action_list *l;
     int32_t c[2], f[2], i[2]; /* the two stages; next forward / input-gradient micro-batch */
-    int32_t wq_stage[4096], wq_mb[4096], wq_head, wq_tail;
+    int32_t *wq_stage, *wq_mb, wq_head, wq_tail; /* the W queue: at most one per I */
 } dpv;
 
 static void dpv_add(dpv *d, int which, gt_pp_action_kind kind)
@@ -200,6 +200,8 @@ static void gen_dualpipev(action_list *l, int32_t rank, int32_t n_ranks, int32_t
 {
     dpv *d = gt_xcalloc(1, sizeof *d);
     d->l = l;
+    d->wq_stage = gt_xmalloc((2 * (size_t)n_micro + 1) * sizeof *d->wq_stage);
+    d->wq_mb = gt_xmalloc((2 * (size_t)n_micro + 1) * sizeof *d->wq_mb);
     d->c[0] = rank;
     d->c[1] = 2 * n_ranks - 1 - rank;
     for (int32_t k = 0; k < (n_ranks - rank - 1) * 2; k++)
@@ -308,11 +310,6 @@ gt_status gt_pp_schedule_build(gt_pp_schedule_kind kind, int32_t n_ranks, int32_
                                 "micro-batches / pipeline_parallel_degree)",
                                 n_micro, rounds);
     }
-    if (kind == GT_PP_DUALPIPEV && n_micro > 4096)
-        return gt_error_set(err, GT_ERR_INVALID,
-                            "--parallelism.pipeline_parallel_microbatch_size: DualPipeV: %d "
-                            "micro-batches, at most 4096",
-                            n_micro);
     out->kind = kind;
     out->n_ranks = n_ranks;
     out->n_stages = n_stages;

@@ -15,11 +15,13 @@
  *     layers_per_stage that gives a stage count the degree does not divide, a batch the
  *     micro-batch size does not divide;
  *   - torchtitan's block split: debugmodel's 6 blocks on 2 and 4 stages;
- *   - the report of `graphtrain graph` from a config (gt_train_pp_print), and its errors. */
+ *   - the report of `graphtrain graph` from a config (gt_train_pp_print), and its errors;
+ *   - point-to-point transfers refused where a communicator has none (fake), or to itself. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "graphtrain/gt_comm.h"
 #include "graphtrain/gt_pipeline.h"
 #include "graphtrain/gt_train.h"
 #include "gt_test.h"
@@ -349,6 +351,25 @@ static void test_report(void)
     free(r);
 }
 
+static void test_p2p_refused(void)
+{
+    gt_comm *c = NULL;
+    gt_error err = {0};
+    EXPECT_OK(gt_comm_fake_create(2, 0, &c, &err), &err);
+    if (!c) return;
+    int64_t shape[1] = {4};
+    gt_tensor t;
+    EXPECT_OK(gt_tensor_alloc(&t, GT_F32, 1, shape, &err), &err);
+    EXPECT(gt_comm_send_start(c, &t, 1, 0, &err) == GT_ERR_UNSUPPORTED &&
+               contains(err.msg, "fake") && contains(err.msg, "point-to-point"),
+           "%s", err.msg);
+    gt_error_clear(&err);
+    EXPECT(gt_comm_recv(c, &t, 1, 0, &err) == GT_ERR_UNSUPPORTED, "%s", err.msg);
+    EXPECT_OK(gt_comm_send_wait_all(c, &err), &err);
+    gt_tensor_free(&t);
+    gt_comm_destroy(c);
+}
+
 int main(void)
 {
     test_all_schedules();
@@ -358,5 +379,6 @@ int main(void)
     test_options();
     test_layer_split();
     test_report();
+    test_p2p_refused();
     return gt_test_finish();
 }
