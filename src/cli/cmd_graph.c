@@ -203,14 +203,14 @@ int gt_cli_graph(const command_spec *cmd, split_args *sa)
     gt_train_layout layout;
     if (gt_cli_model_config(&cfg, &mcfg) || world_of(&rank, &world)) goto done;
     if (cfg.parallelism.pipeline_parallel_degree > 1) {
-        /* the schedule is data and prints now; the stage graphs are not built yet */
+        /* the schedule and the stage split; the trainer does not run pipelines yet */
         if (rank == 0 && gt_train_pp_print(&cfg, &mcfg, stdout, &err) != GT_OK) {
             fprintf(stderr, "graphtrain graph: %s\n", err.msg);
             goto done;
         }
         if (rank == 0)
-            printf("stage graphs     not built yet: pipeline parallelism runs no step "
-                   "(issue 39)\n");
+            printf("train            not wired yet: `graphtrain train` refuses "
+                   "pipeline_parallel_degree > 1 (issue 39)\n");
         rc = 0;
         goto done;
     }

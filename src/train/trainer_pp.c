@@ -7,6 +7,7 @@
 #include <stdlib.h>
 
 #include "graphtrain/gt_pipeline.h"
+#include "graphtrain/gt_pp_split.h"
 #include "graphtrain/gt_train.h"
 
 gt_status gt_train_pp_layout(const gt_config *cfg, const gt_model_config *mc, gt_pp_layout *out,
@@ -33,6 +34,31 @@ static void print_stage_modules(const gt_pp_layout *l, int32_t s, FILE *f)
     if (b > a) sep = " + ";
     if (s == l->n_stages - 1) fprintf(f, "%snorm, output, loss", sep);
     if (s != 0 && s != l->n_stages - 1 && b == a) fprintf(f, "(no blocks)");
+}
+
+/* The stage split of the step graph: the one-rank graph with the layout's micro-batches of
+ * accumulation (the graph each pipeline rank runs its stages of), labelled by gt_pp_split_graph. */
+static gt_status print_split(const gt_config *cfg, const gt_pp_layout *l, FILE *f, gt_error *err)
+{
+    gt_config one;
+    gt_config_copy(&one, cfg);
+    one.parallelism.pipeline_parallel_degree = 1;
+    gt_train_layout layout;
+    gt_graph *g = gt_graph_new();
+    gt_model model = {0};
+    gt_pp_split split = {0};
+    gt_status st = gt_train_layout_init(&one, 0, 0, &layout, err);
+    if (st == GT_OK) st = gt_train_build_global_graph(&one, &layout, g, &model, l->n_micro, err);
+    if (st == GT_OK) st = gt_pp_split_graph(g, l->n_stages, l->first_layer, &split, err);
+    if (st == GT_OK) {
+        fprintf(f, "# step graph by stage (nodes; crossing values per micro-batch)\n");
+        gt_pp_split_print(g, &split, f);
+    }
+    gt_pp_split_free(&split);
+    gt_model_free(&model);
+    gt_graph_free(g);
+    gt_config_free(&one);
+    return st;
 }
 
 gt_status gt_train_pp_print(const gt_config *cfg, const gt_model_config *mc, FILE *f, gt_error *err)
@@ -76,8 +102,9 @@ gt_status gt_train_pp_print(const gt_config *cfg, const gt_model_config *mc, FIL
     for (int32_t r = 0; r < s.n_ranks; r++)
         fprintf(f, " %d", sim.peak_in_flight[r]);
     fputc('\n', f);
+    st = print_split(cfg, &l, f, err);
     gt_pp_sim_free(&sim);
     gt_pp_schedule_free(&s);
     gt_pp_layout_free(&l);
-    return GT_OK;
+    return st;
 }

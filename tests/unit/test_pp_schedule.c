@@ -340,7 +340,8 @@ static void test_report(void)
                contains(r, "stage 0   rank 0   tok_embeddings + layers 0\n") &&
                contains(r, "stage 3   rank 1   layers 5 + norm, output, loss\n") &&
                contains(r, "rank 1: 1RECV_F0 1F0 1SEND_F0") &&
-               contains(r, "bubble           0.111"),
+               contains(r, "bubble           0.111") && contains(r, "stage  forward  dI  dW") &&
+               contains(r, "global "),
            "%s", r);
     free(r);
     static const char *const bad[] = {"parallelism.pipeline_parallel_degree", "2",
