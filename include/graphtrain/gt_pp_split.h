@@ -12,10 +12,13 @@
  *            squares) follows that stage; one that reads several stages (the global gradient
  *            norm's sum, the clip coefficient) is GT_PP_STAGE_GLOBAL: every pipeline rank computes
  *            it from the stages' partial results, gathered in stage order.
+ * A stage's forward is closed under its inputs within the stage: a backward node that a forward
+ * node reads (the fused cross_entropy_with_grad, which gives the loss and its gradient) runs in
+ * the forward part.
  * Values that cross stages: the forward output of stage s read by stage s + 1 (the activation
- * SEND_F/RECV_F carries), and the gradient a backward node of stage s + 1 produces for stage s
- * (SEND_B/RECV_B). Any other crossing (a forward value that skips a stage, a gradient that goes
- * forward) is an error naming both nodes.
+ * SEND_F/RECV_F carries), and the gradient a backward node of stage s + 1 produces for stage s,
+ * read there by a backward node (SEND_B/RECV_B). Any other crossing (a forward value that skips a
+ * stage, a gradient that goes forward) is an error naming both nodes.
  *
  * The dI/dW split: dI of stage s is every backward node of stage s that the gradients sent to stage
  * s - 1 need (their ancestors among the stage's backward nodes); dW is the stage's other backward

@@ -82,6 +82,23 @@ static gt_status assign_stages(const gt_graph *g, gt_pp_split *s, const int32_t 
     return GT_OK;
 }
 
+/* A stage's forward runs before its backward, so what a forward node reads of its own stage's
+ * backward moves into the forward (the loss fusion's cross_entropy_with_grad computes the loss
+ * the forward reports and the gradient the backward starts from). Reverse graph order carries it
+ * up a chain. */
+static void close_forward(const gt_graph *g, gt_pp_split *s)
+{
+    for (gt_node_id n = g->n_nodes - 1; n >= 0; n--) {
+        if (s->part[n] != GT_PP_PART_F) continue;
+        const gt_node *nd = &g->nodes[n];
+        for (int i = 0; i < nd->n_in; i++) {
+            gt_node_id p = g->values[nd->in[i]].producer;
+            if (p != GT_NONE && s->stage[p] == s->stage[n] && s->part[p] == GT_PP_PART_W)
+                s->part[p] = GT_PP_PART_F;
+        }
+    }
+}
+
 /* The values that cross stages; a crossing that no send or receive of a pipeline carries is an
  * error. */
 static gt_status find_crossings(const gt_graph *g, gt_pp_split *s, gt_error *err)
@@ -95,9 +112,9 @@ static gt_status find_crossings(const gt_graph *g, gt_pp_split *s, gt_error *err
             if (p == GT_NONE) continue;
             int32_t a = s->stage[p];
             if (a == b || a == GT_PP_STAGE_GLOBAL) continue; /* global values are on every rank */
-            bool grad = g->nodes[p].phase == GT_PHASE_BACKWARD;
-            bool fwd_ok = g->nodes[p].phase == GT_PHASE_FORWARD && b == a + 1;
-            bool bwd_ok = grad && b == a - 1 && nd->phase == GT_PHASE_BACKWARD;
+            bool grad = s->part[p] != GT_PP_PART_F;
+            bool fwd_ok = !grad && b == a + 1;
+            bool bwd_ok = grad && b == a - 1 && s->part[n] != GT_PP_PART_F;
             if (b == GT_PP_STAGE_GLOBAL || fwd_ok || bwd_ok) {
                 add_cross(s, v, a, b, grad, n);
                 continue;
@@ -156,6 +173,7 @@ gt_status gt_pp_split_graph(const gt_graph *g, int32_t n_stages, const int64_t *
         input_of[g->inputs[k].value] = k;
     gt_status st = assign_stages(g, out, input_of, first_layer, err);
     free(input_of);
+    if (st == GT_OK) close_forward(g, out);
     if (st == GT_OK) st = find_crossings(g, out, err);
     if (st != GT_OK) {
         gt_pp_split_free(out);

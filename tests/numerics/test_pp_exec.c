@@ -10,7 +10,8 @@
  * DualPipeV: 4 stages), and for 1F1B and ZBVZeroBubble on pp 4 as well, over 3 steps feeding the
  * updated parameters and moments back: each micro-batch's loss, the grad norm and every updated
  * parameter and moment are memcmp-equal. A schedule whose W runs before the previous
- * micro-batch's W of its stage is refused naming the action. */
+ * micro-batch's W of its stage is refused naming the action. The same holds for the compiled
+ * step graph (the pass pipeline: fusion, recomputation) under 1F1B and DualPipeV. */
 #include "pp_harness.h"
 
 static void check_schedule(setup *s, gt_pp_schedule_kind kind, int32_t pp)
@@ -106,6 +107,14 @@ int main(void)
             check_schedule(&s, (gt_pp_schedule_kind)k, 2);
         check_schedule(&s, GT_PP_1F1B, 4);
         check_schedule(&s, GT_PP_ZBV_ZERO_BUBBLE, 4);
+        /* the compiled graph (the pass pipeline: fusion, recomputation) splits and runs alike */
+        gt_error err = {0};
+        EXPECT_OK(gt_train_compile_graph(&s.cfg, s.g, NULL, &err), &err);
+        printf("compiled: %d nodes\n", s.g->n_nodes);
+        if (err.code == GT_OK) {
+            check_schedule(&s, GT_PP_1F1B, 2);
+            check_schedule(&s, GT_PP_DUALPIPEV, 2);
+        }
     }
     gt_graph_free(s.g);
     gt_model_free(&s.model);
