@@ -118,6 +118,10 @@ typedef struct {
  * rank and every receive its send; and the ranks together finish (no receive waits forever: no
  * deadlock). Errors name the rank, the position and the action, and what it waits for. */
 gt_status gt_pp_schedule_simulate(const gt_pp_schedule *s, gt_pp_sim *out, gt_error *err);
+/* The peak bytes of saved activations each rank holds, replaying its list: F(st, m) adds
+ * stage_bytes[st], B(st, m) or W(st, m) releases them (gt_pp_split_saved_bytes gives the bytes of
+ * one stage micro-batch). peak receives n_ranks entries. */
+void gt_pp_schedule_peak_bytes(const gt_pp_schedule *s, const int64_t *stage_bytes, int64_t *peak);
 void gt_pp_sim_free(gt_pp_sim *sim);
 
 /* ---------------------------------------------------------------- stages of a model */

@@ -76,6 +76,13 @@ void gt_pp_split_free(gt_pp_split *s);
  * then the optimizer and global nodes in their graph order. order receives g->n_nodes ids. */
 void gt_pp_split_pipeline_order(const gt_graph *g, const gt_pp_split *s, gt_node_id *order);
 
+/* The bytes one micro-batch of each stage holds from its forward to its backward under binding:
+ * every value a forward node of the stage computes, or the stage receives from the stage before,
+ * that a dI or dW node of the stage reads. bytes receives n_stages entries; an unbound symbol is
+ * an error naming the value. */
+gt_status gt_pp_split_saved_bytes(const gt_graph *g, const gt_pp_split *s,
+                                  const gt_sym_binding *binding, int64_t *bytes, gt_error *err);
+
 /* A table: per stage the node counts of each part and the values it receives and sends. */
 void gt_pp_split_print(const gt_graph *g, const gt_pp_split *s, FILE *f);
 

@@ -213,6 +213,40 @@ void gt_pp_split_pipeline_order(const gt_graph *g, const gt_pp_split *s, gt_node
         if (s->part[n] == GT_PP_PART_OPT || s->part[n] == GT_PP_PART_GLOBAL) order[k++] = n;
 }
 
+gt_status gt_pp_split_saved_bytes(const gt_graph *g, const gt_pp_split *s,
+                                  const gt_sym_binding *binding, int64_t *bytes, gt_error *err)
+{
+    for (int32_t st = 0; st < s->n_stages; st++)
+        bytes[st] = 0;
+    /* [value][stage]: already counted for that stage (several readers count once) */
+    uint8_t *counted = gt_xcalloc(((size_t)g->n_values + 1) * (size_t)s->n_stages, 1);
+    gt_status status = GT_OK;
+    for (gt_node_id n = 0; n < g->n_nodes && status == GT_OK; n++) {
+        if (s->part[n] != GT_PP_PART_I && s->part[n] != GT_PP_PART_W) continue;
+        int32_t st = s->stage[n];
+        const gt_node *nd = &g->nodes[n];
+        for (int i = 0; i < nd->n_in && status == GT_OK; i++) {
+            gt_value_id v = nd->in[i];
+            gt_node_id p = g->values[v].producer;
+            if (p == GT_NONE || s->part[p] != GT_PP_PART_F) continue;
+            if (s->stage[p] != st && s->stage[p] != st - 1) continue;
+            uint8_t *c = &counted[(size_t)v * s->n_stages + st];
+            if (*c) continue;
+            *c = 1;
+            int64_t shape[GT_MAX_DIMS];
+            status = gt_graph_eval_shape(g, v, binding, shape, err);
+            if (status != GT_OK) break;
+            const gt_type *ty = gt_value_type(g, v);
+            int64_t numel = 1;
+            for (int d = 0; d < ty->ndim; d++)
+                numel *= shape[d];
+            bytes[st] += numel * (int64_t)gt_dtype_size(ty->dtype);
+        }
+    }
+    free(counted);
+    return status;
+}
+
 void gt_pp_split_print(const gt_graph *g, const gt_pp_split *s, FILE *f)
 {
     fprintf(f,

@@ -300,3 +300,17 @@ void gt_pp_sim_free(gt_pp_sim *sim)
     free(sim->peak_in_flight);
     memset(sim, 0, sizeof *sim);
 }
+
+void gt_pp_schedule_peak_bytes(const gt_pp_schedule *s, const int64_t *stage_bytes, int64_t *peak)
+{
+    for (int32_t r = 0; r < s->n_ranks; r++) {
+        int64_t live = 0;
+        peak[r] = 0;
+        for (int32_t i = 0; i < s->n_actions[r]; i++) {
+            gt_pp_action a = s->actions[r][i];
+            if (a.kind == GT_PP_F) live += stage_bytes[a.stage];
+            if (a.kind == GT_PP_B || a.kind == GT_PP_W) live -= stage_bytes[a.stage];
+            if (live > peak[r]) peak[r] = live;
+        }
+    }
+}

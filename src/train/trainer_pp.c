@@ -38,7 +38,8 @@ static void print_stage_modules(const gt_pp_layout *l, int32_t s, FILE *f)
 
 /* The stage split of the step graph: the one-rank graph with the layout's micro-batches of
  * accumulation (the graph each pipeline rank runs its stages of), labelled by gt_pp_split_graph. */
-static gt_status print_split(const gt_config *cfg, const gt_pp_layout *l, FILE *f, gt_error *err)
+static gt_status print_split(const gt_config *cfg, const gt_pp_layout *l, const gt_pp_schedule *s,
+                             FILE *f, gt_error *err)
 {
     gt_config one;
     gt_config_copy(&one, cfg);
@@ -53,6 +54,25 @@ static gt_status print_split(const gt_config *cfg, const gt_pp_layout *l, FILE *
     if (st == GT_OK) {
         fprintf(f, "# step graph by stage (nodes; crossing values per micro-batch)\n");
         gt_pp_split_print(g, &split, f);
+        /* the activations a rank holds at its peak: its stage micro-batches in flight */
+        gt_sym_binding_entry entries[GT_TRAIN_BINDING_MAX];
+        gt_sym_binding binding;
+        gt_train_binding(&one, &layout, entries, &binding);
+        int64_t *bytes = gt_xcalloc((size_t)l->n_stages, sizeof *bytes);
+        int64_t *peak = gt_xcalloc((size_t)l->n_ranks, sizeof *peak);
+        st = gt_pp_split_saved_bytes(g, &split, &binding, bytes, err);
+        if (st == GT_OK) {
+            gt_pp_schedule_peak_bytes(s, bytes, peak);
+            fprintf(f, "saved per stage  ");
+            for (int32_t i = 0; i < l->n_stages; i++)
+                fprintf(f, "%s%.2f MiB", i ? ", " : "", (double)bytes[i] / (1 << 20));
+            fprintf(f, " (one micro-batch, forward to backward)\npeak activations ");
+            for (int32_t r = 0; r < l->n_ranks; r++)
+                fprintf(f, "%srank %d %.2f MiB", r ? ", " : "", r, (double)peak[r] / (1 << 20));
+            fprintf(f, " (by the schedule's micro-batches in flight)\n");
+        }
+        free(bytes);
+        free(peak);
     }
     gt_pp_split_free(&split);
     gt_model_free(&model);
@@ -102,7 +122,7 @@ gt_status gt_train_pp_print(const gt_config *cfg, const gt_model_config *mc, FIL
     for (int32_t r = 0; r < s.n_ranks; r++)
         fprintf(f, " %d", sim.peak_in_flight[r]);
     fputc('\n', f);
-    st = print_split(cfg, &l, f, err);
+    st = print_split(cfg, &l, &s, f, err);
     gt_pp_sim_free(&sim);
     gt_pp_schedule_free(&s);
     gt_pp_layout_free(&l);

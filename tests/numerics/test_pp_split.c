@@ -10,6 +10,7 @@
  *   - values cross only from a stage's forward to the next stage and from a stage's backward to
  *     the previous one (the split refuses anything else), each boundary carries forward values and
  *     gradients, and the sums of squares are gathered;
+ *   - the saved bytes of each stage (gt_pp_split_saved_bytes) equal a naive count;
  *   - no dI node reads a dW value; stage 0 has no dI; every other stage's dI is not empty and
  *     is smaller than its backward;
  *   - fwd + dI + dW is the unsplit backward, bitwise: the graph reordered as a pipeline runs one
@@ -87,6 +88,34 @@ static void check_split(const step_graph *sg, int32_t n_stages)
     for (int32_t k = 0; k < s.n_cross; k++)
         gathered += s.cross[k].to == GT_PP_STAGE_GLOBAL;
     EXPECT(gathered > 0, "no partial result gathered");
+
+    /* saved bytes per stage: the naive count (values of F nodes of the stage or the stage
+     * before, read by I or W nodes of the stage, each once per stage) */
+    int64_t bytes[8], naive[8] = {0};
+    EXPECT_OK(gt_pp_split_saved_bytes(g, &s, &sg->binding, bytes, &err), &err);
+    for (int32_t st = 0; st < n_stages; st++) {
+        for (gt_value_id v = 0; v < g->n_values; v++) {
+            gt_node_id p = g->values[v].producer;
+            if (p == GT_NONE || s.part[p] != GT_PP_PART_F) continue;
+            if (s.stage[p] != st && s.stage[p] != st - 1) continue;
+            bool read = false;
+            for (gt_node_id n = 0; n < g->n_nodes && !read; n++) {
+                if (s.stage[n] != st || (s.part[n] != GT_PP_PART_I && s.part[n] != GT_PP_PART_W))
+                    continue;
+                for (int i = 0; i < g->nodes[n].n_in; i++)
+                    read |= g->nodes[n].in[i] == v;
+            }
+            if (!read) continue;
+            int64_t shape[GT_MAX_DIMS];
+            EXPECT_OK(gt_graph_eval_shape(g, v, &sg->binding, shape, &err), &err);
+            int64_t numel = 1;
+            for (int d = 0; d < gt_value_type(g, v)->ndim; d++)
+                numel *= shape[d];
+            naive[st] += numel * (int64_t)gt_dtype_size(gt_value_type(g, v)->dtype);
+        }
+        EXPECT(bytes[st] == naive[st] && bytes[st] > 0, "stage %d saved %lld, naive %lld", st,
+               (long long)bytes[st], (long long)naive[st]);
+    }
 
     /* fwd + dI + dW = the unsplit backward, bitwise */
     gt_graph *piped = gt_graph_copy(g);

@@ -5,8 +5,9 @@
  *   - each rank's compute order equals torch.distributed.pipelining's
  *     (tests/fixtures/pp_schedule/torch_orders.txt, tools/gen_pp_schedule_fixture.py);
  *   - simulated properties known in closed form: GPipe holds every micro-batch in flight, 1F1B
- *     at most pp - rank on rank r; GPipe's and 1F1B's bubble (B = 2 F) is
- *     (pp - 1) / (M + pp - 1) with M micro-batches; ZBVZeroBubble's bubble is below 1F1B's;
+ *     at most pp - rank on rank r (also as peak bytes, gt_pp_schedule_peak_bytes); GPipe's and
+ * 1F1B's bubble (B = 2 F) is (pp - 1) / (M + pp - 1) with M micro-batches; ZBVZeroBubble's bubble
+ * is below 1F1B's;
  *   - the text form round-trips through gt_pp_action_parse;
  *   - hand-broken schedules are rejected naming the action: a receive moved after its use, a
  *     dropped send, an action on the wrong rank, a duplicate, and two ranks that each receive
@@ -88,6 +89,22 @@ static void test_all_schedules(void)
                 gt_pp_schedule_free(&s);
             }
         }
+    }
+    /* peak activation bytes: GPipe holds all 4 micro-batches, 1F1B pp - rank of them */
+    {
+        gt_pp_schedule a;
+        gt_error err = {0};
+        int64_t bytes[2] = {10, 20}, peak[2];
+        EXPECT_OK(gt_pp_schedule_build(GT_PP_GPIPE, 2, 1, 4, &a, &err), &err);
+        gt_pp_schedule_peak_bytes(&a, bytes, peak);
+        EXPECT(peak[0] == 40 && peak[1] == 80, "GPipe peak %lld %lld", (long long)peak[0],
+               (long long)peak[1]);
+        gt_pp_schedule_free(&a);
+        EXPECT_OK(gt_pp_schedule_build(GT_PP_1F1B, 2, 1, 4, &a, &err), &err);
+        gt_pp_schedule_peak_bytes(&a, bytes, peak);
+        EXPECT(peak[0] == 20 && peak[1] == 20, "1F1B peak %lld %lld", (long long)peak[0],
+               (long long)peak[1]);
+        gt_pp_schedule_free(&a);
     }
     /* the zero-bubble V fills what 1F1B leaves idle */
     for (int pp = 2; pp <= 4; pp += 2) {
@@ -341,7 +358,7 @@ static void test_report(void)
                contains(r, "stage 3   rank 1   layers 5 + norm, output, loss\n") &&
                contains(r, "rank 1: 1RECV_F0 1F0 1SEND_F0") &&
                contains(r, "bubble           0.111") && contains(r, "stage  forward  dI  dW") &&
-               contains(r, "global "),
+               contains(r, "global ") && contains(r, "peak activations rank 0 "),
            "%s", r);
     free(r);
     static const char *const bad[] = {"parallelism.pipeline_parallel_degree", "2",
