@@ -64,6 +64,7 @@ gt_llama3.h models
 gt_deepseek_v3.h models
 gt_pass.h passes
 gt_partition.h passes
+gt_pp_split.h passes
 gt_parallel.h parallel
 gt_autoparallel.h parallel
 gt_backend.h backend
@@ -71,6 +72,7 @@ gt_cuda.h backend
 gt_comm.h comm
 gt_program.h runtime
 gt_exec.h runtime
+gt_pipeline.h runtime
 gt_config.h config
 gt_checkpoint.h train
 gt_data.h train

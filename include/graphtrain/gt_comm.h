@@ -58,6 +58,13 @@ typedef struct {
     gt_status (*all_gather_u64)(gt_comm *c, const uint64_t *in, int64_t count, uint64_t *out,
                                 gt_error *err);
     void (*destroy)(gt_comm *c);
+    /* Point-to-point (pipeline parallelism); NULL where the implementation has none. send_start
+     * does not block: buf must stay valid until send_wait_all, which completes every send
+     * started on c. recv blocks until the matching send (same peer and tag) arrives. */
+    gt_status (*send_start)(gt_comm *c, const void *buf, size_t bytes, int peer, int tag,
+                            gt_error *err);
+    gt_status (*recv)(gt_comm *c, void *buf, size_t bytes, int peer, int tag, gt_error *err);
+    gt_status (*send_wait_all)(gt_comm *c, gt_error *err);
 } gt_comm_vtable;
 
 struct gt_comm {
@@ -267,6 +274,14 @@ gt_status gt_comm_all_to_all_start(gt_comm *c, const gt_tensor *in, gt_tensor *o
 gt_status gt_comm_gather_start(gt_comm *c, const gt_tensor *in, gt_tensor *out, int root,
                                gt_comm_request **req, gt_error *err);
 gt_status gt_comm_wait(gt_comm_request *req, gt_error *err);
+
+/* Point-to-point between two ranks of c (pipeline parallelism): t's bytes to rank peer under tag
+ * (>= 0, < 32768), without blocking (t must stay valid until gt_comm_send_wait_all); t's bytes
+ * from rank peer under tag, blocking. Errors: a peer out of range or this rank, a communicator
+ * with no point-to-point (MPI has it; TCP, NCCL and fake do not yet), naming the communicator. */
+gt_status gt_comm_send_start(gt_comm *c, const gt_tensor *t, int peer, int tag, gt_error *err);
+gt_status gt_comm_recv(gt_comm *c, gt_tensor *t, int peer, int tag, gt_error *err);
+gt_status gt_comm_send_wait_all(gt_comm *c, gt_error *err);
 
 /* Blocking forms: start + wait. */
 gt_status gt_comm_all_reduce(gt_comm *c, const gt_tensor *in, gt_tensor *out, gt_error *err);

@@ -135,6 +135,11 @@ typedef struct {
     bool enable_sequence_parallel;
     int64_t expert_parallel_degree;
     int64_t pipeline_parallel_degree;
+    char *pipeline_parallel_schedule; /* GPipe, 1F1B, Interleaved1F1B, ZBVZeroBubble, DualPipeV */
+    int64_t pipeline_parallel_microbatch_size;
+    int64_t pipeline_parallel_layers_per_stage; /* -1: unset */
+    int64_t pipeline_parallel_first_stage_less_layers;
+    int64_t pipeline_parallel_last_stage_less_layers;
     gt_cfg_reshard fsdp_reshard_after_forward;
     double autoparallel_memory_budget_gb; /* compile.enable_autoparallel; 0: no limit */
     char *autoparallel_comm_profile;      /* measured alpha-beta per mesh dim; "": defaults */

@@ -5,6 +5,8 @@
 #include "gt_autoparallel.h"
 #include "gt_config.h"
 #include "gt_model.h"
+#include "gt_parallel.h"
+#include "gt_pipeline.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -155,6 +157,15 @@ gt_status gt_train(const gt_config *cfg, gt_train_result *result, gt_error *err)
  * them as a Hugging Face llama directory (dtype f32 or bf16). */
 gt_status gt_train_export_hf(const gt_config *cfg, int64_t step, const char *dir, gt_dtype dtype,
                              gt_error *err);
+
+/* Pipeline parallelism (trainer_pp.c, issue 39). The stage layout of cfg's parallelism options
+ * for its model (gt_pp_layout_init; errors name the option at fault), and the report `graphtrain
+ * graph` prints: the blocks of each stage, every rank's schedule in the text form and the
+ * simulated bubble and micro-batches in flight (gt_pp_schedule_simulate). */
+gt_status gt_train_pp_layout(const gt_config *cfg, const gt_model_config *mc, gt_pp_layout *out,
+                             gt_error *err);
+gt_status gt_train_pp_print(const gt_config *cfg, const gt_model_config *mc, FILE *f,
+                            gt_error *err);
 
 #ifdef __cplusplus
 }

@@ -205,6 +205,18 @@ int gt_cli_graph(const command_spec *cmd, split_args *sa)
     char *explain_text = NULL;
     size_t explain_len = 0;
     if (gt_cli_model_config(&cfg, &mcfg) || world_of(&rank, &world)) goto done;
+    if (cfg.parallelism.pipeline_parallel_degree > 1) {
+        /* the schedule and the stage split; the trainer does not run pipelines yet */
+        if (rank == 0 && gt_train_pp_print(&cfg, &mcfg, stdout, &err) != GT_OK) {
+            fprintf(stderr, "graphtrain graph: %s\n", err.msg);
+            goto done;
+        }
+        if (rank == 0)
+            printf("train            not wired yet: `graphtrain train` refuses "
+                   "pipeline_parallel_degree > 1 (issue 39)\n");
+        rc = 0;
+        goto done;
+    }
     /* without mpirun: the configured mesh, seen from rank 0 */
     if (gt_train_layout_init(&cfg, gt_train_launched_by_mpi() ? world : 0, rank, &layout, &err) !=
         GT_OK) {

@@ -244,6 +244,42 @@ gt_status gt_comm_wait(gt_comm_request *req, gt_error *err)
     return st;
 }
 
+/* Point-to-point checks: a peer that is another rank of c, a tag in range, an implementation. */
+static gt_status p2p_check(gt_comm *c, const char *what, int peer, int tag, bool have,
+                           gt_error *err)
+{
+    if (!c) return gt_error_set(err, GT_ERR_INVALID, "%s: no communicator", what);
+    if (!have)
+        return gt_error_set(err, GT_ERR_UNSUPPORTED,
+                            "rank %d: %s on communicator '%s': the %s communicator has no "
+                            "point-to-point transfers yet",
+                            c->rank, what, c->name, c->vt->name);
+    if (peer < 0 || peer >= c->size || peer == c->rank || tag < 0 || tag >= 32768)
+        return gt_error_set(err, GT_ERR_INVALID,
+                            "rank %d: %s on communicator '%s' (size %d): peer %d / tag %d: "
+                            "expected another rank and a tag in [0, 32768)",
+                            c->rank, what, c->name, c->size, peer, tag);
+    return GT_OK;
+}
+
+gt_status gt_comm_send_start(gt_comm *c, const gt_tensor *t, int peer, int tag, gt_error *err)
+{
+    GT_TRY(p2p_check(c, "send", peer, tag, c && c->vt->send_start, err));
+    return c->vt->send_start(c, t->data, gt_tensor_nbytes(t), peer, tag, err);
+}
+
+gt_status gt_comm_recv(gt_comm *c, gt_tensor *t, int peer, int tag, gt_error *err)
+{
+    GT_TRY(p2p_check(c, "recv", peer, tag, c && c->vt->recv, err));
+    return c->vt->recv(c, t->data, gt_tensor_nbytes(t), peer, tag, err);
+}
+
+gt_status gt_comm_send_wait_all(gt_comm *c, gt_error *err)
+{
+    if (!c || !c->vt->send_wait_all) return GT_OK; /* no sends could have started */
+    return c->vt->send_wait_all(c, err);
+}
+
 gt_status gt_comm_all_reduce_start(gt_comm *c, const gt_tensor *in, gt_tensor *out,
                                    gt_comm_request **req, gt_error *err)
 {

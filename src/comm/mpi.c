@@ -65,9 +65,11 @@ void gt_comm_mpi_set_timeout(gt_comm *c, double seconds)
 
 typedef struct {
     MPI_Comm comm;
-    double timeout_s; /* <= 0: wait forever */
-    bool broken;      /* a wait timed out: a request is abandoned */
-    char members[96]; /* "world ranks 0,2" (for messages) */
+    double timeout_s;   /* <= 0: wait forever */
+    bool broken;        /* a wait timed out: a request is abandoned */
+    char members[96];   /* "world ranks 0,2" (for messages) */
+    MPI_Request *sends; /* point-to-point sends started and not yet completed */
+    int n_sends, cap_sends;
 } mpi_impl;
 
 typedef struct {
@@ -297,9 +299,53 @@ static gt_status mpi_split(gt_comm *c, int color, int key, gt_comm **out, gt_err
     return wrap_comm(sub, name, ((mpi_impl *)c->impl)->timeout_s, out, err);
 }
 
+static gt_status mpi_send_start(gt_comm *c, const void *buf, size_t bytes, int peer, int tag,
+                                gt_error *err)
+{
+    mpi_impl *impl = c->impl;
+    if (bytes > (size_t)INT_MAX)
+        return gt_error_set(err, GT_ERR_UNSUPPORTED,
+                            "rank %d: send of %zu bytes on communicator '%s' exceeds the MPI "
+                            "count limit",
+                            c->rank, bytes, c->name);
+    if (impl->n_sends == impl->cap_sends) {
+        impl->cap_sends = impl->cap_sends ? 2 * impl->cap_sends : 16;
+        impl->sends = gt_xrealloc(impl->sends, (size_t)impl->cap_sends * sizeof *impl->sends);
+    }
+    MPI_Request *r = &impl->sends[impl->n_sends];
+    int rc = MPI_Isend(buf, (int)bytes, MPI_BYTE, peer, tag, impl->comm, r);
+    if (rc != MPI_SUCCESS) return mpi_fail(c, "send", rc, err);
+    impl->n_sends++;
+    return GT_OK;
+}
+
+static gt_status mpi_recv(gt_comm *c, void *buf, size_t bytes, int peer, int tag, gt_error *err)
+{
+    if (bytes > (size_t)INT_MAX)
+        return gt_error_set(err, GT_ERR_UNSUPPORTED,
+                            "rank %d: recv of %zu bytes on communicator '%s' exceeds the MPI "
+                            "count limit",
+                            c->rank, bytes, c->name);
+    MPI_Request r = MPI_REQUEST_NULL;
+    int rc = MPI_Irecv(buf, (int)bytes, MPI_BYTE, peer, tag, comm_of(c), &r);
+    if (rc != MPI_SUCCESS) return mpi_fail(c, "recv", rc, err);
+    return wait_request(c, &r, "recv", err);
+}
+
+static gt_status mpi_send_wait_all(gt_comm *c, gt_error *err)
+{
+    mpi_impl *impl = c->impl;
+    gt_status st = GT_OK;
+    for (int i = 0; i < impl->n_sends && st == GT_OK; i++)
+        st = wait_request(c, &impl->sends[i], "send", err);
+    impl->n_sends = 0;
+    return st;
+}
+
 static void mpi_destroy(gt_comm *c)
 {
     mpi_impl *impl = c->impl;
+    free(impl->sends);
     int finalized = 0;
     MPI_Finalized(&finalized);
     if (!finalized && !impl->broken) MPI_Comm_free(&impl->comm);
@@ -315,6 +361,9 @@ static const gt_comm_vtable mpi_vtable = {
     .split = mpi_split,
     .all_gather_u64 = mpi_all_gather_u64,
     .destroy = mpi_destroy,
+    .send_start = mpi_send_start,
+    .recv = mpi_recv,
+    .send_wait_all = mpi_send_wait_all,
 };
 
 /* "world ranks 0,2,4" (the members of comm in its rank order), cut short with "..." when long. */

@@ -151,7 +151,25 @@ static const gt_cfg_option options[] = {
     {OPT(parallelism, expert_parallel_degree, GT_CFG_INT), .default_value = "1",
      INT_RANGE(1, MAX_DEGREE), .help = "expert-parallel ranks (MoE models)"},
     {OPT(parallelism, pipeline_parallel_degree, GT_CFG_INT), .default_value = "1",
-     INT_RANGE(1, MAX_DEGREE), .help = "pipeline stages"},
+     INT_RANGE(1, MAX_DEGREE), .help = "pipeline-parallel ranks (the outermost mesh dim)"},
+    {OPT(parallelism, pipeline_parallel_schedule, GT_CFG_STRING), .default_value = "1F1B",
+     .help = "pipeline schedule: GPipe, 1F1B, Interleaved1F1B, ZBVZeroBubble, DualPipeV "
+             "(`graphtrain graph` prints each rank's actions and the simulated bubble)"},
+    {OPT(parallelism, pipeline_parallel_microbatch_size, GT_CFG_INT), .default_value = "1",
+     INT_RANGE(1, MAX_DEGREE),
+     .help = "sequences per pipeline micro-batch; training.local_batch_size / this many "
+             "micro-batches per step"},
+    {OPT(parallelism, pipeline_parallel_layers_per_stage, GT_CFG_INT), .default_value = "-1",
+     INT_RANGE(-1, MAX_DEGREE),
+     .help = "transformer blocks per stage, which sets the stage count; -1: 1 stage per rank "
+             "(GPipe, 1F1B) or 2 (the others)"},
+    {OPT(parallelism, pipeline_parallel_first_stage_less_layers, GT_CFG_INT), .default_value = "1",
+     INT_RANGE(0, MAX_DEGREE),
+     .help = "the token embedding counts as this many blocks when blocks are split into stages"},
+    {OPT(parallelism, pipeline_parallel_last_stage_less_layers, GT_CFG_INT), .default_value = "1",
+     INT_RANGE(0, MAX_DEGREE),
+     .help = "the final norm and output count as this many blocks when blocks are split into "
+             "stages"},
     {OPT(parallelism, fsdp_reshard_after_forward, GT_CFG_ENUM), .default_value = "default",
      .choices = reshards,
      .help = "free gathered parameters after forward and gather them again for the backward: "

@@ -1,0 +1,188 @@
+/* gt_pipeline.h — pipeline-parallel schedules as data (issue 39): per rank, the list of actions
+ * (forward, backward, input-gradient, weight-gradient, send, receive) of one step, a text form
+ * for diffing, a simulator that checks them, and the split of a model's blocks into stages.
+ *
+ * Stages and ranks. A schedule runs n_stages stages on n_ranks pipeline ranks. GPipe and 1F1B
+ * put one stage on each rank; Interleaved1F1B puts stages_per_rank stages on each, looped (stage
+ * s on rank s mod n_ranks); ZBVZeroBubble and DualPipeV put two on each in a V (rank r holds
+ * stages r and 2 n_ranks - 1 - r, so the first and the last stage share rank 0). Stage 0 holds
+ * the token embedding, the last stage the final norm, the output and the loss.
+ *
+ * Actions. F(s, m): stage s's forward of micro-batch m. B(s, m): its whole backward. I(s, m): the
+ * input-gradient part of the backward (what stage s - 1 needs); W(s, m): the weight-gradient part
+ * (zero-bubble schedules run it later to fill bubbles). SEND_F(s, m) sends stage s's forward
+ * output to stage s + 1, RECV_F(s, m) receives stage s's forward input from stage s - 1;
+ * SEND_B(s, m) sends the gradient of stage s's input to stage s - 1, RECV_B(s, m) receives the
+ * gradient of stage s's output from stage s + 1. Stages on the same rank hand values over locally
+ * (no send or receive). Sends do not block; a receive waits for its send.
+ *
+ * Text form: torch.distributed.pipelining's spelling, STAGE KIND MICROBATCH with no spaces, e.g.
+ * "1F0", "0SEND_F3", "3W2"; one line per rank, "rank R: A A A ...". */
+#ifndef GRAPHTRAIN_GT_PIPELINE_H
+#define GRAPHTRAIN_GT_PIPELINE_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "graphtrain/gt_comm.h"
+#include "graphtrain/gt_core.h"
+#include "graphtrain/gt_graph.h"
+#include "graphtrain/gt_pp_split.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum {
+    GT_PP_GPIPE = 0,
+    GT_PP_1F1B,
+    GT_PP_INTERLEAVED_1F1B,
+    GT_PP_ZBV_ZERO_BUBBLE,
+    GT_PP_DUALPIPEV,
+    GT_PP_N_SCHEDULES
+} gt_pp_schedule_kind;
+
+typedef enum {
+    GT_PP_F = 0,
+    GT_PP_B,
+    GT_PP_I,
+    GT_PP_W,
+    GT_PP_SEND_F,
+    GT_PP_RECV_F,
+    GT_PP_SEND_B,
+    GT_PP_RECV_B,
+    GT_PP_N_ACTION_KINDS
+} gt_pp_action_kind;
+
+typedef struct {
+    gt_pp_action_kind kind;
+    int32_t stage;
+    int32_t mb; /* micro-batch */
+} gt_pp_action;
+
+typedef struct {
+    gt_pp_schedule_kind kind;
+    int32_t n_ranks, n_stages, n_micro;
+    int32_t *stage_rank;    /* [n_stages]: the pipeline rank that runs each stage */
+    gt_pp_action **actions; /* [n_ranks][n_actions[r]] in the order rank r runs them */
+    int32_t *n_actions;     /* [n_ranks] */
+} gt_pp_schedule;
+
+/* The option's spelling (torchtitan's): "GPipe", "1F1B", "Interleaved1F1B", "ZBVZeroBubble",
+ * "DualPipeV". */
+const char *gt_pp_schedule_name(gt_pp_schedule_kind kind);
+/* Errors: a name that is no schedule, naming --parallelism.pipeline_parallel_schedule and the
+ * schedules there are. */
+gt_status gt_pp_schedule_from_name(const char *name, gt_pp_schedule_kind *out, gt_error *err);
+/* Stages per rank when pipeline_parallel_layers_per_stage is unset: 1 for GPipe and 1F1B, 2 for
+ * the others (torchtitan's default). */
+int gt_pp_default_stages_per_rank(gt_pp_schedule_kind kind);
+/* The rank that runs stage s of n_stages on n_ranks for this schedule (looped or V). */
+int32_t gt_pp_stage_rank(gt_pp_schedule_kind kind, int32_t n_ranks, int32_t n_stages, int32_t s);
+const char *gt_pp_action_kind_name(gt_pp_action_kind kind);
+
+/* Builds every rank's action list: the schedule's compute order (ported from
+ * torch.distributed.pipelining; OVERLAP_F_B of DualPipeV is its forward then its backward), then
+ * a receive right before each action that needs a value from another rank and a send right after
+ * each action that produces one. Errors name the option: too few stages per rank for the schedule
+ * (ZBVZeroBubble and DualPipeV need exactly 2; GPipe and 1F1B exactly 1), too few micro-batches
+ * (DualPipeV needs at least n_stages; Interleaved1F1B needs a multiple of its rounds). */
+gt_status gt_pp_schedule_build(gt_pp_schedule_kind kind, int32_t n_ranks, int32_t stages_per_rank,
+                               int32_t n_micro, gt_pp_schedule *out, gt_error *err);
+void gt_pp_schedule_free(gt_pp_schedule *s);
+
+/* "1F0", "0SEND_F3" into buf (at least 32 bytes). */
+void gt_pp_action_format(gt_pp_action a, char *buf, size_t size);
+/* Parses one action of the text form; errors name the text. */
+gt_status gt_pp_action_parse(const char *text, gt_pp_action *out, gt_error *err);
+/* "rank R: A A ...\n"; with compute_only, the F, B, I and W actions alone (the order the
+ * generators produce, comparable with torch's pipeline_order). */
+void gt_pp_schedule_print_rank(const gt_pp_schedule *s, int32_t rank, bool compute_only, FILE *f);
+
+/* What the simulator finds, costing F, I and W one time unit each and B two (I + W), with sends
+ * and receives free: the step's makespan, each rank's idle fraction of it (its bubble) and over
+ * all ranks, and each rank's peak of micro-batches in flight (forwards run whose activations are
+ * still held: not yet released by B or W; a micro-batch counts once per stage). */
+typedef struct {
+    int32_t n_ranks;
+    int64_t makespan;
+    double bubble;           /* idle time / (n_ranks x makespan) */
+    double *rank_bubble;     /* [n_ranks] */
+    int32_t *peak_in_flight; /* [n_ranks] */
+    int32_t max_in_flight;
+} gt_pp_sim;
+
+/* Checks s and runs it: every stage's micro-batches each get one F and one B (or one I and one
+ * W) on the stage's rank; every action's input comes from an action earlier on its rank (a local
+ * stage's action or a receive), never from a later one; every send has its receive on the peer
+ * rank and every receive its send; and the ranks together finish (no receive waits forever: no
+ * deadlock). Errors name the rank, the position and the action, and what it waits for. */
+gt_status gt_pp_schedule_simulate(const gt_pp_schedule *s, gt_pp_sim *out, gt_error *err);
+/* The peak bytes of saved activations each rank holds, replaying its list: F(st, m) adds
+ * stage_bytes[st], B(st, m) or W(st, m) releases them (gt_pp_split_saved_bytes gives the bytes of
+ * one stage micro-batch). peak receives n_ranks entries. */
+void gt_pp_schedule_peak_bytes(const gt_pp_schedule *s, const int64_t *stage_bytes, int64_t *peak);
+void gt_pp_sim_free(gt_pp_sim *sim);
+
+/* ---------------------------------------------------------------- stages of a model */
+
+/* The transformer blocks of each stage by torchtitan's rule (generate_llm_fqn_per_model_part):
+ * n_layers + first_less + last_less "effective layers" split evenly over n_stages, the first
+ * stages taking one more when it does not divide; the embedding counts as first_less layers of
+ * stage 0 and the norm and output as last_less of the last. first_layer[s] .. first_layer[s+1] - 1
+ * are stage s's blocks (first_layer has n_stages + 1 entries). */
+gt_status gt_pp_split_layers(int64_t n_layers, int32_t n_stages, int64_t first_less,
+                             int64_t last_less, int64_t *first_layer, gt_error *err);
+
+/* The whole pipeline layout of a run, from the parallelism options. */
+typedef struct {
+    gt_pp_schedule_kind kind;
+    int32_t n_ranks;         /* pipeline_parallel_degree */
+    int32_t stages_per_rank; /* from pipeline_parallel_layers_per_stage, or the default */
+    int32_t n_stages;
+    int32_t n_micro;      /* local_batch_size / pipeline_parallel_microbatch_size */
+    int64_t *first_layer; /* [n_stages + 1], gt_pp_split_layers */
+} gt_pp_layout;
+
+/* layers_per_stage -1: unset (gt_pp_default_stages_per_rank). Errors name the option at fault:
+ * pipeline_parallel_schedule unknown, local_batch_size not a multiple of
+ * pipeline_parallel_microbatch_size, a layers_per_stage that does not give a stage count
+ * divisible by the degree or the schedule's stages per rank, less_layers that do not fit. */
+gt_status gt_pp_layout_init(const char *schedule, int64_t degree, int64_t n_layers,
+                            int64_t layers_per_stage, int64_t first_less, int64_t last_less,
+                            int64_t local_batch_size, int64_t microbatch_size, gt_pp_layout *out,
+                            gt_error *err);
+void gt_pp_layout_free(gt_pp_layout *l);
+
+/* ---------------------------------------------------------------- running a step (pp_exec.c) */
+
+/* One training step of g, a one-rank whole-step graph built for s->n_micro micro-batches of
+ * gradient accumulation, run in this process as schedule s runs it: each rank's actions in order,
+ * the ranks in turn, a receive waiting for its send; F, I, W and B run their stage's node sets of
+ * split for their micro-batch, and the optimizer once at the end. inputs[m] holds g->n_inputs
+ * tensors for micro-batch m (its tokens and labels; the same parameters and state); the running
+ * gradient sums are taken from inputs[0] (zeros) and then from the previous micro-batch. losses[m]
+ * receives micro-batch m's LOSS output, outputs[k] g->outputs[k] of the last micro-batch (the
+ * updates, the metrics). Bitwise the gradient accumulation of gt_eager_run_part over the
+ * micro-batches in order. Errors name the rank and action; a W that comes before the previous
+ * micro-batch's W of its stage is one. */
+gt_status gt_pp_eager_step(const gt_graph *g, const gt_sym_binding *binding,
+                           const gt_pp_split *split, const gt_pp_schedule *s,
+                           const gt_tensor *const *inputs, gt_tensor *losses, gt_tensor *outputs,
+                           gt_error *err);
+/* The same step as one rank of a multi-process pipeline: comm's ranks are the pipeline ranks
+ * (comm->rank runs s->actions[comm->rank]); crossing values move by gt_comm_send_start /
+ * gt_comm_recv, the partial results every rank needs (gradient norm terms) by broadcasts from
+ * their stage's rank. Only this rank's outputs are filled (its stages' updates; the losses on the
+ * rank of the last stage; the metrics every rank computes); the others stay empty. comm NULL is
+ * gt_pp_eager_step. */
+gt_status gt_pp_eager_step_rank(const gt_graph *g, const gt_sym_binding *binding,
+                                const gt_pp_split *split, const gt_pp_schedule *s, gt_comm *comm,
+                                const gt_tensor *const *inputs, gt_tensor *losses,
+                                gt_tensor *outputs, gt_error *err);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

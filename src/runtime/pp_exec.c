@@ -1,0 +1,372 @@
+/* pp_exec.c — one training step run as a pipeline schedule runs it, in one process, on the CPU
+ * kernels (gt_pp_eager_step, gt_pipeline.h).
+ *
+ * Every rank's action list is followed the way the simulator follows it (pp_simulate.c): a rank
+ * runs its actions in order and stops at a receive whose send has not run yet, and the ranks take
+ * turns until all are done. An action runs its node set of the step graph for its micro-batch: F
+ * the stage's forward nodes, I its input-gradient nodes, W its weight-gradient nodes, B both I and
+ * W (gt_pp_split). Every micro-batch has its own value store; sends and receives move nothing,
+ * because all stages share the process, but they gate the order as they would between ranks.
+ *
+ * Gradient accumulation is the step graph's own: the graph is built for n_micro micro-batches
+ * (gt_optim_append_grad_accum), so each micro-batch's W adds its gradient to the running sum that
+ * the previous micro-batch's W left, in micro-batch order, whatever order the schedule runs the
+ * micro-batches' other actions in. A W that comes before the previous micro-batch's W of its
+ * stage is an error naming it. The optimizer and the nodes every rank runs (the gradient norm) run
+ * once, after the last action, on the last micro-batch's values. Micro-batches before the last run
+ * only the nodes of the graph's micro-batch part (gt_graph_micro_part), as the trainer's
+ * accumulation runs them. The result is therefore bitwise that of gt_eager_run_part over the
+ * micro-batches in order (tests/numerics/test_pp_exec.c).
+ *
+ * With a communicator (gt_pp_eager_step_rank) the process is one pipeline rank: it runs only its
+ * own actions; a send posts the crossing values of its stage and micro-batch to the peer rank
+ * without blocking, a receive waits for them (gt_comm_send_start / gt_comm_recv, tag = crossing
+ * x micro-batches + micro-batch); the optimizer runs for its own stages, and before each node that
+ * every rank runs, the stage values it reads are broadcast from their stage's rank
+ * (tests/distributed/test_pp_mpi.c). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "graphtrain/gt_backend.h"
+#include "graphtrain/gt_comm.h"
+#include "graphtrain/gt_pipeline.h"
+
+typedef struct {
+    const gt_graph *g;
+    const gt_sym_binding *binding;
+    const gt_pp_split *split;
+    int32_t n_micro;
+    gt_tensor **vals;  /* [n_micro][n_values] */
+    uint8_t **defined; /* [n_micro][n_values]: 1 borrowed, 2 owned */
+    uint8_t *micro_part;
+    int32_t *update_of_input; /* [n_inputs]: the BUFFER_UPDATE value feeding it back, or -1 */
+    gt_comm *comm;     /* one rank of a multi-process pipeline (its pipeline rank is comm->rank), or
+                        * NULL: every rank in this process */
+    uint8_t *gathered; /* [n_values]: broadcast to the pipeline ranks already (global inputs) */
+} pp_run;
+
+static gt_status run_node(pp_run *r, int32_t m, gt_node_id n, gt_error *err)
+{
+    const gt_graph *g = r->g;
+    const gt_node *nd = &g->nodes[n];
+    if (gt_op_is_collective_start(nd->op) || nd->op == GT_OP_WAIT)
+        return gt_error_set(err, GT_ERR_UNSUPPORTED,
+                            "pipeline step: node %d (%s) is a collective; the in-process pipeline "
+                            "runs one-rank step graphs",
+                            n, gt_op_get(nd->op)->name);
+    gt_kernel_call call = {
+        .op = nd->op,
+        .i = nd->attrs.i,
+        .f = nd->attrs.f,
+        .ni = nd->attrs.ni,
+        .nf = nd->attrs.nf,
+        .ne = nd->attrs.ne,
+        .n_in = nd->n_in,
+        .n_out = nd->n_out,
+    };
+    int64_t e[GT_MAX_EATTR];
+    for (int j = 0; j < nd->attrs.ne; j++)
+        GT_TRY(gt_sym_eval(g->sym, nd->attrs.e[j], r->binding, &e[j], err));
+    call.e = e;
+    for (int j = 0; j < nd->n_in; j++) {
+        gt_value_id v = nd->in[j];
+        if (!r->defined[m][v])
+            return gt_error_set(err, GT_ERR_INVALID,
+                                "pipeline step: node %d (%s, stage %d) of micro-batch %d reads "
+                                "%%%d before it is computed",
+                                n, gt_op_get(nd->op)->name, r->split->stage[n], m, v);
+        call.in[j] = &r->vals[m][v];
+    }
+    for (int j = 0; j < nd->n_out; j++) {
+        gt_value_id v = nd->out[j];
+        const gt_type *ty = gt_value_type(g, v);
+        int64_t shape[GT_MAX_DIMS];
+        GT_TRY(gt_graph_eval_shape(g, v, r->binding, shape, err));
+        GT_TRY(gt_tensor_alloc(&r->vals[m][v], ty->dtype, ty->ndim, shape, err));
+        r->defined[m][v] = 2;
+        call.out[j] = &r->vals[m][v];
+    }
+    return gt_cpu_run_kernel(&call, err);
+}
+
+/* The nodes of stage st in part p for micro-batch m, in graph order. A micro-batch's W first takes
+ * the running sums the previous micro-batch's W left. */
+static gt_status run_part(pp_run *r, int32_t m, int32_t st, gt_pp_part p, gt_error *err)
+{
+    const gt_graph *g = r->g;
+    if (p == GT_PP_PART_W && m > 0) {
+        for (int32_t k = 0; k < g->n_inputs; k++) {
+            gt_value_id u = r->update_of_input[k], v = g->inputs[k].value;
+            if (u < 0) continue;
+            gt_node_id pn = g->values[u].producer;
+            if (pn == GT_NONE || r->split->stage[pn] != st) continue;
+            if (!r->defined[m - 1][u])
+                return gt_error_set(err, GT_ERR_INVALID,
+                                    "pipeline step: %dW%d runs before %dW%d: the gradient sums "
+                                    "are added in micro-batch order",
+                                    st, m, st, m - 1);
+            r->vals[m][v] = r->vals[m - 1][u];
+            r->vals[m][v].owns_data = false;
+            r->defined[m][v] = 1;
+        }
+    }
+    bool last = m == r->n_micro - 1;
+    for (gt_node_id n = 0; n < g->n_nodes; n++) {
+        if (r->split->stage[n] != st || r->split->part[n] != p) continue;
+        if (!last && !r->micro_part[n]) continue;
+        gt_status s = run_node(r, m, n, err);
+        if (s != GT_OK) return s;
+    }
+    return GT_OK;
+}
+
+/* The crossing values a send or receive moves: forward values from stage `from` to `to`, or
+ * gradients; each is allocated on the receiving side and moved under tag cross x n_micro + mb. */
+static gt_status transfer(pp_run *r, gt_pp_action a, const gt_pp_schedule *s, gt_error *err)
+{
+    const gt_graph *g = r->g;
+    bool send = a.kind == GT_PP_SEND_F || a.kind == GT_PP_SEND_B;
+    bool grad = a.kind == GT_PP_SEND_B || a.kind == GT_PP_RECV_B;
+    int32_t from = send ? a.stage : grad ? a.stage + 1 : a.stage - 1;
+    int32_t to = send ? (grad ? a.stage - 1 : a.stage + 1) : a.stage;
+    int peer = s->stage_rank[send ? to : from];
+    for (int32_t k = 0; k < r->split->n_cross; k++) {
+        const gt_pp_cross *c = &r->split->cross[k];
+        if (c->from != from || c->to != to || c->gradient != grad) continue;
+        int64_t tag = (int64_t)k * r->n_micro + a.mb;
+        gt_value_id v = c->value;
+        gt_tensor *t = &r->vals[a.mb][v];
+        if (tag >= 32768)
+            return gt_error_set(err, GT_ERR_UNSUPPORTED,
+                                "pipeline step: %d crossing values x %d micro-batches exceed the "
+                                "point-to-point tags",
+                                r->split->n_cross, r->n_micro);
+        if (send) {
+            if (!r->defined[a.mb][v])
+                return gt_error_set(err, GT_ERR_INVALID,
+                                    "pipeline step: sends %%%d before it is computed", v);
+            GT_TRY(gt_comm_send_start(r->comm, t, peer, (int)tag, err));
+            continue;
+        }
+        const gt_type *ty = gt_value_type(g, v);
+        int64_t shape[GT_MAX_DIMS];
+        GT_TRY(gt_graph_eval_shape(g, v, r->binding, shape, err));
+        GT_TRY(gt_tensor_alloc(t, ty->dtype, ty->ndim, shape, err));
+        r->defined[a.mb][v] = 2;
+        GT_TRY(gt_comm_recv(r->comm, t, peer, (int)tag, err));
+    }
+    return GT_OK;
+}
+
+static gt_status run_action(pp_run *r, gt_pp_action a, const gt_pp_schedule *s, gt_error *err)
+{
+    if (r->comm && a.kind >= GT_PP_SEND_F) return transfer(r, a, s, err);
+    switch (a.kind) {
+    case GT_PP_F:
+        return run_part(r, a.mb, a.stage, GT_PP_PART_F, err);
+    case GT_PP_I:
+        return run_part(r, a.mb, a.stage, GT_PP_PART_I, err);
+    case GT_PP_W:
+        return run_part(r, a.mb, a.stage, GT_PP_PART_W, err);
+    case GT_PP_B:
+        GT_TRY(run_part(r, a.mb, a.stage, GT_PP_PART_I, err));
+        return run_part(r, a.mb, a.stage, GT_PP_PART_W, err);
+    default:
+        return GT_OK; /* one process: the values are already where the receiver reads */
+    }
+}
+
+static gt_status peer_sent(const gt_pp_schedule *s, const int32_t *ptr, gt_pp_action a, bool *sent)
+{
+    gt_pp_action want = a.kind == GT_PP_RECV_F ? (gt_pp_action){GT_PP_SEND_F, a.stage - 1, a.mb}
+                                               : (gt_pp_action){GT_PP_SEND_B, a.stage + 1, a.mb};
+    int32_t pr = s->stage_rank[want.stage];
+    *sent = false;
+    for (int32_t i = 0; i < ptr[pr]; i++) {
+        gt_pp_action b = s->actions[pr][i];
+        if (b.kind == want.kind && b.stage == want.stage && b.mb == want.mb) *sent = true;
+    }
+    return GT_OK;
+}
+
+/* Runs every rank's actions, ranks in turn, each up to a receive whose send has not run. */
+static gt_status run_schedule(pp_run *r, const gt_pp_schedule *s, gt_error *err)
+{
+    int32_t *ptr = gt_xcalloc((size_t)s->n_ranks, sizeof *ptr);
+    gt_status st = GT_OK;
+    for (bool progress = true; progress && st == GT_OK;) {
+        progress = false;
+        for (int32_t rk = 0; rk < s->n_ranks && st == GT_OK; rk++) {
+            if (r->comm && rk != r->comm->rank) continue;
+            while (ptr[rk] < s->n_actions[rk] && st == GT_OK) {
+                gt_pp_action a = s->actions[rk][ptr[rk]];
+                if (!r->comm && (a.kind == GT_PP_RECV_F || a.kind == GT_PP_RECV_B)) {
+                    bool sent;
+                    peer_sent(s, ptr, a, &sent);
+                    if (!sent) break;
+                }
+                st = run_action(r, a, s, err);
+                if (st != GT_OK) {
+                    char buf[48];
+                    gt_pp_action_format(a, buf, sizeof buf);
+                    gt_error_wrap(err, "rank %d action %d (%s)", rk, ptr[rk], buf);
+                }
+                ptr[rk]++;
+                progress = true;
+            }
+        }
+    }
+    for (int32_t rk = 0; st == GT_OK && rk < s->n_ranks; rk++)
+        if ((!r->comm || rk == r->comm->rank) && ptr[rk] < s->n_actions[rk])
+            st = gt_error_set(err, GT_ERR_INVALID,
+                              "pipeline step: rank %d is stuck at action %d (check the schedule "
+                              "with gt_pp_schedule_simulate)",
+                              rk, ptr[rk]);
+    free(ptr);
+    return st;
+}
+
+/* outputs[k] <- a copy of the last micro-batch's value of g->outputs[k]; losses[m] <- micro-batch
+ * m's LOSS output. */
+static gt_status hand_outputs(pp_run *r, gt_tensor *losses, gt_tensor *outputs, gt_error *err)
+{
+    const gt_graph *g = r->g;
+    for (int32_t m = 0; m < r->n_micro; m++) {
+        for (int32_t k = 0; k < g->n_outputs; k++) {
+            bool want = m == r->n_micro - 1 || g->outputs[k].kind == GT_OUT_LOSS;
+            if (!want) continue;
+            gt_value_id v = g->outputs[k].value;
+            if (!r->defined[m][v] && r->comm) continue; /* another rank's */
+            if (!r->defined[m][v])
+                return gt_error_set(err, GT_ERR_INVALID,
+                                    "pipeline step: output %d (%s) of micro-batch %d was not "
+                                    "computed",
+                                    k, gt_graph_str(g, g->outputs[k].fqn), m);
+            gt_tensor *dst =
+                g->outputs[k].kind == GT_OUT_LOSS && m < r->n_micro - 1 ? &losses[m] : &outputs[k];
+            const gt_tensor *src = &r->vals[m][v];
+            GT_TRY(gt_tensor_alloc(dst, src->dtype, src->ndim, src->shape, err));
+            size_t nb = gt_tensor_nbytes(src);
+            if (nb) memcpy(dst->data, src->data, nb);
+            if (g->outputs[k].kind == GT_OUT_LOSS && m == r->n_micro - 1) {
+                GT_TRY(gt_tensor_alloc(&losses[m], src->dtype, src->ndim, src->shape, err));
+                if (nb) memcpy(losses[m].data, src->data, nb);
+            }
+        }
+    }
+    return GT_OK;
+}
+
+/* Before global node n on a multi-process pipeline: each stage value it reads comes from the
+ * rank of that stage, broadcast over the pipeline ranks (every rank reaches the global nodes in
+ * the same graph order, so the broadcasts match). */
+static gt_status gather_global_inputs(pp_run *r, const gt_pp_schedule *s, gt_node_id n,
+                                      gt_error *err)
+{
+    const gt_graph *g = r->g;
+    int32_t m = r->n_micro - 1;
+    for (int i = 0; i < g->nodes[n].n_in; i++) {
+        gt_value_id v = g->nodes[n].in[i];
+        gt_node_id p = g->values[v].producer;
+        if (p == GT_NONE || r->split->stage[p] == GT_PP_STAGE_GLOBAL) continue;
+        int root = s->stage_rank[r->split->stage[p]];
+        bool mine = root == r->comm->rank;
+        if (r->gathered[v]) continue; /* for an earlier global node */
+        r->gathered[v] = 1;
+        if (!mine) {
+            const gt_type *ty = gt_value_type(g, v);
+            int64_t shape[GT_MAX_DIMS];
+            GT_TRY(gt_graph_eval_shape(g, v, r->binding, shape, err));
+            GT_TRY(gt_tensor_alloc(&r->vals[m][v], ty->dtype, ty->ndim, shape, err));
+            r->defined[m][v] = 2;
+        }
+        GT_TRY(gt_comm_broadcast(r->comm, &r->vals[m][v], root, err));
+    }
+    return GT_OK;
+}
+
+gt_status gt_pp_eager_step(const gt_graph *g, const gt_sym_binding *binding,
+                           const gt_pp_split *split, const gt_pp_schedule *s,
+                           const gt_tensor *const *inputs, gt_tensor *losses, gt_tensor *outputs,
+                           gt_error *err)
+{
+    return gt_pp_eager_step_rank(g, binding, split, s, NULL, inputs, losses, outputs, err);
+}
+
+gt_status gt_pp_eager_step_rank(const gt_graph *g, const gt_sym_binding *binding,
+                                const gt_pp_split *split, const gt_pp_schedule *s, gt_comm *comm,
+                                const gt_tensor *const *inputs, gt_tensor *losses,
+                                gt_tensor *outputs, gt_error *err)
+{
+    if (comm && comm->size != s->n_ranks)
+        return gt_error_set(err, GT_ERR_INVALID,
+                            "pipeline step: the communicator '%s' has %d ranks, the schedule %d",
+                            comm->name, comm->size, s->n_ranks);
+    if (split->n_nodes != g->n_nodes || split->n_stages != s->n_stages)
+        return gt_error_set(err, GT_ERR_INVALID,
+                            "pipeline step: the split (%d nodes, %d stages) is not of this graph "
+                            "and schedule (%d nodes, %d stages)",
+                            split->n_nodes, split->n_stages, g->n_nodes, s->n_stages);
+    int32_t M = s->n_micro, nv = g->n_values;
+    pp_run r = {.g = g, .binding = binding, .split = split, .n_micro = M, .comm = comm};
+    r.gathered = gt_xcalloc((size_t)nv + 1, 1);
+    r.vals = gt_xcalloc((size_t)M, sizeof *r.vals);
+    r.defined = gt_xcalloc((size_t)M, sizeof *r.defined);
+    r.micro_part = gt_xcalloc((size_t)g->n_nodes + 1, 1);
+    gt_graph_micro_part(g, r.micro_part);
+    r.update_of_input = gt_xmalloc(((size_t)g->n_inputs + 1) * sizeof *r.update_of_input);
+    for (int32_t k = 0; k < g->n_inputs; k++) {
+        r.update_of_input[k] = -1;
+        if (g->inputs[k].kind != GT_IN_BUFFER) continue;
+        const char *name = gt_graph_str(g, g->inputs[k].fqn);
+        for (int32_t j = 0; j < g->n_outputs; j++)
+            if (g->outputs[j].kind == GT_OUT_BUFFER_UPDATE &&
+                !strcmp(gt_graph_str(g, g->outputs[j].fqn), name))
+                r.update_of_input[k] = g->outputs[j].value;
+    }
+    for (int32_t m = 0; m < M; m++) {
+        r.vals[m] = gt_xcalloc((size_t)nv + 1, sizeof **r.vals);
+        r.defined[m] = gt_xcalloc((size_t)nv + 1, 1);
+        for (int32_t k = 0; k < g->n_inputs; k++) {
+            if (m > 0 && r.update_of_input[k] >= 0) continue; /* the running sum: from m - 1 */
+            gt_value_id v = g->inputs[k].value;
+            r.vals[m][v] = inputs[m][k];
+            r.vals[m][v].owns_data = false;
+            r.defined[m][v] = 1;
+        }
+    }
+    for (int32_t k = 0; k < g->n_outputs; k++)
+        memset(&outputs[k], 0, sizeof outputs[k]);
+    for (int32_t m = 0; m < M; m++)
+        memset(&losses[m], 0, sizeof losses[m]);
+    gt_status st = run_schedule(&r, s, err);
+    /* once per step: the optimizer and the nodes every rank runs, on the last micro-batch */
+    for (gt_node_id n = 0; st == GT_OK && n < g->n_nodes; n++) {
+        bool global = split->part[n] == GT_PP_PART_GLOBAL;
+        if (!global && split->part[n] != GT_PP_PART_OPT) continue;
+        if (comm && !global && s->stage_rank[split->stage[n]] != comm->rank) continue;
+        if (comm && global) st = gather_global_inputs(&r, s, n, err);
+        if (st == GT_OK) st = run_node(&r, M - 1, n, err);
+    }
+    gt_status sst = gt_comm_send_wait_all(comm, err);
+    if (st == GT_OK) st = sst;
+    if (st == GT_OK) st = hand_outputs(&r, losses, outputs, err);
+    if (st != GT_OK) {
+        for (int32_t k = 0; k < g->n_outputs; k++)
+            gt_tensor_free(&outputs[k]);
+        for (int32_t m = 0; m < M; m++)
+            gt_tensor_free(&losses[m]);
+    }
+    for (int32_t m = 0; m < M; m++) {
+        for (gt_value_id v = 0; v < nv; v++)
+            if (r.defined[m][v] == 2) gt_tensor_free(&r.vals[m][v]);
+        free(r.vals[m]);
+        free(r.defined[m]);
+    }
+    free(r.vals);
+    free(r.defined);
+    free(r.micro_part);
+    free(r.update_of_input);
+    free(r.gathered);
+    return st;
+}
