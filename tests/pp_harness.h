@@ -84,9 +84,11 @@ static inline void init_inputs(setup *s, gt_tensor inputs[MICRO][256])
             EXPECT_OK(gt_tensor_alloc(&inputs[m][k], ty->dtype, ty->ndim, shape, &err), &err);
             if (per_micro) {
                 int64_t *d = inputs[m][k].data;
+                bool pos = strcmp(gt_graph_str(g, io->fqn), "positions") == 0;
                 for (int64_t i = 0; i < gt_tensor_numel(&inputs[m][k]); i++) {
                     x ^= x << 13, x ^= x >> 7, x ^= x << 17;
-                    d[i] = (int64_t)(x % (uint64_t)s->vocab);
+                    /* positions: packed documents of 5 tokens (block-causal attention) */
+                    d[i] = pos ? i % shape[ty->ndim - 1] % 5 : (int64_t)(x % (uint64_t)s->vocab);
                 }
             }
         }
