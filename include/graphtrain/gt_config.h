@@ -123,6 +123,7 @@ typedef struct {
     int64_t tensor_parallel_degree;
     bool enable_sequence_parallel;
     int64_t expert_parallel_degree;
+    double expert_parallel_capacity_factor; /* 0: worst case */
     int64_t pipeline_parallel_degree;
     gt_cfg_reshard fsdp_reshard_after_forward;
 } gt_cfg_parallelism;
