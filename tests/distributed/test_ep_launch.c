@@ -14,6 +14,7 @@
  *   - An expert_parallel_degree that does not divide dp_shard x tp is refused naming the option.
  *   - test_dsv3_tiny, 10 steps: ep 2 within 1e-6 relative of one rank (same global batch); its
  *     step-5 checkpoint resumes on one rank with the uninterrupted one-rank losses (1e-6).
+ *   - HSDP x EP (dp_replicate 2 x dp_shard 2, 4 ranks): ep 2 bitwise ep 1 (test_dsv3_tiny).
  *   - Compile on one rank: the ep 2 step artifact saved, then loaded, each bitwise the run
  *     without one; asked for by ep 1, it is refused naming parallelism.expert_parallel_degree.
  */
@@ -37,18 +38,22 @@ static void read_hash(const char *out_path, char *hash, size_t n)
     free(text);
 }
 
+/* HSDP: runs with dp_replicate 2 besides (4 ranks) when set. */
+static bool hsdp;
+
 /* A run of `steps` steps on 2 ranks (dp_shard 2, expert_parallel_degree ep; ep 0: one rank with
  * the same global batch of 4), checkpoints only with `steps` 10 (every 5 steps). */
 static void ep_args_n(launch_cmd *c, const char *flavor, const char *dump, int ep,
                       const char *factor, int steps)
 {
-    launch_train(c, ep ? 2 : 0);
+    launch_train(c, ep ? (hsdp ? 4 : 2) : 0);
     launch_common(c, flavor, dump, 5);
     launch_add(c, "--model.name=deepseek_v3");
     launch_add(c, "--training.steps=%d", steps);
     if (steps != LAUNCH_STEPS) launch_add(c, "--checkpoint.enable=false");
-    launch_add(c, "--training.local_batch_size=%d", ep ? 2 : 4);
+    launch_add(c, "--training.local_batch_size=%d", ep ? (hsdp ? 1 : 2) : 4);
     if (!ep) return;
+    if (hsdp) launch_add(c, "--parallelism.data_parallel_replicate_degree=2");
     launch_add(c, "--parallelism.data_parallel_shard_degree=2");
     launch_add(c, "--parallelism.expert_parallel_degree=%d", ep);
     if (factor) launch_add(c, "--parallelism.expert_parallel_capacity_factor=%s", factor);
@@ -219,6 +224,15 @@ int main(void)
     refused(base);
     resume(base);
     artifact(base, &worst);
+
+    /* HSDP x EP: dp_replicate 2 x dp_shard 2 (4 ranks), ep 2 vs ep 1: the expert gradients are
+     * reduced over dp_shard (rank order) and then all-reduced over the replicas in both */
+    static ep_run h1, h2;
+    hsdp = true;
+    run(base, "tiny_hsdp_ep1", "test_dsv3_tiny", 1, NULL, &h1);
+    run(base, "tiny_hsdp_ep2", "test_dsv3_tiny", 2, NULL, &h2);
+    bitwise(&h1, &h2, "test_dsv3_tiny HSDP 2x2: ep 2 vs ep 1");
+    hsdp = false;
     if (gt_test_failed_ == 0 && !getenv("GT_KEEP")) remove_tree(base);
     return gt_test_finish();
 }
