@@ -15,8 +15,9 @@
  *   - test_dsv3_tiny, 10 steps: ep 2 within 1e-6 relative of one rank (same global batch); its
  *     step-5 checkpoint resumes on one rank with the uninterrupted one-rank losses (1e-6).
  *   - HSDP x EP (dp_replicate 2 x dp_shard 2, 4 ranks): ep 2 bitwise ep 1 (test_dsv3_tiny).
- *   - Compile on one rank: the ep 2 step artifact saved, then loaded, each bitwise the run
- *     without one; asked for by ep 1, it is refused naming parallelism.expert_parallel_degree.
+ *   - Compile on one rank: the ep 2 step artifact saved, then loaded, and one precompiled by
+ *     `graphtrain graph` without a launcher then loaded, each bitwise the run without one; asked
+ * for by ep 1, it is refused naming parallelism.expert_parallel_degree.
  */
 #include "launch.h" /* first: train_child.h defines _GNU_SOURCE */
 
@@ -172,7 +173,8 @@ static void resume(const char *base)
 }
 
 /* Compile on one rank: test_dsv3_tiny on dp_shard 2, ep 2 saves its step artifact, then loads
- * it; both are bitwise the run without one (ref); the artifact asked for by ep 1 is refused
+ * it; both are bitwise the run without one (ref), and so is the run that loads the artifact
+ * `graphtrain graph` precompiled without a launcher; the artifact asked for by ep 1 is refused
  * naming the option. */
 static void artifact(const char *base, const ep_run *ref)
 {
@@ -189,7 +191,34 @@ static void artifact(const char *base, const ep_run *ref)
     free(out);
     bitwise(ref, &loaded, "ep 2: artifact loaded vs none");
 
+    /* precompiled by `graphtrain graph` (no launcher, one process) for the 2-rank layout */
     launch_cmd c;
+    char art2[400], opt2[460], gdump[512], gout[600];
+    snprintf(art2, sizeof art2, "%s/artifact_graph", base);
+    snprintf(opt2, sizeof opt2, "--compile.precompile_artifact_dir=%s", art2);
+    launch_temp_dir(gdump, sizeof gdump, base, "graph_cmd");
+    snprintf(gout, sizeof gout, "%s.txt", gdump);
+    ep_args(&c, "test_dsv3_tiny", gdump, 2, NULL);
+    int k = 0;
+    while (k < c.n && strcmp(c.buf[k], "train") != 0)
+        k++;
+    memmove(c.buf, c.buf + (k - 1), (size_t)(c.n - (k - 1)) * sizeof c.buf[0]);
+    c.n -= k - 1;
+    snprintf(c.buf[1], sizeof c.buf[1], "graph");
+    launch_add(&c, "--graph.print=false");
+    launch_add(&c, "%s", opt2);
+    double dt = 0;
+    int rc = launch_run(&c, gout, EP_SECONDS, &dt);
+    printf("%-22s exit %d, %.1f s\n", "graph_cmd", rc, dt);
+    EXPECT(rc == 0, "graphtrain graph --compile.precompile_artifact_dir for ep 2: exit %d", rc);
+    static ep_run from_graph;
+    run_x(base, "tiny_ep2_graph", "test_dsv3_tiny", 2, NULL, opt2, EP_STEPS, &from_graph, &out,
+          true);
+    EXPECT(out && strstr(out, "loaded the compiled step"),
+           "ep 2: the artifact of graphtrain graph was not loaded");
+    free(out);
+    bitwise(ref, &from_graph, "ep 2: precompiled by graphtrain graph vs none");
+
     launch_outcome o = {0};
     char out_path[700];
     launch_temp_dir(o.dump, sizeof o.dump, base, "tiny_ep1_stale");
