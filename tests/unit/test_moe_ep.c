@@ -11,13 +11,17 @@
  * the error naming the factor needed (largest count / worst case).
  * Expansion: a one-layer routed-experts graph parallelized on dp_shard 2 with
  * expert_parallel_degree 2 carries moe_pack / all_to_all / moe_unpack and no all-gather of the
- * expert weights; with ep 1 it gathers them and has no moe_pack. */
+ * expert weights; with ep 1 it gathers them and has no moe_pack.
+ * Layout: the trainer's checks of expert_parallel_degree and the capacity factor, each error
+ * naming the option. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "graphtrain/gt_backend.h"
 #include "graphtrain/gt_build.h"
+#include "graphtrain/gt_config.h"
 #include "graphtrain/gt_parallel.h"
+#include "graphtrain/gt_train.h"
 #include "gt_test.h"
 
 #define N 3
@@ -213,9 +217,52 @@ static void test_expansion(void)
     if (p) gt_graph_free(p);
 }
 
+/* The layout's expert-parallel checks, each error naming the option. */
+static void layout_case(const char *flavor, int shard, int tp, int ep, const char *factor,
+                        const char *want)
+{
+    gt_config cfg;
+    gt_config_defaults(&cfg);
+    gt_error err = {0};
+    char v[32];
+    EXPECT_OK(gt_config_set(&cfg, "model.name", "deepseek_v3", &err), &err);
+    EXPECT_OK(gt_config_set(&cfg, "model.flavor", flavor, &err), &err);
+    snprintf(v, sizeof v, "%d", shard);
+    EXPECT_OK(gt_config_set(&cfg, "parallelism.data_parallel_shard_degree", v, &err), &err);
+    snprintf(v, sizeof v, "%d", tp);
+    EXPECT_OK(gt_config_set(&cfg, "parallelism.tensor_parallel_degree", v, &err), &err);
+    snprintf(v, sizeof v, "%d", ep);
+    EXPECT_OK(gt_config_set(&cfg, "parallelism.expert_parallel_degree", v, &err), &err);
+    if (factor)
+        EXPECT_OK(gt_config_set(&cfg, "parallelism.expert_parallel_capacity_factor", factor, &err),
+                  &err);
+    gt_train_layout layout;
+    gt_status st = gt_train_layout_init(&cfg, 0, 0, &layout, &err);
+    if (!want)
+        EXPECT(st == GT_OK, "%s shard %d tp %d ep %d: %s", flavor, shard, tp, ep, err.msg);
+    else
+        EXPECT(st != GT_OK && strstr(err.msg, want), "%s shard %d tp %d ep %d: want '%s', got %s",
+               flavor, shard, tp, ep, want, st == GT_OK ? "success" : err.msg);
+    gt_config_free(&cfg);
+}
+
+static void test_layout_checks(void)
+{
+    layout_case("test_dsv3_tiny", 2, 1, 2, NULL, NULL);
+    layout_case("test_dsv3_tiny", 2, 1, 2, "0.5", NULL);
+    layout_case("test_dsv3_tiny", 2, 1, 3, NULL,
+                "parallelism.expert_parallel_degree = 3 must divide data_parallel_shard_degree");
+    layout_case("test_dsv3_tiny", 3, 1, 3, NULL, "must divide the 8 routed experts");
+    layout_case("test_dsv3_tiny", 4, 1, 2, NULL,
+                "expert_parallel_degree = 2: expert parallel runs");
+    layout_case("test_dsv3_tiny", 1, 2, 2, NULL, "tensor_parallel_degree 1");
+    layout_case("test_dsv3_tiny", 2, 1, 2, "0.0001", "expert_parallel_capacity_factor");
+}
+
 int main(void)
 {
     test_kernels();
     test_expansion();
+    test_layout_checks();
     return gt_test_finish();
 }
