@@ -56,8 +56,9 @@ static bool launched_by_env_world(void)
 }
 
 /* Expert parallel: ep must divide dp_shard x tp (efsdp = dp_shard x tp / ep) and the routed
- * experts. What runs today is the ep group equal to the dp_shard dim (tp 1, efsdp 1): the expert
- * weights keep FSDP's dp_shard storage and the rows travel to them (src/parallel/rules_moe.c). */
+ * experts. What runs today is the ep group equal to the dp_shard dim: the expert weights keep
+ * FSDP's dp_shard storage and the rows travel to them (src/parallel/rules_moe.c); with tp > 1
+ * the MoE layers are replicated over tp. */
 static gt_status check_expert_parallel(const gt_config *cfg, int64_t shard, int64_t tp,
                                        gt_error *err)
 {
@@ -86,11 +87,11 @@ static gt_status check_expert_parallel(const gt_config *cfg, int64_t shard, int6
                             "parallelism.expert_parallel_degree = %lld must divide the %lld routed "
                             "experts of deepseek_v3 %s",
                             (long long)ep, (long long)m.n_experts, cfg->model.flavor);
-    if (ep != shard || tp != 1)
+    if (ep != shard)
         return gt_error_set(err, GT_ERR_UNSUPPORTED,
                             "parallelism.expert_parallel_degree = %lld: expert parallel runs with "
-                            "ep = data_parallel_shard_degree (%lld) and tensor_parallel_degree 1 "
-                            "for now (efsdp = 1); set expert_parallel_degree to %lld or 1",
+                            "ep = data_parallel_shard_degree (%lld) for now; set "
+                            "expert_parallel_degree to %lld or 1",
                             (long long)ep, (long long)shard, (long long)shard);
     return GT_OK;
 }

@@ -14,7 +14,9 @@
  *   - An expert_parallel_degree that does not divide dp_shard x tp is refused naming the option.
  *   - test_dsv3_tiny, 10 steps: ep 2 within 1e-6 relative of one rank (same global batch); its
  *     step-5 checkpoint resumes on one rank with the uninterrupted one-rank losses (1e-6).
- *   - HSDP x EP (dp_replicate 2 x dp_shard 2, 4 ranks): ep 2 bitwise ep 1 (test_dsv3_tiny).
+ *   - HSDP x EP (dp_replicate 2 x dp_shard 2, 4 ranks): ep 2 bitwise ep 1 (test_dsv3_tiny); and
+ *     dp_shard 2 x tp 2 x ep 2 (4 ranks) bitwise ep 1 on that layout, and within 1e-5 relative of
+ *     one rank at every step.
  *   - Compile on one rank: the ep 2 step artifact saved, then loaded, and one precompiled by
  *     `graphtrain graph` without a launcher then loaded, each bitwise the run without one; asked
  * for by ep 1, it is refused naming parallelism.expert_parallel_degree.
@@ -39,15 +41,16 @@ static void read_hash(const char *out_path, char *hash, size_t n)
     free(text);
 }
 
-/* HSDP: runs with dp_replicate 2 besides (4 ranks) when set. */
-static bool hsdp;
+/* HSDP: runs with dp_replicate 2 besides (4 ranks) when set; tp2: tensor_parallel_degree 2
+ * besides (4 ranks). */
+static bool hsdp, tp2;
 
 /* A run of `steps` steps on 2 ranks (dp_shard 2, expert_parallel_degree ep; ep 0: one rank with
  * the same global batch of 4), checkpoints only with `steps` 10 (every 5 steps). */
 static void ep_args_n(launch_cmd *c, const char *flavor, const char *dump, int ep,
                       const char *factor, int steps)
 {
-    launch_train(c, ep ? (hsdp ? 4 : 2) : 0);
+    launch_train(c, ep ? (hsdp || tp2 ? 4 : 2) : 0);
     launch_common(c, flavor, dump, 5);
     launch_add(c, "--model.name=deepseek_v3");
     launch_add(c, "--training.steps=%d", steps);
@@ -55,6 +58,7 @@ static void ep_args_n(launch_cmd *c, const char *flavor, const char *dump, int e
     launch_add(c, "--training.local_batch_size=%d", ep ? (hsdp ? 1 : 2) : 4);
     if (!ep) return;
     if (hsdp) launch_add(c, "--parallelism.data_parallel_replicate_degree=2");
+    if (tp2) launch_add(c, "--parallelism.tensor_parallel_degree=2");
     launch_add(c, "--parallelism.data_parallel_shard_degree=2");
     launch_add(c, "--parallelism.expert_parallel_degree=%d", ep);
     if (factor) launch_add(c, "--parallelism.expert_parallel_capacity_factor=%s", factor);
@@ -262,6 +266,21 @@ int main(void)
     run(base, "tiny_hsdp_ep2", "test_dsv3_tiny", 2, NULL, &h2);
     bitwise(&h1, &h2, "test_dsv3_tiny HSDP 2x2: ep 2 vs ep 1");
     hsdp = false;
+
+    /* the seed layout dp_shard 2 x tp 2 x ep 2 (4 ranks; the MoE layers replicated over tp):
+     * bitwise ep 1 on the same layout, and within 1e-5 relative of one rank per step */
+    static ep_run t1, t2, single;
+    tp2 = true;
+    run(base, "tiny_tp2_ep1", "test_dsv3_tiny", 1, NULL, &t1);
+    run(base, "tiny_tp2_ep2", "test_dsv3_tiny", 2, NULL, &t2);
+    tp2 = false;
+    bitwise(&t1, &t2, "test_dsv3_tiny dp_shard 2 x tp 2: ep 2 vs ep 1");
+    run(base, "tiny_1rank", "test_dsv3_tiny", 0, NULL, &single);
+    if (single.r.ok && t2.r.ok) {
+        double dl = launch_loss_diff(single.r.steps, t2.r.steps, 1, EP_STEPS);
+        printf("  %-32s loss diff %.2e\n", "dp_shard 2 x tp 2 x ep 2 vs 1 rank", dl);
+        EXPECT(dl <= 1e-5, "dp_shard 2 x tp 2 x ep 2 vs one rank: losses differ by %.3g", dl);
+    }
     if (gt_test_failed_ == 0 && !getenv("GT_KEEP")) remove_tree(base);
     return gt_test_finish();
 }

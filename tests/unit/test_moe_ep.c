@@ -255,7 +255,8 @@ static void test_layout_checks(void)
     layout_case("test_dsv3_tiny", 3, 1, 3, NULL, "must divide the 8 routed experts");
     layout_case("test_dsv3_tiny", 4, 1, 2, NULL,
                 "expert_parallel_degree = 2: expert parallel runs");
-    layout_case("test_dsv3_tiny", 1, 2, 2, NULL, "tensor_parallel_degree 1");
+    layout_case("test_dsv3_tiny", 1, 2, 2, NULL, "ep = data_parallel_shard_degree (1)");
+    layout_case("test_dsv3_tiny", 2, 2, 2, NULL, NULL); /* the MoE replicated over tp */
     layout_case("test_dsv3_tiny", 2, 1, 2, "0.0001", "expert_parallel_capacity_factor");
 }
 
