@@ -17,6 +17,8 @@
  *   - HSDP x EP (dp_replicate 2 x dp_shard 2, 4 ranks): ep 2 bitwise ep 1 (test_dsv3_tiny); and
  *     dp_shard 2 x tp 2 x ep 2 (4 ranks) bitwise ep 1 on that layout, and within 1e-5 relative of
  *     one rank at every step.
+ *   - The seed PR's layout dp_shard 4 x tp 2 x ep 4 (8 ranks): bitwise ep 1 on that layout; its
+ *     step artifact saved on rank 0 and then loaded by all 8, each bitwise the direct compile.
  *   - Compile on one rank: the ep 2 step artifact saved, then loaded, and one precompiled by
  *     `graphtrain graph` without a launcher then loaded, each bitwise the run without one; asked
  * for by ep 1, it is refused naming parallelism.expert_parallel_degree.
@@ -41,25 +43,24 @@ static void read_hash(const char *out_path, char *hash, size_t n)
     free(text);
 }
 
-/* HSDP: runs with dp_replicate 2 besides (4 ranks) when set; tp2: tensor_parallel_degree 2
- * besides (4 ranks). */
-static bool hsdp, tp2;
+/* The mesh of the runs with ep > 0: dp_replicate x dp_shard x tp (the global batch stays 4). */
+static int g_rep = 1, g_shard = 2, g_tp = 1;
 
 /* A run of `steps` steps on 2 ranks (dp_shard 2, expert_parallel_degree ep; ep 0: one rank with
  * the same global batch of 4), checkpoints only with `steps` 10 (every 5 steps). */
 static void ep_args_n(launch_cmd *c, const char *flavor, const char *dump, int ep,
                       const char *factor, int steps)
 {
-    launch_train(c, ep ? (hsdp || tp2 ? 4 : 2) : 0);
+    launch_train(c, ep ? g_rep * g_shard * g_tp : 0);
     launch_common(c, flavor, dump, 5);
     launch_add(c, "--model.name=deepseek_v3");
     launch_add(c, "--training.steps=%d", steps);
     if (steps != LAUNCH_STEPS) launch_add(c, "--checkpoint.enable=false");
-    launch_add(c, "--training.local_batch_size=%d", ep ? (hsdp ? 1 : 2) : 4);
+    launch_add(c, "--training.local_batch_size=%d", ep ? 4 / (g_rep * g_shard) : 4);
     if (!ep) return;
-    if (hsdp) launch_add(c, "--parallelism.data_parallel_replicate_degree=2");
-    if (tp2) launch_add(c, "--parallelism.tensor_parallel_degree=2");
-    launch_add(c, "--parallelism.data_parallel_shard_degree=2");
+    launch_add(c, "--parallelism.data_parallel_replicate_degree=%d", g_rep);
+    launch_add(c, "--parallelism.tensor_parallel_degree=%d", g_tp);
+    launch_add(c, "--parallelism.data_parallel_shard_degree=%d", g_shard);
     launch_add(c, "--parallelism.expert_parallel_degree=%d", ep);
     if (factor) launch_add(c, "--parallelism.expert_parallel_capacity_factor=%s", factor);
 }
@@ -261,19 +262,19 @@ int main(void)
     /* HSDP x EP: dp_replicate 2 x dp_shard 2 (4 ranks), ep 2 vs ep 1: the expert gradients are
      * reduced over dp_shard (rank order) and then all-reduced over the replicas in both */
     static ep_run h1, h2;
-    hsdp = true;
+    g_rep = 2;
     run(base, "tiny_hsdp_ep1", "test_dsv3_tiny", 1, NULL, &h1);
     run(base, "tiny_hsdp_ep2", "test_dsv3_tiny", 2, NULL, &h2);
     bitwise(&h1, &h2, "test_dsv3_tiny HSDP 2x2: ep 2 vs ep 1");
-    hsdp = false;
+    g_rep = 1;
 
     /* the seed layout dp_shard 2 x tp 2 x ep 2 (4 ranks; the MoE layers replicated over tp):
      * bitwise ep 1 on the same layout, and within 1e-5 relative of one rank per step */
     static ep_run t1, t2, single;
-    tp2 = true;
+    g_tp = 2;
     run(base, "tiny_tp2_ep1", "test_dsv3_tiny", 1, NULL, &t1);
     run(base, "tiny_tp2_ep2", "test_dsv3_tiny", 2, NULL, &t2);
-    tp2 = false;
+    g_tp = 1;
     bitwise(&t1, &t2, "test_dsv3_tiny dp_shard 2 x tp 2: ep 2 vs ep 1");
     run(base, "tiny_1rank", "test_dsv3_tiny", 0, NULL, &single);
     if (single.r.ok && t2.r.ok) {
@@ -281,6 +282,29 @@ int main(void)
         printf("  %-32s loss diff %.2e\n", "dp_shard 2 x tp 2 x ep 2 vs 1 rank", dl);
         EXPECT(dl <= 1e-5, "dp_shard 2 x tp 2 x ep 2 vs one rank: losses differ by %.3g", dl);
     }
+
+    /* the seed PR's layout, dp_shard 4 x tp 2 x ep 4 on 8 ranks (one token row block per rank):
+     * bitwise ep 1 on that layout (4-way rank-order sums either way), and its artifact saved and
+     * loaded bitwise the direct compile */
+    static ep_run s1, s4, s4_save, s4_load;
+    char art8[400], opt8[460], *text = NULL;
+    snprintf(art8, sizeof art8, "%s/artifact8", base);
+    snprintf(opt8, sizeof opt8, "--compile.precompile_artifact_dir=%s", art8);
+    g_shard = 4;
+    g_tp = 2;
+    run(base, "tiny_seed_ep1", "test_dsv3_tiny", 1, NULL, &s1);
+    run(base, "tiny_seed_ep4", "test_dsv3_tiny", 4, NULL, &s4);
+    bitwise(&s1, &s4, "dp_shard 4 x tp 2: ep 4 vs ep 1");
+    run_x(base, "tiny_seed_save", "test_dsv3_tiny", 4, NULL, opt8, EP_STEPS, &s4_save, &text, true);
+    EXPECT(text && strstr(text, "compiled the step on rank 0"), "8 ranks: the artifact not saved");
+    free(text);
+    run_x(base, "tiny_seed_load", "test_dsv3_tiny", 4, NULL, opt8, EP_STEPS, &s4_load, &text, true);
+    EXPECT(text && strstr(text, "loaded the compiled step"), "8 ranks: the artifact not loaded");
+    free(text);
+    g_shard = 2;
+    g_tp = 1;
+    bitwise(&s4, &s4_save, "dp_shard 4 x tp 2 x ep 4: saved vs direct");
+    bitwise(&s4, &s4_load, "dp_shard 4 x tp 2 x ep 4: loaded vs direct");
     if (gt_test_failed_ == 0 && !getenv("GT_KEEP")) remove_tree(base);
     return gt_test_finish();
 }
