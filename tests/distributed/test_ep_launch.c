@@ -13,7 +13,8 @@
  *     (no rank left waiting in a collective).
  *   - An expert_parallel_degree that does not divide dp_shard x tp is refused naming the option.
  *   - test_dsv3_tiny, 10 steps: ep 2 within 1e-6 relative of one rank (same global batch); its
- *     step-5 checkpoint resumes on one rank with the uninterrupted one-rank losses (1e-6).
+ *     step-5 checkpoint resumes on one rank with the uninterrupted one-rank losses (1e-6) and on
+ *     dp_shard 2 x tp 2 x ep 2 (1e-5).
  *   - HSDP x EP (dp_replicate 2 x dp_shard 2, 4 ranks): ep 2 bitwise ep 1 (test_dsv3_tiny); and
  *     dp_shard 2 x tp 2 x ep 2 (4 ranks) bitwise ep 1 on that layout, and within 1e-5 relative of
  *     one rank at every step.
@@ -153,7 +154,8 @@ static void refused(const char *base)
 
 /* The step-5 checkpoint of test_dsv3_tiny on dp_shard 2, ep 2 resumed on one rank: steps 6..10
  * as the uninterrupted one-rank run within 1e-6 relative (the per-rank sums of the data-parallel
- * runs round differently from one rank's). The experts are stored whole in the checkpoint. */
+ * runs round differently from one rank's); resumed on dp_shard 2 x tp 2 x ep 2: within 1e-5.
+ * The experts are stored whole in the checkpoint. */
 static void resume(const char *base)
 {
     static ep_run one, ep2, back;
@@ -175,6 +177,23 @@ static void resume(const char *base)
     double dl = launch_loss_diff(one.r.steps, back.r.steps, 6, LAUNCH_STEPS);
     printf("  %-32s loss diff %.2e (steps 6..10)\n", "ep 2 -> 1 rank resume", dl);
     EXPECT(dl <= 1e-6, "ep 2 checkpoint resumed on one rank: losses differ by %.3g", dl);
+
+    /* ... and on dp_shard 2 x tp 2 x ep 2 (4 ranks) */
+    static ep_run tp_back;
+    launch_temp_dir(tp_back.r.dump, sizeof tp_back.r.dump, base, "tiny_resume_tp2_ep2");
+    snprintf(cmd, sizeof cmd,
+             "mkdir -p '%s/checkpoint' && cp -r '%s/checkpoint/step-5' '%s/checkpoint/'",
+             tp_back.r.dump, ep2.r.dump, tp_back.r.dump);
+    EXPECT(system(cmd) == 0, "copying the step-5 checkpoint");
+    g_tp = 2;
+    run_x(base, "tiny_resume_tp2_ep2", "test_dsv3_tiny", 2, NULL, "--checkpoint.load_step=5",
+          LAUNCH_STEPS, &tp_back, NULL, false);
+    g_tp = 1;
+    if (!tp_back.r.ok) return;
+    dl = launch_loss_diff(one.r.steps, tp_back.r.steps, 6, LAUNCH_STEPS);
+    printf("  %-32s loss diff %.2e (steps 6..10)\n", "ep 2 -> tp 2 x ep 2 resume", dl);
+    EXPECT(dl <= 1e-5, "ep 2 checkpoint resumed on dp_shard 2 x tp 2 x ep 2: losses differ by %.3g",
+           dl);
 }
 
 /* Compile on one rank: test_dsv3_tiny on dp_shard 2, ep 2 saves its step artifact, then loads
