@@ -12,6 +12,11 @@
  * Expansion: a one-layer routed-experts graph parallelized on dp_shard 2 with
  * expert_parallel_degree 2 carries moe_pack / all_to_all / moe_unpack and no all-gather of the
  * expert weights; with ep 1 it gathers them and has no moe_pack.
+ * Simulated ranks (2 threads, tests/shard_sim.h): a routed layer — routing on its own scores,
+ * dispatch, grouped matmul, combine — and the expert weights' gradient, run on dp_shard 2 with
+ * ep 2 and with ep 1: the combined rows and the gradient are bitwise equal between the two,
+ * the rows bitwise the one-process graph's (M-invariance, expert-order combine), the gradient
+ * within 1e-5 of it (one row-ordered chain there, a sum of the two ranks' chains here).
  * Layout: the trainer's checks of expert_parallel_degree and the capacity factor, each error
  * naming the option. */
 #include <stdlib.h>
@@ -20,9 +25,11 @@
 #include "graphtrain/gt_backend.h"
 #include "graphtrain/gt_build.h"
 #include "graphtrain/gt_config.h"
+#include "graphtrain/gt_exec.h"
 #include "graphtrain/gt_parallel.h"
 #include "graphtrain/gt_train.h"
 #include "gt_test.h"
+#include "shard_sim.h"
 
 #define N 3
 #define EL 2
@@ -217,6 +224,172 @@ static void test_expansion(void)
     if (p) gt_graph_free(p);
 }
 
+/* Routed layer: scores [T, 4] (E 4, K 2), x [T, 8], w [4, 8, 8]. */
+static gt_graph *sim_graph(void)
+{
+    gt_graph *g = gt_graph_new();
+    gt_expr b = gt_sym_var(g->sym, "batch"), d8 = gt_c(g, 8), e4 = gt_c(g, 4);
+    gt_value_id sc = gt_graph_add_input(g, GT_IN_INPUT, "scores", GT_F32, 2, (gt_expr[]){b, e4});
+    gt_value_id x = gt_graph_add_input(g, GT_IN_INPUT, "x", GT_F32, 2, (gt_expr[]){b, d8});
+    gt_value_id w = gt_graph_add_input(g, GT_IN_PARAM, "w", GT_F32, 3, (gt_expr[]){e4, d8, d8});
+    gt_value_id token, offsets;
+    gt_moe_sort(g, gt_moe_topk(g, sc, 2, 0, 0), 4, &token, &offsets);
+    gt_value_id xs = gt_embedding(g, x, token);
+    gt_value_id y = gt_grouped_matmul(g, xs, w, offsets, true);
+    gt_graph_add_output(g, GT_OUT_METRIC, "out", gt_embedding_backward(g, token, y, b));
+    gt_graph_add_output(g, GT_OUT_GRAD, "w", gt_grouped_matmul_dw(g, xs, y, offsets));
+    EXPECT(g->err.code == GT_OK, "building: %s", g->err.msg);
+    return g;
+}
+
+typedef struct {
+    const gt_graph *g;
+    gt_sym_binding bind;
+    gt_sym_binding_entry be[4];
+    gt_tensor in[3], out[2];
+    gt_comm comm;
+    sim_exchange *x;
+    gt_status st;
+    gt_error err;
+} sim_job;
+
+static void *sim_thread(void *arg)
+{
+    sim_job *j = arg;
+    gt_comm *comms[GT_MESH_MAX_DIMS] = {NULL};
+    comms[GT_MESH_DP_SHARD] = &j->comm;
+    j->st = gt_eager_run_comms(j->g, &j->bind, j->in, comms, j->out, &j->err);
+    sim_finished(j->x);
+    return NULL;
+}
+
+/* The global inputs' row block of rank r (dim 0 split in two). */
+static gt_tensor half(const gt_tensor *t, int r)
+{
+    int64_t rows = t->shape[0] / 2, row = (int64_t)gt_tensor_nbytes(t) / t->shape[0];
+    int64_t shape[GT_MAX_DIMS];
+    for (int d = 0; d < t->ndim; d++)
+        shape[d] = d == 0 ? rows : t->shape[d];
+    gt_tensor h;
+    gt_error err = {0};
+    GT_CHECK(gt_tensor_alloc(&h, t->dtype, t->ndim, shape, &err) == GT_OK);
+    memcpy(h.data, (const char *)t->data + (size_t)(r * rows * row), (size_t)(rows * row));
+    return h;
+}
+
+/* Runs g parallelized with expert_parallel_degree ep on 2 simulated ranks; out: the combined rows
+ * (replicate: rank 0's) and the whole weight gradient. */
+static bool sim_run(const gt_graph *g, int ep, const gt_tensor *in, gt_tensor *rows, gt_tensor *dw)
+{
+    gt_parallel_plan plan = {.expert_parallel_degree = ep};
+    gt_error err = {0};
+    GT_CHECK(gt_mesh_init(&plan.mesh, 1, 2, 1, &err) == GT_OK);
+    gt_placement place[3][GT_MESH_MAX_DIMS];
+    EXPECT_OK(gt_parallel_input_layouts(&plan, g, place, &err), &err);
+    place[0][GT_MESH_DP_SHARD] = place[1][GT_MESH_DP_SHARD] =
+        (gt_placement){GT_PLACE_SHARD, 0, 0, 0};
+    gt_graph *lg = NULL;
+    EXPECT_OK(gt_parallelize(g, &plan, (const gt_placement(*)[GT_MESH_MAX_DIMS])place, &lg, &err),
+              &err);
+    if (!lg) return false;
+    sim_exchange x;
+    sim_exchange_init(&x);
+    static sim_job job[2];
+    pthread_t th[2];
+    gt_graph *copy[2];
+    for (int r = 0; r < 2; r++) {
+        memset(&job[r], 0, sizeof job[r]);
+        copy[r] = gt_graph_copy(lg);
+        job[r].g = copy[r];
+        job[r].x = &x;
+        job[r].comm = sim_comm(&x, r);
+        job[r].be[0] = (gt_sym_binding_entry){"rank.dp_replicate", 0};
+        job[r].be[1] = (gt_sym_binding_entry){"rank.dp_shard", r};
+        job[r].be[2] = (gt_sym_binding_entry){"rank.tp", 0};
+        job[r].be[3] = (gt_sym_binding_entry){"batch", in[0].shape[0] / 2};
+        job[r].bind = (gt_sym_binding){job[r].be, 4};
+        for (int k = 0; k < 3; k++)
+            job[r].in[k] = half(&in[k], r);
+        GT_CHECK(pthread_create(&th[r], NULL, sim_thread, &job[r]) == 0);
+    }
+    for (int r = 0; r < 2; r++)
+        pthread_join(th[r], NULL);
+    sim_exchange_destroy(&x);
+    bool ok = true;
+    for (int r = 0; r < 2; r++) {
+        EXPECT(job[r].st == GT_OK, "ep %d rank %d: %s", ep, r, job[r].err.msg);
+        ok = ok && job[r].st == GT_OK;
+    }
+    if (ok) {
+        *rows = job[0].out[0];
+        job[0].out[0] = (gt_tensor){0};
+        EXPECT(memcmp(rows->data, job[1].out[0].data, gt_tensor_nbytes(rows)) == 0,
+               "ep %d: the replicate rows differ between ranks", ep);
+        size_t part = gt_tensor_nbytes(&job[0].out[1]);
+        int64_t shape[3] = {2 * job[0].out[1].shape[0], job[0].out[1].shape[1],
+                            job[0].out[1].shape[2]};
+        GT_CHECK(gt_tensor_alloc(dw, GT_F32, 3, shape, &err) == GT_OK);
+        for (int r = 0; r < 2; r++)
+            memcpy((char *)dw->data + (size_t)r * part, job[r].out[1].data, part);
+    }
+    for (int r = 0; r < 2; r++) {
+        for (int k = 0; k < 3; k++)
+            gt_tensor_free(&job[r].in[k]);
+        for (int k = 0; k < 2; k++)
+            gt_tensor_free(&job[r].out[k]);
+        gt_graph_free(copy[r]);
+    }
+    gt_graph_free(lg);
+    return ok;
+}
+
+static void test_simulated_ranks(void)
+{
+    gt_graph *g = sim_graph();
+    gt_tensor in[3];
+    in[0] = tensor(GT_F32, 2, 6, 4);
+    in[1] = tensor(GT_F32, 2, 6, 8);
+    gt_error err = {0};
+    int64_t wshape[3] = {4, 8, 8};
+    GT_CHECK(gt_tensor_alloc(&in[2], GT_F32, 3, wshape, &err) == GT_OK);
+    srand(11);
+    for (int k = 0; k < 3; k++)
+        for (int64_t i = 0; i < gt_tensor_numel(&in[k]); i++)
+            ((float *)in[k].data)[i] = (float)rand() / (float)RAND_MAX - 0.5f;
+    gt_sym_binding_entry be = {"batch", 6};
+    gt_sym_binding bind = {&be, 1};
+    gt_tensor ref[2];
+    EXPECT_OK(gt_eager_run(g, &bind, in, ref, &err), &err);
+    gt_tensor rows1 = {0}, dw1 = {0}, rows2 = {0}, dw2 = {0};
+    bool ok = sim_run(g, 1, in, &rows1, &dw1) && sim_run(g, 2, in, &rows2, &dw2);
+    if (ok) {
+        EXPECT(memcmp(rows1.data, rows2.data, gt_tensor_nbytes(&rows1)) == 0,
+               "combined rows: ep 2 bitwise ep 1");
+        EXPECT(memcmp(dw1.data, dw2.data, gt_tensor_nbytes(&dw1)) == 0,
+               "weight gradient: ep 2 bitwise ep 1");
+        EXPECT(memcmp(rows2.data, ref[0].data, gt_tensor_nbytes(&rows2)) == 0,
+               "combined rows: bitwise the one-process graph");
+        double worst = 0, scale = 0;
+        const float *a = dw2.data, *b = ref[1].data;
+        for (int64_t i = 0; i < gt_tensor_numel(&dw2); i++) {
+            double d = a[i] - b[i];
+            worst = d < 0 ? (-d > worst ? -d : worst) : (d > worst ? d : worst);
+            scale = b[i] < 0 ? (-b[i] > scale ? -b[i] : scale) : (b[i] > scale ? b[i] : scale);
+        }
+        EXPECT(worst <= 1e-5 * scale, "weight gradient vs the one-process graph: %g of %g", worst,
+               scale);
+    }
+    gt_tensor_free(&rows1);
+    gt_tensor_free(&rows2);
+    gt_tensor_free(&dw1);
+    gt_tensor_free(&dw2);
+    for (int k = 0; k < 3; k++)
+        gt_tensor_free(&in[k]);
+    for (int k = 0; k < 2; k++)
+        gt_tensor_free(&ref[k]);
+    gt_graph_free(g);
+}
+
 /* The layout's expert-parallel checks, each error naming the option. */
 static void layout_case(const char *flavor, int shard, int tp, int ep, const char *factor,
                         const char *want)
@@ -264,6 +437,7 @@ int main(void)
 {
     test_kernels();
     test_expansion();
+    test_simulated_ranks();
     test_layout_checks();
     return gt_test_finish();
 }
