@@ -26,6 +26,7 @@
  * unless parallelism.expert_parallel_capacity_factor f in (0, 1) asks for ceil(f * worst); an
  * overflow is moe_pack's error (gt_ops.def), the same on every rank. */
 #include <math.h>
+#include <stdlib.h>
 
 #include "graphtrain/gt_build.h"
 #include "parallel/rules_internal.h"
@@ -147,6 +148,22 @@ static void block_of(gt_par *p, const ep_ctx *x, gt_value_id recv, int a, gt_val
     *offs = gt_reshape(g, one, 1, &flat);
 }
 
+/* ys[0 .. n) stacked along dim 0, by concats of at most GT_MAX_IN inputs (ys is overwritten). */
+static gt_value_id concat_rows(gt_par *p, gt_value_id *ys, int n, const gt_placement *pl)
+{
+    while (n > 1) {
+        int m = 0;
+        for (int a = 0; a < n; a += GT_MAX_IN) {
+            int k = n - a < GT_MAX_IN ? n - a : GT_MAX_IN;
+            ys[m] = k == 1 ? ys[a] : gt_concat(gt_par_dst(p), k, ys + a, 0);
+            if (ys[m] == GT_NONE) return GT_NONE;
+            gt_par_set_place(p, ys[m++], pl);
+        }
+        n = m;
+    }
+    return ys[0];
+}
+
 gt_status gt_par_expand_moe(gt_par *p, const gt_node *n, int mesh_dim, const gt_value_id *in,
                             gt_value_id *out, gt_error *err)
 {
@@ -159,18 +176,15 @@ gt_status gt_par_expand_moe(gt_par *p, const gt_node *n, int mesh_dim, const gt_
     case GT_OP_GROUPED_MATMUL: { /* (x, w [e, ..], offsets) */
         gt_value_id recv = sent(p, &x, in[0], in[2]);
         GT_TRY(emitted(p, recv, err));
-        gt_value_id ys[GT_MAX_IN];
-        if (x.n > GT_MAX_IN)
-            return gt_error_set(err, GT_ERR_UNSUPPORTED,
-                                "parallelize: expert parallel over %d ranks (at most %d)", x.n,
-                                GT_MAX_IN);
+        gt_value_id *ys = gt_xcalloc((size_t)x.n, sizeof *ys);
         for (int a = 0; a < x.n; a++) {
             gt_value_id rows, offs;
             block_of(p, &x, recv, a, &rows, &offs);
             ys[a] = gt_grouped_matmul(g, rows, in[1], offs, n->attrs.i[0] != 0);
             gt_par_set_place(p, ys[a], pl);
         }
-        gt_value_id y = x.n == 1 ? ys[0] : gt_concat(g, x.n, ys, 0);
+        gt_value_id y = concat_rows(p, ys, x.n, pl);
+        free(ys);
         GT_TRY(emitted(p, y, err));
         gt_par_set_place(p, y, pl);
         gt_value_id back = gt_par_all_to_all(p, y, mesh_dim);
