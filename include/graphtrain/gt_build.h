@@ -117,6 +117,13 @@ gt_value_id gt_grouped_matmul(gt_graph *g, gt_value_id x, gt_value_id w, gt_valu
                               bool trans_b);
 /* -> [E, Dout, Din] (E from offsets' length - 1) */
 gt_value_id gt_grouped_matmul_dw(gt_graph *g, gt_value_id x, gt_value_id dy, gt_value_id offsets);
+/* Expert parallel (gt_ops.def; parallelize emits them): n_blocks ranks in the ep group; table is
+ * the all-gathered moe_block_offsets of every rank, i32 [n*n, E/n + 1]. */
+gt_value_id gt_moe_block_offsets(gt_graph *g, gt_value_id offsets, int n_blocks);
+gt_value_id gt_moe_pack(gt_graph *g, gt_value_id x, gt_value_id table, int n_blocks,
+                        gt_expr capacity, gt_expr worst, gt_expr rank);
+gt_value_id gt_moe_unpack(gt_graph *g, gt_value_id y, gt_value_id table, int n_blocks, gt_expr rows,
+                          gt_expr rank);
 
 /* Optimizer ops (gt_ops.def). clamp: min(max(x, min), max); pass -INFINITY / INFINITY to leave a
  * side open. */

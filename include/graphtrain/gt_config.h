@@ -134,6 +134,7 @@ typedef struct {
     int64_t tensor_parallel_degree;
     bool enable_sequence_parallel;
     int64_t expert_parallel_degree;
+    double expert_parallel_capacity_factor; /* 0: worst case */
     int64_t pipeline_parallel_degree;
     char *pipeline_parallel_schedule; /* GPipe, 1F1B, Interleaved1F1B, ZBVZeroBubble, DualPipeV */
     int64_t pipeline_parallel_microbatch_size;

@@ -72,6 +72,15 @@ typedef struct {
     bool sequence_parallel;          /* with tp > 1 */
     bool fsdp_reshard_after_forward; /* with dp_shard > 1: gather again in backward */
     bool fsdp_reshard_last; /* that too for the last block, final norm and output (else kept) */
+    /* Expert parallel (DeepSeek-V3's routed experts): 0 or 1 off; else the ep group, which is
+     * the dp_shard dim for now (ep == dp_shard; with tp > 1 the MoE runs replicated over tp).
+     * The expert weights keep
+     * their dp_shard S(0) storage, E/ep whole experts per rank; the routed rows go to their
+     * experts' ranks (all_to_all of capacity blocks) instead of the experts being gathered. */
+    int expert_parallel_degree;
+    /* Rows per rank pair, as a fraction of the worst case T_local * min(top_k, E/ep); 0 (or >= 1)
+     * the worst case, where no overflow is possible. */
+    double expert_parallel_capacity_factor;
 } gt_parallel_plan;
 
 /* A placement per mesh dim for each of g's inputs (out: g->n_inputs rows), from the plan:

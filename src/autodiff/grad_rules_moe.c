@@ -65,3 +65,30 @@ gt_status gt_grad_grouped_matmul_dw(gt_graph *g, gt_node_id n, const gt_value_id
     din[1] = gt_grouped_matmul(g, x, dout[0], off, true);
     return GT_OK;
 }
+
+/* Expert parallel's row moves. moe_block_offsets is NONDIFF. moe_pack and moe_unpack are
+ * permutations of the rows a rank sends (the rest zeros), each the other's adjoint: the gradient
+ * of a pack is the unpack of its gradient to x's rows, and the other way round. */
+GT_GRAD_NONE(moe_block_offsets)
+
+gt_status gt_grad_moe_pack(gt_graph *g, gt_node_id n, const gt_value_id *dout, gt_value_id *din,
+                           gt_error *err)
+{
+    (void)err;
+    gt_node nd = g->nodes[n];
+    gt_expr rows = gt_value_type(g, nd.in[0])->dims[0];
+    din[0] = gt_moe_unpack(g, dout[0], nd.in[1], (int)nd.attrs.i[0], rows, nd.attrs.e[2]);
+    return GT_OK; /* the table is an integer: no gradient */
+}
+
+gt_status gt_grad_moe_unpack(gt_graph *g, gt_node_id n, const gt_value_id *dout, gt_value_id *din,
+                             gt_error *err)
+{
+    (void)err;
+    gt_node nd = g->nodes[n];
+    int blocks = (int)nd.attrs.i[0];
+    gt_expr cap =
+        gt_sym_floordiv(g->sym, gt_value_type(g, nd.in[0])->dims[0], gt_sym_const(g->sym, blocks));
+    din[0] = gt_moe_pack(g, dout[0], nd.in[1], blocks, cap, cap, nd.attrs.e[1]);
+    return GT_OK;
+}

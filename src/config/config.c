@@ -150,6 +150,10 @@ static const gt_cfg_option options[] = {
      .help = "with tensor parallelism, shard norms and residuals along the sequence"},
     {OPT(parallelism, expert_parallel_degree, GT_CFG_INT), .default_value = "1",
      INT_RANGE(1, MAX_DEGREE), .help = "expert-parallel ranks (MoE models)"},
+    {OPT(parallelism, expert_parallel_capacity_factor, GT_CFG_FLOAT), .default_value = "0",
+     FLOAT_RANGE(0, INFINITY),
+     .help = "expert parallel: rows per rank pair as a fraction of the worst case (0: the worst "
+             "case; an overflow is an error naming the factor needed)"},
     {OPT(parallelism, pipeline_parallel_degree, GT_CFG_INT), .default_value = "1",
      INT_RANGE(1, MAX_DEGREE), .help = "pipeline-parallel ranks (the outermost mesh dim)"},
     {OPT(parallelism, pipeline_parallel_schedule, GT_CFG_STRING), .default_value = "1F1B",

@@ -69,3 +69,36 @@ gt_value_id gt_grouped_matmul_dw(gt_graph *g, gt_value_id x, gt_value_id dy, gt_
     gt_value_id in[3] = {x, dy, offsets};
     return gt_graph_add_node(g, GT_OP_GROUPED_MATMUL_DW, in, 3, NULL, NULL);
 }
+
+/* Schema "i:n_blocks". */
+gt_value_id gt_moe_block_offsets(gt_graph *g, gt_value_id offsets, int n_blocks)
+{
+    gt_attrs at = {.ni = 1};
+    at.i[0] = n_blocks;
+    return gt_graph_add_node(g, GT_OP_MOE_BLOCK_OFFSETS, &offsets, 1, &at, NULL);
+}
+
+/* Schema "i:n_blocks e:capacity,worst,rank". */
+gt_value_id gt_moe_pack(gt_graph *g, gt_value_id x, gt_value_id table, int n_blocks,
+                        gt_expr capacity, gt_expr worst, gt_expr rank)
+{
+    gt_attrs at = {.ni = 1, .ne = 3};
+    at.i[0] = n_blocks;
+    at.e[0] = capacity;
+    at.e[1] = worst;
+    at.e[2] = rank;
+    gt_value_id in[2] = {x, table};
+    return gt_graph_add_node(g, GT_OP_MOE_PACK, in, 2, &at, NULL);
+}
+
+/* Schema "i:n_blocks e:rows,rank". */
+gt_value_id gt_moe_unpack(gt_graph *g, gt_value_id y, gt_value_id table, int n_blocks, gt_expr rows,
+                          gt_expr rank)
+{
+    gt_attrs at = {.ni = 1, .ne = 2};
+    at.i[0] = n_blocks;
+    at.e[0] = rows;
+    at.e[1] = rank;
+    gt_value_id in[2] = {y, table};
+    return gt_graph_add_node(g, GT_OP_MOE_UNPACK, in, 2, &at, NULL);
+}

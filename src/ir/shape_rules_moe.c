@@ -1,5 +1,6 @@
 /* shape_rules_moe.c — shape/dtype rules of DeepSeek-V3's mixture-of-experts ops: sign, moe_topk,
- * gather_last and its backward, moe_sort, moe_count, grouped_matmul and grouped_matmul_dw
+ * gather_last and its backward, moe_sort, moe_count, grouped_matmul and grouped_matmul_dw, and
+ * expert parallel's moe_block_offsets, moe_pack and moe_unpack
  * (semantics in gt_ops.def). Sizes that are constants are checked here; symbolic ones (tokens)
  * by the kernels. */
 #include "ir/ir_internal.h"
@@ -206,6 +207,85 @@ gt_status gt_shape_grouped_matmul_dw(gt_graph *g, const gt_node *n, gt_type *out
     out[0].dims[0] = gt_sym_sub(g->sym, off->dims[0], gt_sym_const(g->sym, 1));
     out[0].dims[1] = dy->dims[1];
     out[0].dims[2] = x->dims[1];
+    *n_out = 1;
+    return GT_OK;
+}
+
+/* ---------------------------------------------------------------- expert parallel */
+
+/* The n_blocks attribute (>= 1) and e, the experts per block, of an offsets length E + 1. */
+static gt_status need_blocks(gt_graph *g, const gt_node *n, int64_t *blocks, gt_error *err)
+{
+    *blocks = n->attrs.ni > 0 ? n->attrs.i[0] : 0;
+    if (*blocks < 1)
+        return gt_shape_fail(g, n, err, GT_ERR_INVALID, "n_blocks must be >= 1, got %lld",
+                             (long long)*blocks);
+    return GT_OK;
+}
+
+/* (offsets: i32 [E + 1]) -> i32 [n_blocks, E / n_blocks + 1]. */
+gt_status gt_shape_moe_block_offsets(gt_graph *g, const gt_node *n, gt_type *out, int *n_out,
+                                     gt_error *err)
+{
+    int64_t blocks, len;
+    GT_TRY(need_blocks(g, n, &blocks, err));
+    GT_TRY(need_offsets(g, n, 0, err));
+    const gt_type *off = gt_shape_in(g, n, 0);
+    if (!dim_const(g, off->dims[0], &len) || len < 2 || (len - 1) % blocks != 0)
+        return gt_shape_fail(g, n, err, GT_ERR_SHAPE,
+                             "offsets must hold E + 1 entries with E a multiple of %lld",
+                             (long long)blocks);
+    out[0].dtype = GT_I32;
+    out[0].ndim = 2;
+    out[0].dims[0] = gt_sym_const(g->sym, blocks);
+    out[0].dims[1] = gt_sym_const(g->sym, (len - 1) / blocks + 1);
+    *n_out = 1;
+    return GT_OK;
+}
+
+/* input 1: the block table, i32 [n_blocks * n_blocks, e + 1]. */
+static gt_status need_table(gt_graph *g, const gt_node *n, int64_t blocks, gt_error *err)
+{
+    GT_TRY(need_i32(g, n, 1, "table", err));
+    GT_TRY(gt_shape_need_rank(g, n, 1, 2, err));
+    int64_t rows;
+    const gt_type *t = gt_shape_in(g, n, 1);
+    if (!dim_const(g, t->dims[0], &rows) || rows != blocks * blocks)
+        return gt_shape_fail(g, n, err, GT_ERR_SHAPE, "table must have %lld rows",
+                             (long long)(blocks * blocks));
+    return GT_OK;
+}
+
+/* (x: [R, D], table) -> [n_blocks * capacity, D]; schema "i:n_blocks e:capacity,worst,rank". */
+gt_status gt_shape_moe_pack(gt_graph *g, const gt_node *n, gt_type *out, int *n_out, gt_error *err)
+{
+    int64_t blocks;
+    GT_TRY(need_blocks(g, n, &blocks, err));
+    GT_TRY(gt_shape_need_rank(g, n, 0, 2, err));
+    GT_TRY(need_table(g, n, blocks, err));
+    if (n->attrs.ne < 3)
+        return gt_shape_fail(g, n, err, GT_ERR_INVALID, "needs capacity, worst and rank");
+    out[0] = *gt_shape_in(g, n, 0);
+    out[0].dims[0] = gt_sym_mul(g->sym, gt_sym_const(g->sym, blocks), n->attrs.e[0]);
+    *n_out = 1;
+    return GT_OK;
+}
+
+/* (y: [n_blocks * C, D], table) -> [rows, D]; schema "i:n_blocks e:rows,rank". */
+gt_status gt_shape_moe_unpack(gt_graph *g, const gt_node *n, gt_type *out, int *n_out,
+                              gt_error *err)
+{
+    int64_t blocks, len;
+    GT_TRY(need_blocks(g, n, &blocks, err));
+    GT_TRY(gt_shape_need_rank(g, n, 0, 2, err));
+    GT_TRY(need_table(g, n, blocks, err));
+    if (n->attrs.ne < 2) return gt_shape_fail(g, n, err, GT_ERR_INVALID, "needs rows and rank");
+    const gt_type *y = gt_shape_in(g, n, 0);
+    if (dim_const(g, y->dims[0], &len) && len % blocks != 0)
+        return gt_shape_fail(g, n, err, GT_ERR_SHAPE, "y rows (%lld) must split into %lld blocks",
+                             (long long)len, (long long)blocks);
+    out[0] = *y;
+    out[0].dims[0] = n->attrs.e[0];
     *n_out = 1;
     return GT_OK;
 }

@@ -55,6 +55,11 @@ typedef struct {
     /* Vocabulary-parallel on this mesh dim: instead of copying the node, the engine calls the
      * op's expander (gt_par_expand_vocab) once every input is in its wanted placement. */
     bool vocab;
+    /* Expert parallel (rules_moe.c): the ep degree when this mesh dim is the expert-parallel
+     * group (set by the engine; 1 otherwise). A rule that sets `expert` has the engine call
+     * gt_par_expand_moe instead of copying the node. */
+    int expert_parallel;
+    bool expert;
     /* [n->n_out], prefilled kind GT_PLACE_NONE: the placement the engine converts output k to
      * right after the node, when the rule's out[k] is only good for the node itself (an
      * embedding that looked up columns goes back to its tokens' split). */
@@ -93,6 +98,8 @@ static inline bool gt_place_equal(gt_placement a, gt_placement b)
 
 typedef struct gt_par gt_par; /* parallelize.c */
 
+/* The global graph being parallelized. */
+const gt_graph *gt_par_src(const gt_par *p);
 /* The graph being built (local types). */
 gt_graph *gt_par_dst(gt_par *p);
 const gt_mesh *gt_par_mesh(const gt_par *p);
@@ -121,6 +128,21 @@ void gt_par_set_place(gt_par *p, gt_value_id v, const gt_placement place[GT_MESH
  * their placements from the rules' `out`. */
 gt_status gt_par_expand_vocab(gt_par *p, const gt_node *n, int mesh_dim, const gt_value_id *in,
                               gt_value_id *out, gt_error *err);
+/* An all-to-all over mesh dim `mesh_dim`, as start + wait: x [n*k, ...], rows j*k.. go to rank j;
+ * rows i*k.. of the result came from rank i. */
+gt_value_id gt_par_all_to_all(gt_par *p, gt_value_id x, int mesh_dim);
+/* The plan's expert_parallel_capacity_factor (0: worst case). */
+double gt_par_capacity_factor(const gt_par *p);
+
+/* ---------------------------------------------------------------- expert parallel (rules_moe*.c)
+ *
+ * The expert-parallel forms on mesh dim `mesh_dim` (the ep group) of grouped_matmul (rows of the
+ * rank's tokens -> rows sent to the experts' ranks, multiplied there, sent back) and
+ * grouped_matmul_dw (the rows and their gradients sent to the experts' ranks -> the gradient of
+ * the rank's experts, whole). rules_moe_expand.c says how. */
+gt_status gt_par_expand_moe(gt_par *p, const gt_node *n, int mesh_dim, const gt_value_id *in,
+                            gt_value_id *out, gt_error *err);
+
 /* The engine's memo for the expanders: a local value keyed by (kind, a, b); GT_NONE if absent. */
 gt_value_id gt_par_memo_get(gt_par *p, int kind, gt_value_id a, gt_value_id b);
 void gt_par_memo_put(gt_par *p, int kind, gt_value_id a, gt_value_id b, gt_value_id v);

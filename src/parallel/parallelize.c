@@ -71,6 +71,11 @@ static gt_expr gexpr(gt_par *p, gt_expr e)
 
 /* ---------------------------------------------------------------- small helpers */
 
+const gt_graph *gt_par_src(const gt_par *p)
+{
+    return p->src;
+}
+
 gt_graph *gt_par_dst(gt_par *p)
 {
     return p->dst;
@@ -181,6 +186,16 @@ static gt_value_id collective(gt_par *p, gt_op start_op, gt_value_id x, int mesh
 gt_value_id gt_par_all_gather(gt_par *p, gt_value_id x, int mesh_dim)
 {
     return collective(p, GT_OP_ALL_GATHER_START, x, mesh_dim, NULL);
+}
+
+gt_value_id gt_par_all_to_all(gt_par *p, gt_value_id x, int mesh_dim)
+{
+    return collective(p, GT_OP_ALL_TO_ALL_START, x, mesh_dim, "moe.all_to_all");
+}
+
+double gt_par_capacity_factor(const gt_par *p)
+{
+    return p->plan.expert_parallel_capacity_factor;
 }
 
 /* A gather or reduce-scatter along tensor dim `dim` (not 0) of n ranks' blocks, as one permute
@@ -607,7 +622,7 @@ static gt_status convert_node(gt_par *p, gt_node_id nid, gt_error *err)
     gt_placement out_place[GT_MAX_OUT][GT_MESH_MAX_DIMS], settle[GT_MAX_OUT][GT_MESH_MAX_DIMS];
     bool weight[GT_MAX_IN];
     double in_scale[GT_MAX_IN], out_scale = 1.0;
-    int vocab_dim = -1;
+    int vocab_dim = -1, expert_dim = -1;
     memset(out_place, 0, sizeof out_place);
     memset(settle, 0, sizeof settle);
     for (int k = 0; k < n->n_in; k++) {
@@ -637,6 +652,8 @@ static gt_status convert_node(gt_par *p, gt_node_id nid, gt_error *err)
                           .weight = weight,
                           .prefer = prefer1,
                           .sequence_parallel = md == GT_MESH_TP && p->plan.sequence_parallel,
+                          .expert_parallel =
+                              md == GT_MESH_DP_SHARD ? p->plan.expert_parallel_degree : 1,
                           .out_scale = 1.0};
         for (int k = 0; k < n->n_in; k++) {
             c.want[k] = in1[k];
@@ -662,6 +679,7 @@ static gt_status convert_node(gt_par *p, gt_node_id nid, gt_error *err)
                                     label);
             vocab_dim = md;
         }
+        if (c.expert) expert_dim = md;
     }
 
     /* inputs in the wanted placements; a weight gathered for the backward again when resharding */
@@ -688,6 +706,9 @@ static gt_status convert_node(gt_par *p, gt_node_id nid, gt_error *err)
             localize(p, gt_value_type(p->src, n->out[j]), out_place[j], label, &local_out[j], err));
     if (vocab_dim >= 0) {
         GT_TRY(gt_par_expand_vocab(p, n, vocab_dim, in, outs, err));
+        stamp(p, n);
+    } else if (expert_dim >= 0) {
+        GT_TRY(gt_par_expand_moe(p, n, expert_dim, in, outs, err));
         stamp(p, n);
     } else {
         gt_attrs a = n->attrs;

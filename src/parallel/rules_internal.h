@@ -64,7 +64,9 @@ gt_status gt_rule_embedding_backward(gt_shard_ctx *c, gt_error *err);
 gt_status gt_rule_cross_entropy(gt_shard_ctx *c, gt_error *err);
 gt_status gt_rule_cross_entropy_backward(gt_shard_ctx *c, gt_error *err);
 gt_status gt_rule_adamw(gt_shard_ctx *c, gt_error *err);
-/* DeepSeek-V3's MoE ops (rules_moe.c): refused on a mesh dim of more than one rank. */
+/* DeepSeek-V3's MoE ops (rules_moe.c), and the embeddings that dispatch and combine routed rows. */
 gt_status gt_rule_moe(gt_shard_ctx *c, gt_error *err);
+/* Value v of global graph g is an output of moe_sort (routed ids: the rank's own row numbers). */
+bool gt_rule_from_moe_sort(const gt_graph *g, gt_value_id v);
 
 #endif

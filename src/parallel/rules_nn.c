@@ -288,7 +288,7 @@ gt_status gt_rule_softmax_backward(gt_shard_ctx *c, gt_error *err)
  * Partial (never expected) or anything else gathers. */
 gt_status gt_rule_embedding(gt_shard_ctx *c, gt_error *err)
 {
-    (void)err;
+    if (gt_rule_from_moe_sort(c->g, c->n->in[1])) return gt_rule_moe(c, err); /* MoE dispatch */
     if (gt_rule_all_replicate(c)) return GT_OK;
     gt_placement w = c->in[0], ids = c->in[1];
     if (gt_is_p(w) || gt_is_p(ids)) return gt_rule_gather_all(c);
@@ -329,7 +329,7 @@ gt_status gt_rule_embedding(gt_shard_ctx *c, gt_error *err)
  * A token split of ids slices a replicate dy. Anything else gathers. */
 gt_status gt_rule_embedding_backward(gt_shard_ctx *c, gt_error *err)
 {
-    (void)err;
+    if (gt_rule_from_moe_sort(c->g, c->n->in[0])) return gt_rule_moe(c, err); /* MoE combine */
     gt_placement ids = c->in[0], dy = c->in[1];
     int last = gt_rule_in_type(c, 1)->ndim - 1;
     if (gt_is_p(ids)) return gt_rule_gather_all(c);

@@ -7,7 +7,9 @@
  *   graphtrain-artifact 2
  *   key BYTES XXH64                what it was compiled for (the key, BYTES long, follows)
  *   <key lines>                    "section.key = value" of every option the compiled graph
- *                                  depends on, then the layout ("layout.world = 4", ...)
+ *                                  depends on (debug.moe_force_load_balance among them), then
+ *                                  the layout ("layout.world = 4", ..., "layout.efsdp = 1",
+ *                                  "layout.ep = 2": the experts' view of the mesh)
  *   graph BYTES XXH64              the graph text (gt_graph_write) follows, BYTES long
  *   <graph text>
  * It is written to DIR/.NAME.tmp-PID, fsynced, renamed over DIR/NAME, and DIR is fsynced (the
@@ -50,6 +52,8 @@ static bool key_skips(const gt_cfg_option *o)
     snprintf(name, sizeof name, "%s.%s", o->section, o->key);
     for (size_t k = 0; k < sizeof skip / sizeof skip[0]; k++)
         if (!strcmp(name, skip[k])) return true;
+    /* the debug options that change the graph (the rest are test hooks of the run) */
+    if (!strcmp(name, "debug.moe_force_load_balance")) return false;
     static const char *const sections[] = {"model", "training", "parallelism", "optimizer",
                                            "compile"};
     for (size_t k = 0; k < sizeof sections / sizeof sections[0]; k++) {
@@ -78,6 +82,11 @@ char *gt_train_artifact_key(const gt_config *cfg, const gt_train_layout *layout)
     fprintf(f, "layout.world = %d\n", gt_mesh_world_size(&layout->mesh));
     for (int d = 0; d < GT_MESH_NDIMS; d++)
         fprintf(f, "layout.%s = %d\n", gt_mesh_dim_name(d), layout->mesh.size[d]);
+    /* the sparse (expert) view of the mesh: efsdp x ep = dp_shard x tp */
+    int64_t ep =
+        cfg->parallelism.expert_parallel_degree > 1 ? cfg->parallelism.expert_parallel_degree : 1;
+    int64_t dense = (int64_t)layout->mesh.size[GT_MESH_DP_SHARD] * layout->mesh.size[GT_MESH_TP];
+    fprintf(f, "layout.efsdp = %lld\nlayout.ep = %lld\n", (long long)(dense / ep), (long long)ep);
     fclose(f);
     return buf;
 }

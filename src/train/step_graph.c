@@ -55,6 +55,8 @@ static gt_parallel_plan parallel_plan(const gt_config *cfg, const gt_train_layou
         .fsdp_reshard_after_forward =
             cfg->parallelism.fsdp_reshard_after_forward != GT_CFG_RESHARD_NEVER,
         .fsdp_reshard_last = cfg->parallelism.fsdp_reshard_after_forward == GT_CFG_RESHARD_ALWAYS,
+        .expert_parallel_degree = (int)cfg->parallelism.expert_parallel_degree,
+        .expert_parallel_capacity_factor = cfg->parallelism.expert_parallel_capacity_factor,
     };
 }
 

@@ -29,6 +29,7 @@
 
 #include "graphtrain/gt_autoparallel.h"
 #include "graphtrain/gt_checkpoint.h"
+#include "graphtrain/gt_deepseek_v3.h"
 #include "train_internal.h"
 
 /* ---------------------------------------------------------------- AutoParallel */
@@ -93,16 +94,52 @@ static bool launched_by_env_world(void)
     return !(end != v && *end == 0 && n == 1);
 }
 
+/* Expert parallel: ep must divide dp_shard x tp (efsdp = dp_shard x tp / ep) and the routed
+ * experts. What runs today is the ep group equal to the dp_shard dim: the expert weights keep
+ * FSDP's dp_shard storage and the rows travel to them (src/parallel/rules_moe.c); with tp > 1
+ * the MoE layers are replicated over tp. */
+static gt_status check_expert_parallel(const gt_config *cfg, int64_t shard, int64_t tp,
+                                       gt_error *err)
+{
+    int64_t ep = cfg->parallelism.expert_parallel_degree;
+    double f = cfg->parallelism.expert_parallel_capacity_factor;
+    if (f != 0.0 && f < 0.001)
+        return gt_error_set(err, GT_ERR_INVALID,
+                            "parallelism.expert_parallel_capacity_factor = %g: use 0 (the worst "
+                            "case) or at least 0.001",
+                            f);
+    if (ep <= 1) return GT_OK;
+    if ((shard * tp) % ep != 0)
+        return gt_error_set(err, GT_ERR_INVALID,
+                            "parallelism.expert_parallel_degree = %lld must divide "
+                            "data_parallel_shard_degree x tensor_parallel_degree = %lld",
+                            (long long)ep, (long long)(shard * tp));
+    if (strcmp(cfg->model.name, "deepseek_v3") != 0)
+        return gt_error_set(err, GT_ERR_INVALID,
+                            "parallelism.expert_parallel_degree = %lld: model %s has no routed "
+                            "experts",
+                            (long long)ep, cfg->model.name);
+    gt_deepseek_v3_config m;
+    GT_TRY(gt_deepseek_v3_flavor(cfg->model.flavor, &m, err));
+    if (m.n_experts % ep != 0)
+        return gt_error_set(err, GT_ERR_INVALID,
+                            "parallelism.expert_parallel_degree = %lld must divide the %lld routed "
+                            "experts of deepseek_v3 %s",
+                            (long long)ep, (long long)m.n_experts, cfg->model.flavor);
+    if (ep != shard)
+        return gt_error_set(err, GT_ERR_UNSUPPORTED,
+                            "parallelism.expert_parallel_degree = %lld: expert parallel runs with "
+                            "ep = data_parallel_shard_degree (%lld) for now; set "
+                            "expert_parallel_degree to %lld or 1",
+                            (long long)ep, (long long)shard, (long long)shard);
+    return GT_OK;
+}
+
 gt_status gt_train_layout_init(const gt_config *cfg, int world_size, int rank, gt_train_layout *out,
                                gt_error *err)
 {
     memset(out, 0, sizeof *out);
     const gt_cfg_parallelism *p = &cfg->parallelism;
-    if (p->expert_parallel_degree > 1)
-        return gt_error_set(err, GT_ERR_UNSUPPORTED,
-                            "parallelism.expert_parallel_degree = %lld: expert parallelism is not "
-                            "supported yet; set it to 1",
-                            (long long)p->expert_parallel_degree);
     if (p->pipeline_parallel_degree > 1)
         return gt_error_set(err, GT_ERR_UNSUPPORTED,
                             "parallelism.pipeline_parallel_degree = %lld: pipeline parallelism is "
@@ -141,6 +178,7 @@ gt_status gt_train_layout_init(const gt_config *cfg, int world_size, int rank, g
                             "= %lld, which sequence parallelism splits it by (or set "
                             "parallelism.enable_sequence_parallel = false)",
                             (long long)cfg->training.seq_len, (long long)tp);
+    GT_TRY(check_expert_parallel(cfg, shard, tp, err));
     gt_mesh_coords(&out->mesh, rank, out->coords);
     return GT_OK;
 }

@@ -455,9 +455,10 @@ static void test_grads(void)
 
 /* ---------------------------------------------------------------- parallelize */
 
-/* On a mesh dim of two ranks the MoE ops are refused with an error naming the op and the reason;
- * sign (elementwise) is not. */
-static void test_parallel_refusal(void)
+/* On a mesh dim of two ranks that splits the tokens, the routing runs on each rank's own tokens:
+ * moe_topk keeps the row split, moe_count is partial (each rank counts its own rows), and the
+ * counts metric, made replicate, is their all-reduce; sign (elementwise) keeps the split. */
+static void test_parallel_tokens(void)
 {
     gt_graph *g = gt_graph_new();
     gt_expr dims[2] = {gt_c(g, 4), gt_c(g, 8)};
@@ -470,13 +471,26 @@ static void test_parallel_refusal(void)
     GT_CHECK(gt_mesh_init(&plan.mesh, 1, 2, 1, &err) == GT_OK);
     gt_placement place[1][GT_MESH_MAX_DIMS];
     EXPECT_OK(gt_parallel_input_layouts(&plan, g, place, &err), &err);
+    place[0][GT_MESH_DP_SHARD] = (gt_placement){GT_PLACE_SHARD, 0, 0, 0}; /* the tokens split */
     gt_graph *out = NULL;
     gt_status st =
         gt_parallelize(g, &plan, (const gt_placement(*)[GT_MESH_MAX_DIMS])place, &out, &err);
-    EXPECT(st == GT_ERR_UNSUPPORTED && strstr(err.msg, "moe_topk") &&
-               strstr(err.msg, "expert parallelism"),
-           "parallelize: %s: %s", gt_status_name(st), err.msg);
-    if (out) gt_graph_free(out);
+    EXPECT(st == GT_OK, "parallelize: %s: %s", gt_status_name(st), err.msg);
+    if (out) {
+        int topk = 0, reduce = 0;
+        for (int32_t i = 0; i < out->n_nodes; i++) {
+            const gt_node *n = &out->nodes[i];
+            if (n->op == GT_OP_MOE_TOPK) {
+                int64_t rows = 0;
+                topk += gt_sym_is_const(out->sym, gt_value_type(out, n->in[0])->dims[0], &rows) &&
+                        rows == 2;
+            }
+            reduce += n->op == GT_OP_ALL_REDUCE_START;
+        }
+        EXPECT(topk == 1, "moe_topk routes the rank's 2 of 4 tokens");
+        EXPECT(reduce == 1, "the counts are all-reduced once (%d)", reduce);
+        gt_graph_free(out);
+    }
     gt_graph_free(g);
 }
 
@@ -489,6 +503,6 @@ int main(void)
     test_grouped_matmul(&r);
     test_rope_yarn(&r);
     test_grads();
-    test_parallel_refusal();
+    test_parallel_tokens();
     return gt_test_finish();
 }

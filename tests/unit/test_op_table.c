@@ -121,6 +121,12 @@ static void test_moves_bytes_counts_no_flops(void)
     v[nv++] = gt_concat(g, 2, (gt_value_id[]){x, x}, 0);
     gt_value_id parts[2];
     v[nv++] = gt_split(g, x, 1, 2, (gt_expr[]){d4, d4}, parts);
+    /* expert parallel's row moves: 2 ranks, 2 experts each, 2 rows per rank pair */
+    gt_value_id table =
+        gt_graph_add_input(g, GT_IN_INPUT, "table", GT_I32, 2, (gt_expr[]){d4, gt_c(g, 3)});
+    gt_value_id packed = gt_moe_pack(g, x, table, 2, d2, d2, gt_c(g, 0));
+    v[nv++] = packed;
+    v[nv++] = gt_moe_unpack(g, packed, table, 2, d4, gt_c(g, 0));
     EXPECT(g->err.code == GT_OK, "built: %s", g->err.msg);
     for (int k = 0; k < nv; k++)
         EXPECT(v[k] != GT_NONE, "moves-bytes value %d built", k);

@@ -461,3 +461,132 @@ gt_status gt_cuda_moe_count(gt_cuda_stream *s, const gt_kernel_call *c, gt_error
     int32_t *hist = NULL;
     return gt_moe_count_ids(s, c, idx, E, chunks, NULL, (float *)out->data, &hist, err);
 }
+
+/* ---------------------------------------------------------------- expert parallel row moves */
+
+/* moe_block_offsets: one thread per output entry. */
+__global__ void gt_k_moe_block_offsets(int64_t n, int64_t e1, const int32_t *off, int32_t *out)
+{
+    GT_GRID_STRIDE(i, n * e1)
+    {
+        int64_t b = i / e1, l = i % e1;
+        out[i] = off[b * (e1 - 1) + l] - off[b * (e1 - 1)];
+    }
+}
+
+gt_status gt_cuda_moe_block_offsets(gt_cuda_stream *s, const gt_kernel_call *c, gt_error *err)
+{
+    const gt_tensor *off = c->in[0];
+    gt_tensor *out = c->out[0];
+    if (c->ni < 1 || off->dtype != GT_I32 || out->dtype != GT_I32 || off->ndim != 1 ||
+        out->ndim != 2 || out->shape[0] != c->i[0] ||
+        off->shape[0] != c->i[0] * (out->shape[1] - 1) + 1)
+        return gt_cuda_shape_error(c, "offsets i32 [E + 1] -> i32 [n_blocks, E / n_blocks + 1]",
+                                   err);
+    int64_t total = out->shape[0] * out->shape[1];
+    gt_k_moe_block_offsets<<<gt_cuda_blocks(total), GT_CUDA_THREADS, 0, s->stream>>>(
+        out->shape[0], out->shape[1], (const int32_t *)off->data, (int32_t *)out->data);
+    return gt_cuda_launched(c, err);
+}
+
+/* The rank's block b: first source row (the sum of its earlier blocks' counts) and count, read
+ * from the device table [n*n, e1]. n is small (the ep degree): a loop per thread. */
+__device__ __forceinline__ void gt_moe_block(const int32_t *table, int64_t n, int64_t e1,
+                                             int64_t rank, int64_t b, int64_t *start,
+                                             int64_t *count)
+{
+    int64_t run = 0;
+    for (int64_t j = 0; j < b; j++)
+        run += table[(rank * n + j) * e1 + e1 - 1];
+    *start = run;
+    *count = table[(rank * n + b) * e1 + e1 - 1];
+}
+
+/* moe_pack: one thread per byte-word of the output ([n*C, row] as 32-bit words when the row's
+ * bytes allow, else bytes). A count above C copies C rows: the launcher refuses capacities below
+ * the worst case, where no count can exceed C (the CPU checks the table and names the factor). */
+__global__ void gt_k_moe_pack(int64_t n, int64_t cap, int64_t rows, int64_t row_bytes,
+                              const int32_t *table, int64_t e1, int64_t rank, const uint8_t *x,
+                              uint8_t *out)
+{
+    GT_GRID_STRIDE(i, n * cap * row_bytes)
+    {
+        int64_t r = i / row_bytes, byte = i % row_bytes, b = r / cap, k = r % cap;
+        int64_t start, count;
+        gt_moe_block(table, n, e1, rank, b, &start, &count);
+        out[i] = k < count && start + k < rows ? x[(start + k) * row_bytes + byte] : 0;
+    }
+}
+
+/* moe_unpack: one thread per byte of the output [rows, row]. */
+__global__ void gt_k_moe_unpack(int64_t n, int64_t cap, int64_t rows, int64_t row_bytes,
+                                const int32_t *table, int64_t e1, int64_t rank, const uint8_t *y,
+                                uint8_t *out)
+{
+    GT_GRID_STRIDE(i, rows * row_bytes)
+    {
+        int64_t r = i / row_bytes, byte = i % row_bytes;
+        uint8_t v = 0;
+        int64_t run = 0;
+        for (int64_t b = 0; b < n; b++) {
+            int64_t count = table[(rank * n + b) * e1 + e1 - 1];
+            if (r < run + count) {
+                int64_t k = r - run;
+                if (k < cap) v = y[(b * cap + k) * row_bytes + byte];
+                break;
+            }
+            run += count;
+        }
+        out[i] = v;
+    }
+}
+
+static gt_status gt_moe_ep_check(const gt_kernel_call *c, const gt_tensor *rows_in,
+                                 const gt_tensor *table, gt_error *err)
+{
+    if (c->ni < 1 || c->i[0] < 1 || table->dtype != GT_I32 || table->ndim != 2 ||
+        table->shape[0] != c->i[0] * c->i[0] || rows_in->ndim != 2 ||
+        c->out[0]->ndim != 2 || c->out[0]->dtype != rows_in->dtype ||
+        c->out[0]->shape[1] != rows_in->shape[1])
+        return gt_cuda_shape_error(c, "rows [R, D], table i32 [n*n, e + 1], output of rows' dtype",
+                                   err);
+    return GT_OK;
+}
+
+gt_status gt_cuda_moe_pack(gt_cuda_stream *s, const gt_kernel_call *c, gt_error *err)
+{
+    const gt_tensor *x = c->in[0], *table = c->in[1];
+    gt_tensor *out = c->out[0];
+    GT_TRY(gt_moe_ep_check(c, x, table, err));
+    if (c->ne < 3 || out->shape[0] != c->i[0] * c->e[0])
+        return gt_cuda_shape_error(c, "output must be [n_blocks * capacity, D]", err);
+    if (c->e[0] < c->e[1])
+        return gt_error_set(err, GT_ERR_UNSUPPORTED,
+                            "moe_pack: capacity %lld below the worst case %lld: "
+                            "parallelism.expert_parallel_capacity_factor < 1 runs on the CPU "
+                            "only for now (its overflow check reads the counts on the host)",
+                            (long long)c->e[0], (long long)c->e[1]);
+    int64_t row_bytes = x->shape[1] * (int64_t)gt_dtype_size(x->dtype);
+    int64_t total = out->shape[0] * row_bytes;
+    if (total == 0) return GT_OK;
+    gt_k_moe_pack<<<gt_cuda_blocks(total), GT_CUDA_THREADS, 0, s->stream>>>(
+        c->i[0], c->e[0], x->shape[0], row_bytes, (const int32_t *)table->data, table->shape[1],
+        c->e[2], (const uint8_t *)x->data, (uint8_t *)out->data);
+    return gt_cuda_launched(c, err);
+}
+
+gt_status gt_cuda_moe_unpack(gt_cuda_stream *s, const gt_kernel_call *c, gt_error *err)
+{
+    const gt_tensor *y = c->in[0], *table = c->in[1];
+    gt_tensor *out = c->out[0];
+    GT_TRY(gt_moe_ep_check(c, y, table, err));
+    if (c->ne < 2 || out->shape[0] != c->e[0] || y->shape[0] % c->i[0] != 0)
+        return gt_cuda_shape_error(c, "y [n_blocks * C, D] -> [rows, D]", err);
+    int64_t row_bytes = y->shape[1] * (int64_t)gt_dtype_size(y->dtype);
+    int64_t total = out->shape[0] * row_bytes;
+    if (total == 0) return GT_OK;
+    gt_k_moe_unpack<<<gt_cuda_blocks(total), GT_CUDA_THREADS, 0, s->stream>>>(
+        c->i[0], y->shape[0] / c->i[0], out->shape[0], row_bytes, (const int32_t *)table->data,
+        table->shape[1], c->e[1], (const uint8_t *)y->data, (uint8_t *)out->data);
+    return gt_cuda_launched(c, err);
+}

@@ -1,0 +1,219 @@
+/* rules_moe_expand.c — the expert-parallel expander (parallel_internal.h): the local subgraphs of
+ * grouped_matmul and grouped_matmul_dw when rules_moe.c set c->expert on the ep mesh dim (n
+ * ranks, coordinate r, each holding the e = E / n experts r*e .. r*e + e - 1 whole).
+ *
+ * Each rank's routed rows x [R, D] are sorted by expert (moe_sort), so the rows bound for rank b
+ * are one run: offsets[b*e] .. offsets[b*e + e]. Per layer (memo: once per offsets value):
+ *   table = all_gather(moe_block_offsets(offsets))        i32 [n*n, e + 1], the same on every rank:
+ *                                                         row a*n + b = a's block for b
+ * Per row tensor sent (memo: once per value, so xs goes once for w1 and w3 and again only for
+ * their weight gradients' reuse):
+ *   recv = all_to_all(moe_pack(x, table; C))              [n*C, D]: block a = a's rows for r
+ * grouped_matmul (x, w [e, ..], offsets) ->
+ *   y_a = grouped_matmul(recv[a*C ..], w, table[a*n + r]) per source a  (rows M-invariant)
+ *   out = moe_unpack(all_to_all(concat(y_0 .. y_{n-1})), table)     [R, Dout]: the rank's rows
+ * grouped_matmul_dw (x, dy, offsets) ->
+ *   dw = sum over a, in order, of grouped_matmul_dw(recv_x[a*C ..], recv_dy[a*C ..], table[a*n+r])
+ *     [e, Dout, Din]: the rank's experts' gradient, whole.
+ *
+ * Why this is bitwise the data-parallel form (ep = 1, the same dp_shard layout): a row's output
+ * is the same fmaf chain over Din whichever rank computes it (grouped_matmul's M-invariance), and
+ * it returns to its source row; a source a's part of dw[e] is the same row-ordered chain over
+ * a's rows of expert e as rank a's own grouped_matmul_dw computes for ep = 1, and the parts add
+ * in rank order as the reduce-scatter adds them.
+ *
+ * C, the rows per rank pair: the worst case T * min(K, e) (T the rank's tokens, K the top-k)
+ * unless parallelism.expert_parallel_capacity_factor f in (0, 1) asks for ceil(f * worst); an
+ * overflow is moe_pack's error (gt_ops.def), the same on every rank. */
+#include <math.h>
+#include <stdlib.h>
+
+#include "graphtrain/gt_build.h"
+#include "parallel/rules_internal.h"
+
+enum { MEMO_TABLE = 2, MEMO_SENT = 3 };
+
+static gt_status emitted(gt_par *p, gt_value_id v, gt_error *err)
+{
+    if (v != GT_NONE) return GT_OK;
+    gt_graph *g = gt_par_dst(p);
+    if (g->err.code != GT_OK) {
+        *err = g->err;
+        return err->code;
+    }
+    return gt_error_set(err, GT_ERR_INTERNAL, "parallelize: expert-parallel expansion: no output");
+}
+
+/* Placements of a per-rank value of the expansion: replicate on every mesh dim but the data-
+ * parallel ones that split the tokens (`rows`' placements there, moved to dim 0) — the value
+ * differs per rank there, so the label must not claim it is the same everywhere. */
+static void local_place(gt_par *p, gt_value_id rows, gt_placement out[GT_MESH_MAX_DIMS])
+{
+    const gt_placement *rp = gt_par_dst(p)->values[rows].place;
+    for (int md = 0; md < GT_MESH_MAX_DIMS; md++)
+        out[md] = gt_is_s_at(rp[md], 0) ? rp[md] : gt_place_replicate();
+}
+
+/* K, the experts per token, from the global offsets' moe_sort (its ids are [T, K]); 1 if unknown.
+ */
+static int64_t top_k(const gt_graph *g, gt_value_id offsets)
+{
+    gt_node_id pn = g->values[offsets].producer;
+    int64_t k;
+    if (pn == GT_NONE || g->nodes[pn].op != GT_OP_MOE_SORT) return 1;
+    const gt_type *ids = gt_value_type(g, g->nodes[pn].in[0]);
+    return ids->ndim == 2 && gt_sym_is_const(g->sym, ids->dims[1], &k) && k > 0 ? k : 1;
+}
+
+static gt_value_id block_table(gt_par *p, gt_value_id offsets, int mesh_dim, int n)
+{
+    gt_value_id t = gt_par_memo_get(p, MEMO_TABLE, offsets, GT_NONE);
+    if (t != GT_NONE) return t;
+    gt_value_id own = gt_moe_block_offsets(gt_par_dst(p), offsets, n);
+    if (own == GT_NONE) return GT_NONE;
+    t = gt_par_all_gather(p, own, mesh_dim);
+    gt_par_memo_put(p, MEMO_TABLE, offsets, GT_NONE, t);
+    return t;
+}
+
+typedef struct {
+    int mesh_dim, n;
+    int64_t e;
+    gt_expr rank, cap, worst, rows;
+    gt_value_id table;
+} ep_ctx;
+
+static gt_status ep_init(gt_par *p, const gt_node *n, int mesh_dim, const gt_value_id *in,
+                         ep_ctx *x, gt_error *err)
+{
+    gt_graph *g = gt_par_dst(p);
+    x->mesh_dim = mesh_dim;
+    x->n = gt_par_mesh(p)->size[mesh_dim];
+    int64_t len;
+    const gt_type *off = gt_value_type(g, in[2]);
+    if (!gt_sym_is_const(g->sym, off->dims[0], &len) || (len - 1) % x->n != 0)
+        return gt_error_set(err, GT_ERR_INVALID,
+                            "parallelize: expert parallel over %d ranks: the routed experts do "
+                            "not split evenly (set parallelism.expert_parallel_degree to a "
+                            "divisor of the experts)",
+                            x->n);
+    x->e = (len - 1) / x->n;
+    x->rank = gt_par_coord(p, mesh_dim);
+    x->rows = gt_value_type(g, in[0])->dims[0]; /* T * K local rows */
+    int64_t k = top_k(gt_par_src(p), n->in[2]);
+    if (k <= x->e)
+        x->worst = x->rows;
+    else
+        x->worst = gt_sym_mul(g->sym, gt_sym_floordiv(g->sym, x->rows, gt_c(g, k)), gt_c(g, x->e));
+    double f = gt_par_capacity_factor(p);
+    x->cap = x->worst;
+    if (f > 0.0 && f < 1.0) { /* ceil(f * worst) in thousandths, at least one row */
+        int64_t q = (int64_t)ceil(f * 1000.0);
+        if (q < 1) q = 1;
+        x->cap = gt_sym_floordiv(
+            g->sym, gt_sym_add(g->sym, gt_sym_mul(g->sym, x->worst, gt_c(g, q)), gt_c(g, 999)),
+            gt_c(g, 1000));
+    }
+    x->table = block_table(p, in[2], mesh_dim, x->n);
+    return emitted(p, x->table, err);
+}
+
+/* The rows of local value v as the experts' ranks receive them: [n*C, D], block a from rank a. */
+static gt_value_id sent(gt_par *p, const ep_ctx *x, gt_value_id v, gt_value_id offsets)
+{
+    gt_value_id r = gt_par_memo_get(p, MEMO_SENT, v, offsets);
+    if (r != GT_NONE) return r;
+    gt_placement pl[GT_MESH_MAX_DIMS];
+    local_place(p, v, pl);
+    gt_value_id packed = gt_moe_pack(gt_par_dst(p), v, x->table, x->n, x->cap, x->worst, x->rank);
+    if (packed == GT_NONE) return GT_NONE;
+    gt_par_set_place(p, packed, pl);
+    r = gt_par_all_to_all(p, packed, x->mesh_dim);
+    if (r == GT_NONE) return GT_NONE;
+    gt_par_set_place(p, r, pl);
+    gt_par_memo_put(p, MEMO_SENT, v, offsets, r);
+    return r;
+}
+
+/* Block a of received rows [n*C, D] and its offsets [e + 1] (table row a*n + r). */
+static void block_of(gt_par *p, const ep_ctx *x, gt_value_id recv, int a, gt_value_id *rows,
+                     gt_value_id *offs)
+{
+    gt_graph *g = gt_par_dst(p);
+    gt_expr start = gt_sym_mul(g->sym, gt_c(g, a), x->cap);
+    *rows = gt_slice(g, recv, 0, start, gt_sym_add(g->sym, start, x->cap));
+    gt_expr row = gt_sym_add(g->sym, gt_c(g, (int64_t)a * x->n), x->rank);
+    gt_value_id one = gt_slice(g, x->table, 0, row, gt_sym_add(g->sym, row, gt_c(g, 1)));
+    gt_expr flat = gt_c(g, x->e + 1);
+    *offs = gt_reshape(g, one, 1, &flat);
+}
+
+/* ys[0 .. n) stacked along dim 0, by concats of at most GT_MAX_IN inputs (ys is overwritten). */
+static gt_value_id concat_rows(gt_par *p, gt_value_id *ys, int n, const gt_placement *pl)
+{
+    while (n > 1) {
+        int m = 0;
+        for (int a = 0; a < n; a += GT_MAX_IN) {
+            int k = n - a < GT_MAX_IN ? n - a : GT_MAX_IN;
+            ys[m] = k == 1 ? ys[a] : gt_concat(gt_par_dst(p), k, ys + a, 0);
+            if (ys[m] == GT_NONE) return GT_NONE;
+            gt_par_set_place(p, ys[m++], pl);
+        }
+        n = m;
+    }
+    return ys[0];
+}
+
+gt_status gt_par_expand_moe(gt_par *p, const gt_node *n, int mesh_dim, const gt_value_id *in,
+                            gt_value_id *out, gt_error *err)
+{
+    gt_graph *g = gt_par_dst(p);
+    ep_ctx x;
+    GT_TRY(ep_init(p, n, mesh_dim, in, &x, err));
+    gt_placement pl[GT_MESH_MAX_DIMS];
+    local_place(p, in[0], pl);
+    switch (n->op) {
+    case GT_OP_GROUPED_MATMUL: { /* (x, w [e, ..], offsets) */
+        gt_value_id recv = sent(p, &x, in[0], in[2]);
+        GT_TRY(emitted(p, recv, err));
+        gt_value_id *ys = gt_xcalloc((size_t)x.n, sizeof *ys);
+        for (int a = 0; a < x.n; a++) {
+            gt_value_id rows, offs;
+            block_of(p, &x, recv, a, &rows, &offs);
+            ys[a] = gt_grouped_matmul(g, rows, in[1], offs, n->attrs.i[0] != 0);
+            gt_par_set_place(p, ys[a], pl);
+        }
+        gt_value_id y = concat_rows(p, ys, x.n, pl);
+        free(ys);
+        GT_TRY(emitted(p, y, err));
+        gt_par_set_place(p, y, pl);
+        gt_value_id back = gt_par_all_to_all(p, y, mesh_dim);
+        GT_TRY(emitted(p, back, err));
+        gt_par_set_place(p, back, pl);
+        out[0] = gt_moe_unpack(g, back, x.table, x.n, x.rows, x.rank);
+        return emitted(p, out[0], err);
+    }
+    case GT_OP_GROUPED_MATMUL_DW: { /* (x, dy, offsets) -> [e, Dout, Din] */
+        gt_value_id rx = sent(p, &x, in[0], in[2]);
+        GT_TRY(emitted(p, rx, err));
+        gt_value_id rdy = sent(p, &x, in[1], in[2]);
+        GT_TRY(emitted(p, rdy, err));
+        gt_value_id dw = GT_NONE;
+        for (int a = 0; a < x.n; a++) {
+            gt_value_id xa, dya, offs;
+            block_of(p, &x, rx, a, &xa, &offs);
+            block_of(p, &x, rdy, a, &dya, &offs);
+            gt_value_id part = gt_grouped_matmul_dw(g, xa, dya, offs);
+            gt_par_set_place(p, part, pl);
+            dw = dw == GT_NONE ? part : gt_add(g, dw, part);
+            gt_par_set_place(p, dw, pl);
+        }
+        out[0] = dw;
+        return emitted(p, out[0], err);
+    }
+    default:
+        return gt_error_set(err, GT_ERR_INTERNAL,
+                            "parallelize: %s has no expert-parallel form (a rule set expert)",
+                            gt_op_get(n->op)->name);
+    }
+}
