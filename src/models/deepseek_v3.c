@@ -31,7 +31,8 @@
  * GEMMs), "moe.combine" (the weighting and the sum back per token). Units: layer N's nodes unit
  * N, the embedding GT_UNIT_EMBED, the rest GT_UNIT_REST. TP plans follow torchtitan's DeepSeek-V3
  * plan (wq / wq_b / wkv_b colwise, wo rowwise, dense and shared FFN as llama3's; the router, the
- * experts, wq_a and wkv_a replicated); parallelize refuses the MoE ops on several ranks for now. */
+ * experts, wq_a and wkv_a replicated); the MoE ops are data parallel or, with
+ * --parallelism.expert_parallel_degree, expert parallel (src/parallel/rules_moe*.c). */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
