@@ -290,6 +290,9 @@ void gt_graph_builder_restore(gt_graph *g, gt_builder_state s);
 void gt_graph_node_label(const gt_graph *g, gt_node_id n, char *buf, size_t len);
 void gt_graph_set_fqn(gt_graph *g, const char *fqn); /* NULL or "" clears */
 void gt_graph_set_unit(gt_graph *g, int32_t unit);   /* GT_UNIT_* or a block index */
+/* The tag on expert parallelism's token exchange (each all_to_all_start parallelize emits for a
+ * MoE layer, both directions): the EP overlap schedule pairs the chunks' exchanges by it. */
+#define GT_TAG_TOKEN_EXCHANGE "moe.all_to_all"
 void gt_graph_add_tag(gt_graph *g, gt_node_id n, const char *tag);
 bool gt_node_has_tag(const gt_graph *g, const gt_node *n, const char *tag);
 

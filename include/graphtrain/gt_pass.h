@@ -123,6 +123,10 @@ gt_status gt_pass_fsdp_reorder(gt_graph *g, const gt_pass_ctx *ctx, gt_error *er
 
 /* ---------------------------------------------------------------- EP chunking (ep_chunk.c) */
 
+/* The tags of the two chunks' forward nodes (their backward nodes reach them through origin). */
+#define GT_CHUNK_TAG_0 "chunk.0"
+#define GT_CHUNK_TAG_1 "chunk.1"
+
 /* compile.ep_overlap's choices for the chunking pass. */
 typedef struct {
     bool moe_only;   /* layers.*.moe: each MoE; else layers.*: each MoE block */
@@ -136,6 +140,12 @@ typedef struct {
  * loss, logits, token counts, ...) are rewritten to the new graph's. */
 gt_status gt_pass_ep_chunk(gt_graph *g, const gt_chunk_options *o, gt_value_id *track,
                            int n_track, gt_error *err);
+
+/* The EP overlap schedule (ep_overlap.c): in each chunked block, per phase, the two chunks' nodes
+ * interleaved so that each chunk's collectives start while the other chunk computes — forward
+ * chunk 0 first, backward chunk 1 first. Only the order changes (exact). No-op without chunks;
+ * the chunks' collectives must match (same ops, same count) or the block is refused by name. */
+gt_status gt_pass_ep_overlap(gt_graph *g, const gt_pass_ctx *ctx, gt_error *err);
 
 /* ---------------------------------------------------------------- collective report
  * (collective_report.c) */

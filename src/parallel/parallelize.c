@@ -190,7 +190,7 @@ gt_value_id gt_par_all_gather(gt_par *p, gt_value_id x, int mesh_dim)
 
 gt_value_id gt_par_all_to_all(gt_par *p, gt_value_id x, int mesh_dim)
 {
-    return collective(p, GT_OP_ALL_TO_ALL_START, x, mesh_dim, "moe.all_to_all");
+    return collective(p, GT_OP_ALL_TO_ALL_START, x, mesh_dim, GT_TAG_TOKEN_EXCHANGE);
 }
 
 double gt_par_capacity_factor(const gt_par *p)
@@ -704,12 +704,20 @@ static gt_status convert_node(gt_par *p, gt_node_id nid, gt_error *err)
     for (int j = 0; j < n->n_out; j++)
         GT_TRY(
             localize(p, gt_value_type(p->src, n->out[j]), out_place[j], label, &local_out[j], err));
-    if (vocab_dim >= 0) {
-        GT_TRY(gt_par_expand_vocab(p, n, vocab_dim, in, outs, err));
+    if (vocab_dim >= 0 || expert_dim >= 0) {
+        int32_t first = p->dst->n_nodes;
+        if (vocab_dim >= 0)
+            GT_TRY(gt_par_expand_vocab(p, n, vocab_dim, in, outs, err));
+        else
+            GT_TRY(gt_par_expand_moe(p, n, expert_dim, in, outs, err));
         stamp(p, n);
-    } else if (expert_dim >= 0) {
-        GT_TRY(gt_par_expand_moe(p, n, expert_dim, in, outs, err));
-        stamp(p, n);
+        /* the node's counterpart (its backward nodes' origin) is the expansion's last node */
+        if (p->dst->n_nodes > first) p->node_map[nid] = p->dst->n_nodes - 1;
+        /* the expansion's nodes keep the node's tags (the EP overlap schedule finds a chunk's
+         * token exchange by them) */
+        for (int32_t id = first; id < p->dst->n_nodes; id++)
+            for (int t = 0; t < n->n_tags; t++)
+                gt_graph_add_tag(p->dst, id, gt_graph_str(p->src, n->tags[t]));
     } else {
         gt_attrs a = n->attrs;
         for (int k = 0; k < a.ne; k++)

@@ -8,7 +8,10 @@
  * of its "layers.N.moe" nodes (layers.*.moe), in a block that routes tokens (moe_count). In each:
  *   - the chunked live-ins are the values from outside whose shape holds the chunk symbol
  *     ("batch" or "seq"), sliced in two along that dim: [0, c0) and [c0, n) with
- *     c0 = n // 2 (batch: the outermost dim; seq: a dim that is the sequence itself);
+ *     c0 = n // 2 (batch: the outermost dim; seq: a dim that is the sequence itself). The graph
+ *     is the global one: a batch cut in two is cut across the data-parallel ranks, so the trainer
+ *     refuses batch chunks under data parallelism (each rank's sequences cut in two, seq, are
+ *     every rank's own);
  *   - the nodes that read a chunked value (transitively), or whose shape holds the symbol, are
  *     copied once per chunk with the symbol replaced by the chunk's size in their attributes;
  *     the others stay, shared by both chunks. Casts of parameters are copied per chunk unless
@@ -196,11 +199,16 @@ static gt_status chunk_region(chunker *k, gt_value_id *track, int n_track, gt_er
         gt_expr full = gt_value_type(g, v)->dims[d];
         gt_expr cut = gt_sym_replace(g->sym, full, k->sym, k->c[0]);
         map[0][v] = gt_slice(g, v, d, gt_sym_const(g->sym, 0), cut);
+        gt_graph_add_tag(g, g->n_nodes - 1, GT_CHUNK_TAG_0);
         map[1][v] = gt_slice(g, v, d, cut, full);
+        gt_graph_add_tag(g, g->n_nodes - 1, GT_CHUNK_TAG_1);
     }
     for (int c = 0; c < 2 && st == GT_OK; c++) {
         gt_sym_subst s = {k->sym, k->c[c]};
+        gt_node_id from = g->n_nodes;
         st = gt_graph_copy_nodes(g, g, ids, n_ids, map[c], &s, err);
+        for (gt_node_id id = from; st == GT_OK && id < g->n_nodes; id++)
+            gt_graph_add_tag(g, id, c ? GT_CHUNK_TAG_1 : GT_CHUNK_TAG_0);
     }
     for (int j = 0; j < n_ids && st == GT_OK; j++) { /* the joins */
         const gt_node *n = &g->nodes[ids[j]];

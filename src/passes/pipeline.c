@@ -22,7 +22,9 @@
  *   reduce_scatter_narrow  after bucketing (it rewrites a bucket's whole concat tree over the
  *                 gradients' casts, or a lone gradient's when bucketing is off) and before the
  *                 reorder, which then places the widening reduce-scatters like any other;
- *   fsdp_reorder  last: it only moves nodes, placing the (bucketed) starts and waits for overlap.
+ *   fsdp_reorder  it only moves nodes, placing the (bucketed) starts and waits for overlap;
+ *   ep_overlap    last: it only moves nodes inside each chunked block (ep_chunk.c's chunks),
+ *                 interleaving the two chunks around their collectives.
  * The pipeline drops the passes the options disable (and, on a graph without a mesh, the
  * mesh-only ones), verifies the graph before the first pass and after each one (verify_each),
  * times each pass, logs one line per pass and writes the debug dumps; for a parallelized graph the
@@ -53,6 +55,9 @@ static const gt_pass_info gt_passes[] = {
      "reduce-scatter bf16/f16 gradients into f32 instead of casting them to f32 first", true},
     {"fsdp_reorder", gt_pass_fsdp_reorder, GT_PASS_EXACT,
      "prefetch FSDP all-gathers one block ahead, start reduce-scatters early, defer waits", true},
+    {"ep_overlap", gt_pass_ep_overlap, GT_PASS_EXACT,
+     "interleave each chunked MoE block's two chunks: one's all-to-all over the other's compute",
+     true},
 };
 #define GT_N_PASSES ((int)(sizeof gt_passes / sizeof gt_passes[0]))
 

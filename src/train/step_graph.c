@@ -161,6 +161,12 @@ gt_status gt_train_model_config(const gt_config *cfg, gt_model_config *mc, gt_er
     return GT_OK;
 }
 
+/* The data-parallel blocks of the global batch (the ranks that each hold a part of it). */
+static int64_t chunk_groups(const gt_train_layout *layout)
+{
+    return (int64_t)layout->mesh.size[GT_MESH_DP_REPLICATE] * layout->mesh.size[GT_MESH_DP_SHARD];
+}
+
 /* With compile.debug_graph_passes, the forward graph's listing as DUMP_FOLDER/graph_passes/NAME
  * (the chunking pass's before and after). */
 static gt_status dump_forward(const gt_config *cfg, const gt_graph *g, const char *name,
@@ -185,10 +191,27 @@ static gt_status dump_forward(const gt_config *cfg, const gt_graph *g, const cha
 
 /* compile.ep_overlap: the chunking pass over the forward graph (strategy graph), or a check that
  * the builder chunked something (strategy eager). The model's value ids follow the rewrite. */
-static gt_status chunk_forward(const gt_config *cfg, gt_graph *g, gt_model *model, gt_error *err)
+static gt_status chunk_forward(const gt_config *cfg, const gt_train_layout *layout, gt_graph *g,
+                               gt_model *model, gt_error *err)
 {
     const gt_cfg_ep_overlap *ep = &cfg->compile.ep_overlap;
     if (!ep->enabled) return GT_OK;
+    /* the step graph is the global one: its batch holds every data-parallel rank's rows (and,
+     * with sequence parallelism, its sequence every tp rank's piece), so a chunk of it would be
+     * other ranks' tokens, not half of each rank's */
+    if (ep->chunk_dim == GT_CFG_EP_BATCH && chunk_groups(layout) > 1)
+        return gt_error_set(err, GT_ERR_UNSUPPORTED,
+                            "compile.ep_overlap.chunk_dim = batch with %lld data-parallel ranks "
+                            "(parallelism.data_parallel_replicate_degree x "
+                            "data_parallel_shard_degree): each rank's batch cannot be cut in two "
+                            "chunks yet; use chunk_dim = seq with module_fqn = \"layers.*.moe\"",
+                            (long long)chunk_groups(layout));
+    if (ep->chunk_dim == GT_CFG_EP_SEQ && cfg->parallelism.enable_sequence_parallel &&
+        layout->mesh.size[GT_MESH_TP] > 1)
+        return gt_error_set(err, GT_ERR_UNSUPPORTED,
+                            "compile.ep_overlap.chunk_dim = seq with "
+                            "parallelism.enable_sequence_parallel: each rank holds a piece of the "
+                            "sequence, so it cannot be cut in two chunks");
     if (model->n_moe == 0)
         return gt_error_set(err, GT_ERR_UNSUPPORTED,
                             "compile.ep_overlap.enabled: model %s (flavor %s) has no MoE block to "
@@ -255,7 +278,7 @@ gt_status gt_train_build_global_graph(const gt_config *cfg, const gt_train_layou
     gt_model_config mc;
     GT_TRY(gt_train_model_config(cfg, &mc, err));
     GT_TRY(gt_model_build(g, &mc, model, err));
-    GT_TRY(chunk_forward(cfg, g, model, err));
+    GT_TRY(chunk_forward(cfg, layout, g, model, err));
     if (micro_batches > 1) {
         /* each micro-batch contributes loss / micro_batches: the step's loss is their sum */
         for (int k = 0; k < g->n_outputs; k++)
