@@ -24,15 +24,13 @@
 
 #include "config/toml.h"
 
-_Static_assert(sizeof(gt_cfg_dataset) == sizeof(int) && sizeof(gt_cfg_precision) == sizeof(int) &&
-                   sizeof(gt_cfg_device) == sizeof(int) &&
-                   sizeof(gt_cfg_optimizer) == sizeof(int) &&
-                   sizeof(gt_cfg_decay_type) == sizeof(int) &&
-                   sizeof(gt_cfg_reshard) == sizeof(int) &&
-                   sizeof(gt_cfg_memory_policy) == sizeof(int) &&
-                   sizeof(gt_cfg_async_mode) == sizeof(int) &&
-                   sizeof(gt_cfg_ep_strategy) == sizeof(int) && sizeof(gt_cfg_ep_dim) == sizeof(int),
-               "enum options are stored and read as int");
+_Static_assert(
+    sizeof(gt_cfg_dataset) == sizeof(int) && sizeof(gt_cfg_precision) == sizeof(int) &&
+        sizeof(gt_cfg_device) == sizeof(int) && sizeof(gt_cfg_optimizer) == sizeof(int) &&
+        sizeof(gt_cfg_decay_type) == sizeof(int) && sizeof(gt_cfg_reshard) == sizeof(int) &&
+        sizeof(gt_cfg_memory_policy) == sizeof(int) && sizeof(gt_cfg_async_mode) == sizeof(int) &&
+        sizeof(gt_cfg_ep_strategy) == sizeof(int) && sizeof(gt_cfg_ep_dim) == sizeof(int),
+    "enum options are stored and read as int");
 
 /* ---------------------------------------------------------------- the schema */
 
@@ -239,22 +237,35 @@ static const gt_cfg_option options[] = {
     /* checkpoint */
     /* the EP chunking of torchtitan's graph trainer (compile.ep_overlap.*): the MoE regions split
      * in two along the batch or the sequence */
-    {.section = "compile.ep_overlap", .key = "enabled", .type = GT_CFG_BOOL,
-     .offset = offsetof(gt_config, compile.ep_overlap.enabled), .default_value = "false",
+    {.section = "compile.ep_overlap",
+     .key = "enabled",
+     .type = GT_CFG_BOOL,
+     .offset = offsetof(gt_config, compile.ep_overlap.enabled),
+     .default_value = "false",
      .help = "split the selected modules' tokens in two chunks (DeepSeek-V3's MoE blocks)"},
-    {.section = "compile.ep_overlap", .key = "strategy", .type = GT_CFG_ENUM,
-     .offset = offsetof(gt_config, compile.ep_overlap.strategy), .default_value = "graph",
+    {.section = "compile.ep_overlap",
+     .key = "strategy",
+     .type = GT_CFG_ENUM,
+     .offset = offsetof(gt_config, compile.ep_overlap.strategy),
+     .default_value = "graph",
      .choices = ep_overlap_strategies,
      .help = "graph: a pass over the forward graph splits the regions; eager: the model builder "
              "builds each module once per chunk (the numerical reference)"},
-    {.section = "compile.ep_overlap", .key = "chunk_dim", .type = GT_CFG_ENUM,
-     .offset = offsetof(gt_config, compile.ep_overlap.chunk_dim), .default_value = "batch",
+    {.section = "compile.ep_overlap",
+     .key = "chunk_dim",
+     .type = GT_CFG_ENUM,
+     .offset = offsetof(gt_config, compile.ep_overlap.chunk_dim),
+     .default_value = "batch",
      .choices = ep_overlap_dims,
      .help = "batch, or seq (only with module_fqn layers.*.moe: attention needs whole sequences)"},
-    {.section = "compile.ep_overlap", .key = "module_fqn", .type = GT_CFG_STRING,
-     .offset = offsetof(gt_config, compile.ep_overlap.module_fqn), .default_value = "layers.*",
+    {.section = "compile.ep_overlap",
+     .key = "module_fqn",
+     .type = GT_CFG_STRING,
+     .offset = offsetof(gt_config, compile.ep_overlap.module_fqn),
+     .default_value = "layers.*",
      .help = "the chunked modules: layers.* (each MoE block) or layers.*.moe (each MoE)"},
-    {.section = "compile.ep_overlap", .key = "disable_early_grad_accumulation",
+    {.section = "compile.ep_overlap",
+     .key = "disable_early_grad_accumulation",
      .type = GT_CFG_BOOL,
      .offset = offsetof(gt_config, compile.ep_overlap.disable_early_grad_accumulation),
      .default_value = "false",

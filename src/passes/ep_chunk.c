@@ -70,9 +70,8 @@ static gt_status refuse(chunker *k, gt_value_id v, const char *why, gt_error *er
     char label[256] = "a graph input";
     gt_node_id p = k->g->values[v].producer;
     if (p != GT_NONE) gt_graph_node_label(k->g, p, label, sizeof label);
-    return gt_error_set(err, GT_ERR_UNSUPPORTED,
-                        "compile.ep_overlap: block %d: value %%%d (%s) %s", k->unit, v, label,
-                        why);
+    return gt_error_set(err, GT_ERR_UNSUPPORTED, "compile.ep_overlap: block %d: value %%%d (%s) %s",
+                        k->unit, v, label, why);
 }
 
 static bool is_param(const gt_graph *g, gt_value_id v)
@@ -147,8 +146,10 @@ static gt_status chunk_region(chunker *k, gt_value_id *track, int n_track, gt_er
             bool outside = p == GT_NONE || p < lo;
             if (outside && !chunked[v] && chunk_dim(k, v) != -1) {
                 if (chunk_dim(k, v) < 0) {
-                    st = refuse(k, v, "enters the region and cannot be cut in two along the "
-                                      "chunk dim", err);
+                    st = refuse(k, v,
+                                "enters the region and cannot be cut in two along the "
+                                "chunk dim",
+                                err);
                     break;
                 }
                 chunked[v] = 1;
@@ -290,8 +291,8 @@ static gt_status chunk_region(chunker *k, gt_value_id *track, int n_track, gt_er
     return st;
 }
 
-gt_status gt_pass_ep_chunk(gt_graph *g, const gt_chunk_options *o, gt_value_id *track,
-                           int n_track, gt_error *err)
+gt_status gt_pass_ep_chunk(gt_graph *g, const gt_chunk_options *o, gt_value_id *track, int n_track,
+                           gt_error *err)
 {
     chunker k = {.g = g, .o = o, .sym = o->seq ? "seq" : "batch"};
     k.n = gt_sym_var(g->sym, k.sym);

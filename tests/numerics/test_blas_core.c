@@ -15,7 +15,8 @@
 
 static void test_choice(void)
 {
-    gt_cpu_features none = {0}, avx = {.avx = true}, avx2 = {.avx = true, .avx2 = true, .fma = true};
+    gt_cpu_features none = {0}, avx = {.avx = true},
+                    avx2 = {.avx = true, .avx2 = true, .fma = true};
     gt_cpu_features avx512 = avx2;
     avx512.avx512f = avx512.avx512bw = avx512.avx512vl = avx512.avx512dq = true;
     struct {
@@ -23,11 +24,16 @@ static void test_choice(void)
         const gt_cpu_features *f;
         const char *want; /* NULL: keep */
     } cases[] = {
-        {"Prescott", &avx512, "SkylakeX"}, {"Nehalem", &avx512, "SkylakeX"},
-        {"Haswell", &avx512, "SkylakeX"},  {"SkylakeX", &avx512, NULL},
-        {"Cooperlake", &avx512, NULL},     {"Prescott", &avx2, "Haswell"},
-        {"Zen", &avx2, NULL},              {"Core2", &avx, "Sandybridge"},
-        {"Prescott", &none, NULL},         {"SomeFutureCore", &avx512, NULL},
+        {"Prescott", &avx512, "SkylakeX"},
+        {"Nehalem", &avx512, "SkylakeX"},
+        {"Haswell", &avx512, "SkylakeX"},
+        {"SkylakeX", &avx512, NULL},
+        {"Cooperlake", &avx512, NULL},
+        {"Prescott", &avx2, "Haswell"},
+        {"Zen", &avx2, NULL},
+        {"Core2", &avx, "Sandybridge"},
+        {"Prescott", &none, NULL},
+        {"SomeFutureCore", &avx512, NULL},
     };
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
         const char *got = gt_cpu_blas_core_for(cases[k].chosen, cases[k].f);

@@ -109,7 +109,8 @@ static void check_chunking(const char *binary, const char *root, const char *fla
     run_result early = run(binary, root, flavor, false, o);
     snprintf(what, sizeof what, "%s f32 %s x %s: graph vs eager", flavor, module, dim);
     same(what, &graph, &eager);
-    snprintf(what, sizeof what, "%s f32 %s x %s: early accumulation on vs off", flavor, module, dim);
+    snprintf(what, sizeof what, "%s f32 %s x %s: early accumulation on vs off", flavor, module,
+             dim);
     same(what, &early, &graph);
     if (graph.ok && plain32->ok)
         EXPECT(graph.rec[1].loss == plain32->rec[1].loss,

@@ -89,8 +89,8 @@ static bool interleaved(const char *module, const char *dim, bool overlap)
         printf("  %-13s %-5s overlap %-3s fwd: chunk 0 start %d wait %d, chunk 1 start %d; bwd: "
                "chunk 1 start %d wait %d, chunk 0 start %d\n",
                module, dim, overlap ? "on" : "off", s0, w0, s1, b1, bw1, b0);
-        ok = s0 != GT_NONE && s1 != GT_NONE && b0 != GT_NONE && b1 != GT_NONE && s1 < w0 &&
-             b0 < bw1;
+        ok =
+            s0 != GT_NONE && s1 != GT_NONE && b0 != GT_NONE && b1 != GT_NONE && s1 < w0 && b0 < bw1;
     }
     gt_model_free(&model);
     gt_graph_free(g);

@@ -400,12 +400,12 @@ static void test_pipeline(void)
     gt_error err = {0};
     int n;
     const gt_pass_info *reg = gt_pass_registry(&n);
-    EXPECT(n == 9 && strcmp(reg[0].name, "canonicalize") == 0 && strcmp(reg[1].name, "cse") == 0 &&
+    EXPECT(n == 10 && strcmp(reg[0].name, "canonicalize") == 0 && strcmp(reg[1].name, "cse") == 0 &&
                strcmp(reg[2].name, "memory_policy") == 0 && strcmp(reg[3].name, "remat") == 0 &&
                strcmp(reg[4].name, "dce") == 0 && strcmp(reg[5].name, "fusion") == 0 &&
                strcmp(reg[6].name, "fsdp_bucketing") == 0 &&
                strcmp(reg[7].name, "reduce_scatter_narrow") == 0 &&
-               strcmp(reg[8].name, "fsdp_reorder") == 0,
+               strcmp(reg[8].name, "fsdp_reorder") == 0 && strcmp(reg[9].name, "ep_overlap") == 0,
            "registry order");
     for (int k = 0; k < n; k++)
         EXPECT(reg[k].numerics == GT_PASS_EXACT && gt_pass_find(reg[k].name) == &reg[k],

@@ -23,11 +23,10 @@
  * (never replaced: a core this table does not know, e.g. a newer one, is left to OpenBLAS). */
 static int core_rank(const char *core)
 {
-    static const char *const sse[] = {"Katmai",   "Coppermine", "Northwood", "Prescott",
-                                      "Banias",   "Atom",       "Core2",     "Penryn",
-                                      "Dunnington", "Nehalem",  "Athlon",    "Opteron",
-                                      "Opteron_SSE3", "Barcelona", "Nano",   "Bobcat",
-                                      "Unknown"};
+    static const char *const sse[] = {
+        "Katmai",       "Coppermine", "Northwood",  "Prescott", "Banias", "Atom",
+        "Core2",        "Penryn",     "Dunnington", "Nehalem",  "Athlon", "Opteron",
+        "Opteron_SSE3", "Barcelona",  "Nano",       "Bobcat",   "Unknown"};
     static const char *const avx[] = {"Sandybridge", "Bulldozer", "Piledriver"};
     static const char *const avx2[] = {"Haswell", "Steamroller", "Excavator", "Zen"};
     for (size_t i = 0; i < sizeof sse / sizeof sse[0]; i++)
@@ -97,15 +96,17 @@ void gt_cpu_blas_describe(char *buf, size_t n)
     const char *set = getenv("OPENBLAS_CORETYPE"), *was = getenv("GT_BLAS_CORE_DETECTED");
     char why[160];
     if (set && was)
-        snprintf(why, sizeof why, "chosen by graphtrain from the CPU's features: OpenBLAS's "
-                                  "detection chose %s", was);
+        snprintf(why, sizeof why,
+                 "chosen by graphtrain from the CPU's features: OpenBLAS's "
+                 "detection chose %s",
+                 was);
     else if (set)
         snprintf(why, sizeof why, "OPENBLAS_CORETYPE=%s", set);
     else
         snprintf(why, sizeof why, "OpenBLAS's detection");
     const char *config = openblas_get_config();
     snprintf(buf, n, "blas: %s, core %s (%s); cpu \"%s\":%s%s%s%s%s", config ? config : "OpenBLAS",
-             openblas_get_corename(), why, f.model[0] ? f.model : "unknown",
-             f.avx ? " avx" : "", f.avx2 ? " avx2" : "", f.fma ? " fma" : "",
-             f.avx512f ? " avx512f" : "", f.avx512bw ? " avx512bw" : "");
+             openblas_get_corename(), why, f.model[0] ? f.model : "unknown", f.avx ? " avx" : "",
+             f.avx2 ? " avx2" : "", f.fma ? " fma" : "", f.avx512f ? " avx512f" : "",
+             f.avx512bw ? " avx512bw" : "");
 }
