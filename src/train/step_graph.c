@@ -157,7 +157,11 @@ gt_status gt_train_model_config(const gt_config *cfg, gt_model_config *mc, gt_er
         mc->chunk = (gt_model_chunking){.enabled = true,
                                         .moe_only = !strcmp(ep->module_fqn, "layers.*.moe"),
                                         .seq = ep->chunk_dim == GT_CFG_EP_SEQ};
-    mc->block_causal = cfg->model.attn_mask_type == GT_CFG_ATTN_MASK_BLOCK_CAUSAL;
+    /* the synthetic corpus has one document per sequence, where block-causal is causal bit for
+     * bit: its graph needs no positions (and keeps cuDNN's attention, which takes no document
+     * masks, on the GPU) */
+    mc->block_causal = cfg->model.attn_mask_type == GT_CFG_ATTN_MASK_BLOCK_CAUSAL &&
+                       cfg->training.dataset != GT_CFG_DATASET_SYNTHETIC;
     return GT_OK;
 }
 
