@@ -361,9 +361,20 @@ gt_status gt_cuda_smem_limit(gt_cuda_stream *s, const gt_kernel_call *c, const v
                             gt_kernel_op_name(c->op), bytes, s->smem_optin);
     for (int i = 0; i < s->n_smem_raised; i++)
         if (s->smem_raised[i] == fn) return GT_OK;
-    GT_TRY(gt_cuda_check(
-        c, cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, s->smem_optin),
-        "shared-memory limit", err));
+    /* the dynamic limit is what the device allows a block less the kernel's static shared
+     * memory (asking for more is an invalid argument) */
+    cudaFuncAttributes fa;
+    GT_TRY(gt_cuda_check(c, cudaFuncGetAttributes(&fa, fn), "shared-memory limit", err));
+    int dyn = s->smem_optin - (int)fa.sharedSizeBytes;
+    if (bytes > (size_t)(dyn > 0 ? dyn : 0))
+        return gt_error_set(err, GT_ERR_UNSUPPORTED,
+                            "%s: a kernel needs %zu bytes of shared memory beside its %zu static "
+                            "ones, the device allows %d in all",
+                            gt_kernel_op_name(c->op), bytes, (size_t)fa.sharedSizeBytes,
+                            s->smem_optin);
+    GT_TRY(gt_cuda_check(c,
+                         cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, dyn),
+                         "shared-memory limit", err));
     if (s->n_smem_raised < GT_CUDA_SMEM_KERNELS) s->smem_raised[s->n_smem_raised++] = fn;
     return GT_OK;
 }
