@@ -214,8 +214,25 @@ static void run_case(const dcase *a)
         EXPECT_OK(gt_cpu_run_kernel(&c, &err), &err);
         const char *cn[3] = {"dq/cpu", "dk/cpu", "dv/cpu"};
         for (int j = 0; j < 3; j++) {
-            expect_close(a->name, cn[j], &fg[j], &cg[j], a->dt == GT_F32 ? 1e-4 : 2e-2,
-                         a->dt == GT_F32 ? 1e-4 : 1e-2);
+            if (a->doc_len == 1 && j < 2) {
+                /* documents of one token: each query sees only its key (P = 1, O = V), so dS and
+                 * with it dq and dk are zero but for rounding, on either side: a relative error
+                 * against rounding noise means nothing; both must be tiny next to dv */
+                double m[3] = {0, 0, 0};
+                for (int64_t k = 0; k < gt_tensor_numel(&fg[j]); k++)
+                    m[0] = fmax(m[0], fabs(gt_tensor_get_f32(&fg[j], k))),
+                    m[1] = fmax(m[1], fabs(gt_tensor_get_f32(&cg[j], k)));
+                for (int64_t k = 0; k < gt_tensor_numel(&fg[2]); k++)
+                    m[2] = fmax(m[2], fabs(gt_tensor_get_f32(&fg[2], k)));
+                printf("  %-22s %-10s max |gpu| %.2e, max |cpu| %.2e, max |dv| %.2e\n", a->name,
+                       cn[j], m[0], m[1], m[2]);
+                EXPECT(m[0] <= 1e-2 * m[2] && m[1] <= 1e-2 * m[2],
+                       "%s: %s of one-token documents not ~0: gpu %.3e, cpu %.3e, |dv| %.3e",
+                       a->name, cn[j], m[0], m[1], m[2]);
+            } else {
+                expect_close(a->name, cn[j], &fg[j], &cg[j], a->dt == GT_F32 ? 1e-4 : 2e-2,
+                             a->dt == GT_F32 ? 1e-4 : 1e-2);
+            }
             gt_tensor_free(&cg[j]);
         }
         gt_tensor_free(&co[0]);
