@@ -1,5 +1,6 @@
 /* export_hf_internal.h — the Hugging Face directory writer shared by the families' exports
- * (export_hf.c: files, shards, index, config.json; export_hf_dsv3.c). */
+ * (export_hf.c: files, shards, index, config.json; export_hf_dsv3.c) and the config.json checks
+ * shared by their imports (import_hf.c, import_hf_dsv3.c). */
 #ifndef GRAPHTRAIN_EXPORT_HF_INTERNAL_H
 #define GRAPHTRAIN_EXPORT_HF_INTERNAL_H
 
@@ -20,5 +21,13 @@ gt_status gt_hf_write_json(const char *dir, const char *path, json_t *root, gt_e
 gt_status gt_hf_write_dir(const char *dir, int n, const char *const *names,
                           const gt_tensor *tensors, const gt_export_hf_options *opts,
                           json_t *config, gt_error *err);
+
+/* Checks of a transformers config.json against a flavor (import_hf.c): key an integer equal to
+ * want (absent or null: def, an error when def < 0), or, when present, a number within 1e-6
+ * relative of want; errors name the file, the key and the family's flavor. */
+gt_status gt_hf_check_int(json_t *root, const char *key, int64_t want, int64_t def,
+                          const char *name, const char *family, const char *flavor, gt_error *err);
+gt_status gt_hf_check_real(json_t *root, const char *key, double want, const char *name,
+                           const char *family, const char *flavor, gt_error *err);
 
 #endif

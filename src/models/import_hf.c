@@ -8,10 +8,12 @@
 #include <string.h>
 
 #include "graphtrain/gt_llama3.h"
+#include "export_hf_internal.h"
 
-/* key must be an integer equal to want (absent: def, or an error when def < 0) */
-static gt_status check_int(json_t *root, const char *key, int64_t want, int64_t def,
-                           const char *name, const gt_llama3_config *cfg, gt_error *err)
+/* key must be an integer equal to want (absent or null: def, or an error when def < 0); the
+ * error names the family's flavor (export_hf_internal.h) */
+gt_status gt_hf_check_int(json_t *root, const char *key, int64_t want, int64_t def,
+                          const char *name, const char *family, const char *flavor, gt_error *err)
 {
     json_t *v = json_object_get(root, key);
     int64_t got = def;
@@ -24,15 +26,15 @@ static gt_status check_int(json_t *root, const char *key, int64_t want, int64_t 
     }
     if (got != want)
         return gt_error_set(err, GT_ERR_INVALID,
-                            "%s: %s = %lld, but llama3 flavor %s has %lld (choose the flavor of "
-                            "this model with --model.flavor)",
-                            name, key, (long long)got, cfg->flavor, (long long)want);
+                            "%s: %s = %lld, but %s flavor %s has %lld (choose the flavor of this "
+                            "model with --model.flavor)",
+                            name, key, (long long)got, family, flavor, (long long)want);
     return GT_OK;
 }
 
 /* key, when present, must be a number within 1e-6 (relative) of want */
-static gt_status check_real(json_t *root, const char *key, double want, const char *name,
-                            const gt_llama3_config *cfg, gt_error *err)
+gt_status gt_hf_check_real(json_t *root, const char *key, double want, const char *name,
+                           const char *family, const char *flavor, gt_error *err)
 {
     json_t *v = json_object_get(root, key);
     if (!v || json_is_null(v)) return GT_OK;
@@ -40,9 +42,21 @@ static gt_status check_real(json_t *root, const char *key, double want, const ch
         return gt_error_set(err, GT_ERR_FORMAT, "%s: %s: expected a number", name, key);
     double got = json_number_value(v);
     if (!(fabs(got - want) <= 1e-6 * fabs(want)))
-        return gt_error_set(err, GT_ERR_INVALID, "%s: %s = %g, but llama3 flavor %s has %g", name,
-                            key, got, cfg->flavor, want);
+        return gt_error_set(err, GT_ERR_INVALID, "%s: %s = %g, but %s flavor %s has %g", name,
+                            key, got, family, flavor, want);
     return GT_OK;
+}
+
+static gt_status check_int(json_t *root, const char *key, int64_t want, int64_t def,
+                           const char *name, const gt_llama3_config *cfg, gt_error *err)
+{
+    return gt_hf_check_int(root, key, want, def, name, "llama3", cfg->flavor, err);
+}
+
+static gt_status check_real(json_t *root, const char *key, double want, const char *name,
+                            const gt_llama3_config *cfg, gt_error *err)
+{
+    return gt_hf_check_real(root, key, want, name, "llama3", cfg->flavor, err);
 }
 
 gt_status gt_import_hf_llama3_check(const gt_llama3_config *cfg, const char *text, size_t len,

@@ -9,41 +9,18 @@
 #include <string.h>
 
 #include "graphtrain/gt_deepseek_v3.h"
+#include "export_hf_internal.h"
 
-/* key must be an integer equal to want (absent or null: def; def < 0 makes it required) */
 static gt_status check_int(json_t *root, const char *key, int64_t want, int64_t def,
                            const char *name, const gt_deepseek_v3_config *cfg, gt_error *err)
 {
-    json_t *v = json_object_get(root, key);
-    int64_t got = def;
-    if (v && !json_is_null(v)) {
-        if (!json_is_integer(v))
-            return gt_error_set(err, GT_ERR_FORMAT, "%s: %s: expected an integer", name, key);
-        got = (int64_t)json_integer_value(v);
-    } else if (def < 0) {
-        return gt_error_set(err, GT_ERR_FORMAT, "%s: %s is missing", name, key);
-    }
-    if (got != want)
-        return gt_error_set(err, GT_ERR_INVALID,
-                            "%s: %s = %lld, but deepseek_v3 flavor %s has %lld (choose the flavor "
-                            "of this model with --model.flavor)",
-                            name, key, (long long)got, cfg->flavor, (long long)want);
-    return GT_OK;
+    return gt_hf_check_int(root, key, want, def, name, "deepseek_v3", cfg->flavor, err);
 }
 
-/* key, when present, must be a number within 1e-6 (relative) of want */
 static gt_status check_real(json_t *root, const char *key, double want, const char *name,
                             const gt_deepseek_v3_config *cfg, gt_error *err)
 {
-    json_t *v = json_object_get(root, key);
-    if (!v || json_is_null(v)) return GT_OK;
-    if (!json_is_number(v))
-        return gt_error_set(err, GT_ERR_FORMAT, "%s: %s: expected a number", name, key);
-    double got = json_number_value(v);
-    if (!(fabs(got - want) <= 1e-6 * fabs(want)))
-        return gt_error_set(err, GT_ERR_INVALID, "%s: %s = %g, but deepseek_v3 flavor %s has %g",
-                            name, key, got, cfg->flavor, want);
-    return GT_OK;
+    return gt_hf_check_real(root, key, want, name, "deepseek_v3", cfg->flavor, err);
 }
 
 gt_status gt_import_hf_deepseek_v3_check(const gt_deepseek_v3_config *c, const char *text,
