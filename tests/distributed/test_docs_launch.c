@@ -1,8 +1,7 @@
-/* test_docs_launch.c — block-causal training on packed documents (issue 43): the start of
- * tinyshakespeare split into documents at its blank lines (a JSON-lines file, one document a
- * line, tokenized with BOS / EOS by the fixture tokenizer: documents of a few to a few hundred
- * tokens, packed across the 32-token sequences), debugmodel in fp32, 10 steps of 4 sequences,
- * model.attn_mask_type = block_causal (the default):
+/* test_docs_launch.c — block-causal training on packed documents (issue 43): made-up prose in
+ * paragraphs (a JSON-lines file, one document a line, tokenized with BOS / EOS by the fixture
+ * tokenizer: documents of a few to a few hundred tokens, packed across the 32-token sequences),
+ * debugmodel in fp32, 10 steps of 4 sequences, model.attn_mask_type = block_causal (the default):
  *   - one rank twice: bitwise the same losses and checkpoint (run to run);
  *   - FSDP2 (2 ranks), TP2 (2 ranks) and FSDP2 x TP2 (4 ranks, oversubscribed) train what one rank
  *     trains: losses within 1e-6 relative, step-10 parameters within 1e-5 (as
@@ -18,48 +17,35 @@
 #define PARAM_TOLERANCE 1e-5
 #define TEXT_BYTES 24000
 
-/* The first TEXT_BYTES of tinyshakespeare as JSON lines, one paragraph (blank-line separated) a
- * document. */
+/* TEXT_BYTES of made-up prose as JSON lines, one paragraph a document: words drawn from a fixed
+ * list by a fixed generator (xorshift), paragraphs of 3 to 400 words — documents of a few to a
+ * few hundred tokens, with no file outside the repository needed. */
 static bool write_documents(const char *path)
 {
-    /* ../shared beside the repository (DESIGN.md), or beside a worktree's parent folder */
-    static const char *const rel[] = {"../shared/data/tinyshakespeare.txt",
-                                      "../../shared/data/tinyshakespeare.txt"};
-    size_t len = 0;
-    char *text = NULL;
-    for (int k = 0; k < 2 && !text; k++)
-        text = read_all(gt_test_path(rel[k]), &len);
-    if (!text) {
-        fprintf(stderr, "cannot read %s\n", gt_test_path(rel[0]));
-        return false;
-    }
-    if (len > TEXT_BYTES) len = TEXT_BYTES;
+    static const char *const words[] = {
+        "the",  "king",  "and",   "queen", "of",    "a",     "noble", "house", "speak",
+        "now",  "my",    "lord",  "shall", "we",    "go",    "unto",  "thee",  "thou",
+        "art",  "sweet", "night", "day",   "crown", "sword", "love",  "hate",  "death",
+        "life", "o",     "what",  "is",    "this",  "that",  "here",  "there", "come"};
+    const int n_words = (int)(sizeof words / sizeof words[0]);
     FILE *f = fopen(path, "w");
-    if (!f) {
-        free(text);
-        return false;
-    }
+    if (!f) return false;
+    uint64_t x = 0x9e3779b97f4a7c15ull;
+    long bytes = 0;
     int docs = 0;
-    for (size_t i = 0; i < len;) {
-        size_t end = i;
-        while (end < len && !(text[end] == '\n' && end + 1 < len && text[end + 1] == '\n'))
-            end++;
-        fputs("{\"text\": \"", f);
-        for (size_t k = i; k < end; k++) {
-            char ch = text[k];
-            if (ch == '"' || ch == '\\')
-                fprintf(f, "\\%c", ch);
-            else if (ch == '\n')
-                fputs("\\n", f);
-            else if ((unsigned char)ch >= 0x20)
-                fputc(ch, f);
+    while (bytes < TEXT_BYTES) {
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        int n = 3 + (int)(x % 398);
+        bytes += fprintf(f, "{\"text\": \"");
+        for (int w = 0; w < n; w++) {
+            x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+            bytes += fprintf(f, "%s%s", w ? (x % 11 == 0 ? ",\\n" : " ") : "",
+                             words[x % (uint64_t)n_words]);
         }
-        fputs("\"}\n", f);
+        bytes += fprintf(f, ".\"}\n");
         docs++;
-        i = end + 2;
     }
     fclose(f);
-    free(text);
     printf("%d documents in %s\n", docs, path);
     return docs > 10;
 }
