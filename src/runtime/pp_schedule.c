@@ -242,6 +242,8 @@ static void gen_dualpipev(action_list *l, int32_t rank, int32_t n_ranks, int32_t
     }
     for (int32_t k = 0; k < rank + 1; k++)
         dpv_weight(d);
+    free(d->wq_stage);
+    free(d->wq_mb);
     free(d);
 }
 
