@@ -80,7 +80,7 @@ static gt_value_id param(dsv3_ctx *c, const char *fqn, gt_tp_style tp, int32_t u
                          int64_t d0, int64_t d1, int64_t d2, gt_init_kind init, double std)
 {
     /* a module built once per chunk (eager chunking) finds its parameters made by the first */
-    gt_value_id have = find_input(c->g, GT_IN_PARAM, fqn);
+    gt_value_id have = c->cfg->chunk.enabled ? find_input(c->g, GT_IN_PARAM, fqn) : GT_NONE;
     if (have != GT_NONE) return have;
     gt_param_spec *p = &c->model->params[c->model->n_params++];
     memset(p, 0, sizeof *p);

@@ -19,7 +19,6 @@
  * rest as early as they are ready. Each block's two chunks must
  * start as many token exchanges in each phase, else the block is refused by name. */
 #include <limits.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 

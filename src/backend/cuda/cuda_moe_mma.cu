@@ -51,6 +51,46 @@ __device__ __forceinline__ void gt_mm_store(const float (&acc)[4][4][4], void *o
             }
 }
 
+/* The k-loop both kernels share: acc zeroed, then nk tiles of MM_BK through MM_STAGES cp.async
+ * stages (load(stage, k0) fills one), each MM_BK / 16 mma k-steps in order whose A and B fragments
+ * frags(stage, kk, a, b) loads — so a sum's order depends on neither the tile nor the kernel. */
+template <typename Load, typename Frags>
+__device__ __forceinline__ void gt_mm_mainloop(float (&acc)[4][4][4], int64_t nk, Load load,
+                                               Frags frags)
+{
+#pragma unroll
+    for (int i = 0; i < 4; i++)
+#pragma unroll
+        for (int j = 0; j < 4; j++)
+#pragma unroll
+            for (int c = 0; c < 4; c++)
+                acc[i][j][c] = 0.0f;
+#pragma unroll
+    for (int st = 0; st < MM_STAGES - 1; st++) {
+        if (st < nk) load(st, st * MM_BK);
+        gt_cp_commit();
+    }
+    for (int64_t kt = 0; kt < nk; kt++) {
+        gt_cp_wait<MM_STAGES - 2>();
+        __syncthreads(); /* stage kt landed; every warp is done with stage kt - 1 */
+        if (kt + MM_STAGES - 1 < nk)
+            load((int)((kt + MM_STAGES - 1) % MM_STAGES), (kt + MM_STAGES - 1) * MM_BK);
+        gt_cp_commit();
+        const int stage = (int)(kt % MM_STAGES);
+#pragma unroll
+        for (int kk = 0; kk < MM_BK; kk += 16) {
+            uint32_t a[4][4], b[2][4];
+            frags(stage, kk, a, b);
+#pragma unroll
+            for (int mt = 0; mt < 4; mt++)
+#pragma unroll
+                for (int nb = 0; nb < 2; nb++)
+                    gt_mma_bf16x2(acc[mt][2 * nb], acc[mt][2 * nb + 1], a[mt], b[nb]);
+        }
+    }
+    gt_cp_wait<0>();
+}
+
 /* out[r0 .. r0 + 127 of group e] = x[rows] w[e]^T (TB: w[e] [Dout, Din]) or x w[e] ([Din, Dout]).
  */
 template <bool TB>
@@ -100,49 +140,22 @@ __global__ void __launch_bounds__(MM_THREADS, 2)
             }
         }
     };
-    float acc[4][4][4];
-#pragma unroll
-    for (int i = 0; i < 4; i++)
-#pragma unroll
-        for (int j = 0; j < 4; j++)
-#pragma unroll
-            for (int c = 0; c < 4; c++)
-                acc[i][j][c] = 0.0f;
     const int wm = warp >> 2, wn = warp & 3; /* 2 x 4 warps: rows wm * 64, columns wn * 32 */
-    const int64_t nk = (Din + MM_BK - 1) / MM_BK;
+    float acc[4][4][4];
+    gt_mm_mainloop(acc, (Din + MM_BK - 1) / MM_BK, load,
+                   [&](int stage, int kk, uint32_t(&a)[4][4], uint32_t(&b)[2][4]) {
+                       const bf16 *as = As + stage * MM_TILE_K, *bs = Bs + stage * BT;
 #pragma unroll
-    for (int st = 0; st < MM_STAGES - 1; st++) {
-        if (st < nk) load(st, st * MM_BK);
-        gt_cp_commit();
-    }
-    for (int64_t kt = 0; kt < nk; kt++) {
-        gt_cp_wait<MM_STAGES - 2>();
-        __syncthreads(); /* stage kt landed; every warp is done with stage kt - 1 */
-        if (kt + MM_STAGES - 1 < nk)
-            load((int)((kt + MM_STAGES - 1) % MM_STAGES), (kt + MM_STAGES - 1) * MM_BK);
-        gt_cp_commit();
-        const bf16 *as = As + (kt % MM_STAGES) * MM_TILE_K, *bs = Bs + (kt % MM_STAGES) * BT;
+                       for (int mt = 0; mt < 4; mt++)
+                           gt_frag_a(a[mt], as, MM_LDK, wm * 64 + mt * 16, kk, lane);
 #pragma unroll
-        for (int kk = 0; kk < MM_BK; kk += 16) {
-            uint32_t a[4][4], b[2][4];
-#pragma unroll
-            for (int mt = 0; mt < 4; mt++)
-                gt_frag_a(a[mt], as, MM_LDK, wm * 64 + mt * 16, kk, lane);
-#pragma unroll
-            for (int nb = 0; nb < 2; nb++) {
-                if constexpr (TB)
-                    gt_frag_bt2(b[nb], bs, MM_LDK, wn * 32 + nb * 16, kk, lane);
-                else
-                    gt_frag_b2(b[nb], bs, MM_LDN, kk, wn * 32 + nb * 16, lane);
-            }
-#pragma unroll
-            for (int mt = 0; mt < 4; mt++)
-#pragma unroll
-                for (int nb = 0; nb < 2; nb++)
-                    gt_mma_bf16x2(acc[mt][2 * nb], acc[mt][2 * nb + 1], a[mt], b[nb]);
-        }
-    }
-    gt_cp_wait<0>();
+                       for (int nb = 0; nb < 2; nb++) {
+                           if constexpr (TB)
+                               gt_frag_bt2(b[nb], bs, MM_LDK, wn * 32 + nb * 16, kk, lane);
+                           else
+                               gt_frag_b2(b[nb], bs, MM_LDN, kk, wn * 32 + nb * 16, lane);
+                       }
+                   });
     gt_mm_store(acc, out, dot, 0, Dout, r0 + wm * 64, r1, n0 + wn * 32, Dout, lane);
 }
 
@@ -172,47 +185,20 @@ __global__ void __launch_bounds__(MM_THREADS, 2)
             gt_cp_async16(bs + rr * MM_LDN + cc, inb ? x + r * Din + n : x, inb);
         }
     };
-    float acc[4][4][4];
-#pragma unroll
-    for (int i = 0; i < 4; i++)
-#pragma unroll
-        for (int j = 0; j < 4; j++)
-#pragma unroll
-            for (int c = 0; c < 4; c++)
-                acc[i][j][c] = 0.0f;
     const int wm = warp >> 2, wn = warp & 3;
-    const int64_t nk = (hi - lo + MM_BK - 1) / MM_BK;
+    float acc[4][4][4];
+    gt_mm_mainloop(acc, (hi - lo + MM_BK - 1) / MM_BK, load,
+                   [&](int stage, int kk, uint32_t(&a)[4][4], uint32_t(&b)[2][4]) {
+                       const bf16 *as = As + stage * MM_TILE_N, *bs = Bs + stage * MM_TILE_N;
 #pragma unroll
-    for (int st = 0; st < MM_STAGES - 1; st++) {
-        if (st < nk) load(st, st * MM_BK);
-        gt_cp_commit();
-    }
-    for (int64_t kt = 0; kt < nk; kt++) {
-        gt_cp_wait<MM_STAGES - 2>();
-        __syncthreads();
-        if (kt + MM_STAGES - 1 < nk)
-            load((int)((kt + MM_STAGES - 1) % MM_STAGES), (kt + MM_STAGES - 1) * MM_BK);
-        gt_cp_commit();
-        const bf16 *as = As + (kt % MM_STAGES) * MM_TILE_N, *bs = Bs + (kt % MM_STAGES) * MM_TILE_N;
+                       for (int mt = 0; mt < 4; mt++) { /* A[m][k] = as[k][m]: transposed 8 x 8s */
+                           int mat = lane / 8, m = wm * 64 + mt * 16 + (mat & 1) * 8;
+                           gt_ldsm4_t(a[mt], as + (kk + (mat >> 1) * 8 + lane % 8) * MM_LDN + m);
+                       }
 #pragma unroll
-        for (int kk = 0; kk < MM_BK; kk += 16) {
-            uint32_t a[4][4], b[2][4];
-#pragma unroll
-            for (int mt = 0; mt < 4; mt++) { /* A[m][k] = as[k][m]: the transposed 8 x 8s */
-                int mat = lane / 8, m = wm * 64 + mt * 16 + (mat & 1) * 8;
-                gt_ldsm4_t(a[mt], as + (kk + (mat >> 1) * 8 + lane % 8) * MM_LDN + m);
-            }
-#pragma unroll
-            for (int nb = 0; nb < 2; nb++)
-                gt_frag_b2(b[nb], bs, MM_LDN, kk, wn * 32 + nb * 16, lane);
-#pragma unroll
-            for (int mt = 0; mt < 4; mt++)
-#pragma unroll
-                for (int nb = 0; nb < 2; nb++)
-                    gt_mma_bf16x2(acc[mt][2 * nb], acc[mt][2 * nb + 1], a[mt], b[nb]);
-        }
-    }
-    gt_cp_wait<0>();
+                       for (int nb = 0; nb < 2; nb++)
+                           gt_frag_b2(b[nb], bs, MM_LDN, kk, wn * 32 + nb * 16, lane);
+                   });
     gt_mm_store(acc, out, dot, (int64_t)e * Dout * Din, Din, m0 + wm * 64, Dout, n0 + wn * 32, Din,
                 lane);
 }
