@@ -190,7 +190,7 @@ def run_graphtrain(args, model, log_path):
            "--training.local_batch_size", str(args.batch), "--training.seq_len", str(args.seq),
            "--training.steps", str(args.steps), "--metrics.log_freq", "1",
            "--metrics.peak_tflops", str(args.peak_tflops), "--job.print_config", "false",
-           "--job.dump_folder", dump]
+           "--job.dump_folder", dump] + args.gt_args.split()
     with bc.MemoryMonitor(args.gpu_ids, args.poll_s) as mon:
         t0 = time.perf_counter()
         rc, out = run_process(cmd, args.timeout, log_path)
@@ -431,7 +431,7 @@ def run_kernel_times(args, model, lib, log_path):
            "--training.device", "cuda",
            "--training.local_batch_size", str(args.batch), "--training.seq_len", str(args.seq),
            "--training.steps", str(args.kernel_steps), "--metrics.log_freq", "1",
-           "--job.print_config", "false", "--job.dump_folder", dump]
+           "--job.print_config", "false", "--job.dump_folder", dump] + args.gt_args.split()
     rc, out = run_process(cmd, args.timeout, log_path, env=env)
     shutil.rmtree(dump, ignore_errors=True)
     r = dict(command=" ".join(cmd), steps=args.kernel_steps, kernel_steps=args.kernel_steps,
@@ -670,6 +670,8 @@ def main():
                     help="only the --kernel-times runs (no timed runs)")
     ap.add_argument("--kernel-steps", type=int, default=4, help="steps of that run")
     ap.add_argument("--kernel-top", type=int, default=25, help="kernels listed per model")
+    ap.add_argument("--gt-args", default="",
+                    help="more graphtrain flags, space-separated (e.g. a dataset)")
     ap.add_argument("--json", help="write every run (all step times) here")
     ap.add_argument("--markdown", help="write the tables here")
     ap.add_argument("--log-dir", help="keep each run's output here")

@@ -226,15 +226,27 @@ __device__ __forceinline__ int64_t gt_flash_start(const gt_flash &f, int64_t bi,
 }
 
 /* The smallest and largest document start of query rows [r0, r0 + n) that exist (0 and 0 without
- * documents); every thread that asks gets the same values. */
+ * documents). A warp reduction: all 32 lanes of the calling warp take part (the callers run it in
+ * warp-uniform code), each reads every 32nd row, and every lane gets the same values. Called per
+ * tile in the dK/dV loop, so a serial scan of the rows would cost more than the tile's products. */
 __device__ __forceinline__ void gt_flash_start_range(const gt_flash &f, int64_t bi, int64_t r0,
                                                      int n, int64_t *lo, int64_t *hi)
 {
-    int64_t a = f.pos ? INT64_MAX : 0, b = 0;
-    for (int64_t i = r0; f.pos && i < r0 + n && i < f.s; i++) {
-        int64_t st = gt_flash_start(f, bi, i);
+    if (!f.pos) {
+        *lo = *hi = 0;
+        return;
+    }
+    long long a = INT64_MAX, b = 0;
+    for (int64_t i = r0 + threadIdx.x % 32; i < r0 + n && i < f.s; i += 32) {
+        long long st = gt_flash_start(f, bi, i);
         a = st < a ? st : a;
         b = st > b ? st : b;
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+        long long x = __shfl_xor_sync(0xffffffffu, a, o), y = __shfl_xor_sync(0xffffffffu, b, o);
+        a = x < a ? x : a;
+        b = y > b ? y : b;
     }
     *lo = a == INT64_MAX ? r0 : a;
     *hi = b;
@@ -269,6 +281,12 @@ __device__ __forceinline__ void gt_cp_async4(void *sh, const void *g, bool valid
     uint32_t addr = (uint32_t)__cvta_generic_to_shared(sh);
     asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(addr), "l"(g),
                  "r"(valid ? 4 : 0));
+}
+__device__ __forceinline__ void gt_cp_async8(void *sh, const void *g, bool valid)
+{
+    uint32_t addr = (uint32_t)__cvta_generic_to_shared(sh);
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;\n" ::"r"(addr), "l"(g),
+                 "r"(valid ? 8 : 0));
 }
 __device__ __forceinline__ void gt_cp_commit(void)
 {

@@ -56,14 +56,16 @@ template <int D> __global__ void gt_k_flash_dsum(gt_flash f, float *dsum, float 
 /* P and dS of a 16 x (8 NT) tile in C layout (sc holds S, dp holds dP on entry): sc becomes P and
  * dp becomes dS. The tile's rows start at r0 and its columns at c0 (absolute). KEYS_ARE_ROWS (the
  * dK/dV kernel): rows are keys, columns queries, and lse2 / D of query column ci are in shared
- * memory (lsm, dsm); otherwise rows are queries with this thread's two rows' values in
- * lr[2], dr[2] (indexed by constants once unrolled: they stay in registers). MASK: the tile may
- * hold invisible pairs (past the causal diagonal, past s or t), whose P and dS become 0; the
- * tests run in 32-bit offsets from the tile's corner. */
+ * memory (lsm, dsm, and with documents their positions psm); otherwise rows are queries with this
+ * thread's two rows' values in lr[2], dr[2] and, with documents, their starts in sr[2] (indexed
+ * by constants once unrolled: they stay in registers). MASK: the tile may hold invisible pairs
+ * (past the causal diagonal, past s or t), whose P and dS become 0; the tests run in 32-bit offsets
+ * from the tile's corner. */
 template <int NT, bool KEYS_ARE_ROWS, bool MASK>
-__device__ __forceinline__ void
-gt_flash_p_ds(const gt_flash &f, float (*sc)[4], float (*dp)[4], int64_t r0, int64_t c0, int lane,
-              const float *lsm, const float *dsm, const float *lr, const float *dr, int64_t bi)
+__device__ __forceinline__ void gt_flash_p_ds(const gt_flash &f, float (*sc)[4], float (*dp)[4],
+                                              int64_t r0, int64_t c0, int lane, const float *lsm,
+                                              const float *dsm, const long long *psm,
+                                              const float *lr, const float *dr, const int64_t *sr)
 {
     /* rows at or past rlim and columns at or past clim do not exist; a pair is past the causal
      * diagonal when key - query > 0, i.e. (ri - ci) > dk for key rows, (ci - ri) > dk otherwise */
@@ -89,9 +91,11 @@ gt_flash_p_ds(const gt_flash &f, float (*sc)[4], float (*dp)[4], int64_t r0, int
                 int ri = lane / 4 + (e >> 1) * 8, ci = n * 8 + (lane % 4) * 2 + (e & 1);
                 bool past = KEYS_ARE_ROWS ? ri - ci > dk : ci - ri > dk;
                 bool vis = ri < rlim && ci < clim && !(f.causal && past);
-                if (vis && f.pos) { /* documents: a key before its query's document start */
-                    int64_t key = KEYS_ARE_ROWS ? r0 + ri : c0 + ci;
-                    vis = key >= gt_flash_start(f, bi, KEYS_ARE_ROWS ? c0 + ci : r0 + ri);
+                if (vis && f.pos) {    /* documents: a key before its query's document start */
+                    if (KEYS_ARE_ROWS) /* query c0 + ci starts at c0 + ci - psm[ci] */
+                        vis = r0 + ri >= c0 + ci - psm[ci];
+                    else
+                        vis = c0 + ci >= sr[e >> 1];
                 }
                 p = vis ? p : 0.0f;
             }
@@ -120,10 +124,11 @@ template <int D> struct gt_flash_bwd_cfg {
     static constexpr int q_min_blocks = D == 16 ? 4 : D == 128 ? 1 : 3;
 };
 
-/* Shared memory of the dK/dV kernel: K and V tiles, then two stages of (Q, dO, lse, D). */
+/* Shared memory of the dK/dV kernel: K and V tiles, then two stages of (Q, dO, lse, D, and the
+ * queries' document positions: masked tiles read a query's start there, not from global memory). */
 template <int D, int WARPS, int MT, int BQ> struct gt_flash_dkdv_smem {
     static constexpr int bk = 16 * MT * WARPS, ld = D + GT_FLASH_PAD;
-    static constexpr int stage = 2 * BQ * ld * 2 + 2 * BQ * 4; /* bytes, a multiple of 16 */
+    static constexpr int stage = 2 * BQ * ld * 2 + 2 * BQ * 4 + BQ * 8; /* bytes, 16 | stage */
     static constexpr size_t bytes = (size_t)2 * bk * ld * 2 + 2 * (size_t)stage;
 };
 
@@ -157,6 +162,7 @@ __global__ void __launch_bounds__(32 * WARPS, MINB) gt_k_flash_dkdv(gt_flash f)
         unsigned char *sb = stages + (it & 1) * sm_::stage;
         __nv_bfloat16 *qs = (__nv_bfloat16 *)sb, *gs = qs + BQ * LD;
         float *lsm = (float *)(gs + BQ * LD), *dsm = lsm + BQ;
+        long long *psm = (long long *)(dsm + BQ);
         int64_t h = kvh * group + it / nq, bh = bi * f.hq + h, q0 = qstart + (it % nq) * BQ;
         int64_t qo = gt_flash_at(f.sq, bi, h);
         gt_flash_load_async<BQ, D, 32 * WARPS>(qs, f.q + qo, q0, f.s, f.sq.row);
@@ -166,6 +172,7 @@ __global__ void __launch_bounds__(32 * WARPS, MINB) gt_k_flash_dkdv(gt_flash f)
             int64_t at = in ? bh * f.s + q0 + r : 0;
             gt_cp_async4(lsm + r, f.lse2 + at, in);
             gt_cp_async4(dsm + r, f.dsum + at, in);
+            if (f.pos) gt_cp_async8(psm + r, f.pos + (in ? bi * f.s + q0 + r : 0), in);
         }
     };
     int64_t kvo = gt_flash_at(f.skv, bi, kvh);
@@ -200,6 +207,7 @@ __global__ void __launch_bounds__(32 * WARPS, MINB) gt_k_flash_dkdv(gt_flash f)
         unsigned char *sb = stages + (it & 1) * sm_::stage;
         const __nv_bfloat16 *qs = (const __nv_bfloat16 *)sb, *gs = qs + BQ * LD;
         const float *lsm = (const float *)(gs + BQ * LD), *dsm = lsm + BQ;
+        const long long *psm = (const long long *)(dsm + BQ);
         /* causal: every key of this warp is in the future of the tile (with MT = 2 the later 16
          * keys may be while the first are not: their P and dS are masked to 0, adding nothing) */
         int64_t qlo, qhi; /* the tile's queries' document starts (0, 0 without documents) */
@@ -254,12 +262,12 @@ __global__ void __launch_bounds__(32 * WARPS, MINB) gt_k_flash_dkdv(gt_flash f)
 #pragma unroll
                 for (int mt = 0; mt < MT; mt++)
                     gt_flash_p_ds<BQ / 8, true, true>(f, sc[mt], dp[mt], kw + mt * 16, q0, lane,
-                                                      lsm, dsm, nullptr, nullptr, bi);
+                                                      lsm, dsm, psm, nullptr, nullptr, nullptr);
             } else {
 #pragma unroll
                 for (int mt = 0; mt < MT; mt++)
                     gt_flash_p_ds<BQ / 8, true, false>(f, sc[mt], dp[mt], kw + mt * 16, q0, lane,
-                                                       lsm, dsm, nullptr, nullptr, bi);
+                                                       lsm, dsm, psm, nullptr, nullptr, nullptr);
             }
             /* dV += P^T dO, dK += dS^T Q (k-steps over the tile's queries in order). */
 #pragma unroll
@@ -338,6 +346,7 @@ __global__ void __launch_bounds__(32 * WARPS, MINB) gt_k_flash_dq(gt_flash f)
         }
     __syncthreads();
     float lse2[MT][2], dd[MT][2];
+    int64_t sr[MT][2]; /* the rows' document starts: masked tiles test keys against them */
 #pragma unroll
     for (int mt = 0; mt < MT; mt++)
 #pragma unroll
@@ -345,6 +354,7 @@ __global__ void __launch_bounds__(32 * WARPS, MINB) gt_k_flash_dq(gt_flash f)
             int64_t row = qw + mt * 16 + lane / 4 + i * 8;
             lse2[mt][i] = row < f.s ? f.lse2[bh * f.s + row] : INFINITY;
             dd[mt][i] = row < f.s ? f.dsum[bh * f.s + row] : 0.0f;
+            sr[mt][i] = gt_flash_start(f, bi, row); /* 0 past s or without documents */
         }
     float dq[MT][D / 8][4];
 #pragma unroll
@@ -406,12 +416,14 @@ __global__ void __launch_bounds__(32 * WARPS, MINB) gt_k_flash_dq(gt_flash f)
 #pragma unroll
                 for (int mt = 0; mt < MT; mt++)
                     gt_flash_p_ds<BK / 8, false, true>(f, sc[mt], dp[mt], qw + mt * 16, k0, lane,
-                                                       nullptr, nullptr, lse2[mt], dd[mt], bi);
+                                                       nullptr, nullptr, nullptr, lse2[mt], dd[mt],
+                                                       sr[mt]);
             } else {
 #pragma unroll
                 for (int mt = 0; mt < MT; mt++)
                     gt_flash_p_ds<BK / 8, false, false>(f, sc[mt], dp[mt], qw + mt * 16, k0, lane,
-                                                        nullptr, nullptr, lse2[mt], dd[mt], bi);
+                                                        nullptr, nullptr, nullptr, lse2[mt], dd[mt],
+                                                        sr[mt]);
             }
             gt_flash_acc_cb<MT, BK, D>(dq, dp, ks, LD, lane);
         }
