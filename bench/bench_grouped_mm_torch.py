@@ -1,6 +1,6 @@
 # torch._grouped_mm at DeepSeek-V3 16B's routed-expert shapes, the peer of graphtrain's grouped
-# GEMMs (cuda_moe_mma.cu; their times come from bench_gpu.py --kernel-times-only on 16B_4layers,
-# whose CUPTI table lists gt_k_gm_mma / gt_k_gmdw_mma per launch).
+# GEMMs (cuda_moe_wgmma.cu; their times come from bench_gpu.py --kernel-times-only on 16B_4layers,
+# whose CUPTI table lists gt_k_gm_wgmma / gt_k_gmdw_wgmma per launch).
 # Usage: python3 bench/bench_grouped_mm_torch.py [TOKENS] [TOPK] [EXPERTS] [DIM] [HIDDEN]
 # Rows are split over the experts as evenly as integers allow (torchtitan at init routes close
 # to that); bf16 in, bf16 out, f32 accumulation; median of 50 timed calls after 10 warm-up.

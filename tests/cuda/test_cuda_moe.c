@@ -7,8 +7,9 @@
  *     CPU kernel and to the naive reference (ties in topk forced by quantized scores; sort and
  *     count over several chunks of ids and empty experts);
  *   - grouped_matmul / grouped_matmul_dw (f32, bf16, f16; trans_b 0 / 1; 16-byte and scalar
- *     paths — bf16 16-byte is cuda_moe_mma.cu's mma.sync kernel, at 96 x 80 and 264 x 200 (several
- *     tiles, a k tail); an empty group, rows before offsets[0] and past offsets[E]): max|gpu - ref| / max|ref|
+ *     paths — bf16 16-byte is cuda_moe_wgmma.cu's wgmma kernel, at 96 x 80 and 264 x 200 (several
+ *     tiles, a k tail); an empty group, rows before offsets[0] and past offsets[E]): max|gpu - ref|
+ * / max|ref|
  *     <= 1e-5 (f32) or 1e-2 (16-bit) against the double reference and the CPU kernel, f32 also
  *     bitwise the CPU's (the same fmaf chains); rows outside the groups exactly +0;
  *   - grouped_matmul M-invariance on the device: one group's rows computed inside the full split
@@ -564,9 +565,9 @@ int main(void)
     for (int tb = 0; tb < 2; tb++) {
         test_gm(GT_F32, tb, 96, 80);
         test_gm(GT_F32, tb, 37, 50);
-        test_gm(GT_BF16, tb, 96, 80);   /* 16-byte loads: the mma.sync kernel */
+        test_gm(GT_BF16, tb, 96, 80);   /* 16-byte loads: the wgmma kernel */
         test_gm(GT_BF16, tb, 264, 200); /* several 128-wide tiles, a k tail of 8 */
-        test_gm(GT_BF16, tb, 37, 50); /* scalar loads */
+        test_gm(GT_BF16, tb, 37, 50);   /* scalar loads */
         test_gm(GT_F16, tb, 96, 80);
     }
     test_gmdw(GT_F32, 96, 80);

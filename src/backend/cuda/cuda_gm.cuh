@@ -1,4 +1,4 @@
-/* cuda_gm.cuh — what the grouped GEMM kernels share (cuda_moe_gemm.cu, cuda_moe_mma.cu): the row
+/* cuda_gm.cuh — what the grouped GEMM kernels share (cuda_moe_gemm.cu, cuda_moe_wgmma.cu): the row
  * tiles of a grouped product found from the offsets on the device, the offsets' check, a group's
  * rows. Private to src/backend/cuda. */
 #ifndef GRAPHTRAIN_CUDA_GM_CUH
@@ -95,12 +95,13 @@ static __device__ __forceinline__ void gt_gm_group(const int32_t *offsets, int e
     *hi = b;
 }
 
-/* The bf16 grouped GEMMs on mma.sync with a cp.async pipeline (cuda_moe_mma.cu), for 16-byte
- * aligned tensors with Din % 8 == 0 and Dout % 8 == 0: every output row (grouped_matmul) or every
- * weight-gradient element (grouped_matmul_dw) the same sum in the same order as described there. */
-gt_status gt_gm_mma(gt_cuda_stream *s, const gt_kernel_call *c, bool tb, int64_t R, int64_t Din,
-                    int64_t Dout, int E, gt_error *err);
-gt_status gt_gmdw_mma(gt_cuda_stream *s, const gt_kernel_call *c, int64_t R, int64_t Din,
+/* The bf16 grouped GEMMs on Hopper's wgmma with a cp.async pipeline (cuda_moe_wgmma.cu, sm_90a),
+ * for 16-byte aligned tensors with Din % 8 == 0 and Dout % 8 == 0: every output row
+ * (grouped_matmul) or every weight-gradient element (grouped_matmul_dw) the same sum in the same
+ * order as described there. */
+gt_status gt_gm_wgmma(gt_cuda_stream *s, const gt_kernel_call *c, bool tb, int64_t R, int64_t Din,
                       int64_t Dout, int E, gt_error *err);
+gt_status gt_gmdw_wgmma(gt_cuda_stream *s, const gt_kernel_call *c, int64_t R, int64_t Din,
+                        int64_t Dout, int E, gt_error *err);
 
 #endif

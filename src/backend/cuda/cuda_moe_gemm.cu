@@ -1,6 +1,6 @@
 /* cuda_moe_gemm.cu — the grouped GEMMs of the mixture of experts: grouped_matmul (each group of
  * rows of x times its expert's weight) and grouped_matmul_dw (each expert's weight gradient).
- * bf16 with 16-byte aligned rows runs the mma.sync kernels of cuda_moe_mma.cu; f16, f32 and
+ * bf16 with 16-byte aligned rows runs the wgmma kernels of cuda_moe_wgmma.cu; f16, f32 and
  * unaligned calls run here. The order of every sum is in cuda_moe.cu's header; in short:
  *   grouped_matmul: a block computes a 64 x 64 tile of rows of ONE group with one k-loop from
  *     column 0 (bf16 / f16: steps of 32 on the tensor cores, wmma 16x16x16 with f32 accumulate;
@@ -283,7 +283,7 @@ gt_status gt_cuda_grouped_matmul(gt_cuda_stream *s, const gt_kernel_call *c, gt_
     if (tc) {
         bool vec =
             Din % 8 == 0 && (tb || Dout % 8 == 0) && gt_aligned16(x->data) && gt_aligned16(w->data);
-        if (x->dtype == GT_BF16 && vec) return gt_gm_mma(s, c, tb, R, Din, Dout, (int)E, err);
+        if (x->dtype == GT_BF16 && vec) return gt_gm_wgmma(s, c, tb, R, Din, Dout, (int)E, err);
         if (x->dtype == GT_BF16 && tb)
             gt_gm_launch_tc<__nv_bfloat16, true>(s, grid, vec, R, Din, Dout, (int)E, c);
         else if (x->dtype == GT_BF16)
@@ -501,7 +501,7 @@ gt_status gt_cuda_grouped_matmul_dw(gt_cuda_stream *s, const gt_kernel_call *c, 
     bool tc = x->dtype == dy->dtype && (x->dtype == GT_BF16 || x->dtype == GT_F16);
     if (tc) {
         bool vec = Din % 8 == 0 && Dout % 8 == 0 && gt_aligned16(x->data) && gt_aligned16(dy->data);
-        if (x->dtype == GT_BF16 && vec) return gt_gmdw_mma(s, c, R, Din, Dout, (int)E, err);
+        if (x->dtype == GT_BF16 && vec) return gt_gmdw_wgmma(s, c, R, Din, Dout, (int)E, err);
         if (x->dtype == GT_BF16)
             gt_gmdw_launch_tc<__nv_bfloat16>(s, grid, vec, R, Din, Dout, (int)E, c);
         else

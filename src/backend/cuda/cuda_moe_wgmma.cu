@@ -1,0 +1,368 @@
+/* cuda_moe_wgmma.cu — the bf16 grouped GEMMs of the mixture of experts on Hopper's warpgroup
+ * MMA (wgmma.mma_async, sm_90a), operands read by the tensor cores straight from shared memory,
+ * k tiles of 64 through a three-stage cp.async pipeline, two warpgroups of 64 output rows each:
+ *   grouped_matmul: 128 x 256 output tiles (m64n256k16, one block per SM);
+ *   grouped_matmul_dw: 128 x 128 tiles of dw[e] (m64n128k16, two blocks per SM).
+ * Measured on one H100 (DeepSeek-V3 16B cut to 4 layers, 4 x 2048 tokens, docs/BENCHMARKS.md):
+ * the step's grouped products 36.5 ms on the mma.sync kernels these replace, 29.7 ms at 128 x 128
+ * everywhere, 9.2 + 8.8 ms (forward and input gradient at 128 x 256, against 10.3 + 9.3) and
+ * 10.1 ms (weight gradient at 128 x 128, against 11.6 at 128 x 256). Keeping a wgmma group in
+ * flight across k tiles (one more stage, one block per SM) was slower. Same contracts as before:
+ *   grouped_matmul: a block computes a tile of rows of ONE group with one k-loop from column 0
+ *     (k tiles of 64 in order, each four wgmma k-steps of 16 in order), so a row's bits do not
+ *     depend on the tile it falls in, its group's size or offset: M-invariant. Rows outside the
+ *     groups are zeros.
+ *   grouped_matmul_dw: a block per (expert, tile of dw[e]) runs the group's rows from
+ *     offsets[e] in chunks of 64 in row order (rows past the group zero-filled), each chunk four
+ *     wgmma k-steps of 16.
+ * The k-steps are those of the mma.sync kernels, and the step's parameters come out bitwise the
+ * same (16B_4layers, 6 steps: params xxh64 7fe83a918cfa1d50 with either).
+ * Every sum has one owner (no atomics, no split-K): bitwise reproducible.
+ *
+ * Shared memory tiles are in the 128-byte swizzle wgmma reads (a 16-byte chunk c of a 128-byte
+ * row r of an 8-row, 1024-byte atom sits at chunk c ^ (r % 8); atoms 1024-aligned):
+ *   K-major [rows][64 k] (x rows; w[e] rows when it is [Dout, Din]): row r at atom r / 8;
+ *     descriptor stride 1024 between 8-row groups, a k-step of 16 advances the start 32 bytes;
+ *   MN-major [64 k][columns] (w[e] as [Din, Dout], dy and x in the weight gradient): column
+ *     block h (64 columns, 128 bytes) at h * 8192, k row k at atom k / 8 of it; descriptor
+ *     leading offset 8192 (to the next 64 columns), stride 1024 (to the next 8 k), read
+ *     transposed. */
+#include "cuda_flash.cuh"
+#include "cuda_gm.cuh"
+
+#define WG_BM 128
+#define WG_BK 64
+#define WG_THREADS 256
+#define WG_TILE 16384 /* bytes of one operand's stage */
+#define WG_STAGES 3
+/* an A stage is WG_TILE bytes, a B stage N / 128 of them; + the alignment slack */
+#define WG_SMEM(N) (WG_STAGES * WG_TILE * (1 + (N) / 128) + 1024)
+
+typedef __nv_bfloat16 bf16;
+
+/* byte offset of chunk c (8 elements) of row r in a K-major tile */
+__device__ __forceinline__ uint32_t gt_wg_kmaj(int r, int c)
+{
+    return (uint32_t)((r >> 3) * 1024 + (r & 7) * 128 + ((c ^ (r & 7)) << 4));
+}
+/* byte offset of chunk c (0..15: columns 8c..8c+7) of k row k in an MN-major tile */
+__device__ __forceinline__ uint32_t gt_wg_mnmaj(int k, int c)
+{
+    return (uint32_t)((c >> 3) * 8192 + (k >> 3) * 1024 + (k & 7) * 128 +
+                      (((c & 7) ^ (k & 7)) << 4));
+}
+
+/* A shared-memory matrix descriptor: start address, leading and stride byte offsets (all in
+ * 16-byte units), 128-byte swizzle (bits 62-63 = 1). */
+__device__ __forceinline__ uint64_t gt_wg_desc(uint32_t saddr, uint32_t lbo, uint32_t sbo)
+{
+    return (uint64_t)((saddr & 0x3FFFF) >> 4) | (uint64_t)((lbo >> 4) & 0x3FFF) << 16 |
+           (uint64_t)((sbo >> 4) & 0x3FFF) << 32 | (uint64_t)1 << 62;
+}
+
+/* d (64 x N f32 per warpgroup: d[4 j + 2 h + c] is row 16 warp + lane / 4 + 8 h, column
+ * 8 j + 2 (lane % 4) + c) += A B, A 64 x 16 and B 16 x N from their descriptors; TA / TB: the
+ * operand is MN-major (read transposed). */
+template <int TA, int TB>
+__device__ __forceinline__ void gt_wgmma_n128(float (&d)[64], uint64_t da, uint64_t db)
+{
+    asm volatile(
+        "{\n"
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, "
+        "%19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, "
+        "%37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, "
+        "%55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, 1, 1, 1, %66, %67;\n"
+        "}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
+          "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
+          "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]),
+          "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]),
+          "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]),
+          "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]),
+          "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]),
+          "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]),
+          "+f"(d[63])
+        : "l"(da), "l"(db), "n"(TA), "n"(TB));
+}
+template <int TA, int TB>
+__device__ __forceinline__ void gt_wgmma_n256(float (&d)[128], uint64_t da, uint64_t db)
+{
+    asm volatile(
+        "{\n"
+        "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, "
+        "%19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, "
+        "%37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, "
+        "%55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, "
+        "%73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, "
+        "%91, %92, %93, %94, %95, %96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, "
+        "%107, %108, %109, %110, %111, %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, "
+        "%122, %123, %124, %125, %126, %127}, %128, %129, 1, 1, 1, %130, %131;\n"
+        "}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
+          "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
+          "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]),
+          "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]),
+          "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]),
+          "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]),
+          "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]),
+          "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]),
+          "+f"(d[63]), "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]),
+          "+f"(d[70]), "+f"(d[71]), "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]),
+          "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]),
+          "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), "+f"(d[88]), "+f"(d[89]), "+f"(d[90]),
+          "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]), "+f"(d[96]), "+f"(d[97]),
+          "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]),
+          "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]),
+          "+f"(d[110]), "+f"(d[111]), "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]),
+          "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]), "+f"(d[120]), "+f"(d[121]),
+          "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
+        : "l"(da), "l"(db), "n"(TA), "n"(TB));
+}
+template <int TA, int TB, int N>
+__device__ __forceinline__ void gt_wgmma(float (&d)[N / 2], uint64_t da, uint64_t db)
+{
+    if constexpr (N == 128)
+        gt_wgmma_n128<TA, TB>(d, da, db);
+    else
+        gt_wgmma_n256<TA, TB>(d, da, db);
+}
+
+/* The accumulators are written by the asynchronous wgmma: keep the compiler from moving their
+ * reads and writes across the fences. */
+template <int NR> __device__ __forceinline__ void gt_wg_hold(float (&d)[NR])
+{
+#pragma unroll
+    for (int i = 0; i < NR; i++)
+        asm volatile("" : "+f"(d[i])::"memory");
+}
+
+__device__ __forceinline__ uint32_t gt_smem_addr(const void *p)
+{
+    return (uint32_t)__cvta_generic_to_shared(p);
+}
+
+/* The k-loop both kernels share: d zeroed, then nk tiles of WG_BK through WG_STAGES cp.async
+ * stages (load(stage, k0) fills one stage's A and B), each WG_BK / 16 wgmma k-steps in order
+ * whose descriptors descs(stage, kk, &da, &db) gives: a sum's order depends on neither the tile
+ * nor the kernel. cp.async writes through the generic proxy and wgmma reads through the async
+ * one: each writer fences (fence.proxy.async) before the barrier that publishes the stage. */
+template <int TA, int TB, int N, typename Load, typename Descs>
+__device__ __forceinline__ void gt_wg_mainloop(float (&d)[N / 2], int64_t nk, Load load,
+                                               Descs descs)
+{
+#pragma unroll
+    for (int i = 0; i < N / 2; i++)
+        d[i] = 0.0f;
+#pragma unroll
+    for (int st = 0; st < WG_STAGES - 1; st++) {
+        if (st < nk) load(st, st * WG_BK);
+        gt_cp_commit();
+    }
+    for (int64_t kt = 0; kt < nk; kt++) {
+        gt_cp_wait<WG_STAGES - 2>();
+        asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+        __syncthreads(); /* stage kt landed; every warpgroup is done with stage kt - 1 */
+        if (kt + WG_STAGES - 1 < nk)
+            load((int)((kt + WG_STAGES - 1) % WG_STAGES), (kt + WG_STAGES - 1) * WG_BK);
+        gt_cp_commit();
+        const int stage = (int)(kt % WG_STAGES);
+        gt_wg_hold(d);
+        asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#pragma unroll
+        for (int kk = 0; kk < WG_BK; kk += 16) {
+            uint64_t da, db;
+            descs(stage, kk, &da, &db);
+            gt_wgmma<TA, TB, N>(d, da, db);
+        }
+        asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+        asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+        gt_wg_hold(d);
+    }
+    gt_cp_wait<0>();
+}
+
+/* d (a warpgroup's 64 x N) to out rows r0 + .. (below r1), columns n0 + .. (below ncols); out
+ * row stride ld (elements), base ob. */
+template <int N>
+__device__ __forceinline__ void gt_wg_store(const float (&d)[N / 2], void *out, int dot, int64_t ob,
+                                            int64_t ld, int64_t r0, int64_t r1, int64_t n0,
+                                            int64_t ncols)
+{
+    const int lane = threadIdx.x % 32, w = (threadIdx.x / 32) % 4, g = lane / 4, q = lane % 4;
+#pragma unroll
+    for (int j = 0; j < N / 8; j++)
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            int64_t r = r0 + w * 16 + g + 8 * h, n = n0 + j * 8 + 2 * q;
+            if (r >= r1) continue;
+            if (n < ncols) gt_st(out, dot, ob + r * ld + n, d[4 * j + 2 * h]);
+            if (n + 1 < ncols) gt_st(out, dot, ob + r * ld + n + 1, d[4 * j + 2 * h + 1]);
+        }
+}
+
+__device__ __forceinline__ unsigned char *gt_wg_smem_base(unsigned char *raw)
+{
+    uint32_t a = gt_smem_addr(raw);
+    return raw + ((1024 - (a & 1023)) & 1023);
+}
+
+/* out[r0 .. r0 + 127 of group e, n0 .. n0 + N - 1] = x[rows] w[e]^T (TB: w[e] [Dout, Din]) or
+ * x w[e] ([Din, Dout]). */
+template <bool TB, int N>
+__global__ void __launch_bounds__(WG_THREADS, N == 128 ? 2 : 1)
+    gt_k_gm_wgmma(int64_t R, int64_t Din, int64_t Dout, int E, const bf16 *x, const bf16 *w,
+                  const int32_t *offsets, void *out, int dot, unsigned long long *flag, int op)
+{
+    extern __shared__ __align__(16) unsigned char wg_smem[];
+    unsigned char *As = gt_wg_smem_base(wg_smem), *Bs = As + WG_STAGES * WG_TILE;
+    const int tid = threadIdx.x, wg = tid / 128;
+    const gt_gm_tile tile = gt_gm_find(offsets, E, R, blockIdx.x, WG_BM);
+    if (blockIdx.x == 0 && blockIdx.y == 0 && tid == 0) gt_gm_check(offsets, E, R, flag, op);
+    const int e = tile.e;
+    const int64_t r0 = tile.r0, r1 = tile.r1, n0 = (int64_t)blockIdx.y * N;
+    if (e < 0) return;
+    if (e == E) { /* rows outside the groups: zeros */
+        for (int l = tid; l < WG_BM * N; l += WG_THREADS) {
+            int64_t r = r0 + l / N, n = n0 + l % N;
+            if (r < r1 && n < Dout) gt_st(out, dot, r * Dout + n, 0.0f);
+        }
+        return;
+    }
+    const bf16 *we = w + (int64_t)e * Din * Dout;
+    /* a stage: A's 1024 16-byte chunks (four per thread), B's 8 N (N / 32 per thread) */
+    auto load = [&](int stage, int64_t k0) {
+        unsigned char *as = As + stage * WG_TILE, *bs = Bs + stage * (WG_TILE * N / 128);
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            int v = tid + WG_THREADS * j, rr = v / 8, c = v % 8;
+            int64_t r = r0 + rr, k = k0 + c * 8;
+            bool in = r < r1 && k < Din;
+            gt_cp_async16(as + gt_wg_kmaj(rr, c), in ? x + r * Din + k : x, in);
+        }
+#pragma unroll
+        for (int j = 0; j < N / 32; j++) {
+            int v = tid + WG_THREADS * j;
+            if constexpr (TB) {
+                int rr = v / 8, c = v % 8;
+                int64_t n = n0 + rr, k = k0 + c * 8;
+                bool inb = n < Dout && k < Din;
+                gt_cp_async16(bs + gt_wg_kmaj(rr, c), inb ? we + n * Din + k : we, inb);
+            } else {
+                int kb = v / (N / 8), cn = v % (N / 8);
+                int64_t kg = k0 + kb, n = n0 + cn * 8;
+                bool inb = kg < Din && n < Dout;
+                gt_cp_async16(bs + gt_wg_mnmaj(kb, cn), inb ? we + kg * Dout + n : we, inb);
+            }
+        }
+    };
+    float d[N / 2];
+    gt_wg_mainloop<0, TB ? 0 : 1, N>(
+        d, (Din + WG_BK - 1) / WG_BK, load, [&](int stage, int kk, uint64_t *da, uint64_t *db) {
+            uint32_t as = gt_smem_addr(As + stage * WG_TILE),
+                     bs = gt_smem_addr(Bs + stage * (WG_TILE * N / 128));
+            *da = gt_wg_desc(as + wg * 8192 + kk * 2, 16, 1024);
+            *db = TB ? gt_wg_desc(bs + kk * 2, 16, 1024)
+                     : gt_wg_desc(bs + (kk / 8) * 1024, 8192, 1024);
+        });
+    gt_wg_store<N>(d, out, dot, 0, Dout, r0 + wg * 64, r1, n0, Dout);
+}
+
+/* dw[e][m0 .., n0 ..] = sum over group e's rows r of dy[r][m] x[r][n]: A[m][r] from dy's rows
+ * ([64 r][128 m], M-major), B[r][n] from x's rows ([64 r][N n], N-major). */
+template <int N>
+__global__ void __launch_bounds__(WG_THREADS, N == 128 ? 2 : 1)
+    gt_k_gmdw_wgmma(int64_t R, int64_t Din, int64_t Dout, int E, const bf16 *x, const bf16 *dy,
+                    const int32_t *offsets, void *out, int dot, unsigned long long *flag, int op)
+{
+    extern __shared__ __align__(16) unsigned char wg_smem[];
+    unsigned char *As = gt_wg_smem_base(wg_smem), *Bs = As + WG_STAGES * WG_TILE;
+    const int tid = threadIdx.x, wg = tid / 128, e = blockIdx.z;
+    if (blockIdx.x == 0 && blockIdx.y == 0 && blockIdx.z == 0 && tid == 0)
+        gt_gm_check(offsets, E, R, flag, op);
+    int64_t lo, hi;
+    gt_gm_group(offsets, e, R, &lo, &hi);
+    const int64_t m0 = (int64_t)blockIdx.y * WG_BM, n0 = (int64_t)blockIdx.x * N;
+    auto load = [&](int stage, int64_t k0) {
+        unsigned char *as = As + stage * WG_TILE, *bs = Bs + stage * (WG_TILE * N / 128);
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            int v = tid + WG_THREADS * j, rr = v / 16, c = v % 16;
+            int64_t r = lo + k0 + rr, m = m0 + c * 8;
+            bool ina = r < hi && m < Dout;
+            gt_cp_async16(as + gt_wg_mnmaj(rr, c), ina ? dy + r * Dout + m : dy, ina);
+        }
+#pragma unroll
+        for (int j = 0; j < N / 32; j++) {
+            int v = tid + WG_THREADS * j, rr = v / (N / 8), c = v % (N / 8);
+            int64_t r = lo + k0 + rr, n = n0 + c * 8;
+            bool inb = r < hi && n < Din;
+            gt_cp_async16(bs + gt_wg_mnmaj(rr, c), inb ? x + r * Din + n : x, inb);
+        }
+    };
+    float d[N / 2];
+    gt_wg_mainloop<1, 1, N>(d, (hi - lo + WG_BK - 1) / WG_BK, load,
+                            [&](int stage, int kk, uint64_t *da, uint64_t *db) {
+                                uint32_t as = gt_smem_addr(As + stage * WG_TILE),
+                                         bs = gt_smem_addr(Bs + stage * (WG_TILE * N / 128));
+                                *da = gt_wg_desc(as + wg * 8192 + (kk / 8) * 1024, 8192, 1024);
+                                *db = gt_wg_desc(bs + (kk / 8) * 1024, 8192, 1024);
+                            });
+    gt_wg_store<N>(d, out, dot, (int64_t)e * Dout * Din, Din, m0 + wg * 64, Dout, n0, Din);
+}
+
+template <int N>
+static gt_status gt_gm_wgmma_n(gt_cuda_stream *s, const gt_kernel_call *c, bool tb, int64_t R,
+                               int64_t Din, int64_t Dout, int E, gt_error *err)
+{
+    int64_t tiles = (R + WG_BM - 1) / WG_BM + E + 2, ntiles = (Dout + N - 1) / N;
+    if (tiles > INT32_MAX || ntiles > 65535)
+        return gt_error_set(err, GT_ERR_UNSUPPORTED, "grouped_matmul: [%lld, %lld] above the grid",
+                            (long long)R, (long long)Dout);
+    dim3 grid((unsigned)tiles, (unsigned)ntiles);
+    const bf16 *x = (const bf16 *)c->in[0]->data, *w = (const bf16 *)c->in[1]->data;
+    const int32_t *off = (const int32_t *)c->in[2]->data;
+    gt_tensor *o = c->out[0];
+    if (tb) {
+        GT_TRY(gt_cuda_smem_limit(s, c, (const void *)gt_k_gm_wgmma<true, N>, WG_SMEM(N), err));
+        gt_k_gm_wgmma<true, N><<<grid, WG_THREADS, WG_SMEM(N), s->stream>>>(
+            R, Din, Dout, E, x, w, off, o->data, o->dtype, s->flag, (int)c->op);
+    } else {
+        GT_TRY(gt_cuda_smem_limit(s, c, (const void *)gt_k_gm_wgmma<false, N>, WG_SMEM(N), err));
+        gt_k_gm_wgmma<false, N><<<grid, WG_THREADS, WG_SMEM(N), s->stream>>>(
+            R, Din, Dout, E, x, w, off, o->data, o->dtype, s->flag, (int)c->op);
+    }
+    return gt_cuda_launched(c, err);
+}
+
+gt_status gt_gm_wgmma(gt_cuda_stream *s, const gt_kernel_call *c, bool tb, int64_t R, int64_t Din,
+                      int64_t Dout, int E, gt_error *err)
+{
+    return gt_gm_wgmma_n<256>(s, c, tb, R, Din, Dout, E, err);
+}
+
+template <int N>
+static gt_status gt_gmdw_wgmma_n(gt_cuda_stream *s, const gt_kernel_call *c, int64_t R, int64_t Din,
+                                 int64_t Dout, int E, gt_error *err)
+{
+    int64_t nt = (Din + N - 1) / N, mt = (Dout + WG_BM - 1) / WG_BM;
+    if (nt > INT32_MAX || mt > 65535 || E > 65535)
+        return gt_error_set(err, GT_ERR_UNSUPPORTED,
+                            "grouped_matmul_dw: [%lld, %lld, %lld] above the grid", (long long)E,
+                            (long long)Dout, (long long)Din);
+    dim3 grid((unsigned)nt, (unsigned)mt, (unsigned)E);
+    GT_TRY(gt_cuda_smem_limit(s, c, (const void *)gt_k_gmdw_wgmma<N>, WG_SMEM(N), err));
+    gt_k_gmdw_wgmma<N><<<grid, WG_THREADS, WG_SMEM(N), s->stream>>>(
+        R, Din, Dout, E, (const bf16 *)c->in[0]->data, (const bf16 *)c->in[1]->data,
+        (const int32_t *)c->in[2]->data, c->out[0]->data, c->out[0]->dtype, s->flag, (int)c->op);
+    return gt_cuda_launched(c, err);
+}
+
+gt_status gt_gmdw_wgmma(gt_cuda_stream *s, const gt_kernel_call *c, int64_t R, int64_t Din,
+                        int64_t Dout, int E, gt_error *err)
+{
+    return gt_gmdw_wgmma_n<128>(s, c, R, Din, Dout, E, err);
+}
