@@ -177,6 +177,26 @@ static gt_status run_probes(solver *S, gt_autopar_cost *c0, double **unary, doub
     return st;
 }
 
+/* The backend's FSDP policy for the chosen layout: the gathered buckets get what the budget
+ * leaves after parameters, gradients, optimizer state and the activations as saved. */
+static gt_status pick_policy(solver *S, gt_autopar_result *r, gt_error *err)
+{
+    gt_graph *spmd = NULL;
+    GT_TRY(gt_parallelize(S->g, S->plan, (const gt_placement(*)[GT_MESH_MAX_DIMS])r->layout, &spmd,
+                          err));
+    const gt_autopar_options *o = S->o;
+    double allowance = -1;
+    if (o->memory_budget_b > 0) {
+        allowance = o->memory_budget_b - r->cost.memory_b;
+        if (allowance < 0) allowance = 0;
+    }
+    gt_status st =
+        gt_autopar_pick_policy(spmd, o->binding, &o->device, allowance, o->fsdp_bucket_cap_mb,
+                               o->fsdp_prefetch_depth, &r->cost.policy, err);
+    gt_graph_free(spmd);
+    return st;
+}
+
 gt_status gt_autopar_solve(const gt_graph *g, const gt_parallel_plan *plan,
                            const gt_autopar_options *o, gt_autopar_result **out, gt_error *err)
 {
@@ -328,6 +348,7 @@ gt_status gt_autopar_solve(const gt_graph *g, const gt_parallel_plan *plan,
                               "priced exactly; raise it",
                               o->memory_budget_b / GIB);
     }
+    if (st == GT_OK) st = pick_policy(&S, r, err);
     r->n_probes = S.n_probes;
     for (int c = 0; c < nc; c++) {
         if (unary) free(unary[c]);
