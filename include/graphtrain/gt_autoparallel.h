@@ -24,7 +24,9 @@
  * so the candidates — the ILP's layout, the unary-only ILP's, a descent over single cheaper moves
  * from the better of them — and both hand plans are priced exactly, and the cheapest that fits
  * is the result (a strategy off the hand plan pays a tie-break: FSDP on a data-parallel mesh,
- * where nothing is cheaper, gives the hand plan's graph). */
+ * where nothing is cheaper, gives the hand plan's graph). Then the activations' one decision:
+ * with tp > 1, sequence parallelism stays on unless the result is priced cheaper with the
+ * activations replicated over tp (gt_autopar_result.sequence_parallel). */
 #ifndef GRAPHTRAIN_GT_AUTOPARALLEL_H
 #define GRAPHTRAIN_GT_AUTOPARALLEL_H
 
@@ -141,6 +143,12 @@ typedef struct {
     bool has_fsdp_tp;                         /* tp > 1 */
     double ilp_objective_s;                   /* the ILP's modelled cost of its own layout */
     const char *picked; /* "ilp", or the hand plan that evaluated cheaper: "fsdp", "fsdp_tp" */
+    /* the activations between tensor-parallel regions: sharded by sequence over tp (true) or
+     * replicated; hand it to gt_parallelize with the layout (plan.sequence_parallel). Only
+     * turned off when the plan allowed it and the layout is cheaper so. sp_other_total_s: the
+     * layout's cost with the other choice (-1: not priced: tp = 1 or the plan had it off). */
+    bool sequence_parallel;
+    double sp_other_total_s;
     int n_probes, n_columns, n_rows;
     double probe_s, ilp_s; /* wall time of the probes and of CBC */
 } gt_autopar_result;

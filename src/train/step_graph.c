@@ -129,6 +129,7 @@ gt_status gt_train_parallelize_explain(const gt_config *cfg, const gt_train_layo
     if (st == GT_OK && cfg->compile.enable_autoparallel) {
         st = gt_train_autoparallel(cfg, layout, g, &plan, &ap, err);
         if (st == GT_OK) memcpy(place, ap->layout, (size_t)g->n_inputs * sizeof *place);
+        if (st == GT_OK) plan.sequence_parallel = ap->sequence_parallel;
     }
     if (st == GT_OK)
         st = gt_parallelize(g, &plan, (const gt_placement(*)[GT_MESH_MAX_DIMS])place, &spmd, err);
