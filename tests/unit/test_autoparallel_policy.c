@@ -161,6 +161,11 @@ static void test_policy(const char *what, setup *s, const gt_autopar_device *d0)
                mine.prefetch_depth == 3,
            "%s: the user's 3.5 MiB and depth 3 became %g MiB and %d", what, mine.bucket_cap_mb,
            mine.prefetch_depth);
+    gt_autopar_policy deep = pick(s, d0, -1, 1, 8), less = pick(s, d0, -1, 1, 4);
+    EXPECT(deep.prefetch_depth == 8 && deep.inflight_b >= less.inflight_b &&
+               deep.exposed_s <= less.exposed_s,
+           "%s: depth 8 of 1 MiB buckets holds %.0f bytes, exposes %.6g s; depth 4 %.0f, %.6g",
+           what, deep.inflight_b, deep.exposed_s, less.inflight_b, less.exposed_s);
     char line[512];
     gt_autopar_policy_format(&mine, line, sizeof line);
     EXPECT(strstr(line, "3.5 MiB (yours)") && strstr(line, "fsdp_prefetch_depth 3 (yours)"),

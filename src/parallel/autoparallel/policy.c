@@ -8,7 +8,8 @@
 #include "parallel/autoparallel/autopar_internal.h"
 
 #define MIB (1024.0 * 1024.0)
-#define MAX_DEPTH 4
+#define MAX_DEPTH 4          /* the picks' deepest prefetch */
+#define MAX_PRICED 8         /* the deepest a user may fix (compile.fsdp_prefetch_depth) */
 #define HIDDEN_FRACTION 0.01 /* "hides": exposed <= this much of the modelled compute */
 
 /* One unit's share of a phase, in the order its compute runs. */
@@ -191,7 +192,7 @@ static double inflight_b(const buckets *k, int depth)
 
 typedef struct {
     double cap_mb;
-    double exposed[MAX_DEPTH + 1], inflight[MAX_DEPTH + 1];
+    double exposed[MAX_PRICED + 1], inflight[MAX_PRICED + 1];
     double gather_s;
     int n_buckets;
 } candidate;
@@ -208,7 +209,7 @@ static void price(const phase_model *ph, const gt_autopar_device *d, candidate *
         for (int j = 0; j < k.n; j++)
             c->gather_s += k.gather_s[j];
         c->n_buckets += k.n;
-        for (int dep = 1; dep <= MAX_DEPTH; dep++) {
+        for (int dep = 1; dep <= MAX_PRICED; dep++) {
             c->exposed[dep] += exposed_s(&k, dep);
             double m = inflight_b(&k, dep);
             if (m > c->inflight[dep]) c->inflight[dep] = m;
@@ -275,8 +276,8 @@ gt_status gt_autopar_pick_policy(const gt_graph *spmd, const gt_sym_binding *b,
         cs[i].cap_mb = caps[i];
         price(ph, d, &cs[i]);
     }
-    int lo = depth > 0 ? (depth < MAX_DEPTH ? depth : MAX_DEPTH) : 1,
-        hi = depth > 0 ? lo : MAX_DEPTH;
+    int lo = depth > 0 ? (depth < MAX_PRICED ? depth : MAX_PRICED) : 1;
+    int hi = depth > 0 ? lo : MAX_DEPTH;
     double eps = HIDDEN_FRACTION * out->compute_s;
     /* preferred: the smallest cap that hides at some depth, the smallest depth that hides there */
     int ci = -1, dep = -1;
