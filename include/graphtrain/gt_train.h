@@ -114,9 +114,10 @@ gt_status gt_train_model_config(const gt_config *cfg, gt_model_config *mc, gt_er
  * fsdp_reshard_after_forward != never); nothing when the mesh is one rank. */
 gt_status gt_train_parallelize(const gt_config *cfg, const gt_train_layout *layout, gt_graph *g,
                                gt_error *err);
-/* The same; with compile.enable_autoparallel the input placements come from the solver
- * (gt_train_autoparallel) and, when explain is not NULL, its explanation is printed there and
- * *chosen (may be NULL) receives the chosen layout's modelled cost. */
+/* The same; with compile.enable_autoparallel the input placements and the sequence-parallel
+ * choice come from the solver (gt_train_autoparallel) and, when explain is not NULL, its
+ * explanation is printed there and *chosen (may be NULL) receives the chosen layout's modelled
+ * cost and FSDP pass policy. */
 gt_status gt_train_parallelize_explain(const gt_config *cfg, const gt_train_layout *layout,
                                        gt_graph *g, FILE *explain, gt_autopar_cost *chosen,
                                        gt_error *err);

@@ -262,7 +262,7 @@ int gt_cli_graph(const command_spec *cmd, split_args *sa)
     if (compile) {
         char passes_dir[4200];
         snprintf(passes_dir, sizeof passes_dir, "%s/passes", rank_dir);
-        gt_config compile_cfg; /* the autoparallel backend picks the memory policy */
+        gt_config compile_cfg; /* the autoparallel backend picks the memory policy and FSDP knobs */
         gt_train_autoparallel_compile_config(&cfg, &chosen, &compile_cfg);
         char line[1024];
         if (explain &&

@@ -261,7 +261,7 @@ gt_status gt_train_build_graph_layout(const gt_config *cfg, const gt_train_layou
     gt_autopar_cost chosen = {0};
     gt_status st = gt_train_parallelize_explain(cfg, layout, g, NULL, &chosen, err);
     if (st != GT_OK || !cfg->compile.enable) return st;
-    gt_config compile_cfg; /* the autoparallel backend picks the memory policy */
+    gt_config compile_cfg; /* the autoparallel backend picks the memory policy and FSDP knobs */
     gt_train_autoparallel_compile_config(cfg, &chosen, &compile_cfg);
     char line[1024];
     if (gt_train_autoparallel_describe(cfg, &compile_cfg, &chosen, line, sizeof line))
