@@ -185,6 +185,7 @@ typedef struct {
     gt_cfg_memory_policy memory_policy;
     double activation_memory_budget_gb; /* memory_policy = budget */
     double fsdp_bucket_cap_mb;          /* 0: one FSDP bucket per transformer block */
+    int64_t fsdp_prefetch_depth;        /* FSDP buckets gathered ahead; 0: one */
     gt_cfg_fsdp_gathers fsdp_gathers;
     gt_cfg_strings disable_passes;
     bool debug_graph_passes;

@@ -66,6 +66,8 @@ typedef struct {
      * still bucketed); fsdp_reorder keeps a block's gathers adjacent, which the CUDA executor
      * posts as one NCCL group. */
     bool gathers_unbucketed;
+    /* fsdp_reorder: how many FSDP buckets are gathered ahead of the one computing; 0 or 1: one */
+    int fsdp_prefetch_depth;
 } gt_pass_options;
 
 /* What a pass is given besides the graph. */

@@ -114,9 +114,10 @@ gt_status gt_train_model_config(const gt_config *cfg, gt_model_config *mc, gt_er
  * fsdp_reshard_after_forward != never); nothing when the mesh is one rank. */
 gt_status gt_train_parallelize(const gt_config *cfg, const gt_train_layout *layout, gt_graph *g,
                                gt_error *err);
-/* The same; with compile.enable_autoparallel the input placements come from the solver
- * (gt_train_autoparallel) and, when explain is not NULL, its explanation is printed there and
- * *chosen (may be NULL) receives the chosen layout's modelled cost. */
+/* The same; with compile.enable_autoparallel the input placements and the sequence-parallel
+ * choice come from the solver (gt_train_autoparallel) and, when explain is not NULL, its
+ * explanation is printed there and *chosen (may be NULL) receives the chosen layout's modelled
+ * cost and FSDP pass policy. */
 gt_status gt_train_parallelize_explain(const gt_config *cfg, const gt_train_layout *layout,
                                        gt_graph *g, FILE *explain, gt_autopar_cost *chosen,
                                        gt_error *err);
@@ -126,11 +127,17 @@ gt_status gt_train_parallelize_explain(const gt_config *cfg, const gt_train_layo
 gt_status gt_train_autoparallel(const gt_config *cfg, const gt_train_layout *layout,
                                 const gt_graph *g, const gt_parallel_plan *plan,
                                 gt_autopar_result **out, gt_error *err);
-/* cfg as the pass pipeline should see it: with compile.autoparallel_backend = autoparallel and a
- * memory budget, the memory policy is `budget` with what the budget leaves after the chosen
- * layout's parameters, gradients and optimizer state (a shallow copy: do not free). */
+/* cfg as the pass pipeline should see it: with compile.autoparallel_backend = autoparallel, the
+ * FSDP bucket cap and prefetch depth of the chosen layout's policy (gt_autopar_policy; the
+ * user's nonzero values kept), and with a memory budget the memory policy `budget` with what the
+ * budget leaves after the layout's parameters, gradients, optimizer state and gathered buckets
+ * in flight (a shallow copy: do not free). */
 void gt_train_autoparallel_compile_config(const gt_config *cfg, const gt_autopar_cost *chosen,
                                           gt_config *out);
+/* With the autoparallel backend, one line into buf saying what it chose for the passes (the
+ * explanation's and the train log's); false otherwise. */
+bool gt_train_autoparallel_describe(const gt_config *cfg, const gt_config *compile_cfg,
+                                    const gt_autopar_cost *chosen, char *buf, size_t len);
 
 /* Runs the pass pipeline on a step graph as cfg's compile section says (disabled passes, memory
  * policy and budget at the configured batch and seq); dump_dir (may be NULL) receives every pass's

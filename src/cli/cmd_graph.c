@@ -262,18 +262,12 @@ int gt_cli_graph(const command_spec *cmd, split_args *sa)
     if (compile) {
         char passes_dir[4200];
         snprintf(passes_dir, sizeof passes_dir, "%s/passes", rank_dir);
-        gt_config compile_cfg; /* the autoparallel backend picks the memory policy */
+        gt_config compile_cfg; /* the autoparallel backend picks the memory policy and FSDP knobs */
         gt_train_autoparallel_compile_config(&cfg, &chosen, &compile_cfg);
-        if (explain && cfg.compile.autoparallel_backend == GT_CFG_AUTOPAR_AUTOPARALLEL) {
-            if (compile_cfg.compile.memory_policy == GT_CFG_MEMORY_BUDGET)
-                fprintf(explain,
-                        "backend autoparallel: memory_policy budget, %.3f GiB of activations "
-                        "(the budget less the chosen layout's parameters, gradients and "
-                        "optimizer state)\n",
-                        compile_cfg.compile.activation_memory_budget_gb);
-            else
-                fprintf(explain, "backend autoparallel: no memory budget, the configured "
-                                 "memory_policy\n");
+        char line[1024];
+        if (explain &&
+            gt_train_autoparallel_describe(&cfg, &compile_cfg, &chosen, line, sizeof line)) {
+            fprintf(explain, "%s\n", line);
             fflush(explain);
         }
         if (gt_train_compile_graph_layout(&compile_cfg, &layout, g, dump_dir ? passes_dir : NULL,

@@ -207,7 +207,11 @@ static const gt_cfg_option options[] = {
      FLOAT_RANGE(0, 1e6), .help = "activation memory budget in GiB for memory_policy = budget"},
     {OPT(compile, fsdp_bucket_cap_mb, GT_CFG_FLOAT), .default_value = "0.0", FLOAT_RANGE(0, 1e6),
      .help = "fsdp_bucketing: split each transformer block's bucket into pieces of at most this "
-             "many MiB (unsharded sizes); 0: one bucket per block"},
+             "many MiB (unsharded sizes); 0: one bucket per block (with "
+             "compile.autoparallel_backend = autoparallel: the solver's pick)"},
+    {OPT(compile, fsdp_prefetch_depth, GT_CFG_INT), .default_value = "0", INT_RANGE(0, 8),
+     .help = "fsdp_reorder: how many FSDP buckets are gathered ahead of the one computing; 0: "
+             "one (with compile.autoparallel_backend = autoparallel: the solver's pick)"},
     {OPT(compile, fsdp_gathers, GT_CFG_ENUM), .default_value = "bucketed", .choices = fsdp_gathers,
      .help = "FSDP parameter all-gathers: bucketed gathers a block's shards as one buffer (cast "
              "straight into it, reused by the backward's re-gather) and unpacks the tensors "
@@ -227,8 +231,10 @@ static const gt_cfg_option options[] = {
     {OPT(compile, autoparallel_backend, GT_CFG_ENUM), .default_value = "native",
      .choices = autoparallel_backends,
      .help = "compile.enable_autoparallel: native compiles the chosen layout with the configured "
-             "passes; autoparallel also takes the memory policy from the solver's cost model "
-             "and parallelism.autoparallel_memory_budget_gb"},
+             "passes; autoparallel also takes the memory policy, the FSDP bucket size and the "
+             "prefetch depth from the solver's cost model and "
+             "parallelism.autoparallel_memory_budget_gb (a nonzero fsdp_bucket_cap_mb or "
+             "fsdp_prefetch_depth of yours wins)"},
     {OPT(compile, precompile_artifact_dir, GT_CFG_STRING), .default_value = "",
      .help = "folder of the precompiled step (DIR/step.graph; micro_step.graph with gradient "
              "accumulation): every rank loads it when it is there and was compiled for this "

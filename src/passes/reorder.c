@@ -11,9 +11,12 @@
  *       parameter casts and views feeding them, move to right before the first compute node of
  *       group i (forward: layer i+1 is gathered while layer i computes; backward, whose groups
  *       come in reverse layer order, likewise), but never ahead of group i's own starts and never
- *       further ahead than that: at most one bucket is gathered ahead (memory); a phase's first
- *       group moves to right before the first compute node of the bucket computed just before
- *       its first use, if any (backward: the block after it, whose weights stayed gathered);
+ *       further ahead than that: at most one bucket is gathered ahead (memory); with
+ *       options->fsdp_prefetch_depth = d > 1, group i+d's starts go before group i's first
+ *       compute node instead, d buckets ahead (groups 1 .. d-1 right after their predecessor's
+ *       starts); a phase's first group moves to right before the first compute node of the
+ *       bucket computed just before its first use, if any (backward: the block after it, whose
+ *       weights stayed gathered);
  *     - gradient reduce-scatters and all-reduces start as soon as their inputs exist (with the
  *       flatten/concat nodes that only feed them);
  *     - so do the collectives of activations (starts without an FSDP tag: the token embedding's
@@ -480,12 +483,18 @@ static int64_t previous_bucket_start(const reorder_state *s, uint8_t phase, int6
     return -1;
 }
 
-static void prefetch_gathers(reorder_state *s, const coll *c, const group *gr, int32_t ng)
+/* depth: how many groups are gathered ahead of the one computing (options->fsdp_prefetch_depth;
+ * 1 by default). Group m of a phase starts before the first compute node of group m - depth, never
+ * ahead of group m - 1's starts; groups 1 .. depth - 1 right after their predecessor's starts. */
+static void prefetch_gathers(reorder_state *s, const coll *c, const group *gr, int32_t ng,
+                             int depth)
 {
+    gt_node_id *fcs = gt_xmalloc(((size_t)ng + 1) * sizeof *fcs);
     /* per phase, in node order of the groups */
     for (int phase = 0; phase <= GT_PHASE_OPTIMIZER; phase++) {
         gt_node_id lo = 0;
-        int64_t next_major = -1; /* where the next group's starts go; -1 = stay */
+        int32_t m = 0;      /* the group's index within its phase */
+        int64_t after = -1; /* right after the previous group's last start */
         for (int32_t i = 0; i < ng; i++) {
             const group *q = &gr[i];
             if (c[q->first].phase != phase) continue;
@@ -494,8 +503,13 @@ static void prefetch_gathers(reorder_state *s, const coll *c, const group *gr, i
                 if (s->wait_fu[c[k].wait] < fu) fu = s->wait_fu[c[k].wait];
                 if (c[k].start > last_start) last_start = c[k].start;
             }
-            int64_t major = next_major;
-            if (major < 0) major = previous_bucket_start(s, (uint8_t)phase, c[q->first].bucket, fu);
+            int64_t major;
+            if (m == 0)
+                major = previous_bucket_start(s, (uint8_t)phase, c[q->first].bucket, fu);
+            else if (m < depth)
+                major = after;
+            else
+                major = fcs[m - depth] > after ? fcs[m - depth] : after;
             if (major > fu) major = fu;
             for (int32_t k = q->first; k < q->first + q->count; k++) {
                 if (major >= 0)
@@ -503,14 +517,16 @@ static void prefetch_gathers(reorder_state *s, const coll *c, const group *gr, i
                 else
                     s->keys[c[k].start] = (gt_pass_key){c[k].start, GT_KEY_STAY};
             }
-            /* group i+1 starts before group i's first compute node, not ahead of group i */
+            /* group m + depth starts before group m's first compute node, not ahead of group
+             * m + depth - 1 */
             gt_node_id fc = first_compute(s, (uint8_t)phase, c[q->first].bucket, lo, fu);
-            int64_t after = major >= 0 ? s->keys[c[q->first + q->count - 1].start].major
-                                       : (int64_t)last_start + 1;
-            next_major = fc > after ? fc : after;
+            after = major >= 0 ? s->keys[c[q->first + q->count - 1].start].major
+                               : (int64_t)last_start + 1;
+            fcs[m++] = fc;
             lo = fc < s->n ? fc + 1 : lo;
         }
     }
+    free(fcs);
 }
 
 static void place_gradients(reorder_state *s, coll *c, group *gr, int32_t ng)
@@ -576,7 +592,9 @@ static void defer_late_waits(reorder_state *s, const coll *c, int32_t nc)
 
 gt_status gt_pass_fsdp_reorder(gt_graph *g, const gt_pass_ctx *ctx, gt_error *err)
 {
-    (void)ctx;
+    int depth = ctx && ctx->options && ctx->options->fsdp_prefetch_depth > 1
+                    ? ctx->options->fsdp_prefetch_depth
+                    : 1;
     if (g->mesh.ndim == 0 || g->n_nodes == 0) return GT_OK;
     int32_t n = g->n_nodes;
     gt_node_id *wait_of = gt_pass_find_waits(g);
@@ -627,7 +645,7 @@ gt_status gt_pass_fsdp_reorder(gt_graph *g, const gt_pass_ctx *ctx, gt_error *er
 
     group *gr = gt_xmalloc(((size_t)nc + 1) * sizeof *gr);
     int32_t ng = make_groups(c, nc, 0, gr);
-    prefetch_gathers(&s, c, gr, ng);
+    prefetch_gathers(&s, c, gr, ng, depth);
     for (int32_t i = 0; i < ng; i++)
         for (int32_t k = gr[i].first; k < gr[i].first + gr[i].count; k++)
             place_wait(&s, c[k].wait, s.wait_fu[c[k].wait],

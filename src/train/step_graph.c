@@ -129,6 +129,7 @@ gt_status gt_train_parallelize_explain(const gt_config *cfg, const gt_train_layo
     if (st == GT_OK && cfg->compile.enable_autoparallel) {
         st = gt_train_autoparallel(cfg, layout, g, &plan, &ap, err);
         if (st == GT_OK) memcpy(place, ap->layout, (size_t)g->n_inputs * sizeof *place);
+        if (st == GT_OK) plan.sequence_parallel = ap->sequence_parallel;
     }
     if (st == GT_OK)
         st = gt_parallelize(g, &plan, (const gt_placement(*)[GT_MESH_MAX_DIMS])place, &spmd, err);
@@ -260,8 +261,11 @@ gt_status gt_train_build_graph_layout(const gt_config *cfg, const gt_train_layou
     gt_autopar_cost chosen = {0};
     gt_status st = gt_train_parallelize_explain(cfg, layout, g, NULL, &chosen, err);
     if (st != GT_OK || !cfg->compile.enable) return st;
-    gt_config compile_cfg; /* the autoparallel backend picks the memory policy */
+    gt_config compile_cfg; /* the autoparallel backend picks the memory policy and FSDP knobs */
     gt_train_autoparallel_compile_config(cfg, &chosen, &compile_cfg);
+    char line[1024];
+    if (gt_train_autoparallel_describe(cfg, &compile_cfg, &chosen, line, sizeof line))
+        gt_log(GT_LOG_INFO, "%s", line);
     cfg = &compile_cfg;
 
     /* with compile.debug_graph_passes, listings, DOT and op-count diffs per pass go to
@@ -372,6 +376,7 @@ gt_status gt_train_compile_graph_layout(const gt_config *cfg, const gt_train_lay
     o.memory_budget_bytes = (int64_t)(cfg->compile.activation_memory_budget_gb * 1073741824.0);
     o.bucket_cap_bytes = (int64_t)(cfg->compile.fsdp_bucket_cap_mb * 1048576.0);
     o.gathers_unbucketed = cfg->compile.fsdp_gathers == GT_CFG_FSDP_GATHERS_GROUPED;
+    o.fsdp_prefetch_depth = (int)cfg->compile.fsdp_prefetch_depth;
     o.binding = &binding;
     o.measure = measure_step_arena;
     o.measure_user = &binding;

@@ -51,6 +51,9 @@ gt_status gt_train_autoparallel(const gt_config *cfg, const gt_train_layout *lay
     o.binding = &binding;
     o.memory_budget_b = cfg->parallelism.autoparallel_memory_budget_gb * 1073741824.0;
     o.budget_state_only = cfg->compile.autoparallel_backend == GT_CFG_AUTOPAR_AUTOPARALLEL;
+    /* the FSDP knobs the user set (nonzero) stay theirs; 0 leaves them to the solver */
+    o.fsdp_bucket_cap_mb = cfg->compile.fsdp_bucket_cap_mb;
+    o.fsdp_prefetch_depth = (int)cfg->compile.fsdp_prefetch_depth;
     return gt_autopar_solve(g, plan, &o, out, err);
 }
 
@@ -60,14 +63,44 @@ void gt_train_autoparallel_compile_config(const gt_config *cfg, const gt_autopar
     *out = *cfg; /* a shallow copy: only read, never freed */
     double budget = cfg->parallelism.autoparallel_memory_budget_gb;
     if (!cfg->compile.enable_autoparallel || !chosen ||
-        cfg->compile.autoparallel_backend != GT_CFG_AUTOPAR_AUTOPARALLEL || budget <= 0)
+        cfg->compile.autoparallel_backend != GT_CFG_AUTOPAR_AUTOPARALLEL)
         return;
-    /* what the budget leaves after parameters, gradients and optimizer state is the activations'
-     * (at least a MiB: the memory policy then recomputes what it can) */
+    const gt_autopar_policy *p = &chosen->policy;
+    if (p->has_fsdp) { /* the user's nonzero values came back unchanged */
+        out->compile.fsdp_bucket_cap_mb = p->bucket_cap_mb;
+        out->compile.fsdp_prefetch_depth = p->prefetch_depth;
+    }
+    if (budget <= 0) return;
+    /* what the budget leaves after parameters, gradients, optimizer state and the gathered
+     * buckets in flight is the activations' (at least a MiB: the memory policy then recomputes
+     * what it can) */
     double state = (chosen->params_b + chosen->grads_b + chosen->opt_b) / 1073741824.0;
-    double act = budget - state;
+    double act = budget - state - p->inflight_b / 1073741824.0;
     out->compile.memory_policy = GT_CFG_MEMORY_BUDGET;
     out->compile.activation_memory_budget_gb = act > 1.0 / 1024 ? act : 1.0 / 1024;
+}
+
+bool gt_train_autoparallel_describe(const gt_config *cfg, const gt_config *compile_cfg,
+                                    const gt_autopar_cost *chosen, char *buf, size_t len)
+{
+    if (!cfg->compile.enable_autoparallel || !chosen ||
+        cfg->compile.autoparallel_backend != GT_CFG_AUTOPAR_AUTOPARALLEL)
+        return false;
+    char policy[512];
+    gt_autopar_policy_format(&chosen->policy, policy, sizeof policy);
+    if (compile_cfg->compile.memory_policy == GT_CFG_MEMORY_BUDGET &&
+        cfg->parallelism.autoparallel_memory_budget_gb > 0)
+        snprintf(buf, len,
+                 "backend autoparallel: memory_policy budget, %.3f GiB of activations (the "
+                 "budget less the chosen layout's parameters, gradients, optimizer state and "
+                 "gathered buckets); %s",
+                 compile_cfg->compile.activation_memory_budget_gb, policy);
+    else
+        snprintf(buf, len,
+                 "backend autoparallel: no memory budget, the configured "
+                 "memory_policy; %s",
+                 policy);
+    return true;
 }
 
 /* ---------------------------------------------------------------- the mesh */

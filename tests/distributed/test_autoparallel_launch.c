@@ -4,10 +4,13 @@
  *   - dp_shard 2 (2 ranks) and dp_shard 2 x tp 2 (4 ranks), backend native: every step's loss
  *     within 1e-5 relative of one rank's, the step-10 parameters within 1e-5 (max |a - b| over a
  *     tensor relative to max |a|);
- *   - dp_shard 2 x tp 2 with backend autoparallel (memory policy from the solver's budget) runs
- *     and tracks one rank the same way;
+ *   - backend autoparallel (memory policy, FSDP bucket cap and prefetch depth from the solver's
+ *     cost model and budget; the log header says what it chose) on dp_shard 2 and dp_shard 2 x
+ *     tp 2: tracks one rank the same way, and is bitwise the native run of the same layout (the
+ *     passes it steers only move bytes and reorder);
  *   - on dp_shard 2 the solver chooses FSDP at this shape: bitwise the hand FSDP run;
- *   - the 4-rank native run twice: the same loss and grad_norm bits and the same checkpoint bytes.
+ *   - the 4-rank runs twice, native and backend: the same loss and grad_norm bits and the same
+ *     checkpoint bytes.
  * The layout is whatever the solver chooses on the CPU cost model; test_autoparallel checks the
  * choices themselves. */
 #include "launch.h" /* first: train_child.h defines _GNU_SOURCE */
@@ -34,6 +37,33 @@ static void run(const char *base, const char *name, const launch_layout *l, cons
     if (!r->ok) launch_show_tail(out_path);
 }
 
+/* Two runs of one layout: every step's loss and grad_norm bits and the final checkpoint's bytes
+ * the same. */
+static void expect_bitwise(const launch_result *a, const launch_result *b, const char *what)
+{
+    if (!a->ok || !b->ok) return;
+    bool same = false;
+    int differ = launch_bitwise_diff(a, b, LAUNCH_STEPS, &same);
+    EXPECT(differ == 0 && same, "%s: %d steps with other loss or grad_norm bits; checkpoints %s",
+           what, differ, same ? "same" : "differ");
+}
+
+/* The backend's choice is in the run's log header (rank 0's). */
+static void expect_policy_logged(const launch_result *r, const char *what)
+{
+    if (!r->ok) return;
+    char path[700];
+    snprintf(path, sizeof path, "%s/output.txt", r->dump);
+    FILE *f = fopen(path, "r");
+    char line[4096];
+    bool seen = false;
+    while (f && !seen && fgets(line, sizeof line, f))
+        seen = strstr(line, "backend autoparallel: memory_policy budget") &&
+               strstr(line, "fsdp_bucket_cap_mb") && strstr(line, "fsdp_prefetch_depth");
+    if (f) fclose(f);
+    EXPECT(seen, "%s: the log names the chosen memory budget, bucket cap and prefetch depth", what);
+}
+
 static void compare(const launch_result *ref, const launch_result *r, const char *what)
 {
     if (!ref->ok || !r->ok) return;
@@ -54,33 +84,30 @@ int main(void)
     char base[256];
     if (!launch_begin(base, sizeof base, "gt_autoparallel_launch")) return 1;
     static const launch_layout fsdp2 = {"FSDP2", 1, 2, 1}, fsdp2tp2 = {"FSDP2xTP2", 1, 2, 2};
-    static launch_result ref, r2, r4, r4_again, r4_backend;
+    static launch_result ref, r2, r2_backend, r4, r4_again, r4_backend, r4_backend_again;
+    static const char *const backend = "--compile.autoparallel_backend=autoparallel";
+    static const char *const budget = "--parallelism.autoparallel_memory_budget_gb=1";
     run(base, "debugmodel_1rank", NULL, NULL, NULL, &ref);
     run(base, "autoparallel_dp2", &fsdp2, NULL, NULL, &r2);
     compare(&ref, &r2, "autoparallel dp_shard 2");
     /* at this shape the solver chooses FSDP on dp_shard 2: the hand plan's run, bit for bit */
     static launch_result hand;
     run(base, "hand_fsdp2", &fsdp2, NULL, NULL, &hand);
-    if (r2.ok && hand.ok) {
-        bool same = false;
-        int differ = launch_bitwise_diff(&r2, &hand, LAUNCH_STEPS, &same);
-        EXPECT(differ == 0 && same,
-               "dp_shard 2: autoparallel and hand FSDP differ (%d steps; checkpoints %s)", differ,
-               same ? "same" : "differ");
-    }
+    expect_bitwise(&r2, &hand, "dp_shard 2: autoparallel against hand FSDP");
+    run(base, "autoparallel_dp2_backend", &fsdp2, backend, budget, &r2_backend);
+    compare(&ref, &r2_backend, "backend autoparallel dp_shard 2");
+    expect_bitwise(&r2, &r2_backend, "dp_shard 2: backend autoparallel against native");
+    expect_policy_logged(&r2_backend, "dp_shard 2");
     run(base, "autoparallel_dp2xtp2", &fsdp2tp2, NULL, NULL, &r4);
     compare(&ref, &r4, "autoparallel dp_shard 2 x tp 2");
-    run(base, "autoparallel_dp2xtp2_backend", &fsdp2tp2,
-        "--compile.autoparallel_backend=autoparallel",
-        "--parallelism.autoparallel_memory_budget_gb=1", &r4_backend);
-    compare(&ref, &r4_backend, "backend autoparallel");
+    run(base, "autoparallel_dp2xtp2_backend", &fsdp2tp2, backend, budget, &r4_backend);
+    compare(&ref, &r4_backend, "backend autoparallel dp_shard 2 x tp 2");
+    expect_bitwise(&r4, &r4_backend, "dp_shard 2 x tp 2: backend autoparallel against native");
+    expect_policy_logged(&r4_backend, "dp_shard 2 x tp 2");
     run(base, "autoparallel_dp2xtp2_again", &fsdp2tp2, NULL, NULL, &r4_again);
-    if (r4.ok && r4_again.ok) {
-        bool same = false;
-        int differ = launch_bitwise_diff(&r4, &r4_again, LAUNCH_STEPS, &same);
-        EXPECT(differ == 0, "rerun: %d steps with other loss or grad_norm bits", differ);
-        EXPECT(same, "rerun: step-%d checkpoints differ", LAUNCH_STEPS);
-    }
+    expect_bitwise(&r4, &r4_again, "native rerun");
+    run(base, "autoparallel_dp2xtp2_backend_again", &fsdp2tp2, backend, budget, &r4_backend_again);
+    expect_bitwise(&r4_backend, &r4_backend_again, "backend rerun");
     if (gt_test_failed_ == 0) remove_tree(base);
     return gt_test_finish();
 }

@@ -2,7 +2,9 @@
  *   - on a 1-D data-parallel mesh (llama3 8B shapes, dp_shard 8, the H100 model) it chooses the
  *     hand FSDP plan: the same placement for every parameter class and the same graph text;
  *   - on 2-D meshes (debugmodel dp_shard 2 x tp 2, 8B dp_shard 4 x tp 2) the chosen layout's
- *     modelled cost is <= both hand plans' (FSDP, FSDP x TP) on the same model;
+ *     modelled cost is <= both hand plans' (FSDP, FSDP x TP) on the same model, the activation
+ *     decision (sequence parallel or replicated over tp) is the cheaper of the two, and the
+ *     chosen layout parallelized with it prices what the result says;
  *   - the same input gives the same layout (twice in one process); the explanation names every
  *     parameter class, both hand plans and the collectives;
  *   - a budget below the unconstrained layout's memory flips parameters to sharded placements,
@@ -125,9 +127,32 @@ static void test_2d(const char *flavor, int seq, int batch, int dps, int tp,
         EXPECT(r->cost.total_s <= r->fsdp.total_s && r->cost.total_s <= r->fsdp_tp.total_s,
                "%s dp_shard %d x tp %d: chosen %.6g s, FSDP %.6g s, FSDP x TP %.6g s", flavor, dps,
                tp, r->cost.total_s, r->fsdp.total_s, r->fsdp_tp.total_s);
-        printf("%s dp_shard %d x tp %d: chosen %.3f ms (%s), FSDP %.3f ms, FSDP x TP %.3f ms\n",
-               flavor, dps, tp, 1e3 * r->cost.total_s, r->picked, 1e3 * r->fsdp.total_s,
-               1e3 * r->fsdp_tp.total_s);
+        printf("%s dp_shard %d x tp %d: chosen %.3f ms (%s, %s), FSDP %.3f ms, FSDP x TP %.3f "
+               "ms\n",
+               flavor, dps, tp, 1e3 * r->cost.total_s, r->picked,
+               r->sequence_parallel ? "sequence parallel" : "activations replicated over tp",
+               1e3 * r->fsdp.total_s, 1e3 * r->fsdp_tp.total_s);
+        /* the activation decision: priced both ways, the cheaper taken, and the chosen layout
+         * with the chosen activations is what the model priced */
+        EXPECT(r->sp_other_total_s >= r->cost.total_s,
+               "%s: the other activation choice costs "
+               "%.6g s, less than the chosen %.6g s",
+               flavor, r->sp_other_total_s, r->cost.total_s);
+        gt_parallel_plan keep = s.plan;
+        s.plan.sequence_parallel = r->sequence_parallel;
+        gt_graph *spmd = NULL;
+        gt_autopar_cost again_cost;
+        EXPECT_OK(gt_parallelize(s.g, &s.plan, (const gt_placement(*)[GT_MESH_MAX_DIMS])r->layout,
+                                 &spmd, &err),
+                  &err);
+        if (spmd) {
+            EXPECT_OK(gt_autopar_cost_graph(spmd, &s.binding, d, &again_cost, &err), &err);
+            EXPECT(again_cost.total_s == r->cost.total_s,
+                   "%s: the chosen layout prices %.9g s, the result says %.9g s", flavor,
+                   again_cost.total_s, r->cost.total_s);
+        }
+        gt_graph_free(spmd);
+        s.plan = keep;
     }
     if (r && twice) { /* the explanation names every class and both hand plans */
         char *text = NULL;

@@ -5,6 +5,17 @@
 
 #include "graphtrain/gt_autoparallel.h"
 
+/* The cost model's pieces (cost.c), shared with the backend policy (policy.c): a value's bytes
+ * under b; a collective start's kind (0 all_gather, 1 reduce_scatter, 2 all_reduce, 3
+ * all_to_all; -1 other ops); the alpha-beta time of one of kind over ranks on mesh dim md, full_b
+ * the full tensor's bytes; the roofline time of node i (0 for views and collectives). */
+gt_status gt_ap_value_bytes(const gt_graph *g, gt_value_id v, const gt_sym_binding *b, double *out,
+                            gt_error *err);
+int gt_ap_comm_kind(gt_op op);
+double gt_ap_collective_s(const gt_autopar_device *d, int md, int ranks, double full_b, int kind);
+gt_status gt_ap_node_s(const gt_graph *g, gt_node_id i, const gt_sym_binding *b,
+                       const gt_autopar_device *d, double *t, gt_error *err);
+
 /* Per class, beside the public gt_autopar_class. */
 typedef struct {
     int32_t *inputs; /* every input of g placed as the class: its PARAMs and their state */

@@ -5,8 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "graphtrain/gt_autoparallel.h"
 #include "graphtrain/gt_flops.h"
+#include "parallel/autoparallel/autopar_internal.h"
 
 gt_status gt_autopar_device_default(const char *kind, gt_autopar_device *d, gt_error *err)
 {
@@ -75,8 +75,8 @@ gt_status gt_autopar_device_load(const char *path, gt_autopar_device *d, gt_erro
     return st;
 }
 
-static gt_status value_bytes(const gt_graph *g, gt_value_id v, const gt_sym_binding *b, double *out,
-                             gt_error *err)
+gt_status gt_ap_value_bytes(const gt_graph *g, gt_value_id v, const gt_sym_binding *b, double *out,
+                            gt_error *err)
 {
     const gt_type *t = gt_value_type(g, v);
     double n = (double)gt_dtype_size(t->dtype);
@@ -89,7 +89,7 @@ static gt_status value_bytes(const gt_graph *g, gt_value_id v, const gt_sym_bind
     return GT_OK;
 }
 
-static int comm_kind(gt_op op)
+int gt_ap_comm_kind(gt_op op)
 {
     switch (op) {
     case GT_OP_ALL_GATHER_START:
@@ -105,11 +105,42 @@ static int comm_kind(gt_op op)
     }
 }
 
+double gt_ap_collective_s(const gt_autopar_device *d, int md, int ranks, double full_b, int kind)
+{
+    if (ranks <= 1) return 0;
+    double frac = (double)(ranks - 1) / ranks;
+    double t = d->alpha[md] * (ranks - 1) + frac * full_b / d->beta[md];
+    return kind == 2 ? 2 * t : t;
+}
+
+gt_status gt_ap_node_s(const gt_graph *g, gt_node_id i, const gt_sym_binding *b,
+                       const gt_autopar_device *d, double *t, gt_error *err)
+{
+    const gt_node *n = &g->nodes[i];
+    *t = 0;
+    if (gt_op_get(n->op)->flags & (GT_OPF_VIEW | GT_OPF_COLLECTIVE)) return GT_OK;
+    double eff = d->efficiency > 0 ? d->efficiency : 1.0;
+    double flops = 0, bytes = 0, x, out_elems = 0;
+    GT_TRY(gt_node_model_flops(g, i, b, &flops, err));
+    for (int k = 0; k < n->n_in; k++) {
+        GT_TRY(gt_ap_value_bytes(g, n->in[k], b, &x, err));
+        bytes += x;
+    }
+    for (int k = 0; k < n->n_out; k++) {
+        GT_TRY(gt_ap_value_bytes(g, n->out[k], b, &x, err));
+        bytes += x;
+        out_elems += x / (double)gt_dtype_size(gt_value_type(g, n->out[k])->dtype);
+    }
+    if (flops == 0) flops = out_elems;
+    double tc = flops / (eff * d->peak_flops), tm = bytes / (eff * d->mem_bw);
+    *t = (tc > tm ? tc : tm) + d->node_floor_s;
+    return GT_OK;
+}
+
 gt_status gt_autopar_cost_graph(const gt_graph *g, const gt_sym_binding *b,
                                 const gt_autopar_device *d, gt_autopar_cost *out, gt_error *err)
 {
     memset(out, 0, sizeof *out);
-    double eff = d->efficiency > 0 ? d->efficiency : 1.0;
     /* the forward values a backward node reads: what the step keeps between the two */
     uint8_t *saved = gt_xcalloc((size_t)g->n_values + 1, 1);
     gt_status st = GT_OK;
@@ -121,52 +152,40 @@ gt_status gt_autopar_cost_graph(const gt_graph *g, const gt_sym_binding *b,
                 gt_node_id p = g->values[n->in[k]].producer;
                 if (p != GT_NONE && g->nodes[p].phase == GT_PHASE_FORWARD) saved[n->in[k]] = 1;
             }
-        int ck = comm_kind(n->op);
+        int ck = gt_ap_comm_kind(n->op);
         if (ck >= 0) {
             /* B: the full (gathered / unreduced) tensor, n the group */
             int md = n->attrs.i[0], ranks = (int)n->attrs.i[1];
             double in_b, out_b;
-            st = value_bytes(g, n->in[0], b, &in_b, err);
-            if (st == GT_OK) st = value_bytes(g, n->out[0], b, &out_b, err);
+            st = gt_ap_value_bytes(g, n->in[0], b, &in_b, err);
+            if (st == GT_OK) st = gt_ap_value_bytes(g, n->out[0], b, &out_b, err);
             if (st != GT_OK || md < 0 || md >= GT_MESH_NDIMS || ranks <= 1) continue;
-            double full = in_b > out_b ? in_b : out_b, frac = (double)(ranks - 1) / ranks;
-            double t = d->alpha[md] * (ranks - 1) + frac * full / d->beta[md];
-            if (ck == 2) t *= 2;
+            double t = gt_ap_collective_s(d, md, ranks, in_b > out_b ? in_b : out_b, ck);
             if (ck == 0 && gt_node_has_tag(g, n, "fsdp.all_gather")) t *= d->prefetch_discount;
             out->comm_s[md] += t;
             out->comm_kind_s[ck] += t;
             continue;
         }
         if (info->flags & (GT_OPF_VIEW | GT_OPF_COLLECTIVE)) continue;
-        double flops = 0, bytes = 0, x;
-        st = gt_node_model_flops(g, i, b, &flops, err);
-        for (int k = 0; st == GT_OK && k < n->n_in; k++)
-            if ((st = value_bytes(g, n->in[k], b, &x, err)) == GT_OK) bytes += x;
-        double out_elems = 0;
-        for (int k = 0; st == GT_OK && k < n->n_out; k++)
-            if ((st = value_bytes(g, n->out[k], b, &x, err)) == GT_OK) {
-                bytes += x;
-                out_elems += x / (double)gt_dtype_size(gt_value_type(g, n->out[k])->dtype);
-            }
-        if (st != GT_OK) break;
-        if (flops == 0) flops = out_elems;
-        double tc = flops / (eff * d->peak_flops), tm = bytes / (eff * d->mem_bw);
-        out->compute_s += (tc > tm ? tc : tm) + d->node_floor_s;
+        double t = 0;
+        if ((st = gt_ap_node_s(g, i, b, d, &t, err)) != GT_OK) break;
+        out->compute_s += t;
     }
     for (int32_t k = 0; st == GT_OK && k < g->n_inputs; k++) {
         double x;
-        st = value_bytes(g, g->inputs[k].value, b, &x, err);
+        st = gt_ap_value_bytes(g, g->inputs[k].value, b, &x, err);
         if (g->inputs[k].kind == GT_IN_PARAM) out->params_b += x;
         if (g->inputs[k].kind == GT_IN_OPT_STATE) out->opt_b += x;
     }
     for (int32_t k = 0; st == GT_OK && k < g->n_outputs; k++) {
         double x;
         if (g->outputs[k].kind != GT_OUT_GRAD) continue;
-        if ((st = value_bytes(g, g->outputs[k].value, b, &x, err)) == GT_OK) out->grads_b += x;
+        if ((st = gt_ap_value_bytes(g, g->outputs[k].value, b, &x, err)) == GT_OK)
+            out->grads_b += x;
     }
     for (int32_t v = 0; st == GT_OK && v < g->n_values; v++) {
         double x;
-        if (saved[v] && (st = value_bytes(g, v, b, &x, err)) == GT_OK) out->act_b += x;
+        if (saved[v] && (st = gt_ap_value_bytes(g, v, b, &x, err)) == GT_OK) out->act_b += x;
     }
     free(saved);
     out->total_s = out->compute_s;

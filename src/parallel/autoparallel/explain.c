@@ -71,6 +71,12 @@ void gt_autopar_print(const gt_autopar_result *r, const gt_graph *spmd, FILE *f)
         fprintf(f, "  %-40s x%-3d %-28s | %-24s | %s  (%d of %d strategies feasible)\n", k->name,
                 k->n_members, ch, a, r->has_fsdp_tp ? b : "-", feasible, k->n_strategies);
     }
+    if (r->sp_other_total_s >= 0)
+        fprintf(f, "activations between tp regions: %s (chosen, %.3f ms; %s: %.3f ms)\n",
+                r->sequence_parallel ? "sharded by sequence (sequence parallel)"
+                                     : "replicated over tp",
+                1e3 * r->cost.total_s, r->sequence_parallel ? "replicated" : "sequence parallel",
+                1e3 * r->sp_other_total_s);
     if (spmd) {
         /* activation classes: forward values of block 0 and of the modules outside the blocks,
          * one line per (module, op) */

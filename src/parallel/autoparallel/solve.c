@@ -177,6 +177,74 @@ static gt_status run_probes(solver *S, gt_autopar_cost *c0, double **unary, doub
     return st;
 }
 
+/* The activations' decision: with tp > 1 and sequence parallelism allowed by the plan, the
+ * chosen layout and both hand plans priced again with the activations between the
+ * tensor-parallel regions replicated over tp instead of sharded by sequence; the cheapest that
+ * fits wins (ties keep the layout and sequence parallelism). One binary for the whole step: per
+ * block it would add a redistribution at every block boundary that changes it. (The ILP's
+ * parameter placements already move the residual stream: a column-sharded embedding keeps it
+ * sharded by hidden over tp, where the flag changes nothing.) */
+static gt_status pick_activations(solver *S, gt_autopar_result *r, double budget,
+                                  gt_placement (*fsdp)[GT_MESH_MAX_DIMS],
+                                  gt_placement (*fsdp_tp)[GT_MESH_MAX_DIMS], gt_error *err)
+{
+    r->sequence_parallel = S->plan->sequence_parallel;
+    r->sp_other_total_s = -1;
+    if (!S->plan->sequence_parallel || S->plan->mesh.size[GT_MESH_TP] <= 1) return GT_OK;
+    gt_parallel_plan off = *S->plan;
+    off.sequence_parallel = false;
+    const gt_parallel_plan *keep = S->plan;
+    S->plan = &off;
+    gt_placement(*cands[3])[GT_MESH_MAX_DIMS] = {r->layout, fsdp_tp, fsdp};
+    static const char *const names[3] = {NULL, "fsdp_tp", "fsdp"};
+    gt_autopar_cost best = r->cost;
+    int won = -1;
+    gt_status st = GT_OK;
+    for (int k = 0; k < 3 && st == GT_OK; k++) {
+        gt_autopar_cost x;
+        bool ok = false;
+        st = probe_layout(S, (const gt_placement(*)[GT_MESH_MAX_DIMS])cands[k], &x, &ok, err);
+        if (st != GT_OK || !ok) continue;
+        if (k == 0) r->sp_other_total_s = x.total_s;
+        if (budgeted(S->o, &x) <= budget && x.total_s < best.total_s * (1 - 1e-12))
+            best = x, won = k;
+    }
+    S->plan = keep;
+    if (st != GT_OK || won < 0) return st;
+    r->sp_other_total_s = r->cost.total_s;
+    r->cost = best;
+    r->sequence_parallel = false;
+    if (won > 0) {
+        r->picked = names[won];
+        for (int c = 0; c < r->n_classes; c++)
+            r->classes[c].chosen = won == 1 ? r->classes[c].hand_fsdp_tp : r->classes[c].hand_fsdp;
+        memcpy(r->layout, cands[won], (size_t)r->n_inputs * sizeof *r->layout);
+    }
+    return GT_OK;
+}
+
+/* The backend's FSDP policy for the chosen layout: the gathered buckets get what the budget
+ * leaves after parameters, gradients, optimizer state and the activations as saved. */
+static gt_status pick_policy(solver *S, gt_autopar_result *r, gt_error *err)
+{
+    gt_graph *spmd = NULL;
+    gt_parallel_plan plan = *S->plan;
+    plan.sequence_parallel = r->sequence_parallel;
+    GT_TRY(gt_parallelize(S->g, &plan, (const gt_placement(*)[GT_MESH_MAX_DIMS])r->layout, &spmd,
+                          err));
+    const gt_autopar_options *o = S->o;
+    double allowance = -1;
+    if (o->memory_budget_b > 0) {
+        allowance = o->memory_budget_b - r->cost.memory_b;
+        if (allowance < 0) allowance = 0;
+    }
+    gt_status st =
+        gt_autopar_pick_policy(spmd, o->binding, &o->device, allowance, o->fsdp_bucket_cap_mb,
+                               o->fsdp_prefetch_depth, &r->cost.policy, err);
+    gt_graph_free(spmd);
+    return st;
+}
+
 gt_status gt_autopar_solve(const gt_graph *g, const gt_parallel_plan *plan,
                            const gt_autopar_options *o, gt_autopar_result **out, gt_error *err)
 {
@@ -328,6 +396,8 @@ gt_status gt_autopar_solve(const gt_graph *g, const gt_parallel_plan *plan,
                               "priced exactly; raise it",
                               o->memory_budget_b / GIB);
     }
+    if (st == GT_OK) st = pick_activations(&S, r, budget, fsdp, fsdp_tp, err);
+    if (st == GT_OK) st = pick_policy(&S, r, err);
     r->n_probes = S.n_probes;
     for (int c = 0; c < nc; c++) {
         if (unary) free(unary[c]);
