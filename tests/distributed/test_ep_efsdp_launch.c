@@ -20,8 +20,9 @@
  *   - its step-5 checkpoint resumes on one rank with the uninterrupted one-rank losses (1e-5);
  *   - on 8 ranks (test_dsv3_tiny, 5 steps, within 1e-5 of one rank): dp_shard 4 x tp 2 x ep 2
  *     (the MoE replicated over tp) and HSDP dp_replicate 2 x dp_shard 4 x ep 2;
- *   - compile on one rank: the step artifact saved on rank 0, then loaded by all four, each
- *     bitwise the run without one; asked for by ep 4 (another expert_parallel_degree), it is
+ *   - compile on one rank: the step artifact saved on rank 0, then loaded by all four, and one
+ *     precompiled by `graphtrain graph` without a launcher, then loaded, each bitwise the run
+ *     without one; asked for by ep 4 (another expert_parallel_degree), it is
  *     refused naming parallelism.expert_parallel_degree. */
 #include "launch.h" /* first: train_child.h defines _GNU_SOURCE */
 
@@ -186,8 +187,9 @@ static void resume(const char *base, const ef_run *one, const ef_run *ep2)
     close_to(one, &back, 6, 1e-5, "dp_shard 4 x ep 2 -> 1 rank resume");
 }
 
-/* Compile on one rank: saved by rank 0 then loaded by all four, each bitwise `ref`; asked for by
- * ep 4, refused naming the option. */
+/* Compile on one rank: saved by rank 0 then loaded by all four, and precompiled by `graphtrain
+ * graph` without a launcher then loaded by all four, each bitwise `ref`; asked for by ep 4,
+ * refused naming the option. */
 static void artifact(const char *base, const ef_run *ref)
 {
     static ef_run saved, loaded;
@@ -203,7 +205,33 @@ static void artifact(const char *base, const ef_run *ref)
     free(out);
     bitwise(ref, &loaded, "artifact loaded vs none");
 
+    /* precompiled by `graphtrain graph` (no launcher, one process) for the 4-rank layout */
     launch_cmd c;
+    char art2[400], opt2[460], gdump[512], gout[600];
+    snprintf(art2, sizeof art2, "%s/artifact_graph", base);
+    snprintf(opt2, sizeof opt2, "--compile.precompile_artifact_dir=%s", art2);
+    launch_temp_dir(gdump, sizeof gdump, base, "graph_cmd");
+    snprintf(gout, sizeof gout, "%s.txt", gdump);
+    ef_args(&c, gdump, 2, LAUNCH_STEPS, 0);
+    int k = 0;
+    while (k < c.n && strcmp(c.buf[k], "train") != 0)
+        k++;
+    memmove(c.buf, c.buf + (k - 1), (size_t)(c.n - (k - 1)) * sizeof c.buf[0]);
+    c.n -= k - 1;
+    snprintf(c.buf[1], sizeof c.buf[1], "graph");
+    launch_add(&c, "--graph.print=false");
+    launch_add(&c, "%s", opt2);
+    double dt = 0;
+    int rc = launch_run(&c, gout, EF_SECONDS, &dt);
+    printf("%-22s exit %d, %.1f s\n", "graph_cmd", rc, dt);
+    EXPECT(rc == 0, "graphtrain graph --compile.precompile_artifact_dir for ep 2: exit %d", rc);
+    static ef_run from_graph;
+    run_x(base, "ep2_graph", 2, LAUNCH_STEPS, 0, opt2, &from_graph, &out, true);
+    EXPECT(out && strstr(out, "loaded the compiled step"),
+           "ep 2: the artifact of graphtrain graph was not loaded");
+    free(out);
+    bitwise(ref, &from_graph, "precompiled by graphtrain graph vs none");
+
     launch_outcome o = {0};
     char out_path[700];
     launch_temp_dir(o.dump, sizeof o.dump, base, "ep4_stale");
