@@ -131,7 +131,8 @@ const char *gt_phase_name(gt_phase p); /* "fwd", "bwd", "opt" */
  *   partial    every rank holds a summand: the value is the sum over the ranks of the mesh dim.
  * A value's type is its local (per-rank) type. Zero-initialised = replicate on every mesh dim,
  * which is what an unparallelized graph is. */
-#define GT_MESH_MAX_DIMS 4
+/* dp_replicate, dp_shard, tp, and expert parallel's efsdp and ep (gt_parallel.h) */
+#define GT_MESH_MAX_DIMS 5
 typedef enum { GT_PLACE_REPLICATE = 0, GT_PLACE_SHARD, GT_PLACE_PARTIAL } gt_place_kind;
 typedef struct {
     uint8_t kind; /* gt_place_kind */
@@ -145,7 +146,7 @@ typedef struct {
 typedef struct {
     int32_t ndim; /* 0: not parallelized */
     int32_t size[GT_MESH_MAX_DIMS];
-    gt_str name[GT_MESH_MAX_DIMS]; /* "dp_replicate", "dp_shard", "tp" */
+    gt_str name[GT_MESH_MAX_DIMS]; /* "dp_replicate", "dp_shard", "tp" [, "efsdp", "ep"] */
 } gt_graph_mesh;
 
 typedef struct {

@@ -56,13 +56,30 @@ typedef struct {
     int size[GT_MESH_NDIMS];
 } gt_mesh;
 
+/* Expert parallel with ep a proper divisor of dp_shard: torchtitan's sparse mesh [dp_replicate,
+ * efsdp, ep] over the dp_shard ranks, ep the inner dim (rank.dp_shard = efsdp * ep + ep coord).
+ * The parallelized graph's mesh (gt_graph.mesh) then has two more dims, communicator groups only
+ * (no value is placed on them): efsdp, the dp_shard / ep ranks that hold the same experts (the
+ * expert weights are gathered and their gradients reduce-scattered over them), and ep, the ranks
+ * that exchange tokens. Their coordinates are expressions of rank.dp_shard (rank.dp_shard // ep
+ * and rank.dp_shard mod ep), so one graph still serves every rank. */
+#define GT_MESH_EFSDP 3
+#define GT_MESH_EP 4
+#define GT_MESH_EP_NDIMS 5
+
+/* True when expert parallel degree ep splits the dp_shard dim into efsdp x ep groups
+ * (1 < ep < dp_shard, ep divides dp_shard); ep = dp_shard runs on the dp_shard dim itself. */
+bool gt_mesh_expert_split(const gt_mesh *m, int ep);
+/* The efsdp and ep coordinates of dp_shard coordinate `shard` (ep inner). */
+void gt_mesh_expert_coords(int ep, int shard, int *efsdp, int *ep_coord);
+
 /* Each size >= 1, else GT_ERR_INVALID naming the dim. */
 gt_status gt_mesh_init(gt_mesh *m, int dp_replicate, int dp_shard, int tp, gt_error *err);
 int gt_mesh_world_size(const gt_mesh *m);
 /* Coordinates of a world rank (row-major over the dims, tp fastest), and back. */
 void gt_mesh_coords(const gt_mesh *m, int rank, int coords[GT_MESH_NDIMS]);
 int gt_mesh_rank(const gt_mesh *m, const int coords[GT_MESH_NDIMS]);
-const char *gt_mesh_dim_name(int dim);     /* "dp_replicate", "dp_shard", "tp" */
+const char *gt_mesh_dim_name(int dim);     /* "dp_replicate", "dp_shard", "tp", "efsdp", "ep" */
 const char *gt_mesh_coord_symbol(int dim); /* "rank.dp_replicate", ... */
 /* "dp_shard 2 x tp 2" (dims of size 1 left out; "1 rank" when all are). Returns the length. */
 int gt_mesh_format(const gt_mesh *m, char *buf, size_t len);
@@ -72,11 +89,12 @@ typedef struct {
     bool sequence_parallel;          /* with tp > 1 */
     bool fsdp_reshard_after_forward; /* with dp_shard > 1: gather again in backward */
     bool fsdp_reshard_last; /* that too for the last block, final norm and output (else kept) */
-    /* Expert parallel (DeepSeek-V3's routed experts): 0 or 1 off; else the ep group, which is
-     * the dp_shard dim for now (ep == dp_shard; with tp > 1 the MoE runs replicated over tp).
-     * The expert weights keep
-     * their dp_shard S(0) storage, E/ep whole experts per rank; the routed rows go to their
-     * experts' ranks (all_to_all of capacity blocks) instead of the experts being gathered. */
+    /* Expert parallel (DeepSeek-V3's routed experts): 0 or 1 off; else the ep group size, a
+     * divisor of dp_shard (with tp > 1 the MoE runs replicated over tp). ep = dp_shard: the ep
+     * group is the dp_shard dim. A proper divisor: the efsdp x ep groups of gt_mesh_expert_split.
+     * The expert weights keep their dp_shard S(0) storage (E/dp_shard whole experts per rank);
+     * they are gathered over efsdp only, and the routed rows go to their experts' ranks in the
+     * ep group (all_to_all of capacity blocks) instead of every expert being gathered. */
     int expert_parallel_degree;
     /* Rows per rank pair, as a fraction of the worst case T_local * min(top_k, E/ep); 0 (or >= 1)
      * the worst case, where no overflow is possible. */

@@ -1,10 +1,12 @@
 /* mesh.c — the device mesh: three named dims (dp_replicate, dp_shard, tp), ranks numbered
- * row-major over them with tp fastest, as torchtitan's mesh ["dp_replicate", "dp_shard", "tp"]. */
+ * row-major over them with tp fastest, as torchtitan's mesh ["dp_replicate", "dp_shard", "tp"];
+ * and expert parallel's split of dp_shard into efsdp x ep (ep inner, torchtitan's sparse mesh). */
 #include <stdio.h>
 
 #include "graphtrain/gt_parallel.h"
 
-static const char *const mesh_names[GT_MESH_NDIMS] = {"dp_replicate", "dp_shard", "tp"};
+static const char *const mesh_names[GT_MESH_EP_NDIMS] = {"dp_replicate", "dp_shard", "tp", "efsdp",
+                                                         "ep"};
 static const char *const coord_names[GT_MESH_NDIMS] = {"rank.dp_replicate", "rank.dp_shard",
                                                        "rank.tp"};
 
@@ -49,7 +51,7 @@ int gt_mesh_rank(const gt_mesh *m, const int coords[GT_MESH_NDIMS])
 
 const char *gt_mesh_dim_name(int dim)
 {
-    return dim >= 0 && dim < GT_MESH_NDIMS ? mesh_names[dim] : "?";
+    return dim >= 0 && dim < GT_MESH_EP_NDIMS ? mesh_names[dim] : "?";
 }
 
 const char *gt_mesh_coord_symbol(int dim)
@@ -67,4 +69,16 @@ int gt_mesh_format(const gt_mesh *m, char *buf, size_t len)
     }
     if (n == 0) n = snprintf(buf, len, "1 rank");
     return n;
+}
+
+bool gt_mesh_expert_split(const gt_mesh *m, int ep)
+{
+    int n = m->size[GT_MESH_DP_SHARD];
+    return ep > 1 && ep < n && n % ep == 0;
+}
+
+void gt_mesh_expert_coords(int ep, int shard, int *efsdp, int *ep_coord)
+{
+    *efsdp = ep > 1 ? shard / ep : shard;
+    *ep_coord = ep > 1 ? shard % ep : 0;
 }

@@ -131,6 +131,9 @@ gt_status gt_par_expand_vocab(gt_par *p, const gt_node *n, int mesh_dim, const g
 /* An all-to-all over mesh dim `mesh_dim`, as start + wait: x [n*k, ...], rows j*k.. go to rank j;
  * rows i*k.. of the result came from rank i. */
 gt_value_id gt_par_all_to_all(gt_par *p, gt_value_id x, int mesh_dim);
+/* A reduce-scatter over mesh dim `mesh_dim` along tensor dim 0, as start + wait: x [n*k, ...] ->
+ * [k, ...], rows r*k.. of the sum over the group (summed in rank order). */
+gt_value_id gt_par_reduce_scatter(gt_par *p, gt_value_id x, int mesh_dim);
 /* The plan's expert_parallel_capacity_factor (0: worst case). */
 double gt_par_capacity_factor(const gt_par *p);
 

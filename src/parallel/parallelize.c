@@ -88,7 +88,15 @@ const gt_mesh *gt_par_mesh(const gt_par *p)
 
 gt_expr gt_par_coord(gt_par *p, int mesh_dim)
 {
-    return gt_sym_var(p->dst->sym, gt_mesh_coord_symbol(mesh_dim));
+    gt_sym_pool *sym = p->dst->sym;
+    if (mesh_dim == GT_MESH_EFSDP || mesh_dim == GT_MESH_EP) {
+        /* ep is the inner dim of dp_shard (gt_mesh_expert_split) */
+        gt_expr shard = gt_sym_var(sym, gt_mesh_coord_symbol(GT_MESH_DP_SHARD));
+        gt_expr ep = gt_sym_const(sym, p->dst->mesh.size[GT_MESH_EP]);
+        return mesh_dim == GT_MESH_EP ? gt_sym_mod(sym, shard, ep)
+                                      : gt_sym_floordiv(sym, shard, ep);
+    }
+    return gt_sym_var(sym, gt_mesh_coord_symbol(mesh_dim));
 }
 
 void gt_par_set_place(gt_par *p, gt_value_id v, const gt_placement place[GT_MESH_MAX_DIMS])
@@ -171,7 +179,7 @@ static gt_value_id collective(gt_par *p, gt_op start_op, gt_value_id x, int mesh
                               : NULL;
     gt_attrs a = {.ni = 2};
     a.i[0] = mesh_dim;
-    a.i[1] = p->plan.mesh.size[mesh_dim];
+    a.i[1] = p->dst->mesh.size[mesh_dim];
     gt_value_id s = gt_graph_add_node(p->dst, start_op, &x, 1, &a, NULL);
     tag_last(p, tag);
     tag_last(p, reshard);
@@ -186,6 +194,11 @@ static gt_value_id collective(gt_par *p, gt_op start_op, gt_value_id x, int mesh
 gt_value_id gt_par_all_gather(gt_par *p, gt_value_id x, int mesh_dim)
 {
     return collective(p, GT_OP_ALL_GATHER_START, x, mesh_dim, NULL);
+}
+
+gt_value_id gt_par_reduce_scatter(gt_par *p, gt_value_id x, int mesh_dim)
+{
+    return collective(p, GT_OP_REDUCE_SCATTER_START, x, mesh_dim, NULL);
 }
 
 gt_value_id gt_par_all_to_all(gt_par *p, gt_value_id x, int mesh_dim)
@@ -872,6 +885,14 @@ gt_status gt_parallelize(const gt_graph *g, const gt_parallel_plan *plan,
     for (int md = 0; md < GT_MESH_NDIMS; md++) {
         p.dst->mesh.size[md] = plan->mesh.size[md];
         p.dst->mesh.name[md] = gt_graph_intern(p.dst, gt_mesh_dim_name(md));
+    }
+    if (gt_mesh_expert_split(&plan->mesh, plan->expert_parallel_degree)) {
+        int ep = plan->expert_parallel_degree;
+        p.dst->mesh.ndim = GT_MESH_EP_NDIMS;
+        p.dst->mesh.size[GT_MESH_EFSDP] = plan->mesh.size[GT_MESH_DP_SHARD] / ep;
+        p.dst->mesh.size[GT_MESH_EP] = ep;
+        for (int md = GT_MESH_EFSDP; md <= GT_MESH_EP; md++)
+            p.dst->mesh.name[md] = gt_graph_intern(p.dst, gt_mesh_dim_name(md));
     }
     int dp = plan->mesh.size[GT_MESH_DP_REPLICATE] * plan->mesh.size[GT_MESH_DP_SHARD];
     if (dp > 1) {

@@ -16,9 +16,10 @@
  *   - data parallel (expert_parallel off): grouped_matmul gathers the expert weights (FSDP) and
  *     runs every expert on the rank's rows; grouped_matmul_dw gives a partial gradient, which the
  *     engine reduce-scatters to the parameter's shard;
- *   - expert parallel (the mesh dim is the ep group, the weights are S(0) on it, each rank holding
- *     E/n whole experts): the rule keeps the weights and sets c->expert; gt_par_expand_moe
- *     (rules_moe_expand.c) sends the rows to the experts' ranks and back.
+ *   - expert parallel (the mesh dim is the ep group, or is split into efsdp x ep groups; the
+ *     weights are S(0) on it, each rank holding E/n whole experts): the rule keeps the weights
+ *     and sets c->expert; gt_par_expand_moe (rules_moe_expand.c) sends the rows to the experts'
+ *     ranks and back.
  * Replicated tokens (a mesh dim that does not split them: tp without sequence parallel) keep
  * everything replicate. */
 #include "parallel/rules_internal.h"
@@ -63,11 +64,12 @@ static gt_status refuse(gt_shard_ctx *c, const char *why, gt_error *err)
         info ? info->name : "?", fqn[0] ? " at " : "", fqn, c->mesh_dim, c->group_size, why);
 }
 
-/* Expert parallel applies to a grouped matmul on this mesh dim: the ep group is this dim and the
- * expert weights (input 1 of grouped_matmul) are split by whole experts on it. */
+/* Expert parallel applies to a grouped matmul on this mesh dim: the ep group is this dim, or
+ * its ep-inner subgroups (ep a proper divisor: gt_mesh_expert_split), and the expert weights
+ * (input 1 of grouped_matmul) are split by whole experts on it. */
 static bool expert_parallel(const gt_shard_ctx *c)
 {
-    return c->expert_parallel > 1 && c->expert_parallel == c->group_size;
+    return c->expert_parallel > 1 && c->group_size % c->expert_parallel == 0;
 }
 
 gt_status gt_rule_moe(gt_shard_ctx *c, gt_error *err)

@@ -24,7 +24,27 @@
  *
  * C, the rows per rank pair: the worst case T * min(K, e) (T the rank's tokens, K the top-k)
  * unless parallelism.expert_parallel_capacity_factor f in (0, 1) asks for ceil(f * worst); an
- * overflow is moe_pack's error (gt_ops.def), the same on every rank. */
+ * overflow is moe_pack's error (gt_ops.def), the same on every rank.
+ *
+ * ep a proper divisor of dp_shard (gt_mesh_expert_split: n dp_shard ranks = F efsdp x ep, ep
+ * inner, rank.dp_shard = f*ep + c). The expert weights keep FSDP's storage, n blocks of
+ * b = E / n experts, rank f*ep + c holding block f*ep + c; ep coordinate c runs the F blocks
+ * {f'*ep + c}, which its efsdp group (the ranks f'*ep + c) holds. So, with the rows cut into the
+ * n storage blocks instead of n ranks (table over dp_shard, [n*n, b + 1], the same everywhere):
+ *   wg   = all_gather over efsdp (the rank's block)                [F*b, ..]: sub-block f' =
+ *                                                                  block f'*ep + c
+ *   sent = moe_pack(x; n blocks of C) regrouped ep-major: blocks (c', f') = block f'*ep + c'
+ *   recv = all_to_all over ep                                      [ep*F*C, D]: (a, f') from a
+ * grouped_matmul -> y_(a, f') = grouped_matmul(recv(a, f'), wg[f'], table[(f*ep + a)*n +
+ *                  f'*ep + c]); all_to_all back over ep; regrouped block-major; moe_unpack.
+ * grouped_matmul_dw -> dw_f' = sum over a, in order, of grouped_matmul_dw on (a, f'); the
+ *                  F dw_f' stacked are the gradient of wg, reduce-scattered over efsdp to the
+ *                  rank's block [b, ..] (its FSDP storage).
+ * Rows still go to the one rank that runs their expert and come back (M-invariance), so the
+ * forward and dX are bitwise ep 1's; dW adds the n source ranks' parts as (sum over the ep group)
+ * summed over efsdp — ((p0 + p1) + (p2 + p3)) for dp_shard 4, ep 2 — where FSDP's reduce-scatter
+ * adds ((p0 + p1) + p2) + p3: equal to rounding, not bitwise. Padding costs: every (rank, block)
+ * pair gets C rows, so an all_to_all moves F times the rows of the unsplit form's pair blocks. */
 #include <math.h>
 #include <stdlib.h>
 
@@ -77,9 +97,11 @@ static gt_value_id block_table(gt_par *p, gt_value_id offsets, int mesh_dim, int
 }
 
 typedef struct {
-    int mesh_dim, n;
-    int64_t e;
-    gt_expr rank, cap, worst, rows;
+    int mesh_dim, n; /* the mesh dim the rows are cut for (dp_shard) and its size */
+    /* ep group: its size and the coordinate c (split: the ep dim, size n / F; else n and rank) */
+    int ep, f_n;
+    int64_t e; /* experts per block: E / n */
+    gt_expr rank, cap, worst, rows, ep_rank;
     gt_value_id table;
 } ep_ctx;
 
@@ -99,6 +121,14 @@ static gt_status ep_init(gt_par *p, const gt_node *n, int mesh_dim, const gt_val
                             x->n);
     x->e = (len - 1) / x->n;
     x->rank = gt_par_coord(p, mesh_dim);
+    x->ep = x->n;
+    x->f_n = 1;
+    x->ep_rank = x->rank;
+    if (g->mesh.ndim > GT_MESH_EP && mesh_dim == GT_MESH_DP_SHARD) {
+        x->ep = g->mesh.size[GT_MESH_EP];
+        x->f_n = g->mesh.size[GT_MESH_EFSDP];
+        x->ep_rank = gt_par_coord(p, GT_MESH_EP);
+    }
     x->rows = gt_value_type(g, in[0])->dims[0]; /* T * K local rows */
     int64_t k = top_k(gt_par_src(p), n->in[2]);
     if (k <= x->e)
@@ -164,6 +194,123 @@ static gt_value_id concat_rows(gt_par *p, gt_value_id *ys, int n, const gt_place
     return ys[0];
 }
 
+/* ---------------------------------------------------------------- ep splits dp_shard */
+
+/* Rows [start*C, (start + count)*C) of v, blocks of C rows. */
+static gt_value_id blocks(gt_par *p, const ep_ctx *x, gt_value_id v, int start, int count)
+{
+    gt_graph *g = gt_par_dst(p);
+    gt_expr a = gt_sym_mul(g->sym, gt_c(g, start), x->cap);
+    return gt_slice(g, v, 0, a, gt_sym_add(g->sym, a, gt_sym_mul(g->sym, gt_c(g, count), x->cap)));
+}
+
+/* v's n blocks of C rows reordered: to_ep (block-major j = f'*ep + c' -> ep-major (c', f')) or
+ * back. */
+static gt_value_id regroup(gt_par *p, const ep_ctx *x, gt_value_id v, bool to_ep,
+                           const gt_placement *pl)
+{
+    gt_value_id *parts = gt_xcalloc((size_t)x->n, sizeof *parts);
+    int k = 0;
+    for (int i = 0; i < x->ep && to_ep; i++) /* i = c' */
+        for (int f = 0; f < x->f_n; f++)
+            parts[k++] = blocks(p, x, v, f * x->ep + i, 1);
+    for (int j = 0; j < x->n && !to_ep; j++) /* j = f'*ep + c' <- ep-major (c', f') */
+        parts[k++] = blocks(p, x, v, (j % x->ep) * x->f_n + j / x->ep, 1);
+    for (int i = 0; i < k; i++)
+        gt_par_set_place(p, parts[i], pl);
+    gt_value_id r = concat_rows(p, parts, k, pl);
+    free(parts);
+    return r;
+}
+
+/* The rows of local value v as the ep group's ranks receive them: [ep*F*C, D], (a, f') from a. */
+static gt_value_id sent_split(gt_par *p, const ep_ctx *x, gt_value_id v, gt_value_id offsets)
+{
+    gt_value_id r = gt_par_memo_get(p, MEMO_SENT, v, offsets);
+    if (r != GT_NONE) return r;
+    gt_placement pl[GT_MESH_MAX_DIMS];
+    local_place(p, v, pl);
+    gt_value_id packed = gt_moe_pack(gt_par_dst(p), v, x->table, x->n, x->cap, x->worst, x->rank);
+    if (packed == GT_NONE) return GT_NONE;
+    gt_par_set_place(p, packed, pl);
+    gt_value_id grouped = regroup(p, x, packed, true, pl);
+    if (grouped == GT_NONE) return GT_NONE;
+    r = gt_par_all_to_all(p, grouped, GT_MESH_EP);
+    if (r == GT_NONE) return GT_NONE;
+    gt_par_set_place(p, r, pl);
+    gt_par_memo_put(p, MEMO_SENT, v, offsets, r);
+    return r;
+}
+
+/* Block (a, f') of received rows and its offsets [b + 1]: table row (f*ep + a)*n + f'*ep + c,
+ * f*ep + a = rank.dp_shard - c + a. */
+static void block_split(gt_par *p, const ep_ctx *x, gt_value_id recv, int a, int f,
+                        gt_value_id *rows, gt_value_id *offs)
+{
+    gt_graph *g = gt_par_dst(p);
+    *rows = blocks(p, x, recv, a * x->f_n + f, 1);
+    gt_expr src = gt_sym_add(g->sym, gt_sym_sub(g->sym, x->rank, x->ep_rank), gt_c(g, a));
+    gt_expr row = gt_sym_add(g->sym, gt_sym_mul(g->sym, src, gt_c(g, x->n)),
+                             gt_sym_add(g->sym, gt_c(g, (int64_t)f * x->ep), x->ep_rank));
+    gt_value_id one = gt_slice(g, x->table, 0, row, gt_sym_add(g->sym, row, gt_c(g, 1)));
+    gt_expr flat = gt_c(g, x->e + 1);
+    *offs = gt_reshape(g, one, 1, &flat);
+}
+
+static gt_status expand_split(gt_par *p, const gt_node *n, const ep_ctx *x, const gt_value_id *in,
+                              const gt_placement *pl, gt_value_id *out, gt_error *err)
+{
+    gt_graph *g = gt_par_dst(p);
+    int nb = x->ep * x->f_n;
+    if (n->op == GT_OP_GROUPED_MATMUL) { /* (x, w [b, ..], offsets) */
+        gt_value_id recv = sent_split(p, x, in[0], in[2]);
+        GT_TRY(emitted(p, recv, err));
+        gt_value_id wg = gt_par_all_gather(p, in[1], GT_MESH_EFSDP);
+        GT_TRY(emitted(p, wg, err));
+        gt_par_set_place(p, wg, gt_par_dst(p)->values[in[1]].place);
+        gt_value_id *ys = gt_xcalloc((size_t)nb, sizeof *ys);
+        for (int a = 0; a < x->ep; a++)
+            for (int f = 0; f < x->f_n; f++) {
+                gt_value_id rows, offs;
+                block_split(p, x, recv, a, f, &rows, &offs);
+                gt_value_id w = gt_slice(g, wg, 0, gt_c(g, f * x->e), gt_c(g, (f + 1) * x->e));
+                ys[a * x->f_n + f] = gt_grouped_matmul(g, rows, w, offs, n->attrs.i[0] != 0);
+                gt_par_set_place(p, ys[a * x->f_n + f], pl);
+            }
+        gt_value_id y = concat_rows(p, ys, nb, pl);
+        free(ys);
+        GT_TRY(emitted(p, y, err));
+        gt_value_id back = gt_par_all_to_all(p, y, GT_MESH_EP);
+        GT_TRY(emitted(p, back, err));
+        gt_par_set_place(p, back, pl);
+        gt_value_id mine = regroup(p, x, back, false, pl);
+        GT_TRY(emitted(p, mine, err));
+        out[0] = gt_moe_unpack(g, mine, x->table, x->n, x->rows, x->rank);
+        return emitted(p, out[0], err);
+    }
+    /* grouped_matmul_dw (x, dy, offsets) -> [b, Dout, Din] */
+    gt_value_id rx = sent_split(p, x, in[0], in[2]);
+    GT_TRY(emitted(p, rx, err));
+    gt_value_id rdy = sent_split(p, x, in[1], in[2]);
+    GT_TRY(emitted(p, rdy, err));
+    gt_value_id *dws = gt_xcalloc((size_t)x->f_n, sizeof *dws);
+    for (int f = 0; f < x->f_n; f++)
+        for (int a = 0; a < x->ep; a++) {
+            gt_value_id xa, dya, offs;
+            block_split(p, x, rx, a, f, &xa, &offs);
+            block_split(p, x, rdy, a, f, &dya, &offs);
+            gt_value_id part = gt_grouped_matmul_dw(g, xa, dya, offs);
+            gt_par_set_place(p, part, pl);
+            dws[f] = dws[f] == GT_NONE || a == 0 ? part : gt_add(g, dws[f], part);
+            gt_par_set_place(p, dws[f], pl);
+        }
+    gt_value_id all = concat_rows(p, dws, x->f_n, pl);
+    free(dws);
+    GT_TRY(emitted(p, all, err));
+    out[0] = gt_par_reduce_scatter(p, all, GT_MESH_EFSDP);
+    return emitted(p, out[0], err);
+}
+
 gt_status gt_par_expand_moe(gt_par *p, const gt_node *n, int mesh_dim, const gt_value_id *in,
                             gt_value_id *out, gt_error *err)
 {
@@ -172,6 +319,8 @@ gt_status gt_par_expand_moe(gt_par *p, const gt_node *n, int mesh_dim, const gt_
     GT_TRY(ep_init(p, n, mesh_dim, in, &x, err));
     gt_placement pl[GT_MESH_MAX_DIMS];
     local_place(p, in[0], pl);
+    if (x.f_n > 1 && (n->op == GT_OP_GROUPED_MATMUL || n->op == GT_OP_GROUPED_MATMUL_DW))
+        return expand_split(p, n, &x, in, pl, out, err);
     switch (n->op) {
     case GT_OP_GROUPED_MATMUL: { /* (x, w [e, ..], offsets) */
         gt_value_id recv = sent(p, &x, in[0], in[2]);

@@ -3,7 +3,9 @@
  * (gt_program_comm_timings): total = start posted to completion, exposed = time blocked in the
  * wait. Every rank's figures are gathered to rank 0, which prints its own and, per collective, the
  * least and the most any rank waited: a collective that one rank waits for and the others do not
- * is that rank being ahead (the others' compute was slower), not the transfer. */
+ * is that rank being ahead (the others' compute was slower), not the transfer. Expert parallel's
+ * token exchange gets a line of its own: the bytes its all_to_alls moved against the valid rows'
+ * bytes in them. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,8 +25,32 @@ static double ms_at(const gathered *g, int r, int64_t k)
     return 1e-6 * (double)g->all[(int64_t)r * (2 * g->n + 1) + k];
 }
 
-static void print_report(const gt_comm_timing *t, const gathered *g, int size, FILE *f)
+/* Expert parallel's token exchange (an all_to_all that parallelize tagged GT_TAG_TOKEN_EXCHANGE):
+ * the bytes of its valid rows, averaged over the ranks, else 0. Every routed row of a rank crosses
+ * each such all_to_all once (its fixed C-row blocks hold the rows, then zeros), so the valid rows
+ * average the R rows of the layer's moe_pack input: the last moe_pack of the same module before
+ * it (a chunked layer's chunks have equal rows). */
+static uint64_t token_valid_bytes(const gt_program *p, const gt_comm_timing *t)
 {
+    if (!p || !p->g || t->kind != GT_COLL_ALL_TO_ALL || t->start_instr < 0 ||
+        t->start_instr >= p->n_instrs)
+        return 0;
+    const gt_instr *s = &p->instrs[t->start_instr];
+    const gt_node *n = &p->g->nodes[s->node];
+    if (!gt_node_has_tag(p->g, n, GT_TAG_TOKEN_EXCHANGE) || s->in[0].shape[0] <= 0) return 0;
+    for (int32_t j = t->start_instr - 1; j >= 0; j--) {
+        const gt_instr *q = &p->instrs[j];
+        if (q->op != GT_OP_MOE_PACK || p->g->nodes[q->node].fqn != n->fqn) continue;
+        return t->bytes / (uint64_t)s->in[0].shape[0] * (uint64_t)q->in[0].shape[0];
+    }
+    return 0;
+}
+
+static void print_report(const gt_program *prog, const gt_comm_timing *t, const gathered *g,
+                         int size, FILE *f)
+{
+    uint64_t moved = 0, valid = 0;
+    int exchanges = 0;
     int32_t n = g->n;
     double total = 0, exposed = 0;
     uint64_t bytes[GT_COLL_KIND_COUNT] = {0};
@@ -51,6 +77,8 @@ static void print_report(const gt_comm_timing *t, const gathered *g, int size, F
                 at);
         total += tot;
         exposed += ex;
+        uint64_t v = token_valid_bytes(prog, c);
+        if (v) exchanges++, moved += c->bytes, valid += v;
         if ((int)c->kind >= 0 && c->kind < GT_COLL_KIND_COUNT) {
             bytes[c->kind] += c->bytes;
             count[c->kind]++;
@@ -60,6 +88,12 @@ static void print_report(const gt_comm_timing *t, const gathered *g, int size, F
         if (count[k])
             fprintf(f, "  total %-15s %4d collectives %14llu bytes\n",
                     gt_coll_kind_name((gt_coll_kind)k), count[k], (unsigned long long)bytes[k]);
+    if (exchanges)
+        fprintf(f,
+                "  token exchange %d all_to_all: %llu bytes moved, %llu valid on average over "
+                "the ranks (%.1f%%; the rest pads each rank pair's block to its capacity)\n",
+                exchanges, (unsigned long long)moved, (unsigned long long)valid,
+                100.0 * (double)valid / (double)moved);
     for (int r = 1; r < size; r++) {
         double e = 0;
         for (int32_t k = 0; k < n; k++)
@@ -76,8 +110,8 @@ static void print_report(const gt_comm_timing *t, const gathered *g, int size, F
     fprintf(f, "\n");
 }
 
-gt_status gt_train_comm_report(gt_train_dist *d, const gt_comm_timing *t, int32_t n, double step_s,
-                               FILE *f, gt_error *err)
+gt_status gt_train_comm_report(gt_train_dist *d, const gt_program *prog, const gt_comm_timing *t,
+                               int32_t n, double step_s, FILE *f, gt_error *err)
 {
     int size = gt_train_dist_multi(d) ? d->size : 1;
     int64_t per = 2 * (int64_t)n + 1, total = per * size;
@@ -97,7 +131,7 @@ gt_status gt_train_comm_report(gt_train_dist *d, const gt_comm_timing *t, int32_
     } else {
         memcpy(all, mine, (size_t)per * sizeof *mine);
     }
-    if (st == GT_OK && d->rank == 0) print_report(t, &(gathered){all, n}, size, f);
+    if (st == GT_OK && d->rank == 0) print_report(prog, t, &(gathered){all, n}, size, f);
     free(mine);
     free(all);
     return st;

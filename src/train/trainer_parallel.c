@@ -128,9 +128,10 @@ static bool launched_by_env_world(void)
 }
 
 /* Expert parallel: ep must divide dp_shard x tp (efsdp = dp_shard x tp / ep) and the routed
- * experts. What runs today is the ep group equal to the dp_shard dim: the expert weights keep
- * FSDP's dp_shard storage and the rows travel to them (src/parallel/rules_moe.c); with tp > 1
- * the MoE layers are replicated over tp. */
+ * experts. What runs today is an ep group within the dp_shard dim: ep = dp_shard, or a proper
+ * divisor of it (efsdp = dp_shard / ep groups, ep inner: gt_mesh_expert_split). The expert
+ * weights keep FSDP's dp_shard storage and the rows travel to them (src/parallel/rules_moe.c);
+ * with tp > 1 the MoE layers are replicated over tp. */
 static gt_status check_expert_parallel(const gt_config *cfg, int64_t shard, int64_t tp,
                                        gt_error *err)
 {
@@ -159,12 +160,21 @@ static gt_status check_expert_parallel(const gt_config *cfg, int64_t shard, int6
                             "parallelism.expert_parallel_degree = %lld must divide the %lld routed "
                             "experts of deepseek_v3 %s",
                             (long long)ep, (long long)m.n_experts, cfg->model.flavor);
-    if (ep != shard)
+    if (shard % ep != 0)
         return gt_error_set(err, GT_ERR_UNSUPPORTED,
                             "parallelism.expert_parallel_degree = %lld: expert parallel runs with "
-                            "ep = data_parallel_shard_degree (%lld) for now; set "
-                            "expert_parallel_degree to %lld or 1",
+                            "ep dividing data_parallel_shard_degree (%lld) for now (ep groups "
+                            "that take tensor-parallel ranks are not built); set "
+                            "expert_parallel_degree to a divisor of %lld or 1",
                             (long long)ep, (long long)shard, (long long)shard);
+    /* the efsdp x ep split keeps FSDP's storage of whole experts: E / dp_shard per rank */
+    if (ep != shard && m.n_experts % shard != 0)
+        return gt_error_set(err, GT_ERR_INVALID,
+                            "parallelism.expert_parallel_degree = %lld < "
+                            "data_parallel_shard_degree = %lld needs the %lld routed experts of "
+                            "deepseek_v3 %s to divide by data_parallel_shard_degree",
+                            (long long)ep, (long long)shard, (long long)m.n_experts,
+                            cfg->model.flavor);
     return GT_OK;
 }
 
@@ -259,6 +269,27 @@ bool gt_train_dist_multi(const gt_train_dist *d)
     return d->world && d->size > 1;
 }
 
+/* Expert parallel's efsdp and ep groups when ep splits dp_shard (gt_mesh_expert_split): the
+ * ranks of one dp_shard group with the same ep coordinate (efsdp), or the same efsdp one (ep). */
+static gt_status dist_expert_comms(const gt_config *cfg, gt_train_dist *d, gt_error *err)
+{
+    int ep = (int)cfg->parallelism.expert_parallel_degree;
+    if (!gt_mesh_expert_split(&d->layout.mesh, ep)) return GT_OK;
+    int f, c;
+    gt_mesh_expert_coords(ep, d->layout.coords[GT_MESH_DP_SHARD], &f, &c);
+    for (int k = GT_MESH_EFSDP; k <= GT_MESH_EP; k++) {
+        int co[GT_MESH_NDIMS];
+        memcpy(co, d->layout.coords, sizeof co);
+        /* the group's color: its member with the other coordinate 0 */
+        co[GT_MESH_DP_SHARD] = k == GT_MESH_EFSDP ? c : f * ep;
+        int color = gt_mesh_rank(&d->layout.mesh, co);
+        GT_TRY(gt_comm_split(d->world, color, k == GT_MESH_EFSDP ? f : c, &d->dim_comm[k], err));
+        snprintf(d->dim_comm[k]->name, sizeof d->dim_comm[k]->name, "%s/group %d",
+                 gt_mesh_dim_name(k), color);
+    }
+    return GT_OK;
+}
+
 gt_status gt_train_dist_init(const gt_config *cfg, gt_train_dist *d, gt_error *err)
 {
     memset(d, 0, sizeof *d);
@@ -299,7 +330,7 @@ gt_status gt_train_dist_init(const gt_config *cfg, gt_train_dist *d, gt_error *e
         snprintf(d->dim_comm[k]->name, sizeof d->dim_comm[k]->name, "%s/group %d",
                  gt_mesh_dim_name(k), color);
     }
-    return GT_OK;
+    return dist_expert_comms(cfg, d, err);
 }
 
 void gt_train_dist_free(gt_train_dist *d)
@@ -584,8 +615,9 @@ gt_status gt_train_dist_nccl(gt_train_dist *d, const gt_config *cfg, int device,
                              void *compute_stream, gt_error *err)
 {
     GT_TRY(gt_train_dist_nccl_buffers(d, cfg, err));
-    for (int k = 0; k < GT_MESH_NDIMS; k++) {
-        if (d->nccl[k] || d->layout.mesh.size[k] == 1) continue;
+    for (int k = 0; k < GT_MESH_MAX_DIMS; k++) {
+        /* the mesh dims, and expert parallel's efsdp and ep groups where they exist */
+        if (d->nccl[k] || !d->dim_comm[k] || gt_comm_size(d->dim_comm[k]) == 1) continue;
         /* set-up bounded by the same timeout as every later host call (a rank that never joins
          * is an error after comm.timeout_seconds, not NCCL's default) */
         GT_TRY(gt_comm_nccl_create(d->dim_comm[k], device, compute_stream,

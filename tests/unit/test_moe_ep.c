@@ -11,7 +11,9 @@
  * the error naming the factor needed (largest count / worst case).
  * Expansion: a one-layer routed-experts graph parallelized on dp_shard 2 with
  * expert_parallel_degree 2 carries moe_pack / all_to_all / moe_unpack and no all-gather of the
- * expert weights; with ep 1 it gathers them and has no moe_pack.
+ * expert weights; with ep 1 it gathers them and has no moe_pack. On dp_shard 4 with ep 2 the
+ * graph's mesh gains efsdp and ep: rows move over ep only, the expert weights are gathered over
+ * efsdp only and their gradient reduce-scattered over it, and the text form keeps both dims.
  * Simulated ranks (2 threads, tests/shard_sim.h): a routed layer — routing on its own scores,
  * dispatch, grouped matmul, combine — and the expert weights' gradient, run on dp_shard 2 with
  * ep 2 and with ep 1: the combined rows and the gradient are bitwise equal between the two,
@@ -174,8 +176,8 @@ static void test_kernels(void)
 }
 
 /* One routed-experts layer on [batch, 8] tokens, E = 4, K = 2: forward and a weight gradient,
- * parallelized on dp_shard 2 with expert_parallel_degree ep. */
-static gt_graph *expand(int ep, int *packs, int *a2a, int *gathers)
+ * parallelized on dp_shard `shard` with expert_parallel_degree ep. */
+static gt_graph *expand_on(int shard, int ep, int *packs, int *a2a, int *gathers)
 {
     gt_graph *g = gt_graph_new();
     gt_expr b = gt_sym_var(g->sym, "batch"), d8 = gt_c(g, 8), e4 = gt_c(g, 4);
@@ -193,7 +195,7 @@ static gt_graph *expand(int ep, int *packs, int *a2a, int *gathers)
     EXPECT(g->err.code == GT_OK, "building: %s", g->err.msg);
     gt_parallel_plan plan = {.expert_parallel_degree = ep};
     gt_error err = {0};
-    GT_CHECK(gt_mesh_init(&plan.mesh, 1, 2, 1, &err) == GT_OK);
+    GT_CHECK(gt_mesh_init(&plan.mesh, 1, shard, 1, &err) == GT_OK);
     gt_placement place[2][GT_MESH_MAX_DIMS];
     EXPECT_OK(gt_parallel_input_layouts(&plan, g, place, &err), &err);
     place[0][GT_MESH_DP_SHARD] = (gt_placement){GT_PLACE_SHARD, 0, 0, 0};
@@ -208,6 +210,55 @@ static gt_graph *expand(int ep, int *packs, int *a2a, int *gathers)
         *gathers += p->nodes[i].op == GT_OP_ALL_GATHER_START;
     }
     return p;
+}
+
+static gt_graph *expand(int ep, int *packs, int *a2a, int *gathers)
+{
+    return expand_on(2, ep, packs, a2a, gathers);
+}
+
+/* dp_shard 4 with ep 2 (efsdp 2 x ep 2, ep inner): the graph's mesh gains efsdp and ep; the rows
+ * move over ep only, the expert weights are gathered over efsdp only (never over dp_shard: each
+ * ep rank holds E / ep experts, not E) and their gradient is reduce-scattered over efsdp. */
+static void test_expansion_split(void)
+{
+    int packs, a2a, gathers;
+    gt_graph *p = expand_on(4, 2, &packs, &a2a, &gathers);
+    if (!p) return;
+    EXPECT(p->mesh.ndim == GT_MESH_EP_NDIMS && p->mesh.size[GT_MESH_EFSDP] == 2 &&
+               p->mesh.size[GT_MESH_EP] == 2,
+           "dp_shard 4 x ep 2: mesh of %d dims (efsdp %d, ep %d)", p->mesh.ndim,
+           p->mesh.size[GT_MESH_EFSDP], p->mesh.size[GT_MESH_EP]);
+    int a2a_ep = 0, gather_shard = 0, gather_efsdp = 0, rs_efsdp = 0;
+    for (int32_t i = 0; i < p->n_nodes; i++) {
+        const gt_node *n = &p->nodes[i];
+        int md = (int)n->attrs.i[0], size = (int)n->attrs.i[1];
+        if (n->op == GT_OP_ALL_TO_ALL_START) a2a_ep += md == GT_MESH_EP && size == 2;
+        if (n->op == GT_OP_ALL_GATHER_START) {
+            gather_shard += md == GT_MESH_DP_SHARD;
+            gather_efsdp += md == GT_MESH_EFSDP && size == 2;
+        }
+        if (n->op == GT_OP_REDUCE_SCATTER_START) rs_efsdp += md == GT_MESH_EFSDP && size == 2;
+    }
+    EXPECT(packs == 2 && a2a == 3 && a2a_ep == 3,
+           "dp_shard 4 x ep 2: %d moe_pack, %d all_to_all (%d over ep; want 2, 3, 3)", packs, a2a,
+           a2a_ep);
+    EXPECT(gather_shard == 1 && gather_efsdp == 1,
+           "dp_shard 4 x ep 2: gathers over dp_shard %d (want 1: the offsets table), over efsdp "
+           "%d (want 1: the experts)",
+           gather_shard, gather_efsdp);
+    EXPECT(rs_efsdp == 1, "dp_shard 4 x ep 2: %d reduce-scatter(s) over efsdp, want 1", rs_efsdp);
+    /* the text form keeps the two dims (one artifact serves every rank) */
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    gt_error err = {0};
+    EXPECT_OK(gt_graph_write(p, f, &err), &err);
+    fclose(f);
+    EXPECT(text && strstr(text, "efsdp") && strstr(text, "rank.dp_shard"),
+           "the written graph names the efsdp dim and the rank coordinate");
+    free(text);
+    gt_graph_free(p);
 }
 
 static void test_expansion(void)
@@ -426,9 +477,13 @@ static void test_layout_checks(void)
     layout_case("test_dsv3_tiny", 2, 1, 3, NULL,
                 "parallelism.expert_parallel_degree = 3 must divide data_parallel_shard_degree");
     layout_case("test_dsv3_tiny", 3, 1, 3, NULL, "must divide the 8 routed experts");
-    layout_case("test_dsv3_tiny", 4, 1, 2, NULL,
-                "expert_parallel_degree = 2: expert parallel runs");
-    layout_case("test_dsv3_tiny", 1, 2, 2, NULL, "ep = data_parallel_shard_degree (1)");
+    layout_case("test_dsv3_tiny", 4, 1, 2, NULL, NULL); /* efsdp 2 x ep 2 */
+    layout_case("test_dsv3_tiny", 4, 2, 2, NULL, NULL); /* the same, MoE replicated over tp */
+    layout_case("test_dsv3_tiny", 16, 1, 2, NULL,
+                "8 routed experts of deepseek_v3 test_dsv3_tiny to divide by "
+                "data_parallel_shard_degree");
+    layout_case("test_dsv3_tiny", 1, 2, 2, NULL, "ep dividing data_parallel_shard_degree (1)");
+    layout_case("test_dsv3_tiny", 2, 2, 4, NULL, "ep dividing data_parallel_shard_degree (2)");
     layout_case("test_dsv3_tiny", 2, 2, 2, NULL, NULL); /* the MoE replicated over tp */
     layout_case("test_dsv3_tiny", 2, 1, 2, "0.0001", "expert_parallel_capacity_factor");
 }
@@ -437,6 +492,7 @@ int main(void)
 {
     test_kernels();
     test_expansion();
+    test_expansion_split();
     test_simulated_ranks();
     test_layout_checks();
     return gt_test_finish();
