@@ -146,7 +146,8 @@ gt_status gt_trainer_pp_dist_init(gt_trainer *t, gt_error *err)
 gt_status gt_trainer_pp_agree(gt_trainer *t, gt_status st, gt_error *err)
 {
     if (!t->pp || !t->pp->comm) return st;
-    gt_train_dist pd = {.world = t->pp->comm, .rank = t->pp->rank, .size = t->pp->sched.n_ranks};
+    gt_train_dist pd = {
+        .world = t->pp->comm, .rank = t->pp->rank, .size = gt_comm_size(t->pp->comm)};
     st = gt_train_agree(&pd, st, err);
     t->dist.error_agreed |= pd.error_agreed;
     return st;
@@ -156,7 +157,7 @@ gt_status gt_trainer_pp_pick_resume(gt_trainer *t, gt_error *err)
 {
     /* the one-rank view, lent the pipeline's world for the choice alone */
     t->dist.world = t->pp->comm;
-    t->dist.size = t->pp->sched.n_ranks;
+    t->dist.size = gt_comm_size(t->pp->comm);
     gt_status st = gt_trainer_pick_resume(t, err);
     t->dist.world = NULL;
     t->dist.size = 1;
