@@ -525,7 +525,8 @@ static gt_status lock_dump_folder(gt_trainer *t, gt_error *err)
 static gt_status open_outputs(gt_trainer *t, int64_t start, gt_error *err)
 {
     const gt_config *cfg = t->cfg;
-    if (t->dist.rank != 0) return GT_OK; /* rank 0 writes the run's files */
+    /* rank 0 writes the run's files (of a pipeline: rank 0 of pipeline rank 0's mesh) */
+    if (t->dist.rank != 0 || !gt_trainer_pp_writes(t)) return GT_OK;
     GT_TRY(ckpt_mkdirs(cfg->job.dump_folder, err));
     GT_TRY(lock_dump_folder(t, err));
     char *config_path = gt_train_join_path(cfg->job.dump_folder, "config.toml");
@@ -725,8 +726,7 @@ static gt_status run(gt_trainer *t, gt_train_result *res, gt_error *err)
     /* a rank that failed alone (a file it cannot read) must not leave the others waiting */
     GT_TRY(gt_trainer_pp_agree(t, gt_train_agree(&t->dist, st, err), err));
     t->resume_step = GT_CHECKPOINT_NONE;
-    if (cfg->checkpoint.enable)
-        GT_TRY(t->pp ? gt_trainer_pp_pick_resume(t, err) : gt_trainer_pick_resume(t, err));
+    if (cfg->checkpoint.enable) GT_TRY(gt_trainer_pick_resume(t, err));
     GT_TRY(gt_trainer_pp_agree(t, gt_train_agree(&t->dist, setup_state(t, err), err), err));
     int64_t start = 0;
     if (cfg->checkpoint.enable) GT_TRY(gt_trainer_resume(t, &start, err));

@@ -1,13 +1,15 @@
 /* trainer_pp.h — pipeline parallelism in `graphtrain train` (issue 39): what trainer.c calls when
  * parallelism.pipeline_parallel_degree > 1 (trainer_pp_run.c). Private to src/train.
  *
- * The pipeline trainer is the one-rank gradient-accumulation trainer with another step: every
- * pipeline rank runs the trainer on the config of one rank that accumulates the run's
+ * The pipeline trainer is the gradient-accumulation trainer of the other mesh dims with another
+ * step. pp is the outermost dim: every pipeline rank runs the trainer of the mesh
+ * dp_replicate x dp_shard x tp (one rank without them) on the config that accumulates the run's
  * micro-batches (local_batch_size = pipeline_parallel_microbatch_size, global_batch_size = the
- * run's), holds the whole state, draws the same batches, and runs only its own actions of the
- * schedule (gt_pp_eager_step_rank), so the step is bitwise that of the one-rank accumulation. Each
- * rank updates only its stages' parameters; before a checkpoint and the final hash the owners
- * broadcast them, so the state rank 0 saves and hashes is the whole, current one. */
+ * run's), holds its mesh rank's blocks of the whole state, draws the same batches, and runs only
+ * its own actions of the schedule (gt_pp_eager_step_spmd), so the step is bitwise that of the
+ * mesh's accumulation. Each pipeline rank updates only its stages' parameters; before a
+ * checkpoint and the final hash the owners broadcast them over the pipeline, so the state that
+ * pipeline rank 0's mesh saves and hashes is the whole, current one. */
 #ifndef GRAPHTRAIN_TRAINER_PP_H
 #define GRAPHTRAIN_TRAINER_PP_H
 
@@ -26,8 +28,6 @@ gt_status gt_trainer_pp_dist_init(gt_trainer *t, gt_error *err);
  * passes: the stage split reads its forward, backward and optimizer nodes), its stage split, and
  * on rank 0 the pipeline's line (stages, bubble, peak saved activations per rank). */
 gt_status gt_trainer_pp_build(gt_trainer *t, gt_error *err);
-/* gt_trainer_pick_resume over the pipeline ranks: rank 0 picks, every rank loads that one. */
-gt_status gt_trainer_pp_pick_resume(gt_trainer *t, gt_error *err);
 /* gt_train_agree over the pipeline ranks. */
 gt_status gt_trainer_pp_agree(gt_trainer *t, gt_status st, gt_error *err);
 /* One optimizer step: the micro-batches drawn in order, this rank's actions of the schedule, its

@@ -7,8 +7,11 @@
  * local_batch_size b and global_batch_size G on one rank: the same graph (built for G / b
  * micro-batches: the loss of each divided by their number, the gradients summed into
  * grad_accum.<fqn> in micro-batch order), the same data, the same checkpoints.
- * gt_pp_eager_step_rank runs that graph's nodes as the schedule orders them and keeps the sums in
- * micro-batch order, so losses, grad norm and parameters are bitwise the one-rank run's.
+ * gt_pp_eager_step_spmd runs that graph's nodes as the schedule orders them and keeps the sums in
+ * micro-batch order, so losses, grad norm and parameters are bitwise the one-rank run's. With
+ * other mesh dims (dp_replicate, dp_shard, tp) the same holds for their SPMD graph: parallelize's
+ * graph for G / b micro-batches of b sequences a data-parallel rank, whose collectives the runner
+ * starts on the mesh's communicators in the schedule's order, the same on every rank of a mesh.
  *
  * The losses live on the rank of the last stage and are broadcast after the step (every rank
  * returns the same figure, rank 0 logs it); the gradient norm every rank computes from the
@@ -29,7 +32,8 @@ struct gt_trainer_pp {
     bool sched_built;
     gt_pp_split split;
     bool split_built;
-    gt_comm *comm; /* the pipeline ranks: the world */
+    gt_comm *world; /* every rank */
+    gt_comm *comm;  /* the pipeline ranks of this rank's mesh coordinates */
     int rank;
     int32_t n_micro;
     gt_tensor **inputs; /* [n_micro][n_inputs]: views of the state, the micro-batch's tokens */
@@ -45,17 +49,13 @@ static const char *const batch_names[3] = {"tokens", "labels", "positions"};
 gt_status gt_trainer_pp_begin(gt_trainer *t, const gt_config *cfg, gt_error *err)
 {
     const gt_cfg_parallelism *p = &cfg->parallelism;
-    if (p->data_parallel_replicate_degree != 1 || p->tensor_parallel_degree != 1 ||
-        p->data_parallel_shard_degree > 1 || p->expert_parallel_degree > 1)
-        return gt_error_set(
-            err, GT_ERR_UNSUPPORTED,
-            "parallelism.pipeline_parallel_degree = %lld with data_parallel_replicate_degree = "
-            "%lld, data_parallel_shard_degree = %lld, tensor_parallel_degree = %lld, "
-            "expert_parallel_degree = %lld: pipeline parallelism is not supported yet together "
-            "with other mesh dims; set them to 1",
-            (long long)p->pipeline_parallel_degree, (long long)p->data_parallel_replicate_degree,
-            (long long)p->data_parallel_shard_degree, (long long)p->tensor_parallel_degree,
-            (long long)p->expert_parallel_degree);
+    if (p->expert_parallel_degree > 1)
+        return gt_error_set(err, GT_ERR_UNSUPPORTED,
+                            "parallelism.pipeline_parallel_degree = %lld with "
+                            "expert_parallel_degree = %lld: pipeline parallelism is not supported "
+                            "yet together with expert parallelism; set it to 1",
+                            (long long)p->pipeline_parallel_degree,
+                            (long long)p->expert_parallel_degree);
     if (cfg->training.device == GT_CFG_DEVICE_CUDA)
         return gt_error_set(err, GT_ERR_UNSUPPORTED,
                             "parallelism.pipeline_parallel_degree = %lld: pipelines run on the CPU "
@@ -67,47 +67,43 @@ gt_status gt_trainer_pp_begin(gt_trainer *t, const gt_config *cfg, gt_error *err
                             "pipelines run the step graph eagerly, there is no artifact per stage "
                             "yet",
                             (long long)p->pipeline_parallel_degree);
+    if (cfg->compile.enable_autoparallel)
+        return gt_error_set(err, GT_ERR_UNSUPPORTED,
+                            "compile.enable_autoparallel with pipeline_parallel_degree = %lld: not "
+                            "supported yet",
+                            (long long)p->pipeline_parallel_degree);
     int64_t local = cfg->training.local_batch_size;
-    int64_t global = cfg->training.global_batch_size < 0 ? local : cfg->training.global_batch_size;
-    if (local < 1 || global % local != 0)
+    if (cfg->training.global_batch_size >= 0 && local >= 1 &&
+        cfg->training.global_batch_size % local != 0)
         return gt_error_set(err, GT_ERR_INVALID,
                             "training.global_batch_size = %lld must be a multiple of "
                             "local_batch_size = %lld (each local batch is one pass of the "
                             "pipeline)",
-                            (long long)global, (long long)local);
+                            (long long)cfg->training.global_batch_size, (long long)local);
     gt_model_config mc;
     GT_TRY(gt_train_model_config(cfg, &mc, err));
     struct gt_trainer_pp *pp = gt_xcalloc(1, sizeof *pp);
     t->pp = pp;
     pp->user = cfg;
     gt_config_copy(&pp->one, cfg);
-    /* the layout checks the options; the schedule runs every micro-batch of the step */
+    /* the options, checked before any rank starts: the layout, and the schedule of one local
+     * batch (a step with accumulation runs a multiple of its micro-batches: built in
+     * gt_trainer_pp_build) */
     GT_TRY(gt_train_pp_layout(cfg, &mc, &pp->layout, err));
-    int64_t total = global / p->pipeline_parallel_microbatch_size;
-    if (total > (1 << 20))
-        return gt_error_set(err, GT_ERR_INVALID,
-                            "training.global_batch_size = %lld: %lld micro-batches a step, at most "
-                            "2^20",
-                            (long long)global, (long long)total);
-    pp->n_micro = (int32_t)total;
+    gt_pp_schedule probe;
     GT_TRY(gt_pp_schedule_build(pp->layout.kind, pp->layout.n_ranks, pp->layout.stages_per_rank,
-                                pp->n_micro, &pp->sched, err));
-    pp->sched_built = true;
-    gt_pp_sim sim;
-    gt_status st = gt_pp_schedule_simulate(&pp->sched, &sim, err);
-    if (st != GT_OK)
-        return gt_error_wrap(err, "--parallelism.pipeline_parallel_schedule %s",
-                             gt_pp_schedule_name(pp->layout.kind));
-    gt_pp_sim_free(&sim);
+                                pp->layout.n_micro, &probe, err));
+    gt_pp_schedule_free(&probe);
     gt_config *one = &pp->one;
     one->parallelism.pipeline_parallel_degree = 1;
-    one->parallelism.data_parallel_shard_degree = 1;
     one->training.local_batch_size = p->pipeline_parallel_microbatch_size;
-    one->training.global_batch_size = global;
     t->cfg = one;
     return GT_OK;
 }
 
+/* World rank r is pipeline rank r / M at rank r % M of its mesh (M = the world over the degree:
+ * pp is the outermost dim). The mesh's communicator and its dims' (split as gt_train_dist_init
+ * splits them) go into t->dist; the pipeline's (the ranks of the same mesh rank) into pp->comm. */
 gt_status gt_trainer_pp_dist_init(gt_trainer *t, gt_error *err)
 {
     struct gt_trainer_pp *pp = t->pp;
@@ -118,49 +114,82 @@ gt_status gt_trainer_pp_dist_init(gt_trainer *t, gt_error *err)
     if (!gt_train_launched_by_mpi())
         return gt_error_set(err, GT_ERR_INVALID,
                             "parallelism.pipeline_parallel_degree = %d: launch one process per "
-                            "pipeline rank under MPI: `mpirun -np %d graphtrain train ...`",
+                            "rank under MPI: `mpirun -np N graphtrain train ...`, N = %d x the "
+                            "other degrees",
                             degree, degree);
     if (!gt_comm_mpi_available())
         return gt_error_set(err, GT_ERR_UNSUPPORTED,
                             "started by an MPI launcher (mpirun), but this graphtrain was built "
                             "without MPI (install libopenmpi-dev and reconfigure)");
-    GT_TRY(gt_comm_mpi_world(NULL, NULL, &pp->comm, err));
-    gt_comm_mpi_set_timeout(pp->comm, t->cfg->comm.timeout_seconds);
-    pp->rank = gt_comm_rank(pp->comm);
-    d->rank = pp->rank;
-    int world = gt_comm_size(pp->comm);
-    if (world != degree)
+    double timeout = t->cfg->comm.timeout_seconds;
+    GT_TRY(gt_comm_mpi_world(NULL, NULL, &pp->world, err));
+    gt_comm_mpi_set_timeout(pp->world, timeout);
+    int world = gt_comm_size(pp->world), me = gt_comm_rank(pp->world);
+    if (world % degree != 0)
         return gt_error_set(err, GT_ERR_INVALID,
-                            "parallelism.pipeline_parallel_degree = %d but %d process%s launched "
-                            "(pipelines with data or tensor parallel ranks are not supported yet): "
-                            "`mpirun -np %d graphtrain train ...`",
+                            "parallelism.pipeline_parallel_degree = %d but %d process%s launched, "
+                            "not a multiple of it: `mpirun -np N graphtrain train ...`, N = %d x "
+                            "the other degrees",
                             degree, world, world == 1 ? " was" : "es were", degree);
-    GT_TRY(gt_train_layout_init(t->cfg, 1, 0, &d->layout, err));
+    int inner = world / degree;
+    const gt_cfg_parallelism *up = &pp->user->parallelism;
+    int64_t mesh_ranks = up->data_parallel_replicate_degree * up->tensor_parallel_degree *
+                         (up->data_parallel_shard_degree > 0 ? up->data_parallel_shard_degree : 1);
+    if ((up->data_parallel_shard_degree > 0 && mesh_ranks != inner) || inner % mesh_ranks != 0)
+        return gt_error_set(
+            err, GT_ERR_INVALID,
+            "parallelism: pipeline_parallel_degree %d x data_parallel_replicate "
+            "%lld x data_parallel_shard %lld x tensor_parallel %lld do not make the "
+            "%d processes launched: `mpirun -np %lld graphtrain train ...` (or "
+            "change the degrees)",
+            degree, (long long)up->data_parallel_replicate_degree,
+            (long long)up->data_parallel_shard_degree, (long long)up->tensor_parallel_degree, world,
+            (long long)(degree * mesh_ranks));
+    pp->rank = me / inner;
     /* ranks launched with other options would run other schedules */
-    gt_train_dist pd = {.world = pp->comm, .rank = pp->rank, .size = world};
-    gt_status st = gt_train_check_config(&pd, pp->user, err);
-    d->error_agreed = pd.error_agreed;
-    return st;
+    gt_train_dist wd = {.world = pp->world, .rank = me, .size = world};
+    gt_status st = gt_train_check_config(&wd, pp->user, err);
+    d->error_agreed = wd.error_agreed;
+    if (st != GT_OK) return st;
+    GT_TRY(gt_comm_split(pp->world, pp->rank, me % inner, &d->world, err));
+    GT_TRY(gt_comm_split(pp->world, me % inner, pp->rank, &pp->comm, err));
+    gt_comm_mpi_set_timeout(d->world, timeout);
+    gt_comm_mpi_set_timeout(pp->comm, timeout);
+    snprintf(pp->comm->name, sizeof pp->comm->name, "pp/group %d", me % inner);
+    d->rank = gt_comm_rank(d->world);
+    d->size = gt_comm_size(d->world);
+    st = gt_train_layout_init(t->cfg, d->size, d->rank, &d->layout, err);
+    if (st != GT_OK)
+        return gt_error_wrap(err,
+                             "parallelism.pipeline_parallel_degree = %d of %d processes leaves %d "
+                             "for the other dims",
+                             degree, world, inner);
+    /* the global batch: local_batch_size x the data-parallel degree unless set */
+    const gt_mesh *mesh = &d->layout.mesh;
+    int64_t dp = (int64_t)mesh->size[GT_MESH_DP_REPLICATE] * mesh->size[GT_MESH_DP_SHARD];
+    if (pp->user->training.global_batch_size < 0)
+        pp->one.training.global_batch_size = pp->user->training.local_batch_size * dp;
+    if (!gt_train_dist_multi(d)) return GT_OK;
+    for (int k = 0; k < GT_MESH_NDIMS; k++) {
+        int c[GT_MESH_NDIMS];
+        memcpy(c, d->layout.coords, sizeof c);
+        c[k] = 0;
+        int color = gt_mesh_rank(&d->layout.mesh, c);
+        GT_TRY(gt_comm_split(d->world, color, d->layout.coords[k], &d->dim_comm[k], err));
+        snprintf(d->dim_comm[k]->name, sizeof d->dim_comm[k]->name, "%s/group %d",
+                 gt_mesh_dim_name(k), color);
+    }
+    return GT_OK;
 }
 
 gt_status gt_trainer_pp_agree(gt_trainer *t, gt_status st, gt_error *err)
 {
-    if (!t->pp || !t->pp->comm) return st;
-    gt_train_dist pd = {
-        .world = t->pp->comm, .rank = t->pp->rank, .size = gt_comm_size(t->pp->comm)};
-    st = gt_train_agree(&pd, st, err);
-    t->dist.error_agreed |= pd.error_agreed;
-    return st;
-}
-
-gt_status gt_trainer_pp_pick_resume(gt_trainer *t, gt_error *err)
-{
-    /* the one-rank view, lent the pipeline's world for the choice alone */
-    t->dist.world = t->pp->comm;
-    t->dist.size = gt_comm_size(t->pp->comm);
-    gt_status st = gt_trainer_pick_resume(t, err);
-    t->dist.world = NULL;
-    t->dist.size = 1;
+    if (!t->pp || !t->pp->world) return st;
+    gt_train_dist wd = {.world = t->pp->world,
+                        .rank = gt_comm_rank(t->pp->world),
+                        .size = gt_comm_size(t->pp->world)};
+    st = gt_train_agree(&wd, st, err);
+    t->dist.error_agreed |= wd.error_agreed;
     return st;
 }
 
@@ -207,13 +236,29 @@ static gt_status log_pipeline(gt_trainer *t, gt_error *err)
 gt_status gt_trainer_pp_build(gt_trainer *t, gt_error *err)
 {
     struct gt_trainer_pp *pp = t->pp;
-    if (t->accum != pp->n_micro)
-        return gt_error_set(err, GT_ERR_INTERNAL,
-                            "pipeline: %lld micro-batches of accumulation, the schedule has %d",
-                            (long long)t->accum, pp->n_micro);
+    int64_t local = pp->user->training.local_batch_size;
+    int64_t dp = t->global_batch / t->cfg->training.local_batch_size;
+    if (pp->user->training.global_batch_size >= 0 &&
+        pp->user->training.global_batch_size % (local * dp) != 0)
+        return gt_error_set(err, GT_ERR_INVALID,
+                            "training.global_batch_size = %lld must be a multiple of "
+                            "local_batch_size x data-parallel degree = %lld",
+                            (long long)pp->user->training.global_batch_size,
+                            (long long)(local * dp));
+    if (t->accum > (1 << 20))
+        return gt_error_set(err, GT_ERR_INVALID,
+                            "training.global_batch_size: %lld micro-batches a step, at most 2^20",
+                            (long long)t->accum);
+    pp->n_micro = (int32_t)t->accum;
+    GT_TRY(gt_pp_schedule_build(pp->layout.kind, pp->layout.n_ranks, pp->layout.stages_per_rank,
+                                pp->n_micro, &pp->sched, err));
+    pp->sched_built = true;
+    /* the one-rank graph, parallelized over this rank's mesh (its stages' collectives included),
+     * without the passes: the split reads the nodes as built */
     t->whole.g = gt_graph_new();
     GT_TRY(
         gt_train_build_global_graph(t->cfg, &t->dist.layout, t->whole.g, &t->model, t->accum, err));
+    GT_TRY(gt_train_parallelize(t->cfg, &t->dist.layout, t->whole.g, err));
     const gt_graph *g = t->whole.g;
     GT_TRY(gt_pp_split_graph(g, pp->layout.n_stages, pp->layout.first_layer, &pp->split, err));
     pp->split_built = true;
@@ -287,7 +332,8 @@ gt_status gt_trainer_pp_step(gt_trainer *t, int64_t step, double *loss, double *
     const gt_tensor **in = gt_xcalloc((size_t)M, sizeof *in);
     for (int32_t m = 0; m < M; m++)
         in[m] = pp->inputs[m];
-    gt_status st = gt_pp_eager_step_rank(g, &t->binding, &pp->split, &pp->sched, pp->comm, in,
+    gt_comm *const *dims = gt_train_dist_multi(&t->dist) ? t->dist.dim_comm : NULL;
+    gt_status st = gt_pp_eager_step_spmd(g, &t->binding, &pp->split, &pp->sched, pp->comm, dims, in,
                                          pp->losses, pp->outputs, err);
     free(in);
     /* this rank's stages' updates into the host state */
@@ -364,6 +410,7 @@ void gt_trainer_pp_free(gt_trainer *t)
     if (pp->sched_built) gt_pp_schedule_free(&pp->sched);
     gt_pp_layout_free(&pp->layout);
     gt_comm_destroy(pp->comm);
+    gt_comm_destroy(pp->world);
     gt_config_free(&pp->one);
     free(pp);
     t->pp = NULL;

@@ -8,13 +8,17 @@
  *     1F1B on 4 ranks: the loss and grad_norm of steps 1..10 the same doubles, the same final
  *     params xxh64, and the step-10 checkpoint (written by rank 0 after the stages' state is
  *     gathered) the same bytes as the one rank's;
+ *   - pp 2 x dp_shard 2 (4 ranks, 1F1B) is bitwise dp_shard 2 accumulating the same micro-batches
+ *     (losses, grad norms, hash, checkpoint bytes); pp 2 x tp 2 (ZBVZeroBubble) is within 1e-5
+ *     relative of one rank (loss and grad norm, every step);
  *   - the step-5 checkpoint of a 2-rank 1F1B run, resumed on one rank (the reference's options),
- *     trains steps 6..10 with the uninterrupted run's losses, bit for bit; and the one rank's
- *     step-5 checkpoint resumed by a 2-rank ZBVZeroBubble run does the same;
+ *     trains steps 6..10 with the uninterrupted run's losses, bit for bit; the one rank's step-5
+ *     checkpoint resumed by a 2-rank ZBVZeroBubble run does the same; and the pp 2 checkpoint
+ *     resumed on dp_shard 2 (the same 4 sequences a step, unaccumulated) within 1e-5;
  *   - bad input is refused on every rank before any step, naming the option: a schedule that
  *     does not exist, layers per stage that do not divide as asked, too few micro-batches for
- *     DualPipeV, a local batch that is no multiple of the micro-batch size, and a pipeline launched
- *     on more processes than its degree. */
+ *     DualPipeV, a local batch that is no multiple of the micro-batch size, and a pipeline degree
+ *     that does not divide the processes launched. */
 #include "launch.h" /* first: train_child.h defines _GNU_SOURCE */
 
 #define RUN_SECONDS 300.0
@@ -34,12 +38,12 @@ static void one_rank(launch_cmd *c, const char *dump)
     launch_add(c, "--training.global_batch_size=4");
 }
 
-/* A pipeline of np ranks: a local batch of 4 in micro-batches of 1. */
-static void pipeline(launch_cmd *c, int np, const char *schedule, const char *dump)
+/* A pipeline of `degree` ranks on np processes: a local batch of 4 in micro-batches of 1. */
+static void pipeline(launch_cmd *c, int np, int degree, const char *schedule, const char *dump)
 {
     common(c, np, dump);
     launch_add(c, "--training.local_batch_size=4");
-    launch_add(c, "--parallelism.pipeline_parallel_degree=%d", np);
+    launch_add(c, "--parallelism.pipeline_parallel_degree=%d", degree);
     launch_add(c, "--parallelism.pipeline_parallel_schedule=%s", schedule);
     launch_add(c, "--parallelism.pipeline_parallel_microbatch_size=1");
 }
@@ -110,7 +114,8 @@ static bool seed_dump(const char *src_dump, const char *dump)
 
 /* c (already set up on dump, seeded with a step-5 checkpoint) trains steps 6..10 with ref's
  * losses and grad norms, bitwise. */
-static void resumed(const char *name, launch_cmd *c, const char *dump, const launch_result *ref)
+static void resumed(const char *name, launch_cmd *c, const char *dump, const launch_result *ref,
+                    double tolerance)
 {
     char out_path[600];
     snprintf(out_path, sizeof out_path, "%s.txt", dump);
@@ -122,6 +127,13 @@ static void resumed(const char *name, launch_cmd *c, const char *dump, const lau
     EXPECT(have, "%s: exit %d, or metrics.jsonl lacks steps 6..10 (or has 1..5)", name, rc);
     if (!have) {
         launch_show_tail(out_path);
+        return;
+    }
+    if (tolerance > 0) {
+        double d = launch_loss_diff(ref->steps, steps, 6, LAUNCH_STEPS);
+        EXPECT(d <= tolerance, "%s: steps 6..10 differ from the uninterrupted run by %.3g", name,
+               d);
+        printf("  %-30s steps 6..10 loss within %.2e\n", name, d);
         return;
     }
     int differ = 0;
@@ -140,13 +152,8 @@ static void refused(const char *base, const char *name, int np, const char *sche
     snprintf(dump, sizeof dump, "%s/%s", base, name);
     snprintf(out_path, sizeof out_path, "%s.txt", dump);
     launch_cmd c;
-    pipeline(&c, np, schedule, dump);
+    pipeline(&c, np, np == 4 ? 3 : np, schedule, dump); /* 4: a degree of 3 on 4 processes */
     if (extra) launch_add(&c, "%s", extra);
-    if (np == 4) { /* a degree of 2 launched on 4 processes */
-        for (int k = 0; k < c.n; k++)
-            if (strstr(c.buf[k], "pipeline_parallel_degree="))
-                snprintf(c.buf[k], sizeof c.buf[k], "--parallelism.pipeline_parallel_degree=2");
-    }
     int rc = launch_run(&c, out_path, 120.0, NULL);
     char *out = read_all(out_path, NULL);
     int says = 0;
@@ -176,18 +183,52 @@ int main(void)
                                             "DualPipeV"};
     for (int k = 0; k < 5; k++) {
         snprintf(dump, sizeof dump, "%s/pp2_%s", base, schedules[k]);
-        pipeline(&c, 2, schedules[k], dump);
+        pipeline(&c, 2, 2, schedules[k], dump);
         if (run(&c, dump, &r, &hash))
             compare(dump + strlen(base) + 1, &ref, ref_hash, &r, hash);
         else
             EXPECT(false, "%s failed", dump);
     }
     snprintf(dump, sizeof dump, "%s/pp4_1F1B", base);
-    pipeline(&c, 4, "1F1B", dump);
+    pipeline(&c, 4, 4, "1F1B", dump);
     if (run(&c, dump, &r, &hash))
         compare("pp4_1F1B", &ref, ref_hash, &r, hash);
     else
         EXPECT(false, "%s failed", dump);
+
+    /* pp 2 x dp_shard 2 against dp_shard 2 accumulating the same 4 micro-batches a rank */
+    static launch_result dp_ref;
+    uint64_t dp_hash = 0;
+    snprintf(dump, sizeof dump, "%s/dp_shard2", base);
+    common(&c, 2, dump);
+    launch_add(&c, "--training.local_batch_size=1");
+    launch_add(&c, "--training.global_batch_size=8");
+    launch_add(&c, "--parallelism.data_parallel_shard_degree=2");
+    bool dp_ok = run(&c, dump, &dp_ref, &dp_hash);
+    EXPECT(dp_ok, "the dp_shard 2 reference failed");
+    snprintf(dump, sizeof dump, "%s/pp2_dp_shard2_1F1B", base);
+    pipeline(&c, 4, 2, "1F1B", dump);
+    launch_add(&c, "--parallelism.data_parallel_shard_degree=2");
+    if (run(&c, dump, &r, &hash) && dp_ok)
+        compare("pp2 x dp_shard2 vs dp_shard2", &dp_ref, dp_hash, &r, hash);
+    else
+        EXPECT(false, "%s failed", dump);
+
+    /* pp 2 x tp 2 against one rank: tp sums partial products in another order */
+    snprintf(dump, sizeof dump, "%s/pp2_tp2_ZBVZeroBubble", base);
+    pipeline(&c, 4, 2, "ZBVZeroBubble", dump);
+    launch_add(&c, "--parallelism.tensor_parallel_degree=2");
+    launch_add(&c, "--parallelism.data_parallel_shard_degree=1");
+    if (run(&c, dump, &r, &hash)) {
+        double d = launch_loss_diff(ref.steps, r.steps, 1, LAUNCH_STEPS), g = 0;
+        for (int s = 1; s <= LAUNCH_STEPS; s++)
+            g = fmax(g, launch_relative(ref.steps[s].grad_norm, r.steps[s].grad_norm));
+        EXPECT(d <= 1e-5 && g <= 1e-5, "pp2 x tp2: loss differs by %.3g, grad norm by %.3g", d, g);
+        printf("  %-30s loss 1..10 within %.2e, grad_norm within %.2e of one rank's\n",
+               "pp2 x tp2 vs one rank", d, g);
+    } else {
+        EXPECT(false, "%s failed", dump);
+    }
 
     /* resumes across layouts: pp 2 -> one rank, one rank -> pp 2 */
     char src[512];
@@ -195,11 +236,19 @@ int main(void)
     snprintf(dump, sizeof dump, "%s/resume_pp2_on_one_rank", base);
     EXPECT(seed_dump(src, dump), "cannot copy %s's step-5 checkpoint", src);
     one_rank(&c, dump);
-    resumed("pp 2 -> one rank", &c, dump, &ref);
+    resumed("pp 2 -> one rank", &c, dump, &ref, 0);
     snprintf(dump, sizeof dump, "%s/resume_one_rank_on_pp2", base);
     EXPECT(seed_dump(ref.dump, dump), "cannot copy the one rank's step-5 checkpoint");
-    pipeline(&c, 2, "ZBVZeroBubble", dump);
-    resumed("one rank -> pp 2 ZBV", &c, dump, &ref);
+    pipeline(&c, 2, 2, "ZBVZeroBubble", dump);
+    resumed("one rank -> pp 2 ZBV", &c, dump, &ref, 0);
+    /* pp 2 -> dp_shard 2 with the same 4 sequences a step (no accumulation: sums in another
+     * order) */
+    snprintf(dump, sizeof dump, "%s/resume_pp2_on_dp_shard2", base);
+    EXPECT(seed_dump(src, dump), "cannot copy %s's step-5 checkpoint", src);
+    common(&c, 2, dump);
+    launch_add(&c, "--training.local_batch_size=2");
+    launch_add(&c, "--parallelism.data_parallel_shard_degree=2");
+    resumed("pp 2 -> dp_shard 2", &c, dump, &ref, 1e-5);
 
     /* bad input, on every rank */
     refused(base, "bad_schedule", 2, "Looped1F1B", NULL, "pipeline_parallel_schedule");
@@ -211,7 +260,8 @@ int main(void)
     refused(base, "micro_batch_size", 2, "1F1B",
             "--parallelism.pipeline_parallel_microbatch_size=3",
             "pipeline_parallel_microbatch_size = 3");
-    refused(base, "more_processes", 4, "1F1B", NULL, "pipeline_parallel_degree = 2 but 4 process");
+    refused(base, "not_a_multiple", 4, "1F1B", NULL,
+            "pipeline_parallel_degree = 3 but 4 processes were launched, not a multiple");
     if (gt_test_failed_ == 0) remove_tree(base);
     return gt_test_finish();
 }
