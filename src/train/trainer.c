@@ -530,7 +530,8 @@ static gt_status open_outputs(gt_trainer *t, int64_t start, gt_error *err)
     GT_TRY(ckpt_mkdirs(cfg->job.dump_folder, err));
     GT_TRY(lock_dump_folder(t, err));
     char *config_path = gt_train_join_path(cfg->job.dump_folder, "config.toml");
-    gt_status st = gt_config_write(cfg, config_path, err);
+    /* the options as given (a pipeline runs a config of its own: trainer_pp.h) */
+    gt_status st = gt_config_write(gt_trainer_pp_user_config(t), config_path, err);
     free(config_path);
     if (st != GT_OK) return st;
     if (cfg->metrics.save_jsonl) {

@@ -38,7 +38,10 @@ gt_status gt_trainer_pp_step(gt_trainer *t, int64_t step, double *loss, double *
 /* Every parameter, moment and model buffer from the rank of its stage to every rank (a collective
  * over the pipeline ranks). */
 gt_status gt_trainer_pp_sync(gt_trainer *t, gt_error *err);
-/* Whether this rank writes checkpoints (rank 0: the others hold the same state after a sync). */
+/* The run's options as given: t->cfg, or a pipeline's own (gt_trainer_pp_begin's cfg). */
+const gt_config *gt_trainer_pp_user_config(const gt_trainer *t);
+/* Whether this rank writes the run's files and checkpoints: those of pipeline rank 0's mesh (the
+ * others hold the same state after a sync). */
 bool gt_trainer_pp_writes(const gt_trainer *t);
 void gt_trainer_pp_free(gt_trainer *t);
 

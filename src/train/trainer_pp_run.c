@@ -26,7 +26,7 @@
 
 struct gt_trainer_pp {
     const gt_config *user; /* the run's options (pipeline_parallel_degree > 1) */
-    gt_config one;         /* the one-rank accumulation config the trainer runs (t->cfg) */
+    gt_config one;         /* the accumulation config of the mesh the trainer runs (t->cfg) */
     gt_pp_layout layout;
     gt_pp_schedule sched;
     bool sched_built;
@@ -191,6 +191,11 @@ gt_status gt_trainer_pp_agree(gt_trainer *t, gt_status st, gt_error *err)
     st = gt_train_agree(&wd, st, err);
     t->dist.error_agreed |= wd.error_agreed;
     return st;
+}
+
+const gt_config *gt_trainer_pp_user_config(const gt_trainer *t)
+{
+    return t->pp ? t->pp->user : t->cfg;
 }
 
 bool gt_trainer_pp_writes(const gt_trainer *t)
