@@ -180,6 +180,15 @@ gt_status gt_pp_eager_step_rank(const gt_graph *g, const gt_sym_binding *binding
                                 const gt_pp_split *split, const gt_pp_schedule *s, gt_comm *comm,
                                 const gt_tensor *const *inputs, gt_tensor *losses,
                                 gt_tensor *outputs, gt_error *err);
+/* The same for an SPMD step graph (parallelize's, for a mesh of dp_replicate x dp_shard x tp
+ * inside each pipeline stage): its collectives run on dim_comms (per mesh dim, the ranks of this
+ * pipeline rank's mesh; a start runs to completion, its wait copies the result), in the order
+ * this rank's actions run them, which is the same on every rank of the mesh. comm is the pipeline
+ * ranks that share this rank's mesh coordinates. dim_comms NULL is gt_pp_eager_step_rank. */
+gt_status gt_pp_eager_step_spmd(const gt_graph *g, const gt_sym_binding *binding,
+                                const gt_pp_split *split, const gt_pp_schedule *s, gt_comm *comm,
+                                gt_comm *const *dim_comms, const gt_tensor *const *inputs,
+                                gt_tensor *losses, gt_tensor *outputs, gt_error *err);
 
 #ifdef __cplusplus
 }

@@ -11,7 +11,10 @@
  *            that parameter; one that reads the values of one stage only (a gradient's sum of
  *            squares) follows that stage; one that reads several stages (the global gradient
  *            norm's sum, the clip coefficient) is GT_PP_STAGE_GLOBAL: every pipeline rank computes
- *            it from the stages' partial results, gathered in stage order.
+ *            it from the stages' partial results, gathered in stage order. One that every
+ *            micro-batch runs (gt_graph_micro_part: parallelize's all-reduce of the loss over the
+ *            data-parallel ranks) runs in its stage's forward when it reads forward values only,
+ *            else in its weight gradient.
  * A stage's forward is closed under its inputs within the stage: a backward node that a forward
  * node reads (the fused cross_entropy_with_grad, which gives the loss and its gradient) runs in
  * the forward part.

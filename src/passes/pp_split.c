@@ -37,7 +37,7 @@ static void add_cross(gt_pp_split *s, gt_value_id v, int32_t from, int32_t to, b
 
 /* Stages of the nodes, in graph order (every node's inputs and its origin come before it). */
 static gt_status assign_stages(const gt_graph *g, gt_pp_split *s, const int32_t *input_of,
-                               const int64_t *first_layer, gt_error *err)
+                               const int64_t *first_layer, const uint8_t *micro, gt_error *err)
 {
     int32_t S = s->n_stages;
     for (gt_node_id n = 0; n < g->n_nodes; n++) {
@@ -78,6 +78,19 @@ static gt_status assign_stages(const gt_graph *g, gt_pp_split *s, const int32_t 
                      : nd->phase == GT_PHASE_BACKWARD ? GT_PP_PART_W
                      : st == GT_PP_STAGE_GLOBAL       ? GT_PP_PART_GLOBAL
                                                       : GT_PP_PART_OPT;
+        if (s->part[n] == GT_PP_PART_OPT && micro[n]) {
+            /* a node of the optimizer phase that every micro-batch runs (parallelize's all-reduce
+             * of the loss over the data-parallel ranks): in its stage's forward when it reads
+             * forward values alone, else in its weight gradient */
+            bool fwd = true;
+            for (int i = 0; i < nd->n_in; i++) {
+                gt_node_id p = g->values[nd->in[i]].producer;
+                int32_t k = input_of[nd->in[i]];
+                fwd = fwd && (p == GT_NONE ? k < 0 || !g->inputs[k].plan.as_param
+                                           : s->part[p] == GT_PP_PART_F);
+            }
+            s->part[n] = fwd ? GT_PP_PART_F : GT_PP_PART_W;
+        }
     }
     return GT_OK;
 }
@@ -171,7 +184,10 @@ gt_status gt_pp_split_graph(const gt_graph *g, int32_t n_stages, const int64_t *
         input_of[v] = -1;
     for (int32_t k = 0; k < g->n_inputs; k++)
         input_of[g->inputs[k].value] = k;
-    gt_status st = assign_stages(g, out, input_of, first_layer, err);
+    uint8_t *micro = gt_xcalloc((size_t)g->n_nodes + 1, 1);
+    gt_graph_micro_part(g, micro);
+    gt_status st = assign_stages(g, out, input_of, first_layer, micro, err);
+    free(micro);
     free(input_of);
     if (st == GT_OK) close_forward(g, out);
     if (st == GT_OK) st = find_crossings(g, out, err);

@@ -23,13 +23,19 @@
  * without blocking, a receive waits for them (gt_comm_send_start / gt_comm_recv, tag = crossing
  * x micro-batches + micro-batch); the optimizer runs for its own stages, and before each node that
  * every rank runs, the stage values it reads are broadcast from their stage's rank
- * (tests/distributed/test_pp_mpi.c). */
+ * (tests/distributed/test_pp_mpi.c).
+ *
+ * An SPMD step graph (gt_pp_eager_step_spmd: parallelize's, for the mesh inside a pipeline rank)
+ * also holds collectives: a start runs its collective to completion on the mesh dim's
+ * communicator, its wait copies the result, as the eager executor runs them. Every rank of a mesh
+ * follows the same action list, so their collectives come in the same order. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "graphtrain/gt_backend.h"
 #include "graphtrain/gt_comm.h"
 #include "graphtrain/gt_pipeline.h"
+#include "runtime_internal.h"
 
 typedef struct {
     const gt_graph *g;
@@ -43,13 +49,15 @@ typedef struct {
     gt_comm *comm;     /* one rank of a multi-process pipeline (its pipeline rank is comm->rank), or
                         * NULL: every rank in this process */
     uint8_t *gathered; /* [n_values]: broadcast to the pipeline ranks already (global inputs) */
+    gt_comm *const *dim_comms; /* an SPMD step graph's communicators per mesh dim, or NULL */
 } pp_run;
 
 static gt_status run_node(pp_run *r, int32_t m, gt_node_id n, gt_error *err)
 {
     const gt_graph *g = r->g;
     const gt_node *nd = &g->nodes[n];
-    if (gt_op_is_collective_start(nd->op) || nd->op == GT_OP_WAIT)
+    bool collective = gt_op_is_collective_start(nd->op) || nd->op == GT_OP_WAIT;
+    if (collective && !r->comm && !r->dim_comms)
         return gt_error_set(err, GT_ERR_UNSUPPORTED,
                             "pipeline step: node %d (%s) is a collective; the in-process pipeline "
                             "runs one-rank step graphs",
@@ -85,6 +93,22 @@ static gt_status run_node(pp_run *r, int32_t m, gt_node_id n, gt_error *err)
         GT_TRY(gt_tensor_alloc(&r->vals[m][v], ty->dtype, ty->ndim, shape, err));
         r->defined[m][v] = 2;
         call.out[j] = &r->vals[m][v];
+    }
+    if (nd->op == GT_OP_WAIT) { /* the start ran to completion: its result, copied */
+        size_t nbytes = gt_tensor_nbytes(call.in[0]);
+        if (nbytes != gt_tensor_nbytes(call.out[0]))
+            return gt_error_set(err, GT_ERR_INTERNAL,
+                                "pipeline step: wait node %d: %zu bytes in, %zu out", n, nbytes,
+                                gt_tensor_nbytes(call.out[0]));
+        if (nbytes) memcpy(call.out[0]->data, call.in[0]->data, nbytes);
+        return GT_OK;
+    }
+    if (collective) { /* blocking, on the mesh dim's communicator (a group of 1 copies) */
+        gt_comm *c;
+        GT_TRY(gt_runtime_comm_for(g, nd->attrs.i[0], nd->attrs.i[1], r->dim_comms, &c, err));
+        gt_comm_request *req;
+        GT_TRY(gt_runtime_start(nd->op, c, call.in[0], call.out[0], &req, err));
+        return req ? gt_comm_wait(req, err) : GT_OK;
     }
     return gt_cpu_run_kernel(&call, err);
 }
@@ -298,6 +322,14 @@ gt_status gt_pp_eager_step_rank(const gt_graph *g, const gt_sym_binding *binding
                                 const gt_tensor *const *inputs, gt_tensor *losses,
                                 gt_tensor *outputs, gt_error *err)
 {
+    return gt_pp_eager_step_spmd(g, binding, split, s, comm, NULL, inputs, losses, outputs, err);
+}
+
+gt_status gt_pp_eager_step_spmd(const gt_graph *g, const gt_sym_binding *binding,
+                                const gt_pp_split *split, const gt_pp_schedule *s, gt_comm *comm,
+                                gt_comm *const *dim_comms, const gt_tensor *const *inputs,
+                                gt_tensor *losses, gt_tensor *outputs, gt_error *err)
+{
     if (comm && comm->size != s->n_ranks)
         return gt_error_set(err, GT_ERR_INVALID,
                             "pipeline step: the communicator '%s' has %d ranks, the schedule %d",
@@ -308,7 +340,12 @@ gt_status gt_pp_eager_step_rank(const gt_graph *g, const gt_sym_binding *binding
                             "and schedule (%d nodes, %d stages)",
                             split->n_nodes, split->n_stages, g->n_nodes, s->n_stages);
     int32_t M = s->n_micro, nv = g->n_values;
-    pp_run r = {.g = g, .binding = binding, .split = split, .n_micro = M, .comm = comm};
+    pp_run r = {.g = g,
+                .binding = binding,
+                .split = split,
+                .n_micro = M,
+                .comm = comm,
+                .dim_comms = dim_comms};
     r.gathered = gt_xcalloc((size_t)nv + 1, 1);
     r.vals = gt_xcalloc((size_t)M, sizeof *r.vals);
     r.defined = gt_xcalloc((size_t)M, sizeof *r.defined);

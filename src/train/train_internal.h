@@ -289,6 +289,7 @@ typedef struct {
     bool snapshot_touching, snapshot_pin, snapshot_pinned, snapshot_pin_failed;
     double snapshot_pin_s;     /* seconds the pinning took */
     gt_error snapshot_pin_err; /* why it failed */
+    struct gt_trainer_pp *pp;  /* pipeline_parallel_degree > 1 (trainer_pp.h), else NULL */
 } gt_trainer;
 
 /* True when name is prefix followed by fqn ("optim.exp_avg." + "layers.0.attention.wq.weight"). */

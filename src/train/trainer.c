@@ -50,6 +50,7 @@
 #include "graphtrain/gt_program.h"
 #include "graphtrain/gt_train.h"
 #include "train_internal.h"
+#include "trainer_pp.h"
 
 /* ---------------------------------------------------------------- graphs */
 
@@ -87,9 +88,10 @@ static gt_status step_graph_bind(gt_trainer *t, gt_step_graph *s, gt_error *err)
     for (int k = 0; k < g->n_inputs; k++)
         if (!(s->feed[k] = feed_for(t, g, &g->inputs[k], err))) return err->code;
     bool multi = gt_train_dist_multi(&t->dist);
-    gt_executor_kind kind = t->cuda                  ? GT_EXECUTOR_CUDA
-                            : t->cfg->compile.enable ? GT_EXECUTOR_CPU
-                                                     : GT_EXECUTOR_EAGER;
+    /* a pipeline runs the graph's nodes itself (gt_pp_eager_step_rank): eager holds the state */
+    gt_executor_kind kind = t->cuda                            ? GT_EXECUTOR_CUDA
+                            : t->cfg->compile.enable && !t->pp ? GT_EXECUTOR_CPU
+                                                               : GT_EXECUTOR_EAGER;
     /* --comm.nccl_buffers: arenas NCCL can register (every rank's at the same offsets, as
      * registration asks) */
     gt_plan_options o = {.nccl_buffers = GT_NCCL_BUFFERS_PLAIN};
@@ -346,12 +348,16 @@ static gt_status build_graphs(gt_trainer *t, gt_error *err)
 {
     /* with accumulation the graph also keeps the running gradient sums (its micro-batch part
      * runs once per micro-batch, the optimizer once per step) */
-    t->whole.g = gt_graph_new();
-    if (t->cfg->compile.precompile_artifact_dir[0])
-        GT_TRY(step_graph_artifact(t, &t->whole.g, t->accum, err));
-    else
-        GT_TRY(gt_train_build_graph_layout(t->cfg, &t->dist.layout, t->whole.g, &t->model, t->accum,
-                                           err));
+    if (t->pp) { /* the one-rank graph its stages split (trainer_pp.h) */
+        GT_TRY(gt_trainer_pp_build(t, err));
+    } else {
+        t->whole.g = gt_graph_new();
+        if (t->cfg->compile.precompile_artifact_dir[0])
+            GT_TRY(step_graph_artifact(t, &t->whole.g, t->accum, err));
+        else
+            GT_TRY(gt_train_build_graph_layout(t->cfg, &t->dist.layout, t->whole.g, &t->model,
+                                               t->accum, err));
+    }
     t->n_params = t->model.n_params;
     GT_TRY(gt_graph_count_flops(t->whole.g, &t->binding, &t->flops, err));
     if (t->accum == 1) return GT_OK;
@@ -397,7 +403,7 @@ static gt_status setup(gt_trainer *t, gt_error *err)
                             (long long)cfg->training.seq_len, (long long)t->model_info.max_seq_len,
                             cfg->model.name, cfg->model.flavor);
     /* ranks first: a multi-rank GPU run is refused before any device is touched */
-    GT_TRY(gt_train_dist_init(cfg, &t->dist, err));
+    GT_TRY(t->pp ? gt_trainer_pp_dist_init(t, err) : gt_train_dist_init(cfg, &t->dist, err));
     /* ranks launched with other options would train an inconsistent model */
     GT_TRY(gt_train_check_config(&t->dist, cfg, err));
     t->cuda = cfg->training.device == GT_CFG_DEVICE_CUDA;
@@ -519,11 +525,13 @@ static gt_status lock_dump_folder(gt_trainer *t, gt_error *err)
 static gt_status open_outputs(gt_trainer *t, int64_t start, gt_error *err)
 {
     const gt_config *cfg = t->cfg;
-    if (t->dist.rank != 0) return GT_OK; /* rank 0 writes the run's files */
+    /* rank 0 writes the run's files (of a pipeline: rank 0 of pipeline rank 0's mesh) */
+    if (t->dist.rank != 0 || !gt_trainer_pp_writes(t)) return GT_OK;
     GT_TRY(ckpt_mkdirs(cfg->job.dump_folder, err));
     GT_TRY(lock_dump_folder(t, err));
     char *config_path = gt_train_join_path(cfg->job.dump_folder, "config.toml");
-    gt_status st = gt_config_write(cfg, config_path, err);
+    /* the options as given (a pipeline runs a config of its own: trainer_pp.h) */
+    gt_status st = gt_config_write(gt_trainer_pp_user_config(t), config_path, err);
     free(config_path);
     if (st != GT_OK) return st;
     if (cfg->metrics.save_jsonl) {
@@ -558,6 +566,7 @@ void gt_trainer_teardown(gt_trainer *t)
     free(t->ckpt_folder);
     gt_model_free(&t->model);
     gt_train_dist_free(&t->dist);
+    gt_trainer_pp_free(t); /* last: t->cfg may be its config */
 }
 
 static int digits(int64_t v)
@@ -717,10 +726,10 @@ static gt_status run(gt_trainer *t, gt_train_result *res, gt_error *err)
     res->rank = t->dist.rank;
     res->world_size = t->dist.size;
     /* a rank that failed alone (a file it cannot read) must not leave the others waiting */
-    GT_TRY(gt_train_agree(&t->dist, st, err));
+    GT_TRY(gt_trainer_pp_agree(t, gt_train_agree(&t->dist, st, err), err));
     t->resume_step = GT_CHECKPOINT_NONE;
     if (cfg->checkpoint.enable) GT_TRY(gt_trainer_pick_resume(t, err));
-    GT_TRY(gt_train_agree(&t->dist, setup_state(t, err), err));
+    GT_TRY(gt_trainer_pp_agree(t, gt_train_agree(&t->dist, setup_state(t, err), err), err));
     int64_t start = 0;
     if (cfg->checkpoint.enable) GT_TRY(gt_trainer_resume(t, &start, err));
     GT_TRY(gt_train_share_status(&t->dist, 0, open_outputs(t, start, err), err));
@@ -740,7 +749,10 @@ static gt_status run(gt_trainer *t, gt_train_result *res, gt_error *err)
         }
         double t0 = gt_now_seconds(), loss = NAN, grad_norm = NAN, lr = 0;
         int64_t ticket = -1;
-        GT_TRY(train_step(t, res, step, &loss, &grad_norm, &lr, &ticket, err));
+        if (t->pp)
+            GT_TRY(gt_trainer_pp_step(t, step, &loss, &grad_norm, &lr, err));
+        else
+            GT_TRY(train_step(t, res, step, &loss, &grad_norm, &lr, &ticket, err));
         if (step == start + 1 && t->snapshot_pin)
             gt_trainer_snapshot_wait(t); /* the pinning: in the warm-up step's time */
         if (ticket < 0) {
@@ -764,13 +776,21 @@ static gt_status run(gt_trainer *t, gt_train_result *res, gt_error *err)
         bool ckpt = cfg->checkpoint.enable &&
                     (step % cfg->checkpoint.interval == 0 || step == cfg->training.steps);
         if (ckpt || step == cfg->training.steps) GT_TRY(report_pending(t, res, err));
-        if (ckpt) GT_TRY(gt_trainer_save_checkpoint(t, step, err));
+        if (ckpt && !t->pp) GT_TRY(gt_trainer_save_checkpoint(t, step, err));
+        if (ckpt && t->pp) { /* the stages' state to rank 0, which writes it */
+            gt_status cst = gt_trainer_pp_sync(t, err);
+            if (cst == GT_OK && gt_trainer_pp_writes(t))
+                cst = gt_trainer_save_checkpoint(t, step, err);
+            GT_TRY(gt_trainer_pp_agree(t, cst, err));
+        }
         GT_TRY(gt_trainer_save_poll(t, step, false, err)); /* an asynchronous save's progress */
     }
     GT_TRY(gt_trainer_save_poll(t, res->last_step, true, err));
     double t_end = gt_now_seconds();
     GT_TRY(gt_trainer_state_to_host(t, true, err)); /* the hash reads the parameters alone */
-    if (cfg->checkpoint.enable && cfg->checkpoint.last_save_in_hf && res->last_step > start)
+    if (t->pp) GT_TRY(gt_trainer_pp_sync(t, err));
+    if (cfg->checkpoint.enable && cfg->checkpoint.last_save_in_hf && res->last_step > start &&
+        gt_trainer_pp_writes(t))
         GT_TRY(gt_trainer_save_hf(t, res->last_step, err));
     double t_host = gt_now_seconds();
     GT_TRY(gt_trainer_params_hash(t, &res->params_hash, err));
@@ -784,7 +804,9 @@ gt_status gt_train(const gt_config *cfg, gt_train_result *result, gt_error *err)
     memset(&t, 0, sizeof t);
     t.cfg = cfg;
     gt_train_result local = {.first_step = 1, .last_step = 0, .entropy_rate = NAN, .world_size = 1};
-    gt_status st = run(&t, &local, err);
+    gt_status st =
+        cfg->parallelism.pipeline_parallel_degree > 1 ? gt_trainer_pp_begin(&t, cfg, err) : GT_OK;
+    if (st == GT_OK) st = run(&t, &local, err);
     local.error_is_local = st != GT_OK && gt_train_dist_multi(&t.dist) && !t.dist.error_agreed;
     /* A failure of this rank alone (a host collective timed out, a peer died) may leave device
      * collectives waiting for a peer that never comes: abort them so their kernels end. */

@@ -16,13 +16,21 @@
  *   - fwd + dI + dW is the unsplit backward, bitwise: the graph reordered as a pipeline runs one
  *     micro-batch (stages' forwards in order, then from the last stage to the first its dI then its
  *     dW, then the optimizer) gives every output memcmp-equal to the graph in its own order, over
- *     2 steps of gt_eager_run feeding the updates back. */
+ *     2 steps of gt_eager_run feeding the updates back.
+ * On the SPMD graph that parallelize makes of it for dp_shard 2 and for tp 2 with 4 micro-batches
+ * of accumulation (what a pipeline rank of pp x dp or pp x tp runs), split into 2 stages:
+ *   - every node that each micro-batch runs (gt_graph_micro_part) is in a stage's forward, dI or
+ *     dW, which the runner runs per micro-batch, never in the once-a-step optimizer: the loss's
+ *     all-reduce over dp is in the last stage's forward, the gradients' reduce-scatters in dW;
+ *   - every collective of a stage is in that stage's forward, dI, dW or optimizer, and the
+ *     gradient norm's all-reduce runs on every rank. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "graphtrain/gt_pipeline.h"
 #include "graphtrain/gt_pp_split.h"
+#include "graphtrain/gt_train.h"
 #include "passes/pass_internal.h"
 #include "step_harness.h"
 
@@ -154,6 +162,61 @@ static void check_refusal(const step_graph *sg)
            "%s", err.msg);
 }
 
+/* The split of debugmodel's SPMD graph for a mesh (one override: "--parallelism.X=N"). */
+static void check_spmd_split(const char *degree)
+{
+    gt_error err = {0};
+    gt_config cfg;
+    gt_config_defaults(&cfg);
+    char *argv[] = {"--model.flavor=debugmodel", "--training.seq_len=32",
+                    "--training.mixed_precision_param=float32", (char *)degree,
+                    "--parallelism.data_parallel_shard_degree=-1"};
+    EXPECT_OK(gt_config_apply_overrides(&cfg, 5, argv, &err), &err);
+    gt_train_layout layout;
+    EXPECT_OK(gt_train_layout_init(&cfg, 2, 0, &layout, &err), &err);
+    gt_graph *g = gt_graph_new();
+    gt_model model = {0};
+    if (err.code == GT_OK)
+        EXPECT_OK(gt_train_build_global_graph(&cfg, &layout, g, &model, 4, &err), &err);
+    if (err.code == GT_OK) EXPECT_OK(gt_train_parallelize(&cfg, &layout, g, &err), &err);
+    int64_t fl[3];
+    gt_pp_split s = {0};
+    if (err.code == GT_OK) EXPECT_OK(gt_pp_split_layers(6, 2, 1, 1, fl, &err), &err);
+    if (err.code == GT_OK) EXPECT_OK(gt_pp_split_graph(g, 2, fl, &s, &err), &err);
+    if (err.code == GT_OK) {
+        uint8_t *micro = calloc((size_t)g->n_nodes + 1, 1);
+        gt_graph_micro_part(g, micro);
+        int once = 0, collectives = 0, global_collectives = 0;
+        for (gt_node_id n = 0; n < g->n_nodes; n++) {
+            bool per_micro =
+                s.part[n] == GT_PP_PART_F || s.part[n] == GT_PP_PART_I || s.part[n] == GT_PP_PART_W;
+            if (micro[n] && !per_micro && once++ < 3)
+                fprintf(stderr, "  %s: node %d (%s) of the micro-batch part is in part %d\n",
+                        degree, n, gt_op_get(g->nodes[n].op)->name, s.part[n]);
+            if (!gt_op_is_collective_start(g->nodes[n].op)) continue;
+            collectives++;
+            global_collectives += s.stage[n] == GT_PP_STAGE_GLOBAL;
+        }
+        EXPECT(once == 0, "%s: %d nodes of the micro-batch part run once a step", degree, once);
+        int32_t loss = -1;
+        for (int32_t k = 0; k < g->n_outputs; k++)
+            if (g->outputs[k].kind == GT_OUT_LOSS) loss = g->values[g->outputs[k].value].producer;
+        EXPECT(loss >= 0 && s.stage[loss] == 1 && s.part[loss] == GT_PP_PART_F,
+               "%s: the loss is in stage %d part %d", degree, loss >= 0 ? s.stage[loss] : -9,
+               loss >= 0 ? s.part[loss] : -9);
+        EXPECT(collectives > 0 && global_collectives > 0, "%s: %d collectives, %d on every rank",
+               degree, collectives, global_collectives);
+        printf("debugmodel SPMD (%s), 2 stages: %d collectives (%d on every rank)\n", degree,
+               collectives, global_collectives);
+        gt_pp_split_print(g, &s, stdout);
+        free(micro);
+    }
+    gt_pp_split_free(&s);
+    gt_model_free(&model);
+    gt_graph_free(g);
+    gt_config_free(&cfg);
+}
+
 int main(void)
 {
     step_graph sg;
@@ -162,5 +225,7 @@ int main(void)
     check_split(&sg, 4);
     check_refusal(&sg);
     step_graph_free(&sg);
+    check_spmd_split("--parallelism.tensor_parallel_degree=1");
+    check_spmd_split("--parallelism.tensor_parallel_degree=2");
     return gt_test_finish();
 }

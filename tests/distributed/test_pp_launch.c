@@ -1,0 +1,267 @@
+/* test_pp_launch.c — `graphtrain train` with pipeline parallelism (issue 39, acceptance), through
+ * the real binary under `mpiexec -np 2` (and one schedule on 4 ranks).
+ *
+ * The reference is one rank accumulating 4 micro-batches of 1 sequence
+ * (--training.local_batch_size=1 --training.global_batch_size=4), llama3 debugmodel, fp32. A
+ * pipeline run takes a local batch of 4 in micro-batches of 1 and must be that run bit for bit:
+ *   - every schedule (GPipe, 1F1B, Interleaved1F1B, ZBVZeroBubble, DualPipeV) on 2 ranks, and
+ *     1F1B on 4 ranks: the loss and grad_norm of steps 1..10 the same doubles, the same final
+ *     params xxh64, and the step-10 checkpoint (written by rank 0 after the stages' state is
+ *     gathered) the same bytes as the one rank's;
+ *   - pp 2 x dp_shard 2 (4 ranks, 1F1B) is bitwise dp_shard 2 accumulating the same micro-batches
+ *     (losses, grad norms, hash, checkpoint bytes); pp 2 x tp 2 (ZBVZeroBubble) is within 1e-5
+ *     relative of one rank (loss and grad norm, every step);
+ *   - the step-5 checkpoint of a 2-rank 1F1B run, resumed on one rank (the reference's options),
+ *     trains steps 6..10 with the uninterrupted run's losses, bit for bit; the one rank's step-5
+ *     checkpoint resumed by a 2-rank ZBVZeroBubble run does the same; and the pp 2 checkpoint
+ *     resumed on dp_shard 2 (the same 4 sequences a step, unaccumulated) within 1e-5;
+ *   - bad input is refused on every rank before any step, naming the option: a schedule that
+ *     does not exist, layers per stage that do not divide as asked, too few micro-batches for
+ *     DualPipeV, a local batch that is no multiple of the micro-batch size, and a pipeline degree
+ *     that does not divide the processes launched. */
+#include "launch.h" /* first: train_child.h defines _GNU_SOURCE */
+
+#define RUN_SECONDS 300.0
+
+/* The options of every run here: launch_common's (10 steps, checkpoints every 5) on debugmodel. */
+static void common(launch_cmd *c, int np, const char *dump)
+{
+    launch_train(c, np);
+    launch_common(c, "debugmodel", dump, 5);
+}
+
+/* The one-rank reference: 4 micro-batches of accumulation. */
+static void one_rank(launch_cmd *c, const char *dump)
+{
+    common(c, 0, dump);
+    launch_add(c, "--training.local_batch_size=1");
+    launch_add(c, "--training.global_batch_size=4");
+}
+
+/* A pipeline of `degree` ranks on np processes: a local batch of 4 in micro-batches of 1. */
+static void pipeline(launch_cmd *c, int np, int degree, const char *schedule, const char *dump)
+{
+    common(c, np, dump);
+    launch_add(c, "--training.local_batch_size=4");
+    launch_add(c, "--parallelism.pipeline_parallel_degree=%d", degree);
+    launch_add(c, "--parallelism.pipeline_parallel_schedule=%s", schedule);
+    launch_add(c, "--parallelism.pipeline_parallel_microbatch_size=1");
+}
+
+/* Runs c with its output into DUMP.txt; the records of steps 1..10 into r, *hash the final hash.
+ */
+static bool run(launch_cmd *c, const char *dump, launch_result *r, uint64_t *hash)
+{
+    char out_path[600];
+    snprintf(out_path, sizeof out_path, "%s.txt", dump);
+    snprintf(r->dump, sizeof r->dump, "%s", dump);
+    double dt = 0;
+    int rc = launch_run(c, out_path, RUN_SECONDS, &dt);
+    char *out = read_all(out_path, NULL);
+    long long first = 0, last = 0;
+    r->ok = rc == 0 && out && parse_summary(out, &first, &last, hash) && first == 1 &&
+            last == LAUNCH_STEPS && last_records(dump, LAUNCH_STEPS, r->steps, NULL);
+    printf("%-48s exit %d, %.1f s\n", dump, rc, dt);
+    if (!r->ok) launch_show_tail(out_path);
+    free(out);
+    return r->ok;
+}
+
+static void compare(const char *name, const launch_result *ref, uint64_t ref_hash,
+                    const launch_result *r, uint64_t hash)
+{
+    bool same_ckpt = false;
+    int differ = launch_bitwise_diff(ref, r, LAUNCH_STEPS, &same_ckpt);
+    EXPECT(differ == 0, "%s: %d of %d steps' loss or grad_norm differ from one rank's", name,
+           differ, LAUNCH_STEPS);
+    EXPECT(hash == ref_hash, "%s: params xxh64 %016llx, one rank's %016llx", name,
+           (unsigned long long)hash, (unsigned long long)ref_hash);
+    EXPECT(same_ckpt, "%s: the step-10 checkpoint differs from one rank's", name);
+    printf("  %-30s loss 1..10 and grad_norm bitwise: %s; hash %016llx; checkpoint %s\n", name,
+           differ ? "NO" : "yes", (unsigned long long)hash, same_ckpt ? "same" : "DIFFERS");
+}
+
+static bool copy_file(const char *from, const char *to)
+{
+    size_t n = 0;
+    char *bytes = read_all(from, &n);
+    if (!bytes) return false;
+    FILE *f = fopen(to, "wb");
+    bool ok = f && fwrite(bytes, 1, n, f) == n;
+    if (f) ok = fclose(f) == 0 && ok;
+    free(bytes);
+    return ok;
+}
+
+/* A fresh dump folder holding only a copy of src_dump's step-5 checkpoint. */
+static bool seed_dump(const char *src_dump, const char *dump)
+{
+    char dir[700], from[800], to[800];
+    remove_tree(dump);
+    mkdir(dump, 0777);
+    snprintf(dir, sizeof dir, "%s/checkpoint", dump);
+    mkdir(dir, 0777);
+    snprintf(dir, sizeof dir, "%s/checkpoint/step-5", dump);
+    mkdir(dir, 0777);
+    static const char *const files[] = {"model.safetensors", "manifest.json"};
+    for (int k = 0; k < 2; k++) {
+        snprintf(from, sizeof from, "%s/checkpoint/step-5/%s", src_dump, files[k]);
+        snprintf(to, sizeof to, "%s/%s", dir, files[k]);
+        if (!copy_file(from, to)) return false;
+    }
+    return true;
+}
+
+/* c (already set up on dump, seeded with a step-5 checkpoint) trains steps 6..10 with ref's
+ * losses and grad norms, bitwise. */
+static void resumed(const char *name, launch_cmd *c, const char *dump, const launch_result *ref,
+                    double tolerance)
+{
+    char out_path[600];
+    snprintf(out_path, sizeof out_path, "%s.txt", dump);
+    double dt = 0;
+    int rc = launch_run(c, out_path, RUN_SECONDS, &dt);
+    printf("%-48s exit %d, %.1f s\n", dump, rc, dt);
+    gt_metrics_step steps[LAUNCH_STEPS + 1];
+    bool have = rc == 0 && launch_resumed_records(dump, steps);
+    EXPECT(have, "%s: exit %d, or metrics.jsonl lacks steps 6..10 (or has 1..5)", name, rc);
+    if (!have) {
+        launch_show_tail(out_path);
+        return;
+    }
+    if (tolerance > 0) {
+        double d = launch_loss_diff(ref->steps, steps, 6, LAUNCH_STEPS);
+        EXPECT(d <= tolerance, "%s: steps 6..10 differ from the uninterrupted run by %.3g", name,
+               d);
+        printf("  %-30s steps 6..10 loss within %.2e\n", name, d);
+        return;
+    }
+    int differ = 0;
+    for (int s = 6; s <= LAUNCH_STEPS; s++)
+        differ +=
+            steps[s].loss != ref->steps[s].loss || steps[s].grad_norm != ref->steps[s].grad_norm;
+    EXPECT(differ == 0, "%s: %d of steps 6..10 differ from the uninterrupted run", name, differ);
+    printf("  %-30s steps 6..10 bitwise: %s\n", name, differ ? "NO" : "yes");
+}
+
+/* A run that must fail on every rank, saying `what`. */
+static void refused(const char *base, const char *name, int np, const char *schedule,
+                    const char *extra, const char *what)
+{
+    char dump[512], out_path[600];
+    snprintf(dump, sizeof dump, "%s/%s", base, name);
+    snprintf(out_path, sizeof out_path, "%s.txt", dump);
+    launch_cmd c;
+    pipeline(&c, np, np == 4 ? 3 : np, schedule, dump); /* 4: a degree of 3 on 4 processes */
+    if (extra) launch_add(&c, "%s", extra);
+    int rc = launch_run(&c, out_path, 120.0, NULL);
+    char *out = read_all(out_path, NULL);
+    int says = 0;
+    for (const char *p = out; p && (p = strstr(p, what)); p++)
+        says++;
+    EXPECT(rc != 0 && says >= np, "%s: exit %d, %d of %d ranks say \"%s\"", name, rc, says, np,
+           what);
+    if (rc == 0 || says < np) launch_show_tail(out_path);
+    printf("  refused %-22s exit %d: %s\n", name, rc, what);
+    free(out);
+}
+
+int main(void)
+{
+    char base[256], dump[400];
+    if (!launch_begin(base, sizeof base, "gt_pp_launch")) return 1;
+    launch_cmd c;
+    static launch_result ref, r;
+    uint64_t ref_hash = 0, hash = 0;
+    snprintf(dump, sizeof dump, "%s/one_rank", base);
+    one_rank(&c, dump);
+    if (!run(&c, dump, &ref, &ref_hash)) {
+        EXPECT(false, "the one-rank reference failed");
+        return gt_test_finish();
+    }
+    static const char *const schedules[] = {"GPipe", "1F1B", "Interleaved1F1B", "ZBVZeroBubble",
+                                            "DualPipeV"};
+    for (int k = 0; k < 5; k++) {
+        snprintf(dump, sizeof dump, "%s/pp2_%s", base, schedules[k]);
+        pipeline(&c, 2, 2, schedules[k], dump);
+        if (run(&c, dump, &r, &hash))
+            compare(dump + strlen(base) + 1, &ref, ref_hash, &r, hash);
+        else
+            EXPECT(false, "%s failed", dump);
+    }
+    snprintf(dump, sizeof dump, "%s/pp4_1F1B", base);
+    pipeline(&c, 4, 4, "1F1B", dump);
+    if (run(&c, dump, &r, &hash))
+        compare("pp4_1F1B", &ref, ref_hash, &r, hash);
+    else
+        EXPECT(false, "%s failed", dump);
+
+    /* pp 2 x dp_shard 2 against dp_shard 2 accumulating the same 4 micro-batches a rank */
+    static launch_result dp_ref;
+    uint64_t dp_hash = 0;
+    snprintf(dump, sizeof dump, "%s/dp_shard2", base);
+    common(&c, 2, dump);
+    launch_add(&c, "--training.local_batch_size=1");
+    launch_add(&c, "--training.global_batch_size=8");
+    launch_add(&c, "--parallelism.data_parallel_shard_degree=2");
+    bool dp_ok = run(&c, dump, &dp_ref, &dp_hash);
+    EXPECT(dp_ok, "the dp_shard 2 reference failed");
+    snprintf(dump, sizeof dump, "%s/pp2_dp_shard2_1F1B", base);
+    pipeline(&c, 4, 2, "1F1B", dump);
+    launch_add(&c, "--parallelism.data_parallel_shard_degree=2");
+    if (run(&c, dump, &r, &hash) && dp_ok)
+        compare("pp2 x dp_shard2 vs dp_shard2", &dp_ref, dp_hash, &r, hash);
+    else
+        EXPECT(false, "%s failed", dump);
+
+    /* pp 2 x tp 2 against one rank: tp sums partial products in another order */
+    snprintf(dump, sizeof dump, "%s/pp2_tp2_ZBVZeroBubble", base);
+    pipeline(&c, 4, 2, "ZBVZeroBubble", dump);
+    launch_add(&c, "--parallelism.tensor_parallel_degree=2");
+    launch_add(&c, "--parallelism.data_parallel_shard_degree=1");
+    if (run(&c, dump, &r, &hash)) {
+        double d = launch_loss_diff(ref.steps, r.steps, 1, LAUNCH_STEPS), g = 0;
+        for (int s = 1; s <= LAUNCH_STEPS; s++)
+            g = fmax(g, launch_relative(ref.steps[s].grad_norm, r.steps[s].grad_norm));
+        EXPECT(d <= 1e-5 && g <= 1e-5, "pp2 x tp2: loss differs by %.3g, grad norm by %.3g", d, g);
+        printf("  %-30s loss 1..10 within %.2e, grad_norm within %.2e of one rank's\n",
+               "pp2 x tp2 vs one rank", d, g);
+    } else {
+        EXPECT(false, "%s failed", dump);
+    }
+
+    /* resumes across layouts: pp 2 -> one rank, one rank -> pp 2 */
+    char src[512];
+    snprintf(src, sizeof src, "%s/pp2_1F1B", base);
+    snprintf(dump, sizeof dump, "%s/resume_pp2_on_one_rank", base);
+    EXPECT(seed_dump(src, dump), "cannot copy %s's step-5 checkpoint", src);
+    one_rank(&c, dump);
+    resumed("pp 2 -> one rank", &c, dump, &ref, 0);
+    snprintf(dump, sizeof dump, "%s/resume_one_rank_on_pp2", base);
+    EXPECT(seed_dump(ref.dump, dump), "cannot copy the one rank's step-5 checkpoint");
+    pipeline(&c, 2, 2, "ZBVZeroBubble", dump);
+    resumed("one rank -> pp 2 ZBV", &c, dump, &ref, 0);
+    /* pp 2 -> dp_shard 2 with the same 4 sequences a step (no accumulation: sums in another
+     * order) */
+    snprintf(dump, sizeof dump, "%s/resume_pp2_on_dp_shard2", base);
+    EXPECT(seed_dump(src, dump), "cannot copy %s's step-5 checkpoint", src);
+    common(&c, 2, dump);
+    launch_add(&c, "--training.local_batch_size=2");
+    launch_add(&c, "--parallelism.data_parallel_shard_degree=2");
+    resumed("pp 2 -> dp_shard 2", &c, dump, &ref, 1e-5);
+
+    /* bad input, on every rank */
+    refused(base, "bad_schedule", 2, "Looped1F1B", NULL, "pipeline_parallel_schedule");
+    refused(base, "bad_layers", 2, "Interleaved1F1B",
+            "--parallelism.pipeline_parallel_layers_per_stage=3",
+            "pipeline_parallel_layers_per_stage = 3");
+    refused(base, "few_micro_batches", 2, "DualPipeV", "--training.local_batch_size=2",
+            "DualPipeV needs at least as many micro-batches as stages");
+    refused(base, "micro_batch_size", 2, "1F1B",
+            "--parallelism.pipeline_parallel_microbatch_size=3",
+            "pipeline_parallel_microbatch_size = 3");
+    refused(base, "not_a_multiple", 4, "1F1B", NULL,
+            "pipeline_parallel_degree = 3 but 4 processes were launched, not a multiple");
+    if (gt_test_failed_ == 0) remove_tree(base);
+    return gt_test_finish();
+}
