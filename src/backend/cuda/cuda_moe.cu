@@ -502,8 +502,7 @@ __device__ __forceinline__ void gt_moe_block(const int32_t *table, int64_t n, in
     *count = table[(rank * n + b) * e1 + e1 - 1];
 }
 
-/* moe_pack: one thread per byte-word of the output ([n*C, row] as 32-bit words when the row's
- * bytes allow, else bytes). A count above C copies C rows: the launcher refuses capacities below
+/* moe_pack: one thread per byte of the output [n*C, row]. A count above C copies C rows: the launcher refuses capacities below
  * the worst case, where no count can exceed C (the CPU checks the table and names the factor). */
 __global__ void gt_k_moe_pack(int64_t n, int64_t cap, int64_t rows, int64_t row_bytes,
                               const int32_t *table, int64_t e1, int64_t rank, const uint8_t *x,
@@ -542,8 +541,10 @@ __global__ void gt_k_moe_unpack(int64_t n, int64_t cap, int64_t rows, int64_t ro
 }
 
 static gt_status gt_moe_ep_check(const gt_kernel_call *c, const gt_tensor *rows_in,
-                                 const gt_tensor *table, gt_error *err)
+                                 const gt_tensor *table, int64_t rank, gt_error *err)
 {
+    if (c->ni >= 1 && (rank < 0 || rank >= c->i[0]))
+        return gt_cuda_shape_error(c, "the rank attribute must be in [0, n_blocks)", err);
     if (c->ni < 1 || c->i[0] < 1 || table->dtype != GT_I32 || table->ndim != 2 ||
         table->shape[0] != c->i[0] * c->i[0] || rows_in->ndim != 2 ||
         c->out[0]->ndim != 2 || c->out[0]->dtype != rows_in->dtype ||
@@ -557,7 +558,7 @@ gt_status gt_cuda_moe_pack(gt_cuda_stream *s, const gt_kernel_call *c, gt_error 
 {
     const gt_tensor *x = c->in[0], *table = c->in[1];
     gt_tensor *out = c->out[0];
-    GT_TRY(gt_moe_ep_check(c, x, table, err));
+    GT_TRY(gt_moe_ep_check(c, x, table, c->ne >= 3 ? c->e[2] : 0, err));
     if (c->ne < 3 || out->shape[0] != c->i[0] * c->e[0])
         return gt_cuda_shape_error(c, "output must be [n_blocks * capacity, D]", err);
     if (c->e[0] < c->e[1])
@@ -579,7 +580,7 @@ gt_status gt_cuda_moe_unpack(gt_cuda_stream *s, const gt_kernel_call *c, gt_erro
 {
     const gt_tensor *y = c->in[0], *table = c->in[1];
     gt_tensor *out = c->out[0];
-    GT_TRY(gt_moe_ep_check(c, y, table, err));
+    GT_TRY(gt_moe_ep_check(c, y, table, c->ne >= 2 ? c->e[1] : 0, err));
     if (c->ne < 2 || out->shape[0] != c->e[0] || y->shape[0] % c->i[0] != 0)
         return gt_cuda_shape_error(c, "y [n_blocks * C, D] -> [rows, D]", err);
     int64_t row_bytes = y->shape[1] * (int64_t)gt_dtype_size(y->dtype);
