@@ -131,9 +131,17 @@ gt_status gt_pass_ep_overlap(gt_graph *g, const gt_pass_ctx *ctx, gt_error *err)
     int8_t *chunk = gt_xmalloc((size_t)(nn ? nn : 1));
     for (gt_node_id id = 0; id < nn; id++) {
         chunk[id] = (int8_t)chunk_of(g, id);
+        const gt_node *nd = &g->nodes[id];
+        /* a node that reads both chunks is neither's, whatever its origin: autodiff's sum of the
+         * two chunks' gradients (a parameter's, a block input's) takes the origin of one */
+        bool read[2] = {false, false};
+        for (int k = 0; k < nd->n_in; k++) {
+            gt_node_id q = g->values[nd->in[k]].producer;
+            if (q != GT_NONE && chunk[q] >= 0) read[chunk[q]] = true;
+        }
+        if (read[0] && read[1]) chunk[id] = -1;
         /* a node parallelize added without the tags (a redistribution of a chunk's tokens, its
          * wait) belongs to the chunk all its chunked inputs come from */
-        const gt_node *nd = &g->nodes[id];
         for (int k = 0; chunk[id] < 0 && k < nd->n_in; k++) {
             gt_node_id q = g->values[nd->in[k]].producer;
             int c = q == GT_NONE ? -1 : chunk[q];
@@ -175,11 +183,15 @@ gt_status gt_pass_ep_overlap(gt_graph *g, const gt_pass_ctx *ctx, gt_error *err)
             }
             if (lo == GT_NONE) continue;
             for (gt_node_id id = lo; id <= hi && st == GT_OK; id++) {
-                if (owner[id] >= 0)
+                if (owner[id] >= 0) {
+                    char label[256];
+                    gt_graph_node_label(g, id, label, sizeof label);
                     st = gt_error_set(err, GT_ERR_UNSUPPORTED,
-                                      "ep_overlap: block %d's chunks (%s) interleave with block "
-                                      "%d's: no span of its own to schedule",
-                                      u, gt_phase_name((gt_phase)ph), owner[id]);
+                                      "ep_overlap: block %d's chunks (%s, nodes %d..%d) interleave "
+                                      "with block %d's (at node %d, %s): no span of its own to "
+                                      "schedule",
+                                      u, gt_phase_name((gt_phase)ph), lo, hi, owner[id], id, label);
+                }
                 owner[id] = u;
             }
             if (st == GT_OK) st = schedule_span(g, chunk, lo, hi, (gt_phase)ph, u, order, err);

@@ -197,9 +197,10 @@ gt_status gt_train_artifact_parse(const char *path, char *data, size_t size, con
  * step just run (n collectives, the same schedule on every rank; step_s its step time) go to rank
  * 0, which prints to f one line per collective (kind, mesh dim, bytes, start-to-completion time,
  * exposed time, and the least and most exposed time over the ranks with the rank of the most),
- * totals, and each other rank's exposed time and step time. */
+ * totals, and each other rank's exposed time and step time. With the step graph g (may be NULL)
+ * each line names its start node, and the token exchanges get a total of their own. */
 gt_status gt_train_comm_report(gt_train_dist *d, const gt_comm_timing *t, int32_t n, double step_s,
-                               FILE *f, gt_error *err);
+                               const gt_graph *g, FILE *f, gt_error *err);
 
 /* debug.test_kill_rank_at_step: the signal this rank sends itself at `step` ("R:S": SIGKILL, a
  * dead peer; "R:S:stop": SIGSTOP, a peer that hangs), or 0. */

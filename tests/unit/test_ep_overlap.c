@@ -1,10 +1,11 @@
 /* test_ep_overlap.c — the EP overlap schedule interleaves the two chunks (issue 38, structure).
  *
  * DeepSeek-V3 test_dsv3_tiny, dp_shard 2 x ep 2, rank 0's compiled step graph with the MoE chunked
- * (compile.ep_overlap: each MoE along the sequence, the chunking data parallelism allows). In the
- * MoE block's forward, chunk 1's first token all-to-all (expert parallelism's exchange of packed
- * rows; its chunk told by its size: the sequence of 33 is cut at 16) must start before chunk 0's
- * first one is waited for — chunk 0's experts then
+ * (compile.ep_overlap: each MoE along the sequence; each MoE block or each MoE along the batch,
+ * each rank's own cut in two). In the MoE block's forward, chunk 1's first token all-to-all
+ * (expert parallelism's exchange of packed rows; its chunk told by its size: the sequence of 33,
+ * or the rank's batch of 5, is cut at 16, or 2) must start before chunk 0's first one is waited
+ * for — chunk 0's experts then
  * run while chunk 1's tokens move — and in the backward (chunks in reverse) chunk 0's first must
  * start before chunk 1's first is waited for. Without the pass (compile.disable_passes ep_overlap)
  * the chunks run one after the other and the property fails, so the check is not vacuous. The
@@ -17,11 +18,14 @@
 #include "graphtrain/gt_train.h"
 #include "gt_test.h"
 
-/* The rows an exchange moves at batch 4, seq 33: the chunks cut the sequence at 16, so chunk 0's
- * exchanges move fewer rows than chunk 1's (an identification independent of the pass's tags). */
+/* The rank's batch and sequence the exchanges are sized at: an odd length along the chunked dim
+ * (seq 33 cut at 16, or batch 5 at 2), so chunk 0's exchanges move fewer rows than chunk 1's (an
+ * identification independent of the pass's tags). */
+static int64_t at_batch = 4, at_seq = 33;
+
 static int64_t rows_at(const gt_graph *g, gt_value_id v)
 {
-    gt_sym_binding_entry e[2] = {{"batch", 4}, {"seq", 33}};
+    gt_sym_binding_entry e[2] = {{"batch", at_batch}, {"seq", at_seq}};
     gt_sym_binding b = {e, 2};
     int64_t shape[GT_MAX_DIMS];
     gt_error err = {0};
@@ -100,9 +104,11 @@ static bool interleaved(const char *module, const char *dim, bool overlap)
 
 int main(void)
 {
-    /* under data parallelism only the sequence is cut (each rank's own tokens) */
-    const char *cases[][2] = {{"layers.*.moe", "seq"}};
+    const char *cases[][2] = {
+        {"layers.*.moe", "seq"}, {"layers.*", "batch"}, {"layers.*.moe", "batch"}};
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        bool seq = !strcmp(cases[k][1], "seq");
+        at_batch = seq ? 4 : 5, at_seq = seq ? 33 : 32;
         EXPECT(interleaved(cases[k][0], cases[k][1], true),
                "%s x %s: chunk 1's exchange does not start before chunk 0's is waited for "
                "(forward), or the mirror (backward)",
