@@ -33,6 +33,9 @@ gt_value_id gt_max_backward(gt_graph *g, gt_value_id x, gt_value_id y, gt_value_
 gt_value_id gt_broadcast_to(gt_graph *g, gt_value_id x, int ndim, const gt_expr *dims);
 gt_value_id gt_sum_to(gt_graph *g, gt_value_id x, int ndim, const gt_expr *dims);
 gt_value_id gt_reshape(gt_graph *g, gt_value_id x, int ndim, const gt_expr *dims);
+/* A reshape whose equal numel is checked when bound (gt_ops.def: regroup): [b, ...] to the
+ * data-parallel ranks' blocks [G, b // G, ...] and back. */
+gt_value_id gt_regroup(gt_graph *g, gt_value_id x, int ndim, const gt_expr *dims);
 gt_value_id gt_transpose(gt_graph *g, gt_value_id x, int dim0, int dim1);
 gt_value_id gt_permute(gt_graph *g, gt_value_id x, int ndim, const int *perm);
 gt_value_id gt_slice(gt_graph *g, gt_value_id x, int dim, gt_expr start, gt_expr end);

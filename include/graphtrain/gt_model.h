@@ -30,8 +30,10 @@ typedef struct {
 /* Eager chunking (compile.ep_overlap, strategy eager): what the builder splits in two. */
 typedef struct {
     bool enabled;
-    bool moe_only; /* each MoE (layers.*.moe); else each MoE block (layers.*) */
-    bool seq;      /* along the sequence (MoE only); else along the batch */
+    bool moe_only;  /* each MoE (layers.*.moe); else each MoE block (layers.*) */
+    bool seq;       /* along the sequence (MoE only); else along the batch */
+    int64_t groups; /* batch: the data-parallel ranks whose batches the batch holds, each cut in
+                     * two (0 or 1: one) */
 } gt_model_chunking;
 
 /* Bytes a family's config struct may take inside gt_model_config. */

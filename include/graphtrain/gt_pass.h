@@ -134,14 +134,17 @@ typedef struct {
     bool moe_only;   /* layers.*.moe: each MoE; else layers.*: each MoE block */
     bool seq;        /* chunk along the sequence (MoE only); else along the batch */
     bool early_grad; /* one cast per parameter for both chunks (gradients added before it) */
+    /* batch: the data-parallel ranks whose batches the graph's batch holds, each cut in two (0
+     * or 1: one) */
+    int64_t groups;
 } gt_chunk_options;
 
 /* Splits each MoE block (or MoE) of the forward graph g into two chunks of the batch or the
  * sequence, exact against the model built once per chunk (ep_chunk.c says how). It runs on the
  * forward graph, before autodiff; value ids change, and the n_track ids in track (the model's
  * loss, logits, token counts, ...) are rewritten to the new graph's. */
-gt_status gt_pass_ep_chunk(gt_graph *g, const gt_chunk_options *o, gt_value_id *track,
-                           int n_track, gt_error *err);
+gt_status gt_pass_ep_chunk(gt_graph *g, const gt_chunk_options *o, gt_value_id *track, int n_track,
+                           gt_error *err);
 
 /* The EP overlap schedule (ep_overlap.c): in each chunked block, per phase, the two chunks' nodes
  * interleaved so that each chunk's collectives start while the other chunk computes — forward

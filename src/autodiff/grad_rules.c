@@ -314,6 +314,17 @@ gt_status gt_grad_reshape(gt_graph *g, gt_node_id n, const gt_value_id *dout, gt
     return GT_OK;
 }
 
+gt_status gt_grad_regroup(gt_graph *g, gt_node_id n, const gt_value_id *dout, gt_value_id *din,
+                          gt_error *err)
+{
+    (void)err;
+    gt_node nd = g->nodes[n];
+    gt_type tx = *gt_value_type(g, nd.in[0]);
+    const gt_type *ty = gt_value_type(g, dout[0]);
+    din[0] = gt_grad_same_dims(ty, &tx) ? dout[0] : gt_regroup(g, dout[0], tx.ndim, tx.dims);
+    return GT_OK;
+}
+
 gt_status gt_grad_transpose(gt_graph *g, gt_node_id n, const gt_value_id *dout, gt_value_id *din,
                             gt_error *err)
 {

@@ -192,6 +192,13 @@ gt_value_id gt_reshape(gt_graph *g, gt_value_id x, int ndim, const gt_expr *dims
     return node1(g, GT_OP_RESHAPE, x, &at);
 }
 
+gt_value_id gt_regroup(gt_graph *g, gt_value_id x, int ndim, const gt_expr *dims)
+{
+    gt_attrs at = {0};
+    if (!fill_shape(g, "regroup", &at, ndim, dims)) return GT_NONE;
+    return node1(g, GT_OP_REGROUP, x, &at);
+}
+
 gt_value_id gt_transpose(gt_graph *g, gt_value_id x, int dim0, int dim1)
 {
     int rank = rank_of(g, x);

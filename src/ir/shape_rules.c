@@ -405,6 +405,16 @@ gt_status gt_shape_reshape(gt_graph *g, const gt_node *n, gt_type *out, int *n_o
     return GT_OK;
 }
 
+/* The shape attributes as they are: the kernel checks the numel once the sizes are bound (a
+ * regroup's G·(b // G) = b holds for every b its program is built for, never as symbols). */
+gt_status gt_shape_regroup(gt_graph *g, const gt_node *n, gt_type *out, int *n_out, gt_error *err)
+{
+    const gt_type *x = gt_shape_in(g, n, 0);
+    GT_TRY(shape_from_eattrs(g, n, 0, x->dtype, &out[0], err));
+    *n_out = 1;
+    return GT_OK;
+}
+
 gt_status gt_shape_transpose(gt_graph *g, const gt_node *n, gt_type *out, int *n_out, gt_error *err)
 {
     const gt_type *x = gt_shape_in(g, n, 0);

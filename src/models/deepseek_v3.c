@@ -368,22 +368,80 @@ static gt_value_id moe_body(dsv3_ctx *c, int64_t i, gt_value_id x)
 
 typedef gt_value_id (*dsv3_module)(dsv3_ctx *c, int64_t i, gt_value_id x);
 
+/* x [n, ...] cut in two along dim 0 (the batch) as the chunking pass cuts it: rows [0, n // 2)
+ * and the rest; with groups G > 1 (data parallelism: n holds G ranks' batches of m = n // G rows)
+ * each rank's block at m // 2 — regrouped to [G, m, ...], sliced along dim 1, each piece back to
+ * [G·m_k, ...] (src/passes/ep_chunk.c says why regroup). part: the chunks' sizes. */
+static void cut_batch(dsv3_ctx *c, gt_value_id x, const gt_expr part[2], gt_value_id xs[2])
+{
+    gt_graph *g = c->g;
+    gt_type t = *gt_value_type(g, x);
+    int64_t G = c->cfg->chunk.groups;
+    if (G <= 1) {
+        xs[0] = gt_slice(g, x, 0, gt_c(g, 0), part[0]);
+        xs[1] = gt_slice(g, x, 0, part[0], t.dims[0]);
+        return;
+    }
+    gt_expr m = gt_sym_floordiv(g->sym, t.dims[0], gt_c(g, G)), dims[GT_MAX_DIMS + 1];
+    gt_expr edge[3] = {gt_c(g, 0), gt_sym_floordiv(g->sym, m, gt_c(g, 2)), m};
+    dims[0] = gt_c(g, G), dims[1] = m;
+    for (int j = 1; j < t.ndim; j++)
+        dims[j + 1] = t.dims[j];
+    gt_value_id blocks = gt_regroup(g, x, t.ndim + 1, dims);
+    for (int k = 0; k < 2; k++) {
+        t.dims[0] = part[k];
+        xs[k] = gt_reshape(g, gt_slice(g, blocks, 1, edge[k], edge[k + 1]), t.ndim, t.dims);
+    }
+}
+
+/* The inverse of cut_batch: the chunks' outputs joined into [n, ...]. */
+static gt_value_id join_batch(dsv3_ctx *c, const gt_value_id ys[2], gt_expr n)
+{
+    gt_graph *g = c->g;
+    int64_t G = c->cfg->chunk.groups;
+    if (G <= 1) return gt_concat(g, 2, ys, 0);
+    gt_type t = *gt_value_type(g, ys[0]);
+    gt_expr dims[GT_MAX_DIMS + 1];
+    dims[0] = gt_c(g, G);
+    for (int j = 1; j < t.ndim; j++)
+        dims[j + 1] = t.dims[j];
+    gt_value_id blocks[2];
+    for (int k = 0; k < 2; k++) {
+        dims[1] = gt_sym_floordiv(g->sym, gt_value_type(g, ys[k])->dims[0], gt_c(g, G));
+        blocks[k] = gt_reshape(g, ys[k], t.ndim + 1, dims);
+    }
+    t.dims[0] = n;
+    return gt_regroup(g, gt_concat(g, 2, blocks, 1), t.ndim, t.dims);
+}
+
 /* Eager chunking (compile.ep_overlap, strategy eager): module fn of layer i built once per chunk
- * of x [b, s, D] — the batch in two (dim 0) or, seq, the sequence (dim 1), cut at n // 2 as the
- * chunking pass cuts — the outputs joined along that dim and the chunks' token counts added. */
+ * of x [b, s, D] — the batch in two (dim 0; each data-parallel rank's own, cut_batch) or, seq,
+ * the sequence (dim 1), cut at n // 2 as the chunking pass cuts — the outputs joined along that
+ * dim and the chunks' token counts added. */
 static gt_value_id chunked(dsv3_ctx *c, int64_t i, gt_value_id x, bool seq, dsv3_module fn)
 {
     gt_graph *g = c->g;
     gt_expr n = seq ? c->s : c->b, b = c->b, s = c->s, bs = c->bs;
-    gt_expr part[2] = {gt_sym_floordiv(g->sym, n, gt_c(g, 2)), GT_EXPR_INVALID};
-    part[1] = gt_sym_sub(g->sym, n, part[0]);
+    int64_t G = !seq && c->cfg->chunk.groups > 1 ? c->cfg->chunk.groups : 1;
+    /* the chunks' sizes: n // 2 and the rest, or G·(m // 2) and G·(m - m // 2), m = n // G */
+    gt_expr m = gt_sym_floordiv(g->sym, n, gt_c(g, G));
+    gt_expr part[2] = {gt_sym_floordiv(g->sym, m, gt_c(g, 2)), GT_EXPR_INVALID};
+    part[1] = G == 1 ? gt_sym_sub(g->sym, n, part[0])
+                     : gt_sym_mul(g->sym, gt_c(g, G), gt_sym_sub(g->sym, m, part[0]));
+    if (G > 1) part[0] = gt_sym_mul(g->sym, gt_c(g, G), part[0]);
     int dim = seq ? 1 : 0;
-    gt_value_id xs[2] = {gt_slice(g, x, dim, gt_c(g, 0), part[0]), gt_slice(g, x, dim, part[0], n)};
+    gt_value_id xs[2];
+    if (seq)
+        xs[0] = gt_slice(g, x, dim, gt_c(g, 0), part[0]), xs[1] = gt_slice(g, x, dim, part[0], n);
+    else
+        cut_batch(c, x, part, xs);
     /* the documents' positions ([b, s], block_causal) go with their tokens */
     gt_value_id pos = c->positions, ps[2] = {GT_NONE, GT_NONE};
-    if (pos != GT_NONE)
+    if (pos != GT_NONE && seq)
         ps[0] = gt_slice(g, pos, dim, gt_c(g, 0), part[0]),
         ps[1] = gt_slice(g, pos, dim, part[0], n);
+    else if (pos != GT_NONE)
+        cut_batch(c, pos, part, ps);
     gt_value_id out[2], counts[2];
     for (int k = 0; k < 2; k++) {
         c->b = seq ? b : part[k];
@@ -394,7 +452,7 @@ static gt_value_id chunked(dsv3_ctx *c, int64_t i, gt_value_id x, bool seq, dsv3
         counts[k] = c->counts_out;
     }
     c->b = b, c->s = s, c->bs = bs, c->positions = pos;
-    gt_value_id joined = gt_concat(g, 2, out, dim);
+    gt_value_id joined = seq ? gt_concat(g, 2, out, dim) : join_batch(c, out, n);
     c->counts_out = gt_add(g, counts[0], counts[1]);
     return joined;
 }

@@ -577,8 +577,8 @@ static bool same_type(gt_par *p, const gt_type *a, const gt_type *b)
 
 static bool op_has_shape_attrs(gt_op op)
 {
-    return op == GT_OP_FULL || op == GT_OP_RESHAPE || op == GT_OP_BROADCAST_TO ||
-           op == GT_OP_SUM_TO;
+    return op == GT_OP_FULL || op == GT_OP_RESHAPE || op == GT_OP_REGROUP ||
+           op == GT_OP_BROADCAST_TO || op == GT_OP_SUM_TO;
 }
 
 /* Ops that may run on a padded shard (zero rows past the true size): each maps zero rows to zero

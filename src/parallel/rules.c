@@ -316,6 +316,23 @@ static gt_status gt_rule_reshape(gt_shard_ctx *c, gt_error *err)
     return GT_OK;
 }
 
+/* regroup ([b, ...] to the data-parallel ranks' blocks [G, b // G, ...] and back): a shard of
+ * dim 0 is one contiguous block of the elements, which is a shard of the output's dim 0 when the
+ * group divides that dim (G, or b); P stays P (a move of elements is linear). Anything else
+ * gathers. */
+static gt_status gt_rule_regroup(gt_shard_ctx *c, gt_error *err)
+{
+    (void)err;
+    gt_placement x = c->in[0];
+    if (gt_is_r(x) || gt_is_p(x)) {
+        c->out[0] = x;
+        return GT_OK;
+    }
+    if (!gt_is_s_at(x, 0) || !gt_shard_divides(c, true, 0, 0)) return gt_rule_gather_all(c);
+    c->out[0] = x;
+    return GT_OK;
+}
+
 /* transpose / permute: the shard moves with its dim; P stays P. */
 static gt_status gt_rule_transpose(gt_shard_ctx *c, gt_error *err)
 {

@@ -8,10 +8,16 @@
  * of its "layers.N.moe" nodes (layers.*.moe), in a block that routes tokens (moe_count). In each:
  *   - the chunked live-ins are the values from outside whose shape holds the chunk symbol
  *     ("batch" or "seq"), sliced in two along that dim: [0, c0) and [c0, n) with
- *     c0 = n // 2 (batch: the outermost dim; seq: a dim that is the sequence itself). The graph
- *     is the global one: a batch cut in two is cut across the data-parallel ranks, so the trainer
- *     refuses batch chunks under data parallelism (each rank's sequences cut in two, seq, are
- *     every rank's own);
+ *     c0 = n // 2 (batch: the outermost dim; seq: a dim that is the sequence itself);
+ *   - under data parallelism (groups G > 1) the graph is the global one and its batch b holds
+ *     the G ranks' batches of m = b // G rows each, one after the other; each rank's own are cut
+ *     in two, so that every chunk stays on its rank: the value [b·r, ...] is regrouped into the
+ *     ranks' blocks [G, m·r, ...] (regroup: a reshape whose numel G·m = b the kernel checks when
+ *     bound, as the symbols cannot prove it), sliced along dim 1 at m0 = m // 2, and each piece
+ *     reshaped to [G·m_k·r, ...]: chunk k has G·m_k rows (m1 = m - m0). Joined the other way
+ *     round: reshape to [G, m_k·r, ...], concat along dim 1, regroup to [b·r, ...]. Parallelize
+ *     keeps all of it rank-local (a shard of dim 0 is a shard of the blocks' dim 0), and the rank
+ *     sees its own slices [0, m0) and [m0, m) — the eager builder cuts each rank's batch alike;
  *   - the nodes that read a chunked value (transitively), or whose shape holds the symbol, are
  *     copied once per chunk with the symbol replaced by the chunk's size in their attributes;
  *     the others stay, shared by both chunks. Casts of parameters are copied per chunk unless
@@ -37,6 +43,8 @@ typedef struct {
     const gt_chunk_options *o;
     const char *sym;   /* "batch" or "seq" */
     gt_expr n, c[2];   /* the symbol, the chunks' sizes */
+    int64_t groups;    /* batch: the data-parallel ranks' blocks (1: none) */
+    gt_expr m[2];      /* with groups: each rank's rows of chunk k (c[k] = groups·m[k]) */
     gt_node_id lo, hi; /* the region */
     int32_t unit;
 } chunker;
@@ -126,6 +134,61 @@ static bool find_region(chunker *k, int32_t after, gt_error *err, gt_status *st)
     }
 }
 
+/* e (a dim holding the symbol) with the symbol replaced by size. */
+static gt_expr at(chunker *k, gt_expr e, gt_expr size)
+{
+    return gt_sym_replace(k->g->sym, e, k->sym, size);
+}
+
+/* Value v, chunked along dim d, cut in two: parts[k] is chunk k's, its slice tagged as chunk k.
+ * With groups, each rank's block is cut (the header says how). */
+static void cut(chunker *k, gt_value_id v, int d, gt_value_id parts[2])
+{
+    gt_graph *g = k->g;
+    gt_type t = *gt_value_type(g, v);
+    gt_expr full = t.dims[d], zero = gt_sym_const(g->sym, 0);
+    if (k->groups == 1 || d != 0) {
+        gt_expr c0 = at(k, full, k->c[0]);
+        parts[0] = gt_slice(g, v, d, zero, c0);
+        gt_graph_add_tag(g, g->n_nodes - 1, GT_CHUNK_TAG_0);
+        parts[1] = gt_slice(g, v, d, c0, full);
+        gt_graph_add_tag(g, g->n_nodes - 1, GT_CHUNK_TAG_1);
+        return;
+    }
+    gt_expr dims[GT_MAX_DIMS + 1], m = gt_sym_add(g->sym, k->m[0], k->m[1]);
+    dims[0] = gt_sym_const(g->sym, k->groups);
+    dims[1] = at(k, full, m);
+    for (int j = 1; j < t.ndim; j++)
+        dims[j + 1] = t.dims[j];
+    gt_value_id blocks = gt_regroup(g, v, t.ndim + 1, dims);
+    gt_expr edge[3] = {zero, at(k, full, k->m[0]), dims[1]};
+    for (int c = 0; c < 2; c++) {
+        gt_value_id piece = gt_slice(g, blocks, 1, edge[c], edge[c + 1]);
+        gt_graph_add_tag(g, g->n_nodes - 1, c ? GT_CHUNK_TAG_1 : GT_CHUNK_TAG_0);
+        t.dims[0] = at(k, full, k->c[c]);
+        parts[c] = gt_reshape(g, piece, t.ndim, t.dims);
+        gt_graph_add_tag(g, g->n_nodes - 1, c ? GT_CHUNK_TAG_1 : GT_CHUNK_TAG_0);
+    }
+}
+
+/* The chunks' parts of value v (chunked along dim d) joined back into v's type. */
+static gt_value_id join_parts(chunker *k, gt_value_id v, int d, const gt_value_id parts[2])
+{
+    gt_graph *g = k->g;
+    if (k->groups == 1 || d != 0) return gt_concat(g, 2, parts, d);
+    gt_type t = *gt_value_type(g, v);
+    gt_expr dims[GT_MAX_DIMS + 1];
+    dims[0] = gt_sym_const(g->sym, k->groups);
+    for (int j = 1; j < t.ndim; j++)
+        dims[j + 1] = t.dims[j];
+    gt_value_id blocks[2];
+    for (int c = 0; c < 2; c++) {
+        dims[1] = at(k, t.dims[0], k->m[c]);
+        blocks[c] = gt_reshape(g, parts[c], t.ndim + 1, dims);
+    }
+    return gt_regroup(g, gt_concat(g, 2, blocks, 1), t.ndim, t.dims);
+}
+
 /* Chunks the region k->lo .. k->hi; track's ids follow. */
 static gt_status chunk_region(chunker *k, gt_value_id *track, int n_track, gt_error *err)
 {
@@ -195,14 +258,13 @@ static gt_status chunk_region(chunker *k, gt_value_id *track, int n_track, gt_er
         for (gt_value_id v = 0; v < nv; v++)
             map[c][v] = GT_NONE;
     for (int j = 0; j < n_live_in && st == GT_OK; j++) { /* the slices, chunk 0 then 1 */
-        gt_value_id v = live_in[j];
-        int d = chunk_dim(k, v);
-        gt_expr full = gt_value_type(g, v)->dims[d];
-        gt_expr cut = gt_sym_replace(g->sym, full, k->sym, k->c[0]);
-        map[0][v] = gt_slice(g, v, d, gt_sym_const(g->sym, 0), cut);
-        gt_graph_add_tag(g, g->n_nodes - 1, GT_CHUNK_TAG_0);
-        map[1][v] = gt_slice(g, v, d, cut, full);
-        gt_graph_add_tag(g, g->n_nodes - 1, GT_CHUNK_TAG_1);
+        gt_value_id v = live_in[j], parts[2];
+        cut(k, v, chunk_dim(k, v), parts);
+        map[0][v] = parts[0], map[1][v] = parts[1];
+        if (g->err.code != GT_OK) { /* a cut the builder refused: no copy may read it */
+            *err = g->err;
+            st = err->code;
+        }
     }
     for (int c = 0; c < 2 && st == GT_OK; c++) {
         gt_sym_subst s = {k->sym, k->c[c]};
@@ -219,7 +281,7 @@ static gt_status chunk_region(chunker *k, gt_value_id *track, int n_track, gt_er
             int d = chunk_dim(k, v);
             gt_value_id parts[2] = {map[0][v], map[1][v]};
             if (d >= 0)
-                join[v] = gt_concat(g, 2, parts, d);
+                join[v] = join_parts(k, v, d, parts);
             else if (d == -1 && n->op == GT_OP_MOE_COUNT)
                 join[v] = gt_add(g, parts[0], parts[1]);
             else
@@ -295,9 +357,15 @@ gt_status gt_pass_ep_chunk(gt_graph *g, const gt_chunk_options *o, gt_value_id *
                            gt_error *err)
 {
     chunker k = {.g = g, .o = o, .sym = o->seq ? "seq" : "batch"};
-    k.n = gt_sym_var(g->sym, k.sym);
-    k.c[0] = gt_sym_floordiv(g->sym, k.n, gt_sym_const(g->sym, 2));
-    k.c[1] = gt_sym_sub(g->sym, k.n, k.c[0]);
+    k.groups = !o->seq && o->groups > 1 ? o->groups : 1;
+    gt_sym_pool *p = g->sym;
+    k.n = gt_sym_var(p, k.sym);
+    gt_expr two = gt_sym_const(p, 2), G = gt_sym_const(p, k.groups);
+    k.m[0] = gt_sym_floordiv(p, gt_sym_floordiv(p, k.n, G), two);
+    k.m[1] = gt_sym_sub(p, gt_sym_floordiv(p, k.n, G), k.m[0]);
+    /* one group: c0 = n // 2 and c1 = n - c0 (n // 1 is n itself) */
+    k.c[0] = k.groups == 1 ? k.m[0] : gt_sym_mul(p, G, k.m[0]);
+    k.c[1] = k.groups == 1 ? gt_sym_sub(p, k.n, k.c[0]) : gt_sym_mul(p, G, k.m[1]);
     int32_t after = -1, regions = 0;
     gt_status st;
     while (find_region(&k, after, err, &st)) {

@@ -5,14 +5,79 @@
  * least and the most any rank waited: a collective that one rank waits for and the others do not
  * is that rank being ahead (the others' compute was slower), not the transfer. Expert parallel's
  * token exchange gets a line of its own: the bytes its all_to_alls moved against the valid rows'
- * bytes in them. */
+ * bytes in them.
+ *
+ * Given the step graph, each line also names its collective's start node (module, phase and EP
+ * chunk): the k-th collective the program ran is the
+ * graph's k-th start node, since the program runs the nodes in graph order (checked by kind: no
+ * names when they disagree). The expert-parallel token exchanges (all-to-alls,
+ * GT_TAG_TOKEN_EXCHANGE) then get a total line of their own: their exposed time is what the EP
+ * overlap schedule (compile.ep_overlap) is there to hide. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "graphtrain/gt_parallel.h"
+#include "graphtrain/gt_pass.h"
 #include "train_internal.h"
+
+/* The collective kind a start op runs. */
+static int kind_of(gt_op op)
+{
+    switch (op) {
+    case GT_OP_ALL_GATHER_START:
+        return GT_COLL_ALL_GATHER;
+    case GT_OP_REDUCE_SCATTER_START:
+        return GT_COLL_REDUCE_SCATTER;
+    case GT_OP_ALL_TO_ALL_START:
+        return GT_COLL_ALL_TO_ALL;
+    case GT_OP_ALL_REDUCE_START:
+        return GT_COLL_ALL_REDUCE;
+    default:
+        return -1;
+    }
+}
+
+/* The start node of each of the n collectives in graph g (NULL when g is NULL or its starts do
+ * not match the timings' kinds one for one). */
+static gt_node_id *starts_of(const gt_graph *g, const gt_comm_timing *t, int32_t n)
+{
+    if (!g) return NULL;
+    gt_node_id *at = gt_xmalloc((size_t)(n ? n : 1) * sizeof *at);
+    int32_t k = 0;
+    for (gt_node_id id = 0; id < g->n_nodes; id++) {
+        int kind = kind_of(g->nodes[id].op);
+        if (kind < 0) continue;
+        if (k == n || kind != (int)t[k].kind) k = n + 1;
+        if (k > n) break;
+        at[k++] = id;
+    }
+    if (k != n) {
+        free(at);
+        return NULL;
+    }
+    return at;
+}
+
+/* "  layers.1.moe.routed_experts.inner_experts bwd chunk 1": what start node id is, for its
+ * report line. A backward node's chunk is its origin's (ep_overlap.c reads chunks alike). */
+static void describe(const gt_graph *g, gt_node_id id, char *buf, size_t cap)
+{
+    const gt_node *nd = &g->nodes[id];
+    const char *fqn = gt_graph_str(g, nd->fqn);
+    int len = snprintf(buf, cap, "  %s %s", fqn && fqn[0] ? fqn : "-", gt_phase_name(nd->phase));
+    for (const gt_node *n = nd; n && len >= 0 && (size_t)len < cap;
+         n = n == nd && n->origin != GT_NONE ? &g->nodes[n->origin] : NULL) {
+        int c = gt_node_has_tag(g, n, GT_CHUNK_TAG_0)   ? 0
+                : gt_node_has_tag(g, n, GT_CHUNK_TAG_1) ? 1
+                                                        : -1;
+        if (c >= 0) {
+            snprintf(buf + len, cap - (size_t)len, " chunk %d", c);
+            break;
+        }
+    }
+}
 
 /* rank r's figures in the gathered array: per collective total and exposed (ns), then the step */
 typedef struct {
@@ -47,7 +112,7 @@ static uint64_t token_valid_bytes(const gt_program *p, const gt_comm_timing *t)
 }
 
 static void print_report(const gt_program *prog, const gt_comm_timing *t, const gathered *g,
-                         int size, FILE *f)
+                         int size, const gt_graph *graph, FILE *f)
 {
     uint64_t moved = 0, valid = 0;
     int exchanges = 0;
@@ -55,6 +120,10 @@ static void print_report(const gt_program *prog, const gt_comm_timing *t, const 
     double total = 0, exposed = 0;
     uint64_t bytes[GT_COLL_KIND_COUNT] = {0};
     int count[GT_COLL_KIND_COUNT] = {0};
+    double kind_ms[GT_COLL_KIND_COUNT][2] = {{0}}; /* total, exposed */
+    double token_ms[2] = {0, 0};
+    int tokens = 0;
+    gt_node_id *start = starts_of(graph, t, n);
     fprintf(f, "collective report (rank 0, one step): %d collectives\n", (int)n);
     fprintf(f, "  %4s %-15s %-13s %12s %11s %11s %8s  %s\n", "#", "kind", "mesh dim", "bytes",
             "total ms", "exposed ms", "exposed", "exposed over ranks: least-most ms, rank of most");
@@ -71,29 +140,45 @@ static void print_report(const gt_program *prog, const gt_comm_timing *t, const 
             lo = e < lo ? e : lo;
             if (e > hi) hi = e, at = r;
         }
-        fprintf(f, "  %4d %-15s %-13s %12llu %11.3f %11.3f %7.1f%%  %.3f-%.3f r%d\n", (int)k,
+        char what[192] = "";
+        if (start) describe(graph, start[k], what, sizeof what);
+        fprintf(f, "  %4d %-15s %-13s %12llu %11.3f %11.3f %7.1f%%  %.3f-%.3f r%d%s\n", (int)k,
                 gt_coll_kind_name(c->kind), gt_mesh_dim_name(c->mesh_dim),
-                (unsigned long long)c->bytes, tot, ex, tot > 0 ? 100.0 * ex / tot : 0.0, lo, hi,
-                at);
+                (unsigned long long)c->bytes, tot, ex, tot > 0 ? 100.0 * ex / tot : 0.0, lo, hi, at,
+                what);
         total += tot;
         exposed += ex;
-        uint64_t v = token_valid_bytes(prog, c);
-        if (v) exchanges++, moved += c->bytes, valid += v;
         if ((int)c->kind >= 0 && c->kind < GT_COLL_KIND_COUNT) {
             bytes[c->kind] += c->bytes;
             count[c->kind]++;
+            kind_ms[c->kind][0] += tot;
+            kind_ms[c->kind][1] += ex;
+        }
+        uint64_t v = token_valid_bytes(prog, c);
+        if (v) exchanges++, moved += c->bytes, valid += v;
+        if (start && gt_node_has_tag(graph, &graph->nodes[start[k]], GT_TAG_TOKEN_EXCHANGE)) {
+            tokens++;
+            token_ms[0] += tot;
+            token_ms[1] += ex;
         }
     }
     for (int k = 0; k < GT_COLL_KIND_COUNT; k++)
         if (count[k])
-            fprintf(f, "  total %-15s %4d collectives %14llu bytes\n",
-                    gt_coll_kind_name((gt_coll_kind)k), count[k], (unsigned long long)bytes[k]);
+            fprintf(f, "  total %-15s %4d collectives %14llu bytes %11.3f ms, exposed %.3f ms\n",
+                    gt_coll_kind_name((gt_coll_kind)k), count[k], (unsigned long long)bytes[k],
+                    kind_ms[k][0], kind_ms[k][1]);
+    if (tokens)
+        fprintf(f,
+                "  token exchanges (expert parallelism's all-to-alls): %d, %.3f ms, exposed "
+                "%.3f ms\n",
+                tokens, token_ms[0], token_ms[1]);
     if (exchanges)
         fprintf(f,
                 "  token exchange %d all_to_all: %llu bytes moved, %llu valid on average over "
                 "the ranks (%.1f%%; the rest pads each rank pair's block to its capacity)\n",
                 exchanges, (unsigned long long)moved, (unsigned long long)valid,
                 100.0 * (double)valid / (double)moved);
+    free(start);
     for (int r = 1; r < size; r++) {
         double e = 0;
         for (int32_t k = 0; k < n; k++)
@@ -111,7 +196,7 @@ static void print_report(const gt_program *prog, const gt_comm_timing *t, const 
 }
 
 gt_status gt_train_comm_report(gt_train_dist *d, const gt_program *prog, const gt_comm_timing *t,
-                               int32_t n, double step_s, FILE *f, gt_error *err)
+                               int32_t n, double step_s, const gt_graph *g, FILE *f, gt_error *err)
 {
     int size = gt_train_dist_multi(d) ? d->size : 1;
     int64_t per = 2 * (int64_t)n + 1, total = per * size;
@@ -131,7 +216,7 @@ gt_status gt_train_comm_report(gt_train_dist *d, const gt_program *prog, const g
     } else {
         memcpy(all, mine, (size_t)per * sizeof *mine);
     }
-    if (st == GT_OK && d->rank == 0) print_report(prog, t, &(gathered){all, n}, size, f);
+    if (st == GT_OK && d->rank == 0) print_report(prog, t, &(gathered){all, n}, size, g, f);
     free(mine);
     free(all);
     return st;

@@ -201,16 +201,9 @@ static gt_status chunk_forward(const gt_config *cfg, const gt_train_layout *layo
 {
     const gt_cfg_ep_overlap *ep = &cfg->compile.ep_overlap;
     if (!ep->enabled) return GT_OK;
-    /* the step graph is the global one: its batch holds every data-parallel rank's rows (and,
-     * with sequence parallelism, its sequence every tp rank's piece), so a chunk of it would be
-     * other ranks' tokens, not half of each rank's */
-    if (ep->chunk_dim == GT_CFG_EP_BATCH && chunk_groups(layout) > 1)
-        return gt_error_set(err, GT_ERR_UNSUPPORTED,
-                            "compile.ep_overlap.chunk_dim = batch with %lld data-parallel ranks "
-                            "(parallelism.data_parallel_replicate_degree x "
-                            "data_parallel_shard_degree): each rank's batch cannot be cut in two "
-                            "chunks yet; use chunk_dim = seq with module_fqn = \"layers.*.moe\"",
-                            (long long)chunk_groups(layout));
+    /* the step graph is the global one: with sequence parallelism its sequence holds every tp
+     * rank's piece, so a chunk of it would be other ranks' tokens (its batch holds every
+     * data-parallel rank's rows: those are cut rank by rank, chunk_groups) */
     if (ep->chunk_dim == GT_CFG_EP_SEQ && cfg->parallelism.enable_sequence_parallel &&
         layout->mesh.size[GT_MESH_TP] > 1)
         return gt_error_set(err, GT_ERR_UNSUPPORTED,
@@ -225,7 +218,8 @@ static gt_status chunk_forward(const gt_config *cfg, const gt_train_layout *layo
     if (ep->strategy == GT_CFG_EP_EAGER) return GT_OK;
     gt_chunk_options o = {.moe_only = !strcmp(ep->module_fqn, "layers.*.moe"),
                           .seq = ep->chunk_dim == GT_CFG_EP_SEQ,
-                          .early_grad = !ep->disable_early_grad_accumulation};
+                          .early_grad = !ep->disable_early_grad_accumulation,
+                          .groups = chunk_groups(layout)};
     int n = 4 + 2 * model->n_moe;
     gt_value_id *track = gt_xmalloc((size_t)n * sizeof *track);
     track[0] = model->tokens, track[1] = model->labels, track[2] = model->logits;
@@ -285,6 +279,7 @@ gt_status gt_train_build_global_graph(const gt_config *cfg, const gt_train_layou
 {
     gt_model_config mc;
     GT_TRY(gt_train_model_config(cfg, &mc, err));
+    mc.chunk.groups = chunk_groups(layout); /* eager batch chunks: each rank's batch in two */
     GT_TRY(gt_model_build(g, &mc, model, err));
     GT_TRY(chunk_forward(cfg, layout, g, model, err));
     if (micro_batches > 1) {

@@ -198,9 +198,11 @@ gt_status gt_train_artifact_parse(const char *path, char *data, size_t size, con
  * 0, which prints to f one line per collective (kind, mesh dim, bytes, start-to-completion time,
  * exposed time, and the least and most exposed time over the ranks with the rank of the most),
  * totals, expert parallel's token exchange (bytes moved vs valid bytes, from the lowered program
- * prog; NULL: no such line), and each other rank's exposed time and step time. */
+ * prog; NULL: no such line), and each other rank's exposed time and step time. With the step graph
+ * g (may be NULL) each line names its start node, and the token exchanges get a total of their
+ * own. */
 gt_status gt_train_comm_report(gt_train_dist *d, const gt_program *prog, const gt_comm_timing *t,
-                               int32_t n, double step_s, FILE *f, gt_error *err);
+                               int32_t n, double step_s, const gt_graph *g, FILE *f, gt_error *err);
 
 /* debug.test_kill_rank_at_step: the signal this rank sends itself at `step` ("R:S": SIGKILL, a
  * dead peer; "R:S:stop": SIGSTOP, a peer that hangs), or 0. */

@@ -641,7 +641,7 @@ static gt_status comm_report(gt_trainer *t, double step_s, gt_error *err)
     gt_comm_timing *timings = gt_xcalloc((size_t)(n ? n : 1), sizeof *timings);
     gt_executor_comm_timings(t->whole.ex, timings, n);
     gt_status st = gt_train_comm_report(&t->dist, gt_executor_lowered(t->whole.ex), timings, n,
-                                        step_s, stderr, err);
+                                        step_s, t->whole.g, stderr, err);
     free(timings);
     return st;
 }

@@ -256,6 +256,16 @@ static void case_layout(gt_dtype ft)
     r.in[0] = t_rand(ft, 2, SH(2, 6), -1, 1);
     r.out[0] = cu_tensor_new(ft, 2, SH(3, 4));
     check(&r, 0.0);
+    /* regroup: the batch of 6 rows as 2 blocks of 3 (the numel checked by the kernel) */
+    tcase rg = {.name = nm("regroup", ft),
+                .op = GT_OP_REGROUP,
+                .n_in = 1,
+                .n_out = 1,
+                .ne = 3,
+                .e = {2, 3, 4}};
+    rg.in[0] = t_rand(ft, 2, SH(6, 4), -1, 1);
+    rg.out[0] = cu_tensor_new(ft, 3, SH(2, 3, 4));
+    check(&rg, 0.0);
     tcase t = {.name = nm("transpose", ft),
                .op = GT_OP_TRANSPOSE,
                .n_in = 1,

@@ -1,4 +1,4 @@
-/* test_cpu_layout.c — CPU kernels broadcast_to, reshape, transpose, permute, slice,
+/* test_cpu_layout.c — CPU kernels broadcast_to, reshape, regroup, transpose, permute, slice,
  * slice_backward (finite differences), concat, split, in f32, bf16 and i64 (the layout kernels copy
  * stored bytes, so every dtype must come through exactly). References index naively. */
 #include "test_cpu_util.h"
@@ -77,6 +77,23 @@ static void test_broadcast_reshape(tt_rng *r)
         gt_error err = {0};
         EXPECT(tt_run(&k, &err) == GT_ERR_SHAPE, "reshape to a different numel must fail");
         gt_tensor_free(&bad);
+        /* regroup: a batch of 3 rows as 3 ranks' blocks of 1, row-major order kept; its numel is
+         * checked here, at the kernel (the shape rule takes the attributes on trust) */
+        gt_tensor blocks = tt_new(dtypes[d], 4, TT_SHAPE(3, 1, 7, 5));
+        tt_init(&k, GT_OP_REGROUP);
+        tt_in(&k, &x);
+        tt_out(&k, &blocks);
+        tt_e(&k, 3);
+        tt_e(&k, 1);
+        tt_e(&k, 7);
+        tt_e(&k, 5);
+        if (tt_run_ok(&k, "regroup")) EXPECT(same_gather(&blocks, &x, map), "regroup");
+        gt_tensor short_ = tt_new(dtypes[d], 4, TT_SHAPE(2, 1, 7, 5));
+        k.c.out[0] = &short_;
+        k.e[0] = 2;
+        EXPECT(tt_run(&k, &err) == GT_ERR_SHAPE, "regroup to a different numel must fail");
+        gt_tensor_free(&short_);
+        gt_tensor_free(&blocks);
         gt_tensor_free(&x);
         gt_tensor_free(&y);
     }

@@ -151,6 +151,12 @@ static void test_layout(void)
     gc_run1(&c, gt_reshape(g, gc_param(&c, 3, S(3, 4, 5), -1, 1), 2,
                            (gt_expr[]){gt_c(g, 12), gt_c(g, 5)}));
 
+    /* the gradient of a regroup is the regroup back: the batch of 4 as 2 blocks of 2 rows */
+    gc_begin(&c, "regroup [4,3,5]->[2,2,3,5]", 313);
+    g = c.g;
+    gc_run1(&c, gt_regroup(g, gc_param(&c, 3, S(4, 3, 5), -1, 1), 4,
+                           (gt_expr[]){gt_c(g, 2), gt_c(g, 2), gt_c(g, 3), gt_c(g, 5)}));
+
     gc_begin(&c, "transpose [3,4,5] 0<->2", 304);
     gc_run1(&c, gt_transpose(c.g, gc_param(&c, 3, S(3, 4, 5), -1, 1), 0, 2));
 

@@ -113,6 +113,7 @@ static void test_moves_bytes_counts_no_flops(void)
     v[nv++] = gt_cast(g, x, GT_BF16);
     v[nv++] = gt_broadcast_to(g, x, 3, (gt_expr[]){d2, d4, d8});
     v[nv++] = gt_reshape(g, x, 2, (gt_expr[]){d8, d4});
+    v[nv++] = gt_regroup(g, x, 3, (gt_expr[]){d2, d2, d8});
     v[nv++] = gt_transpose(g, x, 0, 1);
     v[nv++] = gt_permute(g, x, 2, (int[]){1, 0});
     gt_value_id sl = gt_slice(g, x, 1, gt_c(g, 0), d4);

@@ -77,6 +77,12 @@ gt_status gt_cpu_reshape(const gt_kernel_call *c, gt_error *err)
     return GT_OK;
 }
 
+/* A reshape the symbols could not prove: gt_kernel_want_reshape checks the bound numel. */
+gt_status gt_cpu_regroup(const gt_kernel_call *c, gt_error *err)
+{
+    return gt_cpu_reshape(c, err);
+}
+
 /* out.shape[k] = x.shape[perm[k]]: gather with x's stride of dim perm[k] along out dim k. */
 static gt_status gt_cpu_permute_by(const gt_kernel_call *c, gt_error *err)
 {

@@ -239,6 +239,12 @@ gt_status gt_cuda_reshape(gt_cuda_stream *s, const gt_kernel_call *c, gt_error *
     return gt_cuda_copy_2d(s, c, out->data, bytes, x->data, bytes, bytes, 1, err);
 }
 
+/* A reshape the symbols could not prove: gt_kernel_want_reshape checks the bound numel. */
+gt_status gt_cuda_regroup(gt_cuda_stream *s, const gt_kernel_call *c, gt_error *err)
+{
+    return gt_cuda_reshape(s, c, err);
+}
+
 /* out.shape[k] = x.shape[perm[k]]: gather with x's stride of dim perm[k] along out dim k. */
 static gt_status gt_cuda_permute_by(gt_cuda_stream *s, const gt_kernel_call *c, gt_error *err)
 {
