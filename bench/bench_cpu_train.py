@@ -261,13 +261,21 @@ def profile_graphtrain_lines(log, steps):
     for line in log.splitlines():
         if line.startswith("cpu profile:"):
             on = True
+            total = re.search(r"([0-9.]+) ms in all", line)
+            if total:
+                line = line.replace(total.group(0), f"{float(total.group(1)) / steps:.1f} ms in all")
             lines.append(line + f"  [per step: divided by {steps} steps]")
             continue
         if not on or not line.startswith("  "):
             continue
         f = line.split()
-        if f[0] == "all" or f[0] == "other":
-            lines.append(line)
+        if f[0] == "op":  # the header: per call figures are left out
+            lines.append(f"  {'op':<28} {'calls':>9} {'ms':>9} {'%':>7}")
+        elif f[0] == "all":  # all kernels MS
+            lines.append(f"  {'all kernels':<28} {'':9} {float(f[2]) / steps:9.2f}")
+        elif f[0] == "other":  # other shapes CALLS MS %
+            lines.append(f"  {'other shapes':<32} {int(f[2]) / steps:9.1f} "
+                         f"{float(f[3]) / steps:9.2f} {f[4]:>7}")
         elif len(f) == 5 and f[1].isdigit():  # op calls ms % us/call
             lines.append(f"  {f[0]:<28} {int(f[1]) / steps:9.1f} {float(f[2]) / steps:9.2f} {f[3]:>7}")
         elif len(f) == 8 and f[1].isdigit():  # trans m n k calls ms % GFLOP/s
