@@ -55,9 +55,9 @@ GT_CPU_ELEMENT_LOOP float gt_cpu_max_n(const float *x, int64_t n)
     float m = -__builtin_inff();
     int64_t j = 0;
     if (n >= GT_CPU_LANES) {
-        gt_v16f lane;
-        memcpy(&lane, x, sizeof lane);
-        for (j = GT_CPU_LANES; j + GT_CPU_LANES <= n; j += GT_CPU_LANES) {
+        gt_v16f lane = {0}; /* from -inf, as the loop: a NaN first element must not stick */
+        lane -= __builtin_inff();
+        for (j = 0; j + GT_CPU_LANES <= n; j += GT_CPU_LANES) {
             gt_v16f v;
             memcpy(&v, x + j, sizeof v);
             lane = GT_V16F_SEL(v > lane, v, lane);
