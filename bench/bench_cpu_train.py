@@ -42,9 +42,17 @@ the tables give the median over --repeats runs and the range (min–max) of thos
 are interleaved (repeat 1 of every configuration, then repeat 2, ...) so that load from other
 users of a shared machine spreads over all of them.
 
+--profile: instead of the tables, one profiled run per model and thread count of --threads:
+graphtrain (the compiled default, --training.cpu_threads T) with GT_CPU_PROFILE (=cpu, the
+thread's CPU clock, at one thread; =1, the wall clock, at more), whose kernel
+time per op kind and sgemm time per shape are printed divided by the steps after --skip
+(graphtrain's profile covers the whole process, so its first steps are in the sums: the step
+count and the run's median step are printed beside them), and torch eager at T threads under
+torch.profiler over the steps after --skip (self CPU time per aten op, per step).
+
 usage: bench/bench_cpu_train.py [GRAPHTRAIN] [--models test_tiny,debugmodel] [--steps 25]
         [--skip 5] [--repeats 3] [--threads 1,2] [--graphtrain-threads 1]
-        [--modes eager,compile] [--accum N]
+        [--modes eager,compile] [--accum N] [--profile]
         [--json out.json]
 """
 import json
@@ -98,7 +106,11 @@ def torch_worker(spec):
     accum = spec.get("accum", 1)
     gen = torch.Generator().manual_seed(spec["seed"])
     times, losses = [], []
+    prof = None
     for step in range(1, steps + 1):
+        if spec.get("profile_from") == step:
+            prof = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU])
+            prof.__enter__()
         t0 = time.perf_counter()
         bc.set_lr(opt, step, steps)
         opt.zero_grad(set_to_none=True)
@@ -114,8 +126,16 @@ def torch_worker(spec):
         opt.step()
         losses.append(step_loss)
         times.append(time.perf_counter() - t0)
+    profile = None
+    if prof is not None:
+        prof.__exit__(None, None, None)
+        n = steps - spec["profile_from"] + 1
+        profile = [dict(op=e.key, calls=e.count / n, self_ms=e.self_cpu_time_total / 1e3 / n)
+                   for e in prof.key_averages() if e.self_cpu_time_total > 0]
+        profile.sort(key=lambda r: -r["self_ms"])
     print(json.dumps(dict(
-        step_seconds=times, losses=losses, params=n_params, threads=torch.get_num_threads(),
+        profile=profile, step_seconds=times, losses=losses, params=n_params,
+        threads=torch.get_num_threads(),
         peak_rss_bytes=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
         rss_after_import_bytes=rss_import, torch=torch.__version__,
         transformers=transformers.__version__,
@@ -135,7 +155,7 @@ GRAPHTRAIN_MODE_NAMES = {"compiled": "graphtrain", "no-remat": "graphtrain no-re
                          "eager": "graphtrain eager"}
 
 
-def run_graphtrain(binary, model, steps, name, accum=1, threads=1):
+def run_graphtrain(binary, model, steps, name, accum=1, threads=1, env=None):
     m = MODELS[model]
     with tempfile.TemporaryDirectory(prefix="bench_cpu_train_") as dump:
         cmd = [binary, "train", "--model.flavor", model,
@@ -146,7 +166,8 @@ def run_graphtrain(binary, model, steps, name, accum=1, threads=1):
                "--job.dump_folder", dump, "--training.cpu_threads", str(threads)]
         cmd += GRAPHTRAIN_MODES[name]
         with tempfile.TemporaryFile(mode="w+") as log:
-            proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, text=True)
+            proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, text=True,
+                                    env=env)
             _, status, usage = os.wait4(proc.pid, 0)
             proc.returncode = os.waitstatus_to_exitcode(status)
             log.seek(0)
@@ -160,7 +181,7 @@ def run_graphtrain(binary, model, steps, name, accum=1, threads=1):
     h = re.search(r"params xxh64 ([0-9a-f]+)", out)
     # the memory plan, printed before step 1 when the program is compiled
     arenas = [int(a) for a in re.findall(r"(?:persistent|step)\s+arena\s+(\d+) bytes", out)]
-    return dict(step_seconds=[r["step_seconds"] for r in records],
+    return dict(log=out, step_seconds=[r["step_seconds"] for r in records],
                 losses=[r["loss"] for r in records], params=int(p.group(1)) if p else -1,
                 params_hash=h.group(1) if h else "", threads=threads,
                 peak_rss_bytes=usage.ru_maxrss * 1024,
@@ -168,8 +189,9 @@ def run_graphtrain(binary, model, steps, name, accum=1, threads=1):
                 planned_arena_bytes=sum(arenas) if arenas else None)
 
 
-def run_torch(model, mode, threads, steps, seed, accum=1):
-    spec = dict(model=model, mode=mode, threads=threads, steps=steps, seed=seed, accum=accum)
+def run_torch(model, mode, threads, steps, seed, accum=1, profile_from=None):
+    spec = dict(model=model, mode=mode, threads=threads, steps=steps, seed=seed, accum=accum,
+                profile_from=profile_from)
     env = dict(os.environ, TORCHINDUCTOR_FORCE_DISABLE_CACHES="1")
     cmd = [sys.executable, os.path.abspath(__file__), "--torch-worker", json.dumps(spec)]
     return bc.run_json_worker(cmd, WORKER_TIMEOUT_S, env)[0]
@@ -233,6 +255,65 @@ def print_tables(results, models, configs, skip):
                   f"{' (bitwise identical)' if len(hashes) == 1 else ''}")
 
 
+def profile_graphtrain_lines(log, steps):
+    """GT_CPU_PROFILE's tables from a graphtrain log, times (ms) and calls divided by steps."""
+    lines, on = [], False
+    for line in log.splitlines():
+        if line.startswith("cpu profile:"):
+            on = True
+            total = re.search(r"([0-9.]+) ms in all", line)
+            if total:
+                line = line.replace(total.group(0), f"{float(total.group(1)) / steps:.1f} ms in all")
+            lines.append(line + f"  [per step: divided by {steps} steps]")
+            continue
+        if not on or not line.startswith("  "):
+            continue
+        f = line.split()
+        if f[0] == "op":  # the header: per call figures are left out
+            lines.append(f"  {'op':<28} {'calls':>9} {'ms':>9} {'%':>7}")
+        elif f[0] == "all":  # all kernels MS
+            lines.append(f"  {'all kernels':<28} {'':9} {float(f[2]) / steps:9.2f}")
+        elif f[0] == "other":  # other shapes CALLS MS %
+            lines.append(f"  {'other shapes':<32} {int(f[2]) / steps:9.1f} "
+                         f"{float(f[3]) / steps:9.2f} {f[4]:>7}")
+        elif len(f) == 5 and f[1].isdigit():  # op calls ms % us/call
+            lines.append(f"  {f[0]:<28} {int(f[1]) / steps:9.1f} {float(f[2]) / steps:9.2f} {f[3]:>7}")
+        elif len(f) == 8 and f[1].isdigit():  # trans m n k calls ms % GFLOP/s
+            lines.append(f"  {f[0]:<5} {f[1]:>8} {f[2]:>8} {f[3]:>8} {int(f[4]) / steps:9.1f} "
+                         f"{float(f[5]) / steps:9.2f} {f[6]:>7} {f[7]:>9}")
+        else:
+            lines.append(line)
+    return lines
+
+
+def profile(args, models, threads):
+    """One profiled run of graphtrain and of torch eager per model and thread count."""
+    for model in models:
+        for t in threads:
+            # one thread: its CPU clock, which leaves out the waits of a shared machine
+            env = dict(os.environ, GT_CPU_PROFILE="cpu" if t == 1 else "1")
+            r = run_graphtrain(args.graphtrain, model, args.steps, "graphtrain", args.accum, t,
+                               env=env)
+            ms = run_median_ms(r, args.skip)
+            print(f"\n## {model}, graphtrain, {t} thread(s): median step {ms:.1f} ms "
+                  f"(steps {args.skip + 1}..{args.steps}); whole-run sums / {args.steps} steps")
+            print("\n".join(profile_graphtrain_lines(r["log"], args.steps)))
+            tr = run_torch(model, "eager", t, args.steps, seed=0, accum=args.accum,
+                           profile_from=args.skip + 1)
+            if "error" in tr:
+                print(f"\n## {model}, torch eager, {t} thread(s): {tr['error']}")
+                continue
+            tms = run_median_ms(tr, args.skip)
+            total = sum(p["self_ms"] for p in tr["profile"])
+            print(f"\n## {model}, torch eager, {t} thread(s): median step {tms:.1f} ms (under "
+                  f"the profiler); self CPU ms per step by aten op, {total:.1f} ms in all")
+            print(f"  {'op':<44} {'calls':>7} {'ms':>9} {'%':>7}")
+            for p in tr["profile"][:30]:
+                print(f"  {p['op'][:44]:<44} {p['calls']:7.1f} {p['self_ms']:9.2f} "
+                      f"{100 * p['self_ms'] / total:6.1f}%")
+        sys.stdout.flush()
+
+
 def report(paths):
     """Pools the runs of several --json files (same --steps and --skip) into one set of tables."""
     pooled = None
@@ -275,6 +356,9 @@ def main():
                          "(compile.memory_policy none), eager (compile.enable false)")
     ap.add_argument("--accum", type=int, default=1,
                     help="micro-batches per step (gradient accumulation), both systems")
+    ap.add_argument("--profile", action="store_true",
+                    help="print graphtrain's GT_CPU_PROFILE and torch eager's torch.profiler "
+                         "tables instead (one run per model and --threads count)")
     ap.add_argument("--json", help="write every run here")
     ap.add_argument("--report", nargs="+", metavar="JSON",
                     help="run nothing: pool the runs of these --json files and print the tables")
@@ -290,6 +374,9 @@ def main():
     threads = [int(t) for t in args.threads.split(",")]
     bc.require_steps(args.steps, args.skip)
     bc.require_executable(args.graphtrain)
+    if args.profile:
+        profile(args, models, threads)
+        return
 
     gt_modes = args.graphtrain_modes.split(",")
     bc.require_known("graphtrain mode", gt_modes, GRAPHTRAIN_MODE_NAMES)
@@ -310,6 +397,7 @@ def main():
                 if name.startswith("graphtrain"):
                     r = run_graphtrain(args.graphtrain, model, args.steps, name, args.accum,
                                        args.graphtrain_threads)
+                    r.pop("log")  # the JSON keeps figures only
                 else:
                     _, mode, t = name.split()
                     r = run_torch(model, mode, int(t[:-1]), args.steps, seed=rep,

@@ -7,6 +7,14 @@
  *   - the special inputs: exp(±0) = 1 exactly, exp(-inf) = 0, exp(+inf) = +inf, exp(NaN) is NaN;
  *   - gt_cpu_exp_n (the vectorized loop) bitwise equal to gt_cpu_expf element by element for every
  *     offset and length up to 70, with sign -1 and a shift, in place and not.
+ *   - gt_cpu_exp_sum (exps summed in vector lanes where every partial sum is proven exact)
+ *     bitwise equal to the ordered double sum of the gt_cpu_expf values, and its exps written
+ *     the same, on rows of 1 to 700 elements (several 256-element chunks) whose spread makes the
+ *     lane sum exact, inexact from the start, or inexact from a later chunk on, with zeros,
+ *     -inf, +inf and NaN; on the inexact rows a 16-lane sum does differ from the ordered one
+ *     (checked, so the rows do test the exactness condition: taking the lane sum always fails);
+ *   - gt_cpu_max_n equal to the ordered max loop (NaNs skipped, a first one too, -inf when none is
+ *     left).
  * Mutations checked by hand when the test was written: 1/700 for the r^6 coefficient 1/720 gives
  * 2 ulp, a dropped ln2_lo step 2.2 million inputs beyond the bound. */
 #include "backend/cpu/cpu_internal.h"
@@ -105,10 +113,77 @@ static void test_array(void)
     EXPECT(mismatches == 0, "%d elements of gt_cpu_exp_n differ from gt_cpu_expf", mismatches);
 }
 
+static uint64_t rng_state = 0x9e3779b97f4a7c15u;
+static float uniform(void) /* [0, 1) */
+{
+    rng_state = rng_state * 6364136223846793005u + 1442695040888963407u;
+    return (float)(rng_state >> 40) / 16777216.0f;
+}
+
+static void test_sum_max(void)
+{
+    enum { N = 700 };
+    static float x[N], e[N];
+    int sum_bad = 0, e_bad = 0, max_bad = 0, lanes_differ = 0, rows = 0;
+    for (int kind = 0; kind < 6; kind++)
+        for (int n = 1; n <= N; n += (n < 40 ? 1 : 37)) {
+            /* 0: within 2 of the max (exact); 1: within 40 (inexact); 2: within 2 up to 300, then
+             * within 60 (inexact from a later chunk); 3: within 8 with some -inf and NaN; 4:
+             * within 2 with a +inf; 5: exps underflowing to zero among close ones */
+            for (int j = 0; j < n; j++) {
+                float spread = kind == 1               ? 40.0f
+                               : kind == 2 && j >= 300 ? 60.0f
+                               : kind == 3             ? 8.0f
+                                                       : 2.0f;
+                x[j] = -spread * uniform();
+                if (kind == 5 && j % 5 == 2) x[j] = -200.0f * uniform() - 104.0f;
+            }
+            if (kind == 3 && n > 3) x[n / 3] = -INFINITY, x[n / 2] = NAN, x[0] = NAN;
+            if (kind == 4) x[n - 1] = INFINITY;
+            float m_want = -INFINITY;
+            for (int j = 0; j < n; j++)
+                m_want = x[j] > m_want ? x[j] : m_want;
+            float m = gt_cpu_max_n(x, n);
+            max_bad += !(m == m_want);
+            float shift = kind == 4 ? 0.0f : m_want;
+            double want = 0.0, lane[16] = {0};
+            for (int j = 0; j < n; j++) {
+                float ej = gt_cpu_expf(x[j] - shift);
+                want += ej;
+                lane[j % 16] += ej;
+            }
+            double lanes = 0.0;
+            for (int l = 0; l < 16; l++)
+                lanes += lane[l];
+            if (kind == 1 || kind == 2) lanes_differ += memcmp(&lanes, &want, sizeof want) != 0;
+            double got = gt_cpu_exp_sum(x, e, n, shift);
+            double got_null = gt_cpu_exp_sum(x, NULL, n, shift);
+            sum_bad +=
+                memcmp(&got, &want, sizeof want) != 0 || memcmp(&got_null, &want, sizeof want);
+            for (int j = 0; j < n; j++) {
+                float ej = gt_cpu_expf(x[j] - shift);
+                e_bad += memcmp(&ej, &e[j], sizeof ej) != 0;
+            }
+            rows++;
+        }
+    printf(
+        "exp_sum: %d rows bitwise the ordered sum: %s (a 16-lane sum differs on %d inexact rows); "
+        "max_n: %s\n",
+        rows, sum_bad || e_bad ? "NO" : "yes", lanes_differ, max_bad ? "NO" : "yes");
+    EXPECT(sum_bad == 0, "%d rows of gt_cpu_exp_sum differ from the ordered sum", sum_bad);
+    EXPECT(e_bad == 0, "%d exps written by gt_cpu_exp_sum differ from gt_cpu_expf", e_bad);
+    EXPECT(lanes_differ > 10,
+           "only %d inexact rows where a lane sum differs: the rows do not test "
+           "the exactness condition",
+           lanes_differ);
+    EXPECT(max_bad == 0, "%d rows of gt_cpu_max_n differ from the ordered max", max_bad);
+}
+
 int main(void)
 {
     test_special();
     test_array();
+    test_sum_max();
     test_range();
     return gt_test_finish();
 }

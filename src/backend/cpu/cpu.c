@@ -178,15 +178,25 @@ static gt_status gt_cpu_run_widened(const gt_kernel_call *c, gt_cpu_kernel fn, g
     return st;
 }
 
+static gt_status gt_cpu_run_entry(const gt_cpu_entry *e, const gt_kernel_call *c, gt_error *err)
+{
+    bool any_half = false;
+    for (int k = 0; k < c->n_in + c->n_out; k++)
+        any_half |= gt_cpu_is_half(k < c->n_in ? c->in[k]->dtype : c->out[k - c->n_in]->dtype);
+    if (!any_half || e->bytes) return e->fn(c, err);
+    return gt_cpu_run_widened(c, e->fn, err);
+}
+
 gt_status gt_cpu_run_kernel(const gt_kernel_call *c, gt_error *err)
 {
     if (!c || (unsigned)c->op >= GT_OP_COUNT)
         return gt_error_set(err, GT_ERR_INVALID, "cpu kernel: unknown op %d", c ? (int)c->op : -1);
     const gt_cpu_entry *e = &gt_cpu_table[c->op];
     GT_TRY(gt_kernel_check_call(c, e->n_in, e->n_out, err));
-    bool any_half = false;
-    for (int k = 0; k < c->n_in + c->n_out; k++)
-        any_half |= gt_cpu_is_half(k < c->n_in ? c->in[k]->dtype : c->out[k - c->n_in]->dtype);
-    if (!any_half || e->bytes) return e->fn(c, err);
-    return gt_cpu_run_widened(c, e->fn, err);
+    if (!gt_cpu_prof_on()) return gt_cpu_run_entry(e, c, err);
+    int depth = gt_cpu_prof_enter();
+    double t0 = gt_cpu_prof_now();
+    gt_status st = gt_cpu_run_entry(e, c, err);
+    gt_cpu_prof_op(c->op, depth, gt_cpu_prof_now() - t0);
+    return st;
 }

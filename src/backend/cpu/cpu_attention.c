@@ -36,6 +36,25 @@
 
 #define GT_CPU_ATTN_ROWS 128
 
+/* The row loops around the products, vectorized (the bits of the element-by-element loops). */
+GT_CPU_ELEMENT_LOOP static void gt_cpu_attn_scale(float *x, int64_t n, float s)
+{
+    for (int64_t j = 0; j < n; j++)
+        x[j] *= s;
+}
+
+/* dS = P * (dP - D_i) over a row, into dP's row */
+GT_CPU_ELEMENT_LOOP static void gt_cpu_attn_ds(float *dp, const float *p, int64_t n, float di)
+{
+    for (int64_t j = 0; j < n; j++)
+        dp[j] = p[j] * (dp[j] - di);
+}
+
+static void gt_cpu_attn_zero(float *x, int64_t n)
+{
+    if (n > 0) memset(x, 0, (size_t)n * sizeof *x);
+}
+
 typedef gt_kernel_attn gt_cpu_attn; /* layout 0: [b, heads, n, w]; 1: [b, n, heads, w] */
 
 /* Where head h of batch bi starts and how far apart its rows are, in elements, for a tensor of
@@ -171,17 +190,12 @@ static gt_status gt_cpu_sdpa_job(int i, void *user, gt_error *err)
                 float *row = sc + r * tb;
                 int64_t lo = gt_cpu_attn_start(&a, bi, i0 + r) - k0;
                 int64_t nk = gt_cpu_attn_keys(&a, i0 + r) - k0;
-                float m = -INFINITY;
-                for (int64_t jj = lo; jj < nk; jj++)
-                    m = row[jj] > m ? row[jj] : m;
+                float m = gt_cpu_max_n(row + lo, nk - lo);
                 double sum = gt_cpu_exp_sum(row + lo, row + lo, nk - lo, m);
                 float inv = (float)(1.0 / sum);
-                for (int64_t jj = lo; jj < nk; jj++)
-                    row[jj] *= inv;
-                for (int64_t jj = 0; jj < lo; jj++)
-                    row[jj] = 0.0f;
-                for (int64_t jj = nk; jj < tb; jj++)
-                    row[jj] = 0.0f;
+                gt_cpu_attn_scale(row + lo, nk - lo, inv);
+                gt_cpu_attn_zero(row, lo);
+                gt_cpu_attn_zero(row + nk, tb - nk);
                 /* No visible key (t == 0): lse = -inf and the row of out is 0. */
                 lse[qh * a.s + i0 + r] = nk > lo ? (float)((double)m + log(sum)) : -INFINITY;
             }
@@ -259,10 +273,8 @@ static gt_status gt_cpu_sdpa_backward_job(int i, void *user, gt_error *err)
                 int64_t st = gt_cpu_attn_start(&a, bi, i0 + r) - k0;
                 int64_t nk = isinf(l) && l < 0 ? st : gt_cpu_attn_keys(&a, i0 + r) - k0;
                 gt_cpu_exp_n(row + st, row + st, nk - st, 1.0f, l);
-                for (int64_t jj = 0; jj < st; jj++)
-                    row[jj] = 0.0f;
-                for (int64_t jj = nk; jj < tb; jj++)
-                    row[jj] = 0.0f;
+                gt_cpu_attn_zero(row, st);
+                gt_cpu_attn_zero(row + nk, tb - nk);
             }
             /* dV += P^T dO */
             gt_cpu_sgemm_ld(true, false, tb, a.dv, rows, 1.0f, p, ldp, gp, so.row, 1.0f, dvp,
@@ -274,9 +286,7 @@ static gt_status gt_cpu_sdpa_backward_job(int i, void *user, gt_error *err)
                 double dsum = 0.0; /* D_i = dO_i . O_i */
                 for (int64_t jj = 0; jj < a.dv; jj++)
                     dsum += (double)gp[r * so.row + jj] * op[r * so.row + jj];
-                float di = (float)dsum, *pr = p + r * tb, *dr = dp + r * tb;
-                for (int64_t jj = 0; jj < tb; jj++)
-                    dr[jj] = pr[jj] * (dr[jj] - di);
+                gt_cpu_attn_ds(dp + r * tb, p + r * tb, tb, (float)dsum);
             }
             gt_cpu_sgemm_ld(false, false, rows, a.d, tb, a.scale, dp, ldp, kp, sk.row, 0.0f,
                             dq + qo, sq.row);

@@ -118,12 +118,18 @@ static gt_status gt_cpu_ce_check(const gt_kernel_call *c, const gt_tensor *logit
     return GT_OK;
 }
 
+/* g_j = e_j * scale rounded to f32, vectorized (a double product per element, as the scalar loop)
+ */
+GT_CPU_ELEMENT_LOOP static void gt_cpu_ce_scale(float *g, int64_t n, double scale)
+{
+    for (int64_t j = 0; j < n; j++)
+        g[j] = (float)(g[j] * scale);
+}
+
 /* Writes e_j = exp(x_j - max) into e (may be NULL) and returns m + log(sum e) in double. */
 static double gt_cpu_row_lse(const float *x, int64_t v, float *e, double *sum_out)
 {
-    float m = -INFINITY;
-    for (int64_t j = 0; j < v; j++)
-        m = x[j] > m ? x[j] : m;
+    float m = gt_cpu_max_n(x, v);
     double sum = gt_cpu_exp_sum(x, e, v, m);
     if (sum_out) *sum_out = sum;
     return (double)m + log(sum);
@@ -172,8 +178,7 @@ gt_status gt_cpu_cross_entropy_backward(const gt_kernel_call *c, gt_error *err)
         /* coef * softmax_j = e_j * (coef / sum); the target column subtracts coef. */
         double scale = coef / sum;
         float et = g[t];
-        for (int64_t j = 0; j < v; j++)
-            g[j] = (float)(g[j] * scale);
+        gt_cpu_ce_scale(g, v, scale);
         g[t] = (float)(et * scale - coef);
     }
     return GT_OK;

@@ -153,11 +153,13 @@ void gt_cpu_sgemm_ld(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float al
                      .ldb = ldb,
                      .ldc = ldc};
     int nb = gemm_blocks_plan(&g);
-    if (nb == 1) {
+    bool prof = gt_cpu_prof_on();
+    double t0 = prof ? gt_cpu_prof_now() : 0.0;
+    if (nb == 1)
         gemm_block(0, &g, NULL);
-        return;
-    }
-    gt_run_jobs(nb, gt_cpu_threads_n, gemm_block, &g, NULL); /* gemm_block never fails */
+    else
+        gt_run_jobs(nb, gt_cpu_threads_n, gemm_block, &g, NULL); /* gemm_block never fails */
+    if (prof) gt_cpu_prof_sgemm(ta, tb, m, n, k, gt_cpu_prof_now() - t0);
 }
 
 gt_status gt_cpu_matmul(const gt_kernel_call *c, gt_error *err)
