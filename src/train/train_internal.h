@@ -119,6 +119,9 @@ gt_status gt_train_dist_init(const gt_config *cfg, gt_train_dist *d, gt_error *e
 void gt_train_dist_free(gt_train_dist *d);
 /* More than one rank: collectives and agreement are needed. */
 bool gt_train_dist_multi(const gt_train_dist *d);
+/* One communicator per mesh dim (d->dim_comm[k]): the ranks whose coordinates differ from this
+ * one's only in dim k, split from the world; named "dp_shard/group 2" in messages. */
+gt_status gt_train_dist_dim_comms(gt_train_dist *d, gt_error *err);
 
 /* Makes st the outcome on every rank (a collective over the world): when any rank failed, every
  * rank returns the error of the lowest failing rank, prefixed with "rank R: " on the others.

@@ -320,6 +320,12 @@ gt_status gt_train_dist_init(const gt_config *cfg, gt_train_dist *d, gt_error *e
                             "was built without it (install libnccl-dev and reconfigure)",
                             d->size);
     if (!gt_train_dist_multi(d)) return GT_OK;
+    GT_TRY(gt_train_dist_dim_comms(d, err));
+    return dist_expert_comms(cfg, d, err);
+}
+
+gt_status gt_train_dist_dim_comms(gt_train_dist *d, gt_error *err)
+{
     for (int k = 0; k < GT_MESH_NDIMS; k++) {
         int c[GT_MESH_NDIMS];
         memcpy(c, d->layout.coords, sizeof c);
@@ -330,7 +336,7 @@ gt_status gt_train_dist_init(const gt_config *cfg, gt_train_dist *d, gt_error *e
         snprintf(d->dim_comm[k]->name, sizeof d->dim_comm[k]->name, "%s/group %d",
                  gt_mesh_dim_name(k), color);
     }
-    return dist_expert_comms(cfg, d, err);
+    return GT_OK;
 }
 
 void gt_train_dist_free(gt_train_dist *d)

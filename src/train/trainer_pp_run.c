@@ -170,16 +170,7 @@ gt_status gt_trainer_pp_dist_init(gt_trainer *t, gt_error *err)
     if (pp->user->training.global_batch_size < 0)
         pp->one.training.global_batch_size = pp->user->training.local_batch_size * dp;
     if (!gt_train_dist_multi(d)) return GT_OK;
-    for (int k = 0; k < GT_MESH_NDIMS; k++) {
-        int c[GT_MESH_NDIMS];
-        memcpy(c, d->layout.coords, sizeof c);
-        c[k] = 0;
-        int color = gt_mesh_rank(&d->layout.mesh, c);
-        GT_TRY(gt_comm_split(d->world, color, d->layout.coords[k], &d->dim_comm[k], err));
-        snprintf(d->dim_comm[k]->name, sizeof d->dim_comm[k]->name, "%s/group %d",
-                 gt_mesh_dim_name(k), color);
-    }
-    return GT_OK;
+    return gt_train_dist_dim_comms(d, err);
 }
 
 gt_status gt_trainer_pp_agree(gt_trainer *t, gt_status st, gt_error *err)
