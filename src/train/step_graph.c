@@ -215,6 +215,16 @@ static gt_status chunk_forward(const gt_config *cfg, const gt_train_layout *layo
                             "compile.ep_overlap.enabled: model %s (flavor %s) has no MoE block to "
                             "chunk",
                             cfg->model.name, cfg->model.flavor);
+    /* each rank cuts its own micro-batch (or sequence) at n // 2: one row would leave chunk 0
+     * empty, an overlap of nothing */
+    bool seq = ep->chunk_dim == GT_CFG_EP_SEQ;
+    int64_t rows = seq ? cfg->training.seq_len : cfg->training.local_batch_size;
+    if (rows < 2)
+        return gt_error_set(err, GT_ERR_INVALID,
+                            "compile.ep_overlap.chunk_dim = %s: training.%s = %lld cannot be cut "
+                            "in two chunks (at least 2)",
+                            seq ? "seq" : "batch", seq ? "seq_len" : "local_batch_size",
+                            (long long)rows);
     if (ep->strategy == GT_CFG_EP_EAGER) return GT_OK;
     gt_chunk_options o = {.moe_only = !strcmp(ep->module_fqn, "layers.*.moe"),
                           .seq = ep->chunk_dim == GT_CFG_EP_SEQ,

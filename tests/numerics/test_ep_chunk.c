@@ -16,8 +16,8 @@
  *     micro-batches of 4);
  *   - the chunked step compiled and saved as an artifact, and loaded from it, against direct
  *     compilation (the loading run must say it loaded it).
- * Bad input: a module_fqn other than the two, seq chunks of whole blocks, a model without MoE —
- * each an error naming the option. */
+ * Bad input: a module_fqn other than the two, seq chunks of whole blocks, a model without MoE, a
+ * local batch of one row under batch chunks — each an error naming the option. */
 #include "train_child.h" /* first: it defines _GNU_SOURCE */
 
 #include <math.h>
@@ -144,6 +144,8 @@ static void check_bad(const char *binary, const char *root)
          "compile.ep_overlap.chunk_dim = seq"},
         {{"compile.ep_overlap.enabled=true", "model.name=llama3", "model.flavor=test_tiny"},
          "has no MoE block"},
+        {{"compile.ep_overlap.enabled=true", "training.local_batch_size=1"},
+         "training.local_batch_size = 1 cannot be cut"},
     };
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
         char dump[400];
