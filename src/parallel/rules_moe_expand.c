@@ -148,8 +148,12 @@ static gt_status ep_init(gt_par *p, const gt_node *n, int mesh_dim, const gt_val
     return emitted(p, x->table, err);
 }
 
-/* The rows of local value v as the experts' ranks receive them: [n*C, D], block a from rank a. */
-static gt_value_id sent(gt_par *p, const ep_ctx *x, gt_value_id v, gt_value_id offsets)
+static gt_value_id regroup(gt_par *p, const ep_ctx *x, gt_value_id v, bool to_ep,
+                           const gt_placement *pl);
+
+/* The rows of local value v as the experts' ranks receive them: [n*C, D], block a from rank a;
+ * split (ep < dp_shard): [ep*F*C, D], (a, f') from a, exchanged within the ep group. */
+static gt_value_id sent(gt_par *p, const ep_ctx *x, gt_value_id v, gt_value_id offsets, bool split)
 {
     gt_value_id r = gt_par_memo_get(p, MEMO_SENT, v, offsets);
     if (r != GT_NONE) return r;
@@ -158,7 +162,9 @@ static gt_value_id sent(gt_par *p, const ep_ctx *x, gt_value_id v, gt_value_id o
     gt_value_id packed = gt_moe_pack(gt_par_dst(p), v, x->table, x->n, x->cap, x->worst, x->rank);
     if (packed == GT_NONE) return GT_NONE;
     gt_par_set_place(p, packed, pl);
-    r = gt_par_all_to_all(p, packed, x->mesh_dim);
+    if (split) packed = regroup(p, x, packed, true, pl);
+    if (packed == GT_NONE) return GT_NONE;
+    r = gt_par_all_to_all(p, packed, split ? GT_MESH_EP : x->mesh_dim);
     if (r == GT_NONE) return GT_NONE;
     gt_par_set_place(p, r, pl);
     gt_par_memo_put(p, MEMO_SENT, v, offsets, r);
@@ -223,25 +229,6 @@ static gt_value_id regroup(gt_par *p, const ep_ctx *x, gt_value_id v, bool to_ep
     return r;
 }
 
-/* The rows of local value v as the ep group's ranks receive them: [ep*F*C, D], (a, f') from a. */
-static gt_value_id sent_split(gt_par *p, const ep_ctx *x, gt_value_id v, gt_value_id offsets)
-{
-    gt_value_id r = gt_par_memo_get(p, MEMO_SENT, v, offsets);
-    if (r != GT_NONE) return r;
-    gt_placement pl[GT_MESH_MAX_DIMS];
-    local_place(p, v, pl);
-    gt_value_id packed = gt_moe_pack(gt_par_dst(p), v, x->table, x->n, x->cap, x->worst, x->rank);
-    if (packed == GT_NONE) return GT_NONE;
-    gt_par_set_place(p, packed, pl);
-    gt_value_id grouped = regroup(p, x, packed, true, pl);
-    if (grouped == GT_NONE) return GT_NONE;
-    r = gt_par_all_to_all(p, grouped, GT_MESH_EP);
-    if (r == GT_NONE) return GT_NONE;
-    gt_par_set_place(p, r, pl);
-    gt_par_memo_put(p, MEMO_SENT, v, offsets, r);
-    return r;
-}
-
 /* Block (a, f') of received rows and its offsets [b + 1]: table row (f*ep + a)*n + f'*ep + c,
  * f*ep + a = rank.dp_shard - c + a. */
 static void block_split(gt_par *p, const ep_ctx *x, gt_value_id recv, int a, int f,
@@ -263,7 +250,7 @@ static gt_status expand_split(gt_par *p, const gt_node *n, const ep_ctx *x, cons
     gt_graph *g = gt_par_dst(p);
     int nb = x->ep * x->f_n;
     if (n->op == GT_OP_GROUPED_MATMUL) { /* (x, w [b, ..], offsets) */
-        gt_value_id recv = sent_split(p, x, in[0], in[2]);
+        gt_value_id recv = sent(p, x, in[0], in[2], true);
         GT_TRY(emitted(p, recv, err));
         gt_value_id wg = gt_par_all_gather(p, in[1], GT_MESH_EFSDP);
         GT_TRY(emitted(p, wg, err));
@@ -289,9 +276,9 @@ static gt_status expand_split(gt_par *p, const gt_node *n, const ep_ctx *x, cons
         return emitted(p, out[0], err);
     }
     /* grouped_matmul_dw (x, dy, offsets) -> [b, Dout, Din] */
-    gt_value_id rx = sent_split(p, x, in[0], in[2]);
+    gt_value_id rx = sent(p, x, in[0], in[2], true);
     GT_TRY(emitted(p, rx, err));
-    gt_value_id rdy = sent_split(p, x, in[1], in[2]);
+    gt_value_id rdy = sent(p, x, in[1], in[2], true);
     GT_TRY(emitted(p, rdy, err));
     gt_value_id *dws = gt_xcalloc((size_t)x->f_n, sizeof *dws);
     for (int f = 0; f < x->f_n; f++)
@@ -323,7 +310,7 @@ gt_status gt_par_expand_moe(gt_par *p, const gt_node *n, int mesh_dim, const gt_
         return expand_split(p, n, &x, in, pl, out, err);
     switch (n->op) {
     case GT_OP_GROUPED_MATMUL: { /* (x, w [e, ..], offsets) */
-        gt_value_id recv = sent(p, &x, in[0], in[2]);
+        gt_value_id recv = sent(p, &x, in[0], in[2], false);
         GT_TRY(emitted(p, recv, err));
         gt_value_id *ys = gt_xcalloc((size_t)x.n, sizeof *ys);
         for (int a = 0; a < x.n; a++) {
@@ -343,9 +330,9 @@ gt_status gt_par_expand_moe(gt_par *p, const gt_node *n, int mesh_dim, const gt_
         return emitted(p, out[0], err);
     }
     case GT_OP_GROUPED_MATMUL_DW: { /* (x, dy, offsets) -> [e, Dout, Din] */
-        gt_value_id rx = sent(p, &x, in[0], in[2]);
+        gt_value_id rx = sent(p, &x, in[0], in[2], false);
         GT_TRY(emitted(p, rx, err));
-        gt_value_id rdy = sent(p, &x, in[1], in[2]);
+        gt_value_id rdy = sent(p, &x, in[1], in[2], false);
         GT_TRY(emitted(p, rdy, err));
         gt_value_id dw = GT_NONE;
         for (int a = 0; a < x.n; a++) {
