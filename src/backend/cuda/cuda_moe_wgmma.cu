@@ -30,6 +30,9 @@
 #include "cuda_flash.cuh"
 #include "cuda_gm.cuh"
 
+#include <cuda.h>
+#include <cudaTypedefs.h>
+
 #define WG_BM 128
 #define WG_BK 64
 #define WG_THREADS 256
@@ -314,6 +317,208 @@ __global__ void __launch_bounds__(WG_THREADS, N == 128 ? 2 : 1)
     gt_wg_store<N>(d, out, dot, (int64_t)e * Dout * Din, Din, m0 + wg * 64, Dout, n0, Din);
 }
 
+/* ---------------------------------------------------------------- grouped_matmul on TMA
+ * The same products and k-step order as gt_k_gm_wgmma, fed by the bulk tensor copy engine: a
+ * producer warpgroup (one thread) loads k tiles of A (x rows, [128 rows][64 k]) and B (w[e]) into
+ * TM_STAGES shared-memory stages, each completing on a `full` mbarrier; two consumer warpgroups
+ * (64 rows each) run the wgmmas of a stage, keep one wgmma group in flight and hand the stage
+ * before it back on its `empty` mbarrier. The tensor maps zero-fill what lies outside x, w[e]
+ * or Din (as cp.async's zero-fill did); A rows of the next group are read and multiplied but not
+ * stored, so a row's bits are still its own sum alone. Column tiles vary fastest over the grid,
+ * so a row tile's x rows are read from memory once and reused from L2 by the others. */
+#define TM_STAGES 4
+#define TM_THREADS 384
+#define TM_SMEM(N) (TM_STAGES * WG_TILE * (1 + (N) / 128) + 1024 + 2 * TM_STAGES * 8)
+
+__device__ __forceinline__ void gt_mb_init(uint32_t bar, int count)
+{
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+__device__ __forceinline__ void gt_mb_expect(uint32_t bar, uint32_t bytes)
+{
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes)
+                 : "memory");
+}
+__device__ __forceinline__ void gt_mb_arrive(uint32_t bar)
+{
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+/* waits for the completion of the barrier's phase of parity `parity` */
+__device__ __forceinline__ void gt_mb_wait(uint32_t bar, uint32_t parity)
+{
+    asm volatile("{\n"
+                 ".reg .pred p;\n"
+                 "WAIT:\n"
+                 "mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n"
+                 "@p bra.uni DONE;\n"
+                 "bra.uni WAIT;\n"
+                 "DONE:\n"
+                 "}\n" ::"r"(bar),
+                 "r"(parity)
+                 : "memory");
+}
+__device__ __forceinline__ void gt_tma2(uint32_t dst, const CUtensorMap *m, int c0, int c1,
+                                        uint32_t bar)
+{
+    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes "
+                 "[%0], [%1, {%2, %3}], [%4];\n" ::"r"(dst),
+                 "l"((uint64_t)m), "r"(c0), "r"(c1), "r"(bar)
+                 : "memory");
+}
+__device__ __forceinline__ void gt_tma3(uint32_t dst, const CUtensorMap *m, int c0, int c1, int c2,
+                                        uint32_t bar)
+{
+    asm volatile("cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes "
+                 "[%0], [%1, {%2, %3, %4}], [%5];\n" ::"r"(dst),
+                 "l"((uint64_t)m), "r"(c0), "r"(c1), "r"(c2), "r"(bar)
+                 : "memory");
+}
+
+template <bool TB, int N>
+__global__ void __launch_bounds__(TM_THREADS, 1)
+    gt_k_gm_tma(const __grid_constant__ CUtensorMap tx, const __grid_constant__ CUtensorMap tw,
+                int64_t R, int64_t Din, int64_t Dout, int E, const int32_t *offsets, void *out,
+                int dot, unsigned long long *flag, int op)
+{
+    extern __shared__ __align__(16) unsigned char wg_smem[];
+    unsigned char *As = gt_wg_smem_base(wg_smem), *Bs = As + TM_STAGES * WG_TILE;
+    const uint32_t bars = gt_smem_addr(Bs + TM_STAGES * (WG_TILE * N / 128));
+    const int tid = threadIdx.x, wg = tid / 128;
+    const unsigned rt = blockIdx.y, ct = blockIdx.x;
+    const gt_gm_tile tile = gt_gm_find(offsets, E, R, rt, WG_BM);
+    if (rt == 0 && ct == 0 && tid == 0) gt_gm_check(offsets, E, R, flag, op);
+    const int e = tile.e;
+    const int64_t r0 = tile.r0, r1 = tile.r1, n0 = (int64_t)ct * N;
+    if (e < 0) return;
+    if (e == E) { /* rows outside the groups: zeros */
+        for (int l = tid; l < WG_BM * N; l += TM_THREADS) {
+            int64_t r = r0 + l / N, n = n0 + l % N;
+            if (r < r1 && n < Dout) gt_st(out, dot, r * Dout + n, 0.0f);
+        }
+        return;
+    }
+    /* full[s] at bars + 8 s (one arrival: the producer's, plus the bytes), empty[s] after them
+     * (one arrival per consumer thread) */
+    if (tid == 0) {
+        for (int st = 0; st < TM_STAGES; st++) {
+            gt_mb_init(bars + 8 * st, 1);
+            gt_mb_init(bars + 8 * (TM_STAGES + st), 256);
+        }
+        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    }
+    __syncthreads();
+    const int64_t nk = (Din + WG_BK - 1) / WG_BK;
+    if (wg == 0) {
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n");
+        if (tid != 0) return;
+        for (int64_t kt = 0; kt < nk; kt++) {
+            const int st = (int)(kt % TM_STAGES);
+            const uint32_t full = bars + 8 * st;
+            if (kt >= TM_STAGES)
+                gt_mb_wait(bars + 8 * (TM_STAGES + st), (uint32_t)((kt / TM_STAGES) & 1) ^ 1u);
+            gt_mb_expect(full, WG_TILE * (1 + N / 128));
+            const int k0 = (int)(kt * WG_BK);
+            const uint32_t a = gt_smem_addr(As + st * WG_TILE),
+                           b = gt_smem_addr(Bs + st * (WG_TILE * N / 128));
+            gt_tma2(a, &tx, k0, (int)r0, full);
+            if constexpr (TB)
+                gt_tma3(b, &tw, k0, (int)n0, e, full);
+            else
+#pragma unroll
+                for (int h = 0; h < N / 64; h++)
+                    gt_tma3(b + h * 8192, &tw, (int)n0 + 64 * h, k0, e, full);
+        }
+        return;
+    }
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n");
+    const int cw = wg - 1;
+    float d[N / 2];
+#pragma unroll
+    for (int i = 0; i < N / 2; i++)
+        d[i] = 0.0f;
+    for (int64_t kt = 0; kt < nk; kt++) {
+        const int st = (int)(kt % TM_STAGES);
+        gt_mb_wait(bars + 8 * st, (uint32_t)((kt / TM_STAGES) & 1));
+        const uint32_t as = gt_smem_addr(As + st * WG_TILE),
+                       bs = gt_smem_addr(Bs + st * (WG_TILE * N / 128));
+        gt_wg_hold(d);
+        asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#pragma unroll
+        for (int kk = 0; kk < WG_BK; kk += 16) {
+            uint64_t da = gt_wg_desc(as + cw * 8192 + kk * 2, 16, 1024);
+            uint64_t db = TB ? gt_wg_desc(bs + kk * 2, 16, 1024)
+                             : gt_wg_desc(bs + (kk / 8) * 1024, 8192, 1024);
+            gt_wgmma<0, TB ? 0 : 1, N>(d, da, db);
+        }
+        asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+        asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
+        gt_wg_hold(d);
+        if (kt > 0) gt_mb_arrive(bars + 8 * (TM_STAGES + (int)((kt - 1) % TM_STAGES)));
+    }
+    asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+    gt_wg_hold(d);
+    gt_wg_store<N>(d, out, dot, 0, Dout, r0 + cw * 64, r1, n0, Dout);
+}
+
+/* cuTensorMapEncodeTiled through the runtime (no link against the driver library) */
+static PFN_cuTensorMapEncodeTiled_v12000 gt_tma_encoder(void)
+{
+    static PFN_cuTensorMapEncodeTiled_v12000 fn;
+    if (!fn) {
+        cudaDriverEntryPointQueryResult q;
+        void *p = NULL;
+        if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000,
+                                             cudaEnableDefault, &q) == cudaSuccess &&
+            q == cudaDriverEntryPointSuccess)
+            fn = (PFN_cuTensorMapEncodeTiled_v12000)p;
+    }
+    return fn;
+}
+
+/* a bf16 tensor map of `rank` dims (innermost first, element strides of the outer dims), box
+ * `box`, 128-byte swizzle, zeros outside */
+static bool gt_tma_map(CUtensorMap *m, const void *base, int rank, const uint64_t *dims,
+                       const uint64_t *strides, const uint32_t *box)
+{
+    PFN_cuTensorMapEncodeTiled_v12000 enc = gt_tma_encoder();
+    if (!enc) return false;
+    cuuint64_t gd[3], gs[2];
+    cuuint32_t bx[3], es[3] = {1, 1, 1};
+    for (int i = 0; i < rank; i++) {
+        gd[i] = dims[i];
+        bx[i] = box[i];
+        if (i + 1 < rank) gs[i] = strides[i] * 2;
+    }
+    return enc(m, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, (cuuint32_t)rank, (void *)base, gd, gs, bx, es,
+               CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+               CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+
+template <bool TB, int N>
+static gt_status gt_gm_tma_n(gt_cuda_stream *s, const gt_kernel_call *c, int64_t R, int64_t Din,
+                             int64_t Dout, int E, bool *done, gt_error *err)
+{
+    *done = false;
+    int64_t tiles = (R + WG_BM - 1) / WG_BM + E + 2, ntiles = (Dout + N - 1) / N;
+    if (tiles > 65535 || ntiles > 65535 || R > INT32_MAX || Dout > INT32_MAX) return GT_OK;
+    const void *x = c->in[0]->data, *w = c->in[1]->data;
+    CUtensorMap tx, tw;
+    uint64_t xd[2] = {(uint64_t)Din, (uint64_t)R}, xs[1] = {(uint64_t)Din};
+    uint32_t xb[2] = {64, 128};
+    uint64_t wd[3] = {(uint64_t)(TB ? Din : Dout), (uint64_t)(TB ? Dout : Din), (uint64_t)E};
+    uint64_t ws[2] = {wd[0], wd[0] * wd[1]};
+    uint32_t wb[3] = {64, TB ? (uint32_t)N : 64u, 1};
+    if (!gt_tma_map(&tx, x, 2, xd, xs, xb) || !gt_tma_map(&tw, w, 3, wd, ws, wb)) return GT_OK;
+    dim3 grid((unsigned)ntiles, (unsigned)tiles);
+    GT_TRY(gt_cuda_smem_limit(s, c, (const void *)gt_k_gm_tma<TB, N>, TM_SMEM(N), err));
+    gt_tensor *o = c->out[0];
+    gt_k_gm_tma<TB, N><<<grid, TM_THREADS, TM_SMEM(N), s->stream>>>(
+        tx, tw, R, Din, Dout, E, (const int32_t *)c->in[2]->data, o->data, o->dtype, s->flag,
+        (int)c->op);
+    *done = true;
+    return gt_cuda_launched(c, err);
+}
+
 template <int N>
 static gt_status gt_gm_wgmma_n(gt_cuda_stream *s, const gt_kernel_call *c, bool tb, int64_t R,
                                int64_t Din, int64_t Dout, int E, gt_error *err)
@@ -341,7 +546,125 @@ static gt_status gt_gm_wgmma_n(gt_cuda_stream *s, const gt_kernel_call *c, bool 
 gt_status gt_gm_wgmma(gt_cuda_stream *s, const gt_kernel_call *c, bool tb, int64_t R, int64_t Din,
                       int64_t Dout, int E, gt_error *err)
 {
+    bool done; /* false where no tensor map can be made: the cp.async kernel, the same bits */
+    gt_status st = tb ? gt_gm_tma_n<true, 256>(s, c, R, Din, Dout, E, &done, err)
+                      : gt_gm_tma_n<false, 256>(s, c, R, Din, Dout, E, &done, err);
+    if (st != GT_OK || done) return st;
     return gt_gm_wgmma_n<256>(s, c, tb, R, Din, Dout, E, err);
+}
+
+/* grouped_matmul_dw on TMA: gt_k_gmdw_wgmma's sums in its order, fed as gt_k_gm_tma is. A k tile
+ * is 64 rows of the group; the rows of its last, partial tile that belong to the next group are
+ * zeroed in shared memory by the consumers before their wgmmas (cp.async zero-filled them). */
+template <int N>
+__global__ void __launch_bounds__(TM_THREADS, 1)
+    gt_k_gmdw_tma(const __grid_constant__ CUtensorMap tx, const __grid_constant__ CUtensorMap tdy,
+                  int64_t R, int64_t Din, int64_t Dout, int E, const int32_t *offsets, void *out,
+                  int dot, unsigned long long *flag, int op)
+{
+    extern __shared__ __align__(16) unsigned char wg_smem[];
+    unsigned char *As = gt_wg_smem_base(wg_smem), *Bs = As + TM_STAGES * WG_TILE;
+    const uint32_t bars = gt_smem_addr(Bs + TM_STAGES * (WG_TILE * N / 128));
+    const int tid = threadIdx.x, wg = tid / 128, e = blockIdx.z;
+    if (blockIdx.x == 0 && blockIdx.y == 0 && blockIdx.z == 0 && tid == 0)
+        gt_gm_check(offsets, E, R, flag, op);
+    int64_t lo, hi;
+    gt_gm_group(offsets, e, R, &lo, &hi);
+    const int64_t m0 = (int64_t)blockIdx.y * WG_BM, n0 = (int64_t)blockIdx.x * N;
+    if (tid == 0) {
+        for (int st = 0; st < TM_STAGES; st++) {
+            gt_mb_init(bars + 8 * st, 1);
+            gt_mb_init(bars + 8 * (TM_STAGES + st), 256);
+        }
+        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    }
+    __syncthreads();
+    const int64_t nk = (hi - lo + WG_BK - 1) / WG_BK;
+    if (wg == 0) {
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n");
+        if (tid != 0) return;
+        for (int64_t kt = 0; kt < nk; kt++) {
+            const int st = (int)(kt % TM_STAGES);
+            const uint32_t full = bars + 8 * st;
+            if (kt >= TM_STAGES)
+                gt_mb_wait(bars + 8 * (TM_STAGES + st), (uint32_t)((kt / TM_STAGES) & 1) ^ 1u);
+            gt_mb_expect(full, WG_TILE * (1 + N / 128));
+            const int r = (int)(lo + kt * WG_BK);
+            const uint32_t a = gt_smem_addr(As + st * WG_TILE),
+                           b = gt_smem_addr(Bs + st * (WG_TILE * N / 128));
+#pragma unroll
+            for (int h = 0; h < 2; h++)
+                gt_tma2(a + h * 8192, &tdy, (int)m0 + 64 * h, r, full);
+#pragma unroll
+            for (int h = 0; h < N / 64; h++)
+                gt_tma2(b + h * 8192, &tx, (int)n0 + 64 * h, r, full);
+        }
+        return;
+    }
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n");
+    const int cw = wg - 1, ct = tid - 128;
+    float d[N / 2];
+#pragma unroll
+    for (int i = 0; i < N / 2; i++)
+        d[i] = 0.0f;
+    for (int64_t kt = 0; kt < nk; kt++) {
+        const int st = (int)(kt % TM_STAGES);
+        gt_mb_wait(bars + 8 * st, (uint32_t)((kt / TM_STAGES) & 1));
+        unsigned char *ap = As + st * WG_TILE, *bp = Bs + st * (WG_TILE * N / 128);
+        const int valid = (int)(hi - lo - kt * WG_BK);
+        if (valid < WG_BK) { /* the group's last tile: rows [valid, 64) are the next group's */
+            const int nz = WG_BK - valid, blocks = 2 + N / 64;
+            for (int l = ct; l < blocks * nz * 8; l += 256) {
+                int blk = l / (nz * 8), row = valid + (l / 8) % nz, c = l % 8;
+                unsigned char *base = blk < 2 ? ap + blk * 8192 : bp + (blk - 2) * 8192;
+                *(uint4 *)(base + (row >> 3) * 1024 + (row & 7) * 128 + c * 16) =
+                    make_uint4(0, 0, 0, 0);
+            }
+            asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+            asm volatile("bar.sync 1, 256;\n" ::: "memory");
+        }
+        const uint32_t as = gt_smem_addr(ap), bs = gt_smem_addr(bp);
+        gt_wg_hold(d);
+        asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#pragma unroll
+        for (int kk = 0; kk < WG_BK; kk += 16) {
+            uint64_t da = gt_wg_desc(as + cw * 8192 + (kk / 8) * 1024, 8192, 1024);
+            uint64_t db = gt_wg_desc(bs + (kk / 8) * 1024, 8192, 1024);
+            gt_wgmma<1, 1, N>(d, da, db);
+        }
+        asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+        asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
+        gt_wg_hold(d);
+        if (kt > 0) gt_mb_arrive(bars + 8 * (TM_STAGES + (int)((kt - 1) % TM_STAGES)));
+    }
+    asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+    gt_wg_hold(d);
+    gt_wg_store<N>(d, out, dot, (int64_t)e * Dout * Din, Din, m0 + cw * 64, Dout, n0, Din);
+}
+
+template <int N>
+static gt_status gt_gmdw_tma_n(gt_cuda_stream *s, const gt_kernel_call *c, int64_t R, int64_t Din,
+                               int64_t Dout, int E, bool *done, gt_error *err)
+{
+    *done = false;
+    int64_t nt = (Din + N - 1) / N, mt = (Dout + WG_BM - 1) / WG_BM;
+    if (nt > INT32_MAX || mt > 65535 || E > 65535 || R > INT32_MAX || Din > INT32_MAX ||
+        Dout > INT32_MAX)
+        return GT_OK;
+    CUtensorMap tx, tdy;
+    uint64_t xd[2] = {(uint64_t)Din, (uint64_t)R}, xs[1] = {(uint64_t)Din};
+    uint64_t yd[2] = {(uint64_t)Dout, (uint64_t)R}, ys[1] = {(uint64_t)Dout};
+    uint32_t box[2] = {64, 64};
+    if (!gt_tma_map(&tx, c->in[0]->data, 2, xd, xs, box) ||
+        !gt_tma_map(&tdy, c->in[1]->data, 2, yd, ys, box))
+        return GT_OK;
+    dim3 grid((unsigned)nt, (unsigned)mt, (unsigned)E);
+    GT_TRY(gt_cuda_smem_limit(s, c, (const void *)gt_k_gmdw_tma<N>, TM_SMEM(N), err));
+    gt_k_gmdw_tma<N><<<grid, TM_THREADS, TM_SMEM(N), s->stream>>>(
+        tx, tdy, R, Din, Dout, E, (const int32_t *)c->in[2]->data, c->out[0]->data,
+        c->out[0]->dtype, s->flag, (int)c->op);
+    *done = true;
+    return gt_cuda_launched(c, err);
 }
 
 template <int N>
@@ -364,5 +687,8 @@ static gt_status gt_gmdw_wgmma_n(gt_cuda_stream *s, const gt_kernel_call *c, int
 gt_status gt_gmdw_wgmma(gt_cuda_stream *s, const gt_kernel_call *c, int64_t R, int64_t Din,
                         int64_t Dout, int E, gt_error *err)
 {
+    bool done; /* as gt_gm_wgmma */
+    gt_status st = gt_gmdw_tma_n<256>(s, c, R, Din, Dout, E, &done, err);
+    if (st != GT_OK || done) return st;
     return gt_gmdw_wgmma_n<128>(s, c, R, Din, Dout, E, err);
 }
