@@ -173,13 +173,6 @@ static gt_status check_expert_parallel(const gt_config *cfg, int64_t shard, int6
                                 "%lld",
                                 (long long)ep, (long long)m.n_experts, cfg->model.flavor,
                                 (long long)n);
-        if (cfg->parallelism.enable_sequence_parallel)
-            return gt_error_set(err, GT_ERR_UNSUPPORTED,
-                                "parallelism.expert_parallel_degree = %lld takes tensor-parallel "
-                                "ranks, which is built without sequence parallelism only; set "
-                                "parallelism.enable_sequence_parallel = false (or ep to a "
-                                "divisor of data_parallel_shard_degree = %lld)",
-                                (long long)ep, (long long)shard);
         if (cfg->training.seq_len % tp != 0)
             return gt_error_set(err, GT_ERR_INVALID,
                                 "parallelism.expert_parallel_degree = %lld takes tensor-parallel "

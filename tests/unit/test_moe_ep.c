@@ -487,9 +487,9 @@ static void test_layout_checks(void)
     layout_case("test_dsv3_tiny", 16, 1, 2, NULL,
                 "8 routed experts of deepseek_v3 test_dsv3_tiny to divide by "
                 "data_parallel_shard_degree");
-    /* ep groups that take tp ranks: without sequence parallelism, whole experts per rank of
-     * dp_shard x tp */
-    layout_case("test_dsv3_tiny", 1, 2, 2, NULL, "parallelism.enable_sequence_parallel = false");
+    /* ep groups that take tp ranks, with or without sequence parallelism: whole experts per
+     * rank of dp_shard x tp */
+    layout_case("test_dsv3_tiny", 1, 2, 2, NULL, NULL);
     g_sp = "false";
     layout_case("test_dsv3_tiny", 1, 2, 2, NULL, NULL);
     layout_case("test_dsv3_tiny", 2, 2, 4, NULL, NULL);
