@@ -114,6 +114,15 @@ gt_status gt_cuda_stream_sync(gt_cuda_stream *s, gt_error *err);
 #define GT_CUDA_ERROR_WORDS 3
 gt_status gt_cuda_stream_copy_error(gt_cuda_stream *s, unsigned long long *word, gt_error *err);
 gt_status gt_cuda_error_report(const unsigned long long *word, gt_error *err);
+/* Expert parallel's capacity overflow (cuda_moe.cu): moe_pack below the worst case checks its
+ * table on the device and flags the data-error word instead of failing inside the step (CUDA
+ * graphs). gt_cuda_moe_pack_site(node) tells the launcher which node it is about to launch (-1:
+ * none); gt_cuda_moe_overflow_node(word) gives the flagged node back (-1: the word is not a
+ * moe_pack overflow or names none), so the executor can name its layer; gt_cuda_error_report
+ * gives the CPU kernel's message (the pair, the capacity and the factor needed). */
+void gt_cuda_moe_pack_site(int64_t node);
+int64_t gt_cuda_moe_overflow_node(const unsigned long long *word);
+gt_status gt_cuda_moe_overflow_report(const unsigned long long *word, gt_error *err);
 
 /* Copies, ordered on the stream (the host side of d2h is valid after gt_cuda_stream_sync). */
 gt_status gt_cuda_memcpy_h2d(gt_cuda_stream *s, void *dst, const void *src, size_t n,

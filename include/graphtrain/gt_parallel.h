@@ -70,6 +70,14 @@ typedef struct {
 /* True when expert parallel degree ep splits the dp_shard dim into efsdp x ep groups
  * (1 < ep < dp_shard, ep divides dp_shard); ep = dp_shard runs on the dp_shard dim itself. */
 bool gt_mesh_expert_split(const gt_mesh *m, int ep);
+/* True when ep takes tensor-parallel ranks (tp > 1, ep does not divide dp_shard but divides
+ * dp_shard x tp): the efsdp x ep groups then split the flattened dp_shard x tp group, whose
+ * index is rank.dp_shard * tp + rank.tp (torchtitan's efsdp = dp_shard * tp / ep, ETP = 1), and
+ * the MoE tokens, replicated over tp, are split over the tp ranks first (rules_moe.c). */
+bool gt_mesh_expert_tp(const gt_mesh *m, int ep);
+/* The index the efsdp x ep split cuts: coords' dp_shard coordinate, or with gt_mesh_expert_tp
+ * its flattened dp_shard x tp one. */
+int gt_mesh_expert_flat(const gt_mesh *m, int ep, const int coords[GT_MESH_NDIMS]);
 /* The efsdp and ep coordinates of dp_shard coordinate `shard` (ep inner). */
 void gt_mesh_expert_coords(int ep, int shard, int *efsdp, int *ep_coord);
 
@@ -90,11 +98,13 @@ typedef struct {
     bool fsdp_reshard_after_forward; /* with dp_shard > 1: gather again in backward */
     bool fsdp_reshard_last; /* that too for the last block, final norm and output (else kept) */
     /* Expert parallel (DeepSeek-V3's routed experts): 0 or 1 off; else the ep group size, a
-     * divisor of dp_shard (with tp > 1 the MoE runs replicated over tp). ep = dp_shard: the ep
-     * group is the dp_shard dim. A proper divisor: the efsdp x ep groups of gt_mesh_expert_split.
-     * The expert weights keep their dp_shard S(0) storage (E/dp_shard whole experts per rank);
-     * they are gathered over efsdp only, and the routed rows go to their experts' ranks in the
-     * ep group (all_to_all of capacity blocks) instead of every expert being gathered. */
+     * divisor of dp_shard (with tp > 1 the MoE runs replicated over tp), or of dp_shard x tp
+     * (gt_mesh_expert_tp: the tokens split over tp, expert weights whole on every tp rank). ep =
+     * dp_shard: the ep group is the dp_shard dim. A proper divisor: the efsdp x ep groups of
+     * gt_mesh_expert_split. The expert weights keep their dp_shard S(0) storage (E/dp_shard whole
+     * experts per rank); they are gathered over efsdp only, and the routed rows go to their
+     * experts' ranks in the ep group (all_to_all of capacity blocks) instead of every expert being
+     * gathered. */
     int expert_parallel_degree;
     /* Rows per rank pair, as a fraction of the worst case T_local * min(top_k, E/ep); 0 (or >= 1)
      * the worst case, where no overflow is possible. */

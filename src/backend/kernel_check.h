@@ -10,6 +10,11 @@
 extern "C" {
 #endif
 
+/* moe_pack's capacity overflow (cpu_moe_ep.c; the CUDA backend reports its device-flagged
+ * overflow after the step in the same words): rank `from` sends `most` rows to block `to`, more
+ * than `cap` per rank pair, worst case `worst`; names the factor needed. GT_ERR_INVALID. */
+gt_status gt_kernel_moe_capacity_error(int64_t from, int64_t most, int64_t to, int64_t cap,
+                                       int64_t worst, gt_error *err);
 /* The op's printed name ("?" when out of range). */
 const char *gt_kernel_op_name(gt_op op);
 /* "f32[2, 3]" into buf; returns buf. */

@@ -1,6 +1,7 @@
 /* mesh.c — the device mesh: three named dims (dp_replicate, dp_shard, tp), ranks numbered
  * row-major over them with tp fastest, as torchtitan's mesh ["dp_replicate", "dp_shard", "tp"];
- * and expert parallel's split of dp_shard into efsdp x ep (ep inner, torchtitan's sparse mesh). */
+ * and expert parallel's split of dp_shard (or of dp_shard x tp) into efsdp x ep (ep inner,
+ * torchtitan's sparse mesh). */
 #include <stdio.h>
 
 #include "graphtrain/gt_parallel.h"
@@ -81,4 +82,16 @@ void gt_mesh_expert_coords(int ep, int shard, int *efsdp, int *ep_coord)
 {
     *efsdp = ep > 1 ? shard / ep : shard;
     *ep_coord = ep > 1 ? shard % ep : 0;
+}
+
+bool gt_mesh_expert_tp(const gt_mesh *m, int ep)
+{
+    int n = m->size[GT_MESH_DP_SHARD], tp = m->size[GT_MESH_TP];
+    return ep > 1 && tp > 1 && n % ep != 0 && (n * tp) % ep == 0;
+}
+
+int gt_mesh_expert_flat(const gt_mesh *m, int ep, const int coords[GT_MESH_NDIMS])
+{
+    if (!gt_mesh_expert_tp(m, ep)) return coords[GT_MESH_DP_SHARD];
+    return coords[GT_MESH_DP_SHARD] * m->size[GT_MESH_TP] + coords[GT_MESH_TP];
 }

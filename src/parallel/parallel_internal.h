@@ -60,6 +60,12 @@ typedef struct {
      * gt_par_expand_moe instead of copying the node. */
     int expert_parallel;
     bool expert;
+    /* On the tp dim when ep takes tp ranks (gt_mesh_expert_tp): the routing ops split tokens
+     * replicated over tp into the tp ranks' blocks (shard(0) nested at token_order, inside the
+     * data-parallel dims' shards), and grouped_matmul sets `expert` here, the ep groups cutting
+     * the flattened dp_shard x tp ranks. */
+    bool expert_tp;
+    int token_order;
     /* [n->n_out], prefilled kind GT_PLACE_NONE: the placement the engine converts output k to
      * right after the node, when the rule's out[k] is only good for the node itself (an
      * embedding that looked up columns goes back to its tokens' split). */

@@ -90,8 +90,13 @@ gt_expr gt_par_coord(gt_par *p, int mesh_dim)
 {
     gt_sym_pool *sym = p->dst->sym;
     if (mesh_dim == GT_MESH_EFSDP || mesh_dim == GT_MESH_EP) {
-        /* ep is the inner dim of dp_shard (gt_mesh_expert_split) */
+        /* ep is the inner dim of dp_shard (gt_mesh_expert_split), or of dp_shard x tp flattened
+         * (gt_mesh_expert_tp) */
         gt_expr shard = gt_sym_var(sym, gt_mesh_coord_symbol(GT_MESH_DP_SHARD));
+        if (gt_mesh_expert_tp(&p->plan.mesh, p->plan.expert_parallel_degree))
+            shard = gt_sym_add(
+                sym, gt_sym_mul(sym, shard, gt_sym_const(sym, p->plan.mesh.size[GT_MESH_TP])),
+                gt_sym_var(sym, gt_mesh_coord_symbol(GT_MESH_TP)));
         gt_expr ep = gt_sym_const(sym, p->dst->mesh.size[GT_MESH_EP]);
         return mesh_dim == GT_MESH_EP ? gt_sym_mod(sym, shard, ep)
                                       : gt_sym_floordiv(sym, shard, ep);
@@ -645,6 +650,12 @@ static gt_status convert_node(gt_par *p, gt_node_id nid, gt_error *err)
         in_scale[k] = 1.0;
     }
     gt_shard_rule rule = gt_shard_rule_for(n->op);
+    bool ep_tp = gt_mesh_expert_tp(m, p->plan.expert_parallel_degree);
+    /* a tp split of the tokens nests inside the data-parallel dims splitting input 0's rows */
+    int token_order = 0;
+    for (int md = 0; md < GT_MESH_TP && n->n_in > 0; md++)
+        token_order +=
+            m->size[md] > 1 && have[0][md].kind == GT_PLACE_SHARD && have[0][md].dim == 0;
     for (int md = 0; md < GT_MESH_NDIMS; md++) {
         if (m->size[md] == 1) continue;
         gt_placement in1[GT_MAX_IN], prefer1[GT_MAX_OUT];
@@ -666,7 +677,9 @@ static gt_status convert_node(gt_par *p, gt_node_id nid, gt_error *err)
                           .prefer = prefer1,
                           .sequence_parallel = md == GT_MESH_TP && p->plan.sequence_parallel,
                           .expert_parallel =
-                              md == GT_MESH_DP_SHARD ? p->plan.expert_parallel_degree : 1,
+                              md == GT_MESH_DP_SHARD && !ep_tp ? p->plan.expert_parallel_degree : 1,
+                          .expert_tp = md == GT_MESH_TP && ep_tp,
+                          .token_order = token_order,
                           .out_scale = 1.0};
         for (int k = 0; k < n->n_in; k++) {
             c.want[k] = in1[k];
@@ -886,10 +899,12 @@ gt_status gt_parallelize(const gt_graph *g, const gt_parallel_plan *plan,
         p.dst->mesh.size[md] = plan->mesh.size[md];
         p.dst->mesh.name[md] = gt_graph_intern(p.dst, gt_mesh_dim_name(md));
     }
-    if (gt_mesh_expert_split(&plan->mesh, plan->expert_parallel_degree)) {
+    bool ep_tp = gt_mesh_expert_tp(&plan->mesh, plan->expert_parallel_degree);
+    if (gt_mesh_expert_split(&plan->mesh, plan->expert_parallel_degree) || ep_tp) {
         int ep = plan->expert_parallel_degree;
         p.dst->mesh.ndim = GT_MESH_EP_NDIMS;
-        p.dst->mesh.size[GT_MESH_EFSDP] = plan->mesh.size[GT_MESH_DP_SHARD] / ep;
+        p.dst->mesh.size[GT_MESH_EFSDP] =
+            plan->mesh.size[GT_MESH_DP_SHARD] * (ep_tp ? plan->mesh.size[GT_MESH_TP] : 1) / ep;
         p.dst->mesh.size[GT_MESH_EP] = ep;
         for (int md = GT_MESH_EFSDP; md <= GT_MESH_EP; md++)
             p.dst->mesh.name[md] = gt_graph_intern(p.dst, gt_mesh_dim_name(md));
@@ -900,7 +915,9 @@ gt_status gt_parallelize(const gt_graph *g, const gt_parallel_plan *plan,
         p.subst_repl[p.n_subst++] =
             gt_sym_mul(p.dst->sym, gt_c(p.dst, dp), gt_sym_var(p.dst->sym, "batch"));
     }
-    if (plan->sequence_parallel && plan->mesh.size[GT_MESH_TP] > 1) {
+    /* and when ep takes tp ranks, whose token split is then a multiple of the tp ranks'
+     * sequence blocks the shape algebra can cancel ((tp * s) // tp = s) */
+    if ((plan->sequence_parallel || ep_tp) && plan->mesh.size[GT_MESH_TP] > 1) {
         p.subst_name[p.n_subst] = "seq";
         p.subst_repl[p.n_subst++] = gt_sym_mul(p.dst->sym, gt_c(p.dst, plan->mesh.size[GT_MESH_TP]),
                                                gt_sym_var(p.dst->sym, "seq_shard"));

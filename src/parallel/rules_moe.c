@@ -21,7 +21,10 @@
  *     and sets c->expert; gt_par_expand_moe (rules_moe_expand.c) sends the rows to the experts'
  *     ranks and back.
  * Replicated tokens (a mesh dim that does not split them: tp without sequence parallel) keep
- * everything replicate. */
+ * everything replicate, except when ep takes tp ranks (gt_mesh_expert_tp, c->expert_tp on the tp
+ * dim): routing then splits the tokens over tp, the rows stay split through dispatch and
+ * combine (the engine all-gathers the combined output where a replicated op reads it), and
+ * grouped_matmul's expansion runs on the tp dim with the whole expert weights. */
 #include "parallel/rules_internal.h"
 
 #include "graphtrain/gt_graph.h"
@@ -75,15 +78,24 @@ static bool expert_parallel(const gt_shard_ctx *c)
 gt_status gt_rule_moe(gt_shard_ctx *c, gt_error *err)
 {
     const gt_node *n = c->n;
-    if (gt_rule_all_replicate(c)) return GT_OK;
+    bool routing = n->op == GT_OP_MOE_TOPK || n->op == GT_OP_GATHER_LAST ||
+                   n->op == GT_OP_GATHER_LAST_BACKWARD;
+    if (!(routing && c->expert_tp) && gt_rule_all_replicate(c)) return GT_OK;
     switch (n->op) {
     case GT_OP_MOE_TOPK:
     case GT_OP_GATHER_LAST:
     case GT_OP_GATHER_LAST_BACKWARD: {
         gt_placement t = token_place(c, n->n_in);
+        /* ep takes tp ranks: tokens replicated over tp are cut into the tp ranks' blocks here,
+         * where routing starts (a local slice), so every rank of the flattened dp_shard x tp
+         * group routes and dispatches distinct tokens */
+        if (c->expert_tp && gt_is_r(t)) t = gt_place_shard(0, c->token_order);
         if (!gt_is_s(t)) return gt_rule_gather_all(c);
         want_tokens(c, n->n_in, t);
         c->out[0] = t;
+        /* the token gradient of the scores goes back to the tokens' (tp-replicated) layout */
+        if (c->expert_tp && n->op == GT_OP_GATHER_LAST_BACKWARD)
+            c->settle[0] = gt_place_replicate();
         return GT_OK;
     }
     case GT_OP_MOE_SORT:
@@ -108,6 +120,8 @@ gt_status gt_rule_moe(gt_shard_ctx *c, gt_error *err)
         }
         want_tokens(c, n->n_in, t);
         c->out[0] = t;
+        /* the combined rows (and the dispatch's token gradient) all-gathered back over tp */
+        if (c->expert_tp && n->op == GT_OP_EMBEDDING_BACKWARD) c->settle[0] = gt_place_replicate();
         return GT_OK;
     }
     case GT_OP_GROUPED_MATMUL: { /* (x [R, Din], w [E, ...], offsets) */
@@ -120,6 +134,11 @@ gt_status gt_rule_moe(gt_shard_ctx *c, gt_error *err)
             return refuse(c, "routed rows and expert offsets are not split like the tokens", err);
         }
         c->out[0] = x;
+        if (c->expert_tp) { /* experts whole on every tp rank (ETP 1), sliced by the expander */
+            c->want[1] = gt_place_replicate();
+            c->expert = true;
+            return GT_OK;
+        }
         if (expert_parallel(c) && rows_split(c->in[1]) && c->weight[1]) {
             c->expert = true;
             return GT_OK;
@@ -132,6 +151,11 @@ gt_status gt_rule_moe(gt_shard_ctx *c, gt_error *err)
         if (gt_is_r(x) && gt_is_r(dy) && gt_is_r(off)) return GT_OK;
         if (!gt_is_p(off) || !rows_split(x) || !rows_split(dy) || !gt_place_equal(x, dy))
             return refuse(c, "routed rows and expert offsets are not split like the tokens", err);
+        if (c->expert_tp) { /* the rank's experts' part, zero elsewhere: summed over ranks */
+            c->expert = true;
+            c->out[0] = gt_place_partial();
+            return GT_OK;
+        }
         if (expert_parallel(c)) {
             c->expert = true;
             c->out[0] = c->prefer && rows_split(c->prefer[0]) ? c->prefer[0] : gt_place_shard(0, 0);

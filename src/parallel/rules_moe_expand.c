@@ -44,7 +44,17 @@
  * forward and dX are bitwise ep 1's; dW adds the n source ranks' parts as (sum over the ep group)
  * summed over efsdp — ((p0 + p1) + (p2 + p3)) for dp_shard 4, ep 2 — where FSDP's reduce-scatter
  * adds ((p0 + p1) + p2) + p3: equal to rounding, not bitwise. Padding costs: every (rank, block)
- * pair gets C rows, so an all_to_all moves F times the rows of the unsplit form's pair blocks. */
+ * pair gets C rows, so an all_to_all moves F times the rows of the unsplit form's pair blocks.
+ *
+ * ep taking tp ranks (gt_mesh_expert_tp; the expander runs on the tp dim, where rules_moe.c split
+ * the tokens): the same split form over the flattened group of n = dp_shard * tp ranks, index
+ * rank.dp_shard * tp + rank.tp (the table all-gathered over tp, then dp_shard, gives that order).
+ * The n storage blocks of b = E / n experts are not the weights' storage here (FSDP shards them
+ * over dp_shard only, whole over tp, ETP 1): grouped_matmul reads the gathered weights' blocks
+ * f'*ep + c by slicing, and grouped_matmul_dw returns [E, ..] with the rank's F blocks in place
+ * and zeros elsewhere, partial over dp_shard and tp: the engine's tp all-reduce and dp_shard
+ * reduce-scatter then add each expert's F efsdp parts (and exact zeros). That moves ep times the
+ * expert-gradient bytes of the ep-divides-dp_shard form; the rows' path is that form's. */
 #include <math.h>
 #include <stdlib.h>
 
@@ -85,13 +95,17 @@ static int64_t top_k(const gt_graph *g, gt_value_id offsets)
     return ids->ndim == 2 && gt_sym_is_const(g->sym, ids->dims[1], &k) && k > 0 ? k : 1;
 }
 
-static gt_value_id block_table(gt_par *p, gt_value_id offsets, int mesh_dim, int n)
+/* tp: ep takes tp ranks, the rows were cut over the flattened dp_shard x tp group, whose
+ * index is rank.dp_shard * tp + rank.tp: gathered over tp first (inner), then dp_shard. */
+static gt_value_id block_table(gt_par *p, gt_value_id offsets, int mesh_dim, int n, bool tp)
 {
     gt_value_id t = gt_par_memo_get(p, MEMO_TABLE, offsets, GT_NONE);
     if (t != GT_NONE) return t;
     gt_value_id own = gt_moe_block_offsets(gt_par_dst(p), offsets, n);
     if (own == GT_NONE) return GT_NONE;
-    t = gt_par_all_gather(p, own, mesh_dim);
+    t = gt_par_all_gather(p, own, tp ? GT_MESH_TP : mesh_dim);
+    if (t != GT_NONE && tp && gt_par_mesh(p)->size[GT_MESH_DP_SHARD] > 1)
+        t = gt_par_all_gather(p, t, GT_MESH_DP_SHARD);
     gt_par_memo_put(p, MEMO_TABLE, offsets, GT_NONE, t);
     return t;
 }
@@ -100,6 +114,7 @@ typedef struct {
     int mesh_dim, n; /* the mesh dim the rows are cut for (dp_shard) and its size */
     /* ep group: its size and the coordinate c (split: the ep dim, size n / F; else n and rank) */
     int ep, f_n;
+    bool tp;   /* ep takes tp ranks: n = dp_shard x tp, the expert weights whole (replicated) */
     int64_t e; /* experts per block: E / n */
     gt_expr rank, cap, worst, rows, ep_rank;
     gt_value_id table;
@@ -109,8 +124,10 @@ static gt_status ep_init(gt_par *p, const gt_node *n, int mesh_dim, const gt_val
                          ep_ctx *x, gt_error *err)
 {
     gt_graph *g = gt_par_dst(p);
+    const gt_mesh *m = gt_par_mesh(p);
     x->mesh_dim = mesh_dim;
-    x->n = gt_par_mesh(p)->size[mesh_dim];
+    x->tp = mesh_dim == GT_MESH_TP && g->mesh.ndim > GT_MESH_EP;
+    x->n = x->tp ? m->size[GT_MESH_DP_SHARD] * m->size[GT_MESH_TP] : m->size[mesh_dim];
     int64_t len;
     const gt_type *off = gt_value_type(g, in[2]);
     if (!gt_sym_is_const(g->sym, off->dims[0], &len) || (len - 1) % x->n != 0)
@@ -121,10 +138,15 @@ static gt_status ep_init(gt_par *p, const gt_node *n, int mesh_dim, const gt_val
                             x->n);
     x->e = (len - 1) / x->n;
     x->rank = gt_par_coord(p, mesh_dim);
+    if (x->tp)
+        x->rank = gt_sym_add(
+            g->sym,
+            gt_sym_mul(g->sym, gt_par_coord(p, GT_MESH_DP_SHARD), gt_c(g, m->size[GT_MESH_TP])),
+            gt_par_coord(p, GT_MESH_TP));
     x->ep = x->n;
     x->f_n = 1;
     x->ep_rank = x->rank;
-    if (g->mesh.ndim > GT_MESH_EP && mesh_dim == GT_MESH_DP_SHARD) {
+    if (g->mesh.ndim > GT_MESH_EP && (mesh_dim == GT_MESH_DP_SHARD || x->tp)) {
         x->ep = g->mesh.size[GT_MESH_EP];
         x->f_n = g->mesh.size[GT_MESH_EFSDP];
         x->ep_rank = gt_par_coord(p, GT_MESH_EP);
@@ -144,7 +166,7 @@ static gt_status ep_init(gt_par *p, const gt_node *n, int mesh_dim, const gt_val
             g->sym, gt_sym_add(g->sym, gt_sym_mul(g->sym, x->worst, gt_c(g, q)), gt_c(g, 999)),
             gt_c(g, 1000));
     }
-    x->table = block_table(p, in[2], mesh_dim, x->n);
+    x->table = block_table(p, in[2], mesh_dim, x->n, x->tp);
     return emitted(p, x->table, err);
 }
 
@@ -244,6 +266,13 @@ static void block_split(gt_par *p, const ep_ctx *x, gt_value_id recv, int a, int
     *offs = gt_reshape(g, one, 1, &flat);
 }
 
+/* The first expert of block f'*ep + c (c the rank's ep coordinate). */
+static gt_expr block_start(gt_graph *g, const ep_ctx *x, int f)
+{
+    gt_expr blk = gt_sym_add(g->sym, gt_c(g, (int64_t)f * x->ep), x->ep_rank);
+    return gt_sym_mul(g->sym, blk, gt_c(g, x->e));
+}
+
 static gt_status expand_split(gt_par *p, const gt_node *n, const ep_ctx *x, const gt_value_id *in,
                               const gt_placement *pl, gt_value_id *out, gt_error *err)
 {
@@ -252,15 +281,22 @@ static gt_status expand_split(gt_par *p, const gt_node *n, const ep_ctx *x, cons
     if (n->op == GT_OP_GROUPED_MATMUL) { /* (x, w [b, ..], offsets) */
         gt_value_id recv = sent(p, x, in[0], in[2], true);
         GT_TRY(emitted(p, recv, err));
-        gt_value_id wg = gt_par_all_gather(p, in[1], GT_MESH_EFSDP);
-        GT_TRY(emitted(p, wg, err));
-        gt_par_set_place(p, wg, gt_par_dst(p)->values[in[1]].place);
+        /* the F blocks f'*ep + c of the rank's ep coordinate c: gathered over efsdp from their
+         * FSDP storage, or with tp sliced from the whole (replicated) weights */
+        gt_value_id wg = in[1];
+        if (!x->tp) {
+            wg = gt_par_all_gather(p, in[1], GT_MESH_EFSDP);
+            GT_TRY(emitted(p, wg, err));
+            gt_par_set_place(p, wg, gt_par_dst(p)->values[in[1]].place);
+        }
         gt_value_id *ys = gt_xcalloc((size_t)nb, sizeof *ys);
         for (int a = 0; a < x->ep; a++)
             for (int f = 0; f < x->f_n; f++) {
                 gt_value_id rows, offs;
                 block_split(p, x, recv, a, f, &rows, &offs);
-                gt_value_id w = gt_slice(g, wg, 0, gt_c(g, f * x->e), gt_c(g, (f + 1) * x->e));
+                gt_expr w0 = gt_c(g, f * x->e);
+                if (x->tp) w0 = block_start(g, x, f);
+                gt_value_id w = gt_slice(g, wg, 0, w0, gt_sym_add(g->sym, w0, gt_c(g, x->e)));
                 ys[a * x->f_n + f] = gt_grouped_matmul(g, rows, w, offs, n->attrs.i[0] != 0);
                 gt_par_set_place(p, ys[a * x->f_n + f], pl);
             }
@@ -291,6 +327,21 @@ static gt_status expand_split(gt_par *p, const gt_node *n, const ep_ctx *x, cons
             dws[f] = dws[f] == GT_NONE || a == 0 ? part : gt_add(g, dws[f], part);
             gt_par_set_place(p, dws[f], pl);
         }
+    if (x->tp) { /* [E, ..], the blocks f'*ep + c in place, zero elsewhere: partial */
+        gt_expr total = gt_c(g, x->e * x->n);
+        gt_value_id sum = GT_NONE;
+        for (int f = 0; f < x->f_n; f++) {
+            gt_expr b0 = block_start(g, x, f);
+            gt_value_id one =
+                gt_slice_backward(g, dws[f], 0, b0, gt_sym_add(g->sym, b0, gt_c(g, x->e)), total);
+            gt_par_set_place(p, one, pl);
+            sum = sum == GT_NONE ? one : gt_add(g, sum, one);
+            gt_par_set_place(p, sum, pl);
+        }
+        free(dws);
+        out[0] = sum;
+        return emitted(p, out[0], err);
+    }
     gt_value_id all = concat_rows(p, dws, x->f_n, pl);
     free(dws);
     GT_TRY(emitted(p, all, err));
@@ -306,7 +357,7 @@ gt_status gt_par_expand_moe(gt_par *p, const gt_node *n, int mesh_dim, const gt_
     GT_TRY(ep_init(p, n, mesh_dim, in, &x, err));
     gt_placement pl[GT_MESH_MAX_DIMS];
     local_place(p, in[0], pl);
-    if (x.f_n > 1 && (n->op == GT_OP_GROUPED_MATMUL || n->op == GT_OP_GROUPED_MATMUL_DW))
+    if ((x.f_n > 1 || x.tp) && (n->op == GT_OP_GROUPED_MATMUL || n->op == GT_OP_GROUPED_MATMUL_DW))
         return expand_split(p, n, &x, in, pl, out, err);
     switch (n->op) {
     case GT_OP_GROUPED_MATMUL: { /* (x, w [e, ..], offsets) */

@@ -517,6 +517,7 @@ static gt_status run_instr(gt_cuda_program *p, const gt_instr *ins, gt_error *er
     gt_tensor in[GT_MAX_IN], out[GT_MAX_OUT];
     gt_kernel_call call;
     gt_program_kernel_call(ins, p->dev, &call, in, out);
+    if (ins->op == GT_OP_MOE_PACK) gt_cuda_moe_pack_site(ins->node); /* its overflow names it */
     gt_status st = gt_cuda_run_kernel(&call, p->stream, err);
     if (st != GT_OK) gt_program_wrap_kernel_error(p->prog->g, ins, " (cuda)", err);
     return st;
@@ -562,8 +563,7 @@ static gt_status run_instrs(gt_cuda_program *p, gt_run_part part, gt_error *err)
     gt_comm *open = NULL; /* consecutive all-gathers on one communicator: one NCCL group */
     for (int32_t k = 0; k < p->prog->n_instrs; k++) {
         if (part == GT_RUN_MICRO && !p->prog->micro[k]) { /* an adamw group is the optimizer's */
-            if (next < p->n_groups && p->groups[next].first == k)
-                k += p->groups[next++].count - 1;
+            if (next < p->n_groups && p->groups[next].first == k) k += p->groups[next++].count - 1;
             continue;
         }
         gt_status st = GT_OK;
@@ -753,7 +753,16 @@ gt_status gt_cuda_program_step_wait(gt_cuda_program *p, int64_t ticket, gt_error
                             (long long)ticket, (long long)p->n_ended);
     int sl = (int)(ticket & 1);
     GT_TRY(wait_event(p, p->done[sl], "waiting for a step", err));
-    return gt_cuda_error_report(p->error_word[sl], err);
+    gt_status st = gt_cuda_error_report(p->error_word[sl], err);
+    /* a moe_pack capacity overflow, checked on the device during the step: named by its node as
+     * the CPU's error is */
+    int64_t node = st == GT_OK ? -1 : gt_cuda_moe_overflow_node(p->error_word[sl]);
+    for (int32_t k = 0; node >= 0 && k < p->prog->n_instrs; k++)
+        if (p->prog->instrs[k].node == node) {
+            gt_program_wrap_kernel_error(p->prog->g, &p->prog->instrs[k], " (cuda)", err);
+            break;
+        }
+    return st;
 }
 
 const void *gt_cuda_program_fetched(const gt_cuda_program *p, int64_t ticket, int32_t k)

@@ -122,6 +122,9 @@ bool gt_train_dist_multi(const gt_train_dist *d);
 /* One communicator per mesh dim (d->dim_comm[k]): the ranks whose coordinates differ from this
  * one's only in dim k, split from the world; named "dp_shard/group 2" in messages. */
 gt_status gt_train_dist_dim_comms(gt_train_dist *d, gt_error *err);
+/* Expert parallel's efsdp and ep communicators (d->dim_comm[GT_MESH_EFSDP], [GT_MESH_EP]) where
+ * its mesh has them (trainer_ep_comms.c); nothing otherwise. */
+gt_status gt_train_dist_expert_comms(const gt_config *cfg, gt_train_dist *d, gt_error *err);
 
 /* Makes st the outcome on every rank (a collective over the world): when any rank failed, every
  * rank returns the error of the lowest failing rank, prefixed with "rank R: " on the others.

@@ -128,10 +128,11 @@ static bool launched_by_env_world(void)
 }
 
 /* Expert parallel: ep must divide dp_shard x tp (efsdp = dp_shard x tp / ep) and the routed
- * experts. What runs today is an ep group within the dp_shard dim: ep = dp_shard, or a proper
- * divisor of it (efsdp = dp_shard / ep groups, ep inner: gt_mesh_expert_split). The expert
+ * experts. An ep dividing dp_shard is an ep group within the dp_shard dim: ep = dp_shard, or a
+ * proper divisor of it (efsdp = dp_shard / ep groups, ep inner: gt_mesh_expert_split); the expert
  * weights keep FSDP's dp_shard storage and the rows travel to them (src/parallel/rules_moe.c);
- * with tp > 1 the MoE layers are replicated over tp. */
+ * with tp > 1 the MoE layers are replicated over tp. Otherwise ep takes tp ranks
+ * (gt_mesh_expert_tp): the MoE tokens are split over tp and the groups cut dp_shard x tp. */
 static gt_status check_expert_parallel(const gt_config *cfg, int64_t shard, int64_t tp,
                                        gt_error *err)
 {
@@ -160,13 +161,26 @@ static gt_status check_expert_parallel(const gt_config *cfg, int64_t shard, int6
                             "parallelism.expert_parallel_degree = %lld must divide the %lld routed "
                             "experts of deepseek_v3 %s",
                             (long long)ep, (long long)m.n_experts, cfg->model.flavor);
-    if (shard % ep != 0)
-        return gt_error_set(err, GT_ERR_UNSUPPORTED,
-                            "parallelism.expert_parallel_degree = %lld: expert parallel runs with "
-                            "ep dividing data_parallel_shard_degree (%lld) for now (ep groups "
-                            "that take tensor-parallel ranks are not built); set "
-                            "expert_parallel_degree to a divisor of %lld or 1",
-                            (long long)ep, (long long)shard, (long long)shard);
+    if (shard % ep != 0) {
+        /* ep takes tp ranks (gt_mesh_expert_tp): the rows are cut into dp_shard x tp storage
+         * blocks of whole experts, and the tokens of a rank over its tp ranks */
+        int64_t n = shard * tp;
+        if (m.n_experts % n != 0)
+            return gt_error_set(err, GT_ERR_INVALID,
+                                "parallelism.expert_parallel_degree = %lld takes tensor-parallel "
+                                "ranks and needs the %lld routed experts of deepseek_v3 %s to "
+                                "divide by data_parallel_shard_degree x tensor_parallel_degree = "
+                                "%lld",
+                                (long long)ep, (long long)m.n_experts, cfg->model.flavor,
+                                (long long)n);
+        if (cfg->training.seq_len % tp != 0)
+            return gt_error_set(err, GT_ERR_INVALID,
+                                "parallelism.expert_parallel_degree = %lld takes tensor-parallel "
+                                "ranks, which split each sequence's tokens: training.seq_len = "
+                                "%lld must be a multiple of tensor_parallel_degree = %lld",
+                                (long long)ep, (long long)cfg->training.seq_len, (long long)tp);
+        return GT_OK;
+    }
     /* the efsdp x ep split keeps FSDP's storage of whole experts: E / dp_shard per rank */
     if (ep != shard && m.n_experts % shard != 0)
         return gt_error_set(err, GT_ERR_INVALID,
@@ -254,7 +268,8 @@ void gt_train_binding(const gt_config *cfg, const gt_train_layout *layout,
     int n = 0, tp = layout->mesh.size[GT_MESH_TP];
     entries[n++] = (gt_sym_binding_entry){"batch", cfg->training.local_batch_size};
     entries[n++] = (gt_sym_binding_entry){"seq", cfg->training.seq_len};
-    if (tp > 1 && cfg->parallelism.enable_sequence_parallel)
+    if (tp > 1 && (cfg->parallelism.enable_sequence_parallel ||
+                   gt_mesh_expert_tp(&layout->mesh, (int)cfg->parallelism.expert_parallel_degree)))
         entries[n++] = (gt_sym_binding_entry){"seq_shard", cfg->training.seq_len / tp};
     if (gt_mesh_world_size(&layout->mesh) > 1)
         for (int d = 0; d < GT_MESH_NDIMS; d++)
@@ -267,27 +282,6 @@ void gt_train_binding(const gt_config *cfg, const gt_train_layout *layout,
 bool gt_train_dist_multi(const gt_train_dist *d)
 {
     return d->world && d->size > 1;
-}
-
-/* Expert parallel's efsdp and ep groups when ep splits dp_shard (gt_mesh_expert_split): the
- * ranks of one dp_shard group with the same ep coordinate (efsdp), or the same efsdp one (ep). */
-static gt_status dist_expert_comms(const gt_config *cfg, gt_train_dist *d, gt_error *err)
-{
-    int ep = (int)cfg->parallelism.expert_parallel_degree;
-    if (!gt_mesh_expert_split(&d->layout.mesh, ep)) return GT_OK;
-    int f, c;
-    gt_mesh_expert_coords(ep, d->layout.coords[GT_MESH_DP_SHARD], &f, &c);
-    for (int k = GT_MESH_EFSDP; k <= GT_MESH_EP; k++) {
-        int co[GT_MESH_NDIMS];
-        memcpy(co, d->layout.coords, sizeof co);
-        /* the group's color: its member with the other coordinate 0 */
-        co[GT_MESH_DP_SHARD] = k == GT_MESH_EFSDP ? c : f * ep;
-        int color = gt_mesh_rank(&d->layout.mesh, co);
-        GT_TRY(gt_comm_split(d->world, color, k == GT_MESH_EFSDP ? f : c, &d->dim_comm[k], err));
-        snprintf(d->dim_comm[k]->name, sizeof d->dim_comm[k]->name, "%s/group %d",
-                 gt_mesh_dim_name(k), color);
-    }
-    return GT_OK;
 }
 
 gt_status gt_train_dist_init(const gt_config *cfg, gt_train_dist *d, gt_error *err)
@@ -321,7 +315,7 @@ gt_status gt_train_dist_init(const gt_config *cfg, gt_train_dist *d, gt_error *e
                             d->size);
     if (!gt_train_dist_multi(d)) return GT_OK;
     GT_TRY(gt_train_dist_dim_comms(d, err));
-    return dist_expert_comms(cfg, d, err);
+    return gt_train_dist_expert_comms(cfg, d, err);
 }
 
 gt_status gt_train_dist_dim_comms(gt_train_dist *d, gt_error *err)

@@ -285,22 +285,44 @@ gt_status gt_train_export_hf(const gt_config *cfg, int64_t step, const char *dir
             st = gt_error_set(err, GT_ERR_INVALID, "no checkpoint in %s to export", t.ckpt_folder);
     }
     t.resume_step = want; /* the parameters come from the checkpoint: none are drawn */
+    /* the model graph's buffer inputs give the buffers to read (model_buffers) */
+    t.whole.g = g;
     if (st == GT_OK) st = gt_trainer_alloc_state(&t, err);
     if (st == GT_OK) {
         gt_checkpoint_model m = {cfg->model.name, cfg->model.flavor, 0};
         gt_checkpoint_info info;
         if (st == GT_OK) {
             m.fingerprint = gt_trainer_fingerprint(&t);
-            /* the parameters alone (the moments are checked with the rest, not copied) */
-            st = gt_checkpoint_load(t.ckpt_folder, want, &m, t.n_params,
-                                    (const char *const *)t.ckpt_names, t.ckpt_tensors, &info, err);
+            /* the parameters and the model's buffers (deepseek_v3's trained expert biases, which
+             * steer its routing); the moments are checked with the rest, not copied */
+            int n = t.n_params, nb = t.n_bufs;
+            const char **names = gt_xcalloc((size_t)(n + nb), sizeof *names);
+            gt_tensor **tensors = gt_xcalloc((size_t)(n + nb), sizeof *tensors);
+            for (int k = 0; k < n; k++) {
+                names[k] = t.ckpt_names[k];
+                tensors[k] = t.ckpt_tensors[k];
+            }
+            for (int b = 0; b < nb; b++) {
+                names[n + b] = t.ckpt_names[3 * n + b];
+                tensors[n + b] = &t.bufs[b];
+            }
+            st = gt_checkpoint_load(t.ckpt_folder, want, &m, n + nb, names, tensors, &info, err);
+            free(names);
+            free(tensors);
             if (st == GT_OK) gt_checkpoint_info_free(&info);
         }
     }
     if (st == GT_OK) {
-        gt_export_hf_options o = {.dtype = dtype, .bos_token_id = -1, .eos_token_id = -1};
+        gt_export_hf_options o = {.dtype = dtype,
+                                  .bos_token_id = -1,
+                                  .eos_token_id = -1,
+                                  .buffers = t.bufs,
+                                  .buffer_names =
+                                      (const char *const *)t.ckpt_names + 3 * t.n_params,
+                                  .n_buffers = t.n_bufs};
         st = gt_model_export_hf(&t.model_cfg, &t.model, t.params, dir, &o, err);
     }
+    t.whole.g = NULL; /* g is freed here, not by the teardown */
     gt_graph_free(g);
     gt_trainer_teardown(&t);
     return st;

@@ -14,7 +14,9 @@
  *     the fixture's parameters and biases bit for bit, the model built on them gives the fixture's
  *     loss on its batch (within 1e-5, as the parity test), and checkpoint.last_save_in_hf writes
  *     a directory whose every tensor equals the first export's (round trip, bitwise);
- *   - a config.json of another flavor is refused naming the key.
+ *   - a config.json of another flavor is refused naming the key;
+ *   - `graphtrain export --hf` of a trained run (gt_train_export_hf) writes the trained, nonzero
+ *     expert biases as e_score_correction_bias, and they re-import bitwise.
  * The python side (that transformers loads such a directory and reproduces the fixture's logits)
  * is tools/gen_dsv3_fixtures.py --check-export DIR FIXTURE; GT_KEEP_EXPORT=DIR keeps the exports
  * here for it. */
@@ -332,6 +334,132 @@ static void run(const char *flavor, const char *root, json_t *names)
     fixture_free(&f);
 }
 
+/* The expert biases of checkpoint step `step` of dump (f32 [E] each) and their layers. */
+static int read_biases(const char *dump, int step, gt_tensor *out, int *layers, int max)
+{
+    char path[600];
+    snprintf(path, sizeof path, "%s/checkpoint/step-%d/model.safetensors", dump, step);
+    gt_safetensors f;
+    gt_error err = {0};
+    EXPECT_OK(gt_safetensors_open(path, &f, &err), &err);
+    if (err.code != GT_OK) return 0;
+    int n = 0;
+    for (int k = 0; k < f.n_entries && n < max; k++) {
+        int layer = -1, used = 0;
+        const char *name = f.entries[k].name;
+        if (sscanf(name, "layers.%d.moe.expert_bias_E%n", &layer, &used) != 1 || name[used])
+            continue;
+        layers[n] = layer;
+        EXPECT_OK(gt_safetensors_get(&f, name, &out[n++], &err), &err);
+    }
+    gt_safetensors_close(&f);
+    return n;
+}
+
+static bool same_bits(const gt_tensor *a, const gt_tensor *b)
+{
+    return a->data && b->data && gt_tensor_nbytes(a) == gt_tensor_nbytes(b) &&
+           !memcmp(a->data, b->data, gt_tensor_nbytes(a));
+}
+
+/* The export directory of a trained run's dump folder. */
+static const char *dump_hf(const char *dump)
+{
+    static char dir[400];
+    snprintf(dir, sizeof dir, "%s-hf", dump);
+    return dir;
+}
+
+static void train_flavor(const char *flavor, const char *const *options, int n, const char *dump,
+                         const char *hf_dir)
+{
+    gt_config cfg;
+    gt_train_result r = {0};
+    gt_error err = {0};
+    EXPECT_OK(train_child_config(&cfg, options, n, dump, &err), &err);
+    EXPECT_OK(gt_config_set(&cfg, "model.flavor", flavor, &err), &err);
+    if (hf_dir) {
+        EXPECT_OK(gt_config_set(&cfg, "checkpoint.initial_load_path", hf_dir, &err), &err);
+        EXPECT_OK(gt_config_set(&cfg, "checkpoint.initial_load_in_hf", "true", &err), &err);
+    }
+    EXPECT_OK(gt_config_validate(&cfg, &err), &err);
+    EXPECT_OK(gt_train(&cfg, &r, &err), &err);
+    if (!hf_dir) EXPECT_OK(gt_train_export_hf(&cfg, 3, dump_hf(dump), GT_F32, &err), &err);
+    gt_config_free(&cfg);
+}
+
+/* `graphtrain export --hf` of a trained run (gt_train_export_hf, step 3): the expert biases the
+ * steps moved (nonzero) are the directory's e_score_correction_bias, bit for bit; read back
+ * through the trainer's import (one step at lr 0 with balanced routing, so no bias update) the
+ * step-1 checkpoint holds the same bits again. */
+static void trained_export(const char *root)
+{
+    const char *flavor = "test_dsv3_tiny_sigmoid";
+    char dump[300], back[300];
+    snprintf(dump, sizeof dump, "%s/trained-run", root);
+    snprintf(back, sizeof back, "%s/trained-back", root);
+    const char *train[] = {
+        "model.name=deepseek_v3",
+        "training.dataset=synthetic",
+        "training.local_batch_size=2",
+        "training.seq_len=16",
+        "training.steps=3",
+        "training.mixed_precision_param=float32",
+        "checkpoint.enable=true",
+        "checkpoint.interval=3",
+    };
+    train_flavor(flavor, train, (int)(sizeof train / sizeof train[0]), dump, NULL);
+
+    gt_tensor trained[8] = {{0}}, read[8] = {{0}};
+    int layers[8], layers_back[8];
+    int n = read_biases(dump, 3, trained, layers, 8), same = 0, nonzero = 0;
+    char path[450];
+    snprintf(path, sizeof path, "%s/model.safetensors", dump_hf(dump));
+    gt_safetensors hf;
+    gt_error err = {0};
+    EXPECT_OK(gt_safetensors_open(path, &hf, &err), &err);
+    for (int k = 0; k < n && err.code == GT_OK; k++) {
+        char name[160];
+        gt_tensor h = {0};
+        snprintf(name, sizeof name, "model.layers.%d.mlp.gate.e_score_correction_bias", layers[k]);
+        gt_error e2 = {0};
+        if (gt_safetensors_get(&hf, name, &h, &e2) == GT_OK) same += same_bits(&h, &trained[k]);
+        for (int64_t i = 0; i < gt_tensor_numel(&trained[k]); i++)
+            nonzero += gt_tensor_get_f32(&trained[k], i) != 0.0;
+        gt_tensor_free(&h);
+    }
+    if (err.code == GT_OK) gt_safetensors_close(&hf);
+    printf("trained export: %d of %d layers' e_score_correction_bias the trained bits (%d nonzero "
+           "entries)\n",
+           same, n, nonzero);
+    EXPECT(n > 0 && same == n, "trained export: %d of %d expert biases exported bitwise", same, n);
+    EXPECT(nonzero > 0, "trained export: every expert bias is zero (the check would be empty)");
+
+    const char *again[] = {
+        "model.name=deepseek_v3",
+        "training.dataset=synthetic",
+        "training.local_batch_size=2",
+        "training.seq_len=16",
+        "training.steps=1",
+        "training.mixed_precision_param=float32",
+        "optimizer.lr=0",
+        "lr_scheduler.warmup_steps=0",
+        "debug.moe_force_load_balance=true",
+        "checkpoint.enable=true",
+        "checkpoint.interval=1",
+    };
+    train_flavor(flavor, again, (int)(sizeof again / sizeof again[0]), back, dump_hf(dump));
+    int m = read_biases(back, 1, read, layers_back, 8), equal = 0;
+    for (int k = 0; k < m && k < n; k++)
+        equal += layers_back[k] == layers[k] && same_bits(&read[k], &trained[k]);
+    printf("trained export re-imported: %d of %d expert biases bitwise\n", equal, n);
+    EXPECT(m == n && equal == n, "re-import: %d of %d expert biases bitwise", equal, n);
+    for (int k = 0; k < 8; k++) {
+        gt_tensor_free(&trained[k]);
+        gt_tensor_free(&read[k]);
+    }
+}
+
 int main(void)
 {
     gt_cpu_set_threads(1);
@@ -348,6 +476,7 @@ int main(void)
     EXPECT(names != NULL, "hf_names.json: %s", je.text);
     run("test_dsv3_tiny_sigmoid", root, names);
     run("test_dsv3_qlora", root, names);
+    trained_export(root);
 
     /* another flavor's config.json, named by the key that differs */
     char path[400], *text = NULL;

@@ -441,7 +441,10 @@ static void test_simulated_ranks(void)
     gt_graph_free(g);
 }
 
-/* The layout's expert-parallel checks, each error naming the option. */
+/* The layout's expert-parallel checks, each error naming the option. g_sp: the
+ * enable_sequence_parallel value to set, or NULL for the default. */
+static const char *g_sp;
+
 static void layout_case(const char *flavor, int shard, int tp, int ep, const char *factor,
                         const char *want)
 {
@@ -460,6 +463,8 @@ static void layout_case(const char *flavor, int shard, int tp, int ep, const cha
     if (factor)
         EXPECT_OK(gt_config_set(&cfg, "parallelism.expert_parallel_capacity_factor", factor, &err),
                   &err);
+    if (g_sp)
+        EXPECT_OK(gt_config_set(&cfg, "parallelism.enable_sequence_parallel", g_sp, &err), &err);
     gt_train_layout layout;
     gt_status st = gt_train_layout_init(&cfg, 0, 0, &layout, &err);
     if (!want)
@@ -482,8 +487,19 @@ static void test_layout_checks(void)
     layout_case("test_dsv3_tiny", 16, 1, 2, NULL,
                 "8 routed experts of deepseek_v3 test_dsv3_tiny to divide by "
                 "data_parallel_shard_degree");
-    layout_case("test_dsv3_tiny", 1, 2, 2, NULL, "ep dividing data_parallel_shard_degree (1)");
-    layout_case("test_dsv3_tiny", 2, 2, 4, NULL, "ep dividing data_parallel_shard_degree (2)");
+    /* ep groups that take tp ranks, with or without sequence parallelism: whole experts per
+     * rank of dp_shard x tp */
+    layout_case("test_dsv3_tiny", 1, 2, 2, NULL, NULL);
+    g_sp = "false";
+    layout_case("test_dsv3_tiny", 1, 2, 2, NULL, NULL);
+    layout_case("test_dsv3_tiny", 2, 2, 4, NULL, NULL);
+    layout_case("test_dsv3_tiny", 3, 2, 2, NULL,
+                "8 routed experts of deepseek_v3 test_dsv3_tiny to divide by "
+                "data_parallel_shard_degree x tensor_parallel_degree = 6");
+    layout_case("test_dsv3_tiny", 2, 2, 3, NULL,
+                "parallelism.expert_parallel_degree = 3 must divide data_parallel_shard_degree x "
+                "tensor_parallel_degree");
+    g_sp = NULL;
     layout_case("test_dsv3_tiny", 2, 2, 2, NULL, NULL); /* the MoE replicated over tp */
     layout_case("test_dsv3_tiny", 2, 1, 2, "0.0001", "expert_parallel_capacity_factor");
 }

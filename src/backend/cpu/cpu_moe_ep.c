@@ -67,6 +67,19 @@ static gt_status table_rows(const gt_kernel_call *c, const gt_tensor *table, int
     return GT_OK;
 }
 
+gt_status gt_kernel_moe_capacity_error(int64_t from, int64_t most, int64_t to, int64_t cap,
+                                       int64_t worst, gt_error *err)
+{
+    double need = worst > 0 ? (double)most / (double)worst : 1.0;
+    return gt_error_set(err, GT_ERR_INVALID,
+                        "expert-parallel capacity overflow: rank %lld sends %lld rows to rank "
+                        "%lld, capacity %lld rows per rank pair (worst case %lld); set "
+                        "parallelism.expert_parallel_capacity_factor to at least %.3f (or 0: "
+                        "the worst case)",
+                        (long long)from, (long long)most, (long long)to, (long long)cap,
+                        (long long)worst, need + 0.0005);
+}
+
 gt_status gt_cpu_moe_pack(const gt_kernel_call *c, gt_error *err)
 {
     GT_TRY(gt_kernel_want_attrs(c, 1, 0, 3, err));
@@ -91,16 +104,7 @@ gt_status gt_cpu_moe_pack(const gt_kernel_call *c, gt_error *err)
             from = p / n;
             to = p % n;
         }
-    if (most > cap) {
-        double need = worst > 0 ? (double)most / (double)worst : 1.0;
-        return gt_error_set(err, GT_ERR_INVALID,
-                            "expert-parallel capacity overflow: rank %lld sends %lld rows to rank "
-                            "%lld, capacity %lld rows per rank pair (worst case %lld); set "
-                            "parallelism.expert_parallel_capacity_factor to at least %.3f (or 0: "
-                            "the worst case)",
-                            (long long)from, (long long)most, (long long)to, (long long)cap,
-                            (long long)worst, need + 0.0005);
-    }
+    if (most > cap) return gt_kernel_moe_capacity_error(from, most, to, cap, worst, err);
     size_t row = (size_t)x->shape[1] * gt_dtype_size(x->dtype);
     const char *src = x->data;
     char *dst = out->data;

@@ -268,7 +268,8 @@ extern "C" gt_status gt_cuda_stream_copy_error(gt_cuda_stream *s, unsigned long 
 extern "C" gt_status gt_cuda_error_report(const unsigned long long *f, gt_error *err)
 {
     if (f[0] == 0) return GT_OK;
-    gt_op op = (gt_op)(f[0] - 1);
+    gt_op op = (gt_op)((f[0] & 0xffffull) - 1); /* moe_pack packs more into the high bits */
+    if (op == GT_OP_MOE_PACK) return gt_cuda_moe_overflow_report(f, err);
     bool target = op == GT_OP_CROSS_ENTROPY || op == GT_OP_CROSS_ENTROPY_BACKWARD ||
                   op == GT_OP_CROSS_ENTROPY_WITH_GRAD;
     return gt_error_set(err, GT_ERR_INVALID, "%s: %s %llu is outside [0, %llu)%s",

@@ -502,8 +502,8 @@ __device__ __forceinline__ void gt_moe_block(const int32_t *table, int64_t n, in
     *count = table[(rank * n + b) * e1 + e1 - 1];
 }
 
-/* moe_pack: one thread per byte of the output [n*C, row]. A count above C copies C rows: the launcher refuses capacities below
- * the worst case, where no count can exceed C (the CPU checks the table and names the factor). */
+/* moe_pack: one thread per byte of the output [n*C, row]. A count above C copies its first C
+ * rows only (never past the block); below the worst case gt_k_moe_overflow has flagged it. */
 __global__ void gt_k_moe_pack(int64_t n, int64_t cap, int64_t rows, int64_t row_bytes,
                               const int32_t *table, int64_t e1, int64_t rank, const uint8_t *x,
                               uint8_t *out)
@@ -540,6 +540,57 @@ __global__ void gt_k_moe_unpack(int64_t n, int64_t cap, int64_t rows, int64_t ro
     }
 }
 
+/* The node of the moe_pack being launched (gt_cuda_moe_pack_site), baked into the overflow
+ * check's arguments, so a captured graph's replay names it too. */
+static int64_t g_pack_site = -1;
+
+extern "C" void gt_cuda_moe_pack_site(int64_t node)
+{
+    g_pack_site = node;
+}
+
+/* Capacity below the worst case (parallelism.expert_parallel_capacity_factor < 1): one thread
+ * reads the whole table (the same on every rank, so every rank flags the same pair) and, when a
+ * pair needs more than C rows, claims the stream's data-error word (the first flag wins; the host
+ * reads it after the step, never inside it):
+ *   flag[0] = (op + 1) | from << 16 | to << 40   (the pair with the most rows; the lowest wins)
+ *   flag[1] = most << 32 | C
+ *   flag[2] = worst << 32 | node (0xffffffff: unknown) */
+__global__ void gt_k_moe_overflow(int64_t n, int64_t e1, const int32_t *table, int64_t cap,
+                                  int64_t worst, int64_t node, unsigned long long *flag)
+{
+    if (blockIdx.x != 0 || threadIdx.x != 0) return;
+    int64_t most = 0, pair = 0;
+    for (int64_t p = 0; p < n * n; p++)
+        if (table[p * e1 + e1 - 1] > most) {
+            most = table[p * e1 + e1 - 1];
+            pair = p;
+        }
+    if (most <= cap) return;
+    unsigned long long from = (unsigned long long)(pair / n) & 0xffffffull,
+                       to = (unsigned long long)(pair % n) & 0xffffffull;
+    unsigned long long w0 = ((unsigned long long)GT_OP_MOE_PACK + 1) | from << 16 | to << 40;
+    if (atomicCAS(&flag[0], 0ull, w0) != 0ull) return;
+    flag[1] = (unsigned long long)most << 32 | ((unsigned long long)cap & 0xffffffffull);
+    flag[2] = (unsigned long long)worst << 32 |
+              (node < 0 ? 0xffffffffull : (unsigned long long)node & 0xffffffffull);
+}
+
+extern "C" int64_t gt_cuda_moe_overflow_node(const unsigned long long *f)
+{
+    if ((f[0] & 0xffffull) != (unsigned long long)GT_OP_MOE_PACK + 1) return -1;
+    unsigned long long node = f[2] & 0xffffffffull;
+    return node == 0xffffffffull ? -1 : (int64_t)node;
+}
+
+extern "C" gt_status gt_cuda_moe_overflow_report(const unsigned long long *f, gt_error *err)
+{
+    int64_t from = (int64_t)((f[0] >> 16) & 0xffffffull);
+    int64_t to = (int64_t)((f[0] >> 40) & 0xffffffull);
+    int64_t most = (int64_t)(f[1] >> 32), cap = (int64_t)(f[1] & 0xffffffffull);
+    return gt_kernel_moe_capacity_error(from, most, to, cap, (int64_t)(f[2] >> 32), err);
+}
+
 static gt_status gt_moe_ep_check(const gt_kernel_call *c, const gt_tensor *rows_in,
                                  const gt_tensor *table, int64_t rank, gt_error *err)
 {
@@ -561,12 +612,12 @@ gt_status gt_cuda_moe_pack(gt_cuda_stream *s, const gt_kernel_call *c, gt_error 
     GT_TRY(gt_moe_ep_check(c, x, table, c->ne >= 3 ? c->e[2] : 0, err));
     if (c->ne < 3 || out->shape[0] != c->i[0] * c->e[0])
         return gt_cuda_shape_error(c, "output must be [n_blocks * capacity, D]", err);
-    if (c->e[0] < c->e[1])
-        return gt_error_set(err, GT_ERR_UNSUPPORTED,
-                            "moe_pack: capacity %lld below the worst case %lld: "
-                            "parallelism.expert_parallel_capacity_factor < 1 runs on the CPU "
-                            "only for now (its overflow check reads the counts on the host)",
-                            (long long)c->e[0], (long long)c->e[1]);
+    if (c->e[0] < c->e[1]) { /* an overflow is possible: checked on the device, reported after */
+        gt_k_moe_overflow<<<1, 1, 0, s->stream>>>(c->i[0], table->shape[1],
+                                                  (const int32_t *)table->data, c->e[0], c->e[1],
+                                                  g_pack_site, s->flag);
+        GT_TRY(gt_cuda_launched(c, err));
+    }
     int64_t row_bytes = x->shape[1] * (int64_t)gt_dtype_size(x->dtype);
     int64_t total = out->shape[0] * row_bytes;
     if (total == 0) return GT_OK;
