@@ -20,29 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "graphtrain/gt_pipeline.h"
-#include "graphtrain/gt_pp_split.h"
 #include "trainer_pp.h"
-
-struct gt_trainer_pp {
-    const gt_config *user; /* the run's options (pipeline_parallel_degree > 1) */
-    gt_config one;         /* the accumulation config of the mesh the trainer runs (t->cfg) */
-    gt_pp_layout layout;
-    gt_pp_schedule sched;
-    bool sched_built;
-    gt_pp_split split;
-    bool split_built;
-    gt_comm *world; /* every rank */
-    gt_comm *comm;  /* the pipeline ranks of this rank's mesh coordinates */
-    int rank;
-    int32_t n_micro;
-    gt_tensor **inputs; /* [n_micro][n_inputs]: views of the state, the micro-batch's tokens */
-    gt_tensor *batch;   /* [n_micro][3]: tokens, labels, positions of each micro-batch */
-    gt_tensor *losses;  /* [n_micro] */
-    gt_tensor *outputs; /* [n_outputs] */
-    int32_t *owner;     /* [n_inputs]: the pipeline rank that updates input k, or -1 */
-    int32_t loss_output;
-};
 
 static const char *const batch_names[3] = {"tokens", "labels", "positions"};
 
@@ -306,7 +284,7 @@ gt_status gt_trainer_pp_step(gt_trainer *t, int64_t step, double *loss, double *
     gt_optim_scalars(&t->adamw, step, *lr, (float *)t->scalars.data);
     /* the running sums start at zero (the runner reads micro-batch 0's from the inputs) */
     for (int32_t k = 0; k < g->n_inputs; k++)
-        if (gt_train_is_grad_sum(&g->inputs[k]))
+        if (gt_train_is_grad_sum(&g->inputs[k]) && t->whole.feed[k]->data) /* this rank's */
             memset(t->whole.feed[k]->data, 0, gt_tensor_nbytes(t->whole.feed[k]));
     for (int32_t m = 0; m < M; m++) {
         GT_TRY(gt_trainer_next_batch(t, err));
@@ -375,20 +353,6 @@ gt_status gt_trainer_pp_step(gt_trainer *t, int64_t step, double *loss, double *
     return GT_OK;
 }
 
-gt_status gt_trainer_pp_sync(gt_trainer *t, gt_error *err)
-{
-    struct gt_trainer_pp *pp = t->pp;
-    const gt_graph *g = t->whole.g;
-    for (int32_t k = 0; k < g->n_inputs; k++) {
-        if (pp->owner[k] < 0) continue;
-        gt_status st = gt_comm_broadcast(pp->comm, t->whole.feed[k], pp->owner[k], err);
-        if (st != GT_OK)
-            return gt_error_wrap(err, "pipeline: %s from rank %d",
-                                 gt_graph_str(g, g->inputs[k].fqn), pp->owner[k]);
-    }
-    return GT_OK;
-}
-
 void gt_trainer_pp_free(gt_trainer *t)
 {
     struct gt_trainer_pp *pp = t->pp;
@@ -402,6 +366,7 @@ void gt_trainer_pp_free(gt_trainer *t)
     free(pp->losses);
     free(pp->outputs);
     free(pp->owner);
+    free(pp->param_owner);
     if (pp->split_built) gt_pp_split_free(&pp->split);
     if (pp->sched_built) gt_pp_schedule_free(&pp->sched);
     gt_pp_layout_free(&pp->layout);

@@ -15,6 +15,9 @@
  *     trains steps 6..10 with the uninterrupted run's losses, bit for bit; the one rank's step-5
  *     checkpoint resumed by a 2-rank ZBVZeroBubble run does the same; and the pp 2 checkpoint
  *     resumed on dp_shard 2 (the same 4 sequences a step, unaccumulated) within 1e-5;
+ *   - stage-local state: on 2 ranks each pipeline rank holds under 0.75 of the parameters,
+ *     gradient sums and AdamW moments the one rank holds (16 bytes a parameter of the one rank's
+ *     count), and the ranks together hold it exactly once (the "pipeline state" line);
  *   - bad input is refused on every rank before any step, naming the option: a schedule that
  *     does not exist, layers per stage that do not divide as asked, too few micro-batches for
  *     DualPipeV, a local batch that is no multiple of the micro-batch size, and a pipeline degree
@@ -48,6 +51,54 @@ static void pipeline(launch_cmd *c, int np, int degree, const char *schedule, co
     launch_add(c, "--parallelism.pipeline_parallel_microbatch_size=1");
 }
 
+/* The one rank's parameter count (its "model ...: N parameters" line): its state is 16 bytes a
+ * parameter (fp32 parameter, gradient sum, two AdamW moments). */
+static long long one_rank_params;
+
+/* The "pipeline state" line of a run of `degree` ranks: each rank holds less than `share` of the
+ * one rank's state, and all of them together hold it once. */
+static void check_state(const char *name, const char *out, int degree, double share)
+{
+    const char *line = out ? strstr(out, "pipeline state (") : NULL;
+    EXPECT(line != NULL, "%s: no \"pipeline state\" line", name);
+    if (!line) return;
+    long long held[8] = {0}, sum = 0, whole = -1;
+    const char *p = line;
+    for (int r = 0; r < degree; r++) {
+        char key[32];
+        snprintf(key, sizeof key, "rank %d ", r);
+        p = strstr(p, key);
+        EXPECT(p != NULL, "%s: the pipeline state line lacks rank %d", name, r);
+        if (!p) return;
+        held[r] = strtoll(p + strlen(key), NULL, 10);
+        sum += held[r];
+    }
+    const char *w = strstr(line, "without the pipeline ");
+    if (w) whole = strtoll(w + strlen("without the pipeline "), NULL, 10);
+    long long want = 16 * one_rank_params;
+    EXPECT(whole == want, "%s: %lld B without the pipeline, the one rank holds %lld", name, whole,
+           want);
+    EXPECT(sum == want, "%s: the ranks hold %lld B together, the one rank %lld", name, sum, want);
+    for (int r = 0; r < degree; r++)
+        EXPECT((double)held[r] < share * (double)want, "%s: rank %d holds %lld B of %lld", name, r,
+               held[r], want);
+    printf("  %-30s state per rank", name);
+    for (int r = 0; r < degree; r++)
+        printf(" %.3f", (double)held[r] / (double)want);
+    printf(" of the one rank's %lld B\n", want);
+}
+
+/* check_state on the output of the run in dump. */
+static void state_of(const char *dump, int degree, double share)
+{
+    char out_path[600];
+    snprintf(out_path, sizeof out_path, "%s.txt", dump);
+    char *out = read_all(out_path, NULL);
+    const char *slash = strrchr(dump, '/');
+    check_state(slash ? slash + 1 : dump, out, degree, share);
+    free(out);
+}
+
 /* Runs c with its output into DUMP.txt; the records of steps 1..10 into r, *hash the final hash.
  */
 static bool run(launch_cmd *c, const char *dump, launch_result *r, uint64_t *hash)
@@ -63,6 +114,12 @@ static bool run(launch_cmd *c, const char *dump, launch_result *r, uint64_t *has
             last == LAUNCH_STEPS && last_records(dump, LAUNCH_STEPS, r->steps, NULL);
     printf("%-48s exit %d, %.1f s\n", dump, rc, dt);
     if (!r->ok) launch_show_tail(out_path);
+    const char *m = out ? strstr(out, " parameters; step graph") : NULL;
+    if (!one_rank_params && m) { /* the first run: the one rank's */
+        while (m > out && m[-1] >= '0' && m[-1] <= '9')
+            m--;
+        one_rank_params = strtoll(m, NULL, 10);
+    }
     free(out);
     return r->ok;
 }
@@ -179,21 +236,24 @@ int main(void)
         EXPECT(false, "the one-rank reference failed");
         return gt_test_finish();
     }
+    EXPECT(one_rank_params > 0, "the one rank's output names no parameter count");
     static const char *const schedules[] = {"GPipe", "1F1B", "Interleaved1F1B", "ZBVZeroBubble",
                                             "DualPipeV"};
     for (int k = 0; k < 5; k++) {
         snprintf(dump, sizeof dump, "%s/pp2_%s", base, schedules[k]);
         pipeline(&c, 2, 2, schedules[k], dump);
-        if (run(&c, dump, &r, &hash))
+        if (run(&c, dump, &r, &hash)) {
             compare(dump + strlen(base) + 1, &ref, ref_hash, &r, hash);
-        else
+            state_of(dump, 2, 0.75);
+        } else
             EXPECT(false, "%s failed", dump);
     }
     snprintf(dump, sizeof dump, "%s/pp4_1F1B", base);
     pipeline(&c, 4, 4, "1F1B", dump);
-    if (run(&c, dump, &r, &hash))
+    if (run(&c, dump, &r, &hash)) {
         compare("pp4_1F1B", &ref, ref_hash, &r, hash);
-    else
+        state_of(dump, 4, 0.5);
+    } else
         EXPECT(false, "%s failed", dump);
 
     /* pp 2 x dp_shard 2 against dp_shard 2 accumulating the same 4 micro-batches a rank */
