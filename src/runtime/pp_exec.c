@@ -50,13 +50,109 @@ typedef struct {
                         * NULL: every rank in this process */
     uint8_t *gathered; /* [n_values]: broadcast to the pipeline ranks already (global inputs) */
     gt_comm *const *dim_comms; /* an SPMD step graph's communicators per mesh dim, or NULL */
+    uint8_t *invariant;        /* [n_nodes]: its outputs are the same in every micro-batch */
+    gt_node_id *same_as;       /* [n_nodes]: the first node computing the same (invariant) */
+    int32_t *done_mb; /* [n_nodes]: for a node e = same_as[e], the micro-batch in which holder[e]
+                       * computed its outputs, or -1 */
+    gt_node_id *holder;
+    gt_pp_step_stats *stats;
 } pp_run;
+
+/* Which nodes compute the same values in every micro-batch, and which compute what an earlier
+ * one does: the parameters and the model's buffers that no update feeds back are the same for
+ * every micro-batch of a step, and so is every node of a stage reading only them (an FSDP gather
+ * of a parameter, the cast before it, its wait). Running such a node once a step and handing its
+ * outputs to the other micro-batches gives the same bits (the same kernel on the same inputs) and
+ * issues each gather once per step, as torchtitan's reshard_after_forward=False does for
+ * pipelines; a node with the op, attributes and inputs of an earlier invariant one (a gather
+ * repeated for the backward) takes that one's outputs as well. Every rank of a mesh sees the same
+ * graph and actions, so all of them skip the same collectives. */
+static void find_invariant(pp_run *r)
+{
+    const gt_graph *g = r->g;
+    uint8_t *val = gt_xcalloc((size_t)g->n_values + 1, 1);
+    gt_value_id *canon = gt_xmalloc(((size_t)g->n_values + 1) * sizeof *canon);
+    for (gt_value_id v = 0; v < g->n_values; v++)
+        canon[v] = v;
+    for (int32_t k = 0; k < g->n_inputs; k++) {
+        const gt_io *in = &g->inputs[k];
+        /* a buffer fed back (a gradient sum) changes from one micro-batch to the next */
+        if (in->kind == GT_IN_PARAM || (in->kind == GT_IN_BUFFER && r->update_of_input[k] < 0))
+            val[in->value] = 1;
+    }
+    for (gt_node_id n = 0; n < g->n_nodes; n++) {
+        const gt_node *nd = &g->nodes[n];
+        r->same_as[n] = r->holder[n] = n;
+        r->done_mb[n] = -1;
+        gt_pp_part p = r->split->part[n];
+        bool inv = nd->n_in > 0 && p != GT_PP_PART_OPT && p != GT_PP_PART_GLOBAL;
+        for (int j = 0; inv && j < nd->n_in; j++)
+            inv = val[nd->in[j]] != 0;
+        if (!inv) continue;
+        r->invariant[n] = 1;
+        for (int j = 0; j < nd->n_out; j++)
+            val[nd->out[j]] = 1;
+        for (gt_node_id e = 0; e < n; e++) {
+            const gt_node *en = &g->nodes[e];
+            if (!r->invariant[e] || r->same_as[e] != e || en->op != nd->op ||
+                en->n_in != nd->n_in || en->n_out != nd->n_out ||
+                r->split->stage[e] != r->split->stage[n] || en->attrs.ni != nd->attrs.ni ||
+                en->attrs.nf != nd->attrs.nf || en->attrs.ne != nd->attrs.ne)
+                continue;
+            bool same = true;
+            for (int j = 0; same && j < nd->n_in; j++)
+                same = canon[en->in[j]] == canon[nd->in[j]];
+            for (int j = 0; same && j < nd->attrs.ni; j++)
+                same = en->attrs.i[j] == nd->attrs.i[j];
+            for (int j = 0; same && j < nd->attrs.nf; j++)
+                same = memcmp(&en->attrs.f[j], &nd->attrs.f[j], sizeof(double)) == 0;
+            for (int j = 0; same && j < nd->attrs.ne; j++)
+                same = en->attrs.e[j] == nd->attrs.e[j];
+            if (!same) continue;
+            r->same_as[n] = e;
+            for (int j = 0; j < nd->n_out; j++)
+                canon[nd->out[j]] = canon[en->out[j]];
+            break;
+        }
+    }
+    free(val);
+    free(canon);
+}
+
+/* An invariant node already run this step (for another micro-batch, or as the node it repeats):
+ * its outputs for micro-batch m, borrowed. */
+static bool reuse(pp_run *r, int32_t m, gt_node_id n)
+{
+    if (!r->invariant[n]) return false;
+    gt_node_id e = r->same_as[n], h = r->holder[e];
+    int32_t m0 = r->done_mb[e];
+    if (m0 < 0) return false;
+    const gt_node *nd = &r->g->nodes[n], *hn = &r->g->nodes[h];
+    for (int j = 0; j < nd->n_out; j++)
+        if (!r->defined[m0][hn->out[j]]) return false;
+    for (int j = 0; j < nd->n_out; j++) {
+        r->vals[m][nd->out[j]] = r->vals[m0][hn->out[j]];
+        r->vals[m][nd->out[j]].owns_data = false;
+        r->defined[m][nd->out[j]] = 1;
+    }
+    if (r->stats && gt_op_is_collective_start(nd->op)) r->stats->collectives_reused++;
+    return true;
+}
 
 static gt_status run_node(pp_run *r, int32_t m, gt_node_id n, gt_error *err)
 {
     const gt_graph *g = r->g;
     const gt_node *nd = &g->nodes[n];
     bool collective = gt_op_is_collective_start(nd->op) || nd->op == GT_OP_WAIT;
+    if (reuse(r, m, n)) return GT_OK;
+    if (r->invariant[n]) { /* the first of its kind this step: the others take its outputs */
+        r->done_mb[r->same_as[n]] = m;
+        r->holder[r->same_as[n]] = n;
+    }
+    if (r->stats && gt_op_is_collective_start(nd->op)) {
+        r->stats->collectives++;
+        r->stats->gathers += gt_runtime_coll_kind(nd->op) == GT_COLL_ALL_GATHER;
+    }
     if (collective && !r->comm && !r->dim_comms)
         return gt_error_set(err, GT_ERR_UNSUPPORTED,
                             "pipeline step: node %d (%s) is a collective; the in-process pipeline "
@@ -322,13 +418,15 @@ gt_status gt_pp_eager_step_rank(const gt_graph *g, const gt_sym_binding *binding
                                 const gt_tensor *const *inputs, gt_tensor *losses,
                                 gt_tensor *outputs, gt_error *err)
 {
-    return gt_pp_eager_step_spmd(g, binding, split, s, comm, NULL, inputs, losses, outputs, err);
+    return gt_pp_eager_step_spmd(g, binding, split, s, comm, NULL, inputs, losses, outputs, NULL,
+                                 err);
 }
 
 gt_status gt_pp_eager_step_spmd(const gt_graph *g, const gt_sym_binding *binding,
                                 const gt_pp_split *split, const gt_pp_schedule *s, gt_comm *comm,
                                 gt_comm *const *dim_comms, const gt_tensor *const *inputs,
-                                gt_tensor *losses, gt_tensor *outputs, gt_error *err)
+                                gt_tensor *losses, gt_tensor *outputs, gt_pp_step_stats *stats,
+                                gt_error *err)
 {
     if (comm && comm->size != s->n_ranks)
         return gt_error_set(err, GT_ERR_INVALID,
@@ -345,7 +443,9 @@ gt_status gt_pp_eager_step_spmd(const gt_graph *g, const gt_sym_binding *binding
                 .split = split,
                 .n_micro = M,
                 .comm = comm,
-                .dim_comms = dim_comms};
+                .dim_comms = dim_comms,
+                .stats = stats};
+    if (stats) memset(stats, 0, sizeof *stats);
     r.gathered = gt_xcalloc((size_t)nv + 1, 1);
     r.vals = gt_xcalloc((size_t)M, sizeof *r.vals);
     r.defined = gt_xcalloc((size_t)M, sizeof *r.defined);
@@ -361,6 +461,12 @@ gt_status gt_pp_eager_step_spmd(const gt_graph *g, const gt_sym_binding *binding
                 !strcmp(gt_graph_str(g, g->outputs[j].fqn), name))
                 r.update_of_input[k] = g->outputs[j].value;
     }
+    size_t nn = (size_t)g->n_nodes + 1;
+    r.invariant = gt_xcalloc(nn, 1);
+    r.same_as = gt_xcalloc(nn, sizeof *r.same_as);
+    r.holder = gt_xcalloc(nn, sizeof *r.holder);
+    r.done_mb = gt_xcalloc(nn, sizeof *r.done_mb);
+    find_invariant(&r);
     for (int32_t m = 0; m < M; m++) {
         r.vals[m] = gt_xcalloc((size_t)nv + 1, sizeof **r.vals);
         r.defined[m] = gt_xcalloc((size_t)nv + 1, 1);
@@ -405,5 +511,9 @@ gt_status gt_pp_eager_step_spmd(const gt_graph *g, const gt_sym_binding *binding
     free(r.micro_part);
     free(r.update_of_input);
     free(r.gathered);
+    free(r.invariant);
+    free(r.same_as);
+    free(r.holder);
+    free(r.done_mb);
     return st;
 }

@@ -36,6 +36,7 @@ struct gt_trainer_pp {
     gt_tensor *outputs; /* [n_outputs] */
     int32_t *owner;     /* [n_inputs]: the pipeline rank that updates input k, or -1 */
     int32_t loss_output;
+    bool stats_logged;    /* the collectives of a step, logged once */
     int32_t *param_owner; /* [n_params]: the pipeline rank of parameter p's stage, or -1 (every
                            * rank holds it); set by gt_trainer_pp_own_state */
 };

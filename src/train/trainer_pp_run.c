@@ -307,9 +307,19 @@ gt_status gt_trainer_pp_step(gt_trainer *t, int64_t step, double *loss, double *
     for (int32_t m = 0; m < M; m++)
         in[m] = pp->inputs[m];
     gt_comm *const *dims = gt_train_dist_multi(&t->dist) ? t->dist.dim_comm : NULL;
+    gt_pp_step_stats stats;
     gt_status st = gt_pp_eager_step_spmd(g, &t->binding, &pp->split, &pp->sched, pp->comm, dims, in,
-                                         pp->losses, pp->outputs, err);
+                                         pp->losses, pp->outputs, &stats, err);
     free(in);
+    /* once: what the mesh's collectives cost a step (FSDP gathers run once, not per micro-batch) */
+    if (st == GT_OK && !pp->stats_logged && pp->rank == 0 && t->dist.rank == 0 &&
+        stats.collectives > 0)
+        gt_log(GT_LOG_INFO,
+               "pipeline step %lld on rank 0: %lld collectives started (%lld all-gathers) for %d "
+               "micro-batches; %lld more served by an earlier micro-batch's or node's result",
+               (long long)step, (long long)stats.collectives, (long long)stats.gathers, M,
+               (long long)stats.collectives_reused);
+    pp->stats_logged = true;
     /* this rank's stages' updates into the host state */
     double norm = 0;
     for (int32_t k = 0; st == GT_OK && k < g->n_outputs; k++) {

@@ -9,7 +9,8 @@
  *     params xxh64, and the step-10 checkpoint (written by rank 0 after the stages' state is
  *     gathered) the same bytes as the one rank's;
  *   - pp 2 x dp_shard 2 (4 ranks, 1F1B) is bitwise dp_shard 2 accumulating the same micro-batches
- *     (losses, grad norms, hash, checkpoint bytes); pp 2 x tp 2 (ZBVZeroBubble) is within 1e-5
+ *     (losses, grad norms, hash, checkpoint bytes) while gathering each parameter once a step,
+ *     its result serving every micro-batch; pp 2 x tp 2 (ZBVZeroBubble) is within 1e-5
  *     relative of one rank (loss and grad norm, every step);
  *   - the step-5 checkpoint of a 2-rank 1F1B run, resumed on one rank (the reference's options),
  *     trains steps 6..10 with the uninterrupted run's losses, bit for bit; the one rank's step-5
@@ -96,6 +97,30 @@ static void state_of(const char *dump, int degree, double share)
     char *out = read_all(out_path, NULL);
     const char *slash = strrchr(dump, '/');
     check_state(slash ? slash + 1 : dump, out, degree, share);
+    free(out);
+}
+
+/* FSDP under the pipeline gathers each parameter once a step: rank 0's "pipeline step" line says
+ * how many all-gathers it started and how many collectives an earlier micro-batch's result
+ * served; with 4 micro-batches each gather serves at least the 3 others. */
+static void gathers_once(const char *dump)
+{
+    char out_path[600];
+    snprintf(out_path, sizeof out_path, "%s.txt", dump);
+    char *out = read_all(out_path, NULL);
+    const char *line = out ? strstr(out, "pipeline step 1 on rank 0: ") : NULL;
+    long long started = -1, gathers = -1, reused = -1;
+    if (line)
+        sscanf(line,
+               "pipeline step 1 on rank 0: %lld collectives started (%lld all-gathers) for "
+               "4 micro-batches; %lld more",
+               &started, &gathers, &reused);
+    EXPECT(gathers > 0 && reused >= 3 * gathers,
+           "pp2 x dp_shard2: %lld all-gathers started on rank 0, %lld collectives served by an "
+           "earlier result (want >= 3 x the gathers)",
+           gathers, reused);
+    printf("  %-30s rank 0: %lld collectives a step, %lld of them all-gathers; %lld reused\n",
+           "pp2 x dp_shard2 FSDP", started, gathers, reused);
     free(out);
 }
 
@@ -269,9 +294,10 @@ int main(void)
     snprintf(dump, sizeof dump, "%s/pp2_dp_shard2_1F1B", base);
     pipeline(&c, 4, 2, "1F1B", dump);
     launch_add(&c, "--parallelism.data_parallel_shard_degree=2");
-    if (run(&c, dump, &r, &hash) && dp_ok)
+    if (run(&c, dump, &r, &hash) && dp_ok) {
         compare("pp2 x dp_shard2 vs dp_shard2", &dp_ref, dp_hash, &r, hash);
-    else
+        gathers_once(dump);
+    } else
         EXPECT(false, "%s failed", dump);
 
     /* pp 2 x tp 2 against one rank: tp sums partial products in another order */
