@@ -187,6 +187,10 @@ typedef struct {
     int64_t collectives;
     int64_t gathers;
     int64_t collectives_reused;
+    int64_t peak_bytes; /* the most bytes of the step's values (activations, gradients, gathered
+                         * parameters) held at once; each is freed after its last read here */
+    int64_t actions_peak_bytes; /* the same over the schedule's actions, before the optimizer */
+    int64_t allocated_bytes;    /* all the step's values together (held if none were freed) */
 } gt_pp_step_stats;
 
 /* The same for an SPMD step graph (parallelize's, for a mesh of dp_replicate x dp_shard x tp

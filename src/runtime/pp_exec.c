@@ -56,7 +56,106 @@ typedef struct {
                        * computed its outputs, or -1 */
     gt_node_id *holder;
     gt_pp_step_stats *stats;
+    int32_t **refs;     /* [n_micro][n_values]: reads of the value still to come on this rank */
+    uint8_t *pin;       /* [n_values]: 1 kept until the step ends, 2 kept in the last micro-batch */
+    int64_t held, peak; /* bytes of values this runner owns now, and at most */
+    int64_t total;      /* bytes it allocated over the step (what it held when nothing was freed) */
 } pp_run;
+
+/* ---------------------------------------------------------------- freeing values after use
+ *
+ * A micro-batch's values live from the node that computes them to their last read on this rank,
+ * so the activations held follow the micro-batches in flight, as the schedule's simulator counts
+ * them. Kept until the step ends: the values other nodes borrow (an invariant node's outputs),
+ * those a send posts (their buffers are read until gt_comm_send_wait_all), the losses, and in the
+ * last micro-batch the outputs (the optimizer's reads count like the others'). A running
+ * gradient sum is released by the next micro-batch's W of its stage, which reads it. A value
+ * freed too early is undefined again, so a read after it is the runner's error, not garbage. */
+
+static void add_reads(pp_run *r, int32_t m, int32_t st, gt_pp_part p)
+{
+    const gt_graph *g = r->g;
+    bool last = m == r->n_micro - 1;
+    for (gt_node_id n = 0; n < g->n_nodes; n++) {
+        if (r->split->stage[n] != st || r->split->part[n] != p) continue;
+        if (!last && !r->micro_part[n]) continue;
+        for (int j = 0; j < g->nodes[n].n_in; j++)
+            r->refs[m][g->nodes[n].in[j]]++;
+    }
+}
+
+static void plan_frees(pp_run *r, const gt_pp_schedule *s)
+{
+    const gt_graph *g = r->g;
+    for (int32_t rk = 0; rk < s->n_ranks; rk++) {
+        if (r->comm && rk != r->comm->rank) continue;
+        for (int32_t i = 0; i < s->n_actions[rk]; i++) {
+            gt_pp_action a = s->actions[rk][i];
+            if (a.kind == GT_PP_F) add_reads(r, a.mb, a.stage, GT_PP_PART_F);
+            if (a.kind == GT_PP_I || a.kind == GT_PP_B) add_reads(r, a.mb, a.stage, GT_PP_PART_I);
+            if (a.kind == GT_PP_W || a.kind == GT_PP_B) add_reads(r, a.mb, a.stage, GT_PP_PART_W);
+        }
+    }
+    for (int32_t k = 0; k < r->split->n_cross; k++)
+        r->pin[r->split->cross[k].value] = 1;
+    for (gt_node_id n = 0; n < g->n_nodes; n++) {
+        const gt_node *nd = &g->nodes[n];
+        gt_pp_part p = r->split->part[n];
+        for (int j = 0; r->invariant[n] && j < nd->n_out; j++)
+            r->pin[nd->out[j]] = 1;
+        /* the optimizer and the global nodes: once, on the last micro-batch's values */
+        bool once = p == GT_PP_PART_GLOBAL ||
+                    (p == GT_PP_PART_OPT &&
+                     (!r->comm || s->stage_rank[r->split->stage[n]] == r->comm->rank));
+        for (int j = 0; once && j < nd->n_in; j++)
+            r->refs[r->n_micro - 1][nd->in[j]]++;
+    }
+    for (int32_t k = 0; k < g->n_outputs; k++) {
+        gt_value_id v = g->outputs[k].value;
+        if (g->outputs[k].kind == GT_OUT_LOSS)
+            r->pin[v] = 1;
+        else if (!r->pin[v])
+            r->pin[v] = 2;
+    }
+    for (int32_t k = 0; k < g->n_inputs; k++)
+        if (r->update_of_input[k] >= 0) r->pin[r->update_of_input[k]] = 1;
+}
+
+/* A value this runner allocated: the bytes held now, at most, and over the step. */
+static void account(pp_run *r, const gt_tensor *t)
+{
+    int64_t b = (int64_t)gt_tensor_nbytes(t);
+    r->held += b;
+    r->total += b;
+    if (r->held > r->peak) r->peak = r->held;
+}
+
+static void drop(pp_run *r, int32_t m, gt_value_id v)
+{
+    if (r->defined[m][v] != 2) return; /* borrowed */
+    r->held -= (int64_t)gt_tensor_nbytes(&r->vals[m][v]);
+    gt_tensor_free(&r->vals[m][v]);
+    r->defined[m][v] = 0;
+}
+
+/* After node n of micro-batch m ran (or took an earlier result): its inputs read once less, and
+ * those and its outputs freed when nothing on this rank reads them any more. */
+static void release_after(pp_run *r, int32_t m, gt_node_id n)
+{
+    const gt_node *nd = &r->g->nodes[n];
+    bool last = m == r->n_micro - 1;
+    for (int j = 0; j < nd->n_in; j++) {
+        gt_value_id v = nd->in[j];
+        if (r->refs[m][v] > 0) r->refs[m][v]--;
+        bool kept = r->pin[v] == 1 || (r->pin[v] == 2 && last);
+        if (r->refs[m][v] == 0 && !kept) drop(r, m, v);
+    }
+    for (int j = 0; j < nd->n_out; j++) {
+        gt_value_id v = nd->out[j];
+        bool kept = r->pin[v] == 1 || (r->pin[v] == 2 && last);
+        if (r->refs[m][v] == 0 && !kept) drop(r, m, v);
+    }
+}
 
 /* Which nodes compute the same values in every micro-batch, and which compute what an earlier
  * one does: the parameters and the model's buffers that no update feeds back are the same for
@@ -188,6 +287,7 @@ static gt_status run_node(pp_run *r, int32_t m, gt_node_id n, gt_error *err)
         GT_TRY(gt_graph_eval_shape(g, v, r->binding, shape, err));
         GT_TRY(gt_tensor_alloc(&r->vals[m][v], ty->dtype, ty->ndim, shape, err));
         r->defined[m][v] = 2;
+        account(r, &r->vals[m][v]);
         call.out[j] = &r->vals[m][v];
     }
     if (nd->op == GT_OP_WAIT) { /* the start ran to completion: its result, copied */
@@ -236,6 +336,15 @@ static gt_status run_part(pp_run *r, int32_t m, int32_t st, gt_pp_part p, gt_err
         if (!last && !r->micro_part[n]) continue;
         gt_status s = run_node(r, m, n, err);
         if (s != GT_OK) return s;
+        release_after(r, m, n);
+    }
+    /* the sums micro-batch m - 1 left are read: this W's are the running ones now */
+    for (int32_t k = 0; p == GT_PP_PART_W && m > 0 && k < g->n_inputs; k++) {
+        gt_value_id u = r->update_of_input[k];
+        gt_node_id pn = u < 0 ? GT_NONE : g->values[u].producer;
+        if (pn == GT_NONE || r->split->stage[pn] != st) continue;
+        r->defined[m][g->inputs[k].value] = 0;
+        drop(r, m - 1, u);
     }
     return GT_OK;
 }
@@ -273,6 +382,7 @@ static gt_status transfer(pp_run *r, gt_pp_action a, const gt_pp_schedule *s, gt
         GT_TRY(gt_graph_eval_shape(g, v, r->binding, shape, err));
         GT_TRY(gt_tensor_alloc(t, ty->dtype, ty->ndim, shape, err));
         r->defined[a.mb][v] = 2;
+        account(r, t);
         GT_TRY(gt_comm_recv(r->comm, t, peer, (int)tag, err));
     }
     return GT_OK;
@@ -399,6 +509,7 @@ static gt_status gather_global_inputs(pp_run *r, const gt_pp_schedule *s, gt_nod
             GT_TRY(gt_graph_eval_shape(g, v, r->binding, shape, err));
             GT_TRY(gt_tensor_alloc(&r->vals[m][v], ty->dtype, ty->ndim, shape, err));
             r->defined[m][v] = 2;
+            account(r, &r->vals[m][v]);
         }
         GT_TRY(gt_comm_broadcast(r->comm, &r->vals[m][v], root, err));
     }
@@ -467,6 +578,11 @@ gt_status gt_pp_eager_step_spmd(const gt_graph *g, const gt_sym_binding *binding
     r.holder = gt_xcalloc(nn, sizeof *r.holder);
     r.done_mb = gt_xcalloc(nn, sizeof *r.done_mb);
     find_invariant(&r);
+    r.pin = gt_xcalloc((size_t)nv + 1, 1);
+    r.refs = gt_xcalloc((size_t)M, sizeof *r.refs);
+    for (int32_t m = 0; m < M; m++)
+        r.refs[m] = gt_xcalloc((size_t)nv + 1, sizeof **r.refs);
+    plan_frees(&r, s);
     for (int32_t m = 0; m < M; m++) {
         r.vals[m] = gt_xcalloc((size_t)nv + 1, sizeof **r.vals);
         r.defined[m] = gt_xcalloc((size_t)nv + 1, 1);
@@ -483,6 +599,7 @@ gt_status gt_pp_eager_step_spmd(const gt_graph *g, const gt_sym_binding *binding
     for (int32_t m = 0; m < M; m++)
         memset(&losses[m], 0, sizeof losses[m]);
     gt_status st = run_schedule(&r, s, err);
+    int64_t actions_peak = r.peak;
     /* once per step: the optimizer and the nodes every rank runs, on the last micro-batch */
     for (gt_node_id n = 0; st == GT_OK && n < g->n_nodes; n++) {
         bool global = split->part[n] == GT_PP_PART_GLOBAL;
@@ -490,6 +607,7 @@ gt_status gt_pp_eager_step_spmd(const gt_graph *g, const gt_sym_binding *binding
         if (comm && !global && s->stage_rank[split->stage[n]] != comm->rank) continue;
         if (comm && global) st = gather_global_inputs(&r, s, n, err);
         if (st == GT_OK) st = run_node(&r, M - 1, n, err);
+        if (st == GT_OK) release_after(&r, M - 1, n);
     }
     gt_status sst = gt_comm_send_wait_all(comm, err);
     if (st == GT_OK) st = sst;
@@ -512,6 +630,15 @@ gt_status gt_pp_eager_step_spmd(const gt_graph *g, const gt_sym_binding *binding
     free(r.update_of_input);
     free(r.gathered);
     free(r.invariant);
+    for (int32_t m = 0; m < M; m++)
+        free(r.refs[m]);
+    free(r.refs);
+    free(r.pin);
+    if (stats) {
+        stats->peak_bytes = r.peak;
+        stats->actions_peak_bytes = actions_peak;
+        stats->allocated_bytes = r.total;
+    }
     free(r.same_as);
     free(r.holder);
     free(r.done_mb);

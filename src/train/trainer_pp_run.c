@@ -312,13 +312,21 @@ gt_status gt_trainer_pp_step(gt_trainer *t, int64_t step, double *loss, double *
                                          pp->losses, pp->outputs, &stats, err);
     free(in);
     /* once: what the mesh's collectives cost a step (FSDP gathers run once, not per micro-batch) */
-    if (st == GT_OK && !pp->stats_logged && pp->rank == 0 && t->dist.rank == 0 &&
-        stats.collectives > 0)
+    if (st == GT_OK && !pp->stats_logged && pp->rank == 0 && t->dist.rank == 0) {
+        if (stats.collectives > 0)
+            gt_log(GT_LOG_INFO,
+                   "pipeline step %lld on rank 0: %lld collectives started (%lld all-gathers) for "
+                   "%d micro-batches; %lld more served by an earlier micro-batch's or node's "
+                   "result",
+                   (long long)step, (long long)stats.collectives, (long long)stats.gathers, M,
+                   (long long)stats.collectives_reused);
         gt_log(GT_LOG_INFO,
-               "pipeline step %lld on rank 0: %lld collectives started (%lld all-gathers) for %d "
-               "micro-batches; %lld more served by an earlier micro-batch's or node's result",
-               (long long)step, (long long)stats.collectives, (long long)stats.gathers, M,
-               (long long)stats.collectives_reused);
+               "pipeline step %lld on rank 0: step values held at most %.2f MiB over the "
+               "schedule's actions, %.2f MiB with the optimizer's, of %.2f MiB computed (each "
+               "freed after its last read on the rank)",
+               (long long)step, (double)stats.actions_peak_bytes / (1 << 20),
+               (double)stats.peak_bytes / (1 << 20), (double)stats.allocated_bytes / (1 << 20));
+    }
     pp->stats_logged = true;
     /* this rank's stages' updates into the host state */
     double norm = 0;

@@ -16,6 +16,8 @@
  *     trains steps 6..10 with the uninterrupted run's losses, bit for bit; the one rank's step-5
  *     checkpoint resumed by a 2-rank ZBVZeroBubble run does the same; and the pp 2 checkpoint
  *     resumed on dp_shard 2 (the same 4 sequences a step, unaccumulated) within 1e-5;
+ *   - the runner frees each step value after its last read: a step holds under half of the
+ *     values it computes, and GPipe's actions hold more than 1F1B's;
  *   - stage-local state: on 2 ranks each pipeline rank holds under 0.75 of the parameters,
  *     gradient sums and AdamW moments the one rank holds (16 bytes a parameter of the one rank's
  *     count), and the ranks together hold it exactly once (the "pipeline state" line);
@@ -89,15 +91,38 @@ static void check_state(const char *name, const char *out, int degree, double sh
     printf(" of the one rank's %lld B\n", want);
 }
 
-/* check_state on the output of the run in dump. */
-static void state_of(const char *dump, int degree, double share)
+/* The runner's "step values held at most A MiB over the schedule's actions, B MiB with the
+ * optimizer's, of C MiB computed" line: values are freed after their last read, so the step
+ * holds well under all it computes; *actions receives A. */
+static void check_values(const char *name, const char *out, double *actions)
+{
+    const char *line = out ? strstr(out, "step values held at most ") : NULL;
+    double a = -1, b = -1, c = -1;
+    if (line)
+        sscanf(line,
+               "step values held at most %lf MiB over the schedule's actions, %lf MiB with the "
+               "optimizer's, of %lf MiB computed",
+               &a, &b, &c);
+    EXPECT(a > 0 && a <= b && b < 0.5 * c,
+           "%s: step values held at most %.2f MiB (actions) and %.2f MiB of %.2f MiB computed",
+           name, a, b, c);
+    printf("  %-30s step values held at most %.2f MiB (actions), %.2f MiB, of %.2f MiB\n", name, a,
+           b, c);
+    *actions = a;
+}
+
+/* check_state and check_values on the output of the run in dump. */
+static double state_of(const char *dump, int degree, double share)
 {
     char out_path[600];
     snprintf(out_path, sizeof out_path, "%s.txt", dump);
     char *out = read_all(out_path, NULL);
     const char *slash = strrchr(dump, '/');
+    double actions = -1;
     check_state(slash ? slash + 1 : dump, out, degree, share);
+    check_values(slash ? slash + 1 : dump, out, &actions);
     free(out);
+    return actions;
 }
 
 /* FSDP under the pipeline gathers each parameter once a step: rank 0's "pipeline step" line says
@@ -264,15 +289,19 @@ int main(void)
     EXPECT(one_rank_params > 0, "the one rank's output names no parameter count");
     static const char *const schedules[] = {"GPipe", "1F1B", "Interleaved1F1B", "ZBVZeroBubble",
                                             "DualPipeV"};
+    double held[5] = {0};
     for (int k = 0; k < 5; k++) {
         snprintf(dump, sizeof dump, "%s/pp2_%s", base, schedules[k]);
         pipeline(&c, 2, 2, schedules[k], dump);
         if (run(&c, dump, &r, &hash)) {
             compare(dump + strlen(base) + 1, &ref, ref_hash, &r, hash);
-            state_of(dump, 2, 0.75);
+            held[k] = state_of(dump, 2, 0.75);
         } else
             EXPECT(false, "%s failed", dump);
     }
+    /* GPipe holds every micro-batch's activations before the first backward, 1F1B at most 2 */
+    EXPECT(held[0] > held[1], "GPipe holds %.2f MiB over its actions, 1F1B %.2f: not more", held[0],
+           held[1]);
     snprintf(dump, sizeof dump, "%s/pp4_1F1B", base);
     pipeline(&c, 4, 4, "1F1B", dump);
     if (run(&c, dump, &r, &hash)) {
