@@ -28,7 +28,12 @@
  * An SPMD step graph (gt_pp_eager_step_spmd: parallelize's, for the mesh inside a pipeline rank)
  * also holds collectives: a start runs its collective to completion on the mesh dim's
  * communicator, its wait copies the result, as the eager executor runs them. Every rank of a mesh
- * follows the same action list, so their collectives come in the same order. */
+ * follows the same action list, so their collectives come in the same order.
+ *
+ * Two things keep the step small without changing its bits: a node whose inputs are the same in
+ * every micro-batch (an FSDP gather of a parameter) runs once a step and serves the others
+ * (find_invariant), and each value is freed after its last read on the rank (plan_frees), so the
+ * activations held follow the schedule's micro-batches in flight. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -56,8 +61,10 @@ typedef struct {
                        * computed its outputs, or -1 */
     gt_node_id *holder;
     gt_pp_step_stats *stats;
-    int32_t **refs;     /* [n_micro][n_values]: reads of the value still to come on this rank */
-    uint8_t *pin;       /* [n_values]: 1 kept until the step ends, 2 kept in the last micro-batch */
+    int32_t me;     /* the pipeline rank this process runs, or -1: every rank (no communicator) */
+    bool dry;       /* sizes only: no kernel, no transfer, values without data (gt_pp_step_plan) */
+    int32_t **refs; /* [n_micro][n_values]: reads of the value still to come on this rank */
+    uint8_t *pin;   /* [n_values]: 1 kept until the step ends, 2 kept in the last micro-batch */
     int64_t held, peak; /* bytes of values this runner owns now, and at most */
     int64_t total;      /* bytes it allocated over the step (what it held when nothing was freed) */
 } pp_run;
@@ -88,7 +95,7 @@ static void plan_frees(pp_run *r, const gt_pp_schedule *s)
 {
     const gt_graph *g = r->g;
     for (int32_t rk = 0; rk < s->n_ranks; rk++) {
-        if (r->comm && rk != r->comm->rank) continue;
+        if (r->me >= 0 && rk != r->me) continue;
         for (int32_t i = 0; i < s->n_actions[rk]; i++) {
             gt_pp_action a = s->actions[rk][i];
             if (a.kind == GT_PP_F) add_reads(r, a.mb, a.stage, GT_PP_PART_F);
@@ -104,9 +111,9 @@ static void plan_frees(pp_run *r, const gt_pp_schedule *s)
         for (int j = 0; r->invariant[n] && j < nd->n_out; j++)
             r->pin[nd->out[j]] = 1;
         /* the optimizer and the global nodes: once, on the last micro-batch's values */
-        bool once = p == GT_PP_PART_GLOBAL ||
-                    (p == GT_PP_PART_OPT &&
-                     (!r->comm || s->stage_rank[r->split->stage[n]] == r->comm->rank));
+        bool once =
+            p == GT_PP_PART_GLOBAL ||
+            (p == GT_PP_PART_OPT && (r->me < 0 || s->stage_rank[r->split->stage[n]] == r->me));
         for (int j = 0; once && j < nd->n_in; j++)
             r->refs[r->n_micro - 1][nd->in[j]]++;
     }
@@ -119,6 +126,15 @@ static void plan_frees(pp_run *r, const gt_pp_schedule *s)
     }
     for (int32_t k = 0; k < g->n_inputs; k++)
         if (r->update_of_input[k] >= 0) r->pin[r->update_of_input[k]] = 1;
+}
+
+/* A value's tensor: allocated, or in a dry run its dtype and shape alone. */
+static gt_status alloc_value(const pp_run *r, gt_tensor *t, gt_dtype dt, int ndim,
+                             const int64_t *shape, gt_error *err)
+{
+    if (!r->dry) return gt_tensor_alloc(t, dt, ndim, shape, err);
+    gt_tensor_wrap(t, dt, ndim, shape, NULL);
+    return GT_OK;
 }
 
 /* A value this runner allocated: the bytes held now, at most, and over the step. */
@@ -252,7 +268,7 @@ static gt_status run_node(pp_run *r, int32_t m, gt_node_id n, gt_error *err)
         r->stats->collectives++;
         r->stats->gathers += gt_runtime_coll_kind(nd->op) == GT_COLL_ALL_GATHER;
     }
-    if (collective && !r->comm && !r->dim_comms)
+    if (collective && r->me < 0 && !r->dim_comms && !r->dry)
         return gt_error_set(err, GT_ERR_UNSUPPORTED,
                             "pipeline step: node %d (%s) is a collective; the in-process pipeline "
                             "runs one-rank step graphs",
@@ -285,11 +301,12 @@ static gt_status run_node(pp_run *r, int32_t m, gt_node_id n, gt_error *err)
         const gt_type *ty = gt_value_type(g, v);
         int64_t shape[GT_MAX_DIMS];
         GT_TRY(gt_graph_eval_shape(g, v, r->binding, shape, err));
-        GT_TRY(gt_tensor_alloc(&r->vals[m][v], ty->dtype, ty->ndim, shape, err));
+        GT_TRY(alloc_value(r, &r->vals[m][v], ty->dtype, ty->ndim, shape, err));
         r->defined[m][v] = 2;
         account(r, &r->vals[m][v]);
         call.out[j] = &r->vals[m][v];
     }
+    if (r->dry) return GT_OK;
     if (nd->op == GT_OP_WAIT) { /* the start ran to completion: its result, copied */
         size_t nbytes = gt_tensor_nbytes(call.in[0]);
         if (nbytes != gt_tensor_nbytes(call.out[0]))
@@ -374,23 +391,23 @@ static gt_status transfer(pp_run *r, gt_pp_action a, const gt_pp_schedule *s, gt
             if (!r->defined[a.mb][v])
                 return gt_error_set(err, GT_ERR_INVALID,
                                     "pipeline step: sends %%%d before it is computed", v);
-            GT_TRY(gt_comm_send_start(r->comm, t, peer, (int)tag, err));
+            if (!r->dry) GT_TRY(gt_comm_send_start(r->comm, t, peer, (int)tag, err));
             continue;
         }
         const gt_type *ty = gt_value_type(g, v);
         int64_t shape[GT_MAX_DIMS];
         GT_TRY(gt_graph_eval_shape(g, v, r->binding, shape, err));
-        GT_TRY(gt_tensor_alloc(t, ty->dtype, ty->ndim, shape, err));
+        GT_TRY(alloc_value(r, t, ty->dtype, ty->ndim, shape, err));
         r->defined[a.mb][v] = 2;
         account(r, t);
-        GT_TRY(gt_comm_recv(r->comm, t, peer, (int)tag, err));
+        if (!r->dry) GT_TRY(gt_comm_recv(r->comm, t, peer, (int)tag, err));
     }
     return GT_OK;
 }
 
 static gt_status run_action(pp_run *r, gt_pp_action a, const gt_pp_schedule *s, gt_error *err)
 {
-    if (r->comm && a.kind >= GT_PP_SEND_F) return transfer(r, a, s, err);
+    if (r->me >= 0 && a.kind >= GT_PP_SEND_F) return transfer(r, a, s, err);
     switch (a.kind) {
     case GT_PP_F:
         return run_part(r, a.mb, a.stage, GT_PP_PART_F, err);
@@ -427,10 +444,10 @@ static gt_status run_schedule(pp_run *r, const gt_pp_schedule *s, gt_error *err)
     for (bool progress = true; progress && st == GT_OK;) {
         progress = false;
         for (int32_t rk = 0; rk < s->n_ranks && st == GT_OK; rk++) {
-            if (r->comm && rk != r->comm->rank) continue;
+            if (r->me >= 0 && rk != r->me) continue;
             while (ptr[rk] < s->n_actions[rk] && st == GT_OK) {
                 gt_pp_action a = s->actions[rk][ptr[rk]];
-                if (!r->comm && (a.kind == GT_PP_RECV_F || a.kind == GT_PP_RECV_B)) {
+                if (r->me < 0 && (a.kind == GT_PP_RECV_F || a.kind == GT_PP_RECV_B)) {
                     bool sent;
                     peer_sent(s, ptr, a, &sent);
                     if (!sent) break;
@@ -447,7 +464,7 @@ static gt_status run_schedule(pp_run *r, const gt_pp_schedule *s, gt_error *err)
         }
     }
     for (int32_t rk = 0; st == GT_OK && rk < s->n_ranks; rk++)
-        if ((!r->comm || rk == r->comm->rank) && ptr[rk] < s->n_actions[rk])
+        if ((r->me < 0 || rk == r->me) && ptr[rk] < s->n_actions[rk])
             st = gt_error_set(err, GT_ERR_INVALID,
                               "pipeline step: rank %d is stuck at action %d (check the schedule "
                               "with gt_pp_schedule_simulate)",
@@ -466,7 +483,7 @@ static gt_status hand_outputs(pp_run *r, gt_tensor *losses, gt_tensor *outputs, 
             bool want = m == r->n_micro - 1 || g->outputs[k].kind == GT_OUT_LOSS;
             if (!want) continue;
             gt_value_id v = g->outputs[k].value;
-            if (!r->defined[m][v] && r->comm) continue; /* another rank's */
+            if (!r->defined[m][v] && r->me >= 0) continue; /* another rank's */
             if (!r->defined[m][v])
                 return gt_error_set(err, GT_ERR_INVALID,
                                     "pipeline step: output %d (%s) of micro-batch %d was not "
@@ -500,18 +517,18 @@ static gt_status gather_global_inputs(pp_run *r, const gt_pp_schedule *s, gt_nod
         gt_node_id p = g->values[v].producer;
         if (p == GT_NONE || r->split->stage[p] == GT_PP_STAGE_GLOBAL) continue;
         int root = s->stage_rank[r->split->stage[p]];
-        bool mine = root == r->comm->rank;
+        bool mine = root == r->me;
         if (r->gathered[v]) continue; /* for an earlier global node */
         r->gathered[v] = 1;
         if (!mine) {
             const gt_type *ty = gt_value_type(g, v);
             int64_t shape[GT_MAX_DIMS];
             GT_TRY(gt_graph_eval_shape(g, v, r->binding, shape, err));
-            GT_TRY(gt_tensor_alloc(&r->vals[m][v], ty->dtype, ty->ndim, shape, err));
+            GT_TRY(alloc_value(r, &r->vals[m][v], ty->dtype, ty->ndim, shape, err));
             r->defined[m][v] = 2;
             account(r, &r->vals[m][v]);
         }
-        GT_TRY(gt_comm_broadcast(r->comm, &r->vals[m][v], root, err));
+        if (!r->dry) GT_TRY(gt_comm_broadcast(r->comm, &r->vals[m][v], root, err));
     }
     return GT_OK;
 }
@@ -533,11 +550,12 @@ gt_status gt_pp_eager_step_rank(const gt_graph *g, const gt_sym_binding *binding
                                  err);
 }
 
-gt_status gt_pp_eager_step_spmd(const gt_graph *g, const gt_sym_binding *binding,
-                                const gt_pp_split *split, const gt_pp_schedule *s, gt_comm *comm,
-                                gt_comm *const *dim_comms, const gt_tensor *const *inputs,
-                                gt_tensor *losses, gt_tensor *outputs, gt_pp_step_stats *stats,
-                                gt_error *err)
+/* The step of gt_pp_eager_step_spmd as pipeline rank `me` (-1: all of them, in this process);
+ * dry (gt_pp_step_plan): the same control flow on sizes alone, inputs, losses and outputs NULL. */
+static gt_status step(const gt_graph *g, const gt_sym_binding *binding, const gt_pp_split *split,
+                      const gt_pp_schedule *s, gt_comm *comm, int32_t me, bool dry,
+                      gt_comm *const *dim_comms, const gt_tensor *const *inputs, gt_tensor *losses,
+                      gt_tensor *outputs, gt_pp_step_stats *stats, gt_error *err)
 {
     if (comm && comm->size != s->n_ranks)
         return gt_error_set(err, GT_ERR_INVALID,
@@ -555,7 +573,9 @@ gt_status gt_pp_eager_step_spmd(const gt_graph *g, const gt_sym_binding *binding
                 .n_micro = M,
                 .comm = comm,
                 .dim_comms = dim_comms,
-                .stats = stats};
+                .stats = stats,
+                .me = me,
+                .dry = dry};
     if (stats) memset(stats, 0, sizeof *stats);
     r.gathered = gt_xcalloc((size_t)nv + 1, 1);
     r.vals = gt_xcalloc((size_t)M, sizeof *r.vals);
@@ -589,14 +609,14 @@ gt_status gt_pp_eager_step_spmd(const gt_graph *g, const gt_sym_binding *binding
         for (int32_t k = 0; k < g->n_inputs; k++) {
             if (m > 0 && r.update_of_input[k] >= 0) continue; /* the running sum: from m - 1 */
             gt_value_id v = g->inputs[k].value;
-            r.vals[m][v] = inputs[m][k];
+            if (!dry) r.vals[m][v] = inputs[m][k];
             r.vals[m][v].owns_data = false;
             r.defined[m][v] = 1;
         }
     }
-    for (int32_t k = 0; k < g->n_outputs; k++)
+    for (int32_t k = 0; !dry && k < g->n_outputs; k++)
         memset(&outputs[k], 0, sizeof outputs[k]);
-    for (int32_t m = 0; m < M; m++)
+    for (int32_t m = 0; !dry && m < M; m++)
         memset(&losses[m], 0, sizeof losses[m]);
     gt_status st = run_schedule(&r, s, err);
     int64_t actions_peak = r.peak;
@@ -604,15 +624,15 @@ gt_status gt_pp_eager_step_spmd(const gt_graph *g, const gt_sym_binding *binding
     for (gt_node_id n = 0; st == GT_OK && n < g->n_nodes; n++) {
         bool global = split->part[n] == GT_PP_PART_GLOBAL;
         if (!global && split->part[n] != GT_PP_PART_OPT) continue;
-        if (comm && !global && s->stage_rank[split->stage[n]] != comm->rank) continue;
-        if (comm && global) st = gather_global_inputs(&r, s, n, err);
+        if (me >= 0 && !global && s->stage_rank[split->stage[n]] != me) continue;
+        if (me >= 0 && global) st = gather_global_inputs(&r, s, n, err);
         if (st == GT_OK) st = run_node(&r, M - 1, n, err);
         if (st == GT_OK) release_after(&r, M - 1, n);
     }
-    gt_status sst = gt_comm_send_wait_all(comm, err);
+    gt_status sst = dry ? GT_OK : gt_comm_send_wait_all(comm, err);
     if (st == GT_OK) st = sst;
-    if (st == GT_OK) st = hand_outputs(&r, losses, outputs, err);
-    if (st != GT_OK) {
+    if (st == GT_OK && !dry) st = hand_outputs(&r, losses, outputs, err);
+    if (st != GT_OK && !dry) {
         for (int32_t k = 0; k < g->n_outputs; k++)
             gt_tensor_free(&outputs[k]);
         for (int32_t m = 0; m < M; m++)
@@ -643,4 +663,24 @@ gt_status gt_pp_eager_step_spmd(const gt_graph *g, const gt_sym_binding *binding
     free(r.holder);
     free(r.done_mb);
     return st;
+}
+
+gt_status gt_pp_eager_step_spmd(const gt_graph *g, const gt_sym_binding *binding,
+                                const gt_pp_split *split, const gt_pp_schedule *s, gt_comm *comm,
+                                gt_comm *const *dim_comms, const gt_tensor *const *inputs,
+                                gt_tensor *losses, gt_tensor *outputs, gt_pp_step_stats *stats,
+                                gt_error *err)
+{
+    return step(g, binding, split, s, comm, comm ? comm->rank : -1, false, dim_comms, inputs,
+                losses, outputs, stats, err);
+}
+
+gt_status gt_pp_step_plan(const gt_graph *g, const gt_sym_binding *binding,
+                          const gt_pp_split *split, const gt_pp_schedule *s, int32_t rank,
+                          gt_pp_step_stats *stats, gt_error *err)
+{
+    if (rank < -1 || rank >= s->n_ranks)
+        return gt_error_set(err, GT_ERR_INVALID, "pipeline step plan: rank %d of %d", rank,
+                            s->n_ranks);
+    return step(g, binding, split, s, NULL, rank, true, NULL, NULL, NULL, NULL, stats, err);
 }

@@ -172,6 +172,22 @@ bool gt_trainer_pp_writes(const gt_trainer *t)
     return !t->pp || t->pp->rank == 0;
 }
 
+/* What a step costs a rank: the collectives it starts and those an earlier result serves (an
+ * FSDP gather runs once a step), and the bytes of step values it holds at most (each is freed
+ * after its last read) against all it computes. */
+static void format_stats(const gt_pp_step_stats *s, char *text, size_t size)
+{
+    snprintf(text, size,
+             "%lld collectives started (%lld all-gathers), %lld more served by an earlier "
+             "micro-batch's or node's result; step values held at most %lld B (%.2f MiB) over "
+             "the schedule's actions, %lld B (%.2f MiB) with the optimizer's, of %lld B (%.2f "
+             "MiB) computed",
+             (long long)s->collectives, (long long)s->gathers, (long long)s->collectives_reused,
+             (long long)s->actions_peak_bytes, (double)s->actions_peak_bytes / (1 << 20),
+             (long long)s->peak_bytes, (double)s->peak_bytes / (1 << 20),
+             (long long)s->allocated_bytes, (double)s->allocated_bytes / (1 << 20));
+}
+
 /* The pipeline's line: its stages and what the schedule costs (simulated bubble, the peak of
  * saved activations per rank, from the stage split of this graph). */
 static gt_status log_pipeline(gt_trainer *t, gt_error *err)
@@ -204,6 +220,15 @@ static gt_status log_pipeline(gt_trainer *t, gt_error *err)
     free(bytes);
     free(peak);
     gt_pp_sim_free(&sim);
+    /* this rank's step, planned on sizes alone: what step 1 will start and hold */
+    gt_pp_step_stats plan;
+    if (st == GT_OK)
+        st = gt_pp_step_plan(t->whole.g, &t->binding, &pp->split, &pp->sched, 0, &plan, err);
+    if (st == GT_OK) {
+        char text[512];
+        format_stats(&plan, text, sizeof text);
+        gt_log(GT_LOG_INFO, "pipeline step plan on rank 0: %s", text);
+    }
     return st;
 }
 
@@ -311,21 +336,11 @@ gt_status gt_trainer_pp_step(gt_trainer *t, int64_t step, double *loss, double *
     gt_status st = gt_pp_eager_step_spmd(g, &t->binding, &pp->split, &pp->sched, pp->comm, dims, in,
                                          pp->losses, pp->outputs, &stats, err);
     free(in);
-    /* once: what the mesh's collectives cost a step (FSDP gathers run once, not per micro-batch) */
+    /* once: the step as run, to set against the plan logged before step 1 */
     if (st == GT_OK && !pp->stats_logged && pp->rank == 0 && t->dist.rank == 0) {
-        if (stats.collectives > 0)
-            gt_log(GT_LOG_INFO,
-                   "pipeline step %lld on rank 0: %lld collectives started (%lld all-gathers) for "
-                   "%d micro-batches; %lld more served by an earlier micro-batch's or node's "
-                   "result",
-                   (long long)step, (long long)stats.collectives, (long long)stats.gathers, M,
-                   (long long)stats.collectives_reused);
-        gt_log(GT_LOG_INFO,
-               "pipeline step %lld on rank 0: step values held at most %.2f MiB over the "
-               "schedule's actions, %.2f MiB with the optimizer's, of %.2f MiB computed (each "
-               "freed after its last read on the rank)",
-               (long long)step, (double)stats.actions_peak_bytes / (1 << 20),
-               (double)stats.peak_bytes / (1 << 20), (double)stats.allocated_bytes / (1 << 20));
+        char text[512];
+        format_stats(&stats, text, sizeof text);
+        gt_log(GT_LOG_INFO, "pipeline step %lld on rank 0: %s", (long long)step, text);
     }
     pp->stats_logged = true;
     /* this rank's stages' updates into the host state */

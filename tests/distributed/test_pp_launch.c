@@ -17,7 +17,8 @@
  *     checkpoint resumed by a 2-rank ZBVZeroBubble run does the same; and the pp 2 checkpoint
  *     resumed on dp_shard 2 (the same 4 sequences a step, unaccumulated) within 1e-5;
  *   - the runner frees each step value after its last read: a step holds under half of the
- *     values it computes, and GPipe's actions hold more than 1F1B's;
+ *     values it computes, and GPipe's actions hold more than 1F1B's; rank 0's step 1 starts the
+ *     collectives and holds the bytes its plan logged before step 1, exactly;
  *   - stage-local state: on 2 ranks each pipeline rank holds under 0.75 of the parameters,
  *     gradient sums and AdamW moments the one rank holds (16 bytes a parameter of the one rank's
  *     count), and the ranks together hold it exactly once (the "pipeline state" line);
@@ -91,24 +92,45 @@ static void check_state(const char *name, const char *out, int degree, double sh
     printf(" of the one rank's %lld B\n", want);
 }
 
-/* The runner's "step values held at most A MiB over the schedule's actions, B MiB with the
- * optimizer's, of C MiB computed" line: values are freed after their last read, so the step
- * holds well under all it computes; *actions receives A. */
-static void check_values(const char *name, const char *out, double *actions)
+/* The stats of rank 0's step: the plan logged before step 1 ("pipeline step plan on rank 0: ")
+ * or step 1 as run ("pipeline step 1 on rank 0: "). */
+typedef struct {
+    long long started, gathers, reused, actions, peak, computed;
+    char text[600];
+} step_stats;
+
+static bool parse_stats(const char *out, const char *key, step_stats *st)
 {
-    const char *line = out ? strstr(out, "step values held at most ") : NULL;
-    double a = -1, b = -1, c = -1;
-    if (line)
-        sscanf(line,
-               "step values held at most %lf MiB over the schedule's actions, %lf MiB with the "
-               "optimizer's, of %lf MiB computed",
-               &a, &b, &c);
-    EXPECT(a > 0 && a <= b && b < 0.5 * c,
-           "%s: step values held at most %.2f MiB (actions) and %.2f MiB of %.2f MiB computed",
-           name, a, b, c);
-    printf("  %-30s step values held at most %.2f MiB (actions), %.2f MiB, of %.2f MiB\n", name, a,
-           b, c);
-    *actions = a;
+    memset(st, 0, sizeof *st);
+    const char *line = out ? strstr(out, key) : NULL;
+    if (!line) return false;
+    line += strlen(key);
+    size_t n = strcspn(line, "\n");
+    snprintf(st->text, sizeof st->text, "%.*s", (int)n, line);
+    return sscanf(line,
+                  "%lld collectives started (%lld all-gathers), %lld more served by an earlier "
+                  "micro-batch's or node's result; step values held at most %lld B (%*f MiB) "
+                  "over the schedule's actions, %lld B (%*f MiB) with the optimizer's, of %lld B",
+                  &st->started, &st->gathers, &st->reused, &st->actions, &st->peak,
+                  &st->computed) == 6;
+}
+
+/* The runner frees each value after its last read, so the step holds well under all it
+ * computes; and what step 1 did is what was planned before it, collectives and bytes. */
+static void check_values(const char *name, const char *out, step_stats *run)
+{
+    step_stats plan;
+    bool have = parse_stats(out, "pipeline step plan on rank 0: ", &plan) &&
+                parse_stats(out, "pipeline step 1 on rank 0: ", run);
+    EXPECT(have, "%s: no pipeline step plan or step 1 line of rank 0", name);
+    if (!have) return;
+    EXPECT(!strcmp(plan.text, run->text), "%s: step 1 on rank 0 was \"%s\", planned \"%s\"", name,
+           run->text, plan.text);
+    EXPECT(run->actions > 0 && run->actions <= run->peak && 2 * run->peak < run->computed,
+           "%s: step values held at most %lld B (actions) and %lld B of %lld B computed", name,
+           run->actions, run->peak, run->computed);
+    printf("  %-30s step values held at most %lld B (actions), %lld B, of %lld B; as planned\n",
+           name, run->actions, run->peak, run->computed);
 }
 
 /* check_state and check_values on the output of the run in dump. */
@@ -118,34 +140,29 @@ static double state_of(const char *dump, int degree, double share)
     snprintf(out_path, sizeof out_path, "%s.txt", dump);
     char *out = read_all(out_path, NULL);
     const char *slash = strrchr(dump, '/');
-    double actions = -1;
+    step_stats run;
     check_state(slash ? slash + 1 : dump, out, degree, share);
-    check_values(slash ? slash + 1 : dump, out, &actions);
+    check_values(slash ? slash + 1 : dump, out, &run);
     free(out);
-    return actions;
+    return (double)run.actions;
 }
 
-/* FSDP under the pipeline gathers each parameter once a step: rank 0's "pipeline step" line says
- * how many all-gathers it started and how many collectives an earlier micro-batch's result
- * served; with 4 micro-batches each gather serves at least the 3 others. */
+/* FSDP under the pipeline gathers each parameter once a step: rank 0's step 1 line says how many
+ * all-gathers it started and how many collectives an earlier result served; with 4
+ * micro-batches each gather serves at least the 3 others. */
 static void gathers_once(const char *dump)
 {
     char out_path[600];
     snprintf(out_path, sizeof out_path, "%s.txt", dump);
     char *out = read_all(out_path, NULL);
-    const char *line = out ? strstr(out, "pipeline step 1 on rank 0: ") : NULL;
-    long long started = -1, gathers = -1, reused = -1;
-    if (line)
-        sscanf(line,
-               "pipeline step 1 on rank 0: %lld collectives started (%lld all-gathers) for "
-               "4 micro-batches; %lld more",
-               &started, &gathers, &reused);
-    EXPECT(gathers > 0 && reused >= 3 * gathers,
+    step_stats run;
+    check_values("pp2 x dp_shard2", out, &run);
+    EXPECT(run.gathers > 0 && run.reused >= 3 * run.gathers,
            "pp2 x dp_shard2: %lld all-gathers started on rank 0, %lld collectives served by an "
            "earlier result (want >= 3 x the gathers)",
-           gathers, reused);
+           run.gathers, run.reused);
     printf("  %-30s rank 0: %lld collectives a step, %lld of them all-gathers; %lld reused\n",
-           "pp2 x dp_shard2 FSDP", started, gathers, reused);
+           "pp2 x dp_shard2 FSDP", run.started, run.gathers, run.reused);
     free(out);
 }
 
@@ -300,7 +317,7 @@ int main(void)
             EXPECT(false, "%s failed", dump);
     }
     /* GPipe holds every micro-batch's activations before the first backward, 1F1B at most 2 */
-    EXPECT(held[0] > held[1], "GPipe holds %.2f MiB over its actions, 1F1B %.2f: not more", held[0],
+    EXPECT(held[0] > held[1], "GPipe holds %.0f B over its actions, 1F1B %.0f: not more", held[0],
            held[1]);
     snprintf(dump, sizeof dump, "%s/pp4_1F1B", base);
     pipeline(&c, 4, 4, "1F1B", dump);
