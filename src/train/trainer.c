@@ -466,7 +466,9 @@ static gt_status setup_state(gt_trainer *t, gt_error *err)
     double t1 = gt_now_seconds();
     GT_TRY(gt_trainer_alloc_state(t, err));
     if (gt_trainer_loads_hf(t)) GT_TRY(gt_trainer_load_hf(t, err));
-    gt_trainer_snapshot_prepare(t); /* checkpoint.async_mode: its pages touched meanwhile */
+    /* checkpoint.async_mode: its pages touched meanwhile (by the ranks that write: a pipeline's
+     * other ranks hold their stages alone and never save) */
+    if (gt_trainer_pp_writes(t)) gt_trainer_snapshot_prepare(t);
     double t2 = gt_now_seconds();
     /* the graph reads the state allocated above */
     GT_TRY(step_graph_bind(t, &t->whole, err));
