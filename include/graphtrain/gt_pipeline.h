@@ -180,15 +180,43 @@ gt_status gt_pp_eager_step_rank(const gt_graph *g, const gt_sym_binding *binding
                                 const gt_pp_split *split, const gt_pp_schedule *s, gt_comm *comm,
                                 const gt_tensor *const *inputs, gt_tensor *losses,
                                 gt_tensor *outputs, gt_error *err);
+/* What a step's runner did on this rank: the collectives it started (all-gathers among them)
+ * and those it did not need to start because an earlier micro-batch's (or an earlier node's)
+ * result served (gt_pp_eager_step_spmd). */
+typedef struct {
+    int64_t collectives;
+    int64_t gathers;
+    int64_t collectives_reused;
+    int64_t peak_bytes; /* the most bytes of the step's values (activations, gradients, gathered
+                         * parameters) held at once; each is freed after its last read here */
+    int64_t actions_peak_bytes; /* the same over the schedule's actions, before the optimizer */
+    int64_t allocated_bytes;    /* all the step's values together (held if none were freed) */
+} gt_pp_step_stats;
+
 /* The same for an SPMD step graph (parallelize's, for a mesh of dp_replicate x dp_shard x tp
  * inside each pipeline stage): its collectives run on dim_comms (per mesh dim, the ranks of this
  * pipeline rank's mesh; a start runs to completion, its wait copies the result), in the order
  * this rank's actions run them, which is the same on every rank of the mesh. comm is the pipeline
- * ranks that share this rank's mesh coordinates. dim_comms NULL is gt_pp_eager_step_rank. */
+ * ranks that share this rank's mesh coordinates. dim_comms NULL is gt_pp_eager_step_rank.
+ *
+ * Every runner computes a node whose inputs are the same in every micro-batch (parameters, model
+ * buffers, and what only they feed: an FSDP gather and its wait) once a step and hands its
+ * outputs to the other micro-batches, and to any later node of its stage with the same op,
+ * attributes and inputs: the same bits, with each FSDP gather run once a step, its result kept
+ * until the step ends. stats (NULL: not wanted) receives the counts. */
 gt_status gt_pp_eager_step_spmd(const gt_graph *g, const gt_sym_binding *binding,
                                 const gt_pp_split *split, const gt_pp_schedule *s, gt_comm *comm,
                                 gt_comm *const *dim_comms, const gt_tensor *const *inputs,
-                                gt_tensor *losses, gt_tensor *outputs, gt_error *err);
+                                gt_tensor *losses, gt_tensor *outputs, gt_pp_step_stats *stats,
+                                gt_error *err);
+
+/* The plan of gt_pp_eager_step_spmd's step for pipeline rank `rank` (-1: every rank in one
+ * process, gt_pp_eager_step): the same actions, reuse and frees on sizes alone, without running a
+ * kernel or moving a byte; stats receives the counts and the peaks the step will have, equal to
+ * the run's. */
+gt_status gt_pp_step_plan(const gt_graph *g, const gt_sym_binding *binding,
+                          const gt_pp_split *split, const gt_pp_schedule *s, int32_t rank,
+                          gt_pp_step_stats *stats, gt_error *err);
 
 #ifdef __cplusplus
 }

@@ -28,7 +28,12 @@
  * An SPMD step graph (gt_pp_eager_step_spmd: parallelize's, for the mesh inside a pipeline rank)
  * also holds collectives: a start runs its collective to completion on the mesh dim's
  * communicator, its wait copies the result, as the eager executor runs them. Every rank of a mesh
- * follows the same action list, so their collectives come in the same order. */
+ * follows the same action list, so their collectives come in the same order.
+ *
+ * Two things keep the step small without changing its bits: a node whose inputs are the same in
+ * every micro-batch (an FSDP gather of a parameter) runs once a step and serves the others
+ * (find_invariant), and each value is freed after its last read on the rank (plan_frees), so the
+ * activations held follow the schedule's micro-batches in flight. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -50,14 +55,220 @@ typedef struct {
                         * NULL: every rank in this process */
     uint8_t *gathered; /* [n_values]: broadcast to the pipeline ranks already (global inputs) */
     gt_comm *const *dim_comms; /* an SPMD step graph's communicators per mesh dim, or NULL */
+    uint8_t *invariant;        /* [n_nodes]: its outputs are the same in every micro-batch */
+    gt_node_id *same_as;       /* [n_nodes]: the first node computing the same (invariant) */
+    int32_t *done_mb; /* [n_nodes]: for a node e = same_as[e], the micro-batch in which holder[e]
+                       * computed its outputs, or -1 */
+    gt_node_id *holder;
+    gt_pp_step_stats *stats;
+    int32_t me;     /* the pipeline rank this process runs, or -1: every rank (no communicator) */
+    bool dry;       /* sizes only: no kernel, no transfer, values without data (gt_pp_step_plan) */
+    int32_t **refs; /* [n_micro][n_values]: reads of the value still to come on this rank */
+    uint8_t *pin;   /* [n_values]: 1 kept until the step ends, 2 kept in the last micro-batch */
+    int64_t held, peak; /* bytes of values this runner owns now, and at most */
+    int64_t total;      /* bytes it allocated over the step (what it held when nothing was freed) */
 } pp_run;
+
+/* ---------------------------------------------------------------- freeing values after use
+ *
+ * A micro-batch's values live from the node that computes them to their last read on this rank,
+ * so the activations held follow the micro-batches in flight, as the schedule's simulator counts
+ * them. Kept until the step ends: the values other nodes borrow (an invariant node's outputs),
+ * those a send posts (their buffers are read until gt_comm_send_wait_all), the losses, and in the
+ * last micro-batch the outputs (the optimizer's reads count like the others'). A running
+ * gradient sum is released by the next micro-batch's W of its stage, which reads it. A value
+ * freed too early is undefined again, so a read after it is the runner's error, not garbage. */
+
+static void add_reads(pp_run *r, int32_t m, int32_t st, gt_pp_part p)
+{
+    const gt_graph *g = r->g;
+    bool last = m == r->n_micro - 1;
+    for (gt_node_id n = 0; n < g->n_nodes; n++) {
+        if (r->split->stage[n] != st || r->split->part[n] != p) continue;
+        if (!last && !r->micro_part[n]) continue;
+        for (int j = 0; j < g->nodes[n].n_in; j++)
+            r->refs[m][g->nodes[n].in[j]]++;
+    }
+}
+
+static void plan_frees(pp_run *r, const gt_pp_schedule *s)
+{
+    const gt_graph *g = r->g;
+    for (int32_t rk = 0; rk < s->n_ranks; rk++) {
+        if (r->me >= 0 && rk != r->me) continue;
+        for (int32_t i = 0; i < s->n_actions[rk]; i++) {
+            gt_pp_action a = s->actions[rk][i];
+            if (a.kind == GT_PP_F) add_reads(r, a.mb, a.stage, GT_PP_PART_F);
+            if (a.kind == GT_PP_I || a.kind == GT_PP_B) add_reads(r, a.mb, a.stage, GT_PP_PART_I);
+            if (a.kind == GT_PP_W || a.kind == GT_PP_B) add_reads(r, a.mb, a.stage, GT_PP_PART_W);
+        }
+    }
+    for (int32_t k = 0; k < r->split->n_cross; k++)
+        r->pin[r->split->cross[k].value] = 1;
+    for (gt_node_id n = 0; n < g->n_nodes; n++) {
+        const gt_node *nd = &g->nodes[n];
+        gt_pp_part p = r->split->part[n];
+        for (int j = 0; r->invariant[n] && j < nd->n_out; j++)
+            r->pin[nd->out[j]] = 1;
+        /* the optimizer and the global nodes: once, on the last micro-batch's values */
+        bool once =
+            p == GT_PP_PART_GLOBAL ||
+            (p == GT_PP_PART_OPT && (r->me < 0 || s->stage_rank[r->split->stage[n]] == r->me));
+        for (int j = 0; once && j < nd->n_in; j++)
+            r->refs[r->n_micro - 1][nd->in[j]]++;
+    }
+    for (int32_t k = 0; k < g->n_outputs; k++) {
+        gt_value_id v = g->outputs[k].value;
+        if (g->outputs[k].kind == GT_OUT_LOSS)
+            r->pin[v] = 1;
+        else if (!r->pin[v])
+            r->pin[v] = 2;
+    }
+    for (int32_t k = 0; k < g->n_inputs; k++)
+        if (r->update_of_input[k] >= 0) r->pin[r->update_of_input[k]] = 1;
+}
+
+/* A value's tensor: allocated, or in a dry run its dtype and shape alone. */
+static gt_status alloc_value(const pp_run *r, gt_tensor *t, gt_dtype dt, int ndim,
+                             const int64_t *shape, gt_error *err)
+{
+    if (!r->dry) return gt_tensor_alloc(t, dt, ndim, shape, err);
+    gt_tensor_wrap(t, dt, ndim, shape, NULL);
+    return GT_OK;
+}
+
+/* A value this runner allocated: the bytes held now, at most, and over the step. */
+static void account(pp_run *r, const gt_tensor *t)
+{
+    int64_t b = (int64_t)gt_tensor_nbytes(t);
+    r->held += b;
+    r->total += b;
+    if (r->held > r->peak) r->peak = r->held;
+}
+
+static void drop(pp_run *r, int32_t m, gt_value_id v)
+{
+    if (r->defined[m][v] != 2) return; /* borrowed */
+    r->held -= (int64_t)gt_tensor_nbytes(&r->vals[m][v]);
+    gt_tensor_free(&r->vals[m][v]);
+    r->defined[m][v] = 0;
+}
+
+/* After node n of micro-batch m ran (or took an earlier result): its inputs read once less, and
+ * those and its outputs freed when nothing on this rank reads them any more. */
+static void release_after(pp_run *r, int32_t m, gt_node_id n)
+{
+    const gt_node *nd = &r->g->nodes[n];
+    bool last = m == r->n_micro - 1;
+    for (int j = 0; j < nd->n_in; j++) {
+        gt_value_id v = nd->in[j];
+        if (r->refs[m][v] > 0) r->refs[m][v]--;
+        bool kept = r->pin[v] == 1 || (r->pin[v] == 2 && last);
+        if (r->refs[m][v] == 0 && !kept) drop(r, m, v);
+    }
+    for (int j = 0; j < nd->n_out; j++) {
+        gt_value_id v = nd->out[j];
+        bool kept = r->pin[v] == 1 || (r->pin[v] == 2 && last);
+        if (r->refs[m][v] == 0 && !kept) drop(r, m, v);
+    }
+}
+
+/* Which nodes compute the same values in every micro-batch, and which compute what an earlier
+ * one does: the parameters and the model's buffers that no update feeds back are the same for
+ * every micro-batch of a step, and so is every node of a stage reading only them (an FSDP gather
+ * of a parameter, the cast before it, its wait). Running such a node once a step and handing its
+ * outputs to the other micro-batches gives the same bits (the same kernel on the same inputs) and
+ * issues each gather once per step, as torchtitan's reshard_after_forward=False does for
+ * pipelines; a node with the op, attributes and inputs of an earlier invariant one (a gather
+ * repeated for the backward) takes that one's outputs as well. Every rank of a mesh sees the same
+ * graph and actions, so all of them skip the same collectives. */
+static void find_invariant(pp_run *r)
+{
+    const gt_graph *g = r->g;
+    uint8_t *val = gt_xcalloc((size_t)g->n_values + 1, 1);
+    gt_value_id *canon = gt_xmalloc(((size_t)g->n_values + 1) * sizeof *canon);
+    for (gt_value_id v = 0; v < g->n_values; v++)
+        canon[v] = v;
+    for (int32_t k = 0; k < g->n_inputs; k++) {
+        const gt_io *in = &g->inputs[k];
+        /* a buffer fed back (a gradient sum) changes from one micro-batch to the next */
+        if (in->kind == GT_IN_PARAM || (in->kind == GT_IN_BUFFER && r->update_of_input[k] < 0))
+            val[in->value] = 1;
+    }
+    for (gt_node_id n = 0; n < g->n_nodes; n++) {
+        const gt_node *nd = &g->nodes[n];
+        r->same_as[n] = r->holder[n] = n;
+        r->done_mb[n] = -1;
+        gt_pp_part p = r->split->part[n];
+        bool inv = nd->n_in > 0 && p != GT_PP_PART_OPT && p != GT_PP_PART_GLOBAL;
+        for (int j = 0; inv && j < nd->n_in; j++)
+            inv = val[nd->in[j]] != 0;
+        if (!inv) continue;
+        r->invariant[n] = 1;
+        for (int j = 0; j < nd->n_out; j++)
+            val[nd->out[j]] = 1;
+        for (gt_node_id e = 0; e < n; e++) {
+            const gt_node *en = &g->nodes[e];
+            if (!r->invariant[e] || r->same_as[e] != e || en->op != nd->op ||
+                en->n_in != nd->n_in || en->n_out != nd->n_out ||
+                r->split->stage[e] != r->split->stage[n] || en->attrs.ni != nd->attrs.ni ||
+                en->attrs.nf != nd->attrs.nf || en->attrs.ne != nd->attrs.ne)
+                continue;
+            bool same = true;
+            for (int j = 0; same && j < nd->n_in; j++)
+                same = canon[en->in[j]] == canon[nd->in[j]];
+            for (int j = 0; same && j < nd->attrs.ni; j++)
+                same = en->attrs.i[j] == nd->attrs.i[j];
+            for (int j = 0; same && j < nd->attrs.nf; j++)
+                same = memcmp(&en->attrs.f[j], &nd->attrs.f[j], sizeof(double)) == 0;
+            for (int j = 0; same && j < nd->attrs.ne; j++)
+                same = en->attrs.e[j] == nd->attrs.e[j];
+            if (!same) continue;
+            r->same_as[n] = e;
+            for (int j = 0; j < nd->n_out; j++)
+                canon[nd->out[j]] = canon[en->out[j]];
+            break;
+        }
+    }
+    free(val);
+    free(canon);
+}
+
+/* An invariant node already run this step (for another micro-batch, or as the node it repeats):
+ * its outputs for micro-batch m, borrowed. */
+static bool reuse(pp_run *r, int32_t m, gt_node_id n)
+{
+    if (!r->invariant[n]) return false;
+    gt_node_id e = r->same_as[n], h = r->holder[e];
+    int32_t m0 = r->done_mb[e];
+    if (m0 < 0) return false;
+    const gt_node *nd = &r->g->nodes[n], *hn = &r->g->nodes[h];
+    for (int j = 0; j < nd->n_out; j++)
+        if (!r->defined[m0][hn->out[j]]) return false;
+    for (int j = 0; j < nd->n_out; j++) {
+        r->vals[m][nd->out[j]] = r->vals[m0][hn->out[j]];
+        r->vals[m][nd->out[j]].owns_data = false;
+        r->defined[m][nd->out[j]] = 1;
+    }
+    if (r->stats && gt_op_is_collective_start(nd->op)) r->stats->collectives_reused++;
+    return true;
+}
 
 static gt_status run_node(pp_run *r, int32_t m, gt_node_id n, gt_error *err)
 {
     const gt_graph *g = r->g;
     const gt_node *nd = &g->nodes[n];
     bool collective = gt_op_is_collective_start(nd->op) || nd->op == GT_OP_WAIT;
-    if (collective && !r->comm && !r->dim_comms)
+    if (reuse(r, m, n)) return GT_OK;
+    if (r->invariant[n]) { /* the first of its kind this step: the others take its outputs */
+        r->done_mb[r->same_as[n]] = m;
+        r->holder[r->same_as[n]] = n;
+    }
+    if (r->stats && gt_op_is_collective_start(nd->op)) {
+        r->stats->collectives++;
+        r->stats->gathers += gt_runtime_coll_kind(nd->op) == GT_COLL_ALL_GATHER;
+    }
+    if (collective && r->me < 0 && !r->dim_comms && !r->dry)
         return gt_error_set(err, GT_ERR_UNSUPPORTED,
                             "pipeline step: node %d (%s) is a collective; the in-process pipeline "
                             "runs one-rank step graphs",
@@ -90,10 +301,12 @@ static gt_status run_node(pp_run *r, int32_t m, gt_node_id n, gt_error *err)
         const gt_type *ty = gt_value_type(g, v);
         int64_t shape[GT_MAX_DIMS];
         GT_TRY(gt_graph_eval_shape(g, v, r->binding, shape, err));
-        GT_TRY(gt_tensor_alloc(&r->vals[m][v], ty->dtype, ty->ndim, shape, err));
+        GT_TRY(alloc_value(r, &r->vals[m][v], ty->dtype, ty->ndim, shape, err));
         r->defined[m][v] = 2;
+        account(r, &r->vals[m][v]);
         call.out[j] = &r->vals[m][v];
     }
+    if (r->dry) return GT_OK;
     if (nd->op == GT_OP_WAIT) { /* the start ran to completion: its result, copied */
         size_t nbytes = gt_tensor_nbytes(call.in[0]);
         if (nbytes != gt_tensor_nbytes(call.out[0]))
@@ -140,6 +353,15 @@ static gt_status run_part(pp_run *r, int32_t m, int32_t st, gt_pp_part p, gt_err
         if (!last && !r->micro_part[n]) continue;
         gt_status s = run_node(r, m, n, err);
         if (s != GT_OK) return s;
+        release_after(r, m, n);
+    }
+    /* the sums micro-batch m - 1 left are read: this W's are the running ones now */
+    for (int32_t k = 0; p == GT_PP_PART_W && m > 0 && k < g->n_inputs; k++) {
+        gt_value_id u = r->update_of_input[k];
+        gt_node_id pn = u < 0 ? GT_NONE : g->values[u].producer;
+        if (pn == GT_NONE || r->split->stage[pn] != st) continue;
+        r->defined[m][g->inputs[k].value] = 0;
+        drop(r, m - 1, u);
     }
     return GT_OK;
 }
@@ -169,22 +391,23 @@ static gt_status transfer(pp_run *r, gt_pp_action a, const gt_pp_schedule *s, gt
             if (!r->defined[a.mb][v])
                 return gt_error_set(err, GT_ERR_INVALID,
                                     "pipeline step: sends %%%d before it is computed", v);
-            GT_TRY(gt_comm_send_start(r->comm, t, peer, (int)tag, err));
+            if (!r->dry) GT_TRY(gt_comm_send_start(r->comm, t, peer, (int)tag, err));
             continue;
         }
         const gt_type *ty = gt_value_type(g, v);
         int64_t shape[GT_MAX_DIMS];
         GT_TRY(gt_graph_eval_shape(g, v, r->binding, shape, err));
-        GT_TRY(gt_tensor_alloc(t, ty->dtype, ty->ndim, shape, err));
+        GT_TRY(alloc_value(r, t, ty->dtype, ty->ndim, shape, err));
         r->defined[a.mb][v] = 2;
-        GT_TRY(gt_comm_recv(r->comm, t, peer, (int)tag, err));
+        account(r, t);
+        if (!r->dry) GT_TRY(gt_comm_recv(r->comm, t, peer, (int)tag, err));
     }
     return GT_OK;
 }
 
 static gt_status run_action(pp_run *r, gt_pp_action a, const gt_pp_schedule *s, gt_error *err)
 {
-    if (r->comm && a.kind >= GT_PP_SEND_F) return transfer(r, a, s, err);
+    if (r->me >= 0 && a.kind >= GT_PP_SEND_F) return transfer(r, a, s, err);
     switch (a.kind) {
     case GT_PP_F:
         return run_part(r, a.mb, a.stage, GT_PP_PART_F, err);
@@ -221,10 +444,10 @@ static gt_status run_schedule(pp_run *r, const gt_pp_schedule *s, gt_error *err)
     for (bool progress = true; progress && st == GT_OK;) {
         progress = false;
         for (int32_t rk = 0; rk < s->n_ranks && st == GT_OK; rk++) {
-            if (r->comm && rk != r->comm->rank) continue;
+            if (r->me >= 0 && rk != r->me) continue;
             while (ptr[rk] < s->n_actions[rk] && st == GT_OK) {
                 gt_pp_action a = s->actions[rk][ptr[rk]];
-                if (!r->comm && (a.kind == GT_PP_RECV_F || a.kind == GT_PP_RECV_B)) {
+                if (r->me < 0 && (a.kind == GT_PP_RECV_F || a.kind == GT_PP_RECV_B)) {
                     bool sent;
                     peer_sent(s, ptr, a, &sent);
                     if (!sent) break;
@@ -241,7 +464,7 @@ static gt_status run_schedule(pp_run *r, const gt_pp_schedule *s, gt_error *err)
         }
     }
     for (int32_t rk = 0; st == GT_OK && rk < s->n_ranks; rk++)
-        if ((!r->comm || rk == r->comm->rank) && ptr[rk] < s->n_actions[rk])
+        if ((r->me < 0 || rk == r->me) && ptr[rk] < s->n_actions[rk])
             st = gt_error_set(err, GT_ERR_INVALID,
                               "pipeline step: rank %d is stuck at action %d (check the schedule "
                               "with gt_pp_schedule_simulate)",
@@ -260,7 +483,7 @@ static gt_status hand_outputs(pp_run *r, gt_tensor *losses, gt_tensor *outputs, 
             bool want = m == r->n_micro - 1 || g->outputs[k].kind == GT_OUT_LOSS;
             if (!want) continue;
             gt_value_id v = g->outputs[k].value;
-            if (!r->defined[m][v] && r->comm) continue; /* another rank's */
+            if (!r->defined[m][v] && r->me >= 0) continue; /* another rank's */
             if (!r->defined[m][v])
                 return gt_error_set(err, GT_ERR_INVALID,
                                     "pipeline step: output %d (%s) of micro-batch %d was not "
@@ -294,17 +517,18 @@ static gt_status gather_global_inputs(pp_run *r, const gt_pp_schedule *s, gt_nod
         gt_node_id p = g->values[v].producer;
         if (p == GT_NONE || r->split->stage[p] == GT_PP_STAGE_GLOBAL) continue;
         int root = s->stage_rank[r->split->stage[p]];
-        bool mine = root == r->comm->rank;
+        bool mine = root == r->me;
         if (r->gathered[v]) continue; /* for an earlier global node */
         r->gathered[v] = 1;
         if (!mine) {
             const gt_type *ty = gt_value_type(g, v);
             int64_t shape[GT_MAX_DIMS];
             GT_TRY(gt_graph_eval_shape(g, v, r->binding, shape, err));
-            GT_TRY(gt_tensor_alloc(&r->vals[m][v], ty->dtype, ty->ndim, shape, err));
+            GT_TRY(alloc_value(r, &r->vals[m][v], ty->dtype, ty->ndim, shape, err));
             r->defined[m][v] = 2;
+            account(r, &r->vals[m][v]);
         }
-        GT_TRY(gt_comm_broadcast(r->comm, &r->vals[m][v], root, err));
+        if (!r->dry) GT_TRY(gt_comm_broadcast(r->comm, &r->vals[m][v], root, err));
     }
     return GT_OK;
 }
@@ -322,13 +546,16 @@ gt_status gt_pp_eager_step_rank(const gt_graph *g, const gt_sym_binding *binding
                                 const gt_tensor *const *inputs, gt_tensor *losses,
                                 gt_tensor *outputs, gt_error *err)
 {
-    return gt_pp_eager_step_spmd(g, binding, split, s, comm, NULL, inputs, losses, outputs, err);
+    return gt_pp_eager_step_spmd(g, binding, split, s, comm, NULL, inputs, losses, outputs, NULL,
+                                 err);
 }
 
-gt_status gt_pp_eager_step_spmd(const gt_graph *g, const gt_sym_binding *binding,
-                                const gt_pp_split *split, const gt_pp_schedule *s, gt_comm *comm,
-                                gt_comm *const *dim_comms, const gt_tensor *const *inputs,
-                                gt_tensor *losses, gt_tensor *outputs, gt_error *err)
+/* The step of gt_pp_eager_step_spmd as pipeline rank `me` (-1: all of them, in this process);
+ * dry (gt_pp_step_plan): the same control flow on sizes alone, inputs, losses and outputs NULL. */
+static gt_status step(const gt_graph *g, const gt_sym_binding *binding, const gt_pp_split *split,
+                      const gt_pp_schedule *s, gt_comm *comm, int32_t me, bool dry,
+                      gt_comm *const *dim_comms, const gt_tensor *const *inputs, gt_tensor *losses,
+                      gt_tensor *outputs, gt_pp_step_stats *stats, gt_error *err)
 {
     if (comm && comm->size != s->n_ranks)
         return gt_error_set(err, GT_ERR_INVALID,
@@ -345,7 +572,11 @@ gt_status gt_pp_eager_step_spmd(const gt_graph *g, const gt_sym_binding *binding
                 .split = split,
                 .n_micro = M,
                 .comm = comm,
-                .dim_comms = dim_comms};
+                .dim_comms = dim_comms,
+                .stats = stats,
+                .me = me,
+                .dry = dry};
+    if (stats) memset(stats, 0, sizeof *stats);
     r.gathered = gt_xcalloc((size_t)nv + 1, 1);
     r.vals = gt_xcalloc((size_t)M, sizeof *r.vals);
     r.defined = gt_xcalloc((size_t)M, sizeof *r.defined);
@@ -361,34 +592,47 @@ gt_status gt_pp_eager_step_spmd(const gt_graph *g, const gt_sym_binding *binding
                 !strcmp(gt_graph_str(g, g->outputs[j].fqn), name))
                 r.update_of_input[k] = g->outputs[j].value;
     }
+    size_t nn = (size_t)g->n_nodes + 1;
+    r.invariant = gt_xcalloc(nn, 1);
+    r.same_as = gt_xcalloc(nn, sizeof *r.same_as);
+    r.holder = gt_xcalloc(nn, sizeof *r.holder);
+    r.done_mb = gt_xcalloc(nn, sizeof *r.done_mb);
+    find_invariant(&r);
+    r.pin = gt_xcalloc((size_t)nv + 1, 1);
+    r.refs = gt_xcalloc((size_t)M, sizeof *r.refs);
+    for (int32_t m = 0; m < M; m++)
+        r.refs[m] = gt_xcalloc((size_t)nv + 1, sizeof **r.refs);
+    plan_frees(&r, s);
     for (int32_t m = 0; m < M; m++) {
         r.vals[m] = gt_xcalloc((size_t)nv + 1, sizeof **r.vals);
         r.defined[m] = gt_xcalloc((size_t)nv + 1, 1);
         for (int32_t k = 0; k < g->n_inputs; k++) {
             if (m > 0 && r.update_of_input[k] >= 0) continue; /* the running sum: from m - 1 */
             gt_value_id v = g->inputs[k].value;
-            r.vals[m][v] = inputs[m][k];
+            if (!dry) r.vals[m][v] = inputs[m][k];
             r.vals[m][v].owns_data = false;
             r.defined[m][v] = 1;
         }
     }
-    for (int32_t k = 0; k < g->n_outputs; k++)
+    for (int32_t k = 0; !dry && k < g->n_outputs; k++)
         memset(&outputs[k], 0, sizeof outputs[k]);
-    for (int32_t m = 0; m < M; m++)
+    for (int32_t m = 0; !dry && m < M; m++)
         memset(&losses[m], 0, sizeof losses[m]);
     gt_status st = run_schedule(&r, s, err);
+    int64_t actions_peak = r.peak;
     /* once per step: the optimizer and the nodes every rank runs, on the last micro-batch */
     for (gt_node_id n = 0; st == GT_OK && n < g->n_nodes; n++) {
         bool global = split->part[n] == GT_PP_PART_GLOBAL;
         if (!global && split->part[n] != GT_PP_PART_OPT) continue;
-        if (comm && !global && s->stage_rank[split->stage[n]] != comm->rank) continue;
-        if (comm && global) st = gather_global_inputs(&r, s, n, err);
+        if (me >= 0 && !global && s->stage_rank[split->stage[n]] != me) continue;
+        if (me >= 0 && global) st = gather_global_inputs(&r, s, n, err);
         if (st == GT_OK) st = run_node(&r, M - 1, n, err);
+        if (st == GT_OK) release_after(&r, M - 1, n);
     }
-    gt_status sst = gt_comm_send_wait_all(comm, err);
+    gt_status sst = dry ? GT_OK : gt_comm_send_wait_all(comm, err);
     if (st == GT_OK) st = sst;
-    if (st == GT_OK) st = hand_outputs(&r, losses, outputs, err);
-    if (st != GT_OK) {
+    if (st == GT_OK && !dry) st = hand_outputs(&r, losses, outputs, err);
+    if (st != GT_OK && !dry) {
         for (int32_t k = 0; k < g->n_outputs; k++)
             gt_tensor_free(&outputs[k]);
         for (int32_t m = 0; m < M; m++)
@@ -405,5 +649,38 @@ gt_status gt_pp_eager_step_spmd(const gt_graph *g, const gt_sym_binding *binding
     free(r.micro_part);
     free(r.update_of_input);
     free(r.gathered);
+    free(r.invariant);
+    for (int32_t m = 0; m < M; m++)
+        free(r.refs[m]);
+    free(r.refs);
+    free(r.pin);
+    if (stats) {
+        stats->peak_bytes = r.peak;
+        stats->actions_peak_bytes = actions_peak;
+        stats->allocated_bytes = r.total;
+    }
+    free(r.same_as);
+    free(r.holder);
+    free(r.done_mb);
     return st;
+}
+
+gt_status gt_pp_eager_step_spmd(const gt_graph *g, const gt_sym_binding *binding,
+                                const gt_pp_split *split, const gt_pp_schedule *s, gt_comm *comm,
+                                gt_comm *const *dim_comms, const gt_tensor *const *inputs,
+                                gt_tensor *losses, gt_tensor *outputs, gt_pp_step_stats *stats,
+                                gt_error *err)
+{
+    return step(g, binding, split, s, comm, comm ? comm->rank : -1, false, dim_comms, inputs,
+                losses, outputs, stats, err);
+}
+
+gt_status gt_pp_step_plan(const gt_graph *g, const gt_sym_binding *binding,
+                          const gt_pp_split *split, const gt_pp_schedule *s, int32_t rank,
+                          gt_pp_step_stats *stats, gt_error *err)
+{
+    if (rank < -1 || rank >= s->n_ranks)
+        return gt_error_set(err, GT_ERR_INVALID, "pipeline step plan: rank %d of %d", rank,
+                            s->n_ranks);
+    return step(g, binding, split, s, NULL, rank, true, NULL, NULL, NULL, NULL, stats, err);
 }

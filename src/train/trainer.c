@@ -466,7 +466,9 @@ static gt_status setup_state(gt_trainer *t, gt_error *err)
     double t1 = gt_now_seconds();
     GT_TRY(gt_trainer_alloc_state(t, err));
     if (gt_trainer_loads_hf(t)) GT_TRY(gt_trainer_load_hf(t, err));
-    gt_trainer_snapshot_prepare(t); /* checkpoint.async_mode: its pages touched meanwhile */
+    /* checkpoint.async_mode: its pages touched meanwhile (by the ranks that write: a pipeline's
+     * other ranks hold their stages alone and never save) */
+    if (gt_trainer_pp_writes(t)) gt_trainer_snapshot_prepare(t);
     double t2 = gt_now_seconds();
     /* the graph reads the state allocated above */
     GT_TRY(step_graph_bind(t, &t->whole, err));
@@ -732,6 +734,7 @@ static gt_status run(gt_trainer *t, gt_train_result *res, gt_error *err)
     GT_TRY(gt_trainer_pp_agree(t, gt_train_agree(&t->dist, setup_state(t, err), err), err));
     int64_t start = 0;
     if (cfg->checkpoint.enable) GT_TRY(gt_trainer_resume(t, &start, err));
+    if (t->pp) GT_TRY(gt_trainer_pp_agree(t, gt_trainer_pp_own_state(t, err), err));
     GT_TRY(gt_train_share_status(&t->dist, 0, open_outputs(t, start, err), err));
     gt_trainer_refresh_ckpt_tensors(t);
     log_start(t, res, gt_now_seconds() - t_setup);
@@ -778,9 +781,10 @@ static gt_status run(gt_trainer *t, gt_train_result *res, gt_error *err)
         if (ckpt || step == cfg->training.steps) GT_TRY(report_pending(t, res, err));
         if (ckpt && !t->pp) GT_TRY(gt_trainer_save_checkpoint(t, step, err));
         if (ckpt && t->pp) { /* the stages' state to rank 0, which writes it */
-            gt_status cst = gt_trainer_pp_sync(t, err);
+            gt_status cst = gt_trainer_pp_gather(t, true, err);
             if (cst == GT_OK && gt_trainer_pp_writes(t))
                 cst = gt_trainer_save_checkpoint(t, step, err);
+            gt_trainer_pp_release(t);
             GT_TRY(gt_trainer_pp_agree(t, cst, err));
         }
         GT_TRY(gt_trainer_save_poll(t, step, false, err)); /* an asynchronous save's progress */
@@ -788,12 +792,13 @@ static gt_status run(gt_trainer *t, gt_train_result *res, gt_error *err)
     GT_TRY(gt_trainer_save_poll(t, res->last_step, true, err));
     double t_end = gt_now_seconds();
     GT_TRY(gt_trainer_state_to_host(t, true, err)); /* the hash reads the parameters alone */
-    if (t->pp) GT_TRY(gt_trainer_pp_sync(t, err));
+    if (t->pp) GT_TRY(gt_trainer_pp_gather(t, false, err)); /* to rank 0: it writes, hashes */
     if (cfg->checkpoint.enable && cfg->checkpoint.last_save_in_hf && res->last_step > start &&
         gt_trainer_pp_writes(t))
         GT_TRY(gt_trainer_save_hf(t, res->last_step, err));
     double t_host = gt_now_seconds();
-    GT_TRY(gt_trainer_params_hash(t, &res->params_hash, err));
+    GT_TRY(t->pp ? gt_trainer_pp_hash(t, &res->params_hash, err)
+                 : gt_trainer_params_hash(t, &res->params_hash, err));
     t->end_s[0] = t_host - t_end, t->end_s[1] = gt_now_seconds() - t_host;
     return GT_OK;
 }

@@ -7,13 +7,39 @@
  * micro-batches (local_batch_size = pipeline_parallel_microbatch_size, global_batch_size = the
  * run's), holds its mesh rank's blocks of the whole state, draws the same batches, and runs only
  * its own actions of the schedule (gt_pp_eager_step_spmd), so the step is bitwise that of the
- * mesh's accumulation. Each pipeline rank updates only its stages' parameters; before a
- * checkpoint and the final hash the owners broadcast them over the pipeline, so the state that
- * pipeline rank 0's mesh saves and hashes is the whole, current one. */
+ * mesh's accumulation. Each pipeline rank holds, updates and stores only its stages' parameters,
+ * gradient sums and AdamW moments (trainer_pp_state.c): the others' are freed once the state is
+ * set up. Before a checkpoint and the final hash the owners send theirs to pipeline rank 0, whose
+ * mesh saves and hashes the whole, current state, then frees them again. */
 #ifndef GRAPHTRAIN_TRAINER_PP_H
 #define GRAPHTRAIN_TRAINER_PP_H
 
+#include "graphtrain/gt_pipeline.h"
+#include "graphtrain/gt_pp_split.h"
 #include "train_internal.h"
+
+struct gt_trainer_pp {
+    const gt_config *user; /* the run's options (pipeline_parallel_degree > 1) */
+    gt_config one;         /* the accumulation config of the mesh the trainer runs (t->cfg) */
+    gt_pp_layout layout;
+    gt_pp_schedule sched;
+    bool sched_built;
+    gt_pp_split split;
+    bool split_built;
+    gt_comm *world; /* every rank */
+    gt_comm *comm;  /* the pipeline ranks of this rank's mesh coordinates */
+    int rank;
+    int32_t n_micro;
+    gt_tensor **inputs; /* [n_micro][n_inputs]: views of the state, the micro-batch's tokens */
+    gt_tensor *batch;   /* [n_micro][3]: tokens, labels, positions of each micro-batch */
+    gt_tensor *losses;  /* [n_micro] */
+    gt_tensor *outputs; /* [n_outputs] */
+    int32_t *owner;     /* [n_inputs]: the pipeline rank that updates input k, or -1 */
+    int32_t loss_output;
+    bool stats_logged;    /* the collectives of a step, logged once */
+    int32_t *param_owner; /* [n_params]: the pipeline rank of parameter p's stage, or -1 (every
+                           * rank holds it); set by gt_trainer_pp_own_state */
+};
 
 /* Before setup: checks the pipeline options (errors name the option at fault: the schedule, the
  * layers per stage, the micro-batches), refuses what does not run yet (other mesh dims, the GPU,
@@ -35,9 +61,20 @@ gt_status gt_trainer_pp_agree(gt_trainer *t, gt_status st, gt_error *err);
  * the one-rank trainer sums them) and *grad_norm on every rank. */
 gt_status gt_trainer_pp_step(gt_trainer *t, int64_t step, double *loss, double *grad_norm,
                              double *lr, gt_error *err);
-/* Every parameter, moment and model buffer from the rank of its stage to every rank (a collective
- * over the pipeline ranks). */
-gt_status gt_trainer_pp_sync(gt_trainer *t, gt_error *err);
+/* Stage-local ownership (trainer_pp_state.c), once the state is set up (drawn or resumed): frees
+ * the parameters, gradient sums and AdamW moments of the stages of other pipeline ranks, and
+ * logs on rank 0 the bytes each pipeline rank holds next to those of the mesh rank without the
+ * pipeline. A collective over the pipeline ranks. */
+gt_status gt_trainer_pp_own_state(gt_trainer *t, gt_error *err);
+/* Every stage's parameters (and their AdamW moments with moments) from the rank of their stage to
+ * pipeline rank 0, which allocates them to receive: the whole state, for its mesh to save or hash.
+ * A collective over the pipeline ranks. */
+gt_status gt_trainer_pp_gather(gt_trainer *t, bool moments, gt_error *err);
+/* Pipeline rank 0 frees again what gt_trainer_pp_gather gave it. */
+void gt_trainer_pp_release(gt_trainer *t);
+/* The final params hash (gt_trainer_params_hash) of the whole state, on every rank: after
+ * gt_trainer_pp_gather, pipeline rank 0's mesh hashes it and broadcasts it over the pipeline. */
+gt_status gt_trainer_pp_hash(gt_trainer *t, uint64_t *hash, gt_error *err);
 /* The run's options as given: t->cfg, or a pipeline's own (gt_trainer_pp_begin's cfg). */
 const gt_config *gt_trainer_pp_user_config(const gt_trainer *t);
 /* Whether this rank writes the run's files and checkpoints: those of pipeline rank 0's mesh (the

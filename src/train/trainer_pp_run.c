@@ -20,29 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "graphtrain/gt_pipeline.h"
-#include "graphtrain/gt_pp_split.h"
 #include "trainer_pp.h"
-
-struct gt_trainer_pp {
-    const gt_config *user; /* the run's options (pipeline_parallel_degree > 1) */
-    gt_config one;         /* the accumulation config of the mesh the trainer runs (t->cfg) */
-    gt_pp_layout layout;
-    gt_pp_schedule sched;
-    bool sched_built;
-    gt_pp_split split;
-    bool split_built;
-    gt_comm *world; /* every rank */
-    gt_comm *comm;  /* the pipeline ranks of this rank's mesh coordinates */
-    int rank;
-    int32_t n_micro;
-    gt_tensor **inputs; /* [n_micro][n_inputs]: views of the state, the micro-batch's tokens */
-    gt_tensor *batch;   /* [n_micro][3]: tokens, labels, positions of each micro-batch */
-    gt_tensor *losses;  /* [n_micro] */
-    gt_tensor *outputs; /* [n_outputs] */
-    int32_t *owner;     /* [n_inputs]: the pipeline rank that updates input k, or -1 */
-    int32_t loss_output;
-};
 
 static const char *const batch_names[3] = {"tokens", "labels", "positions"};
 
@@ -194,6 +172,22 @@ bool gt_trainer_pp_writes(const gt_trainer *t)
     return !t->pp || t->pp->rank == 0;
 }
 
+/* What a step costs a rank: the collectives it starts and those an earlier result serves (an
+ * FSDP gather runs once a step), and the bytes of step values it holds at most (each is freed
+ * after its last read) against all it computes. */
+static void format_stats(const gt_pp_step_stats *s, char *text, size_t size)
+{
+    snprintf(text, size,
+             "%lld collectives started (%lld all-gathers), %lld more served by an earlier "
+             "micro-batch's or node's result; step values held at most %lld B (%.2f MiB) over "
+             "the schedule's actions, %lld B (%.2f MiB) with the optimizer's, of %lld B (%.2f "
+             "MiB) computed",
+             (long long)s->collectives, (long long)s->gathers, (long long)s->collectives_reused,
+             (long long)s->actions_peak_bytes, (double)s->actions_peak_bytes / (1 << 20),
+             (long long)s->peak_bytes, (double)s->peak_bytes / (1 << 20),
+             (long long)s->allocated_bytes, (double)s->allocated_bytes / (1 << 20));
+}
+
 /* The pipeline's line: its stages and what the schedule costs (simulated bubble, the peak of
  * saved activations per rank, from the stage split of this graph). */
 static gt_status log_pipeline(gt_trainer *t, gt_error *err)
@@ -226,6 +220,15 @@ static gt_status log_pipeline(gt_trainer *t, gt_error *err)
     free(bytes);
     free(peak);
     gt_pp_sim_free(&sim);
+    /* this rank's step, planned on sizes alone: what step 1 will start and hold */
+    gt_pp_step_stats plan;
+    if (st == GT_OK)
+        st = gt_pp_step_plan(t->whole.g, &t->binding, &pp->split, &pp->sched, 0, &plan, err);
+    if (st == GT_OK) {
+        char text[512];
+        format_stats(&plan, text, sizeof text);
+        gt_log(GT_LOG_INFO, "pipeline step plan on rank 0: %s", text);
+    }
     return st;
 }
 
@@ -306,7 +309,7 @@ gt_status gt_trainer_pp_step(gt_trainer *t, int64_t step, double *loss, double *
     gt_optim_scalars(&t->adamw, step, *lr, (float *)t->scalars.data);
     /* the running sums start at zero (the runner reads micro-batch 0's from the inputs) */
     for (int32_t k = 0; k < g->n_inputs; k++)
-        if (gt_train_is_grad_sum(&g->inputs[k]))
+        if (gt_train_is_grad_sum(&g->inputs[k]) && t->whole.feed[k]->data) /* this rank's */
             memset(t->whole.feed[k]->data, 0, gt_tensor_nbytes(t->whole.feed[k]));
     for (int32_t m = 0; m < M; m++) {
         GT_TRY(gt_trainer_next_batch(t, err));
@@ -329,9 +332,17 @@ gt_status gt_trainer_pp_step(gt_trainer *t, int64_t step, double *loss, double *
     for (int32_t m = 0; m < M; m++)
         in[m] = pp->inputs[m];
     gt_comm *const *dims = gt_train_dist_multi(&t->dist) ? t->dist.dim_comm : NULL;
+    gt_pp_step_stats stats;
     gt_status st = gt_pp_eager_step_spmd(g, &t->binding, &pp->split, &pp->sched, pp->comm, dims, in,
-                                         pp->losses, pp->outputs, err);
+                                         pp->losses, pp->outputs, &stats, err);
     free(in);
+    /* once: the step as run, to set against the plan logged before step 1 */
+    if (st == GT_OK && !pp->stats_logged && pp->rank == 0 && t->dist.rank == 0) {
+        char text[512];
+        format_stats(&stats, text, sizeof text);
+        gt_log(GT_LOG_INFO, "pipeline step %lld on rank 0: %s", (long long)step, text);
+    }
+    pp->stats_logged = true;
     /* this rank's stages' updates into the host state */
     double norm = 0;
     for (int32_t k = 0; st == GT_OK && k < g->n_outputs; k++) {
@@ -375,20 +386,6 @@ gt_status gt_trainer_pp_step(gt_trainer *t, int64_t step, double *loss, double *
     return GT_OK;
 }
 
-gt_status gt_trainer_pp_sync(gt_trainer *t, gt_error *err)
-{
-    struct gt_trainer_pp *pp = t->pp;
-    const gt_graph *g = t->whole.g;
-    for (int32_t k = 0; k < g->n_inputs; k++) {
-        if (pp->owner[k] < 0) continue;
-        gt_status st = gt_comm_broadcast(pp->comm, t->whole.feed[k], pp->owner[k], err);
-        if (st != GT_OK)
-            return gt_error_wrap(err, "pipeline: %s from rank %d",
-                                 gt_graph_str(g, g->inputs[k].fqn), pp->owner[k]);
-    }
-    return GT_OK;
-}
-
 void gt_trainer_pp_free(gt_trainer *t)
 {
     struct gt_trainer_pp *pp = t->pp;
@@ -402,6 +399,7 @@ void gt_trainer_pp_free(gt_trainer *t)
     free(pp->losses);
     free(pp->outputs);
     free(pp->owner);
+    free(pp->param_owner);
     if (pp->split_built) gt_pp_split_free(&pp->split);
     if (pp->sched_built) gt_pp_schedule_free(&pp->sched);
     gt_pp_layout_free(&pp->layout);

@@ -9,12 +9,19 @@
  *     params xxh64, and the step-10 checkpoint (written by rank 0 after the stages' state is
  *     gathered) the same bytes as the one rank's;
  *   - pp 2 x dp_shard 2 (4 ranks, 1F1B) is bitwise dp_shard 2 accumulating the same micro-batches
- *     (losses, grad norms, hash, checkpoint bytes); pp 2 x tp 2 (ZBVZeroBubble) is within 1e-5
+ *     (losses, grad norms, hash, checkpoint bytes) while gathering each parameter once a step,
+ *     its result serving every micro-batch; pp 2 x tp 2 (ZBVZeroBubble) is within 1e-5
  *     relative of one rank (loss and grad norm, every step);
  *   - the step-5 checkpoint of a 2-rank 1F1B run, resumed on one rank (the reference's options),
  *     trains steps 6..10 with the uninterrupted run's losses, bit for bit; the one rank's step-5
  *     checkpoint resumed by a 2-rank ZBVZeroBubble run does the same; and the pp 2 checkpoint
  *     resumed on dp_shard 2 (the same 4 sequences a step, unaccumulated) within 1e-5;
+ *   - the runner frees each step value after its last read: a step holds under half of the
+ *     values it computes, and GPipe's actions hold more than 1F1B's; rank 0's step 1 starts the
+ *     collectives and holds the bytes its plan logged before step 1, exactly;
+ *   - stage-local state: on 2 ranks each pipeline rank holds under 0.75 of the parameters,
+ *     gradient sums and AdamW moments the one rank holds (16 bytes a parameter of the one rank's
+ *     count), and the ranks together hold it exactly once (the "pipeline state" line);
  *   - bad input is refused on every rank before any step, naming the option: a schedule that
  *     does not exist, layers per stage that do not divide as asked, too few micro-batches for
  *     DualPipeV, a local batch that is no multiple of the micro-batch size, and a pipeline degree
@@ -48,6 +55,117 @@ static void pipeline(launch_cmd *c, int np, int degree, const char *schedule, co
     launch_add(c, "--parallelism.pipeline_parallel_microbatch_size=1");
 }
 
+/* The one rank's parameter count (its "model ...: N parameters" line): its state is 16 bytes a
+ * parameter (fp32 parameter, gradient sum, two AdamW moments). */
+static long long one_rank_params;
+
+/* The "pipeline state" line of a run of `degree` ranks: each rank holds less than `share` of the
+ * one rank's state, and all of them together hold it once. */
+static void check_state(const char *name, const char *out, int degree, double share)
+{
+    const char *line = out ? strstr(out, "pipeline state (") : NULL;
+    EXPECT(line != NULL, "%s: no \"pipeline state\" line", name);
+    if (!line) return;
+    long long held[8] = {0}, sum = 0, whole = -1;
+    const char *p = line;
+    for (int r = 0; r < degree; r++) {
+        char key[32];
+        snprintf(key, sizeof key, "rank %d ", r);
+        p = strstr(p, key);
+        EXPECT(p != NULL, "%s: the pipeline state line lacks rank %d", name, r);
+        if (!p) return;
+        held[r] = strtoll(p + strlen(key), NULL, 10);
+        sum += held[r];
+    }
+    const char *w = strstr(line, "without the pipeline ");
+    if (w) whole = strtoll(w + strlen("without the pipeline "), NULL, 10);
+    long long want = 16 * one_rank_params;
+    EXPECT(whole == want, "%s: %lld B without the pipeline, the one rank holds %lld", name, whole,
+           want);
+    EXPECT(sum == want, "%s: the ranks hold %lld B together, the one rank %lld", name, sum, want);
+    for (int r = 0; r < degree; r++)
+        EXPECT((double)held[r] < share * (double)want, "%s: rank %d holds %lld B of %lld", name, r,
+               held[r], want);
+    printf("  %-30s state per rank", name);
+    for (int r = 0; r < degree; r++)
+        printf(" %.3f", (double)held[r] / (double)want);
+    printf(" of the one rank's %lld B\n", want);
+}
+
+/* The stats of rank 0's step: the plan logged before step 1 ("pipeline step plan on rank 0: ")
+ * or step 1 as run ("pipeline step 1 on rank 0: "). */
+typedef struct {
+    long long started, gathers, reused, actions, peak, computed;
+    char text[600];
+} step_stats;
+
+static bool parse_stats(const char *out, const char *key, step_stats *st)
+{
+    memset(st, 0, sizeof *st);
+    const char *line = out ? strstr(out, key) : NULL;
+    if (!line) return false;
+    line += strlen(key);
+    size_t n = strcspn(line, "\n");
+    snprintf(st->text, sizeof st->text, "%.*s", (int)n, line);
+    return sscanf(line,
+                  "%lld collectives started (%lld all-gathers), %lld more served by an earlier "
+                  "micro-batch's or node's result; step values held at most %lld B (%*f MiB) "
+                  "over the schedule's actions, %lld B (%*f MiB) with the optimizer's, of %lld B",
+                  &st->started, &st->gathers, &st->reused, &st->actions, &st->peak,
+                  &st->computed) == 6;
+}
+
+/* The runner frees each value after its last read, so the step holds well under all it
+ * computes; and what step 1 did is what was planned before it, collectives and bytes. */
+static void check_values(const char *name, const char *out, step_stats *run)
+{
+    step_stats plan;
+    bool have = parse_stats(out, "pipeline step plan on rank 0: ", &plan) &&
+                parse_stats(out, "pipeline step 1 on rank 0: ", run);
+    EXPECT(have, "%s: no pipeline step plan or step 1 line of rank 0", name);
+    if (!have) return;
+    EXPECT(!strcmp(plan.text, run->text), "%s: step 1 on rank 0 was \"%s\", planned \"%s\"", name,
+           run->text, plan.text);
+    EXPECT(run->actions > 0 && run->actions <= run->peak && 2 * run->peak < run->computed,
+           "%s: step values held at most %lld B (actions) and %lld B of %lld B computed", name,
+           run->actions, run->peak, run->computed);
+    printf("  %-30s step values held at most %lld B (actions), %lld B, of %lld B; as planned\n",
+           name, run->actions, run->peak, run->computed);
+}
+
+/* check_state and check_values on the output of the run in dump. */
+static double state_of(const char *dump, int degree, double share)
+{
+    char out_path[600];
+    snprintf(out_path, sizeof out_path, "%s.txt", dump);
+    char *out = read_all(out_path, NULL);
+    const char *slash = strrchr(dump, '/');
+    step_stats run;
+    check_state(slash ? slash + 1 : dump, out, degree, share);
+    check_values(slash ? slash + 1 : dump, out, &run);
+    free(out);
+    return (double)run.actions;
+}
+
+/* FSDP under the pipeline gathers each parameter once a step: rank 0's step 1 line says how many
+ * all-gathers it started and how many collectives an earlier result served; with 4
+ * micro-batches each gather serves at least the 3 others. */
+static void gathers_once(const char *dump)
+{
+    char out_path[600];
+    snprintf(out_path, sizeof out_path, "%s.txt", dump);
+    char *out = read_all(out_path, NULL);
+    step_stats run;
+    check_values("pp2 x dp_shard2", out, &run);
+    EXPECT(run.gathers > 0 && run.reused >= 3 * run.gathers,
+           "pp2 x dp_shard2: %lld all-gathers started on rank 0, %lld collectives served by an "
+           "earlier result (want >= 3 x the gathers)",
+           run.gathers, run.reused);
+    printf("  %-30s rank 0: %lld collectives a step, %lld of them all-gathers; %lld reused\n",
+           "pp2 x dp_shard2 FSDP", run.started, run.gathers, run.reused);
+    free(out);
+}
+
 /* Runs c with its output into DUMP.txt; the records of steps 1..10 into r, *hash the final hash.
  */
 static bool run(launch_cmd *c, const char *dump, launch_result *r, uint64_t *hash)
@@ -63,6 +181,12 @@ static bool run(launch_cmd *c, const char *dump, launch_result *r, uint64_t *has
             last == LAUNCH_STEPS && last_records(dump, LAUNCH_STEPS, r->steps, NULL);
     printf("%-48s exit %d, %.1f s\n", dump, rc, dt);
     if (!r->ok) launch_show_tail(out_path);
+    const char *m = out ? strstr(out, " parameters; step graph") : NULL;
+    if (!one_rank_params && m) { /* the first run: the one rank's */
+        while (m > out && m[-1] >= '0' && m[-1] <= '9')
+            m--;
+        one_rank_params = strtoll(m, NULL, 10);
+    }
     free(out);
     return r->ok;
 }
@@ -179,21 +303,28 @@ int main(void)
         EXPECT(false, "the one-rank reference failed");
         return gt_test_finish();
     }
+    EXPECT(one_rank_params > 0, "the one rank's output names no parameter count");
     static const char *const schedules[] = {"GPipe", "1F1B", "Interleaved1F1B", "ZBVZeroBubble",
                                             "DualPipeV"};
+    double held[5] = {0};
     for (int k = 0; k < 5; k++) {
         snprintf(dump, sizeof dump, "%s/pp2_%s", base, schedules[k]);
         pipeline(&c, 2, 2, schedules[k], dump);
-        if (run(&c, dump, &r, &hash))
+        if (run(&c, dump, &r, &hash)) {
             compare(dump + strlen(base) + 1, &ref, ref_hash, &r, hash);
-        else
+            held[k] = state_of(dump, 2, 0.75);
+        } else
             EXPECT(false, "%s failed", dump);
     }
+    /* GPipe holds every micro-batch's activations before the first backward, 1F1B at most 2 */
+    EXPECT(held[0] > held[1], "GPipe holds %.0f B over its actions, 1F1B %.0f: not more", held[0],
+           held[1]);
     snprintf(dump, sizeof dump, "%s/pp4_1F1B", base);
     pipeline(&c, 4, 4, "1F1B", dump);
-    if (run(&c, dump, &r, &hash))
+    if (run(&c, dump, &r, &hash)) {
         compare("pp4_1F1B", &ref, ref_hash, &r, hash);
-    else
+        state_of(dump, 4, 0.5);
+    } else
         EXPECT(false, "%s failed", dump);
 
     /* pp 2 x dp_shard 2 against dp_shard 2 accumulating the same 4 micro-batches a rank */
@@ -209,9 +340,10 @@ int main(void)
     snprintf(dump, sizeof dump, "%s/pp2_dp_shard2_1F1B", base);
     pipeline(&c, 4, 2, "1F1B", dump);
     launch_add(&c, "--parallelism.data_parallel_shard_degree=2");
-    if (run(&c, dump, &r, &hash) && dp_ok)
+    if (run(&c, dump, &r, &hash) && dp_ok) {
         compare("pp2 x dp_shard2 vs dp_shard2", &dp_ref, dp_hash, &r, hash);
-    else
+        gathers_once(dump);
+    } else
         EXPECT(false, "%s failed", dump);
 
     /* pp 2 x tp 2 against one rank: tp sums partial products in another order */

@@ -11,7 +11,9 @@
  * updated parameters and moments back: each micro-batch's loss, the grad norm and every updated
  * parameter and moment are memcmp-equal. A schedule whose W runs before the previous
  * micro-batch's W of its stage is refused naming the action. The same holds for the compiled
- * step graph (the pass pipeline: fusion, recomputation) under 1F1B and DualPipeV. */
+ * step graph (the pass pipeline: fusion, recomputation) under 1F1B and DualPipeV. Every step's
+ * figures (collectives, peak bytes held, bytes computed) are those gt_pp_step_plan gives on
+ * sizes alone, and the step holds less than it computes (values freed after their last read). */
 #include "pp_harness.h"
 
 static void check_schedule(setup *s, gt_pp_schedule_kind kind, int32_t pp)
@@ -40,8 +42,22 @@ static void check_schedule(setup *s, gt_pp_schedule_kind kind, int32_t pp)
         const gt_tensor *in_ptrs[MICRO];
         for (int m = 0; m < MICRO; m++)
             in_ptrs[m] = pp_in[m];
-        EXPECT_OK(gt_pp_eager_step(g, &s->binding, &split, &sched, in_ptrs, pl, po, &err), &err);
+        gt_pp_step_stats run, plan;
+        EXPECT_OK(gt_pp_eager_step_spmd(g, &s->binding, &split, &sched, NULL, NULL, in_ptrs, pl, po,
+                                        &run, &err),
+                  &err);
         if (err.code != GT_OK) break;
+        /* the plan on sizes alone is the step as run, and the step frees what it has read */
+        EXPECT_OK(gt_pp_step_plan(g, &s->binding, &split, &sched, -1, &plan, &err), &err);
+        EXPECT(!memcmp(&run, &plan, sizeof run) && run.peak_bytes < run.allocated_bytes,
+               "%s pp %d step %lld: held at most %lld B (planned %lld) of %lld B (planned %lld)",
+               gt_pp_schedule_name(kind), pp, (long long)step, (long long)run.peak_bytes,
+               (long long)plan.peak_bytes, (long long)run.allocated_bytes,
+               (long long)plan.allocated_bytes);
+        if (step == 1)
+            printf("%-16s pp %d: step values held at most %lld of %lld B, as planned\n",
+                   gt_pp_schedule_name(kind), pp, (long long)run.peak_bytes,
+                   (long long)run.allocated_bytes);
         for (int m = 0; m < MICRO; m++) {
             EXPECT(same(&rl[m], &pl[m]), "%s pp %d step %lld micro %d: loss %.9g vs %.9g",
                    gt_pp_schedule_name(kind), pp, (long long)step, m, gt_tensor_get_f32(&rl[m], 0),
