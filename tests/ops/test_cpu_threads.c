@@ -105,11 +105,11 @@ static void test_elementwise(tt_rng *r)
         int an, bn, on;
         int64_t as[3], bs[3], os[3];
     } cases[] = {
-        {GT_OP_ADD, 2, 2, 2, {5, 7001}, {5, 7001}, {5, 7001}}, /* one long row: element blocks */
-        {GT_OP_MUL, 2, 1, 2, {300, 257}, {257}, {300, 257}},   /* rows, b broadcast */
-        {GT_OP_SUB, 3, 3, 3, {40, 3, 301}, {40, 1, 301}, {40, 3, 301}}, /* a middle dim */
+        {GT_OP_ADD, 2, 2, 2, {5, 70001}, {5, 70001}, {5, 70001}}, /* one long row: element blocks */
+        {GT_OP_MUL, 2, 1, 2, {1200, 257}, {257}, {1200, 257}},    /* rows, b broadcast */
+        {GT_OP_SUB, 3, 3, 3, {160, 3, 301}, {160, 1, 301}, {160, 3, 301}}, /* a middle dim */
         {GT_OP_DIV, 2, 2, 2, {1, 401}, {403, 1}, {403, 401}}, /* both broadcast: an outer product */
-        {GT_OP_SILU_BACKWARD, 2, 2, 2, {50, 1001}, {50, 1001}, {50, 1001}},
+        {GT_OP_SILU_BACKWARD, 2, 2, 2, {200, 1001}, {200, 1001}, {200, 1001}},
     };
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         gt_tensor a = tt_rand(cases[c].an, cases[c].as, r, -4, 4);
@@ -128,7 +128,7 @@ static void test_elementwise(tt_rng *r)
         if (cases[c].op == GT_OP_SILU_BACKWARD) {
             tt_slice in[2] = {{true, 2, {1, 1001}, 1001}, {true, 2, {1, 1001}, 1001}};
             tt_slice out1[1] = {{true, 2, {1, 1001}, 1001}};
-            same = row_by_row(&k, 50, in, out1);
+            same = row_by_row(&k, 200, in, out1);
         } else {
             const float *ap = a.data, *bp = b.data, *op = out.data;
             for (int64_t i = 0; i < gt_tensor_numel(&out) && same; i++) {
@@ -150,8 +150,8 @@ static void test_elementwise(tt_rng *r)
     }
     const gt_op unary[] = {GT_OP_SILU, GT_OP_EXP, GT_OP_SQRT, GT_OP_SCALE, GT_OP_ADD_SCALAR};
     for (size_t u = 0; u < sizeof unary / sizeof unary[0]; u++) {
-        gt_tensor x = tt_rand(2, TT_SHAPE(30, 2001), r, -3, 3),
-                  y = tt_new(GT_F32, 2, TT_SHAPE(30, 2001));
+        gt_tensor x = tt_rand(2, TT_SHAPE(100, 2001), r, -3, 3),
+                  y = tt_new(GT_F32, 2, TT_SHAPE(100, 2001));
         plant_specials(&x);
         tt_call k;
         tt_init(&k, unary[u]);
@@ -162,7 +162,7 @@ static void test_elementwise(tt_rng *r)
         snprintf(what, sizeof what, "unary op %d", unary[u]);
         check_threads(&k, what);
         tt_slice rs[1] = {{true, 2, {1, 2001}, 2001}};
-        EXPECT(row_by_row(&k, 30, rs, rs), "%s: the bits of one row at a time", what);
+        EXPECT(row_by_row(&k, 100, rs, rs), "%s: the bits of one row at a time", what);
         gt_tensor_free(&x);
         gt_tensor_free(&y);
     }
@@ -172,7 +172,7 @@ static void test_elementwise(tt_rng *r)
  * broadcast over the rows, and the product as a second output. */
 static void test_fused(tt_rng *r)
 {
-    const int64_t rows = 70, d = 999;
+    const int64_t rows = 270, d = 999;
     gt_tensor x0 = tt_rand(2, TT_SHAPE(rows, d), r, -3, 3),
               x1 = tt_rand(2, TT_SHAPE(rows, d), r, -3, 3);
     gt_tensor x2 = tt_rand(1, TT_SHAPE(d), r, -1, 1);
@@ -199,7 +199,7 @@ static void test_fused(tt_rng *r)
 
 static void test_adamw(tt_rng *r)
 {
-    const int64_t shape[] = {37, 2003};
+    const int64_t shape[] = {137, 2003};
     gt_tensor p = tt_rand(2, shape, r, -1, 1), g = tt_rand(2, shape, r, -1, 1);
     gt_tensor m = tt_rand(2, shape, r, -0.1, 0.1), v = tt_rand(2, shape, r, 0, 0.01);
     plant_specials(&g);

@@ -21,7 +21,7 @@
 
 #define GT_CPU_FUSED_CHUNK 1024
 /* chunks per job on the backend's threads (a job computes each of its elements alone) */
-#define GT_CPU_FUSED_BLOCK 16
+#define GT_CPU_FUSED_BLOCK (GT_CPU_GRAIN / GT_CPU_FUSED_CHUNK)
 
 /* The f32 kernel of an op of a program (cast has none: it is a rounding only). */
 static gt_status gt_cpu_fused_run_op(int op, const gt_kernel_call *c, gt_error *err)

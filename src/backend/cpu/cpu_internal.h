@@ -181,9 +181,11 @@ gt_status gt_cpu_run_jobs(int n, gt_job_fn job, void *user, gt_error *err);
  * grain only: pick grain from the shape, never from the thread count. */
 typedef void (*gt_cpu_range_fn)(int64_t lo, int64_t hi, void *user);
 void gt_cpu_parallel_for(int64_t n, int64_t grain, gt_cpu_range_fn fn, void *user);
-/* About how many elements of an element loop one block gets: a block costs some us, well above
- * a hand-off to a thread, and an op below it stays on the calling thread. Only speed depends on
- * it (the kernels that use it compute every element alone). */
+/* About how many elements of an element loop one block gets, and so the smallest op that is cut
+ * at all: a block costs some us, above a hand-off to a spinning worker (about 1 us). 65536 (most
+ * of test_tiny's ops left on one thread) measured no better on the loaded 2-core VM
+ * (2026-12-06), within its noise. Only speed depends on it (the kernels that use it compute
+ * every element alone). */
 #define GT_CPU_GRAIN 16384
 /* Blocks of about GT_CPU_GRAIN elements in units of `per` elements (rows of a row kernel). */
 static inline int64_t gt_cpu_grain_of(int64_t per)

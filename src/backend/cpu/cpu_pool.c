@@ -92,6 +92,8 @@ static void *gt_cpu_pool_worker(void *arg)
     uint64_t seen = 0;
     for (;;) {
         uint64_t gen = atomic_load(&gt_cpu_pool.gen);
+        /* (spinning with sched_yield instead measured slower on the loaded VM: a worker that
+         * gave its core away was not there when the next call came) */
         for (int s = 0; gen == seen && s < GT_CPU_POOL_SPIN; s++) {
             gt_cpu_pool_pause();
             gen = atomic_load(&gt_cpu_pool.gen);
