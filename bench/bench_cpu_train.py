@@ -16,9 +16,11 @@ value). All three give bitwise identical parameters (the script prints their has
 Synthetic data, fp32, AdamW (lr 8e-4, betas 0.9/0.95, eps 1e-8, weight decay 0.1 on matrices),
 global-norm clipping at 1.0, warmup 2 steps then linear decay. Per-step seconds come from the run's
 metrics.jsonl (the trainer times data + forward + backward + clip + AdamW); peak RSS is the
-process's getrusage maxrss (os.wait4). graphtrain's matmuls run on --graphtrain-threads threads
+process's getrusage maxrss (os.wait4). graphtrain's kernels run on --graphtrain-threads threads
 (--training.cpu_threads; default 1, the fair single-thread comparison), the same bits on any
-count; every other kernel is single-threaded, and OPENBLAS_NUM_THREADS has no effect on it.
+count: the matmuls, attention, the element programs, norms, rope, the loss and AdamW are cut into
+blocks fixed by their shapes; the gradient norm's ordered sums stay on one thread, and
+OPENBLAS_NUM_THREADS has no effect on it.
 
 PyTorch — one fresh Python process per run: transformers LlamaForCausalLM from a LlamaConfig of
 the same shape (untied output, llama3 RoPE scaling, attn_implementation "sdpa" = transformers'
@@ -349,7 +351,7 @@ def main():
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--threads", default="1,2", help="torch thread counts")
     ap.add_argument("--graphtrain-threads", type=int, default=1,
-                    help="graphtrain's matmul threads (--training.cpu_threads)")
+                    help="graphtrain's kernel threads (--training.cpu_threads)")
     ap.add_argument("--modes", default="eager,compile", help="torch modes: eager, compile")
     ap.add_argument("--graphtrain-modes", default="compiled,no-remat,eager",
                     help="graphtrain modes: compiled (the default config), no-remat "

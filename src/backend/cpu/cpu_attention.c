@@ -24,8 +24,8 @@
  * sgemm calls (deterministic); softmax sums are double. Block sizes are constants, so the order of
  * every sum is fixed: identical bits run to run.
  *
- * Threads: one job per (batch, kv head), on up to gt_cpu_threads threads (gt_run_jobs). A job does
- * its group's query heads in head order, as one thread would, and writes only its own heads'
+ * Threads: one job per (batch, kv head), on up to gt_cpu_threads threads (gt_cpu_run_jobs). A job
+ * does its group's query heads in head order, as one thread would, and writes only its own heads'
  * outputs (its kv head's dk and dv, its query heads' out, lse and dq), so the bits are the same on
  * any thread count. */
 #include "cpu_internal.h"
@@ -217,7 +217,7 @@ static gt_status gt_cpu_attn_run(const gt_kernel_call *c, const gt_cpu_attn *a, 
     if (n > INT32_MAX)
         return gt_error_set(err, GT_ERR_UNSUPPORTED, "%s: %lld (batch, kv head) pairs",
                             gt_kernel_op_name(c->op), (long long)n);
-    return gt_run_jobs((int)n, gt_cpu_threads(), fn, &j, err);
+    return gt_cpu_run_jobs((int)n, fn, &j, err);
 }
 
 gt_status gt_cpu_sdpa(const gt_kernel_call *c, gt_error *err)

@@ -2,8 +2,10 @@
  * functions, scale, add_scalar and silu_backward.
  *
  * Each element is computed independently in f32 (no accumulation), so results are identical
- * run to run and do not depend on how the index space is walked. Scalars from attributes are
- * rounded to f32 first, as torch does for a float tensor times a Python float. */
+ * run to run and do not depend on how the index space is walked: large ops go in blocks of rows or
+ * elements to the backend's threads (gt_cpu_parallel_for), with the same bits on any count. Scalars
+ * from attributes are rounded to f32 first, as torch does for a float tensor times a Python float.
+ */
 #include "cpu_internal.h"
 
 #include <math.h>
@@ -59,9 +61,8 @@ GT_CPU_ELEMENT_LOOP static void gt_cpu_binary_dense(gt_op op, int64_t n, const f
 }
 
 /* silu_backward's dense row given e = exp(-x): the operations of gt_cpu_binary_loop's, in order. */
-GT_CPU_ELEMENT_LOOP static void gt_cpu_silu_backward_finish(int64_t n, const float *x,
-                                                            const float *dy, const float *e,
-                                                            float *out)
+GT_CPU_ELEMENT_LOOP static void
+gt_cpu_silu_backward_finish(int64_t n, const float *x, const float *dy, const float *e, float *out)
 {
     for (int64_t j = 0; j < n; j++) {
         float s = 1.0f / (1.0f + e[j]);
@@ -86,6 +87,35 @@ static void gt_cpu_binary_row(gt_op op, int64_t n, const float *a, int64_t sa, c
     }
 }
 
+typedef struct {
+    gt_op op;
+    gt_cpu_iter it;
+    const float *a, *b;
+    float *out;
+} gt_cpu_binary_call;
+
+static void gt_cpu_binary_rows(int64_t lo, int64_t hi, void *user)
+{
+    const gt_cpu_binary_call *j = user;
+    gt_cpu_iter it = j->it;
+    gt_cpu_iter_seek(&it, lo);
+    for (int64_t r = lo; r < hi; r++) {
+        gt_cpu_binary_row(j->op, it.len, j->a + it.off[0], it.inner[0], j->b + it.off[1],
+                          it.inner[1], j->out + it.off[2]);
+        gt_cpu_iter_next(&it);
+    }
+}
+
+/* Elements [lo, hi) of the single row. */
+static void gt_cpu_binary_elems(int64_t lo, int64_t hi, void *user)
+{
+    const gt_cpu_binary_call *j = user;
+    const gt_cpu_iter *it = &j->it;
+    gt_cpu_binary_row(j->op, hi - lo, j->a + it->off[0] + lo * it->inner[0], it->inner[0],
+                      j->b + it->off[1] + lo * it->inner[1], it->inner[1],
+                      j->out + it->off[2] + lo * it->inner[2]);
+}
+
 static gt_status gt_cpu_binary(const gt_kernel_call *c, gt_error *err)
 {
     const gt_tensor *a = c->in[0], *b = c->in[1];
@@ -105,15 +135,12 @@ static gt_status gt_cpu_binary(const gt_kernel_call *c, gt_error *err)
     }
     gt_kernel_contig_strides(out->ndim, out->shape, so);
     const int64_t *strides[3] = {sa, sb, so};
-    gt_cpu_iter it;
-    gt_cpu_iter_init(&it, out->ndim, out->shape, 3, strides);
-    const float *ap = a->data, *bp = b->data;
-    float *op = out->data;
-    for (int64_t r = 0; r < it.rows; r++) {
-        gt_cpu_binary_row(c->op, it.len, ap + it.off[0], it.inner[0], bp + it.off[1], it.inner[1],
-                          op + it.off[2]);
-        gt_cpu_iter_next(&it);
-    }
+    gt_cpu_binary_call j = {.op = c->op, .a = a->data, .b = b->data, .out = out->data};
+    gt_cpu_iter_init(&j.it, out->ndim, out->shape, 3, strides);
+    if (j.it.rows == 1) /* one long row (same shapes): blocks of its elements */
+        gt_cpu_parallel_for(j.it.len, GT_CPU_GRAIN, gt_cpu_binary_elems, &j);
+    else
+        gt_cpu_parallel_for(j.it.rows, gt_cpu_grain_of(j.it.len), gt_cpu_binary_rows, &j);
     return GT_OK;
 }
 
@@ -163,18 +190,21 @@ static void gt_cpu_sigmoid_rows(int64_t n, const float *x, float *y, bool times_
     }
 }
 
-/* Unary ops over a flat array (input and output have the same shape; in place is fine). */
-static gt_status gt_cpu_unary(const gt_kernel_call *c, gt_error *err)
+typedef struct {
+    gt_op op;
+    float v; /* scale's alpha, add_scalar's value */
+    const float *x;
+    float *y;
+} gt_cpu_unary_call;
+
+/* Elements [lo, hi) of a unary op. */
+static void gt_cpu_unary_block(int64_t lo, int64_t hi, void *user)
 {
-    const gt_tensor *x = c->in[0];
-    gt_tensor *out = c->out[0];
-    GT_TRY(gt_cpu_want_f32(c, x, "input", err));
-    GT_TRY(gt_cpu_want_f32(c, out, "output", err));
-    GT_TRY(gt_kernel_want_same_shape(c, x, "input", out, "output", err));
-    int64_t n = gt_tensor_numel(x);
-    const float *xp = x->data;
-    float *y = out->data;
-    switch (c->op) {
+    const gt_cpu_unary_call *u = user;
+    int64_t n = hi - lo;
+    const float *xp = u->x + lo;
+    float *y = u->y + lo;
+    switch (u->op) {
     case GT_OP_NEG:
         for (int64_t i = 0; i < n; i++)
             y[i] = -xp[i];
@@ -201,15 +231,13 @@ static gt_status gt_cpu_unary(const gt_kernel_call *c, gt_error *err)
         gt_cpu_sigmoid_rows(n, xp, y, false);
         break;
     case GT_OP_SCALE: {
-        GT_TRY(gt_kernel_want_attrs(c, 0, 1, 0, err));
-        float alpha = (float)c->f[0];
+        float alpha = u->v;
         for (int64_t i = 0; i < n; i++)
             y[i] = alpha * xp[i];
         break;
     }
     case GT_OP_ADD_SCALAR: {
-        GT_TRY(gt_kernel_want_attrs(c, 0, 1, 0, err));
-        float v = (float)c->f[0];
+        float v = u->v;
         for (int64_t i = 0; i < n; i++)
             y[i] = xp[i] + v;
         break;
@@ -217,6 +245,22 @@ static gt_status gt_cpu_unary(const gt_kernel_call *c, gt_error *err)
     default:
         GT_CHECK(!"gt_cpu_unary: not a unary op");
     }
+}
+
+/* Unary ops over a flat array (input and output have the same shape; in place is fine). */
+static gt_status gt_cpu_unary(const gt_kernel_call *c, gt_error *err)
+{
+    const gt_tensor *x = c->in[0];
+    gt_tensor *out = c->out[0];
+    GT_TRY(gt_cpu_want_f32(c, x, "input", err));
+    GT_TRY(gt_cpu_want_f32(c, out, "output", err));
+    GT_TRY(gt_kernel_want_same_shape(c, x, "input", out, "output", err));
+    gt_cpu_unary_call u = {.op = c->op, .x = x->data, .y = out->data};
+    if (c->op == GT_OP_SCALE || c->op == GT_OP_ADD_SCALAR) {
+        GT_TRY(gt_kernel_want_attrs(c, 0, 1, 0, err));
+        u.v = (float)c->f[0];
+    }
+    gt_cpu_parallel_for(gt_tensor_numel(x), GT_CPU_GRAIN, gt_cpu_unary_block, &u);
     return GT_OK;
 }
 

@@ -15,10 +15,13 @@
 #include "cpu_internal.h"
 #include "ir/fused_program.h"
 
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
 #define GT_CPU_FUSED_CHUNK 1024
+/* chunks per job on the backend's threads (a job computes each of its elements alone) */
+#define GT_CPU_FUSED_BLOCK (GT_CPU_GRAIN / GT_CPU_FUSED_CHUNK)
 
 /* The f32 kernel of an op of a program (cast has none: it is a rounding only). */
 static gt_status gt_cpu_fused_run_op(int op, const gt_kernel_call *c, gt_error *err)
@@ -96,6 +99,106 @@ static gt_status gt_cpu_fused_decode(const gt_kernel_call *c, gt_fused_ins *ins,
     return GT_OK;
 }
 
+typedef struct {
+    const gt_kernel_call *c;
+    const gt_fused_ins *ins;
+    const int *out_reg;
+    int n_res;
+    const int64_t (*stride)[GT_MAX_DIMS];
+    const bool *same;
+    bool broadcast; /* some input is gathered */
+    int64_t n;
+} gt_cpu_fused_job;
+
+/* Block b: chunks [b GT_CPU_FUSED_BLOCK, (b + 1) GT_CPU_FUSED_BLOCK) of the output, with buffers
+ * of its own. Every element is computed alone, so the blocks may run on any threads. */
+static gt_status gt_cpu_fused_block(int b, void *user, gt_error *err)
+{
+    const gt_cpu_fused_job *jb = user;
+    const gt_kernel_call *c = jb->c;
+    const gt_fused_ins *ins = jb->ins;
+    const gt_tensor *out = c->out[0];
+    int nd = out->ndim, n_in = c->n_in;
+    int64_t n = jb->n, lo = (int64_t)b * GT_CPU_FUSED_BLOCK * GT_CPU_FUSED_CHUNK;
+    int64_t hi = n - lo < (int64_t)GT_CPU_FUSED_BLOCK * GT_CPU_FUSED_CHUNK
+                     ? n
+                     : lo + (int64_t)GT_CPU_FUSED_BLOCK * GT_CPU_FUSED_CHUNK;
+    /* n_in gather buffers, then one register per instruction, each a chunk long */
+    size_t chunk = GT_CPU_FUSED_CHUNK;
+    float *buf = malloc((size_t)(n_in + c->ni) * chunk * sizeof(float));
+    if (!buf)
+        return gt_error_set(err, GT_ERR_NOMEM, "fused_elementwise: out of memory for %d buffers",
+                            n_in + c->ni);
+    float *gather[GT_MAX_IN], *reg[GT_FUSED_MAX_INS];
+    for (int k = 0; k < n_in; k++)
+        gather[k] = buf + (size_t)k * chunk;
+    for (int k = 0; k < c->ni; k++)
+        reg[k] = buf + (size_t)(n_in + k) * chunk;
+
+    /* odometer over the output's index space for the broadcast inputs, from element lo (none:
+     * inputs are read in place and the walk is skipped) */
+    int64_t idx[GT_MAX_DIMS] = {0}, off[GT_MAX_IN] = {0};
+    for (int64_t r = lo, d = nd - 1; jb->broadcast && d >= 0; d--) {
+        idx[d] = r % out->shape[d];
+        r /= out->shape[d];
+        for (int k = 0; k < n_in; k++)
+            off[k] += idx[d] * jb->stride[k][d];
+    }
+    gt_status st = GT_OK;
+    for (int64_t i0 = lo; i0 < hi && st == GT_OK; i0 += (int64_t)chunk) {
+        int64_t len = hi - i0 < (int64_t)chunk ? hi - i0 : (int64_t)chunk;
+        const float *operand[GT_MAX_IN];
+        for (int k = 0; k < n_in; k++)
+            operand[k] = jb->same[k] ? (const float *)c->in[k]->data + i0 : gather[k];
+        for (int64_t j = 0; jb->broadcast && j < len; j++) {
+            for (int k = 0; k < n_in; k++)
+                if (!jb->same[k]) gather[k][j] = ((const float *)c->in[k]->data)[off[k]];
+            for (int d = nd - 1; d >= 0; d--) { /* next index, row-major */
+                for (int k = 0; k < n_in; k++)
+                    off[k] += jb->stride[k][d];
+                if (++idx[d] < out->shape[d]) break;
+                for (int k = 0; k < n_in; k++)
+                    off[k] -= jb->stride[k][d] * idx[d];
+                idx[d] = 0;
+            }
+        }
+        for (int k = 0; k < c->ni && st == GT_OK; k++) {
+            int op = ins[k].op, arity = gt_fused_arity(op);
+            const float *src[2] = {NULL, NULL};
+            for (int s = 0; s < arity; s++) {
+                int o = ins[k].src[s];
+                src[s] = o < GT_FUSED_TEMP ? operand[o] : reg[o - GT_FUSED_TEMP];
+            }
+            if (op == GT_OP_CAST) {
+                memcpy(reg[k], src[0], (size_t)len * sizeof(float));
+            } else {
+                int64_t shape[1] = {len};
+                gt_tensor a, b, r;
+                gt_tensor_wrap(&a, GT_F32, 1, shape, (void *)src[0]);
+                gt_tensor_wrap(&r, GT_F32, 1, shape, reg[k]);
+                gt_kernel_call call = {.op = (gt_op)op, .n_in = arity, .n_out = 1};
+                call.in[0] = &a;
+                if (arity == 2) {
+                    gt_tensor_wrap(&b, GT_F32, 1, shape, (void *)src[1]);
+                    call.in[1] = &b;
+                }
+                call.out[0] = &r;
+                int nc = gt_fused_n_const(op);
+                if (nc) {
+                    call.f = c->f + ins[k].fslot;
+                    call.nf = nc;
+                }
+                st = gt_cpu_fused_run_op(op, &call, err);
+            }
+            gt_cpu_fused_round(reg[k], len, ins[k].dtype);
+        }
+        for (int j = 0; j < jb->n_res && st == GT_OK; j++)
+            memcpy((float *)c->out[j]->data + i0, reg[jb->out_reg[j]], (size_t)len * sizeof(float));
+    }
+    free(buf);
+    return st;
+}
+
 gt_status gt_cpu_fused_elementwise(const gt_kernel_call *c, gt_error *err)
 {
     gt_fused_ins ins[GT_FUSED_MAX_INS];
@@ -134,74 +237,19 @@ gt_status gt_cpu_fused_elementwise(const gt_kernel_call *c, gt_error *err)
         broadcast = broadcast || !same[k];
     }
     if (n == 0) return GT_OK;
-
-    /* n_in gather buffers, then one register per instruction, each a chunk long */
-    size_t chunk = GT_CPU_FUSED_CHUNK;
-    float *buf = malloc((size_t)(n_in + c->ni) * chunk * sizeof(float));
-    if (!buf)
-        return gt_error_set(err, GT_ERR_NOMEM, "fused_elementwise: out of memory for %d buffers",
-                            n_in + c->ni);
-    float *gather[GT_MAX_IN], *reg[GT_FUSED_MAX_INS];
-    for (int k = 0; k < n_in; k++)
-        gather[k] = buf + (size_t)k * chunk;
-    for (int k = 0; k < c->ni; k++)
-        reg[k] = buf + (size_t)(n_in + k) * chunk;
-
-    /* odometer over the output's index space for the broadcast inputs (none: inputs are read in
-     * place and the walk is skipped) */
-    int64_t idx[GT_MAX_DIMS] = {0}, off[GT_MAX_IN] = {0};
-    gt_status st = GT_OK;
-    for (int64_t i0 = 0; i0 < n && st == GT_OK; i0 += (int64_t)chunk) {
-        int64_t len = n - i0 < (int64_t)chunk ? n - i0 : (int64_t)chunk;
-        const float *operand[GT_MAX_IN];
-        for (int k = 0; k < n_in; k++)
-            operand[k] = same[k] ? (const float *)c->in[k]->data + i0 : gather[k];
-        for (int64_t j = 0; broadcast && j < len; j++) {
-            for (int k = 0; k < n_in; k++)
-                if (!same[k]) gather[k][j] = ((const float *)c->in[k]->data)[off[k]];
-            for (int d = nd - 1; d >= 0; d--) { /* next index, row-major */
-                for (int k = 0; k < n_in; k++)
-                    off[k] += stride[k][d];
-                if (++idx[d] < out->shape[d]) break;
-                for (int k = 0; k < n_in; k++)
-                    off[k] -= stride[k][d] * idx[d];
-                idx[d] = 0;
-            }
-        }
-        for (int k = 0; k < c->ni && st == GT_OK; k++) {
-            int op = ins[k].op, arity = gt_fused_arity(op);
-            const float *src[2] = {NULL, NULL};
-            for (int s = 0; s < arity; s++) {
-                int o = ins[k].src[s];
-                src[s] = o < GT_FUSED_TEMP ? operand[o] : reg[o - GT_FUSED_TEMP];
-            }
-            if (op == GT_OP_CAST) {
-                memcpy(reg[k], src[0], (size_t)len * sizeof(float));
-            } else {
-                int64_t shape[1] = {len};
-                gt_tensor a, b, r;
-                gt_tensor_wrap(&a, GT_F32, 1, shape, (void *)src[0]);
-                gt_tensor_wrap(&r, GT_F32, 1, shape, reg[k]);
-                gt_kernel_call call = {.op = (gt_op)op, .n_in = arity, .n_out = 1};
-                call.in[0] = &a;
-                if (arity == 2) {
-                    gt_tensor_wrap(&b, GT_F32, 1, shape, (void *)src[1]);
-                    call.in[1] = &b;
-                }
-                call.out[0] = &r;
-                int nc = gt_fused_n_const(op);
-                if (nc) {
-                    call.f = c->f + ins[k].fslot;
-                    call.nf = nc;
-                }
-                st = gt_cpu_fused_run_op(op, &call, err);
-            }
-            gt_cpu_fused_round(reg[k], len, ins[k].dtype);
-        }
-        for (int j = 0; j < n_res && st == GT_OK; j++)
-            memcpy((float *)c->out[j]->data + i0, reg[out_reg[j]], (size_t)len * sizeof(float));
-    }
-    free(buf);
+    gt_cpu_fused_job j = {.c = c,
+                          .ins = ins,
+                          .out_reg = out_reg,
+                          .n_res = n_res,
+                          .stride = stride,
+                          .same = same,
+                          .broadcast = broadcast,
+                          .n = n};
+    int64_t per = (int64_t)GT_CPU_FUSED_BLOCK * GT_CPU_FUSED_CHUNK, blocks = (n + per - 1) / per;
+    if (blocks > INT32_MAX)
+        return gt_error_set(err, GT_ERR_UNSUPPORTED, "fused_elementwise: %lld elements",
+                            (long long)n);
+    gt_status st = gt_cpu_run_jobs((int)blocks, gt_cpu_fused_block, &j, err);
     if (st != GT_OK) return gt_error_wrap(err, "fused_elementwise");
     return GT_OK;
 }

@@ -139,6 +139,8 @@ void gt_cpu_iter_init(gt_cpu_iter *it, int ndim, const int64_t *shape, int nops,
 void gt_cpu_iter_reduce(gt_cpu_iter *it, const gt_tensor *x, const int64_t *ostride);
 /* Moves off[] to the next row (call rows - 1 times after the first row). */
 void gt_cpu_iter_next(gt_cpu_iter *it);
+/* Moves it to row r (0 <= r < rows) of its walk, as r calls of gt_cpu_iter_next from row 0 do. */
+void gt_cpu_iter_seek(gt_cpu_iter *it, int64_t r);
 
 /* Strides that broadcast tensor shape `xs` (rank xn) to `out` (rank on) by numpy rules (aligned at
  * the right; a dim of 1 broadcasts with stride 0). False if they do not broadcast. */
@@ -166,6 +168,30 @@ void gt_cpu_sgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha
 void gt_cpu_sgemm_ld(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float *a,
                      int64_t lda, const float *b, int64_t ldb, float beta, float *c, int64_t ldc);
 bool gt_cpu_gemm_fits(int64_t m, int64_t n, int64_t k);
+
+/* ---------------------------------------------------------------- threads (cpu_pool.c) */
+
+/* Runs job(i) for i in [0, n) on the backend's persistent threads (gt_cpu_set_threads' count, the
+ * caller one of them) and returns when all are done; the result is that of the failed job of
+ * lowest index (its message in err), GT_OK when none failed. Jobs must write disjoint data; which
+ * thread runs a job never changes what it computes. Nested or concurrent calls run inline. */
+gt_status gt_cpu_run_jobs(int n, gt_job_fn job, void *user, gt_error *err);
+/* [0, n) cut into blocks of `grain` (the last shorter), fn(lo, hi, user) once per block, the blocks
+ * on the pool's threads; one thread runs the same blocks in order. The partition depends on n and
+ * grain only: pick grain from the shape, never from the thread count. */
+typedef void (*gt_cpu_range_fn)(int64_t lo, int64_t hi, void *user);
+void gt_cpu_parallel_for(int64_t n, int64_t grain, gt_cpu_range_fn fn, void *user);
+/* About how many elements of an element loop one block gets, and so the smallest op that is cut
+ * at all: a block costs some us, above a hand-off to a spinning worker (about 1 us). 65536 (most
+ * of test_tiny's ops left on one thread) measured no better on the loaded 2-core VM
+ * (2026-12-06), within its noise. Only speed depends on it (the kernels that use it compute
+ * every element alone). */
+#define GT_CPU_GRAIN 16384
+/* Blocks of about GT_CPU_GRAIN elements in units of `per` elements (rows of a row kernel). */
+static inline int64_t gt_cpu_grain_of(int64_t per)
+{
+    return per >= GT_CPU_GRAIN ? 1 : per > 0 ? GT_CPU_GRAIN / per : GT_CPU_GRAIN;
+}
 
 /* ---------------------------------------------------------------- GT_CPU_PROFILE (cpu_profile.c)
  *

@@ -3,10 +3,13 @@
  * Softmax-like sums (softmax denominators, the log-sum-exp of cross entropy, sum y*dy, the
  * cross-entropy mean over rows) accumulate in double: they run over a whole vocabulary or batch.
  * exp itself is evaluated in f32 on x - max (<= 0, so never overflows). embedding_backward adds
- * rows in f32 in token order (deterministic; the order a serial scatter-add gives). */
+ * rows in f32 in token order (deterministic; the order a serial scatter-add gives). The loss and
+ * its gradient go by blocks of rows to the backend's threads, each row computed alone; the mean's
+ * sum over rows stays in row order on one thread. */
 #include "cpu_internal.h"
 
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* softmax / softmax_backward view x as [outer, n, inner] around dim. */
@@ -135,6 +138,49 @@ static double gt_cpu_row_lse(const float *x, int64_t v, float *e, double *sum_ou
     return (double)m + log(sum);
 }
 
+typedef struct {
+    const gt_kernel_call *c;
+    int64_t v;
+    double *term; /* cross_entropy: lse_i - x_i[t_i] per row (unset on ignored rows) */
+    double coef;  /* cross_entropy_backward: dloss / n_valid */
+    bool zero;    /* cross_entropy_backward: every row is 0 (no valid row) */
+} gt_cpu_ce_call;
+
+static void gt_cpu_ce_rows(int64_t lo, int64_t hi, void *user)
+{
+    const gt_cpu_ce_call *ce = user;
+    const gt_kernel_call *c = ce->c;
+    for (int64_t i = lo; i < hi; i++) {
+        int64_t t = gt_cpu_index_at(c->in[1], i);
+        if (t == c->i[0]) continue;
+        const float *x = (const float *)c->in[0]->data + i * ce->v;
+        ce->term[i] = gt_cpu_row_lse(x, ce->v, NULL, NULL) - (double)x[t];
+    }
+}
+
+/* dlogits_ij = dloss / n_valid * (softmax_ij - [j == t_i]) for rows [lo, hi); 0 on ignored rows. */
+static void gt_cpu_ce_grad_rows(int64_t lo, int64_t hi, void *user)
+{
+    const gt_cpu_ce_call *ce = user;
+    const gt_kernel_call *c = ce->c;
+    int64_t v = ce->v;
+    for (int64_t i = lo; i < hi; i++) {
+        int64_t t = gt_cpu_index_at(c->in[1], i);
+        float *g = (float *)c->out[0]->data + i * v;
+        if (t == c->i[0] || ce->zero) {
+            memset(g, 0, (size_t)v * sizeof *g);
+            continue;
+        }
+        double sum;
+        gt_cpu_row_lse((const float *)c->in[0]->data + i * v, v, g, &sum);
+        /* coef * softmax_j = e_j * (coef / sum); the target column subtracts coef. */
+        double scale = ce->coef / sum;
+        float et = g[t];
+        gt_cpu_ce_scale(g, v, scale);
+        g[t] = (float)(et * scale - ce->coef);
+    }
+}
+
 gt_status gt_cpu_cross_entropy(const gt_kernel_call *c, gt_error *err)
 {
     const gt_tensor *logits = c->in[0], *targets = c->in[1];
@@ -145,13 +191,17 @@ gt_status gt_cpu_cross_entropy(const gt_kernel_call *c, gt_error *err)
     GT_TRY(gt_kernel_want_rank(c, out, "output", 0, err));
     /* loss = (1/n_valid) sum_{valid i} (lse_i - x_i[t_i]); 0/0 = NaN when every row is ignored. */
     int64_t rows = logits->shape[0], v = logits->shape[1];
+    /* the rows' terms on the threads, then their sum in row order on this one */
+    double *term = malloc(rows > 0 ? (size_t)rows * sizeof *term : 1);
+    if (!term)
+        return gt_error_set(err, GT_ERR_NOMEM, "cross_entropy: out of memory for %lld rows",
+                            (long long)rows);
+    gt_cpu_ce_call ce = {.c = c, .v = v, .term = term};
+    gt_cpu_parallel_for(rows, gt_cpu_grain_of(v), gt_cpu_ce_rows, &ce);
     double total = 0.0;
-    for (int64_t i = 0; i < rows; i++) {
-        int64_t t = gt_cpu_index_at(targets, i);
-        if (t == c->i[0]) continue;
-        const float *x = (const float *)logits->data + i * v;
-        total += gt_cpu_row_lse(x, v, NULL, NULL) - (double)x[t];
-    }
+    for (int64_t i = 0; i < rows; i++)
+        if (gt_cpu_index_at(targets, i) != c->i[0]) total += term[i];
+    free(term);
     *(float *)out->data = (float)(total / (double)n_valid);
     return GT_OK;
 }
@@ -166,21 +216,8 @@ gt_status gt_cpu_cross_entropy_backward(const gt_kernel_call *c, gt_error *err)
     /* dlogits_ij = dloss / n_valid * (softmax_ij - [j == t_i]); 0 on ignored rows. */
     int64_t rows = logits->shape[0], v = logits->shape[1];
     double coef = n_valid > 0 ? (double)*(const float *)dloss->data / (double)n_valid : 0.0;
-    for (int64_t i = 0; i < rows; i++) {
-        int64_t t = gt_cpu_index_at(targets, i);
-        float *g = (float *)dx->data + i * v;
-        if (t == c->i[0] || n_valid == 0) {
-            memset(g, 0, (size_t)v * sizeof *g);
-            continue;
-        }
-        double sum;
-        gt_cpu_row_lse((const float *)logits->data + i * v, v, g, &sum);
-        /* coef * softmax_j = e_j * (coef / sum); the target column subtracts coef. */
-        double scale = coef / sum;
-        float et = g[t];
-        gt_cpu_ce_scale(g, v, scale);
-        g[t] = (float)(et * scale - coef);
-    }
+    gt_cpu_ce_call ce = {.c = c, .v = v, .coef = coef, .zero = n_valid == 0};
+    gt_cpu_parallel_for(rows, gt_cpu_grain_of(v), gt_cpu_ce_grad_rows, &ce);
     return GT_OK;
 }
 

@@ -158,7 +158,7 @@ void gt_cpu_sgemm_ld(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float al
     if (nb == 1)
         gemm_block(0, &g, NULL);
     else
-        gt_run_jobs(nb, gt_cpu_threads_n, gemm_block, &g, NULL); /* gemm_block never fails */
+        gt_cpu_run_jobs(nb, gemm_block, &g, NULL); /* gemm_block never fails */
     if (prof) gt_cpu_prof_sgemm(ta, tb, m, n, k, gt_cpu_prof_now() - t0);
 }
 

@@ -126,6 +126,20 @@ GT_CPU_ELEMENT_LOOP static void gt_adamw_loop(const gt_adamw_consts *k, int64_t 
         gt_adamw_run(k, false, false, n, pp, gp, mp, vp, po, mo, vo);
 }
 
+typedef struct {
+    gt_adamw_consts k;
+    const float *pp, *gp, *mp, *vp;
+    float *po, *mo, *vo;
+} gt_adamw_call;
+
+/* Elements [lo, hi): each element's update is alone, so blocks on threads keep the bits. */
+static void gt_adamw_block(int64_t lo, int64_t hi, void *user)
+{
+    const gt_adamw_call *a = user;
+    gt_adamw_loop(&a->k, hi - lo, a->pp + lo, a->gp + lo, a->mp + lo, a->vp + lo, a->po + lo,
+                  a->mo + lo, a->vo + lo);
+}
+
 gt_status gt_cpu_adamw(const gt_kernel_call *c, gt_error *err)
 {
     for (int k = 0; k < 6; k++)
@@ -138,8 +152,14 @@ gt_status gt_cpu_adamw(const gt_kernel_call *c, gt_error *err)
     GT_TRY(gt_cpu_adamw_consts(c, c->in[4]->data, ((const float *)c->in[5]->data)[0], &k, err));
 
     int64_t n = gt_tensor_numel(p);
-    const float *pp = p->data, *gp = c->in[1]->data, *mp = c->in[2]->data, *vp = c->in[3]->data;
-    float *po = c->out[0]->data, *mo = c->out[1]->data, *vo = c->out[2]->data;
-    gt_adamw_loop(&k, n, pp, gp, mp, vp, po, mo, vo);
+    gt_adamw_call a = {.k = k,
+                       .pp = p->data,
+                       .gp = c->in[1]->data,
+                       .mp = c->in[2]->data,
+                       .vp = c->in[3]->data,
+                       .po = c->out[0]->data,
+                       .mo = c->out[1]->data,
+                       .vo = c->out[2]->data};
+    gt_cpu_parallel_for(n, GT_CPU_GRAIN, gt_adamw_block, &a);
     return GT_OK;
 }

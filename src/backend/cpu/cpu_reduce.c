@@ -55,6 +55,18 @@ static gt_status gt_cpu_reduce_layout(const gt_kernel_call *c, const gt_tensor *
     return GT_OK;
 }
 
+typedef struct {
+    const float *x;
+    float *q;
+} gt_cpu_squares_call;
+
+static void gt_cpu_squares(int64_t lo, int64_t hi, void *user)
+{
+    const gt_cpu_squares_call *s = user;
+    for (int64_t i = lo; i < hi; i++)
+        s->q[i] = s->x[i] * s->x[i];
+}
+
 /* sum, mean and sum_squares. sum_squares sums the squares, each rounded to f32 as mul's kernel
  * rounds it, exactly as sum sums: bitwise sum(mul(x, x)) (a bf16 x was widened, exactly, by the
  * dispatcher). */
@@ -76,10 +88,9 @@ static gt_status gt_cpu_sum_or_mean(const gt_kernel_call *c, gt_error *err)
     if (!sq.data)
         return gt_error_set(err, GT_ERR_NOMEM, "sum_squares: out of memory for %lld squares",
                             (long long)n);
-    const float *xp = x->data;
-    float *q = sq.data;
-    for (int64_t i = 0; i < n; i++)
-        q[i] = xp[i] * xp[i];
+    gt_cpu_squares_call q = {.x = x->data, .q = sq.data};
+    gt_cpu_parallel_for(n, GT_CPU_GRAIN, gt_cpu_squares, &q);
+    /* the ordered sum stays on one thread: its order is the bits' contract */
     gt_status st = gt_cpu_sum_strided(c, &sq, ostride, out->data, gt_tensor_numel(out), 1.0, err);
     free(sq.data);
     return st;

@@ -98,6 +98,18 @@ void gt_cpu_iter_next(gt_cpu_iter *it)
     }
 }
 
+void gt_cpu_iter_seek(gt_cpu_iter *it, int64_t r)
+{
+    for (int k = 0; k < it->nops; k++)
+        it->off[k] = 0;
+    for (int d = it->ndim - 2; d >= 0; d--) {
+        it->idx[d] = r % it->shape[d];
+        r /= it->shape[d];
+        for (int k = 0; k < it->nops; k++)
+            it->off[k] += it->idx[d] * it->stride[k][d];
+    }
+}
+
 void gt_cpu_iter_reduce(gt_cpu_iter *it, const gt_tensor *x, const int64_t *ostride)
 {
     int64_t xstr[GT_MAX_DIMS];
@@ -140,6 +152,30 @@ gt_status gt_cpu_sum_strided(const gt_kernel_call *c, const gt_tensor *x, const 
     return GT_OK;
 }
 
+typedef struct {
+    const gt_tensor *ids;
+    int64_t n, d, start;
+    const float *dy;
+    float *dw;
+} gt_cpu_scatter_call;
+
+/* Rows [lo, hi) of dw: zeroed, then every token of theirs added in token order (each block reads
+ * all ids and keeps its own: a row's sum has the same terms in the same order on any threads). */
+static void gt_cpu_scatter_rows(int64_t lo, int64_t hi, void *user)
+{
+    const gt_cpu_scatter_call *sc = user;
+    int64_t d = sc->d;
+    if ((hi - lo) * d > 0) memset(sc->dw + lo * d, 0, (size_t)((hi - lo) * d) * sizeof(float));
+    for (int64_t p = 0; p < sc->n; p++) {
+        int64_t local = gt_cpu_index_at(sc->ids, p) - sc->start;
+        if (local < lo || local >= hi) continue;
+        float *dst = sc->dw + local * d;
+        const float *r = sc->dy + p * d;
+        for (int64_t j = 0; j < d; j++)
+            dst[j] += r[j];
+    }
+}
+
 gt_status gt_cpu_embedding_scatter(const gt_kernel_call *c, int64_t start, bool all_in_range,
                                    gt_error *err)
 {
@@ -156,17 +192,9 @@ gt_status gt_cpu_embedding_scatter(const gt_kernel_call *c, int64_t start, bool 
                                 "embedding_backward: id %lld at position %lld is outside [0, %lld)",
                                 (long long)id, (long long)p, (long long)rows);
     }
-    float *g = dw->data;
-    const float *src = dy->data;
-    if (rows * d > 0) memset(g, 0, (size_t)(rows * d) * sizeof *g);
-    for (int64_t p = 0; p < n; p++) {
-        int64_t local = gt_cpu_index_at(ids, p) - start;
-        if (local < 0 || local >= rows) continue;
-        float *dst = g + local * d;
-        const float *r = src + p * d;
-        for (int64_t j = 0; j < d; j++)
-            dst[j] += r[j];
-    }
+    gt_cpu_scatter_call sc = {
+        .ids = ids, .n = n, .d = d, .start = start, .dy = dy->data, .dw = dw->data};
+    gt_cpu_parallel_for(rows, gt_cpu_grain_of(d + n / 8), gt_cpu_scatter_rows, &sc);
     return GT_OK;
 }
 
