@@ -84,6 +84,17 @@ static __device__ void gt_gm_check(const int32_t *offsets, int E, int64_t R,
     }
 }
 
+/* A tile of the rows outside the groups: zeros in rows [r0, min(r0 + bm, r1)), columns
+ * [n0, n0 + bn) below Dout, written by the whole block. */
+static __device__ void gt_gm_zero_tile(void *out, int dot, int64_t r0, int64_t r1, int64_t n0,
+                                       int bm, int bn, int64_t Dout)
+{
+    for (int l = threadIdx.x; l < bm * bn; l += blockDim.x) {
+        int64_t r = r0 + l / bn, n = n0 + l % bn;
+        if (r < r1 && n < Dout) gt_st(out, dot, r * Dout + n, 0.0f);
+    }
+}
+
 /* The rows [lo, hi) of group e, clamped into [0, R] (bad offsets are flagged by gt_gm_check). */
 static __device__ __forceinline__ void gt_gm_group(const int32_t *offsets, int e, int64_t R,
                                                    int64_t *lo, int64_t *hi)

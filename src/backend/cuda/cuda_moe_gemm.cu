@@ -53,10 +53,7 @@ __global__ void __launch_bounds__(GM_TC_THREADS)
     const int64_t r0 = tile.r0, r1 = tile.r1, n0 = (int64_t)blockIdx.y * GM_BN;
     if (e < 0) return;
     if (e == E) { /* rows outside the groups: zeros */
-        for (int l = tid; l < GM_BM * GM_BN; l += GM_TC_THREADS) {
-            int64_t r = r0 + l / GM_BN, n = n0 + l % GM_BN;
-            if (r < r1 && n < Dout) gt_st(out, dot, r * Dout + n, 0.0f);
-        }
+        gt_gm_zero_tile(out, dot, r0, r1, n0, GM_BM, GM_BN, Dout);
         return;
     }
     const uint16_t *xs = (const uint16_t *)x;

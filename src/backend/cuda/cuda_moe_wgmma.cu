@@ -1,22 +1,23 @@
 /* cuda_moe_wgmma.cu — the bf16 grouped GEMMs of the mixture of experts on Hopper's warpgroup
  * MMA (wgmma.mma_async, sm_90a), operands read by the tensor cores straight from shared memory,
- * k tiles of 64 through a three-stage cp.async pipeline, two warpgroups of 64 output rows each:
- *   grouped_matmul: 128 x 256 output tiles (m64n256k16, one block per SM);
- *   grouped_matmul_dw: 128 x 128 tiles of dw[e] (m64n128k16, two blocks per SM).
- * Measured on one H100 (DeepSeek-V3 16B cut to 4 layers, 4 x 2048 tokens, docs/BENCHMARKS.md):
- * the step's grouped products 36.5 ms on the mma.sync kernels these replace, 29.7 ms at 128 x 128
- * everywhere, 9.2 + 8.8 ms (forward and input gradient at 128 x 256, against 10.3 + 9.3) and
- * 10.1 ms (weight gradient at 128 x 128, against 11.6 at 128 x 256). Keeping a wgmma group in
- * flight across k tiles (one more stage, one block per SM) was slower. Same contracts as before:
+ * 128 x 256 output tiles (m64n256k16, two consumer warpgroups of 64 rows), k tiles of 64.
+ * Two feeds, the same sums:
+ *   TMA (gt_k_gm_tma, gt_k_gmdw_tma; the default): a producer warpgroup's bulk tensor copies
+ *     into four mbarrier stages, one wgmma group kept in flight;
+ *   cp.async (gt_k_gm_wgmma, gt_k_gmdw_wgmma; where no tensor map can be made): three stages
+ *     loaded by every thread, a barrier and a wgmma wait per k tile (the dw kernel at 128 x 128).
+ * Measured on one H100 (DeepSeek-V3 16B cut to 4 layers, 4 x 2048 tokens, docs/BENCHMARKS.md),
+ * ms a step for forward / input gradient / weight gradient: mma.sync 10.9 / 11.7 / 13.8, cp.async
+ * 8.8 / 9.2 / 10.1, TMA 6.0 / 6.2 / 9.0. Contracts:
  *   grouped_matmul: a block computes a tile of rows of ONE group with one k-loop from column 0
  *     (k tiles of 64 in order, each four wgmma k-steps of 16 in order), so a row's bits do not
  *     depend on the tile it falls in, its group's size or offset: M-invariant. Rows outside the
  *     groups are zeros.
  *   grouped_matmul_dw: a block per (expert, tile of dw[e]) runs the group's rows from
- *     offsets[e] in chunks of 64 in row order (rows past the group zero-filled), each chunk four
+ *     offsets[e] in chunks of 64 in row order (rows past the group zeroed), each chunk four
  *     wgmma k-steps of 16.
  * The k-steps are those of the mma.sync kernels, and the step's parameters come out bitwise the
- * same (16B_4layers, 6 steps: params xxh64 7fe83a918cfa1d50 with either).
+ * same on every version (16B_4layers, 12 steps: params xxh64 0c230f6bf7c51e40).
  * Every sum has one owner (no atomics, no split-K): bitwise reproducible.
  *
  * Shared memory tiles are in the 128-byte swizzle wgmma reads (a 16-byte chunk c of a 128-byte
@@ -229,10 +230,7 @@ __global__ void __launch_bounds__(WG_THREADS, N == 128 ? 2 : 1)
     const int64_t r0 = tile.r0, r1 = tile.r1, n0 = (int64_t)blockIdx.y * N;
     if (e < 0) return;
     if (e == E) { /* rows outside the groups: zeros */
-        for (int l = tid; l < WG_BM * N; l += WG_THREADS) {
-            int64_t r = r0 + l / N, n = n0 + l % N;
-            if (r < r1 && n < Dout) gt_st(out, dot, r * Dout + n, 0.0f);
-        }
+        gt_gm_zero_tile(out, dot, r0, r1, n0, WG_BM, N, Dout);
         return;
     }
     const bf16 *we = w + (int64_t)e * Din * Dout;
@@ -391,10 +389,7 @@ __global__ void __launch_bounds__(TM_THREADS, 1)
     const int64_t r0 = tile.r0, r1 = tile.r1, n0 = (int64_t)ct * N;
     if (e < 0) return;
     if (e == E) { /* rows outside the groups: zeros */
-        for (int l = tid; l < WG_BM * N; l += TM_THREADS) {
-            int64_t r = r0 + l / N, n = n0 + l % N;
-            if (r < r1 && n < Dout) gt_st(out, dot, r * Dout + n, 0.0f);
-        }
+        gt_gm_zero_tile(out, dot, r0, r1, n0, WG_BM, N, Dout);
         return;
     }
     /* full[s] at bars + 8 s (one arrival: the producer's, plus the bytes), empty[s] after them
