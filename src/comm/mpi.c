@@ -20,7 +20,9 @@
  * A peer that died or is stuck in other work then becomes an error naming this rank, the
  * collective and the group (its world ranks) instead of a hang. A timed-out request is abandoned:
  * MPI may still write into its buffers, so its scratch is leaked on purpose and the communicator
- * is marked broken (destroy then skips MPI_Comm_free, which could wait for the dead peer). */
+ * is marked broken (destroy then skips MPI_Comm_free, which could wait for the dead peer), and
+ * the process later skips MPI_Finalize: finalizing progresses the abandoned request, and a late
+ * message would land in output buffers their owners have freed by then. */
 #include "graphtrain/gt_comm.h"
 
 #include <limits.h>
@@ -105,6 +107,9 @@ static MPI_Comm comm_of(gt_comm *c)
  * fragments. Sleeping up to 1 ms between tests made a 256 MB all-gather take 4.5 s instead of
  * 0.05 s there, and an 8B run's final parameter gather several minutes. Past the communicator's
  * timeout: GT_ERR_IO naming the rank, the collective, the communicator and its members. */
+/* a request was abandoned on some communicator: MPI_Finalize is skipped (see the top) */
+static bool gt_mpi_abandoned;
+
 static gt_status wait_request(gt_comm *c, MPI_Request *r, const char *what, gt_error *err)
 {
     mpi_impl *impl = c->impl;
@@ -128,6 +133,7 @@ static gt_status wait_request(gt_comm *c, MPI_Request *r, const char *what, gt_e
                                 c->rank, what, c->name, c->size, impl->members);
         if (impl->timeout_s > 0 && waited > impl->timeout_s) {
             impl->broken = true;
+            gt_mpi_abandoned = true;
             return gt_error_set(err, GT_ERR_IO,
                                 "rank %d: %s on communicator '%s' (size %d, %s) did not complete "
                                 "within %.0f s: a peer rank of this group died or is stuck "
@@ -430,7 +436,7 @@ gt_status gt_comm_mpi_finalize(gt_error *err)
     int initialized = 0, finalized = 0;
     MPI_Initialized(&initialized);
     MPI_Finalized(&finalized);
-    if (initialized && !finalized) {
+    if (initialized && !finalized && !gt_mpi_abandoned) {
         int rc = MPI_Finalize();
         if (rc != MPI_SUCCESS)
             return gt_error_set(err, GT_ERR_IO, "MPI_Finalize failed (code %d)", rc);

@@ -413,7 +413,7 @@ static gt_status setup(gt_trainer *t, gt_error *err)
             char blas[512];
             gt_cpu_blas_describe(blas, sizeof blas);
             gt_log(GT_LOG_INFO, "%s", blas);
-            gt_log(GT_LOG_INFO, "cpu: %d thread(s) per rank for the matmuls (training.cpu_threads)",
+            gt_log(GT_LOG_INFO, "cpu: %d thread(s) per rank for the kernels (training.cpu_threads)",
                    gt_cpu_threads());
         }
     }
