@@ -78,8 +78,6 @@ bool gt_mesh_expert_tp(const gt_mesh *m, int ep);
 /* The index the efsdp x ep split cuts: coords' dp_shard coordinate, or with gt_mesh_expert_tp
  * its flattened dp_shard x tp one. */
 int gt_mesh_expert_flat(const gt_mesh *m, int ep, const int coords[GT_MESH_NDIMS]);
-/* The efsdp and ep coordinates of dp_shard coordinate `shard` (ep inner). */
-void gt_mesh_expert_coords(int ep, int shard, int *efsdp, int *ep_coord);
 
 /* Each size >= 1, else GT_ERR_INVALID naming the dim. */
 gt_status gt_mesh_init(gt_mesh *m, int dp_replicate, int dp_shard, int tp, gt_error *err);

@@ -78,12 +78,6 @@ bool gt_mesh_expert_split(const gt_mesh *m, int ep)
     return ep > 1 && ep < n && n % ep == 0;
 }
 
-void gt_mesh_expert_coords(int ep, int shard, int *efsdp, int *ep_coord)
-{
-    *efsdp = ep > 1 ? shard / ep : shard;
-    *ep_coord = ep > 1 ? shard % ep : 0;
-}
-
 bool gt_mesh_expert_tp(const gt_mesh *m, int ep)
 {
     int n = m->size[GT_MESH_DP_SHARD], tp = m->size[GT_MESH_TP];
