@@ -309,6 +309,9 @@ static inline const gt_type *gt_value_type(const gt_graph *g, gt_value_id v)
 /* Same dtype, rank and (hash-consed) dims. */
 bool gt_type_equal(const gt_type *a, const gt_type *b);
 
+/* The same attributes: counts, then every integer, float (bit for bit) and expression. */
+bool gt_attrs_equal(const gt_attrs *a, const gt_attrs *b);
+
 /* Concrete shape of a value under a binding of its symbols. */
 gt_status gt_graph_eval_shape(const gt_graph *g, gt_value_id v, const gt_sym_binding *b,
                               int64_t *shape, gt_error *err);

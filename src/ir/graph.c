@@ -414,6 +414,14 @@ void gt_graph_add_tag(gt_graph *g, gt_node_id n, const char *tag)
     node->tags[node->n_tags++] = s;
 }
 
+bool gt_attrs_equal(const gt_attrs *a, const gt_attrs *b)
+{
+    return a->ni == b->ni && a->nf == b->nf && a->ne == b->ne &&
+           memcmp(a->i, b->i, (size_t)a->ni * sizeof a->i[0]) == 0 &&
+           memcmp(a->f, b->f, (size_t)a->nf * sizeof a->f[0]) == 0 &&
+           memcmp(a->e, b->e, (size_t)a->ne * sizeof a->e[0]) == 0;
+}
+
 bool gt_node_has_tag(const gt_graph *g, const gt_node *n, const char *tag)
 {
     if (!tag) return false;

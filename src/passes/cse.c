@@ -60,15 +60,9 @@ static bool tags_equal(const gt_node *a, const gt_node *b)
 static bool node_equal(const gt_node *a, const gt_node *b)
 {
     if (a->op != b->op || a->n_in != b->n_in || a->n_out != b->n_out) return false;
-    if (a->attrs.ni != b->attrs.ni || a->attrs.nf != b->attrs.nf || a->attrs.ne != b->attrs.ne)
-        return false;
     for (int k = 0; k < a->n_in; k++)
         if (a->in[k] != b->in[k]) return false;
-    if (memcmp(a->attrs.i, b->attrs.i, (size_t)a->attrs.ni * sizeof a->attrs.i[0]) != 0 ||
-        memcmp(a->attrs.f, b->attrs.f, (size_t)a->attrs.nf * sizeof a->attrs.f[0]) != 0 ||
-        memcmp(a->attrs.e, b->attrs.e, (size_t)a->attrs.ne * sizeof a->attrs.e[0]) != 0)
-        return false;
-    return tags_equal(a, b);
+    return gt_attrs_equal(&a->attrs, &b->attrs) && tags_equal(a, b);
 }
 
 static bool mergeable(const gt_node *n)

@@ -211,18 +211,11 @@ static void find_invariant(pp_run *r)
             const gt_node *en = &g->nodes[e];
             if (!r->invariant[e] || r->same_as[e] != e || en->op != nd->op ||
                 en->n_in != nd->n_in || en->n_out != nd->n_out ||
-                r->split->stage[e] != r->split->stage[n] || en->attrs.ni != nd->attrs.ni ||
-                en->attrs.nf != nd->attrs.nf || en->attrs.ne != nd->attrs.ne)
+                r->split->stage[e] != r->split->stage[n] || !gt_attrs_equal(&en->attrs, &nd->attrs))
                 continue;
             bool same = true;
             for (int j = 0; same && j < nd->n_in; j++)
                 same = canon[en->in[j]] == canon[nd->in[j]];
-            for (int j = 0; same && j < nd->attrs.ni; j++)
-                same = en->attrs.i[j] == nd->attrs.i[j];
-            for (int j = 0; same && j < nd->attrs.nf; j++)
-                same = memcmp(&en->attrs.f[j], &nd->attrs.f[j], sizeof(double)) == 0;
-            for (int j = 0; same && j < nd->attrs.ne; j++)
-                same = en->attrs.e[j] == nd->attrs.e[j];
             if (!same) continue;
             r->same_as[n] = e;
             for (int j = 0; j < nd->n_out; j++)
