@@ -277,7 +277,7 @@ static void test_kernels(void)
     c.n_prog = 8;
     kc_check(&c);
 
-    /* row and scalar broadcast (the general kernel even when aligned): (x - m[rows]) * s[] */
+    /* row and scalar broadcast (the vector kernel reads one m element a pack): (x - m[rows]) * s[] */
     memset(&c, 0, sizeof c);
     c.name = "row + scalar bcast f32 [6, 40]";
     kc_input(&c, GT_F32, 2, SH(6, 40), -2, 2);
@@ -288,6 +288,27 @@ static void test_kernels(void)
     c.prog[1] = gt_fused_encode(GT_OP_MUL, GT_F32, T, 2, 0);
     c.prog[2] = gt_fused_encode(GT_OP_SIGMOID, GT_F32, T + 1, 0, 0);
     c.n_prog = 3;
+    kc_check(&c);
+
+    /* the MoE combine: bf16 rows scaled by f32 per-row weights, back to bf16 (the row kind in the
+     * vector kernel), and rows of 6 (packs of 4 straddle rows: the general kernel) */
+    memset(&c, 0, sizeof c);
+    c.name = "moe combine bf16 [10, 64] x f32 [10, 1]";
+    kc_input(&c, GT_BF16, 2, SH(10, 64), -2, 2);
+    kc_input(&c, GT_F32, 2, SH(10, 1), 0, 1);
+    kc_out(&c, GT_BF16, 2, SH(10, 64));
+    c.prog[0] = gt_fused_encode(GT_OP_CAST, GT_F32, 0, 0, 0);
+    c.prog[1] = gt_fused_encode(GT_OP_MUL, GT_F32, T, 1, 0);
+    c.prog[2] = gt_fused_encode(GT_OP_CAST, GT_BF16, T + 1, 0, 0);
+    c.n_prog = 3;
+    kc_check(&c);
+    memset(&c, 0, sizeof c);
+    c.name = "row bcast f32 [2, 3, 6] x [2, 3, 1]";
+    kc_input(&c, GT_F32, 3, SH(2, 3, 6), -2, 2);
+    kc_input(&c, GT_F32, 3, SH(2, 3, 1), -1, 1);
+    kc_out(&c, GT_F32, 3, SH(2, 3, 6));
+    c.prog[0] = gt_fused_encode(GT_OP_MUL, GT_F32, 0, 1, 0);
+    c.n_prog = 1;
     kc_check(&c);
 
     /* f16 with a scalar: scale(silu(x)) + y * s */

@@ -19,9 +19,11 @@
  * together), raw, and widened when an instruction reads them. Temporaries live in R register
  * slots (R = 2 allocated on the host by liveness, which chains and the usual trees need; 8
  * otherwise), indexed through constant-index selects so that they stay in registers; the
- * instantiation is the smallest that holds the node's inputs. Inputs that are not a vector or a
- * scalar (a general broadcast, a misaligned view), and the tail of fewer than V elements, go
- * to the general kernel: one element per thread, offsets through the broadcast strides as the
+ * instantiation is the smallest that holds the node's inputs. A row input (one element per
+ * output row, as the MoE combine's [rows, 1] weights) is read once a pack, as a scalar is: on
+ * the general kernel the combine's 100 M-element products ran at a sixth of the bandwidth (11 of
+ * the 16B_4layers step's 102 ms). Inputs that are none of these (a general broadcast, a
+ * misaligned view), and the tail of fewer than V elements, go to the general kernel: one element per thread, offsets through the broadcast strides as the
  * general binary kernel computes them. The interpreter's per-pack work costs it bandwidth (1.7
  * TB/s on an H200 for a three-op bf16 program, about what the unfused kernels take together), so
  * the hot two-op programs of the llama3 step get compile-time kernels (gt_k_fused2, below) that
@@ -32,8 +34,8 @@
 #include <math.h>
 #include <string.h>
 
-/* Input access kinds (per input, chosen on the host). The vector kernel takes the first three,
- * the general kernel all. */
+/* Input access kinds (per input, chosen on the host). The vector kernel takes VEC, VEC_MOD,
+ * SCALAR and ROW (when a pack never straddles two rows), the general kernel all. */
 enum {
     GT_FK_VEC = 0, /* vector load at element i0 (same numel as the output), aligned */
     GT_FK_VEC_MOD, /* vector load at i0 % mod (a broadcast of the output's trailing dims) */
@@ -41,6 +43,8 @@ enum {
     GT_FK_FLAT,    /* element i (same numel, misaligned) */
     GT_FK_MOD,     /* element i % mod (trailing broadcast, misaligned or mod % V != 0) */
     GT_FK_GENERAL, /* through the broadcast strides */
+    GT_FK_ROW,     /* element i / mod: x is the output's leading dims, its trailing ones
+                    * broadcast (a per-row scale such as the MoE combine's [rows, 1] weights) */
 };
 
 typedef struct {
@@ -204,6 +208,8 @@ __device__ __forceinline__ int64_t gt_fk_offset(const gt_fused_args &P, int s, i
     case GT_FK_MOD:
     case GT_FK_VEC_MOD:
         return i % P.mod[s];
+    case GT_FK_ROW:
+        return i / P.mod[s];
     case GT_FK_GENERAL: {
         int64_t off = 0;
         for (int d = P.ndim - 1; d >= 0; d--) {
@@ -249,10 +255,10 @@ static __host__ __device__ constexpr bool gt_fk_binary(int op)
            op == GT_OP_SILU_BACKWARD;
 }
 
-/* Operand src of the pack at i0 into a: a temp, a raw vector loaded at the pack's start, or a
- * scalar input. */
+/* Operand src of the pack at i0 into a: a temp, a raw vector loaded at the pack's start, or one
+ * element for every lane (a scalar input, or a row input: the pack lies in one row). */
 template <int V, int NIN, int R>
-__device__ __forceinline__ void gt_fk_fetch(const gt_fused_args &P, int src,
+__device__ __forceinline__ void gt_fk_fetch(const gt_fused_args &P, int src, int64_t i0,
                                             const uint4 (&raw)[NIN], const float (&t)[R][V],
                                             float *a)
 {
@@ -261,8 +267,8 @@ __device__ __forceinline__ void gt_fk_fetch(const gt_fused_args &P, int src,
         return;
     }
     int dt = P.dt[src];
-    if (P.kind[src] == GT_FK_SCALAR) {
-        float v = gt_ld(P.in[src], dt, 0);
+    if (P.kind[src] == GT_FK_SCALAR || P.kind[src] == GT_FK_ROW) {
+        float v = gt_ld(P.in[src], dt, P.kind[src] == GT_FK_ROW ? i0 / P.mod[src] : 0);
 #pragma unroll
         for (int l = 0; l < V; l++)
             a[l] = v;
@@ -286,7 +292,7 @@ __global__ void __launch_bounds__(GT_CUDA_THREADS)
 #pragma unroll
         for (int s = 0; s < NIN; s++) {
             raw[s] = make_uint4(0, 0, 0, 0);
-            if (s < P.n_in && P.kind[s] != GT_FK_SCALAR)
+            if (s < P.n_in && P.kind[s] != GT_FK_SCALAR && P.kind[s] != GT_FK_ROW)
                 gt_fk_load<V>(P.in[s], P.dt[s], P.kind[s] == GT_FK_VEC ? i0 : i0 % P.mod[s],
                               raw[s]);
         }
@@ -301,9 +307,9 @@ __global__ void __launch_bounds__(GT_CUDA_THREADS)
         for (int k = 0; k < P.n_ins; k++) {
             float a[V], b[V];
             int op = P.op[k];
-            gt_fk_fetch<V, NIN, R>(P, P.src0[k], raw, t, a);
+            gt_fk_fetch<V, NIN, R>(P, P.src0[k], i0, raw, t, a);
             if (gt_fk_binary(op))
-                gt_fk_fetch<V, NIN, R>(P, P.src1[k], raw, t, b);
+                gt_fk_fetch<V, NIN, R>(P, P.src1[k], i0, raw, t, b);
             else
 #pragma unroll
                 for (int l = 0; l < V; l++)
@@ -527,6 +533,24 @@ static bool gt_fk_trailing(const gt_tensor *x, const gt_tensor *out)
     return true;
 }
 
+/* Row broadcast: x's dims, aligned to the output's last ones, equal the output's up to some dim
+ * and are 1 after it (x contiguous), so element i of the output reads element i / (the output's
+ * elements per x element), returned in *inner (> 1); false otherwise. */
+static bool gt_fk_row(const gt_tensor *x, const gt_tensor *out, int64_t *inner)
+{
+    int pad = out->ndim - x->ndim, k = 0;
+    if (pad < 0) return false;
+    for (int d = 0; d < x->ndim; d++)
+        if (x->shape[d] != 1) k = pad + d + 1;
+    for (int d = 0; d < k; d++)
+        if ((d < pad ? 1 : x->shape[d - pad]) != out->shape[d]) return false;
+    int64_t in = 1;
+    for (int d = k; d < out->ndim; d++)
+        in *= out->shape[d];
+    *inner = in;
+    return in > 1;
+}
+
 template <int V, int NIN, int R>
 static void gt_fk_launch(cudaStream_t st, const gt_fused_args &P, int64_t n_packs)
 {
@@ -748,6 +772,8 @@ static gt_status gt_fk_run(gt_cuda_stream *s, const gt_kernel_call *c, const gt_
             P.kind[k] = GT_FK_SCALAR;
         else if (gt_fk_trailing(x, out))
             P.kind[k] = aligned && m % V == 0 ? GT_FK_VEC_MOD : GT_FK_MOD;
+        else if (gt_fk_row(x, out, &P.mod[k]))
+            P.kind[k] = GT_FK_ROW;
         else
             P.kind[k] = GT_FK_GENERAL;
     }
@@ -775,7 +801,8 @@ static gt_status gt_fk_run(gt_cuda_stream *s, const gt_kernel_call *c, const gt_
     bool vec = gt_aligned16(out->data);
     for (int k = 0; k < c->n_in; k++)
         vec = vec &&
-              (P.kind[k] == GT_FK_VEC || P.kind[k] == GT_FK_VEC_MOD || P.kind[k] == GT_FK_SCALAR);
+              (P.kind[k] == GT_FK_VEC || P.kind[k] == GT_FK_VEC_MOD || P.kind[k] == GT_FK_SCALAR ||
+               (P.kind[k] == GT_FK_ROW && P.mod[k] % V == 0));
     int64_t n_packs = vec ? n / V : 0;
     if (n_packs > 0 && gt_fk_try_pattern(s->stream, c, ins, &P, n_packs * V)) {
         GT_TRY(gt_cuda_launched(c, err));
