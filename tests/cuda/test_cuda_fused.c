@@ -290,8 +290,8 @@ static void test_kernels(void)
     c.n_prog = 3;
     kc_check(&c);
 
-    /* the MoE combine: bf16 rows scaled by f32 per-row weights, back to bf16 (the row kind in the
-     * vector kernel), and rows of 6 (packs of 4 straddle rows: the general kernel) */
+    /* the MoE combine: bf16 rows scaled by f32 per-row weights, back to bf16 (gt_k_row_scale),
+     * and rows of 6 (packs of 4 straddle rows: the general kernel) */
     memset(&c, 0, sizeof c);
     c.name = "moe combine bf16 [10, 64] x f32 [10, 1]";
     kc_input(&c, GT_BF16, 2, SH(10, 64), -2, 2);

@@ -8,7 +8,9 @@
  *     loaded by every thread, a barrier and a wgmma wait per k tile (the dw kernel at 128 x 128).
  * Measured on one H100 (DeepSeek-V3 16B cut to 4 layers, 4 x 2048 tokens, docs/BENCHMARKS.md),
  * ms a step for forward / input gradient / weight gradient: mma.sync 10.9 / 11.7 / 13.8, cp.async
- * 8.8 / 9.2 / 10.1, TMA 6.0 / 6.2 / 9.0. Contracts:
+ * 8.8 / 9.2 / 10.1, TMA 6.0 / 6.2 / 9.0, with paired epilogue stores 5.3 / 5.4 / 6.5 (a
+ * persistent grid that overlaps a tile's stores with the next tile's loads measured the same:
+ * 5.5 / 5.5 / 6.3). Contracts:
  *   grouped_matmul: a block computes a tile of rows of ONE group with one k-loop from column 0
  *     (k tiles of 64 in order, each four wgmma k-steps of 16 in order), so a row's bits do not
  *     depend on the tile it falls in, its group's size or offset: M-invariant. Rows outside the
@@ -189,20 +191,39 @@ __device__ __forceinline__ void gt_wg_mainloop(float (&d)[N / 2], int64_t nk, Lo
     gt_cp_wait<0>();
 }
 
+/* Elements i and i + 1 of out (i even, out 8-byte aligned) in one 4- or 8-byte store, each
+ * rounded as gt_st rounds it. */
+__device__ __forceinline__ void gt_st2(void *p, int dt, int64_t i, float a, float b)
+{
+    if (dt == GT_BF16)
+        *(__nv_bfloat162 *)((__nv_bfloat16 *)p + i) = __floats2bfloat162_rn(a, b);
+    else if (dt == GT_F16)
+        *(__half2 *)((__half *)p + i) = __floats2half2_rn(a, b);
+    else
+        *(float2 *)((float *)p + i) = make_float2(a, b);
+}
+
 /* d (a warpgroup's 64 x N) to out rows r0 + .. (below r1), columns n0 + .. (below ncols); out
- * row stride ld (elements), base ob. */
+ * row stride ld (elements), base ob. A thread's two adjacent columns go in one store where the
+ * offsets are even (the epilogue is a large part of the weight gradient's short tiles). */
 template <int N>
 __device__ __forceinline__ void gt_wg_store(const float (&d)[N / 2], void *out, int dot, int64_t ob,
                                             int64_t ld, int64_t r0, int64_t r1, int64_t n0,
                                             int64_t ncols)
 {
     const int lane = threadIdx.x % 32, w = (threadIdx.x / 32) % 4, g = lane / 4, q = lane % 4;
+    const bool pair = ((ob | ld | ncols | n0) & 1) == 0 && ((uintptr_t)out & 7) == 0;
 #pragma unroll
     for (int j = 0; j < N / 8; j++)
 #pragma unroll
         for (int h = 0; h < 2; h++) {
             int64_t r = r0 + w * 16 + g + 8 * h, n = n0 + j * 8 + 2 * q;
             if (r >= r1) continue;
+            if (pair) {
+                if (n < ncols)
+                    gt_st2(out, dot, ob + r * ld + n, d[4 * j + 2 * h], d[4 * j + 2 * h + 1]);
+                continue;
+            }
             if (n < ncols) gt_st(out, dot, ob + r * ld + n, d[4 * j + 2 * h]);
             if (n + 1 < ncols) gt_st(out, dot, ob + r * ld + n + 1, d[4 * j + 2 * h + 1]);
         }
