@@ -21,7 +21,8 @@
  *   - EPT_FULL (the 2-rank test): a capacity factor of 0.05 fails with the error naming the
  *     layer and the factor needed, before any step.
  * EPT_SP: sequence parallelism on (the MoE input, sequence-sharded over tp, is gathered where the
- * block flattens its tokens and split over tp again where routing starts) or off. */
+ * block flattens its tokens and split over tp again where routing starts) or off. EPT_MORE(base,
+ * one): a function of the including file run last, given the one-rank run. */
 #include "launch.h" /* first: train_child.h defines _GNU_SOURCE */
 
 #define EPL_SECONDS 300.0
@@ -216,6 +217,10 @@ static inline void epl_refused(const char *base, const char *name, int ep, const
 }
 
 #ifdef EPT_EP
+#ifdef EPT_MORE
+static void EPT_MORE(const char *base, const epl_run *one); /* defined by the including file */
+#endif
+
 static int ept_main(const char *test_name)
 {
     char base[256], art[400];
@@ -239,6 +244,9 @@ static int ept_main(const char *test_name)
     epl_refused(base, "f0.05", EPT_EP, "--parallelism.expert_parallel_capacity_factor=0.05",
                 "expert-parallel capacity overflow", "expert_parallel_capacity_factor to at least",
                 NULL);
+#endif
+#ifdef EPT_MORE
+    EPT_MORE(base, &one); /* the including test's further layouts against the one-rank run */
 #endif
     if (gt_test_failed_ == 0 && !getenv("GT_KEEP")) remove_tree(base);
     return gt_test_finish();
