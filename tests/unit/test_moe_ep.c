@@ -15,9 +15,9 @@
  * graph's mesh gains efsdp and ep: rows move over ep only, the expert weights are gathered over
  * efsdp only and their gradient reduce-scattered over it, and the text form keeps both dims.
  * ep taking tp ranks (dp_shard 1 x tp 2 and x tp 4 with ep 2, dp_shard 2 x tp 2 with ep 4):
- * each rank stores E / (dp_shard x tp) experts and their gradient, tp times fewer bytes than
- * ep 1's E / dp_shard (ep times on dp_shard 1 x tp 2, ep 2); gathered and reduce-scattered over
- * efsdp only.
+ * each rank stores E / (dp_shard x tp) experts, their gradient and AdamW moments, tp times fewer
+ * bytes than ep 1's E / dp_shard (ep times on dp_shard 1 x tp 2, ep 2); gathered and
+ * reduce-scattered over efsdp only.
  * Simulated ranks (2 threads, tests/shard_sim.h): a routed layer — routing on its own scores,
  * dispatch, grouped matmul, combine — and the expert weights' gradient, run on dp_shard 2 with
  * ep 2 and with ep 1: the combined rows and the gradient are bitwise equal between the two,
@@ -32,6 +32,7 @@
 #include "graphtrain/gt_build.h"
 #include "graphtrain/gt_config.h"
 #include "graphtrain/gt_exec.h"
+#include "graphtrain/gt_optim.h"
 #include "graphtrain/gt_parallel.h"
 #include "graphtrain/gt_train.h"
 #include "gt_test.h"
@@ -181,7 +182,8 @@ static void test_kernels(void)
 
 /* One routed-experts layer on [batch, 8] tokens, E = 4, K = 2: forward and a weight gradient,
  * parallelized on dp_shard `shard` x tp `tp` with expert_parallel_degree ep. */
-static gt_graph *expand_mesh(int shard, int tp, int ep, int *packs, int *a2a, int *gathers)
+static gt_graph *expand_mesh(int shard, int tp, int ep, bool adamw, int *packs, int *a2a,
+                             int *gathers)
 {
     gt_graph *g = gt_graph_new();
     gt_expr b = gt_sym_var(g->sym, "batch"), d8 = gt_c(g, 8), e4 = gt_c(g, 4);
@@ -195,17 +197,23 @@ static gt_graph *expand_mesh(int shard, int tp, int ep, int *packs, int *a2a, in
     gt_value_id out = gt_embedding_backward(g, token, y, b);
     gt_graph_add_output(g, GT_OUT_METRIC, "out",
                         gt_reduce(g, GT_OP_SUM, out, 2, (int[]){0, 1}, false));
-    gt_graph_add_output(g, GT_OUT_GRAD, "w", gt_grouped_matmul_dw(g, xs, y, offsets));
+    gt_value_id dw = gt_grouped_matmul_dw(g, xs, y, offsets);
+    gt_graph_add_output(g, GT_OUT_GRAD, "w", dw);
+    gt_error err = {0};
+    if (adamw) { /* the moments ("optim.exp_avg.w", ...) must sit where w does */
+        gt_adamw_config a = gt_adamw_config_default();
+        EXPECT_OK(gt_optim_append_adamw(g, 1, &w, &dw, &a, &err), &err);
+    }
     EXPECT(g->err.code == GT_OK, "building: %s", g->err.msg);
     gt_parallel_plan plan = {.expert_parallel_degree = ep};
-    gt_error err = {0};
     GT_CHECK(gt_mesh_init(&plan.mesh, 1, shard, tp, &err) == GT_OK);
-    gt_placement place[2][GT_MESH_MAX_DIMS];
+    gt_placement(*place)[GT_MESH_MAX_DIMS] = gt_xcalloc((size_t)g->n_inputs, sizeof *place);
     EXPECT_OK(gt_parallel_input_layouts(&plan, g, place, &err), &err);
     if (shard > 1) place[0][GT_MESH_DP_SHARD] = (gt_placement){GT_PLACE_SHARD, 0, 0, 0};
     gt_graph *p = NULL;
     EXPECT_OK(gt_parallelize(g, &plan, (const gt_placement(*)[GT_MESH_MAX_DIMS])place, &p, &err),
               &err);
+    free(place);
     gt_graph_free(g);
     *packs = *a2a = *gathers = 0;
     for (int32_t i = 0; p && i < p->n_nodes; i++) {
@@ -218,7 +226,7 @@ static gt_graph *expand_mesh(int shard, int tp, int ep, int *packs, int *a2a, in
 
 static gt_graph *expand_on(int shard, int ep, int *packs, int *a2a, int *gathers)
 {
-    return expand_mesh(shard, 1, ep, packs, a2a, gathers);
+    return expand_mesh(shard, 1, ep, false, packs, a2a, gathers);
 }
 
 static gt_graph *expand(int ep, int *packs, int *a2a, int *gathers)
@@ -294,14 +302,19 @@ static int64_t local_bytes(const gt_graph *p, gt_value_id v)
     return n;
 }
 
-/* The local bytes of expert weight w and of its gradient output in p. */
-static void expert_bytes(const gt_graph *p, int64_t *w, int64_t *grad)
+/* The local bytes of expert weight w, of its gradient (AdamW's input) and of its two moments in
+ * p. */
+static void expert_bytes(const gt_graph *p, int64_t *w, int64_t *grad, int64_t *moments)
 {
     *w = *grad = -1;
-    for (int32_t k = 0; k < p->n_inputs; k++)
+    *moments = 0;
+    for (int32_t k = 0; k < p->n_inputs; k++) {
         if (p->inputs[k].kind == GT_IN_PARAM) *w = local_bytes(p, p->inputs[k].value);
-    for (int32_t k = 0; k < p->n_outputs; k++)
-        if (p->outputs[k].kind == GT_OUT_GRAD) *grad = local_bytes(p, p->outputs[k].value);
+        if (p->inputs[k].kind == GT_IN_OPT_STATE && gt_value_type(p, p->inputs[k].value)->ndim == 3)
+            *moments += local_bytes(p, p->inputs[k].value);
+    }
+    for (int32_t i = 0; i < p->n_nodes; i++)
+        if (p->nodes[i].op == GT_OP_ADAMW) *grad = local_bytes(p, p->nodes[i].in[1]);
 }
 
 /* Collectives over mesh dim md of group size `size` in p (0: any size) whose input has `bytes`
@@ -331,28 +344,31 @@ static void test_expansion_tp(void)
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         int shard = cases[c].shard, tp = cases[c].tp, ep = cases[c].ep, efsdp = shard * tp / ep;
         int packs, a2a, gathers;
-        int64_t w1, g1, w, gw;
-        gt_graph *p1 = expand_mesh(shard, tp, 1, &packs, &a2a, &gathers);
-        gt_graph *p = expand_mesh(shard, tp, ep, &packs, &a2a, &gathers);
+        int64_t w1, g1, m1, w, gw, m;
+        gt_graph *p1 = expand_mesh(shard, tp, 1, true, &packs, &a2a, &gathers);
+        gt_graph *p = expand_mesh(shard, tp, ep, true, &packs, &a2a, &gathers);
         if (!p || !p1) {
             EXPECT(false, "dp_shard %d x tp %d, ep %d: not parallelized", shard, tp, ep);
             gt_graph_free(p);
             gt_graph_free(p1);
             continue;
         }
-        expert_bytes(p1, &w1, &g1);
-        expert_bytes(p, &w, &gw);
-        printf("dp_shard %d x tp %d, ep %d: expert weight %lld bytes a rank, gradient %lld (ep 1: "
-               "%lld, %lld)\n",
-               shard, tp, ep, (long long)w, (long long)gw, (long long)w1, (long long)g1);
-        EXPECT(w == 1024 / (shard * tp) && gw == w,
-               "dp_shard %d x tp %d, ep %d: a rank stores %lld bytes of the expert weights and "
-               "%lld of their gradient, want %d (1 / (dp_shard x tp))",
-               shard, tp, ep, (long long)w, (long long)gw, 1024 / (shard * tp));
-        EXPECT(w1 == 1024 / shard, "dp_shard %d x tp %d, ep 1: %lld bytes, want %d", shard, tp,
-               (long long)w1, 1024 / shard);
+        expert_bytes(p1, &w1, &g1, &m1);
+        expert_bytes(p, &w, &gw, &m);
+        printf("dp_shard %d x tp %d, ep %d: expert weight %lld bytes a rank, gradient %lld, "
+               "moments %lld (ep 1: %lld, %lld, %lld)\n",
+               shard, tp, ep, (long long)w, (long long)gw, (long long)m, (long long)w1,
+               (long long)g1, (long long)m1);
+        EXPECT(w == 1024 / (shard * tp) && gw == w && m == 2 * w,
+               "dp_shard %d x tp %d, ep %d: a rank stores %lld bytes of the expert weights, %lld "
+               "of their gradient and %lld of their moments, want %d, %d, %d (1 / (dp_shard x tp))",
+               shard, tp, ep, (long long)w, (long long)gw, (long long)m, 1024 / (shard * tp),
+               1024 / (shard * tp), 2048 / (shard * tp));
+        EXPECT(w1 == 1024 / shard && m1 == 2 * w1,
+               "dp_shard %d x tp %d, ep 1: %lld bytes, moments %lld, want %d, %d", shard, tp,
+               (long long)w1, (long long)m1, 1024 / shard, 2048 / shard);
         /* by tp (the ranks the weights were whole on): ep itself on dp_shard 1 x tp 2, ep 2 */
-        EXPECT(w * tp == w1 && gw * tp == g1,
+        EXPECT(w * tp == w1 && gw * tp == g1 && m * tp == m1,
                "dp_shard %d x tp %d, ep %d: the expert state shrinks by tp (%lld -> %lld)", shard,
                tp, ep, (long long)w1, (long long)w);
         int g_efsdp = count_coll(p, GT_OP_ALL_GATHER_START, GT_MESH_EFSDP, efsdp, w);
