@@ -97,7 +97,8 @@ typedef struct {
     bool fsdp_reshard_last; /* that too for the last block, final norm and output (else kept) */
     /* Expert parallel (DeepSeek-V3's routed experts): 0 or 1 off; else the ep group size, a
      * divisor of dp_shard (with tp > 1 the MoE runs replicated over tp), or of dp_shard x tp
-     * (gt_mesh_expert_tp: the tokens split over tp, expert weights whole on every tp rank). ep =
+     * (gt_mesh_expert_tp: the tokens split over tp, the expert weights stored over the flattened
+     * dp_shard x tp ranks, E / (dp_shard x tp) whole experts each). ep =
      * dp_shard: the ep group is the dp_shard dim. A proper divisor: the efsdp x ep groups of
      * gt_mesh_expert_split. The expert weights keep their dp_shard S(0) storage (E/dp_shard whole
      * experts per rank); they are gathered over efsdp only, and the routed rows go to their

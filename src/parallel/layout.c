@@ -1,7 +1,9 @@
 /* layout.c — the placements graph inputs start from (the model's tensor-parallel plan on each
- * parameter, SimpleFSDP's shard(0) storage — the token embedding's on dim 1 —, the data-parallel
- * batch), the block of a global tensor a rank holds, and placement text. */
+ * parameter, SimpleFSDP's shard(0) storage — the token embedding's on dim 1 —, the routed experts'
+ * flattened dp_shard x tp storage when ep takes tp ranks, the data-parallel batch), the block of a
+ * global tensor a rank holds, and placement text. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "graphtrain/gt_parallel.h"
@@ -51,6 +53,54 @@ static void param_layout(const gt_parallel_plan *plan, gt_param_plan pp, int ndi
     }
 }
 
+/* The routed-expert weights when ep takes tp ranks (gt_mesh_expert_tp): their lean storage, whole
+ * experts sharded over the flattened dp_shard x tp ranks in the tokens' order rank.dp_shard * tp
+ * + rank.tp — shard(0) on dp_shard and shard(0) nested inside it on tp —, so each rank stores
+ * E / (dp_shard * tp) experts (torchtitan's ETP 1, efsdp x ep) instead of FSDP's E / dp_shard
+ * whole over tp. The expert count divides dp_shard * tp (the trainer checks). */
+static void expert_layout(const gt_parallel_plan *plan, gt_placement *out)
+{
+    bool shard = plan->mesh.size[GT_MESH_DP_SHARD] > 1;
+    out[GT_MESH_DP_SHARD] = shard ? gt_place_shard(0, 0) : gt_place_replicate();
+    out[GT_MESH_TP] = gt_place_shard(0, shard ? 1 : 0);
+}
+
+/* Marks expert[k] for the inputs that are routed-expert weights: a PARAM that grouped_matmul
+ * multiplies by (seen through casts and views), and the state placed as one (as_param: its AdamW
+ * moments, its gradient sum), whose fqn is the parameter's after a prefix ("optim.exp_avg.",
+ * "grad_accum.") with the same type. */
+static void find_experts(const gt_graph *g, bool *expert)
+{
+    for (int32_t i = 0; i < g->n_nodes; i++) {
+        if (g->nodes[i].op != GT_OP_GROUPED_MATMUL) continue;
+        gt_value_id v = g->nodes[i].in[1];
+        for (gt_node_id pn = g->values[v].producer;
+             pn != GT_NONE && g->nodes[pn].n_in >= 1 &&
+             (g->nodes[pn].op == GT_OP_CAST || g->nodes[pn].op == GT_OP_RESHAPE ||
+              g->nodes[pn].op == GT_OP_TRANSPOSE || g->nodes[pn].op == GT_OP_PERMUTE);
+             pn = g->values[v].producer)
+            v = g->nodes[pn].in[0];
+        for (int32_t k = 0; k < g->n_inputs; k++)
+            if (g->inputs[k].value == v && g->inputs[k].kind == GT_IN_PARAM) expert[k] = true;
+    }
+    for (int32_t k = 0; k < g->n_inputs; k++) {
+        const gt_io *s = &g->inputs[k];
+        if (s->kind == GT_IN_PARAM || !s->plan.as_param) continue;
+        const char *name = gt_graph_str(g, s->fqn);
+        size_t len = strlen(name);
+        for (int32_t j = 0; j < g->n_inputs && !expert[k]; j++) {
+            if (!expert[j] || g->inputs[j].kind != GT_IN_PARAM) continue;
+            const char *fqn = gt_graph_str(g, g->inputs[j].fqn);
+            size_t n = strlen(fqn);
+            const gt_type *a = gt_value_type(g, s->value),
+                          *b = gt_value_type(g, g->inputs[j].value);
+            expert[k] = len > n && name[len - n - 1] == '.' && strcmp(name + len - n, fqn) == 0 &&
+                        a->ndim == b->ndim &&
+                        !memcmp(a->dims, b->dims, sizeof a->dims[0] * a->ndim);
+        }
+    }
+}
+
 static bool is_batch_dim(const gt_graph *g, gt_expr e)
 {
     char buf[64];
@@ -61,7 +111,10 @@ static bool is_batch_dim(const gt_graph *g, gt_expr e)
 gt_status gt_parallel_input_layouts(const gt_parallel_plan *plan, const gt_graph *g,
                                     gt_placement (*out)[GT_MESH_MAX_DIMS], gt_error *err)
 {
-    for (int32_t k = 0; k < g->n_inputs; k++) {
+    bool *expert = gt_xcalloc((size_t)(g->n_inputs ? g->n_inputs : 1), sizeof *expert);
+    if (gt_mesh_expert_tp(&plan->mesh, plan->expert_parallel_degree)) find_experts(g, expert);
+    gt_status st = GT_OK;
+    for (int32_t k = 0; k < g->n_inputs && st == GT_OK; k++) {
         const gt_io *in = &g->inputs[k];
         const gt_type *t = gt_value_type(g, in->value);
         const char *fqn = gt_graph_str(g, in->fqn);
@@ -74,7 +127,10 @@ gt_status gt_parallel_input_layouts(const gt_parallel_plan *plan, const gt_graph
         case GT_IN_PARAM:
         case GT_IN_OPT_STATE: /* a moment sits where its parameter does (the optimizer copies the
                                * parameter's plan onto it) */
-            param_layout(plan, in->plan, t->ndim, dims, out[k]);
+            if (expert[k])
+                expert_layout(plan, out[k]);
+            else
+                param_layout(plan, in->plan, t->ndim, dims, out[k]);
             break;
         case GT_IN_INPUT:
             if (t->ndim >= 1 && is_batch_dim(g, t->dims[0])) {
@@ -88,14 +144,18 @@ gt_status gt_parallel_input_layouts(const gt_parallel_plan *plan, const gt_graph
         case GT_IN_BUFFER:
             /* gradient accumulation's running sum sits where its parameter does (the same plan);
              * other buffers are replicated */
-            if (in->plan.as_param) param_layout(plan, in->plan, t->ndim, dims, out[k]);
+            if (expert[k])
+                expert_layout(plan, out[k]);
+            else if (in->plan.as_param)
+                param_layout(plan, in->plan, t->ndim, dims, out[k]);
             break;
         default:
-            return gt_error_set(err, GT_ERR_INVALID, "graph input %d ('%s'): unknown kind %d", k,
-                                fqn, in->kind);
+            st = gt_error_set(err, GT_ERR_INVALID, "graph input %d ('%s'): unknown kind %d", k, fqn,
+                              in->kind);
         }
     }
-    return GT_OK;
+    free(expert);
+    return st;
 }
 
 gt_status gt_placement_local_box(const gt_mesh *m, const gt_placement place[GT_MESH_MAX_DIMS],

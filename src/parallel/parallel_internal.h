@@ -66,6 +66,13 @@ typedef struct {
      * the flattened dp_shard x tp ranks. */
     bool expert_tp;
     int token_order;
+    /* When ep takes tp ranks: the placement on this mesh dim (dp_shard or tp) of the routed-expert
+     * weights' lean storage, E / (dp_shard x tp) whole experts per rank in the flattened order
+     * rank.dp_shard * tp + rank.tp (shard(0) on dp_shard, shard(0) nested inside it on tp:
+     * gt_parallel_input_layouts). grouped_matmul wants its weight there (the expander gathers it
+     * over efsdp only) and grouped_matmul_dw's gradient lands there (reduce-scattered over
+     * efsdp only). Kind GT_PLACE_NONE otherwise. */
+    gt_placement expert_store;
     /* [n->n_out], prefilled kind GT_PLACE_NONE: the placement the engine converts output k to
      * right after the node, when the rule's out[k] is only good for the node itself (an
      * embedding that looked up columns goes back to its tokens' split). */

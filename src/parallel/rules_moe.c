@@ -24,7 +24,8 @@
  * everything replicate, except when ep takes tp ranks (gt_mesh_expert_tp, c->expert_tp on the tp
  * dim): routing then splits the tokens over tp, the rows stay split through dispatch and
  * combine (the engine all-gathers the combined output where a replicated op reads it), and
- * grouped_matmul's expansion runs on the tp dim with the whole expert weights. */
+ * grouped_matmul's expansion runs on the tp dim with the expert weights in their lean storage
+ * (c->expert_store on dp_shard and tp: E / (dp_shard x tp) whole experts per rank). */
 #include "parallel/rules_internal.h"
 
 #include "graphtrain/gt_graph.h"
@@ -134,9 +135,11 @@ gt_status gt_rule_moe(gt_shard_ctx *c, gt_error *err)
             return refuse(c, "routed rows and expert offsets are not split like the tokens", err);
         }
         c->out[0] = x;
-        if (c->expert_tp) { /* experts whole on every tp rank (ETP 1), sliced by the expander */
-            c->want[1] = gt_place_replicate();
-            c->expert = true;
+        /* ep takes tp ranks: the weights in their lean storage on dp_shard and tp (converted
+         * there if they are not: a local slice), gathered over efsdp by the tp dim's expander */
+        if (c->expert_store.kind != GT_PLACE_NONE) {
+            c->want[1] = c->expert_store;
+            c->expert = c->expert_tp;
             return GT_OK;
         }
         if (expert_parallel(c) && rows_split(c->in[1]) && c->weight[1]) {
@@ -151,9 +154,9 @@ gt_status gt_rule_moe(gt_shard_ctx *c, gt_error *err)
         if (gt_is_r(x) && gt_is_r(dy) && gt_is_r(off)) return GT_OK;
         if (!gt_is_p(off) || !rows_split(x) || !rows_split(dy) || !gt_place_equal(x, dy))
             return refuse(c, "routed rows and expert offsets are not split like the tokens", err);
-        if (c->expert_tp) { /* the rank's experts' part, zero elsewhere: summed over ranks */
-            c->expert = true;
-            c->out[0] = gt_place_partial();
+        if (c->expert_store.kind != GT_PLACE_NONE) { /* the rank's block, reduced over efsdp */
+            c->expert = c->expert_tp;
+            c->out[0] = c->expert_store;
             return GT_OK;
         }
         if (expert_parallel(c)) {

@@ -49,12 +49,12 @@
  * ep taking tp ranks (gt_mesh_expert_tp; the expander runs on the tp dim, where rules_moe.c split
  * the tokens): the same split form over the flattened group of n = dp_shard * tp ranks, index
  * rank.dp_shard * tp + rank.tp (the table all-gathered over tp, then dp_shard, gives that order).
- * The n storage blocks of b = E / n experts are not the weights' storage here (FSDP shards them
- * over dp_shard only, whole over tp, ETP 1): grouped_matmul reads the gathered weights' blocks
- * f'*ep + c by slicing, and grouped_matmul_dw returns [E, ..] with the rank's F blocks in place
- * and zeros elsewhere, partial over dp_shard and tp: the engine's tp all-reduce and dp_shard
- * reduce-scatter then add each expert's F efsdp parts (and exact zeros). That moves ep times the
- * expert-gradient bytes of the ep-divides-dp_shard form; the rows' path is that form's. */
+ * The n storage blocks of b = E / n experts are the weights' storage here too, torchtitan's ETP 1
+ * (layout.c: shard(0) on dp_shard with shard(0) nested inside it on tp, so rank (s, t) holds
+ * block s * tp + t, and so do the AdamW moments): wg is gathered over efsdp, the gradient
+ * reduce-scattered over efsdp, each rank storing 1 / (dp_shard * tp) of the expert state. With
+ * F = 1 (ep = dp_shard * tp) the rank's own block is all it multiplies by and its gradient is
+ * the ep group's sum, with no collective. */
 #include <math.h>
 #include <stdlib.h>
 
@@ -114,7 +114,7 @@ typedef struct {
     int mesh_dim, n; /* the mesh dim the rows are cut for (dp_shard) and its size */
     /* ep group: its size and the coordinate c (split: the ep dim, size n / F; else n and rank) */
     int ep, f_n;
-    bool tp;   /* ep takes tp ranks: n = dp_shard x tp, the expert weights whole (replicated) */
+    bool tp;   /* ep takes tp ranks: n = dp_shard x tp flattened (the weights' lean storage) */
     int64_t e; /* experts per block: E / n */
     gt_expr rank, cap, worst, rows, ep_rank;
     gt_value_id table;
@@ -266,13 +266,6 @@ static void block_split(gt_par *p, const ep_ctx *x, gt_value_id recv, int a, int
     *offs = gt_reshape(g, one, 1, &flat);
 }
 
-/* The first expert of block f'*ep + c (c the rank's ep coordinate). */
-static gt_expr block_start(gt_graph *g, const ep_ctx *x, int f)
-{
-    gt_expr blk = gt_sym_add(g->sym, gt_c(g, (int64_t)f * x->ep), x->ep_rank);
-    return gt_sym_mul(g->sym, blk, gt_c(g, x->e));
-}
-
 static gt_status expand_split(gt_par *p, const gt_node *n, const ep_ctx *x, const gt_value_id *in,
                               const gt_placement *pl, gt_value_id *out, gt_error *err)
 {
@@ -281,10 +274,10 @@ static gt_status expand_split(gt_par *p, const gt_node *n, const ep_ctx *x, cons
     if (n->op == GT_OP_GROUPED_MATMUL) { /* (x, w [b, ..], offsets) */
         gt_value_id recv = sent(p, x, in[0], in[2], true);
         GT_TRY(emitted(p, recv, err));
-        /* the F blocks f'*ep + c of the rank's ep coordinate c: gathered over efsdp from their
-         * FSDP storage, or with tp sliced from the whole (replicated) weights */
+        /* the F blocks f'*ep + c of the rank's ep coordinate c, gathered over efsdp from their
+         * storage (one block: the rank's own) */
         gt_value_id wg = in[1];
-        if (!x->tp) {
+        if (x->f_n > 1) {
             wg = gt_par_all_gather(p, in[1], GT_MESH_EFSDP);
             GT_TRY(emitted(p, wg, err));
             gt_par_set_place(p, wg, gt_par_dst(p)->values[in[1]].place);
@@ -294,9 +287,11 @@ static gt_status expand_split(gt_par *p, const gt_node *n, const ep_ctx *x, cons
             for (int f = 0; f < x->f_n; f++) {
                 gt_value_id rows, offs;
                 block_split(p, x, recv, a, f, &rows, &offs);
-                gt_expr w0 = gt_c(g, f * x->e);
-                if (x->tp) w0 = block_start(g, x, f);
-                gt_value_id w = gt_slice(g, wg, 0, w0, gt_sym_add(g->sym, w0, gt_c(g, x->e)));
+                gt_value_id w = wg;
+                if (x->f_n > 1) {
+                    gt_expr w0 = gt_c(g, f * x->e);
+                    w = gt_slice(g, wg, 0, w0, gt_sym_add(g->sym, w0, gt_c(g, x->e)));
+                }
                 ys[a * x->f_n + f] = gt_grouped_matmul(g, rows, w, offs, n->attrs.i[0] != 0);
                 gt_par_set_place(p, ys[a * x->f_n + f], pl);
             }
@@ -327,25 +322,10 @@ static gt_status expand_split(gt_par *p, const gt_node *n, const ep_ctx *x, cons
             dws[f] = dws[f] == GT_NONE || a == 0 ? part : gt_add(g, dws[f], part);
             gt_par_set_place(p, dws[f], pl);
         }
-    if (x->tp) { /* [E, ..], the blocks f'*ep + c in place, zero elsewhere: partial */
-        gt_expr total = gt_c(g, x->e * x->n);
-        gt_value_id sum = GT_NONE;
-        for (int f = 0; f < x->f_n; f++) {
-            gt_expr b0 = block_start(g, x, f);
-            gt_value_id one =
-                gt_slice_backward(g, dws[f], 0, b0, gt_sym_add(g->sym, b0, gt_c(g, x->e)), total);
-            gt_par_set_place(p, one, pl);
-            sum = sum == GT_NONE ? one : gt_add(g, sum, one);
-            gt_par_set_place(p, sum, pl);
-        }
-        free(dws);
-        out[0] = sum;
-        return emitted(p, out[0], err);
-    }
     gt_value_id all = concat_rows(p, dws, x->f_n, pl);
     free(dws);
     GT_TRY(emitted(p, all, err));
-    out[0] = gt_par_reduce_scatter(p, all, GT_MESH_EFSDP);
+    out[0] = x->f_n > 1 ? gt_par_reduce_scatter(p, all, GT_MESH_EFSDP) : all;
     return emitted(p, out[0], err);
 }
 

@@ -132,7 +132,8 @@ static bool launched_by_env_world(void)
  * proper divisor of it (efsdp = dp_shard / ep groups, ep inner: gt_mesh_expert_split); the expert
  * weights keep FSDP's dp_shard storage and the rows travel to them (src/parallel/rules_moe.c);
  * with tp > 1 the MoE layers are replicated over tp. Otherwise ep takes tp ranks
- * (gt_mesh_expert_tp): the MoE tokens are split over tp and the groups cut dp_shard x tp. */
+ * (gt_mesh_expert_tp): the MoE tokens are split over tp, the groups cut dp_shard x tp, and the
+ * expert weights are stored over dp_shard x tp (src/parallel/layout.c). */
 static gt_status check_expert_parallel(const gt_config *cfg, int64_t shard, int64_t tp,
                                        gt_error *err)
 {
@@ -162,8 +163,9 @@ static gt_status check_expert_parallel(const gt_config *cfg, int64_t shard, int6
                             "experts of deepseek_v3 %s",
                             (long long)ep, (long long)m.n_experts, cfg->model.flavor);
     if (shard % ep != 0) {
-        /* ep takes tp ranks (gt_mesh_expert_tp): the rows are cut into dp_shard x tp storage
-         * blocks of whole experts, and the tokens of a rank over its tp ranks */
+        /* ep takes tp ranks (gt_mesh_expert_tp): the expert weights are stored, and the rows
+         * cut, in dp_shard x tp blocks of whole experts, and the tokens of a rank over its tp
+         * ranks */
         int64_t n = shard * tp;
         if (m.n_experts % n != 0)
             return gt_error_set(err, GT_ERR_INVALID,

@@ -14,6 +14,10 @@
  * expert weights; with ep 1 it gathers them and has no moe_pack. On dp_shard 4 with ep 2 the
  * graph's mesh gains efsdp and ep: rows move over ep only, the expert weights are gathered over
  * efsdp only and their gradient reduce-scattered over it, and the text form keeps both dims.
+ * ep taking tp ranks (dp_shard 1 x tp 2 and x tp 4 with ep 2, dp_shard 2 x tp 2 with ep 4):
+ * each rank stores E / (dp_shard x tp) experts, their gradient and AdamW moments, tp times fewer
+ * bytes than ep 1's E / dp_shard (ep times on dp_shard 1 x tp 2, ep 2); gathered and
+ * reduce-scattered over efsdp only.
  * Simulated ranks (2 threads, tests/shard_sim.h): a routed layer — routing on its own scores,
  * dispatch, grouped matmul, combine — and the expert weights' gradient, run on dp_shard 2 with
  * ep 2 and with ep 1: the combined rows and the gradient are bitwise equal between the two,
@@ -28,6 +32,7 @@
 #include "graphtrain/gt_build.h"
 #include "graphtrain/gt_config.h"
 #include "graphtrain/gt_exec.h"
+#include "graphtrain/gt_optim.h"
 #include "graphtrain/gt_parallel.h"
 #include "graphtrain/gt_train.h"
 #include "gt_test.h"
@@ -176,8 +181,9 @@ static void test_kernels(void)
 }
 
 /* One routed-experts layer on [batch, 8] tokens, E = 4, K = 2: forward and a weight gradient,
- * parallelized on dp_shard `shard` with expert_parallel_degree ep. */
-static gt_graph *expand_on(int shard, int ep, int *packs, int *a2a, int *gathers)
+ * parallelized on dp_shard `shard` x tp `tp` with expert_parallel_degree ep. */
+static gt_graph *expand_mesh(int shard, int tp, int ep, bool adamw, int *packs, int *a2a,
+                             int *gathers)
 {
     gt_graph *g = gt_graph_new();
     gt_expr b = gt_sym_var(g->sym, "batch"), d8 = gt_c(g, 8), e4 = gt_c(g, 4);
@@ -191,17 +197,23 @@ static gt_graph *expand_on(int shard, int ep, int *packs, int *a2a, int *gathers
     gt_value_id out = gt_embedding_backward(g, token, y, b);
     gt_graph_add_output(g, GT_OUT_METRIC, "out",
                         gt_reduce(g, GT_OP_SUM, out, 2, (int[]){0, 1}, false));
-    gt_graph_add_output(g, GT_OUT_GRAD, "w", gt_grouped_matmul_dw(g, xs, y, offsets));
+    gt_value_id dw = gt_grouped_matmul_dw(g, xs, y, offsets);
+    gt_graph_add_output(g, GT_OUT_GRAD, "w", dw);
+    gt_error err = {0};
+    if (adamw) { /* the moments ("optim.exp_avg.w", ...) must sit where w does */
+        gt_adamw_config a = gt_adamw_config_default();
+        EXPECT_OK(gt_optim_append_adamw(g, 1, &w, &dw, &a, &err), &err);
+    }
     EXPECT(g->err.code == GT_OK, "building: %s", g->err.msg);
     gt_parallel_plan plan = {.expert_parallel_degree = ep};
-    gt_error err = {0};
-    GT_CHECK(gt_mesh_init(&plan.mesh, 1, shard, 1, &err) == GT_OK);
-    gt_placement place[2][GT_MESH_MAX_DIMS];
+    GT_CHECK(gt_mesh_init(&plan.mesh, 1, shard, tp, &err) == GT_OK);
+    gt_placement(*place)[GT_MESH_MAX_DIMS] = gt_xcalloc((size_t)g->n_inputs, sizeof *place);
     EXPECT_OK(gt_parallel_input_layouts(&plan, g, place, &err), &err);
-    place[0][GT_MESH_DP_SHARD] = (gt_placement){GT_PLACE_SHARD, 0, 0, 0};
+    if (shard > 1) place[0][GT_MESH_DP_SHARD] = (gt_placement){GT_PLACE_SHARD, 0, 0, 0};
     gt_graph *p = NULL;
     EXPECT_OK(gt_parallelize(g, &plan, (const gt_placement(*)[GT_MESH_MAX_DIMS])place, &p, &err),
               &err);
+    free(place);
     gt_graph_free(g);
     *packs = *a2a = *gathers = 0;
     for (int32_t i = 0; p && i < p->n_nodes; i++) {
@@ -210,6 +222,11 @@ static gt_graph *expand_on(int shard, int ep, int *packs, int *a2a, int *gathers
         *gathers += p->nodes[i].op == GT_OP_ALL_GATHER_START;
     }
     return p;
+}
+
+static gt_graph *expand_on(int shard, int ep, int *packs, int *a2a, int *gathers)
+{
+    return expand_mesh(shard, 1, ep, false, packs, a2a, gathers);
 }
 
 static gt_graph *expand(int ep, int *packs, int *a2a, int *gathers)
@@ -273,6 +290,111 @@ static void test_expansion(void)
     EXPECT(packs == 0 && a2a == 0 && gathers == 1,
            "ep 1: no rows move, the experts are gathered once (%d, %d, %d)", packs, a2a, gathers);
     if (p) gt_graph_free(p);
+}
+
+/* Bytes of a constant-shaped local value. */
+static int64_t local_bytes(const gt_graph *p, gt_value_id v)
+{
+    const gt_type *t = gt_value_type(p, v);
+    int64_t n = 4, d;
+    for (int k = 0; k < t->ndim; k++)
+        n *= gt_sym_is_const(p->sym, t->dims[k], &d) ? d : -1;
+    return n;
+}
+
+/* The local bytes of expert weight w, of its gradient (AdamW's input) and of its two moments in
+ * p. */
+static void expert_bytes(const gt_graph *p, int64_t *w, int64_t *grad, int64_t *moments)
+{
+    *w = *grad = -1;
+    *moments = 0;
+    for (int32_t k = 0; k < p->n_inputs; k++) {
+        if (p->inputs[k].kind == GT_IN_PARAM) *w = local_bytes(p, p->inputs[k].value);
+        if (p->inputs[k].kind == GT_IN_OPT_STATE && gt_value_type(p, p->inputs[k].value)->ndim == 3)
+            *moments += local_bytes(p, p->inputs[k].value);
+    }
+    for (int32_t i = 0; i < p->n_nodes; i++)
+        if (p->nodes[i].op == GT_OP_ADAMW) *grad = local_bytes(p, p->nodes[i].in[1]);
+}
+
+/* Collectives over mesh dim md of group size `size` in p (0: any size) whose input has `bytes`
+ * bytes (0: any). */
+static int count_coll(const gt_graph *p, gt_op op, int md, int size, int64_t bytes)
+{
+    int n = 0;
+    for (int32_t i = 0; i < p->n_nodes; i++) {
+        const gt_node *nd = &p->nodes[i];
+        n += nd->op == op && nd->attrs.i[0] == md && (!size || nd->attrs.i[1] == size) &&
+             (!bytes || local_bytes(p, nd->in[0]) == bytes);
+    }
+    return n;
+}
+
+/* ep takes tp ranks (ETP 1): the expert weights (E = 4 of [8, 8] f32, 1024 bytes) are stored
+ * over the flattened dp_shard x tp ranks, E / (dp_shard * tp) experts each, where the form
+ * before stored them whole over tp (E / dp_shard: ep 1's storage on the same mesh), so a rank's
+ * expert state and gradient shrink by tp: by ep on dp_shard 1 x tp 2, ep 2. The weights are
+ * gathered and their gradient reduce-scattered over efsdp only (none with efsdp 1); no collective
+ * over tp or dp_shard moves them. */
+static void test_expansion_tp(void)
+{
+    static const struct {
+        int shard, tp, ep;
+    } cases[] = {{1, 2, 2}, {1, 4, 2}, {2, 2, 4}};
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        int shard = cases[c].shard, tp = cases[c].tp, ep = cases[c].ep, efsdp = shard * tp / ep;
+        int packs, a2a, gathers;
+        int64_t w1, g1, m1, w, gw, m;
+        gt_graph *p1 = expand_mesh(shard, tp, 1, true, &packs, &a2a, &gathers);
+        gt_graph *p = expand_mesh(shard, tp, ep, true, &packs, &a2a, &gathers);
+        if (!p || !p1) {
+            EXPECT(false, "dp_shard %d x tp %d, ep %d: not parallelized", shard, tp, ep);
+            gt_graph_free(p);
+            gt_graph_free(p1);
+            continue;
+        }
+        expert_bytes(p1, &w1, &g1, &m1);
+        expert_bytes(p, &w, &gw, &m);
+        printf("dp_shard %d x tp %d, ep %d: expert weight %lld bytes a rank, gradient %lld, "
+               "moments %lld (ep 1: %lld, %lld, %lld)\n",
+               shard, tp, ep, (long long)w, (long long)gw, (long long)m, (long long)w1,
+               (long long)g1, (long long)m1);
+        EXPECT(w == 1024 / (shard * tp) && gw == w && m == 2 * w,
+               "dp_shard %d x tp %d, ep %d: a rank stores %lld bytes of the expert weights, %lld "
+               "of their gradient and %lld of their moments, want %d, %d, %d (1 / (dp_shard x tp))",
+               shard, tp, ep, (long long)w, (long long)gw, (long long)m, 1024 / (shard * tp),
+               1024 / (shard * tp), 2048 / (shard * tp));
+        EXPECT(w1 == 1024 / shard && m1 == 2 * w1,
+               "dp_shard %d x tp %d, ep 1: %lld bytes, moments %lld, want %d, %d", shard, tp,
+               (long long)w1, (long long)m1, 1024 / shard, 2048 / shard);
+        /* by tp (the ranks the weights were whole on): ep itself on dp_shard 1 x tp 2, ep 2 */
+        EXPECT(w * tp == w1 && gw * tp == g1 && m * tp == m1,
+               "dp_shard %d x tp %d, ep %d: the expert state shrinks by tp (%lld -> %lld)", shard,
+               tp, ep, (long long)w1, (long long)w);
+        int g_efsdp = count_coll(p, GT_OP_ALL_GATHER_START, GT_MESH_EFSDP, efsdp, w);
+        int rs_efsdp = count_coll(p, GT_OP_REDUCE_SCATTER_START, GT_MESH_EFSDP, efsdp, 0);
+        /* the expert weights and their gradient are the graph's only 3-D values */
+        int wide = 0;
+        for (int32_t i = 0; i < p->n_nodes; i++) {
+            const gt_node *nd = &p->nodes[i];
+            bool coll = nd->op == GT_OP_ALL_GATHER_START || nd->op == GT_OP_ALL_REDUCE_START ||
+                        nd->op == GT_OP_REDUCE_SCATTER_START;
+            wide += coll && (nd->attrs.i[0] == GT_MESH_DP_SHARD || nd->attrs.i[0] == GT_MESH_TP) &&
+                    gt_value_type(p, nd->in[0])->ndim == 3;
+        }
+        EXPECT(g_efsdp == (efsdp > 1) && rs_efsdp == (efsdp > 1),
+               "dp_shard %d x tp %d, ep %d: %d gather(s) and %d reduce-scatter(s) over efsdp %d, "
+               "want %d each",
+               shard, tp, ep, g_efsdp, rs_efsdp, efsdp, efsdp > 1);
+        EXPECT(wide == 0,
+               "dp_shard %d x tp %d, ep %d: %d collective(s) over dp_shard or tp move the expert "
+               "weights or their gradient",
+               shard, tp, ep, wide);
+        EXPECT(packs == 2 && a2a == 3, "dp_shard %d x tp %d, ep %d: %d moe_pack, %d all_to_all",
+               shard, tp, ep, packs, a2a);
+        gt_graph_free(p);
+        gt_graph_free(p1);
+    }
 }
 
 /* Routed layer: scores [T, 4] (E 4, K 2), x [T, 8], w [4, 8, 8]. */
@@ -509,6 +631,7 @@ int main(void)
     test_kernels();
     test_expansion();
     test_expansion_split();
+    test_expansion_tp();
     test_simulated_ranks();
     test_layout_checks();
     return gt_test_finish();
