@@ -207,6 +207,8 @@ typedef enum {
     GT_ROLE_EMBEDDING, /* the token embedding table [V, D]: vocabulary-parallel rows under tp; FSDP
                         * shards its columns without tp (the step then moves tokens, not rows) */
     GT_ROLE_OUTPUT,    /* the output projection [V, D] (vocabulary-parallel loss under tp) */
+    GT_ROLE_EXPERT,    /* routed-expert weights [E, ..] (MoE): whole experts on a rank; where ep
+                        * takes tp ranks, stored over the flattened dp_shard x tp ranks */
 } gt_param_role;
 typedef struct {
     uint8_t tp;       /* gt_tp_style */

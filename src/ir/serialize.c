@@ -358,7 +358,7 @@ static gt_status read_input(reader *r)
     GT_TRY(get_str(r, "input name", &fqn));
     int tp = 0, role = 0, as_param = 0, unit = 0;
     GT_TRY(get_int(r, "input tp style", 0, GT_TP_ROWWISE, &tp));
-    GT_TRY(get_int(r, "input role", 0, GT_ROLE_OUTPUT, &role));
+    GT_TRY(get_int(r, "input role", 0, GT_ROLE_EXPERT, &role));
     GT_TRY(get_int(r, "input as_param", 0, 1, &as_param));
     GT_TRY(get_int(r, "input unit", GT_UNIT_REST, 1 << 28, &unit));
     GT_TRY(get_type(r, &t));

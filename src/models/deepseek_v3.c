@@ -313,6 +313,12 @@ static gt_value_id moe_body(dsv3_ctx *c, int64_t i, gt_value_id x)
                            3, E, D, F, GT_INIT_TRUNC_NORMAL, depth_std(c, i));
     gt_value_id w3 = param(c, NAME(n, "moe.routed_experts.inner_experts.w3_EFD", i), GT_TP_NONE, u,
                            3, E, F, D, GT_INIT_TRUNC_NORMAL, depth_std(c, i));
+    const gt_value_id experts[3] = {w1, w2, w3};
+    for (int k = 0; k < 3; k++) { /* expert parallel stores them whole (parallel/layout.c) */
+        gt_param_plan pl = gt_graph_input_plan(g, experts[k]);
+        pl.role = GT_ROLE_EXPERT;
+        gt_graph_set_input_plan(g, experts[k], pl);
+    }
     /* the load-balancing bias: state carried between steps, zeros at the start (torchtitan's
      * persistent buffer expert_bias_E) */
     gt_expr e_dim = gt_c(g, E);

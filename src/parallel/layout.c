@@ -3,7 +3,6 @@
  * flattened dp_shard x tp storage when ep takes tp ranks, the data-parallel batch), the block of a
  * global tensor a rank holds, and placement text. */
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "graphtrain/gt_parallel.h"
@@ -65,42 +64,6 @@ static void expert_layout(const gt_parallel_plan *plan, gt_placement *out)
     out[GT_MESH_TP] = gt_place_shard(0, shard ? 1 : 0);
 }
 
-/* Marks expert[k] for the inputs that are routed-expert weights: a PARAM that grouped_matmul
- * multiplies by (seen through casts and views), and the state placed as one (as_param: its AdamW
- * moments, its gradient sum), whose fqn is the parameter's after a prefix ("optim.exp_avg.",
- * "grad_accum.") with the same type. */
-static void find_experts(const gt_graph *g, bool *expert)
-{
-    for (int32_t i = 0; i < g->n_nodes; i++) {
-        if (g->nodes[i].op != GT_OP_GROUPED_MATMUL) continue;
-        gt_value_id v = g->nodes[i].in[1];
-        for (gt_node_id pn = g->values[v].producer;
-             pn != GT_NONE && g->nodes[pn].n_in >= 1 &&
-             (g->nodes[pn].op == GT_OP_CAST || g->nodes[pn].op == GT_OP_RESHAPE ||
-              g->nodes[pn].op == GT_OP_TRANSPOSE || g->nodes[pn].op == GT_OP_PERMUTE);
-             pn = g->values[v].producer)
-            v = g->nodes[pn].in[0];
-        for (int32_t k = 0; k < g->n_inputs; k++)
-            if (g->inputs[k].value == v && g->inputs[k].kind == GT_IN_PARAM) expert[k] = true;
-    }
-    for (int32_t k = 0; k < g->n_inputs; k++) {
-        const gt_io *s = &g->inputs[k];
-        if (s->kind == GT_IN_PARAM || !s->plan.as_param) continue;
-        const char *name = gt_graph_str(g, s->fqn);
-        size_t len = strlen(name);
-        for (int32_t j = 0; j < g->n_inputs && !expert[k]; j++) {
-            if (!expert[j] || g->inputs[j].kind != GT_IN_PARAM) continue;
-            const char *fqn = gt_graph_str(g, g->inputs[j].fqn);
-            size_t n = strlen(fqn);
-            const gt_type *a = gt_value_type(g, s->value),
-                          *b = gt_value_type(g, g->inputs[j].value);
-            expert[k] = len > n && name[len - n - 1] == '.' && strcmp(name + len - n, fqn) == 0 &&
-                        a->ndim == b->ndim &&
-                        !memcmp(a->dims, b->dims, sizeof a->dims[0] * a->ndim);
-        }
-    }
-}
-
 static bool is_batch_dim(const gt_graph *g, gt_expr e)
 {
     char buf[64];
@@ -111,11 +74,12 @@ static bool is_batch_dim(const gt_graph *g, gt_expr e)
 gt_status gt_parallel_input_layouts(const gt_parallel_plan *plan, const gt_graph *g,
                                     gt_placement (*out)[GT_MESH_MAX_DIMS], gt_error *err)
 {
-    bool *expert = gt_xcalloc((size_t)(g->n_inputs ? g->n_inputs : 1), sizeof *expert);
-    if (gt_mesh_expert_tp(&plan->mesh, plan->expert_parallel_degree)) find_experts(g, expert);
-    gt_status st = GT_OK;
-    for (int32_t k = 0; k < g->n_inputs && st == GT_OK; k++) {
+    /* routed-expert weights (the model's GT_ROLE_EXPERT; their moments and gradient sums carry
+     * the parameter's plan) take the lean storage when ep takes tp ranks */
+    bool ep_tp = gt_mesh_expert_tp(&plan->mesh, plan->expert_parallel_degree);
+    for (int32_t k = 0; k < g->n_inputs; k++) {
         const gt_io *in = &g->inputs[k];
+        bool expert = ep_tp && in->plan.role == GT_ROLE_EXPERT;
         const gt_type *t = gt_value_type(g, in->value);
         const char *fqn = gt_graph_str(g, in->fqn);
         int64_t dims[GT_MAX_DIMS];
@@ -127,7 +91,7 @@ gt_status gt_parallel_input_layouts(const gt_parallel_plan *plan, const gt_graph
         case GT_IN_PARAM:
         case GT_IN_OPT_STATE: /* a moment sits where its parameter does (the optimizer copies the
                                * parameter's plan onto it) */
-            if (expert[k])
+            if (expert)
                 expert_layout(plan, out[k]);
             else
                 param_layout(plan, in->plan, t->ndim, dims, out[k]);
@@ -144,18 +108,17 @@ gt_status gt_parallel_input_layouts(const gt_parallel_plan *plan, const gt_graph
         case GT_IN_BUFFER:
             /* gradient accumulation's running sum sits where its parameter does (the same plan);
              * other buffers are replicated */
-            if (expert[k])
+            if (expert)
                 expert_layout(plan, out[k]);
             else if (in->plan.as_param)
                 param_layout(plan, in->plan, t->ndim, dims, out[k]);
             break;
         default:
-            st = gt_error_set(err, GT_ERR_INVALID, "graph input %d ('%s'): unknown kind %d", k, fqn,
-                              in->kind);
+            return gt_error_set(err, GT_ERR_INVALID, "graph input %d ('%s'): unknown kind %d", k,
+                                fqn, in->kind);
         }
     }
-    free(expert);
-    return st;
+    return GT_OK;
 }
 
 gt_status gt_placement_local_box(const gt_mesh *m, const gt_placement place[GT_MESH_MAX_DIMS],

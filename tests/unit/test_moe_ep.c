@@ -189,6 +189,7 @@ static gt_graph *expand_mesh(int shard, int tp, int ep, bool adamw, int *packs, 
     gt_expr b = gt_sym_var(g->sym, "batch"), d8 = gt_c(g, 8), e4 = gt_c(g, 4);
     gt_value_id x = gt_graph_add_input(g, GT_IN_INPUT, "x", GT_F32, 2, (gt_expr[]){b, d8});
     gt_value_id w = gt_graph_add_input(g, GT_IN_PARAM, "w", GT_F32, 3, (gt_expr[]){e4, d8, d8});
+    gt_graph_set_input_plan(g, w, (gt_param_plan){.role = GT_ROLE_EXPERT, .as_param = 1});
     gt_value_id ids = gt_moe_topk(g, x, 2, 0, 0);
     gt_value_id token, offsets;
     gt_moe_sort(g, ids, 4, &token, &offsets);
