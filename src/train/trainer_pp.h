@@ -8,8 +8,8 @@
  * run's), holds its mesh rank's blocks of the whole state, draws the same batches, and runs only
  * its own actions of the schedule (gt_pp_eager_step_spmd), so the step is bitwise that of the
  * mesh's accumulation. Each pipeline rank holds, updates and stores only its stages' parameters,
- * gradient sums and AdamW moments (trainer_pp_state.c): the others' are freed once the state is
- * set up. Before a checkpoint and the final hash the owners send theirs to pipeline rank 0, whose
+ * gradient sums and AdamW moments (trainer_pp_state.c): the others' are never drawn or loaded.
+ * Before a checkpoint and the final hash the owners send theirs to pipeline rank 0, whose
  * mesh saves and hashes the whole, current state, then frees them again. */
 #ifndef GRAPHTRAIN_TRAINER_PP_H
 #define GRAPHTRAIN_TRAINER_PP_H
@@ -61,10 +61,15 @@ gt_status gt_trainer_pp_agree(gt_trainer *t, gt_status st, gt_error *err);
  * the one-rank trainer sums them) and *grad_norm on every rank. */
 gt_status gt_trainer_pp_step(gt_trainer *t, int64_t step, double *loss, double *grad_norm,
                              double *lr, gt_error *err);
+/* Stage-local setup (trainer_pp_state.c), called by gt_trainer_alloc_state for parameter p:
+ * whether p belongs to another pipeline rank's stage. If so its parameter, AdamW moments and
+ * gradient sum get their dtype and shape but no storage, so nothing is drawn or loaded into
+ * them (false for every p when the run starts from a Hugging Face folder). */
+bool gt_trainer_pp_elsewhere(gt_trainer *t, int p);
 /* Stage-local ownership (trainer_pp_state.c), once the state is set up (drawn or resumed): frees
- * the parameters, gradient sums and AdamW moments of the stages of other pipeline ranks, and
- * logs on rank 0 the bytes each pipeline rank holds next to those of the mesh rank without the
- * pipeline. A collective over the pipeline ranks. */
+ * what a Hugging Face start read of the stages of other pipeline ranks, and logs on rank 0 the
+ * bytes each pipeline rank holds next to those of the mesh rank without the pipeline, and the
+ * most each held during setup. A collective over the pipeline ranks. */
 gt_status gt_trainer_pp_own_state(gt_trainer *t, gt_error *err);
 /* Every stage's parameters (and their AdamW moments with moments) from the rank of their stage to
  * pipeline rank 0, which allocates them to receive: the whole state, for its mesh to save or hash.

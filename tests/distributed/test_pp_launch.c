@@ -21,7 +21,9 @@
  *     collectives and holds the bytes its plan logged before step 1, exactly;
  *   - stage-local state: on 2 ranks each pipeline rank holds under 0.75 of the parameters,
  *     gradient sums and AdamW moments the one rank holds (16 bytes a parameter of the one rank's
- *     count), and the ranks together hold it exactly once (the "pipeline state" line);
+ *     count), and the ranks together hold it exactly once (the "pipeline state" line); and no
+ *     rank drew or loaded more than its share at any point of setup: the most each held before
+ *     step 1 is what it holds (the "pipeline setup" line), also after a resume;
  *   - bad input is refused on every rank before any step, naming the option: a schedule that
  *     does not exist, layers per stage that do not divide as asked, too few micro-batches for
  *     DualPipeV, a local batch that is no multiple of the micro-batch size, and a pipeline degree
@@ -59,6 +61,28 @@ static void pipeline(launch_cmd *c, int np, int degree, const char *schedule, co
  * parameter (fp32 parameter, gradient sum, two AdamW moments). */
 static long long one_rank_params;
 
+/* The "pipeline setup" line: the most state each of `degree` ranks drew or loaded before step 1
+ * is what it holds after setup, held[r] (its stages' share; a setup that set up the whole state
+ * and freed the rest would show the whole here). */
+static void check_setup(const char *name, const char *out, int degree, const long long *held)
+{
+    const char *line = out ? strstr(out, "pipeline setup: ") : NULL;
+    EXPECT(line != NULL, "%s: no \"pipeline setup\" line", name);
+    if (!line) return;
+    const char *p = line;
+    for (int r = 0; r < degree; r++) {
+        char key[32];
+        snprintf(key, sizeof key, "rank %d ", r);
+        p = strstr(p, key);
+        EXPECT(p != NULL, "%s: the pipeline setup line lacks rank %d", name, r);
+        if (!p) return;
+        long long peak = strtoll(p + strlen(key), NULL, 10);
+        EXPECT(held[r] > 0 && peak == held[r],
+               "%s: rank %d held at most %lld B of state during setup, %lld B after", name, r, peak,
+               held[r]);
+    }
+}
+
 /* The "pipeline state" line of a run of `degree` ranks: each rank holds less than `share` of the
  * one rank's state, and all of them together hold it once. */
 static void check_state(const char *name, const char *out, int degree, double share)
@@ -90,6 +114,7 @@ static void check_state(const char *name, const char *out, int degree, double sh
     for (int r = 0; r < degree; r++)
         printf(" %.3f", (double)held[r] / (double)want);
     printf(" of the one rank's %lld B\n", want);
+    check_setup(name, out, degree, held);
 }
 
 /* The stats of rank 0's step: the plan logged before step 1 ("pipeline step plan on rank 0: ")
@@ -373,6 +398,13 @@ int main(void)
     EXPECT(seed_dump(ref.dump, dump), "cannot copy the one rank's step-5 checkpoint");
     pipeline(&c, 2, 2, "ZBVZeroBubble", dump);
     resumed("one rank -> pp 2 ZBV", &c, dump, &ref, 0);
+    { /* the load, too, reads each rank's stages alone */
+        char out_path[600];
+        snprintf(out_path, sizeof out_path, "%s.txt", dump);
+        char *out = read_all(out_path, NULL);
+        check_state("one rank -> pp 2 ZBV", out, 2, 0.75);
+        free(out);
+    }
     /* pp 2 -> dp_shard 2 with the same 4 sequences a step (no accumulation: sums in another
      * order) */
     snprintf(dump, sizeof dump, "%s/resume_pp2_on_dp_shard2", base);
