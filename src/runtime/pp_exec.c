@@ -40,6 +40,7 @@
 #include "graphtrain/gt_backend.h"
 #include "graphtrain/gt_comm.h"
 #include "graphtrain/gt_pipeline.h"
+#include "pp_internal.h"
 #include "runtime_internal.h"
 
 typedef struct {
@@ -67,6 +68,7 @@ typedef struct {
     uint8_t *pin;   /* [n_values]: 1 kept until the step ends, 2 kept in the last micro-batch */
     int64_t held, peak; /* bytes of values this runner owns now, and at most */
     int64_t total;      /* bytes it allocated over the step (what it held when nothing was freed) */
+    const gt_pp_programs *progs; /* the parts that run as programs (pp_program.c), or NULL */
 } pp_run;
 
 /* ---------------------------------------------------------------- freeing values after use
@@ -319,8 +321,52 @@ static gt_status run_node(pp_run *r, int32_t m, gt_node_id n, gt_error *err)
     return gt_cpu_run_kernel(&call, err);
 }
 
-/* The nodes of stage st in part p for micro-batch m, in graph order. A micro-batch's W first takes
- * the running sums the previous micro-batch's W left. */
+/* Stage st's part p for micro-batch m by its program: the inputs from the micro-batch's values,
+ * the outputs into values the runner holds; then each node's reads counted off, as node by node
+ * (its intermediate values were never the runner's). */
+static gt_status run_program(pp_run *r, int32_t m, const gt_pp_part_program *pp, gt_error *err)
+{
+    const gt_graph *g = r->g;
+    gt_tensor *in = gt_xcalloc((size_t)pp->n_in + 1, sizeof *in);
+    gt_tensor *out = gt_xcalloc((size_t)pp->n_out + 1, sizeof *out);
+    gt_status st = GT_OK;
+    for (int32_t k = 0; k < pp->n_in && st == GT_OK; k++) {
+        gt_value_id v = pp->in[k];
+        if (!r->defined[m][v])
+            st = gt_error_set(err, GT_ERR_INVALID,
+                              "pipeline step: a program of stage %d reads %%%d of micro-batch %d "
+                              "before it is computed",
+                              r->split->stage[pp->nodes[0]], v, m);
+        else
+            in[k] = r->vals[m][v];
+    }
+    if (st == GT_OK && !r->dry) st = gt_program_run(pp->prog, in, out, err);
+    for (int32_t k = 0; k < pp->n_out && st == GT_OK; k++) {
+        gt_value_id v = pp->out[k];
+        if (r->dry) {
+            const gt_type *ty = gt_value_type(g, v);
+            int64_t shape[GT_MAX_DIMS];
+            st = gt_graph_eval_shape(g, v, r->binding, shape, err);
+            if (st == GT_OK) gt_tensor_wrap(&out[k], ty->dtype, ty->ndim, shape, NULL);
+        }
+        if (st != GT_OK) break;
+        r->vals[m][v] = out[k];
+        memset(&out[k], 0, sizeof out[k]); /* the runner's now */
+        r->defined[m][v] = 2;
+        account(r, &r->vals[m][v]);
+    }
+    r->total += pp->internal_bytes; /* computed too, in the program's arenas */
+    for (int32_t k = 0; k < pp->n_out; k++)
+        gt_tensor_free(&out[k]);
+    free(in);
+    free(out);
+    for (int32_t k = 0; k < pp->n_nodes && st == GT_OK; k++)
+        release_after(r, m, pp->nodes[k]);
+    return st;
+}
+
+/* The nodes of stage st in part p for micro-batch m, in graph order (or its program). A
+ * micro-batch's W first takes the running sums the previous micro-batch's W left. */
 static gt_status run_part(pp_run *r, int32_t m, int32_t st, gt_pp_part p, gt_error *err)
 {
     const gt_graph *g = r->g;
@@ -341,7 +387,9 @@ static gt_status run_part(pp_run *r, int32_t m, int32_t st, gt_pp_part p, gt_err
         }
     }
     bool last = m == r->n_micro - 1;
-    for (gt_node_id n = 0; n < g->n_nodes; n++) {
+    const gt_pp_part_program *pp = r->progs && p <= GT_PP_PART_W ? &r->progs->part[st][p] : NULL;
+    if (pp && pp->prog) GT_TRY(run_program(r, m, pp, err));
+    for (gt_node_id n = 0; !(pp && pp->prog) && n < g->n_nodes; n++) {
         if (r->split->stage[n] != st || r->split->part[n] != p) continue;
         if (!last && !r->micro_part[n]) continue;
         gt_status s = run_node(r, m, n, err);
@@ -547,9 +595,14 @@ gt_status gt_pp_eager_step_rank(const gt_graph *g, const gt_sym_binding *binding
  * dry (gt_pp_step_plan): the same control flow on sizes alone, inputs, losses and outputs NULL. */
 static gt_status step(const gt_graph *g, const gt_sym_binding *binding, const gt_pp_split *split,
                       const gt_pp_schedule *s, gt_comm *comm, int32_t me, bool dry,
-                      gt_comm *const *dim_comms, const gt_tensor *const *inputs, gt_tensor *losses,
-                      gt_tensor *outputs, gt_pp_step_stats *stats, gt_error *err)
+                      gt_comm *const *dim_comms, const gt_pp_programs *progs,
+                      const gt_tensor *const *inputs, gt_tensor *losses, gt_tensor *outputs,
+                      gt_pp_step_stats *stats, gt_error *err)
 {
+    if (progs && progs->n_stages != split->n_stages)
+        return gt_error_set(err, GT_ERR_INVALID,
+                            "pipeline step: programs of %d stages for a split of %d",
+                            progs->n_stages, split->n_stages);
     if (comm && comm->size != s->n_ranks)
         return gt_error_set(err, GT_ERR_INVALID,
                             "pipeline step: the communicator '%s' has %d ranks, the schedule %d",
@@ -568,7 +621,8 @@ static gt_status step(const gt_graph *g, const gt_sym_binding *binding, const gt
                 .dim_comms = dim_comms,
                 .stats = stats,
                 .me = me,
-                .dry = dry};
+                .dry = dry,
+                .progs = progs};
     if (stats) memset(stats, 0, sizeof *stats);
     r.gathered = gt_xcalloc((size_t)nv + 1, 1);
     r.vals = gt_xcalloc((size_t)M, sizeof *r.vals);
@@ -664,16 +718,35 @@ gt_status gt_pp_eager_step_spmd(const gt_graph *g, const gt_sym_binding *binding
                                 gt_tensor *losses, gt_tensor *outputs, gt_pp_step_stats *stats,
                                 gt_error *err)
 {
-    return step(g, binding, split, s, comm, comm ? comm->rank : -1, false, dim_comms, inputs,
-                losses, outputs, stats, err);
+    return gt_pp_step_programs(g, binding, split, s, comm, dim_comms, NULL, inputs, losses, outputs,
+                               stats, err);
+}
+
+gt_status gt_pp_step_programs(const gt_graph *g, const gt_sym_binding *binding,
+                              const gt_pp_split *split, const gt_pp_schedule *s, gt_comm *comm,
+                              gt_comm *const *dim_comms, const gt_pp_programs *programs,
+                              const gt_tensor *const *inputs, gt_tensor *losses, gt_tensor *outputs,
+                              gt_pp_step_stats *stats, gt_error *err)
+{
+    return step(g, binding, split, s, comm, comm ? comm->rank : -1, false, dim_comms, programs,
+                inputs, losses, outputs, stats, err);
 }
 
 gt_status gt_pp_step_plan(const gt_graph *g, const gt_sym_binding *binding,
                           const gt_pp_split *split, const gt_pp_schedule *s, int32_t rank,
                           gt_pp_step_stats *stats, gt_error *err)
 {
+    return gt_pp_step_plan_programs(g, binding, split, s, rank, NULL, stats, err);
+}
+
+gt_status gt_pp_step_plan_programs(const gt_graph *g, const gt_sym_binding *binding,
+                                   const gt_pp_split *split, const gt_pp_schedule *s, int32_t rank,
+                                   const gt_pp_programs *programs, gt_pp_step_stats *stats,
+                                   gt_error *err)
+{
     if (rank < -1 || rank >= s->n_ranks)
         return gt_error_set(err, GT_ERR_INVALID, "pipeline step plan: rank %d of %d", rank,
                             s->n_ranks);
-    return step(g, binding, split, s, NULL, rank, true, NULL, NULL, NULL, NULL, stats, err);
+    return step(g, binding, split, s, NULL, rank, true, NULL, programs, NULL, NULL, NULL, stats,
+                err);
 }

@@ -36,9 +36,10 @@ struct gt_trainer_pp {
     gt_tensor *outputs; /* [n_outputs] */
     int32_t *owner;     /* [n_inputs]: the pipeline rank that updates input k, or -1 */
     int32_t loss_output;
-    bool stats_logged;    /* the collectives of a step, logged once */
-    int32_t *param_owner; /* [n_params]: the pipeline rank of parameter p's stage, or -1 (every
-                           * rank holds it); set by gt_trainer_pp_own_state */
+    bool stats_logged;        /* the collectives of a step, logged once */
+    int32_t *param_owner;     /* [n_params]: the pipeline rank of parameter p's stage, or -1 (every
+                               * rank holds it); set by gt_trainer_pp_own_state */
+    gt_pp_programs *programs; /* this rank's stages' parts as programs (compile.enable), or NULL */
 };
 
 /* Before setup: checks the pipeline options (errors name the option at fault: the schedule, the

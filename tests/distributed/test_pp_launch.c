@@ -24,6 +24,9 @@
  *     count), and the ranks together hold it exactly once (the "pipeline state" line); and no
  *     rank drew or loaded more than its share at any point of setup: the most each held before
  *     step 1 is what it holds (the "pipeline setup" line), also after a resume;
+ *   - per-stage programs (compile.enable, the default): rank 0 names a program for each part of
+ *     its stages that has nodes, each with arenas allocated as its memory plan says, before step
+ *     1; the bitwise checks above run through them;
  *   - bad input is refused on every rank before any step, naming the option: a schedule that
  *     does not exist, layers per stage that do not divide as asked, too few micro-batches for
  *     DualPipeV, a local batch that is no multiple of the micro-batch size, and a pipeline degree
@@ -158,7 +161,30 @@ static void check_values(const char *name, const char *out, step_stats *run)
            name, run->actions, run->peak, run->computed);
 }
 
-/* check_state and check_values on the output of the run in dump. */
+/* The "pipeline program" lines of rank 0: a part with nodes is compiled, its arenas allocated as
+ * planned ("arenas planned N B, allocated N B"). */
+static void check_programs(const char *name, const char *out)
+{
+    int compiled = 0, parts = 0;
+    for (const char *p = out; p && (p = strstr(p, "pipeline program rank 0 stage ")); p++) {
+        const char *nodes = strstr(p, ": ");
+        long long n = nodes ? strtoll(nodes + 2, NULL, 10) : 0;
+        size_t len = strcspn(p, "\n");
+        const char *pl = strstr(p, "arenas planned ");
+        if (n > 0) parts++;
+        if (!pl || pl > p + len) continue;
+        long long planned = strtoll(pl + strlen("arenas planned "), NULL, 10), allocated = -1;
+        const char *al = strstr(pl, "allocated ");
+        if (al) allocated = strtoll(al + strlen("allocated "), NULL, 10);
+        EXPECT(planned > 0 && planned == allocated, "%s: %.*s", name, (int)len, p);
+        compiled++;
+    }
+    EXPECT(parts > 0 && compiled == parts, "%s: %d of rank 0's %d parts compiled", name, compiled,
+           parts);
+    printf("  %-30s rank 0: %d stage parts compiled, arenas as planned\n", name, compiled);
+}
+
+/* check_state, check_values and check_programs on the output of the run in dump. */
 static double state_of(const char *dump, int degree, double share)
 {
     char out_path[600];
@@ -168,6 +194,7 @@ static double state_of(const char *dump, int degree, double share)
     step_stats run;
     check_state(slash ? slash + 1 : dump, out, degree, share);
     check_values(slash ? slash + 1 : dump, out, &run);
+    check_programs(slash ? slash + 1 : dump, out);
     free(out);
     return (double)run.actions;
 }
