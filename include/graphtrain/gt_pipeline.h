@@ -226,12 +226,18 @@ gt_status gt_pp_step_plan(const gt_graph *g, const gt_sym_binding *binding,
  * graph of the part's nodes, whose inputs are the values they read from outside the part and
  * whose outputs are those read outside it. No pass rewrites it: bitwise the part node by node.
  * One program per part serves every micro-batch (its inputs copied in, its outputs copied out to
- * the runner, which holds them per micro-batch in flight). A part with a collective, or with a
- * node only the last micro-batch runs, stays node by node (gt_pp_part_info.why). */
+ * the runner, which holds them per micro-batch in flight). A part's step-invariant nodes (an FSDP
+ * gather of a parameter) stay out of it: the runner runs them once a step and hands their outputs
+ * in. Its other collectives run in the program on dim_comms. A part with a node only the last
+ * micro-batch runs, or with a collective when dim_comms is NULL, stays node by node
+ * (gt_pp_part_info.why). */
 typedef struct gt_pp_programs gt_pp_programs;
 
 typedef struct {
     int32_t n_nodes;         /* the part's nodes in the step graph */
+    int32_t n_invariant;     /* of them, run once a step by the runner, outside the program */
+    int32_t n_collectives;   /* the collectives the program starts a run */
+    bool loaded;             /* its graph came from an artifact (gt_pp_programs_opts.loaded) */
     bool compiled;           /* false: node by node, for `why` */
     const char *why;         /* static text; NULL when compiled */
     int32_t n_in, n_out;     /* the program's inputs and outputs */
@@ -241,10 +247,28 @@ typedef struct {
 } gt_pp_part_info;
 
 /* The programs of the stages pipeline rank `rank` runs (-1: every stage) of g, split by split,
- * under binding. g and binding must outlive them. */
+ * under binding, their collectives on dim_comms (per mesh dim, as gt_pp_eager_step_spmd's; NULL:
+ * none). g, binding and the communicators must outlive them. */
 gt_status gt_pp_programs_build(const gt_graph *g, const gt_sym_binding *binding,
                                const gt_pp_split *split, const gt_pp_schedule *s, int32_t rank,
-                               gt_pp_programs **out, gt_error *err);
+                               gt_comm *const *dim_comms, gt_pp_programs **out, gt_error *err);
+/* Compile on one rank (--compile.precompile_artifact_dir): */
+typedef struct {
+    gt_comm *const *dim_comms; /* as gt_pp_programs_build's */
+    /* [n_stages * 3] (stage * 3 + part) or NULL: part graphs read from artifacts; a part that
+     * has one runs it (the build takes it over and sets the entry to NULL) once it matches the
+     * part built here (nodes, inputs and outputs by name), else the build fails naming it */
+    gt_graph **loaded;
+    /* the parts' graphs only, no program: what one rank saves for the others (a part with
+     * collectives gets its graph even without communicators) */
+    bool graphs_only;
+} gt_pp_programs_opts;
+gt_status gt_pp_programs_build_opts(const gt_graph *g, const gt_sym_binding *binding,
+                                    const gt_pp_split *split, const gt_pp_schedule *s, int32_t rank,
+                                    const gt_pp_programs_opts *o, gt_pp_programs **out,
+                                    gt_error *err);
+/* Stage `stage`'s part graph (NULL: none: no nodes, node by node, another rank's stage). */
+const gt_graph *gt_pp_programs_graph(const gt_pp_programs *p, int32_t stage, gt_pp_part part);
 /* Stage `stage`'s part (GT_PP_PART_F, _I or _W): NULL for another part or stage. */
 const gt_pp_part_info *gt_pp_programs_info(const gt_pp_programs *p, int32_t stage, gt_pp_part part);
 void gt_pp_programs_free(gt_pp_programs *p);

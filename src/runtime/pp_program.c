@@ -13,24 +13,90 @@
  * holds per micro-batch in flight and frees after their last read, so a part's intermediate
  * values live in its arenas only while it runs.
  *
- * A part stays node by node (said by gt_pp_part_info.why) when it holds a collective (the
- * runner's invariant reuse gathers each FSDP parameter once a step, which a program run per
- * micro-batch would repeat) or a node that only the last micro-batch runs (the program runs
- * the same instructions every time). */
+ * A part's step-invariant nodes (gt_pp_find_invariant: an FSDP gather of a parameter, its wait)
+ * stay out of its program: the runner runs them once a step, before the program's first run, and
+ * hands their outputs in as inputs, so each parameter is still gathered once a step. The part's
+ * other collectives (a gradient's reduce-scatter, a TP all-reduce) run in the program on the mesh
+ * dims' communicators, in the program's order, which is the same on every rank of a mesh. A part
+ * stays node by node (said by gt_pp_part_info.why) when it holds a collective and no
+ * communicators are given (the in-process pipeline), or a node that only the last micro-batch
+ * runs (the program runs the same instructions every time). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "pp_internal.h"
+#include "runtime_internal.h"
 
-/* Why the nodes of a part cannot be one program (NULL: they can). */
+int32_t *gt_pp_update_of_input(const gt_graph *g)
+{
+    int32_t *u = gt_xmalloc(((size_t)g->n_inputs + 1) * sizeof *u);
+    for (int32_t k = 0; k < g->n_inputs; k++) {
+        u[k] = -1;
+        if (g->inputs[k].kind != GT_IN_BUFFER) continue;
+        const char *name = gt_graph_str(g, g->inputs[k].fqn);
+        for (int32_t j = 0; j < g->n_outputs; j++)
+            if (g->outputs[j].kind == GT_OUT_BUFFER_UPDATE &&
+                !strcmp(gt_graph_str(g, g->outputs[j].fqn), name))
+                u[k] = g->outputs[j].value;
+    }
+    return u;
+}
+
+void gt_pp_find_invariant(const gt_graph *g, const gt_pp_split *split,
+                          const int32_t *update_of_input, uint8_t *invariant, gt_node_id *same_as)
+{
+    uint8_t *val = gt_xcalloc((size_t)g->n_values + 1, 1);
+    gt_value_id *canon = gt_xmalloc(((size_t)g->n_values + 1) * sizeof *canon);
+    for (gt_value_id v = 0; v < g->n_values; v++)
+        canon[v] = v;
+    for (int32_t k = 0; k < g->n_inputs; k++) {
+        const gt_io *in = &g->inputs[k];
+        /* a buffer fed back (a gradient sum) changes from one micro-batch to the next */
+        if (in->kind == GT_IN_PARAM || (in->kind == GT_IN_BUFFER && update_of_input[k] < 0))
+            val[in->value] = 1;
+    }
+    for (gt_node_id n = 0; n < g->n_nodes; n++) {
+        const gt_node *nd = &g->nodes[n];
+        same_as[n] = n;
+        invariant[n] = 0;
+        gt_pp_part p = split->part[n];
+        bool inv = nd->n_in > 0 && p != GT_PP_PART_OPT && p != GT_PP_PART_GLOBAL;
+        for (int j = 0; inv && j < nd->n_in; j++)
+            inv = val[nd->in[j]] != 0;
+        if (!inv) continue;
+        invariant[n] = 1;
+        for (int j = 0; j < nd->n_out; j++)
+            val[nd->out[j]] = 1;
+        for (gt_node_id e = 0; e < n; e++) {
+            const gt_node *en = &g->nodes[e];
+            if (!invariant[e] || same_as[e] != e || en->op != nd->op || en->n_in != nd->n_in ||
+                en->n_out != nd->n_out || split->stage[e] != split->stage[n] ||
+                !gt_attrs_equal(&en->attrs, &nd->attrs))
+                continue;
+            bool same = true;
+            for (int j = 0; same && j < nd->n_in; j++)
+                same = canon[en->in[j]] == canon[nd->in[j]];
+            if (!same) continue;
+            same_as[n] = e;
+            for (int j = 0; j < nd->n_out; j++)
+                canon[nd->out[j]] = canon[en->out[j]];
+            break;
+        }
+    }
+    free(val);
+    free(canon);
+}
+
+/* Why the nodes of a part (its invariant ones left out) cannot be one program (NULL: they can). */
 static const char *not_compiled(const gt_graph *g, const gt_node_id *nodes, int32_t n,
-                                const uint8_t *micro)
+                                const uint8_t *micro, bool comms)
 {
     if (n == 0) return "no nodes";
     for (int32_t k = 0; k < n; k++) {
         gt_op op = g->nodes[nodes[k]].op;
-        if (gt_op_is_collective_start(op) || op == GT_OP_WAIT) return "a collective";
+        if (!comms && (gt_op_is_collective_start(op) || op == GT_OP_WAIT))
+            return "a collective, no communicators";
         if (!micro[nodes[k]]) return "a node of the last micro-batch only";
     }
     return NULL;
@@ -82,21 +148,57 @@ static gt_status part_graph(const gt_graph *g, gt_pp_part_program *pp, const uin
     return st;
 }
 
+/* The part's graph as an artifact gave it (compile on one rank) in place of the one just built
+ * from the step graph, which it must match: nodes, inputs and outputs by name, in order. */
+static gt_status adopt(gt_pp_part_program *pp, gt_graph *loaded, int32_t st, gt_pp_part p,
+                       gt_error *err)
+{
+    const gt_graph *d = pp->g;
+    bool same = loaded->n_nodes == d->n_nodes && loaded->n_inputs == d->n_inputs &&
+                loaded->n_outputs == d->n_outputs;
+    for (int32_t k = 0; same && k < d->n_inputs; k++)
+        same =
+            !strcmp(gt_graph_str(loaded, loaded->inputs[k].fqn), gt_graph_str(d, d->inputs[k].fqn));
+    for (int32_t k = 0; same && k < d->n_outputs; k++)
+        same = !strcmp(gt_graph_str(loaded, loaded->outputs[k].fqn),
+                       gt_graph_str(d, d->outputs[k].fqn));
+    if (!same)
+        return gt_error_set(err, GT_ERR_INVALID,
+                            "pipeline: the artifact of stage %d part %d has %d nodes, %d inputs, "
+                            "%d outputs; this step graph's part %d, %d, %d (or other names)",
+                            st, (int)p, loaded->n_nodes, loaded->n_inputs, loaded->n_outputs,
+                            d->n_nodes, d->n_inputs, d->n_outputs);
+    gt_graph_free(pp->g);
+    pp->g = loaded;
+    return GT_OK;
+}
+
 /* Stage st's part p: its nodes, and its program unless it must run node by node. */
 static gt_status build_part(const gt_graph *g, const gt_sym_binding *binding,
                             const gt_pp_split *split, const uint8_t *micro, const uint8_t *crossing,
-                            int32_t st, gt_pp_part p, gt_pp_part_program *pp, gt_pp_part_info *info,
+                            const uint8_t *invariant, const gt_pp_programs_opts *o, int32_t st,
+                            gt_pp_part p, gt_pp_part_program *pp, gt_pp_part_info *info,
                             gt_error *err)
 {
     uint8_t *inset = gt_xcalloc((size_t)g->n_nodes + 1, 1);
     pp->nodes = gt_xcalloc((size_t)g->n_nodes + 1, sizeof *pp->nodes);
-    for (gt_node_id n = 0; n < g->n_nodes; n++)
-        if (split->stage[n] == st && split->part[n] == (uint8_t)p) {
-            inset[n] = 1;
-            pp->nodes[pp->n_nodes++] = n;
+    for (gt_node_id n = 0; n < g->n_nodes; n++) {
+        if (split->stage[n] != st || split->part[n] != (uint8_t)p) continue;
+        info->n_nodes++;
+        if (invariant[n]) {
+            info->n_invariant++;
+            continue;
         }
-    info->n_nodes = pp->n_nodes;
-    info->why = not_compiled(g, pp->nodes, pp->n_nodes, micro);
+        inset[n] = 1;
+        pp->nodes[pp->n_nodes++] = n;
+        gt_op op = g->nodes[n].op;
+        if (gt_op_is_collective_start(op)) {
+            pp->n_coll++;
+            pp->n_gathers += gt_runtime_coll_kind(op) == GT_COLL_ALL_GATHER;
+        }
+    }
+    info->why =
+        not_compiled(g, pp->nodes, pp->n_nodes, micro, o->dim_comms != NULL || o->graphs_only);
     gt_status s = GT_OK;
     if (!info->why) {
         uint8_t *out_use = gt_xcalloc((size_t)g->n_values + 1, 1);
@@ -120,7 +222,15 @@ static gt_status build_part(const gt_graph *g, const gt_sym_binding *binding,
                         gt_shape_numel(ty->ndim, shape) * (int64_t)gt_dtype_size(ty->dtype);
             }
         }
-        if (s == GT_OK) s = gt_program_build(pp->g, binding, &pp->prog, err);
+        gt_graph **loaded = o->loaded ? &o->loaded[st * 3 + p] : NULL;
+        if (s == GT_OK && loaded && *loaded) {
+            s = adopt(pp, *loaded, st, p, err);
+            if (s == GT_OK) *loaded = NULL; /* taken */
+            info->loaded = s == GT_OK;
+        }
+        if (s == GT_OK && !o->graphs_only) s = gt_program_build(pp->g, binding, &pp->prog, err);
+        if (s == GT_OK && pp->prog && o->dim_comms)
+            s = gt_program_set_comms(pp->prog, o->dim_comms, err);
         free(out_use);
         if (s != GT_OK)
             gt_error_wrap(err, "pipeline: the program of stage %d's %s part", st,
@@ -133,6 +243,7 @@ static gt_status build_part(const gt_graph *g, const gt_sym_binding *binding,
         info->compiled = true;
         info->n_in = pp->n_in;
         info->n_out = pp->n_out;
+        info->n_collectives = pp->n_coll;
         info->live_peak_bytes = (int64_t)q->plan->live_peak_bytes;
         for (int a = 0; a < GT_ARENA_COUNT; a++) {
             info->planned_bytes += (int64_t)q->plan->arena_bytes[a];
@@ -145,7 +256,16 @@ static gt_status build_part(const gt_graph *g, const gt_sym_binding *binding,
 
 gt_status gt_pp_programs_build(const gt_graph *g, const gt_sym_binding *binding,
                                const gt_pp_split *split, const gt_pp_schedule *s, int32_t rank,
-                               gt_pp_programs **out, gt_error *err)
+                               gt_comm *const *dim_comms, gt_pp_programs **out, gt_error *err)
+{
+    gt_pp_programs_opts o = {.dim_comms = dim_comms};
+    return gt_pp_programs_build_opts(g, binding, split, s, rank, &o, out, err);
+}
+
+gt_status gt_pp_programs_build_opts(const gt_graph *g, const gt_sym_binding *binding,
+                                    const gt_pp_split *split, const gt_pp_schedule *s, int32_t rank,
+                                    const gt_pp_programs_opts *o, gt_pp_programs **out,
+                                    gt_error *err)
 {
     *out = NULL;
     if (split->n_nodes != g->n_nodes || split->n_stages != s->n_stages)
@@ -162,6 +282,10 @@ gt_status gt_pp_programs_build(const gt_graph *g, const gt_sym_binding *binding,
     uint8_t *crossing = gt_xcalloc((size_t)g->n_values + 1, 1);
     for (int32_t k = 0; k < split->n_cross; k++)
         crossing[split->cross[k].value] = 1;
+    int32_t *update = gt_pp_update_of_input(g);
+    uint8_t *invariant = gt_xcalloc((size_t)g->n_nodes + 1, 1);
+    gt_node_id *same_as = gt_xcalloc((size_t)g->n_nodes + 1, sizeof *same_as);
+    gt_pp_find_invariant(g, split, update, invariant, same_as);
     gt_status st = GT_OK;
     for (int32_t i = 0; i < ps->n_stages && st == GT_OK; i++) {
         bool mine = rank < 0 || s->stage_rank[i] == rank;
@@ -169,12 +293,15 @@ gt_status gt_pp_programs_build(const gt_graph *g, const gt_sym_binding *binding,
             gt_pp_part_info *info = &ps->info[i][p];
             info->why = "another rank's stage";
             if (mine)
-                st = build_part(g, binding, split, micro, crossing, i, (gt_pp_part)p,
+                st = build_part(g, binding, split, micro, crossing, invariant, o, i, (gt_pp_part)p,
                                 &ps->part[i][p], info, err);
         }
     }
     free(micro);
     free(crossing);
+    free(update);
+    free(invariant);
+    free(same_as);
     if (st != GT_OK) {
         gt_pp_programs_free(ps);
         return st;
@@ -187,6 +314,12 @@ const gt_pp_part_info *gt_pp_programs_info(const gt_pp_programs *ps, int32_t sta
 {
     if (!ps || stage < 0 || stage >= ps->n_stages || part > GT_PP_PART_W) return NULL;
     return &ps->info[stage][part];
+}
+
+const gt_graph *gt_pp_programs_graph(const gt_pp_programs *ps, int32_t stage, gt_pp_part part)
+{
+    if (!ps || stage < 0 || stage >= ps->n_stages || part > GT_PP_PART_W) return NULL;
+    return ps->part[stage][part].g;
 }
 
 void gt_pp_programs_free(gt_pp_programs *ps)

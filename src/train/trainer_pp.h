@@ -43,9 +43,9 @@ struct gt_trainer_pp {
 };
 
 /* Before setup: checks the pipeline options (errors name the option at fault: the schedule, the
- * layers per stage, the micro-batches), refuses what does not run yet (other mesh dims, the GPU,
- * precompiled artifacts), and points t->cfg at the one-rank accumulation config it keeps. cfg
- * must outlive t. */
+ * layers per stage, the micro-batches), refuses what does not run yet (expert parallelism, the
+ * GPU, AutoParallel; artifacts without compile.enable), and points t->cfg at the one-rank
+ * accumulation config it keeps. cfg must outlive t. */
 gt_status gt_trainer_pp_begin(gt_trainer *t, const gt_config *cfg, gt_error *err);
 /* Instead of gt_train_dist_init: joins the world (mpirun), whose ranks are the pipeline ranks;
  * t->dist stays a one-rank view (no world, layout of one rank) with dist.rank = the pipeline rank,
@@ -55,6 +55,11 @@ gt_status gt_trainer_pp_dist_init(gt_trainer *t, gt_error *err);
  * passes: the stage split reads its forward, backward and optimizer nodes), its stage split, and
  * on rank 0 the pipeline's line (stages, bubble, peak saved activations per rank). */
 gt_status gt_trainer_pp_build(gt_trainer *t, gt_error *err);
+/* compile.enable: this rank's stages' part programs into pp->programs, their collectives on
+ * dims (the mesh's communicators, or NULL); with compile.precompile_artifact_dir compiled on one
+ * rank, one artifact a stage part (trainer_pp_artifact.c). A collective over the world when the
+ * artifacts are used. */
+gt_status gt_trainer_pp_programs(gt_trainer *t, gt_comm *const *dims, gt_error *err);
 /* gt_train_agree over the pipeline ranks. */
 gt_status gt_trainer_pp_agree(gt_trainer *t, gt_status st, gt_error *err);
 /* One optimizer step: the micro-batches drawn in order, this rank's actions of the schedule, its

@@ -39,11 +39,11 @@ gt_status gt_trainer_pp_begin(gt_trainer *t, const gt_config *cfg, gt_error *err
                             "parallelism.pipeline_parallel_degree = %lld: pipelines run on the CPU "
                             "for now (training.device = cpu)",
                             (long long)p->pipeline_parallel_degree);
-    if (cfg->compile.precompile_artifact_dir[0])
-        return gt_error_set(err, GT_ERR_UNSUPPORTED,
-                            "compile.precompile_artifact_dir with pipeline_parallel_degree = %lld: "
-                            "pipelines run the step graph eagerly, there is no artifact per stage "
-                            "yet",
+    if (cfg->compile.precompile_artifact_dir[0] && !cfg->compile.enable)
+        return gt_error_set(err, GT_ERR_INVALID,
+                            "compile.precompile_artifact_dir with pipeline_parallel_degree = %lld "
+                            "and compile.enable = false: the artifacts are the stages' programs; "
+                            "enable compile or drop the directory",
                             (long long)p->pipeline_parallel_degree);
     if (cfg->compile.enable_autoparallel)
         return gt_error_set(err, GT_ERR_UNSUPPORTED,
@@ -194,8 +194,8 @@ static void format_stats(const gt_pp_step_stats *s, char *text, size_t size)
 static gt_status build_programs(gt_trainer *t, gt_error *err)
 {
     struct gt_trainer_pp *pp = t->pp;
-    GT_TRY(gt_pp_programs_build(t->whole.g, &t->binding, &pp->split, &pp->sched, pp->rank,
-                                &pp->programs, err));
+    gt_comm *const *dims = gt_train_dist_multi(&t->dist) ? t->dist.dim_comm : NULL;
+    GT_TRY(gt_trainer_pp_programs(t, dims, err));
     static const char *const part_name[3] = {"F", "I", "W"};
     for (int32_t s = 0; s < pp->layout.n_stages; s++) {
         if (pp->sched.stage_rank[s] != pp->rank) continue;
@@ -215,12 +215,13 @@ static gt_status build_programs(gt_trainer *t, gt_error *err)
                        pp->rank, s, part_name[p], in->n_nodes, in->why);
             else
                 gt_log(GT_LOG_INFO,
-                       "pipeline program rank %d stage %d %s: %d nodes, %d inputs, %d outputs; "
-                       "memory plan peak %lld B (%.2f MiB), arenas planned %lld B, allocated "
-                       "%lld B",
-                       pp->rank, s, part_name[p], in->n_nodes, in->n_in, in->n_out,
-                       (long long)in->live_peak_bytes, (double)in->live_peak_bytes / (1 << 20),
-                       (long long)in->planned_bytes, (long long)in->allocated_bytes);
+                       "pipeline program rank %d stage %d %s: %d nodes (%d run once a step "
+                       "outside it), %d collectives, %d inputs, %d outputs; memory plan peak "
+                       "%lld B (%.2f MiB), arenas planned %lld B, allocated %lld B",
+                       pp->rank, s, part_name[p], in->n_nodes, in->n_invariant, in->n_collectives,
+                       in->n_in, in->n_out, (long long)in->live_peak_bytes,
+                       (double)in->live_peak_bytes / (1 << 20), (long long)in->planned_bytes,
+                       (long long)in->allocated_bytes);
         }
     }
     return GT_OK;

@@ -26,7 +26,11 @@
  *     step 1 is what it holds (the "pipeline setup" line), also after a resume;
  *   - per-stage programs (compile.enable, the default): rank 0 names a program for each part of
  *     its stages that has nodes, each with arenas allocated as its memory plan says, before step
- *     1; the bitwise checks above run through them;
+ *     1, also on pp 2 x dp_shard 2 (the FSDP gathers outside them, once a step) and pp 2 x tp 2
+ *     (their collectives inside); the bitwise checks above run through them;
+ *   - compile on one rank: with compile.precompile_artifact_dir a pp 2 1F1B run saves one
+ *     artifact a stage part and a second run loads its own, both bitwise the one rank; a GPipe
+ *     run on those artifacts is refused naming the schedule;
  *   - bad input is refused on every rank before any step, naming the option: a schedule that
  *     does not exist, layers per stage that do not divide as asked, too few micro-batches for
  *     DualPipeV, a local batch that is no multiple of the micro-batch size, and a pipeline degree
@@ -209,6 +213,7 @@ static void gathers_once(const char *dump)
     char *out = read_all(out_path, NULL);
     step_stats run;
     check_values("pp2 x dp_shard2", out, &run);
+    check_programs("pp2 x dp_shard2", out);
     EXPECT(run.gathers > 0 && run.reused >= 3 * run.gathers,
            "pp2 x dp_shard2: %lld all-gathers started on rank 0, %lld collectives served by an "
            "earlier result (want >= 3 x the gathers)",
@@ -379,6 +384,36 @@ int main(void)
     } else
         EXPECT(false, "%s failed", dump);
 
+    /* compile on one rank: the first run saves every stage part's graph, the second loads its
+     * own; both bitwise the one rank, and another schedule is refused naming the option */
+    char art[512];
+    snprintf(art, sizeof art, "%s/artifacts", base);
+    static const char *const says[2] = {"stage parts on rank 0 in", "(not compiled here)"};
+    for (int k = 0; k < 2; k++) {
+        snprintf(dump, sizeof dump, "%s/pp2_1F1B_artifact%d", base, k);
+        pipeline(&c, 2, 2, "1F1B", dump);
+        launch_add(&c, "--compile.precompile_artifact_dir=%s", art);
+        if (run(&c, dump, &r, &hash)) {
+            compare(k ? "pp2 1F1B loaded" : "pp2 1F1B compiled", &ref, ref_hash, &r, hash);
+            char out_path[600];
+            snprintf(out_path, sizeof out_path, "%s.txt", dump);
+            char *out = read_all(out_path, NULL);
+            EXPECT(out && strstr(out, says[k]) && (k == 0 || !strstr(out, says[0])),
+                   "%s: no \"%s\" line", dump, says[k]);
+            free(out);
+        } else
+            EXPECT(false, "%s failed", dump);
+    }
+    char art_file[600];
+    snprintf(art_file, sizeof art_file, "%s/pp_stage1_W.graph", art);
+    EXPECT(access(art_file, R_OK) == 0, "no artifact %s", art_file);
+    {
+        char extra[600];
+        snprintf(extra, sizeof extra, "--compile.precompile_artifact_dir=%s", art);
+        refused(base, "artifact_of_1F1B", 2, "GPipe", extra,
+                "'parallelism.pipeline_parallel_schedule = \"GPipe\"'");
+    }
+
     /* pp 2 x dp_shard 2 against dp_shard 2 accumulating the same 4 micro-batches a rank */
     static launch_result dp_ref;
     uint64_t dp_hash = 0;
@@ -408,6 +443,11 @@ int main(void)
         for (int s = 1; s <= LAUNCH_STEPS; s++)
             g = fmax(g, launch_relative(ref.steps[s].grad_norm, r.steps[s].grad_norm));
         EXPECT(d <= 1e-5 && g <= 1e-5, "pp2 x tp2: loss differs by %.3g, grad norm by %.3g", d, g);
+        char out_path[600];
+        snprintf(out_path, sizeof out_path, "%s.txt", dump);
+        char *out = read_all(out_path, NULL);
+        check_programs("pp2 x tp2", out);
+        free(out);
         printf("  %-30s loss 1..10 within %.2e, grad_norm within %.2e of one rank's\n",
                "pp2 x tp2 vs one rank", d, g);
     } else {
