@@ -224,7 +224,8 @@ gt_status gt_pp_step_plan(const gt_graph *g, const gt_sym_binding *binding,
  * Each stage's forward, input-gradient and weight-gradient parts (gt_pp_split) as a compiled
  * program of its own: gt_program_build's schedule, memory plan and lowered instructions on a
  * graph of the part's nodes, whose inputs are the values they read from outside the part and
- * whose outputs are those read outside it. No pass rewrites it: bitwise the part node by node.
+ * whose outputs are those read outside it, rewritten before that by gt_pp_programs_opts.compile
+ * when given (the exact passes): bitwise the part node by node.
  * One program per part serves every micro-batch (its inputs copied in, its outputs copied out to
  * the runner, which holds them per micro-batch in flight). A part's step-invariant nodes (an FSDP
  * gather of a parameter) stay out of it: the runner runs them once a step and hands their outputs
@@ -238,6 +239,7 @@ typedef struct {
     int32_t n_invariant;     /* of them, run once a step by the runner, outside the program */
     int32_t n_collectives;   /* the collectives the program starts a run */
     bool loaded;             /* its graph came from an artifact (gt_pp_programs_opts.loaded) */
+    int32_t n_program_nodes; /* the nodes its program runs (after gt_pp_programs_opts.compile) */
     bool compiled;           /* false: node by node, for `why` */
     const char *why;         /* static text; NULL when compiled */
     int32_t n_in, n_out;     /* the program's inputs and outputs */
@@ -262,6 +264,10 @@ typedef struct {
     /* the parts' graphs only, no program: what one rank saves for the others (a part with
      * collectives gets its graph even without communicators) */
     bool graphs_only;
+    /* NULL, or run on each part graph built here (not on a loaded one, compiled already) before
+     * its program: the trainer's exact passes (gt_train_compile_graph_layout) */
+    gt_status (*compile)(gt_graph *g, void *user, gt_error *err);
+    void *compile_user;
 } gt_pp_programs_opts;
 gt_status gt_pp_programs_build_opts(const gt_graph *g, const gt_sym_binding *binding,
                                     const gt_pp_split *split, const gt_pp_schedule *s, int32_t rank,

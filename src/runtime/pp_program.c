@@ -7,8 +7,9 @@
  * part (parameters, the micro-batch's tokens, received activations and gradients, the running
  * gradient sums, values of the stage's earlier parts); its outputs are the values anything
  * outside the part reads (a later part, the next micro-batch's W, the optimizer, a send, a graph
- * output). No pass rewrites it, so every kernel runs on the same inputs as node by node: the same
- * bits (tests/numerics/test_pp_exec.c). One program per part serves every micro-batch: a run
+ * output). Before its program is built the caller's compile step may rewrite it (the trainer runs
+ * its pass pipeline, every pass exact); either way every output has the bits of the part node by
+ * node (tests/numerics/test_pp_exec.c). One program per part serves every micro-batch: a run
  * copies the micro-batch's inputs into the arenas and its outputs out into tensors the runner
  * holds per micro-batch in flight and frees after their last read, so a part's intermediate
  * values live in its arenas only while it runs.
@@ -149,13 +150,13 @@ static gt_status part_graph(const gt_graph *g, gt_pp_part_program *pp, const uin
 }
 
 /* The part's graph as an artifact gave it (compile on one rank) in place of the one just built
- * from the step graph, which it must match: nodes, inputs and outputs by name, in order. */
+ * from the step graph, which it must match: inputs and outputs by name, in order (its nodes are
+ * what the passes made of the part's). */
 static gt_status adopt(gt_pp_part_program *pp, gt_graph *loaded, int32_t st, gt_pp_part p,
                        gt_error *err)
 {
     const gt_graph *d = pp->g;
-    bool same = loaded->n_nodes == d->n_nodes && loaded->n_inputs == d->n_inputs &&
-                loaded->n_outputs == d->n_outputs;
+    bool same = loaded->n_inputs == d->n_inputs && loaded->n_outputs == d->n_outputs;
     for (int32_t k = 0; same && k < d->n_inputs; k++)
         same =
             !strcmp(gt_graph_str(loaded, loaded->inputs[k].fqn), gt_graph_str(d, d->inputs[k].fqn));
@@ -164,10 +165,10 @@ static gt_status adopt(gt_pp_part_program *pp, gt_graph *loaded, int32_t st, gt_
                        gt_graph_str(d, d->outputs[k].fqn));
     if (!same)
         return gt_error_set(err, GT_ERR_INVALID,
-                            "pipeline: the artifact of stage %d part %d has %d nodes, %d inputs, "
-                            "%d outputs; this step graph's part %d, %d, %d (or other names)",
-                            st, (int)p, loaded->n_nodes, loaded->n_inputs, loaded->n_outputs,
-                            d->n_nodes, d->n_inputs, d->n_outputs);
+                            "pipeline: the artifact of stage %d part %d has %d inputs and %d "
+                            "outputs; this step graph's part %d and %d (or other names)",
+                            st, (int)p, loaded->n_inputs, loaded->n_outputs, d->n_inputs,
+                            d->n_outputs);
     gt_graph_free(pp->g);
     pp->g = loaded;
     return GT_OK;
@@ -191,11 +192,6 @@ static gt_status build_part(const gt_graph *g, const gt_sym_binding *binding,
         }
         inset[n] = 1;
         pp->nodes[pp->n_nodes++] = n;
-        gt_op op = g->nodes[n].op;
-        if (gt_op_is_collective_start(op)) {
-            pp->n_coll++;
-            pp->n_gathers += gt_runtime_coll_kind(op) == GT_COLL_ALL_GATHER;
-        }
     }
     info->why =
         not_compiled(g, pp->nodes, pp->n_nodes, micro, o->dim_comms != NULL || o->graphs_only);
@@ -227,7 +223,18 @@ static gt_status build_part(const gt_graph *g, const gt_sym_binding *binding,
             s = adopt(pp, *loaded, st, p, err);
             if (s == GT_OK) *loaded = NULL; /* taken */
             info->loaded = s == GT_OK;
+        } else if (s == GT_OK && o->compile) {
+            s = o->compile(pp->g, o->compile_user, err);
         }
+        /* the collectives the program starts: of the part as it runs (a pass may bucket them) */
+        pp->n_coll = pp->n_gathers = 0;
+        for (gt_node_id n = 0; s == GT_OK && n < pp->g->n_nodes; n++) {
+            gt_op op = pp->g->nodes[n].op;
+            if (!gt_op_is_collective_start(op)) continue;
+            pp->n_coll++;
+            pp->n_gathers += gt_runtime_coll_kind(op) == GT_COLL_ALL_GATHER;
+        }
+        if (s == GT_OK) info->n_program_nodes = pp->g->n_nodes;
         if (s == GT_OK && !o->graphs_only) s = gt_program_build(pp->g, binding, &pp->prog, err);
         if (s == GT_OK && pp->prog && o->dim_comms)
             s = gt_program_set_comms(pp->prog, o->dim_comms, err);

@@ -18,6 +18,13 @@
 
 static const char *const part_name[3] = {"F", "I", "W"};
 
+/* gt_pp_programs_opts.compile: the step's pass pipeline on a part graph (every pass is exact) */
+static gt_status compile_part(gt_graph *g, void *user, gt_error *err)
+{
+    const gt_trainer *t = user;
+    return gt_train_compile_graph_layout(t->cfg, &t->dist.layout, g, NULL, err);
+}
+
 static void artifact_name(int32_t s, int p, char *buf, size_t n)
 {
     snprintf(buf, n, "pp_stage%d_%s.graph", s, part_name[p]);
@@ -39,7 +46,7 @@ static gt_status compile_all(gt_trainer *t, const char *dir, gt_error *err)
 {
     struct gt_trainer_pp *pp = t->pp;
     double t0 = gt_now_seconds();
-    gt_pp_programs_opts o = {.graphs_only = true};
+    gt_pp_programs_opts o = {.graphs_only = true, .compile = compile_part, .compile_user = t};
     gt_pp_programs *all = NULL;
     GT_TRY(gt_pp_programs_build_opts(t->whole.g, &t->binding, &pp->split, &pp->sched, -1, &o, &all,
                                      err));
@@ -87,9 +94,11 @@ gt_status gt_trainer_pp_programs(gt_trainer *t, gt_comm *const *dims, gt_error *
 {
     struct gt_trainer_pp *pp = t->pp;
     const char *dir = pp->user->compile.precompile_artifact_dir;
-    if (!dir[0])
-        return gt_pp_programs_build(t->whole.g, &t->binding, &pp->split, &pp->sched, pp->rank, dims,
-                                    &pp->programs, err);
+    if (!dir[0]) {
+        gt_pp_programs_opts o = {.dim_comms = dims, .compile = compile_part, .compile_user = t};
+        return gt_pp_programs_build_opts(t->whole.g, &t->binding, &pp->split, &pp->sched, pp->rank,
+                                         &o, &pp->programs, err);
+    }
     gt_train_dist wd = {
         .world = pp->world, .rank = gt_comm_rank(pp->world), .size = gt_comm_size(pp->world)};
     char first[64];
@@ -105,7 +114,8 @@ gt_status gt_trainer_pp_programs(gt_trainer *t, gt_comm *const *dims, gt_error *
     gt_graph **loaded = gt_xcalloc((size_t)n, sizeof *loaded);
     double t0 = gt_now_seconds();
     st = load_mine(t, dir, loaded, err);
-    gt_pp_programs_opts o = {.dim_comms = dims, .loaded = loaded};
+    gt_pp_programs_opts o = {
+        .dim_comms = dims, .loaded = loaded, .compile = compile_part, .compile_user = t};
     if (st == GT_OK)
         st = gt_pp_programs_build_opts(t->whole.g, &t->binding, &pp->split, &pp->sched, pp->rank,
                                        &o, &pp->programs, err);

@@ -216,10 +216,11 @@ static gt_status build_programs(gt_trainer *t, gt_error *err)
             else
                 gt_log(GT_LOG_INFO,
                        "pipeline program rank %d stage %d %s: %d nodes (%d run once a step "
-                       "outside it), %d collectives, %d inputs, %d outputs; memory plan peak "
-                       "%lld B (%.2f MiB), arenas planned %lld B, allocated %lld B",
-                       pp->rank, s, part_name[p], in->n_nodes, in->n_invariant, in->n_collectives,
-                       in->n_in, in->n_out, (long long)in->live_peak_bytes,
+                       "outside it), %d after the passes, %d collectives, %d inputs, %d "
+                       "outputs; memory plan peak %lld B (%.2f MiB), arenas planned %lld B, "
+                       "allocated %lld B",
+                       pp->rank, s, part_name[p], in->n_nodes, in->n_invariant, in->n_program_nodes,
+                       in->n_collectives, in->n_in, in->n_out, (long long)in->live_peak_bytes,
                        (double)in->live_peak_bytes / (1 << 20), (long long)in->planned_bytes,
                        (long long)in->allocated_bytes);
         }

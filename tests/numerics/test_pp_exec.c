@@ -15,19 +15,27 @@
  * figures (collectives, peak bytes held, bytes computed) are those gt_pp_step_plan gives on
  * sizes alone, and the step holds less than it computes (values freed after their last read).
  * Each schedule again with every stage's F, I and W parts as programs of their own
- * (gt_pp_programs: a memory plan and lowered instructions each), on the step graph and on the
+ * (gt_pp_programs: a memory plan and lowered instructions each; for 1F1B and ZBVZeroBubble also
+ * with the trainer's pass pipeline run on each part first), on the step graph and on the
  * compiled one: the same bits, each program's arenas allocated as planned, the plan's figures
  * those of the run. */
 #include "pp_harness.h"
 
 /* With programs: every stage's parts are built; those with nodes and no collective are
  * compiled (the one-rank graph has none), each allocating what its memory plan says. */
+static gt_status compile_part(gt_graph *g, void *user, gt_error *err)
+{
+    setup *s = user;
+    return gt_train_compile_graph(&s->cfg, g, NULL, err);
+}
+
 static gt_pp_programs *programs_of(setup *s, const gt_pp_split *split, const gt_pp_schedule *sched,
-                                   const char *name)
+                                   const char *name, bool passes)
 {
     gt_error err = {0};
     gt_pp_programs *p = NULL;
-    EXPECT_OK(gt_pp_programs_build(s->g, &s->binding, split, sched, -1, NULL, &p, &err), &err);
+    gt_pp_programs_opts o = {.compile = passes ? compile_part : NULL, .compile_user = s};
+    EXPECT_OK(gt_pp_programs_build_opts(s->g, &s->binding, split, sched, -1, &o, &p, &err), &err);
     int compiled = 0, parts = 0;
     for (int32_t st = 0; p && st < split->n_stages; st++)
         for (int k = GT_PP_PART_F; k <= GT_PP_PART_W; k++) {
@@ -46,7 +54,8 @@ static gt_pp_programs *programs_of(setup *s, const gt_pp_split *split, const gt_
     return p;
 }
 
-static void check_schedule(setup *s, gt_pp_schedule_kind kind, int32_t pp, bool programs)
+/* programs: 0 node by node, 1 the parts as programs, 2 the same after the pass pipeline */
+static void check_schedule(setup *s, gt_pp_schedule_kind kind, int32_t pp, int programs)
 {
     const gt_graph *g = s->g;
     gt_error err = {0};
@@ -59,7 +68,7 @@ static void check_schedule(setup *s, gt_pp_schedule_kind kind, int32_t pp, bool 
     EXPECT_OK(gt_pp_schedule_build(kind, pp, spr, MICRO, &sched, &err), &err);
     if (err.code != GT_OK) return;
     gt_pp_programs *progs =
-        programs ? programs_of(s, &split, &sched, gt_pp_schedule_name(kind)) : NULL;
+        programs ? programs_of(s, &split, &sched, gt_pp_schedule_name(kind), programs == 2) : NULL;
     static gt_tensor ref_in[MICRO][256], pp_in[MICRO][256];
     init_inputs(s, ref_in);
     init_inputs(s, pp_in);
@@ -103,7 +112,11 @@ static void check_schedule(setup *s, gt_pp_schedule_kind kind, int32_t pp, bool 
                         gt_graph_str(g, g->outputs[k].fqn));
         if (step == STEPS)
             printf("%-16s pp %d (%d stages)%s: step %d loss %.7f (micro 0 %.7f), bitwise %s\n",
-                   gt_pp_schedule_name(kind), pp, S, progs ? ", programs" : "", STEPS,
+                   gt_pp_schedule_name(kind), pp, S,
+                   programs == 2 ? ", programs after passes"
+                   : progs       ? ", programs"
+                                 : "",
+                   STEPS,
                    gt_tensor_get_f32(&rl[0], 0) + gt_tensor_get_f32(&rl[1], 0) +
                        gt_tensor_get_f32(&rl[2], 0) + gt_tensor_get_f32(&rl[3], 0),
                    gt_tensor_get_f32(&rl[0], 0), diffs ? "NO" : "yes");
@@ -155,20 +168,22 @@ int main(void)
     setup s;
     if (build(&s) && s.g->n_inputs <= 256) {
         for (int k = 0; k < GT_PP_N_SCHEDULES; k++) {
-            check_schedule(&s, (gt_pp_schedule_kind)k, 2, false);
-            check_schedule(&s, (gt_pp_schedule_kind)k, 2, true);
+            check_schedule(&s, (gt_pp_schedule_kind)k, 2, 0);
+            check_schedule(&s, (gt_pp_schedule_kind)k, 2, 1);
         }
-        check_schedule(&s, GT_PP_1F1B, 4, false);
-        check_schedule(&s, GT_PP_ZBV_ZERO_BUBBLE, 4, false);
-        check_schedule(&s, GT_PP_ZBV_ZERO_BUBBLE, 4, true);
+        check_schedule(&s, GT_PP_1F1B, 4, 0);
+        check_schedule(&s, GT_PP_ZBV_ZERO_BUBBLE, 4, 0);
+        check_schedule(&s, GT_PP_ZBV_ZERO_BUBBLE, 4, 1);
+        check_schedule(&s, GT_PP_1F1B, 2, 2);
+        check_schedule(&s, GT_PP_ZBV_ZERO_BUBBLE, 2, 2);
         /* the compiled graph (the pass pipeline: fusion, recomputation) splits and runs alike */
         gt_error err = {0};
         EXPECT_OK(gt_train_compile_graph(&s.cfg, s.g, NULL, &err), &err);
         printf("compiled: %d nodes\n", s.g->n_nodes);
         if (err.code == GT_OK) {
-            check_schedule(&s, GT_PP_1F1B, 2, false);
-            check_schedule(&s, GT_PP_DUALPIPEV, 2, false);
-            check_schedule(&s, GT_PP_1F1B, 2, true);
+            check_schedule(&s, GT_PP_1F1B, 2, 0);
+            check_schedule(&s, GT_PP_DUALPIPEV, 2, 0);
+            check_schedule(&s, GT_PP_1F1B, 2, 1);
         }
     }
     gt_graph_free(s.g);
