@@ -218,6 +218,81 @@ gt_status gt_pp_step_plan(const gt_graph *g, const gt_sym_binding *binding,
                           const gt_pp_split *split, const gt_pp_schedule *s, int32_t rank,
                           gt_pp_step_stats *stats, gt_error *err);
 
+/* ---------------------------------------------------------------- per-stage programs
+ * (pp_program.c)
+ *
+ * Each stage's forward, input-gradient and weight-gradient parts (gt_pp_split) as a compiled
+ * program of its own: gt_program_build's schedule, memory plan and lowered instructions on a
+ * graph of the part's nodes, whose inputs are the values they read from outside the part and
+ * whose outputs are those read outside it, rewritten before that by gt_pp_programs_opts.compile
+ * when given (the exact passes): bitwise the part node by node.
+ * One program per part serves every micro-batch (its inputs copied in, its outputs copied out to
+ * the runner, which holds them per micro-batch in flight). A part's step-invariant nodes (an FSDP
+ * gather of a parameter) stay out of it: the runner runs them once a step and hands their outputs
+ * in. Its other collectives run in the program on dim_comms. A part with a node only the last
+ * micro-batch runs, or with a collective when dim_comms is NULL, stays node by node
+ * (gt_pp_part_info.why). */
+typedef struct gt_pp_programs gt_pp_programs;
+
+typedef struct {
+    int32_t n_nodes;         /* the part's nodes in the step graph */
+    int32_t n_invariant;     /* of them, run once a step by the runner, outside the program */
+    int32_t n_collectives;   /* the collectives the program starts a run */
+    bool loaded;             /* its graph came from an artifact (gt_pp_programs_opts.loaded) */
+    int32_t n_program_nodes; /* the nodes its program runs (after gt_pp_programs_opts.compile) */
+    bool compiled;           /* false: node by node, for `why` */
+    const char *why;         /* static text; NULL when compiled */
+    int32_t n_in, n_out;     /* the program's inputs and outputs */
+    int64_t live_peak_bytes; /* the memory plan's peak of live bytes in its step arena */
+    int64_t planned_bytes;   /* the plan's arenas, both */
+    int64_t allocated_bytes; /* what the program allocated for them */
+} gt_pp_part_info;
+
+/* The programs of the stages pipeline rank `rank` runs (-1: every stage) of g, split by split,
+ * under binding, their collectives on dim_comms (per mesh dim, as gt_pp_eager_step_spmd's; NULL:
+ * none). g, binding and the communicators must outlive them. */
+gt_status gt_pp_programs_build(const gt_graph *g, const gt_sym_binding *binding,
+                               const gt_pp_split *split, const gt_pp_schedule *s, int32_t rank,
+                               gt_comm *const *dim_comms, gt_pp_programs **out, gt_error *err);
+/* Compile on one rank (--compile.precompile_artifact_dir): */
+typedef struct {
+    gt_comm *const *dim_comms; /* as gt_pp_programs_build's */
+    /* [n_stages * 3] (stage * 3 + part) or NULL: part graphs read from artifacts; a part that
+     * has one runs it (the build takes it over and sets the entry to NULL) once it matches the
+     * part built here (nodes, inputs and outputs by name), else the build fails naming it */
+    gt_graph **loaded;
+    /* the parts' graphs only, no program: what one rank saves for the others (a part with
+     * collectives gets its graph even without communicators) */
+    bool graphs_only;
+    /* NULL, or run on each part graph built here (not on a loaded one, compiled already) before
+     * its program: the trainer's exact passes (gt_train_compile_graph_layout) */
+    gt_status (*compile)(gt_graph *g, void *user, gt_error *err);
+    void *compile_user;
+} gt_pp_programs_opts;
+gt_status gt_pp_programs_build_opts(const gt_graph *g, const gt_sym_binding *binding,
+                                    const gt_pp_split *split, const gt_pp_schedule *s, int32_t rank,
+                                    const gt_pp_programs_opts *o, gt_pp_programs **out,
+                                    gt_error *err);
+/* Stage `stage`'s part graph (NULL: none: no nodes, node by node, another rank's stage). */
+const gt_graph *gt_pp_programs_graph(const gt_pp_programs *p, int32_t stage, gt_pp_part part);
+/* Stage `stage`'s part (GT_PP_PART_F, _I or _W): NULL for another part or stage. */
+const gt_pp_part_info *gt_pp_programs_info(const gt_pp_programs *p, int32_t stage, gt_pp_part part);
+void gt_pp_programs_free(gt_pp_programs *p);
+
+/* gt_pp_eager_step_spmd with each part that has a program in programs run by it (NULL: every
+ * part node by node); the same bits, losses and outputs. stats count the values the runner holds
+ * (a compiled part's outputs; its intermediate values live in its program's arenas). */
+gt_status gt_pp_step_programs(const gt_graph *g, const gt_sym_binding *binding,
+                              const gt_pp_split *split, const gt_pp_schedule *s, gt_comm *comm,
+                              gt_comm *const *dim_comms, const gt_pp_programs *programs,
+                              const gt_tensor *const *inputs, gt_tensor *losses, gt_tensor *outputs,
+                              gt_pp_step_stats *stats, gt_error *err);
+/* gt_pp_step_plan of that step. */
+gt_status gt_pp_step_plan_programs(const gt_graph *g, const gt_sym_binding *binding,
+                                   const gt_pp_split *split, const gt_pp_schedule *s, int32_t rank,
+                                   const gt_pp_programs *programs, gt_pp_step_stats *stats,
+                                   gt_error *err);
+
 #ifdef __cplusplus
 }
 #endif

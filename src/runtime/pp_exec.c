@@ -33,13 +33,18 @@
  * Two things keep the step small without changing its bits: a node whose inputs are the same in
  * every micro-batch (an FSDP gather of a parameter) runs once a step and serves the others
  * (find_invariant), and each value is freed after its last read on the rank (plan_frees), so the
- * activations held follow the schedule's micro-batches in flight. */
+ * activations held follow the schedule's micro-batches in flight.
+ *
+ * With programs (gt_pp_step_programs, pp_program.c) a stage part that has one runs its invariant
+ * nodes node by node (once a step, then reused), then its program on the micro-batch's values;
+ * the program's outputs become values the runner holds and frees as above. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "graphtrain/gt_backend.h"
 #include "graphtrain/gt_comm.h"
 #include "graphtrain/gt_pipeline.h"
+#include "pp_internal.h"
 #include "runtime_internal.h"
 
 typedef struct {
@@ -67,6 +72,7 @@ typedef struct {
     uint8_t *pin;   /* [n_values]: 1 kept until the step ends, 2 kept in the last micro-batch */
     int64_t held, peak; /* bytes of values this runner owns now, and at most */
     int64_t total;      /* bytes it allocated over the step (what it held when nothing was freed) */
+    const gt_pp_programs *progs; /* the parts that run as programs (pp_program.c), or NULL */
 } pp_run;
 
 /* ---------------------------------------------------------------- freeing values after use
@@ -184,47 +190,11 @@ static void release_after(pp_run *r, int32_t m, gt_node_id n)
  * graph and actions, so all of them skip the same collectives. */
 static void find_invariant(pp_run *r)
 {
-    const gt_graph *g = r->g;
-    uint8_t *val = gt_xcalloc((size_t)g->n_values + 1, 1);
-    gt_value_id *canon = gt_xmalloc(((size_t)g->n_values + 1) * sizeof *canon);
-    for (gt_value_id v = 0; v < g->n_values; v++)
-        canon[v] = v;
-    for (int32_t k = 0; k < g->n_inputs; k++) {
-        const gt_io *in = &g->inputs[k];
-        /* a buffer fed back (a gradient sum) changes from one micro-batch to the next */
-        if (in->kind == GT_IN_PARAM || (in->kind == GT_IN_BUFFER && r->update_of_input[k] < 0))
-            val[in->value] = 1;
-    }
-    for (gt_node_id n = 0; n < g->n_nodes; n++) {
-        const gt_node *nd = &g->nodes[n];
-        r->same_as[n] = r->holder[n] = n;
+    gt_pp_find_invariant(r->g, r->split, r->update_of_input, r->invariant, r->same_as);
+    for (gt_node_id n = 0; n < r->g->n_nodes; n++) {
+        r->holder[n] = n;
         r->done_mb[n] = -1;
-        gt_pp_part p = r->split->part[n];
-        bool inv = nd->n_in > 0 && p != GT_PP_PART_OPT && p != GT_PP_PART_GLOBAL;
-        for (int j = 0; inv && j < nd->n_in; j++)
-            inv = val[nd->in[j]] != 0;
-        if (!inv) continue;
-        r->invariant[n] = 1;
-        for (int j = 0; j < nd->n_out; j++)
-            val[nd->out[j]] = 1;
-        for (gt_node_id e = 0; e < n; e++) {
-            const gt_node *en = &g->nodes[e];
-            if (!r->invariant[e] || r->same_as[e] != e || en->op != nd->op ||
-                en->n_in != nd->n_in || en->n_out != nd->n_out ||
-                r->split->stage[e] != r->split->stage[n] || !gt_attrs_equal(&en->attrs, &nd->attrs))
-                continue;
-            bool same = true;
-            for (int j = 0; same && j < nd->n_in; j++)
-                same = canon[en->in[j]] == canon[nd->in[j]];
-            if (!same) continue;
-            r->same_as[n] = e;
-            for (int j = 0; j < nd->n_out; j++)
-                canon[nd->out[j]] = canon[en->out[j]];
-            break;
-        }
     }
-    free(val);
-    free(canon);
 }
 
 /* An invariant node already run this step (for another micro-batch, or as the node it repeats):
@@ -319,8 +289,56 @@ static gt_status run_node(pp_run *r, int32_t m, gt_node_id n, gt_error *err)
     return gt_cpu_run_kernel(&call, err);
 }
 
-/* The nodes of stage st in part p for micro-batch m, in graph order. A micro-batch's W first takes
- * the running sums the previous micro-batch's W left. */
+/* Stage st's part p for micro-batch m by its program: the inputs from the micro-batch's values,
+ * the outputs into values the runner holds; then each node's reads counted off, as node by node
+ * (its intermediate values were never the runner's). */
+static gt_status run_program(pp_run *r, int32_t m, const gt_pp_part_program *pp, gt_error *err)
+{
+    const gt_graph *g = r->g;
+    gt_tensor *in = gt_xcalloc((size_t)pp->n_in + 1, sizeof *in);
+    gt_tensor *out = gt_xcalloc((size_t)pp->n_out + 1, sizeof *out);
+    gt_status st = GT_OK;
+    for (int32_t k = 0; k < pp->n_in && st == GT_OK; k++) {
+        gt_value_id v = pp->in[k];
+        if (!r->defined[m][v])
+            st = gt_error_set(err, GT_ERR_INVALID,
+                              "pipeline step: a program of stage %d reads %%%d of micro-batch %d "
+                              "before it is computed",
+                              r->split->stage[pp->nodes[0]], v, m);
+        else
+            in[k] = r->vals[m][v];
+    }
+    if (st == GT_OK && !r->dry) st = gt_program_run(pp->prog, in, out, err);
+    for (int32_t k = 0; k < pp->n_out && st == GT_OK; k++) {
+        gt_value_id v = pp->out[k];
+        if (r->dry) {
+            const gt_type *ty = gt_value_type(g, v);
+            int64_t shape[GT_MAX_DIMS];
+            st = gt_graph_eval_shape(g, v, r->binding, shape, err);
+            if (st == GT_OK) gt_tensor_wrap(&out[k], ty->dtype, ty->ndim, shape, NULL);
+        }
+        if (st != GT_OK) break;
+        r->vals[m][v] = out[k];
+        memset(&out[k], 0, sizeof out[k]); /* the runner's now */
+        r->defined[m][v] = 2;
+        account(r, &r->vals[m][v]);
+    }
+    r->total += pp->internal_bytes; /* computed too, in the program's arenas */
+    if (r->stats && st == GT_OK) {
+        r->stats->collectives += pp->n_coll;
+        r->stats->gathers += pp->n_gathers;
+    }
+    for (int32_t k = 0; k < pp->n_out; k++)
+        gt_tensor_free(&out[k]);
+    free(in);
+    free(out);
+    for (int32_t k = 0; k < pp->n_nodes && st == GT_OK; k++)
+        release_after(r, m, pp->nodes[k]);
+    return st;
+}
+
+/* The nodes of stage st in part p for micro-batch m, in graph order (or its program). A
+ * micro-batch's W first takes the running sums the previous micro-batch's W left. */
 static gt_status run_part(pp_run *r, int32_t m, int32_t st, gt_pp_part p, gt_error *err)
 {
     const gt_graph *g = r->g;
@@ -341,13 +359,18 @@ static gt_status run_part(pp_run *r, int32_t m, int32_t st, gt_pp_part p, gt_err
         }
     }
     bool last = m == r->n_micro - 1;
+    const gt_pp_part_program *pp = r->progs && p <= GT_PP_PART_W ? &r->progs->part[st][p] : NULL;
+    bool compiled = pp && pp->prog;
+    /* with a program: its invariant nodes here (once a step, then reused), then the program */
     for (gt_node_id n = 0; n < g->n_nodes; n++) {
         if (r->split->stage[n] != st || r->split->part[n] != p) continue;
         if (!last && !r->micro_part[n]) continue;
+        if (compiled && !r->invariant[n]) continue;
         gt_status s = run_node(r, m, n, err);
         if (s != GT_OK) return s;
         release_after(r, m, n);
     }
+    if (compiled) GT_TRY(run_program(r, m, pp, err));
     /* the sums micro-batch m - 1 left are read: this W's are the running ones now */
     for (int32_t k = 0; p == GT_PP_PART_W && m > 0 && k < g->n_inputs; k++) {
         gt_value_id u = r->update_of_input[k];
@@ -547,9 +570,14 @@ gt_status gt_pp_eager_step_rank(const gt_graph *g, const gt_sym_binding *binding
  * dry (gt_pp_step_plan): the same control flow on sizes alone, inputs, losses and outputs NULL. */
 static gt_status step(const gt_graph *g, const gt_sym_binding *binding, const gt_pp_split *split,
                       const gt_pp_schedule *s, gt_comm *comm, int32_t me, bool dry,
-                      gt_comm *const *dim_comms, const gt_tensor *const *inputs, gt_tensor *losses,
-                      gt_tensor *outputs, gt_pp_step_stats *stats, gt_error *err)
+                      gt_comm *const *dim_comms, const gt_pp_programs *progs,
+                      const gt_tensor *const *inputs, gt_tensor *losses, gt_tensor *outputs,
+                      gt_pp_step_stats *stats, gt_error *err)
 {
+    if (progs && progs->n_stages != split->n_stages)
+        return gt_error_set(err, GT_ERR_INVALID,
+                            "pipeline step: programs of %d stages for a split of %d",
+                            progs->n_stages, split->n_stages);
     if (comm && comm->size != s->n_ranks)
         return gt_error_set(err, GT_ERR_INVALID,
                             "pipeline step: the communicator '%s' has %d ranks, the schedule %d",
@@ -568,23 +596,15 @@ static gt_status step(const gt_graph *g, const gt_sym_binding *binding, const gt
                 .dim_comms = dim_comms,
                 .stats = stats,
                 .me = me,
-                .dry = dry};
+                .dry = dry,
+                .progs = progs};
     if (stats) memset(stats, 0, sizeof *stats);
     r.gathered = gt_xcalloc((size_t)nv + 1, 1);
     r.vals = gt_xcalloc((size_t)M, sizeof *r.vals);
     r.defined = gt_xcalloc((size_t)M, sizeof *r.defined);
     r.micro_part = gt_xcalloc((size_t)g->n_nodes + 1, 1);
     gt_graph_micro_part(g, r.micro_part);
-    r.update_of_input = gt_xmalloc(((size_t)g->n_inputs + 1) * sizeof *r.update_of_input);
-    for (int32_t k = 0; k < g->n_inputs; k++) {
-        r.update_of_input[k] = -1;
-        if (g->inputs[k].kind != GT_IN_BUFFER) continue;
-        const char *name = gt_graph_str(g, g->inputs[k].fqn);
-        for (int32_t j = 0; j < g->n_outputs; j++)
-            if (g->outputs[j].kind == GT_OUT_BUFFER_UPDATE &&
-                !strcmp(gt_graph_str(g, g->outputs[j].fqn), name))
-                r.update_of_input[k] = g->outputs[j].value;
-    }
+    r.update_of_input = gt_pp_update_of_input(g);
     size_t nn = (size_t)g->n_nodes + 1;
     r.invariant = gt_xcalloc(nn, 1);
     r.same_as = gt_xcalloc(nn, sizeof *r.same_as);
@@ -664,16 +684,35 @@ gt_status gt_pp_eager_step_spmd(const gt_graph *g, const gt_sym_binding *binding
                                 gt_tensor *losses, gt_tensor *outputs, gt_pp_step_stats *stats,
                                 gt_error *err)
 {
-    return step(g, binding, split, s, comm, comm ? comm->rank : -1, false, dim_comms, inputs,
-                losses, outputs, stats, err);
+    return gt_pp_step_programs(g, binding, split, s, comm, dim_comms, NULL, inputs, losses, outputs,
+                               stats, err);
+}
+
+gt_status gt_pp_step_programs(const gt_graph *g, const gt_sym_binding *binding,
+                              const gt_pp_split *split, const gt_pp_schedule *s, gt_comm *comm,
+                              gt_comm *const *dim_comms, const gt_pp_programs *programs,
+                              const gt_tensor *const *inputs, gt_tensor *losses, gt_tensor *outputs,
+                              gt_pp_step_stats *stats, gt_error *err)
+{
+    return step(g, binding, split, s, comm, comm ? comm->rank : -1, false, dim_comms, programs,
+                inputs, losses, outputs, stats, err);
 }
 
 gt_status gt_pp_step_plan(const gt_graph *g, const gt_sym_binding *binding,
                           const gt_pp_split *split, const gt_pp_schedule *s, int32_t rank,
                           gt_pp_step_stats *stats, gt_error *err)
 {
+    return gt_pp_step_plan_programs(g, binding, split, s, rank, NULL, stats, err);
+}
+
+gt_status gt_pp_step_plan_programs(const gt_graph *g, const gt_sym_binding *binding,
+                                   const gt_pp_split *split, const gt_pp_schedule *s, int32_t rank,
+                                   const gt_pp_programs *programs, gt_pp_step_stats *stats,
+                                   gt_error *err)
+{
     if (rank < -1 || rank >= s->n_ranks)
         return gt_error_set(err, GT_ERR_INVALID, "pipeline step plan: rank %d of %d", rank,
                             s->n_ranks);
-    return step(g, binding, split, s, NULL, rank, true, NULL, NULL, NULL, NULL, stats, err);
+    return step(g, binding, split, s, NULL, rank, true, NULL, programs, NULL, NULL, NULL, stats,
+                err);
 }

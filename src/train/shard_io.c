@@ -471,6 +471,8 @@ static gt_status read_blocks(gt_trainer *t, gt_checkpoint_reader *r, gt_error *e
     for (int i = 0; st == GT_OK && i < n; i++) {
         const gt_shard_box *b = &t->box[i];
         gt_tensor *local = t->ckpt_tensors[i];
+        /* no storage: another pipeline rank's stage (trainer_pp_state.c), read by that rank */
+        if (!local->data && !gt_trainer_state_on_device(t)) continue;
         bool padded = gt_shape_numel(b->ndim, b->size) != gt_tensor_numel(local); /* FSDP */
 #ifdef GT_HAVE_CUDA
         if (dev) {

@@ -31,6 +31,7 @@
 #include "graphtrain/gt_checkpoint.h"
 #include "graphtrain/gt_deepseek_v3.h"
 #include "train_internal.h"
+#include "trainer_pp.h"
 
 /* ---------------------------------------------------------------- AutoParallel */
 
@@ -803,6 +804,8 @@ gt_status gt_trainer_alloc_state(gt_trainer *t, gt_error *err)
     for (int k = 0; k < n; k++) {
         const gt_param_spec *ps = &t->model.params[k];
         const gt_shard_box *pb = &t->box[k], *mb = &t->box[n + k], *vb = &t->box[2 * n + k];
+        /* a pipeline rank draws and loads only its stages' state (trainer_pp_state.c) */
+        if (t->pp && gt_trainer_pp_elsewhere(t, k)) continue;
         GT_TRY(gt_tensor_alloc(&t->params[k], ps->dtype, pb->ndim, pb->local, err));
         /* this rank's block, from the global element indices */
         if (draw && !t->params_pending) gt_shard_init_param(pb, ps, seed, &t->params[k]);

@@ -8,8 +8,8 @@
  * run's), holds its mesh rank's blocks of the whole state, draws the same batches, and runs only
  * its own actions of the schedule (gt_pp_eager_step_spmd), so the step is bitwise that of the
  * mesh's accumulation. Each pipeline rank holds, updates and stores only its stages' parameters,
- * gradient sums and AdamW moments (trainer_pp_state.c): the others' are freed once the state is
- * set up. Before a checkpoint and the final hash the owners send theirs to pipeline rank 0, whose
+ * gradient sums and AdamW moments (trainer_pp_state.c): the others' are never drawn or loaded.
+ * Before a checkpoint and the final hash the owners send theirs to pipeline rank 0, whose
  * mesh saves and hashes the whole, current state, then frees them again. */
 #ifndef GRAPHTRAIN_TRAINER_PP_H
 #define GRAPHTRAIN_TRAINER_PP_H
@@ -36,15 +36,16 @@ struct gt_trainer_pp {
     gt_tensor *outputs; /* [n_outputs] */
     int32_t *owner;     /* [n_inputs]: the pipeline rank that updates input k, or -1 */
     int32_t loss_output;
-    bool stats_logged;    /* the collectives of a step, logged once */
-    int32_t *param_owner; /* [n_params]: the pipeline rank of parameter p's stage, or -1 (every
-                           * rank holds it); set by gt_trainer_pp_own_state */
+    bool stats_logged;        /* the collectives of a step, logged once */
+    int32_t *param_owner;     /* [n_params]: the pipeline rank of parameter p's stage, or -1 (every
+                               * rank holds it); set by gt_trainer_pp_own_state */
+    gt_pp_programs *programs; /* this rank's stages' parts as programs (compile.enable), or NULL */
 };
 
 /* Before setup: checks the pipeline options (errors name the option at fault: the schedule, the
- * layers per stage, the micro-batches), refuses what does not run yet (other mesh dims, the GPU,
- * precompiled artifacts), and points t->cfg at the one-rank accumulation config it keeps. cfg
- * must outlive t. */
+ * layers per stage, the micro-batches), refuses what does not run yet (expert parallelism, the
+ * GPU, AutoParallel; artifacts without compile.enable), and points t->cfg at the one-rank
+ * accumulation config it keeps. cfg must outlive t. */
 gt_status gt_trainer_pp_begin(gt_trainer *t, const gt_config *cfg, gt_error *err);
 /* Instead of gt_train_dist_init: joins the world (mpirun), whose ranks are the pipeline ranks;
  * t->dist stays a one-rank view (no world, layout of one rank) with dist.rank = the pipeline rank,
@@ -54,6 +55,11 @@ gt_status gt_trainer_pp_dist_init(gt_trainer *t, gt_error *err);
  * passes: the stage split reads its forward, backward and optimizer nodes), its stage split, and
  * on rank 0 the pipeline's line (stages, bubble, peak saved activations per rank). */
 gt_status gt_trainer_pp_build(gt_trainer *t, gt_error *err);
+/* compile.enable: this rank's stages' part programs into pp->programs, their collectives on
+ * dims (the mesh's communicators, or NULL); with compile.precompile_artifact_dir compiled on one
+ * rank, one artifact a stage part (trainer_pp_artifact.c). A collective over the world when the
+ * artifacts are used. */
+gt_status gt_trainer_pp_programs(gt_trainer *t, gt_comm *const *dims, gt_error *err);
 /* gt_train_agree over the pipeline ranks. */
 gt_status gt_trainer_pp_agree(gt_trainer *t, gt_status st, gt_error *err);
 /* One optimizer step: the micro-batches drawn in order, this rank's actions of the schedule, its
@@ -61,10 +67,15 @@ gt_status gt_trainer_pp_agree(gt_trainer *t, gt_status st, gt_error *err);
  * the one-rank trainer sums them) and *grad_norm on every rank. */
 gt_status gt_trainer_pp_step(gt_trainer *t, int64_t step, double *loss, double *grad_norm,
                              double *lr, gt_error *err);
+/* Stage-local setup (trainer_pp_state.c), called by gt_trainer_alloc_state for parameter p:
+ * whether p belongs to another pipeline rank's stage. If so its parameter, AdamW moments and
+ * gradient sum get their dtype and shape but no storage, so nothing is drawn or loaded into
+ * them (false for every p when the run starts from a Hugging Face folder). */
+bool gt_trainer_pp_elsewhere(gt_trainer *t, int p);
 /* Stage-local ownership (trainer_pp_state.c), once the state is set up (drawn or resumed): frees
- * the parameters, gradient sums and AdamW moments of the stages of other pipeline ranks, and
- * logs on rank 0 the bytes each pipeline rank holds next to those of the mesh rank without the
- * pipeline. A collective over the pipeline ranks. */
+ * what a Hugging Face start read of the stages of other pipeline ranks, and logs on rank 0 the
+ * bytes each pipeline rank holds next to those of the mesh rank without the pipeline, and the
+ * most each held during setup. A collective over the pipeline ranks. */
 gt_status gt_trainer_pp_own_state(gt_trainer *t, gt_error *err);
 /* Every stage's parameters (and their AdamW moments with moments) from the rank of their stage to
  * pipeline rank 0, which allocates them to receive: the whole state, for its mesh to save or hash.

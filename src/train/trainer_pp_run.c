@@ -39,11 +39,11 @@ gt_status gt_trainer_pp_begin(gt_trainer *t, const gt_config *cfg, gt_error *err
                             "parallelism.pipeline_parallel_degree = %lld: pipelines run on the CPU "
                             "for now (training.device = cpu)",
                             (long long)p->pipeline_parallel_degree);
-    if (cfg->compile.precompile_artifact_dir[0])
-        return gt_error_set(err, GT_ERR_UNSUPPORTED,
-                            "compile.precompile_artifact_dir with pipeline_parallel_degree = %lld: "
-                            "pipelines run the step graph eagerly, there is no artifact per stage "
-                            "yet",
+    if (cfg->compile.precompile_artifact_dir[0] && !cfg->compile.enable)
+        return gt_error_set(err, GT_ERR_INVALID,
+                            "compile.precompile_artifact_dir with pipeline_parallel_degree = %lld "
+                            "and compile.enable = false: the artifacts are the stages' programs; "
+                            "enable compile or drop the directory",
                             (long long)p->pipeline_parallel_degree);
     if (cfg->compile.enable_autoparallel)
         return gt_error_set(err, GT_ERR_UNSUPPORTED,
@@ -188,6 +188,46 @@ static void format_stats(const gt_pp_step_stats *s, char *text, size_t size)
              (long long)s->allocated_bytes, (double)s->allocated_bytes / (1 << 20));
 }
 
+/* compile.enable: this rank's stages' F, I and W parts as programs (gt_pp_programs), each with
+ * its memory plan, said before step 1 by the rank's first mesh rank: the plan's peak and arenas,
+ * and what the program allocated for them, which must be the plan's. */
+static gt_status build_programs(gt_trainer *t, gt_error *err)
+{
+    struct gt_trainer_pp *pp = t->pp;
+    gt_comm *const *dims = gt_train_dist_multi(&t->dist) ? t->dist.dim_comm : NULL;
+    GT_TRY(gt_trainer_pp_programs(t, dims, err));
+    static const char *const part_name[3] = {"F", "I", "W"};
+    for (int32_t s = 0; s < pp->layout.n_stages; s++) {
+        if (pp->sched.stage_rank[s] != pp->rank) continue;
+        for (int p = GT_PP_PART_F; p <= GT_PP_PART_W; p++) {
+            const gt_pp_part_info *in = gt_pp_programs_info(pp->programs, s, (gt_pp_part)p);
+            if (in->compiled && in->planned_bytes != in->allocated_bytes)
+                return gt_error_set(err, GT_ERR_INTERNAL,
+                                    "pipeline: stage %d's %s program planned %lld B of arenas "
+                                    "but allocated %lld B",
+                                    s, part_name[p], (long long)in->planned_bytes,
+                                    (long long)in->allocated_bytes);
+            if (t->dist.rank != 0) continue;
+            if (!in->compiled)
+                gt_log(GT_LOG_INFO,
+                       "pipeline program rank %d stage %d %s: %d nodes, node by node "
+                       "(%s)",
+                       pp->rank, s, part_name[p], in->n_nodes, in->why);
+            else
+                gt_log(GT_LOG_INFO,
+                       "pipeline program rank %d stage %d %s: %d nodes (%d run once a step "
+                       "outside it), %d after the passes, %d collectives, %d inputs, %d "
+                       "outputs; memory plan peak %lld B (%.2f MiB), arenas planned %lld B, "
+                       "allocated %lld B",
+                       pp->rank, s, part_name[p], in->n_nodes, in->n_invariant, in->n_program_nodes,
+                       in->n_collectives, in->n_in, in->n_out, (long long)in->live_peak_bytes,
+                       (double)in->live_peak_bytes / (1 << 20), (long long)in->planned_bytes,
+                       (long long)in->allocated_bytes);
+        }
+    }
+    return GT_OK;
+}
+
 /* The pipeline's line: its stages and what the schedule costs (simulated bubble, the peak of
  * saved activations per rank, from the stage split of this graph). */
 static gt_status log_pipeline(gt_trainer *t, gt_error *err)
@@ -223,7 +263,8 @@ static gt_status log_pipeline(gt_trainer *t, gt_error *err)
     /* this rank's step, planned on sizes alone: what step 1 will start and hold */
     gt_pp_step_stats plan;
     if (st == GT_OK)
-        st = gt_pp_step_plan(t->whole.g, &t->binding, &pp->split, &pp->sched, 0, &plan, err);
+        st = gt_pp_step_plan_programs(t->whole.g, &t->binding, &pp->split, &pp->sched, 0,
+                                      pp->programs, &plan, err);
     if (st == GT_OK) {
         char text[512];
         format_stats(&plan, text, sizeof text);
@@ -282,6 +323,7 @@ gt_status gt_trainer_pp_build(gt_trainer *t, gt_error *err)
     pp->outputs = gt_xcalloc((size_t)g->n_outputs + 1, sizeof *pp->outputs);
     for (int32_t m = 0; m < M; m++)
         pp->inputs[m] = gt_xcalloc((size_t)g->n_inputs + 1, sizeof **pp->inputs);
+    if (pp->user->compile.enable) GT_TRY(build_programs(t, err));
     return pp->rank == 0 ? log_pipeline(t, err) : GT_OK;
 }
 
@@ -333,8 +375,8 @@ gt_status gt_trainer_pp_step(gt_trainer *t, int64_t step, double *loss, double *
         in[m] = pp->inputs[m];
     gt_comm *const *dims = gt_train_dist_multi(&t->dist) ? t->dist.dim_comm : NULL;
     gt_pp_step_stats stats;
-    gt_status st = gt_pp_eager_step_spmd(g, &t->binding, &pp->split, &pp->sched, pp->comm, dims, in,
-                                         pp->losses, pp->outputs, &stats, err);
+    gt_status st = gt_pp_step_programs(g, &t->binding, &pp->split, &pp->sched, pp->comm, dims,
+                                       pp->programs, in, pp->losses, pp->outputs, &stats, err);
     free(in);
     /* once: the step as run, to set against the plan logged before step 1 */
     if (st == GT_OK && !pp->stats_logged && pp->rank == 0 && t->dist.rank == 0) {
@@ -400,6 +442,7 @@ void gt_trainer_pp_free(gt_trainer *t)
     free(pp->outputs);
     free(pp->owner);
     free(pp->param_owner);
+    gt_pp_programs_free(pp->programs);
     if (pp->split_built) gt_pp_split_free(&pp->split);
     if (pp->sched_built) gt_pp_schedule_free(&pp->sched);
     gt_pp_layout_free(&pp->layout);

@@ -1,13 +1,16 @@
 /* trainer_pp_state.c — stage-local ownership of the training state under pipeline parallelism
- * (issue 39; trainer_pp.h): each pipeline rank holds the parameters, gradient sums and AdamW
- * moments of its own stages only, and the whole state meets on pipeline rank 0 when it is saved
- * or hashed.
+ * (issue 39; trainer_pp.h): each pipeline rank draws, loads, holds and updates the parameters,
+ * gradient sums and AdamW moments of its own stages only, and the whole state meets on pipeline
+ * rank 0 when it is saved or hashed.
  *
- * Why the state is set up whole and then freed: the draw (gt_shard_init_param, by global element
- * index) and a resume (the checkpoint loader fills every tensor it names) are those of the
- * accumulation trainer, so the state a rank keeps is bitwise the one-rank run's without a second
- * path through them. The step reads only its stages' inputs (gt_pp_eager_step_spmd runs only
- * this rank's actions and its stages' optimizer nodes), so the freed tensors are never read.
+ * Why no rank sets up the whole state: gt_trainer_alloc_state gives another rank's tensors their
+ * dtype and shape but no storage (gt_trainer_pp_elsewhere), so nothing is drawn into them, and
+ * the checkpoint loader reads only tensors with storage. The draw stays bitwise the one-rank
+ * run's: gt_shard_init_param draws each element from the parameter's spec, the seed and its
+ * global index, whichever tensors are drawn. The step reads only its stages' inputs
+ * (gt_pp_eager_step_spmd runs only this rank's actions and its stages' optimizer nodes). One
+ * exception: a run that starts from a Hugging Face folder reads every parameter (hf_load.c
+ * fills each one), so there the others' are freed once it is set up.
  *
  * Why pipeline rank 0 gathers for saving and hashing: a checkpoint holds whole tensors in the
  * format of every other layout, written by pipeline rank 0's mesh (each mesh rank its blocks, as
@@ -18,13 +21,26 @@
 
 #include "trainer_pp.h"
 
-/* The pipeline rank whose stage updates parameter p (-1: none does, every rank holds it). */
+/* The pipeline rank whose stage updates parameter p (-1: none does, every rank holds it): that
+ * of the step graph's input of p (read by name: the inputs are not bound yet at setup). */
 static int32_t owner_of(const gt_trainer *t, int p)
 {
     const gt_graph *g = t->whole.g;
+    const char *fqn = t->model.params[p].fqn;
     for (int32_t k = 0; k < g->n_inputs; k++)
-        if (t->whole.feed[k] == &t->params[p]) return t->pp->owner[k];
+        if (g->inputs[k].kind == GT_IN_PARAM && !strcmp(gt_graph_str(g, g->inputs[k].fqn), fqn))
+            return t->pp->owner[k];
     return -1;
+}
+
+/* param_owner, once: after gt_trainer_pp_build (pp->owner) and before the state is set up. */
+static void find_owners(gt_trainer *t)
+{
+    struct gt_trainer_pp *pp = t->pp;
+    if (pp->param_owner) return;
+    pp->param_owner = gt_xcalloc((size_t)t->n_params + 1, sizeof *pp->param_owner);
+    for (int p = 0; p < t->n_params; p++)
+        pp->param_owner[p] = owner_of(t, p);
 }
 
 static bool holds(const gt_trainer *t, int p)
@@ -44,17 +60,34 @@ static int param_tensors(gt_trainer *t, int p, gt_tensor **x)
     return n;
 }
 
-/* The bytes of parameters, gradient sums and moments this rank holds. */
-static int64_t state_bytes(gt_trainer *t)
+/* The bytes of parameters, gradient sums and moments this rank holds (all: those of every stage,
+ * as the mesh rank without the pipeline holds them). */
+static int64_t state_bytes(gt_trainer *t, bool all)
 {
     int64_t bytes = 0;
     for (int p = 0; p < t->n_params; p++) {
         gt_tensor *x[4];
         int n = param_tensors(t, p, x);
         for (int j = 0; j < n; j++)
-            if (x[j]->data) bytes += (int64_t)gt_tensor_nbytes(x[j]);
+            if (all || x[j]->data) bytes += (int64_t)gt_tensor_nbytes(x[j]);
     }
     return bytes;
+}
+
+bool gt_trainer_pp_elsewhere(gt_trainer *t, int p)
+{
+    if (gt_trainer_loads_hf(t)) return false; /* read whole, freed after setup (see above) */
+    find_owners(t);
+    if (holds(t, p)) return false;
+    int n = t->n_params;
+    const gt_shard_box *pb = &t->box[p], *mb = &t->box[n + p], *vb = &t->box[2 * n + p];
+    /* dtype and shape, as gt_trainer_alloc_state gives them: the checkpoint's names and
+     * descriptors, and gt_trainer_pp_gather's receive buffers on rank 0, come from them */
+    gt_tensor_wrap(&t->params[p], t->model.params[p].dtype, pb->ndim, pb->local, NULL);
+    gt_tensor_wrap(&t->exp_avg[p], GT_F32, mb->ndim, mb->local, NULL);
+    gt_tensor_wrap(&t->exp_avg_sq[p], GT_F32, vb->ndim, vb->local, NULL);
+    if (t->grads) gt_tensor_wrap(&t->grads[p], GT_F32, pb->ndim, pb->local, NULL);
+    return true;
 }
 
 /* Frees the tensors of the parameters of other ranks' stages. */
@@ -72,22 +105,19 @@ static void free_others(gt_trainer *t)
 gt_status gt_trainer_pp_own_state(gt_trainer *t, gt_error *err)
 {
     struct gt_trainer_pp *pp = t->pp;
-    if (!pp->param_owner) {
-        pp->param_owner = gt_xcalloc((size_t)t->n_params + 1, sizeof *pp->param_owner);
-        for (int p = 0; p < t->n_params; p++)
-            pp->param_owner[p] = owner_of(t, p);
-    }
-    int64_t whole = state_bytes(t);
+    find_owners(t);
+    /* nothing of the state is freed during setup: what it holds now is its peak */
+    int64_t whole = state_bytes(t, true), setup = state_bytes(t, false);
     free_others(t);
     int n = pp->layout.n_ranks;
-    int64_t *held = gt_xcalloc((size_t)n, sizeof *held);
+    int64_t *held = gt_xcalloc(2 * (size_t)n, sizeof *held), *peak = held + n;
     gt_status st = GT_OK;
     for (int r = 0; r < n && st == GT_OK; r++) {
-        int64_t one = 1;
+        int64_t two = 2, mine[2] = {state_bytes(t, false), setup};
         gt_tensor x;
-        gt_tensor_wrap(&x, GT_I64, 1, &one, &held[r]);
-        if (r == pp->rank) held[r] = state_bytes(t);
+        gt_tensor_wrap(&x, GT_I64, 1, &two, mine);
         st = gt_comm_broadcast(pp->comm, &x, r, err);
+        held[r] = mine[0], peak[r] = mine[1];
     }
     if (st == GT_OK && pp->rank == 0 && t->dist.rank == 0) {
         char text[512];
@@ -101,6 +131,12 @@ gt_status gt_trainer_pp_own_state(gt_trainer *t, gt_error *err)
             snprintf(text + len, sizeof text - (size_t)len,
                      "; without the pipeline %lld B (%.2f MiB)", (long long)whole,
                      (double)whole / (1 << 20));
+        gt_log(GT_LOG_INFO, "%s", text);
+        len = snprintf(text, sizeof text,
+                       "pipeline setup: state drawn or loaded at most (the peak before step 1):");
+        for (int r = 0; r < n && len < (int)sizeof text; r++)
+            len += snprintf(text + len, sizeof text - (size_t)len, "%s rank %d %lld B (%.2f MiB)",
+                            r ? "," : "", r, (long long)peak[r], (double)peak[r] / (1 << 20));
         gt_log(GT_LOG_INFO, "%s", text);
     }
     free(held);

@@ -21,7 +21,16 @@
  *     collectives and holds the bytes its plan logged before step 1, exactly;
  *   - stage-local state: on 2 ranks each pipeline rank holds under 0.75 of the parameters,
  *     gradient sums and AdamW moments the one rank holds (16 bytes a parameter of the one rank's
- *     count), and the ranks together hold it exactly once (the "pipeline state" line);
+ *     count), and the ranks together hold it exactly once (the "pipeline state" line); and no
+ *     rank drew or loaded more than its share at any point of setup: the most each held before
+ *     step 1 is what it holds (the "pipeline setup" line), also after a resume;
+ *   - per-stage programs (compile.enable, the default): rank 0 names a program for each part of
+ *     its stages that has nodes, each with arenas allocated as its memory plan says, before step
+ *     1, also on pp 2 x dp_shard 2 (the FSDP gathers outside them, once a step) and pp 2 x tp 2
+ *     (their collectives inside); the bitwise checks above run through them;
+ *   - compile on one rank: with compile.precompile_artifact_dir a pp 2 1F1B run saves one
+ *     artifact a stage part and a second run loads its own, both bitwise the one rank; a GPipe
+ *     run on those artifacts is refused naming the schedule;
  *   - bad input is refused on every rank before any step, naming the option: a schedule that
  *     does not exist, layers per stage that do not divide as asked, too few micro-batches for
  *     DualPipeV, a local batch that is no multiple of the micro-batch size, and a pipeline degree
@@ -59,6 +68,28 @@ static void pipeline(launch_cmd *c, int np, int degree, const char *schedule, co
  * parameter (fp32 parameter, gradient sum, two AdamW moments). */
 static long long one_rank_params;
 
+/* The "pipeline setup" line: the most state each of `degree` ranks drew or loaded before step 1
+ * is what it holds after setup, held[r] (its stages' share; a setup that set up the whole state
+ * and freed the rest would show the whole here). */
+static void check_setup(const char *name, const char *out, int degree, const long long *held)
+{
+    const char *line = out ? strstr(out, "pipeline setup: ") : NULL;
+    EXPECT(line != NULL, "%s: no \"pipeline setup\" line", name);
+    if (!line) return;
+    const char *p = line;
+    for (int r = 0; r < degree; r++) {
+        char key[32];
+        snprintf(key, sizeof key, "rank %d ", r);
+        p = strstr(p, key);
+        EXPECT(p != NULL, "%s: the pipeline setup line lacks rank %d", name, r);
+        if (!p) return;
+        long long peak = strtoll(p + strlen(key), NULL, 10);
+        EXPECT(held[r] > 0 && peak == held[r],
+               "%s: rank %d held at most %lld B of state during setup, %lld B after", name, r, peak,
+               held[r]);
+    }
+}
+
 /* The "pipeline state" line of a run of `degree` ranks: each rank holds less than `share` of the
  * one rank's state, and all of them together hold it once. */
 static void check_state(const char *name, const char *out, int degree, double share)
@@ -90,6 +121,7 @@ static void check_state(const char *name, const char *out, int degree, double sh
     for (int r = 0; r < degree; r++)
         printf(" %.3f", (double)held[r] / (double)want);
     printf(" of the one rank's %lld B\n", want);
+    check_setup(name, out, degree, held);
 }
 
 /* The stats of rank 0's step: the plan logged before step 1 ("pipeline step plan on rank 0: ")
@@ -133,7 +165,30 @@ static void check_values(const char *name, const char *out, step_stats *run)
            name, run->actions, run->peak, run->computed);
 }
 
-/* check_state and check_values on the output of the run in dump. */
+/* The "pipeline program" lines of rank 0: a part with nodes is compiled, its arenas allocated as
+ * planned ("arenas planned N B, allocated N B"). */
+static void check_programs(const char *name, const char *out)
+{
+    int compiled = 0, parts = 0;
+    for (const char *p = out; p && (p = strstr(p, "pipeline program rank 0 stage ")); p++) {
+        const char *nodes = strstr(p, ": ");
+        long long n = nodes ? strtoll(nodes + 2, NULL, 10) : 0;
+        size_t len = strcspn(p, "\n");
+        const char *pl = strstr(p, "arenas planned ");
+        if (n > 0) parts++;
+        if (!pl || pl > p + len) continue;
+        long long planned = strtoll(pl + strlen("arenas planned "), NULL, 10), allocated = -1;
+        const char *al = strstr(pl, "allocated ");
+        if (al) allocated = strtoll(al + strlen("allocated "), NULL, 10);
+        EXPECT(planned > 0 && planned == allocated, "%s: %.*s", name, (int)len, p);
+        compiled++;
+    }
+    EXPECT(parts > 0 && compiled == parts, "%s: %d of rank 0's %d parts compiled", name, compiled,
+           parts);
+    printf("  %-30s rank 0: %d stage parts compiled, arenas as planned\n", name, compiled);
+}
+
+/* check_state, check_values and check_programs on the output of the run in dump. */
 static double state_of(const char *dump, int degree, double share)
 {
     char out_path[600];
@@ -143,6 +198,7 @@ static double state_of(const char *dump, int degree, double share)
     step_stats run;
     check_state(slash ? slash + 1 : dump, out, degree, share);
     check_values(slash ? slash + 1 : dump, out, &run);
+    check_programs(slash ? slash + 1 : dump, out);
     free(out);
     return (double)run.actions;
 }
@@ -157,6 +213,7 @@ static void gathers_once(const char *dump)
     char *out = read_all(out_path, NULL);
     step_stats run;
     check_values("pp2 x dp_shard2", out, &run);
+    check_programs("pp2 x dp_shard2", out);
     EXPECT(run.gathers > 0 && run.reused >= 3 * run.gathers,
            "pp2 x dp_shard2: %lld all-gathers started on rank 0, %lld collectives served by an "
            "earlier result (want >= 3 x the gathers)",
@@ -327,6 +384,36 @@ int main(void)
     } else
         EXPECT(false, "%s failed", dump);
 
+    /* compile on one rank: the first run saves every stage part's graph, the second loads its
+     * own; both bitwise the one rank, and another schedule is refused naming the option */
+    char art[512];
+    snprintf(art, sizeof art, "%s/artifacts", base);
+    static const char *const says[2] = {"stage parts on rank 0 in", "(not compiled here)"};
+    for (int k = 0; k < 2; k++) {
+        snprintf(dump, sizeof dump, "%s/pp2_1F1B_artifact%d", base, k);
+        pipeline(&c, 2, 2, "1F1B", dump);
+        launch_add(&c, "--compile.precompile_artifact_dir=%s", art);
+        if (run(&c, dump, &r, &hash)) {
+            compare(k ? "pp2 1F1B loaded" : "pp2 1F1B compiled", &ref, ref_hash, &r, hash);
+            char out_path[600];
+            snprintf(out_path, sizeof out_path, "%s.txt", dump);
+            char *out = read_all(out_path, NULL);
+            EXPECT(out && strstr(out, says[k]) && (k == 0 || !strstr(out, says[0])),
+                   "%s: no \"%s\" line", dump, says[k]);
+            free(out);
+        } else
+            EXPECT(false, "%s failed", dump);
+    }
+    char art_file[600];
+    snprintf(art_file, sizeof art_file, "%s/pp_stage1_W.graph", art);
+    EXPECT(access(art_file, R_OK) == 0, "no artifact %s", art_file);
+    {
+        char extra[600];
+        snprintf(extra, sizeof extra, "--compile.precompile_artifact_dir=%s", art);
+        refused(base, "artifact_of_1F1B", 2, "GPipe", extra,
+                "'parallelism.pipeline_parallel_schedule = \"GPipe\"'");
+    }
+
     /* pp 2 x dp_shard 2 against dp_shard 2 accumulating the same 4 micro-batches a rank */
     static launch_result dp_ref;
     uint64_t dp_hash = 0;
@@ -356,6 +443,11 @@ int main(void)
         for (int s = 1; s <= LAUNCH_STEPS; s++)
             g = fmax(g, launch_relative(ref.steps[s].grad_norm, r.steps[s].grad_norm));
         EXPECT(d <= 1e-5 && g <= 1e-5, "pp2 x tp2: loss differs by %.3g, grad norm by %.3g", d, g);
+        char out_path[600];
+        snprintf(out_path, sizeof out_path, "%s.txt", dump);
+        char *out = read_all(out_path, NULL);
+        check_programs("pp2 x tp2", out);
+        free(out);
         printf("  %-30s loss 1..10 within %.2e, grad_norm within %.2e of one rank's\n",
                "pp2 x tp2 vs one rank", d, g);
     } else {
@@ -373,6 +465,13 @@ int main(void)
     EXPECT(seed_dump(ref.dump, dump), "cannot copy the one rank's step-5 checkpoint");
     pipeline(&c, 2, 2, "ZBVZeroBubble", dump);
     resumed("one rank -> pp 2 ZBV", &c, dump, &ref, 0);
+    { /* the load, too, reads each rank's stages alone */
+        char out_path[600];
+        snprintf(out_path, sizeof out_path, "%s.txt", dump);
+        char *out = read_all(out_path, NULL);
+        check_state("one rank -> pp 2 ZBV", out, 2, 0.75);
+        free(out);
+    }
     /* pp 2 -> dp_shard 2 with the same 4 sequences a step (no accumulation: sums in another
      * order) */
     snprintf(dump, sizeof dump, "%s/resume_pp2_on_dp_shard2", base);

@@ -13,10 +13,49 @@
  * micro-batch's W of its stage is refused naming the action. The same holds for the compiled
  * step graph (the pass pipeline: fusion, recomputation) under 1F1B and DualPipeV. Every step's
  * figures (collectives, peak bytes held, bytes computed) are those gt_pp_step_plan gives on
- * sizes alone, and the step holds less than it computes (values freed after their last read). */
+ * sizes alone, and the step holds less than it computes (values freed after their last read).
+ * Each schedule again with every stage's F, I and W parts as programs of their own
+ * (gt_pp_programs: a memory plan and lowered instructions each; for 1F1B and ZBVZeroBubble also
+ * with the trainer's pass pipeline run on each part first), on the step graph and on the
+ * compiled one: the same bits, each program's arenas allocated as planned, the plan's figures
+ * those of the run. */
 #include "pp_harness.h"
 
-static void check_schedule(setup *s, gt_pp_schedule_kind kind, int32_t pp)
+/* With programs: every stage's parts are built; those with nodes and no collective are
+ * compiled (the one-rank graph has none), each allocating what its memory plan says. */
+static gt_status compile_part(gt_graph *g, void *user, gt_error *err)
+{
+    setup *s = user;
+    return gt_train_compile_graph(&s->cfg, g, NULL, err);
+}
+
+static gt_pp_programs *programs_of(setup *s, const gt_pp_split *split, const gt_pp_schedule *sched,
+                                   const char *name, bool passes)
+{
+    gt_error err = {0};
+    gt_pp_programs *p = NULL;
+    gt_pp_programs_opts o = {.compile = passes ? compile_part : NULL, .compile_user = s};
+    EXPECT_OK(gt_pp_programs_build_opts(s->g, &s->binding, split, sched, -1, &o, &p, &err), &err);
+    int compiled = 0, parts = 0;
+    for (int32_t st = 0; p && st < split->n_stages; st++)
+        for (int k = GT_PP_PART_F; k <= GT_PP_PART_W; k++) {
+            const gt_pp_part_info *in = gt_pp_programs_info(p, st, (gt_pp_part)k);
+            parts += in->n_nodes > 0;
+            compiled += in->compiled;
+            EXPECT(!in->compiled || (in->planned_bytes == in->allocated_bytes &&
+                                     in->live_peak_bytes <= in->planned_bytes && in->n_out > 0),
+                   "%s: stage %d part %d planned %lld B, allocated %lld B", name, st, k,
+                   (long long)in->planned_bytes, (long long)in->allocated_bytes);
+            EXPECT(in->compiled || in->n_nodes == 0, "%s: stage %d part %d not compiled: %s", name,
+                   st, k, in->why);
+        }
+    EXPECT(p && compiled == parts && compiled > 0, "%s: %d of %d parts compiled", name, compiled,
+           parts);
+    return p;
+}
+
+/* programs: 0 node by node, 1 the parts as programs, 2 the same after the pass pipeline */
+static void check_schedule(setup *s, gt_pp_schedule_kind kind, int32_t pp, int programs)
 {
     const gt_graph *g = s->g;
     gt_error err = {0};
@@ -28,6 +67,8 @@ static void check_schedule(setup *s, gt_pp_schedule_kind kind, int32_t pp)
     EXPECT_OK(gt_pp_split_graph(g, S, fl, &split, &err), &err);
     EXPECT_OK(gt_pp_schedule_build(kind, pp, spr, MICRO, &sched, &err), &err);
     if (err.code != GT_OK) return;
+    gt_pp_programs *progs =
+        programs ? programs_of(s, &split, &sched, gt_pp_schedule_name(kind), programs == 2) : NULL;
     static gt_tensor ref_in[MICRO][256], pp_in[MICRO][256];
     init_inputs(s, ref_in);
     init_inputs(s, pp_in);
@@ -43,12 +84,13 @@ static void check_schedule(setup *s, gt_pp_schedule_kind kind, int32_t pp)
         for (int m = 0; m < MICRO; m++)
             in_ptrs[m] = pp_in[m];
         gt_pp_step_stats run, plan;
-        EXPECT_OK(gt_pp_eager_step_spmd(g, &s->binding, &split, &sched, NULL, NULL, in_ptrs, pl, po,
-                                        &run, &err),
+        EXPECT_OK(gt_pp_step_programs(g, &s->binding, &split, &sched, NULL, NULL, progs, in_ptrs,
+                                      pl, po, &run, &err),
                   &err);
         if (err.code != GT_OK) break;
         /* the plan on sizes alone is the step as run, and the step frees what it has read */
-        EXPECT_OK(gt_pp_step_plan(g, &s->binding, &split, &sched, -1, &plan, &err), &err);
+        EXPECT_OK(gt_pp_step_plan_programs(g, &s->binding, &split, &sched, -1, progs, &plan, &err),
+                  &err);
         EXPECT(!memcmp(&run, &plan, sizeof run) && run.peak_bytes < run.allocated_bytes,
                "%s pp %d step %lld: held at most %lld B (planned %lld) of %lld B (planned %lld)",
                gt_pp_schedule_name(kind), pp, (long long)step, (long long)run.peak_bytes,
@@ -69,8 +111,12 @@ static void check_schedule(setup *s, gt_pp_schedule_kind kind, int32_t pp)
                         gt_pp_schedule_name(kind), pp, (long long)step, k,
                         gt_graph_str(g, g->outputs[k].fqn));
         if (step == STEPS)
-            printf("%-16s pp %d (%d stages): step %d loss %.7f (micro 0 %.7f), bitwise %s\n",
-                   gt_pp_schedule_name(kind), pp, S, STEPS,
+            printf("%-16s pp %d (%d stages)%s: step %d loss %.7f (micro 0 %.7f), bitwise %s\n",
+                   gt_pp_schedule_name(kind), pp, S,
+                   programs == 2 ? ", programs after passes"
+                   : progs       ? ", programs"
+                                 : "",
+                   STEPS,
                    gt_tensor_get_f32(&rl[0], 0) + gt_tensor_get_f32(&rl[1], 0) +
                        gt_tensor_get_f32(&rl[2], 0) + gt_tensor_get_f32(&rl[3], 0),
                    gt_tensor_get_f32(&rl[0], 0), diffs ? "NO" : "yes");
@@ -83,10 +129,12 @@ static void check_schedule(setup *s, gt_pp_schedule_kind kind, int32_t pp)
         free(ro);
         free(po);
     }
-    EXPECT(diffs == 0, "%s pp %d: %d outputs differ", gt_pp_schedule_name(kind), pp, diffs);
+    EXPECT(diffs == 0, "%s pp %d%s: %d outputs differ", gt_pp_schedule_name(kind), pp,
+           progs ? " (programs)" : "", diffs);
+    gt_pp_programs_free(progs);
 
     /* a W moved before the previous micro-batch's W of its stage */
-    if (kind == GT_PP_ZBV_ZERO_BUBBLE && pp == 2) {
+    if (kind == GT_PP_ZBV_ZERO_BUBBLE && pp == 2 && !programs) {
         gt_pp_action *a = sched.actions[0];
         int w0 = -1, w1 = -1;
         for (int i = 0; i < sched.n_actions[0]; i++) {
@@ -119,17 +167,23 @@ int main(void)
 {
     setup s;
     if (build(&s) && s.g->n_inputs <= 256) {
-        for (int k = 0; k < GT_PP_N_SCHEDULES; k++)
-            check_schedule(&s, (gt_pp_schedule_kind)k, 2);
-        check_schedule(&s, GT_PP_1F1B, 4);
-        check_schedule(&s, GT_PP_ZBV_ZERO_BUBBLE, 4);
+        for (int k = 0; k < GT_PP_N_SCHEDULES; k++) {
+            check_schedule(&s, (gt_pp_schedule_kind)k, 2, 0);
+            check_schedule(&s, (gt_pp_schedule_kind)k, 2, 1);
+        }
+        check_schedule(&s, GT_PP_1F1B, 4, 0);
+        check_schedule(&s, GT_PP_ZBV_ZERO_BUBBLE, 4, 0);
+        check_schedule(&s, GT_PP_ZBV_ZERO_BUBBLE, 4, 1);
+        check_schedule(&s, GT_PP_1F1B, 2, 2);
+        check_schedule(&s, GT_PP_ZBV_ZERO_BUBBLE, 2, 2);
         /* the compiled graph (the pass pipeline: fusion, recomputation) splits and runs alike */
         gt_error err = {0};
         EXPECT_OK(gt_train_compile_graph(&s.cfg, s.g, NULL, &err), &err);
         printf("compiled: %d nodes\n", s.g->n_nodes);
         if (err.code == GT_OK) {
-            check_schedule(&s, GT_PP_1F1B, 2);
-            check_schedule(&s, GT_PP_DUALPIPEV, 2);
+            check_schedule(&s, GT_PP_1F1B, 2, 0);
+            check_schedule(&s, GT_PP_DUALPIPEV, 2, 0);
+            check_schedule(&s, GT_PP_1F1B, 2, 1);
         }
     }
     gt_graph_free(s.g);

@@ -1,0 +1,41 @@
+/* pp_internal.h — what the pipeline runner (pp_exec.c) reads of the per-stage compiled programs
+ * (pp_program.c, gt_pipeline.h's gt_pp_programs). Private to src/runtime. */
+#ifndef GRAPHTRAIN_PP_INTERNAL_H
+#define GRAPHTRAIN_PP_INTERNAL_H
+
+#include "graphtrain/gt_pipeline.h"
+#include "graphtrain/gt_program.h"
+
+/* One stage's part (F, I or W) as a program of its own: a graph of the part's nodes whose inputs
+ * are the values they read from outside the part, whose outputs are the values anything outside
+ * the part reads (a later part, another micro-batch's W, the optimizer, a send, a graph output). */
+typedef struct {
+    gt_graph *g;       /* the part's graph (the program borrows it) */
+    gt_program *prog;  /* NULL: the part runs node by node (why: gt_pp_part_info) */
+    gt_node_id *nodes; /* [n_nodes]: the step graph's nodes it runs, in graph order (not the
+                        * part's step-invariant nodes: the runner runs those) */
+    int32_t n_nodes;
+    gt_value_id *in, *out; /* [n_in], [n_out]: step-graph values of its inputs, outputs */
+    int32_t n_in, n_out;
+    int64_t internal_bytes;    /* its nodes' other outputs: in the arenas, never the runner's */
+    int32_t n_coll, n_gathers; /* collectives it starts a run (all-gathers among them) */
+} gt_pp_part_program;
+
+/* [g->n_inputs] (caller frees): the BUFFER_UPDATE value that feeds input k back (a running
+ * gradient sum's), or -1. */
+int32_t *gt_pp_update_of_input(const gt_graph *g);
+/* The nodes whose outputs are the same in every micro-batch of a step (invariant[n] = 1): those
+ * of a stage's F, I or W that read only parameters, model buffers no update feeds back, and such
+ * nodes' outputs (an FSDP gather, the cast before it, its wait); same_as[n]: the first invariant
+ * node of the stage with n's op, attributes and inputs (n itself when none). The runner computes
+ * each once a step (pp_exec.c find_invariant says why); a part's program leaves them out. */
+void gt_pp_find_invariant(const gt_graph *g, const gt_pp_split *split,
+                          const int32_t *update_of_input, uint8_t *invariant, gt_node_id *same_as);
+
+struct gt_pp_programs {
+    int32_t n_stages;
+    gt_pp_part_program (*part)[3]; /* [n_stages][GT_PP_PART_F .. GT_PP_PART_W] */
+    gt_pp_part_info (*info)[3];
+};
+
+#endif

@@ -1,0 +1,142 @@
+/* trainer_pp_artifact.c — the pipeline's per-stage programs in `graphtrain train`, compiled on one
+ * rank under --compile.precompile_artifact_dir (issue 39; trainer_pp.h).
+ *
+ * Without the option each pipeline rank builds its stages' part programs itself
+ * (gt_pp_programs_build). With it, the parts' graphs are the artifacts: one file a stage part,
+ * DIR/pp_stage<S>_<F|I|W>.graph, whose key is the run's options and mesh layout (those of
+ * gt_train_artifact_key, the schedule among them) and the stage, the part and the micro-batches.
+ * When DIR lacks stage 0's forward (every pipeline has one), world rank 0 builds every stage's
+ * part graphs and saves them while the other ranks wait; then every rank loads its own stages'
+ * and builds their programs from what it loaded, which must match the part it splits from its
+ * step graph (gt_pp_programs_opts.loaded). A part that compiles without an artifact is an error
+ * naming it, so a run either compiles on one rank or fails. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "trainer_pp.h"
+
+static const char *const part_name[3] = {"F", "I", "W"};
+
+/* gt_pp_programs_opts.compile: the step's pass pipeline on a part graph (every pass is exact) */
+static gt_status compile_part(gt_graph *g, void *user, gt_error *err)
+{
+    const gt_trainer *t = user;
+    return gt_train_compile_graph_layout(t->cfg, &t->dist.layout, g, NULL, err);
+}
+
+static void artifact_name(int32_t s, int p, char *buf, size_t n)
+{
+    snprintf(buf, n, "pp_stage%d_%s.graph", s, part_name[p]);
+}
+
+static char *artifact_key(const gt_trainer *t, int32_t s, int p)
+{
+    char *base = gt_train_artifact_key(t->pp->user, &t->dist.layout);
+    size_t n = strlen(base) + 160;
+    char *key = gt_xmalloc(n);
+    snprintf(key, n, "%spipeline.stage = %d\npipeline.part = %s\npipeline.micro_batches = %d\n",
+             base, s, part_name[p], t->pp->n_micro);
+    free(base);
+    return key;
+}
+
+/* World rank 0: every stage's part graphs, saved to dir. */
+static gt_status compile_all(gt_trainer *t, const char *dir, gt_error *err)
+{
+    struct gt_trainer_pp *pp = t->pp;
+    double t0 = gt_now_seconds();
+    gt_pp_programs_opts o = {.graphs_only = true, .compile = compile_part, .compile_user = t};
+    gt_pp_programs *all = NULL;
+    GT_TRY(gt_pp_programs_build_opts(t->whole.g, &t->binding, &pp->split, &pp->sched, -1, &o, &all,
+                                     err));
+    gt_status st = GT_OK;
+    int saved = 0;
+    for (int32_t s = 0; s < pp->layout.n_stages && st == GT_OK; s++)
+        for (int p = GT_PP_PART_F; p <= GT_PP_PART_W && st == GT_OK; p++) {
+            const gt_graph *pg = gt_pp_programs_graph(all, s, (gt_pp_part)p);
+            if (!pg) continue;
+            char name[64];
+            artifact_name(s, p, name, sizeof name);
+            char *key = artifact_key(t, s, p);
+            st = gt_train_artifact_save(dir, name, key, pg, err);
+            free(key);
+            saved += st == GT_OK;
+        }
+    gt_pp_programs_free(all);
+    if (st == GT_OK)
+        gt_log(GT_LOG_INFO,
+               "pipeline: compiled %d stage parts on rank 0 in %.3f s and saved them to %s", saved,
+               gt_now_seconds() - t0, dir);
+    return st;
+}
+
+/* This rank's stages' part graphs from dir (an entry stays NULL where there is no file). */
+static gt_status load_mine(gt_trainer *t, const char *dir, gt_graph **loaded, gt_error *err)
+{
+    struct gt_trainer_pp *pp = t->pp;
+    for (int32_t s = 0; s < pp->layout.n_stages; s++) {
+        if (pp->sched.stage_rank[s] != pp->rank) continue;
+        for (int p = GT_PP_PART_F; p <= GT_PP_PART_W; p++) {
+            char name[64];
+            artifact_name(s, p, name, sizeof name);
+            if (!gt_train_artifact_exists(dir, name)) continue;
+            char *key = artifact_key(t, s, p);
+            gt_status st = gt_train_artifact_load(dir, name, key, &loaded[s * 3 + p], err);
+            free(key);
+            if (st != GT_OK) return st;
+        }
+    }
+    return GT_OK;
+}
+
+gt_status gt_trainer_pp_programs(gt_trainer *t, gt_comm *const *dims, gt_error *err)
+{
+    struct gt_trainer_pp *pp = t->pp;
+    const char *dir = pp->user->compile.precompile_artifact_dir;
+    if (!dir[0]) {
+        gt_pp_programs_opts o = {.dim_comms = dims, .compile = compile_part, .compile_user = t};
+        return gt_pp_programs_build_opts(t->whole.g, &t->binding, &pp->split, &pp->sched, pp->rank,
+                                         &o, &pp->programs, err);
+    }
+    gt_train_dist wd = {
+        .world = pp->world, .rank = gt_comm_rank(pp->world), .size = gt_comm_size(pp->world)};
+    char first[64];
+    artifact_name(0, GT_PP_PART_F, first, sizeof first);
+    int64_t have = wd.rank == 0 ? gt_train_artifact_exists(dir, first) : 0;
+    GT_TRY(gt_train_share_i64(&wd, &have, err));
+    gt_status st = GT_OK;
+    if (!have && wd.rank == 0) st = compile_all(t, dir, err);
+    /* the other ranks wait here for rank 0's artifacts */
+    if (!have) st = gt_trainer_pp_agree(t, st, err);
+    if (st != GT_OK) return st;
+    int32_t n = pp->layout.n_stages * 3;
+    gt_graph **loaded = gt_xcalloc((size_t)n, sizeof *loaded);
+    double t0 = gt_now_seconds();
+    st = load_mine(t, dir, loaded, err);
+    gt_pp_programs_opts o = {
+        .dim_comms = dims, .loaded = loaded, .compile = compile_part, .compile_user = t};
+    if (st == GT_OK)
+        st = gt_pp_programs_build_opts(t->whole.g, &t->binding, &pp->split, &pp->sched, pp->rank,
+                                       &o, &pp->programs, err);
+    int from_file = 0;
+    for (int32_t s = 0; st == GT_OK && s < pp->layout.n_stages; s++)
+        for (int p = GT_PP_PART_F; st == GT_OK && p <= GT_PP_PART_W; p++) {
+            const gt_pp_part_info *in = gt_pp_programs_info(pp->programs, s, (gt_pp_part)p);
+            from_file += in->loaded;
+            if (in->compiled && !in->loaded)
+                st = gt_error_set(err, GT_ERR_INVALID,
+                                  "compile.precompile_artifact_dir %s: no artifact for stage %d "
+                                  "part %s, which this rank compiles (saved by a run of another "
+                                  "layout?)",
+                                  dir, s, part_name[p]);
+        }
+    for (int32_t k = 0; k < n; k++)
+        gt_graph_free(loaded[k]); /* those the build did not take */
+    free(loaded);
+    if (st == GT_OK && t->dist.rank == 0)
+        gt_log(GT_LOG_INFO,
+               "pipeline: loaded %d stage parts of rank %d from %s in %.3f s (not compiled here)",
+               from_file, pp->rank, dir, gt_now_seconds() - t0);
+    return st;
+}
