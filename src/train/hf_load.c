@@ -281,6 +281,7 @@ gt_status gt_trainer_load_hf(gt_trainer *t, gt_error *err)
     }
     read_ctx c = {.status = GT_OK, .err = err};
     for (int k = 0; k < n && st == GT_OK; k++) {
+        if (!t->params[k].data) continue; /* another pipeline rank's stage (trainer_pp_state.c) */
         c.src = &src[k], c.dst = t->params[k].data;
         gt_shard_for_each_run(&t->box[k], read_run, &c);
         st = c.status;

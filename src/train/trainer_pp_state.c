@@ -8,9 +8,9 @@
  * the checkpoint loader reads only tensors with storage. The draw stays bitwise the one-rank
  * run's: gt_shard_init_param draws each element from the parameter's spec, the seed and its
  * global index, whichever tensors are drawn. The step reads only its stages' inputs
- * (gt_pp_eager_step_spmd runs only this rank's actions and its stages' optimizer nodes). One
- * exception: a run that starts from a Hugging Face folder reads every parameter (hf_load.c
- * fills each one), so there the others' are freed once it is set up.
+ * (gt_pp_eager_step_spmd runs only this rank's actions and its stages' optimizer nodes). A run
+ * that starts from a Hugging Face folder checks every tensor there and reads only those with
+ * storage (hf_load.c), as the checkpoint loader does.
  *
  * Why pipeline rank 0 gathers for saving and hashing: a checkpoint holds whole tensors in the
  * format of every other layout, written by pipeline rank 0's mesh (each mesh rank its blocks, as
@@ -76,7 +76,6 @@ static int64_t state_bytes(gt_trainer *t, bool all)
 
 bool gt_trainer_pp_elsewhere(gt_trainer *t, int p)
 {
-    if (gt_trainer_loads_hf(t)) return false; /* read whole, freed after setup (see above) */
     find_owners(t);
     if (holds(t, p)) return false;
     int n = t->n_params;
