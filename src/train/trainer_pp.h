@@ -70,12 +70,12 @@ gt_status gt_trainer_pp_step(gt_trainer *t, int64_t step, double *loss, double *
 /* Stage-local setup (trainer_pp_state.c), called by gt_trainer_alloc_state for parameter p:
  * whether p belongs to another pipeline rank's stage. If so its parameter, AdamW moments and
  * gradient sum get their dtype and shape but no storage, so nothing is drawn or loaded into
- * them (false for every p when the run starts from a Hugging Face folder). */
+ * them (a checkpoint or a Hugging Face folder). */
 bool gt_trainer_pp_elsewhere(gt_trainer *t, int p);
-/* Stage-local ownership (trainer_pp_state.c), once the state is set up (drawn or resumed): frees
- * what a Hugging Face start read of the stages of other pipeline ranks, and logs on rank 0 the
- * bytes each pipeline rank holds next to those of the mesh rank without the pipeline, and the
- * most each held during setup. A collective over the pipeline ranks. */
+/* Stage-local ownership (trainer_pp_state.c), once the state is set up (drawn or loaded): logs on
+ * rank 0 the bytes each pipeline rank holds next to those of the mesh rank without the pipeline
+ * (setup frees nothing: also the most each held before step 1). A collective over the pipeline
+ * ranks. */
 gt_status gt_trainer_pp_own_state(gt_trainer *t, gt_error *err);
 /* Every stage's parameters (and their AdamW moments with moments) from the rank of their stage to
  * pipeline rank 0, which allocates them to receive: the whole state, for its mesh to save or hash.

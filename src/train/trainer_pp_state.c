@@ -105,18 +105,18 @@ gt_status gt_trainer_pp_own_state(gt_trainer *t, gt_error *err)
 {
     struct gt_trainer_pp *pp = t->pp;
     find_owners(t);
-    /* nothing of the state is freed during setup: what it holds now is its peak */
-    int64_t whole = state_bytes(t, true), setup = state_bytes(t, false);
-    free_others(t);
+    /* nothing of other stages was allocated (gt_trainer_pp_elsewhere), so what a rank holds now
+     * is also the most it held during setup */
+    int64_t whole = state_bytes(t, true);
     int n = pp->layout.n_ranks;
-    int64_t *held = gt_xcalloc(2 * (size_t)n, sizeof *held), *peak = held + n;
+    int64_t *held = gt_xcalloc((size_t)n, sizeof *held);
     gt_status st = GT_OK;
     for (int r = 0; r < n && st == GT_OK; r++) {
-        int64_t two = 2, mine[2] = {state_bytes(t, false), setup};
+        int64_t one = 1;
         gt_tensor x;
-        gt_tensor_wrap(&x, GT_I64, 1, &two, mine);
+        gt_tensor_wrap(&x, GT_I64, 1, &one, &held[r]);
+        if (r == pp->rank) held[r] = state_bytes(t, false);
         st = gt_comm_broadcast(pp->comm, &x, r, err);
-        held[r] = mine[0], peak[r] = mine[1];
     }
     if (st == GT_OK && pp->rank == 0 && t->dist.rank == 0) {
         char text[512];
@@ -130,12 +130,6 @@ gt_status gt_trainer_pp_own_state(gt_trainer *t, gt_error *err)
             snprintf(text + len, sizeof text - (size_t)len,
                      "; without the pipeline %lld B (%.2f MiB)", (long long)whole,
                      (double)whole / (1 << 20));
-        gt_log(GT_LOG_INFO, "%s", text);
-        len = snprintf(text, sizeof text,
-                       "pipeline setup: state drawn or loaded at most (the peak before step 1):");
-        for (int r = 0; r < n && len < (int)sizeof text; r++)
-            len += snprintf(text + len, sizeof text - (size_t)len, "%s rank %d %lld B (%.2f MiB)",
-                            r ? "," : "", r, (long long)peak[r], (double)peak[r] / (1 << 20));
         gt_log(GT_LOG_INFO, "%s", text);
     }
     free(held);

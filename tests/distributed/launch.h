@@ -178,6 +178,26 @@ static inline void launch_layout_run(launch_cmd *c, const launch_layout *l, cons
     launch_layout_run_np(c, l, l ? launch_ranks(l) : 0, flavor, dump, interval);
 }
 
+/* The "pipeline state" line of a pipeline run's output: the bytes of state each of its `degree`
+ * ranks holds into held[], and those of the mesh rank without the pipeline into *whole (-1 when
+ * the line lacks them); false when there is no such line or it lacks a rank. */
+static inline bool launch_pp_state(const char *out, int degree, long long *held, long long *whole)
+{
+    const char *line = out ? strstr(out, "pipeline state (") : NULL;
+    if (!line) return false;
+    const char *p = line;
+    for (int r = 0; r < degree; r++) {
+        char key[32];
+        snprintf(key, sizeof key, "rank %d ", r);
+        p = strstr(p, key);
+        if (!p) return false;
+        held[r] = strtoll(p + strlen(key), NULL, 10);
+    }
+    const char *w = strstr(line, "without the pipeline ");
+    *whole = w ? strtoll(w + strlen("without the pipeline "), NULL, 10) : -1;
+    return true;
+}
+
 /* ---------------------------------------------------------------- comparisons */
 
 static inline double launch_relative(double a, double b)

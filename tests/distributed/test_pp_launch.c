@@ -21,9 +21,9 @@
  *     collectives and holds the bytes its plan logged before step 1, exactly;
  *   - stage-local state: on 2 ranks each pipeline rank holds under 0.75 of the parameters,
  *     gradient sums and AdamW moments the one rank holds (16 bytes a parameter of the one rank's
- *     count), and the ranks together hold it exactly once (the "pipeline state" line); and no
- *     rank drew or loaded more than its share at any point of setup: the most each held before
- *     step 1 is what it holds (the "pipeline setup" line), also after a resume;
+ *     count), and the ranks together hold it exactly once (the "pipeline state" line, logged
+ *     after setup, which frees nothing: a setup that drew or loaded the whole state would show
+ *     it there), also after a resume;
  *   - per-stage programs (compile.enable, the default): rank 0 names a program for each part of
  *     its stages that has nodes, each with arenas allocated as its memory plan says, before step
  *     1, also on pp 2 x dp_shard 2 (the FSDP gathers outside them, once a step) and pp 2 x tp 2
@@ -68,48 +68,16 @@ static void pipeline(launch_cmd *c, int np, int degree, const char *schedule, co
  * parameter (fp32 parameter, gradient sum, two AdamW moments). */
 static long long one_rank_params;
 
-/* The "pipeline setup" line: the most state each of `degree` ranks drew or loaded before step 1
- * is what it holds after setup, held[r] (its stages' share; a setup that set up the whole state
- * and freed the rest would show the whole here). */
-static void check_setup(const char *name, const char *out, int degree, const long long *held)
-{
-    const char *line = out ? strstr(out, "pipeline setup: ") : NULL;
-    EXPECT(line != NULL, "%s: no \"pipeline setup\" line", name);
-    if (!line) return;
-    const char *p = line;
-    for (int r = 0; r < degree; r++) {
-        char key[32];
-        snprintf(key, sizeof key, "rank %d ", r);
-        p = strstr(p, key);
-        EXPECT(p != NULL, "%s: the pipeline setup line lacks rank %d", name, r);
-        if (!p) return;
-        long long peak = strtoll(p + strlen(key), NULL, 10);
-        EXPECT(held[r] > 0 && peak == held[r],
-               "%s: rank %d held at most %lld B of state during setup, %lld B after", name, r, peak,
-               held[r]);
-    }
-}
-
 /* The "pipeline state" line of a run of `degree` ranks: each rank holds less than `share` of the
  * one rank's state, and all of them together hold it once. */
 static void check_state(const char *name, const char *out, int degree, double share)
 {
-    const char *line = out ? strstr(out, "pipeline state (") : NULL;
-    EXPECT(line != NULL, "%s: no \"pipeline state\" line", name);
-    if (!line) return;
     long long held[8] = {0}, sum = 0, whole = -1;
-    const char *p = line;
-    for (int r = 0; r < degree; r++) {
-        char key[32];
-        snprintf(key, sizeof key, "rank %d ", r);
-        p = strstr(p, key);
-        EXPECT(p != NULL, "%s: the pipeline state line lacks rank %d", name, r);
-        if (!p) return;
-        held[r] = strtoll(p + strlen(key), NULL, 10);
+    bool found = launch_pp_state(out, degree, held, &whole);
+    EXPECT(found, "%s: no \"pipeline state\" line with %d ranks", name, degree);
+    if (!found) return;
+    for (int r = 0; r < degree; r++)
         sum += held[r];
-    }
-    const char *w = strstr(line, "without the pipeline ");
-    if (w) whole = strtoll(w + strlen("without the pipeline "), NULL, 10);
     long long want = 16 * one_rank_params;
     EXPECT(whole == want, "%s: %lld B without the pipeline, the one rank holds %lld", name, whole,
            want);
@@ -121,7 +89,6 @@ static void check_state(const char *name, const char *out, int degree, double sh
     for (int r = 0; r < degree; r++)
         printf(" %.3f", (double)held[r] / (double)want);
     printf(" of the one rank's %lld B\n", want);
-    check_setup(name, out, degree, held);
 }
 
 /* The stats of rank 0's step: the plan logged before step 1 ("pipeline step plan on rank 0: ")
