@@ -248,18 +248,14 @@ typedef struct {
     int64_t allocated_bytes; /* what the program allocated for them */
 } gt_pp_part_info;
 
-/* The programs of the stages pipeline rank `rank` runs (-1: every stage) of g, split by split,
- * under binding, their collectives on dim_comms (per mesh dim, as gt_pp_eager_step_spmd's; NULL:
- * none). g, binding and the communicators must outlive them. */
-gt_status gt_pp_programs_build(const gt_graph *g, const gt_sym_binding *binding,
-                               const gt_pp_split *split, const gt_pp_schedule *s, int32_t rank,
-                               gt_comm *const *dim_comms, gt_pp_programs **out, gt_error *err);
-/* Compile on one rank (--compile.precompile_artifact_dir): */
+/* Options of gt_pp_programs_build. */
 typedef struct {
-    gt_comm *const *dim_comms; /* as gt_pp_programs_build's */
-    /* [n_stages * 3] (stage * 3 + part) or NULL: part graphs read from artifacts; a part that
-     * has one runs it (the build takes it over and sets the entry to NULL) once it matches the
-     * part built here (nodes, inputs and outputs by name), else the build fails naming it */
+    /* per mesh dim, as gt_pp_eager_step_spmd's (NULL: none); they must outlive the programs */
+    gt_comm *const *dim_comms;
+    /* compile on one rank (--compile.precompile_artifact_dir): [n_stages * 3] (stage * 3 + part)
+     * or NULL: part graphs read from artifacts; a part that has one runs it (the build takes it
+     * over and sets the entry to NULL) once it matches the part built here (nodes, inputs and
+     * outputs by name), else the build fails naming it */
     gt_graph **loaded;
     /* the parts' graphs only, no program: what one rank saves for the others (a part with
      * collectives gets its graph even without communicators) */
@@ -269,10 +265,11 @@ typedef struct {
     gt_status (*compile)(gt_graph *g, void *user, gt_error *err);
     void *compile_user;
 } gt_pp_programs_opts;
-gt_status gt_pp_programs_build_opts(const gt_graph *g, const gt_sym_binding *binding,
-                                    const gt_pp_split *split, const gt_pp_schedule *s, int32_t rank,
-                                    const gt_pp_programs_opts *o, gt_pp_programs **out,
-                                    gt_error *err);
+/* The programs of the stages pipeline rank `rank` runs (-1: every stage) of g, split by split,
+ * under binding (g and binding must outlive them). */
+gt_status gt_pp_programs_build(const gt_graph *g, const gt_sym_binding *binding,
+                               const gt_pp_split *split, const gt_pp_schedule *s, int32_t rank,
+                               const gt_pp_programs_opts *o, gt_pp_programs **out, gt_error *err);
 /* Stage `stage`'s part graph (NULL: none: no nodes, node by node, another rank's stage). */
 const gt_graph *gt_pp_programs_graph(const gt_pp_programs *p, int32_t stage, gt_pp_part part);
 /* Stage `stage`'s part (GT_PP_PART_F, _I or _W): NULL for another part or stage. */

@@ -50,6 +50,9 @@ typedef enum {
     GT_PP_PART_GLOBAL /* optimizer, on every rank (stage GT_PP_STAGE_GLOBAL) */
 } gt_pp_part;
 
+/* "F", "I", "W", "OPT", "GLOBAL" (the artifacts' file names and the log use them). */
+const char *gt_pp_part_name(gt_pp_part p);
+
 /* A value that crosses stages. */
 typedef struct {
     gt_value_id value;

@@ -168,6 +168,12 @@ static void mark_input_gradients(const gt_graph *g, gt_pp_split *s)
     free(stack);
 }
 
+const char *gt_pp_part_name(gt_pp_part p)
+{
+    static const char *const names[] = {"F", "I", "W", "OPT", "GLOBAL"};
+    return p >= GT_PP_PART_F && p <= GT_PP_PART_GLOBAL ? names[p] : "?";
+}
+
 gt_status gt_pp_split_graph(const gt_graph *g, int32_t n_stages, const int64_t *first_layer,
                             gt_pp_split *out, gt_error *err)
 {

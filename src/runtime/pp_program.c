@@ -165,10 +165,10 @@ static gt_status adopt(gt_pp_part_program *pp, gt_graph *loaded, int32_t st, gt_
                        gt_graph_str(d, d->outputs[k].fqn));
     if (!same)
         return gt_error_set(err, GT_ERR_INVALID,
-                            "pipeline: the artifact of stage %d part %d has %d inputs and %d "
+                            "pipeline: the artifact of stage %d part %s has %d inputs and %d "
                             "outputs; this step graph's part %d and %d (or other names)",
-                            st, (int)p, loaded->n_inputs, loaded->n_outputs, d->n_inputs,
-                            d->n_outputs);
+                            st, gt_pp_part_name(p), loaded->n_inputs, loaded->n_outputs,
+                            d->n_inputs, d->n_outputs);
     gt_graph_free(pp->g);
     pp->g = loaded;
     return GT_OK;
@@ -240,10 +240,8 @@ static gt_status build_part(const gt_graph *g, const gt_sym_binding *binding,
             s = gt_program_set_comms(pp->prog, o->dim_comms, err);
         free(out_use);
         if (s != GT_OK)
-            gt_error_wrap(err, "pipeline: the program of stage %d's %s part", st,
-                          p == GT_PP_PART_F   ? "forward"
-                          : p == GT_PP_PART_I ? "input-gradient"
-                                              : "weight-gradient");
+            gt_error_wrap(err, "pipeline: the program of stage %d's part %s", st,
+                          gt_pp_part_name(p));
     }
     if (s == GT_OK && pp->prog) {
         const gt_program *q = pp->prog;
@@ -263,16 +261,7 @@ static gt_status build_part(const gt_graph *g, const gt_sym_binding *binding,
 
 gt_status gt_pp_programs_build(const gt_graph *g, const gt_sym_binding *binding,
                                const gt_pp_split *split, const gt_pp_schedule *s, int32_t rank,
-                               gt_comm *const *dim_comms, gt_pp_programs **out, gt_error *err)
-{
-    gt_pp_programs_opts o = {.dim_comms = dim_comms};
-    return gt_pp_programs_build_opts(g, binding, split, s, rank, &o, out, err);
-}
-
-gt_status gt_pp_programs_build_opts(const gt_graph *g, const gt_sym_binding *binding,
-                                    const gt_pp_split *split, const gt_pp_schedule *s, int32_t rank,
-                                    const gt_pp_programs_opts *o, gt_pp_programs **out,
-                                    gt_error *err)
+                               const gt_pp_programs_opts *o, gt_pp_programs **out, gt_error *err)
 {
     *out = NULL;
     if (split->n_nodes != g->n_nodes || split->n_stages != s->n_stages)

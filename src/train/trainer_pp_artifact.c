@@ -16,8 +16,6 @@
 
 #include "trainer_pp.h"
 
-static const char *const part_name[3] = {"F", "I", "W"};
-
 /* gt_pp_programs_opts.compile: the step's pass pipeline on a part graph (every pass is exact) */
 static gt_status compile_part(gt_graph *g, void *user, gt_error *err)
 {
@@ -27,7 +25,7 @@ static gt_status compile_part(gt_graph *g, void *user, gt_error *err)
 
 static void artifact_name(int32_t s, int p, char *buf, size_t n)
 {
-    snprintf(buf, n, "pp_stage%d_%s.graph", s, part_name[p]);
+    snprintf(buf, n, "pp_stage%d_%s.graph", s, gt_pp_part_name((gt_pp_part)p));
 }
 
 static char *artifact_key(const gt_trainer *t, int32_t s, int p)
@@ -36,7 +34,7 @@ static char *artifact_key(const gt_trainer *t, int32_t s, int p)
     size_t n = strlen(base) + 160;
     char *key = gt_xmalloc(n);
     snprintf(key, n, "%spipeline.stage = %d\npipeline.part = %s\npipeline.micro_batches = %d\n",
-             base, s, part_name[p], t->pp->n_micro);
+             base, s, gt_pp_part_name((gt_pp_part)p), t->pp->n_micro);
     free(base);
     return key;
 }
@@ -48,8 +46,8 @@ static gt_status compile_all(gt_trainer *t, const char *dir, gt_error *err)
     double t0 = gt_now_seconds();
     gt_pp_programs_opts o = {.graphs_only = true, .compile = compile_part, .compile_user = t};
     gt_pp_programs *all = NULL;
-    GT_TRY(gt_pp_programs_build_opts(t->whole.g, &t->binding, &pp->split, &pp->sched, -1, &o, &all,
-                                     err));
+    GT_TRY(
+        gt_pp_programs_build(t->whole.g, &t->binding, &pp->split, &pp->sched, -1, &o, &all, err));
     gt_status st = GT_OK;
     int saved = 0;
     for (int32_t s = 0; s < pp->layout.n_stages && st == GT_OK; s++)
@@ -96,8 +94,8 @@ gt_status gt_trainer_pp_programs(gt_trainer *t, gt_comm *const *dims, gt_error *
     const char *dir = pp->user->compile.precompile_artifact_dir;
     if (!dir[0]) {
         gt_pp_programs_opts o = {.dim_comms = dims, .compile = compile_part, .compile_user = t};
-        return gt_pp_programs_build_opts(t->whole.g, &t->binding, &pp->split, &pp->sched, pp->rank,
-                                         &o, &pp->programs, err);
+        return gt_pp_programs_build(t->whole.g, &t->binding, &pp->split, &pp->sched, pp->rank, &o,
+                                    &pp->programs, err);
     }
     gt_train_dist wd = {
         .world = pp->world, .rank = gt_comm_rank(pp->world), .size = gt_comm_size(pp->world)};
@@ -117,8 +115,8 @@ gt_status gt_trainer_pp_programs(gt_trainer *t, gt_comm *const *dims, gt_error *
     gt_pp_programs_opts o = {
         .dim_comms = dims, .loaded = loaded, .compile = compile_part, .compile_user = t};
     if (st == GT_OK)
-        st = gt_pp_programs_build_opts(t->whole.g, &t->binding, &pp->split, &pp->sched, pp->rank,
-                                       &o, &pp->programs, err);
+        st = gt_pp_programs_build(t->whole.g, &t->binding, &pp->split, &pp->sched, pp->rank, &o,
+                                  &pp->programs, err);
     int from_file = 0;
     for (int32_t s = 0; st == GT_OK && s < pp->layout.n_stages; s++)
         for (int p = GT_PP_PART_F; st == GT_OK && p <= GT_PP_PART_W; p++) {
@@ -129,7 +127,7 @@ gt_status gt_trainer_pp_programs(gt_trainer *t, gt_comm *const *dims, gt_error *
                                   "compile.precompile_artifact_dir %s: no artifact for stage %d "
                                   "part %s, which this rank compiles (saved by a run of another "
                                   "layout?)",
-                                  dir, s, part_name[p]);
+                                  dir, s, gt_pp_part_name((gt_pp_part)p));
         }
     for (int32_t k = 0; k < n; k++)
         gt_graph_free(loaded[k]); /* those the build did not take */

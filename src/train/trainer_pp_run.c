@@ -196,7 +196,6 @@ static gt_status build_programs(gt_trainer *t, gt_error *err)
     struct gt_trainer_pp *pp = t->pp;
     gt_comm *const *dims = gt_train_dist_multi(&t->dist) ? t->dist.dim_comm : NULL;
     GT_TRY(gt_trainer_pp_programs(t, dims, err));
-    static const char *const part_name[3] = {"F", "I", "W"};
     for (int32_t s = 0; s < pp->layout.n_stages; s++) {
         if (pp->sched.stage_rank[s] != pp->rank) continue;
         for (int p = GT_PP_PART_F; p <= GT_PP_PART_W; p++) {
@@ -205,24 +204,24 @@ static gt_status build_programs(gt_trainer *t, gt_error *err)
                 return gt_error_set(err, GT_ERR_INTERNAL,
                                     "pipeline: stage %d's %s program planned %lld B of arenas "
                                     "but allocated %lld B",
-                                    s, part_name[p], (long long)in->planned_bytes,
+                                    s, gt_pp_part_name((gt_pp_part)p), (long long)in->planned_bytes,
                                     (long long)in->allocated_bytes);
             if (t->dist.rank != 0) continue;
             if (!in->compiled)
                 gt_log(GT_LOG_INFO,
                        "pipeline program rank %d stage %d %s: %d nodes, node by node "
                        "(%s)",
-                       pp->rank, s, part_name[p], in->n_nodes, in->why);
+                       pp->rank, s, gt_pp_part_name((gt_pp_part)p), in->n_nodes, in->why);
             else
                 gt_log(GT_LOG_INFO,
                        "pipeline program rank %d stage %d %s: %d nodes (%d run once a step "
                        "outside it), %d after the passes, %d collectives, %d inputs, %d "
                        "outputs; memory plan peak %lld B (%.2f MiB), arenas planned %lld B, "
                        "allocated %lld B",
-                       pp->rank, s, part_name[p], in->n_nodes, in->n_invariant, in->n_program_nodes,
-                       in->n_collectives, in->n_in, in->n_out, (long long)in->live_peak_bytes,
-                       (double)in->live_peak_bytes / (1 << 20), (long long)in->planned_bytes,
-                       (long long)in->allocated_bytes);
+                       pp->rank, s, gt_pp_part_name((gt_pp_part)p), in->n_nodes, in->n_invariant,
+                       in->n_program_nodes, in->n_collectives, in->n_in, in->n_out,
+                       (long long)in->live_peak_bytes, (double)in->live_peak_bytes / (1 << 20),
+                       (long long)in->planned_bytes, (long long)in->allocated_bytes);
         }
     }
     return GT_OK;

@@ -35,7 +35,7 @@ static gt_pp_programs *programs_of(setup *s, const gt_pp_split *split, const gt_
     gt_error err = {0};
     gt_pp_programs *p = NULL;
     gt_pp_programs_opts o = {.compile = passes ? compile_part : NULL, .compile_user = s};
-    EXPECT_OK(gt_pp_programs_build_opts(s->g, &s->binding, split, sched, -1, &o, &p, &err), &err);
+    EXPECT_OK(gt_pp_programs_build(s->g, &s->binding, split, sched, -1, &o, &p, &err), &err);
     int compiled = 0, parts = 0;
     for (int32_t st = 0; p && st < split->n_stages; st++)
         for (int k = GT_PP_PART_F; k <= GT_PP_PART_W; k++) {
