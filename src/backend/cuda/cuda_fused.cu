@@ -23,11 +23,11 @@
  * output row, as the MoE combine's [rows, 1] weights) is read once a pack, as a scalar is: on
  * the general kernel the combine's 100 M-element products ran at a sixth of the bandwidth (11 of
  * the 16B_4layers step's 102 ms). Inputs that are none of these (a general broadcast, a
- * misaligned view), and the tail of fewer than V elements, go to the general kernel: one element per thread, offsets through the broadcast strides as the
- * general binary kernel computes them. The interpreter's per-pack work costs it bandwidth (1.7
- * TB/s on an H200 for a three-op bf16 program, about what the unfused kernels take together), so
- * the hot two-op programs of the llama3 step get compile-time kernels (gt_k_fused2, below) that
- * run at the unfused kernels' 4+ TB/s. */
+ * misaligned view), and the tail of fewer than V elements, go to the general kernel: one element
+ * per thread, offsets through the broadcast strides as the general binary kernel computes them. The
+ * interpreter's per-pack work costs it bandwidth (1.7 TB/s on an H200 for a three-op bf16 program,
+ * about what the unfused kernels take together), so the hot two-op programs of the llama3 step get
+ * compile-time kernels (gt_k_fused2, below) that run at the unfused kernels' 4+ TB/s. */
 #include "cuda_internal.h"
 #include "ir/fused_program.h"
 
@@ -789,15 +789,16 @@ static gt_status gt_fk_run(gt_cuda_stream *s, const gt_kernel_call *c, const gt_
     gt_tensor *out = c->out[0];
     GT_TRY(gt_kernel_want_float(c, out, "output", err));
     int64_t n = gt_tensor_numel(out);
-    bool all16 = out->dtype != GT_F32;
+    bool all16 = out->dtype != GT_F32, row[GT_MAX_IN];
+    int64_t inner[GT_MAX_IN];
     for (int k = 0; k < c->n_in; k++) {
         char what[32];
         snprintf(what, sizeof what, "input %d", k);
         GT_TRY(gt_kernel_want_float(c, c->in[k], what, err));
+        row[k] = gt_fk_row(c->in[k], out, &inner[k]);
         /* an f32 input read one element a pack (a scalar, a row of 8 or more) keeps packs of 8 */
-        int64_t inner = 0;
         all16 = all16 && (c->in[k]->dtype != GT_F32 || gt_tensor_numel(c->in[k]) == 1 ||
-                          (gt_fk_row(c->in[k], out, &inner) && inner % 8 == 0));
+                          (row[k] && inner[k] % 8 == 0));
     }
     const int V = all16 ? 8 : 4;
     P.ndim = out->ndim;
@@ -819,9 +820,10 @@ static gt_status gt_fk_run(gt_cuda_stream *s, const gt_kernel_call *c, const gt_
             P.kind[k] = GT_FK_SCALAR;
         else if (gt_fk_trailing(x, out))
             P.kind[k] = aligned && m % V == 0 ? GT_FK_VEC_MOD : GT_FK_MOD;
-        else if (gt_fk_row(x, out, &P.mod[k]))
+        else if (row[k]) {
             P.kind[k] = GT_FK_ROW;
-        else
+            P.mod[k] = inner[k];
+        } else
             P.kind[k] = GT_FK_GENERAL;
     }
     if (n == 0) return GT_OK;
@@ -847,9 +849,8 @@ static gt_status gt_fk_run(gt_cuda_stream *s, const gt_kernel_call *c, const gt_
      * general kernel for the rest (and for the tail of fewer than V elements) */
     bool vec = gt_aligned16(out->data);
     for (int k = 0; k < c->n_in; k++)
-        vec = vec &&
-              (P.kind[k] == GT_FK_VEC || P.kind[k] == GT_FK_VEC_MOD || P.kind[k] == GT_FK_SCALAR ||
-               (P.kind[k] == GT_FK_ROW && P.mod[k] % V == 0));
+        vec = vec && (P.kind[k] == GT_FK_VEC || P.kind[k] == GT_FK_VEC_MOD ||
+                      P.kind[k] == GT_FK_SCALAR || (P.kind[k] == GT_FK_ROW && P.mod[k] % V == 0));
     int64_t n_packs = vec ? n / V : 0;
     if (vec && gt_fk_try_row_scale(s->stream, c, ins, &P, n)) return gt_cuda_launched(c, err);
     if (n_packs > 0 && gt_fk_try_pattern(s->stream, c, ins, &P, n_packs * V)) {

@@ -205,6 +205,18 @@ __device__ __forceinline__ void gt_st(void *p, int dt, int64_t i, float v)
         ((float *)p)[i] = v;
 }
 
+/* Elements i and i + 1 of p (i even, p 8-byte aligned) in one 4- or 8-byte store, each rounded
+ * as gt_st rounds it. */
+__device__ __forceinline__ void gt_st2(void *p, int dt, int64_t i, float a, float b)
+{
+    if (dt == GT_BF16)
+        *(__nv_bfloat162 *)((__nv_bfloat16 *)p + i) = __floats2bfloat162_rn(a, b);
+    else if (dt == GT_F16)
+        *(__half2 *)((__half *)p + i) = __floats2half2_rn(a, b);
+    else
+        *(float2 *)((float *)p + i) = make_float2(a, b);
+}
+
 /* v rounded to dtype dt (nearest even) and widened back: what gt_st then gt_ld give. */
 __device__ __forceinline__ float gt_round_dt(int dt, float v)
 {

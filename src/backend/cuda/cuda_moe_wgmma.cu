@@ -191,18 +191,6 @@ __device__ __forceinline__ void gt_wg_mainloop(float (&d)[N / 2], int64_t nk, Lo
     gt_cp_wait<0>();
 }
 
-/* Elements i and i + 1 of out (i even, out 8-byte aligned) in one 4- or 8-byte store, each
- * rounded as gt_st rounds it. */
-__device__ __forceinline__ void gt_st2(void *p, int dt, int64_t i, float a, float b)
-{
-    if (dt == GT_BF16)
-        *(__nv_bfloat162 *)((__nv_bfloat16 *)p + i) = __floats2bfloat162_rn(a, b);
-    else if (dt == GT_F16)
-        *(__half2 *)((__half *)p + i) = __floats2half2_rn(a, b);
-    else
-        *(float2 *)((float *)p + i) = make_float2(a, b);
-}
-
 /* d (a warpgroup's 64 x N) to out rows r0 + .. (below r1), columns n0 + .. (below ncols); out
  * row stride ld (elements), base ob. A thread's two adjacent columns go in one store where the
  * offsets are even (the epilogue is a large part of the weight gradient's short tiles). */
