@@ -54,14 +54,21 @@ static void param_layout(const gt_parallel_plan *plan, gt_param_plan pp, int ndi
 
 /* The routed-expert weights when ep takes tp ranks (gt_mesh_expert_tp): their lean storage, whole
  * experts sharded over the flattened dp_shard x tp ranks in the tokens' order rank.dp_shard * tp
- * + rank.tp — shard(0) on dp_shard and shard(0) nested inside it on tp —, so each rank stores
- * E / (dp_shard * tp) experts (torchtitan's ETP 1, efsdp x ep) instead of FSDP's E / dp_shard
- * whole over tp. The expert count divides dp_shard * tp (the trainer checks). */
+ * + rank.tp, so each rank stores E / (dp_shard * tp) experts (torchtitan's ETP 1, efsdp x ep)
+ * instead of FSDP's E / dp_shard whole over tp. The expert count divides dp_shard * tp (the
+ * trainer checks). */
+gt_placement gt_parallel_expert_storage(const gt_mesh *m, int md)
+{
+    bool shard = m->size[GT_MESH_DP_SHARD] > 1;
+    if (md == GT_MESH_DP_SHARD) return shard ? gt_place_shard(0, 0) : gt_place_replicate();
+    if (md == GT_MESH_TP) return gt_place_shard(0, shard ? 1 : 0);
+    return (gt_placement){GT_PLACE_NONE, 0, 0, 0};
+}
+
 static void expert_layout(const gt_parallel_plan *plan, gt_placement *out)
 {
-    bool shard = plan->mesh.size[GT_MESH_DP_SHARD] > 1;
-    out[GT_MESH_DP_SHARD] = shard ? gt_place_shard(0, 0) : gt_place_replicate();
-    out[GT_MESH_TP] = gt_place_shard(0, shard ? 1 : 0);
+    out[GT_MESH_DP_SHARD] = gt_parallel_expert_storage(&plan->mesh, GT_MESH_DP_SHARD);
+    out[GT_MESH_TP] = gt_parallel_expert_storage(&plan->mesh, GT_MESH_TP);
 }
 
 static bool is_batch_dim(const gt_graph *g, gt_expr e)

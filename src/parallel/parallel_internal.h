@@ -81,6 +81,11 @@ typedef struct {
 
 typedef gt_status (*gt_shard_rule)(gt_shard_ctx *c, gt_error *err);
 
+/* The routed-expert weights' lean storage on mesh dim md when ep takes tp ranks (layout.c):
+ * shard(0) on dp_shard (replicate when it has one rank) and on tp shard(0) nested inside it, so
+ * rank (s, t) holds block s * tp + t; kind GT_PLACE_NONE on the other dims. */
+gt_placement gt_parallel_expert_storage(const gt_mesh *m, int md);
+
 /* The rule of op (rules.c). Never NULL for a valid op. */
 gt_shard_rule gt_shard_rule_for(gt_op op);
 

@@ -628,16 +628,6 @@ static bool keeps_gathered(const gt_par *p, const gt_node *n)
     return n->unit == GT_UNIT_REST || (n->unit >= 0 && n->unit == p->last_block);
 }
 
-/* The lean storage of the routed-expert weights on mesh dim md when ep takes tp ranks
- * (gt_shard_ctx.expert_store; layout.c places them so): shard(0) on dp_shard, and on tp shard(0)
- * inside dp_shard's blocks, so rank (s, t) holds block s * tp + t. */
-static gt_placement expert_store(const gt_mesh *m, bool ep_tp, int md)
-{
-    if (ep_tp && md == GT_MESH_DP_SHARD) return gt_place_shard(0, 0);
-    if (ep_tp && md == GT_MESH_TP) return gt_place_shard(0, m->size[GT_MESH_DP_SHARD] > 1);
-    return (gt_placement){GT_PLACE_NONE, 0, 0, 0};
-}
-
 static gt_status convert_node(gt_par *p, gt_node_id nid, gt_error *err)
 {
     const gt_node *n = &p->src->nodes[nid];
@@ -690,7 +680,8 @@ static gt_status convert_node(gt_par *p, gt_node_id nid, gt_error *err)
                               md == GT_MESH_DP_SHARD && !ep_tp ? p->plan.expert_parallel_degree : 1,
                           .expert_tp = md == GT_MESH_TP && ep_tp,
                           .token_order = token_order,
-                          .expert_store = expert_store(m, ep_tp, md),
+                          .expert_store = ep_tp ? gt_parallel_expert_storage(m, md)
+                                                : (gt_placement){GT_PLACE_NONE, 0, 0, 0},
                           .out_scale = 1.0};
         for (int k = 0; k < n->n_in; k++) {
             c.want[k] = in1[k];
