@@ -65,6 +65,8 @@ typedef struct {
                             gt_error *err);
     gt_status (*recv)(gt_comm *c, void *buf, size_t bytes, int peer, int tag, gt_error *err);
     gt_status (*send_wait_all)(gt_comm *c, gt_error *err);
+    /* How long a wait may take (seconds; <= 0: forever); NULL where nothing waits (fake). */
+    void (*set_timeout)(gt_comm *c, double seconds);
 } gt_comm_vtable;
 
 struct gt_comm {
@@ -99,11 +101,6 @@ gt_status gt_comm_mpi_world(int *argc, char ***argv, gt_comm **out, gt_error *er
 /* Finalises MPI if this process initialised it and it is not finalised yet. Destroy every
  * communicator first. */
 gt_status gt_comm_mpi_finalize(gt_error *err);
-/* How long gt_comm_wait on an MPI communicator may wait (seconds; <= 0: forever; default 30):
- * past it the wait fails naming this rank, the collective and the group's world ranks, so a dead
- * or stuck peer stops the job instead of hanging it. Communicators split from c inherit it. A
- * no-op on other communicators. */
-void gt_comm_mpi_set_timeout(gt_comm *c, double seconds);
 
 /* A host communicator over TCP sockets (src/comm/tcp.c), for launchers without MPI (torchrun,
  * Slurm): reads RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT from the environment; rank 0
@@ -188,7 +185,7 @@ gt_status gt_comm_nccl_check_buffers(gt_nccl_buffers buffers, gt_error *err);
  * is named "world" in messages; its members are the bootstrap's ranks ("world ranks 0,1,…").
  * Joining is bounded by timeout_seconds (<= 0: the default 30 s; a rank that never joins is an
  * error naming the communicator), which also becomes the communicator's timeout
- * (gt_comm_nccl_set_timeout). `buffers`: above. */
+ * (gt_comm_set_timeout). `buffers`: above. */
 gt_status gt_comm_nccl_create(gt_comm *bootstrap, int device, void *compute_stream,
                               double timeout_seconds, gt_nccl_buffers buffers, gt_comm **out,
                               gt_error *err);
@@ -199,9 +196,6 @@ gt_status gt_comm_nccl_create(gt_comm *bootstrap, int device, void *compute_stre
  * rank 0 that never answers is an error naming it, not a hang. */
 gt_status gt_comm_nccl_create_tcp(int device, void *compute_stream, double timeout_seconds,
                                   gt_comm **out, gt_error *err);
-/* The timeout of c's host calls and of gt_comm_nccl_wait_event (seconds; <= 0: forever; default
- * 30). Communicators split from c inherit it. A no-op on other communicators. */
-void gt_comm_nccl_set_timeout(gt_comm *c, double seconds);
 /* True when c is an NCCL communicator that was aborted (a timeout or an NCCL error): its
  * device work may include kernels that were captured in a CUDA graph before the abort and that a
  * device synchronisation would wait for, so a caller should leave the device as it is and exit. */
@@ -240,6 +234,13 @@ gt_status gt_comm_nccl_wait_event(gt_comm *const *comms, int n, void *event, gt_
  * Collective over c: every rank must call it. */
 gt_status gt_comm_split(gt_comm *c, int color, int key, gt_comm **out, gt_error *err);
 void gt_comm_destroy(gt_comm *c);
+/* How long a collective, point-to-point wait or (NCCL) host call on c may take (seconds; <= 0:
+ * forever; default 30): past it the call fails naming this rank, the collective and the group's
+ * world ranks, so a dead or stuck peer stops the job instead of hanging it. Communicators split
+ * from c afterwards inherit it; TCP communicators split from one world share it. Nothing on a
+ * fake communicator. The trainer sets comm.init_timeout_seconds for setup and step 1, then
+ * comm.train_timeout_seconds. */
+void gt_comm_set_timeout(gt_comm *c, double seconds);
 
 int gt_comm_rank(const gt_comm *c);
 int gt_comm_size(const gt_comm *c);

@@ -159,8 +159,11 @@ typedef enum {
 /* Communicators (MPI runs). */
 typedef struct {
     /* A collective that has not completed after this many seconds fails, naming the rank, the
-     * collective and the group (a peer died or is stuck); 0 waits forever. */
-    double timeout_seconds;
+     * collective and the group (a peer died or is stuck); 0 waits forever. torchtitan's pair:
+     * init bounds setup (rendezvous, NCCL, state, the schedule check) and step 1, train every
+     * later step. */
+    double init_timeout_seconds;
+    double train_timeout_seconds;
     /* GPU runs over NCCL: where the collectives' buffers live (gt_nccl_buffers, gt_comm.h):
      * registrable and symmetric put the program's arenas and the communicators' scratch in
      * ncclMemAlloc memory; symmetric also registers them as symmetric windows; auto (the

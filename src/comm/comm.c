@@ -50,6 +50,11 @@ void gt_comm_destroy(gt_comm *c)
     if (c) c->vt->destroy(c);
 }
 
+void gt_comm_set_timeout(gt_comm *c, double seconds)
+{
+    if (c && c->vt->set_timeout) c->vt->set_timeout(c, seconds);
+}
+
 /* ---------------------------------------------------------------- ordered sum */
 
 gt_status gt_comm_one_rank(const gt_tensor *in, gt_tensor *out, gt_error *err)

@@ -54,11 +54,6 @@ gt_status gt_comm_mpi_finalize(gt_error *err)
     return GT_OK;
 }
 
-void gt_comm_mpi_set_timeout(gt_comm *c, double seconds)
-{
-    (void)c, (void)seconds;
-}
-
 #else
 
 #include <mpi.h>
@@ -137,7 +132,7 @@ static gt_status wait_request(gt_comm *c, MPI_Request *r, const char *what, gt_e
             return gt_error_set(err, GT_ERR_IO,
                                 "rank %d: %s on communicator '%s' (size %d, %s) did not complete "
                                 "within %.0f s: a peer rank of this group died or is stuck "
-                                "(comm.timeout_seconds)",
+                                "(comm.init_timeout_seconds / train_timeout_seconds)",
                                 c->rank, what, c->name, c->size, impl->members, impl->timeout_s);
         }
     }
@@ -359,6 +354,11 @@ static void mpi_destroy(gt_comm *c)
     free(c);
 }
 
+static void mpi_set_timeout(gt_comm *c, double seconds)
+{
+    ((mpi_impl *)c->impl)->timeout_s = seconds;
+}
+
 static const gt_comm_vtable mpi_vtable = {
     .name = "mpi",
     .start = mpi_start,
@@ -370,6 +370,7 @@ static const gt_comm_vtable mpi_vtable = {
     .send_start = mpi_send_start,
     .recv = mpi_recv,
     .send_wait_all = mpi_send_wait_all,
+    .set_timeout = mpi_set_timeout,
 };
 
 /* "world ranks 0,2,4" (the members of comm in its rank order), cut short with "..." when long. */
@@ -406,11 +407,6 @@ static gt_status wrap_comm(MPI_Comm comm, const char *name, double timeout_s, gt
     format_members(comm, c->size, impl->members, sizeof impl->members);
     *out = c;
     return GT_OK;
-}
-
-void gt_comm_mpi_set_timeout(gt_comm *c, double seconds)
-{
-    if (c && c->vt == &mpi_vtable) ((mpi_impl *)c->impl)->timeout_s = seconds;
 }
 
 gt_status gt_comm_mpi_world(int *argc, char ***argv, gt_comm **out, gt_error *err)

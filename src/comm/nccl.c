@@ -82,11 +82,6 @@ gt_status gt_comm_nccl_create_tcp(int device, void *compute_stream, double timeo
     return no_nccl(out, err);
 }
 
-void gt_comm_nccl_set_timeout(gt_comm *c, double seconds)
-{
-    (void)c, (void)seconds;
-}
-
 bool gt_comm_nccl_aborted(const gt_comm *c)
 {
     (void)c;
@@ -343,7 +338,7 @@ static gt_status settle_call(gt_comm *c, ncclResult_t r, const char *what, gt_er
     if (timed_out) {
         st = gt_error_set(err, GT_ERR_IO,
                           "rank %d: %s on %s did not complete within %.0f s on the host: a peer "
-                          "rank died, never joined, or is stuck (comm.timeout_seconds)",
+                          "rank died, never joined, or is stuck (comm.init_timeout_seconds / train_timeout_seconds)",
                           im->world_rank, what, d, im->timeout_s);
     } else {
         const char *last = ncclGetLastError(im->nccl);
@@ -420,7 +415,7 @@ gt_status gt_nccl_watch(gt_comm *const *comms, int n, cudaEvent_t ev, cudaStream
     int rank = m ? gt_nccl_impl(mine[0])->world_rank : -1;
     gt_status s = gt_error_set(err, GT_ERR_IO,
                                "rank %d: %s: a peer rank died or is stuck; the communicator%s "
-                               "%s aborted (comm.timeout_seconds)",
+                               "%s aborted (comm.init_timeout_seconds / train_timeout_seconds)",
                                rank, failed, m > 1 ? "s" : "", m > 1 ? "were" : "was");
     /* said now: the abort and what follows it wait on the device, which a wedged peer may stall */
     gt_log(GT_LOG_ERROR, "%s", err->msg);
@@ -780,9 +775,9 @@ gt_status gt_nccl_all_gather_u64(gt_comm *c, const uint64_t *in, int64_t count, 
     return st;
 }
 
-void gt_comm_nccl_set_timeout(gt_comm *c, double seconds)
+void gt_nccl_set_timeout(gt_comm *c, double seconds)
 {
-    if (gt_comm_is_nccl(c)) gt_nccl_impl(c)->timeout_s = seconds;
+    gt_nccl_impl(c)->timeout_s = seconds;
 }
 
 bool gt_comm_nccl_aborted(const gt_comm *c)

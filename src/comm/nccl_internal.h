@@ -51,6 +51,8 @@ typedef struct {
 
 /* The communicator's state. */
 nccl_impl *gt_nccl_impl(gt_comm *c);
+/* The timeout of its host calls and of gt_comm_nccl_wait_event (the vtable's set_timeout). */
+void gt_nccl_set_timeout(gt_comm *c, double seconds);
 /* Finishes a non-blocking call that returned r on comm: polls its state while ncclInProgress.
  * *timed_out when timeout_s (> 0) passed first. */
 ncclResult_t gt_nccl_settle(ncclComm_t comm, ncclResult_t r, double timeout_s, bool *timed_out);

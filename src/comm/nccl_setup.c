@@ -247,6 +247,7 @@ static const gt_comm_vtable nccl_vtable = {
     .split = nccl_split,
     .all_gather_u64 = gt_nccl_all_gather_u64,
     .destroy = nccl_destroy,
+    .set_timeout = gt_nccl_set_timeout,
 };
 
 /* The bytes rank 0 hands out: whether it made an id, and the id. */

@@ -122,7 +122,7 @@ static gt_status exchange(gt_comm *c, uint32_t kind, const char *what, tc_part *
             st = gt_error_set(err, GT_ERR_IO,
                               "rank %d: %s on communicator '%s' (size %d, %s): no progress with "
                               "rank %d (world rank %d) for %.0f s: that rank died or is stuck "
-                              "(comm.timeout_seconds)",
+                              "(comm.init_timeout_seconds / train_timeout_seconds)",
                               c->rank, what, c->name, c->size, impl->members, i, impl->world[i],
                               net->timeout_s);
             break;
@@ -369,6 +369,12 @@ static gt_status tcp_all_gather_u64(gt_comm *c, const uint64_t *in, int64_t coun
 static void tcp_destroy(gt_comm *c);
 static gt_status tcp_split(gt_comm *c, int color, int key, gt_comm **out, gt_error *err);
 
+/* The sockets are the world's, shared by every communicator split from it: so is the timeout. */
+static void tcp_set_timeout(gt_comm *c, double seconds)
+{
+    ((tcp_impl *)c->impl)->net->timeout_s = seconds;
+}
+
 static const gt_comm_vtable tcp_vtable = {
     .name = "tcp",
     .start = tcp_start,
@@ -377,6 +383,7 @@ static const gt_comm_vtable tcp_vtable = {
     .split = tcp_split,
     .all_gather_u64 = tcp_all_gather_u64,
     .destroy = tcp_destroy,
+    .set_timeout = tcp_set_timeout,
 };
 
 /* Takes one reference to net and ownership of world. */

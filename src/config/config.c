@@ -185,10 +185,13 @@ static const gt_cfg_option options[] = {
      .help = "compile.enable_autoparallel: a file of measured collective costs (lines "
              "`MESH_DIM alpha_seconds beta_bytes_per_second`); empty: the device's defaults"},
     /* comm */
-    {OPT(comm, timeout_seconds, GT_CFG_FLOAT), .default_value = "30.0", FLOAT_RANGE(0, 1e9),
-     .help = "multi-rank runs: a collective that has not completed after this many seconds fails "
-             "with a message naming the rank, the collective and its group (a peer died or is "
-             "stuck); 0: wait forever"},
+    {OPT(comm, init_timeout_seconds, GT_CFG_FLOAT), .default_value = "300.0", FLOAT_RANGE(0, 1e9),
+     .help = "multi-rank runs, setup and step 1: a collective that has not completed after this "
+             "many seconds fails with a message naming the rank, the collective and its group (a "
+             "peer died, is stuck, or is still setting up); 0: wait forever"},
+    {OPT(comm, train_timeout_seconds, GT_CFG_FLOAT), .default_value = "100.0", FLOAT_RANGE(0, 1e9),
+     .help = "multi-rank runs, every step after the first: as init_timeout_seconds, usually a "
+             "tighter bound"},
     {OPT(comm, nccl_buffers, GT_CFG_ENUM), .default_value = "auto", .choices = nccl_buffers,
      .help = "GPU runs over NCCL: plain allocates the program's arenas with cudaMalloc; "
              "registrable with ncclMemAlloc, so NCCL can register them for zero-copy transfers "

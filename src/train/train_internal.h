@@ -113,6 +113,10 @@ typedef struct {
     bool error_agreed; /* the error being returned is every rank's (set by agree / share) */
 } gt_train_dist;
 
+/* Every communicator of d gets `seconds` as its timeout (gt_comm_set_timeout): the trainer's
+ * switch from comm.init_timeout_seconds to comm.train_timeout_seconds once step 1 is done. */
+void gt_train_dist_set_timeout(gt_train_dist *d, double seconds);
+
 /* Joins the MPI world when launched by mpirun, sets the comm timeout, derives the layout and
  * splits one communicator per mesh dim. Errors are the same on every rank. */
 gt_status gt_train_dist_init(const gt_config *cfg, gt_train_dist *d, gt_error *err);

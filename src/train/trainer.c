@@ -742,6 +742,7 @@ static gt_status run(gt_trainer *t, gt_train_result *res, gt_error *err)
 
     res->first_step = start + 1;
     res->last_step = start;
+    bool train_timeout = false; /* comm.init_timeout_seconds until step 1 is reported */
     for (int64_t step = start + 1; step <= cfg->training.steps; step++) {
         int sig = gt_train_kill_signal(&t->dist, cfg, step);
         if (sig) { /* test-only: a peer that dies (SIGKILL) or hangs (SIGSTOP) */
@@ -788,6 +789,11 @@ static gt_status run(gt_trainer *t, gt_train_result *res, gt_error *err)
             GT_TRY(gt_trainer_pp_agree(t, cst, err));
         }
         GT_TRY(gt_trainer_save_poll(t, step, false, err)); /* an asynchronous save's progress */
+        if (!train_timeout && res->last_step > start) {    /* step 1 is done: torchtitan's switch */
+            train_timeout = true;
+            gt_train_dist_set_timeout(&t->dist, cfg->comm.train_timeout_seconds);
+            if (t->pp) gt_trainer_pp_set_timeout(t, cfg->comm.train_timeout_seconds);
+        }
     }
     GT_TRY(gt_trainer_save_poll(t, res->last_step, true, err));
     double t_end = gt_now_seconds();

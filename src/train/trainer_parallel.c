@@ -16,8 +16,9 @@
  * No hangs: errors that one rank may meet alone (a file it cannot read, rank 0's disk full) are
  * agreed on before the next collective (gt_train_agree / gt_train_share_status), so every rank
  * stops with the same message; errors inside the step's collectives are bounded by the
- * communicator's timeout (comm.timeout_seconds), and mpirun stops the job when a process dies (over
- * TCP, a dead peer's closed sockets fail the collective at once). */
+ * communicators' timeout (comm.init_timeout_seconds through step 1, then
+ * comm.train_timeout_seconds: gt_train_dist_set_timeout), and mpirun stops the job when a process
+ * dies (over TCP, a dead peer's closed sockets fail the collective at once). */
 #include <limits.h>
 #include <signal.h>
 #include <stdio.h>
@@ -297,12 +298,12 @@ gt_status gt_train_dist_init(const gt_config *cfg, gt_train_dist *d, gt_error *e
                                 "started by an MPI launcher (mpirun), but this graphtrain was "
                                 "built without MPI (install libopenmpi-dev and reconfigure)");
         GT_TRY(gt_comm_mpi_world(NULL, NULL, &d->world, err));
-        gt_comm_mpi_set_timeout(d->world, cfg->comm.timeout_seconds);
+        gt_comm_set_timeout(d->world, cfg->comm.init_timeout_seconds);
         d->rank = gt_comm_rank(d->world);
         d->size = gt_comm_size(d->world);
     } else if (launched_by_env_world()) {
         /* torchrun-style: RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT; a mesh of TCP sockets */
-        GT_TRY(gt_comm_tcp_world(cfg->comm.timeout_seconds, &d->world, err));
+        GT_TRY(gt_comm_tcp_world(cfg->comm.init_timeout_seconds, &d->world, err));
         d->rank = gt_comm_rank(d->world);
         d->size = gt_comm_size(d->world);
     }
@@ -334,6 +335,15 @@ gt_status gt_train_dist_dim_comms(gt_train_dist *d, gt_error *err)
                  gt_mesh_dim_name(k), color);
     }
     return GT_OK;
+}
+
+void gt_train_dist_set_timeout(gt_train_dist *d, double seconds)
+{
+    gt_comm_set_timeout(d->world, seconds);
+    for (int k = 0; k < GT_MESH_MAX_DIMS; k++) {
+        gt_comm_set_timeout(d->dim_comm[k], seconds);
+        gt_comm_set_timeout(d->nccl[k], seconds);
+    }
 }
 
 void gt_train_dist_free(gt_train_dist *d)
@@ -622,10 +632,10 @@ gt_status gt_train_dist_nccl(gt_train_dist *d, const gt_config *cfg, int device,
         /* the mesh dims, and expert parallel's efsdp and ep groups where they exist */
         if (d->nccl[k] || !d->dim_comm[k] || gt_comm_size(d->dim_comm[k]) == 1) continue;
         /* set-up bounded by the same timeout as every later host call (a rank that never joins
-         * is an error after comm.timeout_seconds, not NCCL's default) */
+         * is an error after comm.init_timeout_seconds, not NCCL's default) */
         GT_TRY(gt_comm_nccl_create(d->dim_comm[k], device, compute_stream,
-                                   cfg->comm.timeout_seconds, d->nccl_buffers, &d->nccl[k], err));
-        gt_comm_nccl_set_timeout(d->nccl[k], cfg->comm.timeout_seconds);
+                                   cfg->comm.init_timeout_seconds, d->nccl_buffers, &d->nccl[k],
+                                   err));
         /* messages name it like its MPI twin: "dp_shard/group 2 (nccl)" */
         char name[sizeof d->nccl[k]->name];
         snprintf(name, sizeof name, "%.50s (nccl)", d->dim_comm[k]->name);

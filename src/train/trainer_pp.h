@@ -51,6 +51,8 @@ gt_status gt_trainer_pp_begin(gt_trainer *t, const gt_config *cfg, gt_error *err
  * t->dist stays a one-rank view (no world, layout of one rank) with dist.rank = the pipeline rank,
  * so rank 0 alone logs and writes the run's files. Checks that every rank has the same options. */
 gt_status gt_trainer_pp_dist_init(gt_trainer *t, gt_error *err);
+/* The pipeline's own communicators (every rank, and this rank's pipeline) get `seconds`. */
+void gt_trainer_pp_set_timeout(gt_trainer *t, double seconds);
 /* Instead of building the step graph: the one-rank global graph for t->accum micro-batches (no
  * passes: the stage split reads its forward, backward and optimizer nodes), its stage split, and
  * on rank 0 the pipeline's line (stages, bubble, peak saved activations per rank). */

@@ -99,9 +99,9 @@ gt_status gt_trainer_pp_dist_init(gt_trainer *t, gt_error *err)
         return gt_error_set(err, GT_ERR_UNSUPPORTED,
                             "started by an MPI launcher (mpirun), but this graphtrain was built "
                             "without MPI (install libopenmpi-dev and reconfigure)");
-    double timeout = t->cfg->comm.timeout_seconds;
     GT_TRY(gt_comm_mpi_world(NULL, NULL, &pp->world, err));
-    gt_comm_mpi_set_timeout(pp->world, timeout);
+    /* the communicators split from it below inherit it */
+    gt_comm_set_timeout(pp->world, t->cfg->comm.init_timeout_seconds);
     int world = gt_comm_size(pp->world), me = gt_comm_rank(pp->world);
     if (world % degree != 0)
         return gt_error_set(err, GT_ERR_INVALID,
@@ -131,8 +131,6 @@ gt_status gt_trainer_pp_dist_init(gt_trainer *t, gt_error *err)
     if (st != GT_OK) return st;
     GT_TRY(gt_comm_split(pp->world, pp->rank, me % inner, &d->world, err));
     GT_TRY(gt_comm_split(pp->world, me % inner, pp->rank, &pp->comm, err));
-    gt_comm_mpi_set_timeout(d->world, timeout);
-    gt_comm_mpi_set_timeout(pp->comm, timeout);
     snprintf(pp->comm->name, sizeof pp->comm->name, "pp/group %d", me % inner);
     d->rank = gt_comm_rank(d->world);
     d->size = gt_comm_size(d->world);
@@ -270,6 +268,12 @@ static gt_status log_pipeline(gt_trainer *t, gt_error *err)
         gt_log(GT_LOG_INFO, "pipeline step plan on rank 0: %s", text);
     }
     return st;
+}
+
+void gt_trainer_pp_set_timeout(gt_trainer *t, double seconds)
+{
+    gt_comm_set_timeout(t->pp->world, seconds);
+    gt_comm_set_timeout(t->pp->comm, seconds);
 }
 
 gt_status gt_trainer_pp_build(gt_trainer *t, gt_error *err)

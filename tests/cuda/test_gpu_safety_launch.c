@@ -8,7 +8,7 @@
  *     `mpiexec -np 2` launch must exit non-zero within 60 s, its output naming rank 1 in a line
  *     that rank 1 did not print itself (mpiexec's "process rank 1 ... exited on signal 9"), with
  *     no metrics record past step 2 (step 3 needs rank 1's collectives).
- *   - a hung rank: rank 1 SIGSTOPs itself at step 3 ("1:3:stop", comm.timeout_seconds = 10).
+ *   - a hung rank: rank 1 SIGSTOPs itself at step 3 ("1:3:stop", comm.train_timeout_seconds = 10).
  *     Rank 0 must fail within 60 s with a message naming the collective's communicator and its
  *     group ("... 'NAME' (size 2, world ranks 0,1) did not complete within 10 s"): the NCCL
  *     watchdog (src/comm/nccl.c, gt_nccl_watch) when the device work is what waits, the host
@@ -213,7 +213,7 @@ static void dead_rank(const char *base, const char *buffers)
 static void hung_rank(const char *base, const char *buffers)
 {
     static const char *const x[] = {"--debug.test_kill_rank_at_step=1:3:stop",
-                                    "--comm.timeout_seconds=10", NULL};
+                                    "--comm.train_timeout_seconds=10", NULL};
     launch_outcome o;
     char name[64];
     snprintf(name, sizeof name, "hung_rank_%s", buffers);

@@ -435,7 +435,7 @@ static void test_stuck_peer(gt_comm *mpi, gt_comm *nccl)
         gt_comm_destroy(sub);
         return;
     }
-    gt_comm_nccl_set_timeout(sub, 3.0);
+    gt_comm_set_timeout(sub, 3.0);
     /* one all_reduce together first: NCCL connects peers lazily, on the host, at the first use;
      * a peer missing then is caught by the polled host call. The case here is the other one: the
      * transfer is queued and the device waits for a peer that never posts its half. */

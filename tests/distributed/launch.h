@@ -140,9 +140,6 @@ static inline void launch_common(launch_cmd *c, const char *flavor, const char *
     launch_add(c, "--checkpoint.keep_latest_k=0");
     launch_add(c, "--job.print_config=false");
     launch_add(c, "--job.dump_folder=%s", dump);
-    /* ranks oversubscribed on 2 cores beside other tests can fall 30 s apart (the default) between
-     * setup and the first collective; the tests of the timeout itself set theirs after this */
-    launch_add(c, "--comm.timeout_seconds=120");
 }
 
 /* A mesh: dp_replicate x dp_shard x tp ranks. */

@@ -21,7 +21,7 @@ int main(void)
     launch_cmd c[2];
     for (int r = 0; r < 2; r++) {
         launch_layout_run_np(&c[r], &fsdp2, 0, "test_tiny", dump, 5);
-        launch_add(&c[r], "--comm.timeout_seconds=20");
+        launch_add(&c[r], "--comm.init_timeout_seconds=20");
         launch_add(&c[r], "--training.cpu_threads=%d", r + 1);
     }
     launch_add(&c[1], "--optimizer.lr=0.001");

@@ -7,8 +7,9 @@
  *   - a dead rank: rank 2 of FSDP4 SIGKILLs itself at step 3 (debug.test_kill_rank_at_step).
  *     mpiexec must return non-zero within 60 s and its output name rank 2.
  *   - a hung rank: rank 1 SIGSTOPs itself at step 3 ("1:3:stop"); the others' collective waits
- *     time out (comm.timeout_seconds = 3) with a message naming the collective and the group;
- *     the job ends non-zero within 60 s.
+ *     time out (comm.train_timeout_seconds = 3) with a message naming the collective and the
+ *     group; the job ends non-zero within 60 s. The same at step 1 under
+ *     comm.init_timeout_seconds = 4 (the bound of setup and step 1).
  *   - rank 0 cannot write its checkpoint (the step-5 name is taken by a file): every rank stops
  *     with rank 0's message, after step 5 and before step 6.
  *   - wrong launches, refused on every rank before any work: a mesh of 4 ranks under
@@ -101,16 +102,28 @@ int main(void)
         LAUNCH_CHECK(o.records <= 2, "killed rank: %d steps recorded", o.records);
         launch_outcome_free(&o, !ok);
     }
-    { /* a hung rank: the others time out */
-        static const char *const x[] = {"--debug.test_kill_rank_at_step=1:3:stop",
-                                        "--comm.timeout_seconds=3", NULL};
-        run_case(base, "hung_rank", &fsdp4, -1, x, NULL, &o);
+    /* a hung rank: the others time out, at step 3 after comm.train_timeout_seconds and at step 1
+     * after comm.init_timeout_seconds; the other bound is set beyond BOUND_SECONDS, so a run that
+     * applied the wrong one would not end in time */
+    static const struct {
+        const char *name, *stop, *init, *train, *within;
+    } hung[] = {
+        {"hung_rank", "1:3:stop", "--comm.init_timeout_seconds=600",
+         "--comm.train_timeout_seconds=3", "did not complete within 3 s"},
+        {"hung_rank_step1", "1:1:stop", "--comm.init_timeout_seconds=4",
+         "--comm.train_timeout_seconds=600", "did not complete within 4 s"},
+    };
+    for (int h = 0; h < 2; h++) {
+        char stop[64];
+        snprintf(stop, sizeof stop, "--debug.test_kill_rank_at_step=%s", hung[h].stop);
+        const char *const x[] = {stop, hung[h].init, hung[h].train, NULL};
+        run_case(base, hung[h].name, &fsdp4, -1, x, NULL, &o);
         bool ok = true;
         LAUNCH_CHECK(o.rc != 0 && o.rc != -1 && o.seconds < BOUND_SECONDS,
-                     "hung rank: exit %d after %.1f s", o.rc, o.seconds);
-        LAUNCH_CHECK(strstr(o.out, "did not complete within 3 s") &&
-                         strstr(o.out, "world ranks 0,1,2,3"),
-                     "hung rank: no timeout message naming the group");
+                     "%s: exit %d after %.1f s", hung[h].name, o.rc, o.seconds);
+        LAUNCH_CHECK(strstr(o.out, hung[h].within) && strstr(o.out, "world ranks 0,1,2,3"),
+                     "%s: no timeout message naming the group and %s", hung[h].name,
+                     hung[h].within);
         launch_outcome_free(&o, !ok);
     }
     { /* rank 0 cannot save: every rank stops with its message */

@@ -10,7 +10,7 @@
  *     (both communicators sum in rank order, so the bits cannot differ), and the step-10
  *     checkpoints are the same bytes.
  * And a wrong launch never hangs: one process started alone as rank 0 of WORLD_SIZE=2
- * (--comm.timeout_seconds=3) fails within the bound naming the missing rank 1; one started alone
+ * (--comm.init_timeout_seconds=3) fails within the bound naming the missing rank 1; one started alone
  * as rank 1 fails naming rank 0.
  *
  * The communicator itself, over 3 and 4 forked copies of this test (gt_comm_tcp_world): every
@@ -96,7 +96,7 @@ static void run_alone(const char *base, const char *name, int rank, const char *
     int rc = 0;
     launch_temp_dir(dump, sizeof dump, base, name);
     launch_layout_run_np(&c, &fsdp2, 0, "test_tiny", dump, LAUNCH_STEPS);
-    launch_add(&c, "--comm.timeout_seconds=3");
+    launch_add(&c, "--comm.init_timeout_seconds=3");
     int port = comm_test_free_port();
     double dt = launch_env_ranks(&c, rank, 1, 2, NULL, port, dump, NULL, &rc, ALONE_SECONDS);
     snprintf(out_path, sizeof out_path, "%s/rank%d.txt", dump, rank);
