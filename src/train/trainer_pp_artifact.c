@@ -5,7 +5,8 @@
  * stage's forward and backward together (the memory policy and recomputation, CSE, DCE) on the
  * whole step graph before the stage split (gt_trainer_pp_compile_step), so that a stage's
  * backward parts recompute its forward as the one-rank step does; the local ones on each part's
- * graph (compile_part). The artifacts are the parts after both.
+ * graph (compile_part). The artifacts are the parts after both; a loading rank still runs the
+ * whole-step passes, since its split of the step graph names the parts it loads.
  *
  * Without the option each pipeline rank builds its stages' part programs itself
  * (gt_pp_programs_build). With it, the parts' graphs are the artifacts: one file a stage part,
