@@ -183,8 +183,10 @@ static bool compile_step(setup *s, gt_cfg_memory_policy policy)
 }
 
 /* What one micro-batch of each stage holds from its forward to its backward, and what the step
- * holds at most over a schedule's actions, on the step graph of s split for kind on pp 2. */
-static void held_by(setup *s, gt_pp_schedule_kind kind, int64_t *saved, int64_t *held)
+ * holds at most over a schedule's actions, on the step graph of s split for kind on pp 2; the
+ * recomputed nodes (remat's copies) into *n_copies, each checked to be in its stage's backward. */
+static void held_by(setup *s, gt_pp_schedule_kind kind, int64_t *saved, int64_t *held,
+                    int32_t *n_copies)
 {
     gt_error err = {0};
     int32_t spr = gt_pp_default_stages_per_rank(kind), S = 2 * spr;
@@ -195,6 +197,18 @@ static void held_by(setup *s, gt_pp_schedule_kind kind, int64_t *saved, int64_t 
     EXPECT_OK(gt_pp_split_layers(6, S, 1, 1, fl, &err), &err);
     EXPECT_OK(gt_pp_split_graph(s->g, S, fl, &split, &err), &err);
     if (err.code != GT_OK) return;
+    /* remat's copies run in the backward (I or W) of the stage whose block they recompute */
+    int32_t copies = 0, misplaced = 0;
+    for (gt_node_id n = 0; n < s->g->n_nodes; n++) {
+        const gt_node *nd = &s->g->nodes[n];
+        if (nd->phase != GT_PHASE_BACKWARD || !gt_node_has_tag(s->g, nd, "recompute")) continue;
+        copies++;
+        bool in_block = nd->unit >= fl[split.stage[n]] && nd->unit < fl[split.stage[n] + 1];
+        misplaced += !in_block || (split.part[n] != GT_PP_PART_I && split.part[n] != GT_PP_PART_W);
+    }
+    EXPECT(misplaced == 0, "%s: %d of %d recomputed nodes outside their block's stage backward",
+           gt_pp_schedule_name(kind), misplaced, copies);
+    *n_copies = copies;
     EXPECT_OK(gt_pp_split_saved_bytes(s->g, &split, &s->binding, saved, &err), &err);
     EXPECT_OK(gt_pp_schedule_build(kind, 2, spr, MICRO, &sched, &err), &err);
     EXPECT_OK(gt_pp_step_plan(s->g, &s->binding, &split, &sched, -1, &plan, &err), &err);
@@ -220,8 +234,11 @@ static void check_memory_policy(void)
     for (int k = 0; k < GT_PP_N_SCHEDULES; k++) {
         int64_t sn[8] = {0}, sf[8] = {0}, hn = 0, hf = 0;
         gt_pp_schedule_kind kind = (gt_pp_schedule_kind)k;
-        held_by(&none, kind, sn, &hn);
-        held_by(&full, kind, sf, &hf);
+        int32_t cn = -1, cf = 0;
+        held_by(&none, kind, sn, &hn, &cn);
+        held_by(&full, kind, sf, &hf, &cf);
+        EXPECT(cn == 0 && cf > 0, "%s: %d recomputed nodes under none, %d under full",
+               gt_pp_schedule_name(kind), cn, cf);
         int32_t S = 2 * gt_pp_default_stages_per_rank(kind);
         int64_t tn = 0, tf = 0;
         for (int32_t st = 0; st < S; st++) {
