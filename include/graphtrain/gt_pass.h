@@ -43,6 +43,16 @@ const char *gt_memory_policy_name(gt_memory_policy p); /* "none", "full", "defau
 typedef gt_status (*gt_pass_measure_fn)(const gt_graph *g, void *user, size_t *bytes,
                                         gt_error *err);
 
+/* Which passes of the registry a pipeline runs, for a step split into pipeline stages (issue
+ * 39): the passes that must see the forward and the backward together (gt_pass_info.whole_step:
+ * recomputation copies forward nodes into the backward) run once on the whole step graph before
+ * the stage split; the others on each stage part's graph after it. */
+typedef enum {
+    GT_PASS_SCOPE_ALL = 0, /* every pass: a step that is not split */
+    GT_PASS_SCOPE_WHOLE,   /* the whole_step passes only: the step graph before the split */
+    GT_PASS_SCOPE_PART,    /* the other passes only: a stage part's graph after the split */
+} gt_pass_scope;
+
 typedef struct {
     char *const *disable; /* pass names to leave out (compile.disable_passes); may be NULL */
     int n_disable;
@@ -68,6 +78,8 @@ typedef struct {
     bool gathers_unbucketed;
     /* fsdp_reorder: how many FSDP buckets are gathered ahead of the one computing; 0 or 1: one */
     int fsdp_prefetch_depth;
+    /* the passes to run of those not disabled (zero: all of them) */
+    gt_pass_scope scope;
 } gt_pass_options;
 
 /* What a pass is given besides the graph. */
@@ -84,6 +96,9 @@ typedef struct {
     gt_pass_numerics numerics;
     const char *summary; /* one line, for --help and error messages */
     bool mesh_only; /* runs only on a parallelized graph (g->mesh.ndim > 0); skipped otherwise */
+    /* needs the whole step (forward and backward together): under a pipeline it runs before the
+     * stage split (GT_PASS_SCOPE_WHOLE), never on one stage part */
+    bool whole_step;
 } gt_pass_info;
 
 /* The registry, in pipeline order. *n receives the count. */
@@ -196,9 +211,9 @@ typedef struct {
     gt_pass_options options;
 } gt_pass_pipeline;
 
-/* Builds the ordered pass list: the registry minus options->disable. An unknown name in the
- * disable list is GT_ERR_INVALID naming it and listing the known passes. options (and the strings
- * it points to) must outlive the pipeline. */
+/* Builds the ordered pass list: the registry minus options->disable, those of options->scope. An
+ * unknown name in the disable list is GT_ERR_INVALID naming it and listing the known passes.
+ * options (and the strings it points to) must outlive the pipeline. */
 gt_status gt_pass_pipeline_init(gt_pass_pipeline *p, const gt_pass_options *options, gt_error *err);
 /* Runs every pass of p on g in order. report may be NULL. A failing pass or verification names
  * the pass in the error. */

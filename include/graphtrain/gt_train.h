@@ -6,6 +6,7 @@
 #include "gt_config.h"
 #include "gt_model.h"
 #include "gt_parallel.h"
+#include "gt_pass.h"
 #include "gt_pipeline.h"
 
 #ifdef __cplusplus
@@ -148,6 +149,11 @@ gt_status gt_train_compile_graph(const gt_config *cfg, gt_graph *g, const char *
 /* The same, measuring memory under layout's binding (gt_train_binding). */
 gt_status gt_train_compile_graph_layout(const gt_config *cfg, const gt_train_layout *layout,
                                         gt_graph *g, const char *dump_dir, gt_error *err);
+/* The same with only the passes of scope (gt_pass_scope): a pipeline runs GT_PASS_SCOPE_WHOLE on
+ * the step graph before the stage split and GT_PASS_SCOPE_PART on each stage part after it. */
+gt_status gt_train_compile_graph_scope(const gt_config *cfg, const gt_train_layout *layout,
+                                       gt_graph *g, const char *dump_dir, gt_pass_scope scope,
+                                       gt_error *err);
 
 /* Runs training as cfg says: builds the whole-step graph (forward, loss, backward, AdamW),
  * resumes from the latest checkpoint when checkpointing is on, logs metrics every log_freq

@@ -25,6 +25,13 @@
  *   fsdp_reorder  it only moves nodes, placing the (bucketed) starts and waits for overlap;
  *   ep_overlap    last: it only moves nodes inside each chunked block (ep_chunk.c's chunks),
  *                 interleaving the two chunks around their collectives.
+ * Under a pipeline (issue 39) the table is cut in two by gt_pass_info.whole_step: the passes up to
+ * dce see the forward and the backward together (recomputation copies a stage's forward into its
+ * backward, CSE and DCE must see every reader of a value, and remat must run before the copies
+ * are split off from their originals), so they run once on the whole step before the stage
+ * split (GT_PASS_SCOPE_WHOLE); fusion and the FSDP and EP passes are local to the nodes they
+ * rewrite and run on each stage part (GT_PASS_SCOPE_PART): fusion on the whole step could fuse
+ * nodes of two parts or stages into one.
  * The pipeline drops the passes the options disable (and, on a graph without a mesh, the
  * mesh-only ones), verifies the graph before the first pass and after each one (verify_each),
  * times each pass, logs one line per pass and writes the debug dumps; for a parallelized graph the
@@ -40,24 +47,28 @@
 
 static const gt_pass_info gt_passes[] = {
     {"canonicalize", gt_pass_canonicalize, GT_PASS_EXACT,
-     "fold identity reshape/slice/cast/transpose/permute, compose view chains", false},
-    {"cse", gt_pass_cse, GT_PASS_EXACT, "merge identical pure nodes", false},
+     "fold identity reshape/slice/cast/transpose/permute, compose view chains", false, true},
+    {"cse", gt_pass_cse, GT_PASS_EXACT, "merge identical pure nodes", false, true},
     {"memory_policy", gt_pass_memory_policy, GT_PASS_EXACT,
-     "tag forward nodes to recompute per compile.memory_policy", false},
+     "tag forward nodes to recompute per compile.memory_policy", false, true},
     {"remat", gt_pass_remat, GT_PASS_EXACT,
-     "recompute tagged forward chains right before their first backward use", false},
-    {"dce", gt_pass_dce, GT_PASS_EXACT, "remove nodes that reach no output; compact ids", false},
+     "recompute tagged forward chains right before their first backward use", false, true},
+    {"dce", gt_pass_dce, GT_PASS_EXACT, "remove nodes that reach no output; compact ids", false,
+     true},
     {"fusion", gt_pass_fusion, GT_PASS_EXACT,
-     "fuse chains and trees of elementwise ops into one fused_elementwise kernel each", false},
+     "fuse chains and trees of elementwise ops into one fused_elementwise kernel each", false,
+     false},
     {"fsdp_bucketing", gt_pass_fsdp_bucketing, GT_PASS_EXACT,
-     "merge the FSDP collectives of each block into one", true},
+     "merge the FSDP collectives of each block into one", true, false},
     {"reduce_scatter_narrow", gt_pass_reduce_scatter_narrow, GT_PASS_EXACT,
-     "reduce-scatter bf16/f16 gradients into f32 instead of casting them to f32 first", true},
+     "reduce-scatter bf16/f16 gradients into f32 instead of casting them to f32 first", true,
+     false},
     {"fsdp_reorder", gt_pass_fsdp_reorder, GT_PASS_EXACT,
-     "prefetch FSDP all-gathers one block ahead, start reduce-scatters early, defer waits", true},
+     "prefetch FSDP all-gathers one block ahead, start reduce-scatters early, defer waits", true,
+     false},
     {"ep_overlap", gt_pass_ep_overlap, GT_PASS_EXACT,
      "interleave each chunked MoE block's two chunks: one's all-to-all over the other's compute",
-     true},
+     true, false},
 };
 #define GT_N_PASSES ((int)(sizeof gt_passes / sizeof gt_passes[0]))
 
@@ -106,7 +117,9 @@ gt_status gt_pass_pipeline_init(gt_pass_pipeline *p, const gt_pass_options *opti
                             name ? name : "(null)", known);
     }
     for (int k = 0; k < GT_N_PASSES; k++) {
-        if (gt_pass_enabled(&p->options, gt_passes[k].name)) {
+        bool in_scope = p->options.scope == GT_PASS_SCOPE_ALL ||
+                        gt_passes[k].whole_step == (p->options.scope == GT_PASS_SCOPE_WHOLE);
+        if (in_scope && gt_pass_enabled(&p->options, gt_passes[k].name)) {
             GT_CHECK(p->n < GT_PASS_MAX);
             p->pass[p->n++] = &gt_passes[k];
         }

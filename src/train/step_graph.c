@@ -349,6 +349,13 @@ gt_status gt_train_compile_graph(const gt_config *cfg, gt_graph *g, const char *
 gt_status gt_train_compile_graph_layout(const gt_config *cfg, const gt_train_layout *layout,
                                         gt_graph *g, const char *dump_dir, gt_error *err)
 {
+    return gt_train_compile_graph_scope(cfg, layout, g, dump_dir, GT_PASS_SCOPE_ALL, err);
+}
+
+gt_status gt_train_compile_graph_scope(const gt_config *cfg, const gt_train_layout *layout,
+                                       gt_graph *g, const char *dump_dir, gt_pass_scope scope,
+                                       gt_error *err)
+{
     /* the verifier runs after every pass in debug builds and when dumping; release builds verify
      * the result once, below */
 #ifdef NDEBUG
@@ -359,7 +366,8 @@ gt_status gt_train_compile_graph_layout(const gt_config *cfg, const gt_train_lay
     gt_pass_options o = {.disable = cfg->compile.disable_passes.items,
                          .n_disable = cfg->compile.disable_passes.n,
                          .dump_dir = dump_dir,
-                         .verify_each = debug_build || cfg->compile.debug_graph_passes};
+                         .verify_each = debug_build || cfg->compile.debug_graph_passes,
+                         .scope = scope};
     switch (cfg->compile.memory_policy) {
     case GT_CFG_MEMORY_FULL:
         o.memory_policy = GT_MEMORY_POLICY_FULL;

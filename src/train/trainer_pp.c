@@ -37,7 +37,8 @@ static void print_stage_modules(const gt_pp_layout *l, int32_t s, FILE *f)
 }
 
 /* The stage split of the step graph: the one-rank graph with the layout's micro-batches of
- * accumulation (the graph each pipeline rank runs its stages of), labelled by gt_pp_split_graph. */
+ * accumulation after the passes that see the whole step (the graph each pipeline rank runs its
+ * stages of), labelled by gt_pp_split_graph. */
 static gt_status print_split(const gt_config *cfg, const gt_pp_layout *l, const gt_pp_schedule *s,
                              FILE *f, gt_error *err)
 {
@@ -50,6 +51,9 @@ static gt_status print_split(const gt_config *cfg, const gt_pp_layout *l, const 
     gt_pp_split split = {0};
     gt_status st = gt_train_layout_init(&one, 0, 0, &layout, err);
     if (st == GT_OK) st = gt_train_build_global_graph(&one, &layout, g, &model, l->n_micro, err);
+    /* the memory policy's recomputation decides what a stage saves (as the trainer splits) */
+    if (st == GT_OK && one.compile.enable)
+        st = gt_train_compile_graph_scope(&one, &layout, g, NULL, GT_PASS_SCOPE_WHOLE, err);
     if (st == GT_OK) st = gt_pp_split_graph(g, l->n_stages, l->first_layer, &split, err);
     if (st == GT_OK) {
         fprintf(f, "# step graph by stage (nodes; crossing values per micro-batch)\n");

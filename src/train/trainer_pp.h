@@ -53,10 +53,14 @@ gt_status gt_trainer_pp_begin(gt_trainer *t, const gt_config *cfg, gt_error *err
 gt_status gt_trainer_pp_dist_init(gt_trainer *t, gt_error *err);
 /* The pipeline's own communicators (every rank, and this rank's pipeline) get `seconds`. */
 void gt_trainer_pp_set_timeout(gt_trainer *t, double seconds);
-/* Instead of building the step graph: the one-rank global graph for t->accum micro-batches (no
- * passes: the stage split reads its forward, backward and optimizer nodes), its stage split, and
+/* Instead of building the step graph: the one-rank global graph for t->accum micro-batches, with
+ * the passes that see the whole step (gt_trainer_pp_compile_step), its stage split, and
  * on rank 0 the pipeline's line (stages, bubble, peak saved activations per rank). */
 gt_status gt_trainer_pp_build(gt_trainer *t, gt_error *err);
+/* compile.enable: the passes that see the whole step (GT_PASS_SCOPE_WHOLE: the memory policy and
+ * recomputation, CSE, DCE) on t->whole.g, before its stage split (trainer_pp_artifact.c); without
+ * it nothing. */
+gt_status gt_trainer_pp_compile_step(gt_trainer *t, gt_error *err);
 /* compile.enable: this rank's stages' part programs into pp->programs, their collectives on
  * dims (the mesh's communicators, or NULL); with compile.precompile_artifact_dir compiled on one
  * rank, one artifact a stage part (trainer_pp_artifact.c). A collective over the world when the

@@ -1,6 +1,13 @@
 /* trainer_pp_artifact.c — the pipeline's per-stage programs in `graphtrain train`, compiled on one
  * rank under --compile.precompile_artifact_dir (issue 39; trainer_pp.h).
  *
+ * The passes run in two scopes of one pipeline (gt_pass.h's gt_pass_scope): those that must see a
+ * stage's forward and backward together (the memory policy and recomputation, CSE, DCE) on the
+ * whole step graph before the stage split (gt_trainer_pp_compile_step), so that a stage's
+ * backward parts recompute its forward as the one-rank step does; the local ones on each part's
+ * graph (compile_part). The artifacts are the parts after both; a loading rank still runs the
+ * whole-step passes, since its split of the step graph names the parts it loads.
+ *
  * Without the option each pipeline rank builds its stages' part programs itself
  * (gt_pp_programs_build). With it, the parts' graphs are the artifacts: one file a stage part,
  * DIR/pp_stage<S>_<F|I|W>.graph, whose key is the run's options and mesh layout (those of
@@ -16,11 +23,25 @@
 
 #include "trainer_pp.h"
 
-/* gt_pp_programs_opts.compile: the step's pass pipeline on a part graph (every pass is exact) */
+/* gt_pp_programs_opts.compile: the passes local to a part (every pass is exact); those that see
+ * the whole step ran before the split (gt_trainer_pp_compile_step) */
 static gt_status compile_part(gt_graph *g, void *user, gt_error *err)
 {
     const gt_trainer *t = user;
-    return gt_train_compile_graph_layout(t->cfg, &t->dist.layout, g, NULL, err);
+    return gt_train_compile_graph_scope(t->cfg, &t->dist.layout, g, NULL, GT_PASS_SCOPE_PART, err);
+}
+
+gt_status gt_trainer_pp_compile_step(gt_trainer *t, gt_error *err)
+{
+    if (!t->pp->user->compile.enable) return GT_OK; /* node by node, as one rank runs it */
+    /* one rank of the run writes the listings (every rank passes the same graph) */
+    char *dump = t->cfg->compile.debug_graph_passes && gt_trainer_pp_writes(t) && t->dist.rank == 0
+                     ? gt_train_join_path(t->cfg->job.dump_folder, "graph_passes_pipeline")
+                     : NULL;
+    gt_status st = gt_train_compile_graph_scope(t->cfg, &t->dist.layout, t->whole.g, dump,
+                                                GT_PASS_SCOPE_WHOLE, err);
+    free(dump);
+    return st;
 }
 
 static void artifact_name(int32_t s, int p, char *buf, size_t n)

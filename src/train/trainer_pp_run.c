@@ -297,11 +297,13 @@ gt_status gt_trainer_pp_build(gt_trainer *t, gt_error *err)
                                 pp->n_micro, &pp->sched, err));
     pp->sched_built = true;
     /* the one-rank graph, parallelized over this rank's mesh (its stages' collectives included),
-     * without the passes: the split reads the nodes as built */
+     * with the passes that see the whole step (recomputation) before the split; the parts get
+     * the others */
     t->whole.g = gt_graph_new();
     GT_TRY(
         gt_train_build_global_graph(t->cfg, &t->dist.layout, t->whole.g, &t->model, t->accum, err));
     GT_TRY(gt_train_parallelize(t->cfg, &t->dist.layout, t->whole.g, err));
+    GT_TRY(gt_trainer_pp_compile_step(t, err));
     const gt_graph *g = t->whole.g;
     GT_TRY(gt_pp_split_graph(g, pp->layout.n_stages, pp->layout.first_layer, &pp->split, err));
     pp->split_built = true;

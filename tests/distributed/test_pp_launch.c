@@ -28,9 +28,15 @@
  *     its stages that has nodes, each with arenas allocated as its memory plan says, before step
  *     1, also on pp 2 x dp_shard 2 (the FSDP gathers outside them, once a step) and pp 2 x tp 2
  *     (their collectives inside); the bitwise checks above run through them;
+ *   - compile.memory_policy (recomputation on the whole step before the stage split): pp 2 1F1B
+ *     and ZBVZeroBubble under full are bitwise one rank under full, and against the same
+ *     schedule under none (1F1B) or default (ZBVZeroBubble) the stages save under a quarter of
+ *     the activations (the pipeline line) and rank 0's step holds less over the schedule's
+ *     actions (its step plan);
  *   - compile on one rank: with compile.precompile_artifact_dir a pp 2 1F1B run saves one
  *     artifact a stage part and a second run loads its own, both bitwise the one rank; a GPipe
- *     run on those artifacts is refused naming the schedule;
+ *     run on those artifacts is refused naming the schedule, and a run under another
+ *     compile.memory_policy naming that;
  *   - bad input is refused on every rank before any step, naming the option: a schedule that
  *     does not exist, layers per stage that do not divide as asked, too few micro-batches for
  *     DualPipeV, a local batch that is no multiple of the micro-batch size, and a pipeline degree
@@ -190,6 +196,48 @@ static void gathers_once(const char *dump)
     free(out);
 }
 
+/* The sum over the ranks of rank 0's "peak saved activations rank R X MiB" (the pipeline line,
+ * logged before step 1): the activations the schedule's micro-batches in flight save from each
+ * stage's forward to its backward. -1 without the line. */
+static double saved_activations(const char *out)
+{
+    const char *p = out ? strstr(out, "peak saved activations") : NULL;
+    if (!p) return -1;
+    size_t len = strcspn(p, "\n");
+    double sum = 0, mib = 0;
+    int r = 0, used = 0;
+    for (const char *q = p + strlen("peak saved activations");
+         q < p + len && sscanf(q, "%*[ ,]rank %d %lf MiB%n", &r, &mib, &used) == 2; q += used)
+        sum += mib;
+    return sum;
+}
+
+/* compile.memory_policy under a pipeline: the run in dump_full (full) against the one in dump_none
+ * (none, or default) of the same schedule. Recomputation runs on the whole step before the stage
+ * split, so the stages' micro-batches save under a quarter of the activations (the pipeline line)
+ * and rank 0's step holds less over the schedule's actions (its step plan, equal to step 1). */
+static void check_policy(const char *name, const char *dump_none, const char *dump_full)
+{
+    char path[600];
+    snprintf(path, sizeof path, "%s.txt", dump_none);
+    char *none = read_all(path, NULL);
+    snprintf(path, sizeof path, "%s.txt", dump_full);
+    char *full = read_all(path, NULL);
+    double sn = saved_activations(none), sf = saved_activations(full);
+    step_stats hn, hf;
+    bool have = parse_stats(none, "pipeline step plan on rank 0: ", &hn) &&
+                parse_stats(full, "pipeline step plan on rank 0: ", &hf);
+    EXPECT(have && sn > 0 && sf >= 0, "%s: no pipeline line or step plan (saved %.2f, %.2f MiB)",
+           name, sn, sf);
+    EXPECT(4 * sf < sn, "%s: the stages save %.2f MiB, %.2f MiB before", name, sf, sn);
+    EXPECT(hf.actions < hn.actions, "%s: rank 0 holds %lld B over the actions, %lld B before", name,
+           hf.actions, hn.actions);
+    printf("  %-30s saved activations %.2f -> %.2f MiB, rank 0 holds %lld -> %lld B\n", name, sn,
+           sf, hn.actions, hf.actions);
+    free(none);
+    free(full);
+}
+
 /* Runs c with its output into DUMP.txt; the records of steps 1..10 into r, *hash the final hash.
  */
 static bool run(launch_cmd *c, const char *dump, launch_result *r, uint64_t *hash)
@@ -292,9 +340,9 @@ static void resumed(const char *name, launch_cmd *c, const char *dump, const lau
     printf("  %-30s steps 6..10 bitwise: %s\n", name, differ ? "NO" : "yes");
 }
 
-/* A run that must fail on every rank, saying `what`. */
+/* A run that must fail on every rank (with up to two more options), saying `what`. */
 static void refused(const char *base, const char *name, int np, const char *schedule,
-                    const char *extra, const char *what)
+                    const char *extra, const char *extra2, const char *what)
 {
     char dump[512], out_path[600];
     snprintf(dump, sizeof dump, "%s/%s", base, name);
@@ -302,6 +350,7 @@ static void refused(const char *base, const char *name, int np, const char *sche
     launch_cmd c;
     pipeline(&c, np, np == 4 ? 3 : np, schedule, dump); /* 4: a degree of 3 on 4 processes */
     if (extra) launch_add(&c, "%s", extra);
+    if (extra2) launch_add(&c, "%s", extra2);
     int rc = launch_run(&c, out_path, 120.0, NULL);
     char *out = read_all(out_path, NULL);
     int says = 0;
@@ -343,6 +392,37 @@ int main(void)
     /* GPipe holds every micro-batch's activations before the first backward, 1F1B at most 2 */
     EXPECT(held[0] > held[1], "GPipe holds %.0f B over its actions, 1F1B %.0f: not more", held[0],
            held[1]);
+    /* compile.memory_policy: full against one rank of the same policy, bitwise (recomputation
+     * is exact), and against none of the same schedule, saving and holding less */
+    static launch_result full_ref;
+    uint64_t full_hash = 0;
+    snprintf(dump, sizeof dump, "%s/one_rank_full", base);
+    one_rank(&c, dump);
+    launch_add(&c, "--compile.memory_policy=full");
+    bool full_ok = run(&c, dump, &full_ref, &full_hash);
+    EXPECT(full_ok, "the one-rank memory_policy full reference failed");
+    /* 1F1B against none; ZBVZeroBubble (recomputation split between I and W) against the
+     * default policy's run above (fewer runs: the launch tests share a 600 s limit) */
+    static const char *const policy_schedules[2] = {"1F1B", "ZBVZeroBubble"};
+    for (int k = 0; k < 2 && full_ok; k++) {
+        char other[400], name[64];
+        snprintf(other, sizeof other, "%s/pp2_%s%s", base, policy_schedules[k], k ? "" : "_none");
+        for (int f = k; f < 2; f++) {
+            snprintf(dump, sizeof dump, "%s/pp2_%s_%s", base, policy_schedules[k],
+                     f ? "full" : "none");
+            pipeline(&c, 2, 2, policy_schedules[k], dump);
+            launch_add(&c, "--compile.memory_policy=%s", f ? "full" : "none");
+            snprintf(name, sizeof name, "pp2 %s %s", policy_schedules[k], f ? "full" : "none");
+            if (run(&c, dump, &r, &hash))
+                compare(name, f ? &full_ref : &ref, f ? full_hash : ref_hash, &r, hash);
+            else
+                EXPECT(false, "%s failed", dump);
+        }
+        snprintf(name, sizeof name, "pp2 %s %s -> full", policy_schedules[k],
+                 k ? "default" : "none");
+        check_policy(name, other, dump);
+    }
+
     snprintf(dump, sizeof dump, "%s/pp4_1F1B", base);
     pipeline(&c, 4, 4, "1F1B", dump);
     if (run(&c, dump, &r, &hash)) {
@@ -377,8 +457,11 @@ int main(void)
     {
         char extra[600];
         snprintf(extra, sizeof extra, "--compile.precompile_artifact_dir=%s", art);
-        refused(base, "artifact_of_1F1B", 2, "GPipe", extra,
+        refused(base, "artifact_of_1F1B", 2, "GPipe", extra, NULL,
                 "'parallelism.pipeline_parallel_schedule = \"GPipe\"'");
+        /* the parts hold what the memory policy recomputed: another policy compiles others */
+        refused(base, "artifact_of_default", 2, "1F1B", extra, "--compile.memory_policy=full",
+                "'compile.memory_policy = \"full\"'");
     }
 
     /* pp 2 x dp_shard 2 against dp_shard 2 accumulating the same 4 micro-batches a rank */
@@ -449,16 +532,16 @@ int main(void)
     resumed("pp 2 -> dp_shard 2", &c, dump, &ref, 1e-5);
 
     /* bad input, on every rank */
-    refused(base, "bad_schedule", 2, "Looped1F1B", NULL, "pipeline_parallel_schedule");
+    refused(base, "bad_schedule", 2, "Looped1F1B", NULL, NULL, "pipeline_parallel_schedule");
     refused(base, "bad_layers", 2, "Interleaved1F1B",
-            "--parallelism.pipeline_parallel_layers_per_stage=3",
+            "--parallelism.pipeline_parallel_layers_per_stage=3", NULL,
             "pipeline_parallel_layers_per_stage = 3");
-    refused(base, "few_micro_batches", 2, "DualPipeV", "--training.local_batch_size=2",
+    refused(base, "few_micro_batches", 2, "DualPipeV", "--training.local_batch_size=2", NULL,
             "DualPipeV needs at least as many micro-batches as stages");
     refused(base, "micro_batch_size", 2, "1F1B",
-            "--parallelism.pipeline_parallel_microbatch_size=3",
+            "--parallelism.pipeline_parallel_microbatch_size=3", NULL,
             "pipeline_parallel_microbatch_size = 3");
-    refused(base, "not_a_multiple", 4, "1F1B", NULL,
+    refused(base, "not_a_multiple", 4, "1F1B", NULL, NULL,
             "pipeline_parallel_degree = 3 but 4 processes were launched, not a multiple");
     if (gt_test_failed_ == 0) remove_tree(base);
     return gt_test_finish();
