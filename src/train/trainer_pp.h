@@ -78,7 +78,9 @@ bool gt_trainer_pp_elsewhere(gt_trainer *t, int p);
  * ranks. */
 gt_status gt_trainer_pp_own_state(gt_trainer *t, gt_error *err);
 /* Every stage's parameters (and their AdamW moments with moments) from the rank of their stage to
- * pipeline rank 0, which allocates them to receive: the whole state, for its mesh to save or hash.
+ * pipeline rank 0, which allocates them to receive, and the model buffers a stage updates (the
+ * expert biases, the MoE token-count sums) into rank 0's copies: the whole state, for its mesh to
+ * save or hash.
  * A collective over the pipeline ranks. */
 gt_status gt_trainer_pp_gather(gt_trainer *t, bool moments, gt_error *err);
 /* Pipeline rank 0 frees again what gt_trainer_pp_gather gave it. */
