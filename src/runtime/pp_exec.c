@@ -16,7 +16,11 @@
  * once, after the last action, on the last micro-batch's values. Micro-batches before the last run
  * only the nodes of the graph's micro-batch part (gt_graph_micro_part), as the trainer's
  * accumulation runs them. The result is therefore bitwise that of gt_eager_run_part over the
- * micro-batches in order (tests/numerics/test_pp_exec.c).
+ * micro-batches in order (tests/numerics/test_pp_exec.c). The other values a micro-batch hands the
+ * next (gt_pp_split.h): the micro-batch clock runs on every rank for every micro-batch before the
+ * schedule (run_clock), its buffers carried along; a buffer the optimizer updates once a step
+ * (DeepSeek-V3's expert biases) is read by every micro-batch as the step began
+ * (gt_pp_update_of_input names no update for it; tests/numerics/test_pp_moe_exec.c).
  *
  * With a communicator (gt_pp_eager_step_rank) the process is one pipeline rank: it runs only its
  * own actions; a send posts the crossing values of its stage and micro-batch to the peer rank
