@@ -22,8 +22,8 @@
 #include "launch.h" /* first: train_child.h defines _GNU_SOURCE */
 
 #define RUN_SECONDS 300.0
-#define STEPS 3
-#define CKPT 2
+#define STEPS 2
+#define CKPT 1
 
 static void common(launch_cmd *c, int np, const char *dump)
 {
