@@ -1,8 +1,9 @@
 /* pp_harness.h — the pipeline-parallel step tests' common part (tests/numerics/test_pp_exec.c,
- * tests/distributed/test_pp_mpi.c): llama3 debugmodel's f32 step graph for MICRO micro-batches of
- * gradient accumulation as the trainer builds it, per-micro-batch inputs, feeding updates back,
- * and the reference step: the trainer's accumulation (gt_eager_run_part of the micro-batch part
- * for all but the last micro-batch, running sums fed forward, then the whole graph).
+ * test_pp_moe_exec.c, tests/distributed/test_pp_mpi.c): llama3's (or PP_MODEL's) debugmodel f32
+ * step graph for MICRO micro-batches of gradient accumulation as the trainer builds it,
+ * per-micro-batch inputs, feeding updates back, and the reference step: the trainer's accumulation
+ * (gt_eager_run_part of the micro-batch part for all but the last micro-batch, running sums fed
+ * forward, then the whole graph).
  *
  * Header-only and private to the tests. */
 #ifndef GT_PP_HARNESS_H
@@ -21,6 +22,7 @@
 
 #define MICRO 4
 #define STEPS 3
+#define PP_MAX_INPUTS 512 /* the step graph's inputs, at most (DeepSeek-V3 debugmodel: ~300) */
 
 typedef struct {
     gt_config cfg;
@@ -32,12 +34,19 @@ typedef struct {
     int64_t vocab;
 } setup;
 
+/* PP_MODEL: the model family (llama3 unless the test defines another, deepseek_v3) */
+#ifndef PP_MODEL
+#define PP_MODEL "llama3"
+#endif
+
 static inline bool build(setup *s)
 {
     gt_error err = {0};
     memset(s, 0, sizeof *s);
     gt_config_defaults(&s->cfg);
-    char *argv[] = {"--model.flavor",
+    char *argv[] = {"--model.name",
+                    PP_MODEL,
+                    "--model.flavor",
                     "debugmodel",
                     "--training.local_batch_size",
                     "1",
@@ -47,7 +56,7 @@ static inline bool build(setup *s)
                     "float32",
                     "--training.global_batch_size",
                     "4"};
-    EXPECT_OK(gt_config_apply_overrides(&s->cfg, 10, argv, &err), &err);
+    EXPECT_OK(gt_config_apply_overrides(&s->cfg, 12, argv, &err), &err);
     EXPECT_OK(gt_train_layout_init(&s->cfg, 0, 0, &s->layout, &err), &err);
     s->g = gt_graph_new();
     EXPECT_OK(gt_train_build_global_graph(&s->cfg, &s->layout, s->g, &s->model, MICRO, &err), &err);
@@ -57,7 +66,7 @@ static inline bool build(setup *s)
 }
 
 /* inputs[m]: parameters (seed 7) and zero state shared, tokens and labels of micro-batch m. */
-static inline void init_inputs(setup *s, gt_tensor inputs[MICRO][256])
+static inline void init_inputs(setup *s, gt_tensor inputs[MICRO][PP_MAX_INPUTS])
 {
     const gt_graph *g = s->g;
     gt_error err = {0};
@@ -103,17 +112,21 @@ static inline int32_t input_named(const gt_graph *g, int kind, const char *name)
     return -1;
 }
 
-/* The updated params and moments back into every micro-batch's inputs; optimizer scalars of
- * `step` into them. */
-static inline void next_step(const gt_graph *g, gt_tensor inputs[MICRO][256], gt_tensor *outputs,
-                             int64_t step)
+/* The updated params, moments and model buffers back into every micro-batch's inputs; optimizer
+ * scalars of `step` into them. */
+static inline void next_step(const gt_graph *g, gt_tensor inputs[MICRO][PP_MAX_INPUTS],
+                             gt_tensor *outputs, int64_t step)
 {
     for (int32_t k = 0; outputs && k < g->n_outputs; k++) {
         int want = g->outputs[k].kind == GT_OUT_PARAM_UPDATE       ? GT_IN_PARAM
                    : g->outputs[k].kind == GT_OUT_OPT_STATE_UPDATE ? GT_IN_OPT_STATE
+                   : g->outputs[k].kind == GT_OUT_BUFFER_UPDATE    ? GT_IN_BUFFER
                                                                    : -1;
         if (want < 0) continue;
         int32_t i = input_named(g, want, gt_graph_str(g, g->outputs[k].fqn));
+        /* the buffers carried between steps (the expert biases, the MoE accumulation's counts
+         * and micro-batch clock), as the trainer carries them; the gradient sums start at zero */
+        if (i >= 0 && want == GT_IN_BUFFER && g->inputs[i].plan.as_param) continue;
         size_t nb = gt_tensor_nbytes(&outputs[k]);
         if (i >= 0 && nb == gt_tensor_nbytes(&inputs[0][i]))
             memcpy(inputs[0][i].data, outputs[k].data, nb);
@@ -131,12 +144,13 @@ static inline bool same(const gt_tensor *a, const gt_tensor *b)
 }
 
 /* The trainer's accumulation: micro part for 0 .. MICRO-2 (sums fed forward), all for the last. */
-static inline void reference_step(setup *s, gt_tensor inputs[MICRO][256], gt_tensor *losses,
-                                  gt_tensor *outputs)
+static inline void reference_step(setup *s, gt_tensor inputs[MICRO][PP_MAX_INPUTS],
+                                  gt_tensor *losses, gt_tensor *outputs)
 {
     const gt_graph *g = s->g;
     gt_error err = {0};
-    gt_tensor sums[256] = {{0}}, run_in[256];
+    static gt_tensor sums[PP_MAX_INPUTS], run_in[PP_MAX_INPUTS];
+    memset(sums, 0, sizeof sums);
     for (int m = 0; m < MICRO; m++) {
         memcpy(run_in, inputs[m], (size_t)g->n_inputs * sizeof *run_in);
         for (int32_t k = 0; k < g->n_inputs; k++)
@@ -176,6 +190,153 @@ static inline void free_outputs(gt_tensor *t, int32_t n)
 {
     for (int32_t k = 0; k < n; k++)
         gt_tensor_free(&t[k]);
+}
+
+/* ---------------------------------------------------------------- the schedules' check
+ * (test_pp_exec.c says what it asserts) */
+/* With programs: every stage's parts are built; those with nodes and no collective are
+ * compiled (the one-rank graph has none), each allocating what its memory plan says. The passes
+ * local to a part run on it, as the trainer runs them (the whole-step ones ran before the split,
+ * on a graph of test_pp_exec's compile_step, or not at all). */
+static inline gt_status compile_part(gt_graph *g, void *user, gt_error *err)
+{
+    setup *s = user;
+    return gt_train_compile_graph_scope(&s->cfg, &s->layout, g, NULL, GT_PASS_SCOPE_PART, err);
+}
+
+static inline gt_pp_programs *programs_of(setup *s, const gt_pp_split *split,
+                                          const gt_pp_schedule *sched, const char *name,
+                                          bool passes)
+{
+    gt_error err = {0};
+    gt_pp_programs *p = NULL;
+    gt_pp_programs_opts o = {.compile = passes ? compile_part : NULL, .compile_user = s};
+    EXPECT_OK(gt_pp_programs_build(s->g, &s->binding, split, sched, -1, &o, &p, &err), &err);
+    int compiled = 0, parts = 0;
+    for (int32_t st = 0; p && st < split->n_stages; st++)
+        for (int k = GT_PP_PART_F; k <= GT_PP_PART_W; k++) {
+            const gt_pp_part_info *in = gt_pp_programs_info(p, st, (gt_pp_part)k);
+            parts += in->n_nodes > 0;
+            compiled += in->compiled;
+            EXPECT(!in->compiled || (in->planned_bytes == in->allocated_bytes &&
+                                     in->live_peak_bytes <= in->planned_bytes && in->n_out > 0),
+                   "%s: stage %d part %d planned %lld B, allocated %lld B", name, st, k,
+                   (long long)in->planned_bytes, (long long)in->allocated_bytes);
+            EXPECT(in->compiled || in->n_nodes == 0, "%s: stage %d part %d not compiled: %s", name,
+                   st, k, in->why);
+        }
+    EXPECT(p && compiled == parts && compiled > 0, "%s: %d of %d parts compiled", name, compiled,
+           parts);
+    return p;
+}
+
+/* programs: 0 node by node, 1 the parts as programs, 2 the same after the pass pipeline */
+static inline void pp_check_schedule(setup *s, gt_pp_schedule_kind kind, int32_t pp, int programs)
+{
+    const gt_graph *g = s->g;
+    gt_error err = {0};
+    int32_t spr = gt_pp_default_stages_per_rank(kind), S = pp * spr;
+    int64_t fl[16];
+    gt_pp_split split;
+    gt_pp_schedule sched;
+    EXPECT_OK(gt_pp_split_layers(6, S, 1, 1, fl, &err), &err);
+    EXPECT_OK(gt_pp_split_graph(g, S, fl, &split, &err), &err);
+    EXPECT_OK(gt_pp_schedule_build(kind, pp, spr, MICRO, &sched, &err), &err);
+    if (err.code != GT_OK) return;
+    gt_pp_programs *progs =
+        programs ? programs_of(s, &split, &sched, gt_pp_schedule_name(kind), programs == 2) : NULL;
+    static gt_tensor ref_in[MICRO][PP_MAX_INPUTS], pp_in[MICRO][PP_MAX_INPUTS];
+    init_inputs(s, ref_in);
+    init_inputs(s, pp_in);
+    int diffs = 0;
+    for (int64_t step = 1; step <= STEPS && err.code == GT_OK; step++) {
+        gt_tensor rl[MICRO] = {{0}}, pl[MICRO] = {{0}};
+        gt_tensor *ro = calloc((size_t)g->n_outputs, sizeof *ro);
+        gt_tensor *po = calloc((size_t)g->n_outputs, sizeof *po);
+        next_step(g, ref_in, NULL, step);
+        next_step(g, pp_in, NULL, step);
+        reference_step(s, ref_in, rl, ro);
+        const gt_tensor *in_ptrs[MICRO];
+        for (int m = 0; m < MICRO; m++)
+            in_ptrs[m] = pp_in[m];
+        gt_pp_step_stats run, plan;
+        EXPECT_OK(gt_pp_step_programs(g, &s->binding, &split, &sched, NULL, NULL, progs, in_ptrs,
+                                      pl, po, &run, &err),
+                  &err);
+        if (err.code != GT_OK) break;
+        /* the plan on sizes alone is the step as run, and the step frees what it has read */
+        EXPECT_OK(gt_pp_step_plan_programs(g, &s->binding, &split, &sched, -1, progs, &plan, &err),
+                  &err);
+        EXPECT(!memcmp(&run, &plan, sizeof run) && run.peak_bytes < run.allocated_bytes,
+               "%s pp %d step %lld: held at most %lld B (planned %lld) of %lld B (planned %lld)",
+               gt_pp_schedule_name(kind), pp, (long long)step, (long long)run.peak_bytes,
+               (long long)plan.peak_bytes, (long long)run.allocated_bytes,
+               (long long)plan.allocated_bytes);
+        if (step == 1)
+            printf("%-16s pp %d: step values held at most %lld of %lld B, as planned\n",
+                   gt_pp_schedule_name(kind), pp, (long long)run.peak_bytes,
+                   (long long)run.allocated_bytes);
+        for (int m = 0; m < MICRO; m++) {
+            EXPECT(same(&rl[m], &pl[m]), "%s pp %d step %lld micro %d: loss %.9g vs %.9g",
+                   gt_pp_schedule_name(kind), pp, (long long)step, m, gt_tensor_get_f32(&rl[m], 0),
+                   gt_tensor_get_f32(&pl[m], 0));
+        }
+        for (int32_t k = 0; k < g->n_outputs; k++)
+            if (!same(&ro[k], &po[k]) && diffs++ < 3)
+                fprintf(stderr, "  %s pp %d step %lld: output %d (%s) differs\n",
+                        gt_pp_schedule_name(kind), pp, (long long)step, k,
+                        gt_graph_str(g, g->outputs[k].fqn));
+        if (step == STEPS)
+            printf("%-16s pp %d (%d stages)%s: step %d loss %.7f (micro 0 %.7f), bitwise %s\n",
+                   gt_pp_schedule_name(kind), pp, S,
+                   programs == 2 ? ", programs after passes"
+                   : progs       ? ", programs"
+                                 : "",
+                   STEPS,
+                   gt_tensor_get_f32(&rl[0], 0) + gt_tensor_get_f32(&rl[1], 0) +
+                       gt_tensor_get_f32(&rl[2], 0) + gt_tensor_get_f32(&rl[3], 0),
+                   gt_tensor_get_f32(&rl[0], 0), diffs ? "NO" : "yes");
+        next_step(g, ref_in, ro, step + 1);
+        next_step(g, pp_in, po, step + 1);
+        free_outputs(rl, MICRO);
+        free_outputs(pl, MICRO);
+        free_outputs(ro, g->n_outputs);
+        free_outputs(po, g->n_outputs);
+        free(ro);
+        free(po);
+    }
+    EXPECT(diffs == 0, "%s pp %d%s: %d outputs differ", gt_pp_schedule_name(kind), pp,
+           progs ? " (programs)" : "", diffs);
+    gt_pp_programs_free(progs);
+
+    /* a W moved before the previous micro-batch's W of its stage */
+    if (kind == GT_PP_ZBV_ZERO_BUBBLE && pp == 2 && !programs) {
+        gt_pp_action *a = sched.actions[0];
+        int w0 = -1, w1 = -1;
+        for (int i = 0; i < sched.n_actions[0]; i++) {
+            if (a[i].kind == GT_PP_W && a[i].stage == 0 && a[i].mb == 0) w0 = i;
+            if (a[i].kind == GT_PP_W && a[i].stage == 0 && a[i].mb == 1) w1 = i;
+        }
+        EXPECT(w0 >= 0 && w1 > w0, "0W0 at %d, 0W1 at %d", w0, w1);
+        if (w0 >= 0 && w1 > w0) {
+            a[w0].mb = 1, a[w1].mb = 0;
+            gt_tensor pl[MICRO] = {{0}};
+            gt_tensor *po = calloc((size_t)g->n_outputs, sizeof *po);
+            const gt_tensor *in_ptrs[MICRO];
+            for (int m = 0; m < MICRO; m++)
+                in_ptrs[m] = pp_in[m];
+            gt_status st = gt_pp_eager_step(g, &s->binding, &split, &sched, in_ptrs, pl, po, &err);
+            EXPECT(st == GT_ERR_INVALID && strstr(err.msg, "0W1 runs before 0W0") &&
+                       strstr(err.msg, "rank 0 action"),
+                   "%s", err.msg);
+            free(po);
+        }
+    }
+    for (int m = 0; m < MICRO; m++)
+        for (int32_t k = 0; k < g->n_inputs; k++)
+            gt_tensor_free(&ref_in[m][k]), gt_tensor_free(&pp_in[m][k]);
+    gt_pp_schedule_free(&sched);
+    gt_pp_split_free(&split);
 }
 
 #endif

@@ -14,7 +14,15 @@
  *            it from the stages' partial results, gathered in stage order. One that every
  *            micro-batch runs (gt_graph_micro_part: parallelize's all-reduce of the loss over the
  *            data-parallel ranks) runs in its stage's forward when it reads forward values only,
- *            else in its weight gradient.
+ *            else in its weight gradient. A BUFFER_UPDATE that an optimizer node computes (the
+ *            expert biases', gated off by the accumulation graph until the last micro-batch) is a
+ *            step's update: its nodes run once a step like the parameters', and every
+ *            micro-batch reads the buffer as the step began (the gated update leaves its bits).
+ *   the micro-batch clock: a node whose values depend on nothing but the micro-batch's index in
+ *            its step (it reads only buffers fed back by such values, the expert-bias
+ *            accumulation's micro-batch counter, and such nodes' outputs) is
+ *            GT_PP_PART_CLOCK: every rank runs it for every micro-batch in order, before the
+ *            schedule, so no stage sends it (its readers sit in every stage).
  * A stage's forward is closed under its inputs within the stage: a backward node that a forward
  * node reads (the fused cross_entropy_with_grad, which gives the loss and its gradient) runs in
  * the forward part.
@@ -43,14 +51,16 @@ extern "C" {
 
 /* The part of its stage a node runs in. */
 typedef enum {
-    GT_PP_PART_F = 0, /* forward */
-    GT_PP_PART_I,     /* backward, input gradient */
-    GT_PP_PART_W,     /* backward, weight gradient */
-    GT_PP_PART_OPT,   /* optimizer (once per step) */
-    GT_PP_PART_GLOBAL /* optimizer, on every rank (stage GT_PP_STAGE_GLOBAL) */
+    GT_PP_PART_F = 0,  /* forward */
+    GT_PP_PART_I,      /* backward, input gradient */
+    GT_PP_PART_W,      /* backward, weight gradient */
+    GT_PP_PART_OPT,    /* optimizer (once per step) */
+    GT_PP_PART_GLOBAL, /* optimizer, on every rank (stage GT_PP_STAGE_GLOBAL) */
+    GT_PP_PART_CLOCK   /* the micro-batch clock: on every rank for every micro-batch, before the
+                        * schedule (stage GT_PP_STAGE_GLOBAL) */
 } gt_pp_part;
 
-/* "F", "I", "W", "OPT", "GLOBAL" (the artifacts' file names and the log use them). */
+/* "F", "I", "W", "OPT", "GLOBAL", "CLOCK" (the artifacts' file names and the log use them). */
 const char *gt_pp_part_name(gt_pp_part p);
 
 /* A value that crosses stages. */
@@ -68,7 +78,8 @@ typedef struct {
     int32_t n_cross;
     gt_pp_cross *cross;
     int32_t (*count)[5]; /* [n_stages][gt_pp_part]: nodes of each stage in each part */
-    int32_t n_global;    /* GT_PP_STAGE_GLOBAL nodes */
+    int32_t n_global;    /* GT_PP_STAGE_GLOBAL nodes of the optimizer (GT_PP_PART_GLOBAL) */
+    int32_t n_clock;     /* GT_PP_PART_CLOCK nodes */
 } gt_pp_split;
 
 /* Splits g (not changed) into n_stages stages by the rule above; first_layer has n_stages + 1
@@ -77,9 +88,10 @@ gt_status gt_pp_split_graph(const gt_graph *g, int32_t n_stages, const int64_t *
                             gt_pp_split *out, gt_error *err);
 void gt_pp_split_free(gt_pp_split *s);
 
-/* An order of g's nodes that runs the stages as a pipeline would run one micro-batch: every
- * stage's forward in stage order, then from the last stage to the first its dI and then its dW,
- * then the optimizer and global nodes in their graph order. order receives g->n_nodes ids. */
+/* An order of g's nodes that runs the stages as a pipeline would run one micro-batch: the clock
+ * nodes, every stage's forward in stage order, then from the last stage to the first its dI and
+ * then its dW, then the optimizer and global nodes in their graph order. order receives g->n_nodes
+ * ids. */
 void gt_pp_split_pipeline_order(const gt_graph *g, const gt_pp_split *s, gt_node_id *order);
 
 /* The bytes one micro-batch of each stage holds from its forward to its backward under binding:

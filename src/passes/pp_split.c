@@ -35,14 +35,86 @@ static void add_cross(gt_pp_split *s, gt_value_id v, int32_t from, int32_t to, b
     s->cross[s->n_cross++] = (gt_pp_cross){v, from, to, gradient, reader};
 }
 
+/* The micro-batch clock (clock[n] = 1): the nodes whose values depend on the micro-batch's index
+ * within its step alone. Their inputs are clock values: a buffer fed back by a clock value (the
+ * expert-bias accumulation's micro-batch counter, m' = m + 1 - A [m + 1 == A]) or another clock
+ * node's output. A fixpoint: every fed-back buffer starts as a candidate and leaves when its
+ * update reads anything else (a running gradient or token-count sum reads the micro-batch's
+ * values). */
+static void find_clock(const gt_graph *g, uint8_t *clock)
+{
+    uint8_t *val = gt_xcalloc((size_t)g->n_values + 1, 1);
+    gt_value_id *update = gt_xmalloc(((size_t)g->n_inputs + 1) * sizeof *update);
+    for (int32_t k = 0; k < g->n_inputs; k++) {
+        update[k] = GT_NONE;
+        if (g->inputs[k].kind != GT_IN_BUFFER) continue;
+        const char *name = gt_graph_str(g, g->inputs[k].fqn);
+        for (int32_t j = 0; j < g->n_outputs; j++)
+            if (g->outputs[j].kind == GT_OUT_BUFFER_UPDATE &&
+                !strcmp(gt_graph_str(g, g->outputs[j].fqn), name))
+                update[k] = g->outputs[j].value;
+    }
+    for (bool changed = true; changed;) {
+        changed = false;
+        memset(val, 0, (size_t)g->n_values + 1);
+        for (int32_t k = 0; k < g->n_inputs; k++)
+            if (update[k] != GT_NONE) val[g->inputs[k].value] = 1;
+        for (gt_node_id n = 0; n < g->n_nodes; n++) {
+            const gt_node *nd = &g->nodes[n];
+            bool c = nd->n_in > 0;
+            for (int i = 0; c && i < nd->n_in; i++)
+                c = val[nd->in[i]] != 0;
+            clock[n] = c;
+            for (int j = 0; j < nd->n_out; j++)
+                val[nd->out[j]] = c;
+        }
+        for (int32_t k = 0; k < g->n_inputs; k++)
+            if (update[k] != GT_NONE && !val[update[k]]) update[k] = GT_NONE, changed = true;
+    }
+    free(val);
+    free(update);
+}
+
+/* The nodes a micro-batch runs when its step's updates are left to the optimizer (step[n] = 1):
+ * those the losses need, and the running sums that a backward node updates (gradient and token
+ * count sums, the clock). A BUFFER_UPDATE that an optimizer node computes (the expert biases',
+ * which the accumulation graph gates off until the last micro-batch) is a step's update: a
+ * pipeline runs it once a step, as it runs the parameters'. */
+static void step_micro_part(const gt_graph *g, uint8_t *step)
+{
+    uint8_t *needed = gt_xcalloc((size_t)g->n_values + 1, 1);
+    for (int32_t k = 0; k < g->n_outputs; k++) {
+        const gt_io *o = &g->outputs[k];
+        gt_node_id p = g->values[o->value].producer;
+        bool opt = p != GT_NONE && g->nodes[p].phase == GT_PHASE_OPTIMIZER;
+        if (o->kind == GT_OUT_LOSS || (o->kind == GT_OUT_BUFFER_UPDATE && !opt))
+            needed[o->value] = 1;
+    }
+    for (gt_node_id n = g->n_nodes - 1; n >= 0; n--) {
+        const gt_node *nd = &g->nodes[n];
+        step[n] = 0;
+        for (int j = 0; j < nd->n_out && !step[n]; j++)
+            step[n] = needed[nd->out[j]];
+        for (int j = 0; step[n] && j < nd->n_in; j++)
+            needed[nd->in[j]] = 1;
+    }
+    free(needed);
+}
+
 /* Stages of the nodes, in graph order (every node's inputs and its origin come before it). */
 static gt_status assign_stages(const gt_graph *g, gt_pp_split *s, const int32_t *input_of,
-                               const int64_t *first_layer, const uint8_t *micro, gt_error *err)
+                               const int64_t *first_layer, const uint8_t *micro,
+                               const uint8_t *clock, gt_error *err)
 {
     int32_t S = s->n_stages;
     for (gt_node_id n = 0; n < g->n_nodes; n++) {
         const gt_node *nd = &g->nodes[n];
         int32_t st;
+        if (clock[n]) { /* every rank runs it for every micro-batch, before the schedule */
+            s->stage[n] = GT_PP_STAGE_GLOBAL;
+            s->part[n] = GT_PP_PART_CLOCK;
+            continue;
+        }
         if (nd->phase == GT_PHASE_FORWARD) {
             st = stage_of_unit(nd->unit, S, first_layer);
         } else if (nd->phase == GT_PHASE_BACKWARD) {
@@ -58,7 +130,7 @@ static gt_status assign_stages(const gt_graph *g, gt_pp_split *s, const int32_t 
                 if (k >= 0 && g->inputs[k].plan.as_param)
                     param_stage = stage_of_unit(g->inputs[k].plan.unit, S, first_layer);
                 gt_node_id p = g->values[v].producer;
-                if (p == GT_NONE) continue;
+                if (p == GT_NONE || clock[p]) continue; /* the clock is on every rank */
                 int32_t ps = s->stage[p];
                 if (ps == GT_PP_STAGE_GLOBAL || (read != -3 && read != ps)) several = true;
                 read = ps;
@@ -80,14 +152,14 @@ static gt_status assign_stages(const gt_graph *g, gt_pp_split *s, const int32_t 
                                                       : GT_PP_PART_OPT;
         if (s->part[n] == GT_PP_PART_OPT && micro[n]) {
             /* a node of the optimizer phase that every micro-batch runs (parallelize's all-reduce
-             * of the loss over the data-parallel ranks): in its stage's forward when it reads
-             * forward values alone, else in its weight gradient */
+             * of the loss over the data-parallel ranks; step_micro_part): in its stage's forward
+             * when it reads forward values alone, else in its weight gradient */
             bool fwd = true;
             for (int i = 0; i < nd->n_in; i++) {
                 gt_node_id p = g->values[nd->in[i]].producer;
                 int32_t k = input_of[nd->in[i]];
                 fwd = fwd && (p == GT_NONE ? k < 0 || !g->inputs[k].plan.as_param
-                                           : s->part[p] == GT_PP_PART_F);
+                                           : s->part[p] == GT_PP_PART_F || clock[p]);
             }
             s->part[n] = fwd ? GT_PP_PART_F : GT_PP_PART_W;
         }
@@ -170,8 +242,8 @@ static void mark_input_gradients(const gt_graph *g, gt_pp_split *s)
 
 const char *gt_pp_part_name(gt_pp_part p)
 {
-    static const char *const names[] = {"F", "I", "W", "OPT", "GLOBAL"};
-    return p >= GT_PP_PART_F && p <= GT_PP_PART_GLOBAL ? names[p] : "?";
+    static const char *const names[] = {"F", "I", "W", "OPT", "GLOBAL", "CLOCK"};
+    return p >= GT_PP_PART_F && p <= GT_PP_PART_CLOCK ? names[p] : "?";
 }
 
 gt_status gt_pp_split_graph(const gt_graph *g, int32_t n_stages, const int64_t *first_layer,
@@ -191,9 +263,12 @@ gt_status gt_pp_split_graph(const gt_graph *g, int32_t n_stages, const int64_t *
     for (int32_t k = 0; k < g->n_inputs; k++)
         input_of[g->inputs[k].value] = k;
     uint8_t *micro = gt_xcalloc((size_t)g->n_nodes + 1, 1);
-    gt_graph_micro_part(g, micro);
-    gt_status st = assign_stages(g, out, input_of, first_layer, micro, err);
+    uint8_t *clock = gt_xcalloc((size_t)g->n_nodes + 1, 1);
+    step_micro_part(g, micro);
+    find_clock(g, clock);
+    gt_status st = assign_stages(g, out, input_of, first_layer, micro, clock, err);
     free(micro);
+    free(clock);
     free(input_of);
     if (st == GT_OK) close_forward(g, out);
     if (st == GT_OK) st = find_crossings(g, out, err);
@@ -203,7 +278,9 @@ gt_status gt_pp_split_graph(const gt_graph *g, int32_t n_stages, const int64_t *
     }
     mark_input_gradients(g, out);
     for (gt_node_id n = 0; n < g->n_nodes; n++) {
-        if (out->stage[n] == GT_PP_STAGE_GLOBAL)
+        if (out->part[n] == GT_PP_PART_CLOCK)
+            out->n_clock++;
+        else if (out->stage[n] == GT_PP_STAGE_GLOBAL)
             out->n_global++;
         else
             out->count[out->stage[n]][out->part[n]]++;
@@ -224,6 +301,8 @@ void gt_pp_split_free(gt_pp_split *s)
 void gt_pp_split_pipeline_order(const gt_graph *g, const gt_pp_split *s, gt_node_id *order)
 {
     int32_t k = 0;
+    for (gt_node_id n = 0; n < g->n_nodes; n++)
+        if (s->part[n] == GT_PP_PART_CLOCK) order[k++] = n;
     for (int32_t st = 0; st < s->n_stages; st++)
         for (gt_node_id n = 0; n < g->n_nodes; n++)
             if (s->stage[n] == st && s->part[n] == GT_PP_PART_F) order[k++] = n;
@@ -285,5 +364,8 @@ void gt_pp_split_print(const gt_graph *g, const gt_pp_split *s, FILE *f)
                 s->count[st][GT_PP_PART_OPT], rf, rg, sf, sg, sx);
     }
     fprintf(f, "global %d nodes on every rank (gradient norm and clipping)\n", s->n_global);
+    if (s->n_clock)
+        fprintf(f, "clock %d nodes on every rank for every micro-batch (its index in the step)\n",
+                s->n_clock);
     (void)g;
 }

@@ -16,7 +16,11 @@
  * once, after the last action, on the last micro-batch's values. Micro-batches before the last run
  * only the nodes of the graph's micro-batch part (gt_graph_micro_part), as the trainer's
  * accumulation runs them. The result is therefore bitwise that of gt_eager_run_part over the
- * micro-batches in order (tests/numerics/test_pp_exec.c).
+ * micro-batches in order (tests/numerics/test_pp_exec.c). The other values a micro-batch hands the
+ * next (gt_pp_split.h): the micro-batch clock runs on every rank for every micro-batch before the
+ * schedule (run_clock), its buffers carried along; a buffer the optimizer updates once a step
+ * (DeepSeek-V3's expert biases) is read by every micro-batch as the step began
+ * (gt_pp_update_of_input names no update for it; tests/numerics/test_pp_moe_exec.c).
  *
  * With a communicator (gt_pp_eager_step_rank) the process is one pipeline rank: it runs only its
  * own actions; a send posts the crossing values of its stage and micro-batch to the peer rank
@@ -452,6 +456,28 @@ static gt_status peer_sent(const gt_pp_schedule *s, const int32_t *ptr, gt_pp_ac
     return GT_OK;
 }
 
+/* The micro-batch clock (gt_pp_split.h), on every rank before the schedule: its nodes for each
+ * micro-batch in order, the buffers it feeds back carried from one micro-batch to the next, so
+ * every stage reads each micro-batch's value where the one-rank accumulation computes it. */
+static gt_status run_clock(pp_run *r, gt_error *err)
+{
+    const gt_graph *g = r->g;
+    if (r->split->n_clock == 0) return GT_OK;
+    for (int32_t m = 0; m < r->n_micro; m++) {
+        for (int32_t k = 0; m > 0 && k < g->n_inputs; k++) {
+            gt_value_id u = r->update_of_input[k], v = g->inputs[k].value;
+            gt_node_id pn = u < 0 ? GT_NONE : g->values[u].producer;
+            if (pn == GT_NONE || r->split->part[pn] != GT_PP_PART_CLOCK) continue;
+            r->vals[m][v] = r->vals[m - 1][u];
+            r->vals[m][v].owns_data = false;
+            r->defined[m][v] = 1;
+        }
+        for (gt_node_id n = 0; n < g->n_nodes; n++)
+            if (r->split->part[n] == GT_PP_PART_CLOCK) GT_TRY(run_node(r, m, n, err));
+    }
+    return GT_OK;
+}
+
 /* Runs every rank's actions, ranks in turn, each up to a receive whose send has not run. */
 static gt_status run_schedule(pp_run *r, const gt_pp_schedule *s, gt_error *err)
 {
@@ -604,7 +630,7 @@ static gt_status step(const gt_graph *g, const gt_sym_binding *binding, const gt
     r.defined = gt_xcalloc((size_t)M, sizeof *r.defined);
     r.micro_part = gt_xcalloc((size_t)g->n_nodes + 1, 1);
     gt_graph_micro_part(g, r.micro_part);
-    r.update_of_input = gt_pp_update_of_input(g);
+    r.update_of_input = gt_pp_update_of_input(g, split);
     size_t nn = (size_t)g->n_nodes + 1;
     r.invariant = gt_xcalloc(nn, 1);
     r.same_as = gt_xcalloc(nn, sizeof *r.same_as);
@@ -631,7 +657,8 @@ static gt_status step(const gt_graph *g, const gt_sym_binding *binding, const gt
         memset(&outputs[k], 0, sizeof outputs[k]);
     for (int32_t m = 0; !dry && m < M; m++)
         memset(&losses[m], 0, sizeof losses[m]);
-    gt_status st = run_schedule(&r, s, err);
+    gt_status st = run_clock(&r, err);
+    if (st == GT_OK) st = run_schedule(&r, s, err);
     int64_t actions_peak = r.peak;
     /* once per step: the optimizer and the nodes every rank runs, on the last micro-batch */
     for (gt_node_id n = 0; st == GT_OK && n < g->n_nodes; n++) {

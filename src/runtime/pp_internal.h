@@ -21,9 +21,11 @@ typedef struct {
     int32_t n_coll, n_gathers; /* collectives it starts a run (all-gathers among them) */
 } gt_pp_part_program;
 
-/* [g->n_inputs] (caller frees): the BUFFER_UPDATE value that feeds input k back (a running
- * gradient sum's), or -1. */
-int32_t *gt_pp_update_of_input(const gt_graph *g);
+/* [g->n_inputs] (caller frees): the BUFFER_UPDATE value that feeds input k back from one
+ * micro-batch to the next (a running gradient or token-count sum's, the micro-batch clock's), or
+ * -1: none, or one the optimizer makes once a step (the expert biases': every micro-batch reads
+ * the buffer as the step began). */
+int32_t *gt_pp_update_of_input(const gt_graph *g, const gt_pp_split *split);
 /* The nodes whose outputs are the same in every micro-batch of a step (invariant[n] = 1): those
  * of a stage's F, I or W that read only parameters, model buffers no update feeds back, and such
  * nodes' outputs (an FSDP gather, the cast before it, its wait); same_as[n]: the first invariant

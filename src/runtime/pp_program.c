@@ -29,7 +29,7 @@
 #include "pp_internal.h"
 #include "runtime_internal.h"
 
-int32_t *gt_pp_update_of_input(const gt_graph *g)
+int32_t *gt_pp_update_of_input(const gt_graph *g, const gt_pp_split *split)
 {
     int32_t *u = gt_xmalloc(((size_t)g->n_inputs + 1) * sizeof *u);
     for (int32_t k = 0; k < g->n_inputs; k++) {
@@ -40,6 +40,12 @@ int32_t *gt_pp_update_of_input(const gt_graph *g)
             if (g->outputs[j].kind == GT_OUT_BUFFER_UPDATE &&
                 !strcmp(gt_graph_str(g, g->outputs[j].fqn), name))
                 u[k] = g->outputs[j].value;
+        /* an update the optimizer makes once a step (the expert biases') is no running value:
+         * every micro-batch reads the buffer as the step began */
+        gt_node_id p = u[k] < 0 ? GT_NONE : g->values[u[k]].producer;
+        if (p != GT_NONE &&
+            (split->part[p] == GT_PP_PART_OPT || split->part[p] == GT_PP_PART_GLOBAL))
+            u[k] = -1;
     }
     return u;
 }
@@ -62,7 +68,7 @@ void gt_pp_find_invariant(const gt_graph *g, const gt_pp_split *split,
         same_as[n] = n;
         invariant[n] = 0;
         gt_pp_part p = split->part[n];
-        bool inv = nd->n_in > 0 && p != GT_PP_PART_OPT && p != GT_PP_PART_GLOBAL;
+        bool inv = nd->n_in > 0 && p <= GT_PP_PART_W;
         for (int j = 0; inv && j < nd->n_in; j++)
             inv = val[nd->in[j]] != 0;
         if (!inv) continue;
@@ -278,7 +284,7 @@ gt_status gt_pp_programs_build(const gt_graph *g, const gt_sym_binding *binding,
     uint8_t *crossing = gt_xcalloc((size_t)g->n_values + 1, 1);
     for (int32_t k = 0; k < split->n_cross; k++)
         crossing[split->cross[k].value] = 1;
-    int32_t *update = gt_pp_update_of_input(g);
+    int32_t *update = gt_pp_update_of_input(g, split);
     uint8_t *invariant = gt_xcalloc((size_t)g->n_nodes + 1, 1);
     gt_node_id *same_as = gt_xcalloc((size_t)g->n_nodes + 1, sizeof *same_as);
     gt_pp_find_invariant(g, split, update, invariant, same_as);

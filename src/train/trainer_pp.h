@@ -3,14 +3,14 @@
  *
  * The pipeline trainer is the gradient-accumulation trainer of the other mesh dims with another
  * step. pp is the outermost dim: every pipeline rank runs the trainer of the mesh
- * dp_replicate x dp_shard x tp (one rank without them) on the config that accumulates the run's
- * micro-batches (local_batch_size = pipeline_parallel_microbatch_size, global_batch_size = the
- * run's), holds its mesh rank's blocks of the whole state, draws the same batches, and runs only
- * its own actions of the schedule (gt_pp_eager_step_spmd), so the step is bitwise that of the
- * mesh's accumulation. Each pipeline rank holds, updates and stores only its stages' parameters,
- * gradient sums and AdamW moments (trainer_pp_state.c): the others' are never drawn or loaded.
- * Before a checkpoint and the final hash the owners send theirs to pipeline rank 0, whose
- * mesh saves and hashes the whole, current state, then frees them again. */
+ * dp_replicate x dp_shard x tp, expert parallelism inside it (one rank without them), on the config
+ * that accumulates the run's micro-batches (local_batch_size = pipeline_parallel_microbatch_size,
+ * global_batch_size = the run's), holds its mesh rank's blocks of the whole state, draws the same
+ * batches, and runs only its own actions of the schedule (gt_pp_eager_step_spmd), so the step is
+ * bitwise that of the mesh's accumulation. Each pipeline rank holds, updates and stores only its
+ * stages' parameters, gradient sums and AdamW moments (trainer_pp_state.c): the others' are never
+ * drawn or loaded. Before a checkpoint and the final hash the owners send theirs to pipeline rank
+ * 0, whose mesh saves and hashes the whole, current state, then frees them again. */
 #ifndef GRAPHTRAIN_TRAINER_PP_H
 #define GRAPHTRAIN_TRAINER_PP_H
 
@@ -43,8 +43,8 @@ struct gt_trainer_pp {
 };
 
 /* Before setup: checks the pipeline options (errors name the option at fault: the schedule, the
- * layers per stage, the micro-batches), refuses what does not run yet (expert parallelism, the
- * GPU, AutoParallel; artifacts without compile.enable), and points t->cfg at the one-rank
+ * layers per stage, the micro-batches), refuses what does not run yet (the GPU, AutoParallel;
+ * artifacts without compile.enable), and points t->cfg at the one-rank
  * accumulation config it keeps. cfg must outlive t. */
 gt_status gt_trainer_pp_begin(gt_trainer *t, const gt_config *cfg, gt_error *err);
 /* Instead of gt_train_dist_init: joins the world (mpirun), whose ranks are the pipeline ranks;
@@ -84,7 +84,9 @@ bool gt_trainer_pp_elsewhere(gt_trainer *t, int p);
  * ranks. */
 gt_status gt_trainer_pp_own_state(gt_trainer *t, gt_error *err);
 /* Every stage's parameters (and their AdamW moments with moments) from the rank of their stage to
- * pipeline rank 0, which allocates them to receive: the whole state, for its mesh to save or hash.
+ * pipeline rank 0, which allocates them to receive, and the model buffers a stage updates (the
+ * expert biases, the MoE token-count sums) into rank 0's copies: the whole state, for its mesh to
+ * save or hash.
  * A collective over the pipeline ranks. */
 gt_status gt_trainer_pp_gather(gt_trainer *t, bool moments, gt_error *err);
 /* Pipeline rank 0 frees again what gt_trainer_pp_gather gave it. */

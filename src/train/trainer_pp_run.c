@@ -9,9 +9,10 @@
  * grad_accum.<fqn> in micro-batch order), the same data, the same checkpoints.
  * gt_pp_eager_step_spmd runs that graph's nodes as the schedule orders them and keeps the sums in
  * micro-batch order, so losses, grad norm and parameters are bitwise the one-rank run's. With
- * other mesh dims (dp_replicate, dp_shard, tp) the same holds for their SPMD graph: parallelize's
- * graph for G / b micro-batches of b sequences a data-parallel rank, whose collectives the runner
- * starts on the mesh's communicators in the schedule's order, the same on every rank of a mesh.
+ * other mesh dims (dp_replicate, dp_shard, tp, and ep inside dp_shard x tp) the same holds for
+ * their SPMD graph: parallelize's graph for G / b micro-batches of b sequences a data-parallel
+ * rank, whose collectives (the experts' all-to-alls among them) the runner starts on the mesh's
+ * communicators in the schedule's order, the same on every rank of a mesh.
  *
  * The losses live on the rank of the last stage and are broadcast after the step (every rank
  * returns the same figure, rank 0 logs it); the gradient norm every rank computes from the
@@ -27,13 +28,6 @@ static const char *const batch_names[3] = {"tokens", "labels", "positions"};
 gt_status gt_trainer_pp_begin(gt_trainer *t, const gt_config *cfg, gt_error *err)
 {
     const gt_cfg_parallelism *p = &cfg->parallelism;
-    if (p->expert_parallel_degree > 1)
-        return gt_error_set(err, GT_ERR_UNSUPPORTED,
-                            "parallelism.pipeline_parallel_degree = %lld with "
-                            "expert_parallel_degree = %lld: pipeline parallelism is not supported "
-                            "yet together with expert parallelism; set it to 1",
-                            (long long)p->pipeline_parallel_degree,
-                            (long long)p->expert_parallel_degree);
     if (cfg->training.device == GT_CFG_DEVICE_CUDA)
         return gt_error_set(err, GT_ERR_UNSUPPORTED,
                             "parallelism.pipeline_parallel_degree = %lld: pipelines run on the CPU "

@@ -161,6 +161,23 @@ gt_status gt_trainer_pp_gather(gt_trainer *t, bool moments, gt_error *err)
                               t->ckpt_names[j * t->n_params + p], o);
         }
     }
+    /* the model's buffers (expert biases, the MoE accumulation's counts): every rank holds them
+     * whole, but only the rank of the stage that updates one has its current value */
+    const gt_graph *g = t->whole.g;
+    for (int32_t k = 0; k < g->n_inputs && st == GT_OK; k++) {
+        int32_t o = pp->owner[k];
+        if (o <= 0 || !gt_train_is_model_buffer(&g->inputs[k])) continue;
+        const char *name = gt_graph_str(g, g->inputs[k].fqn);
+        for (int b = 0; b < t->n_bufs && st == GT_OK; b++) {
+            if (strcmp(name, t->ckpt_names[3 * t->n_params + b])) continue;
+            if (pp->rank == o)
+                st = gt_comm_send_start(pp->comm, &t->bufs[b], 0, tag, err);
+            else if (pp->rank == 0)
+                st = gt_comm_recv(pp->comm, &t->bufs[b], o, tag, err);
+            if (st != GT_OK) gt_error_wrap(err, "pipeline: %s of stage rank %d to rank 0", name, o);
+            tag = (tag + 1) % 32768;
+        }
+    }
     gt_status sst = gt_comm_send_wait_all(pp->comm, err);
     return st != GT_OK ? st : sst;
 }

@@ -34,7 +34,7 @@ static void check_schedule(setup *st, gt_comm *world, gt_pp_schedule_kind kind)
     EXPECT_OK(gt_pp_split_graph(g, S, fl, &split, &err), &err);
     EXPECT_OK(gt_pp_schedule_build(kind, pp, spr, MICRO, &sched, &err), &err);
     if (err.code != GT_OK) return;
-    static gt_tensor ref_in[MICRO][256], pp_in[MICRO][256];
+    static gt_tensor ref_in[MICRO][PP_MAX_INPUTS], pp_in[MICRO][PP_MAX_INPUTS];
     init_inputs(st, ref_in);
     init_inputs(st, pp_in);
     int diffs = 0, misplaced = 0, owned = 0;
@@ -100,7 +100,7 @@ int main(int argc, char **argv)
     gt_comm *world = comm_test_mpi_world(&argc, &argv, 4);
     if (!world) return gt_test_finish();
     setup st;
-    if (build(&st) && st.g->n_inputs <= 256) {
+    if (build(&st) && st.g->n_inputs <= PP_MAX_INPUTS) {
         for (int k = 0; k < GT_PP_N_SCHEDULES; k++) {
             if (k == GT_PP_DUALPIPEV && gt_comm_size(world) > 2) continue;
             check_schedule(&st, world, (gt_pp_schedule_kind)k);

@@ -25,150 +25,6 @@
  * (and ZBVZeroBubble on pp 4) runs bitwise the accumulation. */
 #include "pp_harness.h"
 
-/* With programs: every stage's parts are built; those with nodes and no collective are
- * compiled (the one-rank graph has none), each allocating what its memory plan says. The passes
- * local to a part run on it, as the trainer runs them (the whole-step ones ran before the split,
- * on a graph of compile_step, or not at all). */
-static gt_status compile_part(gt_graph *g, void *user, gt_error *err)
-{
-    setup *s = user;
-    return gt_train_compile_graph_scope(&s->cfg, &s->layout, g, NULL, GT_PASS_SCOPE_PART, err);
-}
-
-static gt_pp_programs *programs_of(setup *s, const gt_pp_split *split, const gt_pp_schedule *sched,
-                                   const char *name, bool passes)
-{
-    gt_error err = {0};
-    gt_pp_programs *p = NULL;
-    gt_pp_programs_opts o = {.compile = passes ? compile_part : NULL, .compile_user = s};
-    EXPECT_OK(gt_pp_programs_build(s->g, &s->binding, split, sched, -1, &o, &p, &err), &err);
-    int compiled = 0, parts = 0;
-    for (int32_t st = 0; p && st < split->n_stages; st++)
-        for (int k = GT_PP_PART_F; k <= GT_PP_PART_W; k++) {
-            const gt_pp_part_info *in = gt_pp_programs_info(p, st, (gt_pp_part)k);
-            parts += in->n_nodes > 0;
-            compiled += in->compiled;
-            EXPECT(!in->compiled || (in->planned_bytes == in->allocated_bytes &&
-                                     in->live_peak_bytes <= in->planned_bytes && in->n_out > 0),
-                   "%s: stage %d part %d planned %lld B, allocated %lld B", name, st, k,
-                   (long long)in->planned_bytes, (long long)in->allocated_bytes);
-            EXPECT(in->compiled || in->n_nodes == 0, "%s: stage %d part %d not compiled: %s", name,
-                   st, k, in->why);
-        }
-    EXPECT(p && compiled == parts && compiled > 0, "%s: %d of %d parts compiled", name, compiled,
-           parts);
-    return p;
-}
-
-/* programs: 0 node by node, 1 the parts as programs, 2 the same after the pass pipeline */
-static void check_schedule(setup *s, gt_pp_schedule_kind kind, int32_t pp, int programs)
-{
-    const gt_graph *g = s->g;
-    gt_error err = {0};
-    int32_t spr = gt_pp_default_stages_per_rank(kind), S = pp * spr;
-    int64_t fl[16];
-    gt_pp_split split;
-    gt_pp_schedule sched;
-    EXPECT_OK(gt_pp_split_layers(6, S, 1, 1, fl, &err), &err);
-    EXPECT_OK(gt_pp_split_graph(g, S, fl, &split, &err), &err);
-    EXPECT_OK(gt_pp_schedule_build(kind, pp, spr, MICRO, &sched, &err), &err);
-    if (err.code != GT_OK) return;
-    gt_pp_programs *progs =
-        programs ? programs_of(s, &split, &sched, gt_pp_schedule_name(kind), programs == 2) : NULL;
-    static gt_tensor ref_in[MICRO][256], pp_in[MICRO][256];
-    init_inputs(s, ref_in);
-    init_inputs(s, pp_in);
-    int diffs = 0;
-    for (int64_t step = 1; step <= STEPS && err.code == GT_OK; step++) {
-        gt_tensor rl[MICRO] = {{0}}, pl[MICRO] = {{0}};
-        gt_tensor *ro = calloc((size_t)g->n_outputs, sizeof *ro);
-        gt_tensor *po = calloc((size_t)g->n_outputs, sizeof *po);
-        next_step(g, ref_in, NULL, step);
-        next_step(g, pp_in, NULL, step);
-        reference_step(s, ref_in, rl, ro);
-        const gt_tensor *in_ptrs[MICRO];
-        for (int m = 0; m < MICRO; m++)
-            in_ptrs[m] = pp_in[m];
-        gt_pp_step_stats run, plan;
-        EXPECT_OK(gt_pp_step_programs(g, &s->binding, &split, &sched, NULL, NULL, progs, in_ptrs,
-                                      pl, po, &run, &err),
-                  &err);
-        if (err.code != GT_OK) break;
-        /* the plan on sizes alone is the step as run, and the step frees what it has read */
-        EXPECT_OK(gt_pp_step_plan_programs(g, &s->binding, &split, &sched, -1, progs, &plan, &err),
-                  &err);
-        EXPECT(!memcmp(&run, &plan, sizeof run) && run.peak_bytes < run.allocated_bytes,
-               "%s pp %d step %lld: held at most %lld B (planned %lld) of %lld B (planned %lld)",
-               gt_pp_schedule_name(kind), pp, (long long)step, (long long)run.peak_bytes,
-               (long long)plan.peak_bytes, (long long)run.allocated_bytes,
-               (long long)plan.allocated_bytes);
-        if (step == 1)
-            printf("%-16s pp %d: step values held at most %lld of %lld B, as planned\n",
-                   gt_pp_schedule_name(kind), pp, (long long)run.peak_bytes,
-                   (long long)run.allocated_bytes);
-        for (int m = 0; m < MICRO; m++) {
-            EXPECT(same(&rl[m], &pl[m]), "%s pp %d step %lld micro %d: loss %.9g vs %.9g",
-                   gt_pp_schedule_name(kind), pp, (long long)step, m, gt_tensor_get_f32(&rl[m], 0),
-                   gt_tensor_get_f32(&pl[m], 0));
-        }
-        for (int32_t k = 0; k < g->n_outputs; k++)
-            if (!same(&ro[k], &po[k]) && diffs++ < 3)
-                fprintf(stderr, "  %s pp %d step %lld: output %d (%s) differs\n",
-                        gt_pp_schedule_name(kind), pp, (long long)step, k,
-                        gt_graph_str(g, g->outputs[k].fqn));
-        if (step == STEPS)
-            printf("%-16s pp %d (%d stages)%s: step %d loss %.7f (micro 0 %.7f), bitwise %s\n",
-                   gt_pp_schedule_name(kind), pp, S,
-                   programs == 2 ? ", programs after passes"
-                   : progs       ? ", programs"
-                                 : "",
-                   STEPS,
-                   gt_tensor_get_f32(&rl[0], 0) + gt_tensor_get_f32(&rl[1], 0) +
-                       gt_tensor_get_f32(&rl[2], 0) + gt_tensor_get_f32(&rl[3], 0),
-                   gt_tensor_get_f32(&rl[0], 0), diffs ? "NO" : "yes");
-        next_step(g, ref_in, ro, step + 1);
-        next_step(g, pp_in, po, step + 1);
-        free_outputs(rl, MICRO);
-        free_outputs(pl, MICRO);
-        free_outputs(ro, g->n_outputs);
-        free_outputs(po, g->n_outputs);
-        free(ro);
-        free(po);
-    }
-    EXPECT(diffs == 0, "%s pp %d%s: %d outputs differ", gt_pp_schedule_name(kind), pp,
-           progs ? " (programs)" : "", diffs);
-    gt_pp_programs_free(progs);
-
-    /* a W moved before the previous micro-batch's W of its stage */
-    if (kind == GT_PP_ZBV_ZERO_BUBBLE && pp == 2 && !programs) {
-        gt_pp_action *a = sched.actions[0];
-        int w0 = -1, w1 = -1;
-        for (int i = 0; i < sched.n_actions[0]; i++) {
-            if (a[i].kind == GT_PP_W && a[i].stage == 0 && a[i].mb == 0) w0 = i;
-            if (a[i].kind == GT_PP_W && a[i].stage == 0 && a[i].mb == 1) w1 = i;
-        }
-        EXPECT(w0 >= 0 && w1 > w0, "0W0 at %d, 0W1 at %d", w0, w1);
-        if (w0 >= 0 && w1 > w0) {
-            a[w0].mb = 1, a[w1].mb = 0;
-            gt_tensor pl[MICRO] = {{0}};
-            gt_tensor *po = calloc((size_t)g->n_outputs, sizeof *po);
-            const gt_tensor *in_ptrs[MICRO];
-            for (int m = 0; m < MICRO; m++)
-                in_ptrs[m] = pp_in[m];
-            gt_status st = gt_pp_eager_step(g, &s->binding, &split, &sched, in_ptrs, pl, po, &err);
-            EXPECT(st == GT_ERR_INVALID && strstr(err.msg, "0W1 runs before 0W0") &&
-                       strstr(err.msg, "rank 0 action"),
-                   "%s", err.msg);
-            free(po);
-        }
-    }
-    for (int m = 0; m < MICRO; m++)
-        for (int32_t k = 0; k < g->n_inputs; k++)
-            gt_tensor_free(&ref_in[m][k]), gt_tensor_free(&pp_in[m][k]);
-    gt_pp_schedule_free(&sched);
-    gt_pp_split_free(&split);
-}
-
 /* The trainer's compile of a pipeline step under compile.memory_policy `policy`: the passes that
  * see the whole step on s's graph before the split. */
 static bool compile_step(setup *s, gt_cfg_memory_policy policy)
@@ -179,7 +35,7 @@ static bool compile_step(setup *s, gt_cfg_memory_policy policy)
     EXPECT_OK(
         gt_train_compile_graph_scope(&s->cfg, &s->layout, s->g, NULL, GT_PASS_SCOPE_WHOLE, &err),
         &err);
-    return err.code == GT_OK && s->g->n_inputs <= 256;
+    return err.code == GT_OK && s->g->n_inputs <= PP_MAX_INPUTS;
 }
 
 /* What one micro-batch of each stage holds from its forward to its backward, and what the step
@@ -258,9 +114,9 @@ static void check_memory_policy(void)
                "%lld -> %lld B over the actions\n",
                gt_pp_schedule_name(kind), (long long)sn[0], (long long)sf[0], (long long)hn,
                (long long)hf);
-        check_schedule(&full, kind, 2, 2);
+        pp_check_schedule(&full, kind, 2, 2);
     }
-    check_schedule(&full, GT_PP_ZBV_ZERO_BUBBLE, 4, 2);
+    pp_check_schedule(&full, GT_PP_ZBV_ZERO_BUBBLE, 4, 2);
     setup *both[2] = {&none, &full};
     for (int k = 0; k < 2; k++) {
         gt_graph_free(both[k]->g);
@@ -273,24 +129,24 @@ int main(void)
 {
     check_memory_policy();
     setup s;
-    if (build(&s) && s.g->n_inputs <= 256) {
+    if (build(&s) && s.g->n_inputs <= PP_MAX_INPUTS) {
         for (int k = 0; k < GT_PP_N_SCHEDULES; k++) {
-            check_schedule(&s, (gt_pp_schedule_kind)k, 2, 0);
-            check_schedule(&s, (gt_pp_schedule_kind)k, 2, 1);
+            pp_check_schedule(&s, (gt_pp_schedule_kind)k, 2, 0);
+            pp_check_schedule(&s, (gt_pp_schedule_kind)k, 2, 1);
         }
-        check_schedule(&s, GT_PP_1F1B, 4, 0);
-        check_schedule(&s, GT_PP_ZBV_ZERO_BUBBLE, 4, 0);
-        check_schedule(&s, GT_PP_ZBV_ZERO_BUBBLE, 4, 1);
-        check_schedule(&s, GT_PP_1F1B, 2, 2);
-        check_schedule(&s, GT_PP_ZBV_ZERO_BUBBLE, 2, 2);
+        pp_check_schedule(&s, GT_PP_1F1B, 4, 0);
+        pp_check_schedule(&s, GT_PP_ZBV_ZERO_BUBBLE, 4, 0);
+        pp_check_schedule(&s, GT_PP_ZBV_ZERO_BUBBLE, 4, 1);
+        pp_check_schedule(&s, GT_PP_1F1B, 2, 2);
+        pp_check_schedule(&s, GT_PP_ZBV_ZERO_BUBBLE, 2, 2);
         /* the compiled graph (the pass pipeline: fusion, recomputation) splits and runs alike */
         gt_error err = {0};
         EXPECT_OK(gt_train_compile_graph(&s.cfg, s.g, NULL, &err), &err);
         printf("compiled: %d nodes\n", s.g->n_nodes);
         if (err.code == GT_OK) {
-            check_schedule(&s, GT_PP_1F1B, 2, 0);
-            check_schedule(&s, GT_PP_DUALPIPEV, 2, 0);
-            check_schedule(&s, GT_PP_1F1B, 2, 1);
+            pp_check_schedule(&s, GT_PP_1F1B, 2, 0);
+            pp_check_schedule(&s, GT_PP_DUALPIPEV, 2, 0);
+            pp_check_schedule(&s, GT_PP_1F1B, 2, 1);
         }
     }
     gt_graph_free(s.g);
