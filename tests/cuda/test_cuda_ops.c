@@ -380,14 +380,18 @@ static void case_matmul(gt_dtype ft)
     struct {
         int ta, tb, ra, rb;
         int64_t as[4], bs[4], os[4];
-    } m[5] = {
+    } m[7] = {
         {0, 0, 4, 4, {2, 3, 17, 33}, {2, 3, 33, 19}, {2, 3, 17, 19}},
         {1, 1, 3, 3, {2, 33, 17}, {2, 19, 33}, {2, 17, 19}},
         {0, 1, 3, 2, {3, 17, 64}, {40, 64}, {3, 17, 40}},
         {1, 0, 3, 2, {3, 64, 17}, {64, 40}, {3, 17, 40}},
         {0, 0, 2, 2, {128, 96}, {96, 80}, {128, 80}},
+        /* the MoE router's weight gradient (f32: split along k, cuda_matmul.cu), and a k that
+         * no chunk count divides into runs of 256 (unsplit) */
+        {1, 0, 2, 2, {16384, 8}, {16384, 256}, {8, 256}},
+        {1, 0, 2, 2, {8209, 8}, {8209, 24}, {8, 24}},
     };
-    for (int k = 0; k < 5; k++) {
+    for (int k = 0; k < 7; k++) {
         tcase c = {.name = nm("matmul", ft), .op = GT_OP_MATMUL, .n_in = 2, .n_out = 1, .ni = 2};
         c.i[0] = m[k].ta;
         c.i[1] = m[k].tb;

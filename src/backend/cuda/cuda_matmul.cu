@@ -16,7 +16,8 @@
  * splitKreduce_kernel (seen in CUPTI traces); runs with them stay bitwise (the GPU tests rerun
  * whole steps and compare bits). On its first (warm-up) call a large shape times the heuristic's
  * other candidates and may take a faster one, but only one whose output has that pick's bits
- * (cuda_matmul_tune.cu; GT_MATMUL_TUNE=0 turns it off). */
+ * (cuda_matmul_tune.cu; GT_MATMUL_TUNE=0 turns it off). An f32 weight gradient with a long k and
+ * a small output is split along k by hand, its parts summed in a fixed order (gt_splitk_chunks). */
 #include "cuda_internal.h"
 
 #include <string.h>
@@ -166,6 +167,53 @@ static gt_status gt_cuda_gemm(gt_cuda_stream *s, const gt_kernel_call *c, const 
     return st;
 }
 
+/* A weight gradient in f32 (a^T b: a long k, a small output), e.g. the MoE router's gate,
+ * [8, 256] over 16384 tokens: cuBLASLt's pick (split-K count 1, see the header) runs one block per
+ * 32 x 32 output tile through the whole of k, 0.45 ms at DeepSeek-V3 debugmodel's shape. Here k is
+ * cut into `chunks` equal runs of at least 256 rows, multiplied as one strided batch into scratch,
+ * and the partial products are summed in chunk order by gt_k_sum_chunks: a fixed order (other bits
+ * than the unsplit product, the same every run). 1 where the form or the sizes do not fit. */
+static int64_t gt_splitk_chunks(const gt_gemm *g)
+{
+    if (g->dt != GT_F32 || g->batch != 1 || !g->ta || g->tb || g->m * g->n > 65536 ||
+        g->k < 8192)
+        return 1;
+    int64_t s = 64;
+    while (s > 1 && (g->k % s != 0 || g->k / s < 256))
+        s /= 2;
+    return s;
+}
+
+__global__ void gt_k_sum_chunks(int64_t n, int64_t chunks, const float *part, float *out)
+{
+    GT_GRID_STRIDE(i, n)
+    {
+        float acc = part[i];
+        for (int64_t j = 1; j < chunks; j++)
+            acc += part[j * n + i];
+        out[i] = acc;
+    }
+}
+
+static gt_status gt_cuda_gemm_splitk(gt_cuda_stream *s, const gt_kernel_call *c, const gt_gemm *g,
+                                     int64_t chunks, const void *a, const void *b, void *out,
+                                     gt_error *err)
+{
+    int64_t mn = g->m * g->n;
+    void *part;
+    GT_TRY(gt_cuda_scratch(s, c, (size_t)(chunks * mn) * sizeof(float), &part, err));
+    gt_gemm one = *g;
+    one.k = g->k / chunks;
+    one.batch = chunks;
+    one.stride_a = one.k * g->m; /* a is [k, m]: chunk j is rows j·k/chunks.. */
+    one.stride_b = one.k * g->n; /* b is [k, n] */
+    one.stride_c = mn;
+    GT_TRY(gt_cuda_gemm(s, c, &one, a, b, part, err));
+    gt_k_sum_chunks<<<gt_cuda_blocks(mn), GT_CUDA_THREADS, 0, s->stream>>>(
+        mn, chunks, (const float *)part, (float *)out);
+    return gt_cuda_launched(c, err);
+}
+
 gt_status gt_cuda_matmul(gt_cuda_stream *s, const gt_kernel_call *c, gt_error *err)
 {
     const gt_tensor *a = c->in[0], *b = c->in[1];
@@ -203,6 +251,8 @@ gt_status gt_cuda_matmul(gt_cuda_stream *s, const gt_kernel_call *c, gt_error *e
                                 b->data, (char *)out->data + (size_t)(i * m * n) * es, err));
         return GT_OK;
     }
+    int64_t chunks = same ? gt_splitk_chunks(&g) : 1;
+    if (chunks > 1) return gt_cuda_gemm_splitk(s, c, &g, chunks, a->data, b->data, out->data, err);
     if (same) return gt_cuda_gemm(s, c, &g, a->data, b->data, out->data, err);
     /* Mixed dtypes: widen every operand that is not f32 into scratch, multiply in f32. */
     int64_t na = gt_tensor_numel(a), nb = gt_tensor_numel(b);
