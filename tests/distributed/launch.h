@@ -331,6 +331,95 @@ static inline int launch_bitwise_diff(const launch_result *a, const launch_resul
     return differ;
 }
 
+/* A fresh dump folder (its old contents removed) holding only a copy of src_dump's step-`step`
+ * checkpoint: a resume that starts from it. */
+static inline bool launch_seed_dump(const char *src_dump, const char *dump, int step)
+{
+    char dir[700], from[800], to[800];
+    remove_tree(dump);
+    mkdir(dump, 0777);
+    snprintf(dir, sizeof dir, "%s/checkpoint", dump);
+    mkdir(dir, 0777);
+    snprintf(dir, sizeof dir, "%s/checkpoint/step-%d", dump, step);
+    mkdir(dir, 0777);
+    static const char *const files[] = {"model.safetensors", "manifest.json"};
+    for (int k = 0; k < 2; k++) {
+        snprintf(from, sizeof from, "%s/checkpoint/step-%d/%s", src_dump, step, files[k]);
+        snprintf(to, sizeof to, "%s/%s", dir, files[k]);
+        size_t n = 0;
+        char *bytes = read_all(from, &n);
+        FILE *f = bytes ? fopen(to, "wb") : NULL;
+        bool ok = f && fwrite(bytes, 1, n, f) == n;
+        if (f) ok = fclose(f) == 0 && ok;
+        free(bytes);
+        if (!ok) return false;
+    }
+    return true;
+}
+
+/* The last record of each step first..steps of DUMP/metrics.jsonl into out[first..]; false unless
+ * each has one and no earlier step has (a resumed run starts after its checkpoint). */
+static inline bool launch_records_from(const char *dump, int first, int steps, gt_metrics_step *out)
+{
+    gt_metrics_log log = {0};
+    if (!read_metrics(dump, &log)) return false;
+    for (int s = 0; s <= steps; s++)
+        out[s].step = 0;
+    for (int64_t k = 0; k < log.n_steps; k++) {
+        int64_t s = log.steps[k].step;
+        if (s >= 1 && s <= steps) out[s] = log.steps[k];
+    }
+    gt_metrics_log_free(&log);
+    bool ok = true;
+    for (int s = 1; s <= steps; s++)
+        ok = ok && (s < first ? out[s].step == 0 : out[s].step == s);
+    return ok;
+}
+
+/* Runs c (at most `seconds`) with its output into DUMP.txt; the records of steps first..steps
+ * into r, *hash the final hash (0 when the run names none). */
+static inline bool launch_run_from(launch_cmd *c, const char *dump, int first, int steps,
+                                   double seconds, launch_result *r, uint64_t *hash)
+{
+    char out_path[600];
+    snprintf(out_path, sizeof out_path, "%s.txt", dump);
+    snprintf(r->dump, sizeof r->dump, "%s", dump);
+    double dt = 0;
+    int rc = launch_run(c, out_path, seconds, &dt);
+    char *out = read_all(out_path, NULL);
+    long long f = 0, l = 0;
+    r->ok = rc == 0 && out && parse_summary(out, &f, &l, hash) && f == first && l == steps &&
+            launch_records_from(dump, first, steps, r->steps);
+    printf("%-48s exit %d, %.1f s\n", dump, rc, dt);
+    if (!r->ok) launch_show_tail(out_path);
+    free(out);
+    return r->ok;
+}
+
+/* Steps first..steps of r against ref: losses and grad norms bitwise, the last checkpoint's
+ * bytes, and the hash when given. */
+static inline void launch_compare_from(const char *name, const launch_result *ref,
+                                       uint64_t ref_hash, const launch_result *r, uint64_t hash,
+                                       int first, int steps)
+{
+    int differ = 0;
+    for (int s = first; s <= steps; s++)
+        differ += ref->steps[s].loss != r->steps[s].loss ||
+                  ref->steps[s].grad_norm != r->steps[s].grad_norm;
+    char pa[700], pb[700];
+    launch_ckpt_path(pa, sizeof pa, ref->dump, steps);
+    launch_ckpt_path(pb, sizeof pb, r->dump, steps);
+    bool same_ckpt = same_bytes(pa, pb);
+    EXPECT(differ == 0, "%s: %d of steps %d..%d differ from the reference's", name, differ, first,
+           steps);
+    EXPECT(hash == ref_hash, "%s: params xxh64 %016llx, the reference's %016llx", name,
+           (unsigned long long)hash, (unsigned long long)ref_hash);
+    EXPECT(same_ckpt, "%s: the step-%d checkpoint differs from the reference's", name, steps);
+    printf("  %-30s loss %d..%d and grad_norm bitwise: %s; hash %016llx; checkpoint %s\n", name,
+           first, steps, differ ? "NO" : "yes", (unsigned long long)hash,
+           same_ckpt ? "same" : "DIFFERS");
+}
+
 /* The records of steps 6..LAUNCH_STEPS of a run resumed from the step-5 checkpoint into
  * out[6..]; false unless each of those steps has a record and steps 1..5 have none (the resumed
  * run started at step 6). */

@@ -277,37 +277,6 @@ static void compare(const char *name, const launch_result *ref, uint64_t ref_has
            differ ? "NO" : "yes", (unsigned long long)hash, same_ckpt ? "same" : "DIFFERS");
 }
 
-static bool copy_file(const char *from, const char *to)
-{
-    size_t n = 0;
-    char *bytes = read_all(from, &n);
-    if (!bytes) return false;
-    FILE *f = fopen(to, "wb");
-    bool ok = f && fwrite(bytes, 1, n, f) == n;
-    if (f) ok = fclose(f) == 0 && ok;
-    free(bytes);
-    return ok;
-}
-
-/* A fresh dump folder holding only a copy of src_dump's step-5 checkpoint. */
-static bool seed_dump(const char *src_dump, const char *dump)
-{
-    char dir[700], from[800], to[800];
-    remove_tree(dump);
-    mkdir(dump, 0777);
-    snprintf(dir, sizeof dir, "%s/checkpoint", dump);
-    mkdir(dir, 0777);
-    snprintf(dir, sizeof dir, "%s/checkpoint/step-5", dump);
-    mkdir(dir, 0777);
-    static const char *const files[] = {"model.safetensors", "manifest.json"};
-    for (int k = 0; k < 2; k++) {
-        snprintf(from, sizeof from, "%s/checkpoint/step-5/%s", src_dump, files[k]);
-        snprintf(to, sizeof to, "%s/%s", dir, files[k]);
-        if (!copy_file(from, to)) return false;
-    }
-    return true;
-}
-
 /* c (already set up on dump, seeded with a step-5 checkpoint) trains steps 6..10 with ref's
  * losses and grad norms, bitwise. */
 static void resumed(const char *name, launch_cmd *c, const char *dump, const launch_result *ref,
@@ -508,11 +477,11 @@ int main(void)
     char src[512];
     snprintf(src, sizeof src, "%s/pp2_1F1B", base);
     snprintf(dump, sizeof dump, "%s/resume_pp2_on_one_rank", base);
-    EXPECT(seed_dump(src, dump), "cannot copy %s's step-5 checkpoint", src);
+    EXPECT(launch_seed_dump(src, dump, 5), "cannot copy %s's step-5 checkpoint", src);
     one_rank(&c, dump);
     resumed("pp 2 -> one rank", &c, dump, &ref, 0);
     snprintf(dump, sizeof dump, "%s/resume_one_rank_on_pp2", base);
-    EXPECT(seed_dump(ref.dump, dump), "cannot copy the one rank's step-5 checkpoint");
+    EXPECT(launch_seed_dump(ref.dump, dump, 5), "cannot copy the one rank's step-5 checkpoint");
     pipeline(&c, 2, 2, "ZBVZeroBubble", dump);
     resumed("one rank -> pp 2 ZBV", &c, dump, &ref, 0);
     { /* the load, too, reads each rank's stages alone */
@@ -525,7 +494,7 @@ int main(void)
     /* pp 2 -> dp_shard 2 with the same 4 sequences a step (no accumulation: sums in another
      * order) */
     snprintf(dump, sizeof dump, "%s/resume_pp2_on_dp_shard2", base);
-    EXPECT(seed_dump(src, dump), "cannot copy %s's step-5 checkpoint", src);
+    EXPECT(launch_seed_dump(src, dump, 5), "cannot copy %s's step-5 checkpoint", src);
     common(&c, 2, dump);
     launch_add(&c, "--training.local_batch_size=2");
     launch_add(&c, "--parallelism.data_parallel_shard_degree=2");

@@ -36,36 +36,6 @@ static int run(const launch_layout *l, const char *dump, char **out)
     return rc;
 }
 
-static bool copy_file(const char *from, const char *to)
-{
-    size_t n = 0;
-    char *bytes = read_all(from, &n);
-    if (!bytes) return false;
-    FILE *f = fopen(to, "wb");
-    bool ok = f && fwrite(bytes, 1, n, f) == n;
-    if (f) ok = fclose(f) == 0 && ok;
-    free(bytes);
-    return ok;
-}
-
-/* A fresh dump folder holding only a copy of src_dump's step-5 checkpoint. */
-static bool seed_dump(const char *src_dump, const char *dump)
-{
-    char dir[700], from[800], to[800];
-    snprintf(dir, sizeof dir, "%s/checkpoint", dump);
-    mkdir(dump, 0777);
-    mkdir(dir, 0777);
-    snprintf(dir, sizeof dir, "%s/checkpoint/step-5", dump);
-    mkdir(dir, 0777);
-    static const char *const files[] = {"model.safetensors", "manifest.json"};
-    for (int k = 0; k < 2; k++) {
-        snprintf(from, sizeof from, "%s/checkpoint/step-5/%s", src_dump, files[k]);
-        snprintf(to, sizeof to, "%s/%s", dir, files[k]);
-        if (!copy_file(from, to)) return false;
-    }
-    return true;
-}
-
 /* Resumes src_dump's step-5 checkpoint on layout l and compares steps 6..10 with ref. */
 static void resume_and_compare(const char *base, const char *name, const char *src_dump,
                                const launch_layout *l, const gt_metrics_step *ref)
@@ -73,7 +43,7 @@ static void resume_and_compare(const char *base, const char *name, const char *s
     char dump[512];
     snprintf(dump, sizeof dump, "%s/%s", base, name);
     remove_tree(dump);
-    EXPECT(seed_dump(src_dump, dump), "%s: cannot copy the step-5 checkpoint", name);
+    EXPECT(launch_seed_dump(src_dump, dump, 5), "%s: cannot copy the step-5 checkpoint", name);
     gt_metrics_step steps[LAUNCH_STEPS + 1];
     char *out = NULL;
     int rc = run(l, dump, &out);
