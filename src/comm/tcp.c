@@ -29,6 +29,11 @@
  * carries the collectives of every communicator containing both, in program order (the same on
  * every rank of an SPMD program).
  *
+ * Point-to-point (src/comm/tcp_p2p.c) shares the streams: its messages carry their own magic, a
+ * collective writes to a stream only after the p2p sends queued on it, and reads its message once
+ * the p2p messages before it are stashed; the exchange progresses every peer's p2p traffic while
+ * it waits.
+ *
  * Hangs and deaths: a collective fails when no byte moves for the timeout (seconds; <= 0:
  * forever), naming this rank, the collective, the communicator, its world ranks and the peer it
  * waits for; a peer that closes its sockets (it died) fails at once naming it. After a failure the
