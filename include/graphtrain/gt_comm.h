@@ -110,7 +110,7 @@ gt_status gt_comm_mpi_finalize(gt_error *err);
  * collectives give the MPI communicator's bits (rank-order sums); start performs the whole
  * collective and wait does nothing; a collective fails when no byte moves for timeout_seconds
  * (<= 0: never) or a peer closes its connection, naming that rank. Named "world"; split
- * communicators share its sockets. */
+ * communicators share its sockets. It has point-to-point (below), on the same streams. */
 gt_status gt_comm_tcp_world(double timeout_seconds, gt_comm **out, gt_error *err);
 
 /* ---------------------------------------------------------------- NCCL (device tensors)
@@ -278,8 +278,12 @@ gt_status gt_comm_wait(gt_comm_request *req, gt_error *err);
 
 /* Point-to-point between two ranks of c (pipeline parallelism): t's bytes to rank peer under tag
  * (>= 0, < 32768), without blocking (t must stay valid until gt_comm_send_wait_all); t's bytes
- * from rank peer under tag, blocking. Errors: a peer out of range or this rank, a communicator
- * with no point-to-point (MPI has it; TCP, NCCL and fake do not yet), naming the communicator. */
+ * from rank peer under tag, blocking. Messages of one peer and tag arrive in the order sent;
+ * other tags may be received in any order. The MPI and TCP communicators have it (TCP: the sends
+ * progress whenever the rank waits on any communicator over the same sockets, src/comm/tcp_p2p.c);
+ * NCCL and fake do not yet. Errors: a peer out of range or this rank, a communicator with no
+ * point-to-point, naming the communicator; a wait past the communicator's timeout, naming the
+ * peer. */
 gt_status gt_comm_send_start(gt_comm *c, const gt_tensor *t, int peer, int tag, gt_error *err);
 gt_status gt_comm_recv(gt_comm *c, gt_tensor *t, int peer, int tag, gt_error *err);
 gt_status gt_comm_send_wait_all(gt_comm *c, gt_error *err);

@@ -29,6 +29,11 @@
  * carries the collectives of every communicator containing both, in program order (the same on
  * every rank of an SPMD program).
  *
+ * Point-to-point (src/comm/tcp_p2p.c) shares the streams: its messages carry their own magic, a
+ * collective writes to a stream only after the p2p sends queued on it, and reads its message once
+ * the p2p messages before it are stashed; the exchange progresses every peer's p2p traffic while
+ * it waits.
+ *
  * Hangs and deaths: a collective fails when no byte moves for the timeout (seconds; <= 0:
  * forever), naming this rank, the collective, the communicator, its world ranks and the peer it
  * waits for; a peer that closes its sockets (it died) fails at once naming it. After a failure the
@@ -69,7 +74,7 @@ static void make_header(unsigned char *h, uint32_t kind, uint32_t tag, uint64_t 
 }
 
 /* Fails the exchange: the communicator's streams are out of step from here on. */
-static gt_status exchange_fail(gt_comm *c, gt_error *err)
+gt_status gt_tcp_fail(gt_comm *c, gt_error *err)
 {
     tcp_impl *impl = c->impl;
     if (!impl->net->broken) {
@@ -79,46 +84,54 @@ static gt_status exchange_fail(gt_comm *c, gt_error *err)
     return err->code;
 }
 
-/* Moves every part's messages (p[i] is comm rank i's; p[c->rank] is ignored) until all are done.
- * Fails when no byte moves for the timeout, or a peer closes its socket or sends a message that is
- * not the one expected. */
+/* Moves every part's messages (p[i] is comm rank i's; p[c->rank] is ignored) until all are done,
+ * progressing the point-to-point traffic with every world rank meanwhile (tcp_p2p.c): a part's
+ * message goes out after the sends queued on its stream, and a part's message is read once the
+ * p2p messages before it are stashed. Fails when no byte moves for the timeout, or a peer closes
+ * its socket or sends a message that is not the one expected. */
 static gt_status exchange(gt_comm *c, uint32_t kind, const char *what, tc_part *p, gt_error *err)
 {
     tcp_impl *impl = c->impl;
     tcp_net *net = impl->net;
     if (net->broken) return broken_error(c, what, err);
-    int n = c->size;
-    struct pollfd *pf = gt_xmalloc(sizeof *pf * (size_t)n);
-    int *who = gt_xmalloc(sizeof *who * (size_t)n);
+    int n = c->size, nw = net->size;
+    struct pollfd *pf = gt_xmalloc(sizeof *pf * (size_t)nw);
+    int *who = gt_xmalloc(sizeof *who * (size_t)nw * 2), *pos = who + nw;
+    for (int w = 0; w < nw; w++)
+        pos[w] = -1;
     for (int i = 0; i < n; i++) {
         if (i == c->rank) p[i].has_send = p[i].has_recv = false;
         make_header(p[i].hout, kind, impl->tag, p[i].send_n);
         p[i].sent = p[i].got = 0;
+        pos[impl->world[i]] = i;
     }
     double last = gt_now_seconds();
     gt_status st = GT_OK;
     for (;;) {
         int m = 0;
-        for (int i = 0; i < n; i++) {
-            bool s = p[i].has_send && p[i].sent < TC_HDR + p[i].send_n;
-            bool r = p[i].has_recv && p[i].got < TC_HDR + p[i].recv_n;
-            if (!s && !r) continue;
-            pf[m] = (struct pollfd){net->fd[impl->world[i]],
-                                    (short)((s ? POLLOUT : 0) | (r ? POLLIN : 0)), 0};
-            who[m++] = i;
+        bool left = false;
+        for (int w = 0; w < nw; w++) {
+            if (w == net->rank) continue;
+            int i = pos[w];
+            bool s = i >= 0 && p[i].has_send && p[i].sent < TC_HDR + p[i].send_n;
+            bool r = i >= 0 && p[i].has_recv && p[i].got < TC_HDR + p[i].recv_n;
+            left |= s || r;
+            short ev = (short)(gt_tcp_p2p_events(net, w) | (s ? POLLOUT : 0) | (r ? POLLIN : 0));
+            if (!ev) continue;
+            pf[m] = (struct pollfd){net->fd[w], ev, 0};
+            who[m++] = w;
         }
-        if (m == 0) break;
+        if (!left) break;
         int ms = net->timeout_s > 0 ? ms_left(last + net->timeout_s) : -1;
         int pr = ms == 0 ? 0 : poll(pf, (nfds_t)m, ms);
         if (pr < 0 && errno == EINTR) continue;
         if (pr <= 0) {
             /* name the first peer still owing data (or still not taking ours) */
-            int i = who[0];
-            for (int k = 0; k < m; k++)
-                if (p[who[k]].has_recv && p[who[k]].got < TC_HDR + p[who[k]].recv_n) {
-                    i = who[k];
-                    break;
-                }
+            int i = -1;
+            for (int k = 0; k < n && i < 0; k++)
+                if (p[k].has_recv && p[k].got < TC_HDR + p[k].recv_n) i = k;
+            for (int k = 0; k < n && i < 0; k++)
+                if (p[k].has_send && p[k].sent < TC_HDR + p[k].send_n) i = k;
             st = gt_error_set(err, GT_ERR_IO,
                               "rank %d: %s on communicator '%s' (size %d, %s): no progress with "
                               "rank %d (world rank %d) for %.0f s: that rank died or is stuck "
@@ -129,9 +142,14 @@ static gt_status exchange(gt_comm *c, uint32_t kind, const char *what, tc_part *
         }
         for (int k = 0; k < m && st == GT_OK; k++) {
             if (!pf[k].revents) continue;
-            tc_part *q = &p[who[k]];
-            int fd = pf[k].fd, peer = who[k];
-            while (q->has_send && q->sent < TC_HDR + q->send_n) {
+            int fd = pf[k].fd, w = who[k], peer = pos[w];
+            bool moved = false;
+            st = gt_tcp_p2p_pump(c, what, w, &moved, err);
+            if (moved) last = gt_now_seconds();
+            if (st != GT_OK || peer < 0) continue;
+            tc_part *q = &p[peer];
+            tc_peer *pe = &net->peer[w];
+            while (!pe->out_head && q->has_send && q->sent < TC_HDR + q->send_n) {
                 const char *src = q->sent < TC_HDR ? (const char *)q->hout + q->sent
                                                    : q->send + (q->sent - TC_HDR);
                 size_t len = q->sent < TC_HDR ? TC_HDR - q->sent : q->send_n - (q->sent - TC_HDR);
@@ -150,7 +168,10 @@ static gt_status exchange(gt_comm *c, uint32_t kind, const char *what, tc_part *
                                   impl->world[peer], strerror(errno));
                 break;
             }
-            while (st == GT_OK && q->has_recv && q->got < TC_HDR + q->recv_n) {
+            /* a collective's message is next on the stream once the p2p ones before it are
+             * stashed (TC_RX_COLL), or the peer closed it (read below: an error) */
+            bool ours = pe->rx_state == TC_RX_COLL || (pe->eof && pe->rx_state == TC_RX_IDLE);
+            while (st == GT_OK && ours && q->has_recv && q->got < TC_HDR + q->recv_n) {
                 char *dst = q->got < TC_HDR ? (char *)q->hin + q->got : q->recv + (q->got - TC_HDR);
                 size_t len = q->got < TC_HDR ? TC_HDR - q->got : q->recv_n - (q->got - TC_HDR);
                 ssize_t x = recv(fd, dst, len, 0);
@@ -169,6 +190,7 @@ static gt_status exchange(gt_comm *c, uint32_t kind, const char *what, tc_part *
                 bool header_done = q->got < TC_HDR && q->got + (size_t)x >= TC_HDR;
                 q->got += (size_t)x;
                 last = gt_now_seconds();
+                if (q->got == TC_HDR + q->recv_n) pe->rx_state = TC_RX_IDLE; /* message read */
                 if (!header_done) continue;
                 uint32_t hk = get_u32(q->hin + 4), ht = get_u32(q->hin + 8);
                 uint64_t hb = get_u64(q->hin + 16);
@@ -188,7 +210,7 @@ static gt_status exchange(gt_comm *c, uint32_t kind, const char *what, tc_part *
     }
     free(pf);
     free(who);
-    return st == GT_OK ? GT_OK : exchange_fail(c, err);
+    return st == GT_OK ? GT_OK : gt_tcp_fail(c, err);
 }
 
 /* ---------------------------------------------------------------- collectives */
@@ -383,6 +405,9 @@ static const gt_comm_vtable tcp_vtable = {
     .split = tcp_split,
     .all_gather_u64 = tcp_all_gather_u64,
     .destroy = tcp_destroy,
+    .send_start = gt_tcp_send_start,
+    .recv = gt_tcp_recv,
+    .send_wait_all = gt_tcp_send_wait_all,
     .set_timeout = tcp_set_timeout,
 };
 
@@ -408,6 +433,7 @@ void gt_tcp_net_release(tcp_net *net)
     if (--net->refs > 0) return;
     for (int r = 0; r < net->size; r++)
         if (net->fd[r] >= 0) close(net->fd[r]);
+    gt_tcp_p2p_free(net);
     free(net->fd);
     free(net);
 }

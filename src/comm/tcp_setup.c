@@ -231,6 +231,7 @@ gt_status gt_comm_tcp_world(double timeout_seconds, gt_comm **out, gt_error *err
     net->size = size;
     net->timeout_s = timeout_seconds;
     net->fd = gt_xmalloc(sizeof *net->fd * (size_t)size);
+    net->peer = gt_xcalloc((size_t)size, sizeof *net->peer);
     for (int r = 0; r < size; r++)
         net->fd[r] = -1;
     double setup_s = timeout_seconds > 0 ? timeout_seconds : TC_SETUP_DEFAULT_S;

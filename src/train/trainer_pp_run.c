@@ -73,6 +73,16 @@ gt_status gt_trainer_pp_begin(gt_trainer *t, const gt_config *cfg, gt_error *err
     return GT_OK;
 }
 
+/* A torchrun-style launch: WORLD_SIZE set and not 1 (gt_train_dist_init's rule). */
+static bool launched_by_env_world(void)
+{
+    const char *v = getenv("WORLD_SIZE");
+    if (!v || !v[0]) return false;
+    char *end = NULL;
+    long n = strtol(v, &end, 10);
+    return !(end != v && *end == 0 && n == 1);
+}
+
 /* World rank r is pipeline rank r / M at rank r % M of its mesh (M = the world over the degree:
  * pp is the outermost dim). The mesh's communicator and its dims' (split as gt_train_dist_init
  * splits them) go into t->dist; the pipeline's (the ranks of the same mesh rank) into pp->comm. */
@@ -83,17 +93,24 @@ gt_status gt_trainer_pp_dist_init(gt_trainer *t, gt_error *err)
     memset(d, 0, sizeof *d);
     d->size = 1;
     int degree = pp->layout.n_ranks;
-    if (!gt_train_launched_by_mpi())
+    if (gt_train_launched_by_mpi()) {
+        if (!gt_comm_mpi_available())
+            return gt_error_set(err, GT_ERR_UNSUPPORTED,
+                                "started by an MPI launcher (mpirun), but this graphtrain was "
+                                "built without MPI (install libopenmpi-dev and reconfigure)");
+        GT_TRY(gt_comm_mpi_world(NULL, NULL, &pp->world, err));
+    } else if (launched_by_env_world()) {
+        /* torchrun-style, as gt_train_dist_init: the TCP world, whose point-to-point carries the
+         * stages' activations and gradients */
+        GT_TRY(gt_comm_tcp_world(t->cfg->comm.init_timeout_seconds, &pp->world, err));
+    } else {
         return gt_error_set(err, GT_ERR_INVALID,
                             "parallelism.pipeline_parallel_degree = %d: launch one process per "
-                            "rank under MPI: `mpirun -np N graphtrain train ...`, N = %d x the "
+                            "rank, under MPI (`mpirun -np N graphtrain train ...`) or torchrun-"
+                            "style (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT set), N = %d x the "
                             "other degrees",
                             degree, degree);
-    if (!gt_comm_mpi_available())
-        return gt_error_set(err, GT_ERR_UNSUPPORTED,
-                            "started by an MPI launcher (mpirun), but this graphtrain was built "
-                            "without MPI (install libopenmpi-dev and reconfigure)");
-    GT_TRY(gt_comm_mpi_world(NULL, NULL, &pp->world, err));
+    }
     /* the communicators split from it below inherit it */
     gt_comm_set_timeout(pp->world, t->cfg->comm.init_timeout_seconds);
     int world = gt_comm_size(pp->world), me = gt_comm_rank(pp->world);
