@@ -191,6 +191,9 @@ typedef struct {
                          * parameters) held at once; each is freed after its last read here */
     int64_t actions_peak_bytes; /* the same over the schedule's actions, before the optimizer */
     int64_t allocated_bytes;    /* all the step's values together (held if none were freed) */
+    int64_t arena_bytes;        /* the one arena the step's values are placed in (offsets planned on
+                                 * sizes by gt_pp_step_plan's dry run): >= peak_bytes, the difference
+                                 * being fragmentation and GT_PLAN_ALIGN padding */
 } gt_pp_step_stats;
 
 /* The same for an SPMD step graph (parallelize's, for a mesh of dp_replicate x dp_shard x tp
