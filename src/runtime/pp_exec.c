@@ -37,7 +37,8 @@
  * Two things keep the step small without changing its bits: a node whose inputs are the same in
  * every micro-batch (an FSDP gather of a parameter) runs once a step and serves the others
  * (find_invariant), and each value is freed after its last read on the rank (plan_frees), so the
- * activations held follow the schedule's micro-batches in flight.
+ * activations held follow the schedule's micro-batches in flight. Those values live in one arena
+ * a step, at offsets the dry run plans (place_value, pp_arena.c).
  *
  * With programs (gt_pp_step_programs, pp_program.c) a stage part that has one runs its invariant
  * nodes node by node (once a step, then reused), then its program on the micro-batch's values;

@@ -42,7 +42,8 @@ typedef struct {
     int64_t first, last;
 } gt_pp_slot;
 /* offsets[k] (GT_PLAN_ALIGN-aligned) for slot k in one arena, where two slots share bytes only if
- * their spans do not meet; returns the arena's bytes (pp_arena.c). */
+ * their spans do not meet; returns the arena's bytes (pp_arena.c: gt_plan_memory's greedy
+ * assignment, or for very many slots a best fit in event order). Slots in allocation order. */
 int64_t gt_pp_arena_place(const gt_pp_slot *slots, int32_t n, int64_t *offsets);
 
 struct gt_pp_programs {
