@@ -272,10 +272,17 @@ static inline void pp_check_schedule(setup *s, gt_pp_schedule_kind kind, int32_t
                gt_pp_schedule_name(kind), pp, (long long)step, (long long)run.peak_bytes,
                (long long)plan.peak_bytes, (long long)run.allocated_bytes,
                (long long)plan.allocated_bytes);
+        /* the values in one arena, allocated as planned (the memcmp above): at least the peak
+         * held (the gaps between offsets), well under what the step computes */
+        EXPECT(run.arena_bytes >= run.peak_bytes && run.arena_bytes < run.allocated_bytes,
+               "%s pp %d step %lld: an arena of %lld B for a peak of %lld B of %lld B",
+               gt_pp_schedule_name(kind), pp, (long long)step, (long long)run.arena_bytes,
+               (long long)run.peak_bytes, (long long)run.allocated_bytes);
         if (step == 1)
-            printf("%-16s pp %d: step values held at most %lld of %lld B, as planned\n",
+            printf("%-16s pp %d: step values held at most %lld of %lld B, in an arena of %lld B, "
+                   "as planned\n",
                    gt_pp_schedule_name(kind), pp, (long long)run.peak_bytes,
-                   (long long)run.allocated_bytes);
+                   (long long)run.allocated_bytes, (long long)run.arena_bytes);
         for (int m = 0; m < MICRO; m++) {
             EXPECT(same(&rl[m], &pl[m]), "%s pp %d step %lld micro %d: loss %.9g vs %.9g",
                    gt_pp_schedule_name(kind), pp, (long long)step, m, gt_tensor_get_f32(&rl[m], 0),

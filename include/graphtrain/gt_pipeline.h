@@ -191,6 +191,9 @@ typedef struct {
                          * parameters) held at once; each is freed after its last read here */
     int64_t actions_peak_bytes; /* the same over the schedule's actions, before the optimizer */
     int64_t allocated_bytes;    /* all the step's values together (held if none were freed) */
+    int64_t arena_bytes;        /* the one arena the step's values are placed in (offsets planned on
+                                 * sizes by gt_pp_step_plan's dry run): >= peak_bytes, the difference
+                                 * being fragmentation and GT_PLAN_ALIGN padding */
 } gt_pp_step_stats;
 
 /* The same for an SPMD step graph (parallelize's, for a mesh of dp_replicate x dp_shard x tp
@@ -212,8 +215,8 @@ gt_status gt_pp_eager_step_spmd(const gt_graph *g, const gt_sym_binding *binding
 
 /* The plan of gt_pp_eager_step_spmd's step for pipeline rank `rank` (-1: every rank in one
  * process, gt_pp_eager_step): the same actions, reuse and frees on sizes alone, without running a
- * kernel or moving a byte; stats receives the counts and the peaks the step will have, equal to
- * the run's. */
+ * kernel or moving a byte; stats receives the counts, the peaks and the arena the step will have,
+ * equal to the run's (a run places its values by this plan). */
 gt_status gt_pp_step_plan(const gt_graph *g, const gt_sym_binding *binding,
                           const gt_pp_split *split, const gt_pp_schedule *s, int32_t rank,
                           gt_pp_step_stats *stats, gt_error *err);

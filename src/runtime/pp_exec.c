@@ -37,7 +37,8 @@
  * Two things keep the step small without changing its bits: a node whose inputs are the same in
  * every micro-batch (an FSDP gather of a parameter) runs once a step and serves the others
  * (find_invariant), and each value is freed after its last read on the rank (plan_frees), so the
- * activations held follow the schedule's micro-batches in flight.
+ * activations held follow the schedule's micro-batches in flight. Those values live in one arena
+ * a step, at offsets the dry run plans (place_value, pp_arena.c).
  *
  * With programs (gt_pp_step_programs, pp_program.c) a stage part that has one runs its invariant
  * nodes node by node (once a step, then reused), then its program on the micro-batch's values;
@@ -77,6 +78,14 @@ typedef struct {
     int64_t held, peak; /* bytes of values this runner owns now, and at most */
     int64_t total;      /* bytes it allocated over the step (what it held when nothing was freed) */
     const gt_pp_programs *progs; /* the parts that run as programs (pp_program.c), or NULL */
+    /* the arena (see "placing values" below) */
+    int32_t **slot_of; /* [n_micro][n_values]: the slot of an owned value */
+    gt_pp_slot *slots; /* [n_slots]: a dry run records them, a run places by them */
+    int32_t n_slots, cap_slots;
+    int64_t clock;          /* events so far: allocations and frees */
+    const int64_t *offsets; /* a run's: [n_planned] offsets in arena */
+    int32_t n_planned;
+    uint8_t *arena;
 } pp_run;
 
 /* ---------------------------------------------------------------- freeing values after use
@@ -138,27 +147,53 @@ static void plan_frees(pp_run *r, const gt_pp_schedule *s)
         if (r->update_of_input[k] >= 0) r->pin[r->update_of_input[k]] = 1;
 }
 
-/* A value's tensor: allocated, or in a dry run its dtype and shape alone. */
-static gt_status alloc_value(const pp_run *r, gt_tensor *t, gt_dtype dt, int ndim,
+/* ---------------------------------------------------------------- placing values
+ *
+ * Every value the runner owns (what a node, a program or a receive computes, a broadcast's copy)
+ * lives in one arena a step, at an offset planned before the step: the dry run on sizes alone
+ * (gt_pp_step_plan) makes the same allocations and frees in the same order, and records each
+ * value's bytes and the span of events it lives over (a slot); gt_pp_arena_place packs the slots
+ * and the run takes its k-th allocation at slot k's offset. Only the addresses change, so the
+ * bits do not. The losses and outputs the step hands out are copies the caller owns; a
+ * program's inner values stay in its own arenas. */
+
+/* A value micro-batch m owns from now: in a dry run its dtype and shape alone (a slot recorded),
+ * in a run at its slot's offset; the bytes held now, at most, and over the step. */
+static gt_status place_value(pp_run *r, int32_t m, gt_value_id v, gt_dtype dt, int ndim,
                              const int64_t *shape, gt_error *err)
 {
-    if (!r->dry) return gt_tensor_alloc(t, dt, ndim, shape, err);
+    gt_tensor *t = &r->vals[m][v];
     gt_tensor_wrap(t, dt, ndim, shape, NULL);
-    return GT_OK;
-}
-
-/* A value this runner allocated: the bytes held now, at most, and over the step. */
-static void account(pp_run *r, const gt_tensor *t)
-{
     int64_t b = (int64_t)gt_tensor_nbytes(t);
+    int32_t k = r->n_slots++;
+    if (r->dry) {
+        if (k == r->cap_slots) {
+            r->cap_slots = r->cap_slots ? 2 * r->cap_slots : 256;
+            r->slots = gt_xrealloc(r->slots, (size_t)r->cap_slots * sizeof *r->slots);
+        }
+        r->slots[k] = (gt_pp_slot){b, r->clock, INT64_MAX};
+    } else if (k >= r->n_planned || r->slots[k].size != b) {
+        return gt_error_set(err, GT_ERR_INTERNAL,
+                            "pipeline step: %%%d of micro-batch %d (%lld B) is allocation %d, "
+                            "which the step's plan does not have",
+                            v, m, (long long)b, k);
+    } else {
+        t->data = r->arena + r->offsets[k];
+    }
+    r->slot_of[m][v] = k;
+    r->clock++;
+    r->defined[m][v] = 2;
     r->held += b;
     r->total += b;
     if (r->held > r->peak) r->peak = r->held;
+    return GT_OK;
 }
 
 static void drop(pp_run *r, int32_t m, gt_value_id v)
 {
     if (r->defined[m][v] != 2) return; /* borrowed */
+    if (r->dry) r->slots[r->slot_of[m][v]].last = r->clock;
+    r->clock++;
     r->held -= (int64_t)gt_tensor_nbytes(&r->vals[m][v]);
     gt_tensor_free(&r->vals[m][v]);
     r->defined[m][v] = 0;
@@ -268,9 +303,7 @@ static gt_status run_node(pp_run *r, int32_t m, gt_node_id n, gt_error *err)
         const gt_type *ty = gt_value_type(g, v);
         int64_t shape[GT_MAX_DIMS];
         GT_TRY(gt_graph_eval_shape(g, v, r->binding, shape, err));
-        GT_TRY(alloc_value(r, &r->vals[m][v], ty->dtype, ty->ndim, shape, err));
-        r->defined[m][v] = 2;
-        account(r, &r->vals[m][v]);
+        GT_TRY(place_value(r, m, v, ty->dtype, ty->ndim, shape, err));
         call.out[j] = &r->vals[m][v];
     }
     if (r->dry) return GT_OK;
@@ -313,19 +346,20 @@ static gt_status run_program(pp_run *r, int32_t m, const gt_pp_part_program *pp,
             in[k] = r->vals[m][v];
     }
     if (st == GT_OK && !r->dry) st = gt_program_run(pp->prog, in, out, err);
+    /* each output copied into its place (the program's own allocation, freed below) */
     for (int32_t k = 0; k < pp->n_out && st == GT_OK; k++) {
         gt_value_id v = pp->out[k];
-        if (r->dry) {
-            const gt_type *ty = gt_value_type(g, v);
-            int64_t shape[GT_MAX_DIMS];
-            st = gt_graph_eval_shape(g, v, r->binding, shape, err);
-            if (st == GT_OK) gt_tensor_wrap(&out[k], ty->dtype, ty->ndim, shape, NULL);
-        }
-        if (st != GT_OK) break;
-        r->vals[m][v] = out[k];
-        memset(&out[k], 0, sizeof out[k]); /* the runner's now */
-        r->defined[m][v] = 2;
-        account(r, &r->vals[m][v]);
+        const gt_type *ty = gt_value_type(g, v);
+        int64_t shape[GT_MAX_DIMS];
+        st = gt_graph_eval_shape(g, v, r->binding, shape, err);
+        if (st == GT_OK) st = place_value(r, m, v, ty->dtype, ty->ndim, shape, err);
+        size_t nb = st == GT_OK && !r->dry ? gt_tensor_nbytes(&r->vals[m][v]) : 0;
+        if (nb && nb != gt_tensor_nbytes(&out[k]))
+            st = gt_error_set(err, GT_ERR_INTERNAL,
+                              "pipeline step: a program's output %%%d has %zu B, its value %zu", v,
+                              gt_tensor_nbytes(&out[k]), nb);
+        else if (nb)
+            memcpy(r->vals[m][v].data, out[k].data, nb);
     }
     r->total += pp->internal_bytes; /* computed too, in the program's arenas */
     if (r->stats && st == GT_OK) {
@@ -417,9 +451,7 @@ static gt_status transfer(pp_run *r, gt_pp_action a, const gt_pp_schedule *s, gt
         const gt_type *ty = gt_value_type(g, v);
         int64_t shape[GT_MAX_DIMS];
         GT_TRY(gt_graph_eval_shape(g, v, r->binding, shape, err));
-        GT_TRY(alloc_value(r, t, ty->dtype, ty->ndim, shape, err));
-        r->defined[a.mb][v] = 2;
-        account(r, t);
+        GT_TRY(place_value(r, a.mb, v, ty->dtype, ty->ndim, shape, err));
         if (!r->dry) GT_TRY(gt_comm_recv(r->comm, t, peer, (int)tag, err));
     }
     return GT_OK;
@@ -566,9 +598,7 @@ static gt_status gather_global_inputs(pp_run *r, const gt_pp_schedule *s, gt_nod
             const gt_type *ty = gt_value_type(g, v);
             int64_t shape[GT_MAX_DIMS];
             GT_TRY(gt_graph_eval_shape(g, v, r->binding, shape, err));
-            GT_TRY(alloc_value(r, &r->vals[m][v], ty->dtype, ty->ndim, shape, err));
-            r->defined[m][v] = 2;
-            account(r, &r->vals[m][v]);
+            GT_TRY(place_value(r, m, v, ty->dtype, ty->ndim, shape, err));
         }
         if (!r->dry) GT_TRY(gt_comm_broadcast(r->comm, &r->vals[m][v], root, err));
     }
@@ -592,13 +622,24 @@ gt_status gt_pp_eager_step_rank(const gt_graph *g, const gt_sym_binding *binding
                                  err);
 }
 
+/* A step's arena: the slots a dry run recorded, their offsets, its bytes, and a run's memory. */
+typedef struct {
+    gt_pp_slot *slots;
+    int64_t *offsets;
+    int32_t n;
+    int64_t bytes;
+    uint8_t *memory;
+} arena_plan;
+
 /* The step of gt_pp_eager_step_spmd as pipeline rank `me` (-1: all of them, in this process);
- * dry (gt_pp_step_plan): the same control flow on sizes alone, inputs, losses and outputs NULL. */
-static gt_status step(const gt_graph *g, const gt_sym_binding *binding, const gt_pp_split *split,
-                      const gt_pp_schedule *s, gt_comm *comm, int32_t me, bool dry,
-                      gt_comm *const *dim_comms, const gt_pp_programs *progs,
-                      const gt_tensor *const *inputs, gt_tensor *losses, gt_tensor *outputs,
-                      gt_pp_step_stats *stats, gt_error *err)
+ * dry (gt_pp_step_plan): the same control flow on sizes alone, inputs, losses and outputs NULL,
+ * its slots and their offsets into *ap when given; a run places its values by *ap. */
+static gt_status run_step(const gt_graph *g, const gt_sym_binding *binding,
+                          const gt_pp_split *split, const gt_pp_schedule *s, gt_comm *comm,
+                          int32_t me, bool dry, gt_comm *const *dim_comms,
+                          const gt_pp_programs *progs, const gt_tensor *const *inputs,
+                          gt_tensor *losses, gt_tensor *outputs, gt_pp_step_stats *stats,
+                          arena_plan *ap, gt_error *err)
 {
     if (progs && progs->n_stages != split->n_stages)
         return gt_error_set(err, GT_ERR_INVALID,
@@ -625,6 +666,15 @@ static gt_status step(const gt_graph *g, const gt_sym_binding *binding, const gt
                 .dry = dry,
                 .progs = progs};
     if (stats) memset(stats, 0, sizeof *stats);
+    if (!dry) {
+        r.slots = ap->slots;
+        r.offsets = ap->offsets;
+        r.n_planned = ap->n;
+        r.arena = ap->memory;
+    }
+    r.slot_of = gt_xcalloc((size_t)M, sizeof *r.slot_of);
+    for (int32_t m = 0; m < M; m++)
+        r.slot_of[m] = gt_xcalloc((size_t)nv + 1, sizeof **r.slot_of);
     r.gathered = gt_xcalloc((size_t)nv + 1, 1);
     r.vals = gt_xcalloc((size_t)M, sizeof *r.vals);
     r.defined = gt_xcalloc((size_t)M, sizeof *r.defined);
@@ -671,6 +721,10 @@ static gt_status step(const gt_graph *g, const gt_sym_binding *binding, const gt
     }
     gt_status sst = dry ? GT_OK : gt_comm_send_wait_all(comm, err);
     if (st == GT_OK) st = sst;
+    if (st == GT_OK && !dry && r.n_slots != r.n_planned)
+        st = gt_error_set(err, GT_ERR_INTERNAL,
+                          "pipeline step: %d values allocated, the plan's arena has %d", r.n_slots,
+                          r.n_planned);
     if (st == GT_OK && !dry) st = hand_outputs(&r, losses, outputs, err);
     if (st != GT_OK && !dry) {
         for (int32_t k = 0; k < g->n_outputs; k++)
@@ -694,7 +748,22 @@ static gt_status step(const gt_graph *g, const gt_sym_binding *binding, const gt
         free(r.refs[m]);
     free(r.refs);
     free(r.pin);
+    for (int32_t m = 0; m < M; m++)
+        free(r.slot_of[m]);
+    free(r.slot_of);
+    int64_t arena_bytes = dry ? 0 : ap->bytes;
+    if (dry) { /* the values' places: a run's arena */
+        int64_t *offsets = gt_xcalloc((size_t)r.n_slots + 1, sizeof *offsets);
+        arena_bytes = gt_pp_arena_place(r.slots, r.n_slots, offsets);
+        if (ap && st == GT_OK) {
+            *ap = (arena_plan){r.slots, offsets, r.n_slots, arena_bytes, NULL};
+        } else {
+            free(r.slots);
+            free(offsets);
+        }
+    }
     if (stats) {
+        stats->arena_bytes = arena_bytes;
         stats->peak_bytes = r.peak;
         stats->actions_peak_bytes = actions_peak;
         stats->allocated_bytes = r.total;
@@ -702,6 +771,33 @@ static gt_status step(const gt_graph *g, const gt_sym_binding *binding, const gt
     free(r.same_as);
     free(r.holder);
     free(r.done_mb);
+    return st;
+}
+
+/* A run is its dry run first (the same arguments: it moves nothing), whose slots place the
+ * values in one arena allocated before the first action; a dry run alone is the plan. */
+static gt_status step(const gt_graph *g, const gt_sym_binding *binding, const gt_pp_split *split,
+                      const gt_pp_schedule *s, gt_comm *comm, int32_t me, bool dry,
+                      gt_comm *const *dim_comms, const gt_pp_programs *progs,
+                      const gt_tensor *const *inputs, gt_tensor *losses, gt_tensor *outputs,
+                      gt_pp_step_stats *stats, gt_error *err)
+{
+    if (dry)
+        return run_step(g, binding, split, s, comm, me, true, dim_comms, progs, NULL, NULL, NULL,
+                        stats, NULL, err);
+    arena_plan ap = {0};
+    GT_TRY(run_step(g, binding, split, s, comm, me, true, dim_comms, progs, NULL, NULL, NULL, NULL,
+                    &ap, err));
+    ap.memory = aligned_alloc(GT_PLAN_ALIGN, (size_t)(ap.bytes ? ap.bytes : GT_PLAN_ALIGN));
+    gt_status st = ap.memory ? GT_OK
+                             : gt_error_set(err, GT_ERR_NOMEM, "pipeline step: the arena of %lld B",
+                                            (long long)ap.bytes);
+    if (st == GT_OK)
+        st = run_step(g, binding, split, s, comm, me, false, dim_comms, progs, inputs, losses,
+                      outputs, stats, &ap, err);
+    free(ap.memory);
+    free(ap.slots);
+    free(ap.offsets);
     return st;
 }
 

@@ -34,6 +34,18 @@ int32_t *gt_pp_update_of_input(const gt_graph *g, const gt_pp_split *split);
 void gt_pp_find_invariant(const gt_graph *g, const gt_pp_split *split,
                           const int32_t *update_of_input, uint8_t *invariant, gt_node_id *same_as);
 
+/* One value a pipeline step's runner holds (pp_exec.c): its bytes and the events of the step
+ * (allocations and frees, counted in the order the runner makes them) from its allocation to its
+ * free, inclusive; INT64_MAX: kept until the step ends. */
+typedef struct {
+    int64_t size;
+    int64_t first, last;
+} gt_pp_slot;
+/* offsets[k] (GT_PLAN_ALIGN-aligned) for slot k in one arena, where two slots share bytes only if
+ * their spans do not meet; returns the arena's bytes (pp_arena.c: gt_plan_memory's greedy
+ * assignment, or for very many slots a best fit in event order). Slots in allocation order. */
+int64_t gt_pp_arena_place(const gt_pp_slot *slots, int32_t n, int64_t *offsets);
+
 struct gt_pp_programs {
     int32_t n_stages;
     gt_pp_part_program (*part)[3]; /* [n_stages][GT_PP_PART_F .. GT_PP_PART_W] */

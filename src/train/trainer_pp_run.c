@@ -183,18 +183,19 @@ bool gt_trainer_pp_writes(const gt_trainer *t)
 
 /* What a step costs a rank: the collectives it starts and those an earlier result serves (an
  * FSDP gather runs once a step), and the bytes of step values it holds at most (each is freed
- * after its last read) against all it computes. */
+ * after its last read) against all it computes, and the arena its values are placed in. */
 static void format_stats(const gt_pp_step_stats *s, char *text, size_t size)
 {
     snprintf(text, size,
              "%lld collectives started (%lld all-gathers), %lld more served by an earlier "
              "micro-batch's or node's result; step values held at most %lld B (%.2f MiB) over "
              "the schedule's actions, %lld B (%.2f MiB) with the optimizer's, of %lld B (%.2f "
-             "MiB) computed",
+             "MiB) computed; one arena of %lld B (%.2f MiB) places them",
              (long long)s->collectives, (long long)s->gathers, (long long)s->collectives_reused,
              (long long)s->actions_peak_bytes, (double)s->actions_peak_bytes / (1 << 20),
              (long long)s->peak_bytes, (double)s->peak_bytes / (1 << 20),
-             (long long)s->allocated_bytes, (double)s->allocated_bytes / (1 << 20));
+             (long long)s->allocated_bytes, (double)s->allocated_bytes / (1 << 20),
+             (long long)s->arena_bytes, (double)s->arena_bytes / (1 << 20));
 }
 
 /* compile.enable: this rank's stages' F, I and W parts as programs (gt_pp_programs), each with

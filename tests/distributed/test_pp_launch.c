@@ -100,7 +100,7 @@ static void check_state(const char *name, const char *out, int degree, double sh
 /* The stats of rank 0's step: the plan logged before step 1 ("pipeline step plan on rank 0: ")
  * or step 1 as run ("pipeline step 1 on rank 0: "). */
 typedef struct {
-    long long started, gathers, reused, actions, peak, computed;
+    long long started, gathers, reused, actions, peak, computed, arena;
     char text[600];
 } step_stats;
 
@@ -115,9 +115,10 @@ static bool parse_stats(const char *out, const char *key, step_stats *st)
     return sscanf(line,
                   "%lld collectives started (%lld all-gathers), %lld more served by an earlier "
                   "micro-batch's or node's result; step values held at most %lld B (%*f MiB) "
-                  "over the schedule's actions, %lld B (%*f MiB) with the optimizer's, of %lld B",
-                  &st->started, &st->gathers, &st->reused, &st->actions, &st->peak,
-                  &st->computed) == 6;
+                  "over the schedule's actions, %lld B (%*f MiB) with the optimizer's, of %lld B "
+                  "(%*f MiB) computed; one arena of %lld B",
+                  &st->started, &st->gathers, &st->reused, &st->actions, &st->peak, &st->computed,
+                  &st->arena) == 7;
 }
 
 /* The runner frees each value after its last read, so the step holds well under all it
@@ -134,8 +135,13 @@ static void check_values(const char *name, const char *out, step_stats *run)
     EXPECT(run->actions > 0 && run->actions <= run->peak && 2 * run->peak < run->computed,
            "%s: step values held at most %lld B (actions) and %lld B of %lld B computed", name,
            run->actions, run->peak, run->computed);
-    printf("  %-30s step values held at most %lld B (actions), %lld B, of %lld B; as planned\n",
-           name, run->actions, run->peak, run->computed);
+    /* the step's values in one arena, allocated as planned (the lines are equal) */
+    EXPECT(run->arena >= run->peak && run->arena < run->computed,
+           "%s: an arena of %lld B for a peak of %lld B of %lld B computed", name, run->arena,
+           run->peak, run->computed);
+    printf("  %-30s step values held at most %lld B (actions), %lld B, of %lld B, in an arena "
+           "of %lld B; as planned\n",
+           name, run->actions, run->peak, run->computed, run->arena);
 }
 
 /* The "pipeline program" lines of rank 0: a part with nodes is compiled, its arenas allocated as
