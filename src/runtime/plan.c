@@ -42,6 +42,7 @@
 #include <string.h>
 
 #include "graphtrain/gt_program.h"
+#include "runtime_internal.h"
 
 const char *gt_mem_category_name(gt_mem_category c)
 {
@@ -232,22 +233,16 @@ static void share_buffers(gt_plan *p, const gt_sym_binding *binding, const uint8
     free(gl.tail);
 }
 
-typedef struct {
-    gt_value_id root;
-    size_t size;
-    int32_t first, last;
-} alloc_item;
-
-static int cmp_alloc_item(const void *a, const void *b)
+static int cmp_interval(const void *a, const void *b)
 {
-    const alloc_item *x = a, *y = b;
+    const gt_plan_interval *x = a, *y = b;
     if (x->size != y->size) return x->size > y->size ? -1 : 1;
     if (x->first != y->first) return x->first < y->first ? -1 : 1;
-    return x->root < y->root ? -1 : x->root > y->root;
+    return x->id < y->id ? -1 : x->id > y->id;
 }
 
 typedef struct {
-    size_t begin, end;
+    int64_t begin, end;
 } span;
 
 static int cmp_span(const void *a, const void *b)
@@ -257,32 +252,29 @@ static int cmp_span(const void *a, const void *b)
     return x->end < y->end ? -1 : x->end > y->end;
 }
 
-/* Step 5 for one arena: items sorted largest first; each goes to the lowest aligned offset whose
- * [offset, offset + size) overlaps no placed item with an intersecting live interval. O(n^2 log n)
- * worst case. Returns the arena size. */
-static size_t assign_offsets(alloc_item *items, int32_t n, size_t *offsets)
+int64_t gt_plan_place_intervals(gt_plan_interval *items, int32_t n, int64_t *offsets)
 {
-    qsort(items, (size_t)n, sizeof *items, cmp_alloc_item);
+    qsort(items, (size_t)n, sizeof *items, cmp_interval);
     span *busy = gt_xmalloc(((size_t)n + 1) * sizeof *busy);
-    size_t *placed_off = gt_xmalloc(((size_t)n + 1) * sizeof *placed_off);
-    size_t top = 0;
+    int64_t *placed_off = gt_xmalloc(((size_t)n + 1) * sizeof *placed_off);
+    int64_t top = 0;
     for (int32_t k = 0; k < n; k++) {
-        alloc_item *it = &items[k];
+        const gt_plan_interval *it = &items[k];
         int32_t nb = 0;
         for (int32_t j = 0; j < k; j++) {
-            const alloc_item *o = &items[j];
+            const gt_plan_interval *o = &items[j];
             if (o->size && o->first <= it->last && it->first <= o->last)
                 busy[nb++] = (span){placed_off[j], placed_off[j] + o->size};
         }
         qsort(busy, (size_t)nb, sizeof *busy, cmp_span);
-        size_t off = 0;
+        int64_t off = 0;
         if (it->size)
             for (int32_t j = 0; j < nb; j++) {
                 if (busy[j].begin >= off + it->size) break;
                 if (busy[j].end > off) off = busy[j].end;
             }
         placed_off[k] = off;
-        offsets[it->root] = off;
+        offsets[it->id] = off;
         if (off + it->size > top) top = off + it->size;
     }
     free(busy);
@@ -413,20 +405,21 @@ gt_status gt_plan_memory(const gt_graph *g, const gt_sym_binding *binding, const
     }
 
     /* 5. offsets per arena */
-    alloc_item *items = gt_xmalloc(((size_t)g->n_values + 1) * sizeof *items);
-    size_t *offsets = gt_xcalloc((size_t)g->n_values + 1, sizeof *offsets);
+    gt_plan_interval *items = gt_xmalloc(((size_t)g->n_values + 1) * sizeof *items);
+    int64_t *offsets = gt_xcalloc((size_t)g->n_values + 1, sizeof *offsets);
     for (int a = 0; a < GT_ARENA_COUNT; a++) {
         int32_t n = 0;
         for (gt_value_id v = 0; v < g->n_values; v++)
             if (vp[v].root == v && vp[v].first != -2 && vp[v].arena == a) {
-                items[n++] = (alloc_item){v, align_up(vp[v].nbytes), vp[v].first, vp[v].last};
+                items[n++] = (gt_plan_interval){(int64_t)align_up(vp[v].nbytes), vp[v].first,
+                                                vp[v].last, v};
                 p->total_value_bytes[a] += align_up(vp[v].nbytes);
             }
-        p->arena_bytes[a] = assign_offsets(items, n, offsets);
+        p->arena_bytes[a] = (size_t)gt_plan_place_intervals(items, n, offsets);
     }
     for (gt_value_id v = 0; v < g->n_values; v++) {
         gt_value_id r = vp[v].root;
-        vp[v].offset = offsets[r] + vp[v].view_offset;
+        vp[v].offset = (size_t)offsets[r] + vp[v].view_offset;
         if (r != v) {
             vp[v].arena = vp[r].arena;
             vp[v].category = vp[r].category;

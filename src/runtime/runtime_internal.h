@@ -6,6 +6,21 @@
 
 #include "graphtrain/gt_program.h"
 
+/* ---------------------------------------------------------------- offsets in one arena (plan.c)
+ *
+ * An item of `size` bytes (already aligned) living over positions [first, last] of some order;
+ * id indexes the caller's offsets. */
+typedef struct {
+    int64_t size;
+    int64_t first, last;
+    int32_t id;
+} gt_plan_interval;
+/* offsets[id] for every item: largest first (then the earlier first, then the lower id), each at
+ * the lowest offset whose bytes no placed item with an intersecting interval uses. Sorts items;
+ * O(n^2 log n) at worst. Returns the arena's bytes. The memory plan's step 5 (gt_plan_memory)
+ * and the pipeline runner's arena (pp_arena.c). */
+int64_t gt_plan_place_intervals(gt_plan_interval *items, int32_t n, int64_t *offsets);
+
 /* The kernel call of instruction ins: its attributes, and in[j] / out[j] as gt_tensor views of
  * its buffers in the arenas whose base addresses are arena[0 .. GT_ARENA_COUNT) (a NULL base
  * gives views with NULL data). call->in / call->out point into in[] and out[]. */
