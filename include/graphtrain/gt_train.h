@@ -42,6 +42,10 @@ typedef struct {
 /* True when an MPI launcher started this process (Open MPI sets OMPI_COMM_WORLD_SIZE; PMIx and
  * PMI launchers set PMIX_RANK / PMI_SIZE). */
 bool gt_train_launched_by_mpi(void);
+/* True when a launcher without MPI (torchrun, Slurm, a shell loop) started this process as one of
+ * several ranks: WORLD_SIZE is set and is not 1 (a bad value goes on to gt_comm_tcp_world, which
+ * names it). */
+bool gt_train_launched_by_env(void);
 
 /* Where this process sits: the mesh and its coordinates on it (all zero for one rank). */
 typedef struct {

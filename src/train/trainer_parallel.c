@@ -117,10 +117,7 @@ bool gt_train_launched_by_mpi(void)
     return false;
 }
 
-/* True when a launcher without MPI (torchrun, Slurm, a shell loop) started this process as one of
- * several ranks: WORLD_SIZE is set and is not 1 (a bad value goes on to gt_comm_tcp_world, which
- * names it). */
-static bool launched_by_env_world(void)
+bool gt_train_launched_by_env(void)
 {
     const char *v = getenv("WORLD_SIZE");
     if (!v || !v[0]) return false;
@@ -301,7 +298,7 @@ gt_status gt_train_dist_init(const gt_config *cfg, gt_train_dist *d, gt_error *e
         gt_comm_set_timeout(d->world, cfg->comm.init_timeout_seconds);
         d->rank = gt_comm_rank(d->world);
         d->size = gt_comm_size(d->world);
-    } else if (launched_by_env_world()) {
+    } else if (gt_train_launched_by_env()) {
         /* torchrun-style: RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT; a mesh of TCP sockets */
         GT_TRY(gt_comm_tcp_world(cfg->comm.init_timeout_seconds, &d->world, err));
         d->rank = gt_comm_rank(d->world);

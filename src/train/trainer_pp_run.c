@@ -73,16 +73,6 @@ gt_status gt_trainer_pp_begin(gt_trainer *t, const gt_config *cfg, gt_error *err
     return GT_OK;
 }
 
-/* A torchrun-style launch: WORLD_SIZE set and not 1 (gt_train_dist_init's rule). */
-static bool launched_by_env_world(void)
-{
-    const char *v = getenv("WORLD_SIZE");
-    if (!v || !v[0]) return false;
-    char *end = NULL;
-    long n = strtol(v, &end, 10);
-    return !(end != v && *end == 0 && n == 1);
-}
-
 /* World rank r is pipeline rank r / M at rank r % M of its mesh (M = the world over the degree:
  * pp is the outermost dim). The mesh's communicator and its dims' (split as gt_train_dist_init
  * splits them) go into t->dist; the pipeline's (the ranks of the same mesh rank) into pp->comm. */
@@ -99,7 +89,7 @@ gt_status gt_trainer_pp_dist_init(gt_trainer *t, gt_error *err)
                                 "started by an MPI launcher (mpirun), but this graphtrain was "
                                 "built without MPI (install libopenmpi-dev and reconfigure)");
         GT_TRY(gt_comm_mpi_world(NULL, NULL, &pp->world, err));
-    } else if (launched_by_env_world()) {
+    } else if (gt_train_launched_by_env()) {
         /* torchrun-style, as gt_train_dist_init: the TCP world, whose point-to-point carries the
          * stages' activations and gradients */
         GT_TRY(gt_comm_tcp_world(t->cfg->comm.init_timeout_seconds, &pp->world, err));
