@@ -324,6 +324,10 @@ gt_status gt_graph_eval_shape(const gt_graph *g, gt_value_id v, const gt_sym_bin
  * part[n] = 1 for the nodes of the micro-batch part, 0 for the rest; returns how many have 1.
  * The part is closed under inputs, so it runs alone in graph order. */
 int32_t gt_graph_micro_part(const gt_graph *g, uint8_t *part);
+/* For each graph input k, the value of the BUFFER_UPDATE output of the same fqn (the buffer's
+ * next value, fed back between runs), or GT_NONE: an array of g->n_inputs (+1) the caller
+ * frees. */
+gt_value_id *gt_graph_buffer_updates(const gt_graph *g);
 /* Whether a run of the micro-batch part computes outputs of this gt_output_kind: the loss and the
  * running sums (those the part is made of), not the optimizer's. */
 bool gt_graph_micro_output(int kind);

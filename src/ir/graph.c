@@ -472,6 +472,21 @@ int32_t *gt_graph_use_counts(const gt_graph *g)
     return counts;
 }
 
+gt_value_id *gt_graph_buffer_updates(const gt_graph *g)
+{
+    gt_value_id *u = gt_xmalloc(((size_t)g->n_inputs + 1) * sizeof *u);
+    for (int32_t k = 0; k < g->n_inputs; k++) {
+        u[k] = GT_NONE;
+        if (g->inputs[k].kind != GT_IN_BUFFER) continue;
+        const char *name = gt_graph_str(g, g->inputs[k].fqn);
+        for (int32_t j = 0; j < g->n_outputs; j++)
+            if (g->outputs[j].kind == GT_OUT_BUFFER_UPDATE &&
+                !strcmp(gt_graph_str(g, g->outputs[j].fqn), name))
+                u[k] = g->outputs[j].value;
+    }
+    return u;
+}
+
 bool gt_graph_micro_output(int kind)
 {
     return kind == GT_OUT_LOSS || kind == GT_OUT_BUFFER_UPDATE;

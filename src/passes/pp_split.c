@@ -44,16 +44,7 @@ static void add_cross(gt_pp_split *s, gt_value_id v, int32_t from, int32_t to, b
 static void find_clock(const gt_graph *g, uint8_t *clock)
 {
     uint8_t *val = gt_xcalloc((size_t)g->n_values + 1, 1);
-    gt_value_id *update = gt_xmalloc(((size_t)g->n_inputs + 1) * sizeof *update);
-    for (int32_t k = 0; k < g->n_inputs; k++) {
-        update[k] = GT_NONE;
-        if (g->inputs[k].kind != GT_IN_BUFFER) continue;
-        const char *name = gt_graph_str(g, g->inputs[k].fqn);
-        for (int32_t j = 0; j < g->n_outputs; j++)
-            if (g->outputs[j].kind == GT_OUT_BUFFER_UPDATE &&
-                !strcmp(gt_graph_str(g, g->outputs[j].fqn), name))
-                update[k] = g->outputs[j].value;
-    }
+    gt_value_id *update = gt_graph_buffer_updates(g);
     for (bool changed = true; changed;) {
         changed = false;
         memset(val, 0, (size_t)g->n_values + 1);

@@ -31,15 +31,8 @@
 
 int32_t *gt_pp_update_of_input(const gt_graph *g, const gt_pp_split *split)
 {
-    int32_t *u = gt_xmalloc(((size_t)g->n_inputs + 1) * sizeof *u);
+    gt_value_id *u = gt_graph_buffer_updates(g);
     for (int32_t k = 0; k < g->n_inputs; k++) {
-        u[k] = -1;
-        if (g->inputs[k].kind != GT_IN_BUFFER) continue;
-        const char *name = gt_graph_str(g, g->inputs[k].fqn);
-        for (int32_t j = 0; j < g->n_outputs; j++)
-            if (g->outputs[j].kind == GT_OUT_BUFFER_UPDATE &&
-                !strcmp(gt_graph_str(g, g->outputs[j].fqn), name))
-                u[k] = g->outputs[j].value;
         /* an update the optimizer makes once a step (the expert biases') is no running value:
          * every micro-batch reads the buffer as the step began */
         gt_node_id p = u[k] < 0 ? GT_NONE : g->values[u[k]].producer;
