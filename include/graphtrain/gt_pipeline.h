@@ -293,6 +293,40 @@ gt_status gt_pp_step_plan_programs(const gt_graph *g, const gt_sym_binding *bind
                                    const gt_pp_programs *programs, gt_pp_step_stats *stats,
                                    gt_error *err);
 
+/* ---------------------------------------------------------------- the step as one graph
+ * (pp_unroll.c)
+ *
+ * gt_pp_eager_step's step as a graph of its own that any executor runs (the CUDA program, its
+ * CUDA graph): the nodes each action of the schedule runs, copied per micro-batch in the order
+ * the actions run, the micro-batch clock first and the optimizer once at the end; a running sum
+ * fed from one micro-batch to the next becomes an edge, a step-invariant node (an FSDP gather) is
+ * copied once. Its memory plan places every micro-batch's saved activations as the schedule
+ * holds them. Bitwise gt_pp_eager_step (tests/numerics/test_pp_unroll.c). */
+typedef struct {
+    gt_graph *g;
+    int32_t n_micro;
+    /* [g->n_inputs]: the step graph's input each input is, and its micro-batch (-1: one input
+     * every micro-batch reads) */
+    int32_t *input_of, *input_mb;
+    /* [g->n_outputs]: the step graph's output each output is, and its micro-batch: every
+     * micro-batch's LOSS (named "<loss>.mb<m>", a METRIC, before the last), the last one's
+     * outputs under their own names and kinds */
+    int32_t *output_of, *output_mb;
+} gt_pp_unrolled;
+
+/* Unrolls g (a one-rank whole-step graph for s->n_micro micro-batches of accumulation, split by
+ * split) for pipeline rank `rank`; -1: every stage in one graph, the ranks' actions merged in
+ * the order the in-process runner takes them. per_micro[k] (g->n_inputs entries): input k is a
+ * micro-batch's own (its tokens, labels, positions: one input "<name>.mb<m>" per micro-batch);
+ * the others are read by every micro-batch. Only inputs some copied node reads become inputs.
+ * Errors name the action, node or value at fault (a W before the previous micro-batch's W of its
+ * stage among them); a rank's own step (rank >= 0) is GT_ERR_UNSUPPORTED: it needs
+ * point-to-point nodes, which the IR does not have yet. */
+gt_status gt_pp_unroll(const gt_graph *g, const gt_pp_split *split, const gt_pp_schedule *s,
+                       int32_t rank, const uint8_t *per_micro, gt_pp_unrolled *out,
+                       gt_error *err);
+void gt_pp_unrolled_free(gt_pp_unrolled *u);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,0 +1,323 @@
+/* pp_unroll.c — a pipeline step as one graph (gt_pp_unroll, gt_pipeline.h): the nodes every action
+ * of a schedule runs, copied per micro-batch in the order the actions run them, so that any
+ * executor (eager, the CPU program, the CUDA program and its CUDA graph) runs a pipeline step as
+ * it runs any step graph, with its memory plan placing each micro-batch's saved activations.
+ *
+ * The copies follow pp_exec.c's runner rule for rule, so the unrolled step computes every value
+ * from the same inputs with the same op as the runner does (tests/numerics/test_pp_unroll.c):
+ *   - the micro-batch clock's nodes for every micro-batch first, in order;
+ *   - then the actions: F, I and W copy their stage part's nodes for their micro-batch in graph
+ *     order (B is I then W), a micro-batch before the last only the nodes of the graph's
+ *     micro-batch part (gt_graph_micro_part);
+ *   - a buffer fed back from one micro-batch to the next (a running gradient sum) is read in
+ *     micro-batch m > 0 as the update micro-batch m - 1 made; the update must be copied by then
+ *     (a W before the previous micro-batch's W of its stage is an error naming both);
+ *   - a step-invariant node (gt_pp_find_invariant: an FSDP gather of a parameter) is copied once
+ *     a step, its later runs (other micro-batches, a repeat in the backward) read that copy;
+ *   - the optimizer and the nodes every rank runs once, after the actions, on the last
+ *     micro-batch's values.
+ * With every stage in one graph (rank -1) the ranks' actions are merged in the order the
+ * in-process runner takes them (each rank in turn up to a receive whose send has not run), and
+ * sends and receives copy nothing: the receiving stage reads the sender's value. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "graphtrain/gt_pipeline.h"
+#include "pp_internal.h"
+
+typedef struct {
+    const gt_graph *g;
+    const gt_pp_split *split;
+    const uint8_t *per_micro;
+    int32_t M;
+    gt_graph *d;
+    gt_value_id **map;    /* [M][n_values]: the value of micro-batch m in d, or GT_NONE */
+    int32_t *input_of;    /* [n_values]: the step graph's input k whose value it is, or -1 */
+    gt_value_id *shared;  /* [n_inputs]: d's input of an input every micro-batch shares */
+    int32_t *update;      /* [n_inputs]: gt_pp_update_of_input */
+    uint8_t *micro;       /* [n_nodes]: gt_graph_micro_part */
+    uint8_t *invariant;   /* [n_nodes] */
+    gt_node_id *same_as;  /* [n_nodes] */
+    gt_node_id *holder;   /* [n_nodes]: for e = same_as[n], the node copied for it, or GT_NONE */
+    int32_t *holder_mb;   /* [n_nodes]: that copy's micro-batch */
+    gt_pp_unrolled *out;
+} unroll;
+
+static void record_input(unroll *u, int32_t k, int32_t m)
+{
+    gt_pp_unrolled *o = u->out;
+    o->input_of = gt_xrealloc(o->input_of, (size_t)o->g->n_inputs * sizeof *o->input_of);
+    o->input_mb = gt_xrealloc(o->input_mb, (size_t)o->g->n_inputs * sizeof *o->input_mb);
+    o->input_of[o->g->n_inputs - 1] = k;
+    o->input_mb[o->g->n_inputs - 1] = m;
+}
+
+/* d's input for step-graph input k in micro-batch m (added when first read): its own per
+ * micro-batch (per_micro[k]), else one every micro-batch shares. */
+static gt_value_id input_value(unroll *u, int32_t k, int32_t m)
+{
+    const gt_io *in = &u->g->inputs[k];
+    if (!u->per_micro[k] && u->shared[k] != GT_NONE) return u->shared[k];
+    const gt_type *ty = gt_value_type(u->g, in->value);
+    gt_expr dims[GT_MAX_DIMS];
+    for (int a = 0; a < ty->ndim; a++)
+        dims[a] = gt_sym_import(u->d->sym, u->g->sym, ty->dims[a]);
+    char name[512];
+    const char *fqn = gt_graph_str(u->g, in->fqn);
+    if (u->per_micro[k])
+        snprintf(name, sizeof name, "%s.mb%d", fqn, m);
+    else
+        snprintf(name, sizeof name, "%s", fqn);
+    gt_value_id v = gt_graph_add_input(u->d, (gt_input_kind)in->kind, name, ty->dtype, ty->ndim,
+                                       dims);
+    gt_graph_set_input_plan(u->d, v, in->plan);
+    record_input(u, k, u->per_micro[k] ? m : -1);
+    if (!u->per_micro[k]) u->shared[k] = v;
+    return v;
+}
+
+/* Value v of the step graph as micro-batch m reads it in d. */
+static gt_status resolve(unroll *u, int32_t m, gt_value_id v, gt_node_id reader, gt_error *err)
+{
+    if (u->map[m][v] != GT_NONE) return GT_OK;
+    int32_t k = u->input_of[v];
+    if (k >= 0 && (m == 0 || u->update[k] < 0)) {
+        u->map[m][v] = input_value(u, k, m);
+        return GT_OK;
+    }
+    if (k >= 0 && u->map[m - 1][u->update[k]] != GT_NONE) { /* fed back by micro-batch m - 1 */
+        u->map[m][v] = u->map[m - 1][u->update[k]];
+        return GT_OK;
+    }
+    int32_t st = u->split->stage[reader];
+    if (k >= 0)
+        return gt_error_set(err, GT_ERR_INVALID,
+                            "pipeline unroll: micro-batch %d of stage %d reads %s before "
+                            "micro-batch %d updates it (the running sums are added in "
+                            "micro-batch order: %dW%d runs before %dW%d)",
+                            m, st, gt_graph_str(u->g, u->g->inputs[k].fqn), m - 1, st, m, st,
+                            m - 1);
+    return gt_error_set(err, GT_ERR_INVALID,
+                        "pipeline unroll: node %d (%s, stage %d) of micro-batch %d reads %%%d "
+                        "before it is computed",
+                        reader, gt_op_get(u->g->nodes[reader].op)->name, st, m, v);
+}
+
+/* Node n of micro-batch m into d (or, for an invariant node copied already, its copy's values). */
+static gt_status emit(unroll *u, int32_t m, gt_node_id n, gt_error *err)
+{
+    const gt_node *nd = &u->g->nodes[n];
+    if (u->invariant[n]) {
+        gt_node_id e = u->same_as[n], h = u->holder[e];
+        if (h != GT_NONE) {
+            const gt_node *hn = &u->g->nodes[h];
+            for (int j = 0; j < nd->n_out; j++)
+                u->map[m][nd->out[j]] = u->map[u->holder_mb[e]][hn->out[j]];
+            return GT_OK;
+        }
+        u->holder[e] = n;
+        u->holder_mb[e] = m;
+    }
+    for (int j = 0; j < nd->n_in; j++)
+        GT_TRY(resolve(u, m, nd->in[j], n, err));
+    return gt_graph_copy_nodes(u->d, u->g, &n, 1, u->map[m], NULL, err);
+}
+
+static gt_status emit_part(unroll *u, int32_t m, int32_t st, gt_pp_part p, gt_error *err)
+{
+    bool last = m == u->M - 1;
+    for (gt_node_id n = 0; n < u->g->n_nodes; n++) {
+        if (u->split->stage[n] != st || u->split->part[n] != (uint8_t)p) continue;
+        if (!last && !u->micro[n]) continue;
+        GT_TRY(emit(u, m, n, err));
+    }
+    return GT_OK;
+}
+
+static gt_status emit_action(unroll *u, gt_pp_action a, gt_error *err)
+{
+    switch (a.kind) {
+    case GT_PP_F:
+        return emit_part(u, a.mb, a.stage, GT_PP_PART_F, err);
+    case GT_PP_I:
+        return emit_part(u, a.mb, a.stage, GT_PP_PART_I, err);
+    case GT_PP_W:
+        return emit_part(u, a.mb, a.stage, GT_PP_PART_W, err);
+    case GT_PP_B:
+        GT_TRY(emit_part(u, a.mb, a.stage, GT_PP_PART_I, err));
+        return emit_part(u, a.mb, a.stage, GT_PP_PART_W, err);
+    default:
+        return GT_OK; /* one graph: the receiver reads the sender's value */
+    }
+}
+
+/* Whether the send that receive a waits for is among the first done[pr] actions of its rank. */
+static bool sent(const gt_pp_schedule *s, const int32_t *done, gt_pp_action a)
+{
+    gt_pp_action want = a.kind == GT_PP_RECV_F ? (gt_pp_action){GT_PP_SEND_F, a.stage - 1, a.mb}
+                                               : (gt_pp_action){GT_PP_SEND_B, a.stage + 1, a.mb};
+    int32_t pr = s->stage_rank[want.stage];
+    for (int32_t i = 0; i < done[pr]; i++) {
+        gt_pp_action b = s->actions[pr][i];
+        if (b.kind == want.kind && b.stage == want.stage && b.mb == want.mb) return true;
+    }
+    return false;
+}
+
+/* Every rank's actions, merged as the in-process runner takes them. */
+static gt_status emit_schedule(unroll *u, const gt_pp_schedule *s, gt_error *err)
+{
+    int32_t *done = gt_xcalloc((size_t)s->n_ranks, sizeof *done);
+    gt_status st = GT_OK;
+    for (bool progress = true; progress && st == GT_OK;) {
+        progress = false;
+        for (int32_t rk = 0; rk < s->n_ranks && st == GT_OK; rk++) {
+            while (done[rk] < s->n_actions[rk] && st == GT_OK) {
+                gt_pp_action a = s->actions[rk][done[rk]];
+                if ((a.kind == GT_PP_RECV_F || a.kind == GT_PP_RECV_B) && !sent(s, done, a)) break;
+                st = emit_action(u, a, err);
+                if (st != GT_OK) {
+                    char buf[48];
+                    gt_pp_action_format(a, buf, sizeof buf);
+                    gt_error_wrap(err, "rank %d action %d (%s)", rk, done[rk], buf);
+                }
+                done[rk]++;
+                progress = true;
+            }
+        }
+    }
+    for (int32_t rk = 0; st == GT_OK && rk < s->n_ranks; rk++)
+        if (done[rk] < s->n_actions[rk])
+            st = gt_error_set(err, GT_ERR_INVALID,
+                              "pipeline unroll: rank %d is stuck at action %d (check the "
+                              "schedule with gt_pp_schedule_simulate)",
+                              rk, done[rk]);
+    free(done);
+    return st;
+}
+
+/* d's outputs: each micro-batch's loss, and the last micro-batch's outputs of the step graph. */
+static void add_outputs(unroll *u)
+{
+    const gt_graph *g = u->g;
+    gt_pp_unrolled *o = u->out;
+    int32_t cap = g->n_outputs * u->M + 1;
+    o->output_of = gt_xcalloc((size_t)cap, sizeof *o->output_of);
+    o->output_mb = gt_xcalloc((size_t)cap, sizeof *o->output_mb);
+    for (int32_t m = 0; m < u->M; m++)
+        for (int32_t k = 0; k < g->n_outputs; k++) {
+            bool last = m == u->M - 1;
+            if (!last && g->outputs[k].kind != GT_OUT_LOSS) continue;
+            char name[512];
+            const char *fqn = gt_graph_str(g, g->outputs[k].fqn);
+            if (last)
+                snprintf(name, sizeof name, "%s", fqn);
+            else
+                snprintf(name, sizeof name, "%s.mb%d", fqn, m);
+            /* an earlier micro-batch's loss is a metric: the step's LOSS is the last one's */
+            gt_graph_add_output(u->d, last ? (gt_output_kind)g->outputs[k].kind : GT_OUT_METRIC,
+                                name, u->map[m][g->outputs[k].value]);
+            o->output_of[o->g->n_outputs - 1] = k;
+            o->output_mb[o->g->n_outputs - 1] = m;
+        }
+}
+
+static gt_status run(unroll *u, const gt_pp_schedule *s, gt_error *err)
+{
+    const gt_graph *g = u->g;
+    /* the micro-batch clock, every micro-batch in order */
+    for (int32_t m = 0; m < u->M; m++)
+        for (gt_node_id n = 0; n < g->n_nodes; n++)
+            if (u->split->part[n] == GT_PP_PART_CLOCK) GT_TRY(emit(u, m, n, err));
+    GT_TRY(emit_schedule(u, s, err));
+    /* once a step: the optimizer and the nodes every rank runs, on the last micro-batch */
+    for (gt_node_id n = 0; n < g->n_nodes; n++) {
+        gt_pp_part p = (gt_pp_part)u->split->part[n];
+        if (p == GT_PP_PART_OPT || p == GT_PP_PART_GLOBAL) GT_TRY(emit(u, u->M - 1, n, err));
+    }
+    for (int32_t k = 0; k < g->n_outputs; k++) {
+        gt_value_id v = g->outputs[k].value;
+        for (int32_t m = 0; m < u->M; m++) {
+            if (m < u->M - 1 && g->outputs[k].kind != GT_OUT_LOSS) continue;
+            if (u->map[m][v] == GT_NONE)
+                return gt_error_set(err, GT_ERR_INVALID,
+                                    "pipeline unroll: output %d (%s) of micro-batch %d is not "
+                                    "computed by the schedule's actions",
+                                    k, gt_graph_str(g, g->outputs[k].fqn), m);
+        }
+    }
+    add_outputs(u);
+    if (u->d->err.code != GT_OK)
+        return gt_error_set(err, u->d->err.code, "pipeline unroll: %s", u->d->err.msg);
+    return gt_graph_verify(u->d, err);
+}
+
+gt_status gt_pp_unroll(const gt_graph *g, const gt_pp_split *split, const gt_pp_schedule *s,
+                       int32_t rank, const uint8_t *per_micro, gt_pp_unrolled *out, gt_error *err)
+{
+    memset(out, 0, sizeof *out);
+    if (split->n_nodes != g->n_nodes || split->n_stages != s->n_stages)
+        return gt_error_set(err, GT_ERR_INVALID,
+                            "pipeline unroll: the split (%d nodes, %d stages) is not of this graph "
+                            "and schedule (%d nodes, %d stages)",
+                            split->n_nodes, split->n_stages, g->n_nodes, s->n_stages);
+    if (rank != -1)
+        return gt_error_set(err, GT_ERR_UNSUPPORTED,
+                            "pipeline unroll: rank %d: one rank's step needs point-to-point "
+                            "nodes; only every stage in one graph (rank -1) is unrolled",
+                            rank);
+    int32_t M = s->n_micro, nv = g->n_values, nn = g->n_nodes;
+    unroll u = {.g = g, .split = split, .per_micro = per_micro, .M = M, .out = out};
+    out->n_micro = M;
+    out->g = u.d = gt_graph_new();
+    u.map = gt_xcalloc((size_t)M, sizeof *u.map);
+    for (int32_t m = 0; m < M; m++) {
+        u.map[m] = gt_xmalloc(((size_t)nv + 1) * sizeof **u.map);
+        for (gt_value_id v = 0; v < nv; v++)
+            u.map[m][v] = GT_NONE;
+    }
+    u.input_of = gt_xmalloc(((size_t)nv + 1) * sizeof *u.input_of);
+    for (gt_value_id v = 0; v < nv; v++)
+        u.input_of[v] = -1;
+    u.shared = gt_xmalloc(((size_t)g->n_inputs + 1) * sizeof *u.shared);
+    for (int32_t k = 0; k < g->n_inputs; k++) {
+        u.input_of[g->inputs[k].value] = k;
+        u.shared[k] = GT_NONE;
+    }
+    u.update = gt_pp_update_of_input(g, split);
+    u.micro = gt_xcalloc((size_t)nn + 1, 1);
+    gt_graph_micro_part(g, u.micro);
+    u.invariant = gt_xcalloc((size_t)nn + 1, 1);
+    u.same_as = gt_xcalloc((size_t)nn + 1, sizeof *u.same_as);
+    gt_pp_find_invariant(g, split, u.update, u.invariant, u.same_as);
+    u.holder = gt_xmalloc(((size_t)nn + 1) * sizeof *u.holder);
+    u.holder_mb = gt_xcalloc((size_t)nn + 1, sizeof *u.holder_mb);
+    for (gt_node_id n = 0; n < nn; n++)
+        u.holder[n] = GT_NONE;
+    gt_status st = run(&u, s, err);
+    for (int32_t m = 0; m < M; m++)
+        free(u.map[m]);
+    free(u.map);
+    free(u.input_of);
+    free(u.shared);
+    free(u.update);
+    free(u.micro);
+    free(u.invariant);
+    free(u.same_as);
+    free(u.holder);
+    free(u.holder_mb);
+    if (st != GT_OK) gt_pp_unrolled_free(out);
+    return st;
+}
+
+void gt_pp_unrolled_free(gt_pp_unrolled *u)
+{
+    if (!u) return;
+    gt_graph_free(u->g);
+    free(u->input_of);
+    free(u->input_mb);
+    free(u->output_of);
+    free(u->output_mb);
+    memset(u, 0, sizeof *u);
+}
