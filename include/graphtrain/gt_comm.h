@@ -32,6 +32,8 @@ typedef enum {
     GT_COLL_BROADCAST,      /* buf on root copied to buf on every rank */
     GT_COLL_ALL_TO_ALL, /* in [n·k, …] → out [n·k, …]: block j of rank i → block i of rank j */
     GT_COLL_GATHER, /* in [k, …] → out [n·k, …] on root only (host communicators) */
+    GT_COLL_SEND,   /* in to one peer rank (pipeline point-to-point) */
+    GT_COLL_RECV,   /* out from one peer rank */
     GT_COLL_KIND_COUNT
 } gt_coll_kind;
 

@@ -131,8 +131,9 @@ const char *gt_phase_name(gt_phase p); /* "fwd", "bwd", "opt" */
  *   partial    every rank holds a summand: the value is the sum over the ranks of the mesh dim.
  * A value's type is its local (per-rank) type. Zero-initialised = replicate on every mesh dim,
  * which is what an unparallelized graph is. */
-/* dp_replicate, dp_shard, tp, and expert parallel's efsdp and ep (gt_parallel.h) */
-#define GT_MESH_MAX_DIMS 5
+/* dp_replicate, dp_shard, tp, and expert parallel's efsdp and ep (gt_parallel.h); a pipeline
+ * step unrolled for one rank (gt_pp_unroll) adds pp, its point-to-point nodes' dim */
+#define GT_MESH_MAX_DIMS 6
 typedef enum { GT_PLACE_REPLICATE = 0, GT_PLACE_SHARD, GT_PLACE_PARTIAL } gt_place_kind;
 typedef struct {
     uint8_t kind; /* gt_place_kind */
@@ -146,7 +147,7 @@ typedef struct {
 typedef struct {
     int32_t ndim; /* 0: not parallelized */
     int32_t size[GT_MESH_MAX_DIMS];
-    gt_str name[GT_MESH_MAX_DIMS]; /* "dp_replicate", "dp_shard", "tp" [, "efsdp", "ep"] */
+    gt_str name[GT_MESH_MAX_DIMS]; /* "dp_replicate", "dp_shard", "tp" [, "efsdp", "ep"] [, "pp"] */
 } gt_graph_mesh;
 
 typedef struct {

@@ -301,7 +301,11 @@ gt_status gt_pp_step_plan_programs(const gt_graph *g, const gt_sym_binding *bind
  * the actions run, the micro-batch clock first and the optimizer once at the end; a running sum
  * fed from one micro-batch to the next becomes an edge, a step-invariant node (an FSDP gather) is
  * copied once. Its memory plan places every micro-batch's saved activations as the schedule
- * holds them. Bitwise gt_pp_eager_step (tests/numerics/test_pp_unroll.c). */
+ * holds them. Bitwise gt_pp_eager_step (tests/numerics/test_pp_unroll.c). One pipeline rank's
+ * step moves its crossing values with send_start / recv_start nodes over a mesh dim "pp" added
+ * after the graph's own (comms[that dim] = the pipeline ranks' communicator, a host one: MPI or
+ * TCP), the values the gradient norm reads from their stage's rank to the others; bitwise
+ * gt_pp_eager_step_rank (tests/distributed/test_pp_unroll_mpi.c). */
 typedef struct {
     gt_graph *g;
     int32_t n_micro;
@@ -320,8 +324,8 @@ typedef struct {
  * micro-batch's own (its tokens, labels, positions: one input "<name>.mb<m>" per micro-batch);
  * the others are read by every micro-batch. Only inputs some copied node reads become inputs.
  * Errors name the action, node or value at fault (a W before the previous micro-batch's W of its
- * stage among them); a rank's own step (rank >= 0) is GT_ERR_UNSUPPORTED: it needs
- * point-to-point nodes, which the IR does not have yet. */
+ * stage among them). For rank >= 0 the outputs are those the rank computes (its stages'
+ * updates, the losses on the last stage's rank, the metrics every rank computes). */
 gt_status gt_pp_unroll(const gt_graph *g, const gt_pp_split *split, const gt_pp_schedule *s,
                        int32_t rank, const uint8_t *per_micro, gt_pp_unrolled *out,
                        gt_error *err);

@@ -21,6 +21,10 @@ const char *gt_coll_kind_name(gt_coll_kind kind)
         return "all_to_all";
     case GT_COLL_GATHER:
         return "gather";
+    case GT_COLL_SEND:
+        return "send";
+    case GT_COLL_RECV:
+        return "recv";
     default:
         return "unknown_collective";
     }

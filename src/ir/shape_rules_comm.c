@@ -16,9 +16,16 @@
  *                                                        constant. Block j (rows j*m/n..) goes
  *                                                        to rank j; block i of the output is
  *                                                        what rank i sent this rank
+ *   send_start           x            -> x's type        any dtype; to rank `peer` of the mesh
+ *                                                        dim under `tag` (a pipeline's
+ *                                                        point-to-point, gt_pp_unroll); its
+ *                                                        output is x's own bytes (alias RESULT)
+ *   recv_start           ()           -> dtype[shape]    from rank `peer` under `tag`: the
+ *                                                        attributes give the type
  *   wait(pending, x)                  -> pending's type  pending: the output of a start; x: that
  *                                                        start's input, listed only so that it
- *                                                        stays alive until the wait
+ *                                                        stays alive until the wait (a
+ *                                                        recv_start has none: x is pending)
  * The mesh dim is checked against the graph's mesh when it has one (gt_graph.mesh, set by
  * parallelize): 0 <= mesh_dim < mesh.ndim and n == mesh.size[mesh_dim]. Without a mesh (a graph
  * built by hand) any mesh_dim in [0, GT_MESH_MAX_DIMS) and n >= 1 are accepted. */
@@ -137,6 +144,48 @@ gt_status gt_shape_all_to_all_start(gt_graph *g, const gt_node *n, gt_type *out,
     return GT_OK;
 }
 
+/* The peer and tag of a point-to-point start: a rank of the group, and a tag the communicators
+ * carry (gt_comm_send_start: 0 .. 32767). */
+static gt_status check_p2p(gt_graph *g, const gt_node *n, gt_error *err)
+{
+    int64_t size;
+    GT_TRY(check_group(g, n, &size, err));
+    int64_t peer = n->attrs.i[2], tag = n->attrs.i[3];
+    if (peer < 0 || peer >= size)
+        return gt_shape_fail(g, n, err, GT_ERR_INVALID, "peer %lld is no rank of a group of %lld",
+                             (long long)peer, (long long)size);
+    if (tag < 0 || tag >= 32768)
+        return gt_shape_fail(g, n, err, GT_ERR_INVALID, "tag %lld out of range [0, 32768)",
+                             (long long)tag);
+    return GT_OK;
+}
+
+gt_status gt_shape_send_start(gt_graph *g, const gt_node *n, gt_type *out, int *n_out,
+                              gt_error *err)
+{
+    GT_TRY(check_p2p(g, n, err));
+    out[0] = *gt_shape_in(g, n, 0);
+    *n_out = 1;
+    return GT_OK;
+}
+
+gt_status gt_shape_recv_start(gt_graph *g, const gt_node *n, gt_type *out, int *n_out,
+                              gt_error *err)
+{
+    GT_TRY(check_p2p(g, n, err));
+    int64_t dt = n->attrs.i[4];
+    if (dt < 0 || dt >= GT_DTYPE_COUNT)
+        return gt_shape_fail(g, n, err, GT_ERR_INVALID, "dtype %lld is not a dtype", (long long)dt);
+    if (n->attrs.ne > GT_MAX_DIMS)
+        return gt_shape_fail(g, n, err, GT_ERR_INVALID, "%d dims, at most %d", n->attrs.ne,
+                             GT_MAX_DIMS);
+    out[0] = (gt_type){.dtype = (gt_dtype)dt, .ndim = n->attrs.ne};
+    for (int k = 0; k < n->attrs.ne; k++)
+        out[0].dims[k] = n->attrs.e[k];
+    *n_out = 1;
+    return GT_OK;
+}
+
 gt_status gt_shape_wait(gt_graph *g, const gt_node *n, gt_type *out, int *n_out, gt_error *err)
 {
     gt_node_id p = g->values[n->in[0]].producer;
@@ -144,9 +193,15 @@ gt_status gt_shape_wait(gt_graph *g, const gt_node *n, gt_type *out, int *n_out,
         return gt_shape_fail(g, n, err, GT_ERR_INVALID,
                              "input 0 (%%%d) must be the output of a collective start "
                              "(all_gather_start, reduce_scatter_start, all_reduce_start, "
-                             "all_to_all_start)",
+                             "all_to_all_start, send_start, recv_start)",
                              n->in[0]);
-    if (g->nodes[p].in[0] != n->in[1])
+    if (g->nodes[p].op == GT_OP_RECV_START) {
+        if (n->in[1] != n->in[0])
+            return gt_shape_fail(g, n, err, GT_ERR_INVALID,
+                                 "input 1 (%%%d) must be input 0 (%%%d): a recv_start reads "
+                                 "nothing to keep alive",
+                                 n->in[1], n->in[0]);
+    } else if (g->nodes[p].in[0] != n->in[1])
         return gt_shape_fail(g, n, err, GT_ERR_INVALID,
                              "input 1 (%%%d) must be the input of its start (node %%%d reads %%%d)",
                              n->in[1], p, g->nodes[p].in[0]);

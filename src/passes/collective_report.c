@@ -114,7 +114,8 @@ int32_t gt_pass_collectives(const gt_graph *g, const gt_sym_binding *b, gt_colle
             c->wait = wait_of[s];
             c->op = nd->op;
             c->mesh_dim = (int)nd->attrs.i[0];
-            int64_t in = value_bytes(g, nd->in[0], b), o = value_bytes(g, nd->out[0], b);
+            int64_t o = value_bytes(g, nd->out[0], b);
+            int64_t in = nd->n_in ? value_bytes(g, nd->in[0], b) : o; /* recv_start: none */
             c->bytes = (in < 0 || o < 0) ? -1 : (in > o ? in : o);
             if (c->wait != GT_NONE) {
                 c->overlap_nodes = nodes_before[c->wait] - nodes_before[s + 1];

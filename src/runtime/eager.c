@@ -72,6 +72,13 @@ static gt_status run_call(eager_state *s, gt_node_id n, const gt_kernel_call *ca
 {
     const gt_node *nd = &s->g->nodes[n];
     if (nd->op == GT_OP_WAIT) {
+        const gt_node *start = &s->g->nodes[s->g->values[nd->in[0]].producer];
+        if (start->op == GT_OP_SEND_START) { /* the send read the start's own copy until now */
+            gt_comm *c;
+            GT_TRY(gt_runtime_comm_for(s->g, start->attrs.i[0], start->attrs.i[1], s->comms, &c,
+                                       err));
+            if (c) GT_TRY(gt_comm_send_wait_all(c, err));
+        }
         size_t nbytes = gt_tensor_nbytes(call->in[0]);
         GT_CHECK(nbytes == gt_tensor_nbytes(call->out[0]));
         if (nbytes) memcpy(call->out[0]->data, call->in[0]->data, nbytes);
@@ -81,7 +88,13 @@ static gt_status run_call(eager_state *s, gt_node_id n, const gt_kernel_call *ca
     gt_comm *c;
     GT_TRY(gt_runtime_comm_for(s->g, nd->attrs.i[0], nd->attrs.i[1], s->comms, &c, err));
     gt_comm_request *req;
-    GT_TRY(gt_runtime_start(nd->op, c, call->in[0], call->out[0], &req, err));
+    if (nd->op == GT_OP_SEND_START) { /* sent from the start's output, alive until its wait */
+        size_t nbytes = gt_tensor_nbytes(call->in[0]);
+        if (nbytes) memcpy(call->out[0]->data, call->in[0]->data, nbytes);
+        return gt_runtime_start(nd->op, c, nd->attrs.i, call->out[0], call->out[0], &req, err);
+    }
+    GT_TRY(gt_runtime_start(nd->op, c, nd->attrs.i, nd->n_in ? call->in[0] : NULL, call->out[0],
+                            &req, err));
     return req ? gt_comm_wait(req, err) : GT_OK;
 }
 

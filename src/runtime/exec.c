@@ -93,6 +93,10 @@ gt_coll_kind gt_runtime_coll_kind(gt_op op)
         return GT_COLL_REDUCE_SCATTER;
     case GT_OP_ALL_TO_ALL_START:
         return GT_COLL_ALL_TO_ALL;
+    case GT_OP_SEND_START:
+        return GT_COLL_SEND;
+    case GT_OP_RECV_START:
+        return GT_COLL_RECV;
     default:
         GT_CHECK(op == GT_OP_ALL_REDUCE_START);
         return GT_COLL_ALL_REDUCE;
@@ -131,10 +135,17 @@ gt_status gt_runtime_comm_for(const gt_graph *g, int64_t dim, int64_t group_size
                         where, (long long)group_size, c->name, gt_comm_size(c));
 }
 
-gt_status gt_runtime_start(gt_op op, gt_comm *c, const gt_tensor *in, gt_tensor *out,
-                           gt_comm_request **req, gt_error *err)
+gt_status gt_runtime_start(gt_op op, gt_comm *c, const int64_t *i, const gt_tensor *in,
+                           gt_tensor *out, gt_comm_request **req, gt_error *err)
 {
     *req = NULL;
+    if (op == GT_OP_SEND_START || op == GT_OP_RECV_START) {
+        if (!c) /* the shape rule keeps the peer inside the group: a group of one has none */
+            return gt_error_set(err, GT_ERR_INVALID, "%s to rank %lld of a group of one",
+                                gt_op_get(op)->name, (long long)i[2]);
+        return op == GT_OP_SEND_START ? gt_comm_send_start(c, in, (int)i[2], (int)i[3], err)
+                                      : gt_comm_recv(c, out, (int)i[2], (int)i[3], err);
+    }
     if (!c) {
         /* a group of one rank: gather, scatter and sum over it are the identity */
         return gt_comm_one_rank(in, out, err);
@@ -173,7 +184,9 @@ static gt_status run_collective(gt_program *p, const gt_instr *ins, gt_error *er
     if (ins->op == GT_OP_WAIT) {
         slot->t_wait = gt_now_seconds();
         if (slot->req) st = gt_comm_wait(slot->req, err); /* frees the request, also on error */
+        if (slot->sent) st = gt_comm_send_wait_all(slot->sent, err);
         slot->req = NULL;
+        slot->sent = NULL;
         slot->t_done = gt_now_seconds();
     } else {
         slot->t_start = gt_now_seconds();
@@ -181,9 +194,10 @@ static gt_status run_collective(gt_program *p, const gt_instr *ins, gt_error *er
         GT_CHECK(!slot->req);
         st = gt_runtime_comm_for(p->g, ins->i[0], ins->i[1], p->comms, &c, err);
         if (st == GT_OK) {
-            ref_tensor(p->arena, &ins->in[0], &slot->in);
+            if (ins->n_in > 0) ref_tensor(p->arena, &ins->in[0], &slot->in);
             ref_tensor(p->arena, &ins->out[0], &slot->out);
-            st = gt_runtime_start(ins->op, c, &slot->in, &slot->out, &slot->req, err);
+            st = gt_runtime_start(ins->op, c, ins->i, &slot->in, &slot->out, &slot->req, err);
+            if (st == GT_OK && ins->op == GT_OP_SEND_START) slot->sent = c;
         }
     }
     if (st != GT_OK) gt_program_wrap_kernel_error(p->g, ins, "", err);
@@ -206,8 +220,10 @@ int32_t gt_program_comm_timings(const gt_program *p, gt_comm_timing *out, int32_
 void gt_runtime_drain_slots(gt_program *p)
 {
     for (int32_t k = 0; k < p->n_slots; k++) {
-        if (!p->slots[k].req) continue;
         gt_error ignored = {0};
+        if (p->slots[k].sent) gt_comm_send_wait_all(p->slots[k].sent, &ignored);
+        p->slots[k].sent = NULL;
+        if (!p->slots[k].req) continue;
         gt_comm_wait(p->slots[k].req, &ignored);
         p->slots[k].req = NULL;
     }

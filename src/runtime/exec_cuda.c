@@ -427,9 +427,18 @@ static gt_status run_collective(gt_cuda_program *p, const gt_instr *ins, gt_erro
                 call.in[0] = &slot->in;
                 call.out[0] = &slot->out;
                 st = gt_cuda_run_kernel(&call, p->stream, err);
+            } else if (ins->op == GT_OP_SEND_START || ins->op == GT_OP_RECV_START) {
+                /* NCCL's send and receive are blocking in the stream: posted in one stream in
+                 * schedule order they deadlock where two ranks send to each other first, so
+                 * they need a stream per direction (and two GPUs to test it) */
+                st = gt_error_set(err, GT_ERR_UNSUPPORTED,
+                                  "%s: a pipeline's point-to-point transfers run on host "
+                                  "communicators only, not yet over NCCL",
+                                  gt_op_get(ins->op)->name);
             } else { /* NCCL: gt_cuda_program_set_comms accepts no other communicator of > 1 rank */
                 gt_comm_nccl_set_stream(c, stream_of(p));
-                st = gt_runtime_start(ins->op, c, &slot->in, &slot->out, &slot->req, err);
+                st = gt_runtime_start(ins->op, c, ins->i, &slot->in, &slot->out, &slot->req,
+                                      err);
             }
         }
     }

@@ -320,7 +320,7 @@ static gt_status run_node(pp_run *r, int32_t m, gt_node_id n, gt_error *err)
         gt_comm *c;
         GT_TRY(gt_runtime_comm_for(g, nd->attrs.i[0], nd->attrs.i[1], r->dim_comms, &c, err));
         gt_comm_request *req;
-        GT_TRY(gt_runtime_start(nd->op, c, call.in[0], call.out[0], &req, err));
+        GT_TRY(gt_runtime_start(nd->op, c, nd->attrs.i, call.in[0], call.out[0], &req, err));
         return req ? gt_comm_wait(req, err) : GT_OK;
     }
     return gt_cpu_run_kernel(&call, err);

@@ -18,7 +18,16 @@
  *     micro-batch's values.
  * With every stage in one graph (rank -1) the ranks' actions are merged in the order the
  * in-process runner takes them (each rank in turn up to a receive whose send has not run), and
- * sends and receives copy nothing: the receiving stage reads the sender's value. */
+ * sends and receives copy nothing: the receiving stage reads the sender's value.
+ *
+ * One rank's step (rank >= 0) holds its own actions, in its order, and the optimizer of its own
+ * stages. A send is a send_start of each crossing value to the peer's rank on mesh dim "pp"
+ * (added to the graph's mesh), under the runner's tag (crossing x micro-batches + micro-batch);
+ * its wait comes at the end of the step, as the runner completes its sends then, so no rank
+ * blocks on a send (two ranks that send to each other first would deadlock otherwise). A receive
+ * is a recv_start and its wait at once. Before the nodes every rank runs (the gradient norm's
+ * sum), each stage value they read goes from its stage's rank to every other rank, as the
+ * runner's broadcast does, under tags after the crossings'. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -42,6 +51,13 @@ typedef struct {
     gt_node_id *holder;   /* [n_nodes]: for e = same_as[n], the node copied for it, or GT_NONE */
     int32_t *holder_mb;   /* [n_nodes]: that copy's micro-batch */
     gt_pp_unrolled *out;
+    /* one rank's step (rank >= 0) */
+    int32_t rank, n_ranks, pp_dim;
+    const int32_t *stage_rank;
+    gt_value_id *sent;    /* [n_sent][2]: a send_start's output and input, waited at the end */
+    int32_t n_sent;
+    int32_t next_tag;     /* the next tag of a value the global nodes read */
+    uint8_t *gathered;    /* [n_values]: a value the global nodes read, moved already */
 } unroll;
 
 static void record_input(unroll *u, int32_t k, int32_t m)
@@ -135,8 +151,105 @@ static gt_status emit_part(unroll *u, int32_t m, int32_t st, gt_pp_part p, gt_er
     return GT_OK;
 }
 
+/* A send_start of x to `peer` under `tag`; its wait comes at the end of the step. */
+static gt_status send_value(unroll *u, gt_value_id x, int32_t peer, int64_t tag, gt_error *err)
+{
+    if (tag >= 32768)
+        return gt_error_set(err, GT_ERR_UNSUPPORTED,
+                            "pipeline unroll: tag %lld: the crossing values x micro-batches exceed "
+                            "the point-to-point tags (32768)",
+                            (long long)tag);
+    gt_attrs a = {.ni = 4, .i = {u->pp_dim, u->n_ranks, peer, tag}};
+    gt_value_id s = gt_graph_add_node(u->d, GT_OP_SEND_START, &x, 1, &a, NULL);
+    if (s == GT_NONE)
+        return gt_error_set(err, u->d->err.code, "pipeline unroll: %s", u->d->err.msg);
+    u->sent = gt_xrealloc(u->sent, ((size_t)u->n_sent + 1) * 2 * sizeof *u->sent);
+    u->sent[2 * u->n_sent] = s;
+    u->sent[2 * u->n_sent + 1] = x;
+    u->n_sent++;
+    return GT_OK;
+}
+
+/* Value v of the step graph received from `peer` under `tag` into micro-batch m's map. */
+static gt_status recv_value(unroll *u, int32_t m, gt_value_id v, int32_t peer, int64_t tag,
+                            gt_error *err)
+{
+    if (tag >= 32768)
+        return gt_error_set(err, GT_ERR_UNSUPPORTED,
+                            "pipeline unroll: tag %lld: the crossing values x micro-batches exceed "
+                            "the point-to-point tags (32768)",
+                            (long long)tag);
+    const gt_type *ty = gt_value_type(u->g, v);
+    gt_attrs a = {.ni = 5, .i = {u->pp_dim, u->n_ranks, peer, tag, ty->dtype}, .ne = ty->ndim};
+    for (int k = 0; k < ty->ndim; k++)
+        a.e[k] = gt_sym_import(u->d->sym, u->g->sym, ty->dims[k]);
+    gt_value_id r = gt_graph_add_node(u->d, GT_OP_RECV_START, NULL, 0, &a, NULL);
+    gt_value_id in[2] = {r, r};
+    gt_value_id w = r == GT_NONE ? GT_NONE : gt_graph_add_node(u->d, GT_OP_WAIT, in, 2, NULL, NULL);
+    if (w == GT_NONE)
+        return gt_error_set(err, u->d->err.code, "pipeline unroll: %s", u->d->err.msg);
+    u->map[m][v] = w;
+    return GT_OK;
+}
+
+/* A send or receive of rank u->rank: each crossing value of its stages and micro-batch. */
+static gt_status transfer(unroll *u, gt_pp_action a, gt_error *err)
+{
+    bool send = a.kind == GT_PP_SEND_F || a.kind == GT_PP_SEND_B;
+    bool grad = a.kind == GT_PP_SEND_B || a.kind == GT_PP_RECV_B;
+    int32_t from = send ? a.stage : grad ? a.stage + 1 : a.stage - 1;
+    int32_t to = send ? (grad ? a.stage - 1 : a.stage + 1) : a.stage;
+    int32_t peer = u->stage_rank[send ? to : from];
+    for (int32_t k = 0; k < u->split->n_cross; k++) {
+        const gt_pp_cross *c = &u->split->cross[k];
+        if (c->from != from || c->to != to || c->gradient != grad) continue;
+        int64_t tag = (int64_t)k * u->M + a.mb;
+        if (!send) {
+            GT_TRY(recv_value(u, a.mb, c->value, peer, tag, err));
+            continue;
+        }
+        gt_value_id x = u->map[a.mb][c->value];
+        if (x == GT_NONE)
+            return gt_error_set(err, GT_ERR_INVALID,
+                                "pipeline unroll: sends %%%d of micro-batch %d before it is "
+                                "computed",
+                                c->value, a.mb);
+        GT_TRY(send_value(u, x, peer, tag, err));
+    }
+    return GT_OK;
+}
+
+/* Before global node n on one rank: each stage value it reads goes from its stage's rank to the
+ * others (every rank reaches the global nodes in graph order: the tags match). */
+static gt_status gather_global_inputs(unroll *u, gt_node_id n, gt_error *err)
+{
+    const gt_graph *g = u->g;
+    int32_t m = u->M - 1;
+    for (int j = 0; j < g->nodes[n].n_in; j++) {
+        gt_value_id v = g->nodes[n].in[j];
+        gt_node_id p = g->values[v].producer;
+        if (p == GT_NONE || u->split->stage[p] == GT_PP_STAGE_GLOBAL || u->gathered[v]) continue;
+        u->gathered[v] = 1;
+        int32_t root = u->stage_rank[u->split->stage[p]];
+        int64_t tag = (int64_t)u->split->n_cross * u->M + u->next_tag++;
+        if (root != u->rank) {
+            GT_TRY(recv_value(u, m, v, root, tag, err));
+            continue;
+        }
+        if (u->map[m][v] == GT_NONE)
+            return gt_error_set(err, GT_ERR_INVALID,
+                                "pipeline unroll: node %d (%s) reads %%%d of stage %d, which this "
+                                "rank does not compute",
+                                n, gt_op_get(g->nodes[n].op)->name, v, u->split->stage[p]);
+        for (int32_t q = 0; q < u->n_ranks; q++)
+            if (q != u->rank) GT_TRY(send_value(u, u->map[m][v], q, tag, err));
+    }
+    return GT_OK;
+}
+
 static gt_status emit_action(unroll *u, gt_pp_action a, gt_error *err)
 {
+    if (u->rank >= 0 && a.kind >= GT_PP_SEND_F) return transfer(u, a, err);
     switch (a.kind) {
     case GT_PP_F:
         return emit_part(u, a.mb, a.stage, GT_PP_PART_F, err);
@@ -165,9 +278,18 @@ static bool sent(const gt_pp_schedule *s, const int32_t *done, gt_pp_action a)
     return false;
 }
 
-/* Every rank's actions, merged as the in-process runner takes them. */
+/* Every rank's actions, merged as the in-process runner takes them; or one rank's. */
 static gt_status emit_schedule(unroll *u, const gt_pp_schedule *s, gt_error *err)
 {
+    for (int32_t i = 0; u->rank >= 0 && i < s->n_actions[u->rank]; i++) {
+        gt_status st = emit_action(u, s->actions[u->rank][i], err);
+        if (st != GT_OK) {
+            char buf[48];
+            gt_pp_action_format(s->actions[u->rank][i], buf, sizeof buf);
+            return gt_error_wrap(err, "rank %d action %d (%s)", u->rank, i, buf);
+        }
+    }
+    if (u->rank >= 0) return GT_OK;
     int32_t *done = gt_xcalloc((size_t)s->n_ranks, sizeof *done);
     gt_status st = GT_OK;
     for (bool progress = true; progress && st == GT_OK;) {
@@ -209,6 +331,7 @@ static void add_outputs(unroll *u)
         for (int32_t k = 0; k < g->n_outputs; k++) {
             bool last = m == u->M - 1;
             if (!last && g->outputs[k].kind != GT_OUT_LOSS) continue;
+            if (u->map[m][g->outputs[k].value] == GT_NONE) continue; /* another rank's */
             char name[512];
             const char *fqn = gt_graph_str(g, g->outputs[k].fqn);
             if (last)
@@ -234,9 +357,18 @@ static gt_status run(unroll *u, const gt_pp_schedule *s, gt_error *err)
     /* once a step: the optimizer and the nodes every rank runs, on the last micro-batch */
     for (gt_node_id n = 0; n < g->n_nodes; n++) {
         gt_pp_part p = (gt_pp_part)u->split->part[n];
-        if (p == GT_PP_PART_OPT || p == GT_PP_PART_GLOBAL) GT_TRY(emit(u, u->M - 1, n, err));
+        if (p != GT_PP_PART_OPT && p != GT_PP_PART_GLOBAL) continue;
+        bool mine = p == GT_PP_PART_GLOBAL || u->rank < 0 ||
+                    u->stage_rank[u->split->stage[n]] == u->rank;
+        if (!mine) continue;
+        if (u->rank >= 0 && p == GT_PP_PART_GLOBAL) GT_TRY(gather_global_inputs(u, n, err));
+        GT_TRY(emit(u, u->M - 1, n, err));
     }
-    for (int32_t k = 0; k < g->n_outputs; k++) {
+    for (int32_t k = 0; k < u->n_sent; k++) { /* the sends complete at the end of the step */
+        if (gt_graph_add_node(u->d, GT_OP_WAIT, &u->sent[2 * k], 2, NULL, NULL) == GT_NONE)
+            return gt_error_set(err, u->d->err.code, "pipeline unroll: %s", u->d->err.msg);
+    }
+    for (int32_t k = 0; u->rank < 0 && k < g->n_outputs; k++) {
         gt_value_id v = g->outputs[k].value;
         for (int32_t m = 0; m < u->M; m++) {
             if (m < u->M - 1 && g->outputs[k].kind != GT_OUT_LOSS) continue;
@@ -262,15 +394,35 @@ gt_status gt_pp_unroll(const gt_graph *g, const gt_pp_split *split, const gt_pp_
                             "pipeline unroll: the split (%d nodes, %d stages) is not of this graph "
                             "and schedule (%d nodes, %d stages)",
                             split->n_nodes, split->n_stages, g->n_nodes, s->n_stages);
-    if (rank != -1)
+    if (rank < -1 || rank >= s->n_ranks)
+        return gt_error_set(err, GT_ERR_INVALID, "pipeline unroll: rank %d of %d", rank,
+                            s->n_ranks);
+    if (rank >= 0 && g->mesh.ndim >= GT_MESH_MAX_DIMS)
         return gt_error_set(err, GT_ERR_UNSUPPORTED,
-                            "pipeline unroll: rank %d: one rank's step needs point-to-point "
-                            "nodes; only every stage in one graph (rank -1) is unrolled",
-                            rank);
+                            "pipeline unroll: the step graph's mesh has %d dims, no room for pp",
+                            g->mesh.ndim);
     int32_t M = s->n_micro, nv = g->n_values, nn = g->n_nodes;
-    unroll u = {.g = g, .split = split, .per_micro = per_micro, .M = M, .out = out};
+    unroll u = {.g = g,
+                .split = split,
+                .per_micro = per_micro,
+                .M = M,
+                .out = out,
+                .rank = rank,
+                .n_ranks = s->n_ranks,
+                .stage_rank = s->stage_rank};
     out->n_micro = M;
     out->g = u.d = gt_graph_new();
+    if (rank >= 0) { /* the graph's mesh and pp outermost (its dim the last: the others keep
+                      * their numbers) */
+        u.d->mesh = g->mesh;
+        for (int k = 0; k < g->mesh.ndim; k++)
+            u.d->mesh.name[k] = gt_graph_intern(u.d, gt_graph_str(g, g->mesh.name[k]));
+        u.pp_dim = g->mesh.ndim;
+        u.d->mesh.size[u.pp_dim] = s->n_ranks;
+        u.d->mesh.name[u.pp_dim] = gt_graph_intern(u.d, "pp");
+        u.d->mesh.ndim++;
+    }
+    u.gathered = gt_xcalloc((size_t)nv + 1, 1);
     u.map = gt_xcalloc((size_t)M, sizeof *u.map);
     for (int32_t m = 0; m < M; m++) {
         u.map[m] = gt_xmalloc(((size_t)nv + 1) * sizeof **u.map);
@@ -307,6 +459,8 @@ gt_status gt_pp_unroll(const gt_graph *g, const gt_pp_split *split, const gt_pp_
     free(u.same_as);
     free(u.holder);
     free(u.holder_mb);
+    free(u.gathered);
+    free(u.sent);
     if (st != GT_OK) gt_pp_unrolled_free(out);
     return st;
 }

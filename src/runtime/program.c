@@ -292,7 +292,8 @@ int32_t gt_program_collectives(const gt_program *p, bool with_place, gt_comm_sch
         if (out && count < max)
             out[count] = (gt_comm_sched_entry){.kind = gt_runtime_coll_kind(ins->op),
                                                .group = group_of(p->g, ins->i[0]),
-                                               .bytes = gt_runtime_ref_bytes(&ins->in[0]),
+                                               .bytes = gt_runtime_ref_bytes(
+                                                   ins->n_in ? &ins->in[0] : &ins->out[0]),
                                                .place = with_place ? place_of(p, ins) : 0};
         count++;
     }
@@ -308,8 +309,9 @@ gt_status gt_graph_collectives(const gt_graph *g, const gt_sym_binding *binding,
         if (!gt_op_is_collective_start(n->op)) continue;
         if (out && *count < max) {
             int64_t shape[GT_MAX_DIMS];
-            GT_TRY(gt_graph_eval_shape(g, n->in[0], binding, shape, err));
-            const gt_type *t = gt_value_type(g, n->in[0]);
+            gt_value_id v = n->n_in ? n->in[0] : n->out[0]; /* a recv_start reads nothing */
+            GT_TRY(gt_graph_eval_shape(g, v, binding, shape, err));
+            const gt_type *t = gt_value_type(g, v);
             out[*count] = (gt_comm_sched_entry){.kind = gt_runtime_coll_kind(n->op),
                                                 .group = group_of(g, n->attrs.i[0]),
                                                 .bytes = (uint64_t)gt_shape_numel(t->ndim, shape) *
@@ -332,7 +334,7 @@ int32_t gt_runtime_comm_timings(const gt_program *p, gt_comm_timing *out, int32_
             memset(t, 0, sizeof *t);
             t->kind = gt_runtime_coll_kind(ins->op);
             t->mesh_dim = (int32_t)ins->i[0];
-            t->bytes = gt_runtime_ref_bytes(&ins->in[0]);
+            t->bytes = gt_runtime_ref_bytes(ins->n_in ? &ins->in[0] : &ins->out[0]);
             t->start_instr = k;
             t->wait_instr = -1;
             for (int32_t j = k + 1; j < p->n_instrs && t->wait_instr < 0; j++)

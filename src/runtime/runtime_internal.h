@@ -69,6 +69,7 @@ int32_t gt_runtime_adamw_groups(const gt_instr *instrs, int32_t n, gt_runtime_ad
 struct gt_program_slot {
     gt_tensor in, out;
     gt_comm_request *req;
+    gt_comm *sent; /* a send_start's communicator: its wait completes the sends posted on it */
     /* the last run's clock readings (CLOCK_MONOTONIC seconds): start posted, wait entered,
      * wait returned (gt_program_comm_timings) */
     double t_start, t_wait, t_done;
@@ -98,9 +99,12 @@ void gt_runtime_mesh_dim_label(const gt_graph *g, int64_t dim, char *buf, size_t
  * group_size ranks (GT_ERR_INVALID naming the dim otherwise; the caller adds the node). */
 gt_status gt_runtime_comm_for(const gt_graph *g, int64_t dim, int64_t group_size,
                               gt_comm *const *comms, gt_comm **out, gt_error *err);
-/* Posts the collective of start op `op` from in to out on c (async; *req to wait on), or, when c
- * is NULL (a group of size 1), copies in to out and sets *req = NULL. */
-gt_status gt_runtime_start(gt_op op, gt_comm *c, const gt_tensor *in, gt_tensor *out,
-                           gt_comm_request **req, gt_error *err);
+/* Posts the collective of start op `op` (attributes i) from in to out on c (async; *req to wait
+ * on), or, when c is NULL (a group of size 1), copies in to out and sets *req = NULL. A
+ * point-to-point start has no request: send_start posts in to rank i[2] under tag i[3] without
+ * blocking (complete it with gt_comm_send_wait_all before in's bytes change), recv_start
+ * receives out from rank i[2] under tag i[3], blocking; in is NULL for it. */
+gt_status gt_runtime_start(gt_op op, gt_comm *c, const int64_t *i, const gt_tensor *in,
+                           gt_tensor *out, gt_comm_request **req, gt_error *err);
 
 #endif

@@ -11,8 +11,8 @@
  * parameter and moment are memcmp-equal to the reference (the trainer's accumulation). The
  * unrolled graph has one tokens, labels and positions input per micro-batch and each parameter
  * once; a running gradient sum is an input only for micro-batch 0. A W moved before the previous
- * micro-batch's W of its stage is refused naming both actions, and a rank's own step is refused
- * as not built yet. */
+ * micro-batch's W of its stage is refused naming both actions, as is a rank the schedule does
+ * not have. */
 #include "graphtrain/gt_program.h"
 #include "pp_harness.h"
 
@@ -141,7 +141,7 @@ done:
     gt_pp_split_free(&split);
 }
 
-/* Bad input: the W order, and a rank's own step. */
+/* Bad input: the W order, and a rank outside the schedule. */
 static void check_refusals(setup *s)
 {
     gt_error err = {0};
@@ -154,8 +154,8 @@ static void check_refusals(setup *s)
     EXPECT_OK(gt_pp_schedule_build(GT_PP_ZBV_ZERO_BUBBLE, 2, 2, MICRO, &sched, &err), &err);
     if (err.code != GT_OK) return;
     gt_pp_unrolled u;
-    gt_status st = gt_pp_unroll(s->g, &split, &sched, 0, per_micro, &u, &err);
-    EXPECT(st == GT_ERR_UNSUPPORTED && strstr(err.msg, "rank 0") && !u.g, "%s", err.msg);
+    gt_status st = gt_pp_unroll(s->g, &split, &sched, 2, per_micro, &u, &err);
+    EXPECT(st == GT_ERR_INVALID && strstr(err.msg, "rank 2 of 2") && !u.g, "%s", err.msg);
     gt_pp_action *a = sched.actions[0];
     int w0 = -1, w1 = -1;
     for (int i = 0; i < sched.n_actions[0]; i++) {

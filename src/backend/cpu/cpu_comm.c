@@ -66,6 +66,25 @@ gt_status gt_cpu_all_to_all_start(const gt_kernel_call *c, gt_error *err)
     return start(c, err);
 }
 
+/* A point-to-point start always has a peer: never a kernel. */
+static gt_status p2p(const gt_kernel_call *c, gt_error *err)
+{
+    return gt_error_set(err, GT_ERR_UNSUPPORTED,
+                        "%s: a point-to-point transfer runs through a communicator "
+                        "(gt_program_set_comms, gt_eager_run_comms), not as a kernel",
+                        gt_kernel_op_name(c->op));
+}
+
+gt_status gt_cpu_send_start(const gt_kernel_call *c, gt_error *err)
+{
+    return p2p(c, err);
+}
+
+gt_status gt_cpu_recv_start(const gt_kernel_call *c, gt_error *err)
+{
+    return p2p(c, err);
+}
+
 gt_status gt_cpu_wait(const gt_kernel_call *c, gt_error *err)
 {
     return copy_identity(c, err);

@@ -1,6 +1,7 @@
 /* cuda_parallel.cu — the parallel ops on CUDA.
  *
- * Collectives (all_gather_start, reduce_scatter_start, all_reduce_start, all_to_all_start, wait)
+ * Collectives (all_gather_start, reduce_scatter_start, all_reduce_start, all_to_all_start,
+ * send_start, recv_start, wait)
  * are not kernels: the CUDA program runs them through its NCCL communicators
  * (src/runtime/exec_cuda.c).
  *
@@ -46,6 +47,16 @@ gt_status gt_cuda_all_reduce_start(gt_cuda_stream *s, const gt_kernel_call *c, g
 }
 
 gt_status gt_cuda_all_to_all_start(gt_cuda_stream *s, const gt_kernel_call *c, gt_error *err)
+{
+    return gt_cuda_all_gather_start(s, c, err);
+}
+
+gt_status gt_cuda_send_start(gt_cuda_stream *s, const gt_kernel_call *c, gt_error *err)
+{
+    return gt_cuda_all_gather_start(s, c, err);
+}
+
+gt_status gt_cuda_recv_start(gt_cuda_stream *s, const gt_kernel_call *c, gt_error *err)
 {
     return gt_cuda_all_gather_start(s, c, err);
 }
