@@ -148,7 +148,7 @@ gt_status gt_shape_all_to_all_start(gt_graph *g, const gt_node *n, gt_type *out,
  * carry (gt_comm_send_start: 0 .. 32767). */
 static gt_status check_p2p(gt_graph *g, const gt_node *n, gt_error *err)
 {
-    int64_t size;
+    int64_t size = 0;
     GT_TRY(check_group(g, n, &size, err));
     int64_t peer = n->attrs.i[2], tag = n->attrs.i[3];
     if (peer < 0 || peer >= size)

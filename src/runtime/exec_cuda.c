@@ -109,6 +109,10 @@ struct gt_cuda_program {
     bool timing;
     cudaEvent_t *tev;      /* [3 * n_slots] */
     cudaEvent_t run_ev[2]; /* the timed run's start and end */
+    /* a pipeline rank's point-to-point transfers over a host communicator: per slot, the host
+     * bytes a send_start copies out of the device or a recv_start receives into (malloc'ed on
+     * first use) */
+    void **p2p_host;
     /* the optimizer tail's multi-tensor launches, in instruction order */
     adamw_group *groups;
     int32_t n_groups;
@@ -241,6 +245,9 @@ void gt_cuda_program_free(gt_cuda_program *p)
         if (p->graph[part]) cudaGraphDestroy(p->graph[part]);
     }
     if (p->sync_ev) cudaEventDestroy(p->sync_ev);
+    for (int32_t k = 0; p->p2p_host && k < p->prog->n_slots; k++)
+        free(p->p2p_host[k]);
+    free(p->p2p_host);
     for (int k = 0; k < GT_CUDA_MARKS; k++)
         if (p->mark[k]) cudaEventDestroy(p->mark[k]);
     for (int32_t k = 0; p->tev && k < 3 * p->prog->n_slots; k++)
@@ -361,12 +368,25 @@ static gt_status register_windows(gt_cuda_program *p, gt_error *err)
 
 static gt_status wait_queued(void *user, gt_error *err);
 
+/* Whether every collective over mesh dim k is a send_start or recv_start (a pipeline's "pp" dim:
+ * gt_pp_unroll), which host communicators carry through host memory. */
+static bool p2p_only(const gt_cuda_program *p, int k)
+{
+    for (int32_t j = 0; j < p->prog->n_instrs; j++) {
+        const gt_instr *ins = &p->prog->instrs[j];
+        if (gt_op_is_collective_start(ins->op) && ins->i[0] == k && ins->op != GT_OP_SEND_START &&
+            ins->op != GT_OP_RECV_START)
+            return false;
+    }
+    return true;
+}
+
 gt_status gt_cuda_program_set_comms(gt_cuda_program *p, gt_comm *const comms[GT_MESH_MAX_DIMS],
                                     gt_error *err)
 {
     for (int k = 0; k < GT_MESH_MAX_DIMS; k++) {
         gt_comm *c = comms ? comms[k] : NULL;
-        if (c && gt_comm_size(c) > 1 && !gt_comm_is_nccl(c))
+        if (c && gt_comm_size(c) > 1 && !gt_comm_is_nccl(c) && !p2p_only(p, k))
             return gt_error_set(err, GT_ERR_INVALID,
                                 "program: the communicator '%s' for mesh dim %d is a %s "
                                 "communicator; a CUDA program moves device buffers and needs NCCL "
@@ -399,6 +419,40 @@ static void record_timing(gt_cuda_program *p, int32_t slot, int e)
     if (cs == cudaStreamCaptureStatusNone) cudaEventRecord(p->tev[3 * slot + e], stream_of(p));
 }
 
+/* A send_start or recv_start over a host communicator (MPI, TCP): the bytes go through host
+ * memory. A send copies the value out once the stream has computed it and posts it without
+ * blocking (its wait completes the sends, at the end of the step); a receive blocks until the
+ * bytes arrive and queues their copy to the device. Both wait for the device, so a step with
+ * them runs kernel by kernel (gt_cuda_program_capture_part refuses it). */
+static gt_status host_p2p(gt_cuda_program *p, const gt_instr *ins, gt_comm *c, gt_error *err)
+{
+    gt_program_slot *slot = &p->prog->slots[ins->slot];
+    bool send = ins->op == GT_OP_SEND_START;
+    gt_tensor h = send ? slot->in : slot->out;
+    size_t nb = gt_tensor_nbytes(&h);
+    if (!p->p2p_host) p->p2p_host = gt_xcalloc((size_t)p->prog->n_slots + 1, sizeof *p->p2p_host);
+    if (!p->p2p_host[ins->slot]) p->p2p_host[ins->slot] = gt_xmalloc(nb ? nb : 1);
+    void *dev = h.data;
+    h.data = p->p2p_host[ins->slot];
+    cudaStream_t st = stream_of(p);
+    if (!send) {
+        GT_TRY(gt_comm_recv(c, &h, (int)ins->i[2], (int)ins->i[3], err));
+        /* from pageable memory: the call returns once the bytes are staged, so the next
+         * receive into this slot's bytes cannot overtake it */
+        return nb ? cuda_error(cudaMemcpyAsync(dev, h.data, nb, cudaMemcpyHostToDevice, st),
+                               "copying received bytes to the device", err)
+                  : GT_OK;
+    }
+    if (nb) {
+        GT_TRY(cuda_error(cudaMemcpyAsync(h.data, dev, nb, cudaMemcpyDeviceToHost, st),
+                          "copying a value to send to the host", err));
+        GT_TRY(gt_cuda_stream_sync(p->stream, err));
+    }
+    GT_TRY(gt_comm_send_start(c, &h, (int)ins->i[2], (int)ins->i[3], err));
+    slot->sent = c;
+    return GT_OK;
+}
+
 static gt_status run_collective(gt_cuda_program *p, const gt_instr *ins, gt_error *err)
 {
     gt_program_slot *slot = &p->prog->slots[ins->slot];
@@ -406,7 +460,9 @@ static gt_status run_collective(gt_cuda_program *p, const gt_instr *ins, gt_erro
     if (ins->op == GT_OP_WAIT) {
         record_timing(p, ins->slot, 1);
         if (slot->req) st = gt_comm_wait(slot->req, err); /* frees the request, also on error */
+        if (slot->sent && st == GT_OK) st = gt_comm_send_wait_all(slot->sent, err);
         slot->req = NULL;
+        slot->sent = NULL;
         record_timing(p, ins->slot, 2);
     } else {
         record_timing(p, ins->slot, 0);
@@ -427,13 +483,16 @@ static gt_status run_collective(gt_cuda_program *p, const gt_instr *ins, gt_erro
                 call.in[0] = &slot->in;
                 call.out[0] = &slot->out;
                 st = gt_cuda_run_kernel(&call, p->stream, err);
+            } else if ((ins->op == GT_OP_SEND_START || ins->op == GT_OP_RECV_START) &&
+                       !gt_comm_is_nccl(c)) {
+                st = host_p2p(p, ins, c, err);
             } else if (ins->op == GT_OP_SEND_START || ins->op == GT_OP_RECV_START) {
                 /* NCCL's send and receive are blocking in the stream: posted in one stream in
                  * schedule order they deadlock where two ranks send to each other first, so
                  * they need a stream per direction (and two GPUs to test it) */
                 st = gt_error_set(err, GT_ERR_UNSUPPORTED,
                                   "%s: a pipeline's point-to-point transfers run on host "
-                                  "communicators only, not yet over NCCL",
+                                  "communicators (MPI, TCP), not yet over NCCL",
                                   gt_op_get(ins->op)->name);
             } else { /* NCCL: gt_cuda_program_set_comms accepts no other communicator of > 1 rank */
                 gt_comm_nccl_set_stream(c, stream_of(p));
@@ -629,6 +688,13 @@ gt_status gt_cuda_program_capture(gt_cuda_program *p, gt_error *err)
 gt_status gt_cuda_program_capture_part(gt_cuda_program *p, gt_run_part part, gt_error *err)
 {
     if (p->graph_exec[part]) return GT_OK;
+    for (int32_t k = 0; k < p->prog->n_instrs; k++)
+        if (p->prog->instrs[k].op == GT_OP_SEND_START || p->prog->instrs[k].op == GT_OP_RECV_START)
+            return gt_error_set(err, GT_ERR_UNSUPPORTED,
+                                "program: the step sends and receives a pipeline's values through "
+                                "host memory (node %%%d, %s); it runs kernel by kernel, not as "
+                                "one CUDA graph",
+                                p->prog->instrs[k].node, gt_op_get(p->prog->instrs[k].op)->name);
     cudaStream_t st = stream_of(p);
     GT_TRY(cuda_error(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal),
                       "beginning the step graph capture", err));

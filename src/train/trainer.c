@@ -88,8 +88,9 @@ static gt_status step_graph_bind(gt_trainer *t, gt_step_graph *s, gt_error *err)
     for (int k = 0; k < g->n_inputs; k++)
         if (!(s->feed[k] = feed_for(t, g, &g->inputs[k], err))) return err->code;
     bool multi = gt_train_dist_multi(&t->dist);
-    /* a pipeline runs the graph's nodes itself (gt_pp_eager_step_rank): eager holds the state */
-    gt_executor_kind kind = t->cuda                            ? GT_EXECUTOR_CUDA
+    /* a pipeline runs the graph's nodes itself (gt_pp_eager_step_rank), or on the GPU its rank's
+     * unrolled step (trainer_pp_device.c): eager holds the host state */
+    gt_executor_kind kind = t->cuda && !t->pp                  ? GT_EXECUTOR_CUDA
                             : t->cfg->compile.enable && !t->pp ? GT_EXECUTOR_CPU
                                                                : GT_EXECUTOR_EAGER;
     /* --comm.nccl_buffers: arenas NCCL can register (every rank's at the same offsets, as

@@ -807,7 +807,7 @@ gt_status gt_trainer_alloc_state(gt_trainer *t, gt_error *err)
     /* a fresh GPU run draws its parameters on the device, in the first step; a run that starts
      * from a Hugging Face folder reads them instead (gt_trainer_load_hf) */
     if (gt_trainer_loads_hf(t)) draw = false;
-    t->params_pending = draw && t->cuda;
+    t->params_pending = draw && t->cuda && !t->pp; /* a pipeline draws on the host */
     for (int k = 0; k < n; k++) {
         const gt_param_spec *ps = &t->model.params[k];
         const gt_shard_box *pb = &t->box[k], *mb = &t->box[n + k], *vb = &t->box[2 * n + k];

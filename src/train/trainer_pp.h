@@ -10,7 +10,9 @@
  * bitwise that of the mesh's accumulation. Each pipeline rank holds, updates and stores only its
  * stages' parameters, gradient sums and AdamW moments (trainer_pp_state.c): the others' are never
  * drawn or loaded. Before a checkpoint and the final hash the owners send theirs to pipeline rank
- * 0, whose mesh saves and hashes the whole, current state, then frees them again. */
+ * 0, whose mesh saves and hashes the whole, current state, then frees them again. On the GPU
+ * (training.device = cuda, pp alone) the rank's step is one unrolled graph on a CUDA executor
+ * that keeps the rank's state on the device (trainer_pp_device.c). */
 #ifndef GRAPHTRAIN_TRAINER_PP_H
 #define GRAPHTRAIN_TRAINER_PP_H
 
@@ -40,6 +42,12 @@ struct gt_trainer_pp {
     int32_t *param_owner;     /* [n_params]: the pipeline rank of parameter p's stage, or -1 (every
                                * rank holds it); set by gt_trainer_pp_own_state */
     gt_pp_programs *programs; /* this rank's stages' parts as programs (compile.enable), or NULL */
+    /* training.device = cuda (trainer_pp_device.c): the rank's step as one graph and the CUDA
+     * executor that holds its state between steps */
+    gt_pp_unrolled unrolled;
+    gt_executor *ex;
+    bool dev_loaded; /* the state is in the executor */
+    bool dev_ahead;  /* a step ran since the host copies were last refreshed */
 };
 
 /* Before setup: checks the pipeline options (errors name the option at fault: the schedule, the
@@ -100,5 +108,21 @@ const gt_config *gt_trainer_pp_user_config(const gt_trainer *t);
  * others hold the same state after a sync). */
 bool gt_trainer_pp_writes(const gt_trainer *t);
 void gt_trainer_pp_free(gt_trainer *t);
+/* Which of tokens, labels, positions graph input k is (-1: none): a micro-batch's own inputs. */
+int gt_trainer_pp_batch_slot(const gt_graph *g, int32_t k);
+
+/* ---------------------------------------------------------------- on the GPU
+ * (trainer_pp_device.c: training.device = cuda) */
+/* From gt_trainer_pp_build: this rank's step unrolled (gt_pp_unroll) and compiled, its CUDA
+ * executor with the pipeline's communicator on the pp dim; its memory plan to the log. */
+gt_status gt_trainer_pp_device_build(gt_trainer *t, gt_error *err);
+/* The step on the GPU from pp->inputs (the state read from them before step 1 only): each
+ * micro-batch's loss into pp->losses on the last stage's rank, the gradient norm into
+ * *grad_norm; the updates stay in the executor. */
+gt_status gt_trainer_pp_device_step(gt_trainer *t, double *grad_norm, gt_error *err);
+/* The executor's state into the host tensors that fed it, when a step ran since (nothing off
+ * the GPU). Before a checkpoint or the hash reads them. */
+gt_status gt_trainer_pp_device_to_host(gt_trainer *t, gt_error *err);
+void gt_trainer_pp_device_free(gt_trainer *t);
 
 #endif

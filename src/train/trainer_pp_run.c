@@ -28,10 +28,12 @@ static const char *const batch_names[3] = {"tokens", "labels", "positions"};
 gt_status gt_trainer_pp_begin(gt_trainer *t, const gt_config *cfg, gt_error *err)
 {
     const gt_cfg_parallelism *p = &cfg->parallelism;
-    if (cfg->training.device == GT_CFG_DEVICE_CUDA)
+    bool cuda = cfg->training.device == GT_CFG_DEVICE_CUDA;
+    if (cuda && cfg->compile.precompile_artifact_dir[0])
         return gt_error_set(err, GT_ERR_UNSUPPORTED,
-                            "parallelism.pipeline_parallel_degree = %lld: pipelines run on the CPU "
-                            "for now (training.device = cpu)",
+                            "compile.precompile_artifact_dir with pipeline_parallel_degree = %lld "
+                            "on the GPU: the artifacts hold the CPU's stage programs; drop the "
+                            "directory",
                             (long long)p->pipeline_parallel_degree);
     if (cfg->compile.precompile_artifact_dir[0] && !cfg->compile.enable)
         return gt_error_set(err, GT_ERR_INVALID,
@@ -124,6 +126,12 @@ gt_status gt_trainer_pp_dist_init(gt_trainer *t, gt_error *err)
             degree, (long long)up->data_parallel_replicate_degree,
             (long long)up->data_parallel_shard_degree, (long long)up->tensor_parallel_degree, world,
             (long long)(degree * mesh_ranks));
+    if (t->cfg->training.device == GT_CFG_DEVICE_CUDA && inner > 1)
+        return gt_error_set(err, GT_ERR_UNSUPPORTED,
+                            "parallelism.pipeline_parallel_degree = %d over %d processes on the "
+                            "GPU: GPU pipelines run pp alone for now (the other degrees 1, one "
+                            "process per pipeline rank)",
+                            degree, world);
     pp->rank = me / inner;
     /* ranks launched with other options would run other schedules */
     gt_train_dist wd = {.world = pp->world, .rank = me, .size = world};
@@ -259,12 +267,13 @@ static gt_status log_pipeline(gt_trainer *t, gt_error *err)
     free(bytes);
     free(peak);
     gt_pp_sim_free(&sim);
-    /* this rank's step, planned on sizes alone: what step 1 will start and hold */
+    /* this rank's step, planned on sizes alone: what step 1 will start and hold (on the GPU the
+     * program's memory plan, logged when it was built, says it) */
     gt_pp_step_stats plan;
-    if (st == GT_OK)
+    if (st == GT_OK && !pp->ex)
         st = gt_pp_step_plan_programs(t->whole.g, &t->binding, &pp->split, &pp->sched, 0,
                                       pp->programs, &plan, err);
-    if (st == GT_OK) {
+    if (st == GT_OK && !pp->ex) {
         char text[512];
         format_stats(&plan, text, sizeof text);
         gt_log(GT_LOG_INFO, "pipeline step plan on rank 0: %s", text);
@@ -330,12 +339,15 @@ gt_status gt_trainer_pp_build(gt_trainer *t, gt_error *err)
     pp->outputs = gt_xcalloc((size_t)g->n_outputs + 1, sizeof *pp->outputs);
     for (int32_t m = 0; m < M; m++)
         pp->inputs[m] = gt_xcalloc((size_t)g->n_inputs + 1, sizeof **pp->inputs);
-    if (pp->user->compile.enable) GT_TRY(build_programs(t, err));
+    if (t->cuda) {
+        GT_TRY(gt_trainer_pp_device_build(t, err));
+    } else if (pp->user->compile.enable) {
+        GT_TRY(build_programs(t, err));
+    }
     return pp->rank == 0 ? log_pipeline(t, err) : GT_OK;
 }
 
-/* Which of tokens, labels, positions graph input k is (-1: none). */
-static int batch_slot(const gt_graph *g, int32_t k)
+int gt_trainer_pp_batch_slot(const gt_graph *g, int32_t k)
 {
     if (g->inputs[k].kind != GT_IN_INPUT) return -1;
     for (int j = 0; j < 3; j++)
@@ -347,6 +359,9 @@ static gt_tensor *batch_source(gt_trainer *t, int j)
 {
     return j == 0 ? &t->tokens : j == 1 ? &t->labels : &t->positions;
 }
+
+static gt_status finish_step(gt_trainer *t, int64_t step, gt_status st, double norm,
+                             double *loss, double *grad_norm, gt_error *err);
 
 gt_status gt_trainer_pp_step(gt_trainer *t, int64_t step, double *loss, double *grad_norm,
                              double *lr, gt_error *err)
@@ -363,7 +378,7 @@ gt_status gt_trainer_pp_step(gt_trainer *t, int64_t step, double *loss, double *
     for (int32_t m = 0; m < M; m++) {
         GT_TRY(gt_trainer_next_batch(t, err));
         for (int32_t k = 0; k < g->n_inputs; k++) {
-            int j = batch_slot(g, k);
+            int j = gt_trainer_pp_batch_slot(g, k);
             if (j < 0) {
                 pp->inputs[m][k] = *t->whole.feed[k];
                 pp->inputs[m][k].owns_data = false;
@@ -377,13 +392,19 @@ gt_status gt_trainer_pp_step(gt_trainer *t, int64_t step, double *loss, double *
             pp->inputs[m][k].owns_data = false;
         }
     }
+    double norm = 0;
+    gt_status st = GT_OK;
+    if (pp->ex) { /* the GPU: the state stays in the executor */
+        st = gt_trainer_pp_device_step(t, &norm, err);
+        return finish_step(t, step, st, norm, loss, grad_norm, err);
+    }
     const gt_tensor **in = gt_xcalloc((size_t)M, sizeof *in);
     for (int32_t m = 0; m < M; m++)
         in[m] = pp->inputs[m];
     gt_comm *const *dims = gt_train_dist_multi(&t->dist) ? t->dist.dim_comm : NULL;
     gt_pp_step_stats stats;
-    gt_status st = gt_pp_step_programs(g, &t->binding, &pp->split, &pp->sched, pp->comm, dims,
-                                       pp->programs, in, pp->losses, pp->outputs, &stats, err);
+    st = gt_pp_step_programs(g, &t->binding, &pp->split, &pp->sched, pp->comm, dims,
+                             pp->programs, in, pp->losses, pp->outputs, &stats, err);
     free(in);
     /* once: the step as run, to set against the plan logged before step 1 */
     if (st == GT_OK && !pp->stats_logged && pp->rank == 0 && t->dist.rank == 0) {
@@ -393,7 +414,6 @@ gt_status gt_trainer_pp_step(gt_trainer *t, int64_t step, double *loss, double *
     }
     pp->stats_logged = true;
     /* this rank's stages' updates into the host state */
-    double norm = 0;
     for (int32_t k = 0; st == GT_OK && k < g->n_outputs; k++) {
         const gt_io *o = &g->outputs[k];
         gt_tensor *out = &pp->outputs[k];
@@ -410,7 +430,17 @@ gt_status gt_trainer_pp_step(gt_trainer *t, int64_t step, double *loss, double *
         else
             memcpy(dst->data, out->data, gt_tensor_nbytes(out));
     }
-    /* the losses from the last stage's rank, summed in micro-batch order on every rank */
+    return finish_step(t, step, st, norm, loss, grad_norm, err);
+}
+
+/* The step's end on every rank: the losses from the last stage's rank, summed in micro-batch
+ * order as the one-rank trainer sums them. */
+static gt_status finish_step(gt_trainer *t, int64_t step, gt_status st, double norm,
+                             double *loss, double *grad_norm, gt_error *err)
+{
+    struct gt_trainer_pp *pp = t->pp;
+    const gt_graph *g = t->whole.g;
+    int32_t M = pp->n_micro;
     int root = pp->sched.stage_rank[pp->sched.n_stages - 1];
     double sum = 0;
     for (int32_t m = 0; st == GT_OK && m < M; m++) {
@@ -450,6 +480,7 @@ void gt_trainer_pp_free(gt_trainer *t)
     free(pp->owner);
     free(pp->param_owner);
     gt_pp_programs_free(pp->programs);
+    gt_trainer_pp_device_free(t);
     if (pp->split_built) gt_pp_split_free(&pp->split);
     if (pp->sched_built) gt_pp_schedule_free(&pp->sched);
     gt_pp_layout_free(&pp->layout);

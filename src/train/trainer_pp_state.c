@@ -140,7 +140,7 @@ gt_status gt_trainer_pp_own_state(gt_trainer *t, gt_error *err)
 gt_status gt_trainer_pp_gather(gt_trainer *t, bool moments, gt_error *err)
 {
     struct gt_trainer_pp *pp = t->pp;
-    gt_status st = GT_OK;
+    gt_status st = gt_trainer_pp_device_to_host(t, err); /* the GPU's state is the current one */
     int tag = 0;
     for (int p = 0; p < t->n_params && st == GT_OK; p++) {
         int32_t o = pp->param_owner[p];
