@@ -8,7 +8,9 @@
  * (--training.local_batch_size=1 --training.global_batch_size=4), as test_pp_launch checks under
  * mpiexec: every step's loss and grad_norm the same doubles, the same final params xxh64, and the
  * step-5 checkpoints the same bytes. And a pipeline started with neither launcher is refused
- * naming both ways to start it. */
+ * naming both ways to start it, and a GPU pipeline with another mesh dim (pp 2 x dp_shard 2 on
+ * 4 processes) by every rank, naming what GPU pipelines run (before any device is touched: this
+ * holds on a machine without one). */
 #include "launch.h" /* first: train_child.h defines _GNU_SOURCE */
 #include "launch_env.h"
 
@@ -127,6 +129,25 @@ int main(void)
            "a pipeline with no launcher: exit %d, not refused naming both launches", rc);
     if (rc <= 0 || !out || !strstr(out, "MASTER_ADDR")) launch_show_tail(out_path);
     free(out);
+
+    /* on the GPU, pp with another dim: refused on every rank */
+    launch_temp_dir(dump, sizeof dump, base, "gpu_pp_dp");
+    c.n = 0;
+    pipeline_options(&c, dump);
+    launch_add(&c, "--training.device=cuda");
+    launch_add(&c, "--parallelism.data_parallel_shard_degree=2");
+    int rc4[4];
+    port = comm_test_free_port();
+    launch_env_ranks(&c, 0, 4, 4, NULL, port, dump, NULL, rc4, 120.0);
+    for (int k = 0; k < 4; k++) {
+        snprintf(out_path, sizeof out_path, "%s/rank%d.txt", dump, k);
+        out = read_all(out_path, NULL);
+        EXPECT(rc4[k] > 0 && out && strstr(out, "GPU pipelines run pp alone"),
+               "GPU pp 2 x dp_shard 2: rank %d exit %d, not refused naming it", k, rc4[k]);
+        if (rc4[k] <= 0 || !out || !strstr(out, "GPU pipelines run pp alone"))
+            launch_show_tail(out_path);
+        free(out);
+    }
 
     if (gt_test_failed_ == 0) remove_tree(base);
     return gt_test_finish();
