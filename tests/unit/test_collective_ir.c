@@ -200,7 +200,9 @@ static void test_shape_rules(void)
                  "all_gather of a scalar");
 
     /* attributes without a mesh: mesh_dim in [0, GT_MESH_MAX_DIMS), group_size >= 1 */
-    const char *wd[] = {"all_gather_start", "mesh_dim 5"};
+    char dim_text[32];
+    snprintf(dim_text, sizeof dim_text, "mesh_dim %d out of range", GT_MESH_MAX_DIMS);
+    const char *wd[] = {"all_gather_start", dim_text};
     expect_error(g, comm_test_start(g, GT_OP_ALL_GATHER_START, x, GT_MESH_MAX_DIMS, 2),
                  GT_ERR_INVALID, wd, 2, "mesh_dim out of range");
     const char *wg[] = {"all_reduce_start", "group_size", "0"};
