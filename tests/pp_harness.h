@@ -192,6 +192,74 @@ static inline void free_outputs(gt_tensor *t, int32_t n)
         gt_tensor_free(&t[k]);
 }
 
+/* The stage split of s's graph for `kind` on pp ranks (its default stages per rank) and the
+ * schedule of MICRO micro-batches; *n_stages receives the stage count. */
+static inline bool pp_split_schedule(setup *s, gt_pp_schedule_kind kind, int32_t pp,
+                                     gt_pp_split *split, gt_pp_schedule *sched, int32_t *n_stages)
+{
+    gt_error err = {0};
+    int32_t S = pp * gt_pp_default_stages_per_rank(kind);
+    int64_t fl[16];
+    *n_stages = S;
+    EXPECT_OK(gt_pp_split_layers(6, S, 1, 1, fl, &err), &err);
+    if (!err.code) EXPECT_OK(gt_pp_split_graph(s->g, S, fl, split, &err), &err);
+    if (!err.code)
+        EXPECT_OK(gt_pp_schedule_build(kind, pp, gt_pp_default_stages_per_rank(kind), MICRO, sched,
+                                       &err),
+                  &err);
+    return err.code == GT_OK;
+}
+
+/* ---------------------------------------------------------------- the unrolled step
+ * (gt_pp_unroll: tests/numerics/test_pp_unroll.c, tests/distributed/test_pp_unroll_mpi.c,
+ * tests/cuda/test_cuda_pp_unroll.c) */
+
+/* per_micro of gt_pp_unroll: the micro-batch's own inputs (the i64 INPUTs: tokens, labels,
+ * positions); returns how many. */
+static inline int32_t pp_per_micro(const gt_graph *g, uint8_t *per_micro)
+{
+    int32_t n = 0;
+    for (int32_t k = 0; k < g->n_inputs; k++) {
+        per_micro[k] = g->inputs[k].kind == GT_IN_INPUT &&
+                       gt_value_type(g, g->inputs[k].value)->dtype == GT_I64;
+        n += per_micro[k];
+    }
+    return n;
+}
+
+/* The unrolled step's inputs: views of the micro-batches' (calloc'ed; the caller frees it). */
+static inline gt_tensor *pp_unrolled_inputs(const gt_pp_unrolled *u,
+                                            gt_tensor inputs[MICRO][PP_MAX_INPUTS])
+{
+    gt_tensor *in = calloc((size_t)u->g->n_inputs + 1, sizeof *in);
+    for (int32_t j = 0; j < u->g->n_inputs; j++) {
+        in[j] = inputs[u->input_mb[j] < 0 ? 0 : u->input_mb[j]][u->input_of[j]];
+        in[j].owns_data = false;
+    }
+    return in;
+}
+
+/* The unrolled step's outputs out (taken over) as reference_step gives them: losses[m] per
+ * micro-batch (the last one's copied from its LOSS output), outputs[k] the step graph's. */
+static inline void pp_unrolled_outputs(const gt_graph *g, const gt_pp_unrolled *u, gt_tensor *out,
+                                       gt_tensor *losses, gt_tensor *outputs)
+{
+    gt_error err = {0};
+    for (int32_t j = 0; j < u->g->n_outputs; j++) {
+        int32_t k = u->output_of[j], m = u->output_mb[j];
+        if (m < MICRO - 1) {
+            losses[m] = out[j];
+            continue;
+        }
+        if (g->outputs[k].kind == GT_OUT_LOSS && out[j].data) {
+            EXPECT_OK(gt_tensor_alloc(&losses[m], out[j].dtype, out[j].ndim, out[j].shape, &err),
+                      &err);
+            if (!err.code) memcpy(losses[m].data, out[j].data, gt_tensor_nbytes(&out[j]));
+        }
+        outputs[k] = out[j];
+    }
+}
+
 /* ---------------------------------------------------------------- the schedules' check
  * (test_pp_exec.c says what it asserts) */
 /* With programs: every stage's parts are built; those with nodes and no collective are
@@ -235,14 +303,10 @@ static inline void pp_check_schedule(setup *s, gt_pp_schedule_kind kind, int32_t
 {
     const gt_graph *g = s->g;
     gt_error err = {0};
-    int32_t spr = gt_pp_default_stages_per_rank(kind), S = pp * spr;
-    int64_t fl[16];
+    int32_t S;
     gt_pp_split split;
     gt_pp_schedule sched;
-    EXPECT_OK(gt_pp_split_layers(6, S, 1, 1, fl, &err), &err);
-    EXPECT_OK(gt_pp_split_graph(g, S, fl, &split, &err), &err);
-    EXPECT_OK(gt_pp_schedule_build(kind, pp, spr, MICRO, &sched, &err), &err);
-    if (err.code != GT_OK) return;
+    if (!pp_split_schedule(s, kind, pp, &split, &sched, &S)) return;
     gt_pp_programs *progs =
         programs ? programs_of(s, &split, &sched, gt_pp_schedule_name(kind), programs == 2) : NULL;
     static gt_tensor ref_in[MICRO][PP_MAX_INPUTS], pp_in[MICRO][PP_MAX_INPUTS];

@@ -123,6 +123,14 @@ gt_status gt_pp_schedule_simulate(const gt_pp_schedule *s, gt_pp_sim *out, gt_er
  * one stage micro-batch). peak receives n_ranks entries. */
 void gt_pp_schedule_peak_bytes(const gt_pp_schedule *s, const int64_t *stage_bytes, int64_t *peak);
 void gt_pp_sim_free(gt_pp_sim *sim);
+/* Calls fn on the actions of pipeline rank `rank` in the order a process runs them: its own
+ * list; for -1 (every rank in one process) all ranks' lists merged, the ranks in turn, each up to
+ * a receive whose send has not run yet (the runner's and gt_pp_unroll's order). Stops at the
+ * first error, wrapped with "rank R action I (A)"; a rank whose receive never gets its send is an
+ * error naming the rank and the action (GT_ERR_INVALID). */
+gt_status gt_pp_schedule_each(const gt_pp_schedule *s, int32_t rank,
+                              gt_status (*fn)(void *user, gt_pp_action a, gt_error *err),
+                              void *user, gt_error *err);
 
 /* ---------------------------------------------------------------- stages of a model */
 

@@ -56,6 +56,7 @@ typedef struct {
     const gt_graph *g;
     const gt_sym_binding *binding;
     const gt_pp_split *split;
+    const gt_pp_schedule *sched;
     int32_t n_micro;
     gt_tensor **vals;  /* [n_micro][n_values] */
     uint8_t **defined; /* [n_micro][n_values]: 1 borrowed, 2 owned */
@@ -475,19 +476,6 @@ static gt_status run_action(pp_run *r, gt_pp_action a, const gt_pp_schedule *s, 
     }
 }
 
-static gt_status peer_sent(const gt_pp_schedule *s, const int32_t *ptr, gt_pp_action a, bool *sent)
-{
-    gt_pp_action want = a.kind == GT_PP_RECV_F ? (gt_pp_action){GT_PP_SEND_F, a.stage - 1, a.mb}
-                                               : (gt_pp_action){GT_PP_SEND_B, a.stage + 1, a.mb};
-    int32_t pr = s->stage_rank[want.stage];
-    *sent = false;
-    for (int32_t i = 0; i < ptr[pr]; i++) {
-        gt_pp_action b = s->actions[pr][i];
-        if (b.kind == want.kind && b.stage == want.stage && b.mb == want.mb) *sent = true;
-    }
-    return GT_OK;
-}
-
 /* The micro-batch clock (gt_pp_split.h), on every rank before the schedule: its nodes for each
  * micro-batch in order, the buffers it feeds back carried from one micro-batch to the next, so
  * every stage reads each micro-batch's value where the one-rank accumulation computes it. */
@@ -510,41 +498,11 @@ static gt_status run_clock(pp_run *r, gt_error *err)
     return GT_OK;
 }
 
-/* Runs every rank's actions, ranks in turn, each up to a receive whose send has not run. */
-static gt_status run_schedule(pp_run *r, const gt_pp_schedule *s, gt_error *err)
+/* One action of the schedule (gt_pp_schedule_each's callback). */
+static gt_status run_one(void *user, gt_pp_action a, gt_error *err)
 {
-    int32_t *ptr = gt_xcalloc((size_t)s->n_ranks, sizeof *ptr);
-    gt_status st = GT_OK;
-    for (bool progress = true; progress && st == GT_OK;) {
-        progress = false;
-        for (int32_t rk = 0; rk < s->n_ranks && st == GT_OK; rk++) {
-            if (r->me >= 0 && rk != r->me) continue;
-            while (ptr[rk] < s->n_actions[rk] && st == GT_OK) {
-                gt_pp_action a = s->actions[rk][ptr[rk]];
-                if (r->me < 0 && (a.kind == GT_PP_RECV_F || a.kind == GT_PP_RECV_B)) {
-                    bool sent;
-                    peer_sent(s, ptr, a, &sent);
-                    if (!sent) break;
-                }
-                st = run_action(r, a, s, err);
-                if (st != GT_OK) {
-                    char buf[48];
-                    gt_pp_action_format(a, buf, sizeof buf);
-                    gt_error_wrap(err, "rank %d action %d (%s)", rk, ptr[rk], buf);
-                }
-                ptr[rk]++;
-                progress = true;
-            }
-        }
-    }
-    for (int32_t rk = 0; st == GT_OK && rk < s->n_ranks; rk++)
-        if ((r->me < 0 || rk == r->me) && ptr[rk] < s->n_actions[rk])
-            st = gt_error_set(err, GT_ERR_INVALID,
-                              "pipeline step: rank %d is stuck at action %d (check the schedule "
-                              "with gt_pp_schedule_simulate)",
-                              rk, ptr[rk]);
-    free(ptr);
-    return st;
+    pp_run *r = user;
+    return run_action(r, a, r->sched, err);
 }
 
 /* outputs[k] <- a copy of the last micro-batch's value of g->outputs[k]; losses[m] <- micro-batch
@@ -658,6 +616,7 @@ static gt_status run_step(const gt_graph *g, const gt_sym_binding *binding,
     pp_run r = {.g = g,
                 .binding = binding,
                 .split = split,
+                .sched = s,
                 .n_micro = M,
                 .comm = comm,
                 .dim_comms = dim_comms,
@@ -708,7 +667,7 @@ static gt_status run_step(const gt_graph *g, const gt_sym_binding *binding,
     for (int32_t m = 0; !dry && m < M; m++)
         memset(&losses[m], 0, sizeof losses[m]);
     gt_status st = run_clock(&r, err);
-    if (st == GT_OK) st = run_schedule(&r, s, err);
+    if (st == GT_OK) st = gt_pp_schedule_each(s, me, run_one, &r, err);
     int64_t actions_peak = r.peak;
     /* once per step: the optimizer and the nodes every rank runs, on the last micro-batch */
     for (gt_node_id n = 0; st == GT_OK && n < g->n_nodes; n++) {

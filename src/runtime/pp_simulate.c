@@ -293,6 +293,79 @@ gt_status gt_pp_schedule_simulate(const gt_pp_schedule *s, gt_pp_sim *out, gt_er
     return st;
 }
 
+/* Whether the send that receive a waits for is among the first done[pr] actions of its rank. */
+static bool sent_before(const gt_pp_schedule *s, const int32_t *done, gt_pp_action a)
+{
+    gt_pp_action want = a.kind == GT_PP_RECV_F ? (gt_pp_action){GT_PP_SEND_F, a.stage - 1, a.mb}
+                                               : (gt_pp_action){GT_PP_SEND_B, a.stage + 1, a.mb};
+    int32_t pr = s->stage_rank[want.stage];
+    for (int32_t i = 0; i < done[pr]; i++) {
+        gt_pp_action b = s->actions[pr][i];
+        if (b.kind == want.kind && b.stage == want.stage && b.mb == want.mb) return true;
+    }
+    return false;
+}
+
+/* The order of gt_pp_schedule_each: {rank, index} per action placed; returns how many. */
+static int64_t schedule_order(const gt_pp_schedule *s, int32_t rank, int32_t (*order)[2],
+                              int32_t *stuck, int32_t *stuck_at)
+{
+    int32_t *done = gt_xcalloc((size_t)s->n_ranks + 1, sizeof *done);
+    int64_t n = 0;
+    for (int32_t i = 0; rank >= 0 && i < s->n_actions[rank]; i++, n++) {
+        order[n][0] = rank;
+        order[n][1] = done[rank]++;
+    }
+    for (bool progress = rank < 0; progress;) {
+        progress = false;
+        for (int32_t rk = 0; rk < s->n_ranks; rk++) {
+            while (done[rk] < s->n_actions[rk]) {
+                gt_pp_action a = s->actions[rk][done[rk]];
+                if ((a.kind == GT_PP_RECV_F || a.kind == GT_PP_RECV_B) && !sent_before(s, done, a))
+                    break;
+                order[n][0] = rk;
+                order[n][1] = done[rk]++;
+                n++;
+                progress = true;
+            }
+        }
+    }
+    *stuck = *stuck_at = -1;
+    for (int32_t rk = 0; rank < 0 && rk < s->n_ranks && *stuck < 0; rk++)
+        if (done[rk] < s->n_actions[rk]) *stuck = rk, *stuck_at = done[rk];
+    free(done);
+    return n;
+}
+
+gt_status gt_pp_schedule_each(const gt_pp_schedule *s, int32_t rank,
+                              gt_status (*fn)(void *user, gt_pp_action a, gt_error *err),
+                              void *user, gt_error *err)
+{
+    int64_t total = 0;
+    for (int32_t rk = 0; rk < s->n_ranks; rk++)
+        total += s->n_actions[rk];
+    int32_t(*order)[2] = gt_xcalloc((size_t)total + 1, sizeof *order);
+    int32_t stuck, stuck_at;
+    int64_t n = schedule_order(s, rank, order, &stuck, &stuck_at);
+    gt_status st = GT_OK;
+    for (int64_t k = 0; k < n && st == GT_OK; k++) {
+        gt_pp_action a = s->actions[order[k][0]][order[k][1]];
+        st = fn(user, a, err);
+        if (st != GT_OK) {
+            char buf[48];
+            gt_pp_action_format(a, buf, sizeof buf);
+            gt_error_wrap(err, "rank %d action %d (%s)", order[k][0], order[k][1], buf);
+        }
+    }
+    if (st == GT_OK && stuck >= 0)
+        st = gt_error_set(err, GT_ERR_INVALID,
+                          "pipeline: rank %d is stuck at action %d (check the schedule with "
+                          "gt_pp_schedule_simulate)",
+                          stuck, stuck_at);
+    free(order);
+    return st;
+}
+
 void gt_pp_sim_free(gt_pp_sim *sim)
 {
     if (!sim) return;

@@ -265,58 +265,10 @@ static gt_status emit_action(unroll *u, gt_pp_action a, gt_error *err)
     }
 }
 
-/* Whether the send that receive a waits for is among the first done[pr] actions of its rank. */
-static bool sent(const gt_pp_schedule *s, const int32_t *done, gt_pp_action a)
+/* One action of the schedule (gt_pp_schedule_each's callback). */
+static gt_status emit_one(void *user, gt_pp_action a, gt_error *err)
 {
-    gt_pp_action want = a.kind == GT_PP_RECV_F ? (gt_pp_action){GT_PP_SEND_F, a.stage - 1, a.mb}
-                                               : (gt_pp_action){GT_PP_SEND_B, a.stage + 1, a.mb};
-    int32_t pr = s->stage_rank[want.stage];
-    for (int32_t i = 0; i < done[pr]; i++) {
-        gt_pp_action b = s->actions[pr][i];
-        if (b.kind == want.kind && b.stage == want.stage && b.mb == want.mb) return true;
-    }
-    return false;
-}
-
-/* Every rank's actions, merged as the in-process runner takes them; or one rank's. */
-static gt_status emit_schedule(unroll *u, const gt_pp_schedule *s, gt_error *err)
-{
-    for (int32_t i = 0; u->rank >= 0 && i < s->n_actions[u->rank]; i++) {
-        gt_status st = emit_action(u, s->actions[u->rank][i], err);
-        if (st != GT_OK) {
-            char buf[48];
-            gt_pp_action_format(s->actions[u->rank][i], buf, sizeof buf);
-            return gt_error_wrap(err, "rank %d action %d (%s)", u->rank, i, buf);
-        }
-    }
-    if (u->rank >= 0) return GT_OK;
-    int32_t *done = gt_xcalloc((size_t)s->n_ranks, sizeof *done);
-    gt_status st = GT_OK;
-    for (bool progress = true; progress && st == GT_OK;) {
-        progress = false;
-        for (int32_t rk = 0; rk < s->n_ranks && st == GT_OK; rk++) {
-            while (done[rk] < s->n_actions[rk] && st == GT_OK) {
-                gt_pp_action a = s->actions[rk][done[rk]];
-                if ((a.kind == GT_PP_RECV_F || a.kind == GT_PP_RECV_B) && !sent(s, done, a)) break;
-                st = emit_action(u, a, err);
-                if (st != GT_OK) {
-                    char buf[48];
-                    gt_pp_action_format(a, buf, sizeof buf);
-                    gt_error_wrap(err, "rank %d action %d (%s)", rk, done[rk], buf);
-                }
-                done[rk]++;
-                progress = true;
-            }
-        }
-    }
-    for (int32_t rk = 0; st == GT_OK && rk < s->n_ranks; rk++)
-        if (done[rk] < s->n_actions[rk])
-            st = gt_error_set(err, GT_ERR_INVALID,
-                              "pipeline unroll: rank %d is stuck at action %d (check the "
-                              "schedule with gt_pp_schedule_simulate)",
-                              rk, done[rk]);
-    free(done);
-    return st;
+    return emit_action(user, a, err);
 }
 
 /* d's outputs: each micro-batch's loss, and the last micro-batch's outputs of the step graph. */
@@ -353,7 +305,7 @@ static gt_status run(unroll *u, const gt_pp_schedule *s, gt_error *err)
     for (int32_t m = 0; m < u->M; m++)
         for (gt_node_id n = 0; n < g->n_nodes; n++)
             if (u->split->part[n] == GT_PP_PART_CLOCK) GT_TRY(emit(u, m, n, err));
-    GT_TRY(emit_schedule(u, s, err));
+    GT_TRY(gt_pp_schedule_each(s, u->rank, emit_one, u, err));
     /* once a step: the optimizer and the nodes every rank runs, on the last micro-batch */
     for (gt_node_id n = 0; n < g->n_nodes; n++) {
         gt_pp_part p = (gt_pp_part)u->split->part[n];

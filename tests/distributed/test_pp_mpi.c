@@ -26,14 +26,10 @@ static void check_schedule(setup *st, gt_comm *world, gt_pp_schedule_kind kind)
     const gt_graph *g = st->g;
     int pp = gt_comm_size(world), me = world->rank;
     gt_error err = {0};
-    int32_t spr = gt_pp_default_stages_per_rank(kind), S = pp * spr;
-    int64_t fl[16];
+    int32_t S;
     gt_pp_split split;
     gt_pp_schedule sched;
-    EXPECT_OK(gt_pp_split_layers(6, S, 1, 1, fl, &err), &err);
-    EXPECT_OK(gt_pp_split_graph(g, S, fl, &split, &err), &err);
-    EXPECT_OK(gt_pp_schedule_build(kind, pp, spr, MICRO, &sched, &err), &err);
-    if (err.code != GT_OK) return;
+    if (!pp_split_schedule(st, kind, pp, &split, &sched, &S)) return;
     static gt_tensor ref_in[MICRO][PP_MAX_INPUTS], pp_in[MICRO][PP_MAX_INPUTS];
     init_inputs(st, ref_in);
     init_inputs(st, pp_in);

@@ -31,12 +31,8 @@ static void run_rank(setup *st, const gt_pp_unrolled *u, gt_comm *world, int way
     const gt_graph *d = u->g;
     gt_comm *comms[GT_MESH_MAX_DIMS] = {NULL};
     comms[d->mesh.ndim - 1] = world;
-    gt_tensor *in = calloc((size_t)d->n_inputs + 1, sizeof *in);
+    gt_tensor *in = pp_unrolled_inputs(u, inputs);
     gt_tensor *out = calloc((size_t)d->n_outputs + 1, sizeof *out);
-    for (int32_t j = 0; j < d->n_inputs; j++) {
-        in[j] = inputs[u->input_mb[j] < 0 ? 0 : u->input_mb[j]][u->input_of[j]];
-        in[j].owns_data = false;
-    }
     if (way == EAGER) {
         EXPECT_OK(gt_eager_run_comms(d, &st->binding, in, comms, out, err), err);
     } else {
@@ -46,18 +42,7 @@ static void run_rank(setup *st, const gt_pp_unrolled *u, gt_comm *world, int way
         if (p && !err->code) EXPECT_OK(gt_program_run(p, in, out, err), err);
         gt_program_free(p);
     }
-    for (int32_t j = 0; !err->code && j < d->n_outputs; j++) {
-        int32_t k = u->output_of[j], m = u->output_mb[j];
-        if (m < MICRO - 1) {
-            losses[m] = out[j];
-            continue;
-        }
-        if (st->g->outputs[k].kind == GT_OUT_LOSS) {
-            gt_tensor_alloc(&losses[m], out[j].dtype, out[j].ndim, out[j].shape, err);
-            memcpy(losses[m].data, out[j].data, gt_tensor_nbytes(&out[j]));
-        }
-        outputs[k] = out[j];
-    }
+    if (!err->code) pp_unrolled_outputs(st->g, u, out, losses, outputs);
     free(in);
     free(out);
 }
@@ -67,18 +52,12 @@ static void check_schedule(setup *st, gt_comm *world, gt_pp_schedule_kind kind, 
     const gt_graph *g = st->g;
     int pp = gt_comm_size(world), me = world->rank;
     gt_error err = {0};
-    int32_t spr = gt_pp_default_stages_per_rank(kind), S = pp * spr;
-    int64_t fl[16];
+    int32_t S;
     gt_pp_split split;
     gt_pp_schedule sched;
-    EXPECT_OK(gt_pp_split_layers(6, S, 1, 1, fl, &err), &err);
-    EXPECT_OK(gt_pp_split_graph(g, S, fl, &split, &err), &err);
-    EXPECT_OK(gt_pp_schedule_build(kind, pp, spr, MICRO, &sched, &err), &err);
-    if (err.code != GT_OK) return;
+    if (!pp_split_schedule(st, kind, pp, &split, &sched, &S)) return;
     uint8_t per_micro[PP_MAX_INPUTS] = {0};
-    for (int32_t k = 0; k < g->n_inputs; k++)
-        per_micro[k] = g->inputs[k].kind == GT_IN_INPUT &&
-                       gt_value_type(g, g->inputs[k].value)->dtype == GT_I64;
+    pp_per_micro(g, per_micro);
     gt_pp_unrolled u;
     EXPECT_OK(gt_pp_unroll(g, &split, &sched, me, per_micro, &u, &err), &err);
     if (err.code == GT_OK) {

@@ -27,12 +27,8 @@ static void run_unrolled(setup *s, const gt_pp_unrolled *u, int way,
 {
     gt_error err = {0};
     const gt_graph *d = u->g;
-    gt_tensor *in = calloc((size_t)d->n_inputs + 1, sizeof *in);
+    gt_tensor *in = pp_unrolled_inputs(u, inputs);
     gt_tensor *out = calloc((size_t)d->n_outputs + 1, sizeof *out);
-    for (int32_t j = 0; j < d->n_inputs; j++) {
-        in[j] = inputs[u->input_mb[j] < 0 ? 0 : u->input_mb[j]][u->input_of[j]];
-        in[j].owns_data = false;
-    }
     if (way == EAGER) {
         EXPECT_OK(gt_eager_run(d, &s->binding, in, out, &err), &err);
     } else {
@@ -41,18 +37,7 @@ static void run_unrolled(setup *s, const gt_pp_unrolled *u, int way,
         if (p) EXPECT_OK(gt_program_run(p, in, out, &err), &err);
         gt_program_free(p);
     }
-    for (int32_t j = 0; err.code == GT_OK && j < d->n_outputs; j++) {
-        int32_t k = u->output_of[j], m = u->output_mb[j];
-        if (m < MICRO - 1) {
-            losses[m] = out[j];
-            continue;
-        }
-        if (s->g->outputs[k].kind == GT_OUT_LOSS) {
-            gt_tensor_alloc(&losses[m], out[j].dtype, out[j].ndim, out[j].shape, &err);
-            memcpy(losses[m].data, out[j].data, gt_tensor_nbytes(&out[j]));
-        }
-        outputs[k] = out[j];
-    }
+    if (err.code == GT_OK) pp_unrolled_outputs(s->g, u, out, losses, outputs);
     free(in);
     free(out);
 }
@@ -61,21 +46,12 @@ static void check(setup *s, gt_pp_schedule_kind kind, int32_t pp, int way)
 {
     const gt_graph *g = s->g;
     gt_error err = {0};
-    int32_t spr = gt_pp_default_stages_per_rank(kind), S = pp * spr;
-    int64_t fl[16];
+    int32_t S;
     gt_pp_split split;
     gt_pp_schedule sched;
-    EXPECT_OK(gt_pp_split_layers(6, S, 1, 1, fl, &err), &err);
-    EXPECT_OK(gt_pp_split_graph(g, S, fl, &split, &err), &err);
-    EXPECT_OK(gt_pp_schedule_build(kind, pp, spr, MICRO, &sched, &err), &err);
-    if (err.code != GT_OK) return;
+    if (!pp_split_schedule(s, kind, pp, &split, &sched, &S)) return;
     uint8_t per_micro[PP_MAX_INPUTS] = {0};
-    int32_t n_per_micro = 0, n_shared = 0;
-    for (int32_t k = 0; k < g->n_inputs; k++) {
-        per_micro[k] = g->inputs[k].kind == GT_IN_INPUT &&
-                       gt_value_type(g, g->inputs[k].value)->dtype == GT_I64;
-        n_per_micro += per_micro[k];
-    }
+    int32_t n_per_micro = pp_per_micro(g, per_micro), n_shared = 0;
     gt_pp_unrolled u;
     EXPECT_OK(gt_pp_unroll(g, &split, &sched, -1, per_micro, &u, &err), &err);
     if (err.code != GT_OK) goto done;
@@ -145,14 +121,11 @@ done:
 static void check_refusals(setup *s)
 {
     gt_error err = {0};
-    int64_t fl[16];
+    int32_t S;
     gt_pp_split split;
     gt_pp_schedule sched;
     uint8_t per_micro[PP_MAX_INPUTS] = {0};
-    EXPECT_OK(gt_pp_split_layers(6, 4, 1, 1, fl, &err), &err);
-    EXPECT_OK(gt_pp_split_graph(s->g, 4, fl, &split, &err), &err);
-    EXPECT_OK(gt_pp_schedule_build(GT_PP_ZBV_ZERO_BUBBLE, 2, 2, MICRO, &sched, &err), &err);
-    if (err.code != GT_OK) return;
+    if (!pp_split_schedule(s, GT_PP_ZBV_ZERO_BUBBLE, 2, &split, &sched, &S)) return;
     gt_pp_unrolled u;
     gt_status st = gt_pp_unroll(s->g, &split, &sched, 2, per_micro, &u, &err);
     EXPECT(st == GT_ERR_INVALID && strstr(err.msg, "rank 2 of 2") && !u.g, "%s", err.msg);
