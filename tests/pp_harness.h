@@ -204,9 +204,9 @@ static inline bool pp_split_schedule(setup *s, gt_pp_schedule_kind kind, int32_t
     EXPECT_OK(gt_pp_split_layers(6, S, 1, 1, fl, &err), &err);
     if (!err.code) EXPECT_OK(gt_pp_split_graph(s->g, S, fl, split, &err), &err);
     if (!err.code)
-        EXPECT_OK(gt_pp_schedule_build(kind, pp, gt_pp_default_stages_per_rank(kind), MICRO, sched,
-                                       &err),
-                  &err);
+        EXPECT_OK(
+            gt_pp_schedule_build(kind, pp, gt_pp_default_stages_per_rank(kind), MICRO, sched, &err),
+            &err);
     return err.code == GT_OK;
 }
 

@@ -335,8 +335,7 @@ typedef struct {
  * stage among them). For rank >= 0 the outputs are those the rank computes (its stages'
  * updates, the losses on the last stage's rank, the metrics every rank computes). */
 gt_status gt_pp_unroll(const gt_graph *g, const gt_pp_split *split, const gt_pp_schedule *s,
-                       int32_t rank, const uint8_t *per_micro, gt_pp_unrolled *out,
-                       gt_error *err);
+                       int32_t rank, const uint8_t *per_micro, gt_pp_unrolled *out, gt_error *err);
 void gt_pp_unrolled_free(gt_pp_unrolled *u);
 
 #ifdef __cplusplus

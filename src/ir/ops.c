@@ -42,8 +42,8 @@ bool gt_op_from_name(const char *name, gt_op *out)
 bool gt_op_is_collective_start(gt_op op)
 {
     return op == GT_OP_ALL_GATHER_START || op == GT_OP_REDUCE_SCATTER_START ||
-           op == GT_OP_ALL_REDUCE_START || op == GT_OP_ALL_TO_ALL_START ||
-           op == GT_OP_SEND_START || op == GT_OP_RECV_START;
+           op == GT_OP_ALL_REDUCE_START || op == GT_OP_ALL_TO_ALL_START || op == GT_OP_SEND_START ||
+           op == GT_OP_RECV_START;
 }
 
 /* One side of an "out=in" pair: a slot number, or '*' for every slot below n. */

@@ -75,8 +75,8 @@ static gt_status run_call(eager_state *s, gt_node_id n, const gt_kernel_call *ca
         const gt_node *start = &s->g->nodes[s->g->values[nd->in[0]].producer];
         if (start->op == GT_OP_SEND_START) { /* the send read the start's own copy until now */
             gt_comm *c;
-            GT_TRY(gt_runtime_comm_for(s->g, start->attrs.i[0], start->attrs.i[1], s->comms, &c,
-                                       err));
+            GT_TRY(
+                gt_runtime_comm_for(s->g, start->attrs.i[0], start->attrs.i[1], s->comms, &c, err));
             if (c) GT_TRY(gt_comm_send_wait_all(c, err));
         }
         size_t nbytes = gt_tensor_nbytes(call->in[0]);

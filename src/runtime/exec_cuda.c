@@ -496,8 +496,7 @@ static gt_status run_collective(gt_cuda_program *p, const gt_instr *ins, gt_erro
                                   gt_op_get(ins->op)->name);
             } else { /* NCCL: gt_cuda_program_set_comms accepts no other communicator of > 1 rank */
                 gt_comm_nccl_set_stream(c, stream_of(p));
-                st = gt_runtime_start(ins->op, c, ins->i, &slot->in, &slot->out, &slot->req,
-                                      err);
+                st = gt_runtime_start(ins->op, c, ins->i, &slot->in, &slot->out, &slot->req, err);
             }
         }
     }

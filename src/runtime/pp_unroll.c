@@ -41,23 +41,23 @@ typedef struct {
     const uint8_t *per_micro;
     int32_t M;
     gt_graph *d;
-    gt_value_id **map;    /* [M][n_values]: the value of micro-batch m in d, or GT_NONE */
-    int32_t *input_of;    /* [n_values]: the step graph's input k whose value it is, or -1 */
-    gt_value_id *shared;  /* [n_inputs]: d's input of an input every micro-batch shares */
-    int32_t *update;      /* [n_inputs]: gt_pp_update_of_input */
-    uint8_t *micro;       /* [n_nodes]: gt_graph_micro_part */
-    uint8_t *invariant;   /* [n_nodes] */
-    gt_node_id *same_as;  /* [n_nodes] */
-    gt_node_id *holder;   /* [n_nodes]: for e = same_as[n], the node copied for it, or GT_NONE */
-    int32_t *holder_mb;   /* [n_nodes]: that copy's micro-batch */
+    gt_value_id **map;   /* [M][n_values]: the value of micro-batch m in d, or GT_NONE */
+    int32_t *input_of;   /* [n_values]: the step graph's input k whose value it is, or -1 */
+    gt_value_id *shared; /* [n_inputs]: d's input of an input every micro-batch shares */
+    int32_t *update;     /* [n_inputs]: gt_pp_update_of_input */
+    uint8_t *micro;      /* [n_nodes]: gt_graph_micro_part */
+    uint8_t *invariant;  /* [n_nodes] */
+    gt_node_id *same_as; /* [n_nodes] */
+    gt_node_id *holder;  /* [n_nodes]: for e = same_as[n], the node copied for it, or GT_NONE */
+    int32_t *holder_mb;  /* [n_nodes]: that copy's micro-batch */
     gt_pp_unrolled *out;
     /* one rank's step (rank >= 0) */
     int32_t rank, n_ranks, pp_dim;
     const int32_t *stage_rank;
-    gt_value_id *sent;    /* [n_sent][2]: a send_start's output and input, waited at the end */
+    gt_value_id *sent; /* [n_sent][2]: a send_start's output and input, waited at the end */
     int32_t n_sent;
-    int32_t next_tag;     /* the next tag of a value the global nodes read */
-    uint8_t *gathered;    /* [n_values]: a value the global nodes read, moved already */
+    int32_t next_tag;  /* the next tag of a value the global nodes read */
+    uint8_t *gathered; /* [n_values]: a value the global nodes read, moved already */
 } unroll;
 
 static void record_input(unroll *u, int32_t k, int32_t m)
@@ -85,8 +85,8 @@ static gt_value_id input_value(unroll *u, int32_t k, int32_t m)
         snprintf(name, sizeof name, "%s.mb%d", fqn, m);
     else
         snprintf(name, sizeof name, "%s", fqn);
-    gt_value_id v = gt_graph_add_input(u->d, (gt_input_kind)in->kind, name, ty->dtype, ty->ndim,
-                                       dims);
+    gt_value_id v =
+        gt_graph_add_input(u->d, (gt_input_kind)in->kind, name, ty->dtype, ty->ndim, dims);
     gt_graph_set_input_plan(u->d, v, in->plan);
     record_input(u, k, u->per_micro[k] ? m : -1);
     if (!u->per_micro[k]) u->shared[k] = v;
@@ -310,8 +310,8 @@ static gt_status run(unroll *u, const gt_pp_schedule *s, gt_error *err)
     for (gt_node_id n = 0; n < g->n_nodes; n++) {
         gt_pp_part p = (gt_pp_part)u->split->part[n];
         if (p != GT_PP_PART_OPT && p != GT_PP_PART_GLOBAL) continue;
-        bool mine = p == GT_PP_PART_GLOBAL || u->rank < 0 ||
-                    u->stage_rank[u->split->stage[n]] == u->rank;
+        bool mine =
+            p == GT_PP_PART_GLOBAL || u->rank < 0 || u->stage_rank[u->split->stage[n]] == u->rank;
         if (!mine) continue;
         if (u->rank >= 0 && p == GT_PP_PART_GLOBAL) GT_TRY(gather_global_inputs(u, n, err));
         GT_TRY(emit(u, u->M - 1, n, err));

@@ -290,11 +290,11 @@ int32_t gt_program_collectives(const gt_program *p, bool with_place, gt_comm_sch
         const gt_instr *ins = &p->instrs[j];
         if (!gt_op_is_collective_start(ins->op)) continue;
         if (out && count < max)
-            out[count] = (gt_comm_sched_entry){.kind = gt_runtime_coll_kind(ins->op),
-                                               .group = group_of(p->g, ins->i[0]),
-                                               .bytes = gt_runtime_ref_bytes(
-                                                   ins->n_in ? &ins->in[0] : &ins->out[0]),
-                                               .place = with_place ? place_of(p, ins) : 0};
+            out[count] = (gt_comm_sched_entry){
+                .kind = gt_runtime_coll_kind(ins->op),
+                .group = group_of(p->g, ins->i[0]),
+                .bytes = gt_runtime_ref_bytes(ins->n_in ? &ins->in[0] : &ins->out[0]),
+                .place = with_place ? place_of(p, ins) : 0};
         count++;
     }
     return count;

@@ -39,8 +39,7 @@ gt_status gt_trainer_pp_device_build(gt_trainer *t, gt_error *err)
     uint8_t *per_micro = gt_xcalloc((size_t)g->n_inputs + 1, 1);
     for (int32_t k = 0; k < g->n_inputs; k++)
         per_micro[k] = gt_trainer_pp_batch_slot(g, k) >= 0;
-    gt_status st =
-        gt_pp_unroll(g, &pp->split, &pp->sched, pp->rank, per_micro, &pp->unrolled, err);
+    gt_status st = gt_pp_unroll(g, &pp->split, &pp->sched, pp->rank, per_micro, &pp->unrolled, err);
     free(per_micro);
     GT_TRY(st);
     gt_graph *d = pp->unrolled.g;

@@ -360,8 +360,8 @@ static gt_tensor *batch_source(gt_trainer *t, int j)
     return j == 0 ? &t->tokens : j == 1 ? &t->labels : &t->positions;
 }
 
-static gt_status finish_step(gt_trainer *t, int64_t step, gt_status st, double norm,
-                             double *loss, double *grad_norm, gt_error *err);
+static gt_status finish_step(gt_trainer *t, int64_t step, gt_status st, double norm, double *loss,
+                             double *grad_norm, gt_error *err);
 
 gt_status gt_trainer_pp_step(gt_trainer *t, int64_t step, double *loss, double *grad_norm,
                              double *lr, gt_error *err)
@@ -403,8 +403,8 @@ gt_status gt_trainer_pp_step(gt_trainer *t, int64_t step, double *loss, double *
         in[m] = pp->inputs[m];
     gt_comm *const *dims = gt_train_dist_multi(&t->dist) ? t->dist.dim_comm : NULL;
     gt_pp_step_stats stats;
-    st = gt_pp_step_programs(g, &t->binding, &pp->split, &pp->sched, pp->comm, dims,
-                             pp->programs, in, pp->losses, pp->outputs, &stats, err);
+    st = gt_pp_step_programs(g, &t->binding, &pp->split, &pp->sched, pp->comm, dims, pp->programs,
+                             in, pp->losses, pp->outputs, &stats, err);
     free(in);
     /* once: the step as run, to set against the plan logged before step 1 */
     if (st == GT_OK && !pp->stats_logged && pp->rank == 0 && t->dist.rank == 0) {
@@ -435,8 +435,8 @@ gt_status gt_trainer_pp_step(gt_trainer *t, int64_t step, double *loss, double *
 
 /* The step's end on every rank: the losses from the last stage's rank, summed in micro-batch
  * order as the one-rank trainer sums them. */
-static gt_status finish_step(gt_trainer *t, int64_t step, gt_status st, double norm,
-                             double *loss, double *grad_norm, gt_error *err)
+static gt_status finish_step(gt_trainer *t, int64_t step, gt_status st, double norm, double *loss,
+                             double *grad_norm, gt_error *err)
 {
     struct gt_trainer_pp *pp = t->pp;
     const gt_graph *g = t->whole.g;

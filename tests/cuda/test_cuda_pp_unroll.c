@@ -10,8 +10,8 @@
  * captured into one CUDA graph after its first step and replayed for the others. Each
  * micro-batch's loss, the grad norm and every updated parameter and moment are memcmp-equal to the
  * reference; the same for the step graph after the trainer's pass pipeline (gt_train_compile_graph,
- * training.device cuda: fusion, the memory policy) and its unroll, under 1F1B and ZBVZeroBubble. The device's
- * losses are within 1e-4 relative of the CPU's accumulation (fp32). */
+ * training.device cuda: fusion, the memory policy) and its unroll, under 1F1B and ZBVZeroBubble.
+ * The device's losses are within 1e-4 relative of the CPU's accumulation (fp32). */
 #include <math.h>
 
 #include "graphtrain/gt_cuda.h"
@@ -158,8 +158,8 @@ static void check(setup *s, gt_pp_schedule_kind kind, bool cpu_too, bool compile
         if (step == STEPS)
             printf("%-16s pp 2 (%d stages)%s: %d nodes unrolled, step %d micro 0 loss %.7f, "
                    "program and CUDA graph bitwise the GPU accumulation: %s\n",
-                   gt_pp_schedule_name(kind), S, compiled ? ", compiled" : "",
-                   u.g->n_nodes, STEPS, gt_tensor_get_f32(&rl[0], 0), diffs ? "NO" : "yes");
+                   gt_pp_schedule_name(kind), S, compiled ? ", compiled" : "", u.g->n_nodes, STEPS,
+                   gt_tensor_get_f32(&rl[0], 0), diffs ? "NO" : "yes");
         next_step(g, ref_in, ro, step + 1);
         next_step(g, pp_in, po, step + 1);
         free_outputs(rl, MICRO);

@@ -64,8 +64,8 @@ static void check(setup *s, gt_pp_schedule_kind kind, int32_t pp, int way)
                u.input_mb[j], gt_graph_str(u.g, u.g->inputs[j].fqn));
     }
     EXPECT(n_mb_inputs == n_per_micro * MICRO && n_shared + n_per_micro <= g->n_inputs,
-           "%s: %d per-micro-batch inputs (want %d x %d), %d shared of %d", gt_pp_schedule_name(kind),
-           n_mb_inputs, n_per_micro, MICRO, n_shared, g->n_inputs);
+           "%s: %d per-micro-batch inputs (want %d x %d), %d shared of %d",
+           gt_pp_schedule_name(kind), n_mb_inputs, n_per_micro, MICRO, n_shared, g->n_inputs);
     if (way == COMPILED) {
         EXPECT_OK(gt_train_compile_graph(&s->cfg, u.g, NULL, &err), &err);
         if (err.code != GT_OK) goto done;

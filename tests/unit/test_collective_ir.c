@@ -729,8 +729,8 @@ static void test_comms_and_schedule(void)
     if (first) first->out[0].offset += 256;
     gt_program_collectives(prog, true, moved, 8);
     if (first) first->out[0].offset -= 256;
-    EXPECT(np == 3 && s[0].place == 0 && sp[0].place != 0 && sp[1].place != 0 &&
-               sp[2].place != 0 && sp[0].bytes == s[0].bytes && moved[0].place != sp[0].place &&
+    EXPECT(np == 3 && s[0].place == 0 && sp[0].place != 0 && sp[1].place != 0 && sp[2].place != 0 &&
+               sp[0].bytes == s[0].bytes && moved[0].place != sp[0].place &&
                moved[1].place == sp[1].place,
            "places: %d entries, %016llx %016llx %016llx; output moved: %016llx", np,
            (unsigned long long)sp[0].place, (unsigned long long)sp[1].place,
