@@ -26,39 +26,15 @@ static void options(launch_cmd *c, const char *dump)
 {
     launch_add(c, "%s", launch_binary());
     launch_add(c, "train");
-    launch_add(c, "--model.flavor=debugmodel");
     launch_add(c, "--training.device=cuda");
-    launch_add(c, "--training.dataset=synthetic");
-    launch_add(c, "--training.seq_len=32");
-    launch_add(c, "--training.steps=%d", STEPS);
-    launch_add(c, "--training.mixed_precision_param=float32");
-    launch_add(c, "--optimizer.eps=1e-5");
-    launch_add(c, "--metrics.log_freq=1");
-    launch_add(c, "--metrics.save_jsonl=true");
-    launch_add(c, "--checkpoint.enable=true");
-    launch_add(c, "--checkpoint.interval=%d", STEPS);
-    launch_add(c, "--checkpoint.keep_latest_k=0");
-    launch_add(c, "--job.print_config=false");
-    launch_add(c, "--job.dump_folder=%s", dump);
-}
-
-static bool collect(const char *out_path, const char *dump, launch_result *r, uint64_t *hash)
-{
-    char *out = read_all(out_path, NULL);
-    long long first = 0, last = 0;
-    snprintf(r->dump, sizeof r->dump, "%s", dump);
-    r->ok = out && parse_summary(out, &first, &last, hash) && first == 1 && last == STEPS &&
-            last_records(dump, STEPS, r->steps, NULL);
-    if (!r->ok) launch_show_tail(out_path);
-    free(out);
-    return r->ok;
+    launch_common_steps(c, "debugmodel", dump, STEPS, STEPS);
 }
 
 /* pp 2 under `schedule` as two processes; checked against the one-GPU run `one`. */
 static void pipeline(const char *base, const char *schedule, int gpus, const launch_result *one,
                      uint64_t one_hash)
 {
-    char dump[512], out_path[600];
+    char dump[512], out_path[600], name[64];
     launch_temp_dir(dump, sizeof dump, base, schedule);
     launch_cmd c = {0};
     options(&c, dump);
@@ -66,43 +42,18 @@ static void pipeline(const char *base, const char *schedule, int gpus, const lau
     launch_add(&c, "--parallelism.pipeline_parallel_degree=2");
     launch_add(&c, "--parallelism.pipeline_parallel_schedule=%s", schedule);
     launch_add(&c, "--parallelism.pipeline_parallel_microbatch_size=1");
-    int port = comm_test_free_port(), rcs[2], local[2] = {0, gpus > 1 ? 1 : 0};
-    EXPECT(port > 0, "no free TCP port");
-    double dt = launch_env_ranks(&c, 0, 2, 2, local, port, dump, NULL, rcs, RUN_SECONDS);
-    for (int k = 0; k < 2; k++) {
-        snprintf(out_path, sizeof out_path, "%s/rank%d.txt", dump, k);
-        EXPECT(rcs[k] == 0, "%s: rank %d exited %d (-1: still running after %.0f s)", schedule, k,
-               rcs[k], RUN_SECONDS);
-        if (rcs[k] != 0) launch_show_tail(out_path);
-    }
+    int local[2] = {0, gpus > 1 ? 1 : 0};
     static launch_result pp;
     uint64_t hash = 0;
+    snprintf(name, sizeof name, "pp 2 (%s)", schedule);
+    double dt = launch_env_run(&c, 2, local, dump, STEPS, RUN_SECONDS, name, &pp, &hash);
+    printf("%s on %s over TCP: %.1f s\n", name, gpus > 1 ? "two GPUs" : "one GPU", dt);
     snprintf(out_path, sizeof out_path, "%s/rank0.txt", dump);
     char *out = read_all(out_path, NULL); /* rank 0 logs */
     const char *want = "pipeline rank 0 on the GPU: its step is one program";
-    EXPECT(out && strstr(out, want), "%s: rank 0 has no line \"%s\"", schedule, want);
+    EXPECT(out && strstr(out, want), "%s: rank 0 has no line \"%s\"", name, want);
     free(out);
-    bool ok = rcs[0] == 0 && rcs[1] == 0 && collect(out_path, dump, &pp, &hash);
-    EXPECT(ok, "%s: no complete run", schedule);
-    printf("pp 2 (%s) on %s over TCP: %.1f s\n", schedule, gpus > 1 ? "two GPUs" : "one GPU", dt);
-    if (!ok || !one->ok) return;
-    int differ = 0;
-    for (int s = 1; s <= STEPS; s++)
-        differ += one->steps[s].loss != pp.steps[s].loss ||
-                  one->steps[s].grad_norm != pp.steps[s].grad_norm;
-    char pa[700], pb[700];
-    launch_ckpt_path(pa, sizeof pa, one->dump, STEPS);
-    launch_ckpt_path(pb, sizeof pb, pp.dump, STEPS);
-    bool same = same_bytes(pa, pb);
-    EXPECT(differ == 0, "%s: %d of %d steps' loss or grad_norm differ from one GPU's", schedule,
-           differ, STEPS);
-    EXPECT(hash == one_hash, "%s: params xxh64 %016llx, one GPU's %016llx", schedule,
-           (unsigned long long)hash, (unsigned long long)one_hash);
-    EXPECT(same, "%s: the step-%d checkpoint differs from one GPU's", schedule, STEPS);
-    printf("  loss and grad_norm of steps 1..%d bitwise: %s (step %d loss %.7f); hash %016llx; "
-           "checkpoint %s\n",
-           STEPS, differ ? "NO" : "yes", STEPS, pp.steps[STEPS].loss, (unsigned long long)hash,
-           same ? "same" : "DIFFERS");
+    if (pp.ok && one->ok) launch_compare_from(name, one, one_hash, &pp, hash, 1, STEPS);
 }
 
 int main(void)
@@ -112,20 +63,17 @@ int main(void)
         printf("skipped: no GPU visible\n");
         return 0;
     }
-    char base[256], dump[512], out_path[600];
+    char base[256], dump[512];
     if (!launch_begin(base, sizeof base, "gt_cuda_pp_launch")) return 1;
     static launch_result one;
     uint64_t one_hash = 0;
     launch_temp_dir(dump, sizeof dump, base, "one_gpu");
-    snprintf(out_path, sizeof out_path, "%s/output.txt", dump);
     launch_cmd c = {0};
     options(&c, dump);
     launch_add(&c, "--training.local_batch_size=1");
     launch_add(&c, "--training.global_batch_size=4");
-    double dt = 0;
-    int rc = launch_run(&c, out_path, RUN_SECONDS, &dt);
-    EXPECT(rc == 0 && collect(out_path, dump, &one, &one_hash), "one GPU: exit %d", rc);
-    printf("one GPU, accumulation of 4: exit %d, %.1f s\n", rc, dt);
+    EXPECT(launch_run_from(&c, dump, 1, STEPS, RUN_SECONDS, &one, &one_hash),
+           "one GPU, accumulation of 4: no complete run");
     pipeline(base, "1F1B", gpus, &one, one_hash);
     pipeline(base, "ZBVZeroBubble", gpus, &one, one_hash);
     if (gt_test_failed_ == 0) remove_tree(base);

@@ -125,12 +125,14 @@ static inline int launch_run(launch_cmd *c, const char *out_path, double seconds
 #define LAUNCH_STEPS 10
 #define LAUNCH_GLOBAL_BATCH 4
 
-static inline void launch_common(launch_cmd *c, const char *flavor, const char *dump, int interval)
+/* The options above for `steps` steps, a checkpoint every `interval`. */
+static inline void launch_common_steps(launch_cmd *c, const char *flavor, const char *dump,
+                                       int steps, int interval)
 {
     launch_add(c, "--model.flavor=%s", flavor);
     launch_add(c, "--training.dataset=synthetic");
     launch_add(c, "--training.seq_len=32");
-    launch_add(c, "--training.steps=%d", LAUNCH_STEPS);
+    launch_add(c, "--training.steps=%d", steps);
     launch_add(c, "--training.mixed_precision_param=float32");
     launch_add(c, "--optimizer.eps=1e-5");
     launch_add(c, "--metrics.log_freq=1");
@@ -140,6 +142,11 @@ static inline void launch_common(launch_cmd *c, const char *flavor, const char *
     launch_add(c, "--checkpoint.keep_latest_k=0");
     launch_add(c, "--job.print_config=false");
     launch_add(c, "--job.dump_folder=%s", dump);
+}
+
+static inline void launch_common(launch_cmd *c, const char *flavor, const char *dump, int interval)
+{
+    launch_common_steps(c, flavor, dump, LAUNCH_STEPS, interval);
 }
 
 /* A mesh: dp_replicate x dp_shard x tp ranks. */
@@ -376,6 +383,22 @@ static inline bool launch_records_from(const char *dump, int first, int steps, g
     return ok;
 }
 
+/* A finished run whose output is at out_path and folder at dump: the records of steps
+ * first..steps into r, *hash the final hash (0 when the output names none); r->ok when the output
+ * says it trained exactly those steps and each has its record (else the output's tail is shown). */
+static inline bool launch_collect(const char *out_path, const char *dump, int first, int steps,
+                                  launch_result *r, uint64_t *hash)
+{
+    snprintf(r->dump, sizeof r->dump, "%s", dump);
+    char *out = read_all(out_path, NULL);
+    long long f = 0, l = 0;
+    r->ok = out && parse_summary(out, &f, &l, hash) && f == first && l == steps &&
+            launch_records_from(dump, first, steps, r->steps);
+    if (!r->ok) launch_show_tail(out_path);
+    free(out);
+    return r->ok;
+}
+
 /* Runs c (at most `seconds`) with its output into DUMP.txt; the records of steps first..steps
  * into r, *hash the final hash (0 when the run names none). */
 static inline bool launch_run_from(launch_cmd *c, const char *dump, int first, int steps,
@@ -383,17 +406,15 @@ static inline bool launch_run_from(launch_cmd *c, const char *dump, int first, i
 {
     char out_path[600];
     snprintf(out_path, sizeof out_path, "%s.txt", dump);
-    snprintf(r->dump, sizeof r->dump, "%s", dump);
     double dt = 0;
     int rc = launch_run(c, out_path, seconds, &dt);
-    char *out = read_all(out_path, NULL);
-    long long f = 0, l = 0;
-    r->ok = rc == 0 && out && parse_summary(out, &f, &l, hash) && f == first && l == steps &&
-            launch_records_from(dump, first, steps, r->steps);
     printf("%-48s exit %d, %.1f s\n", dump, rc, dt);
-    if (!r->ok) launch_show_tail(out_path);
-    free(out);
-    return r->ok;
+    if (rc != 0) {
+        snprintf(r->dump, sizeof r->dump, "%s", dump);
+        launch_show_tail(out_path);
+        return r->ok = false;
+    }
+    return launch_collect(out_path, dump, first, steps, r, hash);
 }
 
 /* Steps first..steps of r against ref: losses and grad norms bitwise, the last checkpoint's

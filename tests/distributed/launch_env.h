@@ -93,4 +93,29 @@ static inline double launch_env_ranks(launch_cmd *c, int first, int count, int s
     return now_seconds() - t0;
 }
 
+/* A run of `size` ranks (LAUNCH_ENV_MAX_RANKS at most) on a free port that must succeed: every
+ * rank exits 0 (a tail of each that did not is shown), and rank 0's output and DUMP have steps
+ * 1..steps (launch_collect into r and *hash). Returns the wall time. */
+static inline double launch_env_run(launch_cmd *c, int size, const int *local_ranks,
+                                    const char *dump, int steps, double seconds, const char *name,
+                                    launch_result *r, uint64_t *hash)
+{
+    int port = comm_test_free_port(), rc[LAUNCH_ENV_MAX_RANKS];
+    EXPECT(port > 0, "%s: no free TCP port", name);
+    double dt = launch_env_ranks(c, 0, size, size, local_ranks, port, dump, NULL, rc, seconds);
+    bool all = true;
+    char out_path[600];
+    for (int k = 0; k < size; k++) {
+        EXPECT(rc[k] == 0, "%s: rank %d exited %d (-1: still running after %.0f s)", name, k,
+               rc[k], seconds);
+        snprintf(out_path, sizeof out_path, "%s/rank%d.txt", dump, k);
+        if (rc[k] != 0) launch_show_tail(out_path);
+        all = all && rc[k] == 0;
+    }
+    snprintf(out_path, sizeof out_path, "%s/rank0.txt", dump);
+    r->ok = false;
+    EXPECT(all && launch_collect(out_path, dump, 1, steps, r, hash), "%s: no complete run", name);
+    return dt;
+}
+
 #endif

@@ -21,19 +21,7 @@ static void options(launch_cmd *c, const char *dump)
 {
     launch_add(c, "%s", launch_binary());
     launch_add(c, "train");
-    launch_add(c, "--model.flavor=debugmodel");
-    launch_add(c, "--training.dataset=synthetic");
-    launch_add(c, "--training.seq_len=32");
-    launch_add(c, "--training.steps=%d", STEPS);
-    launch_add(c, "--training.mixed_precision_param=float32");
-    launch_add(c, "--optimizer.eps=1e-5");
-    launch_add(c, "--metrics.log_freq=1");
-    launch_add(c, "--metrics.save_jsonl=true");
-    launch_add(c, "--checkpoint.enable=true");
-    launch_add(c, "--checkpoint.interval=%d", STEPS);
-    launch_add(c, "--checkpoint.keep_latest_k=0");
-    launch_add(c, "--job.print_config=false");
-    launch_add(c, "--job.dump_folder=%s", dump);
+    launch_common_steps(c, "debugmodel", dump, STEPS, STEPS);
 }
 
 static void pipeline_options(launch_cmd *c, const char *dump)
@@ -43,19 +31,6 @@ static void pipeline_options(launch_cmd *c, const char *dump)
     launch_add(c, "--parallelism.pipeline_parallel_degree=2");
     launch_add(c, "--parallelism.pipeline_parallel_schedule=1F1B");
     launch_add(c, "--parallelism.pipeline_parallel_microbatch_size=1");
-}
-
-/* The records of steps 1..STEPS and the final hash of the output at out_path. */
-static bool collect(const char *out_path, const char *dump, launch_result *r, uint64_t *hash)
-{
-    char *out = read_all(out_path, NULL);
-    long long first = 0, last = 0;
-    snprintf(r->dump, sizeof r->dump, "%s", dump);
-    r->ok = out && parse_summary(out, &first, &last, hash) && first == 1 && last == STEPS &&
-            last_records(dump, STEPS, r->steps, NULL);
-    if (!r->ok) launch_show_tail(out_path);
-    free(out);
-    return r->ok;
 }
 
 int main(void)
@@ -68,61 +43,29 @@ int main(void)
     static launch_result one, pp;
     uint64_t one_hash = 0, pp_hash = 0;
     launch_temp_dir(dump, sizeof dump, base, "one_rank");
-    snprintf(out_path, sizeof out_path, "%s/output.txt", dump);
     c.n = 0;
     options(&c, dump);
     launch_add(&c, "--training.local_batch_size=1");
     launch_add(&c, "--training.global_batch_size=4");
-    double dt = 0;
-    int rc = launch_run(&c, out_path, RUN_SECONDS, &dt);
-    EXPECT(rc == 0 && collect(out_path, dump, &one, &one_hash), "one rank: exit %d", rc);
-    printf("one rank, accumulation of 4: exit %d, %.1f s\n", rc, dt);
+    EXPECT(launch_run_from(&c, dump, 1, STEPS, RUN_SECONDS, &one, &one_hash),
+           "one rank, accumulation of 4: no complete run");
 
     /* pp 2 as two processes with torchrun's environment */
     launch_temp_dir(dump, sizeof dump, base, "pp2_tcp");
     c.n = 0;
     pipeline_options(&c, dump);
-    int port = comm_test_free_port(), rcs[2];
-    EXPECT(port > 0, "no free TCP port");
-    dt = launch_env_ranks(&c, 0, 2, 2, NULL, port, dump, NULL, rcs, RUN_SECONDS);
-    for (int k = 0; k < 2; k++) {
-        EXPECT(rcs[k] == 0, "pp 2 over TCP: rank %d exited %d (-1: still running after %.0f s)", k,
-               rcs[k], RUN_SECONDS);
-        snprintf(out_path, sizeof out_path, "%s/rank%d.txt", dump, k);
-        if (rcs[k] != 0) launch_show_tail(out_path);
-    }
-    snprintf(out_path, sizeof out_path, "%s/rank0.txt", dump);
-    EXPECT(rcs[0] == 0 && rcs[1] == 0 && collect(out_path, dump, &pp, &pp_hash),
-           "pp 2 over TCP: no complete run");
-    printf("pp 2 (1F1B) over TCP, port %d: %.1f s\n", port, dt);
-
-    if (one.ok && pp.ok) {
-        int differ = 0;
-        for (int s = 1; s <= STEPS; s++)
-            differ += one.steps[s].loss != pp.steps[s].loss ||
-                      one.steps[s].grad_norm != pp.steps[s].grad_norm;
-        char pa[700], pb[700];
-        launch_ckpt_path(pa, sizeof pa, one.dump, STEPS);
-        launch_ckpt_path(pb, sizeof pb, pp.dump, STEPS);
-        bool same = same_bytes(pa, pb);
-        EXPECT(differ == 0,
-               "pp 2 over TCP: %d of %d steps' loss or grad_norm differ from one "
-               "rank's",
-               differ, STEPS);
-        EXPECT(pp_hash == one_hash, "pp 2 over TCP: params xxh64 %016llx, one rank's %016llx",
-               (unsigned long long)pp_hash, (unsigned long long)one_hash);
-        EXPECT(same, "pp 2 over TCP: the step-%d checkpoint differs from one rank's", STEPS);
-        printf("  loss and grad_norm of steps 1..%d bitwise: %s; hash %016llx; checkpoint %s\n",
-               STEPS, differ ? "NO" : "yes", (unsigned long long)pp_hash,
-               same ? "same" : "DIFFERS");
-    }
+    double dt =
+        launch_env_run(&c, 2, NULL, dump, STEPS, RUN_SECONDS, "pp 2 over TCP", &pp, &pp_hash);
+    printf("pp 2 (1F1B) over TCP: %.1f s\n", dt);
+    if (one.ok && pp.ok)
+        launch_compare_from("pp 2 over TCP", &one, one_hash, &pp, pp_hash, 1, STEPS);
 
     /* neither mpirun nor torchrun's environment: refused, naming both */
     launch_temp_dir(dump, sizeof dump, base, "no_launcher");
     snprintf(out_path, sizeof out_path, "%s/output.txt", dump);
     c.n = 0;
     pipeline_options(&c, dump);
-    rc = launch_run(&c, out_path, 60.0, &dt);
+    int rc = launch_run(&c, out_path, 60.0, &dt);
     char *out = read_all(out_path, NULL);
     EXPECT(rc > 0 && out && strstr(out, "pipeline_parallel_degree = 2") && strstr(out, "mpirun") &&
                strstr(out, "MASTER_ADDR"),
@@ -136,8 +79,7 @@ int main(void)
     pipeline_options(&c, dump);
     launch_add(&c, "--training.device=cuda");
     launch_add(&c, "--parallelism.data_parallel_shard_degree=2");
-    int rc4[4];
-    port = comm_test_free_port();
+    int rc4[4], port = comm_test_free_port();
     launch_env_ranks(&c, 0, 4, 4, NULL, port, dump, NULL, rc4, 120.0);
     for (int k = 0; k < 4; k++) {
         snprintf(out_path, sizeof out_path, "%s/rank%d.txt", dump, k);
