@@ -192,6 +192,25 @@ static inline void free_outputs(gt_tensor *t, int32_t n)
         gt_tensor_free(&t[k]);
 }
 
+/* A step's losses pl and outputs po against the reference's rl and ro: the number of tensors
+ * missing or not memcmp-equal (the first 3 named on stderr, prefixed by `what`). */
+static inline int pp_step_diffs(const char *what, const gt_graph *g, int64_t step,
+                                const gt_tensor *rl, const gt_tensor *ro, const gt_tensor *pl,
+                                const gt_tensor *po)
+{
+    int diffs = 0;
+    for (int m = 0; m < MICRO; m++)
+        if (!(pl[m].data && rl[m].data && same(&rl[m], &pl[m])) && diffs++ < 3)
+            fprintf(stderr, "  %s step %lld micro %d: loss %.9g vs %.9g\n", what, (long long)step,
+                    m, rl[m].data ? gt_tensor_get_f32(&rl[m], 0) : -1.0,
+                    pl[m].data ? gt_tensor_get_f32(&pl[m], 0) : -1.0);
+    for (int32_t k = 0; k < g->n_outputs; k++)
+        if (!(po[k].data && ro[k].data && same(&ro[k], &po[k])) && diffs++ < 3)
+            fprintf(stderr, "  %s step %lld: output %d (%s) differs\n", what, (long long)step, k,
+                    gt_graph_str(g, g->outputs[k].fqn));
+    return diffs;
+}
+
 /* The stage split of s's graph for `kind` on pp ranks (its default stages per rank) and the
  * schedule of MICRO micro-batches; *n_stages receives the stage count. */
 static inline bool pp_split_schedule(setup *s, gt_pp_schedule_kind kind, int32_t pp,
@@ -347,16 +366,9 @@ static inline void pp_check_schedule(setup *s, gt_pp_schedule_kind kind, int32_t
                    "as planned\n",
                    gt_pp_schedule_name(kind), pp, (long long)run.peak_bytes,
                    (long long)run.allocated_bytes, (long long)run.arena_bytes);
-        for (int m = 0; m < MICRO; m++) {
-            EXPECT(same(&rl[m], &pl[m]), "%s pp %d step %lld micro %d: loss %.9g vs %.9g",
-                   gt_pp_schedule_name(kind), pp, (long long)step, m, gt_tensor_get_f32(&rl[m], 0),
-                   gt_tensor_get_f32(&pl[m], 0));
-        }
-        for (int32_t k = 0; k < g->n_outputs; k++)
-            if (!same(&ro[k], &po[k]) && diffs++ < 3)
-                fprintf(stderr, "  %s pp %d step %lld: output %d (%s) differs\n",
-                        gt_pp_schedule_name(kind), pp, (long long)step, k,
-                        gt_graph_str(g, g->outputs[k].fqn));
+        char what[64];
+        snprintf(what, sizeof what, "%s pp %d", gt_pp_schedule_name(kind), pp);
+        diffs += pp_step_diffs(what, g, step, rl, ro, pl, po);
         if (step == STEPS)
             printf("%-16s pp %d (%d stages)%s: step %d loss %.7f (micro 0 %.7f), bitwise %s\n",
                    gt_pp_schedule_name(kind), pp, S,
@@ -376,7 +388,7 @@ static inline void pp_check_schedule(setup *s, gt_pp_schedule_kind kind, int32_t
         free(ro);
         free(po);
     }
-    EXPECT(diffs == 0, "%s pp %d%s: %d outputs differ", gt_pp_schedule_name(kind), pp,
+    EXPECT(diffs == 0, "%s pp %d%s: %d losses or outputs differ", gt_pp_schedule_name(kind), pp,
            progs ? " (programs)" : "", diffs);
     gt_pp_programs_free(progs);
 

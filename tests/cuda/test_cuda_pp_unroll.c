@@ -95,22 +95,6 @@ static void gpu_unrolled(setup *s, gt_cuda_program *cp, const gt_pp_unrolled *u,
     free(out);
 }
 
-static int count_diffs(const char *what, setup *s, int64_t step, const gt_tensor *rl,
-                       const gt_tensor *ro, const gt_tensor *pl, const gt_tensor *po)
-{
-    int diffs = 0;
-    for (int m = 0; m < MICRO; m++)
-        if (!(pl[m].data && rl[m].data && same(&rl[m], &pl[m])) && diffs++ < 3)
-            fprintf(stderr, "  %s step %lld micro %d: loss %.9g vs %.9g\n", what, (long long)step,
-                    m, rl[m].data ? gt_tensor_get_f32(&rl[m], 0) : -1.0,
-                    pl[m].data ? gt_tensor_get_f32(&pl[m], 0) : -1.0);
-    for (int32_t k = 0; k < s->g->n_outputs; k++)
-        if (!(po[k].data && ro[k].data && same(&ro[k], &po[k])) && diffs++ < 3)
-            fprintf(stderr, "  %s step %lld: output %d (%s) differs\n", what, (long long)step, k,
-                    gt_graph_str(s->g, s->g->outputs[k].fqn));
-    return diffs;
-}
-
 static void check(setup *s, gt_pp_schedule_kind kind, bool cpu_too, bool compiled)
 {
     const gt_graph *g = s->g;
@@ -143,8 +127,8 @@ static void check(setup *s, gt_pp_schedule_kind kind, bool cpu_too, bool compile
         gpu_reference(s, ref, ref_in, rl, ro);
         gpu_unrolled(s, un, &u, false, pp_in, pl, po);
         gpu_unrolled(s, cap, &u, true, pp_in, cl, co);
-        diffs += count_diffs("unrolled", s, step, rl, ro, pl, po);
-        diffs += count_diffs("captured", s, step, rl, ro, cl, co);
+        diffs += pp_step_diffs("unrolled", g, step, rl, ro, pl, po);
+        diffs += pp_step_diffs("captured", g, step, rl, ro, cl, co);
         if (cpu_too) { /* the CPU's accumulation of the same inputs */
             reference_step(s, ref_in, hl, ho);
             for (int m = 0; m < MICRO; m++) {
