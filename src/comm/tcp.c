@@ -42,13 +42,24 @@
 
 /* ---------------------------------------------------------------- the exchange */
 
-static gt_status broken_error(gt_comm *c, const char *what, gt_error *err)
+gt_status gt_tcp_broken(gt_comm *c, const char *what, gt_error *err)
 {
     tcp_impl *impl = c->impl;
     return gt_error_set(err, GT_ERR_IO,
                         "rank %d: %s on communicator '%s' (size %d, %s): refused, an earlier "
-                        "collective failed (%.300s)",
+                        "collective or point-to-point transfer failed (%.300s)",
                         c->rank, what, c->name, c->size, impl->members, impl->net->why);
+}
+
+gt_status gt_tcp_stalled(gt_comm *c, const char *what, int peer, gt_error *err)
+{
+    tcp_impl *impl = c->impl;
+    return gt_error_set(err, GT_ERR_IO,
+                        "rank %d: %s on communicator '%s' (size %d, %s): no progress with rank %d "
+                        "(world rank %d) for %.0f s: that rank died or is stuck "
+                        "(comm.init_timeout_seconds / train_timeout_seconds)",
+                        c->rank, what, c->name, c->size, impl->members, peer, impl->world[peer],
+                        impl->net->timeout_s);
 }
 
 /* One peer's part of an exchange: an optional message out and an optional message in. */
@@ -93,7 +104,7 @@ static gt_status exchange(gt_comm *c, uint32_t kind, const char *what, tc_part *
 {
     tcp_impl *impl = c->impl;
     tcp_net *net = impl->net;
-    if (net->broken) return broken_error(c, what, err);
+    if (net->broken) return gt_tcp_broken(c, what, err);
     int n = c->size, nw = net->size;
     struct pollfd *pf = gt_xmalloc(sizeof *pf * (size_t)nw);
     int *who = gt_xmalloc(sizeof *who * (size_t)nw * 2), *pos = who + nw;
@@ -132,12 +143,7 @@ static gt_status exchange(gt_comm *c, uint32_t kind, const char *what, tc_part *
                 if (p[k].has_recv && p[k].got < TC_HDR + p[k].recv_n) i = k;
             for (int k = 0; k < n && i < 0; k++)
                 if (p[k].has_send && p[k].sent < TC_HDR + p[k].send_n) i = k;
-            st = gt_error_set(err, GT_ERR_IO,
-                              "rank %d: %s on communicator '%s' (size %d, %s): no progress with "
-                              "rank %d (world rank %d) for %.0f s: that rank died or is stuck "
-                              "(comm.init_timeout_seconds / train_timeout_seconds)",
-                              c->rank, what, c->name, c->size, impl->members, i, impl->world[i],
-                              net->timeout_s);
+            st = gt_tcp_stalled(c, what, i, err);
             break;
         }
         for (int k = 0; k < m && st == GT_OK; k++) {

@@ -69,6 +69,10 @@ void gt_tcp_net_release(tcp_net *net);
 
 /* Fails c's streams for good (the first failure is repeated to later calls); returns err->code. */
 gt_status gt_tcp_fail(gt_comm *c, gt_error *err);
+/* The errors of a call (`what`) on c: refused after an earlier failure; no byte moved with comm
+ * rank `peer` for the timeout. */
+gt_status gt_tcp_broken(gt_comm *c, const char *what, gt_error *err);
+gt_status gt_tcp_stalled(gt_comm *c, const char *what, int peer, gt_error *err);
 /* The poll events the p2p state of world rank w waits for: POLLOUT while sends are queued, POLLIN
  * unless a collective's message is next or the peer closed. */
 short gt_tcp_p2p_events(const tcp_net *net, int w);

@@ -18,15 +18,6 @@
  * streams are out of step and every communicator over them refuses further work. */
 #include "comm/tcp_internal.h"
 
-static gt_status p2p_broken(gt_comm *c, const char *what, gt_error *err)
-{
-    tcp_impl *impl = c->impl;
-    return gt_error_set(err, GT_ERR_IO,
-                        "rank %d: %s on communicator '%s' (size %d, %s): refused, an earlier "
-                        "collective or point-to-point transfer failed (%.300s)",
-                        c->rank, what, c->name, c->size, impl->members, impl->net->why);
-}
-
 short gt_tcp_p2p_events(const tcp_net *net, int w)
 {
     const tc_peer *pe = &net->peer[w];
@@ -185,12 +176,7 @@ static gt_status p2p_wait(gt_comm *c, const char *what, p2p_done_fn done, const 
         int pr = ms == 0 ? 0 : poll(pf, (nfds_t)m, ms);
         if (pr < 0 && errno == EINTR) continue;
         if (pr <= 0) {
-            st = gt_error_set(err, GT_ERR_IO,
-                              "rank %d: %s on communicator '%s' (size %d, %s): no progress with "
-                              "rank %d (world rank %d) for %.0f s: that rank died or is stuck "
-                              "(comm.init_timeout_seconds / train_timeout_seconds)",
-                              c->rank, what, c->name, c->size, impl->members, stuck_rank,
-                              impl->world[stuck_rank], net->timeout_s);
+            st = gt_tcp_stalled(c, what, stuck_rank, err);
             break;
         }
         for (int k = 0; k < m && st == GT_OK; k++) {
@@ -211,7 +197,7 @@ gt_status gt_tcp_send_start(gt_comm *c, const void *buf, size_t bytes, int peer,
 {
     tcp_impl *impl = c->impl;
     tcp_net *net = impl->net;
-    if (net->broken) return p2p_broken(c, "send", err);
+    if (net->broken) return gt_tcp_broken(c, "send", err);
     int w = impl->world[peer];
     tc_msg *m = gt_xcalloc(1, sizeof *m);
     m->ctag = impl->tag;
@@ -253,16 +239,13 @@ static bool recv_done(gt_comm *c, const void *arg)
 gt_status gt_tcp_recv(gt_comm *c, void *buf, size_t bytes, int peer, int tag, gt_error *err)
 {
     tcp_impl *impl = c->impl;
-    if (impl->net->broken) return p2p_broken(c, "recv", err);
+    if (impl->net->broken) return gt_tcp_broken(c, "recv", err);
     char what[96];
     snprintf(what, sizeof what, "recv of %zu bytes under tag %d from rank %d", bytes, tag, peer);
     recv_want r = {impl->world[peer], (uint32_t)tag, NULL};
     GT_TRY(p2p_wait(c, what, recv_done, &r, peer, err));
-    if (!r.got) {
-        gt_error_set(err, GT_ERR_IO,
-                     "rank %d: %s on communicator '%s' (%s): rank %d (world rank %d) closed its "
-                     "connection: that rank died or stopped",
-                     c->rank, what, c->name, impl->members, peer, r.w);
+    if (!r.got) { /* nothing more can come: the peer closed its stream */
+        closed_error(c, what, r.w, NULL, err);
         return gt_tcp_fail(c, err);
     }
     gt_status st = GT_OK;
@@ -298,7 +281,7 @@ gt_status gt_tcp_send_wait_all(gt_comm *c, gt_error *err)
     tcp_impl *impl = c->impl;
     int i = first_sending(c);
     if (i < 0) return GT_OK;
-    if (impl->net->broken) return p2p_broken(c, "send", err);
+    if (impl->net->broken) return gt_tcp_broken(c, "send", err);
     /* the sends queued to c's members, whichever communicator queued them (one stream each) */
     return p2p_wait(c, "send (waiting for the sends to complete)", sends_done, NULL, i, err);
 }
