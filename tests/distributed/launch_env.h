@@ -106,8 +106,8 @@ static inline double launch_env_run(launch_cmd *c, int size, const int *local_ra
     bool all = true;
     char out_path[600];
     for (int k = 0; k < size; k++) {
-        EXPECT(rc[k] == 0, "%s: rank %d exited %d (-1: still running after %.0f s)", name, k,
-               rc[k], seconds);
+        EXPECT(rc[k] == 0, "%s: rank %d exited %d (-1: still running after %.0f s)", name, k, rc[k],
+               seconds);
         snprintf(out_path, sizeof out_path, "%s/rank%d.txt", dump, k);
         if (rc[k] != 0) launch_show_tail(out_path);
         all = all && rc[k] == 0;
