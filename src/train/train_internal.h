@@ -8,6 +8,7 @@
 #define GRAPHTRAIN_TRAIN_INTERNAL_H
 
 #include <pthread.h>
+#include <string.h>
 
 #include "graphtrain/gt_checkpoint.h"
 #include "graphtrain/gt_comm.h"
@@ -316,6 +317,12 @@ static inline bool gt_train_is_grad_sum(const gt_io *in)
 static inline bool gt_train_is_model_buffer(const gt_io *in)
 {
     return in->kind == GT_IN_BUFFER && !in->plan.as_param;
+}
+/* Whether output k of g is the optimizer's gradient norm (src/train/optim.c). */
+static inline bool gt_train_is_grad_norm(const gt_graph *g, int32_t k)
+{
+    return g->outputs[k].kind == GT_OUT_METRIC &&
+           !strcmp(gt_graph_str(g, g->outputs[k].fqn), GT_OPTIM_GRAD_NORM_NAME);
 }
 /* This rank's blocks of the state (trainer_parallel.c): the box of each parameter, moment and of
  * the batch from the step graph's input placements (whole tensors with one rank), parameters

@@ -180,8 +180,7 @@ static double *step_result_slot(const gt_graph *g, int32_t k, double *loss, doub
 {
     const gt_io *o = &g->outputs[k];
     if (o->kind == GT_OUT_LOSS) return loss;
-    if (o->kind == GT_OUT_METRIC && !strcmp(gt_graph_str(g, o->fqn), GT_OPTIM_GRAD_NORM_NAME))
-        return grad_norm;
+    if (gt_train_is_grad_norm(g, k)) return grad_norm;
     return NULL;
 }
 

@@ -108,6 +108,8 @@ const gt_config *gt_trainer_pp_user_config(const gt_trainer *t);
  * others hold the same state after a sync). */
 bool gt_trainer_pp_writes(const gt_trainer *t);
 void gt_trainer_pp_free(gt_trainer *t);
+/* A tensor for one micro-batch's loss (the step graph's LOSS output's dtype and shape). */
+gt_status gt_trainer_pp_loss_alloc(gt_trainer *t, gt_tensor *l, gt_error *err);
 /* Which of tokens, labels, positions graph input k is (-1: none): a micro-batch's own inputs. */
 int gt_trainer_pp_batch_slot(const gt_graph *g, int32_t k);
 

@@ -26,12 +26,6 @@ static bool is_loss(const struct gt_trainer_pp *pp, int32_t j)
     return pp->unrolled.output_of[j] == pp->loss_output;
 }
 
-static bool is_grad_norm(const gt_graph *d, int32_t j)
-{
-    return d->outputs[j].kind == GT_OUT_METRIC &&
-           !strcmp(gt_graph_str(d, d->outputs[j].fqn), GT_OPTIM_GRAD_NORM_NAME);
-}
-
 gt_status gt_trainer_pp_device_build(gt_trainer *t, gt_error *err)
 {
     struct gt_trainer_pp *pp = t->pp;
@@ -95,25 +89,23 @@ gt_status gt_trainer_pp_device_step(gt_trainer *t, double *grad_norm, gt_error *
         int32_t in = gt_program_state_input(d, j);
         if (in >= 0 && !gt_train_is_grad_sum(&d->inputs[in]))
             GT_TRY(gt_executor_carry(ex, j, in, err));
-        if (is_loss(pp, j) || is_grad_norm(d, j)) GT_TRY(gt_executor_fetch_output(ex, j, err));
+        if (is_loss(pp, j) || gt_train_is_grad_norm(d, j))
+            GT_TRY(gt_executor_fetch_output(ex, j, err));
     }
     int64_t ticket = -1;
     GT_TRY(gt_executor_end_run(ex, &ticket, err));
     GT_TRY(gt_executor_wait(ex, ticket, err));
-    const gt_type *lt = gt_value_type(t->whole.g, t->whole.g->outputs[pp->loss_output].value);
     for (int32_t j = 0; j < d->n_outputs; j++) {
         double v = 0;
-        if (is_grad_norm(d, j)) GT_TRY(gt_executor_read_scalar(ex, ticket, j, grad_norm, err));
+        if (gt_train_is_grad_norm(d, j))
+            GT_TRY(gt_executor_read_scalar(ex, ticket, j, grad_norm, err));
         if (!is_loss(pp, j)) continue;
         /* micro-batch m's loss, on the last stage's rank, as the runner hands it over */
         GT_TRY(gt_executor_read_scalar(ex, ticket, j, &v, err));
         gt_tensor *l = &pp->losses[u->output_mb[j]];
-        int64_t shape[GT_MAX_DIMS] = {0};
-        for (int a = 0; a < lt->ndim; a++)
-            shape[a] = 1;
-        if (lt->dtype != GT_F32 || gt_shape_numel(lt->ndim, shape) != 1)
+        GT_TRY(gt_trainer_pp_loss_alloc(t, l, err));
+        if (l->dtype != GT_F32 || gt_tensor_numel(l) != 1)
             return gt_error_set(err, GT_ERR_INTERNAL, "pipeline: the loss is not one f32");
-        GT_TRY(gt_tensor_alloc(l, GT_F32, lt->ndim, shape, err));
         *(float *)l->data = (float)v; /* an f32 read as a double: exact both ways */
     }
     return GT_OK;

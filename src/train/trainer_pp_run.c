@@ -371,8 +371,9 @@ gt_status gt_trainer_pp_step(gt_trainer *t, int64_t step, double *loss, double *
     int32_t M = pp->n_micro;
     *lr = gt_lr_at(&t->lr, step);
     gt_optim_scalars(&t->adamw, step, *lr, (float *)t->scalars.data);
-    /* the running sums start at zero (the runner reads micro-batch 0's from the inputs) */
-    for (int32_t k = 0; k < g->n_inputs; k++)
+    /* the running sums start at zero (the runner reads micro-batch 0's from the inputs; on the
+     * GPU the executor zeroes its own) */
+    for (int32_t k = 0; !pp->ex && k < g->n_inputs; k++)
         if (gt_train_is_grad_sum(&g->inputs[k]) && t->whole.feed[k]->data) /* this rank's */
             memset(t->whole.feed[k]->data, 0, gt_tensor_nbytes(t->whole.feed[k]));
     for (int32_t m = 0; m < M; m++) {
@@ -417,9 +418,7 @@ gt_status gt_trainer_pp_step(gt_trainer *t, int64_t step, double *loss, double *
     for (int32_t k = 0; st == GT_OK && k < g->n_outputs; k++) {
         const gt_io *o = &g->outputs[k];
         gt_tensor *out = &pp->outputs[k];
-        if (o->kind == GT_OUT_METRIC && !strcmp(gt_graph_str(g, o->fqn), GT_OPTIM_GRAD_NORM_NAME) &&
-            out->data)
-            norm = gt_tensor_get_f32(out, 0);
+        if (gt_train_is_grad_norm(g, k) && out->data) norm = gt_tensor_get_f32(out, 0);
         int32_t i = gt_program_state_input(g, k);
         if (i < 0 || !out->data || gt_train_is_grad_sum(&g->inputs[i])) continue;
         gt_tensor *dst = t->whole.feed[i];
@@ -431,6 +430,16 @@ gt_status gt_trainer_pp_step(gt_trainer *t, int64_t step, double *loss, double *
             memcpy(dst->data, out->data, gt_tensor_nbytes(out));
     }
     return finish_step(t, step, st, norm, loss, grad_norm, err);
+}
+
+gt_status gt_trainer_pp_loss_alloc(gt_trainer *t, gt_tensor *l, gt_error *err)
+{
+    const gt_graph *g = t->whole.g;
+    gt_value_id v = g->outputs[t->pp->loss_output].value;
+    const gt_type *ty = gt_value_type(g, v);
+    int64_t shape[GT_MAX_DIMS];
+    GT_TRY(gt_graph_eval_shape(g, v, &t->binding, shape, err));
+    return gt_tensor_alloc(l, ty->dtype, ty->ndim, shape, err);
 }
 
 /* The step's end on every rank: the losses from the last stage's rank, summed in micro-batch
@@ -445,12 +454,7 @@ static gt_status finish_step(gt_trainer *t, int64_t step, gt_status st, double n
     double sum = 0;
     for (int32_t m = 0; st == GT_OK && m < M; m++) {
         gt_tensor *l = &pp->losses[m];
-        if (pp->rank != root) {
-            const gt_type *ty = gt_value_type(g, g->outputs[pp->loss_output].value);
-            int64_t shape[GT_MAX_DIMS];
-            st = gt_graph_eval_shape(g, g->outputs[pp->loss_output].value, &t->binding, shape, err);
-            if (st == GT_OK) st = gt_tensor_alloc(l, ty->dtype, ty->ndim, shape, err);
-        }
+        if (pp->rank != root) st = gt_trainer_pp_loss_alloc(t, l, err);
         if (st == GT_OK) st = gt_comm_broadcast(pp->comm, l, root, err);
         if (st == GT_OK) sum += gt_tensor_get_f32(l, 0);
     }
