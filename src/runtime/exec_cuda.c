@@ -419,13 +419,21 @@ static void record_timing(gt_cuda_program *p, int32_t slot, int e)
     if (cs == cudaStreamCaptureStatusNone) cudaEventRecord(p->tev[3 * slot + e], stream_of(p));
 }
 
-/* A send_start or recv_start over a host communicator (MPI, TCP): the bytes go through host
+/* A send_start or recv_start: over a host communicator (MPI, TCP) the bytes go through host
  * memory. A send copies the value out once the stream has computed it and posts it without
  * blocking (its wait completes the sends, at the end of the step); a receive blocks until the
  * bytes arrive and queues their copy to the device. Both wait for the device, so a step with
  * them runs kernel by kernel (gt_cuda_program_capture_part refuses it). */
 static gt_status host_p2p(gt_cuda_program *p, const gt_instr *ins, gt_comm *c, gt_error *err)
 {
+    /* NCCL's send and receive block in the stream: posted in one stream in schedule order they
+     * deadlock where two ranks send to each other first, so they need a stream per direction
+     * (and two GPUs to test it) */
+    if (gt_comm_is_nccl(c))
+        return gt_error_set(err, GT_ERR_UNSUPPORTED,
+                            "%s: a pipeline's point-to-point transfers run on host communicators "
+                            "(MPI, TCP), not yet over NCCL",
+                            gt_op_get(ins->op)->name);
     gt_program_slot *slot = &p->prog->slots[ins->slot];
     bool send = ins->op == GT_OP_SEND_START;
     gt_tensor h = send ? slot->in : slot->out;
@@ -483,17 +491,8 @@ static gt_status run_collective(gt_cuda_program *p, const gt_instr *ins, gt_erro
                 call.in[0] = &slot->in;
                 call.out[0] = &slot->out;
                 st = gt_cuda_run_kernel(&call, p->stream, err);
-            } else if ((ins->op == GT_OP_SEND_START || ins->op == GT_OP_RECV_START) &&
-                       !gt_comm_is_nccl(c)) {
-                st = host_p2p(p, ins, c, err);
             } else if (ins->op == GT_OP_SEND_START || ins->op == GT_OP_RECV_START) {
-                /* NCCL's send and receive are blocking in the stream: posted in one stream in
-                 * schedule order they deadlock where two ranks send to each other first, so
-                 * they need a stream per direction (and two GPUs to test it) */
-                st = gt_error_set(err, GT_ERR_UNSUPPORTED,
-                                  "%s: a pipeline's point-to-point transfers run on host "
-                                  "communicators (MPI, TCP), not yet over NCCL",
-                                  gt_op_get(ins->op)->name);
+                st = host_p2p(p, ins, c, err);
             } else { /* NCCL: gt_cuda_program_set_comms accepts no other communicator of > 1 rank */
                 gt_comm_nccl_set_stream(c, stream_of(p));
                 st = gt_runtime_start(ins->op, c, ins->i, &slot->in, &slot->out, &slot->req, err);

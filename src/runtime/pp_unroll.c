@@ -151,14 +151,20 @@ static gt_status emit_part(unroll *u, int32_t m, int32_t st, gt_pp_part p, gt_er
     return GT_OK;
 }
 
+/* A point-to-point tag the communicators carry (gt_comm_send_start: below 32768). */
+static gt_status check_tag(int64_t tag, gt_error *err)
+{
+    if (tag < 32768) return GT_OK;
+    return gt_error_set(err, GT_ERR_UNSUPPORTED,
+                        "pipeline unroll: tag %lld: the crossing values x micro-batches exceed the "
+                        "point-to-point tags (32768)",
+                        (long long)tag);
+}
+
 /* A send_start of x to `peer` under `tag`; its wait comes at the end of the step. */
 static gt_status send_value(unroll *u, gt_value_id x, int32_t peer, int64_t tag, gt_error *err)
 {
-    if (tag >= 32768)
-        return gt_error_set(err, GT_ERR_UNSUPPORTED,
-                            "pipeline unroll: tag %lld: the crossing values x micro-batches exceed "
-                            "the point-to-point tags (32768)",
-                            (long long)tag);
+    GT_TRY(check_tag(tag, err));
     gt_attrs a = {.ni = 4, .i = {u->pp_dim, u->n_ranks, peer, tag}};
     gt_value_id s = gt_graph_add_node(u->d, GT_OP_SEND_START, &x, 1, &a, NULL);
     if (s == GT_NONE)
@@ -174,11 +180,7 @@ static gt_status send_value(unroll *u, gt_value_id x, int32_t peer, int64_t tag,
 static gt_status recv_value(unroll *u, int32_t m, gt_value_id v, int32_t peer, int64_t tag,
                             gt_error *err)
 {
-    if (tag >= 32768)
-        return gt_error_set(err, GT_ERR_UNSUPPORTED,
-                            "pipeline unroll: tag %lld: the crossing values x micro-batches exceed "
-                            "the point-to-point tags (32768)",
-                            (long long)tag);
+    GT_TRY(check_tag(tag, err));
     const gt_type *ty = gt_value_type(u->g, v);
     gt_attrs a = {.ni = 5, .i = {u->pp_dim, u->n_ranks, peer, tag, ty->dtype}, .ne = ty->ndim};
     for (int k = 0; k < ty->ndim; k++)
