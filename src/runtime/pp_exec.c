@@ -62,6 +62,8 @@ typedef struct {
     uint8_t **defined; /* [n_micro][n_values]: 1 borrowed, 2 owned */
     uint8_t *micro_part;
     int32_t *update_of_input; /* [n_inputs]: the BUFFER_UPDATE value feeding it back, or -1 */
+    uint8_t *step_input; /* [n_values]: a graph input whose bytes hold for the step (no running
+                          * sum): a part's program need not take them in again (run_program) */
     gt_comm *comm;     /* one rank of a multi-process pipeline (its pipeline rank is comm->rank), or
                         * NULL: every rank in this process */
     uint8_t *gathered; /* [n_values]: broadcast to the pipeline ranks already (global inputs) */
@@ -334,7 +336,6 @@ static gt_status run_program(pp_run *r, int32_t m, const gt_pp_part_program *pp,
 {
     const gt_graph *g = r->g;
     gt_tensor *in = gt_xcalloc((size_t)pp->n_in + 1, sizeof *in);
-    gt_tensor *out = gt_xcalloc((size_t)pp->n_out + 1, sizeof *out);
     gt_status st = GT_OK;
     for (int32_t k = 0; k < pp->n_in && st == GT_OK; k++) {
         gt_value_id v = pp->in[k];
@@ -346,8 +347,18 @@ static gt_status run_program(pp_run *r, int32_t m, const gt_pp_part_program *pp,
         else
             in[k] = r->vals[m][v];
     }
-    if (st == GT_OK && !r->dry) st = gt_program_run(pp->prog, in, out, err);
-    /* each output copied into its place (the program's own allocation, freed below) */
+    /* the inputs into the program's arena; a step input already there from an earlier
+     * micro-batch of this step (the same caller bytes: the stage's parameters) stays */
+    for (int32_t k = 0; k < pp->n_in && st == GT_OK && !r->dry; k++) {
+        const void *data = in[k].data;
+        bool step_input = r->step_input[pp->in[k]] && data &&
+                          pp->prog->inputs[k].arena == GT_ARENA_PERSISTENT;
+        if (step_input && pp->bound[k] == data) continue;
+        st = gt_program_set_input(pp->prog, k, &in[k], err);
+        pp->bound[k] = st == GT_OK && step_input ? data : NULL;
+    }
+    if (st == GT_OK && !r->dry) st = gt_program_exec(pp->prog, err);
+    /* each output copied from the program's arena into its place */
     for (int32_t k = 0; k < pp->n_out && st == GT_OK; k++) {
         gt_value_id v = pp->out[k];
         const gt_type *ty = gt_value_type(g, v);
@@ -355,22 +366,21 @@ static gt_status run_program(pp_run *r, int32_t m, const gt_pp_part_program *pp,
         st = gt_graph_eval_shape(g, v, r->binding, shape, err);
         if (st == GT_OK) st = place_value(r, m, v, ty->dtype, ty->ndim, shape, err);
         size_t nb = st == GT_OK && !r->dry ? gt_tensor_nbytes(&r->vals[m][v]) : 0;
-        if (nb && nb != gt_tensor_nbytes(&out[k]))
+        gt_tensor view = {0};
+        if (nb) st = gt_program_output(pp->prog, k, &view, err);
+        if (st == GT_OK && nb && nb != gt_tensor_nbytes(&view))
             st = gt_error_set(err, GT_ERR_INTERNAL,
                               "pipeline step: a program's output %%%d has %zu B, its value %zu", v,
-                              gt_tensor_nbytes(&out[k]), nb);
-        else if (nb)
-            memcpy(r->vals[m][v].data, out[k].data, nb);
+                              gt_tensor_nbytes(&view), nb);
+        else if (st == GT_OK && nb)
+            memcpy(r->vals[m][v].data, view.data, nb);
     }
     r->total += pp->internal_bytes; /* computed too, in the program's arenas */
     if (r->stats && st == GT_OK) {
         r->stats->collectives += pp->n_coll;
         r->stats->gathers += pp->n_gathers;
     }
-    for (int32_t k = 0; k < pp->n_out; k++)
-        gt_tensor_free(&out[k]);
     free(in);
-    free(out);
     for (int32_t k = 0; k < pp->n_nodes && st == GT_OK; k++)
         release_after(r, m, pp->nodes[k]);
     return st;
@@ -640,6 +650,15 @@ static gt_status run_step(const gt_graph *g, const gt_sym_binding *binding,
     r.micro_part = gt_xcalloc((size_t)g->n_nodes + 1, 1);
     gt_graph_micro_part(g, r.micro_part);
     r.update_of_input = gt_pp_update_of_input(g, split);
+    r.step_input = gt_xcalloc((size_t)nv + 1, 1);
+    for (int32_t k = 0; k < g->n_inputs; k++)
+        r.step_input[g->inputs[k].value] = r.update_of_input[k] < 0;
+    /* a new step: the callers' step inputs may hold other bytes than the last step's */
+    for (int32_t st_ = 0; progs && st_ < progs->n_stages; st_++)
+        for (int p = 0; p < 3; p++) {
+            const gt_pp_part_program *pp = &progs->part[st_][p];
+            if (pp->bound) memset(pp->bound, 0, (size_t)pp->n_in * sizeof *pp->bound);
+        }
     size_t nn = (size_t)g->n_nodes + 1;
     r.invariant = gt_xcalloc(nn, 1);
     r.same_as = gt_xcalloc(nn, sizeof *r.same_as);
@@ -701,6 +720,7 @@ static gt_status run_step(const gt_graph *g, const gt_sym_binding *binding,
     free(r.defined);
     free(r.micro_part);
     free(r.update_of_input);
+    free(r.step_input);
     free(r.gathered);
     free(r.invariant);
     for (int32_t m = 0; m < M; m++)

@@ -17,6 +17,9 @@ typedef struct {
     int32_t n_nodes;
     gt_value_id *in, *out; /* [n_in], [n_out]: step-graph values of its inputs, outputs */
     int32_t n_in, n_out;
+    /* [n_in]: the caller's bytes of a graph input the program's arena holds this step (pp_exec.c
+     * run_program: the same step state is not copied in again for each micro-batch), or NULL */
+    const void **bound;
     int64_t internal_bytes;    /* its nodes' other outputs: in the arenas, never the runner's */
     int32_t n_coll, n_gathers; /* collectives it starts a run (all-gathers among them) */
 } gt_pp_part_program;

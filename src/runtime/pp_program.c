@@ -114,6 +114,7 @@ static gt_status part_graph(const gt_graph *g, gt_pp_part_program *pp, const uin
         map[v] = GT_NONE;
     pp->in = gt_xcalloc((size_t)g->n_values + 1, sizeof *pp->in);
     pp->out = gt_xcalloc((size_t)g->n_values + 1, sizeof *pp->out);
+    pp->bound = gt_xcalloc((size_t)g->n_values + 1, sizeof *pp->bound);
     for (int32_t k = 0; k < pp->n_nodes; k++) {
         const gt_node *nd = &g->nodes[pp->nodes[k]];
         for (int j = 0; j < nd->n_in; j++) {
@@ -126,7 +127,14 @@ static gt_status part_graph(const gt_graph *g, gt_pp_part_program *pp, const uin
                 dims[a] = gt_sym_import(d->sym, g->sym, ty->dims[a]);
             char name[32];
             snprintf(name, sizeof name, "pp.in.%d", v);
-            map[v] = gt_graph_add_input(d, GT_IN_INPUT, name, ty->dtype, ty->ndim, dims);
+            /* a parameter or model buffer keeps its kind, so the plan keeps its bytes between
+             * runs (the persistent arena): the runner copies it in once a step (pp_exec.c) */
+            gt_input_kind kind = GT_IN_INPUT;
+            for (int32_t i = 0; p == GT_NONE && i < g->n_inputs; i++)
+                if (g->inputs[i].value == v &&
+                    (g->inputs[i].kind == GT_IN_PARAM || g->inputs[i].kind == GT_IN_BUFFER))
+                    kind = (gt_input_kind)g->inputs[i].kind;
+            map[v] = gt_graph_add_input(d, kind, name, ty->dtype, ty->ndim, dims);
             pp->in[pp->n_in++] = v;
         }
     }
@@ -327,6 +335,7 @@ void gt_pp_programs_free(gt_pp_programs *ps)
             gt_graph_free(pp->g);
             free(pp->nodes);
             free(pp->in);
+            free(pp->bound);
             free(pp->out);
         }
     free(ps->part);
