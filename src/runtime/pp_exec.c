@@ -62,8 +62,8 @@ typedef struct {
     uint8_t **defined; /* [n_micro][n_values]: 1 borrowed, 2 owned */
     uint8_t *micro_part;
     int32_t *update_of_input; /* [n_inputs]: the BUFFER_UPDATE value feeding it back, or -1 */
-    uint8_t *step_input; /* [n_values]: a graph input whose bytes hold for the step (no running
-                          * sum): a part's program need not take them in again (run_program) */
+    uint8_t *step_input;      /* [n_values]: a graph input whose bytes hold for the step (no running
+                               * sum): a part's program need not take them in again (run_program) */
     gt_comm *comm;     /* one rank of a multi-process pipeline (its pipeline rank is comm->rank), or
                         * NULL: every rank in this process */
     uint8_t *gathered; /* [n_values]: broadcast to the pipeline ranks already (global inputs) */
@@ -335,27 +335,23 @@ static gt_status run_node(pp_run *r, int32_t m, gt_node_id n, gt_error *err)
 static gt_status run_program(pp_run *r, int32_t m, const gt_pp_part_program *pp, gt_error *err)
 {
     const gt_graph *g = r->g;
-    gt_tensor *in = gt_xcalloc((size_t)pp->n_in + 1, sizeof *in);
     gt_status st = GT_OK;
+    /* the inputs into the program's arena; a step input already there from an earlier
+     * micro-batch of this step (the same caller bytes: the stage's parameters) stays */
     for (int32_t k = 0; k < pp->n_in && st == GT_OK; k++) {
         gt_value_id v = pp->in[k];
         if (!r->defined[m][v])
-            st = gt_error_set(err, GT_ERR_INVALID,
-                              "pipeline step: a program of stage %d reads %%%d of micro-batch %d "
-                              "before it is computed",
-                              r->split->stage[pp->nodes[0]], v, m);
-        else
-            in[k] = r->vals[m][v];
-    }
-    /* the inputs into the program's arena; a step input already there from an earlier
-     * micro-batch of this step (the same caller bytes: the stage's parameters) stays */
-    for (int32_t k = 0; k < pp->n_in && st == GT_OK && !r->dry; k++) {
-        const void *data = in[k].data;
-        bool step_input = r->step_input[pp->in[k]] && data &&
-                          pp->prog->inputs[k].arena == GT_ARENA_PERSISTENT;
-        if (step_input && pp->bound[k] == data) continue;
-        st = gt_program_set_input(pp->prog, k, &in[k], err);
-        pp->bound[k] = st == GT_OK && step_input ? data : NULL;
+            return gt_error_set(err, GT_ERR_INVALID,
+                                "pipeline step: a program of stage %d reads %%%d of micro-batch "
+                                "%d before it is computed",
+                                r->split->stage[pp->nodes[0]], v, m);
+        if (r->dry) continue;
+        const gt_tensor *in = &r->vals[m][v];
+        bool step_input =
+            r->step_input[v] && in->data && pp->prog->inputs[k].arena == GT_ARENA_PERSISTENT;
+        if (step_input && pp->bound[k] == in->data) continue;
+        st = gt_program_set_input(pp->prog, k, in, err);
+        pp->bound[k] = st == GT_OK && step_input ? in->data : NULL;
     }
     if (st == GT_OK && !r->dry) st = gt_program_exec(pp->prog, err);
     /* each output copied from the program's arena into its place */
@@ -380,7 +376,6 @@ static gt_status run_program(pp_run *r, int32_t m, const gt_pp_part_program *pp,
         r->stats->collectives += pp->n_coll;
         r->stats->gathers += pp->n_gathers;
     }
-    free(in);
     for (int32_t k = 0; k < pp->n_nodes && st == GT_OK; k++)
         release_after(r, m, pp->nodes[k]);
     return st;
@@ -654,9 +649,9 @@ static gt_status run_step(const gt_graph *g, const gt_sym_binding *binding,
     for (int32_t k = 0; k < g->n_inputs; k++)
         r.step_input[g->inputs[k].value] = r.update_of_input[k] < 0;
     /* a new step: the callers' step inputs may hold other bytes than the last step's */
-    for (int32_t st_ = 0; progs && st_ < progs->n_stages; st_++)
+    for (int32_t stage = 0; progs && stage < progs->n_stages; stage++)
         for (int p = 0; p < 3; p++) {
-            const gt_pp_part_program *pp = &progs->part[st_][p];
+            const gt_pp_part_program *pp = &progs->part[stage][p];
             if (pp->bound) memset(pp->bound, 0, (size_t)pp->n_in * sizeof *pp->bound);
         }
     size_t nn = (size_t)g->n_nodes + 1;
