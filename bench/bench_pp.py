@@ -18,11 +18,17 @@ share the host's cores: with more ranks than cores the figures measure oversubsc
 the schedule; say so next to any table made from them. The pipeline runner is eager (a fresh
 tensor per node, no memory plan), so the baseline it compares with is the one-rank eager executor
 (`--compile.enable=false`); the compiled one-rank program is shown too.
+
+On the GPU (`--device cuda [--gpus N]`) the ranks are started torchrun-style (RANK, WORLD_SIZE,
+LOCAL_RANK = rank mod N, MASTER_ADDR, MASTER_PORT; the values cross over TCP through host memory),
+each schedule with CUDA graphs on and off, next to one GPU accumulating the same micro-batches
+(one program, one CUDA graph). With one GPU both ranks share it.
 """
 import argparse
 import json
 import os
 import re
+import socket
 import statistics
 import subprocess
 import sys
@@ -39,9 +45,30 @@ def run(cmd, timeout):
     return p.returncode, p.stdout
 
 
-def measure(args, np_, schedule, dump, eager=False):
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run_env_ranks(cmd, np_, gpus, timeout):
+    """np_ processes of cmd, torchrun-style; rank 0's output (all of it on a failure)."""
+    port = str(free_port())
+    procs = []
+    for r in range(np_):
+        env = dict(os.environ, RANK=str(r), WORLD_SIZE=str(np_), LOCAL_RANK=str(r % gpus),
+                   MASTER_ADDR="127.0.0.1", MASTER_PORT=port, NCCL_NVLS_ENABLE="0")
+        procs.append(subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                      text=True, env=env))
+    outs = [p.communicate(timeout=timeout)[0] for p in procs]
+    bad = [k for k, p in enumerate(procs) if p.returncode != 0]
+    return (procs[bad[0]].returncode, outs[bad[0]]) if bad else (0, outs[0])
+
+
+def measure(args, np_, schedule, dump, eager=False, cudagraphs=True):
     cmd = []
-    if np_ > 0:
+    cuda = args.device == "cuda"
+    if np_ > 0 and not cuda:
         cmd = [args.mpiexec, "-np", str(np_), "--oversubscribe"]
         if os.geteuid() == 0:
             cmd.append("--allow-run-as-root")
@@ -49,6 +76,8 @@ def measure(args, np_, schedule, dump, eager=False):
             f"--training.seq_len={args.seq}", f"--training.steps={args.steps}",
             "--training.mixed_precision_param=float32", "--metrics.log_freq=1",
             "--job.print_config=false", f"--job.dump_folder={dump}", "--training.cpu_threads=1"]
+    if cuda:
+        cmd += ["--training.device=cuda", f"--compile.cudagraphs={str(cudagraphs).lower()}"]
     if np_ > 0:
         cmd += [f"--training.local_batch_size={args.micro}",
                 f"--parallelism.pipeline_parallel_degree={np_}",
@@ -57,7 +86,8 @@ def measure(args, np_, schedule, dump, eager=False):
     else:
         cmd += ["--training.local_batch_size=1", f"--training.global_batch_size={args.micro}",
                 f"--compile.enable={'false' if eager else 'true'}"]
-    rc, out = run(cmd, args.timeout)
+    rc, out = (run_env_ranks(cmd, np_, args.gpus, args.timeout) if cuda and np_ > 0
+               else run(cmd, args.timeout))
     if rc != 0:
         return {"error": out.strip().splitlines()[-1] if out.strip() else f"exit {rc}"}
     steps = [float(m.group(1)) for m in re.finditer(r"step\s+\d+\s+loss.*?step\s+([\d.]+) ms", out)]
@@ -82,9 +112,13 @@ def main():
     ap.add_argument("--skip", type=int, default=2)
     ap.add_argument("--mpiexec", default="mpiexec")
     ap.add_argument("--timeout", type=float, default=600)
+    ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    ap.add_argument("--gpus", type=int, default=1, help="cuda: GPUs the ranks spread over")
     ap.add_argument("--json")
     args = ap.parse_args()
     rows = []
+    if args.device == "cuda":
+        return main_cuda(args)
     with tempfile.TemporaryDirectory() as tmp:
         compiled = measure(args, 0, None, os.path.join(tmp, "one"))
         rows.append({"ranks": 1, "schedule": "accumulation, compiled program", **compiled})
@@ -97,21 +131,45 @@ def main():
     print(f"{args.flavor}, seq {args.seq}, {args.micro} micro-batches of 1 sequence, fp32, "
           f"1 BLAS thread a rank, {os.cpu_count()} CPUs, median of steps {args.skip + 1}.."
           f"{args.steps}")
-    print("| ranks | schedule | step ms | vs 1 rank eager | simulated bubble | params hash |")
-    print("|---|---|---|---|---|---|")
+    return report(args, rows, base, "1 rank eager",
+                  [("simulated bubble", lambda r: f"{r.get('bubble', 0.0):.3f}")])
+
+
+def report(args, rows, base, vs, extra):
+    """The table (ranks, schedule, the `extra` columns as (header, row -> text), step ms, the
+    speed against `base`, the params hash against base's) and the --json file."""
+    heads = ["ranks", "schedule"] + [h for h, _ in extra] + ["step ms", f"vs {vs}", "params hash"]
+    print("| " + " | ".join(heads) + " |")
+    print("|" + "---|" * len(heads))
     ref = base.get("step_ms")
     for r in rows:
+        cells = [str(r["ranks"]), r["schedule"]] + [f(r) for _, f in extra]
         if "error" in r:
-            print(f"| {r['ranks']} | {r['schedule']} | refused: {r['error']} | | | |")
-            continue
-        ratio = f"{ref / r['step_ms']:.2f}×" if ref and r["step_ms"] else ""
-        same = "same" if r["hash"] == base.get("hash") else r["hash"]
-        print(f"| {r['ranks']} | {r['schedule']} | {r['step_ms']:.1f} | {ratio} | "
-              f"{r['bubble']:.3f} | {same} |")
+            cells += [f"failed: {r['error']}", "", ""]
+        else:
+            cells += [f"{r['step_ms']:.1f}",
+                      f"{ref / r['step_ms']:.2f}×" if ref and r["step_ms"] else "",
+                      "same" if r["hash"] == base.get("hash") else str(r["hash"])]
+        print("| " + " | ".join(cells) + " |")
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"args": vars(args), "rows": rows}, f, indent=1)
     return 0
+
+
+def main_cuda(args):
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        base = measure(args, 0, None, os.path.join(tmp, "one"))
+        rows.append({"ranks": 1, "schedule": "accumulation", "graphs": "on", **base})
+        for p in [int(x) for x in args.ranks.split(",")]:
+            for s in args.schedules.split(","):
+                for g in (True, False):
+                    r = measure(args, p, s, os.path.join(tmp, f"pp{p}_{s}_{g}"), cudagraphs=g)
+                    rows.append({"ranks": p, "schedule": s, "graphs": "on" if g else "off", **r})
+    print(f"{args.flavor}, seq {args.seq}, {args.micro} micro-batches of 1 sequence, fp32, "
+          f"{args.gpus} GPU(s), median of steps {args.skip + 1}..{args.steps}")
+    return report(args, rows, base, "1 GPU", [("CUDA graphs", lambda r: r["graphs"])])
 
 
 if __name__ == "__main__":

@@ -336,6 +336,10 @@ bool gt_graph_micro_output(int kind);
  * last). */
 typedef enum { GT_RUN_ALL = 0, GT_RUN_MICRO } gt_run_part;
 
+/* Whether a and b have the same inputs and outputs: as many, each of the same name (fqn) and kind,
+ * in the same order (an artifact against the graph it stands for). */
+bool gt_graph_same_io(const gt_graph *a, const gt_graph *b);
+
 /* Verifier: SSA (each value produced once, inputs defined before use), order, arity, attribute
  * counts, and shapes/dtypes (re-runs every shape rule and compares). Names the first bad node. */
 gt_status gt_graph_verify(const gt_graph *g, gt_error *err);

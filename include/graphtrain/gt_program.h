@@ -375,7 +375,9 @@ gt_status gt_cuda_program_run(gt_cuda_program *p, const gt_tensor *inputs, gt_te
  * end step n; then wait for and read step n - 1. */
 gt_status gt_cuda_program_capture(gt_cuda_program *p, gt_error *err);
 /* The same for one part (gt_run_part): each part is captured after its own warm-up run and
- * replayed by gt_cuda_program_exec_part. */
+ * replayed by gt_cuda_program_exec_part. A pipeline rank's step, whose sends and receives go
+ * through host memory (a host communicator), becomes one graph per run of device instructions
+ * between them; a replay launches each in turn and runs the transfers on the host in between. */
 gt_status gt_cuda_program_capture_part(gt_cuda_program *p, gt_run_part part, gt_error *err);
 /* True once captured (the whole graph's part): exec replays the graph. */
 bool gt_cuda_program_captured(const gt_cuda_program *p);

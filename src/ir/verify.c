@@ -180,6 +180,20 @@ static gt_status check_graph_outputs(gt_verifier *vf)
     return GT_OK;
 }
 
+bool gt_graph_same_io(const gt_graph *a, const gt_graph *b)
+{
+    if (a->n_inputs != b->n_inputs || a->n_outputs != b->n_outputs) return false;
+    for (int32_t k = 0; k < a->n_inputs; k++)
+        if (a->inputs[k].kind != b->inputs[k].kind ||
+            strcmp(gt_graph_str(a, a->inputs[k].fqn), gt_graph_str(b, b->inputs[k].fqn)))
+            return false;
+    for (int32_t k = 0; k < a->n_outputs; k++)
+        if (a->outputs[k].kind != b->outputs[k].kind ||
+            strcmp(gt_graph_str(a, a->outputs[k].fqn), gt_graph_str(b, b->outputs[k].fqn)))
+            return false;
+    return true;
+}
+
 gt_status gt_graph_verify(const gt_graph *g, gt_error *err)
 {
     if (g->n_strs < 1 || g->n_values < 0 || g->n_nodes < 0)

@@ -80,6 +80,15 @@ typedef struct {
     gt_cuda_adamw_multi *launch;
 } adamw_group;
 
+/* A captured run of instructions from .. to - 1, none of which waits for the host; the host
+ * instructions from `to` up to the next segment's `from` (or the end) run between replays. exec
+ * is NULL for an empty run (a host instruction first, or two in a row). */
+typedef struct {
+    int32_t from, to;
+    cudaGraph_t graph;
+    cudaGraphExec_t exec;
+} captured_seg;
+
 struct gt_cuda_program {
     gt_program *prog; /* arena[] NULL: the bytes are in dev[] */
     gt_cuda_stream *stream;
@@ -89,9 +98,10 @@ struct gt_cuda_program {
     /* SYMMETRIC: dev[a] is the window win[k][a] of win_comm[k] (gt_cuda_program_set_comms) */
     gt_comm *win_comm[GT_MESH_MAX_DIMS];
     void *win[GT_MESH_MAX_DIMS][GT_ARENA_COUNT];
-    /* the instructions of each part (gt_run_part) captured once (gt_cuda_program_capture_part) */
-    cudaGraph_t graph[2];
-    cudaGraphExec_t graph_exec[2];
+    /* the instructions of each part (gt_run_part) captured once (gt_cuda_program_capture_part):
+     * one graph per run of device instructions between host ones */
+    captured_seg *seg[2];
+    int32_t n_seg[2];
     /* the asynchronous step path: pinned host memory per slot, allocated on first use */
     void **in_pin[GT_CUDA_SLOTS];  /* [n_inputs] */
     void **out_pin[GT_CUDA_SLOTS]; /* [n_outputs] */
@@ -232,6 +242,18 @@ gt_status gt_cuda_program_build(const gt_graph *g, const gt_sym_binding *binding
     return GT_OK;
 }
 
+/* Drops part's captured graphs: exec runs its instructions again. */
+static void free_segs(gt_cuda_program *p, gt_run_part part)
+{
+    for (int32_t i = 0; i < p->n_seg[part]; i++) {
+        if (p->seg[part][i].exec) cudaGraphExecDestroy(p->seg[part][i].exec);
+        if (p->seg[part][i].graph) cudaGraphDestroy(p->seg[part][i].graph);
+    }
+    free(p->seg[part]);
+    p->seg[part] = NULL;
+    p->n_seg[part] = 0;
+}
+
 void gt_cuda_program_free(gt_cuda_program *p)
 {
     if (!p) return;
@@ -240,10 +262,8 @@ void gt_cuda_program_free(gt_cuda_program *p)
         gt_cuda_stream_sync(p->stream, &ignored); /* no kernel may still use the arenas */
         gt_cuda_stream_destroy(p->stream);
     }
-    for (int part = 0; part < 2; part++) {
-        if (p->graph_exec[part]) cudaGraphExecDestroy(p->graph_exec[part]);
-        if (p->graph[part]) cudaGraphDestroy(p->graph[part]);
-    }
+    for (int part = 0; part < 2; part++)
+        free_segs(p, (gt_run_part)part);
     if (p->sync_ev) cudaEventDestroy(p->sync_ev);
     for (int32_t k = 0; p->p2p_host && k < p->prog->n_slots; k++)
         free(p->p2p_host[k]);
@@ -392,7 +412,7 @@ gt_status gt_cuda_program_set_comms(gt_cuda_program *p, gt_comm *const comms[GT_
                                 "communicator; a CUDA program moves device buffers and needs NCCL "
                                 "communicators (gt_comm_nccl_create)",
                                 c->name, k, c->vt->name);
-        if ((p->graph_exec[0] || p->graph_exec[1]) && c != p->prog->comms[k])
+        if ((p->n_seg[0] || p->n_seg[1]) && c != p->prog->comms[k])
             return gt_error_set(err, GT_ERR_INVALID,
                                 "program: the communicator for mesh dim %d changed after the step "
                                 "was captured as a CUDA graph (the graph holds the old one): set "
@@ -422,8 +442,8 @@ static void record_timing(gt_cuda_program *p, int32_t slot, int e)
 /* A send_start or recv_start: over a host communicator (MPI, TCP) the bytes go through host
  * memory. A send copies the value out once the stream has computed it and posts it without
  * blocking (its wait completes the sends, at the end of the step); a receive blocks until the
- * bytes arrive and queues their copy to the device. Both wait for the device, so a step with
- * them runs kernel by kernel (gt_cuda_program_capture_part refuses it). */
+ * bytes arrive and queues their copy to the device. Both wait for the device, so a captured step
+ * runs them on the host between its graphs (gt_cuda_program_capture_part). */
 static gt_status host_p2p(gt_cuda_program *p, const gt_instr *ins, gt_comm *c, gt_error *err)
 {
     /* NCCL's send and receive block in the stream: posted in one stream in schedule order they
@@ -607,10 +627,10 @@ static gt_status run_group(gt_cuda_program *p, const adamw_group *grp, gt_error 
 }
 
 /* The NCCL communicator of instruction k when it is an all-gather start over more than one rank
- * that a run of `part` runs (k past the end, skipped, or anything else: NULL). */
-static gt_comm *gather_comm(const gt_cuda_program *p, int32_t k, gt_run_part part)
+ * that a run of `part` runs (k at or past `to`, skipped, or anything else: NULL). */
+static gt_comm *gather_comm(const gt_cuda_program *p, int32_t k, int32_t to, gt_run_part part)
 {
-    if (k >= p->prog->n_instrs || (part == GT_RUN_MICRO && !p->prog->micro[k])) return NULL;
+    if (k >= to || (part == GT_RUN_MICRO && !p->prog->micro[k])) return NULL;
     const gt_instr *ins = &p->prog->instrs[k];
     gt_comm *c = NULL;
     gt_error ignored = {0};
@@ -621,19 +641,23 @@ static gt_comm *gather_comm(const gt_cuda_program *p, int32_t k, gt_run_part par
     return gt_comm_is_nccl(c) ? c : NULL;
 }
 
-static gt_status run_instrs(gt_cuda_program *p, gt_run_part part, gt_error *err)
+/* Runs instructions from .. to - 1 of `part` (an adamw group lies inside one range: its
+ * instructions are consecutive device ones). */
+static gt_status run_range(gt_cuda_program *p, gt_run_part part, int32_t from, int32_t to,
+                           gt_error *err)
 {
-    GT_TRY(gt_runtime_check_comms(p->prog, " (cuda)", err));
-    record_run(p, 0);
     int32_t next = 0;     /* the next adamw group */
     gt_comm *open = NULL; /* consecutive all-gathers on one communicator: one NCCL group */
-    for (int32_t k = 0; k < p->prog->n_instrs; k++) {
+    while (next < p->n_groups && p->groups[next].first < from)
+        next++;
+    for (int32_t k = from; k < to; k++) {
         if (part == GT_RUN_MICRO && !p->prog->micro[k]) { /* an adamw group is the optimizer's */
             if (next < p->n_groups && p->groups[next].first == k) k += p->groups[next++].count - 1;
             continue;
         }
         gt_status st = GT_OK;
-        gt_comm *c = gather_comm(p, k, part), *after = c ? gather_comm(p, k + 1, part) : NULL;
+        gt_comm *c = gather_comm(p, k, to, part);
+        gt_comm *after = c ? gather_comm(p, k + 1, to, part) : NULL;
         if (c && !open && after == c) {
             st = gt_comm_nccl_group_begin(c, err);
             if (st == GT_OK) open = c;
@@ -655,7 +679,29 @@ static gt_status run_instrs(gt_cuda_program *p, gt_run_part part, gt_error *err)
             return st;
         }
     }
+    return GT_OK;
+}
+
+static gt_status run_instrs(gt_cuda_program *p, gt_run_part part, gt_error *err)
+{
+    GT_TRY(gt_runtime_check_comms(p->prog, " (cuda)", err));
+    record_run(p, 0);
+    GT_TRY(run_range(p, part, 0, p->prog->n_instrs, err));
     record_run(p, 1);
+    return GT_OK;
+}
+
+/* A replay: each segment's graph, then the host instructions after it, run as they come. */
+static gt_status replay(gt_cuda_program *p, gt_run_part part, gt_error *err)
+{
+    const captured_seg *seg = p->seg[part];
+    for (int32_t i = 0; i < p->n_seg[part]; i++) {
+        if (seg[i].exec)
+            GT_TRY(cuda_error(cudaGraphLaunch(seg[i].exec, stream_of(p)),
+                              "launching the step graph", err));
+        int32_t end = i + 1 < p->n_seg[part] ? seg[i + 1].from : p->prog->n_instrs;
+        GT_TRY(run_range(p, part, seg[i].to, end, err));
+    }
     return GT_OK;
 }
 
@@ -666,66 +712,94 @@ gt_status gt_cuda_program_exec(gt_cuda_program *p, gt_error *err)
 
 gt_status gt_cuda_program_exec_part(gt_cuda_program *p, gt_run_part part, gt_error *err)
 {
-    if (p->graph_exec[part])
-        return cuda_error(cudaGraphLaunch(p->graph_exec[part], stream_of(p)),
-                          "launching the step graph", err);
+    if (p->n_seg[part]) return replay(p, part, err);
     return run_instrs(p, part, err);
 }
 
-/* Capture records the launches run_instrs makes without running them. Thread-local mode makes a
+/* Whether instruction k waits for the host: a send_start or recv_start over a host communicator
+ * (host_p2p) or the wait of one. p2p_slot[slot] marks the slots such starts use. */
+static bool host_instr(const gt_cuda_program *p, int32_t k, uint8_t *p2p_slot)
+{
+    const gt_instr *ins = &p->prog->instrs[k];
+    if (ins->slot < 0) return false;
+    if (ins->op == GT_OP_SEND_START || ins->op == GT_OP_RECV_START) p2p_slot[ins->slot] = 1;
+    return p2p_slot[ins->slot] != 0;
+}
+
+/* The runs of part's device instructions between host ones; the first starts at 0. */
+static void find_segs(gt_cuda_program *p, gt_run_part part)
+{
+    int32_t n = p->prog->n_instrs;
+    uint8_t *p2p_slot = gt_xcalloc((size_t)p->prog->n_slots + 1, 1);
+    captured_seg *seg = gt_xcalloc((size_t)n + 1, sizeof *seg);
+    int32_t n_seg = 1;
+    bool in_host = false;
+    for (int32_t k = 0; k < n; k++) {
+        bool host = host_instr(p, k, p2p_slot);
+        if (host && !in_host) seg[n_seg - 1].to = k;
+        if (!host && in_host) seg[n_seg++].from = k;
+        in_host = host;
+    }
+    if (!in_host) seg[n_seg - 1].to = n;
+    free(p2p_slot);
+    p->seg[part] = seg;
+    p->n_seg[part] = n_seg;
+}
+
+/* Capture records the launches run_range makes without running them. Thread-local mode makes a
  * call that would synchronise or allocate from this thread (cudaMalloc, a stream sync) fail the
  * capture instead of happening: the backend's caches (cuBLASLt algorithm per shape, scratch size,
  * shared-memory limits) must already be filled by a warm-up run, and its scratch refuses to grow
  * while capturing. Every kernel then sees the same pointers and arguments as in the eager run,
  * so a replay is bitwise the eager step. */
-gt_status gt_cuda_program_capture(gt_cuda_program *p, gt_error *err)
+static gt_status capture_seg(gt_cuda_program *p, gt_run_part part, captured_seg *seg, gt_error *err)
 {
-    return gt_cuda_program_capture_part(p, GT_RUN_ALL, err);
-}
-
-gt_status gt_cuda_program_capture_part(gt_cuda_program *p, gt_run_part part, gt_error *err)
-{
-    if (p->graph_exec[part]) return GT_OK;
-    for (int32_t k = 0; k < p->prog->n_instrs; k++)
-        if (p->prog->instrs[k].op == GT_OP_SEND_START || p->prog->instrs[k].op == GT_OP_RECV_START)
-            return gt_error_set(err, GT_ERR_UNSUPPORTED,
-                                "program: the step sends and receives a pipeline's values through "
-                                "host memory (node %%%d, %s); it runs kernel by kernel, not as "
-                                "one CUDA graph",
-                                p->prog->instrs[k].node, gt_op_get(p->prog->instrs[k].op)->name);
     cudaStream_t st = stream_of(p);
     GT_TRY(cuda_error(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal),
                       "beginning the step graph capture", err));
-    gt_status s = run_instrs(p, part, err);
-    cudaGraph_t graph = NULL;
-    cudaError_t e = cudaStreamEndCapture(st, &graph);
+    gt_status s = run_range(p, part, seg->from, seg->to, err);
+    cudaError_t e = cudaStreamEndCapture(st, &seg->graph);
     if (s == GT_OK && e != cudaSuccess) s = cuda_error(e, "capturing the step graph", err);
-    if (s == GT_OK && !graph)
+    if (s == GT_OK && !seg->graph)
         s = gt_error_set(err, GT_ERR_INTERNAL, "program: the step graph capture gave no graph");
     /* node priorities: the collectives' kernels keep their stream's high priority in the replay
      * (by default a graph runs every kernel at its launch stream's priority, so a gather queued
      * behind compute blocks started late and the next layer waited for it) */
     if (s == GT_OK)
-        s = cuda_error(cudaGraphInstantiate(&p->graph_exec[part], graph,
-                                            cudaGraphInstantiateFlagUseNodePriority),
-                       "instantiating the step graph", err);
+        s = cuda_error(
+            cudaGraphInstantiate(&seg->exec, seg->graph, cudaGraphInstantiateFlagUseNodePriority),
+            "instantiating the step graph", err);
     /* upload now, so the first replay costs what every replay costs */
-    if (s == GT_OK) s = cuda_error(cudaGraphUpload(p->graph_exec[part], st), "uploading", err);
-    if (s != GT_OK) {
-        if (p->graph_exec[part]) cudaGraphExecDestroy(p->graph_exec[part]);
-        p->graph_exec[part] = NULL;
-        if (graph) cudaGraphDestroy(graph);
-        cudaGetLastError(); /* a failed capture leaves no sticky error: clear the last one */
-        return gt_error_wrap(err, "program: capturing %d instructions as a CUDA graph",
-                             p->prog->n_instrs);
+    if (s == GT_OK) s = cuda_error(cudaGraphUpload(seg->exec, st), "uploading", err);
+    if (s != GT_OK) cudaGetLastError(); /* a failed capture leaves no sticky error */
+    return s;
+}
+
+gt_status gt_cuda_program_capture(gt_cuda_program *p, gt_error *err)
+{
+    return gt_cuda_program_capture_part(p, GT_RUN_ALL, err);
+}
+
+/* One graph per segment (find_segs): a step without host transfers is one graph. */
+gt_status gt_cuda_program_capture_part(gt_cuda_program *p, gt_run_part part, gt_error *err)
+{
+    if (p->n_seg[part]) return GT_OK;
+    GT_TRY(gt_runtime_check_comms(p->prog, " (cuda)", err));
+    find_segs(p, part);
+    for (int32_t i = 0; i < p->n_seg[part]; i++) {
+        captured_seg *seg = &p->seg[part][i];
+        if (seg->from == seg->to || capture_seg(p, part, seg, err) == GT_OK) continue;
+        int32_t from = seg->from, to = seg->to;
+        free_segs(p, part);
+        return gt_error_wrap(err, "program: capturing instructions %d..%d of %d as a CUDA graph",
+                             from, to - 1, p->prog->n_instrs);
     }
-    p->graph[part] = graph;
     return GT_OK;
 }
 
 bool gt_cuda_program_captured(const gt_cuda_program *p)
 {
-    return p->graph_exec[GT_RUN_ALL] != NULL;
+    return p->n_seg[GT_RUN_ALL] > 0;
 }
 
 /* Makes the current step's slot free for the host to write: step n_ended - 2 used it last. */

@@ -163,17 +163,10 @@ static gt_status adopt(gt_pp_part_program *pp, gt_graph *loaded, int32_t st, gt_
                        gt_error *err)
 {
     const gt_graph *d = pp->g;
-    bool same = loaded->n_inputs == d->n_inputs && loaded->n_outputs == d->n_outputs;
-    for (int32_t k = 0; same && k < d->n_inputs; k++)
-        same =
-            !strcmp(gt_graph_str(loaded, loaded->inputs[k].fqn), gt_graph_str(d, d->inputs[k].fqn));
-    for (int32_t k = 0; same && k < d->n_outputs; k++)
-        same = !strcmp(gt_graph_str(loaded, loaded->outputs[k].fqn),
-                       gt_graph_str(d, d->outputs[k].fqn));
-    if (!same)
+    if (!gt_graph_same_io(loaded, d))
         return gt_error_set(err, GT_ERR_INVALID,
                             "pipeline: the artifact of stage %d part %s has %d inputs and %d "
-                            "outputs; this step graph's part %d and %d (or other names)",
+                            "outputs; this step graph's part %d and %d (or other names or kinds)",
                             st, gt_pp_part_name(p), loaded->n_inputs, loaded->n_outputs,
                             d->n_inputs, d->n_outputs);
     gt_graph_free(pp->g);

@@ -76,6 +76,13 @@ gt_status gt_trainer_pp_compile_step(gt_trainer *t, gt_error *err);
 gt_status gt_trainer_pp_programs(gt_trainer *t, gt_comm *const *dims, gt_error *err);
 /* gt_train_agree over the pipeline ranks. */
 gt_status gt_trainer_pp_agree(gt_trainer *t, gt_status st, gt_error *err);
+/* training.device = cuda: this rank's step unrolled into pp->unrolled (gt_pp_unroll), after the
+ * passes local to a part (compile.enable); *unrolled_nodes its nodes before them. With
+ * compile.precompile_artifact_dir compiled on one rank: world rank 0 saves every pipeline rank's
+ * compiled step, DIR/pp_rank<R>_step.graph (key: the run's options and layout, the rank, the
+ * micro-batches), and each rank adopts its own in place of the graph it unrolled, whose inputs and
+ * outputs it must match. A collective over the world when the artifacts are used. */
+gt_status gt_trainer_pp_unrolled_step(gt_trainer *t, int32_t *unrolled_nodes, gt_error *err);
 /* One optimizer step: the micro-batches drawn in order, this rank's actions of the schedule, its
  * stages' updates into the host state. *loss (the sum of the micro-batches' losses, in order, as
  * the one-rank trainer sums them) and *grad_norm on every rank. */

@@ -109,6 +109,22 @@ static gt_status load_mine(gt_trainer *t, const char *dir, gt_graph **loaded, gt
     return GT_OK;
 }
 
+/* Makes sure dir holds the run's artifacts: world rank 0 looks for `first` and, when it is not
+ * there, makes them all with make() while the other ranks wait. A collective over the world. */
+static gt_status ensure_artifacts(gt_trainer *t, const char *dir, const char *first,
+                                  gt_status (*make)(gt_trainer *, const char *, gt_error *),
+                                  gt_error *err)
+{
+    gt_train_dist wd = {.world = t->pp->world,
+                        .rank = gt_comm_rank(t->pp->world),
+                        .size = gt_comm_size(t->pp->world)};
+    int64_t have = wd.rank == 0 ? gt_train_artifact_exists(dir, first) : 0;
+    GT_TRY(gt_train_share_i64(&wd, &have, err));
+    if (have) return GT_OK;
+    gt_status st = wd.rank == 0 ? make(t, dir, err) : GT_OK;
+    return gt_trainer_pp_agree(t, st, err); /* the other ranks wait here for rank 0's */
+}
+
 gt_status gt_trainer_pp_programs(gt_trainer *t, gt_comm *const *dims, gt_error *err)
 {
     struct gt_trainer_pp *pp = t->pp;
@@ -118,17 +134,10 @@ gt_status gt_trainer_pp_programs(gt_trainer *t, gt_comm *const *dims, gt_error *
         return gt_pp_programs_build(t->whole.g, &t->binding, &pp->split, &pp->sched, pp->rank, &o,
                                     &pp->programs, err);
     }
-    gt_train_dist wd = {
-        .world = pp->world, .rank = gt_comm_rank(pp->world), .size = gt_comm_size(pp->world)};
     char first[64];
     artifact_name(0, GT_PP_PART_F, first, sizeof first);
-    int64_t have = wd.rank == 0 ? gt_train_artifact_exists(dir, first) : 0;
-    GT_TRY(gt_train_share_i64(&wd, &have, err));
+    GT_TRY(ensure_artifacts(t, dir, first, compile_all, err));
     gt_status st = GT_OK;
-    if (!have && wd.rank == 0) st = compile_all(t, dir, err);
-    /* the other ranks wait here for rank 0's artifacts */
-    if (!have) st = gt_trainer_pp_agree(t, st, err);
-    if (st != GT_OK) return st;
     int32_t n = pp->layout.n_stages * 3;
     gt_graph **loaded = gt_xcalloc((size_t)n, sizeof *loaded);
     double t0 = gt_now_seconds();
@@ -158,4 +167,101 @@ gt_status gt_trainer_pp_programs(gt_trainer *t, gt_comm *const *dims, gt_error *
                "pipeline: loaded %d stage parts of rank %d from %s in %.3f s (not compiled here)",
                from_file, pp->rank, dir, gt_now_seconds() - t0);
     return st;
+}
+
+/* ---------------------------------------------------------------- the GPU: one artifact a rank */
+
+/* Pipeline rank r's step as one graph (gt_pp_unroll: each micro-batch's tokens, labels and
+ * positions inputs of their own), after the passes local to a part when `compile`. */
+static gt_status unroll_rank(gt_trainer *t, int32_t r, bool compile, gt_pp_unrolled *u,
+                             gt_error *err)
+{
+    const gt_graph *g = t->whole.g;
+    uint8_t *per_micro = gt_xcalloc((size_t)g->n_inputs + 1, 1);
+    for (int32_t k = 0; k < g->n_inputs; k++)
+        per_micro[k] = gt_trainer_pp_batch_slot(g, k) >= 0;
+    gt_status st = gt_pp_unroll(g, &t->pp->split, &t->pp->sched, r, per_micro, u, err);
+    free(per_micro);
+    if (st == GT_OK && compile) st = compile_part(u->g, t, err);
+    return st;
+}
+
+static void step_artifact_name(int32_t r, char *buf, size_t n)
+{
+    snprintf(buf, n, "pp_rank%d_step.graph", r);
+}
+
+static char *step_artifact_key(const gt_trainer *t, int32_t r)
+{
+    char *base = gt_train_artifact_key(t->pp->user, &t->dist.layout);
+    size_t n = strlen(base) + 160;
+    char *key = gt_xmalloc(n);
+    snprintf(key, n,
+             "%spipeline.rank = %d\npipeline.unrolled = true\npipeline.micro_batches = %d\n", base,
+             r, t->pp->n_micro);
+    free(base);
+    return key;
+}
+
+/* World rank 0: every pipeline rank's unrolled, compiled step, saved to dir. */
+static gt_status compile_steps(gt_trainer *t, const char *dir, gt_error *err)
+{
+    double t0 = gt_now_seconds();
+    int32_t n = (int32_t)t->pp->user->parallelism.pipeline_parallel_degree;
+    gt_status st = GT_OK;
+    for (int32_t r = 0; r < n && st == GT_OK; r++) {
+        gt_pp_unrolled u = {0};
+        st = unroll_rank(t, r, true, &u, err);
+        char name[64];
+        step_artifact_name(r, name, sizeof name);
+        char *key = step_artifact_key(t, r);
+        if (st == GT_OK) st = gt_train_artifact_save(dir, name, key, u.g, err);
+        free(key);
+        gt_pp_unrolled_free(&u);
+    }
+    if (st == GT_OK)
+        gt_log(GT_LOG_INFO,
+               "pipeline: compiled the steps of %d ranks on rank 0 in %.3f s and saved them to %s",
+               n, gt_now_seconds() - t0, dir);
+    return st;
+}
+
+gt_status gt_trainer_pp_unrolled_step(gt_trainer *t, int32_t *unrolled_nodes, gt_error *err)
+{
+    struct gt_trainer_pp *pp = t->pp;
+    const char *dir = pp->user->compile.precompile_artifact_dir;
+    gt_pp_unrolled *u = &pp->unrolled;
+    GT_TRY(unroll_rank(t, pp->rank, false, u, err)); /* its maps of inputs and outputs */
+    *unrolled_nodes = u->g->n_nodes;
+    if (!dir[0]) return pp->user->compile.enable ? compile_part(u->g, t, err) : GT_OK;
+    char name[64];
+    step_artifact_name(0, name, sizeof name);
+    GT_TRY(ensure_artifacts(t, dir, name, compile_steps, err));
+    double t0 = gt_now_seconds();
+    step_artifact_name(pp->rank, name, sizeof name);
+    if (!gt_train_artifact_exists(dir, name))
+        return gt_error_set(err, GT_ERR_INVALID,
+                            "compile.precompile_artifact_dir %s: no %s for pipeline rank %d "
+                            "(saved by a run of another pipeline_parallel_degree?)",
+                            dir, name, pp->rank);
+    char *key = step_artifact_key(t, pp->rank);
+    gt_graph *loaded = NULL;
+    gt_status st = gt_train_artifact_load(dir, name, key, &loaded, err);
+    free(key);
+    if (st == GT_OK && !gt_graph_same_io(loaded, u->g))
+        st = gt_error_set(err, GT_ERR_INVALID,
+                          "compile.precompile_artifact_dir %s: %s has %d inputs and %d outputs; "
+                          "pipeline rank %d's step has %d and %d (or other names or kinds)",
+                          dir, name, loaded->n_inputs, loaded->n_outputs, pp->rank, u->g->n_inputs,
+                          u->g->n_outputs);
+    if (st != GT_OK) {
+        gt_graph_free(loaded);
+        return st;
+    }
+    gt_graph_free(u->g);
+    u->g = loaded;
+    if (t->dist.rank == 0)
+        gt_log(GT_LOG_INFO, "pipeline: loaded rank %d's step from %s in %.3f s (not compiled here)",
+               pp->rank, dir, gt_now_seconds() - t0);
+    return GT_OK;
 }

@@ -5,8 +5,9 @@
  * once at the end, send_start / recv_start nodes for the values that cross ranks), run by one
  * CUDA executor like any step graph: one memory plan for the micro-batches in flight, printed
  * before step 1. Its transfers go through host memory on the pipeline's communicator (MPI or
- * TCP: NCCL's point-to-point is not built yet), so the step runs kernel by kernel, never as one
- * CUDA graph.
+ * TCP: NCCL's point-to-point is not built yet). Under compile.cudagraphs, step 1 runs kernel by
+ * kernel (the warm-up) and the step is then captured as one CUDA graph per run of kernels between
+ * two transfers; later steps replay those graphs with the transfers on the host in between.
  *
  * The rank's state (its stages' parameters, AdamW moments, model buffers) moves into the
  * executor before step 1 and stays there: each step stages only the micro-batches' tokens,
@@ -29,20 +30,9 @@ static bool is_loss(const struct gt_trainer_pp *pp, int32_t j)
 gt_status gt_trainer_pp_device_build(gt_trainer *t, gt_error *err)
 {
     struct gt_trainer_pp *pp = t->pp;
-    const gt_graph *g = t->whole.g;
-    uint8_t *per_micro = gt_xcalloc((size_t)g->n_inputs + 1, 1);
-    for (int32_t k = 0; k < g->n_inputs; k++)
-        per_micro[k] = gt_trainer_pp_batch_slot(g, k) >= 0;
-    gt_status st = gt_pp_unroll(g, &pp->split, &pp->sched, pp->rank, per_micro, &pp->unrolled, err);
-    free(per_micro);
-    GT_TRY(st);
+    int32_t unrolled_nodes = 0;
+    GT_TRY(gt_trainer_pp_unrolled_step(t, &unrolled_nodes, err));
     gt_graph *d = pp->unrolled.g;
-    int32_t unrolled_nodes = d->n_nodes;
-    /* the passes local to a part (fusion among them) on the rank's step; the whole-step ones ran
-     * before the split */
-    if (pp->user->compile.enable)
-        GT_TRY(gt_train_compile_graph_scope(t->cfg, &t->dist.layout, d, NULL, GT_PASS_SCOPE_PART,
-                                            err));
     GT_TRY(gt_executor_create(d, &t->binding, GT_EXECUTOR_CUDA, NULL, &pp->ex, err));
     gt_comm *comms[GT_MESH_MAX_DIMS] = {NULL};
     comms[d->mesh.ndim - 1] = pp->comm; /* the pp dim gt_pp_unroll adds last */
@@ -60,9 +50,6 @@ gt_status gt_trainer_pp_device_build(gt_trainer *t, gt_error *err)
            (double)(persistent + step) / (1 << 20),
            gt_executor_allocated_bytes(pp->ex, GT_ARENA_PERSISTENT) +
                gt_executor_allocated_bytes(pp->ex, GT_ARENA_STEP));
-    if (t->cfg->compile.cudagraphs && pp->rank == 0)
-        gt_log(GT_LOG_INFO, "compile.cudagraphs: a GPU pipeline's step moves its values through "
-                            "host memory between kernels; it runs kernel by kernel");
     return GT_OK;
 }
 
@@ -85,6 +72,18 @@ gt_status gt_trainer_pp_device_step(gt_trainer *t, double *grad_norm, gt_error *
     pp->dev_loaded = true;
     GT_TRY(gt_executor_run_part(ex, GT_RUN_ALL, err));
     pp->dev_ahead = true;
+    if (t->cfg->compile.cudagraphs && gt_executor_runs(ex, GT_RUN_ALL) == 1) {
+        gt_error cerr = {0};
+        bool captured = false;
+        if (gt_executor_capture_part(ex, GT_RUN_ALL, &captured, &cerr) != GT_OK)
+            gt_log(GT_LOG_WARN,
+                   "compile.cudagraphs: pipeline rank %d's step: %s; running the "
+                   "kernels one by one",
+                   pp->rank, cerr.msg);
+        else if (captured && pp->rank == 0)
+            gt_log(GT_LOG_INFO, "compile.cudagraphs: a pipeline rank's step is CUDA graphs "
+                                "between its sends and receives after 1 warm-up run");
+    }
     for (int32_t j = 0; j < d->n_outputs; j++) {
         int32_t in = gt_program_state_input(d, j);
         if (in >= 0 && !gt_train_is_grad_sum(&d->inputs[in]))

@@ -28,13 +28,6 @@ static const char *const batch_names[3] = {"tokens", "labels", "positions"};
 gt_status gt_trainer_pp_begin(gt_trainer *t, const gt_config *cfg, gt_error *err)
 {
     const gt_cfg_parallelism *p = &cfg->parallelism;
-    bool cuda = cfg->training.device == GT_CFG_DEVICE_CUDA;
-    if (cuda && cfg->compile.precompile_artifact_dir[0])
-        return gt_error_set(err, GT_ERR_UNSUPPORTED,
-                            "compile.precompile_artifact_dir with pipeline_parallel_degree = %lld "
-                            "on the GPU: the artifacts hold the CPU's stage programs; drop the "
-                            "directory",
-                            (long long)p->pipeline_parallel_degree);
     if (cfg->compile.precompile_artifact_dir[0] && !cfg->compile.enable)
         return gt_error_set(err, GT_ERR_INVALID,
                             "compile.precompile_artifact_dir with pipeline_parallel_degree = %lld "

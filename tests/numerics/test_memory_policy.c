@@ -96,21 +96,6 @@ static int32_t count_recompute_copies(const gt_graph *g)
 
 /* ---------------------------------------------------------------- steps */
 
-/* The passes keep graph inputs and outputs in order and kind: the two graphs' io lists match. */
-static bool same_io(const gt_graph *a, const gt_graph *b)
-{
-    if (a->n_inputs != b->n_inputs || a->n_outputs != b->n_outputs) return false;
-    for (int32_t k = 0; k < a->n_inputs; k++)
-        if (a->inputs[k].kind != b->inputs[k].kind ||
-            strcmp(gt_graph_str(a, a->inputs[k].fqn), gt_graph_str(b, b->inputs[k].fqn)))
-            return false;
-    for (int32_t k = 0; k < a->n_outputs; k++)
-        if (a->outputs[k].kind != b->outputs[k].kind ||
-            strcmp(gt_graph_str(a, a->outputs[k].fqn), gt_graph_str(b, b->outputs[k].fqn)))
-            return false;
-    return true;
-}
-
 /* 5 steps: eager on the graph as built vs the compiled program of the passed graph. */
 static void check_exact(const step_graph *s, const char *flavor, gt_memory_policy policy,
                         int64_t budget)
@@ -125,7 +110,7 @@ static void check_exact(const step_graph *s, const char *flavor, gt_memory_polic
         EXPECT(copies > 0, "%s %s: no recomputed node in the backward", flavor, pname);
     if (policy == GT_MEMORY_POLICY_NONE)
         EXPECT(copies == 0, "%s none: %d recomputed nodes", flavor, copies);
-    EXPECT(same_io(s->g, cg), "%s %s: graph inputs/outputs changed", flavor, pname);
+    EXPECT(gt_graph_same_io(s->g, cg), "%s %s: graph inputs/outputs changed", flavor, pname);
 
     const gt_graph *g = s->g;
     step_run e, p; /* eager on g, program of cg */
