@@ -358,6 +358,6 @@ int main(void)
     run_tcp(base, &tcp);
     compare_bitwise(&mpi, &tcp);
 
-    if (gt_test_failed_ == 0) remove_tree(base);
+    launch_end(base);
     return gt_test_finish();
 }

@@ -324,6 +324,6 @@ int main(void)
     run(base, "1gpu_bf16", NULL, false, NULL, &ref_bf16);
     run(base, "FSDP2_bf16", &layouts[0], false, NULL, &bf16);
     compare_losses(&ref_bf16, &bf16, 1e-2, "FSDP2 bf16 vs 1 GPU bf16");
-    if (gt_test_failed_ == 0) remove_tree(base);
+    launch_end(base);
     return gt_test_finish();
 }

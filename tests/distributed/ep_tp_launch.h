@@ -248,7 +248,7 @@ static int ept_main(const char *test_name)
 #ifdef EPT_MORE
     EPT_MORE(base, &one); /* the including test's further layouts against the one-rank run */
 #endif
-    if (gt_test_failed_ == 0 && !getenv("GT_KEEP")) remove_tree(base);
+    launch_end(base);
     return gt_test_finish();
 }
 #endif

@@ -310,6 +310,30 @@ static inline bool launch_begin(char *base, size_t n, const char *name)
     return true;
 }
 
+static int launch_trim_entry(const char *path, const struct stat *sb, int type, struct FTW *ftw)
+{
+    (void)ftw;
+    if (type == FTW_F && sb->st_size > (1 << 20)) remove(path);
+    return 0;
+}
+
+/* The end of every launch test: its folder is removed when the test passed. After a failure the
+ * runs' logs stay for a look, but no file above 1 MiB (checkpoints, artifacts, exports), so
+ * failing runs cannot fill /tmp; GT_KEEP=1 keeps everything. */
+static inline void launch_end(const char *base)
+{
+    if (getenv("GT_KEEP")) {
+        printf("GT_KEEP: kept %s\n", base);
+    } else if (gt_test_failed_ == 0) {
+        remove_tree(base);
+    } else {
+        nftw(base, launch_trim_entry, 16, FTW_PHYS);
+        printf("kept the failed runs' logs in %s (files above 1 MiB removed; GT_KEEP=1 keeps "
+               "them)\n",
+               base);
+    }
+}
+
 /* ---------------------------------------------------------------- runs that must succeed */
 
 #define LAUNCH_MAX_STEPS 20

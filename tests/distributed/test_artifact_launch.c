@@ -186,6 +186,6 @@ int main(void)
            "accumulation: the artifact of `graphtrain graph` should be loaded, not compiled again");
     free(out);
     same_bits(&accum_ref, &accum_graph, "accumulation, precompiled by graphtrain graph vs reference");
-    if (gt_test_failed_ == 0) remove_tree(base);
+    launch_end(base);
     return gt_test_finish();
 }

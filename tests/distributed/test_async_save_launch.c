@@ -75,6 +75,6 @@ int main(void)
     static const launch_layout hsdp = {"HSDP2x2", 2, 2, 1}, fsdp3 = {"FSDP3", 1, 3, 1};
     check(base, &hsdp);
     check(base, &fsdp3);
-    if (gt_test_failed_ == 0) remove_tree(base);
+    launch_end(base);
     return gt_test_finish();
 }

@@ -108,6 +108,6 @@ int main(void)
     expect_bitwise(&r4, &r4_again, "native rerun");
     run(base, "autoparallel_dp2xtp2_backend_again", &fsdp2tp2, backend, budget, &r4_backend_again);
     expect_bitwise(&r4_backend, &r4_backend_again, "backend rerun");
-    if (gt_test_failed_ == 0) remove_tree(base);
+    launch_end(base);
     return gt_test_finish();
 }

@@ -73,6 +73,6 @@ int main(void)
     }
     gt_metrics_log_free(&a);
     gt_metrics_log_free(&b);
-    if (gt_test_failed_ == 0) remove_tree(base);
+    launch_end(base);
     return gt_test_finish();
 }

@@ -53,6 +53,6 @@ int main(void)
     EXPECT(!m || len == 0, "a step ran before the options were compared (%zu bytes of metrics)",
            len);
     free(m);
-    if (!gt_test_failed_) remove_tree(base);
+    launch_end(base);
     return gt_test_finish();
 }

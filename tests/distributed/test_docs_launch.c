@@ -128,6 +128,6 @@ int main(void)
                "synthetic: block_causal vs causal: %d steps differ, checkpoints %s", differ,
                same ? "equal" : "differ");
     }
-    if (gt_test_failed_ == 0) remove_tree(base);
+    launch_end(base);
     return gt_test_finish();
 }

@@ -145,6 +145,6 @@ int main(void)
     epl_resume(base, &one, &ep2, "dp_shard 4 x ep 2 -> 1 rank resume");
     artifact(base, &ep2);
     eight_ranks(base);
-    if (gt_test_failed_ == 0 && !getenv("GT_KEEP")) remove_tree(base);
+    launch_end(base);
     return gt_test_finish();
 }

@@ -324,6 +324,6 @@ int main(void)
     g_tp = 1;
     bitwise(&s4, &s4_save, "dp_shard 4 x tp 2 x ep 4: saved vs direct");
     bitwise(&s4, &s4_load, "dp_shard 4 x tp 2 x ep 4: loaded vs direct");
-    if (gt_test_failed_ == 0 && !getenv("GT_KEEP")) remove_tree(base);
+    launch_end(base);
     return gt_test_finish();
 }

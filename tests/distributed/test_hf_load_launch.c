@@ -95,6 +95,6 @@ int main(void)
                    r, held[r], whole);
         free(out);
     }
-    if (!gt_test_failed_) remove_tree(base);
+    launch_end(base);
     return gt_test_finish();
 }

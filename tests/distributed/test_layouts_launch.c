@@ -171,6 +171,6 @@ int main(void)
                          "--compile.enable=false", 2, &acc_again);
         compare_bitwise(&acc, &acc_again, "FSDP2xTP2 with accumulation eager vs compiled");
     }
-    if (gt_test_failed_ == 0) remove_tree(base);
+    launch_end(base);
     return gt_test_finish();
 }

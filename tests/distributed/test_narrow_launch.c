@@ -87,6 +87,6 @@ int main(void)
     compare(base, "FSDP2", &fsdp2, NULL, "fusion");
     compare(base, "HSDP2x2", &hsdp, NULL, "fusion");
     compare(base, "FSDP2xTP2", &fsdp_tp, NULL, "fusion");
-    if (gt_test_failed_ == 0) remove_tree(base);
+    launch_end(base);
     return gt_test_finish();
 }

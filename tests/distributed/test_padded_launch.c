@@ -92,6 +92,6 @@ int main(void)
         printf("  %-22s loss diff %.2e (steps 6..10)\n", "FSDP3 -> 1 rank resume", dl);
         EXPECT(dl <= 1e-6, "FSDP3 checkpoint resumed on one rank: losses differ by %.3g", dl);
     }
-    if (gt_test_failed_ == 0 && !getenv("GT_KEEP")) remove_tree(base);
+    launch_end(base);
     return gt_test_finish();
 }

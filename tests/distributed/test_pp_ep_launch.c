@@ -70,6 +70,6 @@ int main(void)
         launch_compare_from("pp2 x dp_shard2 x ep2 ZBV eager", &ref, ref_hash, &r, hash, 1, STEPS);
     else
         EXPECT(false, "%s failed", dump);
-    if (gt_test_failed_ == 0) remove_tree(base);
+    launch_end(base);
     return gt_test_finish();
 }

@@ -518,6 +518,6 @@ int main(void)
             "pipeline_parallel_microbatch_size = 3");
     refused(base, "not_a_multiple", 4, "1F1B", NULL, NULL,
             "pipeline_parallel_degree = 3 but 4 processes were launched, not a multiple");
-    if (gt_test_failed_ == 0) remove_tree(base);
+    launch_end(base);
     return gt_test_finish();
 }

@@ -90,6 +90,6 @@ int main(void)
         launch_compare_from("pp 2 -> one rank", &ref, ref_hash, &r, hash, CKPT + 1, STEPS);
     else
         EXPECT(false, "%s failed", dump);
-    if (gt_test_failed_ == 0) remove_tree(base);
+    launch_end(base);
     return gt_test_finish();
 }

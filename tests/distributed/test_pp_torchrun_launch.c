@@ -91,6 +91,6 @@ int main(void)
         free(out);
     }
 
-    if (gt_test_failed_ == 0) remove_tree(base);
+    launch_end(base);
     return gt_test_finish();
 }

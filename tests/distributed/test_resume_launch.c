@@ -95,6 +95,6 @@ int main(void)
     resume_and_compare(base, "fsdp2_tp2_to_fsdp4", tp_dump, &fsdp4, ref);
     resume_and_compare(base, "fsdp2_tp2_to_one_rank", tp_dump, NULL, ref);
     resume_and_compare(base, "one_rank_to_fsdp2_tp2", ref_dump, &fsdp2_tp2, ref);
-    if (gt_test_failed_ == 0) remove_tree(base);
+    launch_end(base);
     return gt_test_finish();
 }

@@ -77,7 +77,6 @@ int main(void)
     char base[256];
     if (!launch_begin(base, sizeof base, "gt_safety_launch")) return 1;
     launch_outcome o;
-    int failed = 0;
     { /* schedule mismatch */
         static const char *const x[] = {"--debug.test_drop_collective_rank=2", NULL};
         run_case(base, "schedule_mismatch", &fsdp2_tp2, -1, x, NULL, &o);
@@ -173,7 +172,6 @@ int main(void)
                      "global batch 6 on 2 ranks of 2: exit %d", o.rc);
         launch_outcome_free(&o, !ok);
     }
-    failed = gt_test_failed_;
-    if (failed == 0) remove_tree(base);
+    launch_end(base);
     return gt_test_finish();
 }

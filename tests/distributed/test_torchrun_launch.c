@@ -224,6 +224,6 @@ int main(void)
         snprintf(name, sizeof name, "%s tcp vs mpiexec", layouts[k]->name);
         compare_bitwise(&mpi, &tcp, name);
     }
-    if (gt_test_failed_ == 0) remove_tree(base);
+    launch_end(base);
     return gt_test_finish();
 }
