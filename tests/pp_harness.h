@@ -332,6 +332,7 @@ static inline void pp_check_schedule(setup *s, gt_pp_schedule_kind kind, int32_t
     init_inputs(s, ref_in);
     init_inputs(s, pp_in);
     int diffs = 0;
+    gt_pp_step_keep *keep = NULL;
     for (int64_t step = 1; step <= STEPS && err.code == GT_OK; step++) {
         gt_tensor rl[MICRO] = {{0}}, pl[MICRO] = {{0}};
         gt_tensor *ro = calloc((size_t)g->n_outputs, sizeof *ro);
@@ -343,8 +344,9 @@ static inline void pp_check_schedule(setup *s, gt_pp_schedule_kind kind, int32_t
         for (int m = 0; m < MICRO; m++)
             in_ptrs[m] = pp_in[m];
         gt_pp_step_stats run, plan;
-        EXPECT_OK(gt_pp_step_programs(g, &s->binding, &split, &sched, NULL, NULL, progs, in_ptrs,
-                                      pl, po, &run, &err),
+        /* steps 2.. reuse step 1's plan and arena */
+        EXPECT_OK(gt_pp_step_programs_kept(g, &s->binding, &split, &sched, NULL, NULL, progs,
+                                           in_ptrs, pl, po, &run, &keep, &err),
                   &err);
         if (err.code != GT_OK) break;
         /* the plan on sizes alone is the step as run, and the step frees what it has read */
@@ -390,6 +392,7 @@ static inline void pp_check_schedule(setup *s, gt_pp_schedule_kind kind, int32_t
     }
     EXPECT(diffs == 0, "%s pp %d%s: %d losses or outputs differ", gt_pp_schedule_name(kind), pp,
            progs ? " (programs)" : "", diffs);
+    gt_pp_step_keep_free(keep);
     gt_pp_programs_free(progs);
 
     /* a W moved before the previous micro-batch's W of its stage */

@@ -171,9 +171,11 @@ void gt_pp_layout_free(gt_pp_layout *l);
  * tensors for micro-batch m (its tokens and labels; the same parameters and state); the running
  * gradient sums are taken from inputs[0] (zeros) and then from the previous micro-batch. losses[m]
  * receives micro-batch m's LOSS output, outputs[k] g->outputs[k] of the last micro-batch (the
- * updates, the metrics). Bitwise the gradient accumulation of gt_eager_run_part over the
- * micro-batches in order. Errors name the rank and action; a W that comes before the previous
- * micro-batch's W of its stage is one. */
+ * updates, the metrics): each given as an empty tensor, which gets bytes of its own, or one with
+ * bytes in the value's dtype and shape (a view of the caller's, the last step's), written in
+ * place; one this rank does not compute is left as it is. Bitwise the gradient accumulation of
+ * gt_eager_run_part over the micro-batches in order. Errors name the rank and action; a W that
+ * comes before the previous micro-batch's W of its stage is one. */
 gt_status gt_pp_eager_step(const gt_graph *g, const gt_sym_binding *binding,
                            const gt_pp_split *split, const gt_pp_schedule *s,
                            const gt_tensor *const *inputs, gt_tensor *losses, gt_tensor *outputs,
@@ -295,6 +297,20 @@ gt_status gt_pp_step_programs(const gt_graph *g, const gt_sym_binding *binding,
                               gt_comm *const *dim_comms, const gt_pp_programs *programs,
                               const gt_tensor *const *inputs, gt_tensor *losses, gt_tensor *outputs,
                               gt_pp_step_stats *stats, gt_error *err);
+/* What gt_pp_step_programs_kept keeps from one step to the next: the plan of the runner's arena
+ * (its dry run) and the arena. */
+typedef struct gt_pp_step_keep gt_pp_step_keep;
+/* gt_pp_step_programs for a rank that runs many steps of the same g, binding, split, schedule,
+ * communicators and programs: *keep (NULL before the first; gt_pp_step_keep_free after the last)
+ * holds the plan and arena of the first step for the next, so a later step runs no dry run and
+ * finds its arena paged in. The same bits. */
+gt_status gt_pp_step_programs_kept(const gt_graph *g, const gt_sym_binding *binding,
+                                   const gt_pp_split *split, const gt_pp_schedule *s, gt_comm *comm,
+                                   gt_comm *const *dim_comms, const gt_pp_programs *programs,
+                                   const gt_tensor *const *inputs, gt_tensor *losses,
+                                   gt_tensor *outputs, gt_pp_step_stats *stats,
+                                   gt_pp_step_keep **keep, gt_error *err);
+void gt_pp_step_keep_free(gt_pp_step_keep *keep);
 /* gt_pp_step_plan of that step. */
 gt_status gt_pp_step_plan_programs(const gt_graph *g, const gt_sym_binding *binding,
                                    const gt_pp_split *split, const gt_pp_schedule *s, int32_t rank,

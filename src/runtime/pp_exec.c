@@ -510,6 +510,18 @@ static gt_status run_one(void *user, gt_pp_action a, gt_error *err)
     return run_action(r, a, r->sched, err);
 }
 
+/* dst ready to take a copy of src: its own bytes when it has them in src's dtype and shape (the
+ * caller's buffer, or the last step's), else fresh ones. */
+static gt_status out_place(gt_tensor *dst, const gt_tensor *src, gt_error *err)
+{
+    bool fits = dst->data && dst->dtype == src->dtype && dst->ndim == src->ndim;
+    for (int d = 0; fits && d < src->ndim; d++)
+        fits = dst->shape[d] == src->shape[d];
+    if (fits) return GT_OK;
+    gt_tensor_free(dst);
+    return gt_tensor_alloc(dst, src->dtype, src->ndim, src->shape, err);
+}
+
 /* outputs[k] <- a copy of the last micro-batch's value of g->outputs[k]; losses[m] <- micro-batch
  * m's LOSS output. */
 static gt_status hand_outputs(pp_run *r, gt_tensor *losses, gt_tensor *outputs, gt_error *err)
@@ -529,11 +541,11 @@ static gt_status hand_outputs(pp_run *r, gt_tensor *losses, gt_tensor *outputs, 
             gt_tensor *dst =
                 g->outputs[k].kind == GT_OUT_LOSS && m < r->n_micro - 1 ? &losses[m] : &outputs[k];
             const gt_tensor *src = &r->vals[m][v];
-            GT_TRY(gt_tensor_alloc(dst, src->dtype, src->ndim, src->shape, err));
+            GT_TRY(out_place(dst, src, err));
             size_t nb = gt_tensor_nbytes(src);
             if (nb) memcpy(dst->data, src->data, nb);
             if (g->outputs[k].kind == GT_OUT_LOSS && m == r->n_micro - 1) {
-                GT_TRY(gt_tensor_alloc(&losses[m], src->dtype, src->ndim, src->shape, err));
+                GT_TRY(out_place(&losses[m], src, err));
                 if (nb) memcpy(losses[m].data, src->data, nb);
             }
         }
@@ -676,8 +688,6 @@ static gt_status run_step(const gt_graph *g, const gt_sym_binding *binding,
             r.defined[m][v] = 1;
         }
     }
-    for (int32_t k = 0; !dry && k < g->n_outputs; k++)
-        memset(&outputs[k], 0, sizeof outputs[k]);
     for (int32_t m = 0; !dry && m < M; m++)
         memset(&losses[m], 0, sizeof losses[m]);
     gt_status st = run_clock(&r, err);
@@ -749,30 +759,58 @@ static gt_status run_step(const gt_graph *g, const gt_sym_binding *binding,
 }
 
 /* A run is its dry run first (the same arguments: it moves nothing), whose slots place the
- * values in one arena allocated before the first action; a dry run alone is the plan. */
+ * values in one arena allocated before the first action; a dry run alone is the plan. With keep,
+ * the plan and the arena of the first run serve the later ones (the dry run is on sizes alone,
+ * the same every step; every value is written before it is read, as in fresh memory). */
+struct gt_pp_step_keep {
+    arena_plan ap;
+};
+
+static void free_plan(arena_plan *ap)
+{
+    free(ap->memory);
+    free(ap->slots);
+    free(ap->offsets);
+    *ap = (arena_plan){0};
+}
+
 static gt_status step(const gt_graph *g, const gt_sym_binding *binding, const gt_pp_split *split,
                       const gt_pp_schedule *s, gt_comm *comm, int32_t me, bool dry,
                       gt_comm *const *dim_comms, const gt_pp_programs *progs,
                       const gt_tensor *const *inputs, gt_tensor *losses, gt_tensor *outputs,
-                      gt_pp_step_stats *stats, gt_error *err)
+                      gt_pp_step_stats *stats, gt_pp_step_keep *keep, gt_error *err)
 {
     if (dry)
         return run_step(g, binding, split, s, comm, me, true, dim_comms, progs, NULL, NULL, NULL,
                         stats, NULL, err);
-    arena_plan ap = {0};
-    GT_TRY(run_step(g, binding, split, s, comm, me, true, dim_comms, progs, NULL, NULL, NULL, NULL,
-                    &ap, err));
-    ap.memory = aligned_alloc(GT_PLAN_ALIGN, (size_t)(ap.bytes ? ap.bytes : GT_PLAN_ALIGN));
-    gt_status st = ap.memory ? GT_OK
-                             : gt_error_set(err, GT_ERR_NOMEM, "pipeline step: the arena of %lld B",
-                                            (long long)ap.bytes);
+    arena_plan ap = keep ? keep->ap : (arena_plan){0};
+    gt_status st = GT_OK;
+    if (!ap.memory) {
+        st = run_step(g, binding, split, s, comm, me, true, dim_comms, progs, NULL, NULL, NULL,
+                      NULL, &ap, err);
+        if (st == GT_OK)
+            ap.memory = aligned_alloc(GT_PLAN_ALIGN, (size_t)(ap.bytes ? ap.bytes : GT_PLAN_ALIGN));
+        if (st == GT_OK && !ap.memory)
+            st = gt_error_set(err, GT_ERR_NOMEM, "pipeline step: the arena of %lld B",
+                              (long long)ap.bytes);
+    }
     if (st == GT_OK)
         st = run_step(g, binding, split, s, comm, me, false, dim_comms, progs, inputs, losses,
                       outputs, stats, &ap, err);
-    free(ap.memory);
-    free(ap.slots);
-    free(ap.offsets);
+    if (keep && st == GT_OK) {
+        keep->ap = ap;
+        return GT_OK;
+    }
+    free_plan(&ap); /* a failed step plans afresh */
+    if (keep) keep->ap = (arena_plan){0};
     return st;
+}
+
+void gt_pp_step_keep_free(gt_pp_step_keep *keep)
+{
+    if (!keep) return;
+    free_plan(&keep->ap);
+    free(keep);
 }
 
 gt_status gt_pp_eager_step_spmd(const gt_graph *g, const gt_sym_binding *binding,
@@ -785,6 +823,18 @@ gt_status gt_pp_eager_step_spmd(const gt_graph *g, const gt_sym_binding *binding
                                stats, err);
 }
 
+gt_status gt_pp_step_programs_kept(const gt_graph *g, const gt_sym_binding *binding,
+                                   const gt_pp_split *split, const gt_pp_schedule *s, gt_comm *comm,
+                                   gt_comm *const *dim_comms, const gt_pp_programs *programs,
+                                   const gt_tensor *const *inputs, gt_tensor *losses,
+                                   gt_tensor *outputs, gt_pp_step_stats *stats,
+                                   gt_pp_step_keep **keep, gt_error *err)
+{
+    if (!*keep) *keep = gt_xcalloc(1, sizeof **keep);
+    return step(g, binding, split, s, comm, comm ? comm->rank : -1, false, dim_comms, programs,
+                inputs, losses, outputs, stats, *keep, err);
+}
+
 gt_status gt_pp_step_programs(const gt_graph *g, const gt_sym_binding *binding,
                               const gt_pp_split *split, const gt_pp_schedule *s, gt_comm *comm,
                               gt_comm *const *dim_comms, const gt_pp_programs *programs,
@@ -792,7 +842,7 @@ gt_status gt_pp_step_programs(const gt_graph *g, const gt_sym_binding *binding,
                               gt_pp_step_stats *stats, gt_error *err)
 {
     return step(g, binding, split, s, comm, comm ? comm->rank : -1, false, dim_comms, programs,
-                inputs, losses, outputs, stats, err);
+                inputs, losses, outputs, stats, NULL, err);
 }
 
 gt_status gt_pp_step_plan(const gt_graph *g, const gt_sym_binding *binding,
@@ -811,5 +861,5 @@ gt_status gt_pp_step_plan_programs(const gt_graph *g, const gt_sym_binding *bind
         return gt_error_set(err, GT_ERR_INVALID, "pipeline step plan: rank %d of %d", rank,
                             s->n_ranks);
     return step(g, binding, split, s, NULL, rank, true, NULL, programs, NULL, NULL, NULL, stats,
-                err);
+                NULL, err);
 }

@@ -35,8 +35,10 @@ struct gt_trainer_pp {
     gt_tensor **inputs; /* [n_micro][n_inputs]: views of the state, the micro-batch's tokens */
     gt_tensor *batch;   /* [n_micro][3]: tokens, labels, positions of each micro-batch */
     gt_tensor *losses;  /* [n_micro] */
-    gt_tensor *outputs; /* [n_outputs] */
-    int32_t *owner;     /* [n_inputs]: the pipeline rank that updates input k, or -1 */
+    gt_tensor *outputs; /* [n_outputs], kept between steps; a state update: a view of its state */
+    int32_t n_outputs;
+    gt_pp_step_keep *keep; /* the runner's plan and arena, from step 1 on (the CPU) */
+    int32_t *owner;        /* [n_inputs]: the pipeline rank that updates input k, or -1 */
     int32_t loss_output;
     bool stats_logged;        /* the collectives of a step, logged once */
     int32_t *param_owner;     /* [n_params]: the pipeline rank of parameter p's stage, or -1 (every

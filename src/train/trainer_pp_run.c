@@ -330,6 +330,7 @@ gt_status gt_trainer_pp_build(gt_trainer *t, gt_error *err)
     pp->batch = gt_xcalloc((size_t)M * 3, sizeof *pp->batch);
     pp->losses = gt_xcalloc((size_t)M, sizeof *pp->losses);
     pp->outputs = gt_xcalloc((size_t)g->n_outputs + 1, sizeof *pp->outputs);
+    pp->n_outputs = g->n_outputs;
     for (int32_t m = 0; m < M; m++)
         pp->inputs[m] = gt_xcalloc((size_t)g->n_inputs + 1, sizeof **pp->inputs);
     if (t->cuda) {
@@ -395,10 +396,20 @@ gt_status gt_trainer_pp_step(gt_trainer *t, int64_t step, double *loss, double *
     const gt_tensor **in = gt_xcalloc((size_t)M, sizeof *in);
     for (int32_t m = 0; m < M; m++)
         in[m] = pp->inputs[m];
+    /* an update lands in the state it updates, which the step reads no more once it hands its
+     * outputs over: a view of it, not bytes allocated, paged in and copied again each step */
+    for (int32_t k = 0; k < g->n_outputs; k++) {
+        int32_t i = gt_program_state_input(g, k);
+        if (i < 0 || gt_train_is_grad_sum(&g->inputs[i])) continue;
+        gt_tensor_free(&pp->outputs[k]);
+        pp->outputs[k] = *t->whole.feed[i]; /* no storage: another rank's stage */
+        pp->outputs[k].owns_data = false;
+    }
     gt_comm *const *dims = gt_train_dist_multi(&t->dist) ? t->dist.dim_comm : NULL;
     gt_pp_step_stats stats;
-    st = gt_pp_step_programs(g, &t->binding, &pp->split, &pp->sched, pp->comm, dims, pp->programs,
-                             in, pp->losses, pp->outputs, &stats, err);
+    st =
+        gt_pp_step_programs_kept(g, &t->binding, &pp->split, &pp->sched, pp->comm, dims,
+                                 pp->programs, in, pp->losses, pp->outputs, &stats, &pp->keep, err);
     free(in);
     /* once: the step as run, to set against the plan logged before step 1 */
     if (st == GT_OK && !pp->stats_logged && pp->rank == 0 && t->dist.rank == 0) {
@@ -415,6 +426,7 @@ gt_status gt_trainer_pp_step(gt_trainer *t, int64_t step, double *loss, double *
         int32_t i = gt_program_state_input(g, k);
         if (i < 0 || !out->data || gt_train_is_grad_sum(&g->inputs[i])) continue;
         gt_tensor *dst = t->whole.feed[i];
+        if (dst->data == out->data) continue; /* written in place */
         if (gt_tensor_nbytes(dst) != gt_tensor_nbytes(out))
             st = gt_error_set(
                 err, GT_ERR_INTERNAL, "pipeline: output %s has %zu bytes, its input %zu",
@@ -441,7 +453,6 @@ static gt_status finish_step(gt_trainer *t, int64_t step, gt_status st, double n
                              double *grad_norm, gt_error *err)
 {
     struct gt_trainer_pp *pp = t->pp;
-    const gt_graph *g = t->whole.g;
     int32_t M = pp->n_micro;
     int root = pp->sched.stage_rank[pp->sched.n_stages - 1];
     double sum = 0;
@@ -453,8 +464,6 @@ static gt_status finish_step(gt_trainer *t, int64_t step, gt_status st, double n
     }
     for (int32_t m = 0; m < M; m++)
         gt_tensor_free(&pp->losses[m]);
-    for (int32_t k = 0; k < g->n_outputs; k++)
-        gt_tensor_free(&pp->outputs[k]);
     if (st != GT_OK)
         return gt_error_wrap(err, "pipeline rank %d, step %lld", pp->rank, (long long)step);
     *loss = sum;
@@ -473,7 +482,10 @@ void gt_trainer_pp_free(gt_trainer *t)
     free(pp->inputs);
     free(pp->batch);
     free(pp->losses);
+    for (int32_t k = 0; pp->outputs && k < pp->n_outputs; k++)
+        gt_tensor_free(&pp->outputs[k]);
     free(pp->outputs);
+    gt_pp_step_keep_free(pp->keep);
     free(pp->owner);
     free(pp->param_owner);
     gt_pp_programs_free(pp->programs);
