@@ -716,16 +716,6 @@ gt_status gt_cuda_program_exec_part(gt_cuda_program *p, gt_run_part part, gt_err
     return run_instrs(p, part, err);
 }
 
-/* Whether instruction k waits for the host: a send_start or recv_start over a host communicator
- * (host_p2p) or the wait of one. p2p_slot[slot] marks the slots such starts use. */
-static bool host_instr(const gt_cuda_program *p, int32_t k, uint8_t *p2p_slot)
-{
-    const gt_instr *ins = &p->prog->instrs[k];
-    if (ins->slot < 0) return false;
-    if (ins->op == GT_OP_SEND_START || ins->op == GT_OP_RECV_START) p2p_slot[ins->slot] = 1;
-    return p2p_slot[ins->slot] != 0;
-}
-
 /* The runs of part's device instructions between host ones; the first starts at 0. */
 static void find_segs(gt_cuda_program *p, gt_run_part part)
 {
@@ -735,7 +725,10 @@ static void find_segs(gt_cuda_program *p, gt_run_part part)
     int32_t n_seg = 1;
     bool in_host = false;
     for (int32_t k = 0; k < n; k++) {
-        bool host = host_instr(p, k, p2p_slot);
+        /* a host instruction: a send_start or recv_start (host_p2p) or the wait of its slot */
+        const gt_instr *ins = &p->prog->instrs[k];
+        if (ins->op == GT_OP_SEND_START || ins->op == GT_OP_RECV_START) p2p_slot[ins->slot] = 1;
+        bool host = ins->slot >= 0 && p2p_slot[ins->slot];
         if (host && !in_host) seg[n_seg - 1].to = k;
         if (!host && in_host) seg[n_seg++].from = k;
         in_host = host;

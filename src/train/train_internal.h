@@ -324,6 +324,18 @@ static inline bool gt_train_is_grad_norm(const gt_graph *g, int32_t k)
     return g->outputs[k].kind == GT_OUT_METRIC &&
            !strcmp(gt_graph_str(g, g->outputs[k].fqn), GT_OPTIM_GRAD_NORM_NAME);
 }
+/* compile.cudagraphs: captures `part` of ex after its warm-up run(s) (gt_executor_capture_part);
+ * a capture that fails is a warning naming `what`, and its kernels run one by one. Whether it was
+ * captured. */
+static inline bool gt_train_capture(gt_executor *ex, gt_run_part part, const char *what)
+{
+    gt_error cerr = {0};
+    bool captured = false;
+    if (gt_executor_capture_part(ex, part, &captured, &cerr) != GT_OK)
+        gt_log(GT_LOG_WARN, "compile.cudagraphs: %s: %s; running the kernels one by one", what,
+               cerr.msg);
+    return captured;
+}
 /* This rank's blocks of the state (trainer_parallel.c): the box of each parameter, moment and of
  * the batch from the step graph's input placements (whole tensors with one rank), parameters
  * initialised (left to the checkpoint when resume_step names one), moments zero, the model's

@@ -222,18 +222,10 @@ static gt_status run_part(gt_trainer *t, gt_run_part part, double *loss, double 
     GT_TRY(gt_executor_set_comm_timing(s->ex, report && part == GT_RUN_ALL && n == 2, err));
     GT_TRY(gt_executor_run_part(s->ex, part, err));
     bool capture_now = report && part == GT_RUN_ALL ? n == 2 : n == 1;
-    if (capture_now && t->cfg->compile.cudagraphs) {
-        gt_error cerr = {0};
-        bool captured = false;
-        const char *what = part == GT_RUN_ALL ? "the step" : "the micro-batch part";
-        if (gt_executor_capture_part(s->ex, part, &captured, &cerr) != GT_OK)
-            gt_log(GT_LOG_WARN, "compile.cudagraphs: %s: %s; running the kernels one by one", what,
-                   cerr.msg);
-        else if (captured)
-            gt_log(GT_LOG_INFO,
-                   "compile.cudagraphs: %s is one CUDA graph after %lld warm-up run(s)", what,
-                   (long long)n);
-    }
+    const char *what = part == GT_RUN_ALL ? "the step" : "the micro-batch part";
+    if (capture_now && t->cfg->compile.cudagraphs && gt_train_capture(s->ex, part, what))
+        gt_log(GT_LOG_INFO, "compile.cudagraphs: %s is one CUDA graph after %lld warm-up run(s)",
+               what, (long long)n);
     for (int k = 0; k < g->n_outputs; k++) {
         if (!output_in_part(s, k, part)) continue;
         int32_t in = gt_program_state_input(g, k);

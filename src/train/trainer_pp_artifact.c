@@ -49,15 +49,24 @@ static void artifact_name(int32_t s, int p, char *buf, size_t n)
     snprintf(buf, n, "pp_stage%d_%s.graph", s, gt_pp_part_name((gt_pp_part)p));
 }
 
-static char *artifact_key(const gt_trainer *t, int32_t s, int p)
+/* The run's artifact key (gt_train_artifact_key), then `what` (key lines naming the artifact),
+ * then the micro-batches. */
+static char *key_of(const gt_trainer *t, const char *what)
 {
     char *base = gt_train_artifact_key(t->pp->user, &t->dist.layout);
-    size_t n = strlen(base) + 160;
+    size_t n = strlen(base) + strlen(what) + 64;
     char *key = gt_xmalloc(n);
-    snprintf(key, n, "%spipeline.stage = %d\npipeline.part = %s\npipeline.micro_batches = %d\n",
-             base, s, gt_pp_part_name((gt_pp_part)p), t->pp->n_micro);
+    snprintf(key, n, "%s%spipeline.micro_batches = %d\n", base, what, t->pp->n_micro);
     free(base);
     return key;
+}
+
+static char *artifact_key(const gt_trainer *t, int32_t s, int p)
+{
+    char what[96];
+    snprintf(what, sizeof what, "pipeline.stage = %d\npipeline.part = %s\n", s,
+             gt_pp_part_name((gt_pp_part)p));
+    return key_of(t, what);
 }
 
 /* World rank 0: every stage's part graphs, saved to dir. */
@@ -193,14 +202,9 @@ static void step_artifact_name(int32_t r, char *buf, size_t n)
 
 static char *step_artifact_key(const gt_trainer *t, int32_t r)
 {
-    char *base = gt_train_artifact_key(t->pp->user, &t->dist.layout);
-    size_t n = strlen(base) + 160;
-    char *key = gt_xmalloc(n);
-    snprintf(key, n,
-             "%spipeline.rank = %d\npipeline.unrolled = true\npipeline.micro_batches = %d\n", base,
-             r, t->pp->n_micro);
-    free(base);
-    return key;
+    char what[96];
+    snprintf(what, sizeof what, "pipeline.rank = %d\npipeline.unrolled = true\n", r);
+    return key_of(t, what);
 }
 
 /* World rank 0: every pipeline rank's unrolled, compiled step, saved to dir. */

@@ -72,18 +72,10 @@ gt_status gt_trainer_pp_device_step(gt_trainer *t, double *grad_norm, gt_error *
     pp->dev_loaded = true;
     GT_TRY(gt_executor_run_part(ex, GT_RUN_ALL, err));
     pp->dev_ahead = true;
-    if (t->cfg->compile.cudagraphs && gt_executor_runs(ex, GT_RUN_ALL) == 1) {
-        gt_error cerr = {0};
-        bool captured = false;
-        if (gt_executor_capture_part(ex, GT_RUN_ALL, &captured, &cerr) != GT_OK)
-            gt_log(GT_LOG_WARN,
-                   "compile.cudagraphs: pipeline rank %d's step: %s; running the "
-                   "kernels one by one",
-                   pp->rank, cerr.msg);
-        else if (captured && pp->rank == 0)
-            gt_log(GT_LOG_INFO, "compile.cudagraphs: a pipeline rank's step is CUDA graphs "
-                                "between its sends and receives after 1 warm-up run");
-    }
+    if (t->cfg->compile.cudagraphs && gt_executor_runs(ex, GT_RUN_ALL) == 1 &&
+        gt_train_capture(ex, GT_RUN_ALL, "a pipeline rank's step") && pp->rank == 0)
+        gt_log(GT_LOG_INFO, "compile.cudagraphs: a pipeline rank's step is CUDA graphs between "
+                            "its sends and receives after 1 warm-up run");
     for (int32_t j = 0; j < d->n_outputs; j++) {
         int32_t in = gt_program_state_input(d, j);
         if (in >= 0 && !gt_train_is_grad_sum(&d->inputs[in]))

@@ -418,21 +418,19 @@ gt_status gt_trainer_pp_step(gt_trainer *t, int64_t step, double *loss, double *
         gt_log(GT_LOG_INFO, "pipeline step %lld on rank 0: %s", (long long)step, text);
     }
     pp->stats_logged = true;
-    /* this rank's stages' updates into the host state */
+    /* the gradient norm; this rank's stages' updates are in the host state already (the views
+     * above), unless the runner's value did not fit its state */
     for (int32_t k = 0; st == GT_OK && k < g->n_outputs; k++) {
-        const gt_io *o = &g->outputs[k];
-        gt_tensor *out = &pp->outputs[k];
+        const gt_tensor *out = &pp->outputs[k];
         if (gt_train_is_grad_norm(g, k) && out->data) norm = gt_tensor_get_f32(out, 0);
         int32_t i = gt_program_state_input(g, k);
         if (i < 0 || !out->data || gt_train_is_grad_sum(&g->inputs[i])) continue;
-        gt_tensor *dst = t->whole.feed[i];
-        if (dst->data == out->data) continue; /* written in place */
-        if (gt_tensor_nbytes(dst) != gt_tensor_nbytes(out))
-            st = gt_error_set(
-                err, GT_ERR_INTERNAL, "pipeline: output %s has %zu bytes, its input %zu",
-                gt_graph_str(g, o->fqn), gt_tensor_nbytes(out), gt_tensor_nbytes(dst));
-        else
-            memcpy(dst->data, out->data, gt_tensor_nbytes(out));
+        const gt_tensor *dst = t->whole.feed[i];
+        if (out->data != dst->data)
+            st = gt_error_set(err, GT_ERR_INTERNAL,
+                              "pipeline: the update %s (%zu B) does not fit its state (%zu B)",
+                              gt_graph_str(g, g->outputs[k].fqn), gt_tensor_nbytes(out),
+                              gt_tensor_nbytes(dst));
     }
     return finish_step(t, step, st, norm, loss, grad_norm, err);
 }
